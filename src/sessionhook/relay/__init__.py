@@ -1,0 +1,1 @@
+"""The relay daemon: poll -> archive in SQLite -> signed webhooks with durable retry."""
