@@ -1,5 +1,6 @@
 """Typed async client of the Sessions API (``/v1alpha``): models, client, errors."""
 
+from .client import RetryPolicy, SessionsClient
 from .errors import (
     ApiError,
     ApiStatusError,
@@ -35,9 +36,11 @@ __all__ = [
     "Plan",
     "PlanStep",
     "RateLimitedError",
+    "RetryPolicy",
     "ServerError",
     "Session",
     "SessionState",
+    "SessionsClient",
     "Source",
     "SourceContext",
     "TransportError",

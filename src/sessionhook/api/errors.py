@@ -13,13 +13,20 @@ Hierarchy::
         +-- RateLimitedError       429 (``retry_after`` seconds when the server said)
         +-- ServerError            5xx
 
-Every error carries the ``request`` it answers (method and URL; headers are never shown,
-so the API key cannot leak through an error message).
+Every error carries the ``request`` it answers. Messages show only its method and URL, never
+headers, so the API key cannot leak through an error message; the client also attaches a copy
+of the request whose key header is redacted, so not even ``error.request.headers`` holds it.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+
 import httpx
+from pydantic import ValidationError
 
 from .models import ErrorBody, ErrorDetail
 
@@ -35,6 +42,7 @@ __all__ = [
     "TransportError",
     "UnauthenticatedError",
     "error_for_response",
+    "parse_retry_after",
 ]
 
 
@@ -48,6 +56,8 @@ class ApiError(Exception):
         super().__init__(message)
         self.message = message
         self.request = request
+        #: How many attempts the client made before giving up (set by the client).
+        self.attempts = 1
 
     @property
     def where(self) -> str:
@@ -63,7 +73,7 @@ class ApiError(Exception):
 class TransportError(ApiError):
     """The service gave no HTTP answer: connection refused, timeout, broken stream."""
 
-    hint = "is the service reachable at --base-url? (timeouts are retried for GETs)"
+    hint = "is the service running and reachable at --base-url?"
 
 
 class MalformedResponseError(ApiError):
@@ -82,7 +92,7 @@ class ApiStatusError(ApiError):
     """The service answered an error status; ``error`` is its parsed error body."""
 
     status_code: int = 0
-    hint = "see the message above"
+    hint = "check the request and --base-url"
 
     def __init__(
         self,
@@ -144,39 +154,50 @@ _BY_STATUS: dict[int, type[ApiStatusError]] = {
 }
 
 
-def parse_retry_after(value: str | None) -> float | None:
-    """Seconds from a ``Retry-After`` header (delta-seconds or HTTP date), or ``None``."""
+def parse_retry_after(
+    value: str | None, *, now: Callable[[], datetime] | None = None
+) -> float | None:
+    """Seconds from a ``Retry-After`` header (delta-seconds or HTTP date), or ``None``.
+
+    ``now`` (aware UTC) is the clock an HTTP date is measured against; tests pass a fixed one.
+    A date in the past, or a negative number, gives ``0.0``; garbage gives ``None``.
+    """
     if not value:
         return None
     value = value.strip()
     try:
-        return max(0.0, float(value))
+        seconds = float(value)
     except ValueError:
         pass
-    from email.utils import parsedate_to_datetime
-
+    else:
+        # float() accepts "nan" and "inf"; neither is advice a client can follow.
+        return max(0.0, seconds) if math.isfinite(seconds) else None
     try:
         when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, IndexError):
         return None
-    from datetime import UTC, datetime
-
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+    current = now() if now is not None else datetime.now(UTC)
+    return max(0.0, (when - current).total_seconds())
 
 
-def error_for_response(response: httpx.Response) -> ApiStatusError:
+def error_for_response(
+    response: httpx.Response, *, request: httpx.Request | None = None
+) -> ApiStatusError:
     """Build the matching :class:`ApiStatusError` subclass for an error response.
 
     A body that is not the documented error JSON still gives a useful error: the status
-    line and the first bytes of the body become the message.
+    line and the first bytes of the body become the message. ``request`` replaces the
+    response's own request on the error (the client passes a copy with the key redacted).
     """
     status = response.status_code
     try:
         detail = ErrorBody.model_validate(response.json()).error
-    except Exception:
-        snippet = response.text[:200].strip() if response.content else ""
+    except (ValueError, ValidationError):
+        # ValueError covers undecodable bytes and invalid JSON; ValidationError a JSON
+        # value that is not {"error": {...}}.
+        snippet = " ".join(response.text[:200].split()) if response.content else ""
         detail = ErrorDetail(
             code=status, message=snippet or response.reason_phrase or f"HTTP {status}"
         )
@@ -186,7 +207,7 @@ def error_for_response(response: httpx.Response) -> ApiStatusError:
     label = f"{status} {detail.status}".strip() if detail.status else str(status)
     return cls(
         f"{label}: {detail.message or response.reason_phrase}",
-        request=response.request,
+        request=request if request is not None else response.request,
         status_code=status,
         error=detail,
         retry_after=parse_retry_after(response.headers.get("retry-after")),

@@ -1,0 +1,623 @@
+"""The typed async client of the Sessions API (``/v1alpha``): :class:`SessionsClient`.
+
+All HTTP goes through an injected :class:`httpx.AsyncClient`, so tests hand it an
+``httpx.MockTransport`` or an ``httpx.ASGITransport`` of the emulator. Every call has a
+timeout. Failures are :class:`~sessionhook.api.errors.ApiError` subclasses; a pydantic
+``ValidationError`` never escapes (a 2xx body of the wrong shape is a
+:class:`~sessionhook.api.errors.MalformedResponseError`).
+
+Which failures are retried (with :class:`RetryPolicy`, honouring ``Retry-After``):
+
+=======================================  ===================================================
+call                                     retried after
+=======================================  ===================================================
+GET (every read)                         429, 5xx, any transport error (timeouts included)
+DELETE                                   same as GET: deleting twice deletes once. A 404
+                                         answering a retry that followed an ambiguous failure
+                                         (5xx, or a transport error after the request may
+                                         have left) counts as success: the earlier attempt
+                                         most likely deleted the session.
+POST (create, sendMessage, approvePlan)  only a connect error, connect timeout or pool
+                                         timeout: no connection carried the request, so it
+                                         provably never reached the server. Never after a
+                                         status (not even 429) or a read error: a second
+                                         create could make a second session.
+=======================================  ===================================================
+
+A ``Retry-After`` longer than :attr:`RetryPolicy.max_retry_after` is not waited out in
+process: the error is raised at once with ``retry_after`` set, for the caller to schedule.
+``RetryPolicy(max_attempts=1)`` disables retries (the relay backs off on its own).
+
+The API key travels only in its header, and only to ``base_url``: redirects are never
+followed. It is never logged, never part of an exception message, and the request attached
+to an error is a copy with the key header redacted.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar
+from urllib.parse import quote
+
+import anyio
+import httpx
+from pydantic import BaseModel, ValidationError
+
+from .. import __version__
+from .errors import (
+    ApiError,
+    MalformedResponseError,
+    TransportError,
+    error_for_response,
+)
+from .models import (
+    Activity,
+    CreateSessionRequest,
+    HostRepoContext,
+    ListActivitiesResponse,
+    ListSessionsResponse,
+    ListSourcesResponse,
+    SendMessageRequest,
+    Session,
+    Source,
+    SourceContext,
+)
+
+__all__ = [
+    "API_VERSION_PATH",
+    "AUTO_CREATE_PR",
+    "DEFAULT_API_KEY_HEADER",
+    "RetryPolicy",
+    "SessionsClient",
+    "activity_name",
+    "api_root",
+    "session_name",
+    "source_name",
+]
+
+#: Appended to the service address; the version is part of the path (spec part 9).
+API_VERSION_PATH: Final = "/v1alpha"
+#: The header that carries the API key (spec part 5).
+DEFAULT_API_KEY_HEADER: Final = "x-vendor-api-key"
+#: ``automationMode`` that makes the service open pull requests by itself (spec 4.1).
+AUTO_CREATE_PR: Final = "AUTO_CREATE_PR"
+
+_REDACTED: Final = "[redacted]"
+# After these the request provably never reached the server: no connection was established
+# (or none was free in the pool), so not one byte of it was written.
+_NEVER_SENT: Final = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+# 2**64 seconds is already far beyond any cap; bounding the exponent avoids float overflow.
+_MAX_EXPONENT: Final = 64
+
+_log = logging.getLogger(__name__)
+
+_M = TypeVar("_M", bound=BaseModel)
+_R = TypeVar("_R", Session, Activity, Source)
+
+
+# --------------------------------------------------------------------------- retry policy
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often and how patiently a call is retried; :meth:`delay` is a pure function.
+
+    ``max_attempts`` counts the first try, so ``1`` disables retries. The wait after the
+    n-th failed attempt is ``base_delay * 2**(n-1)``, capped at ``max_delay``, then spread
+    by a random factor in ``[1 - jitter, 1 + jitter]`` so that many clients do not retry in
+    step (at the cap the waits therefore spread around ``max_delay``). A server's
+    ``Retry-After`` is a floor: the wait is at least that long. Advice longer than
+    ``max_retry_after`` is not waited out by the client (the error is raised instead).
+    """
+
+    max_attempts: int = 5
+    base_delay: float = 1.0
+    max_delay: float = 30.0
+    jitter: float = 0.2
+    max_retry_after: float = 120.0
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ValueError("max_attempts must be at least 1 (1 disables retries)")
+        for field in ("base_delay", "max_delay", "max_retry_after"):
+            value = getattr(self, field)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{field} must be a finite number >= 0, not {value!r}")
+        if not 0 <= self.jitter < 1:
+            raise ValueError(f"jitter must be in [0, 1), not {self.jitter!r}")
+
+    def delay(self, attempt: int, retry_after: float | None, rng: random.Random) -> float:
+        """Seconds to wait after failed attempt number ``attempt`` (1 is the first try).
+
+        ``retry_after`` is the server's advice in seconds (``None`` when it gave none); the
+        result is at least ``min(retry_after, max_retry_after)``. ``rng`` supplies the
+        jitter, so a seeded :class:`random.Random` makes the result reproducible.
+        """
+        if attempt < 1:
+            raise ValueError(f"attempt numbers start at 1, not {attempt}")
+        exponent = min(attempt - 1, _MAX_EXPONENT)
+        wait = min(self.max_delay, self.base_delay * 2.0**exponent)
+        if self.jitter:
+            wait *= 1.0 + rng.uniform(-self.jitter, self.jitter)
+        if retry_after is not None:
+            wait = max(wait, min(max(retry_after, 0.0), self.max_retry_after))
+        return wait
+
+    def gives_up_on(self, retry_after: float | None) -> bool:
+        """Whether a server asking to wait ``retry_after`` seconds asks for too long."""
+        return retry_after is not None and retry_after > self.max_retry_after
+
+
+# --------------------------------------------------------------------------- names
+
+
+def session_name(value: str) -> str:
+    """``sessions/<id>`` from a session name or a bare id.
+
+    Raises :class:`ValueError` for anything else (empty, or more path segments).
+    """
+    ident = value.strip().removeprefix("sessions/")
+    if not ident or "/" in ident:
+        raise ValueError(f"not a session name (sessions/<id>) or id: {value!r}")
+    return f"sessions/{ident}"
+
+
+def activity_name(value: str, activity_id: str | None = None) -> str:
+    """``sessions/<id>/activities/<id>`` from a full name, or from a session and an id.
+
+    Raises :class:`ValueError` when the parts do not make an activity name.
+    """
+    if activity_id is not None:
+        ident = activity_id.strip()
+        if not ident or "/" in ident:
+            raise ValueError(f"not an activity id: {activity_id!r}")
+        return f"{session_name(value)}/activities/{ident}"
+    parts = value.strip().split("/")
+    if len(parts) != 4 or parts[0] != "sessions" or parts[2] != "activities" or not all(parts):
+        raise ValueError(
+            f"not an activity name (sessions/<id>/activities/<id>): {value!r}; "
+            "or pass the session and the activity id separately"
+        )
+    return "/".join(parts)
+
+
+def source_name(value: str) -> str:
+    """``sources/<id>`` from a source name or id; ids contain slashes (``github/o/r``).
+
+    Raises :class:`ValueError` for an empty id or an empty path segment.
+    """
+    ident = value.strip().removeprefix("sources/")
+    if not ident or not all(ident.split("/")):
+        raise ValueError(f"not a source name (sources/github/<owner>/<repo>) or id: {value!r}")
+    return f"sources/{ident}"
+
+
+def _path(name: str) -> str:
+    # Each segment is escaped on its own: the slashes between segments stay slashes
+    # (source ids contain them) while a stray "?", "#" or ":" inside an id cannot change
+    # the meaning of the URL.
+    return "/" + "/".join(quote(segment, safe="") for segment in name.split("/"))
+
+
+def api_root(base_url: str) -> str:
+    """The API root for a service address: ``/v1alpha`` appended unless already there.
+
+    Raises :class:`ValueError` unless ``base_url`` is an absolute http(s) URL.
+    """
+    try:
+        url = httpx.URL(base_url.strip())
+    except httpx.InvalidURL as exc:
+        raise ValueError(f"base_url is not a URL: {base_url!r} ({exc})") from None
+    if url.scheme not in ("http", "https") or not url.host:
+        raise ValueError(f"base_url must be an http(s) URL such as https://host, not {base_url!r}")
+    root = str(url.copy_with(query=None, fragment=None)).rstrip("/")
+    if not root.endswith(API_VERSION_PATH):
+        root += API_VERSION_PATH
+    return root
+
+
+def _describe(exc: httpx.RequestError, timeout: float | None) -> str:
+    text = str(exc).strip()
+    kind = type(exc).__name__
+    if isinstance(exc, httpx.TimeoutException) and timeout is not None:
+        return f"{kind}: no answer within {timeout:g} s" + (f" ({text})" if text else "")
+    return f"{kind}: {text}" if text else kind
+
+
+# --------------------------------------------------------------------------- the client
+
+
+class SessionsClient:
+    """Every endpoint of the Sessions API over an injected :class:`httpx.AsyncClient`.
+
+    ``base_url`` is the service address; ``/v1alpha`` is appended unless it is already
+    there. The injected client's own ``base_url``, auth and timeout are not used: every
+    request carries an absolute URL, the key header and ``timeout`` (seconds, per attempt).
+    ``sleep`` and ``rng`` are injectable so that tests observe backoff without waiting.
+    """
+
+    def __init__(
+        self,
+        http: httpx.AsyncClient,
+        *,
+        base_url: str,
+        api_key: str,
+        api_key_header: str = DEFAULT_API_KEY_HEADER,
+        timeout: float = 30.0,
+        retry: RetryPolicy | None = None,
+        sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
+        if not api_key:
+            raise ValueError("api_key is empty")
+        if not api_key_header.strip():
+            raise ValueError("api_key_header is empty")
+        if not (math.isfinite(timeout) and timeout > 0):
+            raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
+        self._http = http
+        self._root = api_root(base_url)
+        self._key_header = api_key_header.strip().lower()
+        self._headers = {
+            self._key_header: api_key,
+            "accept": "application/json",
+            "user-agent": f"sessionhook/{__version__}",
+        }
+        self._timeout_seconds = timeout
+        self._timeout = httpx.Timeout(timeout)
+        self._retry = retry if retry is not None else RetryPolicy()
+        self._sleep = sleep
+        self._rng = rng if rng is not None else random.Random()
+
+    def __repr__(self) -> str:
+        return f"SessionsClient(base_url={self._root!r})"
+
+    @property
+    def base_url(self) -> str:
+        """The API root every path is appended to, ``/v1alpha`` included."""
+        return self._root
+
+    @property
+    def retry_policy(self) -> RetryPolicy:
+        """The policy this client retries with."""
+        return self._retry
+
+    # ----------------------------------------------------------------------- sessions
+
+    async def create_session(
+        self,
+        prompt: str,
+        *,
+        title: str | None = None,
+        source: str | None = None,
+        starting_branch: str | None = None,
+        require_plan_approval: bool | None = None,
+        automation_mode: str | None = None,
+    ) -> Session:
+        """Create a session (``POST /sessions``); it starts ``QUEUED``.
+
+        ``source`` is a source name or id (``github/<owner>/<repo>``); without it the
+        session is repoless. ``starting_branch`` needs a ``source``. ``automation_mode``
+        :data:`AUTO_CREATE_PR` makes the service open a pull request by itself. Not
+        retried except when the request provably never left (see the module docstring).
+        """
+        context: SourceContext | None = None
+        if source is not None:
+            context = SourceContext(
+                source=source_name(source),
+                host_repo_context=(
+                    HostRepoContext(starting_branch=starting_branch) if starting_branch else None
+                ),
+            )
+        elif starting_branch:
+            raise ValueError("starting_branch needs a source")
+        request = CreateSessionRequest(
+            prompt=prompt,
+            title=title,
+            source_context=context,
+            require_plan_approval=require_plan_approval,
+            automation_mode=automation_mode,
+        )
+        body = request.model_dump(mode="json", by_alias=True, exclude_none=True)
+        response = await self._request("POST", "/sessions", body=body, idempotent=False)
+        return self._parse(Session, response)
+
+    async def list_sessions(
+        self, *, page_size: int | None = None, page_token: str | None = None
+    ) -> ListSessionsResponse:
+        """One page of the account's sessions (newest first in practice).
+
+        The last page has an empty ``next_page_token``. List items carry a reduced set of
+        fields; :meth:`get_session` returns the whole session.
+        """
+        response = await self._request(
+            "GET",
+            "/sessions",
+            params={"pageSize": page_size, "pageToken": page_token},
+            idempotent=True,
+        )
+        return self._parse(ListSessionsResponse, response)
+
+    def iter_sessions(self, *, page_size: int | None = None) -> AsyncIterator[Session]:
+        """Every session of the account, walking all pages (each name yielded once)."""
+
+        async def fetch(token: str | None) -> tuple[list[Session], str]:
+            page = await self.list_sessions(page_size=page_size, page_token=token)
+            return page.sessions, page.next_page_token
+
+        return self._walk(fetch)
+
+    async def get_session(self, session: str) -> Session:
+        """The full session (``outputs`` included); accepts ``sessions/<id>`` or ``<id>``."""
+        response = await self._request("GET", _path(session_name(session)), idempotent=True)
+        return self._parse(Session, response)
+
+    async def delete_session(self, session: str) -> None:
+        """Delete a session; accepts ``sessions/<id>`` or ``<id>``.
+
+        Retried like a read, since deleting is idempotent; see the module docstring for how
+        a 404 after an ambiguous failure is treated.
+        """
+        response = await self._request(
+            "DELETE",
+            _path(session_name(session)),
+            idempotent=True,
+            missing_ok_after_retry=True,
+        )
+        self._expect_empty(response)
+
+    async def send_message(self, session: str, prompt: str) -> None:
+        """Send a user message to a session; the agent answers in a later activity.
+
+        Not retried except when the request provably never left.
+        """
+        body = SendMessageRequest(prompt=prompt).model_dump(mode="json", by_alias=True)
+        response = await self._request(
+            "POST", _path(session_name(session)) + ":sendMessage", body=body, idempotent=False
+        )
+        self._expect_empty(response)
+
+    async def approve_plan(self, session: str) -> None:
+        """Approve the pending plan of a session created with ``require_plan_approval``.
+
+        Not retried except when the request provably never left.
+        """
+        response = await self._request(
+            "POST", _path(session_name(session)) + ":approvePlan", body={}, idempotent=False
+        )
+        self._expect_empty(response)
+
+    # ----------------------------------------------------------------------- activities
+
+    async def list_activities(
+        self,
+        session: str,
+        *,
+        page_size: int | None = None,
+        page_token: str | None = None,
+        create_time: str | None = None,
+    ) -> ListActivitiesResponse:
+        """One page of a session's activities, oldest first.
+
+        ``create_time`` (RFC 3339) asks for activities from that time on; whether the bound
+        is inclusive is the server's choice, and a server may ignore it, so callers that
+        poll must deduplicate by activity name.
+        """
+        response = await self._request(
+            "GET",
+            _path(session_name(session)) + "/activities",
+            params={"pageSize": page_size, "pageToken": page_token, "createTime": create_time},
+            idempotent=True,
+        )
+        return self._parse(ListActivitiesResponse, response)
+
+    def iter_activities(
+        self, session: str, *, page_size: int | None = None, create_time: str | None = None
+    ) -> AsyncIterator[Activity]:
+        """Every activity of a session (from ``create_time``), walking all pages.
+
+        Each name is yielded once within one walk.
+        """
+        name = session_name(session)
+
+        async def fetch(token: str | None) -> tuple[list[Activity], str]:
+            page = await self.list_activities(
+                name, page_size=page_size, page_token=token, create_time=create_time
+            )
+            return page.activities, page.next_page_token
+
+        return self._walk(fetch)
+
+    async def get_activity(self, name: str, activity_id: str | None = None) -> Activity:
+        """One activity with its artifacts.
+
+        Either its full name (``sessions/<id>/activities/<id>``), or a session (name or id)
+        and ``activity_id``.
+        """
+        path = _path(activity_name(name, activity_id))
+        response = await self._request("GET", path, idempotent=True)
+        return self._parse(Activity, response)
+
+    # ----------------------------------------------------------------------- sources
+
+    async def list_sources(
+        self,
+        *,
+        page_size: int | None = None,
+        page_token: str | None = None,
+        filter: str | None = None,  # the API's own name for it
+    ) -> ListSourcesResponse:
+        """One page of the sources connected to the account.
+
+        ``filter`` is an AIP-160 expression, for example
+        ``name=sources/github/o/a OR name=sources/github/o/b``; it is URL-encoded here.
+        """
+        response = await self._request(
+            "GET",
+            "/sources",
+            params={"pageSize": page_size, "pageToken": page_token, "filter": filter},
+            idempotent=True,
+        )
+        return self._parse(ListSourcesResponse, response)
+
+    def iter_sources(
+        self,
+        *,
+        page_size: int | None = None,
+        filter: str | None = None,  # the API's own name for it
+    ) -> AsyncIterator[Source]:
+        """Every connected source (matching ``filter``), walking all pages."""
+
+        async def fetch(token: str | None) -> tuple[list[Source], str]:
+            page = await self.list_sources(page_size=page_size, page_token=token, filter=filter)
+            return page.sources, page.next_page_token
+
+        return self._walk(fetch)
+
+    async def get_source(self, source: str) -> Source:
+        """One source with its branches; accepts ``sources/github/o/r`` or ``github/o/r``."""
+        response = await self._request("GET", _path(source_name(source)), idempotent=True)
+        return self._parse(Source, response)
+
+    # ----------------------------------------------------------------------- machinery
+
+    async def _walk(
+        self, fetch: Callable[[str | None], Awaitable[tuple[list[_R], str]]]
+    ) -> AsyncIterator[_R]:
+        # Page tokens are opaque; a server that hands back a token it already gave would
+        # loop forever, so that is reported as a malformed answer. Names are deduplicated
+        # because a list that shifts while it is walked (a session created meanwhile) can
+        # repeat an item across a page boundary.
+        token: str | None = None
+        tokens_seen: set[str] = set()
+        names_seen: set[str] = set()
+        while True:
+            items, next_token = await fetch(token)
+            for item in items:
+                if item.name not in names_seen:
+                    names_seen.add(item.name)
+                    yield item
+            if not next_token:
+                return
+            if next_token in tokens_seen:
+                raise MalformedResponseError(
+                    f"the service returned page token {next_token!r} twice; pagination loops",
+                    body=next_token,
+                )
+            tokens_seen.add(next_token)
+            token = next_token
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str | int | None] | None = None,
+        body: Mapping[str, Any] | None = None,
+        idempotent: bool,
+        missing_ok_after_retry: bool = False,
+    ) -> httpx.Response:
+        """Send with retries (see the module docstring) and return a 2xx response."""
+        url = self._root + path
+        query = {key: value for key, value in (params or {}).items() if value is not None}
+        policy = self._retry
+        # True once an attempt failed in a way that may have changed state on the server.
+        ambiguous = False
+        attempt = 0
+        while True:
+            attempt += 1
+            request = self._http.build_request(
+                method,
+                url,
+                params=query,
+                json=body,
+                headers=self._headers,
+                timeout=self._timeout,
+            )
+            retry_after: float | None = None
+            error: ApiError
+            try:
+                # Never follow a redirect, whatever the injected client says: httpx drops
+                # only Authorization across origins, so the key header would travel along.
+                response = await self._http.send(request, follow_redirects=False)
+            except httpx.RequestError as exc:
+                never_sent = isinstance(exc, _NEVER_SENT)
+                ambiguous = ambiguous or not never_sent
+                retryable = idempotent or never_sent
+                error = TransportError(
+                    _describe(exc, self._timeout_seconds), request=self._redact(request)
+                )
+                cause: BaseException | None = exc
+                reason = type(exc).__name__
+            else:
+                status = response.status_code
+                if response.is_success:
+                    return response
+                if status == 404 and ambiguous and missing_ok_after_retry:
+                    return response
+                status_error = error_for_response(response, request=self._redact(request))
+                error, cause, reason = status_error, None, str(status)
+                retryable = idempotent and (status == 429 or status >= 500)
+                retry_after = status_error.retry_after
+                ambiguous = ambiguous or status >= 500
+            if not retryable or attempt >= policy.max_attempts or policy.gives_up_on(retry_after):
+                error.attempts = attempt
+                raise error from cause
+            wait = policy.delay(attempt, retry_after, self._rng)
+            _log.info(
+                "api.retry method=%s url=%s attempt=%d reason=%s wait=%.2f",
+                method,
+                request.url,
+                attempt,
+                reason,
+                wait,
+            )
+            await self._sleep(wait)
+
+    def _redact(self, request: httpx.Request) -> httpx.Request:
+        headers = [
+            (key, _REDACTED if key.lower() == self._key_header else value)
+            for key, value in request.headers.multi_items()
+        ]
+        return httpx.Request(request.method, request.url, headers=headers, content=request.content)
+
+    def _json(self, response: httpx.Response) -> dict[str, Any]:
+        try:
+            data = response.json()
+        except ValueError:
+            raise MalformedResponseError(
+                f"{response.status_code} answer is not JSON "
+                f"(content-type {response.headers.get('content-type', 'none')})",
+                request=self._redact(response.request),
+                body=response.text[:500],
+            ) from None
+        if not isinstance(data, dict):
+            raise MalformedResponseError(
+                f"{response.status_code} answer is JSON {type(data).__name__}, not an object",
+                request=self._redact(response.request),
+                body=response.text[:500],
+            )
+        return data
+
+    def _parse(self, model: type[_M], response: httpx.Response) -> _M:
+        data = self._json(response)
+        try:
+            return model.model_validate(data)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(part) for part in first["loc"]) or "body"
+            raise MalformedResponseError(
+                f"{response.status_code} answer is not a {model.__name__}: "
+                f"{where}: {first['msg']} ({exc.error_count()} problem(s))",
+                request=self._redact(response.request),
+                body=response.text[:500],
+            ) from exc
+
+    def _expect_empty(self, response: httpx.Response) -> None:
+        # Empty responses (delete, sendMessage, approvePlan) are "{}" or no body at all;
+        # anything else that is not a JSON object means we are not talking to the API.
+        if response.content.strip():
+            self._json(response)

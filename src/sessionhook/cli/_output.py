@@ -1,0 +1,229 @@
+"""Helpers every command module shares: output, error reporting, HTTP clients.
+
+* Output: :func:`render_table` and :func:`render_fields` for people, :func:`echo_json` for
+  scripts (``--json``).
+* Errors: :func:`handle_errors` (and :func:`run`, which wraps :func:`anyio.run` in it) turn
+  an :class:`~sessionhook.api.ApiError`, or an exception type registered with
+  :func:`register_user_error` (a config error, say), into ONE line on stderr,
+  ``error: <status> <message> — <hint>``, and a non-zero exit status. Never a traceback
+  for those; an unexpected exception (a bug) still shows its traceback.
+* HTTP: :func:`http_client` builds the :class:`httpx.AsyncClient` a command uses. Tests
+  pass a :class:`Runtime` as ``CliRunner.invoke(..., obj=Runtime(transport=...))`` to
+  route every request of the command to an ``httpx.ASGITransport`` or ``MockTransport``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import IO, Any, Final, TypeVar
+
+import anyio
+import click
+import httpx
+
+from ..api.errors import ApiError, ApiStatusError
+
+__all__ = [
+    "CliError",
+    "Runtime",
+    "current_runtime",
+    "echo_json",
+    "error_line",
+    "handle_errors",
+    "http_client",
+    "one_line",
+    "register_user_error",
+    "render_fields",
+    "render_table",
+    "run",
+]
+
+_T = TypeVar("_T")
+
+#: Cells longer than this are cut in tables (the --json output is never cut).
+MAX_CELL: Final = 60
+_ELLIPSIS: Final = "…"
+# A message that already names itself an error ("config error: ...") gets no second prefix.
+_SELF_NAMED: Final = re.compile(r"^(?:\w+ ){0,3}error:", re.IGNORECASE)
+
+# Exception types (beyond ApiError) that are a user's problem, with their exit status.
+_user_errors: dict[type[Exception], int] = {}
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def one_line(text: object) -> str:
+    """``text`` with every run of whitespace (newlines included) made one space."""
+    return " ".join(str(text).split())
+
+
+def error_line(message: str, hint: str | None = None) -> str:
+    """``error: <message> — <hint>`` on one line (no hint part when there is none)."""
+    text = one_line(message)
+    if not _SELF_NAMED.match(text):
+        text = f"error: {text}"
+    return f"{text} — {one_line(hint)}" if hint else text
+
+
+class CliError(click.ClickException):
+    """A failure reported as one line on stderr with its own exit status."""
+
+    def __init__(self, message: str, *, hint: str | None = None, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.hint = hint
+        # click types exit_code as a ClassVar but reads it from the instance when exiting;
+        # a per-instance value lets one class carry both 1 (failed call) and 2 (config).
+        self.exit_code = exit_code  # type: ignore[misc]
+
+    def format_message(self) -> str:
+        """The one line this error prints."""
+        return error_line(self.message, self.hint)
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        """Print the line on stderr (click would prefix a capitalized ``Error:``)."""
+        click.echo(self.format_message(), file=file, err=file is None)
+
+
+def register_user_error(exc_type: type[Exception], *, exit_code: int = 2) -> None:
+    """Report ``exc_type`` as one line (its ``str()`` and any ``hint`` attribute).
+
+    For errors that are the user's to fix, such as a config error (exit status 2). Command
+    modules call this at import time for their own exception types.
+    """
+    _user_errors[exc_type] = exit_code
+
+
+def _api_message(exc: ApiError) -> str:
+    message = str(exc)
+    if exc.attempts > 1:
+        message += f", after {exc.attempts} attempts"
+    if isinstance(exc, ApiStatusError) and exc.retry_after is not None:
+        message += f"; the service asks to retry after {exc.retry_after:g} s"
+    return message
+
+
+def _as_cli_error(exc: BaseException) -> CliError | None:
+    if isinstance(exc, CliError):
+        return exc
+    if isinstance(exc, ApiError):
+        return CliError(_api_message(exc), hint=exc.hint, exit_code=1)
+    for exc_type, exit_code in _user_errors.items():
+        if isinstance(exc, exc_type):
+            hint = getattr(exc, "hint", None)
+            return CliError(
+                str(exc), hint=hint if isinstance(hint, str) else None, exit_code=exit_code
+            )
+    if isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        # A task group wraps even a single failure; report the failure itself.
+        return _as_cli_error(exc.exceptions[0])
+    return None
+
+
+@contextmanager
+def handle_errors() -> Iterator[None]:
+    """Turn API errors and registered user errors into a :class:`CliError` (one line).
+
+    Anything else propagates unchanged: an unexpected exception is a bug, and its traceback
+    is what a bug report needs.
+    """
+    try:
+        yield
+    except Exception as exc:
+        converted = _as_cli_error(exc)
+        if converted is None or converted is exc:
+            raise
+        raise converted from None
+
+
+def run(main: Callable[[], Awaitable[_T]]) -> _T:
+    """``anyio.run(main)`` with errors reported as by :func:`handle_errors`."""
+    with handle_errors():
+        return anyio.run(main)
+
+
+# --------------------------------------------------------------------------- HTTP
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """What a command takes from its surroundings, injectable through ``ctx.obj``.
+
+    ``transport`` replaces the network for every HTTP client a command builds; ``sleep``
+    replaces the waits between retries. ``None`` means the real thing.
+    """
+
+    transport: httpx.AsyncBaseTransport | None = None
+    sleep: Callable[[float], Awaitable[None]] | None = None
+
+
+def current_runtime() -> Runtime:
+    """The :class:`Runtime` found in the click context chain, or the default one."""
+    ctx = click.get_current_context(silent=True)
+    found = ctx.find_object(Runtime) if ctx is not None else None
+    return found if found is not None else Runtime()
+
+
+def http_client(*, timeout: float) -> httpx.AsyncClient:
+    """A fresh :class:`httpx.AsyncClient` for one command (redirects are not followed)."""
+    return httpx.AsyncClient(
+        transport=current_runtime().transport,
+        timeout=httpx.Timeout(timeout),
+        follow_redirects=False,
+    )
+
+
+# --------------------------------------------------------------------------- output
+
+
+def echo_json(data: Any) -> None:
+    """Print ``data`` as indented JSON on stdout (non-ASCII kept as is)."""
+    click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+def _cell(value: object, limit: int) -> str:
+    text = "" if value is None else one_line(value)
+    return text if len(text) <= limit else text[: limit - 1] + _ELLIPSIS
+
+
+def render_table(
+    headers: Sequence[str], rows: Iterable[Sequence[object]], *, max_cell: int = MAX_CELL
+) -> str:
+    """Left-aligned columns separated by two spaces, a header line first.
+
+    Cells are made one line and cut at ``max_cell`` characters; ``None`` is an empty cell.
+    Trailing spaces are stripped, so the last column can be long without padding.
+    """
+    cells = [[_cell(value, max_cell) for value in row] for row in rows]
+    for row in cells:
+        if len(row) != len(headers):
+            raise ValueError(f"row has {len(row)} cells for {len(headers)} headers: {row!r}")
+    widths = [len(header) for header in headers]
+    for row in cells:
+        widths = [max(width, len(text)) for width, text in zip(widths, row, strict=True)]
+    lines = [
+        "  ".join(text.ljust(width) for text, width in zip(line, widths, strict=True)).rstrip()
+        for line in [list(headers), *cells]
+    ]
+    return "\n".join(lines)
+
+
+def render_fields(fields: Iterable[tuple[str, object]]) -> str:
+    """``label:  value`` lines with the values aligned; empty values are left out.
+
+    A value with several lines keeps them, indented under the first.
+    """
+    present = [(label, str(value)) for label, value in fields if value not in (None, "", [])]
+    if not present:
+        return ""
+    width = max(len(label) for label, _ in present) + 1
+    lines = []
+    for label, value in present:
+        first, *rest = value.splitlines() or [""]
+        lines.append(f"{(label + ':').ljust(width)}  {first}".rstrip())
+        lines.extend(f"{'':{width}}  {line}".rstrip() for line in rest)
+    return "\n".join(lines)
