@@ -1,1 +1,18 @@
-"""A local emulator of the Sessions API: the whole ``/v1alpha`` surface and a scripted agent."""
+"""A local emulator of the Sessions API: the whole ``/v1alpha`` surface and a scripted agent.
+
+``create_app()`` gives a Starlette app (served by ``sessionhook emulator``, or used
+in-process through ``httpx.ASGITransport``); ``app.state.world`` is its :class:`World`.
+"""
+
+from .app import API_KEY_HEADER, FAULT_HEADER, create_app
+from .world import Account, EmulatorError, SessionRecord, World
+
+__all__ = [
+    "API_KEY_HEADER",
+    "FAULT_HEADER",
+    "Account",
+    "EmulatorError",
+    "SessionRecord",
+    "World",
+    "create_app",
+]

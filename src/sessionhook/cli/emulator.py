@@ -1,0 +1,148 @@
+"""``sessionhook emulator``: serve the Sessions API emulator with uvicorn."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+from types import FrameType
+
+import click
+
+from . import cli
+
+API_KEY_ENV = "SESSIONHOOK_API_KEY"
+
+
+def _accounts(values: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """One account per value; ``K1,K2`` gives several keys of one account."""
+    return [tuple(k.strip() for k in value.split(",") if k.strip()) for value in values]
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+@cli.command("emulator")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option(
+    "--port",
+    default=8080,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    help="Port to listen on; 0 picks a free one (printed at start).",
+)
+@click.option(
+    "--api-key",
+    "api_keys",
+    multiple=True,
+    metavar="KEY[,KEY...]",
+    help=f"An account's API key(s); repeat for more accounts. Default: ${API_KEY_ENV}.",
+)
+@click.option(
+    "--step-delay",
+    default=0.5,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Seconds between two steps of the scripted agent.",
+)
+@click.option("--seed", type=int, default=None, help="Make ids and content reproducible.")
+@click.option(
+    "--fault-rate-limit",
+    default=0.0,
+    show_default=True,
+    type=click.FloatRange(0, 1),
+    help="Probability of answering 429 (Retry-After: 1).",
+)
+@click.option(
+    "--fault-error",
+    default=0.0,
+    show_default=True,
+    type=click.FloatRange(0, 1),
+    help="Probability of answering 500.",
+)
+@click.option(
+    "--latency-ms",
+    default=0,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Delay before every answer, in milliseconds.",
+)
+@click.option(
+    "--create-time-filter",
+    default="exclusive",
+    show_default=True,
+    type=click.Choice(["exclusive", "inclusive", "ignore"]),
+    help="How list-activities reads createTime: after, at-or-after, or not at all.",
+)
+def emulator_command(
+    host: str,
+    port: int,
+    api_keys: tuple[str, ...],
+    step_delay: float,
+    seed: int | None,
+    fault_rate_limit: float,
+    fault_error: float,
+    latency_ms: int,
+    create_time_filter: str,
+) -> None:
+    """Serve a local emulator of the Sessions API (/v1alpha) with a scripted agent.
+
+    Prompt words drive the agent: "[ask]" makes it ask a question and wait for a message,
+    "[fail]" makes the session fail.
+    """
+    import uvicorn
+
+    from ..emulator.app import create_app
+
+    from_env = os.environ.get(API_KEY_ENV, "").strip()
+    accounts = _accounts(api_keys or ((from_env,) if from_env else ()))
+    if not accounts or not all(accounts):
+        click.echo(f"error: no API key: pass --api-key KEY or set ${API_KEY_ENV}", err=True)
+        sys.exit(2)
+    try:
+        app = create_app(
+            api_keys=accounts,
+            step_delay=step_delay,
+            seed=seed,
+            fault_rate_limit=fault_rate_limit,
+            fault_error=fault_error,
+            latency_ms=latency_ms,
+            create_time_filter=create_time_filter,
+        )
+    except ValueError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    try:
+        sock = _bind(host, port)
+    except OSError as exc:
+        click.echo(f"error: cannot listen on {host}:{port}: {exc.strerror or exc}", err=True)
+        sys.exit(1)
+    server = uvicorn.Server(
+        uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
+    )
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        # Covers a signal arriving before uvicorn installs its handlers; uvicorn also
+        # re-raises the signal it handled after shutdown, and this makes that a no-op,
+        # so the process exits 0 instead of dying by the signal.
+        server.should_exit = True
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, stop)
+    shown = f"[{host}]" if ":" in host else host
+    plural = "account" if len(accounts) == 1 else "accounts"
+    click.echo(
+        f"sessionhook emulator listening on http://{shown}:{sock.getsockname()[1]} "
+        f"({len(accounts)} {plural}, step delay {step_delay:g}s)"
+    )
+    server.run(sockets=[sock])

@@ -1,0 +1,430 @@
+"""The scripted agent: walks one session through its states, one step per step delay.
+
+The script of a session created at ``t0`` (``d`` is the step delay)::
+
+    t0        QUEUED                          (the create response)
+    t0 + d    PLANNING, a "Session started" system activity with no event member
+    t0 + 2d   planGenerated (2-4 steps)       requirePlanApproval: AWAITING_PLAN_APPROVAL,
+                                              nothing more until :approvePlan
+    t0 + 3d   planApproved, IN_PROGRESS       automatic approval; originator "user", as
+                                              real servers show for auto-approved plans
+    ...       one progressUpdated per plan step, with bashOutput and changeSet artifacts
+              (and a PNG media artifact on the test run)
+              "[ask]" in the prompt: after the first one, an agentMessaged question and
+              AWAITING_USER_FEEDBACK until :sendMessage
+              "[fail]" in the prompt: after the first one, sessionFailed and FAILED
+    ...       automationMode AUTO_CREATE_PR on a repository session: a pull request in
+              ``outputs`` and a progressUpdated about it
+    last      sessionCompleted carrying the final changeSet, COMPLETED
+
+A message (:sendMessage) is a userMessaged activity at once and an agentMessaged reply one
+step later; the rest of the script moves back by a step. A COMPLETED or FAILED session
+resumes: IN_PROGRESS, reply, a follow-up change, sessionCompleted again.
+
+Nothing here runs on its own: :meth:`Agent.advance` applies the steps due by a given time,
+and the world calls it before every request, so a fake clock makes everything deterministic.
+"""
+
+from __future__ import annotations
+
+import base64
+import difflib
+import random
+import re
+import struct
+import zlib
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING
+
+from ..api.models import (
+    AgentMessaged,
+    Artifact,
+    BashOutput,
+    ChangeSet,
+    GitPatch,
+    Media,
+    Plan,
+    PlanApproved,
+    PlanGenerated,
+    PlanStep,
+    ProgressUpdated,
+    PullRequest,
+    SessionCompleted,
+    SessionFailed,
+    SessionOutput,
+    SessionState,
+    UserMessaged,
+)
+
+if TYPE_CHECKING:
+    from .world import SessionRecord
+
+__all__ = ["ASK_WORD", "AUTO_CREATE_PR", "FAIL_WORD", "Agent", "hex_id", "make_title"]
+
+#: A prompt containing this word makes the agent ask a question and wait for an answer.
+ASK_WORD = "[ask]"
+#: A prompt containing this word makes the session fail after its first progress update.
+FAIL_WORD = "[fail]"
+#: The automation mode that opens a pull request when the change is ready.
+AUTO_CREATE_PR = "AUTO_CREATE_PR"
+
+_WAITING = frozenset({SessionState.AWAITING_PLAN_APPROVAL, SessionState.AWAITING_USER_FEEDBACK})
+# Words that make poor names for the module and function the agent writes.
+_STOPWORDS = frozenset(
+    {"the", "this", "that", "with", "from", "into", "make", "please", "should", "could"}
+    | {"would", "about", "when", "then", "there", "their", "them", "they", "have", "update"}
+    | {"change", "code", "file", "files", "repo", "repository", "ask", "fail"}
+)
+
+
+def hex_id(rng: random.Random) -> str:
+    """A 32-character lowercase hex id, as activities, plans and plan steps carry."""
+    return f"{rng.getrandbits(128):032x}"
+
+
+def make_title(prompt: str) -> str:
+    """A session title generated from its prompt: the first line, trimmed to 60 characters."""
+    text = re.sub(r"\[(ask|fail)\]", "", prompt, flags=re.IGNORECASE)
+    line = next((" ".join(row.split()) for row in text.splitlines() if row.strip()), "")
+    line = line.rstrip(" .")
+    if not line:
+        return "Untitled session"
+    if len(line) > 60:
+        line = line[:60].rsplit(" ", 1)[0] + "..."
+    return line[0].upper() + line[1:]
+
+
+def _slug(prompt: str) -> str:
+    words = [
+        w
+        for w in re.findall(r"[a-z][a-z0-9]*", prompt.lower())
+        if len(w) >= 4 and w not in _STOPWORDS
+    ]
+    return "_".join(words[:2]) or "task"
+
+
+def _tiny_png(rng: random.Random, width: int = 48, height: int = 32) -> bytes:
+    """A real (decodable) PNG: a vertical gradient in a colour drawn from ``rng``."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    red, green, blue = (rng.randrange(256) for _ in range(3))
+    rows = b"".join(
+        b"\x00" + bytes((red * y // height, green, blue)) * width for y in range(height)
+    )
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(rows))
+        + chunk(b"IEND", b"")
+    )
+
+
+@dataclass(frozen=True)
+class _Task:
+    kind: str
+    title: str
+    description: str
+
+
+_TASKS = (
+    _Task("explore", "Explore the repository", "Read the layout and find the code involved."),
+    _Task("reproduce", "Add a failing test", "Write a test that shows what is wrong today."),
+    _Task("implement", "Implement the change", "Change the code as the task asks."),
+    _Task("verify", "Run the test suite", "Run every test and fix what the change broke."),
+    _Task("document", "Update the README", "Describe the new behaviour for users."),
+)
+
+
+class _Workshop:
+    """The fake repository a session works on: files, edits and the commands run on them."""
+
+    def __init__(self, prompt: str, source: str, rng: random.Random) -> None:
+        self._rng = rng
+        self._source = source
+        self.repo = source.rsplit("/", 1)[-1] if source else "app"
+        self.package = re.sub(r"[^a-z0-9_]", "_", self.repo.lower()) or "app"
+        self.slug = _slug(prompt)
+        self.base_commit = f"{rng.getrandbits(160):040x}"
+        self.module = f"src/{self.package}/{self.slug}.py"
+        self.test = f"tests/test_{self.slug}.py"
+        words = self.slug.replace("_", " ")
+        self._originals: dict[str, str | None] = {
+            "README.md": f"# {self.repo}\n\nA small project.\n",
+            self.module: (
+                f'"""{words.capitalize()} support."""\n\n\n'
+                f"def describe() -> str:\n    return {self.slug!r}\n"
+            ),
+        }
+        self._current: dict[str, str] = {}
+
+    def _read(self, path: str) -> str:
+        return self._current.get(path, self._originals.get(path) or "")
+
+    def _write(self, path: str, text: str) -> None:
+        self._originals.setdefault(path, None)
+        self._current[path] = text
+
+    def _stat(self, path: str) -> str:
+        added = len(self._read(path).splitlines()) - len((self._originals[path] or "").splitlines())
+        return f" {path} | {added} {'+' * added}\n 1 file changed, {added} insertions(+)\n"
+
+    def work_on(self, kind: str) -> list[Artifact]:
+        """Do one plan step: edit files, run a command; the artifacts it leaves."""
+        rng, slug, media = self._rng, self.slug, None
+        if kind == "explore":
+            listing = sorted(
+                {"pyproject.toml", f"src/{self.package}/__init__.py", *self._originals}
+            )
+            bash = BashOutput(command="git ls-files", output="\n".join(listing) + "\n")
+        elif kind == "reproduce":
+            self._write(
+                self.test,
+                f"from {self.package}.{slug} import {slug}\n\n\n"
+                f"def test_{slug}_strips_whitespace() -> None:\n"
+                f'    assert {slug}("  x  ") == "x"\n',
+            )
+            bash = BashOutput(
+                command=f"python -m pytest -q {self.test}",
+                output=f"F\nFAILED {self.test}::test_{slug}_strips_whitespace - ImportError\n"
+                f"1 failed in 0.{rng.randint(10, 99)}s\n",
+                exit_code=1,
+            )
+        elif kind == "implement":
+            self._write(
+                self.module,
+                self._read(self.module) + f"\n\ndef {slug}(value: str) -> str:\n"
+                '    """Strip the value; an empty one is an error."""\n'
+                "    if not value.strip():\n"
+                '        raise ValueError("value must not be empty")\n'
+                "    return value.strip()\n",
+            )
+            bash = BashOutput(command="git diff --stat", output=self._stat(self.module))
+        elif kind == "verify":
+            passed, seconds = rng.randint(12, 80), rng.randint(100, 999) / 100
+            bash = BashOutput(
+                command="python -m pytest -q",
+                output=f"{'.' * min(passed, 40)}\n{passed} passed in {seconds:.2f}s\n",
+            )
+            png = base64.b64encode(_tiny_png(rng)).decode("ascii")
+            media = Media(mime_type="image/png", data=png)
+        else:  # document
+            self._write(
+                "README.md",
+                self._read("README.md")
+                + f"\n## {slug}\n\n`{slug}()` strips its input and rejects empty values.\n",
+            )
+            bash = BashOutput(command="git diff --stat README.md", output=self._stat("README.md"))
+        artifacts = [Artifact(bash_output=bash), Artifact(change_set=self.change_set())]
+        return artifacts if media is None else [*artifacts, Artifact(media=media)]
+
+    def follow_up(self, number: int) -> list[Artifact]:
+        """A small change answering a message on a finished session."""
+        text = self._read(self.module) + f"\n\n# Follow-up {number}: reviewed and adjusted.\n"
+        self._write(self.module, text)
+        bash = BashOutput(command="git diff --stat", output=self._stat(self.module))
+        return [Artifact(bash_output=bash), Artifact(change_set=self.change_set())]
+
+    def change_set(self, commit_message: str = "") -> ChangeSet:
+        """The whole change so far as one unified diff (only the base commit before edits)."""
+        parts = []
+        for path, text in self._current.items():
+            original = self._originals[path]
+            header = f"diff --git a/{path} b/{path}\n"
+            if original is None:
+                header += "new file mode 100644\n"
+            diff = difflib.unified_diff(
+                (original or "").splitlines(keepends=True),
+                text.splitlines(keepends=True),
+                fromfile=f"a/{path}" if original is not None else "/dev/null",
+                tofile=f"b/{path}",
+            )
+            parts.append(header + "".join(diff))
+        patch = GitPatch(
+            base_commit_id=self.base_commit,
+            unidiff_patch="".join(parts),
+            suggested_commit_message=commit_message,
+        )
+        return ChangeSet(source=self._source, git_patch=patch)
+
+
+@dataclass(frozen=True)
+class _Step:
+    kind: str
+    run: Callable[[int], None]
+
+
+class Agent:
+    """Drives one session through its script; see the module docstring for the timeline."""
+
+    def __init__(self, session: SessionRecord, rng: random.Random, step_us: int) -> None:
+        self._session = session
+        self._rng = rng
+        self._step_us = step_us
+        source = session.source_context.source if session.source_context else ""
+        self._workshop = _Workshop(session.prompt, source, rng)
+        count = rng.randint(2, 4)
+        others = [t for t in _TASKS if t.kind != "implement"]
+        chosen = {"implement", *(t.kind for t in rng.sample(others, count - 1))}
+        self._tasks = [t for t in _TASKS if t.kind in chosen]
+        self._plan = Plan(
+            id=hex_id(rng),
+            steps=[
+                PlanStep(id=hex_id(rng), index=i, title=t.title, description=t.description)
+                for i, t in enumerate(self._tasks)
+            ],
+        )
+        self._follow_ups = 0
+        self._steps: deque[_Step] = deque(self._script())
+        self._next_due: int | None = session.create_us + step_us
+
+    # ------------------------------------------------------------------ public
+
+    @property
+    def awaiting_plan_approval(self) -> bool:
+        """Whether a generated plan waits for :meth:`approve_plan`."""
+        return self._session.state == SessionState.AWAITING_PLAN_APPROVAL
+
+    def advance(self, now_us: int) -> None:
+        """Apply every step due at or before ``now_us``, each at its scheduled time."""
+        while self._steps and self._next_due is not None and self._next_due <= now_us:
+            due = self._next_due
+            self._steps.popleft().run(due)
+            self._next_due = due + self._step_us if self._runnable() else None
+
+    def approve_plan(self, now_us: int) -> None:
+        """Approve the waiting plan now; the caller checks :attr:`awaiting_plan_approval`."""
+        self._session.emit(now_us, "user", PlanApproved(plan_id=self._plan.id))
+        self._session.set_state(now_us, SessionState.IN_PROGRESS)
+        if self._next_due is None:  # else a reply is already due; the script follows it
+            self._next_due = now_us + self._step_us
+
+    def on_message(self, now_us: int, text: str) -> None:
+        """A user message: recorded at once, answered one step later; resumes a finished run."""
+        session = self._session
+        session.emit(now_us, "user", UserMessaged(user_message=text))
+        quoted = " ".join(text.split())[:80]
+        if session.state in (SessionState.COMPLETED, SessionState.FAILED):
+            self._follow_ups += 1
+            session.set_state(now_us, SessionState.IN_PROGRESS)
+            reply = f'Picking this up again: "{quoted}".'
+            self._steps = deque(
+                [
+                    _Step("reply", partial(self._reply, reply)),
+                    _Step("work", partial(self._follow_up, self._follow_ups)),
+                    *self._closing(),
+                ]
+            )
+            self._next_due = now_us + self._step_us
+            return
+        if session.state == SessionState.AWAITING_USER_FEEDBACK:
+            session.set_state(now_us, SessionState.IN_PROGRESS)
+            reply = "Thanks, that answers my question. Continuing with the plan."
+        elif session.state == SessionState.AWAITING_PLAN_APPROVAL:
+            reply = "Noted. I will take this into account once the plan is approved."
+        else:
+            reply = f'Got it, I will take this into account: "{quoted}".'
+        # Replies keep the order of the messages they answer, ahead of the rest of the script;
+        # a reply already scheduled keeps its time and this one follows a step after it.
+        pending = next((i for i, s in enumerate(self._steps) if s.kind != "reply"), None)
+        position = len(self._steps) if pending is None else pending
+        self._steps.insert(position, _Step("reply", partial(self._reply, reply)))
+        if position == 0 or self._next_due is None:
+            self._next_due = now_us + self._step_us
+
+    # ------------------------------------------------------------------ script
+
+    def _script(self) -> list[_Step]:
+        prompt = self._session.prompt.lower()
+        steps = [_Step("start", self._start), _Step("plan", self._generate_plan)]
+        if not self._session.require_plan_approval:
+            steps.append(_Step("approve", self._auto_approve))
+        for number, task in enumerate(self._tasks):
+            steps.append(_Step("work", partial(self._work_on, task)))
+            if number == 0 and ASK_WORD in prompt:
+                steps.append(_Step("ask", self._ask))
+            if number == 0 and FAIL_WORD in prompt:
+                steps.append(_Step("fail", self._fail))
+        return steps + self._closing()
+
+    def _closing(self) -> list[_Step]:
+        session = self._session
+        steps = []
+        has_repo = session.source_context is not None
+        if session.automation_mode == AUTO_CREATE_PR and has_repo and not session.outputs:
+            steps.append(_Step("pull_request", self._open_pull_request))
+        steps.append(_Step("complete", self._complete))
+        return steps
+
+    def _runnable(self) -> bool:
+        """Whether the next step may run: a reply always, the script only when not waiting."""
+        if not self._steps:
+            return False
+        return self._steps[0].kind == "reply" or self._session.state not in _WAITING
+
+    def _start(self, t: int) -> None:
+        self._session.set_state(t, SessionState.PLANNING)
+        self._session.emit(t, "system", None, description="Session started")
+
+    def _generate_plan(self, t: int) -> None:
+        event = PlanGenerated(plan=self._plan.model_copy(deep=True))
+        activity = self._session.emit(t, "agent", event)
+        event.plan.create_time = activity.create_time
+        if self._session.require_plan_approval:
+            self._session.set_state(t, SessionState.AWAITING_PLAN_APPROVAL)
+
+    def _auto_approve(self, t: int) -> None:
+        self._session.emit(t, "user", PlanApproved(plan_id=self._plan.id))
+        self._session.set_state(t, SessionState.IN_PROGRESS)
+
+    def _work_on(self, task: _Task, t: int) -> None:
+        artifacts = self._workshop.work_on(task.kind)
+        event = ProgressUpdated(title=task.title, description=task.description)
+        self._session.emit(t, "agent", event, artifacts=artifacts)
+
+    def _follow_up(self, number: int, t: int) -> None:
+        artifacts = self._workshop.follow_up(number)
+        event = ProgressUpdated(title="Addressing your message", description="Adjusted the change.")
+        self._session.emit(t, "agent", event, artifacts=artifacts)
+
+    def _ask(self, t: int) -> None:
+        question = (
+            f"Before I go on: should `{self._workshop.slug}()` keep accepting empty values "
+            "for backwards compatibility, or may it raise an error?"
+        )
+        self._session.emit(t, "agent", AgentMessaged(agent_message=question))
+        self._session.set_state(t, SessionState.AWAITING_USER_FEEDBACK)
+
+    def _fail(self, t: int) -> None:
+        reason = "The test suite kept failing after the change ([fail] in the prompt)."
+        self._session.emit(t, "system", SessionFailed(reason=reason))
+        self._session.set_state(t, SessionState.FAILED)
+        self._steps.clear()
+
+    def _reply(self, text: str, t: int) -> None:
+        self._session.emit(t, "agent", AgentMessaged(agent_message=text))
+
+    def _open_pull_request(self, t: int) -> None:
+        session, source = self._session, self._workshop
+        owner_repo = session.source_context.source if session.source_context else ""
+        owner_repo = owner_repo.removeprefix("sources/github/")
+        pull = PullRequest(
+            url=f"https://github.com/{owner_repo}/pull/{self._rng.randint(1, 999)}",
+            title=session.title,
+            description=f"{session.title}\n\nAdds `{source.slug}()` with tests.",
+        )
+        session.outputs.append(SessionOutput(pull_request=pull))
+        event = ProgressUpdated(title="Opened a pull request", description=pull.url)
+        session.emit(t, "agent", event)
+
+    def _complete(self, t: int) -> None:
+        message = f"{self._session.title}\n\nAdds `{self._workshop.slug}()` with tests."
+        change = self._workshop.change_set(commit_message=message)
+        self._session.emit(t, "agent", SessionCompleted(), artifacts=[Artifact(change_set=change)])
+        self._session.set_state(t, SessionState.COMPLETED)
