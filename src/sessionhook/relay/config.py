@@ -1,0 +1,471 @@
+"""The relay's configuration: frozen pydantic models loaded once from TOML.
+
+:func:`load_config` reads the file, validates it (unknown keys are errors), anchors relative
+paths at the config file's directory and resolves secrets from the environment or files. Any
+problem is one :class:`ConfigError` whose ``str()`` is a single line naming the key::
+
+    config error: endpoints[1].url: must be an http(s) URL
+
+Secrets are :class:`pydantic.SecretStr` (``config.api.api_key``, ``endpoint.secrets``,
+``endpoint.secret_value``), so printing a config or logging it never shows them.
+
+Paths: ``store.path``, ``api.api_key_file`` and ``endpoints[].secret_file`` may use
+``$VAR`` / ``${VAR}`` (for example ``${CREDENTIALS_DIRECTORY}/api-key`` under systemd) and
+``~``; relative paths are relative to the directory of the config file. Without
+``store.path`` the database is ``$STATE_DIRECTORY/sessionhook.db`` when systemd set
+``STATE_DIRECTORY``, else ``sessionhook.db`` next to the config file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from .events import EVENT_TYPES, matches
+from .signing import SECRET_PREFIX, decode_secret
+
+__all__ = [
+    "ApiConfig",
+    "Config",
+    "ConfigError",
+    "DeliveryConfig",
+    "EndpointConfig",
+    "LogConfig",
+    "PollConfig",
+    "ServerConfig",
+    "StoreConfig",
+    "load_config",
+    "parse_duration",
+]
+
+DEFAULT_DB_NAME = "sessionhook.db"
+
+
+class ConfigError(Exception):
+    """A bad configuration: ``key`` is the dotted path (``endpoints[0].url``), ``problem`` why.
+
+    ``str()`` is ``config error: <key>: <problem>``, one line, meant for the user as is.
+    """
+
+    def __init__(self, key: str, problem: str) -> None:
+        super().__init__(f"config error: {key}: {problem}")
+        self.key = key
+        self.problem = problem
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(value: object) -> float:
+    """Seconds from ``"90s"``, ``"15m"``, ``"12h"``, ``"5d"``, ``"120"`` or a number."""
+    if isinstance(value, bool):
+        raise ValueError('must be a duration such as "90s", "15m", "12h", "5d" or seconds')
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str) and (match := _DURATION.match(value)):
+        return float(match.group(1)) * _UNITS[match.group(2)]
+    raise ValueError('must be a duration such as "90s", "15m", "12h", "5d" or seconds')
+
+
+def _http_url(value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("must be an http(s) URL")
+    return value
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ApiConfig(_Section):
+    """``[api]``: where the Sessions API is and how to authenticate."""
+
+    base_url: str = "http://127.0.0.1:8080"
+    api_key_env: str | None = "SESSIONHOOK_API_KEY"
+    api_key_file: str | None = None
+    api_key_header: Annotated[str, Field(min_length=1)] = "x-vendor-api-key"
+    requests_per_minute: Annotated[int, Field(gt=0)] = 600
+
+    _api_key: SecretStr | None = PrivateAttr(default=None)
+
+    @field_validator("base_url")
+    @classmethod
+    def _check_base_url(cls, value: str) -> str:
+        value = _http_url(value).rstrip("/")
+        if value.endswith("/v1alpha"):
+            raise ValueError("must not end with /v1alpha (the client appends it)")
+        return value
+
+    @model_validator(mode="after")
+    def _one_key_source(self) -> ApiConfig:
+        if self.api_key_file and self.api_key_env and "api_key_env" in self.model_fields_set:
+            raise ValueError("set only one of api_key_env or api_key_file")
+        if not self.api_key_file and not self.api_key_env:
+            raise ValueError("set api_key_env or api_key_file")
+        return self
+
+    @property
+    def api_key(self) -> SecretStr:
+        """The API key (resolved by :func:`load_config`)."""
+        if self._api_key is None:
+            raise ConfigError("api", "the API key was not resolved (resolve_secrets=False)")
+        return self._api_key
+
+
+class StoreConfig(_Section):
+    """``[store]``: the SQLite database (after loading, an absolute path)."""
+
+    path: Path = Path(DEFAULT_DB_NAME)
+
+
+class PollConfig(_Section):
+    """``[poll]``: how often sessions are listed and activities fetched (seconds)."""
+
+    active_interval: Annotated[float, Field(gt=0)] = 2.0
+    idle_interval: Annotated[float, Field(gt=0)] = 30.0
+    discovery_interval: Annotated[float, Field(gt=0)] = 10.0
+    backfill: bool = False
+
+
+class DeliveryConfig(_Section):
+    """``[delivery]``: retry schedule, timeouts, limits of the webhook sender."""
+
+    retry_delays: Annotated[tuple[Annotated[float, Field(ge=0)], ...], Field(min_length=1)] = (
+        5,
+        300,
+        1800,
+        7200,
+        18000,
+        36000,
+        36000,
+    )
+    timeout: Annotated[float, Field(gt=0)] = 15.0
+    allow_private_networks: bool = False
+    max_media_bytes: Annotated[int, Field(ge=0)] = 262_144
+    response_body_limit: Annotated[int, Field(ge=0)] = 4096
+    concurrency: Annotated[int, Field(ge=1)] = 16
+
+
+_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+class EndpointConfig(_Section):
+    """``[[endpoints]]``: one webhook receiver.
+
+    Exactly one of ``secret``, ``secret_env``, ``secret_file`` gives the signing secret(s):
+    ``whsec_`` + base64, several separated by spaces during a rotation (each signs).
+    """
+
+    name: str
+    url: str
+    secret: SecretStr | None = None
+    secret_env: str | None = None
+    secret_file: str | None = None
+    events: Annotated[tuple[Annotated[str, Field(min_length=1)], ...], Field(min_length=1)] = ("*",)
+    disable_after: Annotated[float, Field(gt=0)] = 5 * 86400.0
+    enabled: bool = True
+
+    _secrets: tuple[SecretStr, ...] | None = PrivateAttr(default=None)
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError("must be made of letters, digits, '_', '.' and '-'")
+        return value
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, value: str) -> str:
+        return _http_url(value)
+
+    @field_validator("secret")
+    @classmethod
+    def _check_secret(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            _split_secrets(value.get_secret_value())
+        return value
+
+    @field_validator("events")
+    @classmethod
+    def _check_events(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for glob in value:
+            if not any(matches([glob], t) for t in EVENT_TYPES):
+                raise ValueError(
+                    f"{glob!r} matches no event type (known: {', '.join(EVENT_TYPES)})"
+                )
+        return value
+
+    @field_validator("disable_after", mode="before")
+    @classmethod
+    def _parse_disable_after(cls, value: object) -> float:
+        return parse_duration(value)
+
+    @model_validator(mode="after")
+    def _one_secret_source(self) -> EndpointConfig:
+        given = [self.secret is not None, bool(self.secret_env), bool(self.secret_file)]
+        if sum(given) != 1:
+            raise ValueError("set exactly one of secret, secret_env or secret_file")
+        return self
+
+    @property
+    def secrets(self) -> list[SecretStr]:
+        """The signing secrets, first to last; each one signs every message."""
+        if self._secrets is None:
+            if self.secret is None:
+                raise ConfigError(f"endpoint {self.name}", "secrets were not resolved")
+            return [SecretStr(s) for s in _split_secrets(self.secret.get_secret_value())]
+        return list(self._secrets)
+
+    @property
+    def secret_value(self) -> SecretStr:
+        """All secrets as configured: one string, space-separated."""
+        return SecretStr(" ".join(s.get_secret_value() for s in self.secrets))
+
+
+class ServerConfig(_Section):
+    """``[server]``: the health and metrics listener (absent: no listener)."""
+
+    listen: str = "127.0.0.1:9187"
+
+    @field_validator("listen")
+    @classmethod
+    def _check_listen(cls, value: str) -> str:
+        _split_listen(value)
+        return value
+
+    @property
+    def host(self) -> str:
+        """The address to bind (brackets of an IPv6 literal removed)."""
+        return _split_listen(self.listen)[0]
+
+    @property
+    def port(self) -> int:
+        """The TCP port to bind."""
+        return _split_listen(self.listen)[1]
+
+
+class LogConfig(_Section):
+    """``[log]``: level and format (``auto``: console on a TTY, JSON lines otherwise)."""
+
+    level: Literal["debug", "info", "warning", "error", "critical"] = "info"
+    format: Literal["auto", "json", "console"] = "auto"
+
+    @field_validator("level", mode="before")
+    @classmethod
+    def _lower(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value
+
+
+class Config(_Section):
+    """The whole configuration. Build it with :func:`load_config`."""
+
+    api: ApiConfig = Field(default_factory=ApiConfig)
+    store: StoreConfig = Field(default_factory=StoreConfig)
+    poll: PollConfig = Field(default_factory=PollConfig)
+    delivery: DeliveryConfig = Field(default_factory=DeliveryConfig)
+    endpoints: tuple[EndpointConfig, ...] = ()
+    server: ServerConfig | None = None
+    log: LogConfig = Field(default_factory=LogConfig)
+
+    @model_validator(mode="after")
+    def _unique_endpoint_names(self) -> Config:
+        seen: set[str] = set()
+        for i, endpoint in enumerate(self.endpoints):
+            if endpoint.name in seen:
+                # Raised as ConfigError (not ValueError) so the key can name the index.
+                raise ConfigError(f"endpoints[{i}].name", f"duplicate name {endpoint.name!r}")
+            seen.add(endpoint.name)
+        return self
+
+    def endpoint_by_name(self, name: str) -> EndpointConfig | None:
+        """The endpoint called ``name``, or ``None``."""
+        return next((e for e in self.endpoints if e.name == name), None)
+
+
+def load_config(
+    path: str | os.PathLike[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    resolve_secrets: bool = True,
+) -> Config:
+    """Read, validate and resolve the TOML config at ``path``.
+
+    ``env`` replaces :data:`os.environ` (tests). With ``resolve_secrets=False`` the API key
+    and file/env secrets are left unresolved (operator commands that only read the store);
+    touching ``api.api_key`` or an unresolved ``endpoint.secrets`` then raises ConfigError.
+    Raises :class:`ConfigError` for every problem, never a pydantic or TOML exception.
+    """
+    environ = os.environ if env is None else env
+    file = Path(path)
+    try:
+        with file.open("rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(str(file), "file not found") from None
+    except OSError as exc:
+        raise ConfigError(str(file), f"cannot read: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(str(file), f"invalid TOML: {exc}") from None
+    try:
+        config = Config.model_validate(data)
+    except ValidationError as exc:
+        raise _translate(exc) from None
+    base = file.resolve().parent
+    config = _resolve_store_path(config, base, environ)
+    if resolve_secrets:
+        config = _resolve_secrets(config, base, environ)
+    return config
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _split_secrets(text: str) -> list[str]:
+    parts = text.split()
+    if not parts:
+        raise ValueError("must not be empty")
+    for part in parts:
+        if not part.startswith(SECRET_PREFIX):
+            raise ValueError(f"each secret must start with {SECRET_PREFIX}")
+        decode_secret(part)
+    return parts
+
+
+def _split_listen(value: str) -> tuple[str, int]:
+    host, sep, port_text = value.rpartition(":")
+    if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise ValueError('must be "host:port", for example "127.0.0.1:9187"')
+    return host.removeprefix("[").removesuffix("]"), int(port_text)
+
+
+_VAR = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
+
+
+def _expand_path(key: str, raw: str | Path, base: Path, env: Mapping[str, str]) -> Path:
+    def substitute(match: re.Match[str]) -> str:
+        var = match.group(1) or match.group(2)
+        if var not in env:
+            raise ConfigError(key, f"environment variable {var} (used in the path) is not set")
+        return env[var]
+
+    expanded = Path(_VAR.sub(substitute, str(raw))).expanduser()
+    return expanded if expanded.is_absolute() else base / expanded
+
+
+def _resolve_store_path(config: Config, base: Path, env: Mapping[str, str]) -> Config:
+    if "path" in config.store.model_fields_set:
+        db = _expand_path("store.path", config.store.path, base, env)
+    elif env.get("STATE_DIRECTORY"):
+        # systemd passes a colon-separated list when StateDirectory= names several.
+        db = Path(env["STATE_DIRECTORY"].split(":")[0]) / DEFAULT_DB_NAME
+    else:
+        db = base / DEFAULT_DB_NAME
+    return config.model_copy(update={"store": config.store.model_copy(update={"path": db})})
+
+
+def _read_secret_file(key: str, raw: str, base: Path, env: Mapping[str, str]) -> str:
+    file = _expand_path(key, raw, base, env)
+    try:
+        text = file.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ConfigError(key, f"cannot read {file}: {exc.strerror or exc}") from None
+    if not text:
+        raise ConfigError(key, f"{file} is empty")
+    return text
+
+
+def _resolve_secrets(config: Config, base: Path, env: Mapping[str, str]) -> Config:
+    # Copies get the private secrets, so no instance shared with another Config is touched.
+    api = config.api.model_copy()
+    if api.api_key_file:
+        api._api_key = SecretStr(_read_secret_file("api.api_key_file", api.api_key_file, base, env))
+    else:
+        var = api.api_key_env or ""
+        if not env.get(var):
+            raise ConfigError("api.api_key_env", f"environment variable {var} is not set")
+        api._api_key = SecretStr(env[var].strip())
+
+    endpoints = []
+    for i, endpoint in enumerate(config.endpoints):
+        if endpoint.secret is not None:
+            key, text = f"endpoints[{i}].secret", endpoint.secret.get_secret_value()
+        elif endpoint.secret_env:
+            key = f"endpoints[{i}].secret_env"
+            if not env.get(endpoint.secret_env):
+                raise ConfigError(key, f"environment variable {endpoint.secret_env} is not set")
+            text = env[endpoint.secret_env]
+        else:
+            key = f"endpoints[{i}].secret_file"
+            text = _read_secret_file(key, endpoint.secret_file or "", base, env)
+        try:
+            parts = _split_secrets(text)
+        except ValueError as exc:
+            raise ConfigError(key, f"not a valid secret: {exc}") from None
+        resolved = endpoint.model_copy()
+        resolved._secrets = tuple(SecretStr(p) for p in parts)
+        endpoints.append(resolved)
+    return config.model_copy(update={"api": api, "endpoints": tuple(endpoints)})
+
+
+def _translate(exc: ValidationError) -> ConfigError:
+    """The first pydantic error as a one-line ConfigError (never a pydantic dump)."""
+    err = exc.errors()[0]
+    key = ""
+    for part in err["loc"]:
+        key += f"[{part}]" if isinstance(part, int) else (f".{part}" if key else str(part))
+    return ConfigError(key or "config", _problem(err["type"], err.get("ctx") or {}, err["msg"]))
+
+
+_SIMPLE_PROBLEMS = {
+    "extra_forbidden": "unknown key",
+    "missing": "is required",
+    "float_type": "must be a number",
+    "float_parsing": "must be a number",
+    "int_type": "must be an integer",
+    "int_parsing": "must be an integer",
+    "int_from_float": "must be an integer",
+    "bool_type": "must be true or false",
+    "bool_parsing": "must be true or false",
+    "string_type": "must be a string",
+    "list_type": "must be a list",
+    "tuple_type": "must be a list",
+    "model_type": "must be a table",
+    "model_attributes_type": "must be a table",
+    "dict_type": "must be a table",
+    "too_short": "must not be empty",
+    "string_too_short": "must not be empty",
+    "finite_number": "must be a finite number",
+}
+
+
+def _problem(kind: str, ctx: dict[str, Any], msg: str) -> str:
+    if kind in _SIMPLE_PROBLEMS:
+        return _SIMPLE_PROBLEMS[kind]
+    if kind == "value_error":
+        return str(ctx.get("error", msg.removeprefix("Value error, ")))
+    if kind == "greater_than":
+        return f"must be > {ctx['gt']}"
+    if kind == "greater_than_equal":
+        return f"must be >= {ctx['ge']}"
+    if kind == "literal_error":
+        return f"must be one of {ctx['expected']}"
+    return msg[:1].lower() + msg[1:]

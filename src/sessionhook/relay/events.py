@@ -1,0 +1,260 @@
+"""Activities and session changes become normalized webhook events (pure, no I/O).
+
+An :class:`Event` is built once, at ingest, with its body already serialized: the store keeps
+those bytes and every delivery attempt sends exactly them, so a signature or a consumer's
+deduplication never sees two spellings of one event.
+
+Event ids are derived from upstream identity only (see ``docs/relay-design.md``), so the same
+activity gives the same ``webhook-id`` across retries, restarts and a database rebuilt from
+scratch::
+
+    activity                  evt_ + sha256("activity:" + activity.name)[:32]
+    session.discovered        evt_ + sha256("session.discovered:" + name)[:32]
+    session.state_changed     evt_ + sha256("session.state_changed:" + name + ":" + updateTime
+                                            + ":" + new_state)[:32]
+    session.pull_request_opened  evt_ + sha256("session.pull_request_opened:" + name + ":"
+                                            + pr.url)[:32]
+
+Body: ``{"type", "timestamp", "data": {"session": {...}, "activity": {...}}}`` where
+``timestamp`` is the upstream time (the activity's ``createTime``, the session's
+``updateTime``); only when upstream omitted it does the local clock stand in.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from fnmatch import fnmatchcase
+from typing import Any
+
+from sessionhook.api.models import (
+    Activity,
+    PullRequest,
+    Session,
+    format_timestamp,
+    parse_timestamp,
+)
+
+__all__ = [
+    "ACTIVITY_EVENT_TYPES",
+    "EVENT_TYPES",
+    "SESSION_DISCOVERED",
+    "SESSION_PULL_REQUEST_OPENED",
+    "SESSION_STATE_CHANGED",
+    "Event",
+    "activity_event",
+    "activity_event_type",
+    "event_id",
+    "matches",
+    "pull_request_opened",
+    "session_discovered",
+    "session_state_changed",
+    "session_summary",
+]
+
+SESSION_DISCOVERED = "session.discovered"
+SESSION_STATE_CHANGED = "session.state_changed"
+SESSION_PULL_REQUEST_OPENED = "session.pull_request_opened"
+
+#: Event type of each known activity member (wire name -> type).
+ACTIVITY_EVENT_TYPES: dict[str, str] = {
+    "planGenerated": "activity.plan_generated",
+    "planApproved": "activity.plan_approved",
+    "userMessaged": "activity.user_messaged",
+    "agentMessaged": "activity.agent_messaged",
+    "progressUpdated": "activity.progress_updated",
+    "sessionCompleted": "activity.session_completed",
+    "sessionFailed": "activity.session_failed",
+}
+#: Type of an activity with no event member, or one this version does not know.
+ACTIVITY_UNKNOWN = "activity.unknown"
+
+#: Every event type the relay emits (what ``events = [...]`` globs are matched against).
+EVENT_TYPES: tuple[str, ...] = (
+    SESSION_DISCOVERED,
+    SESSION_STATE_CHANGED,
+    SESSION_PULL_REQUEST_OPENED,
+    *ACTIVITY_EVENT_TYPES.values(),
+    ACTIVITY_UNKNOWN,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One webhook event, ready to store and send.
+
+    ``occurred_at`` is the upstream RFC 3339 time the body carries as ``timestamp``;
+    ``occurred_ts`` is the same instant in Unix seconds (for range queries and replay).
+    ``body`` is the exact payload every attempt sends.
+    """
+
+    id: str
+    type: str
+    session_name: str
+    activity_name: str | None
+    occurred_at: str
+    occurred_ts: float
+    body: bytes
+
+    def payload(self) -> dict[str, Any]:
+        """The body parsed back into a dict (for tests and tools)."""
+        result: dict[str, Any] = json.loads(self.body)
+        return result
+
+
+def event_id(kind: str, *parts: str) -> str:
+    """``evt_`` + the first 32 hex digits of ``sha256(":".join((kind, *parts)))``."""
+    digest = hashlib.sha256(":".join((kind, *parts)).encode("utf-8")).hexdigest()
+    return "evt_" + digest[:32]
+
+
+def matches(globs: Iterable[str], event_type: str) -> bool:
+    """Whether any of the ``fnmatch`` globs matches the event type (case-sensitive)."""
+    return any(fnmatchcase(event_type, glob) for glob in globs)
+
+
+def activity_event_type(activity: Activity) -> str:
+    """``activity.<member in snake_case>``, or ``activity.unknown`` (no or unknown member)."""
+    member = activity.event_member
+    return ACTIVITY_EVENT_TYPES.get(member, ACTIVITY_UNKNOWN) if member else ACTIVITY_UNKNOWN
+
+
+def session_summary(session: Session) -> dict[str, Any]:
+    """The ``data.session`` object: identity, state and links of the session.
+
+    Always has ``name, id, title, state, url, source, createTime, updateTime`` (``source`` is
+    ``sourceContext.source``, empty for a repoless session); ``prompt`` and ``outputs`` are
+    added when the session carries them.
+    """
+    summary: dict[str, Any] = {
+        "name": session.name,
+        "id": session.session_id,
+        "title": session.title,
+        "state": session.state,
+        "url": session.url,
+        "source": session.source_context.source if session.source_context else "",
+        "createTime": session.create_time,
+        "updateTime": session.update_time,
+    }
+    if session.prompt:
+        summary["prompt"] = session.prompt
+    if session.outputs:
+        summary["outputs"] = [output.to_wire() for output in session.outputs]
+    return summary
+
+
+def activity_event(
+    session: Session, activity: Activity, *, max_media_bytes: int, now: float | None = None
+) -> Event:
+    """The event of one activity: ``data.activity`` is the upstream activity whole.
+
+    Media artifacts whose base64 ``data`` is longer than ``max_media_bytes`` are trimmed in
+    the event (``data: ""``, ``trimmed: true``, ``originalSize``: length of the base64 text);
+    the archive keeps the activity untouched. ``now`` (Unix seconds) stands in for a missing
+    ``createTime``.
+    """
+    wire = _trim_media(activity.to_wire(), max_media_bytes)
+    occurred_at = activity.create_time or _now_text(now)
+    data = {"session": session_summary(session), "activity": wire}
+    return _event(
+        event_id("activity", activity.name),
+        activity_event_type(activity),
+        session.name,
+        activity.name,
+        occurred_at,
+        data,
+    )
+
+
+def session_discovered(session: Session, *, now: float | None = None) -> Event:
+    """``session.discovered``: the relay saw the session for the first time."""
+    return _event(
+        event_id(SESSION_DISCOVERED, session.name),
+        SESSION_DISCOVERED,
+        session.name,
+        None,
+        session.update_time or _now_text(now),
+        {"session": session_summary(session)},
+    )
+
+
+def session_state_changed(
+    session: Session, previous_state: str, *, now: float | None = None
+) -> Event:
+    """``session.state_changed`` from ``previous_state`` to ``session.state``."""
+    data = {"session": session_summary(session), "previous_state": previous_state}
+    return _event(
+        event_id(SESSION_STATE_CHANGED, session.name, session.update_time, session.state),
+        SESSION_STATE_CHANGED,
+        session.name,
+        None,
+        session.update_time or _now_text(now),
+        data,
+    )
+
+
+def pull_request_opened(session: Session, pr: PullRequest, *, now: float | None = None) -> Event:
+    """``session.pull_request_opened``: a pull request appeared in the session's outputs."""
+    data = {"session": session_summary(session), "pull_request": pr.to_wire()}
+    return _event(
+        event_id(SESSION_PULL_REQUEST_OPENED, session.name, pr.url),
+        SESSION_PULL_REQUEST_OPENED,
+        session.name,
+        None,
+        session.update_time or _now_text(now),
+        data,
+    )
+
+
+def _event(
+    eid: str,
+    etype: str,
+    session_name: str,
+    activity_name: str | None,
+    occurred_at: str,
+    data: dict[str, Any],
+) -> Event:
+    body = json.dumps(
+        {"type": etype, "timestamp": occurred_at, "data": data},
+        separators=(",", ":"),
+        ensure_ascii=False,
+    ).encode("utf-8")
+    return Event(
+        id=eid,
+        type=etype,
+        session_name=session_name,
+        activity_name=activity_name,
+        occurred_at=occurred_at,
+        occurred_ts=_to_unix(occurred_at),
+        body=body,
+    )
+
+
+def _now_text(now: float | None) -> str:
+    return format_timestamp(datetime.fromtimestamp(time.time() if now is None else now, UTC))
+
+
+def _to_unix(text: str) -> float:
+    try:
+        return parse_timestamp(text).timestamp()
+    except ValueError:
+        # An unparsable upstream time still yields an event; it sorts at the epoch.
+        return 0.0
+
+
+def _trim_media(wire: dict[str, Any], limit: int) -> dict[str, Any]:
+    # ``wire`` comes fresh from to_wire(), so trimming it in place leaves the Activity intact.
+    for artifact in wire.get("artifacts") or ():
+        media = artifact.get("media") if isinstance(artifact, dict) else None
+        if not isinstance(media, dict):
+            continue
+        size = len(str(media.get("data", "")).encode("utf-8"))
+        if size > limit:
+            media["data"] = ""
+            media["trimmed"] = True
+            media["originalSize"] = size
+    return wire

@@ -1,0 +1,194 @@
+"""SSRF guard: may the relay POST to this endpoint URL?
+
+Unless ``delivery.allow_private_networks`` is set, an endpoint whose host is, or resolves to,
+an address that is not public is refused: loopback, private (RFC 1918, ULA ``fc00::/7``),
+link-local, cloud metadata (``169.254.169.254``, ``fd00:ec2::254``, ``100.100.100.200``),
+unspecified, carrier-grade NAT ``100.64.0.0/10``, multicast, broadcast, documentation and
+other reserved ranges. IPv4 embedded in IPv6 (``::ffff:a.b.c.d``, NAT64 ``64:ff9b::/96``,
+6to4 ``2002::/16``) is unwrapped first, so it cannot smuggle a private IPv4 address.
+
+Every address a name resolves to must pass (a name with one public and one private address
+is refused). The check runs before each attempt; a resolver that answers differently at
+connect time (DNS rebinding) is not covered, which would need the checked address pinned in
+the transport.
+
+Errors::
+
+    NetguardError
+    +-- BlockedAddressError   the URL is refused; ``reason`` says which address and why
+    +-- ResolutionError       the host name did not resolve (a transient failure, retry)
+"""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+import socket
+from collections.abc import Awaitable, Callable
+from urllib.parse import urlsplit
+
+import anyio.to_thread
+
+__all__ = [
+    "BlockedAddressError",
+    "NetguardError",
+    "ResolutionError",
+    "Resolver",
+    "blocked_reason",
+    "check_url",
+    "is_blocked_ip",
+    "resolve_host",
+]
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+#: ``async (host, port) -> [address text, ...]``; tests inject one instead of real DNS.
+Resolver = Callable[[str, int], Awaitable[list[str]]]
+
+
+class NetguardError(Exception):
+    """Base of the guard's refusals; ``reason`` is one line for logs and the delivery log."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class BlockedAddressError(NetguardError):
+    """The URL's host is or resolves to an address that is not public."""
+
+
+class ResolutionError(NetguardError):
+    """The URL's host name could not be resolved."""
+
+
+def _nets(
+    *specs: tuple[str, str],
+) -> list[tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, str]]:
+    return [(ipaddress.ip_network(net), reason) for net, reason in specs]
+
+
+# Order matters: the first match names the reason, so specific ranges come first.
+_BLOCKED = _nets(
+    ("169.254.169.254/32", "cloud metadata address"),
+    ("100.100.100.200/32", "cloud metadata address"),
+    ("fd00:ec2::254/128", "cloud metadata address"),
+    ("0.0.0.0/8", "unspecified address"),
+    ("::/128", "unspecified address"),
+    ("127.0.0.0/8", "loopback address"),
+    ("::1/128", "loopback address"),
+    ("::/8", "reserved address (IPv4-compatible or unassigned)"),
+    ("10.0.0.0/8", "private address"),
+    ("172.16.0.0/12", "private address"),
+    ("192.168.0.0/16", "private address"),
+    ("fc00::/7", "private address (unique local)"),
+    ("169.254.0.0/16", "link-local address"),
+    ("fe80::/10", "link-local address"),
+    ("fec0::/10", "site-local address (deprecated)"),
+    ("100.64.0.0/10", "carrier-grade NAT address"),
+    ("224.0.0.0/4", "multicast address"),
+    ("ff00::/8", "multicast address"),
+    ("255.255.255.255/32", "broadcast address"),
+    ("192.0.0.0/24", "reserved address (IETF protocol assignments)"),
+    ("192.0.2.0/24", "reserved address (documentation)"),
+    ("198.51.100.0/24", "reserved address (documentation)"),
+    ("203.0.113.0/24", "reserved address (documentation)"),
+    ("2001:db8::/32", "reserved address (documentation)"),
+    ("198.18.0.0/15", "reserved address (benchmarking)"),
+    ("240.0.0.0/4", "reserved address"),
+    ("100::/64", "reserved address (discard)"),
+    ("64:ff9b:1::/48", "reserved address (local NAT64)"),
+)
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+
+
+def _unwrap(ip: IPAddress) -> IPAddress:
+    """The IPv4 address an IPv6 address carries (mapped, NAT64, 6to4), else ``ip``."""
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return ip.ipv4_mapped
+        if ip in _NAT64:
+            return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+        if ip.sixtofour is not None:
+            return ip.sixtofour
+    return ip
+
+
+def is_blocked_ip(ip: str | IPAddress) -> str | None:
+    """Why ``ip`` is refused (``"loopback address"``...), or ``None`` for a public address.
+
+    Raises :class:`ValueError` when ``ip`` is not an IP address.
+    """
+    address = ipaddress.ip_address(ip.split("%", 1)[0] if isinstance(ip, str) else ip)
+    # An address carrying IPv4 is judged by the IPv4 it carries (its IPv6 wrapper would
+    # itself sit in a reserved range).
+    inner = _unwrap(address)
+    for network, reason in _BLOCKED:
+        if inner.version == network.version and inner in network:
+            return reason
+    if not inner.is_global:
+        return "non-public address"
+    return None
+
+
+async def resolve_host(host: str, port: int) -> list[str]:
+    """The addresses ``host`` resolves to (``getaddrinfo`` in a worker thread)."""
+    try:
+        infos = await anyio.to_thread.run_sync(
+            functools.partial(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM)
+        )
+    except (socket.gaierror, UnicodeError) as exc:
+        raise ResolutionError(f"cannot resolve {host}: {exc}") from None
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+async def check_url(url: str, *, allow_private: bool, resolve: Resolver | None = None) -> None:
+    """Return if the relay may POST to ``url``; raise :class:`NetguardError` if not.
+
+    With ``allow_private`` only the scheme is checked. Otherwise a literal address is
+    checked as is, ``localhost`` names are refused without asking DNS, and any other name
+    is resolved (``resolve``, default :func:`resolve_host`) and every address checked.
+    """
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise BlockedAddressError(f"not an http(s) URL: {url}")
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        raise BlockedAddressError(f"invalid port in {url}") from None
+    if allow_private:
+        return
+    host = parts.hostname
+    try:
+        literal: IPAddress | None = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        literal = None
+    if literal is not None:
+        reason = is_blocked_ip(literal)
+        if reason is not None:
+            raise BlockedAddressError(f"{host} is a {reason}")
+        return
+    name = host.rstrip(".")
+    if name == "localhost" or name.endswith(".localhost"):
+        raise BlockedAddressError(f"{host} is a loopback name")
+    addresses = await (resolve or resolve_host)(host, port)
+    if not addresses:
+        raise ResolutionError(f"{host} resolves to no address")
+    for text in addresses:
+        try:
+            reason = is_blocked_ip(text)
+        except ValueError:
+            raise ResolutionError(f"{host} resolved to a non-address {text!r}") from None
+        if reason is not None:
+            raise BlockedAddressError(f"{host} resolves to {text}, a {reason}")
+
+
+async def blocked_reason(
+    url: str, *, allow_private: bool = False, resolve: Resolver | None = None
+) -> str | None:
+    """:func:`check_url` as a value: the refusal reason, or ``None`` when allowed."""
+    try:
+        await check_url(url, allow_private=allow_private, resolve=resolve)
+    except NetguardError as exc:
+        return exc.reason
+    return None

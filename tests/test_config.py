@@ -1,0 +1,332 @@
+"""Config loading: defaults, validation as one-line errors naming the key, secrets, paths."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import pytest
+
+from sessionhook.relay.config import (
+    Config,
+    ConfigError,
+    load_config,
+    parse_duration,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+SECRET = "whsec_" + base64.b64encode(b"k" * 32).decode()
+SECRET2 = "whsec_" + base64.b64encode(b"n" * 24).decode()
+ENV = {"SESSIONHOOK_API_KEY": "key-123"}
+
+ENDPOINT = f"""
+[[endpoints]]
+name = "ci-bot"
+url = "https://hooks.example.com/sessions"
+secret = "{SECRET}"
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "config.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def error_of(tmp_path: Path, text: str, env: dict[str, str] | None = None) -> str:
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, text), env=ENV if env is None else env)
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith("config error: ")
+    assert "pydantic" not in message
+    return message.removeprefix("config error: ")
+
+
+def test_empty_file_gives_every_default(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, ""), env=ENV)
+    assert config.api.base_url == "http://127.0.0.1:8080"
+    assert config.api.api_key_env == "SESSIONHOOK_API_KEY"
+    assert config.api.api_key.get_secret_value() == "key-123"
+    assert config.api.api_key_header == "x-vendor-api-key"
+    assert config.api.requests_per_minute == 600
+    assert config.store.path == tmp_path.resolve() / "sessionhook.db"
+    assert (config.poll.active_interval, config.poll.idle_interval) == (2.0, 30.0)
+    assert (config.poll.discovery_interval, config.poll.backfill) == (10.0, False)
+    assert config.delivery.retry_delays == (5, 300, 1800, 7200, 18000, 36000, 36000)
+    assert config.delivery.timeout == 15.0
+    assert config.delivery.allow_private_networks is False
+    assert config.delivery.max_media_bytes == 262144
+    assert config.delivery.response_body_limit == 4096
+    assert config.delivery.concurrency == 16
+    assert config.endpoints == ()
+    assert config.server is None
+    assert (config.log.level, config.log.format) == ("info", "auto")
+
+
+def test_endpoint_defaults_and_lookup(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, ENDPOINT), env=ENV)
+    endpoint = config.endpoint_by_name("ci-bot")
+    assert endpoint is not None
+    assert endpoint.events == ("*",)
+    assert endpoint.disable_after == 5 * 86400
+    assert endpoint.enabled is True
+    assert [s.get_secret_value() for s in endpoint.secrets] == [SECRET]
+    assert endpoint.secret_value.get_secret_value() == SECRET
+    assert config.endpoint_by_name("nope") is None
+
+
+def test_secrets_never_print(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, ENDPOINT), env=ENV)
+    for text in (repr(config), str(config), config.model_dump_json()):
+        assert SECRET not in text
+        assert "key-123" not in text
+
+
+def test_config_is_frozen(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, ""), env=ENV)
+    with pytest.raises(ValueError, match="frozen"):
+        config.poll.active_interval = 5  # type: ignore[misc]
+
+
+def test_server_section(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, "[server]\n"), env=ENV)
+    assert config.server is not None
+    assert (config.server.host, config.server.port) == ("127.0.0.1", 9187)
+    config = load_config(write(tmp_path, '[server]\nlisten = "[::1]:8000"\n'), env=ENV)
+    assert config.server is not None
+    assert (config.server.host, config.server.port) == ("::1", 8000)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("[poll]\nactive_interval = 0\n", "poll.active_interval: must be > 0"),
+        ("[poll]\nactive_interval = 'fast'\n", "poll.active_interval: must be a number"),
+        ("[poll]\nbackfil = true\n", "poll.backfil: unknown key"),
+        ("[polling]\n", "polling: unknown key"),
+        ("[delivery]\nretry_delays = []\n", "delivery.retry_delays: must not be empty"),
+        ("[delivery]\nretry_delays = [5, -1]\n", "delivery.retry_delays[1]: must be >= 0"),
+        ("[delivery]\nconcurrency = 0\n", "delivery.concurrency: must be >= 1"),
+        ("[delivery]\ntimeout = -2\n", "delivery.timeout: must be > 0"),
+        ("[delivery]\nmax_media_bytes = 1.5\n", "delivery.max_media_bytes: must be an integer"),
+        ("[api]\nrequests_per_minute = 0\n", "api.requests_per_minute: must be > 0"),
+        ("[api]\nbase_url = 'ftp://x'\n", "api.base_url: must be an http(s) URL"),
+        (
+            "[api]\nbase_url = 'http://h/v1alpha'\n",
+            "api.base_url: must not end with /v1alpha (the client appends it)",
+        ),
+        ("[api]\napi_key_env = ''\n", "api: set api_key_env or api_key_file"),
+        (
+            "[api]\napi_key_env = 'K'\napi_key_file = '/k'\n",
+            "api: set only one of api_key_env or api_key_file",
+        ),
+        ("[log]\nformat = 'xml'\n", "log.format: must be one of 'auto', 'json' or 'console'"),
+        ("[server]\nlisten = '9187'\n", 'server.listen: must be "host:port", for example'),
+        ("api = 3\n", "api: must be a table"),
+        ("endpoints = {}\n", "endpoints: must be a list"),
+    ],
+)
+def test_validation_errors_name_the_key(tmp_path: Path, text: str, expected: str) -> None:
+    assert error_of(tmp_path, text).startswith(expected)
+
+
+def test_log_level_is_case_insensitive(tmp_path: Path) -> None:
+    assert load_config(write(tmp_path, "[log]\nlevel = 'DEBUG'\n"), env=ENV).log.level == "debug"
+
+
+def endpoints_toml(*bodies: str) -> str:
+    return "".join(f"[[endpoints]]\n{body}\n" for body in bodies)
+
+
+GOOD = f'name = "a"\nurl = "https://a.example"\nsecret = "{SECRET}"'
+
+
+@pytest.mark.parametrize(
+    ("second", "expected"),
+    [
+        (
+            f'name = "b"\nurl = "mailto:x@y"\nsecret = "{SECRET}"',
+            "endpoints[1].url: must be an http(s) URL",
+        ),
+        (f'url = "https://b.example"\nsecret = "{SECRET}"', "endpoints[1].name: is required"),
+        (
+            f'name = "b c"\nurl = "https://b.example"\nsecret = "{SECRET}"',
+            "endpoints[1].name: must be made of letters",
+        ),
+        (f'name = "a"\nurl = "https://b.example"\nsecret = "{SECRET}"', "endpoints[1].name: dup"),
+        (
+            'name = "b"\nurl = "https://b.example"',
+            "endpoints[1]: set exactly one of secret, secret_env or secret_file",
+        ),
+        (
+            f'name = "b"\nurl = "https://b.example"\nsecret = "{SECRET}"\nsecret_env = "X"',
+            "endpoints[1]: set exactly one of secret, secret_env or secret_file",
+        ),
+        (
+            'name = "b"\nurl = "https://b.example"\nsecret = "whsec_***"',
+            "endpoints[1].secret: secret is not base64",
+        ),
+        (
+            'name = "b"\nurl = "https://b.example"\nsecret = "c2VjcmV0"',
+            "endpoints[1].secret: each secret must start with whsec_",
+        ),
+        (
+            f'name = "b"\nurl = "https://b.example"\nsecret = "{SECRET}"\nevents = []',
+            "endpoints[1].events: must not be empty",
+        ),
+        (
+            f'name = "b"\nurl = "https://b.example"\nsecret = "{SECRET}"\nevents = [""]',
+            "endpoints[1].events[0]: must not be empty",
+        ),
+        (
+            f'name = "b"\nurl = "https://b.example"\nsecret = "{SECRET}"\nevents = ["activty.*"]',
+            "endpoints[1].events: 'activty.*' matches no event type",
+        ),
+        (
+            f'name = "b"\nurl = "https://b.example"\nsecret = "{SECRET}"\ndisable_after = "5w"',
+            'endpoints[1].disable_after: must be a duration such as "90s"',
+        ),
+        (
+            f'name = "b"\nurl = "https://b.example"\nsecret = "{SECRET}"\ndisable_after = 0',
+            "endpoints[1].disable_after: must be > 0",
+        ),
+        (
+            f'name = "b"\nurl = "https://b.example"\nsecret = "{SECRET}"\ncolour = "red"',
+            "endpoints[1].colour: unknown key",
+        ),
+    ],
+)
+def test_endpoint_errors_name_index_and_key(tmp_path: Path, second: str, expected: str) -> None:
+    assert error_of(tmp_path, endpoints_toml(GOOD, second)).startswith(expected)
+
+
+def test_secret_from_env_with_rotation(tmp_path: Path) -> None:
+    text = endpoints_toml('name = "a"\nurl = "https://a.example"\nsecret_env = "CI_BOT_SECRET"')
+    config = load_config(write(tmp_path, text), env={**ENV, "CI_BOT_SECRET": f"{SECRET} {SECRET2}"})
+    assert [s.get_secret_value() for s in config.endpoints[0].secrets] == [SECRET, SECRET2]
+    assert config.endpoints[0].secret_value.get_secret_value() == f"{SECRET} {SECRET2}"
+
+
+def test_secret_env_missing(tmp_path: Path) -> None:
+    text = endpoints_toml('name = "a"\nurl = "https://a.example"\nsecret_env = "CI_BOT_SECRET"')
+    assert error_of(tmp_path, text) == (
+        "endpoints[0].secret_env: environment variable CI_BOT_SECRET is not set"
+    )
+    bad = error_of(tmp_path, text, env={**ENV, "CI_BOT_SECRET": "whsec_%%"})
+    assert bad.startswith("endpoints[0].secret_env: not a valid secret")
+    assert "%%" not in bad
+
+
+def test_secret_and_api_key_from_files_with_credentials_directory(tmp_path: Path) -> None:
+    creds = tmp_path / "creds"
+    creds.mkdir()
+    (creds / "api-key").write_text("file-key\n")
+    (creds / "ci").write_text(SECRET + "\n")
+    text = '[api]\napi_key_file = "${CREDENTIALS_DIRECTORY}/api-key"\n' + endpoints_toml(
+        'name = "a"\nurl = "https://a.example"\nsecret_file = "creds/ci"'
+    )
+    config = load_config(write(tmp_path, text), env={"CREDENTIALS_DIRECTORY": str(creds)})
+    assert config.api.api_key.get_secret_value() == "file-key"
+    assert config.endpoints[0].secrets[0].get_secret_value() == SECRET
+
+
+def test_file_errors(tmp_path: Path) -> None:
+    text = '[api]\napi_key_file = "$CREDENTIALS_DIRECTORY/api-key"\n'
+    assert error_of(tmp_path, text, env={}) == (
+        "api.api_key_file: environment variable CREDENTIALS_DIRECTORY (used in the path) is not set"
+    )
+    missing = error_of(tmp_path, text, env={"CREDENTIALS_DIRECTORY": str(tmp_path / "none")})
+    assert missing.startswith("api.api_key_file: cannot read")
+    (tmp_path / "empty").write_text("  \n")
+    empty = error_of(tmp_path, '[api]\napi_key_file = "empty"\n', env={})
+    assert empty == f"api.api_key_file: {tmp_path.resolve() / 'empty'} is empty"
+
+
+def test_api_key_env_missing(tmp_path: Path) -> None:
+    assert error_of(tmp_path, "", env={}) == (
+        "api.api_key_env: environment variable SESSIONHOOK_API_KEY is not set"
+    )
+
+
+def test_unresolved_secrets_for_read_only_commands(tmp_path: Path) -> None:
+    text = endpoints_toml('name = "a"\nurl = "https://a.example"\nsecret_env = "NOT_SET"')
+    config = load_config(write(tmp_path, text), env={}, resolve_secrets=False)
+    assert config.endpoints[0].name == "a"
+    with pytest.raises(ConfigError, match="not resolved"):
+        config.api.api_key  # noqa: B018
+    with pytest.raises(ConfigError, match="not resolved"):
+        config.endpoints[0].secrets  # noqa: B018
+
+
+def test_store_path_rules(tmp_path: Path) -> None:
+    rel = load_config(write(tmp_path, '[store]\npath = "data/x.db"\n'), env=ENV)
+    assert rel.store.path == tmp_path.resolve() / "data" / "x.db"
+    state = load_config(write(tmp_path, ""), env={**ENV, "STATE_DIRECTORY": "/var/lib/s:/other"})
+    assert state.store.path == Path("/var/lib/s/sessionhook.db")
+    var = load_config(
+        write(tmp_path, '[store]\npath = "${STATE_DIRECTORY}/y.db"\n'),
+        env={**ENV, "STATE_DIRECTORY": "/srv/state"},
+    )
+    assert var.store.path == Path("/srv/state/y.db")
+    absolute = load_config(write(tmp_path, '[store]\npath = "/tmp/z.db"\n'), env=ENV)
+    assert absolute.store.path == Path("/tmp/z.db")
+
+
+def test_toml_syntax_error_names_the_line(tmp_path: Path) -> None:
+    message = error_of(tmp_path, "[poll]\nactive_interval = \n")
+    assert message.startswith(f"{tmp_path / 'config.toml'}: invalid TOML")
+    assert "line 2" in message
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="file not found"):
+        load_config(tmp_path / "nope.toml", env=ENV)
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [("90s", 90), ("15m", 900), ("12h", 43200), ("5d", 432000), ("120", 120), (30, 30), (1.5, 1.5)],
+)
+def test_parse_duration(value: str | float, seconds: float) -> None:
+    assert parse_duration(value) == seconds
+
+
+@pytest.mark.parametrize("value", ["", "5w", "-1s", "1h30m", True, None])
+def test_parse_duration_rejects(value: object) -> None:
+    with pytest.raises(ValueError):
+        parse_duration(value)
+
+
+def test_duration_strings_in_toml(tmp_path: Path) -> None:
+    text = endpoints_toml(GOOD + '\ndisable_after = "12h"')
+    assert load_config(write(tmp_path, text), env=ENV).endpoints[0].disable_after == 43200
+
+
+def test_config_constructed_in_code_has_defaults() -> None:
+    assert Config().delivery.retry_delays[0] == 5
+
+
+def test_example_config_is_valid_and_documents_every_key(tmp_path: Path) -> None:
+    example = REPO / "config.example.toml"
+    env = {
+        "SESSIONHOOK_API_KEY": "k",
+        "CI_BOT_SECRET": SECRET,
+        "CREDENTIALS_DIRECTORY": str(tmp_path),
+    }
+    (tmp_path / "chat-secret").write_text(SECRET2)
+    config = load_config(example, env=env)
+    assert config.endpoints
+    text = example.read_text()
+    for section, model in (
+        ("api", config.api),
+        ("store", config.store),
+        ("poll", config.poll),
+        ("delivery", config.delivery),
+        ("server", config.server),
+        ("log", config.log),
+        ("endpoints", config.endpoints[0]),
+    ):
+        assert model is not None
+        for key in type(model).model_fields:
+            assert f"{key} =" in text, f"{section}.{key} is not documented in the example"

@@ -1,0 +1,256 @@
+"""Events: ids, types, bodies, media trimming, glob matching (pure)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import pytest
+
+from sessionhook.api.models import Activity, PullRequest, Session, parse_timestamp
+from sessionhook.relay.events import (
+    EVENT_TYPES,
+    activity_event,
+    activity_event_type,
+    event_id,
+    matches,
+    pull_request_opened,
+    session_discovered,
+    session_state_changed,
+    session_summary,
+)
+
+SESSION_JSON: dict[str, Any] = {
+    "name": "sessions/12345678901234567890",
+    "id": "12345678901234567890",
+    "title": "Fix the flaky test",
+    "prompt": "Please fix the flaky test",
+    "state": "IN_PROGRESS",
+    "url": "https://agent.example.com/session/12345678901234567890",
+    "createTime": "2025-03-01T10:00:00.000001Z",
+    "updateTime": "2025-03-01T10:05:00.123456Z",
+    "sourceContext": {
+        "source": "sources/github/acme/widgets",
+        "hostRepoContext": {"startingBranch": "main"},
+    },
+    "archived": False,
+}
+ACT_NAME = "sessions/12345678901234567890/activities/" + "a" * 32
+
+
+def make_session(**overrides: Any) -> Session:
+    return Session.model_validate({**SESSION_JSON, **overrides})
+
+
+def make_activity(member: dict[str, Any] | None = None, **fields: Any) -> Activity:
+    raw: dict[str, Any] = {
+        "name": ACT_NAME,
+        "id": "a" * 32,
+        "originator": "agent",
+        "description": "Working",
+        "createTime": "2025-03-01T10:04:00.654321Z",
+        **(member or {}),
+        **fields,
+    }
+    return Activity.model_validate(raw)
+
+
+def sha_id(text: str) -> str:
+    return "evt_" + hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def test_event_ids_follow_the_design_doc() -> None:
+    session = make_session()
+    activity = make_activity({"agentMessaged": {"agentMessage": "hi"}})
+    pr = PullRequest(url="https://github.com/acme/widgets/pull/7", title="Fix")
+    assert activity_event(session, activity, max_media_bytes=10).id == sha_id(
+        "activity:" + ACT_NAME
+    )
+    assert session_discovered(session).id == sha_id("session.discovered:" + session.name)
+    assert session_state_changed(session, "PLANNING").id == sha_id(
+        f"session.state_changed:{session.name}:2025-03-01T10:05:00.123456Z:IN_PROGRESS"
+    )
+    assert pull_request_opened(session, pr).id == sha_id(
+        f"session.pull_request_opened:{session.name}:{pr.url}"
+    )
+    assert event_id("activity", ACT_NAME) == sha_id("activity:" + ACT_NAME)
+    assert len(event_id("x")) == 4 + 32
+
+
+def test_activity_event_id_depends_only_on_the_name() -> None:
+    # Same activity re-read with a later session state: same id (stable webhook-id).
+    a1 = activity_event(make_session(), make_activity(), max_media_bytes=10)
+    a2 = activity_event(make_session(state="COMPLETED"), make_activity(), max_media_bytes=10)
+    assert a1.id == a2.id
+    assert a1.body != a2.body
+
+
+@pytest.mark.parametrize(
+    ("member", "expected"),
+    [
+        ({"planGenerated": {"plan": {"id": "p", "steps": [{"title": "a"}]}}}, "plan_generated"),
+        ({"planApproved": {"planId": "p"}}, "plan_approved"),
+        ({"userMessaged": {"userMessage": "go"}}, "user_messaged"),
+        ({"agentMessaged": {"agentMessage": "ok"}}, "agent_messaged"),
+        ({"progressUpdated": {"title": "step"}}, "progress_updated"),
+        ({"sessionCompleted": {}}, "session_completed"),
+        ({"sessionFailed": {"reason": "boom"}}, "session_failed"),
+        ({}, "unknown"),
+        ({"somethingNew": {"x": 1}}, "unknown"),
+    ],
+)
+def test_activity_event_types(member: dict[str, Any], expected: str) -> None:
+    activity = make_activity(member)
+    assert activity_event_type(activity) == f"activity.{expected}"
+    event = activity_event(make_session(), activity, max_media_bytes=100)
+    assert event.type == f"activity.{expected}"
+    assert event.type in EVENT_TYPES
+
+
+def test_activity_body_shape_and_raw_activity_kept_whole() -> None:
+    raw_extra = {"futureField": {"nested": [1, 2]}}
+    activity = make_activity({"progressUpdated": {"title": "Ran tests"}}, **raw_extra)
+    event = activity_event(make_session(), activity, max_media_bytes=100)
+    body = json.loads(event.body)
+    assert set(body) == {"type", "timestamp", "data"}
+    assert body["type"] == "activity.progress_updated"
+    assert body["timestamp"] == "2025-03-01T10:04:00.654321Z"
+    assert body["data"]["activity"] == activity.to_wire()
+    assert body["data"]["activity"]["futureField"] == {"nested": [1, 2]}
+    assert body["data"]["session"]["source"] == "sources/github/acme/widgets"
+    assert event.session_name == SESSION_JSON["name"]
+    assert event.activity_name == ACT_NAME
+    assert event.occurred_at == "2025-03-01T10:04:00.654321Z"
+    assert event.occurred_ts == parse_timestamp("2025-03-01T10:04:00.654321Z").timestamp()
+    assert event.payload() == body
+
+
+def test_body_is_compact_utf8_and_deterministic() -> None:
+    activity = make_activity({"agentMessaged": {"agentMessage": "Grüße ✓"}})
+    e1 = activity_event(make_session(), activity, max_media_bytes=100)
+    e2 = activity_event(
+        make_session(),
+        make_activity({"agentMessaged": {"agentMessage": "Grüße ✓"}}),
+        max_media_bytes=100,
+    )
+    assert e1 == e2
+    assert b", " not in e1.body and b'": ' not in e1.body
+    assert "Grüße ✓".encode() in e1.body
+
+
+def test_session_summary_fields() -> None:
+    summary = session_summary(make_session())
+    assert summary == {
+        "name": SESSION_JSON["name"],
+        "id": SESSION_JSON["id"],
+        "title": "Fix the flaky test",
+        "state": "IN_PROGRESS",
+        "url": SESSION_JSON["url"],
+        "source": "sources/github/acme/widgets",
+        "createTime": SESSION_JSON["createTime"],
+        "updateTime": SESSION_JSON["updateTime"],
+        "prompt": "Please fix the flaky test",
+    }
+
+
+def test_session_summary_of_a_repoless_list_item() -> None:
+    session = Session.model_validate({"name": "sessions/42", "state": "QUEUED"})
+    summary = session_summary(session)
+    assert summary["source"] == ""
+    assert summary["id"] == "42"
+    assert {"name", "id", "title", "state", "url", "source"} <= set(summary)
+    assert "prompt" not in summary and "outputs" not in summary
+
+
+def test_session_summary_outputs() -> None:
+    pr = {"pullRequest": {"url": "https://github.com/acme/widgets/pull/7", "title": "Fix"}}
+    summary = session_summary(make_session(outputs=[pr]))
+    assert summary["outputs"] == [pr]
+
+
+def test_media_trimming_bounds_the_event_not_the_activity() -> None:
+    big = "A" * 101
+    small = "B" * 100
+    activity = make_activity(
+        {"progressUpdated": {"title": "screenshot"}},
+        artifacts=[
+            {"media": {"mimeType": "image/png", "data": big}},
+            {"media": {"mimeType": "image/png", "data": small}},
+            {"bashOutput": {"command": "ls", "output": "x" * 500}},
+        ],
+    )
+    event = activity_event(make_session(), activity, max_media_bytes=100)
+    artifacts = event.payload()["data"]["activity"]["artifacts"]
+    assert artifacts[0]["media"] == {
+        "mimeType": "image/png",
+        "data": "",
+        "trimmed": True,
+        "originalSize": 101,
+    }
+    assert artifacts[1]["media"] == {"mimeType": "image/png", "data": small}
+    assert artifacts[2]["bashOutput"]["output"] == "x" * 500
+    # The activity itself (what the archive stores) keeps its media whole.
+    assert activity.to_wire()["artifacts"][0]["media"]["data"] == big
+
+
+def test_session_discovered_body() -> None:
+    event = session_discovered(make_session())
+    body = event.payload()
+    assert event.type == "session.discovered"
+    assert event.activity_name is None
+    assert body["timestamp"] == SESSION_JSON["updateTime"]
+    assert body["data"] == {"session": session_summary(make_session())}
+
+
+def test_state_changed_body_and_id_varies_with_state_and_time() -> None:
+    session = make_session(state="COMPLETED")
+    event = session_state_changed(session, "IN_PROGRESS")
+    assert event.payload()["data"]["previous_state"] == "IN_PROGRESS"
+    assert event.payload()["data"]["session"]["state"] == "COMPLETED"
+    # COMPLETED -> resumed -> COMPLETED again later is a second, distinct event.
+    later = make_session(state="COMPLETED", updateTime="2025-03-02T00:00:00Z")
+    assert session_state_changed(later, "IN_PROGRESS").id != event.id
+
+
+def test_pull_request_opened_body() -> None:
+    pr = PullRequest.model_validate(
+        {"url": "https://github.com/acme/widgets/pull/7", "title": "Fix", "headRef": "fix"}
+    )
+    event = pull_request_opened(make_session(), pr)
+    assert event.type == "session.pull_request_opened"
+    assert event.payload()["data"]["pull_request"] == {
+        "url": "https://github.com/acme/widgets/pull/7",
+        "title": "Fix",
+        "headRef": "fix",
+    }
+
+
+def test_missing_upstream_time_falls_back_to_injected_clock() -> None:
+    activity = Activity.model_validate({"name": ACT_NAME, "sessionCompleted": {}})
+    event = activity_event(make_session(), activity, max_media_bytes=0, now=1_700_000_000.5)
+    assert event.occurred_at == "2023-11-14T22:13:20.500000Z"
+    assert event.occurred_ts == 1_700_000_000.5
+    session = Session.model_validate({"name": "sessions/1"})
+    assert session_discovered(session, now=0).occurred_at == "1970-01-01T00:00:00.000000Z"
+
+
+def test_upstream_time_wins_over_the_clock() -> None:
+    event = session_discovered(make_session(), now=0)
+    assert event.occurred_at == SESSION_JSON["updateTime"]
+
+
+@pytest.mark.parametrize(
+    ("globs", "event_type", "expected"),
+    [
+        (["*"], "activity.plan_generated", True),
+        (["activity.*"], "activity.plan_generated", True),
+        (["activity.*"], "session.discovered", False),
+        (["session.state_changed", "activity.session_*"], "activity.session_failed", True),
+        (["Activity.*"], "activity.plan_generated", False),
+        ([], "activity.plan_generated", False),
+        (["activity.plan_?????????"], "activity.plan_generated", True),
+    ],
+)
+def test_matches(globs: list[str], event_type: str, expected: bool) -> None:
+    assert matches(globs, event_type) is expected

@@ -1,0 +1,181 @@
+"""SSRF guard: blocked ranges, IPv4 inside IPv6, resolution through an injected resolver."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+
+import pytest
+
+from sessionhook.relay.netguard import (
+    BlockedAddressError,
+    ResolutionError,
+    blocked_reason,
+    check_url,
+    is_blocked_ip,
+    resolve_host,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.mark.parametrize(
+    ("ip", "reason"),
+    [
+        ("127.0.0.1", "loopback"),
+        ("127.255.0.9", "loopback"),
+        ("::1", "loopback"),
+        ("10.1.2.3", "private"),
+        ("172.16.0.1", "private"),
+        ("172.31.255.254", "private"),
+        ("192.168.1.1", "private"),
+        ("fc00::1", "private"),
+        ("fd12:3456::1", "private"),
+        ("169.254.1.1", "link-local"),
+        ("fe80::1", "link-local"),
+        ("fe80::1%eth0", "link-local"),
+        ("169.254.169.254", "cloud metadata"),
+        ("fd00:ec2::254", "cloud metadata"),
+        ("100.100.100.200", "cloud metadata"),
+        ("0.0.0.0", "unspecified"),
+        ("::", "unspecified"),
+        ("100.64.0.1", "carrier-grade NAT"),
+        ("100.127.255.254", "carrier-grade NAT"),
+        ("224.0.0.251", "multicast"),
+        ("ff02::1", "multicast"),
+        ("255.255.255.255", "broadcast"),
+        ("240.0.0.1", "reserved"),
+        ("192.0.2.10", "reserved"),
+        ("2001:db8::1", "reserved"),
+        ("198.18.0.1", "reserved"),
+        ("::127.0.0.1", "reserved"),
+        # IPv4 carried in IPv6 is judged by the IPv4 it carries.
+        ("::ffff:127.0.0.1", "loopback"),
+        ("::ffff:10.0.0.1", "private"),
+        ("::ffff:169.254.169.254", "cloud metadata"),
+        ("64:ff9b::a9fe:a9fe", "cloud metadata"),
+        ("2002:c0a8:0101::1", "private"),
+    ],
+)
+def test_blocked_addresses(ip: str, reason: str) -> None:
+    got = is_blocked_ip(ip)
+    assert got is not None
+    assert reason in got
+
+
+@pytest.mark.parametrize(
+    "ip",
+    [
+        "8.8.8.8",
+        "1.1.1.1",
+        "100.63.255.255",
+        "100.128.0.1",
+        "172.32.0.1",
+        "2606:4700:4700::1111",
+        "::ffff:8.8.8.8",
+        "64:ff9b::808:808",
+        "2002:0808:0808::1",
+    ],
+)
+def test_public_addresses_pass(ip: str) -> None:
+    assert is_blocked_ip(ip) is None
+
+
+def test_address_objects_and_garbage() -> None:
+    assert is_blocked_ip(ipaddress.ip_address("10.0.0.1")) == "private address"
+    with pytest.raises(ValueError):
+        is_blocked_ip("example.com")
+
+
+class FakeResolver:
+    def __init__(self, answers: dict[str, list[str]]) -> None:
+        self.answers = answers
+        self.asked: list[tuple[str, int]] = []
+
+    async def __call__(self, host: str, port: int) -> list[str]:
+        self.asked.append((host, port))
+        if host not in self.answers:
+            raise ResolutionError(f"cannot resolve {host}")
+        return self.answers[host]
+
+
+async def test_public_name_passes_and_port_is_passed_on() -> None:
+    resolver = FakeResolver({"hooks.example.com": ["93.184.216.34", "2606:2800:220:1::1"]})
+    await check_url("https://hooks.example.com/x", allow_private=False, resolve=resolver)
+    await check_url("http://hooks.example.com:8443/x", allow_private=False, resolve=resolver)
+    assert resolver.asked == [("hooks.example.com", 443), ("hooks.example.com", 8443)]
+
+
+async def test_name_resolving_to_a_private_address_is_refused() -> None:
+    resolver = FakeResolver({"internal.example.com": ["93.184.216.34", "10.0.0.5"]})
+    with pytest.raises(BlockedAddressError) as info:
+        await check_url("https://internal.example.com/", allow_private=False, resolve=resolver)
+    assert info.value.reason == "internal.example.com resolves to 10.0.0.5, a private address"
+
+
+async def test_metadata_via_mapped_ipv6_answer() -> None:
+    resolver = FakeResolver({"sneaky.example.com": ["::ffff:169.254.169.254"]})
+    with pytest.raises(BlockedAddressError, match="cloud metadata"):
+        await check_url("http://sneaky.example.com/", allow_private=False, resolve=resolver)
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("http://127.0.0.1:9000/hook", "127.0.0.1 is a loopback address"),
+        ("http://[::1]/hook", "::1 is a loopback address"),
+        ("http://[::ffff:7f00:1]/hook", "loopback address"),
+        ("http://169.254.169.254/latest/meta-data", "cloud metadata address"),
+        ("http://localhost:8080/", "localhost is a loopback name"),
+        ("http://api.localhost/", "loopback name"),
+    ],
+)
+async def test_literals_and_localhost_need_no_dns(url: str, reason: str) -> None:
+    resolver = FakeResolver({})
+    with pytest.raises(BlockedAddressError, match=re.escape(reason)):
+        await check_url(url, allow_private=False, resolve=resolver)
+    assert resolver.asked == []
+
+
+async def test_allow_private_skips_address_checks() -> None:
+    resolver = FakeResolver({})
+    await check_url("http://127.0.0.1:9000/", allow_private=True, resolve=resolver)
+    await check_url("http://internal/", allow_private=True, resolve=resolver)
+    assert resolver.asked == []
+
+
+@pytest.mark.parametrize("url", ["ftp://example.com/", "file:///etc/passwd", "http:///nohost"])
+async def test_non_http_urls_are_refused_even_when_private_is_allowed(url: str) -> None:
+    with pytest.raises(BlockedAddressError, match="not an http"):
+        await check_url(url, allow_private=True)
+
+
+async def test_bad_port() -> None:
+    with pytest.raises(BlockedAddressError, match="invalid port"):
+        await check_url("http://example.com:99999/", allow_private=False, resolve=FakeResolver({}))
+
+
+async def test_resolution_failures() -> None:
+    with pytest.raises(ResolutionError, match=r"cannot resolve nowhere\.example"):
+        await check_url("http://nowhere.example/", allow_private=False, resolve=FakeResolver({}))
+    empty = FakeResolver({"empty.example": []})
+    with pytest.raises(ResolutionError, match="no address"):
+        await check_url("http://empty.example/", allow_private=False, resolve=empty)
+
+
+async def test_blocked_reason_returns_instead_of_raising() -> None:
+    resolver = FakeResolver({"ok.example": ["93.184.216.34"], "bad.example": ["192.168.0.2"]})
+    assert await blocked_reason("https://ok.example/", resolve=resolver) is None
+    assert await blocked_reason("https://bad.example/", resolve=resolver) == (
+        "bad.example resolves to 192.168.0.2, a private address"
+    )
+    assert await blocked_reason("https://gone.example/", resolve=resolver) == (
+        "cannot resolve gone.example"
+    )
+    assert await blocked_reason("http://10.0.0.1/", allow_private=True) is None
+
+
+async def test_default_resolver_with_real_localhost() -> None:
+    addresses = await resolve_host("localhost", 80)
+    assert addresses
+    assert all(is_blocked_ip(a) == "loopback address" for a in addresses)
