@@ -1,0 +1,212 @@
+"""The daemon's small HTTP server: ``/healthz``, ``/readyz`` and ``/metrics``.
+
+Enabled by ``[server] listen = "127.0.0.1:9187"`` (off when absent).
+
+* ``/healthz`` answers 200 while the event loop runs: the process is alive.
+* ``/readyz`` asks the daemon's readiness check and answers 200 ``{"ready": true}`` or 503
+  with the reasons (the store is not writable, the last successful upstream poll is older
+  than the bound...). :func:`check_ready` builds that answer from plain facts.
+* ``/metrics`` runs the daemon's refresh hook (outbox gauges come from the database) and
+  renders :class:`~sessionhook.relay.metrics.Metrics` in the Prometheus text format.
+
+:func:`serve` runs uvicorn inside the caller's task group. uvicorn installs no signal
+handlers (the daemon owns signals), runs no lifespan and configures no logging (records
+go through :mod:`sessionhook.relay.logging`). uvicorn is asyncio-only, like the daemon.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import ipaddress
+import socket
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from typing import Any
+
+import anyio
+import anyio.abc
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from .logging import get_logger
+from .metrics import CONTENT_TYPE, Metrics
+
+__all__ = [
+    "HealthServerError",
+    "ReadinessCheck",
+    "check_ready",
+    "create_app",
+    "parse_listen",
+    "serve",
+]
+
+#: Returns ``(ready, reasons)``; may be a coroutine function (it may touch the store).
+ReadinessCheck = Callable[[], tuple[bool, Sequence[str]] | Awaitable[tuple[bool, Sequence[str]]]]
+#: Called before each scrape to refresh gauges from the database.
+ScrapeHook = Callable[[], Awaitable[None]]
+
+_log = get_logger()
+
+
+class HealthServerError(Exception):
+    """The ``[server] listen`` address is malformed or cannot be bound."""
+
+
+def check_ready(
+    *,
+    store_writable: bool,
+    last_successful_poll: float | None,
+    now: float,
+    max_poll_age: float,
+    started_at: float | None = None,
+) -> tuple[bool, list[str]]:
+    """Readiness from facts the daemon has at hand; pure.
+
+    Ready when the store is writable and the last successful upstream poll is at most
+    ``max_poll_age`` seconds old. Before the first success, a daemon that started less than
+    ``max_poll_age`` ago (``started_at``) is still given the benefit of the doubt.
+    """
+    reasons: list[str] = []
+    if not store_writable:
+        reasons.append("store is not writable")
+    if last_successful_poll is None:
+        if started_at is None or now - started_at > max_poll_age:
+            reasons.append("no successful upstream poll yet")
+    else:
+        age = now - last_successful_poll
+        if age > max_poll_age:
+            reasons.append(
+                f"last successful upstream poll {age:.0f}s ago (bound {max_poll_age:.0f}s)"
+            )
+    return (not reasons, reasons)
+
+
+def create_app(
+    *,
+    metrics: Metrics,
+    readiness: ReadinessCheck,
+    before_scrape: ScrapeHook | None = None,
+) -> Starlette:
+    """The Starlette app serving the three routes."""
+
+    async def healthz(_request: Request) -> Response:
+        return JSONResponse({"status": "alive"})
+
+    async def readyz(_request: Request) -> Response:
+        try:
+            result = readiness()
+            ready, reasons = await result if inspect.isawaitable(result) else result
+        except Exception as exc:  # a failing check is an answer, not a crash
+            _log.warning("health.readiness_failed", error=repr(exc))
+            ready, reasons = False, [f"readiness check failed: {exc}"]
+        body = {"ready": bool(ready), "reasons": list(reasons)}
+        return JSONResponse(body, status_code=200 if ready else 503)
+
+    async def metrics_route(_request: Request) -> Response:
+        if before_scrape is not None:
+            try:
+                await before_scrape()
+            except Exception as exc:  # stale gauges beat no metrics at all
+                _log.warning("health.metrics_refresh_failed", error=repr(exc))
+        return Response(metrics.render(), media_type=CONTENT_TYPE)
+
+    return Starlette(
+        routes=[
+            Route("/healthz", healthz, methods=["GET", "HEAD"]),
+            Route("/readyz", readyz, methods=["GET", "HEAD"]),
+            Route("/metrics", metrics_route, methods=["GET", "HEAD"]),
+        ]
+    )
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """``"127.0.0.1:9187"``, ``"[::1]:9187"`` or ``"localhost:0"`` -> ``(host, port)``."""
+    host, sep, port_text = listen.rpartition(":")
+    if not sep or not host:
+        raise HealthServerError(f"listen address {listen!r}: expected HOST:PORT")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise HealthServerError(f"listen address {listen!r}: write IPv6 hosts as [addr]:port")
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise HealthServerError(f"listen address {listen!r}: port must be a number") from None
+    if not 0 <= port <= 65535:
+        raise HealthServerError(f"listen address {listen!r}: port out of range")
+    return host, port
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    try:
+        family = socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
+    except ValueError:  # a name such as "localhost": let the resolver pick
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family = infos[0][0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        # The daemon owns SIGTERM/SIGINT/SIGHUP through anyio; uvicorn must not steal them.
+        yield
+
+
+async def serve(
+    listen: str,
+    app: Any,
+    *,
+    task_status: anyio.abc.TaskStatus[tuple[str, int]] = anyio.TASK_STATUS_IGNORED,
+    graceful_shutdown: int = 2,
+) -> None:
+    """Serve ``app`` on ``listen`` until cancelled; use with ``task_group.start``.
+
+    ``task_status.started`` receives the bound ``(host, port)`` (the real port when
+    ``listen`` asks for port 0). Cancelling the caller's scope shuts the server down:
+    it stops accepting, lets in-flight requests finish for ``graceful_shutdown`` seconds,
+    and closes the socket.
+    """
+    host, port = parse_listen(listen)
+    try:
+        sock = _bind(host, port)
+    except OSError as exc:
+        raise HealthServerError(f"cannot listen on {listen}: {exc.strerror or exc}") from exc
+    config = uvicorn.Config(
+        app,
+        lifespan="off",
+        log_config=None,
+        access_log=False,
+        server_header=False,
+        timeout_graceful_shutdown=graceful_shutdown,
+    )
+    config.load()
+    server = _Server(config)
+    server.lifespan = config.lifespan_class(config)
+    try:
+        await server.startup(sockets=[sock])
+        bound = sock.getsockname()
+        _log.info("health.listening", host=bound[0], port=bound[1])
+        task_status.started((bound[0], bound[1]))
+        await server.main_loop()
+    finally:
+        server.should_exit = True
+        with anyio.CancelScope(shield=True):
+            if server.started:
+                await server.shutdown(sockets=[sock])
+            else:
+                sock.close()

@@ -1,0 +1,248 @@
+"""Structured logging for the daemon and the operator CLI.
+
+One call, :func:`configure`, sets structlog up for the whole process:
+
+* JSON lines when the output is not a terminal (journald and log shippers get one object per
+  line), a readable console rendering on a terminal; ``fmt`` forces either;
+* dotted event names (``relay.started``, ``delivery.failed``) with flat key/values, ids bound
+  through :mod:`structlog.contextvars`;
+* a redaction processor that runs on every event, after exceptions are rendered to text and
+  before the renderer, so nothing reaches the output unredacted. It masks the values of
+  sensitive keys (``api_key``, ``secret``, ``authorization``, ``token``...) and scrubs every
+  string registered with :func:`register_secret` out of every value, wherever it hides
+  (a URL, an exception message, a traceback, a nested dict);
+* records of the standard :mod:`logging` module (uvicorn, httpx, asyncio) are rendered by
+  the same chain, redaction included.
+
+The daemon registers the API key and every endpoint secret at start (and again on reload).
+"""
+
+from __future__ import annotations
+
+import logging as stdlib_logging
+import sys
+import threading
+from collections.abc import Mapping
+from typing import Any, Final, Protocol, TextIO
+
+import structlog
+from structlog.typing import EventDict, FilteringBoundLogger, Processor, WrappedLogger
+
+__all__ = [
+    "LEVELS",
+    "REDACTED",
+    "clear_secrets",
+    "configure",
+    "get_logger",
+    "redact",
+    "register_secret",
+    "reset",
+]
+
+REDACTED: Final = "[redacted]"
+
+LEVELS: Final[Mapping[str, int]] = {
+    "debug": stdlib_logging.DEBUG,
+    "info": stdlib_logging.INFO,
+    "warning": stdlib_logging.WARNING,
+    "warn": stdlib_logging.WARNING,
+    "error": stdlib_logging.ERROR,
+    "critical": stdlib_logging.CRITICAL,
+}
+
+# A key is sensitive when its normalized name contains one of these words.
+_SENSITIVE_WORDS: Final = (
+    "api_key",
+    "apikey",
+    "secret",
+    "authorization",
+    "password",
+    "passwd",
+    "credential",
+    "cookie",
+    "token",
+)
+# ...except these, which carry no secret and help debug pagination.
+_NOT_SENSITIVE: Final = frozenset({"page_token", "next_page_token", "pagetoken", "nextpagetoken"})
+# Registering a very short string would shred every log line; real secrets are long.
+_MIN_SECRET_LENGTH: Final = 6
+_WEBHOOK_SECRET_PREFIX: Final = "whsec_"
+
+_secrets: set[str] = set()
+_secrets_lock = threading.Lock()
+_HANDLER_NAME: Final = "sessionhook"
+# Keys structlog's ProcessorFormatter adds for itself (the LogRecord) and removes before output.
+_PROCESSOR_META: Final = frozenset({"_record", "_from_structlog"})
+
+
+class _SecretLike(Protocol):
+    def get_secret_value(self) -> str: ...
+
+
+def register_secret(value: str | _SecretLike | None) -> None:
+    """Scrub ``value`` (a string or a pydantic ``SecretStr``) from every later log event.
+
+    A ``whsec_`` webhook secret also registers its bare base64 key. Empty and very short
+    values are ignored: they would mask innocent text without protecting anything.
+    """
+    if value is None:
+        return
+    raw = value if isinstance(value, str) else value.get_secret_value()
+    candidates = {raw}
+    if raw.startswith(_WEBHOOK_SECRET_PREFIX):
+        candidates.add(raw[len(_WEBHOOK_SECRET_PREFIX) :])
+    with _secrets_lock:
+        _secrets.update(c for c in candidates if len(c) >= _MIN_SECRET_LENGTH)
+
+
+def clear_secrets() -> None:
+    """Forget every registered secret (a reload re-registers the current ones; tests)."""
+    with _secrets_lock:
+        _secrets.clear()
+
+
+def _is_sensitive(key: str) -> bool:
+    normalized = key.lower().replace("-", "_")
+    if normalized in _NOT_SENSITIVE:
+        return False
+    return any(word in normalized for word in _SENSITIVE_WORDS)
+
+
+def _scrub(value: Any, secrets: tuple[str, ...]) -> Any:
+    if isinstance(value, str):
+        for secret in secrets:
+            if secret in value:
+                value = value.replace(secret, REDACTED)
+        return value
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    if isinstance(value, Mapping):
+        return {
+            k: REDACTED if isinstance(k, str) and _is_sensitive(k) else _scrub(v, secrets)
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_scrub(v, secrets) for v in value]
+    if isinstance(value, bytes):
+        return _scrub(value.decode("utf-8", "replace"), secrets)
+    # Anything else would be rendered through repr()/str() later, out of our sight: render it
+    # now, so a secret inside an object's repr (headers, a request) is scrubbed too.
+    return _scrub(repr(value), secrets)
+
+
+def redact(_logger: WrappedLogger, _method: str, event_dict: EventDict) -> EventDict:
+    """structlog processor: mask sensitive keys and scrub registered secrets from all values."""
+    with _secrets_lock:
+        # Longest first, so a secret containing another is replaced whole.
+        secrets = tuple(sorted(_secrets, key=len, reverse=True))
+    for key in list(event_dict):
+        if key in _PROCESSOR_META:
+            continue
+        if _is_sensitive(key):
+            event_dict[key] = REDACTED
+        else:
+            event_dict[key] = _scrub(event_dict[key], secrets)
+    return event_dict
+
+
+def _shared_processors() -> list[Processor]:
+    return [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        structlog.processors.StackInfoRenderer(),
+        # Render exceptions to text *before* redaction: a traceback can quote a secret.
+        structlog.processors.format_exc_info,
+        redact,
+    ]
+
+
+def configure(level: str = "info", fmt: str = "auto", stream: TextIO | None = None) -> None:
+    """Configure structlog (and the stdlib ``logging`` bridge) for this process.
+
+    ``level`` is one of :data:`LEVELS`; ``fmt`` is ``"auto"`` (JSON unless ``stream`` is a
+    terminal), ``"json"`` or ``"console"``; ``stream`` defaults to standard error, which
+    journald captures under systemd and which keeps standard output for command output.
+    Calling it again (a SIGHUP reload) replaces the previous configuration.
+    """
+    try:
+        threshold = LEVELS[level.lower()]
+    except KeyError:
+        raise ValueError(
+            f"unknown log level {level!r}; expected one of {', '.join(LEVELS)}"
+        ) from None
+    if fmt not in ("auto", "json", "console"):
+        raise ValueError(f"unknown log format {fmt!r}; expected auto, json or console")
+    out = sys.stderr if stream is None else stream
+    if fmt == "auto":
+        isatty = getattr(out, "isatty", None)
+        fmt = "console" if callable(isatty) and isatty() else "json"
+
+    renderer: Processor
+    if fmt == "json":
+        renderer = structlog.processors.JSONRenderer(sort_keys=False)
+    else:
+        isatty = getattr(out, "isatty", None)
+        renderer = structlog.dev.ConsoleRenderer(colors=bool(callable(isatty) and isatty()))
+
+    structlog.configure(
+        processors=[*_shared_processors(), renderer],
+        wrapper_class=structlog.make_filtering_bound_logger(threshold),
+        logger_factory=structlog.WriteLoggerFactory(file=out),
+        # A reload reconfigures: loggers created before it must follow.
+        cache_logger_on_first_use=False,
+    )
+    _configure_stdlib(threshold, renderer, out)
+
+
+def _configure_stdlib(threshold: int, renderer: Processor, out: TextIO) -> None:
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[structlog.stdlib.add_logger_name, *_shared_processors()],
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+    )
+    handler = stdlib_logging.StreamHandler(out)
+    handler.set_name(_HANDLER_NAME)
+    handler.setFormatter(formatter)
+    root = stdlib_logging.getLogger()
+    # Replace only our own handler: test harnesses attach theirs to the root logger too.
+    for existing in list(root.handlers):
+        if existing.get_name() == _HANDLER_NAME:
+            root.removeHandler(existing)
+    root.addHandler(handler)
+    root.setLevel(threshold)
+    # One INFO line per HTTP request every few seconds, uvicorn's "Started server process",
+    # asyncio's "Using selector": noise next to our own dotted events, even at debug level.
+    # Their warnings and errors still show.
+    for noisy in ("httpx", "httpcore", "uvicorn", "asyncio"):
+        stdlib_logging.getLogger(noisy).setLevel(max(threshold, stdlib_logging.WARNING))
+    # uvicorn's own logging config (applied by any uvicorn run with the default log_config in
+    # this process) gives its loggers private handlers that bypass redaction: take them back.
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+        own = stdlib_logging.getLogger(name)
+        for existing in list(own.handlers):
+            own.removeHandler(existing)
+        own.propagate = True
+
+
+def reset() -> None:
+    """Undo :func:`configure`: structlog defaults, our stdlib handler removed, no secrets.
+
+    For tests that configure logging for a run and must not leak the configuration (and
+    the captured stream it writes to) into the next test.
+    """
+    structlog.reset_defaults()
+    root = stdlib_logging.getLogger()
+    for handler in list(root.handlers):
+        if handler.get_name() == _HANDLER_NAME:
+            root.removeHandler(handler)
+    clear_secrets()
+
+
+def get_logger(**initial: Any) -> FilteringBoundLogger:
+    """A structlog logger with ``initial`` key/values bound.
+
+    It is a lazy proxy: it follows a later :func:`configure` (a reload), so modules may
+    create their logger at import time.
+    """
+    logger: FilteringBoundLogger = structlog.get_logger(**initial)
+    return logger

@@ -1,0 +1,215 @@
+"""Prometheus metrics of the relay, in a registry of their own.
+
+Each :class:`Metrics` owns a private :class:`~prometheus_client.CollectorRegistry` (never the
+process-global one), so two daemons in one test process, or a reload, never collide.
+
+Counters and the histogram are updated by the daemon as things happen, through the small
+methods below (``metrics.delivery_attempted("ci", "delivered", 0.21)``). The outbox gauges
+describe the database, not the process: :meth:`Metrics.refresh_outbox` sets them from
+``store.outbox_stats()``, and the health server calls the daemon's refresh hook on each
+scrape, so a scrape always shows the current depth.
+
+Exposed families (all prefixed ``sessionhook_``):
+
+=============================================  =========  =====================
+name                                           type       labels
+=============================================  =========  =====================
+events_ingested_total                          counter    type
+deliveries_total                               counter    endpoint, outcome
+delivery_attempt_duration_seconds              histogram  endpoint
+dead_letters_total                             counter    endpoint
+endpoint_disabled_total                        counter    endpoint, reason
+endpoint_enabled                               gauge      endpoint
+upstream_requests_total                        counter    endpoint, status
+outbox_pending                                 gauge      endpoint
+outbox_oldest_pending_age_seconds              gauge      endpoint
+poll_lag_seconds                               gauge
+last_successful_poll_timestamp_seconds         gauge
+build_info                                     gauge      version
+=============================================  =========  =====================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Final
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+from .. import __version__
+
+__all__ = ["CONTENT_TYPE", "NAMESPACE", "Metrics"]
+
+NAMESPACE: Final = "sessionhook"
+CONTENT_TYPE: Final[str] = CONTENT_TYPE_LATEST
+
+# Webhook endpoints answer in milliseconds to tens of seconds (timeouts are 10-30 s).
+_DURATION_BUCKETS: Final = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0)
+
+#: ``(pending, oldest_created_at)`` per endpoint, as ``store.outbox_stats()`` returns it.
+OutboxStats = Mapping[str, tuple[int, float | None]]
+
+
+class Metrics:
+    """The relay's metrics; the daemon owns one instance and passes it where needed."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        """Create every family in ``registry`` (a fresh private registry by default)."""
+        self.registry = CollectorRegistry(auto_describe=True) if registry is None else registry
+        r = self.registry
+        self.events_ingested = Counter(
+            "events_ingested",
+            "Events archived from upstream activity and session changes, by event type.",
+            ["type"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.deliveries = Counter(
+            "deliveries",
+            "Delivery attempts by endpoint and outcome (delivered, retry, dead, disabled).",
+            ["endpoint", "outcome"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.attempt_duration = Histogram(
+            "delivery_attempt_duration_seconds",
+            "Duration of one webhook POST, from connect to the capped response body.",
+            ["endpoint"],
+            namespace=NAMESPACE,
+            buckets=_DURATION_BUCKETS,
+            registry=r,
+        )
+        self.dead_letters = Counter(
+            "dead_letters",
+            "Deliveries that exhausted their retries and were dead-lettered.",
+            ["endpoint"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.endpoint_disabled = Counter(
+            "endpoint_disabled",
+            "Endpoints disabled by the relay (gone, failing for disable_after), by reason.",
+            ["endpoint", "reason"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.endpoint_enabled = Gauge(
+            "endpoint_enabled",
+            "1 when the endpoint receives deliveries, 0 when it is disabled.",
+            ["endpoint"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.upstream_requests = Counter(
+            "upstream_requests",
+            "Requests to the Sessions API by endpoint and HTTP status ('error': no answer).",
+            ["endpoint", "status"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.outbox_pending = Gauge(
+            "outbox_pending",
+            "Deliveries waiting to be delivered (never tried or retry scheduled).",
+            ["endpoint"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.outbox_oldest_pending_age = Gauge(
+            "outbox_oldest_pending_age_seconds",
+            "Age of the oldest waiting delivery (0 when none waits).",
+            ["endpoint"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.poll_lag = Gauge(
+            "poll_lag_seconds",
+            "Seconds since the last successful upstream poll, as of the last scrape.",
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.last_successful_poll = Gauge(
+            "last_successful_poll_timestamp_seconds",
+            "Unix time of the last successful upstream poll (0 before the first).",
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.build_info = Gauge(
+            "build_info",
+            "Always 1; the labels carry the running version.",
+            ["version"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.build_info.labels(version=__version__).set(1)
+        self._last_success_at: float | None = None
+
+    # -- updated as things happen --------------------------------------------------------
+
+    def event_ingested(self, event_type: str, count: int = 1) -> None:
+        """Count ``count`` newly archived events of ``event_type``."""
+        if count:
+            self.events_ingested.labels(type=event_type).inc(count)
+
+    def delivery_attempted(self, endpoint: str, outcome: str, duration_seconds: float) -> None:
+        """Record one POST: its outcome (``delivered``, ``retry``, ``dead``...) and duration.
+
+        An outcome of ``dead`` also counts a dead letter.
+        """
+        self.deliveries.labels(endpoint=endpoint, outcome=outcome).inc()
+        self.attempt_duration.labels(endpoint=endpoint).observe(max(0.0, duration_seconds))
+        if outcome == "dead":
+            self.dead_letters.labels(endpoint=endpoint).inc()
+
+    def endpoint_was_disabled(self, endpoint: str, reason: str) -> None:
+        """Record that the relay disabled ``endpoint`` (``reason`` is a short category)."""
+        self.endpoint_disabled.labels(endpoint=endpoint, reason=reason).inc()
+        self.endpoint_enabled.labels(endpoint=endpoint).set(0)
+
+    def upstream_request(self, endpoint: str, status: int | None) -> None:
+        """Count a Sessions API request; ``status`` ``None`` means no answer (timeout...)."""
+        label = "error" if status is None else str(status)
+        self.upstream_requests.labels(endpoint=endpoint, status=label).inc()
+
+    def poll_succeeded(self, at: float) -> None:
+        """Note a successful upstream poll at Unix time ``at``."""
+        self._last_success_at = at
+        self.last_successful_poll.set(at)
+
+    # -- refreshed from the database before a scrape -------------------------------------
+
+    def refresh_outbox(self, stats: OutboxStats, now: float, endpoints: Iterable[str] = ()) -> None:
+        """Set the outbox gauges from ``store.outbox_stats()``.
+
+        ``endpoints`` lists configured endpoints so that those with nothing waiting show an
+        explicit 0; endpoints no longer in either are dropped, not left stale.
+        """
+        self.outbox_pending.clear()
+        self.outbox_oldest_pending_age.clear()
+        for name in {*endpoints, *stats}:
+            pending, oldest = stats.get(name, (0, None))
+            age = 0.0 if oldest is None or not pending else max(0.0, now - oldest)
+            self.outbox_pending.labels(endpoint=name).set(pending)
+            self.outbox_oldest_pending_age.labels(endpoint=name).set(age)
+        self.refresh_poll_lag(now)
+
+    def refresh_poll_lag(self, now: float) -> None:
+        """Recompute ``poll_lag_seconds`` against ``now`` (left at 0 before any success)."""
+        if self._last_success_at is not None:
+            self.poll_lag.set(max(0.0, now - self._last_success_at))
+
+    def refresh_endpoints(self, enabled: Mapping[str, bool]) -> None:
+        """Set ``endpoint_enabled`` from ``{name: enabled}`` (``store.endpoint_states()``)."""
+        self.endpoint_enabled.clear()
+        for name, on in enabled.items():
+            self.endpoint_enabled.labels(endpoint=name).set(1 if on else 0)
+
+    def render(self) -> bytes:
+        """The registry in the Prometheus text exposition format (:data:`CONTENT_TYPE`)."""
+        return generate_latest(self.registry)
