@@ -1,0 +1,320 @@
+"""Metrics families and the health server, scraped over a real loopback socket."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+
+import anyio
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
+
+from sessionhook import __version__
+from sessionhook.relay.health import (
+    HealthServerError,
+    check_ready,
+    create_app,
+    parse_listen,
+    serve,
+)
+from sessionhook.relay.metrics import CONTENT_TYPE, Metrics
+
+pytestmark = pytest.mark.anyio
+
+
+def _samples(text: str) -> dict[str, list[Sample]]:
+    """Family name -> samples, parsed by the Prometheus client's own parser."""
+    return {family.name: family.samples for family in text_string_to_metric_families(text)}
+
+
+def _value(samples: list[Sample], name: str, **labels: str) -> float:
+    matches = [s.value for s in samples if s.name == name and s.labels == labels]
+    assert len(matches) == 1, (name, labels, samples)
+    return matches[0]
+
+
+def _filled_metrics() -> Metrics:
+    m = Metrics()
+    m.event_ingested("activity.progress_updated", 3)
+    m.event_ingested("session.discovered")
+    m.event_ingested("session.discovered", 0)  # nothing new: no change
+    m.delivery_attempted("ci", "delivered", 0.2)
+    m.delivery_attempted("ci", "retry", 12.0)
+    m.delivery_attempted("ci", "dead", 0.03)
+    m.upstream_request("list_sessions", 200)
+    m.upstream_request("list_activities", 429)
+    m.upstream_request("list_activities", None)
+    m.endpoint_was_disabled("chat", "failing")
+    m.poll_succeeded(1_000.0)
+    m.refresh_outbox({"ci": (4, 940.0), "chat": (0, None)}, now=1_010.0, endpoints=["ci", "ops"])
+    return m
+
+
+def test_families_values_and_text_format() -> None:
+    families = _samples(_filled_metrics().render().decode())
+
+    ingested = families["sessionhook_events_ingested"]
+    assert _value(ingested, "sessionhook_events_ingested_total", type="session.discovered") == 1
+    assert (
+        _value(ingested, "sessionhook_events_ingested_total", type="activity.progress_updated") == 3
+    )
+
+    deliveries = families["sessionhook_deliveries"]
+    for outcome in ("delivered", "retry", "dead"):
+        assert (
+            _value(deliveries, "sessionhook_deliveries_total", endpoint="ci", outcome=outcome) == 1
+        )
+    dead = families["sessionhook_dead_letters"]
+    assert _value(dead, "sessionhook_dead_letters_total", endpoint="ci") == 1
+
+    duration = families["sessionhook_delivery_attempt_duration_seconds"]
+    name = "sessionhook_delivery_attempt_duration_seconds"
+    assert _value(duration, f"{name}_count", endpoint="ci") == 3
+    assert _value(duration, f"{name}_sum", endpoint="ci") == pytest.approx(12.23)
+    assert _value(duration, f"{name}_bucket", endpoint="ci", le="0.25") == 2
+    assert _value(duration, f"{name}_bucket", endpoint="ci", le="+Inf") == 3
+
+    upstream = families["sessionhook_upstream_requests"]
+    total = "sessionhook_upstream_requests_total"
+    assert _value(upstream, total, endpoint="list_activities", status="429") == 1
+    assert _value(upstream, total, endpoint="list_activities", status="error") == 1
+    assert _value(upstream, total, endpoint="list_sessions", status="200") == 1
+
+    disabled = families["sessionhook_endpoint_disabled"]
+    assert (
+        _value(disabled, "sessionhook_endpoint_disabled_total", endpoint="chat", reason="failing")
+        == 1
+    )
+    enabled = families["sessionhook_endpoint_enabled"]
+    assert _value(enabled, "sessionhook_endpoint_enabled", endpoint="chat") == 0
+
+    pending = families["sessionhook_outbox_pending"]
+    assert _value(pending, "sessionhook_outbox_pending", endpoint="ci") == 4
+    assert _value(pending, "sessionhook_outbox_pending", endpoint="chat") == 0
+    assert _value(pending, "sessionhook_outbox_pending", endpoint="ops") == 0  # explicit zero
+    age = families["sessionhook_outbox_oldest_pending_age_seconds"]
+    assert _value(age, "sessionhook_outbox_oldest_pending_age_seconds", endpoint="ci") == 70
+    assert _value(age, "sessionhook_outbox_oldest_pending_age_seconds", endpoint="ops") == 0
+
+    assert _value(families["sessionhook_poll_lag_seconds"], "sessionhook_poll_lag_seconds") == 10
+    last = families["sessionhook_last_successful_poll_timestamp_seconds"]
+    assert _value(last, "sessionhook_last_successful_poll_timestamp_seconds") == 1_000
+    build = families["sessionhook_build_info"]
+    assert _value(build, "sessionhook_build_info", version=__version__) == 1
+
+
+def test_refresh_drops_endpoints_that_are_gone_and_enabled_gauge_follows_the_store() -> None:
+    m = _filled_metrics()
+    m.refresh_outbox({"ci": (1, 1_000.0)}, now=1_030.0)
+    m.refresh_endpoints({"ci": True, "chat": False})
+    families = _samples(m.render().decode())
+    pending = families["sessionhook_outbox_pending"]
+    assert {s.labels["endpoint"] for s in pending} == {"ci"}
+    age = families["sessionhook_outbox_oldest_pending_age_seconds"]
+    assert _value(age, "sessionhook_outbox_oldest_pending_age_seconds", endpoint="ci") == 30
+    assert _value(families["sessionhook_poll_lag_seconds"], "sessionhook_poll_lag_seconds") == 30
+    enabled = families["sessionhook_endpoint_enabled"]
+    assert {s.labels["endpoint"]: s.value for s in enabled} == {"ci": 1, "chat": 0}
+
+
+def test_each_instance_has_its_own_registry() -> None:
+    a, b = Metrics(), Metrics()  # the global registry would refuse the second
+    a.event_ingested("session.discovered")
+    families = _samples(b.render().decode())
+    assert families["sessionhook_events_ingested"] == []
+
+
+def test_poll_lag_stays_zero_before_the_first_success() -> None:
+    m = Metrics()
+    m.refresh_outbox({}, now=5_000.0)
+    families = _samples(m.render().decode())
+    assert _value(families["sessionhook_poll_lag_seconds"], "sessionhook_poll_lag_seconds") == 0
+
+
+# -- readiness (pure) -------------------------------------------------------------------
+
+
+def test_check_ready() -> None:
+    fresh = check_ready(store_writable=True, last_successful_poll=95.0, now=100.0, max_poll_age=60)
+    assert fresh == (True, [])
+    stale = check_ready(store_writable=True, last_successful_poll=10.0, now=100.0, max_poll_age=60)
+    assert stale == (False, ["last successful upstream poll 90s ago (bound 60s)"])
+    broken = check_ready(
+        store_writable=False, last_successful_poll=99.0, now=100.0, max_poll_age=60
+    )
+    assert broken == (False, ["store is not writable"])
+    # Just started, no poll finished yet: ready until the bound has passed.
+    for now, expected in [
+        (100.0, (True, [])),
+        (200.0, (False, ["no successful upstream poll yet"])),
+    ]:
+        young = check_ready(
+            store_writable=True,
+            last_successful_poll=None,
+            now=now,
+            max_poll_age=60,
+            started_at=80.0,
+        )
+        assert young == expected
+    never = check_ready(store_writable=True, last_successful_poll=None, now=1.0, max_poll_age=60)
+    assert never == (False, ["no successful upstream poll yet"])
+
+
+@pytest.mark.parametrize(
+    ("listen", "expected"),
+    [
+        ("127.0.0.1:9187", ("127.0.0.1", 9187)),
+        ("[::1]:0", ("::1", 0)),
+        ("localhost:80", ("localhost", 80)),
+    ],
+)
+def test_parse_listen(listen: str, expected: tuple[str, int]) -> None:
+    assert parse_listen(listen) == expected
+
+
+@pytest.mark.parametrize("listen", ["9187", ":9187", "::1:9187", "host:port", "h:70000"])
+def test_parse_listen_rejects(listen: str) -> None:
+    with pytest.raises(HealthServerError, match="listen address"):
+        parse_listen(listen)
+
+
+# -- the server over a real socket ------------------------------------------------------
+
+
+@dataclass
+class _Daemon:
+    """What the daemon would hand the health server: metrics, readiness, a scrape hook."""
+
+    metrics: Metrics = field(default_factory=Metrics)
+    ready: bool = True
+    reasons: Sequence[str] = ()
+    scrapes: int = 0
+    refresh_fails: bool = False
+
+    async def readiness(self) -> tuple[bool, Sequence[str]]:
+        return self.ready, self.reasons
+
+    async def before_scrape(self) -> None:
+        self.scrapes += 1
+        if self.refresh_fails:
+            raise RuntimeError("database is locked")
+        self.metrics.refresh_outbox({"ci": (self.scrapes, 0.0)}, now=10.0)
+
+
+@dataclass
+class _Running:
+    daemon: _Daemon
+    http: httpx.AsyncClient
+    address: tuple[str, int]
+
+
+@pytest.fixture
+async def running() -> AsyncIterator[_Running]:
+    daemon = _Daemon()
+    app = create_app(
+        metrics=daemon.metrics, readiness=daemon.readiness, before_scrape=daemon.before_scrape
+    )
+    async with anyio.create_task_group() as tg:
+        address = await tg.start(serve, "127.0.0.1:0", app)
+        async with httpx.AsyncClient(
+            base_url=f"http://{address[0]}:{address[1]}", trust_env=False, timeout=10
+        ) as http:
+            yield _Running(daemon, http, address)
+        tg.cancel_scope.cancel()
+
+
+async def test_healthz_is_alive(running: _Running) -> None:
+    response = await running.http.get("/healthz")
+    assert response.status_code == 200
+    assert response.json() == {"status": "alive"}
+    assert "server" not in response.headers
+
+
+async def test_readyz_200_then_503_with_reasons(running: _Running) -> None:
+    ok = await running.http.get("/readyz")
+    assert (ok.status_code, ok.json()) == (200, {"ready": True, "reasons": []})
+
+    running.daemon.ready = False
+    running.daemon.reasons = ["store is not writable", "no successful upstream poll yet"]
+    not_ready = await running.http.get("/readyz")
+    assert not_ready.status_code == 503
+    assert not_ready.json() == {
+        "ready": False,
+        "reasons": ["store is not writable", "no successful upstream poll yet"],
+    }
+
+
+async def test_readyz_with_a_sync_check_that_raises() -> None:
+    def broken() -> tuple[bool, Sequence[str]]:
+        raise OSError("disk I/O error")
+
+    app = create_app(metrics=Metrics(), readiness=broken)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://health") as http:
+        response = await http.get("/readyz")
+    assert response.status_code == 503
+    assert response.json()["reasons"] == ["readiness check failed: disk I/O error"]
+
+
+async def test_metrics_are_scraped_and_parse(running: _Running) -> None:
+    running.daemon.metrics.delivery_attempted("ci", "delivered", 0.05)
+    first = await running.http.get("/metrics")
+    second = await running.http.get("/metrics")
+    assert first.status_code == 200
+    assert first.headers["content-type"] == CONTENT_TYPE
+    families = _samples(second.text)
+    delivered = families["sessionhook_deliveries"]
+    total = "sessionhook_deliveries_total"
+    assert _value(delivered, total, endpoint="ci", outcome="delivered") == 1
+    # the refresh hook ran before each scrape: the gauge shows the second refresh
+    pending = families["sessionhook_outbox_pending"]
+    assert _value(pending, "sessionhook_outbox_pending", endpoint="ci") == 2
+    assert running.daemon.scrapes == 2
+
+
+async def test_metrics_still_render_when_the_refresh_fails(running: _Running) -> None:
+    await running.http.get("/metrics")
+    running.daemon.refresh_fails = True
+    response = await running.http.get("/metrics")
+    assert response.status_code == 200
+    pending = _samples(response.text)["sessionhook_outbox_pending"]
+    assert _value(pending, "sessionhook_outbox_pending", endpoint="ci") == 1  # last good value
+
+
+async def test_a_busy_port_is_a_clear_error(running: _Running) -> None:
+    host, port = running.address
+    app = create_app(metrics=Metrics(), readiness=lambda: (True, []))
+    with pytest.raises(HealthServerError, match=f"cannot listen on {host}:{port}"):
+        await serve(f"{host}:{port}", app)
+
+
+async def test_cancelling_the_task_group_closes_the_socket() -> None:
+    app = create_app(metrics=Metrics(), readiness=lambda: (True, []))
+    async with anyio.create_task_group() as tg:
+        host, port = await tg.start(serve, "127.0.0.1:0", app)
+        tg.cancel_scope.cancel()
+    with pytest.raises(ConnectionRefusedError), socket.create_connection((host, port), timeout=5):
+        pass
+
+
+def _has_ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as sock:
+            sock.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _has_ipv6_loopback(), reason="no IPv6 loopback in this environment")
+async def test_ipv6_listen_address() -> None:
+    app = create_app(metrics=Metrics(), readiness=lambda: (True, []))
+    async with anyio.create_task_group() as tg:
+        host, port = await tg.start(serve, "[::1]:0", app)
+        async with httpx.AsyncClient(trust_env=False) as http:
+            response = await http.get(f"http://[{host}]:{port}/healthz")
+        tg.cancel_scope.cancel()
+    assert response.status_code == 200
