@@ -22,8 +22,11 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
 
+# pytest exits 5 when it selected no tests: that is a broken suite, not a pass.
 test: lint
-	$(BIN)/pytest
+	@$(BIN)/pytest; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "error: pytest selected no tests" >&2; exit 1; fi; \
+	exit $$rc
 
 bench: $(STAMP)
 	$(BIN)/python bench/latency.py
