@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import sys
 from types import FrameType
 
 import click
 
+from .._net import listening_socket
 from . import cli
 
 API_KEY_ENV = "SESSIONHOOK_API_KEY"
@@ -18,18 +18,6 @@ API_KEY_ENV = "SESSIONHOOK_API_KEY"
 def _accounts(values: tuple[str, ...]) -> list[tuple[str, ...]]:
     """One account per value; ``K1,K2`` gives several keys of one account."""
     return [tuple(k.strip() for k in value.split(",") if k.strip()) for value in values]
-
-
-def _bind(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError:
-        sock.close()
-        raise
-    return sock
 
 
 @cli.command("emulator")
@@ -123,7 +111,7 @@ def emulator_command(
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
     try:
-        sock = _bind(host, port)
+        sock = listening_socket(host, port)
     except OSError as exc:
         click.echo(f"error: cannot listen on {host}:{port}: {exc.strerror or exc}", err=True)
         sys.exit(1)

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import ipaddress
-import socket
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
@@ -31,6 +29,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from .._net import listening_socket
 from .logging import get_logger
 from .metrics import CONTENT_TYPE, Metrics
 
@@ -140,26 +139,6 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return host, port
 
 
-def _bind(host: str, port: int) -> socket.socket:
-    try:
-        family = socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
-    except ValueError:  # a name such as "localhost": let the resolver pick
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-        family = infos[0][0]
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if family == socket.AF_INET6:
-            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-        sock.bind((host, port))
-        sock.listen(128)
-        sock.setblocking(False)
-    except OSError:
-        sock.close()
-        raise
-    return sock
-
-
 class _Server(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -183,7 +162,7 @@ async def serve(
     """
     host, port = parse_listen(listen)
     try:
-        sock = _bind(host, port)
+        sock = listening_socket(host, port)
     except OSError as exc:
         raise HealthServerError(f"cannot listen on {listen}: {exc.strerror or exc}") from exc
     config = uvicorn.Config(
