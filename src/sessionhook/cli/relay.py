@@ -1,0 +1,115 @@
+"""``sessionhook run`` (the relay daemon) and ``sessionhook demo`` (everything on loopback).
+
+Exit statuses of ``run``: 0 after a clean stop (SIGTERM/SIGINT) or a complete ``--once``
+pass; 2 for a bad configuration (one line naming the key); 1 for any other failure, also
+one line (the store cannot be opened, the API key is rejected in ``--once``...).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import anyio
+import click
+
+from . import cli
+
+
+def _fail(message: str, code: int) -> None:
+    click.echo(f"sessionhook: {message}", err=True)
+    sys.exit(code)
+
+
+@cli.command("run")
+@click.option(
+    "--config",
+    "config_path",
+    required=True,
+    metavar="FILE",
+    help="The TOML configuration (see config.example.toml).",
+)
+@click.option("--once", is_flag=True, help="One full poll-and-deliver pass, then exit.")
+def run(config_path: str, once: bool) -> None:
+    """Run the relay in the foreground until SIGTERM or SIGINT.
+
+    Polls the Sessions API, archives every activity, and delivers signed webhooks. On
+    SIGTERM/SIGINT deliveries in flight get 10 s to finish; SIGHUP re-reads the config.
+    """
+    # Imported here so that `sessionhook --help` stays fast and never touches the relay.
+    from sessionhook.relay import logging as relay_logging
+    from sessionhook.relay.config import ConfigError, load_config
+    from sessionhook.relay.daemon import Daemon, DaemonError
+
+    try:
+        config = load_config(config_path)
+    except ConfigError as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(2)
+    relay_logging.configure(config.log.level, config.log.format)
+    daemon = Daemon(config, config_path=Path(config_path))
+    try:
+        if once:
+            code = anyio.run(daemon.run_once, backend="asyncio")
+        else:
+            anyio.run(daemon.run, backend="asyncio")
+            code = 0
+    except DaemonError as exc:
+        _fail(str(exc), exc.exit_code)
+    except KeyboardInterrupt:  # Ctrl-C before the signal handler was installed
+        code = 0
+    except Exception as exc:  # the daemon logged the traceback; one line here
+        _fail(f"the relay stopped on an error: {_first_leaf(exc)!r}", 1)
+    sys.exit(code)
+
+
+def _first_leaf(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+@cli.command("demo")
+@click.option(
+    "--sessions",
+    default=3,
+    show_default=True,
+    help="Sessions to create (the three kinds take turns).",
+)
+@click.option(
+    "--step-delay",
+    default=1.0,
+    show_default=True,
+    help="Seconds between the emulated agent's steps.",
+)
+@click.option("--duration", type=float, default=None, help="Stop after this many seconds.")
+@click.option("--seed", type=int, default=None, help="Make the emulated agent deterministic.")
+@click.option("--port", type=int, default=0, show_default=True, help="Emulator port (0: any).")
+def demo(
+    sessions: int, step_delay: float, duration: float | None, seed: int | None, port: int
+) -> None:
+    """Emulator + relay + a verifying webhook consumer, on loopback; Ctrl-C stops.
+
+    Creates a few sessions (one opens a pull request, one waits for plan approval, which
+    the demo gives, one asks a question, which the demo answers) and prints every event as
+    the consumer receives it, with its signature checked.
+    """
+    from sessionhook.demo import DemoError, run_demo
+
+    if sessions < 1:
+        _fail("--sessions must be at least 1", 2)
+    try:
+        anyio.run(
+            lambda: run_demo(
+                sessions=sessions,
+                step_delay=step_delay,
+                duration=duration,
+                seed=seed,
+                emulator_port=port,
+            ),
+            backend="asyncio",
+        )
+    except DemoError as exc:
+        _fail(str(exc), 1)
+    except KeyboardInterrupt:
+        pass

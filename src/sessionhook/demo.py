@@ -1,0 +1,377 @@
+"""``sessionhook demo``: the emulator, the relay and a verifying consumer, on loopback.
+
+The only place where the emulator and the relay meet. Everything runs in one process and
+one task group:
+
+* the emulator of the Sessions API (uvicorn, 127.0.0.1, any free port);
+* a webhook consumer (uvicorn, 127.0.0.1) that checks every signature with
+  :func:`sessionhook.relay.signing.verify` before it accepts an event;
+* the relay (:class:`~sessionhook.relay.daemon.Daemon`) with a throwaway store in a
+  temporary directory, short poll intervals, and ``allow_private_networks`` (everything is
+  loopback here), configured through a real TOML file like ``sessionhook run``;
+* a few sessions: one that opens a pull request, one that waits for plan approval, one that
+  asks a question. The consumer reacts to the webhooks like a real integration would: it
+  approves the plan and answers the question through the API.
+
+Each event is printed as it arrives until Ctrl-C (or ``duration``), then everything stops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import secrets
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import anyio
+import anyio.abc
+import httpx
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from sessionhook.api.client import AUTO_CREATE_PR, SessionsClient
+from sessionhook.api.errors import ApiError
+from sessionhook.emulator.app import create_app
+from sessionhook.relay import logging as relay_logging
+from sessionhook.relay import signing
+from sessionhook.relay.config import load_config
+from sessionhook.relay.daemon import Daemon
+from sessionhook.relay.health import serve
+
+__all__ = ["Consumer", "DemoError", "ReceivedEvent", "SessionPlan", "run_demo", "summarize"]
+
+
+class DemoError(Exception):
+    """The demo could not start; ``str()`` is one line."""
+
+
+@dataclass(frozen=True)
+class ReceivedEvent:
+    """A webhook the consumer accepted: its id, parsed body and whether it was new."""
+
+    event_id: str
+    body: dict[str, Any]
+    duplicate: bool
+
+    @property
+    def type(self) -> str:
+        """The event type."""
+        return str(self.body.get("type", ""))
+
+    @property
+    def session(self) -> dict[str, Any]:
+        """``data.session``."""
+        data = self.body.get("data") or {}
+        session = data.get("session") or {}
+        return session if isinstance(session, dict) else {}
+
+
+@dataclass
+class Consumer:
+    """A webhook endpoint that verifies signatures and hands accepted events on.
+
+    Requests whose signature does not verify are answered 401 and counted; accepted ones
+    are answered 204 and sent to ``events`` (duplicates, which at-least-once delivery
+    allows, are marked as such).
+    """
+
+    secret: str
+    events: MemoryObjectSendStream[ReceivedEvent]
+    rejected: int = 0
+    seen: set[str] = field(default_factory=set)
+
+    def app(self) -> Starlette:
+        """The ASGI app (``POST /hook``)."""
+        return Starlette(routes=[Route("/hook", self._hook, methods=["POST"])])
+
+    async def _hook(self, request: Request) -> Response:
+        body = await request.body()
+        try:
+            signing.verify(self.secret, dict(request.headers), body)
+            payload = json.loads(body)
+        except (signing.SignatureError, ValueError):
+            self.rejected += 1
+            return Response("signature check failed", status_code=401)
+        event_id = request.headers["webhook-id"]
+        duplicate = event_id in self.seen
+        self.seen.add(event_id)
+        await self.events.send(ReceivedEvent(event_id, payload, duplicate))
+        return Response(status_code=204)
+
+
+@dataclass(frozen=True)
+class SessionPlan:
+    """One demo session to create."""
+
+    prompt: str
+    title: str
+    auto_pr: bool = False
+    require_plan_approval: bool = False
+
+
+#: The kinds of session the demo creates, in turn.
+SESSION_PLANS: tuple[SessionPlan, ...] = (
+    SessionPlan(
+        "Add input validation to the signup form",
+        "Validate the signup form",
+        auto_pr=True,
+    ),
+    SessionPlan(
+        "Refactor the billing module into smaller functions",
+        "Refactor billing (needs plan approval)",
+        require_plan_approval=True,
+    ),
+    SessionPlan(
+        "[ask] Make the CSV export stream rows instead of building a list",
+        "Stream the CSV export (asks a question)",
+    ),
+)
+
+
+def summarize(event: dict[str, Any]) -> str:
+    """A short human description of an event body, for one printed line."""
+    kind = str(event.get("type", ""))
+    data = event.get("data") or {}
+    session = data.get("session") or {}
+    activity = data.get("activity") or {}
+    if kind == "session.discovered":
+        return f'"{session.get("title", "")}" ({session.get("state", "")})'
+    if kind == "session.state_changed":
+        return f"{data.get('previous_state', '?')} -> {session.get('state', '?')}"
+    if kind == "session.pull_request_opened":
+        return str((data.get("pull_request") or {}).get("url", ""))
+    if kind == "activity.plan_generated":
+        steps = ((activity.get("planGenerated") or {}).get("plan") or {}).get("steps") or []
+        return f"plan with {len(steps)} steps"
+    if kind == "activity.plan_approved":
+        return f"plan approved (by {activity.get('originator', '?')})"
+    if kind == "activity.user_messaged":
+        return _clip((activity.get("userMessaged") or {}).get("userMessage", ""))
+    if kind == "activity.agent_messaged":
+        return _clip((activity.get("agentMessaged") or {}).get("agentMessage", ""))
+    if kind == "activity.progress_updated":
+        return _clip((activity.get("progressUpdated") or {}).get("title", ""))
+    if kind == "activity.session_completed":
+        return "session completed"
+    if kind == "activity.session_failed":
+        return _clip((activity.get("sessionFailed") or {}).get("reason", ""))
+    return _clip(str(activity.get("description") or "(no event member)"))
+
+
+def _clip(text: object, width: int = 60) -> str:
+    line = " ".join(str(text).split())
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def _short(session_name: str) -> str:
+    ident = session_name.removeprefix("sessions/")
+    return "sessions/" + (ident[:6] + "…" if len(ident) > 7 else ident)
+
+
+def _write_config(
+    directory: Path, *, base_url: str, api_key: str, hook_url: str, secret: str
+) -> Path:
+    key_file = directory / "api_key"
+    key_file.write_text(api_key + "\n", encoding="utf-8")
+    key_file.chmod(0o600)
+    config = directory / "config.toml"
+    config.write_text(
+        "\n".join(
+            [
+                "[api]",
+                f"base_url = {json.dumps(base_url)}",
+                f"api_key_file = {json.dumps(str(key_file))}",
+                "requests_per_minute = 600",
+                "[store]",
+                f"path = {json.dumps(str(directory / 'demo.db'))}",
+                "[poll]",
+                "active_interval = 0.5",
+                "idle_interval = 2.0",
+                "discovery_interval = 1.0",
+                "[delivery]",
+                "retry_delays = [1, 5, 30]",
+                "timeout = 5.0",
+                "allow_private_networks = true  # everything in the demo is on loopback",
+                "[[endpoints]]",
+                'name = "demo-consumer"',
+                f"url = {json.dumps(hook_url)}",
+                f"secret = {json.dumps(secret)}",
+                "[log]",
+                'level = "warning"',
+                'format = "console"',
+                "",
+            ]
+        ),
+        encoding="utf-8",
+    )
+    config.chmod(0o600)
+    return config
+
+
+async def _create_sessions(api: SessionsClient, count: int) -> list[str]:
+    sources = (await api.list_sources(page_size=10)).sources
+    source = sources[0].name if sources else None
+    names = []
+    for i in range(count):
+        plan = SESSION_PLANS[i % len(SESSION_PLANS)]
+        session = await api.create_session(
+            plan.prompt,
+            title=plan.title,
+            source=source,
+            starting_branch="main" if source else None,
+            automation_mode=AUTO_CREATE_PR if plan.auto_pr and source else None,
+            require_plan_approval=plan.require_plan_approval or None,
+        )
+        names.append(session.name)
+    return names
+
+
+async def _react(api: SessionsClient, event: ReceivedEvent, say: Callable[[str], None]) -> None:
+    """Do what an integration would: approve plans, answer questions.
+
+    A session can already be waiting when it is discovered, so both events count."""
+    if event.type not in ("session.state_changed", "session.discovered") or event.duplicate:
+        return
+    name = str(event.session.get("name", ""))
+    state = event.session.get("state")
+    try:
+        if state == "AWAITING_PLAN_APPROVAL":
+            await api.approve_plan(name)
+            say(f"{'':10}-> approved the plan of {_short(name)}")
+        elif state == "AWAITING_USER_FEEDBACK":
+            answer = "Raising an error on empty values is fine; no need for compatibility."
+            await api.send_message(name, answer)
+            say(f"{'':10}-> answered the question of {_short(name)}")
+    except ApiError as exc:
+        say(f"{'':10}-> could not react for {_short(name)}: {exc}")
+
+
+async def _print_events(
+    events: MemoryObjectReceiveStream[ReceivedEvent],
+    api: SessionsClient,
+    out: TextIO,
+    counts: dict[str, int],
+    stop: anyio.Event,
+) -> None:
+    def say(line: str) -> None:
+        print(line, file=out, flush=True)
+
+    async with events:
+        async for event in events:
+            counts["duplicates" if event.duplicate else "events"] += 1
+            stamp = time.strftime("%H:%M:%S")
+            note = "signature ok" + (" (duplicate)" if event.duplicate else "")
+            name = _short(str(event.session.get("name", "")))
+            try:
+                say(f"{stamp}  {event.type:<29} {name:<17} {summarize(event.body):<62} {note}")
+            except BrokenPipeError:  # `sessionhook demo | head`: nobody reads any more
+                stop.set()
+                return
+            await _react(api, event, say)
+
+
+async def _until_stopped(stop: anyio.Event, duration: float | None) -> None:
+    """Until SIGINT/SIGTERM, ``stop`` or ``duration`` seconds, whichever comes first."""
+
+    async def on_signal(scope: anyio.CancelScope) -> None:
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for _ in signals:
+                scope.cancel()
+
+    with anyio.move_on_after(duration if duration is not None else math.inf) as scope:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(on_signal, scope)
+            await stop.wait()
+            tg.cancel_scope.cancel()
+
+
+async def run_demo(
+    *,
+    sessions: int = 3,
+    step_delay: float = 1.0,
+    duration: float | None = None,
+    seed: int | None = None,
+    emulator_port: int = 0,
+    out: TextIO | None = None,
+) -> dict[str, int]:
+    """Run the demo until SIGINT/SIGTERM or ``duration`` seconds; return event counts.
+
+    The counts are ``events`` (distinct events received), ``duplicates`` and ``rejected``
+    (requests whose signature failed: always 0 unless something is badly wrong).
+    """
+    stream = sys.stdout if out is None else out
+    api_key = "demo-" + secrets.token_hex(16)
+    secret = signing.generate_secret()
+    counts = {"events": 0, "duplicates": 0, "rejected": 0}
+    stop = anyio.Event()
+    send, receive = anyio.create_memory_object_stream[ReceivedEvent](100)
+    consumer = Consumer(secret, send)
+    # Only warnings and errors of the relay, on stderr: stdout is for the events.
+    relay_logging.configure("warning", "console")
+    with tempfile.TemporaryDirectory(prefix="sessionhook-demo-") as tmp:
+        emulator = create_app(api_keys=(api_key,), step_delay=step_delay, seed=seed)
+        async with anyio.create_task_group() as tg, httpx.AsyncClient() as http:
+            try:
+                _, emu_port = await tg.start(serve, f"127.0.0.1:{emulator_port}", emulator)
+                _, hook_port = await tg.start(serve, "127.0.0.1:0", consumer.app())
+            except Exception as exc:
+                raise DemoError(f"cannot start the demo servers: {exc}") from None
+            base_url = f"http://127.0.0.1:{emu_port}"
+            config_path = _write_config(
+                Path(tmp),
+                base_url=base_url,
+                api_key=api_key,
+                hook_url=f"http://127.0.0.1:{hook_port}/hook",
+                secret=secret,
+            )
+            daemon = Daemon(load_config(config_path), config_path=config_path)
+            api = SessionsClient(http, base_url=base_url, api_key=api_key)
+            print(
+                f"emulator on {base_url}, consumer on 127.0.0.1:{hook_port}, "
+                f"store in {tmp}; Ctrl-C stops",
+                file=stream,
+                flush=True,
+            )
+            tg.start_soon(_print_events, receive, api, stream, counts, stop)
+
+            relay_done = anyio.Event()
+
+            async def relay() -> None:
+                try:
+                    await daemon.run(handle_signals=False)
+                finally:
+                    relay_done.set()
+
+            tg.start_soon(relay)
+            # Sessions created before the relay's first start would be history to it
+            # (backfill = false): create them once it runs.
+            with anyio.fail_after(30):
+                await daemon.ready.wait()
+            created = await _create_sessions(api, sessions)
+            print(f"created {len(created)} sessions", file=stream, flush=True)
+            await _until_stopped(stop, duration)
+            daemon.stop()
+            with anyio.move_on_after(15):
+                await relay_done.wait()
+            await send.aclose()
+            tg.cancel_scope.cancel()
+    counts["rejected"] = consumer.rejected
+    with contextlib.suppress(BrokenPipeError):
+        print(
+            f"stopped: {counts['events']} events received, {counts['duplicates']} duplicates, "
+            f"{counts['rejected']} failed signature checks",
+            file=stream,
+            flush=True,
+        )
+    return counts

@@ -1,0 +1,393 @@
+"""The relay daemon: one task group, one stop signal.
+
+:class:`Daemon` wires the pieces together and owns their lifetime:
+
+* the store (opened first; a store that cannot be opened is a :class:`DaemonError`);
+* the upstream HTTP client, rate limited by one :class:`RateLimiter` and counted per
+  endpoint and status (metrics and the store's per-minute counters);
+* the :class:`~sessionhook.relay.poller.Poller` and the
+  :class:`~sessionhook.relay.dispatch.Dispatcher`, which the poller wakes on enqueue;
+* the health server when ``[server]`` is configured, ``READY=1`` once the store is open and
+  the first discovery pass was tried, ``WATCHDOG=1`` while both loops make progress.
+
+SIGTERM and SIGINT set the stop signal: polling stops at once, deliveries in flight get
+:data:`DRAIN_SECONDS` to finish, then everything is cancelled (an interrupted attempt is
+not lost: its outbox row is retried at the next start) and :meth:`Daemon.run` returns. A
+second signal stops at once. SIGHUP reloads the configuration: a bad file is logged and the
+running configuration kept; a good one updates endpoints, delivery and poll settings and
+the log level (``api`` and ``store`` changes need a restart, and say so).
+
+A side task that dies takes the daemon down with it, loudly: a broken store or a bug must
+not leave a process that looks alive and delivers nothing.
+"""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+import httpx
+
+from sessionhook.api.client import RetryPolicy, SessionsClient
+
+from . import health, sdnotify
+from . import logging as relay_logging
+from .config import Config, ConfigError, load_config
+from .dispatch import DeliverySettings, Dispatcher, UrlGuard
+from .logging import get_logger
+from .metrics import Metrics
+from .poller import Poller, PollSettings
+from .ratelimit import LimitedTransport, RateLimiter
+from .store import AsyncStore, StoreError
+
+__all__ = ["DRAIN_SECONDS", "Daemon", "DaemonError"]
+
+#: How long deliveries in flight may take to finish after SIGTERM/SIGINT.
+DRAIN_SECONDS = 10.0
+#: Timeout of one upstream request (the relay backs off by itself; no client retries).
+UPSTREAM_TIMEOUT = 30.0
+
+_log = get_logger()
+
+
+class DaemonError(Exception):
+    """The daemon cannot start or cannot go on; ``str()`` is one line for the user.
+
+    ``exit_code`` is the status the command line should exit with.
+    """
+
+    def __init__(self, message: str, *, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class Daemon:
+    """The relay process; see the module docstring.
+
+    The keyword arguments are seams for tests, the demo and the bench: ``upstream_transport``
+    and ``delivery_transport`` replace the network (``httpx.ASGITransport`` of the emulator
+    or of a receiver), ``poll_settings`` the poll knobs that the config does not expose,
+    ``guard`` the address check of endpoint URLs.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        config_path: Path | None = None,
+        upstream_transport: httpx.AsyncBaseTransport | None = None,
+        delivery_transport: httpx.AsyncBaseTransport | None = None,
+        poll_settings: PollSettings | None = None,
+        guard: UrlGuard | None = None,
+        metrics: Metrics | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self._config_path = config_path
+        self._upstream_transport = upstream_transport
+        self._delivery_transport = delivery_transport
+        base = poll_settings if poll_settings is not None else PollSettings()
+        self._poll_settings = base.with_config(config)
+        self._guard = guard
+        self.metrics = metrics if metrics is not None else Metrics()
+        self._clock = clock
+        self._stop = anyio.Event()
+        self._stopping = False
+        self._started_at = clock()
+        self.store: AsyncStore | None = None
+        self.poller: Poller | None = None
+        self.dispatcher: Dispatcher | None = None
+        #: Set once the daemon is ready (store open, first poll tried): tests wait on it.
+        self.ready = anyio.Event()
+
+    def stop(self) -> None:
+        """Ask the daemon to stop, as SIGTERM does."""
+        self._stop.set()
+
+    # ------------------------------------------------------------------ entry points
+
+    async def run(self, *, handle_signals: bool = True) -> None:
+        """Run until :meth:`stop` or SIGTERM/SIGINT, then drain and return.
+
+        Raises :class:`DaemonError` when start-up fails, and re-raises whatever killed a
+        side task (after logging it).
+        """
+        try:
+            async with anyio.create_task_group() as outer:
+                if handle_signals:
+                    # First of all, so that a signal during start-up is a clean stop too.
+                    await outer.start(self._watch_signals, outer.cancel_scope)
+                try:
+                    await self._serve()
+                except Exception as exc:
+                    if _daemon_error(exc) is None:
+                        _log.exception("relay.crashed")
+                    raise
+                finally:
+                    outer.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            # Task groups wrap what they raise; a start-up failure is one clean error.
+            error = _daemon_error(group)
+            if error is not None:
+                raise error from None
+            raise
+
+    async def run_once(self) -> int:
+        """One full pass: discover, poll every new/changed/working session, deliver all
+        that is due; return the exit status (0, or 1 when something could not be polled).
+
+        Raises :class:`DaemonError` when the store cannot be opened or the key is rejected.
+        """
+        async with self._resources() as (store, poller, dispatcher):
+            report = await poller.run_once()
+            if report.unauthenticated is not None:
+                raise DaemonError(
+                    f"the Sessions API rejected the API key: {report.unauthenticated}"
+                )
+            attempts = await dispatcher.run_until_idle()
+            pending = await store.pending_count()
+        _log.info(
+            "relay.once_done",
+            sessions_polled=report.sessions_polled,
+            attempts=attempts,
+            pending=pending,
+            failed=report.failed or None,
+        )
+        if report.failed:
+            _log.error("relay.once_incomplete", not_polled=report.failed)
+            return 1
+        return 0
+
+    # ------------------------------------------------------------------ the long run
+
+    async def _serve(self) -> None:
+        async with self._resources() as (_store, poller, dispatcher):
+            _log.info(
+                "relay.started",
+                store=str(self.config.store.path),
+                endpoints=[e.name for e in self.config.endpoints],
+                base_url=self.config.api.base_url,
+            )
+            if self._stop.is_set():
+                return
+            async with anyio.create_task_group() as tg:
+                if self.config.server is not None:
+                    app = health.create_app(
+                        metrics=self.metrics,
+                        readiness=self._readiness,
+                        before_scrape=self._refresh_gauges,
+                    )
+                    try:
+                        await tg.start(health.serve, self.config.server.listen, app)
+                    except health.HealthServerError as exc:
+                        raise DaemonError(str(exc)) from None
+                poll_scope = anyio.CancelScope()
+                tg.start_soon(self._side_task, "poller", poller.run, poll_scope)
+                tg.start_soon(self._side_task, "dispatcher", dispatcher.run, None)
+                tg.start_soon(self._side_task, "lifecycle", self._lifecycle, None)
+                await self._stop.wait()
+                self._stopping = True
+                _log.info("relay.stopping", in_flight=dispatcher.in_flight)
+                sdnotify.stopping("draining deliveries in flight")
+                poll_scope.cancel()
+                with anyio.move_on_after(DRAIN_SECONDS) as drain:
+                    await dispatcher.drain()
+                if drain.cancelled_caught:
+                    _log.warning("relay.drain_timeout", in_flight=dispatcher.in_flight)
+                tg.cancel_scope.cancel()
+        _log.info("relay.stopped")
+
+    async def _side_task(
+        self,
+        name: str,
+        body: Callable[[], Awaitable[None]],
+        scope: anyio.CancelScope | None,
+    ) -> None:
+        if scope is None:
+            await body()
+        else:
+            with scope:
+                await body()
+        if not self._stop.is_set():
+            raise RuntimeError(f"the {name} task ended on its own")
+
+    async def _lifecycle(self) -> None:
+        """READY=1 after the first poll, then WATCHDOG=1 while both loops make progress."""
+        poller, dispatcher = self.poller, self.dispatcher
+        assert poller is not None and dispatcher is not None
+        await poller.first_pass_done.wait()
+        self.ready.set()
+        sdnotify.ready("polling and delivering")
+        _log.info("relay.ready")
+        interval = sdnotify.watchdog_interval()
+        if interval is None:
+            await self._stop.wait()
+            return
+        while not self._stopping:
+            now = time.monotonic()
+            beats = {"poller": poller.heartbeat, "dispatcher": dispatcher.heartbeat}
+            stale = [name for name, beat in beats.items() if now - beat > 2 * interval]
+            if stale:
+                _log.error("relay.loop_stalled", loops=stale)  # no ping: systemd restarts us
+            else:
+                sdnotify.watchdog()
+            await anyio.sleep(interval)
+
+    async def _watch_signals(
+        self,
+        outer: anyio.CancelScope,
+        *,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+            task_status.started()
+            async for signum in signals:
+                if signum == signal.SIGHUP:
+                    await self.reload()
+                elif self._stop.is_set():
+                    _log.warning("relay.stop_now", signal=signal.Signals(signum).name)
+                    outer.cancel()
+                else:
+                    _log.info("relay.signal", signal=signal.Signals(signum).name)
+                    self._stop.set()
+
+    async def reload(self) -> bool:
+        """Re-read the config file (SIGHUP). Returns whether the new config was applied."""
+        if self._config_path is None:
+            _log.warning("config.reload_skipped", reason="no config file to re-read")
+            return False
+        sdnotify.reloading()
+        try:
+            new = load_config(self._config_path)
+        except ConfigError as exc:
+            _log.error("config.reload_failed", error=str(exc), kept="the running configuration")
+            sdnotify.ready("reload failed; running with the previous configuration")
+            return False
+        old = self.config
+        if _restart_only(old) != _restart_only(new):
+            _log.warning("config.reload_partial", note="api and store changes need a restart")
+            new = new.model_copy(update={"api": old.api, "store": old.store})
+        relay_logging.configure(new.log.level, new.log.format)
+        _register_secrets(new)
+        if self.store is not None:
+            await self.store.sync_endpoints(list(new.endpoints))
+        if self.dispatcher is not None:
+            self.dispatcher.update(DeliverySettings.from_config(new))
+        self._poll_settings = self._poll_settings.with_config(new)
+        if self.poller is not None:
+            self.poller.settings = self._poll_settings
+        self.config = new
+        _log.info("config.reloaded", endpoints=[e.name for e in new.endpoints])
+        sdnotify.ready("configuration reloaded")
+        return True
+
+    # ------------------------------------------------------------------ wiring
+
+    @asynccontextmanager
+    async def _resources(self) -> AsyncIterator[tuple[AsyncStore, Poller, Dispatcher]]:
+        """Open the store and the HTTP clients, build poller and dispatcher; close all."""
+        config = self.config
+        try:
+            store = await AsyncStore.open(config.store.path)
+        except (StoreError, OSError, sqlite3.Error) as exc:
+            raise DaemonError(f"cannot open the store: {exc}") from None
+        self.store = store
+        _register_secrets(config)
+        limiter = RateLimiter(config.api.requests_per_minute)
+        upstream = httpx.AsyncClient(
+            transport=LimitedTransport(
+                self._upstream_transport or httpx.AsyncHTTPTransport(),
+                limiter,
+                record=self._record_upstream,
+            )
+        )
+        delivery = httpx.AsyncClient(
+            transport=self._delivery_transport or httpx.AsyncHTTPTransport(),
+            follow_redirects=False,
+        )
+        try:
+            await store.sync_endpoints(list(config.endpoints))
+            client = SessionsClient(
+                upstream,
+                base_url=config.api.base_url,
+                api_key=config.api.api_key.get_secret_value(),
+                api_key_header=config.api.api_key_header,
+                timeout=UPSTREAM_TIMEOUT,
+                retry=RetryPolicy(max_attempts=1),
+            )
+            self.dispatcher = Dispatcher(
+                store,
+                delivery,
+                DeliverySettings.from_config(config),
+                metrics=self.metrics,
+                guard=self._guard,
+                clock=self._clock,
+            )
+            self.poller = Poller(
+                client,
+                store,
+                self._poll_settings,
+                on_enqueued=self.dispatcher.wake,
+                metrics=self.metrics,
+                clock=self._clock,
+            )
+            yield store, self.poller, self.dispatcher
+        finally:
+            with anyio.CancelScope(shield=True):
+                await upstream.aclose()
+                await delivery.aclose()
+                await store.close()
+            self.store = None
+
+    async def _record_upstream(self, label: str, status: int | None) -> None:
+        self.metrics.upstream_request(label, status)
+        if self.store is not None:
+            await self.store.record_upstream(label, status, self._clock())
+
+    async def _readiness(self) -> tuple[bool, list[str]]:
+        last = self.poller.last_success if self.poller is not None else None
+        bound = max(120.0, 3 * self.config.poll.discovery_interval)
+        return health.check_ready(
+            store_writable=self.store is not None,
+            last_successful_poll=last,
+            now=self._clock(),
+            max_poll_age=bound,
+            started_at=self._started_at,
+        )
+
+    async def _refresh_gauges(self) -> None:
+        if self.store is None:
+            return
+        stats = await self.store.outbox_stats()
+        self.metrics.refresh_outbox(stats, self._clock(), [e.name for e in self.config.endpoints])
+        states = await self.store.endpoint_states()
+        self.metrics.refresh_endpoints({s.name: s.enabled for s in states})
+
+
+def _daemon_error(exc: BaseException) -> DaemonError | None:
+    """The :class:`DaemonError` that ``exc`` is, or that a group holds alone."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc if isinstance(exc, DaemonError) else None
+
+
+def _restart_only(config: Config) -> tuple[Any, ...]:
+    return (
+        config.api.model_dump(),
+        config.api.api_key.get_secret_value(),
+        str(config.store.path),
+    )
+
+
+def _register_secrets(config: Config) -> None:
+    relay_logging.register_secret(config.api.api_key)
+    for endpoint in config.endpoints:
+        for secret in endpoint.secrets:
+            relay_logging.register_secret(secret)

@@ -1,0 +1,382 @@
+"""Due deliveries become signed POSTs; each attempt's result is decided on and stored.
+
+:func:`post_event` is the single place that signs and sends a webhook: the dispatcher and
+``sessionhook endpoints test`` both call it. It never follows a redirect, reads at most
+``body_limit`` bytes of the answer, bounds the whole exchange by ``timeout``, and signs
+with a fresh ``webhook-timestamp`` on every attempt (a retry an hour later must not carry
+a stale timestamp that the consumer's tolerance window rejects).
+
+:class:`Dispatcher` is the delivery loop: it asks the store for due deliveries (the store
+hands out, per endpoint and session, only the oldest undelivered one), runs each in its own
+task under a global and a per-endpoint bound, and keeps at most one attempt in flight per
+(endpoint, session), so each consumer sees a session's events in order while sessions and
+endpoints proceed in parallel. The poller wakes it when it enqueues; otherwise it sleeps
+until the next retry is due. :func:`sessionhook.relay.retry.decide` turns each result into
+a decision the store records in one transaction; a 410 or an endpoint failing for longer
+than its ``disable_after`` disables it.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import anyio
+import httpx
+
+from sessionhook import __version__
+from sessionhook.api.errors import parse_retry_after
+
+from . import netguard, retry
+from .config import Config, EndpointConfig
+from .logging import get_logger
+from .metrics import Metrics
+from .retry import AttemptResult
+from .signing import signature_header
+from .store import AsyncStore, DueDelivery
+
+__all__ = ["USER_AGENT", "AttemptResult", "DeliverySettings", "Dispatcher", "post_event"]
+
+USER_AGENT = f"sessionhook/{__version__}"
+
+_log = get_logger()
+
+
+class UrlGuard(Protocol):
+    """Checks that an endpoint URL may be contacted: a refusal reason, or ``None``."""
+
+    def __call__(self, url: str, *, allow_private: bool) -> Awaitable[str | None]: ...
+
+
+async def post_event(
+    http: httpx.AsyncClient,
+    *,
+    url: str,
+    secrets: Sequence[str],
+    event_id: str,
+    body: bytes,
+    timeout: float,  # noqa: ASYNC109 - the design contract's signature; bounds the exchange
+    body_limit: int,
+    now: Callable[[], float] = time.time,
+) -> AttemptResult:
+    """Sign ``body`` and POST it to ``url`` once; never raises for a network failure.
+
+    Headers: ``webhook-id`` (``event_id``), ``webhook-timestamp`` (``now()``, fresh),
+    ``webhook-signature`` (one ``v1,`` signature per secret), ``content-type`` and
+    ``user-agent``. The result has the status (``None`` when no answer came), an error
+    text, the duration, at most ``body_limit`` bytes of the answer and its ``Retry-After``.
+    """
+    started_at = now()
+    timestamp = int(started_at)
+    headers = {
+        "webhook-id": event_id,
+        "webhook-timestamp": str(timestamp),
+        "webhook-signature": signature_header(secrets, event_id, timestamp, body),
+        "content-type": "application/json",
+        "user-agent": USER_AGENT,
+    }
+    status: int | None = None
+    error: str | None = None
+    retry_after: float | None = None
+    received = bytearray()
+    clock = time.perf_counter()
+    # httpx's timeout bounds each network operation; move_on_after bounds the whole
+    # exchange, so a consumer dripping its answer byte by byte cannot hold a slot forever.
+    with anyio.move_on_after(timeout) as scope:
+        try:
+            # Per request: whatever client is passed in, its own default timeout (httpx: 5 s)
+            # must not cut an attempt that delivery.timeout allows.
+            request = http.build_request(
+                "POST", url, content=body, headers=headers, timeout=httpx.Timeout(timeout)
+            )
+            response = await http.send(request, stream=True, follow_redirects=False)
+            try:
+                status = response.status_code
+                retry_after = parse_retry_after(response.headers.get("retry-after"))
+                async for chunk in response.aiter_bytes():
+                    received += chunk
+                    if len(received) >= body_limit:
+                        break
+            finally:
+                await response.aclose()
+        except httpx.TimeoutException:
+            error = f"timeout after {timeout:g} s"
+        except httpx.HTTPError as exc:
+            error = f"{type(exc).__name__}: {exc}".rstrip(": ")
+    if scope.cancelled_caught:
+        error = f"timeout after {timeout:g} s"
+        if status is not None:
+            error += f" reading the {status} answer"
+            status = None  # the answer never completed: do not count it as delivered
+    duration_ms = (time.perf_counter() - clock) * 1000.0
+    return AttemptResult(
+        status_code=status,
+        error=error,
+        duration_ms=duration_ms,
+        response_body=bytes(received[:body_limit]).decode("utf-8", "replace"),
+        retry_after=retry_after,
+        started_at=started_at,
+    )
+
+
+@dataclass(frozen=True)
+class DeliverySettings:
+    """The dispatcher's view of the config: delivery knobs and the endpoints by name."""
+
+    retry_delays: tuple[float, ...]
+    timeout: float
+    body_limit: int
+    concurrency: int
+    per_endpoint: int
+    allow_private_networks: bool
+    endpoints: dict[str, EndpointConfig]
+
+    @classmethod
+    def from_config(cls, config: Config) -> DeliverySettings:
+        """Settings from a loaded config."""
+        d = config.delivery
+        # One slow endpoint may take at most half the slots (at least one), so the others
+        # keep flowing; a lone endpoint still gets deliveries of many sessions in parallel.
+        per_endpoint = (
+            max(1, math.ceil(d.concurrency / 2)) if len(config.endpoints) > 1 else (d.concurrency)
+        )
+        return cls(
+            retry_delays=tuple(d.retry_delays),
+            timeout=d.timeout,
+            body_limit=d.response_body_limit,
+            concurrency=d.concurrency,
+            per_endpoint=per_endpoint,
+            allow_private_networks=d.allow_private_networks,
+            endpoints={e.name: e for e in config.endpoints},
+        )
+
+
+class Dispatcher:
+    """The delivery loop; see the module docstring.
+
+    ``http`` is the client used for webhooks (never the upstream one, which is rate
+    limited). ``guard`` checks each URL before every POST (default:
+    :func:`sessionhook.relay.netguard.blocked_reason`; loopback, private, link-local and
+    metadata addresses are refused unless ``allow_private_networks``).
+    """
+
+    def __init__(
+        self,
+        store: AsyncStore,
+        http: httpx.AsyncClient,
+        settings: DeliverySettings,
+        *,
+        metrics: Metrics | None = None,
+        guard: UrlGuard | None = None,
+        clock: Callable[[], float] = time.time,
+        rng: random.Random | None = None,
+        max_wait: float = 1.0,
+    ) -> None:
+        self._store = store
+        self._http = http
+        self.settings = settings
+        self._metrics = metrics
+        self._guard: UrlGuard = guard if guard is not None else netguard.blocked_reason
+        self._clock = clock
+        self._rng = rng if rng is not None else random.Random()
+        self._max_wait = max_wait
+        self._wake = anyio.Event()
+        self._in_flight: set[tuple[str, str]] = set()
+        self._per_endpoint: dict[str, int] = {}
+        self._accepting = True
+        self._settled = anyio.Event()  # set whenever an attempt finishes
+        #: Monotonic time the loop last went round (for the systemd watchdog).
+        self.heartbeat = time.monotonic()
+
+    def wake(self) -> None:
+        """New deliveries were enqueued: look now rather than at the next due time."""
+        self._wake.set()
+
+    def update(self, settings: DeliverySettings) -> None:
+        """Swap in new settings (a reload); deliveries in flight finish with the old ones."""
+        self.settings = settings
+        self.wake()
+
+    @property
+    def in_flight(self) -> int:
+        """Deliveries being attempted right now."""
+        return len(self._in_flight)
+
+    async def run(self) -> None:
+        """Deliver until cancelled or :meth:`drain` is called."""
+        async with anyio.create_task_group() as tg:
+            while self._accepting:
+                self._wake = anyio.Event()
+                started = await self._start_due(tg)
+                self.heartbeat = time.monotonic()
+                if started:
+                    continue  # there may be more due than slots were free
+                wait = await self._wait_time()
+                with anyio.move_on_after(wait):
+                    await self._wake.wait()
+            # Stop taking new work; the task group waits for what is in flight.
+
+    async def drain(self) -> None:
+        """Stop starting deliveries and wait for the ones in flight (bound it yourself)."""
+        self._accepting = False
+        self.wake()
+        while self._in_flight:
+            self._settled = anyio.Event()
+            await self._settled.wait()
+
+    async def run_until_idle(self) -> int:
+        """Deliver everything due now (retries that fall due meanwhile included); return
+        the number of attempts made. For ``--once``."""
+        attempts = 0
+        async with anyio.create_task_group() as tg:
+            while True:
+                self._wake = anyio.Event()
+                # An attempt finishing during the query frees its session's next event.
+                busy_before = bool(self._in_flight)
+                started = await self._start_due(tg)
+                attempts += started
+                if started:
+                    continue
+                if not busy_before and not self._in_flight:
+                    break
+                with anyio.move_on_after(self._max_wait):
+                    await self._wake.wait()
+        return attempts
+
+    async def _wait_time(self) -> float:
+        next_due = await self._store.next_due_at()
+        if next_due is None:
+            return self._max_wait
+        return min(self._max_wait, max(0.0, next_due - self._clock()))
+
+    async def _start_due(self, tg: anyio.abc.TaskGroup) -> int:
+        s = self.settings
+        free = s.concurrency - len(self._in_flight)
+        if free <= 0:
+            return 0
+        full = {name for name, n in self._per_endpoint.items() if n >= s.per_endpoint}
+        due = await self._store.due_deliveries(
+            self._clock(), limit=s.concurrency, busy=set(self._in_flight)
+        )
+        started = 0
+        for delivery in due:
+            if started >= free:
+                break
+            key = (delivery.endpoint, delivery.session_name)
+            if delivery.endpoint in full or key in self._in_flight:
+                continue
+            if delivery.endpoint not in s.endpoints:
+                continue  # removed from the config by a reload; its rows wait for it
+            self._in_flight.add(key)
+            count = self._per_endpoint.get(delivery.endpoint, 0) + 1
+            self._per_endpoint[delivery.endpoint] = count
+            if count >= s.per_endpoint:
+                full.add(delivery.endpoint)
+            tg.start_soon(self._deliver_one, delivery, key)
+            started += 1
+        return started
+
+    async def _deliver_one(self, delivery: DueDelivery, key: tuple[str, str]) -> None:
+        try:
+            await self.attempt(delivery)
+        finally:
+            self._in_flight.discard(key)
+            self._per_endpoint[delivery.endpoint] -= 1
+            self._settled.set()
+            self.wake()
+
+    async def attempt(self, delivery: DueDelivery) -> retry.Decision:
+        """Make one attempt of ``delivery``, record it, and return the decision."""
+        s = self.settings
+        endpoint = s.endpoints[delivery.endpoint]
+        attempt_no = delivery.attempts + 1
+        refusal = await self._guard(endpoint.url, allow_private=s.allow_private_networks)
+        if refusal is not None:
+            result = AttemptResult(
+                status_code=None,
+                error=f"refused: {refusal} (set delivery.allow_private_networks = true to allow)",
+                duration_ms=0.0,
+                response_body="",
+                retry_after=None,
+                started_at=self._clock(),
+            )
+        else:
+            result = await post_event(
+                self._http,
+                url=endpoint.url,
+                secrets=[secret.get_secret_value() for secret in endpoint.secrets],
+                event_id=delivery.event_id,
+                body=delivery.body,
+                timeout=s.timeout,
+                body_limit=s.body_limit,
+                now=self._clock,
+            )
+        now = self._clock()
+        decision = retry.decide(attempt_no, result, s.retry_delays, now, self._rng)
+        # Recorded even if the daemon is being cancelled: the POST happened. (A crash before
+        # this line repeats the delivery at the next start: at-least-once, never lost.)
+        with anyio.CancelScope(shield=True):
+            failing_since = await self._store.record_attempt(delivery.id, result, decision)
+            self._report(delivery, endpoint, attempt_no, result, decision, now)
+            # failing_since is None after a success; a 410 already disabled the endpoint.
+            gone = isinstance(decision, retry.DisableEndpoint)
+            if not gone and retry.should_disable(failing_since, now, endpoint.disable_after):
+                reason = f"failing without a success for {endpoint.disable_after:g} s"
+                await self._store.set_endpoint_enabled(endpoint.name, False, reason)
+                self._disabled(endpoint.name, reason, "failing")
+        return decision
+
+    def _report(
+        self,
+        delivery: DueDelivery,
+        endpoint: EndpointConfig,
+        attempt_no: int,
+        result: AttemptResult,
+        decision: retry.Decision,
+        now: float,
+    ) -> None:
+        fields = {
+            "endpoint": endpoint.name,
+            "event_id": delivery.event_id,
+            "status": result.status_code,
+            "attempt": attempt_no,
+            "session": delivery.session_name,
+            "duration_ms": round(result.duration_ms, 1),
+        }
+        outcome: str
+        if isinstance(decision, retry.Delivered):
+            outcome = "delivered"
+            _log.info("delivery.succeeded", **fields)
+        elif isinstance(decision, retry.Retry):
+            outcome = "retry"
+            _log.warning(
+                "delivery.failed",
+                error=result.error,
+                retry_in=round(decision.at - now, 2),
+                **fields,
+            )
+        elif isinstance(decision, retry.Dead):
+            outcome = "dead"
+            _log.error("delivery.dead", error=result.error, reason=decision.reason, **fields)
+        else:
+            # The store disabled the endpoint in the same transaction as the attempt; the
+            # delivery stays pending and goes out first once the endpoint is enabled again.
+            outcome = "disabled"
+            _log.warning("delivery.failed", error="410 Gone", **fields)
+            self._disabled(endpoint.name, decision.reason, "gone")
+        if self._metrics is not None:
+            self._metrics.delivery_attempted(endpoint.name, outcome, result.duration_ms / 1000)
+
+    def _disabled(self, name: str, reason: str, category: str) -> None:
+        _log.error(
+            "endpoint.disabled",
+            endpoint=name,
+            reason=reason,
+            hint=f"sessionhook endpoints enable {name} (pending deliveries then go out)",
+        )
+        if self._metrics is not None:
+            self._metrics.endpoint_was_disabled(name, category)

@@ -1,0 +1,157 @@
+"""The upstream request budget: one limiter for every request the relay makes to the API.
+
+Two rules combine, and a request waits for both:
+
+* a **token bucket** (``burst`` tokens, refilled at ``requests_per_minute / 60`` per second)
+  spreads requests out instead of firing a minute's budget at once;
+* a **sliding window** of the grants of the last 60 s makes "never more than
+  ``requests_per_minute`` in any minute" an invariant, not an average (a bucket alone would
+  allow ``burst + requests_per_minute`` in the minute after an idle spell).
+
+:class:`RateLimiter` keeps the arithmetic pure (:meth:`RateLimiter.reserve` takes ``now`` and
+returns how long to wait), so it is unit-tested without sleeping. :class:`LimitedTransport`
+wraps the httpx transport of the relay's upstream client: every request, retries included,
+takes a grant first, and each answer (or transport failure) is reported by endpoint label
+and status for metrics and the store's per-minute counters.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+
+import anyio
+import httpx
+
+__all__ = ["LimitedTransport", "RateLimiter", "endpoint_label"]
+
+WINDOW_SECONDS = 60.0
+
+#: Called after each upstream request with (endpoint label, HTTP status or None on failure).
+UpstreamRecorder = Callable[[str, int | None], Awaitable[None]]
+
+
+class RateLimiter:
+    """At most ``requests_per_minute`` grants in any 60 s, spread by a small token bucket.
+
+    ``clock`` (monotonic seconds) and ``sleep`` are injectable so tests run on a fake clock.
+    Waiters are served first come, first served: one waiter at a time holds the lock while
+    it sleeps, so a burst of pollers cannot starve discovery.
+    """
+
+    def __init__(
+        self,
+        requests_per_minute: int,
+        *,
+        burst: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
+    ) -> None:
+        if requests_per_minute < 1:
+            raise ValueError("requests_per_minute must be at least 1")
+        self.requests_per_minute = requests_per_minute
+        # A small burst: a few requests (one discovery page and a poll or two) may go at
+        # once; never more than a tenth of the minute's budget.
+        self.burst = burst if burst is not None else max(1, min(5, requests_per_minute // 10))
+        self._rate = requests_per_minute / WINDOW_SECONDS
+        self._tokens = float(self.burst)
+        self._updated: float | None = None
+        self._grants: deque[float] = deque()
+        self._clock = clock
+        self._sleep = sleep
+        self._lock = anyio.Lock()
+
+    def reserve(self, now: float) -> float:
+        """Take a grant at ``now`` if both rules allow it and return 0.0; else return the wait.
+
+        Nothing is taken when the answer is positive: call again after waiting.
+        """
+        if self._updated is not None:
+            elapsed = max(0.0, now - self._updated)
+            self._tokens = min(float(self.burst), self._tokens + elapsed * self._rate)
+        self._updated = now
+        while self._grants and self._grants[0] <= now - WINDOW_SECONDS:
+            self._grants.popleft()
+        wait = 0.0
+        if self._tokens < 1.0:
+            wait = (1.0 - self._tokens) / self._rate
+        if len(self._grants) >= self.requests_per_minute:
+            wait = max(wait, self._grants[0] + WINDOW_SECONDS - now)
+        if wait > 0.0:
+            return wait
+        self._tokens -= 1.0
+        self._grants.append(now)
+        return 0.0
+
+    async def acquire(self) -> None:
+        """Wait until a request may be sent, then take the grant."""
+        async with self._lock:
+            while True:
+                wait = self.reserve(self._clock())
+                if wait <= 0.0:
+                    return
+                await self._sleep(wait)
+
+
+_LABELS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"/sessions/[^/]+/activities/[^/]+$"), "get_activity"),
+    (re.compile(r"/sessions/[^/]+/activities$"), "list_activities"),
+    (re.compile(r"/sessions/[^/:]+:sendMessage$"), "send_message"),
+    (re.compile(r"/sessions/[^/:]+:approvePlan$"), "approve_plan"),
+    (re.compile(r"/sessions/[^/]+$"), "get_session"),
+    (re.compile(r"/sessions$"), "list_sessions"),
+    (re.compile(r"/sources/.+$"), "get_source"),
+    (re.compile(r"/sources$"), "list_sources"),
+)
+
+
+def endpoint_label(method: str, path: str) -> str:
+    """A low-cardinality name for an API request (``list_activities``...), for counters."""
+    for pattern, label in _LABELS:
+        if pattern.search(path):
+            if label == "get_session" and method == "DELETE":
+                return "delete_session"
+            if label == "list_sessions" and method == "POST":
+                return "create_session"
+            return label
+    return "other"
+
+
+class LimitedTransport(httpx.AsyncBaseTransport):
+    """An httpx transport that takes a :class:`RateLimiter` grant before every request.
+
+    Wrapping the transport (rather than the client's calls) covers every request the
+    client sends, including its own retries, and sees transport failures as well as
+    answers, which ``record`` receives as ``(label, status or None)``.
+    """
+
+    def __init__(
+        self,
+        inner: httpx.AsyncBaseTransport,
+        limiter: RateLimiter,
+        *,
+        record: UpstreamRecorder | None = None,
+    ) -> None:
+        self._inner = inner
+        self._limiter = limiter
+        self._record = record
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """Wait for a grant, send, and report the outcome."""
+        await self._limiter.acquire()
+        label = endpoint_label(request.method, request.url.path)
+        try:
+            response = await self._inner.handle_async_request(request)
+        except httpx.TransportError:
+            if self._record is not None:
+                await self._record(label, None)
+            raise
+        if self._record is not None:
+            await self._record(label, response.status_code)
+        return response
+
+    async def aclose(self) -> None:
+        """Close the wrapped transport."""
+        await self._inner.aclose()

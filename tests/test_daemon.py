@@ -1,0 +1,356 @@
+"""The daemon's lifecycle, in process: start, ready, stop and drain, crash, reload, --once,
+systemd notifications, the health server and the request budget.
+
+The emulator and the consumer (tests/receiver.py) sit behind ASGI transports; the daemon is
+the real one, configured from a real TOML file.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from starlette.applications import Starlette
+from structlog.testing import capture_logs
+
+from sessionhook.api.client import SessionsClient
+from sessionhook.emulator.app import create_app
+from sessionhook.relay import daemon as daemon_module
+from sessionhook.relay.config import Config, load_config
+from sessionhook.relay.daemon import Daemon, DaemonError
+from sessionhook.relay.signing import generate_secret
+from sessionhook.relay.store import Store
+from tests.receiver import Receiver
+
+API_KEY = "test-key"
+
+
+def write_config(
+    directory: Path,
+    *,
+    base_url: str = "http://emu.test",
+    hook_url: str = "http://rx.test/hook",
+    secret: str,
+    api_key: str = API_KEY,
+    extra: str = "",
+    **sections: dict[str, Any],
+) -> Path:
+    """A TOML config for the relay; ``sections`` override keys (``poll={"backfill": True}``)."""
+    key_file = directory / "api_key"
+    key_file.write_text(api_key)
+    values: dict[str, dict[str, Any]] = {
+        "api": {"base_url": base_url, "api_key_file": str(key_file)},
+        "store": {"path": str(directory / "relay.db")},
+        "poll": {"active_interval": 0.05, "idle_interval": 0.5, "discovery_interval": 0.2},
+        "delivery": {"retry_delays": [0.05, 0.05, 0.05], "allow_private_networks": True},
+        "log": {"level": "info"},
+    }
+    for name, overrides in sections.items():
+        values.setdefault(name, {}).update(overrides)
+    lines = []
+    for name, table in values.items():
+        lines.append(f"[{name}]")
+        lines += [f"{key} = {json.dumps(value)}" for key, value in table.items()]
+    lines += [
+        "[[endpoints]]",
+        'name = "rx"',
+        f"url = {json.dumps(hook_url)}",
+        f"secret = {json.dumps(secret)}",
+        extra,
+    ]
+    path = directory / "config.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+class Setup:
+    """Emulator + receiver + a config file in ``tmp_path``."""
+
+    def __init__(
+        self, tmp_path: Path, *, clock: Callable[[], float] | None = None, **config: Any
+    ) -> None:
+        self.secret = generate_secret()
+        self.receiver = Receiver(self.secret)
+        self.emulator: Starlette = create_app(
+            api_keys=(API_KEY,), step_delay=0.05, seed=11, clock=clock
+        )
+        self.config_path = write_config(tmp_path, secret=self.secret, **config)
+        self.config: Config = load_config(self.config_path)
+
+    def daemon(self, **kwargs: Any) -> Daemon:
+        kwargs.setdefault("upstream_transport", httpx.ASGITransport(self.emulator))
+        kwargs.setdefault("delivery_transport", httpx.ASGITransport(self.receiver.app))
+        return Daemon(self.config, config_path=self.config_path, **kwargs)
+
+    def api(self, http: httpx.AsyncClient) -> SessionsClient:
+        return SessionsClient(http, base_url="http://emu.test", api_key=API_KEY)
+
+    def api_http(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(transport=httpx.ASGITransport(self.emulator))
+
+
+def _completed(receiver: Receiver, count: int) -> bool:
+    return sum(a.type == "activity.session_completed" for a in receiver.first_deliveries()) >= count
+
+
+@pytest.mark.anyio
+async def test_runs_until_stopped_and_returns_cleanly(tmp_path: Path) -> None:
+    setup = Setup(tmp_path)
+    daemon = setup.daemon()
+    async with setup.api_http() as http, anyio.create_task_group() as tg:
+        api = setup.api(http)
+        tg.start_soon(lambda: daemon.run(handle_signals=False))
+        await daemon.ready.wait()
+        await api.create_session("A short task")
+        await setup.receiver.wait_for(lambda r: _completed(r, 1), within=30)
+        started = time.monotonic()
+        daemon.stop()
+    assert time.monotonic() - started < 2
+    assert daemon.store is None  # closed
+    assert setup.receiver.rejected == []
+
+
+@pytest.mark.anyio
+async def test_stop_lets_a_delivery_in_flight_finish(tmp_path: Path) -> None:
+    setup = Setup(tmp_path)
+    setup.receiver.delay = 1.0
+    daemon = setup.daemon()
+    async with setup.api_http() as http:
+        await setup.api(http).create_session("Slow consumer")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: daemon.run(handle_signals=False))
+            await setup.receiver.wait_for(lambda r: r.in_flight > 0, within=30)
+            started = time.monotonic()
+            daemon.stop()
+        took = time.monotonic() - started
+    assert took < daemon_module.DRAIN_SECONDS
+    # What was in flight was answered and recorded as delivered, not cut off.
+    with Store.open(setup.config.store.path) as store:
+        delivered = {r.event_id for r in store.list_deliveries(status="delivered")}
+    assert {a.event_id for a in setup.receiver.arrivals} <= delivered
+    assert delivered
+
+
+@pytest.mark.anyio
+async def test_drain_is_bounded_and_the_cut_delivery_stays_queued(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(daemon_module, "DRAIN_SECONDS", 0.5)
+    setup = Setup(tmp_path)
+    setup.receiver.delay = 60.0
+    daemon = setup.daemon()
+    async with setup.api_http() as http:
+        await setup.api(http).create_session("Stuck consumer")
+    with capture_logs() as logs, anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: daemon.run(handle_signals=False))
+            await setup.receiver.wait_for(lambda r: r.in_flight > 0, within=20)
+            started = time.monotonic()
+            daemon.stop()
+        assert time.monotonic() - started < 5
+    assert any(e["event"] == "relay.drain_timeout" for e in logs)
+    with Store.open(setup.config.store.path) as store:
+        assert store.pending_count() > 0  # the interrupted one is retried at the next start
+
+
+@pytest.mark.anyio
+async def test_a_dying_side_task_stops_the_daemon_loudly(tmp_path: Path) -> None:
+    class Broken(httpx.AsyncBaseTransport):
+        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+            raise RuntimeError("a bug in the sender")
+
+    setup = Setup(tmp_path)
+    daemon = setup.daemon(delivery_transport=Broken())
+    async with setup.api_http() as http:
+        await setup.api(http).create_session("Triggers the bug")
+    with capture_logs() as logs, anyio.fail_after(30), pytest.raises(BaseExceptionGroup) as info:
+        await daemon.run(handle_signals=False)
+    assert info.group_contains(RuntimeError, match="a bug in the sender")
+    assert any(e["event"] == "relay.crashed" and e["log_level"] == "error" for e in logs)
+    assert daemon.store is None  # closed on the way out
+
+
+@pytest.mark.anyio
+async def test_reload_keeps_the_running_config_on_error_and_applies_a_good_one(
+    tmp_path: Path,
+) -> None:
+    setup = Setup(tmp_path)
+    daemon = setup.daemon()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: daemon.run(handle_signals=False))
+        await daemon.ready.wait()
+        good = setup.config_path.read_text()
+        setup.config_path.write_text(good + "\nunknown_key = 1\n")
+        with capture_logs() as logs:
+            assert await daemon.reload() is False
+        failed = next(e for e in logs if e["event"] == "config.reload_failed")
+        assert "unknown_key" in failed["error"]
+        assert daemon.config is setup.config
+        setup.config_path.write_text(
+            good
+            + "\n".join(
+                [
+                    "[[endpoints]]",
+                    'name = "second"',
+                    'url = "http://rx.test/second"',
+                    f'secret = "{generate_secret()}"',
+                ]
+            )
+            + "\n"
+        )
+        assert await daemon.reload() is True
+        assert [e.name for e in daemon.config.endpoints] == ["rx", "second"]
+        assert daemon.store is not None
+        states = await daemon.store.endpoint_states()
+        assert {s.name for s in states if s.active} == {"rx", "second"}
+        assert daemon.dispatcher is not None
+        assert set(daemon.dispatcher.settings.endpoints) == {"rx", "second"}
+        daemon.stop()
+
+
+@pytest.mark.anyio
+async def test_once_delivers_everything_due_and_exits_zero(tmp_path: Path) -> None:
+    now = [time.time()]
+    setup = Setup(tmp_path, clock=lambda: now[0], poll={"backfill": True})
+    async with setup.api_http() as http:
+        api = setup.api(http)
+        sources = (await api.list_sources()).sources
+        await api.create_session("One", source=sources[0].name, automation_mode="AUTO_CREATE_PR")
+        await api.create_session("Two")
+        now[0] += 3600  # both sessions are long finished
+        expected: set[str] = set()
+        async for session in api.iter_sessions():
+            expected |= {a.name async for a in api.iter_activities(session.name)}
+    with anyio.fail_after(60):
+        assert await setup.daemon().run_once() == 0
+    delivered = setup.receiver.first_deliveries()
+    activity_names = {
+        a.body["data"]["activity"]["name"] for a in delivered if "activity" in a.body["data"]
+    }
+    assert activity_names == expected
+    assert "session.pull_request_opened" in {a.type for a in delivered}
+    # A second pass finds nothing new and sends nothing again.
+    arrivals = len(setup.receiver.arrivals)
+    with anyio.fail_after(60):
+        assert await setup.daemon().run_once() == 0
+    assert len(setup.receiver.arrivals) == arrivals
+
+
+@pytest.mark.anyio
+async def test_once_with_a_rejected_key_fails_with_one_clear_error(tmp_path: Path) -> None:
+    setup = Setup(tmp_path, api_key="not-the-key")
+    with pytest.raises(DaemonError, match="rejected the API key"):
+        await setup.daemon().run_once()
+
+
+@pytest.mark.anyio
+async def test_a_store_that_cannot_be_opened_is_a_clean_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    setup = Setup(tmp_path, store={"path": str(blocker / "relay.db")})
+    with pytest.raises(DaemonError, match="cannot open the store"):
+        await setup.daemon().run_once()
+
+
+@pytest.mark.anyio
+async def test_systemd_hears_ready_watchdog_and_stopping(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "notify.sock"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(path))
+    sock.setblocking(False)
+    monkeypatch.setenv("NOTIFY_SOCKET", str(path))
+    monkeypatch.setenv("WATCHDOG_USEC", "200000")
+    monkeypatch.delenv("WATCHDOG_PID", raising=False)
+    messages: list[str] = []
+    heard = {"WATCHDOG=1": anyio.Event(), "STOPPING=1": anyio.Event()}
+
+    async def collect() -> None:
+        watchdogs = 0
+        while True:
+            await anyio.wait_readable(sock)
+            message = sock.recv(4096).decode()
+            messages.append(message)
+            watchdogs += message.startswith("WATCHDOG=1")
+            if watchdogs >= 2:
+                heard["WATCHDOG=1"].set()
+            if message.startswith("STOPPING=1"):
+                heard["STOPPING=1"].set()
+
+    setup = Setup(tmp_path)
+    daemon = setup.daemon()
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(collect)
+            tg.start_soon(lambda: daemon.run(handle_signals=False))
+            with anyio.fail_after(30):
+                await heard["WATCHDOG=1"].wait()  # two pings, not just one
+            daemon.stop()
+            with anyio.fail_after(10):
+                await heard["STOPPING=1"].wait()
+            tg.cancel_scope.cancel()
+    finally:
+        sock.close()
+    assert messages[0].startswith("READY=1")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.mark.anyio
+async def test_health_server_answers_ready_and_metrics(tmp_path: Path) -> None:
+    port = _free_port()
+    setup = Setup(tmp_path, server={"listen": f"127.0.0.1:{port}"})
+    daemon = setup.daemon()
+    async with setup.api_http() as api_http, anyio.create_task_group() as tg:
+        await setup.api(api_http).create_session("Watched")
+        tg.start_soon(lambda: daemon.run(handle_signals=False))
+        await setup.receiver.wait_for(lambda r: _completed(r, 1), within=30)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+            ready = await http.get("/readyz")
+            metrics = (await http.get("/metrics")).text
+        daemon.stop()
+    assert ready.status_code == 200 and ready.json()["ready"] is True
+    assert 'sessionhook_deliveries_total{endpoint="rx",outcome="delivered"}' in metrics
+    assert 'sessionhook_upstream_requests_total{endpoint="list_activities",status="200"}' in metrics
+    assert 'sessionhook_outbox_pending{endpoint="rx"}' in metrics
+
+
+@pytest.mark.anyio
+async def test_upstream_requests_stay_within_the_budget(tmp_path: Path) -> None:
+    sent: list[float] = []
+
+    class Counting(httpx.AsyncBaseTransport):
+        def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+            self._inner = inner
+
+        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+            sent.append(time.monotonic())
+            return await self._inner.handle_async_request(request)
+
+    setup = Setup(tmp_path, api={"requests_per_minute": 60})
+    daemon = setup.daemon(upstream_transport=Counting(httpx.ASGITransport(setup.emulator)))
+    async with setup.api_http() as http:
+        for i in range(5):
+            await setup.api(http).create_session(f"Busy {i}")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: daemon.run(handle_signals=False))
+        await anyio.sleep(3.0)
+        daemon.stop()
+    # 60 a minute with a burst of 5: at most 5 + one a second, whatever the demand
+    # (5 working sessions polled every 0.05 s would want hundreds).
+    span = sent[-1] - sent[0]
+    assert len(sent) <= 5 + span * 1.0 + 1
+    assert len(sent) >= 3

@@ -1,0 +1,398 @@
+"""The sender (post_event) and the dispatcher loop, against MockTransport/ASGI consumers."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+from pydantic import SecretStr
+from standardwebhooks import Webhook
+from structlog.testing import capture_logs
+
+from sessionhook import __version__
+from sessionhook.api.models import Activity, ProgressUpdated, Session
+from sessionhook.relay.config import Config, DeliveryConfig, EndpointConfig
+from sessionhook.relay.dispatch import AttemptResult, DeliverySettings, Dispatcher, post_event
+from sessionhook.relay.events import activity_event
+from sessionhook.relay.signing import generate_secret
+from sessionhook.relay.store import AsyncStore, DeliveryRow
+from tests.receiver import Receiver
+
+SECRET = generate_secret()
+OLD_SECRET = generate_secret()
+BODY = json.dumps({"type": "activity.plan_generated", "timestamp": "t", "data": {}}).encode()
+
+
+def _capture(
+    responses: list[httpx.Response] | None = None,
+) -> tuple[list[httpx.Request], httpx.MockTransport]:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return responses.pop(0) if responses else httpx.Response(204)
+
+    return seen, httpx.MockTransport(handler)
+
+
+async def _post(
+    transport: httpx.AsyncBaseTransport,
+    *,
+    secrets: list[str] | None = None,
+    limit: float = 5.0,
+    body_limit: int = 64,
+    now: Callable[[], float] = time.time,
+) -> AttemptResult:
+    async with httpx.AsyncClient(transport=transport) as http:
+        return await post_event(
+            http,
+            url="https://hooks.example.com/in",
+            secrets=secrets or [SECRET],
+            event_id="evt_0123",
+            body=BODY,
+            timeout=limit,
+            body_limit=body_limit,
+            now=now,
+        )
+
+
+# --------------------------------------------------------------------------- post_event
+
+
+@pytest.mark.anyio
+async def test_post_event_signs_as_the_reference_implementation_verifies() -> None:
+    seen, transport = _capture()
+    result = await _post(transport)
+    assert result.status_code == 204 and result.error is None
+    request = seen[0]
+    assert request.method == "POST"
+    assert request.content == BODY
+    headers = dict(request.headers)
+    assert headers["webhook-id"] == "evt_0123"
+    assert headers["content-type"] == "application/json"
+    assert headers["user-agent"] == f"sessionhook/{__version__}"
+    assert Webhook(SECRET).verify(request.content, headers)["type"] == "activity.plan_generated"
+
+
+@pytest.mark.anyio
+async def test_post_event_signs_with_every_secret_during_rotation() -> None:
+    seen, transport = _capture()
+    await _post(transport, secrets=[SECRET, OLD_SECRET])
+    headers = dict(seen[0].headers)
+    assert len(headers["webhook-signature"].split()) == 2
+    for secret in (SECRET, OLD_SECRET):
+        Webhook(secret).verify(seen[0].content, headers)
+
+
+@pytest.mark.anyio
+async def test_timestamp_is_fresh_per_attempt() -> None:
+    seen, transport = _capture()
+    clock = iter([1_700_000_000.0, 1_700_003_600.0])
+    await _post(transport, now=lambda: next(clock))
+    await _post(transport, now=lambda: next(clock))
+    stamps = [r.headers["webhook-timestamp"] for r in seen]
+    assert stamps == ["1700000000", "1700003600"]
+    assert seen[0].headers["webhook-id"] == seen[1].headers["webhook-id"]
+
+
+@pytest.mark.anyio
+async def test_delivery_timeout_applies_whatever_the_client_default() -> None:
+    # httpx clients default to 5 s; an attempt must get delivery.timeout, longer or shorter.
+    seen, transport = _capture()
+    await _post(transport, limit=27.0)
+    assert seen[0].extensions["timeout"] == {
+        "connect": 27.0,
+        "read": 27.0,
+        "write": 27.0,
+        "pool": 27.0,
+    }
+
+
+@pytest.mark.anyio
+async def test_redirect_is_a_failure_and_not_followed() -> None:
+    seen, transport = _capture(
+        [httpx.Response(307, headers={"location": "https://elsewhere.example.com/"})]
+    )
+    result = await _post(transport)
+    assert result.status_code == 307
+    assert len(seen) == 1  # nothing went to the Location
+
+
+@pytest.mark.anyio
+async def test_answer_body_is_capped_and_retry_after_read() -> None:
+    _, transport = _capture(
+        [httpx.Response(503, headers={"retry-after": "42"}, content=b"x" * 10_000)]
+    )
+    result = await _post(transport, body_limit=100)
+    assert result.status_code == 503
+    assert result.retry_after == 42.0
+    assert result.response_body == "x" * 100
+
+
+@pytest.mark.anyio
+async def test_connection_failure_is_a_result_not_an_exception() -> None:
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused", request=request)
+
+    result = await _post(httpx.MockTransport(refuse))
+    assert result.status_code is None
+    assert "ConnectError" in (result.error or "")
+
+
+class _Dripping(httpx.AsyncByteStream):
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for _ in range(100):
+            await anyio.sleep(0.05)
+            yield b"."
+
+
+@pytest.mark.anyio
+async def test_whole_exchange_is_bounded_by_the_timeout() -> None:
+    # Each chunk comes well within any per-read timeout; only the total bound stops it.
+    async def drip(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, stream=_Dripping())
+
+    with anyio.fail_after(3):
+        result = await _post(httpx.MockTransport(drip), limit=0.3)
+    assert result.status_code is None
+    assert "timeout" in (result.error or "")
+
+
+# --------------------------------------------------------------------------- the dispatcher
+#
+# A real store seeded with events, a Receiver (tests/receiver.py) behind an ASGI transport.
+
+SESSIONS = 4
+PER_SESSION = 5
+
+
+def _config(
+    *,
+    delays: tuple[float, ...] = (0.05, 0.05),
+    url: str = "http://rx.test/hook",
+    allow_private: bool = True,
+    disable_after: float = 5 * 86400.0,
+    concurrency: int = 8,
+) -> Config:
+    endpoint = EndpointConfig(
+        name="rx", url=url, secret=SecretStr(SECRET), disable_after=disable_after
+    )
+    delivery = DeliveryConfig(
+        retry_delays=delays,
+        timeout=5.0,
+        allow_private_networks=allow_private,
+        concurrency=concurrency,
+    )
+    return Config(delivery=delivery, endpoints=(endpoint,))
+
+
+async def _seed(store: AsyncStore, sessions: int = SESSIONS) -> dict[str, list[str]]:
+    """Sessions with PER_SESSION activity events each, enqueued; returns ids in order."""
+    expected: dict[str, list[str]] = {}
+    for i in range(sessions):
+        session = Session(name=f"sessions/{1000 + i}", state="IN_PROGRESS", title=f"S{i}")
+        await store.upsert_session(session, baseline=False)
+        activities = [
+            Activity(
+                name=f"{session.name}/activities/{j:032x}",
+                create_time=f"2025-05-01T10:00:{j:02d}.000000Z",
+                progress_updated=ProgressUpdated(title=f"step {j}"),
+            )
+            for j in range(PER_SESSION)
+        ]
+        built = [activity_event(session, a, max_media_bytes=1000) for a in activities]
+        await store.ingest_activities(session.name, activities, built, True)
+        expected[session.name] = [e.id for e in built]
+    return expected
+
+
+class Rig:
+    """Store + receiver + dispatcher for one test."""
+
+    def __init__(self, tmp_path: Path, receiver: Receiver, config: Config) -> None:
+        self.tmp_path = tmp_path
+        self.receiver = receiver
+        self.config = config
+
+    async def __aenter__(self) -> Rig:
+        self.store = await AsyncStore.open(self.tmp_path / "relay.db")
+        await self.store.sync_endpoints(self.config.endpoints)
+        self.expected = await _seed(self.store)
+        self.http = httpx.AsyncClient(transport=httpx.ASGITransport(self.receiver.app))
+        self.dispatcher = Dispatcher(
+            self.store, self.http, DeliverySettings.from_config(self.config)
+        )
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.http.aclose()
+        await self.store.close()
+
+    @property
+    def all_ids(self) -> set[str]:
+        return {i for ids in self.expected.values() for i in ids}
+
+    def rows(self) -> list[DeliveryRow]:
+        return self.store.store.list_deliveries(limit=10_000)
+
+    async def run_until(self, done: Callable[[], bool], *, within: float = 20.0) -> None:
+        """Run the dispatcher loop until ``done()`` holds (checked on each arrival)."""
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self.dispatcher.run)
+            await self.receiver.wait_for(lambda _: done(), within=within)
+            tg.cancel_scope.cancel()
+
+
+@pytest.mark.anyio
+async def test_each_session_in_order_sessions_in_parallel(tmp_path: Path) -> None:
+    receiver = Receiver(SECRET, delay=0.05)
+    async with Rig(tmp_path, receiver, _config()) as rig:
+        with anyio.fail_after(20):
+            await rig.dispatcher.run_until_idle()
+        assert receiver.rejected == []
+        by_session = {s: [a.event_id for a in arr] for s, arr in receiver.by_session().items()}
+        assert by_session == rig.expected
+        assert receiver.max_in_flight > 1  # sessions did not wait on each other
+        assert receiver.max_in_flight_per_session == 1  # ...but each session's events did
+        assert {r.status for r in rig.rows()} == {"delivered"}
+
+
+@pytest.mark.anyio
+async def test_failed_attempts_are_retried_until_delivered(tmp_path: Path) -> None:
+    receiver = Receiver(SECRET, fail_first=2)
+    async with Rig(tmp_path, receiver, _config(delays=(0.05, 0.05, 0.05))) as rig:
+        await rig.run_until(lambda: receiver.delivered_ids() == rig.all_ids)
+        rows = rig.rows()
+        assert {r.status for r in rows} == {"delivered"}
+        attempts = rig.store.store.list_attempts(rows[0].id)
+        assert [a.status_code for a in attempts] == [503, 503, 200]
+        # Order held through the retries: no event overtook an earlier one of its session.
+        by_session = {s: [a.event_id for a in arr] for s, arr in receiver.by_session().items()}
+        assert by_session == rig.expected
+
+
+@pytest.mark.anyio
+async def test_retry_after_is_honoured(tmp_path: Path) -> None:
+    receiver = Receiver(SECRET, fail_first=1, fail_status=429, retry_after="1")
+    async with Rig(tmp_path, receiver, _config(delays=(0.01,))) as rig:
+        first = next(iter(rig.expected.values()))[0]
+        await rig.run_until(lambda: first in receiver.delivered_ids())
+        tries = [a.arrived_at for a in receiver.arrivals if a.event_id == first]
+        assert len(tries) == 2
+        assert tries[1] - tries[0] >= 0.9
+
+
+@pytest.mark.anyio
+async def test_gone_disables_the_endpoint_and_keeps_the_deliveries(tmp_path: Path) -> None:
+    receiver = Receiver(SECRET, status=410)
+    async with Rig(tmp_path, receiver, _config()) as rig:
+        with capture_logs() as logs:
+            await rig.dispatcher.run_until_idle()
+        tried = len(receiver.arrivals)
+        assert 1 <= tried <= SESSIONS  # only what was already in flight when it said 410
+        (state,) = await rig.store.endpoint_states()
+        assert not state.enabled and state.disabled_reason == "410 Gone"
+        assert await rig.store.pending_count() == SESSIONS * PER_SESSION  # kept for later
+        assert any(e["event"] == "endpoint.disabled" for e in logs)
+        assert await rig.dispatcher.run_until_idle() == 0
+        assert len(receiver.arrivals) == tried
+
+
+@pytest.mark.anyio
+async def test_redirect_is_a_failure_and_is_not_followed(tmp_path: Path) -> None:
+    receiver = Receiver(SECRET, status=307)
+    async with Rig(tmp_path, receiver, _config(delays=(60.0,))) as rig:
+        assert await rig.dispatcher.run_until_idle() == SESSIONS
+        assert receiver.followed_redirects == 0
+        heads = [r for r in rig.rows() if r.attempts]
+        assert {(r.status, r.last_status_code) for r in heads} == {("failed", 307)}
+
+
+@pytest.mark.anyio
+async def test_dead_letter_after_the_last_delay(tmp_path: Path) -> None:
+    receiver = Receiver(SECRET, status=500)
+    async with Rig(tmp_path, receiver, _config(delays=(0.01, 0.01))) as rig:
+        with capture_logs() as logs:
+            await rig.run_until(lambda: all(r.status == "dead" for r in rig.rows()), within=30)
+        assert {r.attempts for r in rig.rows()} == {3}  # two delays: three attempts
+        dead = [e for e in logs if e["event"] == "delivery.dead"]
+        assert len(dead) == SESSIONS * PER_SESSION
+        assert {"endpoint", "event_id", "status", "attempt"} <= dead[0].keys()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("allow", [False, True])
+async def test_private_endpoint_is_refused_unless_allowed(tmp_path: Path, allow: bool) -> None:
+    seen, transport = _capture()
+    config = _config(url="http://127.0.0.1:9/hook", allow_private=allow, delays=(60.0,))
+    store = await AsyncStore.open(tmp_path / "relay.db")
+    await store.sync_endpoints(config.endpoints)
+    await _seed(store, sessions=1)
+    async with httpx.AsyncClient(transport=transport) as http:
+        dispatcher = Dispatcher(store, http, DeliverySettings.from_config(config))
+        attempts = await dispatcher.run_until_idle()
+    rows = store.store.list_deliveries()
+    await store.close()
+    if allow:
+        assert attempts == PER_SESSION
+        assert [str(r.url) for r in seen] == ["http://127.0.0.1:9/hook"] * PER_SESSION
+    else:
+        assert attempts == 1
+        assert seen == []  # nothing left the process
+        (row,) = [r for r in rows if r.attempts]
+        assert row.status == "failed" and "loopback" in (row.last_error or "")
+
+
+@pytest.mark.anyio
+async def test_endpoint_failing_longer_than_disable_after_is_disabled(tmp_path: Path) -> None:
+    receiver = Receiver(SECRET, status=503)
+    config = _config(delays=(0.05,) * 20, disable_after=0.3)
+    async with Rig(tmp_path, receiver, config) as rig:
+
+        def disabled() -> bool:
+            return not rig.store.store.endpoint_states()[0].enabled
+
+        with capture_logs() as logs:
+            await rig.run_until(disabled)
+        (state,) = await rig.store.endpoint_states()
+        assert state.disabled_reason is not None and "failing" in state.disabled_reason
+        assert any(e["event"] == "endpoint.disabled" and "failing" in e["reason"] for e in logs)
+
+
+@pytest.mark.anyio
+async def test_drain_lets_deliveries_in_flight_finish(tmp_path: Path) -> None:
+    receiver = Receiver(SECRET, delay=0.5)
+    async with Rig(tmp_path, receiver, _config()) as rig:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(rig.dispatcher.run)
+            await receiver.wait_for(lambda r: r.in_flight > 0, within=10)
+            with anyio.fail_after(5):
+                await rig.dispatcher.drain()
+        delivered = [r for r in rig.rows() if r.status == "delivered"]
+        assert len(delivered) == len(receiver.arrivals) >= 1
+        assert len(delivered) < SESSIONS * PER_SESSION  # nothing new started after drain
+
+
+@pytest.mark.anyio
+async def test_wake_starts_new_deliveries_without_waiting_for_the_timer(
+    tmp_path: Path,
+) -> None:
+    receiver = Receiver(SECRET)
+    config = _config()
+    store = await AsyncStore.open(tmp_path / "relay.db")
+    await store.sync_endpoints(config.endpoints)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(receiver.app)) as http:
+        dispatcher = Dispatcher(store, http, DeliverySettings.from_config(config), max_wait=60.0)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(dispatcher.run)
+            await anyio.sleep(0.2)  # let it fall asleep on its 60 s timer
+            await _seed(store, sessions=1)
+            dispatcher.wake()
+            await receiver.wait_for(lambda r: len(r.delivered_ids()) == PER_SESSION, within=5)
+            tg.cancel_scope.cancel()
+    await store.close()
