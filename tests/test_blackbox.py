@@ -1038,7 +1038,7 @@ def test_wrong_api_key(harness: Harness) -> None:
     code = once.wait(timeout=30)
     last = once.stderr.strip().splitlines()[-1]
     assert code == 1, once.diagnostics()
-    assert "API key" in last and last.startswith("sessionhook:"), last
+    assert "API key" in last and last.startswith("error:"), last
     assert "Traceback" not in once.stderr
     assert standin.statuses()[401] >= 1
 

@@ -415,7 +415,7 @@ def test_unusable_store_is_one_line_and_exit_1(tmp_path: Path) -> None:
     result = _cli("run", "--config", str(config), cwd=tmp_path)
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
-    assert result.stderr.strip().splitlines()[-1].startswith("sessionhook: cannot open the store")
+    assert result.stderr.strip().splitlines()[-1].startswith("error: cannot open the store")
 
 
 @pytest.mark.anyio
@@ -451,7 +451,7 @@ async def test_once_with_a_rejected_key_exits_non_zero_with_one_line(tmp_path: P
         )
     assert result.returncode == 1
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("sessionhook: the Sessions API rejected the API key")
+    assert last.startswith("error: the Sessions API rejected the API key")
     assert "Traceback" not in result.stderr
 
 

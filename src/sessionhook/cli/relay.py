@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import anyio
 import click
 
 from . import cli
+from ._output import CliError
 
 
-def _fail(message: str, code: int) -> None:
-    click.echo(f"sessionhook: {message}", err=True)
+def _fail(message: str, code: int) -> NoReturn:
+    """Report a failure the way every sessionhook command does: one line, then exit."""
+    CliError(message, exit_code=code).show()
     sys.exit(code)
 
 
