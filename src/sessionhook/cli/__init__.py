@@ -1,4 +1,4 @@
-"""The ``sessionhook`` command. One module per command group; each registers itself here."""
+"""The ``sessionhook`` command. One module per command group; each registers itself on ``cli``."""
 
 from __future__ import annotations
 
@@ -13,20 +13,9 @@ def cli() -> None:
     """sessionhook: push delivery (signed webhooks) for coding-agent sessions."""
 
 
-def _register() -> None:
-    # Imported for their side effect of adding commands to ``cli``. A module that does not
-    # exist yet is skipped so the command keeps working while groups are being built.
-    import importlib
-
-    for name in ("api", "emulator", "relay", "ops"):
-        try:
-            importlib.import_module(f"{__name__}.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__name__}.{name}":
-                raise
-
-
-_register()
+# Imported for their side effect of adding their commands to ``cli``; they import ``cli``
+# from here, so these imports come after its definition.
+from . import api, emulator, ops, relay  # noqa: E402, F401
 
 
 def main() -> None:
