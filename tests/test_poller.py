@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import random
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
 from structlog.testing import capture_logs
 
@@ -19,6 +21,7 @@ from sessionhook.api.client import RetryPolicy, SessionsClient
 from sessionhook.api.errors import ApiError
 from sessionhook.emulator.app import create_app
 from sessionhook.relay.config import EndpointConfig
+from sessionhook.relay.metrics import Metrics
 from sessionhook.relay.poller import Poller, PollSettings, backoff_delay
 from sessionhook.relay.ratelimit import LimitedTransport, RateLimiter, endpoint_label
 from sessionhook.relay.signing import generate_secret
@@ -183,6 +186,7 @@ class Harness:
         #: An uncounted client for the test's own calls (create, message...).
         self.api = SessionsClient(self._api_http, base_url="http://emu.test", api_key="k")
         self.enqueued = 0
+        self.metrics = Metrics()
         self._settings = PollSettings(
             active_interval=1.0,
             idle_interval=5.0,
@@ -205,6 +209,7 @@ class Harness:
             clock=self.clock,
             monotonic=self.clock,
             rng=random.Random(0),
+            metrics=self.metrics,
         )
         return self
 
@@ -385,6 +390,29 @@ async def test_repeated_pages_archive_nothing_twice(tmp_path: Path, whole: bool)
         assert wrappers[0].repeated, "the wrapper never repeated a page"
         archived = h.archived(session.name)
         assert archived == await h.upstream_activities(session.name)
+
+
+@pytest.mark.anyio
+async def test_ingested_metric_counts_each_new_event_by_its_type(tmp_path: Path) -> None:
+    # Repeated items make pages that are partly archived already: only the new events of
+    # such a page may be counted, each under its own type.
+    def wrap(inner: httpx.AsyncBaseTransport) -> httpx.AsyncBaseTransport:
+        return RepeatPages(inner, whole=False)
+
+    async with Harness(tmp_path, wrap=wrap, page_size=2) as h:
+        session = await h.api.create_session("Paged work")
+        h.clock.now += 8
+        await _finish(h, session.name)
+        archived = Counter(e.type for e in h.store.store.iter_events())
+        counted = {
+            sample.labels["type"]: sample.value
+            for family in text_string_to_metric_families(h.metrics.render().decode())
+            if family.name == "sessionhook_events_ingested"
+            for sample in family.samples
+            if sample.name.endswith("_total")
+        }
+        assert counted == {t: float(n) for t, n in archived.items()}
+        assert "activity.progress_updated" in counted
 
 
 class RepeatPages(httpx.AsyncBaseTransport):

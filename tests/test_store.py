@@ -23,7 +23,7 @@ from sessionhook.relay import store as store_module
 from sessionhook.relay.config import EndpointConfig
 from sessionhook.relay.events import Event
 from sessionhook.relay.retry import AttemptResult, Dead, Delivered, DisableEndpoint, Retry
-from sessionhook.relay.store import AsyncStore, Store, StoreError
+from sessionhook.relay.store import AsyncStore, Ingested, Store, StoreError
 
 SECRET = "whsec_" + base64.b64encode(b"s" * 32).decode()
 T0 = 1_700_000_000.0
@@ -82,7 +82,7 @@ def built(s: Session, acts: list[Activity]) -> list[Event]:
 
 
 def ingest(store: Store, s: Session, acts: list[Activity], deliver: bool = True) -> int:
-    return store.ingest_activities(s.name, acts, built(s, acts), deliver)
+    return store.ingest_activities(s.name, acts, built(s, acts), deliver).activities
 
 
 def ok(at: float = T0, status: int = 200) -> AttemptResult:
@@ -297,7 +297,9 @@ def test_overlapping_pages(store: Store) -> None:
 def test_duplicates_within_one_page(store: Store) -> None:
     (s,) = ready(store)
     a = activity(1, 1)
-    assert store.ingest_activities(s.name, [a, a], built(s, [a, a]), True) == 1
+    assert store.ingest_activities(s.name, [a, a], built(s, [a, a]), True) == Ingested(
+        1, ("activity.progress_updated",)
+    )
     assert count(store, "events") == 1
     assert count(store, "deliveries") == 1
 
@@ -312,7 +314,7 @@ def test_already_archived_activity_produces_no_event_even_if_its_event_is_new(
     other = Event(
         "evt_other", "activity.unknown", s.name, a.name, "2025-03-01T10:01:00Z", 0.0, b"{}"
     )
-    assert store.ingest_activities(s.name, [a], [other], True) == 0
+    assert store.ingest_activities(s.name, [a], [other], True) == Ingested(0, ())
     assert store.get_event("evt_other") is None
 
 
@@ -464,7 +466,9 @@ def test_backfill_false_archives_without_delivering(store: Store) -> None:
     store.sync_endpoints([Ep("a")])
     s = store.upsert_session(session(1), baseline=True).to_session()
     assert store.get_session(s.name).baseline  # type: ignore[union-attr]
-    assert store.ingest_session_events(s.name, [events.session_discovered(s)], False) == 1
+    assert store.ingest_session_events(
+        s.name, [events.session_discovered(s)], False
+    ) == Ingested(0, ("session.discovered",))
     assert ingest(store, s, [activity(1, 1), activity(1, 2)], deliver=False) == 2
     assert count(store, "events") == 3
     assert count(store, "deliveries") == 0
@@ -477,8 +481,8 @@ def test_backfill_false_archives_without_delivering(store: Store) -> None:
 def test_session_events_are_idempotent(store: Store) -> None:
     (s,) = ready(store)
     ev = events.session_discovered(s)
-    assert store.ingest_session_events(s.name, [ev], True) == 1
-    assert store.ingest_session_events(s.name, [ev], True) == 0
+    assert store.ingest_session_events(s.name, [ev], True).event_types == (ev.type,)
+    assert store.ingest_session_events(s.name, [ev], True).event_types == ()
     assert count(store, "deliveries") == 1
 
 

@@ -64,7 +64,7 @@ from . import events
 from .config import Config
 from .logging import get_logger
 from .metrics import Metrics
-from .store import AsyncStore, SessionRow
+from .store import AsyncStore, Ingested, SessionRow
 
 __all__ = ["ACTIVE_STATES", "EPOCH_KEY", "OnceReport", "PollSettings", "Poller", "backoff_delay"]
 
@@ -682,11 +682,8 @@ class Poller:
             added = await self._store.ingest_activities(
                 session.name, list(batch[start:end]), chunk, flag
             )
-            if added:
-                self._count_ingested(chunk, added)
-                if flag:
-                    self._on_enqueued()
-            new += added
+            self._count_ingested(added, enqueued=flag)
+            new += added.activities
             start = end
         return new
 
@@ -718,11 +715,9 @@ class Poller:
     ) -> None:
         for flag in (False, True):
             chosen = [e for e in found if deliver(e) == flag]
-            new = await self._store.ingest_session_events(name, chosen, flag) if chosen else 0
-            if new:
-                self._count_ingested(chosen, new)
-                if flag:
-                    self._on_enqueued()
+            if chosen:
+                added = await self._store.ingest_session_events(name, chosen, flag)
+                self._count_ingested(added, enqueued=flag)
 
     # ------------------------------------------------------------------ failures
 
@@ -770,11 +765,12 @@ class Poller:
             return
         _log.warning(event, error=str(exc), retry_in=round(delay, 2), **fields)
 
-    def _count_ingested(self, found: Sequence[events.Event], new: int) -> None:
-        if self._metrics is None:
+    def _count_ingested(self, added: Ingested, *, enqueued: bool) -> None:
+        """Count the newly archived events by type; wake the dispatcher if they were queued."""
+        if not added.event_types:
             return
-        if new == len(found):
-            for event in found:
-                self._metrics.event_ingested(event.type)
-        else:  # which ones were new is the store's knowledge; count them unattributed
-            self._metrics.event_ingested("mixed", new)
+        if self._metrics is not None:
+            for event_type in added.event_types:
+                self._metrics.event_ingested(event_type)
+        if enqueued:
+            self._on_enqueued()

@@ -72,6 +72,7 @@ __all__ = [
     "EndpointState",
     "EndpointSummary",
     "EventRow",
+    "Ingested",
     "SessionRow",
     "StatusSummary",
     "Store",
@@ -210,6 +211,14 @@ class EventRow:
         """The body parsed."""
         result: dict[str, Any] = json.loads(self.body)
         return result
+
+
+@dataclass(frozen=True, slots=True)
+class Ingested:
+    """What one ingest call archived: new activities, and the type of each new event."""
+
+    activities: int
+    event_types: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -807,9 +816,9 @@ class Store:
         events: Iterable[Event],
         deliver: bool,
         now: float,
-    ) -> int:
+    ) -> tuple[str, ...]:
         endpoints = self._active_endpoints() if deliver else []
-        inserted = 0
+        inserted: list[str] = []
         for event in events:
             cur = c.execute(
                 "INSERT OR IGNORE INTO events (id, session_name, type, activity_name, "
@@ -827,7 +836,7 @@ class Store:
             )
             if cur.rowcount == 0:
                 continue  # already archived: its deliveries were enqueued back then
-            inserted += 1
+            inserted.append(event.type)
             for endpoint, globs in endpoints:
                 if matches(globs, event.type):
                     c.execute(
@@ -836,18 +845,18 @@ class Store:
                         "VALUES (?, ?, ?, 'pending', ?, ?, ?)",
                         (event.id, endpoint, event.session_name, now, now, now),
                     )
-        return inserted
+        return tuple(inserted)
 
     def ingest_session_events(
         self, session_name: str, events: Sequence[Event], deliver: bool
-    ) -> int:
+    ) -> Ingested:
         """Append session-level events (discovered, state changed, pull request) and, when
         ``deliver``, enqueue them for every active endpoint whose globs match. One
-        transaction; events already archived (same id) are skipped. Returns how many were new.
+        transaction; events already archived (same id) are skipped. Returns what was new.
         """
         now = self._clock()
         with self._tx() as c:
-            return self._insert_events(c, events, deliver, now)
+            return Ingested(0, self._insert_events(c, events, deliver, now))
 
     def ingest_activities(
         self,
@@ -855,14 +864,15 @@ class Store:
         activities: Sequence[Activity],
         events: Sequence[Event],
         deliver: bool,
-    ) -> int:
+    ) -> Ingested:
         """Archive a page of activities with their events, in ONE transaction.
 
         Activities already archived (by name) are skipped, and so are their events: they
         produce no delivery. New events get a delivery per active, matching endpoint when
         ``deliver``. The session's ``activity_cursor`` advances to the newest ``createTime``
         of the page (compared as instants, never as strings). Returns how many activities
-        were new. If anything fails, nothing of the page is written.
+        were new and the types of the new events. If anything fails, nothing of the page is
+        written.
         """
         now = self._clock()
         with self._tx() as c:
@@ -895,7 +905,7 @@ class Store:
                     ),
                 )
             wanted = [e for e in events if e.activity_name is None or e.activity_name in fresh]
-            self._insert_events(c, wanted, deliver, now)
+            types = self._insert_events(c, wanted, deliver, now)
             cursor = self._one(
                 "SELECT activity_cursor FROM sessions WHERE name = ?", (session_name,)
             )
@@ -905,7 +915,7 @@ class Store:
                     "UPDATE sessions SET activity_cursor = ? WHERE name = ?",
                     (newest, session_name),
                 )
-            return len(fresh)
+            return Ingested(len(fresh), types)
 
     # ----------------------------------------------------------------- outbox
 
@@ -1401,7 +1411,7 @@ class AsyncStore:
 
     async def ingest_session_events(
         self, session_name: str, events: Sequence[Event], deliver: bool
-    ) -> int:
+    ) -> Ingested:
         """See :meth:`Store.ingest_session_events`."""
         return await self.call(self.store.ingest_session_events, session_name, events, deliver)
 
@@ -1430,7 +1440,7 @@ class AsyncStore:
         activities: Sequence[Activity],
         events: Sequence[Event],
         deliver: bool,
-    ) -> int:
+    ) -> Ingested:
         """See :meth:`Store.ingest_activities`."""
         return await self.call(
             self.store.ingest_activities, session_name, activities, events, deliver
