@@ -321,8 +321,16 @@ async def test_health_server_answers_ready_and_metrics(tmp_path: Path) -> None:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
             ready = await http.get("/readyz")
             metrics = (await http.get("/metrics")).text
+            # A store that can no longer be written (read-only mount, full disk) is not ready.
+            store = daemon.store
+            assert store is not None
+            await store.call(store.store._conn.execute, "PRAGMA query_only = 1")
+            unwritable = await http.get("/readyz")
+            await store.call(store.store._conn.execute, "PRAGMA query_only = 0")
         daemon.stop()
     assert ready.status_code == 200 and ready.json()["ready"] is True
+    assert unwritable.status_code == 503
+    assert any("store" in reason for reason in unwritable.json()["reasons"]), unwritable.json()
     assert 'sessionhook_deliveries_total{endpoint="rx",outcome="delivered"}' in metrics
     assert 'sessionhook_upstream_requests_total{endpoint="list_activities",status="200"}' in metrics
     assert 'sessionhook_outbox_pending{endpoint="rx"}' in metrics

@@ -351,11 +351,23 @@ class Daemon:
         if self.store is not None:
             await self.store.record_upstream(label, status, self._clock())
 
+    async def _store_writable(self) -> bool:
+        """Commit a tiny write: a full disk, a read-only mount or a lost file show here."""
+        store = self.store
+        if store is None:
+            return False
+        try:
+            await store.call(store.store.set_meta, "readyz_probe_at", repr(self._clock()))
+        except (sqlite3.Error, StoreError, OSError) as exc:
+            _log.warning("health.store_not_writable", error=str(exc))
+            return False
+        return True
+
     async def _readiness(self) -> tuple[bool, list[str]]:
         last = self.poller.last_success if self.poller is not None else None
         bound = max(120.0, 3 * self.config.poll.discovery_interval)
         return health.check_ready(
-            store_writable=self.store is not None,
+            store_writable=await self._store_writable(),
             last_successful_poll=last,
             now=self._clock(),
             max_poll_age=bound,
