@@ -7,6 +7,7 @@ import json
 import random
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +20,11 @@ from structlog.testing import capture_logs
 
 from sessionhook.api.client import RetryPolicy, SessionsClient
 from sessionhook.api.errors import ApiError
+from sessionhook.api.models import parse_timestamp
 from sessionhook.emulator.app import create_app
 from sessionhook.relay.config import EndpointConfig
 from sessionhook.relay.metrics import Metrics
-from sessionhook.relay.poller import Poller, PollSettings, backoff_delay
+from sessionhook.relay.poller import ACTIVE_STATES, Poller, PollSettings, backoff_delay
 from sessionhook.relay.ratelimit import LimitedTransport, RateLimiter, endpoint_label
 from sessionhook.relay.signing import generate_secret
 from sessionhook.relay.store import AsyncStore
@@ -413,6 +415,53 @@ async def test_ingested_metric_counts_each_new_event_by_its_type(tmp_path: Path)
         }
         assert counted == {t: float(n) for t, n in archived.items()}
         assert "activity.progress_updated" in counted
+
+
+class LateActivity(httpx.AsyncBaseTransport):
+    """Hides one activity from activity lists until released: a server that commits an
+    activity late, with a createTime already well behind the newest ones."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self._inner = inner
+        self.hidden: str | None = None
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self._inner.handle_async_request(request)
+        if self.hidden is None or not request.url.path.endswith("/activities"):
+            return response
+        page = json.loads(await response.aread())
+        kept = [a for a in page.get("activities", []) if a["name"] != self.hidden]
+        return httpx.Response(response.status_code, json={**page, "activities": kept})
+
+
+@pytest.mark.anyio
+async def test_an_activity_committed_late_is_archived_when_the_session_settles(
+    tmp_path: Path,
+) -> None:
+    late: list[LateActivity] = []
+
+    def wrap(inner: httpx.AsyncBaseTransport) -> httpx.AsyncBaseTransport:
+        late.append(LateActivity(inner))
+        return late[0]
+
+    async with Harness(tmp_path, wrap=wrap) as h:
+        session = await h.api.create_session("Late commit")
+        h.clock.now += 1.5
+        hidden = (await h.upstream_activities(session.name))[-1]
+        late[0].hidden = hidden
+        for _ in range(3):  # the cursor moves past the hidden activity's createTime + overlap
+            await h.round()
+        row = await h.store.get_session(session.name)
+        assert row is not None and row.activity_cursor
+        hidden_at = (await h.api.get_activity(hidden)).create_time
+        assert parse_timestamp(row.activity_cursor) - parse_timestamp(hidden_at) > timedelta(
+            seconds=1
+        )
+        assert (await h.api.get_session(session.name)).state in ACTIVE_STATES
+        assert hidden not in h.archived(session.name)
+        late[0].hidden = None  # committed now, while the session works, behind the cursor
+        await _finish(h, session.name)
+        assert hidden in h.archived(session.name)
 
 
 class RepeatPages(httpx.AsyncBaseTransport):

@@ -176,6 +176,8 @@ class _Tracked:
     listed_update_time: str | None = None
     due_at: float | None = None  # monotonic; None = idle, wait for discovery
     refresh: bool = False  # fetch the session after the next poll even if nothing new
+    #: Walk the next poll from the first activity, not from the cursor (see ``_on_listed``).
+    sweep: bool = False
     last_polled: float | None = None  # monotonic
     errors: int = 0
     last_error: ApiError | None = None
@@ -602,7 +604,7 @@ class Poller:
         update_time = tracked.listed_update_time or row.update_time
         deliver = self._deliverable(row.baseline)
         session = row.to_session()
-        since = self._since(row.activity_cursor)
+        since = None if tracked.sweep else self._since(row.activity_cursor)
         new = 0
         batch: list[Activity] = []
         # Whether an activity past the cursor may come with a state change or an output.
@@ -622,6 +624,7 @@ class Poller:
             await self._ingest(session, batch, deliver)
             raise
         new += await self._ingest(session, batch, deliver)
+        tracked.sweep = False  # stays set if the walk failed: the retry sweeps again
         # Progress updates, most of a session's activities, change neither its state nor
         # its outputs: fetching the session after them would double the request count.
         tracked.refresh = tracked.refresh or bool(new and telling)
@@ -629,6 +632,12 @@ class Poller:
             fresh = await self._client.get_session(row.name)
             await self._session_changes(row, fresh, deliver)
             await self._store.upsert_session(fresh, baseline=row.baseline)
+            if fresh.state != tracked.state and fresh.state not in ACTIVE_STATES:
+                # A session that settles (waits, pauses, ends) is read once more from its
+                # first activity: one committed late, with a createTime behind the cursor's
+                # overlap, is archived before the session goes quiet. About a page each.
+                tracked.sweep = True
+                self._schedule(tracked, self._mono())
             tracked.state = fresh.state
             tracked.refresh = False
         elif row.last_polled_at is None:
