@@ -490,6 +490,21 @@ def test_endpoints_test_applies_the_address_guard(run: RelayRun, tmp_path: Path)
     assert len(run.receivers["ci"].arrivals) == before
 
 
+def test_endpoints_test_needs_no_api_key(run: RelayRun, tmp_path: Path) -> None:
+    # The ping is signed with the endpoint's secret and never calls the Sessions API, so an
+    # operator's shell without the API key (or its credential file) can still run it.
+    text = run.config.read_text()
+    text = text.replace('"relay.db"', f'"{run.db}"')
+    text = text.replace('"api_key"', f'"{tmp_path / "no-such-api-key"}"')
+    keyless = tmp_path / "keyless.toml"
+    keyless.write_text(text)
+    ci = run.receivers["ci"]
+    before = len(ci.arrivals)
+    out = ok("endpoints", "test", "ci", "--config", str(keyless))
+    assert "200" in out
+    assert ci.arrivals[before].type == ops.PING_TYPE and not ci.rejected
+
+
 def test_endpoints_test_unknown_endpoint(run: RelayRun) -> None:
     line = failed("endpoints", "test", "nope", "--config", str(run.config))
     assert line.startswith("error: no endpoint named 'nope'")

@@ -236,7 +236,8 @@ def _target(config_path: str | None, db_path: str | None, *, need_config: bool =
     if db_path is not None and not need_config:
         return _Target(Path(db_path), None, None)
     path = config_path or os.environ.get(ENV_CONFIG) or DEFAULT_CONFIG
-    config = load_config(path, resolve_secrets=need_config)
+    # Only `endpoints test` needs secrets, and only the endpoints': it never calls the API.
+    config = load_config(path, resolve_secrets=need_config, need_api_key=False)
     return _Target(Path(db_path) if db_path else config.store.path, config, path)
 
 

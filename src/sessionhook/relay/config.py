@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -306,13 +306,16 @@ def load_config(
     *,
     env: Mapping[str, str] | None = None,
     resolve_secrets: bool = True,
+    need_api_key: bool = True,
 ) -> Config:
     """Read, validate and resolve the TOML config at ``path``.
 
     ``env`` replaces :data:`os.environ` (tests). With ``resolve_secrets=False`` the API key
     and file/env secrets are left unresolved (operator commands that only read the store);
-    touching ``api.api_key`` or an unresolved ``endpoint.secrets`` then raises ConfigError.
-    Raises :class:`ConfigError` for every problem, never a pydantic or TOML exception.
+    with ``need_api_key=False`` only the endpoint secrets are (``endpoints test`` signs a
+    ping but never calls the API). Touching an unresolved ``api.api_key`` or
+    ``endpoint.secrets`` raises ConfigError. Raises :class:`ConfigError` for every problem,
+    never a pydantic or TOML exception.
     """
     environ = os.environ if env is None else env
     file = Path(path)
@@ -332,7 +335,9 @@ def load_config(
     base = file.resolve().parent
     config = _resolve_store_path(config, base, environ)
     if resolve_secrets:
-        config = _resolve_secrets(config, base, environ)
+        api = _resolve_api_key(config.api, base, environ) if need_api_key else config.api
+        endpoints = _resolve_endpoint_secrets(config.endpoints, base, environ)
+        config = config.model_copy(update={"api": api, "endpoints": endpoints})
     return config
 
 
@@ -393,9 +398,11 @@ def _read_secret_file(key: str, raw: str, base: Path, env: Mapping[str, str]) ->
     return text
 
 
-def _resolve_secrets(config: Config, base: Path, env: Mapping[str, str]) -> Config:
-    # Copies get the private secrets, so no instance shared with another Config is touched.
-    api = config.api.model_copy()
+# Copies get the private secrets, so no instance shared with another Config is touched.
+
+
+def _resolve_api_key(api: ApiConfig, base: Path, env: Mapping[str, str]) -> ApiConfig:
+    api = api.model_copy()
     if api.api_key_file:
         api._api_key = SecretStr(_read_secret_file("api.api_key_file", api.api_key_file, base, env))
     else:
@@ -403,9 +410,14 @@ def _resolve_secrets(config: Config, base: Path, env: Mapping[str, str]) -> Conf
         if not env.get(var):
             raise ConfigError("api.api_key_env", f"environment variable {var} is not set")
         api._api_key = SecretStr(env[var].strip())
+    return api
 
+
+def _resolve_endpoint_secrets(
+    configured: Sequence[EndpointConfig], base: Path, env: Mapping[str, str]
+) -> tuple[EndpointConfig, ...]:
     endpoints = []
-    for i, endpoint in enumerate(config.endpoints):
+    for i, endpoint in enumerate(configured):
         if endpoint.secret is not None:
             key, text = f"endpoints[{i}].secret", endpoint.secret.get_secret_value()
         elif endpoint.secret_env:
@@ -423,7 +435,7 @@ def _resolve_secrets(config: Config, base: Path, env: Mapping[str, str]) -> Conf
         resolved = endpoint.model_copy()
         resolved._secrets = tuple(SecretStr(p) for p in parts)
         endpoints.append(resolved)
-    return config.model_copy(update={"api": api, "endpoints": tuple(endpoints)})
+    return tuple(endpoints)
 
 
 def _translate(exc: ValidationError) -> ConfigError:
