@@ -19,11 +19,11 @@ from sqlite_utils.migrations import Migrations
 
 from sessionhook.api.models import Activity, Session
 from sessionhook.relay import events
-from sessionhook.relay import store as store_module
 from sessionhook.relay.config import EndpointConfig
 from sessionhook.relay.events import Event
 from sessionhook.relay.retry import AttemptResult, Dead, Delivered, DisableEndpoint, Retry
 from sessionhook.relay.store import AsyncStore, Ingested, Store, StoreError
+from sessionhook.relay.store import schema as store_schema
 
 SECRET = "whsec_" + base64.b64encode(b"s" * 32).decode()
 T0 = 1_700_000_000.0
@@ -179,15 +179,15 @@ def test_a_failing_migration_leaves_no_trace(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     broken = Migrations("sessionhook")
-    broken(name="0001_initial")(store_module._m0001_initial)
+    broken(name="0001_initial")(store_schema._m0001_initial)
 
     @broken(name="0002_broken")
     def _m0002(db: Database) -> None:
         db.execute("CREATE TABLE half_done (x INTEGER)")
         raise RuntimeError("migration bug")
 
-    monkeypatch.setattr(store_module, "MIGRATIONS", broken)
-    monkeypatch.setattr(store_module, "_KNOWN_MIGRATIONS", ["0001_initial", "0002_broken"])
+    monkeypatch.setattr(store_schema, "MIGRATIONS", broken)
+    monkeypatch.setattr(store_schema, "_KNOWN_MIGRATIONS", ["0001_initial", "0002_broken"])
     path = tmp_path / "db.sqlite"
     with pytest.raises(RuntimeError, match="migration bug"):
         Store.open(path)

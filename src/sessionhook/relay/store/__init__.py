@@ -1,0 +1,67 @@
+"""SQLite storage of the relay: schema, migrations and every query (the only package with SQL).
+
+The database is at once the archive (sessions, activities kept whole), the event log, the
+outbox (``deliveries``: a row exists before any POST) and the delivery log (``attempts``).
+Tables and columns are listed in ``docs/relay-design.md``.
+
+Modules
+    :mod:`.rows`         the row dataclasses, the protocols of inputs, :class:`StoreError`
+                         (no SQL)
+    :mod:`.schema`       migrations and the checks that a file is ours (DDL)
+    :mod:`.sqlite`       :class:`Store`: connections, durability, the daemon's queries
+    :mod:`.ops_queries`  the operator's queries, mixed into :class:`Store`
+    :mod:`.aio`          :class:`AsyncStore`, the daemon's async handle
+
+    Only this package speaks SQL; a second backend is a new module beside :mod:`.sqlite`.
+
+Connections and durability (``synchronous=NORMAL``) are described in :mod:`.sqlite`.
+
+Threads
+    A :class:`Store` is used from one thread at a time. :class:`AsyncStore` gives the daemon
+    async methods that run the Store's in worker threads under a ``CapacityLimiter(1)``: one
+    writer, never two statements at once, the event loop never blocked on disk.
+
+Errors::
+
+    StoreError      the database cannot be opened or used (directory not writable, not a
+                    sessionhook database, schema newer than this version, unknown endpoint,
+                    write on a read-only store); ``path`` tells which file
+"""
+
+from .aio import AsyncStore
+from .rows import (
+    OPEN_STATUSES,
+    AttemptLike,
+    AttemptRow,
+    DeliveryRow,
+    DueDelivery,
+    EndpointLike,
+    EndpointState,
+    EndpointSummary,
+    EventRow,
+    Ingested,
+    SessionRow,
+    StatusSummary,
+    StoreError,
+    UpstreamSummary,
+)
+from .sqlite import Store
+
+__all__ = [
+    "OPEN_STATUSES",
+    "AsyncStore",
+    "AttemptLike",
+    "AttemptRow",
+    "DeliveryRow",
+    "DueDelivery",
+    "EndpointLike",
+    "EndpointState",
+    "EndpointSummary",
+    "EventRow",
+    "Ingested",
+    "SessionRow",
+    "StatusSummary",
+    "Store",
+    "StoreError",
+    "UpstreamSummary",
+]

@@ -1,0 +1,296 @@
+"""The operator's queries of the :class:`~.sqlite.Store`: ``sessionhook status``, the
+delivery and attempt history, replay, and the event archive. They work on a read-only
+connection too (except :meth:`OperatorQueries.replay`), e.g. while the daemon runs.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .rows import (
+    AttemptRow,
+    DeliveryRow,
+    EndpointState,
+    EndpointSummary,
+    EventRow,
+    StatusSummary,
+    StoreError,
+    UpstreamSummary,
+)
+
+_FETCH = 500
+_HOUR = 3600.0
+
+
+class OperatorQueries:
+    """Mixed into :class:`~.sqlite.Store`, which provides the connection and the queries
+    declared below (for the type checker only)."""
+
+    if TYPE_CHECKING:
+        _conn: sqlite3.Connection
+        _clock: Callable[[], float]
+        path: Path
+
+        def _tx(self) -> AbstractContextManager[sqlite3.Connection]: ...
+        def _one(self, sql: str, params: Sequence[Any] = ()) -> Any: ...
+        def get_meta(self, key: str) -> str | None: ...
+        def is_baseline_complete(self) -> bool: ...
+        def endpoint_states(self) -> list[EndpointState]: ...
+        def outbox_stats(self) -> dict[str, tuple[int, float | None]]: ...
+
+    def status_summary(self, now: float) -> StatusSummary:
+        """Figures for ``sessionhook status``: per endpoint and upstream, at ``now``."""
+        hour_ago = now - _HOUR
+        open_rows = self.outbox_stats()
+        final = {
+            (ep, status): n
+            for ep, status, n in self._conn.execute(
+                "SELECT endpoint, status, COUNT(*) FROM deliveries "
+                "WHERE status IN ('delivered', 'dead') AND updated_at >= ? "
+                "GROUP BY endpoint, status",
+                (hour_ago,),
+            )
+        }
+        dead_total = dict(
+            self._conn.execute(
+                "SELECT endpoint, COUNT(*) FROM deliveries WHERE status = 'dead' GROUP BY endpoint"
+            ).fetchall()
+        )
+        failed = dict(
+            self._conn.execute(
+                "SELECT d.endpoint, COUNT(*) FROM attempts a JOIN deliveries d "
+                "ON d.id = a.delivery_id WHERE a.started_at >= ? "
+                "AND (a.status_code IS NULL OR a.status_code NOT BETWEEN 200 AND 299) "
+                "GROUP BY d.endpoint",
+                (hour_ago,),
+            ).fetchall()
+        )
+        summaries = []
+        for st in self.endpoint_states():
+            count, oldest = open_rows.get(st.name, (0, None))
+            summaries.append(
+                EndpointSummary(
+                    name=st.name,
+                    url=st.url,
+                    configured=st.configured,
+                    enabled=st.enabled,
+                    disabled_reason=st.disabled_reason,
+                    pending=count,
+                    oldest_pending_age=None if oldest is None else max(0.0, now - oldest),
+                    delivered_last_hour=final.get((st.name, "delivered"), 0),
+                    failed_last_hour=failed.get(st.name, 0),
+                    dead_last_hour=final.get((st.name, "dead"), 0),
+                    dead_total=dead_total.get(st.name, 0),
+                    last_error=st.last_error,
+                    last_error_at=st.last_error_at,
+                    last_success_at=st.last_success_at,
+                    failing_since=st.failing_since,
+                )
+            )
+        upstream = self._conn.execute(
+            "SELECT COALESCE(SUM(count), 0), "
+            "COALESCE(SUM(CASE WHEN status = 429 THEN count END), 0), "
+            "COALESCE(SUM(CASE WHEN status = -1 OR status >= 500 THEN count END), 0) "
+            "FROM upstream_requests WHERE minute >= ?",
+            (int(hour_ago // 60),),
+        ).fetchone()
+        last_poll = self.get_meta("last_poll_at")
+        last_ok = self.get_meta("last_ok_poll_at")
+        return StatusSummary(
+            now=now,
+            endpoints=tuple(summaries),
+            upstream=UpstreamSummary(
+                last_poll_at=None if last_poll is None else float(last_poll),
+                last_ok_poll_at=None if last_ok is None else float(last_ok),
+                requests_last_hour=upstream[0],
+                throttled_last_hour=upstream[1],
+                errors_last_hour=upstream[2],
+            ),
+            sessions=int(self._one("SELECT COUNT(*) FROM sessions")),
+            activities=int(self._one("SELECT COUNT(*) FROM activities")),
+            events=int(self._one("SELECT COUNT(*) FROM events")),
+            baseline_complete=self.is_baseline_complete(),
+        )
+
+    _DELIVERY_COLUMNS = (
+        "d.id, d.event_id, e.type, d.endpoint, d.session_name, d.status, d.attempts, "
+        "d.next_attempt_at, d.created_at, d.updated_at, d.delivered_at, d.last_status_code, "
+        "d.last_error, d.replayed"
+    )
+
+    @staticmethod
+    def _delivery_row(r: Sequence[Any]) -> DeliveryRow:
+        return DeliveryRow(
+            id=r[0],
+            event_id=r[1],
+            event_type=r[2],
+            endpoint=r[3],
+            session_name=r[4],
+            status=r[5],
+            attempts=r[6],
+            next_attempt_at=r[7],
+            created_at=r[8],
+            updated_at=r[9],
+            delivered_at=r[10],
+            last_status_code=r[11],
+            last_error=r[12],
+            replayed=bool(r[13]),
+        )
+
+    def list_deliveries(
+        self,
+        endpoint: str | None = None,
+        status: str | None = None,
+        session: str | None = None,
+        limit: int = 100,
+        *,
+        event_id: str | None = None,
+    ) -> list[DeliveryRow]:
+        """Deliveries, newest first, filtered by any of endpoint, status, session, event."""
+        where, params = _where(
+            ("d.endpoint = ?", endpoint),
+            ("d.status = ?", status),
+            ("d.session_name = ?", session),
+            ("d.event_id = ?", event_id),
+        )
+        rows = self._conn.execute(
+            f"SELECT {self._DELIVERY_COLUMNS} FROM deliveries d "
+            f"JOIN events e ON e.id = d.event_id {where} ORDER BY d.id DESC LIMIT ?",
+            (*params, limit),
+        ).fetchall()
+        return [self._delivery_row(r) for r in rows]
+
+    def get_delivery(self, delivery_id: int) -> DeliveryRow | None:
+        """One delivery, or ``None``."""
+        row = self._conn.execute(
+            f"SELECT {self._DELIVERY_COLUMNS} FROM deliveries d "
+            "JOIN events e ON e.id = d.event_id WHERE d.id = ?",
+            (delivery_id,),
+        ).fetchone()
+        return None if row is None else self._delivery_row(row)
+
+    def list_attempts(self, delivery_id: int) -> list[AttemptRow]:
+        """The attempts of a delivery, first to last."""
+        rows = self._conn.execute(
+            "SELECT id, delivery_id, attempt, started_at, duration_ms, status_code, error, "
+            "response_body FROM attempts WHERE delivery_id = ? ORDER BY attempt, id",
+            (delivery_id,),
+        ).fetchall()
+        return [AttemptRow(*r) for r in rows]
+
+    def replay(
+        self,
+        endpoint: str,
+        *,
+        since: float | None = None,
+        until: float | None = None,
+        event_ids: Sequence[str] | None = None,
+        type_glob: str | None = None,
+        session: str | None = None,
+    ) -> int:
+        """Queue archived events again for ``endpoint``; returns how many were queued.
+
+        Each selected event gets a NEW ``pending`` delivery row (``replayed = 1``) carrying the
+        same event id, so the consumer sees the same ``webhook-id`` and body; dead letters are
+        replayed this way. Filters combine with AND: ``since`` (inclusive) / ``until``
+        (exclusive) on the event's upstream time in Unix seconds, explicit ``event_ids``, a
+        ``type_glob`` (fnmatch) and a ``session`` name; at least one is required. Only event
+        types the endpoint subscribes to are queued, and events that already have an open
+        delivery to it are skipped (they are on their way). One ``INSERT ... SELECT``, in
+        event order, so a large range costs one statement.
+        """
+        if since is None and until is None and event_ids is None and not type_glob and not session:
+            raise ValueError("replay needs at least one filter (since, until, ids, type, session)")
+        now = self._clock()
+        where, params = _where(
+            ("e.occurred_ts >= ?", since),
+            ("e.occurred_ts < ?", until),
+            (
+                "e.id IN (SELECT value FROM json_each(?))",
+                None if event_ids is None else json.dumps(list(event_ids)),
+            ),
+            ("fnmatch(?, e.type)", type_glob),
+            ("e.session_name = ?", session),
+        )
+        with self._tx() as c:
+            if not c.execute("SELECT 1 FROM endpoints WHERE name = ?", (endpoint,)).fetchone():
+                raise StoreError(f"unknown endpoint {endpoint!r}", path=self.path)
+            cur = c.execute(
+                "INSERT INTO deliveries (event_id, endpoint, session_name, status, "
+                "next_attempt_at, created_at, updated_at, replayed) "
+                "SELECT e.id, ep.name, e.session_name, 'pending', ?, ?, ?, 1 "
+                f"FROM events e JOIN endpoints ep ON ep.name = ? {where} "
+                f"{'AND' if where else 'WHERE'} EXISTS (SELECT 1 FROM json_each(ep.events) g "
+                "WHERE fnmatch(g.value, e.type)) "
+                "AND NOT EXISTS (SELECT 1 FROM deliveries o WHERE o.event_id = e.id "
+                "AND o.endpoint = ep.name AND o.status IN ('pending', 'failed')) "
+                "ORDER BY e.seq",
+                (now, now, now, endpoint, *params),
+            )
+            return cur.rowcount
+
+    _EVENT_COLUMNS = (
+        "seq, id, session_name, type, activity_name, occurred_at, occurred_ts, created_at, body"
+    )
+
+    def get_event(self, event_id: str) -> EventRow | None:
+        """One archived event, or ``None``."""
+        row = self._conn.execute(
+            f"SELECT {self._EVENT_COLUMNS} FROM events WHERE id = ?", (event_id,)
+        ).fetchone()
+        return None if row is None else _event_row(row)
+
+    def iter_events(
+        self,
+        session: str | None = None,
+        type_glob: str | None = None,
+        since: float | None = None,
+        *,
+        until: float | None = None,
+    ) -> Iterator[EventRow]:
+        """Archived events in ingest order, streamed from a cursor (never all in memory).
+
+        ``since`` / ``until`` filter on the upstream time in Unix seconds (inclusive /
+        exclusive). Rows are fetched in batches of a few hundred as the caller iterates.
+        """
+        where, params = _where(
+            ("session_name = ?", session),
+            ("fnmatch(?, type)", type_glob),
+            ("occurred_ts >= ?", since),
+            ("occurred_ts < ?", until),
+        )
+        cursor = self._conn.execute(
+            f"SELECT {self._EVENT_COLUMNS} FROM events {where} ORDER BY seq", params
+        )
+        try:
+            while rows := cursor.fetchmany(_FETCH):
+                for row in rows:
+                    yield _event_row(row)
+        finally:
+            cursor.close()
+
+
+def _where(*clauses: tuple[str, object | None]) -> tuple[str, list[object]]:
+    used = [(sql, value) for sql, value in clauses if value is not None]
+    if not used:
+        return "", []
+    return "WHERE " + " AND ".join(sql for sql, _ in used), [value for _, value in used]
+
+
+def _event_row(r: Sequence[Any]) -> EventRow:
+    return EventRow(
+        seq=r[0],
+        id=r[1],
+        session_name=r[2],
+        type=r[3],
+        activity_name=r[4],
+        occurred_at=r[5],
+        occurred_ts=r[6],
+        created_at=r[7],
+        body=r[8].encode("utf-8"),
+    )

@@ -1,0 +1,251 @@
+"""What the store takes and returns: the row dataclasses, the protocols of its inputs, and
+:class:`StoreError`. No SQL here; the queries live in :mod:`.sqlite` and :mod:`.ops_queries`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from sessionhook.api.models import Session
+
+#: Delivery statuses that still wait for an attempt (``pending``: never tried or parked by a
+#: 410; ``failed``: tried, retry scheduled). ``delivered`` and ``dead`` are final.
+OPEN_STATUSES = ("pending", "failed")
+
+
+class StoreError(Exception):
+    """The store cannot do what was asked; the message says why and names the file."""
+
+    def __init__(self, message: str, *, path: Path | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+class EndpointLike(Protocol):
+    """What :meth:`Store.sync_endpoints` reads of an endpoint (``EndpointConfig`` fits)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def events(self) -> Sequence[str]: ...
+
+    @property
+    def enabled(self) -> bool: ...
+
+
+class AttemptLike(Protocol):
+    """What :meth:`Store.record_attempt` reads of an attempt (``retry.AttemptResult`` fits)."""
+
+    @property
+    def status_code(self) -> int | None: ...
+
+    @property
+    def error(self) -> str | None: ...
+
+    @property
+    def duration_ms(self) -> float: ...
+
+    @property
+    def response_body(self) -> str: ...
+
+    @property
+    def started_at(self) -> float: ...
+
+
+# --------------------------------------------------------------------------- rows
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRow:
+    """A session as archived, with the poller's bookkeeping."""
+
+    name: str
+    id: str
+    title: str
+    state: str
+    url: str
+    source: str
+    create_time: str
+    update_time: str
+    raw: dict[str, Any]
+    first_seen_at: float
+    baseline: bool
+    polled_update_time: str | None
+    activity_cursor: str | None
+    last_polled_at: float | None
+    next_poll_at: float | None
+    poll_errors: int
+
+    def to_session(self) -> Session:
+        """The archived upstream JSON as a :class:`Session`."""
+        return Session.model_validate(self.raw)
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointState:
+    """An endpoint as the store knows it.
+
+    ``configured``: present in the current config with ``enabled = true``. ``enabled``: not
+    disabled at run time (410, failing too long, operator). Only an endpoint that is both is
+    :attr:`active`: gets new deliveries and is sent to.
+    """
+
+    name: str
+    url: str
+    events: tuple[str, ...]
+    configured: bool
+    enabled: bool
+    disabled_reason: str | None
+    disabled_at: float | None
+    last_success_at: float | None
+    failing_since: float | None
+    last_error: str | None
+    last_error_at: float | None
+    created_at: float
+
+    @property
+    def active(self) -> bool:
+        """Configured and enabled."""
+        return self.configured and self.enabled
+
+
+@dataclass(frozen=True, slots=True)
+class EventRow:
+    """An archived event; ``body`` is the exact payload every delivery sends."""
+
+    seq: int
+    id: str
+    session_name: str
+    type: str
+    activity_name: str | None
+    occurred_at: str
+    occurred_ts: float
+    created_at: float
+    body: bytes
+
+    def payload(self) -> dict[str, Any]:
+        """The body parsed."""
+        result: dict[str, Any] = json.loads(self.body)
+        return result
+
+
+@dataclass(frozen=True, slots=True)
+class Ingested:
+    """What one ingest call archived: new activities, and the type of each new event."""
+
+    activities: int
+    event_types: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DueDelivery:
+    """A delivery the dispatcher should attempt now.
+
+    ``attempts`` counts the attempts already made (this one is number ``attempts + 1``);
+    ``body`` is the event's stored payload, byte for byte.
+    """
+
+    id: int
+    event_id: str
+    event_type: str
+    endpoint: str
+    url: str
+    session_name: str
+    attempts: int
+    body: bytes
+    created_at: float
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """``(endpoint, session_name)``: at most one in flight per key keeps the order."""
+        return (self.endpoint, self.session_name)
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryRow:
+    """One row of the outbox / delivery history."""
+
+    id: int
+    event_id: str
+    event_type: str
+    endpoint: str
+    session_name: str
+    status: str
+    attempts: int
+    next_attempt_at: float | None
+    created_at: float
+    updated_at: float
+    delivered_at: float | None
+    last_status_code: int | None
+    last_error: str | None
+    replayed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptRow:
+    """One POST of a delivery, as logged."""
+
+    id: int
+    delivery_id: int
+    attempt: int
+    started_at: float
+    duration_ms: float
+    status_code: int | None
+    error: str | None
+    response_body: str
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointSummary:
+    """Per endpoint figures of :meth:`Store.status_summary`; ``*_last_hour`` count rows."""
+
+    name: str
+    url: str
+    configured: bool
+    enabled: bool
+    disabled_reason: str | None
+    pending: int
+    oldest_pending_age: float | None
+    delivered_last_hour: int
+    failed_last_hour: int
+    dead_last_hour: int
+    dead_total: int
+    last_error: str | None
+    last_error_at: float | None
+    last_success_at: float | None
+    failing_since: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamSummary:
+    """Sessions API figures of :meth:`Store.status_summary`."""
+
+    last_poll_at: float | None
+    last_ok_poll_at: float | None
+    requests_last_hour: int
+    throttled_last_hour: int
+    errors_last_hour: int
+
+
+@dataclass(frozen=True, slots=True)
+class StatusSummary:
+    """What ``sessionhook status`` shows."""
+
+    now: float
+    endpoints: tuple[EndpointSummary, ...]
+    upstream: UpstreamSummary
+    sessions: int
+    activities: int
+    events: int
+    baseline_complete: bool

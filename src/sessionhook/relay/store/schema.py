@@ -1,0 +1,183 @@
+"""The database schema: migrations (the only way the schema changes) and the checks that a
+file is a sessionhook database of a version we know.
+
+Each migration is registered with ``_migration`` and applied by :func:`_migrate`, all pending
+ones in one write transaction with their bookkeeping rows.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+from sqlite_utils import Database
+from sqlite_utils.migrations import Migrations
+
+from .rows import StoreError
+
+MIGRATIONS = Migrations("sessionhook")
+#: Every migration this version knows, in order (a database with others is newer than us).
+_KNOWN_MIGRATIONS: list[str] = []
+
+
+def _migration(name: str) -> Callable[[Callable[[Database], None]], Callable[[Database], None]]:
+    _KNOWN_MIGRATIONS.append(name)
+    return MIGRATIONS(name=name)
+
+
+_INITIAL_SCHEMA = (
+    "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)",
+    """CREATE TABLE sessions (
+        name TEXT PRIMARY KEY,
+        id TEXT NOT NULL DEFAULT '',
+        title TEXT NOT NULL DEFAULT '',
+        state TEXT NOT NULL DEFAULT '',
+        url TEXT NOT NULL DEFAULT '',
+        source TEXT NOT NULL DEFAULT '',
+        create_time TEXT NOT NULL DEFAULT '',
+        update_time TEXT NOT NULL DEFAULT '',
+        raw TEXT NOT NULL,
+        first_seen_at REAL NOT NULL,
+        baseline INTEGER NOT NULL DEFAULT 0,
+        polled_update_time TEXT,
+        activity_cursor TEXT,
+        last_polled_at REAL,
+        next_poll_at REAL,
+        poll_errors INTEGER NOT NULL DEFAULT 0
+    )""",
+    """CREATE TABLE activities (
+        name TEXT PRIMARY KEY,
+        session_name TEXT NOT NULL REFERENCES sessions(name),
+        id TEXT NOT NULL DEFAULT '',
+        create_time TEXT NOT NULL DEFAULT '',
+        kind TEXT NOT NULL,
+        raw TEXT NOT NULL,
+        ingested_at REAL NOT NULL
+    )""",
+    "CREATE INDEX activities_by_session ON activities(session_name, create_time)",
+    """CREATE TABLE events (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL UNIQUE,
+        session_name TEXT NOT NULL REFERENCES sessions(name),
+        type TEXT NOT NULL,
+        activity_name TEXT,
+        occurred_at TEXT NOT NULL,
+        occurred_ts REAL NOT NULL,
+        created_at REAL NOT NULL,
+        body TEXT NOT NULL
+    )""",
+    "CREATE INDEX events_by_session ON events(session_name, seq)",
+    "CREATE INDEX events_by_time ON events(occurred_ts)",
+    """CREATE TABLE endpoints (
+        name TEXT PRIMARY KEY,
+        url TEXT NOT NULL,
+        events TEXT NOT NULL DEFAULT '["*"]',
+        configured INTEGER NOT NULL DEFAULT 1,
+        enabled INTEGER NOT NULL DEFAULT 1,
+        disabled_reason TEXT,
+        disabled_at REAL,
+        last_success_at REAL,
+        failing_since REAL,
+        last_error TEXT,
+        last_error_at REAL,
+        created_at REAL NOT NULL
+    )""",
+    """CREATE TABLE deliveries (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        event_id TEXT NOT NULL REFERENCES events(id),
+        endpoint TEXT NOT NULL REFERENCES endpoints(name),
+        session_name TEXT NOT NULL,
+        status TEXT NOT NULL CHECK (status IN ('pending', 'failed', 'dead', 'delivered')),
+        attempts INTEGER NOT NULL DEFAULT 0,
+        next_attempt_at REAL,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL,
+        delivered_at REAL,
+        last_status_code INTEGER,
+        last_error TEXT,
+        replayed INTEGER NOT NULL DEFAULT 0
+    )""",
+    "CREATE INDEX deliveries_by_key ON deliveries(endpoint, session_name, status, id)",
+    # The outbox proper: only open rows, so it stays small however long the history grows.
+    """CREATE INDEX deliveries_open ON deliveries(endpoint, session_name, id)
+        WHERE status IN ('pending', 'failed')""",
+    "CREATE INDEX deliveries_by_event ON deliveries(event_id)",
+    "CREATE INDEX deliveries_by_update ON deliveries(status, updated_at)",
+    """CREATE TABLE attempts (
+        id INTEGER PRIMARY KEY,
+        delivery_id INTEGER NOT NULL REFERENCES deliveries(id),
+        attempt INTEGER NOT NULL,
+        started_at REAL NOT NULL,
+        duration_ms REAL NOT NULL,
+        status_code INTEGER,
+        error TEXT,
+        response_body TEXT NOT NULL DEFAULT ''
+    )""",
+    "CREATE INDEX attempts_by_delivery ON attempts(delivery_id, attempt)",
+    "CREATE INDEX attempts_by_time ON attempts(started_at)",
+    """CREATE TABLE upstream_requests (
+        minute INTEGER NOT NULL,
+        label TEXT NOT NULL,
+        status INTEGER NOT NULL,
+        count INTEGER NOT NULL,
+        PRIMARY KEY (minute, label, status)
+    ) WITHOUT ROWID""",
+)
+
+
+@_migration("0001_initial")
+def _m0001_initial(db: Database) -> None:
+    # Statement by statement: executescript() would COMMIT the migration's transaction.
+    for statement in _INITIAL_SCHEMA:
+        db.execute(statement)
+
+
+def _schema_state(db: Database) -> tuple[list[str], list[str]]:
+    """(pending migration names, applied names this version does not know)."""
+    applied = [m.name for m in MIGRATIONS.applied(db)]
+    pending = [name for name in _KNOWN_MIGRATIONS if name not in applied]
+    return pending, [name for name in applied if name not in _KNOWN_MIGRATIONS]
+
+
+def _check_ours(conn: sqlite3.Connection, path: Path) -> None:
+    """Refuse a SQLite file that holds tables but is not a sessionhook database."""
+    tables = {
+        row[0]
+        for row in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+        )
+    }
+    if not tables:
+        return
+    ours = (
+        Migrations.migrations_table in tables
+        and conn.execute(
+            f"SELECT 1 FROM {Migrations.migrations_table} WHERE migration_set = ? LIMIT 1",
+            (MIGRATIONS.name,),
+        ).fetchone()
+    )
+    if not ours:
+        raise StoreError(f"{path} is not a sessionhook database", path=path)
+
+
+def _migrate(conn: sqlite3.Connection, db: Database, path: Path) -> None:
+    """Apply pending migrations: each with its bookkeeping row, all under one write lock so
+    that two processes starting together cannot both migrate."""
+    pending, unknown = _schema_state(db)
+    if unknown:
+        raise StoreError(
+            f"{path} was written by a newer sessionhook (migration {unknown[0]})", path=path
+        )
+    if not pending:
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        # Inside our transaction sqlite-utils runs each migration in a savepoint with its
+        # bookkeeping row, and re-reads what is pending under the lock.
+        MIGRATIONS.apply(db)
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
