@@ -31,7 +31,7 @@ from typing import IO, Any, Final, TypeVar
 
 import click
 
-from ..api.models import Session
+from ..api.models import Session, parse_timestamp
 from ..relay.config import Config, ConfigError, load_config
 from ..relay.dispatch import post_event
 from ..relay.events import EVENT_TYPES, matches, session_summary
@@ -97,14 +97,11 @@ def parse_time(text: str, now: float) -> float:
     if match := _AGE.match(text):
         return now - float(match.group(1)) * _UNIT_SECONDS[match.group(2).lower()]
     try:
-        moment = datetime.fromisoformat(text.strip())
+        return parse_timestamp(text).timestamp()
     except ValueError:
         raise ValueError(
             f"{text!r} is neither RFC 3339 (2026-11-22T12:00:00Z) nor an age (30m, 2h, 7d)"
         ) from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.timestamp()
 
 
 def _time_option(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
