@@ -14,6 +14,12 @@ Paths: ``store.path``, ``api.api_key_file`` and ``endpoints[].secret_file`` may 
 ``~``; relative paths are relative to the directory of the config file. Without
 ``store.path`` the database is ``$STATE_DIRECTORY/sessionhook.db`` when systemd set
 ``STATE_DIRECTORY``, else ``sessionhook.db`` next to the config file.
+
+Types are strict: a boolean is ``true`` or ``false`` (never ``"yes"`` or ``1``), a number is a
+TOML number (never ``"15"``), an integer is never ``2.0``; nothing is coerced. Durations
+(:data:`DURATION_BOUNDS`) are a TOML number of seconds or a string with a unit (``"90s"``,
+``"15m"``, ``"12h"``, ``"5d"``), finite and within the bounds of their key. Webhook secrets
+decode to :data:`SECRET_MIN_BYTES` to :data:`SECRET_MAX_BYTES` bytes, wherever they come from.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     PrivateAttr,
@@ -41,6 +48,9 @@ from .events import EVENT_TYPES, matches
 from .signing import SECRET_PREFIX, decode_secret
 
 __all__ = [
+    "DURATION_BOUNDS",
+    "SECRET_MAX_BYTES",
+    "SECRET_MIN_BYTES",
     "ApiConfig",
     "Config",
     "ConfigError",
@@ -69,19 +79,56 @@ class ConfigError(Exception):
         self.problem = problem
 
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
-_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+#: Standard Webhooks secrets are 24 to 64 random bytes (after the base64 decoding).
+SECRET_MIN_BYTES = 24
+SECRET_MAX_BYTES = 64
+
+_MINUTE, _HOUR, _DAY = 60, 3600, 86400
+
+#: ``key: (lowest, highest)`` in seconds. The highest is inclusive; the lowest is exclusive
+#: (the duration must be positive) except for ``retry_delays`` and ``max_retry_after``,
+#: which may be 0. A value beyond is refused: an interval of a year or a timeout of a week
+#: is a typo, not a wish. README and config.example.toml document the same figures.
+DURATION_BOUNDS: dict[str, tuple[int, int]] = {
+    "poll.active_interval": (0, _HOUR),
+    "poll.idle_interval": (0, _DAY),
+    "poll.discovery_interval": (0, _HOUR),
+    "delivery.retry_delays[]": (0, 7 * _DAY),
+    "delivery.timeout": (0, 5 * _MINUTE),
+    "delivery.max_retry_after": (0, _DAY),
+    "endpoints[].disable_after": (0, 90 * _DAY),
+}
+_ZERO_ALLOWED = frozenset({"delivery.retry_delays[]", "delivery.max_retry_after"})
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd])\s*$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_DURATION_HELP = 'must be a duration such as "90s", "15m", "12h", "5d" or a number of seconds'
 
 
 def parse_duration(value: object) -> float:
-    """Seconds from ``"90s"``, ``"15m"``, ``"12h"``, ``"5d"``, ``"120"`` or a number."""
+    """Seconds from a number or a string with a unit: ``"90s"``, ``"15m"``, ``"12h"``, ``"5d"``.
+
+    A string without a unit (``"120"``) is refused, like every other string where a number
+    belongs (the config is strictly typed); so are booleans. Non-finite numbers pass through
+    here and are refused by the field (``allow_inf_nan=False``).
+    """
     if isinstance(value, bool):
-        raise ValueError('must be a duration such as "90s", "15m", "12h", "5d" or seconds')
+        raise ValueError(_DURATION_HELP)
     if isinstance(value, int | float):
         return float(value)
     if isinstance(value, str) and (match := _DURATION.match(value)):
         return float(match.group(1)) * _UNITS[match.group(2)]
-    raise ValueError('must be a duration such as "90s", "15m", "12h", "5d" or seconds')
+    raise ValueError(_DURATION_HELP)
+
+
+#: Seconds: a TOML number or a string with a unit (finite: ``allow_inf_nan=False``).
+_Seconds = Annotated[float, BeforeValidator(parse_duration)]
+
+
+def _within(key: str) -> Any:
+    """The bounds of the duration ``key`` (from :data:`DURATION_BOUNDS`) as a Field."""
+    low, high = DURATION_BOUNDS[key]
+    return Field(ge=low, le=high) if key in _ZERO_ALLOWED else Field(gt=low, le=high)
 
 
 def _http_url(value: str) -> str:
@@ -92,7 +139,13 @@ def _http_url(value: str) -> str:
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: no "yes" -> True, "15" -> 15.0 or 2.0 -> 2; a TOML value must have the
+    # key's type. Tuples and paths opt out at the field (TOML gives lists and strings),
+    # their items stay strict.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+_LAX = Field(strict=False)
 
 
 class ApiConfig(_Section):
@@ -102,7 +155,7 @@ class ApiConfig(_Section):
     api_key_env: str | None = "SESSIONHOOK_API_KEY"
     api_key_file: str | None = None
     api_key_header: Annotated[str, Field(min_length=1)] = "x-vendor-api-key"
-    requests_per_minute: Annotated[int, Field(gt=0)] = 600
+    requests_per_minute: Annotated[int, Field(gt=0, le=1_000_000)] = 600
 
     _api_key: SecretStr | None = PrivateAttr(default=None)
 
@@ -133,35 +186,40 @@ class ApiConfig(_Section):
 class StoreConfig(_Section):
     """``[store]``: the SQLite database (after loading, an absolute path)."""
 
-    path: Path = Path(DEFAULT_DB_NAME)
+    path: Annotated[Path, _LAX] = Path(DEFAULT_DB_NAME)
+
+    @field_validator("path", mode="before")
+    @classmethod
+    def _path_is_text(cls, value: object) -> object:
+        if not isinstance(value, str | Path):
+            raise ValueError("must be a string")
+        return value
 
 
 class PollConfig(_Section):
     """``[poll]``: how often sessions are listed and activities fetched (seconds)."""
 
-    active_interval: Annotated[float, Field(gt=0)] = 2.0
-    idle_interval: Annotated[float, Field(gt=0)] = 30.0
-    discovery_interval: Annotated[float, Field(gt=0)] = 10.0
+    active_interval: Annotated[_Seconds, _within("poll.active_interval")] = 2.0
+    idle_interval: Annotated[_Seconds, _within("poll.idle_interval")] = 30.0
+    discovery_interval: Annotated[_Seconds, _within("poll.discovery_interval")] = 10.0
     backfill: bool = False
 
 
 class DeliveryConfig(_Section):
     """``[delivery]``: retry schedule, timeouts, limits of the webhook sender."""
 
-    retry_delays: Annotated[tuple[Annotated[float, Field(ge=0)], ...], Field(min_length=1)] = (
-        5,
-        300,
-        1800,
-        7200,
-        18000,
-        36000,
-        36000,
-    )
-    timeout: Annotated[float, Field(gt=0)] = 15.0
+    retry_delays: Annotated[
+        tuple[Annotated[_Seconds, _within("delivery.retry_delays[]")], ...],
+        Field(min_length=1, max_length=100, strict=False),
+    ] = (5, 300, 1800, 7200, 18000, 36000, 36000)
+    timeout: Annotated[_Seconds, _within("delivery.timeout")] = 15.0
+    #: A consumer's ``Retry-After`` longer than this is read as this (0: never wait longer
+    #: than the schedule says).
+    max_retry_after: Annotated[_Seconds, _within("delivery.max_retry_after")] = 3600.0
     allow_private_networks: bool = False
-    max_media_bytes: Annotated[int, Field(ge=0)] = 262_144
-    response_body_limit: Annotated[int, Field(ge=0)] = 4096
-    concurrency: Annotated[int, Field(ge=1)] = 16
+    max_media_bytes: Annotated[int, Field(ge=0, le=64 * 1024 * 1024)] = 262_144
+    response_body_limit: Annotated[int, Field(ge=0, le=1024 * 1024)] = 4096
+    concurrency: Annotated[int, Field(ge=1, le=1024)] = 16
 
 
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -179,8 +237,10 @@ class EndpointConfig(_Section):
     secret: SecretStr | None = None
     secret_env: str | None = None
     secret_file: str | None = None
-    events: Annotated[tuple[Annotated[str, Field(min_length=1)], ...], Field(min_length=1)] = ("*",)
-    disable_after: Annotated[float, Field(gt=0)] = 5 * 86400.0
+    events: Annotated[
+        tuple[Annotated[str, Field(min_length=1)], ...], Field(min_length=1, strict=False)
+    ] = ("*",)
+    disable_after: Annotated[_Seconds, _within("endpoints[].disable_after")] = 5 * 86400.0
     enabled: bool = True
 
     _secrets: tuple[SecretStr, ...] | None = PrivateAttr(default=None)
@@ -213,11 +273,6 @@ class EndpointConfig(_Section):
                     f"{glob!r} matches no event type (known: {', '.join(EVENT_TYPES)})"
                 )
         return value
-
-    @field_validator("disable_after", mode="before")
-    @classmethod
-    def _parse_disable_after(cls, value: object) -> float:
-        return parse_duration(value)
 
     @model_validator(mode="after")
     def _one_secret_source(self) -> EndpointConfig:
@@ -282,7 +337,7 @@ class Config(_Section):
     store: StoreConfig = Field(default_factory=StoreConfig)
     poll: PollConfig = Field(default_factory=PollConfig)
     delivery: DeliveryConfig = Field(default_factory=DeliveryConfig)
-    endpoints: tuple[EndpointConfig, ...] = ()
+    endpoints: Annotated[tuple[EndpointConfig, ...], _LAX] = ()
     server: ServerConfig | None = None
     log: LogConfig = Field(default_factory=LogConfig)
 
@@ -328,6 +383,8 @@ def load_config(
         raise ConfigError(str(file), f"cannot read: {exc.strerror or exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(str(file), f"invalid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(str(file), f"not UTF-8 text (byte {exc.start})") from None
     try:
         config = Config.model_validate(data)
     except ValidationError as exc:
@@ -351,7 +408,12 @@ def _split_secrets(text: str) -> list[str]:
     for part in parts:
         if not part.startswith(SECRET_PREFIX):
             raise ValueError(f"each secret must start with {SECRET_PREFIX}")
-        decode_secret(part)
+        size = len(decode_secret(part))
+        if not SECRET_MIN_BYTES <= size <= SECRET_MAX_BYTES:
+            raise ValueError(
+                f"a secret must decode to {SECRET_MIN_BYTES} to {SECRET_MAX_BYTES} bytes, "
+                f"not {size} (create one with `sessionhook secret generate`)"
+            )
     return parts
 
 
@@ -393,6 +455,8 @@ def _read_secret_file(key: str, raw: str, base: Path, env: Mapping[str, str]) ->
         text = file.read_text(encoding="utf-8").strip()
     except OSError as exc:
         raise ConfigError(key, f"cannot read {file}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(key, f"{file} is not UTF-8 text (byte {exc.start})") from None
     if not text:
         raise ConfigError(key, f"{file} is empty")
     return text
@@ -466,6 +530,8 @@ _SIMPLE_PROBLEMS = {
     "too_short": "must not be empty",
     "string_too_short": "must not be empty",
     "finite_number": "must be a finite number",
+    "path_type": "must be a string",
+    "too_long": "has too many items",
 }
 
 
@@ -478,6 +544,8 @@ def _problem(kind: str, ctx: dict[str, Any], msg: str) -> str:
         return f"must be > {ctx['gt']}"
     if kind == "greater_than_equal":
         return f"must be >= {ctx['ge']}"
+    if kind == "less_than_equal":
+        return f"must be <= {ctx['le']}"
     if kind == "literal_error":
         return f"must be one of {ctx['expected']}"
     return msg[:1].lower() + msg[1:]
