@@ -7,6 +7,8 @@
   :func:`register_user_error` (a config error, say), into ONE line on stderr,
   ``error: <status> <message> — <hint>``, and a non-zero exit status. Never a traceback
   for those; an unexpected exception (a bug) still shows its traceback.
+* Config: :func:`config_path` picks the daemon's config file the way every command does
+  (``--config`` > ``$SESSIONHOOK_CONFIG`` > ``/etc/sessionhook/config.toml``).
 * HTTP: :func:`http_client` builds the :class:`httpx.AsyncClient` a command uses. Tests
   pass a :class:`Runtime` as ``CliRunner.invoke(..., obj=Runtime(transport=...))`` to
   route every request of the command to an ``httpx.ASGITransport`` or ``MockTransport``.
@@ -15,6 +17,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -28,8 +31,11 @@ import httpx
 from ..api.errors import ApiError, ApiStatusError
 
 __all__ = [
+    "DEFAULT_CONFIG",
+    "ENV_CONFIG",
     "CliError",
     "Runtime",
+    "config_path",
     "current_runtime",
     "echo_json",
     "error_line",
@@ -43,6 +49,11 @@ __all__ = [
 ]
 
 _T = TypeVar("_T")
+
+#: The environment variable naming the daemon's config when ``--config`` is not given.
+ENV_CONFIG: Final = "SESSIONHOOK_CONFIG"
+#: The config file used when neither ``--config`` nor ``$SESSIONHOOK_CONFIG`` is given.
+DEFAULT_CONFIG: Final = "/etc/sessionhook/config.toml"
 
 #: Cells longer than this are cut in tables (the --json output is never cut).
 MAX_CELL: Final = 60
@@ -144,6 +155,15 @@ def run(main: Callable[[], Awaitable[_T]]) -> _T:
     """``anyio.run(main)`` with errors reported as by :func:`handle_errors`."""
     with handle_errors():
         return anyio.run(main)
+
+
+# --------------------------------------------------------------------------- config
+
+
+def config_path(flag: str | None) -> str:
+    """The daemon's config file: ``--config`` first, then ``$SESSIONHOOK_CONFIG``, then
+    :data:`DEFAULT_CONFIG` (the precedence of every command, ``run`` included)."""
+    return flag or os.environ.get(ENV_CONFIG) or DEFAULT_CONFIG
 
 
 # --------------------------------------------------------------------------- HTTP

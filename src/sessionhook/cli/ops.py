@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import re
 import secrets as _random
 import sqlite3
@@ -41,6 +40,8 @@ from ..relay.signing import SignatureError, generate_secret, verify
 from ..relay.store import OPEN_STATUSES, EndpointState, EventRow, Store, StoreError
 from . import cli
 from ._output import (
+    DEFAULT_CONFIG,
+    ENV_CONFIG,
     CliError,
     echo_json,
     handle_errors,
@@ -49,6 +50,7 @@ from ._output import (
     render_fields,
     render_table,
 )
+from ._output import config_path as _config_file
 from ._output import run as run_async
 
 __all__ = [
@@ -68,8 +70,6 @@ __all__ = [
     "verify_command",
 ]
 
-ENV_CONFIG: Final = "SESSIONHOOK_CONFIG"
-DEFAULT_CONFIG: Final = "/etc/sessionhook/config.toml"
 #: Events queued per replay transaction: short write locks next to a running daemon.
 REPLAY_CHUNK: Final = 1000
 #: Type of the event ``endpoints test`` sends (never archived, never retried).
@@ -232,7 +232,7 @@ def _reported(fn: Callable[..., None]) -> Callable[..., None]:
 def _target(config_path: str | None, db_path: str | None, *, need_config: bool = False) -> _Target:
     if db_path is not None and not need_config:
         return _Target(Path(db_path), None, None)
-    path = config_path or os.environ.get(ENV_CONFIG) or DEFAULT_CONFIG
+    path = _config_file(config_path)
     # Only `endpoints test` needs secrets, and only the endpoints': it never calls the API.
     config = load_config(path, resolve_secrets=need_config, need_api_key=False)
     return _Target(Path(db_path) if db_path else config.store.path, config, path)
@@ -373,7 +373,11 @@ def deliveries(
     limit: int,
     as_json: bool,
 ) -> None:
-    """The delivery log, newest first: status, attempts, last status code and error."""
+    """The delivery log, newest first: status, attempts, last status code and error.
+
+    An open delivery queued behind an earlier open one of the same endpoint and session
+    shows `waiting on #ID` (events of a session go out in order); --json has `waiting_on`.
+    """
     now = time.time()
     with _reading(config_path, db_path) as store:
         rows = store.list_deliveries(endpoint, status_, session, limit)
@@ -387,6 +391,8 @@ def deliveries(
     for d in rows:
         if d.status == "delivered":
             when = f"delivered {_age(now - d.delivered_at)} ago" if d.delivered_at else ""
+        elif d.status in OPEN_STATUSES and d.waiting_on is not None:
+            when = f"waiting on #{d.waiting_on}"  # its own time means nothing until then
         elif d.status in OPEN_STATUSES and d.next_attempt_at is not None:
             due = d.next_attempt_at - now
             when = "due now" if due <= 0 else f"next in {_age(due)}"

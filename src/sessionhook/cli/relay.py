@@ -1,5 +1,6 @@
 """``sessionhook run`` (the relay daemon) and ``sessionhook demo`` (everything on loopback).
 
+The config is ``--config``, else ``$SESSIONHOOK_CONFIG``, else ``/etc/sessionhook/config.toml``.
 Exit statuses of ``run``: 0 after a clean stop (SIGTERM/SIGINT) or a complete ``--once``
 pass; 2 for a bad configuration (one line naming the key); 1 for any other failure, also
 one line (the store cannot be opened, the API key is rejected in ``--once``...).
@@ -15,7 +16,7 @@ import anyio
 import click
 
 from . import cli
-from ._output import CliError
+from ._output import DEFAULT_CONFIG, ENV_CONFIG, CliError, config_path
 
 
 def _fail(message: str, code: int) -> NoReturn:
@@ -27,30 +28,35 @@ def _fail(message: str, code: int) -> NoReturn:
 @cli.command("run")
 @click.option(
     "--config",
-    "config_path",
-    required=True,
+    "config_flag",
     metavar="FILE",
-    help="The TOML configuration (see config.example.toml).",
+    help=f"The TOML configuration (default: ${ENV_CONFIG}, else {DEFAULT_CONFIG}).",
 )
 @click.option("--once", is_flag=True, help="One full poll-and-deliver pass, then exit.")
-def run(config_path: str, once: bool) -> None:
+def run(config_flag: str | None, once: bool) -> None:
     """Run the relay in the foreground until SIGTERM or SIGINT.
 
     Polls the Sessions API, archives every activity, and delivers signed webhooks. On
     SIGTERM/SIGINT deliveries in flight get 10 s to finish; SIGHUP re-reads the config.
+    The config is --config, else $SESSIONHOOK_CONFIG, else /etc/sessionhook/config.toml,
+    as for every operator command.
     """
     # Imported here so that `sessionhook --help` stays fast and never touches the relay.
     from sessionhook.relay import logging as relay_logging
     from sessionhook.relay.config import ConfigError, load_config
     from sessionhook.relay.daemon import Daemon, DaemonError
 
+    path = config_path(config_flag)
     try:
-        config = load_config(config_path)
+        config = load_config(path)
     except ConfigError as exc:
-        click.echo(str(exc), err=True)
+        message = str(exc)
+        if path == DEFAULT_CONFIG and exc.problem == "file not found":
+            message += f" (give --config FILE or set {ENV_CONFIG})"
+        click.echo(message, err=True)
         sys.exit(2)
     relay_logging.configure(config.log.level, config.log.format)
-    daemon = Daemon(config, config_path=Path(config_path))
+    daemon = Daemon(config, config_path=Path(path))
     try:
         if once:
             code = anyio.run(daemon.run_once, backend="asyncio")
