@@ -128,6 +128,7 @@ class DeliverySettings:
     """The dispatcher's view of the config: delivery knobs and the endpoints by name."""
 
     retry_delays: tuple[float, ...]
+    max_retry_after: float
     timeout: float
     body_limit: int
     concurrency: int
@@ -146,6 +147,7 @@ class DeliverySettings:
         )
         return cls(
             retry_delays=tuple(d.retry_delays),
+            max_retry_after=d.max_retry_after,
             timeout=d.timeout,
             body_limit=d.response_body_limit,
             concurrency=d.concurrency,
@@ -316,7 +318,9 @@ class Dispatcher:
                 now=self._clock,
             )
         now = self._clock()
-        decision = retry.decide(attempt_no, result, s.retry_delays, now, self._rng)
+        decision = retry.decide(
+            attempt_no, result, s.retry_delays, now, self._rng, max_retry_after=s.max_retry_after
+        )
         # Recorded even if the daemon is being cancelled: the POST happened. (A crash before
         # this line repeats the delivery at the next start: at-least-once, never lost.)
         with anyio.CancelScope(shield=True):

@@ -12,8 +12,10 @@ outcome                                    decision
 =========================================  ==========================================
 
 ``delay`` is ``retry_delays[n - 1]`` scaled by a jitter factor drawn from
-``uniform(0.8, 1.2)``, or the server's ``Retry-After`` when that is larger (capped at
-:data:`MAX_RETRY_AFTER`). A schedule of *k* delays thus allows *k + 1* attempts.
+``uniform(0.8, 1.2)``, or the server's ``Retry-After`` when that is larger, capped at
+``max_retry_after`` (``delivery.max_retry_after``, default :data:`MAX_RETRY_AFTER`, one
+hour): a consumer answering ``Retry-After: 999999`` must not park a session's deliveries for
+days. A schedule of *k* delays thus allows *k + 1* attempts.
 
 :class:`AttemptResult` (what one POST gave) lives here rather than in ``dispatch.py`` so that
 the store can record it without importing the HTTP layer; ``dispatch`` re-exports it.
@@ -43,8 +45,8 @@ __all__ = [
 
 #: Relative jitter applied to every scheduled delay (+-20 %).
 JITTER = 0.2
-#: A ``Retry-After`` longer than this (one day) is read as this.
-MAX_RETRY_AFTER = 86_400.0
+#: The default cap of a consumer's ``Retry-After`` (``delivery.max_retry_after``): one hour.
+MAX_RETRY_AFTER = 3600.0
 
 
 class OutcomeLike(Protocol):
@@ -138,11 +140,15 @@ def decide(
     retry_delays: Sequence[float],
     now: float,
     rng: _Uniform | None = None,
+    *,
+    max_retry_after: float = MAX_RETRY_AFTER,
 ) -> Decision:
     """Decide what follows attempt number ``attempt_no`` (1-based) given its ``outcome``.
 
     ``now`` is the current Unix time; ``rng`` supplies the jitter (default: the module's
-    shared :mod:`random` generator; tests pass a seeded ``random.Random``).
+    shared :mod:`random` generator; tests pass a seeded ``random.Random``). A
+    ``Retry-After`` beyond ``max_retry_after`` seconds is read as ``max_retry_after`` (the
+    scheduled delay still applies when it is longer).
     """
     if attempt_no < 1:
         raise ValueError("attempt_no starts at 1")
@@ -156,7 +162,7 @@ def decide(
     generator: _Uniform = rng if rng is not None else random
     delay = max(0.0, retry_delays[attempt_no - 1]) * generator.uniform(1 - JITTER, 1 + JITTER)
     if outcome.retry_after is not None and outcome.retry_after > 0:
-        delay = max(delay, min(outcome.retry_after, MAX_RETRY_AFTER))
+        delay = max(delay, min(outcome.retry_after, max(0.0, max_retry_after)))
     return Retry(at=now + delay)
 
 

@@ -117,10 +117,16 @@ class OperatorQueries:
             baseline_complete=self.is_baseline_complete(),
         )
 
+    # waiting_on: the oldest open delivery of the same (endpoint, session), when it is an
+    # earlier one: the dispatcher sends only that one (store.due_deliveries), so this row
+    # waits for it whatever its own next_attempt_at says. Served by deliveries_open.
     _DELIVERY_COLUMNS = (
         "d.id, d.event_id, e.type, d.endpoint, d.session_name, d.status, d.attempts, "
         "d.next_attempt_at, d.created_at, d.updated_at, d.delivered_at, d.last_status_code, "
-        "d.last_error, d.replayed"
+        "d.last_error, d.replayed, "
+        "CASE WHEN d.status IN ('pending', 'failed') THEN (SELECT MIN(o.id) FROM deliveries o "
+        "WHERE o.endpoint = d.endpoint AND o.session_name = d.session_name "
+        "AND o.status IN ('pending', 'failed') AND o.id < d.id) END"
     )
 
     @staticmethod
@@ -140,6 +146,7 @@ class OperatorQueries:
             last_status_code=r[11],
             last_error=r[12],
             replayed=bool(r[13]),
+            waiting_on=r[14],
         )
 
     def list_deliveries(

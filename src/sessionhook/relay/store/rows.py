@@ -190,6 +190,9 @@ class DeliveryRow:
     last_status_code: int | None
     last_error: str | None
     replayed: bool
+    #: For an open row that is not the oldest open one of its (endpoint, session): the id
+    #: of that oldest one, which it waits behind (a session's events go out in order).
+    waiting_on: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,154 @@
+"""Black-box tests of the config and operator-CLI hardening (issue 7): the real
+``sessionhook run`` and operator commands in subprocesses, against the independent stand-in
+of the Sessions API and the verifying consumer of ``tests/test_blackbox.py``.
+
+Nothing is imported from ``sessionhook``; the store is read only through the operator
+commands (``--json``), as an operator would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .standin import StandIn
+from .test_blackbox import SESSIONHOOK, Endpoint, Harness, relay_config, wait_ready, wait_until
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def harness(tmp_path: Path) -> Iterable[Harness]:
+    h = Harness(tmp_path)
+    try:
+        yield h
+    finally:
+        h.close()
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SESSIONHOOK_", "NOTIFY_SOCKET", "WATCHDOG_", "STATE_DIRECTORY"))
+    }
+    env.update(extra)
+    return env
+
+
+def sessionhook(
+    *args: str, env: dict[str, str], cwd: Path, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(SESSIONHOOK), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def cli_json(*args: str, config: Path) -> Any:
+    proc = sessionhook(*args, "--json", "--config", str(config), env=clean_env(), cwd=config.parent)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+# --------------------------------------------------------------------------- SESSIONHOOK_CONFIG
+
+
+def test_run_honours_sessionhook_config(tmp_path: Path) -> None:
+    """`run` finds its config like the operator commands: --config > $SESSIONHOOK_CONFIG >
+    /etc/sessionhook/config.toml."""
+    with StandIn() as standin:
+        standin.add_session("one", state="IN_PROGRESS")
+        store = tmp_path / "relay.db"
+        config = tmp_path / "relay.toml"
+        config.write_text(relay_config(standin=standin, store=store, endpoints=[]))
+        env = clean_env(SESSIONHOOK_API_KEY=standin.api_key, SESSIONHOOK_CONFIG=str(config))
+        proc = sessionhook("run", "--once", env=env, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        assert store.is_file()
+        assert standin.requests("list_sessions"), "the relay never polled"
+        # The same config reaches the operator commands through the same variable.
+        status = sessionhook("status", "--json", env=env, cwd=tmp_path)
+        assert status.returncode == 0, status.stderr
+        assert json.loads(status.stdout)["sessions"] == 1
+
+        # --config wins over the environment.
+        other_store = tmp_path / "other.db"
+        other = tmp_path / "other.toml"
+        other.write_text(relay_config(standin=standin, store=other_store, endpoints=[]))
+        proc = sessionhook("run", "--once", "--config", str(other), env=env, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        assert other_store.is_file()
+
+        # A variable naming a missing file is a config error: one line, exit 2.
+        env["SESSIONHOOK_CONFIG"] = str(tmp_path / "missing.toml")
+        proc = sessionhook("run", "--once", env=env, cwd=tmp_path)
+        assert proc.returncode == 2
+        assert proc.stderr.splitlines() == [
+            f"config error: {tmp_path / 'missing.toml'}: file not found"
+        ]
+
+
+# --------------------------------------------------------------------------- Retry-After
+
+
+def test_retry_after_is_capped_and_rows_behind_show_what_they_wait_on(harness: Harness) -> None:
+    """A consumer answering `Retry-After: 999999` parks its session for at most
+    delivery.max_retry_after (default 1 h), and `deliveries` shows the rows queued behind
+    the parked one as waiting on it, not as due now."""
+    standin = harness.standin()
+    consumer = harness.consumer()
+    url, secret = consumer.add_endpoint(
+        "parked", refuse_first=True, refuse_status=503, refuse_retry_after="999999"
+    )
+    session = standin.add_session("parked session", state="IN_PROGRESS")
+    for i in range(3):
+        standin.append_activity(session, "progressUpdated", description=f"step {i}")
+    relay = harness.relay(
+        standin,
+        "relay",
+        endpoints=[Endpoint("parked", url, secret)],
+        backfill=True,
+        retry_delays=(0.2, 0.2),
+    )
+    wait_ready(standin, relay)
+    config = relay.config_path
+
+    def rows() -> list[dict[str, Any]]:
+        return list(cli_json("deliveries", config=config))
+
+    wait_until(
+        lambda: len(rows()) == 4 and any(r["attempts"] for r in rows()),
+        20,
+        "four deliveries, the first one tried",
+        harness.diagnostics,
+    )
+    found = sorted(rows(), key=lambda r: r["id"])
+    head, *behind = found
+    assert len(consumer.hits("parked")) == 1
+    assert (head["status"], head["attempts"], head["waiting_on"]) == ("failed", 1, None)
+    parked_for = head["next_attempt_at"] - head["updated_at"]
+    assert 3590 <= parked_for <= 3605, f"parked for {parked_for:.0f} s, not the 1 h cap"
+    assert [(r["status"], r["attempts"], r["waiting_on"]) for r in behind] == [
+        ("pending", 0, head["id"])
+    ] * 3
+
+    table = sessionhook(
+        "deliveries", "--config", str(config), env=clean_env(), cwd=config.parent
+    ).stdout
+    lines = {int(line.split()[0]): line for line in table.splitlines()[1:]}
+    assert "next in 59m" in lines[head["id"]] or "next in 1h" in lines[head["id"]], table
+    for row in behind:
+        assert f"waiting on #{head['id']}" in lines[row["id"]], table
+        assert "due now" not in lines[row["id"]], table
