@@ -18,7 +18,15 @@ from typing import Any
 import pytest
 
 from .standin import StandIn
-from .test_blackbox import SESSIONHOOK, Endpoint, Harness, relay_config, wait_ready, wait_until
+from .test_blackbox import (
+    SESSIONHOOK,
+    Endpoint,
+    Harness,
+    Relay,
+    relay_config,
+    wait_ready,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -152,3 +160,88 @@ def test_retry_after_is_capped_and_rows_behind_show_what_they_wait_on(harness: H
     for row in behind:
         assert f"waiting on #{head['id']}" in lines[row["id"]], table
         assert "due now" not in lines[row["id"]], table
+
+
+# --------------------------------------------------------------------------- redaction
+
+PASSWORD = "hunter2-0a9f"
+
+
+def with_userinfo(url: str, userinfo: str = f"bot:{PASSWORD}") -> str:
+    return url.replace("http://", f"http://{userinfo}@", 1)
+
+
+def test_url_userinfo_is_never_shown_or_logged(harness: Harness) -> None:
+    """An endpoint URL (and a base URL) carrying user:password@ works, and the password
+    appears in no output: the daemon's log, `endpoints list` (table and --json),
+    `endpoints test`, `status` (table and --json), `deliveries`, `attempts`."""
+    standin = harness.standin()
+    consumer = harness.consumer()
+    url, secret = consumer.add_endpoint("ci")
+    session = standin.add_session("with credentials", state="IN_PROGRESS")
+    standin.append_activity(session, "progressUpdated")
+    text = relay_config(
+        standin=standin,
+        store=harness.tmp / "relay.db",
+        endpoints=[
+            Endpoint("ci", with_userinfo(url), secret),
+            # Nothing listens on port 9: every attempt fails, with an error to show.
+            Endpoint("down", with_userinfo("http://127.0.0.1:9/hook"), secret),
+        ],
+        backfill=True,
+        retry_delays=(30.0,),
+        timeout=2.0,
+    ).replace(
+        f'base_url = "{standin.base_url}"',
+        f'base_url = "{with_userinfo(standin.base_url, f"tok:{PASSWORD}")}"',
+    )
+    relay = Relay(harness.tmp, "relay", text, standin.api_key)
+    harness.relays.append(relay)
+    relay.start()
+    wait_ready(standin, relay)
+    wait_until(lambda: len(consumer.hits("ci")) >= 2, 20, "deliveries to ci", relay.diagnostics)
+    code, _ = relay.terminate()
+    assert code == 0, relay.diagnostics()
+    config = relay.config_path
+    env = clean_env(SESSIONHOOK_API_KEY=standin.api_key)
+    assert PASSWORD not in relay.stdout + relay.stderr, relay.stderr
+    started = next(e for e in relay.log_events() if e.get("event") == "relay.started")
+    assert started["base_url"] == with_userinfo(standin.base_url, "[redacted]")
+
+    # The consumer got its events, with the URL's credentials as Basic auth.
+    hits = consumer.hits("ci")
+    assert hits and all(h.verified for h in hits)
+    assert hits[0].headers.get("authorization", "").startswith("Basic ")
+
+    outputs = {}
+    for args in (
+        ("endpoints", "list"),
+        ("endpoints", "list", "--json"),
+        ("status",),
+        ("status", "--json"),
+        ("deliveries",),
+        ("deliveries", "--json"),
+        ("attempts", "1"),
+        ("endpoints", "test", "ci"),
+        ("endpoints", "test", "down"),
+    ):
+        proc = sessionhook(*args, "--config", str(config), env=env, cwd=harness.tmp)
+        outputs[args] = proc
+        assert PASSWORD not in proc.stdout + proc.stderr, (args, proc.stdout, proc.stderr)
+        assert "bot:" not in proc.stdout + proc.stderr, (args, proc.stdout, proc.stderr)
+    assert outputs[("endpoints", "list")].returncode == 0
+    assert "http://[redacted]@127.0.0.1" in outputs[("endpoints", "list")].stdout
+    listed = json.loads(outputs[("endpoints", "list", "--json")].stdout)
+    assert {e["name"]: e["url"] for e in listed} == {
+        "ci": with_userinfo(url, "[redacted]"),
+        "down": "http://[redacted]@127.0.0.1:9/hook",
+    }
+    status = json.loads(outputs[("status", "--json")].stdout)
+    assert {e["url"] for e in status["endpoints"]} == {
+        with_userinfo(url, "[redacted]"),
+        "http://[redacted]@127.0.0.1:9/hook",
+    }
+    tested = outputs[("endpoints", "test", "ci")]
+    assert tested.returncode == 0, tested.stderr
+    assert tested.stdout.startswith(f"POST {with_userinfo(url, '[redacted]')}  webhook-id evt_")
+    assert outputs[("endpoints", "test", "down")].returncode == 1

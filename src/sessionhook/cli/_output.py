@@ -1,7 +1,9 @@
 """Helpers every command module shares: output, error reporting, HTTP clients.
 
 * Output: :func:`render_table` and :func:`render_fields` for people, :func:`echo_json` for
-  scripts (``--json``).
+  scripts (``--json``). All three, and :func:`error_line`, pass every string through
+  :func:`sessionhook.redact.redact_userinfo`: a URL's ``user:password@`` never reaches the
+  terminal, whichever command shows it (``endpoints list``, ``status --json``, an error).
 * Errors: :func:`handle_errors` (and :func:`run`, which wraps :func:`anyio.run` in it) turn
   an :class:`~sessionhook.api.ApiError`, or an exception type registered with
   :func:`register_user_error` (a config error, say), into ONE line on stderr,
@@ -29,6 +31,7 @@ import click
 import httpx
 
 from ..api.errors import ApiError, ApiStatusError
+from ..redact import redact_userinfo
 
 __all__ = [
     "DEFAULT_CONFIG",
@@ -46,6 +49,7 @@ __all__ = [
     "render_fields",
     "render_table",
     "run",
+    "shown",
 ]
 
 _T = TypeVar("_T")
@@ -74,11 +78,13 @@ def one_line(text: object) -> str:
 
 
 def error_line(message: str, hint: str | None = None) -> str:
-    """``error: <message> — <hint>`` on one line (no hint part when there is none)."""
-    text = one_line(message)
+    """``error: <message> — <hint>`` on one line (no hint part when there is none).
+
+    URL user-info in either part is redacted."""
+    text = redact_userinfo(one_line(message))
     if not _SELF_NAMED.match(text):
         text = f"error: {text}"
-    return f"{text} — {one_line(hint)}" if hint else text
+    return f"{text} — {redact_userinfo(one_line(hint))}" if hint else text
 
 
 class CliError(click.ClickException):
@@ -200,13 +206,25 @@ def http_client(*, timeout: float) -> httpx.AsyncClient:
 # --------------------------------------------------------------------------- output
 
 
+def shown(data: Any) -> Any:
+    """``data`` with URL user-info redacted in every string, nested containers included."""
+    if isinstance(data, str):
+        return redact_userinfo(data)
+    if isinstance(data, dict):
+        return {key: shown(value) for key, value in data.items()}
+    if isinstance(data, list | tuple):
+        return [shown(value) for value in data]
+    return data
+
+
 def echo_json(data: Any) -> None:
-    """Print ``data`` as indented JSON on stdout (non-ASCII kept as is)."""
-    click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+    """Print ``data`` as indented JSON on stdout (non-ASCII kept as is; URL user-info
+    redacted)."""
+    click.echo(json.dumps(shown(data), indent=2, ensure_ascii=False))
 
 
 def _cell(value: object, limit: int) -> str:
-    text = "" if value is None else one_line(value)
+    text = "" if value is None else redact_userinfo(one_line(value))
     return text if len(text) <= limit else text[: limit - 1] + _ELLIPSIS
 
 
@@ -237,7 +255,11 @@ def render_fields(fields: Iterable[tuple[str, object]]) -> str:
 
     A value with several lines keeps them, indented under the first.
     """
-    present = [(label, str(value)) for label, value in fields if value not in (None, "", [])]
+    present = [
+        (label, redact_userinfo(str(value)))
+        for label, value in fields
+        if value not in (None, "", [])
+    ]
     if not present:
         return ""
     width = max(len(label) for label, _ in present) + 1

@@ -31,6 +31,7 @@ from typing import IO, Any, Final, TypeVar
 import click
 
 from ..api.models import Session, parse_timestamp
+from ..redact import redact_userinfo
 from ..relay.config import Config, ConfigError, load_config
 from ..relay.dispatch import post_event
 from ..relay.events import EVENT_TYPES, matches, session_summary
@@ -711,7 +712,7 @@ def endpoints_test(name: str, config_path: str | None) -> None:
 
     result = run_async(send)
     answer = "no answer" if result.status_code is None else str(result.status_code)
-    click.echo(f"POST {endpoint.url}  webhook-id {event_id}")
+    click.echo(f"POST {redact_userinfo(endpoint.url)}  webhook-id {event_id}")
     click.echo(
         render_fields(
             [

@@ -30,6 +30,7 @@ import httpx
 
 from sessionhook import __version__
 from sessionhook.api.errors import parse_retry_after
+from sessionhook.redact import redact_userinfo
 
 from . import netguard, retry
 from .config import Config, EndpointConfig
@@ -106,7 +107,8 @@ async def post_event(
         except httpx.TimeoutException:
             error = f"timeout after {timeout:g} s"
         except httpx.HTTPError as exc:
-            error = f"{type(exc).__name__}: {exc}".rstrip(": ")
+            # Kept in the delivery log and shown by the CLI: never with the URL's password.
+            error = redact_userinfo(f"{type(exc).__name__}: {exc}".rstrip(": "))
     if scope.cancelled_caught:
         error = f"timeout after {timeout:g} s"
         if status is not None:
@@ -300,7 +302,9 @@ class Dispatcher:
         if refusal is not None:
             result = AttemptResult(
                 status_code=None,
-                error=f"refused: {refusal} (set delivery.allow_private_networks = true to allow)",
+                error=redact_userinfo(
+                    f"refused: {refusal} (set delivery.allow_private_networks = true to allow)"
+                ),
                 duration_ms=0.0,
                 response_body="",
                 retry_after=None,

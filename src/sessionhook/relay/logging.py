@@ -8,9 +8,11 @@ One call, :func:`configure`, sets structlog up for the whole process:
   through :mod:`structlog.contextvars`;
 * a redaction processor that runs on every event, after exceptions are rendered to text and
   before the renderer, so nothing reaches the output unredacted. It masks the values of
-  sensitive keys (``api_key``, ``secret``, ``authorization``, ``token``...) and scrubs every
+  sensitive keys (``api_key``, ``secret``, ``authorization``, ``token``...), scrubs every
   string registered with :func:`register_secret` out of every value, wherever it hides
-  (a URL, an exception message, a traceback, a nested dict);
+  (a URL, an exception message, a traceback, a nested dict), and replaces the user-info of
+  every URL (``https://user:pw@host/``) with ``[redacted]``
+  (:func:`sessionhook.redact.redact_userinfo`);
 * records of the standard :mod:`logging` module (uvicorn, httpx, asyncio) are rendered by
   the same chain, redaction included.
 
@@ -27,6 +29,8 @@ from typing import Any, Final, Protocol, TextIO
 
 import structlog
 from structlog.typing import EventDict, FilteringBoundLogger, Processor, WrappedLogger
+
+from ..redact import redact_userinfo
 
 __all__ = [
     "LEVELS",
@@ -110,6 +114,7 @@ def _is_sensitive(key: str) -> bool:
 
 def _scrub(value: Any, secrets: tuple[str, ...]) -> Any:
     if isinstance(value, str):
+        value = redact_userinfo(value)
         for secret in secrets:
             if secret in value:
                 value = value.replace(secret, REDACTED)
