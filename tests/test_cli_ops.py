@@ -333,6 +333,63 @@ def test_attempts_of_an_unknown_delivery(run: RelayRun) -> None:
     )
 
 
+def test_attempts_of_an_event_cover_all_its_deliveries(run: RelayRun) -> None:
+    [dead] = json.loads(
+        ok("deliveries", "--config", str(run.config), "--status", "dead", "--limit", "1", "--json")
+    )
+    event_id = dead["event_id"]
+    every = json.loads(ok("deliveries", "--config", str(run.config), "--limit", "1000", "--json"))
+    of_event = sorted(d["id"] for d in every if d["event_id"] == event_id)
+    assert len(of_event) > 1  # delivered to several endpoints
+
+    data = json.loads(ok("attempts", event_id, "--config", str(run.config), "--json"))
+    assert data["event"] == event_id
+    assert [b["delivery"]["id"] for b in data["deliveries"]] == of_event
+    for block in data["deliveries"]:
+        one = json.loads(
+            ok("attempts", str(block["delivery"]["id"]), "--config", str(run.config), "--json")
+        )
+        assert block["attempts"] == one["attempts"]
+    text = ok("attempts", event_id, "--config", str(run.config))
+    assert text.count("delivery:") == len(of_event)
+    assert text.count(event_id) == len(of_event)  # one "event:" line per delivery
+
+
+def test_attempts_take_the_id_as_deliveries_shows_it(run: RelayRun) -> None:
+    [dead] = json.loads(
+        ok("deliveries", "--config", str(run.config), "--status", "dead", "--limit", "1", "--json")
+    )
+    plain = ok("attempts", str(dead["id"]), "--config", str(run.config))
+    assert ok("attempts", f"#{dead['id']}", "--config", str(run.config)) == plain
+
+
+def test_attempts_of_an_unknown_event(run: RelayRun) -> None:
+    assert failed("attempts", "evt_nope", "--config", str(run.config)).startswith(
+        "error: no delivery or event 'evt_nope'"
+    )
+
+
+def test_deliveries_behind_a_parked_one_show_what_they_wait_on(run: RelayRun) -> None:
+    """flaky refused each first attempt with Retry-After: 3600: the rows of a session
+    behind its failed head are not 'due now', they wait on the head."""
+    rows = json.loads(
+        ok("deliveries", "--config", str(run.config), "--endpoint", "flaky", "--json")
+    )
+    heads = {r["id"] for r in rows if r["status"] == "failed"}
+    waiting = [r for r in rows if r["status"] == "pending"]
+    assert heads and waiting
+    for row in waiting:
+        assert row["waiting_on"] in heads
+        head = next(r for r in rows if r["id"] == row["waiting_on"])
+        assert head["session_name"] == row["session_name"]
+    table = ok("deliveries", "--config", str(run.config), "--endpoint", "flaky")
+    for row in waiting:
+        line = next(x for x in table.splitlines() if x.startswith(f"{row['id']} "))
+        assert f"waiting on #{row['waiting_on']}" in line and "due now" not in line
+    out = ok("attempts", str(waiting[0]["id"]), "--config", str(run.config))
+    assert f"waiting on:  #{waiting[0]['waiting_on']}" in out
+
+
 # --------------------------------------------------------------------------- replay
 
 

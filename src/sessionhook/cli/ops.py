@@ -38,7 +38,15 @@ from ..relay.events import EVENT_TYPES, matches, session_summary
 from ..relay.netguard import blocked_reason
 from ..relay.retry import AttemptResult
 from ..relay.signing import SignatureError, generate_secret, verify
-from ..relay.store import OPEN_STATUSES, EndpointState, EventRow, Store, StoreError
+from ..relay.store import (
+    OPEN_STATUSES,
+    AttemptRow,
+    DeliveryRow,
+    EndpointState,
+    EventRow,
+    Store,
+    StoreError,
+)
 from . import cli
 from ._output import (
     DEFAULT_CONFIG,
@@ -417,21 +425,56 @@ def deliveries(
     click.echo(render_table([*headers, "SESSION", "LAST ERROR"], table))
 
 
+#: At most this many deliveries of one event are shown by ``attempts EVENT``.
+_EVENT_DELIVERIES: Final = 1000
+
+
 @cli.command("attempts")
-@click.argument("delivery_id", metavar="DELIVERY", type=int)
+@click.argument("target", metavar="DELIVERY|EVENT")
 @_store_options
 @_json_option
 @_reported
-def attempts(delivery_id: int, config_path: str | None, db_path: str | None, as_json: bool) -> None:
-    """Every attempt of one delivery: time, status code, duration, error, response body."""
+def attempts(target: str, config_path: str | None, db_path: str | None, as_json: bool) -> None:
+    """Every attempt of one delivery, or of every delivery of one event: time, status
+    code, duration, error, response body.
+
+    DELIVERY is a delivery id as `sessionhook deliveries` shows it (`12` or `#12`); EVENT
+    an event id (`evt_…`, the webhook-id): all its deliveries, every endpoint and replay.
+    """
+    key = target.strip().removeprefix("#")
     with _reading(config_path, db_path) as store:
-        delivery = store.get_delivery(delivery_id)
-        if delivery is None:
-            raise CliError(f"no delivery {delivery_id}", hint="see `sessionhook deliveries`")
-        rows = store.list_attempts(delivery_id)
+        if key.isdigit():
+            delivery = store.get_delivery(int(key))
+            if delivery is None:
+                raise CliError(f"no delivery {key}", hint="see `sessionhook deliveries`")
+            found = [(delivery, store.list_attempts(delivery.id))]
+            event = None
+        else:
+            event = store.get_event(key)
+            if event is None:
+                raise CliError(
+                    f"no delivery or event {target!r}",
+                    hint="give a delivery id (see `sessionhook deliveries`) or an event id "
+                    "(evt_…, see `sessionhook events`)",
+                )
+            rows = store.list_deliveries(event_id=key, limit=_EVENT_DELIVERIES)
+            found = [(d, store.list_attempts(d.id)) for d in sorted(rows, key=lambda d: d.id)]
     if as_json:
-        echo_json({"delivery": asdict(delivery), "attempts": [asdict(a) for a in rows]})
+        blocks = [{"delivery": asdict(d), "attempts": [asdict(a) for a in a_]} for d, a_ in found]
+        echo_json(blocks[0] if event is None else {"event": key, "deliveries": blocks})
         return
+    if event is not None and not found:
+        click.echo(
+            f"event {event.id} ({event.type}) has no delivery: no endpoint subscribed to it, "
+            "or it was archived before the first start (see `sessionhook replay`)"
+        )
+    for i, (delivery, rows_) in enumerate(found):
+        if i:
+            click.echo("\n" + "-" * 40 + "\n")
+        _show_attempts(delivery, rows_)
+
+
+def _show_attempts(delivery: DeliveryRow, rows: list[AttemptRow]) -> None:
     click.echo(
         render_fields(
             [
@@ -440,6 +483,7 @@ def attempts(delivery_id: int, config_path: str | None, db_path: str | None, as_
                 ("endpoint", delivery.endpoint),
                 ("session", delivery.session_name),
                 ("status", f"{delivery.status}, {delivery.attempts} attempt(s)"),
+                ("waiting on", f"#{delivery.waiting_on}" if delivery.waiting_on else None),
             ]
         )
     )
