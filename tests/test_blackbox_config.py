@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
+import urllib.request
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -245,3 +247,78 @@ def test_url_userinfo_is_never_shown_or_logged(harness: Harness) -> None:
     assert tested.returncode == 0, tested.stderr
     assert tested.stdout.startswith(f"POST {with_userinfo(url, '[redacted]')}  webhook-id evt_")
     assert outputs[("endpoints", "test", "down")].returncode == 1
+
+
+# --------------------------------------------------------------------------- upstream counts
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+        return str(answer.read().decode())
+
+
+def metric(text: str, endpoint: str, status: str) -> float:
+    prefix = f'sessionhook_upstream_requests_total{{endpoint="{endpoint}",status="{status}"}} '
+    return sum(float(line[len(prefix) :]) for line in text.splitlines() if line.startswith(prefix))
+
+
+def test_refused_keys_and_malformed_answers_count_as_errors(harness: Harness) -> None:
+    """During a stream of 401s `status` reports errors (not `0 errors`); a 200 whose body is
+    an HTML page is `status="malformed"` in /metrics, not `status="200"`."""
+    standin = harness.standin()
+    # A relay whose key the service refuses: discovery answers 401 (the relay then waits a
+    # minute before it asks again, so one is what a test sees).
+    refused = harness.relay(
+        standin, "refused", endpoints=[], store=harness.tmp / "refused.db", api_key="wrong-key"
+    )
+    wait_until(
+        lambda: any(r.status == 401 for r in standin.requests("list_sessions")),
+        30,
+        "a refused discovery",
+        refused.diagnostics,
+    )
+    wait_until(
+        lambda: cli_json("status", config=refused.config_path)["upstream"]["requests_last_hour"],
+        10,
+        "the refused request in the store",
+        refused.diagnostics,
+    )
+    assert refused.alive(), refused.diagnostics()
+    status = cli_json("status", config=refused.config_path)["upstream"]
+    assert status["rejected_last_hour"] >= 1
+    assert status["errors_last_hour"] >= status["rejected_last_hour"]
+    table = sessionhook(
+        "status", "--config", str(refused.config_path), env=clean_env(), cwd=harness.tmp
+    ).stdout
+    assert " 0 errors" not in table and "key refused (401/403)" in table, table
+    refused.terminate()
+
+    # A service (or a proxy in front of it) answering 200 with an HTML page.
+    standin.set_faults(rate_garbage=1.0, labels={"list_sessions"})
+    port = free_port()
+    text = relay_config(standin=standin, store=harness.tmp / "garbage.db", endpoints=[])
+    garbage = Relay(
+        harness.tmp, "garbage", text + f'[server]\nlisten = "127.0.0.1:{port}"\n', standin.api_key
+    )
+    harness.relays.append(garbage)
+    garbage.start()
+
+    def malformed_seen() -> bool:
+        try:
+            return metric(scrape(port), "list_sessions", "malformed") >= 3
+        except OSError:
+            return False
+
+    wait_until(malformed_seen, 30, "three malformed answers in /metrics", garbage.diagnostics)
+    scraped = scrape(port)
+    assert metric(scraped, "list_sessions", "200") == 0, scraped
+    status = cli_json("status", config=garbage.config_path)["upstream"]
+    assert status["malformed_last_hour"] >= 3
+    assert status["errors_last_hour"] >= status["malformed_last_hour"]
+    garbage.terminate()

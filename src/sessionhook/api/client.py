@@ -28,6 +28,10 @@ A ``Retry-After`` longer than :attr:`RetryPolicy.max_retry_after` is not waited 
 process: the error is raised at once with ``retry_after`` set, for the caller to schedule.
 ``RetryPolicy(max_attempts=1)`` disables retries (the relay backs off on its own).
 
+``on_answer`` (optional) is told about every 2xx answer once its body was checked:
+``await on_answer(response, malformed)``. The relay counts upstream answers with it, so that
+a 2xx answer that does not parse is counted as malformed rather than as its status.
+
 The API key travels only in its header, and only to ``base_url``: redirects are never
 followed. It is never logged, never part of an exception message, and the request attached
 to an error is a copy with the key header redacted.
@@ -251,6 +255,7 @@ class SessionsClient:
         retry: RetryPolicy | None = None,
         sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
         rng: random.Random | None = None,
+        on_answer: Callable[[httpx.Response, bool], Awaitable[None]] | None = None,
     ) -> None:
         if not api_key:
             raise ValueError("api_key is empty")
@@ -271,6 +276,7 @@ class SessionsClient:
         self._retry = retry if retry is not None else RetryPolicy()
         self._sleep = sleep
         self._rng = rng if rng is not None else random.Random()
+        self._on_answer = on_answer
 
     def __repr__(self) -> str:
         return f"SessionsClient(base_url={self._root!r})"
@@ -323,7 +329,7 @@ class SessionsClient:
         )
         body = request.model_dump(mode="json", by_alias=True, exclude_none=True)
         response = await self._request("POST", "/sessions", body=body, idempotent=False)
-        return self._parse(Session, response)
+        return await self._decode(Session, response)
 
     async def list_sessions(
         self, *, page_size: int | None = None, page_token: str | None = None
@@ -339,7 +345,7 @@ class SessionsClient:
             params={"pageSize": page_size, "pageToken": page_token},
             idempotent=True,
         )
-        return self._parse(ListSessionsResponse, response)
+        return await self._decode(ListSessionsResponse, response)
 
     def iter_sessions(self, *, page_size: int | None = None) -> AsyncIterator[Session]:
         """Every session of the account, walking all pages (each name yielded once)."""
@@ -353,7 +359,7 @@ class SessionsClient:
     async def get_session(self, session: str) -> Session:
         """The full session (``outputs`` included); accepts ``sessions/<id>`` or ``<id>``."""
         response = await self._request("GET", _path(session_name(session)), idempotent=True)
-        return self._parse(Session, response)
+        return await self._decode(Session, response)
 
     async def delete_session(self, session: str) -> None:
         """Delete a session; accepts ``sessions/<id>`` or ``<id>``.
@@ -367,7 +373,7 @@ class SessionsClient:
             idempotent=True,
             missing_ok_after_retry=True,
         )
-        self._expect_empty(response)
+        await self._decode_empty(response)
 
     async def send_message(self, session: str, prompt: str) -> None:
         """Send a user message to a session; the agent answers in a later activity.
@@ -378,7 +384,7 @@ class SessionsClient:
         response = await self._request(
             "POST", _path(session_name(session)) + ":sendMessage", body=body, idempotent=False
         )
-        self._expect_empty(response)
+        await self._decode_empty(response)
 
     async def approve_plan(self, session: str) -> None:
         """Approve the pending plan of a session created with ``require_plan_approval``.
@@ -388,7 +394,7 @@ class SessionsClient:
         response = await self._request(
             "POST", _path(session_name(session)) + ":approvePlan", body={}, idempotent=False
         )
-        self._expect_empty(response)
+        await self._decode_empty(response)
 
     # ----------------------------------------------------------------------- activities
 
@@ -412,7 +418,7 @@ class SessionsClient:
             params={"pageSize": page_size, "pageToken": page_token, "createTime": create_time},
             idempotent=True,
         )
-        return self._parse(ListActivitiesResponse, response)
+        return await self._decode(ListActivitiesResponse, response)
 
     def iter_activities(
         self, session: str, *, page_size: int | None = None, create_time: str | None = None
@@ -439,7 +445,7 @@ class SessionsClient:
         """
         path = _path(activity_name(name, activity_id))
         response = await self._request("GET", path, idempotent=True)
-        return self._parse(Activity, response)
+        return await self._decode(Activity, response)
 
     # ----------------------------------------------------------------------- sources
 
@@ -461,7 +467,7 @@ class SessionsClient:
             params={"pageSize": page_size, "pageToken": page_token, "filter": filter},
             idempotent=True,
         )
-        return self._parse(ListSourcesResponse, response)
+        return await self._decode(ListSourcesResponse, response)
 
     def iter_sources(
         self,
@@ -480,7 +486,7 @@ class SessionsClient:
     async def get_source(self, source: str) -> Source:
         """One source with its branches; accepts ``sources/github/o/r`` or ``github/o/r``."""
         response = await self._request("GET", _path(source_name(source)), idempotent=True)
-        return self._parse(Source, response)
+        return await self._decode(Source, response)
 
     # ----------------------------------------------------------------------- machinery
 
@@ -576,6 +582,29 @@ class SessionsClient:
                 wait,
             )
             await self._sleep(wait)
+
+    async def _decode(self, model: type[_M], response: httpx.Response) -> _M:
+        """:meth:`_parse`, telling ``on_answer`` whether the answer was malformed."""
+        try:
+            parsed = self._parse(model, response)
+        except MalformedResponseError:
+            await self._answered(response, malformed=True)
+            raise
+        await self._answered(response, malformed=False)
+        return parsed
+
+    async def _decode_empty(self, response: httpx.Response) -> None:
+        """:meth:`_expect_empty`, telling ``on_answer`` whether the answer was malformed."""
+        try:
+            self._expect_empty(response)
+        except MalformedResponseError:
+            await self._answered(response, malformed=True)
+            raise
+        await self._answered(response, malformed=False)
+
+    async def _answered(self, response: httpx.Response, *, malformed: bool) -> None:
+        if self._on_answer is not None and response.is_success:
+            await self._on_answer(response, malformed)
 
     def _redact(self, request: httpx.Request) -> httpx.Request:
         headers = [

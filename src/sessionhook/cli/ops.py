@@ -46,6 +46,7 @@ from ..relay.store import (
     EventRow,
     Store,
     StoreError,
+    UpstreamSummary,
 )
 from . import cli
 from ._output import (
@@ -347,11 +348,7 @@ def status(config_path: str | None, db_path: str | None, as_json: bool) -> None:
             [
                 ("last poll", _stamp_ago(up.last_poll_at, now)),
                 ("last good poll", _stamp_ago(up.last_ok_poll_at, now)),
-                (
-                    "upstream, last hour",
-                    f"{up.requests_last_hour} requests, {up.throttled_last_hour} throttled "
-                    f"(429), {up.errors_last_hour} errors",
-                ),
+                ("upstream, last hour", _upstream_line(up)),
                 (
                     "archive",
                     f"{summary.sessions} sessions, {summary.activities} activities, "
@@ -359,6 +356,23 @@ def status(config_path: str | None, db_path: str | None, as_json: bool) -> None:
                 ),
             ]
         )
+    )
+
+
+def _upstream_line(up: UpstreamSummary) -> str:
+    """``120 requests, 3 throttled (429), 45 errors (40 key refused (401/403), 5 malformed)``."""
+    parts = [
+        f"{n} {what}"
+        for n, what in (
+            (up.rejected_last_hour, "key refused (401/403)"),
+            (up.malformed_last_hour, "malformed"),
+        )
+        if n
+    ]
+    detail = f" ({', '.join(parts)})" if parts else ""
+    return (
+        f"{up.requests_last_hour} requests, {up.throttled_last_hour} throttled (429), "
+        f"{up.errors_last_hour} errors{detail}"
     )
 
 

@@ -301,13 +301,15 @@ class Daemon:
         self.store = store
         _register_secrets(config)
         limiter = RateLimiter(config.api.requests_per_minute)
-        upstream = httpx.AsyncClient(
-            transport=LimitedTransport(
-                self._upstream_transport or httpx.AsyncHTTPTransport(),
-                limiter,
-                record=self._record_upstream,
-            )
+        # 2xx answers are counted once the client parsed them (settle): a malformed one
+        # is counted as "malformed", not as the 200 it claimed to be.
+        counted = LimitedTransport(
+            self._upstream_transport or httpx.AsyncHTTPTransport(),
+            limiter,
+            record=self._record_upstream,
+            settle_success=True,
         )
+        upstream = httpx.AsyncClient(transport=counted)
         delivery = httpx.AsyncClient(
             transport=self._delivery_transport or httpx.AsyncHTTPTransport(),
             follow_redirects=False,
@@ -321,6 +323,7 @@ class Daemon:
                 api_key_header=config.api.api_key_header,
                 timeout=UPSTREAM_TIMEOUT,
                 retry=RetryPolicy(max_attempts=1),
+                on_answer=counted.settle,
             )
             self.dispatcher = Dispatcher(
                 store,
@@ -346,7 +349,7 @@ class Daemon:
                 await store.close()
             self.store = None
 
-    async def _record_upstream(self, label: str, status: int | None) -> None:
+    async def _record_upstream(self, label: str, status: int | str | None) -> None:
         self.metrics.upstream_request(label, status)
         if self.store is not None:
             await self.store.record_upstream(label, status, self._clock())

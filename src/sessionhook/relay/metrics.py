@@ -109,7 +109,8 @@ class Metrics:
         )
         self.upstream_requests = Counter(
             "upstream_requests",
-            "Requests to the Sessions API by endpoint and HTTP status ('error': no answer).",
+            "Requests to the Sessions API by endpoint and HTTP status ('error': no answer, "
+            "'malformed': a 2xx answer whose body was not what the API promises).",
             ["endpoint", "status"],
             namespace=NAMESPACE,
             registry=r,
@@ -172,8 +173,9 @@ class Metrics:
         self.endpoint_disabled.labels(endpoint=endpoint, reason=reason).inc()
         self.endpoint_enabled.labels(endpoint=endpoint).set(0)
 
-    def upstream_request(self, endpoint: str, status: int | None) -> None:
-        """Count a Sessions API request; ``status`` ``None`` means no answer (timeout...)."""
+    def upstream_request(self, endpoint: str, status: int | str | None) -> None:
+        """Count a Sessions API request; ``status`` ``None`` means no answer (timeout...),
+        ``"malformed"`` a 2xx answer that did not parse."""
         label = "error" if status is None else str(status)
         self.upstream_requests.labels(endpoint=endpoint, status=label).inc()
 

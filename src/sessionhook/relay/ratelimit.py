@@ -13,6 +13,11 @@ returns how long to wait), so it is unit-tested without sleeping. :class:`Limite
 wraps the httpx transport of the relay's upstream client: every request, retries included,
 takes a grant first, and each answer (or transport failure) is reported by endpoint label
 and status for metrics and the store's per-minute counters.
+
+A 2xx answer is only good once its body parsed: with ``settle_success=True`` the transport
+leaves 2xx answers to :meth:`LimitedTransport.settle`, which the API client calls (its
+``on_answer`` hook) once it has read the body, so an answer that failed to parse is counted
+as :data:`MALFORMED`, never as ``200``.
 """
 
 from __future__ import annotations
@@ -21,16 +26,25 @@ import re
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
+from typing import Final
 
 import anyio
 import httpx
 
-__all__ = ["LimitedTransport", "RateLimiter", "endpoint_label"]
+__all__ = ["MALFORMED", "LimitedTransport", "RateLimiter", "UpstreamStatus", "endpoint_label"]
 
 WINDOW_SECONDS = 60.0
 
-#: Called after each upstream request with (endpoint label, HTTP status or None on failure).
-UpstreamRecorder = Callable[[str, int | None], Awaitable[None]]
+#: The status recorded for a 2xx answer whose body was not what the API promises.
+MALFORMED: Final = "malformed"
+#: What an upstream request came to: its HTTP status, :data:`MALFORMED`, or ``None`` (no
+#: answer: timeout, connection refused...).
+UpstreamStatus = int | str | None
+#: Called after each upstream request with (endpoint label, :data:`UpstreamStatus`).
+UpstreamRecorder = Callable[[str, UpstreamStatus], Awaitable[None]]
+
+# Marks a 2xx request whose outcome waits for settle(): the label to record it under.
+_UNSETTLED: Final = "sessionhook.unsettled"
 
 
 class RateLimiter:
@@ -124,7 +138,9 @@ class LimitedTransport(httpx.AsyncBaseTransport):
 
     Wrapping the transport (rather than the client's calls) covers every request the
     client sends, including its own retries, and sees transport failures as well as
-    answers, which ``record`` receives as ``(label, status or None)``.
+    answers, which ``record`` receives as ``(label, status or None)``. With
+    ``settle_success`` a 2xx answer is recorded by :meth:`settle` instead (see the module
+    docstring).
     """
 
     def __init__(
@@ -133,10 +149,12 @@ class LimitedTransport(httpx.AsyncBaseTransport):
         limiter: RateLimiter,
         *,
         record: UpstreamRecorder | None = None,
+        settle_success: bool = False,
     ) -> None:
         self._inner = inner
         self._limiter = limiter
         self._record = record
+        self._settle_success = settle_success
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Wait for a grant, send, and report the outcome."""
@@ -149,8 +167,21 @@ class LimitedTransport(httpx.AsyncBaseTransport):
                 await self._record(label, None)
             raise
         if self._record is not None:
-            await self._record(label, response.status_code)
+            if self._settle_success and response.is_success:
+                request.extensions[_UNSETTLED] = label
+            else:
+                await self._record(label, response.status_code)
         return response
+
+    async def settle(self, response: httpx.Response, malformed: bool) -> None:
+        """Record a 2xx answer once its body was read: :data:`MALFORMED` or its status.
+
+        The API client's ``on_answer`` hook. An answer is recorded once, however often
+        this is called; answers the transport recorded itself are left alone.
+        """
+        label = response.request.extensions.pop(_UNSETTLED, None)
+        if label is not None and self._record is not None:
+            await self._record(label, MALFORMED if malformed else response.status_code)
 
     async def aclose(self) -> None:
         """Close the wrapped transport."""

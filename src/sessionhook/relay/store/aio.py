@@ -161,7 +161,7 @@ class AsyncStore:
         """See :meth:`Store.status_summary`."""
         return await self.call(self.store.status_summary, now)
 
-    async def record_upstream(self, label: str, status: int | None, at: float) -> None:
+    async def record_upstream(self, label: str, status: int | str | None, at: float) -> None:
         """See :meth:`Store.record_upstream`."""
         await self.call(self.store.record_upstream, label, status, at)
 

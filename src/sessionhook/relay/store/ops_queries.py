@@ -92,10 +92,15 @@ class OperatorQueries:
                     failing_since=st.failing_since,
                 )
             )
+        # status: the HTTP status, -1 no answer, -2 a malformed 2xx answer. An error is
+        # anything but a 2xx and a 429 (throttling has its own figure).
         upstream = self._conn.execute(
             "SELECT COALESCE(SUM(count), 0), "
             "COALESCE(SUM(CASE WHEN status = 429 THEN count END), 0), "
-            "COALESCE(SUM(CASE WHEN status = -1 OR status >= 500 THEN count END), 0) "
+            "COALESCE(SUM(CASE WHEN status < 0 OR (status >= 300 AND status != 429) "
+            "THEN count END), 0), "
+            "COALESCE(SUM(CASE WHEN status IN (401, 403) THEN count END), 0), "
+            "COALESCE(SUM(CASE WHEN status = -2 THEN count END), 0) "
             "FROM upstream_requests WHERE minute >= ?",
             (int(hour_ago // 60),),
         ).fetchone()
@@ -110,6 +115,8 @@ class OperatorQueries:
                 requests_last_hour=upstream[0],
                 throttled_last_hour=upstream[1],
                 errors_last_hour=upstream[2],
+                rejected_last_hour=upstream[3],
+                malformed_last_hour=upstream[4],
             ),
             sessions=int(self._one("SELECT COUNT(*) FROM sessions")),
             activities=int(self._one("SELECT COUNT(*) FROM activities")),

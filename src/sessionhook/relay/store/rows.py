@@ -238,7 +238,12 @@ class UpstreamSummary:
     last_ok_poll_at: float | None
     requests_last_hour: int
     throttled_last_hour: int
+    #: Every failed request: no answer, malformed answers, 4xx (but 429) and 5xx.
     errors_last_hour: int
+    #: Of those: the key was refused (401, 403)...
+    rejected_last_hour: int = 0
+    #: ...and 2xx answers whose body was not what the API promises.
+    malformed_last_hour: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -684,15 +684,19 @@ class Store(OperatorQueries):
 
     # ----------------------------------------------------------------- upstream
 
-    def record_upstream(self, label: str, status: int | None, at: float) -> None:
-        """Count one upstream request in its minute bucket (``status`` None: no answer)."""
+    def record_upstream(self, label: str, status: int | str | None, at: float) -> None:
+        """Count one upstream request in its minute bucket.
+
+        ``status`` is the HTTP status, ``None`` for no answer (stored as -1) or
+        ``"malformed"`` for a 2xx answer that did not parse (stored as -2).
+        """
         minute = int(at // 60)
         with self._tx() as c:
             c.execute(
                 "INSERT INTO upstream_requests (minute, label, status, count) "
                 "VALUES (?, ?, ?, 1) ON CONFLICT (minute, label, status) "
                 "DO UPDATE SET count = count + 1",
-                (minute, label, -1 if status is None else status),
+                (minute, label, _upstream_code(status)),
             )
             c.execute(
                 "DELETE FROM upstream_requests WHERE minute < ?",
@@ -709,6 +713,19 @@ class Store(OperatorQueries):
                     "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                     (key, repr(value)),
                 )
+
+
+#: How ``upstream_requests.status`` stores what is not an HTTP status.
+UPSTREAM_NO_ANSWER = -1
+UPSTREAM_MALFORMED = -2
+
+
+def _upstream_code(status: int | str | None) -> int:
+    if status is None:
+        return UPSTREAM_NO_ANSWER
+    if isinstance(status, str):  # "malformed", the only non-HTTP outcome
+        return UPSTREAM_MALFORMED
+    return status
 
 
 def _sql_fnmatch(pattern: str | None, value: str | None) -> int:

@@ -1,0 +1,126 @@
+"""Upstream answers are counted as what they are: a 2xx answer that does not parse is
+``malformed`` (never ``200``), and a refused key (401/403) is an error in ``status``."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from sessionhook.api.client import RetryPolicy, SessionsClient
+from sessionhook.api.errors import MalformedResponseError, UnauthenticatedError
+from sessionhook.relay.metrics import Metrics
+from sessionhook.relay.ratelimit import MALFORMED, LimitedTransport, RateLimiter
+from sessionhook.relay.store import Store
+
+GOOD = {"sessions": [{"name": "sessions/1", "id": "1", "state": "QUEUED"}]}
+
+
+def rig(
+    answers: list[httpx.Response],
+) -> tuple[SessionsClient, LimitedTransport, list[tuple[str, object]], httpx.AsyncClient]:
+    recorded: list[tuple[str, object]] = []
+
+    async def record(label: str, status: object) -> None:
+        recorded.append((label, status))
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return answers.pop(0)
+
+    transport = LimitedTransport(
+        httpx.MockTransport(handler),
+        RateLimiter(6000),
+        record=record,
+        settle_success=True,
+    )
+    http = httpx.AsyncClient(transport=transport)
+    client = SessionsClient(
+        http,
+        base_url="http://api.test",
+        api_key="k",
+        retry=RetryPolicy(max_attempts=1),
+        on_answer=transport.settle,
+    )
+    return client, transport, recorded, http
+
+
+@pytest.mark.anyio
+async def test_malformed_2xx_is_counted_as_malformed_not_200() -> None:
+    client, _, recorded, http = rig(
+        [
+            httpx.Response(200, json=GOOD),
+            httpx.Response(200, text="<html>Bad gateway</html>"),
+            httpx.Response(200, json={"sessions": "not a list"}),
+            httpx.Response(200, json=[1, 2]),
+        ]
+    )
+    async with http:
+        await client.list_sessions()
+        for _ in range(3):
+            with pytest.raises(MalformedResponseError):
+                await client.list_sessions()
+    assert recorded == [
+        ("list_sessions", 200),
+        ("list_sessions", MALFORMED),
+        ("list_sessions", MALFORMED),
+        ("list_sessions", MALFORMED),
+    ]
+
+
+@pytest.mark.anyio
+async def test_errors_and_failures_are_recorded_by_the_transport_once() -> None:
+    client, transport, recorded, http = rig(
+        [
+            httpx.Response(401, json={"error": {"code": 401, "status": "UNAUTHENTICATED"}}),
+            httpx.Response(204),
+        ]
+    )
+    async with http:
+        with pytest.raises(UnauthenticatedError):
+            await client.list_sessions()
+        await client.delete_session("sessions/1")
+        # settle() again for an answer already counted changes nothing.
+        response = httpx.Response(200, request=httpx.Request("GET", "http://api.test/x"))
+        await transport.settle(response, True)
+    assert recorded == [("list_sessions", 401), ("delete_session", 204)]
+
+
+@pytest.mark.anyio
+async def test_without_settling_the_transport_records_2xx_itself() -> None:
+    recorded: list[tuple[str, object]] = []
+
+    async def record(label: str, status: object) -> None:
+        recorded.append((label, status))
+
+    transport = LimitedTransport(
+        httpx.MockTransport(lambda r: httpx.Response(200, json=GOOD)),
+        RateLimiter(6000),
+        record=record,
+    )
+    async with httpx.AsyncClient(transport=transport) as http:
+        await SessionsClient(http, base_url="http://api.test", api_key="k").list_sessions()
+    assert recorded == [("list_sessions", 200)]
+
+
+def test_metrics_label_malformed() -> None:
+    metrics = Metrics()
+    metrics.upstream_request("list_sessions", MALFORMED)
+    metrics.upstream_request("list_sessions", 401)
+    text = metrics.render().decode()
+    assert 'upstream_requests_total{endpoint="list_sessions",status="malformed"} 1.0' in text
+    assert 'status="200"' not in text
+
+
+def test_status_counts_refused_keys_and_malformed_answers_as_errors(tmp_path: Path) -> None:
+    now = time.time()
+    with Store.open(tmp_path / "s.db") as store:
+        for status in (200, 200, 401, 401, 403, MALFORMED, MALFORMED, 429, 500, None, 404):
+            store.record_upstream("list_sessions", status, now)
+        up = store.status_summary(now).upstream
+    assert up.requests_last_hour == 11
+    assert up.throttled_last_hour == 1
+    assert up.errors_last_hour == 8  # 3 refused, 2 malformed, 500, no answer, 404
+    assert up.rejected_last_hour == 3
+    assert up.malformed_last_hour == 2
