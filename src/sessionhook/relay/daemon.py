@@ -2,7 +2,9 @@
 
 :class:`Daemon` wires the pieces together and owns their lifetime:
 
-* the store (opened first; a store that cannot be opened is a :class:`DaemonError`);
+* the store (opened first; a store that cannot be opened is a :class:`DaemonError`), under
+  the daemon lock (:mod:`sessionhook.relay.store.lock`): a second daemon on the same store
+  is refused at once (exit status 2), naming the PID that holds it;
 * the upstream HTTP client, rate limited by one :class:`RateLimiter` and counted per
   endpoint and status (metrics and the store's per-minute counters);
 * the :class:`~sessionhook.relay.poller.Poller` and the
@@ -45,7 +47,7 @@ from .logging import get_logger
 from .metrics import Metrics
 from .poller import Poller, PollSettings
 from .ratelimit import LimitedTransport, RateLimiter
-from .store import AsyncStore, StoreError
+from .store import AsyncStore, StoreError, StoreLockedError, acquire_daemon_lock
 
 __all__ = ["DRAIN_SECONDS", "Daemon", "DaemonError"]
 
@@ -295,8 +297,16 @@ class Daemon:
         """Open the store and the HTTP clients, build poller and dispatcher; close all."""
         config = self.config
         try:
+            # Before the store is touched: a second daemon must not even migrate it.
+            lock = acquire_daemon_lock(config.store.path)
+        except StoreLockedError as exc:
+            raise DaemonError(str(exc), exit_code=2) from None
+        except StoreError as exc:
+            raise DaemonError(f"cannot open the store: {exc}") from None
+        try:
             store = await AsyncStore.open(config.store.path)
         except (StoreError, OSError, sqlite3.Error) as exc:
+            lock.release()
             raise DaemonError(f"cannot open the store: {exc}") from None
         self.store = store
         _register_secrets(config)
@@ -347,6 +357,7 @@ class Daemon:
                 await upstream.aclose()
                 await delivery.aclose()
                 await store.close()
+            lock.release()
             self.store = None
 
     async def _record_upstream(self, label: str, status: int | str | None) -> None:

@@ -11,6 +11,7 @@ Modules
     :mod:`.sqlite`       :class:`Store`: connections, durability, the daemon's queries
     :mod:`.ops_queries`  the operator's queries, mixed into :class:`Store`
     :mod:`.aio`          :class:`AsyncStore`, the daemon's async handle
+    :mod:`.lock`         the daemon lock: one ``sessionhook run`` per store (``flock``)
 
     Only this package speaks SQL; a second backend is a new module beside :mod:`.sqlite`.
 
@@ -26,9 +27,11 @@ Errors::
     StoreError      the database cannot be opened or used (directory not writable, not a
                     sessionhook database, schema newer than this version, unknown endpoint,
                     write on a read-only store); ``path`` tells which file
+    +-- StoreLockedError  another daemon holds the store's lock; ``pid`` is its PID
 """
 
 from .aio import AsyncStore
+from .lock import DaemonLock, StoreLockedError, acquire_daemon_lock
 from .rows import (
     OPEN_STATUSES,
     AttemptLike,
@@ -52,6 +55,7 @@ __all__ = [
     "AsyncStore",
     "AttemptLike",
     "AttemptRow",
+    "DaemonLock",
     "DeliveryRow",
     "DueDelivery",
     "EndpointLike",
@@ -63,5 +67,7 @@ __all__ = [
     "StatusSummary",
     "Store",
     "StoreError",
+    "StoreLockedError",
     "UpstreamSummary",
+    "acquire_daemon_lock",
 ]

@@ -4,7 +4,8 @@ The operator's queries (status, deliveries, replay, events) are in :mod:`.ops_qu
 into :class:`Store`; the schema and its migrations in :mod:`.schema`.
 
 Connections
-    :meth:`Store.open` opens the one writer connection: WAL journal, ``foreign_keys=ON``,
+    :meth:`Store.open` opens the one writer connection (creating the file ``0600``, so its
+    ``-wal`` and ``-shm`` are ``0600`` too): WAL journal, ``foreign_keys=ON``,
     ``busy_timeout`` so that an operator command writing at the same time waits instead of
     failing. Each write method is one ``BEGIN IMMEDIATE`` ... ``COMMIT`` transaction.
     :meth:`Store.open_readonly` opens a ``mode=ro`` connection for operator commands; WAL lets
@@ -94,7 +95,7 @@ class Store(OperatorQueries):
         db_path = Path(path)
         parent = db_path.parent
         try:
-            parent.mkdir(parents=True, exist_ok=True)
+            parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as exc:
             raise StoreError(
                 f"cannot create directory {parent}: {exc.strerror or exc}", path=db_path
@@ -107,6 +108,7 @@ class Store(OperatorQueries):
             )
         if db_path.exists() and not os.access(db_path, os.R_OK | os.W_OK):
             raise StoreError(f"{db_path} is not readable and writable", path=db_path)
+        _create_private(db_path)
         try:
             conn = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as exc:
@@ -726,6 +728,24 @@ def _upstream_code(status: int | str | None) -> int:
     if isinstance(status, str):  # "malformed", the only non-HTTP outcome
         return UPSTREAM_MALFORMED
     return status
+
+
+def _create_private(db_path: Path) -> None:
+    """Create an empty database file ``0600`` unless one exists.
+
+    SQLite would create it ``0644`` (less the umask), readable by every local user, and it
+    holds the whole archive. It gives the ``-wal`` and ``-shm`` files it creates later the
+    mode of the database file, so creating this one ``0600`` covers all three.
+    """
+    try:
+        fd = os.open(db_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        return
+    except OSError as exc:
+        raise StoreError(
+            f"cannot create {db_path}: {exc.strerror or exc}", path=db_path
+        ) from None
+    os.close(fd)
 
 
 def _sql_fnmatch(pattern: str | None, value: str | None) -> int:
