@@ -11,6 +11,7 @@ import subprocess
 
 import pytest
 
+from .blackbox_consumer import new_secret
 from .test_blackbox import (
     SESSIONHOOK,
     Endpoint,
@@ -19,6 +20,7 @@ from .test_blackbox import (
     World,
     assert_clean_exit,
     harness,
+    relay_config,
     wait_all_delivered,
     wait_ready,
     wait_until,
@@ -114,3 +116,26 @@ def test_the_store_and_its_wal_shm_and_lock_files_are_private(harness: Harness) 
     assert all(mode == 0o600 for mode in files.values()), {k: oct(v) for k, v in files.items()}
     assert stat.S_IMODE(store.parent.stat().st_mode) == 0o700
     assert_clean_exit(relay)
+
+
+# --------------------------------------------------------------------------- network
+
+
+def test_a_private_only_endpoint_is_refused_at_start_up(harness: Harness) -> None:
+    """With allow_private_networks = false, an endpoint that can only be private is a config
+    error: one line naming the key, exit 2, before anything is polled or sent."""
+    standin = harness.standin()
+    config = relay_config(
+        standin=standin,
+        store=harness.tmp / "relay.db",
+        endpoints=[Endpoint("local", "http://[::1]:9/hook", new_secret())],
+    ).replace("allow_private_networks = true", "allow_private_networks = false")
+    relay = Relay(harness.tmp, "strict", config, standin.api_key)
+    harness.relays.append(relay)
+    relay.start()
+    assert relay.wait(timeout=15) == 2, relay.diagnostics()
+    assert relay.stderr.strip().splitlines() == [
+        "config error: endpoints[0].url: ::1 is a loopback address, "
+        "refused while delivery.allow_private_networks = false"
+    ]
+    assert standin.requests("list_sessions") == []

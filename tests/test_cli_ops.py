@@ -532,8 +532,9 @@ def test_endpoints_test_shows_a_refusal(run: RelayRun) -> None:
 
 
 def test_endpoints_test_applies_the_address_guard(run: RelayRun, tmp_path: Path) -> None:
-    # The same config with private networks refused, as in production: loopback is refused
-    # before anything is sent, as the daemon would refuse it.
+    # The same config with private networks refused, as in production: a loopback endpoint
+    # is a config error, for `endpoints test` as for the daemon, and nothing is sent.
+    # (Names resolving to private addresses: tests/test_pinning.py.)
     text = run.config.read_text()
     text = text.replace("allow_private_networks = true", "allow_private_networks = false")
     text = text.replace('"relay.db"', f'"{run.db}"')
@@ -541,9 +542,9 @@ def test_endpoints_test_applies_the_address_guard(run: RelayRun, tmp_path: Path)
     strict = tmp_path / "strict.toml"
     strict.write_text(text)
     before = len(run.receivers["ci"].arrivals)
-    line = failed("endpoints", "test", "ci", "--config", str(strict))
-    assert line.startswith(f"error: {run.urls['ci']}/hook refused: 127.0.0.1 is a ")
-    assert "allow_private_networks" in line
+    line = failed("endpoints", "test", "ci", "--config", str(strict), code=2)
+    assert line.startswith("config error: endpoints[0].url: 127.0.0.1 is a loopback address")
+    assert line.endswith("refused while delivery.allow_private_networks = false")
     assert len(run.receivers["ci"].arrivals) == before
 
 

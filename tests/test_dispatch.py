@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import AsyncIterator, Callable
@@ -329,12 +330,17 @@ async def test_dead_letter_after_the_last_delay(tmp_path: Path) -> None:
 @pytest.mark.parametrize("allow", [False, True])
 async def test_private_endpoint_is_refused_unless_allowed(tmp_path: Path, allow: bool) -> None:
     seen, transport = _capture()
-    config = _config(url="http://127.0.0.1:9/hook", allow_private=allow, delays=(60.0,))
+    # Such a config is refused at load time; the dispatcher refuses it on its own too
+    # (defence in depth, without asking DNS).
+    config = _config(url="http://127.0.0.1:9/hook", allow_private=True, delays=(60.0,))
+    settings = dataclasses.replace(
+        DeliverySettings.from_config(config), allow_private_networks=allow
+    )
     store = await AsyncStore.open(tmp_path / "relay.db")
     await store.sync_endpoints(config.endpoints)
     await _seed(store, sessions=1)
     async with httpx.AsyncClient(transport=transport) as http:
-        dispatcher = Dispatcher(store, http, DeliverySettings.from_config(config))
+        dispatcher = Dispatcher(store, http, settings)
         attempts = await dispatcher.run_until_idle()
     rows = store.store.list_deliveries()
     await store.close()

@@ -13,7 +13,9 @@ from sessionhook.relay.netguard import (
     blocked_reason,
     check_url,
     is_blocked_ip,
+    literal_refusal,
     resolve_host,
+    vet_host,
 )
 
 pytestmark = pytest.mark.anyio
@@ -137,11 +139,59 @@ async def test_literals_and_localhost_need_no_dns(url: str, reason: str) -> None
     assert resolver.asked == []
 
 
-async def test_allow_private_skips_address_checks() -> None:
-    resolver = FakeResolver({})
-    await check_url("http://127.0.0.1:9000/", allow_private=True, resolve=resolver)
-    await check_url("http://internal/", allow_private=True, resolve=resolver)
-    assert resolver.asked == []
+async def test_allow_private_skips_address_checks_but_still_resolves_once() -> None:
+    resolver = FakeResolver({"internal": ["10.0.0.5", "127.0.0.1"]})
+    assert await check_url("http://127.0.0.1:9000/", allow_private=True, resolve=resolver) == [
+        "127.0.0.1"
+    ]
+    assert await check_url("http://internal/", allow_private=True, resolve=resolver) == [
+        "10.0.0.5",
+        "127.0.0.1",
+    ]
+    assert resolver.asked == [("internal", 80)]
+
+
+async def test_vet_host_returns_the_vetted_addresses_in_resolver_order() -> None:
+    resolver = FakeResolver({"hooks.example.com": ["2606:2800:220:1::1", "93.184.216.34"]})
+    vetted = await vet_host("hooks.example.com", 443, allow_private=False, resolve=resolver)
+    assert vetted == ["2606:2800:220:1::1", "93.184.216.34"]
+    assert await vet_host("93.184.216.34", 80, allow_private=False) == ["93.184.216.34"]
+    assert await vet_host("[2606:2800:220:1::1]", 80, allow_private=False) == ["2606:2800:220:1::1"]
+
+
+async def test_the_address_policy_is_injectable() -> None:
+    """What tests use to treat one loopback address as public and another as private."""
+
+    def policy(address: str) -> str | None:
+        return None if address == "127.0.0.2" else "private address (test policy)"
+
+    resolver = FakeResolver({"two.test": ["127.0.0.2"], "one.test": ["127.0.0.2", "127.0.0.1"]})
+    assert await vet_host("two.test", 80, allow_private=False, resolve=resolver, policy=policy) == [
+        "127.0.0.2"
+    ]
+    with pytest.raises(BlockedAddressError, match=r"one\.test resolves to 127\.0\.0\.1"):
+        await vet_host("one.test", 80, allow_private=False, resolve=resolver, policy=policy)
+    assert literal_refusal("http://127.0.0.2/", policy=policy) is None
+    assert literal_refusal("http://127.0.0.2/") == "127.0.0.2 is a loopback address"
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("http://127.0.0.1:9000/hook", "127.0.0.1 is a loopback address"),
+        ("http://[::1]/hook", "::1 is a loopback address"),
+        ("http://10.1.2.3/hook", "10.1.2.3 is a private address"),
+        ("http://0.0.0.0/", "0.0.0.0 is a unspecified address"),
+        ("http://LOCALHOST:8080/", "localhost is a loopback name"),
+        ("https://api.localhost./", "api.localhost. is a loopback name"),
+        ("ftp://example.com/", "not an http(s) URL: ftp://..."),
+        ("http://93.184.216.34/hook", None),
+        ("https://hooks.example.com/", None),  # judged when connecting, after resolving
+        ("http://internal/", None),
+    ],
+)
+def test_literal_refusal_needs_no_dns(url: str, reason: str | None) -> None:
+    assert literal_refusal(url) == reason
 
 
 @pytest.mark.parametrize("url", ["ftp://example.com/", "file:///etc/passwd", "http:///nohost"])

@@ -24,7 +24,7 @@ import re
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import IO, Any, Final, TypeVar
+from typing import IO, TYPE_CHECKING, Any, Final, TypeVar
 
 import anyio
 import click
@@ -32,6 +32,9 @@ import httpx
 
 from ..api.errors import ApiError, ApiStatusError
 from ..redact import redact_userinfo
+
+if TYPE_CHECKING:  # the relay is not imported by the API CLI at run time
+    from ..relay.netguard import AddressPolicy, Resolver
 
 __all__ = [
     "DEFAULT_CONFIG",
@@ -180,11 +183,15 @@ class Runtime:
     """What a command takes from its surroundings, injectable through ``ctx.obj``.
 
     ``transport`` replaces the network for every HTTP client a command builds; ``sleep``
-    replaces the waits between retries. ``None`` means the real thing.
+    replaces the waits between retries; ``resolve`` and ``address_policy`` replace DNS and
+    the public/private judgement of the address guard (``endpoints test``). ``None`` means
+    the real thing.
     """
 
     transport: httpx.AsyncBaseTransport | None = None
     sleep: Callable[[float], Awaitable[None]] | None = None
+    resolve: Resolver | None = None
+    address_policy: AddressPolicy | None = None
 
 
 def current_runtime() -> Runtime:

@@ -29,13 +29,14 @@ from pathlib import Path
 from typing import IO, Any, Final, TypeVar
 
 import click
+import httpx
 
 from ..api.models import Session, parse_timestamp
 from ..redact import redact_userinfo
 from ..relay.config import Config, ConfigError, load_config
 from ..relay.dispatch import post_event
 from ..relay.events import EVENT_TYPES, matches, session_summary
-from ..relay.netguard import blocked_reason
+from ..relay.pinning import PinnedTransport
 from ..relay.retry import AttemptResult
 from ..relay.signing import SignatureError, generate_secret, verify
 from ..relay.store import (
@@ -53,9 +54,9 @@ from ._output import (
     DEFAULT_CONFIG,
     ENV_CONFIG,
     CliError,
+    current_runtime,
     echo_json,
     handle_errors,
-    http_client,
     register_user_error,
     render_fields,
     render_table,
@@ -745,18 +746,21 @@ def endpoints_test(name: str, config_path: str | None) -> None:
     if endpoint is None:
         known = ", ".join(e.name for e in config.endpoints) or "none"
         raise CliError(f"no endpoint named {name!r} in {target.config_path} (known: {known})")
-    allow_private = config.delivery.allow_private_networks
-    refused = run_async(lambda: blocked_reason(endpoint.url, allow_private=allow_private))
-    if refused is not None:
-        raise CliError(
-            f"{endpoint.url} refused: {refused}",
-            hint="the daemon refuses it too; see delivery.allow_private_networks",
-        )
     event_id, body = ping_event(name, time.time())
     timeout = config.delivery.timeout
+    runtime = current_runtime()
+    # The daemon's transport: the name is resolved once, every address vetted, and the
+    # connection made to a vetted address (a literal private URL failed loading the config).
+    transport = runtime.transport or PinnedTransport(
+        allow_private=config.delivery.allow_private_networks,
+        resolve=runtime.resolve,
+        policy=runtime.address_policy,
+    )
 
     async def send() -> AttemptResult:
-        async with http_client(timeout=timeout) as http:
+        async with httpx.AsyncClient(
+            transport=transport, timeout=httpx.Timeout(timeout), follow_redirects=False
+        ) as http:
             # The one place that signs and POSTs, shared with the dispatcher.
             return await post_event(
                 http,

@@ -45,6 +45,7 @@ from pydantic import (
 )
 
 from .events import EVENT_TYPES, matches
+from .netguard import literal_refusal
 from .signing import SECRET_PREFIX, decode_secret
 
 __all__ = [
@@ -349,6 +350,22 @@ class Config(_Section):
                 # Raised as ConfigError (not ValueError) so the key can name the index.
                 raise ConfigError(f"endpoints[{i}].name", f"duplicate name {endpoint.name!r}")
             seen.add(endpoint.name)
+        return self
+
+    @model_validator(mode="after")
+    def _no_private_only_endpoint(self) -> Config:
+        # An endpoint whose URL can only reach a refused address (127.0.0.1, [::1], 10.x,
+        # localhost...) would fail every attempt: say so now, not in the delivery log.
+        # Names are judged when connecting (they need DNS).
+        if self.delivery.allow_private_networks:
+            return self
+        for i, endpoint in enumerate(self.endpoints):
+            reason = literal_refusal(endpoint.url)
+            if reason is not None:
+                raise ConfigError(
+                    f"endpoints[{i}].url",
+                    f"{reason}, refused while delivery.allow_private_networks = false",
+                )
         return self
 
     def endpoint_by_name(self, name: str) -> EndpointConfig | None:

@@ -17,7 +17,8 @@ SIGTERM and SIGINT set the stop signal: polling stops at once, deliveries in fli
 not lost: its outbox row is retried at the next start) and :meth:`Daemon.run` returns. A
 second signal stops at once. SIGHUP reloads the configuration: a bad file is logged and the
 running configuration kept; a good one updates endpoints, delivery and poll settings and
-the log level (``api`` and ``store`` changes need a restart, and say so).
+the log level (``api``, ``store`` and ``delivery.allow_private_networks`` changes need a
+restart, and say so).
 
 A side task that dies takes the daemon down with it, loudly: a broken store or a bug must
 not leave a process that looks alive and delivers nothing.
@@ -45,6 +46,8 @@ from .config import Config, ConfigError, load_config
 from .dispatch import DeliverySettings, Dispatcher, UrlGuard
 from .logging import get_logger
 from .metrics import Metrics
+from .netguard import AddressPolicy, Resolver
+from .pinning import PinnedTransport
 from .poller import Poller, PollSettings
 from .ratelimit import LimitedTransport, RateLimiter
 from .store import AsyncStore, StoreError, StoreLockedError, acquire_daemon_lock
@@ -76,7 +79,10 @@ class Daemon:
     The keyword arguments are seams for tests, the demo and the bench: ``upstream_transport``
     and ``delivery_transport`` replace the network (``httpx.ASGITransport`` of the emulator
     or of a receiver), ``poll_settings`` the poll knobs that the config does not expose,
-    ``guard`` the address check of endpoint URLs.
+    ``guard`` the DNS-free pre-check of endpoint URLs, ``resolve`` and ``address_policy``
+    the name resolution and the public/private judgement of the webhook connections
+    (:class:`~sessionhook.relay.pinning.PinnedTransport`, used unless
+    ``delivery_transport`` replaces the network).
     """
 
     def __init__(
@@ -88,6 +94,8 @@ class Daemon:
         delivery_transport: httpx.AsyncBaseTransport | None = None,
         poll_settings: PollSettings | None = None,
         guard: UrlGuard | None = None,
+        resolve: Resolver | None = None,
+        address_policy: AddressPolicy | None = None,
         metrics: Metrics | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -98,6 +106,8 @@ class Daemon:
         base = poll_settings if poll_settings is not None else PollSettings()
         self._poll_settings = base.with_config(config)
         self._guard = guard
+        self._resolve = resolve
+        self._address_policy = address_policy
         self.metrics = metrics if metrics is not None else Metrics()
         self._clock = clock
         self._stop = anyio.Event()
@@ -274,8 +284,16 @@ class Daemon:
             return False
         old = self.config
         if _restart_only(old) != _restart_only(new):
-            _log.warning("config.reload_partial", note="api and store changes need a restart")
-            new = new.model_copy(update={"api": old.api, "store": old.store})
+            _log.warning(
+                "config.reload_partial",
+                note="api, store and delivery.allow_private_networks changes need a restart",
+            )
+            # The webhook connections were opened (and are kept alive) under the old
+            # address policy: it stays until a restart rebuilds the pool.
+            delivery = new.delivery.model_copy(
+                update={"allow_private_networks": old.delivery.allow_private_networks}
+            )
+            new = new.model_copy(update={"api": old.api, "store": old.store, "delivery": delivery})
         relay_logging.configure(new.log.level, new.log.format)
         _register_secrets(new)
         if self.store is not None:
@@ -320,8 +338,14 @@ class Daemon:
             settle_success=True,
         )
         upstream = httpx.AsyncClient(transport=counted)
+        # Every webhook connection goes to an address vetted when it was resolved, once.
         delivery = httpx.AsyncClient(
-            transport=self._delivery_transport or httpx.AsyncHTTPTransport(),
+            transport=self._delivery_transport
+            or PinnedTransport(
+                allow_private=config.delivery.allow_private_networks,
+                resolve=self._resolve,
+                policy=self._address_policy,
+            ),
             follow_redirects=False,
         )
         try:
@@ -409,6 +433,7 @@ def _restart_only(config: Config) -> tuple[Any, ...]:
         config.api.model_dump(),
         config.api.api_key.get_secret_value(),
         str(config.store.path),
+        config.delivery.allow_private_networks,
     )
 
 

@@ -40,7 +40,15 @@ from .retry import AttemptResult
 from .signing import signature_header
 from .store import AsyncStore, DueDelivery
 
-__all__ = ["USER_AGENT", "AttemptResult", "DeliverySettings", "Dispatcher", "post_event"]
+__all__ = [
+    "USER_AGENT",
+    "AttemptResult",
+    "DeliverySettings",
+    "Dispatcher",
+    "literal_guard",
+    "post_event",
+    "refused",
+]
 
 USER_AGENT = f"sessionhook/{__version__}"
 
@@ -51,6 +59,21 @@ class UrlGuard(Protocol):
     """Checks that an endpoint URL may be contacted: a refusal reason, or ``None``."""
 
     def __call__(self, url: str, *, allow_private: bool) -> Awaitable[str | None]: ...
+
+
+def refused(reason: str) -> str:
+    """The delivery-log error of an attempt refused by the address guard (no password)."""
+    return redact_userinfo(
+        f"refused: {reason} (set delivery.allow_private_networks = true to allow)"
+    )
+
+
+async def literal_guard(url: str, *, allow_private: bool) -> str | None:
+    """The dispatcher's default pre-check: refuses, WITHOUT asking DNS, a URL that can only
+    be private (:func:`sessionhook.relay.netguard.literal_refusal`). Names are vetted when
+    the connection is made (:class:`sessionhook.relay.pinning.PinnedTransport`), resolved
+    once: resolving here too would let DNS answer differently to the check."""
+    return None if allow_private else netguard.literal_refusal(url)
 
 
 async def post_event(
@@ -65,6 +88,10 @@ async def post_event(
     now: Callable[[], float] = time.time,
 ) -> AttemptResult:
     """Sign ``body`` and POST it to ``url`` once; never raises for a network failure.
+
+    With a :class:`~sessionhook.relay.pinning.PinnedTransport` under ``http``, a host
+    refused by the address guard is a failed attempt (``error = "refused: ..."``) and
+    nothing is sent.
 
     Headers: ``webhook-id`` (``event_id``), ``webhook-timestamp`` (``now()``, fresh),
     ``webhook-signature`` (one ``v1,`` signature per secret), ``content-type`` and
@@ -109,6 +136,11 @@ async def post_event(
         except httpx.HTTPError as exc:
             # Kept in the delivery log and shown by the CLI: never with the URL's password.
             error = redact_userinfo(f"{type(exc).__name__}: {exc}".rstrip(": "))
+        except netguard.BlockedAddressError as exc:
+            # From a PinnedTransport: the name resolved to a refused address; nothing sent.
+            error = refused(exc.reason)
+        except netguard.ResolutionError as exc:
+            error = redact_userinfo(exc.reason)
     if scope.cancelled_caught:
         error = f"timeout after {timeout:g} s"
         if status is not None:
@@ -163,9 +195,11 @@ class Dispatcher:
     """The delivery loop; see the module docstring.
 
     ``http`` is the client used for webhooks (never the upstream one, which is rate
-    limited). ``guard`` checks each URL before every POST (default:
-    :func:`sessionhook.relay.netguard.blocked_reason`; loopback, private, link-local and
-    metadata addresses are refused unless ``allow_private_networks``).
+    limited); the daemon builds it on a
+    :class:`~sessionhook.relay.pinning.PinnedTransport`, which resolves each endpoint's
+    name once, refuses loopback, private, link-local and metadata addresses unless
+    ``allow_private_networks``, and connects to the address it checked. ``guard`` checks
+    each URL before every POST without DNS (default: :func:`literal_guard`).
     """
 
     def __init__(
@@ -184,7 +218,7 @@ class Dispatcher:
         self._http = http
         self.settings = settings
         self._metrics = metrics
-        self._guard: UrlGuard = guard if guard is not None else netguard.blocked_reason
+        self._guard: UrlGuard = guard if guard is not None else literal_guard
         self._clock = clock
         self._rng = rng if rng is not None else random.Random()
         self._max_wait = max_wait
@@ -302,9 +336,7 @@ class Dispatcher:
         if refusal is not None:
             result = AttemptResult(
                 status_code=None,
-                error=redact_userinfo(
-                    f"refused: {refusal} (set delivery.allow_private_networks = true to allow)"
-                ),
+                error=refused(refusal),
                 duration_ms=0.0,
                 response_body="",
                 retry_after=None,

@@ -1,4 +1,4 @@
-"""SSRF guard: may the relay POST to this endpoint URL?
+"""SSRF guard: may the relay connect to this endpoint, and to which address?
 
 Unless ``delivery.allow_private_networks`` is set, an endpoint whose host is, or resolves to,
 an address that is not public is refused: loopback, private (RFC 1918, ULA ``fc00::/7``),
@@ -7,10 +7,21 @@ unspecified, carrier-grade NAT ``100.64.0.0/10``, multicast, broadcast, document
 other reserved ranges. IPv4 embedded in IPv6 (``::ffff:a.b.c.d``, NAT64 ``64:ff9b::/96``,
 6to4 ``2002::/16``) is unwrapped first, so it cannot smuggle a private IPv4 address.
 
-Every address a name resolves to must pass (a name with one public and one private address
-is refused). The check runs before each attempt; a resolver that answers differently at
-connect time (DNS rebinding) is not covered, which would need the checked address pinned in
-the transport.
+Resolve once, connect to what was checked. :func:`vet_host` resolves a name ONCE, refuses
+it if any address is not public (a name with one public and one private address is
+refused), and returns the vetted addresses; the caller must connect to one of those and
+never resolve the name again. Checking a name and letting the HTTP client resolve it a
+second time would let DNS answer a public address to the check and ``127.0.0.1`` to the
+connection (DNS rebinding). :mod:`sessionhook.relay.pinning` does this for httpx (a network
+backend whose ``connect_tcp`` connects only to vetted addresses, so the ``Host`` header and
+TLS SNI stay the URL's name); another HTTP client uses :func:`vet_host` as its resolver.
+
+:func:`literal_refusal` is the DNS-free part: a URL whose host can only be private (an IP
+literal in a refused range, ``localhost``) is refused without resolving anything; the config
+refuses such endpoints at load time.
+
+What counts as public is :func:`is_blocked_ip`, replaceable by an ``AddressPolicy`` (tests
+treat ``127.0.0.2`` as public to exercise the pinning on loopback only).
 
 Errors::
 
@@ -30,6 +41,7 @@ from urllib.parse import urlsplit
 import anyio.to_thread
 
 __all__ = [
+    "AddressPolicy",
     "BlockedAddressError",
     "NetguardError",
     "ResolutionError",
@@ -37,13 +49,17 @@ __all__ = [
     "blocked_reason",
     "check_url",
     "is_blocked_ip",
+    "literal_refusal",
     "resolve_host",
+    "vet_host",
 ]
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 #: ``async (host, port) -> [address text, ...]``; tests inject one instead of real DNS.
 Resolver = Callable[[str, int], Awaitable[list[str]]]
+#: ``address text -> refusal reason`` (``None``: public); :func:`is_blocked_ip` by default.
+AddressPolicy = Callable[[str], str | None]
 
 
 class NetguardError(Exception):
@@ -134,61 +150,127 @@ def is_blocked_ip(ip: str | IPAddress) -> str | None:
 async def resolve_host(host: str, port: int) -> list[str]:
     """The addresses ``host`` resolves to (``getaddrinfo`` in a worker thread)."""
     try:
+        # getaddrinfo cannot be interrupted; a caller's deadline must not wait for it.
         infos = await anyio.to_thread.run_sync(
-            functools.partial(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM)
+            functools.partial(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM),
+            abandon_on_cancel=True,
         )
     except (socket.gaierror, UnicodeError) as exc:
         raise ResolutionError(f"cannot resolve {host}: {exc}") from None
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
-async def check_url(url: str, *, allow_private: bool, resolve: Resolver | None = None) -> None:
-    """Return if the relay may POST to ``url``; raise :class:`NetguardError` if not.
-
-    With ``allow_private`` only the scheme is checked. Otherwise a literal address is
-    checked as is, ``localhost`` names are refused without asking DNS, and any other name
-    is resolved (``resolve``, default :func:`resolve_host`) and every address checked.
-    """
+def _split(url: str) -> tuple[str, int]:
+    """``(host, port)`` of an http(s) URL; :class:`BlockedAddressError` for anything else."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise BlockedAddressError(f"not an http(s) URL: {url}")
+        raise BlockedAddressError(f"not an http(s) URL: {parts.scheme or '?'}://...")
     try:
         port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError:
-        raise BlockedAddressError(f"invalid port in {url}") from None
-    if allow_private:
-        return
-    host = parts.hostname
+        raise BlockedAddressError(f"invalid port in the URL of {parts.hostname}") from None
+    return parts.hostname, port
+
+
+def _literal(host: str) -> IPAddress | None:
     try:
-        literal: IPAddress | None = ipaddress.ip_address(host.split("%", 1)[0])
+        return ipaddress.ip_address(host.strip("[]").split("%", 1)[0])
     except ValueError:
-        literal = None
+        return None
+
+
+def _is_localhost(host: str) -> bool:
+    name = host.rstrip(".").lower()
+    return name == "localhost" or name.endswith(".localhost")
+
+
+def literal_refusal(url: str, *, policy: AddressPolicy | None = None) -> str | None:
+    """Why ``url`` can only reach a refused address, without asking DNS; else ``None``.
+
+    Refused: a URL that is not http(s), an IP literal that ``policy`` (default
+    :func:`is_blocked_ip`) refuses, and ``localhost`` names. A name that needs resolving
+    gets ``None`` here: :func:`vet_host` judges it when connecting.
+    """
+    try:
+        host, _port = _split(url)
+    except BlockedAddressError as exc:
+        return exc.reason
+    literal = _literal(host)
     if literal is not None:
-        reason = is_blocked_ip(literal)
-        if reason is not None:
-            raise BlockedAddressError(f"{host} is a {reason}")
-        return
-    name = host.rstrip(".")
-    if name == "localhost" or name.endswith(".localhost"):
+        reason = (policy or is_blocked_ip)(str(literal))
+        return None if reason is None else f"{literal} is a {reason}"
+    if _is_localhost(host):
+        return f"{host} is a loopback name"
+    return None
+
+
+async def vet_host(
+    host: str,
+    port: int,
+    *,
+    allow_private: bool,
+    resolve: Resolver | None = None,
+    policy: AddressPolicy | None = None,
+) -> list[str]:
+    """Resolve ``host`` once and return the addresses a connection may use, in order.
+
+    An IP literal is checked as is; ``localhost`` names are refused without asking DNS;
+    any other name is resolved (``resolve``, default :func:`resolve_host`) and EVERY
+    address must pass ``policy`` (default :func:`is_blocked_ip`). With ``allow_private``
+    nothing is refused, but the name is still resolved here, once. Connect only to the
+    addresses returned: resolving the name again would undo the check.
+
+    Raises :class:`BlockedAddressError` or :class:`ResolutionError`.
+    """
+    judge = policy or is_blocked_ip
+    literal = _literal(host)
+    if literal is not None:
+        if not allow_private and (reason := judge(str(literal))) is not None:
+            raise BlockedAddressError(f"{literal} is a {reason}")
+        return [str(literal)]
+    if not allow_private and _is_localhost(host):
         raise BlockedAddressError(f"{host} is a loopback name")
     addresses = await (resolve or resolve_host)(host, port)
     if not addresses:
         raise ResolutionError(f"{host} resolves to no address")
+    vetted = []
     for text in addresses:
-        try:
-            reason = is_blocked_ip(text)
-        except ValueError:
-            raise ResolutionError(f"{host} resolved to a non-address {text!r}") from None
-        if reason is not None:
+        address = _literal(text)
+        if address is None:
+            raise ResolutionError(f"{host} resolved to a non-address {text!r}")
+        if not allow_private and (reason := judge(str(address))) is not None:
             raise BlockedAddressError(f"{host} resolves to {text}, a {reason}")
+        vetted.append(str(address))
+    return vetted
+
+
+async def check_url(
+    url: str,
+    *,
+    allow_private: bool,
+    resolve: Resolver | None = None,
+    policy: AddressPolicy | None = None,
+) -> list[str]:
+    """Vet ``url``'s host (:func:`vet_host`) and return the addresses it may connect to.
+
+    Raises :class:`NetguardError` when the URL is refused or does not resolve. Only the
+    returned addresses are safe to connect to: do not hand the URL to a client that
+    resolves it again (see :mod:`sessionhook.relay.pinning`).
+    """
+    host, port = _split(url)
+    return await vet_host(host, port, allow_private=allow_private, resolve=resolve, policy=policy)
 
 
 async def blocked_reason(
-    url: str, *, allow_private: bool = False, resolve: Resolver | None = None
+    url: str,
+    *,
+    allow_private: bool = False,
+    resolve: Resolver | None = None,
+    policy: AddressPolicy | None = None,
 ) -> str | None:
     """:func:`check_url` as a value: the refusal reason, or ``None`` when allowed."""
     try:
-        await check_url(url, allow_private=allow_private, resolve=resolve)
+        await check_url(url, allow_private=allow_private, resolve=resolve, policy=policy)
     except NetguardError as exc:
         return exc.reason
     return None

@@ -742,9 +742,7 @@ def _create_private(db_path: Path) -> None:
     except FileExistsError:
         return
     except OSError as exc:
-        raise StoreError(
-            f"cannot create {db_path}: {exc.strerror or exc}", path=db_path
-        ) from None
+        raise StoreError(f"cannot create {db_path}: {exc.strerror or exc}", path=db_path) from None
     os.close(fd)
 
 
