@@ -6,12 +6,18 @@ imported from ``sessionhook``.
 
 from __future__ import annotations
 
+import json
+import socket
 import stat
 import subprocess
+import urllib.error
+import urllib.request
+from typing import Any
 
 import pytest
 
 from .blackbox_consumer import new_secret
+from .standin import StandIn
 from .test_blackbox import (
     SESSIONHOOK,
     Endpoint,
@@ -25,6 +31,7 @@ from .test_blackbox import (
     wait_ready,
     wait_until,
 )
+from .tinyfs import Ballast, tiny_filesystem
 
 __all__ = ["harness"]  # the fixture, re-exported so pytest finds it here
 
@@ -139,3 +146,124 @@ def test_a_private_only_endpoint_is_refused_at_start_up(harness: Harness) -> Non
         "refused while delivery.allow_private_networks = false"
     ]
     assert standin.requests("list_sessions") == []
+
+
+# --------------------------------------------------------------------------- a full disk
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def readyz(port: int) -> tuple[int, dict[str, Any]]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def metric(port: int, name: str) -> float | None:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+        text = answer.read().decode()
+    for line in text.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def served_relay(harness: Harness, standin: StandIn, label: str, port: int, **config: Any) -> Relay:
+    text = relay_config(standin=standin, **config) + f'[server]\nlisten = "127.0.0.1:{port}"\n'
+    relay = Relay(harness.tmp, label, text, standin.api_key)
+    harness.relays.append(relay)
+    return relay.start()
+
+
+def wait_full(relay: Relay, port: int, harness: Harness) -> dict[str, Any]:
+    """Until the relay reports the full store on /readyz; returns the readiness body."""
+    seen: dict[str, Any] = {}
+
+    def full() -> bool:
+        if not relay.alive():
+            raise AssertionError(f"the relay exited on a full disk\n{relay.diagnostics()}")
+        try:
+            status, body = readyz(port)
+        except OSError:
+            return False  # the health server is not listening yet
+        seen.update(body)
+        return status == 503 and any("store is full" in r for r in body["reasons"])
+
+    wait_until(full, 40, "/readyz to report the full store", harness.diagnostics)
+    return seen
+
+
+def test_a_full_disk_pauses_the_relay_and_loses_nothing(harness: Harness) -> None:
+    """The store's filesystem fills up while sessions keep producing activities: the relay
+    stays up, /readyz says 503 with the reason, SIGTERM still stops it cleanly, it starts
+    again on the full disk (not ready), and once space returns every activity is delivered."""
+    with tiny_filesystem(harness.tmp / "fs", 8192) as fs:
+        standin = harness.standin()
+        consumer = harness.consumer()
+        url, secret = consumer.add_endpoint("main")
+        endpoints = [Endpoint("main", url, secret)]
+        port = free_port()
+        store = fs / "relay.db"
+        first = served_relay(harness, standin, "first", port, store=store, endpoints=endpoints)
+        wait_ready(standin, first)
+        world = World(standin)
+        early = world.add("short")
+        world.play(only=[early])
+        wait_all_delivered(consumer, ["main"], world, harness, timeout=30)
+
+        ballast = Ballast(fs)
+        ballast.fill()
+        busy = world.add("pr")
+        world.step(busy)  # PLANNING: the session is polled every active_interval
+        # More than the space SQLite may still hold in its files, less than the filesystem
+        # (a transaction bigger than the whole disk could never commit).
+        for _ in range(3):
+            standin.append_activity(busy, "agentMessaged", {"agentMessage": "x" * 150_000})
+        body = wait_full(first, port, harness)
+        assert body["ready"] is False, body
+        assert logged(first, "store.full"), first.diagnostics()
+        assert metric(port, "sessionhook_store_unwritable") == 1.0
+        assert first.alive()
+        assert_clean_exit(first)  # SIGTERM while full: writes waiting for space give up
+
+        # Started on the full disk (the space the first relay's WAL file gave back at its
+        # clean stop is taken too): it stays up and says why it is not ready.
+        ballast.fill()
+        second = served_relay(harness, standin, "second", port, store=store, endpoints=endpoints)
+        wait_full(second, port, harness)
+        world.play(only=[busy])  # the rest of the session's life, still on a full disk
+        assert second.alive(), second.diagnostics()
+
+        ballast.free()
+        wait_all_delivered(consumer, ["main"], world, harness, timeout=60)
+        wait_until(lambda: readyz(port)[0] == 200, 30, "/readyz to recover", harness.diagnostics)
+        assert logged(second, "store.recovered"), second.diagnostics()
+        assert metric(port, "sessionhook_store_unwritable") == 0.0
+        for relay in (first, second):
+            assert "Traceback" not in relay.stderr, relay.diagnostics()
+        assert_clean_exit(second)
+    delivered = [h.activity_name for h in consumer.delivered("main") if h.activity_name]
+    assert set(delivered) == world.activity_names()
+
+
+def test_a_store_cannot_be_created_on_a_full_disk(harness: Harness) -> None:
+    """No store yet and no space to create one: one line, exit 1, nothing half-made."""
+    with tiny_filesystem(harness.tmp / "fs", 512) as fs:
+        Ballast(fs).fill()
+        standin = harness.standin()
+        consumer = harness.consumer()
+        url, secret = consumer.add_endpoint("main")
+        relay = harness.relay(
+            standin, "relay", endpoints=[Endpoint("main", url, secret)], store=fs / "relay.db"
+        )
+        assert relay.wait(timeout=20) == 1, relay.diagnostics()
+        lines = relay.stderr.strip().splitlines()
+        assert len(lines) == 1, relay.diagnostics()
+        assert lines[0].startswith("error: cannot create the store: the disk is full"), lines[0]
+        assert not (fs / "relay.db").exists() or (fs / "relay.db").stat().st_size == 0

@@ -117,8 +117,10 @@ async def test_every_event_type_signed_complete_and_in_order(tmp_path: Path) -> 
         # Session events (the pull request opened) follow their activities: on a loaded
         # machine they may still be in flight when the last activity arrived.
         await setup.receiver.wait_for(
-            lambda r: activity_arrivals(r) == upstream
-            and {a.type for a in r.first_deliveries()} >= ALL_TYPES,
+            lambda r: (
+                activity_arrivals(r) == upstream
+                and {a.type for a in r.first_deliveries()} >= ALL_TYPES
+            ),
             within=30,
         )
         daemon.stop()

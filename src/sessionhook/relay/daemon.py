@@ -29,10 +29,10 @@ from __future__ import annotations
 import signal
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import anyio.abc
@@ -50,7 +50,14 @@ from .netguard import AddressPolicy, Resolver
 from .pinning import PinnedTransport
 from .poller import Poller, PollSettings
 from .ratelimit import LimitedTransport, RateLimiter
-from .store import AsyncStore, StoreError, StoreLockedError, acquire_daemon_lock
+from .store import (
+    AsyncStore,
+    StoreError,
+    StoreFullError,
+    StoreLockedError,
+    StoreUnwritableError,
+    acquire_daemon_lock,
+)
 
 __all__ = ["DRAIN_SECONDS", "Daemon", "DaemonError"]
 
@@ -60,6 +67,7 @@ DRAIN_SECONDS = 10.0
 UPSTREAM_TIMEOUT = 30.0
 
 _log = get_logger()
+_E = TypeVar("_E", bound=BaseException)
 
 
 class DaemonError(Exception):
@@ -114,6 +122,8 @@ class Daemon:
         self._stopping = False
         self._started_at = clock()
         self.store: AsyncStore | None = None
+        #: Why the store is not open yet (a full disk at start-up), for /readyz.
+        self._open_problem: str | None = None
         self.poller: Poller | None = None
         self.dispatcher: Dispatcher | None = None
         #: Set once the daemon is ready (store open, first poll tried): tests wait on it.
@@ -155,16 +165,29 @@ class Daemon:
         """One full pass: discover, poll every new/changed/working session, deliver all
         that is due; return the exit status (0, or 1 when something could not be polled).
 
-        Raises :class:`DaemonError` when the store cannot be opened or the key is rejected.
+        Raises :class:`DaemonError` when the store cannot be opened, is held by another
+        daemon or is full (nothing is lost: the next pass resumes), or the key is rejected.
         """
-        async with self._resources() as (store, poller, dispatcher):
-            report = await poller.run_once()
-            if report.unauthenticated is not None:
+        with self._daemon_lock():
+            store = await self._open_store(wait=False)
+            assert store is not None  # only a stop while waiting for space returns None
+            try:
+                async with self._wiring(store) as (poller, dispatcher):
+                    report = await poller.run_once()
+                    if report.unauthenticated is not None:
+                        raise DaemonError(
+                            f"the Sessions API rejected the API key: {report.unauthenticated}"
+                        )
+                    attempts = await dispatcher.run_until_idle()
+                    pending = await store.pending_count()
+            except Exception as exc:
+                unwritable = _find(exc, StoreUnwritableError)
+                if unwritable is None:
+                    raise
                 raise DaemonError(
-                    f"the Sessions API rejected the API key: {report.unauthenticated}"
-                )
-            attempts = await dispatcher.run_until_idle()
-            pending = await store.pending_count()
+                    f"the store cannot be written ({unwritable}); nothing committed is lost: "
+                    "run again once it can"
+                ) from None
         _log.info(
             "relay.once_done",
             sessions_polled=report.sessions_polled,
@@ -180,16 +203,10 @@ class Daemon:
     # ------------------------------------------------------------------ the long run
 
     async def _serve(self) -> None:
-        async with self._resources() as (_store, poller, dispatcher):
-            _log.info(
-                "relay.started",
-                store=str(self.config.store.path),
-                endpoints=[e.name for e in self.config.endpoints],
-                base_url=self.config.api.base_url,
-            )
-            if self._stop.is_set():
-                return
-            async with anyio.create_task_group() as tg:
+        with self._daemon_lock():
+            async with anyio.create_task_group() as outer:
+                # First, so that /readyz answers (503, with the reason) while the store
+                # cannot be opened for lack of space.
                 if self.config.server is not None:
                     app = health.create_app(
                         metrics=self.metrics,
@@ -197,24 +214,43 @@ class Daemon:
                         before_scrape=self._refresh_gauges,
                     )
                     try:
-                        await tg.start(health.serve, self.config.server.listen, app)
+                        await outer.start(health.serve, self.config.server.listen, app)
                     except health.HealthServerError as exc:
                         raise DaemonError(str(exc)) from None
-                poll_scope = anyio.CancelScope()
-                tg.start_soon(self._side_task, "poller", poller.run, poll_scope)
-                tg.start_soon(self._side_task, "dispatcher", dispatcher.run, None)
-                tg.start_soon(self._side_task, "lifecycle", self._lifecycle, None)
-                await self._stop.wait()
-                self._stopping = True
-                _log.info("relay.stopping", in_flight=dispatcher.in_flight)
-                sdnotify.stopping("draining deliveries in flight")
-                poll_scope.cancel()
-                with anyio.move_on_after(DRAIN_SECONDS) as drain:
-                    await dispatcher.drain()
-                if drain.cancelled_caught:
-                    _log.warning("relay.drain_timeout", in_flight=dispatcher.in_flight)
-                tg.cancel_scope.cancel()
+                store = await self._open_store(wait=True)
+                if store is not None:  # None: stopped while waiting for disk space
+                    async with self._wiring(store) as (poller, dispatcher):
+                        await self._run_loops(store, poller, dispatcher)
+                outer.cancel_scope.cancel()
         _log.info("relay.stopped")
+
+    async def _run_loops(self, store: AsyncStore, poller: Poller, dispatcher: Dispatcher) -> None:
+        _log.info(
+            "relay.started",
+            store=str(self.config.store.path),
+            endpoints=[e.name for e in self.config.endpoints],
+            base_url=self.config.api.base_url,
+        )
+        if self._stop.is_set():
+            return
+        async with anyio.create_task_group() as tg:
+            poll_scope = anyio.CancelScope()
+            tg.start_soon(self._side_task, "poller", poller.run, poll_scope)
+            tg.start_soon(self._side_task, "dispatcher", dispatcher.run, None)
+            tg.start_soon(self._side_task, "lifecycle", self._lifecycle, None)
+            await self._stop.wait()
+            self._stopping = True
+            _log.info("relay.stopping", in_flight=dispatcher.in_flight)
+            sdnotify.stopping("draining deliveries in flight")
+            poll_scope.cancel()
+            # Records waiting for disk space give up now: those deliveries stay open and
+            # are sent again at the next start (same webhook-id).
+            store.stop_waiting()
+            with anyio.move_on_after(DRAIN_SECONDS) as drain:
+                await dispatcher.drain()
+            if drain.cancelled_caught:
+                _log.warning("relay.drain_timeout", in_flight=dispatcher.in_flight)
+            tg.cancel_scope.cancel()
 
     async def _side_task(
         self,
@@ -297,7 +333,12 @@ class Daemon:
         relay_logging.configure(new.log.level, new.log.format)
         _register_secrets(new)
         if self.store is not None:
-            await self.store.sync_endpoints(list(new.endpoints))
+            try:  # never wait for disk space here: a SIGTERM must still be heard
+                await self.store.call(self.store.store.sync_endpoints, list(new.endpoints))
+            except StoreUnwritableError as exc:
+                _log.error("config.reload_failed", error=f"the store is not writable: {exc}")
+                sdnotify.ready("reload failed; running with the previous configuration")
+                return False
         if self.dispatcher is not None:
             self.dispatcher.update(DeliverySettings.from_config(new))
         self._poll_settings = self._poll_settings.with_config(new)
@@ -310,22 +351,77 @@ class Daemon:
 
     # ------------------------------------------------------------------ wiring
 
-    @asynccontextmanager
-    async def _resources(self) -> AsyncIterator[tuple[AsyncStore, Poller, Dispatcher]]:
-        """Open the store and the HTTP clients, build poller and dispatcher; close all."""
-        config = self.config
+    @contextmanager
+    def _daemon_lock(self) -> Iterator[None]:
+        """Hold the store's daemon lock (one daemon per store) for the block."""
         try:
             # Before the store is touched: a second daemon must not even migrate it.
-            lock = acquire_daemon_lock(config.store.path)
+            lock = acquire_daemon_lock(self.config.store.path)
         except StoreLockedError as exc:
             raise DaemonError(str(exc), exit_code=2) from None
         except StoreError as exc:
             raise DaemonError(f"cannot open the store: {exc}") from None
+        with lock:
+            yield
+
+    async def _open_store(self, *, wait: bool) -> AsyncStore | None:
+        """Open the store and sync the endpoints into it.
+
+        On a full disk, an existing store is tried again with growing delays (``wait``),
+        /readyz saying why, until it opens or the daemon is stopped (then ``None``). A
+        store that does not exist yet cannot be created: :class:`DaemonError`.
+        """
+        path = self.config.store.path
+        existed = path.exists()
+        store: AsyncStore | None = None
+        delay, failures, since = 1.0, 0, time.monotonic()
         try:
-            store = await AsyncStore.open(config.store.path)
-        except (StoreError, OSError, sqlite3.Error) as exc:
-            lock.release()
-            raise DaemonError(f"cannot open the store: {exc}") from None
+            while True:
+                try:
+                    if store is None:
+                        store = await AsyncStore.open(
+                            path, clock=self._clock, wait_for_space=wait, observer=self
+                        )
+                    await store.call(store.store.sync_endpoints, list(self.config.endpoints))
+                    break
+                except StoreFullError as exc:
+                    if store is None and not existed:
+                        raise DaemonError(
+                            f"cannot create the store: the disk is full ({exc})"
+                        ) from None
+                    if not wait:
+                        raise DaemonError(
+                            f"cannot open the store: the disk is full ({exc})"
+                        ) from None
+                    failures += 1
+                    self._open_problem = f"store is full, waiting for disk space: {exc}"
+                    self.store_unwritable(exc, first=failures == 1, retry_in=delay)
+                    if failures == 1:  # systemd must not time the start out and retry
+                        sdnotify.ready("store is full: waiting for disk space")
+                    sdnotify.watchdog()
+                    with anyio.move_on_after(delay):
+                        await self._stop.wait()
+                    if self._stop.is_set():
+                        if store is not None:
+                            await store.close()
+                        return None
+                    delay = min(10.0, delay * 2)  # <= half the unit's WatchdogSec
+                except (StoreError, OSError, sqlite3.Error) as exc:
+                    raise DaemonError(f"cannot open the store: {exc}") from None
+        except BaseException:
+            if store is not None:
+                with anyio.CancelScope(shield=True):
+                    await store.close()
+            raise
+        if failures:
+            self.store_writable_again(after=time.monotonic() - since)
+        self._open_problem = None
+        return store
+
+    @asynccontextmanager
+    async def _wiring(self, store: AsyncStore) -> AsyncIterator[tuple[Poller, Dispatcher]]:
+        """Build the HTTP clients, poller and dispatcher on an open store; close all."""
+        config = self.config
         self.store = store
         _register_secrets(config)
         limiter = RateLimiter(config.api.requests_per_minute)
@@ -349,7 +445,6 @@ class Daemon:
             follow_redirects=False,
         )
         try:
-            await store.sync_endpoints(list(config.endpoints))
             client = SessionsClient(
                 upstream,
                 base_url=config.api.base_url,
@@ -375,13 +470,12 @@ class Daemon:
                 metrics=self.metrics,
                 clock=self._clock,
             )
-            yield store, self.poller, self.dispatcher
+            yield self.poller, self.dispatcher
         finally:
             with anyio.CancelScope(shield=True):
                 await upstream.aclose()
                 await delivery.aclose()
                 await store.close()
-            lock.release()
             self.store = None
 
     async def _record_upstream(self, label: str, status: int | str | None) -> None:
@@ -389,28 +483,65 @@ class Daemon:
         if self.store is not None:
             await self.store.record_upstream(label, status, self._clock())
 
-    async def _store_writable(self) -> bool:
+    async def _store_problem(self) -> str | None:
         """Commit a tiny write: a full disk, a read-only mount or a lost file show here."""
         store = self.store
         if store is None:
-            return False
+            return self._open_problem or "store is not open yet"
         try:
-            await store.call(store.store.set_meta, "readyz_probe_at", repr(self._clock()))
+            probe = store.store.set_meta
+            if not await store.try_write(probe, "readyz_probe_at", repr(self._clock())):
+                error = store.unwritable
+                what = "full" if isinstance(error, StoreFullError) else "not writable"
+                return f"store is {what}, polling and deliveries paused: {error}"
         except (sqlite3.Error, StoreError, OSError) as exc:
             _log.warning("health.store_not_writable", error=str(exc))
-            return False
-        return True
+            return f"store is not writable: {exc}"
+        return None
 
     async def _readiness(self) -> tuple[bool, list[str]]:
         last = self.poller.last_success if self.poller is not None else None
         bound = max(120.0, 3 * self.config.poll.discovery_interval)
+        problem = await self._store_problem()
         return health.check_ready(
-            store_writable=await self._store_writable(),
+            store_writable=problem is None,
+            store_problem=problem,
             last_successful_poll=last,
             now=self._clock(),
             max_poll_age=bound,
             started_at=self._started_at,
         )
+
+    # ------------------------------------------------------------------ full disk
+
+    def store_unwritable(
+        self, error: StoreUnwritableError, *, first: bool, retry_in: float
+    ) -> None:
+        """A write failed (the store's observer): log, count, tell systemd."""
+        full = isinstance(error, StoreFullError)
+        self.metrics.store_write_failed("full" if full else "unwritable")
+        self.metrics.store_unwritable.set(1)
+        what = "full" if full else "not_writable"
+        fields = {"store": str(self.config.store.path), "error": str(error)}
+        if first:
+            _log.error(
+                f"store.{what}",
+                retry_in=round(retry_in, 1),
+                hint=("free disk space" if full else "make the store writable")
+                + ": polling and deliveries resume by themselves, nothing committed is lost",
+                **fields,
+            )
+            sdnotify.status(f"store is {what.replace('_', ' ')}: polling and deliveries paused")
+        else:
+            _log.warning(f"store.still_{what}", retry_in=round(retry_in, 1), **fields)
+
+    def store_writable_again(self, *, after: float) -> None:
+        """Writes succeed again (the store's observer)."""
+        self.metrics.store_unwritable.set(0)
+        _log.info("store.recovered", store=str(self.config.store.path), after_s=round(after, 1))
+        sdnotify.status("polling and delivering")
+        if self.dispatcher is not None:
+            self.dispatcher.wake()
 
     async def _refresh_gauges(self) -> None:
         if self.store is None:
@@ -426,6 +557,18 @@ def _daemon_error(exc: BaseException) -> DaemonError | None:
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
     return exc if isinstance(exc, DaemonError) else None
+
+
+def _find(exc: BaseException, kind: type[_E]) -> _E | None:
+    """The first ``kind`` in ``exc`` or in the groups it is wrapped in."""
+    if isinstance(exc, kind):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _find(inner, kind)
+            if found is not None:
+                return found
+    return None
 
 
 def _restart_only(config: Config) -> tuple[Any, ...]:

@@ -18,6 +18,7 @@ than its ``disable_after`` disables it.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 import time
@@ -38,7 +39,7 @@ from .logging import get_logger
 from .metrics import Metrics
 from .retry import AttemptResult
 from .signing import signature_header
-from .store import AsyncStore, DueDelivery
+from .store import AsyncStore, DueDelivery, StoreUnwritableError
 
 __all__ = [
     "USER_AGENT",
@@ -294,7 +295,8 @@ class Dispatcher:
     async def _start_due(self, tg: anyio.abc.TaskGroup) -> int:
         s = self.settings
         free = s.concurrency - len(self._in_flight)
-        if free <= 0:
+        if free <= 0 or self._store.unwritable is not None:
+            # A full store could not record the attempt: send nothing new until it can.
             return 0
         full = {name for name, n in self._per_endpoint.items() if n >= s.per_endpoint}
         due = await self._store.due_deliveries(
@@ -358,16 +360,30 @@ class Dispatcher:
             attempt_no, result, s.retry_delays, now, self._rng, max_retry_after=s.max_retry_after
         )
         # Recorded even if the daemon is being cancelled: the POST happened. (A crash before
-        # this line repeats the delivery at the next start: at-least-once, never lost.)
+        # this line repeats the delivery at the next start: at-least-once, never lost.) On a
+        # full disk the record waits for space; if the daemon stops first (it makes waiting
+        # writes give up), the delivery stays open and is sent again, same webhook-id.
         with anyio.CancelScope(shield=True):
-            failing_since = await self._store.record_attempt(delivery.id, result, decision)
+            try:
+                failing_since = await self._store.record_attempt(delivery.id, result, decision)
+            except StoreUnwritableError as exc:
+                _log.error(
+                    "delivery.not_recorded",
+                    endpoint=endpoint.name,
+                    event_id=delivery.event_id,
+                    status=result.status_code,
+                    error=str(exc),
+                    note="the store is not writable; the delivery stays open, sent again later",
+                )
+                return decision
             self._report(delivery, endpoint, attempt_no, result, decision, now)
             # failing_since is None after a success; a 410 already disabled the endpoint.
             gone = isinstance(decision, retry.DisableEndpoint)
             if not gone and retry.should_disable(failing_since, now, endpoint.disable_after):
                 reason = f"failing without a success for {endpoint.disable_after:g} s"
-                await self._store.set_endpoint_enabled(endpoint.name, False, reason)
-                self._disabled(endpoint.name, reason, "failing")
+                with contextlib.suppress(StoreUnwritableError):  # at the next failure then
+                    await self._store.set_endpoint_enabled(endpoint.name, False, reason)
+                    self._disabled(endpoint.name, reason, "failing")
         return decision
 
     def _report(

@@ -4,8 +4,9 @@ Enabled by ``[server] listen = "127.0.0.1:9187"`` (off when absent).
 
 * ``/healthz`` answers 200 while the event loop runs: the process is alive.
 * ``/readyz`` asks the daemon's readiness check and answers 200 ``{"ready": true}`` or 503
-  with the reasons (the store is not writable, the last successful upstream poll is older
-  than the bound...). :func:`check_ready` builds that answer from plain facts.
+  with the reasons (the store is full or not writable, the last successful upstream poll is
+  older than the bound...). It answers from the start, also while a full disk keeps the
+  store from opening. :func:`check_ready` builds that answer from plain facts.
 * ``/metrics`` runs the daemon's refresh hook (outbox gauges come from the database) and
   renders :class:`~sessionhook.relay.metrics.Metrics` in the Prometheus text format.
 
@@ -61,16 +62,18 @@ def check_ready(
     now: float,
     max_poll_age: float,
     started_at: float | None = None,
+    store_problem: str | None = None,
 ) -> tuple[bool, list[str]]:
     """Readiness from facts the daemon has at hand; pure.
 
     Ready when the store is writable and the last successful upstream poll is at most
     ``max_poll_age`` seconds old. Before the first success, a daemon that started less than
     ``max_poll_age`` ago (``started_at``) is still given the benefit of the doubt.
+    ``store_problem`` says why the store is not writable (``store is full, ...``).
     """
     reasons: list[str] = []
     if not store_writable:
-        reasons.append("store is not writable")
+        reasons.append(store_problem or "store is not writable")
     if last_successful_poll is None:
         if started_at is None or now - started_at > max_poll_age:
             reasons.append("no successful upstream poll yet")

@@ -25,6 +25,8 @@ outbox_pending                                 gauge      endpoint
 outbox_oldest_pending_age_seconds              gauge      endpoint
 poll_lag_seconds                               gauge
 last_successful_poll_timestamp_seconds         gauge
+store_unwritable                               gauge
+store_write_failures_total                     counter    reason
 build_info                                     gauge      version
 =============================================  =========  =====================
 """
@@ -141,6 +143,21 @@ class Metrics:
             namespace=NAMESPACE,
             registry=r,
         )
+        self.store_unwritable = Gauge(
+            "store_unwritable",
+            "1 while writes to the store fail (disk full, read-only): polling and deliveries "
+            "paused, else 0.",
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.store_write_failures = Counter(
+            "store_write_failures",
+            "Rounds of store writes that failed and are retried later, by reason ('full', "
+            "'unwritable').",
+            ["reason"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
         self.build_info = Gauge(
             "build_info",
             "Always 1; the labels carry the running version.",
@@ -172,6 +189,10 @@ class Metrics:
         """Record that the relay disabled ``endpoint`` (``reason`` is a short category)."""
         self.endpoint_disabled.labels(endpoint=endpoint, reason=reason).inc()
         self.endpoint_enabled.labels(endpoint=endpoint).set(0)
+
+    def store_write_failed(self, reason: str) -> None:
+        """Count one failed round of store writes (``reason``: ``full``, ``unwritable``)."""
+        self.store_write_failures.labels(reason=reason).inc()
 
     def upstream_request(self, endpoint: str, status: int | str | None) -> None:
         """Count a Sessions API request; ``status`` ``None`` means no answer (timeout...),

@@ -30,7 +30,9 @@ not delivered. Sessions created after it are delivered whole, even when a failin
 delayed their discovery.
 
 Failures never skip anything: the cursor only moves over archived activities, so a failed
-poll is simply tried again. 429/5xx/timeouts/malformed answers back that session (or
+poll is simply tried again. A full disk pauses polling: the writes in progress wait for space
+(:class:`~sessionhook.relay.store.AsyncStore`), no new poll or discovery pass starts until a
+write succeeds again. 429/5xx/timeouts/malformed answers back that session (or
 discovery) off, exponentially and capped, never sooner than ``Retry-After``; the other
 sessions go on. A 404 on a session first seen less than 30 s ago is the service's eventual
 consistency and is retried; a later 404 means the session was deleted and it is dropped.
@@ -450,7 +452,7 @@ class Poller:
             raw = await self._store.call(self._store.store.get_meta, EPOCH_KEY)
             if raw is None:
                 self._epoch = self._clock()
-                await self._store.call(self._store.store.set_meta, EPOCH_KEY, repr(self._epoch))
+                await self._store.write(self._store.store.set_meta, EPOCH_KEY, repr(self._epoch))
             else:
                 self._epoch = float(raw)
         return self._epoch
@@ -472,6 +474,11 @@ class Poller:
 
     async def _discovery_loop(self) -> None:
         while True:
+            if self._store.unwritable is not None:
+                # A full disk: nothing polled could be archived. Pause (the store probes
+                # itself with growing delays) instead of spending the request budget.
+                self.first_pass_done.set()  # readiness then reports the full store
+                await self._store.wait_writable()
             started = self._mono()
             try:
                 await self.discover()
@@ -537,7 +544,10 @@ class Poller:
             self._changed = anyio.Event()
             now = self._mono()
             self.heartbeat = now
-            for name in self.due(now)[: max(0, self.settings.concurrency - running)]:
+            # While the store is full no new poll starts (see _discovery_loop); the loop
+            # keeps going round for the watchdog.
+            due = [] if self._store.unwritable is not None else self.due(now)
+            for name in due[: max(0, self.settings.concurrency - running)]:
                 tracked = self._tracked[name]
                 tracked.running = True
                 running += 1

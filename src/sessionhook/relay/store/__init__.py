@@ -10,7 +10,8 @@ Modules
     :mod:`.schema`       migrations and the checks that a file is ours (DDL)
     :mod:`.sqlite`       :class:`Store`: connections, durability, the daemon's queries
     :mod:`.ops_queries`  the operator's queries, mixed into :class:`Store`
-    :mod:`.aio`          :class:`AsyncStore`, the daemon's async handle
+    :mod:`.aio`          :class:`AsyncStore`, the daemon's async handle (waits out a full
+                         disk)
     :mod:`.lock`         the daemon lock: one ``sessionhook run`` per store (``flock``)
 
     Only this package speaks SQL; a second backend is a new module beside :mod:`.sqlite`.
@@ -28,9 +29,11 @@ Errors::
                     sessionhook database, schema newer than this version, unknown endpoint,
                     write on a read-only store); ``path`` tells which file
     +-- StoreLockedError  another daemon holds the store's lock; ``pid`` is its PID
+    +-- StoreUnwritableError  a write cannot be done for now (read-only); nothing committed
+        +-- StoreFullError    a write failed for lack of space
 """
 
-from .aio import AsyncStore
+from .aio import AsyncStore, FullObserver
 from .lock import DaemonLock, StoreLockedError, acquire_daemon_lock
 from .rows import (
     OPEN_STATUSES,
@@ -46,6 +49,8 @@ from .rows import (
     SessionRow,
     StatusSummary,
     StoreError,
+    StoreFullError,
+    StoreUnwritableError,
     UpstreamSummary,
 )
 from .sqlite import Store
@@ -62,12 +67,15 @@ __all__ = [
     "EndpointState",
     "EndpointSummary",
     "EventRow",
+    "FullObserver",
     "Ingested",
     "SessionRow",
     "StatusSummary",
     "Store",
     "StoreError",
+    "StoreFullError",
     "StoreLockedError",
+    "StoreUnwritableError",
     "UpstreamSummary",
     "acquire_daemon_lock",
 ]

@@ -1,12 +1,29 @@
-""":class:`AsyncStore`, the daemon's async handle on the :class:`~.sqlite.Store`."""
+""":class:`AsyncStore`, the daemon's async handle on the :class:`~.sqlite.Store`.
+
+A full disk (or a store that cannot be written for now)
+    A write that fails for lack of space (:class:`~.rows.StoreFullError`), or because the
+    file or its mount is read-only (:class:`~.rows.StoreUnwritableError`, the base class),
+    rolled back whole. The AsyncStore then records it (:attr:`AsyncStore.unwritable`) and, in the
+    daemon's default mode (``wait_for_space=True``), the write WAITS: it is tried again after
+    a growing delay (``retry_base`` doubling up to ``retry_cap`` seconds) until it commits, so
+    nothing the poller archived or the dispatcher sent is lost, and the caller simply waits.
+    Writes that are only statistics (:meth:`record_upstream`, :meth:`mark_poll`) are
+    skipped instead. :meth:`wait_writable` lets a loop pause (and probe) until space
+    returns; :meth:`stop_waiting` makes waiting writes give up with the error (shutdown).
+    ``wait_for_space=False`` (``--once``) raises at once. An ``observer`` hears when the
+    store becomes unwritable, is still unwritable, and recovers (the daemon logs and counts
+    it).
+"""
 
 from __future__ import annotations
 
 import functools
+import math
 import os
+import sqlite3
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import ParamSpec, TypeVar
+from typing import ParamSpec, Protocol, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -23,40 +40,169 @@ from .rows import (
     Ingested,
     SessionRow,
     StatusSummary,
+    StoreFullError,
+    StoreUnwritableError,
 )
-from .sqlite import Store
+from .sqlite import Store, is_full_error, is_readonly_error
 
 P = ParamSpec("P")
 T = TypeVar("T")
+#: Unwritable again within this many seconds of recovering: the same episode continues.
+_RELAPSE = 60.0
+
+
+class FullObserver(Protocol):
+    """Hears about an unwritable store (the daemon: logs, metrics, systemd status)."""
+
+    def store_unwritable(
+        self, error: StoreUnwritableError, *, first: bool, retry_in: float
+    ) -> None:
+        """A write failed, for lack of space or else (``first``: it was writable before)."""
+
+    def store_writable_again(self, *, after: float) -> None:
+        """A write succeeded again, ``after`` seconds after the store became unwritable."""
 
 
 class AsyncStore:
     """The daemon's handle on the :class:`Store`: every call runs in a worker thread under a
     ``CapacityLimiter(1)``, so there is one writer and the event loop never waits on disk.
 
-    Explicit async methods cover what the poller, dispatcher and health server use; any
-    other Store method is reachable through :meth:`call` (``await astore.call(store.replay,
+    Explicit async methods cover what the poller, dispatcher and health server use (their
+    writes wait out a full disk, see the module docstring); any other Store method is
+    reachable through :meth:`call` (``await astore.call(store.replay,
     "ci", since=t)``). A call whose task is cancelled still finishes its transaction in the
     thread (anyio does not abandon the thread), so cancellation never half-writes.
     """
 
-    def __init__(self, store: Store) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        wait_for_space: bool = True,
+        observer: FullObserver | None = None,
+        retry_base: float = 1.0,
+        retry_cap: float = 30.0,
+    ) -> None:
         self.store = store
         self._limiter = anyio.CapacityLimiter(1)
+        self.wait_for_space = wait_for_space
+        self.observer = observer
+        self._retry_base = retry_base
+        self._retry_cap = retry_cap
+        #: The last write error while the store cannot be written; ``None`` when writable.
+        self.unwritable: StoreUnwritableError | None = None
+        self._full_since = 0.0
+        self._failures = 0
+        self._retry_at = 0.0
+        self._recovered_at = -math.inf
+        self._stopped = anyio.Event()  # stop_waiting(): wake the writes waiting for space
 
     @classmethod
     async def open(
-        cls, path: str | os.PathLike[str], *, clock: Callable[[], float] = time.time
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        clock: Callable[[], float] = time.time,
+        wait_for_space: bool = True,
+        observer: FullObserver | None = None,
     ) -> AsyncStore:
-        """:meth:`Store.open` in a worker thread."""
+        """:meth:`Store.open` in a worker thread (see :class:`AsyncStore` for the rest)."""
         store = await anyio.to_thread.run_sync(functools.partial(Store.open, path, clock=clock))
-        return cls(store)
+        return cls(store, wait_for_space=wait_for_space, observer=observer)
 
     async def call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        """Run ``fn(*args, **kwargs)`` (a Store method) in the store's worker thread."""
-        return await anyio.to_thread.run_sync(
-            functools.partial(fn, *args, **kwargs), limiter=self._limiter
-        )
+        """Run ``fn(*args, **kwargs)`` (a Store method) in the store's worker thread, once;
+        no space or a read-only store raises :class:`StoreUnwritableError` (see :meth:`write`
+        to wait it out)."""
+        try:
+            return await anyio.to_thread.run_sync(
+                functools.partial(fn, *args, **kwargs), limiter=self._limiter
+            )
+        except (sqlite3.Error, OSError) as exc:
+            path = self.store.path
+            if is_full_error(exc):  # outside a write transaction (a read growing the -shm)
+                raise StoreFullError(f"{path}: {exc}", path=path) from exc
+            if is_readonly_error(exc):
+                raise StoreUnwritableError(f"{path}: {exc}", path=path) from exc
+            raise
+
+    # ----------------------------------------------------------------- full disk
+
+    async def write(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run a write, waiting out a full disk (see the module docstring).
+
+        Raises :class:`StoreUnwritableError` without waiting when ``wait_for_space`` is off or
+        :meth:`stop_waiting` was called.
+        """
+        while True:
+            if self.unwritable is not None and self.wait_for_space:
+                await self._pause()
+            try:
+                result = await self.call(fn, *args, **kwargs)
+            except StoreUnwritableError as exc:
+                self._failed(exc)
+                if not self.wait_for_space:
+                    raise
+                continue
+            self._succeeded()
+            return result
+
+    async def try_write(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> bool:
+        """Run a write that may be skipped (statistics): not tried while the store is full
+        and its retry is not due; returns whether it committed."""
+        if self.unwritable is not None and anyio.current_time() < self._retry_at:
+            return False
+        try:
+            await self.call(fn, *args, **kwargs)
+        except StoreUnwritableError as exc:
+            self._failed(exc)
+            return False
+        self._succeeded()
+        return True
+
+    async def wait_writable(self) -> None:
+        """Return at once while the store is writable; else probe it with a tiny write at
+        each retry time until one commits (or :meth:`stop_waiting` is called)."""
+        while self.unwritable is not None and self.wait_for_space:
+            await self._pause()
+            if self.wait_for_space:
+                await self.try_write(self.store.set_meta, "write_probe_at", repr(time.time()))
+
+    def stop_waiting(self) -> None:
+        """Make waiting writes raise :class:`StoreUnwritableError` now (the daemon stops)."""
+        self.wait_for_space = False
+        self._stopped.set()
+
+    async def _pause(self) -> None:
+        """Until the next retry is due, or :meth:`stop_waiting`."""
+        with anyio.move_on_after(max(0.0, self._retry_at - anyio.current_time())):
+            await self._stopped.wait()
+
+    def _failed(self, exc: StoreUnwritableError) -> None:
+        now = anyio.current_time()
+        first = self.unwritable is None
+        if first and now - self._recovered_at < _RELAPSE:
+            # Writable again only briefly (a small probe fitted, the next big write did not):
+            # the same episode, so the delays keep growing and it is not announced anew.
+            first = False
+        elif first:
+            self._full_since, self._failures = now, 0
+        self.unwritable = exc
+        if first or now >= self._retry_at:  # concurrent failures do not grow the delay
+            self._failures += 1
+            delay = min(self._retry_cap, self._retry_base * 2 ** (self._failures - 1))
+            self._retry_at = now + delay
+            if self.observer is not None:
+                self.observer.store_unwritable(exc, first=first, retry_in=delay)
+
+    def _succeeded(self) -> None:
+        if self.unwritable is None:
+            return
+        self.unwritable = None
+        self._retry_at = 0.0
+        self._recovered_at = anyio.current_time()
+        if self.observer is not None:
+            self.observer.store_writable_again(after=anyio.current_time() - self._full_since)
 
     async def close(self) -> None:
         """Close the store once every queued call has run."""
@@ -66,11 +212,11 @@ class AsyncStore:
 
     async def sync_endpoints(self, endpoints: Iterable[EndpointLike]) -> None:
         """See :meth:`Store.sync_endpoints`."""
-        await self.call(self.store.sync_endpoints, list(endpoints))
+        await self.write(self.store.sync_endpoints, list(endpoints))
 
     async def set_endpoint_enabled(self, name: str, enabled: bool, reason: str | None) -> None:
         """See :meth:`Store.set_endpoint_enabled`."""
-        await self.call(self.store.set_endpoint_enabled, name, enabled, reason)
+        await self.write(self.store.set_endpoint_enabled, name, enabled, reason)
 
     async def endpoint_states(self) -> list[EndpointState]:
         """See :meth:`Store.endpoint_states`."""
@@ -90,17 +236,17 @@ class AsyncStore:
 
     async def mark_baseline_complete(self) -> None:
         """See :meth:`Store.mark_baseline_complete`."""
-        await self.call(self.store.mark_baseline_complete)
+        await self.write(self.store.mark_baseline_complete)
 
     async def upsert_session(self, session: Session, *, baseline: bool) -> SessionRow:
         """See :meth:`Store.upsert_session`."""
-        return await self.call(self.store.upsert_session, session, baseline=baseline)
+        return await self.write(self.store.upsert_session, session, baseline=baseline)
 
     async def ingest_session_events(
         self, session_name: str, events: Sequence[Event], deliver: bool
     ) -> Ingested:
         """See :meth:`Store.ingest_session_events`."""
-        return await self.call(self.store.ingest_session_events, session_name, events, deliver)
+        return await self.write(self.store.ingest_session_events, session_name, events, deliver)
 
     async def schedule_poll(
         self,
@@ -112,7 +258,7 @@ class AsyncStore:
         poll_errors: int | None = None,
     ) -> None:
         """See :meth:`Store.schedule_poll`."""
-        await self.call(
+        await self.write(
             self.store.schedule_poll,
             name,
             next_poll_at,
@@ -129,7 +275,7 @@ class AsyncStore:
         deliver: bool,
     ) -> Ingested:
         """See :meth:`Store.ingest_activities`."""
-        return await self.call(
+        return await self.write(
             self.store.ingest_activities, session_name, activities, events, deliver
         )
 
@@ -147,7 +293,7 @@ class AsyncStore:
         self, delivery_id: int, attempt: AttemptLike, decision: Decision
     ) -> float | None:
         """See :meth:`Store.record_attempt`."""
-        return await self.call(self.store.record_attempt, delivery_id, attempt, decision)
+        return await self.write(self.store.record_attempt, delivery_id, attempt, decision)
 
     async def pending_count(self, endpoint: str | None = None) -> int:
         """See :meth:`Store.pending_count`."""
@@ -162,9 +308,9 @@ class AsyncStore:
         return await self.call(self.store.status_summary, now)
 
     async def record_upstream(self, label: str, status: int | str | None, at: float) -> None:
-        """See :meth:`Store.record_upstream`."""
-        await self.call(self.store.record_upstream, label, status, at)
+        """See :meth:`Store.record_upstream` (a statistic: skipped while the store is full)."""
+        await self.try_write(self.store.record_upstream, label, status, at)
 
     async def mark_poll(self, ok: bool, at: float) -> None:
-        """See :meth:`Store.mark_poll`."""
-        await self.call(self.store.mark_poll, ok, at)
+        """See :meth:`Store.mark_poll` (a statistic: skipped while the store is full)."""
+        await self.try_write(self.store.mark_poll, ok, at)

@@ -25,6 +25,17 @@ class StoreError(Exception):
         self.path = path
 
 
+class StoreUnwritableError(StoreError):
+    """A write cannot be done for now (a read-only file or mount, a full disk). Nothing of
+    the write was committed; the same write may succeed later."""
+
+
+class StoreFullError(StoreUnwritableError):
+    """A write failed for lack of space (``database or disk is full``, no room for the
+    ``-shm`` index, ``ENOSPC``/``EDQUOT``). Nothing of the write was committed; the same
+    write succeeds once space returns."""
+
+
 # --------------------------------------------------------------------------- inputs
 
 

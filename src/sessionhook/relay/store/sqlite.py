@@ -26,6 +26,8 @@ Durability (``synchronous=NORMAL``)
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import sqlite3
@@ -53,6 +55,8 @@ from .rows import (
     Ingested,
     SessionRow,
     StoreError,
+    StoreFullError,
+    StoreUnwritableError,
 )
 from .schema import _check_ours, _migrate, _schema_state
 
@@ -108,7 +112,7 @@ class Store(OperatorQueries):
             )
         if db_path.exists() and not os.access(db_path, os.R_OK | os.W_OK):
             raise StoreError(f"{db_path} is not readable and writable", path=db_path)
-        _create_private(db_path)
+        created = _create_private(db_path)
         try:
             conn = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as exc:
@@ -127,6 +131,12 @@ class Store(OperatorQueries):
             _migrate(conn, Database(conn, execute_plugins=False), db_path)
         except sqlite3.DatabaseError as exc:
             conn.close()
+            if is_full_error(exc):
+                # An existing store opens again once space returns (the daemon waits); an
+                # empty file we just created is not a store: leave nothing half-made.
+                if created:
+                    _remove_empty(db_path)
+                raise StoreFullError(f"{db_path}: {exc}", path=db_path) from None
             raise StoreError(
                 f"{db_path} is not a usable SQLite database: {exc}", path=db_path
             ) from None
@@ -188,18 +198,30 @@ class Store(OperatorQueries):
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction; the write lock is taken up front (no upgrade deadlock)."""
+        """One write transaction; the write lock is taken up front (no upgrade deadlock).
+
+        A write that fails for lack of space raises :class:`StoreFullError` with nothing
+        committed and the connection usable again (a failed ``COMMIT`` leaves SQLite's
+        transaction open: it is rolled back here, or every later ``BEGIN`` would fail).
+        """
         if self.readonly:
             raise StoreError(f"{self.path} is open read-only", path=self.path)
-        self._conn.execute("BEGIN IMMEDIATE")
         try:
-            yield self._conn
-        except BaseException:
-            # Some errors (SQLITE_FULL, IOERR...) already rolled back; do not mask them.
-            if self._conn.in_transaction:
-                self._conn.execute("ROLLBACK")
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+                self._conn.execute("COMMIT")
+            except BaseException:
+                # Some errors (SQLITE_FULL, IOERR...) already rolled back; do not mask them.
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                raise
+        except (sqlite3.Error, OSError) as exc:
+            if is_full_error(exc):
+                raise StoreFullError(f"{self.path}: {exc}", path=self.path) from exc
+            if is_readonly_error(exc):
+                raise StoreUnwritableError(f"{self.path}: {exc}", path=self.path) from exc
             raise
-        self._conn.execute("COMMIT")
 
     def _one(self, sql: str, params: Sequence[Any] = ()) -> Any:
         row = self._conn.execute(sql, params).fetchone()
@@ -730,8 +752,36 @@ def _upstream_code(status: int | str | None) -> int:
     return status
 
 
-def _create_private(db_path: Path) -> None:
-    """Create an empty database file ``0600`` unless one exists.
+#: SQLITE_IOERR_SHMSIZE: no room for the ``-shm`` wal-index (a full filesystem when a WAL
+#: database is opened, or when its index grows).
+_FULL_CODES = {sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR_SHMSIZE}
+_NO_SPACE = {errno.ENOSPC, errno.EDQUOT}
+
+
+def is_full_error(exc: BaseException) -> bool:
+    """Whether ``exc`` means the disk (or quota) is full: retry the write later."""
+    if isinstance(exc, sqlite3.Error):
+        code = getattr(exc, "sqlite_errorcode", None)
+        return code in _FULL_CODES or (code is None and "database or disk is full" in str(exc))
+    return isinstance(exc, OSError) and exc.errno in _NO_SPACE
+
+
+def is_readonly_error(exc: BaseException) -> bool:
+    """Whether ``exc`` means the store cannot be written for now (read-only file or mount,
+    ``query_only``): retry the write later rather than give up the daemon."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(exc, sqlite3.Error) and code is not None and code & 0xFF == 8
+
+
+def _remove_empty(db_path: Path) -> None:
+    for path in (db_path, Path(f"{db_path}-wal"), Path(f"{db_path}-shm")):
+        with contextlib.suppress(OSError):
+            if path.stat().st_size == 0:
+                path.unlink()
+
+
+def _create_private(db_path: Path) -> bool:
+    """Create an empty database file ``0600`` unless one exists; return whether it did.
 
     SQLite would create it ``0644`` (less the umask), readable by every local user, and it
     holds the whole archive. It gives the ``-wal`` and ``-shm`` files it creates later the
@@ -740,10 +790,12 @@ def _create_private(db_path: Path) -> None:
     try:
         fd = os.open(db_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     except FileExistsError:
-        return
+        return False
     except OSError as exc:
-        raise StoreError(f"cannot create {db_path}: {exc.strerror or exc}", path=db_path) from None
+        error = StoreFullError if is_full_error(exc) else StoreError
+        raise error(f"cannot create {db_path}: {exc.strerror or exc}", path=db_path) from None
     os.close(fd)
+    return True
 
 
 def _sql_fnmatch(pattern: str | None, value: str | None) -> int:

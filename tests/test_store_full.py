@@ -1,0 +1,195 @@
+"""A full disk: a failed write commits nothing and leaves the store usable; the daemon's
+AsyncStore waits out the full disk and commits once space returns.
+
+The first tests fill a real (tiny tmpfs) filesystem; the AsyncStore tests use SQLite's
+``max_page_count``, which raises the very same SQLITE_FULL and needs no privilege.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+
+from sessionhook.relay.store import AsyncStore, Store, StoreFullError
+
+from .test_daemon import Setup, _completed, _free_port
+from .tinyfs import Ballast, tiny_filesystem
+
+BIG = "x" * 200_000
+
+
+def test_a_write_on_a_full_disk_commits_nothing_and_works_once_space_returns(
+    tmp_path: Path,
+) -> None:
+    with tiny_filesystem(tmp_path / "fs", 1024) as fs, Store.open(fs / "relay.db") as store:
+        store.set_meta("before", "1")
+        ballast = Ballast(fs)
+        ballast.fill()
+        failed = None
+        for i in range(50):  # SQLite may still reuse space it holds: write until it cannot
+            try:
+                store.set_meta(f"k{i}", BIG)
+            except StoreFullError as exc:
+                failed = i
+                assert "database or disk is full" in str(exc)
+                break
+        assert failed is not None, "the filesystem never filled up"
+        assert store.get_meta(f"k{failed}") is None  # nothing of the failed write
+        assert store.get_meta("before") == "1"
+        ballast.free()
+        # The same write goes through: the failed COMMIT did not leave a transaction open.
+        store.set_meta(f"k{failed}", BIG)
+        assert store.get_meta(f"k{failed}") == BIG
+
+
+def test_an_existing_store_opens_again_once_space_returns(tmp_path: Path) -> None:
+    with tiny_filesystem(tmp_path / "fs", 1024) as fs:
+        with Store.open(fs / "relay.db") as store:
+            store.set_meta("kept", "yes")
+        ballast = Ballast(fs)
+        ballast.fill()
+        # A cleanly closed WAL store needs room for its -shm index to open.
+        with pytest.raises(StoreFullError):
+            Store.open(fs / "relay.db")
+        ballast.free()
+        with Store.open(fs / "relay.db") as store:
+            assert store.get_meta("kept") == "yes"
+
+
+class Observer:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, bool]] = []
+        self.full = anyio.Event()
+
+    def store_unwritable(self, error: StoreFullError, *, first: bool, retry_in: float) -> None:
+        assert retry_in > 0
+        self.calls.append(("full", first))
+        self.full.set()
+
+    def store_writable_again(self, *, after: float) -> None:
+        assert after >= 0
+        self.calls.append(("recovered", True))
+
+
+async def _capped(path: Path, *, wait: bool = True) -> tuple[AsyncStore, Observer]:
+    observer = Observer()
+    store = await AsyncStore.open(path, wait_for_space=wait, observer=observer)
+    store._retry_base = 0.02  # a test's patience, not production's
+    pages = await store.call(lambda: store.store._conn.execute("PRAGMA page_count").fetchone()[0])
+    await store.call(store.store._conn.execute, f"PRAGMA max_page_count = {pages}")
+    return store, observer
+
+
+async def _uncap(store: AsyncStore) -> None:
+    await store.call(store.store._conn.execute, "PRAGMA max_page_count = 1073741823")
+
+
+@pytest.mark.anyio
+async def test_a_write_waits_for_space_then_commits(tmp_path: Path) -> None:
+    store, observer = await _capped(tmp_path / "relay.db")
+    done = anyio.Event()
+
+    async def write() -> None:
+        await store.write(store.store.set_meta, "big", BIG)
+        done.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(write)
+        with anyio.fail_after(10):
+            await observer.full.wait()
+        assert store.unwritable is not None and not done.is_set()
+        assert observer.calls[0] == ("full", True)
+        # Statistics are skipped rather than waited for; loops can wait for space.
+        assert await store.try_write(store.store.set_meta, "stat", BIG) is False
+        await anyio.sleep(0.2)
+        assert not done.is_set()
+        assert ("full", False) in observer.calls  # retried with growing delays
+        await _uncap(store)
+        with anyio.fail_after(10):
+            await done.wait()
+            await store.wait_writable()
+    assert store.unwritable is None
+    assert observer.calls[-1] == ("recovered", True)
+    assert await store.call(store.store.get_meta, "big") == BIG
+    await store.close()
+
+
+@pytest.mark.anyio
+async def test_without_waiting_a_full_store_raises_at_once(tmp_path: Path) -> None:
+    store, observer = await _capped(tmp_path / "relay.db", wait=False)
+    with pytest.raises(StoreFullError):
+        await store.write(store.store.set_meta, "big", BIG)
+    assert observer.calls == [("full", True)]
+    await store.close()
+
+
+@pytest.mark.anyio
+async def test_stop_waiting_releases_a_waiting_write(tmp_path: Path) -> None:
+    store, observer = await _capped(tmp_path / "relay.db")
+    store._retry_base = 3600.0  # the write sleeps long: stop_waiting must wake it
+    outcome: list[BaseException] = []
+
+    async def write() -> None:
+        try:
+            await store.write(store.store.set_meta, "big", BIG)
+        except StoreFullError as exc:
+            outcome.append(exc)
+
+    with anyio.fail_after(10):  # the task group ends when the woken write has raised
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(write)
+            await observer.full.wait()
+            store.stop_waiting()
+    assert len(outcome) == 1
+    assert await store.call(store.store.get_meta, "big") is None
+    await store.close()
+
+
+@pytest.mark.anyio
+async def test_the_daemon_starts_on_a_full_disk_and_opens_the_store_once_space_returns(
+    tmp_path: Path,
+) -> None:
+    """A cleanly closed store cannot even be opened on a full disk (no room for its -shm):
+    the daemon stays up, /readyz says why, and it starts for real once space returns."""
+    with tiny_filesystem(tmp_path / "fs", 1024) as fs:
+        with Store.open(fs / "relay.db") as store:
+            store.set_meta("kept", "yes")
+        port = _free_port()
+        setup = Setup(
+            tmp_path,
+            server={"listen": f"127.0.0.1:{port}"},
+            store={"path": str(fs / "relay.db")},
+        )
+        ballast = Ballast(fs)
+        ballast.fill()
+        daemon = setup.daemon()
+        async with (
+            setup.api_http() as api_http,
+            httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http,
+            anyio.create_task_group() as tg,
+        ):
+            tg.start_soon(lambda: daemon.run(handle_signals=False))
+            reasons: list[str] = []
+            with anyio.fail_after(30):
+                while not any("waiting for disk space" in r for r in reasons):
+                    try:
+                        answer = await http.get("/readyz")
+                    except httpx.TransportError:
+                        answer = None  # not listening yet
+                    if answer is not None:
+                        assert answer.status_code == 503
+                        reasons = answer.json()["reasons"]
+                    await anyio.sleep(0.05)
+            assert daemon.store is None and not daemon.ready.is_set()
+            ballast.free()
+            with anyio.fail_after(30):
+                await daemon.ready.wait()
+            await setup.api(api_http).create_session("After the disk filled up")
+            await setup.receiver.wait_for(lambda r: _completed(r, 1), within=30)
+            assert (await http.get("/readyz")).status_code == 200
+            daemon.stop()
+        with Store.open(fs / "relay.db") as store:
+            assert store.get_meta("kept") == "yes"
