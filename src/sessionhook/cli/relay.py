@@ -2,8 +2,9 @@
 
 The config is ``--config``, else ``$SESSIONHOOK_CONFIG``, else ``/etc/sessionhook/config.toml``.
 Exit statuses of ``run``: 0 after a clean stop (SIGTERM/SIGINT) or a complete ``--once``
-pass; 2 for a bad configuration (one line naming the key); 1 for any other failure, also
-one line (the store cannot be opened, the API key is rejected in ``--once``...).
+pass; 2 for a bad configuration (one line naming the key) or a store held by another
+daemon (one line naming the store and its PID); 1 for any other failure, also one line
+(the store cannot be opened or created, the API key is rejected in ``--once``...).
 """
 
 from __future__ import annotations

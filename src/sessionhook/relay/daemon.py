@@ -9,8 +9,17 @@
   endpoint and status (metrics and the store's per-minute counters);
 * the :class:`~sessionhook.relay.poller.Poller` and the
   :class:`~sessionhook.relay.dispatch.Dispatcher`, which the poller wakes on enqueue;
-* the health server when ``[server]`` is configured, ``READY=1`` once the store is open and
-  the first discovery pass was tried, ``WATCHDOG=1`` while both loops make progress.
+* the health server when ``[server]`` is configured (started before the store is opened,
+  so /readyz can say why it is not), ``READY=1`` once the store is open and the first
+  discovery pass was tried, ``WATCHDOG=1`` while both loops make progress.
+
+A full disk (or a read-only store) does not stop the relay: the daemon is the store's
+observer (:class:`~sessionhook.relay.store.FullObserver`). Writes wait for space, no poll or
+delivery starts meanwhile, ``store.full`` is logged, ``store_unwritable`` is 1 and /readyz
+answers 503 with the reason; everything resumes by itself. An existing store that cannot
+even be opened is retried the same way (``READY=1`` is sent so systemd does not restart a
+daemon that a restart cannot help); a store that cannot be created is a
+:class:`DaemonError`.
 
 SIGTERM and SIGINT set the stop signal: polling stops at once, deliveries in flight get
 :data:`DRAIN_SECONDS` to finish, then everything is cancelled (an interrupted attempt is
