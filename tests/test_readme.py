@@ -1,0 +1,239 @@
+"""What a new user does, as the README says it: copy the example config, export the
+documented variables, start the emulator, run the relay; and the API CLI commands of the
+README, read from the README itself and run as written.
+
+Real subprocesses only (``sessionhook emulator``, ``sessionhook run``, the API CLI), on
+127.0.0.1. The example's ``api.base_url`` is the emulator's default address,
+``127.0.0.1:8080``: test runs on this machine take that port in turn (a file lock), and
+should something else hold it, the copy is pointed at a free port instead (the only change,
+checked line by line).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[1]
+SESSIONHOOK = Path(sys.executable).parent / "sessionhook"
+API_KEY = "dev-key-for-the-readme"
+EXAMPLE_BASE_URL = "http://127.0.0.1:8080"
+PORT_LOCK = Path("/tmp/sessionhook-tests-port-8080.lock")
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SESSIONHOOK_", "CI_BOT_", "CHAT_", "CREDENTIALS_", "STATE_DIR"))
+    }
+    env.update(extra)
+    return env
+
+
+def sh(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(SESSIONHOOK), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=90,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+@contextmanager
+def emulator(*args: str, env: dict[str, str], cwd: Path) -> Iterator[str | None]:
+    """``sessionhook emulator ARGS`` until the block ends; yields its base URL, or ``None``
+    when it could not listen (the port is taken)."""
+    out = (cwd / "emulator.out").open("w+")
+    proc = subprocess.Popen(
+        [str(SESSIONHOOK), "emulator", *args],
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        cwd=cwd,
+        text=True,
+    )
+    try:
+        yield _listening(proc, out)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+        out.close()
+
+
+def _listening(proc: subprocess.Popen[str], out: IO[str]) -> str | None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        out.seek(0)
+        text = out.read()
+        if match := re.search(r"listening on (http://\S+)", text):
+            url = match.group(1)
+            while time.monotonic() < deadline:  # answering, not only bound
+                try:
+                    httpx.get(f"{url}/v1alpha/sessions", timeout=2)
+                    return url
+                except httpx.HTTPError:
+                    time.sleep(0.1)
+        if proc.poll() is not None:
+            if "cannot listen" in text:
+                return None
+            raise AssertionError(f"the emulator exited {proc.returncode}:\n{text}")
+        time.sleep(0.05)
+    raise AssertionError("the emulator did not start within 30 s")
+
+
+@contextmanager
+def port_8080_turn() -> Iterator[None]:
+    """Test runs on this machine (several checkouts) take 127.0.0.1:8080 in turn."""
+    with PORT_LOCK.open("a") as lock:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"{PORT_LOCK} held for 3 minutes") from None
+                time.sleep(0.2)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def create_session(base_url: str, prompt: str, **extra: object) -> str:
+    body = {
+        "prompt": prompt,
+        "sourceContext": {
+            "source": "sources/github/acme/api-server",
+            "hostRepoContext": {"startingBranch": "main"},
+        },
+        **extra,
+    }
+    answer = httpx.post(
+        f"{base_url}/v1alpha/sessions", json=body, headers={"x-vendor-api-key": API_KEY}
+    )
+    answer.raise_for_status()
+    return str(answer.json()["name"])
+
+
+# --------------------------------------------------------------------------- the example config
+
+
+def test_example_config_runs_as_copied_against_the_emulator(tmp_path: Path) -> None:
+    """README, "Running the relay": cp config.example.toml config.toml, export the
+    documented variables, start the emulator with the same key, run."""
+    config = tmp_path / "config.toml"
+    shutil.copyfile(REPO / "config.example.toml", config)  # $ cp config.example.toml config.toml
+    env = clean_env(SESSIONHOOK_API_KEY=API_KEY)
+    for var in ("CI_BOT_SECRET", "CHAT_SECRET"):  # $ export X=$(sessionhook secret generate)
+        generated = sh("secret", "generate", env=env, cwd=tmp_path)
+        assert generated.returncode == 0, generated.stderr
+        env[var] = generated.stdout.strip()
+
+    with port_8080_turn(), emulator("--api-key", API_KEY, env=env, cwd=tmp_path) as url:
+        if url is None:  # something else holds 8080: the same run on a free port
+            with emulator("--api-key", API_KEY, "--port", "0", env=env, cwd=tmp_path) as url:
+                assert url is not None
+                example = (REPO / "config.example.toml").read_text()
+                config.write_text(example.replace(EXAMPLE_BASE_URL, url, 1))
+                _run_the_copy(config, url, env)
+        else:
+            assert url == EXAMPLE_BASE_URL
+            _run_the_copy(config, url, env)
+
+
+def _run_the_copy(config: Path, url: str, env: dict[str, str]) -> None:
+    session = create_session(url, "Add a health check")
+    once = sh("run", "--config", "config.toml", "--once", env=env, cwd=config.parent)
+    assert once.returncode == 0, once.stderr
+    assert "Traceback" not in once.stderr
+    status = sh("status", "--config", "config.toml", "--json", env=env, cwd=config.parent)
+    assert status.returncode == 0, status.stderr
+    summary = json.loads(status.stdout)
+    assert summary["sessions"] == 1 and summary["events"] >= 1
+    assert {e["name"] for e in summary["endpoints"]} == {"ci-bot", "chat"}
+    assert all(e["configured"] and e["enabled"] for e in summary["endpoints"])
+    assert (config.parent / "sessionhook.db").is_file()  # next to the config, as documented
+    events = sh(
+        "events", "--config", "config.toml", "--session", session, env=env, cwd=config.parent
+    )
+    assert events.returncode == 0 and "session.discovered" in events.stdout, events.stderr
+
+
+# --------------------------------------------------------------------------- the API CLI
+
+
+def readme_commands(section: str) -> list[str]:
+    """The ``$ sessionhook ...`` lines of the first console block under ``## section``."""
+    text = (REPO / "README.md").read_text()
+    body = text.split(f"\n## {section}\n", 1)[1]
+    block = body.split("```console\n", 1)[1].split("\n```", 1)[0]
+    return [line[2:] for line in block.splitlines() if line.startswith("$ sessionhook ")]
+
+
+def variants(command: str) -> list[list[str]]:
+    """The command without its ``[optional]`` parts, and with all of them."""
+    bare = re.sub(r"\s*\[[^\]]*\]", "", command)
+    full = re.sub(r"\[([^\]]*)\]", r"\1", command)
+    return [shlex.split(bare)] + ([shlex.split(full)] if full != bare else [])
+
+
+def test_readme_api_cli_commands_work_as_written(tmp_path: Path) -> None:
+    commands = readme_commands("The API CLI")
+    assert len(commands) >= 6, commands
+    env = clean_env(SESSIONHOOK_API_KEY=API_KEY)
+    with emulator(
+        "--api-key", API_KEY, "--port", "0", "--step-delay", "0.1", env=env, cwd=tmp_path
+    ) as url:
+        assert url is not None
+        env["SESSIONHOOK_BASE_URL"] = url
+        waiting = create_session(url, "Wait for me", requirePlanApproval=True)
+        deadline = time.monotonic() + 30
+        while (
+            httpx.get(f"{url}/v1alpha/{waiting}", headers={"x-vendor-api-key": API_KEY}).json()[
+                "state"
+            ]
+            != "AWAITING_PLAN_APPROVAL"
+        ):
+            assert time.monotonic() < deadline, "the session never waited for approval"
+            time.sleep(0.1)
+        created: str | None = None
+        since = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        for command in commands:
+            for argv in variants(command):
+                args = argv[1:]
+                session = waiting if args[:2] == ["sessions", "approve"] else created
+                if "SESSION" in args:
+                    assert session is not None, f"{command}: no session created before it"
+                    args = [session if a == "SESSION" else a for a in args]
+                args = [since if a == "T" else a for a in args]
+                proc = sh(*args, env=env, cwd=tmp_path)
+                assert proc.returncode == 0, f"$ sessionhook {shlex.join(args)}\n{proc.stderr}"
+                if args[:2] == ["sessions", "create"]:
+                    created = re.search(r"sessions/\d+", proc.stdout).group(0)  # type: ignore[union-attr]
