@@ -15,7 +15,7 @@ def cli() -> None:
 
 # Imported for their side effect of adding their commands to ``cli``; they import ``cli``
 # from here, so these imports come after its definition.
-from . import api, emulator, ops, relay  # noqa: E402, F401
+from . import api, emulator, ops, ops_deliveries, relay  # noqa: E402, F401
 
 
 def main() -> None:

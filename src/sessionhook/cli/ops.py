@@ -1,5 +1,6 @@
-"""The operator's commands: ``status``, ``deliveries``, ``attempts``, ``replay``, ``endpoints``,
-``events``, ``secret`` and ``verify``.
+"""The operator's commands: ``replay``, ``endpoints``, ``events``, ``secret`` and ``verify``
+here; ``status``, ``deliveries`` and ``attempts`` in :mod:`.ops_deliveries`, on the same
+plumbing (defined here).
 
 They read the daemon's SQLite file directly and are safe while it runs: read commands open
 it read-only (WAL gives them a consistent snapshot), write commands (``replay``,
@@ -39,16 +40,7 @@ from ..relay.events import EVENT_TYPES, matches, session_summary
 from ..relay.pinning import PinnedTransport
 from ..relay.retry import AttemptResult
 from ..relay.signing import SignatureError, generate_secret, verify
-from ..relay.store import (
-    OPEN_STATUSES,
-    AttemptRow,
-    DeliveryRow,
-    EndpointState,
-    EventRow,
-    Store,
-    StoreError,
-    UpstreamSummary,
-)
+from ..relay.store import EndpointState, EventRow, Store, StoreError
 from . import cli
 from ._output import (
     DEFAULT_CONFIG,
@@ -67,8 +59,6 @@ from ._output import run as run_async
 __all__ = [
     "DEFAULT_CONFIG",
     "ENV_CONFIG",
-    "attempts",
-    "deliveries",
     "endpoints",
     "events",
     "parse_headers",
@@ -77,7 +67,6 @@ __all__ = [
     "replay",
     "replay_events",
     "secret",
-    "status",
     "verify_command",
 ]
 
@@ -303,220 +292,6 @@ class _Counter:
         if self.enabled:
             self._stream.write("\n")
             self._stream.flush()
-
-
-# --------------------------------------------------------------------------- status
-
-
-@cli.command("status")
-@_store_options
-@_json_option
-@_reported
-def status(config_path: str | None, db_path: str | None, as_json: bool) -> None:
-    """Endpoints (enabled or why not, backlog, last hour, last error) and upstream polling."""
-    now = time.time()
-    with _reading(config_path, db_path) as store:
-        summary = store.status_summary(now)
-    if as_json:
-        echo_json(asdict(summary))
-        return
-    rows = []
-    for ep in summary.endpoints:
-        if not ep.configured:
-            state = "not in config"
-        elif ep.enabled:
-            state = "enabled"
-        else:
-            state = f"disabled: {ep.disabled_reason or 'by an operator'}"
-        rows.append(
-            [
-                ep.name,
-                state,
-                ep.pending,
-                _age(ep.oldest_pending_age),
-                ep.delivered_last_hour,
-                ep.failed_last_hour,
-                ep.dead_last_hour,
-                ep.last_error or "",
-            ]
-        )
-    headers = ["ENDPOINT", "STATE", "PENDING", "OLDEST", "DELIVERED/1h", "FAILED/1h", "DEAD/1h"]
-    click.echo(render_table([*headers, "LAST ERROR"], rows) if rows else "no endpoints yet")
-    up = summary.upstream
-    click.echo("")
-    click.echo(
-        render_fields(
-            [
-                ("last poll", _stamp_ago(up.last_poll_at, now)),
-                ("last good poll", _stamp_ago(up.last_ok_poll_at, now)),
-                ("upstream, last hour", _upstream_line(up)),
-                (
-                    "archive",
-                    f"{summary.sessions} sessions, {summary.activities} activities, "
-                    f"{summary.events} events",
-                ),
-            ]
-        )
-    )
-
-
-def _upstream_line(up: UpstreamSummary) -> str:
-    """``120 requests, 3 throttled (429), 45 errors (40 key refused (401/403), 5 malformed)``."""
-    parts = [
-        f"{n} {what}"
-        for n, what in (
-            (up.rejected_last_hour, "key refused (401/403)"),
-            (up.malformed_last_hour, "malformed"),
-        )
-        if n
-    ]
-    detail = f" ({', '.join(parts)})" if parts else ""
-    return (
-        f"{up.requests_last_hour} requests, {up.throttled_last_hour} throttled (429), "
-        f"{up.errors_last_hour} errors{detail}"
-    )
-
-
-# --------------------------------------------------------------------------- deliveries
-
-
-@cli.command("deliveries")
-@_store_options
-@click.option("--endpoint", metavar="NAME", help="Only this endpoint.")
-@click.option("--status", "status_", type=click.Choice(DELIVERY_STATUSES), help="Only this status.")
-@click.option("--session", metavar="SESSION", help="Only this session (sessions/…).")
-@click.option("--limit", default=100, show_default=True, type=click.IntRange(1), help="At most.")
-@_json_option
-@_reported
-def deliveries(
-    config_path: str | None,
-    db_path: str | None,
-    endpoint: str | None,
-    status_: str | None,
-    session: str | None,
-    limit: int,
-    as_json: bool,
-) -> None:
-    """The delivery log, newest first: status, attempts, last status code and error.
-
-    An open delivery queued behind an earlier open one of the same endpoint and session
-    shows `waiting on #ID` (events of a session go out in order); --json has `waiting_on`.
-    """
-    now = time.time()
-    with _reading(config_path, db_path) as store:
-        rows = store.list_deliveries(endpoint, status_, session, limit)
-    if as_json:
-        echo_json([asdict(row) for row in rows])
-        return
-    if not rows:
-        click.echo("no deliveries match")
-        return
-    table = []
-    for d in rows:
-        if d.status == "delivered":
-            when = f"delivered {_age(now - d.delivered_at)} ago" if d.delivered_at else ""
-        elif d.status in OPEN_STATUSES and d.waiting_on is not None:
-            when = f"waiting on #{d.waiting_on}"  # its own time means nothing until then
-        elif d.status in OPEN_STATUSES and d.next_attempt_at is not None:
-            due = d.next_attempt_at - now
-            when = "due now" if due <= 0 else f"next in {_age(due)}"
-        else:
-            when = f"{_age(now - d.updated_at)} ago"
-        table.append(
-            [
-                d.id,
-                d.endpoint,
-                d.status + (" (replay)" if d.replayed else ""),
-                d.attempts,
-                d.last_status_code,
-                when,
-                d.event_type,
-                d.event_id,
-                d.session_name,
-                d.last_error,
-            ]
-        )
-    headers = ["ID", "ENDPOINT", "STATUS", "ATTEMPTS", "CODE", "WHEN", "TYPE", "EVENT"]
-    click.echo(render_table([*headers, "SESSION", "LAST ERROR"], table))
-
-
-#: At most this many deliveries of one event are shown by ``attempts EVENT``.
-_EVENT_DELIVERIES: Final = 1000
-
-
-@cli.command("attempts")
-@click.argument("target", metavar="DELIVERY|EVENT")
-@_store_options
-@_json_option
-@_reported
-def attempts(target: str, config_path: str | None, db_path: str | None, as_json: bool) -> None:
-    """Every attempt of one delivery, or of every delivery of one event: time, status
-    code, duration, error, response body.
-
-    DELIVERY is a delivery id as `sessionhook deliveries` shows it (`12` or `#12`); EVENT
-    an event id (`evt_…`, the webhook-id): all its deliveries, every endpoint and replay.
-    """
-    key = target.strip().removeprefix("#")
-    with _reading(config_path, db_path) as store:
-        if key.isdigit():
-            delivery = store.get_delivery(int(key))
-            if delivery is None:
-                raise CliError(f"no delivery {key}", hint="see `sessionhook deliveries`")
-            found = [(delivery, store.list_attempts(delivery.id))]
-            event = None
-        else:
-            event = store.get_event(key)
-            if event is None:
-                raise CliError(
-                    f"no delivery or event {target!r}",
-                    hint="give a delivery id (see `sessionhook deliveries`) or an event id "
-                    "(evt_…, see `sessionhook events`)",
-                )
-            rows = store.list_deliveries(event_id=key, limit=_EVENT_DELIVERIES)
-            found = [(d, store.list_attempts(d.id)) for d in sorted(rows, key=lambda d: d.id)]
-    if as_json:
-        blocks = [{"delivery": asdict(d), "attempts": [asdict(a) for a in a_]} for d, a_ in found]
-        echo_json(blocks[0] if event is None else {"event": key, "deliveries": blocks})
-        return
-    if event is not None and not found:
-        click.echo(
-            f"event {event.id} ({event.type}) has no delivery: no endpoint subscribed to it, "
-            "or it was archived before the first start (see `sessionhook replay`)"
-        )
-    for i, (delivery, rows_) in enumerate(found):
-        if i:
-            click.echo("\n" + "-" * 40 + "\n")
-        _show_attempts(delivery, rows_)
-
-
-def _show_attempts(delivery: DeliveryRow, rows: list[AttemptRow]) -> None:
-    click.echo(
-        render_fields(
-            [
-                ("delivery", delivery.id),
-                ("event", f"{delivery.event_id} ({delivery.event_type})"),
-                ("endpoint", delivery.endpoint),
-                ("session", delivery.session_name),
-                ("status", f"{delivery.status}, {delivery.attempts} attempt(s)"),
-                ("waiting on", f"#{delivery.waiting_on}" if delivery.waiting_on else None),
-            ]
-        )
-    )
-    if not rows:
-        click.echo("\nno attempt yet")
-    for a in rows:
-        click.echo("")
-        click.echo(
-            render_fields(
-                [
-                    (f"attempt {a.attempt}", _stamp(a.started_at)),
-                    ("status code", a.status_code if a.status_code is not None else "no answer"),
-                    ("duration", f"{a.duration_ms:.0f} ms"),
-                    ("error", a.error),
-                    ("response", a.response_body),
-                ]
-            )
-        )
 
 
 # --------------------------------------------------------------------------- replay
