@@ -4,9 +4,9 @@ README, read from the README itself and run as written.
 
 Real subprocesses only (``sessionhook emulator``, ``sessionhook run``, the API CLI), on
 127.0.0.1. The example's ``api.base_url`` is the emulator's default address,
-``127.0.0.1:8080``: test runs on this machine take that port in turn (a file lock), and
-should something else hold it, the copy is pointed at a free port instead (the only change,
-checked line by line).
+``127.0.0.1:8080``, and its health listener ``127.0.0.1:9187``: test runs on this machine
+take those ports in turn (a file lock); should something else hold one, the copy is pointed
+at free ports instead (the only change).
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ import os
 import re
 import shlex
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import time
@@ -35,7 +37,8 @@ REPO = Path(__file__).resolve().parents[1]
 SESSIONHOOK = Path(sys.executable).parent / "sessionhook"
 API_KEY = "dev-key-for-the-readme"
 EXAMPLE_BASE_URL = "http://127.0.0.1:8080"
-PORT_LOCK = Path("/tmp/sessionhook-tests-port-8080.lock")
+#: Held while a test uses the example's fixed ports (8080 emulator, 9187 health).
+PORTS_LOCK = Path("/tmp/sessionhook-tests-example-ports.lock")
 
 
 def clean_env(**extra: str) -> dict[str, str]:
@@ -108,9 +111,9 @@ def _listening(proc: subprocess.Popen[str], out: IO[str]) -> str | None:
 
 
 @contextmanager
-def port_8080_turn() -> Iterator[None]:
-    """Test runs on this machine (several checkouts) take 127.0.0.1:8080 in turn."""
-    with PORT_LOCK.open("a") as lock:
+def example_ports_turn() -> Iterator[None]:
+    """Test runs on this machine (several checkouts) take the example's ports in turn."""
+    with PORTS_LOCK.open("a") as lock:
         deadline = time.monotonic() + 180
         while True:
             try:
@@ -118,7 +121,7 @@ def port_8080_turn() -> Iterator[None]:
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    raise AssertionError(f"{PORT_LOCK} held for 3 minutes") from None
+                    raise AssertionError(f"{PORTS_LOCK} held for 3 minutes") from None
                 time.sleep(0.2)
         try:
             yield
@@ -145,31 +148,107 @@ def create_session(base_url: str, prompt: str, **extra: object) -> str:
 # --------------------------------------------------------------------------- the example config
 
 
-def test_example_config_runs_as_copied_against_the_emulator(tmp_path: Path) -> None:
-    """README, "Running the relay": cp config.example.toml config.toml, export the
-    documented variables, start the emulator with the same key, run."""
-    config = tmp_path / "config.toml"
-    shutil.copyfile(REPO / "config.example.toml", config)  # $ cp config.example.toml config.toml
-    env = clean_env(SESSIONHOOK_API_KEY=API_KEY)
-    for var in ("CI_BOT_SECRET", "CHAT_SECRET"):  # $ export X=$(sessionhook secret generate)
-        generated = sh("secret", "generate", env=env, cwd=tmp_path)
-        assert generated.returncode == 0, generated.stderr
-        env[var] = generated.stdout.strip()
+def console_block(section: str) -> list[str]:
+    """The commands (``$ `` lines, continuations joined, comments dropped) of the first
+    console block under the README heading ``## section``."""
+    text = (REPO / "README.md").read_text()
+    body = text.split(f"\n## {section}\n", 1)[1]
+    block = body.split("```console\n", 1)[1].split("\n```", 1)[0]
+    commands: list[str] = []
+    for line in block.replace("\\\n", " ").splitlines():
+        if line.startswith("$ "):
+            commands.append(re.sub(r"\s+#\s.*$", "", line[2:]).strip())
+    return commands
 
-    with port_8080_turn(), emulator("--api-key", API_KEY, env=env, cwd=tmp_path) as url:
-        if url is None:  # something else holds 8080: the same run on a free port
-            with emulator("--api-key", API_KEY, "--port", "0", env=env, cwd=tmp_path) as url:
+
+def free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def test_example_config_runs_as_copied_against_the_emulator(tmp_path: Path) -> None:
+    """README, "Running the relay", done line by line: cp config.example.toml
+    config.toml, the exports, then both `run` commands, against the emulator started as
+    the README says (`sessionhook emulator --api-key "$SESSIONHOOK_API_KEY"`)."""
+    env = clean_env()
+    runs: list[list[str]] = []
+    for command in console_block("Running the relay"):
+        argv = shlex.split(command)
+        if argv == ["cp", "config.example.toml", "config.toml"]:
+            shutil.copyfile(REPO / argv[1], tmp_path / argv[2])
+        elif argv == ["export", "SESSIONHOOK_API_KEY=..."]:
+            env["SESSIONHOOK_API_KEY"] = API_KEY
+        elif match := re.fullmatch(r"export (\w+)=\$\(sessionhook secret generate\)", command):
+            generated = sh("secret", "generate", env=env, cwd=tmp_path)
+            assert generated.returncode == 0, generated.stderr
+            env[match.group(1)] = generated.stdout.strip()
+        elif argv[:2] == ["sessionhook", "run"]:
+            runs.append(argv[2:])
+        else:
+            raise AssertionError(f"the README has a new step this test does not do: {command}")
+    assert runs == [["--config", "config.toml"], ["--config", "config.toml", "--once"]]
+    config = tmp_path / "config.toml"
+    assert config.read_bytes() == (REPO / "config.example.toml").read_bytes()
+
+    started = ["--api-key", env["SESSIONHOOK_API_KEY"]]
+    with example_ports_turn(), emulator(*started, env=env, cwd=tmp_path) as url:
+        health = 9187
+        if url is None or not free(health):
+            # Something else holds 8080 or 9187: the same runs on free ports; the copy
+            # differs from the example in those addresses only.
+            with emulator(*started, "--port", "0", env=env, cwd=tmp_path) as url:
                 assert url is not None
-                example = (REPO / "config.example.toml").read_text()
-                config.write_text(example.replace(EXAMPLE_BASE_URL, url, 1))
-                _run_the_copy(config, url, env)
+                health = free_port()
+                text = config.read_text().replace(EXAMPLE_BASE_URL, url, 1)
+                config.write_text(text.replace("127.0.0.1:9187", f"127.0.0.1:{health}", 1))
+                _run_the_copy(config, url, health, env)
         else:
             assert url == EXAMPLE_BASE_URL
-            _run_the_copy(config, url, env)
+            _run_the_copy(config, url, health, env)
 
 
-def _run_the_copy(config: Path, url: str, env: dict[str, str]) -> None:
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _run_the_copy(config: Path, url: str, health: int, env: dict[str, str]) -> None:
     session = create_session(url, "Add a health check")
+    # $ sessionhook run --config config.toml: ready, then SIGTERM stops it cleanly.
+    out = (config.parent / "run.err").open("w+")
+    daemon = subprocess.Popen(
+        [str(SESSIONHOOK), "run", "--config", "config.toml"],
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        cwd=config.parent,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert daemon.poll() is None, (config.parent / "run.err").read_text()
+            try:
+                if httpx.get(f"http://127.0.0.1:{health}/readyz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, (config.parent / "run.err").read_text()
+            time.sleep(0.1)
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(timeout=20) == 0, (config.parent / "run.err").read_text()
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.wait(timeout=10)
+        out.close()
+    assert "Traceback" not in (config.parent / "run.err").read_text()
+    # $ sessionhook run --config config.toml --once
     once = sh("run", "--config", "config.toml", "--once", env=env, cwd=config.parent)
     assert once.returncode == 0, once.stderr
     assert "Traceback" not in once.stderr
@@ -186,15 +265,31 @@ def _run_the_copy(config: Path, url: str, env: dict[str, str]) -> None:
     assert events.returncode == 0 and "session.discovered" in events.stdout, events.stderr
 
 
+def test_readme_emulator_command_works_as_written(tmp_path: Path) -> None:
+    """## The emulator: the command with and without its [optional] parts."""
+    [command] = console_block("The emulator")
+    env = clean_env()
+    for argv in variants(command):
+        args = [a for a in argv[1:] if a != "..."]
+        args = [{"KEY": API_KEY, "KEY2": "second-key", "N": "7"}.get(a, a) for a in args]
+        assert args[0] == "emulator" and "--port" in args
+        with example_ports_turn():
+            port = args[args.index("--port") + 1]
+            if not free(int(port)):
+                args[args.index("--port") + 1] = "0"
+            with emulator(*args[1:], env=env, cwd=tmp_path) as url:
+                assert url is not None
+                for key in {API_KEY, "second-key"} & set(args):
+                    answer = httpx.get(f"{url}/v1alpha/sources", headers={"x-vendor-api-key": key})
+                    assert answer.status_code in (200, 429, 500), answer.text  # faults on
+
+
 # --------------------------------------------------------------------------- the API CLI
 
 
 def readme_commands(section: str) -> list[str]:
-    """The ``$ sessionhook ...`` lines of the first console block under ``## section``."""
-    text = (REPO / "README.md").read_text()
-    body = text.split(f"\n## {section}\n", 1)[1]
-    block = body.split("```console\n", 1)[1].split("\n```", 1)[0]
-    return [line[2:] for line in block.splitlines() if line.startswith("$ sessionhook ")]
+    """The ``sessionhook ...`` commands of the first console block under ``## section``."""
+    return [c for c in console_block(section) if c.startswith("sessionhook ")]
 
 
 def variants(command: str) -> list[list[str]]:
