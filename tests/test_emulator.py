@@ -135,7 +135,7 @@ async def activities(
         response = await api.get(f"/v1alpha/sessions/{session_id}/activities", params=query)
         assert response.status_code == 200, response.text
         body = response.json()
-        found += body["activities"]
+        found += body.get("activities", [])
         token = body.get("nextPageToken")
         if token is None:
             return found
@@ -207,7 +207,7 @@ async def test_delete_then_everything_is_404(api: httpx.AsyncClient) -> None:
     error_of(await api.get(base + "/activities"), 404, "NOT_FOUND")
     error_of(await api.post(base + ":sendMessage", json={"prompt": "hi"}), 404, "NOT_FOUND")
     error_of(await api.post(base + ":approvePlan", json={}), 404, "NOT_FOUND")
-    assert (await api.get("/v1alpha/sessions")).json() == {"sessions": []}
+    assert (await api.get("/v1alpha/sessions")).json() == {}  # an empty page omits its list
 
 
 @pytest.mark.anyio
@@ -234,7 +234,7 @@ async def test_missing_and_unknown_keys_are_401(app: Starlette) -> None:
                 error = error_of(response, 401, "UNAUTHENTICATED")
                 assert "API key not valid" in error["message"]
     async with connect(app) as client:  # none of the refused creates happened
-        assert (await client.get("/v1alpha/sessions")).json() == {"sessions": []}
+        assert (await client.get("/v1alpha/sessions")).json() == {}  # an empty page omits its list
 
 
 @pytest.mark.anyio
@@ -268,7 +268,7 @@ def test_create_app_validates_its_options() -> None:
 @pytest.mark.anyio
 async def test_accounts_are_isolated(api: httpx.AsyncClient, other: httpx.AsyncClient) -> None:
     session_id = await create(api)
-    assert (await other.get("/v1alpha/sessions")).json() == {"sessions": []}
+    assert (await other.get("/v1alpha/sessions")).json() == {}  # an empty page omits its list
     base = f"/v1alpha/sessions/{session_id}"
     error_of(await other.get(base), 403, "PERMISSION_DENIED")
     error_of(await other.get(base + "/activities"), 403, "PERMISSION_DENIED")
@@ -430,7 +430,7 @@ async def test_sources_page_and_filter(api: httpx.AsyncClient) -> None:
     picked = (await api.get("/v1alpha/sources", params={"filter": expression})).json()
     assert [s["name"] for s in picked["sources"]] == [names[1], names[3]]
     none = (await api.get("/v1alpha/sources", params={"filter": 'name="sources/x"'})).json()
-    assert none == {"sources": []}
+    assert none == {}  # an empty page omits its list
     for bad in ('name="a" AND name="b"', "name=unquoted", 'id="x"', 'name="a" OR'):
         (violation,) = violations(await api.get("/v1alpha/sources", params={"filter": bad}))
         assert violation["field"] == "filter"
@@ -485,7 +485,7 @@ async def test_session_pages_are_stable_while_sessions_come_and_go(api: httpx.As
         page = (
             await api.get("/v1alpha/sessions", params={"pageSize": 2, "pageToken": token})
         ).json()
-        seen += [s["id"] for s in page["sessions"]]
+        seen += [s["id"] for s in page.get("sessions", [])]
         token = page.get("nextPageToken")
     assert seen == [older[2], older[1], older[0]]
     assert not set(seen) & set(newer)
@@ -502,8 +502,8 @@ def test_any_page_size_walks_every_session_once(sessions: int, size: int) -> Non
             while True:
                 params = {"pageSize": size, **({"pageToken": token} if token else {})}
                 page = (await api.get("/v1alpha/sessions", params=params)).json()
-                assert len(page["sessions"]) <= size
-                seen += [s["id"] for s in page["sessions"]]
+                assert len(page.get("sessions", [])) <= size
+                seen += [s["id"] for s in page.get("sessions", [])]
                 token = page.get("nextPageToken")
                 if not token:
                     break
@@ -612,7 +612,11 @@ async def test_full_script_with_auto_approval_and_pull_request(
     assert re.search(r"^@@ -\d+(,\d+)? \+\d+(,\d+)? @@", patch, re.MULTILINE)
 
     session = (await api.get(f"/v1alpha/sessions/{session_id}")).json()
-    (output,) = session["outputs"]
+    # Field notes: a pull request when one was opened, then the final change set (no type
+    # discriminator: only which member is present).
+    output, final_output = session["outputs"]
+    assert set(output) == {"pullRequest"} and set(final_output) == {"changeSet"}
+    assert final_output["changeSet"] == every[-1]["artifacts"][0]["changeSet"]
     pull = output["pullRequest"]
     assert pull["url"].startswith("https://github.com/acme/webapp/pull/") and pull["title"]
     assert session["updateTime"] == every[-1]["createTime"]
@@ -740,9 +744,12 @@ async def test_repoless_session_completes_without_pull_request(
 ) -> None:
     session_id = await create(api, "Write a haiku generator", automationMode="AUTO_CREATE_PR")
     await run_until(api, clock, session_id, "COMPLETED")
-    assert "outputs" not in (await api.get(f"/v1alpha/sessions/{session_id}")).json()
+    session = (await api.get(f"/v1alpha/sessions/{session_id}")).json()
     final = (await activities(api, session_id))[-1]["artifacts"][0]["changeSet"]
     assert "source" not in final and final["gitPatch"]["unidiffPatch"]
+    # No pull request, but the final change set is an output (what public clients read
+    # generated files from, repoless sessions included).
+    assert session["outputs"] == [{"changeSet": final}]
 
 
 @pytest.mark.anyio
@@ -791,7 +798,7 @@ async def test_fault_header_forces_errors(app: Starlette, api: httpx.AsyncClient
         "/v1alpha/sessions", json={"prompt": "x"}, headers={"X-Emulator-Fault": "500"}
     )
     error_of(response, 500, "INTERNAL")
-    assert (await api.get("/v1alpha/sessions")).json() == {"sessions": []}  # the create never ran
+    assert (await api.get("/v1alpha/sessions")).json() == {}  # the create never ran
     assert violations(await api.get("/v1alpha/sources", headers={"x-emulator-fault": "418"}))
     async with connect(app, None) as anonymous:
         response = await anonymous.get("/v1alpha/sources", headers={"x-emulator-fault": "429"})
@@ -825,3 +832,56 @@ async def test_latency_delays_answers(clock: FakeClock) -> None:
         started = anyio.current_time()
         assert (await api.get("/v1alpha/sources")).status_code == 200
         assert anyio.current_time() - started >= 0.06
+
+
+# --------------------------------------------------------------------------- fidelity (issue 11)
+
+
+@pytest.mark.anyio
+async def test_outputs_appear_only_with_results_and_a_resumed_run_replaces_the_change_set(
+    api: httpx.AsyncClient, clock: FakeClock
+) -> None:
+    session_id = await create(api, "Add a helper")  # no AUTO_CREATE_PR: no pull request
+    await run_until(api, clock, session_id, "IN_PROGRESS")
+    assert "outputs" not in (await api.get(f"/v1alpha/sessions/{session_id}")).json()
+    await run_until(api, clock, session_id, "COMPLETED")
+    (first,) = (await api.get(f"/v1alpha/sessions/{session_id}")).json()["outputs"]
+    assert first["changeSet"]["gitPatch"]["unidiffPatch"].startswith("diff --git")
+    message = await api.post(
+        f"/v1alpha/sessions/{session_id}:sendMessage", json={"prompt": "Also handle None"}
+    )
+    assert message.status_code == 200
+    await run_until(api, clock, session_id, "IN_PROGRESS")
+    await run_until(api, clock, session_id, "COMPLETED")
+    (second,) = (await api.get(f"/v1alpha/sessions/{session_id}")).json()["outputs"]
+    final = (await activities(api, session_id))[-1]
+    assert "sessionCompleted" in final
+    assert second["changeSet"] == final["artifacts"][0]["changeSet"] != first["changeSet"]
+
+
+@pytest.mark.anyio
+async def test_consistency_delay_answers_404_on_a_new_session_for_a_while(
+    clock: FakeClock,
+) -> None:
+    app = make_app(clock, consistency_delay=3.0)
+    async with connect(app) as api:
+        session_id = await create(api)
+        base = f"/v1alpha/sessions/{session_id}"
+        error_of(await api.get(base), 404, "NOT_FOUND")
+        error_of(await api.get(base + "/activities"), 404, "NOT_FOUND")
+        clock.advance(2.9)
+        error_of(await api.get(base), 404, "NOT_FOUND")
+        listed = (await api.get("/v1alpha/sessions")).json()["sessions"]
+        assert [s["id"] for s in listed] == [session_id]  # the list already shows it
+        clock.advance(0.2)
+        assert (await api.get(base)).status_code == 200
+        first = (await activities(api, session_id))[0]
+        assert (await api.get(f"{base}/activities/{first['id']}")).status_code == 200
+
+
+@pytest.mark.anyio
+async def test_an_empty_page_is_an_empty_object(api: httpx.AsyncClient) -> None:
+    session_id = await create(api)
+    # Created this instant: no activity yet; the real service omits the empty list.
+    response = await api.get(f"/v1alpha/sessions/{session_id}/activities")
+    assert response.status_code == 200 and response.json() == {}

@@ -46,6 +46,9 @@ ALL_TYPES = {
     "session.discovered",
     "session.state_changed",
     "session.pull_request_opened",
+    "session.action_required",
+    "session.completed",
+    "session.failed",
 }
 
 

@@ -137,7 +137,10 @@ def test_migrations_are_recorded_once_and_rerun_safely(tmp_path: Path) -> None:
             rows = again._conn.execute(
                 "SELECT migration_set, name, applied_at FROM _sqlite_migrations"
             ).fetchall()
-            assert [(r[0], r[1]) for r in rows] == [("sessionhook", "0001_initial")]
+            assert [(r[0], r[1]) for r in rows] == [
+                ("sessionhook", name) for name in store_schema._KNOWN_MIGRATIONS
+            ]
+            assert rows[0][1] == "0001_initial"
             assert rows[0][2]
             assert again.get_meta("k") == "v"
 

@@ -136,6 +136,21 @@ class SourceContext(WireModel):
     host_repo_context: HostRepoContext | None = None
 
 
+class GitPatch(WireModel):
+    """A patch against a base commit, as a unified diff."""
+
+    base_commit_id: str = ""
+    unidiff_patch: str = ""
+    suggested_commit_message: str = ""
+
+
+class ChangeSet(WireModel):
+    """Code changes on a source."""
+
+    source: str = ""
+    git_patch: GitPatch | None = None
+
+
 class PullRequest(WireModel):
     """A pull request a session produced."""
 
@@ -145,9 +160,13 @@ class PullRequest(WireModel):
 
 
 class SessionOutput(WireModel):
-    """One result of a session; today a pull request."""
+    """One result of a session: a pull request, or the final change set.
+
+    There is no type discriminator on the wire, only which member is present.
+    """
 
     pull_request: PullRequest | None = None
+    change_set: ChangeSet | None = None
 
 
 class Session(WireModel):
@@ -214,21 +233,6 @@ class Plan(WireModel):
 
 
 # --------------------------------------------------------------------------- artifacts
-
-
-class GitPatch(WireModel):
-    """A patch against a base commit, as a unified diff."""
-
-    base_commit_id: str = ""
-    unidiff_patch: str = ""
-    suggested_commit_message: str = ""
-
-
-class ChangeSet(WireModel):
-    """Code changes on a source."""
-
-    source: str = ""
-    git_patch: GitPatch | None = None
 
 
 class BashOutput(WireModel):

@@ -72,6 +72,14 @@ def _accounts(values: tuple[str, ...]) -> list[tuple[str, ...]]:
     type=click.Choice(["exclusive", "inclusive", "ignore"]),
     help="How list-activities reads createTime: after, at-or-after, or not at all.",
 )
+@click.option(
+    "--consistency-delay",
+    default=0.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    metavar="SECONDS",
+    help="A new session and its activities answer 404 this long (eventual consistency).",
+)
 def emulator_command(
     host: str,
     port: int,
@@ -82,6 +90,7 @@ def emulator_command(
     fault_error: float,
     latency_ms: int,
     create_time_filter: str,
+    consistency_delay: float,
 ) -> None:
     """Serve a local emulator of the Sessions API (/v1alpha) with a scripted agent.
 
@@ -106,6 +115,7 @@ def emulator_command(
             fault_error=fault_error,
             latency_ms=latency_ms,
             create_time_filter=create_time_filter,
+            consistency_delay=consistency_delay,
         )
     except ValueError as exc:
         click.echo(f"error: {exc}", err=True)

@@ -39,7 +39,7 @@ from ..relay.dispatch import post_event
 from ..relay.events import EVENT_TYPES, matches, session_summary
 from ..relay.pinning import PinnedTransport
 from ..relay.retry import AttemptResult
-from ..relay.signing import SignatureError, generate_secret, verify
+from ..relay.signing import SignatureError, generate_keypair, generate_secret, verify
 from ..relay.store import EndpointState, EventRow, Store, StoreError
 from . import cli
 from ._output import (
@@ -639,8 +639,19 @@ def secret() -> None:
 
 
 @secret.command("generate")
-def secret_generate() -> None:
+@click.option(
+    "--asymmetric",
+    is_flag=True,
+    help='An ed25519 pair for signature = "v1a": the whsk_ signing key on stdout (the '
+    "endpoint's secret), its whpk_ public key for consumers on stderr.",
+)
+def secret_generate(asymmetric: bool) -> None:
     """Print a new random `whsec_` secret (for an endpoint's secret file)."""
+    if asymmetric:
+        signing_key, public_key = generate_keypair()
+        click.echo(signing_key)
+        click.echo(f"public key for consumers: {public_key}", err=True)
+        return
     click.echo(generate_secret())
 
 
@@ -651,7 +662,8 @@ def secret_generate() -> None:
     required=True,
     envvar="SESSIONHOOK_SECRET",
     metavar="S",
-    help="The endpoint's whsec_ secret (or $SESSIONHOOK_SECRET, kept out of shell history).",
+    help="The endpoint's whsec_ secret or whpk_ public key (or $SESSIONHOOK_SECRET, kept "
+    "out of shell history).",
 )
 @click.option(
     "--headers",

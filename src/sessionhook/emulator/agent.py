@@ -15,7 +15,8 @@ The script of a session created at ``t0`` (``d`` is the step delay)::
               "[fail]" in the prompt: after the first one, sessionFailed and FAILED
     ...       automationMode AUTO_CREATE_PR on a repository session: a pull request in
               ``outputs`` and a progressUpdated about it
-    last      sessionCompleted carrying the final changeSet, COMPLETED
+    last      sessionCompleted carrying the final changeSet, COMPLETED; the change set is
+              also served in ``outputs`` (``{"changeSet": {...}}``)
 
 A message (:sendMessage) is a userMessaged activity at once and an agentMessaged reply one
 step later; the rest of the script moves back by a step. A COMPLETED or FAILED session
@@ -427,4 +428,9 @@ class Agent:
         message = f"{self._session.title}\n\nAdds `{self._workshop.slug}()` with tests."
         change = self._workshop.change_set(commit_message=message)
         self._session.emit(t, "agent", SessionCompleted(), artifacts=[Artifact(change_set=change)])
+        # The final change set is an output too (what public clients read generated files
+        # from); a resumed session's new completion replaces it.
+        outputs = [o for o in self._session.outputs if o.change_set is None]
+        outputs.append(SessionOutput(change_set=change.model_copy(deep=True)))
+        self._session.outputs = outputs
         self._session.set_state(t, SessionState.COMPLETED)

@@ -6,10 +6,13 @@ handler. Every error body is ``{"error": {"code", "message", "status", "details"
 
 Choices where the spec is silent (field notes followed where they speak):
 
-* Lists: sessions newest first, activities oldest first, sources by name. The collection
-  key is always present (``"sessions": []`` on an empty page); the last page has no
-  ``nextPageToken`` key. ``pageSize`` (or ``page_size``) outside 1-100, or not an
-  integer, is 400 with a ``google.rpc.BadRequest`` on ``page_size``.
+* Lists: sessions newest first, activities oldest first, sources by name. Empty lists and
+  zero values are omitted, as the real service does: an empty page is ``{}``; the last
+  page has no ``nextPageToken`` key.
+* ``consistency_delay``: a session and its activities answer 404 for that long after the
+  session was created (the real service's eventual consistency).
+* ``pageSize`` (or ``page_size``) outside 1-100, or not an integer, is 400 with a
+  ``google.rpc.BadRequest`` on ``page_size``.
 * Page tokens: urlsafe base64 (unpadded) of ``[position, mac]``; the MAC (HMAC-SHA256
   keyed per world) covers the position and the query (endpoint, account, parent, filters),
   so a token from another query, another account or garbage is 400 on ``page_token``.
@@ -94,12 +97,10 @@ register_url_convertor("session_id", _SessionIdConvertor())
 # --------------------------------------------------------------------------- helpers
 
 
-def _wire(model: WireModel, collection: str | None = None) -> JSONResponse:
-    """A 200 JSON response: camelCase, zero values omitted, ``collection`` key always kept."""
-    body = model.model_dump(mode="json", by_alias=True, exclude_defaults=True)
-    if collection is not None:
-        body.setdefault(collection, [])
-    return JSONResponse(body)
+def _wire(model: WireModel) -> JSONResponse:
+    """A 200 JSON response: camelCase, zero values and empty lists omitted (an empty page
+    is ``{}``, as the real service answers)."""
+    return JSONResponse(model.model_dump(mode="json", by_alias=True, exclude_defaults=True))
 
 
 def _error(err: EmulatorError) -> JSONResponse:
@@ -346,7 +347,7 @@ class _Api:
             sessions=[s.to_session(full=False) for s in page.items],
             next_page_token=self._pager.token(query, page.next_position),
         )
-        return _wire(reply, "sessions")
+        return _wire(reply)
 
     async def session(self, request: Request, account: Account) -> Response:
         """GET: the full session (4.3); DELETE: delete it (4.4)."""
@@ -383,7 +384,7 @@ class _Api:
         reply = ListActivitiesResponse(
             activities=page.items, next_page_token=self._pager.token(query, page.next_position)
         )
-        return _wire(reply, "activities")
+        return _wire(reply)
 
     def _since(self, raw_time: str, expression: str) -> TimeBound | None:
         mode = self._world.create_time_filter
@@ -421,7 +422,7 @@ class _Api:
         reply = ListSourcesResponse(
             sources=items, next_page_token=self._pager.token(query, page.next_position)
         )
-        return _wire(reply, "sources")
+        return _wire(reply)
 
     async def source(self, request: Request, account: Account) -> Response:
         """GET one source with its branches (4.10)."""
@@ -459,6 +460,7 @@ def create_app(
     latency_ms: int = 0,
     create_time_filter: str = "exclusive",
     clock: Callable[[], float] | None = None,
+    consistency_delay: float = 0.0,
 ) -> Starlette:
     """The emulator as an ASGI app; ``app.state.world`` is its :class:`World`.
 
@@ -468,6 +470,7 @@ def create_app(
     ``fault_rate_limit`` and ``fault_error`` are probabilities of a 429 or 500 answer;
     ``latency_ms`` delays every answer. ``create_time_filter`` is ``exclusive``,
     ``inclusive`` or ``ignore``: how list-activities reads its ``createTime`` parameter.
+    ``consistency_delay`` (seconds): a new session and its activities answer 404 that long.
     """
     if latency_ms < 0:
         raise ValueError("latency_ms must not be negative")
@@ -478,6 +481,7 @@ def create_app(
         seed=seed,
         clock=clock,
         create_time_filter=create_time_filter,
+        consistency_delay=consistency_delay,
     )
     api = _Api(world, _Faults(fault_rate_limit, fault_error, seed), latency_ms)
     session_path = "/v1alpha/sessions/{session_id:session_id}"

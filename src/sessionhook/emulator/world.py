@@ -303,7 +303,10 @@ class World:
         seed: int | None = None,
         clock: Callable[[], float] | None = None,
         create_time_filter: str = "exclusive",
+        consistency_delay: float = 0.0,
     ) -> None:
+        if consistency_delay < 0:
+            raise ValueError("consistency_delay must not be negative")
         if create_time_filter not in CREATE_TIME_FILTERS:
             raise ValueError(f"create_time_filter must be one of {', '.join(CREATE_TIME_FILTERS)}")
         if step_delay < 0:
@@ -317,6 +320,9 @@ class World:
         self.create_time_filter = create_time_filter
         self._clock = clock or time.time
         self._step_us = round(step_delay * 1_000_000)
+        #: A session and its activities answer 404 this long after creation (eventual
+        #: consistency, as the real service shows right after a create).
+        self._consistency_us = round(consistency_delay * 1_000_000)
         self._rng = random.Random(seed)
         #: Key of the page-token MACs; derived from the seed, so tokens are reproducible too.
         self.page_secret = self._rng.getrandbits(128).to_bytes(16, "big")
@@ -427,8 +433,8 @@ class World:
     def get_session(self, account: Account, session_id: str) -> SessionRecord:
         """The session, 404 if there is none, 403 if it belongs to another account."""
         with self._lock:
-            self.advance()
-            return self._owned(account, session_id)
+            now = self.advance()
+            return self._visible(self._owned(account, session_id), now)
 
     def delete_session(self, account: Account, session_id: str) -> None:
         """Delete the session; it answers 404 from then on."""
@@ -458,6 +464,12 @@ class World:
                 )
             session.agent.approve_plan(now)
 
+    def _visible(self, session: SessionRecord, now_us: int) -> SessionRecord:
+        """404 while the session is younger than the consistency delay."""
+        if now_us - session.create_us < self._consistency_us:
+            raise EmulatorError.not_found(f"Session {session.name} was not found.")
+        return session
+
     def _owned(self, account: Account, session_id: str) -> SessionRecord:
         session = self._sessions.get(session_id)
         if session is None:
@@ -481,8 +493,8 @@ class World:
     ) -> Page[Activity, int]:
         """The session's activities, oldest first, after position ``after`` and ``since``."""
         with self._lock:
-            self.advance()
-            session = self._owned(account, session_id)
+            now = self.advance()
+            session = self._visible(self._owned(account, session_id), now)
             start = 0 if after is None else after + 1
             return _page(
                 (
@@ -496,8 +508,8 @@ class World:
     def get_activity(self, account: Account, session_id: str, activity_id: str) -> Activity:
         """One activity of the session, 404 when the session has no such activity."""
         with self._lock:
-            self.advance()
-            session = self._owned(account, session_id)
+            now = self.advance()
+            session = self._visible(self._owned(account, session_id), now)
             index = session.activity_index.get(activity_id)
             if index is None:
                 raise EmulatorError.not_found(

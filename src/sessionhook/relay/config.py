@@ -46,7 +46,9 @@ from pydantic import (
 
 from .events import EVENT_TYPES, matches
 from .netguard import literal_refusal
-from .signing import SECRET_PREFIX, decode_secret
+from .render import RenderError, Shape, check_shape
+from .samples import sample_events
+from .signing import SECRET_PREFIX, SIGNING_KEY_PREFIX, decode_secret, decode_signing_key
 
 __all__ = [
     "DURATION_BOUNDS",
@@ -243,6 +245,24 @@ class EndpointConfig(_Section):
     ] = ("*",)
     disable_after: Annotated[_Seconds, _within("endpoints[].disable_after")] = 5 * 86400.0
     enabled: bool = True
+    #: ``full``: the whole event; ``thin``: type, ids and the session summary.
+    payload: Literal["full", "thin"] = "full"
+    #: ``standard`` (Standard Webhooks JSON), ``cloudevents`` or a chat preset.
+    format: Literal["standard", "cloudevents", "slack", "discord", "google_chat", "teams"] = (
+        "standard"
+    )
+    #: A sandboxed Jinja2 template of the body (instead of ``format``).
+    template: Annotated[str, Field(min_length=1)] | None = None
+    #: Content type of what ``template`` renders (JSON is checked and compacted).
+    content_type: Annotated[str, Field(min_length=1)] = "application/json"
+    #: ``{dotted path: [globs]}`` on the payload; all must match (any glob per path).
+    filter: dict[str, tuple[Annotated[str, Field(min_length=1)], ...]] = Field(
+        default_factory=dict
+    )
+    #: ``v1`` (HMAC, ``whsec_`` secrets) or ``v1a`` (ed25519, ``whsk_`` signing keys).
+    signature: Literal["v1", "v1a"] = "v1"
+    #: At most this many deliveries per second to this endpoint (the rest waits, in order).
+    rate_limit: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
 
     _secrets: tuple[SecretStr, ...] | None = PrivateAttr(default=None)
 
@@ -262,8 +282,58 @@ class EndpointConfig(_Section):
     @classmethod
     def _check_secret(cls, value: SecretStr | None) -> SecretStr | None:
         if value is not None:
-            _split_secrets(value.get_secret_value())
+            text = value.get_secret_value()
+            # Checked again against ``signature`` once the whole endpoint is read.
+            asymmetric = text.strip().startswith(SIGNING_KEY_PREFIX)
+            _split_secrets(text, "v1a" if asymmetric else "v1")
         return value
+
+    @field_validator("filter", mode="before")
+    @classmethod
+    def _one_glob_is_a_list(cls, value: object) -> object:
+        if isinstance(value, dict):
+            return {k: [v] if isinstance(v, str) else v for k, v in value.items()}
+        return value
+
+    @field_validator("filter")
+    @classmethod
+    def _check_filter(cls, value: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+        for path, globs in value.items():
+            if not path or any(not part for part in path.split(".")):
+                raise ValueError(f"{path!r} is not a dotted path such as data.session.source")
+            if not globs:
+                raise ValueError(f"{path}: give at least one glob")
+        return value
+
+    @model_validator(mode="after")
+    def _check_shape(self) -> EndpointConfig:
+        if self.template is not None and "format" in self.model_fields_set:
+            raise ValueError("set format or template, not both")
+        if self.content_type != "application/json" and self.template is None:
+            raise ValueError("content_type only applies to a template")
+        if self.secret is not None:
+            try:
+                _split_secrets(self.secret.get_secret_value(), self.signature)
+            except ValueError as exc:
+                raise ValueError(f"secret: {exc}") from None
+        if not self.shape.is_standard:
+            # Rendered once against a sample of every event type: a template that cannot
+            # render is a config error now, never a failed delivery later.
+            try:
+                check_shape(self.shape, [(e.id, e.body) for e in sample_events()])
+            except RenderError as exc:
+                raise ValueError(str(exc)) from None
+        return self
+
+    @property
+    def shape(self) -> Shape:
+        """What :func:`sessionhook.relay.render.render` makes of an event for this endpoint."""
+        return Shape(
+            payload=self.payload,
+            format=self.format,
+            template=self.template,
+            content_type=self.content_type,
+        )
 
     @field_validator("events")
     @classmethod
@@ -288,7 +358,8 @@ class EndpointConfig(_Section):
         if self._secrets is None:
             if self.secret is None:
                 raise ConfigError(f"endpoint {self.name}", "secrets were not resolved")
-            return [SecretStr(s) for s in _split_secrets(self.secret.get_secret_value())]
+            texts = _split_secrets(self.secret.get_secret_value(), self.signature)
+            return [SecretStr(s) for s in texts]
         return list(self._secrets)
 
     @property
@@ -418,11 +489,19 @@ def load_config(
 # --------------------------------------------------------------------------- helpers
 
 
-def _split_secrets(text: str) -> list[str]:
+def _split_secrets(text: str, signature: str = "v1") -> list[str]:
     parts = text.split()
     if not parts:
         raise ValueError("must not be empty")
     for part in parts:
+        if signature == "v1a":
+            if not part.startswith(SIGNING_KEY_PREFIX):
+                raise ValueError(
+                    f'signature = "v1a" needs {SIGNING_KEY_PREFIX} signing keys '
+                    "(sessionhook secret generate --asymmetric)"
+                )
+            decode_signing_key(part)
+            continue
         if not part.startswith(SECRET_PREFIX):
             raise ValueError(f"each secret must start with {SECRET_PREFIX}")
         size = len(decode_secret(part))
@@ -510,7 +589,7 @@ def _resolve_endpoint_secrets(
             key = f"endpoints[{i}].secret_file"
             text = _read_secret_file(key, endpoint.secret_file or "", base, env)
         try:
-            parts = _split_secrets(text)
+            parts = _split_secrets(text, endpoint.signature)
         except ValueError as exc:
             raise ConfigError(key, f"not a valid secret: {exc}") from None
         resolved = endpoint.model_copy()

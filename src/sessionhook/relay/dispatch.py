@@ -33,7 +33,7 @@ from sessionhook import __version__
 from sessionhook.api.errors import parse_retry_after
 from sessionhook.redact import redact_userinfo
 
-from . import netguard, retry
+from . import netguard, render, retry
 from .config import Config, EndpointConfig
 from .logging import get_logger
 from .metrics import Metrics
@@ -87,6 +87,7 @@ async def post_event(
     timeout: float,  # noqa: ASYNC109 - the design contract's signature; bounds the exchange
     body_limit: int,
     now: Callable[[], float] = time.time,
+    content_type: str = "application/json",
 ) -> AttemptResult:
     """Sign ``body`` and POST it to ``url`` once; never raises for a network failure.
 
@@ -95,9 +96,10 @@ async def post_event(
     nothing is sent.
 
     Headers: ``webhook-id`` (``event_id``), ``webhook-timestamp`` (``now()``, fresh),
-    ``webhook-signature`` (one ``v1,`` signature per secret), ``content-type`` and
-    ``user-agent``. The result has the status (``None`` when no answer came), an error
-    text, the duration, at most ``body_limit`` bytes of the answer and its ``Retry-After``.
+    ``webhook-signature`` (one signature per secret: ``v1,`` for a ``whsec_`` secret,
+    ``v1a,`` for a ``whsk_`` signing key), ``content-type`` and ``user-agent``. The result
+    has the status (``None`` when no answer came), an error text, the duration, at most
+    ``body_limit`` bytes of the answer and its ``Retry-After``.
     """
     started_at = now()
     timestamp = int(started_at)
@@ -105,7 +107,7 @@ async def post_event(
         "webhook-id": event_id,
         "webhook-timestamp": str(timestamp),
         "webhook-signature": signature_header(secrets, event_id, timestamp, body),
-        "content-type": "application/json",
+        "content-type": content_type,
         "user-agent": USER_AGENT,
     }
     status: int | None = None
@@ -228,6 +230,10 @@ class Dispatcher:
         self._per_endpoint: dict[str, int] = {}
         self._accepting = True
         self._settled = anyio.Event()  # set whenever an attempt finishes
+        # rate_limit: when each endpoint may start its next delivery (wall clock), and how
+        # soon the earliest endpoint held back by it frees up.
+        self._rate_slots: dict[str, float] = {}
+        self._rate_wait = math.inf
         #: Monotonic time the loop last went round (for the systemd watchdog).
         self.heartbeat = time.monotonic()
 
@@ -287,10 +293,11 @@ class Dispatcher:
         return attempts
 
     async def _wait_time(self) -> float:
+        rate_wait, self._rate_wait = self._rate_wait, math.inf
         next_due = await self._store.next_due_at()
         if next_due is None:
-            return self._max_wait
-        return min(self._max_wait, max(0.0, next_due - self._clock()))
+            return min(self._max_wait, rate_wait)
+        return min(self._max_wait, rate_wait, max(0.0, next_due - self._clock()))
 
     async def _start_due(self, tg: anyio.abc.TaskGroup) -> int:
         s = self.settings
@@ -311,6 +318,8 @@ class Dispatcher:
                 continue
             if delivery.endpoint not in s.endpoints:
                 continue  # removed from the config by a reload; its rows wait for it
+            if self._rate_limited(delivery.endpoint, self._clock()):
+                continue
             self._in_flight.add(key)
             count = self._per_endpoint.get(delivery.endpoint, 0) + 1
             self._per_endpoint[delivery.endpoint] = count
@@ -335,10 +344,14 @@ class Dispatcher:
         endpoint = s.endpoints[delivery.endpoint]
         attempt_no = delivery.attempts + 1
         refusal = await self._guard(endpoint.url, allow_private=s.allow_private_networks)
+        try:
+            body, content_type = await self._body_for(delivery, endpoint)
+        except render.RenderError as exc:
+            body, content_type, refusal = b"", "", f"render failed: {exc}"
         if refusal is not None:
             result = AttemptResult(
                 status_code=None,
-                error=refused(refusal),
+                error=refusal if refusal.startswith("render failed") else refused(refusal),
                 duration_ms=0.0,
                 response_body="",
                 retry_after=None,
@@ -350,10 +363,11 @@ class Dispatcher:
                 url=endpoint.url,
                 secrets=[secret.get_secret_value() for secret in endpoint.secrets],
                 event_id=delivery.event_id,
-                body=delivery.body,
+                body=body,
                 timeout=s.timeout,
                 body_limit=s.body_limit,
                 now=self._clock,
+                content_type=content_type,
             )
         now = self._clock()
         decision = retry.decide(
@@ -385,6 +399,34 @@ class Dispatcher:
                     await self._store.set_endpoint_enabled(endpoint.name, False, reason)
                     self._disabled(endpoint.name, reason, "failing")
         return decision
+
+    async def _body_for(self, delivery: DueDelivery, endpoint: EndpointConfig) -> tuple[bytes, str]:
+        """The bytes this delivery sends: the event body, or what the endpoint's format or
+        template makes of it. A rendered body is saved with the first attempt, so every retry
+        sends the same bytes whatever the config says by then."""
+        if delivery.attempts > 0:
+            saved = await self._store.rendered_body(delivery.id)
+            if saved is not None:
+                return saved
+        shape = endpoint.shape
+        if shape.is_standard:
+            return delivery.body, render.STANDARD_CONTENT_TYPE
+        body, content_type = render.render(delivery.event_id, delivery.body, shape)
+        await self._store.save_rendered(delivery.id, body, content_type)
+        return body, content_type
+
+    def _rate_limited(self, endpoint: str, now: float) -> bool:
+        """Whether ``endpoint``'s ``rate_limit`` forbids starting a delivery now; if not, the
+        slot is taken. The excess waits in the outbox, in order."""
+        config = self.settings.endpoints.get(endpoint)
+        if config is None or config.rate_limit is None:
+            return False
+        free_at = self._rate_slots.get(endpoint, 0.0)
+        if free_at > now:
+            self._rate_wait = min(self._rate_wait, free_at - now)
+            return True
+        self._rate_slots[endpoint] = max(free_at, now) + 1.0 / config.rate_limit
+        return False
 
     def _report(
         self,

@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from fnmatch import fnmatchcase
@@ -42,14 +42,20 @@ from sessionhook.api.models import (
 __all__ = [
     "ACTIVITY_EVENT_TYPES",
     "EVENT_TYPES",
+    "SESSION_ACTION_REQUIRED",
+    "SESSION_COMPLETED",
     "SESSION_DISCOVERED",
+    "SESSION_FAILED",
     "SESSION_PULL_REQUEST_OPENED",
     "SESSION_STATE_CHANGED",
     "Event",
     "activity_event",
     "activity_event_type",
     "event_id",
+    "make_event",
     "matches",
+    "now_text",
+    "payload_matches",
     "pull_request_opened",
     "session_discovered",
     "session_state_changed",
@@ -59,6 +65,10 @@ __all__ = [
 SESSION_DISCOVERED = "session.discovered"
 SESSION_STATE_CHANGED = "session.state_changed"
 SESSION_PULL_REQUEST_OPENED = "session.pull_request_opened"
+#: Derived from the session's state and its archived activities (``lifecycle.py``).
+SESSION_ACTION_REQUIRED = "session.action_required"
+SESSION_COMPLETED = "session.completed"
+SESSION_FAILED = "session.failed"
 
 #: Event type of each known activity member (wire name -> type).
 ACTIVITY_EVENT_TYPES: dict[str, str] = {
@@ -78,6 +88,9 @@ EVENT_TYPES: tuple[str, ...] = (
     SESSION_DISCOVERED,
     SESSION_STATE_CHANGED,
     SESSION_PULL_REQUEST_OPENED,
+    SESSION_ACTION_REQUIRED,
+    SESSION_COMPLETED,
+    SESSION_FAILED,
     *ACTIVITY_EVENT_TYPES.values(),
     ACTIVITY_UNKNOWN,
 )
@@ -115,6 +128,45 @@ def event_id(kind: str, *parts: str) -> str:
 def matches(globs: Iterable[str], event_type: str) -> bool:
     """Whether any of the ``fnmatch`` globs matches the event type (case-sensitive)."""
     return any(fnmatchcase(event_type, glob) for glob in globs)
+
+
+def payload_matches(conditions: Mapping[str, Sequence[str]], payload: object) -> bool:
+    """Whether ``payload`` meets every condition: ``{dotted path: [globs]}``.
+
+    A path walks dict keys (``data.session.source``) and list indexes (``data.plan.steps.0``);
+    a list met with a key fans out to its items. The value found must match one of its
+    path's ``fnmatch`` globs (case-sensitive): strings as they are, numbers as JSON,
+    ``true``/``false``/``null``; a missing path, an object or a list with no matching item
+    never matches. No conditions: always true.
+    """
+    for path, globs in conditions.items():
+        found = _values_at(payload, path.split("."))
+        if not any(fnmatchcase(text, glob) for text in found for glob in globs):
+            return False
+    return True
+
+
+def _values_at(node: object, keys: list[str]) -> Iterable[str]:
+    if not keys:
+        if isinstance(node, list):
+            for item in node:
+                yield from _values_at(item, [])
+        elif isinstance(node, str):
+            yield node
+        elif node is None or isinstance(node, bool | int | float):
+            yield json.dumps(node)
+        return
+    key, rest = keys[0], keys[1:]
+    if isinstance(node, dict):
+        if key in node:
+            yield from _values_at(node[key], rest)
+    elif isinstance(node, list):
+        if key.isdigit():
+            if int(key) < len(node):
+                yield from _values_at(node[int(key)], rest)
+        else:
+            for item in node:
+                yield from _values_at(item, keys)
 
 
 def activity_event_type(activity: Activity) -> str:
@@ -160,7 +212,7 @@ def activity_event(
     wire = _trim_media(activity.to_wire(), max_media_bytes)
     occurred_at = activity.create_time or _now_text(now)
     data = {"session": session_summary(session), "activity": wire}
-    return _event(
+    return make_event(
         event_id("activity", activity.name),
         activity_event_type(activity),
         session.name,
@@ -172,7 +224,7 @@ def activity_event(
 
 def session_discovered(session: Session, *, now: float | None = None) -> Event:
     """``session.discovered``: the relay saw the session for the first time."""
-    return _event(
+    return make_event(
         event_id(SESSION_DISCOVERED, session.name),
         SESSION_DISCOVERED,
         session.name,
@@ -187,7 +239,7 @@ def session_state_changed(
 ) -> Event:
     """``session.state_changed`` from ``previous_state`` to ``session.state``."""
     data = {"session": session_summary(session), "previous_state": previous_state}
-    return _event(
+    return make_event(
         event_id(SESSION_STATE_CHANGED, session.name, session.update_time, session.state),
         SESSION_STATE_CHANGED,
         session.name,
@@ -200,7 +252,7 @@ def session_state_changed(
 def pull_request_opened(session: Session, pr: PullRequest, *, now: float | None = None) -> Event:
     """``session.pull_request_opened``: a pull request appeared in the session's outputs."""
     data = {"session": session_summary(session), "pull_request": pr.to_wire()}
-    return _event(
+    return make_event(
         event_id(SESSION_PULL_REQUEST_OPENED, session.name, pr.url),
         SESSION_PULL_REQUEST_OPENED,
         session.name,
@@ -210,7 +262,7 @@ def pull_request_opened(session: Session, pr: PullRequest, *, now: float | None 
     )
 
 
-def _event(
+def make_event(
     eid: str,
     etype: str,
     session_name: str,
@@ -218,6 +270,7 @@ def _event(
     occurred_at: str,
     data: dict[str, Any],
 ) -> Event:
+    """An :class:`Event` whose body is ``{"type", "timestamp", "data"}``, serialized once."""
     body = json.dumps(
         {"type": etype, "timestamp": occurred_at, "data": data},
         separators=(",", ":"),
@@ -232,6 +285,11 @@ def _event(
         occurred_ts=_to_unix(occurred_at),
         body=body,
     )
+
+
+def now_text(now: float | None) -> str:
+    """``now`` (Unix seconds; ``None``: the clock) as an RFC 3339 text (upstream's style)."""
+    return _now_text(now)
 
 
 def _now_text(now: float | None) -> str:

@@ -62,7 +62,7 @@ from sessionhook.api.errors import (
 )
 from sessionhook.api.models import Activity, Session, format_timestamp, parse_timestamp
 
-from . import events
+from . import events, lifecycle
 from .config import Config
 from .logging import get_logger
 from .metrics import Metrics
@@ -726,6 +726,13 @@ class Poller:
             _log.info(
                 "session.state_changed", session=row.name, previous=row.state, state=fresh.state
             )
+        # Waiting for the user, completed, failed: keyed by the activity behind it (stable
+        # per wait, new per completion), so deriving it again on every refresh is harmless.
+        member = lifecycle.awaited_member(fresh.state)
+        if member is not None:
+            activity = await self._store.latest_activity(row.name, member)
+            entered = first_poll or fresh.state != row.state
+            found += lifecycle.lifecycle_events(fresh, activity, entered=entered, now=self._clock())
         if found:
             await self._ingest_session_events(row.name, found, deliver=deliver)
 

@@ -7,6 +7,10 @@ The scheme (https://www.standardwebhooks.com/):
   Unix seconds, body the exact bytes sent);
 * ``webhook-signature`` holds ``v1,<base64 HMAC-SHA256>`` entries separated by spaces: one per
   secret in use, so that an endpoint's secret can be rotated without losing a delivery.
+* Asymmetric (``signature = "v1a"``): the relay holds a ``whsk_`` signing key (base64 of the
+  32-byte ed25519 seed followed by the 32-byte public key, libsodium's layout; a bare seed
+  is accepted too) and signs the same content into ``v1a,<base64 ed25519 signature>``;
+  consumers verify with the ``whpk_`` public key (base64 of its 32 bytes) and cannot forge.
 
 Errors::
 
@@ -24,18 +28,32 @@ import secrets as _secrets
 import time
 from collections.abc import Iterable, Mapping
 
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
 __all__ = [
+    "PUBLIC_KEY_PREFIX",
     "SECRET_PREFIX",
+    "SIGNING_KEY_PREFIX",
     "SignatureError",
     "decode_secret",
+    "decode_signing_key",
+    "generate_keypair",
     "generate_secret",
+    "public_key_of",
     "sign",
+    "sign_v1a",
     "signature_header",
     "verify",
 ]
 
 #: Prefix of every Standard Webhooks secret.
 SECRET_PREFIX = "whsec_"
+
+#: Prefix of an ed25519 signing key (``v1a``) and of its public key.
+SIGNING_KEY_PREFIX = "whsk_"
+PUBLIC_KEY_PREFIX = "whpk_"
 
 #: Default tolerance of :func:`verify` between the message timestamp and the clock (seconds).
 DEFAULT_TOLERANCE = 300
@@ -72,9 +90,76 @@ def sign(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
     return "v1," + base64.b64encode(digest).decode("ascii")
 
 
+def decode_signing_key(key: str) -> Ed25519PrivateKey:
+    """The ed25519 private key of a ``whsk_`` key (64 bytes seed + public key, or a 32-byte
+    seed). Raises :class:`ValueError` when it is not that; a 64-byte key whose second half
+    is not the seed's public key is refused (a corrupted key would sign unverifiably)."""
+    text = key.strip()
+    if not text.startswith(SIGNING_KEY_PREFIX):
+        raise ValueError(f"signing key must start with {SIGNING_KEY_PREFIX}")
+    text = text.removeprefix(SIGNING_KEY_PREFIX)
+    try:
+        raw = base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise ValueError("signing key is not base64 after the whsk_ prefix") from exc
+    if len(raw) not in (32, 64):
+        raise ValueError("signing key must hold 32 or 64 bytes (ed25519)")
+    private = Ed25519PrivateKey.from_private_bytes(raw[:32])
+    if len(raw) == 64 and _raw_public(private) != raw[32:]:
+        raise ValueError("signing key's public half does not match its seed")
+    return private
+
+
+def public_key_of(key: str) -> str:
+    """The ``whpk_`` public key of a ``whsk_`` signing key (what consumers verify with)."""
+    return PUBLIC_KEY_PREFIX + base64.b64encode(_raw_public(decode_signing_key(key))).decode()
+
+
+def generate_keypair() -> tuple[str, str]:
+    """A fresh ed25519 pair: ``(whsk_ signing key, whpk_ public key)``."""
+    private = Ed25519PrivateKey.generate()
+    seed = private.private_bytes(
+        serialization.Encoding.Raw,
+        serialization.PrivateFormat.Raw,
+        serialization.NoEncryption(),
+    )
+    public = _raw_public(private)
+    signing_key = SIGNING_KEY_PREFIX + base64.b64encode(seed + public).decode("ascii")
+    return signing_key, PUBLIC_KEY_PREFIX + base64.b64encode(public).decode("ascii")
+
+
+def sign_v1a(key: str, msg_id: str, timestamp: int, body: bytes) -> str:
+    """One asymmetric signature, ``v1a,<base64 ed25519>``, over the same content as v1."""
+    content = f"{msg_id}.{int(timestamp)}.".encode() + body
+    return "v1a," + base64.b64encode(decode_signing_key(key).sign(content)).decode("ascii")
+
+
+def _decode_public_key(key: str) -> Ed25519PublicKey:
+    text = key.strip().removeprefix(PUBLIC_KEY_PREFIX)
+    try:
+        raw = base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
+        return Ed25519PublicKey.from_public_bytes(raw)
+    except (binascii.Error, ValueError) as exc:
+        raise ValueError("public key is not whpk_ + base64 of 32 bytes") from exc
+
+
+def _raw_public(private: Ed25519PrivateKey) -> bytes:
+    return private.public_key().public_bytes(
+        serialization.Encoding.Raw, serialization.PublicFormat.Raw
+    )
+
+
 def signature_header(secrets: Iterable[str], msg_id: str, timestamp: int, body: bytes) -> str:
-    """The ``webhook-signature`` value: one signature per secret, space-separated."""
-    signatures = [sign(secret, msg_id, timestamp, body) for secret in secrets]
+    """The ``webhook-signature`` value: one signature per secret, space-separated.
+
+    A ``whsk_`` key signs ``v1a`` (ed25519), a ``whsec_`` secret ``v1`` (HMAC).
+    """
+    signatures = [
+        sign_v1a(secret, msg_id, timestamp, body)
+        if secret.strip().startswith(SIGNING_KEY_PREFIX)
+        else sign(secret, msg_id, timestamp, body)
+        for secret in secrets
+    ]
     if not signatures:
         raise ValueError("at least one secret is needed to sign")
     return " ".join(signatures)
@@ -91,7 +176,8 @@ def verify(
     """Check a received message; return nothing when it is authentic, else raise.
 
     ``secrets`` is one secret or several (a consumer in the middle of a rotation accepts
-    either); one string with spaces counts as several. ``headers`` is looked up without
+    either); one string with spaces counts as several. A ``whpk_`` public key checks the
+    ``v1a`` (ed25519) signatures. ``headers`` is looked up without
     regard to case. The timestamp must lie within ``tolerance`` seconds of ``now``
     (default: the current time). Signatures are compared in constant time.
 
@@ -115,19 +201,32 @@ def verify(
     secret_list = secrets.split() if isinstance(secrets, str) else list(secrets)
     if not secret_list:
         raise SignatureError("no secret to verify with")
+    public_keys = [s for s in secret_list if s.startswith(PUBLIC_KEY_PREFIX)]
     expected = [
         base64.b64decode(sign(secret, msg_id, timestamp, body).partition(",")[2])
         for secret in secret_list
+        if not secret.startswith(PUBLIC_KEY_PREFIX)
     ]
     received: list[bytes] = []
+    received_v1a: list[bytes] = []
     for entry in raw_sigs.split():
         version, _, encoded = entry.partition(",")
-        if version != "v1":
+        if version not in ("v1", "v1a"):
             continue
         try:
-            received.append(base64.b64decode(encoded, validate=True))
+            decoded = base64.b64decode(encoded, validate=True)
         except (binascii.Error, ValueError):
             continue
+        (received if version == "v1" else received_v1a).append(decoded)
+    content = f"{msg_id}.{timestamp}.".encode() + body
+    for public in public_keys:
+        key = _decode_public_key(public)
+        for signature in received_v1a:
+            try:
+                key.verify(signature, content)
+            except InvalidSignature:
+                continue
+            return
     matched = False
     # Compare every pair (no early exit) so the time taken does not hint at which matched.
     for got in received:

@@ -210,6 +210,18 @@ class AsyncStore:
 
     aclose = close
 
+    async def save_rendered(self, delivery_id: int, body: bytes, content_type: str) -> None:
+        """See :meth:`Store.save_rendered`."""
+        await self.call(self.store.save_rendered, delivery_id, body, content_type)
+
+    async def rendered_body(self, delivery_id: int) -> tuple[bytes, str] | None:
+        """See :meth:`Store.rendered_body`."""
+        return await self.call(self.store.rendered_body, delivery_id)
+
+    async def latest_activity(self, session_name: str, member: str) -> Activity | None:
+        """See :meth:`Store.latest_activity`."""
+        return await self.call(self.store.latest_activity, session_name, member)
+
     async def sync_endpoints(self, endpoints: Iterable[EndpointLike]) -> None:
         """See :meth:`Store.sync_endpoints`."""
         await self.write(self.store.sync_endpoints, list(endpoints))

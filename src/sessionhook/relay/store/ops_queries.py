@@ -214,9 +214,9 @@ class OperatorQueries:
         replayed this way. Filters combine with AND: ``since`` (inclusive) / ``until``
         (exclusive) on the event's upstream time in Unix seconds, explicit ``event_ids``, a
         ``type_glob`` (fnmatch) and a ``session`` name; at least one is required. Only event
-        types the endpoint subscribes to are queued, and events that already have an open
-        delivery to it are skipped (they are on their way). One ``INSERT ... SELECT``, in
-        event order, so a large range costs one statement.
+        types the endpoint subscribes to (and that meet its ``filter``) are queued, and
+        events that already have an open delivery to it are skipped (they are on their way).
+        One ``INSERT ... SELECT``, in event order, so a large range costs one statement.
         """
         if since is None and until is None and event_ids is None and not type_glob and not session:
             raise ValueError("replay needs at least one filter (since, until, ids, type, session)")
@@ -240,7 +240,7 @@ class OperatorQueries:
                 "SELECT e.id, ep.name, e.session_name, 'pending', ?, ?, ?, 1 "
                 f"FROM events e JOIN endpoints ep ON ep.name = ? {where} "
                 f"{'AND' if where else 'WHERE'} EXISTS (SELECT 1 FROM json_each(ep.events) g "
-                "WHERE fnmatch(g.value, e.type)) "
+                "WHERE fnmatch(g.value, e.type)) AND payload_matches(ep.filter, e.body) "
                 "AND NOT EXISTS (SELECT 1 FROM deliveries o WHERE o.event_id = e.id "
                 "AND o.endpoint = ep.name AND o.status IN ('pending', 'failed')) "
                 "ORDER BY e.seq",

@@ -133,6 +133,21 @@ def _m0001_initial(db: Database) -> None:
         db.execute(statement)
 
 
+@_migration("0006_event_shapes")
+def _m0006_event_shapes(db: Database) -> None:
+    # Per endpoint payload conditions (events.payload_matches), checked at enqueue time.
+    db.execute("ALTER TABLE endpoints ADD COLUMN filter TEXT NOT NULL DEFAULT '{}'")
+    # The bytes a delivery's first attempt sent, when they differ from the event body (a
+    # format or template): every retry sends them again, whatever the config says by then.
+    db.execute(
+        """CREATE TABLE rendered_bodies (
+            delivery_id INTEGER PRIMARY KEY REFERENCES deliveries(id) ON DELETE CASCADE,
+            content_type TEXT NOT NULL,
+            body BLOB NOT NULL
+        )"""
+    )
+
+
 def _schema_state(db: Database) -> tuple[list[str], list[str]]:
     """(pending migration names, applied names this version does not know)."""
     applied = [m.name for m in MIGRATIONS.applied(db)]

@@ -44,7 +44,7 @@ from sqlite_utils import Database
 
 from sessionhook.api.models import Activity, Session, parse_timestamp
 
-from ..events import Event, matches
+from ..events import Event, matches, payload_matches
 from ..retry import Dead, Decision, Delivered, DisableEndpoint, Retry
 from .ops_queries import OperatorQueries
 from .rows import (
@@ -86,6 +86,7 @@ class Store(OperatorQueries):
         self.readonly = readonly
         self._clock = clock
         conn.create_function("fnmatch", 2, _sql_fnmatch, deterministic=True)
+        conn.create_function("payload_matches", 2, _sql_payload_matches, deterministic=True)
 
     # ----------------------------------------------------------------- opening
 
@@ -262,12 +263,21 @@ class Store(OperatorQueries):
             names = []
             for ep in endpoints:
                 names.append(ep.name)
+                # Payload conditions (EndpointConfig.filter); endpoints without are {}.
+                conditions = {k: list(v) for k, v in (getattr(ep, "filter", None) or {}).items()}
                 c.execute(
-                    "INSERT INTO endpoints (name, url, events, configured, enabled, created_at) "
-                    "VALUES (?, ?, ?, ?, 1, ?) ON CONFLICT (name) DO UPDATE SET "
+                    "INSERT INTO endpoints (name, url, events, configured, enabled, created_at, "
+                    "filter) VALUES (?, ?, ?, ?, 1, ?, ?) ON CONFLICT (name) DO UPDATE SET "
                     "url = excluded.url, events = excluded.events, "
-                    "configured = excluded.configured",
-                    (ep.name, ep.url, json.dumps(list(ep.events)), int(ep.enabled), now),
+                    "configured = excluded.configured, filter = excluded.filter",
+                    (
+                        ep.name,
+                        ep.url,
+                        json.dumps(list(ep.events)),
+                        int(ep.enabled),
+                        now,
+                        json.dumps(conditions),
+                    ),
                 )
             c.execute(
                 "UPDATE endpoints SET configured = 0 "
@@ -322,11 +332,12 @@ class Store(OperatorQueries):
             for r in rows
         ]
 
-    def _active_endpoints(self) -> list[tuple[str, list[str]]]:
+    def _active_endpoints(self) -> list[tuple[str, list[str], dict[str, list[str]]]]:
         rows = self._conn.execute(
-            "SELECT name, events FROM endpoints WHERE enabled = 1 AND configured = 1 ORDER BY name"
+            "SELECT name, events, filter FROM endpoints "
+            "WHERE enabled = 1 AND configured = 1 ORDER BY name"
         ).fetchall()
-        return [(name, json.loads(globs)) for name, globs in rows]
+        return [(name, json.loads(globs), json.loads(cond)) for name, globs, cond in rows]
 
     # ----------------------------------------------------------------- sessions
 
@@ -465,14 +476,21 @@ class Store(OperatorQueries):
             if cur.rowcount == 0:
                 continue  # already archived: its deliveries were enqueued back then
             inserted.append(event.type)
-            for endpoint, globs in endpoints:
-                if matches(globs, event.type):
-                    c.execute(
-                        "INSERT INTO deliveries (event_id, endpoint, session_name, status, "
-                        "next_attempt_at, created_at, updated_at) "
-                        "VALUES (?, ?, ?, 'pending', ?, ?, ?)",
-                        (event.id, endpoint, event.session_name, now, now, now),
-                    )
+            payload: object = None  # parsed once, only for an endpoint with conditions
+            for endpoint, globs, conditions in endpoints:
+                if not matches(globs, event.type):
+                    continue
+                if conditions:
+                    if payload is None:
+                        payload = event.payload()
+                    if not payload_matches(conditions, payload):
+                        continue
+                c.execute(
+                    "INSERT INTO deliveries (event_id, endpoint, session_name, status, "
+                    "next_attempt_at, created_at, updated_at) "
+                    "VALUES (?, ?, ?, 'pending', ?, ?, ?)",
+                    (event.id, endpoint, event.session_name, now, now, now),
+                )
         return tuple(inserted)
 
     def ingest_session_events(
@@ -544,6 +562,42 @@ class Store(OperatorQueries):
                     (newest, session_name),
                 )
             return Ingested(len(fresh), types)
+
+    def save_rendered(self, delivery_id: int, body: bytes, content_type: str) -> None:
+        """Keep the bytes a delivery's first attempt sends (a format or a template made
+        them); the first ones saved win, so every retry sends the same bytes."""
+        with self._tx() as c:
+            c.execute(
+                "INSERT OR IGNORE INTO rendered_bodies (delivery_id, content_type, body) "
+                "VALUES (?, ?, ?)",
+                (delivery_id, content_type, body),
+            )
+
+    def rendered_body(self, delivery_id: int) -> tuple[bytes, str] | None:
+        """``(body, content_type)`` saved by :meth:`save_rendered`, or ``None``."""
+        row = self._conn.execute(
+            "SELECT body, content_type FROM rendered_bodies WHERE delivery_id = ?",
+            (delivery_id,),
+        ).fetchone()
+        return None if row is None else (bytes(row[0]), row[1])
+
+    def latest_activity(self, session_name: str, member: str) -> Activity | None:
+        """The newest archived activity of ``session_name`` whose event member is ``member``
+        (by ``createTime`` as an instant; the last archived wins a tie), or ``None``."""
+        rows = self._conn.execute(
+            "SELECT create_time, raw FROM activities WHERE session_name = ? AND kind = ? "
+            "ORDER BY rowid",
+            (session_name, member),
+        ).fetchall()
+        best: tuple[float, str] | None = None
+        for create_time, raw in rows:
+            try:
+                moment = parse_timestamp(create_time).timestamp()
+            except ValueError:
+                moment = 0.0
+            if best is None or moment >= best[0]:
+                best = (moment, raw)
+        return None if best is None else Activity.model_validate_json(best[1])
 
     # ----------------------------------------------------------------- outbox
 
@@ -796,6 +850,14 @@ def _create_private(db_path: Path) -> bool:
         raise error(f"cannot create {db_path}: {exc.strerror or exc}", path=db_path) from None
     os.close(fd)
     return True
+
+
+def _sql_payload_matches(conditions: str | None, body: str | bytes | None) -> int:
+    if not conditions or conditions == "{}":
+        return 1
+    if body is None:
+        return 0
+    return int(payload_matches(json.loads(conditions), json.loads(body)))
 
 
 def _sql_fnmatch(pattern: str | None, value: str | None) -> int:

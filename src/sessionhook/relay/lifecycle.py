@@ -1,0 +1,236 @@
+"""Events people act on, derived from a session's state and its archived activities (pure).
+
+``session.state_changed`` is a snapshot: states between two polls can be skipped, and an
+activity event's ``data.session.state`` is the session as last seen. The three events here
+say what a consumer wants to know without decoding snapshots:
+
+``session.action_required``
+    The session waits for its user. ``data.action`` is ``approve_plan`` (with ``data.plan``,
+    the steps to approve) or ``answer`` (with ``data.question``, the agent's
+    ``agentMessaged`` text). ``data.call`` is the API call that ends the wait
+    (``:approvePlan`` or ``:sendMessage``, path relative to the API's base URL).
+``session.completed``
+    The session finished. ``data.outputs`` sums up its results: ``pull_requests`` (url and
+    title of each) and ``change_set`` (files touched, lines added and removed, from the
+    session's ``outputs[].changeSet``, else the change set riding on the final
+    ``sessionCompleted`` activity), ``null`` when there is none.
+``session.failed``
+    The session failed; ``data.reason`` is the ``sessionFailed`` activity's reason.
+
+Each event belongs to the activity that opened the wait or ended the run (the newest
+``planGenerated``, ``agentMessaged``, ``sessionCompleted`` or ``sessionFailed`` archived for
+the session), so its id is stable per wait and per completion, and a resumed session that
+completes again gets a new id::
+
+    evt_ + sha256(type + ":" + session name + ":" + activity name)[:32]
+
+When no such activity is archived (a server that skipped it), the event is still emitted
+when the session enters the state, keyed by ``"state:" + updateTime``.
+
+:func:`awaited_member` says which activity the caller should look up for a state;
+:func:`lifecycle_events` builds the events. Neither does I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from sessionhook.api.models import Activity, ChangeSet, Session
+
+from .events import (
+    SESSION_ACTION_REQUIRED,
+    SESSION_COMPLETED,
+    SESSION_FAILED,
+    Event,
+    event_id,
+    make_event,
+    now_text,
+    session_summary,
+)
+
+__all__ = [
+    "ACTION_ANSWER",
+    "ACTION_APPROVE_PLAN",
+    "awaited_member",
+    "change_set_summary",
+    "diff_stats",
+    "lifecycle_events",
+]
+
+ACTION_APPROVE_PLAN = "approve_plan"
+ACTION_ANSWER = "answer"
+
+#: State -> (event type, the activity member that opened the wait or ended the run).
+_STATES: dict[str, tuple[str, str]] = {
+    "AWAITING_PLAN_APPROVAL": (SESSION_ACTION_REQUIRED, "planGenerated"),
+    "AWAITING_USER_FEEDBACK": (SESSION_ACTION_REQUIRED, "agentMessaged"),
+    "COMPLETED": (SESSION_COMPLETED, "sessionCompleted"),
+    "FAILED": (SESSION_FAILED, "sessionFailed"),
+}
+
+_DIFF_GIT = re.compile(r"^diff --git a/(.+?) b/(.+)$")
+_HUNK = re.compile(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
+
+
+def awaited_member(state: str) -> str | None:
+    """The activity member behind ``state``'s event (``planGenerated`` for a plan waiting
+    for approval...), or ``None`` when the state gives no lifecycle event."""
+    entry = _STATES.get(state)
+    return entry[1] if entry else None
+
+
+def lifecycle_events(
+    session: Session, activity: Activity | None, *, entered: bool, now: float | None = None
+) -> list[Event]:
+    """The lifecycle event of ``session``'s current state, if it has one.
+
+    ``activity`` is the newest archived activity of :func:`awaited_member` (``None`` when
+    there is none); ``entered`` says whether the session entered its state since the relay
+    last saw it (a state change, or its first poll). Without an activity, an event is only
+    emitted on ``entered``. Calling this again for the same wait gives the same event id.
+    """
+    entry = _STATES.get(session.state)
+    if entry is None:
+        return []
+    etype, member = entry
+    if activity is not None and activity.event_member != member:
+        raise ValueError(f"expected a {member} activity, got {activity.event_member}")
+    if activity is None and not entered:
+        return []
+    key = activity.name if activity is not None else f"state:{session.update_time}"
+    occurred_at = (
+        (activity.create_time if activity is not None else "")
+        or session.update_time
+        or now_text(now)
+    )
+    data: dict[str, Any] = {
+        "session": session_summary(session),
+        "activity_name": activity.name if activity is not None else None,
+    }
+    if etype == SESSION_ACTION_REQUIRED:
+        data.update(_action(session, activity))
+    elif etype == SESSION_COMPLETED:
+        data["outputs"] = _outputs(session, activity)
+    else:
+        failed = activity.session_failed if activity is not None else None
+        data["reason"] = failed.reason if failed is not None else ""
+    eid = event_id(etype, session.name, key)
+    return [make_event(eid, etype, session.name, None, occurred_at, data)]
+
+
+def _action(session: Session, activity: Activity | None) -> dict[str, Any]:
+    base = f"/v1alpha/{session.name}"
+    if session.state == "AWAITING_PLAN_APPROVAL":
+        generated = activity.plan_generated if activity is not None else None
+        plan: dict[str, Any] | None = None
+        if generated is not None:
+            plan = {
+                "id": generated.plan.id,
+                "steps": [
+                    {
+                        "id": step.id,
+                        "index": step.index,
+                        "title": step.title,
+                        "description": step.description,
+                    }
+                    for step in generated.plan.steps
+                ],
+            }
+        return {
+            "action": ACTION_APPROVE_PLAN,
+            "plan": plan,
+            "call": {"method": "POST", "path": base + ":approvePlan", "body": {}},
+        }
+    messaged = activity.agent_messaged if activity is not None else None
+    return {
+        "action": ACTION_ANSWER,
+        "question": messaged.agent_message if messaged is not None else "",
+        "call": {
+            "method": "POST",
+            "path": base + ":sendMessage",
+            "body": {"prompt": "<your answer>"},
+        },
+    }
+
+
+def _outputs(session: Session, activity: Activity | None) -> dict[str, Any]:
+    pull_requests = [{"url": pr.url, "title": pr.title} for pr in session.pull_requests]
+    change: ChangeSet | None = None
+    for output in session.outputs:
+        if output.change_set is not None:
+            change = output.change_set  # the last one is the final change set
+    if change is None and activity is not None:
+        for artifact in activity.artifacts:
+            if artifact.change_set is not None:
+                change = artifact.change_set
+    return {
+        "pull_requests": pull_requests,
+        "change_set": change_set_summary(change) if change is not None else None,
+    }
+
+
+def change_set_summary(change: ChangeSet) -> dict[str, Any]:
+    """Files touched and lines added/removed of a change set's unified diff.
+
+    ``{"source", "base_commit_id", "suggested_commit_message", "files": [{"path", "added",
+    "removed"}], "files_changed", "lines_added", "lines_removed"}``; a change set without a
+    patch (only a base commit) has no files.
+    """
+    patch = change.git_patch
+    files = diff_stats(patch.unidiff_patch if patch is not None else "")
+    return {
+        "source": change.source,
+        "base_commit_id": patch.base_commit_id if patch is not None else "",
+        "suggested_commit_message": patch.suggested_commit_message if patch is not None else "",
+        "files": files,
+        "files_changed": len(files),
+        "lines_added": sum(f["added"] for f in files),
+        "lines_removed": sum(f["removed"] for f in files),
+    }
+
+
+def diff_stats(text: str) -> list[dict[str, Any]]:
+    """``[{"path", "added", "removed"}]`` per file of a unified diff (``git diff`` or plain).
+
+    Hunk lengths from the ``@@`` headers decide what is content, so a removed line that
+    starts with ``-- `` is not taken for a file header.
+    """
+    files: list[dict[str, Any]] = []
+    current: dict[str, Any] | None = None
+    old_left = new_left = 0
+    for line in text.splitlines():
+        in_hunk = old_left > 0 or new_left > 0
+        if current is not None and in_hunk and not line.startswith("diff --git "):
+            if line.startswith("+"):
+                current["added"] += 1
+                new_left -= 1
+            elif line.startswith("-"):
+                current["removed"] += 1
+                old_left -= 1
+            elif not line.startswith("\\"):  # "\ No newline at end of file"
+                old_left -= 1
+                new_left -= 1
+            continue
+        hunk = _HUNK.match(line)
+        if hunk is not None and current is not None:
+            old_left = int(hunk.group(1)) if hunk.group(1) is not None else 1
+            new_left = int(hunk.group(2)) if hunk.group(2) is not None else 1
+            current["hunks"] = True
+        elif line.startswith("diff --git "):
+            header = _DIFF_GIT.match(line)
+            current = {"path": header.group(2) if header else "", "added": 0, "removed": 0}
+            files.append(current)
+        elif line.startswith("--- "):
+            if current is None or current.get("hunks") or current.get("old_seen"):
+                current = {"path": "", "added": 0, "removed": 0}
+                files.append(current)
+            current["old_seen"] = True
+            source = line[4:].split("\t")[0].strip()
+            if not current["path"] and source != "/dev/null":
+                current["path"] = source.removeprefix("a/")
+        elif line.startswith("+++ ") and current is not None:
+            target = line[4:].split("\t")[0].strip()
+            if target != "/dev/null":
+                current["path"] = target.removeprefix("b/")
+    return [{"path": f["path"], "added": f["added"], "removed": f["removed"]} for f in files]

@@ -1,0 +1,208 @@
+"""What one endpoint receives for one event: payload mode, format, template (pure).
+
+:func:`render` is the single place that turns an event's stored body into the bytes an
+endpoint is sent; the dispatcher calls it once per delivery (the first attempt) and every
+retry sends the same bytes. It is deterministic: no clock, no randomness, only the event
+id and body and the endpoint's :class:`Shape`.
+
+* ``payload = "thin"`` keeps the type, timestamp, ids and the session summary: see
+  :func:`thin_payload`.
+* ``format = "standard"`` (default) sends the body as stored. Every other format is a
+  Jinja2 template shipped in ``relay/templates/`` (``cloudevents``, ``slack``, ``discord``,
+  ``google_chat``, ``teams``); ``template`` is a user's own. Templates run in Jinja2's
+  immutable sandbox and see ``event`` (the payload), ``type``, ``timestamp``, ``data``,
+  ``session`` and ``webhook_id``; missing keys render as empty. Filters: ``tojson``
+  (compact JSON, non-ASCII kept) and ``mrkdwn`` (Slack's ``& < >`` escapes); templates may
+  ``{% import "_text.j2" as text %}`` to reuse the presets' wording.
+* A JSON content type (the presets, and a template's default) must render to valid JSON; it
+  is re-serialized compactly, so template whitespace never reaches the wire.
+
+Errors: :class:`RenderError` (a template that does not compile, fails at run time, or does
+not give JSON). :func:`check_shape` renders a shape against sample events so that config
+loading can refuse a broken template at start-up.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import jinja2
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+__all__ = [
+    "FORMATS",
+    "PRESET_FORMATS",
+    "RenderError",
+    "Shape",
+    "check_shape",
+    "render",
+    "thin_payload",
+]
+
+STANDARD_CONTENT_TYPE = "application/json"
+CLOUDEVENTS_CONTENT_TYPE = "application/cloudevents+json; charset=utf-8"
+
+#: Formats shipped as templates (name -> content type).
+PRESET_FORMATS: dict[str, str] = {
+    "cloudevents": CLOUDEVENTS_CONTENT_TYPE,
+    "slack": STANDARD_CONTENT_TYPE,
+    "discord": STANDARD_CONTENT_TYPE,
+    "google_chat": STANDARD_CONTENT_TYPE,
+    "teams": STANDARD_CONTENT_TYPE,
+}
+FORMATS: tuple[str, ...] = ("standard", *PRESET_FORMATS)
+
+
+class RenderError(Exception):
+    """A template failed: it does not compile, raised while rendering, or gave no JSON."""
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """How one endpoint wants its events: ``payload`` (``full``/``thin``), ``format`` (one of
+    :data:`FORMATS`), or a user ``template`` with its ``content_type``."""
+
+    payload: str = "full"
+    format: str = "standard"
+    template: str | None = None
+    content_type: str = STANDARD_CONTENT_TYPE
+
+    @property
+    def is_standard(self) -> bool:
+        """Whether the stored body goes out untouched."""
+        return self.payload == "full" and self.format == "standard" and self.template is None
+
+
+def render(event_id: str, body: bytes, shape: Shape) -> tuple[bytes, str]:
+    """The bytes and content type ``shape`` makes of an event (id = ``webhook-id``)."""
+    if shape.is_standard:
+        return body, STANDARD_CONTENT_TYPE
+    payload: dict[str, Any] = json.loads(body)
+    if shape.payload == "thin":
+        payload = thin_payload(payload)
+    if shape.template is not None:
+        template, content_type = _compile(shape.template), shape.content_type
+    elif shape.format != "standard":
+        template, content_type = _preset(shape.format), PRESET_FORMATS[shape.format]
+    else:
+        return _dumps(payload), STANDARD_CONTENT_TYPE
+    data = _data_of(payload)
+    context = {
+        "event": payload,
+        "type": payload.get("type", ""),
+        "timestamp": payload.get("timestamp", ""),
+        "data": data,
+        "session": data.get("session") or {},
+        "webhook_id": event_id,
+    }
+    try:
+        text = template.render(context)
+    except Exception as exc:  # a user's template may raise anything Jinja2 can
+        raise RenderError(f"template failed on {payload.get('type')}: {exc}") from exc
+    if _is_json(content_type):
+        try:
+            parsed = json.loads(text)
+        except ValueError as exc:
+            raise RenderError(
+                f"template gave no valid JSON for {payload.get('type')}: {exc}"
+            ) from exc
+        return _dumps(parsed), content_type
+    return text.encode("utf-8"), content_type
+
+
+def thin_payload(payload: dict[str, Any]) -> dict[str, Any]:
+    """The thin form: ``type``, ``timestamp`` and in ``data`` the session summary (no
+    prompt, no outputs), the activity's ``name, id, createTime, originator`` and, when the
+    event has them, ``previous_state``, ``action``, ``activity_name`` and the pull request's
+    ``url`` and ``title``. No artifacts, no media, no plan, no message text."""
+    data = _data_of(payload)
+    thin: dict[str, Any] = {}
+    session = data.get("session")
+    if isinstance(session, dict):
+        thin["session"] = {k: v for k, v in session.items() if k not in ("prompt", "outputs")}
+    activity = data.get("activity")
+    if isinstance(activity, dict):
+        keys = ("name", "id", "createTime", "originator")
+        thin["activity"] = {k: activity[k] for k in keys if k in activity}
+    for key in ("previous_state", "action", "activity_name"):
+        if key in data:
+            thin[key] = data[key]
+    pull = data.get("pull_request")
+    if isinstance(pull, dict):
+        thin["pull_request"] = {k: pull[k] for k in ("url", "title") if k in pull}
+    return {"type": payload.get("type"), "timestamp": payload.get("timestamp"), "data": thin}
+
+
+def check_shape(shape: Shape, samples: list[tuple[str, bytes]]) -> None:
+    """Render ``shape`` against sample events; raises :class:`RenderError` on the first
+    failure (for config loading: a broken template is refused at start-up)."""
+    if shape.template is not None:
+        _compile(shape.template)
+    for event_id, body in samples:
+        render(event_id, body, shape)
+
+
+# --------------------------------------------------------------------------- templates
+
+
+def _tojson(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _mrkdwn(value: Any) -> str:
+    text = "" if value is None else str(value)
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _load_preset(name: str) -> str | None:
+    try:
+        return (resources.files(__package__) / "templates" / name).read_text("utf-8")
+    except (FileNotFoundError, IsADirectoryError):
+        return None
+
+
+@functools.cache
+def _environment() -> ImmutableSandboxedEnvironment:
+    env = ImmutableSandboxedEnvironment(
+        loader=jinja2.FunctionLoader(_load_preset),
+        undefined=jinja2.ChainableUndefined,
+        autoescape=False,  # JSON is escaped by tojson; chat text by mrkdwn where it matters
+        keep_trailing_newline=False,
+    )
+    env.filters["tojson"] = _tojson
+    env.filters["mrkdwn"] = _mrkdwn
+    return env
+
+
+@functools.lru_cache(maxsize=64)
+def _compile(source: str) -> jinja2.Template:
+    try:
+        return _environment().from_string(source)
+    except jinja2.TemplateError as exc:
+        raise RenderError(f"template does not compile: {exc}") from exc
+
+
+@functools.cache
+def _preset(name: str) -> jinja2.Template:
+    try:
+        return _environment().get_template(f"{name}.json.j2")
+    except jinja2.TemplateError as exc:  # pragma: no cover - shipped templates are tested
+        raise RenderError(f"preset {name} does not compile: {exc}") from exc
+
+
+def _data_of(payload: dict[str, Any]) -> dict[str, Any]:
+    data = payload.get("data")
+    return data if isinstance(data, dict) else {}
+
+
+def _dumps(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def _is_json(content_type: str) -> bool:
+    media = content_type.split(";")[0].strip().lower()
+    return media == "application/json" or media.endswith("+json")
