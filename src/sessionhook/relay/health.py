@@ -7,6 +7,8 @@ Enabled by ``[server] listen = "127.0.0.1:9187"`` (off when absent).
   with the reasons (the store is full or not writable, the last successful upstream poll is
   older than the bound...). It answers from the start, also while a full disk keeps the
   store from opening. :func:`check_ready` builds that answer from plain facts.
+* ``/openapi.json`` is the webhook contract: an OpenAPI 3.1 document whose ``webhooks``
+  describe every event type's body (:mod:`sessionhook.relay.contract`).
 * ``/metrics`` runs the daemon's refresh hook (outbox gauges come from the database) and
   renders :class:`~sessionhook.relay.metrics.Metrics` in the Prometheus text format.
 
@@ -31,6 +33,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from .._net import listening_socket
+from .contract import shipped_document
 from .logging import get_logger
 from .metrics import CONTENT_TYPE, Metrics
 
@@ -92,7 +95,7 @@ def create_app(
     readiness: ReadinessCheck,
     before_scrape: ScrapeHook | None = None,
 ) -> Starlette:
-    """The Starlette app serving the three routes."""
+    """The Starlette app serving the routes above."""
 
     async def healthz(_request: Request) -> Response:
         return JSONResponse({"status": "alive"})
@@ -115,8 +118,12 @@ def create_app(
                 _log.warning("health.metrics_refresh_failed", error=repr(exc))
         return Response(metrics.render(), media_type=CONTENT_TYPE)
 
+    async def openapi(_request: Request) -> Response:
+        return JSONResponse(shipped_document())
+
     return Starlette(
         routes=[
+            Route("/openapi.json", openapi, methods=["GET", "HEAD"]),
             Route("/healthz", healthz, methods=["GET", "HEAD"]),
             Route("/readyz", readyz, methods=["GET", "HEAD"]),
             Route("/metrics", metrics_route, methods=["GET", "HEAD"]),

@@ -1,0 +1,313 @@
+"""The webhook contract as pydantic models, and the OpenAPI 3.1 document made from them.
+
+Each event type has a model of its body (what ``format = "standard"`` sends); the
+document's ``webhooks`` section has one entry per event type, whose request body is that
+model or, for endpoints with ``payload = "thin"``, :class:`ThinEvent`. Consumers in any
+language can generate types from it. The document is shipped in the package
+(``relay/openapi.json``, kept equal to :func:`openapi_document` by a test) and served at
+``/openapi.json`` by the daemon's health server.
+
+Every object allows properties it does not list: upstream grows (the API is alpha) and so
+may the relay, additively; consumers must ignore what they do not know.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from importlib import resources
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.json_schema import models_json_schema
+
+from sessionhook import __version__
+from sessionhook.api.models import Activity, PullRequest
+
+from .events import ACTIVITY_EVENT_TYPES, ACTIVITY_UNKNOWN, EVENT_TYPES
+
+__all__ = ["EVENT_MODELS", "openapi_document", "shipped_document"]
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class SessionSummary(_Open):
+    """``data.session``: the session as the relay last saw it (its state may be stale in an
+    activity event: the activity can be older than the last poll)."""
+
+    name: str = Field(description="sessions/<id>")
+    id: str
+    title: str
+    state: str = Field(description="QUEUED, PLANNING, AWAITING_PLAN_APPROVAL, ...")
+    url: str = Field(description="Link to the session in the service's web app")
+    source: str = Field(description="sourceContext.source; empty for a repoless session")
+    createTime: str
+    updateTime: str
+    prompt: str | None = Field(default=None, description="Present when the session has one")
+    outputs: list[dict[str, Any]] | None = Field(
+        default=None, description="The session's outputs as upstream sends them, when any"
+    )
+
+
+class _Event(_Open):
+    timestamp: str = Field(description="RFC 3339 upstream time of what happened")
+
+
+class ActivityData(_Open):
+    session: SessionSummary
+    activity: Activity = Field(description="The upstream activity whole (large media trimmed)")
+
+
+class ActivityEvent(_Event):
+    """An activity of a session (one event per activity, id from its name)."""
+
+    type: Literal[(*ACTIVITY_EVENT_TYPES.values(), ACTIVITY_UNKNOWN)]  # type: ignore[valid-type]
+    data: ActivityData
+
+
+class SessionData(_Open):
+    session: SessionSummary
+
+
+class SessionDiscoveredEvent(_Event):
+    """The relay saw the session for the first time."""
+
+    type: Literal["session.discovered"]
+    data: SessionData
+
+
+class StateChangedData(_Open):
+    session: SessionSummary
+    previous_state: str
+
+
+class SessionStateChangedEvent(_Event):
+    """A snapshot: the state differs from the last poll's (states in between can be skipped)."""
+
+    type: Literal["session.state_changed"]
+    data: StateChangedData
+
+
+class PullRequestData(_Open):
+    session: SessionSummary
+    pull_request: PullRequest
+
+
+class SessionPullRequestOpenedEvent(_Event):
+    """A pull request appeared in the session's outputs."""
+
+    type: Literal["session.pull_request_opened"]
+    data: PullRequestData
+
+
+class PlanStepSummary(_Open):
+    id: str
+    index: int
+    title: str
+    description: str
+
+
+class PlanSummary(_Open):
+    id: str
+    steps: list[PlanStepSummary]
+
+
+class ApiCall(_Open):
+    """The Sessions API call that ends the wait (path relative to the API's base URL)."""
+
+    method: Literal["POST"]
+    path: str = Field(description="/v1alpha/sessions/<id>:approvePlan or :sendMessage")
+    body: dict[str, Any]
+
+
+class ActionRequiredData(_Open):
+    session: SessionSummary
+    activity_name: str | None = Field(description="The planGenerated / agentMessaged activity")
+    action: Literal["approve_plan", "answer"]
+    plan: PlanSummary | None = Field(default=None, description="approve_plan: the plan")
+    question: str | None = Field(default=None, description="answer: the agent's message")
+    call: ApiCall
+
+
+class SessionActionRequiredEvent(_Event):
+    """The session waits for its user: approve the plan, or answer the agent. Once per wait."""
+
+    type: Literal["session.action_required"]
+    data: ActionRequiredData
+
+
+class FileChange(_Open):
+    path: str
+    added: int
+    removed: int
+
+
+class ChangeSetSummary(_Open):
+    source: str
+    base_commit_id: str
+    suggested_commit_message: str
+    files: list[FileChange]
+    files_changed: int
+    lines_added: int
+    lines_removed: int
+
+
+class PullRequestSummary(_Open):
+    url: str
+    title: str
+
+
+class CompletedOutputs(_Open):
+    pull_requests: list[PullRequestSummary]
+    change_set: ChangeSetSummary | None = Field(
+        description="From outputs[].changeSet, else the final sessionCompleted change set"
+    )
+
+
+class CompletedData(_Open):
+    session: SessionSummary
+    activity_name: str | None = Field(description="The sessionCompleted activity")
+    outputs: CompletedOutputs
+
+
+class SessionCompletedEvent(_Event):
+    """The session completed. Once per completion: a resumed session completes again."""
+
+    type: Literal["session.completed"]
+    data: CompletedData
+
+
+class FailedData(_Open):
+    session: SessionSummary
+    activity_name: str | None = Field(description="The sessionFailed activity")
+    reason: str
+
+
+class SessionFailedEvent(_Event):
+    """The session failed."""
+
+    type: Literal["session.failed"]
+    data: FailedData
+
+
+class ThinActivity(_Open):
+    name: str
+    id: str | None = None
+    createTime: str | None = None
+    originator: str | None = None
+
+
+class ThinSession(_Open):
+    name: str
+    id: str
+    title: str
+    state: str
+    url: str
+    source: str
+    createTime: str
+    updateTime: str
+
+
+class ThinData(_Open):
+    session: ThinSession
+    activity: ThinActivity | None = None
+    previous_state: str | None = None
+    action: str | None = None
+    activity_name: str | None = None
+    pull_request: PullRequestSummary | None = None
+
+
+class ThinEvent(_Event):
+    """``payload = "thin"``: type, ids and the session summary, for consumers that fetch the
+    details themselves (no artifacts, media, plan or message text)."""
+
+    type: str
+    data: ThinData
+
+
+#: Event type -> model of its full body.
+EVENT_MODELS: dict[str, type[BaseModel]] = {
+    "session.discovered": SessionDiscoveredEvent,
+    "session.state_changed": SessionStateChangedEvent,
+    "session.pull_request_opened": SessionPullRequestOpenedEvent,
+    "session.action_required": SessionActionRequiredEvent,
+    "session.completed": SessionCompletedEvent,
+    "session.failed": SessionFailedEvent,
+    **{t: ActivityEvent for t in (*ACTIVITY_EVENT_TYPES.values(), ACTIVITY_UNKNOWN)},
+}
+
+_HEADERS = (
+    ("webhook-id", "Event id: stable across retries (deduplicate on it)"),
+    ("webhook-timestamp", "Unix seconds of this attempt"),
+    (
+        "webhook-signature",
+        "Space-separated v1,<base64 HMAC-SHA256> (whsec_ secrets) or v1a,<base64 ed25519> "
+        '(signature = "v1a") signatures of "{webhook-id}.{webhook-timestamp}.{body}"',
+    ),
+)
+
+
+def openapi_document() -> dict[str, Any]:
+    """The OpenAPI 3.1 document: a ``webhooks`` entry per event type, schemas in
+    ``components``. Deterministic (same input, same document)."""
+    models: list[type[BaseModel]] = list(dict.fromkeys([*EVENT_MODELS.values(), ThinEvent]))
+    _, schemas = models_json_schema(
+        [(m, "serialization") for m in models], ref_template="#/components/schemas/{model}"
+    )
+    webhooks: dict[str, Any] = {}
+    for event_type in EVENT_TYPES:
+        model = EVENT_MODELS[event_type]
+        ref = {"$ref": f"#/components/schemas/{model.__name__}"}
+        webhooks[event_type] = {
+            "post": {
+                "operationId": event_type.replace(".", "_"),
+                "summary": (model.__doc__ or "").strip().splitlines()[0],
+                "parameters": [
+                    {
+                        "name": n,
+                        "in": "header",
+                        "required": True,
+                        "description": d,
+                        "schema": {"type": "string"},
+                    }
+                    for n, d in _HEADERS
+                ],
+                "requestBody": {
+                    "required": True,
+                    "description": 'The standard JSON body; endpoints with payload = "thin" '
+                    "get a ThinEvent. Other formats (cloudevents, chat presets, templates) "
+                    "are made from this body.",
+                    "content": {
+                        "application/json": {
+                            "schema": {"anyOf": [ref, {"$ref": "#/components/schemas/ThinEvent"}]}
+                        }
+                    },
+                },
+                "responses": {
+                    "2XX": {"description": "Delivered"},
+                    "410": {"description": "Gone: the relay disables the endpoint"},
+                    "default": {"description": "Retried per the schedule (Retry-After honoured)"},
+                },
+            }
+        }
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "sessionhook webhooks",
+            "version": __version__,
+            "description": "Events sessionhook delivers, signed per Standard Webhooks.",
+        },
+        "paths": {},
+        "webhooks": webhooks,
+        "components": {"schemas": schemas.get("$defs", {})},
+    }
+
+
+@functools.cache
+def shipped_document() -> dict[str, Any]:
+    """The document shipped in the package (``relay/openapi.json``)."""
+    text = (resources.files(__package__) / "openapi.json").read_text("utf-8")
+    document: dict[str, Any] = json.loads(text)
+    return document
