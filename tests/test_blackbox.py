@@ -88,6 +88,8 @@ class Endpoint:
     url: str
     secret: str
     events: tuple[str, ...] = ("*",)
+    #: More TOML lines of this [[endpoints]] table (format, filter, rate_limit...).
+    extra: tuple[str, ...] = ()
 
 
 def relay_config(
@@ -103,6 +105,7 @@ def relay_config(
     retry_delays: Iterable[float] = (0.2, 0.5, 1.0),
     timeout: float = 5.0,
     concurrency: int = 16,
+    listen: str | None = None,
 ) -> str:
     def s(value: str) -> str:
         return json.dumps(value)  # a TOML basic string for plain ASCII text
@@ -136,7 +139,10 @@ def relay_config(
             f"url = {s(e.url)}",
             f"secret = {s(e.secret)}",
             f"events = [{events}]",
+            *e.extra,
         ]
+    if listen is not None:
+        lines += ["[server]", f"listen = {s(listen)}"]
     return "\n".join(lines) + "\n"
 
 

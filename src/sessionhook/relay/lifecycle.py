@@ -24,8 +24,10 @@ completes again gets a new id::
 
     evt_ + sha256(type + ":" + session name + ":" + activity name)[:32]
 
-When no such activity is archived (a server that skipped it), the event is still emitted
-when the session enters the state, keyed by ``"state:" + updateTime``.
+When no such activity is archived yet (committed late, or a server that skips it), the
+event is emitted when the session enters the state, keyed by ``"state:" + updateTime``; the
+activity archived later does not announce that wait a second time (it is older than the
+state already seen).
 
 :func:`awaited_member` says which activity the caller should look up for a state;
 :func:`lifecycle_events` builds the events. Neither does I/O.
@@ -36,7 +38,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from sessionhook.api.models import Activity, ChangeSet, Session
+from sessionhook.api.models import Activity, ChangeSet, Session, parse_timestamp
 
 from .events import (
     SESSION_ACTION_REQUIRED,
@@ -81,14 +83,24 @@ def awaited_member(state: str) -> str | None:
 
 
 def lifecycle_events(
-    session: Session, activity: Activity | None, *, entered: bool, now: float | None = None
+    session: Session,
+    activity: Activity | None,
+    *,
+    entered: bool,
+    seen_until: str = "",
+    now: float | None = None,
 ) -> list[Event]:
     """The lifecycle event of ``session``'s current state, if it has one.
 
     ``activity`` is the newest archived activity of :func:`awaited_member` (``None`` when
     there is none); ``entered`` says whether the session entered its state since the relay
-    last saw it (a state change, or its first poll). Without an activity, an event is only
-    emitted on ``entered``. Calling this again for the same wait gives the same event id.
+    last saw it (a state change, or its first poll); ``seen_until`` is the ``updateTime`` of
+    the copy the relay saw before this one. An event is emitted when the session entered
+    its state (keyed by the activity, else by ``updateTime``), or when the activity is newer
+    than ``seen_until`` (a new wait or completion between two polls, with no state change
+    to see). An activity archived late, older than the state the relay already announced,
+    gives nothing new: its wait was announced when the state was seen. Calling this again
+    for the same wait gives the same event id, or nothing.
     """
     entry = _STATES.get(session.state)
     if entry is None:
@@ -96,7 +108,7 @@ def lifecycle_events(
     etype, member = entry
     if activity is not None and activity.event_member != member:
         raise ValueError(f"expected a {member} activity, got {activity.event_member}")
-    if activity is None and not entered:
+    if not entered and (activity is None or not _newer(activity.create_time, seen_until)):
         return []
     key = activity.name if activity is not None else f"state:{session.update_time}"
     occurred_at = (
@@ -117,6 +129,15 @@ def lifecycle_events(
         data["reason"] = failed.reason if failed is not None else ""
     eid = event_id(etype, session.name, key)
     return [make_event(eid, etype, session.name, None, occurred_at, data)]
+
+
+def _newer(time: str, than: str) -> bool:
+    """Whether upstream time ``time`` is after ``than`` (unreadable or missing: yes, as a
+    repeat costs nothing: event ids deduplicate)."""
+    try:
+        return parse_timestamp(time) > parse_timestamp(than)
+    except ValueError:
+        return True
 
 
 def _action(session: Session, activity: Activity | None) -> dict[str, Any]:

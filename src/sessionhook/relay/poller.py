@@ -732,7 +732,9 @@ class Poller:
         if member is not None:
             activity = await self._store.latest_activity(row.name, member)
             entered = first_poll or fresh.state != row.state
-            found += lifecycle.lifecycle_events(fresh, activity, entered=entered, now=self._clock())
+            found += lifecycle.lifecycle_events(
+                fresh, activity, entered=entered, seen_until=row.update_time, now=self._clock()
+            )
         if found:
             await self._ingest_session_events(row.name, found, deliver=deliver)
 
