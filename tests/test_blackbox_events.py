@@ -272,7 +272,9 @@ def test_lifecycle_events_formats_filters_signatures_and_rate_limit(
     feedback = world.add("feedback")
     pr = world.add("resumed")
     failing = world.add("fail", source="sources/github/other/repo")
-    relay = harness.relay(standin, "relay", endpoints=endpoints, listen=f"127.0.0.1:{free_tcp_port}")
+    relay = harness.relay(
+        standin, "relay", endpoints=endpoints, listen=f"127.0.0.1:{free_tcp_port}"
+    )
     wait_ready(standin, relay)
 
     # A burst: 30 activities at once, so that deliveries to "slow" queue up behind its limit.
@@ -306,7 +308,10 @@ def test_lifecycle_events_formats_filters_signatures_and_rate_limit(
     plan_wait, question, done_feedback = by_session[feedback]
     assert plan_wait["type"] == "session.action_required"
     assert plan_wait["data"]["action"] == "approve_plan"
-    assert [s["title"] for s in plan_wait["data"]["plan"]["steps"]] == ["Read the code", "Change it"]
+    assert [s["title"] for s in plan_wait["data"]["plan"]["steps"]] == [
+        "Read the code",
+        "Change it",
+    ]
     assert plan_wait["data"]["call"]["path"].endswith(feedback + ":approvePlan")
     assert question["data"]["action"] == "answer"
     assert question["data"]["question"] == "Which branch should I use?"
@@ -347,9 +352,21 @@ def test_lifecycle_events_formats_filters_signatures_and_rate_limit(
     for hit in consumer.delivered("thin"):
         assert hit.body is not None
         assert set(hit.body["data"]["session"]) == {
-            "name", "id", "title", "state", "url", "source", "createTime", "updateTime"
+            "name",
+            "id",
+            "title",
+            "state",
+            "url",
+            "source",
+            "createTime",
+            "updateTime",
         }
-        assert set(hit.body["data"].get("activity", {})) <= {"name", "id", "createTime", "originator"}
+        assert set(hit.body["data"].get("activity", {})) <= {
+            "name",
+            "id",
+            "createTime",
+            "originator",
+        }
         assert "plan" not in hit.body["data"] and "artifacts" not in hit.raw.decode()
 
     # -- CloudEvents, parsed by the SDK --------------------------------------------------
@@ -392,8 +409,7 @@ def test_lifecycle_events_formats_filters_signatures_and_rate_limit(
     # -- a user template with a filter ---------------------------------------------------
     tpl = consumer.delivered("tpl")
     assert [h.body for h in tpl] == [
-        {"kind": "session.action_required", "who": "feedback task", "id": h.webhook_id,
-         "step": s}
+        {"kind": "session.action_required", "who": "feedback task", "id": h.webhook_id, "step": s}
         for h, s in zip(tpl, ("Change it", ""), strict=True)
     ]
     # The failing session lives in sources/github/other/repo: filtered out (it never waits).
