@@ -402,3 +402,80 @@ async def test_wake_starts_new_deliveries_without_waiting_for_the_timer(
             await receiver.wait_for(lambda r: len(r.delivered_ids()) == PER_SESSION, within=5)
             tg.cancel_scope.cancel()
     await store.close()
+
+
+# --------------------------------------------------------------------------- issue 11
+
+
+async def _one_delivery(tmp_path: Path, endpoint: EndpointConfig) -> tuple[AsyncStore, Config]:
+    config = Config(
+        delivery=DeliveryConfig(retry_delays=(0.0, 0.0), timeout=5.0, allow_private_networks=True),
+        endpoints=(endpoint,),
+    )
+    store = await AsyncStore.open(tmp_path / "relay.db")
+    await store.sync_endpoints(config.endpoints)
+    await _seed(store, sessions=1)
+    return store, config
+
+
+@pytest.mark.anyio
+async def test_a_retry_sends_the_bytes_of_the_first_attempt_whatever_the_config_says(
+    tmp_path: Path,
+) -> None:
+    first_template = '{"v": 1, "t": {{ type | tojson }}}'
+    endpoint = EndpointConfig(
+        name="rx", url="http://rx.test/hook", secret=SecretStr(SECRET), template=first_template
+    )
+    store, config = await _one_delivery(tmp_path, endpoint)
+    sent: list[tuple[bytes, str]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append((request.content, request.headers["content-type"]))
+        Webhook(SECRET).verify(request.content, dict(request.headers))  # still signed
+        return httpx.Response(503 if len(sent) == 1 else 200)
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
+        dispatcher = Dispatcher(store, http, DeliverySettings.from_config(config))
+        (due,) = (await store.due_deliveries(time.time(), 1))[:1]
+        await dispatcher.attempt(due)
+        # A reload changes the template between the attempts.
+        changed = endpoint.model_copy(update={"template": '{"v": 2}'})
+        dispatcher.update(
+            DeliverySettings.from_config(config.model_copy(update={"endpoints": (changed,)}))
+        )
+        (retry,) = [d for d in await store.due_deliveries(time.time() + 1, 10) if d.id == due.id]
+        await dispatcher.attempt(retry)
+    await store.close()
+    assert len(sent) == 2 and sent[0] == sent[1]
+    assert json.loads(sent[0][0]) == {"v": 1, "t": "activity.progress_updated"}
+
+
+@pytest.mark.anyio
+async def test_a_template_failing_at_run_time_is_a_failed_attempt_not_a_crash(
+    tmp_path: Path,
+) -> None:
+    # Passes the start-up check (samples have steps), fails on an event without a plan.
+    template = '{"n": {{ 1 // (data.plan.steps | length) }}}'
+    plain = EndpointConfig(name="rx", url="http://rx.test/hook", secret=SecretStr(SECRET))
+    # model_copy does not validate: the start-up check would (rightly) refuse this one.
+    endpoint = plain.model_copy(update={"template": template})
+    store, config = await _one_delivery(tmp_path, plain)
+    settings = DeliverySettings.from_config(config)
+    settings = dataclasses.replace(settings, endpoints={"rx": endpoint})
+    calls: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        return httpx.Response(200)
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
+        dispatcher = Dispatcher(store, http, settings)
+        (due,) = (await store.due_deliveries(time.time(), 1))[:1]
+        with capture_logs() as logs:
+            decision = await dispatcher.attempt(due)
+    (row,) = [r for r in await store.call(store.store.list_deliveries) if r.id == due.id]
+    await store.close()
+    assert calls == []  # nothing sent
+    assert type(decision).__name__ == "Retry"
+    assert row.last_error is not None and row.last_error.startswith("render failed")
+    assert any(e["event"] == "delivery.failed" for e in logs)

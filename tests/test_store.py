@@ -469,9 +469,9 @@ def test_backfill_false_archives_without_delivering(store: Store) -> None:
     store.sync_endpoints([Ep("a")])
     s = store.upsert_session(session(1), baseline=True).to_session()
     assert store.get_session(s.name).baseline  # type: ignore[union-attr]
-    assert store.ingest_session_events(
-        s.name, [events.session_discovered(s)], False
-    ) == Ingested(0, ("session.discovered",))
+    assert store.ingest_session_events(s.name, [events.session_discovered(s)], False) == Ingested(
+        0, ("session.discovered",)
+    )
     assert ingest(store, s, [activity(1, 1), activity(1, 2)], deliver=False) == 2
     assert count(store, "events") == 3
     assert count(store, "deliveries") == 0
@@ -995,3 +995,51 @@ async def test_async_store_serializes_calls(tmp_path: Path) -> None:
         assert await astore.call(astore.store.replay, "a", since=0) == 1
     finally:
         await astore.close()
+
+
+# --------------------------------------------------------------------------- issue 11
+
+
+@dataclass(frozen=True)
+class FilteredEp(Ep):
+    filter: dict[str, tuple[str, ...]] | None = None
+
+
+def test_endpoint_filter_applies_at_enqueue_and_in_replay(store: Store) -> None:
+    acme = FilteredEp("acme", filter={"data.session.source": ("sources/github/acme/*",)})
+    other = FilteredEp("other", filter={"data.session.source": ("sources/github/other/*",)})
+    ready(store, Ep("all"), acme, other, sessions=1)
+    s = session(1)
+    ingest(store, s, [activity(1, 1), activity(1, 2)])
+    queued = {d.endpoint for d in store.list_deliveries(status="pending")}
+    assert queued == {"all", "acme"}  # "other" never gets a row for acme's session
+    assert len(store.list_deliveries(endpoint="acme", status="pending")) == 2
+    # Replay honours the filter too.
+    assert store.replay("other", since=0) == 0
+    assert store.replay("acme", since=0) == 0  # already on their way
+    # A config change of the filter is synced: now "other" matches everything.
+    store.sync_endpoints([Ep("all"), acme, FilteredEp("other", filter={})])
+    assert store.replay("other", since=0) == 2
+
+
+def test_rendered_body_is_kept_once_per_delivery(store: Store) -> None:
+    ready(store, Ep("a"))
+    ingest(store, session(1), [activity(1, 1)])
+    (due,) = store.due_deliveries(T0, 10)
+    assert store.rendered_body(due.id) is None
+    store.save_rendered(due.id, b'{"text":"first"}', "application/json")
+    store.save_rendered(due.id, b'{"text":"second"}', "application/json")  # first one wins
+    assert store.rendered_body(due.id) == (b'{"text":"first"}', "application/json")
+
+
+def test_latest_activity_is_the_newest_of_its_member(store: Store) -> None:
+    ready(store, Ep("a"))
+    s = session(1)
+    asked = [
+        activity(1, i, agentMessaged={"agentMessage": f"q{i}"}) for i in (3, 1, 2)
+    ]  # archived out of order: createTime decides
+    ingest(store, s, [*asked, activity(1, 9)])
+    latest = store.latest_activity(s.name, "agentMessaged")
+    assert latest is not None and latest.agent_messaged is not None
+    assert latest.agent_messaged.agent_message == "q3"
+    assert store.latest_activity(s.name, "planGenerated") is None

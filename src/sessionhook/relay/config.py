@@ -292,7 +292,10 @@ class EndpointConfig(_Section):
     @classmethod
     def _one_glob_is_a_list(cls, value: object) -> object:
         if isinstance(value, dict):
-            return {k: [v] if isinstance(v, str) else v for k, v in value.items()}
+            return {
+                k: (v,) if isinstance(v, str) else tuple(v) if isinstance(v, list) else v
+                for k, v in value.items()
+            }
         return value
 
     @field_validator("filter")
