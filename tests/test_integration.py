@@ -498,5 +498,11 @@ def test_demo_prints_verified_events_and_stops_cleanly(tmp_path: Path) -> None:
     ):
         assert kind in out, out
     assert "approved the plan" in out and "answered the question" in out
+    assert "session.action_required" in out and "session.completed" in out
+    # The Slack-formatted endpoint's messages, printed readably; then the demo says its
+    # sessions are done and stops by itself (12 s of --duration is a ceiling, not the end).
+    assert "slack message  Plan waiting for your approval" in out, out
+    assert "slack message  The agent has a question" in out, out
+    assert "all 3 demo sessions are done (3 completed)" in out, out
     assert "signature ok" in out
     assert out.strip().splitlines()[-1].endswith("0 failed signature checks")

@@ -10,10 +10,13 @@ one task group:
   temporary directory, short poll intervals, and ``allow_private_networks`` (everything is
   loopback here), configured through a real TOML file like ``sessionhook run``;
 * a few sessions: one that opens a pull request, one that waits for plan approval, one that
-  asks a question. The consumer reacts to the webhooks like a real integration would: it
-  approves the plan and answers the question through the API.
+  asks a question. The consumer reacts to ``session.action_required`` like a real
+  integration would: it approves the plan and answers the question through the API;
+* a second endpoint with ``format = "slack"`` for the lifecycle events, whose messages are
+  printed as a Slack channel would show them.
 
-Each event is printed as it arrives until Ctrl-C (or ``duration``), then everything stops.
+Each event is printed as it arrives; once every demo session completed or failed, the demo
+says so and stops (or at Ctrl-C, or after ``duration``).
 """
 
 from __future__ import annotations
@@ -49,7 +52,15 @@ from sessionhook.relay.config import load_config
 from sessionhook.relay.daemon import Daemon
 from sessionhook.relay.health import serve
 
-__all__ = ["Consumer", "DemoError", "ReceivedEvent", "SessionPlan", "run_demo", "summarize"]
+__all__ = [
+    "Consumer",
+    "DemoError",
+    "ReceivedEvent",
+    "SessionPlan",
+    "run_demo",
+    "slack_lines",
+    "summarize",
+]
 
 
 class DemoError(Exception):
@@ -63,6 +74,8 @@ class ReceivedEvent:
     event_id: str
     body: dict[str, Any]
     duplicate: bool
+    #: ``events`` (the standard endpoint) or ``chat`` (the Slack-formatted one).
+    channel: str = "events"
 
     @property
     def type(self) -> str:
@@ -92,10 +105,21 @@ class Consumer:
     seen: set[str] = field(default_factory=set)
 
     def app(self) -> Starlette:
-        """The ASGI app (``POST /hook``)."""
-        return Starlette(routes=[Route("/hook", self._hook, methods=["POST"])])
+        """The ASGI app (``POST /hook``; ``POST /chat`` for the Slack-formatted endpoint)."""
+        return Starlette(
+            routes=[
+                Route("/hook", self._hook, methods=["POST"]),
+                Route("/chat", self._chat, methods=["POST"]),
+            ]
+        )
 
     async def _hook(self, request: Request) -> Response:
+        return await self._accept(request, "events")
+
+    async def _chat(self, request: Request) -> Response:
+        return await self._accept(request, "chat")
+
+    async def _accept(self, request: Request, channel: str) -> Response:
         body = await request.body()
         try:
             signing.verify(self.secret, dict(request.headers), body)
@@ -104,9 +128,10 @@ class Consumer:
             self.rejected += 1
             return Response("signature check failed", status_code=401)
         event_id = request.headers["webhook-id"]
-        duplicate = event_id in self.seen
-        self.seen.add(event_id)
-        await self.events.send(ReceivedEvent(event_id, payload, duplicate))
+        key = f"{channel}:{event_id}"
+        duplicate = key in self.seen
+        self.seen.add(key)
+        await self.events.send(ReceivedEvent(event_id, payload, duplicate, channel))
         return Response(status_code=204)
 
 
@@ -166,7 +191,54 @@ def summarize(event: dict[str, Any]) -> str:
         return "session completed"
     if kind == "activity.session_failed":
         return _clip((activity.get("sessionFailed") or {}).get("reason", ""))
+    if kind == "session.action_required":
+        if data.get("action") == "approve_plan":
+            steps = (data.get("plan") or {}).get("steps") or []
+            return f"approve the plan ({len(steps)} steps): POST …{_tail(data)}"
+        return _clip(f"answer: {data.get('question', '')}", 50) + f" POST …{_tail(data)}"
+    if kind == "session.completed":
+        outputs = data.get("outputs") or {}
+        change = outputs.get("change_set") or {}
+        prs = outputs.get("pull_requests") or []
+        text = f"{change.get('files_changed', 0)} files +{change.get('lines_added', 0)} "
+        text += f"-{change.get('lines_removed', 0)}"
+        return text + (f", {prs[-1].get('url', '')}" if prs else "")
+    if kind == "session.failed":
+        return _clip(data.get("reason", ""))
     return _clip(str(activity.get("description") or "(no event member)"))
+
+
+_LIFECYCLE = ("session.action_required", "session.completed", "session.failed")
+
+
+def _tail(data: dict[str, Any]) -> str:
+    path = str((data.get("call") or {}).get("path", ""))
+    return path[path.rfind(":") :] if ":" in path else path
+
+
+def slack_lines(body: dict[str, Any]) -> list[str]:
+    """A Slack message body as the channel would show it: the text of its blocks, one
+    line each (links as ``text <url>``)."""
+    lines: list[str] = []
+    for block in body.get("blocks") or []:
+        texts = [block.get("text")] if "text" in block else block.get("elements") or []
+        for item in texts:
+            if isinstance(item, dict):
+                lines += [_slack_plain(line) for line in str(item.get("text", "")).splitlines()]
+    return [line for line in lines if line.strip()] or [_slack_plain(str(body.get("text", "")))]
+
+
+def _slack_plain(text: str) -> str:
+    for old, new in (("&lt;", "\x00"), ("&gt;", "\x01")):
+        text = text.replace(old, new)
+    out, rest = "", text
+    while "<" in rest and ">" in rest.split("<", 1)[1]:
+        before, _, after = rest.partition("<")
+        link, _, rest = after.partition(">")
+        url, _, label = link.partition("|")
+        out += before + (f"{label} <{url}>" if label else url)
+    out += rest
+    return out.replace("\x00", "<").replace("\x01", ">").replace("&amp;", "&").replace("*", "")
 
 
 def _clip(text: object, width: int = 60) -> str:
@@ -207,6 +279,13 @@ def _write_config(
                 'name = "demo-consumer"',
                 f"url = {json.dumps(hook_url)}",
                 f"secret = {json.dumps(secret)}",
+                "[[endpoints]]",
+                'name = "demo-slack"',
+                f"url = {json.dumps(hook_url.removesuffix('/hook') + '/chat')}",
+                f"secret = {json.dumps(secret)}",
+                'events = ["session.action_required", "session.completed", "session.failed"]',
+                'format = "slack"',
+                "rate_limit = 1.0  # chat webhooks allow about one message a second",
                 "[log]",
                 'level = "warning"',
                 'format = "console"',
@@ -238,18 +317,17 @@ async def _create_sessions(api: SessionsClient, count: int) -> list[str]:
 
 
 async def _react(api: SessionsClient, event: ReceivedEvent, say: Callable[[str], None]) -> None:
-    """Do what an integration would: approve plans, answer questions.
-
-    A session can already be waiting when it is discovered, so both events count."""
-    if event.type not in ("session.state_changed", "session.discovered") or event.duplicate:
+    """Do what an integration would on ``session.action_required``: approve the plan, or
+    answer the question (the event names the call to make)."""
+    if event.type != "session.action_required" or event.duplicate:
         return
     name = str(event.session.get("name", ""))
-    state = event.session.get("state")
+    action = (event.body.get("data") or {}).get("action")
     try:
-        if state == "AWAITING_PLAN_APPROVAL":
+        if action == "approve_plan":
             await api.approve_plan(name)
             say(f"{'':10}-> approved the plan of {_short(name)}")
-        elif state == "AWAITING_USER_FEEDBACK":
+        elif action == "answer":
             answer = "Raising an error on empty values is fine; no need for compatibility."
             await api.send_message(name, answer)
             say(f"{'':10}-> answered the question of {_short(name)}")
@@ -263,14 +341,37 @@ async def _print_events(
     out: TextIO,
     counts: dict[str, int],
     stop: anyio.Event,
+    created: set[str],
 ) -> None:
     def say(line: str) -> None:
         print(line, file=out, flush=True)
 
+    finished: dict[str, str] = {}
+    # The Slack endpoint gets every lifecycle event the standard one gets; the demo stops
+    # once every session is done and each of those messages arrived.
+    lifecycle = chats = 0
+    announced = False
     async with events:
         async for event in events:
-            counts["duplicates" if event.duplicate else "events"] += 1
             stamp = time.strftime("%H:%M:%S")
+            if event.channel == "chat":
+                chats += 0 if event.duplicate else 1
+                try:
+                    lines = slack_lines(event.body)
+                    say(f"{stamp}  slack message  {lines[0]}")
+                    for line in lines[1:]:
+                        say(f"{'':25}{_clip(line, 100)}")
+                except BrokenPipeError:
+                    stop.set()
+                    return
+                if announced and chats >= lifecycle:
+                    stop.set()
+                continue
+            counts["duplicates" if event.duplicate else "events"] += 1
+            if event.type in _LIFECYCLE and not event.duplicate:
+                lifecycle += 1
+                if event.type != "session.action_required":
+                    finished[str(event.session.get("name", ""))] = event.type[len("session.") :]
             note = "signature ok" + (" (duplicate)" if event.duplicate else "")
             name = _short(str(event.session.get("name", "")))
             try:
@@ -279,6 +380,16 @@ async def _print_events(
                 stop.set()
                 return
             await _react(api, event, say)
+            if not announced and created and set(finished) >= created:
+                announced = True
+                done = [finished[n] for n in created]
+                tally = ", ".join(f"{done.count(k)} {k}" for k in sorted(set(done)))
+                say(
+                    f"{stamp}  all {len(created)} demo sessions are done ({tally}); "
+                    "stopping once their chat messages arrived"
+                )
+            if announced and chats >= lifecycle:
+                stop.set()
 
 
 async def _until_stopped(stop: anyio.Event, duration: float | None) -> None:
@@ -343,7 +454,8 @@ async def run_demo(
                 file=stream,
                 flush=True,
             )
-            tg.start_soon(_print_events, receive, api, stream, counts, stop)
+            created_names: set[str] = set()
+            tg.start_soon(_print_events, receive, api, stream, counts, stop, created_names)
 
             relay_done = anyio.Event()
 
@@ -359,6 +471,7 @@ async def run_demo(
             with anyio.fail_after(30):
                 await daemon.ready.wait()
             created = await _create_sessions(api, sessions)
+            created_names.update(created)
             print(f"created {len(created)} sessions", file=stream, flush=True)
             await _until_stopped(stop, duration)
             daemon.stop()

@@ -102,7 +102,8 @@ def demo(
 
     Creates a few sessions (one opens a pull request, one waits for plan approval, which
     the demo gives, one asks a question, which the demo answers) and prints every event as
-    the consumer receives it, with its signature checked.
+    the consumer receives it, with its signature checked, and the Slack-formatted messages
+    of a second endpoint; stops once every session completed or failed.
     """
     from sessionhook.demo import DemoError, run_demo
 
