@@ -775,3 +775,23 @@ def test_parse_headers() -> None:
         ops.parse_headers("[1, 2]")
     with pytest.raises(ValueError, match="not valid JSON"):
         ops.parse_headers("{nope")
+
+
+def test_endpoints_test_shapes_the_ping_like_the_endpoints_deliveries(
+    run: RelayRun, tmp_path: Path
+) -> None:
+    text = run.config.read_text()
+    text = text.replace('"relay.db"', f'"{run.db}"')
+    text = text.replace('"api_key"', f'"{run.config.parent / "api_key"}"')
+    assert 'name = "ci"\n' in text
+    text = text.replace('name = "ci"\n', 'name = "ci"\npayload = "thin"\n', 1)
+    thin = tmp_path / "thin.toml"
+    thin.write_text(text)
+    ci = run.receivers["ci"]
+    before = len(ci.arrivals)
+    ok("endpoints", "test", "ci", "--config", str(thin))
+    ping = ci.arrivals[before]
+    assert ping.type == ops.PING_TYPE and not ci.rejected
+    # The thin payload keeps the type and the session summary, not the ping's message.
+    assert "message" in json.loads(ops.ping_event("ci", 0)[1])["data"]
+    assert "message" not in ping.body["data"] and "session" in ping.body["data"]

@@ -34,6 +34,7 @@ import httpx
 
 from ..api.models import Session, parse_timestamp
 from ..redact import redact_userinfo
+from ..relay import render
 from ..relay.config import Config, ConfigError, load_config
 from ..relay.dispatch import post_event
 from ..relay.events import EVENT_TYPES, matches, session_summary
@@ -511,8 +512,9 @@ def ping_event(endpoint: str, now: float) -> tuple[str, bytes]:
 def endpoints_test(name: str, config_path: str | None) -> None:
     """Send NAME a signed `ping` event and show the answer (exit 1 unless 2xx).
 
-    Signed with the endpoint's secret(s) from the config, like every delivery, and
-    subject to the same address check. The ping does not enter the outbox.
+    Signed with the endpoint's secret(s) from the config, like every delivery, shaped by
+    its payload/format/template, and subject to the same address check. The ping does not
+    enter the outbox.
     """
     target = _target(config_path, None, need_config=True)
     assert target.config is not None
@@ -522,6 +524,11 @@ def endpoints_test(name: str, config_path: str | None) -> None:
         known = ", ".join(e.name for e in config.endpoints) or "none"
         raise CliError(f"no endpoint named {name!r} in {target.config_path} (known: {known})")
     event_id, body = ping_event(name, time.time())
+    try:
+        # Shaped like the endpoint's deliveries: a chat webhook gets a chat message.
+        body, content_type = render.render(event_id, body, endpoint.shape)
+    except render.RenderError as exc:
+        raise CliError(f"{name}: the ping does not render: {exc}") from None
     timeout = config.delivery.timeout
     runtime = current_runtime()
     # The daemon's transport: the name is resolved once, every address vetted, and the
@@ -545,6 +552,7 @@ def endpoints_test(name: str, config_path: str | None) -> None:
                 body=body,
                 timeout=timeout,
                 body_limit=config.delivery.response_body_limit,
+                content_type=content_type,
             )
 
     result = run_async(send)
