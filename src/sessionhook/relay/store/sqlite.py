@@ -584,20 +584,24 @@ class Store(OperatorQueries):
     def latest_activity(self, session_name: str, member: str) -> Activity | None:
         """The newest archived activity of ``session_name`` whose event member is ``member``
         (by ``createTime`` as an instant; the last archived wins a tie), or ``None``."""
+        # Times only (cheap), then the one raw activity chosen.
         rows = self._conn.execute(
-            "SELECT create_time, raw FROM activities WHERE session_name = ? AND kind = ? "
+            "SELECT rowid, create_time FROM activities WHERE session_name = ? AND kind = ? "
             "ORDER BY rowid",
             (session_name, member),
         ).fetchall()
-        best: tuple[float, str] | None = None
-        for create_time, raw in rows:
+        best: tuple[float, int] | None = None
+        for rowid, create_time in rows:
             try:
                 moment = parse_timestamp(create_time).timestamp()
             except ValueError:
                 moment = 0.0
             if best is None or moment >= best[0]:
-                best = (moment, raw)
-        return None if best is None else Activity.model_validate_json(best[1])
+                best = (moment, rowid)
+        if best is None:
+            return None
+        raw = self._one("SELECT raw FROM activities WHERE rowid = ?", (best[1],))
+        return Activity.model_validate_json(raw)
 
     # ----------------------------------------------------------------- outbox
 
