@@ -81,18 +81,17 @@ def all_finished(receiver: Receiver, count: int) -> bool:
 
 
 async def react(receiver: Receiver, api: SessionsClient, handled: set[str]) -> None:
-    """Approve waiting plans and answer questions, as an integration would on webhooks.
-
-    A session may already wait when it is discovered, so both event types count."""
+    """Approve waiting plans and answer questions, as an integration would on webhooks:
+    on ``session.action_required`` (also when the session already waited when the relay
+    discovered it)."""
     for arrival in receiver.first_deliveries():
-        kinds = ("session.state_changed", "session.discovered")
-        if arrival.type not in kinds or arrival.event_id in handled:
+        if arrival.type != "session.action_required" or arrival.event_id in handled:
             continue
         handled.add(arrival.event_id)
-        state = arrival.body["data"]["session"]["state"]
-        if state == "AWAITING_PLAN_APPROVAL":
+        action = arrival.body["data"]["action"]
+        if action == "approve_plan":
             await api.approve_plan(arrival.session)
-        elif state == "AWAITING_USER_FEEDBACK":
+        elif action == "answer":
             await api.send_message(arrival.session, "Raising an error is fine.")
 
 
@@ -126,8 +125,24 @@ async def test_every_event_type_signed_complete_and_in_order(tmp_path: Path) -> 
             ),
             within=30,
         )
+        # Session events come after a session's activities (pull request, state, then the
+        # lifecycle event, in that order per session): wait for the last ones.
+        ends = ("session.completed", "session.failed")
+        await setup.receiver.wait_for(
+            lambda r: sum(a.type in ends for a in r.first_deliveries()) >= 4, within=30
+        )
         daemon.stop()
     receiver = setup.receiver
+    # Lifecycle: each session ends once; the approval and the question each waited once.
+    firsts = receiver.first_deliveries()
+    assert sorted(a.type for a in firsts if a.type in ends) == [
+        "session.completed",
+        "session.completed",
+        "session.completed",
+        "session.failed",
+    ]
+    actions = [a.body["data"]["action"] for a in firsts if a.type == "session.action_required"]
+    assert sorted(actions) == ["answer", "approve_plan"]
     assert receiver.rejected == []  # every signature verified by the reference package
     arrivals = receiver.first_deliveries()
     assert {a.type for a in arrivals} == ALL_TYPES
