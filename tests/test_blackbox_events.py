@@ -220,6 +220,15 @@ def step_until_state(world: World, name: str, consumer: Consumer, harness: Harne
     (a snapshot poller could otherwise skip a short wait, which is documented behaviour)."""
     while world.pending[name]:
         what, arg, _ = world.pending[name][0]
+        if what == "state":
+            # The activity behind a wait or an end is archived before the state is shown:
+            # the order the real service commits them in (a later activity is covered by
+            # the unit tests: no change set then, and no second announcement).
+            def archived() -> bool:
+                upstream = {a["name"] for a in world.standin.activities(name)}
+                return upstream <= consumer.delivered_activity_names("std")
+
+            wait_until(archived, 20, f"{name}'s activities delivered", harness.diagnostics)
         world.step(name)
         if what == "state":
             count = world.states[name].count(arg)
