@@ -390,6 +390,9 @@ def test_lifecycle_events_formats_filters_signatures_and_rate_limit(
         data = event.get_data()
         assert isinstance(data, dict) and event.get_source() == data["session"]["name"]
         assert event.get_time() is not None
+        content = document["webhooks"][event.get_type()]["post"]["requestBody"]["content"]
+        schema = content["application/cloudevents+json"]["schema"]
+        jsonschema.validate(json.loads(hit.raw), {**schema, "components": document["components"]})
 
     # -- chat presets: documented shapes, readable content, signed -----------------------
     for name, schema in CHAT.items():

@@ -142,3 +142,25 @@ def test_a_busy_port_is_one_clear_line() -> None:
     assert result.returncode == 1
     (line,) = result.stderr.strip().splitlines()
     assert f"127.0.0.1:{port}" in line
+
+
+def test_consistency_delay_answers_404_then_the_session() -> None:
+    with emulator("--api-key", "k", "--consistency-delay", "3") as (process, url, _):
+        with httpx.Client(base_url=url, timeout=10, headers={"x-vendor-api-key": "k"}) as client:
+            created = client.post("/v1alpha/sessions", json={"prompt": "go"})
+            path = f"/v1alpha/sessions/{created.json()['id']}"
+            assert client.get(path).status_code == 404
+            assert client.get(path + "/activities").status_code == 404
+            deadline = time.monotonic() + 15
+            while client.get(path).status_code == 404:
+                assert time.monotonic() < deadline, "still 404 long after the delay"
+                time.sleep(0.1)
+        assert _stop(process, signal.SIGTERM) == 0
+    refused = subprocess.run(
+        [str(SESSIONHOOK), "emulator", "--api-key", "k", "--consistency-delay", "-1"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=_environment(),
+    )
+    assert refused.returncode == 2 and "consistency-delay" in refused.stderr

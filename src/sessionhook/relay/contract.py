@@ -227,6 +227,19 @@ class ThinEvent(_Event):
     data: ThinData
 
 
+class CloudEvent(_Open):
+    """``format = "cloudevents"``: CloudEvents 1.0, structured JSON mode, around ``data``."""
+
+    specversion: Literal["1.0"]
+    id: str = Field(description="The webhook-id")
+    source: str = Field(description="The session name, sessions/<id>")
+    type: str = Field(description="The event type")
+    time: str = Field(description="RFC 3339 upstream time of what happened")
+    subject: str | None = Field(default=None, description="The activity, when there is one")
+    datacontenttype: Literal["application/json"]
+    data: dict[str, Any] = Field(description="The event's data (full or thin)")
+
+
 #: Event type -> model of its full body.
 EVENT_MODELS: dict[str, type[BaseModel]] = {
     "session.discovered": SessionDiscoveredEvent,
@@ -252,7 +265,9 @@ _HEADERS = (
 def openapi_document() -> dict[str, Any]:
     """The OpenAPI 3.1 document: a ``webhooks`` entry per event type, schemas in
     ``components``. Deterministic (same input, same document)."""
-    models: list[type[BaseModel]] = list(dict.fromkeys([*EVENT_MODELS.values(), ThinEvent]))
+    models: list[type[BaseModel]] = list(
+        dict.fromkeys([*EVENT_MODELS.values(), ThinEvent, CloudEvent])
+    )
     _, schemas = models_json_schema(
         [(m, "serialization") for m in models], ref_template="#/components/schemas/{model}"
     )
@@ -260,6 +275,24 @@ def openapi_document() -> dict[str, Any]:
     for event_type in EVENT_TYPES:
         model = EVENT_MODELS[event_type]
         ref = {"$ref": f"#/components/schemas/{model.__name__}"}
+        data_model = model.model_fields["data"].annotation
+        assert isinstance(data_model, type)
+        cloud_event = {
+            "allOf": [
+                {"$ref": "#/components/schemas/CloudEvent"},
+                {
+                    "properties": {
+                        "type": {"const": event_type},
+                        "data": {
+                            "anyOf": [
+                                {"$ref": f"#/components/schemas/{data_model.__name__}"},
+                                {"$ref": "#/components/schemas/ThinData"},
+                            ]
+                        },
+                    }
+                },
+            ]
+        }
         webhooks[event_type] = {
             "post": {
                 "operationId": event_type.replace(".", "_"),
@@ -277,12 +310,13 @@ def openapi_document() -> dict[str, Any]:
                 "requestBody": {
                     "required": True,
                     "description": 'The standard JSON body; endpoints with payload = "thin" '
-                    "get a ThinEvent. Other formats (cloudevents, chat presets, templates) "
-                    "are made from this body.",
+                    'get a ThinEvent; format = "cloudevents" wraps the data in a CloudEvent. '
+                    "Chat presets and templates are made from the same body.",
                     "content": {
                         "application/json": {
                             "schema": {"anyOf": [ref, {"$ref": "#/components/schemas/ThinEvent"}]}
-                        }
+                        },
+                        "application/cloudevents+json": {"schema": cloud_event},
                     },
                 },
                 "responses": {
