@@ -254,3 +254,26 @@ def test_upstream_time_wins_over_the_clock() -> None:
 )
 def test_matches(globs: list[str], event_type: str, expected: bool) -> None:
     assert matches(globs, event_type) is expected
+
+
+def test_session_summary_keeps_a_change_set_output_without_its_diff() -> None:
+    change = {
+        "source": "sources/github/acme/widgets",
+        "gitPatch": {"baseCommitId": "abc", "unidiffPatch": "+é\n", "suggestedCommitMessage": "m"},
+    }
+    session = make_session(outputs=[{"changeSet": change}])
+    (output,) = session_summary(session)["outputs"]
+    assert output == {
+        "changeSet": {
+            "source": "sources/github/acme/widgets",
+            "gitPatch": {
+                "baseCommitId": "abc",
+                "suggestedCommitMessage": "m",
+                "unidiffPatchBytes": 4,
+            },
+        }
+    }
+    # The session itself is left whole (the lifecycle summary reads the diff from it).
+    assert session.outputs[0].change_set is not None
+    assert session.outputs[0].change_set.git_patch is not None
+    assert session.outputs[0].change_set.git_patch.unidiff_patch == "+é\n"

@@ -180,7 +180,7 @@ def session_summary(session: Session) -> dict[str, Any]:
 
     Always has ``name, id, title, state, url, source, createTime, updateTime`` (``source`` is
     ``sourceContext.source``, empty for a repoless session); ``prompt`` and ``outputs`` are
-    added when the session carries them.
+    added when the session carries them (a change set output without its diff text).
     """
     summary: dict[str, Any] = {
         "name": session.name,
@@ -195,8 +195,20 @@ def session_summary(session: Session) -> dict[str, Any]:
     if session.prompt:
         summary["prompt"] = session.prompt
     if session.outputs:
-        summary["outputs"] = [output.to_wire() for output in session.outputs]
+        summary["outputs"] = [_slim_output(output.to_wire()) for output in session.outputs]
     return summary
+
+
+def _slim_output(wire: dict[str, Any]) -> dict[str, Any]:
+    """An output for ``data.session.outputs``: a change set loses its ``unidiffPatch`` (the
+    whole diff would ride on every event of a completed session); ``unidiffPatchBytes``
+    says how long it was. ``session.completed`` sums it up, ``activity.session_completed``
+    carries it whole."""
+    patch = (wire.get("changeSet") or {}).get("gitPatch")
+    if isinstance(patch, dict) and "unidiffPatch" in patch:
+        text = str(patch.pop("unidiffPatch"))
+        patch["unidiffPatchBytes"] = len(text.encode("utf-8"))
+    return wire
 
 
 def activity_event(
