@@ -181,6 +181,10 @@ async def test_the_address_policy_is_injectable() -> None:
         ("http://127.0.0.1:9000/hook", "127.0.0.1 is a loopback address"),
         ("http://[::1]/hook", "::1 is a loopback address"),
         ("http://10.1.2.3/hook", "10.1.2.3 is a private address"),
+        ("http://127.1/hook", "127.0.0.1 is a loopback address"),  # legacy IPv4 forms
+        ("http://0x7f.0.0.1/hook", "127.0.0.1 is a loopback address"),
+        ("http://2130706433/hook", "127.0.0.1 is a loopback address"),
+        ("http://0xa9fea9fe/", "169.254.169.254 is a cloud metadata address"),
         ("http://0.0.0.0/", "0.0.0.0 is a unspecified address"),
         ("http://LOCALHOST:8080/", "localhost is a loopback name"),
         ("https://api.localhost./", "api.localhost. is a loopback name"),
@@ -188,6 +192,8 @@ async def test_the_address_policy_is_injectable() -> None:
         ("http://93.184.216.34/hook", None),
         ("https://hooks.example.com/", None),  # judged when connecting, after resolving
         ("http://internal/", None),
+        ("http://deadbeef/", None),  # a name, not hex
+        ("http://1e100.net/", None),
     ],
 )
 def test_literal_refusal_needs_no_dns(url: str, reason: str | None) -> None:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import re
 import socket
 from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit
@@ -172,11 +173,23 @@ def _split(url: str) -> tuple[str, int]:
     return parts.hostname, port
 
 
+_LEGACY_IPV4 = re.compile(r"(?i)[0-9a-fx.]*[0-9][0-9a-fx.]*")
+
+
 def _literal(host: str) -> IPAddress | None:
+    """The address ``host`` spells, including the legacy IPv4 forms every resolver accepts
+    (``127.1``, ``0x7f.0.0.1``, ``2130706433``), or ``None`` for a name."""
+    text = host.strip("[]").split("%", 1)[0]
     try:
-        return ipaddress.ip_address(host.strip("[]").split("%", 1)[0])
+        return ipaddress.ip_address(text)
     except ValueError:
-        return None
+        pass
+    if _LEGACY_IPV4.fullmatch(text):
+        try:
+            return ipaddress.IPv4Address(socket.inet_aton(text))
+        except OSError:
+            return None
+    return None
 
 
 def _is_localhost(host: str) -> bool:
