@@ -54,6 +54,8 @@ def test_an_existing_store_opens_again_once_space_returns(tmp_path: Path) -> Non
         # A cleanly closed WAL store needs room for its -shm index to open.
         with pytest.raises(StoreFullError):
             Store.open(fs / "relay.db")
+        with pytest.raises(StoreFullError, match="the disk is full"):
+            Store.open_readonly(fs / "relay.db")  # what `sessionhook status` says
         ballast.free()
         with Store.open(fs / "relay.db") as store:
             assert store.get_meta("kept") == "yes"

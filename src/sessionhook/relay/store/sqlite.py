@@ -179,6 +179,11 @@ class Store(OperatorQueries):
                 )
         except sqlite3.DatabaseError as exc:
             conn.close()
+            if is_full_error(exc):  # even a reader needs room for the -shm index
+                raise StoreFullError(
+                    f"{db_path}: the disk is full ({exc}); free some space to read it",
+                    path=db_path,
+                ) from None
             raise StoreError(
                 f"{db_path} is not a usable SQLite database: {exc}", path=db_path
             ) from None
