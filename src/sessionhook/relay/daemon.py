@@ -388,9 +388,7 @@ class Daemon:
             while True:
                 try:
                     if store is None:
-                        store = await AsyncStore.open(
-                            path, clock=self._clock, wait_for_space=wait, observer=self
-                        )
+                        store = await AsyncStore.open(path, wait_for_space=wait, observer=self)
                     await store.call(store.store.sync_endpoints, list(self.config.endpoints))
                     break
                 except StoreFullError as exc:
