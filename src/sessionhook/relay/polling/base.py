@@ -1,0 +1,175 @@
+"""What every part of the poller shares: its state, ingesting, and upstream failures."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Sequence
+
+import anyio
+import anyio.abc
+
+from sessionhook.api.client import SessionsClient
+from sessionhook.api.errors import (
+    ApiError,
+    ApiStatusError,
+    MalformedResponseError,
+    UnauthenticatedError,
+)
+from sessionhook.api.models import Activity, Session
+
+from .. import events
+from ..logging import get_logger
+from ..metrics import Metrics
+from ..store import AsyncStore, Ingested
+from .settings import PollSettings, _Pending, _Tracked, backoff_delay
+
+_log = get_logger()
+
+
+class PollerBase:
+    """The poller's shared state and helpers; :class:`~.poller.Poller` is the whole.
+
+    ``on_enqueued`` is called whenever an ingest enqueued deliveries (the dispatcher's
+    wake-up). ``clock`` is wall time for the store's bookkeeping, ``monotonic`` drives the
+    schedule; both and ``rng`` (backoff jitter) are injectable for tests.
+    """
+
+    def __init__(
+        self,
+        client: SessionsClient,
+        store: AsyncStore,
+        settings: PollSettings,
+        *,
+        on_enqueued: Callable[[], None] = lambda: None,
+        metrics: Metrics | None = None,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._client = client
+        self._store = store
+        self.settings = settings
+        self._on_enqueued = on_enqueued
+        self._metrics = metrics
+        self._clock = clock
+        self._mono = monotonic
+        self._rng = rng if rng is not None else random.Random()
+        self._tracked: dict[str, _Tracked] = {}
+        self._changed = anyio.Event()
+        self._time_filter = True  # cleared if the server rejects the createTime parameter
+        self._epoch: float | None = None  # see _load_epoch
+        #: Listed, but their first GET failed (404 right after creation, 5xx...): retried
+        #: between discovery passes with a backoff of their own.
+        self._pending: dict[str, _Pending] = {}
+        self._discovery_errors = 0
+        #: Set once the first discovery pass was tried (successfully or not): readiness.
+        self.first_pass_done = anyio.Event()
+        #: Monotonic time the loops last made progress (for the systemd watchdog).
+        self.heartbeat = monotonic()
+        #: Wall time of the last complete discovery pass (readiness, poll lag).
+        self.last_success: float | None = None
+
+    def _deliverable(self, baseline: bool) -> Callable[[events.Event], bool]:
+        """Which events of a session to deliver: all, unless the session is from before
+        the first start; then only what happened upstream since."""
+        epoch = self._epoch
+        if not baseline or epoch is None:
+            return lambda _: True
+        return lambda event: event.occurred_ts >= epoch
+
+    async def _ingest(
+        self,
+        session: Session,
+        batch: Sequence[Activity],
+        deliver: Callable[[events.Event], bool],
+    ) -> int:
+        """Archive a batch; returns how many activities were new.
+
+        Oldest first, the batch splits into at most a few runs of equal ``deliver`` (the
+        history before the first start, then what came after), one transaction each.
+        """
+        built = [
+            events.activity_event(
+                session, a, max_media_bytes=self.settings.max_media_bytes, now=self._clock()
+            )
+            for a in batch
+        ]
+        new = 0
+        start = 0
+        while start < len(built):
+            flag = deliver(built[start])
+            end = start + 1
+            while end < len(built) and deliver(built[end]) == flag:
+                end += 1
+            chunk = built[start:end]
+            added = await self._store.ingest_activities(
+                session.name, list(batch[start:end]), chunk, flag
+            )
+            self._count_ingested(added, enqueued=flag)
+            new += added.activities
+            start = end
+        return new
+
+    async def _ingest_session_events(
+        self, name: str, found: list[events.Event], *, deliver: Callable[[events.Event], bool]
+    ) -> None:
+        for flag in (False, True):
+            chosen = [e for e in found if deliver(e) == flag]
+            if chosen:
+                added = await self._store.ingest_session_events(name, chosen, flag)
+                self._count_ingested(added, enqueued=flag)
+
+    def _backoff(self, tracked: _Tracked, exc: ApiError) -> None:
+        tracked.errors += 1
+        tracked.last_error = exc
+        delay = self._failure_delay(exc, tracked.errors)
+        tracked.backoff_until = self._mono() + delay
+        # Overrides a sooner time that discovery set while this poll ran: Retry-After wins.
+        tracked.due_at = tracked.backoff_until
+        self._changed.set()
+        self._log_failure("poll.failed", exc, delay, attempt=tracked.errors, session=tracked.name)
+
+    def _failure_delay(
+        self, exc: ApiError, errors: int, backoff: tuple[float, float] | None = None
+    ) -> float:
+        s = self.settings
+        base, cap = backoff if backoff is not None else (s.backoff_base, s.backoff_cap)
+        retry_after = exc.retry_after if isinstance(exc, ApiStatusError) else None
+        delay = backoff_delay(errors, retry_after, base=base, cap=cap, rng=self._rng)
+        if isinstance(exc, UnauthenticatedError):
+            # Retrying a rejected key fast helps nobody; slowly, so a fixed key is noticed.
+            delay = max(delay, s.unauthenticated_delay)
+        return delay
+
+    def _log_failure(self, event: str, exc: ApiError, delay: float, **fields: object) -> None:
+        if isinstance(exc, UnauthenticatedError):
+            _log.error(
+                "upstream.unauthenticated",
+                message="API key rejected by the Sessions API; check api.api_key_env/_file",
+                error=str(exc),
+                retry_in=round(delay, 2),
+                **fields,
+            )
+            return
+        if isinstance(exc, MalformedResponseError):
+            _log.warning(
+                event,
+                reason="malformed response",
+                error=str(exc),
+                body=exc.body[:200],
+                retry_in=round(delay, 2),
+                **fields,
+            )
+            return
+        _log.warning(event, error=str(exc), retry_in=round(delay, 2), **fields)
+
+    def _count_ingested(self, added: Ingested, *, enqueued: bool) -> None:
+        """Count the newly archived events by type; wake the dispatcher if they were queued."""
+        if not added.event_types:
+            return
+        if self._metrics is not None:
+            for event_type in added.event_types:
+                self._metrics.event_ingested(event_type)
+        if enqueued:
+            self._on_enqueued()

@@ -1,0 +1,188 @@
+"""Discovery: walk the session list, announce new sessions, schedule the changed ones."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import anyio
+import anyio.abc
+
+from sessionhook.api.errors import ApiError, UnauthenticatedError
+from sessionhook.api.models import Session
+
+from .. import events
+from ..logging import get_logger
+from .scheduling import Scheduling
+from .settings import ACTIVE_STATES, EPOCH_KEY, _Pending, _Tracked, _unix
+
+_log = get_logger()
+
+
+class Discovery(Scheduling):
+    """The session list's reader; see the package docstring."""
+
+    async def discover(self) -> None:
+        """Walk the session list once; announce new sessions and schedule changed ones."""
+        await self._load_epoch()
+        listed = 0
+        async for session in self._client.iter_sessions(page_size=self.settings.page_size):
+            if not listed:
+                # A page came: a later failure of this pass is no reason to back off longer.
+                self._discovery_errors = 0
+            listed += 1
+            await self._on_listed(session)
+        if not await self._store.is_baseline_complete():
+            await self._store.mark_baseline_complete()
+        self._discovery_errors = 0
+        self.last_success = self._clock()
+        await self._store.mark_poll(True, self.last_success)
+        if self._metrics is not None:
+            self._metrics.poll_succeeded(self.last_success)
+        _log.debug("discovery.done", sessions=listed, tracked=len(self._tracked))
+
+    async def _on_listed(self, listed: Session) -> None:
+        now = self._mono()
+        tracked = self._tracked.get(listed.name)
+        if tracked is None:
+            row = await self._store.get_session(listed.name)
+            if row is None:
+                pending = self._pending.setdefault(listed.name, _Pending(listed, first_seen=now))
+                pending.listed = listed
+                if pending.retry_at <= now:  # else it waits for its own backoff
+                    await self._retry_pending([listed.name])
+                return
+            # Known from an earlier run. Announcing it again is a no-op (same event id)
+            # unless the previous run died between archiving the session and announcing it.
+            await self._announce(row.to_session(), deliver=not row.baseline)
+            tracked = _Tracked(
+                name=row.name,
+                state=row.state,
+                first_seen=now - max(0.0, self._clock() - row.first_seen_at),
+                polled_update_time=row.polled_update_time,
+            )
+            self._tracked[listed.name] = tracked
+        tracked.listed_update_time = listed.update_time
+        if tracked.gone_at_update_time is not None:
+            if listed.update_time == tracked.gone_at_update_time:
+                return
+            tracked.gone_at_update_time = None  # it changed since: try again
+        active = listed.state in ACTIVE_STATES
+        if listed.state != tracked.state:
+            # Immediate, and fetch the session afterwards for the state_changed event.
+            self._schedule(tracked, now, refresh=True)
+        elif listed.update_time != tracked.polled_update_time:
+            # Working sessions are polled for their activities anyway; an idle one that
+            # moved may also have a new output (pull request), so it is fetched too.
+            last = tracked.last_polled
+            at = now if active or last is None else max(now, last + self.settings.idle_interval)
+            self._schedule(tracked, at, refresh=not active)
+        elif active and tracked.due_at is None and not tracked.running:
+            self._schedule(tracked, now)
+
+    async def _retry_pending(self, names: Sequence[str] | None = None) -> None:
+        """GET new sessions (``names``, or every pending one that is due) and announce
+        those that answer. A failure leaves the session pending with a backoff of its own
+        (honouring ``Retry-After``), so it neither fails nor slows the discovery pass.
+        After ``young_session`` seconds the list item is announced instead, so that a
+        session is never held back for long (its url and source come with the next fetch).
+        A rejected key (401) propagates: the whole pass failed.
+        """
+        now = self._mono()
+        if names is None:
+            names = [n for n, p in self._pending.items() if p.retry_at <= now]
+        for name in names:
+            pending = self._pending[name]
+            try:
+                session = await self._client.get_session(name)
+            except UnauthenticatedError:
+                raise
+            except ApiError as exc:
+                pending.errors += 1
+                delay = self._failure_delay(exc, pending.errors, self.settings.announce_backoff)
+                pending.retry_at = self._mono() + delay
+                if self._mono() - pending.first_seen < self.settings.young_session:
+                    self._log_failure(
+                        "discovery.get_failed", exc, delay, session=name, attempt=pending.errors
+                    )
+                    continue
+                session = pending.listed
+            del self._pending[name]
+            await self._discovered(session, pending)
+
+    async def _discovered(self, session: Session, pending: _Pending) -> None:
+        """A session seen for the first time: archive, announce, poll it now."""
+        baseline = self._is_baseline(session)
+        await self._store.upsert_session(session, baseline=baseline)
+        await self._announce(session, deliver=not baseline)
+        _log.info(
+            "session.discovered", session=session.name, state=session.state, baseline=baseline
+        )
+        tracked = _Tracked(
+            name=session.name,
+            state=session.state,
+            first_seen=pending.first_seen,
+            polled_update_time=None,
+            listed_update_time=pending.listed.update_time,
+        )
+        self._tracked[session.name] = tracked
+        self._schedule(tracked, self._mono())
+
+    async def _announce(self, session: Session, *, deliver: bool) -> None:
+        event = events.session_discovered(session, now=self._clock())
+        await self._ingest_session_events(session.name, [event], deliver=lambda _: deliver)
+
+    async def _load_epoch(self) -> float:
+        """The first start of this store (Unix seconds), recorded at the first discovery."""
+        if self._epoch is None:
+            raw = await self._store.call(self._store.store.get_meta, EPOCH_KEY)
+            if raw is None:
+                self._epoch = self._clock()
+                await self._store.write(self._store.store.set_meta, EPOCH_KEY, repr(self._epoch))
+            else:
+                self._epoch = float(raw)
+        return self._epoch
+
+    def _is_baseline(self, session: Session) -> bool:
+        """Whether ``session`` existed before the first start (and backfill is off)."""
+        if self.settings.backfill or self._epoch is None:
+            return False
+        created = _unix(session.create_time)
+        return created is not None and created < self._epoch
+
+    async def _discovery_loop(self) -> None:
+        while True:
+            if self._store.unwritable is not None:
+                # A full disk: nothing polled could be archived. Pause (the store probes
+                # itself with growing delays) instead of spending the request budget.
+                self.first_pass_done.set()  # readiness then reports the full store
+                await self._store.wait_writable()
+            started = self._mono()
+            try:
+                await self.discover()
+                wait = self.settings.discovery_interval - (self._mono() - started)
+            except ApiError as exc:
+                wait = self._discovery_failed(exc)
+                await self._store.mark_poll(False, self._clock())
+            finally:
+                self.first_pass_done.set()
+                self.heartbeat = self._mono()
+            self._changed.set()
+            next_pass = self._mono() + max(0.0, wait)
+            # Between passes, new sessions whose GET failed are asked again when due.
+            while self._pending:
+                due = min(p.retry_at for p in self._pending.values())
+                if due >= next_pass:
+                    break
+                await anyio.sleep(max(0.0, due - self._mono()))
+                try:
+                    await self._retry_pending()
+                except UnauthenticatedError as exc:
+                    next_pass = self._mono() + self._discovery_failed(exc)
+                    break
+            await anyio.sleep(max(0.0, next_pass - self._mono()))
+
+    def _discovery_failed(self, exc: ApiError) -> float:
+        self._discovery_errors += 1
+        delay = self._failure_delay(exc, self._discovery_errors)
+        self._log_failure("discovery.failed", exc, delay, attempt=self._discovery_errors)
+        return delay

@@ -1,0 +1,136 @@
+"""The poller: discovery and the per-session scheduler, as loops and as one pass."""
+
+from __future__ import annotations
+
+import math
+
+import anyio
+import anyio.abc
+
+from sessionhook.api.errors import ApiError, UnauthenticatedError
+
+from ..logging import get_logger
+from .discovery import Discovery
+from .session_poll import SessionPoll
+from .settings import OnceReport, _Tracked
+
+_log = get_logger()
+
+
+class Poller(Discovery, SessionPoll):
+    """Discovery plus the per-session scheduler; see the package docstring."""
+
+    async def run(self) -> None:
+        """Discovery and the scheduler, forever (until cancelled)."""
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._discovery_loop)
+            await self._schedule_loop(tg)
+
+    async def run_once(self, *, max_attempts: int = 4) -> OnceReport:
+        """One full pass: discovery, then every new, changed or working session polled.
+
+        Transient failures are retried up to ``max_attempts`` times each (honouring
+        backoff). A rejected API key ends the pass (``report.unauthenticated``).
+        """
+        report = OnceReport()
+        for attempt in range(1, max_attempts + 1):
+            try:
+                await self.discover()
+            except UnauthenticatedError as exc:
+                self._discovery_failed(exc)
+                report.unauthenticated = exc
+                return report
+            except ApiError as exc:
+                delay = self._discovery_failed(exc)
+                if attempt == max_attempts:
+                    report.failed.append("discovery")
+                    return report
+                await anyio.sleep(delay)
+            else:
+                break
+        # New sessions whose GET failed: give the service a moment, then ask again.
+        for _ in range(max_attempts):
+            if not self._pending:
+                break
+            due = min(p.retry_at for p in self._pending.values())
+            await anyio.sleep(max(0.0, due - self._mono()))
+            try:
+                await self._retry_pending()
+            except UnauthenticatedError as exc:
+                report.unauthenticated = exc
+                return report
+        report.failed.extend(sorted(self._pending))
+        todo = [self._tracked[name] for name in self.due(math.inf)]
+        limiter = anyio.CapacityLimiter(self.settings.concurrency)
+
+        async def poll_until_done(tracked: _Tracked) -> None:
+            for attempt in range(1, max_attempts + 1):
+                if report.unauthenticated is not None:
+                    return
+                async with limiter:
+                    outcome = await self._poll_guarded(tracked)
+                if outcome == "auth" and isinstance(tracked.last_error, UnauthenticatedError):
+                    report.unauthenticated = tracked.last_error
+                    return
+                if outcome in ("ok", "gone"):
+                    report.sessions_polled += 1
+                    return
+                if attempt < max_attempts:
+                    await anyio.sleep(max(0.0, tracked.backoff_until - self._mono()))
+            report.failed.append(tracked.name)
+
+        async with anyio.create_task_group() as tg:
+            for tracked in todo:
+                tg.start_soon(poll_until_done, tracked)
+        return report
+
+    async def poll_due(self) -> dict[str, str]:
+        """Poll every session due now, once, ``concurrency`` at a time (tests, tools).
+
+        Returns each polled session's outcome: ``ok``, ``retry``, ``gone`` or ``auth``.
+        """
+        outcomes: dict[str, str] = {}
+        limiter = anyio.CapacityLimiter(self.settings.concurrency)
+
+        async def poll(tracked: _Tracked) -> None:
+            async with limiter:
+                outcomes[tracked.name] = await self._poll_guarded(tracked)
+
+        async with anyio.create_task_group() as tg:
+            for name in self.due(self._mono()):
+                tg.start_soon(poll, self._tracked[name])
+        return outcomes
+
+    async def _schedule_loop(self, tg: anyio.abc.TaskGroup) -> None:
+        running = 0
+
+        async def poll(tracked: _Tracked) -> None:
+            nonlocal running
+            try:
+                await self._poll_guarded(tracked)
+            finally:
+                tracked.running = False
+                running -= 1
+                self._changed.set()
+
+        while True:
+            self._changed = anyio.Event()
+            now = self._mono()
+            self.heartbeat = now
+            # While the store is full no new poll starts (see _discovery_loop); the loop
+            # keeps going round for the watchdog.
+            due = [] if self._store.unwritable is not None else self.due(now)
+            for name in due[: max(0, self.settings.concurrency - running)]:
+                tracked = self._tracked[name]
+                tracked.running = True
+                running += 1
+                tg.start_soon(poll, tracked)
+            upcoming = [
+                t.due_at for t in self._tracked.values() if t.due_at is not None and not t.running
+            ]
+            # Wake at the next due time, on a change, and at least every second (watchdog).
+            wait = min([1.0, *(max(0.0, due - now) for due in upcoming)])
+            if running >= self.settings.concurrency:
+                wait = 1.0  # a finishing poll sets _changed
+            with anyio.move_on_after(wait):
+                await self._changed.wait()

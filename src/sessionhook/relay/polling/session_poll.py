@@ -1,0 +1,168 @@
+"""One session's activity poll: walk its activities from the cursor, archive them, and
+read the session again when it may have changed (state, pull requests)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+
+from sessionhook.api.errors import (
+    ApiError,
+    InvalidArgumentError,
+    NotFoundError,
+    UnauthenticatedError,
+)
+from sessionhook.api.models import Activity, Session, format_timestamp, parse_timestamp
+
+from .. import events, lifecycle
+from ..logging import get_logger
+from ..store import SessionRow
+from .scheduling import Scheduling
+from .settings import ACTIVE_STATES, _may_change_session, _Tracked
+
+_log = get_logger()
+
+
+class SessionPoll(Scheduling):
+    """Polling one session; see the package docstring for the rules."""
+
+    async def _poll_guarded(self, tracked: _Tracked) -> str:
+        """Poll one session; turn upstream failures into a backoff. Returns the outcome.
+
+        ``ok``, ``gone`` (deleted upstream), ``retry`` (backing off) or ``auth`` (key
+        rejected). Anything that is not an upstream failure propagates: a bug or a broken
+        store must stop the daemon loudly, not be retried forever.
+        """
+        tracked.due_at = None
+        tracked.last_error = None
+        try:
+            await self._poll_session(tracked)
+        except NotFoundError as exc:
+            if self._mono() - tracked.first_seen < self.settings.young_session:
+                self._backoff(tracked, exc)
+                return "retry"
+            tracked.gone_at_update_time = tracked.listed_update_time or ""
+            tracked.refresh = False
+            _log.warning("poll.session_gone", session=tracked.name, error=str(exc))
+            return "gone"
+        except InvalidArgumentError as exc:
+            if self._time_filter:
+                # A server that refuses the createTime parameter: walk everything instead
+                # (dedupe by name keeps that correct) rather than never progress.
+                self._time_filter = False
+                _log.warning("poll.time_filter_refused", session=tracked.name, error=str(exc))
+                self._schedule(tracked, self._mono())
+                return "retry"
+            self._backoff(tracked, exc)
+            return "retry"
+        except UnauthenticatedError as exc:
+            self._backoff(tracked, exc)
+            return "auth"
+        except ApiError as exc:
+            self._backoff(tracked, exc)
+            return "retry"
+        tracked.errors = 0
+        tracked.backoff_until = 0.0
+        return "ok"
+
+    async def _poll_session(self, tracked: _Tracked) -> None:
+        """One activity poll of a session (raises :class:`ApiError` on upstream failure)."""
+        started = self._mono()
+        row = await self._store.get_session(tracked.name)
+        if row is None:  # pragma: no cover - tracked sessions are always archived first
+            raise RuntimeError(f"{tracked.name} is tracked but not in the store")
+        # Taken before the walk: anything that changes the session later moves updateTime
+        # past it, so discovery schedules another poll.
+        update_time = tracked.listed_update_time or row.update_time
+        deliver = self._deliverable(row.baseline)
+        session = row.to_session()
+        since = None if tracked.sweep else self._since(row.activity_cursor)
+        new = 0
+        batch: list[Activity] = []
+        # Whether an activity past the cursor may come with a state change or an output.
+        telling = False
+        try:
+            async for activity in self._client.iter_activities(
+                tracked.name, page_size=self.settings.page_size, create_time=since
+            ):
+                batch.append(activity)
+                telling = telling or _may_change_session(activity, row.activity_cursor)
+                if len(batch) >= self.settings.page_size:
+                    new += await self._ingest(session, batch, deliver)
+                    batch = []
+        except ApiError:
+            # Keep what arrived before the failure: the cursor only moves over archived
+            # activities (oldest first), so the retry resumes without a gap.
+            await self._ingest(session, batch, deliver)
+            raise
+        new += await self._ingest(session, batch, deliver)
+        tracked.sweep = False  # stays set if the walk failed: the retry sweeps again
+        # Progress updates, most of a session's activities, change neither its state nor
+        # its outputs: fetching the session after them would double the request count.
+        tracked.refresh = tracked.refresh or bool(new and telling)
+        if tracked.refresh:  # stays set if the fetch fails: the next poll tries again
+            fresh = await self._client.get_session(row.name)
+            await self._session_changes(row, fresh, deliver)
+            await self._store.upsert_session(fresh, baseline=row.baseline)
+            if fresh.state != tracked.state and fresh.state not in ACTIVE_STATES:
+                # A session that settles (waits, pauses, ends) is read once more from its
+                # first activity: one committed late, with a createTime behind the cursor's
+                # overlap, is archived before the session goes quiet. About a page each.
+                tracked.sweep = True
+                self._schedule(tracked, self._mono())
+            tracked.state = fresh.state
+            tracked.refresh = False
+        elif row.last_polled_at is None:
+            # The first poll of a session archived as it was discovered: pull requests it
+            # already had are announced now, after its activities.
+            await self._session_changes(row, session, deliver)
+        tracked.last_polled = self._mono()
+        if tracked.state in ACTIVE_STATES:
+            self._schedule(tracked, started + self.settings.active_interval)
+        tracked.polled_update_time = update_time
+        wall = self._clock()
+        next_wall = None if tracked.due_at is None else wall + (tracked.due_at - self._mono())
+        await self._store.schedule_poll(tracked.name, next_wall, polled_update_time=update_time)
+        if new:
+            _log.info("poll.ingested", session=tracked.name, new=new)
+
+    def _since(self, cursor: str | None) -> str | None:
+        if not cursor or not self._time_filter:
+            return None
+        try:
+            moment = parse_timestamp(cursor) - timedelta(seconds=self.settings.cursor_overlap)
+        except ValueError:
+            return None  # an unreadable cursor: walk everything, dedupe keeps it correct
+        return format_timestamp(moment)
+
+    async def _session_changes(
+        self, row: SessionRow, fresh: Session, deliver: Callable[[events.Event], bool]
+    ) -> None:
+        """Compare the archived session with a fresh copy: a pull request not announced yet
+        (at a session's first poll: any) gives ``session.pull_request_opened``, a new state
+        ``session.state_changed``, in that order (a session opens its pull request, then
+        completes: a consumer that acts on COMPLETED has seen the pull request)."""
+        found: list[events.Event] = []
+        first_poll = row.last_polled_at is None
+        # Event ids make a repeat harmless, so the first poll can announce them all.
+        announced = set() if first_poll else {pr.url for pr in row.to_session().pull_requests}
+        for pr in fresh.pull_requests:
+            if pr.url and pr.url not in announced:
+                found.append(events.pull_request_opened(fresh, pr, now=self._clock()))
+                _log.info("session.pull_request_opened", session=row.name, url=pr.url)
+        if row.state and fresh.state and fresh.state != row.state:
+            found.append(events.session_state_changed(fresh, row.state, now=self._clock()))
+            _log.info(
+                "session.state_changed", session=row.name, previous=row.state, state=fresh.state
+            )
+        # Waiting for the user, completed, failed: keyed by the activity behind it (stable
+        # per wait, new per completion), so deriving it again on every refresh is harmless.
+        member = lifecycle.awaited_member(fresh.state)
+        if member is not None:
+            activity = await self._store.latest_activity(row.name, member)
+            entered = first_poll or fresh.state != row.state
+            found += lifecycle.lifecycle_events(
+                fresh, activity, entered=entered, seen_until=row.update_time, now=self._clock()
+            )
+        if found:
+            await self._ingest_session_events(row.name, found, deliver=deliver)

@@ -1,0 +1,149 @@
+"""The poller's settings, its per-session bookkeeping and the pure helpers they share."""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field, replace
+
+from sessionhook.api.errors import ApiError, UnauthenticatedError
+from sessionhook.api.models import Activity, Session, parse_timestamp
+
+from ..config import Config
+
+__all__ = ["ACTIVE_STATES", "EPOCH_KEY", "OnceReport", "PollSettings", "backoff_delay"]
+
+#: ``meta`` key of the first start (Unix seconds): what came before is not delivered unless
+#: ``poll.backfill``.
+EPOCH_KEY = "first_started_at"
+
+#: States in which the agent works and new activities are expected any moment.
+ACTIVE_STATES: frozenset[str] = frozenset({"QUEUED", "PLANNING", "IN_PROGRESS"})
+
+
+@dataclass(frozen=True)
+class PollSettings:
+    """The poller's knobs; :meth:`from_config` takes them from the ``[poll]`` section."""
+
+    active_interval: float = 2.0
+    idle_interval: float = 30.0
+    discovery_interval: float = 10.0
+    backfill: bool = False
+    max_media_bytes: int = 262144
+    #: Session polls running at once. The request budget is the real bound; this only
+    #: caps tasks, and is large so that sessions whose upstream answers slowly hold their
+    #: own slot, not everybody's.
+    concurrency: int = 32
+    page_size: int = 100
+    #: Backoff after an upstream failure: ``base * 2**(n-1)``, capped, +-20 % jitter.
+    backoff_base: float = 1.0
+    backoff_cap: float = 30.0
+    #: The slower pace after the API key was rejected.
+    unauthenticated_delay: float = 60.0
+    #: How far before the cursor the activity list is asked from (equal createTimes on a
+    #: page boundary, late commits); duplicates are dropped by name.
+    cursor_overlap: float = 1.0
+    #: A 404 on a session first seen less recently than this means it was deleted.
+    young_session: float = 30.0
+    #: Backoff (base, cap) of the one GET that announces a new session: short, since it
+    #: is asked once per session and everything about the session waits for it.
+    announce_backoff: tuple[float, float] = (0.25, 1.0)
+
+    @classmethod
+    def from_config(cls, config: Config) -> PollSettings:
+        """Settings from a loaded config; the rest keep their defaults."""
+        return cls().with_config(config)
+
+    def with_config(self, config: Config) -> PollSettings:
+        """These settings with the values the config sets (a reload keeps the others)."""
+        return replace(
+            self,
+            active_interval=config.poll.active_interval,
+            idle_interval=config.poll.idle_interval,
+            discovery_interval=config.poll.discovery_interval,
+            backfill=config.poll.backfill,
+            max_media_bytes=config.delivery.max_media_bytes,
+        )
+
+
+def _unix(text: str) -> float | None:
+    try:
+        return parse_timestamp(text).timestamp() if text else None
+    except ValueError:
+        return None
+
+
+def _may_change_session(activity: Activity, cursor: str | None) -> bool:
+    """Whether ``activity`` is past ``cursor`` and of a kind that comes with a state change
+    or a new output (anything but a progress update: plans, messages, completion...)."""
+    if activity.event_member == "progressUpdated":
+        return False
+    if not cursor:
+        return True
+    try:
+        return parse_timestamp(activity.create_time) > parse_timestamp(cursor)
+    except ValueError:
+        return True
+
+
+def backoff_delay(
+    errors: int,
+    retry_after: float | None,
+    *,
+    base: float,
+    cap: float,
+    rng: random.Random,
+) -> float:
+    """Seconds to wait after the ``errors``-th consecutive failure (pure).
+
+    ``base * 2**(errors-1)`` capped at ``cap``, spread +-20 %; never less than the server's
+    ``Retry-After`` (which is honoured even above the cap).
+    """
+    exponent = min(max(errors, 1) - 1, 32)
+    delay = min(cap, base * 2.0**exponent) * rng.uniform(0.8, 1.2)
+    if retry_after is not None and math.isfinite(retry_after):
+        delay = max(delay, retry_after)
+    return delay
+
+
+@dataclass
+class _Tracked:
+    """What the scheduler knows about one session (the store keeps the durable part)."""
+
+    name: str
+    state: str
+    first_seen: float  # monotonic
+    #: ``updateTime`` of the last completed poll (the store's ``polled_update_time``).
+    polled_update_time: str | None
+    #: ``updateTime`` the session list showed last.
+    listed_update_time: str | None = None
+    due_at: float | None = None  # monotonic; None = idle, wait for discovery
+    refresh: bool = False  # fetch the session after the next poll even if nothing new
+    #: Walk the next poll from the first activity, not from the cursor (see ``_on_listed``).
+    sweep: bool = False
+    last_polled: float | None = None  # monotonic
+    errors: int = 0
+    last_error: ApiError | None = None
+    backoff_until: float = 0.0
+    running: bool = False
+    gone_at_update_time: str | None = None  # set when a 404 said the session was deleted
+
+
+@dataclass
+class _Pending:
+    """A new session whose first GET failed; announced once a GET succeeds."""
+
+    listed: Session
+    first_seen: float  # monotonic
+    errors: int = 0
+    retry_at: float = 0.0  # monotonic
+
+
+@dataclass
+class OnceReport:
+    """What :meth:`Poller.run_once` achieved."""
+
+    sessions_polled: int = 0
+    failed: list[str] = field(default_factory=list)
+    #: The 401 that stopped the pass, when the API key was rejected.
+    unauthenticated: UnauthenticatedError | None = None
