@@ -7,9 +7,11 @@ independent reading of the contract, not against the project's own emulator.
 Served by uvicorn on ``127.0.0.1`` (an ephemeral port) in a background thread; the test
 drives it through a plain Python API:
 
-* :meth:`StandIn.add_session`, :meth:`StandIn.append_activity`, :meth:`StandIn.set_state`,
+* :meth:`StandIn.add_session`, :meth:`StandIn.add_sessions` (many at once, for scale),
+  :meth:`StandIn.append_activity`, :meth:`StandIn.set_state`,
   :meth:`StandIn.add_pull_request` change the world; every change moves the session's
-  ``updateTime``;
+  ``updateTime``, except a new activity while ``moves_update_time`` is false (a server
+  that does not touch the session when it gains an activity; changeable mid-run);
 * knobs: ``create_time_mode`` (how the ``createTime`` query parameter of list activities
   is read: ``exclusive`` = strictly after, ``inclusive`` = at or after, ``ignore``, or
   ``reject``: 400 INVALID_ARGUMENT naming the field),
@@ -210,6 +212,7 @@ class StandIn:
         max_page_size: int = 3,
         not_found_for: float = 0.0,
         seed: int = 1,
+        moves_update_time: bool = True,
     ) -> None:
         if create_time_mode not in CREATE_TIME_MODES:
             raise ValueError(f"create_time_mode must be one of {CREATE_TIME_MODES}")
@@ -217,9 +220,12 @@ class StandIn:
         self.create_time_mode = create_time_mode
         self.max_page_size = max_page_size
         self.not_found_for = not_found_for
+        #: Whether a new activity moves its session's ``updateTime`` (assignable mid-run).
+        self.moves_update_time = moves_update_time
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._sessions: dict[str, _Session] = {}
+        self._ordered: list[_Session] | None = None  # newest first; None = sort again
         self._last_time = datetime.now(UTC) - timedelta(seconds=1)
         self._faults = _Faults()
         self._fault_counters: Counter[str] = Counter()
@@ -369,7 +375,17 @@ class StandIn:
                     "hostRepoContext": {"startingBranch": branch},
                 }
             self._sessions[data["name"]] = _Session(data, time.monotonic())
+            self._ordered = None
             return str(data["name"])
+
+    def add_sessions(self, count: int, *, state: str = "COMPLETED", activities: int = 1) -> None:
+        """Create ``count`` sessions in ``state`` with ``activities`` progress updates each,
+        quickly (a history of thousands for scale tests and benchmarks)."""
+        for i in range(count):
+            name = self.add_session(f"Old task {i}", state="QUEUED")
+            for _ in range(activities):
+                self.append_activity(name, "progressUpdated")
+            self.set_state(name, state)
 
     def set_state(self, session: str, state: str) -> None:
         """Move a session to ``state`` (its ``updateTime`` moves)."""
@@ -427,8 +443,13 @@ class StandIn:
             if artifacts:
                 activity["artifacts"] = artifacts
             s.activities.append(activity)
-            s.activities.sort(key=lambda a: parse_time(a["createTime"]))  # stable: ties keep order
-            s.data["updateTime"] = now
+            if len(s.activities) > 1 and parse_time(when) < parse_time(
+                s.activities[-2]["createTime"]
+            ):
+                # stable: ties keep order
+                s.activities.sort(key=lambda a: parse_time(a["createTime"]))
+            if self.moves_update_time:
+                s.data["updateTime"] = now
             return copy.deepcopy(activity)
 
     def _payload(self, member: str, when: str) -> dict[str, Any]:
@@ -455,6 +476,7 @@ class StandIn:
     def delete_session(self, session: str) -> None:
         with self._lock:
             del self._sessions[session]
+            self._ordered = None
 
     # ------------------------------------------------------------------ inspection
 
@@ -608,8 +630,8 @@ class StandIn:
         raise ValueError(f"unknown fault kind {kind}")
 
     def _page(
-        self, items: list[dict[str, Any]], query: dict[str, str], scope: str
-    ) -> tuple[list[dict[str, Any]], str | None] | Response:
+        self, items: list[Any], query: dict[str, str], scope: str
+    ) -> tuple[list[Any], str | None] | Response:
         raw_size = query.get("pageSize")
         try:
             size = int(raw_size) if raw_size not in (None, "") else self.max_page_size
@@ -637,19 +659,21 @@ class StandIn:
         return page, next_token
 
     def _list_sessions(self, _path: str, query: dict[str, str]) -> Response:
-        ordered = sorted(
-            self._sessions.values(),
-            key=lambda s: parse_time(s.data["createTime"]),
-            reverse=True,
-        )
-        reduced = [
-            {k: s.data[k] for k in ("name", "id", "title", "state", "createTime", "updateTime")}
-            for s in ordered
-        ]
-        paged = self._page(reduced, query, "sessions")
+        if self._ordered is None:
+            self._ordered = sorted(
+                self._sessions.values(),
+                key=lambda s: parse_time(s.data["createTime"]),
+                reverse=True,
+            )
+        ordered = self._ordered
+        paged = self._page(ordered, query, "sessions")
         if isinstance(paged, Response):
             return paged
-        page, token = paged
+        chosen, token = paged
+        page = [
+            {k: s.data[k] for k in ("name", "id", "title", "state", "createTime", "updateTime")}
+            for s in chosen
+        ]
         body: dict[str, Any] = {"sessions": page} if page else {}  # zero values omitted
         if token:
             body["nextPageToken"] = token

@@ -1,0 +1,469 @@
+"""Upstream economy of the relay: requests per activity, first start, idle cost.
+
+Runs ``sessionhook run`` as a separate process, exactly as a user would, against the
+independent stand-in of the Sessions API (``tests/standin.py``, in this process) and a
+verifying consumer (``tests/receiver.py``). Every request the stand-in answers is the relay's
+(the bench changes the stand-in's world through its Python API, not over HTTP).
+
+Scenarios (``--scenario``, default ``all``), each run ``--runs`` times (medians printed):
+
+* ``working``: 20 sessions working at once, one activity every ~1.3 s each (uniform
+  1.0..1.6 s; one in ten an agent message, the rest progress updates) for ``--duration``
+  s. **Upstream requests per delivered activity** and the p50/p90 delivery latency (consumer arrival minus the activity's ``createTime``).
+* ``frozen``: the same against a server that never moves ``updateTime`` when a session gains
+  an activity (``StandIn(moves_update_time=False)``): activities lost (must be 0) and the
+  latency (bounded by the safety poll interval).
+* ``first-start``: 10,000 finished sessions + 10 working ones, ``backfill = false``, budget
+  ``--rpm``. From the relay's start the working sessions gain an activity every second and a
+  brand-new session appears at +2 s: seconds until each working session's first new activity
+  is delivered, requests before the first delivery, the new session's latency.
+* ``idle``: 10,000 finished sessions, archived (the relay runs until its first start's work
+  is over: no activity request for 5 s and, where the relay walks history in the background,
+  ``sessionhook status`` says it is done); then the CPU seconds of the relay process over
+  ``--idle-window`` s against a bare loop (a separate process) that only walks the same list
+  every ``discovery_interval``; activity requests during the window.
+
+    .venv/bin/python bench/economy.py --scenario working --runs 3 --active-interval 0.3
+    .venv/bin/python bench/economy.py --set poll.mode='"timer"' ...   # extra config keys
+
+``--set section.key=TOML`` adds a config value (repeatable), e.g. to pick ``poll.mode``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+
+from sessionhook.relay import logging as relay_logging
+from sessionhook.relay.health import serve
+from sessionhook.relay.signing import generate_secret
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # the stand-in and the consumer of the tests
+from tests.receiver import Receiver  # noqa: E402
+from tests.standin import StandIn, parse_time  # noqa: E402
+
+API_KEY = "bench-economy-key-0123456789"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _config(
+    tmp: Path,
+    base_url: str,
+    hook_url: str,
+    secret: str,
+    args: argparse.Namespace,
+    *,
+    backfill: bool,
+) -> Path:
+    """The relay's config file; ``--set`` values are added to their sections."""
+    sections: dict[str, dict[str, str]] = {
+        "api": {
+            "base_url": json.dumps(base_url),
+            "api_key_env": '"SESSIONHOOK_API_KEY"',
+            "requests_per_minute": str(args.rpm),
+        },
+        "store": {"path": json.dumps(str(tmp / "bench.db"))},
+        "poll": {
+            "active_interval": str(args.active_interval),
+            "idle_interval": str(args.idle_interval),
+            "discovery_interval": str(args.discovery_interval),
+            "backfill": str(backfill).lower(),
+        },
+        "delivery": {"allow_private_networks": "true"},
+        "log": {"level": '"warning"', "format": '"json"'},
+    }
+    for item in args.set:
+        dotted, _, value = item.partition("=")
+        section, _, key = dotted.partition(".")
+        sections.setdefault(section, {})[key] = value
+    lines: list[str] = []
+    for section, values in sections.items():
+        lines.append(f"[{section}]")
+        lines += [f"{k} = {v}" for k, v in values.items()]
+    lines += [
+        "[[endpoints]]",
+        'name = "bench"',
+        f"url = {json.dumps(hook_url)}",
+        f"secret = {json.dumps(secret)}",
+        "",
+    ]
+    path = tmp / "config.toml"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def _start_relay(config: Path, log: Path) -> subprocess.Popen[bytes]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SESSIONHOOK_", "NOTIFY_"))}
+    env["SESSIONHOOK_API_KEY"] = API_KEY
+    with log.open("wb") as err:
+        return subprocess.Popen(
+            [sys.executable, "-m", "sessionhook.cli", "run", "--config", str(config)],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            env=env,
+        )
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> int:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            return proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    return proc.wait()
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def _activity_arrivals(receiver: Receiver) -> dict[str, float]:
+    """Activity name -> wall time of its first delivery."""
+    found: dict[str, float] = {}
+    for arrival in receiver.first_deliveries():
+        activity = arrival.body["data"].get("activity")
+        if activity is not None:
+            found.setdefault(activity["name"], arrival.arrived_at)
+    return found
+
+
+class World:
+    """The stand-in, the consumer and the relay of one run."""
+
+    def __init__(self, args: argparse.Namespace, *, moves_update_time: bool = True) -> None:
+        self.args = args
+        self.secret = generate_secret()
+        self.receiver = Receiver(self.secret)
+        self.standin = StandIn(
+            api_key=API_KEY, max_page_size=100, moves_update_time=moves_update_time
+        )
+        self.created: dict[str, float] = {}  # activity name -> wall createTime
+
+    def add_activity(self, session: str, member: str = "progressUpdated") -> None:
+        activity = self.standin.append_activity(session, member)
+        self.created[activity["name"]] = parse_time(activity["createTime"]).timestamp()
+
+    def requests_between(self, start_mono: float, end_mono: float) -> Counter[str]:
+        return Counter(r.label for r in self.standin.requests() if start_mono <= r.at < end_mono)
+
+
+# --------------------------------------------------------------------------- scenarios
+
+
+async def _working(world: World, tmp: Path, hook_url: str) -> dict[str, Any]:
+    args = world.args
+    rng = random.Random(7)
+    config = _config(tmp, world.standin.base_url, hook_url, world.secret, args, backfill=True)
+    sessions = [
+        world.standin.add_session(f"Working {i}", state="IN_PROGRESS") for i in range(args.sessions)
+    ]
+    relay = _start_relay(config, tmp / "relay.log")
+    started = time.monotonic()
+    try:
+        next_at = {name: started + rng.uniform(0.2, 1.3) for name in sessions}
+        end = started + args.duration
+        while time.monotonic() < end:
+            now = time.monotonic()
+            for name, at in next_at.items():
+                if at <= now:
+                    # Mostly progress updates; one in ten a message (which may come with a
+                    # change of the session: the relay reads the session after it).
+                    world.add_activity(
+                        name, "agentMessaged" if rng.random() < 0.1 else "progressUpdated"
+                    )
+                    next_at[name] = at + rng.uniform(1.0, 1.6)
+            await anyio.sleep(max(0.0, min(next_at.values()) - time.monotonic()))
+        for _ in range(round(args.settle * 10)):  # stragglers, bounded
+            if not set(world.created) - set(_activity_arrivals(world.receiver)):
+                break
+            await world.receiver.next_arrival(within=0.1)
+        stopped = time.monotonic()
+    finally:
+        code = _stop(relay)
+    arrivals = _activity_arrivals(world.receiver)
+    latencies = [arrivals[n] - world.created[n] for n in world.created if n in arrivals]
+    counts = world.requests_between(started, stopped)
+    requests = sum(counts.values())
+    return {
+        "activities_upstream": len(world.created),
+        "activities_delivered": len(latencies),
+        "lost": len(set(world.created) - set(arrivals)),
+        "latency_p50_s": _round(statistics.median(latencies) if latencies else None),
+        "latency_p90_s": _round(_percentile(latencies, 0.9)),
+        "latency_max_s": _round(max(latencies) if latencies else None),
+        "upstream_requests": requests,
+        "by_kind": dict(counts),
+        "requests_per_activity": _round(requests / len(latencies)) if latencies else None,
+        "relay_exit_status": code,
+    }
+
+
+async def _first_start(world: World, tmp: Path, hook_url: str) -> dict[str, Any]:
+    args = world.args
+    standin = world.standin
+    standin.add_sessions(args.history)
+    working = [standin.add_session(f"Working {i}", state="IN_PROGRESS") for i in range(10)]
+    for name in working:
+        standin.append_activity(name, "progressUpdated")  # history: not delivered
+    config = _config(tmp, standin.base_url, hook_url, world.secret, args, backfill=False)
+    relay = _start_relay(config, tmp / "relay.log")
+    started_mono, started_wall = time.monotonic(), time.time()
+    newcomer: str | None = None
+    newcomer_activity: str | None = None
+    try:
+        end = started_mono + args.first_start_timeout
+        tick = started_mono + 1.0
+        while time.monotonic() < end:
+            await anyio.sleep(max(0.0, tick - time.monotonic()))
+            tick += 1.0
+            for name in working:
+                world.add_activity(name)
+            if newcomer is None and time.monotonic() - started_mono >= 2.0:
+                newcomer = standin.add_session(
+                    "Created during the history walk", state="IN_PROGRESS"
+                )
+                activity = standin.append_activity(newcomer, "planGenerated")
+                newcomer_activity = activity["name"]
+                world.created[newcomer_activity] = parse_time(activity["createTime"]).timestamp()
+            arrivals = _activity_arrivals(world.receiver)
+            seen = {
+                a.session
+                for a in world.receiver.first_deliveries()
+                if a.body["data"].get("activity")
+            }
+            if set(working) <= seen and newcomer_activity in arrivals:
+                break
+    finally:
+        code = _stop(relay)
+    first_per_session: dict[str, float] = {}
+    for arrival in world.receiver.first_deliveries():
+        if arrival.body["data"].get("activity") is not None:
+            first_per_session.setdefault(arrival.session, arrival.arrived_at)
+    delivered_working = [
+        first_per_session[n] - started_wall for n in working if n in first_per_session
+    ]
+    first = min(first_per_session.values(), default=None)
+    before_first: int | None = None
+    if first is not None:
+        cut = started_mono + (first - started_wall)
+        before_first = sum(world.requests_between(started_mono, cut).values())
+    arrivals = _activity_arrivals(world.receiver)
+    newcomer_latency = None
+    if newcomer_activity is not None and newcomer_activity in arrivals:
+        newcomer_latency = arrivals[newcomer_activity] - world.created[newcomer_activity]
+    return {
+        "history_sessions": args.history,
+        "working_delivered": len(delivered_working),
+        "all_working_delivered_after_s": _round(max(delivered_working))
+        if len(delivered_working) == len(working)
+        else None,
+        "first_delivery_after_s": _round(None if first is None else first - started_wall),
+        "requests_before_first_delivery": before_first,
+        "newcomer_latency_s": _round(newcomer_latency),
+        "requests_total": sum(world.requests_between(started_mono, time.monotonic()).values()),
+        "relay_exit_status": code,
+    }
+
+
+async def _idle(world: World, tmp: Path, hook_url: str) -> dict[str, Any]:
+    args = world.args
+    standin = world.standin
+    standin.add_sessions(args.history)
+    config = _config(tmp, standin.base_url, hook_url, world.secret, args, backfill=False)
+    relay = _start_relay(config, tmp / "relay.log")
+    started = time.monotonic()
+    try:
+        # Settled: the history's work is over (no activity request for 5 s, and the status
+        # shows no history walk under way).
+        while True:
+            await anyio.sleep(1.0)
+            if relay.poll() is not None:
+                raise RuntimeError(f"the relay exited: {(tmp / 'relay.log').read_text()[-2000:]}")
+            recent = world.requests_between(time.monotonic() - 5.0, time.monotonic())
+            if (
+                time.monotonic() - started > 10
+                and not recent["list_activities"]
+                and not recent["get_session"]
+                and _history_done(config)
+            ):
+                break
+        settle_s = time.monotonic() - started
+        window = args.idle_window
+        relay_cpu, relay_counts = _measure(relay.pid, world, window)
+        bare = _start_bare_walk(standin.base_url, args.discovery_interval)
+        try:
+            await anyio.sleep(0.5)  # imports done
+            bare_cpu, _ = _measure(bare.pid, world, window)
+        finally:
+            bare.terminate()
+            bare.wait()
+    finally:
+        code = _stop(relay)
+    return {
+        "history_sessions": args.history,
+        "settled_after_s": _round(settle_s),
+        "relay_cpu_s": _round(relay_cpu),
+        "bare_walk_cpu_s": _round(bare_cpu),
+        "cpu_ratio": _round(relay_cpu / bare_cpu) if bare_cpu else None,
+        "relay_requests_in_window": dict(relay_counts),
+        "activity_requests_in_window": relay_counts["list_activities"],
+        "window_s": window,
+        "relay_exit_status": code,
+    }
+
+
+def _start_bare_walk(base_url: str, interval: float) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, __file__, "--bare-walk", base_url, str(interval)],
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def _history_done(config: Path) -> bool:
+    """Whether ``sessionhook status`` shows no history walk under way (older relays show
+    none at all: then only the request quiet counts)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "sessionhook.cli", "status", "--config", str(config), "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    try:
+        status = json.loads(out.stdout)
+    except ValueError:
+        return True
+    walk = status.get("history_walk") if isinstance(status, dict) else None
+    if not isinstance(walk, dict):
+        return True
+    return bool(walk.get("done", 0) >= walk.get("total", 0))
+
+
+def _measure(pid: int, world: World, window: float) -> tuple[float, Counter[str]]:
+    """CPU seconds of ``pid`` and the stand-in's requests over ``window`` seconds."""
+    start_cpu, start_mono = _cpu_seconds(pid), time.monotonic()
+    time.sleep(window)
+    cpu = _cpu_seconds(pid) - start_cpu
+    return cpu, world.requests_between(start_mono, time.monotonic())
+
+
+def bare_walk(base_url: str, interval: float) -> None:
+    """The baseline: walk every page of the session list each ``interval``, nothing else."""
+    with httpx.Client(base_url=base_url, headers={"x-vendor-api-key": API_KEY}) as http:
+        while True:
+            started = time.monotonic()
+            token = None
+            while True:
+                params = {"pageSize": "100", **({"pageToken": token} if token else {})}
+                body = http.get("/v1alpha/sessions", params=params).json()
+                token = body.get("nextPageToken")
+                if not token:
+                    break
+            time.sleep(max(0.0, interval - (time.monotonic() - started)))
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+SCENARIOS: dict[str, tuple[Callable[..., Any], bool]] = {
+    "working": (_working, True),
+    "frozen": (_working, False),
+    "first-start": (_first_start, True),
+    "idle": (_idle, True),
+}
+
+
+async def run_one(args: argparse.Namespace, scenario: str) -> dict[str, Any]:
+    """One run of one scenario, in a fresh temporary directory and a fresh stand-in."""
+    func, moves = SCENARIOS[scenario]
+    world = World(args, moves_update_time=moves)
+    with tempfile.TemporaryDirectory(prefix="sessionhook-economy-") as tmp_dir:
+        world.standin.start()
+        try:
+            async with anyio.create_task_group() as tg:
+                _, rx_port = await tg.start(serve, "127.0.0.1:0", world.receiver.app)
+                try:
+                    result: dict[str, Any] = await func(
+                        world, Path(tmp_dir), f"http://127.0.0.1:{rx_port}/hook"
+                    )
+                finally:
+                    tg.cancel_scope.cancel()
+        finally:
+            world.standin.stop()
+    result["bad_signatures"] = len(world.receiver.rejected)
+    return result
+
+
+def _medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, first in runs[0].items():
+        if isinstance(first, int | float) and not isinstance(first, bool):
+            values = [r[key] for r in runs if isinstance(r.get(key), int | float)]
+            out[key] = _round(statistics.median(values)) if values else None
+        elif first is None:
+            values = [r[key] for r in runs if isinstance(r.get(key), int | float)]
+            out[key] = _round(statistics.median(values)) if len(values) == len(runs) else None
+    return out
+
+
+def main() -> None:
+    if len(sys.argv) == 4 and sys.argv[1] == "--bare-walk":
+        bare_walk(sys.argv[2], float(sys.argv[3]))
+        return
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scenario", choices=[*SCENARIOS, "all"], default="all")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--sessions", type=int, default=20, help="working sessions")
+    parser.add_argument("--duration", type=float, default=30.0)
+    parser.add_argument("--settle", type=float, default=15.0, help="wait for stragglers")
+    parser.add_argument("--history", type=int, default=10_000, help="finished sessions")
+    parser.add_argument("--first-start-timeout", type=float, default=60.0)
+    parser.add_argument("--idle-window", type=float, default=20.0)
+    parser.add_argument("--active-interval", type=float, default=0.3)
+    parser.add_argument("--idle-interval", type=float, default=30.0)
+    parser.add_argument("--discovery-interval", type=float, default=10.0)
+    parser.add_argument("--rpm", type=int, default=100_000, help="api.requests_per_minute")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=TOML")
+    args = parser.parse_args()
+    relay_logging.configure("warning", "console")  # stdout is for the figures
+    chosen = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
+    summary: dict[str, Any] = {"args": {k: v for k, v in vars(args).items()}}
+    for scenario in chosen:
+        runs = [anyio.run(run_one, args, scenario, backend="asyncio") for _ in range(args.runs)]
+        summary[scenario] = {"median": _medians(runs), "runs": runs}
+        print(f"{scenario}: {json.dumps(summary[scenario]['median'])}", file=sys.stderr)
+    print(json.dumps(summary, indent=2))
+
+
+if __name__ == "__main__":
+    main()
