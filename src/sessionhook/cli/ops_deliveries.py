@@ -13,7 +13,13 @@ from typing import Final
 
 import click
 
-from ..relay.store import OPEN_STATUSES, AttemptRow, DeliveryRow, UpstreamSummary
+from ..relay.store import (
+    OPEN_STATUSES,
+    AttemptRow,
+    DeliveryRow,
+    HistoryProgress,
+    UpstreamSummary,
+)
 from . import cli
 from ._output import CliError, echo_json, render_fields, render_table
 from .ops import (
@@ -42,8 +48,16 @@ def status(config_path: str | None, db_path: str | None, as_json: bool) -> None:
     now = time.time()
     with _reading(config_path, db_path) as store:
         summary = store.status_summary(now)
+        history = store.history_progress(now)
+    walk = {
+        "total": history.total,
+        "done": history.done,
+        "remaining": history.remaining,
+        "sessions_per_second": round(history.rate, 3),
+        "eta_seconds": None if history.eta_seconds is None else round(history.eta_seconds),
+    }
     if as_json:
-        echo_json(asdict(summary))
+        echo_json({**asdict(summary), "history_walk": walk})
         return
     rows = []
     for ep in summary.endpoints:
@@ -80,9 +94,21 @@ def status(config_path: str | None, db_path: str | None, as_json: bool) -> None:
                     f"{summary.sessions} sessions, {summary.activities} activities, "
                     f"{summary.events} events",
                 ),
+                ("history walk", _history_line(history)),
             ]
         )
     )
+
+
+def _history_line(history: HistoryProgress) -> str:
+    """The history walk's progress: done / total and the time left at the recent pace."""
+    if history.total == 0:
+        return "none (nothing predates the first start, or backfill = true)"
+    if history.remaining == 0:
+        return f"done ({history.total} sessions archived)"
+    eta = history.eta_seconds
+    left = "time left unknown yet" if eta is None else f"about {_age(eta)} left"
+    return f"{history.done} / {history.total} sessions archived, {left}"
 
 
 def _upstream_line(up: UpstreamSummary) -> str:

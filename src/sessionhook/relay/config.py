@@ -96,6 +96,8 @@ DURATION_BOUNDS: dict[str, tuple[int, int]] = {
     "poll.active_interval": (0, _HOUR),
     "poll.idle_interval": (0, _DAY),
     "poll.discovery_interval": (0, _HOUR),
+    "poll.list_interval": (0, _HOUR),
+    "poll.safety_interval": (0, _DAY),
     "delivery.retry_delays[]": (0, 7 * _DAY),
     "delivery.timeout": (0, 5 * _MINUTE),
     "delivery.max_retry_after": (0, _DAY),
@@ -206,6 +208,10 @@ class PollConfig(_Section):
     idle_interval: Annotated[_Seconds, _within("poll.idle_interval")] = 30.0
     discovery_interval: Annotated[_Seconds, _within("poll.discovery_interval")] = 10.0
     backfill: bool = False
+    mode: Literal["auto", "list", "timer"] = "auto"
+    list_interval: Annotated[_Seconds, _within("poll.list_interval")] = 1.0
+    safety_interval: Annotated[_Seconds, _within("poll.safety_interval")] = 30.0
+    history_share: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 0.2
 
 
 class DeliveryConfig(_Section):
@@ -256,9 +262,7 @@ class EndpointConfig(_Section):
     #: Content type of what ``template`` renders (JSON is checked and compacted).
     content_type: Annotated[str, Field(min_length=1)] = "application/json"
     #: ``{dotted path: [globs]}`` on the payload; all must match (any glob per path).
-    filter: dict[str, tuple[Annotated[str, Field(min_length=1)], ...]] = Field(
-        default_factory=dict
-    )
+    filter: dict[str, tuple[Annotated[str, Field(min_length=1)], ...]] = Field(default_factory=dict)
     #: ``v1`` (HMAC, ``whsec_`` secrets) or ``v1a`` (ed25519, ``whsk_`` signing keys).
     signature: Literal["v1", "v1a"] = "v1"
     #: At most this many deliveries per second to this endpoint (the rest waits, in order).

@@ -5,8 +5,9 @@
 * the store (opened first; a store that cannot be opened is a :class:`DaemonError`), under
   the daemon lock (:mod:`sessionhook.relay.store.lock`): a second daemon on the same store
   is refused at once (exit status 2), naming the PID that holds it;
-* the upstream HTTP client, rate limited by one :class:`RateLimiter` and counted per
-  endpoint and status (metrics and the store's per-minute counters);
+* the upstream HTTP client, rate limited by one :class:`RateLimiter` (whose 60 s window is
+  kept in the store, so a restart within a minute stays within ``requests_per_minute``) and
+  counted per endpoint and status (metrics and the store's per-minute counters);
 * the :class:`~sessionhook.relay.poller.Poller` and the
   :class:`~sessionhook.relay.dispatch.Dispatcher`, which the poller wakes on enqueue;
 * the health server when ``[server]`` is configured (started before the store is opened,
@@ -74,6 +75,8 @@ __all__ = ["DRAIN_SECONDS", "Daemon", "DaemonError"]
 DRAIN_SECONDS = 10.0
 #: Timeout of one upstream request (the relay backs off by itself; no client retries).
 UPSTREAM_TIMEOUT = 30.0
+#: The store's request-budget window of the API key (see ``Store.take_budget``).
+BUDGET_KEY = "default"
 
 _log = get_logger()
 _E = TypeVar("_E", bound=BaseException)
@@ -431,7 +434,19 @@ class Daemon:
         config = self.config
         self.store = store
         _register_secrets(config)
-        limiter = RateLimiter(config.api.requests_per_minute)
+        rpm = config.api.requests_per_minute
+
+        async def take_budget() -> float:
+            # The window lives in the store: a restart within a minute stays in budget.
+            # A store that cannot be written (full disk...) leaves the in-process window,
+            # which holds the same rule for this process: no reason to stop polling.
+            try:
+                return await store.call(store.store.take_budget, BUDGET_KEY, self._clock(), rpm)
+            except (sqlite3.Error, StoreError, OSError) as exc:
+                _log.warning("upstream.budget_not_stored", error=str(exc))
+                return 0.0
+
+        limiter = RateLimiter(rpm, shared_window=take_budget)
         # 2xx answers are counted once the client parsed them (settle): a malformed one
         # is counted as "malformed", not as the 200 it claimed to be.
         counted = LimitedTransport(

@@ -45,6 +45,9 @@ UpstreamRecorder = Callable[[str, UpstreamStatus], Awaitable[None]]
 
 # Marks a 2xx request whose outcome waits for settle(): the label to record it under.
 _UNSETTLED: Final = "sessionhook.unsettled"
+#: Takes one grant from a window kept outside the process (the store): 0.0 when granted,
+#: else the seconds to wait (nothing taken).
+SharedWindow = Callable[[], Awaitable[float]]
 
 
 class RateLimiter:
@@ -53,6 +56,10 @@ class RateLimiter:
     ``clock`` (monotonic seconds) and ``sleep`` are injectable so tests run on a fake clock.
     Waiters are served first come, first served: one waiter at a time holds the lock while
     it sleeps, so a burst of pollers cannot starve discovery.
+
+    ``shared_window``, when given, is asked after the in-process rules allow a request: the
+    same 60 s window kept in the store (:meth:`~sessionhook.relay.store.Store.take_budget`),
+    so that the grants of a process that restarted a few seconds ago still count.
     """
 
     def __init__(
@@ -62,6 +69,7 @@ class RateLimiter:
         burst: int | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
+        shared_window: SharedWindow | None = None,
     ) -> None:
         if requests_per_minute < 1:
             raise ValueError("requests_per_minute must be at least 1")
@@ -75,6 +83,7 @@ class RateLimiter:
         self._grants: deque[float] = deque()
         self._clock = clock
         self._sleep = sleep
+        self._shared = shared_window
         self._lock = anyio.Lock()
 
     def reserve(self, now: float) -> float:
@@ -99,11 +108,21 @@ class RateLimiter:
         self._grants.append(now)
         return 0.0
 
+    def release(self) -> None:
+        """Give back the last grant (the shared window refused it)."""
+        if self._grants:
+            self._grants.pop()
+            self._tokens = min(float(self.burst), self._tokens + 1.0)
+
     async def acquire(self) -> None:
         """Wait until a request may be sent, then take the grant."""
         async with self._lock:
             while True:
                 wait = self.reserve(self._clock())
+                if wait <= 0.0 and self._shared is not None:
+                    wait = await self._shared()
+                    if wait > 0.0:
+                        self.release()
                 if wait <= 0.0:
                     return
                 await self._sleep(wait)

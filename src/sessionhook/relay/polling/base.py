@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 
 import anyio
@@ -21,7 +22,8 @@ from sessionhook.api.models import Activity, Session
 from .. import events
 from ..logging import get_logger
 from ..metrics import Metrics
-from ..store import AsyncStore, Ingested
+from ..store import AsyncStore, Ingested, KnownSession
+from .learning import UpdateTimeLearning
 from .settings import PollSettings, _Pending, _Tracked, backoff_delay
 
 _log = get_logger()
@@ -69,6 +71,19 @@ class PollerBase:
         self.heartbeat = monotonic()
         #: Wall time of the last complete discovery pass (readiness, poll lag).
         self.last_success: float | None = None
+        #: Whether the server moves updateTime on new activities (list or timer mode).
+        self._learning = UpdateTimeLearning(mode=settings.mode)
+        #: Archived sessions not tracked yet (loaded once; see ``_load_known``).
+        self._known: dict[str, KnownSession] = {}
+        self._known_loaded = False
+        #: New sessions being announced by one list reader (the other skips them).
+        self._announcing: set[str] = set()
+        #: The history walk: sessions found at the first start, newest first; the batch
+        #: not written yet, and its names (not polled before their row exists).
+        self._history_queue: deque[str] = deque()
+        self._history_batch: list[Session] = []
+        self._unrecorded: set[str] = set()
+        self._history_wake = anyio.Event()
 
     def _deliverable(self, baseline: bool) -> Callable[[events.Event], bool]:
         """Which events of a session to deliver: all, unless the session is from before

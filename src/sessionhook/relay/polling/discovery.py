@@ -12,8 +12,9 @@ from sessionhook.api.models import Session
 
 from .. import events
 from ..logging import get_logger
+from .learning import judge
 from .scheduling import Scheduling
-from .settings import ACTIVE_STATES, EPOCH_KEY, _Pending, _Tracked, _unix
+from .settings import ACTIVE_STATES, EPOCH_KEY, VERDICT_KEY, _Pending, _Tracked, _unix
 
 _log = get_logger()
 
@@ -24,13 +25,16 @@ class Discovery(Scheduling):
     async def discover(self) -> None:
         """Walk the session list once; announce new sessions and schedule changed ones."""
         await self._load_epoch()
+        await self._load_known()
         listed = 0
+        read_at = self._mono()
         async for session in self._client.iter_sessions(page_size=self.settings.page_size):
             if not listed:
                 # A page came: a later failure of this pass is no reason to back off longer.
                 self._discovery_errors = 0
             listed += 1
-            await self._on_listed(session)
+            await self._on_listed(session, read_at=read_at)
+        await self._flush_history()
         if not await self._store.is_baseline_complete():
             await self._store.mark_baseline_complete()
         self._discovery_errors = 0
@@ -40,11 +44,20 @@ class Discovery(Scheduling):
             self._metrics.poll_succeeded(self.last_success)
         _log.debug("discovery.done", sessions=listed, tracked=len(self._tracked))
 
-    async def _on_listed(self, listed: Session) -> None:
+    async def _on_listed(self, listed: Session, *, read_at: float | None = None) -> None:
+        """One list item: track, announce or schedule its session. ``read_at`` (monotonic)
+        is when the list read began: the learning judges polls that ended before it."""
         now = self._mono()
         tracked = self._tracked.get(listed.name)
         if tracked is None:
-            row = await self._store.get_session(listed.name)
+            if listed.name in self._announcing:
+                return  # the other list reader (head or full pass) is announcing it
+            known = self._known.pop(listed.name, None)
+            if known is None and self._is_history(listed):
+                self._record_history(listed, now)
+                await self._maybe_flush_history()
+                return
+            row = None if known is None else await self._store.get_session(listed.name)
             if row is None:
                 pending = self._pending.setdefault(listed.name, _Pending(listed, first_seen=now))
                 pending.listed = listed
@@ -62,6 +75,13 @@ class Discovery(Scheduling):
             )
             self._tracked[listed.name] = tracked
         tracked.listed_update_time = listed.update_time
+        if tracked.check is not None and read_at is not None and tracked.check[1] < read_at:
+            moved = judge(listed.update_time, tracked.check[0], tracked.check[2])
+            tracked.check = None
+            if moved is not None:
+                await self._observe(moved, tracked.name)
+        if tracked.history and listed.name in self._unrecorded:
+            return  # its row is written with the next batch; nothing to poll before that
         if tracked.gone_at_update_time is not None:
             if listed.update_time == tracked.gone_at_update_time:
                 return
@@ -77,7 +97,8 @@ class Discovery(Scheduling):
             at = now if active or last is None else max(now, last + self.settings.idle_interval)
             self._schedule(tracked, at, refresh=not active)
         elif active and tracked.due_at is None and not tracked.running:
-            self._schedule(tracked, now)
+            last = tracked.last_polled
+            self._schedule(tracked, now if last is None else last + self._active_interval(tracked))
 
     async def _retry_pending(self, names: Sequence[str] | None = None) -> None:
         """GET new sessions (``names``, or every pending one that is due) and announce
@@ -91,23 +112,33 @@ class Discovery(Scheduling):
         if names is None:
             names = [n for n, p in self._pending.items() if p.retry_at <= now]
         for name in names:
-            pending = self._pending[name]
+            pending = self._pending.get(name)
+            if pending is None or name in self._announcing:
+                continue  # the other list reader (head or full pass) is on it
+            self._announcing.add(name)
             try:
-                session = await self._client.get_session(name)
-            except UnauthenticatedError:
-                raise
-            except ApiError as exc:
-                pending.errors += 1
-                delay = self._failure_delay(exc, pending.errors, self.settings.announce_backoff)
-                pending.retry_at = self._mono() + delay
-                if self._mono() - pending.first_seen < self.settings.young_session:
-                    self._log_failure(
-                        "discovery.get_failed", exc, delay, session=name, attempt=pending.errors
-                    )
-                    continue
-                session = pending.listed
-            del self._pending[name]
-            await self._discovered(session, pending)
+                try:
+                    session = await self._client.get_session(name)
+                except UnauthenticatedError:
+                    raise
+                except ApiError as exc:
+                    pending.errors += 1
+                    delay = self._failure_delay(exc, pending.errors, self.settings.announce_backoff)
+                    pending.retry_at = self._mono() + delay
+                    if self._mono() - pending.first_seen < self.settings.young_session:
+                        self._log_failure(
+                            "discovery.get_failed",
+                            exc,
+                            delay,
+                            session=name,
+                            attempt=pending.errors,
+                        )
+                        continue
+                    session = pending.listed
+                del self._pending[name]
+                await self._discovered(session, pending)
+            finally:
+                self._announcing.discard(name)
 
     async def _discovered(self, session: Session, pending: _Pending) -> None:
         """A session seen for the first time: archive, announce, poll it now."""
@@ -126,6 +157,119 @@ class Discovery(Scheduling):
         )
         self._tracked[session.name] = tracked
         self._schedule(tracked, self._mono())
+
+    # ------------------------------------------------------------------ the history
+
+    def _is_history(self, listed: Session) -> bool:
+        """Whether a session seen for the first time is left to the history walk: it
+        existed before the first start (not backfilled) and is not working (a working
+        one is new work: announced and polled at once)."""
+        return listed.state not in ACTIVE_STATES and self._is_baseline(listed)
+
+    def _record_history(self, listed: Session, now: float) -> None:
+        """Track a session of the history (no request): its row is written in a batch."""
+        self._tracked[listed.name] = _Tracked(
+            name=listed.name,
+            state=listed.state,
+            first_seen=now,
+            polled_update_time=listed.update_time,
+            listed_update_time=listed.update_time,
+            history=True,
+        )
+        self._history_batch.append(listed)
+        self._unrecorded.add(listed.name)
+
+    async def _maybe_flush_history(self) -> None:
+        if len(self._history_batch) >= self.settings.page_size:
+            await self._flush_history()
+
+    async def _flush_history(self) -> None:
+        """Write the batch of history sessions (one transaction) and queue them, newest
+        first, for the history walk."""
+        batch, self._history_batch = self._history_batch, []
+        if not batch:
+            return
+        await self._store.write(self._store.store.record_history, batch)
+        for listed in batch:
+            self._unrecorded.discard(listed.name)
+            self._history_queue.append(listed.name)
+        self._history_wake.set()
+        _log.debug("history.recorded", sessions=len(batch), queued=len(self._history_queue))
+
+    async def _load_known(self) -> None:
+        """Once: the index of archived sessions (one query instead of one per list item)
+        and the history walk's queue as a previous run left it."""
+        if self._known_loaded:
+            return
+        known = await self._store.call(self._store.store.known_sessions)
+        order = await self._store.call(self._store.store.history_pending)
+        now = self._mono()
+        for k in known:
+            if k.history_pending:
+                self._tracked[k.name] = _Tracked(
+                    name=k.name,
+                    state=k.state,
+                    first_seen=now - max(0.0, self._clock() - k.first_seen_at),
+                    polled_update_time=k.polled_update_time,
+                    history=True,
+                )
+            else:
+                self._known[k.name] = k
+        self._history_queue.extend(order)
+        verdict = await self._store.call(self._store.store.get_meta, VERDICT_KEY)
+        if verdict in ("moves", "still") and self._learning.verdict is None:
+            self._learning.verdict = verdict
+        self._known_loaded = True
+
+    # ------------------------------------------------------------------ the list's head
+
+    async def _head_loop(self) -> None:
+        """List mode: read the head of the list every ``list_interval``; working sessions
+        whose ``updateTime`` moved are polled at once (see ``_on_listed``)."""
+        await self.first_pass_done.wait()
+        errors = 0
+        while True:
+            started = self._mono()
+            wait = self.settings.list_interval
+            if self._learning.list_driven:
+                try:
+                    await self.read_head()
+                    errors = 0
+                except UnauthenticatedError as exc:
+                    errors += 1
+                    wait = self._failure_delay(exc, errors)
+                except ApiError as exc:
+                    errors += 1
+                    wait = self._failure_delay(exc, errors)
+                    self._log_failure("discovery.head_failed", exc, wait, attempt=errors)
+            self.heartbeat = self._mono()
+            await anyio.sleep(max(0.0, wait - (self._mono() - started)))
+
+    async def read_head(self) -> int:
+        """Read the first page(s) of the session list: down to the oldest working session
+        tracked, at most ``head_pages``. Returns the number of pages read."""
+        await self._load_epoch()
+        await self._load_known()
+        read_at = self._mono()
+        working = {t.name for t in self._tracked.values() if t.state in ACTIVE_STATES}
+        token: str | None = None
+        pages = 0
+        while pages < self.settings.head_pages:
+            page = await self._client.list_sessions(
+                page_size=self.settings.page_size, page_token=token
+            )
+            pages += 1
+            for listed in page.sessions:
+                working.discard(listed.name)
+                await self._on_listed(listed, read_at=read_at)
+                tracked = self._tracked.get(listed.name)
+                if tracked is not None:
+                    tracked.head_seen = read_at
+            token = page.next_page_token
+            if not token or not working:
+                break
+        await self._flush_history()
+        return pages
 
     async def _announce(self, session: Session, *, deliver: bool) -> None:
         event = events.session_discovered(session, now=self._clock())

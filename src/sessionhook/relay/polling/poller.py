@@ -11,19 +11,21 @@ from sessionhook.api.errors import ApiError, UnauthenticatedError
 
 from ..logging import get_logger
 from .discovery import Discovery
-from .session_poll import SessionPoll
+from .history import HistoryWalk
 from .settings import OnceReport, _Tracked
 
 _log = get_logger()
 
 
-class Poller(Discovery, SessionPoll):
+class Poller(Discovery, HistoryWalk):
     """Discovery plus the per-session scheduler; see the package docstring."""
 
     async def run(self) -> None:
         """Discovery and the scheduler, forever (until cancelled)."""
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._discovery_loop)
+            tg.start_soon(self._head_loop)
+            tg.start_soon(self._history_loop)
             await self._schedule_loop(tg)
 
     async def run_once(self, *, max_attempts: int = 4) -> OnceReport:
@@ -60,6 +62,12 @@ class Poller(Discovery, SessionPoll):
                 report.unauthenticated = exc
                 return report
         report.failed.extend(sorted(self._pending))
+        # One pass archives everything, the history of the first start included.
+        now = self._mono()
+        for tracked in self._tracked.values():
+            if tracked.history:
+                self._schedule(tracked, now, refresh=True)
+        self._history_queue.clear()
         todo = [self._tracked[name] for name in self.due(math.inf)]
         limiter = anyio.CapacityLimiter(self.settings.concurrency)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..logging import get_logger
 from .base import PollerBase
-from .settings import _Tracked
+from .settings import ACTIVE_STATES, VERDICT_KEY, _Tracked
 
 _log = get_logger()
 
@@ -27,3 +27,42 @@ class Scheduling(PollerBase):
         ]
         ready.sort(key=lambda t: (t.due_at, t.name))
         return [t.name for t in ready]
+
+    # ------------------------------------------------------------------ list or timer
+
+    @property
+    def list_driven(self) -> bool:
+        """Whether working sessions are polled when the list shows them move (list mode),
+        rather than every ``active_interval`` (timer mode)."""
+        return self._learning.list_driven
+
+    def _active_interval(self, tracked: _Tracked) -> float:
+        """How soon a working session is polled again without news from the list: the
+        slow safety poll in list mode (when the list's head showed it lately), else the
+        timer."""
+        s = self.settings
+        fresh = tracked.head_seen is not None and (
+            self._mono() - tracked.head_seen <= 3 * s.list_interval + 1.0
+        )
+        return s.safety_interval if self._learning.list_driven and fresh else s.active_interval
+
+    async def _observe(self, moved: bool, name: str) -> None:
+        """One piece of evidence on ``updateTime`` (see :mod:`.learning`)."""
+        was_list = self._learning.list_driven
+        if not self._learning.observe(moved):
+            return
+        verdict = self._learning.verdict or ""
+        _log.info(
+            "poll.update_time_learned",
+            verdict=verdict,
+            mode="list" if self._learning.list_driven else "timer",
+            evidence=name,
+        )
+        await self._store.write(self._store.store.set_meta, VERDICT_KEY, verdict)
+        if was_list and not self._learning.list_driven:
+            # Back to the timer: working sessions waiting for their slow safety poll are
+            # polled now, and on the timer from then on.
+            now = self._mono()
+            for tracked in self._tracked.values():
+                if tracked.state in ACTIVE_STATES and not tracked.running:
+                    self._schedule(tracked, now)

@@ -4,7 +4,7 @@ read the session again when it may have changed (state, pull requests)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from sessionhook.api.errors import (
     ApiError,
@@ -44,6 +44,7 @@ class SessionPoll(Scheduling):
             tracked.gone_at_update_time = tracked.listed_update_time or ""
             tracked.refresh = False
             _log.warning("poll.session_gone", session=tracked.name, error=str(exc))
+            await self._finish_history(tracked)
             return "gone"
         except InvalidArgumentError as exc:
             if self._time_filter:
@@ -78,6 +79,7 @@ class SessionPoll(Scheduling):
         session = row.to_session()
         since = None if tracked.sweep else self._since(row.activity_cursor)
         new = 0
+        newest: datetime | None = None  # the newest createTime the walk saw (learning)
         batch: list[Activity] = []
         # Whether an activity past the cursor may come with a state change or an output.
         telling = False
@@ -87,6 +89,7 @@ class SessionPoll(Scheduling):
             ):
                 batch.append(activity)
                 telling = telling or _may_change_session(activity, row.activity_cursor)
+                newest = _later(newest, activity.create_time)
                 if len(batch) >= self.settings.page_size:
                     new += await self._ingest(session, batch, deliver)
                     batch = []
@@ -117,14 +120,26 @@ class SessionPoll(Scheduling):
             # already had are announced now, after its activities.
             await self._session_changes(row, session, deliver)
         tracked.last_polled = self._mono()
+        if new and newest is not None and row.last_polled_at is not None:
+            # Evidence for the learning, judged by the next list read: did the list show
+            # updateTime move to (at least) this activity? Not from a session's first poll,
+            # where the whole history is new.
+            tracked.check = (newest, tracked.last_polled, tracked.polled_update_time)
         if tracked.state in ACTIVE_STATES:
-            self._schedule(tracked, started + self.settings.active_interval)
+            self._schedule(tracked, started + self._active_interval(tracked))
         tracked.polled_update_time = update_time
         wall = self._clock()
         next_wall = None if tracked.due_at is None else wall + (tracked.due_at - self._mono())
         await self._store.schedule_poll(tracked.name, next_wall, polled_update_time=update_time)
+        await self._finish_history(tracked)
         if new:
             _log.info("poll.ingested", session=tracked.name, new=new)
+
+    async def _finish_history(self, tracked: _Tracked) -> None:
+        """A session of the history walk is archived (or gone): not walked again."""
+        if tracked.history:
+            tracked.history = False
+            await self._store.write(self._store.store.finish_history, tracked.name, self._clock())
 
     def _since(self, cursor: str | None) -> str | None:
         if not cursor or not self._time_filter:
@@ -166,3 +181,12 @@ class SessionPoll(Scheduling):
             )
         if found:
             await self._ingest_session_events(row.name, found, deliver=deliver)
+
+
+def _later(best: datetime | None, text: str) -> datetime | None:
+    """The later of ``best`` and the timestamp ``text`` (unreadable: ignored)."""
+    try:
+        moment = parse_timestamp(text)
+    except ValueError:
+        return best
+    return moment if best is None or moment > best else best

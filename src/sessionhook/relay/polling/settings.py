@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 
 from sessionhook.api.errors import ApiError, UnauthenticatedError
 from sessionhook.api.models import Activity, Session, parse_timestamp
@@ -16,6 +17,8 @@ __all__ = ["ACTIVE_STATES", "EPOCH_KEY", "OnceReport", "PollSettings", "backoff_
 #: ``meta`` key of the first start (Unix seconds): what came before is not delivered unless
 #: ``poll.backfill``.
 EPOCH_KEY = "first_started_at"
+#: ``meta`` key of the learned verdict on ``updateTime`` (``moves`` / ``still``).
+VERDICT_KEY = "update_time_verdict"
 
 #: States in which the agent works and new activities are expected any moment.
 ACTIVE_STATES: frozenset[str] = frozenset({"QUEUED", "PLANNING", "IN_PROGRESS"})
@@ -48,6 +51,21 @@ class PollSettings:
     #: Backoff (base, cap) of the one GET that announces a new session: short, since it
     #: is asked once per session and everything about the session waits for it.
     announce_backoff: tuple[float, float] = (0.25, 1.0)
+    #: ``auto``: learn whether the server moves ``updateTime`` on new activities (list
+    #: mode where it does, timer mode where it does not); ``list`` or ``timer`` force one.
+    mode: str = "auto"
+    #: List mode: how often the head of the session list (the newest sessions, down to the
+    #: oldest working one) is read.
+    list_interval: float = 1.0
+    #: List mode: pages of the head read at most (sessions deeper keep their timer).
+    head_pages: int = 3
+    #: List mode: a working session is still polled this often even when the list shows
+    #: nothing new (a server that stops moving ``updateTime`` costs latency, not events).
+    safety_interval: float = 30.0
+    #: Share of ``requests_per_minute`` the history walk may take (newest sessions first).
+    history_share: float = 0.2
+    #: The budget the history walk's share is of (``api.requests_per_minute``).
+    requests_per_minute: int = 600
 
     @classmethod
     def from_config(cls, config: Config) -> PollSettings:
@@ -62,6 +80,11 @@ class PollSettings:
             idle_interval=config.poll.idle_interval,
             discovery_interval=config.poll.discovery_interval,
             backfill=config.poll.backfill,
+            mode=config.poll.mode,
+            list_interval=config.poll.list_interval,
+            safety_interval=config.poll.safety_interval,
+            history_share=config.poll.history_share,
+            requests_per_minute=config.api.requests_per_minute,
             max_media_bytes=config.delivery.max_media_bytes,
         )
 
@@ -127,6 +150,14 @@ class _Tracked:
     backoff_until: float = 0.0
     running: bool = False
     gone_at_update_time: str | None = None  # set when a 404 said the session was deleted
+    #: Found at the first start and not archived yet: the history walk's, at low priority.
+    history: bool = False
+    #: Evidence for the learning: the newest activity ``createTime`` a poll found new, when
+    #: (monotonic) that poll ended, and the ``updateTime`` of the poll before it; judged
+    #: by the next list read after it.
+    check: tuple[datetime, float, str | None] | None = None
+    #: When (monotonic) the list's head last showed it: list mode needs a fresh sighting.
+    head_seen: float | None = None
 
 
 @dataclass

@@ -10,6 +10,8 @@ Modules
     :mod:`.schema`       migrations and the checks that a file is ours (DDL)
     :mod:`.sqlite`       :class:`Store`: connections, durability, the daemon's queries
     :mod:`.ops_queries`  the operator's queries, mixed into :class:`Store`
+    :mod:`.economy_queries`  the history walk, known sessions, the request budget's window
+                         (mixed into :class:`Store`)
     :mod:`.aio`          :class:`AsyncStore`, the daemon's async handle (waits out a full
                          disk)
     :mod:`.lock`         the daemon lock: one ``sessionhook run`` per store (``flock``)
@@ -34,6 +36,7 @@ Errors::
 """
 
 from .aio import AsyncStore, FullObserver
+from .economy_queries import HistoryProgress, KnownSession
 from .lock import DaemonLock, StoreLockedError, acquire_daemon_lock
 from .rows import (
     OPEN_STATUSES,
@@ -68,7 +71,9 @@ __all__ = [
     "EndpointSummary",
     "EventRow",
     "FullObserver",
+    "HistoryProgress",
     "Ingested",
+    "KnownSession",
     "SessionRow",
     "StatusSummary",
     "Store",

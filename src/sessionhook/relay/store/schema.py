@@ -133,6 +133,23 @@ def _m0001_initial(db: Database) -> None:
         db.execute(statement)
 
 
+@_migration("0005_economy")
+def _m0005_economy(db: Database) -> None:
+    # history: found at the first start, archived by the background history walk
+    # (history_done_at once archived); account: which [[accounts]] entry lists the session;
+    # request_budget: the grants of the last minute, so a restart keeps within the budget.
+    for statement in (
+        "ALTER TABLE sessions ADD COLUMN history INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE sessions ADD COLUMN history_done_at REAL",
+        "ALTER TABLE sessions ADD COLUMN account TEXT NOT NULL DEFAULT 'default'",
+        """CREATE INDEX sessions_history_pending ON sessions(create_time)
+            WHERE history = 1 AND history_done_at IS NULL""",
+        "CREATE TABLE request_budget (budget TEXT NOT NULL, at REAL NOT NULL)",
+        "CREATE INDEX request_budget_by_time ON request_budget(budget, at)",
+    ):
+        db.execute(statement)
+
+
 @_migration("0006_event_shapes")
 def _m0006_event_shapes(db: Database) -> None:
     # Per endpoint payload conditions (events.payload_matches), checked at enqueue time.

@@ -1,6 +1,7 @@
 """The SQLite :class:`Store`: connections, and every query the daemon runs.
 
-The operator's queries (status, deliveries, replay, events) are in :mod:`.ops_queries`, mixed
+The operator's queries (status, deliveries, replay, events) are in :mod:`.ops_queries`, the
+poller's economy queries (history walk, request budget) in :mod:`.economy_queries`, both mixed
 into :class:`Store`; the schema and its migrations in :mod:`.schema`.
 
 Connections
@@ -46,6 +47,7 @@ from sessionhook.api.models import Activity, Session, parse_timestamp
 
 from ..events import Event, matches, payload_matches
 from ..retry import Dead, Decision, Delivered, DisableEndpoint, Retry
+from .economy_queries import EconomyQueries
 from .ops_queries import OperatorQueries
 from .rows import (
     AttemptLike,
@@ -65,7 +67,7 @@ BUSY_TIMEOUT_MS = 10_000
 _UPSTREAM_KEEP_MINUTES = 2 * 24 * 60
 
 
-class Store(OperatorQueries):
+class Store(OperatorQueries, EconomyQueries):
     """Synchronous access to the relay database. Open with :meth:`open` or
     :meth:`open_readonly`; the daemon goes through :class:`AsyncStore`.
 

@@ -1,0 +1,80 @@
+"""The history walk: sessions that existed before the first start, archived in the
+background.
+
+With ``backfill = false`` the sessions found at the first start that are not working are
+not fetched by discovery: their list items are written in batches (one transaction per
+page) and queued here, newest first. The walk polls one at a time like any session (its
+activities, then the session itself: about two requests), and only
+
+* when no other session is due (new and working sessions always go first), and
+* at a pace that keeps it within ``history_share`` of ``requests_per_minute``.
+
+A session of the history whose ``updateTime`` or state moves is no longer history: the
+list schedules it like any other, and its poll archives it. Each archived session is marked
+in the store (``finish_history``), so a restart, even after ``kill -9``, resumes with what
+is left and fetches nothing twice. ``sessionhook status`` shows the progress.
+"""
+
+from __future__ import annotations
+
+import anyio
+
+from ..logging import get_logger
+from .session_poll import SessionPoll
+
+_log = get_logger()
+
+#: Upstream requests of one history session, about: its activities (one page) and a GET.
+REQUESTS_PER_SESSION = 2.0
+#: How long the walk waits while other sessions are due (they go first).
+_YIELD = 0.05
+
+
+class HistoryWalk(SessionPoll):
+    """The background history walk; see the module docstring."""
+
+    def _history_pace(self) -> float:
+        """Seconds per history session at the walk's share of the budget."""
+        s = self.settings
+        per_second = max(1e-6, s.history_share * s.requests_per_minute / 60.0)
+        return REQUESTS_PER_SESSION / per_second
+
+    async def _history_loop(self) -> None:
+        """Walk the queued history, forever (the queue grows if a pass finds more)."""
+        await self.first_pass_done.wait()
+        while True:
+            if not self._history_queue:
+                self._history_wake = anyio.Event()
+                if not self._history_queue:
+                    await self._history_wake.wait()
+                continue
+            if self.due(self._mono()):
+                await anyio.sleep(_YIELD)  # new and working sessions first
+                continue
+            started = self._mono()
+            walked = await self.walk_history_once()
+            if walked:
+                await anyio.sleep(max(0.0, self._history_pace() - (self._mono() - started)))
+
+    async def walk_history_once(self) -> bool:
+        """Archive the next session of the history queue; returns whether one was polled
+        (``False``: the one at the head was archived or is being polled already)."""
+        name = self._history_queue.popleft()
+        tracked = self._tracked.get(name)
+        if tracked is None or not tracked.history:
+            return False  # archived meanwhile (it moved, and its own poll archived it)
+        if tracked.running or tracked.due_at is not None:
+            return False  # scheduled like any session now: that poll archives it
+        tracked.refresh = True  # the list item lacks url, source and outputs
+        tracked.running = True
+        try:
+            outcome = await self._poll_guarded(tracked)
+        finally:
+            tracked.running = False
+        if outcome == "auth":
+            self._history_queue.appendleft(name)  # the key is rejected: try it again later
+            await anyio.sleep(max(0.0, tracked.backoff_until - self._mono()))
+        elif outcome == "ok":
+            _log.debug("history.archived", session=name, left=len(self._history_queue))
+        # "retry": the session backs off and the scheduler retries it like any other.
+        return True

@@ -1,0 +1,161 @@
+"""The poller's economy queries of the :class:`~.sqlite.Store`: the history walk (sessions
+that existed before the first start, archived in the background), the index of known
+sessions loaded once at start, and the request budget's window (kept here so that a
+restart within a minute does not exceed ``requests_per_minute``; a shared database would
+share the budget between replicas through the same verb).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sessionhook.api.models import Session
+
+#: The window of ``requests_per_minute``.
+BUDGET_WINDOW = 60.0
+#: The history walk's rate is judged over this many recent seconds (for the estimate).
+_RATE_SPAN = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class KnownSession:
+    """What the poller needs of an archived session at start (one query for all)."""
+
+    name: str
+    state: str
+    update_time: str
+    polled_update_time: str | None
+    first_seen_at: float
+    baseline: bool
+    #: Recorded by the history walk and not archived yet.
+    history_pending: bool
+    account: str
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryProgress:
+    """The history walk for ``sessionhook status``: sessions archived of those found at the
+    first start, and an estimate of the time left from the recent pace."""
+
+    total: int
+    done: int
+    #: Sessions per second over the last ten minutes (0.0: none walked lately).
+    rate: float
+
+    @property
+    def remaining(self) -> int:
+        """Sessions still to archive."""
+        return self.total - self.done
+
+    @property
+    def eta_seconds(self) -> float | None:
+        """Seconds left at the recent pace; ``None`` when unknown (no recent progress)."""
+        if self.remaining <= 0:
+            return 0.0
+        return self.remaining / self.rate if self.rate > 0 else None
+
+
+class EconomyQueries:
+    """Mixed into :class:`~.sqlite.Store`, which provides the connection."""
+
+    if TYPE_CHECKING:
+        _conn: sqlite3.Connection
+        _clock: Callable[[], float]
+
+        def _tx(self) -> AbstractContextManager[sqlite3.Connection]: ...
+
+    def known_sessions(self) -> list[KnownSession]:
+        """Every archived session's scheduling facts, in one query (the poller's start)."""
+        rows = self._conn.execute(
+            "SELECT name, state, update_time, polled_update_time, first_seen_at, baseline, "
+            "history = 1 AND history_done_at IS NULL, account FROM sessions"
+        ).fetchall()
+        return [
+            KnownSession(r[0], r[1], r[2], r[3], r[4], bool(r[5]), bool(r[6]), r[7]) for r in rows
+        ]
+
+    def record_history(self, sessions: Sequence[Session], *, account: str = "default") -> int:
+        """Archive list items of sessions that existed before the first start, for the
+        history walk (``baseline``, pending); one transaction. Known names are left alone.
+        Returns how many were new."""
+        now = self._clock()
+        params: list[tuple[Any, ...]] = []
+        for s in sessions:
+            wire = s.to_wire()
+            params.append(
+                (
+                    s.name,
+                    s.session_id,
+                    s.title,
+                    s.state,
+                    s.create_time,
+                    s.update_time,
+                    json.dumps(wire, separators=(",", ":"), ensure_ascii=False),
+                    now,
+                    s.update_time,
+                    account,
+                )
+            )
+        with self._tx() as c:
+            before = c.total_changes
+            c.executemany(
+                "INSERT INTO sessions (name, id, title, state, create_time, update_time, raw, "
+                "first_seen_at, baseline, polled_update_time, history, account) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1, ?, 1, ?) ON CONFLICT (name) DO NOTHING",
+                params,
+            )
+            return c.total_changes - before
+
+    def history_pending(self, *, account: str | None = None) -> list[str]:
+        """Names of the sessions the history walk has still to archive, newest first."""
+        sql = (
+            "SELECT name FROM sessions WHERE history = 1 AND history_done_at IS NULL"
+            + (" AND account = ?" if account is not None else "")
+            + " ORDER BY create_time DESC, name"
+        )
+        return [r[0] for r in self._conn.execute(sql, () if account is None else (account,))]
+
+    def finish_history(self, name: str, at: float) -> None:
+        """Mark a session's history archived (a restart does not fetch it again)."""
+        with self._tx() as c:
+            c.execute(
+                "UPDATE sessions SET history_done_at = ? "
+                "WHERE name = ? AND history = 1 AND history_done_at IS NULL",
+                (at, name),
+            )
+
+    def history_progress(self, now: float) -> HistoryProgress:
+        """The history walk's progress at ``now`` (works on a read-only connection)."""
+        total, done, recent = self._conn.execute(
+            "SELECT COUNT(*), COUNT(history_done_at), "
+            "COALESCE(SUM(history_done_at >= ?), 0) FROM sessions WHERE history = 1",
+            (now - _RATE_SPAN,),
+        ).fetchone()
+        first = self._conn.execute(
+            "SELECT MIN(history_done_at) FROM sessions WHERE history_done_at >= ?",
+            (now - _RATE_SPAN,),
+        ).fetchone()[0]
+        span = min(_RATE_SPAN, max(1.0, now - first)) if first is not None else _RATE_SPAN
+        return HistoryProgress(total=total, done=done, rate=recent / span if recent else 0.0)
+
+    def take_budget(self, key: str, now: float, limit: int, window: float = BUDGET_WINDOW) -> float:
+        """Take one request grant of budget ``key`` at ``now`` (Unix seconds) if fewer than
+        ``limit`` were taken in the last ``window`` seconds: returns 0.0. Otherwise takes
+        nothing and returns how long to wait. One transaction: two processes (a restart,
+        or replicas on a shared database) never take the same last grant."""
+        with self._tx() as c:
+            c.execute(
+                "DELETE FROM request_budget WHERE budget = ? AND at <= ?", (key, now - window)
+            )
+            count, oldest = c.execute(
+                "SELECT COUNT(*), MIN(at) FROM request_budget WHERE budget = ?", (key,)
+            ).fetchone()
+            if count >= limit:
+                return max(0.001, float(oldest) + window - now)
+            c.execute("INSERT INTO request_budget (budget, at) VALUES (?, ?)", (key, now))
+            return 0.0

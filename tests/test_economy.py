@@ -1,0 +1,154 @@
+"""Unit tests of the upstream economy: the updateTime learning, the history walk's store
+verbs, and the request budget's window kept in the store across restarts."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sessionhook.api.models import Session
+from sessionhook.relay.polling.learning import LEARN_AFTER, UpdateTimeLearning, judge
+from sessionhook.relay.ratelimit import RateLimiter
+from sessionhook.relay.store import Store
+
+T0 = 1_700_000_000.0
+
+
+class Clock:
+    def __init__(self, now: float = T0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def listed(n: int, created: str, state: str = "COMPLETED") -> Session:
+    raw: dict[str, Any] = {
+        "name": f"sessions/{n}",
+        "id": str(n),
+        "title": f"Old {n}",
+        "state": state,
+        "createTime": created,
+        "updateTime": created,
+    }
+    return Session.model_validate(raw)
+
+
+# --------------------------------------------------------------------------- learning
+
+
+def at(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
+
+
+def test_judge_needs_the_listed_update_time_to_move_past_the_activity() -> None:
+    activity = at("2026-01-01T10:00:05Z")
+    # Moved since the previous poll and covers the activity: the server moves it.
+    assert judge("2026-01-01T10:00:05Z", activity, "2026-01-01T10:00:00Z") is True
+    assert judge("2026-01-01T10:00:09Z", activity, "2026-01-01T10:00:00Z") is True
+    # Not moved at all, or moved (a state change) but to before the activity: it does not.
+    assert judge("2026-01-01T10:00:00Z", activity, "2026-01-01T10:00:00Z") is False
+    assert judge("2026-01-01T10:00:03Z", activity, "2026-01-01T10:00:00Z") is False
+    # Unreadable: no evidence either way.
+    assert judge("yesterday", activity, None) is None
+
+
+def test_verdict_moves_after_a_streak_and_still_after_one_miss() -> None:
+    learning = UpdateTimeLearning(mode="auto")
+    assert not learning.list_driven  # timer until learned
+    for _ in range(LEARN_AFTER - 1):
+        assert learning.observe(True) is False
+    assert not learning.list_driven
+    assert learning.observe(True) is True
+    assert learning.verdict == "moves" and learning.list_driven
+    # One miss: a server that stops moving updateTime goes back to the timer at once.
+    assert learning.observe(False) is True
+    assert learning.verdict == "still" and not learning.list_driven
+    # And it needs a whole new streak to come back.
+    for _ in range(LEARN_AFTER - 1):
+        learning.observe(True)
+    assert not learning.list_driven
+    learning.observe(True)
+    assert learning.list_driven
+
+
+def test_forced_modes_ignore_the_verdict() -> None:
+    forced_list = UpdateTimeLearning(mode="list", verdict="still")
+    forced_timer = UpdateTimeLearning(mode="timer", verdict="moves")
+    assert forced_list.list_driven and not forced_timer.list_driven
+
+
+# --------------------------------------------------------------------------- history
+
+
+def test_history_is_recorded_once_walked_newest_first_and_survives_reopening(
+    tmp_path: Path,
+) -> None:
+    clock = Clock()
+    path = tmp_path / "relay.db"
+    with Store.open(path, clock=clock) as store:
+        page = [listed(n, f"2026-01-0{n}T00:00:00Z") for n in (1, 3, 2)]
+        assert store.record_history(page) == 3
+        assert store.record_history(page[:1]) == 0  # known names are left alone
+        assert store.history_pending() == ["sessions/3", "sessions/2", "sessions/1"]
+        row = store.get_session("sessions/3")
+        assert row is not None and row.baseline and row.polled_update_time is not None
+        clock.now += 10
+        store.finish_history("sessions/3", clock.now)
+    with Store.open(path, clock=clock) as store:  # a restart (or kill -9: it was committed)
+        assert store.history_pending() == ["sessions/2", "sessions/1"]
+        known = {k.name: k for k in store.known_sessions()}
+        assert known["sessions/3"].history_pending is False
+        assert known["sessions/2"].history_pending is True
+        progress = store.history_progress(clock.now + 1)
+        assert (progress.total, progress.done, progress.remaining) == (3, 1, 2)
+        assert progress.rate > 0 and progress.eta_seconds is not None
+
+
+def test_history_progress_of_a_store_without_history(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "relay.db") as store:
+        progress = store.history_progress(T0)
+        assert (progress.total, progress.done, progress.eta_seconds) == (0, 0, 0.0)
+
+
+# --------------------------------------------------------------------------- budget
+
+
+def test_budget_window_in_the_store_outlives_the_process(tmp_path: Path) -> None:
+    path = tmp_path / "relay.db"
+    with Store.open(path) as store:
+        for i in range(5):
+            assert store.take_budget("default", T0 + i, limit=5) == 0.0
+        wait = store.take_budget("default", T0 + 10, limit=5)
+        assert wait == pytest.approx(50.0)  # the first grant leaves the window at T0 + 60
+    with Store.open(path) as store:  # restarted within the minute: still no grant
+        assert store.take_budget("default", T0 + 20, limit=5) == pytest.approx(40.0)
+        assert store.take_budget("other", T0 + 20, limit=5) == 0.0  # budgets are separate
+        assert store.take_budget("default", T0 + 60.5, limit=5) == 0.0
+
+
+@pytest.mark.anyio
+async def test_limiter_asks_the_shared_window_and_waits_for_it(tmp_path: Path) -> None:
+    clock = Clock(0.0)
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        clock.now += seconds
+
+    with Store.open(tmp_path / "relay.db") as store:
+        # Another process (before a restart) took the whole minute's budget just now.
+        for i in range(3):
+            assert store.take_budget("default", T0 + i * 0.1, limit=3) == 0.0
+
+        async def shared() -> float:
+            return store.take_budget("default", T0 + clock.now, limit=3)
+
+        limiter = RateLimiter(3, burst=3, clock=clock, sleep=sleep, shared_window=shared)
+        await limiter.acquire()
+    # A fresh in-process limiter alone would have granted at once; the stored window made
+    # it wait until the first of the earlier grants left the minute.
+    assert sum(slept) == pytest.approx(60.0, abs=0.01)
