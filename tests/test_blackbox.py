@@ -456,18 +456,25 @@ def wait_all_delivered(
 
 
 def wait_settled(consumer: Consumer, endpoint: str, world: World, harness: Harness) -> None:
-    """Until the final state of every session was announced and every event id the endpoint
-    has seen was eventually acknowledged (nothing left in a retry)."""
+    """Until the final state and every pull request of every session were announced and
+    every event id the endpoint has seen was eventually acknowledged (nothing left in a
+    retry). A session discovered only after its script ended announces its pull request
+    after all its activities: that is the last thing to wait for."""
 
     def settled() -> bool:
         hits = consumer.hits(endpoint)
         announced: dict[str, str] = {}
+        prs: set[tuple[str, str]] = set()
         for h in hits:
             if h.ok and h.type in ("session.discovered", "session.state_changed"):
                 assert h.session is not None and h.body is not None
                 announced[h.session] = h.body["data"]["session"]["state"]
+            if h.ok and h.type == "session.pull_request_opened" and h.body is not None:
+                prs.add((str(h.session), h.body["data"]["pull_request"]["url"]))
         final = all(announced.get(name) == history[-1] for name, history in world.states.items())
-        return final and {h.webhook_id for h in hits} == {h.webhook_id for h in hits if h.ok}
+        opened = {(name, url) for name, urls in world.prs.items() for url in urls} <= prs
+        acked = {h.webhook_id for h in hits} == {h.webhook_id for h in hits if h.ok}
+        return final and opened and acked
 
     wait_until(settled, 20, f"{endpoint} to settle", harness.diagnostics)
 
