@@ -346,3 +346,95 @@ def test_history_walk_runs_behind_new_work_and_resumes_after_kill_9(harness: Har
         timeout=30,
     ).stdout
     assert f"done ({len(history)} sessions archived)" in text
+
+
+# --------------------------------------------------------------------------- accounts
+
+
+def test_accounts_are_polled_apart_and_one_rejected_key_stops_no_other(
+    harness: Harness,
+) -> None:
+    # Different seeds: session names are unique across the accounts of one service.
+    alpha = harness.standin(api_key="alpha-key-0123456789", max_page_size=100, seed=2)
+    beta = harness.standin(api_key="beta-key-0123456789", max_page_size=100, seed=3)
+    gamma = harness.standin(api_key="gamma-key-0123456789", max_page_size=100, seed=4)
+    consumer = harness.consumer()
+    every_url, every_secret = consumer.add_endpoint("every")
+    beta_url, beta_secret = consumer.add_endpoint("beta-only")
+    lines = [
+        "[api]",
+        "requests_per_minute = 3000",
+        "[store]",
+        f"path = {json.dumps(str(harness.tmp / 'relay.db'))}",
+        "[poll]",
+        "active_interval = 0.3",
+        "discovery_interval = 0.5",
+        "[delivery]",
+        "retry_delays = [0.2, 0.5, 1.0]",
+        "allow_private_networks = true",
+        "[log]",
+        'level = "info"',
+        'format = "json"',
+    ]
+    for name, standin in (("alpha", alpha), ("beta", beta), ("gamma", gamma)):
+        lines += [
+            "[[accounts]]",
+            f'name = "{name}"',
+            f"base_url = {json.dumps(standin.base_url)}",
+            f'api_key_env = "{name.upper()}_KEY"',
+        ]
+    lines += [
+        "[[endpoints]]",
+        'name = "every"',
+        f"url = {json.dumps(every_url)}",
+        f"secret = {json.dumps(every_secret)}",
+        "[[endpoints]]",
+        'name = "beta-only"',
+        f"url = {json.dumps(beta_url)}",
+        f"secret = {json.dumps(beta_secret)}",
+        'accounts = ["beta"]',
+        "",
+    ]
+    relay = Relay(harness.tmp, "accounts", "\n".join(lines), "unused")
+    relay.env.update(
+        ALPHA_KEY=alpha.api_key, BETA_KEY=beta.api_key, GAMMA_KEY="a-key-gamma-rejects"
+    )
+    harness.relays.append(relay)
+    relay.start()
+    for standin in (alpha, beta):
+        wait_listing(standin, relay)
+    # gamma's key is rejected: logged loudly, naming the account...
+    wait_until(
+        lambda: any(
+            e.get("event") == "upstream.unauthenticated" and e.get("account") == "gamma"
+            for e in relay.log_events()
+        ),
+        20,
+        "gamma's 401 logged",
+        relay.diagnostics,
+    )
+    # ...and the other accounts go on: their new work is delivered, each event naming
+    # its account; the endpoint limited to beta gets beta's events only.
+    a = alpha.add_session("Alpha's", state="IN_PROGRESS")
+    b = beta.add_session("Beta's", state="IN_PROGRESS")
+    sent = {
+        "alpha": {alpha.append_activity(a, "agentMessaged")["name"]},
+        "beta": {beta.append_activity(b, "agentMessaged")["name"]},
+    }
+    wait_until(
+        lambda: (
+            sent["alpha"] | sent["beta"] <= consumer.delivered_activity_names("every")
+            and sent["beta"] <= consumer.delivered_activity_names("beta-only")
+        ),
+        20,
+        "alpha's and beta's activities delivered",
+        relay.diagnostics,
+    )
+    for hit in consumer.hits("every"):
+        assert hit.body is not None
+        expected = "alpha" if hit.session == a else "beta"
+        assert hit.body["data"]["account"] == expected, hit.body
+    assert {h.session for h in consumer.hits("beta-only")} == {b}
+    assert relay.alive()
+    accounts = status(relay)["accounts"]
+    assert accounts == {"alpha": 1, "beta": 1}

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from sessionhook.relay.config import (
+    AccountConfig,
     Config,
     ConfigError,
     load_config,
@@ -330,3 +331,68 @@ def test_example_config_is_valid_and_documents_every_key(tmp_path: Path) -> None
         assert model is not None
         for key in type(model).model_fields:
             assert f"{key} =" in text, f"{section}.{key} is not documented in the example"
+    assert "# [[accounts]]" in text
+    for key in AccountConfig.model_fields:
+        assert f"# {key} =" in text, f"accounts.{key} is not documented in the example"
+
+
+def test_accounts_each_bring_their_key_and_fall_back_on_api(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        '[api]\nrequests_per_minute = 100\nbase_url = "http://127.0.0.1:9"\n'
+        '[[accounts]]\nname = "a"\napi_key_env = "KEY_A"\n'
+        '[[accounts]]\nname = "b"\napi_key_env = "KEY_B"\nbase_url = "http://127.0.0.1:8/"\n'
+        "requests_per_minute = 7\n"
+        f'[[endpoints]]\nname = "x"\nurl = "https://h.example.com"\nsecret = "{SECRET}"\n'
+        'accounts = ["b"]\n',
+    )
+    # [api]'s own key is not needed with [[accounts]].
+    config = load_config(path, env={"KEY_A": "ka", "KEY_B": "kb"})
+    a, b = config.upstream_accounts()
+    assert (a.name, a.base_url, a.requests_per_minute, a.api_key.get_secret_value()) == (
+        "a",
+        "http://127.0.0.1:9",
+        100,
+        "ka",
+    )
+    assert (b.base_url, b.requests_per_minute, b.api_key.get_secret_value()) == (
+        "http://127.0.0.1:8",
+        7,
+        "kb",
+    )
+    assert config.endpoints[0].accounts == ("b",)
+    with pytest.raises(ConfigError, match=r"accounts\[1\]\.api_key_env: .*KEY_B"):
+        load_config(path, env={"KEY_A": "ka"})
+
+
+def test_without_accounts_api_is_the_default_account(tmp_path: Path) -> None:
+    path = write(tmp_path, '[api]\nbase_url = "http://127.0.0.1:9"\n')
+    (account,) = load_config(path, env={"SESSIONHOOK_API_KEY": "k"}).upstream_accounts()
+    assert (account.name, account.base_url, account.api_key.get_secret_value()) == (
+        "default",
+        "http://127.0.0.1:9",
+        "k",
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        (
+            '[[accounts]]\nname = "a"\napi_key_env = "K"\n[[accounts]]\nname = "a"\n'
+            'api_key_env = "K"\n',
+            "accounts[1].name",
+        ),
+        ('[[accounts]]\nname = "a"\n', "accounts[0]"),
+        ('[[accounts]]\nname = "a b"\napi_key_env = "K"\n', "accounts[0].name"),
+        (
+            f'[[endpoints]]\nname = "x"\nurl = "https://h.example.com"\nsecret = "{SECRET}"\n'
+            'accounts = ["nobody"]\n',
+            "endpoints[0].accounts",
+        ),
+    ],
+)
+def test_bad_accounts_are_config_errors(tmp_path: Path, text: str, key: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(write(tmp_path, text), env={"K": "k", "SESSIONHOOK_API_KEY": "k"})
+    assert caught.value.key == key, str(caught.value)

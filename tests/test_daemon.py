@@ -96,6 +96,14 @@ class Setup:
         return httpx.AsyncClient(transport=httpx.ASGITransport(self.emulator))
 
 
+def _settled(receiver: Receiver) -> bool:
+    """A session's final state was delivered (its last event)."""
+    return any(
+        a.type == "session.state_changed" and a.body["data"]["session"]["state"] == "COMPLETED"
+        for a in receiver.first_deliveries()
+    )
+
+
 def _completed(receiver: Receiver, count: int) -> bool:
     return sum(a.type == "activity.session_completed" for a in receiver.first_deliveries()) >= count
 
@@ -318,6 +326,9 @@ async def test_health_server_answers_ready_and_metrics(tmp_path: Path) -> None:
         await setup.api(api_http).create_session("Watched")
         tg.start_soon(lambda: daemon.run(handle_signals=False))
         await setup.receiver.wait_for(lambda r: _completed(r, 1), within=30)
+        # The session's last events (its pull request, COMPLETED) too: nothing is being
+        # written when the store is made read-only below.
+        await setup.receiver.wait_for(_settled, within=30)
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
             ready = await http.get("/readyz")
             metrics = (await http.get("/metrics")).text

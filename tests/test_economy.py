@@ -120,14 +120,17 @@ def test_history_progress_of_a_store_without_history(tmp_path: Path) -> None:
 def test_budget_window_in_the_store_outlives_the_process(tmp_path: Path) -> None:
     path = tmp_path / "relay.db"
     with Store.open(path) as store:
-        for i in range(5):
-            assert store.take_budget("default", T0 + i, limit=5) == 0.0
-        wait = store.take_budget("default", T0 + 10, limit=5)
-        assert wait == pytest.approx(50.0)  # the first grant leaves the window at T0 + 60
+        for i in range(4):
+            assert store.take_budget("default", T0 + i, limit=5) == (1, 0.0)
+        # A lease of several: only what the window has left.
+        assert store.take_budget("default", T0 + 5, limit=5, count=3) == (1, 0.0)
+        granted, wait = store.take_budget("default", T0 + 10, limit=5)
+        assert granted == 0 and wait == pytest.approx(50.0)  # T0's grant leaves at T0 + 60
     with Store.open(path) as store:  # restarted within the minute: still no grant
-        assert store.take_budget("default", T0 + 20, limit=5) == pytest.approx(40.0)
-        assert store.take_budget("other", T0 + 20, limit=5) == 0.0  # budgets are separate
-        assert store.take_budget("default", T0 + 60.5, limit=5) == 0.0
+        granted, wait = store.take_budget("default", T0 + 20, limit=5, count=5)
+        assert granted == 0 and wait == pytest.approx(40.0)
+        assert store.take_budget("other", T0 + 20, limit=5, count=2) == (2, 0.0)  # separate
+        assert store.take_budget("default", T0 + 60.5, limit=5) == (1, 0.0)
 
 
 @pytest.mark.anyio
@@ -142,10 +145,10 @@ async def test_limiter_asks_the_shared_window_and_waits_for_it(tmp_path: Path) -
     with Store.open(tmp_path / "relay.db") as store:
         # Another process (before a restart) took the whole minute's budget just now.
         for i in range(3):
-            assert store.take_budget("default", T0 + i * 0.1, limit=3) == 0.0
+            assert store.take_budget("default", T0 + i * 0.1, limit=3) == (1, 0.0)
 
         async def shared() -> float:
-            return store.take_budget("default", T0 + clock.now, limit=3)
+            return store.take_budget("default", T0 + clock.now, limit=3)[1]
 
         limiter = RateLimiter(3, burst=3, clock=clock, sleep=sleep, shared_window=shared)
         await limiter.acquire()

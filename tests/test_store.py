@@ -469,9 +469,9 @@ def test_backfill_false_archives_without_delivering(store: Store) -> None:
     store.sync_endpoints([Ep("a")])
     s = store.upsert_session(session(1), baseline=True).to_session()
     assert store.get_session(s.name).baseline  # type: ignore[union-attr]
-    assert store.ingest_session_events(
-        s.name, [events.session_discovered(s)], False
-    ) == Ingested(0, ("session.discovered",))
+    assert store.ingest_session_events(s.name, [events.session_discovered(s)], False) == Ingested(
+        0, ("session.discovered",)
+    )
     assert ingest(store, s, [activity(1, 1), activity(1, 2)], deliver=False) == 2
     assert count(store, "events") == 3
     assert count(store, "deliveries") == 0

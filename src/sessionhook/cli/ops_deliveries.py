@@ -49,6 +49,7 @@ def status(config_path: str | None, db_path: str | None, as_json: bool) -> None:
     with _reading(config_path, db_path) as store:
         summary = store.status_summary(now)
         history = store.history_progress(now)
+        accounts = store.accounts_summary()
     walk = {
         "total": history.total,
         "done": history.done,
@@ -57,7 +58,7 @@ def status(config_path: str | None, db_path: str | None, as_json: bool) -> None:
         "eta_seconds": None if history.eta_seconds is None else round(history.eta_seconds),
     }
     if as_json:
-        echo_json({**asdict(summary), "history_walk": walk})
+        echo_json({**asdict(summary), "history_walk": walk, "accounts": accounts})
         return
     rows = []
     for ep in summary.endpoints:
@@ -95,6 +96,10 @@ def status(config_path: str | None, db_path: str | None, as_json: bool) -> None:
                     f"{summary.events} events",
                 ),
                 ("history walk", _history_line(history)),
+                (
+                    "accounts",
+                    ", ".join(f"{name} ({n} sessions)" for name, n in accounts.items()) or "-",
+                ),
             ]
         )
     )

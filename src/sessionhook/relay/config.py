@@ -28,6 +28,7 @@ import os
 import re
 import tomllib
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -51,9 +52,12 @@ from .samples import sample_events
 from .signing import SECRET_PREFIX, SIGNING_KEY_PREFIX, decode_secret, decode_signing_key
 
 __all__ = [
+    "DEFAULT_ACCOUNT",
     "DURATION_BOUNDS",
     "SECRET_MAX_BYTES",
     "SECRET_MIN_BYTES",
+    "Account",
+    "AccountConfig",
     "ApiConfig",
     "Config",
     "ConfigError",
@@ -188,6 +192,60 @@ class ApiConfig(_Section):
         return self._api_key
 
 
+#: The name of the one account a config without ``[[accounts]]`` follows (``[api]``).
+DEFAULT_ACCOUNT = "default"
+
+
+class AccountConfig(_Section):
+    """``[[accounts]]``: one account of the Sessions API the relay follows, with its own
+    discovery and budget. ``base_url``, ``api_key_header`` and ``requests_per_minute``
+    default to ``[api]``'s; the key comes from ``api_key_env`` or ``api_key_file``."""
+
+    name: str
+    base_url: str | None = None
+    api_key_env: str | None = None
+    api_key_file: str | None = None
+    requests_per_minute: Annotated[int, Field(gt=0)] | None = None
+
+    _api_key: SecretStr | None = PrivateAttr(default=None)
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError("must be made of letters, digits, '_', '.' and '-'")
+        return value
+
+    @field_validator("base_url")
+    @classmethod
+    def _check_base_url(cls, value: str | None) -> str | None:
+        return None if value is None else ApiConfig._check_base_url(value)
+
+    @model_validator(mode="after")
+    def _one_key_source(self) -> AccountConfig:
+        if bool(self.api_key_env) == bool(self.api_key_file):
+            raise ValueError("set exactly one of api_key_env or api_key_file")
+        return self
+
+    @property
+    def api_key(self) -> SecretStr:
+        """The account's API key (resolved by :func:`load_config`)."""
+        if self._api_key is None:
+            raise ConfigError(f"account {self.name}", "the API key was not resolved")
+        return self._api_key
+
+
+@dataclass(frozen=True)
+class Account:
+    """One upstream account as the daemon uses it: ``[[accounts]]`` merged with ``[api]``."""
+
+    name: str
+    base_url: str
+    api_key: SecretStr
+    api_key_header: str
+    requests_per_minute: int
+
+
 class StoreConfig(_Section):
     """``[store]``: the SQLite database (after loading, an absolute path)."""
 
@@ -267,6 +325,8 @@ class EndpointConfig(_Section):
     signature: Literal["v1", "v1a"] = "v1"
     #: At most this many deliveries per second to this endpoint (the rest waits, in order).
     rate_limit: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    #: Only events of these accounts (``data.account``); absent: every account.
+    accounts: Annotated[tuple[str, ...], Field(min_length=1, strict=False)] | None = None
 
     _secrets: tuple[SecretStr, ...] | None = PrivateAttr(default=None)
 
@@ -419,6 +479,7 @@ class Config(_Section):
     endpoints: Annotated[tuple[EndpointConfig, ...], _LAX] = ()
     server: ServerConfig | None = None
     log: LogConfig = Field(default_factory=LogConfig)
+    accounts: Annotated[tuple[AccountConfig, ...], _LAX] = ()
 
     @model_validator(mode="after")
     def _unique_endpoint_names(self) -> Config:
@@ -428,6 +489,19 @@ class Config(_Section):
                 # Raised as ConfigError (not ValueError) so the key can name the index.
                 raise ConfigError(f"endpoints[{i}].name", f"duplicate name {endpoint.name!r}")
             seen.add(endpoint.name)
+        names: set[str] = set()
+        for i, account in enumerate(self.accounts):
+            if account.name in names:
+                raise ConfigError(f"accounts[{i}].name", f"duplicate name {account.name!r}")
+            names.add(account.name)
+        known = names or {DEFAULT_ACCOUNT}
+        for i, endpoint in enumerate(self.endpoints):
+            for name in endpoint.accounts or ():
+                if name not in known:
+                    raise ConfigError(
+                        f"endpoints[{i}].accounts",
+                        f"no account {name!r} (accounts: {', '.join(sorted(known))})",
+                    )
         return self
 
     @model_validator(mode="after")
@@ -445,6 +519,31 @@ class Config(_Section):
                     f"{reason}, refused while delivery.allow_private_networks = false",
                 )
         return self
+
+    def upstream_accounts(self) -> list[Account]:
+        """The accounts the relay follows: each ``[[accounts]]`` entry, or the one
+        ``[api]`` describes (named ``default``). Needs resolved secrets."""
+        api = self.api
+        if not self.accounts:
+            return [
+                Account(
+                    DEFAULT_ACCOUNT,
+                    api.base_url,
+                    api.api_key,
+                    api.api_key_header,
+                    api.requests_per_minute,
+                )
+            ]
+        return [
+            Account(
+                a.name,
+                a.base_url or api.base_url,
+                a.api_key,
+                api.api_key_header,
+                a.requests_per_minute or api.requests_per_minute,
+            )
+            for a in self.accounts
+        ]
 
     def endpoint_by_name(self, name: str) -> EndpointConfig | None:
         """The endpoint called ``name``, or ``None``."""
@@ -487,9 +586,18 @@ def load_config(
     base = file.resolve().parent
     config = _resolve_store_path(config, base, environ)
     if resolve_secrets:
-        api = _resolve_api_key(config.api, base, environ) if need_api_key else config.api
+        # With [[accounts]], each account has its key and [api] only gives defaults.
+        api_needs_key = need_api_key and not config.accounts
+        api = _resolve_api_key(config.api, base, environ) if api_needs_key else config.api
+        accounts = config.accounts
+        if need_api_key:
+            accounts = tuple(
+                _resolve_account_key(i, a, base, environ) for i, a in enumerate(accounts)
+            )
         endpoints = _resolve_endpoint_secrets(config.endpoints, base, environ)
-        config = config.model_copy(update={"api": api, "endpoints": endpoints})
+        config = config.model_copy(
+            update={"api": api, "endpoints": endpoints, "accounts": accounts}
+        )
     return config
 
 
@@ -578,6 +686,23 @@ def _resolve_api_key(api: ApiConfig, base: Path, env: Mapping[str, str]) -> ApiC
             raise ConfigError("api.api_key_env", f"environment variable {var} is not set")
         api._api_key = SecretStr(env[var].strip())
     return api
+
+
+def _resolve_account_key(
+    index: int, account: AccountConfig, base: Path, env: Mapping[str, str]
+) -> AccountConfig:
+    account = account.model_copy()
+    if account.api_key_file:
+        key = f"accounts[{index}].api_key_file"
+        account._api_key = SecretStr(_read_secret_file(key, account.api_key_file, base, env))
+    else:
+        var = account.api_key_env or ""
+        if not env.get(var):
+            raise ConfigError(
+                f"accounts[{index}].api_key_env", f"environment variable {var} is not set"
+            )
+        account._api_key = SecretStr(env[var].strip())
+    return account
 
 
 def _resolve_endpoint_secrets(

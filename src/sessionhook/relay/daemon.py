@@ -41,6 +41,7 @@ import sqlite3
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -52,14 +53,14 @@ from sessionhook.api.client import RetryPolicy, SessionsClient
 
 from . import health, sdnotify
 from . import logging as relay_logging
-from .config import Config, ConfigError, load_config
+from .config import Account, Config, ConfigError, load_config
 from .dispatch import DeliverySettings, Dispatcher, UrlGuard
 from .logging import get_logger
 from .metrics import Metrics
 from .netguard import AddressPolicy, Resolver
 from .pinning import PinnedTransport
-from .poller import Poller, PollSettings
-from .ratelimit import LimitedTransport, RateLimiter
+from .poller import OnceReport, Poller, PollSettings
+from .ratelimit import LimitedTransport, RateLimiter, SharedWindow
 from .store import (
     AsyncStore,
     StoreError,
@@ -75,8 +76,8 @@ __all__ = ["DRAIN_SECONDS", "Daemon", "DaemonError"]
 DRAIN_SECONDS = 10.0
 #: Timeout of one upstream request (the relay backs off by itself; no client retries).
 UPSTREAM_TIMEOUT = 30.0
-#: The store's request-budget window of the API key (see ``Store.take_budget``).
-BUDGET_KEY = "default"
+#: Request grants taken from the store's budget window at once (see ``Store.take_budget``).
+BUDGET_LEASE = 5
 
 _log = get_logger()
 _E = TypeVar("_E", bound=BaseException)
@@ -136,7 +137,9 @@ class Daemon:
         self.store: AsyncStore | None = None
         #: Why the store is not open yet (a full disk at start-up), for /readyz.
         self._open_problem: str | None = None
-        self.poller: Poller | None = None
+        #: One poller per account (``[[accounts]]``, or the one ``[api]`` describes).
+        self.pollers: list[Poller] = []
+        self.poller: Poller | None = None  # the first account's
         self.dispatcher: Dispatcher | None = None
         #: Set once the daemon is ready (store open, first poll tried): tests wait on it.
         self.ready = anyio.Event()
@@ -184,14 +187,21 @@ class Daemon:
             store = await self._open_store(wait=False)
             assert store is not None  # only a stop while waiting for space returns None
             try:
-                async with self._wiring(store) as (poller, dispatcher):
-                    report = await poller.run_once()
-                    if report.unauthenticated is not None:
-                        raise DaemonError(
-                            f"the Sessions API rejected the API key: {report.unauthenticated}"
-                        )
+                async with self._wiring(store) as (pollers, dispatcher):
+                    report = OnceReport()
+                    rejected: list[str] = []
+                    for poller in pollers:  # one account's rejected key stops no other
+                        one = await poller.run_once()
+                        report.sessions_polled += one.sessions_polled
+                        report.failed.extend(one.failed)
+                        if one.unauthenticated is not None:
+                            rejected.append(f"{poller.account}: {one.unauthenticated}")
                     attempts = await dispatcher.run_until_idle()
                     pending = await store.pending_count()
+                    if rejected:
+                        raise DaemonError(
+                            f"the Sessions API rejected the API key ({'; '.join(rejected)})"
+                        )
             except Exception as exc:
                 unwritable = _find(exc, StoreUnwritableError)
                 if unwritable is None:
@@ -231,23 +241,23 @@ class Daemon:
                         raise DaemonError(str(exc)) from None
                 store = await self._open_store(wait=True)
                 if store is not None:  # None: stopped while waiting for disk space
-                    async with self._wiring(store) as (poller, dispatcher):
-                        await self._run_loops(store, poller, dispatcher)
+                    async with self._wiring(store) as (_pollers, dispatcher):
+                        await self._run_loops(store, dispatcher)
                 outer.cancel_scope.cancel()
         _log.info("relay.stopped")
 
-    async def _run_loops(self, store: AsyncStore, poller: Poller, dispatcher: Dispatcher) -> None:
+    async def _run_loops(self, store: AsyncStore, dispatcher: Dispatcher) -> None:
         _log.info(
             "relay.started",
             store=str(self.config.store.path),
             endpoints=[e.name for e in self.config.endpoints],
-            base_url=self.config.api.base_url,
+            accounts={a.name: a.base_url for a in self.config.upstream_accounts()},
         )
         if self._stop.is_set():
             return
         async with anyio.create_task_group() as tg:
             poll_scope = anyio.CancelScope()
-            tg.start_soon(self._side_task, "poller", poller.run, poll_scope)
+            tg.start_soon(self._side_task, "poller", self._run_pollers, poll_scope)
             tg.start_soon(self._side_task, "dispatcher", dispatcher.run, None)
             tg.start_soon(self._side_task, "lifecycle", self._lifecycle, None)
             await self._stop.wait()
@@ -263,6 +273,12 @@ class Daemon:
             if drain.cancelled_caught:
                 _log.warning("relay.drain_timeout", in_flight=dispatcher.in_flight)
             tg.cancel_scope.cancel()
+
+    async def _run_pollers(self) -> None:
+        """Every account's poller, side by side (each with its own discovery and budget)."""
+        async with anyio.create_task_group() as tg:
+            for poller in self.pollers:
+                tg.start_soon(poller.run)
 
     async def _side_task(
         self,
@@ -280,9 +296,10 @@ class Daemon:
 
     async def _lifecycle(self) -> None:
         """READY=1 after the first poll, then WATCHDOG=1 while both loops make progress."""
-        poller, dispatcher = self.poller, self.dispatcher
-        assert poller is not None and dispatcher is not None
-        await poller.first_pass_done.wait()
+        pollers, dispatcher = self.pollers, self.dispatcher
+        assert pollers and dispatcher is not None
+        for poller in pollers:
+            await poller.first_pass_done.wait()
         self.ready.set()
         sdnotify.ready("polling and delivering")
         _log.info("relay.ready")
@@ -292,7 +309,8 @@ class Daemon:
             return
         while not self._stopping:
             now = time.monotonic()
-            beats = {"poller": poller.heartbeat, "dispatcher": dispatcher.heartbeat}
+            beats = {f"poller:{p.account}": p.heartbeat for p in pollers}
+            beats["dispatcher"] = dispatcher.heartbeat
             stale = [name for name, beat in beats.items() if now - beat > 2 * interval]
             if stale:
                 _log.error("relay.loop_stalled", loops=stale)  # no ping: systemd restarts us
@@ -341,7 +359,14 @@ class Daemon:
             delivery = new.delivery.model_copy(
                 update={"allow_private_networks": old.delivery.allow_private_networks}
             )
-            new = new.model_copy(update={"api": old.api, "store": old.store, "delivery": delivery})
+            new = new.model_copy(
+                update={
+                    "api": old.api,
+                    "store": old.store,
+                    "delivery": delivery,
+                    "accounts": old.accounts,
+                }
+            )
         relay_logging.configure(new.log.level, new.log.format)
         _register_secrets(new)
         if self.store is not None:
@@ -354,8 +379,10 @@ class Daemon:
         if self.dispatcher is not None:
             self.dispatcher.update(DeliverySettings.from_config(new))
         self._poll_settings = self._poll_settings.with_config(new)
-        if self.poller is not None:
-            self.poller.settings = self._poll_settings
+        for poller in self.pollers:
+            poller.settings = replace(
+                self._poll_settings, requests_per_minute=poller.settings.requests_per_minute
+            )
         self.config = new
         _log.info("config.reloaded", endpoints=[e.name for e in new.endpoints])
         sdnotify.ready("configuration reloaded")
@@ -429,33 +456,30 @@ class Daemon:
         return store
 
     @asynccontextmanager
-    async def _wiring(self, store: AsyncStore) -> AsyncIterator[tuple[Poller, Dispatcher]]:
-        """Build the HTTP clients, poller and dispatcher on an open store; close all."""
+    async def _wiring(self, store: AsyncStore) -> AsyncIterator[tuple[list[Poller], Dispatcher]]:
+        """Build the HTTP clients, one poller per account and the dispatcher on an open
+        store; close all."""
         config = self.config
         self.store = store
         _register_secrets(config)
-        rpm = config.api.requests_per_minute
-
-        async def take_budget() -> float:
-            # The window lives in the store: a restart within a minute stays in budget.
-            # A store that cannot be written (full disk...) leaves the in-process window,
-            # which holds the same rule for this process: no reason to stop polling.
-            try:
-                return await store.call(store.store.take_budget, BUDGET_KEY, self._clock(), rpm)
-            except (sqlite3.Error, StoreError, OSError) as exc:
-                _log.warning("upstream.budget_not_stored", error=str(exc))
-                return 0.0
-
-        limiter = RateLimiter(rpm, shared_window=take_budget)
-        # 2xx answers are counted once the client parsed them (settle): a malformed one
-        # is counted as "malformed", not as the 200 it claimed to be.
-        counted = LimitedTransport(
-            self._upstream_transport or httpx.AsyncHTTPTransport(),
-            limiter,
-            record=self._record_upstream,
-            settle_success=True,
-        )
-        upstream = httpx.AsyncClient(transport=counted)
+        accounts = config.upstream_accounts()
+        inner = self._upstream_transport or httpx.AsyncHTTPTransport()
+        # One HTTP client per account, each with its own budget (an API key's quota). 2xx
+        # answers are counted once the client parsed them (settle): a malformed one is
+        # counted as "malformed", not as the 200 it claimed to be.
+        counted = [
+            LimitedTransport(
+                inner,
+                RateLimiter(
+                    account.requests_per_minute,
+                    shared_window=self._budget_window(store, account),
+                ),
+                record=self._record_upstream,
+                settle_success=True,
+            )
+            for account in accounts
+        ]
+        upstreams = [httpx.AsyncClient(transport=transport) for transport in counted]
         # Every webhook connection goes to an address vetted when it was resolved, once.
         delivery = httpx.AsyncClient(
             transport=self._delivery_transport
@@ -467,15 +491,6 @@ class Daemon:
             follow_redirects=False,
         )
         try:
-            client = SessionsClient(
-                upstream,
-                base_url=config.api.base_url,
-                api_key=config.api.api_key.get_secret_value(),
-                api_key_header=config.api.api_key_header,
-                timeout=UPSTREAM_TIMEOUT,
-                retry=RetryPolicy(max_attempts=1),
-                on_answer=counted.settle,
-            )
             self.dispatcher = Dispatcher(
                 store,
                 delivery,
@@ -484,21 +499,62 @@ class Daemon:
                 guard=self._guard,
                 clock=self._clock,
             )
-            self.poller = Poller(
-                client,
-                store,
-                self._poll_settings,
-                on_enqueued=self.dispatcher.wake,
-                metrics=self.metrics,
-                clock=self._clock,
-            )
-            yield self.poller, self.dispatcher
+            self.pollers = [
+                Poller(
+                    SessionsClient(
+                        upstream,
+                        base_url=account.base_url,
+                        api_key=account.api_key.get_secret_value(),
+                        api_key_header=account.api_key_header,
+                        timeout=UPSTREAM_TIMEOUT,
+                        retry=RetryPolicy(max_attempts=1),
+                        on_answer=transport.settle,
+                    ),
+                    store,
+                    replace(self._poll_settings, requests_per_minute=account.requests_per_minute),
+                    on_enqueued=self.dispatcher.wake,
+                    metrics=self.metrics,
+                    clock=self._clock,
+                    account=account.name,
+                )
+                for account, upstream, transport in zip(accounts, upstreams, counted, strict=True)
+            ]
+            self.poller = self.pollers[0]
+            yield self.pollers, self.dispatcher
         finally:
             with anyio.CancelScope(shield=True):
-                await upstream.aclose()
+                for upstream in upstreams:
+                    await upstream.aclose()
                 await delivery.aclose()
                 await store.close()
             self.store = None
+
+    def _budget_window(self, store: AsyncStore, account: Account) -> SharedWindow:
+        """The account's ``requests_per_minute`` window kept in the store."""
+        rpm = account.requests_per_minute
+        leased = 0  # grants taken from the store and not used yet
+
+        async def take_budget() -> float:
+            # The window lives in the store: a restart within a minute stays in budget.
+            # Grants are leased a few at a time (one write per BUDGET_LEASE requests).
+            # A store that cannot be written (full disk...) leaves the in-process window,
+            # which holds the same rule for this process: no reason to stop polling.
+            nonlocal leased
+            if leased:
+                leased -= 1
+                return 0.0
+            try:
+                granted, wait = await store.call(
+                    store.store.take_budget, account.name, self._clock(), rpm, count=BUDGET_LEASE
+                )
+            except (sqlite3.Error, StoreError, OSError) as exc:
+                _log.warning("upstream.budget_not_stored", error=str(exc))
+                return 0.0
+            if granted:
+                leased = granted - 1
+            return wait
+
+        return take_budget
 
     async def _record_upstream(self, label: str, status: int | str | None) -> None:
         self.metrics.upstream_request(label, status)
@@ -522,7 +578,9 @@ class Daemon:
         return None
 
     async def _readiness(self) -> tuple[bool, list[str]]:
-        last = self.poller.last_success if self.poller is not None else None
+        # Ready when every account's discovery succeeded lately (the oldest counts).
+        successes = [p.last_success for p in self.pollers]
+        last = None if not successes or None in successes else min(s for s in successes if s)
         bound = max(120.0, 3 * self.config.poll.discovery_interval)
         problem = await self._store_problem()
         return health.check_ready(
@@ -596,14 +654,18 @@ def _find(exc: BaseException, kind: type[_E]) -> _E | None:
 def _restart_only(config: Config) -> tuple[Any, ...]:
     return (
         config.api.model_dump(),
-        config.api.api_key.get_secret_value(),
+        [
+            (a.name, a.base_url, a.api_key.get_secret_value(), a.requests_per_minute)
+            for a in config.upstream_accounts()
+        ],
         str(config.store.path),
         config.delivery.allow_private_networks,
     )
 
 
 def _register_secrets(config: Config) -> None:
-    relay_logging.register_secret(config.api.api_key)
+    for account in config.upstream_accounts():
+        relay_logging.register_secret(account.api_key)
     for endpoint in config.endpoints:
         for secret in endpoint.secrets:
             relay_logging.register_secret(secret)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import anyio
 import anyio.abc
@@ -20,6 +22,7 @@ from sessionhook.api.errors import (
 from sessionhook.api.models import Activity, Session
 
 from .. import events
+from ..config import DEFAULT_ACCOUNT
 from ..logging import get_logger
 from ..metrics import Metrics
 from ..store import AsyncStore, Ingested, KnownSession
@@ -48,7 +51,10 @@ class PollerBase:
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
+        account: str = DEFAULT_ACCOUNT,
     ) -> None:
+        #: The account this poller follows (``[[accounts]]`` name): ``data.account``.
+        self.account = account
         self._client = client
         self._store = store
         self.settings = settings
@@ -85,6 +91,16 @@ class PollerBase:
         self._unrecorded: set[str] = set()
         self._history_wake = anyio.Event()
 
+    def _stamp(self, event: events.Event) -> events.Event:
+        """The event with ``data.account``: which account's session it is about."""
+        body = json.loads(event.body)
+        data = body.get("data")
+        if not isinstance(data, dict):
+            return event
+        data["account"] = self.account
+        text = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+        return replace(event, body=text.encode("utf-8"))
+
     def _deliverable(self, baseline: bool) -> Callable[[events.Event], bool]:
         """Which events of a session to deliver: all, unless the session is from before
         the first start; then only what happened upstream since."""
@@ -105,8 +121,10 @@ class PollerBase:
         history before the first start, then what came after), one transaction each.
         """
         built = [
-            events.activity_event(
-                session, a, max_media_bytes=self.settings.max_media_bytes, now=self._clock()
+            self._stamp(
+                events.activity_event(
+                    session, a, max_media_bytes=self.settings.max_media_bytes, now=self._clock()
+                )
             )
             for a in batch
         ]
@@ -129,6 +147,7 @@ class PollerBase:
     async def _ingest_session_events(
         self, name: str, found: list[events.Event], *, deliver: Callable[[events.Event], bool]
     ) -> None:
+        found = [self._stamp(e) for e in found]
         for flag in (False, True):
             chosen = [e for e in found if deliver(e) == flag]
             if chosen:
@@ -158,6 +177,7 @@ class PollerBase:
         return delay
 
     def _log_failure(self, event: str, exc: ApiError, delay: float, **fields: object) -> None:
+        fields["account"] = self.account
         if isinstance(exc, UnauthenticatedError):
             _log.error(
                 "upstream.unauthenticated",

@@ -11,6 +11,7 @@ from sessionhook.api.errors import ApiError, UnauthenticatedError
 from sessionhook.api.models import Session
 
 from .. import events
+from ..config import DEFAULT_ACCOUNT
 from ..logging import get_logger
 from .learning import judge
 from .scheduling import Scheduling
@@ -144,6 +145,10 @@ class Discovery(Scheduling):
         """A session seen for the first time: archive, announce, poll it now."""
         baseline = self._is_baseline(session)
         await self._store.upsert_session(session, baseline=baseline)
+        if self.account != DEFAULT_ACCOUNT:
+            await self._store.write(
+                self._store.store.set_session_account, session.name, self.account
+            )
         await self._announce(session, deliver=not baseline)
         _log.info(
             "session.discovered", session=session.name, state=session.state, baseline=baseline
@@ -189,7 +194,7 @@ class Discovery(Scheduling):
         batch, self._history_batch = self._history_batch, []
         if not batch:
             return
-        await self._store.write(self._store.store.record_history, batch)
+        await self._store.write(self._store.store.record_history, batch, account=self.account)
         for listed in batch:
             self._unrecorded.discard(listed.name)
             self._history_queue.append(listed.name)
@@ -201,8 +206,12 @@ class Discovery(Scheduling):
         and the history walk's queue as a previous run left it."""
         if self._known_loaded:
             return
-        known = await self._store.call(self._store.store.known_sessions)
-        order = await self._store.call(self._store.store.history_pending)
+        known = [
+            k
+            for k in await self._store.call(self._store.store.known_sessions)
+            if k.account == self.account
+        ]
+        order = await self._store.call(self._store.store.history_pending, account=self.account)
         now = self._mono()
         for k in known:
             if k.history_pending:

@@ -111,6 +111,19 @@ class EconomyQueries:
             )
             return c.total_changes - before
 
+    def set_session_account(self, name: str, account: str) -> None:
+        """Record which account lists the session (its events' ``data.account``, and the
+        endpoints that take them)."""
+        with self._tx() as c:
+            c.execute("UPDATE sessions SET account = ? WHERE name = ?", (account, name))
+
+    def accounts_summary(self) -> dict[str, int]:
+        """Archived sessions per account (``sessionhook status``)."""
+        rows = self._conn.execute(
+            "SELECT account, COUNT(*) FROM sessions GROUP BY account ORDER BY account"
+        ).fetchall()
+        return {account: count for account, count in rows}
+
     def history_pending(self, *, account: str | None = None) -> list[str]:
         """Names of the sessions the history walk has still to archive, newest first."""
         sql = (
@@ -143,19 +156,26 @@ class EconomyQueries:
         span = min(_RATE_SPAN, max(1.0, now - first)) if first is not None else _RATE_SPAN
         return HistoryProgress(total=total, done=done, rate=recent / span if recent else 0.0)
 
-    def take_budget(self, key: str, now: float, limit: int, window: float = BUDGET_WINDOW) -> float:
-        """Take one request grant of budget ``key`` at ``now`` (Unix seconds) if fewer than
-        ``limit`` were taken in the last ``window`` seconds: returns 0.0. Otherwise takes
-        nothing and returns how long to wait. One transaction: two processes (a restart,
-        or replicas on a shared database) never take the same last grant."""
+    def take_budget(
+        self, key: str, now: float, limit: int, window: float = BUDGET_WINDOW, count: int = 1
+    ) -> tuple[int, float]:
+        """Take up to ``count`` request grants of budget ``key`` at ``now`` (Unix seconds),
+        as many as keep the last ``window`` seconds at most ``limit``. Returns ``(granted,
+        0.0)``, or ``(0, seconds to wait)`` when the window is full (nothing taken). One
+        transaction: two processes (a restart, or replicas on a shared database) never
+        take the same last grant. A grant taken and not used still counts (conservative).
+        """
         with self._tx() as c:
             c.execute(
                 "DELETE FROM request_budget WHERE budget = ? AND at <= ?", (key, now - window)
             )
-            count, oldest = c.execute(
+            used, oldest = c.execute(
                 "SELECT COUNT(*), MIN(at) FROM request_budget WHERE budget = ?", (key,)
             ).fetchone()
-            if count >= limit:
-                return max(0.001, float(oldest) + window - now)
-            c.execute("INSERT INTO request_budget (budget, at) VALUES (?, ?)", (key, now))
-            return 0.0
+            granted = max(0, min(count, limit - used))
+            if not granted:
+                return 0, max(0.001, float(oldest) + window - now)
+            c.executemany(
+                "INSERT INTO request_budget (budget, at) VALUES (?, ?)", [(key, now)] * granted
+            )
+            return granted, 0.0

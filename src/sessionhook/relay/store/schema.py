@@ -136,12 +136,14 @@ def _m0001_initial(db: Database) -> None:
 @_migration("0005_economy")
 def _m0005_economy(db: Database) -> None:
     # history: found at the first start, archived by the background history walk
-    # (history_done_at once archived); account: which [[accounts]] entry lists the session;
+    # (history_done_at once archived); account: which [[accounts]] entry lists the session,
+    # endpoints.accounts: the accounts an endpoint takes events of;
     # request_budget: the grants of the last minute, so a restart keeps within the budget.
     for statement in (
         "ALTER TABLE sessions ADD COLUMN history INTEGER NOT NULL DEFAULT 0",
         "ALTER TABLE sessions ADD COLUMN history_done_at REAL",
         "ALTER TABLE sessions ADD COLUMN account TEXT NOT NULL DEFAULT 'default'",
+        "ALTER TABLE endpoints ADD COLUMN accounts TEXT",  # JSON list; NULL: every account
         """CREATE INDEX sessions_history_pending ON sessions(create_time)
             WHERE history = 1 AND history_done_at IS NULL""",
         "CREATE TABLE request_budget (budget TEXT NOT NULL, at REAL NOT NULL)",

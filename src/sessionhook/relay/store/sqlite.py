@@ -272,11 +272,13 @@ class Store(OperatorQueries, EconomyQueries):
                 names.append(ep.name)
                 # Payload conditions (EndpointConfig.filter); endpoints without are {}.
                 conditions = {k: list(v) for k, v in (getattr(ep, "filter", None) or {}).items()}
+                accounts = getattr(ep, "accounts", None)  # optional: every account
                 c.execute(
                     "INSERT INTO endpoints (name, url, events, configured, enabled, created_at, "
-                    "filter) VALUES (?, ?, ?, ?, 1, ?, ?) ON CONFLICT (name) DO UPDATE SET "
-                    "url = excluded.url, events = excluded.events, "
-                    "configured = excluded.configured, filter = excluded.filter",
+                    "filter, accounts) VALUES (?, ?, ?, ?, 1, ?, ?, ?) ON CONFLICT (name) DO UPDATE "
+                    "SET url = excluded.url, events = excluded.events, "
+                    "configured = excluded.configured, filter = excluded.filter, "
+                    "accounts = excluded.accounts",
                     (
                         ep.name,
                         ep.url,
@@ -284,6 +286,7 @@ class Store(OperatorQueries, EconomyQueries):
                         int(ep.enabled),
                         now,
                         json.dumps(conditions),
+                        None if accounts is None else json.dumps(list(accounts)),
                     ),
                 )
             c.execute(
@@ -339,12 +342,20 @@ class Store(OperatorQueries, EconomyQueries):
             for r in rows
         ]
 
-    def _active_endpoints(self) -> list[tuple[str, list[str], dict[str, list[str]]]]:
+    def _active_endpoints(
+        self, account: str | None = None
+    ) -> list[tuple[str, list[str], dict[str, list[str]]]]:
+        """Active endpoints: name, globs, payload conditions; with ``account``, only those
+        taking that account's events (``endpoints[].accounts``)."""
         rows = self._conn.execute(
-            "SELECT name, events, filter FROM endpoints "
+            "SELECT name, events, filter, accounts FROM endpoints "
             "WHERE enabled = 1 AND configured = 1 ORDER BY name"
         ).fetchall()
-        return [(name, json.loads(globs), json.loads(cond)) for name, globs, cond in rows]
+        return [
+            (name, json.loads(globs), json.loads(cond))
+            for name, globs, cond, accounts in rows
+            if accounts is None or account is None or account in json.loads(accounts)
+        ]
 
     # ----------------------------------------------------------------- sessions
 
@@ -463,9 +474,16 @@ class Store(OperatorQueries, EconomyQueries):
         deliver: bool,
         now: float,
     ) -> tuple[str, ...]:
-        endpoints = self._active_endpoints() if deliver else []
+        batch = list(events)
+        account = None
+        if deliver and batch:  # endpoints may take the events of some accounts only
+            row = c.execute(
+                "SELECT account FROM sessions WHERE name = ?", (batch[0].session_name,)
+            ).fetchone()
+            account = None if row is None else row[0]
+        endpoints = self._active_endpoints(account) if deliver else []
         inserted: list[str] = []
-        for event in events:
+        for event in batch:
             cur = c.execute(
                 "INSERT OR IGNORE INTO events (id, session_name, type, activity_name, "
                 "occurred_at, occurred_ts, created_at, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
