@@ -9,7 +9,8 @@ Scenarios (``--scenario``, default ``all``), each run ``--runs`` times (medians 
 
 * ``working``: 20 sessions working at once, one activity every ~1.3 s each (uniform
   1.0..1.6 s; one in ten an agent message, the rest progress updates) for ``--duration``
-  s. **Upstream requests per delivered activity** and the p50/p90 delivery latency (consumer arrival minus the activity's ``createTime``).
+  s. **Upstream requests per delivered activity** and the p50/p90 delivery latency
+  (consumer arrival minus the activity's ``createTime``).
 * ``frozen``: the same against a server that never moves ``updateTime`` when a session gains
   an activity (``StandIn(moves_update_time=False)``): activities lost (must be 0) and the
   latency (bounded by the safety poll interval).
