@@ -90,7 +90,7 @@ def _config(
             "backfill": str(backfill).lower(),
         },
         "delivery": {"allow_private_networks": "true"},
-        "log": {"level": '"warning"', "format": '"json"'},
+        "log": {"level": '"info"' if args.keep_logs else '"warning"', "format": '"json"'},
     }
     for item in args.set:
         dotted, _, value = item.partition("=")
@@ -419,6 +419,12 @@ async def run_one(args: argparse.Namespace, scenario: str) -> dict[str, Any]:
                     )
                 finally:
                     tg.cancel_scope.cancel()
+                    if args.keep_logs is not None:  # the relay's log, for a look afterwards
+                        log = Path(tmp_dir) / "relay.log"
+                        if log.exists():
+                            args.keep_logs.mkdir(parents=True, exist_ok=True)
+                            target = args.keep_logs / f"{scenario}-{time.time():.0f}.log"
+                            target.write_bytes(log.read_bytes())
         finally:
             world.standin.stop()
     result["bad_signatures"] = len(world.receiver.rejected)
@@ -455,6 +461,7 @@ def main() -> None:
     parser.add_argument("--discovery-interval", type=float, default=10.0)
     parser.add_argument("--rpm", type=int, default=100_000, help="api.requests_per_minute")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=TOML")
+    parser.add_argument("--keep-logs", type=Path, metavar="DIR", help="copy each relay log here")
     args = parser.parse_args()
     relay_logging.configure("warning", "console")  # stdout is for the figures
     chosen = list(SCENARIOS) if args.scenario == "all" else [args.scenario]

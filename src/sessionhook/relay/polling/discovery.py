@@ -233,14 +233,15 @@ class Discovery(Scheduling):
     # ------------------------------------------------------------------ the list's head
 
     async def _head_loop(self) -> None:
-        """List mode: read the head of the list every ``list_interval``; working sessions
-        whose ``updateTime`` moved are polled at once (see ``_on_listed``)."""
+        """List mode (and learning, see ``_wants_head``): read the head of the list every
+        ``list_interval``; working sessions whose ``updateTime`` moved are polled at once
+        (see ``_on_listed``)."""
         await self.first_pass_done.wait()
         errors = 0
         while True:
             started = self._mono()
             wait = self.settings.list_interval
-            if self._learning.list_driven:
+            if self._wants_head():
                 try:
                     await self.read_head()
                     errors = 0
@@ -253,6 +254,17 @@ class Discovery(Scheduling):
                     self._log_failure("discovery.head_failed", exc, wait, attempt=errors)
             self.heartbeat = self._mono()
             await anyio.sleep(max(0.0, wait - (self._mono() - started)))
+
+    def _wants_head(self) -> bool:
+        """List mode reads the head of the list; so does ``auto`` before the verdict, while
+        some session works (its polls and these reads are the evidence: learned in seconds,
+        not at the next full pass)."""
+        learning = self._learning
+        if learning.list_driven:
+            return True
+        if learning.mode != "auto" or learning.verdict is not None:
+            return False
+        return any(t.state in ACTIVE_STATES for t in self._tracked.values())
 
     async def read_head(self) -> int:
         """Read the first page(s) of the session list: down to the oldest working session
