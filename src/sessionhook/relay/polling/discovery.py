@@ -239,6 +239,8 @@ class Discovery(Scheduling):
         await self.first_pass_done.wait()
         errors = 0
         while True:
+            if self._store.unwritable is not None:
+                await self._store.wait_writable()  # a full disk pauses polling (see run)
             started = self._mono()
             wait = self.settings.list_interval
             if self._wants_head():

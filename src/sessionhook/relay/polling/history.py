@@ -43,6 +43,8 @@ class HistoryWalk(SessionPoll):
         """Walk the queued history, forever (the queue grows if a pass finds more)."""
         await self.first_pass_done.wait()
         while True:
+            if self._store.unwritable is not None:
+                await self._store.wait_writable()  # a full disk pauses polling (see run)
             if not self._history_queue:
                 self._history_wake = anyio.Event()
                 if not self._history_queue:
