@@ -251,6 +251,7 @@ class Daemon:
             "relay.started",
             store=str(self.config.store.path),
             endpoints=[e.name for e in self.config.endpoints],
+            base_url=self.config.api.base_url,
             accounts={a.name: a.base_url for a in self.config.upstream_accounts()},
         )
         if self._stop.is_set():
