@@ -275,8 +275,9 @@ class Store(OperatorQueries, EconomyQueries):
                 accounts = getattr(ep, "accounts", None)  # optional: every account
                 c.execute(
                     "INSERT INTO endpoints (name, url, events, configured, enabled, created_at, "
-                    "filter, accounts) VALUES (?, ?, ?, ?, 1, ?, ?, ?) ON CONFLICT (name) DO UPDATE "
-                    "SET url = excluded.url, events = excluded.events, "
+                    "filter, accounts) VALUES (?, ?, ?, ?, 1, ?, ?, ?) "
+                    "ON CONFLICT (name) DO UPDATE SET url = excluded.url, "
+                    "events = excluded.events, "
                     "configured = excluded.configured, filter = excluded.filter, "
                     "accounts = excluded.accounts",
                     (
