@@ -334,7 +334,12 @@ def test_history_walk_runs_behind_new_work_and_resumes_after_kill_9(harness: Har
     assert archived_history(harness.tmp / "relay.db") == history
     with sqlite3.connect(f"file:{harness.tmp / 'relay.db'}?mode=ro", uri=True) as db:
         archived = {r[0] for r in db.execute("SELECT session_name FROM activities")}
+        announced = {
+            r[0]
+            for r in db.execute("SELECT session_name FROM events WHERE type = 'session.discovered'")
+        }
     assert history <= archived
+    assert history <= announced  # session.discovered archived too (not delivered)
     # The history is archived, not delivered.
     assert not {h.session for h in consumer.hits("rx")} & history
     text = subprocess.run(

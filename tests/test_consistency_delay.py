@@ -35,12 +35,14 @@ async def test_a_session_that_answers_404_at_first_is_delivered_whole(tmp_path: 
         )
         names = [a.name async for a in api.iter_activities(created.name)]
         await setup.receiver.wait_for(
-            lambda r: {
-                a.body["data"]["activity"]["name"]
-                for a in r.first_deliveries()
-                if a.type.startswith("activity.")
-            }
-            == set(names),
+            lambda r: (
+                {
+                    a.body["data"]["activity"]["name"]
+                    for a in r.first_deliveries()
+                    if a.type.startswith("activity.")
+                }
+                == set(names)
+            ),
             within=30,
         )
         daemon.stop()

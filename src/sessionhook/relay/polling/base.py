@@ -101,6 +101,11 @@ class PollerBase:
         text = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
         return replace(event, body=text.encode("utf-8"))
 
+    async def _announce(self, session: Session, *, deliver: bool) -> None:
+        """Archive ``session.discovered`` (delivered when ``deliver``)."""
+        event = events.session_discovered(session, now=self._clock())
+        await self._ingest_session_events(session.name, [event], deliver=lambda _: deliver)
+
     def _deliverable(self, baseline: bool) -> Callable[[events.Event], bool]:
         """Which events of a session to deliver: all, unless the session is from before
         the first start; then only what happened upstream since."""

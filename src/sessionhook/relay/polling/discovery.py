@@ -10,7 +10,6 @@ import anyio.abc
 from sessionhook.api.errors import ApiError, UnauthenticatedError
 from sessionhook.api.models import Session
 
-from .. import events
 from ..config import DEFAULT_ACCOUNT
 from ..logging import get_logger
 from .learning import judge
@@ -293,10 +292,6 @@ class Discovery(Scheduling):
                 break
         await self._flush_history()
         return pages
-
-    async def _announce(self, session: Session, *, deliver: bool) -> None:
-        event = events.session_discovered(session, now=self._clock())
-        await self._ingest_session_events(session.name, [event], deliver=lambda _: deliver)
 
     async def _load_epoch(self) -> float:
         """The first start of this store (Unix seconds), recorded at the first discovery."""

@@ -79,6 +79,7 @@ class SessionPoll(Scheduling):
         session = row.to_session()
         since = None if tracked.sweep else self._since(row.activity_cursor)
         new = 0
+        announced = False  # session.discovered of a history session (see below)
         newest: datetime | None = None  # the newest createTime the walk saw (learning)
         batch: list[Activity] = []
         # Whether an activity past the cursor may come with a state change or an output.
@@ -105,6 +106,11 @@ class SessionPoll(Scheduling):
         tracked.refresh = tracked.refresh or bool(new and telling)
         if tracked.refresh:  # stays set if the fetch fails: the next poll tries again
             fresh = await self._client.get_session(row.name)
+            if tracked.history:
+                # Discovery recorded it from the list without announcing it: the history
+                # walk does, now that the whole session is known (archived, not delivered).
+                await self._announce(fresh, deliver=not row.baseline)
+                announced = True
             await self._session_changes(row, fresh, deliver)
             await self._store.upsert_session(fresh, baseline=row.baseline)
             if fresh.state != tracked.state and fresh.state not in ACTIVE_STATES:
@@ -131,6 +137,8 @@ class SessionPoll(Scheduling):
         wall = self._clock()
         next_wall = None if tracked.due_at is None else wall + (tracked.due_at - self._mono())
         await self._store.schedule_poll(tracked.name, next_wall, polled_update_time=update_time)
+        if tracked.history and not announced:
+            await self._announce(session, deliver=not row.baseline)
         await self._finish_history(tracked)
         if new:
             _log.info("poll.ingested", session=tracked.name, new=new)
