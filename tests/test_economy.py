@@ -10,8 +10,10 @@ from typing import Any
 import pytest
 
 from sessionhook.api.models import Session
+from sessionhook.relay.contract import openapi_document
 from sessionhook.relay.polling.learning import LEARN_AFTER, UpdateTimeLearning, judge
 from sessionhook.relay.ratelimit import RateLimiter
+from sessionhook.relay.render import thin_payload
 from sessionhook.relay.store import Store
 
 T0 = 1_700_000_000.0
@@ -155,3 +157,23 @@ async def test_limiter_asks_the_shared_window_and_waits_for_it(tmp_path: Path) -
     # A fresh in-process limiter alone would have granted at once; the stored window made
     # it wait until the first of the earlier grants left the minute.
     assert sum(slept) == pytest.approx(60.0, abs=0.01)
+
+
+# --------------------------------------------------------------------------- contract
+
+
+def test_every_event_model_documents_the_account() -> None:
+    schemas = openapi_document()["components"]["schemas"]
+    data_models = [name for name in schemas if name.endswith("Data")]
+    assert "ActivityData" in data_models and "ThinData" in data_models
+    for name in data_models:
+        assert "account" in schemas[name]["properties"], name
+
+
+def test_thin_payload_keeps_the_account() -> None:
+    payload = {
+        "type": "activity.progress_updated",
+        "timestamp": "2026-01-01T00:00:00Z",
+        "data": {"session": {"name": "sessions/1"}, "activity": {"name": "a"}, "account": "b"},
+    }
+    assert thin_payload(payload)["data"]["account"] == "b"

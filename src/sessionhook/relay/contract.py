@@ -51,11 +51,18 @@ class SessionSummary(_Open):
     )
 
 
+class _AccountData(_Open):
+    account: str = Field(
+        default="default",
+        description="The [[accounts]] entry whose session this is (`default` for [api])",
+    )
+
+
 class _Event(_Open):
     timestamp: str = Field(description="RFC 3339 upstream time of what happened")
 
 
-class ActivityData(_Open):
+class ActivityData(_AccountData):
     session: SessionSummary
     activity: Activity = Field(description="The upstream activity whole (large media trimmed)")
 
@@ -67,7 +74,7 @@ class ActivityEvent(_Event):
     data: ActivityData
 
 
-class SessionData(_Open):
+class SessionData(_AccountData):
     session: SessionSummary
 
 
@@ -78,7 +85,7 @@ class SessionDiscoveredEvent(_Event):
     data: SessionData
 
 
-class StateChangedData(_Open):
+class StateChangedData(_AccountData):
     session: SessionSummary
     previous_state: str
 
@@ -90,7 +97,7 @@ class SessionStateChangedEvent(_Event):
     data: StateChangedData
 
 
-class PullRequestData(_Open):
+class PullRequestData(_AccountData):
     session: SessionSummary
     pull_request: PullRequest
 
@@ -122,7 +129,7 @@ class ApiCall(_Open):
     body: dict[str, Any]
 
 
-class ActionRequiredData(_Open):
+class ActionRequiredData(_AccountData):
     session: SessionSummary
     activity_name: str | None = Field(description="The planGenerated / agentMessaged activity")
     action: Literal["approve_plan", "answer"]
@@ -166,7 +173,7 @@ class CompletedOutputs(_Open):
     )
 
 
-class CompletedData(_Open):
+class CompletedData(_AccountData):
     session: SessionSummary
     activity_name: str | None = Field(description="The sessionCompleted activity")
     outputs: CompletedOutputs
@@ -179,7 +186,7 @@ class SessionCompletedEvent(_Event):
     data: CompletedData
 
 
-class FailedData(_Open):
+class FailedData(_AccountData):
     session: SessionSummary
     activity_name: str | None = Field(description="The sessionFailed activity")
     reason: str
@@ -210,7 +217,7 @@ class ThinSession(_Open):
     updateTime: str
 
 
-class ThinData(_Open):
+class ThinData(_AccountData):
     session: ThinSession
     activity: ThinActivity | None = None
     previous_state: str | None = None

@@ -117,8 +117,8 @@ def render(event_id: str, body: bytes, shape: Shape) -> tuple[bytes, str]:
 def thin_payload(payload: dict[str, Any]) -> dict[str, Any]:
     """The thin form: ``type``, ``timestamp`` and in ``data`` the session summary (no
     prompt, no outputs), the activity's ``name, id, createTime, originator`` and, when the
-    event has them, ``previous_state``, ``action``, ``activity_name`` and the pull request's
-    ``url`` and ``title``. No artifacts, no media, no plan, no message text."""
+    event has them, ``account``, ``previous_state``, ``action``, ``activity_name`` and the
+    pull request's ``url`` and ``title``. No artifacts, no media, no plan, no message text."""
     data = _data_of(payload)
     thin: dict[str, Any] = {}
     session = data.get("session")
@@ -128,7 +128,7 @@ def thin_payload(payload: dict[str, Any]) -> dict[str, Any]:
     if isinstance(activity, dict):
         keys = ("name", "id", "createTime", "originator")
         thin["activity"] = {k: activity[k] for k in keys if k in activity}
-    for key in ("previous_state", "action", "activity_name"):
+    for key in ("account", "previous_state", "action", "activity_name"):
         if key in data:
             thin[key] = data[key]
     pull = data.get("pull_request")
