@@ -4,13 +4,15 @@
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
+import anyio
 import httpx
 import pytest
 
 from sessionhook.api.client import RetryPolicy, SessionsClient
-from sessionhook.api.errors import MalformedResponseError, UnauthenticatedError
+from sessionhook.api.errors import MalformedResponseError, TransportError, UnauthenticatedError
 from sessionhook.relay.metrics import Metrics
 from sessionhook.relay.ratelimit import MALFORMED, LimitedTransport, RateLimiter
 from sessionhook.relay.store import Store
@@ -124,3 +126,69 @@ def test_status_counts_refused_keys_and_malformed_answers_as_errors(tmp_path: Pa
     assert up.errors_last_hour == 8  # 3 refused, 2 malformed, 500, no answer, 404
     assert up.rejected_last_hour == 3
     assert up.malformed_last_hour == 2
+
+
+class _Drip(httpx.AsyncByteStream):
+    """A body that sends one chunk, then fails (``fail``) or goes on forever."""
+
+    def __init__(self, fail: bool) -> None:
+        self.fail = fail
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        yield b'{"sessions": ['
+        if self.fail:
+            raise httpx.ReadError("connection reset mid-body")
+        while True:
+            await anyio.sleep(0.01)  # a slow drip: each chunk waits (and can be cancelled)
+            yield b" " * 1024
+
+
+def counted(stream: httpx.AsyncByteStream) -> tuple[LimitedTransport, list[tuple[str, object]]]:
+    recorded: list[tuple[str, object]] = []
+
+    async def record(label: str, status: object) -> None:
+        recorded.append((label, status))
+
+    transport = LimitedTransport(
+        httpx.MockTransport(lambda r: httpx.Response(200, stream=stream)),
+        RateLimiter(6000),
+        record=record,
+        settle_success=True,
+    )
+    return transport, recorded
+
+
+@pytest.mark.anyio
+async def test_a_2xx_body_the_reader_gives_up_on_is_malformed() -> None:
+    """A bound on the answer's size (the reader stops and closes) counts it as malformed,
+    even when the client never gets to settle it."""
+    transport, recorded = counted(_Drip(fail=False))
+    async with httpx.AsyncClient(transport=transport) as http:
+        request = http.build_request("GET", "http://api.test/v1alpha/sessions")
+        response = await http.send(request, stream=True)
+        read = 0
+        async for chunk in response.aiter_raw():
+            read += len(chunk)
+            if read > 4096:
+                break
+        await response.aclose()
+        await transport.settle(response, False)  # too late: counted once, as malformed
+    assert recorded == [("list_sessions", MALFORMED)]
+
+
+@pytest.mark.anyio
+async def test_a_2xx_body_cut_by_a_read_error_or_deadline_is_no_answer() -> None:
+    transport, recorded = counted(_Drip(fail=True))
+    async with httpx.AsyncClient(transport=transport) as http:
+        client = SessionsClient(
+            http, base_url="http://api.test", api_key="k", retry=RetryPolicy(max_attempts=1)
+        )
+        with pytest.raises(TransportError):
+            await client.list_sessions()
+    assert recorded == [("list_sessions", None)]
+
+    transport, recorded = counted(_Drip(fail=False))
+    async with httpx.AsyncClient(transport=transport) as http:
+        with anyio.move_on_after(0.2):
+            await http.get("http://api.test/v1alpha/sessions")
+    assert recorded == [("list_sessions", None)]

@@ -17,7 +17,10 @@ and status for metrics and the store's per-minute counters.
 A 2xx answer is only good once its body parsed: with ``settle_success=True`` the transport
 leaves 2xx answers to :meth:`LimitedTransport.settle`, which the API client calls (its
 ``on_answer`` hook) once it has read the body, so an answer that failed to parse is counted
-as :data:`MALFORMED`, never as ``200``.
+as :data:`MALFORMED`, never as ``200``. An answer whose body is not read to its end is
+counted when it is closed, whoever closed it: :data:`MALFORMED` when the reader gave up
+(a bound on its size tripped), ``None`` (no answer) when reading it failed or was cut by a
+deadline.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from __future__ import annotations
 import re
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Final
 
 import anyio
@@ -188,9 +191,19 @@ class LimitedTransport(httpx.AsyncBaseTransport):
         if self._record is not None:
             if self._settle_success and response.is_success:
                 request.extensions[_UNSETTLED] = label
+                # Closed before its end: counted then, as nobody will settle it.
+                if isinstance(response.stream, httpx.AsyncByteStream):
+                    response.stream = _Watched(
+                        response.stream, lambda outcome: self._finish(request, outcome)
+                    )
             else:
                 await self._record(label, response.status_code)
         return response
+
+    async def _finish(self, request: httpx.Request, outcome: UpstreamStatus) -> None:
+        label = request.extensions.pop(_UNSETTLED, None)
+        if label is not None and self._record is not None:
+            await self._record(label, outcome)
 
     async def settle(self, response: httpx.Response, malformed: bool) -> None:
         """Record a 2xx answer once its body was read: :data:`MALFORMED` or its status.
@@ -198,10 +211,42 @@ class LimitedTransport(httpx.AsyncBaseTransport):
         The API client's ``on_answer`` hook. An answer is recorded once, however often
         this is called; answers the transport recorded itself are left alone.
         """
-        label = response.request.extensions.pop(_UNSETTLED, None)
-        if label is not None and self._record is not None:
-            await self._record(label, MALFORMED if malformed else response.status_code)
+        await self._finish(response.request, MALFORMED if malformed else response.status_code)
 
     async def aclose(self) -> None:
         """Close the wrapped transport."""
         await self._inner.aclose()
+
+
+class _Watched(httpx.AsyncByteStream):
+    """A 2xx answer's body stream that reports, when it is closed before its end, why."""
+
+    def __init__(
+        self,
+        inner: httpx.AsyncByteStream,
+        finish: Callable[[UpstreamStatus], Awaitable[None]],
+    ) -> None:
+        self._inner = inner
+        self._finish = finish
+        self._complete = False
+        self._failed = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._inner:
+                yield chunk
+        except GeneratorExit:  # the reader stopped early: not a failure of the stream
+            raise
+        except BaseException:  # a read error, or the deadline cancelled the read
+            self._failed = True
+            raise
+        self._complete = True
+
+    async def aclose(self) -> None:
+        try:
+            await self._inner.aclose()
+        finally:
+            if not self._complete:
+                # Shielded: a deadline that cut the read must not also cut its counting.
+                with anyio.CancelScope(shield=True):
+                    await self._finish(None if self._failed else MALFORMED)
