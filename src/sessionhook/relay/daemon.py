@@ -58,9 +58,9 @@ from .dispatch import DeliverySettings, Dispatcher, UrlGuard
 from .logging import get_logger
 from .metrics import Metrics
 from .netguard import AddressPolicy, Resolver
-from .pinning import PinnedTransport
 from .poller import OnceReport, Poller, PollSettings
 from .ratelimit import LimitedTransport, RateLimiter, SharedWindow
+from .sender import AiohttpPoster, HttpxPoster, Poster
 from .store import (
     AsyncStore,
     StoreError,
@@ -102,7 +102,7 @@ class Daemon:
     or of a receiver), ``poll_settings`` the poll knobs that the config does not expose,
     ``guard`` the DNS-free pre-check of endpoint URLs, ``resolve`` and ``address_policy``
     the name resolution and the public/private judgement of the webhook connections
-    (:class:`~sessionhook.relay.pinning.PinnedTransport`, used unless
+    (:class:`~sessionhook.relay.sender.AiohttpPoster`, used unless
     ``delivery_transport`` replaces the network).
     """
 
@@ -481,15 +481,19 @@ class Daemon:
             for account in accounts
         ]
         upstreams = [httpx.AsyncClient(transport=transport) for transport in counted]
-        # Every webhook connection goes to an address vetted when it was resolved, once.
-        delivery = httpx.AsyncClient(
-            transport=self._delivery_transport
-            or PinnedTransport(
+        # Webhooks go out through aiohttp (sender.py says why, with numbers), every
+        # connection to an address vetted when it was resolved, once. A test's or the
+        # demo's transport (ASGI, mock) goes through httpx instead.
+        delivery: Poster = (
+            HttpxPoster(
+                httpx.AsyncClient(transport=self._delivery_transport, follow_redirects=False)
+            )
+            if self._delivery_transport is not None
+            else AiohttpPoster(
                 allow_private=config.delivery.allow_private_networks,
                 resolve=self._resolve,
                 policy=self._address_policy,
-            ),
-            follow_redirects=False,
+            )
         )
         try:
             self.dispatcher = Dispatcher(
@@ -527,6 +531,8 @@ class Daemon:
                 for upstream in upstreams:
                     await upstream.aclose()
                 await delivery.aclose()
+                if isinstance(delivery, HttpxPoster):
+                    await delivery.http.aclose()
                 await store.close()
             self.store = None
 

@@ -23,7 +23,7 @@ import math
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import anyio
@@ -38,8 +38,9 @@ from .config import Config, EndpointConfig
 from .logging import get_logger
 from .metrics import Metrics
 from .retry import AttemptResult
+from .sender import Answer, HttpxPoster, Poster, PostError
 from .signing import signature_header
-from .store import AsyncStore, DueDelivery, StoreUnwritableError
+from .store import AsyncStore, AttemptRecord, DueDelivery, StoreUnwritableError
 
 __all__ = [
     "USER_AGENT",
@@ -78,7 +79,7 @@ async def literal_guard(url: str, *, allow_private: bool) -> str | None:
 
 
 async def post_event(
-    http: httpx.AsyncClient,
+    http: Poster | httpx.AsyncClient,
     *,
     url: str,
     secrets: Sequence[str],
@@ -91,9 +92,10 @@ async def post_event(
 ) -> AttemptResult:
     """Sign ``body`` and POST it to ``url`` once; never raises for a network failure.
 
-    With a :class:`~sessionhook.relay.pinning.PinnedTransport` under ``http``, a host
-    refused by the address guard is a failed attempt (``error = "refused: ..."``) and
-    nothing is sent.
+    ``http`` is a :class:`~sessionhook.relay.sender.Poster` (the daemon's aiohttp one, whose
+    resolver vets each name once) or an ``httpx.AsyncClient`` (tests, ``endpoints test``;
+    with a :class:`~sessionhook.relay.pinning.PinnedTransport` under it). A host refused by
+    the address guard is a failed attempt (``error = "refused: ..."``) and nothing is sent.
 
     Headers: ``webhook-id`` (``event_id``), ``webhook-timestamp`` (``now()``, fresh),
     ``webhook-signature`` (one signature per secret: ``v1,`` for a ``whsec_`` secret,
@@ -101,6 +103,7 @@ async def post_event(
     has the status (``None`` when no answer came), an error text, the duration, at most
     ``body_limit`` bytes of the answer and its ``Retry-After``.
     """
+    poster = HttpxPoster(http) if isinstance(http, httpx.AsyncClient) else http
     started_at = now()
     timestamp = int(started_at)
     headers = {
@@ -110,52 +113,42 @@ async def post_event(
         "content-type": content_type,
         "user-agent": USER_AGENT,
     }
-    status: int | None = None
+    answer: Answer | None = None
     error: str | None = None
-    retry_after: float | None = None
-    received = bytearray()
     clock = time.perf_counter()
-    # httpx's timeout bounds each network operation; move_on_after bounds the whole
-    # exchange, so a consumer dripping its answer byte by byte cannot hold a slot forever.
+    # The poster's own timeouts bound each network operation; move_on_after bounds the
+    # whole exchange, so a consumer dripping its answer byte by byte cannot hold a slot.
     with anyio.move_on_after(timeout) as scope:
         try:
-            # Per request: whatever client is passed in, its own default timeout (httpx: 5 s)
-            # must not cut an attempt that delivery.timeout allows.
-            request = http.build_request(
-                "POST", url, content=body, headers=headers, timeout=httpx.Timeout(timeout)
-            )
-            response = await http.send(request, stream=True, follow_redirects=False)
-            try:
-                status = response.status_code
-                retry_after = parse_retry_after(response.headers.get("retry-after"))
-                async for chunk in response.aiter_bytes():
-                    received += chunk
-                    if len(received) >= body_limit:
-                        break
-            finally:
-                await response.aclose()
-        except httpx.TimeoutException:
+            answer = await poster.post(url, body, headers, timeout=timeout, body_limit=body_limit)
+        except TimeoutError:
             error = f"timeout after {timeout:g} s"
-        except httpx.HTTPError as exc:
+        except PostError as exc:
             # Kept in the delivery log and shown by the CLI: never with the URL's password.
-            error = redact_userinfo(f"{type(exc).__name__}: {exc}".rstrip(": "))
+            error = redact_userinfo(str(exc))
         except netguard.BlockedAddressError as exc:
-            # From a PinnedTransport: the name resolved to a refused address; nothing sent.
+            # From the pinned resolver/transport: the name resolved to a refused address.
             error = refused(exc.reason)
         except netguard.ResolutionError as exc:
             error = redact_userinfo(exc.reason)
     if scope.cancelled_caught:
         error = f"timeout after {timeout:g} s"
-        if status is not None:
-            error += f" reading the {status} answer"
-            status = None  # the answer never completed: do not count it as delivered
     duration_ms = (time.perf_counter() - clock) * 1000.0
+    if answer is None:
+        return AttemptResult(
+            status_code=None,
+            error=error,
+            duration_ms=duration_ms,
+            response_body="",
+            retry_after=None,
+            started_at=started_at,
+        )
     return AttemptResult(
-        status_code=status,
-        error=error,
+        status_code=answer.status,
+        error=None,
         duration_ms=duration_ms,
-        response_body=bytes(received[:body_limit]).decode("utf-8", "replace"),
-        retry_after=retry_after,
+        response_body=answer.body[:body_limit].decode("utf-8", "replace"),
+        retry_after=parse_retry_after(answer.retry_after),
         started_at=started_at,
     )
 
@@ -172,6 +165,8 @@ class DeliverySettings:
     per_endpoint: int
     allow_private_networks: bool
     endpoints: dict[str, EndpointConfig]
+    #: Each endpoint's signing secrets, resolved once (not per delivery).
+    secrets: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     @classmethod
     def from_config(cls, config: Config) -> DeliverySettings:
@@ -191,24 +186,48 @@ class DeliverySettings:
             per_endpoint=per_endpoint,
             allow_private_networks=d.allow_private_networks,
             endpoints={e.name: e for e in config.endpoints},
+            secrets={
+                e.name: tuple(secret.get_secret_value() for secret in e.secrets)
+                for e in config.endpoints
+            },
         )
+
+
+@dataclass(frozen=True, slots=True)
+class _Finished:
+    """An attempt made, waiting for its group commit."""
+
+    delivery: DueDelivery
+    endpoint: EndpointConfig
+    attempt_no: int
+    result: AttemptResult
+    decision: retry.Decision
+    at: float
 
 
 class Dispatcher:
     """The delivery loop; see the module docstring.
 
-    ``http`` is the client used for webhooks (never the upstream one, which is rate
-    limited); the daemon builds it on a
-    :class:`~sessionhook.relay.pinning.PinnedTransport`, which resolves each endpoint's
-    name once, refuses loopback, private, link-local and metadata addresses unless
+    ``http`` carries the webhooks (never the upstream client, which is rate limited): a
+    :class:`~sessionhook.relay.sender.Poster` or an ``httpx.AsyncClient``. The daemon's
+    :class:`~sessionhook.relay.sender.AiohttpPoster` resolves each endpoint's name once,
+    refuses loopback, private, link-local and metadata addresses unless
     ``allow_private_networks``, and connects to the address it checked. ``guard`` checks
     each URL before every POST without DNS (default: :func:`literal_guard`).
+
+    One round of the loop is ONE call into the store's thread: the attempts finished since
+    the last round are recorded in one transaction (group commit), then the next due
+    deliveries are read. An attempt is reported (logs, metrics) and its (endpoint,
+    session) released only after that commit, so the next event of the session is never
+    sent before the previous result is durable, and ``kill -9`` at any moment re-sends at
+    most what was in flight. While the store cannot be written (full disk), nothing new
+    starts; the finished results wait for space.
     """
 
     def __init__(
         self,
         store: AsyncStore,
-        http: httpx.AsyncClient,
+        http: Poster | httpx.AsyncClient,
         settings: DeliverySettings,
         *,
         metrics: Metrics | None = None,
@@ -218,7 +237,7 @@ class Dispatcher:
         max_wait: float = 1.0,
     ) -> None:
         self._store = store
-        self._http = http
+        self._http: Poster = HttpxPoster(http) if isinstance(http, httpx.AsyncClient) else http
         self.settings = settings
         self._metrics = metrics
         self._guard: UrlGuard = guard if guard is not None else literal_guard
@@ -228,8 +247,10 @@ class Dispatcher:
         self._wake = anyio.Event()
         self._in_flight: set[tuple[str, str]] = set()
         self._per_endpoint: dict[str, int] = {}
+        self._finished: list[_Finished] = []
         self._accepting = True
-        self._settled = anyio.Event()  # set whenever an attempt finishes
+        self._settled = anyio.Event()  # set whenever attempts were committed
+        self._next_due: float | None = None
         # rate_limit: when each endpoint may start its next delivery (wall clock), and how
         # soon the earliest endpoint held back by it frees up.
         self._rate_slots: dict[str, float] = {}
@@ -248,22 +269,25 @@ class Dispatcher:
 
     @property
     def in_flight(self) -> int:
-        """Deliveries being attempted right now."""
+        """Deliveries being attempted (or waiting for their commit) right now."""
         return len(self._in_flight)
 
     async def run(self) -> None:
         """Deliver until cancelled or :meth:`drain` is called."""
-        async with anyio.create_task_group() as tg:
-            while self._accepting:
-                self._wake = anyio.Event()
-                started = await self._start_due(tg)
-                self.heartbeat = time.monotonic()
-                if started:
-                    continue  # there may be more due than slots were free
-                wait = await self._wait_time()
-                with anyio.move_on_after(wait):
-                    await self._wake.wait()
-            # Stop taking new work; the task group waits for what is in flight.
+        try:
+            async with anyio.create_task_group() as tg:
+                while self._accepting or self._in_flight:
+                    self._wake = anyio.Event()
+                    progressed = await self._round(tg)
+                    self.heartbeat = time.monotonic()
+                    if progressed:
+                        continue  # there may be more due than slots were free
+                    with anyio.move_on_after(self._wait_time()):
+                        await self._wake.wait()
+        finally:
+            # Cancelled (stop after the drain bound): what finished is still recorded.
+            with anyio.CancelScope(shield=True):
+                await self._commit_finished()
 
     async def drain(self) -> None:
         """Stop starting deliveries and wait for the ones in flight (bound it yourself)."""
@@ -277,47 +301,63 @@ class Dispatcher:
         """Deliver everything due now (retries that fall due meanwhile included); return
         the number of attempts made. For ``--once``."""
         attempts = 0
-        async with anyio.create_task_group() as tg:
-            while True:
-                self._wake = anyio.Event()
-                # An attempt finishing during the query frees its session's next event.
-                busy_before = bool(self._in_flight)
-                started = await self._start_due(tg)
-                attempts += started
-                if started:
-                    continue
-                if not busy_before and not self._in_flight:
-                    break
-                with anyio.move_on_after(self._max_wait):
-                    await self._wake.wait()
+        try:
+            async with anyio.create_task_group() as tg:
+                while True:
+                    self._wake = anyio.Event()
+                    committed = len(self._finished)
+                    progressed = await self._round(tg)
+                    attempts += committed
+                    if progressed:
+                        continue
+                    if not self._in_flight:
+                        break
+                    with anyio.move_on_after(self._max_wait):
+                        await self._wake.wait()
+        finally:
+            with anyio.CancelScope(shield=True):
+                attempts += await self._commit_finished()
         return attempts
 
-    async def _wait_time(self) -> float:
+    def _wait_time(self) -> float:
         rate_wait, self._rate_wait = self._rate_wait, math.inf
-        next_due = await self._store.next_due_at()
-        if next_due is None:
+        if self._next_due is None:
             return min(self._max_wait, rate_wait)
-        return min(self._max_wait, rate_wait, max(0.0, next_due - self._clock()))
+        return min(self._max_wait, rate_wait, max(0.0, self._next_due - self._clock()))
 
-    async def _start_due(self, tg: anyio.abc.TaskGroup) -> int:
+    async def _round(self, tg: anyio.abc.TaskGroup) -> bool:
+        """Commit what finished and start what is due; whether anything happened."""
         s = self.settings
-        free = s.concurrency - len(self._in_flight)
-        if free <= 0 or self._store.unwritable is not None:
-            # A full store could not record the attempt: send nothing new until it can.
-            return 0
-        full = {name for name, n in self._per_endpoint.items() if n >= s.per_endpoint}
-        due = await self._store.due_deliveries(
-            self._clock(), limit=s.concurrency, busy=set(self._in_flight)
-        )
+        finished, self._finished = self._finished, []
+        done_keys = {f.delivery.key for f in finished}
+        busy = self._in_flight - done_keys
+        writable = self._store.unwritable is None
+        # A full store could not record the attempts: send nothing new until it can.
+        free = s.concurrency - len(busy) if self._accepting and writable else 0
+        now = self._clock()
+        records = [AttemptRecord(f.delivery.id, f.result, f.decision) for f in finished]
+        # Shielded: the POSTs happened; their results are committed even during a stop.
+        with anyio.CancelScope(shield=True):
+            try:
+                failing, due, self._next_due = await self._store.dispatch_round(
+                    records, now, max(0, free), busy
+                )
+            except StoreUnwritableError as exc:
+                self._not_recorded(finished, exc)
+                return bool(finished)
+            await self._settle(finished, failing)
         started = 0
+        full = {name for name, n in self._per_endpoint.items() if n >= s.per_endpoint}
         for delivery in due:
             if started >= free:
                 break
-            key = (delivery.endpoint, delivery.session_name)
+            key = delivery.key
             if delivery.endpoint in full or key in self._in_flight:
                 continue
-            if delivery.endpoint not in s.endpoints:
+            endpoint = s.endpoints.get(delivery.endpoint)
+            if endpoint is None:
                 continue  # removed from the config by a reload; its rows wait for it
+            # The one place a per-endpoint admission check belongs: the rate limit.
             if self._rate_limited(delivery.endpoint, self._clock()):
                 continue
             self._in_flight.add(key)
@@ -325,23 +365,101 @@ class Dispatcher:
             self._per_endpoint[delivery.endpoint] = count
             if count >= s.per_endpoint:
                 full.add(delivery.endpoint)
-            tg.start_soon(self._deliver_one, delivery, key)
+            tg.start_soon(self._deliver_one, delivery, endpoint)
             started += 1
-        return started
+        return bool(finished) or started > 0
 
-    async def _deliver_one(self, delivery: DueDelivery, key: tuple[str, str]) -> None:
+    async def _commit_finished(self) -> int:
+        """Record the attempts that finished and were not committed yet; how many."""
+        finished, self._finished = self._finished, []
+        if not finished:
+            return 0
+        records = [AttemptRecord(f.delivery.id, f.result, f.decision) for f in finished]
         try:
-            await self.attempt(delivery)
-        finally:
-            self._in_flight.discard(key)
-            self._per_endpoint[delivery.endpoint] -= 1
+            failing, _due, _next = await self._store.dispatch_round(
+                records, self._clock(), 0, set()
+            )
+        except StoreUnwritableError as exc:
+            self._not_recorded(finished, exc)
+            return 0
+        await self._settle(finished, failing)
+        return len(finished)
+
+    def _not_recorded(self, finished: list[_Finished], exc: StoreUnwritableError) -> None:
+        """The store gave up (a full disk while stopping): the deliveries stay open and are
+        sent again later, same webhook-id."""
+        for item in finished:
+            _log.error(
+                "delivery.not_recorded",
+                endpoint=item.endpoint.name,
+                event_id=item.delivery.event_id,
+                status=item.result.status_code,
+                error=str(exc),
+                note="the store is not writable; the delivery stays open, sent again later",
+            )
+            self._release(item.delivery)
+        if finished:
             self._settled.set()
-            self.wake()
+
+    def _release(self, delivery: DueDelivery) -> None:
+        self._in_flight.discard(delivery.key)
+        self._per_endpoint[delivery.endpoint] -= 1
+
+    async def _settle(self, finished: list[_Finished], failing: list[float | None]) -> None:
+        """After the commit: report each attempt, disable endpoints failing too long, and
+        release the (endpoint, session) keys."""
+        for item, failing_since in zip(finished, failing, strict=True):
+            self._report(item)
+            endpoint, now = item.endpoint, item.at
+            # failing_since is None after a success; a 410 already disabled the endpoint.
+            gone = isinstance(item.decision, retry.DisableEndpoint)
+            if not gone and retry.should_disable(failing_since, now, endpoint.disable_after):
+                reason = f"failing without a success for {endpoint.disable_after:g} s"
+                with contextlib.suppress(StoreUnwritableError):  # at the next failure then
+                    await self._store.set_endpoint_enabled(endpoint.name, False, reason)
+                    self._disabled(endpoint.name, reason, "failing")
+            self._release(item.delivery)
+        if finished:
+            self._settled.set()
+
+    async def _deliver_one(self, delivery: DueDelivery, endpoint: EndpointConfig) -> None:
+        done = False
+        try:
+            result, decision, now = await self._send(delivery, endpoint)
+            self._finished.append(
+                _Finished(delivery, endpoint, delivery.attempts + 1, result, decision, now)
+            )
+            done = True
+        finally:
+            if not done:
+                # Cancelled mid-POST (a stop): nothing to record, the row is retried later.
+                self._release(delivery)
+                self._settled.set()
+            self._wake.set()
 
     async def attempt(self, delivery: DueDelivery) -> retry.Decision:
-        """Make one attempt of ``delivery``, record it, and return the decision."""
+        """Make one attempt of ``delivery``, record it (its own commit), return the decision."""
+        endpoint = self.settings.endpoints[delivery.endpoint]
+        result, decision, now = await self._send(delivery, endpoint)
+        item = _Finished(delivery, endpoint, delivery.attempts + 1, result, decision, now)
+        self._in_flight.add(delivery.key)
+        self._per_endpoint[delivery.endpoint] = self._per_endpoint.get(delivery.endpoint, 0) + 1
+        with anyio.CancelScope(shield=True):
+            try:
+                (failing,) = await self._store.record_attempts(
+                    [AttemptRecord(delivery.id, result, decision)]
+                )
+            except StoreUnwritableError as exc:
+                self._not_recorded([item], exc)
+                return decision
+            await self._settle([item], [failing])
+        return decision
+
+    async def _send(
+        self, delivery: DueDelivery, endpoint: EndpointConfig
+    ) -> tuple[AttemptResult, retry.Decision, float]:
+        """Check the URL, POST, decide; nothing is recorded here."""
         s = self.settings
-        endpoint = s.endpoints[delivery.endpoint]
         attempt_no = delivery.attempts + 1
         refusal = await self._guard(endpoint.url, allow_private=s.allow_private_networks)
         try:
@@ -361,7 +479,8 @@ class Dispatcher:
             result = await post_event(
                 self._http,
                 url=endpoint.url,
-                secrets=[secret.get_secret_value() for secret in endpoint.secrets],
+                secrets=s.secrets.get(endpoint.name)
+                or [secret.get_secret_value() for secret in endpoint.secrets],
                 event_id=delivery.event_id,
                 body=body,
                 timeout=s.timeout,
@@ -373,32 +492,7 @@ class Dispatcher:
         decision = retry.decide(
             attempt_no, result, s.retry_delays, now, self._rng, max_retry_after=s.max_retry_after
         )
-        # Recorded even if the daemon is being cancelled: the POST happened. (A crash before
-        # this line repeats the delivery at the next start: at-least-once, never lost.) On a
-        # full disk the record waits for space; if the daemon stops first (it makes waiting
-        # writes give up), the delivery stays open and is sent again, same webhook-id.
-        with anyio.CancelScope(shield=True):
-            try:
-                failing_since = await self._store.record_attempt(delivery.id, result, decision)
-            except StoreUnwritableError as exc:
-                _log.error(
-                    "delivery.not_recorded",
-                    endpoint=endpoint.name,
-                    event_id=delivery.event_id,
-                    status=result.status_code,
-                    error=str(exc),
-                    note="the store is not writable; the delivery stays open, sent again later",
-                )
-                return decision
-            self._report(delivery, endpoint, attempt_no, result, decision, now)
-            # failing_since is None after a success; a 410 already disabled the endpoint.
-            gone = isinstance(decision, retry.DisableEndpoint)
-            if not gone and retry.should_disable(failing_since, now, endpoint.disable_after):
-                reason = f"failing without a success for {endpoint.disable_after:g} s"
-                with contextlib.suppress(StoreUnwritableError):  # at the next failure then
-                    await self._store.set_endpoint_enabled(endpoint.name, False, reason)
-                    self._disabled(endpoint.name, reason, "failing")
-        return decision
+        return result, decision, now
 
     async def _body_for(self, delivery: DueDelivery, endpoint: EndpointConfig) -> tuple[bytes, str]:
         """The bytes this delivery sends: the event body, or what the endpoint's format or
@@ -428,15 +522,14 @@ class Dispatcher:
         self._rate_slots[endpoint] = max(free_at, now) + 1.0 / config.rate_limit
         return False
 
-    def _report(
-        self,
-        delivery: DueDelivery,
-        endpoint: EndpointConfig,
-        attempt_no: int,
-        result: AttemptResult,
-        decision: retry.Decision,
-        now: float,
-    ) -> None:
+    def _report(self, item: _Finished) -> None:
+        delivery, endpoint, result, decision = (
+            item.delivery,
+            item.endpoint,
+            item.result,
+            item.decision,
+        )
+        attempt_no, now = item.attempt_no, item.at
         fields = {
             "endpoint": endpoint.name,
             "event_id": delivery.event_id,

@@ -38,6 +38,7 @@ Errors::
 from .aio import AsyncStore, FullObserver
 from .economy_queries import HistoryProgress, KnownSession
 from .lock import DaemonLock, StoreLockedError, acquire_daemon_lock
+from .outbox import AttemptRecord
 from .rows import (
     OPEN_STATUSES,
     AttemptLike,
@@ -62,6 +63,7 @@ __all__ = [
     "OPEN_STATUSES",
     "AsyncStore",
     "AttemptLike",
+    "AttemptRecord",
     "AttemptRow",
     "DaemonLock",
     "DeliveryRow",

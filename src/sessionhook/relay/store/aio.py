@@ -32,6 +32,7 @@ from sessionhook.api.models import Activity, Session
 
 from ..events import Event
 from ..retry import Decision
+from .outbox import AttemptRecord
 from .rows import (
     AttemptLike,
     DueDelivery,
@@ -297,9 +298,46 @@ class AsyncStore:
         """See :meth:`Store.due_deliveries`."""
         return await self.call(self.store.due_deliveries, now, limit, set(busy))
 
-    async def next_due_at(self) -> float | None:
+    async def next_due_at(self, after: float | None = None) -> float | None:
         """See :meth:`Store.next_due_at`."""
-        return await self.call(self.store.next_due_at)
+        return await self.call(self.store.next_due_at, after)
+
+    async def record_attempts(self, records: Sequence[AttemptRecord]) -> list[float | None]:
+        """See :meth:`Store.record_attempts` (waits out a full disk, like every write)."""
+        return await self.write(self.store.record_attempts, list(records))
+
+    async def dispatch_round(
+        self,
+        records: Sequence[AttemptRecord],
+        now: float,
+        limit: int,
+        busy: Iterable[tuple[str, str]],
+    ) -> tuple[list[float | None], list[DueDelivery], float | None]:
+        """One round of the dispatcher in ONE worker-thread call: record ``records`` in one
+        transaction (:meth:`Store.record_attempts`, committed before anything is read),
+        then :meth:`Store.due_deliveries` (``now``, ``limit``, ``busy``) and, when fewer
+        than ``limit`` are due, :meth:`Store.next_due_at` after ``now`` (else ``now``).
+        Returns (failing_since per record, due deliveries, next due time). With records, it
+        is a write: a full disk is waited out (the batch is retried whole, nothing of it
+        was committed), see the module docstring."""
+        keys = set(busy)
+        records = list(records)
+
+        committed: list[list[float | None]] = []
+
+        def work() -> tuple[list[float | None], list[DueDelivery], float | None]:
+            # Retried by write() after a failure: a batch already committed is not redone.
+            if not committed:
+                committed.append(self.store.record_attempts(records))
+            failing = committed[0]
+            due = self.store.due_deliveries(now, limit, keys) if limit > 0 else []
+            if limit > 0 and len(due) >= limit:
+                return failing, due, now
+            return failing, due, self.store.next_due_at(after=now)
+
+        if records:
+            return await self.write(work)
+        return await self.call(work)
 
     async def record_attempt(
         self, delivery_id: int, attempt: AttemptLike, decision: Decision

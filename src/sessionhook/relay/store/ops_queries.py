@@ -42,6 +42,9 @@ class OperatorQueries:
         def is_baseline_complete(self) -> bool: ...
         def endpoint_states(self) -> list[EndpointState]: ...
         def outbox_stats(self) -> dict[str, tuple[int, float | None]]: ...
+        def _decode_body(
+            self, stored: Any, ref: int | None, raw: Any, name: str | None, created: str | None
+        ) -> bytes: ...
 
     def status_summary(self, now: float) -> StatusSummary:
         """Figures for ``sessionhook status``: per endpoint and upstream, at ``now``."""
@@ -238,9 +241,12 @@ class OperatorQueries:
                 "INSERT INTO deliveries (event_id, endpoint, session_name, status, "
                 "next_attempt_at, created_at, updated_at, replayed) "
                 "SELECT e.id, ep.name, e.session_name, 'pending', ?, ?, ?, 1 "
-                f"FROM events e JOIN endpoints ep ON ep.name = ? {where} "
+                f"FROM events e JOIN endpoints ep ON ep.name = ? "
+                "LEFT JOIN activities a ON a.name = e.activity_name "
+                f"AND typeof(e.body) = 'blob' {where} "
                 f"{'AND' if where else 'WHERE'} EXISTS (SELECT 1 FROM json_each(ep.events) g "
-                "WHERE fnmatch(g.value, e.type)) AND payload_matches(ep.filter, e.body) "
+                "WHERE fnmatch(g.value, e.type)) "
+                "AND payload_matches(ep.filter, e.body, e.body_ref, a.raw, a.name, a.create_time) "
                 "AND NOT EXISTS (SELECT 1 FROM deliveries o WHERE o.event_id = e.id "
                 "AND o.endpoint = ep.name AND o.status IN ('pending', 'failed')) "
                 "ORDER BY e.seq",
@@ -248,16 +254,35 @@ class OperatorQueries:
             )
             return cur.rowcount
 
+    # The body is stored compressed against its reference and activity (see codec.py).
     _EVENT_COLUMNS = (
-        "seq, id, session_name, type, activity_name, occurred_at, occurred_ts, created_at, body"
+        "e.seq, e.id, e.session_name, e.type, e.activity_name, e.occurred_at, e.occurred_ts, "
+        "e.created_at, e.body, e.body_ref, a.raw, a.name, a.create_time"
     )
+    _EVENT_FROM = (
+        "FROM events e LEFT JOIN activities a "
+        "ON a.name = e.activity_name AND typeof(e.body) = 'blob'"
+    )
+
+    def _event_row(self, r: Sequence[Any]) -> EventRow:
+        return EventRow(
+            seq=r[0],
+            id=r[1],
+            session_name=r[2],
+            type=r[3],
+            activity_name=r[4],
+            occurred_at=r[5],
+            occurred_ts=r[6],
+            created_at=r[7],
+            body=self._decode_body(r[8], r[9], r[10], r[11], r[12]),
+        )
 
     def get_event(self, event_id: str) -> EventRow | None:
         """One archived event, or ``None``."""
         row = self._conn.execute(
-            f"SELECT {self._EVENT_COLUMNS} FROM events WHERE id = ?", (event_id,)
+            f"SELECT {self._EVENT_COLUMNS} {self._EVENT_FROM} WHERE e.id = ?", (event_id,)
         ).fetchone()
-        return None if row is None else _event_row(row)
+        return None if row is None else self._event_row(row)
 
     def iter_events(
         self,
@@ -273,18 +298,18 @@ class OperatorQueries:
         exclusive). Rows are fetched in batches of a few hundred as the caller iterates.
         """
         where, params = _where(
-            ("session_name = ?", session),
-            ("fnmatch(?, type)", type_glob),
-            ("occurred_ts >= ?", since),
-            ("occurred_ts < ?", until),
+            ("e.session_name = ?", session),
+            ("fnmatch(?, e.type)", type_glob),
+            ("e.occurred_ts >= ?", since),
+            ("e.occurred_ts < ?", until),
         )
         cursor = self._conn.execute(
-            f"SELECT {self._EVENT_COLUMNS} FROM events {where} ORDER BY seq", params
+            f"SELECT {self._EVENT_COLUMNS} {self._EVENT_FROM} {where} ORDER BY e.seq", params
         )
         try:
             while rows := cursor.fetchmany(_FETCH):
                 for row in rows:
-                    yield _event_row(row)
+                    yield self._event_row(row)
         finally:
             cursor.close()
 
@@ -294,17 +319,3 @@ def _where(*clauses: tuple[str, object | None]) -> tuple[str, list[object]]:
     if not used:
         return "", []
     return "WHERE " + " AND ".join(sql for sql, _ in used), [value for _, value in used]
-
-
-def _event_row(r: Sequence[Any]) -> EventRow:
-    return EventRow(
-        seq=r[0],
-        id=r[1],
-        session_name=r[2],
-        type=r[3],
-        activity_name=r[4],
-        occurred_at=r[5],
-        occurred_ts=r[6],
-        created_at=r[7],
-        body=r[8].encode("utf-8"),
-    )

@@ -215,3 +215,83 @@ def _migrate(conn: sqlite3.Connection, db: Database, path: Path) -> None:
             conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
+
+
+# --------------------------------------------------------------------------- 0004 (throughput)
+
+#: The head of each (endpoint, session) queue: its oldest open delivery. The dispatcher asks
+#: for due heads through ``outbox_heads_due``; the cost of that no longer depends on the
+#: backlog (it was a GROUP BY over every open delivery). Triggers keep it exact whichever
+#: code path writes ``deliveries`` (ingest, replay, attempts, operator commands, pruning).
+_OUTBOX_HEADS = (
+    """CREATE TABLE outbox_heads (
+        endpoint TEXT NOT NULL,
+        session_name TEXT NOT NULL,
+        delivery_id INTEGER NOT NULL,
+        next_attempt_at REAL NOT NULL,
+        PRIMARY KEY (endpoint, session_name)
+    ) WITHOUT ROWID""",
+    "CREATE INDEX outbox_heads_due ON outbox_heads(endpoint, next_attempt_at, delivery_id)",
+    # A new open row becomes its key's head unless an older open row is the head already.
+    """CREATE TRIGGER outbox_heads_on_insert AFTER INSERT ON deliveries
+        WHEN NEW.status IN ('pending', 'failed')
+        BEGIN
+            INSERT INTO outbox_heads (endpoint, session_name, delivery_id, next_attempt_at)
+            VALUES (NEW.endpoint, NEW.session_name, NEW.id, COALESCE(NEW.next_attempt_at, 0))
+            ON CONFLICT (endpoint, session_name) DO UPDATE SET
+                delivery_id = excluded.delivery_id, next_attempt_at = excluded.next_attempt_at
+            WHERE excluded.delivery_id < outbox_heads.delivery_id;
+        END""",
+    # Any change of status or due time: re-derive the key's head from the open rows (one
+    # probe of the partial index ``deliveries_open``).
+    """CREATE TRIGGER outbox_heads_on_update AFTER UPDATE OF status, next_attempt_at
+        ON deliveries
+        BEGIN
+            DELETE FROM outbox_heads
+            WHERE endpoint = OLD.endpoint AND session_name = OLD.session_name;
+            INSERT INTO outbox_heads (endpoint, session_name, delivery_id, next_attempt_at)
+            SELECT endpoint, session_name, id, COALESCE(next_attempt_at, 0) FROM deliveries
+            WHERE endpoint = NEW.endpoint AND session_name = NEW.session_name
+                AND status IN ('pending', 'failed')
+            ORDER BY id LIMIT 1;
+        END""",
+    """CREATE TRIGGER outbox_heads_on_delete AFTER DELETE ON deliveries
+        WHEN OLD.status IN ('pending', 'failed')
+        BEGIN
+            DELETE FROM outbox_heads
+            WHERE endpoint = OLD.endpoint AND session_name = OLD.session_name;
+            INSERT INTO outbox_heads (endpoint, session_name, delivery_id, next_attempt_at)
+            SELECT endpoint, session_name, id, COALESCE(next_attempt_at, 0) FROM deliveries
+            WHERE endpoint = OLD.endpoint AND session_name = OLD.session_name
+                AND status IN ('pending', 'failed')
+            ORDER BY id LIMIT 1;
+        END""",
+    """INSERT INTO outbox_heads (endpoint, session_name, delivery_id, next_attempt_at)
+        SELECT d.endpoint, d.session_name, d.id, COALESCE(d.next_attempt_at, 0)
+        FROM (SELECT MIN(id) AS id FROM deliveries WHERE status IN ('pending', 'failed')
+              GROUP BY endpoint, session_name) AS h
+        JOIN deliveries d ON d.id = h.id""",
+)
+
+
+@_migration("0004_outbox_heads")
+def _m0004_outbox_heads(db: Database) -> None:
+    for statement in _OUTBOX_HEADS:
+        db.execute(statement)
+
+
+@_migration("0004_compact_archive")
+def _m0004_compact_archive(db: Database) -> None:
+    # Bodies and raw JSON are now stored compressed against their context (see codec.py);
+    # rows written before stay plain text and are read as they are.
+    # ``body_refs``: per session, an earlier event body that later bodies are compressed
+    # against (it carries the session summary every body repeats).
+    db.execute(
+        """CREATE TABLE body_refs (
+            id INTEGER PRIMARY KEY,
+            session_name TEXT NOT NULL,
+            data BLOB NOT NULL
+        )"""
+    )
+    db.execute("CREATE INDEX body_refs_by_session ON body_refs(session_name, id)")
+    db.execute("ALTER TABLE events ADD COLUMN body_ref INTEGER REFERENCES body_refs(id)")

@@ -46,12 +46,11 @@ from sqlite_utils import Database
 from sessionhook.api.models import Activity, Session, parse_timestamp
 
 from ..events import Event, matches, payload_matches
-from ..retry import Dead, Decision, Delivered, DisableEndpoint, Retry
+from . import codec
 from .economy_queries import EconomyQueries
 from .ops_queries import OperatorQueries
+from .outbox import OutboxQueries
 from .rows import (
-    AttemptLike,
-    DueDelivery,
     EndpointLike,
     EndpointState,
     Ingested,
@@ -63,11 +62,13 @@ from .rows import (
 from .schema import _check_ours, _migrate, _schema_state
 
 BUSY_TIMEOUT_MS = 10_000
+#: Reference bodies kept decoded in memory (one per recently active session).
+_REF_CACHE = 512
 #: Per-minute upstream counters older than this many minutes are pruned.
 _UPSTREAM_KEEP_MINUTES = 2 * 24 * 60
 
 
-class Store(OperatorQueries, EconomyQueries):
+class Store(OutboxQueries, OperatorQueries, EconomyQueries):
     """Synchronous access to the relay database. Open with :meth:`open` or
     :meth:`open_readonly`; the daemon goes through :class:`AsyncStore`.
 
@@ -87,8 +88,13 @@ class Store(OperatorQueries, EconomyQueries):
         self.path = path
         self.readonly = readonly
         self._clock = clock
+        # Decoded reference bodies by id, and each session's current reference (see codec).
+        self._refs: dict[int, bytes] = {}
+        self._session_refs: dict[str, tuple[int, bytes]] = {}
         conn.create_function("fnmatch", 2, _sql_fnmatch, deterministic=True)
-        conn.create_function("payload_matches", 2, _sql_payload_matches, deterministic=True)
+        # payload_matches(conditions, body, body_ref, raw, name, create_time): the body is
+        # stored compressed against its reference and activity (see codec.py).
+        conn.create_function("payload_matches", 6, self._sql_payload_matches, deterministic=True)
 
     # ----------------------------------------------------------------- opening
 
@@ -220,6 +226,9 @@ class Store(OperatorQueries, EconomyQueries):
                 yield self._conn
                 self._conn.execute("COMMIT")
             except BaseException:
+                # References created in the rolled-back transaction must not be used again.
+                self._session_refs.clear()
+                self._refs.clear()
                 # Some errors (SQLITE_FULL, IOERR...) already rolled back; do not mask them.
                 if self._conn.in_transaction:
                     self._conn.execute("ROLLBACK")
@@ -474,7 +483,12 @@ class Store(OperatorQueries, EconomyQueries):
         events: Iterable[Event],
         deliver: bool,
         now: float,
+        raws: dict[str, bytes] | None = None,
     ) -> tuple[str, ...]:
+        """Insert events (compressed, see :mod:`.codec`) and enqueue their deliveries.
+
+        ``raws``: the raw JSON of the activities archived in this transaction, by name (an
+        activity event's body is compressed against it)."""
         batch = list(events)
         account = None
         if deliver and batch:  # endpoints may take the events of some accounts only
@@ -485,9 +499,15 @@ class Store(OperatorQueries, EconomyQueries):
         endpoints = self._active_endpoints(account) if deliver else []
         inserted: list[str] = []
         for event in batch:
+            event.body.decode("utf-8")  # a body is JSON text: refuse anything else
+            context = b""
+            if raws is not None and event.activity_name is not None:
+                context = raws.get(event.activity_name, b"")
+            ref_id, stored = self._encode_body(c, event, context)
             cur = c.execute(
                 "INSERT OR IGNORE INTO events (id, session_name, type, activity_name, "
-                "occurred_at, occurred_ts, created_at, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "occurred_at, occurred_ts, created_at, body, body_ref) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     event.id,
                     event.session_name,
@@ -496,7 +516,8 @@ class Store(OperatorQueries, EconomyQueries):
                     event.occurred_at,
                     event.occurred_ts,
                     now,
-                    event.body.decode("utf-8"),
+                    stored,
+                    ref_id,
                 ),
             )
             if cur.rowcount == 0:
@@ -518,6 +539,91 @@ class Store(OperatorQueries, EconomyQueries):
                     (event.id, endpoint, event.session_name, now, now, now),
                 )
         return tuple(inserted)
+
+    def _encode_body(
+        self, c: sqlite3.Connection, event: Event, context: bytes
+    ) -> tuple[int, bytes]:
+        """(reference id, stored body): the body compressed against its session's current
+        reference; a body that no longer shares enough with it becomes the new reference."""
+        current = self._session_refs.get(event.session_name)
+        if current is None:
+            row = c.execute(
+                "SELECT id, data FROM body_refs WHERE session_name = ? ORDER BY id DESC LIMIT 1",
+                (event.session_name,),
+            ).fetchone()
+            if row is not None:
+                current = (row[0], self._reference(row[0], row[1]))
+        if current is not None:
+            stored = codec.encode_body(event.body, current[1], context)
+            if len(stored) <= codec.REF_THRESHOLD:
+                return current[0], stored
+        cur = c.execute(
+            "INSERT INTO body_refs (session_name, data) VALUES (?, ?)",
+            (event.session_name, codec.encode_body(event.body, b"", b"")),
+        )
+        ref_id = int(cur.lastrowid or 0)
+        self._refs[ref_id] = event.body
+        self._session_refs[event.session_name] = (ref_id, event.body)
+        if len(self._session_refs) > _REF_CACHE:
+            self._session_refs.pop(next(iter(self._session_refs)))
+        return ref_id, codec.encode_body(event.body, event.body, context)
+
+    def _sql_payload_matches(
+        self,
+        conditions: str | None,
+        body: str | bytes | None,
+        ref_id: int | None,
+        raw: str | bytes | None,
+        name: str | None,
+        created: str | None,
+    ) -> int:
+        if not conditions or conditions == "{}":
+            return 1
+        if body is None:
+            return 0
+        decoded = self._decode_body(body, ref_id, raw, name, created)
+        return int(payload_matches(json.loads(conditions), json.loads(decoded)))
+
+    def activity_raw(self, name: str) -> bytes | None:
+        """The archived raw JSON of an activity, byte for byte as serialized at ingest."""
+        row = self._conn.execute(
+            "SELECT raw, create_time FROM activities WHERE name = ?", (name,)
+        ).fetchone()
+        return None if row is None else codec.decode_raw(row[0], _raw_hints(name, row[1]))
+
+    def _reference(self, ref_id: int, data: bytes | None = None) -> bytes:
+        """A reference body, decoded (cached: a session's events share one)."""
+        body = self._refs.get(ref_id)
+        if body is None:
+            if data is None:
+                data = self._one("SELECT data FROM body_refs WHERE id = ?", (ref_id,))
+                if data is None:
+                    raise StoreError(f"missing body reference {ref_id}", path=self.path)
+            body = codec.decode_body(data, b"", b"")
+            if len(self._refs) >= _REF_CACHE:
+                self._refs.pop(next(iter(self._refs)))
+            self._refs[ref_id] = body
+        return body
+
+    def _decode_body(
+        self,
+        stored: str | bytes,
+        ref_id: int | None,
+        raw: str | bytes | None,
+        name: str | None,
+        created: str | None,
+    ) -> bytes:
+        """The exact bytes of a stored event body, given the row's ``body_ref`` and, for an
+        activity event, its activity's stored ``raw``, ``name`` and ``create_time``."""
+        if isinstance(stored, str):
+            return stored.encode("utf-8")
+        reference = self._reference(ref_id) if ref_id is not None else b""
+        context = b""
+        if codec.needs_context(stored):
+            if raw is None:
+                raise StoreError("an event body's activity is missing", path=self.path)
+            context = codec.decode_raw(raw, _raw_hints(name or "", created or ""))
+        return codec.decode_body(stored, reference, context)
 
     def ingest_session_events(
         self, session_name: str, events: Sequence[Event], deliver: bool
@@ -562,22 +668,32 @@ class Store(OperatorQueries, EconomyQueries):
             for activity in activities:
                 if activity.name not in known and activity.name not in fresh:
                     fresh[activity.name] = activity
+            raws: dict[str, bytes] = {}
+            rows = []
             for activity in fresh.values():
-                c.execute(
-                    "INSERT INTO activities (name, session_name, id, create_time, kind, raw, "
-                    "ingested_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                raw = json.dumps(
+                    activity.to_wire(), separators=(",", ":"), ensure_ascii=False
+                ).encode("utf-8")
+                raws[activity.name] = raw
+                hints = _raw_hints(activity.name, activity.create_time)
+                rows.append(
                     (
                         activity.name,
                         session_name,
-                        activity.id,
                         activity.create_time,
                         activity.event_member or "unknown",
-                        json.dumps(activity.to_wire(), separators=(",", ":"), ensure_ascii=False),
+                        codec.encode_raw(raw, hints),
                         now,
-                    ),
+                    )
                 )
+            # ``id`` is left empty: it is the last segment of ``name`` (and in ``raw``).
+            c.executemany(
+                "INSERT INTO activities (name, session_name, create_time, kind, raw, "
+                "ingested_at) VALUES (?, ?, ?, ?, ?, ?)",
+                rows,
+            )
             wanted = [e for e in events if e.activity_name is None or e.activity_name in fresh]
-            types = self._insert_events(c, wanted, deliver, now)
+            types = self._insert_events(c, wanted, deliver, now, raws)
             cursor = self._one(
                 "SELECT activity_cursor FROM sessions WHERE name = ?", (session_name,)
             )
@@ -626,169 +742,10 @@ class Store(OperatorQueries, EconomyQueries):
                 best = (moment, rowid)
         if best is None:
             return None
-        raw = self._one("SELECT raw FROM activities WHERE rowid = ?", (best[1],))
-        return Activity.model_validate_json(raw)
-
-    # ----------------------------------------------------------------- outbox
-
-    _HEADS = (
-        "SELECT MIN(id) AS id FROM deliveries WHERE status IN ('pending', 'failed') "
-        "GROUP BY endpoint, session_name"
-    )
-
-    def due_deliveries(
-        self, now: float, limit: int, busy: Iterable[tuple[str, str]] = ()
-    ) -> list[DueDelivery]:
-        """Deliveries to attempt now, soonest first, at most ``limit``.
-
-        Per (endpoint, session) only the oldest open (pending/failed) delivery is eligible,
-        so a session's events reach an endpoint in order; it must be due
-        (``next_attempt_at <= now``) and its endpoint active. Keys in ``busy`` (in flight)
-        are skipped. Dead and delivered rows never block.
-        """
-        skip = set(busy)
-        rows = self._conn.execute(
-            "SELECT d.id, d.event_id, e.type, d.endpoint, ep.url, d.session_name, d.attempts, "
-            "e.body, d.created_at "
-            f"FROM ({self._HEADS}) AS h "
-            "JOIN deliveries d ON d.id = h.id "
-            "JOIN endpoints ep ON ep.name = d.endpoint AND ep.enabled = 1 AND ep.configured = 1 "
-            "JOIN events e ON e.id = d.event_id "
-            "WHERE d.next_attempt_at <= ? ORDER BY d.next_attempt_at, d.id LIMIT ?",
-            (now, max(0, limit) + len(skip)),
-        ).fetchall()
-        due = [
-            DueDelivery(
-                id=r[0],
-                event_id=r[1],
-                event_type=r[2],
-                endpoint=r[3],
-                url=r[4],
-                session_name=r[5],
-                attempts=r[6],
-                body=r[7].encode("utf-8"),
-                created_at=r[8],
-            )
-            for r in rows
-            if (r[3], r[5]) not in skip
-        ]
-        return due[: max(0, limit)]
-
-    def next_due_at(self) -> float | None:
-        """When the earliest eligible delivery of an active endpoint is due (``None``: none)."""
-        value = self._one(
-            f"SELECT MIN(d.next_attempt_at) FROM ({self._HEADS}) AS h "
-            "JOIN deliveries d ON d.id = h.id "
-            "JOIN endpoints ep ON ep.name = d.endpoint AND ep.enabled = 1 AND ep.configured = 1"
-        )
-        return None if value is None else float(value)
-
-    def record_attempt(
-        self, delivery_id: int, attempt: AttemptLike, decision: Decision
-    ) -> float | None:
-        """Log an attempt and apply its decision, in one transaction.
-
-        * :class:`Delivered`: the delivery is final; the endpoint's ``last_success_at`` is
-          set and its ``failing_since`` cleared.
-        * :class:`Retry`: status ``failed``, ``next_attempt_at = decision.at``.
-        * :class:`Dead`: status ``dead`` (replayable).
-        * :class:`DisableEndpoint`: the endpoint is disabled with the reason; the delivery
-          stays ``pending`` and goes out first once the endpoint is enabled again.
-
-        Any failure sets the endpoint's ``failing_since`` if it was not set. Returns the
-        endpoint's ``failing_since`` afterwards (``None`` when healthy), which the caller
-        hands to ``retry.should_disable``.
-        """
-        finished = attempt.started_at + attempt.duration_ms / 1000.0
-        code = attempt.status_code
-        error = attempt.error or (
-            None if code is not None and 200 <= code < 300 else f"HTTP {code}"
-        )
-        with self._tx() as c:
-            row = c.execute(
-                "SELECT endpoint, attempts FROM deliveries WHERE id = ?", (delivery_id,)
-            ).fetchone()
-            if row is None:
-                raise StoreError(f"unknown delivery {delivery_id}", path=self.path)
-            endpoint, number = row[0], row[1] + 1
-            c.execute(
-                "INSERT INTO attempts (delivery_id, attempt, started_at, duration_ms, "
-                "status_code, error, response_body) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (
-                    delivery_id,
-                    number,
-                    attempt.started_at,
-                    attempt.duration_ms,
-                    code,
-                    attempt.error,
-                    attempt.response_body,
-                ),
-            )
-            common = "attempts = ?, updated_at = ?, last_status_code = ?, last_error = ?"
-            values: tuple[Any, ...] = (number, finished, code, error)
-            if isinstance(decision, Delivered):
-                c.execute(
-                    f"UPDATE deliveries SET status = 'delivered', {common}, "
-                    "next_attempt_at = NULL, delivered_at = ? WHERE id = ?",
-                    (*values, finished, delivery_id),
-                )
-                c.execute(
-                    "UPDATE endpoints SET last_success_at = ?, failing_since = NULL WHERE name = ?",
-                    (finished, endpoint),
-                )
-            else:
-                if isinstance(decision, Retry):
-                    c.execute(
-                        f"UPDATE deliveries SET status = 'failed', {common}, "
-                        "next_attempt_at = ? WHERE id = ?",
-                        (*values, decision.at, delivery_id),
-                    )
-                elif isinstance(decision, Dead):
-                    c.execute(
-                        f"UPDATE deliveries SET status = 'dead', {common}, "
-                        "next_attempt_at = NULL WHERE id = ?",
-                        (*values, delivery_id),
-                    )
-                elif isinstance(decision, DisableEndpoint):
-                    c.execute(
-                        f"UPDATE deliveries SET status = 'pending', {common} WHERE id = ?",
-                        (*values, delivery_id),
-                    )
-                    c.execute(
-                        "UPDATE endpoints SET enabled = 0, disabled_reason = ?, "
-                        "disabled_at = ? WHERE name = ?",
-                        (decision.reason, finished, endpoint),
-                    )
-                c.execute(
-                    "UPDATE endpoints SET failing_since = COALESCE(failing_since, ?), "
-                    "last_error = ?, last_error_at = ? WHERE name = ?",
-                    (attempt.started_at, error, finished, endpoint),
-                )
-            value = self._one("SELECT failing_since FROM endpoints WHERE name = ?", (endpoint,))
-        return None if value is None else float(value)
-
-    def pending_count(self, endpoint: str | None = None) -> int:
-        """Open (pending or failed) deliveries, of one endpoint or all."""
-        if endpoint is None:
-            return int(
-                self._one("SELECT COUNT(*) FROM deliveries WHERE status IN ('pending', 'failed')")
-            )
-        return int(
-            self._one(
-                "SELECT COUNT(*) FROM deliveries "
-                "WHERE status IN ('pending', 'failed') AND endpoint = ?",
-                (endpoint,),
-            )
-        )
-
-    def outbox_stats(self) -> dict[str, tuple[int, float | None]]:
-        """Per known endpoint: (open deliveries, ``created_at`` of the oldest) for metrics."""
-        rows = self._conn.execute(
-            "SELECT ep.name, COUNT(d.id), MIN(d.created_at) FROM endpoints ep "
-            "LEFT JOIN deliveries d ON d.endpoint = ep.name "
-            "AND d.status IN ('pending', 'failed') GROUP BY ep.name ORDER BY ep.name"
-        ).fetchall()
-        return {name: (count, oldest) for name, count, oldest in rows}
+        raw, name, created = self._conn.execute(
+            "SELECT raw, name, create_time FROM activities WHERE rowid = ?", (best[1],)
+        ).fetchone()
+        return Activity.model_validate_json(codec.decode_raw(raw, _raw_hints(name, created)))
 
     # ----------------------------------------------------------------- upstream
 
@@ -882,12 +839,11 @@ def _create_private(db_path: Path) -> bool:
     return True
 
 
-def _sql_payload_matches(conditions: str | None, body: str | bytes | None) -> int:
-    if not conditions or conditions == "{}":
-        return 1
-    if body is None:
-        return 0
-    return int(payload_matches(json.loads(conditions), json.loads(body)))
+
+
+def _raw_hints(name: str, create_time: str) -> bytes:
+    """What an activity's compressed raw JSON is coded against (its own columns)."""
+    return (name + create_time).encode("utf-8")
 
 
 def _sql_fnmatch(pattern: str | None, value: str | None) -> int:

@@ -1,0 +1,627 @@
+"""Delivery throughput, ingest rate, storage and latency of ``sessionhook run``, black-box.
+
+Everything runs as separate processes on 127.0.0.1, as a user would run them:
+
+* a raw asyncio stand-in of the Sessions API (``bench/_bench_servers.py standin``):
+  ``--sessions`` x ``--activities`` past activities (COMPLETED sessions), shapes as in the
+  field notes;
+* a raw asyncio keep-alive receiver answering 204 (``_bench_servers.py receiver``) that
+  checks every signature and counts per path;
+* the REAL ``sessionhook run`` subprocess of each tree under test (``--tree name=path``: the
+  ``src`` directory is put first on ``PYTHONPATH``, so one run can hold main and a branch);
+* a bare-client baseline (``_baseline`` below, its own process): signs the same kind of
+  bodies and POSTs them with the same HTTP client at the same concurrency, storing nothing.
+
+Per repetition and tree, interleaved: (1) **ingest**: a fresh store, backfill on, endpoints
+configured but disabled: activities archived per second from the relay's first request to
+the last activity archived; (2) **deliver**: the ingested store, every event replayed to one
+endpoint (``sessionhook replay``), then ``run``: deliveries per second (first to last arrival),
+CPU per delivery (``/proc`` of the relay), CPU per delivery in the first 2,000 (backlog about
+20,000) and in the last 2,000 (backlog 2,000 -> 200); peak RSS (VmHWM); new connections;
+bytes per event of the store afterwards; (3) **fan-out**: four endpoints, each replayed a
+quarter of the events (the same total); (4) **latency**: a live stand-in appends activities
+at ``--live-rate`` per second; p50/p90 activity createTime -> arrival. Then the bare loop.
+Medians over ``--reps``; the load average is printed with each figure.
+
+    .venv/bin/python bench/throughput.py --tree after=src --tree before=/tmp/before/src
+    .venv/bin/python bench/throughput.py --activities 25 --reps 1     # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import hashlib
+import hmac
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+SERVERS = HERE / "_bench_servers.py"
+API_KEY = "bench-api-key-0123456789"
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def _spawn(args: list[str], env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], int]:
+    proc = subprocess.Popen(
+        [sys.executable, str(SERVERS), *args], stdout=subprocess.PIPE, text=True, env=env
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line.startswith("PORT "):
+        proc.kill()
+        raise RuntimeError(f"server did not start: {line!r}")
+    return proc, int(line.split()[1])
+
+
+def _get(port: int, path: str) -> Any:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=30) as answer:
+        return json.loads(answer.read())
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process (all its threads), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def loadavg() -> float:
+    return float(Path("/proc/loadavg").read_text().split()[0])
+
+
+def _env(tree: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "PYTHONPATH")}
+    env["PYTHONPATH"] = str(tree)
+    return env
+
+
+def _config(
+    path: Path,
+    db: Path,
+    api_port: int,
+    hook_port: int,
+    secret: str,
+    endpoints: list[tuple[str, bool]],
+    *,
+    concurrency: int,
+    live: bool = False,
+) -> None:
+    key = path.parent / "api_key"
+    key.write_text(API_KEY)
+    lines = [
+        "[api]",
+        f'base_url = "http://127.0.0.1:{api_port}"',
+        f'api_key_file = "{key}"',
+        "requests_per_minute = 60000",
+        "[store]",
+        f'path = "{db}"',
+        "[poll]",
+        f"active_interval = {0.3 if live else 2}",
+        f"idle_interval = {2 if live else 60}",
+        f"discovery_interval = {0.5 if live else 30}",
+        "backfill = true",
+        "[delivery]",
+        "allow_private_networks = true",
+        f"concurrency = {concurrency}",
+        "[log]",
+        'level = "warning"',
+        'format = "json"',
+    ]
+    for name, enabled in endpoints:
+        lines += [
+            "[[endpoints]]",
+            f'name = "{name}"',
+            f'url = "http://127.0.0.1:{hook_port}/{name}"',
+            f'secret = "{secret}"',
+            f"enabled = {'true' if enabled else 'false'}",
+        ]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _relay(tree: Path, config: Path, log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "sessionhook.cli", "run", "--config", str(config)],
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("wb"),
+        env=_env(tree),
+    )
+
+
+def _stop(proc: subprocess.Popen[Any]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _count(db: Path, table: str) -> int:
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+        try:
+            return int(conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return 0
+
+
+def _bytes_per_event(db: Path) -> float:
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+        free = conn.execute("PRAGMA freelist_count").fetchone()[0]
+        size = conn.execute("PRAGMA page_size").fetchone()[0]
+        events = conn.execute("SELECT COUNT(*) FROM events").fetchone()[0]
+    finally:
+        conn.close()
+    return (pages - free) * size / max(1, events)
+
+
+# --------------------------------------------------------------------------- scenarios
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, tmp: Path) -> None:
+        self.args = args
+        self.tmp = tmp
+        self.secret = "whsec_" + base64.b64encode(random.Random(7).randbytes(32)).decode()
+        n = args.sessions * args.activities
+        self.activities = n
+        self.standin, self.api_port = _spawn(
+            ["standin", "--sessions", str(args.sessions), "--activities", str(args.activities)]
+        )
+        self.receiver, self.hook_port = _spawn(["receiver", "--secret", self.secret])
+
+    def close(self) -> None:
+        for proc in (self.standin, self.receiver):
+            proc.kill()
+            proc.wait()
+
+    def ingest(self, name: str, tree: Path) -> tuple[dict[str, float], Path]:
+        work = Path(tempfile.mkdtemp(dir=self.tmp, prefix=f"ingest-{name}-"))
+        db = work / "relay.db"
+        config = work / "config.toml"
+        names = [("e1", False), ("e2", False), ("e3", False), ("e4", False)]
+        _config(config, db, self.api_port, self.hook_port, self.secret, names, concurrency=16)
+        _get(self.api_port, "/_bench/reset")
+        load = loadavg()
+        relay = _relay(tree, config, work / "relay.log")
+        profiler = self._profile(relay.pid, f"ingest-{name}")
+        cpu_first: float | None = None
+        try:
+            deadline = time.monotonic() + self.args.timeout
+            while _count(db, "activities") < self.activities:
+                if relay.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"ingest did not finish; see {work / 'relay.log'}")
+                if cpu_first is None and _get(self.api_port, "/_bench/stats")["first_request"]:
+                    cpu_first = cpu_seconds(relay.pid)  # start-up (imports) excluded
+                time.sleep(0.05)
+            done = time.time()
+            cpu = cpu_seconds(relay.pid) - (cpu_first or 0.0)
+            first = _get(self.api_port, "/_bench/stats")["first_request"]
+            rss = peak_rss_mb(relay.pid)
+        finally:
+            _stop(relay)
+            if profiler is not None:
+                profiler.wait()
+        rate = self.activities / (done - first)
+        figures = {
+            "ingest_per_s": rate,
+            "ingest_cpu_ms": cpu * 1000 / self.activities,
+            "ingest_rss_mb": rss,
+            "load": load,
+        }
+        return figures, db
+
+    def _profile(self, pid: int, label: str) -> subprocess.Popen[bytes] | None:
+        """``--profile DIR``: py-spy records the relay (raw folded stacks) while it works."""
+        if self.args.profile is None:
+            return None
+        self.args.profile.mkdir(parents=True, exist_ok=True)
+        out = self.args.profile / f"{label}.txt"
+        return subprocess.Popen(
+            ["py-spy", "record", "-p", str(pid), "-r", "250", "-f", "raw", "-o", str(out)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    def deliver(self, name: str, tree: Path, base_db: Path, fanout: int) -> dict[str, float]:
+        work = Path(tempfile.mkdtemp(dir=self.tmp, prefix=f"deliver{fanout}-{name}-"))
+        db = work / "relay.db"
+        shutil.copy(base_db, db)
+        names = [f"e{i + 1}" for i in range(fanout)]
+        expected = 0
+        for i, endpoint in enumerate(names):
+            cmd = [sys.executable, "-m", "sessionhook.cli", "replay", "--db", str(db)]
+            cmd += ["--endpoint", endpoint, "--since", "1970-01-01T00:00:00Z"]
+            if fanout > 1:
+                # Each endpoint gets a quarter of every session's history: the same total.
+                lo = _get(self.api_port, f"/_bench/cut?share={i / fanout}")["until"]
+                hi = _get(self.api_port, f"/_bench/cut?share={(i + 1) / fanout}")["until"]
+                cmd[-1] = "1970-01-01T00:00:00Z" if i == 0 else lo
+                if i < fanout - 1:
+                    cmd += ["--until", hi]
+            out = subprocess.run(
+                cmd, capture_output=True, text=True, env=_env(tree), check=True
+            ).stdout
+            expected += int(re.search(r"queued (\d+)", out).group(1))  # type: ignore[union-attr]
+        config = work / "config.toml"
+        endpoints = [(e, True) for e in names]
+        _config(
+            config,
+            db,
+            self.api_port,
+            self.hook_port,
+            self.secret,
+            endpoints,
+            concurrency=self.args.concurrency,
+        )
+        _get(self.hook_port, "/_bench/reset")
+        load = loadavg()
+        relay = _relay(tree, config, work / "relay.log")
+        profiler = self._profile(relay.pid, f"deliver{fanout}-{name}")
+        samples: list[tuple[float, int, float]] = []
+        try:
+            deadline = time.monotonic() + self.args.timeout
+            while True:
+                got = _get(self.hook_port, "/_bench/stats")["total"]
+                samples.append((time.time(), got, cpu_seconds(relay.pid)))
+                if got >= expected:
+                    break
+                if relay.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"delivery stalled at {got}/{expected}; see {work}")
+                time.sleep(0.1)
+            stats = _get(self.hook_port, "/_bench/stats")
+            rss = peak_rss_mb(relay.pid)
+        finally:
+            _stop(relay)
+            if profiler is not None:
+                profiler.wait()
+        seconds = stats["last"] - stats["first"]
+        result = {
+            "deliveries": expected,
+            "per_s": expected / seconds,
+            "cpu_ms": _cpu_between(samples, 0, expected) * 1000 / expected,
+            "rss_mb": rss,
+            "connections": stats["connections"],
+            "bad_signatures": stats["bad_signatures"],
+            "load": load,
+        }
+        if fanout == 1 and expected >= 5000:
+            early = _cpu_between(samples, 500, 2500) / 2000
+            late = _cpu_between(samples, expected - 2000, expected - 200) / 1800
+            result["cpu_ms_backlog_high"] = early * 1000
+            result["cpu_ms_backlog_low"] = late * 1000
+            result["bytes_per_event"] = _bytes_per_event(db)
+        return result
+
+    def latency(self, name: str, tree: Path) -> dict[str, float]:
+        work = Path(tempfile.mkdtemp(dir=self.tmp, prefix=f"latency-{name}-"))
+        live, port = _spawn(["standin", "--mode", "live", "--sessions", "20"])
+        db = work / "relay.db"
+        config = work / "config.toml"
+        _config(
+            config,
+            db,
+            port,
+            self.hook_port,
+            self.secret,
+            [("lat", True)],
+            concurrency=self.args.concurrency,
+            live=True,
+        )
+        _get(self.hook_port, "/_bench/reset")
+        relay = _relay(tree, config, work / "relay.log")
+        rate, seconds = self.args.live_rate, 10.0
+        try:
+            while _get(self.hook_port, "/_bench/stats")["total"] < 20:  # session.discovered
+                if relay.poll() is not None:
+                    raise RuntimeError(f"relay died; see {work}")
+                time.sleep(0.1)
+            load = loadavg()
+            _get(port, f"/_bench/start?rate={rate}&seconds={seconds}")
+            time.sleep(seconds + 3)
+            stats = _get(self.hook_port, "/_bench/stats?latency=1")
+            rss = peak_rss_mb(relay.pid)
+        finally:
+            _stop(relay)
+            live.kill()
+            live.wait()
+        lat = sorted(stats["latencies"])
+        return {
+            "p50_ms": 1000 * statistics.median(lat),
+            "p90_ms": 1000 * lat[int(0.9 * (len(lat) - 1))],
+            "arrived": len(lat),
+            "rss_mb": rss,
+            "load": load,
+        }
+
+    def baseline(self, client: str, count: int, tree: Path) -> dict[str, float]:
+        cmd = [
+            sys.executable,
+            str(Path(__file__)),
+            "_baseline",
+            "--client",
+            client,
+            "--count",
+            str(count),
+            "--concurrency",
+            str(self.args.concurrency),
+            "--url",
+            f"http://127.0.0.1:{self.hook_port}/base",
+            "--secret",
+            self.secret,
+        ]
+        _get(self.hook_port, "/_bench/reset")
+        load = loadavg()
+        out = subprocess.run(cmd, capture_output=True, text=True, env=_env(tree), check=True)
+        result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+        stats = _get(self.hook_port, "/_bench/stats")
+        result["connections"] = stats["connections"]
+        result["bad_signatures"] = stats["bad_signatures"]
+        result["load"] = load
+        return result
+
+
+def _cpu_between(samples: list[tuple[float, int, float]], lo: int, hi: int) -> float:
+    """CPU spent between delivery number ``lo`` and ``hi``, interpolated from the samples."""
+
+    def at(n: int) -> float:
+        prev = samples[0]
+        for sample in samples:
+            if sample[1] >= n:
+                if sample[1] == prev[1]:
+                    return sample[2]
+                share = (n - prev[1]) / (sample[1] - prev[1])
+                return prev[2] + share * (sample[2] - prev[2])
+            prev = sample
+        return samples[-1][2]
+
+    return at(hi) - at(lo)
+
+
+# --------------------------------------------------------------------------- baseline
+
+
+async def _baseline_run(args: argparse.Namespace) -> dict[str, float]:
+    """POST ``count`` signed bodies, ``concurrency`` in flight, storing nothing."""
+    sys.path.insert(0, str(HERE))
+    from datetime import UTC, datetime
+
+    from _bench_servers import fmt, make_activity, make_session
+
+    rng = random.Random(3)
+    session = make_session(rng, 0, fmt(datetime.now(UTC)), "COMPLETED")
+    bodies = []
+    for j in range(200):
+        act = make_activity(rng, session["name"], j, 200, fmt(datetime.now(UTC)))
+        data = {"session": session, "activity": act}
+        body = {"type": "activity.progress_updated", "timestamp": act["createTime"], "data": data}
+        bodies.append(json.dumps(body, separators=(",", ":")).encode())
+    key = base64.b64decode(args.secret.removeprefix("whsec_"))
+
+    def headers(i: int, body: bytes) -> dict[str, str]:
+        msg_id = f"evt_{i:032x}"
+        ts = str(int(time.time()))
+        digest = hmac.new(key, f"{msg_id}.{ts}.".encode() + body, hashlib.sha256).digest()
+        return {
+            "webhook-id": msg_id,
+            "webhook-timestamp": ts,
+            "webhook-signature": "v1," + base64.b64encode(digest).decode(),
+            "content-type": "application/json",
+            "user-agent": "sessionhook-bench",
+        }
+
+    counter = iter(range(args.count))
+    post = await _client(args.client)
+    cpu0, started = time.process_time(), time.perf_counter()
+
+    async def worker() -> None:
+        for i in counter:
+            body = bodies[i % len(bodies)]
+            status = await post.send(args.url, body, headers(i, body))
+            if not 200 <= status < 300:
+                raise RuntimeError(f"status {status}")
+
+    await asyncio.gather(*(worker() for _ in range(args.concurrency)))
+    seconds = time.perf_counter() - started
+    cpu = time.process_time() - cpu0
+    await post.close()
+    return {"per_s": args.count / seconds, "cpu_ms": cpu * 1000 / args.count}
+
+
+async def _client(kind: str) -> Any:
+    """A sender with ``send(url, body, headers) -> status`` for the baseline."""
+    if kind == "httpx":
+        import anyio
+        import httpx
+
+        class Httpx:
+            # The call pattern of sessionhook 0.1's post_event: stream, read the answer
+            # bounded, whole exchange under move_on_after.
+            def __init__(self) -> None:
+                self.http = httpx.AsyncClient(follow_redirects=False)
+
+            async def send(self, url: str, body: bytes, headers: dict[str, str]) -> int:
+                with anyio.move_on_after(15):
+                    request = self.http.build_request(
+                        "POST", url, content=body, headers=headers, timeout=httpx.Timeout(15)
+                    )
+                    response = await self.http.send(request, stream=True, follow_redirects=False)
+                    try:
+                        async for _chunk in response.aiter_bytes():
+                            pass
+                    finally:
+                        await response.aclose()
+                    return response.status_code
+                return 0
+
+            async def close(self) -> None:
+                await self.http.aclose()
+
+        return Httpx()
+    if kind == "aiohttp":
+        import aiohttp
+
+        class Aiohttp:
+            def __init__(self) -> None:
+                self.http = aiohttp.ClientSession(
+                    connector=aiohttp.TCPConnector(limit=0), auto_decompress=False
+                )
+
+            async def send(self, url: str, body: bytes, headers: dict[str, str]) -> int:
+                async with self.http.post(
+                    url,
+                    data=body,
+                    headers=headers,
+                    allow_redirects=False,
+                    timeout=aiohttp.ClientTimeout(total=15),
+                ) as response:
+                    await response.content.read(4096)
+                    return response.status
+
+            async def close(self) -> None:
+                await self.http.close()
+
+        return Aiohttp()
+    if kind == "relay":
+        # The relay's own sender (sessionhook.relay.sender), whatever client it uses.
+        from sessionhook.relay.sender import Sender
+
+        sender = Sender(timeout=15, body_limit=4096, allow_private=True)
+
+        class Relay:
+            async def send(self, url: str, body: bytes, headers: dict[str, str]) -> int:
+                result = await sender.post(url, body, headers)
+                return result.status_code or 0
+
+            async def close(self) -> None:
+                await sender.aclose()
+
+        return Relay()
+    raise ValueError(f"unknown client {kind}")
+
+
+# --------------------------------------------------------------------------- main
+
+
+def _median(rows: list[dict[str, float]], key: str) -> float | None:
+    values = [r[key] for r in rows if key in r]
+    return statistics.median(values) if values else None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("mode", nargs="?", default="bench", choices=("bench", "_baseline"))
+    parser.add_argument("--tree", action="append", default=[], metavar="NAME=SRC")
+    parser.add_argument("--sessions", type=int, default=200)
+    parser.add_argument("--activities", type=int, default=100)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--live-rate", type=float, default=100.0)
+    parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--baseline", action="append", default=[], metavar="CLIENT=TREE")
+    parser.add_argument("--skip", action="append", default=[], help="ingest|fanout|latency")
+    parser.add_argument("--json", type=Path, help="also write every figure here")
+    parser.add_argument("--profile", type=Path, help="py-spy the relay, folded stacks here")
+    parser.add_argument(
+        "--workdir", type=Path, help="keep stores and logs here (default: a temp dir)"
+    )
+    # _baseline worker options
+    parser.add_argument("--client", default="httpx")
+    parser.add_argument("--count", type=int, default=20000)
+    parser.add_argument("--url", default="")
+    parser.add_argument("--secret", default="")
+    args = parser.parse_args()
+    if args.mode == "_baseline":
+        print(json.dumps(asyncio.run(_baseline_run(args))))
+        return
+    trees = [(t.split("=", 1)[0], Path(t.split("=", 1)[1]).resolve()) for t in args.tree]
+    if not trees:
+        trees = [("current", ROOT / "src")]
+    baselines = [(b.split("=", 1)[0], dict(trees)[b.split("=", 1)[1]]) for b in args.baseline]
+    results: dict[str, list[dict[str, float]]] = {}
+
+    def note(key: str, row: dict[str, float]) -> None:
+        results.setdefault(key, []).append(row)
+        shown = ", ".join(
+            f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()
+        )
+        print(f"  {key}: {shown}", flush=True)
+
+    print(f"load average at start: {Path('/proc/loadavg').read_text().strip()}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="sessionhook-throughput-") as tmp_dir:
+        work = Path(tmp_dir)
+        if args.workdir is not None:
+            args.workdir.mkdir(parents=True, exist_ok=True)
+            work = args.workdir
+        bench = Bench(args, work)
+        try:
+            for rep in range(args.reps):
+                print(f"repetition {rep + 1}/{args.reps}", flush=True)
+                for name, tree in trees:
+                    figures, base_db = bench.ingest(name, tree)
+                    note(f"{name}/ingest", figures)
+                    note(f"{name}/deliver1", bench.deliver(name, tree, base_db, 1))
+                    if "fanout" not in args.skip:
+                        note(f"{name}/deliver4", bench.deliver(name, tree, base_db, 4))
+                    if "latency" not in args.skip:
+                        note(f"{name}/latency", bench.latency(name, tree))
+                    count = int(results[f"{name}/deliver1"][-1]["deliveries"])
+                for client, tree in baselines:
+                    note(f"baseline-{client}", bench.baseline(client, count, tree))
+        finally:
+            bench.close()
+    print("\nmedians")
+    summary: dict[str, dict[str, float | None]] = {}
+    for key, rows in results.items():
+        summary[key] = {k: _median(rows, k) for k in rows[0]}
+        shown = ", ".join(f"{k}={v:.4g}" for k, v in summary[key].items() if v is not None)
+        print(f"  {key}: {shown}")
+    for name, _tree in trees:
+        one = summary.get(f"{name}/deliver1", {})
+        four = summary.get(f"{name}/deliver4", {})
+        if one.get("per_s") and four.get("per_s"):
+            print(f"  {name}: fan-out 4 / 1 = {four['per_s'] / one['per_s']:.2f}")  # type: ignore[operator]
+        high, low = one.get("cpu_ms_backlog_high"), one.get("cpu_ms_backlog_low")
+        if high and low:
+            print(f"  {name}: CPU/delivery backlog ~20k / ~1k = {high / low:.2f}")
+        for client, _t in baselines:
+            base = summary.get(f"baseline-{client}", {}).get("per_s")
+            if base and one.get("per_s"):
+                print(f"  {name}: relay / bare {client} loop = {one['per_s'] / base:.2f}")  # type: ignore[operator]
+    print(f"load average at end: {Path('/proc/loadavg').read_text().strip()}")
+    if args.json:
+        args.json.write_text(json.dumps({"runs": results, "medians": summary}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,246 @@
+"""The HTTP clients that carry webhooks: one POST in, status / ``Retry-After`` / answer out.
+
+A :class:`Poster` sends one request and reads at most ``body_limit`` bytes of the answer,
+never following a redirect. :func:`sessionhook.relay.dispatch.post_event` signs, bounds the
+whole exchange and turns failures into an ``AttemptResult``; the posters only move bytes.
+
+* :class:`AiohttpPoster` (what the daemon uses): aiohttp, chosen by measurement for the
+  delivery path only (the Sessions API client stays on httpx). Its resolver is
+  :func:`sessionhook.relay.netguard.vet_host`: a name is resolved ONCE per new connection,
+  every address checked, and the connection goes to a vetted address (no DNS rebinding;
+  ``Host`` and TLS SNI stay the URL's name). aiohttp does not ask the resolver about an IP
+  literal, so literals are vetted before each POST with the same function. No proxy from
+  the environment (a proxy would resolve the name itself). On this project's bench
+  (``bench/throughput.py``, a bare loop of signed POSTs, 16 in flight, loopback receiver
+  answering 204) httpx 0.28 spent 2.7-4.5 ms of CPU per POST and aiohttp 0.24-0.41 ms.
+  Keep-alive holds (one pool, no per-host limit: the dispatcher bounds concurrency).
+* :class:`HttpxPoster`: an injected ``httpx.AsyncClient``; tests, the demo and
+  ``endpoints test`` hand it ASGI or mock transports.
+
+Errors::
+
+    PostError           no usable answer (connection refused, reset, TLS, protocol error);
+                        ``str()`` is one line for the delivery log
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+from urllib.parse import urlsplit
+
+import aiohttp
+import aiohttp.abc
+import httpx
+
+from . import netguard
+
+__all__ = ["AiohttpPoster", "Answer", "HttpxPoster", "PostError", "Poster", "VettingResolver"]
+
+
+class PostError(Exception):
+    """The POST got no usable answer; the message is one line (``Type: detail``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What came back: the status, the ``Retry-After`` header, the first bytes of the body."""
+
+    status: int
+    retry_after: str | None
+    body: bytes
+
+
+class Poster(Protocol):
+    """Sends one POST; raises :class:`PostError` when no answer came. Timeouts are the
+    caller's (``post_event`` cancels the whole exchange)."""
+
+    async def post(
+        self,
+        url: str,
+        body: bytes,
+        headers: Mapping[str, str],
+        *,
+        timeout: float,  # noqa: ASYNC109 - handed to the client; post_event bounds the whole
+        body_limit: int,
+    ) -> Answer: ...
+
+    async def aclose(self) -> None: ...
+
+
+class HttpxPoster:
+    """A :class:`Poster` over an injected ``httpx.AsyncClient`` (not closed by us)."""
+
+    def __init__(self, http: httpx.AsyncClient) -> None:
+        self.http = http
+
+    async def post(
+        self,
+        url: str,
+        body: bytes,
+        headers: Mapping[str, str],
+        *,
+        timeout: float,  # noqa: ASYNC109 - handed to the client; post_event bounds the whole
+        body_limit: int,
+    ) -> Answer:
+        """See :class:`Poster`."""
+        try:
+            # Per request: the client's own default timeout (httpx: 5 s) must not cut an
+            # attempt that delivery.timeout allows.
+            request = self.http.build_request(
+                "POST", url, content=body, headers=dict(headers), timeout=httpx.Timeout(timeout)
+            )
+            response = await self.http.send(request, stream=True, follow_redirects=False)
+            received = bytearray()
+            try:
+                async for chunk in response.aiter_bytes():
+                    received += chunk
+                    if len(received) >= body_limit:
+                        break
+            finally:
+                await response.aclose()
+        except httpx.TimeoutException:
+            raise TimeoutError from None
+        except httpx.HTTPError as exc:
+            raise PostError(f"{type(exc).__name__}: {exc}".rstrip(": ")) from None
+        return Answer(response.status_code, response.headers.get("retry-after"), bytes(received))
+
+    async def aclose(self) -> None:
+        """Nothing to do: the client belongs to whoever passed it."""
+
+
+class VettingResolver(aiohttp.abc.AbstractResolver):
+    """aiohttp's resolver hook on :func:`~sessionhook.relay.netguard.vet_host`: the only
+    addresses aiohttp may connect to are the ones vetted here (raises
+    :class:`~sessionhook.relay.netguard.BlockedAddressError` or
+    :class:`~sessionhook.relay.netguard.ResolutionError` otherwise)."""
+
+    def __init__(
+        self,
+        *,
+        allow_private: bool,
+        resolve: netguard.Resolver | None = None,
+        policy: netguard.AddressPolicy | None = None,
+    ) -> None:
+        self.allow_private = allow_private
+        self._resolve = resolve
+        self._policy = policy
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[aiohttp.abc.ResolveResult]:
+        """The vetted addresses of ``host`` (``family`` is not narrowed: any vetted one)."""
+        addresses = await netguard.vet_host(
+            host, port, allow_private=self.allow_private, resolve=self._resolve, policy=self._policy
+        )
+        return [
+            {
+                "hostname": host,
+                "host": address,
+                "port": port,
+                "family": socket.AF_INET6 if ":" in address else socket.AF_INET,
+                "proto": 0,
+                "flags": socket.AI_NUMERICHOST,
+            }
+            for address in addresses
+        ]
+
+    async def close(self) -> None:
+        """Nothing to release."""
+
+
+class AiohttpPoster:
+    """The daemon's :class:`Poster`: one aiohttp session, keep-alive connections, every
+    connection to an address :func:`~sessionhook.relay.netguard.vet_host` vetted.
+
+    ``allow_private``, ``resolve`` and ``policy`` go to the vetting (tests inject a resolver
+    and a policy). Create it inside a running event loop.
+    """
+
+    def __init__(
+        self,
+        *,
+        allow_private: bool,
+        resolve: netguard.Resolver | None = None,
+        policy: netguard.AddressPolicy | None = None,
+    ) -> None:
+        self.allow_private = allow_private
+        self._policy = policy
+        # The literal hosts already vetted (aiohttp does not resolve literals).
+        self._literals: dict[str, str | None] = {}
+        resolver = VettingResolver(allow_private=allow_private, resolve=resolve, policy=policy)
+        self._session = aiohttp.ClientSession(
+            # No per-host limit (the dispatcher bounds concurrency); no DNS cache: each new
+            # connection is vetted afresh, and a kept-alive one was vetted when opened.
+            connector=aiohttp.TCPConnector(limit=0, use_dns_cache=False, resolver=resolver),
+            # No cookies across consumers, no default headers beyond what we set.
+            cookie_jar=aiohttp.DummyCookieJar(),
+            skip_auto_headers=("Accept", "Accept-Encoding"),
+            # The whole exchange is bounded by post_event; no client default cuts it.
+            timeout=aiohttp.ClientTimeout(total=None),
+            trust_env=False,
+        )
+
+    def _vet_literal(self, url: str) -> None:
+        """aiohttp connects to an IP literal without asking the resolver: judge it here."""
+        host = urlsplit(url).hostname or ""
+        if host not in self._literals:
+            reason: str | None = None
+            if not self.allow_private:
+                try:
+                    literal = ipaddress.ip_address(host.split("%", 1)[0])
+                except ValueError:
+                    literal = None  # a name: the resolver vets it at connect time
+                if literal is not None:
+                    why = (self._policy or netguard.is_blocked_ip)(str(literal))
+                    reason = None if why is None else f"{literal} is a {why}"
+            if len(self._literals) >= 1024:
+                self._literals.clear()
+            self._literals[host] = reason
+        refusal = self._literals[host]
+        if refusal is not None:
+            raise netguard.BlockedAddressError(refusal)
+
+    async def post(
+        self,
+        url: str,
+        body: bytes,
+        headers: Mapping[str, str],
+        *,
+        timeout: float,  # noqa: ASYNC109 - handed to the client; post_event bounds the whole
+        body_limit: int,
+    ) -> Answer:
+        """See :class:`Poster`; a refused address raises
+        :class:`~sessionhook.relay.netguard.NetguardError` (nothing is sent)."""
+        self._vet_literal(url)
+        try:
+            async with self._session.post(
+                url,
+                data=body,
+                headers=headers,
+                allow_redirects=False,
+                timeout=aiohttp.ClientTimeout(total=timeout),
+            ) as response:
+                received = bytearray()
+                while len(received) < body_limit:
+                    chunk = await response.content.read(body_limit - len(received))
+                    if not chunk:
+                        break
+                    received += chunk
+                return Answer(response.status, response.headers.get("retry-after"), bytes(received))
+        except TimeoutError:
+            raise
+        except (aiohttp.ClientError, OSError, ValueError) as exc:
+            raise PostError(_one_line(exc)) from None
+
+    async def aclose(self) -> None:
+        """Close the session and its connections."""
+        await self._session.close()
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

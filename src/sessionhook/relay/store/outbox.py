@@ -1,0 +1,308 @@
+"""The outbox queries of the :class:`~.sqlite.Store`: what is due, recording attempts (one
+transaction per batch: group commit), and pruning the delivery log.
+
+Due deliveries come from ``outbox_heads`` (one row per (endpoint, session) queue: its oldest
+open delivery, kept exact by triggers, see migration ``0004_outbox_heads``). The query walks
+the index ``outbox_heads_due (endpoint, next_attempt_at, delivery_id)`` of each active
+endpoint and stops after ``limit`` rows (plus the busy keys it skips): its cost depends on
+how many are asked for, not on how many deliveries wait.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..retry import Dead, Decision, Delivered, DisableEndpoint, Retry
+from .rows import AttemptLike, DueDelivery, StoreError
+
+#: Rows deleted per transaction when pruning: the daemon's writes wait at most this long.
+PRUNE_BATCH = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptRecord:
+    """One finished attempt to record: the delivery, what happened, what was decided."""
+
+    delivery_id: int
+    attempt: AttemptLike
+    decision: Decision
+
+
+class OutboxQueries:
+    """Mixed into :class:`~.sqlite.Store` (which provides what is declared below)."""
+
+    if TYPE_CHECKING:
+        _conn: sqlite3.Connection
+        _clock: Callable[[], float]
+        path: Path
+
+        def _tx(self) -> AbstractContextManager[sqlite3.Connection]: ...
+        def _one(self, sql: str, params: Sequence[Any] = ()) -> Any: ...
+        def _decode_body(
+            self, stored: Any, ref: int | None, raw: Any, name: str | None, created: str | None
+        ) -> bytes: ...
+
+    def _active_names(self) -> list[str]:
+        return [
+            row[0]
+            for row in self._conn.execute(
+                "SELECT name FROM endpoints WHERE enabled = 1 AND configured = 1 ORDER BY name"
+            )
+        ]
+
+    def due_deliveries(
+        self, now: float, limit: int, busy: Iterable[tuple[str, str]] = ()
+    ) -> list[DueDelivery]:
+        """Deliveries to attempt now, soonest first, at most ``limit``.
+
+        Per (endpoint, session) only the oldest open (pending/failed) delivery is eligible,
+        so a session's events reach an endpoint in order; it must be due
+        (``next_attempt_at <= now``) and its endpoint active. Keys in ``busy`` (in flight)
+        are skipped. Dead and delivered rows never block. Rows visited: at most
+        ``limit + len(busy)`` per active endpoint, whatever the backlog.
+        """
+        limit = max(0, limit)
+        if limit == 0:
+            return []
+        skip = set(busy)
+        found: list[tuple[Any, ...]] = []
+        for endpoint in self._active_names():
+            taken = sum(1 for key in skip if key[0] == endpoint)
+            found += self._conn.execute(
+                "SELECT h.next_attempt_at, d.id, d.event_id, e.type, d.endpoint, ep.url, "
+                "d.session_name, d.attempts, e.body, e.body_ref, a.raw, a.name, "
+                "a.create_time, d.created_at "
+                "FROM outbox_heads h "
+                "JOIN deliveries d ON d.id = h.delivery_id "
+                "JOIN endpoints ep ON ep.name = h.endpoint "
+                "JOIN events e ON e.id = d.event_id "
+                "LEFT JOIN activities a ON a.name = e.activity_name AND typeof(e.body) = 'blob' "
+                "WHERE h.endpoint = ? AND h.next_attempt_at <= ? "
+                "ORDER BY h.next_attempt_at, h.delivery_id LIMIT ?",
+                (endpoint, now, limit + taken),
+            ).fetchall()
+        found.sort(key=lambda r: (r[0], r[1]))
+        due: list[DueDelivery] = []
+        for r in found:
+            if (r[4], r[6]) in skip:
+                continue
+            due.append(
+                DueDelivery(
+                    id=r[1],
+                    event_id=r[2],
+                    event_type=r[3],
+                    endpoint=r[4],
+                    url=r[5],
+                    session_name=r[6],
+                    attempts=r[7],
+                    body=self._decode_body(r[8], r[9], r[10], r[11], r[12]),
+                    created_at=r[13],
+                )
+            )
+            if len(due) >= limit:
+                break
+        return due
+
+    def next_due_at(self, after: float | None = None) -> float | None:
+        """When the earliest queue head of an active endpoint is due (``None``: none);
+        with ``after``, the earliest one due strictly after it (the heads due already are
+        in flight or just handed out)."""
+        best: float | None = None
+        for endpoint in self._active_names():
+            value = self._one(
+                "SELECT MIN(next_attempt_at) FROM outbox_heads "
+                "WHERE endpoint = ? AND next_attempt_at > ?",
+                (endpoint, float("-inf") if after is None else after),
+            )
+            if value is not None and (best is None or value < best):
+                best = float(value)
+        return best
+
+    def record_attempt(
+        self, delivery_id: int, attempt: AttemptLike, decision: Decision
+    ) -> float | None:
+        """Log an attempt and apply its decision, in one transaction (see
+        :meth:`record_attempts`). Returns the endpoint's ``failing_since`` afterwards."""
+        return self.record_attempts([AttemptRecord(delivery_id, attempt, decision)])[0]
+
+    def record_attempts(self, records: Sequence[AttemptRecord]) -> list[float | None]:
+        """Log attempts and apply their decisions, ALL in one transaction (group commit:
+        nothing of the batch is reported before this returns).
+
+        * :class:`Delivered`: the delivery is final; the endpoint's ``last_success_at`` is
+          set and its ``failing_since`` cleared.
+        * :class:`Retry`: status ``failed``, ``next_attempt_at = decision.at``.
+        * :class:`Dead`: status ``dead`` (replayable).
+        * :class:`DisableEndpoint`: the endpoint is disabled with the reason; the delivery
+          stays ``pending`` and goes out first once the endpoint is enabled again.
+
+        Any failure sets the endpoint's ``failing_since`` if it was not set. Returns, per
+        record in order, the endpoint's ``failing_since`` after it (``None`` when healthy),
+        which the caller hands to ``retry.should_disable``.
+        """
+        if not records:
+            return []
+        out: list[float | None] = []
+        with self._tx() as c:
+            # Endpoint bookkeeping is folded per batch: one UPDATE per endpoint, not per row.
+            state: dict[str, dict[str, Any]] = {}
+            for record in records:
+                out.append(self._record_one(c, record, state))
+            for endpoint, s in state.items():
+                c.execute(
+                    "UPDATE endpoints SET failing_since = ?, "
+                    "last_success_at = COALESCE(?, last_success_at), "
+                    "last_error = COALESCE(?, last_error), "
+                    "last_error_at = COALESCE(?, last_error_at) WHERE name = ?",
+                    (
+                        s["failing_since"],
+                        s["last_success_at"],
+                        s["last_error"],
+                        s["last_error_at"],
+                        endpoint,
+                    ),
+                )
+        return out
+
+    def _record_one(
+        self, c: sqlite3.Connection, record: AttemptRecord, state: dict[str, dict[str, Any]]
+    ) -> float | None:
+        attempt, decision, delivery_id = record.attempt, record.decision, record.delivery_id
+        finished = attempt.started_at + attempt.duration_ms / 1000.0
+        code = attempt.status_code
+        error = attempt.error or (
+            None if code is not None and 200 <= code < 300 else f"HTTP {code}"
+        )
+        row = c.execute(
+            "SELECT endpoint, attempts FROM deliveries WHERE id = ?", (delivery_id,)
+        ).fetchone()
+        if row is None:
+            raise StoreError(f"unknown delivery {delivery_id}", path=self.path)
+        endpoint, number = row[0], row[1] + 1
+        s = state.get(endpoint)
+        if s is None:
+            s = state[endpoint] = {
+                "failing_since": self._one(
+                    "SELECT failing_since FROM endpoints WHERE name = ?", (endpoint,)
+                ),
+                "last_success_at": None,
+                "last_error": None,
+                "last_error_at": None,
+            }
+        c.execute(
+            "INSERT INTO attempts (delivery_id, attempt, started_at, duration_ms, "
+            "status_code, error, response_body) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                delivery_id,
+                number,
+                attempt.started_at,
+                attempt.duration_ms,
+                code,
+                attempt.error,
+                attempt.response_body,
+            ),
+        )
+        common = "attempts = ?, updated_at = ?, last_status_code = ?, last_error = ?"
+        values: tuple[Any, ...] = (number, finished, code, error)
+        if isinstance(decision, Delivered):
+            c.execute(
+                f"UPDATE deliveries SET status = 'delivered', {common}, "
+                "next_attempt_at = NULL, delivered_at = ? WHERE id = ?",
+                (*values, finished, delivery_id),
+            )
+            s["last_success_at"] = finished
+            s["failing_since"] = None
+        else:
+            if isinstance(decision, Retry):
+                c.execute(
+                    f"UPDATE deliveries SET status = 'failed', {common}, "
+                    "next_attempt_at = ? WHERE id = ?",
+                    (*values, decision.at, delivery_id),
+                )
+            elif isinstance(decision, Dead):
+                c.execute(
+                    f"UPDATE deliveries SET status = 'dead', {common}, "
+                    "next_attempt_at = NULL WHERE id = ?",
+                    (*values, delivery_id),
+                )
+            elif isinstance(decision, DisableEndpoint):
+                c.execute(
+                    f"UPDATE deliveries SET status = 'pending', {common} WHERE id = ?",
+                    (*values, delivery_id),
+                )
+                c.execute(
+                    "UPDATE endpoints SET enabled = 0, disabled_reason = ?, "
+                    "disabled_at = ? WHERE name = ?",
+                    (decision.reason, finished, endpoint),
+                )
+            if s["failing_since"] is None:
+                s["failing_since"] = attempt.started_at
+            s["last_error"], s["last_error_at"] = error, finished
+        value = s["failing_since"]
+        return None if value is None else float(value)
+
+    def pending_count(self, endpoint: str | None = None) -> int:
+        """Open (pending or failed) deliveries, of one endpoint or all."""
+        if endpoint is None:
+            return int(
+                self._one("SELECT COUNT(*) FROM deliveries WHERE status IN ('pending', 'failed')")
+            )
+        return int(
+            self._one(
+                "SELECT COUNT(*) FROM deliveries "
+                "WHERE status IN ('pending', 'failed') AND endpoint = ?",
+                (endpoint,),
+            )
+        )
+
+    def outbox_stats(self) -> dict[str, tuple[int, float | None]]:
+        """Per known endpoint: (open deliveries, ``created_at`` of the oldest) for metrics."""
+        rows = self._conn.execute(
+            "SELECT ep.name, COUNT(d.id), MIN(d.created_at) FROM endpoints ep "
+            "LEFT JOIN deliveries d ON d.endpoint = ep.name "
+            "AND d.status IN ('pending', 'failed') GROUP BY ep.name ORDER BY ep.name"
+        ).fetchall()
+        return {name: (count, oldest) for name, count, oldest in rows}
+
+    def prune_delivery_log(self, before: float, *, batch: int = PRUNE_BATCH) -> tuple[int, int]:
+        """Delete the delivery log older than ``before`` (Unix seconds): attempts started
+        before it, and delivered deliveries delivered before it (with their attempts).
+
+        Open and dead deliveries stay (a dead letter is replayable and its row says why);
+        the archive (sessions, activities, events) is never touched. Works in transactions
+        of at most ``batch`` rows so the daemon's writes never wait long. Returns (attempts,
+        deliveries) deleted.
+        """
+        attempts = deliveries = 0
+        while True:
+            with self._tx() as c:
+                cur = c.execute(
+                    "DELETE FROM attempts WHERE id IN (SELECT id FROM attempts "
+                    "WHERE started_at < ? ORDER BY started_at LIMIT ?)",
+                    (before, batch),
+                )
+                attempts += cur.rowcount
+            if cur.rowcount < batch:
+                break
+        while True:
+            with self._tx() as c:
+                ids = [
+                    r[0]
+                    for r in c.execute(
+                        "SELECT id FROM deliveries WHERE status = 'delivered' "
+                        "AND updated_at < ? ORDER BY updated_at LIMIT ?",
+                        (before, batch),
+                    )
+                ]
+                if ids:
+                    c.executemany("DELETE FROM attempts WHERE delivery_id = ?", [(i,) for i in ids])
+                    c.executemany("DELETE FROM deliveries WHERE id = ?", [(i,) for i in ids])
+                deliveries += len(ids)
+            if len(ids) < batch:
+                break
+        return attempts, deliveries
