@@ -24,6 +24,21 @@ from .rows import AttemptLike, DueDelivery, StoreError
 PRUNE_BATCH = 2000
 
 
+#: Due heads of one endpoint, soonest first, with what an attempt needs. Walks the index
+#: ``outbox_heads_due`` from its start and stops at the LIMIT.
+DUE_SQL = (
+    "SELECT h.next_attempt_at, d.id, d.event_id, e.type, d.endpoint, ep.url, "
+    "d.session_name, d.attempts, e.body, e.body_ref, a.raw, a.name, a.create_time, d.created_at "
+    "FROM outbox_heads h "
+    "JOIN deliveries d ON d.id = h.delivery_id "
+    "JOIN endpoints ep ON ep.name = h.endpoint "
+    "JOIN events e ON e.id = d.event_id "
+    "LEFT JOIN activities a ON a.name = e.activity_name AND typeof(e.body) = 'blob' "
+    "WHERE h.endpoint = ? AND h.next_attempt_at <= ? "
+    "ORDER BY h.next_attempt_at, h.delivery_id LIMIT ?"
+)
+
+
 @dataclass(frozen=True, slots=True)
 class AttemptRecord:
     """One finished attempt to record: the delivery, what happened, what was decided."""
@@ -73,19 +88,7 @@ class OutboxQueries:
         found: list[tuple[Any, ...]] = []
         for endpoint in self._active_names():
             taken = sum(1 for key in skip if key[0] == endpoint)
-            found += self._conn.execute(
-                "SELECT h.next_attempt_at, d.id, d.event_id, e.type, d.endpoint, ep.url, "
-                "d.session_name, d.attempts, e.body, e.body_ref, a.raw, a.name, "
-                "a.create_time, d.created_at "
-                "FROM outbox_heads h "
-                "JOIN deliveries d ON d.id = h.delivery_id "
-                "JOIN endpoints ep ON ep.name = h.endpoint "
-                "JOIN events e ON e.id = d.event_id "
-                "LEFT JOIN activities a ON a.name = e.activity_name AND typeof(e.body) = 'blob' "
-                "WHERE h.endpoint = ? AND h.next_attempt_at <= ? "
-                "ORDER BY h.next_attempt_at, h.delivery_id LIMIT ?",
-                (endpoint, now, limit + taken),
-            ).fetchall()
+            found += self._conn.execute(DUE_SQL, (endpoint, now, limit + taken)).fetchall()
         found.sort(key=lambda r: (r[0], r[1]))
         due: list[DueDelivery] = []
         for r in found:

@@ -1,0 +1,346 @@
+"""The outbox under load: a due query whose work does not grow with the backlog, group
+commits, retention of the delivery log, and the compact (but byte-exact) archive."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sessionhook.api.models import Activity, Session
+from sessionhook.relay import events
+from sessionhook.relay.retry import AttemptResult, Dead, Delivered, Retry
+from sessionhook.relay.store import AttemptRecord, Store, codec, outbox
+
+T0 = 1_700_000_000.0
+
+
+class Clock:
+    def __init__(self, now: float = T0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass(frozen=True)
+class Ep:
+    name: str
+    url: str = "https://hooks.example.com/x"
+    events: tuple[str, ...] = ("*",)
+    enabled: bool = True
+
+
+def session(n: int, prompt: str = "Fix the flaky test") -> Session:
+    return Session.model_validate(
+        {
+            "name": f"sessions/{n}",
+            "id": str(n),
+            "title": f"Session {n}",
+            "prompt": prompt,
+            "state": "IN_PROGRESS",
+            "url": f"https://agent.example.com/s/{n}",
+            "createTime": "2025-03-01T10:00:00Z",
+            "updateTime": "2025-03-01T10:00:00Z",
+            "sourceContext": {"source": "sources/github/acme/widgets"},
+        }
+    )
+
+
+def activity(n: int, i: int, text: str | None = None) -> Activity:
+    return Activity.model_validate(
+        {
+            "name": f"sessions/{n}/activities/{i:032x}",
+            "id": f"{i:032x}",
+            "originator": "agent",
+            "createTime": f"2025-03-01T10:{i // 60 % 60:02d}:{i % 60:02d}.000000Z",
+            "progressUpdated": {"title": text if text is not None else f"step {i}"},
+        }
+    )
+
+
+def fill(store: Store, sessions: int, per_session: int, *, deliver: bool = True) -> None:
+    for n in range(sessions):
+        s = session(n)
+        store.upsert_session(s, baseline=False)
+        acts = [activity(n, i) for i in range(per_session)]
+        evs = [events.activity_event(s, a, max_media_bytes=1000) for a in acts]
+        store.ingest_activities(s.name, acts, evs, deliver)
+
+
+def ok(at: float = T0) -> AttemptResult:
+    return AttemptResult(204, None, 2.0, "", None, at)
+
+
+def fail(at: float = T0) -> AttemptResult:
+    return AttemptResult(503, None, 2.0, "busy", None, at)
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def store(tmp_path: Path, clock: Clock) -> Iterator[Store]:
+    with Store.open(tmp_path / "relay.db", clock=clock) as opened:
+        opened.sync_endpoints([Ep("a")])
+        yield opened
+
+
+def vm_steps(store: Store, call: Any) -> int:
+    """SQLite virtual-machine instructions (in units of 100) spent by ``call()``: a count of
+    the work done, not a time."""
+    steps = 0
+
+    def tick() -> int:
+        nonlocal steps
+        steps += 1
+        return 0
+
+    store._conn.set_progress_handler(tick, 100)
+    try:
+        call()
+    finally:
+        store._conn.set_progress_handler(None, 0)
+    return steps
+
+
+# --------------------------------------------------------------------------- due query
+
+
+def test_due_query_reads_the_heads_index_not_the_backlog(store: Store) -> None:
+    fill(store, 5, 5)
+    plan = [
+        row[3] for row in store._conn.execute("EXPLAIN QUERY PLAN " + outbox.DUE_SQL, ("a", T0, 16))
+    ]
+    assert any(p.startswith("SEARCH h USING COVERING INDEX outbox_heads_due") for p in plan), plan
+    assert not any("TEMP B-TREE" in p for p in plan), plan  # the index gives the order
+    # Every other table is reached by a key lookup, never scanned.
+    assert not any(p.startswith("SCAN") for p in plan), plan
+
+
+@pytest.mark.parametrize("query", ["due", "next_due"])
+def test_due_query_work_does_not_grow_with_the_backlog(tmp_path: Path, query: str) -> None:
+    """The same 20 sessions with 10 or 400 open deliveries each: the work of picking 16
+    due deliveries (and the next due time) must be the same, within a small margin."""
+    work = []
+    for per_session in (10, 400):
+        with Store.open(tmp_path / f"{per_session}.db", clock=Clock()) as s:
+            s.sync_endpoints([Ep("a")])
+            fill(s, 20, per_session)
+            assert s.pending_count() == 20 * per_session
+            if query == "due":
+                assert len(s.due_deliveries(T0, 16)) == 16
+                steps = vm_steps(s, lambda s=s: s.due_deliveries(T0, 16, {("a", "sessions/0")}))
+            else:
+                steps = vm_steps(s, lambda s=s: s.next_due_at(after=T0))
+            work.append(steps)
+    small, large = work
+    assert large <= small * 1.2 + 5, f"work grew with the backlog: {small} -> {large}"
+
+
+def test_heads_follow_every_kind_of_write(store: Store, clock: Clock) -> None:
+    fill(store, 2, 3)
+    first = store.due_deliveries(T0, 10)
+    assert len(first) == 2  # one head per session
+    by_session = {d.session_name: d for d in first}
+    # Delivered: the next one of that session becomes due; a retry moves the head's time.
+    store.record_attempts(
+        [
+            AttemptRecord(by_session["sessions/0"].id, ok(), Delivered()),
+            AttemptRecord(by_session["sessions/1"].id, fail(), Retry(at=T0 + 60)),
+        ]
+    )
+    due = store.due_deliveries(T0, 10)
+    assert [d.session_name for d in due] == ["sessions/0"]
+    assert due[0].id > by_session["sessions/0"].id
+    assert store.next_due_at(after=T0) == T0 + 60
+    # Dead: the session's next delivery becomes the head at once.
+    store.record_attempt(by_session["sessions/1"].id, fail(), Dead())
+    assert {d.session_name for d in store.due_deliveries(T0, 10)} == {"sessions/0", "sessions/1"}
+    # Replay (an INSERT ... SELECT) adds rows behind the existing heads.
+    heads = {d.id for d in store.due_deliveries(T0, 10)}
+    assert store.replay("a", since=0) > 0
+    assert {d.id for d in store.due_deliveries(T0, 10)} == heads
+    # The heads table equals what the old GROUP BY over all open rows says.
+    expected = set(
+        store._conn.execute(
+            "SELECT MIN(id) FROM deliveries WHERE status IN ('pending', 'failed') "
+            "GROUP BY endpoint, session_name"
+        ).fetchall()
+    )
+    assert set(store._conn.execute("SELECT delivery_id FROM outbox_heads").fetchall()) == expected
+
+
+def test_a_disabled_endpoint_keeps_its_heads_but_gets_nothing(store: Store) -> None:
+    store.sync_endpoints([Ep("a"), Ep("b")])
+    fill(store, 3, 2)
+    store.set_endpoint_enabled("b", False, "operator")
+    assert {d.endpoint for d in store.due_deliveries(T0, 10)} == {"a"}
+    store.set_endpoint_enabled("b", True)
+    assert {d.endpoint for d in store.due_deliveries(T0, 10)} == {"a", "b"}
+
+
+# --------------------------------------------------------------------------- group commit
+
+
+def test_a_batch_is_one_transaction_with_per_record_failing_since(store: Store) -> None:
+    fill(store, 3, 1)
+    d = store.due_deliveries(T0, 10)
+    commits: list[str] = []
+    store._conn.set_trace_callback(lambda sql: commits.append(sql) if sql == "COMMIT" else None)
+    failing = store.record_attempts(
+        [
+            AttemptRecord(d[0].id, fail(T0 + 1), Retry(at=T0 + 60)),
+            AttemptRecord(d[1].id, fail(T0 + 2), Retry(at=T0 + 60)),
+            AttemptRecord(d[2].id, ok(T0 + 3), Delivered()),
+        ]
+    )
+    store._conn.set_trace_callback(None)
+    assert commits == ["COMMIT"]
+    assert failing == [T0 + 1, T0 + 1, None]
+    (state,) = store.endpoint_states()
+    assert state.failing_since is None and state.last_success_at == pytest.approx(T0 + 3.002)
+    numbers = store._conn.execute("SELECT delivery_id, attempt FROM attempts").fetchall()
+    assert sorted(numbers) == sorted((x.id, 1) for x in d)
+
+
+def test_a_failing_batch_records_nothing(store: Store) -> None:
+    fill(store, 2, 1)
+    d = store.due_deliveries(T0, 10)
+    with pytest.raises(Exception, match="unknown delivery"):
+        store.record_attempts(
+            [AttemptRecord(d[0].id, ok(), Delivered()), AttemptRecord(999_999, ok(), Delivered())]
+        )
+    assert store._conn.execute("SELECT COUNT(*) FROM attempts").fetchone()[0] == 0
+    assert store.pending_count() == 2
+
+
+# --------------------------------------------------------------------------- retention
+
+
+def test_prune_removes_old_attempts_and_delivered_rows_only(store: Store, clock: Clock) -> None:
+    fill(store, 4, 2)
+    first = {d.session_name: d for d in store.due_deliveries(T0, 10)}
+    store.record_attempts(
+        [
+            AttemptRecord(first["sessions/0"].id, ok(T0), Delivered()),
+            AttemptRecord(first["sessions/1"].id, fail(T0), Dead()),
+            AttemptRecord(first["sessions/2"].id, fail(T0), Retry(at=T0 + 10)),
+        ]
+    )
+    recent = {d.session_name: d for d in store.due_deliveries(T0 + 86400 * 10, 10)}
+    store.record_attempt(recent["sessions/3"].id, ok(T0 + 86400 * 10), Delivered())
+    events_before = store._conn.execute("SELECT COUNT(*) FROM events").fetchone()[0]
+    attempts, deliveries = store.prune_delivery_log(T0 + 86400 * 5, batch=1)
+    assert (attempts, deliveries) == (3, 1)
+    rows = {r[0]: r[1] for r in store._conn.execute("SELECT id, status FROM deliveries").fetchall()}
+    assert first["sessions/0"].id not in rows  # delivered long ago: gone
+    assert rows[first["sessions/1"].id] == "dead"  # a dead letter stays (replayable)
+    assert rows[first["sessions/2"].id] == "failed"  # open rows stay
+    assert rows[recent["sessions/3"].id] == "delivered"  # recent: kept, with its attempt
+    assert store.list_attempts(recent["sessions/3"].id)
+    # The archive is never touched, and the outbox still works.
+    assert store._conn.execute("SELECT COUNT(*) FROM events").fetchone()[0] == events_before
+    assert {d.session_name for d in store.due_deliveries(T0 + 86400 * 10, 10)} == {
+        "sessions/0",
+        "sessions/1",
+        "sessions/2",
+        "sessions/3",
+    }
+
+
+# --------------------------------------------------------------------------- archive
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    body=st.binary(max_size=3000),
+    reference=st.binary(max_size=2000),
+    context=st.binary(max_size=2000),
+)
+def test_codec_round_trips_any_bytes(body: bytes, reference: bytes, context: bytes) -> None:
+    stored = codec.encode_body(body, reference, context)
+    assert codec.decode_body(stored, reference, context) == body
+    raw = codec.encode_raw(body, context)
+    assert codec.decode_raw(raw, context) == body
+
+
+def test_bodies_come_back_byte_for_byte_and_take_far_less_room(store: Store) -> None:
+    s = session(7, prompt="Refactor the parser and keep the public API " * 4)
+    store.upsert_session(s, baseline=False)
+    acts = [activity(7, i, text=f"step {i}: rewrote module {i % 5} " * 3) for i in range(60)]
+    evs = [events.activity_event(s, a, max_media_bytes=1000) for a in acts]
+    evs.append(events.session_discovered(s))
+    store.ingest_activities(s.name, acts, evs[:-1], True)
+    store.ingest_session_events(s.name, evs[-1:], True)
+    by_id = {e.id: e.body for e in evs}
+    archived = {row.id: row.body for row in store.iter_events()}
+    assert archived == by_id  # every byte of every body
+    due = store.due_deliveries(T0, 100)
+    assert all(d.body == by_id[d.event_id] for d in due)
+    assert store.get_event(evs[5].id).body == evs[5].body  # type: ignore[union-attr]
+    for a in acts:
+        raw = store.activity_raw(a.name)
+        assert raw is not None and json.loads(raw) == a.to_wire()
+    stored = sum(
+        r[0] for r in store._conn.execute("SELECT length(body) FROM events").fetchall()
+    ) + sum(r[0] for r in store._conn.execute("SELECT length(data) FROM body_refs").fetchall())
+    plain = sum(len(b) for b in by_id.values())
+    assert stored < plain / 4, (stored, plain)
+
+
+def test_rows_written_as_text_before_0004_are_still_read(store: Store) -> None:
+    s = session(3)
+    store.upsert_session(s, baseline=False)
+    a = activity(3, 1)
+    ev = events.activity_event(s, a, max_media_bytes=1000)
+    store.ingest_activities(s.name, [a], [ev], True)
+    # What a 0.1 database holds: plain JSON text, no reference.
+    raw = json.dumps(a.to_wire(), separators=(",", ":"))
+    store._conn.execute("UPDATE activities SET raw = ?", (raw,))
+    store._conn.execute("UPDATE events SET body = ?, body_ref = NULL", (ev.body.decode(),))
+    assert store.activity_raw(a.name) == raw.encode()
+    assert [row.body for row in store.iter_events()] == [ev.body]
+    (due,) = store.due_deliveries(T0, 10)
+    assert due.body == ev.body
+
+
+def test_a_rolled_back_ingest_leaves_no_stale_reference(store: Store) -> None:
+    s = session(4)
+    store.upsert_session(s, baseline=False)
+    a = activity(4, 1)
+    ev = events.activity_event(s, a, max_media_bytes=1000)
+    bad = events.Event("evt_x", "activity.unknown", s.name, None, "", 0.0, b"\xff")
+    with pytest.raises(UnicodeDecodeError):
+        store.ingest_activities(s.name, [a], [ev, bad], True)
+    assert store._conn.execute("SELECT COUNT(*) FROM body_refs").fetchone()[0] == 0
+    store.ingest_activities(s.name, [a], [ev], True)
+    (due,) = store.due_deliveries(T0, 10)
+    assert due.body == ev.body
+
+
+def test_migration_builds_heads_for_an_existing_outbox(tmp_path: Path) -> None:
+    """A 0.1 database with open deliveries gets its heads when 0004 runs."""
+    path = tmp_path / "old.db"
+    with Store.open(path, clock=Clock()) as s:
+        s.sync_endpoints([Ep("a")])
+        fill(s, 3, 4)
+        expected = {d.id for d in s.due_deliveries(T0, 10)}
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("DELETE FROM outbox_heads")
+    conn.execute("DROP TABLE outbox_heads")
+    for name in ("insert", "update", "delete"):
+        conn.execute(f"DROP TRIGGER IF EXISTS outbox_heads_on_{name}")
+    conn.execute("DELETE FROM _sqlite_migrations WHERE name = '0004_outbox_heads'")
+    conn.close()
+    with Store.open(path, clock=Clock()) as s:
+        assert {d.id for d in s.due_deliveries(T0, 10)} == expected

@@ -1,0 +1,167 @@
+"""The daemon's webhook client (aiohttp) keeps post_event's contract over real sockets:
+signed, no redirects, the answer read only up to the limit, the whole exchange bounded,
+network failures as results, keep-alive connections reused."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+from standardwebhooks import Webhook
+
+from sessionhook.relay.dispatch import post_event
+from sessionhook.relay.sender import AiohttpPoster
+from sessionhook.relay.signing import generate_secret
+
+SECRET = generate_secret()
+BODY = json.dumps({"type": "activity.plan_generated", "timestamp": "t", "data": {}}).encode()
+
+Answerer = Callable[[bytes, bytes, asyncio.StreamWriter], Awaitable[None]]
+
+
+@asynccontextmanager
+async def server(answer: Answerer) -> AsyncIterator[tuple[str, dict[str, int]]]:
+    """A raw HTTP/1.1 server on 127.0.0.1: ``answer(head, body, writer)`` per request."""
+    stats = {"connections": 0, "requests": 0}
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        stats["connections"] += 1
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":")[1])
+                body = await reader.readexactly(length)
+                stats["requests"] += 1
+                await answer(head, body, writer)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    srv = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = srv.sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}/hook", stats
+    finally:
+        srv.close()
+
+
+async def _post(url: str, poster: AiohttpPoster, *, limit_s: float = 5.0, limit: int = 64) -> Any:
+    return await post_event(
+        poster,
+        url=url,
+        secrets=[SECRET],
+        event_id="evt_0123",
+        body=BODY,
+        timeout=limit_s,
+        body_limit=limit,
+    )
+
+
+def reply(status: int, body: bytes = b"", extra: str = "") -> Answerer:
+    async def answer(head: bytes, _body: bytes, writer: asyncio.StreamWriter) -> None:
+        writer.write(
+            f"HTTP/1.1 {status} X\r\ncontent-length: {len(body)}\r\n{extra}\r\n".encode() + body
+        )
+        await writer.drain()
+
+    return answer
+
+
+@pytest.mark.anyio
+async def test_signed_post_and_keep_alive_connections() -> None:
+    seen: list[tuple[bytes, bytes]] = []
+
+    async def answer(head: bytes, body: bytes, writer: asyncio.StreamWriter) -> None:
+        seen.append((head, body))
+        await reply(204)(head, body, writer)
+
+    poster = AiohttpPoster()
+    try:
+        async with server(answer) as (url, stats):
+            results = [await _post(url, poster) for _ in range(20)]
+    finally:
+        await poster.aclose()
+    assert all(r.status_code == 204 and r.error is None for r in results)
+    assert stats == {"connections": 1, "requests": 20}  # one connection, kept alive
+    head, body = seen[0]
+    lines = head.decode().split("\r\n")
+    assert lines[0] == "POST /hook HTTP/1.1"
+    headers = {k.lower(): v.strip() for k, _, v in (x.partition(":") for x in lines[1:] if x)}
+    assert body == BODY
+    assert Webhook(SECRET).verify(body, headers)["type"] == "activity.plan_generated"
+    assert headers["content-type"] == "application/json"
+    assert headers["user-agent"].startswith("sessionhook/")
+
+
+@pytest.mark.anyio
+async def test_redirects_are_not_followed_and_retry_after_is_read() -> None:
+    poster = AiohttpPoster()
+    try:
+        async with server(reply(307, b"", "location: /elsewhere\r\n")) as (url, stats):
+            moved = await _post(url, poster)
+            assert stats["requests"] == 1  # the Location was not followed
+        async with server(reply(429, b"slow down", "retry-after: 7\r\n")) as (url, _stats):
+            throttled = await _post(url, poster)
+    finally:
+        await poster.aclose()
+    assert moved.status_code == 307
+    assert throttled.status_code == 429 and throttled.retry_after == 7.0
+    assert throttled.response_body == "slow down"
+
+
+@pytest.mark.anyio
+async def test_a_huge_answer_is_read_only_up_to_the_limit() -> None:
+    poster = AiohttpPoster()
+    try:
+        async with server(reply(200, b"x" * 5_000_000)) as (url, _stats):
+            result = await _post(url, poster, limit=100)
+    finally:
+        await poster.aclose()
+    assert result.status_code == 200 and result.response_body == "x" * 100
+
+
+@pytest.mark.anyio
+async def test_a_dripping_answer_is_a_timeout_of_the_whole_exchange() -> None:
+    async def drip(head: bytes, body: bytes, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 1000\r\n\r\n")
+        for _ in range(1000):  # one byte every 50 ms: each read is quick, the whole is not
+            writer.write(b"x")
+            await writer.drain()
+            await asyncio.sleep(0.05)
+
+    poster = AiohttpPoster()
+    try:
+        async with server(drip) as (url, _stats):
+            result = await _post(url, poster, limit_s=0.5, limit=10_000)
+    finally:
+        await poster.aclose()
+    assert result.status_code is None
+    assert result.error == "timeout after 0.5 s"
+
+
+@pytest.mark.anyio
+async def test_network_failures_are_results_not_exceptions() -> None:
+    poster = AiohttpPoster()
+
+    async def hang_up(head: bytes, body: bytes, writer: asyncio.StreamWriter) -> None:
+        writer.transport.abort()
+
+    try:
+        async with server(reply(204)) as (url, _stats):
+            pass  # closed: nothing listens on that port any more
+        refused = await _post(url, poster)
+        async with server(hang_up) as (url, _stats):
+            reset = await _post(url, poster)
+    finally:
+        await poster.aclose()
+    for result in (refused, reset):
+        assert result.status_code is None
+        assert result.error and "\n" not in result.error
