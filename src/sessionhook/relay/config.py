@@ -106,6 +106,7 @@ DURATION_BOUNDS: dict[str, tuple[int, int]] = {
     "delivery.timeout": (0, 5 * _MINUTE),
     "delivery.max_retry_after": (0, _DAY),
     "endpoints[].disable_after": (0, 90 * _DAY),
+    "store.delivery_log_retention": (0, 3650 * _DAY),
 }
 _ZERO_ALLOWED = frozenset({"delivery.retry_delays[]", "delivery.max_retry_after"})
 
@@ -250,6 +251,11 @@ class StoreConfig(_Section):
     """``[store]``: the SQLite database (after loading, an absolute path)."""
 
     path: Annotated[Path, _LAX] = Path(DEFAULT_DB_NAME)
+    #: Delete attempts, and delivered deliveries, older than this (unset: keep everything).
+    #: Open and dead deliveries and the archive (sessions, activities, events) are kept.
+    delivery_log_retention: (
+        Annotated[_Seconds, _within("store.delivery_log_retention")] | None
+    ) = None
 
     @field_validator("path", mode="before")
     @classmethod

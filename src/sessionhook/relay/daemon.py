@@ -74,6 +74,8 @@ __all__ = ["DRAIN_SECONDS", "Daemon", "DaemonError"]
 
 #: How long deliveries in flight may take to finish after SIGTERM/SIGINT.
 DRAIN_SECONDS = 10.0
+#: How often the delivery log is pruned when ``store.delivery_log_retention`` is set.
+PRUNE_EVERY = 600.0
 #: Timeout of one upstream request (the relay backs off by itself; no client retries).
 UPSTREAM_TIMEOUT = 30.0
 #: Request grants taken from the store's budget window at once (see ``Store.take_budget``).
@@ -261,6 +263,7 @@ class Daemon:
             tg.start_soon(self._side_task, "poller", self._run_pollers, poll_scope)
             tg.start_soon(self._side_task, "dispatcher", dispatcher.run, None)
             tg.start_soon(self._side_task, "lifecycle", self._lifecycle, None)
+            tg.start_soon(self._side_task, "retention", self._retention, None)
             await self._stop.wait()
             self._stopping = True
             _log.info("relay.stopping", in_flight=dispatcher.in_flight)
@@ -318,6 +321,19 @@ class Daemon:
             else:
                 sdnotify.watchdog()
             await anyio.sleep(interval)
+
+    async def _retention(self) -> None:
+        """Prune the delivery log every :data:`PRUNE_EVERY` seconds when
+        ``store.delivery_log_retention`` is set (a reload may set or clear it)."""
+        while not self._stop.is_set():
+            keep = self.config.store.delivery_log_retention
+            store = self.store
+            if keep is not None and store is not None:
+                attempts, deliveries = await store.prune_delivery_log(self._clock() - keep)
+                if attempts or deliveries:
+                    _log.info("store.pruned", attempts=attempts, deliveries=deliveries)
+            with anyio.move_on_after(PRUNE_EVERY):
+                await self._stop.wait()
 
     async def _watch_signals(
         self,

@@ -306,6 +306,16 @@ class AsyncStore:
         """See :meth:`Store.record_attempts` (waits out a full disk, like every write)."""
         return await self.write(self.store.record_attempts, list(records))
 
+    async def prune_delivery_log(self, before: float, *, batch: int = 2000) -> tuple[int, int]:
+        """:meth:`Store.prune_delivery_log`, one batch per worker-thread call, so that the
+        dispatcher's and poller's writes go in between. Returns (attempts, deliveries)."""
+        attempts = deliveries = 0
+        while True:
+            a, d = await self.call(self.store.prune_delivery_log, before, batch=batch, rounds=1)
+            attempts, deliveries = attempts + a, deliveries + d
+            if a < batch and d < batch:
+                return attempts, deliveries
+
     async def dispatch_round(
         self,
         records: Sequence[AttemptRecord],

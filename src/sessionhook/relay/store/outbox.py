@@ -272,17 +272,22 @@ class OutboxQueries:
         ).fetchall()
         return {name: (count, oldest) for name, count, oldest in rows}
 
-    def prune_delivery_log(self, before: float, *, batch: int = PRUNE_BATCH) -> tuple[int, int]:
+    def prune_delivery_log(
+        self, before: float, *, batch: int = PRUNE_BATCH, rounds: int | None = None
+    ) -> tuple[int, int]:
         """Delete the delivery log older than ``before`` (Unix seconds): attempts started
         before it, and delivered deliveries delivered before it (with their attempts).
 
         Open and dead deliveries stay (a dead letter is replayable and its row says why);
         the archive (sessions, activities, events) is never touched. Works in transactions
         of at most ``batch`` rows so the daemon's writes never wait long. Returns (attempts,
-        deliveries) deleted.
+        deliveries) deleted. ``rounds`` bounds the transactions of each kind (the daemon
+        takes one of each at a time, so its own writes go in between).
         """
         attempts = deliveries = 0
-        while True:
+        n = 0
+        while rounds is None or n < rounds:
+            n += 1
             with self._tx() as c:
                 cur = c.execute(
                     "DELETE FROM attempts WHERE id IN (SELECT id FROM attempts "
@@ -292,7 +297,9 @@ class OutboxQueries:
                 attempts += cur.rowcount
             if cur.rowcount < batch:
                 break
-        while True:
+        n = 0
+        while rounds is None or n < rounds:
+            n += 1
             with self._tx() as c:
                 ids = [
                     r[0]
