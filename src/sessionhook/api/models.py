@@ -340,8 +340,8 @@ class Activity(WireModel):
     @property
     def event_member(self) -> str | None:
         """The wire name of the populated known event member, or ``None`` (none, or unknown)."""
-        for member in EVENT_MEMBERS:
-            if getattr(self, _snake(member)) is not None:
+        for member, attribute in _MEMBER_ATTRIBUTES:
+            if getattr(self, attribute) is not None:
                 return member
         return None
 
@@ -360,6 +360,11 @@ class Activity(WireModel):
 
 def _snake(camel: str) -> str:
     return "".join("_" + c.lower() if c.isupper() else c for c in camel)
+
+
+#: (wire name, attribute) of each event member, computed once (event_member is on the
+#: ingest path of every activity).
+_MEMBER_ATTRIBUTES = tuple((member, _snake(member)) for member in EVENT_MEMBERS)
 
 
 # --------------------------------------------------------------------------- sources

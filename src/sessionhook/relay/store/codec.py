@@ -47,7 +47,7 @@ BODY_WITH_ACTIVITY = 0x03
 #: A body that compresses to more than this many bytes against its session's reference
 #: becomes the session's new reference (the summary changed too much to share).
 REF_THRESHOLD = 160
-_LEVEL = 6
+_LEVEL = 1  # level 6 saves 1 % of the bytes at twice the CPU on these short texts
 
 # Fragments that recur in activities and bodies (keys, enum values, framing). Later bytes are
 # cheaper to refer to, so the commonest come last.

@@ -497,17 +497,25 @@ class Store(OutboxQueries, OperatorQueries, EconomyQueries):
             ).fetchone()
             account = None if row is None else row[0]
         endpoints = self._active_endpoints(account) if deliver else []
-        inserted: list[str] = []
+        known = {
+            row[0]
+            for row in c.execute(
+                "SELECT id FROM events WHERE id IN (SELECT value FROM json_each(?))",
+                (json.dumps([e.id for e in batch]),),
+            )
+        }
+        fresh: dict[str, Event] = {}
         for event in batch:
             event.body.decode("utf-8")  # a body is JSON text: refuse anything else
+            if event.id not in known and event.id not in fresh:
+                fresh[event.id] = event  # an archived one: its deliveries were enqueued then
+        rows = []
+        for event in fresh.values():
             context = b""
             if raws is not None and event.activity_name is not None:
                 context = raws.get(event.activity_name, b"")
             ref_id, stored = self._encode_body(c, event, context)
-            cur = c.execute(
-                "INSERT OR IGNORE INTO events (id, session_name, type, activity_name, "
-                "occurred_at, occurred_ts, created_at, body, body_ref) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            rows.append(
                 (
                     event.id,
                     event.session_name,
@@ -518,26 +526,35 @@ class Store(OutboxQueries, OperatorQueries, EconomyQueries):
                     now,
                     stored,
                     ref_id,
-                ),
+                )
             )
-            if cur.rowcount == 0:
-                continue  # already archived: its deliveries were enqueued back then
-            inserted.append(event.type)
+        c.executemany(
+            "INSERT INTO events (id, session_name, type, activity_name, occurred_at, "
+            "occurred_ts, created_at, body, body_ref) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            rows,
+        )
+        wanted: dict[tuple[str, str], bool] = {}
+        deliveries = []
+        for event in fresh.values():
             payload: object = None  # parsed once, only for an endpoint with conditions
             for endpoint, globs, conditions in endpoints:
-                if not matches(globs, event.type):
+                key = (endpoint, event.type)
+                if key not in wanted:
+                    wanted[key] = matches(globs, event.type)
+                if not wanted[key]:
                     continue
                 if conditions:
                     if payload is None:
                         payload = event.payload()
                     if not payload_matches(conditions, payload):
                         continue
-                c.execute(
-                    "INSERT INTO deliveries (event_id, endpoint, session_name, status, "
-                    "next_attempt_at, created_at, updated_at) "
-                    "VALUES (?, ?, ?, 'pending', ?, ?, ?)",
-                    (event.id, endpoint, event.session_name, now, now, now),
-                )
+                deliveries.append((event.id, endpoint, event.session_name, now, now, now))
+        c.executemany(
+            "INSERT INTO deliveries (event_id, endpoint, session_name, status, "
+            "next_attempt_at, created_at, updated_at) VALUES (?, ?, ?, 'pending', ?, ?, ?)",
+            deliveries,
+        )
+        inserted = [event.type for event in fresh.values()]
         return tuple(inserted)
 
     def _encode_body(
