@@ -513,18 +513,19 @@ async def _client(kind: str) -> Any:
 
         return Aiohttp()
     if kind == "relay":
-        # The relay's own sender (sessionhook.relay.sender), whatever client it uses.
-        from sessionhook.relay.sender import Sender
-
-        sender = Sender(timeout=15, body_limit=4096, allow_private=True)
+        # The relay's own webhook client (sessionhook.relay.sender.AiohttpPoster).
+        from sessionhook.relay.sender import AiohttpPoster
 
         class Relay:
+            def __init__(self) -> None:
+                self.poster = AiohttpPoster(allow_private=True)
+
             async def send(self, url: str, body: bytes, headers: dict[str, str]) -> int:
-                result = await sender.post(url, body, headers)
-                return result.status_code or 0
+                answer = await self.poster.post(url, body, headers, timeout=15, body_limit=4096)
+                return answer.status
 
             async def close(self) -> None:
-                await sender.aclose()
+                await self.poster.aclose()
 
         return Relay()
     raise ValueError(f"unknown client {kind}")

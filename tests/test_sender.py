@@ -8,15 +8,23 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import SecretStr
 from standardwebhooks import Webhook
 
-from sessionhook.relay.dispatch import post_event
+from sessionhook.relay.config import Config, DeliveryConfig, EndpointConfig
+from sessionhook.relay.dispatch import DeliverySettings, Dispatcher, post_event
 from sessionhook.relay.sender import AiohttpPoster
 from sessionhook.relay.signing import generate_secret
+from sessionhook.relay.store import AsyncStore
 
+from .test_dispatch import PER_SESSION, _seed
+from .test_pinning import PRIVATE, PUBLIC, Listener, Rebinder, _url, listeners, rebind_policy
+
+__all__ = ["listeners"]  # the fixture, shared with test_pinning
 SECRET = generate_secret()
 BODY = json.dumps({"type": "activity.plan_generated", "timestamp": "t", "data": {}}).encode()
 
@@ -83,7 +91,7 @@ async def test_signed_post_and_keep_alive_connections() -> None:
         seen.append((head, body))
         await reply(204)(head, body, writer)
 
-    poster = AiohttpPoster()
+    poster = AiohttpPoster(allow_private=True)
     try:
         async with server(answer) as (url, stats):
             results = [await _post(url, poster) for _ in range(20)]
@@ -103,7 +111,7 @@ async def test_signed_post_and_keep_alive_connections() -> None:
 
 @pytest.mark.anyio
 async def test_redirects_are_not_followed_and_retry_after_is_read() -> None:
-    poster = AiohttpPoster()
+    poster = AiohttpPoster(allow_private=True)
     try:
         async with server(reply(307, b"", "location: /elsewhere\r\n")) as (url, stats):
             moved = await _post(url, poster)
@@ -119,7 +127,7 @@ async def test_redirects_are_not_followed_and_retry_after_is_read() -> None:
 
 @pytest.mark.anyio
 async def test_a_huge_answer_is_read_only_up_to_the_limit() -> None:
-    poster = AiohttpPoster()
+    poster = AiohttpPoster(allow_private=True)
     try:
         async with server(reply(200, b"x" * 5_000_000)) as (url, _stats):
             result = await _post(url, poster, limit=100)
@@ -137,7 +145,7 @@ async def test_a_dripping_answer_is_a_timeout_of_the_whole_exchange() -> None:
             await writer.drain()
             await asyncio.sleep(0.05)
 
-    poster = AiohttpPoster()
+    poster = AiohttpPoster(allow_private=True)
     try:
         async with server(drip) as (url, _stats):
             result = await _post(url, poster, limit_s=0.5, limit=10_000)
@@ -149,7 +157,7 @@ async def test_a_dripping_answer_is_a_timeout_of_the_whole_exchange() -> None:
 
 @pytest.mark.anyio
 async def test_network_failures_are_results_not_exceptions() -> None:
-    poster = AiohttpPoster()
+    poster = AiohttpPoster(allow_private=True)
 
     async def hang_up(head: bytes, body: bytes, writer: asyncio.StreamWriter) -> None:
         writer.transport.abort()
@@ -165,3 +173,79 @@ async def test_network_failures_are_results_not_exceptions() -> None:
     for result in (refused, reset):
         assert result.status_code is None
         assert result.error and "\n" not in result.error
+
+
+# --------------------------------------------------------------------------- DNS rebinding
+# The same rebinding DNS and listeners as tests/test_pinning.py (httpx), against the
+# daemon's aiohttp client.
+
+
+@pytest.mark.anyio
+async def test_aiohttp_connects_only_to_the_vetted_address(
+    listeners: tuple[Listener, Listener],
+) -> None:
+    public, private = listeners
+    resolver = Rebinder(PUBLIC, PRIVATE)
+    poster = AiohttpPoster(allow_private=False, resolve=resolver, policy=rebind_policy)
+    try:
+        first = await _post(_url(public.port), poster)
+        # The listener closes each connection: the next POST resolves anew, gets 127.0.0.1.
+        second = await _post(_url(public.port), poster)
+    finally:
+        await poster.aclose()
+    assert first.status_code == 200
+    assert second.status_code is None
+    assert second.error == (
+        "refused: hooks.rebind.test resolves to 127.0.0.1, a private address (test policy) "
+        "(set delivery.allow_private_networks = true to allow)"
+    )
+    assert private.connections == 0 and len(public.requests) == 1
+    _path, headers, _body = public.requests[0]
+    assert headers["Host"] == f"hooks.rebind.test:{public.port}"  # the URL's name
+    assert resolver.asked == [("hooks.rebind.test", public.port)] * 2
+
+
+@pytest.mark.anyio
+async def test_aiohttp_judges_ip_literals_it_does_not_resolve(
+    listeners: tuple[Listener, Listener],
+) -> None:
+    public, private = listeners
+    poster = AiohttpPoster(allow_private=False, resolve=Rebinder(PUBLIC), policy=rebind_policy)
+    try:
+        refused = await _post(f"http://{PRIVATE}:{private.port}/hook", poster)
+        allowed = await _post(f"http://{PUBLIC}:{public.port}/hook", poster)
+    finally:
+        await poster.aclose()
+    assert refused.status_code is None and refused.error is not None
+    assert refused.error.startswith("refused: 127.0.0.1 is a private address (test policy)")
+    assert allowed.status_code == 200
+    assert private.connections == 0
+
+
+@pytest.mark.anyio
+async def test_the_dispatcher_on_aiohttp_never_reaches_the_rebound_address(
+    tmp_path: Path, listeners: tuple[Listener, Listener]
+) -> None:
+    public, private = listeners
+    secret = generate_secret()
+    endpoint = EndpointConfig(name="rx", url=_url(public.port), secret=SecretStr(secret))
+    config = Config(
+        delivery=DeliveryConfig(retry_delays=(0.0,) * 8, allow_private_networks=False),
+        endpoints=(endpoint,),
+    )
+    resolver = Rebinder.alternating()
+    store = await AsyncStore.open(tmp_path / "relay.db")
+    poster = AiohttpPoster(allow_private=False, resolve=resolver, policy=rebind_policy)
+    try:
+        await store.sync_endpoints(config.endpoints)
+        await _seed(store, sessions=2)
+        dispatcher = Dispatcher(store, poster, DeliverySettings.from_config(config))
+        await dispatcher.run_until_idle()
+        rows = store.store.list_deliveries()
+    finally:
+        await poster.aclose()
+        await store.close()
+    assert private.connections == 0
+    assert {r.status for r in rows} == {"delivered"}
+    assert len(public.requests) == 2 * PER_SESSION
+    assert any(r.attempts > 1 for r in rows), "the resolver rebound: some were refused"
