@@ -550,6 +550,9 @@ def main() -> None:
     parser.add_argument("--live-rate", type=float, default=100.0)
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--baseline", action="append", default=[], metavar="CLIENT=TREE")
+    parser.add_argument(
+        "--baseline-count", type=int, default=0, help="cap the bare loop's POSTs (0: as relay)"
+    )
     parser.add_argument("--skip", action="append", default=[], help="ingest|fanout|latency")
     parser.add_argument("--json", type=Path, help="also write every figure here")
     parser.add_argument("--profile", type=Path, help="py-spy the relay, folded stacks here")
@@ -598,7 +601,8 @@ def main() -> None:
                         note(f"{name}/latency", bench.latency(name, tree))
                     count = int(results[f"{name}/deliver1"][-1]["deliveries"])
                 for client, tree in baselines:
-                    note(f"baseline-{client}", bench.baseline(client, count, tree))
+                    n = min(count, args.baseline_count) if args.baseline_count else count
+                    note(f"baseline-{client}", bench.baseline(client, n, tree))
         finally:
             bench.close()
     print("\nmedians")
@@ -607,21 +611,45 @@ def main() -> None:
         summary[key] = {k: _median(rows, k) for k in rows[0]}
         shown = ", ".join(f"{k}={v:.4g}" for k, v in summary[key].items() if v is not None)
         print(f"  {key}: {shown}")
+    print("same-run ratios (per repetition, then the median)")
+    ratios: dict[str, float] = {}
+
+    def ratio(label: str, top: str, bottom: str, field: str = "per_s") -> None:
+        pairs = list(zip(results.get(top, []), results.get(bottom, []), strict=False))
+        values = [t[field] / b[field] for t, b in pairs if t.get(field) and b.get(field)]
+        if values:
+            ratios[label] = statistics.median(values)
+            shown = ", ".join(f"{v:.2f}" for v in values)
+            print(f"  {label}: {ratios[label]:.2f} ({shown})")
+
+    def backlog_ratio(name: str) -> None:
+        rows = results.get(f"{name}/deliver1", [])
+        values = [
+            r["cpu_ms_backlog_high"] / r["cpu_ms_backlog_low"]
+            for r in rows
+            if r.get("cpu_ms_backlog_high") and r.get("cpu_ms_backlog_low")
+        ]
+        if values:
+            shown = ", ".join(f"{v:.2f}" for v in values)
+            print(
+                f"  {name}: CPU per delivery, backlog ~20k / ~1k: "
+                f"{statistics.median(values):.2f} ({shown})"
+            )
+
     for name, _tree in trees:
-        one = summary.get(f"{name}/deliver1", {})
-        four = summary.get(f"{name}/deliver4", {})
-        if one.get("per_s") and four.get("per_s"):
-            print(f"  {name}: fan-out 4 / 1 = {four['per_s'] / one['per_s']:.2f}")  # type: ignore[operator]
-        high, low = one.get("cpu_ms_backlog_high"), one.get("cpu_ms_backlog_low")
-        if high and low:
-            print(f"  {name}: CPU/delivery backlog ~20k / ~1k = {high / low:.2f}")
+        ratio(f"{name}: fan-out 4 / 1 endpoint", f"{name}/deliver4", f"{name}/deliver1")
+        backlog_ratio(name)
         for client, _t in baselines:
-            base = summary.get(f"baseline-{client}", {}).get("per_s")
-            if base and one.get("per_s"):
-                print(f"  {name}: relay / bare {client} loop = {one['per_s'] / base:.2f}")  # type: ignore[operator]
+            ratio(f"{name}: relay / bare {client} loop", f"{name}/deliver1", f"baseline-{client}")
+    if len(trees) == 2:
+        (a, _), (b, _) = trees
+        ratio(f"deliveries/s {a} / {b}", f"{a}/deliver1", f"{b}/deliver1")
+        ratio(f"ingest/s {a} / {b}", f"{a}/ingest", f"{b}/ingest", "ingest_per_s")
     print(f"load average at end: {Path('/proc/loadavg').read_text().strip()}")
     if args.json:
-        args.json.write_text(json.dumps({"runs": results, "medians": summary}, indent=1))
+        args.json.write_text(
+            json.dumps({"runs": results, "medians": summary, "ratios": ratios}, indent=1)
+        )
 
 
 if __name__ == "__main__":
