@@ -214,6 +214,17 @@ async def test_upstream_faults_and_a_refusing_consumer_lose_nothing(tmp_path: Pa
         tg.start_soon(lambda: daemon.run(handle_signals=False))
         await setup.receiver.wait_for(lambda r: all_finished(r, 4), within=90)
         await setup.receiver.wait_for(lambda r: activity_arrivals(r) == upstream(), within=60)
+        # Session events follow their session's activities (and wait for a GET that the
+        # faults may fail): every session's final lifecycle event must be delivered too, and
+        # every event refused once must have been delivered since.
+        lifecycle = ("session.completed", "session.failed")
+        await setup.receiver.wait_for(
+            lambda r: (
+                sum(a.type in lifecycle for a in r.first_deliveries()) >= 4
+                and {a.event_id for a in r.arrivals} <= r.delivered_ids()
+            ),
+            within=60,
+        )
         daemon.stop()
     receiver = setup.receiver
     assert receiver.rejected == []
