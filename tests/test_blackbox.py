@@ -474,9 +474,28 @@ def wait_settled(consumer: Consumer, endpoint: str, world: World, harness: Harne
         final = all(announced.get(name) == history[-1] for name, history in world.states.items())
         opened = {(name, url) for name, urls in world.prs.items() for url in urls} <= prs
         acked = {h.webhook_id for h in hits} == {h.webhook_id for h in hits if h.ok}
-        return final and opened and acked
+        # An event the relay queued but has not tried yet (a lifecycle event that follows
+        # the final state, say) is invisible to the consumer: ask the relay's outbox too.
+        return final and opened and acked and outbox_empty(harness.relays[-1], endpoint)
 
     wait_until(settled, 20, f"{endpoint} to settle", harness.diagnostics)
+
+
+def outbox_empty(relay: Relay, endpoint: str) -> bool:
+    """Whether ``sessionhook status --json`` shows nothing waiting for ``endpoint`` (the
+    operator's view of the outbox, read while the daemon runs)."""
+    run = subprocess.run(
+        [str(SESSIONHOOK), "status", "--json", "--config", str(relay.config_path)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=relay.env,
+        check=False,
+    )
+    if run.returncode != 0:
+        return False
+    waiting = {e["name"]: e["pending"] for e in json.loads(run.stdout)["endpoints"]}
+    return waiting.get(endpoint) == 0
 
 
 def assert_all_verified(hits: list[Hit]) -> None:
