@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import anyio
+import anyio.lowlevel
 import httpx
 
 from sessionhook import __version__
@@ -277,6 +278,9 @@ class Dispatcher:
         try:
             async with anyio.create_task_group() as tg:
                 while self._accepting or self._in_flight:
+                    # The round's store call is shielded: without this checkpoint a cancel
+                    # would never land while every round starts (and loses) new tasks.
+                    await anyio.lowlevel.checkpoint()
                     self._wake = anyio.Event()
                     progressed = await self._round(tg)
                     self.heartbeat = time.monotonic()
@@ -304,6 +308,7 @@ class Dispatcher:
         try:
             async with anyio.create_task_group() as tg:
                 while True:
+                    await anyio.lowlevel.checkpoint()  # see run(): cancellation lands here
                     self._wake = anyio.Event()
                     committed = len(self._finished)
                     progressed = await self._round(tg)
