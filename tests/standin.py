@@ -22,6 +22,12 @@ drives it through a plain Python API:
   of 500 on any path, decided per path and per request number so that the decisions do
   not depend on how concurrent requests interleave), ``not_found_for`` (a GET of a
   session younger than this many seconds answers 404: eventual consistency);
+* hostile knobs (an upstream that is broken or lies): :meth:`StandIn.set_deep` (a list
+  answers JSON nested 10^5 levels deep), :meth:`StandIn.set_drip` (headers, then one byte
+  every few seconds, forever), :meth:`StandIn.set_runaway` (a fresh ``nextPageToken`` on
+  every page, forever), :meth:`StandIn.append_raw` (an activity JSON served exactly as
+  given: a name of another session, no name, ``createTime: "garbage"``), and
+  ``append_activity(create_time=...)`` for a time in the year 9999;
 * observation: :meth:`StandIn.requests` (every request with its monotonic arrival time,
   label and answered status), :meth:`StandIn.counts`, :attr:`StandIn.items_served`.
 
@@ -51,7 +57,7 @@ from typing import Any
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
@@ -187,6 +193,22 @@ class _Session:
     data: dict[str, Any]
     created_mono: float
     activities: list[dict[str, Any]] = field(default_factory=list)
+    #: When each activity (keyed by id() of its dict) counts as created, for ordering and
+    #: the createTime filter: its createTime, or its arrival when that is no time at all.
+    moments: dict[int, datetime] = field(default_factory=dict)
+
+    def moment(self, activity: dict[str, Any]) -> datetime:
+        return self.moments[id(activity)]
+
+    def add(self, activity: dict[str, Any], arrival: datetime) -> None:
+        try:
+            moment = parse_time(str(activity.get("createTime", "")))
+        except ValueError:
+            moment = arrival
+        self.moments[id(activity)] = moment
+        self.activities.append(activity)
+        if len(self.activities) > 1 and moment < self.moment(self.activities[-2]):
+            self.activities.sort(key=self.moment)  # stable: ties keep their order
 
 
 @dataclass
@@ -234,6 +256,10 @@ class StandIn:
         self._log: list[RequestRecord] = []
         self._broken: dict[str, tuple[int, str | None]] = {}
         self._latency: dict[str, float] = {}
+        self._deep: set[str] = set()
+        self._drip: dict[str, float] = {}
+        self._runaway: set[str] = set()
+        self._runaway_tokens = 0
         self._stopping = False
         self._in_flight = 0
         self._waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
@@ -328,6 +354,29 @@ class StandIn:
                 self._latency[session] = seconds
             else:
                 self._latency.pop(session, None)
+
+    def set_deep(self, label: str, on: bool = True) -> None:
+        """While on, every ``label`` answer (``list_sessions``, ``list_activities``) is a 200
+        whose JSON nests 10^5 arrays deep."""
+        with self._lock:
+            (self._deep.add if on else self._deep.discard)(label)
+
+    def set_drip(self, target: str, interval: float = 2.0, on: bool = True) -> None:
+        """While on, requests for ``target`` (a session name: its activity list; or
+        ``"list_sessions"``) answer 200 headers at once, then one byte every ``interval``
+        seconds, forever (until turned off or the stand-in stops)."""
+        with self._lock:
+            if on:
+                self._drip[target] = interval
+            else:
+                self._drip.pop(target, None)
+
+    def set_runaway(self, target: str, on: bool = True) -> None:
+        """While on, every page for ``target`` (a session name: its activity list; or
+        ``"list_sessions"``) carries a fresh ``nextPageToken`` that leads to the same page
+        again: pagination without end, never repeating a token."""
+        with self._lock:
+            (self._runaway.add if on else self._runaway.discard)(target)
 
     # ------------------------------------------------------------------ the world
 
@@ -442,15 +491,21 @@ class StandIn:
                 activity[member] = payload if payload is not None else self._payload(member, when)
             if artifacts:
                 activity["artifacts"] = artifacts
-            s.activities.append(activity)
-            if len(s.activities) > 1 and parse_time(when) < parse_time(
-                s.activities[-2]["createTime"]
-            ):
-                # stable: ties keep order
-                s.activities.sort(key=lambda a: parse_time(a["createTime"]))
+            s.add(activity, parse_time(now))
             if self.moves_update_time:
                 s.data["updateTime"] = now
             return copy.deepcopy(activity)
+
+    def append_raw(self, session: str, activity: dict[str, Any]) -> dict[str, Any]:
+        """Serve ``activity`` in the session's list exactly as given (any name, any
+        createTime); it sorts at its createTime, or at its arrival when that is no time."""
+        with self._lock:
+            s = self._sessions[session]
+            now = self._now()
+            stored = copy.deepcopy(activity)
+            s.add(stored, parse_time(now))
+            s.data["updateTime"] = now
+            return copy.deepcopy(stored)
 
     def _payload(self, member: str, when: str) -> dict[str, Any]:
         if member == "planGenerated":
@@ -543,11 +598,20 @@ class StandIn:
                 self._in_flight -= 1
         with self._lock:
             status_fault = None
+            target = label if label == "list_sessions" else "/".join(parts[:2])
             if request.headers.get("x-vendor-api-key") != self.api_key:
                 response = _error(401, "API key not valid. Please pass a valid API key.")
+            elif label in ("list_sessions", "list_activities") and target in self._drip:
+                response = self._dripping(self._drip[target])
+            elif label in ("list_sessions", "list_activities") and label in self._deep:
+                key = b"sessions" if label == "list_sessions" else b"activities"
+                deep = b'{"' + key + b'": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+                response = Response(deep, media_type="application/json")
             else:
                 status_fault = self._fault(path, label)
                 response = status_fault if status_fault is not None else handler(path, query)
+                if target in self._runaway and response.status_code == 200:
+                    response = self._run_away(response)
             self._log.append(
                 RequestRecord(
                     at=arrived,
@@ -576,6 +640,25 @@ class StandIn:
         finally:
             with self._lock:
                 self._waiters.discard(waiter)
+
+    def _dripping(self, interval: float) -> Response:
+        """200 headers now, then one byte every ``interval`` s until the stand-in stops."""
+
+        async def drip() -> Any:
+            yield b'{"activities": ['
+            while not self._stopping:
+                await self._delay(interval)
+                yield b" "
+
+        return StreamingResponse(drip(), media_type="application/json")
+
+    def _run_away(self, response: Response) -> Response:
+        """The same page again, with a token never given before (caller holds the lock)."""
+        page = json.loads(bytes(response.body))
+        self._runaway_tokens += 1
+        blob = json.dumps({"scope": "runaway", "n": self._runaway_tokens}).encode()
+        page["nextPageToken"] = base64.urlsafe_b64encode(blob).decode()
+        return JSONResponse(page)
 
     def _route(
         self, method: str, path: str
@@ -645,6 +728,8 @@ class StandIn:
         if token:
             try:
                 decoded = json.loads(base64.urlsafe_b64decode(token.encode()))
+                if decoded["scope"] == "runaway":
+                    decoded = {"scope": scope, "offset": 0}
                 if decoded["scope"] != scope:
                     raise ValueError("token of another list")
                 offset = int(decoded["offset"])
@@ -710,9 +795,9 @@ class StandIn:
             except ValueError:
                 return _error(400, "Invalid value at 'create_time'", field_name="create_time")
             if self.create_time_mode == "exclusive":
-                items = [a for a in items if parse_time(a["createTime"]) > bound]
+                items = [a for a in items if s.moment(a) > bound]
             elif self.create_time_mode == "inclusive":
-                items = [a for a in items if parse_time(a["createTime"]) >= bound]
+                items = [a for a in items if s.moment(a) >= bound]
         scope = f"{path}|{bound_text or ''}|{self.create_time_mode}"
         paged = self._page(items, query, scope)
         if isinstance(paged, Response):

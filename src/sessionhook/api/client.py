@@ -32,6 +32,23 @@ process: the error is raised at once with ``retry_after`` set, for the caller to
 ``await on_answer(response, malformed)``. The relay counts upstream answers with it, so that
 a 2xx answer that does not parse is counted as malformed rather than as its status.
 
+Bounds (nothing the service sends can exhaust memory, recurse or hang a call):
+
+* ``timeout`` is the deadline of each attempt's WHOLE exchange, from sending to the last
+  byte of the answer (:class:`~sessionhook.api.errors.DeadlineExceededError`); httpx's
+  per-read timeouts alone would let a server that drips one byte every few seconds hold
+  a call forever.
+* answers are read as a stream and at most ``max_response_bytes`` are kept
+  (:class:`~sessionhook.api.errors.ResponseTooLargeError`, raised without reading more;
+  error bodies are cut at 64 KiB, they are only shown);
+* JSON nested deeper than ``max_depth`` is refused before it is parsed
+  (:class:`~sessionhook.api.errors.ResponseTooDeepError`);
+* list walks ask a page that is too large again with half the page size, down to one item,
+  and stop after ``max_pages`` pages (:class:`~sessionhook.api.errors.PageLimitError`).
+  :meth:`SessionsClient.walk_activities` goes past a single activity too large to read: it
+  scans the rest of that answer as it streams by, keeping only the activity's ``name``,
+  ``createTime`` and the ``nextPageToken`` (see :class:`RefusedItem`).
+
 The API key travels only in its header, and only to ``base_url``: redirects are never
 followed. It is never logged, never part of an exception message, and the request attached
 to an error is a copy with the key header redacted.
@@ -39,12 +56,16 @@ to an error is a copy with the key header redacted.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, TypeVar
+from dataclasses import field as dataclass_field
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import Any, Final, Generic, TypeVar
 from urllib.parse import quote
 
 import anyio
@@ -52,9 +73,14 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from .. import __version__
+from ._bounds import JsonFieldScanner, JsonPath, nesting_depth_exceeds
 from .errors import (
     ApiError,
+    DeadlineExceededError,
     MalformedResponseError,
+    PageLimitError,
+    ResponseTooDeepError,
+    ResponseTooLargeError,
     TransportError,
     error_for_response,
 )
@@ -75,6 +101,10 @@ __all__ = [
     "API_VERSION_PATH",
     "AUTO_CREATE_PR",
     "DEFAULT_API_KEY_HEADER",
+    "DEFAULT_MAX_DEPTH",
+    "DEFAULT_MAX_RESPONSE_BYTES",
+    "ActivityPage",
+    "RefusedItem",
     "RetryPolicy",
     "SessionsClient",
     "activity_name",
@@ -90,7 +120,27 @@ DEFAULT_API_KEY_HEADER: Final = "x-vendor-api-key"
 #: ``automationMode`` that makes the service open pull requests by itself (spec 4.1).
 AUTO_CREATE_PR: Final = "AUTO_CREATE_PR"
 
+#: Bytes of one answer the client keeps at most (16 MiB): a page of 100 activities is
+#: typically well under 1 MiB; media artifacts make the rest.
+DEFAULT_MAX_RESPONSE_BYTES: Final = 16 * 1024 * 1024
+#: Nesting the client parses at most. The deepest documented shape (a list of activities
+#: with artifacts holding a change set with a patch) is 6 levels deep.
+DEFAULT_MAX_DEPTH: Final = 64
+
 _REDACTED: Final = "[redacted]"
+# Error bodies are only shown (a message, a snippet); more than this is never needed.
+_ERROR_BODY_BYTES: Final = 64 * 1024
+# A one-item answer over the bound is scanned (not kept) for at most this many times the
+# bound: far beyond any artifact, and the deadline bounds the time it takes.
+_SCAN_FACTOR: Final = 64
+# The server's default page size is unknown when none was asked; halving starts here.
+_UNKNOWN_PAGE_SIZE: Final = 100
+# What a one-activity page too large to keep is scanned for, as it streams by.
+_ACTIVITY_SCAN: Final[tuple[JsonPath, ...]] = (
+    ("activities", 0, "name"),
+    ("activities", 0, "createTime"),
+    ("nextPageToken",),
+)
 # After these the request provably never reached the server: no connection was established
 # (or none was free in the pool), so not one byte of it was written.
 _NEVER_SENT: Final = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
@@ -101,6 +151,58 @@ _log = logging.getLogger(__name__)
 
 _M = TypeVar("_M", bound=BaseModel)
 _R = TypeVar("_R", Session, Activity, Source)
+
+
+@dataclass(frozen=True)
+class RefusedItem:
+    """One item of a list that cannot be read: ``reason`` says why.
+
+    ``too_large``: the item alone (a page of one) is over the bound. Its answer was scanned
+    as it streamed by, never kept: ``name`` and ``create_time`` are what the scan found
+    (empty when the item did not say), ``size`` the bytes the answer had and ``limit`` the
+    bound it broke. ``malformed``: the item is not an activity (no string ``name``, a field
+    of the wrong type); ``detail`` says what is wrong, ``name`` and ``create_time`` are
+    given when they are strings.
+    """
+
+    name: str
+    create_time: str
+    size: int
+    limit: int
+    reason: str = "too_large"
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class ActivityPage:
+    """One page of :meth:`SessionsClient.walk_activities`.
+
+    ``activities`` are those not yielded before in the walk; ``refused`` is set when the page
+    was a single activity too large to read; ``server_time`` is the answer's ``Date`` header
+    (the service's own clock), ``None`` when absent or unreadable.
+    """
+
+    activities: list[Activity]
+    refused: RefusedItem | None = None
+    server_time: datetime | None = None
+    #: Items of the page that are not activities (``reason="malformed"``); the others of
+    #: the page are in ``activities``.
+    invalid: list[RefusedItem] = dataclass_field(default_factory=list)
+
+
+@dataclass
+class _Page(Generic[_R]):
+    items: list[_R]
+    next_token: str
+    server_time: datetime | None = None
+    refused: RefusedItem | None = None
+    invalid: list[RefusedItem] = dataclass_field(default_factory=list)
+    #: The whole parsed answer (what ``list_*`` returns).
+    parsed: Any = None
+
+
+#: ``fetch(page_token, page_size, scan)`` of a list walk.
+_Fetch = Callable[[str | None, int | None, bool], Awaitable[_Page[_R]]]
 
 
 # --------------------------------------------------------------------------- retry policy
@@ -240,7 +342,10 @@ class SessionsClient:
 
     ``base_url`` is the service address; ``/v1alpha`` is appended unless it is already
     there. The injected client's own ``base_url``, auth and timeout are not used: every
-    request carries an absolute URL, the key header and ``timeout`` (seconds, per attempt).
+    request carries an absolute URL, the key header and ``timeout`` (seconds: the deadline
+    of one attempt's whole exchange). ``max_response_bytes`` and ``max_depth`` bound what
+    an answer may be (see the module docstring). ``gate`` is awaited before each attempt,
+    outside its deadline (a request budget: waiting for it is not the service being slow).
     ``sleep`` and ``rng`` are injectable so that tests observe backoff without waiting.
     """
 
@@ -253,6 +358,9 @@ class SessionsClient:
         api_key_header: str = DEFAULT_API_KEY_HEADER,
         timeout: float = 30.0,
         retry: RetryPolicy | None = None,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        max_depth: int = DEFAULT_MAX_DEPTH,
+        gate: Callable[[], Awaitable[None]] | None = None,
         sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
         rng: random.Random | None = None,
         on_answer: Callable[[httpx.Response, bool], Awaitable[None]] | None = None,
@@ -263,6 +371,13 @@ class SessionsClient:
             raise ValueError("api_key_header is empty")
         if not (math.isfinite(timeout) and timeout > 0):
             raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
+        if max_response_bytes < 1024:
+            raise ValueError(f"max_response_bytes must be at least 1024, not {max_response_bytes}")
+        if max_depth < 8:
+            raise ValueError(f"max_depth must be at least 8, not {max_depth}")
+        self._max_bytes = max_response_bytes
+        self._max_depth = max_depth
+        self._gate = gate
         self._http = http
         self._root = api_root(base_url)
         self._key_header = api_key_header.strip().lower()
@@ -339,22 +454,37 @@ class SessionsClient:
         The last page has an empty ``next_page_token``. List items carry a reduced set of
         fields; :meth:`get_session` returns the whole session.
         """
+        page = await self._sessions_page(page_token, page_size, False)
+        parsed: ListSessionsResponse = page.parsed
+        return parsed
+
+    def iter_sessions(
+        self, *, page_size: int | None = None, max_pages: int | None = None
+    ) -> AsyncIterator[Session]:
+        """Every session of the account, walking all pages (each name yielded once).
+
+        A page too large to read is asked again with half the page size; more than
+        ``max_pages`` pages raise :class:`~sessionhook.api.errors.PageLimitError`.
+        """
+        return self._walk(self._sessions_page, page_size=page_size, max_pages=max_pages)
+
+    async def _sessions_page(
+        self, token: str | None, page_size: int | None, _scan: bool
+    ) -> _Page[Session]:
         response = await self._request(
             "GET",
             "/sessions",
-            params={"pageSize": page_size, "pageToken": page_token},
+            params={"pageSize": page_size, "pageToken": token},
             idempotent=True,
+            page_size=page_size,
         )
-        return await self._decode(ListSessionsResponse, response)
-
-    def iter_sessions(self, *, page_size: int | None = None) -> AsyncIterator[Session]:
-        """Every session of the account, walking all pages (each name yielded once)."""
-
-        async def fetch(token: str | None) -> tuple[list[Session], str]:
-            page = await self.list_sessions(page_size=page_size, page_token=token)
-            return page.sessions, page.next_page_token
-
-        return self._walk(fetch)
+        parsed = await self._decode(ListSessionsResponse, response)
+        return _Page(
+            parsed.sessions,
+            parsed.next_page_token,
+            _server_time(response),
+            parsed=parsed,
+        )
 
     async def get_session(self, session: str) -> Session:
         """The full session (``outputs`` included); accepts ``sessions/<id>`` or ``<id>``."""
@@ -412,30 +542,97 @@ class SessionsClient:
         is inclusive is the server's choice, and a server may ignore it, so callers that
         poll must deduplicate by activity name.
         """
-        response = await self._request(
-            "GET",
-            _path(session_name(session)) + "/activities",
-            params={"pageSize": page_size, "pageToken": page_token, "createTime": create_time},
-            idempotent=True,
+        page = await self._activities_page(
+            session_name(session), create_time, page_token, page_size, False
         )
-        return await self._decode(ListActivitiesResponse, response)
+        parsed: ListActivitiesResponse = page.parsed
+        return parsed
 
     def iter_activities(
-        self, session: str, *, page_size: int | None = None, create_time: str | None = None
+        self,
+        session: str,
+        *,
+        page_size: int | None = None,
+        create_time: str | None = None,
+        max_pages: int | None = None,
     ) -> AsyncIterator[Activity]:
         """Every activity of a session (from ``create_time``), walking all pages.
 
-        Each name is yielded once within one walk.
+        Each name is yielded once within one walk. A page too large to read is asked again
+        with half the page size; a single activity too large to read raises
+        :class:`~sessionhook.api.errors.ResponseTooLargeError` (:meth:`walk_activities`
+        goes past it instead).
         """
         name = session_name(session)
 
-        async def fetch(token: str | None) -> tuple[list[Activity], str]:
-            page = await self.list_activities(
-                name, page_size=page_size, page_token=token, create_time=create_time
-            )
-            return page.activities, page.next_page_token
+        async def fetch(token: str | None, size: int | None, scan: bool) -> _Page[Activity]:
+            return await self._activities_page(name, create_time, token, size, scan)
 
-        return self._walk(fetch)
+        return self._walk(fetch, page_size=page_size, max_pages=max_pages)
+
+    async def walk_activities(
+        self,
+        session: str,
+        *,
+        page_size: int | None = None,
+        create_time: str | None = None,
+        max_pages: int | None = None,
+    ) -> AsyncIterator[ActivityPage]:
+        """Every activity of a session, page by page, going past what cannot be read.
+
+        Like :meth:`iter_activities`, but each page comes with the service's clock (its
+        ``Date`` header), and a single activity too large to read is not an error: its page
+        is scanned as it streams by, never kept, and comes back as
+        :attr:`ActivityPage.refused` (with the ``name`` and ``createTime`` the scan found);
+        the walk goes on with the page token the scan found. Items that are not activities
+        (no string ``name``...) come back in :attr:`ActivityPage.invalid`, the others of
+        their page as usual. More than ``max_pages`` pages
+        raise :class:`~sessionhook.api.errors.PageLimitError` after the last one allowed.
+        """
+        name = session_name(session)
+
+        async def fetch(token: str | None, size: int | None, scan: bool) -> _Page[Activity]:
+            return await self._activities_page(name, create_time, token, size, scan, lenient=True)
+
+        async for page in self._walk_pages(
+            fetch, page_size=page_size, max_pages=max_pages, refuse_oversize=True
+        ):
+            yield ActivityPage(page.items, page.refused, page.server_time, page.invalid)
+
+    async def _activities_page(
+        self,
+        name: str,
+        create_time: str | None,
+        token: str | None,
+        page_size: int | None,
+        scan: bool,
+        *,
+        lenient: bool = False,
+    ) -> _Page[Activity]:
+        response = await self._request(
+            "GET",
+            _path(name) + "/activities",
+            params={"pageSize": page_size, "pageToken": token, "createTime": create_time},
+            idempotent=True,
+            page_size=page_size,
+            scan=_ACTIVITY_SCAN if scan else (),
+        )
+        invalid: list[RefusedItem] = []
+        try:
+            parsed = await self._decode(ListActivitiesResponse, response)
+        except MalformedResponseError as exc:
+            if not lenient or not isinstance(exc.__cause__, ValidationError):
+                raise
+            # One item that is not an activity must not hold up the others of its page
+            # (nor, page after page, the whole session): read them one by one.
+            parsed, invalid = _activities_one_by_one(response.content, exc)
+        return _Page(
+            parsed.activities,
+            parsed.next_page_token,
+            _server_time(response),
+            invalid=invalid,
+            parsed=parsed,
+        )
 
     async def get_activity(self, name: str, activity_id: str | None = None) -> Activity:
         """One activity with its artifacts.
@@ -461,13 +658,9 @@ class SessionsClient:
         ``filter`` is an AIP-160 expression, for example
         ``name=sources/github/o/a OR name=sources/github/o/b``; it is URL-encoded here.
         """
-        response = await self._request(
-            "GET",
-            "/sources",
-            params={"pageSize": page_size, "pageToken": page_token, "filter": filter},
-            idempotent=True,
-        )
-        return await self._decode(ListSourcesResponse, response)
+        page = await self._sources_page(filter, page_token, page_size, False)
+        parsed: ListSourcesResponse = page.parsed
+        return parsed
 
     def iter_sources(
         self,
@@ -477,11 +670,28 @@ class SessionsClient:
     ) -> AsyncIterator[Source]:
         """Every connected source (matching ``filter``), walking all pages."""
 
-        async def fetch(token: str | None) -> tuple[list[Source], str]:
-            page = await self.list_sources(page_size=page_size, page_token=token, filter=filter)
-            return page.sources, page.next_page_token
+        async def fetch(token: str | None, size: int | None, scan: bool) -> _Page[Source]:
+            return await self._sources_page(filter, token, size, scan)
 
-        return self._walk(fetch)
+        return self._walk(fetch, page_size=page_size, max_pages=None)
+
+    async def _sources_page(
+        self, filter: str | None, token: str | None, page_size: int | None, _scan: bool
+    ) -> _Page[Source]:
+        response = await self._request(
+            "GET",
+            "/sources",
+            params={"pageSize": page_size, "pageToken": token, "filter": filter},
+            idempotent=True,
+            page_size=page_size,
+        )
+        parsed = await self._decode(ListSourcesResponse, response)
+        return _Page(
+            parsed.sources,
+            parsed.next_page_token,
+            _server_time(response),
+            parsed=parsed,
+        )
 
     async def get_source(self, source: str) -> Source:
         """One source with its branches; accepts ``sources/github/o/r`` or ``github/o/r``."""
@@ -491,27 +701,83 @@ class SessionsClient:
     # ----------------------------------------------------------------------- machinery
 
     async def _walk(
-        self, fetch: Callable[[str | None], Awaitable[tuple[list[_R], str]]]
+        self, fetch: _Fetch[_R], *, page_size: int | None, max_pages: int | None
     ) -> AsyncIterator[_R]:
-        # Page tokens are opaque; a server that hands back a token it already gave would
-        # loop forever, so that is reported as a malformed answer. Names are deduplicated
-        # because a list that shifts while it is walked (a session created meanwhile) can
-        # repeat an item across a page boundary.
+        async for page in self._walk_pages(
+            fetch, page_size=page_size, max_pages=max_pages, refuse_oversize=False
+        ):
+            for item in page.items:
+                yield item
+
+    async def _walk_pages(
+        self,
+        fetch: _Fetch[_R],
+        *,
+        page_size: int | None,
+        max_pages: int | None,
+        refuse_oversize: bool,
+    ) -> AsyncIterator[_Page[_R]]:
+        """Walk a list page by page, each name yielded once; see the module docstring.
+
+        Page tokens are opaque; a server that hands back a token it already gave would
+        loop forever, so that is reported as a malformed answer, and a fresh token on every
+        page is stopped by ``max_pages``. Names are deduplicated because a list that shifts
+        while it is walked (a session created meanwhile) can repeat an item across a page
+        boundary. A page too large to read is asked again with half the page size (the
+        rest of the walk keeps the smaller size); a page of one still too large raises,
+        or with ``refuse_oversize`` becomes a page with ``refused`` set and the walk goes
+        on with the page token its scan found.
+        """
         token: str | None = None
+        size = page_size
         tokens_seen: set[str] = set()
         names_seen: set[str] = set()
+        pages = 0
         while True:
-            items, next_token = await fetch(token)
-            for item in items:
-                if item.name not in names_seen:
-                    names_seen.add(item.name)
-                    yield item
+            try:
+                page = await fetch(token, size, refuse_oversize and size == 1)
+            except ResponseTooLargeError as exc:
+                if size is None or size > 1:
+                    smaller = max(1, (size or _UNKNOWN_PAGE_SIZE) // 2)
+                    _log.info(
+                        "api.page_too_large url=%s page_size=%s limit=%d retry_page_size=%d",
+                        exc.request.url if exc.request is not None else "",
+                        size,
+                        exc.limit,
+                        smaller,
+                    )
+                    size = smaller
+                    continue
+                if not refuse_oversize:
+                    raise
+                page = _Page(
+                    [],
+                    exc.scanned.get("nextPageToken", ""),
+                    refused=RefusedItem(
+                        name=exc.scanned.get("activities.0.name", ""),
+                        create_time=exc.scanned.get("activities.0.createTime", ""),
+                        size=exc.size,
+                        limit=exc.limit,
+                    ),
+                )
+            pages += 1
+            fresh = [item for item in page.items if item.name not in names_seen]
+            names_seen.update(item.name for item in fresh)
+            page.items = fresh
+            yield page
+            next_token = page.next_token
             if not next_token:
                 return
             if next_token in tokens_seen:
                 raise MalformedResponseError(
                     f"the service returned page token {next_token!r} twice; pagination loops",
                     body=next_token,
+                )
+            if max_pages is not None and pages >= max_pages:
+                raise PageLimitError(
+                    f"still a next page after {pages} pages (the bound of one walk); "
+                    "the service may paginate without end",
+                    max_pages=max_pages,
                 )
             tokens_seen.add(next_token)
             token = next_token
@@ -525,8 +791,13 @@ class SessionsClient:
         body: Mapping[str, Any] | None = None,
         idempotent: bool,
         missing_ok_after_retry: bool = False,
+        page_size: int | None = None,
+        scan: Sequence[JsonPath] = (),
     ) -> httpx.Response:
-        """Send with retries (see the module docstring) and return a 2xx response."""
+        """Send with retries (see the module docstring) and return a 2xx response whose
+        body was read within the bounds. ``page_size`` is only reported in a
+        :class:`ResponseTooLargeError`; ``scan`` names the fields to look for when the
+        answer is too large (a one-item page)."""
         url = self._root + path
         query = {key: value for key, value in (params or {}).items() if value is not None}
         policy = self._retry
@@ -545,10 +816,10 @@ class SessionsClient:
             )
             retry_after: float | None = None
             error: ApiError
+            if self._gate is not None:
+                await self._gate()
             try:
-                # Never follow a redirect, whatever the injected client says: httpx drops
-                # only Authorization across origins, so the key header would travel along.
-                response = await self._http.send(request, follow_redirects=False)
+                response = await self._exchange(request, page_size, scan)
             except httpx.RequestError as exc:
                 never_sent = isinstance(exc, _NEVER_SENT)
                 ambiguous = ambiguous or not never_sent
@@ -558,6 +829,13 @@ class SessionsClient:
                 )
                 cause: BaseException | None = exc
                 reason = type(exc).__name__
+            except DeadlineExceededError as exc:
+                ambiguous = True
+                retryable = idempotent
+                error, cause, reason = exc, None, "deadline"
+            except MalformedResponseError as exc:
+                exc.attempts = attempt  # a body over the bounds: asking again gives the same
+                raise
             else:
                 status = response.status_code
                 if response.is_success:
@@ -606,6 +884,100 @@ class SessionsClient:
         if self._on_answer is not None and response.is_success:
             await self._on_answer(response, malformed)
 
+    async def _exchange(
+        self, request: httpx.Request, page_size: int | None, scan: Sequence[JsonPath]
+    ) -> httpx.Response:
+        """One attempt: send and read the answer, all within the deadline; the returned
+        response holds its (bounded) body."""
+        deadline = self._timeout_seconds
+        try:
+            with anyio.fail_after(deadline):
+                # Never follow a redirect, whatever the injected client says: httpx drops
+                # only Authorization across origins, so the key header would travel along.
+                response = await self._http.send(request, stream=True, follow_redirects=False)
+                try:
+                    content = await self._read_bounded(response, request, page_size, scan)
+                except MalformedResponseError:
+                    await self._answered(response, malformed=True)  # counted as what it is
+                    raise
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await response.aclose()
+        except TimeoutError:
+            raise DeadlineExceededError(
+                f"no complete answer within {deadline:g} s (the deadline of the whole exchange)",
+                request=self._redact(request),
+                deadline=deadline,
+            ) from None
+        # The body is decoded already: the encoding header must not make httpx decode again.
+        headers = [
+            (key, value)
+            for key, value in response.headers.multi_items()
+            if key.lower() != "content-encoding"
+        ]
+        return httpx.Response(
+            response.status_code, headers=headers, content=content, request=request
+        )
+
+    async def _read_bounded(
+        self,
+        response: httpx.Response,
+        request: httpx.Request,
+        page_size: int | None,
+        scan: Sequence[JsonPath],
+    ) -> bytes:
+        """The body, decoded, at most ``max_response_bytes`` of it (64 KiB of an error).
+
+        A success over the bound raises :class:`ResponseTooLargeError` at once; with
+        ``scan``, the rest streams through a :class:`JsonFieldScanner` first (never kept).
+        """
+        limit = self._max_bytes if response.is_success else min(self._max_bytes, _ERROR_BODY_BYTES)
+        declared = _content_length(response)
+        if response.is_success and not scan and declared is not None and declared > limit:
+            raise self._too_large(request, limit, declared, page_size, {})
+        received = bytearray()
+        chunks = response.aiter_bytes()
+        async for chunk in chunks:
+            if len(received) + len(chunk) <= limit:
+                received += chunk
+                continue
+            if not response.is_success:  # only shown: the start is enough
+                received += chunk[: limit - len(received)]
+                break
+            size = len(received) + len(chunk)
+            found: dict[str, str] = {}
+            if scan:
+                scanner = JsonFieldScanner(scan, max_depth=self._max_depth)
+                scanner.feed(bytes(received))
+                del received[:]  # nothing of the answer is kept past this point
+                scanner.feed(chunk)
+                async for rest in chunks:
+                    scanner.feed(rest)
+                    if scanner.size > limit * _SCAN_FACTOR:
+                        break
+                size = scanner.size
+                found = {".".join(map(str, path)): text for path, text in scanner.found.items()}
+            raise self._too_large(request, limit, size, page_size, found)
+        return bytes(received)
+
+    def _too_large(
+        self,
+        request: httpx.Request,
+        limit: int,
+        size: int,
+        page_size: int | None,
+        scanned: dict[str, str],
+    ) -> ResponseTooLargeError:
+        return ResponseTooLargeError(
+            f"answer of {size} bytes or more exceeds the bound of {limit} bytes"
+            + (f" (pageSize={page_size})" if page_size is not None else ""),
+            request=self._redact(request),
+            limit=limit,
+            size=size,
+            page_size=page_size,
+            scanned=scanned,
+        )
+
     def _redact(self, request: httpx.Request) -> httpx.Request:
         headers = [
             (key, _REDACTED if key.lower() == self._key_header else value)
@@ -614,20 +986,28 @@ class SessionsClient:
         return httpx.Request(request.method, request.url, headers=headers, content=request.content)
 
     def _json(self, response: httpx.Response) -> dict[str, Any]:
+        content = response.content
+        if nesting_depth_exceeds(content, self._max_depth):
+            raise ResponseTooDeepError(
+                f"{response.status_code} answer nests deeper than {self._max_depth} levels; "
+                "not parsed",
+                request=self._redact(response.request),
+                max_depth=self._max_depth,
+            )
         try:
-            data = response.json()
+            data = json.loads(content)
         except ValueError:
             raise MalformedResponseError(
                 f"{response.status_code} answer is not JSON "
                 f"(content-type {response.headers.get('content-type', 'none')})",
                 request=self._redact(response.request),
-                body=response.text[:500],
+                body=_snippet(content),
             ) from None
         if not isinstance(data, dict):
             raise MalformedResponseError(
                 f"{response.status_code} answer is JSON {type(data).__name__}, not an object",
                 request=self._redact(response.request),
-                body=response.text[:500],
+                body=_snippet(content),
             )
         return data
 
@@ -642,7 +1022,7 @@ class SessionsClient:
                 f"{response.status_code} answer is not a {model.__name__}: "
                 f"{where}: {first['msg']} ({exc.error_count()} problem(s))",
                 request=self._redact(response.request),
-                body=response.text[:500],
+                body=_snippet(response.content),
             ) from exc
 
     def _expect_empty(self, response: httpx.Response) -> None:
@@ -650,3 +1030,64 @@ class SessionsClient:
         # anything else that is not a JSON object means we are not talking to the API.
         if response.content.strip():
             self._json(response)
+
+
+def _activities_one_by_one(
+    content: bytes, error: MalformedResponseError
+) -> tuple[ListActivitiesResponse, list[RefusedItem]]:
+    """A page whose envelope is sound but some items are not activities: the activities,
+    and the others as ``malformed`` :class:`RefusedItem`. Re-raises ``error`` when the
+    envelope itself is wrong. ``content`` passed the depth check already."""
+    data = json.loads(content)
+    items = data.get("activities")
+    if not isinstance(items, list):
+        raise error
+    try:
+        envelope = ListActivitiesResponse.model_validate(
+            {key: value for key, value in data.items() if key != "activities"}
+        )
+    except ValidationError:
+        raise error from None
+    invalid: list[RefusedItem] = []
+    for raw in items:
+        try:
+            envelope.activities.append(Activity.model_validate(raw))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(part) for part in first["loc"]) or "item"
+            fields = raw if isinstance(raw, dict) else {}
+            name, when = fields.get("name"), fields.get("createTime")
+            invalid.append(
+                RefusedItem(
+                    name=name if isinstance(name, str) else "",
+                    create_time=when if isinstance(when, str) else "",
+                    size=len(json.dumps(raw)),
+                    limit=0,
+                    reason="malformed",
+                    detail=f"not an activity: {where}: {first['msg']}",
+                )
+            )
+    return envelope, invalid
+
+
+def _snippet(content: bytes) -> str:
+    return content[:500].decode("utf-8", errors="replace")
+
+
+def _content_length(response: httpx.Response) -> int | None:
+    try:
+        return int(response.headers.get("content-length", ""))
+    except ValueError:
+        return None
+
+
+def _server_time(response: httpx.Response) -> datetime | None:
+    """The answer's ``Date`` header (the service's clock) as aware UTC, or ``None``."""
+    value = response.headers.get("date")
+    if not value:
+        return None
+    try:
+        moment = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)

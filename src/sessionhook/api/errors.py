@@ -4,7 +4,17 @@ Hierarchy::
 
     ApiError                     base: every failure of a call to the service
     +-- TransportError           no HTTP answer (connect error, timeout, broken response)
+    |   +-- DeadlineExceededError  no complete answer within the deadline of the WHOLE
+    |                              exchange (a server dripping bytes slowly); retried like
+    |                              any transport error
     +-- MalformedResponseError   an answer whose body is not the JSON the spec promises
+    |   +-- ResponseTooDeepError   JSON nested deeper than the client's bound (checked before
+    |   |                          parsing, so nothing recurses into it)
+    |   +-- ResponseTooLargeError  a body longer than ``max_response_bytes``; reading stopped
+    |                              at the bound. ``page_size`` is the page size asked for,
+    |                              ``scanned`` the few fields a one-item page was scanned for
+    +-- PageLimitError           a list walk reached its page bound (``max_pages``) and the
+    |                            service still offered a next page (runaway pagination)
     +-- ApiStatusError           an HTTP error status; carries the parsed error body
         +-- InvalidArgumentError   400 INVALID_ARGUMENT
         +-- UnauthenticatedError   401
@@ -12,6 +22,10 @@ Hierarchy::
         +-- NotFoundError          404
         +-- RateLimitedError       429 (``retry_after`` seconds when the server said)
         +-- ServerError            5xx
+
+Every error has a short ``kind`` (``transport``, ``deadline``, ``malformed``, ``too_deep``,
+``too_large``, ``page_limit``, ``status``) for logs and metric labels, so that callers count
+failures by what they are without an ``isinstance`` ladder.
 
 Every error carries the ``request`` it answers. Messages show only its method and URL, never
 headers, so the API key cannot leak through an error message; the client also attaches a copy
@@ -28,16 +42,21 @@ from email.utils import parsedate_to_datetime
 import httpx
 from pydantic import ValidationError
 
+from ._bounds import nesting_depth_exceeds
 from .models import ErrorBody, ErrorDetail
 
 __all__ = [
     "ApiError",
     "ApiStatusError",
+    "DeadlineExceededError",
     "InvalidArgumentError",
     "MalformedResponseError",
     "NotFoundError",
+    "PageLimitError",
     "PermissionDeniedError",
     "RateLimitedError",
+    "ResponseTooDeepError",
+    "ResponseTooLargeError",
     "ServerError",
     "TransportError",
     "UnauthenticatedError",
@@ -51,6 +70,8 @@ class ApiError(Exception):
 
     #: One line telling a user what to check; subclasses refine it.
     hint: str = "check the service address and your network"
+    #: What kind of failure this is, as a short label (logs, metrics).
+    kind: str = "error"
 
     def __init__(self, message: str, *, request: httpx.Request | None = None) -> None:
         super().__init__(message)
@@ -74,12 +95,31 @@ class TransportError(ApiError):
     """The service gave no HTTP answer: connection refused, timeout, broken stream."""
 
     hint = "is the service running and reachable at --base-url?"
+    kind = "transport"
+
+
+class DeadlineExceededError(TransportError):
+    """The whole exchange (connect, send, every byte of the answer) outlasted its deadline.
+
+    Per-read timeouts do not catch a server that sends one byte every few seconds; this
+    deadline does. ``deadline`` is the bound in seconds.
+    """
+
+    hint = "the service answers too slowly; check it and the network, or raise the timeout"
+    kind = "deadline"
+
+    def __init__(
+        self, message: str, *, request: httpx.Request | None = None, deadline: float
+    ) -> None:
+        super().__init__(message, request=request)
+        self.deadline = deadline
 
 
 class MalformedResponseError(ApiError):
     """The service answered 2xx with a body that is not the JSON the spec describes."""
 
     hint = "the service answered something that is not the Sessions API; check --base-url"
+    kind = "malformed"
 
     def __init__(
         self, message: str, *, request: httpx.Request | None = None, body: str = ""
@@ -88,11 +128,72 @@ class MalformedResponseError(ApiError):
         self.body = body
 
 
+class ResponseTooDeepError(MalformedResponseError):
+    """The answer nests arrays and objects deeper than ``max_depth``; it was not parsed."""
+
+    kind = "too_deep"
+
+    def __init__(
+        self, message: str, *, request: httpx.Request | None = None, max_depth: int
+    ) -> None:
+        super().__init__(message, request=request)
+        self.max_depth = max_depth
+
+
+class ResponseTooLargeError(MalformedResponseError):
+    """The answer is longer than ``limit`` bytes; reading it stopped there (it was not kept).
+
+    ``page_size`` is the page size the request asked for (``None``: not a list, or the
+    server's default). ``scanned`` holds the string fields a one-item page was scanned for
+    while the rest of it streamed past (``{"activities.0.name": ..., "nextPageToken":
+    ...}``), so that a caller can record what it refuses and go on after it; empty when no
+    scan was asked or nothing was found. ``size`` is how many bytes were seen (at least
+    ``limit + 1``; the full length when the answer was scanned to its end).
+    """
+
+    hint = "the service answered more than the relay reads at once (api.max_response_bytes)"
+    kind = "too_large"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        request: httpx.Request | None = None,
+        limit: int,
+        size: int,
+        page_size: int | None = None,
+        scanned: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message, request=request)
+        self.limit = limit
+        self.size = size
+        self.page_size = page_size
+        self.scanned: dict[str, str] = dict(scanned or {})
+
+
+class PageLimitError(ApiError):
+    """A walk over a list reached ``max_pages`` pages and the service offered yet another.
+
+    A fresh ``nextPageToken`` on every page would otherwise spend the whole request budget;
+    what the walk yielded before the bound stays valid.
+    """
+
+    hint = "the service keeps offering more pages; raise poll.max_pages if that is genuine"
+    kind = "page_limit"
+
+    def __init__(
+        self, message: str, *, request: httpx.Request | None = None, max_pages: int
+    ) -> None:
+        super().__init__(message, request=request)
+        self.max_pages = max_pages
+
+
 class ApiStatusError(ApiError):
     """The service answered an error status; ``error`` is its parsed error body."""
 
     status_code: int = 0
     hint = "check the request and --base-url"
+    kind = "status"
 
     def __init__(
         self,
@@ -145,6 +246,9 @@ class ServerError(ApiStatusError):
     hint = "the service failed; try again later"
 
 
+# An error body is {"error": {"details": [{...}]}}: a handful of levels. Deeper is not one.
+_ERROR_BODY_MAX_DEPTH = 32
+
 _BY_STATUS: dict[int, type[ApiStatusError]] = {
     400: InvalidArgumentError,
     401: UnauthenticatedError,
@@ -193,10 +297,12 @@ def error_for_response(
     """
     status = response.status_code
     try:
+        if nesting_depth_exceeds(response.content, _ERROR_BODY_MAX_DEPTH):
+            raise ValueError("an error body nested too deeply to parse")
         detail = ErrorBody.model_validate(response.json()).error
     except (ValueError, ValidationError):
-        # ValueError covers undecodable bytes and invalid JSON; ValidationError a JSON
-        # value that is not {"error": {...}}.
+        # ValueError covers undecodable bytes, invalid JSON and absurd nesting;
+        # ValidationError a JSON value that is not {"error": {...}}.
         snippet = " ".join(response.text[:200].split()) if response.content else ""
         detail = ErrorDetail(
             code=status, message=snippet or response.reason_phrase or f"HTTP {status}"

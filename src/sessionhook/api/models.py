@@ -85,7 +85,11 @@ class WireModel(BaseModel):
 
 
 def parse_timestamp(value: str) -> datetime:
-    """Parse an RFC 3339 timestamp (``Z`` or offset; any fraction length) to aware UTC."""
+    """Parse an RFC 3339 timestamp (``Z`` or offset; any fraction length) to aware UTC.
+
+    Raises :class:`ValueError` for anything else, an instant outside the years 1-9999 in UTC
+    (``0001-01-01T00:00:00+01:00``) included.
+    """
     text = value.strip()
     if text.endswith(("Z", "z")):
         text = text[:-1] + "+00:00"
@@ -98,7 +102,10 @@ def parse_timestamp(value: str) -> datetime:
     parsed = datetime.fromisoformat(text)
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
-    return parsed.astimezone(UTC)
+    try:
+        return parsed.astimezone(UTC)
+    except OverflowError:
+        raise ValueError(f"timestamp out of range: {value!r}") from None
 
 
 def format_timestamp(value: datetime) -> str:

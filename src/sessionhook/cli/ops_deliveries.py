@@ -18,6 +18,7 @@ from ..relay.store import (
     AttemptRow,
     DeliveryRow,
     HistoryProgress,
+    RefusedSummary,
     UpstreamSummary,
 )
 from . import cli
@@ -100,6 +101,7 @@ def status(config_path: str | None, db_path: str | None, as_json: bool) -> None:
                     "accounts",
                     ", ".join(f"{name} ({n} sessions)" for name, n in accounts.items()) or "-",
                 ),
+                ("refused upstream", _refused_line(summary.refused, now)),
             ]
         )
     )
@@ -131,6 +133,21 @@ def _upstream_line(up: UpstreamSummary) -> str:
         f"{up.requests_last_hour} requests, {up.throttled_last_hour} throttled (429), "
         f"{up.errors_last_hour} errors{detail}"
     )
+
+
+def _refused_line(refused: RefusedSummary, now: float) -> str:
+    """``3 activities (2 too_large, 1 foreign_name), 1 in the last hour; latest ...``."""
+    if not refused.total:
+        return "none"
+    reasons = ", ".join(f"{n} {reason}" for reason, n in sorted(refused.by_reason.items()))
+    line = f"{refused.total} activities ({reasons}), {refused.recent} in the last hour"
+    latest = refused.latest
+    if latest is not None:
+        line += (
+            f"; latest {latest.name or '(no name)'} of {latest.session_name}: {latest.reason}, "
+            f"{_stamp_ago(latest.last_refused_at, now)}"
+        )
+    return line
 
 
 # --------------------------------------------------------------------------- deliveries

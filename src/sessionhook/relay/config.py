@@ -97,6 +97,7 @@ _MINUTE, _HOUR, _DAY = 60, 3600, 86400
 #: which may be 0. A value beyond is refused: an interval of a year or a timeout of a week
 #: is a typo, not a wish. README and config.example.toml document the same figures.
 DURATION_BOUNDS: dict[str, tuple[int, int]] = {
+    "api.timeout": (0, 10 * _MINUTE),
     "poll.active_interval": (0, _HOUR),
     "poll.idle_interval": (0, _DAY),
     "poll.discovery_interval": (0, _HOUR),
@@ -166,6 +167,10 @@ class ApiConfig(_Section):
     api_key_file: str | None = None
     api_key_header: Annotated[str, Field(min_length=1)] = "x-vendor-api-key"
     requests_per_minute: Annotated[int, Field(gt=0, le=1_000_000)] = 600
+    #: Deadline of one upstream exchange, from sending to the last byte of the answer.
+    timeout: Annotated[_Seconds, _within("api.timeout")] = 30.0
+    #: Bytes of one upstream answer read at most (16 MiB); 64 KiB .. 1 GiB.
+    max_response_bytes: Annotated[int, Field(ge=65_536, le=1 << 30)] = 16 << 20
 
     _api_key: SecretStr | None = PrivateAttr(default=None)
 
@@ -276,6 +281,8 @@ class PollConfig(_Section):
     list_interval: Annotated[_Seconds, _within("poll.list_interval")] = 1.0
     safety_interval: Annotated[_Seconds, _within("poll.safety_interval")] = 30.0
     history_share: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 0.2
+    #: Pages one walk (a session's activities, the session list) may take.
+    max_pages: Annotated[int, Field(ge=1, le=100_000)] = 200
 
 
 class DeliveryConfig(_Section):

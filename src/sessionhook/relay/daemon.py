@@ -76,8 +76,6 @@ __all__ = ["DRAIN_SECONDS", "Daemon", "DaemonError"]
 DRAIN_SECONDS = 10.0
 #: How often the delivery log is pruned when ``store.delivery_log_retention`` is set.
 PRUNE_EVERY = 600.0
-#: Timeout of one upstream request (the relay backs off by itself; no client retries).
-UPSTREAM_TIMEOUT = 30.0
 #: Request grants taken from the store's budget window at once (see ``Store.take_budget``).
 BUDGET_LEASE = 5
 
@@ -484,17 +482,19 @@ class Daemon:
         # One HTTP client per account, each with its own budget (an API key's quota). 2xx
         # answers are counted once the client parsed them (settle): a malformed one is
         # counted as "malformed", not as the 200 it claimed to be.
-        counted = [
-            LimitedTransport(
-                inner,
-                RateLimiter(
-                    account.requests_per_minute,
-                    shared_window=self._budget_window(store, account),
-                ),
-                record=self._record_upstream,
-                settle_success=True,
+        # The API client takes the budget's grant before each attempt (its gate, outside
+        # the deadline of the exchange: waiting for budget is not a slow upstream), so the
+        # transport only counts.
+        limiters = [
+            RateLimiter(
+                account.requests_per_minute,
+                shared_window=self._budget_window(store, account),
             )
             for account in accounts
+        ]
+        counted = [
+            LimitedTransport(inner, None, record=self._record_upstream, settle_success=True)
+            for _ in accounts
         ]
         upstreams = [httpx.AsyncClient(transport=transport) for transport in counted]
         # Webhooks go out through aiohttp (sender.py says why, with numbers), every
@@ -527,7 +527,9 @@ class Daemon:
                         base_url=account.base_url,
                         api_key=account.api_key.get_secret_value(),
                         api_key_header=account.api_key_header,
-                        timeout=UPSTREAM_TIMEOUT,
+                        timeout=config.api.timeout,
+                        max_response_bytes=config.api.max_response_bytes,
+                        gate=limiter.acquire,
                         retry=RetryPolicy(max_attempts=1),
                         on_answer=transport.settle,
                     ),
@@ -538,7 +540,9 @@ class Daemon:
                     clock=self._clock,
                     account=account.name,
                 )
-                for account, upstream, transport in zip(accounts, upstreams, counted, strict=True)
+                for account, upstream, transport, limiter in zip(
+                    accounts, upstreams, counted, limiters, strict=True
+                )
             ]
             self.poller = self.pollers[0]
             yield self.pollers, self.dispatcher

@@ -17,13 +17,18 @@ scratch::
 
 Body: ``{"type", "timestamp", "data": {"session": {...}, "activity": {...}}}`` where
 ``timestamp`` is the upstream time (the activity's ``createTime``, the session's
-``updateTime``); only when upstream omitted it does the local clock stand in.
+``updateTime``), always RFC 3339 (see :func:`webhook_timestamp`): upstream text that is
+RFC 3339 already is kept as it is; a time that parses but is spelled otherwise
+(``2026-01-02 03:04:05``, no zone) is rewritten as UTC with a ``Z``; when upstream omitted
+it or sent something that is no time at all (``"garbage"``), the local clock at ingest
+stands in. ``data.activity`` always carries the upstream value untouched.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -60,6 +65,7 @@ __all__ = [
     "session_discovered",
     "session_state_changed",
     "session_summary",
+    "webhook_timestamp",
 ]
 
 SESSION_DISCOVERED = "session.discovered"
@@ -117,6 +123,28 @@ class Event:
         """The body parsed back into a dict (for tests and tools)."""
         result: dict[str, Any] = json.loads(self.body)
         return result
+
+
+# RFC 3339 section 5.6 ``date-time`` (``T``/``t``, fraction, ``Z`` or a numeric offset).
+_RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:[Zz]|[+-]\d{2}:\d{2})$")
+
+
+def webhook_timestamp(upstream: str, now: float | None = None) -> str:
+    """An RFC 3339 ``timestamp`` for a webhook body from an upstream time (pure).
+
+    ``upstream`` is kept byte for byte when it is RFC 3339 and a real instant; one that
+    parses but is spelled otherwise is rewritten (UTC, microseconds, ``Z``); anything else
+    (empty, ``"garbage"``, month 13) gives ``now`` (Unix seconds; the clock when ``None``).
+    """
+    text = upstream.strip()
+    if text:
+        try:
+            instant = parse_timestamp(text)
+        except ValueError:
+            pass
+        else:
+            return upstream if _RFC3339.match(upstream) else format_timestamp(instant)
+    return _now_text(now)
 
 
 def event_id(kind: str, *parts: str) -> str:
@@ -219,10 +247,10 @@ def activity_event(
     Media artifacts whose base64 ``data`` is longer than ``max_media_bytes`` are trimmed in
     the event (``data: ""``, ``trimmed: true``, ``originalSize``: length of the base64 text);
     the archive keeps the activity untouched. ``now`` (Unix seconds) stands in for a missing
-    ``createTime``.
+    or unreadable ``createTime`` in ``timestamp`` (see :func:`webhook_timestamp`).
     """
     wire = _trim_media(activity.to_wire(), max_media_bytes)
-    occurred_at = activity.create_time or _now_text(now)
+    occurred_at = webhook_timestamp(activity.create_time, now)
     data = {"session": session_summary(session), "activity": wire}
     return make_event(
         event_id("activity", activity.name),
@@ -241,7 +269,7 @@ def session_discovered(session: Session, *, now: float | None = None) -> Event:
         SESSION_DISCOVERED,
         session.name,
         None,
-        session.update_time or _now_text(now),
+        webhook_timestamp(session.update_time, now),
         {"session": session_summary(session)},
     )
 
@@ -256,7 +284,7 @@ def session_state_changed(
         SESSION_STATE_CHANGED,
         session.name,
         None,
-        session.update_time or _now_text(now),
+        webhook_timestamp(session.update_time, now),
         data,
     )
 
@@ -269,7 +297,7 @@ def pull_request_opened(session: Session, pr: PullRequest, *, now: float | None 
         SESSION_PULL_REQUEST_OPENED,
         session.name,
         None,
-        session.update_time or _now_text(now),
+        webhook_timestamp(session.update_time, now),
         data,
     )
 

@@ -47,8 +47,8 @@ from .events import (
     Event,
     event_id,
     make_event,
-    now_text,
     session_summary,
+    webhook_timestamp,
 )
 
 __all__ = [
@@ -111,10 +111,9 @@ def lifecycle_events(
     if not entered and (activity is None or not _newer(activity.create_time, seen_until)):
         return []
     key = activity.name if activity is not None else f"state:{session.update_time}"
-    occurred_at = (
-        (activity.create_time if activity is not None else "")
-        or session.update_time
-        or now_text(now)
+    # Always RFC 3339, whatever upstream sent (events.webhook_timestamp).
+    occurred_at = webhook_timestamp(
+        (activity.create_time if activity is not None else "") or session.update_time, now
     )
     data: dict[str, Any] = {
         "session": session_summary(session),

@@ -21,6 +21,8 @@ dead_letters_total                             counter    endpoint
 endpoint_disabled_total                        counter    endpoint, reason
 endpoint_enabled                               gauge      endpoint
 upstream_requests_total                        counter    endpoint, status
+upstream_failures_total                        counter    loop, kind
+activities_refused_total                       counter    reason
 outbox_pending                                 gauge      endpoint
 outbox_oldest_pending_age_seconds              gauge      endpoint
 poll_lag_seconds                               gauge
@@ -117,6 +119,23 @@ class Metrics:
             namespace=NAMESPACE,
             registry=r,
         )
+        self.upstream_failures = Counter(
+            "upstream_failures",
+            "Failed upstream calls as the poller saw them, by loop (discovery, session, "
+            "announce) and kind (transport, deadline, malformed, too_deep, too_large, "
+            "page_limit, status).",
+            ["loop", "kind"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.activities_refused = Counter(
+            "activities_refused",
+            "Upstream activities refused, each counted once (too_large, foreign_name, "
+            "not_a_name, duplicate_name, malformed); sessionhook status lists them.",
+            ["reason"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
         self.outbox_pending = Gauge(
             "outbox_pending",
             "Deliveries waiting to be delivered (never tried or retry scheduled).",
@@ -199,6 +218,14 @@ class Metrics:
         ``"malformed"`` a 2xx answer that did not parse."""
         label = "error" if status is None else str(status)
         self.upstream_requests.labels(endpoint=endpoint, status=label).inc()
+
+    def upstream_failed(self, loop: str, kind: str) -> None:
+        """Count an upstream failure of ``loop`` by its kind (``ApiError.kind``)."""
+        self.upstream_failures.labels(loop=loop, kind=kind).inc()
+
+    def activity_refused(self, reason: str) -> None:
+        """Count an upstream activity refused for ``reason`` (first time it was met)."""
+        self.activities_refused.labels(reason=reason).inc()
 
     def poll_succeeded(self, at: float) -> None:
         """Note a successful upstream poll at Unix time ``at``."""

@@ -162,13 +162,15 @@ class LimitedTransport(httpx.AsyncBaseTransport):
     client sends, including its own retries, and sees transport failures as well as
     answers, which ``record`` receives as ``(label, status or None)``. With
     ``settle_success`` a 2xx answer is recorded by :meth:`settle` instead (see the module
-    docstring).
+    docstring). ``limiter`` may be ``None`` when the caller takes the grant itself: the
+    relay's API client does, before each attempt and outside the deadline of the exchange,
+    so that waiting for the budget never counts as the upstream being slow.
     """
 
     def __init__(
         self,
         inner: httpx.AsyncBaseTransport,
-        limiter: RateLimiter,
+        limiter: RateLimiter | None,
         *,
         record: UpstreamRecorder | None = None,
         settle_success: bool = False,
@@ -180,7 +182,8 @@ class LimitedTransport(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Wait for a grant, send, and report the outcome."""
-        await self._limiter.acquire()
+        if self._limiter is not None:
+            await self._limiter.acquire()
         label = endpoint_label(request.method, request.url.path)
         try:
             response = await self._inner.handle_async_request(request)

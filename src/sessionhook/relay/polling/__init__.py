@@ -36,10 +36,36 @@ write succeeds again. 429/5xx/timeouts/malformed answers back that session (or
 discovery) off, exponentially and capped, never sooner than ``Retry-After``; the other
 sessions go on. A 404 on a session first seen less than 30 s ago is the service's eventual
 consistency and is retried; a later 404 means the session was deleted and it is dropped.
-A rejected API key (401) is logged loudly and retried slowly.
+A rejected API key (401) is logged loudly and retried slowly. So does a walk that reaches
+``max_pages`` pages (a server handing out a fresh page token forever): what it archived
+stays, the next poll resumes from the cursor.
+
+What upstream sends is screened, never trusted (see ``docs/threat-model.md``): an activity
+whose ``name`` is not ``<polled session>/activities/<id>`` (``foreign_name``,
+``not_a_name``), one archived under another session already (``duplicate_name``), an item
+that is no activity (``malformed``) and a single activity too large to read (``too_large``:
+the walk goes on after it, the cursor moves past it) are refused: recorded in the store
+(``sessionhook status``), logged (``poll.activity_refused``), counted; the others of the
+page go through. The cursor never moves past the service's clock (the ``Date`` header)
+plus ``clock_skew``, so a createTime in the year 9999 cannot hold later activities back.
 """
 
 from .poller import Poller
-from .settings import ACTIVE_STATES, EPOCH_KEY, OnceReport, PollSettings, backoff_delay
+from .settings import (
+    ACTIVE_STATES,
+    EPOCH_KEY,
+    OnceReport,
+    PollSettings,
+    backoff_delay,
+    name_problem,
+)
 
-__all__ = ["ACTIVE_STATES", "EPOCH_KEY", "OnceReport", "PollSettings", "Poller", "backoff_delay"]
+__all__ = [
+    "ACTIVE_STATES",
+    "EPOCH_KEY",
+    "OnceReport",
+    "PollSettings",
+    "Poller",
+    "backoff_delay",
+    "name_problem",
+]

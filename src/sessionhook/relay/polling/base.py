@@ -119,11 +119,15 @@ class PollerBase:
         session: Session,
         batch: Sequence[Activity],
         deliver: Callable[[events.Event], bool],
+        *,
+        cursor_limit: str | None = None,
     ) -> int:
         """Archive a batch; returns how many activities were new.
 
         Oldest first, the batch splits into at most a few runs of equal ``deliver`` (the
-        history before the first start, then what came after), one transaction each.
+        history before the first start, then what came after), one transaction each. The
+        cursor does not move past ``cursor_limit``; a name archived under another session
+        is refused (``duplicate_name``).
         """
         built = [
             self._stamp(
@@ -142,9 +146,13 @@ class PollerBase:
                 end += 1
             chunk = built[start:end]
             added = await self._store.ingest_activities(
-                session.name, list(batch[start:end]), chunk, flag
+                session.name, list(batch[start:end]), chunk, flag, cursor_limit=cursor_limit
             )
             self._count_ingested(added, enqueued=flag)
+            for name in added.conflicts:
+                await self._refuse(
+                    session.name, name, "duplicate_name", detail="archived under another session"
+                )
             new += added.activities
             start = end
         return new
@@ -159,7 +167,46 @@ class PollerBase:
                 added = await self._store.ingest_session_events(name, chosen, flag)
                 self._count_ingested(added, enqueued=flag)
 
+    async def _refuse(
+        self,
+        session: str,
+        name: str,
+        reason: str,
+        *,
+        create_time: str = "",
+        detail: str = "",
+        size: int | None = None,
+        cursor_limit: str | None = None,
+        advance_cursor: bool = False,
+    ) -> None:
+        """Record, count and log one refused activity (loudly the first time it is met)."""
+        first = await self._store.refuse_activity(
+            session,
+            name,
+            reason,
+            create_time=create_time,
+            detail=detail,
+            size=size,
+            cursor_limit=cursor_limit,
+            advance_cursor=advance_cursor,
+        )
+        if first and self._metrics is not None:
+            self._metrics.activity_refused(reason)
+        (_log.warning if first else _log.debug)(
+            "poll.activity_refused",
+            session=session,
+            name=name[:200],
+            reason=reason,
+            create_time=create_time[:64],
+            detail=detail,
+        )
+
+    def _count_failure(self, loop: str, exc: ApiError) -> None:
+        if self._metrics is not None:
+            self._metrics.upstream_failed(loop, exc.kind)
+
     def _backoff(self, tracked: _Tracked, exc: ApiError) -> None:
+        self._count_failure("session", exc)
         tracked.errors += 1
         tracked.last_error = exc
         delay = self._failure_delay(exc, tracked.errors)
@@ -196,13 +243,14 @@ class PollerBase:
             _log.warning(
                 event,
                 reason="malformed response",
+                kind=exc.kind,
                 error=str(exc),
                 body=exc.body[:200],
                 retry_in=round(delay, 2),
                 **fields,
             )
             return
-        _log.warning(event, error=str(exc), retry_in=round(delay, 2), **fields)
+        _log.warning(event, kind=exc.kind, error=str(exc), retry_in=round(delay, 2), **fields)
 
     def _count_ingested(self, added: Ingested, *, enqueued: bool) -> None:
         """Count the newly archived events by type; wake the dispatcher if they were queued."""

@@ -28,7 +28,9 @@ class Discovery(Scheduling):
         await self._load_known()
         listed = 0
         read_at = self._mono()
-        async for session in self._client.iter_sessions(page_size=self.settings.page_size):
+        async for session in self._client.iter_sessions(
+            page_size=self.settings.page_size, max_pages=self.settings.max_pages
+        ):
             if not listed:
                 # A page came: a later failure of this pass is no reason to back off longer.
                 self._discovery_errors = 0
@@ -122,6 +124,7 @@ class Discovery(Scheduling):
                 except UnauthenticatedError:
                     raise
                 except ApiError as exc:
+                    self._count_failure("announce", exc)
                     pending.errors += 1
                     delay = self._failure_delay(exc, pending.errors, self.settings.announce_backoff)
                     pending.retry_at = self._mono() + delay
@@ -344,6 +347,7 @@ class Discovery(Scheduling):
             await anyio.sleep(max(0.0, next_pass - self._mono()))
 
     def _discovery_failed(self, exc: ApiError) -> float:
+        self._count_failure("discovery", exc)
         self._discovery_errors += 1
         delay = self._failure_delay(exc, self._discovery_errors)
         self._log_failure("discovery.failed", exc, delay, attempt=self._discovery_errors)

@@ -3,9 +3,10 @@ read the session again when it may have changed (state, pull requests)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from datetime import datetime, timedelta
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
 
+from sessionhook.api.client import RefusedItem
 from sessionhook.api.errors import (
     ApiError,
     InvalidArgumentError,
@@ -18,7 +19,7 @@ from .. import events, lifecycle
 from ..logging import get_logger
 from ..store import SessionRow
 from .scheduling import Scheduling
-from .settings import ACTIVE_STATES, _may_change_session, _Tracked
+from .settings import ACTIVE_STATES, _may_change_session, _Tracked, name_problem
 
 _log = get_logger()
 
@@ -81,25 +82,33 @@ class SessionPoll(Scheduling):
         new = 0
         announced = False  # session.discovered of a history session (see below)
         newest: datetime | None = None  # the newest createTime the walk saw (learning)
-        batch: list[Activity] = []
         # Whether an activity past the cursor may come with a state change or an output.
         telling = False
-        try:
-            async for activity in self._client.iter_activities(
-                tracked.name, page_size=self.settings.page_size, create_time=since
-            ):
-                batch.append(activity)
+        # Page by page, oldest first: the cursor only moves over what is archived (or
+        # refused), so a walk that fails half way resumes without a gap.
+        async for page in self._client.walk_activities(
+            tracked.name,
+            page_size=self.settings.page_size,
+            create_time=since,
+            max_pages=self.settings.max_pages,
+        ):
+            limit = self._cursor_limit(page.server_time)
+            if page.refused is not None:
+                await self._refuse_oversize(tracked.name, page.refused, limit)
+            for item in page.invalid:
+                await self._refuse(
+                    tracked.name,
+                    item.name,
+                    "malformed",
+                    create_time=item.create_time,
+                    detail=item.detail,
+                    size=item.size,
+                )
+            accepted = await self._screen_names(tracked.name, page.activities)
+            for activity in accepted:
                 telling = telling or _may_change_session(activity, row.activity_cursor)
                 newest = _later(newest, activity.create_time)
-                if len(batch) >= self.settings.page_size:
-                    new += await self._ingest(session, batch, deliver)
-                    batch = []
-        except ApiError:
-            # Keep what arrived before the failure: the cursor only moves over archived
-            # activities (oldest first), so the retry resumes without a gap.
-            await self._ingest(session, batch, deliver)
-            raise
-        new += await self._ingest(session, batch, deliver)
+            new += await self._ingest(session, accepted, deliver, cursor_limit=limit)
         tracked.sweep = False  # stays set if the walk failed: the retry sweeps again
         # Progress updates, most of a session's activities, change neither its state nor
         # its outputs: fetching the session after them would double the request count.
@@ -154,9 +163,54 @@ class SessionPoll(Scheduling):
             return None
         try:
             moment = parse_timestamp(cursor) - timedelta(seconds=self.settings.cursor_overlap)
-        except ValueError:
+        except (ValueError, OverflowError):
             return None  # an unreadable cursor: walk everything, dedupe keeps it correct
         return format_timestamp(moment)
+
+    def _cursor_limit(self, server_time: datetime | None) -> str | None:
+        """The latest time the cursor may move to: the service's clock plus a small skew
+        (the local clock plus a larger one when the answer had no ``Date``)."""
+        s = self.settings
+        if server_time is None:
+            base, skew = datetime.fromtimestamp(self._clock(), UTC), s.unsynced_clock_skew
+        else:
+            base, skew = server_time, s.clock_skew
+        try:
+            return format_timestamp(base + timedelta(seconds=skew))
+        except OverflowError:  # a Date header at the end of time bounds nothing
+            return None
+
+    async def _screen_names(self, session: str, activities: Sequence[Activity]) -> list[Activity]:
+        """The activities whose name is one of ``session``'s; the others are refused."""
+        accepted = []
+        for activity in activities:
+            problem = name_problem(activity.name, session)
+            if problem is None:
+                accepted.append(activity)
+            else:
+                await self._refuse(
+                    session,
+                    activity.name,
+                    problem,
+                    create_time=activity.create_time,
+                    detail=f"listed under {session}",
+                )
+        return accepted
+
+    async def _refuse_oversize(self, session: str, item: RefusedItem, limit: str | None) -> None:
+        """A single activity too large to read: recorded, and the cursor moves past it when
+        its name says it is this session's (else its time is not trusted either)."""
+        own = bool(item.name) and name_problem(item.name, session) is None
+        await self._refuse(
+            session,
+            item.name,
+            "too_large",
+            create_time=item.create_time,
+            detail=f"{item.size} bytes or more; api.max_response_bytes is {item.limit}",
+            size=item.size,
+            cursor_limit=limit,
+            advance_cursor=own,
+        )
 
     async def _session_changes(
         self, row: SessionRow, fresh: Session, deliver: Callable[[events.Event], bool]

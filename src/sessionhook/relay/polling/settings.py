@@ -7,6 +7,7 @@ import random
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from sessionhook.api.client import activity_name
 from sessionhook.api.errors import ApiError, UnauthenticatedError
 from sessionhook.api.models import Activity, Session, parse_timestamp
 
@@ -51,6 +52,14 @@ class PollSettings:
     #: Backoff (base, cap) of the one GET that announces a new session: short, since it
     #: is asked once per session and everything about the session waits for it.
     announce_backoff: tuple[float, float] = (0.25, 1.0)
+    #: Pages one walk (a session's activities, the session list) may take; one more
+    #: offered is a failure (runaway pagination), backed off like any other.
+    max_pages: int = 200
+    #: How far past the service's clock (the ``Date`` header) the cursor may move. The
+    #: header counts whole seconds, so 1 s admits any activity created before the answer.
+    clock_skew: float = 1.0
+    #: The same against the local clock, for an answer without a ``Date`` header.
+    unsynced_clock_skew: float = 60.0
     #: ``auto``: learn whether the server moves ``updateTime`` on new activities (list
     #: mode where it does, timer mode where it does not); ``list`` or ``timer`` force one.
     mode: str = "auto"
@@ -86,6 +95,7 @@ class PollSettings:
             history_share=config.poll.history_share,
             requests_per_minute=config.api.requests_per_minute,
             max_media_bytes=config.delivery.max_media_bytes,
+            max_pages=config.poll.max_pages,
         )
 
 
@@ -94,6 +104,23 @@ def _unix(text: str) -> float | None:
         return parse_timestamp(text).timestamp() if text else None
     except ValueError:
         return None
+
+
+def name_problem(name: str, session: str) -> str | None:
+    """Why an activity listed under ``session`` cannot be archived as such, or ``None``.
+
+    ``not_a_name`` unless ``name`` is exactly ``sessions/<id>/activities/<id>``;
+    ``foreign_name`` when it belongs to another session (pure).
+    """
+    try:
+        canonical = activity_name(name)
+    except ValueError:
+        return "not_a_name"
+    if canonical != name:
+        return "not_a_name"
+    if not name.startswith(session + "/activities/"):
+        return "foreign_name"
+    return None
 
 
 def _may_change_session(activity: Activity, cursor: str | None) -> bool:

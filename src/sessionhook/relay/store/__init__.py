@@ -15,6 +15,7 @@ Modules
     :mod:`.aio`          :class:`AsyncStore`, the daemon's async handle (waits out a full
                          disk)
     :mod:`.lock`         the daemon lock: one ``sessionhook run`` per store (``flock``)
+    :mod:`.refusals`     what was refused from upstream, and why, mixed into :class:`Store`
 
     Only this package speaks SQL; a second backend is a new module beside :mod:`.sqlite`.
 
@@ -39,6 +40,7 @@ from .aio import AsyncStore, FullObserver
 from .economy_queries import HistoryProgress, KnownSession
 from .lock import DaemonLock, StoreLockedError, acquire_daemon_lock
 from .outbox import AttemptRecord
+from .refusals import REFUSAL_REASONS
 from .rows import (
     OPEN_STATUSES,
     AttemptLike,
@@ -50,6 +52,8 @@ from .rows import (
     EndpointSummary,
     EventRow,
     Ingested,
+    RefusedRow,
+    RefusedSummary,
     SessionRow,
     StatusSummary,
     StoreError,
@@ -61,6 +65,7 @@ from .sqlite import Store
 
 __all__ = [
     "OPEN_STATUSES",
+    "REFUSAL_REASONS",
     "AsyncStore",
     "AttemptLike",
     "AttemptRecord",
@@ -76,6 +81,8 @@ __all__ = [
     "HistoryProgress",
     "Ingested",
     "KnownSession",
+    "RefusedRow",
+    "RefusedSummary",
     "SessionRow",
     "StatusSummary",
     "Store",

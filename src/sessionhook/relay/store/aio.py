@@ -286,10 +286,42 @@ class AsyncStore:
         activities: Sequence[Activity],
         events: Sequence[Event],
         deliver: bool,
+        *,
+        cursor_limit: str | None = None,
     ) -> Ingested:
         """See :meth:`Store.ingest_activities`."""
         return await self.write(
-            self.store.ingest_activities, session_name, activities, events, deliver
+            self.store.ingest_activities,
+            session_name,
+            activities,
+            events,
+            deliver,
+            cursor_limit=cursor_limit,
+        )
+
+    async def refuse_activity(
+        self,
+        session_name: str,
+        name: str,
+        reason: str,
+        *,
+        create_time: str = "",
+        detail: str = "",
+        size: int | None = None,
+        cursor_limit: str | None = None,
+        advance_cursor: bool = False,
+    ) -> bool:
+        """See :meth:`Store.refuse_activity`."""
+        return await self.write(
+            self.store.refuse_activity,
+            session_name,
+            name,
+            reason,
+            create_time=create_time,
+            detail=detail,
+            size=size,
+            cursor_limit=cursor_limit,
+            advance_cursor=advance_cursor,
         )
 
     async def due_deliveries(

@@ -18,6 +18,7 @@ from .rows import (
     EndpointState,
     EndpointSummary,
     EventRow,
+    RefusedSummary,
     StatusSummary,
     StoreError,
     UpstreamSummary,
@@ -45,6 +46,7 @@ class OperatorQueries:
         def _decode_body(
             self, stored: Any, ref: int | None, raw: Any, name: str | None, created: str | None
         ) -> bytes: ...
+        def refused_summary(self, since: float) -> RefusedSummary: ...
 
     def status_summary(self, now: float) -> StatusSummary:
         """Figures for ``sessionhook status``: per endpoint and upstream, at ``now``."""
@@ -125,6 +127,7 @@ class OperatorQueries:
             activities=int(self._one("SELECT COUNT(*) FROM activities")),
             events=int(self._one("SELECT COUNT(*) FROM events")),
             baseline_complete=self.is_baseline_complete(),
+            refused=self.refused_summary(hour_ago),
         )
 
     # waiting_on: the oldest open delivery of the same (endpoint, session), when it is an

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -153,10 +153,15 @@ class EventRow:
 
 @dataclass(frozen=True, slots=True)
 class Ingested:
-    """What one ingest call archived: new activities, and the type of each new event."""
+    """What one ingest call archived: new activities, and the type of each new event.
+
+    ``conflicts`` names activities of the batch that were not archived because their name
+    is archived under another session already.
+    """
 
     activities: int
     event_types: tuple[str, ...]
+    conflicts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,6 +263,31 @@ class UpstreamSummary:
 
 
 @dataclass(frozen=True, slots=True)
+class RefusedRow:
+    """One activity the relay refused to archive (table ``refused_activities``)."""
+
+    session_name: str
+    name: str
+    create_time: str
+    reason: str
+    detail: str
+    size: int | None
+    first_refused_at: float
+    last_refused_at: float
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class RefusedSummary:
+    """Refused activities: in total, by reason, refused (again) recently, the latest."""
+
+    total: int = 0
+    by_reason: dict[str, int] = field(default_factory=dict)
+    recent: int = 0
+    latest: RefusedRow | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class StatusSummary:
     """What ``sessionhook status`` shows."""
 
@@ -268,3 +298,4 @@ class StatusSummary:
     activities: int
     events: int
     baseline_complete: bool
+    refused: RefusedSummary = field(default_factory=RefusedSummary)

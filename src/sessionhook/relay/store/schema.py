@@ -133,6 +133,28 @@ def _m0001_initial(db: Database) -> None:
         db.execute(statement)
 
 
+@_migration("0002_refused_activities")
+def _m0002_refused_activities(db: Database) -> None:
+    # What the relay refused to archive from upstream (too large to read, a name of another
+    # session or no name at all, a name archived under another session): never skipped
+    # without a trace. One row per (session, name); ``count`` grows when it is met again.
+    db.execute(
+        """CREATE TABLE refused_activities (
+            session_name TEXT NOT NULL,
+            name TEXT NOT NULL,
+            create_time TEXT NOT NULL DEFAULT '',
+            reason TEXT NOT NULL,
+            detail TEXT NOT NULL DEFAULT '',
+            size INTEGER,
+            first_refused_at REAL NOT NULL,
+            last_refused_at REAL NOT NULL,
+            count INTEGER NOT NULL DEFAULT 1,
+            PRIMARY KEY (session_name, name, reason)
+        )"""
+    )
+    db.execute("CREATE INDEX refused_by_time ON refused_activities(last_refused_at)")
+
+
 @_migration("0005_economy")
 def _m0005_economy(db: Database) -> None:
     # history: found at the first start, archived by the background history walk

@@ -50,6 +50,7 @@ from . import codec
 from .economy_queries import EconomyQueries
 from .ops_queries import OperatorQueries
 from .outbox import OutboxQueries
+from .refusals import RefusalQueries
 from .rows import (
     EndpointLike,
     EndpointState,
@@ -68,7 +69,7 @@ _REF_CACHE = 512
 _UPSTREAM_KEEP_MINUTES = 2 * 24 * 60
 
 
-class Store(OutboxQueries, OperatorQueries, EconomyQueries):
+class Store(OutboxQueries, OperatorQueries, EconomyQueries, RefusalQueries):
     """Synchronous access to the relay database. Open with :meth:`open` or
     :meth:`open_readonly`; the daemon goes through :class:`AsyncStore`.
 
@@ -659,14 +660,19 @@ class Store(OutboxQueries, OperatorQueries, EconomyQueries):
         activities: Sequence[Activity],
         events: Sequence[Event],
         deliver: bool,
+        *,
+        cursor_limit: str | None = None,
     ) -> Ingested:
         """Archive a page of activities with their events, in ONE transaction.
 
         Activities already archived (by name) are skipped, and so are their events: they
-        produce no delivery. New events get a delivery per active, matching endpoint when
-        ``deliver``. The session's ``activity_cursor`` advances to the newest ``createTime``
-        of the page (compared as instants, never as strings). Returns how many activities
-        were new and the types of the new events. If anything fails, nothing of the page is
+        produce no delivery. A name archived under ANOTHER session is skipped too and
+        reported in ``Ingested.conflicts``. New events get a delivery per active, matching
+        endpoint when ``deliver``. The session's ``activity_cursor`` advances to the newest
+        ``createTime`` of the page (compared as instants, never as strings) that is not
+        later than ``cursor_limit`` (the upstream's clock: a time in the future must not
+        carry the cursor past activities still to come). Returns how many activities were
+        new and the types of the new events. If anything fails, nothing of the page is
         written.
         """
         now = self._clock()
@@ -674,13 +680,15 @@ class Store(OutboxQueries, OperatorQueries, EconomyQueries):
             if not c.execute("SELECT 1 FROM sessions WHERE name = ?", (session_name,)).fetchone():
                 raise StoreError(f"unknown session {session_name!r}", path=self.path)
             names = list(dict.fromkeys(a.name for a in activities))
-            known = {
-                row[0]
-                for row in c.execute(
-                    "SELECT name FROM activities WHERE name IN (SELECT value FROM json_each(?))",
+            owners = dict(
+                c.execute(
+                    "SELECT name, session_name FROM activities "
+                    "WHERE name IN (SELECT value FROM json_each(?))",
                     (json.dumps(names),),
-                )
-            }
+                ).fetchall()
+            )
+            known = set(owners)
+            conflicts = tuple(n for n, owner in owners.items() if owner != session_name)
             fresh: dict[str, Activity] = {}
             for activity in activities:
                 if activity.name not in known and activity.name not in fresh:
@@ -711,16 +719,20 @@ class Store(OutboxQueries, OperatorQueries, EconomyQueries):
             )
             wanted = [e for e in events if e.activity_name is None or e.activity_name in fresh]
             types = self._insert_events(c, wanted, deliver, now, raws)
-            cursor = self._one(
-                "SELECT activity_cursor FROM sessions WHERE name = ?", (session_name,)
+            times = [a.create_time for a in activities if a.name not in conflicts]
+            self._advance_cursor(c, session_name, times, cursor_limit)
+            return Ingested(len(fresh), types, conflicts)
+
+    def _advance_cursor(
+        self, c: sqlite3.Connection, session_name: str, times: Sequence[str], limit: str | None
+    ) -> None:
+        """Move the session's cursor to the newest of ``times`` not later than ``limit``."""
+        cursor = self._one("SELECT activity_cursor FROM sessions WHERE name = ?", (session_name,))
+        newest = _newest([cursor, *times], limit=limit)
+        if newest is not None and newest != cursor:
+            c.execute(
+                "UPDATE sessions SET activity_cursor = ? WHERE name = ?", (newest, session_name)
             )
-            newest = _newest([cursor, *(a.create_time for a in activities)])
-            if newest is not None and newest != cursor:
-                c.execute(
-                    "UPDATE sessions SET activity_cursor = ? WHERE name = ?",
-                    (newest, session_name),
-                )
-            return Ingested(len(fresh), types)
 
     def save_rendered(self, delivery_id: int, body: bytes, content_type: str) -> None:
         """Keep the bytes a delivery's first attempt sends (a format or a template made
@@ -867,15 +879,19 @@ def _sql_fnmatch(pattern: str | None, value: str | None) -> int:
     return int(pattern is not None and value is not None and fnmatchcase(value, pattern))
 
 
-def _newest(times: Iterable[str | None]) -> str | None:
-    """The latest of upstream timestamps, compared as instants; unparsable ones are ignored."""
+def _newest(times: Iterable[str | None], *, limit: str | None = None) -> str | None:
+    """The latest of upstream timestamps, compared as instants; unparsable ones, and those
+    later than ``limit``, are ignored."""
     best: tuple[datetime, str] | None = None
+    bound = parse_timestamp(limit) if limit else None
     for text in times:
         if not text:
             continue
         try:
             instant = parse_timestamp(text)
         except ValueError:
+            continue
+        if bound is not None and instant > bound:
             continue
         if best is None or instant > best[0]:
             best = (instant, text)

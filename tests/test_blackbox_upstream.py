@@ -1,0 +1,430 @@
+"""Black-box tests of ``sessionhook run`` against a hostile upstream: the real command in a
+subprocess, the independent stand-in (``tests/standin.py``) misbehaving on purpose, a
+verifying webhook consumer. Nothing is imported from ``sessionhook``.
+
+Each case is one the relay used to lose to: a 10^5-deep answer (the daemon died), a 50 MB
+answer (read whole), a slow drip (polling froze), runaway pagination (the budget spent),
+a createTime in the year 9999 (later activities held back), activities named for another
+session or for nothing (archived under the wrong session) and ``createTime: "garbage"``
+(copied into the webhook's ``timestamp``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+from collections.abc import Iterable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .standin import StandIn, parse_time
+from .test_blackbox import (
+    SESSIONHOOK,
+    Endpoint,
+    Harness,
+    Relay,
+    relay_config,
+    wait_ready,
+    wait_until,
+)
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def rig(tmp_path: Path) -> Iterable[Harness]:
+    h = Harness(tmp_path)
+    try:
+        yield h
+    finally:
+        h.close()
+
+
+def start_relay(
+    h: Harness,
+    standin: StandIn,
+    endpoints: list[Endpoint],
+    *,
+    api: tuple[str, ...] = (),
+    poll: tuple[str, ...] = (),
+    **config: Any,
+) -> Relay:
+    """``sessionhook run`` with extra ``[api]`` and ``[poll]`` lines."""
+    config.setdefault("store", h.tmp / "relay.db")
+    text = relay_config(standin=standin, endpoints=endpoints, **config)
+    text = text.replace("[api]\n", "[api]\n" + "".join(f"{line}\n" for line in api), 1)
+    text = text.replace("[poll]\n", "[poll]\n" + "".join(f"{line}\n" for line in poll), 1)
+    relay = Relay(h.tmp, "relay", text, standin.api_key)
+    h.relays.append(relay)
+    return relay.start()
+
+
+def logged(relay: Relay, event: str, **fields: Any) -> list[dict[str, Any]]:
+    return [
+        e
+        for e in relay.log_events()
+        if e.get("event") == event and all(e.get(k) == v for k, v in fields.items())
+    ]
+
+
+def status_output(relay: Relay) -> str:
+    done = subprocess.run(
+        [str(SESSIONHOOK), "status", "--config", str(relay.config_path)],
+        capture_output=True,
+        text=True,
+        env=relay.env,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def peak_rss_mb(relay: Relay) -> float:
+    """The process's high-water mark of resident memory (VmHWM), in MB."""
+    assert relay.proc is not None
+    for line in Path(f"/proc/{relay.proc.pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM in /proc/<pid>/status")
+
+
+def alive(relay: Relay) -> None:
+    assert relay.alive(), relay.diagnostics()
+    assert "Traceback" not in relay.stderr, relay.diagnostics()
+
+
+def test_deeply_nested_answers_are_malformed_and_the_daemon_stays_up(rig: Harness) -> None:
+    standin = rig.standin()
+    consumer = rig.consumer()
+    url, secret = consumer.add_endpoint("main")
+    standin.set_deep("list_sessions")
+    relay = start_relay(rig, standin, [Endpoint("main", url, secret)])
+    wait_until(
+        lambda: len(logged(relay, "discovery.failed", kind="too_deep")) >= 2,
+        20,
+        "discovery to fail on the deep answer, twice",
+        relay.diagnostics,
+    )
+    alive(relay)
+    # The API command line says it in one line, no traceback.
+    env = {**relay.env, "SESSIONHOOK_BASE_URL": standin.base_url}
+    cli = subprocess.run(
+        [str(SESSIONHOOK), "sessions", "list"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=30,
+        check=False,
+    )
+    assert cli.returncode == 1, cli
+    assert "Traceback" not in cli.stderr
+    assert len(cli.stderr.strip().splitlines()) == 1, cli.stderr
+    assert "deeper than" in cli.stderr
+
+    standin.set_deep("list_sessions", on=False)
+    name = standin.add_session("Deep one", state="IN_PROGRESS")
+    first = standin.append_activity(name, "planGenerated")
+    wait_until(
+        lambda: first["name"] in consumer.delivered_activity_names("main"),
+        20,
+        "delivery once the session list heals",
+        relay.diagnostics,
+    )
+    standin.set_deep("list_activities")
+    second = standin.append_activity(name, "agentMessaged")
+    wait_until(
+        lambda: logged(relay, "poll.failed", kind="too_deep", session=name),
+        20,
+        "the activity poll to fail on the deep answer",
+        relay.diagnostics,
+    )
+    alive(relay)
+    standin.set_deep("list_activities", on=False)
+    wait_until(
+        lambda: second["name"] in consumer.delivered_activity_names("main"),
+        20,
+        "delivery once the activity list heals",
+        relay.diagnostics,
+    )
+    code, _ = relay.terminate()
+    assert code == 0 and "Traceback" not in relay.stderr, relay.diagnostics()
+
+
+def test_a_50_mb_activity_is_refused_by_name_in_bounded_memory_and_the_rest_delivered(
+    rig: Harness,
+) -> None:
+    standin = rig.standin()
+    consumer = rig.consumer()
+    url, secret = consumer.add_endpoint("main")
+    relay = start_relay(rig, standin, [Endpoint("main", url, secret)])
+    wait_ready(standin, relay)
+    # Not working: polled only when its updateTime moves, so the huge page is walked once
+    # per change rather than every active_interval.
+    name = standin.add_session("Screenshots", state="AWAITING_USER_FEEDBACK")
+    before = standin.append_activity(name, "agentMessaged")
+    media = {"media": {"mimeType": "image/png", "data": "A" * 50_000_000}}
+    huge = standin.append_activity(name, "progressUpdated", artifacts=[media])
+    after = standin.append_activity(name, "agentMessaged")
+    del media
+    wait_until(
+        lambda: {before["name"], after["name"]} <= consumer.delivered_activity_names("main"),
+        60,
+        "the activities around the huge one",
+        relay.diagnostics,
+    )
+    refused = logged(relay, "poll.activity_refused", reason="too_large")
+    assert refused and refused[0]["name"] == huge["name"], relay.diagnostics()
+    assert refused[0]["session"] == name
+    assert huge["name"] not in consumer.delivered_activity_names("main")
+    rss = peak_rss_mb(relay)
+    assert rss < 150, f"peak RSS {rss:.0f} MB while a 50 MB answer was served"
+    # Polling goes on after it: a later activity arrives.
+    later = standin.append_activity(name, "userMessaged")
+    wait_until(
+        lambda: later["name"] in consumer.delivered_activity_names("main"),
+        60,
+        "an activity after the refused one",
+        relay.diagnostics,
+    )
+    alive(relay)
+    text = status_output(relay)
+    assert "refused upstream" in text and "too_large" in text, text
+    assert huge["name"] in text, text
+    code, _ = relay.terminate()
+    assert code == 0, relay.diagnostics()
+
+
+def test_a_slow_drip_is_cut_at_the_deadline_and_polling_resumes(rig: Harness) -> None:
+    standin = rig.standin()
+    consumer = rig.consumer()
+    url, secret = consumer.add_endpoint("main")
+    relay = start_relay(rig, standin, [Endpoint("main", url, secret)], api=('timeout = "1s"',))
+    wait_ready(standin, relay)
+    stuck = standin.add_session("Stuck", state="IN_PROGRESS")
+    healthy = standin.add_session("Healthy", state="IN_PROGRESS")
+    standin.append_activity(stuck, "planGenerated")
+    wait_until(
+        lambda: {h.session for h in consumer.delivered("main")} >= {stuck, healthy},
+        20,
+        "both sessions announced",
+        relay.diagnostics,
+    )
+    standin.set_drip(stuck, interval=0.2)  # a byte every 0.2 s: no read ever times out
+    held = standin.append_activity(stuck, "agentMessaged")
+    fine = [standin.append_activity(healthy, "progressUpdated") for _ in range(3)]
+    wait_until(
+        lambda: {a["name"] for a in fine} <= consumer.delivered_activity_names("main"),
+        20,
+        "the healthy session's activities while the other drips",
+        relay.diagnostics,
+    )
+    wait_until(
+        lambda: len(logged(relay, "poll.failed", kind="deadline", session=stuck)) >= 2,
+        20,
+        "the dripping poll to be cut at the deadline, twice",
+        relay.diagnostics,
+    )
+    # Discovery drips too: it fails at the deadline, and recovers on its own.
+    standin.set_drip("list_sessions", interval=0.2)
+    wait_until(
+        lambda: logged(relay, "discovery.failed", kind="deadline"),
+        20,
+        "discovery to be cut at the deadline",
+        relay.diagnostics,
+    )
+    standin.set_drip("list_sessions", on=False)
+    standin.set_drip(stuck, on=False)
+    newcomer = standin.add_session("Newcomer", state="IN_PROGRESS")
+    wait_until(
+        lambda: (
+            held["name"] in consumer.delivered_activity_names("main")
+            and newcomer in {h.session for h in consumer.delivered("main")}
+        ),
+        30,
+        "polling and discovery to resume once the upstream heals",
+        relay.diagnostics,
+    )
+    alive(relay)
+    code, _ = relay.terminate()
+    assert code == 0, relay.diagnostics()
+
+
+def test_runaway_pagination_is_bounded_warned_and_backed_off(rig: Harness) -> None:
+    standin = rig.standin()
+    consumer = rig.consumer()
+    url, secret = consumer.add_endpoint("main")
+    relay = start_relay(rig, standin, [Endpoint("main", url, secret)], poll=("max_pages = 4",))
+    wait_ready(standin, relay)
+    endless = standin.add_session("Endless", state="IN_PROGRESS")
+    healthy = standin.add_session("Healthy", state="IN_PROGRESS")
+    first = standin.append_activity(endless, "planGenerated")
+    wait_until(
+        lambda: first["name"] in consumer.delivered_activity_names("main"),
+        20,
+        "the endless session's first activity",
+        relay.diagnostics,
+    )
+    standin.set_runaway(endless)
+    path = f"/v1alpha/{endless}/activities"
+
+    def walks() -> list[float]:
+        """Start times of the walks: a request without a page token opens one."""
+        return [
+            r.at
+            for r in standin.requests("list_activities")
+            if r.path == path and "pageToken" not in r.query
+        ]
+
+    started = len(walks())
+    mine = [standin.append_activity(healthy, "progressUpdated") for _ in range(3)]
+    wait_until(lambda: len(walks()) >= started + 5, 40, "five runaway walks", relay.diagnostics)
+    assert {a["name"] for a in mine} <= consumer.delivered_activity_names("main")
+    warned = logged(relay, "poll.failed", kind="page_limit", session=endless)
+    assert len(warned) >= 4, relay.diagnostics()
+    gaps = [b - a for a, b in itertools.pairwise(walks()[started:])]
+    assert gaps[-1] > 2 * gaps[0], f"not backing off: gaps {gaps}"
+    # Every walk stopped at the bound.
+    tokens = sum(1 for r in standin.requests("list_activities") if r.path == path)
+    assert tokens <= 4 * len(walks()) + 4
+    # The session list runs away too: discovery fails the same way.
+    standin.set_runaway("list_sessions")
+    wait_until(
+        lambda: logged(relay, "discovery.failed", kind="page_limit"),
+        20,
+        "discovery to stop at the page bound",
+        relay.diagnostics,
+    )
+    standin.set_runaway("list_sessions", on=False)
+    standin.set_runaway(endless, on=False)
+    later = standin.append_activity(endless, "agentMessaged")
+    wait_until(
+        lambda: later["name"] in consumer.delivered_activity_names("main"),
+        40,
+        "the session to resume once its pagination ends",
+        relay.diagnostics,
+    )
+    alive(relay)
+    code, _ = relay.terminate()
+    assert code == 0, relay.diagnostics()
+
+
+def test_a_createtime_in_the_year_9999_does_not_hold_back_later_activities(
+    rig: Harness,
+) -> None:
+    standin = rig.standin()
+    consumer = rig.consumer()
+    url, secret = consumer.add_endpoint("main")
+    relay = start_relay(rig, standin, [Endpoint("main", url, secret)])
+    wait_ready(standin, relay)
+    name = standin.add_session("Time traveller", state="IN_PROGRESS")
+    future = standin.append_activity(
+        name, "progressUpdated", create_time="9999-12-31T23:59:59.999999Z"
+    )
+    wait_until(
+        lambda: future["name"] in consumer.delivered_activity_names("main"),
+        20,
+        "the activity from the future (archived and delivered, not dropped)",
+        relay.diagnostics,
+    )
+    hit = next(h for h in consumer.delivered("main") if h.activity_name == future["name"])
+    assert hit.body is not None and hit.body["timestamp"] == future["createTime"]
+    # The session keeps working: what it does next must arrive like anything else.
+    later = [standin.append_activity(name, "agentMessaged") for _ in range(3)]
+    wait_until(
+        lambda: {a["name"] for a in later} <= consumer.delivered_activity_names("main"),
+        15,
+        "the activities after the one from the future",
+        relay.diagnostics,
+    )
+    alive(relay)
+    code, _ = relay.terminate()
+    assert code == 0, relay.diagnostics()
+
+
+def test_foreign_names_are_refused_and_garbage_times_become_rfc3339(rig: Harness) -> None:
+    standin = rig.standin()
+    consumer = rig.consumer()
+    url, secret = consumer.add_endpoint("main")
+    relay = start_relay(rig, standin, [Endpoint("main", url, secret)])
+    wait_ready(standin, relay)
+    victim = standin.add_session("Victim", state="IN_PROGRESS")
+    host = standin.add_session("Host", state="IN_PROGRESS")
+    wait_until(
+        lambda: {h.session for h in consumer.delivered("main")} >= {victim, host},
+        20,
+        "both sessions announced",
+        relay.diagnostics,
+    )
+    stolen = {
+        "name": f"{victim}/activities/{'5' * 32}",
+        "id": "5" * 32,
+        "originator": "agent",
+        "createTime": "2026-01-01T00:00:00.000000Z",
+        "agentMessaged": {"agentMessage": "I belong to the victim"},
+    }
+    strangers = [
+        {**stolen, "name": "sessions/OTHER/activities/x", "id": "x"},
+        {**stolen, "name": "no resource name at all", "id": "y"},
+        stolen,  # the victim's activity, served under the host first
+    ]
+    for activity in strangers:
+        standin.append_raw(host, activity)
+    # No name at all: no activity, and its page must not be lost for it.
+    standin.append_raw(host, {"id": "z", "createTime": "2026-01-01T00:00:01.000000Z"})
+    valid = standin.append_activity(host, "planGenerated")
+    garbled = standin.append_raw(
+        host,
+        {
+            "name": f"{host}/activities/{'6' * 32}",
+            "id": "6" * 32,
+            "originator": "agent",
+            "createTime": "garbage",
+            "agentMessaged": {"agentMessage": "my clock is broken"},
+        },
+    )
+    wait_until(
+        lambda: {valid["name"], garbled["name"]} <= consumer.delivered_activity_names("main"),
+        20,
+        "the valid activities of the page with the strangers",
+        relay.diagnostics,
+    )
+    # Only now does the victim's own list serve it: it must be delivered, as the victim's.
+    standin.append_raw(victim, stolen)
+    wait_until(
+        lambda: stolen["name"] in consumer.delivered_activity_names("main"),
+        20,
+        "the victim's activity under the victim",
+        relay.diagnostics,
+    )
+    for h in consumer.delivered("main"):
+        if h.activity_name is not None:
+            assert h.session is not None
+            assert h.activity_name.startswith(h.session + "/activities/"), (
+                h.session,
+                h.activity_name,
+            )
+    names = consumer.delivered_activity_names("main")
+    assert "sessions/OTHER/activities/x" not in names
+    assert "no resource name at all" not in names
+    refused = {(e["name"], e["reason"]) for e in logged(relay, "poll.activity_refused")}
+    assert refused >= {
+        ("sessions/OTHER/activities/x", "foreign_name"),
+        ("no resource name at all", "not_a_name"),
+        (stolen["name"], "foreign_name"),
+        ("", "malformed"),
+    }, relay.diagnostics()
+    hit = next(h for h in consumer.delivered("main") if h.activity_name == garbled["name"])
+    assert hit.body is not None and hit.activity is not None
+    assert hit.activity["createTime"] == "garbage"  # the raw value stays in the activity
+    stamp = parse_time(hit.body["timestamp"])  # RFC 3339, readable by a second parser
+    assert isinstance(stamp, datetime) and stamp.year >= 2025
+    text = status_output(relay)
+    assert "refused upstream" in text and "foreign_name" in text and "not_a_name" in text, text
+    assert "malformed" in text, text
+    alive(relay)
+    code, _ = relay.terminate()
+    assert code == 0, relay.diagnostics()
