@@ -13,7 +13,6 @@ import os
 import socket
 import subprocess
 import urllib.request
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -25,21 +24,15 @@ from .test_blackbox import (
     Endpoint,
     Harness,
     Relay,
+    harness,
     relay_config,
     wait_ready,
     wait_until,
 )
 
 pytestmark = pytest.mark.integration
+__all__ = ["harness"]  # the fixture, imported for pytest
 
-
-@pytest.fixture
-def harness(tmp_path: Path) -> Iterable[Harness]:
-    h = Harness(tmp_path)
-    try:
-        yield h
-    finally:
-        h.close()
 
 
 def clean_env(**extra: str) -> dict[str, str]:

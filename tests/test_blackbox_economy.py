@@ -14,7 +14,6 @@ import json
 import sqlite3
 import subprocess
 import time
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -22,18 +21,11 @@ import pytest
 
 from .blackbox_consumer import Consumer
 from .standin import StandIn
-from .test_blackbox import SESSIONHOOK, Harness, Relay, wait_until
+from .test_blackbox import SESSIONHOOK, Harness, Relay, harness, wait_until
 
 pytestmark = pytest.mark.integration
+__all__ = ["harness"]  # the fixture, imported for pytest
 
-
-@pytest.fixture
-def harness(tmp_path: Path) -> Iterable[Harness]:
-    h = Harness(tmp_path)
-    try:
-        yield h
-    finally:
-        h.close()
 
 
 def economy_config(

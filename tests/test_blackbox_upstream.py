@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import itertools
 import subprocess
-from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -26,21 +25,15 @@ from .test_blackbox import (
     Endpoint,
     Harness,
     Relay,
+    harness,
     relay_config,
     wait_ready,
     wait_until,
 )
 
 pytestmark = pytest.mark.integration
+__all__ = ["harness"]  # the fixture, imported for pytest
 
-
-@pytest.fixture
-def rig(tmp_path: Path) -> Iterable[Harness]:
-    h = Harness(tmp_path)
-    try:
-        yield h
-    finally:
-        h.close()
 
 
 def start_relay(
@@ -97,12 +90,12 @@ def alive(relay: Relay) -> None:
     assert "Traceback" not in relay.stderr, relay.diagnostics()
 
 
-def test_deeply_nested_answers_are_malformed_and_the_daemon_stays_up(rig: Harness) -> None:
-    standin = rig.standin()
-    consumer = rig.consumer()
+def test_deeply_nested_answers_are_malformed_and_the_daemon_stays_up(harness: Harness) -> None:
+    standin = harness.standin()
+    consumer = harness.consumer()
     url, secret = consumer.add_endpoint("main")
     standin.set_deep("list_sessions")
-    relay = start_relay(rig, standin, [Endpoint("main", url, secret)])
+    relay = start_relay(harness, standin, [Endpoint("main", url, secret)])
     wait_until(
         lambda: len(logged(relay, "discovery.failed", kind="too_deep")) >= 2,
         20,
@@ -155,12 +148,12 @@ def test_deeply_nested_answers_are_malformed_and_the_daemon_stays_up(rig: Harnes
 
 
 def test_a_50_mb_activity_is_refused_by_name_in_bounded_memory_and_the_rest_delivered(
-    rig: Harness,
+    harness: Harness,
 ) -> None:
-    standin = rig.standin()
-    consumer = rig.consumer()
+    standin = harness.standin()
+    consumer = harness.consumer()
     url, secret = consumer.add_endpoint("main")
-    relay = start_relay(rig, standin, [Endpoint("main", url, secret)])
+    relay = start_relay(harness, standin, [Endpoint("main", url, secret)])
     wait_ready(standin, relay)
     # Not working: polled only when its updateTime moves, so the huge page is walked once
     # per change rather than every active_interval.
@@ -198,11 +191,11 @@ def test_a_50_mb_activity_is_refused_by_name_in_bounded_memory_and_the_rest_deli
     assert code == 0, relay.diagnostics()
 
 
-def test_a_slow_drip_is_cut_at_the_deadline_and_polling_resumes(rig: Harness) -> None:
-    standin = rig.standin()
-    consumer = rig.consumer()
+def test_a_slow_drip_is_cut_at_the_deadline_and_polling_resumes(harness: Harness) -> None:
+    standin = harness.standin()
+    consumer = harness.consumer()
     url, secret = consumer.add_endpoint("main")
-    relay = start_relay(rig, standin, [Endpoint("main", url, secret)], api=('timeout = "1s"',))
+    relay = start_relay(harness, standin, [Endpoint("main", url, secret)], api=('timeout = "1s"',))
     wait_ready(standin, relay)
     stuck = standin.add_session("Stuck", state="IN_PROGRESS")
     healthy = standin.add_session("Healthy", state="IN_PROGRESS")
@@ -253,11 +246,11 @@ def test_a_slow_drip_is_cut_at_the_deadline_and_polling_resumes(rig: Harness) ->
     assert code == 0, relay.diagnostics()
 
 
-def test_runaway_pagination_is_bounded_warned_and_backed_off(rig: Harness) -> None:
-    standin = rig.standin()
-    consumer = rig.consumer()
+def test_runaway_pagination_is_bounded_warned_and_backed_off(harness: Harness) -> None:
+    standin = harness.standin()
+    consumer = harness.consumer()
     url, secret = consumer.add_endpoint("main")
-    relay = start_relay(rig, standin, [Endpoint("main", url, secret)], poll=("max_pages = 4",))
+    relay = start_relay(harness, standin, [Endpoint("main", url, secret)], poll=("max_pages = 4",))
     wait_ready(standin, relay)
     endless = standin.add_session("Endless", state="IN_PROGRESS")
     healthy = standin.add_session("Healthy", state="IN_PROGRESS")
@@ -313,12 +306,12 @@ def test_runaway_pagination_is_bounded_warned_and_backed_off(rig: Harness) -> No
 
 
 def test_a_createtime_in_the_year_9999_does_not_hold_back_later_activities(
-    rig: Harness,
+    harness: Harness,
 ) -> None:
-    standin = rig.standin()
-    consumer = rig.consumer()
+    standin = harness.standin()
+    consumer = harness.consumer()
     url, secret = consumer.add_endpoint("main")
-    relay = start_relay(rig, standin, [Endpoint("main", url, secret)])
+    relay = start_relay(harness, standin, [Endpoint("main", url, secret)])
     wait_ready(standin, relay)
     name = standin.add_session("Time traveller", state="IN_PROGRESS")
     future = standin.append_activity(
@@ -345,11 +338,11 @@ def test_a_createtime_in_the_year_9999_does_not_hold_back_later_activities(
     assert code == 0, relay.diagnostics()
 
 
-def test_foreign_names_are_refused_and_garbage_times_become_rfc3339(rig: Harness) -> None:
-    standin = rig.standin()
-    consumer = rig.consumer()
+def test_foreign_names_are_refused_and_garbage_times_become_rfc3339(harness: Harness) -> None:
+    standin = harness.standin()
+    consumer = harness.consumer()
     url, secret = consumer.add_endpoint("main")
-    relay = start_relay(rig, standin, [Endpoint("main", url, secret)])
+    relay = start_relay(harness, standin, [Endpoint("main", url, secret)])
     wait_ready(standin, relay)
     victim = standin.add_session("Victim", state="IN_PROGRESS")
     host = standin.add_session("Host", state="IN_PROGRESS")
