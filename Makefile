@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck bench clean
+.PHONY: demo test lint typecheck bench clean system-deps
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,8 +22,12 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
 
+# Real PostgreSQL and Chromium for the tests that use them (apt-get on a fresh Debian machine).
+system-deps:
+	@scripts/system-deps
+
 # pytest exits 5 when it selected no tests: that is a broken suite, not a pass.
-test: lint
+test: lint system-deps
 	@$(BIN)/pytest; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "error: pytest selected no tests" >&2; exit 1; fi; \
 	exit $$rc
