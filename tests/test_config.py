@@ -315,6 +315,7 @@ def test_example_config_is_valid_and_documents_every_key(tmp_path: Path) -> None
         "SESSIONHOOK_API_KEY": "k",
         "CI_BOT_SECRET": SECRET,
         "CHAT_SECRET": SECRET2,
+        "SESSIONHOOK_WEB_TOKEN": "w" * 43,
     }
     config = load_config(example, env=env)
     assert config.endpoints

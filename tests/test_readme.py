@@ -182,8 +182,10 @@ def test_example_config_runs_as_copied_against_the_emulator(tmp_path: Path) -> N
             shutil.copyfile(REPO / argv[1], tmp_path / argv[2])
         elif argv == ["export", "SESSIONHOOK_API_KEY=..."]:
             env["SESSIONHOOK_API_KEY"] = API_KEY
-        elif match := re.fullmatch(r"export (\w+)=\$\(sessionhook secret generate\)", command):
-            generated = sh("secret", "generate", env=env, cwd=tmp_path)
+        elif match := re.fullmatch(
+            r"export (\w+)=\$\(sessionhook secret (generate|token)\)", command
+        ):
+            generated = sh("secret", match.group(2), env=env, cwd=tmp_path)
             assert generated.returncode == 0, generated.stderr
             env[match.group(1)] = generated.stdout.strip()
         elif argv[:2] == ["sessionhook", "run"]:

@@ -663,6 +663,13 @@ def secret_generate(asymmetric: bool) -> None:
     click.echo(generate_secret())
 
 
+@secret.command("token")
+def secret_token() -> None:
+    """Print a new random bearer token for the web console and the event stream
+    (`[server] token_file` / `token_env`): 43 URL-safe characters, 256 bits."""
+    click.echo(_random.token_urlsafe(32))
+
+
 @cli.command("verify")
 @click.option(
     "--secret",

@@ -24,6 +24,7 @@ decode to :data:`SECRET_MIN_BYTES` to :data:`SECRET_MAX_BYTES` bytes, wherever t
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import tomllib
@@ -56,6 +57,8 @@ __all__ = [
     "DURATION_BOUNDS",
     "SECRET_MAX_BYTES",
     "SECRET_MIN_BYTES",
+    "TOKEN_MAX_CHARS",
+    "TOKEN_MIN_CHARS",
     "Account",
     "AccountConfig",
     "ApiConfig",
@@ -67,6 +70,7 @@ __all__ = [
     "PollConfig",
     "ServerConfig",
     "StoreConfig",
+    "is_loopback",
     "load_config",
     "parse_duration",
 ]
@@ -89,6 +93,9 @@ class ConfigError(Exception):
 #: Standard Webhooks secrets are 24 to 64 random bytes (after the base64 decoding).
 SECRET_MIN_BYTES = 24
 SECRET_MAX_BYTES = 64
+#: The web token (``server.token_env`` / ``server.token_file``): visible ASCII, no spaces.
+TOKEN_MIN_CHARS = 32
+TOKEN_MAX_CHARS = 512
 
 _MINUTE, _HOUR, _DAY = 60, 3600, 86400
 
@@ -449,15 +456,46 @@ class EndpointConfig(_Section):
 
 
 class ServerConfig(_Section):
-    """``[server]``: the health and metrics listener (absent: no listener)."""
+    """``[server]``: the daemon's HTTP listener (absent: no listener).
+
+    ``/healthz``, ``/readyz``, ``/metrics`` and ``/openapi.json`` are always served, without
+    authentication. The web console and the event stream show payloads, so they need one of:
+
+    * a bearer token (``token_env`` or ``token_file``, :data:`TOKEN_MIN_CHARS` to
+      :data:`TOKEN_MAX_CHARS` visible ASCII characters; a token file must not be accessible
+      to "others", e.g. mode 0600 or 0640);
+    * ``allow_unauthenticated = true``, accepted only when ``listen`` is a loopback address.
+
+    With neither, the console and the stream stay off (404) and the daemon logs
+    ``web.console_off`` once at start.
+    """
 
     listen: str = "127.0.0.1:9187"
+    token_env: str | None = Field(default=None, min_length=1)
+    token_file: str | None = Field(default=None, min_length=1)
+    allow_unauthenticated: bool = False
+    #: Concurrent ``/v1/events/stream`` connections; one more is answered 503.
+    max_streams: int = Field(default=32, ge=1, le=1024)
+    _token: SecretStr | None = PrivateAttr(default=None)
 
     @field_validator("listen")
     @classmethod
     def _check_listen(cls, value: str) -> str:
         _split_listen(value)
         return value
+
+    @model_validator(mode="after")
+    def _one_way_in(self) -> ServerConfig:
+        if self.token_env and self.token_file:
+            raise ValueError("set token_env or token_file, not both")
+        if self.allow_unauthenticated and (self.token_env or self.token_file):
+            raise ValueError("allow_unauthenticated = true and a token exclude each other")
+        if self.allow_unauthenticated and not is_loopback(self.host):
+            raise ValueError(
+                f"allow_unauthenticated = true needs a loopback listen address, not {self.host}"
+                " (the console shows payloads: set token_env or token_file)"
+            )
+        return self
 
     @property
     def host(self) -> str:
@@ -468,6 +506,29 @@ class ServerConfig(_Section):
     def port(self) -> int:
         """The TCP port to bind."""
         return _split_listen(self.listen)[1]
+
+    @property
+    def web_enabled(self) -> bool:
+        """The console and the stream are served (a token, or the loopback opt-out)."""
+        return bool(self.token_env or self.token_file or self.allow_unauthenticated)
+
+    @property
+    def token(self) -> SecretStr | None:
+        """The bearer token (``None`` without one); raises ConfigError when configured but
+        not resolved (``load_config(resolve_secrets=False)``)."""
+        if (self.token_env or self.token_file) and self._token is None:
+            raise ConfigError("server.token", "the token was not resolved")
+        return self._token
+
+
+def is_loopback(host: str) -> bool:
+    """``127.0.0.0/8``, ``::1`` or ``localhost``: only this machine can connect."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class LogConfig(_Section):
@@ -608,8 +669,9 @@ def load_config(
                 _resolve_account_key(i, a, base, environ) for i, a in enumerate(accounts)
             )
         endpoints = _resolve_endpoint_secrets(config.endpoints, base, environ)
+        server = _resolve_server_token(config.server, base, environ)
         config = config.model_copy(
-            update={"api": api, "endpoints": endpoints, "accounts": accounts}
+            update={"api": api, "endpoints": endpoints, "accounts": accounts, "server": server}
         )
     return config
 
@@ -716,6 +778,44 @@ def _resolve_account_key(
             )
         account._api_key = SecretStr(env[var].strip())
     return account
+
+
+_TOKEN_CHARS = re.compile(r"^[\x21-\x7e]+$")
+
+
+def _resolve_server_token(
+    server: ServerConfig | None, base: Path, env: Mapping[str, str]
+) -> ServerConfig | None:
+    if server is None or not (server.token_env or server.token_file):
+        return server
+    if server.token_file:
+        key = "server.token_file"
+        file = _expand_path(key, server.token_file, base, env)
+        try:
+            mode = file.stat().st_mode
+        except OSError as exc:
+            raise ConfigError(key, f"cannot read {file}: {exc.strerror or exc}") from None
+        if mode & 0o007:
+            raise ConfigError(
+                key, f"{file} is accessible to other users (mode {mode & 0o777:o}): chmod 600"
+            )
+        text = _read_secret_file(key, server.token_file, base, env)
+    else:
+        key, var = "server.token_env", server.token_env or ""
+        if not env.get(var):
+            raise ConfigError(key, f"environment variable {var} is not set")
+        text = env[var].strip()
+    if not TOKEN_MIN_CHARS <= len(text) <= TOKEN_MAX_CHARS:
+        raise ConfigError(
+            key,
+            f"the token must be {TOKEN_MIN_CHARS} to {TOKEN_MAX_CHARS} characters, not "
+            f"{len(text)} (create one with `sessionhook secret token`)",
+        )
+    if not _TOKEN_CHARS.match(text):
+        raise ConfigError(key, "the token must be visible ASCII characters without spaces")
+    resolved = server.model_copy()
+    resolved._token = SecretStr(text)
+    return resolved
 
 
 def _resolve_endpoint_secrets(

@@ -51,9 +51,9 @@ import httpx
 
 from sessionhook.api.client import RetryPolicy, SessionsClient
 
-from . import health, sdnotify
+from . import health, sdnotify, web
 from . import logging as relay_logging
-from .config import Account, Config, ConfigError, load_config
+from .config import Account, Config, ConfigError, ServerConfig, load_config
 from .dispatch import DeliverySettings, Dispatcher, UrlGuard
 from .logging import get_logger
 from .metrics import Metrics
@@ -143,6 +143,8 @@ class Daemon:
         self.dispatcher: Dispatcher | None = None
         #: Set once the daemon is ready (store open, first poll tried): tests wait on it.
         self.ready = anyio.Event()
+        #: Rung whenever events are archived: wakes the event streams.
+        self.bell = web.Bell()
 
     def stop(self) -> None:
         """Ask the daemon to stop, as SIGTERM does."""
@@ -230,8 +232,8 @@ class Daemon:
                 # First, so that /readyz answers (503, with the reason) while the store
                 # cannot be opened for lack of space.
                 if self.config.server is not None:
-                    app = health.create_app(
-                        metrics=self.metrics,
+                    app = web.create_app(
+                        self._web_context(self.config.server),
                         readiness=self._readiness,
                         before_scrape=self._refresh_gauges,
                     )
@@ -245,6 +247,17 @@ class Daemon:
                         await self._run_loops(store, dispatcher)
                 outer.cancel_scope.cancel()
         _log.info("relay.stopped")
+
+    def _web_context(self, server: ServerConfig) -> web.WebContext:
+        token = server.token
+        return web.WebContext(
+            config=lambda: self.config,
+            store=lambda: self.store,
+            metrics=self.metrics,
+            auth=web.WebAuth(None if token is None else token.get_secret_value()),
+            bell=self.bell,
+            clock=self._clock,
+        )
 
     async def _run_loops(self, store: AsyncStore, dispatcher: Dispatcher) -> None:
         _log.info(
@@ -536,6 +549,7 @@ class Daemon:
                     store,
                     replace(self._poll_settings, requests_per_minute=account.requests_per_minute),
                     on_enqueued=self.dispatcher.wake,
+                    on_ingested=self.bell.ring,
                     metrics=self.metrics,
                     clock=self._clock,
                     account=account.name,

@@ -30,7 +30,7 @@ import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from .._net import listening_socket
 from .contract import shipped_document
@@ -42,6 +42,7 @@ __all__ = [
     "ReadinessCheck",
     "check_ready",
     "create_app",
+    "health_routes",
     "parse_listen",
     "serve",
 ]
@@ -95,7 +96,20 @@ def create_app(
     readiness: ReadinessCheck,
     before_scrape: ScrapeHook | None = None,
 ) -> Starlette:
-    """The Starlette app serving the routes above."""
+    """A Starlette app serving only the routes above (the daemon serves them inside
+    :func:`sessionhook.relay.web.create_app`, beside the console)."""
+    return Starlette(
+        routes=health_routes(metrics=metrics, readiness=readiness, before_scrape=before_scrape)
+    )
+
+
+def health_routes(
+    *,
+    metrics: Metrics,
+    readiness: ReadinessCheck,
+    before_scrape: ScrapeHook | None = None,
+) -> list[BaseRoute]:
+    """The unauthenticated routes above, for the web layer's route table."""
 
     async def healthz(_request: Request) -> Response:
         return JSONResponse({"status": "alive"})
@@ -121,14 +135,12 @@ def create_app(
     async def openapi(_request: Request) -> Response:
         return JSONResponse(shipped_document())
 
-    return Starlette(
-        routes=[
-            Route("/openapi.json", openapi, methods=["GET", "HEAD"]),
-            Route("/healthz", healthz, methods=["GET", "HEAD"]),
-            Route("/readyz", readyz, methods=["GET", "HEAD"]),
-            Route("/metrics", metrics_route, methods=["GET", "HEAD"]),
-        ]
-    )
+    return [
+        Route("/openapi.json", openapi, methods=["GET", "HEAD"]),
+        Route("/healthz", healthz, methods=["GET", "HEAD"]),
+        Route("/readyz", readyz, methods=["GET", "HEAD"]),
+        Route("/metrics", metrics_route, methods=["GET", "HEAD"]),
+    ]
 
 
 def parse_listen(listen: str) -> tuple[str, int]:

@@ -36,6 +36,7 @@ class PollerBase:
     """The poller's shared state and helpers; :class:`~.poller.Poller` is the whole.
 
     ``on_enqueued`` is called whenever an ingest enqueued deliveries (the dispatcher's
+    wake-up), ``on_ingested`` whenever an ingest archived events (the event streams'
     wake-up). ``clock`` is wall time for the store's bookkeeping, ``monotonic`` drives the
     schedule; both and ``rng`` (backoff jitter) are injectable for tests.
     """
@@ -47,6 +48,7 @@ class PollerBase:
         settings: PollSettings,
         *,
         on_enqueued: Callable[[], None] = lambda: None,
+        on_ingested: Callable[[], None] = lambda: None,
         metrics: Metrics | None = None,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
@@ -59,6 +61,7 @@ class PollerBase:
         self._store = store
         self.settings = settings
         self._on_enqueued = on_enqueued
+        self._on_ingested = on_ingested
         self._metrics = metrics
         self._clock = clock
         self._mono = monotonic
@@ -261,3 +264,4 @@ class PollerBase:
                 self._metrics.event_ingested(event_type)
         if enqueued:
             self._on_enqueued()
+        self._on_ingested()

@@ -1,0 +1,98 @@
+"""The daemon's web layer: one Starlette app on ``[server] listen``, built from a route table.
+
+:func:`create_app` assembles, in this order:
+
+1. the health routes (:mod:`sessionhook.relay.health`: ``/healthz``, ``/readyz``,
+   ``/metrics``, ``/openapi.json``), always, never authenticated;
+2. when the console is on (:attr:`ServerConfig.web_enabled`: a token, or
+   ``allow_unauthenticated`` on loopback): ``/login`` and ``/logout``
+   (:mod:`.login`) and the routes of every provider in :data:`ROUTE_PROVIDERS` (the event
+   stream, the console pages), each provider a function ``(WebContext) -> routes``.
+
+Everything but the health routes and ``/login`` is behind :class:`.auth.AuthMiddleware`
+(deny by default: a new route is protected without saying so; POSTs need the CSRF token of
+:func:`.auth.csrf_field`). With the console off, only the health routes exist (anything else
+is 404) and ``web.console_off`` is logged once.
+
+A route reaches the daemon through :class:`WebContext` (``request.app.state.web``, or the
+provider's closure): the store once it is open (``None`` before: answer 503), the current
+config, the metrics, the bell rung on every ingest, the clock.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.routing import BaseRoute
+
+from .. import health
+from ..config import Config
+from ..logging import get_logger
+from ..metrics import Metrics
+from ..store import AsyncStore
+from .auth import PUBLIC_PATHS, AuthMiddleware, WebAuth
+from .bell import Bell
+from .login import login_routes
+
+__all__ = ["ROUTE_PROVIDERS", "Bell", "RouteProvider", "WebAuth", "WebContext", "create_app"]
+
+_log = get_logger()
+
+
+@dataclass
+class WebContext:
+    """What web routes may use of the daemon (see the module docstring)."""
+
+    config: Callable[[], Config]
+    store: Callable[[], AsyncStore | None]
+    metrics: Metrics
+    auth: WebAuth
+    bell: Bell = field(default_factory=lambda: Bell())
+    clock: Callable[[], float] = time.time
+
+
+#: Builds a group of protected routes.
+RouteProvider = Callable[[WebContext], Sequence[BaseRoute]]
+
+
+def _providers() -> list[RouteProvider]:
+    # Imported here: the providers import this module for WebContext.
+    return []
+
+
+#: The protected route groups, in order. The console adds its own here.
+ROUTE_PROVIDERS: Callable[[], list[RouteProvider]] = _providers
+
+
+def create_app(
+    ctx: WebContext,
+    *,
+    readiness: health.ReadinessCheck,
+    before_scrape: health.ScrapeHook | None = None,
+    providers: Sequence[RouteProvider] | None = None,
+) -> Starlette:
+    """The app for ``[server] listen``: health routes, plus login, stream and console when
+    the config turns the console on. ``providers`` replaces :data:`ROUTE_PROVIDERS` (tests)."""
+    routes: list[BaseRoute] = list(
+        health.health_routes(metrics=ctx.metrics, readiness=readiness, before_scrape=before_scrape)
+    )
+    server = ctx.config().server
+    if server is None or not server.web_enabled:
+        _log.info(
+            "web.console_off",
+            reason="no server.token_env / server.token_file, and no loopback opt-out",
+        )
+        return Starlette(routes=routes)
+    routes.extend(login_routes(ctx.auth))
+    for provider in ROUTE_PROVIDERS() if providers is None else providers:
+        routes.extend(provider(ctx))
+    app = Starlette(
+        routes=routes,
+        middleware=[Middleware(AuthMiddleware, auth=ctx.auth, public=PUBLIC_PATHS)],
+    )
+    app.state.web = ctx
+    return app

@@ -1,0 +1,31 @@
+"""A bell the daemon rings whenever it archives events: waiting streams wake at once.
+
+In-process only; other replicas' events (a shared PostgreSQL store) reach a stream through
+its store poll (see :mod:`.stream`). Ringing is cheap and never blocks: every waiter of the
+moment wakes, the next waiters wait for the next ring.
+"""
+
+from __future__ import annotations
+
+import anyio
+
+__all__ = ["Bell"]
+
+
+class Bell:
+    """Wake everybody waiting; see the module docstring."""
+
+    def __init__(self) -> None:
+        self._event = anyio.Event()
+        #: Rings so far (tests and the stream read it to see whether one was missed).
+        self.rings = 0
+
+    def ring(self) -> None:
+        """Wake every current waiter (call from the event loop's thread)."""
+        self.rings += 1
+        self._event.set()
+        self._event = anyio.Event()
+
+    async def wait(self) -> None:
+        """Wait for the next ring (bound it with ``anyio.move_on_after``)."""
+        await self._event.wait()
