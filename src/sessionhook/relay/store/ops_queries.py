@@ -316,6 +316,28 @@ class OperatorQueries:
         finally:
             cursor.close()
 
+    def event_seq(self, event_id: str) -> int | None:
+        """The position (``seq``) of the event ``event_id`` in ingest order, or ``None``."""
+        row = self._conn.execute("SELECT seq FROM events WHERE id = ?", (event_id,)).fetchone()
+        return None if row is None else int(row[0])
+
+    def last_event_seq(self) -> int:
+        """The position of the newest archived event (0 when there is none)."""
+        row = self._conn.execute("SELECT MAX(seq) FROM events").fetchone()
+        return 0 if row is None or row[0] is None else int(row[0])
+
+    def events_after(
+        self, seq: int, *, session: str | None = None, limit: int = 200
+    ) -> list[EventRow]:
+        """At most ``limit`` events after position ``seq``, in ingest order (the stream's
+        read; type globs are matched by the caller)."""
+        where, params = _where(("e.seq > ?", seq), ("e.session_name = ?", session))
+        rows = self._conn.execute(
+            f"SELECT {self._EVENT_COLUMNS} {self._EVENT_FROM} {where} ORDER BY e.seq LIMIT ?",
+            [*params, limit],
+        ).fetchall()
+        return [self._event_row(r) for r in rows]
+
 
 def _where(*clauses: tuple[str, object | None]) -> tuple[str, list[object]]:
     used = [(sql, value) for sql, value in clauses if value is not None]

@@ -61,7 +61,9 @@ RouteProvider = Callable[[WebContext], Sequence[BaseRoute]]
 
 def _providers() -> list[RouteProvider]:
     # Imported here: the providers import this module for WebContext.
-    return []
+    from .stream import stream_routes
+
+    return [stream_routes]
 
 
 #: The protected route groups, in order. The console adds its own here.

@@ -26,6 +26,11 @@ class Bell:
         self._event.set()
         self._event = anyio.Event()
 
+    def current(self) -> anyio.Event:
+        """The event the next ring sets: take it BEFORE looking for new work, then wait on
+        it, and a ring in between is not missed."""
+        return self._event
+
     async def wait(self) -> None:
         """Wait for the next ring (bound it with ``anyio.move_on_after``)."""
         await self._event.wait()

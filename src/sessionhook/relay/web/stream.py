@@ -1,0 +1,237 @@
+"""``GET /v1/events/stream``: the archived events as Server-Sent Events, live, resumable.
+
+For consumers that cannot expose a URL (a laptop, a CI runner behind NAT) and for the
+console's live view. Each event is one SSE message::
+
+    id: <webhook-id>            the same id the webhook's ``webhook-id`` header carries
+    event: <event type>         e.g. session.completed
+    data: <event body>          the exact bytes a default (format = "json") webhook gets
+
+Query: ``type=GLOB`` (repeatable, fnmatch: ``session.*``; any one matches) and
+``session=sessions/...``. Without a position the stream starts at the newest event (only
+what comes next); ``Last-Event-ID: <webhook-id>`` (the header a browser's EventSource sends
+when it reconnects, or ``?last_event_id=``; the header wins) resumes right after that event
+in the events table's order: nothing missed, nothing repeated. An unknown id is a 400, never
+a silent restart.
+
+New events arrive at once when this daemon archives them (the :class:`.bell.Bell`), and
+within :data:`POLL_SECONDS` when another process does (replicas on a shared store). A
+comment line every :data:`HEARTBEAT_SECONDS` keeps proxies from closing an idle stream.
+
+Bounded: events are read from the store :data:`BATCH` at a time from a cursor and written
+one message at a time; a consumer that reads slowly holds back its own cursor (the socket's
+buffer fills and the write waits), never the relay's memory; one that reads nothing for
+:data:`SEND_TIMEOUT` seconds is dropped (``stream.stalled``). At most
+``server.max_streams`` streams at once; one more is a 503 with ``Retry-After``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+import anyio
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+from starlette.types import Receive, Scope, Send
+
+from ..logging import get_logger
+from ..store import EventRow, StoreError
+from .auth import client_address
+
+if TYPE_CHECKING:
+    from . import WebContext
+
+__all__ = [
+    "BATCH",
+    "HEARTBEAT_SECONDS",
+    "POLL_SECONDS",
+    "SEND_TIMEOUT",
+    "StreamFilter",
+    "format_event",
+    "stream_routes",
+]
+
+#: Events read from the store per query.
+BATCH: Final = 100
+#: The store is read at least this often (events archived by another process).
+POLL_SECONDS: Final = 1.0
+#: An idle stream gets a comment line this often.
+HEARTBEAT_SECONDS: Final = 15.0
+#: A write the consumer has not taken within this many seconds ends the stream.
+SEND_TIMEOUT: Final = 30.0
+#: The browser's EventSource waits this long before reconnecting (the ``retry:`` field).
+RETRY_MS: Final = 2000
+_MAX_GLOBS: Final = 32
+_MAX_PARAM: Final = 512
+
+_log = get_logger()
+
+
+@dataclass(frozen=True, slots=True)
+class StreamFilter:
+    """Which events a stream sends: any of ``types`` (globs; empty: all) and ``session``."""
+
+    types: tuple[str, ...] = ()
+    session: str | None = None
+
+    def matches(self, event_type: str) -> bool:
+        """Whether an event of ``event_type`` passes the type globs (pure)."""
+        return not self.types or any(fnmatch.fnmatchcase(event_type, g) for g in self.types)
+
+
+def format_event(row: EventRow) -> bytes:
+    """One SSE message: ``id`` = webhook-id, ``event`` = type, ``data`` = the body's lines."""
+    lines = [f"id: {row.id}", f"event: {row.type}"]
+    lines.extend(f"data: {line}" for line in row.body.decode("utf-8").split("\n"))
+    return ("\n".join(lines) + "\n\n").encode("utf-8")
+
+
+class _BadRequest(Exception):
+    pass
+
+
+def _filter_of(request: Request) -> StreamFilter:
+    types = tuple(request.query_params.getlist("type"))
+    session = request.query_params.get("session") or None
+    if len(types) > _MAX_GLOBS:
+        raise _BadRequest(f"at most {_MAX_GLOBS} type= filters")
+    if any(not t or len(t) > _MAX_PARAM for t in types) or len(session or "") > _MAX_PARAM:
+        raise _BadRequest(f"a filter must be 1 to {_MAX_PARAM} characters")
+    return StreamFilter(types, session)
+
+
+def stream_routes(ctx: WebContext) -> Sequence[BaseRoute]:
+    """The stream's route; the count of open streams lives in this closure."""
+    open_streams = 0
+
+    async def stream(request: Request) -> Response:
+        nonlocal open_streams
+        server = ctx.config().server
+        limit = server.max_streams if server is not None else 1
+        try:
+            wanted = _filter_of(request)
+        except _BadRequest as exc:
+            return JSONResponse({"error": str(exc)}, status_code=400)
+        astore = ctx.store()
+        if astore is None:
+            return JSONResponse(
+                {"error": "the store is not open yet"},
+                status_code=503,
+                headers={"retry-after": "2"},
+            )
+        resume = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
+        try:
+            if resume:
+                if len(resume) > _MAX_PARAM:
+                    return JSONResponse({"error": "Last-Event-ID too long"}, status_code=400)
+                start = await astore.call(astore.store.event_seq, resume)
+                if start is None:
+                    return JSONResponse(
+                        {"error": f"unknown Last-Event-ID {resume!r}: no such event"},
+                        status_code=400,
+                    )
+            else:
+                start = await astore.call(astore.store.last_event_seq)
+        except StoreError as exc:
+            return JSONResponse({"error": f"store: {exc}"}, status_code=503)
+        if open_streams >= limit:
+            _log.warning("stream.refused", client=client_address(request.scope), open=open_streams)
+            return JSONResponse(
+                {"error": f"too many event streams (server.max_streams = {limit})"},
+                status_code=503,
+                headers={"retry-after": "5"},
+            )
+        open_streams += 1
+        return _EventStream(ctx, wanted, start, release)
+
+    def release() -> None:
+        nonlocal open_streams
+        open_streams -= 1
+
+    return [Route("/v1/events/stream", stream, methods=["GET"])]
+
+
+class _EventStream(Response):
+    """The streaming answer; see the module docstring."""
+
+    def __init__(
+        self, ctx: WebContext, wanted: StreamFilter, start: int, release: Callable[[], None]
+    ) -> None:
+        super().__init__(
+            media_type="text/event-stream",
+            headers={"cache-control": "no-store", "x-accel-buffering": "no"},
+        )
+        # No Content-Length: the body never ends (chunked).
+        self.raw_headers = [(k, v) for k, v in self.raw_headers if k != b"content-length"]
+        self._ctx = ctx
+        self._wanted = wanted
+        self._cursor = start
+        self._release = release
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        client = client_address(scope)
+        _log.info(
+            "stream.opened",
+            client=client,
+            types=list(self._wanted.types) or None,
+            session=self._wanted.session,
+            after=self._cursor,
+        )
+        self._sent = 0
+        try:
+            async with anyio.create_task_group() as tg:
+
+                async def watch_disconnect() -> None:
+                    while (await receive())["type"] != "http.disconnect":
+                        pass
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(watch_disconnect)
+                try:
+                    await self._pump(send)
+                except TimeoutError:
+                    _log.warning("stream.stalled", client=client, after=self._cursor)
+                except (OSError, StoreError) as exc:
+                    _log.warning("stream.failed", client=client, error=str(exc))
+                finally:
+                    tg.cancel_scope.cancel()
+        finally:
+            self._release()
+            _log.info("stream.closed", client=client, sent=self._sent, last_seq=self._cursor)
+
+    async def _send(self, send: Send, chunk: bytes) -> None:
+        with anyio.fail_after(SEND_TIMEOUT):
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+
+    async def _pump(self, send: Send) -> None:
+        with anyio.fail_after(SEND_TIMEOUT):
+            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+        await self._send(send, f"retry: {RETRY_MS}\n: connected\n\n".encode())
+        idle_since = anyio.current_time()
+        ctx, wanted = self._ctx, self._wanted
+        while True:
+            # Taken before reading: a ring during the read is not missed.
+            rang = ctx.bell.current()
+            astore = ctx.store()
+            rows: list[EventRow] = []
+            if astore is not None:
+                rows = await astore.call(
+                    astore.store.events_after, self._cursor, session=wanted.session, limit=BATCH
+                )
+            for row in rows:
+                if wanted.matches(row.type):
+                    await self._send(send, format_event(row))
+                    self._sent += 1
+                    idle_since = anyio.current_time()
+                self._cursor = row.seq
+            if len(rows) == BATCH:
+                continue  # more behind: read on before waiting
+            if anyio.current_time() - idle_since >= HEARTBEAT_SECONDS:
+                await self._send(send, b": keep-alive\n\n")
+                idle_since = anyio.current_time()
+            with anyio.move_on_after(POLL_SECONDS):
+                await rang.wait()

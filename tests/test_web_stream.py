@@ -1,0 +1,316 @@
+"""``GET /v1/events/stream`` over a real loopback socket: live append, resume with
+Last-Event-ID (nothing missed, nothing repeated), filters, access, the stream cap, heartbeats
+and a consumer that stops reading."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from structlog.testing import capture_logs
+
+from sessionhook.api.models import Session
+from sessionhook.relay import health
+from sessionhook.relay.config import Config
+from sessionhook.relay.events import make_event
+from sessionhook.relay.metrics import Metrics
+from sessionhook.relay.store import AsyncStore, EventRow, Store
+from sessionhook.relay.web import Bell, WebAuth, WebContext, create_app
+from sessionhook.relay.web import stream as stream_module
+
+pytestmark = pytest.mark.anyio
+
+TOKEN = "stream-token-" + "x" * 30
+AUTH = {"authorization": f"Bearer {TOKEN}"}
+
+
+@dataclass
+class Message:
+    id: str
+    event: str
+    data: str
+
+
+class Relay:
+    """A store, a bell and the web app served on a free loopback port."""
+
+    def __init__(self, store: AsyncStore, url: str, bell: Bell) -> None:
+        self.astore = store
+        self.url = url
+        self.bell = bell
+        self.count = 0
+
+    async def archive(
+        self, n: int, *, session: str = "sessions/1", kind: str = "x.note", size: int = 0
+    ) -> list[EventRow]:
+        """Archive ``n`` new events (ringing the bell, as the poller does); their rows."""
+        store = self.astore.store
+        first = self.count
+        evs = []
+        for i in range(first, first + n):
+            data = {"i": i, "text": "é\nline" + "p" * size}
+            evs.append(
+                make_event(f"evt_{i:05d}", kind, session, None, "2026-11-23T10:00:00Z", data)
+            )
+        self.count += n
+
+        def write() -> None:
+            raw = {
+                "name": session,
+                "id": session.split("/")[1],
+                "title": "t",
+                "state": "IN_PROGRESS",
+                "createTime": "2026-11-23T10:00:00Z",
+                "updateTime": "2026-11-23T10:00:00Z",
+            }
+            store.upsert_session(Session.model_validate(raw), baseline=False)
+            store.ingest_session_events(session, evs, False)
+
+        await self.astore.call(write)
+        self.bell.ring()
+        return [
+            r
+            for r in await self.astore.call(store.events_after, 0, limit=100_000)
+            if r.id in {e.id for e in evs}
+        ]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@asynccontextmanager
+async def relay(tmp_path: Path, **server: Any) -> AsyncIterator[Relay]:
+    listen = f"127.0.0.1:{_free_port()}"
+    config = Config.model_validate({"server": {"listen": listen, "token_env": "T", **server}})
+    astore = AsyncStore(Store.open(tmp_path / "relay.db"))
+    bell = Bell()
+    ctx = WebContext(
+        config=lambda: config,
+        store=lambda: astore,
+        metrics=Metrics(),
+        auth=WebAuth(TOKEN),
+        bell=bell,
+    )
+    app = create_app(ctx, readiness=lambda: (True, []))
+    try:
+        async with anyio.create_task_group() as tg:
+            host, port = await tg.start(health.serve, listen, app)
+            yield Relay(astore, f"http://{host}:{port}", bell)
+            tg.cancel_scope.cancel()
+    finally:
+        await astore.close()
+
+
+_lines: dict[int, AsyncIterator[str]] = {}
+
+
+async def read_messages(
+    response: httpx.Response, count: int, within: float = 20
+) -> list[Message]:
+    """The next ``count`` SSE messages (comments skipped), parsed as the spec says."""
+    lines = _lines.setdefault(id(response), response.aiter_lines())
+    out: list[Message] = []
+    fields: dict[str, list[str]] = {}
+    with anyio.fail_after(within):
+        async for line in lines:
+            if line == "":
+                if "data" in fields:
+                    out.append(
+                        Message(
+                            fields.get("id", [""])[-1],
+                            fields.get("event", ["message"])[-1],
+                            "\n".join(fields["data"]),
+                        )
+                    )
+                fields = {}
+                if len(out) == count:
+                    return out
+                continue
+            if line.startswith(":"):
+                continue
+            name, _, value = line.partition(":")
+            fields.setdefault(name, []).append(value.removeprefix(" "))
+    raise AssertionError(f"stream ended after {len(out)} of {count} messages")
+
+
+def _same(message: Message, row: EventRow) -> None:
+    assert message.id == row.id and message.event == row.type
+    assert message.data.encode() == row.body  # the exact bytes the webhook gets
+
+
+async def test_live_events_arrive_with_webhook_id_type_and_body(tmp_path: Path) -> None:
+    async with relay(tmp_path) as r, httpx.AsyncClient(base_url=r.url, headers=AUTH) as http:
+        await r.archive(3)  # before the stream opened: not sent
+        async with http.stream("GET", "/v1/events/stream") as response:
+            assert response.status_code == 200
+            assert response.headers["content-type"].startswith("text/event-stream")
+            rows = await r.archive(2)
+            got = await read_messages(response, 2)
+    for message, row in zip(got, rows, strict=True):
+        _same(message, row)
+        assert json.loads(message.data)["data"]["text"] == "é\nline"
+
+
+async def test_resume_after_a_killed_consumer_misses_and_repeats_nothing(tmp_path: Path) -> None:
+    async with relay(tmp_path) as r, httpx.AsyncClient(base_url=r.url, headers=AUTH) as http:
+        rows = await r.archive(10)
+        seen: list[Message] = []
+        headers = {"last-event-id": rows[2].id}
+        async with http.stream("GET", "/v1/events/stream", headers=headers) as response:
+            seen += await read_messages(response, 4)
+            # The consumer dies here, with events it never read still coming.
+        rows += await r.archive(5)
+        headers = {"last-event-id": seen[-1].id}
+        async with http.stream("GET", "/v1/events/stream", headers=headers) as response:
+            later = r.archive(3)
+            seen += await read_messages(response, 3 + 5)
+            rows += await later
+            seen += await read_messages(response, 3)
+    assert [m.id for m in seen] == [row.id for row in rows[3:]]
+    for message, row in zip(seen, rows[3:], strict=True):
+        _same(message, row)
+
+
+async def test_resume_position_from_the_query_and_unknown_ids(tmp_path: Path) -> None:
+    async with relay(tmp_path) as r, httpx.AsyncClient(base_url=r.url, headers=AUTH) as http:
+        rows = await r.archive(4)
+        url = f"/v1/events/stream?last_event_id={rows[0].id}"
+        async with http.stream("GET", url) as response:
+            assert [m.id for m in await read_messages(response, 3)] == [x.id for x in rows[1:]]
+        # The header (an EventSource reconnecting) wins over the URL it was opened with.
+        async with http.stream("GET", url, headers={"last-event-id": rows[2].id}) as response:
+            assert [m.id for m in await read_messages(response, 1)] == [rows[3].id]
+        unknown = await http.get("/v1/events/stream", headers={"last-event-id": "evt_nope"})
+        assert unknown.status_code == 400 and "evt_nope" in unknown.json()["error"]
+        too_many = await http.get("/v1/events/stream", params=[("type", "a")] * 40)
+        assert too_many.status_code == 400
+
+
+async def test_type_globs_and_session_filter(tmp_path: Path) -> None:
+    async with relay(tmp_path) as r, httpx.AsyncClient(base_url=r.url, headers=AUTH) as http:
+        start = (await r.archive(1))[0].id
+        wanted = []
+        await r.archive(2, kind="activity.progress_updated")
+        wanted += await r.archive(2, kind="session.completed")
+        await r.archive(2, kind="session.completed", session="sessions/2")
+        wanted += await r.archive(1, kind="session.failed")
+        wanted += await r.archive(1, kind="activity.plan_generated")
+        params = [("type", "session.*"), ("type", "*.plan_*"), ("session", "sessions/1")]
+        headers = {"last-event-id": start}
+        async with http.stream(
+            "GET", "/v1/events/stream", params=params, headers=headers
+        ) as response:
+            got = await read_messages(response, len(wanted))
+    assert [m.id for m in got] == [row.id for row in wanted]
+    assert [m.event for m in got] == [
+        "session.completed",
+        "session.completed",
+        "session.failed",
+        "activity.plan_generated",
+    ]
+
+
+async def test_access_needs_the_token(tmp_path: Path) -> None:
+    async with relay(tmp_path) as r, httpx.AsyncClient(base_url=r.url) as http:
+        assert (await http.get("/v1/events/stream")).status_code == 401
+        wrong = await http.get("/v1/events/stream", headers={"authorization": "Bearer x" * 5})
+        assert wrong.status_code == 401
+        # A browser logged in with the cookie (EventSource sends cookies, not headers).
+        login = await http.post("/login", data={"token": TOKEN})
+        assert login.status_code == 303
+        rows = await r.archive(2)
+        headers = {"last-event-id": rows[0].id}
+        async with http.stream("GET", "/v1/events/stream", headers=headers) as response:
+            assert response.status_code == 200
+            assert [m.id for m in await read_messages(response, 1)] == [rows[1].id]
+
+
+async def test_the_number_of_streams_is_capped(tmp_path: Path) -> None:
+    async with (
+        relay(tmp_path, max_streams=1) as r,
+        httpx.AsyncClient(base_url=r.url, headers=AUTH) as http,
+    ):
+        async with http.stream("GET", "/v1/events/stream") as first:
+            assert first.status_code == 200
+            second = await http.get("/v1/events/stream")
+            assert second.status_code == 503 and second.headers["retry-after"]
+        # The slot is given back when the first consumer leaves.
+        with anyio.fail_after(10):
+            while True:
+                rows = await r.archive(2)
+                async with http.stream(
+                    "GET", "/v1/events/stream", headers={"last-event-id": rows[0].id}
+                ) as again:
+                    if again.status_code == 200:
+                        assert [m.id for m in await read_messages(again, 1)] == [rows[1].id]
+                        break
+                await anyio.sleep(0.05)
+
+
+async def test_an_idle_stream_gets_heartbeats(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(stream_module, "HEARTBEAT_SECONDS", 0.2)
+    monkeypatch.setattr(stream_module, "POLL_SECONDS", 0.05)
+    async with (
+        relay(tmp_path) as r,
+        httpx.AsyncClient(base_url=r.url, headers=AUTH) as http,
+        http.stream("GET", "/v1/events/stream") as response,
+    ):
+        beats = 0
+        with anyio.fail_after(10):
+            async for line in response.aiter_lines():
+                beats += line == ": keep-alive"
+                if beats == 2:
+                    break
+    assert beats == 2
+
+
+async def test_events_from_another_writer_arrive_without_a_ring(tmp_path: Path) -> None:
+    """Another replica's events reach the stream through the store poll."""
+    async with (
+        relay(tmp_path) as r,
+        httpx.AsyncClient(base_url=r.url, headers=AUTH) as http,
+        http.stream("GET", "/v1/events/stream") as response,
+    ):
+        r.bell = Bell()  # this "replica" rings a bell nobody listens to
+        rows = await r.archive(1)
+        got = await read_messages(response, 1, within=10)
+    assert [m.id for m in got] == [rows[0].id]
+
+
+async def test_a_consumer_that_stops_reading_is_dropped_not_buffered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(stream_module, "SEND_TIMEOUT", 0.5)
+    async with relay(tmp_path) as r:
+        host, port = r.url.removeprefix("http://").split(":")
+        with capture_logs() as logs, socket.create_connection((host, int(port))) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.sendall(
+                f"GET /v1/events/stream HTTP/1.1\r\nHost: {host}\r\n"
+                f"Authorization: Bearer {TOKEN}\r\n\r\n".encode()
+            )
+            # Far more than the socket buffers hold; the consumer never reads.
+            for _ in range(40):
+                await r.archive(10, size=64 * 1024)
+                if any(e["event"] == "stream.stalled" for e in logs):
+                    break
+            with anyio.fail_after(20):
+                # The log is the only signal the server gives; poll it under the deadline.
+                while not any(e["event"] == "stream.closed" for e in logs):  # noqa: ASYNC110
+                    await anyio.sleep(0.05)
+    assert any(e["event"] == "stream.stalled" for e in logs)
+    closed = next(e for e in logs if e["event"] == "stream.closed")
+    assert closed["sent"] < r.count  # it fell behind and was let go
