@@ -41,7 +41,7 @@ from click.testing import CliRunner, Result
 
 from sessionhook.cli import cli, ops
 from sessionhook.emulator.app import create_app as create_emulator
-from sessionhook.relay import health
+from sessionhook.relay import health, operator
 from sessionhook.relay.signing import decode_secret, generate_secret
 from sessionhook.relay.store import Store
 
@@ -445,19 +445,11 @@ def test_replay_usage_and_unknown_endpoint(db_copy: Path) -> None:
 
 def test_replay_in_chunks_reports_progress(db_copy: Path) -> None:
     progress: list[int] = []
-    with Store.open(db_copy) as store, Store.open_readonly(db_copy) as reader:
-        total = ops.replay_events(
-            store,
-            reader,
-            "broken",
-            since=0.0,
-            until=None,
-            type_glob=None,
-            session=None,
-            on_progress=progress.append,
-            chunk=3,
-        )
-        archived = sum(1 for _ in reader.iter_events())
+    with Store.open(db_copy) as store:
+        total = operator.replay(
+            store, "broken", since=0.0, on_progress=progress.append, chunk=3
+        ).queued
+        archived = sum(1 for _ in store.iter_events())
     assert total == archived == sum(progress)
     assert len(progress) == -(-archived // 3)  # one transaction per chunk of 3
 

@@ -15,7 +15,17 @@ def cli() -> None:
 
 # Imported for their side effect of adding their commands to ``cli``; they import ``cli``
 # from here, so these imports come after its definition.
-from . import api, emulator, ops, ops_deliveries, relay  # noqa: E402, F401
+from . import (  # noqa: E402, F401
+    api,
+    emulator,
+    ops,
+    ops_deliveries,
+    ops_endpoints,
+    ops_events,
+    ops_replay,
+    ops_secrets,
+    relay,
+)
 
 
 def main() -> None:

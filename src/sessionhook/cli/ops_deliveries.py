@@ -1,7 +1,8 @@
 """The delivery-log commands: ``status``, ``deliveries`` and ``attempts``.
 
-They read the daemon's store like every operator command (see :mod:`.ops`, whose plumbing
-they share): read-only, safe while the daemon runs, the database found through ``--config``
+Views of :mod:`sessionhook.relay.operator` (the web console shows the same rows). They
+read the daemon's store like every operator command (see :mod:`.ops`, whose plumbing they
+share): read-only, safe while the daemon runs, the database found through ``--config``
 (default ``$SESSIONHOOK_CONFIG``, else ``/etc/sessionhook/config.toml``) or ``--db``.
 """
 
@@ -9,10 +10,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict
-from typing import Final
 
 import click
 
+from ..relay import operator
+from ..relay.operator import DELIVERY_STATUSES
 from ..relay.store import (
     OPEN_STATUSES,
     AttemptRow,
@@ -22,9 +24,8 @@ from ..relay.store import (
     UpstreamSummary,
 )
 from . import cli
-from ._output import CliError, echo_json, render_fields, render_table
+from ._output import echo_json, render_fields, render_table
 from .ops import (
-    DELIVERY_STATUSES,
     _age,
     _json_option,
     _reading,
@@ -48,9 +49,8 @@ def status(config_path: str | None, db_path: str | None, as_json: bool) -> None:
     """Endpoints (enabled or why not, backlog, last hour, last error) and upstream polling."""
     now = time.time()
     with _reading(config_path, db_path) as store:
-        summary = store.status_summary(now)
-        history = store.history_progress(now)
-        accounts = store.accounts_summary()
+        overview = operator.status(store, now)
+    summary, history, accounts = overview.summary, overview.history, overview.accounts
     walk = {
         "total": history.total,
         "done": history.done,
@@ -177,7 +177,9 @@ def deliveries(
     """
     now = time.time()
     with _reading(config_path, db_path) as store:
-        rows = store.list_deliveries(endpoint, status_, session, limit)
+        rows = operator.deliveries(
+            store, endpoint=endpoint, status=status_, session=session, limit=limit
+        )
     if as_json:
         echo_json([asdict(row) for row in rows])
         return
@@ -213,10 +215,6 @@ def deliveries(
     click.echo(render_table([*headers, "SESSION", "LAST ERROR"], table))
 
 
-#: At most this many deliveries of one event are shown by ``attempts EVENT``.
-_EVENT_DELIVERIES: Final = 1000
-
-
 @cli.command("attempts")
 @click.argument("target", metavar="DELIVERY|EVENT")
 @_store_options
@@ -229,27 +227,11 @@ def attempts(target: str, config_path: str | None, db_path: str | None, as_json:
     DELIVERY is a delivery id as `sessionhook deliveries` shows it (`12` or `#12`); EVENT
     an event id (`evt_…`, the webhook-id): all its deliveries, every endpoint and replay.
     """
-    key = target.strip().removeprefix("#")
     with _reading(config_path, db_path) as store:
-        if key.isdigit():
-            delivery = store.get_delivery(int(key))
-            if delivery is None:
-                raise CliError(f"no delivery {key}", hint="see `sessionhook deliveries`")
-            found = [(delivery, store.list_attempts(delivery.id))]
-            event = None
-        else:
-            event = store.get_event(key)
-            if event is None:
-                raise CliError(
-                    f"no delivery or event {target!r}",
-                    hint="give a delivery id (see `sessionhook deliveries`) or an event id "
-                    "(evt_…, see `sessionhook events`)",
-                )
-            rows = store.list_deliveries(event_id=key, limit=_EVENT_DELIVERIES)
-            found = [(d, store.list_attempts(d.id)) for d in sorted(rows, key=lambda d: d.id)]
+        event, found = operator.attempts(store, target)
     if as_json:
         blocks = [{"delivery": asdict(d), "attempts": [asdict(a) for a in a_]} for d, a_ in found]
-        echo_json(blocks[0] if event is None else {"event": key, "deliveries": blocks})
+        echo_json(blocks[0] if event is None else {"event": event.id, "deliveries": blocks})
         return
     if event is not None and not found:
         click.echo(

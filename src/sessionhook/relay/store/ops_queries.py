@@ -338,6 +338,28 @@ class OperatorQueries:
         ).fetchall()
         return [self._event_row(r) for r in rows]
 
+    def event_ids_after(
+        self,
+        seq: int,
+        *,
+        session: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        limit: int = 1000,
+    ) -> list[tuple[int, str, str]]:
+        """``(seq, id, type)`` of at most ``limit`` events after position ``seq``, in ingest
+        order, from ``session`` and occurred in ``[since, until)`` (a replay's pages)."""
+        where, params = _where(
+            ("seq > ?", seq),
+            ("session_name = ?", session),
+            ("occurred_ts >= ?", since),
+            ("occurred_ts < ?", until),
+        )
+        rows = self._conn.execute(
+            f"SELECT seq, id, type FROM events {where} ORDER BY seq LIMIT ?", [*params, limit]
+        ).fetchall()
+        return [(int(r[0]), str(r[1]), str(r[2])) for r in rows]
+
 
 def _where(*clauses: tuple[str, object | None]) -> tuple[str, list[object]]:
     used = [(sql, value) for sql, value in clauses if value is not None]

@@ -27,9 +27,7 @@ buffer fills and the write waits), never the relay's memory; one that reads noth
 
 from __future__ import annotations
 
-import fnmatch
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 import anyio
@@ -39,6 +37,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
 from ..logging import get_logger
+from ..operator import EventFilter, OperatorError, events_after, resume_position
 from ..store import EventRow, StoreError
 from .auth import client_address
 
@@ -50,7 +49,6 @@ __all__ = [
     "HEARTBEAT_SECONDS",
     "POLL_SECONDS",
     "SEND_TIMEOUT",
-    "StreamFilter",
     "format_event",
     "stream_routes",
 ]
@@ -71,18 +69,6 @@ _MAX_PARAM: Final = 512
 _log = get_logger()
 
 
-@dataclass(frozen=True, slots=True)
-class StreamFilter:
-    """Which events a stream sends: any of ``types`` (globs; empty: all) and ``session``."""
-
-    types: tuple[str, ...] = ()
-    session: str | None = None
-
-    def matches(self, event_type: str) -> bool:
-        """Whether an event of ``event_type`` passes the type globs (pure)."""
-        return not self.types or any(fnmatch.fnmatchcase(event_type, g) for g in self.types)
-
-
 def format_event(row: EventRow) -> bytes:
     """One SSE message: ``id`` = webhook-id, ``event`` = type, ``data`` = the body's lines."""
     lines = [f"id: {row.id}", f"event: {row.type}"]
@@ -94,14 +80,14 @@ class _BadRequest(Exception):
     pass
 
 
-def _filter_of(request: Request) -> StreamFilter:
+def _filter_of(request: Request) -> EventFilter:
     types = tuple(request.query_params.getlist("type"))
     session = request.query_params.get("session") or None
     if len(types) > _MAX_GLOBS:
         raise _BadRequest(f"at most {_MAX_GLOBS} type= filters")
     if any(not t or len(t) > _MAX_PARAM for t in types) or len(session or "") > _MAX_PARAM:
         raise _BadRequest(f"a filter must be 1 to {_MAX_PARAM} characters")
-    return StreamFilter(types, session)
+    return EventFilter(types, session)
 
 
 def stream_routes(ctx: WebContext) -> Sequence[BaseRoute]:
@@ -124,18 +110,12 @@ def stream_routes(ctx: WebContext) -> Sequence[BaseRoute]:
                 headers={"retry-after": "2"},
             )
         resume = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
+        if resume is not None and len(resume) > _MAX_PARAM:
+            return JSONResponse({"error": "Last-Event-ID too long"}, status_code=400)
         try:
-            if resume:
-                if len(resume) > _MAX_PARAM:
-                    return JSONResponse({"error": "Last-Event-ID too long"}, status_code=400)
-                start = await astore.call(astore.store.event_seq, resume)
-                if start is None:
-                    return JSONResponse(
-                        {"error": f"unknown Last-Event-ID {resume!r}: no such event"},
-                        status_code=400,
-                    )
-            else:
-                start = await astore.call(astore.store.last_event_seq)
+            start = await astore.call(resume_position, astore.store, resume or None)
+        except OperatorError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=400)
         except StoreError as exc:
             return JSONResponse({"error": f"store: {exc}"}, status_code=503)
         if open_streams >= limit:
@@ -159,7 +139,7 @@ class _EventStream(Response):
     """The streaming answer; see the module docstring."""
 
     def __init__(
-        self, ctx: WebContext, wanted: StreamFilter, start: int, release: Callable[[], None]
+        self, ctx: WebContext, wanted: EventFilter, start: int, release: Callable[[], None]
     ) -> None:
         super().__init__(
             media_type="text/event-stream",
@@ -217,19 +197,18 @@ class _EventStream(Response):
             # Taken before reading: a ring during the read is not missed.
             rang = ctx.bell.current()
             astore = ctx.store()
-            rows: list[EventRow] = []
             if astore is not None:
-                rows = await astore.call(
-                    astore.store.events_after, self._cursor, session=wanted.session, limit=BATCH
+                page = await astore.call(
+                    events_after, astore.store, self._cursor, wanted, limit=BATCH
                 )
-            for row in rows:
-                if wanted.matches(row.type):
+                for row in page.events:
                     await self._send(send, format_event(row))
                     self._sent += 1
                     idle_since = anyio.current_time()
-                self._cursor = row.seq
-            if len(rows) == BATCH:
-                continue  # more behind: read on before waiting
+                    self._cursor = row.seq
+                self._cursor = page.cursor
+                if page.more:
+                    continue  # more behind: read on before waiting
             if anyio.current_time() - idle_since >= HEARTBEAT_SECONDS:
                 await self._send(send, b": keep-alive\n\n")
                 idle_since = anyio.current_time()

@@ -1,0 +1,336 @@
+"""``sessionhook events``: the event archive, and ``--follow`` to tail it live.
+
+Without ``--follow`` it lists the archive (a view of :func:`sessionhook.relay.operator.events`).
+With ``--follow`` it prints events as they are archived, with the same filters:
+
+* from the store (``--config`` / ``--db``): a read every :data:`FOLLOW_POLL` seconds after
+  the last event printed (the events table's order), read-only, safe beside the daemon;
+* from a daemon's event stream (``--url http://host:9187``, token from ``--token`` or
+  ``$SESSIONHOOK_WEB_TOKEN``): ``GET /v1/events/stream``, reconnecting after a failure with
+  ``Last-Event-ID`` = the last event printed, so nothing is missed or printed twice.
+
+``--last-event-id ID`` starts right after that event (both ways); ``--since`` (store only)
+prints the archive from that time first; otherwise only new events are printed. Ctrl-C (or
+a closed pipe) stops it with exit status 0 and no traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import Any, Final
+
+import anyio
+import click
+import httpx
+
+from ..relay import operator
+from ..relay.events import EVENT_TYPES, matches
+from ..relay.operator import EventFilter
+from ..relay.store import EventRow
+from . import cli
+from ._output import CliError, render_table
+from .ops import _event_json, _reading, _reported, _store_options, _time_option
+
+__all__ = ["FOLLOW_POLL", "events", "follow_stream", "parse_sse"]
+
+#: ``--follow`` on the store reads this often.
+FOLLOW_POLL: Final = 0.5
+#: An SSE message larger than this ends the connection (a bound, not a real event size).
+MAX_MESSAGE_BYTES: Final = 32 * 1024 * 1024
+#: Reconnection delays after a stream failure: doubling up to the last.
+_BACKOFF: Final = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+#: No byte for this long (heartbeats come every 15 s): the connection is dead.
+_READ_TIMEOUT: Final = 45.0
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEvent:
+    """One SSE message of ``/v1/events/stream``: webhook-id, type and body."""
+
+    id: str
+    type: str
+    body: bytes
+
+    def payload(self) -> dict[str, Any]:
+        """The body parsed."""
+        parsed: dict[str, Any] = json.loads(self.body)
+        return parsed
+
+
+@cli.command("events")
+@_store_options
+@click.option("--session", metavar="SESSION", help="Only this session.")
+@click.option(
+    "--type",
+    "type_globs",
+    multiple=True,
+    metavar="GLOB",
+    help="Only types matching, e.g. 'session.*' (repeat: any one).",
+)
+@click.option(
+    "--since",
+    callback=_time_option,
+    metavar="TIME",
+    help="Events from this time (RFC 3339 or 2h, 7d ago).",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json", "ndjson"]),
+    default="table",
+    show_default=True,
+    help="ndjson streams one event per line, whatever the size of the archive.",
+)
+@click.option("--limit", type=click.IntRange(1), help="At most this many (oldest first).")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing new events as they arrive.")
+@click.option(
+    "--last-event-id",
+    metavar="ID",
+    help="With --follow: start right after this event (a webhook-id).",
+)
+@click.option(
+    "--url",
+    metavar="URL",
+    help="With --follow: a daemon's [server] address, e.g. http://127.0.0.1:9187 "
+    "(its event stream instead of the store).",
+)
+@click.option(
+    "--token",
+    envvar="SESSIONHOOK_WEB_TOKEN",
+    metavar="TOKEN",
+    help="The daemon's [server] token for --url (or $SESSIONHOOK_WEB_TOKEN, kept out of "
+    "shell history).",
+)
+@_reported
+def events(
+    config_path: str | None,
+    db_path: str | None,
+    session: str | None,
+    type_globs: tuple[str, ...],
+    since: float | None,
+    fmt: str,
+    limit: int | None,
+    follow: bool,
+    last_event_id: str | None,
+    url: str | None,
+    token: str | None,
+) -> None:
+    """The event archive, oldest first, with the exact bodies that were delivered;
+    --follow tails it live (from the store, or a daemon's event stream with --url)."""
+    for glob in type_globs:
+        if not any(matches([glob], t) for t in EVENT_TYPES):
+            click.echo(f"note: {glob!r} matches no known event type", err=True)
+    wanted = EventFilter(type_globs, session)
+    if not follow:
+        if last_event_id or url:
+            raise click.UsageError("--last-event-id and --url go with --follow")
+        _list(config_path, db_path, wanted, since, fmt, limit)
+        return
+    if fmt == "json":
+        raise click.UsageError("--follow never ends: use --format ndjson or table")
+    if limit is not None:
+        raise click.UsageError("--limit does not go with --follow")
+    try:
+        if url is not None:
+            if since is not None:
+                raise click.UsageError("--since reads the store; with --url use --last-event-id")
+            if not token:
+                raise CliError(
+                    "--url needs the daemon's token", hint="set $SESSIONHOOK_WEB_TOKEN or --token"
+                )
+            anyio.run(_print_stream, url, token, wanted, last_event_id, fmt)
+        else:
+            _follow_store(config_path, db_path, wanted, since, last_event_id, fmt)
+    except KeyboardInterrupt:
+        pass  # Ctrl-C: the way to stop following
+    except BrokenPipeError:
+        # The reader went away (`| head`): stop quietly; what is left in the buffer goes
+        # to /dev/null, so Python's flush at exit does not complain either.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+
+
+def _rows(store: Any, wanted: EventFilter, since: float | None) -> Iterator[EventRow]:
+    # One glob is filtered by the store; several are matched here.
+    single = wanted.types[0] if len(wanted.types) == 1 else None
+    rows = operator.events(store, session=wanted.session, type_glob=single, since=since)
+    return rows if single is not None else (r for r in rows if wanted.matches(r.type))
+
+
+def _list(
+    config_path: str | None,
+    db_path: str | None,
+    wanted: EventFilter,
+    since: float | None,
+    fmt: str,
+    limit: int | None,
+) -> None:
+    with _reading(config_path, db_path) as store:
+        rows = _rows(store, wanted, since)
+        if limit is not None:
+            rows = _take(rows, limit)
+        if fmt == "ndjson":
+            for row in rows:
+                click.echo(json.dumps(_event_json(row), ensure_ascii=False))
+        elif fmt == "json":
+            # Streamed too: one element at a time, valid JSON once complete.
+            click.echo("[", nl=False)
+            for i, row in enumerate(rows):
+                click.echo(("," if i else "") + "\n  " + json.dumps(_event_json(row)), nl=False)
+            click.echo("\n]")
+        else:
+            table = [
+                [r.seq, r.occurred_at, r.type, r.session_name, r.id, r.activity_name] for r in rows
+            ]
+            if not table:
+                click.echo("no events match")
+                return
+            headers = ["SEQ", "OCCURRED", "TYPE", "SESSION", "EVENT", "ACTIVITY"]
+            click.echo(render_table(headers, table))
+
+
+def _take(rows: Iterator[EventRow], n: int) -> Iterator[EventRow]:
+    for i, row in enumerate(rows):
+        if i >= n:
+            return
+        yield row
+
+
+def _emit(line: str) -> None:
+    click.echo(line)
+    sys.stdout.flush()
+
+
+def _line(occurred: str, event_type: str, session: str, event_id: str) -> str:
+    return f"{occurred}  {event_type:<34} {session}  {event_id}"
+
+
+def _follow_store(
+    config_path: str | None,
+    db_path: str | None,
+    wanted: EventFilter,
+    since: float | None,
+    last_event_id: str | None,
+    fmt: str,
+) -> None:
+    with _reading(config_path, db_path) as store:
+        cursor = operator.resume_position(store, last_event_id)
+        if since is not None and last_event_id is None:
+            cursor = 0  # the archive from --since first, then what comes
+        while True:
+            page = operator.events_after(store, cursor, wanted, limit=500)
+            for row in page.events:
+                if since is not None and row.occurred_ts < since:
+                    continue
+                if fmt == "ndjson":
+                    _emit(json.dumps(_event_json(row), ensure_ascii=False))
+                else:
+                    _emit(_line(row.occurred_at, row.type, row.session_name, row.id))
+            cursor = page.cursor
+            if not page.more:
+                time.sleep(FOLLOW_POLL)
+
+
+# --------------------------------------------------------------------------- the stream
+
+
+async def parse_sse(chunks: AsyncIterator[bytes]) -> AsyncIterator[StreamEvent]:
+    """SSE messages from a byte stream (comments and ``retry:`` skipped); a message larger
+    than :data:`MAX_MESSAGE_BYTES` raises :class:`CliError`."""
+    buffer = b""
+    fields: dict[bytes, list[bytes]] = {}
+    size = 0
+    async for chunk in chunks:
+        buffer += chunk
+        if len(buffer) > MAX_MESSAGE_BYTES:
+            raise CliError("the event stream sent an oversized message")
+        *lines, buffer = buffer.split(b"\n")
+        for raw in lines:
+            line = raw.removesuffix(b"\r")
+            if not line:
+                if b"data" in fields:
+                    yield StreamEvent(
+                        id=b"".join(fields.get(b"id", [b""])[-1:]).decode(),
+                        type=b"".join(fields.get(b"event", [b"message"])[-1:]).decode(),
+                        body=b"\n".join(fields[b"data"]),
+                    )
+                fields, size = {}, 0
+                continue
+            if line.startswith(b":"):
+                continue
+            name, _, value = line.partition(b":")
+            size += len(value)
+            if size > MAX_MESSAGE_BYTES:
+                raise CliError("the event stream sent an oversized message")
+            fields.setdefault(name, []).append(value.removeprefix(b" "))
+
+
+async def follow_stream(
+    http: httpx.AsyncClient,
+    url: str,
+    token: str,
+    wanted: EventFilter,
+    last_event_id: str | None,
+) -> AsyncIterator[StreamEvent]:
+    """Every event of the daemon's stream at ``url``, forever: after a failure it reconnects
+    (backing off) with ``Last-Event-ID`` = the last event yielded. A 401 (wrong token) or
+    400 (unknown id, bad filter) is a :class:`CliError`: retrying would not help."""
+    params: list[tuple[str, str | int | float | bool | None]] = [
+        ("type", g) for g in wanted.types
+    ]
+    if wanted.session:
+        params.append(("session", wanted.session))
+    endpoint = url.rstrip("/") + "/v1/events/stream"
+    last = last_event_id
+    failures = 0
+    while True:
+        headers = {"authorization": f"Bearer {token}", "accept": "text/event-stream"}
+        if last:
+            headers["last-event-id"] = last
+        problem: str
+        try:
+            async with http.stream("GET", endpoint, params=params, headers=headers) as answer:
+                if answer.status_code in (400, 401, 403, 404):
+                    await answer.aread()
+                    raise CliError(f"{endpoint}: {answer.status_code} {_error_of(answer)}")
+                if answer.status_code != 200:
+                    problem = f"answered {answer.status_code}"
+                else:
+                    failures = 0
+                    async for event in parse_sse(answer.aiter_bytes()):
+                        last = event.id
+                        yield event
+                    problem = "the stream ended"
+        except httpx.HTTPError as exc:
+            problem = f"{type(exc).__name__}: {exc}"
+        delay = _BACKOFF[min(failures, len(_BACKOFF) - 1)]
+        failures += 1
+        click.echo(f"note: {endpoint}: {problem}; reconnecting in {delay:g} s", err=True)
+        await anyio.sleep(delay)
+
+
+def _error_of(answer: httpx.Response) -> str:
+    try:
+        return str(answer.json().get("error", answer.text[:200]))
+    except (ValueError, AttributeError):
+        return answer.text[:200]
+
+
+async def _print_stream(
+    url: str, token: str, wanted: EventFilter, last_event_id: str | None, fmt: str
+) -> None:
+    timeout = httpx.Timeout(10.0, read=_READ_TIMEOUT)
+    async with httpx.AsyncClient(timeout=timeout, follow_redirects=False) as http:
+        async for event in follow_stream(http, url, token, wanted, last_event_id):
+            body = event.payload()
+            session = ((body.get("data") or {}).get("session") or {}).get("name") or ""
+            if fmt == "ndjson":
+                record = {"id": event.id, "type": event.type, "session": session, "body": body}
+                _emit(json.dumps(record, ensure_ascii=False))
+            else:
+                _emit(_line(str(body.get("timestamp", "")), event.type, session, event.id))

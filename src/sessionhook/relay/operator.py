@@ -1,0 +1,347 @@
+"""The operator layer: the queries and actions behind the CLI and the web console, once.
+
+Every function takes the synchronous store (:class:`~sessionhook.relay.store.Store`, the
+operator's port: SQL stays in ``relay/store/``) and returns plain rows or figures; the CLI
+renders them as tables or JSON, the console as pages. The daemon's web routes call them in
+the store's worker thread: ``await astore.call(operator.deliveries, astore.store, ...)``.
+
+Failures the operator can fix (no such endpoint, delivery or event; a filter that selects
+nothing) raise :class:`OperatorError`, one line meant to be shown as is.
+
+Reads: :func:`status`, :func:`endpoints`, :func:`deliveries`, :func:`attempts`,
+:func:`events`, :func:`events_after` (the stream's and ``events --follow``'s cursor read).
+Actions: :func:`replay`, :func:`enable_endpoint`, :func:`disable_endpoint`,
+:func:`test_endpoint` (a signed ``ping``, never archived).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import secrets
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Final
+
+import httpx
+
+from sessionhook.api.models import Session
+
+from . import render
+from .config import Config
+from .dispatch import post_event
+from .events import session_summary
+from .retry import AttemptResult
+from .store import (
+    AttemptRow,
+    DeliveryRow,
+    EndpointState,
+    EventRow,
+    HistoryProgress,
+    StatusSummary,
+    Store,
+)
+
+__all__ = [
+    "DELIVERY_STATUSES",
+    "EVENT_DELIVERIES",
+    "PING_TYPE",
+    "REPLAY_CHUNK",
+    "EventFilter",
+    "EventPage",
+    "OperatorError",
+    "Overview",
+    "ReplayResult",
+    "attempts",
+    "deliveries",
+    "disable_endpoint",
+    "enable_endpoint",
+    "endpoints",
+    "events",
+    "events_after",
+    "find_endpoint",
+    "ping_event",
+    "replay",
+    "resume_position",
+    "status",
+    "test_endpoint",
+]
+
+#: Events queued per replay transaction: short write locks next to a running daemon.
+REPLAY_CHUNK: Final = 1000
+#: Type of the event ``endpoints test`` sends (never archived, never retried).
+PING_TYPE: Final = "ping"
+DELIVERY_STATUSES: Final = ("pending", "failed", "dead", "delivered")
+#: At most this many deliveries of one event are shown by :func:`attempts`.
+EVENT_DELIVERIES: Final = 1000
+
+
+class OperatorError(Exception):
+    """Something the operator asked for does not exist or cannot be done; ``str()`` is one
+    line for the user, ``hint`` an optional next step."""
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+# --------------------------------------------------------------------------- reads
+
+
+@dataclass(frozen=True, slots=True)
+class Overview:
+    """What ``sessionhook status`` and the console's overview show."""
+
+    summary: StatusSummary
+    history: HistoryProgress
+    accounts: dict[str, int]
+
+
+def status(store: Store, now: float) -> Overview:
+    """Endpoints, upstream, archive figures, the history walk and the accounts at ``now``."""
+    return Overview(
+        store.status_summary(now), store.history_progress(now), store.accounts_summary()
+    )
+
+
+def endpoints(store: Store) -> list[tuple[EndpointState, int]]:
+    """Every endpoint the store knows, with its number of open deliveries."""
+    backlog = store.outbox_stats()
+    return [(s, backlog.get(s.name, (0, None))[0]) for s in store.endpoint_states()]
+
+
+def find_endpoint(store: Store, name: str) -> EndpointState:
+    """The endpoint ``name``; :class:`OperatorError` naming the known ones otherwise."""
+    states = store.endpoint_states()
+    for state in states:
+        if state.name == name:
+            return state
+    known = ", ".join(state.name for state in states) or "none yet"
+    raise OperatorError(f"no endpoint named {name!r} in the database (known: {known})")
+
+
+def deliveries(
+    store: Store,
+    *,
+    endpoint: str | None = None,
+    status: str | None = None,
+    session: str | None = None,
+    limit: int = 100,
+) -> list[DeliveryRow]:
+    """The delivery log, newest first, filtered."""
+    if status is not None and status not in DELIVERY_STATUSES:
+        raise OperatorError(f"status must be one of {', '.join(DELIVERY_STATUSES)}")
+    return store.list_deliveries(endpoint, status, session, limit)
+
+
+def attempts(
+    store: Store, target: str
+) -> tuple[EventRow | None, list[tuple[DeliveryRow, list[AttemptRow]]]]:
+    """Every attempt of one delivery (``12``, ``#12``) or of every delivery of one event
+    (``evt_...``, the webhook-id): ``(event or None, [(delivery, attempts)])``."""
+    key = target.strip().removeprefix("#")
+    if key.isdigit():
+        delivery = store.get_delivery(int(key))
+        if delivery is None:
+            raise OperatorError(f"no delivery {key}", hint="see `sessionhook deliveries`")
+        return None, [(delivery, store.list_attempts(delivery.id))]
+    event = store.get_event(key)
+    if event is None:
+        raise OperatorError(
+            f"no delivery or event {target!r}",
+            hint="give a delivery id (see `sessionhook deliveries`) or an event id "
+            "(evt_…, see `sessionhook events`)",
+        )
+    rows = store.list_deliveries(event_id=key, limit=EVENT_DELIVERIES)
+    return event, [(d, store.list_attempts(d.id)) for d in sorted(rows, key=lambda d: d.id)]
+
+
+def events(
+    store: Store,
+    *,
+    session: str | None = None,
+    type_glob: str | None = None,
+    since: float | None = None,
+    until: float | None = None,
+    limit: int | None = None,
+) -> Iterator[EventRow]:
+    """Archived events in ingest order, streamed (never all in memory)."""
+    rows = store.iter_events(session, type_glob, since, until=until)
+    for i, row in enumerate(rows):
+        if limit is not None and i >= limit:
+            return
+        yield row
+
+
+@dataclass(frozen=True, slots=True)
+class EventFilter:
+    """Which events a follower wants: any of ``types`` (fnmatch globs; none: all) and
+    ``session``."""
+
+    types: tuple[str, ...] = ()
+    session: str | None = None
+
+    def matches(self, event_type: str) -> bool:
+        """Whether an event of ``event_type`` passes the type globs (pure)."""
+        return not self.types or any(fnmatch.fnmatchcase(event_type, g) for g in self.types)
+
+
+@dataclass(frozen=True, slots=True)
+class EventPage:
+    """One cursor read: the events that passed the filter, the new position (past every
+    row read, matching or not, so a rare type never rescans), and whether more rows were
+    waiting (a full page: read again at once)."""
+
+    events: list[EventRow]
+    cursor: int
+    more: bool
+
+
+def events_after(store: Store, seq: int, wanted: EventFilter, *, limit: int = 100) -> EventPage:
+    """The events after position ``seq`` (the events table's order) that ``wanted`` lets
+    through, at most ``limit`` rows read: the stream's and ``events --follow``'s read."""
+    rows = store.events_after(seq, session=wanted.session, limit=limit)
+    cursor = rows[-1].seq if rows else seq
+    return EventPage([r for r in rows if wanted.matches(r.type)], cursor, len(rows) == limit)
+
+
+def resume_position(store: Store, event_id: str | None) -> int:
+    """Where a follower starts: right after the event ``event_id`` (a webhook-id), or after
+    the newest event when ``None``. An unknown id is an :class:`OperatorError`, never a
+    silent restart from somewhere else."""
+    if event_id is None:
+        return store.last_event_seq()
+    seq = store.event_seq(event_id)
+    if seq is None:
+        raise OperatorError(f"unknown event id {event_id!r}: no such event in the archive")
+    return seq
+
+
+# --------------------------------------------------------------------------- actions
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayResult:
+    """How many deliveries a replay queued, and the endpoint's state (a disabled one
+    sends them once enabled)."""
+
+    queued: int
+    endpoint: EndpointState
+
+
+def replay(
+    store: Store,
+    endpoint: str,
+    *,
+    event_ids: tuple[str, ...] | list[str] = (),
+    since: float | None = None,
+    until: float | None = None,
+    type_glob: str | None = None,
+    session: str | None = None,
+    on_progress: Callable[[int], None] = lambda n: None,
+    chunk: int = REPLAY_CHUNK,
+) -> ReplayResult:
+    """Deliver archived events again to ``endpoint``: same webhook-id and body, new attempts.
+
+    Either ``event_ids`` or a time range (``since``, optional ``until``); ``type_glob`` and
+    ``session`` narrow either. A range is read and queued ``chunk`` events at a time, each
+    chunk in its own short transaction, so a replay of a million events neither sits in
+    memory nor holds the write lock long enough to stall the daemon. Events the endpoint
+    does not subscribe to, or already on their way, are not queued.
+    """
+    if bool(event_ids) == (since is not None):
+        raise OperatorError("give either a start time (and an optional end) or event ids")
+    if until is not None and since is None:
+        raise OperatorError("an end time needs a start time")
+    state = find_endpoint(store, endpoint)
+    if event_ids:
+        missing = [i for i in event_ids if store.get_event(i) is None]
+        if missing:
+            raise OperatorError(f"no archived event {', '.join(missing)}")
+        queued = store.replay(
+            endpoint, event_ids=list(event_ids), type_glob=type_glob, session=session
+        )
+        on_progress(queued)
+        return ReplayResult(queued, state)
+    total, cursor = 0, 0
+    while True:
+        page = store.event_ids_after(cursor, session=session, since=since, until=until, limit=chunk)
+        if not page:
+            return ReplayResult(total, state)
+        cursor = page[-1][0]
+        ids = [
+            i for _seq, i, kind in page if type_glob is None or fnmatch.fnmatchcase(kind, type_glob)
+        ]
+        if ids:
+            queued = store.replay(endpoint, event_ids=ids)
+            total += queued
+            on_progress(queued)
+
+
+def enable_endpoint(store: Store, name: str) -> int:
+    """Enable ``name`` again; returns how many deliveries wait for it."""
+    find_endpoint(store, name)
+    store.set_endpoint_enabled(name, True)
+    return store.pending_count(name)
+
+
+def disable_endpoint(store: Store, name: str, reason: str = "disabled by an operator") -> None:
+    """Stop delivering to ``name``; its events keep being archived (replay them later)."""
+    find_endpoint(store, name)
+    store.set_endpoint_enabled(name, False, reason)
+
+
+def ping_event(endpoint: str, now: float) -> tuple[str, bytes]:
+    """A fresh ``(event id, body)`` for an endpoint test: never archived, unique id.
+
+    The body has the envelope of every event (``type``, ``timestamp``, ``data.session``),
+    with an empty session, so that a consumer written against the documented shape does
+    not fail on the ping itself and the answer reflects its reachability and signature
+    check; ``type`` is ``ping``, which a consumer can acknowledge and ignore.
+    """
+    event_id = "evt_" + secrets.token_hex(16)
+    body: dict[str, Any] = {
+        "type": PING_TYPE,
+        "timestamp": datetime.fromtimestamp(now, UTC).isoformat().replace("+00:00", "Z"),
+        "data": {
+            "session": session_summary(Session(name="")),
+            "endpoint": endpoint,
+            "message": "sessionhook endpoints test",
+        },
+    }
+    return event_id, json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+async def test_endpoint(
+    config: Config, name: str, *, transport: httpx.AsyncBaseTransport, now: float
+) -> tuple[str, AttemptResult]:
+    """POST a signed ``ping`` to the configured endpoint ``name`` (its secrets, its
+    payload/format/template) through ``transport`` (the daemon's vetted, pinned one);
+    returns the ping's webhook-id and the answer. Never archived, never retried."""
+    endpoint = config.endpoint_by_name(name)
+    if endpoint is None:
+        known = ", ".join(e.name for e in config.endpoints) or "none"
+        raise OperatorError(f"no endpoint named {name!r} in the config (known: {known})")
+    event_id, body = ping_event(name, now)
+    try:
+        # Shaped like the endpoint's deliveries: a chat webhook gets a chat message.
+        body, content_type = render.render(event_id, body, endpoint.shape)
+    except render.RenderError as exc:
+        raise OperatorError(f"{name}: the ping does not render: {exc}") from None
+    timeout = config.delivery.timeout
+    async with httpx.AsyncClient(
+        transport=transport, timeout=httpx.Timeout(timeout), follow_redirects=False
+    ) as http:
+        # The one place that signs and POSTs, shared with the dispatcher.
+        result = await post_event(
+            http,
+            url=endpoint.url,
+            secrets=[s.get_secret_value() for s in endpoint.secrets],
+            event_id=event_id,
+            body=body,
+            timeout=timeout,
+            body_limit=config.delivery.response_body_limit,
+            content_type=content_type,
+        )
+    return event_id, result

@@ -1,0 +1,227 @@
+"""Black-box: the event stream of ``sessionhook run`` (``GET /v1/events/stream``) against
+the stand-in API, beside a webhook consumer.
+
+Every message carries the same webhook-id, type and bytes as the webhook; a consumer killed
+mid-stream resumes with Last-Event-ID and misses nothing, repeats nothing; the token guards
+the stream and not the health routes; ``sessionhook events --follow --url`` tails it and
+stops cleanly on Ctrl-C. Nothing is imported from ``sessionhook``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import httpx
+import pytest
+
+from .test_blackbox import (
+    SESSIONHOOK,
+    Endpoint,
+    Harness,
+    Relay,
+    World,
+    harness,
+    relay_config,
+    wait_all_delivered,
+    wait_ready,
+    wait_until,
+)
+
+pytestmark = pytest.mark.integration
+
+__all__ = ["harness"]  # the fixture, imported for pytest
+
+TOKEN = "bb-" + "k" * 40
+
+
+@dataclass
+class Message:
+    id: str
+    event: str
+    data: bytes
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def sse(lines: Iterator[str]) -> Iterator[Message]:
+    """SSE messages as the HTML standard parses them (comments skipped)."""
+    fields: dict[str, list[str]] = {}
+    for line in lines:
+        if line == "":
+            if "data" in fields:
+                yield Message(
+                    fields["id"][-1], fields["event"][-1], "\n".join(fields["data"]).encode()
+                )
+            fields = {}
+        elif not line.startswith(":"):
+            name, _, value = line.partition(":")
+            fields.setdefault(name, []).append(value.removeprefix(" "))
+
+
+class Reader:
+    """Reads a stream in a thread until told to stop (or killed mid-stream)."""
+
+    def __init__(self, url: str, headers: dict[str, str], stop_after: int | None = None):
+        self.messages: list[Message] = []
+        self.status: int | None = None
+        self._stop_after = stop_after
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(url, headers), daemon=True)
+        self._thread.start()
+
+    def _run(self, url: str, headers: dict[str, str]) -> None:
+        timeout = httpx.Timeout(10.0, read=60.0)
+        try:
+            with httpx.stream("GET", url, headers=headers, timeout=timeout) as answer:
+                self.status = answer.status_code
+                for message in sse(answer.iter_lines()):
+                    self.messages.append(message)
+                    if self._closed.is_set() or len(self.messages) == self._stop_after:
+                        return  # leaves the connection: the consumer dies here
+        except httpx.HTTPError:
+            pass
+
+    def close(self) -> None:
+        self._closed.set()
+        self._thread.join(timeout=70)
+
+
+def _relay(harness: Harness, standin: object, endpoints: list[Endpoint]) -> tuple[Relay, str]:
+    port = _free_port()
+    config = relay_config(
+        standin=standin,  # type: ignore[arg-type]
+        store=harness.tmp / "relay.db",
+        endpoints=endpoints,
+        listen=f"127.0.0.1:{port}",
+    )
+    config += 'token_env = "SESSIONHOOK_WEB_TOKEN"\n'
+    relay = Relay(harness.tmp, "relay", config, standin.api_key)  # type: ignore[attr-defined]
+    relay.env["SESSIONHOOK_WEB_TOKEN"] = TOKEN
+    harness.relays.append(relay)
+    relay.start()
+    return relay, f"http://127.0.0.1:{port}"
+
+
+def test_the_stream_carries_the_webhooks_ids_and_bytes_and_resumes(harness: Harness) -> None:
+    standin = harness.standin()
+    consumer = harness.consumer()
+    url, secret = consumer.add_endpoint("alpha")
+    relay, base = _relay(harness, standin, [Endpoint("alpha", url, secret)])
+    wait_ready(standin, relay)
+    stream = f"{base}/v1/events/stream"
+    auth = {"authorization": f"Bearer {TOKEN}"}
+
+    # Access: the health routes are open, the stream is not.
+    assert httpx.get(f"{base}/healthz", timeout=10).status_code == 200
+    assert httpx.get(f"{base}/metrics", timeout=10).status_code == 200
+    assert httpx.get(stream, timeout=10).status_code == 401
+    wrong = httpx.get(stream, headers={"authorization": "Bearer " + "x" * 43}, timeout=10)
+    assert wrong.status_code == 401
+    wait_until(
+        lambda: any(e.get("event") == "web.auth_failed" for e in relay.log_events()),
+        10,
+        "the web.auth_failed log line",
+    )
+    assert TOKEN not in relay.stderr and "x" * 43 not in relay.stderr
+
+    # One consumer follows everything; another is killed after 5 messages.
+    whole = Reader(stream, auth)
+    killed = Reader(stream, auth, stop_after=5)
+    wait_until(lambda: whole.status == 200 and killed.status == 200, 10, "both streams")
+    world = World(standin)
+    world.add("pr")
+    world.add("fail")
+    world.play(pause=0.1)
+    wait_all_delivered(consumer, ["alpha"], world, harness, timeout=30)
+    hits = {h.webhook_id: h for h in consumer.hits("alpha")}
+    wait_until(lambda: len(whole.messages) >= len(hits), 20, "every event on the stream")
+    wait_until(lambda: len(killed.messages) == 5, 10, "the first five on the killed stream")
+    killed.close()
+
+    # Same id, type and bytes as the webhook, each event once.
+    ids = [m.id for m in whole.messages]
+    assert len(ids) == len(set(ids)) and set(ids) == set(hits)
+    for m in whole.messages:
+        assert m.data == hits[m.id].raw and m.event == hits[m.id].type
+
+    # The killed consumer comes back with the last id it saw: the rest, exactly.
+    resumed = Reader(
+        stream, {**auth, "last-event-id": killed.messages[-1].id}, stop_after=len(ids) - 5
+    )
+    wait_until(lambda: len(resumed.messages) == len(ids) - 5, 20, "the resumed stream")
+    resumed.close()
+    whole.close()
+    assert [m.id for m in killed.messages + resumed.messages] == ids
+    unknown = httpx.get(stream, headers={**auth, "last-event-id": "evt_unknown"}, timeout=10)
+    assert unknown.status_code == 400
+
+
+def test_events_follow_url_tails_the_stream_and_stops_on_ctrl_c(harness: Harness) -> None:
+    standin = harness.standin()
+    relay, base = _relay(harness, standin, [])
+    wait_ready(standin, relay)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONHOOK_")}
+    env["SESSIONHOOK_WEB_TOKEN"] = TOKEN
+    out = harness.tmp / "follow.out"
+    with (
+        out.open("wb") as sink,
+        subprocess.Popen(
+            [
+                str(SESSIONHOOK),
+                "events",
+                "--follow",
+                "--url",
+                base,
+                "--format",
+                "ndjson",
+                "--type",
+                "session.*",
+            ],
+            stdout=sink,
+            stderr=subprocess.PIPE,
+            env=env,
+        ) as follower,
+    ):
+        try:
+            # Connected once the relay logs the stream.
+            wait_until(
+                lambda: any(e.get("event") == "stream.opened" for e in relay.log_events()),
+                20,
+                "the follower's stream",
+            )
+            world = World(standin)
+            name = world.add("short")
+            world.play(pause=0.1)
+
+            def lines() -> list[dict[str, object]]:
+                return [json.loads(x) for x in out.read_text().splitlines() if x.strip()]
+
+            wait_until(
+                lambda: any(
+                    r["type"] == "session.state_changed" and r["session"] == name for r in lines()
+                ),
+                30,
+                "the session's events in the follower's output",
+            )
+            follower.send_signal(signal.SIGINT)
+            assert follower.wait(timeout=10) == 0
+            assert follower.stderr is not None
+            err = follower.stderr.read().decode()
+        finally:
+            if follower.poll() is None:
+                follower.kill()
+    assert "Traceback" not in err
+    got = lines()
+    assert got and all(str(r["type"]).startswith("session.") for r in got)
+    assert len({r["id"] for r in got}) == len(got)

@@ -1,0 +1,226 @@
+"""``sessionhook events --follow``: tails the store, or a daemon's event stream (reconnecting
+with Last-Event-ID), with the filters of ``events``; Ctrl-C ends it cleanly."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import IO
+
+import anyio
+import anyio.abc
+import httpx
+import pytest
+
+from sessionhook.cli.ops_events import follow_stream, parse_sse
+from sessionhook.relay import health
+from sessionhook.relay.config import Config
+from sessionhook.relay.metrics import Metrics
+from sessionhook.relay.operator import EventFilter
+from sessionhook.relay.store import AsyncStore, Store
+from sessionhook.relay.web import Bell, WebAuth, WebContext, create_app
+
+from .test_web_stream import TOKEN, Relay, _free_port
+
+SESSIONHOOK = Path(sys.executable).parent / "sessionhook"
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("SESSIONHOOK_")}
+
+
+class Lines:
+    """A subprocess's output lines, read by a thread (a blocked read never hangs a test)."""
+
+    def __init__(self, out: IO[bytes]) -> None:
+        self._queue: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._pump, args=(out,), daemon=True).start()
+
+    def _pump(self, out: IO[bytes]) -> None:
+        try:
+            for line in out:
+                self._queue.put(line.decode().rstrip("\n"))
+        except (ValueError, OSError):
+            pass  # closed by the test: it has what it wanted
+
+    def take(self, count: int, within: float = 20.0) -> list[str]:
+        deadline = time.monotonic() + within
+        lines: list[str] = []
+        while len(lines) < count:
+            try:
+                lines.append(self._queue.get(timeout=max(0.0, deadline - time.monotonic())))
+            except queue.Empty:
+                raise AssertionError(f"only {lines} within {within} s") from None
+        return lines
+
+
+def _counter(db: Path) -> Relay:
+    """Creates the store file; numbers the events :func:`_archive` adds to it."""
+    counter = Relay(AsyncStore(Store.open(db)), "", Bell())
+    anyio.run(counter.astore.close)
+    return counter
+
+
+def _archive(db: Path, counter: Relay, n: int, **kw: str) -> list[str]:
+    """Archive ``n`` events in the store file, as another process than the follower."""
+
+    async def go() -> list[str]:
+        counter.astore = AsyncStore(Store.open(db))
+        try:
+            return [row.id for row in await counter.archive(n, **kw)]  # type: ignore[arg-type]
+        finally:
+            await counter.astore.close()
+
+    return anyio.run(go)
+
+
+def test_follow_the_store_with_filters_then_ctrl_c(tmp_path: Path) -> None:
+    db = tmp_path / "relay.db"
+    counter = _counter(db)
+    old = _archive(db, counter, 2, kind="session.completed")
+    with subprocess.Popen(
+        [
+            str(SESSIONHOOK),
+            "events",
+            "--follow",
+            "--db",
+            str(db),
+            "--format",
+            "ndjson",
+            "--type",
+            "session.*",
+            "--type",
+            "*.plan_*",
+            "--session",
+            "sessions/1",
+            "--last-event-id",
+            old[-1],
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_env(),
+    ) as proc:
+        try:
+            lines = Lines(proc.stdout)  # type: ignore[arg-type]
+            wanted = _archive(db, counter, 2, kind="session.completed")
+            _archive(db, counter, 1, kind="activity.progress_updated")
+            _archive(db, counter, 1, kind="session.failed", session="sessions/2")
+            wanted += _archive(db, counter, 1, kind="activity.plan_generated")
+            got = [json.loads(line) for line in lines.take(3)]
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=10) == 0
+            assert proc.stderr is not None
+            err = proc.stderr.read().decode()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert [g["id"] for g in got] == wanted and not set(wanted) & set(old)
+    assert [g["type"] for g in got] == ["session.completed"] * 2 + ["activity.plan_generated"]
+    assert got[0]["body"]["data"]["i"] == 2
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+
+
+def test_follow_resumes_after_an_id_and_refuses_an_unknown_one(tmp_path: Path) -> None:
+    db = tmp_path / "relay.db"
+    counter = _counter(db)
+    ids = _archive(db, counter, 4)
+    with subprocess.Popen(
+        [str(SESSIONHOOK), "events", "-f", "--db", str(db), "--last-event-id", ids[1]],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_env(),
+    ) as proc:
+        try:
+            lines = Lines(proc.stdout).take(2)  # type: ignore[arg-type]
+        finally:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=10)
+    assert [line.split()[-1] for line in lines] == ids[2:]
+    unknown = subprocess.run(
+        [str(SESSIONHOOK), "events", "-f", "--db", str(db), "--last-event-id", "evt_nope"],
+        capture_output=True,
+        env=_env(),
+        timeout=30,
+    )
+    assert unknown.returncode == 1
+    assert unknown.stderr.decode().startswith("error: unknown event id 'evt_nope'")
+    usage = subprocess.run(
+        [str(SESSIONHOOK), "events", "-f", "--db", str(db), "--format", "json"],
+        capture_output=True,
+        env=_env(),
+        timeout=30,
+    )
+    assert usage.returncode == 2
+
+
+@pytest.mark.anyio
+async def test_parse_sse_joins_data_lines_and_skips_comments() -> None:
+    async def chunks() -> AsyncIterator[bytes]:
+        for part in (
+            b'retry: 2000\n: hi\n\nid: e1\nevent: a.b\ndata: {"x":\n',
+            b"data: 1}\n",
+            b"\r\nid: e2\r\nevent: c\r\ndata: 2\r\n\r\n",
+        ):
+            yield part
+
+    got = [e async for e in parse_sse(chunks())]
+    assert [(e.id, e.type, e.body) for e in got] == [("e1", "a.b", b'{"x":\n1}'), ("e2", "c", b"2")]
+
+
+@pytest.mark.anyio
+async def test_follow_stream_reconnects_with_last_event_id(tmp_path: Path) -> None:
+    """The daemon restarts under the follower: it reconnects and resumes, nothing missed
+    or repeated."""
+    listen = f"127.0.0.1:{_free_port()}"
+    config = Config.model_validate({"server": {"listen": listen, "token_env": "T"}})
+    astore = AsyncStore(Store.open(tmp_path / "relay.db"))
+    bell = Bell()
+    ctx = WebContext(
+        config=lambda: config,
+        store=lambda: astore,
+        metrics=Metrics(),
+        auth=WebAuth(TOKEN),
+        bell=bell,
+    )
+    relay = Relay(astore, f"http://{listen}", bell)
+    first = await relay.archive(1)
+    expected: list[str] = []
+    got: list[str] = []
+    try:
+        async with anyio.create_task_group() as outer, httpx.AsyncClient() as http:
+            server = anyio.CancelScope()
+
+            async def serve(
+                scope: anyio.CancelScope, *, task_status: anyio.abc.TaskStatus[object]
+            ) -> None:
+                with scope:
+                    app = create_app(ctx, readiness=lambda: (True, []))
+                    await health.serve(listen, app, task_status=task_status)
+
+            await outer.start(serve, server)
+            stream = follow_stream(http, relay.url, TOKEN, EventFilter(), first[0].id)
+            expected += [r.id for r in await relay.archive(3)]
+            with anyio.fail_after(30):
+                for _ in range(2):
+                    got.append((await anext(stream)).id)
+                server.cancel()  # the daemon stops; events keep being archived
+                await anyio.sleep(0.5)
+                expected += [r.id for r in await relay.archive(2)]
+                server = anyio.CancelScope()
+                await outer.start(serve, server)
+                expected += [r.id for r in await relay.archive(2)]
+                while len(got) < len(expected):
+                    got.append((await anext(stream)).id)
+            await stream.aclose()
+            outer.cancel_scope.cancel()
+    finally:
+        await astore.close()
+    assert got == expected

@@ -1,0 +1,83 @@
+"""The operator layer (``relay/operator.py``) the CLI and the console share: cursor reads,
+resume positions, errors the operator can act on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+
+from sessionhook.relay import operator
+from sessionhook.relay.operator import EventFilter, OperatorError
+from sessionhook.relay.store import AsyncStore, Store
+from sessionhook.relay.web import Bell
+
+from .test_web_stream import Relay
+
+
+def _store(tmp_path: Path, kinds: list[tuple[str, str]]) -> tuple[Store, list[str]]:
+    """A store holding one event per ``(type, session)``; the ids, in order."""
+    path = tmp_path / "relay.db"
+    relay = Relay(AsyncStore(Store.open(path)), "", Bell())
+    ids: list[str] = []
+
+    async def fill() -> None:
+        for kind, session in kinds:
+            ids.extend(r.id for r in await relay.archive(1, kind=kind, session=session))
+        await relay.astore.close()
+
+    anyio.run(fill)
+    return Store.open(path), ids
+
+
+def test_events_after_moves_past_rows_that_do_not_match(tmp_path: Path) -> None:
+    kinds = [("activity.a", "sessions/1")] * 5 + [("session.completed", "sessions/1")]
+    store, ids = _store(tmp_path, kinds)
+    with store:
+        wanted = EventFilter(("session.*",))
+        page = operator.events_after(store, 0, wanted, limit=3)
+        assert page.events == [] and page.cursor == 3 and page.more
+        page = operator.events_after(store, page.cursor, wanted, limit=3)
+        assert [e.id for e in page.events] == [ids[5]] and page.cursor == 6 and page.more
+        page = operator.events_after(store, page.cursor, wanted, limit=3)
+        assert page.events == [] and page.cursor == 6 and not page.more
+
+
+def test_session_filter_and_several_globs(tmp_path: Path) -> None:
+    kinds = [
+        ("session.failed", "sessions/2"),
+        ("activity.plan_generated", "sessions/1"),
+        ("session.failed", "sessions/1"),
+        ("activity.progress_updated", "sessions/1"),
+    ]
+    store, ids = _store(tmp_path, kinds)
+    with store:
+        wanted = EventFilter(("session.*", "*.plan_*"), "sessions/1")
+        page = operator.events_after(store, 0, wanted)
+    assert [e.id for e in page.events] == [ids[1], ids[2]]
+    assert EventFilter().matches("anything") and not wanted.matches("Session.failed")
+
+
+def test_resume_position(tmp_path: Path) -> None:
+    store, ids = _store(tmp_path, [("x.a", "sessions/1")] * 3)
+    with store:
+        assert operator.resume_position(store, None) == 3  # only what comes next
+        assert operator.resume_position(store, ids[0]) == 1
+        with pytest.raises(OperatorError, match="unknown event id 'evt_zzz'"):
+            operator.resume_position(store, "evt_zzz")
+
+
+def test_errors_the_operator_can_act_on(tmp_path: Path) -> None:
+    store, ids = _store(tmp_path, [("x.a", "sessions/1")])
+    with store:
+        with pytest.raises(OperatorError, match=r"no endpoint named 'ci' .*known: none yet"):
+            operator.find_endpoint(store, "ci")
+        with pytest.raises(OperatorError, match="status must be one of"):
+            operator.deliveries(store, status="lost")
+        with pytest.raises(OperatorError, match="no delivery 9"):
+            operator.attempts(store, "#9")
+        event, found = operator.attempts(store, ids[0])
+        assert event is not None and event.id == ids[0] and found == []
+        with pytest.raises(OperatorError, match="either a start time"):
+            operator.replay(store, "ci")
