@@ -3,13 +3,14 @@ resume positions, errors the operator can act on."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
 import pytest
 
 from sessionhook.relay import operator
-from sessionhook.relay.operator import EventFilter, OperatorError
+from sessionhook.relay.operator import EventFilter, Follower, OperatorError
 from sessionhook.relay.store import AsyncStore, Store
 from sessionhook.relay.web import Bell
 
@@ -31,16 +32,16 @@ def _store(tmp_path: Path, kinds: list[tuple[str, str]]) -> tuple[Store, list[st
     return Store.open(path), ids
 
 
-def test_events_after_moves_past_rows_that_do_not_match(tmp_path: Path) -> None:
+def test_a_follower_moves_past_rows_that_do_not_match(tmp_path: Path) -> None:
     kinds = [("activity.a", "sessions/1")] * 5 + [("session.completed", "sessions/1")]
     store, ids = _store(tmp_path, kinds)
     with store:
-        wanted = EventFilter(("session.*",))
-        page = operator.events_after(store, 0, wanted, limit=3)
+        follower = Follower(0, EventFilter(("session.*",)))
+        page = follower.read(store, limit=3)
         assert page.events == [] and page.cursor == 3 and page.more
-        page = operator.events_after(store, page.cursor, wanted, limit=3)
+        page = follower.read(store, limit=3)
         assert [e.id for e in page.events] == [ids[5]] and page.cursor == 6 and page.more
-        page = operator.events_after(store, page.cursor, wanted, limit=3)
+        page = follower.read(store, limit=3)
         assert page.events == [] and page.cursor == 6 and not page.more
 
 
@@ -52,11 +53,50 @@ def test_session_filter_and_several_globs(tmp_path: Path) -> None:
         ("activity.progress_updated", "sessions/1"),
     ]
     store, ids = _store(tmp_path, kinds)
+    wanted = EventFilter(("session.*", "*.plan_*"), "sessions/1")
     with store:
-        wanted = EventFilter(("session.*", "*.plan_*"), "sessions/1")
-        page = operator.events_after(store, 0, wanted)
+        page = Follower(0, wanted).read(store)
     assert [e.id for e in page.events] == [ids[1], ids[2]]
     assert EventFilter().matches("anything") and not wanted.matches("Session.failed")
+
+
+@dataclass
+class Row:
+    seq: int
+    type: str = "x.a"
+    session_name: str = "sessions/1"
+
+
+class Holey:
+    """A store whose committed rows the test chooses (PostgreSQL's view mid-transaction)."""
+
+    def __init__(self, *seqs: int) -> None:
+        self.seqs = sorted(seqs)
+
+    def events_after(self, seq: int, *, limit: int = 200) -> list[Row]:
+        return [Row(s) for s in self.seqs if s > seq][:limit]
+
+
+def test_a_follower_waits_at_a_hole_until_it_fills_or_settles() -> None:
+    now = [100.0]
+    store = Holey(1, 2, 4, 5, 8)  # 3 is being written; 6 and 7 never will be
+    follower = Follower(0, EventFilter(), settle=5.0, clock=lambda: now[0])
+
+    def read() -> list[int]:
+        return [r.seq for r in follower.read(store).events]  # type: ignore[arg-type]
+
+    assert read() == [1, 2]  # stops before the hole at 3
+    now[0] += 2
+    assert read() == []
+    store.seqs = sorted([*store.seqs, 3])  # its transaction commits: in order, nothing lost
+    assert read() == [3, 4, 5]
+    assert follower.cursor == 5
+    # The hole at 6-7 was seen at the first read, with the one at 3: its clock runs since.
+    now[0] += 2.9
+    assert read() == []
+    now[0] += 0.2
+    assert read() == [8]  # 6 and 7 never came: settled 5 s after first seen, passed
+    assert read() == [] and follower.cursor == 8
 
 
 def test_resume_position(tmp_path: Path) -> None:

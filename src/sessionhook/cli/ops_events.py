@@ -219,11 +219,12 @@ def _follow_store(
     fmt: str,
 ) -> None:
     with _reading(config_path, db_path) as store:
-        cursor = operator.resume_position(store, last_event_id)
+        start = operator.resume_position(store, last_event_id)
         if since is not None and last_event_id is None:
-            cursor = 0  # the archive from --since first, then what comes
+            start = 0  # the archive from --since first, then what comes
+        follower = operator.Follower(start, wanted)
         while True:
-            page = operator.events_after(store, cursor, wanted, limit=500)
+            page = follower.read(store, limit=500)
             for row in page.events:
                 if since is not None and row.occurred_ts < since:
                     continue
@@ -231,7 +232,6 @@ def _follow_store(
                     _emit(json.dumps(_event_json(row), ensure_ascii=False))
                 else:
                     _emit(_line(row.occurred_at, row.type, row.session_name, row.id))
-            cursor = page.cursor
             if not page.more:
                 time.sleep(FOLLOW_POLL)
 
@@ -280,9 +280,7 @@ async def follow_stream(
     """Every event of the daemon's stream at ``url``, forever: after a failure it reconnects
     (backing off) with ``Last-Event-ID`` = the last event yielded. A 401 (wrong token) or
     400 (unknown id, bad filter) is a :class:`CliError`: retrying would not help."""
-    params: list[tuple[str, str | int | float | bool | None]] = [
-        ("type", g) for g in wanted.types
-    ]
+    params: list[tuple[str, str | int | float | bool | None]] = [("type", g) for g in wanted.types]
     if wanted.session:
         params.append(("session", wanted.session))
     endpoint = url.rstrip("/") + "/v1/events/stream"

@@ -9,7 +9,7 @@ Failures the operator can fix (no such endpoint, delivery or event; a filter tha
 nothing) raise :class:`OperatorError`, one line meant to be shown as is.
 
 Reads: :func:`status`, :func:`endpoints`, :func:`deliveries`, :func:`attempts`,
-:func:`events`, :func:`events_after` (the stream's and ``events --follow``'s cursor read).
+:func:`events`, :class:`Follower` (the stream's and ``events --follow``'s cursor read).
 Actions: :func:`replay`, :func:`enable_endpoint`, :func:`disable_endpoint`,
 :func:`test_endpoint` (a signed ``ping``, never archived).
 """
@@ -19,6 +19,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import secrets
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -46,10 +47,12 @@ from .store import (
 __all__ = [
     "DELIVERY_STATUSES",
     "EVENT_DELIVERIES",
+    "GAP_SETTLE",
     "PING_TYPE",
     "REPLAY_CHUNK",
     "EventFilter",
     "EventPage",
+    "Follower",
     "OperatorError",
     "Overview",
     "ReplayResult",
@@ -59,7 +62,6 @@ __all__ = [
     "enable_endpoint",
     "endpoints",
     "events",
-    "events_after",
     "find_endpoint",
     "ping_event",
     "replay",
@@ -190,20 +192,71 @@ class EventFilter:
 @dataclass(frozen=True, slots=True)
 class EventPage:
     """One cursor read: the events that passed the filter, the new position (past every
-    row read, matching or not, so a rare type never rescans), and whether more rows were
-    waiting (a full page: read again at once)."""
+    row accepted, matching or not, so a rare type never rescans), and whether more rows are
+    waiting (read again at once)."""
 
     events: list[EventRow]
     cursor: int
     more: bool
 
 
-def events_after(store: Store, seq: int, wanted: EventFilter, *, limit: int = 100) -> EventPage:
-    """The events after position ``seq`` (the events table's order) that ``wanted`` lets
-    through, at most ``limit`` rows read: the stream's and ``events --follow``'s read."""
-    rows = store.events_after(seq, session=wanted.session, limit=limit)
-    cursor = rows[-1].seq if rows else seq
-    return EventPage([r for r in rows if wanted.matches(r.type)], cursor, len(rows) == limit)
+#: Seconds a hole in the events' order may stay open before a follower moves past it.
+GAP_SETTLE: Final = 5.0
+
+
+class Follower:
+    """Reads the events after a position, in the events table's order, for the event stream
+    and ``events --follow``: :meth:`read` again and again.
+
+    Nothing missed: on PostgreSQL ``seq`` values are taken when a row is inserted but become
+    visible when its transaction commits, so a reader can see 12 while 11 is still being
+    written (several ingests at once, or several relays). A follower therefore stops at a
+    hole in ``seq`` and reads again, until the hole fills or has stayed open for ``settle``
+    seconds (a value a rolled-back or conflicting insert consumed never appears; SQLite
+    leaves no holes). Filters are applied here, never in SQL, so holes stay visible.
+    """
+
+    def __init__(
+        self,
+        start: int,
+        wanted: EventFilter,
+        *,
+        settle: float = GAP_SETTLE,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        #: The position: the last event accepted (sent, or skipped by the filter).
+        self.cursor = start
+        self.wanted = wanted
+        self._settle = settle
+        self._clock = clock
+        #: First seen, for each hole still ahead: where it starts -> when.
+        self._holes: dict[int, float] = {}
+
+    def read(self, store: Store, *, limit: int = 100) -> EventPage:
+        """The next events (runs in the store's thread; one caller at a time)."""
+        rows = store.events_after(self.cursor, limit=limit)
+        accepted: list[EventRow] = []
+        now = self._clock()
+        for row in rows:
+            if row.seq != self.cursor + 1:
+                seen = self._holes.setdefault(self.cursor + 1, now)
+                if now - seen < self._settle:
+                    # Every hole of this read starts its clock now: they settle together.
+                    self._note_holes(rows, now)
+                    return EventPage(accepted, self.cursor, False)
+            self.cursor = row.seq
+            if self.wanted.matches(row.type) and self.wanted.session in (None, row.session_name):
+                accepted.append(row)
+        self._holes = {k: v for k, v in self._holes.items() if k > self.cursor}
+        return EventPage(accepted, self.cursor, len(rows) == limit)
+
+    def _note_holes(self, rows: list[EventRow], now: float) -> None:
+        previous = self.cursor
+        for row in rows:
+            if row.seq > previous + 1:
+                self._holes.setdefault(previous + 1, now)
+            previous = max(previous, row.seq)
+        self._holes = {k: v for k, v in self._holes.items() if k > self.cursor}
 
 
 def resume_position(store: Store, event_id: str | None) -> int:

@@ -326,15 +326,13 @@ class OperatorQueries:
         row = self._conn.execute("SELECT MAX(seq) FROM events").fetchone()
         return 0 if row is None or row[0] is None else int(row[0])
 
-    def events_after(
-        self, seq: int, *, session: str | None = None, limit: int = 200
-    ) -> list[EventRow]:
-        """At most ``limit`` events after position ``seq``, in ingest order (the stream's
-        read; type globs are matched by the caller)."""
-        where, params = _where(("e.seq > ?", seq), ("e.session_name = ?", session))
+    def events_after(self, seq: int, *, limit: int = 200) -> list[EventRow]:
+        """At most ``limit`` events after position ``seq``, in ingest order (the event
+        stream's read; filters are applied by the caller, which must see every ``seq``)."""
         rows = self._conn.execute(
-            f"SELECT {self._EVENT_COLUMNS} {self._EVENT_FROM} {where} ORDER BY e.seq LIMIT ?",
-            [*params, limit],
+            f"SELECT {self._EVENT_COLUMNS} {self._EVENT_FROM} WHERE e.seq > ? "
+            "ORDER BY e.seq LIMIT ?",
+            (seq, limit),
         ).fetchall()
         return [self._event_row(r) for r in rows]
 

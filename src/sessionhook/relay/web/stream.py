@@ -37,7 +37,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
 from ..logging import get_logger
-from ..operator import EventFilter, OperatorError, events_after, resume_position
+from ..operator import EventFilter, Follower, OperatorError, resume_position
 from ..store import EventRow, StoreError
 from .auth import client_address
 
@@ -192,15 +192,14 @@ class _EventStream(Response):
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
         await self._send(send, f"retry: {RETRY_MS}\n: connected\n\n".encode())
         idle_since = anyio.current_time()
-        ctx, wanted = self._ctx, self._wanted
+        ctx = self._ctx
+        follower = Follower(self._cursor, self._wanted)
         while True:
             # Taken before reading: a ring during the read is not missed.
             rang = ctx.bell.current()
             astore = ctx.store()
             if astore is not None:
-                page = await astore.call(
-                    events_after, astore.store, self._cursor, wanted, limit=BATCH
-                )
+                page = await astore.call(follower.read, astore.store, limit=BATCH)
                 for row in page.events:
                     await self._send(send, format_event(row))
                     self._sent += 1
