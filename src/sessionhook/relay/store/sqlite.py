@@ -47,6 +47,7 @@ from sessionhook.api.models import Activity, Session, parse_timestamp
 
 from ..events import Event, matches, payload_matches
 from . import codec
+from .console_queries import ConsoleQueries
 from .economy_queries import EconomyQueries
 from .ops_queries import OperatorQueries
 from .outbox import OutboxQueries
@@ -69,7 +70,7 @@ _REF_CACHE = 512
 _UPSTREAM_KEEP_MINUTES = 2 * 24 * 60
 
 
-class Store(OutboxQueries, OperatorQueries, EconomyQueries, RefusalQueries):
+class Store(OutboxQueries, OperatorQueries, EconomyQueries, RefusalQueries, ConsoleQueries):
     """Synchronous access to the relay database. Open with :meth:`open` or
     :meth:`open_readonly`; the daemon goes through :class:`AsyncStore`.
 

@@ -22,7 +22,7 @@ config, the metrics, the bell rung on every ingest, the clock.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from starlette.applications import Starlette
@@ -33,6 +33,7 @@ from .. import health
 from ..config import Config
 from ..logging import get_logger
 from ..metrics import Metrics
+from ..retry import AttemptResult
 from ..store import AsyncStore
 from .auth import PUBLIC_PATHS, AuthMiddleware, WebAuth
 from .bell import Bell
@@ -53,6 +54,11 @@ class WebContext:
     auth: WebAuth
     bell: Bell = field(default_factory=lambda: Bell())
     clock: Callable[[], float] = time.time
+    #: The console's actions: send endpoint NAME a signed test event now (``LookupError``
+    #: for an unknown name; ``None``: not available), and wake the dispatcher after a
+    #: replay or an endpoint enabled.
+    send_test: Callable[[str], Awaitable[AttemptResult]] | None = None
+    wake: Callable[[], None] = lambda: None
 
 
 #: Builds a group of protected routes.
@@ -61,9 +67,10 @@ RouteProvider = Callable[[WebContext], Sequence[BaseRoute]]
 
 def _providers() -> list[RouteProvider]:
     # Imported here: the providers import this module for WebContext.
+    from .console import console_provider
     from .stream import stream_routes
 
-    return [stream_routes]
+    return [stream_routes, console_provider]
 
 
 #: The protected route groups, in order. The console adds its own here.

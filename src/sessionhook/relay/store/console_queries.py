@@ -1,0 +1,273 @@
+"""The web console's queries of the :class:`~.sqlite.Store` (read only, every one bounded).
+
+Written once in the SQL that SQLite and PostgreSQL share (``?`` placeholders, no custom
+functions): the console runs on either backend. Every list takes a ``limit`` (the pages
+ask for a few hundred rows at most); lists of ids become ``IN (?, ?, ...)`` with one
+placeholder per id, at most :data:`MAX_IDS` of them.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from .rows import AttemptRow, DeliveryRow, EventRow
+
+#: Ids in one ``IN (...)`` list (a timeline page, the deliveries of a page of events).
+MAX_IDS: Final = 500
+
+
+@dataclass(frozen=True, slots=True)
+class ConsoleSession:
+    """A line of the console's session list."""
+
+    name: str
+    title: str
+    state: str
+    source: str
+    account: str
+    update_time: str
+    events: int
+    last_event_seq: int | None
+    last_event_type: str | None
+    last_event_at: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class LiveEvent:
+    """What the console's live view shows of a newly ingested event (no body)."""
+
+    seq: int
+    id: str
+    session_name: str
+    type: str
+    occurred_at: str
+
+
+@dataclass(frozen=True, slots=True)
+class MinuteCounts:
+    """Attempts that started in one minute: ``ok`` got a 2xx, ``failed`` did not."""
+
+    minute: int  # index of the minute from the start of the window (0-based)
+    ok: int
+    failed: int
+
+
+def _ids(values: Sequence[Any]) -> str:
+    if not values or len(values) > MAX_IDS:
+        raise ValueError(f"between 1 and {MAX_IDS} ids, got {len(values)}")
+    return ", ".join("?" * len(values))
+
+
+def _like(text: str) -> str:
+    """``text`` as a LIKE pattern matching it anywhere, its wildcards escaped (``\\``)."""
+    escaped = text.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+class ConsoleQueries:
+    """Mixed into :class:`~.sqlite.Store`; the pages of :mod:`sessionhook.relay.web.console`
+    read through these (on a read-only store too)."""
+
+    if TYPE_CHECKING:
+        _conn: sqlite3.Connection
+        _clock: Callable[[], float]
+        _DELIVERY_COLUMNS: str
+        _EVENT_COLUMNS: str
+        _EVENT_FROM: str
+
+        @staticmethod
+        def _delivery_row(r: Sequence[Any]) -> DeliveryRow: ...
+        def _event_row(self, r: Sequence[Any]) -> EventRow: ...
+
+    # ----------------------------------------------------------------- sessions
+
+    def console_sessions(
+        self,
+        *,
+        state: str | None = None,
+        account: str | None = None,
+        text: str | None = None,
+        limit: int = 200,
+    ) -> list[ConsoleSession]:
+        """Sessions, the most recently active first (by their last event), filtered by
+        state, account, and ``text`` found in the title or name (case-insensitive)."""
+        clauses: list[str] = []
+        params: list[Any] = []
+        if state:
+            clauses.append("s.state = ?")
+            params.append(state)
+        if account:
+            clauses.append("s.account = ?")
+            params.append(account)
+        if text:
+            clauses.append(
+                "(LOWER(s.title) LIKE ? ESCAPE '\\' OR LOWER(s.name) LIKE ? ESCAPE '\\')"
+            )
+            params += [_like(text), _like(text)]
+        where = ("WHERE " + " AND ".join(clauses)) if clauses else ""
+        rows = self._conn.execute(
+            "SELECT s.name, s.title, s.state, s.source, s.account, s.update_time, "
+            "l.n, l.seq, e.type, e.occurred_at "
+            "FROM sessions s "
+            "LEFT JOIN (SELECT session_name, COUNT(*) AS n, MAX(seq) AS seq FROM events "
+            "GROUP BY session_name) l ON l.session_name = s.name "
+            f"LEFT JOIN events e ON e.seq = l.seq {where} "
+            "ORDER BY COALESCE(l.seq, 0) DESC, s.name LIMIT ?",
+            (*params, limit),
+        ).fetchall()
+        return [
+            ConsoleSession(
+                name=r[0],
+                title=r[1],
+                state=r[2],
+                source=r[3],
+                account=r[4],
+                update_time=r[5],
+                events=int(r[6] or 0),
+                last_event_seq=r[7],
+                last_event_type=r[8],
+                last_event_at=r[9],
+            )
+            for r in rows
+        ]
+
+    def console_session_facets(self) -> tuple[list[str], list[str]]:
+        """The distinct session states and accounts (the list's filter choices)."""
+        states = [r[0] for r in self._conn.execute("SELECT DISTINCT state FROM sessions")]
+        accounts = [r[0] for r in self._conn.execute("SELECT DISTINCT account FROM sessions")]
+        return sorted(s for s in states if s), sorted(a for a in accounts if a)
+
+    def console_timeline(
+        self, session: str, *, after_seq: int = 0, limit: int = 200
+    ) -> list[EventRow]:
+        """A session's events after ``after_seq``, in ingest order, ``limit`` at most."""
+        rows = self._conn.execute(
+            f"SELECT {self._EVENT_COLUMNS} {self._EVENT_FROM} "
+            "WHERE e.session_name = ? AND e.seq > ? ORDER BY e.seq LIMIT ?",
+            (session, after_seq, limit),
+        ).fetchall()
+        return [self._event_row(r) for r in rows]
+
+    # ----------------------------------------------------------------- deliveries
+
+    def deliveries_of_events(self, event_ids: Sequence[str]) -> list[DeliveryRow]:
+        """Every delivery of these events (at most :data:`MAX_IDS`), oldest first."""
+        if not event_ids:
+            return []
+        rows = self._conn.execute(
+            f"SELECT {self._DELIVERY_COLUMNS} FROM deliveries d "
+            f"JOIN events e ON e.id = d.event_id WHERE d.event_id IN ({_ids(event_ids)}) "
+            "ORDER BY d.id",
+            tuple(event_ids),
+        ).fetchall()
+        return [self._delivery_row(r) for r in rows]
+
+    def attempts_of_deliveries(self, delivery_ids: Sequence[int]) -> list[AttemptRow]:
+        """Every logged attempt of these deliveries (at most :data:`MAX_IDS`), in order."""
+        if not delivery_ids:
+            return []
+        rows = self._conn.execute(
+            "SELECT id, delivery_id, attempt, started_at, duration_ms, status_code, error, "
+            f"response_body FROM attempts WHERE delivery_id IN ({_ids(delivery_ids)}) "
+            "ORDER BY delivery_id, attempt, id",
+            tuple(delivery_ids),
+        ).fetchall()
+        return [AttemptRow(*r) for r in rows]
+
+    def console_deliveries(
+        self,
+        *,
+        endpoint: str | None = None,
+        status: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        before_id: int | None = None,
+        limit: int = 100,
+    ) -> list[DeliveryRow]:
+        """Deliveries, newest first, filtered by endpoint, status and creation time
+        (``since`` inclusive, ``until`` exclusive); ``before_id`` pages further back."""
+        clauses: list[str] = []
+        params: list[Any] = []
+        for sql, value in (
+            ("d.endpoint = ?", endpoint),
+            ("d.status = ?", status),
+            ("d.created_at >= ?", since),
+            ("d.created_at < ?", until),
+            ("d.id < ?", before_id),
+        ):
+            if value is not None and value != "":
+                clauses.append(sql)
+                params.append(value)
+        where = ("WHERE " + " AND ".join(clauses)) if clauses else ""
+        rows = self._conn.execute(
+            f"SELECT {self._DELIVERY_COLUMNS} FROM deliveries d "
+            f"JOIN events e ON e.id = d.event_id {where} ORDER BY d.id DESC LIMIT ?",
+            (*params, limit),
+        ).fetchall()
+        return [self._delivery_row(r) for r in rows]
+
+    def get_attempt(self, attempt_id: int) -> AttemptRow | None:
+        """One logged attempt, or ``None``."""
+        row = self._conn.execute(
+            "SELECT id, delivery_id, attempt, started_at, duration_ms, status_code, error, "
+            "response_body FROM attempts WHERE id = ?",
+            (attempt_id,),
+        ).fetchone()
+        return None if row is None else AttemptRow(*row)
+
+    # ----------------------------------------------------------------- overview
+
+    def attempts_per_minute(self, since: int, minutes: int) -> list[MinuteCounts]:
+        """Attempts per minute from ``since`` (whole Unix seconds) for ``minutes`` minutes,
+        split into 2xx and the rest; minutes without attempts are left out.
+
+        The minute index is computed on whole seconds (integer arithmetic is the same on
+        both backends; a float's CAST rounds on PostgreSQL and truncates on SQLite, which
+        can move an attempt by one second, never by a minute's worth).
+        """
+        until = since + 60 * minutes
+        rows = self._conn.execute(
+            "SELECT (CAST(started_at AS BIGINT) - ?) / 60 AS m, "
+            "SUM(CASE WHEN status_code BETWEEN 200 AND 299 THEN 1 ELSE 0 END), "
+            "SUM(CASE WHEN status_code BETWEEN 200 AND 299 THEN 0 ELSE 1 END) "
+            "FROM attempts WHERE started_at >= ? AND started_at < ? GROUP BY m ORDER BY m",
+            (since, since, until),
+        ).fetchall()
+        return [
+            MinuteCounts(int(m), int(ok), int(failed))
+            for m, ok, failed in rows
+            if 0 <= int(m) < minutes
+        ]
+
+    def budget_used(self, since: float) -> dict[str, int]:
+        """Upstream request grants taken since ``since``, per budget (an account's name)."""
+        rows = self._conn.execute(
+            "SELECT budget, COUNT(*) FROM request_budget WHERE at > ? GROUP BY budget", (since,)
+        ).fetchall()
+        return {str(budget): int(n) for budget, n in rows}
+
+    # ----------------------------------------------------------------- live
+
+    def last_event_seq(self) -> int:
+        """The newest event's ``seq`` (0 when there is none): where a live view starts."""
+        row = self._conn.execute("SELECT MAX(seq) FROM events").fetchone()
+        return int(row[0] or 0)
+
+    def events_after(
+        self, seq: int, *, session: str | None = None, limit: int = 100
+    ) -> list[LiveEvent]:
+        """Events ingested after ``seq`` (optionally of one session), oldest first."""
+        if session is None:
+            sql = "SELECT seq, id, session_name, type, occurred_at FROM events WHERE seq > ?"
+            params: tuple[Any, ...] = (seq,)
+        else:
+            sql = (
+                "SELECT seq, id, session_name, type, occurred_at FROM events "
+                "WHERE session_name = ? AND seq > ?"
+            )
+            params = (session, seq)
+        rows = self._conn.execute(f"{sql} ORDER BY seq LIMIT ?", (*params, limit)).fetchall()
+        return [LiveEvent(*r) for r in rows]

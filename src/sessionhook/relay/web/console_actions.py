@@ -1,0 +1,245 @@
+"""The console's actions: replay, enable/disable an endpoint, send a test event.
+
+Each is a POST of an HTML form (``application/x-www-form-urlencoded``, at most
+:data:`FORM_LIMIT` bytes) carrying a CSRF token; the answer is a 303 redirect back to the
+page the form was on, with the outcome in a one-shot flash cookie that the next page shows
+(escaped) and clears. A request with a missing or wrong token, or from another origin, is
+refused with 403 and changes nothing.
+
+* ``/console/actions/replay``: ``endpoint`` and either ``event`` (one event id) or
+  ``since``/``until`` (a time range of the events' upstream time, ``until`` exclusive):
+  queued again through the store's replay, so the consumer sees the same ``webhook-id``.
+* ``/console/actions/endpoint``: ``name``, ``enabled`` (``1``/``0``), optional ``reason``.
+* ``/console/actions/test``: ``name``: a signed ``ping`` sent now, never archived.
+"""
+
+from __future__ import annotations
+
+import base64
+import hmac
+import json
+import secrets
+from typing import Final
+from urllib.parse import parse_qs, urlsplit
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Route
+
+from ..logging import get_logger
+from ..store import StoreError
+from .console import SECURITY_HEADERS, ConsoleDeps, _time
+
+__all__ = ["FORM_LIMIT", "Actions", "CookieCsrf", "pop_flash"]
+
+#: Largest form body read (bytes); a larger one is refused with 413.
+FORM_LIMIT: Final = 16 * 1024
+FLASH_COOKIE: Final = "sessionhook_flash"
+#: Longest flash text kept (characters).
+_FLASH_MAX: Final = 500
+
+_log = get_logger()
+
+
+class FormError(Exception):
+    """The form cannot be read (too large, not urlencoded)."""
+
+
+class CookieCsrf:
+    """The console's CSRF check: a random token per daemon process, embedded in every form
+    (a page of another origin cannot read it), and an ``Origin`` (or ``Referer``) that,
+    when the browser sends one, names this server. A restart makes old forms stale: the
+    action is refused and the page reloaded shows a fresh form."""
+
+    def __init__(self, secret: str | None = None) -> None:
+        self._token = secret or secrets.token_urlsafe(32)
+
+    def token(self, request: Request) -> str:
+        """The token to embed in ``request``'s forms."""
+        return self._token
+
+    def check(self, request: Request, submitted: str) -> bool:
+        """Whether a POST with form token ``submitted`` may act."""
+        if not hmac.compare_digest(submitted.encode(), self._token.encode()):
+            return False
+        origin = request.headers.get("origin") or request.headers.get("referer")
+        if origin and origin != "null":
+            parts = urlsplit(origin)
+            if parts.netloc != request.headers.get("host", ""):
+                return False
+        return True
+
+
+def _encode_flash(kind: str, text: str) -> str:
+    data = json.dumps({"kind": kind, "text": text[:_FLASH_MAX]}).encode()
+    return base64.urlsafe_b64encode(data).decode()
+
+
+def pop_flash(request: Request) -> tuple[dict[str, str] | None, str | None]:
+    """The flash message the last action left (``{"kind", "text"}``), and the cookie to
+    clear (``None`` when there was none). A malformed cookie is ignored."""
+    raw = request.cookies.get(FLASH_COOKIE)
+    if not raw:
+        return None, None
+    try:
+        data = json.loads(base64.urlsafe_b64decode(raw.encode()))
+        flash = {"kind": str(data["kind"]), "text": str(data["text"])[:_FLASH_MAX]}
+    except (ValueError, KeyError, TypeError):
+        return None, FLASH_COOKIE
+    if flash["kind"] not in ("ok", "error"):
+        flash["kind"] = "error"
+    return flash, FLASH_COOKIE
+
+
+async def read_form(request: Request, limit: int = FORM_LIMIT) -> dict[str, str]:
+    """A urlencoded form body, at most ``limit`` bytes; the first value of each field."""
+    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if ctype != "application/x-www-form-urlencoded":
+        raise FormError("expected an urlencoded form")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise FormError("form too large")
+    fields = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
+    return {key: values[0] for key, values in fields.items()}
+
+
+def _back(target: str | None) -> str:
+    """Where to go after an action: a console path of this server, else the overview."""
+    if not target or not target.startswith("/console") or target.startswith("//"):
+        return "/console"
+    if any(c in target for c in "\r\n\\"):
+        return "/console"
+    return target
+
+
+def _done(back: str, kind: str, text: str) -> Response:
+    response = RedirectResponse(_back(back), status_code=303, headers=SECURITY_HEADERS)
+    response.set_cookie(
+        FLASH_COOKIE,
+        _encode_flash(kind, text),
+        max_age=60,
+        path="/console",
+        httponly=True,
+        samesite="strict",
+    )
+    return response
+
+
+class Actions:
+    """The POST handlers (see the module docstring)."""
+
+    def __init__(self, deps: ConsoleDeps, csrf: CookieCsrf) -> None:
+        self.deps = deps
+        self.csrf = csrf
+
+    def routes(self) -> list[Route]:
+        """The action routes."""
+        return [
+            Route("/console/actions/replay", self.replay, methods=["POST"]),
+            Route("/console/actions/endpoint", self.endpoint, methods=["POST"]),
+            Route("/console/actions/test", self.test, methods=["POST"]),
+        ]
+
+    async def _form(self, request: Request) -> dict[str, str] | Response:
+        try:
+            form = await read_form(request)
+        except FormError as exc:
+            status = 413 if "large" in str(exc) else 400
+            return Response(str(exc), status_code=status, headers=SECURITY_HEADERS)
+        if not self.csrf.check(request, form.get("csrf", "")):
+            _log.warning("console.csrf_refused", path=request.url.path)
+            return Response(
+                "refused: the form is stale or comes from another site; reload the page",
+                status_code=403,
+                headers=SECURITY_HEADERS,
+            )
+        return form
+
+    async def replay(self, request: Request) -> Response:
+        """Queue one event, or a time range of events, again for an endpoint."""
+        form = await self._form(request)
+        if isinstance(form, Response):
+            return form
+        back = form.get("back", "")
+        store = self.deps.store()
+        if store is None:
+            return _done(back, "error", "the store is not open yet")
+        endpoint = form.get("endpoint", "")
+        event_id = form.get("event", "").strip()
+        now = self.deps.clock()
+        since, until = _time(form.get("since"), now), _time(form.get("until"), now)
+        if not endpoint:
+            return _done(back, "error", "replay: choose an endpoint")
+        if not event_id and since is None:
+            return _done(back, "error", "replay: give an event, or a start time (e.g. 2h)")
+        try:
+            if event_id:
+                if await store.call(store.store.get_event, event_id) is None:
+                    return _done(back, "error", f"replay: no archived event {event_id}")
+                queued = await store.write(store.store.replay, endpoint, event_ids=[event_id])
+                what = f"event {event_id}"
+            else:
+                queued = await store.write(store.store.replay, endpoint, since=since, until=until)
+                what = "the events of that time range"
+        except StoreError as exc:
+            return _done(back, "error", f"replay: {exc}")
+        self.deps.wake()
+        _log.info("console.replay", endpoint=endpoint, event_id=event_id or None, queued=queued)
+        if queued == 0:
+            return _done(
+                back,
+                "error",
+                f"nothing queued: {endpoint} does not take {what}, or it is on its way already",
+            )
+        return _done(back, "ok", f"queued {queued} deliveries of {what} to {endpoint}")
+
+    async def endpoint(self, request: Request) -> Response:
+        """Enable or disable an endpoint."""
+        form = await self._form(request)
+        if isinstance(form, Response):
+            return form
+        back = form.get("back", "")
+        store = self.deps.store()
+        if store is None:
+            return _done(back, "error", "the store is not open yet")
+        name = form.get("name", "")
+        enable = form.get("enabled") == "1"
+        reason = form.get("reason", "").strip()[:200] or "disabled in the console"
+        known = {e.name for e in await store.call(store.store.endpoint_states)}
+        if name not in known:
+            return _done(back, "error", f"no endpoint named {name!r}")
+        await store.write(
+            store.store.set_endpoint_enabled, name, enable, None if enable else reason
+        )
+        _log.info(
+            "console.endpoint", endpoint=name, enabled=enable, reason=None if enable else reason
+        )
+        if enable:
+            self.deps.wake()
+            waiting = await store.call(store.store.pending_count, name)
+            return _done(back, "ok", f"endpoint {name} enabled; {waiting} deliveries waiting")
+        return _done(back, "ok", f"endpoint {name} disabled: {reason}")
+
+    async def test(self, request: Request) -> Response:
+        """Send an endpoint a signed test event now and report the answer."""
+        form = await self._form(request)
+        if isinstance(form, Response):
+            return form
+        back = form.get("back", "")
+        name = form.get("name", "")
+        if self.deps.send_test is None:
+            return _done(back, "error", "test events are not available here")
+        try:
+            result = await self.deps.send_test(name)
+        except LookupError:
+            return _done(back, "error", f"no endpoint named {name!r} in the config")
+        answer = "no answer" if result.status_code is None else f"HTTP {result.status_code}"
+        _log.info("console.test_event", endpoint=name, status=result.status_code, ok=result.ok)
+        if result.ok:
+            return _done(
+                back, "ok", f"test event to {name}: {answer} in {result.duration_ms:.0f} ms"
+            )
+        detail = f" ({result.error})" if result.error else ""
+        return _done(back, "error", f"test event to {name} failed: {answer}{detail}")

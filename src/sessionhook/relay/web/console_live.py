@@ -1,0 +1,104 @@
+"""The console's live feed: ``GET /console/live`` (Server-Sent Events).
+
+The sessions and timeline pages open an ``EventSource`` on it and add each new event as it
+is ingested. Each message is ``id: <seq>`` (the events table's order), ``event: event`` and
+a small JSON ``data`` (``seq``, ``id``, ``session``, ``type``, ``occurred_at``: no body, the
+page links to the timeline for that). The stream starts after ``?after=SEQ`` (the last
+event the page showed) or after the ``Last-Event-ID`` the browser sends when it reconnects,
+so nothing is missed or repeated across a reconnect; ``?session=NAME`` keeps one session.
+
+Bounded: the store is read every ``live_interval`` seconds, at most 100 events a read; a
+stream ends after ``live_duration`` seconds (the browser reconnects by itself) and at most
+``live_max_streams`` streams are open at once (more get 503 and the browser retries later).
+A comment line every 15 s keeps proxies from closing an idle stream.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Final
+
+import anyio
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from ..logging import get_logger
+from ..store import StoreError
+from .console import SECURITY_HEADERS, ConsoleDeps
+
+__all__ = ["live_route"]
+
+_HEARTBEAT: Final = 15.0
+_log = get_logger()
+
+
+def _start(request: Request) -> int | None:
+    for raw in (request.headers.get("last-event-id"), request.query_params.get("after")):
+        if raw is not None and raw.strip().isdigit():
+            return int(raw.strip())
+    return None
+
+
+def live_route(deps: ConsoleDeps) -> Route:
+    """The ``/console/live`` route (see the module docstring)."""
+    open_streams = 0
+
+    async def live(request: Request) -> Response:
+        nonlocal open_streams
+        store = deps.store()
+        if store is None or open_streams >= deps.live_max_streams:
+            return Response(
+                "retry: 5000\n\n",
+                status_code=503,
+                media_type="text/event-stream",
+                headers=SECURITY_HEADERS,
+            )
+        session = request.query_params.get("session") or None
+        start = _start(request)
+        after: int = start if start is not None else await store.call(store.store.last_event_seq)
+
+        async def stream() -> AsyncIterator[str]:
+            nonlocal open_streams, after
+            open_streams += 1
+            try:
+                yield "retry: 2000\n\n"
+                clock = anyio.current_time
+                deadline = clock() + deps.live_duration
+                quiet_since = clock()
+                while clock() < deadline:
+                    current = deps.store()
+                    if current is None:
+                        return
+                    try:
+                        rows = await current.call(
+                            current.store.events_after, after, session=session, limit=100
+                        )
+                    except (StoreError, OSError) as exc:
+                        _log.warning("console.live_read_failed", error=str(exc))
+                        return
+                    for row in rows:
+                        data = {
+                            "seq": row.seq,
+                            "id": row.id,
+                            "session": row.session_name,
+                            "type": row.type,
+                            "occurred_at": row.occurred_at,
+                        }
+                        yield f"id: {row.seq}\nevent: event\ndata: {json.dumps(data)}\n\n"
+                        after = row.seq
+                    if rows:
+                        quiet_since = clock()
+                    elif clock() - quiet_since >= _HEARTBEAT:
+                        quiet_since = clock()
+                        yield ": keep-alive\n\n"
+                    if len(rows) < 100:
+                        await anyio.sleep(deps.live_interval)
+            finally:
+                open_streams -= 1
+
+        headers = {**SECURITY_HEADERS, "X-Accel-Buffering": "no"}
+        return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
+
+    return Route("/console/live", live, methods=["GET"])
