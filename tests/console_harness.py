@@ -136,6 +136,9 @@ class Stack:
         self.world: World = self.emulator.state.world
         self.consumers = {"alpha": Consumer(), "beta": Consumer()}
         self.base = ""
+        #: Sessions a test module created and refers to by role.
+        self.hostile = ""
+        self.calm = ""
         self.log = directory / "relay.log"
         self._stack = ExitStack()
         self._process: subprocess.Popen[bytes] | None = None
@@ -184,10 +187,17 @@ class Stack:
         except httpx.HTTPError:
             return False
 
-    def session(self, prompt: str, title: str = "") -> str:
-        """Create an emulator session; returns its resource name."""
-        record = self.world.create_session(self.world.accounts[0], prompt=prompt, title=title)
+    def session(self, prompt: str, title: str = "", *, approval: bool = False) -> str:
+        """Create an emulator session (``approval``: its plan waits for :meth:`approve`);
+        returns its resource name."""
+        record = self.world.create_session(
+            self.world.accounts[0], prompt=prompt, title=title, require_plan_approval=approval
+        )
         return str(record.name)
+
+    def approve(self, name: str) -> None:
+        """Approve the session's waiting plan: it goes on (new activities follow)."""
+        self.world.approve_plan(self.world.accounts[0], name.removeprefix("sessions/"))
 
     def get(self, path: str) -> httpx.Response:
         """A plain GET of the console (no browser)."""

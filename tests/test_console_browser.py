@@ -1,0 +1,257 @@
+"""The web console in a real browser: headless Chromium (Selenium) against a real
+``sessionhook run`` fed by the emulator, with a consumer (``beta``) that fails on request.
+
+One daemon and one browser for the module (starting Chromium costs about a second); each
+wait is bounded. The tests act as a person would: open the pages, click, fill forms, read
+what the page says. See tests/console_harness.py for the stack.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import pytest
+
+from tests.console_harness import HOSTILE, Stack, chromium
+
+pytestmark = pytest.mark.integration
+
+WAIT = 20.0  # seconds: the longest any single expectation may take
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    directory: Path = tmp_path_factory.mktemp("console")
+    with Stack(directory) as st:
+        st.consumers["beta"].fail()
+        st.hostile = st.session(f"Please fix {HOSTILE}", title=f"Hostile {HOSTILE}")
+        st.calm = st.session("Add a changelog entry", title="Changelog entry")
+        # Wait until the hostile session's events reached alpha and died at beta.
+        st.wait_for(
+            lambda: (
+                "dead" in st.get("/console/deliveries?endpoint=beta&status=dead").text
+                and "delivered" in st.get("/console/deliveries?endpoint=alpha").text
+            ),
+            within=60,
+            what="deliveries to alpha and dead letters at beta",
+        )
+        yield st
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with chromium() as driver:
+        yield driver
+
+
+def until(check: Callable[[], Any], what: str, within: float = WAIT) -> Any:
+    return Stack.wait_for(check, within=within, what=what)
+
+
+def css(browser: Any, selector: str) -> list[Any]:
+    return list(browser.find_elements("css selector", selector))
+
+
+def one(browser: Any, selector: str) -> Any:
+    return until(lambda: (css(browser, selector) or [None])[0], f"an element {selector!r}")
+
+
+def flash(browser: Any) -> str:
+    return str(one(browser, "#flash").text)
+
+
+def assert_not_executed(browser: Any) -> None:
+    """The hostile markup stayed text: its script did not run, its image is not an element."""
+    assert browser.execute_script("return window.__pwned === undefined") is True
+    assert css(browser, "#pwned") == []
+
+
+def test_overview_shows_endpoint_health_upstream_and_the_chart(stack: Stack, browser: Any) -> None:
+    browser.get(f"{stack.base}/console")
+    rows = {r.get_attribute("data-endpoint"): r for r in css(browser, "#endpoints tbody tr")}
+    assert set(rows) == {"alpha", "beta"}
+    assert "enabled" in rows["alpha"].find_element("css selector", ".state").text
+    beta = rows["beta"].text
+    assert "HTTP 500" in beta  # the last error
+    assert "dead" in beta
+    upstream = one(browser, "#upstream").text
+    assert "Last good poll" in upstream and "never" not in upstream.split("Requests")[0]
+    assert "Budget used" in upstream
+    # Bars in both charts: 2xx (alpha) and failures (beta).
+    assert css(browser, "#chart-day rect.ok") and css(browser, "#chart-day rect.failed")
+    assert css(browser, "#chart-hour rect.ok") and css(browser, "#chart-hour rect.failed")
+    assert "failed attempts" in one(browser, "figcaption").text
+
+
+def test_sessions_are_listed_filterable_and_hostile_titles_are_text(
+    stack: Stack, browser: Any
+) -> None:
+    browser.get(f"{stack.base}/console/sessions")
+    names = [r.get_attribute("data-session") for r in css(browser, "#sessions tbody tr")]
+    assert stack.hostile in names and stack.calm in names
+    assert f"Hostile {HOSTILE}" in browser.find_element("id", "sessions").text
+    assert_not_executed(browser)
+    search = one(browser, "#session-filters input[name=q]")
+    search.send_keys("changelog")
+    one(browser, "#session-filters button").click()
+    until(lambda: "q=changelog" in browser.current_url, "the filtered list")
+    names = [r.get_attribute("data-session") for r in css(browser, "#sessions tbody tr")]
+    assert names == [stack.calm]
+
+
+def test_timeline_shows_events_with_deliveries_per_endpoint(stack: Stack, browser: Any) -> None:
+    browser.get(f"{stack.base}/console/sessions")
+    link = one(browser, f"#sessions tr[data-session='{stack.hostile}'] a.session-link")
+    link.click()
+    until(lambda: "/console/timeline" in browser.current_url, "the timeline")
+    assert one(browser, "#session-name").text == stack.hostile
+    assert f"Hostile {HOSTILE}" in one(browser, "h1").text
+    events = css(browser, "li.event")
+    assert len(events) >= 3
+    first = events[0]
+    assert first.find_element("css selector", ".etype").text == "session.discovered"
+    endpoints = {
+        r.get_attribute("data-endpoint")
+        for r in first.find_elements("css selector", "tr[data-endpoint]")
+    }
+    assert endpoints == {"alpha", "beta"}
+    # The payload (the prompt is in it) is shown as text when opened.
+    payloads = [e.find_element("css selector", "details.body") for e in events]
+    for details in payloads[:4]:
+        details.find_element("css selector", "summary").click()
+    assert any("window.__pwned" in d.text for d in payloads[:4])
+    assert_not_executed(browser)
+
+
+def test_failed_attempt_detail_then_replay_and_see_the_new_attempt(
+    stack: Stack, browser: Any
+) -> None:
+    browser.get(f"{stack.base}/console/timeline?session={quote(stack.hostile, safe='')}")
+    failed = one(browser, "tr[data-endpoint=beta] a.attempt.failed")
+    failed.click()
+    until(lambda: "/console/attempts/" in browser.current_url, "the attempt page")
+    detail = one(browser, "#attempt").text
+    assert "500" in detail
+    # The consumer's hostile answer is shown verbatim, as text.
+    assert one(browser, "#response-body").text == f"upstream broke: {HOSTILE}"
+    assert_not_executed(browser)
+    event_id = one(browser, "#delivery .mono").text
+    before = stack.consumers["beta"].seen.count(event_id)
+    stack.consumers["beta"].recover()
+    one(browser, "form[action='/console/actions/replay'] button").click()
+    assert "queued 1 deliveries" in flash(browser)
+    # The replay is a new delivery of the same event; open it and wait for its attempt.
+    replay = until(
+        lambda: next((li for li in css(browser, "#others li") if "(replay)" in li.text), None),
+        "the replay among the event's deliveries",
+    )
+    assert "beta" in replay.text
+    replay_url = replay.find_element("css selector", "a").get_attribute("href")
+
+    def delivered() -> bool:
+        browser.get(replay_url)
+        return "delivered" in one(browser, "#delivery").text
+
+    until(delivered, "the replayed delivery to be delivered")
+    rows = css(browser, "#attempts tbody tr")
+    assert len(rows) == 1 and "200" in rows[0].text
+    # Same webhook-id as the first time.
+    assert stack.consumers["beta"].seen.count(event_id) == before + 1
+    stack.consumers["beta"].fail()
+
+
+def test_disable_and_enable_an_endpoint(stack: Stack, browser: Any) -> None:
+    browser.get(f"{stack.base}/console")
+    row = one(browser, "tr[data-endpoint=beta]")
+    row.find_element("css selector", "input.reason").send_keys("consumer migrating <b>now</b>")
+    row.find_element("css selector", "button.disable").click()
+    assert flash(browser) == "endpoint beta disabled: consumer migrating <b>now</b>"
+    state = one(browser, "tr[data-endpoint=beta] .state").text
+    assert "disabled" in state and "consumer migrating <b>now</b>" in state
+    assert stack.get("/console").text.count("consumer migrating &lt;b&gt;now&lt;/b&gt;") == 1
+    one(browser, "tr[data-endpoint=beta] button.enable").click()
+    assert "endpoint beta enabled" in flash(browser)
+    assert "enabled" in one(browser, "tr[data-endpoint=beta] .state").text
+
+
+def test_send_a_test_event_and_see_the_answer(stack: Stack, browser: Any) -> None:
+    browser.get(f"{stack.base}/console")
+    seen = len(stack.consumers["alpha"].seen)
+    one(browser, "tr[data-endpoint=alpha] button.test").click()
+    assert flash(browser).startswith("test event to alpha: HTTP 200 in ")
+    assert len(stack.consumers["alpha"].seen) == seen + 1
+    one(browser, "tr[data-endpoint=beta] button.test").click()
+    message = flash(browser)
+    assert message == "test event to beta failed: HTTP 500"
+    assert "error" in one(browser, "#flash").get_attribute("class")
+
+
+def test_new_events_appear_live_without_reload(stack: Stack, browser: Any) -> None:
+    browser.get(f"{stack.base}/console/sessions")
+    until(lambda: one(browser, "#live-state").text == "live", "the live feed to connect")
+    marker = browser.execute_script("window.__same_page = 1; return 1")
+    name = stack.session("Write the release notes", title="Release notes")
+    until(
+        lambda: any(
+            name in li.text and "session.discovered" in li.text
+            for li in css(browser, "#live-events li")
+        ),
+        "the new session's first event in the live list",
+    )
+    row = one(browser, f"#sessions tr[data-session='{name}']")
+    assert row.get_attribute("class") == "fresh"
+    # No reload happened: the page's own state is still there.
+    assert browser.execute_script("return window.__same_page") == marker
+    # The timeline of a session still running gains its events as they come: this one
+    # waits for its plan's approval until the page is open.
+    live = stack.session("Rename the config keys", title="Renames", approval=True)
+    timeline = f"/console/timeline?session={quote(live, safe='')}"
+    until(
+        lambda: "activity.plan_generated" in stack.get(timeline).text,
+        "the session to wait for approval",
+    )
+    browser.get(f"{stack.base}{timeline}")
+    until(lambda: one(browser, "#live-state").text == "live", "the timeline's live feed")
+    shown = [e.find_element("css selector", ".etype").text for e in css(browser, "li.event")]
+    assert "activity.plan_approved" not in shown
+    stack.approve(live)
+    until(
+        lambda: any("activity.plan_approved" in e.text for e in css(browser, "li.event.new")),
+        "the approval appended live to the timeline",
+    )
+    assert len(css(browser, "li.event")) > len(shown)
+
+
+def test_actions_refuse_a_post_without_the_csrf_token(stack: Stack) -> None:
+    for token in ("", "forged"):
+        answer = httpx.post(
+            f"{stack.base}/console/actions/endpoint",
+            data={"name": "alpha", "enabled": "0", "csrf": token},
+            timeout=10,
+        )
+        assert answer.status_code == 403
+    page = stack.get("/console").text
+    row = page.split('data-endpoint="alpha"')[1].split("</tr>")[0]
+    assert "disabled" not in row
+
+
+def test_pages_carry_a_strict_content_security_policy(stack: Stack) -> None:
+    for path in ("/console", "/console/sessions", "/console/deliveries"):
+        headers = stack.get(path).headers
+        policy = headers["content-security-policy"]
+        assert "script-src 'self'" in policy and "unsafe-inline" not in policy
+        assert "default-src 'none'" in policy
+        assert headers["x-content-type-options"] == "nosniff"
+
+
+def test_no_asset_comes_from_another_host(stack: Stack, browser: Any) -> None:
+    browser.get(f"{stack.base}/console")
+    sources = browser.execute_script(
+        "return performance.getEntriesByType('resource').map(function (e) { return e.name; })"
+    )
+    assert sources, "the page loads its stylesheet and script"
+    assert all(s.startswith(stack.base) for s in sources)
