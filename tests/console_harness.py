@@ -43,6 +43,8 @@ from sessionhook.relay.signing import generate_secret
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 API_KEY = "console-test-key"
+#: The console's access token (``[server] token_file``).
+TOKEN = "console-browser-test-token-" + "0123456789abcdef"
 #: The flags Chromium needs here: no sandbox as root, and none of its background traffic
 #: (the closed network refuses it, and each refusal slows the browser down).
 CHROME_FLAGS = (
@@ -92,9 +94,12 @@ def free_port() -> int:
         return port
 
 
-def _config(directory: Path, base_url: str, hooks: dict[str, str], listen: str) -> Path:
+def _config(directory: Path, base_url: str, hooks: dict[str, str], listen: str, token: str) -> Path:
     key_file = directory / "api_key"
     key_file.write_text(API_KEY)
+    token_file = directory / "web_token"
+    token_file.write_text(token + "\n")
+    token_file.chmod(0o600)
     lines = [
         "[api]",
         f"base_url = {json.dumps(base_url)}",
@@ -111,6 +116,7 @@ def _config(directory: Path, base_url: str, hooks: dict[str, str], listen: str) 
         "allow_private_networks = true",
         "[server]",
         f"listen = {json.dumps(listen)}",
+        f"token_file = {json.dumps(str(token_file))}",
         "[log]",
         'level = "info"',
         'format = "json"',
@@ -154,7 +160,9 @@ class Stack:
             hooks[name] = f"http://127.0.0.1:{port}/hook"
         port = free_port()
         self.base = f"http://127.0.0.1:{port}"
-        config = _config(self.directory, f"http://127.0.0.1:{emu_port}", hooks, f"127.0.0.1:{port}")
+        config = _config(
+            self.directory, f"http://127.0.0.1:{emu_port}", hooks, f"127.0.0.1:{port}", TOKEN
+        )
         env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
         with self.log.open("ab") as err:
             self._process = subprocess.Popen(
@@ -183,7 +191,7 @@ class Stack:
         if self._process is not None and self._process.poll() is not None:
             raise AssertionError(f"sessionhook run exited: {self.log.read_text()[-2000:]}")
         try:
-            return httpx.get(f"{self.base}/console", timeout=2).status_code == 200
+            return self.get("/console").status_code == 200
         except httpx.HTTPError:
             return False
 
@@ -200,8 +208,10 @@ class Stack:
         self.world.approve_plan(self.world.accounts[0], name.removeprefix("sessions/"))
 
     def get(self, path: str) -> httpx.Response:
-        """A plain GET of the console (no browser)."""
-        return httpx.get(f"{self.base}{path}", timeout=10)
+        """A plain GET of the console with the bearer token (no browser)."""
+        return httpx.get(
+            f"{self.base}{path}", headers={"authorization": f"Bearer {TOKEN}"}, timeout=10
+        )
 
     @staticmethod
     def wait_for(check: Callable[[], Any], *, within: float, what: str) -> Any:

@@ -16,7 +16,7 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from tests.console_harness import HOSTILE, Stack, chromium
+from tests.console_harness import HOSTILE, TOKEN, Stack, chromium
 
 pytestmark = pytest.mark.integration
 
@@ -43,9 +43,47 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
+def chrome() -> Iterator[Any]:
     with chromium() as driver:
         yield driver
+
+
+def sign_in(browser: Any, token: str) -> None:
+    field = one(browser, "input[name=token]")
+    field.clear()
+    field.send_keys(token)
+    one(browser, "form button[type=submit]").click()
+
+
+@pytest.fixture
+def browser(stack: Stack, chrome: Any) -> Any:
+    """The module's browser, signed in to the console."""
+    chrome.get(f"{stack.base}/console")
+    if "/login" in chrome.current_url:
+        sign_in(chrome, TOKEN)
+        until(lambda: chrome.current_url.endswith("/console"), "the console after signing in")
+    return chrome
+
+
+def test_sign_in_with_the_token(stack: Stack, chrome: Any) -> None:
+    chrome.delete_all_cookies()
+    chrome.get(f"{stack.base}/console/deliveries")
+    until(lambda: "/login" in chrome.current_url, "the login page")
+    sign_in(chrome, "not-the-token")
+    assert "Wrong token" in one(chrome, ".error").text
+    sign_in(chrome, TOKEN)
+    until(lambda: chrome.current_url.endswith("/console/deliveries"), "the page asked for")
+    assert one(chrome, "h1").text == "Deliveries"
+    # Signing out (a POST with the CSRF token) ends the session.
+    chrome.execute_script(
+        "var f = document.createElement('form'); f.method = 'post'; f.action = '/logout';"
+        "var i = document.createElement('input'); i.type = 'hidden'; i.name = 'csrf_token';"
+        "i.value = document.querySelector('meta[name=csrf-token]').content;"
+        "f.appendChild(i); document.body.appendChild(f); f.submit();"
+    )
+    until(lambda: "/login" in chrome.current_url, "the login page after signing out")
+    chrome.get(f"{stack.base}/console")
+    assert "/login" in chrome.current_url
 
 
 def until(check: Callable[[], Any], what: str, within: float = WAIT) -> Any:
@@ -226,11 +264,13 @@ def test_new_events_appear_live_without_reload(stack: Stack, browser: Any) -> No
     assert len(css(browser, "li.event")) > len(shown)
 
 
-def test_actions_refuse_a_post_without_the_csrf_token(stack: Stack) -> None:
+def test_actions_refuse_a_post_without_the_csrf_token(stack: Stack, browser: Any) -> None:
+    cookies = {c["name"]: c["value"] for c in browser.get_cookies()}
     for token in ("", "forged"):
         answer = httpx.post(
             f"{stack.base}/console/actions/endpoint",
-            data={"name": "alpha", "enabled": "0", "csrf": token},
+            data={"name": "alpha", "enabled": "0", "csrf_token": token},
+            cookies=cookies,
             timeout=10,
         )
         assert answer.status_code == 403

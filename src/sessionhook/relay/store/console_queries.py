@@ -36,17 +36,6 @@ class ConsoleSession:
 
 
 @dataclass(frozen=True, slots=True)
-class LiveEvent:
-    """What the console's live view shows of a newly ingested event (no body)."""
-
-    seq: int
-    id: str
-    session_name: str
-    type: str
-    occurred_at: str
-
-
-@dataclass(frozen=True, slots=True)
 class MinuteCounts:
     """Attempts that started in one minute: ``ok`` got a 2xx, ``failed`` did not."""
 
@@ -248,26 +237,3 @@ class ConsoleQueries:
             "SELECT budget, COUNT(*) FROM request_budget WHERE at > ? GROUP BY budget", (since,)
         ).fetchall()
         return {str(budget): int(n) for budget, n in rows}
-
-    # ----------------------------------------------------------------- live
-
-    def last_event_seq(self) -> int:
-        """The newest event's ``seq`` (0 when there is none): where a live view starts."""
-        row = self._conn.execute("SELECT MAX(seq) FROM events").fetchone()
-        return int(row[0] or 0)
-
-    def events_after(
-        self, seq: int, *, session: str | None = None, limit: int = 100
-    ) -> list[LiveEvent]:
-        """Events ingested after ``seq`` (optionally of one session), oldest first."""
-        if session is None:
-            sql = "SELECT seq, id, session_name, type, occurred_at FROM events WHERE seq > ?"
-            params: tuple[Any, ...] = (seq,)
-        else:
-            sql = (
-                "SELECT seq, id, session_name, type, occurred_at FROM events "
-                "WHERE session_name = ? AND seq > ?"
-            )
-            params = (session, seq)
-        rows = self._conn.execute(f"{sql} ORDER BY seq LIMIT ?", (*params, limit)).fetchall()
-        return [LiveEvent(*r) for r in rows]

@@ -22,8 +22,10 @@ script builds live rows with ``textContent``, and every page carries a strict
 Content-Security-Policy (scripts and styles from this server only, no inline script).
 All assets ship in ``relay/web/static``; nothing is loaded from another host.
 
-:func:`console_routes` returns the routes; the daemon mounts them in its route table, behind
-the access control of :mod:`sessionhook.relay.web.auth` when that is configured.
+:func:`console_provider` is the route provider the daemon's route table
+(:mod:`sessionhook.relay.web`) includes: every console path is behind its access control
+(:mod:`.auth`: bearer token or login cookie; POSTs need the session's CSRF token, which
+every form carries as ``csrf_token``).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import jinja2
 from starlette.requests import Request
@@ -42,11 +44,17 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from ..config import DEFAULT_ACCOUNT
 from ..retry import AttemptResult
 from ..store import AsyncStore, AttemptRow, DeliveryRow, EventRow
+from .auth import CSRF_FIELD, csrf_token
+from .bell import Bell
 from .console_chart import minute_chart
 
-__all__ = ["ConsoleDeps", "console_routes", "render_page"]
+if TYPE_CHECKING:
+    from . import WebContext
+
+__all__ = ["ConsoleDeps", "console_provider", "console_routes", "render_page"]
 
 _HERE: Final = Path(__file__).parent
 #: Shown of an event body or a response body before "... (N bytes more)".
@@ -85,12 +93,13 @@ class ConsoleDeps:
     send_test: SendTest | None = None
     wake: Callable[[], None] = lambda: None
     clock: Callable[[], float] = time.time
+    #: Rung by the daemon when it archives events: wakes the live feed at once.
+    bell: Bell = field(default_factory=Bell)
     #: Live feed: seconds between two looks at the store, and how long one stream lasts
     #: before the browser reconnects (with Last-Event-ID, nothing missed).
     live_interval: float = 1.0
     live_duration: float = 300.0
     live_max_streams: int = 16
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------- rendering
@@ -156,16 +165,23 @@ def render_page(
     context: Mapping[str, Any],
     *,
     status_code: int = 200,
-    csrf_token: str = "",
 ) -> Response:
-    """Render ``console/<template>`` with the flash message and the security headers."""
+    """Render ``console/<template>`` with the flash message, the CSRF token of the request's
+    session and the security headers."""
     from .console_actions import pop_flash  # the actions module imports this one
 
     flash, clear = pop_flash(request)
     path = request.url.path
     here = f"{path}?{request.url.query}" if request.url.query else path
     html = _ENV.get_template(f"console/{template}").render(
-        {"flash": flash, "csrf": csrf_token, "path": path, "here": here, **context}
+        {
+            "flash": flash,
+            "csrf": csrf_token(request),
+            "csrf_field": CSRF_FIELD,
+            "path": path,
+            "here": here,
+            **context,
+        }
     )
     response = HTMLResponse(html, status_code=status_code, headers=SECURITY_HEADERS)
     if clear:
@@ -219,16 +235,13 @@ def _time(value: str | None, now: float) -> float | None:
 
 
 class _Pages:
-    def __init__(self, deps: ConsoleDeps, csrf: Callable[[Request], str]) -> None:
+    def __init__(self, deps: ConsoleDeps) -> None:
         self.deps = deps
-        self.csrf = csrf
 
     def page(
         self, request: Request, template: str, context: Mapping[str, Any], status: int = 200
     ) -> Response:
-        return render_page(
-            request, template, context, status_code=status, csrf_token=self.csrf(request)
-        )
+        return render_page(request, template, context, status_code=status)
 
     async def overview(self, request: Request) -> Response:
         store = self.deps.store()
@@ -401,16 +414,13 @@ class _Pages:
         )
 
 
-def console_routes(deps: ConsoleDeps, *, csrf: Any = None) -> list[BaseRoute]:
-    """The console's routes (pages, actions, live feed, static assets), to be mounted in
-    the daemon's route table. ``csrf`` is the CSRF helper (default: the console's own
-    double-submit cookie, :class:`~.console_actions.CookieCsrf`)."""
-    from .console_actions import Actions, CookieCsrf
+def console_routes(deps: ConsoleDeps) -> list[BaseRoute]:
+    """The console's routes (pages, actions, live feed, static assets). They expect the
+    access control of :mod:`.auth` in front (it attaches the session to each request)."""
+    from .console_actions import Actions
     from .console_live import live_route
 
-    guard = csrf if csrf is not None else CookieCsrf()
-    pages = _Pages(deps, guard.token)
-    actions = Actions(deps, guard)
+    pages = _Pages(deps)
     return [
         Route("/console", pages.overview, methods=["GET", "HEAD"]),
         Route("/console/sessions", pages.sessions, methods=["GET", "HEAD"]),
@@ -418,7 +428,31 @@ def console_routes(deps: ConsoleDeps, *, csrf: Any = None) -> list[BaseRoute]:
         Route("/console/deliveries", pages.deliveries, methods=["GET", "HEAD"]),
         Route("/console/deliveries/{delivery_id:int}", pages.delivery, methods=["GET", "HEAD"]),
         Route("/console/attempts/{attempt_id:int}", pages.attempt, methods=["GET", "HEAD"]),
-        *actions.routes(),
+        *Actions(deps).routes(),
         live_route(deps),
         Mount("/console/static", StaticFiles(directory=_HERE / "static"), name="console-static"),
     ]
+
+
+def console_provider(ctx: WebContext) -> list[BaseRoute]:
+    """The console's routes on the daemon's :class:`~sessionhook.relay.web.WebContext`."""
+
+    def budgets() -> dict[str, int]:
+        # Each account's requests_per_minute, as upstream_accounts() derives them (without
+        # touching the secrets).
+        config = ctx.config()
+        rpm = config.api.requests_per_minute
+        if not config.accounts:
+            return {DEFAULT_ACCOUNT: rpm}
+        return {a.name: a.requests_per_minute or rpm for a in config.accounts}
+
+    return console_routes(
+        ConsoleDeps(
+            store=ctx.store,
+            budgets=budgets,
+            send_test=ctx.send_test,
+            wake=ctx.wake,
+            clock=ctx.clock,
+            bell=ctx.bell,
+        )
+    )

@@ -1,7 +1,7 @@
 """The console's actions: replay, enable/disable an endpoint, send a test event.
 
 Each is a POST of an HTML form (``application/x-www-form-urlencoded``, at most
-:data:`FORM_LIMIT` bytes) carrying a CSRF token; the answer is a 303 redirect back to the
+:data:`~.auth.MAX_FORM_BYTES`) carrying a CSRF token; the answer is a 303 redirect back to the
 page the form was on, with the outcome in a one-shot flash cookie that the next page shows
 (escaped) and clears. A request with a missing or wrong token, or from another origin, is
 refused with 403 and changes nothing.
@@ -11,6 +11,11 @@ refused with 403 and changes nothing.
   queued again through the store's replay, so the consumer sees the same ``webhook-id``.
 * ``/console/actions/endpoint``: ``name``, ``enabled`` (``1``/``0``), optional ``reason``.
 * ``/console/actions/test``: ``name``: a signed ``ping`` sent now, never archived.
+
+The access control in front (:mod:`.auth`) refuses a cookie session's POST without its CSRF
+token before it gets here; the actions check the token again (defence in depth: a route
+table without that middleware must not make them forgeable). Requests that showed the
+bearer token need none (a browser never adds that header on its own).
 """
 
 from __future__ import annotations
@@ -18,9 +23,7 @@ from __future__ import annotations
 import base64
 import hmac
 import json
-import secrets
 from typing import Final
-from urllib.parse import parse_qs, urlsplit
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -28,12 +31,11 @@ from starlette.routing import Route
 
 from ..logging import get_logger
 from ..store import StoreError
+from .auth import CSRF_FIELD, FormError, csrf_token, read_form, web_session
 from .console import SECURITY_HEADERS, ConsoleDeps, _time
 
-__all__ = ["FORM_LIMIT", "Actions", "CookieCsrf", "pop_flash"]
+__all__ = ["Actions", "pop_flash"]
 
-#: Largest form body read (bytes); a larger one is refused with 413.
-FORM_LIMIT: Final = 16 * 1024
 FLASH_COOKIE: Final = "sessionhook_flash"
 #: Longest flash text kept (characters).
 _FLASH_MAX: Final = 500
@@ -41,33 +43,12 @@ _FLASH_MAX: Final = 500
 _log = get_logger()
 
 
-class FormError(Exception):
-    """The form cannot be read (too large, not urlencoded)."""
-
-
-class CookieCsrf:
-    """The console's CSRF check: a random token per daemon process, embedded in every form
-    (a page of another origin cannot read it), and an ``Origin`` (or ``Referer``) that,
-    when the browser sends one, names this server. A restart makes old forms stale: the
-    action is refused and the page reloaded shows a fresh form."""
-
-    def __init__(self, secret: str | None = None) -> None:
-        self._token = secret or secrets.token_urlsafe(32)
-
-    def token(self, request: Request) -> str:
-        """The token to embed in ``request``'s forms."""
-        return self._token
-
-    def check(self, request: Request, submitted: str) -> bool:
-        """Whether a POST with form token ``submitted`` may act."""
-        if not hmac.compare_digest(submitted.encode(), self._token.encode()):
-            return False
-        origin = request.headers.get("origin") or request.headers.get("referer")
-        if origin and origin != "null":
-            parts = urlsplit(origin)
-            if parts.netloc != request.headers.get("host", ""):
-                return False
+def _csrf_ok(request: Request, submitted: str) -> bool:
+    """The form carries its session's CSRF token (or the request showed the bearer token)."""
+    if web_session(request).kind == "bearer":
         return True
+    expected = csrf_token(request)
+    return bool(expected) and hmac.compare_digest(submitted.encode(), expected.encode())
 
 
 def _encode_flash(kind: str, text: str) -> str:
@@ -89,20 +70,6 @@ def pop_flash(request: Request) -> tuple[dict[str, str] | None, str | None]:
     if flash["kind"] not in ("ok", "error"):
         flash["kind"] = "error"
     return flash, FLASH_COOKIE
-
-
-async def read_form(request: Request, limit: int = FORM_LIMIT) -> dict[str, str]:
-    """A urlencoded form body, at most ``limit`` bytes; the first value of each field."""
-    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if ctype != "application/x-www-form-urlencoded":
-        raise FormError("expected an urlencoded form")
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise FormError("form too large")
-    fields = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
-    return {key: values[0] for key, values in fields.items()}
 
 
 def _back(target: str | None) -> str:
@@ -130,9 +97,8 @@ def _done(back: str, kind: str, text: str) -> Response:
 class Actions:
     """The POST handlers (see the module docstring)."""
 
-    def __init__(self, deps: ConsoleDeps, csrf: CookieCsrf) -> None:
+    def __init__(self, deps: ConsoleDeps) -> None:
         self.deps = deps
-        self.csrf = csrf
 
     def routes(self) -> list[Route]:
         """The action routes."""
@@ -148,7 +114,7 @@ class Actions:
         except FormError as exc:
             status = 413 if "large" in str(exc) else 400
             return Response(str(exc), status_code=status, headers=SECURITY_HEADERS)
-        if not self.csrf.check(request, form.get("csrf", "")):
+        if not _csrf_ok(request, form.get(CSRF_FIELD, "")):
             _log.warning("console.csrf_refused", path=request.url.path)
             return Response(
                 "refused: the form is stale or comes from another site; reload the page",

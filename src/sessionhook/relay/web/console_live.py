@@ -7,7 +7,8 @@ page links to the timeline for that). The stream starts after ``?after=SEQ`` (th
 event the page showed) or after the ``Last-Event-ID`` the browser sends when it reconnects,
 so nothing is missed or repeated across a reconnect; ``?session=NAME`` keeps one session.
 
-Bounded: the store is read every ``live_interval`` seconds, at most 100 events a read; a
+The stream wakes when the daemon archives events (its bell, :mod:`.bell`) and reads the
+store at least every ``live_interval`` seconds. Bounded: at most 100 events a read; a
 stream ends after ``live_duration`` seconds (the browser reconnects by itself) and at most
 ``live_max_streams`` streams are open at once (more get 503 and the browser retries later).
 A comment line every 15 s keeps proxies from closing an idle stream.
@@ -68,6 +69,7 @@ def live_route(deps: ConsoleDeps) -> Route:
                 deadline = clock() + deps.live_duration
                 quiet_since = clock()
                 while clock() < deadline:
+                    rung = deps.bell.current()  # taken before reading: no ring is missed
                     current = deps.store()
                     if current is None:
                         return
@@ -94,7 +96,10 @@ def live_route(deps: ConsoleDeps) -> Route:
                         quiet_since = clock()
                         yield ": keep-alive\n\n"
                     if len(rows) < 100:
-                        await anyio.sleep(deps.live_interval)
+                        # Woken by the daemon's bell on ingest, else after the interval
+                        # (other writers, e.g. replicas on a shared database).
+                        with anyio.move_on_after(deps.live_interval):
+                            await rung.wait()
             finally:
                 open_streams -= 1
 
