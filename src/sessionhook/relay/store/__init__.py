@@ -10,6 +10,8 @@ Modules
     :mod:`.schema`       migrations and the checks that a file is ours (DDL)
     :mod:`.sqlite`       :class:`Store`: connections, durability, the daemon's queries
     :mod:`.ops_queries`  the operator's queries, mixed into :class:`Store`
+    :mod:`.console_queries`  the web console's lists and chart counts, mixed into
+                         :class:`Store`
     :mod:`.economy_queries`  the history walk, known sessions, the request budget's window
                          (mixed into :class:`Store`)
     :mod:`.aio`          :class:`AsyncStore`, the daemon's async handle (waits out a full
