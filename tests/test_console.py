@@ -18,6 +18,7 @@ from starlette.applications import Starlette
 
 from sessionhook.relay.config import Config
 from sessionhook.relay.metrics import Metrics
+from sessionhook.relay.operator import OperatorError
 from sessionhook.relay.retry import AttemptResult, Dead, Delivered
 from sessionhook.relay.store import AsyncStore, Store
 from sessionhook.relay.store.console_queries import MinuteCounts
@@ -126,13 +127,13 @@ def test_attempts_per_minute_buckets_2xx_against_the_rest(store: Store) -> None:
 
 def test_events_after_a_seq_for_the_live_feed(store: Store) -> None:
     names = populate(store)
-    everything = store.events_after(0)
+    everything = store.console_events_after(0)
     assert [e.seq for e in everything] == sorted(e.seq for e in everything)
-    assert store.last_event_seq() == everything[-1].seq
-    assert store.events_after(everything[-1].seq) == []
-    mine = store.events_after(0, session=names["calm"])
-    assert {e.session_name for e in mine} == {names["calm"]}
-    assert len(store.events_after(0, limit=2)) == 2
+    assert [e.id for e in everything] == [e.id for e in store.events_after(0)]
+    assert store.console_events_after(everything[-1].seq) == []
+    mine = store.console_events_after(0, session=names["calm"])
+    assert [e.session_name for e in mine] == [names["calm"]] * 2
+    assert len(store.console_events_after(0, limit=2)) == 2
 
 
 # --------------------------------------------------------------------------- the chart
@@ -339,7 +340,7 @@ async def test_test_event_reports_the_answer(store: Store) -> None:
 
     async def send_test(name: str) -> AttemptResult:
         if name != "alpha":
-            raise LookupError(name)
+            raise OperatorError(f"no endpoint named {name!r} in the config (known: alpha)")
         sent.append(name)
         return AttemptResult(502, None, 3.0, "", None, T0)
 
@@ -388,7 +389,7 @@ async def live(store: Store) -> AsyncIterator[tuple[httpx.AsyncClient, Store, di
 @pytest.mark.anyio
 async def test_the_live_feed_resumes_after_the_last_event_id(live: Any) -> None:
     http, store, names = live
-    every = store.events_after(0)
+    every = store.console_events_after(0)
     first = await read_live(http, "/console/live?after=0", 2)
     assert [e["seq"] for e in first] == [e.seq for e in every[:2]]
     resumed = await read_live(

@@ -51,13 +51,14 @@ import httpx
 
 from sessionhook.api.client import RetryPolicy, SessionsClient
 
-from . import health, render, sdnotify, web
+from . import health, operator, sdnotify, web
 from . import logging as relay_logging
 from .config import Account, Config, ConfigError, ServerConfig, load_config
-from .dispatch import DeliverySettings, Dispatcher, UrlGuard, post_event
+from .dispatch import DeliverySettings, Dispatcher, UrlGuard
 from .logging import get_logger
 from .metrics import Metrics
 from .netguard import AddressPolicy, Resolver
+from .pinning import PinnedTransport
 from .poller import OnceReport, Poller, PollSettings
 from .ratelimit import LimitedTransport, RateLimiter, SharedWindow
 from .retry import AttemptResult
@@ -142,8 +143,6 @@ class Daemon:
         self.pollers: list[Poller] = []
         self.poller: Poller | None = None  # the first account's
         self.dispatcher: Dispatcher | None = None
-        #: The webhook client of the running dispatcher (the console's test events use it).
-        self._poster: Poster | None = None
         #: Set once the daemon is ready (store open, first poll tried): tests wait on it.
         self.ready = anyio.Event()
         #: Rung whenever events are archived: wakes the event streams.
@@ -271,30 +270,18 @@ class Daemon:
 
     async def send_test_event(self, name: str) -> AttemptResult:
         """Send endpoint ``name`` a signed ``ping`` now, as ``sessionhook endpoints test``
-        does, through the daemon's own webhook client; never archived, never retried.
-        Raises :class:`LookupError` when no endpoint of the config has that name."""
-        from ..cli.ops import ping_event  # the CLI's ping; imported late (cli imports relay)
-
-        endpoint = self.config.endpoint_by_name(name)
-        poster = self._poster
-        if endpoint is None or poster is None:
-            raise LookupError(name)
-        event_id, body = ping_event(name, self._clock())
-        try:
-            body, content_type = render.render(event_id, body, endpoint.shape)
-        except render.RenderError as exc:
-            return AttemptResult(None, f"the ping does not render: {exc}", 0.0, "", None, 0.0)
-        delivery = self.config.delivery
-        return await post_event(
-            poster,
-            url=endpoint.url,
-            secrets=[s.get_secret_value() for s in endpoint.secrets],
-            event_id=event_id,
-            body=body,
-            timeout=delivery.timeout,
-            body_limit=delivery.response_body_limit,
-            content_type=content_type,
+        does (:func:`.operator.test_endpoint`): the name resolved once, every address
+        vetted, the connection pinned to a vetted one. Never archived, never retried.
+        Raises :class:`~.operator.OperatorError` for a name the config does not have."""
+        transport = self._delivery_transport or PinnedTransport(
+            allow_private=self.config.delivery.allow_private_networks,
+            resolve=self._resolve,
+            policy=self._address_policy,
         )
+        _event_id, result = await operator.test_endpoint(
+            self.config, name, transport=transport, now=self._clock()
+        )
+        return result
 
     async def _run_loops(self, store: AsyncStore, dispatcher: Dispatcher) -> None:
         _log.info(
@@ -561,7 +548,6 @@ class Daemon:
                 policy=self._address_policy,
             )
         )
-        self._poster = delivery
         try:
             self.dispatcher = Dispatcher(
                 store,
@@ -607,7 +593,6 @@ class Daemon:
                     await delivery.http.aclose()
                 await store.close()
             self.store = None
-            self._poster = None
 
     def _budget_window(self, store: AsyncStore, account: Account) -> SharedWindow:
         """The account's ``requests_per_minute`` window kept in the store."""

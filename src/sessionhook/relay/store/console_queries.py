@@ -36,6 +36,17 @@ class ConsoleSession:
 
 
 @dataclass(frozen=True, slots=True)
+class LiveEvent:
+    """What the console's live view shows of a newly ingested event (no body)."""
+
+    seq: int
+    id: str
+    session_name: str
+    type: str
+    occurred_at: str
+
+
+@dataclass(frozen=True, slots=True)
 class MinuteCounts:
     """Attempts that started in one minute: ``ok`` got a 2xx, ``failed`` did not."""
 
@@ -237,3 +248,18 @@ class ConsoleQueries:
             "SELECT budget, COUNT(*) FROM request_budget WHERE at > ? GROUP BY budget", (since,)
         ).fetchall()
         return {str(budget): int(n) for budget, n in rows}
+
+    # ----------------------------------------------------------------- live
+
+    def console_events_after(
+        self, seq: int, *, session: str | None = None, limit: int = 100
+    ) -> list[LiveEvent]:
+        """Events ingested after ``seq`` (optionally of one session), oldest first, without
+        their bodies (the live view shows type, session and time)."""
+        sql = "SELECT seq, id, session_name, type, occurred_at FROM events WHERE seq > ?"
+        params: list[Any] = [seq]
+        if session is not None:
+            sql += " AND session_name = ?"
+            params.append(session)
+        rows = self._conn.execute(f"{sql} ORDER BY seq LIMIT ?", (*params, limit)).fetchall()
+        return [LiveEvent(*r) for r in rows]

@@ -54,7 +54,7 @@ class WebContext:
     auth: WebAuth
     bell: Bell = field(default_factory=lambda: Bell())
     clock: Callable[[], float] = time.time
-    #: The console's actions: send endpoint NAME a signed test event now (``LookupError``
+    #: The console's actions: send endpoint NAME a signed test event now (``OperatorError``
     #: for an unknown name; ``None``: not available), and wake the dispatcher after a
     #: replay or an endpoint enabled.
     send_test: Callable[[str], Awaitable[AttemptResult]] | None = None

@@ -62,7 +62,8 @@ BODY_SHOWN: Final = 64 * 1024
 DAY_MINUTES: Final = 24 * 60
 DELIVERY_STATUSES: Final = ("pending", "failed", "dead", "delivered")
 
-#: Sends endpoint NAME a signed test event now; the answer (never raises for the network).
+#: Sends endpoint NAME a signed test event now; the answer (never raises for the network;
+#: :class:`~sessionhook.relay.operator.OperatorError` for a name the config does not have).
 SendTest = Callable[[str], Awaitable[AttemptResult]]
 
 CSP: Final = (

@@ -29,7 +29,9 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
+from .. import operator
 from ..logging import get_logger
+from ..operator import OperatorError
 from ..store import StoreError
 from .auth import CSRF_FIELD, FormError, csrf_token, read_form, web_session
 from .console import SECURITY_HEADERS, ConsoleDeps, _time
@@ -140,17 +142,21 @@ class Actions:
             return _done(back, "error", "replay: choose an endpoint")
         if not event_id and since is None:
             return _done(back, "error", "replay: give an event, or a start time (e.g. 2h)")
+        what = f"event {event_id}" if event_id else "the events of that time range"
         try:
-            if event_id:
-                if await store.call(store.store.get_event, event_id) is None:
-                    return _done(back, "error", f"replay: no archived event {event_id}")
-                queued = await store.write(store.store.replay, endpoint, event_ids=[event_id])
-                what = f"event {event_id}"
-            else:
-                queued = await store.write(store.store.replay, endpoint, since=since, until=until)
-                what = "the events of that time range"
-        except StoreError as exc:
+            # The operator layer's replay (as `sessionhook replay`): a range is queued a
+            # chunk at a time, each chunk one short transaction.
+            result = await store.write(
+                operator.replay,
+                store.store,
+                endpoint,
+                event_ids=[event_id] if event_id else (),
+                since=None if event_id else since,
+                until=None if event_id else until,
+            )
+        except (OperatorError, StoreError) as exc:
             return _done(back, "error", f"replay: {exc}")
+        queued = result.queued
         self.deps.wake()
         _log.info("console.replay", endpoint=endpoint, event_id=event_id or None, queued=queued)
         if queued == 0:
@@ -173,18 +179,18 @@ class Actions:
         name = form.get("name", "")
         enable = form.get("enabled") == "1"
         reason = form.get("reason", "").strip()[:200] or "disabled in the console"
-        known = {e.name for e in await store.call(store.store.endpoint_states)}
-        if name not in known:
-            return _done(back, "error", f"no endpoint named {name!r}")
-        await store.write(
-            store.store.set_endpoint_enabled, name, enable, None if enable else reason
-        )
+        try:
+            if enable:
+                waiting = await store.write(operator.enable_endpoint, store.store, name)
+            else:
+                await store.write(operator.disable_endpoint, store.store, name, reason)
+        except (OperatorError, StoreError) as exc:
+            return _done(back, "error", str(exc))
         _log.info(
             "console.endpoint", endpoint=name, enabled=enable, reason=None if enable else reason
         )
         if enable:
             self.deps.wake()
-            waiting = await store.call(store.store.pending_count, name)
             return _done(back, "ok", f"endpoint {name} enabled; {waiting} deliveries waiting")
         return _done(back, "ok", f"endpoint {name} disabled: {reason}")
 
@@ -199,8 +205,8 @@ class Actions:
             return _done(back, "error", "test events are not available here")
         try:
             result = await self.deps.send_test(name)
-        except LookupError:
-            return _done(back, "error", f"no endpoint named {name!r} in the config")
+        except OperatorError as exc:
+            return _done(back, "error", str(exc))
         answer = "no answer" if result.status_code is None else f"HTTP {result.status_code}"
         _log.info("console.test_event", endpoint=name, status=result.status_code, ok=result.ok)
         if result.ok:

@@ -75,7 +75,7 @@ def live_route(deps: ConsoleDeps) -> Route:
                         return
                     try:
                         rows = await current.call(
-                            current.store.events_after, after, session=session, limit=100
+                            current.store.console_events_after, after, session=session, limit=100
                         )
                     except (StoreError, OSError) as exc:
                         _log.warning("console.live_read_failed", error=str(exc))
