@@ -220,6 +220,20 @@ async def test_every_page_escapes_upstream_and_consumer_text(client: Any) -> Non
 
 
 @pytest.mark.anyio
+async def test_a_long_timeline_is_paged_and_only_its_last_page_is_live(client: Any) -> None:
+    http, store, names = client
+    calm = session(2, title="Calm 100%_done", state="COMPLETED")
+    ingest(store, calm, [activity(2, i, minute=i % 60) for i in range(10, 215)])
+    first = await http.get(f"/console/timeline?session={names['calm']}")
+    assert first.text.count('class="event"') == 200
+    later = re.search(r'href="(/console/timeline\?session=[^"]+;after=(\d+))"', first.text)
+    assert later is not None and "data-live-after" not in first.text
+    rest = await http.get(later.group(1).replace("&amp;", "&"))
+    assert rest.text.count('class="event"') == 207 - 200  # 2 + 205 events in all
+    assert "data-live-after" in rest.text and "Later events" not in rest.text
+
+
+@pytest.mark.anyio
 async def test_overview_and_deliveries_answer(client: Any) -> None:
     http, _store, names = client
     overview = await http.get("/console")

@@ -103,6 +103,7 @@
     var box = document.getElementById("live");
     if (box) sessionsPage(box);
     var timeline = document.getElementById("timeline");
-    if (timeline) timelinePage(timeline);
+    // A page of an older part of the timeline is not live (the next page is).
+    if (timeline && timeline.hasAttribute("data-live-after")) timelinePage(timeline);
   });
 })();
