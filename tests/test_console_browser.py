@@ -52,7 +52,7 @@ def sign_in(browser: Any, token: str) -> None:
     field = one(browser, "input[name=token]")
     field.clear()
     field.send_keys(token)
-    one(browser, "form button[type=submit]").click()
+    navigate(browser, one(browser, "form button[type=submit]"))
 
 
 @pytest.fixture
@@ -98,6 +98,27 @@ def one(browser: Any, selector: str) -> Any:
     return until(lambda: (css(browser, selector) or [None])[0], f"an element {selector!r}")
 
 
+def navigate(browser: Any, element: Any) -> None:
+    """Click ``element`` and wait until the next page has loaded (a form submitted, a link
+    followed): what is read next is the new page, never the old one."""
+    from selenium.common.exceptions import WebDriverException
+
+    browser.execute_script("window.__old_page = true")
+    element.click()
+
+    def arrived() -> bool:
+        try:
+            return bool(
+                browser.execute_script(
+                    "return window.__old_page !== true && document.readyState === 'complete'"
+                )
+            )
+        except WebDriverException:  # asked while the browser was between the two pages
+            return False
+
+    until(arrived, "the next page")
+
+
 def flash(browser: Any) -> str:
     return str(one(browser, "#flash").text)
 
@@ -135,7 +156,7 @@ def test_sessions_are_listed_filterable_and_hostile_titles_are_text(
     assert_not_executed(browser)
     search = one(browser, "#session-filters input[name=q]")
     search.send_keys("changelog")
-    one(browser, "#session-filters button").click()
+    navigate(browser, one(browser, "#session-filters button"))
     until(lambda: "q=changelog" in browser.current_url, "the filtered list")
     names = [r.get_attribute("data-session") for r in css(browser, "#sessions tbody tr")]
     assert names == [stack.calm]
@@ -144,7 +165,7 @@ def test_sessions_are_listed_filterable_and_hostile_titles_are_text(
 def test_timeline_shows_events_with_deliveries_per_endpoint(stack: Stack, browser: Any) -> None:
     browser.get(f"{stack.base}/console/sessions")
     link = one(browser, f"#sessions tr[data-session='{stack.hostile}'] a.session-link")
-    link.click()
+    navigate(browser, link)
     until(lambda: "/console/timeline" in browser.current_url, "the timeline")
     assert one(browser, "#session-name").text == stack.hostile
     assert f"Hostile {HOSTILE}" in one(browser, "h1").text
@@ -170,7 +191,7 @@ def test_failed_attempt_detail_then_replay_and_see_the_new_attempt(
 ) -> None:
     browser.get(f"{stack.base}/console/timeline?session={quote(stack.hostile, safe='')}")
     failed = one(browser, "tr[data-endpoint=beta] a.attempt.failed")
-    failed.click()
+    navigate(browser, failed)
     until(lambda: "/console/attempts/" in browser.current_url, "the attempt page")
     detail = one(browser, "#attempt").text
     assert "500" in detail
@@ -180,7 +201,7 @@ def test_failed_attempt_detail_then_replay_and_see_the_new_attempt(
     event_id = one(browser, "#delivery .mono").text
     before = stack.consumers["beta"].seen.count(event_id)
     stack.consumers["beta"].recover()
-    one(browser, "form[action='/console/actions/replay'] button").click()
+    navigate(browser, one(browser, "form[action='/console/actions/replay'] button"))
     assert "queued 1 deliveries" in flash(browser)
     # The replay is a new delivery of the same event; open it and wait for its attempt.
     replay = until(
@@ -202,16 +223,60 @@ def test_failed_attempt_detail_then_replay_and_see_the_new_attempt(
     stack.consumers["beta"].fail()
 
 
+def test_deliveries_filtered_by_endpoint_status_and_time(stack: Stack, browser: Any) -> None:
+    from selenium.webdriver.support.ui import Select
+
+    browser.get(f"{stack.base}/console/deliveries")
+    Select(one(browser, "#delivery-filters select[name=endpoint]")).select_by_visible_text("beta")
+    Select(one(browser, "#delivery-filters select[name=status]")).select_by_visible_text("dead")
+    one(browser, "#delivery-filters input[name=since]").send_keys("1h")
+    navigate(browser, one(browser, "#delivery-filters button"))
+    until(lambda: "status=dead" in browser.current_url, "the filtered deliveries")
+    rows = css(browser, "#deliveries tbody tr[data-delivery]")
+    assert rows
+    for row in rows:
+        cells = row.find_elements("css selector", "td")
+        assert cells[2].text == "beta" and cells[5].text == "dead"
+    navigate(browser, rows[0].find_element("css selector", "a"))
+    until(lambda: "/console/deliveries/" in browser.current_url, "a delivery's page")
+    assert "dead" in one(browser, "#delivery").text
+    assert len(css(browser, "#attempts tbody tr[data-attempt]")) == 3  # the retry schedule
+    # A filter that matches nothing says so.
+    browser.get(f"{stack.base}/console/deliveries?endpoint=alpha&status=dead")
+    assert "No deliveries match" in one(browser, "#deliveries").text
+
+
+def test_replay_a_time_range_to_an_endpoint(stack: Stack, browser: Any) -> None:
+    from selenium.webdriver.support.ui import Select
+
+    browser.get(f"{stack.base}/console")
+    form = one(browser, "#replay-range")
+    Select(form.find_element("css selector", "select[name=endpoint]")).select_by_visible_text(
+        "alpha"
+    )
+    form.find_element("css selector", "input[name=since]").send_keys("1h")
+    seen = len(stack.consumers["alpha"].seen)
+    navigate(browser, form.find_element("css selector", "button"))
+    message = flash(browser)
+    assert message.startswith("queued ") and "of the events of that time range to alpha" in message
+    queued = int(message.split()[1])
+    assert queued > 0
+    until(
+        lambda: len(stack.consumers["alpha"].seen) >= seen + queued,
+        "the replayed range to reach alpha",
+    )
+
+
 def test_disable_and_enable_an_endpoint(stack: Stack, browser: Any) -> None:
     browser.get(f"{stack.base}/console")
     row = one(browser, "tr[data-endpoint=beta]")
     row.find_element("css selector", "input.reason").send_keys("consumer migrating <b>now</b>")
-    row.find_element("css selector", "button.disable").click()
+    navigate(browser, row.find_element("css selector", "button.disable"))
     assert flash(browser) == "endpoint beta disabled: consumer migrating <b>now</b>"
     state = one(browser, "tr[data-endpoint=beta] .state").text
     assert "disabled" in state and "consumer migrating <b>now</b>" in state
     assert stack.get("/console").text.count("consumer migrating &lt;b&gt;now&lt;/b&gt;") == 1
-    one(browser, "tr[data-endpoint=beta] button.enable").click()
+    navigate(browser, one(browser, "tr[data-endpoint=beta] button.enable"))
     assert "endpoint beta enabled" in flash(browser)
     assert "enabled" in one(browser, "tr[data-endpoint=beta] .state").text
 
@@ -219,10 +284,10 @@ def test_disable_and_enable_an_endpoint(stack: Stack, browser: Any) -> None:
 def test_send_a_test_event_and_see_the_answer(stack: Stack, browser: Any) -> None:
     browser.get(f"{stack.base}/console")
     seen = len(stack.consumers["alpha"].seen)
-    one(browser, "tr[data-endpoint=alpha] button.test").click()
+    navigate(browser, one(browser, "tr[data-endpoint=alpha] button.test"))
     assert flash(browser).startswith("test event to alpha: HTTP 200 in ")
     assert len(stack.consumers["alpha"].seen) == seen + 1
-    one(browser, "tr[data-endpoint=beta] button.test").click()
+    navigate(browser, one(browser, "tr[data-endpoint=beta] button.test"))
     message = flash(browser)
     assert message == "test event to beta failed: HTTP 500"
     assert "error" in one(browser, "#flash").get_attribute("class")
