@@ -27,8 +27,8 @@ SIGTERM and SIGINT set the stop signal: polling stops at once, deliveries in fli
 not lost: its outbox row is retried at the next start) and :meth:`Daemon.run` returns. A
 second signal stops at once. SIGHUP reloads the configuration: a bad file is logged and the
 running configuration kept; a good one updates endpoints, delivery and poll settings and
-the log level (``api``, ``store`` and ``delivery.allow_private_networks`` changes need a
-restart, and say so).
+the log level (``api``, ``store``, ``server`` and ``delivery.allow_private_networks``
+changes need a restart, and say so).
 
 A side task that dies takes the daemon down with it, loudly: a broken store or a bug must
 not leave a process that looks alive and delivers nothing.
@@ -252,6 +252,8 @@ class Daemon:
 
     def _web_context(self, server: ServerConfig) -> web.WebContext:
         token = server.token
+        if token is not None:
+            relay_logging.register_secret(token)
 
         def wake() -> None:
             if self.dispatcher is not None:
@@ -404,7 +406,8 @@ class Daemon:
         if _restart_only(old) != _restart_only(new):
             _log.warning(
                 "config.reload_partial",
-                note="api, store and delivery.allow_private_networks changes need a restart",
+                note="api, store, server and delivery.allow_private_networks changes need a "
+                "restart",
             )
             # The webhook connections were opened (and are kept alive) under the old
             # address policy: it stays until a restart rebuilds the pool.
@@ -415,6 +418,7 @@ class Daemon:
                 update={
                     "api": old.api,
                     "store": old.store,
+                    "server": old.server,
                     "delivery": delivery,
                     "accounts": old.accounts,
                 }
@@ -725,6 +729,11 @@ def _restart_only(config: Config) -> tuple[Any, ...]:
         ],
         str(config.store.path),
         config.delivery.allow_private_networks,
+        # The listener and its token are taken when the web app is built, at start.
+        None if config.server is None else config.server.model_dump(),
+        None
+        if config.server is None or config.server.token is None
+        else config.server.token.get_secret_value(),
     )
 
 
@@ -734,3 +743,6 @@ def _register_secrets(config: Config) -> None:
     for endpoint in config.endpoints:
         for secret in endpoint.secrets:
             relay_logging.register_secret(secret)
+    token = None if config.server is None else config.server.token
+    if token is not None:
+        relay_logging.register_secret(token)

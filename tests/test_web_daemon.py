@@ -1,0 +1,66 @@
+"""The daemon's web layer in-process: the stream is woken by the daemon's own ingest (the
+bell), not only by its store poll; the health routes stay open beside it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+from structlog.testing import capture_logs
+
+from sessionhook.relay.web import stream as stream_module
+from tests.test_daemon import Setup, _free_port
+from tests.test_web_stream import read_messages
+
+TOKEN = "daemon-token-" + "z" * 30
+
+
+@pytest.mark.anyio
+async def test_the_daemons_ingest_wakes_the_stream(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # With the store poll an hour away, only the bell can bring the events in time.
+    monkeypatch.setattr(stream_module, "POLL_SECONDS", 3600.0)
+    token_file = tmp_path / "web-token"
+    token_file.write_text(TOKEN)
+    token_file.chmod(0o600)
+    port = _free_port()
+    setup = Setup(
+        tmp_path, server={"listen": f"127.0.0.1:{port}", "token_file": str(token_file)}
+    )
+    daemon = setup.daemon()
+    auth = {"authorization": f"Bearer {TOKEN}"}
+    async with (
+        setup.api_http() as api_http,
+        anyio.create_task_group() as tg,
+        httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", headers=auth) as http,
+    ):
+        tg.start_soon(lambda: daemon.run(handle_signals=False))
+        await daemon.ready.wait()
+        assert (await http.get("/healthz", headers={"authorization": ""})).status_code == 200
+        async with http.stream("GET", "/v1/events/stream?type=session.*") as response:
+            assert response.status_code == 200
+            session = await setup.api(api_http).create_session("Watched live")
+            got = await read_messages(response, 1, within=30)
+        daemon.stop()
+    assert got[0].event == "session.discovered"
+    assert session.name in got[0].data
+    assert daemon.bell.rings > 0
+
+
+@pytest.mark.anyio
+async def test_a_reload_keeps_the_listener_and_its_token(tmp_path: Path) -> None:
+    token_file = tmp_path / "web-token"
+    token_file.write_text(TOKEN)
+    token_file.chmod(0o600)
+    server = {"listen": f"127.0.0.1:{_free_port()}", "token_file": str(token_file)}
+    setup = Setup(tmp_path, server=server)
+    daemon = setup.daemon()
+    token_file.write_text("another-token-" + "q" * 30)
+    with capture_logs() as logs:
+        assert await daemon.reload() is True
+    assert any(e["event"] == "config.reload_partial" for e in logs)
+    assert daemon.config.server is not None and daemon.config.server.token is not None
+    assert daemon.config.server.token.get_secret_value() == TOKEN
