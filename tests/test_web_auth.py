@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
+import anyio
 import httpx
 import pytest
 from starlette.requests import Request
@@ -16,13 +19,16 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 from structlog.testing import capture_logs
 
+from sessionhook.relay import health
 from sessionhook.relay.config import Config
 from sessionhook.relay.metrics import Metrics
+from sessionhook.relay.store import AsyncStore, Store
 from sessionhook.relay.web import WebContext, create_app
 from sessionhook.relay.web.auth import (
     COOKIE,
     CSRF_FIELD,
     CSRF_HEADER,
+    PUBLIC_PATHS,
     WebAuth,
     csrf_field,
     csrf_token,
@@ -30,6 +36,8 @@ from sessionhook.relay.web.auth import (
     safe_next,
     web_session,
 )
+
+from .test_web_stream import _free_port
 
 pytestmark = pytest.mark.anyio
 
@@ -72,11 +80,16 @@ def _client(app: object, base: str = BASE) -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=base)  # type: ignore[arg-type]
 
 
-async def _login(client: httpx.AsyncClient) -> str:
-    """Log in through the form; the CSRF token of the session."""
-    answer = await client.post("/login", data={"token": TOKEN, "next": "/probe"})
-    assert answer.status_code == 303 and answer.headers["location"] == "/probe"
-    page = await client.get("/probe")
+async def _login(client: httpx.AsyncClient, landing: str | None = "/probe") -> str:
+    """Log in through the form; the CSRF token of the session (read from the ``landing``
+    page's form, or computed from the cookie when there is no page to read it from)."""
+    answer = await client.post("/login", data={"token": TOKEN, "next": landing or "/"})
+    assert answer.status_code == 303 and answer.headers["location"] == (landing or "/")
+    if landing is None:
+        session = WebAuth(TOKEN).session_from_cookie(client.cookies[COOKIE])
+        assert session is not None
+        return session.csrf
+    page = await client.get(landing)
     assert page.status_code == 200
     match = re.search(rf'name="{CSRF_FIELD}" value="([^"]+)"', page.text)
     assert match
@@ -265,3 +278,60 @@ async def test_csrf_token_helper_matches_the_form_field() -> None:
         await client.post("/login", data={"token": TOKEN})
         page = await client.get("/p")
     assert seen and f'value="{seen[0]}"' in page.text
+
+
+# --------------------------------------------------------------------------- every route
+
+
+def _route_table(tmp_path: Path) -> tuple[list[tuple[str, str]], Any, AsyncStore]:
+    """The daemon's real route table (every provider, the console's included) and the
+    ``(method, path)`` of each protected route, path parameters filled with ``x``."""
+    config = _config(token_env="WEB_TOKEN")
+    astore = AsyncStore(Store.open(tmp_path / "relay.db"))
+    ctx = WebContext(
+        config=lambda: config, store=lambda: astore, metrics=Metrics(), auth=WebAuth(TOKEN)
+    )
+    app = create_app(ctx, readiness=lambda: (True, []))
+    protected: list[tuple[str, str]] = []
+    for route in app.routes:
+        path = getattr(route, "path_format", None) or getattr(route, "path", "")
+        path = re.sub(r"\{[^}]+\}", "x", path) or "/"
+        if path in PUBLIC_PATHS:
+            continue
+        methods = getattr(route, "methods", None) or {"GET"}
+        protected += [(m, path) for m in sorted(methods) if m != "HEAD"]
+    return protected, app, astore
+
+
+async def test_every_route_in_the_table_is_guarded(tmp_path: Path) -> None:
+    """No token, a wrong token: 401 on every protected route; the right token gets past
+    the guard; a POST from a login needs its CSRF token (missing or wrong: 403)."""
+    protected, app, astore = _route_table(tmp_path)
+    assert ("GET", "/v1/events/stream") in protected and ("POST", "/logout") in protected
+    listen = f"127.0.0.1:{_free_port()}"
+    try:
+        async with anyio.create_task_group() as tg:
+            host, port = await tg.start(health.serve, listen, app)
+            base = f"http://{host}:{port}"
+            async with (
+                httpx.AsyncClient(base_url=base) as anonymous,
+                httpx.AsyncClient(base_url=base) as browser,
+            ):
+                csrf = await _login(browser, landing=None)
+                for method, path in protected:
+                    where = f"{method} {path}"
+                    assert (await anonymous.request(method, path)).status_code == 401, where
+                    wrong = {"authorization": "Bearer " + "w" * 40}
+                    answer = await anonymous.request(method, path, headers=wrong)
+                    assert answer.status_code == 401, where
+                    right = {"authorization": f"Bearer {TOKEN}"}
+                    async with anonymous.stream(method, path, headers=right) as answer:
+                        assert answer.status_code not in (401, 403), where
+                    if method == "POST":
+                        missing = await browser.post(path, data={"x": "1"})
+                        assert missing.status_code == 403, where
+                        forged = await browser.post(path, data={CSRF_FIELD: csrf[::-1]})
+                        assert forged.status_code == 403, where
+            tg.cancel_scope.cancel()
+    finally:
+        await astore.close()
