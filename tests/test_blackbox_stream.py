@@ -75,6 +75,7 @@ class Reader:
     def __init__(self, url: str, headers: dict[str, str], stop_after: int | None = None):
         self.messages: list[Message] = []
         self.status: int | None = None
+        self.error: Exception | None = None
         self._stop_after = stop_after
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(url, headers), daemon=True)
@@ -89,12 +90,14 @@ class Reader:
                     self.messages.append(message)
                     if self._closed.is_set() or len(self.messages) == self._stop_after:
                         return  # leaves the connection: the consumer dies here
-        except httpx.HTTPError:
-            pass
+        except Exception as exc:  # the relay killed at teardown: the reader just ends
+            self.error = exc
 
     def close(self) -> None:
+        """Stop reading at the next message; a reader waiting on an idle stream is left to
+        end with the relay (a daemon thread)."""
         self._closed.set()
-        self._thread.join(timeout=70)
+        self._thread.join(timeout=1)
 
 
 def _relay(harness: Harness, standin: object, endpoints: list[Endpoint]) -> tuple[Relay, str]:
