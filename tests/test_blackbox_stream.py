@@ -137,11 +137,15 @@ def test_the_stream_carries_the_webhooks_ids_and_bytes_and_resumes(harness: Harn
         "the web.auth_failed log line",
     )
     assert TOKEN not in relay.stderr and "x" * 43 not in relay.stderr
+    metrics = httpx.get(f"{base}/metrics", timeout=10).text
+    assert 'sessionhook_web_auth_failures_total{via="bearer"} 1.0' in metrics
 
     # One consumer follows everything; another is killed after 5 messages.
     whole = Reader(stream, auth)
     killed = Reader(stream, auth, stop_after=5)
     wait_until(lambda: whole.status == 200 and killed.status == 200, 10, "both streams")
+    metrics = httpx.get(f"{base}/metrics", timeout=10).text
+    assert "sessionhook_event_streams 2.0" in metrics
     world = World(standin)
     world.add("pr")
     world.add("fail")

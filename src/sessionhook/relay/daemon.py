@@ -263,7 +263,10 @@ class Daemon:
             config=lambda: self.config,
             store=lambda: self.store,
             metrics=self.metrics,
-            auth=web.WebAuth(None if token is None else token.get_secret_value()),
+            auth=web.WebAuth(
+                None if token is None else token.get_secret_value(),
+                on_failure=self.metrics.web_auth_failed,
+            ),
             bell=self.bell,
             clock=self._clock,
             send_test=self.send_test_event,

@@ -29,6 +29,8 @@ poll_lag_seconds                               gauge
 last_successful_poll_timestamp_seconds         gauge
 store_unwritable                               gauge
 store_write_failures_total                     counter    reason
+web_auth_failures_total                        counter    via
+event_streams                                  gauge
 build_info                                     gauge      version
 =============================================  =========  =====================
 """
@@ -177,6 +179,20 @@ class Metrics:
             namespace=NAMESPACE,
             registry=r,
         )
+        self.web_auth_failures = Counter(
+            "web_auth_failures",
+            "Requests to the console or the event stream with a wrong token, by how it came "
+            "('bearer', 'login').",
+            ["via"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.event_streams = Gauge(
+            "event_streams",
+            "Event streams (GET /v1/events/stream) open now.",
+            namespace=NAMESPACE,
+            registry=r,
+        )
         self.build_info = Gauge(
             "build_info",
             "Always 1; the labels carry the running version.",
@@ -226,6 +242,10 @@ class Metrics:
     def activity_refused(self, reason: str) -> None:
         """Count an upstream activity refused for ``reason`` (first time it was met)."""
         self.activities_refused.labels(reason=reason).inc()
+
+    def web_auth_failed(self, via: str) -> None:
+        """Count a wrong token shown to the web layer (``bearer`` header or ``login`` form)."""
+        self.web_auth_failures.labels(via=via).inc()
 
     def poll_succeeded(self, at: float) -> None:
         """Note a successful upstream poll at Unix time ``at``."""

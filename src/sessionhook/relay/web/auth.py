@@ -113,8 +113,11 @@ class WebAuth:
         *,
         clock: Callable[[], float] = time.time,
         lifetime: float = SESSION_LIFETIME,
+        on_failure: Callable[[str], None] = lambda via: None,
     ) -> None:
         self.required = token is not None
+        #: Told ``"bearer"`` or ``"login"`` for each wrong token (the daemon counts them).
+        self.on_failure = on_failure
         self._token = token.encode() if token is not None else b""
         # Derived from the token: every replica sharing it accepts the cookie, a new token
         # ends every login. Without a token, a per-process key (anonymous sessions only).
@@ -289,6 +292,7 @@ class AuthMiddleware:
                     path=request.scope["path"],
                     via="bearer",
                 )
+                self.auth.on_failure("bearer")
                 request.scope["sessionhook.wrong_token"] = True
                 return None, None
         cookie = request.cookies.get(COOKIE)

@@ -80,6 +80,7 @@ def login_routes(auth: WebAuth) -> list[BaseRoute]:
             _log.warning(
                 "web.auth_failed", client=client_address(request.scope), path="/login", via="login"
             )
+            auth.on_failure("login")
             return login_page(next_path, "Wrong token.", 401)
         _session, value = auth.new_session()
         response = RedirectResponse(next_path, status_code=303)

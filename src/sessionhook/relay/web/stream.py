@@ -126,11 +126,13 @@ def stream_routes(ctx: WebContext) -> Sequence[BaseRoute]:
                 headers={"retry-after": "5"},
             )
         open_streams += 1
+        ctx.metrics.event_streams.set(open_streams)
         return _EventStream(ctx, wanted, start, release)
 
     def release() -> None:
         nonlocal open_streams
         open_streams -= 1
+        ctx.metrics.event_streams.set(open_streams)
 
     return [Route("/v1/events/stream", stream, methods=["GET"])]
 
