@@ -137,7 +137,11 @@ async def test_wrong_bearer_token_is_401_and_one_log_line_without_the_token(path
 async def test_right_bearer_token_passes_and_needs_no_csrf() -> None:
     async with _client(_app()) as client:
         auth = {"authorization": f"Bearer {TOKEN}"}
-        assert (await client.get("/probe/data", headers=auth)).json() == {"kind": "bearer"}
+        data = await client.get("/probe/data", headers=auth)
+        assert data.json() == {"kind": "bearer"}
+        # No other site may frame a protected page (clickjacking of the console's buttons).
+        assert data.headers["x-frame-options"] == "DENY"
+        assert data.headers["content-security-policy"] == "frame-ancestors 'none'"
         done = await client.post("/probe/action", data={"value": "x"}, headers=auth)
     assert done.status_code == 200 and done.json() == {"done": True, "value": "x"}
 

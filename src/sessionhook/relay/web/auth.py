@@ -274,10 +274,11 @@ class AuthMiddleware:
                 await _plain(403, "missing or wrong CSRF token")(scope, receive, send)
                 return
             receive = _replay(body, receive)
+        extra = list(_FRAMING)
         if new_cookie is not None:
             cookie = _cookie_header(request.url.scheme, new_cookie, int(self.auth.lifetime))
-            send = _adding_cookie(send, cookie)
-        await self.app(scope, receive, send)
+            extra.append((b"set-cookie", cookie.encode("latin-1")))
+        await self.app(scope, receive, _adding_headers(send, extra))
 
     def _authenticate(self, request: Request) -> tuple[WebSession | None, str | None]:
         header = request.headers.get("authorization")
@@ -370,11 +371,20 @@ def _replay(body: bytes, original: Receive) -> Receive:
     return receive
 
 
-def _adding_cookie(send: Send, cookie: str) -> Send:
+#: On every protected answer: no other site may frame the console (a click on a framed
+#: "disable" button carries the cookie and a valid CSRF token; only framing stops it).
+_FRAMING: Final = (
+    (b"x-frame-options", b"DENY"),
+    (b"content-security-policy", b"frame-ancestors 'none'"),
+)
+
+
+def _adding_headers(send: Send, extra: list[tuple[bytes, bytes]]) -> Send:
     async def wrapped(message: Message) -> None:
         if message["type"] == "http.response.start":
             headers: list[Any] = list(message.get("headers", []))
-            headers.append((b"set-cookie", cookie.encode("latin-1")))
+            present = {bytes(k).lower() for k, _ in headers}
+            headers += [(k, v) for k, v in extra if k == b"set-cookie" or k not in present]
             message = {**message, "headers": headers}
         await send(message)
 
