@@ -134,3 +134,10 @@ def test_secret_token_makes_a_token_the_config_accepts(tmp_path: Path) -> None:
     config = _load(tmp_path, 'token_env = "T"\n', {**ENV, "T": token})
     assert config.server is not None and config.server.token is not None
     assert config.server.token.get_secret_value() == token
+
+
+def test_endpoints_test_needs_no_web_token(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text('[server]\ntoken_env = "UNSET_WEB_TOKEN"\n')
+    config = load_config(path, env={}, need_api_key=False)
+    assert config.server is not None and config.server.web_enabled

@@ -265,9 +265,9 @@ class StoreConfig(_Section):
     path: Annotated[Path, _LAX] = Path(DEFAULT_DB_NAME)
     #: Delete attempts, and delivered deliveries, older than this (unset: keep everything).
     #: Open and dead deliveries and the archive (sessions, activities, events) are kept.
-    delivery_log_retention: (
-        Annotated[_Seconds, _within("store.delivery_log_retention")] | None
-    ) = None
+    delivery_log_retention: Annotated[_Seconds, _within("store.delivery_log_retention")] | None = (
+        None
+    )
 
     @field_validator("path", mode="before")
     @classmethod
@@ -636,7 +636,8 @@ def load_config(
     ``env`` replaces :data:`os.environ` (tests). With ``resolve_secrets=False`` the API key
     and file/env secrets are left unresolved (operator commands that only read the store);
     with ``need_api_key=False`` only the endpoint secrets are (``endpoints test`` signs a
-    ping but never calls the API). Touching an unresolved ``api.api_key`` or
+    ping but never calls the API, nor serves the console: ``server.token`` stays
+    unresolved). Touching an unresolved ``api.api_key`` or
     ``endpoint.secrets`` raises ConfigError. Raises :class:`ConfigError` for every problem,
     never a pydantic or TOML exception.
     """
@@ -669,7 +670,10 @@ def load_config(
                 _resolve_account_key(i, a, base, environ) for i, a in enumerate(accounts)
             )
         endpoints = _resolve_endpoint_secrets(config.endpoints, base, environ)
-        server = _resolve_server_token(config.server, base, environ)
+        # The web token is the daemon's alone, like the API key (`endpoints test` needs neither).
+        server = (
+            _resolve_server_token(config.server, base, environ) if need_api_key else config.server
+        )
         config = config.model_copy(
             update={"api": api, "endpoints": endpoints, "accounts": accounts, "server": server}
         )
