@@ -1014,6 +1014,10 @@ def test_requests_per_minute_is_never_exceeded(harness: Harness) -> None:
             'secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"\n',
             "endpoints[0].url",
         ),
+        # The console shows payloads: no opt-out of its token on a reachable address.
+        ('[server]\nlisten = "0.0.0.0:0"\nallow_unauthenticated = true\n', "server"),
+        ('[server]\ntoken_env = "SESSIONHOOK_WEB_TOKEN_UNSET"\n', "server.token_env"),
+        ('[server]\ntoken_file = "/nonexistent/web-token"\n', "server.token_file"),
     ],
 )
 def test_bad_config_exits_2_with_one_line_naming_the_key(
