@@ -19,7 +19,7 @@ within :data:`POLL_SECONDS` when another process does (replicas on a shared stor
 comment line every :data:`HEARTBEAT_SECONDS` keeps proxies from closing an idle stream.
 
 Bounded: events are read from the store :data:`BATCH` at a time from a cursor and written
-one message at a time; a consumer that reads slowly holds back its own cursor (the socket's
+one page at a time; a consumer that reads slowly holds back its own cursor (the socket's
 buffer fills and the write waits), never the relay's memory; one that reads nothing for
 :data:`SEND_TIMEOUT` seconds is dropped (``stream.stalled``). At most
 ``server.max_streams`` streams at once; one more is a 503 with ``Retry-After``.
@@ -202,11 +202,12 @@ class _EventStream(Response):
             astore = ctx.store()
             if astore is not None:
                 page = await astore.call(follower.read, astore.store, limit=BATCH)
-                for row in page.events:
-                    await self._send(send, format_event(row))
-                    self._sent += 1
+                if page.events:
+                    # One write per page (at most BATCH events): the socket's flow control
+                    # still holds the next read back.
+                    await self._send(send, b"".join(format_event(r) for r in page.events))
+                    self._sent += len(page.events)
                     idle_since = anyio.current_time()
-                    self._cursor = row.seq
                 self._cursor = page.cursor
                 if page.more:
                     continue  # more behind: read on before waiting
