@@ -108,16 +108,37 @@ class ConsoleQueries:
             )
             params += [_like(text), _like(text)]
         where = ("WHERE " + " AND ".join(clauses)) if clauses else ""
+        limit = min(limit, MAX_IDS)
+        # The newest event of each session is one probe of events_by_session; the count
+        # and the last event's type are read for the page's sessions only.
         rows = self._conn.execute(
+            "SELECT name, title, state, source, account, update_time, last_seq FROM ("
             "SELECT s.name, s.title, s.state, s.source, s.account, s.update_time, "
-            "l.n, l.seq, e.type, e.occurred_at "
-            "FROM sessions s "
-            "LEFT JOIN (SELECT session_name, COUNT(*) AS n, MAX(seq) AS seq FROM events "
-            "GROUP BY session_name) l ON l.session_name = s.name "
-            f"LEFT JOIN events e ON e.seq = l.seq {where} "
-            "ORDER BY COALESCE(l.seq, 0) DESC, s.name LIMIT ?",
+            "(SELECT MAX(e.seq) FROM events e WHERE e.session_name = s.name) AS last_seq "
+            f"FROM sessions s {where}) x ORDER BY COALESCE(x.last_seq, 0) DESC, x.name LIMIT ?",
             (*params, limit),
         ).fetchall()
+        names = [r[0] for r in rows]
+        counts: dict[str, int] = {}
+        last: dict[int, tuple[str, str]] = {}
+        if names:
+            counts = {
+                name: int(n)
+                for name, n in self._conn.execute(
+                    "SELECT session_name, COUNT(*) FROM events "
+                    f"WHERE session_name IN ({_ids(names)}) GROUP BY session_name",
+                    tuple(names),
+                )
+            }
+            seqs = [r[6] for r in rows if r[6] is not None]
+            if seqs:
+                last = {
+                    int(seq): (kind, at)
+                    for seq, kind, at in self._conn.execute(
+                        f"SELECT seq, type, occurred_at FROM events WHERE seq IN ({_ids(seqs)})",
+                        tuple(seqs),
+                    )
+                }
         return [
             ConsoleSession(
                 name=r[0],
@@ -126,10 +147,10 @@ class ConsoleQueries:
                 source=r[3],
                 account=r[4],
                 update_time=r[5],
-                events=int(r[6] or 0),
-                last_event_seq=r[7],
-                last_event_type=r[8],
-                last_event_at=r[9],
+                events=counts.get(r[0], 0),
+                last_event_seq=r[6],
+                last_event_type=last.get(r[6], (None, None))[0] if r[6] is not None else None,
+                last_event_at=last.get(r[6], (None, None))[1] if r[6] is not None else None,
             )
             for r in rows
         ]
