@@ -119,7 +119,9 @@ def vm_steps(store: Store, call: Any) -> int:
 def test_due_query_reads_the_heads_index_not_the_backlog(store: Store) -> None:
     fill(store, 5, 5)
     plan = [
-        row[3] for row in store._conn.execute("EXPLAIN QUERY PLAN " + outbox.DUE_SQL, ("a", T0, 16))
+        row[3] for row in store._conn.execute(
+            "EXPLAIN QUERY PLAN " + outbox.DUE_SQL, ("a", T0, T0, "", 16)
+        )
     ]
     assert any(p.startswith("SEARCH h USING COVERING INDEX outbox_heads_due") for p in plan), plan
     assert not any("TEMP B-TREE" in p for p in plan), plan  # the index gives the order
@@ -341,6 +343,17 @@ def test_migration_builds_heads_for_an_existing_outbox(tmp_path: Path) -> None:
     for name in ("insert", "update", "delete"):
         conn.execute(f"DROP TRIGGER IF EXISTS outbox_heads_on_{name}")
     conn.execute("DELETE FROM _sqlite_migrations WHERE name = '0004_outbox_heads'")
+    # 0007 (replicas) adds claim columns to the heads: undone too, re-run after 0004.
+    for statement in (
+        "DROP TABLE replicas",
+        "DROP TABLE leases",
+        "DROP TABLE budget_locks",
+        "DROP INDEX sessions_poll_claims",
+        "ALTER TABLE sessions DROP COLUMN poll_owner",
+        "ALTER TABLE sessions DROP COLUMN poll_until",
+        "DELETE FROM _sqlite_migrations WHERE name = '0007_replicas'",
+    ):
+        conn.execute(statement)
     conn.close()
     with Store.open(path, clock=Clock()) as s:
         assert {d.id for d in s.due_deliveries(T0, 10)} == expected

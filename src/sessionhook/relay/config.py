@@ -115,6 +115,7 @@ DURATION_BOUNDS: dict[str, tuple[int, int]] = {
     "delivery.max_retry_after": (0, _DAY),
     "endpoints[].disable_after": (0, 90 * _DAY),
     "store.delivery_log_retention": (0, 3650 * _DAY),
+    "store.lease": (0, 10 * _MINUTE),
 }
 _ZERO_ALLOWED = frozenset({"delivery.retry_delays[]", "delivery.max_retry_after"})
 
@@ -268,6 +269,18 @@ class StoreConfig(_Section):
     delivery_log_retention: Annotated[_Seconds, _within("store.delivery_log_retention")] | None = (
         None
     )
+
+    #: How long a replica's claims (deliveries in flight, session polls, an account's
+    #: poller) hold after its last heartbeat (every third of it): what a crash costs in
+    #: latency before another replica takes its work over.
+    lease: Annotated[_Seconds, _within("store.lease")] = 15.0
+
+    @field_validator("lease")
+    @classmethod
+    def _lease_is_long_enough(cls, value: float) -> float:
+        if value < 1.0:
+            raise ValueError("must be at least 1 s (replicas heartbeat every third of it)")
+        return value
 
     @field_validator("path", mode="before")
     @classmethod

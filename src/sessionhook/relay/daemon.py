@@ -62,6 +62,7 @@ from .pinning import PinnedTransport
 from .poller import OnceReport, Poller, PollSettings
 from .ratelimit import LimitedTransport, RateLimiter, SharedWindow
 from .retry import AttemptResult
+from .replica import Replica, heartbeat_interval, heartbeat_late
 from .sender import AiohttpPoster, HttpxPoster, Poster
 from .store import (
     AsyncStore,
@@ -147,6 +148,8 @@ class Daemon:
         self.ready = anyio.Event()
         #: Rung whenever events are archived: wakes the event streams.
         self.bell = web.Bell()
+        #: This process as a replica of the store (its claims carry this id).
+        self.replica = Replica.current()
 
     def stop(self) -> None:
         """Ask the daemon to stop, as SIGTERM does."""
@@ -304,6 +307,7 @@ class Daemon:
             tg.start_soon(self._side_task, "dispatcher", dispatcher.run, None)
             tg.start_soon(self._side_task, "lifecycle", self._lifecycle, None)
             tg.start_soon(self._side_task, "retention", self._retention, None)
+            tg.start_soon(self._side_task, "heartbeat", self._heartbeat, None)
             await self._stop.wait()
             self._stopping = True
             _log.info("relay.stopping", in_flight=dispatcher.in_flight)
@@ -361,6 +365,40 @@ class Daemon:
             else:
                 sdnotify.watchdog()
             await anyio.sleep(interval)
+
+    async def _heartbeat(self) -> None:
+        """Every third of ``store.lease``: tell the store this replica is alive, which
+        extends every claim it holds (deliveries in flight, polls, its pollers' leases)."""
+        store = self.store
+        assert store is not None
+        lease = self.config.store.lease
+        last_ok = self._clock()
+        late = False
+        while not self._stop.is_set():
+            with anyio.move_on_after(heartbeat_interval(lease)):
+                await self._stop.wait()
+            if self._stop.is_set():
+                return
+            now = self._clock()
+            try:
+                ok = await store.try_write(store.store.heartbeat_replica, now)
+            except (sqlite3.Error, StoreError, OSError) as exc:
+                _log.warning("replica.heartbeat_failed", error=str(exc))
+                ok = False
+            if ok:
+                if late:
+                    _log.info("replica.heartbeat_resumed", replica=self.replica.id)
+                last_ok, late = now, False
+            elif not late and heartbeat_late(last_ok, now, lease):
+                late = True
+                self.metrics.replica_heartbeat_late()
+                _log.error(
+                    "replica.heartbeat_late",
+                    replica=self.replica.id,
+                    silent_s=round(now - last_ok, 1),
+                    note="this replica's claims may have expired: another one may take its "
+                    "work over (a delivery in flight may then be sent twice, same webhook-id)",
+                )
 
     async def _retention(self) -> None:
         """Prune the delivery log every :data:`PRUNE_EVERY` seconds when
@@ -521,6 +559,15 @@ class Daemon:
         config = self.config
         self.store = store
         _register_secrets(config)
+        await store.write(
+            store.store.register_replica,
+            self.replica.id,
+            host=self.replica.host,
+            pid=self.replica.pid,
+            now=self._clock(),
+            lease=config.store.lease,
+        )
+        _log.info("replica.registered", replica=self.replica.label, lease=config.store.lease)
         accounts = config.upstream_accounts()
         inner = self._upstream_transport or httpx.AsyncHTTPTransport()
         # One HTTP client per account, each with its own budget (an API key's quota). 2xx
@@ -593,6 +640,11 @@ class Daemon:
             yield self.pollers, self.dispatcher
         finally:
             with anyio.CancelScope(shield=True):
+                # A clean stop frees every claim at once: nobody waits for a lease.
+                try:
+                    await store.call(store.store.retire_replica, self._clock())
+                except (sqlite3.Error, StoreError, OSError) as exc:
+                    _log.warning("replica.retire_failed", error=str(exc))
                 for upstream in upstreams:
                     await upstream.aclose()
                 await delivery.aclose()
@@ -702,6 +754,8 @@ class Daemon:
         self.metrics.refresh_outbox(stats, self._clock(), [e.name for e in self.config.endpoints])
         states = await self.store.endpoint_states()
         self.metrics.refresh_endpoints({s.name: s.enabled for s in states})
+        replicas = await self.store.call(self.store.store.replicas)
+        self.metrics.refresh_replicas(replicas, self._clock())
 
 
 def _daemon_error(exc: BaseException) -> DaemonError | None:

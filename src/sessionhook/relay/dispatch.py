@@ -249,6 +249,8 @@ class Dispatcher:
         self._in_flight: set[tuple[str, str]] = set()
         self._per_endpoint: dict[str, int] = {}
         self._finished: list[_Finished] = []
+        #: Handed out (and claimed) by the last round but not started: released next round.
+        self._unstarted: list[tuple[str, str]] = []
         self._accepting = True
         self._settled = anyio.Event()  # set whenever attempts were committed
         self._next_due: float | None = None
@@ -344,8 +346,9 @@ class Dispatcher:
         # Shielded: the POSTs happened; their results are committed even during a stop.
         with anyio.CancelScope(shield=True):
             try:
+                unstarted, self._unstarted = self._unstarted, []
                 failing, due, self._next_due = await self._store.dispatch_round(
-                    records, now, max(0, free), busy
+                    records, now, max(0, free), busy, unstarted, self._caps(finished, now)
                 )
             except StoreUnwritableError as exc:
                 self._not_recorded(finished, exc)
@@ -354,16 +357,19 @@ class Dispatcher:
         started = 0
         full = {name for name, n in self._per_endpoint.items() if n >= s.per_endpoint}
         for delivery in due:
-            if started >= free:
-                break
             key = delivery.key
-            if delivery.endpoint in full or key in self._in_flight:
+            if key in self._in_flight:
+                continue  # ours and in flight: its claim stays
+            if started >= free or delivery.endpoint in full:
+                self._unstarted.append(key)  # its claim goes back next round
                 continue
             endpoint = s.endpoints.get(delivery.endpoint)
             if endpoint is None:
+                self._unstarted.append(key)
                 continue  # removed from the config by a reload; its rows wait for it
             # The one place a per-endpoint admission check belongs: the rate limit.
             if self._rate_limited(delivery.endpoint, self._clock()):
+                self._unstarted.append(key)
                 continue
             self._in_flight.add(key)
             count = self._per_endpoint.get(delivery.endpoint, 0) + 1
@@ -373,6 +379,23 @@ class Dispatcher:
             tg.start_soon(self._deliver_one, delivery, endpoint)
             started += 1
         return bool(finished) or started > 0
+
+    def _caps(self, finished: list[_Finished], now: float) -> dict[str, int]:
+        """Per endpoint, how many deliveries could start now: its free slots (those of
+        ``finished`` included), none while its ``rate_limit`` holds it back and one when
+        it does not. The store claims no more than that (a replica never sits on
+        deliveries another one could send)."""
+        s = self.settings
+        done: dict[str, int] = {}
+        for f in finished:
+            done[f.delivery.endpoint] = done.get(f.delivery.endpoint, 0) + 1
+        caps: dict[str, int] = {}
+        for name, config in s.endpoints.items():
+            cap = s.per_endpoint - self._per_endpoint.get(name, 0) + done.get(name, 0)
+            if config.rate_limit is not None:
+                cap = min(cap, 1 if self._rate_slots.get(name, 0.0) <= now else 0)
+            caps[name] = max(0, cap)
+        return caps
 
     async def _commit_finished(self) -> int:
         """Record the attempts that finished and were not committed yet; how many."""

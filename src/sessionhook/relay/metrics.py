@@ -32,13 +32,23 @@ store_write_failures_total                     counter    reason
 web_auth_failures_total                        counter    via
 event_streams                                  gauge
 build_info                                     gauge      version
+replicas_alive                                 gauge
+replica_heartbeat_age_seconds                  gauge      replica
+replica_claims                                 gauge      replica, kind
+lease_held                                     gauge      lease, replica
+replica_heartbeat_late_total                   counter
 =============================================  =========  =====================
+
+The replica families describe the store too (every replica sharing it, refreshed on each
+scrape): ``replica_claims{kind}`` counts ``delivery`` (outbox heads claimed: attempts in
+flight) and ``poll`` (session polls) per replica; ``lease_held`` is 1 per named lease and
+its holder.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Final
+from typing import Final, Protocol
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -58,6 +68,25 @@ CONTENT_TYPE: Final[str] = CONTENT_TYPE_LATEST
 
 # Webhook endpoints answer in milliseconds to tens of seconds (timeouts are 10-30 s).
 _DURATION_BUCKETS: Final = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0)
+
+class ReplicaLike(Protocol):
+    """What :meth:`Metrics.refresh_replicas` reads of a replica (``store.ReplicaRow``)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def heartbeat_at(self) -> float: ...
+    @property
+    def lease(self) -> float: ...
+    @property
+    def stopped_at(self) -> float | None: ...
+    @property
+    def deliveries(self) -> int: ...
+    @property
+    def polls(self) -> int: ...
+    @property
+    def leases(self) -> tuple[str, ...]: ...
+
 
 #: ``(pending, oldest_created_at)`` per endpoint, as ``store.outbox_stats()`` returns it.
 OutboxStats = Mapping[str, tuple[int, float | None]]
@@ -201,6 +230,40 @@ class Metrics:
             registry=r,
         )
         self.build_info.labels(version=__version__).set(1)
+        self.replicas_alive = Gauge(
+            "replicas_alive",
+            "Replicas of the relay sharing this store whose heartbeat is within their lease.",
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.replica_heartbeat_age = Gauge(
+            "replica_heartbeat_age_seconds",
+            "Seconds since each running replica's last heartbeat (above its lease: dead).",
+            ["replica"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.replica_claims = Gauge(
+            "replica_claims",
+            "Claims each replica holds: 'delivery' (attempts in flight), 'poll' (session "
+            "polls).",
+            ["replica", "kind"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.lease_held = Gauge(
+            "lease_held",
+            "1 for each named lease (an account's poller) and the replica holding it.",
+            ["lease", "replica"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.replica_heartbeat_late_total = Counter(
+            "replica_heartbeat_late",
+            "Times this replica could not heartbeat for longer than its lease.",
+            namespace=NAMESPACE,
+            registry=r,
+        )
         self._last_success_at: float | None = None
 
     # -- updated as things happen --------------------------------------------------------
@@ -279,6 +342,27 @@ class Metrics:
         self.endpoint_enabled.clear()
         for name, on in enabled.items():
             self.endpoint_enabled.labels(endpoint=name).set(1 if on else 0)
+
+    def replica_heartbeat_late(self) -> None:
+        """Count one episode of this replica's heartbeat being later than its lease."""
+        self.replica_heartbeat_late_total.inc()
+
+    def refresh_replicas(self, replicas: Iterable[ReplicaLike], now: float) -> None:
+        """Set the replica families from ``store.replicas()`` (stopped ones are left out)."""
+        for gauge in (self.replica_heartbeat_age, self.replica_claims, self.lease_held):
+            gauge.clear()
+        alive = 0
+        for r in replicas:
+            if r.stopped_at is not None:
+                continue
+            age = max(0.0, now - r.heartbeat_at)
+            alive += age <= r.lease
+            self.replica_heartbeat_age.labels(replica=r.id).set(age)
+            self.replica_claims.labels(replica=r.id, kind="delivery").set(r.deliveries)
+            self.replica_claims.labels(replica=r.id, kind="poll").set(r.polls)
+            for lease in r.leases:
+                self.lease_held.labels(lease=lease, replica=r.id).set(1)
+        self.replicas_alive.set(alive)
 
     def render(self) -> bytes:
         """The registry in the Prometheus text exposition format (:data:`CONTENT_TYPE`)."""

@@ -10,6 +10,8 @@ import anyio.abc
 from sessionhook.api.errors import ApiError, UnauthenticatedError
 
 from ..logging import get_logger
+from ..replica import heartbeat_interval, poller_lease
+from ..store import StoreUnwritableError
 from .discovery import Discovery
 from .history import HistoryWalk
 from .settings import OnceReport, _Tracked
@@ -21,12 +23,57 @@ class Poller(Discovery, HistoryWalk):
     """Discovery plus the per-session scheduler; see the package docstring."""
 
     async def run(self) -> None:
-        """Discovery and the scheduler, forever (until cancelled)."""
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(self._discovery_loop)
-            tg.start_soon(self._head_loop)
-            tg.start_soon(self._history_loop)
-            await self._schedule_loop(tg)
+        """Discovery and the scheduler, forever (until cancelled), while this replica holds
+        the account's poller lease (``poller:<account>``); on standby otherwise, taking it
+        over once its holder's lease expires. A store that is not a registered replica's
+        (tests, tools) polls without a lease."""
+        lease = poller_lease(self.account)
+        registered = self._store.store.replica_id is not None
+        while True:
+            if registered and not await self._hold(lease):
+                await self._standby(lease)
+            async with anyio.create_task_group() as tg:
+                if registered:
+                    tg.start_soon(self._keep, lease, tg.cancel_scope)
+                tg.start_soon(self._discovery_loop)
+                tg.start_soon(self._head_loop)
+                tg.start_soon(self._history_loop)
+                await self._schedule_loop(tg)
+
+    async def _hold(self, lease: str) -> bool:
+        """Take or renew ``lease``: whether this replica holds it now."""
+        try:
+            return await self._store.write(self._store.store.acquire_lease, lease, self._clock())
+        except StoreUnwritableError:
+            return False
+
+    async def _keep(self, lease: str, scope: anyio.CancelScope) -> None:
+        """Renew the lease every third of it; when another replica holds it (this one was
+        silent past its expiry), stop polling: the holder polls now."""
+        while True:
+            await anyio.sleep(heartbeat_interval(self._store.store.lease_seconds))
+            if not await self._hold(lease):
+                _log.warning("poller.lease_lost", account=self.account, lease=lease)
+                scope.cancel()
+                return
+
+    async def _standby(self, lease: str) -> None:
+        """Wait until this replica can take ``lease`` (its holder stopped or died).
+
+        Meanwhile the replica is ready (its dispatcher delivers) and its readiness follows
+        the holder's discovery (the store's ``last_ok_poll_at``)."""
+        _log.info("poller.standby", account=self.account, lease=lease)
+        self.first_pass_done.set()
+        while True:
+            self.heartbeat = self._mono()
+            raw = await self._store.call(self._store.store.get_meta, "last_ok_poll_at")
+            if raw is not None:
+                self.last_success = float(raw)
+            await anyio.sleep(heartbeat_interval(self._store.store.lease_seconds))
+            self.heartbeat = self._mono()
+            if await self._hold(lease):
+                _log.info("poller.lease_taken", account=self.account, lease=lease)
+                return
 
     async def run_once(self, *, max_attempts: int = 4) -> OnceReport:
         """One full pass: discovery, then every new, changed or working session polled.

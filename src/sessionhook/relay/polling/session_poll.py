@@ -3,8 +3,11 @@ read the session again when it may have changed (state, pull requests)."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
+
+import anyio
 
 from sessionhook.api.client import RefusedItem
 from sessionhook.api.errors import (
@@ -17,11 +20,14 @@ from sessionhook.api.models import Activity, Session, format_timestamp, parse_ti
 
 from .. import events, lifecycle
 from ..logging import get_logger
-from ..store import SessionRow
+from ..store import SessionRow, StoreUnwritableError
 from .scheduling import Scheduling
 from .settings import ACTIVE_STATES, _may_change_session, _Tracked, name_problem
 
 _log = get_logger()
+
+#: A session another replica is polling is asked again this many seconds later.
+CLAIMED_RETRY = 1.0
 
 
 class SessionPoll(Scheduling):
@@ -36,6 +42,24 @@ class SessionPoll(Scheduling):
         """
         tracked.due_at = None
         tracked.last_error = None
+        # One replica polls a session at a time (its claim; see store/leases.py).
+        if not await self._store.write(
+            self._store.store.claim_session_poll, tracked.name, self._clock()
+        ):
+            _log.debug("poll.claimed_elsewhere", session=tracked.name)
+            tracked.backoff_until = self._mono() + CLAIMED_RETRY
+            self._schedule(tracked, tracked.backoff_until)
+            return "retry"
+        try:
+            return await self._poll_claimed(tracked)
+        finally:
+            # A store that cannot be written: the claim expires with the lease (or the
+            # replica's clean stop frees it).
+            with anyio.CancelScope(shield=True), contextlib.suppress(StoreUnwritableError):
+                await self._store.call(self._store.store.release_session_poll, tracked.name)
+
+    async def _poll_claimed(self, tracked: _Tracked) -> str:
+        """:meth:`_poll_guarded` once the session's poll is this replica's."""
         try:
             await self._poll_session(tracked)
         except NotFoundError as exc:

@@ -22,7 +22,7 @@ import math
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import ParamSpec, Protocol, TypeVar
 
 import anyio
@@ -354,16 +354,22 @@ class AsyncStore:
         now: float,
         limit: int,
         busy: Iterable[tuple[str, str]],
+        release: Iterable[tuple[str, str]] = (),
+        caps: Mapping[str, int] | None = None,
     ) -> tuple[list[float | None], list[DueDelivery], float | None]:
         """One round of the dispatcher in ONE worker-thread call: record ``records`` in one
         transaction (:meth:`Store.record_attempts`, committed before anything is read),
         then :meth:`Store.due_deliveries` (``now``, ``limit``, ``busy``) and, when fewer
         than ``limit`` are due, :meth:`Store.next_due_at` after ``now`` (else ``now``).
-        Returns (failing_since per record, due deliveries, next due time). With records, it
-        is a write: a full disk is waited out (the batch is retried whole, nothing of it
-        was committed), see the module docstring."""
+        Returns (failing_since per record, due deliveries, next due time). ``release``: keys
+        handed out by the previous round and not started, whose claims go back first
+        (:meth:`Store.release_delivery_claims`); ``caps``: per endpoint, at most that many
+        (its free slots). With records, or for a replica (it claims
+        what it reads), it is a write: a full disk is waited out (the batch is retried
+        whole, nothing of it was committed), see the module docstring."""
         keys = set(busy)
         records = list(records)
+        unclaim = list(release)
 
         committed: list[list[float | None]] = []
 
@@ -372,12 +378,14 @@ class AsyncStore:
             if not committed:
                 committed.append(self.store.record_attempts(records))
             failing = committed[0]
-            due = self.store.due_deliveries(now, limit, keys) if limit > 0 else []
+            if unclaim:
+                self.store.release_delivery_claims(unclaim)
+            due = self.store.due_deliveries(now, limit, keys, caps) if limit > 0 else []
             if limit > 0 and len(due) >= limit:
                 return failing, due, now
             return failing, due, self.store.next_due_at(after=now)
 
-        if records:
+        if records or self.store.replica_id is not None:  # a replica claims: a write
             return await self.write(work)
         return await self.call(work)
 

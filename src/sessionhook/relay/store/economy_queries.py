@@ -1,8 +1,8 @@
 """The poller's economy queries of the :class:`~.sqlite.Store`: the history walk (sessions
 that existed before the first start, archived in the background), the index of known
 sessions loaded once at start, and the request budget's window (kept here so that a
-restart within a minute does not exceed ``requests_per_minute``; a shared database would
-share the budget between replicas through the same verb).
+restart within a minute does not exceed ``requests_per_minute``; replicas sharing a
+database share the budget through the same verb, serialized per budget).
 """
 
 from __future__ import annotations
@@ -162,10 +162,20 @@ class EconomyQueries:
         """Take up to ``count`` request grants of budget ``key`` at ``now`` (Unix seconds),
         as many as keep the last ``window`` seconds at most ``limit``. Returns ``(granted,
         0.0)``, or ``(0, seconds to wait)`` when the window is full (nothing taken). One
-        transaction: two processes (a restart, or replicas on a shared database) never
-        take the same last grant. A grant taken and not used still counts (conservative).
+        transaction, serialized per budget by a write to its ``budget_locks`` row first:
+        two processes (a restart, or replicas on a shared database) never take the same
+        last grant, so the account has ONE budget however many replicas poll it. A grant
+        taken and not used still counts (conservative).
         """
         with self._tx() as c:
+            # First a write to the budget's own row: replicas' transactions on one budget
+            # queue behind its row lock (PostgreSQL; SQLite has one writer anyway), so the
+            # count below cannot be read by two of them at once.
+            c.execute(
+                "INSERT INTO budget_locks (budget, touched_at) VALUES (?, ?) "
+                "ON CONFLICT (budget) DO UPDATE SET touched_at = excluded.touched_at",
+                (key, now),
+            )
             c.execute(
                 "DELETE FROM request_budget WHERE budget = ? AND at <= ?", (key, now - window)
             )

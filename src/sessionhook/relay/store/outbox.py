@@ -6,12 +6,18 @@ open delivery, kept exact by triggers, see migration ``0004_outbox_heads``). The
 the index ``outbox_heads_due (endpoint, next_attempt_at, delivery_id)`` of each active
 endpoint and stops after ``limit`` rows (plus the busy keys it skips): its cost depends on
 how many are asked for, not on how many deliveries wait.
+
+Claims (replicas, see :mod:`.leases`): a registered store claims the heads it hands out
+(``claimed_by``, ``claim_until``) in the transaction that reads them, so per (endpoint,
+session) at most one delivery is in flight across every replica sharing the store, oldest
+first. A head claimed by another replica is skipped until its claim expires; recording an
+attempt releases its head's claim in the same transaction.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +41,20 @@ DUE_SQL = (
     "JOIN events e ON e.id = d.event_id "
     "LEFT JOIN activities a ON a.name = e.activity_name AND typeof(e.body) = 'blob' "
     "WHERE h.endpoint = ? AND h.next_attempt_at <= ? "
+    "AND (h.claim_until IS NULL OR h.claim_until < ? OR h.claimed_by = ?) "
     "ORDER BY h.next_attempt_at, h.delivery_id LIMIT ?"
+)
+#: Claim a head handed out (still free, expired or ours: a rival may have taken it since).
+CLAIM_SQL = (
+    "UPDATE outbox_heads SET claimed_by = ?, claim_until = ? "
+    "WHERE endpoint = ? AND session_name = ? AND delivery_id = ? "
+    "AND (claim_until IS NULL OR claim_until < ? OR claimed_by = ?)"
+)
+#: A recorded attempt releases its head (if the record moved the head, its row is new and
+#: unclaimed already).
+RELEASE_SQL = (
+    "UPDATE outbox_heads SET claimed_by = NULL, claim_until = NULL "
+    "WHERE endpoint = ? AND session_name = ? AND claimed_by = ?"
 )
 
 
@@ -51,10 +70,16 @@ class AttemptRecord:
 class OutboxQueries:
     """Mixed into :class:`~.sqlite.Store` (which provides what is declared below)."""
 
+    #: Appended to the due query by a backend whose rivals run at the same time
+    #: (PostgreSQL: ``FOR UPDATE OF h SKIP LOCKED``); SQLite has one writer.
+    _CLAIM_LOCK = ""
+
     if TYPE_CHECKING:
         _conn: sqlite3.Connection
         _clock: Callable[[], float]
         path: Path
+        replica_id: str | None
+        lease_seconds: float
 
         def _tx(self) -> AbstractContextManager[sqlite3.Connection]: ...
         def _one(self, sql: str, params: Sequence[Any] = ()) -> Any: ...
@@ -71,7 +96,11 @@ class OutboxQueries:
         ]
 
     def due_deliveries(
-        self, now: float, limit: int, busy: Iterable[tuple[str, str]] = ()
+        self,
+        now: float,
+        limit: int,
+        busy: Iterable[tuple[str, str]] = (),
+        caps: Mapping[str, int] | None = None,
     ) -> list[DueDelivery]:
         """Deliveries to attempt now, soonest first, at most ``limit``.
 
@@ -80,36 +109,68 @@ class OutboxQueries:
         (``next_attempt_at <= now``) and its endpoint active. Keys in ``busy`` (in flight)
         are skipped. Dead and delivered rows never block. Rows visited: at most
         ``limit + len(busy)`` per active endpoint, whatever the backlog.
+
+        ``caps``: at most this many of an endpoint (the dispatcher's free slots for it; an
+        endpoint missing from it: none), so a replica claims only what it can start now.
+
+        Heads claimed by another replica (claim not expired) are skipped. A registered
+        store (a replica) claims what it returns until ``now + lease`` in the same
+        transaction; the claim is released when the attempt is recorded
+        (:meth:`record_attempts`), by :meth:`release_delivery_claims`, or expires.
         """
         limit = max(0, limit)
         if limit == 0:
             return []
-        skip = set(busy)
+        owner = self.replica_id
+        if owner is None:  # an operator's or a test's handle: reads, claims nothing
+            rows = self._due_rows(self._conn, now, limit, set(busy), "", caps)
+        else:
+            with self._tx() as c:
+                rows = self._due_rows(c, now, limit, set(busy), owner, caps)
+                until = now + self.lease_seconds
+                claimed = []
+                for r in rows:
+                    cur = c.execute(CLAIM_SQL, (owner, until, r[4], r[6], r[1], now, owner))
+                    if cur.rowcount == 1:
+                        claimed.append(r)
+                rows = claimed
+        return [
+            DueDelivery(
+                id=r[1],
+                event_id=r[2],
+                event_type=r[3],
+                endpoint=r[4],
+                url=r[5],
+                session_name=r[6],
+                attempts=r[7],
+                body=self._decode_body(r[8], r[9], r[10], r[11], r[12]),
+                created_at=r[13],
+            )
+            for r in rows
+        ]
+
+    def _due_rows(
+        self,
+        c: sqlite3.Connection,
+        now: float,
+        limit: int,
+        skip: set[tuple[str, str]],
+        owner: str,
+        caps: Mapping[str, int] | None,
+    ) -> list[tuple[Any, ...]]:
+        """The due heads' rows, soonest first, at most ``limit`` (and each endpoint's
+        cap), without ``skip``."""
+        sql = DUE_SQL + self._CLAIM_LOCK
         found: list[tuple[Any, ...]] = []
         for endpoint in self._active_names():
-            taken = sum(1 for key in skip if key[0] == endpoint)
-            found += self._conn.execute(DUE_SQL, (endpoint, now, limit + taken)).fetchall()
-        found.sort(key=lambda r: (r[0], r[1]))
-        due: list[DueDelivery] = []
-        for r in found:
-            if (r[4], r[6]) in skip:
+            cap = limit if caps is None else min(limit, caps.get(endpoint, 0))
+            if cap <= 0:
                 continue
-            due.append(
-                DueDelivery(
-                    id=r[1],
-                    event_id=r[2],
-                    event_type=r[3],
-                    endpoint=r[4],
-                    url=r[5],
-                    session_name=r[6],
-                    attempts=r[7],
-                    body=self._decode_body(r[8], r[9], r[10], r[11], r[12]),
-                    created_at=r[13],
-                )
-            )
-            if len(due) >= limit:
-                break
-        return due
+            taken = sum(1 for key in skip if key[0] == endpoint)
+            rows = c.execute(sql, (endpoint, now, now, owner, cap + taken)).fetchall()
+            found += [r for r in rows if (r[4], r[6]) not in skip][:cap]
+        found.sort(key=lambda r: (r[0], r[1]))
+        return found[:limit]
 
     def next_due_at(self, after: float | None = None) -> float | None:
         """When the earliest queue head of an active endpoint is due (``None``: none);
@@ -182,11 +243,14 @@ class OutboxQueries:
             None if code is not None and 200 <= code < 300 else f"HTTP {code}"
         )
         row = c.execute(
-            "SELECT endpoint, attempts FROM deliveries WHERE id = ?", (delivery_id,)
+            "SELECT endpoint, attempts, session_name FROM deliveries WHERE id = ?",
+            (delivery_id,),
         ).fetchone()
         if row is None:
             raise StoreError(f"unknown delivery {delivery_id}", path=self.path)
         endpoint, number = row[0], row[1] + 1
+        if self.replica_id is not None:
+            c.execute(RELEASE_SQL, (endpoint, row[2], self.replica_id))
         s = state.get(endpoint)
         if s is None:
             s = state[endpoint] = {

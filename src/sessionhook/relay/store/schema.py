@@ -317,3 +317,52 @@ def _m0004_compact_archive(db: Database) -> None:
     )
     db.execute("CREATE INDEX body_refs_by_session ON body_refs(session_name, id)")
     db.execute("ALTER TABLE events ADD COLUMN body_ref INTEGER REFERENCES body_refs(id)")
+
+
+# --------------------------------------------------------------------------- 0007 (replicas)
+
+#: Replicas sharing one store (see ``leases.py`` and docs/relay-design.md "Replicas").
+#: ``replicas``: who runs (a random id per process, its host and pid) and its heartbeat;
+#: claims with an owner and an expiry on the outbox heads (one delivery in flight per
+#: (endpoint, session) across replicas) and on session polls; ``leases``: named leases
+#: (an account's poller: discovery, the list's head, the history walk, the schedule);
+#: ``budget_locks``: one row per request budget, updated first in ``take_budget`` so that
+#: two replicas' transactions on the same budget run one after the other.
+_REPLICAS = (
+    """CREATE TABLE replicas (
+        id TEXT PRIMARY KEY,
+        host TEXT NOT NULL,
+        pid INTEGER NOT NULL,
+        started_at REAL NOT NULL,
+        heartbeat_at REAL NOT NULL,
+        lease REAL NOT NULL,
+        stopped_at REAL
+    )""",
+    "ALTER TABLE outbox_heads ADD COLUMN claimed_by TEXT",
+    "ALTER TABLE outbox_heads ADD COLUMN claim_until REAL",
+    # The due query filters on the claim: kept in its index, which stays covering.
+    "DROP INDEX outbox_heads_due",
+    """CREATE INDEX outbox_heads_due
+        ON outbox_heads(endpoint, next_attempt_at, delivery_id, claim_until, claimed_by)""",
+    "CREATE INDEX outbox_heads_claims ON outbox_heads(claimed_by)",
+    "ALTER TABLE sessions ADD COLUMN poll_owner TEXT",
+    "ALTER TABLE sessions ADD COLUMN poll_until REAL",
+    "CREATE INDEX sessions_poll_claims ON sessions(poll_owner) WHERE poll_owner IS NOT NULL",
+    """CREATE TABLE leases (
+        name TEXT PRIMARY KEY,
+        owner TEXT NOT NULL,
+        expires_at REAL NOT NULL,
+        acquired_at REAL NOT NULL
+    )""",
+    "CREATE INDEX leases_by_owner ON leases(owner)",
+    """CREATE TABLE budget_locks (
+        budget TEXT PRIMARY KEY,
+        touched_at REAL NOT NULL
+    )""",
+)
+
+
+@_migration("0007_replicas")
+def _m0007_replicas(db: Database) -> None:
+    for statement in _REPLICAS:
+        db.execute(statement)

@@ -49,6 +49,7 @@ from ..events import Event, matches, payload_matches
 from . import codec
 from .console_queries import ConsoleQueries
 from .economy_queries import EconomyQueries
+from .leases import LeaseQueries
 from .ops_queries import OperatorQueries
 from .outbox import OutboxQueries
 from .refusals import RefusalQueries
@@ -70,7 +71,9 @@ _REF_CACHE = 512
 _UPSTREAM_KEEP_MINUTES = 2 * 24 * 60
 
 
-class Store(OutboxQueries, OperatorQueries, EconomyQueries, RefusalQueries, ConsoleQueries):
+class Store(
+    OutboxQueries, OperatorQueries, EconomyQueries, RefusalQueries, ConsoleQueries, LeaseQueries
+):
     """Synchronous access to the relay database. Open with :meth:`open` or
     :meth:`open_readonly`; the daemon goes through :class:`AsyncStore`.
 

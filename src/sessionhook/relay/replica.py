@@ -1,0 +1,72 @@
+"""This process as a replica of the relay: its identity and the lease arithmetic (pure).
+
+Every ``sessionhook run`` registers as a replica in its store (``replicas`` table) and
+heartbeats every :func:`heartbeat_interval`; each heartbeat extends every claim it holds to
+``now + lease`` (see :mod:`sessionhook.relay.store.leases`). With SQLite there is one
+replica (the daemon lock refuses a second); with PostgreSQL any number share the work.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+from dataclasses import dataclass
+
+__all__ = [
+    "POLLER_LEASE",
+    "Replica",
+    "heartbeat_interval",
+    "heartbeat_late",
+    "poller_lease",
+    "replica_health",
+]
+
+#: The named lease of an account's poller (discovery, the list's head, the history walk
+#: and the schedule of its sessions' polls): ``poller:<account>``.
+POLLER_LEASE = "poller:"
+
+
+@dataclass(frozen=True, slots=True)
+class Replica:
+    """Who this process is: a random id (unique even when a pid is reused), its host and
+    pid (for the operator)."""
+
+    id: str
+    host: str
+    pid: int
+
+    @classmethod
+    def current(cls) -> Replica:
+        """This process, with a fresh random id."""
+        return cls(id=secrets.token_hex(6), host=socket.gethostname(), pid=os.getpid())
+
+    @property
+    def label(self) -> str:
+        """``id@host:pid`` for logs and the CLI."""
+        return f"{self.id}@{self.host}:{self.pid}"
+
+
+def poller_lease(account: str) -> str:
+    """The name of ``account``'s poller lease."""
+    return POLLER_LEASE + account
+
+
+def heartbeat_interval(lease: float) -> float:
+    """Seconds between heartbeats: a third of the lease, so two may be missed (a busy
+    machine, a slow commit) before the claims expire."""
+    return lease / 3.0
+
+
+def heartbeat_late(last_ok: float, now: float, lease: float) -> bool:
+    """Whether this replica's claims may have expired: no heartbeat committed for more
+    than the lease (others may have taken its work over)."""
+    return now - last_ok > lease
+
+
+def replica_health(heartbeat_at: float, lease: float, stopped_at: float | None, now: float) -> str:
+    """A replica as the operator sees it: ``stopped`` (left cleanly), ``alive`` (heartbeat
+    within the lease), or ``dead`` (silent longer than its lease: its claims are free)."""
+    if stopped_at is not None:
+        return "stopped"
+    return "alive" if now - heartbeat_at <= lease else "dead"

@@ -1,0 +1,281 @@
+"""The lease protocol's queries (mixed into the store): replicas, claims and named leases.
+
+Several ``sessionhook run`` processes (replicas) may share one PostgreSQL store; with
+SQLite there is one (the daemon lock), and the same protocol simply never meets a rival.
+
+* A replica registers once (:meth:`LeaseQueries.register_replica`: a random id, its host
+  and pid) and heartbeats (:meth:`LeaseQueries.heartbeat_replica`), which pushes the expiry
+  of EVERY claim and lease it holds to ``now + lease``.
+* A claim is an owner and an expiry on a row: on an outbox head (``outbox_heads.claimed_by``
+  / ``claim_until``: the one delivery of that (endpoint, session) in flight), on a session
+  (``sessions.poll_owner`` / ``poll_until``: its activity poll), or a named lease
+  (``leases``: an account's poller). A claim may be taken when it is free, expired, or
+  already the taker's; only its owner extends or releases it; a recorded attempt releases
+  its head's claim in the transaction that records it (see ``outbox.py``).
+* A replica that dies (``kill -9``) leaves its claims behind; they expire ``lease``
+  seconds after its last heartbeat and are then taken over. A replica that stops cleanly
+  releases everything at once (:meth:`LeaseQueries.retire_replica`).
+
+Claims are only taken by a registered store handle (the daemon's). Operator commands and
+tests that never register read without claiming, and still skip other replicas' live claims.
+Times are Unix seconds from each replica's clock: replicas' clocks must agree to well
+within a lease (NTP).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+#: Replicas not heard of for this long, or stopped this long ago, are forgotten.
+FORGET_AFTER = 24 * 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaRow:
+    """One replica as the store knows it, with what it holds (for ``status``/metrics)."""
+
+    id: str
+    host: str
+    pid: int
+    started_at: float
+    heartbeat_at: float
+    lease: float
+    stopped_at: float | None
+    #: Outbox heads it has claimed (deliveries in flight), sessions it is polling, and
+    #: the named leases it holds.
+    deliveries: int
+    polls: int
+    leases: tuple[str, ...]
+
+    def alive(self, now: float) -> bool:
+        """Whether its claims still hold at ``now`` (not stopped, lease not expired)."""
+        return self.stopped_at is None and now <= self.heartbeat_at + self.lease
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRow:
+    """A named lease: who holds it and until when."""
+
+    name: str
+    owner: str
+    expires_at: float
+    acquired_at: float
+
+
+class LeaseQueries:
+    """Mixed into the store, which provides ``_conn``, ``_tx`` and ``_one``."""
+
+    #: This handle's replica id once registered (the daemon); ``None``: never claims.
+    replica_id: str | None = None
+    #: Seconds a claim lasts after the last heartbeat (``store.lease``).
+    lease_seconds: float = 30.0
+
+    if TYPE_CHECKING:
+        _conn: sqlite3.Connection
+        _clock: Callable[[], float]
+
+        def _tx(self) -> AbstractContextManager[sqlite3.Connection]: ...
+        def _one(self, sql: str, params: Sequence[Any] = ()) -> Any: ...
+
+    # ------------------------------------------------------------------ replicas
+
+    def register_replica(
+        self, replica_id: str, *, host: str, pid: int, now: float, lease: float
+    ) -> None:
+        """Record this process as a replica; from now on this handle claims what it works
+        on, as ``replica_id``, for ``lease`` seconds past each heartbeat. Replicas gone for
+        a day are forgotten."""
+        with self._tx() as c:
+            c.execute(
+                "INSERT INTO replicas (id, host, pid, started_at, heartbeat_at, lease) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (replica_id, host, pid, now, now, lease),
+            )
+            c.execute(
+                "DELETE FROM replicas WHERE id <> ? AND (stopped_at < ? OR heartbeat_at < ?)",
+                (replica_id, now - FORGET_AFTER, now - FORGET_AFTER),
+            )
+        self.replica_id = replica_id
+        self.lease_seconds = lease
+
+    def heartbeat_replica(self, now: float) -> None:
+        """Say this replica is alive: its heartbeat and every claim and lease it holds now
+        expire at ``now + lease``. One transaction."""
+        owner = self.replica_id
+        if owner is None:
+            return
+        until = now + self.lease_seconds
+        with self._tx() as c:
+            c.execute("UPDATE replicas SET heartbeat_at = ? WHERE id = ?", (now, owner))
+            c.execute(
+                "UPDATE outbox_heads SET claim_until = ? WHERE claimed_by = ?", (until, owner)
+            )
+            c.execute("UPDATE sessions SET poll_until = ? WHERE poll_owner = ?", (until, owner))
+            c.execute("UPDATE leases SET expires_at = ? WHERE owner = ?", (until, owner))
+
+    def retire_replica(self, now: float) -> None:
+        """A clean stop: release every claim and lease at once (no one waits for them to
+        expire) and mark the replica stopped."""
+        owner = self.replica_id
+        if owner is None:
+            return
+        with self._tx() as c:
+            c.execute(
+                "UPDATE outbox_heads SET claimed_by = NULL, claim_until = NULL "
+                "WHERE claimed_by = ?",
+                (owner,),
+            )
+            c.execute(
+                "UPDATE sessions SET poll_owner = NULL, poll_until = NULL WHERE poll_owner = ?",
+                (owner,),
+            )
+            c.execute("DELETE FROM leases WHERE owner = ?", (owner,))
+            c.execute("UPDATE replicas SET stopped_at = ? WHERE id = ?", (now, owner))
+        self.replica_id = None
+
+    def replicas(self) -> list[ReplicaRow]:
+        """Every replica known (running, or stopped within a day), with what it holds."""
+        deliveries = dict(
+            self._conn.execute(
+                "SELECT claimed_by, COUNT(*) FROM outbox_heads "
+                "WHERE claimed_by IS NOT NULL GROUP BY claimed_by"
+            ).fetchall()
+        )
+        polls = dict(
+            self._conn.execute(
+                "SELECT poll_owner, COUNT(*) FROM sessions "
+                "WHERE poll_owner IS NOT NULL GROUP BY poll_owner"
+            ).fetchall()
+        )
+        held: dict[str, list[str]] = {}
+        for name, owner in self._conn.execute("SELECT name, owner FROM leases ORDER BY name"):
+            held.setdefault(owner, []).append(name)
+        rows = self._conn.execute(
+            "SELECT id, host, pid, started_at, heartbeat_at, lease, stopped_at FROM replicas "
+            "ORDER BY started_at, id"
+        ).fetchall()
+        return [
+            ReplicaRow(
+                id=r[0],
+                host=r[1],
+                pid=int(r[2]),
+                started_at=float(r[3]),
+                heartbeat_at=float(r[4]),
+                lease=float(r[5]),
+                stopped_at=None if r[6] is None else float(r[6]),
+                deliveries=int(deliveries.get(r[0], 0)),
+                polls=int(polls.get(r[0], 0)),
+                leases=tuple(held.get(r[0], ())),
+            )
+            for r in rows
+        ]
+
+    def delivery_claims(self, ids: Iterable[int] | None = None) -> dict[int, tuple[str, float]]:
+        """Claimed outbox heads: delivery id -> (replica id, claim expiry); with ``ids``,
+        only those deliveries."""
+        rows = self._conn.execute(
+            "SELECT delivery_id, claimed_by, claim_until FROM outbox_heads "
+            "WHERE claimed_by IS NOT NULL"
+        ).fetchall()
+        wanted = None if ids is None else set(ids)
+        return {
+            int(r[0]): (r[1], float(r[2])) for r in rows if wanted is None or int(r[0]) in wanted
+        }
+
+    def endpoint_claims(self) -> dict[str, dict[str, int]]:
+        """Per endpoint: replica id -> outbox heads it has claimed (deliveries in flight)."""
+        out: dict[str, dict[str, int]] = {}
+        for endpoint, owner, count in self._conn.execute(
+            "SELECT endpoint, claimed_by, COUNT(*) FROM outbox_heads "
+            "WHERE claimed_by IS NOT NULL GROUP BY endpoint, claimed_by"
+        ):
+            out.setdefault(endpoint, {})[owner] = int(count)
+        return out
+
+    # ------------------------------------------------------------------ outbox claims
+
+    def release_delivery_claims(self, keys: Iterable[tuple[str, str]]) -> None:
+        """Give back this replica's claims on the (endpoint, session) heads ``keys`` (handed
+        out but not started)."""
+        owner = self.replica_id
+        params = [(endpoint, session, owner) for endpoint, session in keys]
+        if owner is None or not params:
+            return
+        with self._tx() as c:
+            c.executemany(
+                "UPDATE outbox_heads SET claimed_by = NULL, claim_until = NULL "
+                "WHERE endpoint = ? AND session_name = ? AND claimed_by = ?",
+                params,
+            )
+
+    # ------------------------------------------------------------------ session polls
+
+    def claim_session_poll(self, name: str, now: float) -> bool:
+        """Claim ``name``'s activity poll for this replica: ``True`` when it is ours now
+        (free, expired, or ours already); ``False`` while another replica polls it. An
+        unregistered handle claims nothing and always may."""
+        owner = self.replica_id
+        if owner is None:
+            return True
+        with self._tx() as c:
+            cur = c.execute(
+                "UPDATE sessions SET poll_owner = ?, poll_until = ? WHERE name = ? "
+                "AND (poll_owner IS NULL OR poll_owner = ? OR poll_until < ?)",
+                (owner, now + self.lease_seconds, name, owner, now),
+            )
+            return cur.rowcount == 1
+
+    def release_session_poll(self, name: str) -> None:
+        """The poll of ``name`` is over (its results committed): release the claim."""
+        owner = self.replica_id
+        if owner is None:
+            return
+        with self._tx() as c:
+            c.execute(
+                "UPDATE sessions SET poll_owner = NULL, poll_until = NULL "
+                "WHERE name = ? AND poll_owner = ?",
+                (name, owner),
+            )
+
+    # ------------------------------------------------------------------ named leases
+
+    def acquire_lease(self, name: str, now: float) -> bool:
+        """Take or keep the named lease ``name`` until ``now + lease``: ``True`` when this
+        replica holds it now, ``False`` while another one does. An unregistered handle
+        always may (it is alone)."""
+        owner = self.replica_id
+        if owner is None:
+            return True
+        with self._tx() as c:
+            c.execute(
+                "INSERT INTO leases (name, owner, expires_at, acquired_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, "
+                "expires_at = excluded.expires_at, acquired_at = CASE "
+                "WHEN leases.owner = excluded.owner THEN leases.acquired_at "
+                "ELSE excluded.acquired_at END "
+                "WHERE leases.owner = excluded.owner OR leases.expires_at < ?",
+                (name, owner, now + self.lease_seconds, now, now),
+            )
+            holder = c.execute("SELECT owner FROM leases WHERE name = ?", (name,)).fetchone()
+        return holder is not None and holder[0] == owner
+
+    def release_lease(self, name: str) -> None:
+        """Give the named lease up (when this replica holds it)."""
+        owner = self.replica_id
+        if owner is None:
+            return
+        with self._tx() as c:
+            c.execute("DELETE FROM leases WHERE name = ? AND owner = ?", (name, owner))
+
+    def leases(self) -> list[LeaseRow]:
+        """Every named lease, by name."""
+        return [
+            LeaseRow(r[0], r[1], float(r[2]), float(r[3]))
+            for r in self._conn.execute(
+                "SELECT name, owner, expires_at, acquired_at FROM leases ORDER BY name"
+            )
+        ]

@@ -1,0 +1,364 @@
+"""The lease protocol of replicas sharing one store: claims on outbox heads, session polls
+and named leases; heartbeats, expiry and takeover, clean release; one request budget.
+
+Two store handles on one database, each registered as a replica, play two relays (on
+SQLite: two connections to one file, which is what the protocol sees of two processes).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+
+from sessionhook.api.client import RetryPolicy, SessionsClient
+from sessionhook.emulator.app import create_app
+from sessionhook.relay import replica
+from sessionhook.relay.dispatch import DeliverySettings, Dispatcher
+from sessionhook.relay.metrics import Metrics
+from sessionhook.relay.poller import Poller, PollSettings
+from sessionhook.relay.retry import Delivered, Retry
+from sessionhook.relay.store import AsyncStore, AttemptRecord, Store
+
+from .receiver import Receiver
+from .test_dispatch import SECRET, _config, _seed
+from .test_outbox import T0, Clock, Ep, fill, ok
+
+LEASE = 10.0
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> Iterator[tuple[Store, Store]]:
+    """Two replicas, ``a`` and ``b``, on one store with 3 sessions x 2 deliveries."""
+    path = tmp_path / "relay.db"
+    with Store.open(path, clock=Clock()) as a, Store.open(path, clock=Clock()) as b:
+        a.sync_endpoints([Ep("ep")])
+        fill(a, 3, 2)
+        a.register_replica("aaaa", host="h1", pid=1, now=T0, lease=LEASE)
+        b.register_replica("bbbb", host="h2", pid=2, now=T0, lease=LEASE)
+        yield a, b
+
+
+def keys(due: list) -> set[tuple[str, str]]:  # type: ignore[type-arg]
+    return {d.key for d in due}
+
+
+# --------------------------------------------------------------------------- deliveries
+
+
+def test_a_claimed_head_is_not_handed_to_another_replica(pair: tuple[Store, Store]) -> None:
+    a, b = pair
+    first = a.due_deliveries(T0, 2)
+    assert len(first) == 2
+    rest = b.due_deliveries(T0, 10)
+    # b gets the third session only: the claimed heads are a's, and each key's second
+    # delivery waits behind its head (one in flight per key, across replicas).
+    assert len(rest) == 1
+    assert not keys(first) & keys(rest)
+    claims = a.delivery_claims()
+    assert {claims[d.id][0] for d in first} == {"aaaa"}
+    assert {claims[d.id][0] for d in rest} == {"bbbb"}
+    assert all(until == T0 + LEASE for _, until in claims.values())
+
+
+def test_recording_an_attempt_releases_the_claim_and_the_next_goes_anywhere(
+    pair: tuple[Store, Store],
+) -> None:
+    a, b = pair
+    (head,) = a.due_deliveries(T0, 1)
+    assert b.due_deliveries(T0, 10) and head.key not in keys(b.due_deliveries(T0, 10))
+    a.record_attempts([AttemptRecord(head.id, ok(), Delivered())])
+    assert head.id not in a.delivery_claims()
+    # The key's next delivery (a later id) is free for any replica, in order.
+    after = b.due_deliveries(T0 + 1, 10)
+    same_key = [d for d in after if d.key == head.key]
+    assert len(same_key) == 1 and same_key[0].id > head.id
+
+
+def test_a_retry_keeps_order_and_frees_the_head(pair: tuple[Store, Store]) -> None:
+    a, b = pair
+    (head,) = a.due_deliveries(T0, 1)
+    a.record_attempts([AttemptRecord(head.id, ok(), Retry(at=T0 + 5))])
+    # Not due yet for anyone, and the key's later delivery never overtakes it.
+    assert head.key not in keys(b.due_deliveries(T0 + 1, 10))
+    again = [d for d in b.due_deliveries(T0 + 6, 10) if d.key == head.key]
+    assert [d.id for d in again] == [head.id]
+
+
+def test_a_dead_replicas_claims_are_taken_over_when_they_expire(
+    pair: tuple[Store, Store],
+) -> None:
+    a, b = pair
+    mine = a.due_deliveries(T0, 10)
+    assert len(mine) == 3
+    assert b.due_deliveries(T0 + LEASE - 0.1, 10) == []  # a is silent, its lease holds
+    taken = b.due_deliveries(T0 + LEASE + 0.1, 10)  # expired: b takes every head over
+    assert {d.id for d in taken} == {d.id for d in mine}
+    assert {owner for owner, _ in b.delivery_claims().values()} == {"bbbb"}
+
+
+def test_a_heartbeat_extends_every_claim(pair: tuple[Store, Store]) -> None:
+    a, b = pair
+    a.due_deliveries(T0, 10)
+    a.claim_session_poll("sessions/0", T0)
+    assert a.acquire_lease("poller:default", T0)
+    a.heartbeat_replica(T0 + LEASE - 1)
+    later = T0 + LEASE + 1  # past the first expiry, within the extended one
+    assert b.due_deliveries(later, 10) == []
+    assert not b.claim_session_poll("sessions/0", later)
+    assert not b.acquire_lease("poller:default", later)
+    assert all(until == T0 + 2 * LEASE - 1 for _, until in a.delivery_claims().values())
+
+
+def test_unstarted_deliveries_go_back(pair: tuple[Store, Store]) -> None:
+    a, b = pair
+    handed = a.due_deliveries(T0, 10)
+    a.release_delivery_claims([handed[0].key])
+    assert keys(b.due_deliveries(T0, 10)) == {handed[0].key}
+
+
+def test_own_claims_are_handed_out_again_to_their_owner(pair: tuple[Store, Store]) -> None:
+    """A head a replica claimed and did not start (rate limit, full slots) is its own to
+    start next round; the in-flight ones are excluded by ``busy``."""
+    a, _ = pair
+    first = a.due_deliveries(T0, 10)
+    again = a.due_deliveries(T0 + 0.5, 10, busy={first[0].key})
+    assert keys(again) == keys(first) - {first[0].key}
+
+
+def test_a_clean_stop_releases_everything_at_once(pair: tuple[Store, Store]) -> None:
+    a, b = pair
+    a.due_deliveries(T0, 10)
+    a.claim_session_poll("sessions/1", T0)
+    a.acquire_lease("poller:default", T0)
+    a.retire_replica(T0 + 1)
+    assert len(b.due_deliveries(T0 + 1, 10)) == 3
+    assert b.claim_session_poll("sessions/1", T0 + 1)
+    assert b.acquire_lease("poller:default", T0 + 1)
+    (row,) = [r for r in b.replicas() if r.id == "aaaa"]
+    assert row.stopped_at == T0 + 1 and row.deliveries == 0 and row.leases == ()
+
+
+def test_an_unregistered_handle_reads_without_claiming_and_skips_live_claims(
+    tmp_path: Path, pair: tuple[Store, Store]
+) -> None:
+    a, _ = pair
+    mine = a.due_deliveries(T0, 1)
+    with Store.open(tmp_path / "relay.db", clock=Clock()) as reader:
+        seen = reader.due_deliveries(T0, 10)
+        assert mine[0].key not in keys(seen)
+        assert len(seen) == 2
+        assert len(reader.due_deliveries(T0, 10)) == 2  # nothing was claimed
+        assert reader.claim_session_poll("sessions/0", T0)  # alone: always may
+    assert len(a.delivery_claims()) == 1
+
+
+# --------------------------------------------------------------------------- polls, leases
+
+
+def test_one_replica_polls_a_session_at_a_time(pair: tuple[Store, Store]) -> None:
+    a, b = pair
+    assert a.claim_session_poll("sessions/0", T0)
+    assert a.claim_session_poll("sessions/0", T0 + 1)  # ours already
+    assert not b.claim_session_poll("sessions/0", T0 + 1)
+    assert b.claim_session_poll("sessions/1", T0 + 1)  # another session: free
+    a.release_session_poll("sessions/0")
+    assert b.claim_session_poll("sessions/0", T0 + 2)
+    assert not a.claim_session_poll("sessions/0", T0 + 2)
+    assert a.claim_session_poll("sessions/0", T0 + 2 + LEASE + 0.1)  # b went silent
+
+
+def test_a_named_lease_has_one_holder_and_moves_when_it_expires(
+    pair: tuple[Store, Store],
+) -> None:
+    a, b = pair
+    assert a.acquire_lease("poller:default", T0)
+    assert not b.acquire_lease("poller:default", T0 + 1)
+    assert a.acquire_lease("poller:default", T0 + 5)  # renewed
+    assert not b.acquire_lease("poller:default", T0 + 5 + LEASE - 0.1)
+    assert b.acquire_lease("poller:default", T0 + 5 + LEASE + 0.1)  # a went silent
+    assert not a.acquire_lease("poller:default", T0 + 5 + LEASE + 0.2)
+    (lease,) = a.leases()
+    assert (lease.owner, lease.acquired_at) == ("bbbb", T0 + 5 + LEASE + 0.1)
+    b.release_lease("poller:default")
+    a.release_lease("poller:default")  # not a's: nothing happens
+    assert a.leases() == []
+
+
+def test_replicas_share_one_request_budget(pair: tuple[Store, Store]) -> None:
+    a, b = pair
+    granted = 0
+    for i in range(10):
+        for handle in (a, b):
+            got, _wait = handle.take_budget("default", T0 + i * 0.1, 12, count=5)
+            granted += got
+    assert granted == 12
+
+
+# --------------------------------------------------------------------------- operations
+
+
+def test_replicas_show_what_each_holds(pair: tuple[Store, Store]) -> None:
+    a, b = pair
+    a.due_deliveries(T0, 2)
+    b.claim_session_poll("sessions/2", T0)
+    b.acquire_lease("poller:default", T0)
+    rows = {r.id: r for r in a.replicas()}
+    assert (rows["aaaa"].host, rows["aaaa"].pid, rows["aaaa"].deliveries) == ("h1", 1, 2)
+    assert (rows["bbbb"].polls, rows["bbbb"].leases) == (1, ("poller:default",))
+    assert rows["aaaa"].alive(T0 + LEASE) and not rows["aaaa"].alive(T0 + LEASE + 1)
+    assert a.endpoint_claims() == {"ep": {"aaaa": 2}}
+    metrics = Metrics()
+    metrics.refresh_replicas(rows.values(), T0 + 1)
+    text = metrics.render().decode()
+    assert "sessionhook_replicas_alive 2.0" in text
+    assert 'sessionhook_replica_claims{kind="delivery",replica="aaaa"} 2.0' in text
+    assert 'sessionhook_lease_held{lease="poller:default",replica="bbbb"} 1.0' in text
+    metrics.refresh_replicas(rows.values(), T0 + LEASE + 1)
+    assert "sessionhook_replicas_alive 0.0" in metrics.render().decode()
+
+
+def test_a_replica_gone_for_a_day_is_forgotten(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "r.db", clock=Clock()) as s:
+        s.register_replica("old", host="h", pid=1, now=T0, lease=LEASE)
+        s.register_replica("new", host="h", pid=2, now=T0 + 3600, lease=LEASE)
+        assert [r.id for r in s.replicas()] == ["old", "new"]
+        s.register_replica("newer", host="h", pid=3, now=T0 + 25 * 3600, lease=LEASE)
+        assert [r.id for r in s.replicas()] == ["new", "newer"]
+
+
+def test_lease_arithmetic() -> None:
+    assert replica.heartbeat_interval(15.0) == 5.0
+    assert not replica.heartbeat_late(100.0, 115.0, 15.0)
+    assert replica.heartbeat_late(100.0, 115.5, 15.0)
+    assert replica.replica_health(100.0, 15.0, None, 110.0) == "alive"
+    assert replica.replica_health(100.0, 15.0, None, 116.0) == "dead"
+    assert replica.replica_health(100.0, 15.0, 105.0, 106.0) == "stopped"
+    assert replica.poller_lease("acme") == "poller:acme"
+    me = replica.Replica.current()
+    assert len(me.id) == 12 and me.label.startswith(me.id + "@")
+    assert replica.Replica.current().id != me.id
+
+
+# --------------------------------------------------------------------------- dispatchers
+
+
+@pytest.mark.anyio
+async def test_two_dispatchers_share_the_outbox_one_in_flight_per_session(
+    tmp_path: Path,
+) -> None:
+    """Two replicas' dispatchers on one store and one consumer: every event once, each
+    session in order, never two of a session at the consumer at once, both did work."""
+    receiver = Receiver(SECRET, delay=0.02)
+    config = _config(concurrency=3)
+    stores = [await AsyncStore.open(tmp_path / "relay.db") for _ in range(2)]
+    try:
+        await stores[0].sync_endpoints(config.endpoints)
+        expected = await _seed(stores[0], sessions=6)
+        for n, store in enumerate(stores):
+            await store.call(
+                store.store.register_replica, f"r{n}", host="h", pid=n, now=time.time(), lease=30
+            )
+        http = httpx.AsyncClient(transport=httpx.ASGITransport(receiver.app))
+        metrics = [Metrics(), Metrics()]
+        dispatchers = [
+            Dispatcher(s, http, DeliverySettings.from_config(config), metrics=m)
+            for s, m in zip(stores, metrics, strict=True)
+        ]
+        want = {i for ids in expected.values() for i in ids}
+        async with anyio.create_task_group() as tg:
+            for d in dispatchers:
+                tg.start_soon(d.run)
+            await receiver.wait_for(lambda _: receiver.delivered_ids() == want, within=20)
+            tg.cancel_scope.cancel()
+        await http.aclose()
+    finally:
+        for store in stores:
+            await store.close()
+    assert receiver.rejected == []
+    by_session = {s: [a.event_id for a in arr] for s, arr in receiver.by_session().items()}
+    assert by_session == expected  # once each, in order
+    assert receiver.max_in_flight_per_session == 1
+    sent = [
+        sum(s.value for s in m.deliveries.collect()[0].samples if s.name.endswith("_total"))
+        for m in metrics
+    ]
+    assert all(n > 0 for n in sent), sent
+    assert sum(sent) == len(want)
+
+
+# --------------------------------------------------------------------------- pollers
+
+
+@pytest.mark.anyio
+async def test_one_replica_polls_an_account_and_another_takes_over_when_it_dies(
+    tmp_path: Path,
+) -> None:
+    """Two replicas' pollers of one account: one holds the poller lease and lists the
+    sessions, the other stands by (ready, no request); the holder dies without a word
+    (its lease is left to expire): the other takes over and polls."""
+    lease = 1.5
+    emulator = create_app(api_keys=("k",), step_delay=30.0, seed=3)
+    lists = {"a": 0, "b": 0}
+    b_listed = anyio.Event()
+
+    def counting(who: str) -> httpx.AsyncBaseTransport:
+        inner = httpx.ASGITransport(emulator)
+
+        class Count(httpx.AsyncBaseTransport):
+            async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+                if request.url.path.endswith("/sessions"):
+                    lists[who] += 1
+                    if who == "b":
+                        b_listed.set()
+                return await inner.handle_async_request(request)
+
+        return Count()
+
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(emulator)) as api_http:
+        api = SessionsClient(api_http, base_url="http://emu.test", api_key="k")
+        await api.create_session("Task")
+        stores, pollers, https = [], [], []
+        for who in ("a", "b"):
+            store = await AsyncStore.open(tmp_path / "relay.db")
+            await store.call(
+                store.store.register_replica, who, host="h", pid=1, now=time.time(), lease=lease
+            )
+            http = httpx.AsyncClient(transport=counting(who))
+            client = SessionsClient(
+                http, base_url="http://emu.test", api_key="k", retry=RetryPolicy(max_attempts=1)
+            )
+            settings = PollSettings(discovery_interval=0.2, mode="timer")
+            stores.append(store)
+            https.append(http)
+            pollers.append(Poller(client, store, settings))
+        try:
+            with anyio.fail_after(20):
+                async with anyio.create_task_group() as tg:
+                    scopes = [anyio.CancelScope(), anyio.CancelScope()]
+
+                    async def run(n: int) -> None:
+                        with scopes[n]:
+                            await pollers[n].run()
+
+                    tg.start_soon(run, 0)
+                    await pollers[0].first_pass_done.wait()
+                    tg.start_soon(run, 1)
+                    await pollers[1].first_pass_done.wait()  # standing by: ready too
+                    await anyio.sleep(1.0)
+                    assert lists["a"] >= 2 and lists["b"] == 0
+                    holders = {r.owner for r in stores[1].store.leases()}
+                    assert holders == {"a"}
+                    scopes[0].cancel()  # "kill -9": nothing released, the lease expires
+                    await b_listed.wait()
+                    assert {r.owner for r in stores[1].store.leases()} == {"b"}
+                    tg.cancel_scope.cancel()
+        finally:
+            for http in https:
+                await http.aclose()
+            for store in stores:
+                await store.close()
