@@ -25,6 +25,7 @@ from . import (  # noqa: E402, F401
     ops_replay,
     ops_secrets,
     relay,
+    store_copy,
 )
 
 

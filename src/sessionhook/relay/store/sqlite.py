@@ -48,6 +48,7 @@ from sessionhook.api.models import Activity, Session, parse_timestamp
 from ..events import Event, matches, payload_matches
 from . import codec
 from .console_queries import ConsoleQueries
+from .copy import CopyQueries
 from .economy_queries import EconomyQueries
 from .leases import LeaseQueries
 from .ops_queries import OperatorQueries
@@ -72,7 +73,13 @@ _UPSTREAM_KEEP_MINUTES = 2 * 24 * 60
 
 
 class Store(
-    OutboxQueries, OperatorQueries, EconomyQueries, RefusalQueries, ConsoleQueries, LeaseQueries
+    OutboxQueries,
+    OperatorQueries,
+    EconomyQueries,
+    RefusalQueries,
+    ConsoleQueries,
+    LeaseQueries,
+    CopyQueries,
 ):
     """Synchronous access to the relay database. Open with :meth:`open` or
     :meth:`open_readonly`; the daemon goes through :class:`AsyncStore`.

@@ -1,0 +1,228 @@
+"""Copying a whole store into another (``sessionhook store copy``): moving up from SQLite
+to PostgreSQL without losing history or changing a single webhook-id.
+
+Every row of the archive and the delivery log is copied as it is, ids included:
+``meta``, ``endpoints`` (with their run-time state: enabled, failing since...),
+``sessions`` (cursors, poll schedule, history walk), ``body_refs``, ``activities``,
+``events`` (their ``seq`` and ``id``: the ``webhook-id``), ``deliveries`` (status, attempts,
+next attempt), ``rendered_bodies``, ``attempts``, ``refused_activities``,
+``upstream_requests`` and ``request_budget``; then any other table both schemas have. Stored
+bytes (compressed bodies, raw JSON) are copied byte for byte: they decode the same in the
+target. Not copied: what the target derives or what belongs to running processes:
+``outbox_heads`` (rebuilt by the target's triggers as deliveries are inserted), the
+replicas' registry, claims and leases, and the migrations' bookkeeping (the target has its
+own, from opening it).
+
+The source is opened read-only and never written. The target must be empty (a store just
+created by opening it) unless ``replace``: then its rows are deleted first, in one
+transaction with nothing else. Rows go over in batches, one transaction each; afterwards
+the target's id generators are moved past the copied ids (PostgreSQL sequences; SQLite's
+AUTOINCREMENT follows inserted ids by itself), and every table's count is compared: a
+mismatch raises :class:`CopyError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from .rows import StoreError
+
+#: Tables in an order that respects their references (parents first).
+ORDERED_TABLES = (
+    "meta",
+    "endpoints",
+    "sessions",
+    "body_refs",
+    "activities",
+    "events",
+    "deliveries",
+    "rendered_bodies",
+    "attempts",
+    "refused_activities",
+    "upstream_requests",
+    "request_budget",
+)
+#: Derived by the target (triggers) or owned by running replicas: never copied.
+SKIPPED_TABLES = frozenset(
+    {"outbox_heads", "replicas", "leases", "budget_locks", "_sqlite_migrations"}
+)
+#: Rows per transaction.
+BATCH = 1000
+
+
+class CopyError(StoreError):
+    """The copy cannot start (a non-empty target) or did not copy everything."""
+
+
+class CopyStore(Protocol):
+    """What the copy needs of a store, on either side (both backends have it)."""
+
+    def copy_tables(self) -> list[str]:
+        """The tables of this store's schema (no internal ones)."""
+        ...
+
+    def copy_columns(self, table: str) -> list[str]:
+        """The columns of ``table``."""
+        ...
+
+    def copy_count(self, table: str) -> int:
+        """Rows in ``table``."""
+        ...
+
+    def copy_read(
+        self, table: str, columns: Sequence[str], batch: int
+    ) -> Any:  # Iterator[list[tuple[Any, ...]]]
+        """``table``'s rows (``columns``), in batches of at most ``batch``, in key order."""
+        ...
+
+    def copy_write(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        """Insert ``rows`` into ``table`` in one transaction, ids as given."""
+        ...
+
+    def copy_clear(self, tables: Sequence[str]) -> None:
+        """Delete every row of ``tables`` (children first), in one transaction."""
+        ...
+
+    def copy_finish(self, tables: Sequence[str]) -> None:
+        """Move the id generators of ``tables`` past the copied ids."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class CopyReport:
+    """What was copied: rows per table (the same in source and target)."""
+
+    tables: dict[str, int]
+
+    @property
+    def rows(self) -> int:
+        """Rows copied in all."""
+        return sum(self.tables.values())
+
+
+def plan(source: CopyStore, target: CopyStore) -> list[str]:
+    """The tables to copy, parents first: those both stores have, but the skipped ones."""
+    theirs = set(target.copy_tables())
+    mine = [t for t in source.copy_tables() if t in theirs and t not in SKIPPED_TABLES]
+    known = [t for t in ORDERED_TABLES if t in mine]
+    return known + sorted(t for t in mine if t not in ORDERED_TABLES)
+
+
+def copy_store(
+    source: CopyStore,
+    target: CopyStore,
+    *,
+    replace: bool = False,
+    progress: Callable[[str, int, int], None] = lambda table, done, total: None,
+    batch: int = BATCH,
+) -> CopyReport:
+    """Copy every row of ``source`` into ``target`` (see the module docstring).
+
+    ``progress(table, rows done, rows in the table)`` is called after each batch.
+    Raises :class:`CopyError` when the target holds rows and ``replace`` is false, or when
+    a table's count differs afterwards.
+    """
+    tables = plan(source, target)
+    filled = [t for t in tables if target.copy_count(t)]
+    if filled and not replace:
+        raise CopyError(
+            f"the target is not empty ({', '.join(filled[:4])} hold rows); copy into a new "
+            "store, or pass --replace to delete the target's rows first"
+        )
+    if filled:
+        target.copy_clear(list(reversed(tables)))
+    copied: dict[str, int] = {}
+    for table in tables:
+        theirs = set(target.copy_columns(table))
+        columns = [c for c in source.copy_columns(table) if c in theirs]
+        if "rowid" in theirs and "rowid" not in columns:
+            columns.append("rowid")  # the archive order of activities (SQLite's rowid)
+        total = source.copy_count(table)
+        done = 0
+        progress(table, done, total)
+        for rows in source.copy_read(table, columns, batch):
+            target.copy_write(table, columns, rows)
+            done += len(rows)
+            progress(table, done, total)
+        copied[table] = done
+    target.copy_finish(tables)
+    wrong = {
+        t: (copied[t], source.copy_count(t), target.copy_count(t))
+        for t in tables
+        if not copied[t] == source.copy_count(t) == target.copy_count(t)
+    }
+    if wrong:
+        detail = "; ".join(
+            f"{t}: read {r}, source {s}, target {g}" for t, (r, s, g) in wrong.items()
+        )
+        raise CopyError(f"the copy is incomplete ({detail})")
+    return CopyReport(copied)
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+class CopyQueries:
+    """:class:`CopyStore` for a store (mixed into it; the SQL is the common subset, the
+    list of tables asks each engine its own way)."""
+
+    if TYPE_CHECKING:
+        _conn: Any
+
+        def _tx(self) -> AbstractContextManager[Any]: ...
+        def _one(self, sql: str, params: Sequence[Any] = ()) -> Any: ...
+
+    def copy_tables(self) -> list[str]:
+        """See :class:`CopyStore`."""
+        if getattr(self, "backend", "sqlite") == "postgresql":
+            sql = (
+                "SELECT table_name FROM information_schema.tables "
+                "WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'"
+            )
+        else:
+            sql = "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+        return sorted(str(r[0]) for r in self._conn.execute(sql).fetchall())
+
+    def copy_columns(self, table: str) -> list[str]:
+        """See :class:`CopyStore`."""
+        cur = self._conn.execute(f"SELECT * FROM {_quote(table)} LIMIT 0")
+        columns = [str(d[0]) for d in cur.description]
+        cur.fetchall()
+        return columns
+
+    def copy_count(self, table: str) -> int:
+        """See :class:`CopyStore`."""
+        return int(self._one(f"SELECT COUNT(*) FROM {_quote(table)}"))
+
+    def copy_read(
+        self, table: str, columns: Sequence[str], batch: int
+    ) -> Iterator[list[tuple[Any, ...]]]:
+        """See :class:`CopyStore`."""
+        names = ", ".join(_quote(c) for c in columns)
+        cur = self._conn.execute(f"SELECT {names} FROM {_quote(table)}")
+        while True:
+            rows = cur.fetchmany(batch)
+            if not rows:
+                return
+            yield [tuple(r) for r in rows]
+
+    def copy_write(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        """See :class:`CopyStore`."""
+        names = ", ".join(_quote(c) for c in columns)
+        marks = ", ".join("?" for _ in columns)
+        with self._tx() as c:
+            c.executemany(f"INSERT INTO {_quote(table)} ({names}) VALUES ({marks})", rows)
+
+    def copy_clear(self, tables: Sequence[str]) -> None:
+        """See :class:`CopyStore`."""
+        with self._tx() as c:
+            for table in tables:
+                c.execute(f"DELETE FROM {_quote(table)}")
+
+    def copy_finish(self, tables: Sequence[str]) -> None:
+        """See :class:`CopyStore` (SQLite: nothing to do, AUTOINCREMENT follows the ids
+        inserted)."""
