@@ -7,6 +7,7 @@ SQLite: two connections to one file, which is what the protocol sees of two proc
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,8 +15,10 @@ from pathlib import Path
 import anyio
 import httpx
 import pytest
+from click.testing import CliRunner
 
 from sessionhook.api.client import RetryPolicy, SessionsClient
+from sessionhook.cli import cli
 from sessionhook.emulator.app import create_app
 from sessionhook.relay import replica
 from sessionhook.relay.dispatch import DeliverySettings, Dispatcher
@@ -211,7 +214,8 @@ def test_replicas_show_what_each_holds(pair: tuple[Store, Store]) -> None:
     assert (rows["aaaa"].host, rows["aaaa"].pid, rows["aaaa"].deliveries) == ("h1", 1, 2)
     assert (rows["bbbb"].polls, rows["bbbb"].leases) == (1, ("poller:default",))
     assert rows["aaaa"].alive(T0 + LEASE) and not rows["aaaa"].alive(T0 + LEASE + 1)
-    assert a.endpoint_claims() == {"ep": {"aaaa": 2}}
+    assert a.endpoint_claims(T0) == {"ep": {"aaaa": 2}}
+    assert a.endpoint_claims(T0 + LEASE + 1) == {}
     metrics = Metrics()
     metrics.refresh_replicas(rows.values(), T0 + 1)
     text = metrics.render().decode()
@@ -362,3 +366,42 @@ async def test_one_replica_polls_an_account_and_another_takes_over_when_it_dies(
                 await http.aclose()
             for store in stores:
                 await store.close()
+
+
+# --------------------------------------------------------------------------- operator commands
+
+
+def test_status_deliveries_and_endpoints_show_which_replica_holds_what(tmp_path: Path) -> None:
+    path = tmp_path / "relay.db"
+    now = time.time()
+    with Store.open(path, clock=Clock(now)) as a, Store.open(path, clock=Clock(now)) as b:
+        a.sync_endpoints([Ep("ep")])
+        fill(a, 2, 2)
+        a.register_replica("aaaa", host="h1", pid=11, now=now, lease=LEASE)
+        b.register_replica("bbbb", host="h2", pid=22, now=now, lease=LEASE)
+        (mine,) = a.due_deliveries(now, 1)
+        b.acquire_lease("poller:default", now)
+        b.retire_replica(now)  # a clean stop: shown as stopped, holding nothing
+    runner = CliRunner()
+
+    status = runner.invoke(cli, ["status", "--db", str(path)])
+    assert status.exit_code == 0, status.output
+    (line,) = [x for x in status.output.splitlines() if x.startswith("replicas")]
+    assert "1 running: aaaa@h1:11 (heartbeat" in line and "1 in flight, 0 polls" in line
+    assert "(1 stopped, 0 dead in the last day)" in line
+    data = json.loads(runner.invoke(cli, ["status", "--db", str(path), "--json"]).output)
+    health = {r["id"]: (r["health"], r["deliveries"]) for r in data["replicas"]}
+    assert health == {"aaaa": ("alive", 1), "bbbb": ("stopped", 0)}
+
+    listed = runner.invoke(cli, ["deliveries", "--db", str(path)])
+    (row,) = [x for x in listed.output.splitlines() if x.split()[0] == str(mine.id)]
+    assert "in flight on aaaa" in row
+    rows = json.loads(runner.invoke(cli, ["deliveries", "--db", str(path), "--json"]).output)
+    assert {r["id"]: r["claimed_by"] for r in rows if r["claimed_by"]} == {mine.id: "aaaa"}
+
+    endpoints = runner.invoke(cli, ["endpoints", "list", "--db", str(path)])
+    assert "IN FLIGHT" in endpoints.output and "1 on aaaa" in endpoints.output
+    listed_json = json.loads(
+        runner.invoke(cli, ["endpoints", "list", "--db", str(path), "--json"]).output
+    )
+    assert listed_json[0]["in_flight"] == {"aaaa": 1}

@@ -15,12 +15,14 @@ import click
 
 from ..relay import operator
 from ..relay.operator import DELIVERY_STATUSES
+from ..relay.replica import replica_health
 from ..relay.store import (
     OPEN_STATUSES,
     AttemptRow,
     DeliveryRow,
     HistoryProgress,
     RefusedSummary,
+    ReplicaRow,
     UpstreamSummary,
 )
 from . import cli
@@ -51,6 +53,7 @@ def status(config_path: str | None, db_path: str | None, as_json: bool) -> None:
     with _reading(config_path, db_path) as store:
         overview = operator.status(store, now)
     summary, history, accounts = overview.summary, overview.history, overview.accounts
+    replicas = list(overview.replicas)
     walk = {
         "total": history.total,
         "done": history.done,
@@ -59,7 +62,14 @@ def status(config_path: str | None, db_path: str | None, as_json: bool) -> None:
         "eta_seconds": None if history.eta_seconds is None else round(history.eta_seconds),
     }
     if as_json:
-        echo_json({**asdict(summary), "history_walk": walk, "accounts": accounts})
+        echo_json(
+            {
+                **asdict(summary),
+                "history_walk": walk,
+                "accounts": accounts,
+                "replicas": [_replica_json(r, now) for r in replicas],
+            }
+        )
         return
     rows = []
     for ep in summary.endpoints:
@@ -102,9 +112,40 @@ def status(config_path: str | None, db_path: str | None, as_json: bool) -> None:
                     ", ".join(f"{name} ({n} sessions)" for name, n in accounts.items()) or "-",
                 ),
                 ("refused upstream", _refused_line(summary.refused, now)),
+                ("replicas", _replicas_line(replicas, now)),
             ]
         )
     )
+
+
+def _replica_json(r: ReplicaRow, now: float) -> dict[str, object]:
+    """A replica for ``status --json``: its row and its health at ``now``."""
+    return {**asdict(r), "health": replica_health(r.heartbeat_at, r.lease, r.stopped_at, now)}
+
+
+def _replicas_line(replicas: list[ReplicaRow], now: float) -> str:
+    """Running replicas and what each holds; then how many stopped or died lately.
+
+    ``2 running: 3f2a@db1:812 (heartbeat 2 s ago; 4 in flight, 1 polls; poller:default),
+    9c1e@db2:77 (...)``."""
+    parts = []
+    gone = {"stopped": 0, "dead": 0}
+    for r in replicas:
+        health = replica_health(r.heartbeat_at, r.lease, r.stopped_at, now)
+        if health != "alive":
+            gone[health] += 1
+            if health == "stopped" or not (r.deliveries or r.polls or r.leases):
+                continue
+        held = [f"{r.deliveries} in flight", f"{r.polls} polls", *r.leases]
+        late = "" if health == "alive" else f"DEAD since {_age(now - r.heartbeat_at - r.lease)}, "
+        parts.append(
+            f"{r.id}@{r.host}:{r.pid} ({late}heartbeat {_age(now - r.heartbeat_at)} ago; "
+            f"{', '.join(held)})"
+        )
+    line = f"{len(parts)} running: " + ", ".join(parts) if parts else "none running"
+    if gone["dead"] or gone["stopped"]:
+        line += f" ({gone['stopped']} stopped, {gone['dead']} dead in the last day)"
+    return line
 
 
 def _history_line(history: HistoryProgress) -> str:
@@ -180,15 +221,28 @@ def deliveries(
         rows = operator.deliveries(
             store, endpoint=endpoint, status=status_, session=session, limit=limit
         )
+        claims = operator.in_flight(store, now, (r.id for r in rows if r.status in OPEN_STATUSES))
     if as_json:
-        echo_json([asdict(row) for row in rows])
+        echo_json(
+            [
+                {
+                    **asdict(row),
+                    "claimed_by": claims.get(row.id, (None, None))[0],
+                    "claimed_at": claims.get(row.id, (None, None))[1],
+                }
+                for row in rows
+            ]
+        )
         return
     if not rows:
         click.echo("no deliveries match")
         return
     table = []
     for d in rows:
-        if d.status == "delivered":
+        claim = claims.get(d.id)
+        if claim is not None:  # a live replica holds it (see status: replicas)
+            when = f"in flight on {claim[0]} for {_age(now - claim[1])}"
+        elif d.status == "delivered":
             when = f"delivered {_age(now - d.delivered_at)} ago" if d.delivered_at else ""
         elif d.status in OPEN_STATUSES and d.waiting_on is not None:
             when = f"waiting on #{d.waiting_on}"  # its own time means nothing until then

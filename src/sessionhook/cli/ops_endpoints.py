@@ -46,8 +46,14 @@ def endpoints_list(config_path: str | None, db_path: str | None, as_json: bool) 
     now = time.time()
     with _reading(config_path, db_path) as store:
         known = operator.endpoints(store)
+        claims = operator.endpoints_in_flight(store, now)  # per endpoint: replica -> n
     if as_json:
-        echo_json([{**asdict(s), "pending": pending} for s, pending in known])
+        echo_json(
+            [
+                {**asdict(s), "pending": pending, "in_flight": claims.get(s.name, {})}
+                for s, pending in known
+            ]
+        )
         return
     if not known:
         click.echo("no endpoints yet (the daemon adds them from its config when it starts)")
@@ -65,13 +71,15 @@ def endpoints_list(config_path: str | None, db_path: str | None, as_json: bool) 
                 s.name,
                 state.strip(),
                 pending,
+                " ".join(f"{n} on {r}" for r, n in sorted(claims.get(s.name, {}).items())),
                 _stamp(s.last_success_at) or "never",
                 f"{_age(now - s.failing_since)}" if s.failing_since else "",
                 s.disabled_reason,
                 s.url,
             ]
         )
-    headers = ["NAME", "STATE", "PENDING", "LAST SUCCESS", "FAILING FOR", "REASON", "URL"]
+    headers = ["NAME", "STATE", "PENDING", "IN FLIGHT", "LAST SUCCESS", "FAILING FOR", "REASON"]
+    headers.append("URL")
     click.echo(render_table(headers, rows))
 
 

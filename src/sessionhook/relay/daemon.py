@@ -61,8 +61,8 @@ from .netguard import AddressPolicy, Resolver
 from .pinning import PinnedTransport
 from .poller import OnceReport, Poller, PollSettings
 from .ratelimit import LimitedTransport, RateLimiter, SharedWindow
-from .retry import AttemptResult
 from .replica import Replica, heartbeat_interval, heartbeat_late
+from .retry import AttemptResult
 from .sender import AiohttpPoster, HttpxPoster, Poster
 from .store import (
     AsyncStore,

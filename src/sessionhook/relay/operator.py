@@ -20,7 +20,7 @@ import fnmatch
 import json
 import secrets
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -40,6 +40,7 @@ from .store import (
     EndpointState,
     EventRow,
     HistoryProgress,
+    ReplicaRow,
     StatusSummary,
     Store,
 )
@@ -98,13 +99,30 @@ class Overview:
     summary: StatusSummary
     history: HistoryProgress
     accounts: dict[str, int]
+    #: The replicas sharing the store (running, or stopped within a day) and what each
+    #: holds.
+    replicas: tuple[ReplicaRow, ...] = ()
 
 
 def status(store: Store, now: float) -> Overview:
-    """Endpoints, upstream, archive figures, the history walk and the accounts at ``now``."""
+    """Endpoints, upstream, archive figures, the history walk, the accounts and the
+    replicas at ``now``."""
     return Overview(
-        store.status_summary(now), store.history_progress(now), store.accounts_summary()
+        store.status_summary(now),
+        store.history_progress(now),
+        store.accounts_summary(),
+        tuple(store.replicas()),
     )
+
+
+def in_flight(store: Store, now: float, ids: Iterable[int]) -> dict[int, tuple[str, float]]:
+    """Of the deliveries ``ids``, those a live replica is attempting: id -> (replica, since)."""
+    return store.delivery_claims(now, ids)
+
+
+def endpoints_in_flight(store: Store, now: float) -> dict[str, dict[str, int]]:
+    """Per endpoint, the deliveries in flight on each live replica."""
+    return store.endpoint_claims(now)
 
 
 def endpoints(store: Store) -> list[tuple[EndpointState, int]]:

@@ -18,6 +18,10 @@ Modules
                          disk)
     :mod:`.lock`         the daemon lock: one ``sessionhook run`` per store (``flock``)
     :mod:`.refusals`     what was refused from upstream, and why, mixed into :class:`Store`
+    :mod:`.leases`       the replicas' lease protocol: registry, heartbeats, claims on
+                         outbox heads and session polls, named leases (mixed into
+                         :class:`Store`)
+    :mod:`.copy`         ``sessionhook store copy``: a whole store into another, ids kept
 
     Only this package speaks SQL; a second backend is a new module beside :mod:`.sqlite`.
 
@@ -40,6 +44,7 @@ Errors::
 
 from .aio import AsyncStore, FullObserver
 from .economy_queries import HistoryProgress, KnownSession
+from .leases import LeaseRow, ReplicaRow
 from .lock import DaemonLock, StoreLockedError, acquire_daemon_lock
 from .outbox import AttemptRecord
 from .refusals import REFUSAL_REASONS
@@ -83,8 +88,10 @@ __all__ = [
     "HistoryProgress",
     "Ingested",
     "KnownSession",
+    "LeaseRow",
     "RefusedRow",
     "RefusedSummary",
+    "ReplicaRow",
     "SessionRow",
     "StatusSummary",
     "Store",

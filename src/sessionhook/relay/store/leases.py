@@ -186,12 +186,14 @@ class LeaseQueries:
             int(r[0]): (r[1], float(r[2])) for r in rows if wanted is None or int(r[0]) in wanted
         }
 
-    def endpoint_claims(self) -> dict[str, dict[str, int]]:
-        """Per endpoint: replica id -> outbox heads it has claimed (deliveries in flight)."""
+    def endpoint_claims(self, now: float) -> dict[str, dict[str, int]]:
+        """Per endpoint: replica id -> outbox heads it holds a live claim on at ``now``
+        (deliveries in flight)."""
         out: dict[str, dict[str, int]] = {}
         for endpoint, owner, count in self._conn.execute(
             "SELECT endpoint, claimed_by, COUNT(*) FROM outbox_heads "
-            "WHERE claimed_by IS NOT NULL GROUP BY endpoint, claimed_by"
+            "WHERE claimed_by IS NOT NULL AND claim_until >= ? GROUP BY endpoint, claimed_by",
+            (now,),
         ):
             out.setdefault(endpoint, {})[owner] = int(count)
         return out
