@@ -8,6 +8,7 @@ SQLite: two connections to one file, which is what the protocol sees of two proc
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +26,7 @@ from sessionhook.relay.dispatch import DeliverySettings, Dispatcher
 from sessionhook.relay.metrics import Metrics
 from sessionhook.relay.poller import Poller, PollSettings
 from sessionhook.relay.retry import Delivered, Retry
-from sessionhook.relay.store import AsyncStore, AttemptRecord, Store
+from sessionhook.relay.store import AsyncStore, AttemptRecord, ReplicaRow, Store
 
 from .receiver import Receiver
 from .test_dispatch import SECRET, _config, _seed
@@ -405,3 +406,34 @@ def test_status_deliveries_and_endpoints_show_which_replica_holds_what(tmp_path:
         runner.invoke(cli, ["endpoints", "list", "--db", str(path), "--json"]).output
     )
     assert listed_json[0]["in_flight"] == {"aaaa": 1}
+
+
+def test_dead_replicas_are_known_without_waiting_when_certain() -> None:
+    me = replica.Replica(id="me", host="h1", pid=10)
+    rows = [
+        ReplicaRow("me", "h1", 10, T0, T0, LEASE, None, 0, 0, ()),
+        ReplicaRow("gone", "h1", 11, T0, T0, LEASE, None, 0, 0, ()),  # pid 11 is gone
+        ReplicaRow("alive", "h1", 12, T0, T0, LEASE, None, 0, 0, ()),
+        ReplicaRow("far", "h2", 11, T0, T0, LEASE, None, 0, 0, ()),  # another host
+        ReplicaRow("done", "h1", 11, T0, T0, LEASE, T0 + 1, 0, 0, ()),  # stopped already
+    ]
+    alive = {12}.__contains__
+    assert replica.dead_replicas(rows, me, alone=False, pid_alive=alive) == ["gone"]
+    assert replica.dead_replicas(rows, me, alone=True, pid_alive=alive) == [
+        "gone",
+        "alive",
+        "far",
+    ]
+    assert replica.pid_alive(os.getpid())
+
+
+def test_reaping_frees_a_dead_replicas_claims_at_once(pair: tuple[Store, Store]) -> None:
+    a, b = pair
+    a.due_deliveries(T0, 10)
+    a.claim_session_poll("sessions/0", T0)
+    a.acquire_lease("poller:default", T0)
+    assert b.reap_replicas(["aaaa", "bbbb"], T0 + 1) == 1  # never itself
+    assert len(b.due_deliveries(T0 + 1, 10)) == 3
+    assert b.claim_session_poll("sessions/0", T0 + 1)
+    assert b.acquire_lease("poller:default", T0 + 1)
+    assert {r.id: r.stopped_at for r in b.replicas()} == {"aaaa": T0 + 1, "bbbb": None}

@@ -61,7 +61,7 @@ from .netguard import AddressPolicy, Resolver
 from .pinning import PinnedTransport
 from .poller import OnceReport, Poller, PollSettings
 from .ratelimit import LimitedTransport, RateLimiter, SharedWindow
-from .replica import Replica, heartbeat_interval, heartbeat_late
+from .replica import Replica, dead_replicas, heartbeat_interval, heartbeat_late, pid_alive
 from .retry import AttemptResult
 from .sender import AiohttpPoster, HttpxPoster, Poster
 from .store import (
@@ -568,6 +568,15 @@ class Daemon:
             lease=config.store.lease,
         )
         _log.info("replica.registered", replica=self.replica.label, lease=config.store.lease)
+        # A replica that is certainly dead (SQLite: the daemon lock says we are alone; any
+        # backend: a pid of this host that is gone) gives its claims back now, not when
+        # its lease expires: a restart after kill -9 resumes at once.
+        alone = getattr(store.store, "backend", "sqlite") == "sqlite"
+        rows = await store.call(store.store.replicas)
+        dead = dead_replicas(rows, self.replica, alone=alone, pid_alive=pid_alive)
+        if dead:
+            await store.write(store.store.reap_replicas, dead, self._clock())
+            _log.info("replica.reaped", replicas=dead, reason="alone" if alone else "pid gone")
         accounts = config.upstream_accounts()
         inner = self._upstream_transport or httpx.AsyncHTTPTransport()
         # One HTTP client per account, each with its own budget (an API key's quota). 2xx

@@ -11,13 +11,17 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 __all__ = [
     "POLLER_LEASE",
     "Replica",
+    "dead_replicas",
     "heartbeat_interval",
     "heartbeat_late",
+    "pid_alive",
     "poller_lease",
     "replica_health",
 ]
@@ -62,6 +66,46 @@ def heartbeat_late(last_ok: float, now: float, lease: float) -> bool:
     """Whether this replica's claims may have expired: no heartbeat committed for more
     than the lease (others may have taken its work over)."""
     return now - last_ok > lease
+
+
+def dead_replicas(
+    rows: Iterable[ReplicaLike], me: Replica, *, alone: bool, pid_alive: Callable[[int], bool]
+) -> list[str]:
+    """The replicas of ``rows`` known to be dead without waiting for their lease: every
+    running one but ``me`` when this process is ``alone`` on the store (SQLite: the daemon
+    lock), else those of this host whose pid is gone (a restart after ``kill -9``). A pid
+    reused by another process only means waiting for the lease."""
+    dead = []
+    for r in rows:
+        if r.id == me.id or r.stopped_at is not None:
+            continue
+        if alone or (r.host == me.host and not pid_alive(r.pid)):
+            dead.append(r.id)
+    return dead
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists on this host (another user's counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class ReplicaLike(Protocol):
+    """What :func:`dead_replicas` reads of a replica row (``store.ReplicaRow``)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def host(self) -> str: ...
+    @property
+    def pid(self) -> int: ...
+    @property
+    def stopped_at(self) -> float | None: ...
 
 
 def replica_health(heartbeat_at: float, lease: float, stopped_at: float | None, now: float) -> str:

@@ -102,6 +102,32 @@ class LeaseQueries:
         self.replica_id = replica_id
         self.lease_seconds = lease
 
+    def reap_replicas(self, ids: Iterable[str], now: float) -> int:
+        """Replicas known to be dead (their process is gone: see the daemon's start-up)
+        lose their claims and leases at once, instead of when their lease expires; they
+        are marked stopped. Returns how many were reaped."""
+        dead = [i for i in ids if i != self.replica_id]
+        if not dead:
+            return 0
+        with self._tx() as c:
+            for owner in dead:
+                c.execute(
+                    "UPDATE outbox_heads SET claimed_by = NULL, claim_until = NULL "
+                    "WHERE claimed_by = ?",
+                    (owner,),
+                )
+                c.execute(
+                    "UPDATE sessions SET poll_owner = NULL, poll_until = NULL "
+                    "WHERE poll_owner = ?",
+                    (owner,),
+                )
+                c.execute("DELETE FROM leases WHERE owner = ?", (owner,))
+                c.execute(
+                    "UPDATE replicas SET stopped_at = ? WHERE id = ? AND stopped_at IS NULL",
+                    (now, owner),
+                )
+        return len(dead)
+
     def heartbeat_replica(self, now: float) -> None:
         """Say this replica is alive: its heartbeat and every claim and lease it holds now
         expire at ``now + lease``. One transaction."""
