@@ -28,6 +28,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from . import codec
 from .rows import StoreError
 
 #: Tables in an order that respects their references (parents first).
@@ -80,6 +81,12 @@ class CopyStore(Protocol):
 
     def copy_write(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
         """Insert ``rows`` into ``table`` in one transaction, ids as given."""
+        ...
+
+    def copy_adapt(
+        self, table: str, columns: Sequence[str], rows: list[tuple[Any, ...]]
+    ) -> list[tuple[Any, ...]]:
+        """``rows`` as this (target) store stores them (same bytes once decoded)."""
         ...
 
     def copy_clear(self, tables: Sequence[str]) -> None:
@@ -144,7 +151,7 @@ def copy_store(
         done = 0
         progress(table, done, total)
         for rows in source.copy_read(table, columns, batch):
-            target.copy_write(table, columns, rows)
+            target.copy_write(table, columns, target.copy_adapt(table, columns, rows))
             done += len(rows)
             progress(table, done, total)
         copied[table] = done
@@ -217,6 +224,23 @@ class CopyQueries:
         with self._tx() as c:
             c.executemany(f"INSERT INTO {_quote(table)} ({names}) VALUES ({marks})", rows)
 
+    def copy_adapt(
+        self, table: str, columns: Sequence[str], rows: list[tuple[Any, ...]]
+    ) -> list[tuple[Any, ...]]:
+        """See :class:`CopyStore`. SQLite keeps a column's text or blob as it is. PostgreSQL
+        stores event bodies and raw activities as ``BYTEA`` only: the plain text of rows
+        written before 0004 is encoded (:mod:`.codec`, without a reference or context), so
+        that it decodes to the same bytes."""
+        if getattr(self, "backend", "sqlite") != "postgresql":
+            return rows
+        if table == "events" and "body" in columns:
+            i = columns.index("body")
+            return [_with(r, i, _text_body(r[i])) for r in rows]
+        if table == "activities" and {"raw", "name", "create_time"} <= set(columns):
+            i, n, t = columns.index("raw"), columns.index("name"), columns.index("create_time")
+            return [_with(r, i, _text_raw(r[i], r[n], r[t])) for r in rows]
+        return rows
+
     def copy_clear(self, tables: Sequence[str]) -> None:
         """See :class:`CopyStore`."""
         with self._tx() as c:
@@ -226,3 +250,21 @@ class CopyQueries:
     def copy_finish(self, tables: Sequence[str]) -> None:
         """See :class:`CopyStore` (SQLite: nothing to do, AUTOINCREMENT follows the ids
         inserted)."""
+
+
+def _with(row: tuple[Any, ...], index: int, value: Any) -> tuple[Any, ...]:
+    return (*row[:index], value, *row[index + 1 :])
+
+
+def _text_body(stored: Any) -> Any:
+    """A plain-text event body (before 0004) as a BLOB that decodes to the same bytes."""
+    if isinstance(stored, str):
+        return codec.encode_body(stored.encode("utf-8"), b"", b"")
+    return stored
+
+
+def _text_raw(stored: Any, name: str, create_time: str) -> Any:
+    """A plain-text raw activity (before 0004) as a BLOB that decodes to the same bytes."""
+    if isinstance(stored, str):
+        return codec.encode_raw(stored.encode("utf-8"), (name + create_time).encode("utf-8"))
+    return stored
