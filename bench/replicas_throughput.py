@@ -1,0 +1,261 @@
+"""Delivery throughput on PostgreSQL with 1 and 2 replicas, against SQLite, in one run.
+
+Everything is a separate process on 127.0.0.1: the raw asyncio stand-in and receiver of
+``bench/_bench_servers.py`` (every signature checked), a throwaway PostgreSQL cluster
+(``tests/pg.py``), and the real ``sessionhook`` commands.
+
+Per repetition: (1) one relay on SQLite ingests ``--sessions`` x ``--activities`` events
+with its endpoint disabled (no delivery rows); (2) **sqlite**: a copy of that store, every
+event replayed to the endpoint (``sessionhook replay``), ``run``: deliveries per second from
+the first to the last arrival; (3) **pg1** / **pg2**: the same store copied into a fresh
+PostgreSQL database (``sessionhook store copy``), replayed, then 1 or 2 ``run`` processes
+on it. The three are measured back to back on the same machine in the same repetition;
+the figure that matters is the ratio to SQLite of the same repetition. Medians over
+``--reps``; the load average is printed with each figure.
+
+    .venv/bin/python bench/replicas_throughput.py                 # 3 reps, 100 x 50 events
+    .venv/bin/python bench/replicas_throughput.py --reps 1 --activities 20   # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.pg import Cluster  # noqa: E402
+
+SERVERS = HERE / "_bench_servers.py"
+API_KEY = "bench-api-key-0123456789"
+SESSIONHOOK = [sys.executable, "-m", "sessionhook.cli"]
+
+
+def _spawn(args: list[str]) -> tuple[subprocess.Popen[str], int]:
+    proc = subprocess.Popen(
+        [sys.executable, str(SERVERS), *args], stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line.startswith("PORT "):
+        proc.kill()
+        raise RuntimeError(f"server did not start: {line!r}")
+    return proc, int(line.split()[1])
+
+
+def _get(port: int, path: str) -> Any:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=30) as answer:
+        return json.loads(answer.read())
+
+
+def _stop(proc: subprocess.Popen[Any]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, tmp: Path) -> None:
+        self.args = args
+        self.tmp = tmp
+        self.secret = "whsec_" + base64.b64encode(random.Random(7).randbytes(32)).decode()
+        self.events = args.sessions * args.activities
+        self.standin, self.api_port = _spawn(
+            ["standin", "--sessions", str(args.sessions), "--activities", str(args.activities)]
+        )
+        self.receiver, self.hook_port = _spawn(["receiver", "--secret", self.secret])
+        self.cluster = Cluster()
+        self.cluster.start()
+
+    def close(self) -> None:
+        for proc in (self.standin, self.receiver):
+            proc.kill()
+            proc.wait()
+        self.cluster.destroy()
+
+    def config(self, path: Path, store: str, *, enabled: bool) -> Path:
+        key = path.parent / "api_key"
+        key.write_text(API_KEY)
+        where = f'url = "{store}"' if store.startswith("postgresql://") else f'path = "{store}"'
+        lines = [
+            "[api]",
+            f'base_url = "http://127.0.0.1:{self.api_port}"',
+            f'api_key_file = "{key}"',
+            "requests_per_minute = 60000",
+            "[store]",
+            where,
+            "[poll]",
+            "active_interval = 2",
+            "idle_interval = 60",
+            "discovery_interval = 30",
+            "backfill = true",
+            "[delivery]",
+            "allow_private_networks = true",
+            f"concurrency = {self.args.concurrency}",
+            "[log]",
+            'level = "warning"',
+            'format = "json"',
+            "[[endpoints]]",
+            'name = "e1"',
+            f'url = "http://127.0.0.1:{self.hook_port}/e1"',
+            f'secret = "{self.secret}"',
+            f"enabled = {'true' if enabled else 'false'}",
+        ]
+        path.write_text("\n".join(lines) + "\n")
+        return path
+
+    def run(self, config: Path, log: Path) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [*SESSIONHOOK, "run", "--config", str(config)],
+            stdout=subprocess.DEVNULL,
+            stderr=log.open("ab"),
+        )
+
+    def ingest(self, rep: int) -> Path:
+        work = self.tmp / f"ingest-{rep}"
+        work.mkdir()
+        db = work / "relay.db"
+        config = self.config(work / "config.toml", str(db), enabled=False)
+        _get(self.api_port, "/_bench/reset")
+        relay = self.run(config, work / "relay.log")
+        try:
+            deadline = time.monotonic() + self.args.timeout
+            while _count(db) < self.events:
+                if relay.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"ingest did not finish; see {work / 'relay.log'}")
+                time.sleep(0.1)
+        finally:
+            _stop(relay)
+        return db
+
+    def deliver(self, label: str, base: Path, replicas: int, rep: int) -> dict[str, float]:
+        work = self.tmp / f"{label}-{rep}"
+        work.mkdir()
+        if label == "sqlite":
+            store = str(work / "relay.db")
+            shutil.copy(base, store)
+        else:
+            store = self.cluster.url(self.cluster.create_database())
+            copied = subprocess.run(
+                [*SESSIONHOOK, "store", "copy", "--from", str(base), "--to", store],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if copied.returncode != 0:
+                raise RuntimeError(f"store copy failed: {copied.stderr}")
+        config = self.config(work / "config.toml", store, enabled=True)
+        replay = subprocess.run(
+            [
+                *SESSIONHOOK,
+                "replay",
+                "--config",
+                str(config),
+                "--endpoint",
+                "e1",
+                "--since",
+                "1970-01-01T00:00:00Z",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        found = re.search(r"queued (\d+)", replay.stdout)
+        if replay.returncode != 0 or found is None:
+            raise RuntimeError(f"replay failed: {replay.stdout} {replay.stderr}")
+        expected = int(found.group(1))
+        _get(self.hook_port, "/_bench/reset")
+        load = os.getloadavg()[0]
+        relays = [self.run(config, work / f"relay-{i}.log") for i in range(replicas)]
+        try:
+            deadline = time.monotonic() + self.args.timeout
+            while _get(self.hook_port, "/_bench/stats")["total"] < expected:
+                if any(r.poll() is not None for r in relays) or time.monotonic() > deadline:
+                    raise RuntimeError(f"{label}: delivery stalled; see {work}")
+                time.sleep(0.1)
+            stats = _get(self.hook_port, "/_bench/stats")
+        finally:
+            for relay in relays:
+                _stop(relay)
+        return {
+            "deliveries": float(expected),
+            "received": float(stats["total"]),
+            "per_s": round(expected / (stats["last"] - stats["first"]), 1),
+            "bad_signatures": float(stats["bad_signatures"]),
+            "load": round(load, 2),
+        }
+
+
+def _count(db: Path) -> int:
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+        try:
+            return int(conn.execute("SELECT COUNT(*) FROM activities").fetchone()[0])
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sessions", type=int, default=100)
+    parser.add_argument("--activities", type=int, default=50)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--timeout", type=float, default=600.0)
+    args = parser.parse_args()
+    rows: dict[str, list[dict[str, float]]] = {"sqlite": [], "pg1": [], "pg2": []}
+    ratios: dict[str, list[float]] = {"pg1/sqlite": [], "pg2/sqlite": [], "pg2/pg1": []}
+    with tempfile.TemporaryDirectory(prefix="sessionhook-replicas-") as tmp:
+        bench = Bench(args, Path(tmp))
+        try:
+            for rep in range(args.reps):
+                base = bench.ingest(rep)
+                for label, replicas in (("sqlite", 1), ("pg1", 1), ("pg2", 2)):
+                    row = bench.deliver(label, base, replicas, rep)
+                    rows[label].append(row)
+                    print(json.dumps({"rep": rep + 1, "run": label, **row}), flush=True)
+                now = {k: v[-1]["per_s"] for k, v in rows.items()}
+                ratios["pg1/sqlite"].append(now["pg1"] / now["sqlite"])
+                ratios["pg2/sqlite"].append(now["pg2"] / now["sqlite"])
+                ratios["pg2/pg1"].append(now["pg2"] / now["pg1"])
+        finally:
+            bench.close()
+    print(
+        json.dumps(
+            {
+                "median_per_s": {
+                    k: statistics.median(r["per_s"] for r in v) for k, v in rows.items()
+                },
+                "median_ratio": {k: round(statistics.median(v), 2) for k, v in ratios.items()},
+                "events": args.sessions * args.activities,
+                "reps": args.reps,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
