@@ -63,10 +63,11 @@ def test_a_claimed_head_is_not_handed_to_another_replica(pair: tuple[Store, Stor
     # delivery waits behind its head (one in flight per key, across replicas).
     assert len(rest) == 1
     assert not keys(first) & keys(rest)
-    claims = a.delivery_claims()
+    claims = a.delivery_claims(T0)
     assert {claims[d.id][0] for d in first} == {"aaaa"}
     assert {claims[d.id][0] for d in rest} == {"bbbb"}
-    assert all(until == T0 + LEASE for _, until in claims.values())
+    assert all(at == T0 for _, at in claims.values())
+    assert a.delivery_claims(T0 + LEASE + 1) == {}  # both silent since: no live claim
 
 
 def test_recording_an_attempt_releases_the_claim_and_the_next_goes_anywhere(
@@ -76,7 +77,7 @@ def test_recording_an_attempt_releases_the_claim_and_the_next_goes_anywhere(
     (head,) = a.due_deliveries(T0, 1)
     assert b.due_deliveries(T0, 10) and head.key not in keys(b.due_deliveries(T0, 10))
     a.record_attempts([AttemptRecord(head.id, ok(), Delivered())])
-    assert head.id not in a.delivery_claims()
+    assert head.id not in a.delivery_claims(T0)
     # The key's next delivery (a later id) is free for any replica, in order.
     after = b.due_deliveries(T0 + 1, 10)
     same_key = [d for d in after if d.key == head.key]
@@ -100,9 +101,10 @@ def test_a_dead_replicas_claims_are_taken_over_when_they_expire(
     mine = a.due_deliveries(T0, 10)
     assert len(mine) == 3
     assert b.due_deliveries(T0 + LEASE - 0.1, 10) == []  # a is silent, its lease holds
+    b.heartbeat_replica(T0 + LEASE)  # b is alive
     taken = b.due_deliveries(T0 + LEASE + 0.1, 10)  # expired: b takes every head over
     assert {d.id for d in taken} == {d.id for d in mine}
-    assert {owner for owner, _ in b.delivery_claims().values()} == {"bbbb"}
+    assert {owner for owner, _ in b.delivery_claims(T0 + LEASE + 0.1).values()} == {"bbbb"}
 
 
 def test_a_heartbeat_extends_every_claim(pair: tuple[Store, Store]) -> None:
@@ -115,7 +117,8 @@ def test_a_heartbeat_extends_every_claim(pair: tuple[Store, Store]) -> None:
     assert b.due_deliveries(later, 10) == []
     assert not b.claim_session_poll("sessions/0", later)
     assert not b.acquire_lease("poller:default", later)
-    assert all(until == T0 + 2 * LEASE - 1 for _, until in a.delivery_claims().values())
+    assert len(a.delivery_claims(later)) == 3  # alive, so its claims are live
+    assert a.delivery_claims(T0 + 2 * LEASE) == {}  # silent since its heartbeat
 
 
 def test_unstarted_deliveries_go_back(pair: tuple[Store, Store]) -> None:
@@ -158,7 +161,7 @@ def test_an_unregistered_handle_reads_without_claiming_and_skips_live_claims(
         assert len(seen) == 2
         assert len(reader.due_deliveries(T0, 10)) == 2  # nothing was claimed
         assert reader.claim_session_poll("sessions/0", T0)  # alone: always may
-    assert len(a.delivery_claims()) == 1
+    assert len(a.delivery_claims(T0)) == 1
 
 
 # --------------------------------------------------------------------------- polls, leases
@@ -182,7 +185,9 @@ def test_a_named_lease_has_one_holder_and_moves_when_it_expires(
     a, b = pair
     assert a.acquire_lease("poller:default", T0)
     assert not b.acquire_lease("poller:default", T0 + 1)
-    assert a.acquire_lease("poller:default", T0 + 5)  # renewed
+    a.heartbeat_replica(T0 + 5)  # the lease lives as long as its holder
+    assert a.acquire_lease("poller:default", T0 + 5)  # still a's
+    b.heartbeat_replica(T0 + 5 + LEASE)
     assert not b.acquire_lease("poller:default", T0 + 5 + LEASE - 0.1)
     assert b.acquire_lease("poller:default", T0 + 5 + LEASE + 0.1)  # a went silent
     assert not a.acquire_lease("poller:default", T0 + 5 + LEASE + 0.2)

@@ -336,6 +336,9 @@ class Dispatcher:
         """Commit what finished and start what is due; whether anything happened."""
         s = self.settings
         finished, self._finished = self._finished, []
+        # Recorded in (endpoint, session) order: the store's lock order (no deadlock
+        # between replicas writing the same queue heads).
+        finished.sort(key=lambda f: f.delivery.key)
         done_keys = {f.delivery.key for f in finished}
         busy = self._in_flight - done_keys
         writable = self._store.unwritable is None
@@ -402,6 +405,7 @@ class Dispatcher:
         finished, self._finished = self._finished, []
         if not finished:
             return 0
+        finished.sort(key=lambda f: f.delivery.key)  # the store's lock order (see _round)
         records = [AttemptRecord(f.delivery.id, f.result, f.decision) for f in finished]
         try:
             failing, _due, _next = await self._store.dispatch_round(

@@ -69,6 +69,7 @@ CONTENT_TYPE: Final[str] = CONTENT_TYPE_LATEST
 # Webhook endpoints answer in milliseconds to tens of seconds (timeouts are 10-30 s).
 _DURATION_BUCKETS: Final = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0)
 
+
 class ReplicaLike(Protocol):
     """What :meth:`Metrics.refresh_replicas` reads of a replica (``store.ReplicaRow``)."""
 
@@ -245,8 +246,7 @@ class Metrics:
         )
         self.replica_claims = Gauge(
             "replica_claims",
-            "Claims each replica holds: 'delivery' (attempts in flight), 'poll' (session "
-            "polls).",
+            "Claims each replica holds: 'delivery' (attempts in flight), 'poll' (session polls).",
             ["replica", "kind"],
             namespace=NAMESPACE,
             registry=r,

@@ -3,28 +3,31 @@
 Several ``sessionhook run`` processes (replicas) may share one PostgreSQL store; with
 SQLite there is one (the daemon lock), and the same protocol simply never meets a rival.
 
-* A replica registers once (:meth:`LeaseQueries.register_replica`: a random id, its host
-  and pid) and heartbeats (:meth:`LeaseQueries.heartbeat_replica`), which pushes the expiry
-  of EVERY claim and lease it holds to ``now + lease``.
-* A claim is an owner and an expiry on a row: on an outbox head (``outbox_heads.claimed_by``
-  / ``claim_until``: the one delivery of that (endpoint, session) in flight), on a session
-  (``sessions.poll_owner`` / ``poll_until``: its activity poll), or a named lease
-  (``leases``: an account's poller). A claim may be taken when it is free, expired, or
-  already the taker's; only its owner extends or releases it; a recorded attempt releases
-  its head's claim in the transaction that records it (see ``outbox.py``).
-* A replica that dies (``kill -9``) leaves its claims behind; they expire ``lease``
-  seconds after its last heartbeat and are then taken over. A replica that stops cleanly
-  releases everything at once (:meth:`LeaseQueries.retire_replica`).
+* A replica registers once (:meth:`LeaseQueries.register_replica`: a random id, its host,
+  pid and lease) and heartbeats (:meth:`LeaseQueries.heartbeat_replica`). It is **alive**
+  while ``heartbeat_at + lease`` has not passed and it has not stopped
+  (:data:`LIVE_REPLICAS`).
+* A claim is an owner on a row: an outbox head (``outbox_heads.claimed_by``: the one
+  delivery of that (endpoint, session) in flight), a session (``sessions.poll_owner``: its
+  activity poll), or a named lease (``leases``: an account's poller). A claim lives exactly
+  as long as its owner: its expiry is the owner's ``heartbeat_at + lease``, so a heartbeat
+  (one row) extends every claim at once and never locks a claimed row. A claim may be
+  taken when it is free, its owner is not alive, or it is the taker's already
+  (:data:`TAKEABLE`); only its owner releases it; a recorded attempt releases its head's
+  claim in the transaction that records it (see ``outbox.py``).
+* A replica that dies (``kill -9``) leaves its claims behind; they are free once its lease
+  has run out after its last heartbeat. A replica that stops cleanly releases everything
+  at once (:meth:`LeaseQueries.retire_replica`); one known dead sooner (its pid is gone)
+  is reaped (:meth:`LeaseQueries.reap_replicas`).
 
 Claims are only taken by a registered store handle (the daemon's). Operator commands and
-tests that never register read without claiming, and still skip other replicas' live claims.
-Times are Unix seconds from each replica's clock: replicas' clocks must agree to well
-within a lease (NTP).
+tests that never register read without claiming, and still skip other replicas' live
+claims. Times are Unix seconds from each replica's clock: replicas' clocks must agree to
+well within a lease (NTP).
 """
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -32,6 +35,11 @@ from typing import TYPE_CHECKING, Any
 
 #: Replicas not heard of for this long, or stopped this long ago, are forgotten.
 FORGET_AFTER = 24 * 3600.0
+#: The ids of the replicas alive at the parameter ``now`` (a subquery, one parameter).
+LIVE_REPLICAS = "SELECT id FROM replicas WHERE stopped_at IS NULL AND heartbeat_at + lease >= ?"
+#: The claim column ``{c}`` may be taken by the parameters (me, now): it is free, mine
+#: already, or held by a replica that is not alive.
+TAKEABLE = "({c} IS NULL OR {c} = ? OR {c} NOT IN (" + LIVE_REPLICAS + "))"
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,11 +66,10 @@ class ReplicaRow:
 
 @dataclass(frozen=True, slots=True)
 class LeaseRow:
-    """A named lease: who holds it and until when."""
+    """A named lease: who holds it and since when (it lives as long as its holder)."""
 
     name: str
     owner: str
-    expires_at: float
     acquired_at: float
 
 
@@ -71,14 +78,14 @@ class LeaseQueries:
 
     #: This handle's replica id once registered (the daemon); ``None``: never claims.
     replica_id: str | None = None
-    #: Seconds a claim lasts after the last heartbeat (``store.lease``).
+    #: Seconds this replica's claims last after its last heartbeat (``store.lease``).
     lease_seconds: float = 30.0
 
     if TYPE_CHECKING:
-        _conn: sqlite3.Connection
+        _conn: Any
         _clock: Callable[[], float]
 
-        def _tx(self) -> AbstractContextManager[sqlite3.Connection]: ...
+        def _tx(self) -> AbstractContextManager[Any]: ...
         def _one(self, sql: str, params: Sequence[Any] = ()) -> Any: ...
 
     # ------------------------------------------------------------------ replicas
@@ -87,8 +94,8 @@ class LeaseQueries:
         self, replica_id: str, *, host: str, pid: int, now: float, lease: float
     ) -> None:
         """Record this process as a replica; from now on this handle claims what it works
-        on, as ``replica_id``, for ``lease`` seconds past each heartbeat. Replicas gone for
-        a day are forgotten."""
+        on, as ``replica_id``, alive while it heartbeats at least every ``lease`` seconds.
+        Replicas gone for a day are forgotten."""
         with self._tx() as c:
             c.execute(
                 "INSERT INTO replicas (id, host, pid, started_at, heartbeat_at, lease) "
@@ -102,46 +109,15 @@ class LeaseQueries:
         self.replica_id = replica_id
         self.lease_seconds = lease
 
-    def reap_replicas(self, ids: Iterable[str], now: float) -> int:
-        """Replicas known to be dead (their process is gone: see the daemon's start-up)
-        lose their claims and leases at once, instead of when their lease expires; they
-        are marked stopped. Returns how many were reaped."""
-        dead = [i for i in ids if i != self.replica_id]
-        if not dead:
-            return 0
-        with self._tx() as c:
-            for owner in dead:
-                c.execute(
-                    "UPDATE outbox_heads SET claimed_by = NULL, claim_until = NULL "
-                    "WHERE claimed_by = ?",
-                    (owner,),
-                )
-                c.execute(
-                    "UPDATE sessions SET poll_owner = NULL, poll_until = NULL "
-                    "WHERE poll_owner = ?",
-                    (owner,),
-                )
-                c.execute("DELETE FROM leases WHERE owner = ?", (owner,))
-                c.execute(
-                    "UPDATE replicas SET stopped_at = ? WHERE id = ? AND stopped_at IS NULL",
-                    (now, owner),
-                )
-        return len(dead)
-
     def heartbeat_replica(self, now: float) -> None:
-        """Say this replica is alive: its heartbeat and every claim and lease it holds now
-        expire at ``now + lease``. One transaction."""
+        """Say this replica is alive: every claim and lease it holds lasts until ``now +
+        lease`` (one row written; the claimed rows are not touched, so a heartbeat never
+        waits for a transaction that holds one)."""
         owner = self.replica_id
         if owner is None:
             return
-        until = now + self.lease_seconds
         with self._tx() as c:
             c.execute("UPDATE replicas SET heartbeat_at = ? WHERE id = ?", (now, owner))
-            c.execute(
-                "UPDATE outbox_heads SET claim_until = ? WHERE claimed_by = ?", (until, owner)
-            )
-            c.execute("UPDATE sessions SET poll_until = ? WHERE poll_owner = ?", (until, owner))
-            c.execute("UPDATE leases SET expires_at = ? WHERE owner = ?", (until, owner))
 
     def retire_replica(self, now: float) -> None:
         """A clean stop: release every claim and lease at once (no one waits for them to
@@ -150,18 +126,20 @@ class LeaseQueries:
         if owner is None:
             return
         with self._tx() as c:
-            c.execute(
-                "UPDATE outbox_heads SET claimed_by = NULL, claim_until = NULL "
-                "WHERE claimed_by = ?",
-                (owner,),
-            )
-            c.execute(
-                "UPDATE sessions SET poll_owner = NULL, poll_until = NULL WHERE poll_owner = ?",
-                (owner,),
-            )
-            c.execute("DELETE FROM leases WHERE owner = ?", (owner,))
-            c.execute("UPDATE replicas SET stopped_at = ? WHERE id = ?", (now, owner))
+            _release_all(c, owner, now)
         self.replica_id = None
+
+    def reap_replicas(self, ids: Iterable[str], now: float) -> int:
+        """Replicas known to be dead (their process is gone: see the daemon's start-up)
+        lose their claims and leases at once instead of when their lease runs out, and are
+        marked stopped. Returns how many were reaped."""
+        dead = sorted(i for i in set(ids) if i != self.replica_id)
+        if not dead:
+            return 0
+        with self._tx() as c:
+            for owner in dead:
+                _release_all(c, owner, now)
+        return len(dead)
 
     def replicas(self) -> list[ReplicaRow]:
         """Every replica known (running, or stopped within a day), with what it holds."""
@@ -200,16 +178,23 @@ class LeaseQueries:
             for r in rows
         ]
 
-    def delivery_claims(self, ids: Iterable[int] | None = None) -> dict[int, tuple[str, float]]:
-        """Claimed outbox heads: delivery id -> (replica id, claim expiry); with ``ids``,
-        only those deliveries."""
+    # ------------------------------------------------------------------ outbox claims
+
+    def delivery_claims(
+        self, now: float, ids: Iterable[int] | None = None
+    ) -> dict[int, tuple[str, float]]:
+        """Outbox heads claimed by a replica alive at ``now``: delivery id -> (replica id,
+        when it claimed it); with ``ids``, only those deliveries."""
         rows = self._conn.execute(
-            "SELECT delivery_id, claimed_by, claim_until FROM outbox_heads "
-            "WHERE claimed_by IS NOT NULL"
+            "SELECT delivery_id, claimed_by, claimed_at FROM outbox_heads "
+            f"WHERE claimed_by IN ({LIVE_REPLICAS})",
+            (now,),
         ).fetchall()
         wanted = None if ids is None else set(ids)
         return {
-            int(r[0]): (r[1], float(r[2])) for r in rows if wanted is None or int(r[0]) in wanted
+            int(r[0]): (str(r[1]), float(r[2]))
+            for r in rows
+            if wanted is None or int(r[0]) in wanted
         }
 
     def endpoint_claims(self, now: float) -> dict[str, dict[str, int]]:
@@ -218,44 +203,42 @@ class LeaseQueries:
         out: dict[str, dict[str, int]] = {}
         for endpoint, owner, count in self._conn.execute(
             "SELECT endpoint, claimed_by, COUNT(*) FROM outbox_heads "
-            "WHERE claimed_by IS NOT NULL AND claim_until >= ? GROUP BY endpoint, claimed_by",
+            f"WHERE claimed_by IN ({LIVE_REPLICAS}) GROUP BY endpoint, claimed_by",
             (now,),
         ):
             out.setdefault(endpoint, {})[owner] = int(count)
         return out
 
-    # ------------------------------------------------------------------ outbox claims
-
     def release_delivery_claims(self, keys: Iterable[tuple[str, str]]) -> None:
         """Give back this replica's claims on the (endpoint, session) heads ``keys`` (handed
         out but not started)."""
         owner = self.replica_id
-        params = [(endpoint, session, owner) for endpoint, session in keys]
+        params = sorted((endpoint, session, owner) for endpoint, session in set(keys))
         if owner is None or not params:
             return
         with self._tx() as c:
             c.executemany(
-                "UPDATE outbox_heads SET claimed_by = NULL, claim_until = NULL "
+                "UPDATE outbox_heads SET claimed_by = NULL, claimed_at = NULL "
                 "WHERE endpoint = ? AND session_name = ? AND claimed_by = ?",
-                params,
+                params,  # in key order, as every writer of the heads (see outbox.py)
             )
 
     # ------------------------------------------------------------------ session polls
 
     def claim_session_poll(self, name: str, now: float) -> bool:
         """Claim ``name``'s activity poll for this replica: ``True`` when it is ours now
-        (free, expired, or ours already); ``False`` while another replica polls it. An
-        unregistered handle claims nothing and always may."""
+        (free, its owner not alive, or ours already); ``False`` while another live replica
+        polls it. An unregistered handle claims nothing and always may."""
         owner = self.replica_id
         if owner is None:
             return True
         with self._tx() as c:
             cur = c.execute(
-                "UPDATE sessions SET poll_owner = ?, poll_until = ? WHERE name = ? "
-                "AND (poll_owner IS NULL OR poll_owner = ? OR poll_until < ?)",
-                (owner, now + self.lease_seconds, name, owner, now),
+                "UPDATE sessions SET poll_owner = ?, poll_claimed_at = ? WHERE name = ? AND "
+                + TAKEABLE.format(c="poll_owner"),
+                (owner, now, name, owner, now),
             )
-            return cur.rowcount == 1
+            return int(cur.rowcount) == 1
 
     def release_session_poll(self, name: str) -> None:
         """The poll of ``name`` is over (its results committed): release the claim."""
@@ -264,7 +247,7 @@ class LeaseQueries:
             return
         with self._tx() as c:
             c.execute(
-                "UPDATE sessions SET poll_owner = NULL, poll_until = NULL "
+                "UPDATE sessions SET poll_owner = NULL, poll_claimed_at = NULL "
                 "WHERE name = ? AND poll_owner = ?",
                 (name, owner),
             )
@@ -272,21 +255,19 @@ class LeaseQueries:
     # ------------------------------------------------------------------ named leases
 
     def acquire_lease(self, name: str, now: float) -> bool:
-        """Take or keep the named lease ``name`` until ``now + lease``: ``True`` when this
-        replica holds it now, ``False`` while another one does. An unregistered handle
-        always may (it is alone)."""
+        """Take or keep the named lease ``name``: ``True`` when this replica holds it now,
+        ``False`` while another live replica does (a lease lives as long as its holder).
+        An unregistered handle always may (it is alone)."""
         owner = self.replica_id
         if owner is None:
             return True
         with self._tx() as c:
             c.execute(
-                "INSERT INTO leases (name, owner, expires_at, acquired_at) VALUES (?, ?, ?, ?) "
+                "INSERT INTO leases (name, owner, acquired_at) VALUES (?, ?, ?) "
                 "ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, "
-                "expires_at = excluded.expires_at, acquired_at = CASE "
-                "WHEN leases.owner = excluded.owner THEN leases.acquired_at "
-                "ELSE excluded.acquired_at END "
-                "WHERE leases.owner = excluded.owner OR leases.expires_at < ?",
-                (name, owner, now + self.lease_seconds, now, now),
+                "acquired_at = excluded.acquired_at WHERE leases.owner <> excluded.owner "
+                f"AND leases.owner NOT IN ({LIVE_REPLICAS})",
+                (name, owner, now, now),
             )
             holder = c.execute("SELECT owner FROM leases WHERE name = ?", (name,)).fetchone()
         return holder is not None and holder[0] == owner
@@ -302,8 +283,22 @@ class LeaseQueries:
     def leases(self) -> list[LeaseRow]:
         """Every named lease, by name."""
         return [
-            LeaseRow(r[0], r[1], float(r[2]), float(r[3]))
-            for r in self._conn.execute(
-                "SELECT name, owner, expires_at, acquired_at FROM leases ORDER BY name"
-            )
+            LeaseRow(r[0], r[1], float(r[2]))
+            for r in self._conn.execute("SELECT name, owner, acquired_at FROM leases ORDER BY name")
         ]
+
+
+def _release_all(c: Any, owner: str, now: float) -> None:
+    """Free every claim and lease of ``owner`` and mark it stopped (one transaction: ``c``)."""
+    c.execute(
+        "UPDATE outbox_heads SET claimed_by = NULL, claimed_at = NULL WHERE claimed_by = ?",
+        (owner,),
+    )
+    c.execute(
+        "UPDATE sessions SET poll_owner = NULL, poll_claimed_at = NULL WHERE poll_owner = ?",
+        (owner,),
+    )
+    c.execute("DELETE FROM leases WHERE owner = ?", (owner,))
+    c.execute(
+        "UPDATE replicas SET stopped_at = ? WHERE id = ? AND stopped_at IS NULL", (now, owner)
+    )

@@ -8,10 +8,14 @@ endpoint and stops after ``limit`` rows (plus the busy keys it skips): its cost 
 how many are asked for, not on how many deliveries wait.
 
 Claims (replicas, see :mod:`.leases`): a registered store claims the heads it hands out
-(``claimed_by``, ``claim_until``) in the transaction that reads them, so per (endpoint,
-session) at most one delivery is in flight across every replica sharing the store, oldest
-first. A head claimed by another replica is skipped until its claim expires; recording an
-attempt releases its head's claim in the same transaction.
+(``claimed_by``) in the transaction that reads them, so per (endpoint, session) at most one
+delivery is in flight across every replica sharing the store, oldest first. A head claimed
+by another live replica is skipped; recording an attempt releases its head's claim in the
+same transaction.
+
+Lock order: every transaction that writes several heads (claiming, recording a batch,
+releasing) writes them in (endpoint, session) order, as ingest does (one session, its
+endpoints by name), so two replicas' transactions never wait for each other in a circle.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..retry import Dead, Decision, Delivered, DisableEndpoint, Retry
+from .leases import TAKEABLE
 from .rows import AttemptLike, DueDelivery, StoreError
 
 #: Rows deleted per transaction when pruning: the daemon's writes wait at most this long.
@@ -41,19 +46,19 @@ DUE_SQL = (
     "JOIN events e ON e.id = d.event_id "
     "LEFT JOIN activities a ON a.name = e.activity_name AND typeof(e.body) = 'blob' "
     "WHERE h.endpoint = ? AND h.next_attempt_at <= ? "
-    "AND (h.claim_until IS NULL OR h.claim_until < ? OR h.claimed_by = ?) "
+    "AND " + TAKEABLE.format(c="h.claimed_by") + " "
     "ORDER BY h.next_attempt_at, h.delivery_id LIMIT ?"
 )
-#: Claim a head handed out (still free, expired or ours: a rival may have taken it since).
+#: Claim a head handed out (still takeable: a rival may have taken it since it was read).
 CLAIM_SQL = (
-    "UPDATE outbox_heads SET claimed_by = ?, claim_until = ? "
-    "WHERE endpoint = ? AND session_name = ? AND delivery_id = ? "
-    "AND (claim_until IS NULL OR claim_until < ? OR claimed_by = ?)"
+    "UPDATE outbox_heads SET claimed_by = ?, claimed_at = ? "
+    "WHERE endpoint = ? AND session_name = ? AND delivery_id = ? AND "
+    + TAKEABLE.format(c="claimed_by")
 )
 #: A recorded attempt releases its head (if the record moved the head, its row is new and
 #: unclaimed already).
 RELEASE_SQL = (
-    "UPDATE outbox_heads SET claimed_by = NULL, claim_until = NULL "
+    "UPDATE outbox_heads SET claimed_by = NULL, claimed_at = NULL "
     "WHERE endpoint = ? AND session_name = ? AND claimed_by = ?"
 )
 
@@ -113,10 +118,10 @@ class OutboxQueries:
         ``caps``: at most this many of an endpoint (the dispatcher's free slots for it; an
         endpoint missing from it: none), so a replica claims only what it can start now.
 
-        Heads claimed by another replica (claim not expired) are skipped. A registered
-        store (a replica) claims what it returns until ``now + lease`` in the same
-        transaction; the claim is released when the attempt is recorded
-        (:meth:`record_attempts`), by :meth:`release_delivery_claims`, or expires.
+        Heads claimed by another replica alive at ``now`` are skipped. A registered store
+        (a replica) claims what it returns in the same transaction; the claim is released
+        when the attempt is recorded (:meth:`record_attempts`), by
+        :meth:`release_delivery_claims`, or lapses with its owner.
         """
         limit = max(0, limit)
         if limit == 0:
@@ -127,13 +132,12 @@ class OutboxQueries:
         else:
             with self._tx() as c:
                 rows = self._due_rows(c, now, limit, set(busy), owner, caps)
-                until = now + self.lease_seconds
-                claimed = []
-                for r in rows:
-                    cur = c.execute(CLAIM_SQL, (owner, until, r[4], r[6], r[1], now, owner))
+                taken = set()
+                for r in sorted(rows, key=lambda r: (r[4], r[6])):  # key order: see above
+                    cur = c.execute(CLAIM_SQL, (owner, now, r[4], r[6], r[1], owner, now))
                     if cur.rowcount == 1:
-                        claimed.append(r)
-                rows = claimed
+                        taken.add(r[1])
+                rows = [r for r in rows if r[1] in taken]
         return [
             DueDelivery(
                 id=r[1],
@@ -167,7 +171,7 @@ class OutboxQueries:
             if cap <= 0:
                 continue
             taken = sum(1 for key in skip if key[0] == endpoint)
-            rows = c.execute(sql, (endpoint, now, now, owner, cap + taken)).fetchall()
+            rows = c.execute(sql, (endpoint, now, owner, now, cap + taken)).fetchall()
             found += [r for r in rows if (r[4], r[6]) not in skip][:cap]
         found.sort(key=lambda r: (r[0], r[1]))
         return found[:limit]
@@ -214,10 +218,12 @@ class OutboxQueries:
         out: list[float | None] = []
         with self._tx() as c:
             # Endpoint bookkeeping is folded per batch: one UPDATE per endpoint, not per row.
+            # The dispatcher passes its batch in (endpoint, session) order: the lock order of
+            # every writer of the heads (see the module docstring).
             state: dict[str, dict[str, Any]] = {}
             for record in records:
                 out.append(self._record_one(c, record, state))
-            for endpoint, s in state.items():
+            for endpoint, s in sorted(state.items()):
                 c.execute(
                     "UPDATE endpoints SET failing_since = ?, "
                     "last_success_at = COALESCE(?, last_success_at), "

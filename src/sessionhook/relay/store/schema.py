@@ -322,12 +322,13 @@ def _m0004_compact_archive(db: Database) -> None:
 # --------------------------------------------------------------------------- 0007 (replicas)
 
 #: Replicas sharing one store (see ``leases.py`` and docs/relay-design.md "Replicas").
-#: ``replicas``: who runs (a random id per process, its host and pid) and its heartbeat;
-#: claims with an owner and an expiry on the outbox heads (one delivery in flight per
-#: (endpoint, session) across replicas) and on session polls; ``leases``: named leases
-#: (an account's poller: discovery, the list's head, the history walk, the schedule);
-#: ``budget_locks``: one row per request budget, updated first in ``take_budget`` so that
-#: two replicas' transactions on the same budget run one after the other.
+#: ``replicas``: who runs (a random id per process, its host and pid), its heartbeat and
+#: lease: a replica is alive while ``heartbeat_at + lease`` is not past, and every claim it
+#: holds lives exactly as long. Claims are an owner (and when it claimed) on the outbox
+#: heads (one delivery in flight per (endpoint, session) across replicas) and on session
+#: polls; ``leases``: named leases (an account's poller: discovery, the list's head, the
+#: history walk, the schedule); ``budget_locks``: one row per request budget, written first
+#: in ``take_budget`` so that replicas' transactions on one budget run one after the other.
 _REPLICAS = (
     """CREATE TABLE replicas (
         id TEXT PRIMARY KEY,
@@ -339,19 +340,18 @@ _REPLICAS = (
         stopped_at REAL
     )""",
     "ALTER TABLE outbox_heads ADD COLUMN claimed_by TEXT",
-    "ALTER TABLE outbox_heads ADD COLUMN claim_until REAL",
+    "ALTER TABLE outbox_heads ADD COLUMN claimed_at REAL",
     # The due query filters on the claim: kept in its index, which stays covering.
     "DROP INDEX outbox_heads_due",
     """CREATE INDEX outbox_heads_due
-        ON outbox_heads(endpoint, next_attempt_at, delivery_id, claim_until, claimed_by)""",
+        ON outbox_heads(endpoint, next_attempt_at, delivery_id, claimed_by)""",
     "CREATE INDEX outbox_heads_claims ON outbox_heads(claimed_by)",
     "ALTER TABLE sessions ADD COLUMN poll_owner TEXT",
-    "ALTER TABLE sessions ADD COLUMN poll_until REAL",
+    "ALTER TABLE sessions ADD COLUMN poll_claimed_at REAL",
     "CREATE INDEX sessions_poll_claims ON sessions(poll_owner) WHERE poll_owner IS NOT NULL",
     """CREATE TABLE leases (
         name TEXT PRIMARY KEY,
         owner TEXT NOT NULL,
-        expires_at REAL NOT NULL,
         acquired_at REAL NOT NULL
     )""",
     "CREATE INDEX leases_by_owner ON leases(owner)",

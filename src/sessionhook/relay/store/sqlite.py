@@ -879,8 +879,6 @@ def _create_private(db_path: Path) -> bool:
     return True
 
 
-
-
 def _raw_hints(name: str, create_time: str) -> bytes:
     """What an activity's compressed raw JSON is coded against (its own columns)."""
     return (name + create_time).encode("utf-8")
