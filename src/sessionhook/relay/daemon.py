@@ -559,6 +559,8 @@ class Daemon:
         config = self.config
         self.store = store
         _register_secrets(config)
+        # SQLite: the daemon lock says this replica is alone (see Store.exclusive).
+        alone = getattr(store.store, "backend", "sqlite") == "sqlite"
         await store.write(
             store.store.register_replica,
             self.replica.id,
@@ -566,12 +568,12 @@ class Daemon:
             pid=self.replica.pid,
             now=self._clock(),
             lease=config.store.lease,
+            exclusive=alone,
         )
         _log.info("replica.registered", replica=self.replica.label, lease=config.store.lease)
-        # A replica that is certainly dead (SQLite: the daemon lock says we are alone; any
-        # backend: a pid of this host that is gone) gives its claims back now, not when
-        # its lease expires: a restart after kill -9 resumes at once.
-        alone = getattr(store.store, "backend", "sqlite") == "sqlite"
+        # A replica that is certainly dead (alone: every other one; any backend: a pid of
+        # this host that is gone) gives its claims back now, not when its lease runs out:
+        # a restart after kill -9 resumes at once.
         rows = await store.call(store.store.replicas)
         dead = dead_replicas(rows, self.replica, alone=alone, pid_alive=pid_alive)
         if dead:

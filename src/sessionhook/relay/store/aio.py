@@ -385,7 +385,9 @@ class AsyncStore:
                 return failing, due, now
             return failing, due, self.store.next_due_at(after=now)
 
-        if records or self.store.replica_id is not None:  # a replica claims: a write
+        # A replica sharing the store claims what it reads: a write.
+        claiming = limit > 0 and self.store.replica_id is not None and not self.store.exclusive
+        if records or (unclaim and not self.store.exclusive) or claiming:
             return await self.write(work)
         return await self.call(work)
 

@@ -171,11 +171,12 @@ class EconomyQueries:
             # First a write to the budget's own row: replicas' transactions on one budget
             # queue behind its row lock (PostgreSQL; SQLite has one writer anyway), so the
             # count below cannot be read by two of them at once.
-            c.execute(
-                "INSERT INTO budget_locks (budget, touched_at) VALUES (?, ?) "
-                "ON CONFLICT (budget) DO UPDATE SET touched_at = excluded.touched_at",
-                (key, now),
-            )
+            if not getattr(self, "exclusive", False):  # alone on the store: no rival
+                c.execute(
+                    "INSERT INTO budget_locks (budget, touched_at) VALUES (?, ?) "
+                    "ON CONFLICT (budget) DO UPDATE SET touched_at = excluded.touched_at",
+                    (key, now),
+                )
             c.execute(
                 "DELETE FROM request_budget WHERE budget = ? AND at <= ?", (key, now - window)
             )

@@ -80,6 +80,10 @@ class LeaseQueries:
     replica_id: str | None = None
     #: Seconds this replica's claims last after its last heartbeat (``store.lease``).
     lease_seconds: float = 30.0
+    #: Registered as the only replica there can be (SQLite: the daemon lock): nothing is
+    #: claimed, as there is no rival to keep out (the writes saved matter to SQLite's
+    #: single writer); the registry and heartbeat are kept (``sessionhook status``).
+    exclusive: bool = False
 
     if TYPE_CHECKING:
         _conn: Any
@@ -91,11 +95,18 @@ class LeaseQueries:
     # ------------------------------------------------------------------ replicas
 
     def register_replica(
-        self, replica_id: str, *, host: str, pid: int, now: float, lease: float
+        self,
+        replica_id: str,
+        *,
+        host: str,
+        pid: int,
+        now: float,
+        lease: float,
+        exclusive: bool = False,
     ) -> None:
         """Record this process as a replica; from now on this handle claims what it works
-        on, as ``replica_id``, alive while it heartbeats at least every ``lease`` seconds.
-        Replicas gone for a day are forgotten."""
+        on, as ``replica_id``, alive while it heartbeats at least every ``lease`` seconds
+        (``exclusive``: see :attr:`exclusive`). Replicas gone for a day are forgotten."""
         with self._tx() as c:
             c.execute(
                 "INSERT INTO replicas (id, host, pid, started_at, heartbeat_at, lease) "
@@ -108,6 +119,7 @@ class LeaseQueries:
             )
         self.replica_id = replica_id
         self.lease_seconds = lease
+        self.exclusive = exclusive
 
     def heartbeat_replica(self, now: float) -> None:
         """Say this replica is alive: every claim and lease it holds lasts until ``now +
@@ -214,7 +226,7 @@ class LeaseQueries:
         out but not started)."""
         owner = self.replica_id
         params = sorted((endpoint, session, owner) for endpoint, session in set(keys))
-        if owner is None or not params:
+        if owner is None or self.exclusive or not params:
             return
         with self._tx() as c:
             c.executemany(
@@ -230,7 +242,7 @@ class LeaseQueries:
         (free, its owner not alive, or ours already); ``False`` while another live replica
         polls it. An unregistered handle claims nothing and always may."""
         owner = self.replica_id
-        if owner is None:
+        if owner is None or self.exclusive:
             return True
         with self._tx() as c:
             cur = c.execute(
@@ -243,7 +255,7 @@ class LeaseQueries:
     def release_session_poll(self, name: str) -> None:
         """The poll of ``name`` is over (its results committed): release the claim."""
         owner = self.replica_id
-        if owner is None:
+        if owner is None or self.exclusive:
             return
         with self._tx() as c:
             c.execute(
@@ -259,7 +271,7 @@ class LeaseQueries:
         ``False`` while another live replica does (a lease lives as long as its holder).
         An unregistered handle always may (it is alone)."""
         owner = self.replica_id
-        if owner is None:
+        if owner is None or self.exclusive:
             return True
         with self._tx() as c:
             c.execute(

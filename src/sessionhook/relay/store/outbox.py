@@ -85,6 +85,7 @@ class OutboxQueries:
         path: Path
         replica_id: str | None
         lease_seconds: float
+        exclusive: bool
 
         def _tx(self) -> AbstractContextManager[sqlite3.Connection]: ...
         def _one(self, sql: str, params: Sequence[Any] = ()) -> Any: ...
@@ -127,7 +128,7 @@ class OutboxQueries:
         if limit == 0:
             return []
         owner = self.replica_id
-        if owner is None:  # an operator's or a test's handle: reads, claims nothing
+        if owner is None or self.exclusive:  # an operator's handle, or alone: no claim
             rows = self._due_rows(self._conn, now, limit, set(busy), "", caps)
         else:
             with self._tx() as c:
@@ -255,7 +256,7 @@ class OutboxQueries:
         if row is None:
             raise StoreError(f"unknown delivery {delivery_id}", path=self.path)
         endpoint, number = row[0], row[1] + 1
-        if self.replica_id is not None:
+        if self.replica_id is not None and not self.exclusive:
             c.execute(RELEASE_SQL, (endpoint, row[2], self.replica_id))
         s = state.get(endpoint)
         if s is None:

@@ -338,14 +338,13 @@ _REPLICAS = (
         heartbeat_at REAL NOT NULL,
         lease REAL NOT NULL,
         stopped_at REAL
-    )""",
+    ) WITHOUT ROWID""",
     "ALTER TABLE outbox_heads ADD COLUMN claimed_by TEXT",
     "ALTER TABLE outbox_heads ADD COLUMN claimed_at REAL",
     # The due query filters on the claim: kept in its index, which stays covering.
     "DROP INDEX outbox_heads_due",
     """CREATE INDEX outbox_heads_due
         ON outbox_heads(endpoint, next_attempt_at, delivery_id, claimed_by)""",
-    "CREATE INDEX outbox_heads_claims ON outbox_heads(claimed_by)",
     "ALTER TABLE sessions ADD COLUMN poll_owner TEXT",
     "ALTER TABLE sessions ADD COLUMN poll_claimed_at REAL",
     "CREATE INDEX sessions_poll_claims ON sessions(poll_owner) WHERE poll_owner IS NOT NULL",
@@ -353,12 +352,11 @@ _REPLICAS = (
         name TEXT PRIMARY KEY,
         owner TEXT NOT NULL,
         acquired_at REAL NOT NULL
-    )""",
-    "CREATE INDEX leases_by_owner ON leases(owner)",
+    ) WITHOUT ROWID""",
     """CREATE TABLE budget_locks (
         budget TEXT PRIMARY KEY,
         touched_at REAL NOT NULL
-    )""",
+    ) WITHOUT ROWID""",
 )
 
 
