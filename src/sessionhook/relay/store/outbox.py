@@ -75,9 +75,14 @@ class AttemptRecord:
 class OutboxQueries:
     """Mixed into :class:`~.sqlite.Store` (which provides what is declared below)."""
 
-    #: Appended to the due query by a backend whose rivals run at the same time
-    #: (PostgreSQL: ``FOR UPDATE OF h SKIP LOCKED``); SQLite has one writer.
-    _CLAIM_LOCK = ""
+    @property
+    def _claim_lock(self) -> str:
+        """Appended to the due query of a claiming replica: on PostgreSQL, heads another
+        transaction is claiming are skipped, not waited for (``FOR UPDATE OF h SKIP
+        LOCKED``); SQLite has one writer."""
+        if getattr(self, "backend", "sqlite") == "postgresql":
+            return " FOR UPDATE OF h SKIP LOCKED"
+        return ""
 
     if TYPE_CHECKING:
         _conn: sqlite3.Connection
@@ -165,7 +170,7 @@ class OutboxQueries:
     ) -> list[tuple[Any, ...]]:
         """The due heads' rows, soonest first, at most ``limit`` (and each endpoint's
         cap), without ``skip``."""
-        sql = DUE_SQL + self._CLAIM_LOCK
+        sql = DUE_SQL + (self._claim_lock if owner else "")
         found: list[tuple[Any, ...]] = []
         for endpoint in self._active_names():
             cap = limit if caps is None else min(limit, caps.get(endpoint, 0))
