@@ -81,6 +81,9 @@ class ConsoleQueries:
         @staticmethod
         def _delivery_row(r: Sequence[Any]) -> DeliveryRow: ...
         def _event_row(self, r: Sequence[Any]) -> EventRow: ...
+        def _deliveries_where(
+            self, clauses: Sequence[tuple[str, object | None]], limit: int
+        ) -> list[DeliveryRow]: ...
 
     # ----------------------------------------------------------------- sessions
 
@@ -210,25 +213,17 @@ class ConsoleQueries:
     ) -> list[DeliveryRow]:
         """Deliveries, newest first, filtered by endpoint, status and creation time
         (``since`` inclusive, ``until`` exclusive); ``before_id`` pages further back."""
-        clauses: list[str] = []
-        params: list[Any] = []
-        for sql, value in (
-            ("d.endpoint = ?", endpoint),
-            ("d.status = ?", status),
-            ("d.created_at >= ?", since),
-            ("d.created_at < ?", until),
-            ("d.id < ?", before_id),
-        ):
-            if value is not None and value != "":
-                clauses.append(sql)
-                params.append(value)
-        where = ("WHERE " + " AND ".join(clauses)) if clauses else ""
-        rows = self._conn.execute(
-            f"SELECT {self._DELIVERY_COLUMNS} FROM deliveries d "
-            f"JOIN events e ON e.id = d.event_id {where} ORDER BY d.id DESC LIMIT ?",
-            (*params, limit),
-        ).fetchall()
-        return [self._delivery_row(r) for r in rows]
+        # An empty form field filters nothing, like an absent one.
+        return self._deliveries_where(
+            (
+                ("d.endpoint = ?", endpoint or None),
+                ("d.status = ?", status or None),
+                ("d.created_at >= ?", since),
+                ("d.created_at < ?", until),
+                ("d.id < ?", before_id),
+            ),
+            limit,
+        )
 
     def get_attempt(self, attempt_id: int) -> AttemptRow | None:
         """One logged attempt, or ``None``."""

@@ -172,12 +172,21 @@ class OperatorQueries:
         event_id: str | None = None,
     ) -> list[DeliveryRow]:
         """Deliveries, newest first, filtered by any of endpoint, status, session, event."""
-        where, params = _where(
-            ("d.endpoint = ?", endpoint),
-            ("d.status = ?", status),
-            ("d.session_name = ?", session),
-            ("d.event_id = ?", event_id),
+        return self._deliveries_where(
+            (
+                ("d.endpoint = ?", endpoint),
+                ("d.status = ?", status),
+                ("d.session_name = ?", session),
+                ("d.event_id = ?", event_id),
+            ),
+            limit,
         )
+
+    def _deliveries_where(
+        self, clauses: Sequence[tuple[str, object | None]], limit: int
+    ) -> list[DeliveryRow]:
+        """Deliveries matching every clause whose value is not ``None``, newest first."""
+        where, params = _where(*clauses)
         rows = self._conn.execute(
             f"SELECT {self._DELIVERY_COLUMNS} FROM deliveries d "
             f"JOIN events e ON e.id = d.event_id {where} ORDER BY d.id DESC LIMIT ?",
