@@ -26,53 +26,24 @@ import os
 import random
 import re
 import shutil
-import signal
 import sqlite3
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
-from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
+# The stand-in/receiver processes are started and stopped as bench/throughput.py does.
+from bench.throughput import _get, _spawn, _stop  # noqa: E402
 from tests.pg import Cluster  # noqa: E402
 
-SERVERS = HERE / "_bench_servers.py"
 API_KEY = "bench-api-key-0123456789"
 SESSIONHOOK = [sys.executable, "-m", "sessionhook.cli"]
-
-
-def _spawn(args: list[str]) -> tuple[subprocess.Popen[str], int]:
-    proc = subprocess.Popen(
-        [sys.executable, str(SERVERS), *args], stdout=subprocess.PIPE, text=True
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if not line.startswith("PORT "):
-        proc.kill()
-        raise RuntimeError(f"server did not start: {line!r}")
-    return proc, int(line.split()[1])
-
-
-def _get(port: int, path: str) -> Any:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=30) as answer:
-        return json.loads(answer.read())
-
-
-def _stop(proc: subprocess.Popen[Any]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 class Bench:
