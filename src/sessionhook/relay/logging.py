@@ -21,6 +21,7 @@ The daemon registers the API key and every endpoint secret at start (and again o
 
 from __future__ import annotations
 
+import functools
 import logging as stdlib_logging
 import sys
 import threading
@@ -74,6 +75,9 @@ _WEBHOOK_SECRET_PREFIX: Final = "whsec_"
 
 _secrets: set[str] = set()
 _secrets_lock = threading.Lock()
+#: ``_secrets`` longest first (so a secret containing another is replaced whole), sorted
+#: once per change rather than on every event.
+_secrets_sorted: tuple[str, ...] = ()
 _HANDLER_NAME: Final = "sessionhook"
 # Keys structlog's ProcessorFormatter adds for itself (the LogRecord) and removes before output.
 _PROCESSOR_META: Final = frozenset({"_record", "_from_structlog"})
@@ -95,16 +99,21 @@ def register_secret(value: str | _SecretLike | None) -> None:
     candidates = {raw}
     if raw.startswith(_WEBHOOK_SECRET_PREFIX):
         candidates.add(raw[len(_WEBHOOK_SECRET_PREFIX) :])
+    global _secrets_sorted
     with _secrets_lock:
         _secrets.update(c for c in candidates if len(c) >= _MIN_SECRET_LENGTH)
+        _secrets_sorted = tuple(sorted(_secrets, key=len, reverse=True))
 
 
 def clear_secrets() -> None:
     """Forget every registered secret (a reload re-registers the current ones; tests)."""
+    global _secrets_sorted
     with _secrets_lock:
         _secrets.clear()
+        _secrets_sorted = ()
 
 
+@functools.lru_cache(maxsize=1024)  # the same few dozen keys, on every line: a third of its cost
 def _is_sensitive(key: str) -> bool:
     normalized = key.lower().replace("-", "_")
     if normalized in _NOT_SENSITIVE:
@@ -137,9 +146,7 @@ def _scrub(value: Any, secrets: tuple[str, ...]) -> Any:
 
 def redact(_logger: WrappedLogger, _method: str, event_dict: EventDict) -> EventDict:
     """structlog processor: mask sensitive keys and scrub registered secrets from all values."""
-    with _secrets_lock:
-        # Longest first, so a secret containing another is replaced whole.
-        secrets = tuple(sorted(_secrets, key=len, reverse=True))
+    secrets = _secrets_sorted
     for key in list(event_dict):
         if key in _PROCESSOR_META:
             continue

@@ -197,6 +197,7 @@ def _is_localhost(host: str) -> bool:
     return name == "localhost" or name.endswith(".localhost")
 
 
+@functools.lru_cache(maxsize=1024)  # the dispatcher asks about the same URLs on every POST
 def literal_refusal(url: str, *, policy: AddressPolicy | None = None) -> str | None:
     """Why ``url`` can only reach a refused address, without asking DNS; else ``None``.
 

@@ -222,7 +222,8 @@ class AiohttpPoster:
                 data=body,
                 headers=headers,
                 allow_redirects=False,
-                timeout=aiohttp.ClientTimeout(total=timeout),
+                # No per-request timer: post_event's deadline bounds the whole exchange
+                # (one timer per POST instead of two).
             ) as response:
                 received = bytearray()
                 while len(received) < body_limit:
