@@ -13,12 +13,14 @@ from sessionhook.relay.events import (
     EVENT_TYPES,
     activity_event,
     activity_event_type,
+    activity_events,
     event_id,
     matches,
     pull_request_opened,
     session_discovered,
     session_state_changed,
     session_summary,
+    with_account,
 )
 
 SESSION_JSON: dict[str, Any] = {
@@ -277,3 +279,55 @@ def test_session_summary_keeps_a_change_set_output_without_its_diff() -> None:
     assert session.outputs[0].change_set is not None
     assert session.outputs[0].change_set.git_patch is not None
     assert session.outputs[0].change_set.git_patch.unidiff_patch == "+é\n"
+
+
+def _stamped_the_old_way(event: Any, account: str) -> bytes:
+    """What the poller did before: parse the body back, add data.account, dump again."""
+    payload = json.loads(event.body)
+    payload["data"]["account"] = account
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+@pytest.mark.parametrize("account", ["default", "work \u00e9\u00e8 \"quoted\" \u2603"])
+def test_page_of_events_is_byte_identical_to_one_by_one(account: str) -> None:
+    """activity_events joins each body from serialized parts (the session summary once
+    per page): the bytes must be exactly make_event's, account added as before."""
+    session = make_session(title="Unicode \u00fc \u4e2d and \"quotes\" \\ and \n newline")
+    page = [
+        make_activity({"progressUpdated": {"title": "step \u2603", "description": "x\ty"}}),
+        make_activity(
+            {"agentMessaged": {"agentMessage": "big numbers"}},
+            name=ACT_NAME[:-1] + "b",
+            extra={"f": 1.5e300, "i": 10**20, "n": None, "l": [1, "2", {"3": []}]},
+        ),
+        make_activity(
+            {"progressUpdated": {"title": "media"}},
+            name=ACT_NAME[:-1] + "c",
+            artifacts=[{"media": {"mimeType": "image/png", "data": "A" * 50}}],
+        ),
+        make_activity(name=ACT_NAME[:-1] + "d", createTime="garbage"),  # no member, no time
+        make_activity(name=ACT_NAME[:-1] + "e", createTime="2025-03-01 10:04:00"),
+        make_activity(name=ACT_NAME[:-1] + "f", createTime="2025-03-01T12:04:00.123456789+02:00"),
+    ]
+    one_by_one = [activity_event(session, a, max_media_bytes=10, now=1_700_000_000) for a in page]
+    joined = activity_events(session, page, max_media_bytes=10, now=1_700_000_000)
+    stamped = activity_events(
+        session, page, max_media_bytes=10, now=1_700_000_000, account=account
+    )
+    for single, plain, with_acct in zip(one_by_one, joined, stamped, strict=True):
+        assert plain == single
+        assert with_acct.body == _stamped_the_old_way(single, account)
+        assert with_account(single, account).body == with_acct.body
+        assert with_acct.occurred_ts == single.occurred_ts == plain.occurred_ts
+        assert json.loads(with_acct.body)["data"]["account"] == account
+
+
+def test_with_account_on_every_kind_of_session_event() -> None:
+    session = make_session()
+    pr = PullRequest.model_validate({"url": "https://github.com/acme/widgets/pull/1"})
+    for event in (
+        session_discovered(session),
+        session_state_changed(session, "QUEUED"),
+        pull_request_opened(session, pr),
+    ):
+        assert with_account(event, "acct").body == _stamped_the_old_way(event, "acct")

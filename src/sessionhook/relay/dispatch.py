@@ -117,9 +117,14 @@ async def post_event(
     answer: Answer | None = None
     error: str | None = None
     clock = time.perf_counter()
-    # The poster's own timeouts bound each network operation; move_on_after bounds the
-    # whole exchange, so a consumer dripping its answer byte by byte cannot hold a slot.
-    with anyio.move_on_after(timeout) as scope:
+    # The whole exchange is bounded, so a consumer dripping its answer byte by byte cannot
+    # hold a slot: by the poster itself when it says so (aiohttp), else by move_on_after.
+    deadline = (
+        contextlib.nullcontext(None)
+        if getattr(poster, "bounds_exchange", False)
+        else anyio.move_on_after(timeout)
+    )
+    with deadline as scope:
         try:
             answer = await poster.post(url, body, headers, timeout=timeout, body_limit=body_limit)
         except TimeoutError:
@@ -132,7 +137,7 @@ async def post_event(
             error = refused(exc.reason)
         except netguard.ResolutionError as exc:
             error = redact_userinfo(exc.reason)
-    if scope.cancelled_caught:
+    if scope is not None and scope.cancelled_caught:
         error = f"timeout after {timeout:g} s"
     duration_ms = (time.perf_counter() - clock) * 1000.0
     if answer is None:

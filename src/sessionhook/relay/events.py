@@ -31,7 +31,7 @@ import json
 import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from fnmatch import fnmatchcase
 from typing import Any
@@ -56,6 +56,7 @@ __all__ = [
     "Event",
     "activity_event",
     "activity_event_type",
+    "activity_events",
     "event_id",
     "make_event",
     "matches",
@@ -66,6 +67,7 @@ __all__ = [
     "session_state_changed",
     "session_summary",
     "webhook_timestamp",
+    "with_account",
 ]
 
 SESSION_DISCOVERED = "session.discovered"
@@ -136,6 +138,11 @@ def webhook_timestamp(upstream: str, now: float | None = None) -> str:
     parses but is spelled otherwise is rewritten (UTC, microseconds, ``Z``); anything else
     (empty, ``"garbage"``, month 13) gives ``now`` (Unix seconds; the clock when ``None``).
     """
+    return _webhook_time(upstream, now)[0]
+
+
+def _webhook_time(upstream: str, now: float | None) -> tuple[str, float]:
+    """:func:`webhook_timestamp` and the same instant in Unix seconds, from ONE parse."""
     text = upstream.strip()
     if text:
         try:
@@ -143,8 +150,12 @@ def webhook_timestamp(upstream: str, now: float | None = None) -> str:
         except ValueError:
             pass
         else:
-            return upstream if _RFC3339.match(upstream) else format_timestamp(instant)
-    return _now_text(now)
+            if _RFC3339.match(upstream):
+                return upstream, instant.timestamp()
+            text = format_timestamp(instant)
+            return text, _to_unix(text)
+    text = _now_text(now)
+    return text, _to_unix(text)
 
 
 def event_id(kind: str, *parts: str) -> str:
@@ -249,17 +260,69 @@ def activity_event(
     the archive keeps the activity untouched. ``now`` (Unix seconds) stands in for a missing
     or unreadable ``createTime`` in ``timestamp`` (see :func:`webhook_timestamp`).
     """
-    wire = _trim_media(activity.to_wire(), max_media_bytes)
-    occurred_at = webhook_timestamp(activity.create_time, now)
-    data = {"session": session_summary(session), "activity": wire}
-    return make_event(
-        event_id("activity", activity.name),
-        activity_event_type(activity),
-        session.name,
-        activity.name,
-        occurred_at,
-        data,
-    )
+    (event,) = activity_events(session, [activity], max_media_bytes=max_media_bytes, now=now)
+    return event
+
+
+def activity_events(
+    session: Session,
+    activities: Iterable[Activity],
+    *,
+    max_media_bytes: int,
+    now: float | None = None,
+    account: str | None = None,
+) -> list[Event]:
+    """:func:`activity_event` of each activity of a page (with ``data.account`` when
+    ``account`` is given, as :func:`with_account` adds it).
+
+    The bytes are exactly those of :func:`make_event` (``json.dumps`` of the whole body),
+    but the session summary, the same in every event of the page, is serialized once and
+    each body is joined from serialized parts: at ingest that was a fresh ``json.dumps``
+    of the whole summary per activity.
+    """
+    session_json = _dumps(session_summary(session))
+    tail = "}}" if account is None else f',"account":{_dumps(account)}}}}}'
+    built: list[Event] = []
+    for activity in activities:
+        wire = _trim_media(activity.to_wire(), max_media_bytes)
+        occurred_at, occurred_ts = _webhook_time(activity.create_time, now)
+        etype = activity_event_type(activity)
+        body = (
+            f'{{"type":{_dumps(etype)},"timestamp":{_dumps(occurred_at)},'
+            f'"data":{{"session":{session_json},"activity":{_dumps(wire)}{tail}'
+        )
+        built.append(
+            Event(
+                id=event_id("activity", activity.name),
+                type=etype,
+                session_name=session.name,
+                activity_name=activity.name,
+                occurred_at=occurred_at,
+                occurred_ts=occurred_ts,
+                body=body.encode("utf-8"),
+            )
+        )
+    return built
+
+
+def with_account(event: Event, account: str) -> Event:
+    """``event`` with ``data.account`` (which account's session it is about) added as the
+    last key of ``data``: the bytes ``json.dumps`` gives for the body with it added, made
+    without parsing the body back (it is :func:`make_event`'s, ``data`` last)."""
+    body = event.body
+    if not body.endswith(b"}}") or body.endswith(b"{}}"):
+        payload = json.loads(body)  # not make_event's shape: the slow, general way
+        if not isinstance(payload.get("data"), dict):
+            return event
+        payload["data"]["account"] = account
+        return replace(event, body=_dumps(payload).encode("utf-8"))
+    extra = f',"account":{_dumps(account)}}}}}'.encode()
+    return replace(event, body=body[:-2] + extra)
+
+
+def _dumps(value: object) -> str:
+    """JSON as every event body is written: compact, UTF-8 text kept as it is."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 def session_discovered(session: Session, *, now: float | None = None) -> Event:
@@ -311,11 +374,7 @@ def make_event(
     data: dict[str, Any],
 ) -> Event:
     """An :class:`Event` whose body is ``{"type", "timestamp", "data"}``, serialized once."""
-    body = json.dumps(
-        {"type": etype, "timestamp": occurred_at, "data": data},
-        separators=(",", ":"),
-        ensure_ascii=False,
-    ).encode("utf-8")
+    body = _dumps({"type": etype, "timestamp": occurred_at, "data": data}).encode("utf-8")
     return Event(
         id=eid,
         type=etype,

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import random
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 
 import anyio
 import anyio.abc
@@ -96,13 +94,7 @@ class PollerBase:
 
     def _stamp(self, event: events.Event) -> events.Event:
         """The event with ``data.account``: which account's session it is about."""
-        body = json.loads(event.body)
-        data = body.get("data")
-        if not isinstance(data, dict):
-            return event
-        data["account"] = self.account
-        text = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
-        return replace(event, body=text.encode("utf-8"))
+        return events.with_account(event, self.account)
 
     async def _announce(self, session: Session, *, deliver: bool) -> None:
         """Archive ``session.discovered`` (delivered when ``deliver``)."""
@@ -132,14 +124,13 @@ class PollerBase:
         cursor does not move past ``cursor_limit``; a name archived under another session
         is refused (``duplicate_name``).
         """
-        built = [
-            self._stamp(
-                events.activity_event(
-                    session, a, max_media_bytes=self.settings.max_media_bytes, now=self._clock()
-                )
-            )
-            for a in batch
-        ]
+        built = events.activity_events(
+            session,
+            batch,
+            max_media_bytes=self.settings.max_media_bytes,
+            now=self._clock(),
+            account=self.account,
+        )
         new = 0
         start = 0
         while start < len(built):
