@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx
@@ -479,3 +481,50 @@ async def test_a_template_failing_at_run_time_is_a_failed_attempt_not_a_crash(
     assert type(decision).__name__ == "Retry"
     assert row.last_error is not None and row.last_error.startswith("render failed")
     assert any(e["event"] == "delivery.failed" for e in logs)
+
+
+
+@pytest.mark.anyio
+async def test_attempts_run_on_reused_worker_tasks(tmp_path: Path) -> None:
+    """Not one task per delivery: many more deliveries than slots, and never more attempt
+    tasks than slots (concurrency 3)."""
+    receiver = Receiver(SECRET, delay=0.01)
+    async with Rig(tmp_path, receiver, _config(concurrency=3)) as rig:
+        dispatcher = rig.dispatcher
+        tasks: set[int] = set()
+        deliver_one = dispatcher._deliver_one
+
+        async def spy(delivery: Any, endpoint: EndpointConfig) -> None:
+            tasks.add(id(asyncio.current_task()))
+            await deliver_one(delivery, endpoint)
+
+        dispatcher._deliver_one = spy  # type: ignore[method-assign]
+        with anyio.fail_after(20):
+            await dispatcher.run_until_idle()
+        assert receiver.delivered_ids() == rig.all_ids
+        assert len(rig.all_ids) > 3 * len(tasks)
+        assert 1 < len(tasks) <= 3
+
+
+@pytest.mark.anyio
+async def test_handed_over_but_cancelled_before_sending_is_released(tmp_path: Path) -> None:
+    """Deliveries handed to the attempt workers, cancelled before a worker took them:
+    released (the next round hands them out again), nothing sent."""
+    receiver = Receiver(SECRET)
+    async with Rig(tmp_path, receiver, _config()) as rig:
+        dispatcher = rig.dispatcher
+        due = await rig.store.due_deliveries(time.time(), 3)
+        assert len(due) == 3
+        with anyio.CancelScope() as scope:
+            async with anyio.create_task_group() as tg, dispatcher._workers(tg) as start:
+                for delivery in due:  # what _round does for each delivery it starts
+                    dispatcher._in_flight.add(delivery.key)
+                    dispatcher._per_endpoint["rx"] = dispatcher._per_endpoint.get("rx", 0) + 1
+                    start(delivery, dispatcher.settings.endpoints["rx"])
+                scope.cancel()  # before any worker ran
+        assert dispatcher.in_flight == 0
+        assert dispatcher._per_endpoint["rx"] == 0
+        assert receiver.arrivals == []
+        with anyio.fail_after(20):
+            await dispatcher.run_until_idle()
+        assert receiver.delivered_ids() == rig.all_ids

@@ -22,13 +22,14 @@ import contextlib
 import math
 import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import anyio
 import anyio.lowlevel
 import httpx
+from anyio.streams.memory import MemoryObjectReceiveStream
 
 from sessionhook import __version__
 from sessionhook.api.errors import parse_retry_after
@@ -199,6 +200,10 @@ class DeliverySettings:
         )
 
 
+#: A delivery handed to an attempt worker, with its endpoint's config.
+Handover = tuple[DueDelivery, EndpointConfig]
+
+
 @dataclass(frozen=True, slots=True)
 class _Finished:
     """An attempt made, waiting for its group commit."""
@@ -283,13 +288,13 @@ class Dispatcher:
     async def run(self) -> None:
         """Deliver until cancelled or :meth:`drain` is called."""
         try:
-            async with anyio.create_task_group() as tg:
+            async with anyio.create_task_group() as tg, self._workers(tg) as start:
                 while self._accepting or self._in_flight:
                     # The round's store call is shielded: without this checkpoint a cancel
                     # would never land while every round starts (and loses) new tasks.
                     await anyio.lowlevel.checkpoint()
                     self._wake = anyio.Event()
-                    progressed = await self._round(tg)
+                    progressed = await self._round(start)
                     self.heartbeat = time.monotonic()
                     if progressed:
                         continue  # there may be more due than slots were free
@@ -313,12 +318,12 @@ class Dispatcher:
         the number of attempts made. For ``--once``."""
         attempts = 0
         try:
-            async with anyio.create_task_group() as tg:
+            async with anyio.create_task_group() as tg, self._workers(tg) as start:
                 while True:
                     await anyio.lowlevel.checkpoint()  # see run(): cancellation lands here
                     self._wake = anyio.Event()
                     committed = len(self._finished)
-                    progressed = await self._round(tg)
+                    progressed = await self._round(start)
                     attempts += committed
                     if progressed:
                         continue
@@ -337,7 +342,53 @@ class Dispatcher:
             return min(self._max_wait, rate_wait)
         return min(self._max_wait, rate_wait, max(0.0, self._next_due - self._clock()))
 
-    async def _round(self, tg: anyio.abc.TaskGroup) -> bool:
+    @contextlib.asynccontextmanager
+    async def _workers(
+        self, tg: anyio.abc.TaskGroup
+    ) -> AsyncIterator[Callable[[DueDelivery, EndpointConfig], None]]:
+        """Attempt tasks that take one delivery after another (a new task per delivery
+        cost ~30 us of CPU, a hand-over ~7 us). Yields ``start(delivery, endpoint)``, which
+        hands the delivery to an idle worker, starting one when every worker is busy: at
+        most as many workers as deliveries were ever in flight at once. Leaving closes the
+        hand-over: idle workers end, busy ones finish their delivery first. What was handed
+        over but not yet picked up when the workers are cancelled is released, unsent."""
+        send, receive = anyio.create_memory_object_stream[Handover](math.inf)
+        idle = 0  # workers waiting for a delivery
+        pending = 0  # deliveries handed over, not taken yet (each has a worker coming)
+
+        async def worker(mine: MemoryObjectReceiveStream[Handover]) -> None:
+            nonlocal idle, pending
+            with mine:
+                while True:
+                    idle += 1
+                    try:
+                        delivery, endpoint = await mine.receive()
+                    except anyio.EndOfStream:
+                        return
+                    finally:
+                        idle -= 1
+                    pending -= 1
+                    await self._deliver_one(delivery, endpoint)
+
+        def start(delivery: DueDelivery, endpoint: EndpointConfig) -> None:
+            nonlocal pending
+            if idle - pending <= 0:
+                tg.start_soon(worker, receive.clone())
+            pending += 1
+            send.send_nowait((delivery, endpoint))
+
+        try:
+            yield start
+        finally:
+            send.close()
+            with contextlib.suppress(anyio.WouldBlock, anyio.EndOfStream):
+                while True:  # cancelled before a worker took them: never sent
+                    delivery, _endpoint = receive.receive_nowait()
+                    self._release(delivery)
+                    self._settled.set()
+            receive.close()  # each worker closes its own clone
+
+    async def _round(self, start: Callable[[DueDelivery, EndpointConfig], None]) -> bool:
         """Commit what finished and start what is due; whether anything happened."""
         s = self.settings
         finished, self._finished = self._finished, []
@@ -384,7 +435,7 @@ class Dispatcher:
             self._per_endpoint[delivery.endpoint] = count
             if count >= s.per_endpoint:
                 full.add(delivery.endpoint)
-            tg.start_soon(self._deliver_one, delivery, endpoint)
+            start(delivery, endpoint)
             started += 1
         return bool(finished) or started > 0
 
