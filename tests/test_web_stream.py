@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import socket
+import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -112,14 +113,18 @@ async def relay(tmp_path: Path, **server: Any) -> AsyncIterator[Relay]:
         await astore.close()
 
 
-_lines: dict[int, AsyncIterator[str]] = {}
+# Per response, not per id(response): a finished response's id is reused by a new one,
+# which then got the old, exhausted line iterator ("stream ended after 0 of 1 messages").
+_lines: weakref.WeakKeyDictionary[httpx.Response, AsyncIterator[str]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 async def read_messages(
     response: httpx.Response, count: int, within: float = 20
 ) -> list[Message]:
     """The next ``count`` SSE messages (comments skipped), parsed as the spec says."""
-    lines = _lines.setdefault(id(response), response.aiter_lines())
+    lines = _lines.setdefault(response, response.aiter_lines())
     out: list[Message] = []
     fields: dict[str, list[str]] = {}
     with anyio.fail_after(within):
