@@ -7,13 +7,14 @@ with a fresh ``webhook-timestamp`` on every attempt (a retry an hour later must 
 a stale timestamp that the consumer's tolerance window rejects).
 
 :class:`Dispatcher` is the delivery loop: it asks the store for due deliveries (the store
-hands out, per endpoint and session, only the oldest undelivered one), runs each in its own
-task under a global and a per-endpoint bound, and keeps at most one attempt in flight per
-(endpoint, session), so each consumer sees a session's events in order while sessions and
-endpoints proceed in parallel. The poller wakes it when it enqueues; otherwise it sleeps
-until the next retry is due. :func:`sessionhook.relay.retry.decide` turns each result into
-a decision the store records in one transaction; a 410 or an endpoint failing for longer
-than its ``disable_after`` disables it.
+hands out, per endpoint and session, only the oldest undelivered one), hands each to a
+reused attempt worker under a global and a per-endpoint bound, and keeps at most one
+attempt in flight per (endpoint, session), so each consumer sees a session's events in
+order while sessions and endpoints proceed in parallel. The poller wakes it when it
+enqueues; otherwise it sleeps until the next retry is due.
+:func:`sessionhook.relay.retry.decide` turns each result into a decision the store records
+in one transaction; a 410 or an endpoint failing for longer than its ``disable_after``
+disables it.
 """
 
 from __future__ import annotations
