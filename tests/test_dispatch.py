@@ -483,7 +483,6 @@ async def test_a_template_failing_at_run_time_is_a_failed_attempt_not_a_crash(
     assert any(e["event"] == "delivery.failed" for e in logs)
 
 
-
 @pytest.mark.anyio
 async def test_attempts_run_on_reused_worker_tasks(tmp_path: Path) -> None:
     """Not one task per delivery: many more deliveries than slots, and never more attempt

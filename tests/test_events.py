@@ -288,11 +288,11 @@ def _stamped_the_old_way(event: Any, account: str) -> bytes:
     return json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
-@pytest.mark.parametrize("account", ["default", "work \u00e9\u00e8 \"quoted\" \u2603"])
+@pytest.mark.parametrize("account", ["default", 'work \u00e9\u00e8 "quoted" \u2603'])
 def test_page_of_events_is_byte_identical_to_one_by_one(account: str) -> None:
     """activity_events joins each body from serialized parts (the session summary once
     per page): the bytes must be exactly make_event's, account added as before."""
-    session = make_session(title="Unicode \u00fc \u4e2d and \"quotes\" \\ and \n newline")
+    session = make_session(title='Unicode \u00fc \u4e2d and "quotes" \\ and \n newline')
     page = [
         make_activity({"progressUpdated": {"title": "step \u2603", "description": "x\ty"}}),
         make_activity(
@@ -311,9 +311,7 @@ def test_page_of_events_is_byte_identical_to_one_by_one(account: str) -> None:
     ]
     one_by_one = [activity_event(session, a, max_media_bytes=10, now=1_700_000_000) for a in page]
     joined = activity_events(session, page, max_media_bytes=10, now=1_700_000_000)
-    stamped = activity_events(
-        session, page, max_media_bytes=10, now=1_700_000_000, account=account
-    )
+    stamped = activity_events(session, page, max_media_bytes=10, now=1_700_000_000, account=account)
     for single, plain, with_acct in zip(one_by_one, joined, stamped, strict=True):
         assert plain == single
         assert with_acct.body == _stamped_the_old_way(single, account)

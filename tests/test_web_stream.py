@@ -115,14 +115,10 @@ async def relay(tmp_path: Path, **server: Any) -> AsyncIterator[Relay]:
 
 # Per response, not per id(response): a finished response's id is reused by a new one,
 # which then got the old, exhausted line iterator ("stream ended after 0 of 1 messages").
-_lines: weakref.WeakKeyDictionary[httpx.Response, AsyncIterator[str]] = (
-    weakref.WeakKeyDictionary()
-)
+_lines: weakref.WeakKeyDictionary[httpx.Response, AsyncIterator[str]] = weakref.WeakKeyDictionary()
 
 
-async def read_messages(
-    response: httpx.Response, count: int, within: float = 20
-) -> list[Message]:
+async def read_messages(response: httpx.Response, count: int, within: float = 20) -> list[Message]:
     """The next ``count`` SSE messages (comments skipped), parsed as the spec says."""
     lines = _lines.setdefault(response, response.aiter_lines())
     out: list[Message] = []
