@@ -20,7 +20,6 @@ from __future__ import annotations
 import functools
 import math
 import os
-import sqlite3
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import ParamSpec, Protocol, TypeVar
@@ -41,10 +40,9 @@ from .rows import (
     Ingested,
     SessionRow,
     StatusSummary,
-    StoreFullError,
     StoreUnwritableError,
 )
-from .sqlite import Store, is_full_error, is_readonly_error
+from .sqlite import Store
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -119,12 +117,13 @@ class AsyncStore:
             return await anyio.to_thread.run_sync(
                 functools.partial(fn, *args, **kwargs), limiter=self._limiter
             )
-        except (sqlite3.Error, OSError) as exc:
-            path = self.store.path
-            if is_full_error(exc):  # outside a write transaction (a read growing the -shm)
-                raise StoreFullError(f"{path}: {exc}", path=path) from exc
-            if is_readonly_error(exc):
-                raise StoreUnwritableError(f"{path}: {exc}", path=path) from exc
+        except StoreUnwritableError:
+            raise
+        except Exception as exc:
+            # Outside a write transaction (a read growing the -shm, a lost connection).
+            mapped = self.store.unwritable_error(exc)
+            if mapped is not None:
+                raise mapped from exc
             raise
 
     # ----------------------------------------------------------------- full disk

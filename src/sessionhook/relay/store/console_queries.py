@@ -1,4 +1,4 @@
-"""The web console's queries of the :class:`~.sqlite.Store` (read only, every one bounded).
+"""The web console's queries of the :class:`~.core.StoreCore` (read only, every one bounded).
 
 Written once in the SQL that SQLite and PostgreSQL share (``?`` placeholders, no custom
 functions): the console runs on either backend. Every list takes a ``limit`` (the pages
@@ -8,11 +8,11 @@ placeholder per id, at most :data:`MAX_IDS` of them.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
+from .dialect import Connection
 from .rows import AttemptRow, DeliveryRow, EventRow
 
 #: Ids in one ``IN (...)`` list (a timeline page, the deliveries of a page of events).
@@ -68,11 +68,11 @@ def _like(text: str) -> str:
 
 
 class ConsoleQueries:
-    """Mixed into :class:`~.sqlite.Store`; the pages of :mod:`sessionhook.relay.web.console`
+    """Mixed into :class:`~.core.StoreCore`; the pages of :mod:`sessionhook.relay.web.console`
     read through these (on a read-only store too)."""
 
     if TYPE_CHECKING:
-        _conn: sqlite3.Connection
+        _conn: Connection
         _clock: Callable[[], float]
         _DELIVERY_COLUMNS: str
         _EVENT_COLUMNS: str

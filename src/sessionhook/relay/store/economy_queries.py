@@ -1,4 +1,4 @@
-"""The poller's economy queries of the :class:`~.sqlite.Store`: the history walk (sessions
+"""The poller's economy queries of the :class:`~.core.StoreCore`: the history walk (sessions
 that existed before the first start, archived in the background), the index of known
 sessions loaded once at start, and the request budget's window (kept here so that a
 restart within a minute does not exceed ``requests_per_minute``; replicas sharing a
@@ -8,13 +8,14 @@ database share the budget through the same verb, serialized per budget).
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sessionhook.api.models import Session
+
+from .dialect import Connection
 
 #: The window of ``requests_per_minute``.
 BUDGET_WINDOW = 60.0
@@ -61,13 +62,13 @@ class HistoryProgress:
 
 
 class EconomyQueries:
-    """Mixed into :class:`~.sqlite.Store`, which provides the connection."""
+    """Mixed into :class:`~.core.StoreCore`, which provides the connection."""
 
     if TYPE_CHECKING:
-        _conn: sqlite3.Connection
+        _conn: Connection
         _clock: Callable[[], float]
 
-        def _tx(self) -> AbstractContextManager[sqlite3.Connection]: ...
+        def _tx(self) -> AbstractContextManager[Connection]: ...
 
     def known_sessions(self) -> list[KnownSession]:
         """Every archived session's scheduling facts, in one query (the poller's start)."""
@@ -102,14 +103,13 @@ class EconomyQueries:
                 )
             )
         with self._tx() as c:
-            before = c.total_changes
-            c.executemany(
+            cur = c.executemany(
                 "INSERT INTO sessions (name, id, title, state, create_time, update_time, raw, "
                 "first_seen_at, baseline, polled_update_time, history, account) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1, ?, 1, ?) ON CONFLICT (name) DO NOTHING",
                 params,
             )
-            return c.total_changes - before
+            return int(cur.rowcount)
 
     def set_session_account(self, name: str, account: str) -> None:
         """Record which account lists the session (its events' ``data.account``, and the
@@ -146,7 +146,8 @@ class EconomyQueries:
         """The history walk's progress at ``now`` (works on a read-only connection)."""
         total, done, recent = self._conn.execute(
             "SELECT COUNT(*), COUNT(history_done_at), "
-            "COALESCE(SUM(history_done_at >= ?), 0) FROM sessions WHERE history = 1",
+            "COALESCE(SUM(CASE WHEN history_done_at >= ? THEN 1 ELSE 0 END), 0) "
+            "FROM sessions WHERE history = 1",
             (now - _RATE_SPAN,),
         ).fetchone()
         first = self._conn.execute(

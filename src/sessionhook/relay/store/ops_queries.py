@@ -1,4 +1,4 @@
-"""The operator's queries of the :class:`~.sqlite.Store`: ``sessionhook status``, the
+"""The operator's queries of the :class:`~.core.StoreCore`: ``sessionhook status``, the
 delivery and attempt history, replay, and the event archive. They work on a read-only
 connection too (except :meth:`OperatorQueries.replay`), e.g. while the daemon runs.
 """
@@ -6,12 +6,14 @@ connection too (except :meth:`OperatorQueries.replay`), e.g. while the daemon ru
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..events import matches, payload_matches
+from .dialect import Connection
 from .rows import (
     AttemptRow,
     DeliveryRow,
@@ -29,15 +31,15 @@ _HOUR = 3600.0
 
 
 class OperatorQueries:
-    """Mixed into :class:`~.sqlite.Store`, which provides the connection and the queries
+    """Mixed into :class:`~.core.StoreCore`, which provides the connection and the queries
     declared below (for the type checker only)."""
 
     if TYPE_CHECKING:
-        _conn: sqlite3.Connection
+        _conn: Connection
         _clock: Callable[[], float]
-        path: Path
+        path: Path | None
 
-        def _tx(self) -> AbstractContextManager[sqlite3.Connection]: ...
+        def _tx(self) -> AbstractContextManager[Connection]: ...
         def _one(self, sql: str, params: Sequence[Any] = ()) -> Any: ...
         def get_meta(self, key: str) -> str | None: ...
         def is_baseline_complete(self) -> bool: ...
@@ -231,7 +233,7 @@ class OperatorQueries:
         ``type_glob`` (fnmatch) and a ``session`` name; at least one is required. Only event
         types the endpoint subscribes to (and that meet its ``filter``) are queued, and
         events that already have an open delivery to it are skipped (they are on their way).
-        One ``INSERT ... SELECT``, in event order, so a large range costs one statement.
+        One transaction, in event order.
         """
         if since is None and until is None and event_ids is None and not type_glob and not session:
             raise ValueError("replay needs at least one filter (since, until, ids, type, session)")
@@ -243,38 +245,58 @@ class OperatorQueries:
                 "e.id IN (SELECT value FROM json_each(?))",
                 None if event_ids is None else json.dumps(list(event_ids)),
             ),
-            ("fnmatch(?, e.type)", type_glob),
             ("e.session_name = ?", session),
+            ("NOT EXISTS (SELECT 1 FROM deliveries o WHERE o.event_id = e.id AND o.endpoint = ? "
+             "AND o.status IN ('pending', 'failed'))", endpoint),
         )
         with self._tx() as c:
-            if not c.execute("SELECT 1 FROM endpoints WHERE name = ?", (endpoint,)).fetchone():
+            row = c.execute(
+                "SELECT events, filter FROM endpoints WHERE name = ?", (endpoint,)
+            ).fetchone()
+            if row is None:
                 raise StoreError(f"unknown endpoint {endpoint!r}", path=self.path)
+            globs, conditions = json.loads(row[0]), json.loads(row[1] or "{}")
+            # Globs and payload conditions are applied here, in Python (no SQL function of
+            # ours, see dialect.py): first on the few distinct types of the range, then,
+            # for an endpoint with conditions, on the bodies of those events.
+            types = [
+                t
+                for (t,) in c.execute(f"SELECT DISTINCT e.type FROM events e {where}", params)
+                if (not type_glob or fnmatchcase(t, type_glob)) and matches(globs, t)
+            ]
+            # ``where`` is never empty: it holds the NOT EXISTS clause at least.
+            where += " AND e.type IN (SELECT value FROM json_each(?))"
+            params = [*params, json.dumps(types)]
+            if conditions:
+                kept = [
+                    r[0]
+                    for r in c.execute(
+                        "SELECT e.id, e.body, e.body_ref, a.raw, a.name, a.create_time "
+                        "FROM events e LEFT JOIN activities a ON a.name = e.activity_name "
+                        f"{where}",
+                        params,
+                    )
+                    if payload_matches(
+                        conditions, json.loads(self._decode_body(r[1], r[2], r[3], r[4], r[5]))
+                    )
+                ]
+                where += " AND e.id IN (SELECT value FROM json_each(?))"
+                params = [*params, json.dumps(kept)]
             cur = c.execute(
                 "INSERT INTO deliveries (event_id, endpoint, session_name, status, "
                 "next_attempt_at, created_at, updated_at, replayed) "
-                "SELECT e.id, ep.name, e.session_name, 'pending', ?, ?, ?, 1 "
-                f"FROM events e JOIN endpoints ep ON ep.name = ? "
-                "LEFT JOIN activities a ON a.name = e.activity_name "
-                f"AND typeof(e.body) = 'blob' {where} "
-                f"{'AND' if where else 'WHERE'} EXISTS (SELECT 1 FROM json_each(ep.events) g "
-                "WHERE fnmatch(g.value, e.type)) "
-                "AND payload_matches(ep.filter, e.body, e.body_ref, a.raw, a.name, a.create_time) "
-                "AND NOT EXISTS (SELECT 1 FROM deliveries o WHERE o.event_id = e.id "
-                "AND o.endpoint = ep.name AND o.status IN ('pending', 'failed')) "
-                "ORDER BY e.seq",
-                (now, now, now, endpoint, *params),
+                "SELECT e.id, ?, e.session_name, 'pending', ?, ?, ?, 1 "
+                f"FROM events e {where} ORDER BY e.seq",
+                (endpoint, now, now, now, *params),
             )
-            return cur.rowcount
+            return int(cur.rowcount)
 
     # The body is stored compressed against its reference and activity (see codec.py).
     _EVENT_COLUMNS = (
         "e.seq, e.id, e.session_name, e.type, e.activity_name, e.occurred_at, e.occurred_ts, "
         "e.created_at, e.body, e.body_ref, a.raw, a.name, a.create_time"
     )
-    _EVENT_FROM = (
-        "FROM events e LEFT JOIN activities a "
-        "ON a.name = e.activity_name AND typeof(e.body) = 'blob'"
-    )
+    _EVENT_FROM = "FROM events e LEFT JOIN activities a ON a.name = e.activity_name"
 
     def _event_row(self, r: Sequence[Any]) -> EventRow:
         return EventRow(
@@ -311,7 +333,6 @@ class OperatorQueries:
         """
         where, params = _where(
             ("e.session_name = ?", session),
-            ("fnmatch(?, e.type)", type_glob),
             ("e.occurred_ts >= ?", since),
             ("e.occurred_ts < ?", until),
         )
@@ -321,7 +342,9 @@ class OperatorQueries:
         try:
             while rows := cursor.fetchmany(_FETCH):
                 for row in rows:
-                    yield self._event_row(row)
+                    # The type glob is matched here (no SQL function of ours, see dialect.py).
+                    if type_glob is None or fnmatchcase(row[3], type_glob):
+                        yield self._event_row(row)
         finally:
             cursor.close()
 

@@ -1,4 +1,4 @@
-"""The outbox queries of the :class:`~.sqlite.Store`: what is due, recording attempts (one
+"""The outbox queries of the :class:`~.core.StoreCore`: what is due, recording attempts (one
 transaction per batch: group commit), and pruning the delivery log.
 
 Due deliveries come from ``outbox_heads`` (one row per (endpoint, session) queue: its oldest
@@ -20,7 +20,6 @@ endpoints by name), so two replicas' transactions never wait for each other in a
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..retry import Dead, Decision, Delivered, DisableEndpoint, Retry
+from .dialect import Connection
 from .leases import TAKEABLE
 from .rows import AttemptLike, DueDelivery, StoreError
 
@@ -44,7 +44,7 @@ DUE_SQL = (
     "JOIN deliveries d ON d.id = h.delivery_id "
     "JOIN endpoints ep ON ep.name = h.endpoint "
     "JOIN events e ON e.id = d.event_id "
-    "LEFT JOIN activities a ON a.name = e.activity_name AND typeof(e.body) = 'blob' "
+    "LEFT JOIN activities a ON a.name = e.activity_name "
     "WHERE h.endpoint = ? AND h.next_attempt_at <= ? "
     "AND " + TAKEABLE.format(c="h.claimed_by") + " "
     "ORDER BY h.next_attempt_at, h.delivery_id LIMIT ?"
@@ -73,7 +73,7 @@ class AttemptRecord:
 
 
 class OutboxQueries:
-    """Mixed into :class:`~.sqlite.Store` (which provides what is declared below)."""
+    """Mixed into :class:`~.core.StoreCore` (which provides what is declared below)."""
 
     @property
     def _claim_lock(self) -> str:
@@ -85,14 +85,14 @@ class OutboxQueries:
         return ""
 
     if TYPE_CHECKING:
-        _conn: sqlite3.Connection
+        _conn: Connection
         _clock: Callable[[], float]
-        path: Path
+        path: Path | None
         replica_id: str | None
         lease_seconds: float
         exclusive: bool
 
-        def _tx(self) -> AbstractContextManager[sqlite3.Connection]: ...
+        def _tx(self) -> AbstractContextManager[Connection]: ...
         def _one(self, sql: str, params: Sequence[Any] = ()) -> Any: ...
         def _decode_body(
             self, stored: Any, ref: int | None, raw: Any, name: str | None, created: str | None
@@ -161,7 +161,7 @@ class OutboxQueries:
 
     def _due_rows(
         self,
-        c: sqlite3.Connection,
+        c: Connection,
         now: float,
         limit: int,
         skip: set[tuple[str, str]],
@@ -246,7 +246,7 @@ class OutboxQueries:
         return out
 
     def _record_one(
-        self, c: sqlite3.Connection, record: AttemptRecord, state: dict[str, dict[str, Any]]
+        self, c: Connection, record: AttemptRecord, state: dict[str, dict[str, Any]]
     ) -> float | None:
         attempt, decision, delivery_id = record.attempt, record.decision, record.delivery_id
         finished = attempt.started_at + attempt.duration_ms / 1000.0

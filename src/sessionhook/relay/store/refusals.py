@@ -11,11 +11,11 @@ Each refusal is one row per session, name and reason; meeting it again bumps ``c
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
+from .dialect import Connection
 from .rows import RefusedRow, RefusedSummary
 
 __all__ = ["REFUSAL_REASONS", "RefusalQueries"]
@@ -27,16 +27,16 @@ _MAX_TEXT = 512
 
 
 class RefusalQueries:
-    """Mixed into :class:`~.sqlite.Store`, which provides the connection."""
+    """Mixed into :class:`~.core.StoreCore`, which provides the connection."""
 
     if TYPE_CHECKING:
-        _conn: sqlite3.Connection
+        _conn: Connection
         _clock: Callable[[], float]
 
-        def _tx(self) -> AbstractContextManager[sqlite3.Connection]: ...
+        def _tx(self) -> AbstractContextManager[Connection]: ...
         def _one(self, sql: str, params: Sequence[Any] = ()) -> Any: ...
         def _advance_cursor(
-            self, c: sqlite3.Connection, session_name: str, times: Sequence[str], limit: str | None
+            self, c: Connection, session_name: str, times: Sequence[str], limit: str | None
         ) -> None: ...
 
     def refuse_activity(

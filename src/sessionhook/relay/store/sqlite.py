@@ -1,8 +1,9 @@
-"""The SQLite :class:`Store`: connections, and every query the daemon runs.
+"""The SQLite backend: :class:`Store` (``store.path``), one file on a local disk.
 
-The operator's queries (status, deliveries, replay, events) are in :mod:`.ops_queries`, the
-poller's economy queries (history walk, request budget) in :mod:`.economy_queries`, both mixed
-into :class:`Store`; the schema and its migrations in :mod:`.schema`.
+The queries are shared with PostgreSQL (:mod:`.core`); this module opens the file, sets its
+pragmas, runs transactions and maps SQLite's errors (full disk, read-only file) to
+:class:`~.rows.StoreFullError` / :class:`~.rows.StoreUnwritableError`. One daemon per file
+(:mod:`.lock`); operator commands read a WAL snapshot beside it.
 
 Connections
     :meth:`Store.open` opens the one writer connection (creating the file ``0600``, so its
@@ -29,64 +30,29 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
 import sqlite3
 import time
 import urllib.parse
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime
-from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Any
 
 from sqlite_utils import Database
 
-from sessionhook.api.models import Activity, Session, parse_timestamp
-
-from ..events import Event, matches, payload_matches
-from . import codec
-from .console_queries import ConsoleQueries
-from .copy import CopyQueries
-from .economy_queries import EconomyQueries
-from .leases import LeaseQueries
-from .ops_queries import OperatorQueries
-from .outbox import OutboxQueries
-from .refusals import RefusalQueries
-from .rows import (
-    EndpointLike,
-    EndpointState,
-    Ingested,
-    SessionRow,
-    StoreError,
-    StoreFullError,
-    StoreUnwritableError,
-)
+from .core import StoreCore
+from .rows import StoreError, StoreFullError, StoreUnwritableError
 from .schema import _check_ours, _migrate, _schema_state
 
 BUSY_TIMEOUT_MS = 10_000
-#: Reference bodies kept decoded in memory (one per recently active session).
-_REF_CACHE = 512
-#: Per-minute upstream counters older than this many minutes are pruned.
-_UPSTREAM_KEEP_MINUTES = 2 * 24 * 60
 
 
-class Store(
-    OutboxQueries,
-    OperatorQueries,
-    EconomyQueries,
-    RefusalQueries,
-    ConsoleQueries,
-    LeaseQueries,
-    CopyQueries,
-):
-    """Synchronous access to the relay database. Open with :meth:`open` or
-    :meth:`open_readonly`; the daemon goes through :class:`AsyncStore`.
-
-    ``clock`` (Unix seconds) stamps our own bookkeeping (``created_at``, ``first_seen_at``...);
-    tests inject one. Times passed in (``now``, ``at``) are used as given.
+class Store(StoreCore):
+    """Synchronous access to a SQLite relay database. Open with :meth:`open` or
+    :meth:`open_readonly`; the daemon goes through :class:`~.aio.AsyncStore`.
     """
+
+    backend = "sqlite"
 
     def __init__(
         self,
@@ -96,17 +62,8 @@ class Store(
         readonly: bool,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._conn = conn
-        self.path = path
-        self.readonly = readonly
-        self._clock = clock
-        # Decoded reference bodies by id, and each session's current reference (see codec).
-        self._refs: dict[int, bytes] = {}
-        self._session_refs: dict[str, tuple[int, bytes]] = {}
-        conn.create_function("fnmatch", 2, _sql_fnmatch, deterministic=True)
-        # payload_matches(conditions, body, body_ref, raw, name, create_time): the body is
-        # stored compressed against its reference and activity (see codec.py).
-        conn.create_function("payload_matches", 6, self._sql_payload_matches, deterministic=True)
+        super().__init__(conn, path=path, location=str(path), readonly=readonly, clock=clock)
+        self._conn: sqlite3.Connection = conn
 
     # ----------------------------------------------------------------- opening
 
@@ -212,15 +169,23 @@ class Store(
             raise
         return cls(conn, db_path, readonly=True, clock=clock)
 
+    def unwritable_error(self, exc: BaseException) -> StoreUnwritableError | None:
+        """A full disk (growing the ``-shm`` index on a read) or a read-only file."""
+        if not isinstance(exc, sqlite3.Error | OSError):
+            return None
+        if is_full_error(exc):
+            return StoreFullError(f"{self.path}: {exc}", path=self.path)
+        if is_readonly_error(exc):
+            return StoreUnwritableError(f"{self.path}: {exc}", path=self.path)
+        return None
+
+    def open_reader(self) -> Store:
+        """:meth:`open_readonly` on the same file."""
+        return Store.open_readonly(self.path or "", clock=self._clock)
+
     def close(self) -> None:
         """Close the connection (a checkpoint folds the WAL into the database file)."""
         self._conn.close()
-
-    def __enter__(self) -> Store:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
@@ -251,586 +216,6 @@ class Store(
             if is_readonly_error(exc):
                 raise StoreUnwritableError(f"{self.path}: {exc}", path=self.path) from exc
             raise
-
-    def _one(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        row = self._conn.execute(sql, params).fetchone()
-        return None if row is None else row[0]
-
-    # ----------------------------------------------------------------- meta
-
-    def get_meta(self, key: str) -> str | None:
-        """A value of the ``meta`` table."""
-        value = self._one("SELECT value FROM meta WHERE key = ?", (key,))
-        return None if value is None else str(value)
-
-    def set_meta(self, key: str, value: str) -> None:
-        """Set a value of the ``meta`` table."""
-        with self._tx() as c:
-            c.execute(
-                "INSERT INTO meta (key, value) VALUES (?, ?) "
-                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                (key, value),
-            )
-
-    def is_baseline_complete(self) -> bool:
-        """Whether the first discovery pass (the baseline of ``backfill = false``) finished."""
-        return self.get_meta("baseline_complete") == "1"
-
-    def mark_baseline_complete(self) -> None:
-        """Record that the first discovery pass finished."""
-        self.set_meta("baseline_complete", "1")
-
-    # ----------------------------------------------------------------- endpoints
-
-    def sync_endpoints(self, endpoints: Iterable[EndpointLike]) -> None:
-        """Make the endpoints table match the config: upsert url and globs, keep the run-time
-        enabled state; endpoints missing from the config stay (history) but become inactive.
-        """
-        now = self._clock()
-        with self._tx() as c:
-            names = []
-            for ep in endpoints:
-                names.append(ep.name)
-                # Payload conditions (EndpointConfig.filter); endpoints without are {}.
-                conditions = {k: list(v) for k, v in (getattr(ep, "filter", None) or {}).items()}
-                accounts = getattr(ep, "accounts", None)  # optional: every account
-                c.execute(
-                    "INSERT INTO endpoints (name, url, events, configured, enabled, created_at, "
-                    "filter, accounts) VALUES (?, ?, ?, ?, 1, ?, ?, ?) "
-                    "ON CONFLICT (name) DO UPDATE SET url = excluded.url, "
-                    "events = excluded.events, "
-                    "configured = excluded.configured, filter = excluded.filter, "
-                    "accounts = excluded.accounts",
-                    (
-                        ep.name,
-                        ep.url,
-                        json.dumps(list(ep.events)),
-                        int(ep.enabled),
-                        now,
-                        json.dumps(conditions),
-                        None if accounts is None else json.dumps(list(accounts)),
-                    ),
-                )
-            c.execute(
-                "UPDATE endpoints SET configured = 0 "
-                "WHERE name NOT IN (SELECT value FROM json_each(?))",
-                (json.dumps(names),),
-            )
-
-    def set_endpoint_enabled(self, name: str, enabled: bool, reason: str | None = None) -> None:
-        """Enable (clearing the reason and the failing clock) or disable an endpoint.
-
-        Deliveries left pending while it was disabled are sent once it is enabled again.
-        """
-        now = self._clock()
-        with self._tx() as c:
-            if enabled:
-                cur = c.execute(
-                    "UPDATE endpoints SET enabled = 1, disabled_reason = NULL, "
-                    "disabled_at = NULL, failing_since = NULL WHERE name = ?",
-                    (name,),
-                )
-            else:
-                cur = c.execute(
-                    "UPDATE endpoints SET enabled = 0, disabled_reason = ?, disabled_at = ? "
-                    "WHERE name = ?",
-                    (reason, now, name),
-                )
-            if cur.rowcount == 0:
-                raise StoreError(f"unknown endpoint {name!r}", path=self.path)
-
-    def endpoint_states(self) -> list[EndpointState]:
-        """Every endpoint the store knows, by name."""
-        rows = self._conn.execute(
-            "SELECT name, url, events, configured, enabled, disabled_reason, disabled_at, "
-            "last_success_at, failing_since, last_error, last_error_at, created_at "
-            "FROM endpoints ORDER BY name"
-        ).fetchall()
-        return [
-            EndpointState(
-                name=r[0],
-                url=r[1],
-                events=tuple(json.loads(r[2])),
-                configured=bool(r[3]),
-                enabled=bool(r[4]),
-                disabled_reason=r[5],
-                disabled_at=r[6],
-                last_success_at=r[7],
-                failing_since=r[8],
-                last_error=r[9],
-                last_error_at=r[10],
-                created_at=r[11],
-            )
-            for r in rows
-        ]
-
-    def _active_endpoints(
-        self, account: str | None = None
-    ) -> list[tuple[str, list[str], dict[str, list[str]]]]:
-        """Active endpoints: name, globs, payload conditions; with ``account``, only those
-        taking that account's events (``endpoints[].accounts``)."""
-        rows = self._conn.execute(
-            "SELECT name, events, filter, accounts FROM endpoints "
-            "WHERE enabled = 1 AND configured = 1 ORDER BY name"
-        ).fetchall()
-        return [
-            (name, json.loads(globs), json.loads(cond))
-            for name, globs, cond, accounts in rows
-            if accounts is None or account is None or account in json.loads(accounts)
-        ]
-
-    # ----------------------------------------------------------------- sessions
-
-    _SESSION_COLUMNS = (
-        "name, id, title, state, url, source, create_time, update_time, raw, first_seen_at, "
-        "baseline, polled_update_time, activity_cursor, last_polled_at, next_poll_at, poll_errors"
-    )
-
-    @staticmethod
-    def _session_row(r: Sequence[Any]) -> SessionRow:
-        return SessionRow(
-            name=r[0],
-            id=r[1],
-            title=r[2],
-            state=r[3],
-            url=r[4],
-            source=r[5],
-            create_time=r[6],
-            update_time=r[7],
-            raw=json.loads(r[8]),
-            first_seen_at=r[9],
-            baseline=bool(r[10]),
-            polled_update_time=r[11],
-            activity_cursor=r[12],
-            last_polled_at=r[13],
-            next_poll_at=r[14],
-            poll_errors=r[15],
-        )
-
-    def get_session(self, name: str) -> SessionRow | None:
-        """The archived session, or ``None``."""
-        row = self._conn.execute(
-            f"SELECT {self._SESSION_COLUMNS} FROM sessions WHERE name = ?", (name,)
-        ).fetchone()
-        return None if row is None else self._session_row(row)
-
-    def all_sessions(self) -> list[SessionRow]:
-        """Every archived session, in the order they were first seen."""
-        rows = self._conn.execute(
-            f"SELECT {self._SESSION_COLUMNS} FROM sessions ORDER BY first_seen_at, name"
-        ).fetchall()
-        return [self._session_row(r) for r in rows]
-
-    def upsert_session(self, session: Session, *, baseline: bool) -> SessionRow:
-        """Archive a session (no events). A list item updates only the fields it carries: the
-        stored JSON is merged (new keys win), and empty fields never erase known ones.
-        ``baseline`` counts only when the session is new.
-        """
-        now = self._clock()
-        wire = session.to_wire()
-        with self._tx() as c:
-            old = c.execute("SELECT raw FROM sessions WHERE name = ?", (session.name,)).fetchone()
-            merged = {**json.loads(old[0]), **wire} if old else wire
-            full = Session.model_validate(merged)
-            source = full.source_context.source if full.source_context else ""
-            c.execute(
-                "INSERT INTO sessions (name, id, title, state, url, source, create_time, "
-                "update_time, raw, first_seen_at, baseline) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET "
-                "id = excluded.id, title = excluded.title, state = excluded.state, "
-                "url = excluded.url, source = excluded.source, "
-                "create_time = excluded.create_time, update_time = excluded.update_time, "
-                "raw = excluded.raw",
-                (
-                    full.name,
-                    full.session_id,
-                    full.title,
-                    full.state,
-                    full.url,
-                    source,
-                    full.create_time,
-                    full.update_time,
-                    json.dumps(merged, separators=(",", ":"), ensure_ascii=False),
-                    now,
-                    int(baseline),
-                ),
-            )
-        row = self.get_session(session.name)
-        if row is None:  # pragma: no cover - the row was just written
-            raise StoreError(f"session {session.name} vanished", path=self.path)
-        return row
-
-    def schedule_poll(
-        self,
-        name: str,
-        next_poll_at: float | None,
-        *,
-        polled_update_time: str | None = None,
-        polled_at: float | None = None,
-        poll_errors: int | None = None,
-    ) -> None:
-        """Set when the session's activities are polled next (``None``: not scheduled).
-
-        Passing ``polled_update_time`` records a completed activity poll: the session's
-        ``updateTime`` it covered, and ``last_polled_at`` = ``polled_at`` or the clock (a
-        baseline session delivers from its second poll on). ``poll_errors`` sets the count
-        of consecutive failed polls (backoff).
-        """
-        if polled_update_time is not None and polled_at is None:
-            polled_at = self._clock()
-        with self._tx() as c:
-            c.execute(
-                "UPDATE sessions SET next_poll_at = ?, "
-                "polled_update_time = COALESCE(?, polled_update_time), "
-                "last_polled_at = COALESCE(?, last_polled_at), "
-                "poll_errors = COALESCE(?, poll_errors) WHERE name = ?",
-                (next_poll_at, polled_update_time, polled_at, poll_errors, name),
-            )
-
-    # ----------------------------------------------------------------- ingest
-
-    def _insert_events(
-        self,
-        c: sqlite3.Connection,
-        events: Iterable[Event],
-        deliver: bool,
-        now: float,
-        raws: dict[str, bytes] | None = None,
-    ) -> tuple[str, ...]:
-        """Insert events (compressed, see :mod:`.codec`) and enqueue their deliveries.
-
-        ``raws``: the raw JSON of the activities archived in this transaction, by name (an
-        activity event's body is compressed against it)."""
-        batch = list(events)
-        account = None
-        if deliver and batch:  # endpoints may take the events of some accounts only
-            row = c.execute(
-                "SELECT account FROM sessions WHERE name = ?", (batch[0].session_name,)
-            ).fetchone()
-            account = None if row is None else row[0]
-        endpoints = self._active_endpoints(account) if deliver else []
-        known = {
-            row[0]
-            for row in c.execute(
-                "SELECT id FROM events WHERE id IN (SELECT value FROM json_each(?))",
-                (json.dumps([e.id for e in batch]),),
-            )
-        }
-        fresh: dict[str, Event] = {}
-        for event in batch:
-            event.body.decode("utf-8")  # a body is JSON text: refuse anything else
-            if event.id not in known and event.id not in fresh:
-                fresh[event.id] = event  # an archived one: its deliveries were enqueued then
-        rows = []
-        for event in fresh.values():
-            context = b""
-            if raws is not None and event.activity_name is not None:
-                context = raws.get(event.activity_name, b"")
-            ref_id, stored = self._encode_body(c, event, context)
-            rows.append(
-                (
-                    event.id,
-                    event.session_name,
-                    event.type,
-                    event.activity_name,
-                    event.occurred_at,
-                    event.occurred_ts,
-                    now,
-                    stored,
-                    ref_id,
-                )
-            )
-        c.executemany(
-            "INSERT INTO events (id, session_name, type, activity_name, occurred_at, "
-            "occurred_ts, created_at, body, body_ref) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            rows,
-        )
-        wanted: dict[tuple[str, str], bool] = {}
-        deliveries = []
-        for event in fresh.values():
-            payload: object = None  # parsed once, only for an endpoint with conditions
-            for endpoint, globs, conditions in endpoints:
-                key = (endpoint, event.type)
-                if key not in wanted:
-                    wanted[key] = matches(globs, event.type)
-                if not wanted[key]:
-                    continue
-                if conditions:
-                    if payload is None:
-                        payload = event.payload()
-                    if not payload_matches(conditions, payload):
-                        continue
-                deliveries.append((event.id, endpoint, event.session_name, now, now, now))
-        c.executemany(
-            "INSERT INTO deliveries (event_id, endpoint, session_name, status, "
-            "next_attempt_at, created_at, updated_at) VALUES (?, ?, ?, 'pending', ?, ?, ?)",
-            deliveries,
-        )
-        inserted = [event.type for event in fresh.values()]
-        return tuple(inserted)
-
-    def _encode_body(
-        self, c: sqlite3.Connection, event: Event, context: bytes
-    ) -> tuple[int, bytes]:
-        """(reference id, stored body): the body compressed against its session's current
-        reference; a body that no longer shares enough with it becomes the new reference."""
-        current = self._session_refs.get(event.session_name)
-        if current is None:
-            row = c.execute(
-                "SELECT id, data FROM body_refs WHERE session_name = ? ORDER BY id DESC LIMIT 1",
-                (event.session_name,),
-            ).fetchone()
-            if row is not None:
-                current = (row[0], self._reference(row[0], row[1]))
-        if current is not None:
-            stored = codec.encode_body(event.body, current[1], context)
-            if len(stored) <= codec.REF_THRESHOLD:
-                return current[0], stored
-        cur = c.execute(
-            "INSERT INTO body_refs (session_name, data) VALUES (?, ?)",
-            (event.session_name, codec.encode_body(event.body, b"", b"")),
-        )
-        ref_id = int(cur.lastrowid or 0)
-        self._refs[ref_id] = event.body
-        self._session_refs[event.session_name] = (ref_id, event.body)
-        if len(self._session_refs) > _REF_CACHE:
-            self._session_refs.pop(next(iter(self._session_refs)))
-        return ref_id, codec.encode_body(event.body, event.body, context)
-
-    def _sql_payload_matches(
-        self,
-        conditions: str | None,
-        body: str | bytes | None,
-        ref_id: int | None,
-        raw: str | bytes | None,
-        name: str | None,
-        created: str | None,
-    ) -> int:
-        if not conditions or conditions == "{}":
-            return 1
-        if body is None:
-            return 0
-        decoded = self._decode_body(body, ref_id, raw, name, created)
-        return int(payload_matches(json.loads(conditions), json.loads(decoded)))
-
-    def activity_raw(self, name: str) -> bytes | None:
-        """The archived raw JSON of an activity, byte for byte as serialized at ingest."""
-        row = self._conn.execute(
-            "SELECT raw, create_time FROM activities WHERE name = ?", (name,)
-        ).fetchone()
-        return None if row is None else codec.decode_raw(row[0], _raw_hints(name, row[1]))
-
-    def _reference(self, ref_id: int, data: bytes | None = None) -> bytes:
-        """A reference body, decoded (cached: a session's events share one)."""
-        body = self._refs.get(ref_id)
-        if body is None:
-            if data is None:
-                data = self._one("SELECT data FROM body_refs WHERE id = ?", (ref_id,))
-                if data is None:
-                    raise StoreError(f"missing body reference {ref_id}", path=self.path)
-            body = codec.decode_body(data, b"", b"")
-            if len(self._refs) >= _REF_CACHE:
-                self._refs.pop(next(iter(self._refs)))
-            self._refs[ref_id] = body
-        return body
-
-    def _decode_body(
-        self,
-        stored: str | bytes,
-        ref_id: int | None,
-        raw: str | bytes | None,
-        name: str | None,
-        created: str | None,
-    ) -> bytes:
-        """The exact bytes of a stored event body, given the row's ``body_ref`` and, for an
-        activity event, its activity's stored ``raw``, ``name`` and ``create_time``."""
-        if isinstance(stored, str):
-            return stored.encode("utf-8")
-        reference = self._reference(ref_id) if ref_id is not None else b""
-        context = b""
-        if codec.needs_context(stored):
-            if raw is None:
-                raise StoreError("an event body's activity is missing", path=self.path)
-            context = codec.decode_raw(raw, _raw_hints(name or "", created or ""))
-        return codec.decode_body(stored, reference, context)
-
-    def ingest_session_events(
-        self, session_name: str, events: Sequence[Event], deliver: bool
-    ) -> Ingested:
-        """Append session-level events (discovered, state changed, pull request) and, when
-        ``deliver``, enqueue them for every active endpoint whose globs match. One
-        transaction; events already archived (same id) are skipped. Returns what was new.
-        """
-        now = self._clock()
-        with self._tx() as c:
-            return Ingested(0, self._insert_events(c, events, deliver, now))
-
-    def ingest_activities(
-        self,
-        session_name: str,
-        activities: Sequence[Activity],
-        events: Sequence[Event],
-        deliver: bool,
-        *,
-        cursor_limit: str | None = None,
-    ) -> Ingested:
-        """Archive a page of activities with their events, in ONE transaction.
-
-        Activities already archived (by name) are skipped, and so are their events: they
-        produce no delivery. A name archived under ANOTHER session is skipped too and
-        reported in ``Ingested.conflicts``. New events get a delivery per active, matching
-        endpoint when ``deliver``. The session's ``activity_cursor`` advances to the newest
-        ``createTime`` of the page (compared as instants, never as strings) that is not
-        later than ``cursor_limit`` (the upstream's clock: a time in the future must not
-        carry the cursor past activities still to come). Returns how many activities were
-        new and the types of the new events. If anything fails, nothing of the page is
-        written.
-        """
-        now = self._clock()
-        with self._tx() as c:
-            if not c.execute("SELECT 1 FROM sessions WHERE name = ?", (session_name,)).fetchone():
-                raise StoreError(f"unknown session {session_name!r}", path=self.path)
-            names = list(dict.fromkeys(a.name for a in activities))
-            owners = dict(
-                c.execute(
-                    "SELECT name, session_name FROM activities "
-                    "WHERE name IN (SELECT value FROM json_each(?))",
-                    (json.dumps(names),),
-                ).fetchall()
-            )
-            known = set(owners)
-            conflicts = tuple(n for n, owner in owners.items() if owner != session_name)
-            fresh: dict[str, Activity] = {}
-            for activity in activities:
-                if activity.name not in known and activity.name not in fresh:
-                    fresh[activity.name] = activity
-            raws: dict[str, bytes] = {}
-            rows = []
-            for activity in fresh.values():
-                raw = json.dumps(
-                    activity.to_wire(), separators=(",", ":"), ensure_ascii=False
-                ).encode("utf-8")
-                raws[activity.name] = raw
-                hints = _raw_hints(activity.name, activity.create_time)
-                rows.append(
-                    (
-                        activity.name,
-                        session_name,
-                        activity.create_time,
-                        activity.event_member or "unknown",
-                        codec.encode_raw(raw, hints),
-                        now,
-                    )
-                )
-            # ``id`` is left empty: it is the last segment of ``name`` (and in ``raw``).
-            c.executemany(
-                "INSERT INTO activities (name, session_name, create_time, kind, raw, "
-                "ingested_at) VALUES (?, ?, ?, ?, ?, ?)",
-                rows,
-            )
-            wanted = [e for e in events if e.activity_name is None or e.activity_name in fresh]
-            types = self._insert_events(c, wanted, deliver, now, raws)
-            times = [a.create_time for a in activities if a.name not in conflicts]
-            self._advance_cursor(c, session_name, times, cursor_limit)
-            return Ingested(len(fresh), types, conflicts)
-
-    def _advance_cursor(
-        self, c: sqlite3.Connection, session_name: str, times: Sequence[str], limit: str | None
-    ) -> None:
-        """Move the session's cursor to the newest of ``times`` not later than ``limit``."""
-        cursor = self._one("SELECT activity_cursor FROM sessions WHERE name = ?", (session_name,))
-        newest = _newest([cursor, *times], limit=limit)
-        if newest is not None and newest != cursor:
-            c.execute(
-                "UPDATE sessions SET activity_cursor = ? WHERE name = ?", (newest, session_name)
-            )
-
-    def save_rendered(self, delivery_id: int, body: bytes, content_type: str) -> None:
-        """Keep the bytes a delivery's first attempt sends (a format or a template made
-        them); the first ones saved win, so every retry sends the same bytes."""
-        with self._tx() as c:
-            c.execute(
-                "INSERT OR IGNORE INTO rendered_bodies (delivery_id, content_type, body) "
-                "VALUES (?, ?, ?)",
-                (delivery_id, content_type, body),
-            )
-
-    def rendered_body(self, delivery_id: int) -> tuple[bytes, str] | None:
-        """``(body, content_type)`` saved by :meth:`save_rendered`, or ``None``."""
-        row = self._conn.execute(
-            "SELECT body, content_type FROM rendered_bodies WHERE delivery_id = ?",
-            (delivery_id,),
-        ).fetchone()
-        return None if row is None else (bytes(row[0]), row[1])
-
-    def latest_activity(self, session_name: str, member: str) -> Activity | None:
-        """The newest archived activity of ``session_name`` whose event member is ``member``
-        (by ``createTime`` as an instant; the last archived wins a tie), or ``None``."""
-        # Times only (cheap), then the one raw activity chosen.
-        rows = self._conn.execute(
-            "SELECT rowid, create_time FROM activities WHERE session_name = ? AND kind = ? "
-            "ORDER BY rowid",
-            (session_name, member),
-        ).fetchall()
-        best: tuple[float, int] | None = None
-        for rowid, create_time in rows:
-            try:
-                moment = parse_timestamp(create_time).timestamp()
-            except ValueError:
-                moment = 0.0
-            if best is None or moment >= best[0]:
-                best = (moment, rowid)
-        if best is None:
-            return None
-        raw, name, created = self._conn.execute(
-            "SELECT raw, name, create_time FROM activities WHERE rowid = ?", (best[1],)
-        ).fetchone()
-        return Activity.model_validate_json(codec.decode_raw(raw, _raw_hints(name, created)))
-
-    # ----------------------------------------------------------------- upstream
-
-    def record_upstream(self, label: str, status: int | str | None, at: float) -> None:
-        """Count one upstream request in its minute bucket.
-
-        ``status`` is the HTTP status, ``None`` for no answer (stored as -1) or
-        ``"malformed"`` for a 2xx answer that did not parse (stored as -2).
-        """
-        minute = int(at // 60)
-        with self._tx() as c:
-            c.execute(
-                "INSERT INTO upstream_requests (minute, label, status, count) "
-                "VALUES (?, ?, ?, 1) ON CONFLICT (minute, label, status) "
-                "DO UPDATE SET count = count + 1",
-                (minute, label, _upstream_code(status)),
-            )
-            c.execute(
-                "DELETE FROM upstream_requests WHERE minute < ?",
-                (minute - _UPSTREAM_KEEP_MINUTES,),
-            )
-
-    def mark_poll(self, ok: bool, at: float) -> None:
-        """Record a discovery pass: when it ran and, if it succeeded, when it last did."""
-        with self._tx() as c:
-            keys = [("last_poll_at", at)] + ([("last_ok_poll_at", at)] if ok else [])
-            for key, value in keys:
-                c.execute(
-                    "INSERT INTO meta (key, value) VALUES (?, ?) "
-                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                    (key, repr(value)),
-                )
-
-
-#: How ``upstream_requests.status`` stores what is not an HTTP status.
-UPSTREAM_NO_ANSWER = -1
-UPSTREAM_MALFORMED = -2
-
-
-def _upstream_code(status: int | str | None) -> int:
-    if status is None:
-        return UPSTREAM_NO_ANSWER
-    if isinstance(status, str):  # "malformed", the only non-HTTP outcome
-        return UPSTREAM_MALFORMED
-    return status
 
 
 #: SQLITE_IOERR_SHMSIZE: no room for the ``-shm`` wal-index (a full filesystem when a WAL
@@ -879,29 +264,4 @@ def _create_private(db_path: Path) -> bool:
     return True
 
 
-def _raw_hints(name: str, create_time: str) -> bytes:
-    """What an activity's compressed raw JSON is coded against (its own columns)."""
-    return (name + create_time).encode("utf-8")
 
-
-def _sql_fnmatch(pattern: str | None, value: str | None) -> int:
-    return int(pattern is not None and value is not None and fnmatchcase(value, pattern))
-
-
-def _newest(times: Iterable[str | None], *, limit: str | None = None) -> str | None:
-    """The latest of upstream timestamps, compared as instants; unparsable ones, and those
-    later than ``limit``, are ignored."""
-    best: tuple[datetime, str] | None = None
-    bound = parse_timestamp(limit) if limit else None
-    for text in times:
-        if not text:
-            continue
-        try:
-            instant = parse_timestamp(text)
-        except ValueError:
-            continue
-        if bound is not None and instant > bound:
-            continue
-        if best is None or instant > best[0]:
-            best = (instant, text)
-    return None if best is None else best[1]
