@@ -274,6 +274,46 @@ def test_store_path_rules(tmp_path: Path) -> None:
     assert absolute.store.path == Path("/tmp/z.db")
 
 
+def test_store_url_selects_postgresql_and_never_shows_the_password(tmp_path: Path) -> None:
+    url = "postgresql://relay:pw-123@db.example:5432/hooks"
+    config = load_config(write(tmp_path, f'[store]\nurl = "{url}"\npool_size = 8\n'), env=ENV)
+    assert config.store.database_url() == url
+    assert config.store.pool_size == 8
+    assert "pw-123" not in config.store.location
+    assert "db.example:5432/hooks" in config.store.location
+    assert "pw-123" not in repr(config.store) and "pw-123" not in str(config.model_dump())
+    plain = load_config(write(tmp_path, ""), env=ENV)
+    assert plain.store.database_url() is None and plain.store.location == str(plain.store.path)
+
+
+def test_store_url_from_the_environment(tmp_path: Path) -> None:
+    url = "postgres://relay:pw-123@db.example/hooks"
+    text = '[store]\nurl_env = "RELAY_DB"\n'
+    config = load_config(write(tmp_path, text), env={**ENV, "RELAY_DB": url})
+    assert config.store.database_url() == url
+    assert error_of(tmp_path, text) == "store.url_env: environment variable RELAY_DB is not set"
+    wrong = error_of(tmp_path, text, env={**ENV, "RELAY_DB": "mysql://u:pw-123@h/db"})
+    assert wrong.startswith("store.url_env: RELAY_DB: must be a")
+    assert "pw-123" not in wrong
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ('url = "postgresql://u:pw-123@h/db"\npath = "x.db"', "set only one of path, url"),
+        ('url = "postgresql://u:pw-123@h/db"\nurl_env = "X"', "set only one of path, url"),
+        ('url = "https://u:pw-123@h/db"', "must be a"),
+        ('url = "postgresql://h/db?sslmode"', "is not a valid PostgreSQL URL"),
+        ("pool_size = 0", "must be >= 1"),
+    ],
+)
+def test_store_location_is_validated_strictly(tmp_path: Path, text: str, problem: str) -> None:
+    message = error_of(tmp_path, f"[store]\n{text}\n")
+    assert message.startswith("store")
+    assert problem in message
+    assert "pw-123" not in message
+
+
 def test_toml_syntax_error_names_the_line(tmp_path: Path) -> None:
     message = error_of(tmp_path, "[poll]\nactive_interval = \n")
     assert message.startswith(f"{tmp_path / 'config.toml'}: invalid TOML")

@@ -4,7 +4,6 @@ verbs, and the request budget's window kept in the store across restarts."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,7 +13,8 @@ from sessionhook.relay.contract import openapi_document
 from sessionhook.relay.polling.learning import LEARN_AFTER, UpdateTimeLearning, judge
 from sessionhook.relay.ratelimit import RateLimiter
 from sessionhook.relay.render import thin_payload
-from sessionhook.relay.store import Store
+
+from .conftest import Backend
 
 T0 = 1_700_000_000.0
 
@@ -87,11 +87,10 @@ def test_forced_modes_ignore_the_verdict() -> None:
 
 
 def test_history_is_recorded_once_walked_newest_first_and_survives_reopening(
-    tmp_path: Path,
+    backend: Backend,
 ) -> None:
     clock = Clock()
-    path = tmp_path / "relay.db"
-    with Store.open(path, clock=clock) as store:
+    with backend.open(clock=clock) as store:
         page = [listed(n, f"2026-01-0{n}T00:00:00Z") for n in (1, 3, 2)]
         assert store.record_history(page) == 3
         assert store.record_history(page[:1]) == 0  # known names are left alone
@@ -100,7 +99,7 @@ def test_history_is_recorded_once_walked_newest_first_and_survives_reopening(
         assert row is not None and row.baseline and row.polled_update_time is not None
         clock.now += 10
         store.finish_history("sessions/3", clock.now)
-    with Store.open(path, clock=clock) as store:  # a restart (or kill -9: it was committed)
+    with backend.open(clock=clock) as store:  # a restart (or kill -9: it was committed)
         assert store.history_pending() == ["sessions/2", "sessions/1"]
         known = {k.name: k for k in store.known_sessions()}
         assert known["sessions/3"].history_pending is False
@@ -110,8 +109,8 @@ def test_history_is_recorded_once_walked_newest_first_and_survives_reopening(
         assert progress.rate > 0 and progress.eta_seconds is not None
 
 
-def test_history_progress_of_a_store_without_history(tmp_path: Path) -> None:
-    with Store.open(tmp_path / "relay.db") as store:
+def test_history_progress_of_a_store_without_history(backend: Backend) -> None:
+    with backend.open() as store:
         progress = store.history_progress(T0)
         assert (progress.total, progress.done, progress.eta_seconds) == (0, 0, 0.0)
 
@@ -119,16 +118,15 @@ def test_history_progress_of_a_store_without_history(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- budget
 
 
-def test_budget_window_in_the_store_outlives_the_process(tmp_path: Path) -> None:
-    path = tmp_path / "relay.db"
-    with Store.open(path) as store:
+def test_budget_window_in_the_store_outlives_the_process(backend: Backend) -> None:
+    with backend.open() as store:
         for i in range(4):
             assert store.take_budget("default", T0 + i, limit=5) == (1, 0.0)
         # A lease of several: only what the window has left.
         assert store.take_budget("default", T0 + 5, limit=5, count=3) == (1, 0.0)
         granted, wait = store.take_budget("default", T0 + 10, limit=5)
         assert granted == 0 and wait == pytest.approx(50.0)  # T0's grant leaves at T0 + 60
-    with Store.open(path) as store:  # restarted within the minute: still no grant
+    with backend.open() as store:  # restarted within the minute: still no grant
         granted, wait = store.take_budget("default", T0 + 20, limit=5, count=5)
         assert granted == 0 and wait == pytest.approx(40.0)
         assert store.take_budget("other", T0 + 20, limit=5, count=2) == (2, 0.0)  # separate
@@ -136,7 +134,7 @@ def test_budget_window_in_the_store_outlives_the_process(tmp_path: Path) -> None
 
 
 @pytest.mark.anyio
-async def test_limiter_asks_the_shared_window_and_waits_for_it(tmp_path: Path) -> None:
+async def test_limiter_asks_the_shared_window_and_waits_for_it(backend: Backend) -> None:
     clock = Clock(0.0)
     slept: list[float] = []
 
@@ -144,7 +142,7 @@ async def test_limiter_asks_the_shared_window_and_waits_for_it(tmp_path: Path) -
         slept.append(seconds)
         clock.now += seconds
 
-    with Store.open(tmp_path / "relay.db") as store:
+    with backend.open() as store:
         # Another process (before a restart) took the whole minute's budget just now.
         for i in range(3):
             assert store.take_budget("default", T0 + i * 0.1, limit=3) == (1, 0.0)

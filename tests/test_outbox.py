@@ -19,6 +19,8 @@ from sessionhook.relay import events
 from sessionhook.relay.retry import AttemptResult, Dead, Delivered, Retry
 from sessionhook.relay.store import AttemptRecord, Store, codec, outbox
 
+from .conftest import Backend, sqlite_only
+
 T0 = 1_700_000_000.0
 
 
@@ -89,8 +91,8 @@ def clock() -> Clock:
 
 
 @pytest.fixture
-def store(tmp_path: Path, clock: Clock) -> Iterator[Store]:
-    with Store.open(tmp_path / "relay.db", clock=clock) as opened:
+def store(backend: Backend, clock: Clock) -> Iterator[Store]:
+    with backend.open(clock=clock) as opened:
         opened.sync_endpoints([Ep("a")])
         yield opened
 
@@ -116,6 +118,7 @@ def vm_steps(store: Store, call: Any) -> int:
 # --------------------------------------------------------------------------- due query
 
 
+@sqlite_only  # SQLite's query plan / trace callback / 0.1 rows
 def test_due_query_reads_the_heads_index_not_the_backlog(store: Store) -> None:
     fill(store, 5, 5)
     plan = [
@@ -197,6 +200,7 @@ def test_a_disabled_endpoint_keeps_its_heads_but_gets_nothing(store: Store) -> N
 # --------------------------------------------------------------------------- group commit
 
 
+@sqlite_only  # SQLite's query plan / trace callback / 0.1 rows
 def test_a_batch_is_one_transaction_with_per_record_failing_since(store: Store) -> None:
     fill(store, 3, 1)
     d = store.due_deliveries(T0, 10)
@@ -303,6 +307,7 @@ def test_bodies_come_back_byte_for_byte_and_take_far_less_room(store: Store) -> 
     assert stored < plain / 4, (stored, plain)
 
 
+@sqlite_only  # SQLite's query plan / trace callback / 0.1 rows
 def test_rows_written_as_text_before_0004_are_still_read(store: Store) -> None:
     s = session(3)
     store.upsert_session(s, baseline=False)

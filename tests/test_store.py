@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import psycopg
 import pytest
 from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
@@ -25,6 +26,8 @@ from sessionhook.relay.events import Event
 from sessionhook.relay.retry import AttemptResult, Dead, Delivered, DisableEndpoint, Retry
 from sessionhook.relay.store import AsyncStore, Ingested, Store, StoreError
 from sessionhook.relay.store import schema as store_schema
+
+from .conftest import Backend, sqlite_only
 
 SECRET = "whsec_" + base64.b64encode(b"s" * 32).decode()
 T0 = 1_700_000_000.0
@@ -104,8 +107,8 @@ def clock() -> Clock:
 
 
 @pytest.fixture
-def store(tmp_path: Path, clock: Clock) -> Iterator[Store]:
-    with Store.open(tmp_path / "state" / "sessionhook.db", clock=clock) as opened:
+def store(backend: Backend, clock: Clock) -> Iterator[Store]:
+    with backend.open(clock=clock) as opened:
         yield opened
 
 
@@ -120,6 +123,7 @@ def ready(store: Store, *endpoints: Ep, sessions: int = 1) -> list[Session]:
 # --------------------------------------------------------------------------- opening
 
 
+@sqlite_only
 def test_open_creates_directories_and_sets_pragmas(store: Store) -> None:
     assert store.path.parent.is_dir()
     pragma = store._conn.execute
@@ -250,12 +254,11 @@ def test_open_readonly_missing_file(tmp_path: Path) -> None:
         Store.open_readonly(tmp_path / "none.db")
 
 
-def test_readonly_reads_while_the_writer_is_open(tmp_path: Path, clock: Clock) -> None:
-    path = tmp_path / "db.sqlite"
-    with Store.open(path, clock=clock) as writer:
+def test_readonly_reads_while_the_writer_is_open(backend: Backend, clock: Clock) -> None:
+    with backend.open(clock=clock) as writer:
         (s,) = ready(writer)
         ingest(writer, s, [activity(1, 1), activity(1, 2)])
-        with Store.open_readonly(path) as reader:
+        with backend.open_readonly() as reader:
             assert reader.readonly
             assert reader.pending_count() == 2
             stream = reader.iter_events()
@@ -323,12 +326,14 @@ def test_already_archived_activity_produces_no_event_even_if_its_event_is_new(
     assert store.get_event("evt_other") is None
 
 
-def test_rebuilt_database_gives_the_same_event_ids(tmp_path: Path, clock: Clock) -> None:
+def test_rebuilt_database_gives_the_same_event_ids(
+    backend: Backend, clock: Clock, request: pytest.FixtureRequest
+) -> None:
     acts = [activity(1, i) for i in range(1, 8)]
     s = session(1)
     ids = []
-    for split, name in ((3, "first.db"), (5, "second.db")):
-        with Store.open(tmp_path / name, clock=clock) as db:
+    for split, where in ((3, backend), (5, backend.another(request))):
+        with where.open(clock=clock) as db:
             ready(db)
             db.ingest_session_events(s.name, [events.session_discovered(s)], True)
             ingest(db, s, acts[:split])
@@ -347,10 +352,10 @@ def test_failure_mid_ingest_leaves_nothing_half_written(store: Store, failure: s
     acts = [activity(1, 2), activity(1, 3)]
     evs = built(s, acts)
     if failure == "foreign key":
-        # The last event names a session that does not exist: SQLite refuses it.
+        # The last event names a session that does not exist: the engine refuses it.
         bad = Event("evt_bad", "session.discovered", "sessions/404", None, "", 0.0, b"{}")
         evs.append(bad)
-        expected: type[BaseException] = sqlite3.IntegrityError
+        expected: Any = (sqlite3.IntegrityError, psycopg.IntegrityError)
     else:
         bad_body = Event(evs[1].id, evs[1].type, s.name, acts[1].name, "", 0.0, b"\xff\xfe")
         evs[1] = bad_body
@@ -803,6 +808,7 @@ def test_replay_errors(history: tuple[Store, list[Session]]) -> None:
         store.replay("a")
 
 
+@sqlite_only
 def test_replay_of_a_large_range_is_one_statement(store: Store) -> None:
     (s,) = ready(store)
     acts = [activity(1, i, minute=i % 60) for i in range(1, 1501)]
@@ -837,6 +843,7 @@ def test_iter_events_streams_and_filters(store: Store) -> None:
     assert len(list(store.iter_events(until=ts(1)))) == 20  # minute 0: i = 60, 120, ...
 
 
+@sqlite_only
 def test_fetches_in_batches(store: Store) -> None:
     (s,) = ready(store)
     ingest(store, s, [activity(1, i, minute=0) for i in range(1, 1101)], deliver=False)
@@ -958,9 +965,9 @@ def test_list_deliveries_filters(history: tuple[Store, list[Session]]) -> None:
 
 
 @pytest.mark.anyio
-async def test_async_store_serializes_calls(tmp_path: Path) -> None:
+async def test_async_store_serializes_calls(backend: Backend) -> None:
     clock = Clock()
-    astore = await AsyncStore.open(tmp_path / "db.sqlite", clock=clock)
+    astore = AsyncStore(backend.open(clock=clock))
     try:
         await astore.sync_endpoints([Ep("a")])
         sessions = [session(n) for n in range(1, 6)]

@@ -12,9 +12,11 @@ from sqlite_utils import Database
 from sessionhook.api.models import Activity, Session
 from sessionhook.relay.store import Store, schema
 
+from .conftest import Backend
 
-def store(tmp_path: Path) -> Store:
-    s = Store.open(tmp_path / "db.sqlite", clock=lambda: 1000.0)
+
+def store(backend: Backend) -> Store:
+    s = backend.open(clock=lambda: 1000.0)
     for name in ("sessions/1", "sessions/2"):
         s.upsert_session(Session(name=name, state="IN_PROGRESS"), baseline=False)
     return s
@@ -30,8 +32,8 @@ def cursor(s: Store, session: str = "sessions/1") -> str | None:
     return row.activity_cursor
 
 
-def test_the_cursor_ignores_times_past_the_limit(tmp_path: Path) -> None:
-    with store(tmp_path) as s:
+def test_the_cursor_ignores_times_past_the_limit(backend: Backend) -> None:
+    with store(backend) as s:
         batch = [
             act("sessions/1", "a", "2026-01-01T00:00:00.000000Z"),
             act("sessions/1", "b", "9999-12-31T23:59:59.999999Z"),
@@ -43,8 +45,8 @@ def test_the_cursor_ignores_times_past_the_limit(tmp_path: Path) -> None:
         assert cursor(s) == "2026-01-01T00:00:00.000000Z"
 
 
-def test_a_name_archived_under_another_session_is_reported_not_archived(tmp_path: Path) -> None:
-    with store(tmp_path) as s:
+def test_a_name_archived_under_another_session_is_reported_not_archived(backend: Backend) -> None:
+    with store(backend) as s:
         taken = act("sessions/1", "x", "2026-01-01T00:00:00Z")
         s.ingest_activities("sessions/2", [taken], [], True)
         again = s.ingest_activities("sessions/1", [taken], [], True)
@@ -55,8 +57,8 @@ def test_a_name_archived_under_another_session_is_reported_not_archived(tmp_path
         assert same.conflicts == ()
 
 
-def test_refusals_are_recorded_once_counted_and_summarised(tmp_path: Path) -> None:
-    with store(tmp_path) as s:
+def test_refusals_are_recorded_once_counted_and_summarised(backend: Backend) -> None:
+    with store(backend) as s:
         assert s.refuse_activity("sessions/1", "sessions/9/activities/a", "foreign_name")
         assert not s.refuse_activity("sessions/1", "sessions/9/activities/a", "foreign_name")
         assert s.refuse_activity(

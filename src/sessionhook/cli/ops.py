@@ -23,7 +23,6 @@ from __future__ import annotations
 import functools
 import json
 import re
-import sqlite3
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -38,7 +37,7 @@ import click
 from ..api.models import parse_timestamp
 from ..relay.config import Config, ConfigError, load_config
 from ..relay.operator import DELIVERY_STATUSES, PING_TYPE, OperatorError, ping_event
-from ..relay.store import EventRow, Store, StoreError
+from ..relay.store import DATABASE_ERRORS, EventRow, StoreCore, StoreError, open_store
 from ._output import (
     DEFAULT_CONFIG,
     ENV_CONFIG,
@@ -174,13 +173,27 @@ class _Target:
     config: Config | None
     config_path: str | None
 
+    def database_url(self) -> str | None:
+        """The PostgreSQL store of the config (``--db`` always names a SQLite file)."""
+        if self.config is None or self.db != self.config.store.path:
+            return None
+        return self.config.store.database_url()
+
+    @property
+    def path(self) -> Path:
+        return self.db
+
+    @property
+    def pool_size(self) -> int:
+        return 2 if self.config is None else self.config.store.pool_size
+
 
 def _store_options(fn: _F) -> _F:
     fn = click.option(
         "--db",
         "db_path",
         metavar="PATH",
-        help="The SQLite database (default: store.path of the config).",
+        help="A SQLite database file (default: the store of the config).",
     )(fn)
     fn = click.option(
         "--config",
@@ -203,7 +216,7 @@ def _reported(fn: Callable[..., None]) -> Callable[..., None]:
         with handle_errors():
             try:
                 fn(*args, **kwargs)
-            except sqlite3.Error as exc:
+            except DATABASE_ERRORS as exc:
                 raise CliError(
                     f"database error: {exc}", hint="is the file a sessionhook database?"
                 ) from None
@@ -221,7 +234,7 @@ def _target(config_path: str | None, db_path: str | None, *, need_config: bool =
 
 
 def _require_db(target: _Target) -> None:
-    if not target.db.is_file():
+    if target.database_url() is None and not target.db.is_file():
         via = f"--config {target.config_path}" if target.config_path else f"--db {target.db}"
         raise CliError(
             f"no database at {target.db} — has `sessionhook run` started with this config?",
@@ -230,18 +243,18 @@ def _require_db(target: _Target) -> None:
 
 
 @contextmanager
-def _reading(config_path: str | None, db_path: str | None) -> Iterator[Store]:
+def _reading(config_path: str | None, db_path: str | None) -> Iterator[StoreCore]:
     target = _target(config_path, db_path)
     _require_db(target)
-    with Store.open_readonly(target.db) as store:
+    with open_store(target, readonly=True) as store:
         yield store
 
 
 @contextmanager
-def _writing(config_path: str | None, db_path: str | None) -> Iterator[Store]:
+def _writing(config_path: str | None, db_path: str | None) -> Iterator[StoreCore]:
     target = _target(config_path, db_path)
     _require_db(target)  # never create an empty database by mistake
-    with Store.open(target.db) as store:
+    with open_store(target) as store:
         yield store
 
 

@@ -261,9 +261,18 @@ class Account:
 
 
 class StoreConfig(_Section):
-    """``[store]``: the SQLite database (after loading, an absolute path)."""
+    """``[store]``: where the relay keeps everything. A SQLite file (``path``, the default:
+    after loading, an absolute path) or a PostgreSQL database (``url``, or ``url_env``
+    naming the environment variable that holds it, so the password stays out of the file).
+    At most one of the three is set."""
 
     path: Annotated[Path, _LAX] = Path(DEFAULT_DB_NAME)
+    #: ``postgresql://user:password@host:port/database`` (after loading: from ``url_env``
+    #: too). Shown and logged only through :attr:`location` (no password).
+    url: SecretStr | None = None
+    url_env: Annotated[str, Field(min_length=1)] | None = None
+    #: PostgreSQL connections per relay process (its store's worker threads).
+    pool_size: Annotated[int, Field(ge=1, le=64)] = 4
     #: Delete attempts, and delivered deliveries, older than this (unset: keep everything).
     #: Open and dead deliveries and the archive (sessions, activities, events) are kept.
     delivery_log_retention: Annotated[_Seconds, _within("store.delivery_log_retention")] | None = (
@@ -288,6 +297,33 @@ class StoreConfig(_Section):
         if not isinstance(value, str | Path):
             raise ValueError("must be a string")
         return value
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            _postgres_url(value.get_secret_value())
+        return value
+
+    @model_validator(mode="after")
+    def _one_location(self) -> StoreConfig:
+        given = [k for k in ("path", "url", "url_env") if k in self.model_fields_set]
+        if len(given) > 1:
+            raise ValueError("set only one of path, url or url_env")
+        return self
+
+    def database_url(self) -> str | None:
+        """The PostgreSQL URL (password included: for connecting only), or ``None``."""
+        return None if self.url is None else self.url.get_secret_value()
+
+    @property
+    def location(self) -> str:
+        """The store as logs and messages name it: the file, or the URL without password."""
+        if self.url is None:
+            return str(self.path)
+        from .store.postgres import display_url  # the store package imports this module
+
+        return display_url(self.url.get_secret_value())
 
 
 class PollConfig(_Section):
@@ -720,6 +756,19 @@ def _split_secrets(text: str, signature: str = "v1") -> list[str]:
     return parts
 
 
+def _postgres_url(value: str) -> None:
+    """Refuse what is not a ``postgresql://`` URL psycopg can parse (never echoing it: it
+    may hold a password)."""
+    if not value.startswith(("postgresql://", "postgres://")):
+        raise ValueError('must be a "postgresql://user:password@host:port/database" URL')
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        conninfo_to_dict(value)
+    except Exception:
+        raise ValueError("is not a valid PostgreSQL URL") from None
+
+
 def _split_listen(value: str) -> tuple[str, int]:
     host, sep, port_text = value.rpartition(":")
     if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
@@ -742,6 +791,18 @@ def _expand_path(key: str, raw: str | Path, base: Path, env: Mapping[str, str]) 
 
 
 def _resolve_store_path(config: Config, base: Path, env: Mapping[str, str]) -> Config:
+    if config.store.url_env is not None:
+        var = config.store.url_env
+        if not env.get(var):
+            raise ConfigError("store.url_env", f"environment variable {var} is not set")
+        try:
+            _postgres_url(env[var])
+        except ValueError as exc:
+            raise ConfigError("store.url_env", f"{var}: {exc}") from None
+        url = SecretStr(env[var])
+        return config.model_copy(update={"store": config.store.model_copy(update={"url": url})})
+    if config.store.url is not None:
+        return config
     if "path" in config.store.model_fields_set:
         db = _expand_path("store.path", config.store.path, base, env)
     elif env.get("STATE_DIRECTORY"):

@@ -36,8 +36,8 @@ not leave a process that looks alive and delivers nothing.
 
 from __future__ import annotations
 
+import functools
 import signal
-import sqlite3
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -65,12 +65,14 @@ from .replica import Replica, dead_replicas, heartbeat_interval, heartbeat_late,
 from .retry import AttemptResult
 from .sender import AiohttpPoster, HttpxPoster, Poster
 from .store import (
+    DATABASE_ERRORS,
     AsyncStore,
     StoreError,
     StoreFullError,
     StoreLockedError,
     StoreUnwritableError,
     acquire_daemon_lock,
+    open_store,
 )
 
 __all__ = ["DRAIN_SECONDS", "Daemon", "DaemonError"]
@@ -84,6 +86,10 @@ BUDGET_LEASE = 5
 
 _log = get_logger()
 _E = TypeVar("_E", bound=BaseException)
+
+
+#: A store that failed in a way the store did not map (a bug, a corrupt file, an OS error).
+_STORE_FAILURES: tuple[type[Exception], ...] = (StoreError, OSError, *DATABASE_ERRORS)
 
 
 class DaemonError(Exception):
@@ -241,6 +247,12 @@ class Daemon:
                         self._web_context(self.config.server),
                         readiness=self._readiness,
                         before_scrape=self._refresh_gauges,
+                        store={
+                            "backend": "sqlite"
+                            if self.config.store.database_url() is None
+                            else "postgresql",
+                            "database": self.config.store.location,
+                        },
                     )
                     try:
                         await outer.start(health.serve, self.config.server.listen, app)
@@ -294,7 +306,7 @@ class Daemon:
     async def _run_loops(self, store: AsyncStore, dispatcher: Dispatcher) -> None:
         _log.info(
             "relay.started",
-            store=str(self.config.store.path),
+            store=self.config.store.location,
             endpoints=[e.name for e in self.config.endpoints],
             base_url=self.config.api.base_url,
             accounts={a.name: a.base_url for a in self.config.upstream_accounts()},
@@ -489,7 +501,11 @@ class Daemon:
 
     @contextmanager
     def _daemon_lock(self) -> Iterator[None]:
-        """Hold the store's daemon lock (one daemon per store) for the block."""
+        """Hold the store's daemon lock (one daemon per SQLite store) for the block; a
+        PostgreSQL store takes no file lock (its relays share it, see the store package)."""
+        if self.config.store.database_url() is not None:
+            yield
+            return
         try:
             # Before the store is touched: a second daemon must not even migrate it.
             lock = acquire_daemon_lock(self.config.store.path)
@@ -507,31 +523,44 @@ class Daemon:
         /readyz saying why, until it opens or the daemon is stopped (then ``None``). A
         store that does not exist yet cannot be created: :class:`DaemonError`.
         """
-        path = self.config.store.path
-        existed = path.exists()
+        settings = self.config.store
+        postgres = settings.database_url() is not None
+        # A PostgreSQL database exists already (or opening it is an error to fix).
+        existed = postgres or settings.path.exists()
         store: AsyncStore | None = None
         delay, failures, since = 1.0, 0, time.monotonic()
         try:
             while True:
                 try:
                     if store is None:
-                        store = await AsyncStore.open(path, wait_for_space=wait, observer=self)
+                        opened = await anyio.to_thread.run_sync(
+                            functools.partial(open_store, settings, clock=self._clock)
+                        )
+                        store = AsyncStore(opened, wait_for_space=wait, observer=self)
                     await store.call(store.store.sync_endpoints, list(self.config.endpoints))
                     break
-                except StoreFullError as exc:
+                except StoreUnwritableError as exc:
+                    full = isinstance(exc, StoreFullError)
                     if store is None and not existed:
                         raise DaemonError(
                             f"cannot create the store: the disk is full ({exc})"
                         ) from None
                     if not wait:
-                        raise DaemonError(
-                            f"cannot open the store: the disk is full ({exc})"
-                        ) from None
+                        what = "the disk is full" if full else "it cannot be written now"
+                        raise DaemonError(f"cannot open the store: {what} ({exc})") from None
                     failures += 1
-                    self._open_problem = f"store is full, waiting for disk space: {exc}"
+                    self._open_problem = (
+                        f"store is full, waiting for disk space: {exc}"
+                        if full
+                        else f"store is unavailable, waiting for it: {exc}"
+                    )
                     self.store_unwritable(exc, first=failures == 1, retry_in=delay)
                     if failures == 1:  # systemd must not time the start out and retry
-                        sdnotify.ready("store is full: waiting for disk space")
+                        sdnotify.ready(
+                            "store is full: waiting for disk space"
+                            if full
+                            else "store is unavailable: waiting for it"
+                        )
                     sdnotify.watchdog()
                     with anyio.move_on_after(delay):
                         await self._stop.wait()
@@ -540,7 +569,12 @@ class Daemon:
                             await store.close()
                         return None
                     delay = min(10.0, delay * 2)  # <= half the unit's WatchdogSec
-                except (StoreError, OSError, sqlite3.Error) as exc:
+                except StoreError as exc:
+                    # PostgreSQL: a wrong password, a missing database, not ours, newer:
+                    # a setting to fix, like a config error.
+                    code = 2 if postgres else 1
+                    raise DaemonError(f"cannot open the store: {exc}", exit_code=code) from None
+                except _STORE_FAILURES as exc:
                     raise DaemonError(f"cannot open the store: {exc}") from None
         except BaseException:
             if store is not None:
@@ -682,7 +716,7 @@ class Daemon:
                 granted, wait = await store.call(
                     store.store.take_budget, account.name, self._clock(), rpm, count=BUDGET_LEASE
                 )
-            except (sqlite3.Error, StoreError, OSError) as exc:
+            except _STORE_FAILURES as exc:
                 _log.warning("upstream.budget_not_stored", error=str(exc))
                 return 0.0
             if granted:
@@ -707,7 +741,7 @@ class Daemon:
                 error = store.unwritable
                 what = "full" if isinstance(error, StoreFullError) else "not writable"
                 return f"store is {what}, polling and deliveries paused: {error}"
-        except (sqlite3.Error, StoreError, OSError) as exc:
+        except _STORE_FAILURES as exc:
             _log.warning("health.store_not_writable", error=str(exc))
             return f"store is not writable: {exc}"
         return None
@@ -737,7 +771,7 @@ class Daemon:
         self.metrics.store_write_failed("full" if full else "unwritable")
         self.metrics.store_unwritable.set(1)
         what = "full" if full else "not_writable"
-        fields = {"store": str(self.config.store.path), "error": str(error)}
+        fields = {"store": self.config.store.location, "error": str(error)}
         if first:
             _log.error(
                 f"store.{what}",
@@ -753,7 +787,7 @@ class Daemon:
     def store_writable_again(self, *, after: float) -> None:
         """Writes succeed again (the store's observer)."""
         self.metrics.store_unwritable.set(0)
-        _log.info("store.recovered", store=str(self.config.store.path), after_s=round(after, 1))
+        _log.info("store.recovered", store=self.config.store.location, after_s=round(after, 1))
         sdnotify.status("polling and delivering")
         if self.dispatcher is not None:
             self.dispatcher.wake()
@@ -796,6 +830,8 @@ def _restart_only(config: Config) -> tuple[Any, ...]:
             for a in config.upstream_accounts()
         ],
         str(config.store.path),
+        config.store.database_url(),
+        config.store.pool_size,
         config.delivery.allow_private_networks,
         # The listener and its token are taken when the web app is built, at start.
         None if config.server is None else config.server.model_dump(),

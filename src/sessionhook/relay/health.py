@@ -6,7 +6,9 @@ Enabled by ``[server] listen = "127.0.0.1:9187"`` (off when absent).
 * ``/readyz`` asks the daemon's readiness check and answers 200 ``{"ready": true}`` or 503
   with the reasons (the store is full or not writable, the last successful upstream poll is
   older than the bound...). It answers from the start, also while a full disk keeps the
-  store from opening. :func:`check_ready` builds that answer from plain facts.
+  store from opening. The daemon's answer also names its store (``"store": {"backend":
+  "postgresql", "database": "postgresql://...@host:5432/relay"}``, never a password).
+  :func:`check_ready` builds that answer from plain facts.
 * ``/openapi.json`` is the webhook contract: an OpenAPI 3.1 document whose ``webhooks``
   describe every event type's body (:mod:`sessionhook.relay.contract`).
 * ``/metrics`` runs the daemon's refresh hook (outbox gauges come from the database) and
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -95,11 +97,14 @@ def create_app(
     metrics: Metrics,
     readiness: ReadinessCheck,
     before_scrape: ScrapeHook | None = None,
+    store: Mapping[str, str] | None = None,
 ) -> Starlette:
     """A Starlette app serving only the routes above (the daemon serves them inside
     :func:`sessionhook.relay.web.create_app`, beside the console)."""
     return Starlette(
-        routes=health_routes(metrics=metrics, readiness=readiness, before_scrape=before_scrape)
+        routes=health_routes(
+            metrics=metrics, readiness=readiness, before_scrape=before_scrape, store=store
+        )
     )
 
 
@@ -108,8 +113,10 @@ def health_routes(
     metrics: Metrics,
     readiness: ReadinessCheck,
     before_scrape: ScrapeHook | None = None,
+    store: Mapping[str, str] | None = None,
 ) -> list[BaseRoute]:
-    """The unauthenticated routes above, for the web layer's route table."""
+    """The unauthenticated routes above, for the web layer's route table. ``store``
+    (``backend`` and ``database``, never a password) is reported by /readyz as it is."""
 
     async def healthz(_request: Request) -> Response:
         return JSONResponse({"status": "alive"})
@@ -121,7 +128,9 @@ def health_routes(
         except Exception as exc:  # a failing check is an answer, not a crash
             _log.warning("health.readiness_failed", error=repr(exc))
             ready, reasons = False, [f"readiness check failed: {exc}"]
-        body = {"ready": bool(ready), "reasons": list(reasons)}
+        body: dict[str, Any] = {"ready": bool(ready), "reasons": list(reasons)}
+        if store is not None:
+            body["store"] = dict(store)
         return JSONResponse(body, status_code=200 if ready else 503)
 
     async def metrics_route(_request: Request) -> Response:

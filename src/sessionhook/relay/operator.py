@@ -1,6 +1,6 @@
 """The operator layer: the queries and actions behind the CLI and the web console, once.
 
-Every function takes the synchronous store (:class:`~sessionhook.relay.store.Store`, the
+Every function takes the synchronous store (:class:`~sessionhook.relay.store.StoreCore`, the
 operator's port: SQL stays in ``relay/store/``) and returns plain rows or figures; the CLI
 renders them as tables or JSON, the console as pages. The daemon's web routes call them in
 the store's worker thread: ``await astore.call(operator.deliveries, astore.store, ...)``.
@@ -42,7 +42,7 @@ from .store import (
     HistoryProgress,
     ReplicaRow,
     StatusSummary,
-    Store,
+    StoreCore,
 )
 
 __all__ = [
@@ -104,7 +104,7 @@ class Overview:
     replicas: tuple[ReplicaRow, ...] = ()
 
 
-def status(store: Store, now: float) -> Overview:
+def status(store: StoreCore, now: float) -> Overview:
     """Endpoints, upstream, archive figures, the history walk, the accounts and the
     replicas at ``now``."""
     return Overview(
@@ -115,23 +115,23 @@ def status(store: Store, now: float) -> Overview:
     )
 
 
-def in_flight(store: Store, now: float, ids: Iterable[int]) -> dict[int, tuple[str, float]]:
+def in_flight(store: StoreCore, now: float, ids: Iterable[int]) -> dict[int, tuple[str, float]]:
     """Of the deliveries ``ids``, those a live replica is attempting: id -> (replica, since)."""
     return store.delivery_claims(now, ids)
 
 
-def endpoints_in_flight(store: Store, now: float) -> dict[str, dict[str, int]]:
+def endpoints_in_flight(store: StoreCore, now: float) -> dict[str, dict[str, int]]:
     """Per endpoint, the deliveries in flight on each live replica."""
     return store.endpoint_claims(now)
 
 
-def endpoints(store: Store) -> list[tuple[EndpointState, int]]:
+def endpoints(store: StoreCore) -> list[tuple[EndpointState, int]]:
     """Every endpoint the store knows, with its number of open deliveries."""
     backlog = store.outbox_stats()
     return [(s, backlog.get(s.name, (0, None))[0]) for s in store.endpoint_states()]
 
 
-def find_endpoint(store: Store, name: str) -> EndpointState:
+def find_endpoint(store: StoreCore, name: str) -> EndpointState:
     """The endpoint ``name``; :class:`OperatorError` naming the known ones otherwise."""
     states = store.endpoint_states()
     for state in states:
@@ -142,7 +142,7 @@ def find_endpoint(store: Store, name: str) -> EndpointState:
 
 
 def deliveries(
-    store: Store,
+    store: StoreCore,
     *,
     endpoint: str | None = None,
     status: str | None = None,
@@ -156,7 +156,7 @@ def deliveries(
 
 
 def attempts(
-    store: Store, target: str
+    store: StoreCore, target: str
 ) -> tuple[EventRow | None, list[tuple[DeliveryRow, list[AttemptRow]]]]:
     """Every attempt of one delivery (``12``, ``#12``) or of every delivery of one event
     (``evt_...``, the webhook-id): ``(event or None, [(delivery, attempts)])``."""
@@ -178,7 +178,7 @@ def attempts(
 
 
 def events(
-    store: Store,
+    store: StoreCore,
     *,
     session: str | None = None,
     type_glob: str | None = None,
@@ -250,7 +250,7 @@ class Follower:
         #: First seen, for each hole still ahead: where it starts -> when.
         self._holes: dict[int, float] = {}
 
-    def read(self, store: Store, *, limit: int = 100) -> EventPage:
+    def read(self, store: StoreCore, *, limit: int = 100) -> EventPage:
         """The next events (runs in the store's thread; one caller at a time)."""
         rows = store.events_after(self.cursor, limit=limit)
         accepted: list[EventRow] = []
@@ -277,7 +277,7 @@ class Follower:
         self._holes = {k: v for k, v in self._holes.items() if k > self.cursor}
 
 
-def resume_position(store: Store, event_id: str | None) -> int:
+def resume_position(store: StoreCore, event_id: str | None) -> int:
     """Where a follower starts: right after the event ``event_id`` (a webhook-id), or after
     the newest event when ``None``. An unknown id is an :class:`OperatorError`, never a
     silent restart from somewhere else."""
@@ -302,7 +302,7 @@ class ReplayResult:
 
 
 def replay(
-    store: Store,
+    store: StoreCore,
     endpoint: str,
     *,
     event_ids: tuple[str, ...] | list[str] = (),
@@ -350,14 +350,14 @@ def replay(
             on_progress(queued)
 
 
-def enable_endpoint(store: Store, name: str) -> int:
+def enable_endpoint(store: StoreCore, name: str) -> int:
     """Enable ``name`` again; returns how many deliveries wait for it."""
     find_endpoint(store, name)
     store.set_endpoint_enabled(name, True)
     return store.pending_count(name)
 
 
-def disable_endpoint(store: Store, name: str, reason: str = "disabled by an operator") -> None:
+def disable_endpoint(store: StoreCore, name: str, reason: str = "disabled by an operator") -> None:
     """Stop delivering to ``name``; its events keep being archived (replay them later)."""
     find_endpoint(store, name)
     store.set_endpoint_enabled(name, False, reason)

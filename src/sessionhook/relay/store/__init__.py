@@ -43,10 +43,13 @@ Errors::
 """
 
 from .aio import AsyncStore, FullObserver
+from .core import StoreCore
 from .economy_queries import HistoryProgress, KnownSession
 from .leases import LeaseRow, ReplicaRow
 from .lock import DaemonLock, StoreLockedError, acquire_daemon_lock
+from .opening import DATABASE_ERRORS, StoreSettings, open_store
 from .outbox import AttemptRecord
+from .postgres import PostgresStore
 from .refusals import REFUSAL_REASONS
 from .rows import (
     OPEN_STATUSES,
@@ -71,6 +74,7 @@ from .rows import (
 from .sqlite import Store
 
 __all__ = [
+    "DATABASE_ERRORS",
     "OPEN_STATUSES",
     "REFUSAL_REASONS",
     "AsyncStore",
@@ -89,16 +93,20 @@ __all__ = [
     "Ingested",
     "KnownSession",
     "LeaseRow",
+    "PostgresStore",
     "RefusedRow",
     "RefusedSummary",
     "ReplicaRow",
     "SessionRow",
     "StatusSummary",
     "Store",
+    "StoreCore",
     "StoreError",
     "StoreFullError",
     "StoreLockedError",
+    "StoreSettings",
     "StoreUnwritableError",
     "UpstreamSummary",
     "acquire_daemon_lock",
+    "open_store",
 ]

@@ -31,6 +31,7 @@ from sessionhook.api.models import Activity, Session
 
 from ..events import Event
 from ..retry import Decision
+from .core import StoreCore
 from .outbox import AttemptRecord
 from .rows import (
     AttemptLike,
@@ -75,7 +76,7 @@ class AsyncStore:
 
     def __init__(
         self,
-        store: Store,
+        store: StoreCore,
         *,
         wait_for_space: bool = True,
         observer: FullObserver | None = None,
@@ -83,7 +84,7 @@ class AsyncStore:
         retry_cap: float = 30.0,
     ) -> None:
         self.store = store
-        self._limiter = anyio.CapacityLimiter(1)
+        self._limiter = anyio.CapacityLimiter(store.concurrency)
         self.wait_for_space = wait_for_space
         self.observer = observer
         self._retry_base = retry_base

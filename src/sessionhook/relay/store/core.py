@@ -70,6 +70,9 @@ class StoreCore(
 
     #: ``"sqlite"`` or ``"postgresql"``.
     backend: str = ""
+    #: How many threads may use the store at once (:class:`~.aio.AsyncStore`'s limiter):
+    #: one on SQLite (one writer connection), the pool's size on PostgreSQL.
+    concurrency: int = 1
 
     def __init__(
         self,
@@ -645,7 +648,7 @@ class StoreCore(
             c.execute(
                 "INSERT INTO upstream_requests (minute, label, status, count) "
                 "VALUES (?, ?, ?, 1) ON CONFLICT (minute, label, status) "
-                "DO UPDATE SET count = count + 1",
+                "DO UPDATE SET count = upstream_requests.count + 1",
                 (minute, label, _upstream_code(status)),
             )
             c.execute(

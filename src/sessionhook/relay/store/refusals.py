@@ -72,7 +72,7 @@ class RefusalQueries:
                 "detail, size, first_refused_at, last_refused_at) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT (session_name, name, reason) DO UPDATE SET "
-                "count = count + 1, last_refused_at = excluded.last_refused_at, "
+                "count = refused_activities.count + 1, last_refused_at = excluded.last_refused_at, "
                 "detail = excluded.detail, size = excluded.size",
                 (
                     session_name,

@@ -22,7 +22,7 @@ config, the metrics, the bell rung on every ingest, the clock.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from starlette.applications import Starlette
@@ -83,11 +83,15 @@ def create_app(
     readiness: health.ReadinessCheck,
     before_scrape: health.ScrapeHook | None = None,
     providers: Sequence[RouteProvider] | None = None,
+    store: Mapping[str, str] | None = None,
 ) -> Starlette:
     """The app for ``[server] listen``: health routes, plus login, stream and console when
-    the config turns the console on. ``providers`` replaces :data:`ROUTE_PROVIDERS` (tests)."""
+    the config turns the console on. ``providers`` replaces :data:`ROUTE_PROVIDERS` (tests);
+    ``store`` is what /readyz says of the store (see :func:`health.health_routes`)."""
     routes: list[BaseRoute] = list(
-        health.health_routes(metrics=ctx.metrics, readiness=readiness, before_scrape=before_scrape)
+        health.health_routes(
+            metrics=ctx.metrics, readiness=readiness, before_scrape=before_scrape, store=store
+        )
     )
     server = ctx.config().server
     if server is None or not server.web_enabled:

@@ -1,0 +1,315 @@
+"""The PostgreSQL backend: :class:`PostgresStore` (``store.url = "postgresql://..."``).
+
+The queries are shared with SQLite (:mod:`.core`, written in the subset of :mod:`.dialect`);
+this module provides the connections, the transactions and the mapping of PostgreSQL's
+errors. psycopg 3 with a ``psycopg_pool.ConnectionPool``:
+
+Connections
+    Every pooled connection is in autocommit mode and binds parameters on the client side
+    (``psycopg.ClientCursor``: an untyped ``? IS NULL`` is valid, as on SQLite). A read
+    outside a transaction borrows a connection for ONE statement (the rows are buffered in
+    the cursor, the connection goes back at once): each read sees committed data, as a
+    SQLite read outside a transaction does. The pool checks a connection before lending
+    it, so a server restart costs the next statement a reconnect, not an error.
+
+Transactions
+    ``_tx`` borrows a connection for the block, ``BEGIN`` ... ``COMMIT``, and every query
+    the block runs in this thread goes to it (a thread-local). A write transaction first
+    takes ``pg_advisory_xact_lock(WRITE_LOCK)``: writers are serialized as they are on
+    SQLite (``BEGIN IMMEDIATE``), so the read-then-write patterns of the queries stay
+    correct and triggers never deadlock, whichever process or thread writes. Reads never
+    wait for it.
+
+Errors
+    The server unreachable or shutting down, a connection lost, no connection free in time,
+    a read-only server (a standby, ``default_transaction_read_only``) -> the write raised
+    :class:`~.rows.StoreUnwritableError` with nothing committed (the daemon waits and
+    retries); ``disk_full`` (SQLSTATE 53100) -> :class:`~.rows.StoreFullError`; a wrong
+    password, a missing database or role at open -> :class:`~.rows.StoreError` (one line).
+    Messages name the database by :func:`display_url` (never the password).
+
+PostgreSQL's ``TEXT`` cannot hold NUL characters: a text parameter holding one has it
+replaced by U+FFFD (text from the network never makes a write fail).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+import psycopg.conninfo
+import psycopg_pool
+
+from ...redact import redact_userinfo
+from .core import StoreCore
+from .dialect import to_pyformat
+from .rows import StoreError, StoreFullError, StoreUnwritableError
+from .schema_pg import check_current, migrate
+
+__all__ = ["DEFAULT_POOL_SIZE", "PostgresStore", "display_url", "is_postgres_url"]
+
+#: Connections per relay process (and so the AsyncStore's worker threads).
+DEFAULT_POOL_SIZE = 4
+#: Seconds to wait for a connection: the server, or a free one in the pool.
+CONNECT_TIMEOUT = 5.0
+#: ``pg_advisory_xact_lock`` key serializing write transactions ("sh" + "write").
+WRITE_LOCK = 0x7368_7772_6974
+
+#: SQLSTATE classes and codes meaning "cannot write now, try again later".
+_RETRY_CLASSES = ("08", "57", "53")  # connection, operator intervention, resources
+_READ_ONLY = "25006"
+_DISK_FULL = "53100"
+#: Raised at connect time for a mistake to fix (exit 2), not a pause to wait out.
+_FATAL_AT_CONNECT = (
+    "password authentication failed",
+    "no password supplied",
+    "does not exist",  # database or role
+    "no pg_hba.conf entry",
+    "authentication failed",
+    "permission denied",
+    "invalid",  # a bad option or URL parameter
+)
+
+
+def is_postgres_url(text: str) -> bool:
+    """Whether ``text`` names a PostgreSQL database (``postgresql://`` / ``postgres://``)."""
+    return text.startswith(("postgresql://", "postgres://"))
+
+
+def display_url(url: str) -> str:
+    """``url`` as shown in logs and messages: user, host, port and database, no password."""
+    try:
+        params = psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.Error:
+        return redact_userinfo(url.split("?", 1)[0])
+    host = str(params.get("host") or "localhost")
+    port = params.get("port")
+    user = params.get("user")
+    where = f"{host}:{port}" if port else host
+    who = f"{user}@" if user else ""
+    return redact_userinfo(f"postgresql://{who}{where}/{params.get('dbname') or ''}")
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, str) and "\x00" in value:
+        return value.replace("\x00", "\ufffd")
+    return value
+
+
+@functools.lru_cache(maxsize=1024)
+def _query(sql: str) -> bytes:
+    return to_pyformat(sql).encode()
+
+
+class _Adapter:
+    """The :class:`~.dialect.Connection` the shared queries see on PostgreSQL."""
+
+    def __init__(self, pool: psycopg_pool.ConnectionPool[Any]) -> None:
+        self.pool = pool
+        self.local = threading.local()
+
+    def execute(self, sql: str, parameters: Sequence[Any] = (), /) -> Any:
+        params = [_clean(p) for p in parameters]
+        conn: psycopg.Connection[Any] | None = getattr(self.local, "conn", None)
+        if conn is not None:
+            return conn.execute(_query(sql), params)
+        with self.pool.connection(timeout=CONNECT_TIMEOUT) as borrowed:
+            return borrowed.execute(_query(sql), params)
+
+    def executemany(self, sql: str, parameters: Iterable[Sequence[Any]], /) -> Any:
+        rows = [[_clean(p) for p in row] for row in parameters]
+        conn: psycopg.Connection[Any] | None = getattr(self.local, "conn", None)
+        if conn is None:  # pragma: no cover - the queries only write in a transaction
+            raise RuntimeError("executemany outside a transaction")
+        cursor = conn.cursor()
+        if rows:
+            cursor.executemany(_query(sql), rows)
+        return cursor
+
+
+def _connect_kwargs(readonly: bool) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {
+        "autocommit": True,
+        "cursor_factory": psycopg.ClientCursor,
+        "connect_timeout": int(CONNECT_TIMEOUT),
+        "application_name": "sessionhook",
+    }
+    if readonly:
+        kwargs["options"] = "-c default_transaction_read_only=on"
+    return kwargs
+
+
+class PostgresStore(StoreCore):
+    """A relay store in a PostgreSQL database. Open with :meth:`open` or
+    :meth:`open_readonly`; the daemon goes through :class:`~.aio.AsyncStore`, whose
+    worker threads (one per pooled connection) run the methods concurrently."""
+
+    backend = "postgresql"
+
+    def __init__(
+        self,
+        pool: psycopg_pool.ConnectionPool[Any],
+        url: str,
+        *,
+        readonly: bool,
+        clock: Callable[[], float] = time.time,
+        pool_size: int = DEFAULT_POOL_SIZE,
+    ) -> None:
+        self._adapter = _Adapter(pool)
+        super().__init__(
+            self._adapter, path=None, location=display_url(url), readonly=readonly, clock=clock
+        )
+        self._pool = pool
+        self.url = url
+        self.concurrency = pool_size
+
+    # ----------------------------------------------------------------- opening
+
+    @classmethod
+    def open(
+        cls,
+        url: str,
+        *,
+        clock: Callable[[], float] = time.time,
+        pool_size: int = DEFAULT_POOL_SIZE,
+    ) -> PostgresStore:
+        """Connect, migrate (one transaction, see :mod:`.schema_pg`) and start the pool.
+
+        Raises :class:`StoreError` for a wrong password, a missing database, a database
+        that is not ours or is newer; :class:`StoreUnwritableError` when the server cannot
+        be reached or is read-only for now (the daemon waits for it).
+        """
+        location = display_url(url)
+        with _connect(url, location, readonly=False) as conn:
+            try:
+                migrate(conn, location)
+            except psycopg.Error as exc:
+                raise _mapped(exc, location, opening=True) from None
+        return cls(_pool(url, pool_size, readonly=False), url, readonly=False, clock=clock,
+                   pool_size=pool_size)
+
+    @classmethod
+    def open_readonly(
+        cls,
+        url: str,
+        *,
+        clock: Callable[[], float] = time.time,
+        pool_size: int = 2,
+    ) -> PostgresStore:
+        """Connect read-only (``default_transaction_read_only``), e.g. while the daemon runs;
+        write methods raise :class:`StoreError`. The schema must be current."""
+        location = display_url(url)
+        with _connect(url, location, readonly=True) as conn:
+            try:
+                check_current(conn, location)
+            except psycopg.Error as exc:
+                raise _mapped(exc, location, opening=True) from None
+        return cls(_pool(url, pool_size, readonly=True), url, readonly=True, clock=clock,
+                   pool_size=pool_size)
+
+    def open_reader(self) -> PostgresStore:
+        """:meth:`open_readonly` on the same database."""
+        return PostgresStore.open_readonly(self.url, clock=self._clock)
+
+    def close(self) -> None:
+        """Close every pooled connection."""
+        self._pool.close()
+
+    # ----------------------------------------------------------------- transactions
+
+    @contextmanager
+    def _tx(self) -> Iterator[_Adapter]:
+        """One write transaction on one pooled connection, writers serialized (see the
+        module docstring); PostgreSQL's "cannot write now" errors become
+        :class:`StoreUnwritableError` with nothing committed."""
+        if self.readonly:
+            raise StoreError(f"{self.location} is open read-only")
+        local = self._adapter.local
+        if getattr(local, "conn", None) is not None:  # pragma: no cover - a bug
+            raise RuntimeError("nested store transaction")
+        try:
+            with (
+                self._pool.connection(timeout=CONNECT_TIMEOUT) as conn,
+                conn.transaction(),
+            ):
+                conn.execute(f"SELECT pg_advisory_xact_lock({WRITE_LOCK})".encode())
+                local.conn = conn
+                try:
+                    yield self._adapter
+                except BaseException:
+                    # References created in the rolled-back transaction must not be used.
+                    self._session_refs.clear()
+                    self._refs.clear()
+                    raise
+                finally:
+                    local.conn = None
+        except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+            mapped = self.unwritable_error(exc)
+            if mapped is not None:
+                raise mapped from exc
+            raise
+
+    def unwritable_error(self, exc: BaseException) -> StoreUnwritableError | None:
+        """The server unreachable, restarting, read-only or out of disk (see the module
+        docstring); ``None`` for anything else."""
+        if isinstance(exc, psycopg_pool.PoolTimeout):
+            return StoreUnwritableError(f"{self.location}: no connection: {exc}")
+        if not isinstance(exc, psycopg.Error):
+            return None
+        mapped = _mapped(exc, self.location, opening=False)
+        return mapped if isinstance(mapped, StoreUnwritableError) else None
+
+
+def _retryable(exc: psycopg.Error) -> bool:
+    state = exc.sqlstate or ""
+    if state == _READ_ONLY or state.startswith(_RETRY_CLASSES):
+        return True
+    # No SQLSTATE: the connection itself failed (refused, reset, closed by the server).
+    return not state and isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
+
+
+def _mapped(exc: psycopg.Error, location: str, *, opening: bool) -> StoreError:
+    """A psycopg error as the store's: full, unwritable for now, or a plain StoreError."""
+    text = redact_userinfo(str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc))
+    if exc.sqlstate == _DISK_FULL:
+        return StoreFullError(f"{location}: the database is out of disk space ({text})")
+    if opening and any(marker in str(exc) for marker in _FATAL_AT_CONNECT):
+        return StoreError(f"cannot open {location}: {text}")
+    if _retryable(exc):
+        return StoreUnwritableError(f"{location}: database unavailable ({text})")
+    return StoreError(f"{location}: {text}")
+
+
+@contextmanager
+def _connect(url: str, location: str, *, readonly: bool) -> Iterator[psycopg.Connection[Any]]:
+    """One direct connection (not pooled), its errors mapped for the opening."""
+    kwargs = _connect_kwargs(readonly)
+    kwargs.pop("cursor_factory")
+    try:
+        conn = psycopg.connect(url, **kwargs)
+    except psycopg.Error as exc:
+        raise _mapped(exc, location, opening=True) from None
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def _pool(url: str, size: int, *, readonly: bool) -> psycopg_pool.ConnectionPool[Any]:
+    pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
+        url,
+        min_size=1,
+        max_size=max(1, size),
+        kwargs=_connect_kwargs(readonly),
+        check=psycopg_pool.ConnectionPool.check_connection,
+        timeout=CONNECT_TIMEOUT,
+        name="sessionhook",
+        open=False,
+    )
+    pool.open(wait=False)
+    return pool

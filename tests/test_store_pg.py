@@ -1,0 +1,181 @@
+"""What only the PostgreSQL backend has: its migrations, its error mapping, its pool, its
+connection strings. The store's behaviour is tested on both engines by the parametrized
+suite (``store_backend``); these run on the session's real cluster (``tests/pg.py``)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import anyio
+import psycopg
+import pytest
+
+from sessionhook.api.models import Session
+from sessionhook.relay.store import (
+    AsyncStore,
+    PostgresStore,
+    StoreError,
+    StoreFullError,
+    StoreUnwritableError,
+)
+from sessionhook.relay.store import schema as sqlite_schema
+from sessionhook.relay.store.dialect import to_pyformat
+from sessionhook.relay.store.postgres import display_url
+from sessionhook.relay.store.schema_pg import MIGRATIONS_TABLE
+
+from .pg import PASSWORD, Cluster, free_port
+
+
+@pytest.fixture
+def empty_url(pg_cluster: Cluster) -> Iterator[str]:
+    """A database with nothing in it (not the migrated template)."""
+    name = pg_cluster.create_database()
+    yield pg_cluster.url(name)
+    pg_cluster.drop_database(name)
+
+
+def test_the_query_text_is_translated_once_for_psycopg() -> None:
+    sql = (
+        "SELECT '?', \"a%b\" FROM t WHERE x = ? AND y LIKE 'a%' "
+        "AND z IN (SELECT value FROM json_each(?))"
+    )
+    assert to_pyformat(sql) == (
+        "SELECT '?', \"a%%b\" FROM t WHERE x = %s AND y LIKE 'a%%' AND z IN "
+        "(SELECT value FROM json_array_elements_text(CAST(%s AS json)))"
+    )
+
+
+def test_migrations_have_the_sqlite_names_and_run_once_even_when_two_start_together(
+    empty_url: str,
+) -> None:
+    errors: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            PostgresStore.open(empty_url, pool_size=1).close()
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors
+    with psycopg.connect(empty_url) as conn:
+        names = [r[0] for r in conn.execute(f"SELECT name FROM {MIGRATIONS_TABLE} ORDER BY seq")]
+    assert names == sqlite_schema._KNOWN_MIGRATIONS
+
+
+def test_a_newer_schema_is_refused(pg_url: str) -> None:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(
+            f"INSERT INTO {MIGRATIONS_TABLE} (name, applied_at) VALUES ('9999_future', 0)"
+        )
+    with pytest.raises(StoreError, match=r"newer sessionhook \(migration 9999_future\)"):
+        PostgresStore.open(pg_url)
+    with pytest.raises(StoreError, match="newer sessionhook"):
+        PostgresStore.open_readonly(pg_url)
+
+
+def test_a_foreign_database_is_refused_and_left_alone(empty_url: str) -> None:
+    with psycopg.connect(empty_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE theirs (x INTEGER)")
+    with pytest.raises(StoreError, match="is not a sessionhook database"):
+        PostgresStore.open(empty_url)
+    with psycopg.connect(empty_url) as conn:
+        tables = conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'"
+        ).fetchall()
+    assert tables == [("theirs",)]
+
+
+def test_an_unmigrated_database_is_refused_read_only(empty_url: str) -> None:
+    with pytest.raises(StoreError, match="needs migrating"):
+        PostgresStore.open_readonly(empty_url)
+
+
+def test_a_wrong_password_or_database_is_one_clear_error_without_the_password(
+    pg_cluster: Cluster,
+) -> None:
+    with pytest.raises(StoreError) as wrong:
+        PostgresStore.open(pg_cluster.url(password="not-it"))
+    assert not isinstance(wrong.value, StoreUnwritableError)
+    assert "password authentication failed" in str(wrong.value)
+    assert "not-it" not in str(wrong.value)
+    with pytest.raises(StoreError, match='database "missing" does not exist') as missing:
+        PostgresStore.open(pg_cluster.url("missing"))
+    assert not isinstance(missing.value, StoreUnwritableError)
+    assert PASSWORD not in str(missing.value)
+
+
+def test_an_unreachable_server_is_unwritable_for_now() -> None:
+    url = f"postgresql://u:secret-pw@127.0.0.1:{free_port()}/relay"
+    with pytest.raises(StoreUnwritableError, match="database unavailable") as caught:
+        PostgresStore.open(url)
+    assert "secret-pw" not in str(caught.value)
+    assert f"127.0.0.1:{url.split(':')[3].split('/')[0]}/relay" in str(caught.value)
+
+
+def test_display_url_never_shows_the_password() -> None:
+    shown = display_url("postgresql://relay:s3cret@db.example:5433/hooks?sslmode=require")
+    assert "s3cret" not in shown
+    assert shown.endswith("db.example:5433/hooks")
+    assert "s3cret" not in display_url("postgresql://db.example/hooks?password=s3cret")
+
+
+def test_disk_full_and_read_only_errors_map_to_the_waiting_paths(pg_url: str) -> None:
+    with PostgresStore.open(pg_url) as store:
+        full = store.unwritable_error(psycopg.errors.DiskFull("no space"))
+        assert isinstance(full, StoreFullError)
+        read_only = store.unwritable_error(psycopg.errors.ReadOnlySqlTransaction("standby"))
+        assert isinstance(read_only, StoreUnwritableError)
+        assert not isinstance(read_only, StoreFullError)
+        assert store.unwritable_error(psycopg.errors.UniqueViolation("dup")) is None
+
+
+@pytest.mark.anyio
+async def test_a_read_only_database_makes_writes_wait_then_succeed(
+    pg_cluster: Cluster, pg_url: str
+) -> None:
+    name = pg_url.rsplit("/", 1)[1]
+    store = AsyncStore(PostgresStore.open(pg_url), retry_base=0.05, retry_cap=0.2)
+    assert store._limiter.total_tokens == store.store.concurrency > 1
+    try:
+        with pg_cluster.admin() as conn:
+            conn.execute(f'ALTER DATABASE "{name}" SET default_transaction_read_only = on')
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+                (name,),
+            )
+        session = Session(name="sessions/1", state="IN_PROGRESS")
+        with pytest.raises(StoreUnwritableError):
+            await store.call(store.store.upsert_session, session, baseline=False)
+
+        async def writable_again() -> None:
+            await anyio.sleep(0.3)
+            with pg_cluster.admin() as conn:
+                conn.execute(f'ALTER DATABASE "{name}" RESET default_transaction_read_only')
+                conn.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+                    (name,),
+                )
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(writable_again)
+            with anyio.fail_after(30):
+                row = await store.upsert_session(session, baseline=False)
+        assert row.name == "sessions/1"
+        assert store.unwritable is None
+    finally:
+        await store.close()
+
+
+def test_text_with_nul_characters_is_stored_not_refused(pg_url: str) -> None:
+    with PostgresStore.open(pg_url) as store:
+        store.upsert_session(
+            Session(name="sessions/1", title="a\x00b", state="IN_PROGRESS"), baseline=False
+        )
+        row = store.get_session("sessions/1")
+        assert row is not None and row.title == "a\ufffdb"
