@@ -1,4 +1,5 @@
-"""SQLite storage of the relay: schema, migrations and every query (the only package with SQL).
+"""The relay's storage: schema, migrations and every query (the only package with SQL), on
+SQLite (``store.path``, the default) or PostgreSQL (``store.url``).
 
 The database is at once the archive (sessions, activities kept whole), the event log, the
 outbox (``deliveries``: a row exists before any POST) and the delivery log (``attempts``).
@@ -7,38 +8,41 @@ Tables and columns are listed in ``docs/relay-design.md``.
 Modules
     :mod:`.rows`         the row dataclasses, the protocols of inputs, :class:`StoreError`
                          (no SQL)
-    :mod:`.schema`       migrations and the checks that a file is ours (DDL)
-    :mod:`.sqlite`       :class:`Store`: connections, durability, the daemon's queries
-    :mod:`.ops_queries`  the operator's queries, mixed into :class:`Store`
-    :mod:`.console_queries`  the web console's lists and chart counts, mixed into
-                         :class:`Store`
+    :mod:`.dialect`      the SQL subset both engines run; each query is written once
+    :mod:`.core`         :class:`StoreCore`: the daemon's queries, whatever the engine
+    :mod:`.ops_queries`  the operator's queries, mixed into :class:`StoreCore`
+    :mod:`.outbox`       due deliveries, attempts, pruning (mixed in)
+    :mod:`.console_queries`  the web console's lists and chart counts (mixed in)
     :mod:`.economy_queries`  the history walk, known sessions, the request budget's window
-                         (mixed into :class:`Store`)
+                         (mixed in)
+    :mod:`.refusals`     what was refused from upstream, and why (mixed in)
+    :mod:`.sqlite`       :class:`Store`: the SQLite file, its connections and durability
+    :mod:`.schema`       SQLite migrations and the checks that a file is ours (DDL)
+    :mod:`.postgres`     :class:`PostgresStore`: the pool, transactions, error mapping
+    :mod:`.schema_pg`    the same migrations in PostgreSQL DDL
+    :mod:`.opening`      :func:`open_store`: the backend the configuration names
     :mod:`.aio`          :class:`AsyncStore`, the daemon's async handle (waits out a full
-                         disk)
-    :mod:`.lock`         the daemon lock: one ``sessionhook run`` per store (``flock``)
-    :mod:`.refusals`     what was refused from upstream, and why, mixed into :class:`Store`
+                         disk or an unreachable database)
+    :mod:`.lock`         the daemon lock: one ``sessionhook run`` per SQLite store (``flock``)
     :mod:`.leases`       the replicas' lease protocol: registry, heartbeats, claims on
-                         outbox heads and session polls, named leases (mixed into
-                         :class:`Store`)
+                         outbox heads and session polls, named leases (mixed in)
     :mod:`.copy`         ``sessionhook store copy``: a whole store into another, ids kept
 
-    Only this package speaks SQL; a second backend is a new module beside :mod:`.sqlite`.
-
-Connections and durability (``synchronous=NORMAL``) are described in :mod:`.sqlite`.
-
 Threads
-    A :class:`Store` is used from one thread at a time. :class:`AsyncStore` gives the daemon
-    async methods that run the Store's in worker threads under a ``CapacityLimiter(1)``: one
-    writer, never two statements at once, the event loop never blocked on disk.
+    A store is used from one thread at a time per connection. :class:`AsyncStore` gives the
+    daemon async methods that run the store's in worker threads under a
+    ``CapacityLimiter(store.concurrency)``: one on SQLite (one writer, never two statements
+    at once), the pool size on PostgreSQL (writes serialized by the database).
 
 Errors::
 
     StoreError      the database cannot be opened or used (directory not writable, not a
                     sessionhook database, schema newer than this version, unknown endpoint,
-                    write on a read-only store); ``path`` tells which file
+                    write on a read-only store, wrong password); ``path`` tells which file
+                    (``None`` on PostgreSQL: the message names the database)
     +-- StoreLockedError  another daemon holds the store's lock; ``pid`` is its PID
-    +-- StoreUnwritableError  a write cannot be done for now (read-only); nothing committed
+    +-- StoreUnwritableError  a write cannot be done for now (read-only, database
+        |                     unreachable); nothing committed
         +-- StoreFullError    a write failed for lack of space
 """
 

@@ -1,4 +1,4 @@
-""":class:`AsyncStore`, the daemon's async handle on the :class:`~.sqlite.Store`.
+""":class:`AsyncStore`, the daemon's async handle on a store (SQLite or PostgreSQL).
 
 A full disk (or a store that cannot be written for now)
     A write that fails for lack of space (:class:`~.rows.StoreFullError`), or because the
@@ -64,8 +64,9 @@ class FullObserver(Protocol):
 
 
 class AsyncStore:
-    """The daemon's handle on the :class:`Store`: every call runs in a worker thread under a
-    ``CapacityLimiter(1)``, so there is one writer and the event loop never waits on disk.
+    """The daemon's handle on a store (:class:`~.core.StoreCore`): every call runs in a
+    worker thread under a ``CapacityLimiter(store.concurrency)`` (1 on SQLite: one writer
+    connection; the pool's size on PostgreSQL), so the event loop never waits on disk.
 
     Explicit async methods cover what the poller, dispatcher and health server use (their
     writes wait out a full disk, see the module docstring); any other Store method is

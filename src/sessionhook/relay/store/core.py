@@ -18,6 +18,7 @@ ends, rolled back whole when it raises (a backend maps "cannot write now" errors
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
@@ -91,6 +92,15 @@ class StoreCore(
         # Decoded reference bodies by id, and each session's current reference (see codec).
         self._refs: dict[int, bytes] = {}
         self._session_refs: dict[str, tuple[int, bytes]] = {}
+        # ``_refs`` is filled by reads too, which run in several threads on PostgreSQL;
+        # ``_session_refs`` only in write transactions, which are serialized.
+        self._refs_lock = threading.Lock()
+
+    def _forget_refs(self) -> None:
+        """Drop the cached references: a rolled-back transaction may have created some."""
+        with self._refs_lock:
+            self._session_refs.clear()
+            self._refs.clear()
 
     def _tx(self) -> AbstractContextManager[Connection]:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -455,7 +465,8 @@ class StoreCore(
                 (event.session_name, codec.encode_body(event.body, b"", b"")),
             ).fetchall()[0][0]
         )
-        self._refs[ref_id] = event.body
+        with self._refs_lock:
+            self._refs[ref_id] = event.body
         self._session_refs[event.session_name] = (ref_id, event.body)
         if len(self._session_refs) > _REF_CACHE:
             self._session_refs.pop(next(iter(self._session_refs)))
@@ -477,9 +488,10 @@ class StoreCore(
                 if data is None:
                     raise StoreError(f"missing body reference {ref_id}", path=self.path)
             body = codec.decode_body(data, b"", b"")
-            if len(self._refs) >= _REF_CACHE:
-                self._refs.pop(next(iter(self._refs)))
-            self._refs[ref_id] = body
+            with self._refs_lock:  # readers in other threads fill it too (PostgreSQL)
+                if len(self._refs) >= _REF_CACHE:
+                    self._refs.pop(next(iter(self._refs)), None)
+                self._refs[ref_id] = body
         return body
 
     def _decode_body(

@@ -12,8 +12,8 @@ snapshot or write through SQLite's own locking while the daemon runs.
 
 ``flock`` is advisory and local: it holds between processes of one machine on a local
 filesystem, which is where a SQLite store must live anyway (SQLite's own locks are not
-reliable over NFS either). A PostgreSQL backend takes the same guarantee from the database
-instead (a session-level advisory lock), since its daemons need not share a machine.
+reliable over NFS either). A PostgreSQL store takes no such lock: several relays may share
+one database (their writes are serialized by the database, see :mod:`.postgres`).
 """
 
 from __future__ import annotations

@@ -243,8 +243,7 @@ class PostgresStore(StoreCore):
                     yield self._adapter
                 except BaseException:
                     # References created in the rolled-back transaction must not be used.
-                    self._session_refs.clear()
-                    self._refs.clear()
+                    self._forget_refs()
                     raise
                 finally:
                     local.conn = None

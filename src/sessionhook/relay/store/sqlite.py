@@ -204,8 +204,7 @@ class Store(StoreCore):
                 self._conn.execute("COMMIT")
             except BaseException:
                 # References created in the rolled-back transaction must not be used again.
-                self._session_refs.clear()
-                self._refs.clear()
+                self._forget_refs()
                 # Some errors (SQLITE_FULL, IOERR...) already rolled back; do not mask them.
                 if self._conn.in_transaction:
                     self._conn.execute("ROLLBACK")
