@@ -10,7 +10,10 @@ Modules
                          (no SQL)
     :mod:`.dialect`      the SQL subset both engines run; each query is written once
     :mod:`.core`         :class:`StoreCore`: the daemon's queries, whatever the engine
-    :mod:`.ops_queries`  the operator's queries, mixed into :class:`StoreCore`
+                         (meta, endpoints, sessions, upstream counters; the mixins below)
+    :mod:`.ingest`       archiving pages of activities and events, compressed bodies
+                         (mixed into :class:`StoreCore`)
+    :mod:`.ops_queries`  the operator's queries (mixed in)
     :mod:`.outbox`       due deliveries, attempts, pruning (mixed in)
     :mod:`.console_queries`  the web console's lists and chart counts (mixed in)
     :mod:`.economy_queries`  the history walk, known sessions, the request budget's window
