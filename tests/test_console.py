@@ -8,7 +8,6 @@ import json
 import re
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -26,6 +25,7 @@ from sessionhook.relay.web import WebContext, create_app
 from sessionhook.relay.web.auth import CSRF_FIELD, MAX_FORM_BYTES, WebAuth
 from sessionhook.relay.web.console import ConsoleDeps, console_routes
 from sessionhook.relay.web.console_chart import HEIGHT, WIDTH, minute_chart
+from tests.conftest import Backend
 from tests.test_store import T0, Clock, Ep, activity, ingest, ready, session
 
 HOSTILE = "<script>alert(1)</script>"
@@ -40,8 +40,8 @@ def clock() -> Clock:
 
 
 @pytest.fixture
-def store(tmp_path: Path, clock: Clock) -> Iterator[Store]:
-    with Store.open(tmp_path / "relay.db", clock=clock) as opened:
+def store(backend: Backend, clock: Clock) -> Iterator[Store]:
+    with backend.open(clock=clock) as opened:
         yield opened
 
 
