@@ -4,24 +4,33 @@ subprocesses against the stand-in and the verifying consumer.
 * ``sessionhook store copy``: an archive copied to a new store, then the relay run on the
   copy: nothing delivered before is delivered again, open deliveries go out under the
   same webhook-ids, the source is not touched.
+* replicas: three ``sessionhook run`` on one throwaway PostgreSQL database, kill -9 of one
+  (restarted) and of another (for good): every activity delivered, none under two ids,
+  per-session order at the consumer, duplicates only for what was in flight.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import signal
 import subprocess
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from .standin import StandIn
 from .test_blackbox import (
     SESSIONHOOK,
     Endpoint,
     Harness,
+    Relay,
     assert_all_verified,
     assert_clean_exit,
+    assert_session_order,
     harness,
+    relay_config,
     wait_until,
 )
 from .test_blackbox_throughput import preload, read
@@ -97,3 +106,87 @@ def test_store_copy_then_the_relay_on_the_copy_sends_nothing_twice(harness: Harn
     assert refused <= {h.webhook_id for h in consumer.delivered("b")}  # the same ids
     names = {a for acts in order.values() for a in acts}
     assert consumer.delivered_activity_names("b") == names
+
+
+# --------------------------------------------------------------------------- replicas
+
+
+def replica_config(standin: StandIn, url: str, endpoint: Endpoint, lease: float) -> str:
+    """The black-box config with the store on PostgreSQL and a short lease."""
+    text = relay_config(
+        standin=standin,
+        store=Path("unused.db"),
+        endpoints=[endpoint],
+        backfill=True,
+        concurrency=4,
+        retry_delays=(0.2, 0.5, 1.0, 1.0, 1.0),
+    )
+    lines = [
+        f"url = {json.dumps(url)}\nlease = {lease}" if line.startswith("path = ") else line
+        for line in text.splitlines()
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def test_replicas_share_the_work_and_survive_kill_9(harness: Harness, pg_url: str) -> None:
+    """Three real relays on one PostgreSQL store: every activity delivered, none under two
+    webhook-ids, each session in order at the consumer, never two of a session at once;
+    one replica killed and restarted, another killed for good (its lease expires):
+    duplicates only for what was in flight."""
+    standin = harness.standin(max_page_size=50)
+    order = preload(standin, 8, 10)
+    consumer = harness.consumer()
+    url, secret = consumer.add_endpoint("main", delay=0.05)
+    text = replica_config(standin, pg_url, Endpoint("main", url, secret), lease=3.0)
+    replicas = []
+    for n in range(3):
+        relay = Relay(harness.tmp, f"replica-{n}", text, standin.api_key)
+        harness.relays.append(relay)
+        replicas.append(relay.start())
+    names = {a for acts in order.values() for a in acts}
+    wait_until(
+        lambda: len(consumer.delivered("main")) >= len(names) // 4,
+        40,
+        "a quarter of the activities delivered",
+        harness.diagnostics,
+    )
+    replicas[0].kill()  # kill -9 mid-run, then restarted at once (its pid is gone: reaped)
+    assert replicas[0].returncode == -signal.SIGKILL
+    for name in order:  # more work while they recover
+        order[name].append(standin.append_activity(name, "progressUpdated")["name"])
+    names = {a for acts in order.values() for a in acts}
+    again = Relay(harness.tmp, "replica-0b", text, standin.api_key)
+    harness.relays.append(again)
+    again.start()
+    wait_until(
+        lambda: len(consumer.delivered("main")) >= len(names) // 2,
+        40,
+        "half of the activities delivered",
+        harness.diagnostics,
+    )
+    replicas[1].kill()  # kill -9 for good: its claims wait for the lease to expire
+    wait_until(
+        lambda: consumer.delivered_activity_names("main") >= names,
+        45,
+        "every activity delivered after the kills",
+        harness.diagnostics,
+    )
+    for relay in (replicas[2], again):
+        assert_clean_exit(relay)
+
+    hits = consumer.hits("main")
+    assert_all_verified(hits)
+    assert_session_order(hits, order)
+    assert consumer.max_in_flight_per_session == 1, "two requests of one session at once"
+    per_activity: dict[str, set[str]] = {}
+    for h in consumer.delivered("main"):
+        if h.activity_name is not None:
+            per_activity.setdefault(h.activity_name, set()).add(h.webhook_id)
+    assert all(len(ids) == 1 for ids in per_activity.values()), "an activity under two ids"
+    acks = Counter(h.webhook_id for h in consumer.delivered("main"))
+    duplicates = sum(n - 1 for n in acks.values())
+    # At most what the two killed replicas had in flight (concurrency 4 each) is sent again.
+    assert duplicates <= 2 * 4, acks.most_common(5)
+    # The work was shared: the replicas that lived delivered, each of them.
+    for relay in (replicas[2], again):
+        assert any(e.get("event") == "delivery.succeeded" for e in relay.log_events()), relay.label

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
+import anyio.to_thread
 import httpx
 import pytest
 from click.testing import CliRunner
@@ -26,8 +27,16 @@ from sessionhook.relay.dispatch import DeliverySettings, Dispatcher
 from sessionhook.relay.metrics import Metrics
 from sessionhook.relay.poller import Poller, PollSettings
 from sessionhook.relay.retry import Delivered, Retry
-from sessionhook.relay.store import AsyncStore, AttemptRecord, ReplicaRow, Store
+from sessionhook.relay.store import (
+    AsyncStore,
+    AttemptRecord,
+    PostgresStore,
+    ReplicaRow,
+    Store,
+    notify,
+)
 
+from .conftest import Backend
 from .receiver import Receiver
 from .test_dispatch import SECRET, _config, _seed
 from .test_outbox import T0, Clock, Ep, fill, ok
@@ -36,10 +45,10 @@ LEASE = 10.0
 
 
 @pytest.fixture
-def pair(tmp_path: Path) -> Iterator[tuple[Store, Store]]:
-    """Two replicas, ``a`` and ``b``, on one store with 3 sessions x 2 deliveries."""
-    path = tmp_path / "relay.db"
-    with Store.open(path, clock=Clock()) as a, Store.open(path, clock=Clock()) as b:
+def pair(backend: Backend) -> Iterator[tuple[Store, Store]]:
+    """Two replicas, ``a`` and ``b``, on one store (each engine) with 3 sessions x 2
+    deliveries."""
+    with backend.open(clock=Clock()) as a, backend.open(clock=Clock()) as b:
         a.sync_endpoints([Ep("ep")])
         fill(a, 3, 2)
         a.register_replica("aaaa", host="h1", pid=1, now=T0, lease=LEASE)
@@ -151,11 +160,11 @@ def test_a_clean_stop_releases_everything_at_once(pair: tuple[Store, Store]) -> 
 
 
 def test_an_unregistered_handle_reads_without_claiming_and_skips_live_claims(
-    tmp_path: Path, pair: tuple[Store, Store]
+    backend: Backend, pair: tuple[Store, Store]
 ) -> None:
     a, _ = pair
     mine = a.due_deliveries(T0, 1)
-    with Store.open(tmp_path / "relay.db", clock=Clock()) as reader:
+    with backend.open(clock=Clock()) as reader:
         seen = reader.due_deliveries(T0, 10)
         assert mine[0].key not in keys(seen)
         assert len(seen) == 2
@@ -442,3 +451,31 @@ def test_reaping_frees_a_dead_replicas_claims_at_once(pair: tuple[Store, Store])
     assert b.claim_session_poll("sessions/0", T0 + 1)
     assert b.acquire_lease("poller:default", T0 + 1)
     assert {r.id: r.stopped_at for r in b.replicas()} == {"aaaa": T0 + 1, "bbbb": None}
+
+
+@pytest.mark.anyio
+async def test_postgresql_notifies_every_replica_when_deliveries_are_enqueued(
+    pg_url: str,
+) -> None:
+    """The outbox trigger notifies on commit; a listener (every replica's daemon has one)
+    hears it: its dispatcher wakes without waiting for its timer."""
+    heard = anyio.Event()
+    listening = anyio.Event()
+    with PostgresStore.open(pg_url, clock=Clock()) as writer:
+        writer.sync_endpoints([Ep("ep")])
+        async with anyio.create_task_group() as tg:
+            calls = 0
+
+            def on_notify() -> None:
+                nonlocal calls
+                calls += 1
+                if calls > 1:  # the first call is the catch-up when LISTEN is in place
+                    heard.set()
+
+            tg.start_soon(lambda: notify.listen(pg_url, on_notify, ready=listening.set))
+            with anyio.fail_after(20):
+                await listening.wait()
+                assert not heard.is_set()
+                await anyio.to_thread.run_sync(lambda: fill(writer, 1, 2))
+                await heard.wait()
+            tg.cancel_scope.cancel()

@@ -34,10 +34,10 @@ def _is_url(spec: str) -> bool:
 def open_copy_side(spec: str, *, writable: bool) -> Any:
     """The store at ``spec`` (a SQLite path or a ``postgresql://`` URL): read-only for the
     source, opened (created and migrated) for the target."""
-    from sessionhook.relay.store import Store
+    from sessionhook.relay.store import PostgresStore, Store
 
     if _is_url(spec):
-        raise CliError("this build has no PostgreSQL backend yet", exit_code=2)
+        return PostgresStore.open(spec) if writable else PostgresStore.open_readonly(spec)
     path = Path(spec).expanduser()
     return Store.open(path) if writable else Store.open_readonly(path)
 

@@ -72,6 +72,7 @@ from .store import (
     StoreLockedError,
     StoreUnwritableError,
     acquire_daemon_lock,
+    notify,
     open_store,
 )
 
@@ -320,6 +321,12 @@ class Daemon:
             tg.start_soon(self._side_task, "lifecycle", self._lifecycle, None)
             tg.start_soon(self._side_task, "retention", self._retention, None)
             tg.start_soon(self._side_task, "heartbeat", self._heartbeat, None)
+            url = getattr(store.store, "url", None)
+            if getattr(store.store, "backend", "") == "postgresql" and url:
+                # Other replicas' enqueues wake this dispatcher (LISTEN/NOTIFY); the
+                # dispatcher's one-second timer backs it up.
+                wake = dispatcher.wake
+                tg.start_soon(self._side_task, "wakeups", lambda: notify.listen(url, wake), None)
             await self._stop.wait()
             self._stopping = True
             _log.info("relay.stopping", in_flight=dispatcher.in_flight)
@@ -394,7 +401,7 @@ class Daemon:
             now = self._clock()
             try:
                 ok = await store.try_write(store.store.heartbeat_replica, now)
-            except (sqlite3.Error, StoreError, OSError) as exc:
+            except _STORE_FAILURES as exc:
                 _log.warning("replica.heartbeat_failed", error=str(exc))
                 ok = False
             if ok:
@@ -688,7 +695,7 @@ class Daemon:
                 # A clean stop frees every claim at once: nobody waits for a lease.
                 try:
                     await store.call(store.store.retire_replica, self._clock())
-                except (sqlite3.Error, StoreError, OSError) as exc:
+                except _STORE_FAILURES as exc:
                     _log.warning("replica.retire_failed", error=str(exc))
                 for upstream in upstreams:
                     await upstream.aclose()

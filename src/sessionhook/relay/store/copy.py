@@ -248,8 +248,24 @@ class CopyQueries:
                 c.execute(f"DELETE FROM {_quote(table)}")
 
     def copy_finish(self, tables: Sequence[str]) -> None:
-        """See :class:`CopyStore` (SQLite: nothing to do, AUTOINCREMENT follows the ids
-        inserted)."""
+        """See :class:`CopyStore`. SQLite: nothing to do, AUTOINCREMENT follows the ids
+        inserted. PostgreSQL: each identity column's sequence is moved to the largest id
+        copied, so the next row gets the next id (not one the copy already used)."""
+        if getattr(self, "backend", "sqlite") != "postgresql":
+            return
+        with self._tx() as c:
+            for table in tables:
+                for (column,) in c.execute(
+                    "SELECT column_name FROM information_schema.columns "
+                    "WHERE table_schema = current_schema() AND table_name = ? "
+                    "AND is_identity = 'YES'",
+                    (table,),
+                ).fetchall():
+                    c.execute(
+                        f"SELECT setval(pg_get_serial_sequence(?, ?), "
+                        f"COALESCE(MAX({_quote(column)}), 0) + 1, false) FROM {_quote(table)}",
+                        (table, column),
+                    )
 
 
 def _with(row: tuple[Any, ...], index: int, value: Any) -> tuple[Any, ...]:

@@ -139,6 +139,7 @@ class LeaseQueries:
             return
         with self._tx() as c:
             _release_all(c, owner, now)
+            _wake_replicas(self, c)
         self.replica_id = None
 
     def reap_replicas(self, ids: Iterable[str], now: float) -> int:
@@ -151,6 +152,7 @@ class LeaseQueries:
         with self._tx() as c:
             for owner in dead:
                 _release_all(c, owner, now)
+            _wake_replicas(self, c)
         return len(dead)
 
     def replicas(self) -> list[ReplicaRow]:
@@ -234,6 +236,7 @@ class LeaseQueries:
                 "WHERE endpoint = ? AND session_name = ? AND claimed_by = ?",
                 params,  # in key order, as every writer of the heads (see outbox.py)
             )
+            _wake_replicas(self, c)
 
     # ------------------------------------------------------------------ session polls
 
@@ -298,6 +301,13 @@ class LeaseQueries:
             LeaseRow(r[0], r[1], float(r[2]))
             for r in self._conn.execute("SELECT name, owner, acquired_at FROM leases ORDER BY name")
         ]
+
+
+def _wake_replicas(store: object, c: Any) -> None:
+    """On PostgreSQL, tell every replica to look at the outbox (claims were given back);
+    sent when ``c``'s transaction commits (see ``notify.py``)."""
+    if getattr(store, "backend", "") == "postgresql":
+        c.execute("SELECT pg_notify('sessionhook_outbox', '')")
 
 
 def _release_all(c: Any, owner: str, now: float) -> None:

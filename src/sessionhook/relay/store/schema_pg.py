@@ -27,7 +27,7 @@ from collections.abc import Sequence
 import psycopg
 
 from .rows import StoreError
-from .schema import _KNOWN_MIGRATIONS
+from .schema import _KNOWN_MIGRATIONS, PG_0007_REPLICAS
 
 #: Where applied migrations are recorded (name, when).
 MIGRATIONS_TABLE = "sessionhook_migrations"
@@ -252,6 +252,7 @@ MIGRATIONS: dict[str, Sequence[str]] = {
     "0006_event_shapes": _M0006,
     "0004_outbox_heads": _M0004_HEADS,
     "0004_compact_archive": _M0004_COMPACT,
+    "0007_replicas": PG_0007_REPLICAS,
 }
 assert list(MIGRATIONS) == _KNOWN_MIGRATIONS, "PostgreSQL and SQLite migrations differ"
 

@@ -1,0 +1,74 @@
+"""Wake-ups between replicas on PostgreSQL: ``LISTEN``/``NOTIFY`` on :data:`OUTBOX_CHANNEL`.
+
+Who notifies: the database itself. A statement-level trigger on ``deliveries`` (migration
+``0007_replicas`` of the PostgreSQL schema) calls ``pg_notify`` whenever rows are inserted
+(ingest, replay, operator commands), and the store notifies when it gives claims back (a
+clean stop, a reaped replica, heads handed out and not started). PostgreSQL delivers a
+notification when its transaction commits, to every listening connection, at most once per
+transaction and channel.
+
+Who listens: every replica's daemon (:func:`listen`), on a connection of its own, and wakes
+its dispatcher. A notification is only a hint: the dispatcher's timer (at most a second)
+backs it up, so a listener that lost its connection costs latency, never a delivery; it
+reconnects with a growing delay (``store.listen_failed``) and wakes the dispatcher once it
+listens again (what it missed meanwhile). SQLite needs none of this: one process, whose
+poller wakes its dispatcher directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import anyio
+import psycopg
+
+from ..logging import get_logger
+from .postgres import display_url
+
+__all__ = ["OUTBOX_CHANNEL", "listen"]
+
+#: The channel of "deliveries were enqueued or claims released: look at the outbox".
+OUTBOX_CHANNEL = "sessionhook_outbox"
+#: Reconnection delays after a lost listening connection: 1 s doubling up to this.
+RECONNECT_CAP = 30.0
+
+_log = get_logger()
+
+
+async def listen(
+    url: str,
+    on_notify: Callable[[], None],
+    *,
+    channel: str = OUTBOX_CHANNEL,
+    ready: Callable[[], None] = lambda: None,
+) -> None:
+    """Call ``on_notify()`` for every notification on ``channel``, forever (until
+    cancelled). ``ready()`` is called each time the ``LISTEN`` is in place (tests wait on
+    it). Failures of the connection are logged and retried; they never end the task."""
+    delay = 1.0
+    where = display_url(url)
+    while True:
+        try:
+            conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
+            try:
+                await conn.execute(f"LISTEN {channel}".encode())
+                if delay > 1.0:
+                    _log.info("store.listening_again", store=where, channel=channel)
+                delay = 1.0
+                ready()
+                on_notify()  # whatever was enqueued while nobody listened
+                async for _ in conn.notifies():
+                    on_notify()
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await conn.close()
+        except psycopg.Error as exc:
+            _log.warning(
+                "store.listen_failed",
+                store=where,
+                error=str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc),
+                retry_in=delay,
+                note="the dispatcher's timer backs the wake-ups up meanwhile",
+            )
+        await anyio.sleep(delay)
+        delay = min(RECONNECT_CAP, delay * 2)
