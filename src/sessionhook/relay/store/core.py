@@ -98,7 +98,12 @@ class StoreCore(
             self._session_refs.clear()
             self._refs.clear()
 
-    def _tx(self) -> AbstractContextManager[Connection]:  # pragma: no cover - abstract
+    def _tx(  # pragma: no cover - abstract
+        self, serialized: bool = True
+    ) -> AbstractContextManager[Connection]:
+        """One write transaction. ``serialized=False``: the block orders itself by row
+        locks (conditional updates, ``FOR UPDATE``, the outbox heads' per-key lock), so on
+        PostgreSQL it does not wait for the global write lock (SQLite has one writer)."""
         raise NotImplementedError
 
     def unwritable_error(self, exc: BaseException) -> StoreUnwritableError | None:
@@ -365,7 +370,7 @@ class StoreCore(
         ``"malformed"`` for a 2xx answer that did not parse (stored as -2).
         """
         minute = int(at // 60)
-        with self._tx() as c:
+        with self._tx(serialized=False) as c:  # an upsert and a prune: no read
             c.execute(
                 "INSERT INTO upstream_requests (minute, label, status, count) "
                 "VALUES (?, ?, ?, 1) ON CONFLICT (minute, label, status) "
@@ -379,7 +384,7 @@ class StoreCore(
 
     def mark_poll(self, ok: bool, at: float) -> None:
         """Record a discovery pass: when it ran and, if it succeeded, when it last did."""
-        with self._tx() as c:
+        with self._tx(serialized=False) as c:  # upserts: no read
             keys = [("last_poll_at", at)] + ([("last_ok_poll_at", at)] if ok else [])
             for key, value in keys:
                 c.execute(

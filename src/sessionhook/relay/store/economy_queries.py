@@ -68,7 +68,7 @@ class EconomyQueries:
         _conn: Connection
         _clock: Callable[[], float]
 
-        def _tx(self) -> AbstractContextManager[Connection]: ...
+        def _tx(self, serialized: bool = True) -> AbstractContextManager[Connection]: ...
 
     def known_sessions(self) -> list[KnownSession]:
         """Every archived session's scheduling facts, in one query (the poller's start)."""
@@ -168,7 +168,7 @@ class EconomyQueries:
         last grant, so the account has ONE budget however many replicas poll it. A grant
         taken and not used still counts (conservative).
         """
-        with self._tx() as c:
+        with self._tx(serialized=False) as c:
             # First a write to the budget's own row: replicas' transactions on one budget
             # queue behind its row lock (PostgreSQL; SQLite has one writer anyway), so the
             # count below cannot be read by two of them at once.

@@ -89,7 +89,7 @@ class LeaseQueries:
         _conn: Any
         _clock: Callable[[], float]
 
-        def _tx(self) -> AbstractContextManager[Any]: ...
+        def _tx(self, serialized: bool = True) -> AbstractContextManager[Any]: ...
         def _one(self, sql: str, params: Sequence[Any] = ()) -> Any: ...
 
     # ------------------------------------------------------------------ replicas
@@ -128,7 +128,7 @@ class LeaseQueries:
         owner = self.replica_id
         if owner is None:
             return
-        with self._tx() as c:
+        with self._tx(serialized=False) as c:
             c.execute("UPDATE replicas SET heartbeat_at = ? WHERE id = ?", (now, owner))
 
     def retire_replica(self, now: float) -> None:
@@ -230,7 +230,7 @@ class LeaseQueries:
         params = sorted((endpoint, session, owner) for endpoint, session in set(keys))
         if owner is None or self.exclusive or not params:
             return
-        with self._tx() as c:
+        with self._tx(serialized=False) as c:
             c.executemany(
                 "UPDATE outbox_heads SET claimed_by = NULL, claimed_at = NULL "
                 "WHERE endpoint = ? AND session_name = ? AND claimed_by = ?",
@@ -247,7 +247,7 @@ class LeaseQueries:
         owner = self.replica_id
         if owner is None or self.exclusive:
             return True
-        with self._tx() as c:
+        with self._tx(serialized=False) as c:
             cur = c.execute(
                 "UPDATE sessions SET poll_owner = ?, poll_claimed_at = ? WHERE name = ? AND "
                 + TAKEABLE.format(c="poll_owner"),
@@ -260,7 +260,7 @@ class LeaseQueries:
         owner = self.replica_id
         if owner is None or self.exclusive:
             return
-        with self._tx() as c:
+        with self._tx(serialized=False) as c:
             c.execute(
                 "UPDATE sessions SET poll_owner = NULL, poll_claimed_at = NULL "
                 "WHERE name = ? AND poll_owner = ?",
@@ -276,7 +276,7 @@ class LeaseQueries:
         owner = self.replica_id
         if owner is None or self.exclusive:
             return True
-        with self._tx() as c:
+        with self._tx(serialized=False) as c:
             c.execute(
                 "INSERT INTO leases (name, owner, acquired_at) VALUES (?, ?, ?) "
                 "ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, "
@@ -292,7 +292,7 @@ class LeaseQueries:
         owner = self.replica_id
         if owner is None:
             return
-        with self._tx() as c:
+        with self._tx(serialized=False) as c:
             c.execute("DELETE FROM leases WHERE name = ? AND owner = ?", (name, owner))
 
     def leases(self) -> list[LeaseRow]:

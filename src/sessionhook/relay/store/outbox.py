@@ -84,6 +84,18 @@ class OutboxQueries:
             return " FOR UPDATE OF h SKIP LOCKED"
         return ""
 
+    def _lock_key_of(self, c: Connection, delivery_id: int) -> None:
+        """On PostgreSQL, take the per-(endpoint, session) lock of ``delivery_id``'s queue
+        (``outbox_key_lock``, the lock every trigger keeping ``outbox_heads`` takes first)
+        before reading the delivery: recording does not take the global write lock, and
+        this serializes every writer of one queue. SQLite has one writer: nothing to do."""
+        if getattr(self, "backend", "sqlite") != "postgresql":
+            return
+        c.execute(
+            "SELECT outbox_key_lock(endpoint, session_name) FROM deliveries WHERE id = ?",
+            (delivery_id,),
+        )
+
     if TYPE_CHECKING:
         _conn: Connection
         _clock: Callable[[], float]
@@ -92,7 +104,7 @@ class OutboxQueries:
         lease_seconds: float
         exclusive: bool
 
-        def _tx(self) -> AbstractContextManager[Connection]: ...
+        def _tx(self, serialized: bool = True) -> AbstractContextManager[Connection]: ...
         def _one(self, sql: str, params: Sequence[Any] = ()) -> Any: ...
         def _decode_body(
             self, stored: Any, ref: int | None, raw: Any, name: str | None, created: str | None
@@ -136,7 +148,7 @@ class OutboxQueries:
         if owner is None or self.exclusive:  # an operator's handle, or alone: no claim
             rows = self._due_rows(self._conn, now, limit, set(busy), "", caps)
         else:
-            with self._tx() as c:
+            with self._tx(serialized=False) as c:
                 rows = self._due_rows(c, now, limit, set(busy), owner, caps)
                 taken = set()
                 for r in sorted(rows, key=lambda r: (r[4], r[6])):  # key order: see above
@@ -222,7 +234,7 @@ class OutboxQueries:
         if not records:
             return []
         out: list[float | None] = []
-        with self._tx() as c:
+        with self._tx(serialized=False) as c:
             # Endpoint bookkeeping is folded per batch: one UPDATE per endpoint, not per row.
             # The dispatcher passes its batch in (endpoint, session) order: the lock order of
             # every writer of the heads (see the module docstring).
@@ -230,12 +242,18 @@ class OutboxQueries:
             for record in records:
                 out.append(self._record_one(c, record, state))
             for endpoint, s in sorted(state.items()):
+                # After a success in this batch, failing_since is this batch's (NULL or
+                # its later failure); otherwise the earliest of what is stored (a rival
+                # replica may have written since it was read) and this batch's.
                 c.execute(
-                    "UPDATE endpoints SET failing_since = ?, "
+                    "UPDATE endpoints SET failing_since = CASE WHEN ? = 1 THEN ? "
+                    "ELSE COALESCE(failing_since, ?) END, "
                     "last_success_at = COALESCE(?, last_success_at), "
                     "last_error = COALESCE(?, last_error), "
                     "last_error_at = COALESCE(?, last_error_at) WHERE name = ?",
                     (
+                        int(s["succeeded"]),
+                        s["failing_since"],
                         s["failing_since"],
                         s["last_success_at"],
                         s["last_error"],
@@ -254,6 +272,7 @@ class OutboxQueries:
         error = attempt.error or (
             None if code is not None and 200 <= code < 300 else f"HTTP {code}"
         )
+        self._lock_key_of(c, delivery_id)
         row = c.execute(
             "SELECT endpoint, attempts, session_name FROM deliveries WHERE id = ?",
             (delivery_id,),
@@ -269,6 +288,7 @@ class OutboxQueries:
                 "failing_since": self._one(
                     "SELECT failing_since FROM endpoints WHERE name = ?", (endpoint,)
                 ),
+                "succeeded": False,
                 "last_success_at": None,
                 "last_error": None,
                 "last_error_at": None,
@@ -296,6 +316,7 @@ class OutboxQueries:
             )
             s["last_success_at"] = finished
             s["failing_since"] = None
+            s["succeeded"] = True
         else:
             if isinstance(decision, Retry):
                 c.execute(

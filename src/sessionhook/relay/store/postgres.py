@@ -18,7 +18,13 @@ Transactions
     takes ``pg_advisory_xact_lock(WRITE_LOCK)``: writers are serialized as they are on
     SQLite (``BEGIN IMMEDIATE``), so the read-then-write patterns of the queries stay
     correct and triggers never deadlock, whichever process or thread writes. Reads never
-    wait for it.
+    wait for it. The hot paths of replicas opt out (``_tx(serialized=False)``): claiming
+    and recording deliveries, heartbeats, poll claims, named leases, the request budget
+    and the upstream counters. Each of those orders itself: conditional updates and
+    upserts, ``FOR UPDATE SKIP LOCKED`` claims, a per-queue advisory lock
+    (``outbox_key_lock``, taken by every writer of an outbox head before it reads), the
+    budget's row lock; several queues are locked in (endpoint, session) order. A deadlock
+    PostgreSQL breaks anyway (SQLSTATE 40P01) is retried like an unreachable server.
 
 Errors
     The server unreachable or shutting down, a connection lost, no connection free in time,
@@ -61,7 +67,8 @@ CONNECT_TIMEOUT = 5.0
 WRITE_LOCK = 0x7368_7772_6974
 
 #: SQLSTATE classes and codes meaning "cannot write now, try again later".
-_RETRY_CLASSES = ("08", "57", "53")  # connection, operator intervention, resources
+#: "40": a serialization failure or a deadlock the server broke (nothing committed).
+_RETRY_CLASSES = ("08", "57", "53", "40")  # connection, operator intervention, resources
 _READ_ONLY = "25006"
 _DISK_FULL = "53100"
 #: Raised at connect time for a mistake to fix (exit 2), not a pause to wait out.
@@ -223,10 +230,10 @@ class PostgresStore(StoreCore):
     # ----------------------------------------------------------------- transactions
 
     @contextmanager
-    def _tx(self) -> Iterator[_Adapter]:
-        """One write transaction on one pooled connection, writers serialized (see the
-        module docstring); PostgreSQL's "cannot write now" errors become
-        :class:`StoreUnwritableError` with nothing committed."""
+    def _tx(self, serialized: bool = True) -> Iterator[_Adapter]:
+        """One write transaction on one pooled connection, writers serialized unless
+        ``serialized=False`` (see the module docstring); PostgreSQL's "cannot write now"
+        errors become :class:`StoreUnwritableError` with nothing committed."""
         if self.readonly:
             raise StoreError(f"{self.location} is open read-only")
         local = self._adapter.local
@@ -237,7 +244,8 @@ class PostgresStore(StoreCore):
                 self._pool.connection(timeout=CONNECT_TIMEOUT) as conn,
                 conn.transaction(),
             ):
-                conn.execute(f"SELECT pg_advisory_xact_lock({WRITE_LOCK})".encode())
+                if serialized:
+                    conn.execute(f"SELECT pg_advisory_xact_lock({WRITE_LOCK})".encode())
                 local.conn = conn
                 try:
                     yield self._adapter

@@ -360,47 +360,6 @@ _REPLICAS = (
 )
 
 
-#: The same migration in PostgreSQL's spelling (for the PostgreSQL migration list): text
-#: keys ``COLLATE "C"``, times ``DOUBLE PRECISION``, and the wake-up of every replica: a
-#: statement-level trigger notifies ``sessionhook_outbox`` when deliveries are inserted
-#: (delivered to listeners when the transaction commits; see ``notify.py``).
-PG_0007_REPLICAS = (
-    """CREATE TABLE replicas (
-        id TEXT COLLATE "C" PRIMARY KEY,
-        host TEXT NOT NULL,
-        pid INTEGER NOT NULL,
-        started_at DOUBLE PRECISION NOT NULL,
-        heartbeat_at DOUBLE PRECISION NOT NULL,
-        lease DOUBLE PRECISION NOT NULL,
-        stopped_at DOUBLE PRECISION
-    )""",
-    'ALTER TABLE outbox_heads ADD COLUMN claimed_by TEXT COLLATE "C"',
-    "ALTER TABLE outbox_heads ADD COLUMN claimed_at DOUBLE PRECISION",
-    "DROP INDEX outbox_heads_due",
-    """CREATE INDEX outbox_heads_due
-        ON outbox_heads(endpoint, next_attempt_at, delivery_id, claimed_by)""",
-    'ALTER TABLE sessions ADD COLUMN poll_owner TEXT COLLATE "C"',
-    "ALTER TABLE sessions ADD COLUMN poll_claimed_at DOUBLE PRECISION",
-    "CREATE INDEX sessions_poll_claims ON sessions(poll_owner) WHERE poll_owner IS NOT NULL",
-    """CREATE TABLE leases (
-        name TEXT COLLATE "C" PRIMARY KEY,
-        owner TEXT COLLATE "C" NOT NULL,
-        acquired_at DOUBLE PRECISION NOT NULL
-    )""",
-    """CREATE TABLE budget_locks (
-        budget TEXT COLLATE "C" PRIMARY KEY,
-        touched_at DOUBLE PRECISION NOT NULL
-    )""",
-    """CREATE FUNCTION sessionhook_outbox_notify() RETURNS trigger LANGUAGE plpgsql AS $$
-        BEGIN
-            PERFORM pg_notify('sessionhook_outbox', '');
-            RETURN NULL;
-        END $$""",
-    """CREATE TRIGGER outbox_notify AFTER INSERT ON deliveries
-        FOR EACH STATEMENT EXECUTE FUNCTION sessionhook_outbox_notify()""",
-)
-
-
 @_migration("0007_replicas")
 def _m0007_replicas(db: Database) -> None:
     for statement in _REPLICAS:

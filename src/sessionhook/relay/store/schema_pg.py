@@ -27,10 +27,13 @@ from collections.abc import Sequence
 import psycopg
 
 from .rows import StoreError
-from .schema import _KNOWN_MIGRATIONS, PG_0007_REPLICAS
+from .schema import _KNOWN_MIGRATIONS
 
 #: Where applied migrations are recorded (name, when).
 MIGRATIONS_TABLE = "sessionhook_migrations"
+#: First key of the per-(endpoint, session) ``pg_advisory_xact_lock(class, hash)`` of the
+#: outbox heads (the two-key space never meets the one-key locks above).
+KEY_LOCK_CLASS = 0x7368_6B79  # "shky"
 #: ``pg_advisory_xact_lock`` key of the migrations (any constant; "sh" + "migr").
 MIGRATION_LOCK = 0x7368_6D69_6772
 
@@ -185,6 +188,13 @@ _M0004_HEADS = (
         PRIMARY KEY (endpoint, session_name)
     )""",
     "CREATE INDEX outbox_heads_due ON outbox_heads(endpoint, next_attempt_at, delivery_id)",
+    # Every writer of one (endpoint, session) queue's head takes this lock first (the
+    # triggers below, and recording an attempt, which does not take the global write
+    # lock): the read-then-write of a head is never interleaved with another writer's.
+    f"""CREATE FUNCTION outbox_key_lock(ep TEXT, sess TEXT) RETURNS void
+        LANGUAGE sql AS $$
+            SELECT pg_advisory_xact_lock({KEY_LOCK_CLASS}, hashtext(ep || chr(10) || sess))
+        $$""",
     """CREATE FUNCTION outbox_heads_rederive(ep TEXT, sess TEXT) RETURNS void
         LANGUAGE plpgsql AS $$
         BEGIN
@@ -197,6 +207,7 @@ _M0004_HEADS = (
     """CREATE FUNCTION outbox_heads_on_insert() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN
             IF NEW.status IN ('pending', 'failed') THEN
+                PERFORM outbox_key_lock(NEW.endpoint, NEW.session_name);
                 INSERT INTO outbox_heads (endpoint, session_name, delivery_id, next_attempt_at)
                 VALUES (NEW.endpoint, NEW.session_name, NEW.id,
                         COALESCE(NEW.next_attempt_at, 0))
@@ -209,6 +220,7 @@ _M0004_HEADS = (
         END $$""",
     """CREATE FUNCTION outbox_heads_on_update() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN
+            PERFORM outbox_key_lock(OLD.endpoint, OLD.session_name);
             DELETE FROM outbox_heads
             WHERE endpoint = OLD.endpoint AND session_name = OLD.session_name;
             PERFORM outbox_heads_rederive(NEW.endpoint, NEW.session_name);
@@ -217,6 +229,7 @@ _M0004_HEADS = (
     """CREATE FUNCTION outbox_heads_on_delete() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN
             IF OLD.status IN ('pending', 'failed') THEN
+                PERFORM outbox_key_lock(OLD.endpoint, OLD.session_name);
                 PERFORM outbox_heads_rederive(OLD.endpoint, OLD.session_name);
             END IF;
             RETURN NULL;
@@ -244,6 +257,46 @@ _M0004_COMPACT = (
     "ALTER TABLE events ADD COLUMN body_ref BIGINT REFERENCES body_refs(id)",
 )
 
+# Migration 0007 (the replicas' lease protocol, see leases.py): text
+# keys ``COLLATE "C"``, times ``DOUBLE PRECISION``, and the wake-up of every replica: a
+# statement-level trigger notifies ``sessionhook_outbox`` when deliveries are inserted
+# (delivered to listeners when the transaction commits; see ``notify.py``).
+_M0007_REPLICAS = (
+    """CREATE TABLE replicas (
+        id TEXT COLLATE "C" PRIMARY KEY,
+        host TEXT NOT NULL,
+        pid INTEGER NOT NULL,
+        started_at DOUBLE PRECISION NOT NULL,
+        heartbeat_at DOUBLE PRECISION NOT NULL,
+        lease DOUBLE PRECISION NOT NULL,
+        stopped_at DOUBLE PRECISION
+    )""",
+    'ALTER TABLE outbox_heads ADD COLUMN claimed_by TEXT COLLATE "C"',
+    "ALTER TABLE outbox_heads ADD COLUMN claimed_at DOUBLE PRECISION",
+    "DROP INDEX outbox_heads_due",
+    """CREATE INDEX outbox_heads_due
+        ON outbox_heads(endpoint, next_attempt_at, delivery_id, claimed_by)""",
+    'ALTER TABLE sessions ADD COLUMN poll_owner TEXT COLLATE "C"',
+    "ALTER TABLE sessions ADD COLUMN poll_claimed_at DOUBLE PRECISION",
+    "CREATE INDEX sessions_poll_claims ON sessions(poll_owner) WHERE poll_owner IS NOT NULL",
+    """CREATE TABLE leases (
+        name TEXT COLLATE "C" PRIMARY KEY,
+        owner TEXT COLLATE "C" NOT NULL,
+        acquired_at DOUBLE PRECISION NOT NULL
+    )""",
+    """CREATE TABLE budget_locks (
+        budget TEXT COLLATE "C" PRIMARY KEY,
+        touched_at DOUBLE PRECISION NOT NULL
+    )""",
+    """CREATE FUNCTION sessionhook_outbox_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            PERFORM pg_notify('sessionhook_outbox', '');
+            RETURN NULL;
+        END $$""",
+    """CREATE TRIGGER outbox_notify AFTER INSERT ON deliveries
+        FOR EACH STATEMENT EXECUTE FUNCTION sessionhook_outbox_notify()""",
+)
+
 #: Name -> statements, in the order of :mod:`.schema` (the same names: one history).
 MIGRATIONS: dict[str, Sequence[str]] = {
     "0001_initial": _M0001,
@@ -252,7 +305,7 @@ MIGRATIONS: dict[str, Sequence[str]] = {
     "0006_event_shapes": _M0006,
     "0004_outbox_heads": _M0004_HEADS,
     "0004_compact_archive": _M0004_COMPACT,
-    "0007_replicas": PG_0007_REPLICAS,
+    "0007_replicas": _M0007_REPLICAS,
 }
 assert list(MIGRATIONS) == _KNOWN_MIGRATIONS, "PostgreSQL and SQLite migrations differ"
 

@@ -188,8 +188,9 @@ class Store(StoreCore):
         self._conn.close()
 
     @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
+    def _tx(self, serialized: bool = True) -> Iterator[sqlite3.Connection]:
         """One write transaction; the write lock is taken up front (no upgrade deadlock).
+        SQLite has one writer: every transaction is serialized (``serialized`` is ignored).
 
         A write that fails for lack of space raises :class:`StoreFullError` with nothing
         committed and the connection usable again (a failed ``COMMIT`` leaves SQLite's

@@ -1,0 +1,158 @@
+"""Replicas writing one PostgreSQL store at the same time: the paths that do not take the
+global write lock (claiming and recording deliveries, heartbeats) neither wait for it nor
+break the outbox heads when they interleave with ingest and with each other.
+
+Real PostgreSQL (the suite's throwaway cluster); threads play replicas. Bounded: a fixed
+number of pages and rounds, every wait with a timeout.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from sessionhook.relay import events
+from sessionhook.relay.retry import Delivered, Retry
+from sessionhook.relay.store import AttemptRecord, PostgresStore
+
+from .test_outbox import T0, Clock, Ep, activity, ok, session
+
+LEASE = 60.0
+WAIT = 30.0  # seconds a step may take on a loaded machine before it counts as blocked
+
+
+def replica(url: str, rid: str) -> PostgresStore:
+    store = PostgresStore.open(url, clock=Clock())
+    store.register_replica(rid, host="h", pid=1, now=T0, lease=LEASE)
+    return store
+
+
+@pytest.fixture
+def stores(pg_url: str) -> Iterator[tuple[PostgresStore, PostgresStore]]:
+    a, b = replica(pg_url, "aaaa"), replica(pg_url, "bbbb")
+    a.sync_endpoints([Ep("one"), Ep("two")])
+    try:
+        yield a, b
+    finally:
+        a.close()
+        b.close()
+
+
+def ingest_page(store: PostgresStore, n: int, first: int, count: int) -> None:
+    s = session(n)
+    store.upsert_session(s, baseline=False)
+    acts = [activity(n, i) for i in range(first, first + count)]
+    evs = [events.activity_event(s, a, max_media_bytes=1000) for a in acts]
+    store.ingest_activities(s.name, acts, evs, True)
+
+
+def heads_are_exact(store: PostgresStore) -> None:
+    """``outbox_heads`` holds exactly each open queue's oldest delivery."""
+    derived = store._conn.execute(
+        "SELECT endpoint, session_name, MIN(id) FROM deliveries "
+        "WHERE status IN ('pending', 'failed') GROUP BY endpoint, session_name"
+    ).fetchall()
+    heads = store._conn.execute(
+        "SELECT endpoint, session_name, delivery_id FROM outbox_heads"
+    ).fetchall()
+    assert sorted(map(tuple, heads)) == sorted(map(tuple, derived))
+
+
+def test_claiming_and_recording_do_not_wait_for_the_global_write_lock(
+    stores: tuple[PostgresStore, PostgresStore],
+) -> None:
+    a, b = stores
+    ingest_page(a, 1, 0, 2)
+    holding, release = threading.Event(), threading.Event()
+
+    def hold_the_write_lock() -> None:
+        with a._tx():  # a serialized writer (an ingest, an operator's replay) in progress
+            holding.set()
+            release.wait(WAIT)
+
+    holder = threading.Thread(target=hold_the_write_lock)
+    holder.start()
+    try:
+        assert holding.wait(WAIT)
+        done: list[str] = []
+
+        def work() -> None:
+            b.heartbeat_replica(T0 + 1)
+            due = b.due_deliveries(T0 + 1, 10)
+            b.record_attempts(
+                [AttemptRecord(d.id, ok(), Delivered()) for d in sorted(due, key=lambda d: d.key)]
+            )
+            done.append(f"{len(due)} recorded")
+
+        worker = threading.Thread(target=work)
+        worker.start()
+        worker.join(WAIT)
+        finished_while_held = not worker.is_alive()
+    finally:
+        release.set()
+        holder.join(WAIT)
+        worker.join(WAIT)
+    assert finished_while_held, "the replica's hot path waited for the global write lock"
+    assert done == ["2 recorded"]  # the head of each endpoint's queue of session 1
+    heads_are_exact(a)
+
+
+def test_ingest_and_two_recording_replicas_interleaved_keep_every_head_exact(
+    stores: tuple[PostgresStore, PostgresStore],
+) -> None:
+    a, b = stores
+    sessions, pages, per_page = 4, 6, 3
+    errors: list[BaseException] = []
+    ingested = threading.Event()
+
+    def ingest() -> None:
+        try:
+            for page in range(pages):
+                for n in range(sessions):
+                    ingest_page(a, n, page * per_page, per_page)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+        finally:
+            ingested.set()
+
+    def deliver(store: PostgresStore, failing: bool) -> None:
+        try:
+            for step in range(400):
+                now = T0 + 1 + step
+                due = sorted(store.due_deliveries(now, 8), key=lambda d: d.key)
+                if not due and ingested.is_set():
+                    return
+                store.heartbeat_replica(now)
+                decisions = [
+                    Retry(at=now) if failing and d.attempts == 0 else Delivered() for d in due
+                ]
+                store.record_attempts(
+                    [AttemptRecord(d.id, ok(now), x) for d, x in zip(due, decisions, strict=True)]
+                )
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [
+        threading.Thread(target=ingest),
+        threading.Thread(target=deliver, args=(a, False)),
+        threading.Thread(target=deliver, args=(b, True)),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(WAIT * 4)
+    assert not any(t.is_alive() for t in threads)
+    assert errors == []
+    heads_are_exact(a)
+    # Every delivery went out, each recorded once per attempt, in order per queue.
+    expected = 2 * sessions * pages * per_page  # two endpoints
+    open_left = a.pending_count()
+    assert open_left == 0
+    rows = a._conn.execute(
+        "SELECT d.id, d.status, COUNT(t.attempt), MAX(t.attempt) FROM deliveries d "
+        "JOIN attempts t ON t.delivery_id = d.id GROUP BY d.id, d.status"
+    ).fetchall()
+    assert len(rows) == expected
+    assert all(status == "delivered" and count == top for _, status, count, top in rows)
