@@ -8,7 +8,8 @@ signature checked with the Standard Webhooks reference package) and ``--replicas
 ``sessionhook run`` processes sharing the store.
 
 One repetition: ``--sessions`` working sessions gain an activity each about every
-``--step`` seconds for ``--duration`` seconds; every ``--kill-every`` seconds (+-25 %) a
+``--step`` seconds for ``--duration`` seconds; once the replicas deliver (the first
+acknowledgement), every ``--kill-every`` seconds (+-25 %) a
 random replica is killed with SIGKILL and started again ``--restart-after`` seconds later
 (default: the lease + 1 s, so that its work is taken over through the lease, not by the
 restart's reaping of a dead pid). Then the sessions complete, and the run waits until the
@@ -65,6 +66,7 @@ class Run:
     created: dict[str, float] = field(default_factory=dict)  # activity name -> monotonic
     order: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
     kills: list[float] = field(default_factory=list)
+    killed: list[tuple[float, int]] = field(default_factory=list)  # (Unix time, slot)
 
 
 def config(standin: StandIn, url: str, endpoint: str, secret: str, lease: float, i: int) -> str:
@@ -139,11 +141,12 @@ class Replicas:
                     proc.kill()
 
 
-def produce(standin: StandIn, run: Run, names: list[str], args: argparse.Namespace) -> None:
-    """Each session gains an activity about every ``--step`` s, round robin, until the end."""
-    end = time.monotonic() + args.duration
+def produce(
+    standin: StandIn, run: Run, names: list[str], args: argparse.Namespace, stop: threading.Event
+) -> None:
+    """Each session gains an activity about every ``--step`` s, round robin, until ``stop``."""
     pause = args.step / len(names)
-    while time.monotonic() < end:
+    while not stop.is_set():
         for name in names:
             created = standin.append_activity(name, "progressUpdated")["name"]
             run.created[created] = time.monotonic()
@@ -168,6 +171,7 @@ def chaos(replicas: Replicas, run: Run, args: argparse.Namespace, rng: random.Ra
                 slot = rng.choice(alive)
                 replicas.kill(slot)
                 run.kills.append(time.monotonic())
+                run.killed.append((time.time(), slot))
                 pending.append((time.monotonic() + restart_after, slot))
             next_kill = now + args.kill_every * rng.uniform(0.75, 1.25)
         time.sleep(0.05)
@@ -202,14 +206,16 @@ def judge(run: Run, hits: list[Hit]) -> dict[str, float]:
         before = run.order[session][index - 1]
         if first_ack_seq.get(before, 1 << 62) > h.seq:
             violations += 1
-    pause = 0.0
+    per_kill = []
     for kill in run.kills:
         waits = [
             first_ack[n] - max(kill, created)
             for n, created in run.created.items()
             if created < kill and first_ack.get(n, 0.0) > kill
         ]
-        pause = max([pause, *waits])
+        per_kill.append(max(waits, default=0.0))
+    pause = max(per_kill, default=0.0)
+    print(json.dumps({"pause_per_kill_s": [round(p, 2) for p in per_kill]}), flush=True)
     return {
         "created": float(len(run.created)),
         "delivered": float(delivered),
@@ -243,14 +249,19 @@ def repetition(cluster: Cluster, args: argparse.Namespace, rep: int, tmp: Path) 
         for slot in range(args.replicas):
             replicas.start(slot)
         run = Run()
-        threads = [
-            threading.Thread(target=produce, args=(standin, run, names, args)),
-            threading.Thread(target=chaos, args=(replicas, run, args, rng)),
-        ]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        stop = threading.Event()
+        producer = threading.Thread(target=produce, args=(standin, run, names, args, stop))
+        producer.start()
+        # The kills start once the replicas deliver (their start-up, imports and first
+        # discovery, is not a failover), then go on for --duration while activities come.
+        up = time.monotonic() + 60.0
+        while not consumer.delivered("main") and time.monotonic() < up:
+            time.sleep(0.1)
+        try:
+            chaos(replicas, run, args, rng)
+        finally:
+            stop.set()
+            producer.join()
         for name in names:
             standin.set_state(name, "COMPLETED")
         deadline = time.monotonic() + args.drain
@@ -259,6 +270,7 @@ def repetition(cluster: Cluster, args: argparse.Namespace, rep: int, tmp: Path) 
             if all(n in acked for n in run.created):
                 break
             time.sleep(0.2)
+        (workdir / "kills.json").write_text(json.dumps(run.killed))
         result = judge(run, consumer.hits("main"))
         result["unverified"] = float(sum(1 for h in consumer.hits("main") if not h.verified))
         return result
@@ -282,10 +294,14 @@ def main() -> None:
     parser.add_argument("--drain", type=float, default=90.0, help="s to wait for the last acks")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--keep", type=Path, default=None, help="keep the replicas' logs here")
     args = parser.parse_args()
     cluster = Cluster()
     rows = []
-    with tempfile.TemporaryDirectory(prefix="sessionhook-failover-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="sessionhook-failover-") as scratch:
+        tmp = str(args.keep) if args.keep is not None else scratch
+        if args.keep is not None:
+            args.keep.mkdir(parents=True, exist_ok=True)
         try:
             cluster.start()
             for rep in range(args.reps):

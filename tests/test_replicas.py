@@ -192,9 +192,12 @@ def test_a_named_lease_has_one_holder_and_moves_when_it_expires(
     pair: tuple[Store, Store],
 ) -> None:
     a, b = pair
+    assert b.lease_expires_at("poller:default") is None  # nobody holds it
     assert a.acquire_lease("poller:default", T0)
     assert not b.acquire_lease("poller:default", T0 + 1)
+    assert b.lease_expires_at("poller:default") == T0 + LEASE  # a's heartbeat + lease
     a.heartbeat_replica(T0 + 5)  # the lease lives as long as its holder
+    assert b.lease_expires_at("poller:default") == T0 + 5 + LEASE
     assert a.acquire_lease("poller:default", T0 + 5)  # still a's
     b.heartbeat_replica(T0 + 5 + LEASE)
     assert not b.acquire_lease("poller:default", T0 + 5 + LEASE - 0.1)
@@ -202,7 +205,8 @@ def test_a_named_lease_has_one_holder_and_moves_when_it_expires(
     assert not a.acquire_lease("poller:default", T0 + 5 + LEASE + 0.2)
     (lease,) = a.leases()
     assert (lease.owner, lease.acquired_at) == ("bbbb", T0 + 5 + LEASE + 0.1)
-    b.release_lease("poller:default")
+    b.retire_replica(T0 + 20 + LEASE)  # a clean stop: nobody holds it any more
+    assert a.lease_expires_at("poller:default") is None
     a.release_lease("poller:default")  # not a's: nothing happens
     assert a.leases() == []
 

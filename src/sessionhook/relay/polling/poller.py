@@ -20,6 +20,9 @@ _log = get_logger()
 
 #: Seconds between a standby replica's tries of the poller lease (at most a third of it).
 STANDBY_TRY = 1.0
+#: Seconds after the holder's expiry at which a standby tries (its clock may be a little
+#: ahead of the store's comparison).
+TAKEOVER_MARGIN = 0.05
 
 
 class Poller(Discovery, HistoryWalk):
@@ -65,17 +68,23 @@ class Poller(Discovery, HistoryWalk):
 
         Meanwhile the replica is ready (its dispatcher delivers) and its readiness follows
         the holder's discovery (the store's ``last_ok_poll_at``). The lease is tried
-        every :data:`STANDBY_TRY` seconds (a third of it when shorter)."""
+        every :data:`STANDBY_TRY` seconds (a third of it when shorter), and right when
+        its holder's lease runs out if that comes sooner."""
         _log.info("poller.standby", account=self.account, lease=lease)
         self.first_pass_done.set()
+        store = self._store.store
         while True:
             self.heartbeat = self._mono()
-            raw = await self._store.call(self._store.store.get_meta, "last_ok_poll_at")
+            raw = await self._store.call(store.get_meta, "last_ok_poll_at")
             if raw is not None:
                 self.last_success = float(raw)
-            # Tried every second (at most a third of the lease): the lease is taken over
-            # within a second of its expiry, one small write per standby replica.
-            await anyio.sleep(min(STANDBY_TRY, heartbeat_interval(self._store.store.lease_seconds)))
+            expires = await self._store.call(store.lease_expires_at, lease)
+            # Tried every second (at most a third of the lease), one small write per standby
+            # replica; a holder that went silent is replaced as its lease runs out.
+            wait = min(STANDBY_TRY, heartbeat_interval(store.lease_seconds))
+            if expires is not None:
+                wait = min(wait, max(0.0, expires - self._clock()) + TAKEOVER_MARGIN)
+            await anyio.sleep(wait)
             self.heartbeat = self._mono()
             if await self._hold(lease):
                 _log.info("poller.lease_taken", account=self.account, lease=lease)

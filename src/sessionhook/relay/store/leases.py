@@ -295,6 +295,17 @@ class LeaseQueries:
         with self._tx(serialized=False) as c:
             c.execute("DELETE FROM leases WHERE name = ? AND owner = ?", (name, owner))
 
+    def lease_expires_at(self, name: str) -> float | None:
+        """When the named lease's holder stops being alive if it heartbeats no more (its
+        last heartbeat plus its lease; Unix seconds), so a standby can try right then;
+        ``None`` when nobody running holds it."""
+        value = self._conn.execute(
+            "SELECT r.heartbeat_at + r.lease FROM leases l JOIN replicas r ON r.id = l.owner "
+            "WHERE l.name = ? AND r.stopped_at IS NULL",
+            (name,),
+        ).fetchone()
+        return None if value is None or value[0] is None else float(value[0])
+
     def leases(self) -> list[LeaseRow]:
         """Every named lease, by name."""
         return [
