@@ -1,0 +1,27 @@
+"""How the daemon fails: :class:`DaemonError` (one line for the user, with an exit status)
+and the store failures it turns into one.
+
+Shared by :mod:`.daemon` and its mixins (:mod:`.daemon_health`, :mod:`.daemon_store`,
+:mod:`.daemon_tasks`); :mod:`.daemon` re-exports :class:`DaemonError`.
+"""
+
+from __future__ import annotations
+
+from .store import DATABASE_ERRORS, StoreError
+
+__all__ = ["STORE_FAILURES", "DaemonError"]
+
+
+#: A store that failed in a way the store did not map (a bug, a corrupt file, an OS error).
+STORE_FAILURES: tuple[type[Exception], ...] = (StoreError, OSError, *DATABASE_ERRORS)
+
+
+class DaemonError(Exception):
+    """The daemon cannot start or cannot go on; ``str()`` is one line for the user.
+
+    ``exit_code`` is the status the command line should exit with.
+    """
+
+    def __init__(self, message: str, *, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
