@@ -5,7 +5,8 @@ a consumer that can be made to fail, and headless Chromium through Selenium.
   told) with ``body`` (hostile HTML by default when failing, to check the console escapes
   it); it records the webhook-ids it saw.
 * :class:`Stack`: the emulator and two consumers served from a background event loop
-  (an anyio blocking portal), and the daemon as a subprocess with ``[server] listen``.
+  (an anyio blocking portal), and the daemon as a subprocess with ``[server] listen``, on a
+  SQLite file or a PostgreSQL database.
 * :func:`chromium`: a Selenium Chrome driver on Debian's ``/usr/bin/chromium`` and
   ``/usr/bin/chromedriver`` (no browser download is possible here), with the flags the
   closed network needs and a fresh profile. With ``CI=true`` a missing browser fails the
@@ -59,6 +60,8 @@ CHROME_FLAGS = (
     "--disable-dev-shm-usage",
     "--window-size=1400,1000",
 )
+#: The variable ``[store] url_env`` names when the stack runs on PostgreSQL.
+DATABASE_ENV = "CONSOLE_TEST_DATABASE_URL"
 HOSTILE = '<script>window.__pwned = 1</script><img src="x" id="pwned">'
 
 
@@ -94,7 +97,14 @@ def free_port() -> int:
         return port
 
 
-def _config(directory: Path, base_url: str, hooks: dict[str, str], listen: str, token: str) -> Path:
+def _config(
+    directory: Path,
+    base_url: str,
+    hooks: dict[str, str],
+    listen: str,
+    token: str,
+    database: str | None = None,
+) -> Path:
     key_file = directory / "api_key"
     key_file.write_text(API_KEY)
     token_file = directory / "web_token"
@@ -105,7 +115,10 @@ def _config(directory: Path, base_url: str, hooks: dict[str, str], listen: str, 
         f"base_url = {json.dumps(base_url)}",
         f"api_key_file = {json.dumps(str(key_file))}",
         "[store]",
-        f"path = {json.dumps(str(directory / 'relay.db'))}",
+        # A SQLite file, or the PostgreSQL database (its URL from the environment).
+        f"path = {json.dumps(str(directory / 'relay.db'))}"
+        if database is None
+        else f"url_env = {json.dumps(DATABASE_ENV)}",
         "[poll]",
         "active_interval = 0.1",
         "idle_interval = 0.5",
@@ -134,10 +147,14 @@ def _config(directory: Path, base_url: str, hooks: dict[str, str], listen: str, 
 
 
 class Stack:
-    """Emulator + consumers (in a background event loop) + ``sessionhook run``."""
+    """Emulator + consumers (in a background event loop) + ``sessionhook run`` on a SQLite
+    file, or on the PostgreSQL ``database`` (a URL) when one is given."""
 
-    def __init__(self, directory: Path, *, step_delay: float = 0.2) -> None:
+    def __init__(
+        self, directory: Path, *, step_delay: float = 0.2, database: str | None = None
+    ) -> None:
         self.directory = directory
+        self.database = database
         self.emulator = create_app(api_keys=(API_KEY,), step_delay=step_delay, seed=5)
         self.world: World = self.emulator.state.world
         self.consumers = {"alpha": Consumer(), "beta": Consumer()}
@@ -161,9 +178,16 @@ class Stack:
         port = free_port()
         self.base = f"http://127.0.0.1:{port}"
         config = _config(
-            self.directory, f"http://127.0.0.1:{emu_port}", hooks, f"127.0.0.1:{port}", TOKEN
+            self.directory,
+            f"http://127.0.0.1:{emu_port}",
+            hooks,
+            f"127.0.0.1:{port}",
+            TOKEN,
+            self.database,
         )
         env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
+        if self.database is not None:
+            env[DATABASE_ENV] = self.database
         with self.log.open("ab") as err:
             self._process = subprocess.Popen(
                 [sys.executable, "-m", "sessionhook.cli", "run", "--config", str(config)],

@@ -4,13 +4,15 @@ the stand-in API, beside a webhook consumer.
 Every message carries the same webhook-id, type and bytes as the webhook; a consumer killed
 mid-stream resumes with Last-Event-ID and misses nothing, repeats nothing; the token guards
 the stream and not the health routes; ``sessionhook events --follow --url`` tails it and
-stops cleanly on Ctrl-C. Nothing is imported from ``sessionhook``.
+stops cleanly on Ctrl-C. The resume test runs on a SQLite file and on a PostgreSQL database
+(``store_backend``). Nothing is imported from ``sessionhook``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -34,6 +36,7 @@ from .test_blackbox import (
     wait_settled,
     wait_until,
 )
+from .test_blackbox_postgres import URL_ENV
 
 pytestmark = pytest.mark.integration
 
@@ -101,7 +104,11 @@ class Reader:
         self._thread.join(timeout=1)
 
 
-def _relay(harness: Harness, standin: object, endpoints: list[Endpoint]) -> tuple[Relay, str]:
+def _relay(
+    harness: Harness, standin: object, endpoints: list[Endpoint], database: str | None = None
+) -> tuple[Relay, str]:
+    """A relay with the stream on; its store is a SQLite file, or the PostgreSQL
+    ``database`` (named through ``url_env``, as tests/test_blackbox_postgres.py does)."""
     port = _free_port()
     config = relay_config(
         standin=standin,  # type: ignore[arg-type]
@@ -110,18 +117,32 @@ def _relay(harness: Harness, standin: object, endpoints: list[Endpoint]) -> tupl
         listen=f"127.0.0.1:{port}",
     )
     config += 'token_env = "SESSIONHOOK_WEB_TOKEN"\n'
+    if database is not None:
+        config = re.sub(r'(?m)^path = ".*"$', f'url_env = "{URL_ENV}"', config)
     relay = Relay(harness.tmp, "relay", config, standin.api_key)  # type: ignore[attr-defined]
     relay.env["SESSIONHOOK_WEB_TOKEN"] = TOKEN
+    if database is not None:
+        relay.env[URL_ENV] = database
     harness.relays.append(relay)
     relay.start()
     return relay, f"http://127.0.0.1:{port}"
 
 
-def test_the_stream_carries_the_webhooks_ids_and_bytes_and_resumes(harness: Harness) -> None:
+def _database(store_backend: str, request: pytest.FixtureRequest) -> str | None:
+    """``None`` (a SQLite file) or a fresh PostgreSQL database's URL."""
+    if store_backend == "sqlite":
+        return None
+    return str(request.getfixturevalue("pg_url"))
+
+
+def test_the_stream_carries_the_webhooks_ids_and_bytes_and_resumes(
+    harness: Harness, store_backend: str, request: pytest.FixtureRequest
+) -> None:
     standin = harness.standin()
     consumer = harness.consumer()
     url, secret = consumer.add_endpoint("alpha")
-    relay, base = _relay(harness, standin, [Endpoint("alpha", url, secret)])
+    database = _database(store_backend, request)
+    relay, base = _relay(harness, standin, [Endpoint("alpha", url, secret)], database)
     wait_ready(standin, relay)
     stream = f"{base}/v1/events/stream"
     auth = {"authorization": f"Bearer {TOKEN}"}

@@ -1,5 +1,7 @@
 """``sessionhook events --follow``: tails the store, or a daemon's event stream (reconnecting
-with Last-Event-ID), with the filters of ``events``; Ctrl-C ends it cleanly."""
+with Last-Event-ID), with the filters of ``events``; Ctrl-C ends it cleanly. On both store
+engines (``backend``: ``--db FILE`` on SQLite, ``--config`` with ``[store] url`` on
+PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -25,9 +27,10 @@ from sessionhook.relay import health
 from sessionhook.relay.config import Config
 from sessionhook.relay.metrics import Metrics
 from sessionhook.relay.operator import EventFilter
-from sessionhook.relay.store import AsyncStore, Store
+from sessionhook.relay.store import AsyncStore
 from sessionhook.relay.web import Bell, WebAuth, WebContext, create_app
 
+from .conftest import Backend
 from .test_web_stream import TOKEN, Relay, _free_port
 
 SESSIONHOOK = Path(sys.executable).parent / "sessionhook"
@@ -35,6 +38,16 @@ SESSIONHOOK = Path(sys.executable).parent / "sessionhook"
 
 def _env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("SESSIONHOOK_")}
+
+
+def store_args(backend: Backend, tmp_path: Path) -> list[str]:
+    """The CLI options naming ``backend``'s store: ``--db FILE`` for SQLite, a config whose
+    ``[store] url`` names the database for PostgreSQL."""
+    if isinstance(backend.target, Path):
+        return ["--db", str(backend.target)]
+    config = tmp_path / "store.toml"
+    config.write_text(f"[store]\nurl = {json.dumps(backend.target)}\n")
+    return ["--config", str(config)]
 
 
 class Lines:
@@ -62,18 +75,18 @@ class Lines:
         return lines
 
 
-def _counter(db: Path) -> Relay:
-    """Creates the store file; numbers the events :func:`_archive` adds to it."""
-    counter = Relay(AsyncStore(Store.open(db)), "", Bell())
+def _counter(backend: Backend) -> Relay:
+    """Creates the store; numbers the events :func:`_archive` adds to it."""
+    counter = Relay(AsyncStore(backend.open()), "", Bell())
     anyio.run(counter.astore.close)
     return counter
 
 
-def _archive(db: Path, counter: Relay, n: int, **kw: str) -> list[str]:
-    """Archive ``n`` events in the store file, as another process than the follower."""
+def _archive(backend: Backend, counter: Relay, n: int, **kw: str) -> list[str]:
+    """Archive ``n`` events in the store, as another process than the follower."""
 
     async def go() -> list[str]:
-        counter.astore = AsyncStore(Store.open(db))
+        counter.astore = AsyncStore(backend.open())
         try:
             return [row.id for row in await counter.archive(n, **kw)]  # type: ignore[arg-type]
         finally:
@@ -82,17 +95,15 @@ def _archive(db: Path, counter: Relay, n: int, **kw: str) -> list[str]:
     return anyio.run(go)
 
 
-def test_follow_the_store_with_filters_then_ctrl_c(tmp_path: Path) -> None:
-    db = tmp_path / "relay.db"
-    counter = _counter(db)
-    old = _archive(db, counter, 2, kind="session.completed")
+def test_follow_the_store_with_filters_then_ctrl_c(backend: Backend, tmp_path: Path) -> None:
+    counter = _counter(backend)
+    old = _archive(backend, counter, 2, kind="session.completed")
     with subprocess.Popen(
         [
             str(SESSIONHOOK),
             "events",
             "--follow",
-            "--db",
-            str(db),
+            *store_args(backend, tmp_path),
             "--format",
             "ndjson",
             "--type",
@@ -110,10 +121,10 @@ def test_follow_the_store_with_filters_then_ctrl_c(tmp_path: Path) -> None:
     ) as proc:
         try:
             lines = Lines(proc.stdout)  # type: ignore[arg-type]
-            wanted = _archive(db, counter, 2, kind="session.completed")
-            _archive(db, counter, 1, kind="activity.progress_updated")
-            _archive(db, counter, 1, kind="session.failed", session="sessions/2")
-            wanted += _archive(db, counter, 1, kind="activity.plan_generated")
+            wanted = _archive(backend, counter, 2, kind="session.completed")
+            _archive(backend, counter, 1, kind="activity.progress_updated")
+            _archive(backend, counter, 1, kind="session.failed", session="sessions/2")
+            wanted += _archive(backend, counter, 1, kind="activity.plan_generated")
             got = [json.loads(line) for line in lines.take(3)]
             proc.send_signal(signal.SIGINT)
             assert proc.wait(timeout=10) == 0
@@ -128,12 +139,14 @@ def test_follow_the_store_with_filters_then_ctrl_c(tmp_path: Path) -> None:
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
 
 
-def test_follow_resumes_after_an_id_and_refuses_an_unknown_one(tmp_path: Path) -> None:
-    db = tmp_path / "relay.db"
-    counter = _counter(db)
-    ids = _archive(db, counter, 4)
+def test_follow_resumes_after_an_id_and_refuses_an_unknown_one(
+    backend: Backend, tmp_path: Path
+) -> None:
+    counter = _counter(backend)
+    ids = _archive(backend, counter, 4)
+    where = store_args(backend, tmp_path)
     with subprocess.Popen(
-        [str(SESSIONHOOK), "events", "-f", "--db", str(db), "--last-event-id", ids[1]],
+        [str(SESSIONHOOK), "events", "-f", *where, "--last-event-id", ids[1]],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=_env(),
@@ -145,7 +158,7 @@ def test_follow_resumes_after_an_id_and_refuses_an_unknown_one(tmp_path: Path) -
             proc.wait(timeout=10)
     assert [line.split()[-1] for line in lines] == ids[2:]
     unknown = subprocess.run(
-        [str(SESSIONHOOK), "events", "-f", "--db", str(db), "--last-event-id", "evt_nope"],
+        [str(SESSIONHOOK), "events", "-f", *where, "--last-event-id", "evt_nope"],
         capture_output=True,
         env=_env(),
         timeout=30,
@@ -153,7 +166,7 @@ def test_follow_resumes_after_an_id_and_refuses_an_unknown_one(tmp_path: Path) -
     assert unknown.returncode == 1
     assert unknown.stderr.decode().startswith("error: unknown event id 'evt_nope'")
     usage = subprocess.run(
-        [str(SESSIONHOOK), "events", "-f", "--db", str(db), "--format", "json"],
+        [str(SESSIONHOOK), "events", "-f", *where, "--format", "json"],
         capture_output=True,
         env=_env(),
         timeout=30,
@@ -176,12 +189,12 @@ async def test_parse_sse_joins_data_lines_and_skips_comments() -> None:
 
 
 @pytest.mark.anyio
-async def test_follow_stream_reconnects_with_last_event_id(tmp_path: Path) -> None:
+async def test_follow_stream_reconnects_with_last_event_id(backend: Backend) -> None:
     """The daemon restarts under the follower: it reconnects and resumes, nothing missed
     or repeated."""
     listen = f"127.0.0.1:{_free_port()}"
     config = Config.model_validate({"server": {"listen": listen, "token_env": "T"}})
-    astore = AsyncStore(Store.open(tmp_path / "relay.db"))
+    astore = AsyncStore(backend.open())
     bell = Bell()
     ctx = WebContext(
         config=lambda: config,

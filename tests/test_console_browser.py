@@ -9,6 +9,7 @@ what the page says. See tests/console_harness.py for the stack.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -23,10 +24,11 @@ pytestmark = pytest.mark.integration
 WAIT = 20.0  # seconds: the longest any single expectation may take
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    directory: Path = tmp_path_factory.mktemp("console")
-    with Stack(directory) as st:
+@contextmanager
+def opened_stack(directory: Path, database: str | None = None) -> Iterator[Stack]:
+    """The module's stack (on SQLite, or the PostgreSQL ``database``): a session with a
+    hostile title whose deliveries reached alpha and died at beta, and a calm one."""
+    with Stack(directory, database=database) as st:
         st.consumers["beta"].fail()
         st.hostile = st.session(f"Please fix {HOSTILE}", title=f"Hostile {HOSTILE}")
         st.calm = st.session("Add a changelog entry", title="Changelog entry")
@@ -39,6 +41,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             within=60,
             what="deliveries to alpha and dead letters at beta",
         )
+        yield st
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    with opened_stack(tmp_path_factory.mktemp("console")) as st:
         yield st
 
 

@@ -54,6 +54,8 @@ def write_config(
     }
     for name, overrides in sections.items():
         values.setdefault(name, {}).update(overrides)
+    if "url" in values["store"]:  # a PostgreSQL store instead of the file
+        del values["store"]["path"]
     lines = []
     for name, table in values.items():
         lines.append(f"[{name}]")

@@ -1,26 +1,25 @@
 """The operator layer (``relay/operator.py``) the CLI and the console share: cursor reads,
-resume positions, errors the operator can act on."""
+resume positions, errors the operator can act on; on both store engines (``backend``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import anyio
 import pytest
 
 from sessionhook.relay import operator
 from sessionhook.relay.operator import EventFilter, Follower, OperatorError
-from sessionhook.relay.store import AsyncStore, Store
+from sessionhook.relay.store import AsyncStore, StoreCore
 from sessionhook.relay.web import Bell
 
+from .conftest import Backend
 from .test_web_stream import Relay
 
 
-def _store(tmp_path: Path, kinds: list[tuple[str, str]]) -> tuple[Store, list[str]]:
-    """A store holding one event per ``(type, session)``; the ids, in order."""
-    path = tmp_path / "relay.db"
-    relay = Relay(AsyncStore(Store.open(path)), "", Bell())
+def _store(backend: Backend, kinds: list[tuple[str, str]]) -> tuple[StoreCore, list[str]]:
+    """A store on ``backend`` holding one event per ``(type, session)``; the ids, in order."""
+    relay = Relay(AsyncStore(backend.open()), "", Bell())
     ids: list[str] = []
 
     async def fill() -> None:
@@ -29,12 +28,12 @@ def _store(tmp_path: Path, kinds: list[tuple[str, str]]) -> tuple[Store, list[st
         await relay.astore.close()
 
     anyio.run(fill)
-    return Store.open(path), ids
+    return backend.open(), ids
 
 
-def test_a_follower_moves_past_rows_that_do_not_match(tmp_path: Path) -> None:
+def test_a_follower_moves_past_rows_that_do_not_match(backend: Backend) -> None:
     kinds = [("activity.a", "sessions/1")] * 5 + [("session.completed", "sessions/1")]
-    store, ids = _store(tmp_path, kinds)
+    store, ids = _store(backend, kinds)
     with store:
         follower = Follower(0, EventFilter(("session.*",)))
         page = follower.read(store, limit=3)
@@ -45,14 +44,14 @@ def test_a_follower_moves_past_rows_that_do_not_match(tmp_path: Path) -> None:
         assert page.events == [] and page.cursor == 6 and not page.more
 
 
-def test_session_filter_and_several_globs(tmp_path: Path) -> None:
+def test_session_filter_and_several_globs(backend: Backend) -> None:
     kinds = [
         ("session.failed", "sessions/2"),
         ("activity.plan_generated", "sessions/1"),
         ("session.failed", "sessions/1"),
         ("activity.progress_updated", "sessions/1"),
     ]
-    store, ids = _store(tmp_path, kinds)
+    store, ids = _store(backend, kinds)
     wanted = EventFilter(("session.*", "*.plan_*"), "sessions/1")
     with store:
         page = Follower(0, wanted).read(store)
@@ -99,8 +98,8 @@ def test_a_follower_waits_at_a_hole_until_it_fills_or_settles() -> None:
     assert read() == [] and follower.cursor == 8
 
 
-def test_resume_position(tmp_path: Path) -> None:
-    store, ids = _store(tmp_path, [("x.a", "sessions/1")] * 3)
+def test_resume_position(backend: Backend) -> None:
+    store, ids = _store(backend, [("x.a", "sessions/1")] * 3)
     with store:
         assert operator.resume_position(store, None) == 3  # only what comes next
         assert operator.resume_position(store, ids[0]) == 1
@@ -108,8 +107,8 @@ def test_resume_position(tmp_path: Path) -> None:
             operator.resume_position(store, "evt_zzz")
 
 
-def test_errors_the_operator_can_act_on(tmp_path: Path) -> None:
-    store, ids = _store(tmp_path, [("x.a", "sessions/1")])
+def test_errors_the_operator_can_act_on(backend: Backend) -> None:
+    store, ids = _store(backend, [("x.a", "sessions/1")])
     with store:
         with pytest.raises(OperatorError, match=r"no endpoint named 'ci' .*known: none yet"):
             operator.find_endpoint(store, "ci")

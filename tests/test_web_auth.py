@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -22,7 +21,7 @@ from structlog.testing import capture_logs
 from sessionhook.relay import health
 from sessionhook.relay.config import Config
 from sessionhook.relay.metrics import Metrics
-from sessionhook.relay.store import AsyncStore, Store
+from sessionhook.relay.store import AsyncStore
 from sessionhook.relay.web import WebContext, create_app
 from sessionhook.relay.web.auth import (
     COOKIE,
@@ -37,6 +36,7 @@ from sessionhook.relay.web.auth import (
     web_session,
 )
 
+from .conftest import Backend
 from .test_web_stream import _free_port
 
 pytestmark = pytest.mark.anyio
@@ -287,11 +287,12 @@ async def test_csrf_token_helper_matches_the_form_field() -> None:
 # --------------------------------------------------------------------------- every route
 
 
-def _route_table(tmp_path: Path) -> tuple[list[tuple[str, str]], Any, AsyncStore]:
-    """The daemon's real route table (every provider, the console's included) and the
-    ``(method, path)`` of each protected route, path parameters filled with ``x``."""
+def _route_table(backend: Backend) -> tuple[list[tuple[str, str]], Any, AsyncStore]:
+    """The daemon's real route table (every provider, the console's included) over
+    ``backend``'s store and the ``(method, path)`` of each protected route, path
+    parameters filled with ``x``."""
     config = _config(token_env="WEB_TOKEN")
-    astore = AsyncStore(Store.open(tmp_path / "relay.db"))
+    astore = AsyncStore(backend.open())
     ctx = WebContext(
         config=lambda: config, store=lambda: astore, metrics=Metrics(), auth=WebAuth(TOKEN)
     )
@@ -307,10 +308,11 @@ def _route_table(tmp_path: Path) -> tuple[list[tuple[str, str]], Any, AsyncStore
     return protected, app, astore
 
 
-async def test_every_route_in_the_table_is_guarded(tmp_path: Path) -> None:
+async def test_every_route_in_the_table_is_guarded(backend: Backend) -> None:
     """No token, a wrong token: 401 on every protected route; the right token gets past
-    the guard; a POST from a login needs its CSRF token (missing or wrong: 403)."""
-    protected, app, astore = _route_table(tmp_path)
+    the guard (and the route answers, on either store engine); a POST from a login needs
+    its CSRF token (missing or wrong: 403)."""
+    protected, app, astore = _route_table(backend)
     assert ("GET", "/v1/events/stream") in protected and ("POST", "/logout") in protected
     listen = f"127.0.0.1:{_free_port()}"
     try:
@@ -331,6 +333,7 @@ async def test_every_route_in_the_table_is_guarded(tmp_path: Path) -> None:
                     right = {"authorization": f"Bearer {TOKEN}"}
                     async with anonymous.stream(method, path, headers=right) as answer:
                         assert answer.status_code not in (401, 403), where
+                        assert answer.status_code < 500, where
                     if method == "POST":
                         missing = await browser.post(path, data={"x": "1"})
                         assert missing.status_code == 403, where

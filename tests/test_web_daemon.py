@@ -1,5 +1,6 @@
 """The daemon's web layer in-process: the stream is woken by the daemon's own ingest (the
-bell), not only by its store poll; the health routes stay open beside it."""
+bell), not only by its store poll, on either store engine; the health routes stay open
+beside it."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from sessionhook.relay.web import stream as stream_module
+from tests.conftest import Backend
 from tests.test_daemon import Setup, _free_port
 from tests.test_web_stream import read_messages
 
@@ -19,7 +21,7 @@ TOKEN = "daemon-token-" + "z" * 30
 
 @pytest.mark.anyio
 async def test_the_daemons_ingest_wakes_the_stream(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    backend: Backend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # With the store poll an hour away, only the bell can bring the events in time.
     monkeypatch.setattr(stream_module, "POLL_SECONDS", 3600.0)
@@ -27,8 +29,11 @@ async def test_the_daemons_ingest_wakes_the_stream(
     token_file.write_text(TOKEN)
     token_file.chmod(0o600)
     port = _free_port()
+    store = {"url": backend.target} if backend.name == "postgresql" else {}
     setup = Setup(
-        tmp_path, server={"listen": f"127.0.0.1:{port}", "token_file": str(token_file)}
+        tmp_path,
+        server={"listen": f"127.0.0.1:{port}", "token_file": str(token_file)},
+        store=store,
     )
     daemon = setup.daemon()
     auth = {"authorization": f"Bearer {TOKEN}"}

@@ -1,6 +1,6 @@
 """``GET /v1/events/stream`` over a real loopback socket: live append, resume with
 Last-Event-ID (nothing missed, nothing repeated), filters, access, the stream cap, heartbeats
-and a consumer that stops reading."""
+and a consumer that stops reading. Every test runs on both store engines (``backend``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -23,9 +22,10 @@ from sessionhook.relay import health
 from sessionhook.relay.config import Config
 from sessionhook.relay.events import make_event
 from sessionhook.relay.metrics import Metrics
-from sessionhook.relay.store import AsyncStore, EventRow, Store
+from sessionhook.relay.store import AsyncStore, EventRow
 from sessionhook.relay.web import Bell, WebAuth, WebContext, create_app
 from sessionhook.relay.web import stream as stream_module
+from tests.conftest import Backend
 
 pytestmark = pytest.mark.anyio
 
@@ -91,10 +91,11 @@ def _free_port() -> int:
 
 
 @asynccontextmanager
-async def relay(tmp_path: Path, **server: Any) -> AsyncIterator[Relay]:
+async def relay(backend: Backend, **server: Any) -> AsyncIterator[Relay]:
+    """The web app over ``backend``'s store (each test runs on SQLite and PostgreSQL)."""
     listen = f"127.0.0.1:{_free_port()}"
     config = Config.model_validate({"server": {"listen": listen, "token_env": "T", **server}})
-    astore = AsyncStore(Store.open(tmp_path / "relay.db"))
+    astore = AsyncStore(backend.open())
     bell = Bell()
     ctx = WebContext(
         config=lambda: config,
@@ -150,8 +151,8 @@ def _same(message: Message, row: EventRow) -> None:
     assert message.data.encode() == row.body  # the exact bytes the webhook gets
 
 
-async def test_live_events_arrive_with_webhook_id_type_and_body(tmp_path: Path) -> None:
-    async with relay(tmp_path) as r, httpx.AsyncClient(base_url=r.url, headers=AUTH) as http:
+async def test_live_events_arrive_with_webhook_id_type_and_body(backend: Backend) -> None:
+    async with relay(backend) as r, httpx.AsyncClient(base_url=r.url, headers=AUTH) as http:
         await r.archive(3)  # before the stream opened: not sent
         async with http.stream("GET", "/v1/events/stream") as response:
             assert response.status_code == 200
@@ -163,8 +164,8 @@ async def test_live_events_arrive_with_webhook_id_type_and_body(tmp_path: Path) 
         assert json.loads(message.data)["data"]["text"] == "é\nline"
 
 
-async def test_resume_after_a_killed_consumer_misses_and_repeats_nothing(tmp_path: Path) -> None:
-    async with relay(tmp_path) as r, httpx.AsyncClient(base_url=r.url, headers=AUTH) as http:
+async def test_resume_after_a_killed_consumer_misses_and_repeats_nothing(backend: Backend) -> None:
+    async with relay(backend) as r, httpx.AsyncClient(base_url=r.url, headers=AUTH) as http:
         rows = await r.archive(10)
         seen: list[Message] = []
         headers = {"last-event-id": rows[2].id}
@@ -183,8 +184,8 @@ async def test_resume_after_a_killed_consumer_misses_and_repeats_nothing(tmp_pat
         _same(message, row)
 
 
-async def test_resume_position_from_the_query_and_unknown_ids(tmp_path: Path) -> None:
-    async with relay(tmp_path) as r, httpx.AsyncClient(base_url=r.url, headers=AUTH) as http:
+async def test_resume_position_from_the_query_and_unknown_ids(backend: Backend) -> None:
+    async with relay(backend) as r, httpx.AsyncClient(base_url=r.url, headers=AUTH) as http:
         rows = await r.archive(4)
         url = f"/v1/events/stream?last_event_id={rows[0].id}"
         async with http.stream("GET", url) as response:
@@ -198,8 +199,8 @@ async def test_resume_position_from_the_query_and_unknown_ids(tmp_path: Path) ->
         assert too_many.status_code == 400
 
 
-async def test_type_globs_and_session_filter(tmp_path: Path) -> None:
-    async with relay(tmp_path) as r, httpx.AsyncClient(base_url=r.url, headers=AUTH) as http:
+async def test_type_globs_and_session_filter(backend: Backend) -> None:
+    async with relay(backend) as r, httpx.AsyncClient(base_url=r.url, headers=AUTH) as http:
         start = (await r.archive(1))[0].id
         wanted = []
         await r.archive(2, kind="activity.progress_updated")
@@ -222,8 +223,8 @@ async def test_type_globs_and_session_filter(tmp_path: Path) -> None:
     ]
 
 
-async def test_access_needs_the_token(tmp_path: Path) -> None:
-    async with relay(tmp_path) as r, httpx.AsyncClient(base_url=r.url) as http:
+async def test_access_needs_the_token(backend: Backend) -> None:
+    async with relay(backend) as r, httpx.AsyncClient(base_url=r.url) as http:
         assert (await http.get("/v1/events/stream")).status_code == 401
         wrong = await http.get("/v1/events/stream", headers={"authorization": "Bearer x" * 5})
         assert wrong.status_code == 401
@@ -237,9 +238,9 @@ async def test_access_needs_the_token(tmp_path: Path) -> None:
             assert [m.id for m in await read_messages(response, 1)] == [rows[1].id]
 
 
-async def test_the_number_of_streams_is_capped(tmp_path: Path) -> None:
+async def test_the_number_of_streams_is_capped(backend: Backend) -> None:
     async with (
-        relay(tmp_path, max_streams=1) as r,
+        relay(backend, max_streams=1) as r,
         httpx.AsyncClient(base_url=r.url, headers=AUTH) as http,
     ):
         async with http.stream("GET", "/v1/events/stream") as first:
@@ -260,12 +261,12 @@ async def test_the_number_of_streams_is_capped(tmp_path: Path) -> None:
 
 
 async def test_an_idle_stream_gets_heartbeats(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(stream_module, "HEARTBEAT_SECONDS", 0.2)
     monkeypatch.setattr(stream_module, "POLL_SECONDS", 0.05)
     async with (
-        relay(tmp_path) as r,
+        relay(backend) as r,
         httpx.AsyncClient(base_url=r.url, headers=AUTH) as http,
         http.stream("GET", "/v1/events/stream") as response,
     ):
@@ -278,10 +279,10 @@ async def test_an_idle_stream_gets_heartbeats(
     assert beats == 2
 
 
-async def test_events_from_another_writer_arrive_without_a_ring(tmp_path: Path) -> None:
+async def test_events_from_another_writer_arrive_without_a_ring(backend: Backend) -> None:
     """Another replica's events reach the stream through the store poll."""
     async with (
-        relay(tmp_path) as r,
+        relay(backend) as r,
         httpx.AsyncClient(base_url=r.url, headers=AUTH) as http,
         http.stream("GET", "/v1/events/stream") as response,
     ):
@@ -292,10 +293,10 @@ async def test_events_from_another_writer_arrive_without_a_ring(tmp_path: Path) 
 
 
 async def test_a_consumer_that_stops_reading_is_dropped_not_buffered(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(stream_module, "SEND_TIMEOUT", 0.5)
-    async with relay(tmp_path) as r:
+    async with relay(backend) as r:
         host, port = r.url.removeprefix("http://").split(":")
         with capture_logs() as logs, socket.create_connection((host, int(port))) as sock:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
