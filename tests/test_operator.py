@@ -4,13 +4,14 @@ resume positions, errors the operator can act on; on both store engines (``backe
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
 import pytest
 
 from sessionhook.relay import operator
 from sessionhook.relay.operator import EventFilter, Follower, OperatorError
-from sessionhook.relay.store import AsyncStore, StoreCore
+from sessionhook.relay.store import AsyncStore, StoreCore, ops_queries
 from sessionhook.relay.web import Bell
 
 from .conftest import Backend
@@ -96,6 +97,64 @@ def test_a_follower_waits_at_a_hole_until_it_fills_or_settles() -> None:
     now[0] += 0.2
     assert read() == [8]  # 6 and 7 never came: settled 5 s after first seen, passed
     assert read() == [] and follower.cursor == 8
+
+
+class _Spy:
+    """Stands for a store's connection: records how many rows each statement reading the
+    events table returned."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self.sizes: list[int] = []
+
+    def execute(self, sql: str, params: Any = ()) -> Any:
+        rows = self.conn.execute(sql, params).fetchall()
+        if "FROM events e" in sql:
+            self.sizes.append(len(rows))
+        return _Result(rows)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.conn, name)
+
+
+class _Result:
+    def __init__(self, rows: list[Any]) -> None:
+        self.rows = rows
+
+    def fetchall(self) -> list[Any]:
+        rows, self.rows = self.rows, []
+        return rows
+
+    def fetchone(self) -> Any:
+        return self.fetchmany(1)[0] if self.rows else None
+
+    def fetchmany(self, size: int = 1) -> list[Any]:
+        rows, self.rows = self.rows[:size], self.rows[size:]
+        return rows
+
+    def close(self) -> None:
+        self.rows = []
+
+
+def test_events_filters_hold_across_pages(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``events`` (the CLI's listing) reads a page per statement (see test_store's
+    test_fetches_in_batches); its session, type and limit filters hold across pages."""
+    kinds = [("x.a", "sessions/1"), ("x.b", "sessions/1"), ("x.a", "sessions/2")] * 3
+    store, ids = _store(backend, kinds)
+    monkeypatch.setattr(ops_queries, "_FETCH", 3)
+    with store:
+        spy = _Spy(store._conn)
+        monkeypatch.setattr(store, "_conn", spy)
+        assert [e.id for e in operator.events(store)] == ids
+        assert max(spy.sizes) <= 3 and len(spy.sizes) == 4  # three full pages, one empty
+        spy.sizes.clear()
+        wanted = [i for i, (kind, _) in zip(ids, kinds, strict=True) if kind == "x.a"]
+        assert [e.id for e in operator.events(store, type_glob="x.a")] == wanted
+        first = [e.id for e in operator.events(store, session="sessions/1", limit=2)]
+        assert first == ids[:2]
+        assert max(spy.sizes) <= 3
 
 
 def test_resume_position(backend: Backend) -> None:

@@ -326,27 +326,35 @@ class OperatorQueries:
         *,
         until: float | None = None,
     ) -> Iterator[EventRow]:
-        """Archived events in ingest order, streamed from a cursor (never all in memory).
+        """Archived events in ingest order, streamed (never all in memory).
 
         ``since`` / ``until`` filter on the upstream time in Unix seconds (inclusive /
-        exclusive). Rows are fetched in batches of a few hundred as the caller iterates.
+        exclusive). Rows are read :data:`_FETCH` at a time as the caller iterates, each
+        page its own query from the last ``seq`` read (keyset paging): a cursor would not
+        do, since PostgreSQL's client cursor holds a statement's whole result in memory.
+        Each page sees what is committed when it is read, so a long iteration also yields
+        the events archived meanwhile, in order.
         """
         where, params = _where(
             ("e.session_name = ?", session),
             ("e.occurred_ts >= ?", since),
             ("e.occurred_ts < ?", until),
         )
-        cursor = self._conn.execute(
-            f"SELECT {self._EVENT_COLUMNS} {self._EVENT_FROM} {where} ORDER BY e.seq", params
-        )
-        try:
-            while rows := cursor.fetchmany(_FETCH):
-                for row in rows:
-                    # The type glob is matched here (no SQL function of ours, see dialect.py).
-                    if type_glob is None or fnmatchcase(row[3], type_glob):
-                        yield self._event_row(row)
-        finally:
-            cursor.close()
+        where = f"{where} AND e.seq > ?" if where else "WHERE e.seq > ?"
+        last = 0
+        while True:
+            rows = self._conn.execute(
+                f"SELECT {self._EVENT_COLUMNS} {self._EVENT_FROM} {where} "
+                "ORDER BY e.seq LIMIT ?",
+                (*params, last, _FETCH),
+            ).fetchall()
+            for row in rows:
+                # The type glob is matched here (no SQL function of ours, see dialect.py).
+                if type_glob is None or fnmatchcase(row[3], type_glob):
+                    yield self._event_row(row)
+            if len(rows) < _FETCH:
+                return
+            last = rows[-1][0]
 
     def event_seq(self, event_id: str) -> int | None:
         """The position (``seq``) of the event ``event_id`` in ingest order, or ``None``."""

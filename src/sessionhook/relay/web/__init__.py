@@ -12,7 +12,9 @@
 Everything but the health routes and ``/login`` is behind :class:`.auth.AuthMiddleware`
 (deny by default: a new route is protected without saying so; POSTs need the CSRF token of
 :func:`.auth.csrf_field`). With the console off, only the health routes exist (anything else
-is 404) and ``web.console_off`` is logged once.
+is 404) and ``web.console_off`` is logged once. A store that fails under a route (the
+PostgreSQL server down or restarting, a lost connection) is a 503 and one
+``web.store_failed`` log line, never a traceback.
 
 A route reaches the daemon through :class:`WebContext` (``request.app.state.web``, or the
 provider's closure): the store once it is open (``None`` before: answer 503), the current
@@ -27,14 +29,17 @@ from dataclasses import dataclass, field
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute
 
+from ...redact import redact_userinfo
 from .. import health
 from ..config import Config
 from ..logging import get_logger
 from ..metrics import Metrics
 from ..retry import AttemptResult
-from ..store import AsyncStore
+from ..store import DATABASE_ERRORS, AsyncStore, StoreError
 from .auth import PUBLIC_PATHS, AuthMiddleware, WebAuth
 from .bell import Bell
 from .login import login_routes
@@ -103,9 +108,29 @@ def create_app(
     routes.extend(login_routes(ctx.auth))
     for provider in ROUTE_PROVIDERS() if providers is None else providers:
         routes.extend(provider(ctx))
+    handlers = {kind: _store_failed for kind in (StoreError, *DATABASE_ERRORS)}
     app = Starlette(
         routes=routes,
         middleware=[Middleware(AuthMiddleware, auth=ctx.auth, public=PUBLIC_PATHS)],
+        exception_handlers=handlers,
     )
     app.state.web = ctx
     return app
+
+
+async def _store_failed(request: Request, exc: Exception) -> Response:
+    """A route's store read failed (PostgreSQL down or restarting, a lost connection, a
+    broken file): a 503 and one log line, never a traceback. Console pages get a page
+    saying so (the browser can simply reload), anything else a JSON error."""
+    text = str(exc).strip()
+    error = redact_userinfo(text.splitlines()[0] if text else type(exc).__name__)
+    _log.warning("web.store_failed", path=request.url.path, error=error)
+    if request.url.path.startswith("/console"):
+        from .console import store_failed_page  # the console imports this module
+
+        return store_failed_page(request, error)
+    return JSONResponse(
+        {"error": f"the store cannot be read now: {error}"},
+        status_code=503,
+        headers={"retry-after": "5"},
+    )

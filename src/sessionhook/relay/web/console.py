@@ -54,7 +54,13 @@ from .console_chart import minute_chart
 if TYPE_CHECKING:
     from . import WebContext
 
-__all__ = ["ConsoleDeps", "console_provider", "console_routes", "render_page"]
+__all__ = [
+    "ConsoleDeps",
+    "console_provider",
+    "console_routes",
+    "render_page",
+    "store_failed_page",
+]
 
 _HERE: Final = Path(__file__).parent
 #: Shown of an event body or a response body before "... (N bytes more)".
@@ -197,6 +203,23 @@ def _unavailable(request: Request) -> Response:
         {"title": "Store not open", "reason": "the daemon has not opened its store yet"},
         status_code=503,
     )
+
+
+def store_failed_page(request: Request, error: str) -> Response:
+    """The page for a store that could not be read (the database down or restarting): a
+    503 that names the error; reloading works again once the database is back."""
+    response = render_page(
+        request,
+        "unavailable.html",
+        {
+            "title": "Store unavailable",
+            "reason": f"the database cannot be read now ({error}); "
+            "reload the page once it is back",
+        },
+        status_code=503,
+    )
+    response.headers["retry-after"] = "5"
+    return response
 
 
 def _not_found(request: Request, what: str) -> Response:

@@ -27,6 +27,7 @@ buffer fills and the write waits), never the relay's memory; one that reads noth
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Final
 
@@ -38,7 +39,7 @@ from starlette.types import Receive, Scope, Send
 
 from ..logging import get_logger
 from ..operator import EventFilter, Follower, OperatorError, resume_position
-from ..store import EventRow, StoreError
+from ..store import DATABASE_ERRORS, EventRow, StoreError
 from .auth import client_address
 
 if TYPE_CHECKING:
@@ -67,6 +68,8 @@ _MAX_GLOBS: Final = 32
 _MAX_PARAM: Final = 512
 
 _log = get_logger()
+#: A read of the store that failed (the database down, a lost connection) or a socket.
+_READ_FAILURES: tuple[type[Exception], ...] = (OSError, StoreError, *DATABASE_ERRORS)
 
 
 def format_event(row: EventRow) -> bytes:
@@ -117,7 +120,9 @@ def stream_routes(ctx: WebContext) -> Sequence[BaseRoute]:
         except OperatorError as exc:
             return JSONResponse({"error": str(exc)}, status_code=400)
         except StoreError as exc:
-            return JSONResponse({"error": f"store: {exc}"}, status_code=503)
+            return JSONResponse(
+                {"error": f"store: {exc}"}, status_code=503, headers={"retry-after": "5"}
+            )
         if open_streams >= limit:
             _log.warning("stream.refused", client=client_address(request.scope), open=open_streams)
             return JSONResponse(
@@ -164,6 +169,8 @@ class _EventStream(Response):
             after=self._cursor,
         )
         self._sent = 0
+        self._started = False
+        failed = False
         try:
             async with anyio.create_task_group() as tg:
 
@@ -177,10 +184,17 @@ class _EventStream(Response):
                     await self._pump(send)
                 except TimeoutError:
                     _log.warning("stream.stalled", client=client, after=self._cursor)
-                except (OSError, StoreError) as exc:
+                except _READ_FAILURES as exc:
+                    # The consumer reconnects with Last-Event-ID: nothing is lost.
                     _log.warning("stream.failed", client=client, error=str(exc))
+                    failed = True
                 finally:
                     tg.cancel_scope.cancel()
+            if failed and self._started:
+                # End the body properly (the last chunk), so the consumer sees the
+                # stream end and reconnects, rather than a broken response.
+                with anyio.move_on_after(1), contextlib.suppress(OSError):
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             self._release()
             _log.info("stream.closed", client=client, sent=self._sent, last_seq=self._cursor)
@@ -192,6 +206,7 @@ class _EventStream(Response):
     async def _pump(self, send: Send) -> None:
         with anyio.fail_after(SEND_TIMEOUT):
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+        self._started = True
         await self._send(send, f"retry: {RETRY_MS}\n: connected\n\n".encode())
         idle_since = anyio.current_time()
         ctx = self._ctx
