@@ -31,6 +31,7 @@ from sessionhook.relay.store import AsyncStore
 from sessionhook.relay.web import Bell, WebAuth, WebContext, create_app
 
 from .conftest import Backend
+from .pg import Cluster
 from .test_web_stream import TOKEN, Relay, _free_port
 
 SESSIONHOOK = Path(sys.executable).parent / "sessionhook"
@@ -172,6 +173,42 @@ def test_follow_resumes_after_an_id_and_refuses_an_unknown_one(
         timeout=30,
     )
     assert usage.returncode == 2
+
+
+def test_follow_the_store_waits_out_a_database_restart(
+    pg_cluster: Cluster, pg_url: str, tmp_path: Path
+) -> None:
+    """PostgreSQL restarts under ``events --follow``: a note on stderr, no traceback, and
+    the events archived once it is back are printed after the others, none missed."""
+    backend = Backend("postgresql", pg_url)
+    counter = _counter(backend)
+    first = _archive(backend, counter, 1)
+    where = store_args(backend, tmp_path)
+    with subprocess.Popen(
+        [str(SESSIONHOOK), "events", "-f", *where, "--format", "ndjson", "--last-event-id", *first],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_env(),
+    ) as proc:
+        try:
+            out = Lines(proc.stdout)  # type: ignore[arg-type]
+            err = Lines(proc.stderr)  # type: ignore[arg-type]
+            wanted = _archive(backend, counter, 2)
+            got = [json.loads(line)["id"] for line in out.take(2)]
+            pg_cluster.stop()
+            try:
+                note = err.take(1, within=30)[0]
+            finally:
+                pg_cluster.start()
+            wanted += _archive(backend, counter, 2)
+            got += [json.loads(line)["id"] for line in out.take(2, within=60)]
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=10) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert got == wanted
+    assert note.startswith("note: ") and "reading again in" in note and "Traceback" not in note
 
 
 @pytest.mark.anyio

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import re
 import sys
 import time
@@ -56,6 +57,11 @@ __all__ = [
     "parse_time",
     "ping_event",
 ]
+
+# psycopg's pool logs each failed (re)connection at WARNING, which Python would print raw
+# on a terminal: a command reports an unreachable database itself, in one line. (A handler
+# here only keeps the last-resort printer away: the daemon's own log still gets them.)
+logging.getLogger("psycopg.pool").addHandler(logging.NullHandler())
 
 register_user_error(ConfigError, exit_code=2)
 register_user_error(StoreError, exit_code=1)

@@ -4,7 +4,9 @@ Without ``--follow`` it lists the archive (a view of :func:`sessionhook.relay.op
 With ``--follow`` it prints events as they are archived, with the same filters:
 
 * from the store (``--config`` / ``--db``): a read every :data:`FOLLOW_POLL` seconds after
-  the last event printed (the events table's order), read-only, safe beside the daemon;
+  the last event printed (the events table's order), read-only, safe beside the daemon; a
+  database out of reach (a PostgreSQL restart) is a note on stderr and a read again later
+  from the same position, never the end of the command;
 * from a daemon's event stream (``--url http://host:9187``, token from ``--token`` or
   ``$SESSIONHOOK_WEB_TOKEN``): ``GET /v1/events/stream``, reconnecting after a failure with
   ``Last-Event-ID`` = the last event printed, so nothing is missed or printed twice.
@@ -31,7 +33,7 @@ import httpx
 from ..relay import operator
 from ..relay.events import EVENT_TYPES, matches
 from ..relay.operator import EventFilter
-from ..relay.store import EventRow
+from ..relay.store import DATABASE_ERRORS, EventRow
 from . import cli
 from ._output import CliError, render_table
 from .ops import _event_json, _reading, _reported, _store_options, _time_option
@@ -223,8 +225,22 @@ def _follow_store(
         if since is not None and last_event_id is None:
             start = 0  # the archive from --since first, then what comes
         follower = operator.Follower(start, wanted)
+        failures = 0
         while True:
-            page = follower.read(store, limit=500)
+            try:
+                page = follower.read(store, limit=500)
+            except DATABASE_ERRORS as exc:
+                # The database restarting or out of reach (PostgreSQL): wait and read on
+                # from the same position; anything else is an error for the user.
+                unreachable = store.unwritable_error(exc)
+                if unreachable is None:
+                    raise
+                delay = _BACKOFF[min(failures, len(_BACKOFF) - 1)]
+                failures += 1
+                click.echo(f"note: {unreachable}; reading again in {delay:g} s", err=True)
+                time.sleep(delay)
+                continue
+            failures = 0
             for row in page.events:
                 if since is not None and row.occurred_ts < since:
                     continue
