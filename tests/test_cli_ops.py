@@ -13,8 +13,11 @@ The consumers behave differently, so the store holds every kind of row:
   attempts (dead letters);
 * ``gone`` answers 410: the relay disables it and its deliveries stay pending.
 
-Read commands run against the daemon's own file (found through ``--config``); write
-commands against a copy (``--db``), so that the tests stay independent of one another.
+Read commands run against the daemon's own store (found through ``--config``); write
+commands against a copy (``--db``, or a config naming a copied database), so that the tests
+stay independent of one another. The module runs twice: the daemon and the commands on a
+SQLite file, then on a PostgreSQL database of the session's cluster (``tests/pg.py``; a
+copy is ``CREATE DATABASE ... TEMPLATE`` of the run's database).
 """
 
 from __future__ import annotations
@@ -43,8 +46,10 @@ from sessionhook.cli import cli, ops
 from sessionhook.emulator.app import create_app as create_emulator
 from sessionhook.relay import health, operator
 from sessionhook.relay.signing import decode_secret, generate_secret
-from sessionhook.relay.store import Store
+from sessionhook.relay.store import PostgresStore, Store, StoreCore
 
+from .conftest import TEMPLATE
+from .pg import Cluster
 from .receiver import Receiver
 
 pytestmark = pytest.mark.integration
@@ -65,14 +70,49 @@ class _Clock:
 
 
 @dataclass
+class Where:
+    """A store the commands work on: a SQLite file (``--db``) or a PostgreSQL database
+    (a config whose ``[store] url`` names it)."""
+
+    db: Path
+    url: str | None = None
+    config: Path | None = None
+
+    @property
+    def args(self) -> list[str]:
+        """The options naming this store on a command line."""
+        if self.url is None:
+            return ["--db", str(self.db)]
+        assert self.config is not None
+        return ["--config", str(self.config)]
+
+    def reader(self) -> StoreCore:
+        """The store opened read-only."""
+        if self.url is None:
+            return Store.open_readonly(self.db)
+        return PostgresStore.open_readonly(self.url)
+
+    def writer(self) -> StoreCore:
+        if self.url is None:
+            return Store.open(self.db)
+        return PostgresStore.open(self.url)
+
+
+@dataclass
 class RelayRun:
     """What the real run left behind, and the consumers that are still listening."""
 
     config: Path
-    db: Path
+    store: Where
     receivers: dict[str, Receiver]
     urls: dict[str, str]
     logs: str
+    #: The PostgreSQL database of the run (copies are made from it), else ``None``.
+    database: str | None = None
+
+    @property
+    def db(self) -> Path:
+        return self.store.db
 
 
 def _serve(portal: BlockingPortal, app: Any, servers: list[Future[Any]]) -> str:
@@ -102,7 +142,9 @@ def _create_sessions(base_url: str) -> list[str]:
     return names
 
 
-def _write_config(directory: Path, emulator_url: str, urls: dict[str, str]) -> Path:
+def _write_config(
+    directory: Path, emulator_url: str, urls: dict[str, str], database: str | None = None
+) -> Path:
     (directory / "api_key").write_text(API_KEY + "\n")
     endpoints = "".join(
         textwrap.dedent(
@@ -124,7 +166,7 @@ def _write_config(directory: Path, emulator_url: str, urls: dict[str, str]) -> P
             api_key_file = "api_key"
 
             [store]
-            path = "relay.db"
+            STORE
 
             [poll]
             backfill = true
@@ -141,12 +183,25 @@ def _write_config(directory: Path, emulator_url: str, urls: dict[str, str]) -> P
         )
         + endpoints
     )
+    # The run's store: the SQLite file beside the config, or the PostgreSQL database.
+    store = 'path = "relay.db"' if database is None else f"url = {json.dumps(database)}"
+    config.write_text(config.read_text().replace("STORE", store, 1))
     return config
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RelayRun]:
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def run(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[RelayRun]:
+    """The real run, on a SQLite file, then (a second module pass) on a PostgreSQL
+    database of the session's cluster."""
     directory = tmp_path_factory.mktemp("relay")
+    where = Where(directory / "relay.db")
+    cluster: Cluster | None = None
+    if request.param == "postgresql":
+        cluster = request.getfixturevalue("pg_cluster")
+        name = cluster.create_database(TEMPLATE)
+        where = Where(Path("relay.db"), cluster.url(name), directory / "config.toml")
     # Upstream times two hours ago, so that "--since 3h" covers them and "--since 1h" not.
     clock = _Clock(time.time() - 2 * 3600)
     servers: list[Future[Any]] = []
@@ -168,7 +223,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RelayRun]:
         urls = {name: _serve(portal, r.app, servers) for name, r in consumers.items()}
         _create_sessions(emulator_url)
         clock.now += 600  # every scripted step of both sessions is now in the past
-        config = _write_config(directory, emulator_url, urls)
+        config = _write_config(directory, emulator_url, urls, where.url)
         env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONHOOK_")}
         command = [sys.executable, "-m", "sessionhook.cli", "run", "--config", str(config)]
         done = subprocess.run(
@@ -184,29 +239,40 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RelayRun]:
         # One --once pass leaves nothing due: deliveries freed by attempts that settle
         # while the pass looks for work go out in the same pass (flaky's retry is an hour
         # away, so it does not count).
-        with Store.open_readonly(directory / "relay.db") as store:
+        with where.reader() as store:
             due = store.next_due_at()
         assert due is None or due > time.time() + 60, logs[-3000:]
         try:
             yield RelayRun(
                 config=config,
-                db=directory / "relay.db",
+                store=where,
                 receivers=consumers,
                 urls=urls,
                 logs=logs,
+                database=None if where.url is None else where.url.rsplit("/", 1)[1],
             )
         finally:
             for server in servers:
                 server.cancel()
+            if cluster is not None and where.url is not None:
+                cluster.drop_database(where.url.rsplit("/", 1)[1])
 
 
 @pytest.fixture
-def db_copy(run: RelayRun, tmp_path: Path) -> Path:
-    """A private copy of the run's database for commands that write."""
-    target = tmp_path / "copy.db"
-    with sqlite3.connect(run.db) as source, sqlite3.connect(target) as dest:
-        source.backup(dest)
-    return target
+def db_copy(run: RelayRun, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Where]:
+    """A private copy of the run's store for commands that write."""
+    if run.database is None:
+        target = tmp_path / "copy.db"
+        with sqlite3.connect(run.db) as source, sqlite3.connect(target) as dest:
+            source.backup(dest)
+        yield Where(target)
+        return
+    cluster: Cluster = request.getfixturevalue("pg_cluster")
+    name = cluster.create_database(run.database)  # a copy of the run's database
+    config = tmp_path / "copy.toml"
+    config.write_text(f"[store]\nurl = {json.dumps(cluster.url(name))}\n")
+    yield Where(Path("copy.db"), cluster.url(name), config)
+    cluster.drop_database(name)
 
 
 def invoke(*args: str, env: dict[str, str] | None = None) -> Result:
@@ -229,15 +295,13 @@ def failed(*args: str, code: int = 1) -> str:
     return lines[-1]
 
 
-def _store(path: Path) -> Store:
-    return Store.open_readonly(path)
 
 
 # --------------------------------------------------------------------------- the run itself
 
 
 def test_the_run_reached_every_kind_of_consumer(run: RelayRun) -> None:
-    with _store(run.db) as store:
+    with run.store.reader() as store:
         assert store.pending_count("ci") == 0
         assert store.list_deliveries("broken", "pending") == []
     r = run.receivers
@@ -273,7 +337,7 @@ def test_status_table(run: RelayRun) -> None:
 def test_status_json_matches_the_store(run: RelayRun) -> None:
     data = json.loads(ok("status", "--config", str(run.config), "--json"))
     by_name = {ep["name"]: ep for ep in data["endpoints"]}
-    with _store(run.db) as store:
+    with run.store.reader() as store:
         for name in SECRETS:
             assert by_name[name]["pending"] == store.pending_count(name)
     assert by_name["ci"]["pending"] == 0
@@ -393,25 +457,25 @@ def test_deliveries_behind_a_parked_one_show_what_they_wait_on(run: RelayRun) ->
 # --------------------------------------------------------------------------- replay
 
 
-def test_replay_dead_letters_by_time(run: RelayRun, db_copy: Path) -> None:
-    with _store(db_copy) as store:
+def test_replay_dead_letters_by_time(run: RelayRun, db_copy: Where) -> None:
+    with db_copy.reader() as store:
         dead = store.list_deliveries("broken", "dead", limit=10_000)
         archived = sum(1 for _ in store.iter_events())
     assert dead
-    out = ok("replay", "--db", str(db_copy), "--endpoint", "broken", "--since", "3h")
+    out = ok("replay", *db_copy.args, "--endpoint", "broken", "--since", "3h")
     assert out.strip() == f"queued {archived} deliveries to broken"
-    with _store(db_copy) as store:
+    with db_copy.reader() as store:
         again = store.list_deliveries("broken", "pending", limit=10_000)
     assert len(again) == archived and all(d.replayed for d in again)
     # the same webhook-id as the dead letters: consumers deduplicate on it
     assert {d.event_id for d in dead} <= {d.event_id for d in again}
 
 
-def test_replay_by_event_id_and_type(run: RelayRun, db_copy: Path) -> None:
-    with _store(db_copy) as store:
+def test_replay_by_event_id_and_type(run: RelayRun, db_copy: Where) -> None:
+    with db_copy.reader() as store:
         dead = store.list_deliveries("broken", "dead", limit=2)
     ids = [d.event_id for d in dead]
-    args = ["replay", "--db", str(db_copy), "--endpoint", "broken"]
+    args = ["replay", *db_copy.args, "--endpoint", "broken"]
     out = ok(*args, *[x for i in ids for x in ("--event", i)])
     assert out.strip() == f"queued {len(ids)} deliveries to broken"
     # already on its way: not queued twice
@@ -420,32 +484,32 @@ def test_replay_by_event_id_and_type(run: RelayRun, db_copy: Path) -> None:
     assert typed.strip() == "queued 2 deliveries to broken"  # two sessions
 
 
-def test_replay_window_excludes_what_is_older(run: RelayRun, db_copy: Path) -> None:
-    out = ok("replay", "--db", str(db_copy), "--endpoint", "ci", "--since", "1h")
+def test_replay_window_excludes_what_is_older(run: RelayRun, db_copy: Where) -> None:
+    out = ok("replay", *db_copy.args, "--endpoint", "ci", "--since", "1h")
     assert out.strip() == "queued 0 deliveries to ci"
-    out = ok("replay", "--db", str(db_copy), "--endpoint", "ci", "--since", "3h", "--until", "3h")
+    out = ok("replay", *db_copy.args, "--endpoint", "ci", "--since", "3h", "--until", "3h")
     assert out.strip() == "queued 0 deliveries to ci"
 
 
-def test_replay_to_a_disabled_endpoint_says_when_they_go_out(db_copy: Path) -> None:
-    result = invoke("replay", "--db", str(db_copy), "--endpoint", "gone", "--since", "1d")
+def test_replay_to_a_disabled_endpoint_says_when_they_go_out(db_copy: Where) -> None:
+    result = invoke("replay", *db_copy.args, "--endpoint", "gone", "--since", "1d")
     assert result.exit_code == 0
     assert "`sessionhook endpoints enable gone`" in result.stderr
 
 
-def test_replay_usage_and_unknown_endpoint(db_copy: Path) -> None:
-    base = ["replay", "--db", str(db_copy), "--endpoint", "ci"]
+def test_replay_usage_and_unknown_endpoint(db_copy: Where) -> None:
+    base = ["replay", *db_copy.args, "--endpoint", "ci"]
     assert invoke(*base).exit_code == 2  # neither --since nor --event
     assert invoke(*base, "--since", "1h", "--event", "evt_x").exit_code == 2
     assert invoke(*base, "--since", "yesterday-ish").exit_code == 2
-    line = failed("replay", "--db", str(db_copy), "--endpoint", "nope", "--since", "1h")
+    line = failed("replay", *db_copy.args, "--endpoint", "nope", "--since", "1h")
     assert line.startswith("error: no endpoint named 'nope'") and "ci" in line
     assert failed(*base, "--event", "evt_missing") == "error: no archived event evt_missing"
 
 
-def test_replay_in_chunks_reports_progress(db_copy: Path) -> None:
+def test_replay_in_chunks_reports_progress(db_copy: Where) -> None:
     progress: list[int] = []
-    with Store.open(db_copy) as store:
+    with db_copy.writer() as store:
         total = operator.replay(
             store, "broken", since=0.0, on_progress=progress.append, chunk=3
         ).queued
@@ -487,19 +551,19 @@ def test_endpoints_list(run: RelayRun) -> None:
     }
 
 
-def test_enable_then_disable(db_copy: Path) -> None:
-    with _store(db_copy) as store:
+def test_enable_then_disable(db_copy: Where) -> None:
+    with db_copy.reader() as store:
         waiting = store.pending_count("gone")
     assert waiting > 0
-    out = ok("endpoints", "enable", "gone", "--db", str(db_copy))
+    out = ok("endpoints", "enable", "gone", *db_copy.args)
     assert out.strip() == f"endpoint gone enabled; {waiting} deliveries waiting"
-    out = ok("endpoints", "disable", "ci", "--reason", "maintenance", "--db", str(db_copy))
+    out = ok("endpoints", "disable", "ci", "--reason", "maintenance", *db_copy.args)
     assert out.strip() == "endpoint ci disabled: maintenance"
-    with _store(db_copy) as store:
+    with db_copy.reader() as store:
         states = {s.name: s for s in store.endpoint_states()}
     assert states["gone"].enabled and states["gone"].disabled_reason is None
     assert not states["ci"].enabled and states["ci"].disabled_reason == "maintenance"
-    assert failed("endpoints", "enable", "nope", "--db", str(db_copy)).startswith(
+    assert failed("endpoints", "enable", "nope", *db_copy.args).startswith(
         "error: no endpoint named 'nope'"
     )
 
@@ -567,7 +631,7 @@ def test_events_table_and_filters(run: RelayRun) -> None:
     out = ok("events", "--config", str(run.config))
     lines = out.splitlines()
     assert lines[0].split() == ["SEQ", "OCCURRED", "TYPE", "SESSION", "EVENT", "ACTIVITY"]
-    with _store(run.db) as store:
+    with run.store.reader() as store:
         everything = list(store.iter_events())
     assert len(lines) == 1 + len(everything)
 
@@ -598,15 +662,15 @@ def test_events_ndjson_is_the_delivered_bodies(run: RelayRun) -> None:
 
 def test_events_stream_lazily(run: RelayRun, monkeypatch: pytest.MonkeyPatch) -> None:
     pulled = 0
-    original = Store.iter_events
+    original = StoreCore.iter_events
 
-    def counting(self: Store, *args: Any, **kwargs: Any) -> Iterator[Any]:
+    def counting(self: StoreCore, *args: Any, **kwargs: Any) -> Iterator[Any]:
         nonlocal pulled
         for row in original(self, *args, **kwargs):
             pulled += 1
             yield row
 
-    monkeypatch.setattr(Store, "iter_events", counting)
+    monkeypatch.setattr(StoreCore, "iter_events", counting)
     out = ok("events", "--config", str(run.config), "--format", "ndjson", "--limit", "3")
     assert len(out.splitlines()) == 3
     assert pulled <= 4  # the rest of the archive was never read
@@ -657,7 +721,7 @@ def test_secret_generate() -> None:
 def _captured(run: RelayRun, tmp_path: Path, as_json: bool = False) -> tuple[Path, Path]:
     """Headers and body of a request the ci consumer really received."""
     arrival = run.receivers["ci"].first_deliveries()[0]
-    with _store(run.db) as store:
+    with run.store.reader() as store:
         event = store.get_event(arrival.event_id)
     assert event is not None
     headers = tmp_path / ("headers.json" if as_json else "headers.txt")
