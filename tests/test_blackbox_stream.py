@@ -105,7 +105,11 @@ class Reader:
 
 
 def _relay(
-    harness: Harness, standin: object, endpoints: list[Endpoint], database: str | None = None
+    harness: Harness,
+    standin: object,
+    endpoints: list[Endpoint],
+    database: str | None = None,
+    label: str = "relay",
 ) -> tuple[Relay, str]:
     """A relay with the stream on; its store is a SQLite file, or the PostgreSQL
     ``database`` (named through ``url_env``, as tests/test_blackbox_postgres.py does)."""
@@ -119,7 +123,7 @@ def _relay(
     config += 'token_env = "SESSIONHOOK_WEB_TOKEN"\n'
     if database is not None:
         config = re.sub(r'(?m)^path = ".*"$', f'url_env = "{URL_ENV}"', config)
-    relay = Relay(harness.tmp, "relay", config, standin.api_key)  # type: ignore[attr-defined]
+    relay = Relay(harness.tmp, label, config, standin.api_key)  # type: ignore[attr-defined]
     relay.env["SESSIONHOOK_WEB_TOKEN"] = TOKEN
     if database is not None:
         relay.env[URL_ENV] = database
@@ -196,6 +200,7 @@ def test_the_stream_carries_the_webhooks_ids_and_bytes_and_resumes(
     resumed.close()
     whole.close()
     assert [m.id for m in killed.messages + resumed.messages] == ids
+
     unknown = httpx.get(stream, headers={**auth, "last-event-id": "evt_unknown"}, timeout=10)
     assert unknown.status_code == 400
 
@@ -258,3 +263,81 @@ def test_events_follow_url_tails_the_stream_and_stops_on_ctrl_c(harness: Harness
     got = lines()
     assert got and all(str(r["type"]).startswith("session.") for r in got)
     assert len({r["id"] for r in got}) == len(got)
+
+
+def _ingested(base: str) -> float:
+    """Events this relay archived itself (``sessionhook_events_ingested_total``)."""
+    text = httpx.get(f"{base}/metrics", timeout=10).text
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("sessionhook_events_ingested_total{")
+    )
+
+
+def test_two_replicas_stream_the_same_events_and_a_consumer_resumes_on_the_other(
+    harness: Harness, pg_url: str
+) -> None:
+    """Two relays on one PostgreSQL store; one of them polls upstream and archives (the
+    poller's lease). Each replica's stream carries every event, in the same order with the
+    same ids and bytes, whichever replica archived it; a consumer killed on one replica
+    reconnects to the other with its Last-Event-ID and gets the rest, exactly."""
+    standin = harness.standin()
+    consumer = harness.consumer()
+    url, secret = consumer.add_endpoint("alpha")
+    endpoint = Endpoint("alpha", url, secret)
+    replicas = [_relay(harness, standin, [endpoint], pg_url, f"replica-{n}") for n in range(2)]
+    for relay, _ in replicas:
+        wait_ready(standin, relay)
+    auth = {"authorization": f"Bearer {TOKEN}"}
+    streams = [f"{base}/v1/events/stream" for _, base in replicas]
+    whole = [Reader(stream, auth) for stream in streams]
+    killed = Reader(streams[0], auth, stop_after=5)
+    wait_until(
+        lambda: all(r.status == 200 for r in [*whole, killed]), 10, "the streams to open"
+    )
+    world = World(standin)
+    world.add("pr")
+    world.add("fail")
+    world.play(pause=0.1)
+    wait_all_delivered(consumer, ["alpha"], world, harness, timeout=30)
+    wait_settled(consumer, "alpha", world, harness)
+    hits = {h.webhook_id: h for h in consumer.hits("alpha")}
+    for reader in whole:
+        wait_until(
+            lambda r=reader: {m.id for m in r.messages} >= set(hits),
+            20,
+            "every event on both replicas' streams",
+        )
+    wait_until(lambda: len(killed.messages) == 5, 10, "the first five on the killed stream")
+    killed.close()
+
+    # One replica archived everything; the other's stream read it from the shared store.
+    archived = sorted(_ingested(base) for _, base in replicas)
+    assert archived[0] == 0 and archived[1] >= len(hits), archived
+    ids = [m.id for m in whole[0].messages]
+    assert len(ids) == len(set(ids)) and set(ids) == set(hits)
+    assert [m.id for m in whole[1].messages] == ids  # the same order on both
+    for reader in whole:
+        for m in reader.messages:
+            assert m.data == hits[m.id].raw and m.event == hits[m.id].type
+
+    # Killed on the first replica, it resumes on the second.
+    rest = len(ids) - 5
+    resumed = Reader(streams[1], {**auth, "last-event-id": killed.messages[-1].id}, rest)
+    wait_until(lambda: len(resumed.messages) == rest, 20, "the stream resumed on the other")
+    resumed.close()
+    for reader in whole:
+        reader.close()
+    assert [m.id for m in killed.messages + resumed.messages] == ids
+
+    # A console login on one replica holds on the other (the cookie's key comes from the
+    # shared token): behind a load balancer the operator stays signed in.
+    with httpx.Client(base_url=replicas[0][1], timeout=10) as browser:
+        assert browser.post("/login", data={"token": TOKEN}).status_code == 303
+        cookies = dict(browser.cookies)
+    page = httpx.get(f"{replicas[1][1]}/console/sessions", cookies=cookies, timeout=10)
+    assert page.status_code == 200
+    assert {h.session for h in hits.values() if h.session} <= set(
+        re.findall(r'data-session="([^"]+)"', page.text)
+    )
