@@ -11,12 +11,16 @@ import httpx
 import pytest
 from structlog.testing import capture_logs
 
+from sessionhook.api.models import Session
+from sessionhook.relay.events import make_event
+from sessionhook.relay.store import PostgresStore
 from sessionhook.relay.web import stream as stream_module
 from tests.conftest import Backend
 from tests.test_daemon import Setup, _free_port
 from tests.test_web_stream import read_messages
 
 TOKEN = "daemon-token-" + "z" * 30
+T = "2026-11-23T10:00:00Z"
 
 
 @pytest.mark.anyio
@@ -69,3 +73,56 @@ async def test_a_reload_keeps_the_listener_and_its_token(tmp_path: Path) -> None
     assert any(e["event"] == "config.reload_partial" for e in logs)
     assert daemon.config.server is not None and daemon.config.server.token is not None
     assert daemon.config.server.token.get_secret_value() == TOKEN
+
+
+@pytest.mark.anyio
+async def test_another_replicas_deliveries_ring_the_stream_on_postgresql(
+    pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On PostgreSQL the deliveries another replica queues are notified (LISTEN/NOTIFY):
+    the daemon rings its bell, and its stream carries the other replica's event without
+    waiting for its store poll (an hour away here)."""
+    monkeypatch.setattr(stream_module, "POLL_SECONDS", 3600.0)
+    token_file = tmp_path / "web-token"
+    token_file.write_text(TOKEN)
+    token_file.chmod(0o600)
+    port = _free_port()
+    setup = Setup(
+        tmp_path,
+        server={"listen": f"127.0.0.1:{port}", "token_file": str(token_file)},
+        store={"url": pg_url},
+    )
+    daemon = setup.daemon()
+    auth = {"authorization": f"Bearer {TOKEN}"}
+    name = "sessions/elsewhere"
+    event = make_event("evt_" + "e" * 32, "session.discovered", name, None, T, {"i": 1})
+
+    def archive_elsewhere() -> None:
+        """What another replica does: archive an event, and queue its delivery to rx."""
+        with PostgresStore.open(pg_url) as other:
+            raw = {
+                "name": name,
+                "id": "elsewhere",
+                "title": "t",
+                "state": "QUEUED",
+                "createTime": T,
+                "updateTime": T,
+            }
+            other.upsert_session(Session.model_validate(raw), baseline=False)
+            other.ingest_session_events(name, [event], True)
+
+    async with (
+        setup.api_http(),
+        anyio.create_task_group() as tg,
+        httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", headers=auth) as http,
+    ):
+        tg.start_soon(lambda: daemon.run(handle_signals=False))
+        await daemon.ready.wait()
+        async with http.stream("GET", "/v1/events/stream") as response:
+            assert response.status_code == 200
+            rings = daemon.bell.rings
+            await anyio.to_thread.run_sync(archive_elsewhere)
+            got = await read_messages(response, 1, within=30)
+        daemon.stop()
+    assert got[0].id == event.id and got[0].event == "session.discovered"
+    assert daemon.bell.rings > rings

@@ -243,8 +243,14 @@ class Daemon(HealthMixin, StoreMixin, TasksMixin):
             url = getattr(store.store, "url", None)
             if getattr(store.store, "backend", "") == "postgresql" and url:
                 # Other replicas' enqueues wake this dispatcher (LISTEN/NOTIFY); the
-                # dispatcher's one-second timer backs it up.
-                wake = dispatcher.wake
+                # dispatcher's one-second timer backs it up. They also ring the bell: the
+                # deliveries usually come with events another replica archived, which this
+                # replica's event streams and live console then read at once (their store
+                # poll, once a second, backs that up and covers events without deliveries).
+                def wake() -> None:
+                    dispatcher.wake()
+                    self.bell.ring()
+
                 tg.start_soon(self._side_task, "wakeups", lambda: notify.listen(url, wake), None)
             await self._stop.wait()
             self._stopping = True

@@ -1,8 +1,10 @@
 """A bell the daemon rings whenever it archives events: waiting streams wake at once.
 
-In-process only; other replicas' events (a shared PostgreSQL store) reach a stream through
-its store poll (see :mod:`.stream`). Ringing is cheap and never blocks: every waiter of the
-moment wakes, the next waiters wait for the next ring.
+In-process; on a shared PostgreSQL store the daemon also rings it when another replica
+notifies that it queued deliveries (``LISTEN``/``NOTIFY``, :mod:`..store.notify`), and the
+streams' store poll (see :mod:`.stream`) brings in whatever no notification announced.
+Ringing is cheap and never blocks: every waiter of the moment wakes, the next waiters wait
+for the next ring.
 """
 
 from __future__ import annotations

@@ -14,8 +14,9 @@ when it reconnects, or ``?last_event_id=``; the header wins) resumes right after
 in the events table's order: nothing missed, nothing repeated. An unknown id is a 400, never
 a silent restart.
 
-New events arrive at once when this daemon archives them (the :class:`.bell.Bell`), and
-within :data:`POLL_SECONDS` when another process does (replicas on a shared store). A
+New events arrive at once when this daemon archives them (the :class:`.bell.Bell`), at
+once too when another replica on a shared PostgreSQL store queued their deliveries (its
+notification rings the bell), and within :data:`POLL_SECONDS` in any case. A
 comment line every :data:`HEARTBEAT_SECONDS` keeps proxies from closing an idle stream.
 
 Bounded: events are read from the store :data:`BATCH` at a time from a cursor and written
