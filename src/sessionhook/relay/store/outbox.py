@@ -49,19 +49,14 @@ DUE_SQL = (
     "AND " + TAKEABLE.format(c="h.claimed_by") + " "
     "ORDER BY h.next_attempt_at, h.delivery_id LIMIT ?"
 )
-#: Claim a head handed out (still takeable: a rival may have taken it since it was read).
+#: Claim the heads handed out, ``{values}`` a ``(?, ?, ?)`` per (endpoint, session,
+#: delivery id), those still takeable (a rival may have taken one since it was read).
 CLAIM_SQL = (
     "UPDATE outbox_heads SET claimed_by = ?, claimed_at = ? "
-    "WHERE endpoint = ? AND session_name = ? AND delivery_id = ? AND "
+    "WHERE (endpoint, session_name, delivery_id) IN (VALUES {values}) AND "
     + TAKEABLE.format(c="claimed_by")
+    + " RETURNING delivery_id"
 )
-#: A recorded attempt releases its head (if the record moved the head, its row is new and
-#: unclaimed already).
-RELEASE_SQL = (
-    "UPDATE outbox_heads SET claimed_by = NULL, claimed_at = NULL "
-    "WHERE endpoint = ? AND session_name = ? AND claimed_by = ?"
-)
-
 
 @dataclass(frozen=True, slots=True)
 class AttemptRecord:
@@ -84,17 +79,21 @@ class OutboxQueries:
             return " FOR UPDATE OF h SKIP LOCKED"
         return ""
 
-    def _lock_key_of(self, c: Connection, delivery_id: int) -> None:
-        """On PostgreSQL, take the per-(endpoint, session) lock of ``delivery_id``'s queue
-        (``outbox_key_lock``, the lock every trigger keeping ``outbox_heads`` takes first)
-        before reading the delivery: recording does not take the global write lock, and
-        this serializes every writer of one queue. SQLite has one writer: nothing to do."""
-        if getattr(self, "backend", "sqlite") != "postgresql":
-            return
-        c.execute(
-            "SELECT outbox_key_lock(endpoint, session_name) FROM deliveries WHERE id = ?",
-            (delivery_id,),
+    @staticmethod
+    def _claim_heads(
+        c: Connection, owner: str, now: float, rows: Sequence[Sequence[Any]]
+    ) -> set[int]:
+        """Claim the heads of ``rows`` (due rows: delivery id at 1, endpoint at 4, session at
+        6) for ``owner`` in ONE statement; the delivery ids of those taken. Each is still
+        checked takeable (a rival may have claimed it since it was read; on PostgreSQL the
+        read locked them already: nothing here waits)."""
+        keys = sorted((r[4], r[6], r[1]) for r in rows)  # the lock order, see above
+        values = ", ".join(["(?, ?, ?)"] * len(keys))
+        cur = c.execute(
+            CLAIM_SQL.format(values=values),
+            (owner, now, *(v for key in keys for v in key), owner, now),
         )
+        return {int(r[0]) for r in cur.fetchall()}
 
     if TYPE_CHECKING:
         _conn: Connection
@@ -150,11 +149,7 @@ class OutboxQueries:
         else:
             with self._tx(serialized=False) as c:
                 rows = self._due_rows(c, now, limit, set(busy), owner, caps)
-                taken = set()
-                for r in sorted(rows, key=lambda r: (r[4], r[6])):  # key order: see above
-                    cur = c.execute(CLAIM_SQL, (owner, now, r[4], r[6], r[1], owner, now))
-                    if cur.rowcount == 1:
-                        taken.add(r[1])
+                taken = self._claim_heads(c, owner, now, rows) if rows else set()
                 rows = [r for r in rows if r[1] in taken]
         return [
             DueDelivery(
@@ -239,8 +234,15 @@ class OutboxQueries:
             # The dispatcher passes its batch in (endpoint, session) order: the lock order of
             # every writer of the heads (see the module docstring).
             state: dict[str, dict[str, Any]] = {}
+            logged: list[tuple[Any, ...]] = []
             for record in records:
-                out.append(self._record_one(c, record, state))
+                out.append(self._record_one(c, record, state, logged))
+            # One statement for the batch's attempt rows (psycopg pipelines executemany).
+            c.executemany(
+                "INSERT INTO attempts (delivery_id, attempt, started_at, duration_ms, "
+                "status_code, error, response_body) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                logged,
+            )
             for endpoint, s in sorted(state.items()):
                 # After a success in this batch, failing_since is this batch's (NULL or
                 # its later failure); otherwise the earliest of what is stored (a rival
@@ -264,24 +266,35 @@ class OutboxQueries:
         return out
 
     def _record_one(
-        self, c: Connection, record: AttemptRecord, state: dict[str, dict[str, Any]]
+        self,
+        c: Connection,
+        record: AttemptRecord,
+        state: dict[str, dict[str, Any]],
+        logged: list[tuple[Any, ...]],
     ) -> float | None:
+        """Apply one record's decision; its attempt row goes to ``logged`` (inserted for
+        the whole batch at once)."""
         attempt, decision, delivery_id = record.attempt, record.decision, record.delivery_id
         finished = attempt.started_at + attempt.duration_ms / 1000.0
         code = attempt.status_code
         error = attempt.error or (
             None if code is not None and 200 <= code < 300 else f"HTTP {code}"
         )
-        self._lock_key_of(c, delivery_id)
+        # One UPDATE per record decides the delivery and counts the attempt (RETURNING its
+        # number): its row lock orders two writers of one delivery, and the heads' trigger
+        # it fires takes the queue's lock before re-deriving the head. The re-derived head
+        # row is a new, unclaimed one: recording releases this replica's claim with it.
+        status, keep_next, next_at, delivered_at = _outcome(decision, finished)
         row = c.execute(
-            "SELECT endpoint, attempts, session_name FROM deliveries WHERE id = ?",
-            (delivery_id,),
+            "UPDATE deliveries SET status = ?, attempts = attempts + 1, updated_at = ?, "
+            "last_status_code = ?, last_error = ?, "
+            "next_attempt_at = CASE WHEN ? = 1 THEN next_attempt_at ELSE ? END, "
+            "delivered_at = COALESCE(?, delivered_at) WHERE id = ? RETURNING endpoint, attempts",
+            (status, finished, code, error, keep_next, next_at, delivered_at, delivery_id),
         ).fetchone()
         if row is None:
             raise StoreError(f"unknown delivery {delivery_id}", path=self.path)
-        endpoint, number = row[0], row[1] + 1
-        if self.replica_id is not None and not self.exclusive:
-            c.execute(RELEASE_SQL, (endpoint, row[2], self.replica_id))
+        endpoint, number = row[0], row[1]
         s = state.get(endpoint)
         if s is None:
             s = state[endpoint] = {
@@ -293,9 +306,7 @@ class OutboxQueries:
                 "last_error": None,
                 "last_error_at": None,
             }
-        c.execute(
-            "INSERT INTO attempts (delivery_id, attempt, started_at, duration_ms, "
-            "status_code, error, response_body) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        logged.append(
             (
                 delivery_id,
                 number,
@@ -304,37 +315,14 @@ class OutboxQueries:
                 code,
                 attempt.error,
                 attempt.response_body,
-            ),
-        )
-        common = "attempts = ?, updated_at = ?, last_status_code = ?, last_error = ?"
-        values: tuple[Any, ...] = (number, finished, code, error)
-        if isinstance(decision, Delivered):
-            c.execute(
-                f"UPDATE deliveries SET status = 'delivered', {common}, "
-                "next_attempt_at = NULL, delivered_at = ? WHERE id = ?",
-                (*values, finished, delivery_id),
             )
+        )
+        if isinstance(decision, Delivered):
             s["last_success_at"] = finished
             s["failing_since"] = None
             s["succeeded"] = True
         else:
-            if isinstance(decision, Retry):
-                c.execute(
-                    f"UPDATE deliveries SET status = 'failed', {common}, "
-                    "next_attempt_at = ? WHERE id = ?",
-                    (*values, decision.at, delivery_id),
-                )
-            elif isinstance(decision, Dead):
-                c.execute(
-                    f"UPDATE deliveries SET status = 'dead', {common}, "
-                    "next_attempt_at = NULL WHERE id = ?",
-                    (*values, delivery_id),
-                )
-            elif isinstance(decision, DisableEndpoint):
-                c.execute(
-                    f"UPDATE deliveries SET status = 'pending', {common} WHERE id = ?",
-                    (*values, delivery_id),
-                )
+            if isinstance(decision, DisableEndpoint):
                 c.execute(
                     "UPDATE endpoints SET enabled = 0, disabled_reason = ?, "
                     "disabled_at = ? WHERE name = ?",
@@ -413,3 +401,15 @@ class OutboxQueries:
             if len(ids) < batch:
                 break
         return attempts, deliveries
+
+
+def _outcome(decision: Decision, finished: float) -> tuple[str, int, float | None, float | None]:
+    """A decision as the delivery row's (status, keep next_attempt_at (0/1), next_attempt_at,
+    delivered_at)."""
+    if isinstance(decision, Delivered):
+        return "delivered", 0, None, finished
+    if isinstance(decision, Retry):
+        return "failed", 0, decision.at, None
+    if isinstance(decision, Dead):
+        return "dead", 0, None, None
+    return "pending", 1, None, None  # DisableEndpoint: waits, first, for the endpoint's return

@@ -191,14 +191,7 @@ class PostgresStore(StoreCore):
         that is not ours or is newer; :class:`StoreUnwritableError` when the server cannot
         be reached or is read-only for now (the daemon waits for it).
         """
-        location = display_url(url)
-        with _connect(url, location, readonly=False) as conn:
-            try:
-                migrate(conn, location)
-            except psycopg.Error as exc:
-                raise _mapped(exc, location, opening=True) from None
-        return cls(_pool(url, pool_size, readonly=False), url, readonly=False, clock=clock,
-                   pool_size=pool_size)
+        return cls._opened(url, migrate, readonly=False, clock=clock, pool_size=pool_size)
 
     @classmethod
     def open_readonly(
@@ -210,14 +203,33 @@ class PostgresStore(StoreCore):
     ) -> PostgresStore:
         """Connect read-only (``default_transaction_read_only``), e.g. while the daemon runs;
         write methods raise :class:`StoreError`. The schema must be current."""
+        return cls._opened(url, check_current, readonly=True, clock=clock, pool_size=pool_size)
+
+    @classmethod
+    def _opened(
+        cls,
+        url: str,
+        prepare: Callable[[psycopg.Connection[Any], str], None],
+        *,
+        readonly: bool,
+        clock: Callable[[], float],
+        pool_size: int,
+    ) -> PostgresStore:
+        """``prepare`` (migrate, or check the schema) on one direct connection, its errors
+        mapped for the opening, then the pool."""
         location = display_url(url)
-        with _connect(url, location, readonly=True) as conn:
+        with _connect(url, location, readonly=readonly) as conn:
             try:
-                check_current(conn, location)
+                prepare(conn, location)
             except psycopg.Error as exc:
                 raise _mapped(exc, location, opening=True) from None
-        return cls(_pool(url, pool_size, readonly=True), url, readonly=True, clock=clock,
-                   pool_size=pool_size)
+        return cls(
+            _pool(url, pool_size, readonly=readonly),
+            url,
+            readonly=readonly,
+            clock=clock,
+            pool_size=pool_size,
+        )
 
     def open_reader(self) -> PostgresStore:
         """:meth:`open_readonly` on the same database."""
