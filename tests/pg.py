@@ -3,8 +3,13 @@ directory, on a free 127.0.0.1 port, its unix socket inside that directory.
 
 PostgreSQL refuses to run as root; CI runs as root, so then the cluster is created and run
 as an unprivileged user (``nobody``) through ``runuser``, its directory chowned to it.
-``fsync`` is off (a test cluster need not survive a power cut). Passwords are checked on TCP
-(``scram-sha-256``) so a wrong password can be tested; the superuser's is :data:`PASSWORD`.
+``fsync`` is off (a test cluster need not survive a power cut), but ``synchronous_commit``
+stays on: a commit reaches the operating system before it is acknowledged, so a crash of
+the server (``pg_ctl stop -m immediate``, as the restart test does) loses nothing that was
+committed, as in production. With it off, an acknowledged commit could vanish with the
+crash and the relay would rightly re-archive an activity after a later one. Passwords are
+checked on TCP (``scram-sha-256``) so a wrong password can be tested; the superuser's is
+:data:`PASSWORD`.
 
 Each test gets a fresh database copied from a migrated template (``CREATE DATABASE ...
 TEMPLATE``, a file copy: far faster than migrating each time), dropped afterwards.
@@ -97,7 +102,7 @@ class Cluster:
         """Start the server and wait until it accepts connections."""
         options = (
             f"-p {self.port} -k {self.sockets} -c listen_addresses=127.0.0.1 "
-            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
+            "-c fsync=off -c full_page_writes=off "
             "-c max_connections=200 -c shared_buffers=32MB"
         )
         try:

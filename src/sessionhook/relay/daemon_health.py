@@ -98,12 +98,15 @@ class HealthMixin:
         store = self.store
         if store is None:
             return self._open_problem or "store is not open yet"
+        if store.unwritable is not None:
+            # Known already (a write failed and waits for its retry): answer at once rather
+            # than probe again, which against a database that just went away waits for a
+            # connection as long as the pool's timeout.
+            return _unwritable_reason(store.unwritable)
         try:
             probe = store.store.set_meta
             if not await store.try_write(probe, "readyz_probe_at", repr(self._clock())):
-                error = store.unwritable
-                what = "full" if isinstance(error, StoreFullError) else "not writable"
-                return f"store is {what}, polling and deliveries paused: {error}"
+                return _unwritable_reason(store.unwritable)
         except STORE_FAILURES as exc:
             _log.warning("health.store_not_writable", error=str(exc))
             return f"store is not writable: {exc}"
@@ -164,3 +167,8 @@ class HealthMixin:
         self.metrics.refresh_endpoints({s.name: s.enabled for s in states})
         replicas = await self.store.call(self.store.store.replicas)
         self.metrics.refresh_replicas(replicas, self._clock())
+
+
+def _unwritable_reason(error: StoreUnwritableError | None) -> str:
+    what = "full" if isinstance(error, StoreFullError) else "not writable"
+    return f"store is {what}, polling and deliveries paused: {error}"

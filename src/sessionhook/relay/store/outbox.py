@@ -237,11 +237,12 @@ class OutboxQueries:
             logged: list[tuple[Any, ...]] = []
             for record in records:
                 out.append(self._record_one(c, record, state, logged))
-            # One statement for the batch's attempt rows (psycopg pipelines executemany).
-            c.executemany(
+            # One statement for the batch's attempt rows: one round trip on PostgreSQL.
+            c.execute(
                 "INSERT INTO attempts (delivery_id, attempt, started_at, duration_ms, "
-                "status_code, error, response_body) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                logged,
+                "status_code, error, response_body) VALUES "
+                + ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * len(logged)),
+                [value for row in logged for value in row],
             )
             for endpoint, s in sorted(state.items()):
                 # After a success in this batch, failing_since is this batch's (NULL or
