@@ -152,12 +152,20 @@ def test_replicas_share_the_work_and_survive_kill_9(harness: Harness, pg_url: st
     )
     replicas[0].kill()  # kill -9 mid-run, then restarted at once (its pid is gone: reaped)
     assert replicas[0].returncode == -signal.SIGKILL
-    for name in order:  # more work while they recover
-        order[name].append(standin.append_activity(name, "progressUpdated")["name"])
-    names = {a for acts in order.values() for a in acts}
     again = Relay(harness.tmp, "replica-0b", text, standin.api_key)
     harness.relays.append(again)
     again.start()
+    # Running before more work comes: on a loaded machine the others once finished
+    # everything while it was still importing (the SIGTERM at the end found no handler).
+    wait_until(
+        lambda: any(e.get("event") == "relay.ready" for e in again.log_events()),
+        40,
+        "replica-0b ready",
+        harness.diagnostics,
+    )
+    for name in order:  # more work while they recover, the restarted one included
+        order[name].append(standin.append_activity(name, "progressUpdated")["name"])
+    names = {a for acts in order.values() for a in acts}
     wait_until(
         lambda: len(consumer.delivered("main")) >= len(names) // 2,
         40,

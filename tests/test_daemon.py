@@ -133,9 +133,12 @@ async def test_stop_lets_a_delivery_in_flight_finish(tmp_path: Path) -> None:
     setup.receiver.delay = 1.0
     daemon = setup.daemon()
     async with setup.api_http() as http:
-        await setup.api(http).create_session("Slow consumer")
         async with anyio.create_task_group() as tg:
             tg.start_soon(lambda: daemon.run(handle_signals=False))
+            # Created once the daemon runs: a session that finished before its first look
+            # is history (archived, not delivered), as a loaded machine once made it.
+            await daemon.ready.wait()
+            await setup.api(http).create_session("Slow consumer")
             await setup.receiver.wait_for(lambda r: r.in_flight > 0, within=30)
             started = time.monotonic()
             daemon.stop()
