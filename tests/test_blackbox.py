@@ -481,10 +481,10 @@ def wait_settled(consumer: Consumer, endpoint: str, world: World, harness: Harne
     wait_until(settled, 20, f"{endpoint} to settle", harness.diagnostics)
 
 
-def outbox_empty(relay: Relay, endpoint: str) -> bool:
-    """Whether ``sessionhook status --json`` shows nothing waiting for ``endpoint`` (the
-    operator's view of the outbox, read while the daemon runs)."""
-    run = subprocess.run(
+def run_status(relay: Relay) -> subprocess.CompletedProcess[str]:
+    """``sessionhook status --json`` on ``relay``'s config (the operator's view, read while
+    the daemon runs)."""
+    return subprocess.run(
         [str(SESSIONHOOK), "status", "--json", "--config", str(relay.config_path)],
         capture_output=True,
         text=True,
@@ -492,6 +492,12 @@ def outbox_empty(relay: Relay, endpoint: str) -> bool:
         env=relay.env,
         check=False,
     )
+
+
+def outbox_empty(relay: Relay, endpoint: str) -> bool:
+    """Whether ``sessionhook status --json`` shows nothing waiting for ``endpoint`` (the
+    operator's view of the outbox, read while the daemon runs)."""
+    run = run_status(relay)
     if run.returncode != 0:
         return False
     waiting = {e["name"]: e["pending"] for e in json.loads(run.stdout)["endpoints"]}

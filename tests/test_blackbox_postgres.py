@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from typing import Any
 
 import pytest
@@ -16,7 +15,6 @@ import pytest
 from .pg import PASSWORD, Cluster
 from .standin import StandIn
 from .test_blackbox import (
-    SESSIONHOOK,
     Endpoint,
     Harness,
     Relay,
@@ -28,6 +26,7 @@ from .test_blackbox import (
     assert_stable_ids,
     harness,
     relay_config,
+    run_status,
     wait_all_delivered,
     wait_ready,
     wait_until,
@@ -99,14 +98,7 @@ def test_a_postgresql_restart_mid_run_loses_nothing(
     assert_session_order(hits, world.order())
 
     # The operator commands read the same database while the daemon runs.
-    run = subprocess.run(
-        [str(SESSIONHOOK), "status", "--json", "--config", str(relay.config_path)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        env=relay.env,
-        check=False,
-    )
+    run = run_status(relay)
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["activities"] == len(standin.all_activities())
     assert_clean_exit(relay)
