@@ -228,6 +228,84 @@ async def test_empty_answer_that_is_html_is_malformed() -> None:
             await r.client.approve_plan("1")
 
 
+# Bodies pydantic reads straight from the bytes, and odd ones it must read exactly as
+# ``json.loads`` then ``model_validate`` did (or leave to that path): duplicate keys, both
+# spellings of a field, lax numbers, NaN, huge numbers, escapes, a BOM, a lone surrogate.
+_ODD_ACTIVITY_PAGES = [
+    b'{"activities": [{"name": "sessions/1/activities/a", "createTime": "t", "x": 1,'
+    b' "name": "sessions/1/activities/b", "x": 2, "y": {"k": 1, "k": [1]}}]}',
+    b'{"activities": [{"name": "sessions/1/activities/a", "create_time": "1",'
+    b' "createTime": "2", "progressUpdated": {"title": "t", "title": "u"}}]}',
+    b'{"activities": [{"name": "sessions/1/activities/a", "artifacts": [{"bashOutput":'
+    b' {"exitCode": "3"}}, {"bashOutput": {"exitCode": 4.0}}, {"bashOutput": {"exitCode":'
+    b" 1e2}}]}]}",
+    b'{"activities": [{"name": "sessions/1/activities/a", "f": NaN, "g": -Infinity,'
+    b' "h": 1e400, "i": 123456789012345678901234567890, "j": -0.0, "k": 1.5e-7}]}',
+    rb'{"activities": [{"name": "sessions/1/activities/a\u00e9\ud83d\ude00",'
+    rb' "description": "tab\t nul\u0000 \"q\" \\ \/ \u2028", "o": {}}]}',
+    rb'{"activities": [{"name": "sessions/1/activities/a", "x": "\ud800"}]}',
+    "{\"activities\": [{\"name\": \"sessions/1/activities/\u00e9\u2603\"}]}".encode(),
+    b'\xef\xbb\xbf{"activities": [{"name": "sessions/1/activities/a"}]}',
+    b'{"activities": [{"name": "sessions/1/activities/a", "artifacts": [{"bashOutput":'
+    b' {"exitCode": true}}]}], "nextPageToken": "n"}',
+    b'  {"activities": [], "nextPageToken": "", "extra": [null, false]}  ',
+]
+
+
+def _parsed_the_general_way(content: bytes) -> Any:
+    """``json.loads`` then ``model_validate``: what every answer went through before."""
+    from sessionhook.api.models import ListActivitiesResponse
+
+    return ListActivitiesResponse.model_validate(json.loads(content))
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("content", _ODD_ACTIVITY_PAGES)
+async def test_a_page_parses_as_json_loads_then_model_validate(content: bytes) -> None:
+    """Whichever way a page is read, the activities (and what the archive keeps of them,
+    ``to_wire()``) are those the general way gives, or the same refusal."""
+    try:
+        expected = _parsed_the_general_way(content)
+    except Exception:
+        expected = None
+    async with rig(lambda r: httpx.Response(200, content=content)) as r:
+        if expected is None:
+            with pytest.raises(MalformedResponseError):
+                await r.client.list_activities("1")
+            return
+        got = await r.client.list_activities("1")
+    assert got.to_wire() == expected.to_wire()
+    assert json.dumps(got.to_wire()) == json.dumps(expected.to_wire())  # key order too
+    assert [a.event_member for a in got.activities] == [
+        a.event_member for a in expected.activities
+    ]
+
+
+@pytest.mark.anyio
+async def test_a_sound_page_is_not_parsed_twice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sound answer is parsed and validated in one pass from its bytes: ``json.loads``
+    (the general way) is kept for answers that pass would refuse."""
+    import sessionhook.api.client as client_module
+
+    calls: list[bytes] = []
+    real_loads = json.loads
+
+    def counting_loads(content: Any, **kwargs: Any) -> Any:
+        calls.append(content)
+        return real_loads(content, **kwargs)
+
+    monkeypatch.setattr(client_module.json, "loads", counting_loads)
+    page = {"activities": [{"name": "sessions/1/activities/a", "createTime": "t"}]}
+    async with rig(lambda r: httpx.Response(200, json=page)) as r:
+        got = await r.client.list_activities("1")
+        assert calls == []
+        with pytest.raises(MalformedResponseError, match="not JSON"):
+            async with rig(lambda r: httpx.Response(200, content=b"{nope")) as bad:
+                await bad.client.list_activities("1")
+    assert got.activities[0].name == "sessions/1/activities/a"
+    assert calls == [b"{nope"]
+
+
 # --------------------------------------------------------------------------- retries
 
 

@@ -4,12 +4,15 @@ pages per walk, and going past one activity too large to read (httpx.MockTranspo
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import anyio
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sessionhook.api import ServerError, SessionsClient
 from sessionhook.api._bounds import JsonFieldScanner, nesting_depth_exceeds
@@ -86,6 +89,48 @@ def test_depth_check_ignores_brackets_inside_strings() -> None:
     assert not nesting_depth_exceeds(json.dumps({"a": "[" * 1000}).encode(), 64)
     assert not nesting_depth_exceeds(json.dumps([[[1]]]).encode(), 3)
     assert nesting_depth_exceeds(json.dumps([[[[1]]]]).encode(), 3)
+
+
+def _depth_exceeds_by_regex(data: bytes, limit: int) -> bool:
+    """The depth check as it was before it dropped the strings without a regex."""
+    strings = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+    depth = 0
+    for byte in strings.sub(b"", data):
+        if byte in b"[{":
+            depth += 1
+            if depth > limit:
+                return True
+        elif byte in b"]}":
+            depth -= 1
+    return False
+
+
+# Strings full of what could fool a string scanner: quotes, backslashes, brackets.
+_tricky_text = st.text(alphabet='[]{}"\\\\/ab\n\u00e9\u2603', max_size=12)
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | _tricky_text,
+    lambda inner: st.lists(inner, max_size=4)
+    | st.dictionaries(_tricky_text, inner, max_size=4),
+    max_leaves=40,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=_json_values, limit=st.integers(min_value=0, max_value=6))
+def test_depth_check_reads_strings_as_a_parser_does(value: object, limit: int) -> None:
+    """Escaped quotes and backslashes in keys and values, at any depth: the same verdict as
+    the regex that removed whole string literals, in both JSON spellings."""
+    for text in (json.dumps(value), json.dumps(value, ensure_ascii=False)):
+        data = text.encode("utf-8")
+        assert nesting_depth_exceeds(data, limit) == _depth_exceeds_by_regex(data, limit)
+
+
+def test_depth_check_escapes_at_string_ends() -> None:
+    """A string ending in escaped backslashes closes at its quote; an escaped quote does not
+    close it, so the brackets after it are still inside."""
+    assert nesting_depth_exceeds(b'["\\\\", [[1]]]', 2)
+    assert not nesting_depth_exceeds(b'["\\" [[[[", 1]', 1)
+    assert not nesting_depth_exceeds(b'["\\\\\\" [[[[", 1]', 1)
 
 
 @pytest.mark.parametrize("path", ["sessions", "activities"])
