@@ -14,12 +14,15 @@ from sessionhook.relay.events import (
     activity_event,
     activity_event_type,
     activity_events,
+    archived_page,
     event_id,
+    make_event,
     matches,
     pull_request_opened,
     session_discovered,
     session_state_changed,
     session_summary,
+    webhook_timestamp,
     with_account,
 )
 
@@ -288,10 +291,31 @@ def _stamped_the_old_way(event: Any, account: str) -> bytes:
     return json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
+def _event_the_old_way(session: Session, activity: Activity, limit: int, now: float) -> Any:
+    """An activity event as it was made before bodies were joined from parts: the whole
+    body through make_event (one ``json.dumps``), media trimmed in a fresh ``to_wire()``."""
+    wire = activity.to_wire()
+    for artifact in wire.get("artifacts") or ():
+        media = artifact.get("media") if isinstance(artifact, dict) else None
+        if isinstance(media, dict):
+            size = len(str(media.get("data", "")).encode("utf-8"))
+            if size > limit:
+                media.update(data="", trimmed=True, originalSize=size)
+    return make_event(
+        event_id("activity", activity.name),
+        activity_event_type(activity),
+        session.name,
+        activity.name,
+        webhook_timestamp(activity.create_time, now),
+        {"session": session_summary(session), "activity": wire},
+    )
+
+
 @pytest.mark.parametrize("account", ["default", 'work \u00e9\u00e8 "quoted" \u2603'])
 def test_page_of_events_is_byte_identical_to_one_by_one(account: str) -> None:
     """activity_events joins each body from serialized parts (the session summary once
-    per page): the bytes must be exactly make_event's, account added as before."""
+    per page, the activity's raw JSON as data.activity): the bytes must be exactly
+    make_event's, account added as before; the raw JSON is the archive's, untrimmed."""
     session = make_session(title='Unicode \u00fc \u4e2d and "quotes" \\ and \n newline')
     page = [
         make_activity({"progressUpdated": {"title": "step \u2603", "description": "x\ty"}}),
@@ -303,21 +327,34 @@ def test_page_of_events_is_byte_identical_to_one_by_one(account: str) -> None:
         make_activity(
             {"progressUpdated": {"title": "media"}},
             name=ACT_NAME[:-1] + "c",
-            artifacts=[{"media": {"mimeType": "image/png", "data": "A" * 50}}],
+            artifacts=[
+                {"media": {"mimeType": "image/png", "data": "A" * 50}},
+                {"media": {"mimeType": "image/png", "data": "B" * 5}},
+            ],
         ),
         make_activity(name=ACT_NAME[:-1] + "d", createTime="garbage"),  # no member, no time
         make_activity(name=ACT_NAME[:-1] + "e", createTime="2025-03-01 10:04:00"),
         make_activity(name=ACT_NAME[:-1] + "f", createTime="2025-03-01T12:04:00.123456789+02:00"),
+        make_activity(name=ACT_NAME[:-1] + "g", createTime="2025-03-01T10:04:00Z\n"),
     ]
+    old = [_event_the_old_way(session, a, 10, 1_700_000_000) for a in page]
     one_by_one = [activity_event(session, a, max_media_bytes=10, now=1_700_000_000) for a in page]
     joined = activity_events(session, page, max_media_bytes=10, now=1_700_000_000)
-    stamped = activity_events(session, page, max_media_bytes=10, now=1_700_000_000, account=account)
-    for single, plain, with_acct in zip(one_by_one, joined, stamped, strict=True):
-        assert plain == single
-        assert with_acct.body == _stamped_the_old_way(single, account)
-        assert with_account(single, account).body == with_acct.body
-        assert with_acct.occurred_ts == single.occurred_ts == plain.occurred_ts
+    stamped, raws = archived_page(
+        session, page, max_media_bytes=10, now=1_700_000_000, account=account
+    )
+    for before, single, plain, with_acct in zip(old, one_by_one, joined, stamped, strict=True):
+        assert plain == single == before
+        assert with_acct.body == _stamped_the_old_way(before, account)
+        assert with_account(before, account).body == with_acct.body
+        assert with_acct.occurred_ts == before.occurred_ts == plain.occurred_ts
         assert json.loads(with_acct.body)["data"]["account"] == account
+    assert raws == [
+        json.dumps(a.to_wire(), separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        for a in page
+    ]
+    assert b'"data":"' + b"A" * 50 in raws[2]  # the archive keeps the media whole
+    assert b"A" * 50 not in stamped[2].body and b"B" * 5 in stamped[2].body
 
 
 def test_with_account_on_every_kind_of_session_event() -> None:

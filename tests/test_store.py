@@ -420,6 +420,32 @@ def test_archive_keeps_activity_whole_and_kind(store: Store) -> None:
     assert ev.payload()["data"]["activity"]["artifacts"][0]["media"]["trimmed"] is True
 
 
+def test_raws_made_with_the_events_are_archived_as_they_are(store: Store) -> None:
+    """The poller hands over each activity's raw JSON made along with its events (one
+    serialization for both): the archive keeps those bytes, for the first copy of a name
+    on the page; without them the store makes the same bytes itself."""
+    s1, s2 = ready(store, sessions=2)
+    big = {"artifacts": [{"media": {"mimeType": "image/png", "data": "Z" * 3000}}]}
+    page = [activity(1, 1), activity(1, 2, **big), activity(1, 1)]
+    made, raws = events.archived_page(s1, page, max_media_bytes=1000)
+    raws = [b'{"given":1}', b'{"given":2}', b'{"given":3}']
+    assert store.ingest_activities(s1.name, page, made, True, raws=raws).activities == 2
+    assert store.activity_raw(page[0].name) == b'{"given":1}'
+    assert store.activity_raw(page[1].name) == b'{"given":2}'
+    # The events were compressed against the given raws: still read back whole.
+    assert [e.body for e in store.iter_events()] == [e.body for e in made[:2]]
+    other = [activity(2, 1), activity(2, 2, **big)]
+    made, raws = events.archived_page(s2, other, max_media_bytes=1000)
+    store.ingest_activities(s2.name, other, made, True, raws=raws)
+    store.ingest_activities(s2.name, [activity(2, 3)], built(s2, [activity(2, 3)]), True)
+    for a in [*other, activity(2, 3)]:
+        assert store.activity_raw(a.name) == json.dumps(
+            a.to_wire(), separators=(",", ":"), ensure_ascii=False
+        ).encode("utf-8")
+    with pytest.raises(ValueError, match="2 raw activities for 1"):
+        store.ingest_activities(s2.name, [activity(2, 4)], [], True, raws=[b"{}", b"{}"])
+
+
 def test_glob_matching_on_enqueue(store: Store) -> None:
     store.sync_endpoints(
         [

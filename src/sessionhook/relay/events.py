@@ -57,6 +57,7 @@ __all__ = [
     "activity_event",
     "activity_event_type",
     "activity_events",
+    "archived_page",
     "event_id",
     "make_event",
     "matches",
@@ -273,23 +274,42 @@ def activity_events(
     account: str | None = None,
 ) -> list[Event]:
     """:func:`activity_event` of each activity of a page (with ``data.account`` when
-    ``account`` is given, as :func:`with_account` adds it).
+    ``account`` is given, as :func:`with_account` adds it)."""
+    return archived_page(
+        session, activities, max_media_bytes=max_media_bytes, now=now, account=account
+    )[0]
+
+
+def archived_page(
+    session: Session,
+    activities: Iterable[Activity],
+    *,
+    max_media_bytes: int,
+    now: float | None = None,
+    account: str | None = None,
+) -> tuple[list[Event], list[bytes]]:
+    """The events of a page of activities (as :func:`activity_events`) and the raw JSON
+    of each activity as the archive keeps it (``activity_raw``: compact, UTF-8 text as it
+    is, the keys :meth:`~sessionhook.api.models.WireModel.to_wire` gives), in page order.
 
     The bytes are exactly those of :func:`make_event` (``json.dumps`` of the whole body),
-    but the session summary, the same in every event of the page, is serialized once and
-    each body is joined from serialized parts: at ingest that was a fresh ``json.dumps``
-    of the whole summary per activity.
+    but each body is joined from serialized parts: the session summary, the same in every
+    event of the page, is serialized once, and ``data.activity`` IS the raw JSON (same
+    serializer) unless media had to be trimmed, so each activity is dumped once for both.
     """
     session_json = _dumps(session_summary(session))
     tail = "}}" if account is None else f',"account":{_dumps(account)}}}}}'
     built: list[Event] = []
+    raws: list[bytes] = []
     for activity in activities:
-        wire = _trim_media(activity.to_wire(), max_media_bytes)
+        wire = activity.to_wire()
+        raw = _dumps(wire)
+        shown = _dumps(wire) if _trim_media(wire, max_media_bytes) else raw
         occurred_at, occurred_ts = _webhook_time(activity.create_time, now)
         etype = activity_event_type(activity)
         body = (
             f'{{"type":{_dumps(etype)},"timestamp":{_dumps(occurred_at)},'
-            f'"data":{{"session":{session_json},"activity":{_dumps(wire)}{tail}'
+            f'"data":{{"session":{session_json},"activity":{shown}{tail}'
         )
         built.append(
             Event(
@@ -302,7 +322,8 @@ def activity_events(
                 body=body.encode("utf-8"),
             )
         )
-    return built
+        raws.append(raw.encode("utf-8"))
+    return built, raws
 
 
 def with_account(event: Event, account: str) -> Event:
@@ -320,9 +341,14 @@ def with_account(event: Event, account: str) -> Event:
     return replace(event, body=body[:-2] + extra)
 
 
+#: ``json.dumps(value, separators=(",", ":"), ensure_ascii=False)`` without building an
+#: encoder per call (a short string: 0.2 us instead of 2.5 us; three per activity event).
+_ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
 def _dumps(value: object) -> str:
     """JSON as every event body is written: compact, UTF-8 text kept as it is."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return _ENCODE(value)
 
 
 def session_discovered(session: Session, *, now: float | None = None) -> Event:
@@ -403,8 +429,10 @@ def _to_unix(text: str) -> float:
         return 0.0
 
 
-def _trim_media(wire: dict[str, Any], limit: int) -> dict[str, Any]:
-    # ``wire`` comes fresh from to_wire(), so trimming it in place leaves the Activity intact.
+def _trim_media(wire: dict[str, Any], limit: int) -> bool:
+    """Trim, in place, the media of ``wire`` whose base64 is longer than ``limit``;
+    whether any was (``wire`` is a fresh ``to_wire()``: the Activity stays intact)."""
+    trimmed = False
     for artifact in wire.get("artifacts") or ():
         media = artifact.get("media") if isinstance(artifact, dict) else None
         if not isinstance(media, dict):
@@ -414,4 +442,5 @@ def _trim_media(wire: dict[str, Any], limit: int) -> dict[str, Any]:
             media["data"] = ""
             media["trimmed"] = True
             media["originalSize"] = size
-    return wire
+            trimmed = True
+    return trimmed

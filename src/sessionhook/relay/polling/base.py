@@ -124,7 +124,7 @@ class PollerBase:
         cursor does not move past ``cursor_limit``; a name archived under another session
         is refused (``duplicate_name``).
         """
-        built = events.activity_events(
+        built, raws = events.archived_page(
             session,
             batch,
             max_media_bytes=self.settings.max_media_bytes,
@@ -140,7 +140,12 @@ class PollerBase:
                 end += 1
             chunk = built[start:end]
             added = await self._store.ingest_activities(
-                session.name, list(batch[start:end]), chunk, flag, cursor_limit=cursor_limit
+                session.name,
+                list(batch[start:end]),
+                chunk,
+                flag,
+                cursor_limit=cursor_limit,
+                raws=raws[start:end],
             )
             self._count_ingested(added, enqueued=flag)
             for name in added.conflicts:

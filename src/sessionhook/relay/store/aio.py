@@ -289,6 +289,7 @@ class AsyncStore:
         deliver: bool,
         *,
         cursor_limit: str | None = None,
+        raws: Sequence[bytes] | None = None,
     ) -> Ingested:
         """See :meth:`Store.ingest_activities`."""
         return await self.write(
@@ -298,6 +299,7 @@ class AsyncStore:
             events,
             deliver,
             cursor_limit=cursor_limit,
+            raws=raws,
         )
 
     async def refuse_activity(

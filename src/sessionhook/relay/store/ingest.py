@@ -212,6 +212,7 @@ class IngestQueries:
         deliver: bool,
         *,
         cursor_limit: str | None = None,
+        raws: Sequence[bytes] | None = None,
     ) -> Ingested:
         """Archive a page of activities with their events, in ONE transaction.
 
@@ -223,8 +224,12 @@ class IngestQueries:
         later than ``cursor_limit`` (the upstream's clock: a time in the future must not
         carry the cursor past activities still to come). Returns how many activities were
         new and the types of the new events. If anything fails, nothing of the page is
-        written.
+        written. ``raws``: each activity's raw JSON as :func:`~..events.archived_page`
+        made it along with the events (the same bytes this method would make; given, each
+        activity is serialized once per ingest, not twice).
         """
+        if raws is not None and len(raws) != len(activities):
+            raise ValueError(f"{len(raws)} raw activities for {len(activities)} activities")
         now = self._clock()
         with self._tx() as c:
             if not c.execute("SELECT 1 FROM sessions WHERE name = ?", (session_name,)).fetchone():
@@ -240,16 +245,21 @@ class IngestQueries:
             known = set(owners)
             conflicts = tuple(n for n, owner in owners.items() if owner != session_name)
             fresh: dict[str, Activity] = {}
-            for activity in activities:
+            given: dict[str, bytes] = {}
+            for i, activity in enumerate(activities):
                 if activity.name not in known and activity.name not in fresh:
                     fresh[activity.name] = activity
-            raws: dict[str, bytes] = {}
+                    if raws is not None:
+                        given[activity.name] = raws[i]
+            by_name: dict[str, bytes] = {}
             rows = []
             for activity in fresh.values():
-                raw = json.dumps(
-                    activity.to_wire(), separators=(",", ":"), ensure_ascii=False
-                ).encode("utf-8")
-                raws[activity.name] = raw
+                raw = given.get(activity.name)
+                if raw is None:
+                    raw = json.dumps(
+                        activity.to_wire(), separators=(",", ":"), ensure_ascii=False
+                    ).encode("utf-8")
+                by_name[activity.name] = raw
                 hints = _raw_hints(activity.name, activity.create_time)
                 rows.append(
                     (
@@ -268,7 +278,7 @@ class IngestQueries:
                 rows,
             )
             wanted = [e for e in events if e.activity_name is None or e.activity_name in fresh]
-            types = self._insert_events(c, wanted, deliver, now, raws)
+            types = self._insert_events(c, wanted, deliver, now, by_name)
             times = [a.create_time for a in activities if a.name not in conflicts]
             self._advance_cursor(c, session_name, times, cursor_limit)
             return Ingested(len(fresh), types, conflicts)
