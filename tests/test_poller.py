@@ -274,6 +274,27 @@ def test_backoff_is_exponential_capped_and_honours_retry_after() -> None:
 
 
 @pytest.mark.anyio
+async def test_the_dispatcher_is_woken_only_when_deliveries_were_queued(
+    tmp_path: Path,
+) -> None:
+    """Events no endpoint takes are archived without waking the dispatcher (its round
+    would find nothing new); once an endpoint takes them, every ingest that queued
+    deliveries wakes it."""
+    async with Harness(tmp_path) as h:
+        await h.store.call(h.store.store.set_endpoint_enabled, "ep", False)
+        first = await h.api.create_session("Fix the flaky test")
+        await _finish(h, first.name)
+        assert len(h.archived(first.name)) > 3
+        assert await h.store.pending_count() == 0
+        assert h.enqueued == 0
+        await h.store.call(h.store.store.set_endpoint_enabled, "ep", True)
+        second = await h.api.create_session("Add a health check")
+        await _finish(h, second.name)
+        assert await h.store.pending_count() > 0
+        assert h.enqueued > 0
+
+
+@pytest.mark.anyio
 async def test_new_sessions_are_announced_and_every_activity_archived_once(
     tmp_path: Path,
 ) -> None:

@@ -306,7 +306,7 @@ def test_duplicates_within_one_page(store: Store) -> None:
     (s,) = ready(store)
     a = activity(1, 1)
     assert store.ingest_activities(s.name, [a, a], built(s, [a, a]), True) == Ingested(
-        1, ("activity.progress_updated",)
+        1, ("activity.progress_updated",), deliveries=1
     )
     assert count(store, "events") == 1
     assert count(store, "deliveries") == 1

@@ -147,7 +147,7 @@ class PollerBase:
                 cursor_limit=cursor_limit,
                 raws=raws[start:end],
             )
-            self._count_ingested(added, enqueued=flag)
+            self._count_ingested(added)
             for name in added.conflicts:
                 await self._refuse(
                     session.name, name, "duplicate_name", detail="archived under another session"
@@ -164,7 +164,7 @@ class PollerBase:
             chosen = [e for e in found if deliver(e) == flag]
             if chosen:
                 added = await self._store.ingest_session_events(name, chosen, flag)
-                self._count_ingested(added, enqueued=flag)
+                self._count_ingested(added)
 
     async def _refuse(
         self,
@@ -251,13 +251,14 @@ class PollerBase:
             return
         _log.warning(event, kind=exc.kind, error=str(exc), retry_in=round(delay, 2), **fields)
 
-    def _count_ingested(self, added: Ingested, *, enqueued: bool) -> None:
-        """Count the newly archived events by type; wake the dispatcher if they were queued."""
+    def _count_ingested(self, added: Ingested) -> None:
+        """Count the newly archived events by type; wake the dispatcher if deliveries were
+        queued (not for events no endpoint takes: a round would find nothing new)."""
         if not added.event_types:
             return
         if self._metrics is not None:
             for event_type in added.event_types:
                 self._metrics.event_ingested(event_type)
-        if enqueued:
+        if added.deliveries:
             self._on_enqueued()
         self._on_ingested()

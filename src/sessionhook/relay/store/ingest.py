@@ -48,8 +48,9 @@ class IngestQueries:
         deliver: bool,
         now: float,
         raws: dict[str, bytes] | None = None,
-    ) -> tuple[str, ...]:
-        """Insert events (compressed, see :mod:`.codec`) and enqueue their deliveries.
+    ) -> tuple[tuple[str, ...], int]:
+        """Insert events (compressed, see :mod:`.codec`) and enqueue their deliveries; the
+        types of the new events and how many deliveries were enqueued.
 
         ``raws``: the raw JSON of the activities archived in this transaction, by name (an
         activity event's body is compressed against it)."""
@@ -119,7 +120,7 @@ class IngestQueries:
             deliveries,
         )
         inserted = [event.type for event in fresh.values()]
-        return tuple(inserted)
+        return tuple(inserted), len(deliveries)
 
     def _encode_body(
         self, c: Connection, event: Event, context: bytes
@@ -202,7 +203,8 @@ class IngestQueries:
         """
         now = self._clock()
         with self._tx() as c:
-            return Ingested(0, self._insert_events(c, events, deliver, now))
+            types, deliveries = self._insert_events(c, events, deliver, now)
+            return Ingested(0, types, deliveries=deliveries)
 
     def ingest_activities(
         self,
@@ -278,10 +280,10 @@ class IngestQueries:
                 rows,
             )
             wanted = [e for e in events if e.activity_name is None or e.activity_name in fresh]
-            types = self._insert_events(c, wanted, deliver, now, by_name)
+            types, deliveries = self._insert_events(c, wanted, deliver, now, by_name)
             times = [a.create_time for a in activities if a.name not in conflicts]
             self._advance_cursor(c, session_name, times, cursor_limit)
-            return Ingested(len(fresh), types, conflicts)
+            return Ingested(len(fresh), types, conflicts, deliveries)
 
     def _advance_cursor(
         self, c: Connection, session_name: str, times: Sequence[str], limit: str | None

@@ -156,12 +156,14 @@ class Ingested:
     """What one ingest call archived: new activities, and the type of each new event.
 
     ``conflicts`` names activities of the batch that were not archived because their name
-    is archived under another session already.
+    is archived under another session already; ``deliveries`` counts the deliveries it
+    enqueued (none: no endpoint takes these events, or ``deliver`` was off).
     """
 
     activities: int
     event_types: tuple[str, ...]
     conflicts: tuple[str, ...] = ()
+    deliveries: int = 0
 
 
 @dataclass(frozen=True, slots=True)
