@@ -50,6 +50,8 @@ ORDERED_TABLES = (
 SKIPPED_TABLES = frozenset(
     {"outbox_heads", "replicas", "leases", "budget_locks", "_sqlite_migrations"}
 )
+#: Derived from other columns of their row (migration 0008): read, never written.
+GENERATED_COLUMNS = frozenset({("activities", "session_name"), ("events", "activity_name")})
 #: Rows per transaction.
 BATCH = 1000
 
@@ -199,7 +201,7 @@ class CopyQueries:
         cur = self._conn.execute(f"SELECT * FROM {_quote(table)} LIMIT 0")
         columns = [str(d[0]) for d in cur.description]
         cur.fetchall()
-        return columns
+        return [c for c in columns if (table, c) not in GENERATED_COLUMNS]
 
     def copy_count(self, table: str) -> int:
         """See :class:`CopyStore`."""

@@ -85,7 +85,7 @@ class IngestQueries:
                     event.id,
                     event.session_name,
                     event.type,
-                    event.activity_name,
+                    *codec.split_activity_name(event.session_name, event.activity_name),
                     event.occurred_at,
                     event.occurred_ts,
                     now,
@@ -94,8 +94,10 @@ class IngestQueries:
                 )
             )
         c.executemany(
-            "INSERT INTO events (id, session_name, type, activity_name, occurred_at, "
-            "occurred_ts, created_at, body, body_ref) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            # ``activity_name`` is derived from these two (see codec.split_activity_name).
+            "INSERT INTO events (id, session_name, type, activity_id, activity_other, "
+            "occurred_at, occurred_ts, created_at, body, body_ref) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             rows,
         )
         wanted: dict[tuple[str, str], bool] = {}
@@ -266,16 +268,17 @@ class IngestQueries:
                 rows.append(
                     (
                         activity.name,
-                        session_name,
+                        codec.session_ref(activity.name, session_name),
                         activity.create_time,
                         activity.event_member or "unknown",
                         codec.encode_raw(raw, hints),
                         now,
                     )
                 )
-            # ``id`` is left empty: it is the last segment of ``name`` (and in ``raw``).
+            # ``id`` is left empty: it is the last segment of ``name`` (and in ``raw``);
+            # ``session_name`` is derived from ``name`` (``session_ref``: see codec.py).
             c.executemany(
-                "INSERT INTO activities (name, session_name, create_time, kind, raw, "
+                "INSERT INTO activities (name, session_ref, create_time, kind, raw, "
                 "ingested_at) VALUES (?, ?, ?, ?, ?, ?)",
                 rows,
             )
@@ -317,11 +320,20 @@ class IngestQueries:
     def latest_activity(self, session_name: str, member: str) -> Activity | None:
         """The newest archived activity of ``session_name`` whose event member is ``member``
         (by ``createTime`` as an instant; the last archived wins a tie), or ``None``."""
-        # Times only (cheap), then the one raw activity chosen.
+        # Times only (cheap), then the one raw activity chosen. The session's activities
+        # are a range of the primary key (``<session>/activities/...``; '0' follows '/'),
+        # or, named otherwise, found by ``session_ref`` (see codec.session_ref).
         rows = self._conn.execute(
-            "SELECT rowid, create_time FROM activities WHERE session_name = ? AND kind = ? "
-            "ORDER BY rowid",
-            (session_name, member),
+            "SELECT rowid, create_time FROM activities "
+            "WHERE ((name >= ? AND name < ?) OR session_ref = ?) "
+            "AND session_name = ? AND kind = ? ORDER BY rowid",
+            (
+                session_name + "/activities/",
+                session_name + "/activities0",
+                session_name,
+                session_name,
+                member,
+            ),
         ).fetchall()
         best: tuple[float, int] | None = None
         for rowid, create_time in rows:

@@ -364,3 +364,69 @@ _REPLICAS = (
 def _m0007_replicas(db: Database) -> None:
     for statement in _REPLICAS:
         db.execute(statement)
+
+
+# ------------------------------------------------------------------ 0008 (bytes per event)
+
+#: A session's name as the start of its activities' names (``<session>/activities/<id>``):
+#: the SQL twin of :func:`.codec.session_of` (text before the first ``/activities/``, or '').
+SESSION_OF_NAME = (
+    "CASE WHEN instr(name, '/activities/') > 0 "
+    "THEN substr(name, 1, instr(name, '/activities/') - 1) ELSE '' END"
+)
+
+#: Migration 0008: what every row repeated is derived instead of stored, and the indexes
+#: nothing needs any more are dropped (see docs/relay-design.md "Storage").
+#:
+#: * ``activities.session_name`` is a VIRTUAL column: the start of ``name`` (the poller
+#:   archives only ``<session>/activities/<id>``); ``session_ref`` holds it only when it is
+#:   not derivable (never written by the poller). SQLite cannot drop a column under a
+#:   foreign key: the table is rebuilt (rowids kept), in the migration's transaction.
+#: * ``activities_by_session`` is gone (its one reader, ``latest_activity``, walks the
+#:   primary key's range of the session's names instead).
+#: * ``events.activity_name`` is a VIRTUAL column: ``session_name || '/activities/' ||
+#:   activity_id``; ``activity_other`` holds a name not of that shape.
+#: * ``deliveries_by_key (endpoint, session_name, status, id)`` becomes
+#:   ``deliveries_by_endpoint (endpoint, status)`` (the rowid ends every SQLite index: the
+#:   same order by id): only the console and CLI lists read it, never by session.
+_M0008 = (
+    """CREATE TABLE activities_0008 (
+        name TEXT PRIMARY KEY,
+        session_ref TEXT,
+        session_name TEXT GENERATED ALWAYS AS (COALESCE(session_ref, """
+    + SESSION_OF_NAME
+    + """)) VIRTUAL REFERENCES sessions(name),
+        id TEXT NOT NULL DEFAULT '',
+        create_time TEXT NOT NULL DEFAULT '',
+        kind TEXT NOT NULL,
+        raw TEXT NOT NULL,
+        ingested_at REAL NOT NULL
+    )""",
+    "INSERT INTO activities_0008 (rowid, name, session_ref, id, create_time, kind, raw, "
+    "ingested_at) SELECT rowid, name, CASE WHEN session_name = "
+    + SESSION_OF_NAME
+    + " THEN NULL ELSE session_name END, id, create_time, kind, raw, ingested_at "
+    "FROM activities ORDER BY rowid",
+    "DROP TABLE activities",
+    "ALTER TABLE activities_0008 RENAME TO activities",
+    # A name not of its session's shape is found by this (empty unless such rows exist).
+    "CREATE INDEX activities_by_session_ref ON activities(session_ref) "
+    "WHERE session_ref IS NOT NULL",
+    "ALTER TABLE events ADD COLUMN activity_id TEXT",
+    "ALTER TABLE events ADD COLUMN activity_other TEXT",
+    "UPDATE events SET activity_id = substr(activity_name, length(session_name) + 13) "
+    "WHERE substr(activity_name, 1, length(session_name) + 12) = session_name || '/activities/'",
+    "UPDATE events SET activity_other = activity_name "
+    "WHERE activity_name IS NOT NULL AND activity_id IS NULL",
+    "ALTER TABLE events DROP COLUMN activity_name",
+    "ALTER TABLE events ADD COLUMN activity_name TEXT GENERATED ALWAYS AS "
+    "(COALESCE(activity_other, session_name || '/activities/' || activity_id)) VIRTUAL",
+    "DROP INDEX deliveries_by_key",
+    "CREATE INDEX deliveries_by_endpoint ON deliveries(endpoint, status)",
+)
+
+
+@_migration("0008_derived_names_lean_indexes")
+def _m0008_derived_names_lean_indexes(db: Database) -> None:
+    for statement in _M0008:
+        db.execute(statement)

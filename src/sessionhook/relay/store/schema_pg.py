@@ -297,6 +297,40 @@ _M0007_REPLICAS = (
         FOR EACH STATEMENT EXECUTE FUNCTION sessionhook_outbox_notify()""",
 )
 
+# Migration 0008 (see schema.py): the same derived columns, ``STORED`` (PostgreSQL 15 has
+# no virtual generated columns: the names take the same room as before here, the saving
+# is SQLite's), and the same indexes: ``activities_by_session`` dropped (with the column
+# it indexed; ``activities_by_kind`` is made again on the derived column),
+# ``deliveries_by_key`` narrowed to ``deliveries_by_endpoint`` (``id`` explicit: a
+# PostgreSQL index does not end with it).
+_SESSION_OF_NAME = (
+    "CASE WHEN strpos(name, '/activities/') > 0 "
+    "THEN substr(name, 1, strpos(name, '/activities/') - 1) ELSE '' END"
+)
+_M0008 = (
+    f"ALTER TABLE activities ADD COLUMN session_ref {_TEXT}",
+    "UPDATE activities SET session_ref = session_name "
+    f"WHERE session_name <> {_SESSION_OF_NAME}",
+    "ALTER TABLE activities DROP COLUMN session_name",
+    f"""ALTER TABLE activities ADD COLUMN session_name {_TEXT}
+        GENERATED ALWAYS AS (COALESCE(session_ref, {_SESSION_OF_NAME})) STORED
+        REFERENCES sessions(name)""",
+    "CREATE INDEX activities_by_kind ON activities(session_name, kind, rowid)",
+    "CREATE INDEX activities_by_session_ref ON activities(session_ref) "
+    "WHERE session_ref IS NOT NULL",
+    f"ALTER TABLE events ADD COLUMN activity_id {_TEXT}",
+    f"ALTER TABLE events ADD COLUMN activity_other {_TEXT}",
+    "UPDATE events SET activity_id = substr(activity_name, length(session_name) + 13) "
+    "WHERE substr(activity_name, 1, length(session_name) + 12) = session_name || '/activities/'",
+    "UPDATE events SET activity_other = activity_name "
+    "WHERE activity_name IS NOT NULL AND activity_id IS NULL",
+    "ALTER TABLE events DROP COLUMN activity_name",
+    f"""ALTER TABLE events ADD COLUMN activity_name {_TEXT} GENERATED ALWAYS AS
+        (COALESCE(activity_other, session_name || '/activities/' || activity_id)) STORED""",
+    "DROP INDEX deliveries_by_key",
+    "CREATE INDEX deliveries_by_endpoint ON deliveries(endpoint, status, id)",
+)
+
 #: Name -> statements, in the order of :mod:`.schema` (the same names: one history).
 MIGRATIONS: dict[str, Sequence[str]] = {
     "0001_initial": _M0001,
@@ -306,6 +340,7 @@ MIGRATIONS: dict[str, Sequence[str]] = {
     "0004_outbox_heads": _M0004_HEADS,
     "0004_compact_archive": _M0004_COMPACT,
     "0007_replicas": _M0007_REPLICAS,
+    "0008_derived_names_lean_indexes": _M0008,
 }
 assert list(MIGRATIONS) == _KNOWN_MIGRATIONS, "PostgreSQL and SQLite migrations differ"
 

@@ -1,0 +1,364 @@
+"""Migration 0008 (bytes per event): names derived instead of stored, leaner indexes, the
+codec's raw deflate formats. A store written at 0007 migrates in place and reads the same,
+on both engines; the console's and operator's reads still use an index (SQLite plans)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import zlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from sqlite_utils import Database
+
+from sessionhook.api.models import Activity
+from sessionhook.relay.store import PostgresStore, Store, codec, schema_pg
+from sessionhook.relay.store import schema as sqlite_schema
+from sessionhook.relay.store.core import StoreCore
+
+from .conftest import Backend
+from .pg import Cluster
+from .test_store import Ep, activity, built, ingest, session
+
+T0 = 1_800_000_000.0
+S = "sessions/1"
+A1 = f"{S}/activities/a1"
+ODD = "odd-name"  # an activity named otherwise (the poller refuses these; the store keeps them)
+RAW_A1 = json.dumps(
+    {"name": A1, "createTime": "2026-01-01T00:00:01Z", "agentMessaged": {"agentMessage": "hé"}},
+    separators=(",", ":"),
+    ensure_ascii=False,
+).encode()
+RAW_ODD = json.dumps(
+    {"name": ODD, "createTime": "2026-01-01T00:00:02Z", "planApproved": {"planId": "p"}},
+    separators=(",", ":"),
+).encode()
+BODY_1 = b'{"type":"activity.agent_messaged","data":{"activity":' + RAW_A1 + b"}}"
+BODY_2 = b'{"type":"activity.plan_approved","data":{}}'
+BODY_3 = b'{"type":"session.discovered","data":{}}'
+
+
+def _zlib(form: int, data: bytes, zdict: bytes) -> bytes:
+    """A row in the zlib-framed formats 1-3 written before 0008."""
+    packer = zlib.compressobj(1, zlib.DEFLATED, 15, 8, zlib.Z_DEFAULT_STRATEGY, zdict[-32768:])
+    return bytes((form,)) + packer.compress(data) + packer.flush()
+
+
+def _old_rows() -> list[tuple[str, tuple[Any, ...]]]:
+    """Rows of a store at migration 0007: plain and zlib-framed bodies and raws, an activity
+    and an event of another name shape, a session event, a delivered and a pending row."""
+    hints = (A1 + "2026-01-01T00:00:01Z").encode()
+    return [
+        ("INSERT INTO sessions (name, raw, first_seen_at) VALUES (?, ?, ?)", (S, "{}", T0)),
+        (
+            "INSERT INTO endpoints (name, url, created_at) VALUES (?, ?, ?)",
+            ("e1", "https://hooks.example.com/x", T0),
+        ),
+        (
+            "INSERT INTO activities (name, session_name, create_time, kind, raw, ingested_at) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                A1,
+                S,
+                "2026-01-01T00:00:01Z",
+                "agentMessaged",
+                _zlib(1, RAW_A1, codec.ARCHIVE_DICT + hints),
+                T0,
+            ),
+        ),
+        (
+            "INSERT INTO activities (name, session_name, create_time, kind, raw, ingested_at) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (ODD, S, "2026-01-01T00:00:02Z", "planApproved", RAW_ODD.decode(), T0),
+        ),
+        (
+            "INSERT INTO events (id, session_name, type, activity_name, occurred_at, "
+            "occurred_ts, created_at, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                "evt_1",
+                S,
+                "activity.agent_messaged",
+                A1,
+                "2026-01-01T00:00:01Z",
+                T0,
+                T0,
+                _zlib(3, BODY_1, codec.BODY_DICT + RAW_A1),
+            ),
+        ),
+        (
+            "INSERT INTO events (id, session_name, type, activity_name, occurred_at, "
+            "occurred_ts, created_at, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                "evt_2",
+                S,
+                "activity.plan_approved",
+                ODD,
+                "2026-01-01T00:00:02Z",
+                T0 + 1,
+                T0,
+                _zlib(2, BODY_2, codec.BODY_DICT),
+            ),
+        ),
+        (
+            "INSERT INTO events (id, session_name, type, activity_name, occurred_at, "
+            "occurred_ts, created_at, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                "evt_3",
+                S,
+                "session.discovered",
+                None,
+                "2026-01-01T00:00:00Z",
+                T0 - 1,
+                T0,
+                BODY_3.decode(),
+            ),
+        ),
+        (
+            "INSERT INTO deliveries (event_id, endpoint, session_name, status, attempts, "
+            "created_at, updated_at, delivered_at, last_status_code) "
+            "VALUES (?, ?, ?, 'delivered', 1, ?, ?, ?, 204)",
+            ("evt_1", "e1", S, T0, T0 + 5, T0 + 5),
+        ),
+        (
+            "INSERT INTO deliveries (event_id, endpoint, session_name, status, next_attempt_at, "
+            "created_at, updated_at) VALUES (?, ?, ?, 'pending', ?, ?, ?)",
+            ("evt_2", "e1", S, T0, T0, T0),
+        ),
+        (
+            "INSERT INTO attempts (delivery_id, attempt, started_at, duration_ms, status_code) "
+            "VALUES (1, 1, ?, 3.0, 204)",
+            (T0 + 5,),
+        ),
+    ]
+
+
+def _reads_the_same(store: StoreCore) -> None:
+    """What every reader sees of :func:`_old_rows` once migrated."""
+    bodies = {e.id: (e.body, e.activity_name) for e in store.iter_events()}
+    assert bodies == {"evt_1": (BODY_1, A1), "evt_2": (BODY_2, ODD), "evt_3": (BODY_3, None)}
+    assert store.get_event("evt_1").activity_name == A1  # type: ignore[union-attr]
+    assert store.activity_raw(A1) == RAW_A1
+    assert store.activity_raw(ODD) == RAW_ODD
+    found = store.latest_activity(S, "agentMessaged")
+    assert found is not None and found.name == A1
+    odd = store.latest_activity(S, "planApproved")
+    assert odd is not None and odd.name == ODD
+    assert store.latest_activity("sessions/2", "agentMessaged") is None
+    rows = store.list_deliveries(endpoint="e1")
+    assert [(d.id, d.event_id, d.status) for d in rows] == [
+        (2, "evt_2", "pending"),
+        (1, "evt_1", "delivered"),
+    ]
+    assert [d.id for d in store.list_deliveries(endpoint="e1", status="delivered")] == [1]
+    assert [d.id for d in store.deliveries_of_events(["evt_1", "evt_2"])] == [1, 2]
+    assert [a.status_code for a in store.list_attempts(1)] == [204]
+    sessions = dict(store._conn.execute("SELECT name, session_name FROM activities").fetchall())
+    assert sessions == {A1: S, ODD: S}
+
+
+def _new_rows_work(store: StoreCore) -> None:
+    """After the migration, the poller's writes and the dispatcher's reads still work."""
+    (due,) = store.due_deliveries(T0 + 10, 10)
+    assert (due.event_id, due.body) == ("evt_2", BODY_2)
+
+
+def test_a_0007_sqlite_store_migrates_in_place_and_reads_the_same(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA foreign_keys = ON")
+    sqlite_schema.MIGRATIONS.apply(Database(conn), stop_before="0008_derived_names_lean_indexes")
+    for sql, params in _old_rows():
+        conn.execute(sql, params)
+    conn.close()
+    with Store.open(path) as store:
+        _reads_the_same(store)
+        _new_rows_work(store)
+        assert store._conn.execute("PRAGMA foreign_key_check").fetchall() == []
+        assert store._conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        # The stored forms: derivable names are not stored again.
+        assert store._conn.execute(
+            "SELECT name, session_ref FROM activities ORDER BY rowid"
+        ).fetchall() == [(A1, None), (ODD, S)]
+        assert store._conn.execute(
+            "SELECT id, activity_id, activity_other FROM events ORDER BY seq"
+        ).fetchall() == [("evt_1", "a1", None), ("evt_2", None, ODD), ("evt_3", None, None)]
+
+
+@pytest.fixture
+def empty_pg(pg_cluster: Cluster) -> Iterator[str]:
+    name = pg_cluster.create_database()
+    yield pg_cluster.url(name)
+    pg_cluster.drop_database(name)
+
+
+def test_a_0007_postgresql_store_migrates_in_place_and_reads_the_same(empty_pg: str) -> None:
+    with psycopg.connect(empty_pg, autocommit=True) as conn, conn.transaction():
+        conn.execute(
+            f"CREATE TABLE {schema_pg.MIGRATIONS_TABLE} (seq BIGINT GENERATED BY DEFAULT AS "
+            'IDENTITY PRIMARY KEY, name TEXT COLLATE "C" NOT NULL UNIQUE, '
+            "applied_at DOUBLE PRECISION NOT NULL)"
+        )
+        for name, statements in schema_pg.MIGRATIONS.items():
+            if name.startswith("0008"):
+                break
+            for statement in statements:
+                conn.execute(statement.encode())
+            conn.execute(
+                f"INSERT INTO {schema_pg.MIGRATIONS_TABLE} (name, applied_at) VALUES (%s, %s)",
+                (name, T0),
+            )
+        for sql, params in _old_rows():
+            conn.execute(sql.replace("?", "%s").encode(), _pg_params(params))
+    with PostgresStore.open(empty_pg) as store:
+        _reads_the_same(store)
+        _new_rows_work(store)
+
+
+def _pg_params(params: tuple[Any, ...]) -> tuple[Any, ...]:
+    # BYTEA columns take bytes: PostgreSQL never held the legacy plain text (copy.py
+    # encodes it, without a reference or context, as here).
+    plain = {
+        BODY_3.decode(): codec.encode_body(BODY_3, b"", b""),
+        RAW_ODD.decode(): codec.encode_raw(RAW_ODD, (ODD + "2026-01-01T00:00:02Z").encode()),
+    }
+    return tuple(plain.get(p, p) if isinstance(p, str) else p for p in params)
+
+
+def test_names_of_another_shape_round_trip(backend: Backend) -> None:
+    """What the poller never archives but the store keeps exactly: an activity named
+    outside its session's names and its event; and the usual shape, not stored twice."""
+    s = session(1)
+    odd = Activity.model_validate(
+        {"name": "elsewhere/x", "createTime": "2026-01-01T00:00:00Z", "agentMessaged": {}}
+    )
+    usual = activity(1, 7, planApproved={"planId": "q"})
+    with backend.open(clock=lambda: T0) as store:
+        store.upsert_session(s, baseline=False)
+        store.ingest_activities(s.name, [odd, usual], built(s, [odd, usual]), deliver=False)
+        got = store.latest_activity(s.name, "planApproved")
+        assert got is not None and got.name == usual.name
+        got = store.latest_activity(s.name, "agentMessaged")
+        assert got is not None and got.name == odd.name
+        assert {e.activity_name for e in store.iter_events()} == {odd.name, usual.name}
+        assert {e.body for e in store.iter_events()} == {e.body for e in built(s, [odd, usual])}
+        owners = dict(store._conn.execute("SELECT name, session_name FROM activities").fetchall())
+        assert owners == {odd.name: s.name, usual.name: s.name}
+        stored = store._conn.execute(
+            "SELECT activity_id, activity_other FROM events ORDER BY seq"
+        ).fetchall()
+        assert sorted(map(tuple, stored), key=str) == sorted(
+            [(None, odd.name), (f"{7:032x}", None)], key=str
+        )
+
+
+# --------------------------------------------------------------------------- plans
+
+
+def _plans(store: Store, call: Callable[[], object]) -> list[tuple[str, list[str]]]:
+    """Every statement ``call()`` runs, with SQLite's plan for it."""
+    seen: list[str] = []
+    store._conn.set_trace_callback(seen.append)
+    try:
+        call()
+    finally:
+        store._conn.set_trace_callback(None)
+    return [
+        (sql, [row[3] for row in store._conn.execute("EXPLAIN QUERY PLAN " + sql)])
+        for sql in seen
+        if sql.lstrip().upper().startswith("SELECT")
+    ]
+
+
+def test_the_readers_of_the_dropped_indexes_still_search(tmp_path: Path) -> None:
+    """Each reader of what ``deliveries_by_key`` and ``activities_by_session`` served reads
+    an index (no SCAN of a growing table), and the indexes are the ones expected."""
+    with Store.open(tmp_path / "s.db", clock=lambda: T0) as store:
+        store.sync_endpoints([Ep("e1")])
+        s = session(1)
+        store.upsert_session(s, baseline=False)
+        ingest(store, s, [activity(1, i) for i in range(3)])
+        indexes = {
+            r[0]
+            for r in store._conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'index' AND name NOT LIKE 'sqlite_%'"
+            )
+        }
+        assert "deliveries_by_key" not in indexes and "activities_by_session" not in indexes
+        assert {
+            "deliveries_by_endpoint",
+            "deliveries_by_event",
+            "deliveries_by_update",
+            "deliveries_open",
+            "events_by_session",
+            "activities_by_session_ref",
+        } <= indexes
+        growing = ("activities", "events", "deliveries", "attempts")
+        calls: list[Callable[[], object]] = [
+            lambda: store.latest_activity(s.name, "agentMessaged"),
+            lambda: store.list_deliveries(endpoint="e1", status="pending"),
+            lambda: store.console_deliveries(endpoint="e1"),
+            lambda: store.deliveries_of_events(["evt_x"]),
+            lambda: store.pending_count("e1"),
+            lambda: store.prune_delivery_log(T0 - 1),
+        ]
+        for call in calls:
+            for sql, plan in _plans(store, call):
+                scans = [p for p in plan if p.startswith("SCAN") and p.split()[1] in growing]
+                # d in a list query: the newest first by rowid (stops at the LIMIT).
+                scans = [p for p in scans if not p.startswith("SCAN d")]
+                assert not scans, (sql, plan)
+        plan = [
+            p for _, ps in _plans(store, lambda: store.latest_activity(s.name, "x")) for p in ps
+        ]
+        assert any("sqlite_autoindex_activities" in p for p in plan), plan
+        plan = [
+            p
+            for _, ps in _plans(
+                store, lambda: store.console_deliveries(endpoint="e1", status="dead")
+            )
+            for p in ps
+        ]
+        assert any("deliveries_by_endpoint" in p for p in plan), plan
+
+
+# --------------------------------------------------------------------------- codec
+
+
+def test_the_old_zlib_formats_still_decode() -> None:
+    hints = b"sessions/1/activities/a2026"
+    assert codec.decode_raw(_zlib(1, RAW_A1, codec.ARCHIVE_DICT + hints), hints) == RAW_A1
+    assert codec.decode_body(_zlib(2, BODY_2, codec.BODY_DICT + b"ref"), b"ref", b"") == BODY_2
+    old = _zlib(3, BODY_1, codec.BODY_DICT + b"ref" + RAW_A1)
+    assert codec.needs_context(old)
+    assert codec.decode_body(old, b"ref", RAW_A1) == BODY_1
+
+
+def test_raw_deflate_is_ten_bytes_shorter_minus_its_crc_and_checked() -> None:
+    hints = b"sessions/1/activities/a2026"
+    new = codec.encode_raw(RAW_A1, hints)
+    old = _zlib(1, RAW_A1, codec.ARCHIVE_DICT + hints)
+    assert len(old) - len(new) == 6  # zlib's header, dictionary id and Adler-32; CRC-32 kept
+    assert codec.decode_raw(new, hints) == RAW_A1
+    damaged = new[:-5] + bytes((new[-5] ^ 1,)) + new[-4:]
+    with pytest.raises((ValueError, zlib.error)):
+        codec.decode_raw(damaged, hints)
+    with pytest.raises(ValueError, match="does not decode"):
+        codec.decode_raw(new, b"another context entirely")
+    body = codec.encode_body(BODY_1, b"ref", RAW_A1)
+    assert codec.needs_context(body) and codec.decode_body(body, b"ref", RAW_A1) == BODY_1
+    with pytest.raises(ValueError):
+        codec.decode_body(body, b"ref", RAW_ODD)  # another activity: other bytes
+
+
+def test_names_split_and_join_exactly() -> None:
+    assert codec.split_activity_name(S, A1) == ("a1", None)
+    assert codec.split_activity_name(S, ODD) == (None, ODD)
+    assert codec.split_activity_name(S, None) == (None, None)
+    assert codec.split_activity_name(S, f"{S}/activities/") == ("", None)
+    assert codec.session_ref(A1, S) is None
+    assert codec.session_ref(ODD, S) == S
+    assert codec.session_ref("sessions/2/activities/x", S) == S
