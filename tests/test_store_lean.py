@@ -186,6 +186,17 @@ def test_a_0007_sqlite_store_migrates_in_place_and_reads_the_same(tmp_path: Path
         assert store._conn.execute(
             "SELECT id, activity_id, activity_other FROM events ORDER BY seq"
         ).fetchall() == [("evt_1", "a1", None), ("evt_2", None, ODD), ("evt_3", None, None)]
+        # Types and kinds are codes (their text is generated from them).
+        assert store._conn.execute(
+            "SELECT type_code, type_other, type FROM events ORDER BY seq"
+        ).fetchall() == [
+            (1, None, "activity.agent_messaged"),
+            (4, None, "activity.plan_approved"),
+            (8, None, "session.discovered"),
+        ]
+        assert store._conn.execute(
+            "SELECT kind_code, kind_other FROM activities ORDER BY rowid"
+        ).fetchall() == [(1, None), (4, None)]
 
 
 @pytest.fixture
@@ -362,3 +373,19 @@ def test_names_split_and_join_exactly() -> None:
     assert codec.session_ref(A1, S) is None
     assert codec.session_ref(ODD, S) == S
     assert codec.session_ref("sessions/2/activities/x", S) == S
+
+
+@pytest.mark.parametrize("names", [codec.EVENT_TYPES, codec.KINDS])
+def test_codes_give_every_name_back_in_sql(names: tuple[str, ...]) -> None:
+    """Every listed name and any other one: coded in Python, read back by the generated
+    column's SQL (the same text on both engines)."""
+    conn = sqlite3.connect(":memory:")
+    for name in (*names, "custom.thing", "unknownMember", ""):
+        code, other = codec.coded(names, name)
+        assert (code is None) == (name not in names)
+        sql = "SELECT " + codec.uncoded_sql(names, "?", "?")
+        # uncoded_sql names columns; here they are parameters: other first, then code.
+        assert conn.execute(sql, (other, code)).fetchone()[0] == name
+        if code is not None:
+            back = conn.execute("SELECT " + codec.coded_sql(names, "?"), (name,)).fetchone()
+            assert back[0] == code

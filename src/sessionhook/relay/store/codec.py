@@ -42,7 +42,11 @@ __all__ = [
     "ARCHIVE",
     "BODY",
     "BODY_WITH_ACTIVITY",
+    "EVENT_TYPES",
+    "KINDS",
     "REF_THRESHOLD",
+    "coded",
+    "coded_sql",
     "decode_body",
     "decode_raw",
     "encode_body",
@@ -51,6 +55,7 @@ __all__ = [
     "session_of",
     "session_ref",
     "split_activity_name",
+    "uncoded_sql",
 ]
 
 ARCHIVE = 0x04
@@ -207,3 +212,56 @@ def split_activity_name(session_name: str, name: str | None) -> tuple[str | None
     if name.startswith(prefix):
         return name[len(prefix) :], None
     return None, name
+
+
+# Enumerations (migration 0008): ``events.type`` and ``activities.kind`` repeat a few names
+# in every row; a row stores the name's position in these tuples (``type_code``,
+# ``kind_code``; commonest first: 0 and 1 take no byte at all in SQLite) and the text only
+# for a name not listed (``type_other``, ``kind_other``). The readable column is generated
+# from both (:func:`uncoded_sql`). Part of the file format: never reorder or edit these;
+# a new name is stored as ``*_other`` until a new migration extends the list.
+EVENT_TYPES: tuple[str, ...] = (
+    "activity.progress_updated",
+    "activity.agent_messaged",
+    "activity.user_messaged",
+    "activity.plan_generated",
+    "activity.plan_approved",
+    "activity.session_completed",
+    "activity.session_failed",
+    "activity.unknown",
+    "session.discovered",
+    "session.state_changed",
+    "session.pull_request_opened",
+    "session.action_required",
+    "session.completed",
+    "session.failed",
+)
+KINDS: tuple[str, ...] = (
+    "progressUpdated",
+    "agentMessaged",
+    "userMessaged",
+    "planGenerated",
+    "planApproved",
+    "sessionCompleted",
+    "sessionFailed",
+    "unknown",
+)
+_CODES = {names: {name: i for i, name in enumerate(names)} for names in (EVENT_TYPES, KINDS)}
+
+
+def coded(names: tuple[str, ...], value: str) -> tuple[int | None, str | None]:
+    """``(code, other)`` stored for ``value`` of the enumeration ``names``."""
+    code = _CODES[names].get(value)
+    return (code, None) if code is not None else (None, value)
+
+
+def uncoded_sql(names: tuple[str, ...], code: str, other: str) -> str:
+    """The SQL (both engines) giving the name back from the ``code`` and ``other`` columns."""
+    cases = " ".join(f"WHEN {i} THEN '{name}'" for i, name in enumerate(names))
+    return f"COALESCE({other}, CASE {code} {cases} END)"
+
+
+def coded_sql(names: tuple[str, ...], column: str) -> str:
+    """The SQL giving the code of ``column``'s text (``NULL``: not listed): migrations."""
+    cases = " ".join(f"WHEN '{name}' THEN {i}" for i, name in enumerate(names))
+    return f"CASE {column} {cases} END"

@@ -51,7 +51,14 @@ SKIPPED_TABLES = frozenset(
     {"outbox_heads", "replicas", "leases", "budget_locks", "_sqlite_migrations"}
 )
 #: Derived from other columns of their row (migration 0008): read, never written.
-GENERATED_COLUMNS = frozenset({("activities", "session_name"), ("events", "activity_name")})
+GENERATED_COLUMNS = frozenset(
+    {
+        ("activities", "session_name"),
+        ("activities", "kind"),
+        ("events", "activity_name"),
+        ("events", "type"),
+    }
+)
 #: Rows per transaction.
 BATCH = 1000
 

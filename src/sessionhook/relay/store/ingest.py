@@ -84,7 +84,7 @@ class IngestQueries:
                 (
                     event.id,
                     event.session_name,
-                    event.type,
+                    *codec.coded(codec.EVENT_TYPES, event.type),
                     *codec.split_activity_name(event.session_name, event.activity_name),
                     event.occurred_at,
                     event.occurred_ts,
@@ -94,10 +94,11 @@ class IngestQueries:
                 )
             )
         c.executemany(
-            # ``activity_name`` is derived from these two (see codec.split_activity_name).
-            "INSERT INTO events (id, session_name, type, activity_id, activity_other, "
-            "occurred_at, occurred_ts, created_at, body, body_ref) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            # ``type`` and ``activity_name`` are derived from these (see codec.coded and
+            # codec.split_activity_name).
+            "INSERT INTO events (id, session_name, type_code, type_other, activity_id, "
+            "activity_other, occurred_at, occurred_ts, created_at, body, body_ref) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             rows,
         )
         wanted: dict[tuple[str, str], bool] = {}
@@ -270,16 +271,17 @@ class IngestQueries:
                         activity.name,
                         codec.session_ref(activity.name, session_name),
                         activity.create_time,
-                        activity.event_member or "unknown",
+                        *codec.coded(codec.KINDS, activity.event_member or "unknown"),
                         codec.encode_raw(raw, hints),
                         now,
                     )
                 )
             # ``id`` is left empty: it is the last segment of ``name`` (and in ``raw``);
-            # ``session_name`` is derived from ``name`` (``session_ref``: see codec.py).
+            # ``session_name`` is derived from ``name`` (``session_ref``), ``kind`` from
+            # its code (see codec.py).
             c.executemany(
-                "INSERT INTO activities (name, session_ref, create_time, kind, raw, "
-                "ingested_at) VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT INTO activities (name, session_ref, create_time, kind_code, "
+                "kind_other, raw, ingested_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 rows,
             )
             wanted = [e for e in events if e.activity_name is None or e.activity_name in fresh]

@@ -14,6 +14,7 @@ from pathlib import Path
 from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
 
+from . import codec
 from .rows import StoreError
 
 MIGRATIONS = Migrations("sessionhook")
@@ -386,27 +387,34 @@ SESSION_OF_NAME = (
 #:   primary key's range of the session's names instead).
 #: * ``events.activity_name`` is a VIRTUAL column: ``session_name || '/activities/' ||
 #:   activity_id``; ``activity_other`` holds a name not of that shape.
+#: * ``events.type`` and ``activities.kind`` are VIRTUAL columns too: a row stores the
+#:   name's code (``type_code``, ``kind_code``: a byte) or, for a name not listed, the text
+#:   (``*_other``); see codec.EVENT_TYPES / codec.KINDS.
 #: * ``deliveries_by_key (endpoint, session_name, status, id)`` becomes
 #:   ``deliveries_by_endpoint (endpoint, status)`` (the rowid ends every SQLite index: the
 #:   same order by id): only the console and CLI lists read it, never by session.
+_KIND = codec.uncoded_sql(codec.KINDS, "kind_code", "kind_other")
+_TYPE = codec.uncoded_sql(codec.EVENT_TYPES, "type_code", "type_other")
 _M0008 = (
-    """CREATE TABLE activities_0008 (
+    f"""CREATE TABLE activities_0008 (
         name TEXT PRIMARY KEY,
         session_ref TEXT,
-        session_name TEXT GENERATED ALWAYS AS (COALESCE(session_ref, """
-    + SESSION_OF_NAME
-    + """)) VIRTUAL REFERENCES sessions(name),
+        session_name TEXT GENERATED ALWAYS AS (COALESCE(session_ref, {SESSION_OF_NAME}))
+            VIRTUAL REFERENCES sessions(name),
         id TEXT NOT NULL DEFAULT '',
         create_time TEXT NOT NULL DEFAULT '',
-        kind TEXT NOT NULL,
+        kind_code INTEGER,
+        kind_other TEXT,
+        kind TEXT GENERATED ALWAYS AS ({_KIND}) VIRTUAL,
         raw TEXT NOT NULL,
         ingested_at REAL NOT NULL
     )""",
-    "INSERT INTO activities_0008 (rowid, name, session_ref, id, create_time, kind, raw, "
-    "ingested_at) SELECT rowid, name, CASE WHEN session_name = "
-    + SESSION_OF_NAME
-    + " THEN NULL ELSE session_name END, id, create_time, kind, raw, ingested_at "
-    "FROM activities ORDER BY rowid",
+    "INSERT INTO activities_0008 (rowid, name, session_ref, id, create_time, kind_code, "
+    "kind_other, raw, ingested_at) SELECT rowid, name, "
+    f"CASE WHEN session_name = {SESSION_OF_NAME} THEN NULL ELSE session_name END, id, "
+    f"create_time, {codec.coded_sql(codec.KINDS, 'kind')}, "
+    f"CASE WHEN {codec.coded_sql(codec.KINDS, 'kind')} IS NULL THEN kind END, raw, "
+    "ingested_at FROM activities ORDER BY rowid",
     "DROP TABLE activities",
     "ALTER TABLE activities_0008 RENAME TO activities",
     # A name not of its session's shape is found by this (empty unless such rows exist).
@@ -414,13 +422,19 @@ _M0008 = (
     "WHERE session_ref IS NOT NULL",
     "ALTER TABLE events ADD COLUMN activity_id TEXT",
     "ALTER TABLE events ADD COLUMN activity_other TEXT",
+    "ALTER TABLE events ADD COLUMN type_code INTEGER",
+    "ALTER TABLE events ADD COLUMN type_other TEXT",
     "UPDATE events SET activity_id = substr(activity_name, length(session_name) + 13) "
     "WHERE substr(activity_name, 1, length(session_name) + 12) = session_name || '/activities/'",
     "UPDATE events SET activity_other = activity_name "
     "WHERE activity_name IS NOT NULL AND activity_id IS NULL",
+    f"UPDATE events SET type_code = {codec.coded_sql(codec.EVENT_TYPES, 'type')}",
+    "UPDATE events SET type_other = type WHERE type_code IS NULL",
     "ALTER TABLE events DROP COLUMN activity_name",
+    "ALTER TABLE events DROP COLUMN type",
     "ALTER TABLE events ADD COLUMN activity_name TEXT GENERATED ALWAYS AS "
     "(COALESCE(activity_other, session_name || '/activities/' || activity_id)) VIRTUAL",
+    f"ALTER TABLE events ADD COLUMN type TEXT GENERATED ALWAYS AS ({_TYPE}) VIRTUAL",
     "DROP INDEX deliveries_by_key",
     "CREATE INDEX deliveries_by_endpoint ON deliveries(endpoint, status)",
 )

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 
 import psycopg
 
+from . import codec
 from .rows import StoreError
 from .schema import _KNOWN_MIGRATIONS
 
@@ -309,24 +310,38 @@ _SESSION_OF_NAME = (
 )
 _M0008 = (
     f"ALTER TABLE activities ADD COLUMN session_ref {_TEXT}",
+    "ALTER TABLE activities ADD COLUMN kind_code INTEGER",
+    f"ALTER TABLE activities ADD COLUMN kind_other {_TEXT}",
     "UPDATE activities SET session_ref = session_name "
     f"WHERE session_name <> {_SESSION_OF_NAME}",
+    f"UPDATE activities SET kind_code = {codec.coded_sql(codec.KINDS, 'kind')}",
+    "UPDATE activities SET kind_other = kind WHERE kind_code IS NULL",
     "ALTER TABLE activities DROP COLUMN session_name",
+    "ALTER TABLE activities DROP COLUMN kind",
     f"""ALTER TABLE activities ADD COLUMN session_name {_TEXT}
         GENERATED ALWAYS AS (COALESCE(session_ref, {_SESSION_OF_NAME})) STORED
         REFERENCES sessions(name)""",
+    f"""ALTER TABLE activities ADD COLUMN kind {_TEXT} GENERATED ALWAYS AS
+        ({codec.uncoded_sql(codec.KINDS, "kind_code", "kind_other")}) STORED""",
     "CREATE INDEX activities_by_kind ON activities(session_name, kind, rowid)",
     "CREATE INDEX activities_by_session_ref ON activities(session_ref) "
     "WHERE session_ref IS NOT NULL",
     f"ALTER TABLE events ADD COLUMN activity_id {_TEXT}",
     f"ALTER TABLE events ADD COLUMN activity_other {_TEXT}",
+    "ALTER TABLE events ADD COLUMN type_code INTEGER",
+    f"ALTER TABLE events ADD COLUMN type_other {_TEXT}",
     "UPDATE events SET activity_id = substr(activity_name, length(session_name) + 13) "
     "WHERE substr(activity_name, 1, length(session_name) + 12) = session_name || '/activities/'",
     "UPDATE events SET activity_other = activity_name "
     "WHERE activity_name IS NOT NULL AND activity_id IS NULL",
+    f"UPDATE events SET type_code = {codec.coded_sql(codec.EVENT_TYPES, 'type')}",
+    "UPDATE events SET type_other = type WHERE type_code IS NULL",
     "ALTER TABLE events DROP COLUMN activity_name",
+    "ALTER TABLE events DROP COLUMN type",
     f"""ALTER TABLE events ADD COLUMN activity_name {_TEXT} GENERATED ALWAYS AS
         (COALESCE(activity_other, session_name || '/activities/' || activity_id)) STORED""",
+    f"""ALTER TABLE events ADD COLUMN type {_TEXT} GENERATED ALWAYS AS
+        ({codec.uncoded_sql(codec.EVENT_TYPES, "type_code", "type_other")}) STORED""",
     "DROP INDEX deliveries_by_key",
     "CREATE INDEX deliveries_by_endpoint ON deliveries(endpoint, status, id)",
 )
