@@ -322,6 +322,17 @@ def test_the_readers_of_the_dropped_indexes_still_search(tmp_path: Path) -> None
                 # d in a list query: the newest first by rowid (stops at the LIMIT).
                 scans = [p for p in scans if not p.startswith("SCAN d")]
                 assert not scans, (sql, plan)
+        # A session's deliveries come through its events, whatever else filters (no index
+        # holds (endpoint, session) since 0008; the endpoint's index is not walked per event).
+        for filters in ({}, {"endpoint": "e1"}, {"endpoint": "e1", "status": "pending"}):
+            call = lambda f=filters: store.list_deliveries(session=s.name, **f)  # noqa: E731
+            plan = [p for _, ps in _plans(store, call) for p in ps]
+            assert any("events_by_session" in p for p in plan), plan
+            assert any("deliveries_by_event" in p for p in plan), plan
+            assert not any("deliveries_by_endpoint" in p for p in plan), plan
+            assert len(store.list_deliveries(session=s.name, **filters)) == 3
+        assert store.list_deliveries(session=s.name, endpoint="e2") == []
+        assert store.list_deliveries(session="sessions/9") == []
         plan = [
             p for _, ps in _plans(store, lambda: store.latest_activity(s.name, "x")) for p in ps
         ]
@@ -389,3 +400,21 @@ def test_codes_give_every_name_back_in_sql(names: tuple[str, ...]) -> None:
         if code is not None:
             back = conn.execute("SELECT " + codec.coded_sql(names, "?"), (name,)).fetchone()
             assert back[0] == code
+
+
+def test_a_sessions_deliveries_with_any_filter(backend: Backend) -> None:
+    """``deliveries --session`` with or without endpoint and status, on both engines (the
+    query goes through the session's events since 0008)."""
+    with backend.open(clock=lambda: T0) as store:
+        store.sync_endpoints([Ep("e1"), Ep("e2")])
+        for n in (1, 2):
+            s = session(n)
+            store.upsert_session(s, baseline=False)
+            ingest(store, s, [activity(n, i) for i in range(3)])
+        mine = store.list_deliveries(session="sessions/1")
+        assert len(mine) == 6 and {d.session_name for d in mine} == {"sessions/1"}
+        assert [d.id for d in mine] == sorted((d.id for d in mine), reverse=True)
+        e1 = store.list_deliveries(session="sessions/1", endpoint="e1", status="pending")
+        assert [d.endpoint for d in e1] == ["e1"] * 3
+        assert store.list_deliveries(session="sessions/1", endpoint="e1", status="dead") == []
+        assert len(store.list_deliveries(session="sessions/2", endpoint="e2", limit=2)) == 2
