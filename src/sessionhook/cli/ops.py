@@ -38,7 +38,7 @@ import click
 from ..api.models import parse_timestamp
 from ..relay.config import Config, ConfigError, load_config
 from ..relay.operator import DELIVERY_STATUSES, PING_TYPE, OperatorError, ping_event
-from ..relay.store import DATABASE_ERRORS, EventRow, StoreCore, StoreError, open_store
+from ..relay.store import EventRow, StoreCore, StoreError, database_errors, open_store
 from ._output import (
     DEFAULT_CONFIG,
     ENV_CONFIG,
@@ -222,7 +222,7 @@ def _reported(fn: Callable[..., None]) -> Callable[..., None]:
         with handle_errors():
             try:
                 fn(*args, **kwargs)
-            except DATABASE_ERRORS as exc:
+            except database_errors() as exc:
                 raise CliError(
                     f"database error: {exc}", hint="is the file a sessionhook database?"
                 ) from None

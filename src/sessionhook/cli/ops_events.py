@@ -33,7 +33,7 @@ import httpx
 from ..relay import operator
 from ..relay.events import EVENT_TYPES, matches
 from ..relay.operator import EventFilter
-from ..relay.store import DATABASE_ERRORS, EventRow
+from ..relay.store import EventRow, database_errors
 from . import cli
 from ._output import CliError, render_table
 from .ops import _event_json, _reading, _reported, _store_options, _time_option
@@ -229,7 +229,7 @@ def _follow_store(
         while True:
             try:
                 page = follower.read(store, limit=500)
-            except DATABASE_ERRORS as exc:
+            except database_errors() as exc:
                 # The database restarting or out of reach (PostgreSQL): wait and read on
                 # from the same position; anything else is an error for the user.
                 unreachable = store.unwritable_error(exc)

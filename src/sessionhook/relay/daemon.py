@@ -38,7 +38,7 @@ from sessionhook.api.client import RetryPolicy, SessionsClient
 
 from . import health, sdnotify, web
 from .config import Config
-from .daemon_errors import STORE_FAILURES, DaemonError
+from .daemon_errors import DaemonError, store_failures
 from .daemon_health import HealthMixin
 from .daemon_store import StoreMixin
 from .daemon_tasks import TasksMixin, register_secrets
@@ -376,7 +376,7 @@ class Daemon(HealthMixin, StoreMixin, TasksMixin):
                 # A clean stop frees every claim at once: nobody waits for a lease.
                 try:
                     await store.call(store.store.retire_replica, self._clock())
-                except STORE_FAILURES as exc:
+                except store_failures() as exc:
                     _log.warning("replica.retire_failed", error=str(exc))
                 for upstream in upstreams:
                     await upstream.aclose()

@@ -1,5 +1,5 @@
 """How the daemon fails: :class:`DaemonError` (one line for the user, with an exit status)
-and the store failures it turns into one.
+and the store failures it turns into one (:func:`~.store.store_failures`).
 
 Shared by :mod:`.daemon` and its mixins (:mod:`.daemon_health`, :mod:`.daemon_store`,
 :mod:`.daemon_tasks`); :mod:`.daemon` re-exports :class:`DaemonError`.
@@ -7,13 +7,9 @@ Shared by :mod:`.daemon` and its mixins (:mod:`.daemon_health`, :mod:`.daemon_st
 
 from __future__ import annotations
 
-from .store import DATABASE_ERRORS, StoreError
+from .store import store_failures
 
-__all__ = ["STORE_FAILURES", "DaemonError"]
-
-
-#: A store that failed in a way the store did not map (a bug, a corrupt file, an OS error).
-STORE_FAILURES: tuple[type[Exception], ...] = (StoreError, OSError, *DATABASE_ERRORS)
+__all__ = ["DaemonError", "store_failures"]
 
 
 class DaemonError(Exception):

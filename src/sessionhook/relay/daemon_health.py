@@ -21,7 +21,7 @@ import httpx
 from . import health, operator, sdnotify, web
 from . import logging as relay_logging
 from .config import Config, ServerConfig
-from .daemon_errors import STORE_FAILURES
+from .daemon_errors import store_failures
 from .logging import get_logger
 from .metrics import Metrics
 from .netguard import AddressPolicy, Resolver
@@ -107,7 +107,7 @@ class HealthMixin:
             probe = store.store.set_meta
             if not await store.try_write(probe, "readyz_probe_at", repr(self._clock())):
                 return _unwritable_reason(store.unwritable)
-        except STORE_FAILURES as exc:
+        except store_failures() as exc:
             _log.warning("health.store_not_writable", error=str(exc))
             return f"store is not writable: {exc}"
         return None

@@ -29,7 +29,7 @@ import anyio
 
 from . import sdnotify
 from .config import Account, Config
-from .daemon_errors import STORE_FAILURES, DaemonError
+from .daemon_errors import DaemonError, store_failures
 from .logging import get_logger
 from .metrics import Metrics
 from .ratelimit import SharedWindow
@@ -142,7 +142,7 @@ class StoreMixin:
                     # a setting to fix, like a config error.
                     code = 2 if postgres else 1
                     raise DaemonError(f"cannot open the store: {exc}", exit_code=code) from None
-                except STORE_FAILURES as exc:
+                except store_failures() as exc:
                     raise DaemonError(f"cannot open the store: {exc}") from None
         except BaseException:
             if store is not None:
@@ -172,7 +172,7 @@ class StoreMixin:
                 granted, wait = await store.call(
                     store.store.take_budget, account.name, self._clock(), rpm, count=BUDGET_LEASE
                 )
-            except STORE_FAILURES as exc:
+            except store_failures() as exc:
                 _log.warning("upstream.budget_not_stored", error=str(exc))
                 return 0.0
             if granted:

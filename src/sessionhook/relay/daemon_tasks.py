@@ -31,7 +31,7 @@ import anyio.abc
 from . import logging as relay_logging
 from . import sdnotify
 from .config import Config, ConfigError, load_config
-from .daemon_errors import STORE_FAILURES
+from .daemon_errors import store_failures
 from .dispatch import DeliverySettings, Dispatcher
 from .logging import get_logger
 from .metrics import Metrics
@@ -118,7 +118,7 @@ class TasksMixin:
             now = self._clock()
             try:
                 ok = await store.try_write(store.store.heartbeat_replica, now)
-            except STORE_FAILURES as exc:
+            except store_failures() as exc:
                 _log.warning("replica.heartbeat_failed", error=str(exc))
                 ok = False
             if ok:

@@ -49,14 +49,15 @@ Errors::
         +-- StoreFullError    a write failed for lack of space
 """
 
+from typing import TYPE_CHECKING, Any
+
 from .aio import AsyncStore, FullObserver
 from .core import StoreCore
 from .economy_queries import HistoryProgress, KnownSession
 from .leases import LeaseRow, ReplicaRow
 from .lock import DaemonLock, StoreLockedError, acquire_daemon_lock
-from .opening import DATABASE_ERRORS, StoreSettings, open_store
+from .opening import StoreSettings, database_errors, open_store, store_failures
 from .outbox import AttemptRecord
-from .postgres import PostgresStore
 from .refusals import REFUSAL_REASONS
 from .rows import (
     OPEN_STATUSES,
@@ -80,8 +81,10 @@ from .rows import (
 )
 from .sqlite import Store
 
+if TYPE_CHECKING:
+    from .postgres import PostgresStore
+
 __all__ = [
-    "DATABASE_ERRORS",
     "OPEN_STATUSES",
     "REFUSAL_REASONS",
     "AsyncStore",
@@ -115,5 +118,17 @@ __all__ = [
     "StoreUnwritableError",
     "UpstreamSummary",
     "acquire_daemon_lock",
+    "database_errors",
     "open_store",
+    "store_failures",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``PostgresStore`` on first use: psycopg (about 10 MB) is loaded only by those who
+    use PostgreSQL, never by a relay on SQLite."""
+    if name == "PostgresStore":
+        from .postgres import PostgresStore
+
+        return PostgresStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

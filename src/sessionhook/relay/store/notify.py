@@ -20,10 +20,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import anyio
-import psycopg
 
 from ..logging import get_logger
-from .postgres import display_url
 
 __all__ = ["OUTBOX_CHANNEL", "listen"]
 
@@ -45,6 +43,10 @@ async def listen(
     """Call ``on_notify()`` for every notification on ``channel``, forever (until
     cancelled). ``ready()`` is called each time the ``LISTEN`` is in place (tests wait on
     it). Failures of the connection are logged and retried; they never end the task."""
+    import psycopg  # loaded on PostgreSQL only (a relay on SQLite never listens)
+
+    from .postgres import display_url
+
     delay = 1.0
     where = display_url(url)
     while True:

@@ -7,22 +7,43 @@ speak only the :class:`~.core.StoreCore` interface afterwards.
 from __future__ import annotations
 
 import sqlite3
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-import psycopg
-
 from .core import StoreCore
-from .postgres import PostgresStore
+from .rows import StoreError
 from .sqlite import Store
 
-__all__ = ["DATABASE_ERRORS", "StoreSettings", "open_store"]
+__all__ = ["StoreSettings", "database_errors", "open_store", "store_failures"]
 
-#: What the engines raise for a database problem the store did not map (a bug, a corrupt
-#: file): callers that must not crash on one catch these with :class:`~.rows.StoreError`.
-DATABASE_ERRORS: tuple[type[Exception], ...] = (sqlite3.Error, psycopg.Error)
+
+def database_errors(*, postgresql: bool = False) -> tuple[type[Exception], ...]:
+    """What the engines raise for a database problem the store did not map (a bug, a
+    corrupt file): callers that must not crash on one catch these with
+    :class:`~.rows.StoreError`, as ``except (StoreError, *database_errors())``.
+
+    A function, not a constant: psycopg (about 10 MB of memory) is imported only when a
+    PostgreSQL store is opened, so a relay on SQLite never loads it. Until then no psycopg
+    error can be raised, and the tuple holds SQLite's alone. An ``except`` clause evaluates
+    it when an exception is matched, so it always sees the engines loaded by then. A table
+    built before the store is opened (the web app's error handlers) passes
+    ``postgresql=True`` when the configuration names a PostgreSQL store."""
+    if postgresql:
+        import psycopg  # noqa: F401  (loads it: the store will, once opened)
+    psycopg_module = sys.modules.get("psycopg")
+    if psycopg_module is None:
+        return (sqlite3.Error,)
+    return (sqlite3.Error, psycopg_module.Error)
+
+
+def store_failures() -> tuple[type[Exception], ...]:
+    """Every way a store call can fail without it being a bug of the caller: the store's
+    own :class:`~.rows.StoreError`, an OS error (a socket, a file), and what
+    :func:`database_errors` names. ``except store_failures() as exc:``."""
+    return (StoreError, OSError, *database_errors())
 
 
 class StoreSettings(Protocol):
@@ -49,6 +70,8 @@ def open_store(
     backend's ``open`` / ``open_readonly`` do."""
     url = settings.database_url()
     if url is not None:
+        from .postgres import PostgresStore  # psycopg is loaded for PostgreSQL only
+
         if readonly:
             return PostgresStore.open_readonly(url, clock=clock)
         return PostgresStore.open(url, clock=clock, pool_size=settings.pool_size)

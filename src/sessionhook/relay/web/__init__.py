@@ -39,7 +39,7 @@ from ..config import Config
 from ..logging import get_logger
 from ..metrics import Metrics
 from ..retry import AttemptResult
-from ..store import DATABASE_ERRORS, AsyncStore, StoreError
+from ..store import AsyncStore, StoreError, database_errors
 from .auth import PUBLIC_PATHS, AuthMiddleware, WebAuth
 from .bell import Bell
 from .login import login_routes
@@ -108,7 +108,10 @@ def create_app(
     routes.extend(login_routes(ctx.auth))
     for provider in ROUTE_PROVIDERS() if providers is None else providers:
         routes.extend(provider(ctx))
-    handlers = {kind: _store_failed for kind in (StoreError, *DATABASE_ERRORS)}
+    # The daemon builds the app before it opens the store: name the engine's errors now.
+    postgresql = store is not None and store.get("backend") == "postgresql"
+    errors = database_errors(postgresql=postgresql)
+    handlers = {kind: _store_failed for kind in (StoreError, *errors)}
     app = Starlette(
         routes=routes,
         middleware=[Middleware(AuthMiddleware, auth=ctx.auth, public=PUBLIC_PATHS)],

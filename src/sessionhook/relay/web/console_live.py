@@ -26,15 +26,13 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from ..logging import get_logger
-from ..store import DATABASE_ERRORS, StoreError
+from ..store import store_failures
 from .console import SECURITY_HEADERS, ConsoleDeps
 
 __all__ = ["live_route"]
 
 _HEARTBEAT: Final = 15.0
 _log = get_logger()
-#: A read of the store that failed (the database down, a lost connection) or a socket.
-_READ_FAILURES: tuple[type[Exception], ...] = (OSError, StoreError, *DATABASE_ERRORS)
 
 
 def _start(request: Request) -> int | None:
@@ -79,7 +77,7 @@ def live_route(deps: ConsoleDeps) -> Route:
                         rows = await current.call(
                             current.store.console_events_after, after, session=session, limit=100
                         )
-                    except _READ_FAILURES as exc:
+                    except store_failures() as exc:
                         _log.warning("console.live_read_failed", error=str(exc))
                         return
                     for row in rows:

@@ -40,7 +40,7 @@ from starlette.types import Receive, Scope, Send
 
 from ..logging import get_logger
 from ..operator import EventFilter, Follower, OperatorError, resume_position
-from ..store import DATABASE_ERRORS, EventRow, StoreError
+from ..store import EventRow, StoreError, store_failures
 from .auth import client_address
 
 if TYPE_CHECKING:
@@ -69,8 +69,6 @@ _MAX_GLOBS: Final = 32
 _MAX_PARAM: Final = 512
 
 _log = get_logger()
-#: A read of the store that failed (the database down, a lost connection) or a socket.
-_READ_FAILURES: tuple[type[Exception], ...] = (OSError, StoreError, *DATABASE_ERRORS)
 
 
 def format_event(row: EventRow) -> bytes:
@@ -185,7 +183,7 @@ class _EventStream(Response):
                     await self._pump(send)
                 except TimeoutError:
                     _log.warning("stream.stalled", client=client, after=self._cursor)
-                except _READ_FAILURES as exc:
+                except store_failures() as exc:
                     # The consumer reconnects with Last-Event-ID: nothing is lost.
                     _log.warning("stream.failed", client=client, error=str(exc))
                     failed = True

@@ -1,0 +1,122 @@
+"""Which engine a process loads: a relay on SQLite never imports psycopg (about 10 MB of
+memory, issue 8's peak-RSS target), and the errors of the engine it does load are still
+caught everywhere a store failure must not crash anything.
+
+Each check runs in a fresh interpreter: this test process has psycopg loaded already.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from sessionhook.relay.store import database_errors, store_failures
+
+from .conftest import Backend
+
+
+def _run(script: str, tmp_path: Path) -> str:
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_a_relay_on_sqlite_never_imports_psycopg(tmp_path: Path) -> None:
+    # What `sessionhook run` loads on the default store: the command line, the daemon, the
+    # store opened, the web app built, a store failure matched.
+    out = _run(
+        f"""
+        import sqlite3, sys
+        import sessionhook.cli, sessionhook.relay.daemon
+        from sessionhook.relay.config import Config
+        from sessionhook.relay.metrics import Metrics
+        from sessionhook.relay.store import open_store, store_failures
+        from sessionhook.relay.web import WebAuth, WebContext, create_app
+
+        config = Config.model_validate(
+            {{"store": {{"path": {str(tmp_path / "s.db")!r}}},
+              "server": {{"listen": "127.0.0.1:9187", "token_env": "T"}}}}
+        )
+        store = open_store(config.store)
+        ctx = WebContext(config=lambda: config, store=lambda: None, metrics=Metrics(),
+                         auth=WebAuth("t" * 32))
+        create_app(ctx, readiness=lambda: (True, []), store={{"backend": "sqlite"}})
+        try:
+            raise sqlite3.OperationalError("disk I/O error")
+        except store_failures():
+            pass
+        store.close()
+        print(sorted(name for name in sys.modules if name.startswith("psycopg")))
+        """,
+        tmp_path,
+    )
+    assert out == "[]"
+
+
+def test_the_web_app_answers_a_postgresql_error_with_503_before_the_store_opens(
+    tmp_path: Path,
+) -> None:
+    # The daemon builds its web app before it opens the store (so /readyz can say why the
+    # store cannot open): psycopg's errors must be in the handler table all the same.
+    out = _run(
+        """
+        import asyncio, sys
+        import httpx
+        from starlette.routing import Route
+        from sessionhook.relay.config import Config
+        from sessionhook.relay.metrics import Metrics
+        from sessionhook.relay.web import WebAuth, WebContext, create_app
+
+        assert "psycopg" not in sys.modules
+        config = Config.model_validate(
+            {"server": {"listen": "127.0.0.1:9187", "token_env": "T"}}
+        )
+
+        def boom(request):
+            import psycopg
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+        ctx = WebContext(config=lambda: config, store=lambda: None, metrics=Metrics(),
+                         auth=WebAuth("t" * 32))
+        app = create_app(
+            ctx, readiness=lambda: (True, []), store={"backend": "postgresql"},
+            providers=[lambda ctx: [Route("/boom", boom)]],
+        )
+
+        async def main():
+            transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+            bearer = {"Authorization": "Bearer " + "t" * 32}
+            async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+                response = await c.get("/boom", headers=bearer)
+                print(response.status_code, response.headers.get("retry-after"))
+
+        asyncio.run(main())
+        """,
+        tmp_path,
+    )
+    assert out.splitlines()[-1].split()[0] == "503", out
+
+
+def test_a_postgresql_error_is_a_store_failure_once_postgresql_is_open(backend: Backend) -> None:
+    store = backend.open()
+    try:
+        names = {kind.__module__.split(".")[0] for kind in database_errors()}
+        if backend.name == "postgresql":
+            import psycopg
+
+            assert psycopg.Error in database_errors()
+            try:
+                raise psycopg.errors.AdminShutdown("terminating connection")
+            except store_failures() as exc:
+                assert store.unwritable_error(exc) is not None
+        assert "sqlite3" in names
+    finally:
+        store.close()
