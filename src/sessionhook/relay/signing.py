@@ -28,10 +28,15 @@ import hmac
 import secrets as _secrets
 import time
 from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+if TYPE_CHECKING:
+    # cryptography (about 9 MB of memory) is imported by the functions that use ed25519,
+    # on first use: a relay signing with v1 (HMAC, the default) never loads it.
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+        Ed25519PrivateKey,
+        Ed25519PublicKey,
+    )
 
 __all__ = [
     "PUBLIC_KEY_PREFIX",
@@ -110,6 +115,8 @@ def decode_signing_key(key: str) -> Ed25519PrivateKey:
         raise ValueError("signing key is not base64 after the whsk_ prefix") from exc
     if len(raw) not in (32, 64):
         raise ValueError("signing key must hold 32 or 64 bytes (ed25519)")
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     private = Ed25519PrivateKey.from_private_bytes(raw[:32])
     if len(raw) == 64 and _raw_public(private) != raw[32:]:
         raise ValueError("signing key's public half does not match its seed")
@@ -123,6 +130,9 @@ def public_key_of(key: str) -> str:
 
 def generate_keypair() -> tuple[str, str]:
     """A fresh ed25519 pair: ``(whsk_ signing key, whpk_ public key)``."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     private = Ed25519PrivateKey.generate()
     seed = private.private_bytes(
         serialization.Encoding.Raw,
@@ -141,6 +151,8 @@ def sign_v1a(key: str, msg_id: str, timestamp: int, body: bytes) -> str:
 
 
 def _decode_public_key(key: str) -> Ed25519PublicKey:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
     text = key.strip().removeprefix(PUBLIC_KEY_PREFIX)
     try:
         raw = base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
@@ -150,6 +162,8 @@ def _decode_public_key(key: str) -> Ed25519PublicKey:
 
 
 def _raw_public(private: Ed25519PrivateKey) -> bytes:
+    from cryptography.hazmat.primitives import serialization
+
     return private.public_key().public_bytes(
         serialization.Encoding.Raw, serialization.PublicFormat.Raw
     )
@@ -226,6 +240,8 @@ def verify(
         (received if version == "v1" else received_v1a).append(decoded)
     content = f"{msg_id}.{timestamp}.".encode() + body
     for public in public_keys:
+        from cryptography.exceptions import InvalidSignature
+
         key = _decode_public_key(public)
         for signature in received_v1a:
             try:

@@ -1,6 +1,7 @@
-"""Which engine a process loads: a relay on SQLite never imports psycopg (about 10 MB of
-memory, issue 8's peak-RSS target), and the errors of the engine it does load are still
-caught everywhere a store failure must not crash anything.
+"""What a relay loads: on the defaults (SQLite, v1 HMAC signatures) neither psycopg (about
+10 MB of memory) nor cryptography (about 9 MB, ed25519 for v1a) is imported (issue 8's
+peak-RSS target), and the errors of the engine it does load are still caught everywhere a
+store failure must not crash anything.
 
 Each check runs in a fresh interpreter: this test process has psycopg loaded already.
 """
@@ -29,15 +30,16 @@ def _run(script: str, tmp_path: Path) -> str:
     return done.stdout.strip()
 
 
-def test_a_relay_on_sqlite_never_imports_psycopg(tmp_path: Path) -> None:
+def test_a_relay_on_the_defaults_imports_neither_psycopg_nor_cryptography(tmp_path: Path) -> None:
     # What `sessionhook run` loads on the default store: the command line, the daemon, the
-    # store opened, the web app built, a store failure matched.
+    # store opened, the web app built, a store failure matched, a v1 signature made.
     out = _run(
         f"""
         import sqlite3, sys
         import sessionhook.cli, sessionhook.relay.daemon
         from sessionhook.relay.config import Config
         from sessionhook.relay.metrics import Metrics
+        from sessionhook.relay.signing import generate_secret, signature_header
         from sessionhook.relay.store import open_store, store_failures
         from sessionhook.relay.web import WebAuth, WebContext, create_app
 
@@ -54,7 +56,10 @@ def test_a_relay_on_sqlite_never_imports_psycopg(tmp_path: Path) -> None:
         except store_failures():
             pass
         store.close()
-        print(sorted(name for name in sys.modules if name.startswith("psycopg")))
+        header = signature_header([generate_secret()], "msg_1", 1700000000, b"[]")
+        assert header.startswith("v1,")
+        loaded = (name for name in sys.modules if name.startswith(("psycopg", "cryptography")))
+        print(sorted(loaded))
         """,
         tmp_path,
     )
