@@ -10,6 +10,7 @@ PostgreSQL tests are skipped with the reason, except with ``CI=true``, where tha
 from __future__ import annotations
 
 import os
+import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,6 +21,13 @@ import pytest
 from sessionhook.relay.store import PostgresStore, Store, StoreCore
 
 from .pg import Cluster
+
+# A suite started in the background by a shell without job control (`make test &` in a
+# script) inherits SIGINT ignored, and so does every `sessionhook` it starts: the tests that
+# press Ctrl-C on one would wait forever. Put Python's handler back: the children then
+# start with SIGINT's default action, as from a terminal.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 TEMPLATE = "sessionhook_template"
 
