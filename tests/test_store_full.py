@@ -13,7 +13,7 @@ import anyio
 import httpx
 import pytest
 
-from sessionhook.relay.store import AsyncStore, Store, StoreFullError
+from sessionhook.relay.store import AsyncStore, Store, StoreFullError, StoreUnwritableError
 
 from .test_daemon import Setup, _completed, _free_port
 from .tinyfs import Ballast, tiny_filesystem
@@ -195,3 +195,30 @@ async def test_the_daemon_starts_on_a_full_disk_and_opens_the_store_once_space_r
             daemon.stop()
         with Store.open(fs / "relay.db") as store:
             assert store.get_meta("kept") == "yes"
+
+
+@pytest.mark.anyio
+async def test_the_pollers_reads_wait_out_an_unreachable_store(tmp_path: Path) -> None:
+    # A PostgreSQL restart under a poller's read (latest_activity, get_session): the read
+    # waits and retries like a write, instead of raising into the task (which ended the
+    # relay); `call` still raises at once (the web console answers 503 with it).
+    store = AsyncStore(Store.open(tmp_path / "relay.db"), retry_base=0.01)
+    failures = [StoreUnwritableError("the database is restarting")] * 2
+    real = store.store.get_session
+
+    def get_session(name: str) -> object:
+        if failures:
+            raise failures.pop()
+        return real(name)
+
+    store.store.get_session = get_session  # type: ignore[method-assign,assignment]
+    with pytest.raises(StoreUnwritableError):
+        await store.call(store.store.get_session, "sessions/1")
+    with anyio.fail_after(10):
+        assert await store.get_session("sessions/1") is None
+    assert not failures
+    store.stop_waiting()
+    failures.append(StoreUnwritableError("gone for good"))
+    with pytest.raises(StoreUnwritableError):
+        await store.get_session("sessions/1")  # a stopping daemon is not held up
+    await store.close()

@@ -149,6 +149,20 @@ class AsyncStore:
             self._succeeded()
             return result
 
+    async def read(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run a read the daemon cannot go on without (the poller's), waiting out a store
+        that cannot be reached (a PostgreSQL restart) as :meth:`write` does, instead of
+        raising :class:`StoreUnwritableError` into the task. Unlike a write it does not
+        wait while a full disk is known: reads work without space."""
+        while True:
+            try:
+                return await self.call(fn, *args, **kwargs)
+            except StoreUnwritableError as exc:
+                self._failed(exc)
+                if not self.wait_for_space:
+                    raise
+            await self._pause()
+
     async def try_write(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> bool:
         """Run a write that may be skipped (statistics): not tried while the store is full
         and its retry is not due; returns whether it committed."""
@@ -222,7 +236,7 @@ class AsyncStore:
 
     async def latest_activity(self, session_name: str, member: str) -> Activity | None:
         """See :meth:`Store.latest_activity`."""
-        return await self.call(self.store.latest_activity, session_name, member)
+        return await self.read(self.store.latest_activity, session_name, member)
 
     async def sync_endpoints(self, endpoints: Iterable[EndpointLike]) -> None:
         """See :meth:`Store.sync_endpoints`."""
@@ -238,7 +252,7 @@ class AsyncStore:
 
     async def get_session(self, name: str) -> SessionRow | None:
         """See :meth:`Store.get_session`."""
-        return await self.call(self.store.get_session, name)
+        return await self.read(self.store.get_session, name)
 
     async def all_sessions(self) -> list[SessionRow]:
         """See :meth:`Store.all_sessions`."""
@@ -246,7 +260,7 @@ class AsyncStore:
 
     async def is_baseline_complete(self) -> bool:
         """See :meth:`Store.is_baseline_complete`."""
-        return await self.call(self.store.is_baseline_complete)
+        return await self.read(self.store.is_baseline_complete)
 
     async def mark_baseline_complete(self) -> None:
         """See :meth:`Store.mark_baseline_complete`."""
