@@ -527,3 +527,35 @@ async def test_handed_over_but_cancelled_before_sending_is_released(tmp_path: Pa
         with anyio.fail_after(20):
             await dispatcher.run_until_idle()
         assert receiver.delivered_ids() == rig.all_ids
+
+
+@pytest.mark.anyio
+async def test_handed_to_an_idle_worker_then_cancelled_is_released(tmp_path: Path) -> None:
+    """A worker that finished a delivery waits for the next; one handed to it just before a
+    cancel is either sent (anyio lets a task whose wait is over resume) or released: never
+    left counted in flight without a result, and delivered later."""
+    receiver = Receiver(SECRET)
+    async with Rig(tmp_path, receiver, _config()) as rig:
+        dispatcher = rig.dispatcher
+        first, *rest = await rig.store.due_deliveries(time.time(), 3)
+        endpoint = dispatcher.settings.endpoints["rx"]
+
+        def hand(start: Any, delivery: Any) -> None:  # what _round does for each one
+            dispatcher._in_flight.add(delivery.key)
+            dispatcher._per_endpoint["rx"] = dispatcher._per_endpoint.get("rx", 0) + 1
+            start(delivery, endpoint)
+
+        with anyio.CancelScope() as scope:
+            async with anyio.create_task_group() as tg, dispatcher._workers(tg) as start:
+                hand(start, first)
+                with anyio.fail_after(20):
+                    while not dispatcher._finished:  # the worker sent it and is idle now
+                        await anyio.sleep(0.01)
+                hand(start, rest[0])
+                scope.cancel()  # before the idle worker resumed
+        # In flight now: only what finished and waits for its commit.
+        assert dispatcher.in_flight == len(dispatcher._finished) >= 1
+        assert dispatcher._per_endpoint["rx"] == len(dispatcher._finished)
+        with anyio.fail_after(20):
+            await dispatcher.run_until_idle()
+        assert receiver.delivered_ids() == rig.all_ids

@@ -100,6 +100,8 @@ class Metrics:
         """Create every family in ``registry`` (a fresh private registry by default)."""
         self.registry = CollectorRegistry(auto_describe=True) if registry is None else registry
         r = self.registry
+        #: (endpoint, outcome) -> the children delivery_attempted updates (see there).
+        self._attempt_children: dict[tuple[str, str], tuple[Counter, Histogram]] = {}
         self.events_ingested = Counter(
             "events_ingested",
             "Events archived from upstream activity and session changes, by event type.",
@@ -278,8 +280,21 @@ class Metrics:
 
         An outcome of ``dead`` also counts a dead letter.
         """
-        self.deliveries.labels(endpoint=endpoint, outcome=outcome).inc()
-        self.attempt_duration.labels(endpoint=endpoint).observe(max(0.0, duration_seconds))
+        children = self._attempt_children.get((endpoint, outcome))
+        if children is None:
+            # These families are never cleared: a child, once made, is the family's for
+            # good. Looking it up by label values cost about as much as the rest of the
+            # dispatcher's bookkeeping per delivery.
+            children = (
+                self.deliveries.labels(endpoint=endpoint, outcome=outcome),
+                self.attempt_duration.labels(endpoint=endpoint),
+            )
+            if len(self._attempt_children) >= 4096:  # endpoints come and go with reloads
+                self._attempt_children.clear()
+            self._attempt_children[(endpoint, outcome)] = children
+        counter, duration = children
+        counter.inc()
+        duration.observe(max(0.0, duration_seconds))
         if outcome == "dead":
             self.dead_letters.labels(endpoint=endpoint).inc()
 
