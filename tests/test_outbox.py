@@ -271,6 +271,40 @@ def test_a_batch_is_one_transaction_with_per_record_failing_since(store: Store) 
     assert sorted(numbers) == sorted((x.id, 1) for x in d)
 
 
+def test_failing_since_after_success_first_and_when_already_failing(store: Store) -> None:
+    fill(store, 4, 1)
+    d = store.due_deliveries(T0, 10)
+    # A success first clears the clock: the batch's later failure starts a new one.
+    assert store.record_attempts(
+        [
+            AttemptRecord(d[0].id, ok(T0 + 1), Delivered()),
+            AttemptRecord(d[1].id, fail(T0 + 2), Retry(at=T0 + 60)),
+        ]
+    ) == [None, T0 + 2]
+    (state,) = store.endpoint_states()
+    assert state.failing_since == T0 + 2
+    # Already failing: a later batch's failures keep the stored start.
+    assert store.record_attempts([AttemptRecord(d[2].id, fail(T0 + 9), Retry(at=T0 + 60))]) == [
+        T0 + 2
+    ]
+    (state,) = store.endpoint_states()
+    assert state.failing_since == T0 + 2
+    assert store.record_attempts([AttemptRecord(d[3].id, ok(T0 + 10), Delivered())]) == [None]
+    (state,) = store.endpoint_states()
+    assert state.failing_since is None
+
+
+@sqlite_only  # SQLite's trace callback
+def test_a_batch_of_successes_does_not_read_the_failing_clock(store: Store) -> None:
+    fill(store, 3, 1)
+    d = store.due_deliveries(T0, 10)
+    statements: list[str] = []
+    store._conn.set_trace_callback(statements.append)
+    store.record_attempts([AttemptRecord(x.id, ok(T0 + 1), Delivered()) for x in d])
+    store._conn.set_trace_callback(None)
+    assert not [sql for sql in statements if "SELECT failing_since" in sql]
+
+
 def test_a_failing_batch_records_nothing(store: Store) -> None:
     fill(store, 2, 1)
     d = store.due_deliveries(T0, 10)

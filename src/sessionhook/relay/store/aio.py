@@ -397,10 +397,11 @@ class AsyncStore:
             failing = committed[0]
             if unclaim:
                 self.store.release_delivery_claims(unclaim)
-            due = self.store.due_deliveries(now, limit, keys, caps) if limit > 0 else []
+            active = self.store.active_endpoints()  # read once for both queries
+            due = self.store.due_deliveries(now, limit, keys, caps, active=active) if limit else []
             if limit > 0 and len(due) >= limit:
                 return failing, due, now
-            return failing, due, self.store.next_due_at(after=now)
+            return failing, due, self.store.next_due_at(after=now, active=active)
 
         # A replica sharing the store claims what it reads: a write.
         claiming = limit > 0 and self.store.replica_id is not None and not self.store.exclusive

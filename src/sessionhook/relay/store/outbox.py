@@ -125,7 +125,10 @@ class OutboxQueries:
             self, stored: Any, ref: int | None, raw: Any, name: str | None, created: str | None
         ) -> bytes: ...
 
-    def _active_names(self) -> list[str]:
+    def active_endpoints(self) -> list[str]:
+        """The names of the endpoints deliveries go to now (enabled and configured), sorted;
+        a dispatcher round reads them once for :meth:`due_deliveries` and
+        :meth:`next_due_at`."""
         return [
             row[0]
             for row in self._conn.execute(
@@ -139,6 +142,8 @@ class OutboxQueries:
         limit: int,
         busy: Iterable[tuple[str, str]] = (),
         caps: Mapping[str, int] | None = None,
+        *,
+        active: Sequence[str] | None = None,
     ) -> list[DueDelivery]:
         """Deliveries to attempt now, soonest first, at most ``limit``.
 
@@ -150,6 +155,7 @@ class OutboxQueries:
 
         ``caps``: at most this many of an endpoint (the dispatcher's free slots for it; an
         endpoint missing from it: none), so a replica claims only what it can start now.
+        ``active``: :meth:`active_endpoints`, when the caller just read them.
 
         Heads claimed by another replica alive at ``now`` are skipped. A registered store
         (a replica) claims what it returns in the same transaction; the claim is released
@@ -160,12 +166,13 @@ class OutboxQueries:
         if limit == 0:
             return []
         owner = self.replica_id
+        names = self.active_endpoints() if active is None else active
         if owner is None or self.exclusive:  # an operator's handle, or alone: no claim
-            heads = self._due_heads(self._conn, now, limit, set(busy), "", caps)
+            heads = self._due_heads(self._conn, now, limit, set(busy), "", caps, names)
             rows = self._rows_of(self._conn, [h[1] for h in heads])
         else:
             with self._tx(serialized=False) as c:
-                heads = self._due_heads(c, now, limit, set(busy), owner, caps)
+                heads = self._due_heads(c, now, limit, set(busy), owner, caps, names)
                 taken = self._claim_heads(c, owner, now, heads) if heads else set()
                 rows = self._rows_of(c, [h[1] for h in heads if h[1] in taken])
         return [
@@ -191,13 +198,14 @@ class OutboxQueries:
         skip: set[tuple[str, str]],
         owner: str,
         caps: Mapping[str, int] | None,
+        names: Sequence[str],
     ) -> list[tuple[float, int, str, str]]:
         """The due heads (next_attempt_at, delivery id, endpoint, session), soonest first,
         at most ``limit`` (and each endpoint's cap), without ``skip``: read from the heads
         index alone; an endpoint with no free slot is not read at all."""
         sql = HEADS_SQL + (self._claim_lock if owner else "")
         found: list[tuple[float, int, str, str]] = []
-        for endpoint in self._active_names():
+        for endpoint in names:
             cap = limit if caps is None else min(limit, caps.get(endpoint, 0))
             if cap <= 0:
                 continue
@@ -225,12 +233,14 @@ class OutboxQueries:
             if r is not None and r[13] in ("pending", "failed")
         ]
 
-    def next_due_at(self, after: float | None = None) -> float | None:
+    def next_due_at(
+        self, after: float | None = None, *, active: Sequence[str] | None = None
+    ) -> float | None:
         """When the earliest queue head of an active endpoint is due (``None``: none);
         with ``after``, the earliest one due strictly after it (the heads due already are
-        in flight or just handed out)."""
+        in flight or just handed out). ``active``: see :meth:`due_deliveries`."""
         best: float | None = None
-        for endpoint in self._active_names():
+        for endpoint in self.active_endpoints() if active is None else active:
             value = self._one(
                 "SELECT MIN(next_attempt_at) FROM outbox_heads "
                 "WHERE endpoint = ? AND next_attempt_at > ?",
@@ -335,9 +345,8 @@ class OutboxQueries:
         s = state.get(endpoint)
         if s is None:
             s = state[endpoint] = {
-                "failing_since": self._one(
-                    "SELECT failing_since FROM endpoints WHERE name = ?", (endpoint,)
-                ),
+                "failing_since": None,
+                "read": False,  # the stored failing_since: read at the first failure
                 "succeeded": False,
                 "last_success_at": None,
                 "last_error": None,
@@ -365,6 +374,12 @@ class OutboxQueries:
                     "disabled_at = ? WHERE name = ?",
                     (decision.reason, finished, endpoint),
                 )
+            if not s["read"] and not s["succeeded"]:
+                # A success earlier in the batch cleared it; otherwise the stored one counts.
+                s["failing_since"] = self._one(
+                    "SELECT failing_since FROM endpoints WHERE name = ?", (endpoint,)
+                )
+            s["read"] = True
             if s["failing_since"] is None:
                 s["failing_since"] = attempt.started_at
             s["last_error"], s["last_error_at"] = error, finished
