@@ -547,10 +547,11 @@ async def test_handed_to_an_idle_worker_then_cancelled_is_released(tmp_path: Pat
 
         with anyio.CancelScope() as scope:
             async with anyio.create_task_group() as tg, dispatcher._workers(tg) as start:
+                dispatcher._wake = anyio.Event()  # set when an attempt ends
                 hand(start, first)
                 with anyio.fail_after(20):
-                    while not dispatcher._finished:  # the worker sent it and is idle now
-                        await anyio.sleep(0.01)
+                    await dispatcher._wake.wait()  # sent; the worker is idle now
+                assert len(dispatcher._finished) == 1
                 hand(start, rest[0])
                 scope.cancel()  # before the idle worker resumed
         # In flight now: only what finished and waits for its commit.
