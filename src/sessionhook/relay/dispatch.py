@@ -274,6 +274,8 @@ class Dispatcher:
         self._rate_wait = math.inf
         #: Each endpoint config's Shape, by id (the config is kept: the id stays its own).
         self._shapes: dict[int, tuple[EndpointConfig, render.Shape]] = {}
+        #: literal_guard's verdict per URL (see _literal_refusal).
+        self._literals: dict[str, str | None] = {}
         #: Monotonic time the loop last went round (for the systemd watchdog).
         self.heartbeat = time.monotonic()
 
@@ -578,9 +580,16 @@ class Dispatcher:
         """Check the URL, POST, decide; nothing is recorded here."""
         s = self.settings
         attempt_no = delivery.attempts + 1
-        refusal = await self._guard(endpoint.url, allow_private=s.allow_private_networks)
+        if self._guard is literal_guard:  # the default: pure, its verdict kept per URL
+            refusal = self._literal_refusal(endpoint.url, s.allow_private_networks)
+        else:
+            refusal = await self._guard(endpoint.url, allow_private=s.allow_private_networks)
+        shape = self._shape_of(endpoint)
         try:
-            body, content_type = await self._body_for(delivery, endpoint)
+            if delivery.attempts == 0 and shape.is_standard:  # most deliveries: as stored
+                body, content_type = delivery.body, render.STANDARD_CONTENT_TYPE
+            else:
+                body, content_type = await self._body_for(delivery, endpoint)
         except render.RenderError as exc:
             body, content_type, refusal = b"", "", f"render failed: {exc}"
         if refusal is not None:
@@ -625,6 +634,17 @@ class Dispatcher:
         body, content_type = render.render(delivery.event_id, delivery.body, shape)
         await self._store.save_rendered(delivery.id, body, content_type)
         return body, content_type
+
+    def _literal_refusal(self, url: str, allow_private: bool) -> str | None:
+        """What :func:`literal_guard` says of ``url``, remembered per URL (it only parses
+        the URL: the same few URLs are checked before every POST)."""
+        if allow_private:
+            return None
+        if url not in self._literals:
+            if len(self._literals) >= 1024:
+                self._literals.clear()
+            self._literals[url] = netguard.literal_refusal(url)
+        return self._literals[url]
 
     def _shape_of(self, endpoint: EndpointConfig) -> render.Shape:
         """``endpoint.shape``, built once per endpoint config (not per delivery)."""

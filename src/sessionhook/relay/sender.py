@@ -187,6 +187,8 @@ class AiohttpPoster:
         self._policy = policy
         # Per URL, why its literal host is refused (aiohttp does not resolve literals).
         self._literals: dict[str, str | None] = {}
+        # One ClientTimeout per delivery.timeout value (immutable; built per POST before).
+        self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
         resolver = VettingResolver(allow_private=allow_private, resolve=resolve, policy=policy)
         self._session = aiohttp.ClientSession(
             # No per-host limit (the dispatcher bounds concurrency); no DNS cache: each new
@@ -234,13 +236,18 @@ class AiohttpPoster:
         """See :class:`Poster`; a refused address raises
         :class:`~sessionhook.relay.netguard.NetguardError` (nothing is sent)."""
         self._vet_literal(url)
+        bound = self._timeouts.get(timeout)
+        if bound is None:
+            if len(self._timeouts) >= 16:
+                self._timeouts.clear()
+            bound = self._timeouts[timeout] = aiohttp.ClientTimeout(total=timeout)
         try:
             async with self._session.post(
                 url,
                 data=body,
                 headers=headers,
                 allow_redirects=False,
-                timeout=aiohttp.ClientTimeout(total=timeout),  # the whole exchange
+                timeout=bound,  # the whole exchange
             ) as response:
                 received = bytearray()
                 while len(received) < body_limit:
