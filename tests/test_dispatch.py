@@ -453,6 +453,35 @@ async def test_a_retry_sends_the_bytes_of_the_first_attempt_whatever_the_config_
 
 
 @pytest.mark.anyio
+async def test_a_reload_changes_the_shape_of_the_next_first_attempt(tmp_path: Path) -> None:
+    """Each endpoint's shape is built once per config: a reload's new template applies to
+    the next delivery's first attempt (and the old one until then)."""
+    endpoint = EndpointConfig(name="rx", url="http://rx.test/hook", secret=SecretStr(SECRET))
+    store, config = await _one_delivery(tmp_path, endpoint)
+    sent: list[bytes] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(request.content)
+        return httpx.Response(200)
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
+        dispatcher = Dispatcher(store, http, DeliverySettings.from_config(config))
+        (first,) = await store.due_deliveries(time.time(), 1)
+        await dispatcher.attempt(first)
+        (second,) = await store.due_deliveries(time.time(), 1)
+        await dispatcher.attempt(second)  # the same config: still the stored body
+        changed = endpoint.model_copy(update={"template": '{"v": 2}'})
+        dispatcher.update(
+            DeliverySettings.from_config(config.model_copy(update={"endpoints": (changed,)}))
+        )
+        (third,) = await store.due_deliveries(time.time(), 1)
+        await dispatcher.attempt(third)
+    await store.close()
+    assert json.loads(sent[0])["type"] == json.loads(sent[1])["type"] == "activity.progress_updated"
+    assert json.loads(sent[2]) == {"v": 2}
+
+
+@pytest.mark.anyio
 async def test_a_template_failing_at_run_time_is_a_failed_attempt_not_a_crash(
     tmp_path: Path,
 ) -> None:
