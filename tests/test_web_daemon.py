@@ -95,7 +95,11 @@ async def test_another_replicas_deliveries_ring_the_stream_on_postgresql(
     daemon = setup.daemon()
     auth = {"authorization": f"Bearer {TOKEN}"}
     name = "sessions/elsewhere"
-    event = make_event("evt_" + "e" * 32, "session.discovered", name, None, T, {"i": 1})
+    # Delivered to rx as well (whenever the dispatcher gets to it): a body the test receiver
+    # reads, like every event, with data.session.name.
+    event = make_event(
+        "evt_" + "e" * 32, "session.discovered", name, None, T, {"session": {"name": name}}
+    )
 
     def archive_elsewhere() -> None:
         """What another replica does: archive an event, and queue its delivery to rx."""
