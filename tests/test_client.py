@@ -230,7 +230,8 @@ async def test_empty_answer_that_is_html_is_malformed() -> None:
 
 # Bodies pydantic reads straight from the bytes, and odd ones it must read exactly as
 # ``json.loads`` then ``model_validate`` did (or leave to that path): duplicate keys, both
-# spellings of a field, lax numbers, NaN, huge numbers, escapes, a BOM, a lone surrogate.
+# spellings of a field, lax numbers, NaN, huge numbers, escapes, a BOM. (A lone surrogate
+# is refused either way: see test_text_that_is_not_unicode_is_a_malformed_answer.)
 _ODD_ACTIVITY_PAGES = [
     b'{"activities": [{"name": "sessions/1/activities/a", "createTime": "t", "x": 1,'
     b' "name": "sessions/1/activities/b", "x": 2, "y": {"k": 1, "k": [1]}}]}',
@@ -243,7 +244,6 @@ _ODD_ACTIVITY_PAGES = [
     b' "h": 1e400, "i": 123456789012345678901234567890, "j": -0.0, "k": 1.5e-7}]}',
     rb'{"activities": [{"name": "sessions/1/activities/a\u00e9\ud83d\ude00",'
     rb' "description": "tab\t nul\u0000 \"q\" \\ \/ \u2028", "o": {}}]}',
-    rb'{"activities": [{"name": "sessions/1/activities/a", "x": "\ud800"}]}',
     "{\"activities\": [{\"name\": \"sessions/1/activities/\u00e9\u2603\"}]}".encode(),
     b'\xef\xbb\xbf{"activities": [{"name": "sessions/1/activities/a"}]}',
     b'{"activities": [{"name": "sessions/1/activities/a", "artifacts": [{"bashOutput":'
@@ -279,6 +279,24 @@ async def test_a_page_parses_as_json_loads_then_model_validate(content: bytes) -
     assert [a.event_member for a in got.activities] == [
         a.event_member for a in expected.activities
     ]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "content",
+    [
+        rb'{"name": "sessions/1", "title": "half an emoji \ud83d"}',
+        b'{"name": "sessions/1", "title": "raw surrogate \xed\xa0\x80"}',
+        rb'{"name": "sessions/1", "outputs": [{"pullRequest": {"url": "\udc00"}}]}',
+    ],
+)
+async def test_text_that_is_not_unicode_is_a_malformed_answer(content: bytes) -> None:
+    """json.loads lets a lone surrogate through (from an escape, or raw bytes it decodes
+    with surrogatepass); nothing downstream can encode it: a malformed answer."""
+    async with rig(lambda r: httpx.Response(200, content=content)) as r:
+        with pytest.raises(MalformedResponseError, match="not Unicode") as caught:
+            await r.client.get_session("1")
+    assert caught.value.request is not None
 
 
 @pytest.mark.anyio

@@ -141,6 +141,38 @@ async def test_items_that_are_no_activity_are_refused_and_the_page_goes_on(
         assert metric(h, "sessionhook_activities_refused_total", reason="malformed") == 1
 
 
+async def test_text_that_is_not_unicode_is_refused_and_the_daemon_goes_on(
+    tmp_path: Path,
+) -> None:
+    """A lone surrogate escape ("\\ud800") parses as JSON but is no text: nothing can
+    archive, log or send it. Its activity is refused as malformed (its name kept only if
+    it is text), the others of the page are archived: never an exception out of the
+    poller."""
+    h, tampers = tampered(tmp_path)
+    async with h:
+        session = await h.api.create_session("Surrogates")
+        bad = [
+            {
+                "name": f"{session.name}/activities/{'d' * 32}",
+                "createTime": "2025-06-15T00:00:00Z",
+                "agentMessaged": {"agentMessage": "half an emoji \ud83d"},
+            },
+            {"name": f"{session.name}/activities/\udc00", "createTime": "2025-06-15T00:00:00Z"},
+        ]
+
+        def edit(path: str, page: Page) -> Page:
+            if session.name in path:
+                page = {**page, "activities": [*page.get("activities", []), *bad]}
+            return page
+
+        tampers[0].edit = edit
+        await _finish(h, session.name)
+        assert h.archived(session.name) == await h.upstream_activities(session.name)
+        rows = {r.name: r for r in h.store.store.refused_activities()}
+        assert set(rows) == {bad[0]["name"], ""}
+        assert all(r.reason == "malformed" and "not Unicode" in r.detail for r in rows.values())
+
+
 async def test_a_name_archived_under_another_session_is_refused_as_duplicate(
     tmp_path: Path,
 ) -> None:

@@ -621,7 +621,7 @@ class SessionsClient:
         try:
             parsed = await self._decode(ListActivitiesResponse, response)
         except MalformedResponseError as exc:
-            if not lenient or not isinstance(exc.__cause__, ValidationError):
+            if not lenient or not isinstance(exc.__cause__, ValidationError | NotUnicodeError):
                 raise
             # One item that is not an activity must not hold up the others of its page
             # (nor, page after page, the whole session): read them one by one.
@@ -1024,7 +1024,7 @@ class SessionsClient:
                 pass  # not JSON, not an object, not a model, lone surrogates: see below
         data = self._json(response)
         try:
-            return model.model_validate(data)
+            parsed = model.model_validate(data)
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(part) for part in first["loc"]) or "body"
@@ -1034,6 +1034,16 @@ class SessionsClient:
                 request=self._redact(response.request),
                 body=_snippet(response.content),
             ) from exc
+        if not _is_unicode(data):
+            # json.loads lets "\ud800" through: text nothing downstream can encode (the
+            # archive, a log line, an event body). Refused like any malformed answer.
+            raise MalformedResponseError(
+                f"{response.status_code} answer is not a {model.__name__}: "
+                "text that is not Unicode (a lone surrogate)",
+                request=self._redact(response.request),
+                body=_snippet(response.content),
+            ) from NotUnicodeError()
+        return parsed
 
     def _expect_empty(self, response: httpx.Response) -> None:
         # Empty responses (delete, sendMessage, approvePlan) are "{}" or no body at all;
@@ -1058,26 +1068,49 @@ def _activities_one_by_one(
         )
     except ValidationError:
         raise error from None
+    if not _is_unicode(envelope.to_wire()):
+        raise error  # a page token nobody can send back
     invalid: list[RefusedItem] = []
     for raw in items:
         try:
-            envelope.activities.append(Activity.model_validate(raw))
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(part) for part in first["loc"]) or "item"
+            activity = Activity.model_validate(raw)
+            if not _is_unicode(raw):
+                raise NotUnicodeError("text that is not Unicode (a lone surrogate)")
+            envelope.activities.append(activity)
+        except (ValidationError, NotUnicodeError) as exc:
+            if isinstance(exc, ValidationError):
+                first = exc.errors()[0]
+                where = ".".join(str(part) for part in first["loc"]) or "item"
+                problem = f"{where}: {first['msg']}"
+            else:
+                problem = str(exc)
             fields = raw if isinstance(raw, dict) else {}
             name, when = fields.get("name"), fields.get("createTime")
             invalid.append(
                 RefusedItem(
-                    name=name if isinstance(name, str) else "",
-                    create_time=when if isinstance(when, str) else "",
+                    name=name if isinstance(name, str) and _is_unicode(name) else "",
+                    create_time=when if isinstance(when, str) and _is_unicode(when) else "",
                     size=len(json.dumps(raw)),
                     limit=0,
                     reason="malformed",
-                    detail=f"not an activity: {where}: {first['msg']}",
+                    detail=f"not an activity: {problem}",
                 )
             )
     return envelope, invalid
+
+
+class NotUnicodeError(ValueError):
+    """An answer's text holds a lone surrogate (``"\\ud800"``): it is no Unicode text."""
+
+
+def _is_unicode(value: object) -> bool:
+    """Whether every string in a parsed JSON value is Unicode text (no lone surrogate,
+    which ``json.loads`` lets through from a ``\\ud800`` escape)."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _snippet(content: bytes) -> str:

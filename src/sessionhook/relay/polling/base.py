@@ -178,7 +178,11 @@ class PollerBase:
         cursor_limit: str | None = None,
         advance_cursor: bool = False,
     ) -> None:
-        """Record, count and log one refused activity (loudly the first time it is met)."""
+        """Record, count and log one refused activity (loudly the first time it is met).
+
+        Text that came from upstream and is not Unicode (a lone surrogate a scan let
+        through) is kept with a replacement character: the store and the log take it."""
+        name, create_time, detail = (_unicode(t) for t in (name, create_time, detail))
         first = await self._store.refuse_activity(
             session,
             name,
@@ -262,3 +266,8 @@ class PollerBase:
         if added.deliveries:
             self._on_enqueued()
         self._on_ingested()
+
+
+def _unicode(text: str) -> str:
+    """``text`` with any lone surrogate replaced (``?``), so that it can be encoded."""
+    return text.encode("utf-8", "replace").decode("utf-8")
