@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sessionhook.api.models import Activity, PullRequest, Session, parse_timestamp
+from sessionhook.api.models import Activity, PullRequest, Session, _parse_general, parse_timestamp
 from sessionhook.relay.events import (
     EVENT_TYPES,
     activity_event,
@@ -371,29 +371,13 @@ def test_with_account_on_every_kind_of_session_event() -> None:
         assert with_account(event, "acct").body == _stamped_the_old_way(event, "acct")
 
 
-def _parsed_the_general_way(value: str) -> datetime:
-    """parse_timestamp before it read the service's own spelling directly."""
-    text = value.strip()
-    if text.endswith(("Z", "z")):
-        text = text[:-1] + "+00:00"
-    if "." in text:
-        head, _, rest = text.partition(".")
-        digits = len(rest) - len(rest.lstrip("0123456789"))
-        frac, tail = rest[:digits], rest[digits:]
-        text = f"{head}.{frac[:6].ljust(6, '0')}{tail}" if frac else head + tail
-    parsed = datetime.fromisoformat(text)
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    return parsed.astimezone(UTC)
-
-
 @given(moment=st.datetimes(min_value=datetime(1000, 1, 1), timezones=st.just(UTC)))
 def test_the_services_spelling_parses_as_every_other_spelling(moment: datetime) -> None:
     """``2026-01-02T03:04:05.123456Z`` (several per archived activity) is read directly:
     the same instant, the same aware UTC value as the general way."""
     text = moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     parsed = parse_timestamp(text)
-    assert parsed == _parsed_the_general_way(text) == moment
+    assert parsed == _parse_general(text) == moment
     assert parsed.utcoffset() is not None and parsed.utcoffset().total_seconds() == 0
 
 
@@ -411,7 +395,7 @@ def test_the_services_spelling_parses_as_every_other_spelling(moment: datetime) 
 )
 def test_odd_texts_of_that_shape_parse_or_fail_as_before(text: str) -> None:
     try:
-        expected: datetime | str = _parsed_the_general_way(text)
+        expected: datetime | str = _parse_general(text)
     except ValueError as exc:
         expected = str(exc)
     try:

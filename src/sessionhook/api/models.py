@@ -101,7 +101,12 @@ def parse_timestamp(value: str) -> datetime:
         try:
             return datetime.fromisoformat(value)
         except ValueError:
-            pass  # month 13 and the like: the general way below says why
+            pass  # month 13 and the like: the general way says why
+    return _parse_general(value)
+
+
+def _parse_general(value: str) -> datetime:
+    """:func:`parse_timestamp` for any RFC 3339 spelling (the fast path's reference)."""
     text = value.strip()
     if text.endswith(("Z", "z")):
         text = text[:-1] + "+00:00"
