@@ -21,7 +21,10 @@ per delivery in the first 2,000 (backlog about 20,000) and in the last 2,000 (ba
 2,000 -> 200); peak RSS (VmHWM); new connections;
 bytes per event of the store afterwards; (3) **fan-out**: four endpoints, each replayed a
 quarter of the events (the same total); (4) **latency**: a live stand-in appends activities
-at ``--live-rate`` per second; p50/p90 activity createTime -> arrival. Then the bare loop.
+at ``--live-rate`` per second; p50/p90 activity createTime -> arrival; (5) **e2e**: a fresh
+store, backfill on, one endpoint enabled from the start, so ingest and delivery share the
+relay (a first start on an account with history): deliveries per second from the first
+arrival to the last, and from the relay's first request. Then the bare loop.
 Medians over ``--reps``; the load average is printed with each figure.
 
     .venv/bin/python bench/throughput.py --tree after=src --tree before=/tmp/before/src
@@ -172,6 +175,21 @@ def _count(db: Path, table: str) -> int:
             conn.close()
     except sqlite3.Error:
         return 0
+
+
+def _open_deliveries(db: Path) -> int:
+    """Deliveries not delivered yet (pending or failed); -1 while the table is missing."""
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+        try:
+            row = conn.execute(
+                "SELECT COUNT(*) FROM deliveries WHERE status IN ('pending', 'failed')"
+            ).fetchone()
+            return int(row[0])
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return -1
 
 
 def _bytes_per_event(db: Path) -> float:
@@ -325,6 +343,58 @@ class Bench:
             result["cpu_ms_backlog_low"] = late * 1000
             result["bytes_per_event"] = _bytes_per_event(db)
         return result
+
+    def e2e(self, name: str, tree: Path) -> dict[str, float]:
+        """Ingest and deliver at once, as a first start with ``backfill = true`` and one
+        endpoint does: deliveries per second from the first arrival to the last, and from
+        the relay's first request to the last arrival."""
+        work = Path(tempfile.mkdtemp(dir=self.tmp, prefix=f"e2e-{name}-"))
+        db = work / "relay.db"
+        config = work / "config.toml"
+        _config(
+            config,
+            db,
+            self.api_port,
+            self.hook_port,
+            self.secret,
+            [("e1", True)],
+            concurrency=self.args.concurrency,
+        )
+        _get(self.api_port, "/_bench/reset")
+        _get(self.hook_port, "/_bench/reset")
+        load = loadavg()
+        relay = _relay(tree, config, work / "relay.log")
+        profiler = self._profile(relay.pid, f"e2e-{name}")
+        cpu_first: float | None = None
+        try:
+            deadline = time.monotonic() + self.args.timeout
+            while True:
+                if relay.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"end-to-end run did not finish; see {work}")
+                if cpu_first is None and _get(self.api_port, "/_bench/stats")["first_request"]:
+                    cpu_first = cpu_seconds(relay.pid)
+                # Every activity archived and no delivery open: every event was delivered.
+                if _count(db, "activities") >= self.activities and _open_deliveries(db) == 0:
+                    break
+                time.sleep(0.1)
+            cpu = cpu_seconds(relay.pid) - (cpu_first or 0.0)
+            rss = peak_rss_mb(relay.pid)
+            stats = _get(self.hook_port, "/_bench/stats")
+            first_request = _get(self.api_port, "/_bench/stats")["first_request"]
+        finally:
+            _stop(relay)
+            if profiler is not None:
+                profiler.wait()
+        total = stats["total"]
+        return {
+            "deliveries": total,
+            "per_s": total / (stats["last"] - stats["first"]),
+            "from_first_request_per_s": total / (stats["last"] - first_request),
+            "cpu_ms": cpu * 1000 / total,
+            "rss_mb": rss,
+            "bad_signatures": stats["bad_signatures"],
+            "load": load,
+        }
 
     def latency(self, name: str, tree: Path) -> dict[str, float]:
         work = Path(tempfile.mkdtemp(dir=self.tmp, prefix=f"latency-{name}-"))
@@ -556,7 +626,7 @@ def main() -> None:
     parser.add_argument(
         "--baseline-count", type=int, default=0, help="cap the bare loop's POSTs (0: as relay)"
     )
-    parser.add_argument("--skip", action="append", default=[], help="ingest|fanout|latency")
+    parser.add_argument("--skip", action="append", default=[], help="ingest|fanout|latency|e2e")
     parser.add_argument("--json", type=Path, help="also write every figure here")
     parser.add_argument("--profile", type=Path, help="py-spy the relay, folded stacks here")
     parser.add_argument(
@@ -610,6 +680,8 @@ def main() -> None:
                         note(f"{name}/deliver4", bench.deliver(name, tree, base_db, 4))
                     if "latency" not in args.skip:
                         note(f"{name}/latency", bench.latency(name, tree))
+                    if "e2e" not in args.skip:
+                        note(f"{name}/e2e", bench.e2e(name, tree))
                     count = int(results[f"{name}/deliver1"][-1]["deliveries"])
                 for client, tree in baselines:
                     n = min(count, args.baseline_count) if args.baseline_count else count
@@ -655,6 +727,7 @@ def main() -> None:
     if len(trees) == 2:
         (a, _), (b, _) = trees
         ratio(f"deliveries/s {a} / {b}", f"{a}/deliver1", f"{b}/deliver1")
+        ratio(f"end-to-end deliveries/s {a} / {b}", f"{a}/e2e", f"{b}/e2e")
         ratio(f"ingest/s {a} / {b}", f"{a}/ingest", f"{b}/ingest", "ingest_per_s")
     print(f"load average at end: {Path('/proc/loadavg').read_text().strip()}")
     if args.json:
