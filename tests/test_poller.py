@@ -295,6 +295,40 @@ async def test_the_dispatcher_is_woken_only_when_deliveries_were_queued(
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("exclusive", [True, False])
+async def test_store_calls_a_new_session_costs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exclusive: bool
+) -> None:
+    """A new session is archived and announced in one store call (one hand-off to the
+    store's thread on the path that paces a backfill). A replica alone on its store claims
+    no polls (the claims would be no-ops); one that shares it claims and releases each."""
+    async with Harness(tmp_path) as h:
+        h.store.store.register_replica(
+            "r1", host="h", pid=1, now=h.clock(), lease=30.0, exclusive=exclusive
+        )
+        made: list[str] = []
+        real = h.store.call
+
+        async def spy(fn: Any, *args: Any, **kwargs: Any) -> Any:
+            made.append(getattr(fn, "__name__", ""))
+            return await real(fn, *args, **kwargs)
+
+        monkeypatch.setattr(h.store, "call", spy)
+        session = await h.api.create_session("Fix the flaky test")
+        await _finish(h, session.name)
+        assert made.count("archive_discovered") == 1
+        assert "set_session_account" not in made  # the default account is not written
+        claims, releases = made.count("claim_session_poll"), made.count("release_session_poll")
+        if exclusive:
+            assert claims == releases == 0
+        else:
+            assert claims == releases > 0
+        types = [e.type for e in h.store.store.iter_events(session=session.name)]
+        assert types.count("session.discovered") == 1
+        assert types[0] == "session.discovered"
+
+
+@pytest.mark.anyio
 async def test_new_sessions_are_announced_and_every_activity_archived_once(
     tmp_path: Path,
 ) -> None:

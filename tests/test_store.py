@@ -518,6 +518,41 @@ def test_backfill_false_archives_without_delivering(store: Store) -> None:
     assert [d.event_type for d in store.list_deliveries()] == ["activity.progress_updated"]
 
 
+@pytest.mark.parametrize("baseline", [False, True])
+def test_archive_discovered_is_the_upsert_the_account_and_the_announcement(
+    store: Store, backend: Backend, request: pytest.FixtureRequest, clock: Clock, baseline: bool
+) -> None:
+    """The discovery's one store call leaves what its three calls left: the session row
+    (with its account), the ``session.discovered`` event, its delivery unless baseline."""
+    other = backend.another(request).open(clock=clock)
+    try:
+        for db in (store, other):
+            db.sync_endpoints([Ep("a")])
+        s = session(1, prompt="do it")
+        ev = events.with_account(events.session_discovered(s), "work")
+        added = store.archive_discovered(s, ev, baseline=baseline, account="work")
+        other.upsert_session(s, baseline=baseline)
+        other.set_session_account(s.name, "work")
+        assert added == other.ingest_session_events(s.name, [ev], not baseline)
+        assert added.event_types == ("session.discovered",)
+        assert store.get_session(s.name) == other.get_session(s.name)
+        for db in (store, other):
+            (account,) = db._conn.execute(
+                "SELECT account FROM sessions WHERE name = ?", (s.name,)
+            ).fetchone()
+            assert account == "work"
+        assert [(e.id, e.body) for e in store.iter_events()] == [
+            (e.id, e.body) for e in other.iter_events()
+        ]
+        assert count(store, "deliveries") == count(other, "deliveries") == (0 if baseline else 1)
+        # A repeat (a retry after a failure) archives nothing twice.
+        again = store.archive_discovered(s, ev, baseline=baseline, account="work")
+        assert again.event_types == ()
+        assert count(store, "events") == 1
+    finally:
+        other.close()
+
+
 def test_session_events_are_idempotent(store: Store) -> None:
     (s,) = ready(store)
     ev = events.session_discovered(s)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 
 import anyio
@@ -261,8 +261,9 @@ class PollerBase:
         if not added.event_types:
             return
         if self._metrics is not None:
-            for event_type in added.event_types:
-                self._metrics.event_ingested(event_type)
+            # One increment per type and batch (a page's events are mostly of two types).
+            for event_type, count in Counter(added.event_types).items():
+                self._metrics.event_ingested(event_type, count)
         if added.deliveries:
             self._on_enqueued()
         self._on_ingested()

@@ -10,6 +10,7 @@ import anyio.abc
 from sessionhook.api.errors import ApiError, UnauthenticatedError
 from sessionhook.api.models import Session
 
+from .. import events
 from ..config import DEFAULT_ACCOUNT
 from ..logging import get_logger
 from .learning import judge
@@ -146,12 +147,16 @@ class Discovery(Scheduling):
     async def _discovered(self, session: Session, pending: _Pending) -> None:
         """A session seen for the first time: archive, announce, poll it now."""
         baseline = self._is_baseline(session)
-        await self._store.upsert_session(session, baseline=baseline)
-        if self.account != DEFAULT_ACCOUNT:
-            await self._store.write(
-                self._store.store.set_session_account, session.name, self.account
-            )
-        await self._announce(session, deliver=not baseline)
+        # Archived and announced in one store call (see Store.archive_discovered).
+        event = self._stamp(events.session_discovered(session, now=self._clock()))
+        added = await self._store.write(
+            self._store.store.archive_discovered,
+            session,
+            event,
+            baseline=baseline,
+            account=None if self.account == DEFAULT_ACCOUNT else self.account,
+        )
+        self._count_ingested(added)
         _log.info(
             "session.discovered", session=session.name, state=session.state, baseline=baseline
         )

@@ -42,10 +42,13 @@ class SessionPoll(Scheduling):
         """
         tracked.due_at = None
         tracked.last_error = None
+        store = self._store.store
+        if store.replica_id is None or store.exclusive:
+            # Alone on the store (or not a replica): claims are no-ops, so the two thread
+            # hand-offs they cost per poll are not made.
+            return await self._poll_claimed(tracked)
         # One replica polls a session at a time (its claim; see store/leases.py).
-        if not await self._store.write(
-            self._store.store.claim_session_poll, tracked.name, self._clock()
-        ):
+        if not await self._store.write(store.claim_session_poll, tracked.name, self._clock()):
             _log.debug("poll.claimed_elsewhere", session=tracked.name)
             tracked.backoff_until = self._mono() + CLAIMED_RETRY
             self._schedule(tracked, tracked.backoff_until)
@@ -56,7 +59,7 @@ class SessionPoll(Scheduling):
             # A store that cannot be written: the claim expires with the lease (or the
             # replica's clean stop frees it).
             with anyio.CancelScope(shield=True), contextlib.suppress(StoreUnwritableError):
-                await self._store.call(self._store.store.release_session_poll, tracked.name)
+                await self._store.call(store.release_session_poll, tracked.name)
 
     async def _poll_claimed(self, tracked: _Tracked) -> str:
         """:meth:`_poll_guarded` once the session's poll is this replica's."""

@@ -13,12 +13,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sessionhook.api.models import Activity, parse_timestamp
+from sessionhook.api.models import Activity, Session, parse_timestamp
 
 from ..events import Event, matches, payload_matches
 from . import codec
 from .dialect import Connection
-from .rows import Ingested, StoreError
+from .rows import Ingested, SessionRow, StoreError
 
 #: Reference bodies kept decoded in memory (one per recently active session).
 _REF_CACHE = 512
@@ -40,6 +40,8 @@ class IngestQueries:
         def _active_endpoints(
             self, account: str | None = None
         ) -> list[tuple[str, list[str], dict[str, list[str]]]]: ...
+        def upsert_session(self, session: Session, *, baseline: bool) -> SessionRow: ...
+        def set_session_account(self, name: str, account: str) -> None: ...
 
     def _insert_events(
         self,
@@ -208,6 +210,21 @@ class IngestQueries:
         with self._tx() as c:
             types, deliveries = self._insert_events(c, events, deliver, now)
             return Ingested(0, types, deliveries=deliveries)
+
+    def archive_discovered(
+        self, session: Session, event: Event, *, baseline: bool, account: str | None = None
+    ) -> Ingested:
+        """A session seen for the first time, in one call: :meth:`upsert_session`, then
+        :meth:`set_session_account` when ``account`` is given, then ``event`` (its
+        ``session.discovered``) as :meth:`ingest_session_events` archives it, delivered
+        unless ``baseline``. Each step commits as it does when called alone (a repeat after
+        a failure is harmless: the upsert merges, the event's id is known); the poller
+        makes one hand-off to the store's thread instead of two or three, on the path that
+        paces a backfill (new sessions are announced one after the other)."""
+        self.upsert_session(session, baseline=baseline)
+        if account is not None:
+            self.set_session_account(session.name, account)
+        return self.ingest_session_events(session.name, [event], not baseline)
 
     def ingest_activities(
         self,
