@@ -9,6 +9,7 @@ daemon (one line naming the store and its PID); 1 for any other failure, also on
 
 from __future__ import annotations
 
+import gc
 import sys
 from pathlib import Path
 from typing import NoReturn
@@ -18,6 +19,28 @@ import click
 
 from . import cli
 from ._output import DEFAULT_CONFIG, ENV_CONFIG, CliError, config_path
+
+#: Net allocations of tracked objects between young collections (Python's default: 700).
+YOUNG_THRESHOLD = 10_000
+
+
+def tune_collector() -> None:
+    """Set up the cyclic garbage collector for a long run (``sessionhook run``, not ``--once``).
+
+    What exists by now (modules, the config, the daemon) lives as long as the process:
+    :func:`gc.freeze` moves it out of the collector's generations, so a full collection no
+    longer walks it. The young generation is collected every :data:`YOUNG_THRESHOLD` net
+    allocations instead of 700: a delivery or a page of activities allocates and frees
+    thousands of short-lived objects, and each young collection promoted the ones alive at
+    that moment. Objects are still freed as soon as nothing refers to them; only cycles
+    wait longer (bounded by the threshold). In ``bench/throughput.py``'s end-to-end run
+    (20,400 events) the collector's time fell from 0.6-1.8 s to under 0.1 s, and the CPU
+    per event from 0.77 to 0.62 ms (same run, medians of 2, load 4-5).
+    """
+    gc.collect()
+    gc.freeze()
+    young, middle, old = gc.get_threshold()
+    gc.set_threshold(max(young, YOUNG_THRESHOLD), middle, old)
 
 
 def _fail(message: str, code: int) -> NoReturn:
@@ -62,6 +85,7 @@ def run(config_flag: str | None, once: bool) -> None:
         if once:
             code = anyio.run(daemon.run_once, backend="asyncio")
         else:
+            tune_collector()
             anyio.run(daemon.run, backend="asyncio")
             code = 0
     except DaemonError as exc:
