@@ -51,6 +51,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -240,17 +241,11 @@ class Bench:
         servers = self.servers_cpu()
         relay = _relay(tree, config, work / "relay.log")
         profiler = self._profile(relay.pid, f"ingest-{name}")
-        cpu_first: float | None = None
         try:
-            deadline = time.monotonic() + self.args.timeout
-            while _count(db, "activities") < self.activities:
-                if relay.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"ingest did not finish; see {work / 'relay.log'}")
-                if cpu_first is None and _get(self.api_port, "/_bench/stats")["first_request"]:
-                    cpu_first = cpu_seconds(relay.pid)  # start-up (imports) excluded
-                time.sleep(0.05)
+            cpu = self._until(
+                relay, work, lambda: _count(db, "activities") >= self.activities, "ingest"
+            )
             done = time.time()
-            cpu = cpu_seconds(relay.pid) - (cpu_first or 0.0)
             first = _get(self.api_port, "/_bench/stats")["first_request"]
             rss = peak_rss_mb(relay.pid)
         finally:
@@ -266,6 +261,21 @@ class Bench:
             "load": load,
         }
         return figures, db
+
+    def _until(
+        self, relay: subprocess.Popen[bytes], work: Path, finished: Callable[[], bool], what: str
+    ) -> float:
+        """Wait until ``finished()``; the relay's CPU seconds from its first request to
+        then (start-up, the imports, excluded)."""
+        cpu_first: float | None = None
+        deadline = time.monotonic() + self.args.timeout
+        while not finished():
+            if relay.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{what} did not finish; see {work / 'relay.log'}")
+            if cpu_first is None and _get(self.api_port, "/_bench/stats")["first_request"]:
+                cpu_first = cpu_seconds(relay.pid)
+            time.sleep(0.05)
+        return cpu_seconds(relay.pid) - (cpu_first or 0.0)
 
     def _profile(self, pid: int, label: str) -> subprocess.Popen[bytes] | None:
         """``--profile DIR``: py-spy records the relay (raw folded stacks) while it works."""
@@ -375,19 +385,14 @@ class Bench:
         servers = self.servers_cpu()
         relay = _relay(tree, config, work / "relay.log")
         profiler = self._profile(relay.pid, f"e2e-{name}")
-        cpu_first: float | None = None
         try:
-            deadline = time.monotonic() + self.args.timeout
-            while True:
-                if relay.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"end-to-end run did not finish; see {work}")
-                if cpu_first is None and _get(self.api_port, "/_bench/stats")["first_request"]:
-                    cpu_first = cpu_seconds(relay.pid)
-                # Every activity archived and no delivery open: every event was delivered.
-                if _count(db, "activities") >= self.activities and _open_deliveries(db) == 0:
-                    break
-                time.sleep(0.1)
-            cpu = cpu_seconds(relay.pid) - (cpu_first or 0.0)
+            # Every activity archived and no delivery open: every event was delivered.
+            cpu = self._until(
+                relay,
+                work,
+                lambda: _count(db, "activities") >= self.activities and _open_deliveries(db) == 0,
+                "end-to-end run",
+            )
             rss = peak_rss_mb(relay.pid)
             stats = _get(self.hook_port, "/_bench/stats")
             first_request = _get(self.api_port, "/_bench/stats")["first_request"]

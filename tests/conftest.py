@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
+import textwrap
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -107,3 +110,18 @@ def backend(store_backend: str, tmp_path: Path, request: pytest.FixtureRequest) 
 
 #: For a store test about SQLite itself (pragmas, query plans, the file, its legacy rows).
 sqlite_only = pytest.mark.parametrize("store_backend", ["sqlite"])
+
+
+def run_python(script: str, cwd: Path) -> str:
+    """Run ``script`` (dedented) in a fresh interpreter of this venv; its stdout, stripped.
+    For what must not happen in this test process (imports already made here, a frozen
+    heap). A failing script fails the test with its stderr."""
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()

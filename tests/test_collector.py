@@ -6,22 +6,13 @@ would keep every later test's cycles."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
+
+from .conftest import run_python
 
 
 def _run(script: str, tmp_path: Path) -> dict[str, object]:
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(script)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    result: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    result: dict[str, object] = json.loads(run_python(script, tmp_path).splitlines()[-1])
     return result
 
 

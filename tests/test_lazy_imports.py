@@ -8,26 +8,15 @@ Each check runs in a fresh interpreter: this test process has psycopg loaded alr
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 from sessionhook.relay.store import database_errors, store_failures
 
-from .conftest import Backend
+from .conftest import Backend, run_python
 
 
 def _run(script: str, tmp_path: Path) -> str:
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(script)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
+    return run_python(script, tmp_path)
 
 
 def test_a_relay_on_the_defaults_imports_neither_psycopg_nor_cryptography(tmp_path: Path) -> None:
