@@ -352,6 +352,43 @@ async def test_health_server_answers_ready_and_metrics(tmp_path: Path) -> None:
     assert 'sessionhook_outbox_pending{endpoint="rx"}' in metrics
 
 
+def _stored_upstream_requests(store: Store) -> int:
+    return int(
+        store._conn.execute("SELECT COALESCE(SUM(count), 0) FROM upstream_requests").fetchone()[0]
+    )
+
+
+@pytest.mark.anyio
+async def test_every_upstream_request_reaches_the_stores_counters(tmp_path: Path) -> None:
+    """The requests are counted in the store while the relay runs (not only at its stop),
+    and after the stop the store counted exactly the requests the metrics counted: none
+    lost on the way (they are written by a flusher, not by each request)."""
+    setup = Setup(tmp_path)
+    daemon = setup.daemon()
+    async with setup.api_http() as http:
+        for i in range(2):
+            await setup.api(http).create_session(f"Counted {i}")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: daemon.run(handle_signals=False))
+        await setup.receiver.wait_for(lambda r: _completed(r, 2), within=30)
+        store = daemon.store
+        assert store is not None
+        with anyio.fail_after(10):
+            while True:
+                if await store.call(_stored_upstream_requests, store.store) > 0:
+                    break
+                await anyio.sleep(0.05)
+        daemon.stop()
+    counted = sum(
+        sample.value
+        for family in daemon.metrics.upstream_requests.collect()
+        for sample in family.samples
+        if sample.name.endswith("_total")
+    )
+    with Store.open(setup.config.store.path) as stored:
+        assert _stored_upstream_requests(stored) == counted > 0
+
+
 @pytest.mark.anyio
 async def test_upstream_requests_stay_within_the_budget(tmp_path: Path) -> None:
     sent: list[float] = []

@@ -553,6 +553,44 @@ def test_archive_discovered_is_the_upsert_the_account_and_the_announcement(
         other.close()
 
 
+def test_upstream_counts_in_one_call_are_the_same_rows_as_one_by_one(
+    store: Store, backend: Backend, request: pytest.FixtureRequest, clock: Clock
+) -> None:
+    other = backend.another(request).open(clock=clock)
+    try:
+        calls = [
+            ("list_sessions", 200, T0 - 100),
+            ("list_sessions", 200, T0 - 100),
+            ("list_activities", 429, T0 - 50),
+            ("list_activities", None, T0 - 30),
+            ("list_activities", "malformed", T0 - 30),
+            ("get_session", 200, T0 - 65),  # the minute before
+            ("get_session", 200, T0),
+        ]
+        counts: dict[tuple[str, int | str | None, int], int] = {}
+        for label, status, at in calls:
+            store.record_upstream(label, status, at)
+            key = (label, status, int(at // 60))
+            counts[key] = counts.get(key, 0) + 1
+        store.record_upstream("get_session", 200, T0)  # a row there already: added to
+        other.record_upstream("get_session", 200, T0)
+        other.record_upstream_counts(counts)
+        other.record_upstream_counts({})  # nothing: no transaction
+
+        def rows(db: Store) -> list[tuple[Any, ...]]:
+            return sorted(
+                tuple(r)
+                for r in db._conn.execute(
+                    "SELECT minute, label, status, count FROM upstream_requests"
+                )
+            )
+
+        assert rows(other) == rows(store)
+        assert other.status_summary(T0).upstream == store.status_summary(T0).upstream
+    finally:
+        other.close()
+
+
 def test_session_events_are_idempotent(store: Store) -> None:
     (s,) = ready(store)
     ev = events.session_discovered(s)

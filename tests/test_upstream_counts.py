@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -13,9 +14,10 @@ import pytest
 
 from sessionhook.api.client import RetryPolicy, SessionsClient
 from sessionhook.api.errors import MalformedResponseError, TransportError, UnauthenticatedError
+from sessionhook.relay.daemon_store import StoreMixin, UpstreamTally
 from sessionhook.relay.metrics import Metrics
 from sessionhook.relay.ratelimit import MALFORMED, LimitedTransport, RateLimiter
-from sessionhook.relay.store import Store
+from sessionhook.relay.store import AsyncStore, Store
 
 GOOD = {"sessions": [{"name": "sessions/1", "id": "1", "state": "QUEUED"}]}
 
@@ -192,3 +194,78 @@ async def test_a_2xx_body_cut_by_a_read_error_or_deadline_is_no_answer() -> None
         with anyio.move_on_after(0.2):
             await http.get("http://api.test/v1alpha/sessions")
     assert recorded == [("list_sessions", None)]
+
+
+class _Host(StoreMixin):
+    """The smallest host of the daemon's store mixin: a store, metrics, a clock."""
+
+    def __init__(self, store: AsyncStore, tally: UpstreamTally | None) -> None:
+        self.store = store
+        self.metrics = Metrics()
+        self._clock = lambda: 1_750_000_000.0
+        self._upstream_tally = tally
+
+
+@pytest.mark.anyio
+async def test_a_request_is_counted_without_waiting_for_the_store(tmp_path: Path) -> None:
+    """While the relay runs, an answered request is counted at once (metrics) and on its
+    way to the store's counters: it does not wait behind the store's queue (one thread on
+    SQLite, busy with page ingests in a backfill). The flusher writes the batch later."""
+    astore = await AsyncStore.open(tmp_path / "s.db")
+    gate = threading.Event()
+    tally = UpstreamTally()
+    host = _Host(astore, tally)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(astore.call, gate.wait)  # the store's one thread is busy
+            await anyio.sleep(0.05)
+            with anyio.fail_after(5):
+                for status in (200, 200, 429):
+                    await host._record_upstream("get_session", status)
+            gate.set()
+        await tally.flush(astore)
+        await tally.flush(astore)  # nothing left: nothing written twice
+        rows = await astore.call(
+            lambda: sorted(
+                astore.store._conn.execute("SELECT label, status, count FROM upstream_requests")
+            )
+        )
+        assert rows == [("get_session", 200, 2), ("get_session", 429, 1)]
+        assert 'upstream_requests_total{endpoint="get_session",status="200"} 2.0' in (
+            host.metrics.render().decode()
+        )
+    finally:
+        gate.set()
+        await astore.close()
+
+
+@pytest.mark.anyio
+async def test_the_tally_writes_what_is_added_while_it_runs(tmp_path: Path) -> None:
+    astore = await AsyncStore.open(tmp_path / "s.db")
+    tally = UpstreamTally()
+
+    async def total() -> int:
+        return int(
+            (
+                await astore.call(
+                    lambda: astore.store._conn.execute(
+                        "SELECT COALESCE(SUM(count), 0) FROM upstream_requests"
+                    ).fetchone()
+                )
+            )[0]
+        )
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(tally.run, astore)
+            for n in range(1, 4):
+                tally.add("list_activities", 200, 1_750_000_000.0)
+                with anyio.fail_after(5):
+                    while True:
+                        if await total() >= n:
+                            break
+                        await anyio.sleep(0.01)
+            tg.cancel_scope.cancel()
+        assert await total() == 3
+    finally:
+        await astore.close()

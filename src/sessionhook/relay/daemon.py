@@ -40,7 +40,7 @@ from . import health, sdnotify, web
 from .config import Config
 from .daemon_errors import DaemonError, store_failures
 from .daemon_health import HealthMixin
-from .daemon_store import StoreMixin
+from .daemon_store import StoreMixin, UpstreamTally
 from .daemon_tasks import TasksMixin, register_secrets
 from .dispatch import DeliverySettings, Dispatcher, UrlGuard
 from .logging import get_logger
@@ -102,6 +102,8 @@ class Daemon(HealthMixin, StoreMixin, TasksMixin):
         self._stopping = False
         self._started_at = clock()
         self.store: AsyncStore | None = None
+        #: Upstream requests counted on their way to the store (while the long run runs).
+        self._upstream_tally: UpstreamTally | None = None
         #: Why the store is not open yet (a full disk at start-up), for /readyz.
         self._open_problem: str | None = None
         #: One poller per account (``[[accounts]]``, or the one ``[api]`` describes).
@@ -235,6 +237,10 @@ class Daemon(HealthMixin, StoreMixin, TasksMixin):
             return
         async with anyio.create_task_group() as tg:
             poll_scope = anyio.CancelScope()
+            # First: it counts the pollers' requests from their first one on.
+            tg.start_soon(
+                self._side_task, "upstream counts", lambda: self._flush_upstream_counts(store), None
+            )
             tg.start_soon(self._side_task, "poller", self._run_pollers, poll_scope)
             tg.start_soon(self._side_task, "dispatcher", dispatcher.run, None)
             tg.start_soon(self._side_task, "lifecycle", self._lifecycle, None)

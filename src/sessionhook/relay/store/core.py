@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Self
@@ -382,6 +382,29 @@ class StoreCore(
                 (minute - _UPSTREAM_KEEP_MINUTES,),
             )
 
+    def record_upstream_counts(
+        self, counts: Mapping[tuple[str, int | str | None, int], int]
+    ) -> None:
+        """Count many upstream requests at once: ``counts[(label, status, minute)]`` requests
+        (``minute`` = Unix seconds // 60; ``status`` as in :meth:`record_upstream`). One
+        transaction, the same rows as that many :meth:`record_upstream` calls."""
+        if not counts:
+            return
+        with self._tx(serialized=False) as c:  # upserts and a prune: no read
+            c.executemany(
+                "INSERT INTO upstream_requests (minute, label, status, count) "
+                "VALUES (?, ?, ?, ?) ON CONFLICT (minute, label, status) "
+                "DO UPDATE SET count = upstream_requests.count + excluded.count",
+                [
+                    (minute, label, _upstream_code(status), n)
+                    for (label, status, minute), n in counts.items()
+                ],
+            )
+            c.execute(
+                "DELETE FROM upstream_requests WHERE minute < ?",
+                (max(minute for _, _, minute in counts) - _UPSTREAM_KEEP_MINUTES,),
+            )
+
     def mark_poll(self, ok: bool, at: float) -> None:
         """Record a discovery pass: when it ran and, if it succeeded, when it last did."""
         with self._tx(serialized=False) as c:  # upserts: no read
@@ -392,7 +415,6 @@ class StoreCore(
                     "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                     (key, repr(value)),
                 )
-
 
 
 #: How ``upstream_requests.status`` stores what is not an HTTP status.
