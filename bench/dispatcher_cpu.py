@@ -7,7 +7,8 @@ directory put first on ``PYTHONPATH`` of a child process, trees interleaved), a 
 is delivered by a :class:`~sessionhook.relay.dispatch.Dispatcher` with ``concurrency = 16``
 and logging at ``warning`` (as ``bench/throughput.py`` configures the relay). Prints the
 process CPU per delivery (both threads: the event loop and the store's), deliveries per
-second, context switches per delivery and the dispatcher's rounds, then the medians.
+second, the event loop's own CPU per delivery (``loop_cpu_ms``: the main thread's, the one
+that bounds deliveries/s), context switches per delivery and the dispatcher's rounds, then the medians.
 What it leaves out, aiohttp and the kernel, is what ``bench/throughput.py``'s bare loop
 measures.
 
@@ -92,10 +93,12 @@ def child(db: Path) -> dict[str, float]:
         dispatcher = Dispatcher(store, stub, settings, metrics=Metrics())  # type: ignore[arg-type]
         total = stub.total = raw.pending_count()
         before, started = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+        loop_cpu = time.thread_time()  # this thread's: the event loop's, the bottleneck
         async with anyio.create_task_group() as tg:
             tg.start_soon(dispatcher.run)
             await stub.all_sent.wait()
             await dispatcher.drain()  # the last results committed; run() then returns
+        loop_cpu = time.thread_time() - loop_cpu
         after, seconds = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter() - started
         left = raw.pending_count()
         raw.close()
@@ -106,6 +109,7 @@ def child(db: Path) -> dict[str, float]:
         return {
             "deliveries": total,
             "cpu_ms": cpu * 1000 / total,
+            "loop_cpu_ms": loop_cpu * 1000 / total,
             "per_s": total / seconds,
             "switches_per_delivery": switches / total,
         }
