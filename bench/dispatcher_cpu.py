@@ -6,9 +6,9 @@ One store is filled with ``--sessions`` x ``--per-session`` deliveries to one en
 directory put first on ``PYTHONPATH`` of a child process, trees interleaved), a copy of it
 is delivered by a :class:`~sessionhook.relay.dispatch.Dispatcher` with ``concurrency = 16``
 and logging at ``warning`` (as ``bench/throughput.py`` configures the relay). Prints the
-process CPU per delivery (both threads: the event loop and the store's), deliveries per
-second, the event loop's own CPU per delivery (``loop_cpu_ms``: the main thread's, the one
-that bounds deliveries/s), context switches per delivery and the dispatcher's rounds, then the medians.
+process CPU per delivery (both threads: the event loop and the store's), the event loop's
+own (``loop_cpu_ms``: the main thread's, the one that bounds deliveries/s), deliveries per
+second, context switches per delivery and the dispatcher's rounds, then the medians.
 What it leaves out, aiohttp and the kernel, is what ``bench/throughput.py``'s bare loop
 measures.
 
