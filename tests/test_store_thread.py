@@ -102,3 +102,34 @@ async def test_the_sqlite_async_store_uses_its_own_thread_until_closed(tmp_path:
     assert astore._thread is not None and not astore._thread.stopped
     await astore.close()
     assert astore._thread.stopped
+
+
+async def test_an_idle_thread_keeps_nothing_alive_and_ends_with_its_store(tmp_path: Path) -> None:
+    """The thread holds no finished call (its store, its result) while it waits, and a
+    handle dropped without close() stops its thread."""
+    import gc
+    import weakref
+
+    class Result:
+        pass
+
+    worker = StoreThread()
+    result = await worker.run(Result)
+    seen = weakref.ref(result)
+    del result
+    await worker.run(lambda: None)  # the thread is past the first call
+    gc.collect()
+    assert seen() is None  # the idle thread does not hold the last result
+    worker.stop()
+
+    astore = await AsyncStore.open(tmp_path / "relay.db")
+    await astore.call(threading.get_ident)
+    thread = astore._thread
+    assert thread is not None and thread._thread is not None
+    os_thread = thread._thread
+    await astore.call(astore.store.close)
+    del astore
+    gc.collect()
+    assert thread.stopped
+    os_thread.join(5)
+    assert not os_thread.is_alive()

@@ -21,6 +21,7 @@ import functools
 import math
 import os
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import ParamSpec, Protocol, TypeVar
 
@@ -90,6 +91,9 @@ class AsyncStore:
         self.store = store
         self._limiter = anyio.CapacityLimiter(store.concurrency)
         self._thread = StoreThread() if store.concurrency == 1 else None
+        if self._thread is not None:
+            # A handle dropped without close() (tests, an aborted start) ends its thread too.
+            weakref.finalize(self, self._thread.stop)
         self.wait_for_space = wait_for_space
         self.observer = observer
         self._retry_base = retry_base

@@ -94,8 +94,13 @@ class StoreThread:
                 result = fn()
             except BaseException as exc:  # handed to the caller, whatever it is
                 _hand_back(loop, future, None, exc)
+                del exc
             else:
                 _hand_back(loop, future, result, None)
+                del result
+            # Nothing of a finished call is kept while waiting for the next one: an idle
+            # thread must not keep a store (its connection) or a result alive.
+            del job, fn, future, loop
 
 
 def _hand_back(
