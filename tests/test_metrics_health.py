@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 import anyio
 import httpx
 import pytest
+from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
@@ -318,3 +320,95 @@ async def test_ipv6_listen_address() -> None:
             response = await http.get(f"http://[{host}]:{port}/healthz")
         tg.cancel_scope.cancel()
     assert response.status_code == 200
+
+
+def _without_created_values(text: str) -> str:
+    """The exposition text with each ``_created`` sample's value (a clock reading) blanked."""
+    return "\n".join(
+        line.rsplit(" ", 1)[0] + " <t>" if "_created{" in line else line
+        for line in text.splitlines()
+    )
+
+
+def _families(text: str, *names: str) -> str:
+    """Only the lines of the named families (HELP, TYPE and samples), in their order."""
+    return "\n".join(
+        line
+        for line in text.splitlines()
+        if any(
+            line.startswith((f"{name}_", f"{name}{{", f"# HELP {name} ", f"# TYPE {name} "))
+            for name in names
+        )
+    )
+
+
+def test_delivery_metrics_show_what_prometheus_clients_counter_and_histogram_would() -> None:
+    """The delivery counter and histogram are counted without prometheus_client's per-value
+    objects; the scrape must still show exactly what its Counter and Histogram show for the
+    same attempts: every line, every value, in the same order."""
+    import prometheus_client.metrics
+    from prometheus_client import CollectorRegistry, Counter, Histogram
+
+    from sessionhook.relay.metrics import _DURATION_BUCKETS
+
+    reference = CollectorRegistry(auto_describe=True)
+    counter = Counter(
+        "deliveries",
+        "Delivery attempts by endpoint and outcome (delivered, retry, dead, disabled).",
+        ["endpoint", "outcome"],
+        namespace="sessionhook",
+        registry=reference,
+    )
+    histogram = Histogram(
+        "delivery_attempt_duration_seconds",
+        "Duration of one webhook POST, from connect to the capped response body.",
+        ["endpoint"],
+        namespace="sessionhook",
+        buckets=_DURATION_BUCKETS,
+        registry=reference,
+    )
+    m = Metrics()
+    # On a bound, between bounds, beyond the last, zero, a negative clock step, tiny ones.
+    durations = [0.01, 0.0100001, 0.2, 0.25, 1.0, 29.9, 30.0, 31.0, 1e6, 0.0, -0.5, 3e-4]
+    attempts = [
+        (endpoint, outcome, duration)
+        for i, duration in enumerate(durations * 3)
+        for endpoint, outcome in [
+            ("ci", "delivered"),
+            ("chat", ("retry", "dead", "disabled", "delivered")[i % 4]),
+            ('we"ird\\name', "retry"),
+        ]
+    ]
+    for endpoint, outcome, duration in attempts:
+        m.delivery_attempted(endpoint, outcome, duration)
+        counter.labels(endpoint=endpoint, outcome=outcome).inc()
+        histogram.labels(endpoint=endpoint).observe(max(0.0, duration))
+
+    names = ("sessionhook_deliveries", "sessionhook_delivery_attempt_duration_seconds")
+    ours = m.render().decode()
+    theirs = generate_latest(reference).decode()
+    assert _families(ours, *names)  # there is something to compare
+    assert _without_created_values(_families(ours, *names)) == _without_created_values(
+        _families(theirs, *names)
+    )
+    # Where they sit in the whole scrape did not move either.
+    order = [
+        line.split()[2]
+        for line in ours.splitlines()
+        if line.startswith("# TYPE ") and not line.split()[2].endswith("_created")
+    ]
+    assert order[:4] == [
+        "sessionhook_events_ingested_total",
+        "sessionhook_deliveries_total",
+        "sessionhook_delivery_attempt_duration_seconds",
+        "sessionhook_dead_letters_total",
+    ]
+    # The _created samples are clock readings taken when the series first appeared.
+    stamps = [
+        float(line.rsplit(" ", 1)[1])
+        for line in ours.splitlines()
+        if line.startswith("sessionhook_deliveries_created{")
+    ]
+    if not getattr(prometheus_client.metrics, "_use_created", True):
+        return  # PROMETHEUS_DISABLE_CREATED_SERIES: none on either side (compared above)
+    assert len(stamps) == 6 and all(abs(stamp - time.time()) < 3600 for stamp in stamps)

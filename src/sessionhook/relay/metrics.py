@@ -55,11 +55,11 @@ from prometheus_client import (
     CollectorRegistry,
     Counter,
     Gauge,
-    Histogram,
     generate_latest,
 )
 
 from .. import __version__
+from .delivery_metrics import DeliveryStats
 
 __all__ = ["CONTENT_TYPE", "NAMESPACE", "Metrics"]
 
@@ -100,8 +100,6 @@ class Metrics:
         """Create every family in ``registry`` (a fresh private registry by default)."""
         self.registry = CollectorRegistry(auto_describe=True) if registry is None else registry
         r = self.registry
-        #: (endpoint, outcome) -> the children delivery_attempted updates (see there).
-        self._attempt_children: dict[tuple[str, str], tuple[Counter, Histogram]] = {}
         #: Children of the ingest-side families, by label values (see event_ingested).
         self._ingested_children: dict[str, Counter] = {}
         self._upstream_children: dict[tuple[str, str], Counter] = {}
@@ -112,21 +110,19 @@ class Metrics:
             namespace=NAMESPACE,
             registry=r,
         )
-        self.deliveries = Counter(
-            "deliveries",
-            "Delivery attempts by endpoint and outcome (delivered, retry, dead, disabled).",
-            ["endpoint", "outcome"],
-            namespace=NAMESPACE,
-            registry=r,
+        #: deliveries_total and delivery_attempt_duration_seconds: counted per attempt
+        #: without prometheus_client's per-value locks (see :mod:`.delivery_metrics`).
+        self._delivery_stats = DeliveryStats(
+            NAMESPACE,
+            _DURATION_BUCKETS,
+            counter_help=(
+                "Delivery attempts by endpoint and outcome (delivered, retry, dead, disabled)."
+            ),
+            histogram_help=(
+                "Duration of one webhook POST, from connect to the capped response body."
+            ),
         )
-        self.attempt_duration = Histogram(
-            "delivery_attempt_duration_seconds",
-            "Duration of one webhook POST, from connect to the capped response body.",
-            ["endpoint"],
-            namespace=NAMESPACE,
-            buckets=_DURATION_BUCKETS,
-            registry=r,
-        )
+        r.register(self._delivery_stats)
         self.dead_letters = Counter(
             "dead_letters",
             "Deliveries that exhausted their retries and were dead-lettered.",
@@ -292,21 +288,7 @@ class Metrics:
 
         An outcome of ``dead`` also counts a dead letter.
         """
-        children = self._attempt_children.get((endpoint, outcome))
-        if children is None:
-            # These families are never cleared: a child, once made, is the family's for
-            # good. Looking it up by label values cost about as much as the rest of the
-            # dispatcher's bookkeeping per delivery.
-            children = (
-                self.deliveries.labels(endpoint=endpoint, outcome=outcome),
-                self.attempt_duration.labels(endpoint=endpoint),
-            )
-            if len(self._attempt_children) >= 4096:  # endpoints come and go with reloads
-                self._attempt_children.clear()
-            self._attempt_children[(endpoint, outcome)] = children
-        counter, duration = children
-        counter.inc()
-        duration.observe(max(0.0, duration_seconds))
+        self._delivery_stats.attempted(endpoint, outcome, duration_seconds)
         if outcome == "dead":
             self.dead_letters.labels(endpoint=endpoint).inc()
 
