@@ -94,11 +94,20 @@ def decode_secret(secret: str) -> bytes:
 _hmac_key = functools.lru_cache(maxsize=64)(decode_secret)
 
 
+@functools.lru_cache(maxsize=64)
+def _keyed(secret: str) -> hmac.HMAC:
+    """An HMAC-SHA256 already keyed with ``secret``, never updated: each message signs a
+    ``copy()`` of it (keying anew hashed the padded key twice per message, about a third
+    of the signing time; the body is not concatenated to the prefix either)."""
+    return hmac.new(_hmac_key(secret), digestmod=hashlib.sha256)
+
+
 def sign(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
     """One signature, ``v1,<base64 HMAC-SHA256>``, over ``"{msg_id}.{timestamp}.{body}"``."""
-    content = f"{msg_id}.{int(timestamp)}.".encode() + body
-    digest = hmac.new(_hmac_key(secret), content, hashlib.sha256).digest()
-    return "v1," + base64.b64encode(digest).decode("ascii")
+    mac = _keyed(secret).copy()
+    mac.update(f"{msg_id}.{int(timestamp)}.".encode())
+    mac.update(body)
+    return "v1," + base64.b64encode(mac.digest()).decode("ascii")
 
 
 def decode_signing_key(key: str) -> Ed25519PrivateKey:
@@ -182,7 +191,7 @@ def signature_header(secrets: Iterable[str], msg_id: str, timestamp: int, body: 
     ]
     if not signatures:
         raise ValueError("at least one secret is needed to sign")
-    return " ".join(signatures)
+    return signatures[0] if len(signatures) == 1 else " ".join(signatures)
 
 
 def verify(
