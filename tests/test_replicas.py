@@ -18,6 +18,7 @@ import anyio.to_thread
 import httpx
 import pytest
 from click.testing import CliRunner
+from prometheus_client.parser import text_string_to_metric_families
 
 from sessionhook.api.client import RetryPolicy, SessionsClient
 from sessionhook.cli import cli
@@ -307,7 +308,12 @@ async def test_two_dispatchers_share_the_outbox_one_in_flight_per_session(
     assert by_session == expected  # once each, in order
     assert receiver.max_in_flight_per_session == 1
     sent = [
-        sum(s.value for s in m.deliveries.collect()[0].samples if s.name.endswith("_total"))
+        sum(
+            s.value
+            for family in text_string_to_metric_families(m.render().decode())
+            for s in family.samples
+            if s.name == "sessionhook_deliveries_total"
+        )
         for m in metrics
     ]
     assert all(n > 0 for n in sent), sent
