@@ -8,7 +8,7 @@ is delivered by a :class:`~sessionhook.relay.dispatch.Dispatcher` with ``concurr
 and logging at ``warning`` (as ``bench/throughput.py`` configures the relay). Prints the
 process CPU per delivery (both threads: the event loop and the store's), the event loop's
 own (``loop_cpu_ms``: the main thread's, the one that bounds deliveries/s), deliveries per
-second, context switches per delivery and the dispatcher's rounds, then the medians.
+second, context switches per delivery and deliveries per dispatcher round, then the medians.
 What it leaves out, aiohttp and the kernel, is what ``bench/throughput.py``'s bare loop
 measures.
 
@@ -112,6 +112,8 @@ def child(db: Path) -> dict[str, float]:
             "loop_cpu_ms": loop_cpu * 1000 / total,
             "per_s": total / seconds,
             "switches_per_delivery": switches / total,
+            # Older trees do not count their rounds.
+            "per_round": total / rounds if (rounds := getattr(dispatcher, "rounds", 0)) else 0.0,
         }
 
     relay_logging.configure("warning", "json", stream=open(os.devnull, "w"))  # noqa: SIM115

