@@ -318,6 +318,9 @@ async def test_store_calls_a_new_session_costs(
         await _finish(h, session.name)
         assert made.count("archive_discovered") == 1
         assert "set_session_account" not in made  # the default account is not written
+        # A poll's end (the session read again, the next poll scheduled) is one call too.
+        assert made.count("finish_poll") >= 1
+        assert "upsert_session" not in made and "schedule_poll" not in made
         claims, releases = made.count("claim_session_poll"), made.count("release_session_poll")
         if exclusive:
             assert claims == releases == 0

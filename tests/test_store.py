@@ -553,6 +553,37 @@ def test_archive_discovered_is_the_upsert_the_account_and_the_announcement(
         other.close()
 
 
+@pytest.mark.parametrize("refreshed", [True, False])
+def test_finish_poll_is_the_upsert_and_the_schedule(
+    store: Store, backend: Backend, request: pytest.FixtureRequest, clock: Clock, refreshed: bool
+) -> None:
+    """A poll's end in one call leaves the row its two calls left."""
+    other = backend.another(request).open(clock=clock)
+    try:
+        listed = session(1)
+        fresh = session(
+            1, state="COMPLETED", prompt="done", outputs=[{"pullRequest": {"url": "https://pr/1"}}]
+        )
+        for db in (store, other):
+            db.upsert_session(listed, baseline=True)
+        store.finish_poll(
+            listed.name,
+            fresh if refreshed else None,
+            baseline=True,
+            next_poll_at=T0 + 30,
+            polled_update_time="2026-01-02T03:04:05Z",
+        )
+        if refreshed:
+            other.upsert_session(fresh, baseline=True)
+        other.schedule_poll(listed.name, T0 + 30, polled_update_time="2026-01-02T03:04:05Z")
+        row = store.get_session(listed.name)
+        assert row == other.get_session(listed.name)
+        assert row is not None and row.next_poll_at == T0 + 30
+        assert row.state == ("COMPLETED" if refreshed else listed.state)
+    finally:
+        other.close()
+
+
 def test_upstream_counts_in_one_call_are_the_same_rows_as_one_by_one(
     store: Store, backend: Backend, request: pytest.FixtureRequest, clock: Clock
 ) -> None:

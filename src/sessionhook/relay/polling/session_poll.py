@@ -111,6 +111,7 @@ class SessionPoll(Scheduling):
         newest: datetime | None = None  # the newest createTime the walk saw (learning)
         # Whether an activity past the cursor may come with a state change or an output.
         telling = False
+        refreshed: Session | None = None  # the session read again after the walk
         # Page by page, oldest first: the cursor only moves over what is archived (or
         # refused), so a walk that fails half way resumes without a gap.
         async for page in self._client.walk_activities(
@@ -148,7 +149,7 @@ class SessionPoll(Scheduling):
                 await self._announce(fresh, deliver=not row.baseline)
                 announced = True
             await self._session_changes(row, fresh, deliver)
-            await self._store.upsert_session(fresh, baseline=row.baseline)
+            refreshed = fresh  # archived with the poll's schedule below (one store call)
             if fresh.state != tracked.state and fresh.state not in ACTIVE_STATES:
                 # A session that settles (waits, pauses, ends) is read once more from its
                 # first activity: one committed late, with a createTime behind the cursor's
@@ -172,7 +173,14 @@ class SessionPoll(Scheduling):
         tracked.polled_update_time = update_time
         wall = self._clock()
         next_wall = None if tracked.due_at is None else wall + (tracked.due_at - self._mono())
-        await self._store.schedule_poll(tracked.name, next_wall, polled_update_time=update_time)
+        await self._store.write(
+            self._store.store.finish_poll,
+            tracked.name,
+            refreshed,
+            baseline=row.baseline,
+            next_poll_at=next_wall,
+            polled_update_time=update_time,
+        )
         if tracked.history and not announced:
             await self._announce(session, deliver=not row.baseline)
         await self._finish_history(tracked)
