@@ -191,7 +191,7 @@ def signature_header(secrets: Iterable[str], msg_id: str, timestamp: int, body: 
     ]
     if not signatures:
         raise ValueError("at least one secret is needed to sign")
-    return signatures[0] if len(signatures) == 1 else " ".join(signatures)
+    return " ".join(signatures)
 
 
 def verify(
