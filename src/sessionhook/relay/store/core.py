@@ -369,18 +369,7 @@ class StoreCore(
         ``status`` is the HTTP status, ``None`` for no answer (stored as -1) or
         ``"malformed"`` for a 2xx answer that did not parse (stored as -2).
         """
-        minute = int(at // 60)
-        with self._tx(serialized=False) as c:  # an upsert and a prune: no read
-            c.execute(
-                "INSERT INTO upstream_requests (minute, label, status, count) "
-                "VALUES (?, ?, ?, 1) ON CONFLICT (minute, label, status) "
-                "DO UPDATE SET count = upstream_requests.count + 1",
-                (minute, label, _upstream_code(status)),
-            )
-            c.execute(
-                "DELETE FROM upstream_requests WHERE minute < ?",
-                (minute - _UPSTREAM_KEEP_MINUTES,),
-            )
+        self.record_upstream_counts({(label, status, int(at // 60)): 1})
 
     def record_upstream_counts(
         self, counts: Mapping[tuple[str, int | str | None, int], int]
