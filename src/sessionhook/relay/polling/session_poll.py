@@ -43,7 +43,7 @@ class SessionPoll(Scheduling):
         tracked.due_at = None
         tracked.last_error = None
         store = self._store.store
-        if store.replica_id is None or store.exclusive:
+        if not store.claims:
             # Alone on the store (or not a replica): claims are no-ops, so the two thread
             # hand-offs they cost per poll are not made.
             return await self._poll_claimed(tracked)

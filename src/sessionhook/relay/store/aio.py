@@ -418,7 +418,7 @@ class AsyncStore:
             return failing, due, self.store.next_due_at(after=now, active=active)
 
         # A replica sharing the store claims what it reads: a write.
-        claiming = limit > 0 and self.store.replica_id is not None and not self.store.exclusive
+        claiming = limit > 0 and self.store.claims
         if records or (unclaim and not self.store.exclusive) or claiming:
             return await self.write(work)
         return await self.call(work)

@@ -85,6 +85,13 @@ class LeaseQueries:
     #: single writer); the registry and heartbeat are kept (``sessionhook status``).
     exclusive: bool = False
 
+    @property
+    def claims(self) -> bool:
+        """Whether this handle claims what it works on: a registered replica that may have
+        rivals. Unregistered (an operator's handle) or :attr:`exclusive`, a claim is a no-op
+        (and callers may skip the store call altogether)."""
+        return self.replica_id is not None and not self.exclusive
+
     if TYPE_CHECKING:
         _conn: Any
         _clock: Callable[[], float]
@@ -228,7 +235,7 @@ class LeaseQueries:
         out but not started)."""
         owner = self.replica_id
         params = sorted((endpoint, session, owner) for endpoint, session in set(keys))
-        if owner is None or self.exclusive or not params:
+        if not self.claims or not params:
             return
         with self._tx(serialized=False) as c:
             c.executemany(
@@ -245,7 +252,7 @@ class LeaseQueries:
         (free, its owner not alive, or ours already); ``False`` while another live replica
         polls it. An unregistered handle claims nothing and always may."""
         owner = self.replica_id
-        if owner is None or self.exclusive:
+        if not self.claims:
             return True
         with self._tx(serialized=False) as c:
             cur = c.execute(
@@ -258,7 +265,7 @@ class LeaseQueries:
     def release_session_poll(self, name: str) -> None:
         """The poll of ``name`` is over (its results committed): release the claim."""
         owner = self.replica_id
-        if owner is None or self.exclusive:
+        if not self.claims:
             return
         with self._tx(serialized=False) as c:
             c.execute(
@@ -274,7 +281,7 @@ class LeaseQueries:
         ``False`` while another live replica does (a lease lives as long as its holder).
         An unregistered handle always may (it is alone)."""
         owner = self.replica_id
-        if owner is None or self.exclusive:
+        if not self.claims:
             return True
         with self._tx(serialized=False) as c:
             c.execute(
