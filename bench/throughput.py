@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextlib
 import hashlib
 import hmac
 import json
@@ -51,7 +52,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -243,21 +244,13 @@ class Bench:
         names = [("e1", False), ("e2", False), ("e3", False), ("e4", False)]
         _config(config, db, self.api_port, self.hook_port, self.secret, names, concurrency=16)
         _get(self.api_port, "/_bench/reset")
-        load = loadavg()
-        servers = self.servers_cpu()
-        relay = _relay(tree, config, work / "relay.log")
-        profiler = self._profile(relay.pid, f"ingest-{name}")
-        try:
+        with self._running(tree, config, work, f"ingest-{name}") as (relay, load, servers):
             cpu = self._until(
                 relay, work, lambda: _count(db, "activities") >= self.activities, "ingest"
             )
             done = time.time()
             first = _get(self.api_port, "/_bench/stats")["first_request"]
             rss = peak_rss_mb(relay.pid)
-        finally:
-            _stop(relay)
-            if profiler is not None:
-                profiler.wait()
         rate = self.activities / (done - first)
         figures = {
             "ingest_per_s": rate,
@@ -267,6 +260,24 @@ class Bench:
             "load": load,
         }
         return figures, db
+
+    @contextlib.contextmanager
+    def _running(
+        self, tree: Path, config: Path, work: Path, label: str
+    ) -> Iterator[tuple[subprocess.Popen[bytes], float, float]]:
+        """The relay of ``tree`` on ``config`` (py-spy on it with ``--profile``, as
+        ``label``), stopped on leaving: yields (the process, the load average and the
+        servers' CPU seconds, both read just before it started)."""
+        load = loadavg()
+        servers = self.servers_cpu()
+        relay = _relay(tree, config, work / "relay.log")
+        profiler = self._profile(relay.pid, label)
+        try:
+            yield relay, load, servers
+        finally:
+            _stop(relay)
+            if profiler is not None:
+                profiler.wait()
 
     def _until(
         self, relay: subprocess.Popen[bytes], work: Path, finished: Callable[[], bool], what: str
@@ -327,13 +338,9 @@ class Bench:
             concurrency=self.args.concurrency,
         )
         _get(self.hook_port, "/_bench/reset")
-        load = loadavg()
-        servers = self.servers_cpu()
-        relay = _relay(tree, config, work / "relay.log")
-        profiler = self._profile(relay.pid, f"deliver{fanout}-{name}")
         samples: list[tuple[float, int, float]] = []
         loop_samples: list[tuple[float, int, float]] = []  # the main thread's (event loop)
-        try:
+        with self._running(tree, config, work, f"deliver{fanout}-{name}") as (relay, load, servers):
             deadline = time.monotonic() + self.args.timeout
             while True:
                 got = _get(self.hook_port, "/_bench/stats")["total"]
@@ -346,10 +353,6 @@ class Bench:
                 time.sleep(0.1)
             stats = _get(self.hook_port, "/_bench/stats")
             rss = peak_rss_mb(relay.pid)
-        finally:
-            _stop(relay)
-            if profiler is not None:
-                profiler.wait()
         seconds = stats["last"] - stats["first"]
         result = {
             "deliveries": expected,
@@ -391,11 +394,7 @@ class Bench:
         )
         _get(self.api_port, "/_bench/reset")
         _get(self.hook_port, "/_bench/reset")
-        load = loadavg()
-        servers = self.servers_cpu()
-        relay = _relay(tree, config, work / "relay.log")
-        profiler = self._profile(relay.pid, f"e2e-{name}")
-        try:
+        with self._running(tree, config, work, f"e2e-{name}") as (relay, load, servers):
             # Every activity archived and no delivery open: every event was delivered.
             cpu = self._until(
                 relay,
@@ -406,10 +405,6 @@ class Bench:
             rss = peak_rss_mb(relay.pid)
             stats = _get(self.hook_port, "/_bench/stats")
             first_request = _get(self.api_port, "/_bench/stats")["first_request"]
-        finally:
-            _stop(relay)
-            if profiler is not None:
-                profiler.wait()
         total = stats["total"]
         return {
             "deliveries": total,
