@@ -140,12 +140,13 @@ class Discovery(Scheduling):
                         continue
                     session = pending.listed
                 del self._pending[name]
-                await self._discovered(session, pending)
+                await self._discovered(session, pending, read=session is not pending.listed)
             finally:
                 self._announcing.discard(name)
 
-    async def _discovered(self, session: Session, pending: _Pending) -> None:
-        """A session seen for the first time: archive, announce, poll it now."""
+    async def _discovered(self, session: Session, pending: _Pending, *, read: bool) -> None:
+        """A session seen for the first time: archive, announce, poll it now. ``read``: the
+        ``session`` is the answer of its own GET (not the list item announced instead)."""
         baseline = self._is_baseline(session)
         # Archived and announced in one store call (see Store.archive_discovered).
         event = self._stamp(events.session_discovered(session, now=self._clock()))
@@ -166,6 +167,7 @@ class Discovery(Scheduling):
             first_seen=pending.first_seen,
             polled_update_time=None,
             listed_update_time=pending.listed.update_time,
+            read_at_discovery=read,
         )
         self._tracked[session.name] = tracked
         self._schedule(tracked, self._mono())

@@ -169,6 +169,9 @@ class _Tracked:
     listed_update_time: str | None = None
     due_at: float | None = None  # monotonic; None = idle, wait for discovery
     refresh: bool = False  # fetch the session after the next poll even if nothing new
+    #: The archived row is the session as discovery's own GET read it, and no poll has
+    #: ended since: the first poll reads it again only for activities newer than that.
+    read_at_discovery: bool = False
     #: Walk the next poll from the first activity, not from the cursor (see ``_on_listed``).
     sweep: bool = False
     last_polled: float | None = None  # monotonic

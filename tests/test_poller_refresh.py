@@ -1,0 +1,129 @@
+"""When a poll reads the session again after its walk: a session's first poll does only
+when the walk found activities newer than discovery's own read, and nothing is lost when a
+change slips between that read and the walk (the next list read catches it)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from .test_poller import Harness, _finish
+
+SETTLED_AFTER = 600.0  # seconds of the emulator's clock: a session is COMPLETED by then
+
+
+class StaleFirstRead(httpx.AsyncBaseTransport):
+    """Answers the first GET of each session as if read before it completed: state
+    ``IN_PROGRESS``, no outputs, every other field (``updateTime`` included) as it is."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self._inner = inner
+        self.rewritten: list[str] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self._inner.handle_async_request(request)
+        parts = request.url.path.strip("/").split("/")
+        if request.method != "GET" or len(parts) != 3 or parts[1] != "sessions":
+            return response
+        name = "/".join(parts[1:])
+        if name in self.rewritten:
+            return response
+        self.rewritten.append(name)
+        body = json.loads(await response.aread())
+        body["state"] = "IN_PROGRESS"
+        body.pop("outputs", None)
+        headers = [(k, v) for k, v in response.headers.items() if k != "content-length"]
+        return httpx.Response(response.status_code, json=body, headers=headers)
+
+
+async def _settled(h: Harness, prompt: str) -> str:
+    """A session with a pull request that completed before the relay looked."""
+    source = (await h.api.list_sources()).sources[0].name
+    session = await h.api.create_session(prompt, source=source, automation_mode="AUTO_CREATE_PR")
+    h.clock.now += SETTLED_AFTER
+    done = await h.api.get_session(session.name)
+    assert done.state == "COMPLETED" and done.outputs
+    return session.name
+
+
+def _types(h: Harness, name: str) -> list[str]:
+    return [e.type for e in h.store.store.iter_events(session=name)]
+
+
+@pytest.mark.anyio
+async def test_a_session_discovered_settled_is_read_once(tmp_path: Path) -> None:
+    async with Harness(tmp_path) as h:
+        name = await _settled(h, "Add a health check")
+        await _finish(h, name)
+        await h.round(10)  # and nothing more is asked later
+        # Discovery's GET is the only one: every activity predates what it read.
+        assert h.count("get_session") == 1
+        types = _types(h, name)
+        for wanted in ("session.discovered", "session.pull_request_opened", "session.completed"):
+            assert types.count(wanted) == 1, wanted
+        assert "session.state_changed" not in types  # it was COMPLETED when first seen
+        # The pull request before the completion, both after the activities.
+        assert types.index("session.pull_request_opened") < types.index("session.completed")
+        assert types.index("activity.session_completed") < types.index(
+            "session.pull_request_opened"
+        )
+
+
+@pytest.mark.anyio
+async def test_a_first_walk_past_discoverys_read_reads_the_session_again(tmp_path: Path) -> None:
+    async with Harness(tmp_path) as h:
+        source = (await h.api.list_sources()).sources[0].name
+        session = await h.api.create_session(
+            "Fix the flaky test", source=source, automation_mode="AUTO_CREATE_PR"
+        )
+        await h.poller.discover()  # read while it works
+        assert h.count("get_session") == 1
+        row = await h.store.get_session(session.name)
+        assert row is not None and row.state != "COMPLETED"
+        h.clock.now += SETTLED_AFTER  # it completes before its first poll walks
+        await h.poller.poll_due()
+        # The walk found activities newer than discovery's read: the session is read again
+        # at once, and its completion is told by this very poll.
+        assert h.count("get_session") == 2
+        types = _types(h, session.name)
+        assert "session.state_changed" in types
+        assert "session.pull_request_opened" in types
+        assert "session.completed" in types
+
+
+@pytest.mark.anyio
+async def test_a_change_discoverys_read_missed_is_told_after_the_next_list_read(
+    tmp_path: Path,
+) -> None:
+    stale: list[StaleFirstRead] = []
+
+    def wrap(inner: httpx.AsyncBaseTransport) -> httpx.AsyncBaseTransport:
+        stale.append(StaleFirstRead(inner))
+        return stale[0]
+
+    async with Harness(tmp_path, wrap=wrap) as h:
+        name = await _settled(h, "Rename the config key")
+        # Discovery reads it "still working" (the change slipped between that read and
+        # the walk), and its activities all predate the read: no second GET now...
+        await h.poller.discover()
+        await h.poller.poll_due()
+        assert stale[0].rewritten == [name]
+        assert h.count("get_session") == 1
+        types = _types(h, name)
+        assert "session.state_changed" not in types
+        assert "session.pull_request_opened" not in types
+        # ...the next list read shows the state it missed, and the refresh tells it all.
+        await h.round()
+        assert h.count("get_session") == 2
+        events = list(h.store.store.iter_events(session=name))
+        changed = [json.loads(e.body) for e in events if e.type == "session.state_changed"]
+        assert [(c["data"]["previous_state"], c["data"]["session"]["state"]) for c in changed] == [
+            ("IN_PROGRESS", "COMPLETED")
+        ]
+        types = [e.type for e in events]
+        assert types.count("session.pull_request_opened") == 1
+        assert types.count("session.completed") == 1
+        assert sorted(h.archived(name)) == sorted(await h.upstream_activities(name))
