@@ -25,7 +25,9 @@ at ``--live-rate`` per second; p50/p90 activity createTime -> arrival; (5) **e2e
 store, backfill on, one endpoint enabled from the start, so ingest and delivery share the
 relay (a first start on an account with history): deliveries per second from the first
 arrival to the last, and from the relay's first request. Then the bare loop.
-Medians over ``--reps``; the load average is printed with each figure.
+Medians over ``--reps``; the load average is printed with each figure. Before the first
+repetition each tree ingests once untimed (``--no-warmup`` skips it): the first relay of a
+run was the slowest, which penalised whichever tree came first.
 
     .venv/bin/python bench/throughput.py --tree after=src --tree before=/tmp/before/src
     .venv/bin/python bench/throughput.py --activities 25 --reps 1     # a quick look
@@ -650,6 +652,12 @@ def main() -> None:
         "--baseline-count", type=int, default=0, help="cap the bare loop's POSTs (0: as relay)"
     )
     parser.add_argument("--skip", action="append", default=[], help="ingest|fanout|latency|e2e")
+    parser.add_argument(
+        "--no-warmup",
+        dest="warmup",
+        action="store_false",
+        help="skip the untimed ingest of each tree before the first repetition",
+    )
     parser.add_argument("--json", type=Path, help="also write every figure here")
     parser.add_argument("--profile", type=Path, help="py-spy the relay, folded stacks here")
     parser.add_argument(
@@ -685,6 +693,12 @@ def main() -> None:
             work = args.workdir
         bench = Bench(args, work)
         try:
+            if args.warmup:
+                # The first relay of a run was the slowest (bytecode compiled, files read
+                # from disk): every tree runs once untimed, so no tree pays it in the figures.
+                for name, tree in trees:
+                    print(f"warm-up: {name}", flush=True)
+                    bench.ingest(name, tree)
             shared_db: Path | None = None
             if "ingest" in args.skip:
                 # One store, ingested once by the first tree, delivered from by every tree
