@@ -39,6 +39,26 @@ class StaleFirstRead(httpx.AsyncBaseTransport):
         return httpx.Response(response.status_code, json=body, headers=headers)
 
 
+class UndatedCompletion(httpx.AsyncBaseTransport):
+    """Answers activity pages with the ``createTime`` of the completion left out."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self._inner = inner
+        self.undated = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self._inner.handle_async_request(request)
+        if not request.url.path.endswith("/activities"):
+            return response
+        body = json.loads(await response.aread())
+        for activity in body.get("activities", []):
+            if "sessionCompleted" in activity:
+                del activity["createTime"]
+                self.undated += 1
+        headers = [(k, v) for k, v in response.headers.items() if k != "content-length"]
+        return httpx.Response(response.status_code, json=body, headers=headers)
+
+
 async def _settled(h: Harness, prompt: str) -> str:
     """A session with a pull request that completed before the relay looked."""
     source = (await h.api.list_sources()).sources[0].name
@@ -127,3 +147,24 @@ async def test_a_change_discoverys_read_missed_is_told_after_the_next_list_read(
         assert types.count("session.pull_request_opened") == 1
         assert types.count("session.completed") == 1
         assert sorted(h.archived(name)) == sorted(await h.upstream_activities(name))
+
+
+@pytest.mark.anyio
+async def test_an_undated_activity_is_not_taken_for_one_discovery_read_covered(
+    tmp_path: Path,
+) -> None:
+    undated: list[UndatedCompletion] = []
+
+    def wrap(inner: httpx.AsyncBaseTransport) -> httpx.AsyncBaseTransport:
+        undated.append(UndatedCompletion(inner))
+        return undated[0]
+
+    async with Harness(tmp_path, wrap=wrap) as h:
+        name = await _settled(h, "Drop the unused flag")
+        await h.poller.discover()
+        await h.poller.poll_due()
+        # Every other activity predates discovery's read, but the completion has no
+        # time to compare: the first walk reads the session again, as before.
+        assert undated[0].undated == 1
+        assert h.count("get_session") == 2
+        assert "activity.session_completed" in _types(h, name)

@@ -111,6 +111,11 @@ class SessionPoll(Scheduling):
         newest: datetime | None = None  # the newest createTime the walk saw (learning)
         # Whether an activity past the cursor may come with a state change or an output.
         telling = False
+        # A first walk right after discovery's own GET: whether every activity it finds is
+        # dated at or before that read (then the read already showed what they did).
+        first_after_read = tracked.read_at_discovery and row.last_polled_at is None
+        read = _moment(row.update_time) if first_after_read else None
+        within_read = read is not None
         refreshed: Session | None = None  # the session read again after the walk
         # Page by page, oldest first: the cursor only moves over what is archived (or
         # refused), so a walk that fails half way resumes without a gap.
@@ -135,16 +140,18 @@ class SessionPoll(Scheduling):
             accepted = await self._screen_names(tracked.name, page.activities)
             for activity in accepted:
                 telling = telling or _may_change_session(activity, row.activity_cursor)
-                newest = _later(newest, activity.create_time)
+                moment = _moment(activity.create_time)
+                newest = _later(newest, moment)
+                within_read = within_read and _not_after(moment, read)
             new += await self._ingest(session, accepted, deliver, cursor_limit=limit)
         tracked.sweep = False  # stays set if the walk failed: the retry sweeps again
-        if telling and tracked.read_at_discovery and row.last_polled_at is None:
+        if within_read:
             # The archived row is what discovery's own GET read just before this first
-            # walk: only an activity newer than that read can come with a change it did
-            # not show. A change without one moves the list's state or updateTime, which
-            # schedules a refresh like any later change. (A backfill: 2 requests per
-            # session instead of 3.)
-            telling = not _not_after(newest, row.update_time)
+            # walk, and no activity is newer than that read (nor undated): none of them
+            # can come with a change it did not show. A change without one moves the
+            # list's state or updateTime, which schedules a refresh like any later change.
+            # (A backfill: 2 requests per session instead of 3.)
+            telling = False
         tracked.read_at_discovery = False
         # Progress updates, most of a session's activities, change neither its state nor
         # its outputs: fetching the session after them would double the request count.
@@ -288,21 +295,21 @@ class SessionPoll(Scheduling):
             await self._ingest_session_events(row.name, found, deliver=deliver)
 
 
-def _not_after(moment: datetime | None, text: str) -> bool:
-    """Whether ``moment`` is known and not later than the timestamp ``text`` (unreadable:
-    not known to be)."""
-    if moment is None:
-        return False
+def _moment(text: str) -> datetime | None:
+    """The timestamp ``text`` (``None``: unreadable)."""
     try:
-        return moment <= parse_timestamp(text)
+        return parse_timestamp(text)
     except ValueError:
-        return False
+        return None
 
 
-def _later(best: datetime | None, text: str) -> datetime | None:
-    """The later of ``best`` and the timestamp ``text`` (unreadable: ignored)."""
-    try:
-        moment = parse_timestamp(text)
-    except ValueError:
+def _not_after(moment: datetime | None, bound: datetime | None) -> bool:
+    """Whether both are known and ``moment`` is not later than ``bound``."""
+    return moment is not None and bound is not None and moment <= bound
+
+
+def _later(best: datetime | None, moment: datetime | None) -> datetime | None:
+    """The later of the two (an unknown one is ignored)."""
+    if moment is None or (best is not None and best >= moment):
         return best
-    return moment if best is None or moment > best else best
+    return moment
