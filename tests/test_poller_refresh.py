@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -15,48 +16,63 @@ from .test_poller import Harness, _finish
 SETTLED_AFTER = 600.0  # seconds of the emulator's clock: a session is COMPLETED by then
 
 
-class StaleFirstRead(httpx.AsyncBaseTransport):
+class Rewrite(httpx.AsyncBaseTransport):
+    """Passes every request on; the JSON answers :meth:`edit` takes are changed by it."""
+
+    def __init__(self) -> None:
+        self._inner: httpx.AsyncBaseTransport | None = None  # set by harness()
+        self.edited: list[str] = []  # what each edit changed
+
+    def edit(self, request: httpx.Request, body: dict[str, Any]) -> bool:
+        raise NotImplementedError
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        assert self._inner is not None
+        response = await self._inner.handle_async_request(request)
+        if request.method != "GET" or response.status_code != 200:
+            return response
+        body = json.loads(await response.aread())
+        if not self.edit(request, body):
+            return response
+        headers = [(k, v) for k, v in response.headers.items() if k != "content-length"]
+        return httpx.Response(response.status_code, json=body, headers=headers)
+
+    def harness(self, tmp_path: Path) -> Harness:
+        """A :class:`Harness` whose relay client goes through this rewrite."""
+
+        def wrap(inner: httpx.AsyncBaseTransport) -> httpx.AsyncBaseTransport:
+            self._inner = inner
+            return self
+
+        return Harness(tmp_path, wrap=wrap)
+
+
+class StaleFirstRead(Rewrite):
     """Answers the first GET of each session as if read before it completed: state
     ``IN_PROGRESS``, no outputs, every other field (``updateTime`` included) as it is."""
 
-    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
-        self._inner = inner
-        self.rewritten: list[str] = []
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        response = await self._inner.handle_async_request(request)
+    def edit(self, request: httpx.Request, body: dict[str, Any]) -> bool:
         parts = request.url.path.strip("/").split("/")
-        if request.method != "GET" or len(parts) != 3 or parts[1] != "sessions":
-            return response
         name = "/".join(parts[1:])
-        if name in self.rewritten:
-            return response
-        self.rewritten.append(name)
-        body = json.loads(await response.aread())
+        if len(parts) != 3 or parts[1] != "sessions" or name in self.edited:
+            return False
+        self.edited.append(name)
         body["state"] = "IN_PROGRESS"
         body.pop("outputs", None)
-        headers = [(k, v) for k, v in response.headers.items() if k != "content-length"]
-        return httpx.Response(response.status_code, json=body, headers=headers)
+        return True
 
 
-class UndatedCompletion(httpx.AsyncBaseTransport):
+class UndatedCompletion(Rewrite):
     """Answers activity pages with the ``createTime`` of the completion left out."""
 
-    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
-        self._inner = inner
-        self.undated = 0
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        response = await self._inner.handle_async_request(request)
+    def edit(self, request: httpx.Request, body: dict[str, Any]) -> bool:
         if not request.url.path.endswith("/activities"):
-            return response
-        body = json.loads(await response.aread())
+            return False
         for activity in body.get("activities", []):
             if "sessionCompleted" in activity:
                 del activity["createTime"]
-                self.undated += 1
-        headers = [(k, v) for k, v in response.headers.items() if k != "content-length"]
-        return httpx.Response(response.status_code, json=body, headers=headers)
+                self.edited.append(activity["name"])
+        return True
 
 
 async def _settled(h: Harness, prompt: str) -> str:
@@ -67,6 +83,14 @@ async def _settled(h: Harness, prompt: str) -> str:
     done = await h.api.get_session(session.name)
     assert done.state == "COMPLETED" and done.outputs
     return session.name
+
+
+async def _first_poll_of_settled(h: Harness, prompt: str) -> str:
+    """:func:`_settled`, then discovered and polled once."""
+    name = await _settled(h, prompt)
+    await h.poller.discover()
+    await h.poller.poll_due()
+    return name
 
 
 def _types(h: Harness, name: str) -> list[str]:
@@ -118,19 +142,12 @@ async def test_a_first_walk_past_discoverys_read_reads_the_session_again(tmp_pat
 async def test_a_change_discoverys_read_missed_is_told_after_the_next_list_read(
     tmp_path: Path,
 ) -> None:
-    stale: list[StaleFirstRead] = []
-
-    def wrap(inner: httpx.AsyncBaseTransport) -> httpx.AsyncBaseTransport:
-        stale.append(StaleFirstRead(inner))
-        return stale[0]
-
-    async with Harness(tmp_path, wrap=wrap) as h:
-        name = await _settled(h, "Rename the config key")
+    stale = StaleFirstRead()
+    async with stale.harness(tmp_path) as h:
         # Discovery reads it "still working" (the change slipped between that read and
         # the walk), and its activities all predate the read: no second GET now...
-        await h.poller.discover()
-        await h.poller.poll_due()
-        assert stale[0].rewritten == [name]
+        name = await _first_poll_of_settled(h, "Rename the config key")
+        assert stale.edited == [name]
         assert h.count("get_session") == 1
         types = _types(h, name)
         assert "session.state_changed" not in types
@@ -153,18 +170,11 @@ async def test_a_change_discoverys_read_missed_is_told_after_the_next_list_read(
 async def test_an_undated_activity_is_not_taken_for_one_discovery_read_covered(
     tmp_path: Path,
 ) -> None:
-    undated: list[UndatedCompletion] = []
-
-    def wrap(inner: httpx.AsyncBaseTransport) -> httpx.AsyncBaseTransport:
-        undated.append(UndatedCompletion(inner))
-        return undated[0]
-
-    async with Harness(tmp_path, wrap=wrap) as h:
-        name = await _settled(h, "Drop the unused flag")
-        await h.poller.discover()
-        await h.poller.poll_due()
+    undated = UndatedCompletion()
+    async with undated.harness(tmp_path) as h:
+        name = await _first_poll_of_settled(h, "Drop the unused flag")
         # Every other activity predates discovery's read, but the completion has no
         # time to compare: the first walk reads the session again, as before.
-        assert undated[0].undated == 1
+        assert len(undated.edited) == 1
         assert h.count("get_session") == 2
         assert "activity.session_completed" in _types(h, name)
