@@ -239,12 +239,36 @@ class Bench:
             proc.kill()
             proc.wait()
 
+    def _configure(
+        self,
+        work: Path,
+        endpoints: list[tuple[str, bool]],
+        *,
+        concurrency: int | None = None,
+        api_port: int | None = None,
+        live: bool = False,
+    ) -> Path:
+        """Write a relay's config in ``work`` (its store ``work/relay.db``, this run's
+        receiver and secret; the stand-in at ``api_port``, by default the backlog one)
+        and return its path."""
+        config = work / "config.toml"
+        _config(
+            config,
+            work / "relay.db",
+            self.api_port if api_port is None else api_port,
+            self.hook_port,
+            self.secret,
+            endpoints,
+            concurrency=self.args.concurrency if concurrency is None else concurrency,
+            live=live,
+        )
+        return config
+
     def ingest(self, name: str, tree: Path) -> tuple[dict[str, float], Path]:
         work = Path(tempfile.mkdtemp(dir=self.tmp, prefix=f"ingest-{name}-"))
         db = work / "relay.db"
-        config = work / "config.toml"
         names = [("e1", False), ("e2", False), ("e3", False), ("e4", False)]
-        _config(config, db, self.api_port, self.hook_port, self.secret, names, concurrency=16)
+        config = self._configure(work, names, concurrency=16)
         _get(self.api_port, "/_bench/reset")
         with self._running(tree, config, work, f"ingest-{name}") as (relay, load, servers):
             cpu = self._until(
@@ -330,17 +354,7 @@ class Bench:
                 cmd, capture_output=True, text=True, env=_env(tree), check=True
             ).stdout
             expected += int(re.search(r"queued (\d+)", out).group(1))  # type: ignore[union-attr]
-        config = work / "config.toml"
-        endpoints = [(e, True) for e in names]
-        _config(
-            config,
-            db,
-            self.api_port,
-            self.hook_port,
-            self.secret,
-            endpoints,
-            concurrency=self.args.concurrency,
-        )
+        config = self._configure(work, [(e, True) for e in names])
         _get(self.hook_port, "/_bench/reset")
         samples: list[tuple[float, int, float]] = []
         loop_samples: list[tuple[float, int, float]] = []  # the main thread's (event loop)
@@ -386,16 +400,7 @@ class Bench:
         the relay's first request to the last arrival."""
         work = Path(tempfile.mkdtemp(dir=self.tmp, prefix=f"e2e-{name}-"))
         db = work / "relay.db"
-        config = work / "config.toml"
-        _config(
-            config,
-            db,
-            self.api_port,
-            self.hook_port,
-            self.secret,
-            [("e1", True)],
-            concurrency=self.args.concurrency,
-        )
+        config = self._configure(work, [("e1", True)])
         _get(self.api_port, "/_bench/reset")
         _get(self.hook_port, "/_bench/reset")
         with self._running(tree, config, work, f"e2e-{name}") as (relay, load, servers):
@@ -424,18 +429,7 @@ class Bench:
     def latency(self, name: str, tree: Path) -> dict[str, float]:
         work = Path(tempfile.mkdtemp(dir=self.tmp, prefix=f"latency-{name}-"))
         live, port = _spawn(["standin", "--mode", "live", "--sessions", "20"])
-        db = work / "relay.db"
-        config = work / "config.toml"
-        _config(
-            config,
-            db,
-            port,
-            self.hook_port,
-            self.secret,
-            [("lat", True)],
-            concurrency=self.args.concurrency,
-            live=True,
-        )
+        config = self._configure(work, [("lat", True)], api_port=port, live=True)
         _get(self.hook_port, "/_bench/reset")
         relay = _relay(tree, config, work / "relay.log")
         rate, seconds = self.args.live_rate, 10.0
