@@ -361,6 +361,24 @@ class StoreCore(
                 (next_poll_at, polled_update_time, polled_at, poll_errors, name),
             )
 
+    def finish_poll(
+        self,
+        name: str,
+        fresh: Session | None,
+        *,
+        baseline: bool,
+        next_poll_at: float | None,
+        polled_update_time: str,
+    ) -> None:
+        """The end of a session's activity poll, in one call: the session read again after
+        the walk (``fresh``, when it was) archived as :meth:`upsert_session` does, then the
+        poll recorded and the next one scheduled as :meth:`schedule_poll` does. Each step
+        commits as it does when called alone (the session's events were archived before);
+        one hand-off to the store's thread instead of two."""
+        if fresh is not None:
+            self.upsert_session(fresh, baseline=baseline)
+        self.schedule_poll(name, next_poll_at, polled_update_time=polled_update_time)
+
     # ----------------------------------------------------------------- upstream
 
     def record_upstream(self, label: str, status: int | str | None, at: float) -> None:

@@ -41,15 +41,6 @@ class IngestQueries:
             self, account: str | None = None
         ) -> list[tuple[str, list[str], dict[str, list[str]]]]: ...
         def upsert_session(self, session: Session, *, baseline: bool) -> SessionRow: ...
-        def schedule_poll(
-            self,
-            name: str,
-            next_poll_at: float | None,
-            *,
-            polled_update_time: str | None = None,
-            polled_at: float | None = None,
-            poll_errors: int | None = None,
-        ) -> None: ...
         def set_session_account(self, name: str, account: str) -> None: ...
 
     def _insert_events(
@@ -234,24 +225,6 @@ class IngestQueries:
         if account is not None:
             self.set_session_account(session.name, account)
         return self.ingest_session_events(session.name, [event], not baseline)
-
-    def finish_poll(
-        self,
-        name: str,
-        fresh: Session | None,
-        *,
-        baseline: bool,
-        next_poll_at: float | None,
-        polled_update_time: str,
-    ) -> None:
-        """The end of a session's activity poll, in one call: the session read again after
-        the walk (``fresh``, when it was) archived as :meth:`upsert_session` does, then the
-        poll recorded and the next one scheduled as :meth:`schedule_poll` does. Each step
-        commits as it does when called alone (the session's events were archived before);
-        one hand-off to the store's thread instead of two."""
-        if fresh is not None:
-            self.upsert_session(fresh, baseline=baseline)
-        self.schedule_poll(name, next_poll_at, polled_update_time=polled_update_time)
 
     def ingest_activities(
         self,
