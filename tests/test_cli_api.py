@@ -18,6 +18,7 @@ import httpx
 import pytest
 from click.testing import CliRunner, Result
 
+from sessionhook.api.client import DEFAULT_API_KEY_HEADER
 from sessionhook.api.errors import NotFoundError
 from sessionhook.api.models import ErrorDetail
 from sessionhook.cli import cli
@@ -454,6 +455,22 @@ def test_api_key_header_option(h: Harness) -> None:
     assert result.exit_code == 0
     assert seen[0]["x-other-key"] == KEY
     assert "x-vendor-api-key" not in seen[0]
+
+
+def test_api_key_header_default_is_the_clients_and_help_names_it() -> None:
+    # --help spells the default out (it must not import the client to know it).
+    seen: list[httpx.Headers] = []
+
+    def record(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers)
+        return httpx.Response(200, json={})
+
+    runtime = Runtime(transport=httpx.MockTransport(record))
+    env = {"SESSIONHOOK_API_KEY": KEY}
+    assert CliRunner().invoke(cli, ["sources", "list"], obj=runtime, env=env).exit_code == 0
+    assert seen[0][DEFAULT_API_KEY_HEADER] == KEY
+    shown = CliRunner().invoke(cli, ["sources", "list", "--help"]).stdout
+    assert f"[default: {DEFAULT_API_KEY_HEADER}]" in " ".join(shown.split())
 
 
 def test_help_lists_every_command() -> None:

@@ -45,6 +45,7 @@ from click.testing import CliRunner, Result
 from sessionhook.cli import cli, ops
 from sessionhook.emulator.app import create_app as create_emulator
 from sessionhook.relay import health, operator
+from sessionhook.relay.operator import PING_TYPE, ping_event
 from sessionhook.relay.signing import decode_secret, generate_secret
 from sessionhook.relay.store import PostgresStore, Store, StoreCore
 
@@ -575,7 +576,7 @@ def test_endpoints_test_sends_a_signed_ping(run: RelayRun) -> None:
     assert "answer:" in out and "200" in out
     # verified by the reference Standard Webhooks implementation in the receiver
     ping = ci.arrivals[before]
-    assert ping.type == ops.PING_TYPE and ping.answered == 200
+    assert ping.type == PING_TYPE and ping.answered == 200
     assert f"webhook-id {ping.event_id}" in out
     assert not ci.rejected
 
@@ -616,7 +617,7 @@ def test_endpoints_test_needs_no_api_key(run: RelayRun, tmp_path: Path) -> None:
     before = len(ci.arrivals)
     out = ok("endpoints", "test", "ci", "--config", str(keyless))
     assert "200" in out
-    assert ci.arrivals[before].type == ops.PING_TYPE and not ci.rejected
+    assert ci.arrivals[before].type == PING_TYPE and not ci.rejected
 
 
 def test_endpoints_test_unknown_endpoint(run: RelayRun) -> None:
@@ -653,7 +654,7 @@ def test_events_ndjson_is_the_delivered_bodies(run: RelayRun) -> None:
     delivered = {
         a.event_id: a.body
         for a in run.receivers["ci"].first_deliveries()
-        if a.type != ops.PING_TYPE  # from the `endpoints test` test
+        if a.type != PING_TYPE  # from the `endpoints test` test
     }
     assert delivered and {line["id"] for line in lines} == set(delivered)
     for line in lines:
@@ -847,7 +848,7 @@ def test_endpoints_test_shapes_the_ping_like_the_endpoints_deliveries(
     before = len(ci.arrivals)
     ok("endpoints", "test", "ci", "--config", str(thin))
     ping = ci.arrivals[before]
-    assert ping.type == ops.PING_TYPE and not ci.rejected
+    assert ping.type == PING_TYPE and not ci.rejected
     # The thin payload keeps the type and the session summary, not the ping's message.
-    assert "message" in json.loads(ops.ping_event("ci", 0)[1])["data"]
+    assert "message" in json.loads(ping_event("ci", 0)[1])["data"]
     assert "message" not in ping.body["data"] and "session" in ping.body["data"]

@@ -50,7 +50,7 @@ def test_run_tunes_the_collector_and_run_once_does_not(tmp_path: Path) -> None:
     config.write_text(f'[store]\npath = "{tmp_path / "relay.db"}"\n')
     script = f"""
         import gc, json, os, sys
-        import sessionhook.cli.relay as relay
+        import anyio
         from sessionhook.cli import cli
 
         seen = {{}}
@@ -59,7 +59,7 @@ def test_run_tunes_the_collector_and_run_once_does_not(tmp_path: Path) -> None:
             seen[fn.__name__] = [gc.get_freeze_count(), gc.get_threshold()[0]]
             return 0
 
-        relay.anyio.run = fake_run
+        anyio.run = fake_run  # `run` imports anyio when it runs
         os.environ["SESSIONHOOK_API_KEY"] = "test-key-0123456789"
         for args in (["--once"], []):
             try:

@@ -8,11 +8,20 @@ Each check runs in a fresh interpreter: this test process has psycopg loaded alr
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
+import pytest
+
+from sessionhook.emulator.app import create_app
 from sessionhook.relay.store import database_errors, store_failures
 
 from .conftest import Backend, run_python
+from .standin import LoopbackServer
 
 
 def _run(script: str, tmp_path: Path) -> str:
@@ -114,3 +123,87 @@ def test_a_postgresql_error_is_a_store_failure_once_postgresql_is_open(backend: 
         assert "sqlite3" in names
     finally:
         store.close()
+
+
+# --------------------------------------------------------------------------- the command line
+
+#: What a command that does not need them must not import (issue 20: `sessionhook --help`
+#: took a second of CPU importing the relay). The relay's vocabulary module imports nothing.
+_RELAY_LIGHT = {"sessionhook.relay", "sessionhook.relay.delivery_states"}
+_NEVER_FOR_THE_API = (
+    "sqlite3",
+    "sqlite_utils",
+    "psycopg",
+    "aiohttp",
+    "starlette",
+    "uvicorn",
+    "jinja2",
+    "structlog",
+    "cryptography",
+    "prometheus_client",
+)
+_NOT_FOR_HELP = (*_NEVER_FOR_THE_API, "sessionhook.api", "httpx", "httpcore", "pydantic", "anyio")
+
+
+def _loaded_by(args: list[str], tmp_path: Path, env: dict[str, str] | None = None) -> set[str]:
+    """The modules a ``sessionhook`` command line loads, run through the console entry point
+    in a fresh interpreter; the command must exit 0."""
+    script = textwrap.dedent(
+        f"""
+        import json, sys
+        sys.argv = ["sessionhook", *{args!r}]
+        from sessionhook.__main__ import main
+        try:
+            main()
+        except SystemExit as exc:
+            code = exc.code
+        print(json.dumps({{"code": code, "modules": sorted(sys.modules)}}), file=sys.stderr)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "SESSIONHOOK_CONFIG": str(tmp_path / "absent.toml"), **(env or {})},
+    )
+    report = json.loads(done.stderr.strip().splitlines()[-1])
+    assert report["code"] == 0, done.stderr
+    return set(report["modules"])
+
+
+def _under(modules: set[str], roots: tuple[str, ...]) -> list[str]:
+    return sorted(m for m in modules if m in roots or m.startswith(tuple(f"{r}." for r in roots)))
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--help"],
+        ["sessions", "--help"],
+        ["sessions", "list", "--help"],
+        ["status", "--help"],
+        ["run", "--help"],
+        ["store", "copy", "--help"],
+    ],
+    ids=" ".join,
+)
+def test_help_loads_neither_the_relay_nor_the_api_client(args: list[str], tmp_path: Path) -> None:
+    loaded = _loaded_by(args, tmp_path)
+    assert "sessionhook.cli" in loaded  # the command line itself ran
+    assert _under(loaded, _NOT_FOR_HELP) == []
+    assert sorted(m for m in loaded if m.startswith("sessionhook.relay")) == sorted(_RELAY_LIGHT)
+
+
+def test_an_api_command_loads_the_client_but_not_the_relay(tmp_path: Path) -> None:
+    server = LoopbackServer(create_app(api_keys=["lazy-key"], seed=3))
+    server.start()
+    try:
+        env = {"SESSIONHOOK_API_KEY": "lazy-key", "SESSIONHOOK_BASE_URL": server.url}
+        loaded = _loaded_by(["sessions", "list"], tmp_path, env)
+    finally:
+        server.stop()
+    assert "sessionhook.api.client" in loaded  # it did call the service
+    assert _under(loaded, _NEVER_FOR_THE_API) == []
+    assert sorted(m for m in loaded if m.startswith("sessionhook.relay")) == sorted(_RELAY_LIGHT)

@@ -30,5 +30,8 @@ from . import (  # noqa: E402, F401
 
 
 def main() -> None:
-    """Console entry point."""
-    cli()
+    """The ``sessionhook`` command (see :func:`sessionhook.__main__.main`, which installs
+    as the console script and also catches a Ctrl-C while this package is imported)."""
+    from ..__main__ import main as entry
+
+    entry()

@@ -26,14 +26,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any, Final, TypeVar
 
-import anyio
 import click
-import httpx
 
-from ..api.errors import ApiError, ApiStatusError
 from ..redact import redact_userinfo
 
-if TYPE_CHECKING:  # the relay is not imported by the API CLI at run time
+if TYPE_CHECKING:
+    # Imported where they are used: `sessionhook --help` loads neither httpx nor the API
+    # client nor the relay (about 1 s of CPU together; issue 20).
+    import httpx
+
+    from ..api.errors import ApiError
     from ..relay.netguard import AddressPolicy, Resolver
 
 __all__ = [
@@ -119,6 +121,8 @@ def register_user_error(exc_type: type[Exception], *, exit_code: int = 2) -> Non
 
 
 def _api_message(exc: ApiError) -> str:
+    from ..api.errors import ApiStatusError
+
     message = str(exc)
     if exc.attempts > 1:
         message += f", after {exc.attempts} attempts"
@@ -130,6 +134,8 @@ def _api_message(exc: ApiError) -> str:
 def _as_cli_error(exc: BaseException) -> CliError | None:
     if isinstance(exc, CliError):
         return exc
+    from ..api.errors import ApiError
+
     if isinstance(exc, ApiError):
         return CliError(_api_message(exc), hint=exc.hint, exit_code=1)
     for exc_type, exit_code in _user_errors.items():
@@ -162,6 +168,8 @@ def handle_errors() -> Iterator[None]:
 
 def run(main: Callable[[], Awaitable[_T]]) -> _T:
     """``anyio.run(main)`` with errors reported as by :func:`handle_errors`."""
+    import anyio
+
     with handle_errors():
         return anyio.run(main)
 
@@ -203,6 +211,8 @@ def current_runtime() -> Runtime:
 
 def http_client(*, timeout: float) -> httpx.AsyncClient:
     """A fresh :class:`httpx.AsyncClient` for one command (redirects are not followed)."""
+    import httpx
+
     return httpx.AsyncClient(
         transport=current_runtime().transport,
         timeout=httpx.Timeout(timeout),

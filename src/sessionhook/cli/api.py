@@ -14,25 +14,19 @@ import os
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
-import anyio
 import click
 
-from ..api.client import (
-    AUTO_CREATE_PR,
-    DEFAULT_API_KEY_HEADER,
-    RetryPolicy,
-    SessionsClient,
-    activity_name,
-    api_root,
-    session_name,
-    source_name,
-)
-from ..api.models import Activity, Artifact, Session, Source, parse_timestamp
 from . import cli
 from ._output import CliError, current_runtime, echo_json, http_client, render_fields, render_table
 from ._output import run as run_async
+
+if TYPE_CHECKING:
+    # The client (httpx, pydantic: about 0.3 s of CPU) is imported when a command calls
+    # the service, not by `--help` or a usage error.
+    from ..api.client import SessionsClient
+    from ..api.models import Activity, Artifact, Session, Source
 
 __all__ = ["DEFAULT_BASE_URL", "ENV_API_KEY", "ENV_BASE_URL", "activities", "sessions", "sources"]
 
@@ -40,7 +34,7 @@ ENV_BASE_URL: Final = "SESSIONHOOK_BASE_URL"
 ENV_API_KEY: Final = "SESSIONHOOK_API_KEY"
 DEFAULT_BASE_URL: Final = "http://127.0.0.1:8080"
 #: Someone waits at a terminal: give up after about 3 s of backoff, not the library's 15.
-CLI_RETRY: Final = RetryPolicy(max_attempts=3)
+CLI_ATTEMPTS: Final = 3
 
 _T = TypeVar("_T")
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -54,12 +48,14 @@ class ApiOptions:
     """The options every API command takes."""
 
     base_url: str
-    api_key_header: str
+    api_key_header: str | None  # None: the client's default
     timeout: float
     as_json: bool
 
 
 def _check_base_url(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    from ..api.client import api_root
+
     try:
         api_root(value)
     except ValueError as exc:
@@ -84,9 +80,10 @@ def api_options(func: Callable[..., None]) -> Callable[..., None]:
     )
     @click.option(
         "--api-key-header",
-        default=DEFAULT_API_KEY_HEADER,
-        show_default=True,
-        help="Header that carries the key from $SESSIONHOOK_API_KEY.",
+        metavar="NAME",
+        # The client's DEFAULT_API_KEY_HEADER, spelled out so that --help needs no client
+        # (tests/test_cli_api.py holds the two together).
+        help="Header that carries the key from $SESSIONHOOK_API_KEY  [default: x-vendor-api-key]",
     )
     @click.option(
         "--timeout",
@@ -100,7 +97,7 @@ def api_options(func: Callable[..., None]) -> Callable[..., None]:
     def wrapper(
         *args: Any,
         base_url: str,
-        api_key_header: str,
+        api_key_header: str | None,
         timeout: float,
         as_json: bool,
         **kwargs: Any,
@@ -123,6 +120,10 @@ def _api_key() -> str:
 
 def _call(api: ApiOptions, action: Callable[[SessionsClient], Awaitable[_T]]) -> _T:
     """Run ``action`` with a client in a fresh event loop; errors become one line."""
+    import anyio
+
+    from ..api.client import DEFAULT_API_KEY_HEADER, RetryPolicy, SessionsClient
+
     key = _api_key()
     runtime = current_runtime()
 
@@ -132,9 +133,9 @@ def _call(api: ApiOptions, action: Callable[[SessionsClient], Awaitable[_T]]) ->
                 http,
                 base_url=api.base_url,
                 api_key=key,
-                api_key_header=api.api_key_header,
+                api_key_header=api.api_key_header or DEFAULT_API_KEY_HEADER,
                 timeout=api.timeout,
-                retry=CLI_RETRY,
+                retry=RetryPolicy(max_attempts=CLI_ATTEMPTS),
                 sleep=runtime.sleep or anyio.sleep,
             )
             return await action(client)
@@ -146,8 +147,13 @@ async def _collect(items: AsyncIterator[_T]) -> list[_T]:
     return [item async for item in items]
 
 
-def _name_arg(parse: Callable[[str], str]) -> Callable[[click.Context, click.Parameter, str], str]:
+def _name_arg(kind: str) -> Callable[[click.Context, click.Parameter, str], str]:
+    """A click callback making ``value`` the full name of a ``session`` or a ``source``."""
+
     def callback(ctx: click.Context, param: click.Parameter, value: str) -> str:
+        from ..api.client import session_name, source_name
+
+        parse = session_name if kind == "session" else source_name
         try:
             return parse(value)
         except ValueError as exc:
@@ -159,6 +165,8 @@ def _name_arg(parse: Callable[[str], str]) -> Callable[[click.Context, click.Par
 def _check_time(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     if value is None:
         return None
+    from ..api.models import parse_timestamp
+
     try:
         parse_timestamp(value)
     except ValueError:
@@ -179,6 +187,8 @@ def _when(timestamp: str) -> str:
     """A timestamp for people: seconds precision, UTC."""
     if not timestamp:
         return ""
+    from ..api.models import parse_timestamp
+
     try:
         return parse_timestamp(timestamp).strftime("%Y-%m-%d %H:%M:%SZ")
     except ValueError:
@@ -275,7 +285,7 @@ def sessions_list(
 
 
 @sessions.command("get")
-@click.argument("session", callback=_name_arg(session_name))
+@click.argument("session", callback=_name_arg("session"))
 @api_options
 def sessions_get(session: str, api: ApiOptions) -> None:
     """Show one session: SESSION is sessions/<id> or <id>."""
@@ -316,6 +326,8 @@ def sessions_create(
         raise click.UsageError("a prompt is required: PROMPT, --prompt TEXT or --prompt -")
     if branch and not source:
         raise click.UsageError("--branch needs --source")
+    from ..api.client import AUTO_CREATE_PR, source_name
+
     if source is not None:
         try:
             source = source_name(source)
@@ -341,7 +353,7 @@ def sessions_create(
 
 
 @sessions.command("delete")
-@click.argument("session", callback=_name_arg(session_name))
+@click.argument("session", callback=_name_arg("session"))
 @api_options
 def sessions_delete(session: str, api: ApiOptions) -> None:
     """Delete SESSION (sessions/<id> or <id>)."""
@@ -353,7 +365,7 @@ def sessions_delete(session: str, api: ApiOptions) -> None:
 
 
 @sessions.command("message")
-@click.argument("session", callback=_name_arg(session_name))
+@click.argument("session", callback=_name_arg("session"))
 @click.argument("prompt")
 @api_options
 def sessions_message(session: str, prompt: str, api: ApiOptions) -> None:
@@ -369,7 +381,7 @@ def sessions_message(session: str, prompt: str, api: ApiOptions) -> None:
 
 
 @sessions.command("approve")
-@click.argument("session", callback=_name_arg(session_name))
+@click.argument("session", callback=_name_arg("session"))
 @api_options
 def sessions_approve(session: str, api: ApiOptions) -> None:
     """Approve the pending plan of SESSION."""
@@ -463,7 +475,7 @@ def _activity_details(activity: Activity) -> str:
 
 
 @activities.command("list")
-@click.argument("session", callback=_name_arg(session_name))
+@click.argument("session", callback=_name_arg("session"))
 @_page_options
 @click.option(
     "--create-time",
@@ -512,6 +524,8 @@ def activities_list(
 @api_options
 def activities_get(name: str, activity_id: str | None, api: ApiOptions) -> None:
     """Show one activity: NAME is sessions/<id>/activities/<id>, or SESSION ACTIVITY_ID."""
+    from ..api.client import activity_name
+
     try:
         full_name = activity_name(name, activity_id)
     except ValueError as exc:
@@ -601,7 +615,7 @@ def sources_list(
 
 
 @sources.command("get")
-@click.argument("source", callback=_name_arg(source_name))
+@click.argument("source", callback=_name_arg("source"))
 @api_options
 def sources_get(source: str, api: ApiOptions) -> None:
     """Show one source and its branches: SOURCE is sources/github/<o>/<r> or github/<o>/<r>."""

@@ -31,14 +31,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any, Final, TypeVar
+from typing import IO, TYPE_CHECKING, Any, Final, TypeVar
 
 import click
 
-from ..api.models import parse_timestamp
-from ..relay.config import Config, ConfigError, load_config
-from ..relay.operator import DELIVERY_STATUSES, PING_TYPE, OperatorError, ping_event
-from ..relay.store import EventRow, StoreCore, StoreError, database_errors, open_store
 from ._output import (
     DEFAULT_CONFIG,
     ENV_CONFIG,
@@ -48,26 +44,35 @@ from ._output import (
 )
 from ._output import config_path as _config_file
 
-__all__ = [
-    "DEFAULT_CONFIG",
-    "DELIVERY_STATUSES",
-    "ENV_CONFIG",
-    "PING_TYPE",
-    "parse_headers",
-    "parse_time",
-    "ping_event",
-]
+if TYPE_CHECKING:
+    # The relay (config, store, operator: most of a second of CPU) is imported by the
+    # command that runs, not by `sessionhook --help` or another group's command.
+    from ..relay.config import Config
+    from ..relay.store import EventRow, StoreCore
 
-# psycopg's pool logs each failed (re)connection at WARNING, which Python would print raw
-# on a terminal: a command reports an unreachable database itself, in one line. (A handler
-# here only keeps the last-resort printer away: the daemon's own log still gets them.)
-logging.getLogger("psycopg.pool").addHandler(logging.NullHandler())
-
-register_user_error(ConfigError, exit_code=2)
-register_user_error(StoreError, exit_code=1)
-register_user_error(OperatorError, exit_code=1)
+__all__ = ["DEFAULT_CONFIG", "ENV_CONFIG", "parse_headers", "parse_time"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _relay_errors() -> tuple[type[Exception], ...]:
+    """Register the relay's user errors (one line each) and return the database errors.
+
+    Called when an operator command starts, the moment it imports the relay anyway.
+    """
+    from ..relay.config import ConfigError
+    from ..relay.operator import OperatorError
+    from ..relay.store import StoreError, database_errors
+
+    # psycopg's pool logs each failed (re)connection at WARNING, which Python would print
+    # raw on a terminal: a command reports an unreachable database itself, in one line. (A
+    # handler here only keeps the last-resort printer away: the daemon's own log still
+    # gets them.)
+    logging.getLogger("psycopg.pool").addHandler(logging.NullHandler())
+    register_user_error(ConfigError, exit_code=2)
+    register_user_error(StoreError, exit_code=1)
+    register_user_error(OperatorError, exit_code=1)
+    return database_errors()
 
 
 # --------------------------------------------------------------------------- parsing
@@ -83,6 +88,8 @@ def parse_time(text: str, now: float) -> float:
         return now
     if match := _AGE.match(text):
         return now - float(match.group(1)) * _UNIT_SECONDS[match.group(2).lower()]
+    from ..api.models import parse_timestamp
+
     try:
         return parse_timestamp(text).timestamp()
     except ValueError:
@@ -219,10 +226,11 @@ def _reported(fn: Callable[..., None]) -> Callable[..., None]:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> None:
+        database_errors = _relay_errors()
         with handle_errors():
             try:
                 fn(*args, **kwargs)
-            except database_errors() as exc:
+            except database_errors as exc:
                 raise CliError(
                     f"database error: {exc}", hint="is the file a sessionhook database?"
                 ) from None
@@ -233,6 +241,8 @@ def _reported(fn: Callable[..., None]) -> Callable[..., None]:
 def _target(config_path: str | None, db_path: str | None, *, need_config: bool = False) -> _Target:
     if db_path is not None and not need_config:
         return _Target(Path(db_path), None, None)
+    from ..relay.config import load_config
+
     path = _config_file(config_path)
     # Only `endpoints test` needs secrets, and only the endpoints': it never calls the API.
     config = load_config(path, resolve_secrets=need_config, need_api_key=False)
@@ -250,6 +260,8 @@ def _require_db(target: _Target) -> None:
 
 @contextmanager
 def _reading(config_path: str | None, db_path: str | None) -> Iterator[StoreCore]:
+    from ..relay.store import open_store
+
     target = _target(config_path, db_path)
     _require_db(target)
     with open_store(target, readonly=True) as store:
@@ -258,6 +270,8 @@ def _reading(config_path: str | None, db_path: str | None) -> Iterator[StoreCore
 
 @contextmanager
 def _writing(config_path: str | None, db_path: str | None) -> Iterator[StoreCore]:
+    from ..relay.store import open_store
+
     target = _target(config_path, db_path)
     _require_db(target)  # never create an empty database by mistake
     with open_store(target) as store:

@@ -10,21 +10,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict
+from typing import TYPE_CHECKING
 
 import click
 
-from ..relay import operator
-from ..relay.operator import DELIVERY_STATUSES
-from ..relay.replica import replica_health
-from ..relay.store import (
-    OPEN_STATUSES,
-    AttemptRow,
-    DeliveryRow,
-    HistoryProgress,
-    RefusedSummary,
-    ReplicaRow,
-    UpstreamSummary,
-)
+from ..relay.delivery_states import DELIVERY_STATUSES
 from . import cli
 from ._output import echo_json, render_fields, render_table
 from .ops import (
@@ -36,6 +26,16 @@ from .ops import (
     _stamp_ago,
     _store_options,
 )
+
+if TYPE_CHECKING:
+    from ..relay.store import (
+        AttemptRow,
+        DeliveryRow,
+        HistoryProgress,
+        RefusedSummary,
+        ReplicaRow,
+        UpstreamSummary,
+    )
 
 __all__ = ["attempts", "deliveries", "status"]
 
@@ -49,6 +49,8 @@ __all__ = ["attempts", "deliveries", "status"]
 @_reported
 def status(config_path: str | None, db_path: str | None, as_json: bool) -> None:
     """Endpoints (enabled or why not, backlog, last hour, last error) and upstream polling."""
+    from ..relay import operator
+
     now = time.time()
     with _reading(config_path, db_path) as store:
         overview = operator.status(store, now)
@@ -120,6 +122,8 @@ def status(config_path: str | None, db_path: str | None, as_json: bool) -> None:
 
 def _replica_json(r: ReplicaRow, now: float) -> dict[str, object]:
     """A replica for ``status --json``: its row and its health at ``now``."""
+    from ..relay.replica import replica_health
+
     return {**asdict(r), "health": replica_health(r.heartbeat_at, r.lease, r.stopped_at, now)}
 
 
@@ -128,6 +132,8 @@ def _replicas_line(replicas: list[ReplicaRow], now: float) -> str:
 
     ``2 running: 3f2a@db1:812 (heartbeat 2 s ago; 4 in flight, 1 polls; poller:default),
     9c1e@db2:77 (...)``."""
+    from ..relay.replica import replica_health
+
     parts = []
     gone = {"stopped": 0, "dead": 0}
     for r in replicas:
@@ -216,6 +222,9 @@ def deliveries(
     An open delivery queued behind an earlier open one of the same endpoint and session
     shows `waiting on #ID` (events of a session go out in order); --json has `waiting_on`.
     """
+    from ..relay import operator
+    from ..relay.store import OPEN_STATUSES
+
     now = time.time()
     with _reading(config_path, db_path) as store:
         rows = operator.deliveries(
@@ -281,6 +290,8 @@ def attempts(target: str, config_path: str | None, db_path: str | None, as_json:
     DELIVERY is a delivery id as `sessionhook deliveries` shows it (`12` or `#12`); EVENT
     an event id (`evt_…`, the webhook-id): all its deliveries, every endpoint and replay.
     """
+    from ..relay import operator
+
     with _reading(config_path, db_path) as store:
         event, found = operator.attempts(store, target)
     if as_json:

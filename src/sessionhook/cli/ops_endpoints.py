@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict
+from typing import TYPE_CHECKING
 
 import click
 
 from ..redact import redact_userinfo
-from ..relay import operator
-from ..relay.pinning import PinnedTransport
-from ..relay.retry import AttemptResult
 from . import cli
 from ._output import CliError, current_runtime, echo_json, render_fields, render_table
 from ._output import run as run_async
@@ -28,6 +26,9 @@ from .ops import (
     _target,
     _writing,
 )
+
+if TYPE_CHECKING:
+    from ..relay.retry import AttemptResult
 
 __all__ = ["endpoints"]
 
@@ -43,6 +44,8 @@ def endpoints() -> None:
 @_reported
 def endpoints_list(config_path: str | None, db_path: str | None, as_json: bool) -> None:
     """Every endpoint the daemon knows, with its state and backlog."""
+    from ..relay import operator
+
     now = time.time()
     with _reading(config_path, db_path) as store:
         known = operator.endpoints(store)
@@ -89,6 +92,8 @@ def endpoints_list(config_path: str | None, db_path: str | None, as_json: bool) 
 @_reported
 def endpoints_enable(name: str, config_path: str | None, db_path: str | None) -> None:
     """Enable NAME again; what waited for it (and replays) is delivered."""
+    from ..relay import operator
+
     with _writing(config_path, db_path) as store:
         waiting = operator.enable_endpoint(store, name)
     click.echo(f"endpoint {name} enabled; {waiting} deliveries waiting")
@@ -101,6 +106,8 @@ def endpoints_enable(name: str, config_path: str | None, db_path: str | None) ->
 @_reported
 def endpoints_disable(name: str, reason: str, config_path: str | None, db_path: str | None) -> None:
     """Stop delivering to NAME; its events keep being archived (replay them later)."""
+    from ..relay import operator
+
     with _writing(config_path, db_path) as store:
         operator.disable_endpoint(store, name, reason)
     click.echo(f"endpoint {name} disabled: {reason}")
@@ -117,6 +124,9 @@ def endpoints_test(name: str, config_path: str | None) -> None:
     its payload/format/template, and subject to the same address check. The ping does not
     enter the outbox.
     """
+    from ..relay import operator
+    from ..relay.pinning import PinnedTransport
+
     target = _target(config_path, None, need_config=True)
     assert target.config is not None
     config = target.config

@@ -24,19 +24,19 @@ import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-import anyio
 import click
-import httpx
 
-from ..relay import operator
-from ..relay.events import EVENT_TYPES, matches
-from ..relay.operator import EventFilter
-from ..relay.store import EventRow, database_errors
 from . import cli
 from ._output import CliError, render_table
 from .ops import _event_json, _reading, _reported, _store_options, _time_option
+
+if TYPE_CHECKING:
+    import httpx
+
+    from ..relay.operator import EventFilter
+    from ..relay.store import EventRow
 
 __all__ = ["FOLLOW_POLL", "events", "follow_stream", "parse_sse"]
 
@@ -124,6 +124,11 @@ def events(
 ) -> None:
     """The event archive, oldest first, with the exact bodies that were delivered;
     --follow tails it live (from the store, or a daemon's event stream with --url)."""
+    import anyio
+
+    from ..relay.events import EVENT_TYPES, matches
+    from ..relay.operator import EventFilter
+
     for glob in type_globs:
         if not any(matches([glob], t) for t in EVENT_TYPES):
             click.echo(f"note: {glob!r} matches no known event type", err=True)
@@ -158,6 +163,8 @@ def events(
 
 
 def _rows(store: Any, wanted: EventFilter, since: float | None) -> Iterator[EventRow]:
+    from ..relay import operator
+
     # One glob is filtered by the store; several are matched here.
     single = wanted.types[0] if len(wanted.types) == 1 else None
     rows = operator.events(store, session=wanted.session, type_glob=single, since=since)
@@ -220,6 +227,9 @@ def _follow_store(
     last_event_id: str | None,
     fmt: str,
 ) -> None:
+    from ..relay import operator
+    from ..relay.store import database_errors
+
     with _reading(config_path, db_path) as store:
         start = operator.resume_position(store, last_event_id)
         if since is not None and last_event_id is None:
@@ -296,6 +306,9 @@ async def follow_stream(
     """Every event of the daemon's stream at ``url``, forever: after a failure it reconnects
     (backing off) with ``Last-Event-ID`` = the last event yielded. A 401 (wrong token) or
     400 (unknown id, bad filter) is a :class:`CliError`: retrying would not help."""
+    import anyio
+    import httpx
+
     params: list[tuple[str, str | int | float | bool | None]] = [("type", g) for g in wanted.types]
     if wanted.session:
         params.append(("session", wanted.session))
@@ -338,6 +351,8 @@ def _error_of(answer: httpx.Response) -> str:
 async def _print_stream(
     url: str, token: str, wanted: EventFilter, last_event_id: str | None, fmt: str
 ) -> None:
+    import httpx
+
     timeout = httpx.Timeout(10.0, read=_READ_TIMEOUT)
     async with httpx.AsyncClient(timeout=timeout, follow_redirects=False) as http:
         async for event in follow_stream(http, url, token, wanted, last_event_id):

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import click
 
-from ..relay import operator
 from . import cli
 from .ops import _Counter, _reported, _store_options, _time_option, _writing
 
@@ -49,6 +48,8 @@ def replay(
     --type and --session narrow either. Dead letters are replayed like any other event.
     Prints how many deliveries were queued; the running daemon sends them within a second.
     """
+    from ..relay import operator
+
     if bool(event_ids) == (since is not None):
         raise click.UsageError("give either --since (with an optional --until) or --event IDs")
     if until is not None and since is None:

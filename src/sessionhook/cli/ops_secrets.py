@@ -8,7 +8,6 @@ from typing import IO
 
 import click
 
-from ..relay.signing import SignatureError, generate_keypair, generate_secret, verify
 from . import cli
 from ._output import CliError
 from .ops import parse_headers
@@ -30,6 +29,8 @@ def secret() -> None:
 )
 def secret_generate(asymmetric: bool) -> None:
     """Print a new random `whsec_` secret (for an endpoint's secret file)."""
+    from ..relay.signing import generate_keypair, generate_secret
+
     if asymmetric:
         signing_key, public_key = generate_keypair()
         click.echo(signing_key)
@@ -77,6 +78,8 @@ def verify_command(
 ) -> None:
     """Check a captured webhook request as a consumer should: print `signature ok` (exit 0)
     or the reason it fails (exit 1). BODY is the raw body file, or - for standard input."""
+    from ..relay.signing import SignatureError, verify
+
     try:
         headers = parse_headers(headers_file.read())
     except ValueError as exc:

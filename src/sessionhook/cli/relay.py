@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-import anyio
 import click
 
 from . import cli
@@ -66,6 +65,8 @@ def run(config_flag: str | None, once: bool) -> None:
     as for every operator command.
     """
     # Imported here so that `sessionhook --help` stays fast and never touches the relay.
+    import anyio
+
     from sessionhook.relay import logging as relay_logging
     from sessionhook.relay.config import ConfigError, load_config
     from sessionhook.relay.daemon import Daemon, DaemonError
@@ -129,6 +130,8 @@ def demo(
     the consumer receives it, with its signature checked, and the Slack-formatted messages
     of a second endpoint; stops once every session completed or failed.
     """
+    import anyio
+
     from sessionhook.demo import DemoError, run_demo
 
     if sessions < 1:

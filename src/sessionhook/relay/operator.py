@@ -31,6 +31,7 @@ from sessionhook.api.models import Session
 
 from . import render
 from .config import Config
+from .delivery_states import DELIVERY_STATUSES
 from .dispatch import post_event
 from .events import session_summary
 from .retry import AttemptResult
@@ -75,7 +76,6 @@ __all__ = [
 REPLAY_CHUNK: Final = 1000
 #: Type of the event ``endpoints test`` sends (never archived, never retried).
 PING_TYPE: Final = "ping"
-DELIVERY_STATUSES: Final = ("pending", "failed", "dead", "delivered")
 #: At most this many deliveries of one event are shown by :func:`attempts`.
 EVENT_DELIVERIES: Final = 1000
 
