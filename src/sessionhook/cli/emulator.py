@@ -9,7 +9,6 @@ from types import FrameType
 
 import click
 
-from .._net import listening_socket
 from . import cli
 
 API_KEY_ENV = "SESSIONHOOK_API_KEY"
@@ -99,6 +98,7 @@ def emulator_command(
     """
     import uvicorn
 
+    from .._net import listening_socket
     from ..emulator.app import create_app
 
     from_env = os.environ.get(API_KEY_ENV, "").strip()

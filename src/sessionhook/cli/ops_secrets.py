@@ -3,7 +3,6 @@ for the operator and for consumers; nothing here touches the store."""
 
 from __future__ import annotations
 
-import secrets
 from typing import IO
 
 import click
@@ -43,6 +42,8 @@ def secret_generate(asymmetric: bool) -> None:
 def secret_token() -> None:
     """Print a new random bearer token for the web console and the event stream
     (`[server] token_file` / `token_env`): 43 URL-safe characters, 256 bits."""
+    import secrets
+
     click.echo(secrets.token_urlsafe(32))
 
 
