@@ -13,6 +13,7 @@ import os
 import socket
 import subprocess
 import urllib.request
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -141,7 +142,9 @@ def test_retry_after_is_capped_and_rows_behind_show_what_they_wait_on(harness: H
     head, *behind = found
     assert len(consumer.hits("parked")) == 1
     assert (head["status"], head["attempts"], head["waiting_on"]) == ("failed", 1, None)
-    parked_for = head["next_attempt_at"] - head["updated_at"]
+    # --json writes moments as RFC 3339 (UTC, microseconds, Z).
+    parked = datetime.fromisoformat(head["next_attempt_at"])
+    parked_for = (parked - datetime.fromisoformat(head["updated_at"])).total_seconds()
     assert 3590 <= parked_for <= 3605, f"parked for {parked_for:.0f} s, not the 1 h cap"
     assert [(r["status"], r["attempts"], r["waiting_on"]) for r in behind] == [
         ("pending", 0, head["id"])

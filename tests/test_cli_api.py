@@ -9,6 +9,7 @@ fake and the retry ``sleep`` only records, so nothing waits. The shared helpers 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -225,6 +226,23 @@ def test_get_human_output(h: Harness) -> None:
     assert fields["state"].strip() == "COMPLETED"
     assert fields["source"].strip() == "sources/github/acme/api-server"
     assert "github.com/acme/api-server/pull/" in fields["pull requests"]
+
+
+def test_times_for_people_are_rfc3339_to_the_second(h: Harness) -> None:
+    # They were "2026-11-22 12:00:03Z" (a space, not RFC 3339's T): issue 20.
+    name = h.create("Add a cache")
+    h.clock.now += WHOLE_RUN
+    wire = h.json("sessions", "get", name)
+    expected = wire["createTime"][:19] + "Z"  # the service's time, to the second
+    assert re.fullmatch(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z", expected)
+    details = h.ok("sessions", "get", name)
+    assert f"created:  {expected}" in details
+    assert f"updated:  {wire['updateTime'][:19]}Z" in details
+    table = h.ok("sessions", "list")
+    assert f"{wire['updateTime'][:19]}Z" in table.splitlines()[1]
+    activities = h.json("activities", "list", name)["activities"]
+    listed = h.ok("activities", "list", name)
+    assert f"{activities[0]['createTime'][:19]}Z" in listed.splitlines()[1]
 
 
 def test_message_approve_delete(h: Harness) -> None:

@@ -34,6 +34,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -349,6 +350,51 @@ def test_status_json_matches_the_store(run: RelayRun) -> None:
     assert data["upstream"]["last_ok_poll_at"] is not None
 
 
+#: What --json writes for a moment (issue 20: it wrote Unix seconds).
+RFC3339_MICRO = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z")
+
+
+def _moments(data: Any, path: str = "") -> Iterator[tuple[str, Any]]:
+    """Every (path, value) of a key that names a moment, nested anywhere in ``data``."""
+    if isinstance(data, dict):
+        for key, value in data.items():
+            if key == "now" or key.endswith(("_at", "_since")):
+                yield f"{path}.{key}", value
+            yield from _moments(value, f"{path}.{key}")
+    elif isinstance(data, list):
+        for i, value in enumerate(data):
+            yield from _moments(value, f"{path}[{i}]")
+
+
+def test_every_json_output_writes_moments_as_rfc3339(run: RelayRun) -> None:
+    [dead] = json.loads(
+        ok("deliveries", "--config", str(run.config), "--status", "dead", "--limit", "1", "--json")
+    )
+    outputs = {
+        "status": ok("status", "--config", str(run.config), "--json"),
+        "deliveries": ok("deliveries", "--config", str(run.config), "--json"),
+        "attempts": ok("attempts", str(dead["id"]), "--config", str(run.config), "--json"),
+        "attempts of an event": ok(
+            "attempts", dead["event_id"], "--config", str(run.config), "--json"
+        ),
+        "endpoints": ok("endpoints", "list", "--config", str(run.config), "--json"),
+        "events": ok("events", "--config", str(run.config), "--format", "json", "--limit", "3"),
+    }
+    for name, text in outputs.items():
+        found = [(path, value) for path, value in _moments(json.loads(text)) if value is not None]
+        assert found, name  # each output has moments to check
+        for path, value in found:
+            if path.endswith(".body") or ".body." in path:
+                continue  # an event's body is the webhook's, its own format
+            assert isinstance(value, str) and RFC3339_MICRO.fullmatch(value), (name, path, value)
+    status = json.loads(outputs["status"])
+    now = datetime.fromisoformat(status["now"])
+    last_poll = datetime.fromisoformat(status["upstream"]["last_poll_at"])
+    assert timedelta(0) <= now - last_poll < timedelta(minutes=10)
+    row = json.loads(outputs["attempts"])
+    assert row["delivery"]["created_at"] <= row["attempts"][0]["started_at"]
+
+
 # --------------------------------------------------------------------------- deliveries, attempts
 
 
@@ -503,7 +549,7 @@ def test_replay_usage_and_unknown_endpoint(db_copy: Where) -> None:
     assert invoke(*base).exit_code == 2  # neither --since nor --event
     assert invoke(*base, "--since", "1h", "--event", "evt_x").exit_code == 2
     assert invoke(*base, "--since", "yesterday-ish").exit_code == 2
-    line = failed("replay", *db_copy.args, "--endpoint", "nope", "--since", "1h")
+    line = failed("replay", *db_copy.args, "--endpoint", "nope", "--since", "1h", code=2)
     assert line.startswith("error: no endpoint named 'nope'") and "ci" in line
     assert failed(*base, "--event", "evt_missing") == "error: no archived event evt_missing"
 
@@ -564,9 +610,26 @@ def test_enable_then_disable(db_copy: Where) -> None:
         states = {s.name: s for s in store.endpoint_states()}
     assert states["gone"].enabled and states["gone"].disabled_reason is None
     assert not states["ci"].enabled and states["ci"].disabled_reason == "maintenance"
-    assert failed("endpoints", "enable", "nope", *db_copy.args).startswith(
-        "error: no endpoint named 'nope'"
-    )
+
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["deliveries", "--endpoint", "nope"],
+        ["deliveries", "--endpoint", "nope", "--json"],
+        ["replay", "--endpoint", "nope", "--since", "1h"],
+        ["replay", "--endpoint", "nope", "--event", "evt_x"],
+        ["endpoints", "enable", "nope"],
+        ["endpoints", "disable", "nope"],
+    ],
+    ids=" ".join,
+)
+def test_an_unknown_endpoint_is_one_line_and_exit_2(db_copy: Where, args: list[str]) -> None:
+    # `deliveries --endpoint nope` said "no deliveries match" and exited 0 (issue 20).
+    line = failed(*args, *db_copy.args, code=2)
+    assert line.startswith("error: no endpoint named 'nope' in the database (known: ")
+    assert "ci" in line and "gone" in line
 
 
 def test_endpoints_test_sends_a_signed_ping(run: RelayRun) -> None:
@@ -621,7 +684,7 @@ def test_endpoints_test_needs_no_api_key(run: RelayRun, tmp_path: Path) -> None:
 
 
 def test_endpoints_test_unknown_endpoint(run: RelayRun) -> None:
-    line = failed("endpoints", "test", "nope", "--config", str(run.config))
+    line = failed("endpoints", "test", "nope", "--config", str(run.config), code=2)
     assert line.startswith("error: no endpoint named 'nope'")
 
 

@@ -138,8 +138,10 @@ def _as_cli_error(exc: BaseException) -> CliError | None:
 
     if isinstance(exc, ApiError):
         return CliError(_api_message(exc), hint=exc.hint, exit_code=1)
-    for exc_type, exit_code in _user_errors.items():
-        if isinstance(exc, exc_type):
+    # The most specific registered type decides (a subclass may have its own status).
+    for exc_type in type(exc).__mro__:
+        exit_code = _user_errors.get(exc_type)
+        if exit_code is not None:
             hint = getattr(exc, "hint", None)
             return CliError(
                 str(exc), hint=hint if isinstance(hint, str) else None, exit_code=exit_code

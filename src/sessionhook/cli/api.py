@@ -184,13 +184,13 @@ def _text_arg(value: str) -> str:
 
 
 def _when(timestamp: str) -> str:
-    """A timestamp for people: seconds precision, UTC."""
+    """A timestamp for people: RFC 3339 to the second, UTC (``2026-11-22T12:00:03Z``)."""
     if not timestamp:
         return ""
     from ..api.models import parse_timestamp
 
     try:
-        return parse_timestamp(timestamp).strftime("%Y-%m-%d %H:%M:%SZ")
+        return parse_timestamp(timestamp).strftime("%Y-%m-%dT%H:%M:%SZ")
     except ValueError:
         return timestamp
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import functools
 import json
-import logging
 import re
 import sys
 import time
@@ -39,6 +38,7 @@ from ._output import (
     DEFAULT_CONFIG,
     ENV_CONFIG,
     CliError,
+    echo_json,
     handle_errors,
     register_user_error,
 )
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from ..relay.config import Config
     from ..relay.store import EventRow, StoreCore
 
-__all__ = ["DEFAULT_CONFIG", "ENV_CONFIG", "parse_headers", "parse_time"]
+__all__ = ["DEFAULT_CONFIG", "ENV_CONFIG", "echo_json_times", "parse_headers", "parse_time"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -60,8 +60,10 @@ def _relay_errors() -> tuple[type[Exception], ...]:
 
     Called when an operator command starts, the moment it imports the relay anyway.
     """
+    import logging
+
     from ..relay.config import ConfigError
-    from ..relay.operator import OperatorError
+    from ..relay.operator import OperatorError, UnknownEndpointError
     from ..relay.store import StoreError, database_errors
 
     # psycopg's pool logs each failed (re)connection at WARNING, which Python would print
@@ -72,6 +74,7 @@ def _relay_errors() -> tuple[type[Exception], ...]:
     register_user_error(ConfigError, exit_code=2)
     register_user_error(StoreError, exit_code=1)
     register_user_error(OperatorError, exit_code=1)
+    register_user_error(UnknownEndpointError, exit_code=2)  # a bad argument, like a typo
     return database_errors()
 
 
@@ -162,6 +165,38 @@ def _stamp_ago(ts: float | None, now: float) -> str:
     return "never" if ts is None else f"{_stamp(ts)} ({_age(now - ts)} ago)"
 
 
+def _json_stamp(ts: float) -> str:
+    """Unix seconds as ``--json`` writes a moment: RFC 3339, UTC, microseconds, ``Z`` (the
+    service's own spelling, as in ``occurred_at``)."""
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _is_moment(key: str) -> bool:
+    # The store keeps moments as Unix seconds in fields named *_at, *_since and `now`;
+    # durations are named otherwise (lease, oldest_pending_age, duration_ms, eta_seconds).
+    return key == "now" or key.endswith(("_at", "_since"))
+
+
+def _json_times(data: Any) -> Any:
+    """``data`` (rows as dicts, nested) with every moment as RFC 3339 (see
+    :func:`_json_stamp`) instead of Unix seconds; ``None`` stays ``null``."""
+    if isinstance(data, dict):
+        return {
+            key: _json_stamp(value)
+            if _is_moment(key) and isinstance(value, int | float) and not isinstance(value, bool)
+            else _json_times(value)
+            for key, value in data.items()
+        }
+    if isinstance(data, list | tuple):
+        return [_json_times(value) for value in data]
+    return data
+
+
+def echo_json_times(data: Any) -> None:
+    """Print operator rows for ``--json``, moments as RFC 3339 (see :func:`_json_times`)."""
+    echo_json(_json_times(data))
+
+
 def _event_json(row: EventRow) -> dict[str, Any]:
     return {
         "seq": row.seq,
@@ -170,7 +205,7 @@ def _event_json(row: EventRow) -> dict[str, Any]:
         "session": row.session_name,
         "activity": row.activity_name,
         "occurred_at": row.occurred_at,
-        "archived_at": _stamp(row.created_at),
+        "archived_at": _json_stamp(row.created_at),
         "body": row.payload(),
     }
 

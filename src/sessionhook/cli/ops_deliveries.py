@@ -16,7 +16,7 @@ import click
 
 from ..relay.delivery_states import DELIVERY_STATUSES
 from . import cli
-from ._output import echo_json, render_fields, render_table
+from ._output import render_fields, render_table
 from .ops import (
     _age,
     _json_option,
@@ -25,6 +25,7 @@ from .ops import (
     _stamp,
     _stamp_ago,
     _store_options,
+    echo_json_times,
 )
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ def status(config_path: str | None, db_path: str | None, as_json: bool) -> None:
         "eta_seconds": None if history.eta_seconds is None else round(history.eta_seconds),
     }
     if as_json:
-        echo_json(
+        echo_json_times(
             {
                 **asdict(summary),
                 "history_walk": walk,
@@ -227,12 +228,14 @@ def deliveries(
 
     now = time.time()
     with _reading(config_path, db_path) as store:
+        if endpoint is not None:
+            operator.find_endpoint(store, endpoint)  # a typo is an error, not "no match"
         rows = operator.deliveries(
             store, endpoint=endpoint, status=status_, session=session, limit=limit
         )
         claims = operator.in_flight(store, now, (r.id for r in rows if r.status in OPEN_STATUSES))
     if as_json:
-        echo_json(
+        echo_json_times(
             [
                 {
                     **asdict(row),
@@ -296,7 +299,7 @@ def attempts(target: str, config_path: str | None, db_path: str | None, as_json:
         event, found = operator.attempts(store, target)
     if as_json:
         blocks = [{"delivery": asdict(d), "attempts": [asdict(a) for a in a_]} for d, a_ in found]
-        echo_json(blocks[0] if event is None else {"event": event.id, "deliveries": blocks})
+        echo_json_times(blocks[0] if event is None else {"event": event.id, "deliveries": blocks})
         return
     if event is not None and not found:
         click.echo(

@@ -14,7 +14,7 @@ import click
 
 from ..redact import redact_userinfo
 from . import cli
-from ._output import CliError, current_runtime, echo_json, render_fields, render_table
+from ._output import CliError, current_runtime, render_fields, render_table
 from ._output import run as run_async
 from .ops import (
     _age,
@@ -25,6 +25,7 @@ from .ops import (
     _store_options,
     _target,
     _writing,
+    echo_json_times,
 )
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ def endpoints_list(config_path: str | None, db_path: str | None, as_json: bool) 
         known = operator.endpoints(store)
         claims = operator.endpoints_in_flight(store, now)  # per endpoint: replica -> n
     if as_json:
-        echo_json(
+        echo_json_times(
             [
                 {**asdict(s), "pending": pending, "in_flight": claims.get(s.name, {})}
                 for s, pending in known
@@ -133,7 +134,9 @@ def endpoints_test(name: str, config_path: str | None) -> None:
     endpoint = config.endpoint_by_name(name)
     if endpoint is None:
         known = ", ".join(e.name for e in config.endpoints) or "none"
-        raise CliError(f"no endpoint named {name!r} in {target.config_path} (known: {known})")
+        raise CliError(
+            f"no endpoint named {name!r} in {target.config_path} (known: {known})", exit_code=2
+        )
     runtime = current_runtime()
     # The daemon's transport: the name is resolved once, every address vetted, and the
     # connection made to a vetted address (a literal private URL failed loading the config).

@@ -58,6 +58,7 @@ __all__ = [
     "OperatorError",
     "Overview",
     "ReplayResult",
+    "UnknownEndpointError",
     "attempts",
     "deliveries",
     "disable_endpoint",
@@ -87,6 +88,11 @@ class OperatorError(Exception):
     def __init__(self, message: str, *, hint: str | None = None) -> None:
         super().__init__(message)
         self.hint = hint
+
+
+class UnknownEndpointError(OperatorError):
+    """No endpoint of that name in the database: a mistyped name, the user's to fix (the
+    command line exits 2 for it, as for any bad argument)."""
 
 
 # --------------------------------------------------------------------------- reads
@@ -138,7 +144,7 @@ def find_endpoint(store: StoreCore, name: str) -> EndpointState:
         if state.name == name:
             return state
     known = ", ".join(state.name for state in states) or "none yet"
-    raise OperatorError(f"no endpoint named {name!r} in the database (known: {known})")
+    raise UnknownEndpointError(f"no endpoint named {name!r} in the database (known: {known})")
 
 
 def deliveries(
