@@ -75,6 +75,7 @@ class CountingApp:
 def _config(tmp: Path, base_url: str, hook_url: str, secret: str, args: argparse.Namespace) -> Path:
     key = tmp / "api_key"
     key.write_text(API_KEY)
+    key.chmod(0o600)  # a secret file others can read is refused
     path = tmp / "config.toml"
     path.write_text(
         "\n".join(

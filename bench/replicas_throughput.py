@@ -68,6 +68,7 @@ class Bench:
     def config(self, path: Path, store: str, *, enabled: bool) -> Path:
         key = path.parent / "api_key"
         key.write_text(API_KEY)
+        key.chmod(0o600)  # a secret file others can read is refused
         where = f'url = "{store}"' if store.startswith("postgresql://") else f'path = "{store}"'
         lines = [
             "[api]",

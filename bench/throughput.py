@@ -127,6 +127,7 @@ def _config(
 ) -> None:
     key = path.parent / "api_key"
     key.write_text(API_KEY)
+    key.chmod(0o600)  # a secret file others can read is refused
     lines = [
         "[api]",
         f'base_url = "http://127.0.0.1:{api_port}"',

@@ -107,6 +107,7 @@ def _config(
 ) -> Path:
     key_file = directory / "api_key"
     key_file.write_text(API_KEY)
+    key_file.chmod(0o600)  # a secret file others can read is refused
     token_file = directory / "web_token"
     token_file.write_text(token + "\n")
     token_file.chmod(0o600)

@@ -148,6 +148,7 @@ def _write_config(
     directory: Path, emulator_url: str, urls: dict[str, str], database: str | None = None
 ) -> Path:
     (directory / "api_key").write_text(API_KEY + "\n")
+    (directory / "api_key").chmod(0o600)  # a secret file others can read is refused
     endpoints = "".join(
         textwrap.dedent(
             f"""

@@ -224,6 +224,8 @@ def test_secret_and_api_key_from_files_with_credentials_directory(tmp_path: Path
     creds.mkdir()
     (creds / "api-key").write_text("file-key\n")
     (creds / "ci").write_text(SECRET + "\n")
+    for secret in creds.iterdir():
+        secret.chmod(0o400)  # as systemd makes credentials; others may not read them
     text = '[api]\napi_key_file = "${CREDENTIALS_DIRECTORY}/api-key"\n' + endpoints_toml(
         'name = "a"\nurl = "https://a.example"\nsecret_file = "creds/ci"'
     )
@@ -240,6 +242,7 @@ def test_file_errors(tmp_path: Path) -> None:
     missing = error_of(tmp_path, text, env={"CREDENTIALS_DIRECTORY": str(tmp_path / "none")})
     assert missing.startswith("api.api_key_file: cannot read")
     (tmp_path / "empty").write_text("  \n")
+    (tmp_path / "empty").chmod(0o600)
     empty = error_of(tmp_path, '[api]\napi_key_file = "empty"\n', env={})
     assert empty == f"api.api_key_file: {tmp_path.resolve() / 'empty'} is empty"
 

@@ -38,7 +38,7 @@ def test_token_from_the_environment(tmp_path: Path) -> None:
 def test_token_from_a_private_file(tmp_path: Path) -> None:
     file = tmp_path / "web-token"
     file.write_text(TOKEN + "\n")
-    file.chmod(0o640)
+    file.chmod(0o600)
     config = _load(tmp_path, 'token_file = "web-token"\n')
     assert config.server is not None and config.server.token is not None
     assert config.server.token.get_secret_value() == TOKEN

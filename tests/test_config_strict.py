@@ -63,6 +63,7 @@ def test_non_utf8_config_is_one_line(tmp_path: Path) -> None:
 
 def test_non_utf8_secret_file_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "secret").write_bytes(b"whsec_\xff\xfe")
+    (tmp_path / "secret").chmod(0o600)
     message = error_of(tmp_path, endpoint(secret_line='secret_file = "secret"'))
     assert message.startswith("endpoints[0].secret_file: ")
     assert message.endswith("is not UTF-8 text (byte 6)")
@@ -209,6 +210,7 @@ def test_secret_length_is_checked_for_every_source(tmp_path: Path, size: int) ->
     assert env_message.startswith("endpoints[0].secret_env: not a valid secret")
     assert expected in env_message
     (tmp_path / "ci-secret").write_text(bad + "\n")
+    (tmp_path / "ci-secret").chmod(0o600)
     file_message = error_of(tmp_path, endpoint(secret_line='secret_file = "ci-secret"'))
     assert file_message.startswith("endpoints[0].secret_file: not a valid secret")
     assert expected in file_message

@@ -45,6 +45,7 @@ def write_config(
     """A TOML config for the relay; ``sections`` override keys (``poll={"backfill": True}``)."""
     key_file = directory / "api_key"
     key_file.write_text(api_key)
+    key_file.chmod(0o600)  # a secret file others can read is refused
     values: dict[str, dict[str, Any]] = {
         "api": {"base_url": base_url, "api_key_file": str(key_file)},
         "store": {"path": str(directory / "relay.db")},

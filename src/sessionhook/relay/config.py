@@ -50,6 +50,7 @@ from .events import EVENT_TYPES, matches
 from .netguard import literal_refusal
 from .render import RenderError, Shape, check_shape
 from .samples import sample_events
+from .secret_files import file_exposure
 from .signing import SECRET_PREFIX, SIGNING_KEY_PREFIX, decode_secret, decode_signing_key
 
 __all__ = [
@@ -814,7 +815,15 @@ def _resolve_store_path(config: Config, base: Path, env: Mapping[str, str]) -> C
 
 
 def _read_secret_file(key: str, raw: str, base: Path, env: Mapping[str, str]) -> str:
+    """The secret in the file ``raw`` names; a file its group or other users can access is
+    refused (:mod:`.secret_files`: the same rule for every secret file)."""
     file = _expand_path(key, raw, base, env)
+    try:
+        exposed = file_exposure(file)
+    except OSError as exc:
+        raise ConfigError(key, f"cannot read {file}: {exc.strerror or exc}") from None
+    if exposed is not None:
+        raise ConfigError(key, f"{file} holds a secret but {exposed}: chmod 600 {file}")
     try:
         text = file.read_text(encoding="utf-8").strip()
     except OSError as exc:
@@ -868,15 +877,6 @@ def _resolve_server_token(
         return server
     if server.token_file:
         key = "server.token_file"
-        file = _expand_path(key, server.token_file, base, env)
-        try:
-            mode = file.stat().st_mode
-        except OSError as exc:
-            raise ConfigError(key, f"cannot read {file}: {exc.strerror or exc}") from None
-        if mode & 0o007:
-            raise ConfigError(
-                key, f"{file} is accessible to other users (mode {mode & 0o777:o}): chmod 600"
-            )
         text = _read_secret_file(key, server.token_file, base, env)
     else:
         key, var = "server.token_env", server.token_env or ""

@@ -1,0 +1,72 @@
+"""Who else can read a file that holds a secret: the one rule for every ``*_file`` of the
+config (``api.api_key_file``, ``accounts[].api_key_file``, ``endpoints[].secret_file``,
+``server.token_file``).
+
+The rule: a secret file gives its group and other users no access at all (``chmod 600``, or
+``400``). Whoever owns it, the daemon's user or root, is trusted; any bit for the group or
+for others is refused, since a shared group is exactly how a secret reaches a user it was
+not meant for. A POSIX ACL is read as the kernel reads it: its named-user entries are
+deliberate grants to one user each (systemd's credentials carry one, for the service's
+user, and then show the ACL's mask where the group bits were: ``0440``), so they are
+accepted; a group entry, the owning group's entry, or ``other``, within the mask, are not.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import struct
+from pathlib import Path
+from typing import Final
+
+__all__ = ["ACL_XATTR", "acl_exposure", "exposure", "file_exposure"]
+
+#: Where Linux keeps a file's access ACL (the ``setfacl`` binary format).
+ACL_XATTR: Final = "system.posix_acl_access"
+
+# The xattr: a little-endian u32 version (2), then (u16 tag, u16 perm, u32 id) entries. The
+# tags judged here (the owner, 0x01, and named users, 0x02, are not):
+_HEADER: Final = struct.Struct("<I")
+_ENTRY: Final = struct.Struct("<HHI")
+_GROUP_OBJ, _GROUP, _MASK, _OTHER = 0x04, 0x08, 0x10, 0x20
+_RWX: Final = 0o7
+
+
+def exposure(mode: int) -> str | None:
+    """Why a file of permission bits ``mode`` (no ACL) exposes a secret; ``None`` if it
+    does not."""
+    if mode & 0o077 == 0:
+        return None
+    found = (("its group", 0o070), ("other users", 0o007))
+    who = " and ".join(w for w, bits in found if mode & bits)
+    return f"{who} can access it (mode {stat.S_IMODE(mode):o})"
+
+
+def acl_exposure(mode: int, acl: bytes) -> str | None:
+    """:func:`exposure` for a file carrying the access ACL ``acl`` (the xattr's bytes)."""
+    if len(acl) < _HEADER.size or (len(acl) - _HEADER.size) % _ENTRY.size:
+        return f"its ACL cannot be read (mode {stat.S_IMODE(mode):o})"
+    entries = [_ENTRY.unpack_from(acl, at) for at in range(_HEADER.size, len(acl), _ENTRY.size)]
+    mask = next((perm for tag, perm, _ in entries if tag == _MASK), _RWX)
+    groups = any(perm & mask for tag, perm, _ in entries if tag in (_GROUP_OBJ, _GROUP))
+    others = any(perm & _RWX for tag, perm, _ in entries if tag == _OTHER)
+    if not (groups or others):
+        return None
+    who = " and ".join(w for w, found in (("a group", groups), ("other users", others)) if found)
+    return f"its ACL lets {who} access it (mode {stat.S_IMODE(mode):o})"
+
+
+def file_exposure(file: Path) -> str | None:
+    """Why ``file`` exposes a secret (see the module's rule), ``None`` if it does not.
+
+    Raises :class:`OSError` when the file cannot be examined (missing, unreadable)."""
+    mode = file.stat().st_mode
+    try:
+        acl = os.getxattr(file, ACL_XATTR)
+    except OSError as exc:
+        # No ACL, or a file system without them: the permission bits are the whole story.
+        if exc.errno not in (errno.ENODATA, errno.ENOTSUP, errno.EOPNOTSUPP):
+            raise
+        return exposure(mode)
+    return acl_exposure(mode, acl)

@@ -1,0 +1,176 @@
+"""One rule for every file that holds a secret (issue 20): its group and other users get no
+access, or the config is refused with one line naming the key and the file. A systemd
+credential (mode 0400 plus an ACL granting the service's user read, shown as 0440) passes.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from sessionhook.relay.config import Config, ConfigError, load_config
+from sessionhook.relay.secret_files import ACL_XATTR, acl_exposure, exposure, file_exposure
+from sessionhook.relay.signing import generate_keypair, generate_secret
+
+SESSIONHOOK = Path(sys.executable).parent / "sessionhook"
+TOKEN = "T" * 40
+SIGNING_KEY, _PUBLIC_KEY = generate_keypair()
+
+
+@dataclass(frozen=True)
+class SecretFile:
+    """A config whose ``key`` reads its secret from the file ``secret``."""
+
+    key: str
+    toml: str
+    content: str
+
+    def read(self, config: Config) -> str:
+        if self.key == "api.api_key_file":
+            return config.api.api_key.get_secret_value()
+        if self.key == "accounts[0].api_key_file":
+            return config.accounts[0].api_key.get_secret_value()
+        if self.key == "server.token_file":
+            assert config.server is not None and config.server.token is not None
+            return config.server.token.get_secret_value()
+        return config.endpoints[0].secrets[0].get_secret_value()
+
+
+_ENDPOINT = '[[endpoints]]\nname = "ci"\nurl = "https://hooks.example.com/in"\n'
+CASES = [
+    SecretFile("api.api_key_file", '[api]\napi_key_file = "secret"\n', "key-123"),
+    SecretFile(
+        "accounts[0].api_key_file",
+        '[api]\napi_key_env = "K"\n[[accounts]]\nname = "b"\napi_key_file = "secret"\n',
+        "key-456",
+    ),
+    SecretFile("endpoints[0].secret_file", _ENDPOINT + 'secret_file = "secret"\n', ""),
+    SecretFile(
+        "endpoints[0].secret_file",
+        _ENDPOINT + 'signature = "v1a"\nsecret_file = "secret"\n',
+        SIGNING_KEY,
+    ),
+    SecretFile(
+        "server.token_file",
+        '[server]\nlisten = "127.0.0.1:9187"\ntoken_file = "secret"\n',
+        TOKEN,
+    ),
+]
+IDS = ["api", "accounts", "endpoint whsec", "endpoint whsk (v1a)", "server token"]
+
+
+def _write(tmp_path: Path, case: SecretFile, mode: int) -> Path:
+    secret = tmp_path / "secret"
+    secret.write_text((case.content or generate_secret()) + "\n")
+    secret.chmod(mode)
+    config = tmp_path / "config.toml"
+    config.write_text(case.toml)
+    return config
+
+
+def _load(config: Path) -> Config:
+    return load_config(config, env={"K": "key-from-env", "SESSIONHOOK_API_KEY": "k"})
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o660, 0o620, 0o400 | 0o004])
+def test_a_secret_file_its_group_or_others_can_access_is_refused(
+    tmp_path: Path, case: SecretFile, mode: int
+) -> None:
+    config = _write(tmp_path, case, mode)
+    with pytest.raises(ConfigError) as info:
+        _load(config)
+    message = str(info.value)
+    secret = tmp_path.resolve() / "secret"
+    assert message.startswith(f"config error: {case.key}: {secret} holds a secret but ")
+    assert f"(mode {mode:o})" in message and f"chmod 600 {secret}" in message
+    assert "\n" not in message
+    assert case.content not in message or not case.content
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+@pytest.mark.parametrize("mode", [0o600, 0o400])
+def test_a_private_secret_file_is_read(tmp_path: Path, case: SecretFile, mode: int) -> None:
+    config = _write(tmp_path, case, mode)
+    expected = (tmp_path / "secret").read_text().strip()
+    assert case.read(_load(config)) == expected
+
+
+# --------------------------------------------------------------------------- ACLs
+
+
+def _acl(*entries: tuple[int, int, int]) -> bytes:
+    return struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *e) for e in entries)
+
+
+NO_ID = 0xFFFFFFFF
+#: What systemd gives a credential: 0400 root-owned, read for the service's user (uid
+#: 61234 here), the mask r-- (so the group bits read 4), nothing for the group or others.
+SYSTEMD_CREDENTIAL = _acl((0x01, 4, NO_ID), (0x02, 4, 61234), (0x04, 0, NO_ID),
+                          (0x10, 4, NO_ID), (0x20, 0, NO_ID))  # fmt: skip
+GROUP_READS = _acl((0x01, 6, NO_ID), (0x04, 4, NO_ID), (0x10, 4, NO_ID), (0x20, 0, NO_ID))
+NAMED_GROUP_READS = _acl((0x01, 6, NO_ID), (0x04, 0, NO_ID), (0x08, 4, 100), (0x10, 4, NO_ID),
+                         (0x20, 0, NO_ID))  # fmt: skip
+MASKED_GROUP = _acl((0x01, 6, NO_ID), (0x04, 4, NO_ID), (0x10, 0, NO_ID), (0x20, 0, NO_ID))
+
+
+def test_acl_rules() -> None:
+    assert acl_exposure(0o100440, SYSTEMD_CREDENTIAL) is None
+    assert acl_exposure(0o100600, MASKED_GROUP) is None  # the mask takes the group's read away
+    assert acl_exposure(0o100640, GROUP_READS) == "its ACL lets a group access it (mode 640)"
+    assert acl_exposure(0o100640, NAMED_GROUP_READS) == "its ACL lets a group access it (mode 640)"
+    assert acl_exposure(0o100440, b"\x02\x00\x00\x00\x01") is not None  # cut short
+    assert exposure(0o100600) is None and exposure(0o100400) is None
+    assert exposure(0o100644) == "its group and other users can access it (mode 644)"
+    assert exposure(0o100604) == "other users can access it (mode 604)"
+
+
+def _with_acl(path: Path, acl: bytes) -> None:
+    try:
+        os.setxattr(path, ACL_XATTR, acl)
+    except OSError as exc:  # a file system without ACLs, or not allowed here
+        pytest.skip(f"cannot set an ACL here: {exc}")
+
+
+def test_a_systemd_credential_is_accepted(tmp_path: Path) -> None:
+    case = CASES[0]
+    config = _write(tmp_path, case, 0o400)
+    secret = tmp_path / "secret"
+    _with_acl(secret, SYSTEMD_CREDENTIAL)
+    assert secret.stat().st_mode & 0o777 == 0o440  # what `ls -l` shows: r--r-----+
+    assert file_exposure(secret) is None
+    assert case.read(_load(config)) == "key-123"
+
+
+def test_an_acl_granting_a_group_is_refused(tmp_path: Path) -> None:
+    case = CASES[2]
+    config = _write(tmp_path, case, 0o600)
+    _with_acl(tmp_path / "secret", NAMED_GROUP_READS)
+    with pytest.raises(ConfigError, match=r"its ACL lets a group access it \(mode 640\)"):
+        _load(config)
+
+
+# --------------------------------------------------------------------------- the daemon
+
+
+def test_run_refuses_a_world_readable_signing_key_with_one_line(tmp_path: Path) -> None:
+    # The issue's case: a whsk_ ed25519 key at 0644 was used without a word.
+    config = _write(tmp_path, CASES[3], 0o644)
+    done = subprocess.run(
+        [str(SESSIONHOOK), "run", "--once", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "SESSIONHOOK_API_KEY": "k"},
+    )
+    assert done.returncode == 2
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("config error: endpoints[0].secret_file: ")
+    assert str(tmp_path.resolve() / "secret") in line and "mode 644" in line
+    assert SIGNING_KEY not in done.stderr
