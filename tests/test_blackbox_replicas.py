@@ -108,6 +108,38 @@ def test_store_copy_then_the_relay_on_the_copy_sends_nothing_twice(harness: Harn
     assert consumer.delivered_activity_names("b") == names
 
 
+def test_store_copy_refuses_a_store_a_running_daemon_holds(harness: Harness) -> None:
+    """Issue 20: the copy read a live store without a word. A real daemon on the source:
+    one line naming the store and the daemon's pid, exit 2, nothing created; once the
+    daemon stopped, the same command copies."""
+    standin = harness.standin()
+    preload(standin, 2, 2)
+    consumer = harness.consumer()
+    url, secret = consumer.add_endpoint("a")
+    source = harness.tmp / "live.db"
+    relay = harness.relay(standin, "live", store=source, endpoints=[Endpoint("a", url, secret)])
+    pid = relay.proc.pid if relay.proc is not None else -1
+    lock = source.with_name(source.name + ".lock")
+    wait_until(
+        lambda: lock.is_file() and lock.read_text().strip() == str(pid),
+        30,
+        "the daemon holding its store's lock",
+        harness.diagnostics,
+    )
+    target = harness.tmp / "copy" / "target.db"
+    refused = store_copy("--from", str(source), "--to", str(target))
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.splitlines() == [
+        f"error: a daemon is running on the source store {source} (pid {pid}): stop it "
+        "first — sudo systemctl stop sessionhook"
+    ]
+    assert not target.exists() and refused.stdout == ""
+    assert_clean_exit(relay)
+    done = store_copy("--from", str(source), "--to", str(target))
+    assert done.returncode == 0, done.stderr
+    assert "counts verified" in done.stdout
+
+
 # --------------------------------------------------------------------------- replicas
 
 

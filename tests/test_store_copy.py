@@ -1,15 +1,27 @@
 """``sessionhook store copy`` in process: every row and byte over, ids kept, the id
-generators past them, a non-empty target refused unless ``--replace``, one-line errors."""
+generators past them, a non-empty target refused unless ``--replace``, a live store (its
+daemon lock held, replicas running) refused, one-line errors."""
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
+from typing import Any
 
-from click.testing import CliRunner
+import pytest
+from click.testing import CliRunner, Result
 
+import sessionhook.relay.store.copy as store_copy_module
 from sessionhook.cli import cli
 from sessionhook.relay.retry import Delivered
-from sessionhook.relay.store import AttemptRecord, Store
+from sessionhook.relay.store import (
+    AttemptRecord,
+    PostgresStore,
+    Store,
+    StoreLockedError,
+    acquire_daemon_lock,
+)
 from sessionhook.relay.store.copy import SKIPPED_TABLES, plan
 
 from .test_outbox import T0, Clock, Ep, fill, ok
@@ -92,3 +104,99 @@ def test_runtime_tables_are_not_copied(tmp_path: Path) -> None:
     assert not set(tables) & SKIPPED_TABLES
     assert tables.index("sessions") < tables.index("activities") < tables.index("events")
     assert tables.index("events") < tables.index("deliveries") < tables.index("attempts")
+
+
+# --------------------------------------------------------------------------- a live store
+
+
+def copy(source: Path | str, target: Path | str) -> Result:
+    return CliRunner().invoke(cli, ["store", "copy", "--from", str(source), "--to", str(target)])
+
+
+def test_a_source_whose_daemon_lock_is_held_is_refused(tmp_path: Path) -> None:
+    # Issue 20: the copy read a store a daemon was writing, without a word.
+    source, target = tmp_path / "s.db", tmp_path / "t.db"
+    source_store(source)
+    with acquire_daemon_lock(source):
+        refused = copy(source, target)
+    assert refused.exit_code == 2
+    assert refused.output == (
+        f"error: a daemon is running on the source store {source} (pid {os.getpid()}): "
+        "stop it first — sudo systemctl stop sessionhook\n"
+    )
+    assert not target.exists()
+    done = copy(source, target)
+    assert done.exit_code == 0, done.output
+    with acquire_daemon_lock(source), acquire_daemon_lock(target):
+        pass  # the copy let go of both
+
+
+def test_a_target_whose_daemon_lock_is_held_is_refused(tmp_path: Path) -> None:
+    source, target = tmp_path / "s.db", tmp_path / "t.db"
+    source_store(source)
+    with acquire_daemon_lock(target):
+        refused = copy(source, target)
+    assert refused.exit_code == 2
+    assert refused.output.startswith(f"error: a daemon is running on the target store {target}")
+    assert not target.exists()  # refused before it was created
+
+
+def test_no_daemon_starts_on_either_side_during_the_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source, target = tmp_path / "s.db", tmp_path / "t.db"
+    source_store(source)
+    tried: list[str] = []
+
+    def copy_store_while_a_daemon_starts(src: Any, dst: Any, **kwargs: Any) -> Any:
+        for side in (source, target):
+            with pytest.raises(StoreLockedError, match=f"pid {os.getpid()}"):
+                acquire_daemon_lock(side)
+            tried.append(side.name)
+        return real_copy_store(src, dst, **kwargs)
+
+    real_copy_store = store_copy_module.copy_store
+    monkeypatch.setattr(store_copy_module, "copy_store", copy_store_while_a_daemon_starts)
+    done = copy(source, target)
+    assert done.exit_code == 0, done.output
+    assert tried == ["s.db", "t.db"]
+
+
+def test_the_same_file_under_two_names_is_refused(tmp_path: Path) -> None:
+    source = tmp_path / "s.db"
+    source_store(source)
+    refused = copy(source, tmp_path / "sub" / ".." / "s.db")
+    assert refused.exit_code == 2 and "the same store" in refused.output
+
+
+@pytest.mark.parametrize("side", ["source", "target"])
+def test_a_postgresql_store_with_a_running_replica_is_refused(
+    pg_url: str, tmp_path: Path, side: str
+) -> None:
+    sqlite = tmp_path / "s.db"
+    with PostgresStore.open(pg_url) as pg:
+        if side == "source":
+            pg.sync_endpoints([Ep("a")])
+            fill(pg, 2, 2)
+        else:
+            source_store(sqlite)
+        pg.register_replica("r1", host="db1", pid=4242, now=time.time(), lease=30.0)
+        source, target = (pg_url, tmp_path / "t.db") if side == "source" else (sqlite, pg_url)
+        refused = copy(source, target)
+        assert refused.exit_code == 2
+        [line] = refused.output.splitlines()
+        assert line.startswith(f"error: the {side} database postgresql://")
+        assert "has 1 running replica(s) (r1@db1:4242): stop them first" in line
+        pg.retire_replica(time.time())  # a clean stop
+        done = copy(source, target)
+        assert done.exit_code == 0, done.output
+
+
+def test_a_dead_replica_does_not_make_a_postgresql_source_live(pg_url: str, tmp_path: Path) -> None:
+    with PostgresStore.open(pg_url) as pg:
+        pg.sync_endpoints([Ep("a")])
+        fill(pg, 1, 1)
+        # Silent for longer than its lease (killed): its claims are free, it runs no more.
+        pg.register_replica("gone", host="db1", pid=4242, now=time.time() - 120, lease=30.0)
+    done = copy(pg_url, tmp_path / "t.db")
+    assert done.exit_code == 0, done.output

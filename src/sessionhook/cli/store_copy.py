@@ -2,16 +2,24 @@
 
 Every row goes over with its ids (:mod:`sessionhook.relay.store.copy`): no event id, so no
 ``webhook-id``, changes, delivered events stay delivered, open deliveries go out from the
-new store. The source is opened read-only; stop the daemon first (a source that moves
-during the copy fails the final count check). Exit statuses: 0 copied and verified; 1 the
-copy failed or is incomplete; 2 a usage problem (a target that is not empty without
-``--replace``, a source that is not a sessionhook store).
+new store. The source is opened read-only.
+
+Neither side may be live. A SQLite store is live while a daemon holds its lock
+(:mod:`sessionhook.relay.store.lock`): the copy refuses it, naming the store and the
+daemon's pid, and otherwise takes that lock itself until it is done, so that no daemon
+starts on either side halfway through. A PostgreSQL store is live while a replica is
+registered with a heartbeat within its lease (what ``sessionhook status`` calls alive): a
+daemon there would go on delivering the open deliveries the copy hands to the new store
+(each twice), or write into a target being emptied. Exit statuses: 0 copied and verified;
+1 the copy failed or is incomplete; 2 a usage problem (a live store, a target that is not
+empty without ``--replace``, a source that is not a sessionhook store).
 """
 
 from __future__ import annotations
 
 import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +39,14 @@ def _is_url(spec: str) -> bool:
     return spec.startswith(("postgresql://", "postgres://"))
 
 
+def _same_store(a: str, b: str) -> bool:
+    if a == b:
+        return True
+    if _is_url(a) or _is_url(b):
+        return False
+    return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
+
+
 def open_copy_side(spec: str, *, writable: bool) -> Any:
     """The store at ``spec`` (a SQLite path or a ``postgresql://`` URL): read-only for the
     source, opened (created and migrated) for the target."""
@@ -40,6 +56,37 @@ def open_copy_side(spec: str, *, writable: bool) -> Any:
         return PostgresStore.open(spec) if writable else PostgresStore.open_readonly(spec)
     path = Path(spec).expanduser()
     return Store.open(path) if writable else Store.open_readonly(path)
+
+
+def _claim_idle(spec: str, store: Any, side: str) -> Any:
+    """Refuse a live store (see the module's docstring) with one line, exit 2; for a SQLite
+    store, return its daemon lock, held by this process until it is released."""
+    if _is_url(spec):
+        now = time.time()
+        running = [r for r in store.replicas() if r.alive(now)]
+        if running:
+            shown = ", ".join(f"{r.id}@{r.host}:{r.pid}" for r in running)
+            raise CliError(
+                f"the {side} database {redact_userinfo(spec)} has {len(running)} running "
+                f"replica(s) ({shown}): stop them first",
+                hint="a replica goes on delivering what the copy hands to the new store",
+                exit_code=2,
+            )
+        return None
+    from sessionhook.relay.store import StoreError, StoreLockedError, acquire_daemon_lock
+
+    path = Path(spec).expanduser()
+    try:
+        return acquire_daemon_lock(path)
+    except StoreLockedError as exc:
+        holder = f"pid {exc.pid}" if exc.pid is not None else "pid unknown"
+        raise CliError(
+            f"a daemon is running on the {side} store {path} ({holder}): stop it first",
+            hint="sudo systemctl stop sessionhook",
+            exit_code=2,
+        ) from None
+    except StoreError as exc:
+        raise CliError(f"cannot lock the {side} store: {exc}", exit_code=2) from None
 
 
 @store_group.command("copy")
@@ -61,18 +108,26 @@ def copy_command(source: str, target: str, replace: bool) -> None:
     from sessionhook.relay.store import StoreError
     from sessionhook.relay.store.copy import CopyError, copy_store
 
-    if source == target:
+    if _same_store(source, target):
         raise CliError("--from and --to are the same store", exit_code=2)
     shown_target = redact_userinfo(target)
-    try:
-        src = open_copy_side(source, writable=False)
-    except StoreError as exc:
-        raise CliError(f"cannot read the source: {exc}", exit_code=2) from None
-    try:
+    with ExitStack() as held:
+        try:
+            src = open_copy_side(source, writable=False)
+        except StoreError as exc:
+            raise CliError(f"cannot read the source: {exc}", exit_code=2) from None
+        held.callback(src.close)
+        if (lock := _claim_idle(source, src, "source")) is not None:
+            held.callback(lock.release)
+        if not _is_url(target) and (lock := _claim_idle(target, None, "target")) is not None:
+            held.callback(lock.release)  # before the target is opened: no daemon starts on it
         try:
             dst = open_copy_side(target, writable=True)
         except StoreError as exc:
             raise CliError(f"cannot open the target: {exc}", exit_code=1) from None
+        held.callback(dst.close)
+        if _is_url(target):
+            _claim_idle(target, dst, "target")
         try:
             started = time.monotonic()
             report = copy_store(src, dst, replace=replace, progress=_Progress())
@@ -81,10 +136,6 @@ def copy_command(source: str, target: str, replace: bool) -> None:
             raise CliError(str(exc), exit_code=code) from None
         except StoreError as exc:
             raise CliError(f"the copy failed: {exc}") from None
-        finally:
-            dst.close()
-    finally:
-        src.close()
     took = time.monotonic() - started
     click.echo(
         f"copied {report.rows} rows from {source} to {shown_target} in {took:.1f} s "
