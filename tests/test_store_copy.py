@@ -113,32 +113,24 @@ def copy(source: Path | str, target: Path | str) -> Result:
     return CliRunner().invoke(cli, ["store", "copy", "--from", str(source), "--to", str(target)])
 
 
-def test_a_source_whose_daemon_lock_is_held_is_refused(tmp_path: Path) -> None:
+@pytest.mark.parametrize("side", ["source", "target"])
+def test_a_store_whose_daemon_lock_is_held_is_refused(tmp_path: Path, side: str) -> None:
     # Issue 20: the copy read a store a daemon was writing, without a word.
     source, target = tmp_path / "s.db", tmp_path / "t.db"
     source_store(source)
-    with acquire_daemon_lock(source):
+    held = source if side == "source" else target
+    with acquire_daemon_lock(held):
         refused = copy(source, target)
     assert refused.exit_code == 2
     assert refused.output == (
-        f"error: a daemon is running on the source store {source} (pid {os.getpid()}): "
+        f"error: a daemon is running on the {side} store {held} (pid {os.getpid()}): "
         "stop it first — sudo systemctl stop sessionhook\n"
     )
-    assert not target.exists()
+    assert not target.exists()  # refused before the target was created
     done = copy(source, target)
     assert done.exit_code == 0, done.output
     with acquire_daemon_lock(source), acquire_daemon_lock(target):
         pass  # the copy let go of both
-
-
-def test_a_target_whose_daemon_lock_is_held_is_refused(tmp_path: Path) -> None:
-    source, target = tmp_path / "s.db", tmp_path / "t.db"
-    source_store(source)
-    with acquire_daemon_lock(target):
-        refused = copy(source, target)
-    assert refused.exit_code == 2
-    assert refused.output.startswith(f"error: a daemon is running on the target store {target}")
-    assert not target.exists()  # refused before it was created
 
 
 def test_no_daemon_starts_on_either_side_during_the_copy(
