@@ -25,8 +25,9 @@ drives it through a plain Python API:
 * hostile knobs (an upstream that is broken or lies): :meth:`StandIn.set_deep` (a list
   answers JSON nested 10^5 levels deep), :meth:`StandIn.set_drip` (headers, then one byte
   every few seconds, forever), :meth:`StandIn.set_runaway` (a fresh ``nextPageToken`` on
-  every page, forever), :meth:`StandIn.append_raw` (an activity JSON served exactly as
-  given: a name of another session, no name, ``createTime: "garbage"``), and
+  every page, forever: the same page again, or empty pages), :meth:`StandIn.append_raw`
+  (an activity JSON served exactly as given: a name of another session, no name,
+  ``createTime: "garbage"``), and
   ``append_activity(create_time=...)`` for a time in the year 9999;
 * observation: :meth:`StandIn.requests` (every request with its monotonic arrival time,
   label and answered status), :meth:`StandIn.counts`, :attr:`StandIn.items_served`.
@@ -258,7 +259,7 @@ class StandIn:
         self._latency: dict[str, float] = {}
         self._deep: set[str] = set()
         self._drip: dict[str, float] = {}
-        self._runaway: set[str] = set()
+        self._runaway: dict[str, bool] = {}  # target -> empty pages (else the same page)
         self._runaway_tokens = 0
         self._stopping = False
         self._in_flight = 0
@@ -371,12 +372,16 @@ class StandIn:
             else:
                 self._drip.pop(target, None)
 
-    def set_runaway(self, target: str, on: bool = True) -> None:
+    def set_runaway(self, target: str, on: bool = True, *, empty: bool = False) -> None:
         """While on, every page for ``target`` (a session name: its activity list; or
         ``"list_sessions"``) carries a fresh ``nextPageToken`` that leads to the same page
-        again: pagination without end, never repeating a token."""
+        again (``empty``: to an empty page, and so on): pagination without end, never
+        repeating a token."""
         with self._lock:
-            (self._runaway.add if on else self._runaway.discard)(target)
+            if on:
+                self._runaway[target] = empty
+            else:
+                self._runaway.pop(target, None)
 
     # ------------------------------------------------------------------ the world
 
@@ -611,7 +616,7 @@ class StandIn:
                 status_fault = self._fault(path, label)
                 response = status_fault if status_fault is not None else handler(path, query)
                 if target in self._runaway and response.status_code == 200:
-                    response = self._run_away(response)
+                    response = self._run_away(response, self._runaway[target], query)
             self._log.append(
                 RequestRecord(
                     at=arrived,
@@ -652,9 +657,12 @@ class StandIn:
 
         return StreamingResponse(drip(), media_type="application/json")
 
-    def _run_away(self, response: Response) -> Response:
-        """The same page again, with a token never given before (caller holds the lock)."""
+    def _run_away(self, response: Response, empty: bool, query: dict[str, str]) -> Response:
+        """The same page again (``empty``: after the first page, an empty one), with a token
+        never given before (caller holds the lock)."""
         page = json.loads(bytes(response.body))
+        if empty and _is_runaway(query.get("pageToken", "")):
+            page = {}
         self._runaway_tokens += 1
         blob = json.dumps({"scope": "runaway", "n": self._runaway_tokens}).encode()
         page["nextPageToken"] = base64.urlsafe_b64encode(blob).decode()
@@ -816,6 +824,14 @@ class StandIn:
             if activity["name"] == name:
                 return JSONResponse(activity)
         return _error(404, "Requested entity was not found.")
+
+
+def _is_runaway(token: str) -> bool:
+    """Whether ``token`` is one that :meth:`StandIn._run_away` invented."""
+    try:
+        return bool(json.loads(base64.urlsafe_b64decode(token.encode()))["scope"] == "runaway")
+    except (ValueError, KeyError, TypeError, binascii.Error):
+        return False
 
 
 def _default_originator(member: str | None) -> str:

@@ -35,7 +35,6 @@ pytestmark = pytest.mark.integration
 __all__ = ["harness"]  # the fixture, imported for pytest
 
 
-
 def start_relay(
     h: Harness,
     standin: StandIn,
@@ -247,6 +246,8 @@ def test_a_slow_drip_is_cut_at_the_deadline_and_polling_resumes(harness: Harness
 
 
 def test_runaway_pagination_is_bounded_warned_and_backed_off(harness: Harness) -> None:
+    """Empty pages under fresh tokens (a page may be empty before the end, AIP-158): only
+    max_pages bounds the walk."""
     standin = harness.standin()
     consumer = harness.consumer()
     url, secret = consumer.add_endpoint("main")
@@ -261,7 +262,7 @@ def test_runaway_pagination_is_bounded_warned_and_backed_off(harness: Harness) -
         "the endless session's first activity",
         relay.diagnostics,
     )
-    standin.set_runaway(endless)
+    standin.set_runaway(endless, empty=True)
     path = f"/v1alpha/{endless}/activities"
 
     def walks() -> list[float]:
@@ -284,7 +285,7 @@ def test_runaway_pagination_is_bounded_warned_and_backed_off(harness: Harness) -
     tokens = sum(1 for r in standin.requests("list_activities") if r.path == path)
     assert tokens <= 4 * len(walks()) + 4
     # The session list runs away too: discovery fails the same way.
-    standin.set_runaway("list_sessions")
+    standin.set_runaway("list_sessions", empty=True)
     wait_until(
         lambda: logged(relay, "discovery.failed", kind="page_limit"),
         20,
@@ -298,6 +299,80 @@ def test_runaway_pagination_is_bounded_warned_and_backed_off(harness: Harness) -
         lambda: later["name"] in consumer.delivered_activity_names("main"),
         40,
         "the session to resume once its pagination ends",
+        relay.diagnostics,
+    )
+    alive(relay)
+    code, _ = relay.terminate()
+    assert code == 0, relay.diagnostics()
+
+
+def test_pagination_that_repeats_itself_ends_at_once_as_a_loop(harness: Harness) -> None:
+    """The same page again under a fresh token: the walk ends at the first page that brings
+    nothing new (the session list: the third in a row), warned and backed off, long before
+    poll.max_pages (200, the default); what the first page brought is delivered."""
+    standin = harness.standin()
+    consumer = harness.consumer()
+    url, secret = consumer.add_endpoint("main")
+    relay = start_relay(harness, standin, [Endpoint("main", url, secret)])
+    wait_ready(standin, relay)
+    looping = standin.add_session("Looping", state="IN_PROGRESS")
+    healthy = standin.add_session("Healthy", state="IN_PROGRESS")
+    first = standin.append_activity(looping, "planGenerated")
+    wait_until(
+        lambda: first["name"] in consumer.delivered_activity_names("main"),
+        20,
+        "the looping session's first activity",
+        relay.diagnostics,
+    )
+    standin.set_runaway(looping)
+    path = f"/v1alpha/{looping}/activities"
+
+    def asked(label: str, where: str) -> tuple[int, int]:
+        """(walks, requests) of ``where``: a request without a page token opens a walk."""
+        mine = [r for r in standin.requests(label) if r.path == where]
+        return sum("pageToken" not in r.query for r in mine), len(mine)
+
+    walks_before, requests_before = asked("list_activities", path)
+    second = standin.append_activity(looping, "agentMessaged")
+    mine = [standin.append_activity(healthy, "progressUpdated") for _ in range(3)]
+    wait_until(
+        lambda: len(logged(relay, "poll.failed", kind="page_loop", session=looping)) >= 3,
+        40,
+        "three walks of the looping session ended as loops",
+        relay.diagnostics,
+    )
+    delivered = consumer.delivered_activity_names("main")
+    assert second["name"] in delivered, relay.diagnostics()
+    assert {a["name"] for a in mine} <= delivered
+    warned = logged(relay, "poll.failed", kind="page_loop", session=looping)
+    assert "page 2 brought nothing new" in warned[0]["error"], warned[0]
+    assert not logged(relay, "poll.failed", kind="page_limit"), relay.diagnostics()
+    walks, requests = asked("list_activities", path)
+    # Two requests a walk (the page, then its repeat); one walk may be under way.
+    assert requests - requests_before <= 2 * (walks - walks_before) + 1, (walks, requests)
+    # The session list repeats itself: discovery ends at its third page of repeats.
+    standin.set_runaway("list_sessions")
+    passes_before, listed_before = asked("list_sessions", "/v1alpha/sessions")
+    wait_until(
+        lambda: len(logged(relay, "discovery.failed", kind="page_loop")) >= 2,
+        30,
+        "two discovery passes ended as loops",
+        relay.diagnostics,
+    )
+    passes, listed = asked("list_sessions", "/v1alpha/sessions")
+    assert listed - listed_before <= 4 * (passes - passes_before) + 3, (passes, listed)
+    assert "pages 2 to 4 brought nothing new" in logged(relay, "discovery.failed")[-1]["error"]
+    standin.set_runaway("list_sessions", on=False)
+    standin.set_runaway(looping, on=False)
+    later = standin.append_activity(looping, "userMessaged")
+    newcomer = standin.add_session("Newcomer", state="IN_PROGRESS")
+    wait_until(
+        lambda: (
+            later["name"] in consumer.delivered_activity_names("main")
+            and newcomer in {h.session for h in consumer.delivered("main")}
+        ),
+        40,
+        "polling and discovery to resume once pagination ends",
         relay.diagnostics,
     )
     alive(relay)

@@ -21,6 +21,7 @@ from sessionhook.api.errors import (
     DeadlineExceededError,
     MalformedResponseError,
     PageLimitError,
+    PageLoopError,
     ResponseTooDeepError,
     ResponseTooLargeError,
     TransportError,
@@ -109,8 +110,7 @@ def _depth_exceeds_by_regex(data: bytes, limit: int) -> bool:
 _tricky_text = st.text(alphabet='[]{}"\\\\/ab\n\u00e9\u2603', max_size=12)
 _json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | _tricky_text,
-    lambda inner: st.lists(inner, max_size=4)
-    | st.dictionaries(_tricky_text, inner, max_size=4),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_tricky_text, inner, max_size=4),
     max_leaves=40,
 )
 
@@ -329,6 +329,116 @@ async def test_runaway_pagination_stops_at_max_pages() -> None:
     assert got == [f"sessions/{i}" for i in range(1, 6)]
     assert caught.value.kind == "page_limit"
     assert caught.value.max_pages == 5
+
+
+class Looping:
+    """Pages served in turn from ``pages`` (each a list of items), the last one again and
+    again, always with a token never given before: pagination that never ends."""
+
+    def __init__(self, key: str, pages: list[list[Any]]) -> None:
+        self.key = key
+        self.pages = pages
+        self.asked = 0
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        items = self.pages[min(self.asked, len(self.pages) - 1)]
+        self.asked += 1
+        return httpx.Response(200, json={self.key: items, "nextPageToken": f"t{self.asked}"})
+
+
+async def test_an_activity_page_that_brings_nothing_new_ends_the_walk_at_once() -> None:
+    """The same activities again under a fresh token: the second page is the loop (not the
+    200th, max_pages); what the first page brought was yielded."""
+    served = Looping("activities", [[activity(1), activity(2)]])
+    got: list[str] = []
+    async with httpx.AsyncClient(transport=httpx.MockTransport(served)) as http:
+        with pytest.raises(PageLoopError) as caught:
+            async for page in client(http).walk_activities("1", max_pages=200):
+                got += [a.name for a in page.activities]
+    assert served.asked == 2
+    assert got == [activity(1)["name"], activity(2)["name"]]
+    assert caught.value.kind == "page_loop" and caught.value.pages == 2
+    assert "page 2 brought nothing new" in str(caught.value)
+
+
+async def test_a_page_of_items_met_on_any_earlier_page_is_a_loop() -> None:
+    """A, B, A: the third page repeats the first; a page mixing old and new items is news."""
+    a, b = [activity(1), activity(2)], [activity(2), activity(3)]
+    served = Looping("activities", [a, b, a])
+    async with httpx.AsyncClient(transport=httpx.MockTransport(served)) as http:
+        with pytest.raises(PageLoopError):
+            async for _ in client(http).iter_activities("1", max_pages=200):
+                pass
+    assert served.asked == 3
+
+
+async def test_repeated_refusals_are_no_news_and_new_ones_are() -> None:
+    """Items that are no activities count by their refusal: the same one again is a loop,
+    yielded once; another one (another name) is news."""
+    bad = {"name": "sessions/1/activities/x", "createTime": 5}  # createTime not a string
+    served = Looping("activities", [[bad]])
+    async with httpx.AsyncClient(transport=httpx.MockTransport(served)) as http:
+        invalid = []
+        with pytest.raises(PageLoopError):
+            async for page in client(http).walk_activities("1", max_pages=50):
+                invalid += page.invalid
+    assert served.asked == 2 and [r.name for r in invalid] == [bad["name"]]
+    others = [[{**bad, "name": f"sessions/1/activities/{i}"}] for i in range(4)]
+    served = Looping("activities", [*others, []])  # then empty pages: bounded by max_pages
+    async with httpx.AsyncClient(transport=httpx.MockTransport(served)) as http:
+        with pytest.raises(PageLimitError):
+            async for _ in client(http).walk_activities("1", max_pages=6):
+                pass
+    assert served.asked == 6
+
+
+async def test_empty_pages_with_a_next_token_are_allowed_up_to_max_pages() -> None:
+    """AIP-158: a page may hold no item and still not be the last (a filter cut it short).
+    Empty pages neither end the walk as a loop nor hide one: what comes after them is read."""
+    served = Looping("activities", [[activity(1)], [], [], [], [activity(2)], []])
+    got: list[str] = []
+    async with httpx.AsyncClient(transport=httpx.MockTransport(served)) as http:
+        with pytest.raises(PageLimitError):
+            async for a in client(http).iter_activities("1", max_pages=8):
+                got.append(a.name)
+    assert got == [activity(1)["name"], activity(2)["name"]] and served.asked == 8
+    served = Looping("activities", [[activity(1)], [], [activity(1)]])
+    async with httpx.AsyncClient(transport=httpx.MockTransport(served)) as http:
+        with pytest.raises(PageLoopError):
+            async for _ in client(http).iter_activities("1", max_pages=8):
+                pass
+    assert served.asked == 3  # the repeat after an empty page is still a loop
+
+
+def sessions(*numbers: int) -> list[dict[str, str]]:
+    return [{"name": f"sessions/{n}"} for n in numbers]
+
+
+async def test_the_session_list_ends_as_a_loop_at_the_third_page_of_repeats() -> None:
+    served = Looping("sessions", [sessions(9, 8)])
+    async with httpx.AsyncClient(transport=httpx.MockTransport(served)) as http:
+        with pytest.raises(PageLoopError) as caught:
+            async for _ in client(http).iter_sessions(max_pages=200):
+                pass
+    assert served.asked == 4 and caught.value.repeats == 3
+    assert "pages 2 to 4 brought nothing new" in str(caught.value)
+
+
+async def test_a_session_list_shifted_by_a_burst_is_walked_to_its_end() -> None:
+    """Newest first, offset tokens: two sessions created while page 1 was read push it
+    whole onto page 2 (nothing new there), then the walk goes on and finds the rest."""
+    pages = [sessions(9, 8), sessions(9, 8), sessions(7, 6), sessions(5)]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        n = int(request.url.params.get("pageToken") or 0)
+        body: dict[str, Any] = {"sessions": pages[n]}
+        if n + 1 < len(pages):
+            body["nextPageToken"] = str(n + 1)
+        return httpx.Response(200, json=body)
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
+        got = [s.name async for s in client(http).iter_sessions()]
+    assert got == [f"sessions/{n}" for n in (9, 8, 7, 6, 5)]
 
 
 async def test_pages_carry_the_server_clock() -> None:

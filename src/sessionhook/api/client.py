@@ -44,7 +44,17 @@ Bounds (nothing the service sends can exhaust memory, recurse or hang a call):
 * JSON nested deeper than ``max_depth`` is refused before it is parsed
   (:class:`~sessionhook.api.errors.ResponseTooDeepError`);
 * list walks ask a page that is too large again with half the page size, down to one item,
-  and stop after ``max_pages`` pages (:class:`~sessionhook.api.errors.PageLimitError`).
+  and stop after ``max_pages`` pages (:class:`~sessionhook.api.errors.PageLimitError`);
+  a walk also stops at a page that brings nothing new while offering another
+  (:class:`~sessionhook.api.errors.PageLoopError`): a page *brings nothing new* when it
+  holds at least one item and every one of them (by name; an item refused as too large or
+  malformed: the same refusal) was met earlier in the same walk. An activity list ends at
+  the first such page (it grows only at its end: a page of repeats is never a shift); the
+  session list, newest first, at the third in a row (every session created during the walk
+  shifts it: a burst of a page's worth repeats a whole page legitimately). An EMPTY page
+  with a next token is not one: AIP-158 lets a server answer fewer items than asked, none
+  included, before the end (a page cut short by a filter), so only ``max_pages`` bounds a
+  run of empty pages.
   :meth:`SessionsClient.walk_activities` goes past a single activity too large to read: it
   scans the rest of that answer as it streams by, keeping only the activity's ``name``,
   ``createTime`` and the ``nextPageToken`` (see :class:`RefusedItem`).
@@ -79,6 +89,7 @@ from .errors import (
     DeadlineExceededError,
     MalformedResponseError,
     PageLimitError,
+    PageLoopError,
     ResponseTooDeepError,
     ResponseTooLargeError,
     TransportError,
@@ -135,6 +146,10 @@ _ERROR_BODY_BYTES: Final = 64 * 1024
 _SCAN_FACTOR: Final = 64
 # The server's default page size is unknown when none was asked; halving starts here.
 _UNKNOWN_PAGE_SIZE: Final = 100
+# Pages in a row that bring nothing new before a walk ends as a loop (see the module
+# docstring): an activity list at once, the session list (which shifts) at the third.
+_LOOP_PAGES: Final = 1
+_SESSION_LOOP_PAGES: Final = 3
 # What a one-activity page too large to keep is scanned for, as it streams by.
 _ACTIVITY_SCAN: Final[tuple[JsonPath, ...]] = (
     ("activities", 0, "name"),
@@ -464,9 +479,15 @@ class SessionsClient:
         """Every session of the account, walking all pages (each name yielded once).
 
         A page too large to read is asked again with half the page size; more than
-        ``max_pages`` pages raise :class:`~sessionhook.api.errors.PageLimitError`.
+        ``max_pages`` pages raise :class:`~sessionhook.api.errors.PageLimitError`, three
+        pages in a row with nothing new :class:`~sessionhook.api.errors.PageLoopError`.
         """
-        return self._walk(self._sessions_page, page_size=page_size, max_pages=max_pages)
+        return self._walk(
+            self._sessions_page,
+            page_size=page_size,
+            max_pages=max_pages,
+            loop_pages=_SESSION_LOOP_PAGES,
+        )
 
     async def _sessions_page(
         self, token: str | None, page_size: int | None, _scan: bool
@@ -587,7 +608,9 @@ class SessionsClient:
         the walk goes on with the page token the scan found. Items that are not activities
         (no string ``name``...) come back in :attr:`ActivityPage.invalid`, the others of
         their page as usual. More than ``max_pages`` pages
-        raise :class:`~sessionhook.api.errors.PageLimitError` after the last one allowed.
+        raise :class:`~sessionhook.api.errors.PageLimitError` after the last one allowed; a
+        page that brings nothing new raises :class:`~sessionhook.api.errors.PageLoopError`
+        after it (both: when it offers another page).
         """
         name = session_name(session)
 
@@ -701,10 +724,19 @@ class SessionsClient:
     # ----------------------------------------------------------------------- machinery
 
     async def _walk(
-        self, fetch: _Fetch[_R], *, page_size: int | None, max_pages: int | None
+        self,
+        fetch: _Fetch[_R],
+        *,
+        page_size: int | None,
+        max_pages: int | None,
+        loop_pages: int = _LOOP_PAGES,
     ) -> AsyncIterator[_R]:
         async for page in self._walk_pages(
-            fetch, page_size=page_size, max_pages=max_pages, refuse_oversize=False
+            fetch,
+            page_size=page_size,
+            max_pages=max_pages,
+            refuse_oversize=False,
+            loop_pages=loop_pages,
         ):
             for item in page.items:
                 yield item
@@ -716,22 +748,28 @@ class SessionsClient:
         page_size: int | None,
         max_pages: int | None,
         refuse_oversize: bool,
+        loop_pages: int = _LOOP_PAGES,
     ) -> AsyncIterator[_Page[_R]]:
-        """Walk a list page by page, each name yielded once; see the module docstring.
+        """Walk a list page by page, each name (and each refusal) yielded once; see the
+        module docstring.
 
         Page tokens are opaque; a server that hands back a token it already gave would
-        loop forever, so that is reported as a malformed answer, and a fresh token on every
-        page is stopped by ``max_pages``. Names are deduplicated because a list that shifts
-        while it is walked (a session created meanwhile) can repeat an item across a page
-        boundary. A page too large to read is asked again with half the page size (the
-        rest of the walk keeps the smaller size); a page of one still too large raises,
-        or with ``refuse_oversize`` becomes a page with ``refused`` set and the walk goes
-        on with the page token its scan found.
+        loop forever, so that is reported as a malformed answer; ``loop_pages`` pages in a
+        row that bring nothing new, each with a fresh token, end the walk as a loop
+        (:class:`PageLoopError`); fresh tokens with fresh items are stopped by
+        ``max_pages``. Names are deduplicated because a list that shifts while it is walked
+        (a session created meanwhile) can repeat an item across a page boundary. A page
+        too large to read is asked again with half the page size (the rest of the walk
+        keeps the smaller size); a page of one still too large raises, or with
+        ``refuse_oversize`` becomes a page with ``refused`` set and the walk goes on with
+        the page token its scan found.
         """
         token: str | None = None
         size = page_size
         tokens_seen: set[str] = set()
         names_seen: set[str] = set()
+        refusals_seen: set[RefusedItem] = set()
+        repeats = 0  # pages in a row that brought nothing new (empty pages do not count)
         pages = 0
         while True:
             try:
@@ -761,9 +799,19 @@ class SessionsClient:
                     ),
                 )
             pages += 1
+            held = bool(page.items or page.invalid or page.refused)
             fresh = [item for item in page.items if item.name not in names_seen]
             names_seen.update(item.name for item in fresh)
             page.items = fresh
+            page.invalid = [item for item in page.invalid if item not in refusals_seen]
+            if page.refused in refusals_seen:
+                page.refused = None
+            refusals_seen.update(page.invalid)
+            if page.refused is not None:
+                refusals_seen.add(page.refused)
+            if held:
+                news = bool(page.items or page.invalid or page.refused)
+                repeats = 0 if news else repeats + 1
             yield page
             next_token = page.next_token
             if not next_token:
@@ -772,6 +820,14 @@ class SessionsClient:
                 raise MalformedResponseError(
                     f"the service returned page token {next_token!r} twice; pagination loops",
                     body=next_token,
+                )
+            if repeats >= loop_pages:
+                raise PageLoopError(
+                    f"{_pages_phrase(repeats, pages)} brought nothing new to this walk (every "
+                    "item met on an earlier page) yet offered another page token; "
+                    "pagination loops",
+                    pages=pages,
+                    repeats=repeats,
                 )
             if max_pages is not None and pages >= max_pages:
                 raise PageLimitError(
@@ -1111,6 +1167,11 @@ def _is_unicode(value: object) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def _pages_phrase(repeats: int, last: int) -> str:
+    """``page 2`` or ``pages 3 to 5``: the pages of a walk that brought nothing new."""
+    return f"page {last}" if repeats == 1 else f"pages {last - repeats + 1} to {last}"
 
 
 def _snippet(content: bytes) -> str:

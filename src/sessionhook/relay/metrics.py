@@ -159,7 +159,7 @@ class Metrics:
             "upstream_failures",
             "Failed upstream calls as the poller saw them, by loop (discovery, session, "
             "announce) and kind (transport, deadline, malformed, too_deep, too_large, "
-            "page_limit, status).",
+            "page_limit, page_loop, status).",
             ["loop", "kind"],
             namespace=NAMESPACE,
             registry=r,
