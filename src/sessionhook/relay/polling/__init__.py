@@ -49,6 +49,9 @@ the walk goes on after it, the cursor moves past it) are refused: recorded in th
 (``sessionhook status``), logged (``poll.activity_refused``), counted; the others of the
 page go through. The cursor never moves past the service's clock (the ``Date`` header)
 plus ``clock_skew``, so a createTime in the year 9999 cannot hold later activities back.
+The session list is judged item by item too (``screening.py``): a session whose text is not
+Unicode is relayed mended (U+FFFD), an item that is no session is refused; the other
+sessions of the page are discovered as usual.
 """
 
 from .poller import Poller
