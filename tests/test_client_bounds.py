@@ -18,6 +18,7 @@ from sessionhook.api import ServerError, SessionsClient
 from sessionhook.api._bounds import JsonFieldScanner, nesting_depth_exceeds
 from sessionhook.api.client import RetryPolicy
 from sessionhook.api.errors import (
+    ApiError,
     DeadlineExceededError,
     MalformedResponseError,
     PageLimitError,
@@ -346,30 +347,36 @@ class Looping:
         return httpx.Response(200, json={self.key: items, "nextPageToken": f"t{self.asked}"})
 
 
+async def walk_to_the_end(
+    handler: Callable[[httpx.Request], httpx.Response],
+    walk: Callable[[SessionsClient], AsyncIterator[Any]],
+) -> tuple[list[Any], ApiError]:
+    """What ``walk`` yields until it raises, and what it raises (it must)."""
+    got: list[Any] = []
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
+        with pytest.raises(ApiError) as caught:
+            async for item in walk(client(http)):
+                got.append(item)
+    return got, caught.value
+
+
 async def test_an_activity_page_that_brings_nothing_new_ends_the_walk_at_once() -> None:
     """The same activities again under a fresh token: the second page is the loop (not the
     200th, max_pages); what the first page brought was yielded."""
     served = Looping("activities", [[activity(1), activity(2)]])
-    got: list[str] = []
-    async with httpx.AsyncClient(transport=httpx.MockTransport(served)) as http:
-        with pytest.raises(PageLoopError) as caught:
-            async for page in client(http).walk_activities("1", max_pages=200):
-                got += [a.name for a in page.activities]
+    got, error = await walk_to_the_end(served, lambda c: c.iter_activities("1", max_pages=200))
     assert served.asked == 2
-    assert got == [activity(1)["name"], activity(2)["name"]]
-    assert caught.value.kind == "page_loop" and caught.value.pages == 2
-    assert "page 2 brought nothing new" in str(caught.value)
+    assert [a.name for a in got] == [activity(1)["name"], activity(2)["name"]]
+    assert isinstance(error, PageLoopError) and error.kind == "page_loop" and error.pages == 2
+    assert "page 2 brought nothing new" in str(error)
 
 
 async def test_a_page_of_items_met_on_any_earlier_page_is_a_loop() -> None:
     """A, B, A: the third page repeats the first; a page mixing old and new items is news."""
     a, b = [activity(1), activity(2)], [activity(2), activity(3)]
     served = Looping("activities", [a, b, a])
-    async with httpx.AsyncClient(transport=httpx.MockTransport(served)) as http:
-        with pytest.raises(PageLoopError):
-            async for _ in client(http).iter_activities("1", max_pages=200):
-                pass
-    assert served.asked == 3
+    _, error = await walk_to_the_end(served, lambda c: c.iter_activities("1", max_pages=200))
+    assert isinstance(error, PageLoopError) and served.asked == 3
 
 
 async def test_repeated_refusals_are_no_news_and_new_ones_are() -> None:
@@ -377,37 +384,25 @@ async def test_repeated_refusals_are_no_news_and_new_ones_are() -> None:
     yielded once; another one (another name) is news."""
     bad = {"name": "sessions/1/activities/x", "createTime": 5}  # createTime not a string
     served = Looping("activities", [[bad]])
-    async with httpx.AsyncClient(transport=httpx.MockTransport(served)) as http:
-        invalid = []
-        with pytest.raises(PageLoopError):
-            async for page in client(http).walk_activities("1", max_pages=50):
-                invalid += page.invalid
-    assert served.asked == 2 and [r.name for r in invalid] == [bad["name"]]
+    pages, error = await walk_to_the_end(served, lambda c: c.walk_activities("1", max_pages=50))
+    assert isinstance(error, PageLoopError) and served.asked == 2
+    assert [r.name for p in pages for r in p.invalid] == [bad["name"]]
     others = [[{**bad, "name": f"sessions/1/activities/{i}"}] for i in range(4)]
     served = Looping("activities", [*others, []])  # then empty pages: bounded by max_pages
-    async with httpx.AsyncClient(transport=httpx.MockTransport(served)) as http:
-        with pytest.raises(PageLimitError):
-            async for _ in client(http).walk_activities("1", max_pages=6):
-                pass
-    assert served.asked == 6
+    _, error = await walk_to_the_end(served, lambda c: c.walk_activities("1", max_pages=6))
+    assert isinstance(error, PageLimitError) and served.asked == 6
 
 
 async def test_empty_pages_with_a_next_token_are_allowed_up_to_max_pages() -> None:
     """AIP-158: a page may hold no item and still not be the last (a filter cut it short).
     Empty pages neither end the walk as a loop nor hide one: what comes after them is read."""
     served = Looping("activities", [[activity(1)], [], [], [], [activity(2)], []])
-    got: list[str] = []
-    async with httpx.AsyncClient(transport=httpx.MockTransport(served)) as http:
-        with pytest.raises(PageLimitError):
-            async for a in client(http).iter_activities("1", max_pages=8):
-                got.append(a.name)
-    assert got == [activity(1)["name"], activity(2)["name"]] and served.asked == 8
+    got, error = await walk_to_the_end(served, lambda c: c.iter_activities("1", max_pages=8))
+    assert isinstance(error, PageLimitError) and served.asked == 8
+    assert [a.name for a in got] == [activity(1)["name"], activity(2)["name"]]
     served = Looping("activities", [[activity(1)], [], [activity(1)]])
-    async with httpx.AsyncClient(transport=httpx.MockTransport(served)) as http:
-        with pytest.raises(PageLoopError):
-            async for _ in client(http).iter_activities("1", max_pages=8):
-                pass
-    assert served.asked == 3  # the repeat after an empty page is still a loop
+    _, error = await walk_to_the_end(served, lambda c: c.iter_activities("1", max_pages=8))
+    assert isinstance(error, PageLoopError) and served.asked == 3  # a repeat after an empty
 
 
 def sessions(*numbers: int) -> list[dict[str, str]]:
@@ -416,12 +411,9 @@ def sessions(*numbers: int) -> list[dict[str, str]]:
 
 async def test_the_session_list_ends_as_a_loop_at_the_third_page_of_repeats() -> None:
     served = Looping("sessions", [sessions(9, 8)])
-    async with httpx.AsyncClient(transport=httpx.MockTransport(served)) as http:
-        with pytest.raises(PageLoopError) as caught:
-            async for _ in client(http).iter_sessions(max_pages=200):
-                pass
-    assert served.asked == 4 and caught.value.repeats == 3
-    assert "pages 2 to 4 brought nothing new" in str(caught.value)
+    _, error = await walk_to_the_end(served, lambda c: c.iter_sessions(max_pages=200))
+    assert isinstance(error, PageLoopError) and error.repeats == 3 and served.asked == 4
+    assert "pages 2 to 4 brought nothing new" in str(error)
 
 
 async def test_a_session_list_shifted_by_a_burst_is_walked_to_its_end() -> None:
