@@ -58,6 +58,9 @@ Bounds (nothing the service sends can exhaust memory, recurse or hang a call):
   :meth:`SessionsClient.walk_activities` goes past a single activity too large to read: it
   scans the rest of that answer as it streams by, keeping only the activity's ``name``,
   ``createTime`` and the ``nextPageToken`` (see :class:`RefusedItem`).
+  :meth:`SessionsClient.walk_sessions` goes past an item that is no session. Text that is
+  not Unicode (a lone surrogate) refuses an activity but is mended in a session (U+FFFD,
+  :attr:`Session.repaired`; see ``_items.py``).
 
 The API key travels only in its header, and only to ``base_url``: redirects are never
 followed. It is never logged, never part of an exception message, and the request attached

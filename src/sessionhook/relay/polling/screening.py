@@ -59,10 +59,12 @@ class SessionScreen:
         if not session.repaired:
             return
         fields = ",".join(session.repaired)
-        first = self._first(("repaired", session.name, fields))
-        if first and self._metrics is not None:
+        # Counted once per session; warned once per set of fields (a GET may mend more of
+        # the session than its list item showed: the prompt, a pull request's title).
+        if self._first(("repaired", session.name, "")) and self._metrics is not None:
             self._metrics.session_repaired()
-        (_log.warning if first else _log.debug)(
+        loud = self._first(("repaired", session.name, fields))
+        (_log.warning if loud else _log.debug)(
             "discovery.session_repaired",
             session=session.name,
             fields=fields[:200],
