@@ -25,8 +25,11 @@ drives it through a plain Python API:
 * hostile knobs (an upstream that is broken or lies): :meth:`StandIn.set_deep` (a list
   answers JSON nested 10^5 levels deep), :meth:`StandIn.set_drip` (headers, then one byte
   every few seconds, forever), :meth:`StandIn.set_runaway` (a fresh ``nextPageToken`` on
-  every page, forever), :meth:`StandIn.append_raw` (an activity JSON served exactly as
-  given: a name of another session, no name, ``createTime: "garbage"``), and
+  every page, forever: the same page again, or empty pages), :meth:`StandIn.append_raw`
+  (an activity JSON served exactly as given: a name of another session, no name,
+  ``createTime: "garbage"``), :meth:`StandIn.add_raw_session` (a session list item served
+  as given), ``add_session(title=...)`` / :meth:`StandIn.set_title` with a lone surrogate
+  (sent as a ``\\ud83d`` escape, as a JSON encoder does), and
   ``append_activity(create_time=...)`` for a time in the year 9999;
 * observation: :meth:`StandIn.requests` (every request with its monotonic arrival time,
   label and answered status), :meth:`StandIn.counts`, :attr:`StandIn.items_served`.
@@ -258,8 +261,9 @@ class StandIn:
         self._latency: dict[str, float] = {}
         self._deep: set[str] = set()
         self._drip: dict[str, float] = {}
-        self._runaway: set[str] = set()
+        self._runaway: dict[str, bool] = {}  # target -> empty pages (else the same page)
         self._runaway_tokens = 0
+        self._raw_sessions: list[Any] = []  # items served first in the session list
         self._stopping = False
         self._in_flight = 0
         self._waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
@@ -371,12 +375,16 @@ class StandIn:
             else:
                 self._drip.pop(target, None)
 
-    def set_runaway(self, target: str, on: bool = True) -> None:
+    def set_runaway(self, target: str, on: bool = True, *, empty: bool = False) -> None:
         """While on, every page for ``target`` (a session name: its activity list; or
         ``"list_sessions"``) carries a fresh ``nextPageToken`` that leads to the same page
-        again: pagination without end, never repeating a token."""
+        again (``empty``: to an empty page, and so on): pagination without end, never
+        repeating a token."""
         with self._lock:
-            (self._runaway.add if on else self._runaway.discard)(target)
+            if on:
+                self._runaway[target] = empty
+            else:
+                self._runaway.pop(target, None)
 
     # ------------------------------------------------------------------ the world
 
@@ -435,6 +443,20 @@ class StandIn:
             for _ in range(activities):
                 self.append_activity(name, "progressUpdated")
             self.set_state(name, state)
+
+    def add_raw_session(self, item: Any) -> None:
+        """Serve ``item`` at the head of the session list exactly as given (no session of
+        that name exists for a GET): an item that is not a session, a name of another
+        shape."""
+        with self._lock:
+            self._raw_sessions.insert(0, copy.deepcopy(item))
+
+    def set_title(self, session: str, title: str) -> None:
+        """Give the session another title (its ``updateTime`` moves)."""
+        with self._lock:
+            s = self._sessions[session]
+            s.data["title"] = title
+            s.data["updateTime"] = self._now()
 
     def set_state(self, session: str, state: str) -> None:
         """Move a session to ``state`` (its ``updateTime`` moves)."""
@@ -611,7 +633,7 @@ class StandIn:
                 status_fault = self._fault(path, label)
                 response = status_fault if status_fault is not None else handler(path, query)
                 if target in self._runaway and response.status_code == 200:
-                    response = self._run_away(response)
+                    response = self._run_away(response, self._runaway[target], query)
             self._log.append(
                 RequestRecord(
                     at=arrived,
@@ -652,13 +674,16 @@ class StandIn:
 
         return StreamingResponse(drip(), media_type="application/json")
 
-    def _run_away(self, response: Response) -> Response:
-        """The same page again, with a token never given before (caller holds the lock)."""
+    def _run_away(self, response: Response, empty: bool, query: dict[str, str]) -> Response:
+        """The same page again (``empty``: after the first page, an empty one), with a token
+        never given before (caller holds the lock)."""
         page = json.loads(bytes(response.body))
+        if empty and _is_runaway(query.get("pageToken", "")):
+            page = {}
         self._runaway_tokens += 1
         blob = json.dumps({"scope": "runaway", "n": self._runaway_tokens}).encode()
         page["nextPageToken"] = base64.urlsafe_b64encode(blob).decode()
-        return JSONResponse(page)
+        return _Json(page)
 
     def _route(
         self, method: str, path: str
@@ -750,19 +775,19 @@ class StandIn:
                 key=lambda s: parse_time(s.data["createTime"]),
                 reverse=True,
             )
-        ordered = self._ordered
+        keys = ("name", "id", "title", "state", "createTime", "updateTime")
+        ordered: list[Any] = self._ordered
+        if self._raw_sessions:
+            ordered = [*self._raw_sessions, *({k: s.data[k] for k in keys} for s in ordered)]
         paged = self._page(ordered, query, "sessions")
         if isinstance(paged, Response):
             return paged
         chosen, token = paged
-        page = [
-            {k: s.data[k] for k in ("name", "id", "title", "state", "createTime", "updateTime")}
-            for s in chosen
-        ]
+        page = [s if isinstance(s, dict) else {k: s.data[k] for k in keys} for s in chosen]
         body: dict[str, Any] = {"sessions": page} if page else {}  # zero values omitted
         if token:
             body["nextPageToken"] = token
-        return JSONResponse(body)
+        return _Json(body)
 
     def _find(self, path: str) -> _Session | None:
         parts = path.removeprefix(_PREFIX).strip("/").split("/")
@@ -772,7 +797,7 @@ class StandIn:
         s = self._find(path)
         if s is None or time.monotonic() - s.created_mono < self.not_found_for:
             return _error(404, "Requested entity was not found.")
-        return JSONResponse(s.data)
+        return _Json(s.data)
 
     def _list_activities(self, path: str, query: dict[str, str]) -> Response:
         s = self._find(path)
@@ -807,15 +832,35 @@ class StandIn:
         body: dict[str, Any] = {"activities": page} if page else {}
         if token:
             body["nextPageToken"] = token
-        return JSONResponse(body)
+        return _Json(body)
 
     def _get_activity(self, path: str, _query: dict[str, str]) -> Response:
         s = self._find(path)
         name = path.removeprefix(_PREFIX).strip("/")
         for activity in s.activities if s is not None else []:
             if activity["name"] == name:
-                return JSONResponse(activity)
+                return _Json(activity)
         return _error(404, "Requested entity was not found.")
+
+
+class _Json(JSONResponse):
+    """Starlette's JSON answer, but text that is not Unicode (a lone surrogate) is sent as
+    an escape (``"\\ud83d"``), as a JSON encoder that escapes non-ASCII does, instead of
+    failing to encode: the answer stays valid JSON."""
+
+    def render(self, content: Any) -> bytes:
+        try:
+            return super().render(content)
+        except UnicodeEncodeError:
+            return json.dumps(content, separators=(",", ":")).encode("ascii")
+
+
+def _is_runaway(token: str) -> bool:
+    """Whether ``token`` is one that :meth:`StandIn._run_away` invented."""
+    try:
+        return bool(json.loads(base64.urlsafe_b64decode(token.encode()))["scope"] == "runaway")
+    except (ValueError, KeyError, TypeError, binascii.Error):
+        return False
 
 
 def _default_originator(member: str | None) -> str:
@@ -839,4 +884,4 @@ def _error(code: int, message: str, *, field_name: str | None = None) -> JSONRes
                 "fieldViolations": [{"field": field_name, "description": message}],
             }
         ]
-    return JSONResponse({"error": error}, status_code=code)
+    return _Json({"error": error}, status_code=code)

@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import itertools
 import subprocess
+import urllib.request
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from .blackbox_consumer import Consumer
 from .standin import StandIn, parse_time
 from .test_blackbox import (
     SESSIONHOOK,
@@ -33,7 +36,6 @@ from .test_blackbox import (
 
 pytestmark = pytest.mark.integration
 __all__ = ["harness"]  # the fixture, imported for pytest
-
 
 
 def start_relay(
@@ -88,6 +90,41 @@ def peak_rss_mb(relay: Relay) -> float:
 def alive(relay: Relay) -> None:
     assert relay.alive(), relay.diagnostics()
     assert "Traceback" not in relay.stderr, relay.diagnostics()
+
+
+def relay_on_standin(harness: Harness, **config: Any) -> tuple[StandIn, Consumer, Relay]:
+    """A stand-in, a consumer with endpoint ``main``, and the relay after its first pass."""
+    standin = harness.standin()
+    consumer = harness.consumer()
+    url, secret = consumer.add_endpoint("main")
+    relay = start_relay(harness, standin, [Endpoint("main", url, secret)], **config)
+    wait_ready(standin, relay)
+    return standin, consumer, relay
+
+
+def wait_delivered(
+    consumer: Consumer,
+    relay: Relay,
+    what: str,
+    activities: Sequence[dict[str, Any]] = (),
+    *,
+    sessions: tuple[str, ...] = (),
+    timeout: float = 30,
+) -> None:
+    """Until ``activities`` and an event of each of ``sessions`` reached ``main``."""
+    names = {a["name"] for a in activities}
+
+    def arrived() -> bool:
+        seen = {h.session for h in consumer.delivered("main")}
+        return names <= consumer.delivered_activity_names("main") and set(sessions) <= seen
+
+    wait_until(arrived, timeout, what, relay.diagnostics)
+
+
+def stops_cleanly(relay: Relay) -> None:
+    alive(relay)
+    code, _ = relay.terminate()
+    assert code == 0, relay.diagnostics()
 
 
 def test_deeply_nested_answers_are_malformed_and_the_daemon_stays_up(harness: Harness) -> None:
@@ -247,6 +284,8 @@ def test_a_slow_drip_is_cut_at_the_deadline_and_polling_resumes(harness: Harness
 
 
 def test_runaway_pagination_is_bounded_warned_and_backed_off(harness: Harness) -> None:
+    """Empty pages under fresh tokens (a page may be empty before the end, AIP-158): only
+    max_pages bounds the walk."""
     standin = harness.standin()
     consumer = harness.consumer()
     url, secret = consumer.add_endpoint("main")
@@ -261,7 +300,7 @@ def test_runaway_pagination_is_bounded_warned_and_backed_off(harness: Harness) -
         "the endless session's first activity",
         relay.diagnostics,
     )
-    standin.set_runaway(endless)
+    standin.set_runaway(endless, empty=True)
     path = f"/v1alpha/{endless}/activities"
 
     def walks() -> list[float]:
@@ -284,7 +323,7 @@ def test_runaway_pagination_is_bounded_warned_and_backed_off(harness: Harness) -
     tokens = sum(1 for r in standin.requests("list_activities") if r.path == path)
     assert tokens <= 4 * len(walks()) + 4
     # The session list runs away too: discovery fails the same way.
-    standin.set_runaway("list_sessions")
+    standin.set_runaway("list_sessions", empty=True)
     wait_until(
         lambda: logged(relay, "discovery.failed", kind="page_limit"),
         20,
@@ -303,6 +342,121 @@ def test_runaway_pagination_is_bounded_warned_and_backed_off(harness: Harness) -
     alive(relay)
     code, _ = relay.terminate()
     assert code == 0, relay.diagnostics()
+
+
+def test_pagination_that_repeats_itself_ends_at_once_as_a_loop(harness: Harness) -> None:
+    """The same page again under a fresh token: the walk ends at the first page that brings
+    nothing new (the session list: the third in a row), warned and backed off, long before
+    poll.max_pages (200, the default); what the first page brought is delivered."""
+    standin, consumer, relay = relay_on_standin(harness)
+    looping = standin.add_session("Looping", state="IN_PROGRESS")
+    healthy = standin.add_session("Healthy", state="IN_PROGRESS")
+    first = standin.append_activity(looping, "planGenerated")
+    wait_delivered(consumer, relay, "the looping session's first activity", [first])
+    standin.set_runaway(looping)
+    path = f"/v1alpha/{looping}/activities"
+
+    def asked(label: str, where: str) -> tuple[int, int]:
+        """(walks, requests) of ``where``: a request without a page token opens a walk."""
+        mine = [r for r in standin.requests(label) if r.path == where]
+        return sum("pageToken" not in r.query for r in mine), len(mine)
+
+    walks_before, requests_before = asked("list_activities", path)
+    second = standin.append_activity(looping, "agentMessaged")
+    mine = [standin.append_activity(healthy, "progressUpdated") for _ in range(3)]
+    wait_until(
+        lambda: len(logged(relay, "poll.failed", kind="page_loop", session=looping)) >= 3,
+        40,
+        "three walks of the looping session ended as loops",
+        relay.diagnostics,
+    )
+    wait_delivered(consumer, relay, "what the first pages brought", [second, *mine], timeout=5)
+    warned = logged(relay, "poll.failed", kind="page_loop", session=looping)
+    assert "page 2 brought nothing new" in warned[0]["error"], warned[0]
+    assert not logged(relay, "poll.failed", kind="page_limit"), relay.diagnostics()
+    walks, requests = asked("list_activities", path)
+    # Two requests a walk (the page, then its repeat); one walk may be under way.
+    assert requests - requests_before <= 2 * (walks - walks_before) + 1, (walks, requests)
+    # The session list repeats itself: discovery ends at its third page of repeats.
+    standin.set_runaway("list_sessions")
+    passes_before, listed_before = asked("list_sessions", "/v1alpha/sessions")
+    wait_until(
+        lambda: len(logged(relay, "discovery.failed", kind="page_loop")) >= 2,
+        30,
+        "two discovery passes ended as loops",
+        relay.diagnostics,
+    )
+    passes, listed = asked("list_sessions", "/v1alpha/sessions")
+    assert listed - listed_before <= 4 * (passes - passes_before) + 3, (passes, listed)
+    assert "pages 2 to 4 brought nothing new" in logged(relay, "discovery.failed")[-1]["error"]
+    standin.set_runaway("list_sessions", on=False)
+    standin.set_runaway(looping, on=False)
+    later = standin.append_activity(looping, "userMessaged")
+    newcomer = standin.add_session("Newcomer", state="IN_PROGRESS")
+    wait_delivered(
+        consumer, relay, "polling and discovery to resume", [later], sessions=(newcomer,)
+    )
+    stops_cleanly(relay)
+
+
+def titles(consumer: Any, session: str, event_type: str) -> list[str]:
+    """``data.session.title`` of the events of ``event_type`` delivered about ``session``."""
+    return [
+        h.body["data"]["session"]["title"]
+        for h in consumer.delivered("main")
+        if h.session == session and h.type == event_type and h.body is not None
+    ]
+
+
+def test_one_bad_session_list_item_does_not_stop_discovery_for_the_account(
+    harness: Harness, free_tcp_port: int
+) -> None:
+    """A title cut inside an emoji (a lone surrogate) used to make the whole session list
+    malformed: nothing of the account was discovered, retried forever. Items are judged one
+    by one: that session is relayed with U+FFFD in its title (warned, counted once); items
+    that are no session are refused by name; every other session is delivered as usual."""
+    standin, consumer, relay = relay_on_standin(harness, listen=f"127.0.0.1:{free_tcp_port}")
+    broken = standin.add_session("Half an emoji \ud83d", state="IN_PROGRESS")
+    unrelated = standin.add_session("Unrelated", state="IN_PROGRESS")
+    wanted = [
+        standin.append_activity(unrelated, "planGenerated"),
+        standin.append_activity(unrelated, "agentMessaged"),
+        standin.append_activity(broken, "progressUpdated"),
+    ]
+    wait_delivered(consumer, relay, "the activities of both sessions", wanted)
+    assert titles(consumer, broken, "session.discovered") == ["Half an emoji \ufffd"]
+    assert titles(consumer, unrelated, "session.discovered") == ["Unrelated"]
+    assert not logged(relay, "discovery.failed"), relay.diagnostics()
+    repaired = logged(relay, "discovery.session_repaired", session=broken)
+    assert [(e["fields"], e["level"]) for e in repaired] == [("title", "warning")], repaired
+    # Items that are no session are refused by name; a session listed after them is not.
+    standin.add_raw_session({"name": "sessions/33", "state": 5})
+    standin.add_raw_session({"name": "sessions/a/b", "title": "two ids"})  # stopped the daemon
+    newcomer = standin.add_session("Newcomer", state="IN_PROGRESS")
+    late = standin.append_activity(newcomer, "planGenerated")
+    wait_delivered(consumer, relay, "a session listed after items that are no session", [late])
+    refused = {
+        (e["session"], e["reason"], e["level"]) for e in logged(relay, "discovery.session_refused")
+    }
+    assert refused == {
+        ("sessions/33", "malformed", "warning"),
+        ("sessions/a/b", "not_a_name", "warning"),
+    }, relay.diagnostics()
+    with urllib.request.urlopen(f"http://127.0.0.1:{free_tcp_port}/metrics", timeout=5) as got:
+        metrics = got.read().decode()
+    assert "sessionhook_sessions_repaired_total 1.0" in metrics, metrics
+    for reason in ("malformed", "not_a_name"):
+        assert f'sessionhook_sessions_refused_total{{reason="{reason}"}} 1.0' in metrics
+    # Upstream fixes the title: the next read of the session carries it.
+    standin.set_title(broken, "Fixed title")
+    standin.set_state(broken, "COMPLETED")
+    wait_until(
+        lambda: titles(consumer, broken, "session.state_changed") == ["Fixed title"],
+        30,
+        "the state change with the fixed title",
+        relay.diagnostics,
+    )
+    stops_cleanly(relay)
 
 
 def test_a_createtime_in_the_year_9999_does_not_hold_back_later_activities(

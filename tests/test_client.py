@@ -244,7 +244,7 @@ _ODD_ACTIVITY_PAGES = [
     b' "h": 1e400, "i": 123456789012345678901234567890, "j": -0.0, "k": 1.5e-7}]}',
     rb'{"activities": [{"name": "sessions/1/activities/a\u00e9\ud83d\ude00",'
     rb' "description": "tab\t nul\u0000 \"q\" \\ \/ \u2028", "o": {}}]}',
-    "{\"activities\": [{\"name\": \"sessions/1/activities/\u00e9\u2603\"}]}".encode(),
+    '{"activities": [{"name": "sessions/1/activities/\u00e9\u2603"}]}'.encode(),
     b'\xef\xbb\xbf{"activities": [{"name": "sessions/1/activities/a"}]}',
     b'{"activities": [{"name": "sessions/1/activities/a", "artifacts": [{"bashOutput":'
     b' {"exitCode": true}}]}], "nextPageToken": "n"}',
@@ -276,27 +276,120 @@ async def test_a_page_parses_as_json_loads_then_model_validate(content: bytes) -
         got = await r.client.list_activities("1")
     assert got.to_wire() == expected.to_wire()
     assert json.dumps(got.to_wire()) == json.dumps(expected.to_wire())  # key order too
-    assert [a.event_member for a in got.activities] == [
-        a.event_member for a in expected.activities
-    ]
+    assert [a.event_member for a in got.activities] == [a.event_member for a in expected.activities]
 
 
 @pytest.mark.anyio
 @pytest.mark.parametrize(
-    "content",
+    ("content", "path"),
     [
-        rb'{"name": "sessions/1", "title": "half an emoji \ud83d"}',
-        b'{"name": "sessions/1", "title": "raw surrogate \xed\xa0\x80"}',
-        rb'{"name": "sessions/1", "outputs": [{"pullRequest": {"url": "\udc00"}}]}',
+        (rb'{"name": "sessions/1", "title": "half an emoji \ud83d"}', "title"),
+        (b'{"name": "sessions/1", "title": "raw surrogate \xed\xa0\x80"}', "title"),
+        (
+            rb'{"name": "sessions/1", "outputs": [{"pullRequest": {"url": "\udc00"}}]}',
+            "outputs.0.pullRequest.url",
+        ),
+        (rb'{"name": "sessions/1", "odd\ud800": "x"}', "odd\ufffd"),
     ],
 )
-async def test_text_that_is_not_unicode_is_a_malformed_answer(content: bytes) -> None:
+async def test_a_session_with_text_that_is_not_unicode_is_mended(content: bytes, path: str) -> None:
     """json.loads lets a lone surrogate through (from an escape, or raw bytes it decodes
-    with surrogatepass); nothing downstream can encode it: a malformed answer."""
+    with surrogatepass); nothing downstream can encode it. A session is mended: U+FFFD in
+    its place, and the session says where."""
+    async with rig(lambda r: httpx.Response(200, content=content)) as r:
+        got = await r.client.get_session("1")
+    assert got.name == "sessions/1" and got.repaired == (path,)
+    text = json.dumps(got.to_wire(), ensure_ascii=False)
+    assert "\ufffd" in text and text.encode("utf-8")
+    async with rig(lambda r: httpx.Response(200, json={"name": "sessions/1"})) as r:
+        assert (await r.client.get_session("1")).repaired == ()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("content", "call"),
+    [
+        (rb'{"name": "sessions/1\ud800", "title": "t"}', "get_session"),
+        (
+            rb'{"name": "sessions/1/activities/a", "agentMessaged": {"agentMessage": "\ud83d"}}',
+            "get_activity",
+        ),
+    ],
+)
+async def test_text_that_is_not_unicode_elsewhere_is_a_malformed_answer(
+    content: bytes, call: str
+) -> None:
+    """A session's name is its identity (not mended); an activity's text is what the relay
+    archives and forwards (not mended either): malformed answers."""
     async with rig(lambda r: httpx.Response(200, content=content)) as r:
         with pytest.raises(MalformedResponseError, match="not Unicode") as caught:
-            await r.client.get_session("1")
+            if call == "get_session":
+                await r.client.get_session("1")
+            else:
+                await r.client.get_activity("sessions/1/activities/a")
     assert caught.value.request is not None
+
+
+SESSION_PAGE = (
+    b'{"sessions": ['
+    b'{"name": "sessions/1", "title": "fine"},'
+    rb'{"name": "sessions/2", "title": "cut \ud83d"},'
+    b'{"name": "sessions/3", "state": 5},'
+    rb'{"name": "sessions/4\udc00"},'
+    b'{"title": "no name"}'
+    b"]}"
+)
+
+
+@pytest.mark.anyio
+async def test_the_session_list_is_judged_item_by_item() -> None:
+    """One session's broken title does not make the page malformed: it is mended; an item
+    that is no session (a state of the wrong type, a name that is not Unicode, no name) is
+    refused by itself, named when it has a readable name; the others go through."""
+    told: list[bool] = []
+
+    async def on_answer(_response: httpx.Response, malformed: bool) -> None:
+        told.append(malformed)
+
+    async with rig(lambda r: httpx.Response(200, content=SESSION_PAGE), on_answer=on_answer) as r:
+        pages = [p async for p in r.client.walk_sessions()]
+    assert len(pages) == 1
+    got = pages[0]
+    assert [s.name for s in got.sessions] == ["sessions/1", "sessions/2"]
+    assert [s.repaired for s in got.sessions] == [(), ("title",)]
+    assert got.sessions[1].title == "cut \ufffd"
+    assert [(i.name, i.reason) for i in got.invalid] == [
+        ("sessions/3", "malformed"),
+        ("", "malformed"),
+        ("", "malformed"),
+    ]
+    assert got.invalid[0].detail.startswith("not a session: state:")
+    assert "not Unicode" in got.invalid[1].detail
+    assert told == [True]  # an item was refused: the answer was not what the API promises
+
+
+@pytest.mark.anyio
+async def test_a_mended_session_list_is_a_sound_answer_and_iter_sessions_stays_strict() -> None:
+    page = rb'{"sessions": [{"name": "sessions/1"}, {"name": "sessions/2", "title": "\ud800"}]}'
+    told: list[bool] = []
+
+    async def on_answer(_response: httpx.Response, malformed: bool) -> None:
+        told.append(malformed)
+
+    async with rig(lambda r: httpx.Response(200, content=page), on_answer=on_answer) as r:
+        walked = [s async for p in r.client.walk_sessions() for s in p.sessions]
+        listed = [s async for s in r.client.iter_sessions()]
+        one = await r.client.list_sessions()
+    for sessions in (walked, listed, one.sessions):
+        assert [s.title for s in sessions] == ["", "\ufffd"]
+        assert sessions[1].repaired == ("title",)
+    assert told == [False, False, False]
+    # iter_sessions and list_sessions have no place for an item that is no session.
+    async with rig(lambda r: httpx.Response(200, content=SESSION_PAGE)) as r:
+        with pytest.raises(MalformedResponseError, match="not a ListSessionsResponse"):
+            await r.client.list_sessions()
+        with pytest.raises(MalformedResponseError):
+            _ = [s async for s in r.client.iter_sessions()]
 
 
 @pytest.mark.anyio

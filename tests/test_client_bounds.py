@@ -18,9 +18,11 @@ from sessionhook.api import ServerError, SessionsClient
 from sessionhook.api._bounds import JsonFieldScanner, nesting_depth_exceeds
 from sessionhook.api.client import RetryPolicy
 from sessionhook.api.errors import (
+    ApiError,
     DeadlineExceededError,
     MalformedResponseError,
     PageLimitError,
+    PageLoopError,
     ResponseTooDeepError,
     ResponseTooLargeError,
     TransportError,
@@ -109,8 +111,7 @@ def _depth_exceeds_by_regex(data: bytes, limit: int) -> bool:
 _tricky_text = st.text(alphabet='[]{}"\\\\/ab\n\u00e9\u2603', max_size=12)
 _json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | _tricky_text,
-    lambda inner: st.lists(inner, max_size=4)
-    | st.dictionaries(_tricky_text, inner, max_size=4),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_tricky_text, inner, max_size=4),
     max_leaves=40,
 )
 
@@ -329,6 +330,107 @@ async def test_runaway_pagination_stops_at_max_pages() -> None:
     assert got == [f"sessions/{i}" for i in range(1, 6)]
     assert caught.value.kind == "page_limit"
     assert caught.value.max_pages == 5
+
+
+class Looping:
+    """Pages served in turn from ``pages`` (each a list of items), the last one again and
+    again, always with a token never given before: pagination that never ends."""
+
+    def __init__(self, key: str, pages: list[list[Any]]) -> None:
+        self.key = key
+        self.pages = pages
+        self.asked = 0
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        items = self.pages[min(self.asked, len(self.pages) - 1)]
+        self.asked += 1
+        return httpx.Response(200, json={self.key: items, "nextPageToken": f"t{self.asked}"})
+
+
+async def walk_to_the_end(
+    handler: Callable[[httpx.Request], httpx.Response],
+    walk: Callable[[SessionsClient], AsyncIterator[Any]],
+) -> tuple[list[Any], ApiError]:
+    """What ``walk`` yields until it raises, and what it raises (it must)."""
+    got: list[Any] = []
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
+        with pytest.raises(ApiError) as caught:
+            async for item in walk(client(http)):
+                got.append(item)
+    return got, caught.value
+
+
+async def test_an_activity_page_that_brings_nothing_new_ends_the_walk_at_once() -> None:
+    """The same activities again under a fresh token: the second page is the loop (not the
+    200th, max_pages); what the first page brought was yielded."""
+    served = Looping("activities", [[activity(1), activity(2)]])
+    got, error = await walk_to_the_end(served, lambda c: c.iter_activities("1", max_pages=200))
+    assert served.asked == 2
+    assert [a.name for a in got] == [activity(1)["name"], activity(2)["name"]]
+    assert isinstance(error, PageLoopError) and error.kind == "page_loop" and error.pages == 2
+    assert "page 2 brought nothing new" in str(error)
+
+
+async def test_a_page_of_items_met_on_any_earlier_page_is_a_loop() -> None:
+    """A, B, A: the third page repeats the first; a page mixing old and new items is news."""
+    a, b = [activity(1), activity(2)], [activity(2), activity(3)]
+    served = Looping("activities", [a, b, a])
+    _, error = await walk_to_the_end(served, lambda c: c.iter_activities("1", max_pages=200))
+    assert isinstance(error, PageLoopError) and served.asked == 3
+
+
+async def test_repeated_refusals_are_no_news_and_new_ones_are() -> None:
+    """Items that are no activities count by their refusal: the same one again is a loop,
+    yielded once; another one (another name) is news."""
+    bad = {"name": "sessions/1/activities/x", "createTime": 5}  # createTime not a string
+    served = Looping("activities", [[bad]])
+    pages, error = await walk_to_the_end(served, lambda c: c.walk_activities("1", max_pages=50))
+    assert isinstance(error, PageLoopError) and served.asked == 2
+    assert [r.name for p in pages for r in p.invalid] == [bad["name"]]
+    others = [[{**bad, "name": f"sessions/1/activities/{i}"}] for i in range(4)]
+    served = Looping("activities", [*others, []])  # then empty pages: bounded by max_pages
+    _, error = await walk_to_the_end(served, lambda c: c.walk_activities("1", max_pages=6))
+    assert isinstance(error, PageLimitError) and served.asked == 6
+
+
+async def test_empty_pages_with_a_next_token_are_allowed_up_to_max_pages() -> None:
+    """AIP-158: a page may hold no item and still not be the last (a filter cut it short).
+    Empty pages neither end the walk as a loop nor hide one: what comes after them is read."""
+    served = Looping("activities", [[activity(1)], [], [], [], [activity(2)], []])
+    got, error = await walk_to_the_end(served, lambda c: c.iter_activities("1", max_pages=8))
+    assert isinstance(error, PageLimitError) and served.asked == 8
+    assert [a.name for a in got] == [activity(1)["name"], activity(2)["name"]]
+    served = Looping("activities", [[activity(1)], [], [activity(1)]])
+    _, error = await walk_to_the_end(served, lambda c: c.iter_activities("1", max_pages=8))
+    assert isinstance(error, PageLoopError) and served.asked == 3  # a repeat after an empty
+
+
+def sessions(*numbers: int) -> list[dict[str, str]]:
+    return [{"name": f"sessions/{n}"} for n in numbers]
+
+
+async def test_the_session_list_ends_as_a_loop_at_the_third_page_of_repeats() -> None:
+    served = Looping("sessions", [sessions(9, 8)])
+    _, error = await walk_to_the_end(served, lambda c: c.iter_sessions(max_pages=200))
+    assert isinstance(error, PageLoopError) and error.repeats == 3 and served.asked == 4
+    assert "pages 2 to 4 brought nothing new" in str(error)
+
+
+async def test_a_session_list_shifted_by_a_burst_is_walked_to_its_end() -> None:
+    """Newest first, offset tokens: two sessions created while page 1 was read push it
+    whole onto page 2 (nothing new there), then the walk goes on and finds the rest."""
+    pages = [sessions(9, 8), sessions(9, 8), sessions(7, 6), sessions(5)]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        n = int(request.url.params.get("pageToken") or 0)
+        body: dict[str, Any] = {"sessions": pages[n]}
+        if n + 1 < len(pages):
+            body["nextPageToken"] = str(n + 1)
+        return httpx.Response(200, json=body)
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
+        got = [s.name async for s in client(http).iter_sessions()]
+    assert got == [f"sessions/{n}" for n in (9, 8, 7, 6, 5)]
 
 
 async def test_pages_carry_the_server_clock() -> None:

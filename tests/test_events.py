@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,6 +30,7 @@ from sessionhook.relay.events import (
     webhook_timestamp,
     with_account,
 )
+from sessionhook.relay.samples import sample_events
 
 SESSION_JSON: dict[str, Any] = {
     "name": "sessions/12345678901234567890",
@@ -114,6 +117,37 @@ def test_activity_event_types(member: dict[str, Any], expected: str) -> None:
     event = activity_event(make_session(), activity, max_media_bytes=100)
     assert event.type == f"activity.{expected}"
     assert event.type in EVENT_TYPES
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        # The emulator's and the service's first activity of every session.
+        ({"originator": "system", "description": "Session started"}, "session_started"),
+        ({"originator": "system"}, "session_started"),
+        # A member from the future stays unknown, whoever sends it.
+        ({"originator": "system", "somethingNew": {"x": 1}}, "unknown"),
+        # No member, but not the system's: nothing says what it is.
+        ({"originator": "agent"}, "unknown"),
+        ({"originator": ""}, "unknown"),
+    ],
+)
+def test_the_memberless_system_notice_has_a_type_of_its_own(
+    fields: dict[str, Any], expected: str
+) -> None:
+    activity = make_activity(None, **fields)
+    event = activity_event(make_session(), activity, max_media_bytes=100)
+    assert event.type == f"activity.{expected}" and event.type in EVENT_TYPES
+    assert matches(["activity.*"], event.type)  # an activity.* endpoint gets it as before
+
+
+def test_samples_cover_every_event_type_and_the_readme_documents_each() -> None:
+    """samples.py (templates are checked against it at start-up) has an event of every
+    type, and the README's event reference has one row per type, no more."""
+    assert {e.type for e in sample_events()} == set(EVENT_TYPES)
+    readme = (Path(__file__).parent.parent / "README.md").read_text("utf-8")
+    rows = re.findall(r"^\| `((?:activity|session)\.[a-z_]+)` \|", readme, re.MULTILINE)
+    assert sorted(rows) == sorted(EVENT_TYPES)
 
 
 def test_activity_body_shape_and_raw_activity_kept_whole() -> None:

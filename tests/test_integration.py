@@ -42,7 +42,9 @@ ALL_TYPES = {
     "activity.progress_updated",
     "activity.session_completed",
     "activity.session_failed",
-    "activity.unknown",
+    # The emulator's "Session started" notice (no event member); it sends no unknown member,
+    # so activity.unknown must not occur at all.
+    "activity.session_started",
     "session.discovered",
     "session.state_changed",
     "session.pull_request_opened",

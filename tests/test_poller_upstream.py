@@ -303,12 +303,13 @@ async def test_runaway_pagination_backs_the_session_off_with_growing_delays(
                     tracked_delays.append(tracked.backoff_until - h.clock())
         assert len(tracked_delays) >= 3
         assert tracked_delays[1] > tracked_delays[0] * 1.3  # growing
-        failures = [
-            e for e in logs if e["event"] == "poll.failed" and e.get("kind") == "page_limit"
-        ]
+        # The same page under a fresh token: a loop at its second page, long before
+        # max_pages (3 here) would stop it.
+        failures = [e for e in logs if e["event"] == "poll.failed" and e.get("kind") == "page_loop"]
         assert failures and all(e["session"] == session.name for e in failures)
+        assert all("page 2 brought nothing new" in e["error"] for e in failures)
         assert (
-            metric(h, "sessionhook_upstream_failures_total", loop="session", kind="page_limit") >= 3
+            metric(h, "sessionhook_upstream_failures_total", loop="session", kind="page_loop") >= 3
         )
         # The other session is polled all along, and what the runaway one listed is archived.
         assert h.archived(healthy.name)

@@ -418,3 +418,61 @@ def test_a_sessions_deliveries_with_any_filter(backend: Backend) -> None:
         assert [d.endpoint for d in e1] == ["e1"] * 3
         assert store.list_deliveries(session="sessions/1", endpoint="e1", status="dead") == []
         assert len(store.list_deliveries(session="sessions/2", endpoint="e2", limit=2)) == 2
+
+
+def test_an_event_type_newer_than_the_code_list_is_kept_as_text(backend: Backend) -> None:
+    """``activity.session_started`` came after migration 0008 froze ``codec.EVENT_TYPES``
+    (the generated ``type`` column of every existing store decodes exactly those codes): it
+    is stored as ``type_other`` and reads, filters and replays like any other type, next to
+    the coded ones of earlier rows."""
+    s = session(1)
+    notice = Activity.model_validate(
+        {
+            "name": f"{S}/activities/{1:032x}",
+            "originator": "system",
+            "description": "Session started",
+            "createTime": "2026-01-01T00:00:00Z",
+        }
+    )
+    future = activity(1, 2, reviewRequested={"reviewer": "octocat"})
+    progress = activity(1, 3)
+    with backend.open(clock=lambda: T0) as store:
+        store.upsert_session(s, baseline=False)
+        ingest(store, s, [notice, future, progress])
+        rows = store._conn.execute(
+            "SELECT type, type_code, type_other FROM events ORDER BY seq"
+        ).fetchall()
+        assert [tuple(r) for r in rows] == [
+            ("activity.session_started", None, "activity.session_started"),
+            ("activity.unknown", codec.EVENT_TYPES.index("activity.unknown"), None),
+            ("activity.progress_updated", 0, None),
+        ]
+        started = list(store.iter_events(type_glob="activity.session_*"))
+        assert [e.type for e in started] == ["activity.session_started"]
+        assert {e.type for e in store.iter_events(type_glob="activity.*")} == {
+            "activity.session_started",
+            "activity.unknown",
+            "activity.progress_updated",
+        }
+
+
+def test_the_event_type_codes_are_the_file_format_of_migration_0008() -> None:
+    """A name added to (or moved in) ``codec.EVENT_TYPES`` would be written as a code that
+    the ``type`` column of a store made before cannot decode (its SQL was generated from
+    this list when the store migrated): new types stay ``type_other`` text instead."""
+    assert codec.EVENT_TYPES == (
+        "activity.progress_updated",
+        "activity.agent_messaged",
+        "activity.user_messaged",
+        "activity.plan_generated",
+        "activity.plan_approved",
+        "activity.session_completed",
+        "activity.session_failed",
+        "activity.unknown",
+        "session.discovered",
+        "session.state_changed",
+        "session.pull_request_opened",
+        "session.action_required",
+        "session.completed",
+        "session.failed",
+    )

@@ -44,10 +44,23 @@ Bounds (nothing the service sends can exhaust memory, recurse or hang a call):
 * JSON nested deeper than ``max_depth`` is refused before it is parsed
   (:class:`~sessionhook.api.errors.ResponseTooDeepError`);
 * list walks ask a page that is too large again with half the page size, down to one item,
-  and stop after ``max_pages`` pages (:class:`~sessionhook.api.errors.PageLimitError`).
+  and stop after ``max_pages`` pages (:class:`~sessionhook.api.errors.PageLimitError`);
+  a walk also stops at a page that brings nothing new while offering another
+  (:class:`~sessionhook.api.errors.PageLoopError`): a page *brings nothing new* when it
+  holds at least one item and every one of them (by name; an item refused as too large or
+  malformed: the same refusal) was met earlier in the same walk. An activity list ends at
+  the first such page (it grows only at its end: a page of repeats is never a shift); the
+  session list, newest first, at the third in a row (every session created during the walk
+  shifts it: a burst of a page's worth repeats a whole page legitimately). An EMPTY page
+  with a next token is not one: AIP-158 lets a server answer fewer items than asked, none
+  included, before the end (a page cut short by a filter), so only ``max_pages`` bounds a
+  run of empty pages.
   :meth:`SessionsClient.walk_activities` goes past a single activity too large to read: it
   scans the rest of that answer as it streams by, keeping only the activity's ``name``,
   ``createTime`` and the ``nextPageToken`` (see :class:`RefusedItem`).
+  :meth:`SessionsClient.walk_sessions` goes past an item that is no session. Text that is
+  not Unicode (a lone surrogate) refuses an activity but is mended in a session (U+FFFD,
+  :attr:`Session.repaired`; see ``_items.py``).
 
 The API key travels only in its header, and only to ``base_url``: redirects are never
 followed. It is never logged, never part of an exception message, and the request attached
@@ -60,7 +73,14 @@ import json
 import logging
 import math
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from datetime import UTC, datetime
@@ -74,11 +94,13 @@ from pydantic import BaseModel, ValidationError
 
 from .. import __version__
 from ._bounds import JsonFieldScanner, JsonPath, nesting_depth_exceeds
+from ._items import NotUnicodeError, RefusedItem, is_unicode, items_one_by_one, mended
 from .errors import (
     ApiError,
     DeadlineExceededError,
     MalformedResponseError,
     PageLimitError,
+    PageLoopError,
     ResponseTooDeepError,
     ResponseTooLargeError,
     TransportError,
@@ -106,6 +128,7 @@ __all__ = [
     "ActivityPage",
     "RefusedItem",
     "RetryPolicy",
+    "SessionPage",
     "SessionsClient",
     "activity_name",
     "api_root",
@@ -135,6 +158,10 @@ _ERROR_BODY_BYTES: Final = 64 * 1024
 _SCAN_FACTOR: Final = 64
 # The server's default page size is unknown when none was asked; halving starts here.
 _UNKNOWN_PAGE_SIZE: Final = 100
+# Pages in a row that bring nothing new before a walk ends as a loop (see the module
+# docstring): an activity list at once, the session list (which shifts) at the third.
+_LOOP_PAGES: Final = 1
+_SESSION_LOOP_PAGES: Final = 3
 # What a one-activity page too large to keep is scanned for, as it streams by.
 _ACTIVITY_SCAN: Final[tuple[JsonPath, ...]] = (
     ("activities", 0, "name"),
@@ -151,26 +178,7 @@ _log = logging.getLogger(__name__)
 
 _M = TypeVar("_M", bound=BaseModel)
 _R = TypeVar("_R", Session, Activity, Source)
-
-
-@dataclass(frozen=True)
-class RefusedItem:
-    """One item of a list that cannot be read: ``reason`` says why.
-
-    ``too_large``: the item alone (a page of one) is over the bound. Its answer was scanned
-    as it streamed by, never kept: ``name`` and ``create_time`` are what the scan found
-    (empty when the item did not say), ``size`` the bytes the answer had and ``limit`` the
-    bound it broke. ``malformed``: the item is not an activity (no string ``name``, a field
-    of the wrong type); ``detail`` says what is wrong, ``name`` and ``create_time`` are
-    given when they are strings.
-    """
-
-    name: str
-    create_time: str
-    size: int
-    limit: int
-    reason: str = "too_large"
-    detail: str = ""
+_L = TypeVar("_L", ListActivitiesResponse, ListSessionsResponse)
 
 
 @dataclass(frozen=True)
@@ -187,6 +195,16 @@ class ActivityPage:
     server_time: datetime | None = None
     #: Items of the page that are not activities (``reason="malformed"``); the others of
     #: the page are in ``activities``.
+    invalid: list[RefusedItem] = dataclass_field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class SessionPage:
+    """One page of :meth:`SessionsClient.walk_sessions`: the sessions not yielded before in
+    the walk (mended ones among them, see :attr:`Session.repaired`), and the items of the
+    page that are no session (``reason="malformed"``)."""
+
+    sessions: list[Session]
     invalid: list[RefusedItem] = dataclass_field(default_factory=list)
 
 
@@ -452,7 +470,8 @@ class SessionsClient:
         """One page of the account's sessions (newest first in practice).
 
         The last page has an empty ``next_page_token``. List items carry a reduced set of
-        fields; :meth:`get_session` returns the whole session.
+        fields; :meth:`get_session` returns the whole session. Text that is not Unicode is
+        mended (:attr:`Session.repaired`); an item that is no session fails the page.
         """
         page = await self._sessions_page(page_token, page_size, False)
         parsed: ListSessionsResponse = page.parsed
@@ -464,12 +483,40 @@ class SessionsClient:
         """Every session of the account, walking all pages (each name yielded once).
 
         A page too large to read is asked again with half the page size; more than
-        ``max_pages`` pages raise :class:`~sessionhook.api.errors.PageLimitError`.
+        ``max_pages`` pages raise :class:`~sessionhook.api.errors.PageLimitError`, three
+        pages in a row with nothing new :class:`~sessionhook.api.errors.PageLoopError`.
         """
-        return self._walk(self._sessions_page, page_size=page_size, max_pages=max_pages)
+        return self._walk(
+            self._sessions_page,
+            page_size=page_size,
+            max_pages=max_pages,
+            loop_pages=_SESSION_LOOP_PAGES,
+        )
+
+    async def walk_sessions(
+        self, *, page_size: int | None = None, max_pages: int | None = None
+    ) -> AsyncGenerator[SessionPage, None]:
+        """Every session of the account, page by page, going past items that are no session.
+
+        Like :meth:`iter_sessions`, but an item that is no session (no string ``name``, a
+        field of the wrong type, a ``name`` that is not Unicode) does not fail its page: it
+        comes back in :attr:`SessionPage.invalid`, the others of the page as usual.
+        """
+
+        async def fetch(token: str | None, size: int | None, _scan: bool) -> _Page[Session]:
+            return await self._sessions_page(token, size, _scan, lenient=True)
+
+        async for page in self._walk_pages(
+            fetch,
+            page_size=page_size,
+            max_pages=max_pages,
+            refuse_oversize=False,
+            loop_pages=_SESSION_LOOP_PAGES,
+        ):
+            yield SessionPage(page.items, page.invalid)
 
     async def _sessions_page(
-        self, token: str | None, page_size: int | None, _scan: bool
+        self, token: str | None, page_size: int | None, _scan: bool, *, lenient: bool = False
     ) -> _Page[Session]:
         response = await self._request(
             "GET",
@@ -478,16 +525,22 @@ class SessionsClient:
             idempotent=True,
             page_size=page_size,
         )
-        parsed = await self._decode(ListSessionsResponse, response)
+        parsed, invalid = await self._decode_list(
+            ListSessionsResponse, "sessions", response, lenient=lenient
+        )
         return _Page(
             parsed.sessions,
             parsed.next_page_token,
             _server_time(response),
+            invalid=invalid,
             parsed=parsed,
         )
 
     async def get_session(self, session: str) -> Session:
-        """The full session (``outputs`` included); accepts ``sessions/<id>`` or ``<id>``."""
+        """The full session (``outputs`` included); accepts ``sessions/<id>`` or ``<id>``.
+
+        Text that is not Unicode is mended (:attr:`Session.repaired`), except in ``name``.
+        """
         response = await self._request("GET", _path(session_name(session)), idempotent=True)
         return await self._decode(Session, response)
 
@@ -587,7 +640,9 @@ class SessionsClient:
         the walk goes on with the page token the scan found. Items that are not activities
         (no string ``name``...) come back in :attr:`ActivityPage.invalid`, the others of
         their page as usual. More than ``max_pages`` pages
-        raise :class:`~sessionhook.api.errors.PageLimitError` after the last one allowed.
+        raise :class:`~sessionhook.api.errors.PageLimitError` after the last one allowed; a
+        page that brings nothing new raises :class:`~sessionhook.api.errors.PageLoopError`
+        after it (both: when it offers another page).
         """
         name = session_name(session)
 
@@ -617,15 +672,9 @@ class SessionsClient:
             page_size=page_size,
             scan=_ACTIVITY_SCAN if scan else (),
         )
-        invalid: list[RefusedItem] = []
-        try:
-            parsed = await self._decode(ListActivitiesResponse, response)
-        except MalformedResponseError as exc:
-            if not lenient or not isinstance(exc.__cause__, ValidationError | NotUnicodeError):
-                raise
-            # One item that is not an activity must not hold up the others of its page
-            # (nor, page after page, the whole session): read them one by one.
-            parsed, invalid = _activities_one_by_one(response.content, exc)
+        parsed, invalid = await self._decode_list(
+            ListActivitiesResponse, "activities", response, lenient=lenient
+        )
         return _Page(
             parsed.activities,
             parsed.next_page_token,
@@ -701,10 +750,19 @@ class SessionsClient:
     # ----------------------------------------------------------------------- machinery
 
     async def _walk(
-        self, fetch: _Fetch[_R], *, page_size: int | None, max_pages: int | None
+        self,
+        fetch: _Fetch[_R],
+        *,
+        page_size: int | None,
+        max_pages: int | None,
+        loop_pages: int = _LOOP_PAGES,
     ) -> AsyncIterator[_R]:
         async for page in self._walk_pages(
-            fetch, page_size=page_size, max_pages=max_pages, refuse_oversize=False
+            fetch,
+            page_size=page_size,
+            max_pages=max_pages,
+            refuse_oversize=False,
+            loop_pages=loop_pages,
         ):
             for item in page.items:
                 yield item
@@ -716,22 +774,28 @@ class SessionsClient:
         page_size: int | None,
         max_pages: int | None,
         refuse_oversize: bool,
+        loop_pages: int = _LOOP_PAGES,
     ) -> AsyncIterator[_Page[_R]]:
-        """Walk a list page by page, each name yielded once; see the module docstring.
+        """Walk a list page by page, each name (and each refusal) yielded once; see the
+        module docstring.
 
         Page tokens are opaque; a server that hands back a token it already gave would
-        loop forever, so that is reported as a malformed answer, and a fresh token on every
-        page is stopped by ``max_pages``. Names are deduplicated because a list that shifts
-        while it is walked (a session created meanwhile) can repeat an item across a page
-        boundary. A page too large to read is asked again with half the page size (the
-        rest of the walk keeps the smaller size); a page of one still too large raises,
-        or with ``refuse_oversize`` becomes a page with ``refused`` set and the walk goes
-        on with the page token its scan found.
+        loop forever, so that is reported as a malformed answer; ``loop_pages`` pages in a
+        row that bring nothing new, each with a fresh token, end the walk as a loop
+        (:class:`PageLoopError`); fresh tokens with fresh items are stopped by
+        ``max_pages``. Names are deduplicated because a list that shifts while it is walked
+        (a session created meanwhile) can repeat an item across a page boundary. A page
+        too large to read is asked again with half the page size (the rest of the walk
+        keeps the smaller size); a page of one still too large raises, or with
+        ``refuse_oversize`` becomes a page with ``refused`` set and the walk goes on with
+        the page token its scan found.
         """
         token: str | None = None
         size = page_size
         tokens_seen: set[str] = set()
         names_seen: set[str] = set()
+        refusals_seen: set[RefusedItem] = set()
+        repeats = 0  # pages in a row that brought nothing new (empty pages do not count)
         pages = 0
         while True:
             try:
@@ -761,9 +825,19 @@ class SessionsClient:
                     ),
                 )
             pages += 1
+            held = bool(page.items or page.invalid or page.refused)
             fresh = [item for item in page.items if item.name not in names_seen]
             names_seen.update(item.name for item in fresh)
             page.items = fresh
+            page.invalid = [item for item in page.invalid if item not in refusals_seen]
+            if page.refused in refusals_seen:
+                page.refused = None
+            refusals_seen.update(page.invalid)
+            if page.refused is not None:
+                refusals_seen.add(page.refused)
+            if held:
+                news = bool(page.items or page.invalid or page.refused)
+                repeats = 0 if news else repeats + 1
             yield page
             next_token = page.next_token
             if not next_token:
@@ -772,6 +846,14 @@ class SessionsClient:
                 raise MalformedResponseError(
                     f"the service returned page token {next_token!r} twice; pagination loops",
                     body=next_token,
+                )
+            if repeats >= loop_pages:
+                raise PageLoopError(
+                    f"{_pages_phrase(repeats, pages)} brought nothing new to this walk (every "
+                    "item met on an earlier page) yet offered another page token; "
+                    "pagination loops",
+                    pages=pages,
+                    repeats=repeats,
                 )
             if max_pages is not None and pages >= max_pages:
                 raise PageLimitError(
@@ -870,6 +952,32 @@ class SessionsClient:
             raise
         await self._answered(response, malformed=False)
         return parsed
+
+    async def _decode_list(
+        self, model: type[_L], key: str, response: httpx.Response, *, lenient: bool
+    ) -> tuple[_L, list[RefusedItem]]:
+        """:meth:`_decode` of a list page, read item by item when the page as a whole does
+        not validate: the items that do (sessions mended, see ``_items.py``) and, with
+        ``lenient``, the others as ``malformed`` :class:`RefusedItem` (without, the page
+        raises as a whole). Told to ``on_answer`` as malformed only when an item was
+        refused: a mended session is read whole."""
+        invalid: list[RefusedItem] = []
+        try:
+            try:
+                parsed = self._parse(model, response)
+            except MalformedResponseError as exc:
+                if not isinstance(exc.__cause__, ValidationError | NotUnicodeError):
+                    raise
+                # One bad item must not hold up the others of its page (nor, page after
+                # page, a whole session or the whole account).
+                parsed, invalid = items_one_by_one(model, key, response.content, exc)
+                if invalid and not lenient:
+                    raise exc from exc.__cause__
+        except MalformedResponseError:
+            await self._answered(response, malformed=True)
+            raise
+        await self._answered(response, malformed=bool(invalid))
+        return parsed, invalid
 
     async def _decode_empty(self, response: httpx.Response) -> None:
         """:meth:`_expect_empty`, telling ``on_answer`` whether the answer was malformed."""
@@ -1024,7 +1132,10 @@ class SessionsClient:
                 pass  # not JSON, not an object, not a model, lone surrogates: see below
         data = self._json(response)
         try:
-            parsed = model.model_validate(data)
+            # json.loads lets "\ud800" through: text nothing downstream can encode (the
+            # archive, a log line, an event body). A session is mended (see _items.py);
+            # anything else is refused like any malformed answer.
+            return model.model_validate(data) if is_unicode(data) else mended(model, data)
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(part) for part in first["loc"]) or "body"
@@ -1034,16 +1145,12 @@ class SessionsClient:
                 request=self._redact(response.request),
                 body=_snippet(response.content),
             ) from exc
-        if not _is_unicode(data):
-            # json.loads lets "\ud800" through: text nothing downstream can encode (the
-            # archive, a log line, an event body). Refused like any malformed answer.
+        except NotUnicodeError as exc:
             raise MalformedResponseError(
-                f"{response.status_code} answer is not a {model.__name__}: "
-                "text that is not Unicode (a lone surrogate)",
+                f"{response.status_code} answer is not a {model.__name__}: {exc}",
                 request=self._redact(response.request),
                 body=_snippet(response.content),
-            ) from NotUnicodeError()
-        return parsed
+            ) from exc
 
     def _expect_empty(self, response: httpx.Response) -> None:
         # Empty responses (delete, sendMessage, approvePlan) are "{}" or no body at all;
@@ -1052,65 +1159,9 @@ class SessionsClient:
             self._json(response)
 
 
-def _activities_one_by_one(
-    content: bytes, error: MalformedResponseError
-) -> tuple[ListActivitiesResponse, list[RefusedItem]]:
-    """A page whose envelope is sound but some items are not activities: the activities,
-    and the others as ``malformed`` :class:`RefusedItem`. Re-raises ``error`` when the
-    envelope itself is wrong. ``content`` passed the depth check already."""
-    data = json.loads(content)
-    items = data.get("activities")
-    if not isinstance(items, list):
-        raise error
-    try:
-        envelope = ListActivitiesResponse.model_validate(
-            {key: value for key, value in data.items() if key != "activities"}
-        )
-    except ValidationError:
-        raise error from None
-    if not _is_unicode(envelope.to_wire()):
-        raise error  # a page token nobody can send back
-    invalid: list[RefusedItem] = []
-    for raw in items:
-        try:
-            activity = Activity.model_validate(raw)
-            if not _is_unicode(raw):
-                raise NotUnicodeError("text that is not Unicode (a lone surrogate)")
-            envelope.activities.append(activity)
-        except (ValidationError, NotUnicodeError) as exc:
-            if isinstance(exc, ValidationError):
-                first = exc.errors()[0]
-                where = ".".join(str(part) for part in first["loc"]) or "item"
-                problem = f"{where}: {first['msg']}"
-            else:
-                problem = str(exc)
-            fields = raw if isinstance(raw, dict) else {}
-            name, when = fields.get("name"), fields.get("createTime")
-            invalid.append(
-                RefusedItem(
-                    name=name if isinstance(name, str) and _is_unicode(name) else "",
-                    create_time=when if isinstance(when, str) and _is_unicode(when) else "",
-                    size=len(json.dumps(raw)),
-                    limit=0,
-                    reason="malformed",
-                    detail=f"not an activity: {problem}",
-                )
-            )
-    return envelope, invalid
-
-
-class NotUnicodeError(ValueError):
-    """An answer's text holds a lone surrogate (``"\\ud800"``): it is no Unicode text."""
-
-
-def _is_unicode(value: object) -> bool:
-    """Whether every string in a parsed JSON value is Unicode text (no lone surrogate,
-    which ``json.loads`` lets through from a ``\\ud800`` escape)."""
-    try:
-        json.dumps(value, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+def _pages_phrase(repeats: int, last: int) -> str:
+    """``page 2`` or ``pages 3 to 5``: the pages of a walk that brought nothing new."""
+    return f"page {last}" if repeats == 1 else f"pages {last - repeats + 1} to {last}"
 
 
 def _snippet(content: bytes) -> str:

@@ -15,6 +15,8 @@ Hierarchy::
     |                              ``scanned`` the few fields a one-item page was scanned for
     +-- PageLimitError           a list walk reached its page bound (``max_pages``) and the
     |                            service still offered a next page (runaway pagination)
+    +-- PageLoopError            a list walk met a page that brought nothing new (every item
+    |                            met earlier in the walk) and the service offered yet another
     +-- ApiStatusError           an HTTP error status; carries the parsed error body
         +-- InvalidArgumentError   400 INVALID_ARGUMENT
         +-- UnauthenticatedError   401
@@ -24,8 +26,8 @@ Hierarchy::
         +-- ServerError            5xx
 
 Every error has a short ``kind`` (``transport``, ``deadline``, ``malformed``, ``too_deep``,
-``too_large``, ``page_limit``, ``status``) for logs and metric labels, so that callers count
-failures by what they are without an ``isinstance`` ladder.
+``too_large``, ``page_limit``, ``page_loop``, ``status``) for logs and metric labels, so
+that callers count failures by what they are without an ``isinstance`` ladder.
 
 Every error carries the ``request`` it answers. Messages show only its method and URL, never
 headers, so the API key cannot leak through an error message; the client also attaches a copy
@@ -53,6 +55,7 @@ __all__ = [
     "MalformedResponseError",
     "NotFoundError",
     "PageLimitError",
+    "PageLoopError",
     "PermissionDeniedError",
     "RateLimitedError",
     "ResponseTooDeepError",
@@ -186,6 +189,25 @@ class PageLimitError(ApiError):
     ) -> None:
         super().__init__(message, request=request)
         self.max_pages = max_pages
+
+
+class PageLoopError(ApiError):
+    """A walk over a list met ``repeats`` pages in a row that brought nothing new, each with a
+    fresh ``nextPageToken``: the service serves the same items again and again.
+
+    Without this, only ``max_pages`` would stop such a walk, after spending that many
+    requests; what the walk yielded before stays valid. ``pages`` is how many pages it read.
+    """
+
+    hint = "the service serves the same page again under a fresh page token; try again later"
+    kind = "page_loop"
+
+    def __init__(
+        self, message: str, *, request: httpx.Request | None = None, pages: int, repeats: int
+    ) -> None:
+        super().__init__(message, request=request)
+        self.pages = pages
+        self.repeats = repeats
 
 
 class ApiStatusError(ApiError):

@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from pydantic.alias_generators import to_camel
 
 __all__ = [
@@ -208,6 +208,15 @@ class Session(WireModel):
     outputs: list[SessionOutput] = Field(default_factory=list)
     require_plan_approval: bool | None = None
     automation_mode: str | None = None
+    # Set by the client when it mended the answer (see :attr:`repaired`).
+    _repaired: tuple[str, ...] = PrivateAttr(default=())
+
+    @property
+    def repaired(self) -> tuple[str, ...]:
+        """Where the client replaced text that is not Unicode (a lone surrogate, which JSON
+        lets through as ``"\\ud800"``) with U+FFFD: dotted wire paths (``title``,
+        ``outputs.0.pullRequest.title``); empty for a session received as it was sent."""
+        return self._repaired
 
     @property
     def session_id(self) -> str:

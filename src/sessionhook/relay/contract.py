@@ -24,7 +24,7 @@ from pydantic.json_schema import models_json_schema
 from sessionhook import __version__
 from sessionhook.api.models import Activity, PullRequest
 
-from .events import ACTIVITY_EVENT_TYPES, ACTIVITY_UNKNOWN, EVENT_TYPES
+from .events import ACTIVITY_EVENT_TYPES, ACTIVITY_SESSION_STARTED, ACTIVITY_UNKNOWN, EVENT_TYPES
 
 __all__ = ["EVENT_MODELS", "openapi_document", "shipped_document"]
 
@@ -67,10 +67,15 @@ class ActivityData(_AccountData):
     activity: Activity = Field(description="The upstream activity whole (large media trimmed)")
 
 
+#: Every activity event type: one per known member, the system's "Session started" notice
+#: (no member), and an unknown member.
+_ACTIVITY_TYPES = (*ACTIVITY_EVENT_TYPES.values(), ACTIVITY_SESSION_STARTED, ACTIVITY_UNKNOWN)
+
+
 class ActivityEvent(_Event):
     """An activity of a session (one event per activity, id from its name)."""
 
-    type: Literal[(*ACTIVITY_EVENT_TYPES.values(), ACTIVITY_UNKNOWN)]  # type: ignore[valid-type]
+    type: Literal[_ACTIVITY_TYPES]  # type: ignore[valid-type]
     data: ActivityData
 
 
@@ -255,7 +260,7 @@ EVENT_MODELS: dict[str, type[BaseModel]] = {
     "session.action_required": SessionActionRequiredEvent,
     "session.completed": SessionCompletedEvent,
     "session.failed": SessionFailedEvent,
-    **{t: ActivityEvent for t in (*ACTIVITY_EVENT_TYPES.values(), ACTIVITY_UNKNOWN)},
+    **{t: ActivityEvent for t in _ACTIVITY_TYPES},
 }
 
 _HEADERS = (

@@ -46,6 +46,8 @@ from sessionhook.api.models import (
 
 __all__ = [
     "ACTIVITY_EVENT_TYPES",
+    "ACTIVITY_SESSION_STARTED",
+    "ACTIVITY_UNKNOWN",
     "EVENT_TYPES",
     "SESSION_ACTION_REQUIRED",
     "SESSION_COMPLETED",
@@ -89,7 +91,11 @@ ACTIVITY_EVENT_TYPES: dict[str, str] = {
     "sessionCompleted": "activity.session_completed",
     "sessionFailed": "activity.session_failed",
 }
-#: Type of an activity with no event member, or one this version does not know.
+#: Type of the service's "Session started" notice: a ``system`` activity with no event
+#: member (the first activity of every session; its ``description`` says what happened).
+ACTIVITY_SESSION_STARTED = "activity.session_started"
+#: Type of an activity whose member this version does not know (the API is alpha and
+#: grows), or of one with no member that is not the system's notice.
 ACTIVITY_UNKNOWN = "activity.unknown"
 
 #: Every event type the relay emits (what ``events = [...]`` globs are matched against).
@@ -101,6 +107,7 @@ EVENT_TYPES: tuple[str, ...] = (
     SESSION_COMPLETED,
     SESSION_FAILED,
     *ACTIVITY_EVENT_TYPES.values(),
+    ACTIVITY_SESSION_STARTED,
     ACTIVITY_UNKNOWN,
 )
 
@@ -210,9 +217,14 @@ def _values_at(node: object, keys: list[str]) -> Iterable[str]:
 
 
 def activity_event_type(activity: Activity) -> str:
-    """``activity.<member in snake_case>``, or ``activity.unknown`` (no or unknown member)."""
+    """``activity.<member in snake_case>``; ``activity.session_started`` for a ``system``
+    activity with no member at all (neither known nor unknown); else ``activity.unknown``."""
     member = activity.event_member
-    return ACTIVITY_EVENT_TYPES.get(member, ACTIVITY_UNKNOWN) if member else ACTIVITY_UNKNOWN
+    if member:
+        return ACTIVITY_EVENT_TYPES.get(member, ACTIVITY_UNKNOWN)
+    if activity.originator == "system" and not activity.unknown_members:
+        return ACTIVITY_SESSION_STARTED
+    return ACTIVITY_UNKNOWN
 
 
 def session_summary(session: Session) -> dict[str, Any]:

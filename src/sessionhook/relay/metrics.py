@@ -23,6 +23,8 @@ endpoint_enabled                               gauge      endpoint
 upstream_requests_total                        counter    endpoint, status
 upstream_failures_total                        counter    loop, kind
 activities_refused_total                       counter    reason
+sessions_refused_total                         counter    reason
+sessions_repaired_total                        counter
 outbox_pending                                 gauge      endpoint
 outbox_oldest_pending_age_seconds              gauge      endpoint
 poll_lag_seconds                               gauge
@@ -159,7 +161,7 @@ class Metrics:
             "upstream_failures",
             "Failed upstream calls as the poller saw them, by loop (discovery, session, "
             "announce) and kind (transport, deadline, malformed, too_deep, too_large, "
-            "page_limit, status).",
+            "page_limit, page_loop, status).",
             ["loop", "kind"],
             namespace=NAMESPACE,
             registry=r,
@@ -169,6 +171,21 @@ class Metrics:
             "Upstream activities refused, each counted once (too_large, foreign_name, "
             "not_a_name, duplicate_name, malformed); sessionhook status lists them.",
             ["reason"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.sessions_refused = Counter(
+            "sessions_refused",
+            "Items of the session list that are no session, refused (not tracked), each "
+            "counted once per process (malformed, not_a_name).",
+            ["reason"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.sessions_repaired = Counter(
+            "sessions_repaired",
+            "Sessions whose text was not Unicode (a lone surrogate), relayed with U+FFFD in "
+            "its place, each counted once per process.",
             namespace=NAMESPACE,
             registry=r,
         )
@@ -316,6 +333,14 @@ class Metrics:
     def activity_refused(self, reason: str) -> None:
         """Count an upstream activity refused for ``reason`` (first time it was met)."""
         self.activities_refused.labels(reason=reason).inc()
+
+    def session_refused(self, reason: str) -> None:
+        """Count an item of the session list refused for ``reason`` (first time it was met)."""
+        self.sessions_refused.labels(reason=reason).inc()
+
+    def session_repaired(self) -> None:
+        """Count a session whose text was mended (first time it was met)."""
+        self.sessions_repaired.inc()
 
     def web_auth_failed(self, via: str) -> None:
         """Count a wrong token shown to the web layer (``bearer`` header or ``login`` form)."""

@@ -60,8 +60,14 @@ _ACTIVITIES: dict[str, dict[str, object]] = {
         ],
     },
     "sessionFailed": {"sessionFailed": {"reason": "The test suite kept failing."}},
-    "unknown": {"description": "Session started"},
+    # No member: the service's "Session started" notice (activity.session_started).
+    "": {"description": "Session started"},
+    # A member this version does not know (activity.unknown).
+    "reviewRequested": {"reviewRequested": {"reviewer": "octocat"}},
 }
+
+
+_ORIGINATORS = {"userMessaged": "user", "planApproved": "user", "": "system"}
 
 
 def _session(state: str, **extra: object) -> Session:
@@ -74,7 +80,7 @@ def _activity(member: str, number: int) -> Activity:
         {
             "name": f"{_SESSION['name']}/activities/{hex_id}",
             "id": hex_id,
-            "originator": "user" if member in ("userMessaged", "planApproved") else "agent",
+            "originator": _ORIGINATORS.get(member, "agent"),
             "createTime": f"2026-01-05T09:{10 + number:02d}:00.000001Z",
             **_ACTIVITIES[member],
         }

@@ -37,8 +37,9 @@ discovery) off, exponentially and capped, never sooner than ``Retry-After``; the
 sessions go on. A 404 on a session first seen less than 30 s ago is the service's eventual
 consistency and is retried; a later 404 means the session was deleted and it is dropped.
 A rejected API key (401) is logged loudly and retried slowly. So does a walk that reaches
-``max_pages`` pages (a server handing out a fresh page token forever): what it archived
-stays, the next poll resumes from the cursor.
+``max_pages`` pages (a server handing out a fresh page token forever), or a page that brings
+it nothing new (the same items under a fresh token: ``page_loop``, see the client): what it
+archived stays, the next poll resumes from the cursor.
 
 What upstream sends is screened, never trusted (see ``docs/threat-model.md``): an activity
 whose ``name`` is not ``<polled session>/activities/<id>`` (``foreign_name``,
@@ -48,6 +49,9 @@ the walk goes on after it, the cursor moves past it) are refused: recorded in th
 (``sessionhook status``), logged (``poll.activity_refused``), counted; the others of the
 page go through. The cursor never moves past the service's clock (the ``Date`` header)
 plus ``clock_skew``, so a createTime in the year 9999 cannot hold later activities back.
+The session list is judged item by item too (``screening.py``): a session whose text is not
+Unicode is relayed mended (U+FFFD), an item that is no session is refused; the other
+sessions of the page are discovered as usual.
 """
 
 from .poller import Poller

@@ -25,6 +25,7 @@ from ..logging import get_logger
 from ..metrics import Metrics
 from ..store import AsyncStore, Ingested, KnownSession
 from .learning import UpdateTimeLearning
+from .screening import SessionScreen
 from .settings import PollSettings, _Pending, _Tracked, backoff_delay
 
 _log = get_logger()
@@ -91,6 +92,8 @@ class PollerBase:
         self._history_batch: list[Session] = []
         self._unrecorded: set[str] = set()
         self._history_wake = anyio.Event()
+        #: Judges the session list's items (and notes sessions the client mended).
+        self._screen = SessionScreen(metrics, account)
 
     def _stamp(self, event: events.Event) -> events.Event:
         """The event with ``data.account``: which account's session it is about."""

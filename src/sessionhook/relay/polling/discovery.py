@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import aclosing
 
 import anyio
 import anyio.abc
@@ -29,14 +30,15 @@ class Discovery(Scheduling):
         await self._load_known()
         listed = 0
         read_at = self._mono()
-        async for session in self._client.iter_sessions(
+        async for page in self._client.walk_sessions(
             page_size=self.settings.page_size, max_pages=self.settings.max_pages
         ):
-            if not listed:
-                # A page came: a later failure of this pass is no reason to back off longer.
-                self._discovery_errors = 0
-            listed += 1
-            await self._on_listed(session, read_at=read_at)
+            for session in self._screen.accepted(page):
+                if not listed:
+                    # A page came: a later failure of this pass is no reason to back off.
+                    self._discovery_errors = 0
+                listed += 1
+                await self._on_listed(session, read_at=read_at)
         await self._flush_history()
         if not await self._store.is_baseline_complete():
             await self._store.mark_baseline_complete()
@@ -122,6 +124,7 @@ class Discovery(Scheduling):
             try:
                 try:
                     session = await self._client.get_session(name)
+                    self._screen.note_repairs(session)
                 except UnauthenticatedError:
                     raise
                 except ApiError as exc:
@@ -284,22 +287,19 @@ class Discovery(Scheduling):
         await self._load_known()
         read_at = self._mono()
         working = {t.name for t in self._tracked.values() if t.state in ACTIVE_STATES}
-        token: str | None = None
         pages = 0
-        while pages < self.settings.head_pages:
-            page = await self._client.list_sessions(
-                page_size=self.settings.page_size, page_token=token
-            )
-            pages += 1
-            for listed in page.sessions:
-                working.discard(listed.name)
-                await self._on_listed(listed, read_at=read_at)
-                tracked = self._tracked.get(listed.name)
-                if tracked is not None:
-                    tracked.head_seen = read_at
-            token = page.next_page_token
-            if not token or not working:
-                break
+        walk = self._client.walk_sessions(page_size=self.settings.page_size)
+        async with aclosing(walk):
+            async for page in walk:
+                pages += 1
+                for listed in self._screen.accepted(page):
+                    working.discard(listed.name)
+                    await self._on_listed(listed, read_at=read_at)
+                    tracked = self._tracked.get(listed.name)
+                    if tracked is not None:
+                        tracked.head_seen = read_at
+                if pages >= self.settings.head_pages or not working:
+                    break
         await self._flush_history()
         return pages
 

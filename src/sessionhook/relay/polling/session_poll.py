@@ -158,6 +158,7 @@ class SessionPoll(Scheduling):
         tracked.refresh = tracked.refresh or bool(new and telling)
         if tracked.refresh:  # stays set if the fetch fails: the next poll tries again
             fresh = await self._client.get_session(row.name)
+            self._screen.note_repairs(fresh)
             if tracked.history:
                 # Discovery recorded it from the list without announcing it: the history
                 # walk does, now that the whole session is known (archived, not delivered).
