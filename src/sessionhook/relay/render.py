@@ -12,8 +12,9 @@ id and body and the endpoint's :class:`Shape`.
   ``google_chat``, ``teams``); ``template`` is a user's own. Templates run in Jinja2's
   immutable sandbox and see ``event`` (the payload), ``type``, ``timestamp``, ``data``,
   ``session`` and ``webhook_id``; missing keys render as empty. Filters: ``tojson``
-  (compact JSON, non-ASCII kept) and ``mrkdwn`` (Slack's ``& < >`` escapes); templates may
-  ``{% import "_text.j2" as text %}`` to reuse the presets' wording.
+  (compact JSON, non-ASCII kept) and the chat escapes of :mod:`.chat_markup`: ``mrkdwn``
+  (Slack, Google Chat), ``markdown`` (Discord, Teams), ``http_url``, ``mrkdwn_link``;
+  templates may ``{% import "_text.j2" as text %}`` to reuse the presets' wording.
 * A JSON content type (the presets, and a template's default) must render to valid JSON; it
   is re-serialized compactly, so template whitespace never reaches the wire.
 
@@ -32,6 +33,8 @@ from typing import Any
 
 import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from . import chat_markup
 
 __all__ = [
     "FORMATS",
@@ -153,11 +156,6 @@ def _tojson(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def _mrkdwn(value: Any) -> str:
-    text = "" if value is None else str(value)
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
 def _load_preset(name: str) -> str | None:
     try:
         return (resources.files(__package__) / "templates" / name).read_text("utf-8")
@@ -170,11 +168,14 @@ def _environment() -> ImmutableSandboxedEnvironment:
     env = ImmutableSandboxedEnvironment(
         loader=jinja2.FunctionLoader(_load_preset),
         undefined=jinja2.ChainableUndefined,
-        autoescape=False,  # JSON is escaped by tojson; chat text by mrkdwn where it matters
+        autoescape=False,  # JSON is escaped by tojson; chat text by each service's filter
         keep_trailing_newline=False,
     )
     env.filters["tojson"] = _tojson
-    env.filters["mrkdwn"] = _mrkdwn
+    env.filters["mrkdwn"] = chat_markup.mrkdwn
+    env.filters["markdown"] = chat_markup.markdown
+    env.filters["http_url"] = chat_markup.http_url
+    env.filters["mrkdwn_link"] = chat_markup.mrkdwn_link
     return env
 
 
