@@ -15,12 +15,12 @@ from __future__ import annotations
 import json
 import re
 import time
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from .processes import alive, children_of
 from .test_blackbox import Endpoint, Harness, Relay, harness, wait_ready, wait_until
 
 pytestmark = pytest.mark.integration
@@ -41,21 +41,6 @@ SLOW_TITLE = "deploy " + "zyxwvutsrq" * 12_000
 RENDER_TIMEOUT = 3.0
 #: SIGTERM drains for at most 10 s (daemon.DRAIN_SECONDS), then cancels what is left.
 DRAIN_BOUND = 10.0
-
-
-def children_of(pid: int) -> set[int]:
-    found: set[int] = set()
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        found |= {int(p) for p in (task / "children").read_text().split()}
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def failures(relay: Relay, endpoint: str) -> list[dict[str, Any]]:

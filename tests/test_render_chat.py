@@ -95,16 +95,31 @@ def rendered(fmt: str, event_id: str, body: bytes) -> dict[str, Any]:
     return out
 
 
-@pytest.mark.parametrize("urls", [True, False], ids=["hostile-urls", "good-urls"])
+def hostile_messages(name: str, urls: bool) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(event type, message) of service ``name`` for every hostile sample, each checked
+    against the service's documented shape."""
+    for event_id, event_type, body in hostile_bodies(urls=urls):
+        message = rendered(CHAT_FORMATS[name], event_id, body)
+        jsonschema.validate(message, CHAT[name])
+        yield event_type, message
+
+
+def allowed_links(urls: bool) -> set[str]:
+    """The URLs that may be live links: none when every upstream URL is the issue's."""
+    return set() if urls else {GOOD_SESSION_URL, GOOD_PR_URL}
+
+
+URLS = pytest.mark.parametrize("urls", [True, False], ids=["hostile-urls", "good-urls"])
+
+
+@URLS
 @pytest.mark.parametrize("name", ["slack", "gchat"])
 def test_slack_and_google_chat_show_upstream_text_without_a_live_control_sequence(
     name: str, urls: bool
 ) -> None:
-    allowed = set() if urls else {GOOD_SESSION_URL, GOOD_PR_URL}
+    allowed = allowed_links(urls)
     seen_escaped = False
-    for event_id, event_type, body in hostile_bodies(urls=urls):
-        message = rendered(CHAT_FORMATS[name], event_id, body)
-        jsonschema.validate(message, CHAT[name])
+    for event_type, message in hostile_messages(name, urls):
         for text in strings(message):
             for control in slack_controls(text):
                 # Only links the relay wrote around a checked URL: <url> or <url|label>.
@@ -118,16 +133,14 @@ def test_slack_and_google_chat_show_upstream_text_without_a_live_control_sequenc
     assert seen_escaped  # the text is still shown, as text
 
 
-@pytest.mark.parametrize("urls", [True, False], ids=["hostile-urls", "good-urls"])
+@URLS
 @pytest.mark.parametrize("name", ["discord", "teams"])
 def test_discord_and_teams_show_upstream_text_without_a_live_markdown_link(
     name: str, urls: bool
 ) -> None:
-    allowed = set() if urls else {GOOD_SESSION_URL, GOOD_PR_URL}
+    allowed = allowed_links(urls)
     seen = False
-    for event_id, event_type, body in hostile_bodies(urls=urls):
-        message = rendered(CHAT_FORMATS[name], event_id, body)
-        jsonschema.validate(message, CHAT[name])
+    for event_type, message in hostile_messages(name, urls):
         if name == "discord":
             assert message["allowed_mentions"] == {"parse": []}  # no pings whatever it says
             embed = message["embeds"][0]

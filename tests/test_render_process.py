@@ -22,6 +22,8 @@ from sessionhook.relay import render
 from sessionhook.relay.render_process import RenderProcess
 from sessionhook.relay.samples import sample_events
 
+from .processes import alive, children_of
+
 pytestmark = pytest.mark.anyio
 
 #: Harmless on ordinary titles; minutes of sorting on a long one.
@@ -45,23 +47,11 @@ LONG = event("deploy " + "zyxwvutsrq" * 30_000)  # 300 kB: over INLINE_BYTES too
 
 def children() -> set[int]:
     """The live child processes of this test process."""
-    found: set[int] = set()
-    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
-        text = (task / "children").read_text()
-        found |= {int(pid) for pid in text.split()}
-    return {pid for pid in found if _alive(pid)}
+    return {pid for pid in children_of(os.getpid()) if alive(pid)}
 
 
 def environment_of(pid: int) -> list[bytes]:
     return Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 @pytest.fixture
