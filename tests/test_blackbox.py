@@ -109,6 +109,7 @@ def relay_config(
     timeout: float = 5.0,
     concurrency: int = 16,
     listen: str | None = None,
+    render_timeout: float | None = None,
 ) -> str:
     def s(value: str) -> str:
         return json.dumps(value)  # a TOML basic string for plain ASCII text
@@ -130,6 +131,7 @@ def relay_config(
         f"timeout = {timeout}",
         "allow_private_networks = true",
         f"concurrency = {concurrency}",
+        *([f"render_timeout = {render_timeout}"] if render_timeout is not None else []),
         "[log]",
         'level = "info"',
         'format = "json"',

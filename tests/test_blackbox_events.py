@@ -3,8 +3,9 @@ filters, ``v1a`` signatures and rate limits, through the real ``sessionhook run`
 the stand-in API and a consumer on loopback.
 
 Bodies are checked by independent means only: the OpenAPI document the daemon serves
-(jsonschema), the CloudEvents SDK, JSON schemas written here from each chat service's
-documented webhook format, PyNaCl for ed25519. Nothing is imported from ``sessionhook``.
+(jsonschema), the CloudEvents SDK, JSON schemas written from each chat service's
+documented webhook format (``chat_schemas.py``), PyNaCl for ed25519. Nothing is imported
+from ``sessionhook``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import pytest
 from cloudevents.core.bindings.http import HTTPMessage, from_http_event
 
 from .blackbox_consumer import Consumer, Hit
+from .chat_schemas import CHAT, CHAT_FORMATS
 from .test_blackbox import (
     SESSIONHOOK,
     Endpoint,
@@ -37,140 +39,6 @@ pytestmark = pytest.mark.integration
 __all__ = ["harness"]  # the fixture, imported for pytest
 
 LIFECYCLE = ("session.action_required", "session.completed", "session.failed")
-
-# --------------------------------------------------------------------------- chat shapes
-# Written from each service's webhook documentation (required members and size limits).
-
-_TEXT_OBJECT = {
-    "type": "object",
-    "required": ["type", "text"],
-    "properties": {
-        "type": {"enum": ["mrkdwn", "plain_text"]},
-        "text": {"type": "string", "minLength": 1, "maxLength": 3000},
-    },
-}
-SLACK = {  # api.slack.com/messaging/webhooks + Block Kit reference (section, context)
-    "type": "object",
-    "required": ["text"],
-    "properties": {
-        "text": {"type": "string", "minLength": 1, "maxLength": 40000},
-        "blocks": {
-            "type": "array",
-            "maxItems": 50,
-            "items": {
-                "oneOf": [
-                    {
-                        "type": "object",
-                        "required": ["type", "text"],
-                        "properties": {"type": {"const": "section"}, "text": _TEXT_OBJECT},
-                    },
-                    {
-                        "type": "object",
-                        "required": ["type", "elements"],
-                        "properties": {
-                            "type": {"const": "context"},
-                            "elements": {
-                                "type": "array",
-                                "minItems": 1,
-                                "maxItems": 10,
-                                "items": _TEXT_OBJECT,
-                            },
-                        },
-                    },
-                ]
-            },
-        },
-    },
-}
-DISCORD = {  # discord.com/developers/docs/resources/webhook#execute-webhook + embed limits
-    "type": "object",
-    "anyOf": [{"required": ["content"]}, {"required": ["embeds"]}],
-    "properties": {
-        "content": {"type": "string", "maxLength": 2000},
-        "allowed_mentions": {"type": "object"},
-        "embeds": {
-            "type": "array",
-            "maxItems": 10,
-            "items": {
-                "type": "object",
-                "properties": {
-                    "title": {"type": "string", "maxLength": 256},
-                    "url": {"type": "string", "format": "uri"},
-                    "description": {"type": "string", "maxLength": 4096},
-                    "color": {"type": "integer"},
-                    "fields": {
-                        "type": "array",
-                        "maxItems": 25,
-                        "items": {
-                            "type": "object",
-                            "required": ["name", "value"],
-                            "properties": {
-                                "name": {"type": "string", "minLength": 1, "maxLength": 256},
-                                "value": {"type": "string", "minLength": 1, "maxLength": 1024},
-                                "inline": {"type": "boolean"},
-                            },
-                        },
-                    },
-                    "footer": {
-                        "type": "object",
-                        "required": ["text"],
-                        "properties": {"text": {"type": "string", "maxLength": 2048}},
-                    },
-                },
-            },
-        },
-    },
-}
-GOOGLE_CHAT = {  # developers.google.com/workspace/chat/quickstart/webhooks (text message)
-    "type": "object",
-    "required": ["text"],
-    "properties": {"text": {"type": "string", "minLength": 1, "maxLength": 4096}},
-}
-TEAMS = {  # learn.microsoft.com: incoming webhook / Workflows, Adaptive Card attachment
-    "type": "object",
-    "required": ["type", "attachments"],
-    "properties": {
-        "type": {"const": "message"},
-        "attachments": {
-            "type": "array",
-            "minItems": 1,
-            "items": {
-                "type": "object",
-                "required": ["contentType", "content"],
-                "properties": {
-                    "contentType": {"const": "application/vnd.microsoft.card.adaptive"},
-                    "content": {
-                        "type": "object",
-                        "required": ["type", "version", "body"],
-                        "properties": {
-                            "type": {"const": "AdaptiveCard"},
-                            "version": {"type": "string"},
-                            "body": {
-                                "type": "array",
-                                "minItems": 1,
-                                "items": {
-                                    "type": "object",
-                                    "required": ["type", "text"],
-                                    "properties": {"type": {"const": "TextBlock"}},
-                                },
-                            },
-                            "actions": {
-                                "type": "array",
-                                "items": {
-                                    "type": "object",
-                                    "required": ["type", "title", "url"],
-                                    "properties": {"type": {"const": "Action.OpenUrl"}},
-                                },
-                            },
-                        },
-                    },
-                },
-            },
-        },
-    },
-}
-CHAT = {"slack": SLACK, "discord": DISCORD, "gchat": GOOGLE_CHAT, "teams": TEAMS}
-CHAT_FORMATS = {"slack": "slack", "discord": "discord", "gchat": "google_chat", "teams": "teams"}
 
 TEMPLATE = (
     '{"kind": {{ type | tojson }}, "who": {{ session.title | tojson }}, '

@@ -230,6 +230,46 @@ async def test_reload_keeps_the_running_config_on_error_and_applies_a_good_one(
 
 
 @pytest.mark.anyio
+async def test_a_reload_checks_templates_off_the_event_loop(tmp_path: Path) -> None:
+    """Issue 20: a reload renders each template against every sample event (the start-up
+    check): a template that takes long on them must not hold the daemon meanwhile."""
+    setup = Setup(tmp_path)
+    daemon = setup.daemon()
+    busy = "{% for i in range(30000) %}{% for j in range(3) %}{% endfor %}{% endfor %}{}"
+    ticks = 0
+    reloaded = anyio.Event()
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while not reloaded.is_set():
+            await anyio.sleep(0.01)
+            ticks += 1
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: daemon.run(handle_signals=False))
+        await daemon.ready.wait()
+        setup.config_path.write_text(
+            setup.config_path.read_text()
+            + "\n".join(
+                [
+                    "[[endpoints]]",
+                    'name = "busy"',
+                    'url = "http://rx.test/busy"',
+                    f'secret = "{generate_secret()}"',
+                    f"template = {json.dumps(busy)}",
+                ]
+            )
+            + "\n"
+        )
+        tg.start_soon(ticker)
+        before = ticks
+        assert await daemon.reload() is True
+        reloaded.set()
+        assert ticks > before  # the loop ran while 15 samples x 240,000 steps were checked
+        daemon.stop()
+
+
+@pytest.mark.anyio
 async def test_once_delivers_everything_due_and_exits_zero(tmp_path: Path) -> None:
     now = [time.time()]
     setup = Setup(tmp_path, clock=lambda: now[0], poll={"backfill": True})

@@ -22,6 +22,7 @@ from sessionhook.api.models import Activity, ProgressUpdated, Session
 from sessionhook.relay.config import Config, DeliveryConfig, EndpointConfig
 from sessionhook.relay.dispatch import AttemptResult, DeliverySettings, Dispatcher, post_event
 from sessionhook.relay.events import activity_event
+from sessionhook.relay.render_process import RenderProcess
 from sessionhook.relay.signing import generate_secret
 from sessionhook.relay.store import AsyncStore, DeliveryRow
 from tests.receiver import Receiver
@@ -510,6 +511,56 @@ async def test_a_template_failing_at_run_time_is_a_failed_attempt_not_a_crash(
     assert type(decision).__name__ == "Retry"
     assert row.last_error is not None and row.last_error.startswith("render failed")
     assert any(e["event"] == "delivery.failed" for e in logs)
+
+
+@pytest.mark.anyio
+async def test_a_render_over_its_time_budget_fails_that_attempt_only(tmp_path: Path) -> None:
+    """Issue 20: the daemon's renderer stops a template at ``delivery.render_timeout``; that
+    attempt fails like any template error (retried on the schedule), nothing is sent for
+    it, and the same event still goes to the other endpoint."""
+    # Fine on the start-up samples; minutes of sorting on these sessions (titles "S0"...).
+    slow = (
+        '{% if session.title.startswith("S") %}{% for i in range(1000) %}'
+        "{{ (session.title * 400000) | list | sort | join | length }}{% endfor %}{% endif %}"
+        '{"t": {{ type | tojson }}}'
+    )
+    endpoints = (
+        EndpointConfig(
+            name="tpl", url="http://rx.test/tpl", secret=SecretStr(SECRET), template=slow
+        ),
+        EndpointConfig(name="std", url="http://rx.test/std", secret=SecretStr(SECRET)),
+    )
+    config = Config(
+        delivery=DeliveryConfig(
+            retry_delays=(0.0,), timeout=5.0, allow_private_networks=True, render_timeout=1.0
+        ),
+        endpoints=endpoints,
+    )
+    store = await AsyncStore.open(tmp_path / "relay.db")
+    await store.sync_endpoints(config.endpoints)
+    await _seed(store, sessions=1)
+    seen, transport = _capture()
+    renderer = RenderProcess()
+    try:
+        async with httpx.AsyncClient(transport=transport) as http:
+            dispatcher = Dispatcher(
+                store, http, DeliverySettings.from_config(config), renderer=renderer
+            )
+            due = await store.due_deliveries(time.time(), 10)
+            firsts = {d.endpoint: d for d in due}
+            with capture_logs() as logs:
+                failed = await dispatcher.attempt(firsts["tpl"])
+                delivered = await dispatcher.attempt(firsts["std"])
+    finally:
+        await renderer.aclose()
+    rows = {r.id: r for r in await store.call(store.store.list_deliveries)}
+    await store.close()
+    assert type(failed).__name__ == "Retry" and type(delivered).__name__ == "Delivered"
+    assert rows[firsts["tpl"].id].last_error == (
+        "render failed: template over its time budget of 1 s"
+    )
+    assert [str(r.url) for r in seen] == ["http://rx.test/std"]
+    assert any(e["event"] == "delivery.failed" and e["endpoint"] == "tpl" for e in logs)
 
 
 @pytest.mark.anyio

@@ -114,6 +114,7 @@ DURATION_BOUNDS: dict[str, tuple[int, int]] = {
     "delivery.retry_delays[]": (0, 7 * _DAY),
     "delivery.timeout": (0, 5 * _MINUTE),
     "delivery.max_retry_after": (0, _DAY),
+    "delivery.render_timeout": (0, _MINUTE),
     "endpoints[].disable_after": (0, 90 * _DAY),
     "store.delivery_log_retention": (0, 3650 * _DAY),
     "store.lease": (0, 10 * _MINUTE),
@@ -357,6 +358,8 @@ class DeliveryConfig(_Section):
     max_media_bytes: Annotated[int, Field(ge=0, le=64 * 1024 * 1024)] = 262_144
     response_body_limit: Annotated[int, Field(ge=0, le=1024 * 1024)] = 4096
     concurrency: Annotated[int, Field(ge=1, le=1024)] = 16
+    #: A template render taking longer is stopped: that attempt fails.
+    render_timeout: Annotated[_Seconds, _within("delivery.render_timeout")] = 5.0
 
 
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")

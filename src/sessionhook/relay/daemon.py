@@ -48,6 +48,7 @@ from .metrics import Metrics
 from .netguard import AddressPolicy, Resolver
 from .poller import OnceReport, Poller, PollSettings
 from .ratelimit import LimitedTransport, RateLimiter
+from .render_process import RenderProcess
 from .replica import Replica, dead_replicas, pid_alive
 from .sender import AiohttpPoster, HttpxPoster, Poster
 from .store import AsyncStore, StoreUnwritableError, notify
@@ -341,6 +342,8 @@ class Daemon(HealthMixin, StoreMixin, TasksMixin):
                 policy=self._address_policy,
             )
         )
+        # Templates render in a child process, killed at delivery.render_timeout.
+        renderer = RenderProcess()
         try:
             self.dispatcher = Dispatcher(
                 store,
@@ -349,6 +352,7 @@ class Daemon(HealthMixin, StoreMixin, TasksMixin):
                 metrics=self.metrics,
                 guard=self._guard,
                 clock=self._clock,
+                renderer=renderer,
             )
             self.pollers = [
                 Poller(
@@ -387,6 +391,7 @@ class Daemon(HealthMixin, StoreMixin, TasksMixin):
                 for upstream in upstreams:
                     await upstream.aclose()
                 await delivery.aclose()
+                await renderer.aclose()
                 if isinstance(delivery, HttpxPoster):
                     await delivery.http.aclose()
                 await store.close()

@@ -174,7 +174,9 @@ class TasksMixin:
             return False
         sdnotify.reloading()
         try:
-            new = load_config(self._config_path)
+            # In a thread: validating renders each template against the sample events
+            # (up to its step budget each), which must not hold the event loop.
+            new = await anyio.to_thread.run_sync(load_config, self._config_path)
         except ConfigError as exc:
             _log.error("config.reload_failed", error=str(exc), kept="the running configuration")
             sdnotify.ready("reload failed; running with the previous configuration")

@@ -44,6 +44,7 @@ from . import netguard, render, retry
 from .config import Config, EndpointConfig
 from .logging import get_logger
 from .metrics import Metrics
+from .render_process import InlineRenderer, Renderer
 from .retry import AttemptResult
 from .sender import Answer, HttpxPoster, Poster, PostError
 from .signing import signature_header
@@ -179,6 +180,8 @@ class DeliverySettings:
     endpoints: dict[str, EndpointConfig]
     #: Each endpoint's signing secrets, resolved once (not per delivery).
     secrets: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: Seconds a template render may take (enforced by a RenderProcess renderer).
+    render_timeout: float = 5.0
 
     @classmethod
     def from_config(cls, config: Config) -> DeliverySettings:
@@ -197,6 +200,7 @@ class DeliverySettings:
             concurrency=d.concurrency,
             per_endpoint=per_endpoint,
             allow_private_networks=d.allow_private_networks,
+            render_timeout=d.render_timeout,
             endpoints={e.name: e for e in config.endpoints},
             secrets={
                 e.name: tuple(secret.get_secret_value() for secret in e.secrets)
@@ -229,7 +233,10 @@ class Dispatcher:
     :class:`~sessionhook.relay.sender.AiohttpPoster` resolves each endpoint's name once,
     refuses loopback, private, link-local and metadata addresses unless
     ``allow_private_networks``, and connects to the address it checked. ``guard`` checks
-    each URL before every POST without DNS (default: :func:`literal_guard`).
+    each URL before every POST without DNS (default: :func:`literal_guard`). ``renderer``
+    makes formatted and templated bodies (default: inline; the daemon's
+    :class:`~sessionhook.relay.render_process.RenderProcess` renders templates in a child
+    process within ``render_timeout``).
 
     One round of the loop is ONE call into the store's thread: the attempts finished since
     the last round are recorded in one transaction (group commit), then the next due
@@ -251,6 +258,7 @@ class Dispatcher:
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
         max_wait: float = 1.0,
+        renderer: Renderer | None = None,
     ) -> None:
         self._store = store
         self._http: Poster = HttpxPoster(http) if isinstance(http, httpx.AsyncClient) else http
@@ -258,6 +266,7 @@ class Dispatcher:
         self._metrics = metrics
         self._guard: UrlGuard = guard if guard is not None else literal_guard
         self._clock = clock
+        self._renderer: Renderer = renderer if renderer is not None else InlineRenderer()
         self._rng = rng if rng is not None else random.Random()
         self._max_wait = max_wait
         self._wake = anyio.Event()
@@ -656,7 +665,9 @@ class Dispatcher:
         shape = self._shape_of(endpoint)
         if shape.is_standard:
             return delivery.body, render.STANDARD_CONTENT_TYPE
-        body, content_type = render.render(delivery.event_id, delivery.body, shape)
+        body, content_type = await self._renderer.render(
+            delivery.event_id, delivery.body, shape, time_budget=self.settings.render_timeout
+        )
         await self._store.save_rendered(delivery.id, body, content_type)
         return body, content_type
 

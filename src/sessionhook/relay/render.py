@@ -12,14 +12,17 @@ id and body and the endpoint's :class:`Shape`.
   ``google_chat``, ``teams``); ``template`` is a user's own. Templates run in Jinja2's
   immutable sandbox and see ``event`` (the payload), ``type``, ``timestamp``, ``data``,
   ``session`` and ``webhook_id``; missing keys render as empty. Filters: ``tojson``
-  (compact JSON, non-ASCII kept) and ``mrkdwn`` (Slack's ``& < >`` escapes); templates may
-  ``{% import "_text.j2" as text %}`` to reuse the presets' wording.
+  (compact JSON, non-ASCII kept) and the chat escapes of :mod:`.chat_markup`: ``mrkdwn``
+  (Slack, Google Chat), ``markdown`` (Discord, Teams), ``http_url``, ``mrkdwn_link``;
+  templates may ``{% import "_text.j2" as text %}`` to reuse the presets' wording.
+* Every render has a step budget (:mod:`.template_sandbox`): over it, or a ``*`` / ``**``
+  over its size bound, is a :class:`RenderError` saying ``budget``.
 * A JSON content type (the presets, and a template's default) must render to valid JSON; it
   is re-serialized compactly, so template whitespace never reaches the wire.
 
-Errors: :class:`RenderError` (a template that does not compile, fails at run time, or does
-not give JSON). :func:`check_shape` renders a shape against sample events so that config
-loading can refuse a broken template at start-up.
+Errors: :class:`RenderError` (a template that does not compile, fails at run time, goes
+over its budget, or does not give JSON). :func:`check_shape` renders a shape against sample
+events so that config loading can refuse a broken template at start-up.
 """
 
 from __future__ import annotations
@@ -31,11 +34,14 @@ from importlib import resources
 from typing import Any
 
 import jinja2
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from . import chat_markup
+from .template_sandbox import STEP_BUDGET, OverBudget, Sandbox, metered
 
 __all__ = [
     "FORMATS",
     "PRESET_FORMATS",
+    "STEP_BUDGET",
     "RenderError",
     "Shape",
     "check_shape",
@@ -77,8 +83,11 @@ class Shape:
         return self.payload == "full" and self.format == "standard" and self.template is None
 
 
-def render(event_id: str, body: bytes, shape: Shape) -> tuple[bytes, str]:
-    """The bytes and content type ``shape`` makes of an event (id = ``webhook-id``)."""
+def render(
+    event_id: str, body: bytes, shape: Shape, *, steps: int = STEP_BUDGET
+) -> tuple[bytes, str]:
+    """The bytes and content type ``shape`` makes of an event (id = ``webhook-id``); a
+    template may take at most ``steps`` steps."""
     if shape.is_standard:
         return body, STANDARD_CONTENT_TYPE
     payload: dict[str, Any] = json.loads(body)
@@ -100,7 +109,12 @@ def render(event_id: str, body: bytes, shape: Shape) -> tuple[bytes, str]:
         "webhook_id": event_id,
     }
     try:
-        text = template.render(context)
+        with metered(steps):
+            text = template.render(context)
+    except OverBudget as exc:
+        raise RenderError(f"{exc} on {payload.get('type')}") from None
+    except MemoryError:
+        raise RenderError(f"template over its memory budget on {payload.get('type')}") from None
     except Exception as exc:  # a user's template may raise anything Jinja2 can
         raise RenderError(f"template failed on {payload.get('type')}: {exc}") from exc
     if _is_json(content_type):
@@ -153,11 +167,6 @@ def _tojson(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def _mrkdwn(value: Any) -> str:
-    text = "" if value is None else str(value)
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
 def _load_preset(name: str) -> str | None:
     try:
         return (resources.files(__package__) / "templates" / name).read_text("utf-8")
@@ -166,15 +175,18 @@ def _load_preset(name: str) -> str | None:
 
 
 @functools.cache
-def _environment() -> ImmutableSandboxedEnvironment:
-    env = ImmutableSandboxedEnvironment(
+def _environment() -> Sandbox:
+    env = Sandbox(
         loader=jinja2.FunctionLoader(_load_preset),
         undefined=jinja2.ChainableUndefined,
-        autoescape=False,  # JSON is escaped by tojson; chat text by mrkdwn where it matters
+        autoescape=False,  # JSON is escaped by tojson; chat text by each service's filter
         keep_trailing_newline=False,
     )
     env.filters["tojson"] = _tojson
-    env.filters["mrkdwn"] = _mrkdwn
+    env.filters["mrkdwn"] = chat_markup.mrkdwn
+    env.filters["markdown"] = chat_markup.markdown
+    env.filters["http_url"] = chat_markup.http_url
+    env.filters["mrkdwn_link"] = chat_markup.mrkdwn_link
     return env
 
 
