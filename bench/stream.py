@@ -8,16 +8,22 @@ bell unless ``--no-bell``). Measured, each repetition:
   Last-Event-ID of the first one: events per second until it has them all;
 * **live latency**: one event archived every 50 ms, ``--samples`` times, while a consumer
   follows: the time from the ingest's commit to the consumer's parse of the message
-  (median and p95), with the bell and, for comparison, with the store poll alone.
+  (median and p95), with the bell and, for comparison, with the store poll alone;
+* **stalled memory** (``--stalled N``): ``--big`` events of 100 KB archived, then N streams
+  resumed from the first one that never read (receive buffers of 4 KiB): the growth of this
+  process's resident memory (it is the server), its peak over ``--stalled-seconds``.
 
     .venv/bin/python bench/stream.py [--backlog 20000] [--samples 40] [--repeat 3]
+    .venv/bin/python bench/stream.py --stalled 1 --stalled 4 --repeat 3
 """
 
 from __future__ import annotations
 
 import argparse
+import secrets
 import socket
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -57,10 +63,12 @@ class Archive:
         }
         astore.store.upsert_session(Session.model_validate(raw), baseline=False)
 
-    async def add(self, n: int) -> None:
+    async def add(self, n: int, text_bytes: int = 0) -> None:
         events = []
         for i in range(self.count, self.count + n):
-            data = {"i": i, "text": "x" * 600}  # about the size of a progress update
+            # About the size of a progress update, or text_bytes of incompressible text.
+            text = secrets.token_hex(text_bytes // 2) if text_bytes else "x" * 600
+            data = {"i": i, "text": text}
             events.append(
                 make_event(
                     f"evt_{i:08d}",
@@ -133,14 +141,87 @@ async def one_run(directory: Path, backlog: int, samples: int, bell_on: bool) ->
     return result
 
 
+def _rss() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+def _stalled_stream(host: str, port: int, last_event_id: str) -> socket.socket:
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect((host, port))
+    sock.sendall(
+        f"GET /v1/events/stream HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {TOKEN}"
+        f"\r\nLast-Event-ID: {last_event_id}\r\n\r\n".encode()
+    )
+    return sock
+
+
+async def stalled_run(directory: Path, streams: int, big: int, seconds: float) -> float:
+    """MiB this process grew by while ``streams`` streams read nothing (peak)."""
+    listen = f"127.0.0.1:{_port()}"
+    config = Config.model_validate({"server": {"listen": listen, "token_env": "T"}})
+    astore = AsyncStore(Store.open(directory / f"stalled-{time.monotonic_ns()}.db"))
+    bell = Bell()
+    ctx = WebContext(
+        config=lambda: config, store=lambda: astore, metrics=Metrics(), auth=WebAuth(TOKEN)
+    )
+    archive = Archive(astore, bell)
+    await archive.add(1)
+    for _ in range(big // 50):
+        await archive.add(50, text_bytes=100_000)
+    async with anyio.create_task_group() as tg:
+        host, port = await tg.start(
+            health.serve, listen, create_app(ctx, readiness=lambda: (True, []))
+        )
+        before = _rss()
+        socks = [_stalled_stream(host, port, "evt_00000000") for _ in range(streams)]
+        peak = before
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            await anyio.sleep(0.05)
+            peak = max(peak, _rss())
+        for sock in socks:
+            sock.close()
+        tg.cancel_scope.cancel()
+    await astore.close()
+    return (peak - before) / 2**20
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backlog", type=int, default=20_000)
     parser.add_argument("--samples", type=int, default=40)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--stalled", type=int, action="append", default=[])
+    parser.add_argument("--big", type=int, default=300)
+    parser.add_argument("--stalled-seconds", type=float, default=5.0)
+    parser.add_argument("--stalled-child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     relay_logging.configure("warning", "console")
     with tempfile.TemporaryDirectory() as tmp:
+        if args.stalled_child:
+            print(await stalled_run(Path(tmp), args.stalled_child, args.big, args.stalled_seconds))
+            return
+        if args.stalled:
+            # Each measure in a fresh process: memory freed by one run would serve the next.
+            grown: dict[int, list[float]] = {n: [] for n in args.stalled}
+            for _rep in range(args.repeat):
+                for n in args.stalled:
+                    child = [sys.executable, __file__, "--stalled-child", str(n), "--big"]
+                    child += [str(args.big), "--stalled-seconds", str(args.stalled_seconds)]
+                    done = await anyio.run_process(child)
+                    grown[n].append(float(done.stdout.split()[-1]))
+            for n, values in grown.items():
+                runs = ", ".join(f"{v:.0f}" for v in values)
+                print(
+                    f"{n} stalled stream(s) over {args.big} events of 100 KB: "
+                    f"+{statistics.median(values):.0f} MiB (median; runs: {runs})",
+                    flush=True,
+                )
+            return
         for rep in range(args.repeat):
             with_bell = await one_run(Path(tmp), args.backlog, args.samples, True)
             poll_only = await one_run(Path(tmp), args.backlog, args.samples, False)

@@ -168,6 +168,8 @@ class Relay:
         self.env["SESSIONHOOK_API_KEY"] = api_key
         self.proc: subprocess.Popen[bytes] | None = None
         self.returncode: int | None = None
+        #: Run in the child before the command (e.g. lower its open-files limit).
+        self.preexec: Callable[[], None] | None = None
 
     def start(self, *args: str) -> Relay:
         with self.stdout_path.open("wb") as out, self.stderr_path.open("wb") as err:
@@ -178,6 +180,7 @@ class Relay:
                 stdin=subprocess.DEVNULL,
                 env=self.env,
                 cwd=self.config_path.parent,
+                preexec_fn=self.preexec,
             )
         return self
 

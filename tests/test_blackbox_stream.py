@@ -13,12 +13,15 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import signal
 import socket
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import pytest
@@ -29,6 +32,7 @@ from .test_blackbox import (
     Harness,
     Relay,
     World,
+    bash,
     harness,
     relay_config,
     wait_all_delivered,
@@ -341,3 +345,85 @@ def test_two_replicas_stream_the_same_events_and_a_consumer_resumes_on_the_other
     assert {h.session for h in hits.values() if h.session} <= set(
         re.findall(r'data-session="([^"]+)"', page.text)
     )
+
+
+#: Big events in the backlog of the memory test, and their size (bytes of upstream text).
+BIG_EVENTS = 250
+BIG_EVENT_BYTES = 100_000
+#: Streams that resume from the start of that backlog and read nothing.
+STALLED_STREAMS = 4
+#: What those streams may add to the relay's resident memory, all together. A stream
+#: holds about 1 MiB of events (web/stream.py); before that bound, one held whole pages of
+#: 100 events (10 MB here) and the next page formatted behind them (+133 MB for four).
+STALLED_RSS_BOUND = 24 * 1024 * 1024
+
+
+def _rss(pid: int) -> int:
+    """Resident memory of process ``pid`` in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS in /proc/{pid}/status")
+
+
+def _stalled_stream(base: str, last_event_id: str) -> socket.socket:
+    """A stream asked for and then never read (its receive buffer kept small)."""
+    host, port = base.removeprefix("http://").rsplit(":", 1)
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect((host, int(port)))
+    sock.sendall(
+        (
+            "GET /v1/events/stream HTTP/1.1\r\n"
+            f"Host: {host}\r\nAuthorization: Bearer {TOKEN}\r\n"
+            f"Last-Event-ID: {last_event_id}\r\n\r\n"
+        ).encode()
+    )
+    return sock
+
+
+def test_streams_that_read_nothing_hold_a_bounded_share_of_memory(harness: Harness) -> None:
+    standin = harness.standin()
+    relay, base = _relay(harness, standin, [])
+    wait_ready(standin, relay)
+    stream = f"{base}/v1/events/stream"
+    auth = {"authorization": f"Bearer {TOKEN}"}
+
+    # A backlog of big events, read once live by a consumer that keeps up.
+    reader = Reader(stream, auth)
+    wait_until(lambda: reader.status == 200, 10, "the live stream")
+    session = standin.add_session("big outputs")
+    for i in range(BIG_EVENTS):
+        output = f"{i:06d}" + secrets.token_hex(BIG_EVENT_BYTES // 2)
+        standin.append_activity(session, artifacts=[bash("cat big.log", output)])
+    wait_until(
+        lambda: sum(m.event == "activity.progress_updated" for m in reader.messages)
+        == BIG_EVENTS,
+        60,
+        "the backlog on the live stream",
+    )
+    reader.close()
+    first = reader.messages[0].id
+    assert relay.proc is not None
+    before = _rss(relay.proc.pid)
+
+    # Streams resumed from the start of the backlog, never read: the relay writes what the
+    # sockets take and holds the rest back. Its peak memory over a few seconds is bounded.
+    stalled = [_stalled_stream(base, first) for _ in range(STALLED_STREAMS)]
+    try:
+        wait_until(
+            lambda: sum(e.get("event") == "stream.opened" for e in relay.log_events())
+            == 1 + STALLED_STREAMS,
+            10,
+            "the stalled streams to open",
+        )
+        peak = before
+        for _ in range(60):
+            peak = max(peak, _rss(relay.proc.pid))
+            time.sleep(0.1)
+    finally:
+        for sock in stalled:
+            sock.close()
+    grown = peak - before
+    assert grown < STALLED_RSS_BOUND, f"{STALLED_STREAMS} stalled streams: +{grown / 2**20:.0f} MiB"
+    assert relay.alive(), relay.diagnostics()

@@ -247,6 +247,47 @@ async def test_overview_and_deliveries_answer(client: Any) -> None:
     assert (await http.get("/console/attempts/999999")).status_code == 404
 
 
+BIG = "9" * 30
+LARGEST = str(2**63 - 1)
+
+
+@pytest.mark.anyio
+async def test_numbers_beyond_the_store_are_404_or_400_never_500(client: Any) -> None:
+    """Ids and positions in a URL are 64-bit in both stores: a larger one names nothing
+    (404 in a path) or is a bad request (400 in a query), whatever its length."""
+    http, _store, names = client
+    no_such = (
+        f"/console/deliveries/{BIG}",
+        f"/console/attempts/{BIG}",
+        f"/console/deliveries/{int(LARGEST) + 1}",
+        f"/console/attempts/{'9' * 5000}",
+        f"/console/deliveries/{'0' * 5000}{BIG}",
+        f"/console/deliveries/{LARGEST}",  # fits: simply not there
+        "/console/attempts/12x",
+    )
+    for path in no_such:
+        answer = await http.get(path)
+        assert answer.status_code == 404, path[:60]
+        assert "script-src 'self'" in answer.headers["content-security-policy"]
+    bad = (
+        f"/console/deliveries?before={BIG}",
+        f"/console/timeline?session={names['calm']}&after={'9' * 5000}",
+        f"/console/live?after={BIG}",
+    )
+    for path in bad:
+        answer = await http.get(path)
+        assert answer.status_code == 400, path[:60]
+        assert LARGEST in answer.text
+    live = await http.get("/console/live", headers={"last-event-id": BIG})
+    assert live.status_code == 400
+    # The largest that fits is a position like any other; huge times are no error either.
+    assert (await http.get(f"/console/deliveries?before={LARGEST}")).status_code == 200
+    calm = f"/console/timeline?session={names['calm']}&after={LARGEST}"
+    assert (await http.get(calm)).status_code == 200
+    huge_times = f"/console/deliveries?since={'9' * 400}d&until={'9' * 400}h"
+    assert (await http.get(huge_times)).status_code == 200
+
+
 @pytest.mark.anyio
 async def test_pages_answer_503_while_the_store_is_not_open() -> None:
     async with logged_in(app_for(None)) as (http, _token):

@@ -73,7 +73,9 @@ class Holey:
     def __init__(self, *seqs: int) -> None:
         self.seqs = sorted(seqs)
 
-    def events_after(self, seq: int, *, limit: int = 200) -> list[Row]:
+    def events_after(
+        self, seq: int, *, limit: int = 200, max_bytes: int | None = None
+    ) -> list[Row]:
         return [Row(s) for s in self.seqs if s > seq][:limit]
 
 

@@ -73,6 +73,7 @@ def test_replica_directives() -> None:
     )
     assert int(one("TimeoutStopSec")) >= DRAIN_SECONDS + 5
     assert one("RestartPreventExitStatus") == "2"
+    assert one("LimitNOFILE") == single["LimitNOFILE"][0]
     # No state on the machine: the store is the database.
     assert "StateDirectory" not in service
     credentials = dict(value.split(":", 1) for value in service["LoadCredential"])

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from sessionhook.relay.config import ServerConfig
 from sessionhook.relay.daemon import DRAIN_SECONDS
 
 UNIT = Path(__file__).resolve().parent.parent / "systemd" / "sessionhook.service"
@@ -120,6 +121,8 @@ def test_key_directives() -> None:
     assert one("StateDirectory") == "sessionhook"
     # The daemon drains deliveries on SIGTERM: systemd must wait longer before SIGKILL.
     assert int(one("TimeoutStopSec")) >= DRAIN_SECONDS + 5
+    # The listener may use half the open-files limit: the default cap must fit with room.
+    assert int(one("LimitNOFILE")) >= 4 * ServerConfig().max_connections
     credentials = dict(value.split(":", 1) for value in service["LoadCredential"])
     assert credentials["api_key"] == "/etc/sessionhook/api_key"
     assert all(path.startswith("/etc/sessionhook/") for path in credentials.values())

@@ -35,6 +35,7 @@ from sessionhook.relay.web.auth import (
     safe_next,
     web_session,
 )
+from sessionhook.relay.web.headers import SECURITY_HEADERS
 
 from .conftest import Backend
 from .test_web_stream import _free_port
@@ -183,6 +184,24 @@ async def test_wrong_token_at_the_login_form_is_401_and_logged() -> None:
         assert COOKIE not in answer.cookies
         assert (await client.get("/probe/data")).status_code == 401
     assert [e["via"] for e in logs if e["event"] == "web.auth_failed"] == ["login"]
+
+
+async def test_the_login_page_carries_the_console_pages_security_headers() -> None:
+    async with _client(_app()) as client:
+        form = await client.get("/login")
+        wrong = await client.post("/login", data={"token": "nope" * 10})
+        style = await client.get("/login.css")
+        csrf = await _login(client)
+        out = await client.post("/logout", data={CSRF_FIELD: csrf})
+    for page in (form, wrong):
+        assert page.headers["content-type"].startswith("text/html")
+        for name, value in SECURITY_HEADERS.items():
+            assert page.headers[name] == value, name
+        # Styled from this server: the policy forbids an inline style.
+        assert "<style" not in page.text and 'href="/login.css"' in page.text
+    assert "style-src 'self'" in SECURITY_HEADERS["Content-Security-Policy"]
+    assert style.status_code == 200 and style.headers["content-type"].startswith("text/css")
+    assert out.status_code == 303 and out.headers["x-frame-options"] == "DENY"
 
 
 async def test_the_cookie_is_httponly_samesite_strict_and_secure_over_https() -> None:

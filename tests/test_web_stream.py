@@ -364,3 +364,86 @@ async def test_a_database_outage_ends_the_stream_and_it_resumes_after(
         async with http.stream("GET", "/v1/events/stream", headers=headers) as response:
             seen += await read_messages(response, 2)
     assert [m.id for m in seen] == [row.id for row in rows[1:]]
+
+
+class CountingStore:
+    """A store that adds up the bytes of the event bodies it hands out."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.read_bytes = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def events_after(self, seq: int, **kwargs: Any) -> list[EventRow]:
+        rows: list[EventRow] = self.inner.events_after(seq, **kwargs)
+        self.read_bytes += sum(len(r.body) for r in rows)
+        return rows
+
+
+async def test_a_stream_holds_a_bounded_number_of_bytes_whatever_the_consumer(
+    backend: Backend,
+) -> None:
+    """A consumer that reads nothing, modelled at the ASGI boundary as uvicorn behaves:
+    each write goes into the transport's buffer, and the next one waits while that holds
+    more than 64 KiB (it never drains here). The stream may hold a page of bytes, never a
+    page of events: 30 events of 100 KB, resumed from the first."""
+    listen = "127.0.0.1:9187"
+    config = Config.model_validate({"server": {"listen": listen, "token_env": "T"}})
+    counting = CountingStore(backend.open())
+    astore = AsyncStore(counting)  # type: ignore[arg-type]
+    ctx = WebContext(
+        config=lambda: config, store=lambda: astore, metrics=Metrics(), auth=WebAuth(TOKEN)
+    )
+    r = Relay(astore, "", ctx.bell)
+    size = 100_000
+    rows = await r.archive(31, size=size)
+    counting.read_bytes = 0
+    app = create_app(ctx, readiness=lambda: (True, []))
+    high_water = 64 * 1024
+    buffered = 0
+    blocked = anyio.Event()
+
+    async def send(message: Any) -> None:
+        nonlocal buffered
+        if buffered > high_water:  # uvicorn's flow control: wait for a drain
+            blocked.set()
+            await anyio.sleep_forever()
+        buffered += len(message.get("body", b""))
+
+    requests = [{"type": "http.request", "body": b"", "more_body": False}]
+
+    async def receive() -> Any:
+        if requests:
+            return requests.pop()
+        await anyio.sleep_forever()  # the consumer never hangs up
+
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": "/v1/events/stream",
+        "raw_path": b"/v1/events/stream",
+        "query_string": b"",
+        "headers": [
+            (b"host", b"127.0.0.1"),
+            (b"authorization", f"Bearer {TOKEN}".encode()),
+            (b"last-event-id", rows[0].id.encode()),
+        ],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 9187),
+        "scheme": "http",
+        "http_version": "1.1",
+        "root_path": "",
+    }
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(app, scope, receive, send)
+            with anyio.fail_after(20):
+                await blocked.wait()
+            tg.cancel_scope.cancel()
+    finally:
+        await astore.close()
+    largest = max(len(row.body) for row in rows)
+    assert counting.read_bytes <= stream_module.PAGE_BYTES + largest
+    assert buffered <= high_water + stream_module.WRITE_BYTES

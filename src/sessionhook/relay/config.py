@@ -118,6 +118,7 @@ DURATION_BOUNDS: dict[str, tuple[int, int]] = {
     "endpoints[].disable_after": (0, 90 * _DAY),
     "store.delivery_log_retention": (0, 3650 * _DAY),
     "store.lease": (0, 10 * _MINUTE),
+    "server.request_timeout": (0, 5 * _MINUTE),
 }
 _ZERO_ALLOWED = frozenset({"delivery.retry_delays[]", "delivery.max_retry_after"})
 
@@ -529,7 +530,21 @@ class ServerConfig(_Section):
     allow_unauthenticated: bool = False
     #: Concurrent ``/v1/events/stream`` connections; one more is answered 503.
     max_streams: int = Field(default=32, ge=1, le=1024)
+    #: Connections the listener holds at once; more wait in the kernel's listen queue. At
+    #: most half the process's open-files limit (checked at start: the rest is for
+    #: deliveries, polls and the store).
+    max_connections: int = Field(default=256, ge=8, le=1 << 20)
+    #: Seconds a connection has to send a complete request (headers and body) after it
+    #: opened or got its previous answer; then it is closed.
+    request_timeout: Annotated[_Seconds, _within("server.request_timeout")] = 5.0
     _token: SecretStr | None = PrivateAttr(default=None)
+
+    @field_validator("request_timeout")
+    @classmethod
+    def _request_timeout_is_long_enough(cls, value: float) -> float:
+        if value < 1.0:
+            raise ValueError("must be at least 1 s")
+        return value
 
     @field_validator("listen")
     @classmethod

@@ -8,6 +8,8 @@
   60 s window is kept in the store: :mod:`.daemon_store`) and counted per endpoint and status;
 * the :class:`~sessionhook.relay.poller.Poller` and the
   :class:`~sessionhook.relay.dispatch.Dispatcher`, which the poller wakes on enqueue;
+* the open-files limit, lifted to the hard one at start (deliveries, polls, the store and
+  the listener share it; ``server.max_connections`` may use half: :mod:`.listener`);
 * the health server when ``[server]`` is configured (started before the store is opened,
   so /readyz can say why it is not: :mod:`.daemon_health`, which also makes the daemon the
   store's observer on a full disk), ``READY=1`` once the store is open and the first
@@ -24,6 +26,7 @@ not leave a process that looks alive and delivers nothing.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -36,7 +39,7 @@ import httpx
 
 from sessionhook.api.client import RetryPolicy, SessionsClient
 
-from . import health, sdnotify, web
+from . import health, listener, sdnotify, web
 from .config import Config
 from .daemon_errors import DaemonError, store_failures
 from .daemon_health import HealthMixin
@@ -203,9 +206,16 @@ class Daemon(HealthMixin, StoreMixin, TasksMixin):
             async with anyio.create_task_group() as outer:
                 # First, so that /readyz answers (503, with the reason) while the store
                 # cannot be opened for lack of space.
-                if self.config.server is not None:
+                # Deliveries, polls and the listener share one open-files limit: take
+                # all the kernel allows (the default soft limit is 1,024).
+                files = listener.raise_files_limit()
+                server = self.config.server
+                if server is not None:
+                    problem = listener.check_files_limit(server.max_connections, files)
+                    if problem is not None:
+                        raise DaemonError(problem, exit_code=2)
                     app = web.create_app(
-                        self._web_context(self.config.server),
+                        self._web_context(server),
                         readiness=self._readiness,
                         before_scrape=self._refresh_gauges,
                         store={
@@ -215,8 +225,13 @@ class Daemon(HealthMixin, StoreMixin, TasksMixin):
                             "database": self.config.store.location,
                         },
                     )
+                    serve = functools.partial(
+                        health.serve,
+                        limits=listener.ConnectionLimits.of(server),
+                        metrics=self.metrics,
+                    )
                     try:
-                        await outer.start(health.serve, self.config.server.listen, app)
+                        await outer.start(serve, server.listen, app)
                     except health.HealthServerError as exc:
                         raise DaemonError(str(exc)) from None
                 store = await self._open_store(wait=True)

@@ -14,21 +14,20 @@ Enabled by ``[server] listen = "127.0.0.1:9187"`` (off when absent).
 * ``/metrics`` runs the daemon's refresh hook (outbox gauges come from the database) and
   renders :class:`~sessionhook.relay.metrics.Metrics` in the Prometheus text format.
 
-:func:`serve` runs uvicorn inside the caller's task group. uvicorn installs no signal
-handlers (the daemon owns signals), runs no lifespan and configures no logging (records
-go through :mod:`sessionhook.relay.logging`). uvicorn is asyncio-only, like the daemon.
+:func:`serve` runs uvicorn inside the caller's task group, behind the connection bounds of
+:mod:`sessionhook.relay.listener`. uvicorn installs no signal handlers (the daemon owns
+signals), runs no lifespan and configures no logging (records go through
+:mod:`sessionhook.relay.logging`). uvicorn is asyncio-only, like the daemon.
 """
 
 from __future__ import annotations
 
-import contextlib
 import inspect
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import anyio
 import anyio.abc
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -36,6 +35,7 @@ from starlette.routing import BaseRoute, Route
 
 from .._net import listening_socket
 from .contract import shipped_document
+from .listener import ConnectionLimits, serve_socket
 from .logging import get_logger
 from .metrics import CONTENT_TYPE, Metrics
 
@@ -170,53 +170,37 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return host, port
 
 
-class _Server(uvicorn.Server):
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        # The daemon owns SIGTERM/SIGINT/SIGHUP through anyio; uvicorn must not steal them.
-        yield
-
-
 async def serve(
     listen: str,
     app: Any,
     *,
     task_status: anyio.abc.TaskStatus[tuple[str, int]] = anyio.TASK_STATUS_IGNORED,
     graceful_shutdown: int = 2,
+    limits: ConnectionLimits | None = None,
+    metrics: Metrics | None = None,
 ) -> None:
     """Serve ``app`` on ``listen`` until cancelled; use with ``task_group.start``.
 
     ``task_status.started`` receives the bound ``(host, port)`` (the real port when
-    ``listen`` asks for port 0). Cancelling the caller's scope shuts the server down:
-    it stops accepting, lets in-flight requests finish for ``graceful_shutdown`` seconds,
-    and closes the socket.
+    ``listen`` asks for port 0). ``limits`` bound the connections (default: the defaults of
+    ``server.max_connections`` and ``server.request_timeout``;
+    :mod:`sessionhook.relay.listener`), counted in ``metrics`` when given. Cancelling the
+    caller's scope shuts the server down: it stops accepting, lets in-flight requests
+    finish for ``graceful_shutdown`` seconds, and closes the socket.
     """
     host, port = parse_listen(listen)
     try:
         sock = listening_socket(host, port)
     except OSError as exc:
         raise HealthServerError(f"cannot listen on {listen}: {exc.strerror or exc}") from exc
-    config = uvicorn.Config(
+    bound = sock.getsockname()
+    # Connections that come before the accept loop runs wait in the listen queue.
+    _log.info("health.listening", host=bound[0], port=bound[1])
+    await serve_socket(
+        sock,
         app,
-        lifespan="off",
-        log_config=None,
-        access_log=False,
-        server_header=False,
-        timeout_graceful_shutdown=graceful_shutdown,
+        limits=limits or ConnectionLimits.of(),
+        metrics=metrics,
+        graceful_shutdown=graceful_shutdown,
+        task_status=task_status,
     )
-    config.load()
-    server = _Server(config)
-    server.lifespan = config.lifespan_class(config)
-    try:
-        await server.startup(sockets=[sock])
-        bound = sock.getsockname()
-        _log.info("health.listening", host=bound[0], port=bound[1])
-        task_status.started((bound[0], bound[1]))
-        await server.main_loop()
-    finally:
-        server.should_exit = True
-        with anyio.CancelScope(shield=True):
-            if server.started:
-                await server.shutdown(sockets=[sock])
-            else:
-                sock.close()

@@ -33,6 +33,8 @@ store_unwritable                               gauge
 store_write_failures_total                     counter    reason
 web_auth_failures_total                        counter    via
 event_streams                                  gauge
+web_connections                                gauge
+web_connections_closed_total                   counter    reason
 build_info                                     gauge      version
 replicas_alive                                 gauge
 replica_heartbeat_age_seconds                  gauge      replica
@@ -241,6 +243,21 @@ class Metrics:
         self.event_streams = Gauge(
             "event_streams",
             "Event streams (GET /v1/events/stream) open now.",
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.web_connections = Gauge(
+            "web_connections",
+            "Connections the listener ([server] listen) holds open now (at most "
+            "server.max_connections).",
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.web_connections_closed = Counter(
+            "web_connections_closed",
+            "Listener connections closed by the relay, by reason ('request_timeout': no "
+            "complete request in time; 'stuck_close': the peer read nothing).",
+            ["reason"],
             namespace=NAMESPACE,
             registry=r,
         )

@@ -255,10 +255,24 @@ class Follower:
         self._clock = clock
         #: First seen, for each hole still ahead: where it starts -> when.
         self._holes: dict[int, float] = {}
+        #: The largest body of the last read (bytes).
+        self._largest = 0
 
-    def read(self, store: StoreCore, *, limit: int = 100) -> EventPage:
-        """The next events (runs in the store's thread; one caller at a time)."""
-        rows = store.events_after(self.cursor, limit=limit)
+    def read(
+        self, store: StoreCore, *, limit: int = 100, max_bytes: int | None = None
+    ) -> EventPage:
+        """The next events (runs in the store's thread; one caller at a time): at most
+        ``limit``, and with ``max_bytes`` no more once their bodies add up to it (one at
+        least). ``more`` says whether a next read may find more at once."""
+        if max_bytes is not None and self._largest:
+            # PostgreSQL's driver fetches a whole result at once: ask for about as many
+            # rows as the last read's largest body says fit.
+            limit = max(1, min(limit, max_bytes // self._largest))
+        rows = store.events_after(self.cursor, limit=limit, max_bytes=max_bytes)
+        full = len(rows) == limit
+        if rows and max_bytes is not None:
+            self._largest = max(len(r.body) for r in rows)
+            full = full or sum(len(r.body) for r in rows) >= max_bytes
         accepted: list[EventRow] = []
         now = self._clock()
         for row in rows:
@@ -272,7 +286,7 @@ class Follower:
             if self.wanted.matches(row.type) and self.wanted.session in (None, row.session_name):
                 accepted.append(row)
         self._holes = {k: v for k, v in self._holes.items() if k > self.cursor}
-        return EventPage(accepted, self.cursor, len(rows) == limit)
+        return EventPage(accepted, self.cursor, full)
 
     def _note_holes(self, rows: list[EventRow], now: float) -> None:
         previous = self.cursor

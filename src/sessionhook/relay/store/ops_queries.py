@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, closing
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -385,15 +385,28 @@ class OperatorQueries:
         row = self._conn.execute("SELECT MAX(seq) FROM events").fetchone()
         return 0 if row is None or row[0] is None else int(row[0])
 
-    def events_after(self, seq: int, *, limit: int = 200) -> list[EventRow]:
+    def events_after(
+        self, seq: int, *, limit: int = 200, max_bytes: int | None = None
+    ) -> list[EventRow]:
         """At most ``limit`` events after position ``seq``, in ingest order (the event
-        stream's read; filters are applied by the caller, which must see every ``seq``)."""
-        rows = self._conn.execute(
-            f"SELECT {self._EVENT_COLUMNS} {self._EVENT_FROM} WHERE e.seq > ? "
-            "ORDER BY e.seq LIMIT ?",
-            (seq, limit),
-        ).fetchall()
-        return [self._event_row(r) for r in rows]
+        stream's read; filters are applied by the caller, which must see every ``seq``);
+        with ``max_bytes``, none after the one whose body brings the total to it."""
+        events: list[EventRow] = []
+        size = 0
+        with closing(
+            self._conn.execute(
+                f"SELECT {self._EVENT_COLUMNS} {self._EVENT_FROM} WHERE e.seq > ? "
+                "ORDER BY e.seq LIMIT ?",
+                (seq, limit),
+            )
+        ) as rows:
+            # Row by row: SQLite reads no further than this loop goes.
+            for r in rows:
+                events.append(self._event_row(r))
+                size += len(events[-1].body)
+                if max_bytes is not None and size >= max_bytes:
+                    break
+        return events
 
     def event_ids_after(
         self,

@@ -11,10 +11,12 @@
 
 Everything but the health routes and ``/login`` is behind :class:`.auth.AuthMiddleware`
 (deny by default: a new route is protected without saying so; POSTs need the CSRF token of
-:func:`.auth.csrf_field`). With the console off, only the health routes exist (anything else
-is 404) and ``web.console_off`` is logged once. A store that fails under a route (the
-PostgreSQL server down or restarting, a lost connection) is a 503 and one
-``web.store_failed`` log line, never a traceback.
+:func:`.auth.csrf_field`). Every answer gets its security headers from
+:class:`.headers.SecurityHeaders` (every HTML page, ``/login`` included, the console's
+strict Content-Security-Policy; the rest, no framing). With the console off, only the
+health routes exist (anything else is 404) and ``web.console_off`` is logged once. A store
+that fails under a route (the PostgreSQL server down or restarting, a lost connection) is a
+503 and one ``web.store_failed`` log line, never a traceback.
 
 A route reaches the daemon through :class:`WebContext` (``request.app.state.web``, or the
 provider's closure): the store once it is open (``None`` before: answer 503), the current
@@ -42,6 +44,7 @@ from ..retry import AttemptResult
 from ..store import AsyncStore, StoreError, database_errors
 from .auth import PUBLIC_PATHS, AuthMiddleware, WebAuth
 from .bell import Bell
+from .headers import SecurityHeaders
 from .login import login_routes
 
 __all__ = ["ROUTE_PROVIDERS", "Bell", "RouteProvider", "WebAuth", "WebContext", "create_app"]
@@ -114,7 +117,10 @@ def create_app(
     handlers = {kind: _store_failed for kind in (StoreError, *errors)}
     app = Starlette(
         routes=routes,
-        middleware=[Middleware(AuthMiddleware, auth=ctx.auth, public=PUBLIC_PATHS)],
+        middleware=[
+            Middleware(SecurityHeaders),
+            Middleware(AuthMiddleware, auth=ctx.auth, public=PUBLIC_PATHS),
+        ],
         exception_handlers=handlers,
     )
     app.state.web = ctx

@@ -1,8 +1,9 @@
 """Access control of the web layer: bearer token, login cookie, CSRF.
 
 Everything on ``[server] listen`` except the public routes (``/healthz``, ``/readyz``,
-``/metrics``, ``/openapi.json``, ``/login``) goes through :class:`AuthMiddleware`, deny by
-default: a route added to the table is protected without saying so.
+``/metrics``, ``/openapi.json``, ``/login``, ``/login.css``) goes through
+:class:`AuthMiddleware`, deny by default: a route added to the table is protected without
+saying so.
 
 Who may pass
     * ``Authorization: Bearer <token>`` with the configured token (``server.token_env`` /
@@ -43,7 +44,7 @@ import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from html import escape
-from typing import Any, Final, Literal
+from typing import Final, Literal
 from urllib.parse import parse_qs, quote
 
 from markupsafe import Markup
@@ -54,6 +55,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..config import is_loopback
 from ..logging import get_logger
+from .headers import adding_headers
 
 __all__ = [
     "COOKIE",
@@ -83,7 +85,9 @@ SESSION_LIFETIME: Final = 12 * 3600
 #: Largest request body a protected POST may have (forms are small).
 MAX_FORM_BYTES: Final = 64 * 1024
 #: Served without authentication.
-PUBLIC_PATHS: Final = frozenset({"/healthz", "/readyz", "/metrics", "/openapi.json", "/login"})
+PUBLIC_PATHS: Final = frozenset(
+    {"/healthz", "/readyz", "/metrics", "/openapi.json", "/login", "/login.css"}
+)
 _SAFE_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS"})
 
 _log = get_logger()
@@ -274,11 +278,10 @@ class AuthMiddleware:
                 await _plain(403, "missing or wrong CSRF token")(scope, receive, send)
                 return
             receive = _replay(body, receive)
-        extra = list(_FRAMING)
         if new_cookie is not None:
             cookie = _cookie_header(request.url.scheme, new_cookie, int(self.auth.lifetime))
-            extra.append((b"set-cookie", cookie.encode("latin-1")))
-        await self.app(scope, receive, _adding_headers(send, extra))
+            send = adding_headers(send, [(b"set-cookie", cookie.encode("latin-1"))])
+        await self.app(scope, receive, send)
 
     def _authenticate(self, request: Request) -> tuple[WebSession | None, str | None]:
         header = request.headers.get("authorization")
@@ -370,22 +373,3 @@ def _replay(body: bytes, original: Receive) -> Receive:
 
     return receive
 
-
-#: On every protected answer: no other site may frame the console (a click on a framed
-#: "disable" button carries the cookie and a valid CSRF token; only framing stops it).
-_FRAMING: Final = (
-    (b"x-frame-options", b"DENY"),
-    (b"content-security-policy", b"frame-ancestors 'none'"),
-)
-
-
-def _adding_headers(send: Send, extra: list[tuple[bytes, bytes]]) -> Send:
-    async def wrapped(message: Message) -> None:
-        if message["type"] == "http.response.start":
-            headers: list[Any] = list(message.get("headers", []))
-            present = {bytes(k).lower() for k, _ in headers}
-            headers += [(k, v) for k, v in extra if k == b"set-cookie" or k not in present]
-            message = {**message, "headers": headers}
-        await send(message)
-
-    return wrapped

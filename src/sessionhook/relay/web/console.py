@@ -55,11 +55,14 @@ if TYPE_CHECKING:
     from . import WebContext
 
 __all__ = [
+    "MAX_ID",
+    "BadNumber",
     "ConsoleDeps",
     "console_provider",
     "console_routes",
     "render_page",
     "store_failed_page",
+    "url_int",
 ]
 
 _HERE: Final = Path(__file__).parent
@@ -67,22 +70,13 @@ _HERE: Final = Path(__file__).parent
 BODY_SHOWN: Final = 64 * 1024
 DAY_MINUTES: Final = 24 * 60
 DELIVERY_STATUSES: Final = ("pending", "failed", "dead", "delivered")
+#: The largest id or position in the stores (SQLite INTEGER, PostgreSQL BIGINT).
+MAX_ID: Final = 2**63 - 1
 
 #: Sends endpoint NAME a signed test event now; the answer (never raises for the network;
 #: :class:`~sessionhook.relay.operator.OperatorError` for a name the config does not have).
 SendTest = Callable[[str], Awaitable[AttemptResult]]
 
-CSP: Final = (
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
-    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
-)
-SECURITY_HEADERS: Final = {
-    "Content-Security-Policy": CSP,
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "same-origin",
-    "X-Frame-Options": "DENY",
-    "Cache-Control": "no-store",
-}
 
 
 @dataclass
@@ -173,8 +167,8 @@ def render_page(
     *,
     status_code: int = 200,
 ) -> Response:
-    """Render ``console/<template>`` with the flash message, the CSRF token of the request's
-    session and the security headers."""
+    """Render ``console/<template>`` with the flash message and the CSRF token of the
+    request's session."""
     from .console_actions import pop_flash  # the actions module imports this one
 
     flash, clear = pop_flash(request)
@@ -190,7 +184,8 @@ def render_page(
             **context,
         }
     )
-    response = HTMLResponse(html, status_code=status_code, headers=SECURITY_HEADERS)
+    # Its security headers come with every HTML page's (headers.SecurityHeaders).
+    response = HTMLResponse(html, status_code=status_code)
     if clear:
         response.delete_cookie(clear, path="/console")
     return response
@@ -228,12 +223,35 @@ def _not_found(request: Request, what: str) -> Response:
     )
 
 
-def _int(value: str | None) -> int | None:
-    if not value:
+class BadNumber(ValueError):
+    """A whole number in a URL beyond what the store holds; ``str()`` says so."""
+
+
+def url_int(value: str | None, name: str) -> int | None:
+    """``value`` (from a URL path or query) as a whole number from 0 to :data:`MAX_ID`;
+    ``None`` when absent or not a number (ASCII digits only). Larger: :class:`BadNumber`,
+    never an integer the store would choke on (SQLite and PostgreSQL hold 64 bits)."""
+    text = (value or "").strip()
+    if not text.isascii() or not text.isdigit():
         return None
+    # Judged by its length first: int() of a few thousand digits is refused, or slow.
+    digits = text.lstrip("0") or "0"
+    if len(digits) > len(str(MAX_ID)) or int(digits) > MAX_ID:
+        raise BadNumber(f"{name} must be a whole number from 0 to {MAX_ID}")
+    return int(digits)
+
+
+def _bad_request(request: Request, reason: str) -> Response:
+    return render_page(
+        request, "unavailable.html", {"title": "Bad request", "reason": reason}, status_code=400
+    )
+
+
+def _path_id(request: Request, name: str) -> int | None:
+    """The id in the path; ``None`` when it cannot be one (no such row: a 404)."""
     try:
-        return int(value)
-    except ValueError:
+        return url_int(request.path_params[name], name)
+    except BadNumber:
         return None
 
 
@@ -333,7 +351,10 @@ class _Pages:
         session = await store.call(store.store.get_session, name) if name else None
         if session is None:
             return _not_found(request, "no such session in the archive")
-        after = _int(request.query_params.get("after")) or 0
+        try:
+            after = url_int(request.query_params.get("after"), "after") or 0
+        except BadNumber as exc:
+            return _bad_request(request, str(exc))
         events: list[EventRow] = await store.call(
             store.store.console_timeline, name, after_seq=after, limit=200
         )
@@ -372,13 +393,17 @@ class _Pages:
         status = q.get("status") or None
         if status not in (None, *DELIVERY_STATUSES):
             status = None
+        try:
+            before = url_int(q.get("before"), "before")
+        except BadNumber as exc:
+            return _bad_request(request, str(exc))
         rows = await store.call(
             store.store.console_deliveries,
             endpoint=q.get("endpoint") or None,
             status=status,
             since=_time(q.get("since"), now),
             until=_time(q.get("until"), now),
-            before_id=_int(q.get("before")),
+            before_id=before,
             limit=100,
         )
         endpoints = await store.call(store.store.endpoint_states)
@@ -401,14 +426,19 @@ class _Pages:
         store = self.deps.store()
         if store is None:
             return _unavailable(request)
-        delivery_id = int(request.path_params["delivery_id"])
+        delivery_id = _path_id(request, "delivery_id")
+        if delivery_id is None:
+            return _not_found(request, "no such delivery")
         return await self._delivery_page(request, store, delivery_id, None)
 
     async def attempt(self, request: Request) -> Response:
         store = self.deps.store()
         if store is None:
             return _unavailable(request)
-        attempt = await store.call(store.store.get_attempt, int(request.path_params["attempt_id"]))
+        attempt_id = _path_id(request, "attempt_id")
+        attempt = None
+        if attempt_id is not None:
+            attempt = await store.call(store.store.get_attempt, attempt_id)
         if attempt is None:
             return _not_found(request, "no such attempt (pruned by the delivery-log retention?)")
         return await self._delivery_page(request, store, attempt.delivery_id, attempt.id)
@@ -450,8 +480,9 @@ def console_routes(deps: ConsoleDeps) -> list[BaseRoute]:
         Route("/console/sessions", pages.sessions, methods=["GET", "HEAD"]),
         Route("/console/timeline", pages.timeline, methods=["GET", "HEAD"]),
         Route("/console/deliveries", pages.deliveries, methods=["GET", "HEAD"]),
-        Route("/console/deliveries/{delivery_id:int}", pages.delivery, methods=["GET", "HEAD"]),
-        Route("/console/attempts/{attempt_id:int}", pages.attempt, methods=["GET", "HEAD"]),
+        # The ids are read by _path_id: Starlette's int convertor takes any length.
+        Route("/console/deliveries/{delivery_id}", pages.delivery, methods=["GET", "HEAD"]),
+        Route("/console/attempts/{attempt_id}", pages.attempt, methods=["GET", "HEAD"]),
         *Actions(deps).routes(),
         live_route(deps),
         Mount("/console/static", StaticFiles(directory=_HERE / "static"), name="console-static"),

@@ -34,7 +34,8 @@ from ..logging import get_logger
 from ..operator import OperatorError
 from ..store import StoreError
 from .auth import CSRF_FIELD, FormError, csrf_token, read_form, web_session
-from .console import SECURITY_HEADERS, ConsoleDeps, _time
+from .console import ConsoleDeps, _time
+from .headers import SECURITY_HEADERS
 
 __all__ = ["Actions", "pop_flash"]
 

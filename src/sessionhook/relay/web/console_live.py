@@ -27,7 +27,8 @@ from starlette.routing import Route
 
 from ..logging import get_logger
 from ..store import store_failures
-from .console import SECURITY_HEADERS, ConsoleDeps
+from .console import BadNumber, ConsoleDeps, url_int
+from .headers import SECURITY_HEADERS
 
 __all__ = ["live_route"]
 
@@ -36,9 +37,14 @@ _log = get_logger()
 
 
 def _start(request: Request) -> int | None:
-    for raw in (request.headers.get("last-event-id"), request.query_params.get("after")):
-        if raw is not None and raw.strip().isdigit():
-            return int(raw.strip())
+    """Where the feed starts; :class:`BadNumber` for a position no store holds."""
+    for name, raw in (
+        ("Last-Event-ID", request.headers.get("last-event-id")),
+        ("after", request.query_params.get("after")),
+    ):
+        position = url_int(raw, name)
+        if position is not None:
+            return position
     return None
 
 
@@ -57,7 +63,10 @@ def live_route(deps: ConsoleDeps) -> Route:
                 headers=SECURITY_HEADERS,
             )
         session = request.query_params.get("session") or None
-        start = _start(request)
+        try:
+            start = _start(request)
+        except BadNumber as exc:
+            return Response(str(exc), status_code=400, headers=SECURITY_HEADERS)
         after: int = start if start is not None else await store.call(store.store.last_event_seq)
 
         async def stream() -> AsyncIterator[str]:

@@ -1,6 +1,7 @@
 """``/login`` and ``/logout``: trade the bearer token for a session cookie, and back.
 
-``GET /login`` shows a one-field form (self-contained: no asset, since assets need a login).
+``GET /login`` shows a one-field form, styled by ``/login.css`` (public: the console's
+assets need a login), with the console's security headers (:mod:`.headers`).
 ``POST /login`` (form field ``token``, optional ``next``) checks the token in constant time:
 right, it sets the cookie (:mod:`.auth`) and redirects (303) to ``next`` (a local path
 only); wrong, it answers 401 with the form again and logs ``web.auth_failed``.
@@ -24,18 +25,22 @@ __all__ = ["login_page", "login_routes"]
 
 _log = get_logger()
 
+#: The form's stylesheet, served at /login.css without a login (the console's assets need
+#: one; an inline style is what the Content-Security-Policy forbids).
+_STYLE: Final = b"""body{font:16px system-ui,sans-serif;background:#f4f5f7;color:#1d2330;
+display:flex;min-height:100vh;align-items:center;justify-content:center;margin:0}
+form{background:#fff;padding:2rem;border-radius:8px;box-shadow:0 1px 4px #0002;width:22rem}
+h1{font-size:1.2rem;margin:0 0 1rem} label{display:block;margin-bottom:.4rem}
+input[type=password]{width:100%;box-sizing:border-box;padding:.5rem;font:inherit}
+button{margin-top:1rem;padding:.5rem 1rem;font:inherit} .error{color:#b00020}
+"""
+
 _PAGE: Final = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>sessionhook: sign in</title>
-<style>
-body{{font:16px system-ui,sans-serif;background:#f4f5f7;color:#1d2330;display:flex;
-min-height:100vh;align-items:center;justify-content:center;margin:0}}
-form{{background:#fff;padding:2rem;border-radius:8px;box-shadow:0 1px 4px #0002;width:22rem}}
-h1{{font-size:1.2rem;margin:0 0 1rem}} label{{display:block;margin-bottom:.4rem}}
-input[type=password]{{width:100%;box-sizing:border-box;padding:.5rem;font:inherit}}
-button{{margin-top:1rem;padding:.5rem 1rem;font:inherit}} .error{{color:#b00020}}
-</style></head><body>
+<link rel="stylesheet" href="/login.css">
+</head><body>
 <form method="post" action="/login">
 <h1>sessionhook</h1>
 {error}
@@ -51,15 +56,13 @@ def login_page(next_path: str, error: str | None = None, status_code: int = 200)
     """The sign-in form (``error`` shown above the field)."""
     note = f'<p class="error" role="alert">{escape(error)}</p>' if error else ""
     body = _PAGE.format(error=note, next=escape(safe_next(next_path)))
-    return HTMLResponse(
-        body,
-        status_code=status_code,
-        headers={"cache-control": "no-store", "x-frame-options": "DENY"},
-    )
+    # The console's security headers come with every HTML page (headers.SecurityHeaders).
+    return HTMLResponse(body, status_code=status_code)
 
 
 def login_routes(auth: WebAuth) -> list[BaseRoute]:
-    """``/login`` (GET, POST; public) and ``/logout`` (POST; protected)."""
+    """``/login`` (GET, POST; public), its stylesheet ``/login.css`` (public) and
+    ``/logout`` (POST; protected)."""
 
     async def login_form(request: Request) -> Response:
         next_path = request.query_params.get("next", "/")
@@ -93,7 +96,11 @@ def login_routes(auth: WebAuth) -> list[BaseRoute]:
         set_session_cookie(response, request, "", 0)
         return response
 
+    async def stylesheet(_request: Request) -> Response:
+        return Response(_STYLE, media_type="text/css")
+
     return [
+        Route("/login.css", stylesheet, methods=["GET", "HEAD"]),
         Route("/login", login_form, methods=["GET", "HEAD"]),
         Route("/login", login_submit, methods=["POST"]),
         Route("/logout", logout, methods=["POST"]),

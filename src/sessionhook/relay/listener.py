@@ -1,0 +1,337 @@
+"""Bounds of the daemon's listener (``[server] listen``): how many sockets, how long to ask.
+
+Anyone who can connect holds sockets open before any token is checked, and each one is a
+file descriptor of the daemon, taken from the one open-files limit the whole process
+shares with its webhook connections, its upstream polls, its name lookups and its store.
+A listener that accepts whatever comes (uvicorn's, asyncio's ``create_server``) lets idle
+sockets use that limit up: then ``accept()`` fails with ``EMFILE``, and so does every
+delivery (dead-lettered once its retries run out). So the listener keeps its own share:
+
+* **At most** ``max_connections`` **connections at once.** :class:`ConnectionGuard`'s accept
+  loop stops calling ``accept()`` while that many are open; more wait in the kernel's listen
+  queue (no descriptor of the daemon) and beyond it are refused by the kernel.
+  ``web.connections_full`` is logged, at most once a minute.
+* **A complete request within** ``request_timeout`` **seconds**, headers and body, counted
+  from the connection's opening or from its previous answer (keep-alive). A connection
+  that sends less (an idle socket, a slow drip) is closed: reason ``request_timeout``.
+* **A close that cannot finish** because the peer reads nothing (an answer stuck in the
+  socket's buffer, which asyncio would keep until the peer reads it) becomes an abort
+  after the same time: reason ``stuck_close``.
+
+Closed connections are counted by reason (``sessionhook_web_connections_closed_total``) and
+logged with their count (``web.connections_closed``) at most once a minute; the open ones
+are the gauge ``sessionhook_web_connections``. An ``accept()`` that fails (the process out
+of descriptors for another reason) is logged at most once a minute and retried a second
+later, never in a loop.
+
+:func:`raise_files_limit` lifts the process's soft open-files limit to its hard limit (the
+soft one is 1,024 by default whatever the hard one), and :func:`check_files_limit` refuses
+a ``max_connections`` above half of what is left.
+
+The HTTP parsing is uvicorn's h11 protocol; :class:`ConnectionGuard` watches each
+connection's h11 state (a request is complete once the client's side is ``DONE``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import resource
+import socket
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Final
+
+import anyio
+import anyio.abc
+import h11
+import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from .config import ServerConfig
+from .logging import get_logger
+from .metrics import Metrics
+
+__all__ = [
+    "ConnectionGuard",
+    "ConnectionLimits",
+    "check_files_limit",
+    "raise_files_limit",
+    "serve_socket",
+]
+
+#: A listener's log lines of one kind come at most this often (with a count).
+LOG_EVERY: Final = 60.0
+#: Seconds before accept() is tried again after it failed for lack of resources.
+ACCEPT_RETRY: Final = 1.0
+# accept() failing for one connection only (the peer gave up while it was queued).
+_PEER_GONE: Final = frozenset({errno.ECONNABORTED, errno.EPROTO, errno.ECONNRESET})
+# The client's side of h11's state machine while its request is still incomplete.
+_ASKING: Final = (h11.IDLE, h11.SEND_BODY)
+
+_log = get_logger()
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionLimits:
+    """``server.max_connections`` and ``server.request_timeout`` (seconds)."""
+
+    max_connections: int
+    request_timeout: float
+
+    @classmethod
+    def of(cls, server: ServerConfig | None = None) -> ConnectionLimits:
+        """The limits ``server`` sets (``None``: the defaults of ``[server]``)."""
+        server = server if server is not None else ServerConfig()
+        return cls(server.max_connections, server.request_timeout)
+
+
+def raise_files_limit() -> int:
+    """Lift the soft open-files limit (``RLIMIT_NOFILE``) to the hard one; the soft limit
+    in force afterwards. A refusal (a seccomp filter, say) leaves the limit as it was."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft != resource.RLIM_INFINITY and soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (OSError, ValueError) as exc:
+            _log.warning("relay.files_limit_kept", soft=soft, hard=hard, error=str(exc))
+            return soft
+        return hard
+    return soft
+
+
+def check_files_limit(max_connections: int, files_limit: int) -> str | None:
+    """Why ``max_connections`` does not fit the open-files limit, or ``None``: the
+    listener may use at most half of it, the rest is for deliveries, polls and the store."""
+    if files_limit == resource.RLIM_INFINITY or max_connections <= files_limit // 2:
+        return None
+    return (
+        f"config error: server.max_connections: {max_connections} is more than half the "
+        f"open-files limit of this process ({files_limit}): lower it, or raise the limit "
+        "(LimitNOFILE= in the systemd unit, ulimit -n)"
+    )
+
+
+class _Throttled:
+    """One log event at most once per :data:`LOG_EVERY` seconds, with the count since."""
+
+    def __init__(self, event: str, level: str = "warning") -> None:
+        self._event = event
+        self._level = level
+        self._last: float | None = None
+        self._count = 0
+
+    def __call__(self, count: int = 1, **fields: Any) -> None:
+        self._count += count
+        now = time.monotonic()
+        if self._last is not None and now - self._last < LOG_EVERY:
+            return
+        getattr(_log, self._level)(self._event, count=self._count, **fields)
+        self._last, self._count = now, 0
+
+
+class ConnectionGuard:
+    """The open connections of one listener, and their bounds (see the module docstring).
+
+    Run :meth:`accept` and :meth:`sweep` as tasks; :meth:`protocol` builds the protocol of
+    each accepted connection.
+    """
+
+    def __init__(self, limits: ConnectionLimits, metrics: Metrics | None = None) -> None:
+        self.limits = limits
+        self.open: set[_Connection] = set()
+        self._metrics = metrics
+        self._room = anyio.Event()
+        self._full = _Throttled("web.connections_full")
+        self._closed = _Throttled("web.connections_closed")
+        self._accept_failed = _Throttled("web.accept_failed", "error")
+
+    def protocol(self, server: uvicorn.Server) -> Callable[[], asyncio.Protocol]:
+        """The protocol factory of ``server``'s connections."""
+
+        def create() -> asyncio.Protocol:
+            return _Connection(
+                self,
+                config=server.config,
+                server_state=server.server_state,
+                app_state=server.lifespan.state,
+            )
+
+        return create
+
+    async def accept(self, sock: socket.socket, factory: Callable[[], asyncio.Protocol]) -> None:
+        """Accept connections on ``sock`` while fewer than ``max_connections`` are open."""
+        loop = asyncio.get_running_loop()
+        while True:
+            if len(self.open) >= self.limits.max_connections:
+                self._full(max_connections=self.limits.max_connections)
+                self._room = anyio.Event()
+                await self._room.wait()
+                continue
+            try:
+                conn, _peer = await loop.sock_accept(sock)
+            except OSError as exc:
+                if exc.errno in _PEER_GONE:
+                    continue
+                self._accept_failed(error=str(exc), retry_in=ACCEPT_RETRY)
+                await anyio.sleep(ACCEPT_RETRY)
+                continue
+            try:
+                await loop.connect_accepted_socket(factory, conn)
+            except OSError:
+                conn.close()
+
+    async def sweep(self) -> None:
+        """Close the connections past their deadline, a few times per ``request_timeout``."""
+        timeout = self.limits.request_timeout
+        while True:
+            await anyio.sleep(min(1.0, timeout / 4))
+            now = time.monotonic()
+            closed: dict[str, int] = {}
+            for conn in list(self.open):
+                reason = conn.close_if_overdue(now, timeout)
+                if reason is not None:
+                    closed[reason] = closed.get(reason, 0) + 1
+            for reason, count in closed.items():
+                if self._metrics is not None:
+                    self._metrics.web_connections_closed.labels(reason=reason).inc(count)
+                self._closed(count, reason=reason, request_timeout=timeout)
+
+    def abort_all(self) -> None:
+        """Drop every connection still open (the server has stopped)."""
+        for conn in list(self.open):
+            conn.transport.abort()
+
+    def opened(self, conn: _Connection) -> None:
+        """A connection was accepted (its protocol's ``connection_made``)."""
+        self.open.add(conn)
+        self._count()
+
+    def closed(self, conn: _Connection) -> None:
+        """A connection's socket is closed: its slot is free again."""
+        self.open.discard(conn)
+        self._count()
+        self._room.set()
+
+    def _count(self) -> None:
+        if self._metrics is not None:
+            self._metrics.web_connections.set(len(self.open))
+
+
+class _Connection(H11Protocol):
+    """uvicorn's h11 protocol with a deadline for the request, which the guard enforces."""
+
+    def __init__(self, guard: ConnectionGuard, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._guard = guard
+        #: By when a complete request must have arrived (``None``: one is being answered).
+        self.deadline: float | None = None
+        self._closing_since: float | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self.deadline = time.monotonic() + self._guard.limits.request_timeout
+        self._guard.opened(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        try:
+            super().connection_lost(exc)
+        finally:
+            self._guard.closed(self)
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        self._track()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._track()
+
+    def _track(self) -> None:
+        # The deadline starts when the connection begins to wait for a request (never
+        # again per chunk: a slow drip must not push it back) and ends once it is whole.
+        if self.conn.their_state in _ASKING:
+            if self.deadline is None:
+                self.deadline = time.monotonic() + self._guard.limits.request_timeout
+        else:
+            self.deadline = None
+
+    def close_if_overdue(self, now: float, timeout: float) -> str | None:
+        """Close (or abort) the connection when it is past its deadline; the reason."""
+        transport = self.transport
+        if transport.is_closing():
+            if self._closing_since is None:
+                self._closing_since = now
+            elif now - self._closing_since >= timeout:
+                transport.abort()
+                return "stuck_close"
+            return None
+        if self.deadline is None or now < self.deadline:
+            return None
+        if transport.get_write_buffer_size():
+            transport.abort()  # a close would wait for a peer that does not read
+        else:
+            transport.close()
+        return "request_timeout"
+
+
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        # The daemon owns SIGTERM/SIGINT/SIGHUP through anyio; uvicorn must not steal them.
+        yield
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        # No loop.create_server(): its accept() has no bound. The guard's accept loop
+        # hands each connection over instead.
+        self.servers = []
+        self.started = True
+
+
+async def serve_socket(
+    sock: socket.socket,
+    app: Any,
+    *,
+    limits: ConnectionLimits,
+    metrics: Metrics | None = None,
+    graceful_shutdown: int = 2,
+    task_status: anyio.abc.TaskStatus[tuple[str, int]] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``app`` on the listening ``sock`` within ``limits`` until cancelled
+    (``task_status.started`` gets the bound host and port); then stop
+    accepting, let requests in flight finish for ``graceful_shutdown`` seconds and close
+    ``sock``. uvicorn installs no signal handler, runs no lifespan, configures no logging
+    and speaks no WebSocket (an upgrade would take a connection out of the guard's sight).
+    """
+    config = uvicorn.Config(
+        app,
+        lifespan="off",
+        log_config=None,
+        access_log=False,
+        server_header=False,
+        ws="none",
+        timeout_graceful_shutdown=graceful_shutdown,
+    )
+    config.load()
+    server = _Server(config)
+    server.lifespan = config.lifespan_class(config)
+    guard = ConnectionGuard(limits, metrics)
+    try:
+        async with anyio.create_task_group() as tg:
+            await server.startup(sockets=[sock])
+            tg.start_soon(guard.accept, sock, guard.protocol(server))
+            tg.start_soon(guard.sweep)
+            host, port = sock.getsockname()[:2]
+            task_status.started((host, port))
+            await server.main_loop()
+            tg.cancel_scope.cancel()
+    finally:
+        server.should_exit = True
+        with anyio.CancelScope(shield=True):
+            if server.started:
+                await server.shutdown(sockets=[sock])
+                guard.abort_all()
+            else:
+                sock.close()

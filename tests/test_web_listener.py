@@ -1,0 +1,201 @@
+"""The listener's bounds over real loopback sockets (:mod:`sessionhook.relay.listener`):
+a request that never completes is closed however it drips, a long answer is not cut,
+connections beyond the cap wait in the listen queue, a close that a non-reading peer
+blocks becomes an abort, and the open-files limit is raised and checked."""
+
+from __future__ import annotations
+
+import contextlib
+import resource
+import socket
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
+
+import anyio
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from sessionhook.relay import health, listener
+from sessionhook.relay.listener import ConnectionLimits
+from sessionhook.relay.metrics import Metrics
+
+pytestmark = pytest.mark.anyio
+
+BIG = 16 * 1024 * 1024
+
+
+async def _slow(request: Request) -> Response:
+    async def body() -> AsyncIterator[bytes]:
+        for i in range(6):
+            yield f"part {i}\n".encode()
+            await anyio.sleep(0.5)
+
+    return StreamingResponse(body(), media_type="text/plain")
+
+
+async def _big(request: Request) -> Response:
+    return Response(b"b" * BIG, media_type="application/octet-stream")
+
+
+async def _ok(request: Request) -> Response:
+    return Response("ok")
+
+
+APP = Starlette(
+    routes=[
+        Route("/ok", _ok, methods=["GET", "POST"]),
+        Route("/slow", _slow),
+        Route("/big", _big),
+    ]
+)
+
+
+@asynccontextmanager
+async def serving(limits: ConnectionLimits, metrics: Metrics) -> AsyncIterator[int]:
+    async with anyio.create_task_group() as tg:
+        _host, port = await tg.start(
+            lambda task_status: health.serve(
+                "127.0.0.1:0", APP, limits=limits, metrics=metrics, task_status=task_status
+            )
+        )
+        yield port
+        tg.cancel_scope.cancel()
+
+
+def _value(metrics: Metrics, name: str, **labels: str) -> float:
+    value = metrics.registry.get_sample_value(f"sessionhook_{name}", labels)
+    return 0.0 if value is None else value
+
+
+async def _closed_by_server(sock: socket.socket, within: float) -> bool:
+    """Whether the server closes ``sock`` (EOF or reset) within ``within`` seconds."""
+    with anyio.move_on_after(within):
+        while True:
+            try:
+                if sock.recv(65536) == b"":
+                    return True
+            except BlockingIOError:
+                await anyio.sleep(0.05)
+            except ConnectionResetError:
+                return True
+    return False
+
+
+async def _until(predicate: Callable[[], bool], within: float) -> None:
+    for _ in range(int(within / 0.05)):
+        if predicate():
+            return
+        await anyio.sleep(0.05)
+    raise AssertionError(f"not so within {within} s")
+
+
+@contextlib.contextmanager
+def raw_connection(port: int, rcvbuf: int | None = None) -> Iterator[socket.socket]:
+    sock = socket.socket()
+    if rcvbuf is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    sock.connect(("127.0.0.1", port))
+    sock.setblocking(False)
+    try:
+        yield sock
+    finally:
+        sock.close()
+
+
+async def test_a_request_dripped_slowly_is_closed_after_the_request_timeout() -> None:
+    metrics = Metrics()
+    async with serving(ConnectionLimits(8, 1.0), metrics) as port:
+        with raw_connection(port) as sock:
+            sock.send(b"GET /ok HTTP/1.1\r\nHost: x\r\n")
+            closed = False
+            # A header line every 0.2 s, for at most 6 s: each one is data, none completes.
+            for i in range(30):
+                try:
+                    sock.send(f"X-Drip-{i}: y\r\n".encode())
+                except OSError:
+                    closed = True
+                    break
+                if await _closed_by_server(sock, 0.2):
+                    closed = True
+                    break
+            assert closed, "a request that never completes held its connection"
+        assert _value(metrics, "web_connections_closed_total", reason="request_timeout") == 1
+
+
+async def test_keep_alive_waits_again_and_a_long_answer_is_not_cut() -> None:
+    metrics = Metrics()
+    async with serving(ConnectionLimits(8, 1.0), metrics) as port:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+            # The answer takes 3 s, three times the request timeout: it arrives whole.
+            slow = await client.get("/slow", timeout=20)
+            assert slow.text == "".join(f"part {i}\n" for i in range(6))
+            # The same connection is used again within the timeout...
+            assert (await client.post("/ok", content=b"x" * 1000)).text == "ok"
+        with raw_connection(port) as sock:
+            sock.send(b"GET /ok HTTP/1.1\r\nHost: x\r\n\r\n")
+            # ... but one that stays silent after its answer is closed.
+            assert await _closed_by_server(sock, 10)
+    assert _value(metrics, "web_connections_closed_total", reason="request_timeout") >= 1
+
+
+async def test_connections_beyond_the_cap_wait_in_the_listen_queue() -> None:
+    metrics = Metrics()
+    cap = 8
+    async with serving(ConnectionLimits(cap, 1.0), metrics) as port:
+        idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(3 * cap)]
+        try:
+            seen: list[float] = []
+
+            async def watch() -> None:
+                while True:
+                    seen.append(_value(metrics, "web_connections"))
+                    await anyio.sleep(0.05)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(watch)
+                # Queued behind the idle ones: answered once they were closed, a cap at a time.
+                async with httpx.AsyncClient(timeout=30) as client:
+                    answer = await client.get(f"http://127.0.0.1:{port}/ok")
+                tg.cancel_scope.cancel()
+            assert answer.text == "ok"
+            assert max(seen) == cap, "the cap was never reached or was exceeded"
+            closed = _value(metrics, "web_connections_closed_total", reason="request_timeout")
+            assert closed >= 2 * cap
+        finally:
+            for sock in idle:
+                sock.close()
+
+
+async def test_a_close_blocked_by_a_peer_that_reads_nothing_becomes_an_abort() -> None:
+    metrics = Metrics()
+    async with serving(ConnectionLimits(8, 1.0), metrics) as port:
+        with raw_connection(port, rcvbuf=4096) as sock:
+            sock.send(b"GET /big HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            await _until(
+                lambda: _value(metrics, "web_connections_closed_total", reason="stuck_close") == 1,
+                20,
+            )
+            # Its descriptor is free again (the abort completes on the next loop turn).
+            await _until(lambda: _value(metrics, "web_connections") == 0, 5)
+
+
+def test_the_soft_files_limit_is_raised_to_the_hard_one() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    lowered = min(soft, 256)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (lowered - 1, hard))
+    try:
+        assert listener.raise_files_limit() == hard
+        assert resource.getrlimit(resource.RLIMIT_NOFILE) == (hard, hard)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_max_connections_may_use_half_the_files_limit() -> None:
+    assert listener.check_files_limit(512, 1024) is None
+    problem = listener.check_files_limit(513, 1024)
+    assert problem is not None and problem.startswith("config error: server.max_connections:")
+    assert "\n" not in problem
