@@ -90,14 +90,18 @@ class Discovery(Scheduling):
                 return
             tracked.gone_at_update_time = None  # it changed since: try again
         active = listed.state in ACTIVE_STATES
-        if listed.state != tracked.state:
+        # Waiting for the activity behind a state already read: its own retries read the
+        # session again (the list shows that state meanwhile); a move is news (the activity?).
+        waiting = tracked.awaiting is not None
+        if listed.state != tracked.state and not waiting:
             # Immediate, and fetch the session afterwards for the state_changed event.
             self._schedule(tracked, now, refresh=True)
         elif listed.update_time != tracked.polled_update_time:
             # Working sessions are polled for their activities anyway; an idle one that
             # moved may also have a new output (pull request), so it is fetched too.
             last = tracked.last_polled
-            at = now if active or last is None else max(now, last + self.settings.idle_interval)
+            soon = active or waiting or last is None
+            at = now if soon else max(now, last + self.settings.idle_interval)
             self._schedule(tracked, at, refresh=not active)
         elif active and tracked.due_at is None and not tracked.running:
             last = tracked.last_polled

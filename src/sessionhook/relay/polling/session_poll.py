@@ -22,7 +22,7 @@ from .. import events, lifecycle
 from ..logging import get_logger
 from ..store import SessionRow, StoreUnwritableError
 from .scheduling import Scheduling
-from .settings import ACTIVE_STATES, _may_change_session, _Tracked, name_problem
+from .settings import ACTIVE_STATES, _Awaiting, _may_change_session, _Tracked, name_problem
 
 _log = get_logger()
 
@@ -71,6 +71,7 @@ class SessionPoll(Scheduling):
                 return "retry"
             tracked.gone_at_update_time = tracked.listed_update_time or ""
             tracked.refresh = False
+            tracked.awaiting = None
             _log.warning("poll.session_gone", session=tracked.name, error=str(exc))
             await self._finish_history(tracked)
             return "gone"
@@ -156,6 +157,11 @@ class SessionPoll(Scheduling):
         # Progress updates, most of a session's activities, change neither its state nor
         # its outputs: fetching the session after them would double the request count.
         tracked.refresh = tracked.refresh or bool(new and telling)
+        # The session's first changes: at its first poll, or a wait for the activity behind
+        # its state that began there.
+        first_poll = row.last_polled_at is None or (
+            tracked.awaiting is not None and tracked.awaiting.first_poll
+        )
         if tracked.refresh:  # stays set if the fetch fails: the next poll tries again
             fresh = await self._client.get_session(row.name)
             if tracked.history:
@@ -163,27 +169,30 @@ class SessionPoll(Scheduling):
                 # walk does, now that the whole session is known (archived, not delivered).
                 await self._announce(fresh, deliver=not row.baseline)
                 announced = True
-            await self._session_changes(row, fresh, deliver)
-            refreshed = fresh  # archived with the poll's schedule below (one store call)
-            if fresh.state != tracked.state and fresh.state not in ACTIVE_STATES:
-                # A session that settles (waits, pauses, ends) is read once more from its
-                # first activity: one committed late, with a createTime behind the cursor's
-                # overlap, is archived before the session goes quiet. About a page each.
-                tracked.sweep = True
-                self._schedule(tracked, self._mono())
-            tracked.state = fresh.state
-            tracked.refresh = False
-        elif row.last_polled_at is None:
+            if await self._changes_or_wait(tracked, row, fresh, deliver, first_poll=first_poll):
+                refreshed = fresh  # archived with the poll's schedule below (one store call)
+                if fresh.state != tracked.state and fresh.state not in ACTIVE_STATES:
+                    # A session that settles (waits, pauses, ends) is read once more from
+                    # its first activity: one committed late, with a createTime behind the
+                    # cursor's overlap, is archived before the session goes quiet. About a
+                    # page each.
+                    tracked.sweep = True
+                    self._schedule(tracked, self._mono())
+                tracked.state = fresh.state
+                tracked.refresh = False
+        elif first_poll:
             # The first poll of a session archived as it was discovered: pull requests it
             # already had are announced now, after its activities.
-            await self._session_changes(row, session, deliver)
+            await self._changes_or_wait(tracked, row, session, deliver, first_poll=True)
         tracked.last_polled = self._mono()
         if new and newest is not None and row.last_polled_at is not None:
             # Evidence for the learning, judged by the next list read: did the list show
             # updateTime move to (at least) this activity? Not from a session's first poll,
             # where the whole history is new.
             tracked.check = (newest, tracked.last_polled, tracked.polled_update_time)
-        if tracked.state in ACTIVE_STATES:
+        if tracked.state in ACTIVE_STATES and tracked.awaiting is None:
+            # (A session waiting for the activity behind its new state is on that wait's
+            # schedule: see _changes_or_wait.)
             self._schedule(tracked, started + self._active_interval(tracked))
         tracked.polled_update_time = update_time
         wall = self._clock()
@@ -262,15 +271,64 @@ class SessionPoll(Scheduling):
             advance_cursor=own,
         )
 
+    async def _changes_or_wait(
+        self,
+        tracked: _Tracked,
+        row: SessionRow,
+        fresh: Session,
+        deliver: Callable[[events.Event], bool],
+        *,
+        first_poll: bool,
+    ) -> bool:
+        """Announce what changed (:meth:`_session_changes`) and return ``True``; or, when
+        ``fresh`` entered a waiting or final state whose activity is not archived yet, wait
+        for it: nothing is announced (nor archived: the stored copy keeps the previous
+        state, so a restart reads the session again), the session is walked and read again
+        soon (0.5 s, doubling), and ``False`` is returned. After ``lifecycle_wait`` seconds
+        the changes are announced without the activity."""
+        member = lifecycle.awaited_member(fresh.state)
+        entered = first_poll or fresh.state != row.state
+        activity = None if member is None else await self._store.latest_activity(row.name, member)
+        since = None if first_poll else row.update_time
+        if member is not None and entered and not lifecycle.explains(activity, since):
+            now = self._mono()
+            waiting = tracked.awaiting
+            if waiting is None:
+                waiting = _Awaiting(now + self.settings.lifecycle_wait, first_poll=first_poll)
+                tracked.awaiting = waiting
+            if now < waiting.until:
+                waiting.tries += 1
+                delay = min(0.5 * 2.0 ** (waiting.tries - 1), waiting.until - now)
+                tracked.refresh = True
+                self._schedule(tracked, now + delay)
+                _log.debug(
+                    "poll.lifecycle_waiting", session=row.name, state=fresh.state, member=member
+                )
+                return False
+            _log.info("poll.lifecycle_unexplained", session=row.name, state=fresh.state)
+        tracked.awaiting = None
+        await self._session_changes(
+            row, fresh, deliver, first_poll=first_poll, entered=entered, activity=activity
+        )
+        return True
+
     async def _session_changes(
-        self, row: SessionRow, fresh: Session, deliver: Callable[[events.Event], bool]
+        self,
+        row: SessionRow,
+        fresh: Session,
+        deliver: Callable[[events.Event], bool],
+        *,
+        first_poll: bool,
+        entered: bool,
+        activity: Activity | None,
     ) -> None:
         """Compare the archived session with a fresh copy: a pull request not announced yet
         (at a session's first poll: any) gives ``session.pull_request_opened``, a new state
         ``session.state_changed``, in that order (a session opens its pull request, then
-        completes: a consumer that acts on COMPLETED has seen the pull request)."""
+        completes: a consumer that acts on COMPLETED has seen the pull request), then the
+        lifecycle event of the state (``activity``: the newest archived one behind it;
+        ``entered``: the session entered the state since it was last seen)."""
         found: list[events.Event] = []
-        first_poll = row.last_polled_at is None
         # Event ids make a repeat harmless, so the first poll can announce them all.
         announced = set() if first_poll else {pr.url for pr in row.to_session().pull_requests}
         for pr in fresh.pull_requests:
@@ -284,13 +342,9 @@ class SessionPoll(Scheduling):
             )
         # Waiting for the user, completed, failed: keyed by the activity behind it (stable
         # per wait, new per completion), so deriving it again on every refresh is harmless.
-        member = lifecycle.awaited_member(fresh.state)
-        if member is not None:
-            activity = await self._store.latest_activity(row.name, member)
-            entered = first_poll or fresh.state != row.state
-            found += lifecycle.lifecycle_events(
-                fresh, activity, entered=entered, seen_until=row.update_time, now=self._clock()
-            )
+        found += lifecycle.lifecycle_events(
+            fresh, activity, entered=entered, seen_until=row.update_time, now=self._clock()
+        )
         if found:
             await self._ingest_session_events(row.name, found, deliver=deliver)
 

@@ -71,6 +71,11 @@ class PollSettings:
     #: List mode: a working session is still polled this often even when the list shows
     #: nothing new (a server that stops moving ``updateTime`` costs latency, not events).
     safety_interval: float = 30.0
+    #: How long a session that shows a waiting or final state (``session.action_required``,
+    #: ``completed``, ``failed``) before the activity behind it is walked again for that
+    #: activity, so that the event carries it (the plan, the question, the reason); then
+    #: the event goes without it. Retries after 0.5 s, doubling.
+    lifecycle_wait: float = 5.0
     #: Share of ``requests_per_minute`` the history walk may take (newest sessions first).
     history_share: float = 0.2
     #: The budget the history walk's share is of (``api.requests_per_minute``).
@@ -188,6 +193,19 @@ class _Tracked:
     check: tuple[datetime, float, str | None] | None = None
     #: When (monotonic) the list's head last showed it: list mode needs a fresh sighting.
     head_seen: float | None = None
+    #: Waiting for the activity behind the state a read showed (see ``lifecycle_wait``).
+    awaiting: _Awaiting | None = None
+
+
+@dataclass
+class _Awaiting:
+    """A session read in a waiting or final state whose activity is not archived yet: its
+    changes are announced once the activity is (or at ``until``), not before."""
+
+    until: float  # monotonic
+    #: The wait began at the session's first poll: its changes are announced as such then.
+    first_poll: bool
+    tries: int = 0
 
 
 @dataclass
