@@ -22,7 +22,14 @@ from .. import events, lifecycle
 from ..logging import get_logger
 from ..store import SessionRow, StoreUnwritableError
 from .scheduling import Scheduling
-from .settings import ACTIVE_STATES, _Awaiting, _may_change_session, _Tracked, name_problem
+from .settings import (
+    ACTIVE_STATES,
+    _Awaiting,
+    _ends_run,
+    _may_change_session,
+    _Tracked,
+    name_problem,
+)
 
 _log = get_logger()
 
@@ -106,12 +113,15 @@ class SessionPoll(Scheduling):
         update_time = tracked.listed_update_time or row.update_time
         deliver = self._deliverable(row.baseline)
         session = row.to_session()
+        # A sweep walks from the first activity: this poll's, or one a wait (below) made.
+        swept = tracked.sweep or (tracked.awaiting is not None and tracked.awaiting.swept)
         since = None if tracked.sweep else self._since(row.activity_cursor)
         new = 0
         announced = False  # session.discovered of a history session (see below)
         newest: datetime | None = None  # the newest createTime the walk saw (learning)
-        # Whether an activity past the cursor may come with a state change or an output.
-        telling = False
+        # Whether an activity past the cursor may come with a state change or an output,
+        # and whether one ends the run (sessionCompleted, sessionFailed).
+        telling = ending = False
         # A first walk right after discovery's own GET: whether every activity it finds is
         # dated at or before that read (then the read already showed what they did).
         first_after_read = tracked.read_at_discovery and row.last_polled_at is None
@@ -141,6 +151,7 @@ class SessionPoll(Scheduling):
             accepted = await self._screen_names(tracked.name, page.activities)
             for activity in accepted:
                 telling = telling or _may_change_session(activity, row.activity_cursor)
+                ending = ending or _ends_run(activity, row.activity_cursor)
                 moment = _moment(activity.create_time)
                 newest = _later(newest, moment)
                 within_read = within_read and _not_after(moment, read)
@@ -152,11 +163,10 @@ class SessionPoll(Scheduling):
             # can come with a change it did not show. A change without one moves the
             # list's state or updateTime, which schedules a refresh like any later change.
             # (A backfill: 2 requests per session instead of 3.)
-            telling = False
+            telling = ending = False
         tracked.read_at_discovery = False
-        # Progress updates, most of a session's activities, change neither its state nor
-        # its outputs: fetching the session after them would double the request count.
-        tracked.refresh = tracked.refresh or bool(new and telling)
+        if new and telling:
+            self._read_after_walk(tracked, row, ending=ending)
         # The session's first changes: at its first poll, or a wait for the activity behind
         # its state that began there.
         first_poll = row.last_polled_at is None or (
@@ -171,15 +181,20 @@ class SessionPoll(Scheduling):
                 announced = True
             if await self._changes_or_wait(tracked, row, fresh, deliver, first_poll=first_poll):
                 refreshed = fresh  # archived with the poll's schedule below (one store call)
-                if fresh.state != tracked.state and fresh.state not in ACTIVE_STATES:
+                settles = fresh.state != tracked.state and fresh.state not in ACTIVE_STATES
+                if settles and not swept:
                     # A session that settles (waits, pauses, ends) is read once more from
                     # its first activity: one committed late, with a createTime behind the
                     # cursor's overlap, is archived before the session goes quiet. About a
-                    # page each.
+                    # page each. Not when this walk was that sweep already (the list showed
+                    # the session settled before it began: see Discovery._on_listed).
                     tracked.sweep = True
                     self._schedule(tracked, self._mono())
                 tracked.state = fresh.state
                 tracked.refresh = False
+                tracked.untold = False
+            elif tracked.awaiting is not None:
+                tracked.awaiting.swept = tracked.awaiting.swept or swept
         elif first_poll:
             # The first poll of a session archived as it was discovered: pull requests it
             # already had are announced now, after its activities.
@@ -210,6 +225,24 @@ class SessionPoll(Scheduling):
         await self._finish_history(tracked)
         if new:
             _log.info("poll.ingested", session=tracked.name, new=new)
+
+    def _read_after_walk(self, tracked: _Tracked, row: SessionRow, *, ending: bool) -> None:
+        """A walk found activities that may come with a change of the session (not progress
+        updates, most of them, which change neither its state nor its outputs: reading the
+        session after them would double the request count): read it now (``refresh``),
+        unless the list's head is read and shows the session, so that a change they came
+        with shows there within a ``list_interval`` and is read then (``untold``). The end
+        of a run (``ending``) is read at once all the same: the read costs what the list's
+        would, and a session resumed before the next list read would hide its completion.
+        A session's first poll and the history walk's keep the read (their copy is
+        discovery's)."""
+        if tracked.refresh:
+            return
+        told = row.last_polled_at is not None and not tracked.history and not ending
+        if told and self._list_tells(tracked):
+            tracked.untold = True
+        else:
+            tracked.refresh = True
 
     async def _finish_history(self, tracked: _Tracked) -> None:
         """A session of the history walk is archived (or gone): not walked again."""

@@ -141,6 +141,15 @@ def _may_change_session(activity: Activity, cursor: str | None) -> bool:
         return True
 
 
+#: Activities that end a run (the session completes or fails with them).
+_ENDING = frozenset({"sessionCompleted", "sessionFailed"})
+
+
+def _ends_run(activity: Activity, cursor: str | None) -> bool:
+    """Whether ``activity`` is past ``cursor`` and ends the session's run."""
+    return activity.event_member in _ENDING and _may_change_session(activity, cursor)
+
+
 def backoff_delay(
     errors: int,
     retry_after: float | None,
@@ -174,6 +183,9 @@ class _Tracked:
     listed_update_time: str | None = None
     due_at: float | None = None  # monotonic; None = idle, wait for discovery
     refresh: bool = False  # fetch the session after the next poll even if nothing new
+    #: A poll found an activity that may come with a change and did not read the session,
+    #: as the list's head was to show that change (see ``Scheduling._list_tells``).
+    untold: bool = False
     #: The archived row is the session as discovery's own GET read it, and no poll has
     #: ended since: the first poll reads it again only for activities newer than that.
     read_at_discovery: bool = False
@@ -206,6 +218,8 @@ class _Awaiting:
     #: The wait began at the session's first poll: its changes are announced as such then.
     first_poll: bool
     tries: int = 0
+    #: A walk of the wait was a sweep (from the first activity): none is needed after it.
+    swept: bool = False
 
 
 @dataclass
