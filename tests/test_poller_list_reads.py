@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from sessionhook.api.models import Session
+from sessionhook.relay.polling.learning import LEARN_AFTER
 
 from .test_poller import Harness
 from .test_poller_refresh import Rewrite
@@ -155,3 +156,31 @@ async def test_a_walk_that_finds_the_end_of_the_run_reads_the_session_at_once(
         types = [e.type for e in h.store.store.iter_events(session=name)]
         assert types.count("session.completed") == 1
         assert types.index("activity.session_completed") < types.index("session.completed")
+
+
+@pytest.mark.anyio
+async def test_once_list_mode_is_learned_the_learnings_timer_polls_wait_for_the_safety_poll(
+    tmp_path: Path,
+) -> None:
+    async with Harness(tmp_path, mode="auto", safety_interval=30.0) as h:
+        session = await h.api.create_session("Fix the flaky test")
+        await h.poller.discover()
+        await h.poller.poll_due()
+        h.clock.now += 0.5
+        await h.poller.read_head()  # learning: the head is read, and shows the session
+        tracked = h.poller._tracked[session.name]
+        assert tracked.due_at is not None and tracked.last_polled is not None
+        assert tracked.due_at == tracked.last_polled + 1.0  # the learning's timer
+        for _ in range(LEARN_AFTER):  # the server moves updateTime: list mode
+            await h.poller._observe(True, session.name)
+        assert h.poller.list_driven
+        # The session is polled when the list shows it move, else at its safety poll: the
+        # timer set while learning does not walk it a second later.
+        assert tracked.due_at == tracked.last_polled + 30.0
+        h.clock.now += 1.0
+        before = len(h.requests)
+        await h.poller.poll_due()
+        assert _made(h, before)["list_activities"] == 0
+        await h.poller.read_head()  # the list shows it moved: walked now
+        await h.poller.poll_due()
+        assert _made(h, before)["list_activities"] == 1

@@ -109,7 +109,8 @@ class Discovery(Scheduling):
             self._schedule(tracked, at, refresh=not active)
         elif active and tracked.due_at is None and not tracked.running:
             last = tracked.last_polled
-            self._schedule(tracked, now if last is None else last + self._active_interval(tracked))
+            at = now if last is None else last + self._active_interval(tracked)
+            self._schedule(tracked, at, timer=last is not None)
 
     async def _retry_pending(self, names: Sequence[str] | None = None) -> None:
         """GET new sessions (``names``, or every pending one that is due) and announce

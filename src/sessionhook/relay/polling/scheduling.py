@@ -12,9 +12,17 @@ _log = get_logger()
 class Scheduling(PollerBase):
     """Due times of the tracked sessions (most overdue first)."""
 
-    def _schedule(self, tracked: _Tracked, at: float, *, refresh: bool = False) -> None:
+    def _schedule(
+        self, tracked: _Tracked, at: float, *, refresh: bool = False, timer: bool = False
+    ) -> None:
+        """Poll ``tracked`` at ``at`` (or sooner, when it is due sooner already); ``timer``:
+        a working session's next poll without news (``_active_interval``)."""
         at = max(at, tracked.backoff_until)
-        tracked.due_at = at if tracked.due_at is None else min(tracked.due_at, at)
+        if tracked.due_at is None or at < tracked.due_at:
+            tracked.due_at = at
+            tracked.timer_due = timer
+        elif at == tracked.due_at:
+            tracked.timer_due = tracked.timer_due and timer
         tracked.refresh = tracked.refresh or refresh
         self._changed.set()
 
@@ -83,6 +91,14 @@ class Scheduling(PollerBase):
         )
         await self._store.write(self._store.store.set_meta, VERDICT_KEY, verdict)
         now = self._mono()
+        if not was_list and self._learning.list_driven:
+            # List mode from now on: working sessions the list's head shows wait for their
+            # safety poll, not for the timer of the learning (the list tells their news).
+            for tracked in self._tracked.values():
+                if tracked.timer_due and tracked.due_at is not None and not tracked.running:
+                    last = now if tracked.last_polled is None else tracked.last_polled
+                    at = max(last + self._active_interval(tracked), tracked.backoff_until)
+                    tracked.due_at = max(tracked.due_at, at)
         if was_list and not self._learning.list_driven:
             # Back to the timer: working sessions waiting for their slow safety poll are
             # polled now, and on the timer from then on.

@@ -208,7 +208,7 @@ class SessionPoll(Scheduling):
         if tracked.state in ACTIVE_STATES and tracked.awaiting is None:
             # (A session waiting for the activity behind its new state is on that wait's
             # schedule: see _changes_or_wait.)
-            self._schedule(tracked, started + self._active_interval(tracked))
+            self._schedule(tracked, started + self._active_interval(tracked), timer=True)
         tracked.polled_update_time = update_time
         wall = self._clock()
         next_wall = None if tracked.due_at is None else wall + (tracked.due_at - self._mono())

@@ -182,6 +182,8 @@ class _Tracked:
     #: ``updateTime`` the session list showed last.
     listed_update_time: str | None = None
     due_at: float | None = None  # monotonic; None = idle, wait for discovery
+    #: ``due_at`` is a working session's timer (``_active_interval``), nothing sooner.
+    timer_due: bool = False
     refresh: bool = False  # fetch the session after the next poll even if nothing new
     #: A poll found an activity that may come with a change and did not read the session,
     #: as the list's head was to show that change (see ``Scheduling._list_tells``).
