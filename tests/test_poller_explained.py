@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from .test_poller import Harness
-from .test_poller_refresh import Rewrite
+from .test_poller_refresh import Rewrite, _settled
 
 #: (prompt, plan approval required, state, hidden member, lifecycle event, what it carries)
 CASES = [
@@ -129,3 +129,22 @@ async def test_an_activity_that_never_comes_delays_the_event_a_bounded_time(
         assert types.count("session.state_changed") >= 1
         # The wait read the session a few times (0.5 s, doubling), not once per round.
         assert h.count("get_session") - reads <= 4
+
+
+@pytest.mark.anyio
+async def test_a_session_first_seen_finished_without_its_activity_is_told_at_once(
+    tmp_path: Path,
+) -> None:
+    # A finished session from a server that never recorded the completion (most sessions
+    # of a first start's history are old): nothing to wait for, and none of the wait's
+    # reads, which would multiply what the history walk costs.
+    rewrite = StateBeforeActivity("sessionCompleted")
+    async with rewrite.harness(tmp_path) as h:
+        name = await _settled(h, "Add a health check")
+        await h.poller.discover()
+        await h.poller.poll_due()
+        assert rewrite.edited  # the walk did not show the completion
+        told = _lifecycle(h, name)
+        assert len(told) == 1 and told[0]["data"]["activity_name"] is None
+        assert h.count("get_session") == 1  # discovery's read only
+        assert h.count("list_activities") == 1

@@ -314,19 +314,21 @@ class SessionPoll(Scheduling):
         first_poll: bool,
     ) -> bool:
         """Announce what changed (:meth:`_session_changes`) and return ``True``; or, when
-        ``fresh`` entered a waiting or final state whose activity is not archived yet, wait
-        for it: nothing is announced (nor archived: the stored copy keeps the previous
-        state, so a restart reads the session again), the session is walked and read again
-        soon (0.5 s, doubling), and ``False`` is returned. After ``lifecycle_wait`` seconds
-        the changes are announced without the activity."""
+        ``fresh`` shows a waiting or final state the archived copy did not, and the activity
+        behind it is not archived yet, wait for it: nothing is announced (nor archived: the
+        stored copy keeps the previous state, so a restart reads the session again), the
+        session is walked and read again soon (0.5 s, doubling), and ``False`` is returned.
+        After ``lifecycle_wait`` seconds the changes are announced without the activity.
+        (A session first seen in such a state is told at once: most are old, from a server
+        that did not record the activity, and waiting for each would stall the history.)"""
         member = lifecycle.awaited_member(fresh.state)
-        entered = first_poll or fresh.state != row.state
+        changed = fresh.state != row.state
+        entered = first_poll or changed
         activity = None if member is None else await self._store.latest_activity(row.name, member)
-        since = None if first_poll else row.update_time
-        if member is not None and entered and not lifecycle.explains(activity, since):
+        if member is not None and changed and not lifecycle.explains(activity, row.update_time):
             now = self._mono()
             waiting = tracked.awaiting
-            if waiting is None:
+            if waiting is None:  # (a first poll's wait: the state changed since discovery)
                 waiting = _Awaiting(now + self.settings.lifecycle_wait, first_poll=first_poll)
                 tracked.awaiting = waiting
             if now < waiting.until:
