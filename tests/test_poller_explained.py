@@ -20,6 +20,12 @@ CASES = [
     ("Add a health check", True, "AWAITING_PLAN_APPROVAL", "planGenerated", "approve_plan", ""),
 ]
 
+ACTIVITY_TYPES = {
+    "sessionFailed": "activity.session_failed",
+    "agentMessaged": "activity.agent_messaged",
+    "planGenerated": "activity.plan_generated",
+}
+
 
 class StateBeforeActivity(Rewrite):
     """While ``hiding``, activity pages leave out the activities of member ``hidden``: the
@@ -101,11 +107,7 @@ async def test_a_state_shown_before_its_activity_waits_for_it(
         # In order: the activity, the state it brought, then what it asks or ends.
         types = [e.type for e in h.store.store.iter_events(session=session.name)]
         lifecycle_type = "session.failed" if field == "reason" else "session.action_required"
-        activity_type = types.index(
-            {"sessionFailed": "activity.session_failed"}.get(member)
-            or {"agentMessaged": "activity.agent_messaged"}.get(member)
-            or "activity.plan_generated"
-        )
+        activity_type = types.index(ACTIVITY_TYPES[member])
         changed = len(types) - 1 - types[::-1].index("session.state_changed")
         assert activity_type < changed < types.index(lifecycle_type)
 
