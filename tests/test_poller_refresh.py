@@ -37,14 +37,15 @@ class Rewrite(httpx.AsyncBaseTransport):
         headers = [(k, v) for k, v in response.headers.items() if k != "content-length"]
         return httpx.Response(response.status_code, json=body, headers=headers)
 
-    def harness(self, tmp_path: Path) -> Harness:
-        """A :class:`Harness` whose relay client goes through this rewrite."""
+    def harness(self, tmp_path: Path, **settings: Any) -> Harness:
+        """A :class:`Harness` whose relay client goes through this rewrite (``settings``:
+        the poller's, as :class:`Harness` takes them)."""
 
         def wrap(inner: httpx.AsyncBaseTransport) -> httpx.AsyncBaseTransport:
             self._inner = inner
             return self
 
-        return Harness(tmp_path, wrap=wrap)
+        return Harness(tmp_path, wrap=wrap, **settings)
 
 
 class StaleFirstRead(Rewrite):

@@ -24,13 +24,16 @@ completes again gets a new id::
 
     evt_ + sha256(type + ":" + session name + ":" + activity name)[:32]
 
-When no such activity is archived yet (committed late, or a server that skips it), the
-event is emitted when the session enters the state, keyed by ``"state:" + updateTime``; the
-activity archived later does not announce that wait a second time (it is older than the
-state already seen).
+A server can show the state before the activity behind it (committed a moment later): the
+poller then waits for that activity (:func:`explains` says whether the one archived is it)
+for a bounded time (``PollSettings.lifecycle_wait``), so that the event carries it. When it
+does not come (a server that skips it), the event is emitted without it, keyed by
+``"state:" + updateTime``; the activity archived later does not announce that wait a second
+time (it is older than the state already seen).
 
-:func:`awaited_member` says which activity the caller should look up for a state;
-:func:`lifecycle_events` builds the events. Neither does I/O.
+:func:`awaited_member` says which activity the caller should look up for a state,
+:func:`explains` whether the one found is the one behind the state just entered;
+:func:`lifecycle_events` builds the events. None of them does I/O.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ __all__ = [
     "awaited_member",
     "change_set_summary",
     "diff_stats",
+    "explains",
     "lifecycle_events",
 ]
 
@@ -80,6 +84,23 @@ def awaited_member(state: str) -> str | None:
     for approval...), or ``None`` when the state gives no lifecycle event."""
     entry = _STATES.get(state)
     return entry[1] if entry else None
+
+
+def explains(activity: Activity | None, since: str | None) -> bool:
+    """Whether ``activity``, the newest archived :func:`awaited_member` of the state a session
+    just entered, is the one behind that state: there is one, and (when ``since`` is given,
+    the ``updateTime`` of the copy last seen in another state) it is not older than that
+    copy. An older one belongs to an earlier wait or run (a resumed session that completes
+    again); the one behind this state is not archived yet. An unreadable time counts as
+    explaining (waiting for a time that cannot be compared would only delay the event)."""
+    if activity is None:
+        return False
+    if since is None:
+        return True
+    try:
+        return parse_timestamp(activity.create_time) >= parse_timestamp(since)
+    except ValueError:
+        return True
 
 
 def lifecycle_events(

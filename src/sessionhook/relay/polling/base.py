@@ -219,6 +219,7 @@ class PollerBase:
         tracked.backoff_until = self._mono() + delay
         # Overrides a sooner time that discovery set while this poll ran: Retry-After wins.
         tracked.due_at = tracked.backoff_until
+        tracked.timer_due = False
         self._changed.set()
         self._log_failure("poll.failed", exc, delay, attempt=tracked.errors, session=tracked.name)
 

@@ -92,18 +92,27 @@ class Discovery(Scheduling):
                 return
             tracked.gone_at_update_time = None  # it changed since: try again
         active = listed.state in ACTIVE_STATES
-        if listed.state != tracked.state:
-            # Immediate, and fetch the session afterwards for the state_changed event.
+        # Waiting for the activity behind a state already read: its own retries read the
+        # session again (the list shows that state meanwhile); a move is news (the activity?).
+        waiting = tracked.awaiting is not None
+        if listed.state != tracked.state and not waiting:
+            # Immediate, and fetch the session afterwards for the state_changed event. One
+            # that settles is walked from its first activity (the sweep, see _poll_session).
+            # (Not while a poll runs: its read shows the state, and it sweeps after it.)
             self._schedule(tracked, now, refresh=True)
+            tracked.sweep = tracked.sweep or not (active or tracked.running)
         elif listed.update_time != tracked.polled_update_time:
             # Working sessions are polled for their activities anyway; an idle one that
             # moved may also have a new output (pull request), so it is fetched too.
             last = tracked.last_polled
-            at = now if active or last is None else max(now, last + self.settings.idle_interval)
+            at = now
+            if last is not None and not (active or waiting):
+                at = max(now, last + self.settings.idle_interval)
             self._schedule(tracked, at, refresh=not active)
         elif active and tracked.due_at is None and not tracked.running:
             last = tracked.last_polled
-            self._schedule(tracked, now if last is None else last + self._active_interval(tracked))
+            at = now if last is None else last + self._active_interval(tracked)
+            self._schedule(tracked, at, timer=last is not None)
 
     async def _retry_pending(self, names: Sequence[str] | None = None) -> None:
         """GET new sessions (``names``, or every pending one that is due) and announce
@@ -268,17 +277,6 @@ class Discovery(Scheduling):
                     self._log_failure("discovery.head_failed", exc, wait, attempt=errors)
             self.heartbeat = self._mono()
             await anyio.sleep(max(0.0, wait - (self._mono() - started)))
-
-    def _wants_head(self) -> bool:
-        """List mode reads the head of the list; so does ``auto`` before the verdict, while
-        some session works (its polls and these reads are the evidence: learned in seconds,
-        not at the next full pass)."""
-        learning = self._learning
-        if learning.list_driven:
-            return True
-        if learning.mode != "auto" or learning.verdict is not None:
-            return False
-        return any(t.state in ACTIVE_STATES for t in self._tracked.values())
 
     async def read_head(self) -> int:
         """Read the first page(s) of the session list: down to the oldest working session

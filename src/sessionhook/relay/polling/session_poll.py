@@ -22,7 +22,14 @@ from .. import events, lifecycle
 from ..logging import get_logger
 from ..store import SessionRow, StoreUnwritableError
 from .scheduling import Scheduling
-from .settings import ACTIVE_STATES, _may_change_session, _Tracked, name_problem
+from .settings import (
+    ACTIVE_STATES,
+    _Awaiting,
+    _ends_run,
+    _may_change_session,
+    _Tracked,
+    name_problem,
+)
 
 _log = get_logger()
 
@@ -71,6 +78,7 @@ class SessionPoll(Scheduling):
                 return "retry"
             tracked.gone_at_update_time = tracked.listed_update_time or ""
             tracked.refresh = False
+            tracked.awaiting = None
             _log.warning("poll.session_gone", session=tracked.name, error=str(exc))
             await self._finish_history(tracked)
             return "gone"
@@ -105,12 +113,15 @@ class SessionPoll(Scheduling):
         update_time = tracked.listed_update_time or row.update_time
         deliver = self._deliverable(row.baseline)
         session = row.to_session()
+        # A sweep walks from the first activity: this poll's, or one a wait (below) made.
+        swept = tracked.sweep or (tracked.awaiting is not None and tracked.awaiting.swept)
         since = None if tracked.sweep else self._since(row.activity_cursor)
         new = 0
         announced = False  # session.discovered of a history session (see below)
         newest: datetime | None = None  # the newest createTime the walk saw (learning)
-        # Whether an activity past the cursor may come with a state change or an output.
-        telling = False
+        # Whether an activity past the cursor may come with a state change or an output,
+        # and whether one ends the run (sessionCompleted, sessionFailed).
+        telling = ending = False
         # A first walk right after discovery's own GET: whether every activity it finds is
         # dated at or before that read (then the read already showed what they did).
         first_after_read = tracked.read_at_discovery and row.last_polled_at is None
@@ -140,6 +151,7 @@ class SessionPoll(Scheduling):
             accepted = await self._screen_names(tracked.name, page.activities)
             for activity in accepted:
                 telling = telling or _may_change_session(activity, row.activity_cursor)
+                ending = ending or _ends_run(activity, row.activity_cursor)
                 moment = _moment(activity.create_time)
                 newest = _later(newest, moment)
                 within_read = within_read and _not_after(moment, read)
@@ -151,11 +163,15 @@ class SessionPoll(Scheduling):
             # can come with a change it did not show. A change without one moves the
             # list's state or updateTime, which schedules a refresh like any later change.
             # (A backfill: 2 requests per session instead of 3.)
-            telling = False
+            telling = ending = False
         tracked.read_at_discovery = False
-        # Progress updates, most of a session's activities, change neither its state nor
-        # its outputs: fetching the session after them would double the request count.
-        tracked.refresh = tracked.refresh or bool(new and telling)
+        if new and telling:
+            self._read_after_walk(tracked, row, ending=ending)
+        # The session's first changes: at its first poll, or a wait for the activity behind
+        # its state that began there.
+        first_poll = row.last_polled_at is None or (
+            tracked.awaiting is not None and tracked.awaiting.first_poll
+        )
         if tracked.refresh:  # stays set if the fetch fails: the next poll tries again
             fresh = await self._client.get_session(row.name)
             self._screen.note_repairs(fresh)
@@ -164,28 +180,36 @@ class SessionPoll(Scheduling):
                 # walk does, now that the whole session is known (archived, not delivered).
                 await self._announce(fresh, deliver=not row.baseline)
                 announced = True
-            await self._session_changes(row, fresh, deliver)
-            refreshed = fresh  # archived with the poll's schedule below (one store call)
-            if fresh.state != tracked.state and fresh.state not in ACTIVE_STATES:
-                # A session that settles (waits, pauses, ends) is read once more from its
-                # first activity: one committed late, with a createTime behind the cursor's
-                # overlap, is archived before the session goes quiet. About a page each.
-                tracked.sweep = True
-                self._schedule(tracked, self._mono())
-            tracked.state = fresh.state
-            tracked.refresh = False
-        elif row.last_polled_at is None:
+            if await self._changes_or_wait(tracked, row, fresh, deliver, first_poll=first_poll):
+                refreshed = fresh  # archived with the poll's schedule below (one store call)
+                settles = fresh.state != tracked.state and fresh.state not in ACTIVE_STATES
+                if settles and not swept:
+                    # A session that settles (waits, pauses, ends) is read once more from
+                    # its first activity: one committed late, with a createTime behind the
+                    # cursor's overlap, is archived before the session goes quiet. About a
+                    # page each. Not when this walk was that sweep already (the list showed
+                    # the session settled before it began: see Discovery._on_listed).
+                    tracked.sweep = True
+                    self._schedule(tracked, self._mono())
+                tracked.state = fresh.state
+                tracked.refresh = False
+                tracked.untold = False
+            elif tracked.awaiting is not None:
+                tracked.awaiting.swept = tracked.awaiting.swept or swept
+        elif first_poll:
             # The first poll of a session archived as it was discovered: pull requests it
             # already had are announced now, after its activities.
-            await self._session_changes(row, session, deliver)
+            await self._changes_or_wait(tracked, row, session, deliver, first_poll=True)
         tracked.last_polled = self._mono()
         if new and newest is not None and row.last_polled_at is not None:
             # Evidence for the learning, judged by the next list read: did the list show
             # updateTime move to (at least) this activity? Not from a session's first poll,
             # where the whole history is new.
             tracked.check = (newest, tracked.last_polled, tracked.polled_update_time)
-        if tracked.state in ACTIVE_STATES:
-            self._schedule(tracked, started + self._active_interval(tracked))
+        if tracked.state in ACTIVE_STATES and tracked.awaiting is None:
+            # (A session waiting for the activity behind its new state is on that wait's
+            # schedule: see _changes_or_wait.)
+            self._schedule(tracked, started + self._active_interval(tracked), timer=True)
         tracked.polled_update_time = update_time
         wall = self._clock()
         next_wall = None if tracked.due_at is None else wall + (tracked.due_at - self._mono())
@@ -202,6 +226,24 @@ class SessionPoll(Scheduling):
         await self._finish_history(tracked)
         if new:
             _log.info("poll.ingested", session=tracked.name, new=new)
+
+    def _read_after_walk(self, tracked: _Tracked, row: SessionRow, *, ending: bool) -> None:
+        """A walk found activities that may come with a change of the session (not progress
+        updates, most of them, which change neither its state nor its outputs: reading the
+        session after them would double the request count): read it now (``refresh``),
+        unless the list's head is read and shows the session, so that a change they came
+        with shows there within a ``list_interval`` and is read then (``untold``). The end
+        of a run (``ending``) is read at once all the same: the read costs what the list's
+        would, and a session resumed before the next list read would hide its completion.
+        A session's first poll and the history walk's keep the read (their copy is
+        discovery's)."""
+        if tracked.refresh:
+            return
+        told = row.last_polled_at is not None and not tracked.history and not ending
+        if told and self._list_tells(tracked):
+            tracked.untold = True
+        else:
+            tracked.refresh = True
 
     async def _finish_history(self, tracked: _Tracked) -> None:
         """A session of the history walk is archived (or gone): not walked again."""
@@ -263,15 +305,66 @@ class SessionPoll(Scheduling):
             advance_cursor=own,
         )
 
+    async def _changes_or_wait(
+        self,
+        tracked: _Tracked,
+        row: SessionRow,
+        fresh: Session,
+        deliver: Callable[[events.Event], bool],
+        *,
+        first_poll: bool,
+    ) -> bool:
+        """Announce what changed (:meth:`_session_changes`) and return ``True``; or, when
+        ``fresh`` shows a waiting or final state the archived copy did not, and the activity
+        behind it is not archived yet, wait for it: nothing is announced (nor archived: the
+        stored copy keeps the previous state, so a restart reads the session again), the
+        session is walked and read again soon (0.5 s, doubling), and ``False`` is returned.
+        After ``lifecycle_wait`` seconds the changes are announced without the activity.
+        (A session first seen in such a state is told at once: most are old, from a server
+        that did not record the activity, and waiting for each would stall the history.)"""
+        member = lifecycle.awaited_member(fresh.state)
+        changed = fresh.state != row.state
+        entered = first_poll or changed
+        activity = None if member is None else await self._store.latest_activity(row.name, member)
+        if member is not None and changed and not lifecycle.explains(activity, row.update_time):
+            now = self._mono()
+            waiting = tracked.awaiting
+            if waiting is None:  # (a first poll's wait: the state changed since discovery)
+                waiting = _Awaiting(now + self.settings.lifecycle_wait, first_poll=first_poll)
+                tracked.awaiting = waiting
+            if now < waiting.until:
+                waiting.tries += 1
+                delay = min(0.5 * 2.0 ** (waiting.tries - 1), waiting.until - now)
+                tracked.refresh = True
+                self._schedule(tracked, now + delay)
+                _log.debug(
+                    "poll.lifecycle_waiting", session=row.name, state=fresh.state, member=member
+                )
+                return False
+            _log.info("poll.lifecycle_unexplained", session=row.name, state=fresh.state)
+        tracked.awaiting = None
+        await self._session_changes(
+            row, fresh, deliver, first_poll=first_poll, entered=entered, activity=activity
+        )
+        return True
+
     async def _session_changes(
-        self, row: SessionRow, fresh: Session, deliver: Callable[[events.Event], bool]
+        self,
+        row: SessionRow,
+        fresh: Session,
+        deliver: Callable[[events.Event], bool],
+        *,
+        first_poll: bool,
+        entered: bool,
+        activity: Activity | None,
     ) -> None:
         """Compare the archived session with a fresh copy: a pull request not announced yet
         (at a session's first poll: any) gives ``session.pull_request_opened``, a new state
         ``session.state_changed``, in that order (a session opens its pull request, then
-        completes: a consumer that acts on COMPLETED has seen the pull request)."""
+        completes: a consumer that acts on COMPLETED has seen the pull request), then the
+        lifecycle event of the state (``activity``: the newest archived one behind it;
+        ``entered``: the session entered the state since it was last seen)."""
         found: list[events.Event] = []
-        first_poll = row.last_polled_at is None
         # Event ids make a repeat harmless, so the first poll can announce them all.
         announced = set() if first_poll else {pr.url for pr in row.to_session().pull_requests}
         for pr in fresh.pull_requests:
@@ -285,13 +378,9 @@ class SessionPoll(Scheduling):
             )
         # Waiting for the user, completed, failed: keyed by the activity behind it (stable
         # per wait, new per completion), so deriving it again on every refresh is harmless.
-        member = lifecycle.awaited_member(fresh.state)
-        if member is not None:
-            activity = await self._store.latest_activity(row.name, member)
-            entered = first_poll or fresh.state != row.state
-            found += lifecycle.lifecycle_events(
-                fresh, activity, entered=entered, seen_until=row.update_time, now=self._clock()
-            )
+        found += lifecycle.lifecycle_events(
+            fresh, activity, entered=entered, seen_until=row.update_time, now=self._clock()
+        )
         if found:
             await self._ingest_session_events(row.name, found, deliver=deliver)
 

@@ -71,6 +71,11 @@ class PollSettings:
     #: List mode: a working session is still polled this often even when the list shows
     #: nothing new (a server that stops moving ``updateTime`` costs latency, not events).
     safety_interval: float = 30.0
+    #: How long a session that shows a waiting or final state (``session.action_required``,
+    #: ``completed``, ``failed``) before the activity behind it is walked again for that
+    #: activity, so that the event carries it (the plan, the question, the reason); then
+    #: the event goes without it. Retries after 0.5 s, doubling.
+    lifecycle_wait: float = 5.0
     #: Share of ``requests_per_minute`` the history walk may take (newest sessions first).
     history_share: float = 0.2
     #: The budget the history walk's share is of (``api.requests_per_minute``).
@@ -136,6 +141,15 @@ def _may_change_session(activity: Activity, cursor: str | None) -> bool:
         return True
 
 
+#: Activities that end a run (the session completes or fails with them).
+_ENDING = frozenset({"sessionCompleted", "sessionFailed"})
+
+
+def _ends_run(activity: Activity, cursor: str | None) -> bool:
+    """Whether ``activity`` is past ``cursor`` and ends the session's run."""
+    return activity.event_member in _ENDING and _may_change_session(activity, cursor)
+
+
 def backoff_delay(
     errors: int,
     retry_after: float | None,
@@ -168,7 +182,12 @@ class _Tracked:
     #: ``updateTime`` the session list showed last.
     listed_update_time: str | None = None
     due_at: float | None = None  # monotonic; None = idle, wait for discovery
+    #: ``due_at`` is a working session's timer (``_active_interval``), nothing sooner.
+    timer_due: bool = False
     refresh: bool = False  # fetch the session after the next poll even if nothing new
+    #: A poll found an activity that may come with a change and did not read the session,
+    #: as the list's head was to show that change (see ``Scheduling._list_tells``).
+    untold: bool = False
     #: The archived row is the session as discovery's own GET read it, and no poll has
     #: ended since: the first poll reads it again only for activities newer than that.
     read_at_discovery: bool = False
@@ -188,6 +207,21 @@ class _Tracked:
     check: tuple[datetime, float, str | None] | None = None
     #: When (monotonic) the list's head last showed it: list mode needs a fresh sighting.
     head_seen: float | None = None
+    #: Waiting for the activity behind the state a read showed (see ``lifecycle_wait``).
+    awaiting: _Awaiting | None = None
+
+
+@dataclass
+class _Awaiting:
+    """A session read in a waiting or final state whose activity is not archived yet: its
+    changes are announced once the activity is (or at ``until``), not before."""
+
+    until: float  # monotonic
+    #: The wait began at the session's first poll: its changes are announced as such then.
+    first_poll: bool
+    tries: int = 0
+    #: A walk of the wait was a sweep (from the first activity): none is needed after it.
+    swept: bool = False
 
 
 @dataclass
