@@ -269,10 +269,10 @@ class Dispatcher:
         self._accepting = True
         self._settled = anyio.Event()  # set whenever attempts were committed
         self._next_due: float | None = None
-        # rate_limit: when each endpoint may start its next delivery (wall clock), and how
-        # soon the earliest endpoint held back by it frees up.
+        # rate_limit: when each endpoint may start its next delivery, on the loop's
+        # monotonic clock (the one its timer sleeps on; a wall clock stepped back by NTP
+        # would hold the endpoint for as long).
         self._rate_slots: dict[str, float] = {}
-        self._rate_wait = math.inf
         #: Each endpoint config's Shape, by id (the config is kept: the id stays its own).
         self._shapes: dict[int, tuple[EndpointConfig, render.Shape]] = {}
         #: literal_guard's verdict per URL (see _literal_refusal).
@@ -343,9 +343,12 @@ class Dispatcher:
                     attempts += committed
                     if progressed:
                         continue
-                    if not self._in_flight:
+                    # An endpoint held back by its rate_limit: its slot is waited for, so
+                    # the pass sends its queue too (at most 1/rate longer than needed).
+                    held = self._rate_hold()
+                    if not self._in_flight and held == math.inf:
                         break
-                    with anyio.move_on_after(self._max_wait):
+                    with anyio.move_on_after(min(self._max_wait, held)):
                         await self._wake.wait()
         finally:
             with anyio.CancelScope(shield=True):
@@ -353,10 +356,19 @@ class Dispatcher:
         return attempts
 
     def _wait_time(self) -> float:
-        rate_wait, self._rate_wait = self._rate_wait, math.inf
+        """How long the loop sleeps after a round that started nothing (unless woken): until
+        the next retry is due or an endpoint held back by its rate_limit may start again,
+        at most ``max_wait`` (the backstop)."""
+        wait = min(self._max_wait, self._rate_hold())
         if self._next_due is None:
-            return min(self._max_wait, rate_wait)
-        return min(self._max_wait, rate_wait, max(0.0, self._next_due - self._clock()))
+            return wait
+        return min(wait, max(0.0, self._next_due - self._clock()))
+
+    def _rate_hold(self) -> float:
+        """Seconds until the earliest endpoint held back by its ``rate_limit`` may start its
+        next delivery; ``inf`` when none is held back."""
+        now = anyio.current_time()
+        return min((at - now for at in self._rate_slots.values() if at > now), default=math.inf)
 
     @contextlib.asynccontextmanager
     async def _workers(
@@ -442,7 +454,7 @@ class Dispatcher:
             try:
                 unstarted, self._unstarted = self._unstarted, []
                 failing, due, self._next_due = await self._store.dispatch_round(
-                    records, now, max(0, free), busy, unstarted, self._caps(finished, now)
+                    records, now, max(0, free), busy, unstarted, self._caps(finished)
                 )
             except StoreUnwritableError as exc:
                 self._not_recorded(finished, exc)
@@ -463,7 +475,7 @@ class Dispatcher:
                 continue  # removed from the config by a reload; its rows wait for it
             # The one place a per-endpoint admission check belongs: the rate limit.
             if endpoint.rate_limit is not None and self._rate_limited(
-                delivery.endpoint, self._clock()
+                delivery.endpoint, anyio.current_time()
             ):
                 self._unstarted.append(key)
                 continue
@@ -476,7 +488,7 @@ class Dispatcher:
             started += 1
         return bool(finished) or started > 0
 
-    def _caps(self, finished: list[_Finished], now: float) -> dict[str, int]:
+    def _caps(self, finished: list[_Finished]) -> dict[str, int]:
         """Per endpoint, how many deliveries could start now: its free slots (those of
         ``finished`` included), none while its ``rate_limit`` holds it back and one when
         it does not. The store claims no more than that (a replica never sits on
@@ -486,10 +498,11 @@ class Dispatcher:
         for f in finished:
             done[f.delivery.endpoint] = done.get(f.delivery.endpoint, 0) + 1
         caps: dict[str, int] = {}
+        mono = anyio.current_time()  # the rate slots' clock
         for name, config in s.endpoints.items():
             cap = s.per_endpoint - self._per_endpoint.get(name, 0) + done.get(name, 0)
             if config.rate_limit is not None:
-                cap = min(cap, 1 if self._rate_slots.get(name, 0.0) <= now else 0)
+                cap = min(cap, 1 if self._rate_slots.get(name, -math.inf) <= mono else 0)
             caps[name] = max(0, cap)
         return caps
 
@@ -683,14 +696,15 @@ class Dispatcher:
         return shape
 
     def _rate_limited(self, endpoint: str, now: float) -> bool:
-        """Whether ``endpoint``'s ``rate_limit`` forbids starting a delivery now; if not, the
-        slot is taken. The excess waits in the outbox, in order."""
+        """Whether ``endpoint``'s ``rate_limit`` forbids starting a delivery at ``now`` (the
+        loop's clock); if not, the slot is taken: the next one is ``1/rate`` later (starts
+        at least that far apart, no burst). The excess waits in the outbox, in order, and
+        the loop wakes when the slot frees (:meth:`_rate_hold`)."""
         config = self.settings.endpoints.get(endpoint)
         if config is None or config.rate_limit is None:
             return False
-        free_at = self._rate_slots.get(endpoint, 0.0)
+        free_at = self._rate_slots.get(endpoint, -math.inf)
         if free_at > now:
-            self._rate_wait = min(self._rate_wait, free_at - now)
             return True
         self._rate_slots[endpoint] = max(free_at, now) + 1.0 / config.rate_limit
         return False
