@@ -23,6 +23,7 @@ from sessionhook.api.models import Activity, ProgressUpdated, Session
 from sessionhook.relay.config import Config, DeliveryConfig, EndpointConfig
 from sessionhook.relay.dispatch import AttemptResult, DeliverySettings, Dispatcher, post_event
 from sessionhook.relay.events import activity_event
+from sessionhook.relay.logging import LineBudget
 from sessionhook.relay.signing import generate_secret
 from sessionhook.relay.store import AsyncStore, DeliveryRow
 from tests import virtual_time
@@ -681,3 +682,26 @@ def test_rate_limit_sends_n_per_second_in_order_on_a_fake_clock(
     assert [a.event_id for a in arrivals] == order  # each once, in the outbox's order
     gaps = [round(b.arrived_at - a.arrived_at, 3) for a, b in itertools.pairwise(arrivals)]
     assert gaps == [1 / rate] * (count - 1), gaps
+
+
+@pytest.mark.anyio
+async def test_successes_beyond_the_line_budget_are_counted_in_one_summary(
+    tmp_path: Path,
+) -> None:
+    """A burst of successes (a backlog) writes at most the budget's delivery.succeeded lines
+    a second; the others are counted, per endpoint, in a delivery.succeeded_summary line
+    (here the second never ends: the summary comes when the loop does). Nothing is lost:
+    listed + counted = delivered. Failures are always listed."""
+    receiver = Receiver(SECRET, fail_first=1)
+    async with Rig(tmp_path, receiver, _config(delays=(0.0, 0.0))) as rig:
+        dispatcher = rig.dispatcher
+        dispatcher._success_lines = LineBudget(5, clock=lambda: 0.0)
+        with capture_logs() as logs, anyio.fail_after(20):
+            await dispatcher.run_until_idle()
+        assert receiver.delivered_ids() == rig.all_ids
+    listed = [e for e in logs if e["event"] == "delivery.succeeded"]
+    summaries = [e for e in logs if e["event"] == "delivery.succeeded_summary"]
+    failed = [e for e in logs if e["event"] == "delivery.failed"]
+    assert len(listed) == 5
+    assert [(s["endpoint"], s["count"]) for s in summaries] == [("rx", len(rig.all_ids) - 5)]
+    assert len(failed) == len(rig.all_ids)  # the first attempt of each: every one listed

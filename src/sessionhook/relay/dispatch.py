@@ -42,7 +42,7 @@ from sessionhook.redact import redact_userinfo
 
 from . import netguard, render, retry
 from .config import Config, EndpointConfig
-from .logging import get_logger
+from .logging import LineBudget, get_logger
 from .metrics import Metrics
 from .retry import AttemptResult
 from .sender import Answer, HttpxPoster, Poster, PostError
@@ -60,6 +60,9 @@ __all__ = [
 ]
 
 USER_AGENT = f"sessionhook/{__version__}"
+#: ``delivery.succeeded`` lines a second at most; the successes beyond are counted, per
+#: endpoint, in one ``delivery.succeeded_summary`` line (see :class:`LineBudget`).
+SUCCESS_LINES_PER_SECOND = 50
 
 _log = get_logger()
 
@@ -279,6 +282,7 @@ class Dispatcher:
         self._literals: dict[str, str | None] = {}
         #: (structlog's configuration, the logger bound under it, quiet): see _batch_logger.
         self._logger: tuple[tuple[object, ...], FilteringBoundLogger, bool] | None = None
+        self._success_lines = LineBudget(SUCCESS_LINES_PER_SECOND)
         #: Rounds made (store calls of the loop: benchmarks divide deliveries by it).
         self.rounds = 0
         #: Monotonic time the loop last went round (for the systemd watchdog).
@@ -320,6 +324,7 @@ class Dispatcher:
             # Cancelled (stop after the drain bound): what finished is still recorded.
             with anyio.CancelScope(shield=True):
                 await self._commit_finished()
+            self._summarize_successes(now=True)
 
     async def drain(self) -> None:
         """Stop starting deliveries and wait for the ones in flight (bound it yourself)."""
@@ -353,6 +358,7 @@ class Dispatcher:
         finally:
             with anyio.CancelScope(shield=True):
                 attempts += await self._commit_finished()
+            self._summarize_successes(now=True)
         return attempts
 
     def _wait_time(self) -> float:
@@ -547,6 +553,7 @@ class Dispatcher:
         """After the commit: report each attempt, disable endpoints failing too long, and
         release the (endpoint, session) keys."""
         log, quiet = self._batch_logger()
+        self._summarize_successes()  # the last second's, before this batch's lines
         for item, failing_since in zip(finished, failing, strict=True):
             self._report(item, log, quiet)
             endpoint, now = item.endpoint, item.at
@@ -713,7 +720,7 @@ class Dispatcher:
         """Log and count one committed attempt (``quiet``: info lines are filtered out)."""
         endpoint, result, decision = item.endpoint, item.result, item.decision
         if isinstance(decision, retry.Delivered):
-            if not quiet:
+            if not quiet and self._success_lines.admit(endpoint.name):
                 log.info("delivery.succeeded", **self._fields(item))
             if self._metrics is not None:
                 self._metrics.delivery_attempted(
@@ -742,6 +749,21 @@ class Dispatcher:
             self._disabled(endpoint.name, decision.reason, "gone")
         if self._metrics is not None:
             self._metrics.delivery_attempted(endpoint.name, outcome, result.duration_ms / 1000)
+
+    def _summarize_successes(self, *, now: bool = False) -> None:
+        """One line per endpoint for the successes :meth:`_report` counted instead of
+        listing them, once their second is over (``now``: the loop ends)."""
+        unlisted = self._success_lines.unlisted(now=now)
+        if unlisted:
+            log, _quiet = self._batch_logger()
+            for endpoint, count in sorted(unlisted.items()):
+                log.info(
+                    "delivery.succeeded_summary",
+                    endpoint=endpoint,
+                    count=count,
+                    note=f"beyond {SUCCESS_LINES_PER_SECOND} lines a second successes are "
+                    "counted, not listed; every attempt is in the delivery log",
+                )
 
     @staticmethod
     def _fields(item: _Finished) -> dict[str, object]:
