@@ -11,7 +11,8 @@ hands out, per endpoint and session, only the oldest undelivered one), hands eac
 reused attempt worker under a global and a per-endpoint bound, and keeps at most one
 attempt in flight per (endpoint, session), so each consumer sees a session's events in
 order while sessions and endpoints proceed in parallel. The poller wakes it when it
-enqueues; otherwise it sleeps until the next retry is due.
+enqueues; otherwise it sleeps until the next retry is due or the next ``rate_limit`` slot
+of an endpoint held back frees.
 :func:`sessionhook.relay.retry.decide` turns each result into a decision the store records
 in one transaction; a 410 or an endpoint failing for longer than its ``disable_after``
 disables it.
