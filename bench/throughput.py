@@ -732,7 +732,9 @@ def main() -> None:
                 shared_db = bench.ingest(*trees[0])[1]
             for rep in range(args.reps):
                 print(f"repetition {rep + 1}/{args.reps}", flush=True)
-                for name, tree in trees:
+                # Every other repetition in the reverse order: on a shared machine the load
+                # drifts within a repetition, and a fixed order handed it to one tree.
+                for name, tree in trees if rep % 2 == 0 else trees[::-1]:
                     if shared_db is None:
                         figures, base_db = bench.ingest(name, tree)
                         note(f"{name}/ingest", figures)
