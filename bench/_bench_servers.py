@@ -347,6 +347,7 @@ class Receiver:
         self.first: float | None = None
         self.last: float | None = None
         self.bad = 0
+        self.body_bytes = 0
         self.stamps: list[tuple[float, bytes]] = []
         self.conn_base = self.stats.get("connections", 0)
 
@@ -360,6 +361,7 @@ class Receiver:
         if not any(hmac.compare_digest(expected, g) for g in given):
             self.bad += 1
         self.counts[target] = self.counts.get(target, 0) + 1
+        self.body_bytes += len(body)
         if self.first is None:
             self.first = now
         self.last = now
@@ -383,6 +385,7 @@ class Receiver:
                 "first": self.first,
                 "last": self.last,
                 "bad_signatures": self.bad,
+                "body_bytes": self.body_bytes,
                 "connections": self.stats.get("connections", 0) - self.conn_base,
                 "latencies": latencies if "latency" in target else [],
             }

@@ -5,7 +5,8 @@ One store is filled with ``--sessions`` x ``--per-session`` deliveries to one en
 (once, with this tree); then, per repetition and tree (``--tree name=src``, the ``src``
 directory put first on ``PYTHONPATH`` of a child process, trees interleaved), a copy of it
 is delivered by a :class:`~sessionhook.relay.dispatch.Dispatcher` with ``concurrency = 16``
-and logging at ``warning`` (as ``bench/throughput.py`` configures the relay). Prints the
+and logging at ``--log-level`` (``warning`` unless told, as ``bench/throughput.py``
+configures the relay but for its user's case; ``info``: the default). Prints the
 process CPU per delivery (both threads: the event loop and the store's), the event loop's
 own (``loop_cpu_ms``: the main thread's, the one that bounds deliveries/s), deliveries per
 second, context switches per delivery and deliveries per dispatcher round, then the medians.
@@ -48,8 +49,9 @@ def fill(db: Path, sessions: int, per_session: int) -> None:
     store.close()
 
 
-def child(db: Path) -> dict[str, float]:
-    """Deliver everything in ``db`` with the tree on ``sys.path``; the figures."""
+def child(db: Path, log_level: str) -> dict[str, float]:
+    """Deliver everything in ``db`` with the tree on ``sys.path``; the figures. Log lines
+    (JSON, at ``log_level``) go to a file beside ``db``, as the daemon's go to journald."""
     import anyio
     from pydantic import SecretStr
 
@@ -116,8 +118,9 @@ def child(db: Path) -> dict[str, float]:
             "per_round": total / rounds if (rounds := getattr(dispatcher, "rounds", 0)) else 0.0,
         }
 
-    relay_logging.configure("warning", "json", stream=open(os.devnull, "w"))  # noqa: SIM115
-    return anyio.run(deliver)
+    with db.with_suffix(".log").open("w") as log:
+        relay_logging.configure(log_level, "json", stream=log)
+        return anyio.run(deliver)
 
 
 def main() -> None:
@@ -126,10 +129,15 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=200)
     parser.add_argument("--per-session", type=int, default=50)
     parser.add_argument("--reps", type=int, default=4)
+    parser.add_argument(
+        "--log-level",
+        default="warning",
+        help="the relay's log level (info: the default, a line per delivery)",
+    )
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child is not None:
-        print(json.dumps(child(args.child)))
+        print(json.dumps(child(args.child, args.log_level)))
         return
     trees = [t.split("=", 1) for t in args.tree] or [["cur", str(ROOT / "src")]]
     with tempfile.TemporaryDirectory() as tmp:
@@ -142,7 +150,7 @@ def main() -> None:
                 shutil.copy(base, db)
                 env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{ROOT}"}
                 out = subprocess.run(
-                    [sys.executable, __file__, "--child", str(db)],
+                    [sys.executable, __file__, "--child", str(db), "--log-level", args.log_level],
                     env=env,
                     capture_output=True,
                     text=True,

@@ -14,17 +14,25 @@ Everything runs as separate processes on 127.0.0.1, as a user would run them:
 
 Per repetition and tree, interleaved: (1) **ingest**: a fresh store, backfill on, endpoints
 configured but disabled: activities archived per second from the relay's first request to
-the last activity archived; (2) **deliver**: the ingested store, every event replayed to one
-endpoint (``sessionhook replay``), then ``run``: deliveries per second (first to last arrival),
+the last activity archived; (2) **user** (the headline: the case a user has): the ingested
+store, every event replayed to one endpoint, then ``run`` configured as a user does (every
+setting at its default but the upstream, the store, the endpoint and private addresses:
+log level ``info``, the default poll intervals and request budget), the stand-in up and
+answering its polls of the finished sessions (``upstream_requests``); figures as in (3);
+(3) **deliver**: the same with the bench's settings (log level ``warning``, a larger
+budget, slower polls): every event replayed to one endpoint (``sessionhook replay``), then
+``run``: deliveries per second (first to last arrival),
 CPU per delivery (``/proc`` of the relay, from the first arrival: start-up excluded), CPU
 per delivery in the first 2,000 (backlog about 20,000) and in the last 2,000 (backlog
-2,000 -> 200); peak RSS (VmHWM); new connections;
-bytes per event of the store afterwards; (3) **fan-out**: four endpoints, each replayed a
-quarter of the events (the same total); (4) **latency**: a live stand-in appends activities
-at ``--live-rate`` per second; p50/p90 activity createTime -> arrival; (5) **e2e**: a fresh
+2,000 -> 200); peak RSS (VmHWM); new connections; the mean body size;
+bytes per event of the store afterwards; (4) **fan-out**: four endpoints, each replayed a
+quarter of the events (the same total); (5) **latency**: a live stand-in appends activities
+at ``--live-rate`` per second; p50/p90 activity createTime -> arrival; (6) **e2e**: a fresh
 store, backfill on, one endpoint enabled from the start, so ingest and delivery share the
 relay (a first start on an account with history): deliveries per second from the first
-arrival to the last, and from the relay's first request. Then the bare loop.
+arrival to the last, and from the relay's first request. Then the bare loop (by default
+the relay's own poster, ``--baseline relay=<first tree>``), whose ratio to (2) and (3) is
+reported per repetition.
 Medians over ``--reps``; the load average is printed with each figure. Before the first
 repetition each tree ingests once untimed (``--no-warmup`` skips it): the first relay of a
 run was the slowest, which penalised whichever tree came first.
@@ -124,7 +132,11 @@ def _config(
     *,
     concurrency: int,
     live: bool = False,
+    as_configured: bool = False,
 ) -> None:
+    """A relay config. ``as_configured``: what a user writes (the upstream, the store, the
+    endpoint, private addresses allowed for the loopback receiver): every other setting
+    at its default: the request budget, the poll intervals, log level ``info``."""
     key = path.parent / "api_key"
     key.write_text(API_KEY)
     key.chmod(0o600)  # a secret file others can read is refused
@@ -132,21 +144,24 @@ def _config(
         "[api]",
         f'base_url = "http://127.0.0.1:{api_port}"',
         f'api_key_file = "{key}"',
-        "requests_per_minute = 60000",
         "[store]",
         f'path = "{db}"',
-        "[poll]",
-        f"active_interval = {0.3 if live else 2}",
-        f"idle_interval = {2 if live else 60}",
-        f"discovery_interval = {0.5 if live else 30}",
-        "backfill = true",
         "[delivery]",
         "allow_private_networks = true",
         f"concurrency = {concurrency}",
-        "[log]",
-        'level = "warning"',
-        'format = "json"',
     ]
+    if not as_configured:
+        lines[3:3] = ["requests_per_minute = 60000"]
+        lines += [
+            "[poll]",
+            f"active_interval = {0.3 if live else 2}",
+            f"idle_interval = {2 if live else 60}",
+            f"discovery_interval = {0.5 if live else 30}",
+            "backfill = true",
+            "[log]",
+            'level = "warning"',
+            'format = "json"',
+        ]
     for name, enabled in endpoints:
         lines += [
             "[[endpoints]]",
@@ -248,6 +263,7 @@ class Bench:
         concurrency: int | None = None,
         api_port: int | None = None,
         live: bool = False,
+        as_configured: bool = False,
     ) -> Path:
         """Write a relay's config in ``work`` (its store ``work/relay.db``, this run's
         receiver and secret; the stand-in at ``api_port``, by default the backlog one)
@@ -262,6 +278,7 @@ class Bench:
             endpoints,
             concurrency=self.args.concurrency if concurrency is None else concurrency,
             live=live,
+            as_configured=as_configured,
         )
         return config
 
@@ -335,8 +352,15 @@ class Bench:
             stderr=subprocess.DEVNULL,
         )
 
-    def deliver(self, name: str, tree: Path, base_db: Path, fanout: int) -> dict[str, float]:
-        work = Path(tempfile.mkdtemp(dir=self.tmp, prefix=f"deliver{fanout}-{name}-"))
+    def deliver(
+        self, name: str, tree: Path, base_db: Path, fanout: int, *, as_configured: bool = False
+    ) -> dict[str, float]:
+        """Every event of ``base_db`` replayed to ``fanout`` endpoints, then ``run``.
+        ``as_configured``: the user's case, the relay with its default settings (see
+        :func:`_config`); the stand-in answers its polls of the finished sessions either
+        way (it stays up), ``upstream_requests`` counts them."""
+        label = "user" if as_configured else f"deliver{fanout}"
+        work = Path(tempfile.mkdtemp(dir=self.tmp, prefix=f"{label}-{name}-"))
         db = work / "relay.db"
         shutil.copy(base_db, db)
         names = [f"e{i + 1}" for i in range(fanout)]
@@ -355,11 +379,12 @@ class Bench:
                 cmd, capture_output=True, text=True, env=_env(tree), check=True
             ).stdout
             expected += int(re.search(r"queued (\d+)", out).group(1))  # type: ignore[union-attr]
-        config = self._configure(work, [(e, True) for e in names])
+        config = self._configure(work, [(e, True) for e in names], as_configured=as_configured)
         _get(self.hook_port, "/_bench/reset")
+        _get(self.api_port, "/_bench/reset")
         samples: list[tuple[float, int, float]] = []
         loop_samples: list[tuple[float, int, float]] = []  # the main thread's (event loop)
-        with self._running(tree, config, work, f"deliver{fanout}-{name}") as (relay, load, servers):
+        with self._running(tree, config, work, f"{label}-{name}") as (relay, load, servers):
             deadline = time.monotonic() + self.args.timeout
             while True:
                 got = _get(self.hook_port, "/_bench/stats")["total"]
@@ -371,11 +396,14 @@ class Bench:
                     raise RuntimeError(f"delivery stalled at {got}/{expected}; see {work}")
                 time.sleep(0.1)
             stats = _get(self.hook_port, "/_bench/stats")
+            upstream = _get(self.api_port, "/_bench/stats")["requests"]
             rss = peak_rss_mb(relay.pid)
         seconds = stats["last"] - stats["first"]
         result = {
             "deliveries": expected,
             "per_s": expected / seconds,
+            "body_bytes": stats["body_bytes"] / max(1, stats["total"]),
+            "upstream_requests": upstream,
             # From the first arrival: start-up (imports, opening the store) is not delivery
             # work (about 1 s of CPU, 0.05-0.1 ms per delivery on 10-20k deliveries).
             "cpu_ms": _cpu_between(samples, 1, expected) * 1000 / (expected - 1),
@@ -646,7 +674,9 @@ def main() -> None:
     parser.add_argument(
         "--baseline-count", type=int, default=0, help="cap the bare loop's POSTs (0: as relay)"
     )
-    parser.add_argument("--skip", action="append", default=[], help="ingest|fanout|latency|e2e")
+    parser.add_argument(
+        "--skip", action="append", default=[], help="ingest|user|fanout|latency|e2e"
+    )
     parser.add_argument(
         "--no-warmup",
         dest="warmup",
@@ -670,7 +700,9 @@ def main() -> None:
     trees = [(t.split("=", 1)[0], Path(t.split("=", 1)[1]).resolve()) for t in args.tree]
     if not trees:
         trees = [("current", ROOT / "src")]
-    baselines = [(b.split("=", 1)[0], dict(trees)[b.split("=", 1)[1]]) for b in args.baseline]
+    # The headline's ratio needs the bare loop of the relay's own poster: run by default.
+    spec = args.baseline or [f"relay={trees[0][0]}"]
+    baselines = [(b.split("=", 1)[0], dict(trees)[b.split("=", 1)[1]]) for b in spec]
     results: dict[str, list[dict[str, float]]] = {}
 
     def note(key: str, row: dict[str, float]) -> None:
@@ -701,12 +733,18 @@ def main() -> None:
                 shared_db = bench.ingest(*trees[0])[1]
             for rep in range(args.reps):
                 print(f"repetition {rep + 1}/{args.reps}", flush=True)
-                for name, tree in trees:
+                # Every other repetition in the reverse order: on a shared machine the load
+                # drifts within a repetition, and a fixed order handed it to one tree.
+                for name, tree in trees if rep % 2 == 0 else trees[::-1]:
                     if shared_db is None:
                         figures, base_db = bench.ingest(name, tree)
                         note(f"{name}/ingest", figures)
                     else:
                         base_db = shared_db
+                    # The headline: the daemon with its default settings (the user's case).
+                    if "user" not in args.skip:
+                        user = bench.deliver(name, tree, base_db, 1, as_configured=True)
+                        note(f"{name}/user", user)
                     note(f"{name}/deliver1", bench.deliver(name, tree, base_db, 1))
                     if "fanout" not in args.skip:
                         note(f"{name}/deliver4", bench.deliver(name, tree, base_db, 4))
@@ -755,9 +793,17 @@ def main() -> None:
         ratio(f"{name}: fan-out 4 / 1 endpoint", f"{name}/deliver4", f"{name}/deliver1")
         backlog_ratio(name)
         for client, _t in baselines:
+            ratio(f"{name}: user's case / bare {client} loop", f"{name}/user", f"baseline-{client}")
             ratio(f"{name}: relay / bare {client} loop", f"{name}/deliver1", f"baseline-{client}")
+            ratio(
+                f"{name}: user's case / bare {client} loop, CPU per delivery",
+                f"{name}/user",
+                f"baseline-{client}",
+                "cpu_ms",
+            )
     if len(trees) == 2:
         (a, _), (b, _) = trees
+        ratio(f"user's case deliveries/s {a} / {b}", f"{a}/user", f"{b}/user")
         ratio(f"deliveries/s {a} / {b}", f"{a}/deliver1", f"{b}/deliver1")
         ratio(f"end-to-end deliveries/s {a} / {b}", f"{a}/e2e", f"{b}/e2e")
         ratio(f"ingest/s {a} / {b}", f"{a}/ingest", f"{b}/ingest", "ingest_per_s")

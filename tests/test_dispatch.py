@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import json
 import time
 from collections.abc import AsyncIterator, Callable
@@ -22,10 +23,12 @@ from sessionhook.api.models import Activity, ProgressUpdated, Session
 from sessionhook.relay.config import Config, DeliveryConfig, EndpointConfig
 from sessionhook.relay.dispatch import AttemptResult, DeliverySettings, Dispatcher, post_event
 from sessionhook.relay.events import activity_event
+from sessionhook.relay.logging import LineBudget
 from sessionhook.relay.render_process import RenderProcess
 from sessionhook.relay.signing import generate_secret
 from sessionhook.relay.store import AsyncStore, DeliveryRow
-from tests.receiver import Receiver
+from tests import virtual_time
+from tests.receiver import Arrival, Receiver
 
 SECRET = generate_secret()
 OLD_SECRET = generate_secret()
@@ -675,3 +678,81 @@ async def test_a_new_logging_configuration_reaches_the_next_batch(tmp_path: Path
     lines = [json.loads(line) for line in loud.getvalue().splitlines()]
     assert [(x["event"], x["event_id"]) for x in lines] == [("delivery.succeeded", second.event_id)]
     assert [(x["event"], x["event_id"]) for x in logs] == [("delivery.succeeded", third.event_id)]
+
+
+# --------------------------------------------------------------------------- rate_limit
+
+
+@pytest.mark.parametrize("loop", ["run", "run_until_idle"])
+def test_rate_limit_sends_n_per_second_in_order_on_a_fake_clock(
+    tmp_path: Path, loop: str
+) -> None:
+    """``rate_limit = 2``: 20 deliveries through the real dispatcher and store, on a fake
+    clock (tests/virtual_time.py: time passes only while the loop would sleep). The first
+    goes at once, each next one 1/2 s after the previous one (the dispatcher wakes when the
+    slot frees, not at its 1 s backstop), in the outbox's order; ``--once``
+    (run_until_idle) waits for the slots too instead of leaving the rest behind."""
+    rate, count = 2.0, 20
+    config = _config()
+    limited = config.endpoints[0].model_copy(update={"rate_limit": rate})
+    config = config.model_copy(update={"endpoints": (limited,)})
+    store_calls = [0]  # calls under way in the store's thread: the fake clock waits for them
+
+    async def main(clock: virtual_time.VirtualTimeLoop) -> tuple[list[Arrival], list[str]]:
+        store = await AsyncStore.open(tmp_path / "relay.db", clock=clock.wall)
+        call = store.call
+
+        async def counted(fn: Any, *args: Any, **kwargs: Any) -> Any:
+            store_calls[0] += 1
+            try:
+                return await call(fn, *args, **kwargs)
+            finally:
+                store_calls[0] -= 1
+
+        store.call = counted  # type: ignore[method-assign]
+        await store.sync_endpoints(config.endpoints)
+        expected = await _seed(store)  # SESSIONS x PER_SESSION = 20, oldest first
+        receiver = Receiver(SECRET, clock=clock.wall)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(receiver.app)) as http:
+            dispatcher = Dispatcher(
+                store, http, DeliverySettings.from_config(config), clock=clock.wall
+            )
+            with anyio.fail_after(120):  # fake seconds: main's backstop took 19
+                if loop == "run":
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(dispatcher.run)
+                        await receiver.wait_for(lambda r: len(r.arrivals) >= count, within=100)
+                        tg.cancel_scope.cancel()
+                else:
+                    await dispatcher.run_until_idle()
+        await store.close()
+        return receiver.arrivals, [i for ids in expected.values() for i in ids]
+
+    arrivals, order = virtual_time.run(main, busy=lambda: store_calls[0] > 0)
+    assert count == SESSIONS * PER_SESSION
+    assert [a.event_id for a in arrivals] == order  # each once, in the outbox's order
+    gaps = [round(b.arrived_at - a.arrived_at, 3) for a, b in itertools.pairwise(arrivals)]
+    assert gaps == [1 / rate] * (count - 1), gaps
+
+
+@pytest.mark.anyio
+async def test_successes_beyond_the_line_budget_are_counted_in_one_summary(
+    tmp_path: Path,
+) -> None:
+    """A burst of successes (a backlog) writes at most the budget's delivery.succeeded lines
+    a second; the others are counted, per endpoint, in a delivery.succeeded_summary line
+    (here the second never ends: the summary comes when the loop does). Nothing is lost:
+    listed + counted = delivered. Failures are always listed."""
+    receiver = Receiver(SECRET, fail_first=1)
+    async with Rig(tmp_path, receiver, _config(delays=(0.0, 0.0))) as rig:
+        dispatcher = rig.dispatcher
+        dispatcher._success_lines = LineBudget(5, clock=lambda: 0.0)
+        with capture_logs() as logs, anyio.fail_after(20):
+            await dispatcher.run_until_idle()
+        assert receiver.delivered_ids() == rig.all_ids
+    listed = [e for e in logs if e["event"] == "delivery.succeeded"]
+    summaries = [e for e in logs if e["event"] == "delivery.succeeded_summary"]
+    failed = [e for e in logs if e["event"] == "delivery.failed"]
+    assert len(listed) == 5
+    assert [(s["endpoint"], s["count"]) for s in summaries] == [("rx", len(rig.all_ids) - 5)]
+    assert len(failed) == len(rig.all_ids)  # the first attempt of each: every one listed

@@ -207,3 +207,16 @@ def test_redact_processor_under_capture_logs() -> None:
             "token": relay_logging.REDACTED,
         }
     ]
+
+
+def test_line_budget_writes_per_second_and_counts_the_rest_once() -> None:
+    now = [100.0]
+    budget = relay_logging.LineBudget(3, clock=lambda: now[0])
+    admitted = [budget.admit("a" if i % 2 else "b") for i in range(7)]
+    assert admitted == [True, True, True, False, False, False, False]
+    assert budget.unlisted() == {}  # its second is not over
+    now[0] += 1.0
+    assert budget.unlisted() == {"a": 2, "b": 2}
+    assert budget.unlisted() == {}  # handed out once
+    assert [budget.admit("a") for _ in range(4)] == [True, True, True, False]  # a new second
+    assert budget.unlisted(now=True) == {"a": 1}

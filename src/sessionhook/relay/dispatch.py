@@ -11,7 +11,8 @@ hands out, per endpoint and session, only the oldest undelivered one), hands eac
 reused attempt worker under a global and a per-endpoint bound, and keeps at most one
 attempt in flight per (endpoint, session), so each consumer sees a session's events in
 order while sessions and endpoints proceed in parallel. The poller wakes it when it
-enqueues; otherwise it sleeps until the next retry is due.
+enqueues; otherwise it sleeps until the next retry is due or the next ``rate_limit`` slot
+of an endpoint held back frees.
 :func:`sessionhook.relay.retry.decide` turns each result into a decision the store records
 in one transaction; a 410 or an endpoint failing for longer than its ``disable_after``
 disables it.
@@ -42,7 +43,7 @@ from sessionhook.redact import redact_userinfo
 
 from . import netguard, render, retry
 from .config import Config, EndpointConfig
-from .logging import get_logger
+from .logging import LineBudget, get_logger
 from .metrics import Metrics
 from .render_process import InlineRenderer, Renderer
 from .retry import AttemptResult
@@ -61,6 +62,9 @@ __all__ = [
 ]
 
 USER_AGENT = f"sessionhook/{__version__}"
+#: ``delivery.succeeded`` lines a second at most; the successes beyond are counted, per
+#: endpoint, in one ``delivery.succeeded_summary`` line (see :class:`LineBudget`).
+SUCCESS_LINES_PER_SECOND = 50
 
 _log = get_logger()
 
@@ -278,16 +282,17 @@ class Dispatcher:
         self._accepting = True
         self._settled = anyio.Event()  # set whenever attempts were committed
         self._next_due: float | None = None
-        # rate_limit: when each endpoint may start its next delivery (wall clock), and how
-        # soon the earliest endpoint held back by it frees up.
+        # rate_limit: when each endpoint may start its next delivery, on the loop's
+        # monotonic clock (the one its timer sleeps on; a wall clock stepped back by NTP
+        # would hold the endpoint for as long).
         self._rate_slots: dict[str, float] = {}
-        self._rate_wait = math.inf
         #: Each endpoint config's Shape, by id (the config is kept: the id stays its own).
         self._shapes: dict[int, tuple[EndpointConfig, render.Shape]] = {}
         #: literal_guard's verdict per URL (see _literal_refusal).
         self._literals: dict[str, str | None] = {}
         #: (structlog's configuration, the logger bound under it, quiet): see _batch_logger.
         self._logger: tuple[tuple[object, ...], FilteringBoundLogger, bool] | None = None
+        self._success_lines = LineBudget(SUCCESS_LINES_PER_SECOND)
         #: Rounds made (store calls of the loop: benchmarks divide deliveries by it).
         self.rounds = 0
         #: Monotonic time the loop last went round (for the systemd watchdog).
@@ -329,6 +334,7 @@ class Dispatcher:
             # Cancelled (stop after the drain bound): what finished is still recorded.
             with anyio.CancelScope(shield=True):
                 await self._commit_finished()
+            self._summarize_successes(now=True)
 
     async def drain(self) -> None:
         """Stop starting deliveries and wait for the ones in flight (bound it yourself)."""
@@ -352,20 +358,33 @@ class Dispatcher:
                     attempts += committed
                     if progressed:
                         continue
-                    if not self._in_flight:
+                    # An endpoint held back by its rate_limit: its slot is waited for, so
+                    # the pass sends its queue too (at most 1/rate longer than needed).
+                    held = self._rate_hold()
+                    if not self._in_flight and held == math.inf:
                         break
-                    with anyio.move_on_after(self._max_wait):
+                    with anyio.move_on_after(min(self._max_wait, held)):
                         await self._wake.wait()
         finally:
             with anyio.CancelScope(shield=True):
                 attempts += await self._commit_finished()
+            self._summarize_successes(now=True)
         return attempts
 
     def _wait_time(self) -> float:
-        rate_wait, self._rate_wait = self._rate_wait, math.inf
+        """How long the loop sleeps after a round that started nothing (unless woken): until
+        the next retry is due or an endpoint held back by its rate_limit may start again,
+        at most ``max_wait`` (the backstop)."""
+        wait = min(self._max_wait, self._rate_hold())
         if self._next_due is None:
-            return min(self._max_wait, rate_wait)
-        return min(self._max_wait, rate_wait, max(0.0, self._next_due - self._clock()))
+            return wait
+        return min(wait, max(0.0, self._next_due - self._clock()))
+
+    def _rate_hold(self) -> float:
+        """Seconds until the earliest endpoint held back by its ``rate_limit`` may start its
+        next delivery; ``inf`` when none is held back."""
+        now = anyio.current_time()
+        return min((at - now for at in self._rate_slots.values() if at > now), default=math.inf)
 
     @contextlib.asynccontextmanager
     async def _workers(
@@ -451,7 +470,7 @@ class Dispatcher:
             try:
                 unstarted, self._unstarted = self._unstarted, []
                 failing, due, self._next_due = await self._store.dispatch_round(
-                    records, now, max(0, free), busy, unstarted, self._caps(finished, now)
+                    records, now, max(0, free), busy, unstarted, self._caps(finished)
                 )
             except StoreUnwritableError as exc:
                 self._not_recorded(finished, exc)
@@ -472,7 +491,7 @@ class Dispatcher:
                 continue  # removed from the config by a reload; its rows wait for it
             # The one place a per-endpoint admission check belongs: the rate limit.
             if endpoint.rate_limit is not None and self._rate_limited(
-                delivery.endpoint, self._clock()
+                delivery.endpoint, anyio.current_time()
             ):
                 self._unstarted.append(key)
                 continue
@@ -485,7 +504,7 @@ class Dispatcher:
             started += 1
         return bool(finished) or started > 0
 
-    def _caps(self, finished: list[_Finished], now: float) -> dict[str, int]:
+    def _caps(self, finished: list[_Finished]) -> dict[str, int]:
         """Per endpoint, how many deliveries could start now: its free slots (those of
         ``finished`` included), none while its ``rate_limit`` holds it back and one when
         it does not. The store claims no more than that (a replica never sits on
@@ -495,10 +514,11 @@ class Dispatcher:
         for f in finished:
             done[f.delivery.endpoint] = done.get(f.delivery.endpoint, 0) + 1
         caps: dict[str, int] = {}
+        mono = anyio.current_time()  # the rate slots' clock
         for name, config in s.endpoints.items():
             cap = s.per_endpoint - self._per_endpoint.get(name, 0) + done.get(name, 0)
             if config.rate_limit is not None:
-                cap = min(cap, 1 if self._rate_slots.get(name, 0.0) <= now else 0)
+                cap = min(cap, 1 if self._rate_slots.get(name, -math.inf) <= mono else 0)
             caps[name] = max(0, cap)
         return caps
 
@@ -543,6 +563,7 @@ class Dispatcher:
         """After the commit: report each attempt, disable endpoints failing too long, and
         release the (endpoint, session) keys."""
         log, quiet = self._batch_logger()
+        self._summarize_successes()  # the last second's, before this batch's lines
         for item, failing_since in zip(finished, failing, strict=True):
             self._report(item, log, quiet)
             endpoint, now = item.endpoint, item.at
@@ -694,14 +715,15 @@ class Dispatcher:
         return shape
 
     def _rate_limited(self, endpoint: str, now: float) -> bool:
-        """Whether ``endpoint``'s ``rate_limit`` forbids starting a delivery now; if not, the
-        slot is taken. The excess waits in the outbox, in order."""
+        """Whether ``endpoint``'s ``rate_limit`` forbids starting a delivery at ``now`` (the
+        loop's clock); if not, the slot is taken: the next one is ``1/rate`` later (starts
+        at least that far apart, no burst). The excess waits in the outbox, in order, and
+        the loop wakes when the slot frees (:meth:`_rate_hold`)."""
         config = self.settings.endpoints.get(endpoint)
         if config is None or config.rate_limit is None:
             return False
-        free_at = self._rate_slots.get(endpoint, 0.0)
+        free_at = self._rate_slots.get(endpoint, -math.inf)
         if free_at > now:
-            self._rate_wait = min(self._rate_wait, free_at - now)
             return True
         self._rate_slots[endpoint] = max(free_at, now) + 1.0 / config.rate_limit
         return False
@@ -710,7 +732,7 @@ class Dispatcher:
         """Log and count one committed attempt (``quiet``: info lines are filtered out)."""
         endpoint, result, decision = item.endpoint, item.result, item.decision
         if isinstance(decision, retry.Delivered):
-            if not quiet:
+            if not quiet and self._success_lines.admit(endpoint.name):
                 log.info("delivery.succeeded", **self._fields(item))
             if self._metrics is not None:
                 self._metrics.delivery_attempted(
@@ -739,6 +761,21 @@ class Dispatcher:
             self._disabled(endpoint.name, decision.reason, "gone")
         if self._metrics is not None:
             self._metrics.delivery_attempted(endpoint.name, outcome, result.duration_ms / 1000)
+
+    def _summarize_successes(self, *, now: bool = False) -> None:
+        """One line per endpoint for the successes :meth:`_report` counted instead of
+        listing them, once their second is over (``now``: the loop ends)."""
+        unlisted = self._success_lines.unlisted(now=now)
+        if unlisted:
+            log, _quiet = self._batch_logger()
+            for endpoint, count in sorted(unlisted.items()):
+                log.info(
+                    "delivery.succeeded_summary",
+                    endpoint=endpoint,
+                    count=count,
+                    note=f"beyond {SUCCESS_LINES_PER_SECOND} lines a second successes are "
+                    "counted, not listed; every attempt is in the delivery log",
+                )
 
     @staticmethod
     def _fields(item: _Finished) -> dict[str, object]:
