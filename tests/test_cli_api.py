@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +29,7 @@ from sessionhook.cli._output import (
     Runtime,
     error_line,
     handle_errors,
+    http_client,
     register_user_error,
     render_fields,
     render_table,
@@ -601,3 +603,18 @@ def test_handle_errors_lets_bugs_through() -> None:
     result = CliRunner().invoke(_raiser(KeyError("bug")))
     assert isinstance(result.exception, KeyError)
     assert result.exit_code == 1
+
+
+@pytest.mark.parametrize(
+    ("base_url", "mode"),
+    [("http://127.0.0.1:8080", ssl.CERT_NONE), ("https://api.example.com", ssl.CERT_REQUIRED)],
+)
+@pytest.mark.anyio
+async def test_only_an_https_service_gets_a_verifying_tls_context(
+    base_url: str, mode: ssl.VerifyMode
+) -> None:
+    # A plain-http service never uses TLS (no redirects are followed): its client skips
+    # loading the CA bundle; an https one verifies as before.
+    async with http_client(timeout=5.0, base_url=base_url) as http:
+        context = http._transport._pool._ssl_context  # type: ignore[attr-defined]
+        assert context.verify_mode == mode

@@ -128,7 +128,7 @@ def _call(api: ApiOptions, action: Callable[[SessionsClient], Awaitable[_T]]) ->
     runtime = current_runtime()
 
     async def main() -> _T:
-        async with http_client(timeout=api.timeout) as http:
+        async with http_client(timeout=api.timeout, base_url=api.base_url) as http:
             client = SessionsClient(
                 http,
                 base_url=api.base_url,
