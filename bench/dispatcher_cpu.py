@@ -4,14 +4,14 @@ poster that answers 204 at once.
 One store is filled with ``--sessions`` x ``--per-session`` deliveries to one endpoint
 (once, with this tree); then, per repetition and tree (``--tree name=src``, the ``src``
 directory put first on ``PYTHONPATH`` of a child process, trees interleaved), a copy of it
-is delivered by a :class:`~sessionhook.relay.dispatch.Dispatcher` with ``concurrency = 16``
-and logging at ``--log-level`` (``warning`` unless told, as ``bench/throughput.py``
-configures the relay but for its user's case; ``info``: the default). Prints the
-process CPU per delivery (both threads: the event loop and the store's), the event loop's
-own (``loop_cpu_ms``: the main thread's, the one that bounds deliveries/s), deliveries per
-second, context switches per delivery and deliveries per dispatcher round, then the medians.
-What it leaves out, aiohttp and the kernel, is what ``bench/throughput.py``'s bare loop
-measures.
+is delivered by a :class:`~sessionhook.relay.delivery.dispatcher.Dispatcher` with
+``concurrency = 16`` and logging at ``--log-level`` (``warning`` unless told, as
+``bench/throughput.py`` configures the relay but for its user's case; ``info``: the
+default). Prints the process CPU per delivery (both threads: the event loop and the
+store's), the event loop's own (``loop_cpu_ms``: the main thread's, the one that bounds
+deliveries/s), deliveries per second, context switches per delivery and deliveries per
+dispatcher round, then the medians. What it leaves out, aiohttp and the kernel, is what
+``bench/throughput.py``'s bare loop measures.
 
     .venv/bin/python bench/dispatcher_cpu.py --tree after=src --tree before=/tmp/before/src
 """
@@ -55,12 +55,12 @@ def child(db: Path, log_level: str) -> dict[str, float]:
     import anyio
     from pydantic import SecretStr
 
-    from sessionhook.relay import logging as relay_logging
-    from sessionhook.relay.config import Config, DeliveryConfig, EndpointConfig
-    from sessionhook.relay.dispatch import DeliverySettings, Dispatcher
-    from sessionhook.relay.metrics import Metrics
-    from sessionhook.relay.sender import Answer
+    from sessionhook.relay.config.models import Config, DeliveryConfig, EndpointConfig
+    from sessionhook.relay.delivery.dispatcher import DeliverySettings, Dispatcher
+    from sessionhook.relay.delivery.sender import Answer
     from sessionhook.relay.store import AsyncStore, Store
+    from sessionhook.relay.telemetry import logs as relay_logging
+    from sessionhook.relay.telemetry.metrics import Metrics
 
     class Stub:
         bounds_exchange = True

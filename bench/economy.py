@@ -67,9 +67,9 @@ from typing import Any
 import anyio
 import httpx
 
-from sessionhook.relay import logging as relay_logging
-from sessionhook.relay.health import serve
-from sessionhook.relay.signing import generate_secret
+from sessionhook.relay.domain.signing import generate_secret
+from sessionhook.relay.telemetry import logs as relay_logging
+from sessionhook.relay.web.server import serve
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the stand-in and the consumer of the tests

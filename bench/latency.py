@@ -38,9 +38,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from sessionhook.api.client import AUTO_CREATE_PR, SessionsClient
 from sessionhook.api.models import parse_timestamp
 from sessionhook.emulator.app import create_app
-from sessionhook.relay import logging as relay_logging
-from sessionhook.relay.health import serve
-from sessionhook.relay.signing import generate_secret
+from sessionhook.relay.domain.signing import generate_secret
+from sessionhook.relay.telemetry import logs as relay_logging
+from sessionhook.relay.web.server import serve
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the consumer of the tests, tests/receiver.py

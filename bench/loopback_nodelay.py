@@ -2,7 +2,7 @@
 
 asyncio sets TCP_NODELAY on accepted connections only when the listening socket's protocol
 is IPPROTO_TCP. This serves the emulator twice on loopback, once on a socket created with
-protocol 0 (the old code) and once through ``sessionhook._net.listening_socket``, and
+protocol 0 (the old code) and once through ``sessionhook.sockets.listening_socket``, and
 times the same GETs against both, interleaved so machine noise hits both alike.
 
     .venv/bin/python bench/loopback_nodelay.py [--requests 60]
@@ -19,8 +19,8 @@ import time
 import httpx
 import uvicorn
 
-from sessionhook._net import listening_socket
 from sessionhook.emulator.app import create_app
+from sessionhook.sockets import listening_socket
 
 
 def _plain_socket() -> socket.socket:

@@ -21,10 +21,10 @@ import time
 
 import anyio
 
-from sessionhook.relay import render
-from sessionhook.relay.events import Event
-from sessionhook.relay.render_process import RenderProcess
-from sessionhook.relay.samples import sample_events
+from sessionhook.relay.delivery.render_process import RenderProcess
+from sessionhook.relay.domain import render
+from sessionhook.relay.domain.events import Event
+from sessionhook.relay.domain.samples import sample_events
 
 #: The template of config.example.toml.
 TEMPLATE = '{"text": {{ (type ~ ": " ~ session.title) | tojson }}}'

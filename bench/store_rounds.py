@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 from tests.pg import Cluster  # noqa: E402
 from tests.test_outbox import T0, Clock, Ep, fill, ok  # noqa: E402
 
-from sessionhook.relay.retry import Delivered  # noqa: E402
+from sessionhook.relay.domain.retry import Delivered  # noqa: E402
 from sessionhook.relay.store import AttemptRecord, PostgresStore, Store  # noqa: E402
 
 

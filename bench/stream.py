@@ -32,13 +32,13 @@ import anyio
 import httpx
 
 from sessionhook.api.models import Session
-from sessionhook.relay import health
-from sessionhook.relay import logging as relay_logging
-from sessionhook.relay.config import Config
-from sessionhook.relay.events import make_event
-from sessionhook.relay.metrics import Metrics
+from sessionhook.relay.config.models import Config
+from sessionhook.relay.domain.events import make_event
 from sessionhook.relay.store import AsyncStore, Store
+from sessionhook.relay.telemetry import logs as relay_logging
+from sessionhook.relay.telemetry.metrics import Metrics
 from sessionhook.relay.web import Bell, WebAuth, WebContext, create_app
+from sessionhook.relay.web import server as health
 
 TOKEN = "bench-token-" + "b" * 32
 SESSION = "sessions/1"

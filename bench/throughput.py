@@ -634,8 +634,8 @@ async def _client(kind: str) -> Any:
 
         return Aiohttp()
     if kind == "relay":
-        # The relay's own webhook client (sessionhook.relay.sender.AiohttpPoster).
-        from sessionhook.relay.sender import AiohttpPoster
+        # The relay's own webhook client (sessionhook.relay.delivery.sender.AiohttpPoster).
+        from sessionhook.relay.delivery.sender import AiohttpPoster
 
         class Relay:
             def __init__(self) -> None:

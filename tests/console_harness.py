@@ -38,8 +38,8 @@ from starlette.routing import Route
 
 from sessionhook.emulator.app import create_app
 from sessionhook.emulator.world import World
-from sessionhook.relay.health import serve
-from sessionhook.relay.signing import generate_secret
+from sessionhook.relay.domain.signing import generate_secret
+from sessionhook.relay.web.server import serve
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"

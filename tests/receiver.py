@@ -13,7 +13,7 @@ Misbehaviours (all off by default, changeable while running):
 * ``delay``: answer after this many seconds (a slow consumer).
 
 Serve it in-process with ``httpx.ASGITransport(receiver.app)`` or on a real loopback socket
-with :func:`sessionhook.relay.health.serve`.
+with :func:`sessionhook.relay.web.server.serve`.
 """
 
 from __future__ import annotations

@@ -23,12 +23,12 @@ import httpx
 import pytest
 
 from sessionhook.cli.ops_events import follow_stream, parse_sse
-from sessionhook.relay import health
-from sessionhook.relay.config import Config
-from sessionhook.relay.metrics import Metrics
-from sessionhook.relay.operator import EventFilter
+from sessionhook.relay.config.models import Config
+from sessionhook.relay.ops import EventFilter
 from sessionhook.relay.store import AsyncStore
+from sessionhook.relay.telemetry.metrics import Metrics
 from sessionhook.relay.web import Bell, WebAuth, WebContext, create_app
+from sessionhook.relay.web import server as health
 
 from .conftest import Backend
 from .pg import Cluster

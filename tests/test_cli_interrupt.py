@@ -67,8 +67,8 @@ def _interrupted_at(
         # While a command imports what it needs, after the command line was parsed.
         ("httpx", ["sessions", "list", "--base-url", "http://127.0.0.1:9"]),
         ("sessionhook.relay.store", ["status", "--db", "{db}"]),
-        ("sessionhook.relay.store.copy", ["store", "copy", "--from", "{db}", "--to", "{db}2"]),
-        ("sessionhook.relay.daemon", ["run", "--config", "{config}"]),
+        ("sessionhook.relay.store.copying", ["store", "copy", "--from", "{db}", "--to", "{db}2"]),
+        ("sessionhook.relay.daemon.daemon", ["run", "--config", "{config}"]),
     ],
     ids=lambda value: value if isinstance(value, str) else " ".join(value[:2]),
 )

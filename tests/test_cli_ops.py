@@ -45,10 +45,11 @@ from click.testing import CliRunner, Result
 
 from sessionhook.cli import cli, ops
 from sessionhook.emulator.app import create_app as create_emulator
-from sessionhook.relay import health, operator
-from sessionhook.relay.operator import PING_TYPE, ping_event
-from sessionhook.relay.signing import decode_secret, generate_secret
+from sessionhook.relay import ops as operator
+from sessionhook.relay.domain.signing import decode_secret, generate_secret
+from sessionhook.relay.ops import PING_TYPE, ping_event
 from sessionhook.relay.store import PostgresStore, Store, StoreCore
+from sessionhook.relay.web import server as health
 
 from .conftest import TEMPLATE
 from .pg import Cluster

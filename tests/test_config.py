@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sessionhook.relay.config import (
+from sessionhook.relay.config.models import (
     AccountConfig,
     Config,
     ConfigError,

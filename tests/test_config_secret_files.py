@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from sessionhook.relay.config import Config, ConfigError, load_config
-from sessionhook.relay.secret_files import ACL_XATTR, acl_exposure, exposure, file_exposure
-from sessionhook.relay.signing import generate_keypair, generate_secret
+from sessionhook.relay.config.models import Config, ConfigError, load_config
+from sessionhook.relay.config.secret_files import ACL_XATTR, acl_exposure, exposure, file_exposure
+from sessionhook.relay.domain.signing import generate_keypair, generate_secret
 
 SESSIONHOOK = Path(sys.executable).parent / "sessionhook"
 TOKEN = "T" * 40

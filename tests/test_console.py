@@ -15,16 +15,16 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 
-from sessionhook.relay.config import Config
-from sessionhook.relay.metrics import Metrics
-from sessionhook.relay.operator import OperatorError
-from sessionhook.relay.retry import AttemptResult, Dead, Delivered
+from sessionhook.relay.config.models import Config
+from sessionhook.relay.domain.retry import AttemptResult, Dead, Delivered
+from sessionhook.relay.ops import OperatorError
 from sessionhook.relay.store import AsyncStore, Store
 from sessionhook.relay.store.console_queries import MinuteCounts
+from sessionhook.relay.telemetry.metrics import Metrics
 from sessionhook.relay.web import WebContext, create_app
 from sessionhook.relay.web.auth import CSRF_FIELD, MAX_FORM_BYTES, WebAuth
-from sessionhook.relay.web.console import ConsoleDeps, console_routes
-from sessionhook.relay.web.console_chart import HEIGHT, WIDTH, minute_chart
+from sessionhook.relay.web.console.chart import HEIGHT, WIDTH, minute_chart
+from sessionhook.relay.web.console.pages import ConsoleDeps, console_routes
 from tests.conftest import Backend
 from tests.test_store import T0, Clock, Ep, activity, ingest, ready, session
 

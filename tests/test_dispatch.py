@@ -20,13 +20,18 @@ from structlog.testing import capture_logs
 
 from sessionhook import __version__
 from sessionhook.api.models import Activity, ProgressUpdated, Session
-from sessionhook.relay.config import Config, DeliveryConfig, EndpointConfig
-from sessionhook.relay.dispatch import AttemptResult, DeliverySettings, Dispatcher, post_event
-from sessionhook.relay.events import activity_event
-from sessionhook.relay.logging import LineBudget
-from sessionhook.relay.render_process import RenderProcess
-from sessionhook.relay.signing import generate_secret
+from sessionhook.relay.config.models import Config, DeliveryConfig, EndpointConfig
+from sessionhook.relay.delivery.dispatcher import (
+    AttemptResult,
+    DeliverySettings,
+    Dispatcher,
+    post_event,
+)
+from sessionhook.relay.delivery.render_process import RenderProcess
+from sessionhook.relay.domain.events import activity_event
+from sessionhook.relay.domain.signing import generate_secret
 from sessionhook.relay.store import AsyncStore, DeliveryRow
+from sessionhook.relay.telemetry.logs import LineBudget
 from tests import virtual_time
 from tests.receiver import Arrival, Receiver
 
@@ -652,7 +657,7 @@ async def test_a_new_logging_configuration_reaches_the_next_batch(tmp_path: Path
     logs) still reaches the very next batch."""
     import io
 
-    from sessionhook.relay import logging as relay_logging
+    from sessionhook.relay.telemetry import logs as relay_logging
 
     endpoint = EndpointConfig(name="rx", url="http://rx.test/hook", secret=SecretStr(SECRET))
     store, config = await _one_delivery(tmp_path, endpoint)

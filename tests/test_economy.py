@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from sessionhook.api.models import Session
-from sessionhook.relay.contract import openapi_document
+from sessionhook.relay.domain.contract import openapi_document
+from sessionhook.relay.domain.render import thin_payload
+from sessionhook.relay.polling.budget import RateLimiter
 from sessionhook.relay.polling.learning import LEARN_AFTER, UpdateTimeLearning, judge
-from sessionhook.relay.ratelimit import RateLimiter
-from sessionhook.relay.render import thin_payload
 
 from .conftest import Backend
 

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sessionhook.api.models import Activity, PullRequest, Session, _parse_general, parse_timestamp
-from sessionhook.relay.events import (
+from sessionhook.relay.domain.events import (
     EVENT_TYPES,
     activity_event,
     activity_event_type,
@@ -30,7 +30,7 @@ from sessionhook.relay.events import (
     webhook_timestamp,
     with_account,
 )
-from sessionhook.relay.samples import sample_events
+from sessionhook.relay.domain.samples import sample_events
 
 SESSION_JSON: dict[str, Any] = {
     "name": "sessions/12345678901234567890",

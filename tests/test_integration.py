@@ -27,8 +27,8 @@ from starlette.applications import Starlette
 
 from sessionhook.api.client import SessionsClient
 from sessionhook.emulator.app import create_app
-from sessionhook.relay.health import serve
-from sessionhook.relay.signing import generate_secret
+from sessionhook.relay.domain.signing import generate_secret
+from sessionhook.relay.web.server import serve
 from tests.receiver import Receiver
 from tests.test_daemon import API_KEY, Setup, write_config
 

@@ -34,10 +34,10 @@ def test_a_relay_on_the_defaults_imports_neither_psycopg_nor_cryptography(tmp_pa
     out = _run(
         f"""
         import sqlite3, sys
-        import sessionhook.cli, sessionhook.relay.daemon
-        from sessionhook.relay.config import Config
-        from sessionhook.relay.metrics import Metrics
-        from sessionhook.relay.signing import generate_secret, signature_header
+        import sessionhook.cli, sessionhook.relay.daemon.daemon
+        from sessionhook.relay.config.models import Config
+        from sessionhook.relay.telemetry.metrics import Metrics
+        from sessionhook.relay.domain.signing import generate_secret, signature_header
         from sessionhook.relay.store import open_store, store_failures
         from sessionhook.relay.web import WebAuth, WebContext, create_app
 
@@ -74,8 +74,8 @@ def test_the_web_app_answers_a_postgresql_error_with_503_before_the_store_opens(
         import asyncio, sys
         import httpx
         from starlette.routing import Route
-        from sessionhook.relay.config import Config
-        from sessionhook.relay.metrics import Metrics
+        from sessionhook.relay.config.models import Config
+        from sessionhook.relay.telemetry.metrics import Metrics
         from sessionhook.relay.web import WebAuth, WebContext, create_app
 
         assert "psycopg" not in sys.modules
@@ -129,7 +129,11 @@ def test_a_postgresql_error_is_a_store_failure_once_postgresql_is_open(backend: 
 
 #: What a command that does not need them must not import (issue 20: `sessionhook --help`
 #: took a second of CPU importing the relay). The relay's vocabulary module imports nothing.
-_RELAY_LIGHT = {"sessionhook.relay", "sessionhook.relay.delivery_states"}
+_RELAY_LIGHT = {
+    "sessionhook.relay",
+    "sessionhook.relay.domain",
+    "sessionhook.relay.domain.delivery_states",
+}
 _NEVER_FOR_THE_API = (
     "sqlite3",
     "sqlite_utils",

@@ -14,12 +14,12 @@ from nacl.signing import SigningKey, VerifyKey
 from pydantic import SecretStr
 
 from sessionhook.api.models import Activity, Session
-from sessionhook.relay import lifecycle, render
-from sessionhook.relay.config import ConfigError, EndpointConfig, load_config
-from sessionhook.relay.contract import openapi_document, shipped_document
-from sessionhook.relay.events import EVENT_TYPES, payload_matches
-from sessionhook.relay.samples import sample_events
-from sessionhook.relay.signing import (
+from sessionhook.relay.config.models import ConfigError, EndpointConfig, load_config
+from sessionhook.relay.domain import lifecycle, render
+from sessionhook.relay.domain.contract import openapi_document, shipped_document
+from sessionhook.relay.domain.events import EVENT_TYPES, payload_matches
+from sessionhook.relay.domain.samples import sample_events
+from sessionhook.relay.domain.signing import (
     SignatureError,
     generate_keypair,
     generate_secret,

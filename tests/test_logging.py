@@ -12,7 +12,7 @@ import pytest
 import structlog
 from structlog.testing import capture_logs
 
-from sessionhook.relay import logging as relay_logging
+from sessionhook.relay.telemetry import logs as relay_logging
 
 API_KEY = "sk-live-3f9a8b7c6d5e4f3a2b1c"
 WEBHOOK_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"

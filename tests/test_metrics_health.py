@@ -15,14 +15,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from sessionhook import __version__
-from sessionhook.relay.health import (
+from sessionhook.relay.telemetry.metrics import CONTENT_TYPE, Metrics
+from sessionhook.relay.web.server import (
     HealthServerError,
     check_ready,
     create_app,
     parse_listen,
     serve,
 )
-from sessionhook.relay.metrics import CONTENT_TYPE, Metrics
 
 pytestmark = pytest.mark.anyio
 
@@ -349,7 +349,7 @@ def test_delivery_metrics_show_what_prometheus_clients_counter_and_histogram_wou
     import prometheus_client.metrics
     from prometheus_client import CollectorRegistry, Counter, Histogram
 
-    from sessionhook.relay.metrics import _DURATION_BUCKETS
+    from sessionhook.relay.telemetry.metrics import _DURATION_BUCKETS
 
     reference = CollectorRegistry(auto_describe=True)
     counter = Counter(

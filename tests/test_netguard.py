@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from sessionhook.relay.netguard import (
+from sessionhook.relay.domain.addresses import (
     BlockedAddressError,
     ResolutionError,
     blocked_reason,

@@ -9,8 +9,8 @@ from typing import Any
 import anyio
 import pytest
 
-from sessionhook.relay import operator
-from sessionhook.relay.operator import EventFilter, Follower, OperatorError
+from sessionhook.relay import ops as operator
+from sessionhook.relay.ops import EventFilter, Follower, OperatorError
 from sessionhook.relay.store import AsyncStore, StoreCore, ops_queries
 from sessionhook.relay.web import Bell
 

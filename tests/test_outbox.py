@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sessionhook.api.models import Activity, Session
-from sessionhook.relay import events
-from sessionhook.relay.retry import AttemptResult, Dead, Delivered, Retry
+from sessionhook.relay.domain import events
+from sessionhook.relay.domain.retry import AttemptResult, Dead, Delivered, Retry
 from sessionhook.relay.store import AttemptRecord, Store, codec, outbox
 
 from .conftest import Backend, sqlite_only

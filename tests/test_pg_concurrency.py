@@ -13,8 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from sessionhook.relay import events
-from sessionhook.relay.retry import Delivered, Retry
+from sessionhook.relay.domain import events
+from sessionhook.relay.domain.retry import Delivered, Retry
 from sessionhook.relay.store import AttemptRecord, PostgresStore
 
 from .test_outbox import T0, Clock, Ep, activity, ok, session

@@ -26,11 +26,11 @@ from standardwebhooks import Webhook
 
 from sessionhook.cli import cli
 from sessionhook.cli._output import Runtime
-from sessionhook.relay.config import Config, DeliveryConfig, EndpointConfig, load_config
-from sessionhook.relay.dispatch import DeliverySettings, Dispatcher, post_event
-from sessionhook.relay.netguard import BlockedAddressError
-from sessionhook.relay.pinning import PinnedTransport
-from sessionhook.relay.signing import generate_secret
+from sessionhook.relay.config.models import Config, DeliveryConfig, EndpointConfig, load_config
+from sessionhook.relay.delivery.dispatcher import DeliverySettings, Dispatcher, post_event
+from sessionhook.relay.delivery.pinning import PinnedTransport
+from sessionhook.relay.domain.addresses import BlockedAddressError
+from sessionhook.relay.domain.signing import generate_secret
 from sessionhook.relay.store import AsyncStore
 
 from .test_dispatch import PER_SESSION, _seed

@@ -22,12 +22,12 @@ from sessionhook.api.client import RetryPolicy, SessionsClient
 from sessionhook.api.errors import ApiError
 from sessionhook.api.models import parse_timestamp
 from sessionhook.emulator.app import create_app
-from sessionhook.relay.config import EndpointConfig
-from sessionhook.relay.metrics import Metrics
-from sessionhook.relay.poller import ACTIVE_STATES, Poller, PollSettings, backoff_delay
-from sessionhook.relay.ratelimit import LimitedTransport, RateLimiter, endpoint_label
-from sessionhook.relay.signing import generate_secret
+from sessionhook.relay.config.models import EndpointConfig
+from sessionhook.relay.domain.signing import generate_secret
+from sessionhook.relay.polling import ACTIVE_STATES, Poller, PollSettings, backoff_delay
+from sessionhook.relay.polling.budget import LimitedTransport, RateLimiter, endpoint_label
 from sessionhook.relay.store import AsyncStore
+from sessionhook.relay.telemetry.metrics import Metrics
 
 
 class FakeClock:

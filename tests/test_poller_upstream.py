@@ -15,8 +15,8 @@ from structlog.testing import capture_logs
 
 from sessionhook.api.client import RetryPolicy, SessionsClient
 from sessionhook.api.models import Activity, Session, parse_timestamp
-from sessionhook.relay import events
-from sessionhook.relay.poller import name_problem
+from sessionhook.relay.domain import events
+from sessionhook.relay.polling import name_problem
 
 from .test_poller import Harness, _finish
 
@@ -337,7 +337,7 @@ def test_an_activity_with_a_garbage_time_keeps_it_raw_and_gets_an_rfc3339_timest
 
 
 def test_lifecycle_events_carry_an_rfc3339_timestamp_too() -> None:
-    from sessionhook.relay.lifecycle import lifecycle_events
+    from sessionhook.relay.domain.lifecycle import lifecycle_events
 
     session = Session(name="sessions/1", state="COMPLETED", update_time="garbage")
     done = Activity.model_validate(

@@ -9,7 +9,7 @@ import pytest
 import structlog
 
 from sessionhook.redact import redact_userinfo
-from sessionhook.relay import logging as relay_logging
+from sessionhook.relay.telemetry import logs as relay_logging
 
 
 @pytest.mark.parametrize(

@@ -12,8 +12,8 @@ import json
 
 import pytest
 
-from sessionhook.relay import render
-from sessionhook.relay.samples import sample_events
+from sessionhook.relay.domain import render
+from sessionhook.relay.domain.samples import sample_events
 
 #: The issue's template: harmless on the samples, ten billion iterations on "deploy" titles.
 NESTED = (

@@ -19,9 +19,9 @@ from typing import Any
 import jsonschema
 import pytest
 
-from sessionhook.relay import render
-from sessionhook.relay.chat_markup import http_url, markdown, mrkdwn, mrkdwn_link
-from sessionhook.relay.samples import sample_events
+from sessionhook.relay.domain import render
+from sessionhook.relay.domain.chat_markup import http_url, markdown, mrkdwn, mrkdwn_link
+from sessionhook.relay.domain.samples import sample_events
 
 from .chat_schemas import CHAT, CHAT_FORMATS
 

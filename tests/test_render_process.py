@@ -18,9 +18,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from sessionhook.relay import render
-from sessionhook.relay.render_process import RenderProcess
-from sessionhook.relay.samples import sample_events
+from sessionhook.relay.delivery.render_process import RenderProcess
+from sessionhook.relay.domain import render
+from sessionhook.relay.domain.samples import sample_events
 
 from .processes import alive, children_of
 

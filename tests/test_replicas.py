@@ -23,11 +23,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from sessionhook.api.client import RetryPolicy, SessionsClient
 from sessionhook.cli import cli
 from sessionhook.emulator.app import create_app
-from sessionhook.relay import replica
-from sessionhook.relay.dispatch import DeliverySettings, Dispatcher
-from sessionhook.relay.metrics import Metrics
-from sessionhook.relay.poller import Poller, PollSettings
-from sessionhook.relay.retry import Delivered, Retry
+from sessionhook.relay.delivery.dispatcher import DeliverySettings, Dispatcher
+from sessionhook.relay.domain import replica
+from sessionhook.relay.domain.retry import Delivered, Retry
+from sessionhook.relay.polling import Poller, PollSettings
 from sessionhook.relay.store import (
     AsyncStore,
     AttemptRecord,
@@ -36,6 +35,7 @@ from sessionhook.relay.store import (
     Store,
     notify,
 )
+from sessionhook.relay.telemetry.metrics import Metrics
 
 from .conftest import Backend
 from .receiver import Receiver

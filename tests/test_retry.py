@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sessionhook.relay.retry import (
+from sessionhook.relay.domain.retry import (
     MAX_RETRY_AFTER,
     AttemptResult,
     Dead,

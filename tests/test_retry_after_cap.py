@@ -11,10 +11,10 @@ import pytest
 from pydantic import SecretStr
 
 from sessionhook.api.models import Activity, ProgressUpdated, Session
-from sessionhook.relay.config import Config, DeliveryConfig, EndpointConfig
-from sessionhook.relay.dispatch import DeliverySettings, Dispatcher
-from sessionhook.relay.events import activity_event
-from sessionhook.relay.retry import (
+from sessionhook.relay.config.models import Config, DeliveryConfig, EndpointConfig
+from sessionhook.relay.delivery.dispatcher import DeliverySettings, Dispatcher
+from sessionhook.relay.domain.events import activity_event
+from sessionhook.relay.domain.retry import (
     MAX_RETRY_AFTER,
     AttemptResult,
     Delivered,
@@ -22,7 +22,7 @@ from sessionhook.relay.retry import (
     Retry,
     decide,
 )
-from sessionhook.relay.signing import generate_secret
+from sessionhook.relay.domain.signing import generate_secret
 from sessionhook.relay.store import AsyncStore
 
 NOW = 1_700_000_000.0

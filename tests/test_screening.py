@@ -7,8 +7,8 @@ from structlog.testing import capture_logs
 from sessionhook.api._items import RefusedItem, mended
 from sessionhook.api.client import SessionPage
 from sessionhook.api.models import Session
-from sessionhook.relay.metrics import Metrics
 from sessionhook.relay.polling.screening import SessionScreen
+from sessionhook.relay.telemetry.metrics import Metrics
 
 
 def value(metrics: Metrics, name: str, **labels: str) -> float:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sessionhook.relay import sdnotify
+from sessionhook.relay.daemon import sdnotify
 
 
 @pytest.fixture

@@ -15,10 +15,10 @@ import pytest
 from pydantic import SecretStr
 from standardwebhooks import Webhook
 
-from sessionhook.relay.config import Config, DeliveryConfig, EndpointConfig
-from sessionhook.relay.dispatch import DeliverySettings, Dispatcher, post_event
-from sessionhook.relay.sender import AiohttpPoster
-from sessionhook.relay.signing import generate_secret
+from sessionhook.relay.config.models import Config, DeliveryConfig, EndpointConfig
+from sessionhook.relay.delivery.dispatcher import DeliverySettings, Dispatcher, post_event
+from sessionhook.relay.delivery.sender import AiohttpPoster
+from sessionhook.relay.domain.signing import generate_secret
 from sessionhook.relay.store import AsyncStore
 
 from .test_dispatch import PER_SESSION, _seed

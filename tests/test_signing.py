@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from sessionhook.relay.signing import (
+from sessionhook.relay.domain.signing import (
     SignatureError,
     decode_secret,
     generate_secret,

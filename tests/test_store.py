@@ -20,10 +20,10 @@ from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
 
 from sessionhook.api.models import Activity, Session
-from sessionhook.relay import events
-from sessionhook.relay.config import EndpointConfig
-from sessionhook.relay.events import Event
-from sessionhook.relay.retry import AttemptResult, Dead, Delivered, DisableEndpoint, Retry
+from sessionhook.relay.config.models import EndpointConfig
+from sessionhook.relay.domain import events
+from sessionhook.relay.domain.events import Event
+from sessionhook.relay.domain.retry import AttemptResult, Dead, Delivered, DisableEndpoint, Retry
 from sessionhook.relay.store import AsyncStore, Ingested, Store, StoreError
 from sessionhook.relay.store import schema as store_schema
 

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-import sessionhook.relay.store.copy as store_copy_module
+import sessionhook.relay.store.copying as store_copy_module
 from sessionhook.cli import cli
-from sessionhook.relay.retry import Delivered
+from sessionhook.relay.domain.retry import Delivered
 from sessionhook.relay.store import (
     AttemptRecord,
     PostgresStore,
@@ -22,7 +22,7 @@ from sessionhook.relay.store import (
     StoreLockedError,
     acquire_daemon_lock,
 )
-from sessionhook.relay.store.copy import SKIPPED_TABLES, plan
+from sessionhook.relay.store.copying import SKIPPED_TABLES, plan
 
 from .test_outbox import T0, Clock, Ep, fill, ok
 

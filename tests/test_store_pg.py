@@ -12,6 +12,7 @@ import psycopg
 import pytest
 
 from sessionhook.api.models import Session
+from sessionhook.relay.config.database_url import display_url
 from sessionhook.relay.store import (
     AsyncStore,
     PostgresStore,
@@ -21,7 +22,6 @@ from sessionhook.relay.store import (
 )
 from sessionhook.relay.store import schema as sqlite_schema
 from sessionhook.relay.store.dialect import to_pyformat
-from sessionhook.relay.store.postgres import display_url
 from sessionhook.relay.store.schema_pg import MIGRATIONS_TABLE
 
 from .pg import PASSWORD, Cluster, free_port

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sessionhook.relay.daemon import DRAIN_SECONDS
+from sessionhook.relay.daemon.daemon import DRAIN_SECONDS
 
 from .test_systemd_unit import (
     SYSTEMD_ANALYZE,

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from sessionhook.relay.config import ServerConfig
-from sessionhook.relay.daemon import DRAIN_SECONDS
+from sessionhook.relay.config.models import ServerConfig
+from sessionhook.relay.daemon.daemon import DRAIN_SECONDS
 
 UNIT = Path(__file__).resolve().parent.parent / "systemd" / "sessionhook.service"
 DOCUMENTED_EXEC_START = (

@@ -14,10 +14,10 @@ import pytest
 
 from sessionhook.api.client import RetryPolicy, SessionsClient
 from sessionhook.api.errors import MalformedResponseError, TransportError, UnauthenticatedError
-from sessionhook.relay.daemon_store import StoreMixin, UpstreamTally
-from sessionhook.relay.metrics import Metrics
-from sessionhook.relay.ratelimit import MALFORMED, LimitedTransport, RateLimiter
+from sessionhook.relay.daemon.store_access import StoreMixin, UpstreamTally
+from sessionhook.relay.polling.budget import MALFORMED, LimitedTransport, RateLimiter
 from sessionhook.relay.store import AsyncStore, Store
+from sessionhook.relay.telemetry.metrics import Metrics
 
 GOOD = {"sessions": [{"name": "sessions/1", "id": "1", "state": "QUEUED"}]}
 

@@ -18,11 +18,11 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 from structlog.testing import capture_logs
 
-from sessionhook.relay import health
-from sessionhook.relay.config import Config
-from sessionhook.relay.metrics import Metrics
+from sessionhook.relay.config.models import Config
 from sessionhook.relay.store import AsyncStore
+from sessionhook.relay.telemetry.metrics import Metrics
 from sessionhook.relay.web import WebContext, create_app
+from sessionhook.relay.web import server as health
 from sessionhook.relay.web.auth import (
     COOKIE,
     CSRF_FIELD,

@@ -12,7 +12,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from sessionhook.api.models import Session
-from sessionhook.relay.events import make_event
+from sessionhook.relay.domain.events import make_event
 from sessionhook.relay.store import PostgresStore
 from sessionhook.relay.web import stream as stream_module
 from tests.conftest import Backend

@@ -1,4 +1,4 @@
-"""The listener's bounds over real loopback sockets (:mod:`sessionhook.relay.listener`):
+"""The listener's bounds over real loopback sockets (:mod:`sessionhook.relay.web.listener`):
 a request that never completes is closed however it drips, a long answer is not cut,
 connections beyond the cap wait in the listen queue, a close that a non-reading peer
 blocks becomes an abort, and the open-files limit is raised and checked."""
@@ -19,9 +19,10 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from sessionhook.relay import health, listener
-from sessionhook.relay.listener import ConnectionLimits
-from sessionhook.relay.metrics import Metrics
+from sessionhook.relay.telemetry.metrics import Metrics
+from sessionhook.relay.web import listener
+from sessionhook.relay.web import server as health
+from sessionhook.relay.web.listener import ConnectionLimits
 
 pytestmark = pytest.mark.anyio
 

@@ -18,12 +18,12 @@ import pytest
 from structlog.testing import capture_logs
 
 from sessionhook.api.models import Session
-from sessionhook.relay import health
-from sessionhook.relay.config import Config
-from sessionhook.relay.events import make_event
-from sessionhook.relay.metrics import Metrics
+from sessionhook.relay.config.models import Config
+from sessionhook.relay.domain.events import make_event
 from sessionhook.relay.store import AsyncStore, EventRow, StoreUnwritableError, postgres
+from sessionhook.relay.telemetry.metrics import Metrics
 from sessionhook.relay.web import Bell, WebAuth, WebContext, create_app
+from sessionhook.relay.web import server as health
 from sessionhook.relay.web import stream as stream_module
 from tests.conftest import Backend
 from tests.pg import Cluster

@@ -5,8 +5,8 @@ one task group:
 
 * the emulator of the Sessions API (uvicorn, 127.0.0.1, any free port);
 * a webhook consumer (uvicorn, 127.0.0.1) that checks every signature with
-  :func:`sessionhook.relay.signing.verify` before it accepts an event;
-* the relay (:class:`~sessionhook.relay.daemon.Daemon`) with a throwaway store in a
+  :func:`sessionhook.relay.domain.signing.verify` before it accepts an event;
+* the relay (:class:`~sessionhook.relay.daemon.daemon.Daemon`) with a throwaway store in a
   temporary directory, short poll intervals, and ``allow_private_networks`` (everything is
   loopback here), configured through a real TOML file like ``sessionhook run``;
 * a few sessions: one that opens a pull request, one that waits for plan approval, one that
@@ -46,11 +46,11 @@ from starlette.routing import Route
 from sessionhook.api.client import AUTO_CREATE_PR, SessionsClient
 from sessionhook.api.errors import ApiError
 from sessionhook.emulator.app import create_app
-from sessionhook.relay import logging as relay_logging
-from sessionhook.relay import signing
-from sessionhook.relay.config import load_config
-from sessionhook.relay.daemon import Daemon
-from sessionhook.relay.health import serve
+from sessionhook.relay.config.models import load_config
+from sessionhook.relay.daemon.daemon import Daemon
+from sessionhook.relay.domain import signing
+from sessionhook.relay.telemetry import logs as relay_logging
+from sessionhook.relay.web.server import serve
 
 __all__ = [
     "Consumer",

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     import httpx
 
     from ..api.errors import ApiError
-    from ..relay.netguard import AddressPolicy, Resolver
+    from ..relay.domain.addresses import AddressPolicy, Resolver
 
 __all__ = [
     "DEFAULT_CONFIG",

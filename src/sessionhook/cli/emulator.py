@@ -98,8 +98,8 @@ def emulator_command(
     """
     import uvicorn
 
-    from .._net import listening_socket
     from ..emulator.app import create_app
+    from ..sockets import listening_socket
 
     from_env = os.environ.get(API_KEY_ENV, "").strip()
     accounts = _accounts(api_keys or ((from_env,) if from_env else ()))

@@ -1,6 +1,6 @@
 """The delivery-log commands: ``status``, ``deliveries`` and ``attempts``.
 
-Views of :mod:`sessionhook.relay.operator` (the web console shows the same rows). They
+Views of :mod:`sessionhook.relay.ops` (the web console shows the same rows). They
 read the daemon's store like every operator command (see :mod:`.ops`, whose plumbing they
 share): read-only, safe while the daemon runs, the database found through ``--config``
 (default ``$SESSIONHOOK_CONFIG``, else ``/etc/sessionhook/config.toml``) or ``--db``.
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ..relay.delivery_states import DELIVERY_STATUSES
+from ..relay.domain.delivery_states import DELIVERY_STATUSES
 from . import cli
 from ._output import render_fields, render_table
 from .ops import (
@@ -50,7 +50,7 @@ __all__ = ["attempts", "deliveries", "status"]
 @_reported
 def status(config_path: str | None, db_path: str | None, as_json: bool) -> None:
     """Endpoints (enabled or why not, backlog, last hour, last error) and upstream polling."""
-    from ..relay import operator
+    from ..relay import ops as operator
 
     now = time.time()
     with _reading(config_path, db_path) as store:
@@ -123,7 +123,7 @@ def status(config_path: str | None, db_path: str | None, as_json: bool) -> None:
 
 def _replica_json(r: ReplicaRow, now: float) -> dict[str, object]:
     """A replica for ``status --json``: its row and its health at ``now``."""
-    from ..relay.replica import replica_health
+    from ..relay.domain.replica import replica_health
 
     return {**asdict(r), "health": replica_health(r.heartbeat_at, r.lease, r.stopped_at, now)}
 
@@ -133,7 +133,7 @@ def _replicas_line(replicas: list[ReplicaRow], now: float) -> str:
 
     ``2 running: 3f2a@db1:812 (heartbeat 2 s ago; 4 in flight, 1 polls; poller:default),
     9c1e@db2:77 (...)``."""
-    from ..relay.replica import replica_health
+    from ..relay.domain.replica import replica_health
 
     parts = []
     gone = {"stopped": 0, "dead": 0}
@@ -223,7 +223,7 @@ def deliveries(
     An open delivery queued behind an earlier open one of the same endpoint and session
     shows `waiting on #ID` (events of a session go out in order); --json has `waiting_on`.
     """
-    from ..relay import operator
+    from ..relay import ops as operator
     from ..relay.store import OPEN_STATUSES
 
     now = time.time()
@@ -293,7 +293,7 @@ def attempts(target: str, config_path: str | None, db_path: str | None, as_json:
     DELIVERY is a delivery id as `sessionhook deliveries` shows it (`12` or `#12`); EVENT
     an event id (`evt_…`, the webhook-id): all its deliveries, every endpoint and replay.
     """
-    from ..relay import operator
+    from ..relay import ops as operator
 
     with _reading(config_path, db_path) as store:
         event, found = operator.attempts(store, target)

@@ -1,6 +1,6 @@
 """``sessionhook endpoints list|enable|disable|test``.
 
-Views of :mod:`sessionhook.relay.operator` (the web console's actions are the same
+Views of :mod:`sessionhook.relay.ops` (the web console's actions are the same
 functions); the plumbing is :mod:`.ops`'s.
 """
 
@@ -29,7 +29,7 @@ from .ops import (
 )
 
 if TYPE_CHECKING:
-    from ..relay.retry import AttemptResult
+    from ..relay.domain.retry import AttemptResult
 
 __all__ = ["endpoints"]
 
@@ -45,7 +45,7 @@ def endpoints() -> None:
 @_reported
 def endpoints_list(config_path: str | None, db_path: str | None, as_json: bool) -> None:
     """Every endpoint the daemon knows, with its state and backlog."""
-    from ..relay import operator
+    from ..relay import ops as operator
 
     now = time.time()
     with _reading(config_path, db_path) as store:
@@ -93,7 +93,7 @@ def endpoints_list(config_path: str | None, db_path: str | None, as_json: bool) 
 @_reported
 def endpoints_enable(name: str, config_path: str | None, db_path: str | None) -> None:
     """Enable NAME again; what waited for it (and replays) is delivered."""
-    from ..relay import operator
+    from ..relay import ops as operator
 
     with _writing(config_path, db_path) as store:
         waiting = operator.enable_endpoint(store, name)
@@ -107,7 +107,7 @@ def endpoints_enable(name: str, config_path: str | None, db_path: str | None) ->
 @_reported
 def endpoints_disable(name: str, reason: str, config_path: str | None, db_path: str | None) -> None:
     """Stop delivering to NAME; its events keep being archived (replay them later)."""
-    from ..relay import operator
+    from ..relay import ops as operator
 
     with _writing(config_path, db_path) as store:
         operator.disable_endpoint(store, name, reason)
@@ -125,8 +125,8 @@ def endpoints_test(name: str, config_path: str | None) -> None:
     its payload/format/template, and subject to the same address check. The ping does not
     enter the outbox.
     """
-    from ..relay import operator
-    from ..relay.pinning import PinnedTransport
+    from ..relay import ops as operator
+    from ..relay.delivery.pinning import PinnedTransport
 
     target = _target(config_path, None, need_config=True)
     assert target.config is not None

@@ -1,6 +1,6 @@
 """``sessionhook events``: the event archive, and ``--follow`` to tail it live.
 
-Without ``--follow`` it lists the archive (a view of :func:`sessionhook.relay.operator.events`).
+Without ``--follow`` it lists the archive (a view of :func:`sessionhook.relay.ops.events`).
 With ``--follow`` it prints events as they are archived, with the same filters:
 
 * from the store (``--config`` / ``--db``): a read every :data:`FOLLOW_POLL` seconds after
@@ -35,7 +35,7 @@ from .ops import _event_json, _reading, _reported, _store_options, _time_option
 if TYPE_CHECKING:
     import httpx
 
-    from ..relay.operator import EventFilter
+    from ..relay.ops import EventFilter
     from ..relay.store import EventRow
 
 __all__ = ["FOLLOW_POLL", "events", "follow_stream", "parse_sse"]
@@ -126,8 +126,8 @@ def events(
     --follow tails it live (from the store, or a daemon's event stream with --url)."""
     import anyio
 
-    from ..relay.events import EVENT_TYPES, matches
-    from ..relay.operator import EventFilter
+    from ..relay.domain.events import EVENT_TYPES, matches
+    from ..relay.ops import EventFilter
 
     for glob in type_globs:
         if not any(matches([glob], t) for t in EVENT_TYPES):
@@ -163,7 +163,7 @@ def events(
 
 
 def _rows(store: Any, wanted: EventFilter, since: float | None) -> Iterator[EventRow]:
-    from ..relay import operator
+    from ..relay import ops as operator
 
     # One glob is filtered by the store; several are matched here.
     single = wanted.types[0] if len(wanted.types) == 1 else None
@@ -227,7 +227,7 @@ def _follow_store(
     last_event_id: str | None,
     fmt: str,
 ) -> None:
-    from ..relay import operator
+    from ..relay import ops as operator
     from ..relay.store import database_errors
 
     with _reading(config_path, db_path) as store:

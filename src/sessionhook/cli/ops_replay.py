@@ -1,6 +1,6 @@
 """``sessionhook replay``: deliver archived events again (same webhook-id and body).
 
-A view of :func:`sessionhook.relay.operator.replay`; the plumbing is :mod:`.ops`'s.
+A view of :func:`sessionhook.relay.ops.replay`; the plumbing is :mod:`.ops`'s.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def replay(
     --type and --session narrow either. Dead letters are replayed like any other event.
     Prints how many deliveries were queued; the running daemon sends them within a second.
     """
-    from ..relay import operator
+    from ..relay import ops as operator
 
     if bool(event_ids) == (since is not None):
         raise click.UsageError("give either --since (with an optional --until) or --event IDs")

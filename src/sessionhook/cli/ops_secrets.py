@@ -28,7 +28,7 @@ def secret() -> None:
 )
 def secret_generate(asymmetric: bool) -> None:
     """Print a new random `whsec_` secret (for an endpoint's secret file)."""
-    from ..relay.signing import generate_keypair, generate_secret
+    from ..relay.domain.signing import generate_keypair, generate_secret
 
     if asymmetric:
         signing_key, public_key = generate_keypair()
@@ -79,7 +79,7 @@ def verify_command(
 ) -> None:
     """Check a captured webhook request as a consumer should: print `signature ok` (exit 0)
     or the reason it fails (exit 1). BODY is the raw body file, or - for standard input."""
-    from ..relay.signing import SignatureError, verify
+    from ..relay.domain.signing import SignatureError, verify
 
     try:
         headers = parse_headers(headers_file.read())

@@ -1,6 +1,6 @@
 """``sessionhook store copy``: move an archive to another store (SQLite to PostgreSQL).
 
-Every row goes over with its ids (:mod:`sessionhook.relay.store.copy`): no event id, so no
+Every row goes over with its ids (:mod:`sessionhook.relay.store.copying`): no event id, so no
 ``webhook-id``, changes, delivered events stay delivered, open deliveries go out from the
 new store. The source is opened read-only.
 
@@ -106,7 +106,7 @@ def copy_command(source: str, target: str, replace: bool) -> None:
     Progress goes to stderr; the counts of every table are compared at the end.
     """
     from sessionhook.relay.store import StoreError
-    from sessionhook.relay.store.copy import CopyError, copy_store
+    from sessionhook.relay.store.copying import CopyError, copy_store
 
     if _same_store(source, target):
         raise CliError("--from and --to are the same store", exit_code=2)

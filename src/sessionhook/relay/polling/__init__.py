@@ -1,6 +1,6 @@
 """Discovery and per-session activity polling: the relay's only reader of the Sessions API.
 
-Two loops share one request budget (the :class:`~sessionhook.relay.ratelimit.RateLimiter`
+Two loops share one request budget (the :class:`~sessionhook.relay.polling.budget.RateLimiter`
 installed on the upstream HTTP client):
 
 * **Discovery** walks every page of the session list each ``discovery_interval``. A new

@@ -19,11 +19,11 @@ from sessionhook.api.errors import (
 )
 from sessionhook.api.models import Activity, Session
 
-from .. import events
-from ..config import DEFAULT_ACCOUNT
-from ..logging import get_logger
-from ..metrics import Metrics
+from ..config.models import DEFAULT_ACCOUNT
+from ..domain import events
 from ..store import AsyncStore, Ingested, KnownSession
+from ..telemetry.logs import get_logger
+from ..telemetry.metrics import Metrics
 from .learning import UpdateTimeLearning
 from .screening import SessionScreen
 from .settings import PollSettings, _Pending, _Tracked, backoff_delay

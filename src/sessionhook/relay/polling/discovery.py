@@ -11,9 +11,9 @@ import anyio.abc
 from sessionhook.api.errors import ApiError, UnauthenticatedError
 from sessionhook.api.models import Session
 
-from .. import events
-from ..config import DEFAULT_ACCOUNT
-from ..logging import get_logger
+from ..config.models import DEFAULT_ACCOUNT
+from ..domain import events
+from ..telemetry.logs import get_logger
 from .learning import judge
 from .scheduling import Scheduling
 from .settings import ACTIVE_STATES, EPOCH_KEY, VERDICT_KEY, _Pending, _Tracked, _unix

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import anyio
 
-from ..logging import get_logger
+from ..telemetry.logs import get_logger
 from .session_poll import SessionPoll
 
 _log = get_logger()

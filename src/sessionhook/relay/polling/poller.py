@@ -9,9 +9,9 @@ import anyio.abc
 
 from sessionhook.api.errors import ApiError, UnauthenticatedError
 
-from ..logging import get_logger
-from ..replica import heartbeat_interval, poller_lease
+from ..domain.replica import heartbeat_interval, poller_lease
 from ..store import StoreUnwritableError
+from ..telemetry.logs import get_logger
 from .discovery import Discovery
 from .history import HistoryWalk
 from .settings import OnceReport, _Tracked

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..logging import get_logger
+from ..telemetry.logs import get_logger
 from .base import PollerBase
 from .settings import ACTIVE_STATES, VERDICT_KEY, _Tracked
 

@@ -24,8 +24,8 @@ from __future__ import annotations
 from sessionhook.api.client import SessionPage, session_name
 from sessionhook.api.models import Session
 
-from ..logging import get_logger
-from ..metrics import Metrics
+from ..telemetry.logs import get_logger
+from ..telemetry.metrics import Metrics
 
 __all__ = ["SessionScreen"]
 

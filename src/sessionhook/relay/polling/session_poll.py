@@ -18,9 +18,9 @@ from sessionhook.api.errors import (
 )
 from sessionhook.api.models import Activity, Session, format_timestamp, parse_timestamp
 
-from .. import events, lifecycle
-from ..logging import get_logger
+from ..domain import events, lifecycle
 from ..store import SessionRow, StoreUnwritableError
+from ..telemetry.logs import get_logger
 from .scheduling import Scheduling
 from .settings import (
     ACTIVE_STATES,

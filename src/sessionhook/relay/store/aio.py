@@ -30,8 +30,8 @@ import anyio.to_thread
 
 from sessionhook.api.models import Activity, Session
 
-from ..events import Event
-from ..retry import Decision
+from ..domain.events import Event
+from ..domain.retry import Decision
 from .core import StoreCore
 from .outbox import AttemptRecord
 from .rows import (

@@ -68,7 +68,7 @@ def _like(text: str) -> str:
 
 
 class ConsoleQueries:
-    """Mixed into :class:`~.core.StoreCore`; the pages of :mod:`sessionhook.relay.web.console`
+    """Mixed into :class:`~.core.StoreCore`; the pages of :mod:`sessionhook.relay.web.console.pages`
     read through these (on a read-only store too)."""
 
     if TYPE_CHECKING:

@@ -27,7 +27,7 @@ from typing import Any, Self
 from sessionhook.api.models import Session
 
 from .console_queries import ConsoleQueries
-from .copy import CopyQueries
+from .copying import CopyQueries
 from .dialect import Connection
 from .economy_queries import EconomyQueries
 from .ingest import IngestQueries

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from sessionhook.api.models import Activity, Session, parse_timestamp
 
-from ..events import Event, matches, payload_matches
+from ..domain.events import Event, matches, payload_matches
 from . import codec
 from .dialect import Connection
 from .rows import Ingested, SessionRow, StoreError

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import anyio
 
-from ..logging import get_logger
+from ..telemetry.logs import get_logger
 
 __all__ = ["OUTBOX_CHANNEL", "listen"]
 
@@ -45,7 +45,7 @@ async def listen(
     it). Failures of the connection are logged and retried; they never end the task."""
     import psycopg  # loaded on PostgreSQL only (a relay on SQLite never listens)
 
-    from .postgres import display_url
+    from ..config.database_url import display_url
 
     delay = 1.0
     where = display_url(url)

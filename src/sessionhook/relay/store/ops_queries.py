@@ -12,7 +12,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..events import matches, payload_matches
+from ..domain.events import matches, payload_matches
 from .dialect import Connection
 from .rows import (
     AttemptRow,

@@ -26,7 +26,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..retry import Dead, Decision, Delivered, DisableEndpoint, Retry
+from ..domain.retry import Dead, Decision, Delivered, DisableEndpoint, Retry
 from .dialect import Connection
 from .leases import TAKEABLE
 from .rows import AttemptLike, DueDelivery, StoreError

@@ -52,12 +52,13 @@ import psycopg.conninfo
 import psycopg_pool
 
 from ...redact import redact_userinfo
+from ..config.database_url import display_url
 from .core import StoreCore
 from .dialect import to_pyformat
 from .rows import StoreError, StoreFullError, StoreUnwritableError
 from .schema_pg import check_current, migrate
 
-__all__ = ["DEFAULT_POOL_SIZE", "PostgresStore", "display_url", "is_postgres_url"]
+__all__ = ["DEFAULT_POOL_SIZE", "PostgresStore"]
 
 #: Connections per relay process (and so the AsyncStore's worker threads).
 DEFAULT_POOL_SIZE = 4
@@ -81,25 +82,6 @@ _FATAL_AT_CONNECT = (
     "permission denied",
     "invalid",  # a bad option or URL parameter
 )
-
-
-def is_postgres_url(text: str) -> bool:
-    """Whether ``text`` names a PostgreSQL database (``postgresql://`` / ``postgres://``)."""
-    return text.startswith(("postgresql://", "postgres://"))
-
-
-def display_url(url: str) -> str:
-    """``url`` as shown in logs and messages: user, host, port and database, no password."""
-    try:
-        params = psycopg.conninfo.conninfo_to_dict(url)
-    except psycopg.Error:
-        return redact_userinfo(url.split("?", 1)[0])
-    host = str(params.get("host") or "localhost")
-    port = params.get("port")
-    user = params.get("user")
-    where = f"{host}:{port}" if port else host
-    who = f"{user}@" if user else ""
-    return redact_userinfo(f"postgresql://{who}{where}/{params.get('dbname') or ''}")
 
 
 def _clean(value: Any) -> Any:

@@ -2,7 +2,7 @@
 
 :func:`create_app` assembles, in this order:
 
-1. the health routes (:mod:`sessionhook.relay.health`: ``/healthz``, ``/readyz``,
+1. the health routes (:mod:`sessionhook.relay.web.server`: ``/healthz``, ``/readyz``,
    ``/metrics``, ``/openapi.json``), always, never authenticated;
 2. when the console is on (:attr:`ServerConfig.web_enabled`: a token, or
    ``allow_unauthenticated`` on loopback): ``/login`` and ``/logout``
@@ -36,12 +36,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute
 
 from ...redact import redact_userinfo
-from .. import health
-from ..config import Config
-from ..logging import get_logger
-from ..metrics import Metrics
-from ..retry import AttemptResult
+from ..config.models import Config
+from ..domain.retry import AttemptResult
 from ..store import AsyncStore, StoreError, database_errors
+from ..telemetry.logs import get_logger
+from ..telemetry.metrics import Metrics
+from . import server as health
 from .auth import PUBLIC_PATHS, AuthMiddleware, WebAuth
 from .bell import Bell
 from .headers import SecurityHeaders
@@ -75,7 +75,7 @@ RouteProvider = Callable[[WebContext], Sequence[BaseRoute]]
 
 def _providers() -> list[RouteProvider]:
     # Imported here: the providers import this module for WebContext.
-    from .console import console_provider
+    from .console.pages import console_provider
     from .stream import stream_routes
 
     return [stream_routes, console_provider]
@@ -135,7 +135,7 @@ async def _store_failed(request: Request, exc: Exception) -> Response:
     error = redact_userinfo(text.splitlines()[0] if text else type(exc).__name__)
     _log.warning("web.store_failed", path=request.url.path, error=error)
     if request.url.path.startswith("/console"):
-        from .console import store_failed_page  # the console imports this module
+        from .console.pages import store_failed_page  # the console imports this module
 
         return store_failed_page(request, error)
     return JSONResponse(

@@ -53,8 +53,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..config import is_loopback
-from ..logging import get_logger
+from ..config.models import is_loopback
+from ..telemetry.logs import get_logger
 from .headers import adding_headers
 
 __all__ = [

@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from ..logging import get_logger
+from ..telemetry.logs import get_logger
 from .auth import FormError, WebAuth, client_address, read_form, safe_next, set_session_cookie
 
 __all__ = ["login_page", "login_routes"]

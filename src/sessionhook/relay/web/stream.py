@@ -41,9 +41,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
-from ..logging import get_logger
-from ..operator import EventFilter, Follower, OperatorError, resume_position
+from ..ops import EventFilter, Follower, OperatorError, resume_position
 from ..store import EventRow, StoreError, store_failures
+from ..telemetry.logs import get_logger
 from .auth import client_address
 
 if TYPE_CHECKING:

@@ -29,12 +29,12 @@ import httpx
 
 from sessionhook.api.models import Session
 
-from . import render
-from .config import Config
-from .delivery_states import DELIVERY_STATUSES
-from .dispatch import post_event
-from .events import session_summary
-from .retry import AttemptResult
+from .config.models import Config
+from .delivery.dispatcher import post_event
+from .domain import render
+from .domain.delivery_states import DELIVERY_STATUSES
+from .domain.events import session_summary
+from .domain.retry import AttemptResult
 from .store import (
     AttemptRow,
     DeliveryRow,

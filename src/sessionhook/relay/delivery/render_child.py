@@ -1,7 +1,7 @@
 """The renderer's child process: render requests in on stdin, answers out on stdout.
 
-:class:`sessionhook.relay.render_process.RenderProcess` starts it as ``python -m
-sessionhook.relay.render_child`` and kills it when a render goes over its time budget:
+:class:`sessionhook.relay.delivery.render_process.RenderProcess` starts it as ``python -m
+sessionhook.relay.delivery.render_child`` and kills it when a render goes over its time budget:
 a thread cannot be stopped, a process can, and whatever a template does to this process's
 memory or CPU, the daemon's own are untouched.
 
@@ -28,7 +28,7 @@ import struct
 import sys
 from typing import Any, BinaryIO
 
-from .render import RenderError, Shape, render
+from ..domain.render import RenderError, Shape, render
 
 __all__ = ["MEMORY_BYTES", "READY", "frame", "main"]
 

@@ -10,14 +10,14 @@ Enabled by ``[server] listen = "127.0.0.1:9187"`` (off when absent).
   "postgresql", "database": "postgresql://...@host:5432/relay"}``, never a password).
   :func:`check_ready` builds that answer from plain facts.
 * ``/openapi.json`` is the webhook contract: an OpenAPI 3.1 document whose ``webhooks``
-  describe every event type's body (:mod:`sessionhook.relay.contract`).
+  describe every event type's body (:mod:`sessionhook.relay.domain.contract`).
 * ``/metrics`` runs the daemon's refresh hook (outbox gauges come from the database) and
-  renders :class:`~sessionhook.relay.metrics.Metrics` in the Prometheus text format.
+  renders :class:`~sessionhook.relay.telemetry.metrics.Metrics` in the Prometheus text format.
 
 :func:`serve` runs uvicorn inside the caller's task group, behind the connection bounds of
-:mod:`sessionhook.relay.listener`. uvicorn installs no signal handlers (the daemon owns
+:mod:`sessionhook.relay.web.listener`. uvicorn installs no signal handlers (the daemon owns
 signals), runs no lifespan and configures no logging (records go through
-:mod:`sessionhook.relay.logging`). uvicorn is asyncio-only, like the daemon.
+:mod:`sessionhook.relay.telemetry.logs`). uvicorn is asyncio-only, like the daemon.
 """
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from .._net import listening_socket
-from .contract import shipped_document
+from ...sockets import listening_socket
+from ..domain.contract import shipped_document
+from ..telemetry.logs import get_logger
+from ..telemetry.metrics import CONTENT_TYPE, Metrics
 from .listener import ConnectionLimits, serve_socket
-from .logging import get_logger
-from .metrics import CONTENT_TYPE, Metrics
 
 __all__ = [
     "HealthServerError",
@@ -184,7 +184,7 @@ async def serve(
     ``task_status.started`` receives the bound ``(host, port)`` (the real port when
     ``listen`` asks for port 0). ``limits`` bound the connections (default: the defaults of
     ``server.max_connections`` and ``server.request_timeout``;
-    :mod:`sessionhook.relay.listener`), counted in ``metrics`` when given. Cancelling the
+    :mod:`sessionhook.relay.web.listener`), counted in ``metrics`` when given. Cancelling the
     caller's scope shuts the server down: it stops accepting, lets in-flight requests
     finish for ``graceful_shutdown`` seconds, and closes the socket.
     """

@@ -29,13 +29,13 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from .. import operator
-from ..logging import get_logger
-from ..operator import OperatorError
-from ..store import StoreError
-from .auth import CSRF_FIELD, FormError, csrf_token, read_form, web_session
-from .console import ConsoleDeps, _time
-from .headers import SECURITY_HEADERS
+from ... import ops as operator
+from ...ops import OperatorError
+from ...store import StoreError
+from ...telemetry.logs import get_logger
+from ..auth import CSRF_FIELD, FormError, csrf_token, read_form, web_session
+from ..headers import SECURITY_HEADERS
+from .pages import ConsoleDeps, _time
 
 __all__ = ["Actions", "pop_flash"]
 

@@ -12,7 +12,7 @@ it if any address is not public (a name with one public and one private address 
 refused), and returns the vetted addresses; the caller must connect to one of those and
 never resolve the name again. Checking a name and letting the HTTP client resolve it a
 second time would let DNS answer a public address to the check and ``127.0.0.1`` to the
-connection (DNS rebinding). :mod:`sessionhook.relay.pinning` does this for httpx (a network
+connection (DNS rebinding). :mod:`sessionhook.relay.delivery.pinning` does this for httpx (a network
 backend whose ``connect_tcp`` connects only to vetted addresses, so the ``Host`` header and
 TLS SNI stay the URL's name); another HTTP client uses :func:`vet_host` as its resolver.
 
@@ -269,7 +269,7 @@ async def check_url(
 
     Raises :class:`NetguardError` when the URL is refused or does not resolve. Only the
     returned addresses are safe to connect to: do not hand the URL to a client that
-    resolves it again (see :mod:`sessionhook.relay.pinning`).
+    resolves it again (see :mod:`sessionhook.relay.delivery.pinning`).
     """
     host, port = _split(url)
     return await vet_host(host, port, allow_private=allow_private, resolve=resolve, policy=policy)

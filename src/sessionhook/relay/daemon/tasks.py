@@ -12,7 +12,7 @@ running configuration kept; a good one updates endpoints, delivery and poll sett
 the log level (``api``, ``store``, ``server`` and ``delivery.allow_private_networks``
 changes need a restart, and say so).
 
-:class:`TasksMixin` is mixed into :class:`~sessionhook.relay.daemon.Daemon`, which provides
+:class:`TasksMixin` is mixed into :class:`~sessionhook.relay.daemon.daemon.Daemon`, which provides
 what is declared under ``TYPE_CHECKING``.
 """
 
@@ -28,16 +28,16 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.abc
 
-from . import logging as relay_logging
+from ..config.models import Config, ConfigError, load_config
+from ..delivery.dispatcher import DeliverySettings, Dispatcher
+from ..domain.replica import Replica, heartbeat_interval, heartbeat_late
+from ..polling import Poller, PollSettings
+from ..store import AsyncStore, StoreUnwritableError
+from ..telemetry import logs as relay_logging
+from ..telemetry.logs import get_logger
+from ..telemetry.metrics import Metrics
 from . import sdnotify
-from .config import Config, ConfigError, load_config
-from .daemon_errors import store_failures
-from .dispatch import DeliverySettings, Dispatcher
-from .logging import get_logger
-from .metrics import Metrics
-from .poller import Poller, PollSettings
-from .replica import Replica, heartbeat_interval, heartbeat_late
-from .store import AsyncStore, StoreUnwritableError
+from .errors import store_failures
 
 __all__ = ["PRUNE_EVERY", "TasksMixin", "register_secrets"]
 

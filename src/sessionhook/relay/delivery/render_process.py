@@ -43,8 +43,8 @@ import anyio
 from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from . import render
-from .render import RenderError, Shape
+from ..domain import render
+from ..domain.render import RenderError, Shape
 from .render_child import READY, frame
 
 __all__ = ["INLINE_BYTES", "MAX_CHILDREN", "InlineRenderer", "RenderProcess", "Renderer"]
@@ -53,6 +53,8 @@ __all__ = ["INLINE_BYTES", "MAX_CHILDREN", "InlineRenderer", "RenderProcess", "R
 INLINE_BYTES = 256 * 1024
 #: Child processes kept at most (one per template in use).
 MAX_CHILDREN = 8
+#: What a child runs (``python -m``): the render loop of :mod:`.render_child`.
+CHILD_MODULE = "sessionhook.relay.delivery.render_child"
 _LENGTH = struct.Struct(">I")
 #: What reading from or writing to a child that died raises.
 _CHILD_GONE = (
@@ -65,7 +67,7 @@ _CHILD_GONE = (
 
 
 class Renderer(Protocol):
-    """Makes the bytes an endpoint is sent (see :func:`sessionhook.relay.render.render`)."""
+    """Makes the bytes an endpoint is sent (see :func:`sessionhook.relay.domain.render.render`)."""
 
     async def render(
         self, event_id: str, body: bytes, shape: Shape, *, time_budget: float
@@ -80,7 +82,7 @@ class InlineRenderer:
     async def render(
         self, event_id: str, body: bytes, shape: Shape, *, time_budget: float
     ) -> tuple[bytes, str]:
-        """:func:`sessionhook.relay.render.render`, here and now."""
+        """:func:`sessionhook.relay.domain.render.render`, here and now."""
         return render.render(event_id, body, shape)
 
 
@@ -198,8 +200,8 @@ class RenderProcess:
         inline_bytes: int = INLINE_BYTES,
         max_children: int = MAX_CHILDREN,
     ) -> None:
-        #: How a child is started (``python -m sessionhook.relay.render_child``).
-        self.command = list(command or [sys.executable, "-m", "sessionhook.relay.render_child"])
+        #: How a child is started (``python -m sessionhook.relay.delivery.render_child``).
+        self.command = list(command or [sys.executable, "-m", CHILD_MODULE])
         #: Seconds a new child has to say it is ready.
         self.start_timeout = start_timeout
         #: Children started (one per template, and one after each kill): for tests.

@@ -13,7 +13,7 @@ attempt in flight per (endpoint, session), so each consumer sees a session's eve
 order while sessions and endpoints proceed in parallel. The poller wakes it when it
 enqueues; otherwise it sleeps until the next retry is due or the next ``rate_limit`` slot
 of an endpoint held back frees.
-:func:`sessionhook.relay.retry.decide` turns each result into a decision the store records
+:func:`sessionhook.relay.domain.retry.decide` turns each result into a decision the store records
 in one transaction; a 410 or an endpoint failing for longer than its ``disable_after``
 disables it.
 """
@@ -41,15 +41,16 @@ from sessionhook import __version__
 from sessionhook.api.errors import parse_retry_after
 from sessionhook.redact import redact_userinfo
 
-from . import netguard, render, retry
-from .config import Config, EndpointConfig
-from .logging import LineBudget, get_logger
-from .metrics import Metrics
+from ..config.models import Config, EndpointConfig
+from ..domain import addresses as netguard
+from ..domain import render, retry
+from ..domain.retry import AttemptResult
+from ..domain.signing import signature_header
+from ..store import AsyncStore, AttemptRecord, DueDelivery, StoreUnwritableError
+from ..telemetry.logs import LineBudget, get_logger
+from ..telemetry.metrics import Metrics
 from .render_process import InlineRenderer, Renderer
-from .retry import AttemptResult
 from .sender import Answer, HttpxPoster, Poster, PostError
-from .signing import signature_header
-from .store import AsyncStore, AttemptRecord, DueDelivery, StoreUnwritableError
 
 __all__ = [
     "USER_AGENT",
@@ -84,8 +85,8 @@ def refused(reason: str) -> str:
 
 async def literal_guard(url: str, *, allow_private: bool) -> str | None:
     """The dispatcher's default pre-check: refuses, WITHOUT asking DNS, a URL that can only
-    be private (:func:`sessionhook.relay.netguard.literal_refusal`). Names are vetted when
-    the connection is made (:class:`sessionhook.relay.pinning.PinnedTransport`), resolved
+    be private (:func:`sessionhook.relay.domain.addresses.literal_refusal`). Names are vetted when
+    the connection is made (:class:`sessionhook.relay.delivery.pinning.PinnedTransport`), resolved
     once: resolving here too would let DNS answer differently to the check."""
     return None if allow_private else netguard.literal_refusal(url)
 
@@ -104,10 +105,11 @@ async def post_event(
 ) -> AttemptResult:
     """Sign ``body`` and POST it to ``url`` once; never raises for a network failure.
 
-    ``http`` is a :class:`~sessionhook.relay.sender.Poster` (the daemon's aiohttp one, whose
-    resolver vets each name once) or an ``httpx.AsyncClient`` (tests, ``endpoints test``;
-    with a :class:`~sessionhook.relay.pinning.PinnedTransport` under it). A host refused by
-    the address guard is a failed attempt (``error = "refused: ..."``) and nothing is sent.
+    ``http`` is a :class:`~sessionhook.relay.delivery.sender.Poster` (the daemon's aiohttp
+    one, whose resolver vets each name once) or an ``httpx.AsyncClient`` (tests, ``endpoints
+    test``; with a :class:`~sessionhook.relay.delivery.pinning.PinnedTransport` under it). A
+    host refused by the address guard is a failed attempt (``error = "refused: ..."``) and
+    nothing is sent.
 
     Headers: ``webhook-id`` (``event_id``), ``webhook-timestamp`` (``now()``, fresh),
     ``webhook-signature`` (one signature per secret: ``v1,`` for a ``whsec_`` secret,
@@ -233,13 +235,13 @@ class Dispatcher:
     """The delivery loop; see the module docstring.
 
     ``http`` carries the webhooks (never the upstream client, which is rate limited): a
-    :class:`~sessionhook.relay.sender.Poster` or an ``httpx.AsyncClient``. The daemon's
-    :class:`~sessionhook.relay.sender.AiohttpPoster` resolves each endpoint's name once,
+    :class:`~sessionhook.relay.delivery.sender.Poster` or an ``httpx.AsyncClient``. The daemon's
+    :class:`~sessionhook.relay.delivery.sender.AiohttpPoster` resolves each endpoint's name once,
     refuses loopback, private, link-local and metadata addresses unless
     ``allow_private_networks``, and connects to the address it checked. ``guard`` checks
     each URL before every POST without DNS (default: :func:`literal_guard`). ``renderer``
     makes formatted and templated bodies (default: inline; the daemon's
-    :class:`~sessionhook.relay.render_process.RenderProcess` renders templates in a child
+    :class:`~sessionhook.relay.delivery.render_process.RenderProcess` renders templates in a child
     process within ``render_timeout``).
 
     One round of the loop is ONE call into the store's thread: the attempts finished since

@@ -6,8 +6,8 @@
   :class:`DaemonError`): :mod:`.daemon_store`;
 * the upstream HTTP client of each account, rate limited by one :class:`RateLimiter` (whose
   60 s window is kept in the store: :mod:`.daemon_store`) and counted per endpoint and status;
-* the :class:`~sessionhook.relay.poller.Poller` and the
-  :class:`~sessionhook.relay.dispatch.Dispatcher`, which the poller wakes on enqueue;
+* the :class:`~sessionhook.relay.polling.Poller` and the
+  :class:`~sessionhook.relay.delivery.dispatcher.Dispatcher`, which the poller wakes on enqueue;
 * the open-files limit, lifted to the hard one at start (deliveries, polls, the store and
   the listener share it; ``server.max_connections`` may use half: :mod:`.listener`);
 * the health server when ``[server]`` is configured (started before the store is opened,
@@ -39,22 +39,25 @@ import httpx
 
 from sessionhook.api.client import RetryPolicy, SessionsClient
 
-from . import health, listener, sdnotify, web
-from .config import Config
-from .daemon_errors import DaemonError, store_failures
-from .daemon_health import HealthMixin
-from .daemon_store import StoreMixin, UpstreamTally
-from .daemon_tasks import TasksMixin, register_secrets
-from .dispatch import DeliverySettings, Dispatcher, UrlGuard
-from .logging import get_logger
-from .metrics import Metrics
-from .netguard import AddressPolicy, Resolver
-from .poller import OnceReport, Poller, PollSettings
-from .ratelimit import LimitedTransport, RateLimiter
-from .render_process import RenderProcess
-from .replica import Replica, dead_replicas, pid_alive
-from .sender import AiohttpPoster, HttpxPoster, Poster
-from .store import AsyncStore, StoreUnwritableError, notify
+from .. import web
+from ..config.models import Config
+from ..delivery.dispatcher import DeliverySettings, Dispatcher, UrlGuard
+from ..delivery.render_process import RenderProcess
+from ..delivery.sender import AiohttpPoster, HttpxPoster, Poster
+from ..domain.addresses import AddressPolicy, Resolver
+from ..domain.replica import Replica, dead_replicas, pid_alive
+from ..polling import OnceReport, Poller, PollSettings
+from ..polling.budget import LimitedTransport, RateLimiter
+from ..store import AsyncStore, StoreUnwritableError, notify
+from ..telemetry.logs import get_logger
+from ..telemetry.metrics import Metrics
+from ..web import listener
+from ..web import server as health
+from . import sdnotify
+from .errors import DaemonError, store_failures
+from .readiness import HealthMixin
+from .store_access import StoreMixin, UpstreamTally
+from .tasks import TasksMixin, register_secrets
 
 __all__ = ["DRAIN_SECONDS", "Daemon", "DaemonError"]
 
@@ -73,7 +76,7 @@ class Daemon(HealthMixin, StoreMixin, TasksMixin):
     or of a receiver), ``poll_settings`` the poll knobs that the config does not expose,
     ``guard`` the DNS-free pre-check of endpoint URLs, ``resolve`` and ``address_policy``
     the name resolution and the public/private judgement of the webhook connections
-    (:class:`~sessionhook.relay.sender.AiohttpPoster`, used unless
+    (:class:`~sessionhook.relay.delivery.sender.AiohttpPoster`, used unless
     ``delivery_transport`` replaces the network).
     """
 

@@ -46,12 +46,13 @@ from pydantic import (
     model_validator,
 )
 
-from .events import EVENT_TYPES, matches
-from .netguard import literal_refusal
-from .render import RenderError, Shape, check_shape
-from .samples import sample_events
+from ..domain.addresses import literal_refusal
+from ..domain.events import EVENT_TYPES, matches
+from ..domain.render import RenderError, Shape, check_shape
+from ..domain.samples import sample_events
+from ..domain.signing import SECRET_PREFIX, SIGNING_KEY_PREFIX, decode_secret, decode_signing_key
+from .database_url import check_postgres_url, display_url
 from .secret_files import file_exposure
-from .signing import SECRET_PREFIX, SIGNING_KEY_PREFIX, decode_secret, decode_signing_key
 
 __all__ = [
     "DEFAULT_ACCOUNT",
@@ -305,7 +306,7 @@ class StoreConfig(_Section):
     @classmethod
     def _check_url(cls, value: SecretStr | None) -> SecretStr | None:
         if value is not None:
-            _postgres_url(value.get_secret_value())
+            check_postgres_url(value.get_secret_value())
         return value
 
     @model_validator(mode="after")
@@ -324,8 +325,6 @@ class StoreConfig(_Section):
         """The store as logs and messages name it: the file, or the URL without password."""
         if self.url is None:
             return str(self.path)
-        from .store.postgres import display_url  # the store package imports this module
-
         return display_url(self.url.get_secret_value())
 
 
@@ -468,7 +467,7 @@ class EndpointConfig(_Section):
 
     @property
     def shape(self) -> Shape:
-        """What :func:`sessionhook.relay.render.render` makes of an event for this endpoint."""
+        """What :func:`~sessionhook.relay.domain.render.render` makes of an event here."""
         return Shape(
             payload=self.payload,
             format=self.format,
@@ -775,19 +774,6 @@ def _split_secrets(text: str, signature: str = "v1") -> list[str]:
     return parts
 
 
-def _postgres_url(value: str) -> None:
-    """Refuse what is not a ``postgresql://`` URL psycopg can parse (never echoing it: it
-    may hold a password)."""
-    if not value.startswith(("postgresql://", "postgres://")):
-        raise ValueError('must be a "postgresql://user:password@host:port/database" URL')
-    from psycopg.conninfo import conninfo_to_dict
-
-    try:
-        conninfo_to_dict(value)
-    except Exception:
-        raise ValueError("is not a valid PostgreSQL URL") from None
-
-
 def _split_listen(value: str) -> tuple[str, int]:
     host, sep, port_text = value.rpartition(":")
     if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
@@ -815,7 +801,7 @@ def _resolve_store_path(config: Config, base: Path, env: Mapping[str, str]) -> C
         if not env.get(var):
             raise ConfigError("store.url_env", f"environment variable {var} is not set")
         try:
-            _postgres_url(env[var])
+            check_postgres_url(env[var])
         except ValueError as exc:
             raise ConfigError("store.url_env", f"{var}: {exc}") from None
         url = SecretStr(env[var])

@@ -44,15 +44,15 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from ..config import DEFAULT_ACCOUNT
-from ..retry import AttemptResult
-from ..store import AsyncStore, AttemptRow, DeliveryRow, EventRow
-from .auth import CSRF_FIELD, csrf_token
-from .bell import Bell
-from .console_chart import minute_chart
+from ...config.models import DEFAULT_ACCOUNT
+from ...domain.retry import AttemptResult
+from ...store import AsyncStore, AttemptRow, DeliveryRow, EventRow
+from ..auth import CSRF_FIELD, csrf_token
+from ..bell import Bell
+from .chart import minute_chart
 
 if TYPE_CHECKING:
-    from . import WebContext
+    from .. import WebContext
 
 __all__ = [
     "MAX_ID",
@@ -74,7 +74,7 @@ DELIVERY_STATUSES: Final = ("pending", "failed", "dead", "delivered")
 MAX_ID: Final = 2**63 - 1
 
 #: Sends endpoint NAME a signed test event now; the answer (never raises for the network;
-#: :class:`~sessionhook.relay.operator.OperatorError` for a name the config does not have).
+#: :class:`~sessionhook.relay.ops.OperatorError` for a name the config does not have).
 SendTest = Callable[[str], Awaitable[AttemptResult]]
 
 
@@ -169,7 +169,7 @@ def render_page(
 ) -> Response:
     """Render ``console/<template>`` with the flash message and the CSRF token of the
     request's session."""
-    from .console_actions import pop_flash  # the actions module imports this one
+    from .actions import pop_flash  # the actions module imports this one
 
     flash, clear = pop_flash(request)
     path = request.url.path
@@ -471,8 +471,8 @@ class _Pages:
 def console_routes(deps: ConsoleDeps) -> list[BaseRoute]:
     """The console's routes (pages, actions, live feed, static assets). They expect the
     access control of :mod:`.auth` in front (it attaches the session to each request)."""
-    from .console_actions import Actions
-    from .console_live import live_route
+    from .actions import Actions
+    from .live import live_route
 
     pages = _Pages(deps)
     return [

@@ -35,7 +35,7 @@ from typing import Any, Final, Protocol, TextIO
 import structlog
 from structlog.typing import EventDict, FilteringBoundLogger, Processor, WrappedLogger
 
-from ..redact import redact_userinfo
+from ...redact import redact_userinfo
 
 __all__ = [
     "LEVELS",

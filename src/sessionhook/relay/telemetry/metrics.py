@@ -62,7 +62,7 @@ from prometheus_client import (
     generate_latest,
 )
 
-from .. import __version__
+from ... import __version__
 from .delivery_metrics import DeliveryStats
 
 __all__ = ["CONTENT_TYPE", "NAMESPACE", "Metrics"]

@@ -1,12 +1,13 @@
 """The HTTP clients that carry webhooks: one POST in, status / ``Retry-After`` / answer out.
 
 A :class:`Poster` sends one request and reads at most ``body_limit`` bytes of the answer,
-never following a redirect. :func:`sessionhook.relay.dispatch.post_event` signs, bounds the
-whole exchange and turns failures into an ``AttemptResult``; the posters only move bytes.
+never following a redirect. :func:`~sessionhook.relay.delivery.dispatcher.post_event`
+signs, bounds the whole exchange and turns failures into an ``AttemptResult``; the
+posters only move bytes.
 
 * :class:`AiohttpPoster` (what the daemon uses): aiohttp, chosen by measurement for the
   delivery path only (the Sessions API client stays on httpx). Its resolver is
-  :func:`sessionhook.relay.netguard.vet_host`: a name is resolved ONCE per new connection,
+  :func:`sessionhook.relay.domain.addresses.vet_host`: a name is resolved ONCE per new connection,
   every address checked, and the connection goes to a vetted address (no DNS rebinding;
   ``Host`` and TLS SNI stay the URL's name). aiohttp does not ask the resolver about an IP
   literal, so literals are vetted before each POST with the same function. No proxy from
@@ -36,7 +37,7 @@ import aiohttp
 import aiohttp.abc
 import httpx
 
-from . import netguard
+from ..domain import addresses as netguard
 
 __all__ = ["AiohttpPoster", "Answer", "HttpxPoster", "PostError", "Poster", "VettingResolver"]
 
@@ -122,10 +123,10 @@ class HttpxPoster:
 
 
 class VettingResolver(aiohttp.abc.AbstractResolver):
-    """aiohttp's resolver hook on :func:`~sessionhook.relay.netguard.vet_host`: the only
+    """aiohttp's resolver hook on :func:`~sessionhook.relay.domain.addresses.vet_host`: the only
     addresses aiohttp may connect to are the ones vetted here (raises
-    :class:`~sessionhook.relay.netguard.BlockedAddressError` or
-    :class:`~sessionhook.relay.netguard.ResolutionError` otherwise)."""
+    :class:`~sessionhook.relay.domain.addresses.BlockedAddressError` or
+    :class:`~sessionhook.relay.domain.addresses.ResolutionError` otherwise)."""
 
     def __init__(
         self,
@@ -163,7 +164,7 @@ class VettingResolver(aiohttp.abc.AbstractResolver):
 
 class AiohttpPoster:
     """The daemon's :class:`Poster`: one aiohttp session, keep-alive connections, every
-    connection to an address :func:`~sessionhook.relay.netguard.vet_host` vetted.
+    connection to an address :func:`~sessionhook.relay.domain.addresses.vet_host` vetted.
 
     ``allow_private``, ``resolve`` and ``policy`` go to the vetting (tests inject a resolver
     and a policy). Create it inside a running event loop.
@@ -234,7 +235,7 @@ class AiohttpPoster:
         body_limit: int,
     ) -> Answer:
         """See :class:`Poster`; a refused address raises
-        :class:`~sessionhook.relay.netguard.NetguardError` (nothing is sent)."""
+        :class:`~sessionhook.relay.domain.addresses.NetguardError` (nothing is sent)."""
         self._vet_literal(url)
         bound = self._timeouts.get(timeout)
         if bound is None:

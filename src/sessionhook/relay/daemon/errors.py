@@ -7,7 +7,7 @@ Shared by :mod:`.daemon` and its mixins (:mod:`.daemon_health`, :mod:`.daemon_st
 
 from __future__ import annotations
 
-from .store import store_failures
+from ..store import store_failures
 
 __all__ = ["DaemonError", "store_failures"]
 

@@ -7,7 +7,7 @@ delivery starts meanwhile, ``store.full`` is logged, ``store_unwritable`` is 1 a
 answers 503 with the reason; everything resumes by itself (opening a store on a full disk:
 :mod:`.daemon_store`).
 
-:class:`HealthMixin` is mixed into :class:`~sessionhook.relay.daemon.Daemon`, which provides
+:class:`HealthMixin` is mixed into :class:`~sessionhook.relay.daemon.daemon.Daemon`, which provides
 what is declared under ``TYPE_CHECKING``.
 """
 
@@ -18,20 +18,23 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from . import health, operator, sdnotify, web
-from . import logging as relay_logging
-from .config import Config, ServerConfig
-from .daemon_errors import store_failures
-from .logging import get_logger
-from .metrics import Metrics
-from .netguard import AddressPolicy, Resolver
-from .pinning import PinnedTransport
-from .poller import Poller
-from .retry import AttemptResult
-from .store import AsyncStore, StoreFullError, StoreUnwritableError
+from .. import ops as operator
+from .. import web
+from ..config.models import Config, ServerConfig
+from ..delivery.pinning import PinnedTransport
+from ..domain.addresses import AddressPolicy, Resolver
+from ..domain.retry import AttemptResult
+from ..polling import Poller
+from ..store import AsyncStore, StoreFullError, StoreUnwritableError
+from ..telemetry import logs as relay_logging
+from ..telemetry.logs import get_logger
+from ..telemetry.metrics import Metrics
+from ..web import server as health
+from . import sdnotify
+from .errors import store_failures
 
 if TYPE_CHECKING:
-    from .dispatch import Dispatcher
+    from ..delivery.dispatcher import Dispatcher
 
 __all__ = ["HealthMixin"]
 

@@ -50,9 +50,9 @@ import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from .config import ServerConfig
-from .logging import get_logger
-from .metrics import Metrics
+from ..config.models import ServerConfig
+from ..telemetry.logs import get_logger
+from ..telemetry.metrics import Metrics
 
 __all__ = [
     "ConnectionGuard",

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final
 
-from ..store.console_queries import MinuteCounts
+from ...store.console_queries import MinuteCounts
 
 #: Size of the drawing area in SVG units, whatever the span (labels keep one size).
 HEIGHT: Final = 100.0

@@ -13,7 +13,7 @@
   upstream request is counted per endpoint and status (metrics and the store's per-minute
   counters).
 
-:class:`StoreMixin` is mixed into :class:`~sessionhook.relay.daemon.Daemon`, which provides
+:class:`StoreMixin` is mixed into :class:`~sessionhook.relay.daemon.daemon.Daemon`, which provides
 what is declared under ``TYPE_CHECKING``.
 """
 
@@ -28,13 +28,9 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from . import sdnotify
-from .config import Account, Config
-from .daemon_errors import DaemonError, store_failures
-from .logging import get_logger
-from .metrics import Metrics
-from .ratelimit import SharedWindow
-from .store import (
+from ..config.models import Account, Config
+from ..polling.budget import SharedWindow
+from ..store import (
     AsyncStore,
     StoreError,
     StoreFullError,
@@ -43,6 +39,10 @@ from .store import (
     acquire_daemon_lock,
     open_store,
 )
+from ..telemetry.logs import get_logger
+from ..telemetry.metrics import Metrics
+from . import sdnotify
+from .errors import DaemonError, store_failures
 
 __all__ = ["BUDGET_LEASE", "StoreMixin", "UpstreamTally"]
 

@@ -25,10 +25,10 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from ..logging import get_logger
-from ..store import store_failures
-from .console import BadNumber, ConsoleDeps, url_int
-from .headers import SECURITY_HEADERS
+from ...store import store_failures
+from ...telemetry.logs import get_logger
+from ..headers import SECURITY_HEADERS
+from .pages import BadNumber, ConsoleDeps, url_int
 
 __all__ = ["live_route"]
 

@@ -1,0 +1,2 @@
+"""The relay's configuration: frozen, validated models and their loading.
+"""

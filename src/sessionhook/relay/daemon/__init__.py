@@ -1,0 +1,2 @@
+"""The composition root: builds the relay's collaborators and runs them.
+"""

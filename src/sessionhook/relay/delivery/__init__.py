@@ -1,0 +1,2 @@
+"""Writing out: the dispatcher, the signed POST, the webhook sender, DNS pinning.
+"""

@@ -1,0 +1,2 @@
+"""Logs and metrics: what every other layer of the relay reports through.
+"""

@@ -1,0 +1,2 @@
+"""The web console: pages, actions, the live feed, the chart.
+"""
