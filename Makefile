@@ -21,6 +21,7 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 
 # Real PostgreSQL and Chromium for the tests that use them (apt-get on a fresh Debian machine).
 system-deps:
