@@ -72,6 +72,21 @@ def test_the_tree_keeps_every_contract(tree: Path) -> None:
             "from sessionhook.relay.delivery import sender as _planted  # noqa",
             "polling and delivery never import each other BROKEN",
         ),
+        (
+            "sessionhook.relay.web.auth",
+            "from sessionhook.relay.web import stream as _planted  # noqa",
+            "inside web: route groups > context > auth, server > leaves BROKEN",
+        ),
+        (
+            "sessionhook.relay.web.console.common",
+            "from sessionhook.relay.web.console import pages as _planted  # noqa",
+            "console: routes > pages|actions|live > common > text|chart BROKEN",
+        ),
+        (
+            "sessionhook.relay.web.console.pages",
+            "from sessionhook.relay.web.console import actions as _planted  # noqa",
+            "console: routes > pages|actions|live > common > text|chart BROKEN",
+        ),
     ],
 )
 def test_a_planted_upward_import_breaks_its_contract(

@@ -217,17 +217,7 @@ class Daemon(HealthMixin, StoreMixin, TasksMixin):
                     problem = listener.check_files_limit(server.max_connections, files)
                     if problem is not None:
                         raise DaemonError(problem, exit_code=2)
-                    app = web.create_app(
-                        self._web_context(server),
-                        readiness=self._readiness,
-                        before_scrape=self._refresh_gauges,
-                        store={
-                            "backend": "sqlite"
-                            if self.config.store.database_url() is None
-                            else "postgresql",
-                            "database": self.config.store.location,
-                        },
-                    )
+                    app = web.create_app(self._web_context(server))
                     serve = functools.partial(
                         health.serve,
                         limits=listener.ConnectionLimits.of(server),

@@ -25,7 +25,7 @@ from ..delivery.pinning import PinnedTransport
 from ..domain.addresses import AddressPolicy, Resolver
 from ..domain.retry import AttemptResult
 from ..polling import Poller
-from ..store import AsyncStore, StoreFullError, StoreUnwritableError
+from ..store import AsyncStore, StoreFullError, StoreUnwritableError, database_errors
 from ..telemetry import logs as relay_logging
 from ..telemetry.logs import get_logger
 from ..telemetry.metrics import Metrics
@@ -67,6 +67,9 @@ class HealthMixin:
             if self.dispatcher is not None:
                 self.dispatcher.wake()
 
+        # The app is built before the store opens (so /readyz can say why it cannot):
+        # the engine's errors are named from the config.
+        postgresql = self.config.store.database_url() is not None
         return web.WebContext(
             config=lambda: self.config,
             store=lambda: self.store,
@@ -77,6 +80,13 @@ class HealthMixin:
             ),
             bell=self.bell,
             clock=self._clock,
+            readiness=self._readiness,
+            before_scrape=self._refresh_gauges,
+            store_facts={
+                "backend": "postgresql" if postgresql else "sqlite",
+                "database": self.config.store.location,
+            },
+            store_errors=database_errors(postgresql=postgresql),
             send_test=self.send_test_event,
             wake=wake,
         )

@@ -18,16 +18,16 @@ health routes exist (anything else is 404) and ``web.console_off`` is logged onc
 that fails under a route (the PostgreSQL server down or restarting, a lost connection) is a
 503 and one ``web.store_failed`` log line, never a traceback.
 
-A route reaches the daemon through :class:`WebContext` (``request.app.state.web``, or the
-provider's closure): the store once it is open (``None`` before: answer 503), the current
-config, the metrics, the bell rung on every ingest, the clock.
+A route reaches the daemon only through :class:`.context.WebContext`
+(``request.app.state.web``, or the provider's closure): the store once it is open
+(``None`` before: answer 503), the current config, the metrics, the bell rung on every
+ingest, the clock, and the daemon's callables (readiness, gauges, test event, wake-up).
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from typing import Final
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -36,69 +36,35 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute
 
 from ...redact import redact_userinfo
-from ..config.models import Config
-from ..domain.retry import AttemptResult
-from ..store import AsyncStore, StoreError, database_errors
+from ..store import StoreError
 from ..telemetry.logs import get_logger
-from ..telemetry.metrics import Metrics
-from . import server as health
 from .auth import PUBLIC_PATHS, AuthMiddleware, WebAuth
 from .bell import Bell
+from .console.common import store_failed_page
+from .console.routes import console_provider
+from .context import RouteProvider, WebContext
 from .headers import SecurityHeaders
 from .login import login_routes
+from .server import health_routes
+from .stream import stream_routes
 
 __all__ = ["ROUTE_PROVIDERS", "Bell", "RouteProvider", "WebAuth", "WebContext", "create_app"]
 
 _log = get_logger()
 
-
-@dataclass
-class WebContext:
-    """What web routes may use of the daemon (see the module docstring)."""
-
-    config: Callable[[], Config]
-    store: Callable[[], AsyncStore | None]
-    metrics: Metrics
-    auth: WebAuth
-    bell: Bell = field(default_factory=lambda: Bell())
-    clock: Callable[[], float] = time.time
-    #: The console's actions: send endpoint NAME a signed test event now (``OperatorError``
-    #: for an unknown name; ``None``: not available), and wake the dispatcher after a
-    #: replay or an endpoint enabled.
-    send_test: Callable[[str], Awaitable[AttemptResult]] | None = None
-    wake: Callable[[], None] = lambda: None
+#: The protected route groups, in order.
+ROUTE_PROVIDERS: Final[tuple[RouteProvider, ...]] = (stream_routes, console_provider)
 
 
-#: Builds a group of protected routes.
-RouteProvider = Callable[[WebContext], Sequence[BaseRoute]]
-
-
-def _providers() -> list[RouteProvider]:
-    # Imported here: the providers import this module for WebContext.
-    from .console.pages import console_provider
-    from .stream import stream_routes
-
-    return [stream_routes, console_provider]
-
-
-#: The protected route groups, in order. The console adds its own here.
-ROUTE_PROVIDERS: Callable[[], list[RouteProvider]] = _providers
-
-
-def create_app(
-    ctx: WebContext,
-    *,
-    readiness: health.ReadinessCheck,
-    before_scrape: health.ScrapeHook | None = None,
-    providers: Sequence[RouteProvider] | None = None,
-    store: Mapping[str, str] | None = None,
-) -> Starlette:
+def create_app(ctx: WebContext, *, providers: Sequence[RouteProvider] | None = None) -> Starlette:
     """The app for ``[server] listen``: health routes, plus login, stream and console when
-    the config turns the console on. ``providers`` replaces :data:`ROUTE_PROVIDERS` (tests);
-    ``store`` is what /readyz says of the store (see :func:`health.health_routes`)."""
+    the config turns the console on. ``providers`` replaces :data:`ROUTE_PROVIDERS` (tests)."""
     routes: list[BaseRoute] = list(
-        health.health_routes(
-            metrics=ctx.metrics, readiness=readiness, before_scrape=before_scrape, store=store
+        health_routes(
+            metrics=ctx.metrics,
+            readiness=ctx.readiness,
+            before_scrape=ctx.before_scrape,
+            store=ctx.store_facts,
         )
     )
     server = ctx.config().server
@@ -109,12 +75,9 @@ def create_app(
         )
         return Starlette(routes=routes)
     routes.extend(login_routes(ctx.auth))
-    for provider in ROUTE_PROVIDERS() if providers is None else providers:
+    for provider in ROUTE_PROVIDERS if providers is None else providers:
         routes.extend(provider(ctx))
-    # The daemon builds the app before it opens the store: name the engine's errors now.
-    postgresql = store is not None and store.get("backend") == "postgresql"
-    errors = database_errors(postgresql=postgresql)
-    handlers = {kind: _store_failed for kind in (StoreError, *errors)}
+    handlers = {kind: _store_failed for kind in (StoreError, *ctx.store_errors)}
     app = Starlette(
         routes=routes,
         middleware=[
@@ -135,8 +98,6 @@ async def _store_failed(request: Request, exc: Exception) -> Response:
     error = redact_userinfo(text.splitlines()[0] if text else type(exc).__name__)
     _log.warning("web.store_failed", path=request.url.path, error=error)
     if request.url.path.startswith("/console"):
-        from .console.pages import store_failed_page  # the console imports this module
-
         return store_failed_page(request, error)
     return JSONResponse(
         {"error": f"the store cannot be read now: {error}"},

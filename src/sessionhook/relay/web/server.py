@@ -42,6 +42,8 @@ from .listener import ConnectionLimits, serve_socket
 __all__ = [
     "HealthServerError",
     "ReadinessCheck",
+    "ScrapeHook",
+    "always_ready",
     "check_ready",
     "create_app",
     "health_routes",
@@ -55,6 +57,11 @@ ReadinessCheck = Callable[[], tuple[bool, Sequence[str]] | Awaitable[tuple[bool,
 ScrapeHook = Callable[[], Awaitable[None]]
 
 _log = get_logger()
+
+
+def always_ready() -> tuple[bool, Sequence[str]]:
+    """The readiness of an app with nothing behind it to wait for: ready whenever asked."""
+    return True, ()
 
 
 class HealthServerError(Exception):

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import anyio
 from starlette.requests import Request
@@ -45,9 +45,7 @@ from ..ops import EventFilter, Follower, OperatorError, resume_position
 from ..store import EventRow, StoreError, store_failures
 from ..telemetry.logs import get_logger
 from .auth import client_address
-
-if TYPE_CHECKING:
-    from . import WebContext
+from .context import WebContext
 
 __all__ = [
     "BATCH",

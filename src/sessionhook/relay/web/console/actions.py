@@ -20,10 +20,7 @@ bearer token need none (a browser never adds that header on its own).
 
 from __future__ import annotations
 
-import base64
 import hmac
-import json
-from typing import Final
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -35,13 +32,10 @@ from ...store import StoreError
 from ...telemetry.logs import get_logger
 from ..auth import CSRF_FIELD, FormError, csrf_token, read_form, web_session
 from ..headers import SECURITY_HEADERS
-from .pages import ConsoleDeps, _time
+from .common import FLASH_COOKIE, ConsoleDeps, encode_flash
+from .text import parse_when
 
-__all__ = ["Actions", "pop_flash"]
-
-FLASH_COOKIE: Final = "sessionhook_flash"
-#: Longest flash text kept (characters).
-_FLASH_MAX: Final = 500
+__all__ = ["Actions"]
 
 _log = get_logger()
 
@@ -52,27 +46,6 @@ def _csrf_ok(request: Request, submitted: str) -> bool:
         return True
     expected = csrf_token(request)
     return bool(expected) and hmac.compare_digest(submitted.encode(), expected.encode())
-
-
-def _encode_flash(kind: str, text: str) -> str:
-    data = json.dumps({"kind": kind, "text": text[:_FLASH_MAX]}).encode()
-    return base64.urlsafe_b64encode(data).decode()
-
-
-def pop_flash(request: Request) -> tuple[dict[str, str] | None, str | None]:
-    """The flash message the last action left (``{"kind", "text"}``), and the cookie to
-    clear (``None`` when there was none). A malformed cookie is ignored."""
-    raw = request.cookies.get(FLASH_COOKIE)
-    if not raw:
-        return None, None
-    try:
-        data = json.loads(base64.urlsafe_b64decode(raw.encode()))
-        flash = {"kind": str(data["kind"]), "text": str(data["text"])[:_FLASH_MAX]}
-    except (ValueError, KeyError, TypeError):
-        return None, FLASH_COOKIE
-    if flash["kind"] not in ("ok", "error"):
-        flash["kind"] = "error"
-    return flash, FLASH_COOKIE
 
 
 def _back(target: str | None) -> str:
@@ -88,7 +61,7 @@ def _done(back: str, kind: str, text: str) -> Response:
     response = RedirectResponse(_back(back), status_code=303, headers=SECURITY_HEADERS)
     response.set_cookie(
         FLASH_COOKIE,
-        _encode_flash(kind, text),
+        encode_flash(kind, text),
         max_age=60,
         path="/console",
         httponly=True,
@@ -138,7 +111,7 @@ class Actions:
         endpoint = form.get("endpoint", "")
         event_id = form.get("event", "").strip()
         now = self.deps.clock()
-        since, until = _time(form.get("since"), now), _time(form.get("until"), now)
+        since, until = parse_when(form.get("since"), now), parse_when(form.get("until"), now)
         if not endpoint:
             return _done(back, "error", "replay: choose an endpoint")
         if not event_id and since is None:

@@ -28,7 +28,8 @@ from starlette.routing import Route
 from ...store import store_failures
 from ...telemetry.logs import get_logger
 from ..headers import SECURITY_HEADERS
-from .pages import BadNumber, ConsoleDeps, url_int
+from .common import ConsoleDeps
+from .text import BadNumber, url_int
 
 __all__ = ["live_route"]
 

@@ -1,0 +1,155 @@
+"""What every console handler shares: its dependencies (:class:`ConsoleDeps`), the Jinja2
+environment and :func:`render_page`, the one-shot flash cookie that actions leave for the
+next page, and the error pages.
+
+The templates (``templates/console/``) are Jinja2 with autoescaping on: everything shown
+that came from upstream or a consumer is hostile input. Pages get their security headers
+(the strict Content-Security-Policy) from :class:`~sessionhook.relay.web.headers.SecurityHeaders`.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import jinja2
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+
+from ...store import AsyncStore
+from ..auth import CSRF_FIELD, csrf_token
+from ..bell import Bell
+from ..context import SendTest
+from .text import age, clip, outcome, pretty, stamp
+
+__all__ = [
+    "FLASH_COOKIE",
+    "PACKAGE_DIR",
+    "ConsoleDeps",
+    "encode_flash",
+    "error_page",
+    "pop_flash",
+    "render_page",
+    "store_failed_page",
+]
+
+#: The console package: its ``templates/`` and ``static/`` directories.
+PACKAGE_DIR: Final = Path(__file__).parent
+FLASH_COOKIE: Final = "sessionhook_flash"
+#: Longest flash text kept (characters).
+FLASH_MAX: Final = 500
+
+
+@dataclass
+class ConsoleDeps:
+    """What the console needs from the daemon (seams for tests).
+
+    ``store`` returns the daemon's open store, or ``None`` while it is not open (the pages
+    answer 503). ``budgets`` maps each account to its ``requests_per_minute``. ``send_test``
+    sends a test event (``None``: the action is unavailable). ``wake`` tells the dispatcher
+    that deliveries were queued (a replay, an endpoint enabled).
+    """
+
+    store: Callable[[], AsyncStore | None]
+    budgets: Callable[[], Mapping[str, int]] = dict
+    send_test: SendTest | None = None
+    wake: Callable[[], None] = lambda: None
+    clock: Callable[[], float] = time.time
+    #: Rung by the daemon when it archives events: wakes the live feed at once.
+    bell: Bell = field(default_factory=Bell)
+    #: Live feed: seconds between two looks at the store, and how long one stream lasts
+    #: before the browser reconnects (with Last-Event-ID, nothing missed).
+    live_interval: float = 1.0
+    live_duration: float = 300.0
+    live_max_streams: int = 16
+
+
+# --------------------------------------------------------------------------- flash
+
+
+def encode_flash(kind: str, text: str) -> str:
+    """The flash cookie's value for an outcome (``kind`` ``ok`` or ``error``)."""
+    data = json.dumps({"kind": kind, "text": text[:FLASH_MAX]}).encode()
+    return base64.urlsafe_b64encode(data).decode()
+
+
+def pop_flash(request: Request) -> tuple[dict[str, str] | None, str | None]:
+    """The flash message the last action left (``{"kind", "text"}``), and the cookie to
+    clear (``None`` when there was none). A malformed cookie is ignored."""
+    raw = request.cookies.get(FLASH_COOKIE)
+    if not raw:
+        return None, None
+    try:
+        data = json.loads(base64.urlsafe_b64decode(raw.encode()))
+        flash = {"kind": str(data["kind"]), "text": str(data["text"])[:FLASH_MAX]}
+    except (ValueError, KeyError, TypeError):
+        return None, FLASH_COOKIE
+    if flash["kind"] not in ("ok", "error"):
+        flash["kind"] = "error"
+    return flash, FLASH_COOKIE
+
+
+# --------------------------------------------------------------------------- pages
+
+_ENV: Final = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(PACKAGE_DIR / "templates"),
+    autoescape=True,  # every {{ }} is escaped: upstream and consumer text is hostile
+    undefined=jinja2.StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+_ENV.filters.update(stamp=stamp, age=age, clip=clip, pretty=pretty, outcome=outcome)
+
+
+def render_page(
+    request: Request,
+    template: str,
+    context: Mapping[str, Any],
+    *,
+    status_code: int = 200,
+) -> Response:
+    """Render ``console/<template>`` with the flash message and the CSRF token of the
+    request's session."""
+    flash, clear = pop_flash(request)
+    path = request.url.path
+    here = f"{path}?{request.url.query}" if request.url.query else path
+    html = _ENV.get_template(f"console/{template}").render(
+        {
+            "flash": flash,
+            "csrf": csrf_token(request),
+            "csrf_field": CSRF_FIELD,
+            "path": path,
+            "here": here,
+            **context,
+        }
+    )
+    # Its security headers come with every HTML page's (headers.SecurityHeaders).
+    response = HTMLResponse(html, status_code=status_code)
+    if clear:
+        response.delete_cookie(clear, path="/console")
+    return response
+
+
+def error_page(request: Request, status_code: int, title: str, reason: str) -> Response:
+    """A page saying why there is nothing to show (a 4xx or 5xx)."""
+    return render_page(
+        request, "unavailable.html", {"title": title, "reason": reason}, status_code=status_code
+    )
+
+
+def store_failed_page(request: Request, error: str) -> Response:
+    """The page for a store that could not be read (the database down or restarting): a
+    503 that names the error; reloading works again once the database is back."""
+    response = error_page(
+        request,
+        503,
+        "Store unavailable",
+        f"the database cannot be read now ({error}); reload the page once it is back",
+    )
+    response.headers["retry-after"] = "5"
+    return response

@@ -1,0 +1,69 @@
+"""The console's route list: pages (:mod:`.pages`), actions (:mod:`.actions`), the live
+feed (:mod:`.live`) and the static assets (``static/``: nothing is loaded from another
+host, so the Content-Security-Policy can say ``'self'`` only).
+
+:func:`console_provider` is the route provider the daemon's route table
+(:mod:`sessionhook.relay.web`) includes: every console path is behind its access control
+(:mod:`..auth`: bearer token or login cookie; POSTs need the session's CSRF token, which
+every form carries as ``csrf_token``).
+"""
+
+from __future__ import annotations
+
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from ...config.models import DEFAULT_ACCOUNT
+from ..context import WebContext
+from .actions import Actions
+from .common import PACKAGE_DIR, ConsoleDeps
+from .live import live_route
+from .pages import Pages
+
+__all__ = ["console_provider", "console_routes"]
+
+
+def console_routes(deps: ConsoleDeps) -> list[BaseRoute]:
+    """The console's routes (pages, actions, live feed, static assets). They expect the
+    access control of :mod:`..auth` in front (it attaches the session to each request)."""
+    pages = Pages(deps)
+    return [
+        Route("/console", pages.overview, methods=["GET", "HEAD"]),
+        Route("/console/sessions", pages.sessions, methods=["GET", "HEAD"]),
+        Route("/console/timeline", pages.timeline, methods=["GET", "HEAD"]),
+        Route("/console/deliveries", pages.deliveries, methods=["GET", "HEAD"]),
+        # The ids are read by url_int: Starlette's int convertor takes any length.
+        Route("/console/deliveries/{delivery_id}", pages.delivery, methods=["GET", "HEAD"]),
+        Route("/console/attempts/{attempt_id}", pages.attempt, methods=["GET", "HEAD"]),
+        *Actions(deps).routes(),
+        live_route(deps),
+        Mount(
+            "/console/static",
+            StaticFiles(directory=PACKAGE_DIR / "static"),
+            name="console-static",
+        ),
+    ]
+
+
+def console_provider(ctx: WebContext) -> list[BaseRoute]:
+    """The console's routes on the daemon's :class:`~sessionhook.relay.web.context.WebContext`."""
+
+    def budgets() -> dict[str, int]:
+        # Each account's requests_per_minute, as upstream_accounts() derives them (without
+        # touching the secrets).
+        config = ctx.config()
+        rpm = config.api.requests_per_minute
+        if not config.accounts:
+            return {DEFAULT_ACCOUNT: rpm}
+        return {a.name: a.requests_per_minute or rpm for a in config.accounts}
+
+    return console_routes(
+        ConsoleDeps(
+            store=ctx.store,
+            budgets=budgets,
+            send_test=ctx.send_test,
+            wake=ctx.wake,
+            clock=ctx.clock,
+            bell=ctx.bell,
+        )
+    )

@@ -1,0 +1,65 @@
+"""What the web layer is handed: :class:`WebContext`, the one seam between the daemon and
+its routes.
+
+The web layer imports no poller, dispatcher or daemon (an import-linter contract): whatever
+it shows comes from the store and the config, and whatever it sets off (a test event, a
+readiness probe, a refresh of the gauges, a wake-up of the dispatcher) is a callable the
+daemon put in here. Tests and benchmarks build one with stand-ins.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from starlette.routing import BaseRoute
+
+from ..config.models import Config
+from ..domain.retry import AttemptResult
+from ..store import AsyncStore, database_errors
+from ..telemetry.metrics import Metrics
+from .auth import WebAuth
+from .bell import Bell
+from .server import ReadinessCheck, ScrapeHook, always_ready
+
+__all__ = ["RouteProvider", "SendTest", "WebContext"]
+
+#: Sends endpoint NAME a signed test event now; the answer (never raises for the network;
+#: :class:`~sessionhook.relay.ops.OperatorError` for a name the config does not have).
+SendTest = Callable[[str], Awaitable[AttemptResult]]
+
+
+@dataclass
+class WebContext:
+    """What web routes may use of the daemon.
+
+    ``store`` returns the store once it is open (``None`` before: routes answer 503);
+    ``config`` the current config; ``bell`` is rung on every ingest.
+    """
+
+    config: Callable[[], Config]
+    store: Callable[[], AsyncStore | None]
+    metrics: Metrics
+    auth: WebAuth
+    bell: Bell = field(default_factory=Bell)
+    clock: Callable[[], float] = time.time
+    #: /readyz asks it (default: ready whenever asked, for an app with nothing behind it).
+    readiness: ReadinessCheck = always_ready
+    #: /metrics runs it before rendering (the daemon refreshes its outbox gauges).
+    before_scrape: ScrapeHook | None = None
+    #: What /readyz says of the store (``backend``, ``database``: never a password).
+    store_facts: Mapping[str, str] | None = None
+    #: What the store's engine raises for a database problem: a route failing with one of
+    #: these (or :class:`~sessionhook.relay.store.StoreError`) is a 503, never a traceback.
+    #: Named before the store is open (the app is built first): the daemon passes its
+    #: configured engine's (:func:`~sessionhook.relay.store.database_errors`).
+    store_errors: tuple[type[Exception], ...] = field(default_factory=database_errors)
+    #: The console's actions: send endpoint NAME a signed test event now (``None``: not
+    #: available), and wake the dispatcher after a replay or an endpoint enabled.
+    send_test: SendTest | None = None
+    wake: Callable[[], None] = lambda: None
+
+
+#: Builds a group of protected routes.
+RouteProvider = Callable[[WebContext], Sequence[BaseRoute]]
