@@ -109,7 +109,7 @@ async def one_run(directory: Path, backlog: int, samples: int, bell_on: bool) ->
     timeout = httpx.Timeout(30.0)
     async with anyio.create_task_group() as tg, httpx.AsyncClient(timeout=timeout) as http:
         host, port = await tg.start(
-            health.serve, listen, create_app(ctx, readiness=lambda: (True, []))
+            health.serve, listen, create_app(ctx)
         )
         url = f"http://{host}:{port}/v1/events/stream"
         if bell_on:
@@ -174,7 +174,7 @@ async def stalled_run(directory: Path, streams: int, big: int, seconds: float) -
         await archive.add(50, text_bytes=100_000)
     async with anyio.create_task_group() as tg:
         host, port = await tg.start(
-            health.serve, listen, create_app(ctx, readiness=lambda: (True, []))
+            health.serve, listen, create_app(ctx)
         )
         before = _rss()
         socks = [_stalled_stream(host, port, "evt_00000000") for _ in range(streams)]

@@ -24,7 +24,8 @@ from sessionhook.relay.telemetry.metrics import Metrics
 from sessionhook.relay.web import WebContext, create_app
 from sessionhook.relay.web.auth import CSRF_FIELD, MAX_FORM_BYTES, WebAuth
 from sessionhook.relay.web.console.chart import HEIGHT, WIDTH, minute_chart
-from sessionhook.relay.web.console.pages import ConsoleDeps, console_routes
+from sessionhook.relay.web.console.common import ConsoleDeps
+from sessionhook.relay.web.console.routes import console_routes
 from tests.conftest import Backend
 from tests.test_store import T0, Clock, Ep, activity, ingest, ready, session
 
@@ -173,7 +174,7 @@ def app_for(astore: AsyncStore | None, **context: Any) -> Starlette:
         clock=lambda: T0 + 600,
         **context,
     )
-    return create_app(ctx, readiness=lambda: (True, []))
+    return create_app(ctx)
 
 
 @asynccontextmanager

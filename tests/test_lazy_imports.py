@@ -48,7 +48,7 @@ def test_a_relay_on_the_defaults_imports_neither_psycopg_nor_cryptography(tmp_pa
         store = open_store(config.store)
         ctx = WebContext(config=lambda: config, store=lambda: None, metrics=Metrics(),
                          auth=WebAuth("t" * 32))
-        create_app(ctx, readiness=lambda: (True, []), store={{"backend": "sqlite"}})
+        create_app(ctx)
         try:
             raise sqlite3.OperationalError("disk I/O error")
         except store_failures():
@@ -76,6 +76,7 @@ def test_the_web_app_answers_a_postgresql_error_with_503_before_the_store_opens(
         from starlette.routing import Route
         from sessionhook.relay.config.models import Config
         from sessionhook.relay.telemetry.metrics import Metrics
+        from sessionhook.relay.store import database_errors
         from sessionhook.relay.web import WebAuth, WebContext, create_app
 
         assert "psycopg" not in sys.modules
@@ -88,9 +89,10 @@ def test_the_web_app_answers_a_postgresql_error_with_503_before_the_store_opens(
             raise psycopg.OperationalError("server closed the connection unexpectedly")
 
         ctx = WebContext(config=lambda: config, store=lambda: None, metrics=Metrics(),
-                         auth=WebAuth("t" * 32))
+                         auth=WebAuth("t" * 32),
+                         store_errors=database_errors(postgresql=True))
         app = create_app(
-            ctx, readiness=lambda: (True, []), store={"backend": "postgresql"},
+            ctx,
             providers=[lambda ctx: [Route("/boom", boom)]],
         )
 

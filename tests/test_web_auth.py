@@ -74,7 +74,7 @@ def _app(token: str | None = TOKEN, *, clock: float | None = None, **server: obj
     config = _config(**server)
     auth = WebAuth(token) if clock is None else WebAuth(token, clock=lambda: clock)
     ctx = WebContext(config=lambda: config, store=lambda: None, metrics=Metrics(), auth=auth)
-    return create_app(ctx, readiness=lambda: (True, []), providers=[_probe_routes])
+    return create_app(ctx, providers=[_probe_routes])
 
 
 def _client(app: object, base: str = BASE) -> httpx.AsyncClient:
@@ -251,7 +251,7 @@ async def test_without_a_token_the_console_is_off() -> None:
         config=lambda: config, store=lambda: None, metrics=Metrics(), auth=WebAuth(None)
     )
     with capture_logs() as logs:
-        app = create_app(ctx, readiness=lambda: (True, []), providers=[_probe_routes])
+        app = create_app(ctx, providers=[_probe_routes])
     async with _client(app) as client:
         assert (await client.get("/healthz")).status_code == 200
         assert (await client.get("/probe/data")).status_code == 404
@@ -296,7 +296,7 @@ async def test_csrf_token_helper_matches_the_form_field() -> None:
     ctx = WebContext(
         config=lambda: config, store=lambda: None, metrics=Metrics(), auth=WebAuth(TOKEN)
     )
-    app = create_app(ctx, readiness=lambda: (True, []), providers=[provider])
+    app = create_app(ctx, providers=[provider])
     async with _client(app) as client:
         await client.post("/login", data={"token": TOKEN})
         page = await client.get("/p")
@@ -315,7 +315,7 @@ def _route_table(backend: Backend) -> tuple[list[tuple[str, str]], Any, AsyncSto
     ctx = WebContext(
         config=lambda: config, store=lambda: astore, metrics=Metrics(), auth=WebAuth(TOKEN)
     )
-    app = create_app(ctx, readiness=lambda: (True, []))
+    app = create_app(ctx)
     protected: list[tuple[str, str]] = []
     for route in app.routes:
         path = getattr(route, "path_format", None) or getattr(route, "path", "")

@@ -105,7 +105,7 @@ async def relay(backend: Backend, **server: Any) -> AsyncIterator[Relay]:
         auth=WebAuth(TOKEN),
         bell=bell,
     )
-    app = create_app(ctx, readiness=lambda: (True, []))
+    app = create_app(ctx)
     try:
         async with anyio.create_task_group() as tg:
             host, port = await tg.start(health.serve, listen, app)
@@ -400,7 +400,7 @@ async def test_a_stream_holds_a_bounded_number_of_bytes_whatever_the_consumer(
     size = 100_000
     rows = await r.archive(31, size=size)
     counting.read_bytes = 0
-    app = create_app(ctx, readiness=lambda: (True, []))
+    app = create_app(ctx)
     high_water = 64 * 1024
     buffered = 0
     blocked = anyio.Event()
