@@ -87,6 +87,11 @@ def test_the_tree_keeps_every_contract(tree: Path) -> None:
             "from sessionhook.relay.web.console import actions as _planted  # noqa",
             "console: routes > pages|actions|live > common > text|chart BROKEN",
         ),
+        (
+            "sessionhook.relay.daemon.readiness",
+            "from sessionhook.relay.daemon import wiring as _planted  # noqa",
+            "only daemon.py composes: the daemon's collaborators never import each other BROKEN",
+        ),
     ],
 )
 def test_a_planted_upward_import_breaks_its_contract(

@@ -14,7 +14,7 @@ import pytest
 
 from sessionhook.api.client import RetryPolicy, SessionsClient
 from sessionhook.api.errors import MalformedResponseError, TransportError, UnauthenticatedError
-from sessionhook.relay.daemon.store_access import StoreMixin, UpstreamTally
+from sessionhook.relay.daemon.upstream import UpstreamCounter, UpstreamTally
 from sessionhook.relay.polling.budget import MALFORMED, LimitedTransport, RateLimiter
 from sessionhook.relay.store import AsyncStore, Store
 from sessionhook.relay.telemetry.metrics import Metrics
@@ -196,14 +196,11 @@ async def test_a_2xx_body_cut_by_a_read_error_or_deadline_is_no_answer() -> None
     assert recorded == [("list_sessions", None)]
 
 
-class _Host(StoreMixin):
-    """The smallest host of the daemon's store mixin: a store, metrics, a clock."""
-
-    def __init__(self, store: AsyncStore, tally: UpstreamTally | None) -> None:
-        self.store = store
-        self.metrics = Metrics()
-        self._clock = lambda: 1_750_000_000.0
-        self._upstream_tally = tally
+def _host(store: AsyncStore, tally: UpstreamTally | None) -> UpstreamCounter:
+    """The daemon's upstream counter on a store, with its own metrics and a fixed clock."""
+    counter = UpstreamCounter(Metrics(), lambda: 1_750_000_000.0, lambda: store)
+    counter.tally = tally
+    return counter
 
 
 @pytest.mark.anyio
@@ -214,14 +211,14 @@ async def test_a_request_is_counted_without_waiting_for_the_store(tmp_path: Path
     astore = await AsyncStore.open(tmp_path / "s.db")
     gate = threading.Event()
     tally = UpstreamTally()
-    host = _Host(astore, tally)
+    host = _host(astore, tally)
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(astore.call, gate.wait)  # the store's one thread is busy
             await anyio.sleep(0.05)
             with anyio.fail_after(5):
                 for status in (200, 200, 429):
-                    await host._record_upstream("get_session", status)
+                    await host.record("get_session", status)
             gate.set()
         await tally.flush(astore)
         await tally.flush(astore)  # nothing left: nothing written twice

@@ -1,20 +1,25 @@
 """The relay daemon: one task group, one stop signal.
 
-:class:`Daemon` wires the pieces together and owns their lifetime:
+:class:`Daemon` is the composition root: it builds its collaborators, each handed what it
+needs (what several share is one :class:`~.state.DaemonState`), and owns their lifetime:
 
-* the store (opened first, under the daemon lock; a store that cannot be opened is a
-  :class:`DaemonError`): :mod:`.daemon_store`;
-* the upstream HTTP client of each account, rate limited by one :class:`RateLimiter` (whose
-  60 s window is kept in the store: :mod:`.daemon_store`) and counted per endpoint and status;
-* the :class:`~sessionhook.relay.polling.Poller` and the
-  :class:`~sessionhook.relay.delivery.dispatcher.Dispatcher`, which the poller wakes on enqueue;
+* the store, opened first under the daemon lock (a store that cannot be opened is a
+  :class:`DaemonError`): :class:`~.store_opening.StoreOpener`;
+* on the open store, the upstream HTTP client of each account, rate limited by its own
+  :class:`RateLimiter` (whose 60 s window is kept in the store) and counted per endpoint and
+  status (:class:`~.upstream.UpstreamCounter`), one
+  :class:`~sessionhook.relay.polling.Poller` per account and the
+  :class:`~sessionhook.relay.delivery.dispatcher.Dispatcher`, which the pollers wake on
+  enqueue: :class:`~.wiring.Wiring`;
 * the open-files limit, lifted to the hard one at start (deliveries, polls, the store and
   the listener share it; ``server.max_connections`` may use half: :mod:`.listener`);
 * the health server when ``[server]`` is configured (started before the store is opened,
-  so /readyz can say why it is not: :mod:`.daemon_health`, which also makes the daemon the
-  store's observer on a full disk), ``READY=1`` once the store is open and the first
-  discovery pass was tried, ``WATCHDOG=1`` while both loops make progress (the side tasks,
-  signals and reload: :mod:`.daemon_tasks`).
+  so /readyz can say why it is not: :class:`~.readiness.Readiness`; the store's observer on
+  a full disk: :class:`~.readiness.DiskObserver`);
+* the side tasks: ``READY=1`` once the store is open and the first discovery pass was
+  tried, ``WATCHDOG=1`` while both loops make progress, the heartbeat, the retention
+  (:class:`~.tasks.SideTasks`); the signals and the reload on SIGHUP
+  (:class:`~.reloader.SignalWatcher`, :class:`~.reloader.Reloader`).
 
 SIGTERM and SIGINT set the stop signal: polling stops at once, deliveries in flight get
 :data:`DRAIN_SECONDS` to finish, then everything is cancelled (an interrupted attempt is
@@ -28,36 +33,34 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
-from dataclasses import replace
+from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
 import anyio
 import httpx
 
-from sessionhook.api.client import RetryPolicy, SessionsClient
-
 from .. import web
 from ..config.models import Config
-from ..delivery.dispatcher import DeliverySettings, Dispatcher, UrlGuard
-from ..delivery.render_process import RenderProcess
-from ..delivery.sender import AiohttpPoster, HttpxPoster, Poster
+from ..delivery.dispatcher import Dispatcher, UrlGuard
 from ..domain.addresses import AddressPolicy, Resolver
-from ..domain.replica import Replica, dead_replicas, pid_alive
+from ..domain.replica import Replica
+from ..domain.retry import AttemptResult
 from ..polling import OnceReport, Poller, PollSettings
-from ..polling.budget import LimitedTransport, RateLimiter
 from ..store import AsyncStore, StoreUnwritableError, notify
 from ..telemetry.logs import get_logger
 from ..telemetry.metrics import Metrics
 from ..web import listener
 from ..web import server as health
 from . import sdnotify
-from .errors import DaemonError, store_failures
-from .readiness import HealthMixin
-from .store_access import StoreMixin, UpstreamTally
-from .tasks import TasksMixin, register_secrets
+from .errors import DaemonError
+from .readiness import DiskObserver, Readiness
+from .reloader import Reloader, SignalWatcher, register_secrets
+from .state import DaemonState
+from .store_opening import StoreOpener
+from .tasks import SideTasks
+from .upstream import UpstreamCounter
+from .wiring import Seams, Wiring
 
 __all__ = ["DRAIN_SECONDS", "Daemon", "DaemonError"]
 
@@ -68,7 +71,7 @@ _log = get_logger()
 _E = TypeVar("_E", bound=BaseException)
 
 
-class Daemon(HealthMixin, StoreMixin, TasksMixin):
+class Daemon:
     """The relay process; see the module docstring.
 
     The keyword arguments are seams for tests, the demo and the bench: ``upstream_transport``
@@ -94,39 +97,73 @@ class Daemon(HealthMixin, StoreMixin, TasksMixin):
         metrics: Metrics | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.config = config
-        self._config_path = config_path
-        self._upstream_transport = upstream_transport
-        self._delivery_transport = delivery_transport
         base = poll_settings if poll_settings is not None else PollSettings()
-        self._poll_settings = base.with_config(config)
-        self._guard = guard
-        self._resolve = resolve
-        self._address_policy = address_policy
         self.metrics = metrics if metrics is not None else Metrics()
-        self._clock = clock
-        self._stop = anyio.Event()
-        self._stopping = False
-        self._started_at = clock()
-        self.store: AsyncStore | None = None
-        #: Upstream requests counted on their way to the store (while the long run runs).
-        self._upstream_tally: UpstreamTally | None = None
-        #: Why the store is not open yet (a full disk at start-up), for /readyz.
-        self._open_problem: str | None = None
-        #: One poller per account (``[[accounts]]``, or the one ``[api]`` describes).
-        self.pollers: list[Poller] = []
-        self.poller: Poller | None = None  # the first account's
-        self.dispatcher: Dispatcher | None = None
+        state = self._state = DaemonState(
+            config=config, poll_settings=base.with_config(config), metrics=self.metrics, clock=clock
+        )
         #: Set once the daemon is ready (store open, first poll tried): tests wait on it.
-        self.ready = anyio.Event()
+        self.ready = state.ready
         #: Rung whenever events are archived: wakes the event streams.
         self.bell = web.Bell()
         #: This process as a replica of the store (its claims carry this id).
         self.replica = Replica.current()
+        seams = Seams(
+            upstream_transport=upstream_transport,
+            delivery_transport=delivery_transport,
+            guard=guard,
+            resolve=resolve,
+            address_policy=address_policy,
+        )
+        self._upstream = UpstreamCounter(self.metrics, clock, lambda: state.store)
+        self._wiring = Wiring(state, seams, self._upstream, replica=self.replica, bell=self.bell)
+        self._opener = StoreOpener(state, DiskObserver(state))
+        self._readiness = Readiness(
+            state, self.bell, self._wiring.send_test_event, started_at=clock()
+        )
+        self._tasks = SideTasks(state, self.replica)
+        self._reloader = Reloader(state, config_path)
+        self._signals = SignalWatcher(state, self._reloader)
+
+    # ------------------------------------------------------------------ what others read
+
+    @property
+    def config(self) -> Config:
+        """The running configuration (a reload replaces it)."""
+        return self._state.config
+
+    @property
+    def store(self) -> AsyncStore | None:
+        """The open store; ``None`` before it is open and once it is closed."""
+        return self._state.store
+
+    @property
+    def pollers(self) -> list[Poller]:
+        """One poller per account (``[[accounts]]``, or the one ``[api]`` describes)."""
+        return self._state.pollers
+
+    @property
+    def poller(self) -> Poller | None:
+        """The first account's poller (``None`` until wired)."""
+        return self._state.pollers[0] if self._state.pollers else None
+
+    @property
+    def dispatcher(self) -> Dispatcher | None:
+        """The dispatcher (``None`` until wired)."""
+        return self._state.dispatcher
 
     def stop(self) -> None:
         """Ask the daemon to stop, as SIGTERM does."""
-        self._stop.set()
+        self._state.stop.set()
+
+    async def reload(self) -> bool:
+        """Re-read the config file (SIGHUP). Returns whether the new config was applied."""
+        return await self._reloader.reload()
+
+    async def send_test_event(self, name: str) -> AttemptResult:
+        """Send endpoint ``name`` a signed ``ping`` now (see
+        :meth:`~.wiring.Wiring.send_test_event`): never archived, never retried."""
+        return await self._wiring.send_test_event(name)
 
     # ------------------------------------------------------------------ entry points
 
@@ -140,7 +177,7 @@ class Daemon(HealthMixin, StoreMixin, TasksMixin):
             async with anyio.create_task_group() as outer:
                 if handle_signals:
                     # First of all, so that a signal during start-up is a clean stop too.
-                    await outer.start(self._watch_signals, outer.cancel_scope)
+                    await outer.start(self._signals.watch, outer.cancel_scope)
                 try:
                     await self._serve()
                 except Exception as exc:
@@ -163,11 +200,12 @@ class Daemon(HealthMixin, StoreMixin, TasksMixin):
         Raises :class:`DaemonError` when the store cannot be opened, is held by another
         daemon or is full (nothing is lost: the next pass resumes), or the key is rejected.
         """
-        with self._daemon_lock():
-            store = await self._open_store(wait=False)
+        with self._opener.lock():
+            store = await self._opener.open(wait=False)
             assert store is not None  # only a stop while waiting for space returns None
             try:
-                async with self._wiring(store) as (pollers, dispatcher):
+                register_secrets(self.config)
+                async with self._wiring.open(store) as (pollers, dispatcher):
                     report = OnceReport()
                     rejected: list[str] = []
                     for poller in pollers:  # one account's rejected key stops no other
@@ -205,7 +243,7 @@ class Daemon(HealthMixin, StoreMixin, TasksMixin):
     # ------------------------------------------------------------------ the long run
 
     async def _serve(self) -> None:
-        with self._daemon_lock():
+        with self._opener.lock():
             async with anyio.create_task_group() as outer:
                 # First, so that /readyz answers (503, with the reason) while the store
                 # cannot be opened for lack of space.
@@ -217,7 +255,7 @@ class Daemon(HealthMixin, StoreMixin, TasksMixin):
                     problem = listener.check_files_limit(server.max_connections, files)
                     if problem is not None:
                         raise DaemonError(problem, exit_code=2)
-                    app = web.create_app(self._web_context(server))
+                    app = self._readiness.create_app(server)
                     serve = functools.partial(
                         health.serve,
                         limits=listener.ConnectionLimits.of(server),
@@ -227,9 +265,10 @@ class Daemon(HealthMixin, StoreMixin, TasksMixin):
                         await outer.start(serve, server.listen, app)
                     except health.HealthServerError as exc:
                         raise DaemonError(str(exc)) from None
-                store = await self._open_store(wait=True)
+                store = await self._opener.open(wait=True)
                 if store is not None:  # None: stopped while waiting for disk space
-                    async with self._wiring(store) as (_pollers, dispatcher):
+                    register_secrets(self.config)
+                    async with self._wiring.open(store) as (_pollers, dispatcher):
                         await self._run_loops(store, dispatcher)
                 outer.cancel_scope.cancel()
         _log.info("relay.stopped")
@@ -242,19 +281,20 @@ class Daemon(HealthMixin, StoreMixin, TasksMixin):
             base_url=self.config.api.base_url,
             accounts={a.name: a.base_url for a in self.config.upstream_accounts()},
         )
-        if self._stop.is_set():
+        state, tasks = self._state, self._tasks
+        if state.stop.is_set():
             return
         async with anyio.create_task_group() as tg:
             poll_scope = anyio.CancelScope()
             # First: it counts the pollers' requests from their first one on.
             tg.start_soon(
-                self._side_task, "upstream counts", lambda: self._flush_upstream_counts(store), None
+                tasks.guarded, "upstream counts", lambda: self._upstream.write_counts(store)
             )
-            tg.start_soon(self._side_task, "poller", self._run_pollers, poll_scope)
-            tg.start_soon(self._side_task, "dispatcher", dispatcher.run, None)
-            tg.start_soon(self._side_task, "lifecycle", self._lifecycle, None)
-            tg.start_soon(self._side_task, "retention", self._retention, None)
-            tg.start_soon(self._side_task, "heartbeat", self._heartbeat, None)
+            tg.start_soon(tasks.guarded, "poller", self._run_pollers, poll_scope)
+            tg.start_soon(tasks.guarded, "dispatcher", dispatcher.run)
+            tg.start_soon(tasks.guarded, "lifecycle", tasks.lifecycle)
+            tg.start_soon(tasks.guarded, "retention", tasks.retention)
+            tg.start_soon(tasks.guarded, "heartbeat", tasks.heartbeat)
             url = getattr(store.store, "url", None)
             if getattr(store.store, "backend", "") == "postgresql" and url:
                 # Other replicas' enqueues wake this dispatcher (LISTEN/NOTIFY); the
@@ -266,9 +306,9 @@ class Daemon(HealthMixin, StoreMixin, TasksMixin):
                     dispatcher.wake()
                     self.bell.ring()
 
-                tg.start_soon(self._side_task, "wakeups", lambda: notify.listen(url, wake), None)
-            await self._stop.wait()
-            self._stopping = True
+                tg.start_soon(tasks.guarded, "wakeups", lambda: notify.listen(url, wake))
+            await state.stop.wait()
+            state.stopping = True
             _log.info("relay.stopping", in_flight=dispatcher.in_flight)
             sdnotify.stopping("draining deliveries in flight")
             poll_scope.cancel()
@@ -284,126 +324,8 @@ class Daemon(HealthMixin, StoreMixin, TasksMixin):
     async def _run_pollers(self) -> None:
         """Every account's poller, side by side (each with its own discovery and budget)."""
         async with anyio.create_task_group() as tg:
-            for poller in self.pollers:
+            for poller in self._state.pollers:
                 tg.start_soon(poller.run)
-
-    # ------------------------------------------------------------------ wiring
-
-    @asynccontextmanager
-    async def _wiring(self, store: AsyncStore) -> AsyncIterator[tuple[list[Poller], Dispatcher]]:
-        """Build the HTTP clients, one poller per account and the dispatcher on an open
-        store; close all."""
-        config = self.config
-        self.store = store
-        register_secrets(config)
-        # SQLite: the daemon lock says this replica is alone (see Store.exclusive).
-        alone = getattr(store.store, "backend", "sqlite") == "sqlite"
-        await store.write(
-            store.store.register_replica,
-            self.replica.id,
-            host=self.replica.host,
-            pid=self.replica.pid,
-            now=self._clock(),
-            lease=config.store.lease,
-            exclusive=alone,
-        )
-        _log.info("replica.registered", replica=self.replica.label, lease=config.store.lease)
-        # A replica that is certainly dead (alone: every other one; any backend: a pid of
-        # this host that is gone) gives its claims back now, not when its lease runs out:
-        # a restart after kill -9 resumes at once.
-        rows = await store.call(store.store.replicas)
-        dead = dead_replicas(rows, self.replica, alone=alone, pid_alive=pid_alive)
-        if dead:
-            await store.write(store.store.reap_replicas, dead, self._clock())
-            _log.info("replica.reaped", replicas=dead, reason="alone" if alone else "pid gone")
-        accounts = config.upstream_accounts()
-        inner = self._upstream_transport or httpx.AsyncHTTPTransport()
-        # One HTTP client per account, each with its own budget (an API key's quota). 2xx
-        # answers are counted once the client parsed them (settle): a malformed one is
-        # counted as "malformed", not as the 200 it claimed to be.
-        # The API client takes the budget's grant before each attempt (its gate, outside
-        # the deadline of the exchange: waiting for budget is not a slow upstream), so the
-        # transport only counts.
-        limiters = [
-            RateLimiter(
-                account.requests_per_minute,
-                shared_window=self._budget_window(store, account),
-            )
-            for account in accounts
-        ]
-        counted = [
-            LimitedTransport(inner, None, record=self._record_upstream, settle_success=True)
-            for _ in accounts
-        ]
-        upstreams = [httpx.AsyncClient(transport=transport) for transport in counted]
-        # Webhooks go out through aiohttp (sender.py says why, with numbers), every
-        # connection to an address vetted when it was resolved, once. A test's or the
-        # demo's transport (ASGI, mock) goes through httpx instead.
-        delivery: Poster = (
-            HttpxPoster(
-                httpx.AsyncClient(transport=self._delivery_transport, follow_redirects=False)
-            )
-            if self._delivery_transport is not None
-            else AiohttpPoster(
-                allow_private=config.delivery.allow_private_networks,
-                resolve=self._resolve,
-                policy=self._address_policy,
-            )
-        )
-        # Templates render in a child process, killed at delivery.render_timeout.
-        renderer = RenderProcess()
-        try:
-            self.dispatcher = Dispatcher(
-                store,
-                delivery,
-                DeliverySettings.from_config(config),
-                metrics=self.metrics,
-                guard=self._guard,
-                clock=self._clock,
-                renderer=renderer,
-            )
-            self.pollers = [
-                Poller(
-                    SessionsClient(
-                        upstream,
-                        base_url=account.base_url,
-                        api_key=account.api_key.get_secret_value(),
-                        api_key_header=account.api_key_header,
-                        timeout=config.api.timeout,
-                        max_response_bytes=config.api.max_response_bytes,
-                        gate=limiter.acquire,
-                        retry=RetryPolicy(max_attempts=1),
-                        on_answer=transport.settle,
-                    ),
-                    store,
-                    replace(self._poll_settings, requests_per_minute=account.requests_per_minute),
-                    on_enqueued=self.dispatcher.wake,
-                    on_ingested=self.bell.ring,
-                    metrics=self.metrics,
-                    clock=self._clock,
-                    account=account.name,
-                )
-                for account, upstream, transport, limiter in zip(
-                    accounts, upstreams, counted, limiters, strict=True
-                )
-            ]
-            self.poller = self.pollers[0]
-            yield self.pollers, self.dispatcher
-        finally:
-            with anyio.CancelScope(shield=True):
-                # A clean stop frees every claim at once: nobody waits for a lease.
-                try:
-                    await store.call(store.store.retire_replica, self._clock())
-                except store_failures() as exc:
-                    _log.warning("replica.retire_failed", error=str(exc))
-                for upstream in upstreams:
-                    await upstream.aclose()
-                await delivery.aclose()
-                await renderer.aclose()
-                if isinstance(delivery, HttpxPoster):
-                    await delivery.http.aclose()
-                await store.close()
-            self.store = None
 
 
 def _daemon_error(exc: BaseException) -> DaemonError | None:

@@ -1,8 +1,8 @@
 """How the daemon fails: :class:`DaemonError` (one line for the user, with an exit status)
 and the store failures it turns into one (:func:`~.store.store_failures`).
 
-Shared by :mod:`.daemon` and its mixins (:mod:`.daemon_health`, :mod:`.daemon_store`,
-:mod:`.daemon_tasks`); :mod:`.daemon` re-exports :class:`DaemonError`.
+Shared by :mod:`.daemon` and its collaborators; :mod:`.daemon` re-exports
+:class:`DaemonError`.
 """
 
 from __future__ import annotations

@@ -1,116 +1,101 @@
-"""The daemon's health: the web app's context, /readyz, /metrics gauges, the test ping,
-and the daemon as the store's observer (a full or read-only store).
+"""The daemon's health: the web app it hands the web layer (:class:`Readiness`: the
+context, /readyz, /metrics gauges), and the store's observer on a full or read-only disk
+(:class:`DiskObserver`).
 
 A full disk (or a read-only store) does not stop the relay: the daemon is the store's
 observer (:class:`~sessionhook.relay.store.FullObserver`). Writes wait for space, no poll or
 delivery starts meanwhile, ``store.full`` is logged, ``store_unwritable`` is 1 and /readyz
 answers 503 with the reason; everything resumes by itself (opening a store on a full disk:
-:mod:`.daemon_store`).
-
-:class:`HealthMixin` is mixed into :class:`~sessionhook.relay.daemon.daemon.Daemon`, which provides
-what is declared under ``TYPE_CHECKING``.
+:mod:`.store_opening`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
 
-import httpx
+from starlette.applications import Starlette
 
-from .. import ops as operator
 from .. import web
-from ..config.models import Config, ServerConfig
-from ..delivery.pinning import PinnedTransport
-from ..domain.addresses import AddressPolicy, Resolver
+from ..config.models import ServerConfig
 from ..domain.retry import AttemptResult
-from ..polling import Poller
-from ..store import AsyncStore, StoreFullError, StoreUnwritableError, database_errors
+from ..store import StoreFullError, StoreUnwritableError, database_errors
 from ..telemetry import logs as relay_logging
 from ..telemetry.logs import get_logger
-from ..telemetry.metrics import Metrics
 from ..web import server as health
 from . import sdnotify
 from .errors import store_failures
+from .state import DaemonState
 
-if TYPE_CHECKING:
-    from ..delivery.dispatcher import Dispatcher
-
-__all__ = ["HealthMixin"]
+__all__ = ["DiskObserver", "Readiness"]
 
 _log = get_logger()
 
 
-class HealthMixin:
-    """Health, readiness and the store observer of :class:`~.daemon.Daemon`."""
+class Readiness:
+    """What the daemon hands the web layer: the app on ``[server] listen`` with its
+    :class:`~sessionhook.relay.web.WebContext` (the only path from the web layer to the
+    daemon), its readiness check and its scrape hook.
 
-    if TYPE_CHECKING:
-        config: Config
-        metrics: Metrics
-        store: AsyncStore | None
-        dispatcher: Dispatcher | None
-        pollers: list[Poller]
-        bell: web.Bell
-        _clock: Callable[[], float]
-        _started_at: float
-        _open_problem: str | None
-        _delivery_transport: httpx.AsyncBaseTransport | None
-        _resolve: Resolver | None
-        _address_policy: AddressPolicy | None
+    ``send_test`` sends an endpoint a signed test event (the console's action).
+    """
 
-    def _web_context(self, server: ServerConfig) -> web.WebContext:
+    def __init__(
+        self,
+        state: DaemonState,
+        bell: web.Bell,
+        send_test: Callable[[str], Awaitable[AttemptResult]],
+        *,
+        started_at: float,
+    ) -> None:
+        self._state = state
+        self._bell = bell
+        self._send_test = send_test
+        self._started_at = started_at
+
+    def create_app(self, server: ServerConfig) -> Starlette:
+        """The web app: health routes, and the console and stream when configured."""
+        return web.create_app(self.web_context(server))
+
+    def web_context(self, server: ServerConfig) -> web.WebContext:
+        """What the web routes may use of the daemon."""
+        state = self._state
         token = server.token
         if token is not None:
             relay_logging.register_secret(token)
 
         def wake() -> None:
-            if self.dispatcher is not None:
-                self.dispatcher.wake()
+            if state.dispatcher is not None:
+                state.dispatcher.wake()
 
         # The app is built before the store opens (so /readyz can say why it cannot):
         # the engine's errors are named from the config.
-        postgresql = self.config.store.database_url() is not None
+        postgresql = state.config.store.database_url() is not None
         return web.WebContext(
-            config=lambda: self.config,
-            store=lambda: self.store,
-            metrics=self.metrics,
+            config=lambda: state.config,
+            store=lambda: state.store,
+            metrics=state.metrics,
             auth=web.WebAuth(
                 None if token is None else token.get_secret_value(),
-                on_failure=self.metrics.web_auth_failed,
+                on_failure=state.metrics.web_auth_failed,
             ),
-            bell=self.bell,
-            clock=self._clock,
-            readiness=self._readiness,
-            before_scrape=self._refresh_gauges,
+            bell=self._bell,
+            clock=state.clock,
+            readiness=self.check,
+            before_scrape=self.refresh_gauges,
             store_facts={
                 "backend": "postgresql" if postgresql else "sqlite",
-                "database": self.config.store.location,
+                "database": state.config.store.location,
             },
             store_errors=database_errors(postgresql=postgresql),
-            send_test=self.send_test_event,
+            send_test=self._send_test,
             wake=wake,
         )
 
-    async def send_test_event(self, name: str) -> AttemptResult:
-        """Send endpoint ``name`` a signed ``ping`` now, as ``sessionhook endpoints test``
-        does (:func:`.operator.test_endpoint`): the name resolved once, every address
-        vetted, the connection pinned to a vetted one. Never archived, never retried.
-        Raises :class:`~.operator.OperatorError` for a name the config does not have."""
-        transport = self._delivery_transport or PinnedTransport(
-            allow_private=self.config.delivery.allow_private_networks,
-            resolve=self._resolve,
-            policy=self._address_policy,
-        )
-        _event_id, result = await operator.test_endpoint(
-            self.config, name, transport=transport, now=self._clock()
-        )
-        return result
-
     async def _store_problem(self) -> str | None:
         """Commit a tiny write: a full disk, a read-only mount or a lost file show here."""
-        store = self.store
+        store = self._state.store
         if store is None:
-            return self._open_problem or "store is not open yet"
+            return self._state.open_problem or "store is not open yet"
         if store.unwritable is not None:
             # Known already (a write failed and waits for its retry): answer at once rather
             # than probe again, which against a database that just went away waits for a
@@ -118,39 +103,61 @@ class HealthMixin:
             return _unwritable_reason(store.unwritable)
         try:
             probe = store.store.set_meta
-            if not await store.try_write(probe, "readyz_probe_at", repr(self._clock())):
+            if not await store.try_write(probe, "readyz_probe_at", repr(self._state.clock())):
                 return _unwritable_reason(store.unwritable)
         except store_failures() as exc:
             _log.warning("health.store_not_writable", error=str(exc))
             return f"store is not writable: {exc}"
         return None
 
-    async def _readiness(self) -> tuple[bool, list[str]]:
+    async def check(self) -> tuple[bool, list[str]]:
+        """/readyz: the store writable and every account's discovery recent."""
+        state = self._state
         # Ready when every account's discovery succeeded lately (the oldest counts).
-        successes = [p.last_success for p in self.pollers]
+        successes = [p.last_success for p in state.pollers]
         last = None if not successes or None in successes else min(s for s in successes if s)
-        bound = max(120.0, 3 * self.config.poll.discovery_interval)
+        bound = max(120.0, 3 * state.config.poll.discovery_interval)
         problem = await self._store_problem()
         return health.check_ready(
             store_writable=problem is None,
             store_problem=problem,
             last_successful_poll=last,
-            now=self._clock(),
+            now=state.clock(),
             max_poll_age=bound,
             started_at=self._started_at,
         )
 
-    # ------------------------------------------------------------------ full disk
+    async def refresh_gauges(self) -> None:
+        """Before a scrape of /metrics: the outbox, endpoint and replica gauges."""
+        state = self._state
+        store = state.store
+        if store is None:
+            return
+        stats = await store.outbox_stats()
+        state.metrics.refresh_outbox(stats, state.clock(), [e.name for e in state.config.endpoints])
+        states = await store.endpoint_states()
+        state.metrics.refresh_endpoints({s.name: s.enabled for s in states})
+        replicas = await store.call(store.store.replicas)
+        state.metrics.refresh_replicas(replicas, state.clock())
+
+
+class DiskObserver:
+    """The store's observer (:class:`~sessionhook.relay.store.FullObserver`): a full or
+    read-only store is logged, counted and told to systemd; writable again wakes the
+    dispatcher."""
+
+    def __init__(self, state: DaemonState) -> None:
+        self._state = state
 
     def store_unwritable(
         self, error: StoreUnwritableError, *, first: bool, retry_in: float
     ) -> None:
         """A write failed (the store's observer): log, count, tell systemd."""
         full = isinstance(error, StoreFullError)
-        self.metrics.store_write_failed("full" if full else "unwritable")
-        self.metrics.store_unwritable.set(1)
+        self._state.metrics.store_write_failed("full" if full else "unwritable")
+        self._state.metrics.store_unwritable.set(1)
         what = "full" if full else "not_writable"
-        fields = {"store": self.config.store.location, "error": str(error)}
+        fields = {"store": self._state.config.store.location, "error": str(error)}
         if first:
             _log.error(
                 f"store.{what}",
@@ -165,21 +172,14 @@ class HealthMixin:
 
     def store_writable_again(self, *, after: float) -> None:
         """Writes succeed again (the store's observer)."""
-        self.metrics.store_unwritable.set(0)
-        _log.info("store.recovered", store=self.config.store.location, after_s=round(after, 1))
+        self._state.metrics.store_unwritable.set(0)
+        _log.info(
+            "store.recovered", store=self._state.config.store.location, after_s=round(after, 1)
+        )
         sdnotify.status("polling and delivering")
-        if self.dispatcher is not None:
-            self.dispatcher.wake()
-
-    async def _refresh_gauges(self) -> None:
-        if self.store is None:
-            return
-        stats = await self.store.outbox_stats()
-        self.metrics.refresh_outbox(stats, self._clock(), [e.name for e in self.config.endpoints])
-        states = await self.store.endpoint_states()
-        self.metrics.refresh_endpoints({s.name: s.enabled for s in states})
-        replicas = await self.store.call(self.store.store.replicas)
-        self.metrics.refresh_replicas(replicas, self._clock())
+        dispatcher = self._state.dispatcher
+        if dispatcher is not None:
+            dispatcher.wake()
 
 
 def _unwritable_reason(error: StoreUnwritableError | None) -> str:

@@ -1,0 +1,137 @@
+"""The upstream budget kept in the store, and every upstream request counted.
+
+* Each account's :class:`~sessionhook.relay.polling.budget.RateLimiter` keeps its 60 s
+  window in the store (:meth:`UpstreamCounter.budget_window`), so a restart within a minute
+  stays within ``requests_per_minute``.
+* Every upstream request is counted per endpoint and status (:meth:`UpstreamCounter.record`):
+  in the metrics at once, and in the store's per-minute counters, through an
+  :class:`UpstreamTally` while the long run writes them (:meth:`UpstreamCounter.write_counts`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+
+import anyio
+
+from ..config.models import Account
+from ..polling.budget import SharedWindow
+from ..store import AsyncStore
+from ..telemetry.logs import get_logger
+from ..telemetry.metrics import Metrics
+from .errors import store_failures
+
+__all__ = ["BUDGET_LEASE", "UpstreamCounter", "UpstreamTally"]
+
+#: Request grants taken from the store's budget window at once (see ``Store.take_budget``).
+BUDGET_LEASE = 5
+
+_log = get_logger()
+
+
+class UpstreamCounter:
+    """The daemon's upstream requests: their budget windows in the store, their counts.
+
+    ``store`` gives the open store (``None`` while there is none): a request answered
+    outside the long run (``--once``) is written there at once.
+    """
+
+    def __init__(
+        self,
+        metrics: Metrics,
+        clock: Callable[[], float],
+        store: Callable[[], AsyncStore | None],
+    ) -> None:
+        self.metrics = metrics
+        self._clock = clock
+        self._store = store
+        #: Requests counted on their way to the store (while :meth:`write_counts` runs).
+        self.tally: UpstreamTally | None = None
+
+    def budget_window(self, store: AsyncStore, account: Account) -> SharedWindow:
+        """The account's ``requests_per_minute`` window kept in the store."""
+        rpm = account.requests_per_minute
+        leased = 0  # grants taken from the store and not used yet
+
+        async def take_budget() -> float:
+            # The window lives in the store: a restart within a minute stays in budget.
+            # Grants are leased a few at a time (one write per BUDGET_LEASE requests).
+            # A store that cannot be written (full disk...) leaves the in-process window,
+            # which holds the same rule for this process: no reason to stop polling.
+            nonlocal leased
+            if leased:
+                leased -= 1
+                return 0.0
+            try:
+                granted, wait = await store.call(
+                    store.store.take_budget, account.name, self._clock(), rpm, count=BUDGET_LEASE
+                )
+            except store_failures() as exc:
+                _log.warning("upstream.budget_not_stored", error=str(exc))
+                return 0.0
+            if granted:
+                leased = granted - 1
+            return wait
+
+        return take_budget
+
+    async def record(self, label: str, status: int | str | None) -> None:
+        """Count one upstream request answered with ``status``."""
+        self.metrics.upstream_request(label, status)
+        tally = self.tally
+        if tally is not None:
+            tally.add(label, status, self._clock())  # written by its flusher, see there
+        else:
+            store = self._store()
+            if store is not None:
+                await store.record_upstream(label, status, self._clock())
+
+    async def write_counts(self, store: AsyncStore) -> None:
+        """The long run's writer of the upstream counters (a side task): requests are
+        counted in :class:`UpstreamTally` as they are answered and written here, a batch
+        per store call, until cancelled; then what is left is written (shielded)."""
+        tally = self.tally = UpstreamTally()
+        try:
+            await tally.run(store)
+        finally:
+            self.tally = None
+            with anyio.CancelScope(shield=True):
+                await tally.flush(store)
+
+
+class UpstreamTally:
+    """Upstream requests counted on their way to the store's per-minute counters.
+
+    Recording a request used to be one store write, awaited by the request itself: with a
+    backlog, every upstream answer waited behind the store's queue of page ingests
+    (~18 ms a request at load 5; on the path that paces a backfill, the discovery's GET
+    of each new session, it was about a third of the time). :meth:`add` is instant;
+    :meth:`run` writes what was added, one transaction per store call, as soon as the
+    previous one committed. The counts reach the store one store round trip later; a
+    statistic, so like :meth:`AsyncStore.record_upstream` it is skipped while the store
+    is full (``try_write``). A ``kill -9`` loses the counts not written yet (the requests
+    answered during the last store call), as it lost the count of a request answered
+    just before it."""
+
+    def __init__(self) -> None:
+        self._pending: Counter[tuple[str, int | str | None, int]] = Counter()
+        self._added = anyio.Event()
+
+    def add(self, label: str, status: int | str | None, at: float) -> None:
+        """Count one request (answered at Unix time ``at``)."""
+        self._pending[(label, status, int(at // 60))] += 1
+        self._added.set()
+
+    async def run(self, store: AsyncStore) -> None:
+        """Write what is added, batch after batch, forever (until cancelled)."""
+        while True:
+            await self._added.wait()
+            self._added = anyio.Event()
+            await self.flush(store)
+
+    async def flush(self, store: AsyncStore) -> None:
+        """Write what was added and not written yet (one transaction)."""
+        batch, self._pending = self._pending, Counter()
+        if batch:
+            await store.try_write(store.store.record_upstream_counts, dict(batch))

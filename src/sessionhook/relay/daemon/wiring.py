@@ -1,0 +1,209 @@
+"""The daemon's wiring: on an open store, the HTTP clients, one poller per account and the
+dispatcher (:class:`Wiring`), closed again when the daemon stops.
+
+* This process registers as a replica of the store and reaps the claims of replicas that
+  are certainly dead (see "Replicas and the lease protocol" in docs/relay-design.md).
+* Each account gets its own upstream HTTP client, rate limited by its own
+  :class:`~sessionhook.relay.polling.budget.RateLimiter` (whose 60 s window is kept in the
+  store) and counted per endpoint and status (:mod:`.upstream`).
+* Webhooks go out through aiohttp, every connection to a vetted address; templates render
+  in a child process.
+
+The keyword arguments of :class:`~.daemon.Daemon` that replace the network (tests, the
+demo, the bench) arrive here as :class:`Seams`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, replace
+
+import anyio
+import httpx
+
+from sessionhook.api.client import RetryPolicy, SessionsClient
+
+from .. import ops as operator
+from .. import web
+from ..delivery.dispatcher import DeliverySettings, Dispatcher, UrlGuard
+from ..delivery.pinning import PinnedTransport
+from ..delivery.render_process import RenderProcess
+from ..delivery.sender import AiohttpPoster, HttpxPoster, Poster
+from ..domain.addresses import AddressPolicy, Resolver
+from ..domain.replica import Replica, dead_replicas, pid_alive
+from ..domain.retry import AttemptResult
+from ..polling import Poller
+from ..polling.budget import LimitedTransport, RateLimiter
+from ..store import AsyncStore
+from ..telemetry.logs import get_logger
+from .errors import store_failures
+from .state import DaemonState
+from .upstream import UpstreamCounter
+
+__all__ = ["Seams", "Wiring"]
+
+_log = get_logger()
+
+
+@dataclass(frozen=True)
+class Seams:
+    """What tests, the demo and the bench put in place of the network (``None``: the real
+    thing); see :class:`~.daemon.Daemon`."""
+
+    upstream_transport: httpx.AsyncBaseTransport | None = None
+    delivery_transport: httpx.AsyncBaseTransport | None = None
+    guard: UrlGuard | None = None
+    resolve: Resolver | None = None
+    address_policy: AddressPolicy | None = None
+
+
+class Wiring:
+    """Builds the daemon's working parts on an open store and closes them (see the module
+    docstring); :meth:`open` publishes them in the shared :class:`~.state.DaemonState`."""
+
+    def __init__(
+        self,
+        state: DaemonState,
+        seams: Seams,
+        upstream: UpstreamCounter,
+        *,
+        replica: Replica,
+        bell: web.Bell,
+    ) -> None:
+        self._state = state
+        self._seams = seams
+        self._upstream = upstream
+        self._replica = replica
+        self._bell = bell
+
+    @asynccontextmanager
+    async def open(self, store: AsyncStore) -> AsyncIterator[tuple[list[Poller], Dispatcher]]:
+        """Build the HTTP clients, one poller per account and the dispatcher on an open
+        store; close all (the store too)."""
+        state, seams = self._state, self._seams
+        config = state.config
+        state.store = store
+        # SQLite: the daemon lock says this replica is alone (see Store.exclusive).
+        alone = getattr(store.store, "backend", "sqlite") == "sqlite"
+        await store.write(
+            store.store.register_replica,
+            self._replica.id,
+            host=self._replica.host,
+            pid=self._replica.pid,
+            now=state.clock(),
+            lease=config.store.lease,
+            exclusive=alone,
+        )
+        _log.info("replica.registered", replica=self._replica.label, lease=config.store.lease)
+        # A replica that is certainly dead (alone: every other one; any backend: a pid of
+        # this host that is gone) gives its claims back now, not when its lease runs out:
+        # a restart after kill -9 resumes at once.
+        rows = await store.call(store.store.replicas)
+        dead = dead_replicas(rows, self._replica, alone=alone, pid_alive=pid_alive)
+        if dead:
+            await store.write(store.store.reap_replicas, dead, state.clock())
+            _log.info("replica.reaped", replicas=dead, reason="alone" if alone else "pid gone")
+        accounts = config.upstream_accounts()
+        inner = seams.upstream_transport or httpx.AsyncHTTPTransport()
+        # One HTTP client per account, each with its own budget (an API key's quota). 2xx
+        # answers are counted once the client parsed them (settle): a malformed one is
+        # counted as "malformed", not as the 200 it claimed to be.
+        # The API client takes the budget's grant before each attempt (its gate, outside
+        # the deadline of the exchange: waiting for budget is not a slow upstream), so the
+        # transport only counts.
+        limiters = [
+            RateLimiter(
+                account.requests_per_minute,
+                shared_window=self._upstream.budget_window(store, account),
+            )
+            for account in accounts
+        ]
+        counted = [
+            LimitedTransport(inner, None, record=self._upstream.record, settle_success=True)
+            for _ in accounts
+        ]
+        upstreams = [httpx.AsyncClient(transport=transport) for transport in counted]
+        # Webhooks go out through aiohttp (sender.py says why, with numbers), every
+        # connection to an address vetted when it was resolved, once. A test's or the
+        # demo's transport (ASGI, mock) goes through httpx instead.
+        delivery: Poster = (
+            HttpxPoster(
+                httpx.AsyncClient(transport=seams.delivery_transport, follow_redirects=False)
+            )
+            if seams.delivery_transport is not None
+            else AiohttpPoster(
+                allow_private=config.delivery.allow_private_networks,
+                resolve=seams.resolve,
+                policy=seams.address_policy,
+            )
+        )
+        # Templates render in a child process, killed at delivery.render_timeout.
+        renderer = RenderProcess()
+        try:
+            dispatcher = state.dispatcher = Dispatcher(
+                store,
+                delivery,
+                DeliverySettings.from_config(config),
+                metrics=state.metrics,
+                guard=seams.guard,
+                clock=state.clock,
+                renderer=renderer,
+            )
+            state.pollers = [
+                Poller(
+                    SessionsClient(
+                        upstream,
+                        base_url=account.base_url,
+                        api_key=account.api_key.get_secret_value(),
+                        api_key_header=account.api_key_header,
+                        timeout=config.api.timeout,
+                        max_response_bytes=config.api.max_response_bytes,
+                        gate=limiter.acquire,
+                        retry=RetryPolicy(max_attempts=1),
+                        on_answer=transport.settle,
+                    ),
+                    store,
+                    replace(state.poll_settings, requests_per_minute=account.requests_per_minute),
+                    on_enqueued=dispatcher.wake,
+                    on_ingested=self._bell.ring,
+                    metrics=state.metrics,
+                    clock=state.clock,
+                    account=account.name,
+                )
+                for account, upstream, transport, limiter in zip(
+                    accounts, upstreams, counted, limiters, strict=True
+                )
+            ]
+            yield state.pollers, dispatcher
+        finally:
+            with anyio.CancelScope(shield=True):
+                # A clean stop frees every claim at once: nobody waits for a lease.
+                try:
+                    await store.call(store.store.retire_replica, state.clock())
+                except store_failures() as exc:
+                    _log.warning("replica.retire_failed", error=str(exc))
+                for upstream in upstreams:
+                    await upstream.aclose()
+                await delivery.aclose()
+                await renderer.aclose()
+                if isinstance(delivery, HttpxPoster):
+                    await delivery.http.aclose()
+                await store.close()
+            state.store = None
+
+    async def send_test_event(self, name: str) -> AttemptResult:
+        """Send endpoint ``name`` a signed ``ping`` now, as ``sessionhook endpoints test``
+        does (:func:`.operator.test_endpoint`): the name resolved once, every address
+        vetted, the connection pinned to a vetted one. Never archived, never retried.
+        Raises :class:`~.operator.OperatorError` for a name the config does not have."""
+        state, seams = self._state, self._seams
+        transport = seams.delivery_transport or PinnedTransport(
+            allow_private=state.config.delivery.allow_private_networks,
+            resolve=seams.resolve,
+            policy=seams.address_policy,
+        )
+        _event_id, result = await operator.test_endpoint(
+            state.config, name, transport=transport, now=state.clock()
+        )
+        return result
