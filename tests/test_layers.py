@@ -72,6 +72,11 @@ def test_the_tree_keeps_every_contract(tree: Path) -> None:
             "from sessionhook.relay.delivery import sender as _planted  # noqa",
             "polling and delivery never import each other BROKEN",
         ),
+        (
+            "sessionhook.relay.polling.state",
+            "from sessionhook.relay.polling import scheduling as _planted  # noqa",
+            "polling: the Poller composes, each collaborator imports only those below it BROKEN",
+        ),
     ],
 )
 def test_a_planted_upward_import_breaks_its_contract(
