@@ -92,6 +92,11 @@ def test_the_tree_keeps_every_contract(tree: Path) -> None:
             "from sessionhook.relay.daemon import wiring as _planted  # noqa",
             "only daemon.py composes: the daemon's collaborators never import each other BROKEN",
         ),
+        (
+            "sessionhook.relay.polling.state",
+            "from sessionhook.relay.polling import scheduling as _planted  # noqa",
+            "polling: the Poller composes, each collaborator imports only those below it BROKEN",
+        ),
     ],
 )
 def test_a_planted_upward_import_breaks_its_contract(

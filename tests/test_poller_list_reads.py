@@ -109,7 +109,7 @@ async def test_when_the_list_stops_being_read_a_change_it_was_to_show_is_read(
         found = [e.type for e in h.store.store.iter_events(session=name)]
         assert "activity.plan_generated" in found
         # ...and when the learning ends on "still" (the head is no longer read), it is.
-        await h.poller._observe(False, name)
+        await h.poller.scheduler.observe(False, name)
         before = len(h.requests)
         await h.poller.poll_due()
         assert _made(h, before)["get_session"] == 1
@@ -168,11 +168,11 @@ async def test_once_list_mode_is_learned_the_learnings_timer_polls_wait_for_the_
         await h.poller.poll_due()
         h.clock.now += 0.5
         await h.poller.read_head()  # learning: the head is read, and shows the session
-        tracked = h.poller._tracked[session.name]
+        tracked = h.poller.state.tracked[session.name]
         assert tracked.due_at is not None and tracked.last_polled is not None
         assert tracked.due_at == tracked.last_polled + 1.0  # the learning's timer
         for _ in range(LEARN_AFTER):  # the server moves updateTime: list mode
-            await h.poller._observe(True, session.name)
+            await h.poller.scheduler.observe(True, session.name)
         assert h.poller.list_driven
         # The session is polled when the list shows it move, else at its safety poll: the
         # timer set while learning does not walk it a second later.

@@ -298,7 +298,7 @@ async def test_runaway_pagination_backs_the_session_off_with_growing_delays(
         with capture_logs() as logs:
             for _ in range(6):
                 outcomes = await h.round(40)
-                tracked = h.poller._tracked[session.name]
+                tracked = h.poller.state.tracked[session.name]
                 if outcomes.get(session.name) == "retry":
                     tracked_delays.append(tracked.backoff_until - h.clock())
         assert len(tracked_delays) >= 3

@@ -2,58 +2,113 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import aclosing
 
 import anyio
-import anyio.abc
 
+from sessionhook.api.client import SessionsClient
 from sessionhook.api.errors import ApiError, UnauthenticatedError
 from sessionhook.api.models import Session
 
 from ..config.models import DEFAULT_ACCOUNT
 from ..domain import events
+from ..store import AsyncStore, KnownSession
 from ..telemetry.logs import get_logger
+from ..telemetry.metrics import Metrics
+from .archive import Archive
+from .failures import Failures
+from .history import HistoryWalk
 from .learning import judge
-from .scheduling import Scheduling
-from .settings import ACTIVE_STATES, EPOCH_KEY, VERDICT_KEY, _Pending, _Tracked, _unix
+from .scheduling import Scheduler
+from .screening import SessionScreen
+from .settings import ACTIVE_STATES, VERDICT_KEY
+from .state import Pending, PollState, Tracked
+
+__all__ = ["Discovery"]
 
 _log = get_logger()
 
 
-class Discovery(Scheduling):
-    """The session list's reader; see the package docstring."""
+class Discovery:
+    """The session list's readers (the full pass and the head); see the package docstring.
+
+    A new session is archived and announced through ``archive`` and scheduled on
+    ``scheduler``; one of the history is queued on ``history``. ``clock`` is wall time,
+    ``monotonic`` drives the schedule (both injectable for tests).
+    """
+
+    def __init__(
+        self,
+        client: SessionsClient,
+        store: AsyncStore,
+        state: PollState,
+        *,
+        scheduler: Scheduler,
+        archive: Archive,
+        failures: Failures,
+        history: HistoryWalk,
+        screen: SessionScreen,
+        metrics: Metrics | None,
+        clock: Callable[[], float],
+        monotonic: Callable[[], float],
+        account: str,
+    ) -> None:
+        self._client = client
+        self._store = store
+        self._state = state
+        self._scheduler = scheduler
+        self._archive = archive
+        self._failures = failures
+        self._history = history
+        self._screen = screen
+        self._metrics = metrics
+        self._clock = clock
+        self._mono = monotonic
+        self._account = account
+        #: Consecutive failed passes (the pass's own backoff).
+        self._errors = 0
+        #: Archived sessions not tracked yet (loaded once; see ``_load_known``).
+        self._known: dict[str, KnownSession] = {}
+        self._known_loaded = False
+        #: New sessions being announced by one list reader (the other skips them).
+        self._announcing: set[str] = set()
+        #: The history sessions listed and not written yet, and their names (not polled
+        #: before their row exists).
+        self._history_batch: list[Session] = []
+        self._unrecorded: set[str] = set()
 
     async def discover(self) -> None:
         """Walk the session list once; announce new sessions and schedule changed ones."""
-        await self._load_epoch()
+        await self._archive.load_epoch()
         await self._load_known()
         listed = 0
         read_at = self._mono()
         async for page in self._client.walk_sessions(
-            page_size=self.settings.page_size, max_pages=self.settings.max_pages
+            page_size=self._state.settings.page_size, max_pages=self._state.settings.max_pages
         ):
             for session in self._screen.accepted(page):
                 if not listed:
                     # A page came: a later failure of this pass is no reason to back off.
-                    self._discovery_errors = 0
+                    self._errors = 0
                 listed += 1
-                await self._on_listed(session, read_at=read_at)
+                await self.on_listed(session, read_at=read_at)
         await self._flush_history()
         if not await self._store.is_baseline_complete():
             await self._store.mark_baseline_complete()
-        self._discovery_errors = 0
-        self.last_success = self._clock()
-        await self._store.mark_poll(True, self.last_success)
+        self._errors = 0
+        done = self._clock()
+        self._state.last_success = done
+        await self._store.mark_poll(True, done)
         if self._metrics is not None:
-            self._metrics.poll_succeeded(self.last_success)
-        _log.debug("discovery.done", sessions=listed, tracked=len(self._tracked))
+            self._metrics.poll_succeeded(done)
+        _log.debug("discovery.done", sessions=listed, tracked=len(self._state.tracked))
 
-    async def _on_listed(self, listed: Session, *, read_at: float | None = None) -> None:
+    async def on_listed(self, listed: Session, *, read_at: float | None = None) -> None:
         """One list item: track, announce or schedule its session. ``read_at`` (monotonic)
         is when the list read began: the learning judges polls that ended before it."""
         now = self._mono()
-        tracked = self._tracked.get(listed.name)
+        tracked = self._state.tracked.get(listed.name)
         if tracked is None:
             if listed.name in self._announcing:
                 return  # the other list reader (head or full pass) is announcing it
@@ -64,27 +119,29 @@ class Discovery(Scheduling):
                 return
             row = None if known is None else await self._store.get_session(listed.name)
             if row is None:
-                pending = self._pending.setdefault(listed.name, _Pending(listed, first_seen=now))
+                pending = self._state.pending.setdefault(
+                    listed.name, Pending(listed, first_seen=now)
+                )
                 pending.listed = listed
                 if pending.retry_at <= now:  # else it waits for its own backoff
-                    await self._retry_pending([listed.name])
+                    await self.retry_pending([listed.name])
                 return
             # Known from an earlier run. Announcing it again is a no-op (same event id)
             # unless the previous run died between archiving the session and announcing it.
-            await self._announce(row.to_session(), deliver=not row.baseline)
-            tracked = _Tracked(
+            await self._archive.announce(row.to_session(), deliver=not row.baseline)
+            tracked = Tracked(
                 name=row.name,
                 state=row.state,
                 first_seen=now - max(0.0, self._clock() - row.first_seen_at),
                 polled_update_time=row.polled_update_time,
             )
-            self._tracked[listed.name] = tracked
+            self._state.tracked[listed.name] = tracked
         tracked.listed_update_time = listed.update_time
         if tracked.check is not None and read_at is not None and tracked.check[1] < read_at:
             moved = judge(listed.update_time, tracked.check[0], tracked.check[2])
             tracked.check = None
             if moved is not None:
-                await self._observe(moved, tracked.name)
+                await self._scheduler.observe(moved, tracked.name)
         if tracked.history and listed.name in self._unrecorded:
             return  # its row is written with the next batch; nothing to poll before that
         if tracked.gone_at_update_time is not None:
@@ -97,9 +154,9 @@ class Discovery(Scheduling):
         waiting = tracked.awaiting is not None
         if listed.state != tracked.state and not waiting:
             # Immediate, and fetch the session afterwards for the state_changed event. One
-            # that settles is walked from its first activity (the sweep, see _poll_session).
+            # that settles is walked from its first activity (the sweep, see SessionPoll.poll).
             # (Not while a poll runs: its read shows the state, and it sweeps after it.)
-            self._schedule(tracked, now, refresh=True)
+            self._scheduler.schedule(tracked, now, refresh=True)
             tracked.sweep = tracked.sweep or not (active or tracked.running)
         elif listed.update_time != tracked.polled_update_time:
             # Working sessions are polled for their activities anyway; an idle one that
@@ -107,14 +164,14 @@ class Discovery(Scheduling):
             last = tracked.last_polled
             at = now
             if last is not None and not (active or waiting):
-                at = max(now, last + self.settings.idle_interval)
-            self._schedule(tracked, at, refresh=not active)
+                at = max(now, last + self._state.settings.idle_interval)
+            self._scheduler.schedule(tracked, at, refresh=not active)
         elif active and tracked.due_at is None and not tracked.running:
             last = tracked.last_polled
-            at = now if last is None else last + self._active_interval(tracked)
-            self._schedule(tracked, at, timer=last is not None)
+            at = now if last is None else last + self._scheduler.active_interval(tracked)
+            self._scheduler.schedule(tracked, at, timer=last is not None)
 
-    async def _retry_pending(self, names: Sequence[str] | None = None) -> None:
+    async def retry_pending(self, names: Sequence[str] | None = None) -> None:
         """GET new sessions (``names``, or every pending one that is due) and announce
         those that answer. A failure leaves the session pending with a backoff of its own
         (honouring ``Retry-After``), so it neither fails nor slows the discovery pass.
@@ -124,9 +181,9 @@ class Discovery(Scheduling):
         """
         now = self._mono()
         if names is None:
-            names = [n for n, p in self._pending.items() if p.retry_at <= now]
+            names = [n for n, p in self._state.pending.items() if p.retry_at <= now]
         for name in names:
-            pending = self._pending.get(name)
+            pending = self._state.pending.get(name)
             if pending is None or name in self._announcing:
                 continue  # the other list reader (head or full pass) is on it
             self._announcing.add(name)
@@ -137,12 +194,14 @@ class Discovery(Scheduling):
                 except UnauthenticatedError:
                     raise
                 except ApiError as exc:
-                    self._count_failure("announce", exc)
+                    self._failures.count("announce", exc)
                     pending.errors += 1
-                    delay = self._failure_delay(exc, pending.errors, self.settings.announce_backoff)
+                    delay = self._failures.delay(
+                        exc, pending.errors, self._state.settings.announce_backoff
+                    )
                     pending.retry_at = self._mono() + delay
-                    if self._mono() - pending.first_seen < self.settings.young_session:
-                        self._log_failure(
+                    if self._mono() - pending.first_seen < self._state.settings.young_session:
+                        self._failures.log(
                             "discovery.get_failed",
                             exc,
                             delay,
@@ -151,29 +210,29 @@ class Discovery(Scheduling):
                         )
                         continue
                     session = pending.listed
-                del self._pending[name]
+                del self._state.pending[name]
                 await self._discovered(session, pending, read=session is not pending.listed)
             finally:
                 self._announcing.discard(name)
 
-    async def _discovered(self, session: Session, pending: _Pending, *, read: bool) -> None:
+    async def _discovered(self, session: Session, pending: Pending, *, read: bool) -> None:
         """A session seen for the first time: archive, announce, poll it now. ``read``: the
         ``session`` is the answer of its own GET (not the list item announced instead)."""
-        baseline = self._is_baseline(session)
+        baseline = self._archive.is_baseline(session)
         # Archived and announced in one store call (see Store.archive_discovered).
-        event = self._stamp(events.session_discovered(session, now=self._clock()))
+        event = self._archive.stamp(events.session_discovered(session, now=self._clock()))
         added = await self._store.write(
             self._store.store.archive_discovered,
             session,
             event,
             baseline=baseline,
-            account=None if self.account == DEFAULT_ACCOUNT else self.account,
+            account=None if self._account == DEFAULT_ACCOUNT else self._account,
         )
-        self._count_ingested(added)
+        self._archive.count_ingested(added)
         _log.info(
             "session.discovered", session=session.name, state=session.state, baseline=baseline
         )
-        tracked = _Tracked(
+        tracked = Tracked(
             name=session.name,
             state=session.state,
             first_seen=pending.first_seen,
@@ -181,8 +240,8 @@ class Discovery(Scheduling):
             listed_update_time=pending.listed.update_time,
             read_at_discovery=read,
         )
-        self._tracked[session.name] = tracked
-        self._schedule(tracked, self._mono())
+        self._state.tracked[session.name] = tracked
+        self._scheduler.schedule(tracked, self._mono())
 
     # ------------------------------------------------------------------ the history
 
@@ -190,11 +249,11 @@ class Discovery(Scheduling):
         """Whether a session seen for the first time is left to the history walk: it
         existed before the first start (not backfilled) and is not working (a working
         one is new work: announced and polled at once)."""
-        return listed.state not in ACTIVE_STATES and self._is_baseline(listed)
+        return listed.state not in ACTIVE_STATES and self._archive.is_baseline(listed)
 
     def _record_history(self, listed: Session, now: float) -> None:
         """Track a session of the history (no request): its row is written in a batch."""
-        self._tracked[listed.name] = _Tracked(
+        self._state.tracked[listed.name] = Tracked(
             name=listed.name,
             state=listed.state,
             first_seen=now,
@@ -206,7 +265,7 @@ class Discovery(Scheduling):
         self._unrecorded.add(listed.name)
 
     async def _maybe_flush_history(self) -> None:
-        if len(self._history_batch) >= self.settings.page_size:
+        if len(self._history_batch) >= self._state.settings.page_size:
             await self._flush_history()
 
     async def _flush_history(self) -> None:
@@ -215,12 +274,11 @@ class Discovery(Scheduling):
         batch, self._history_batch = self._history_batch, []
         if not batch:
             return
-        await self._store.write(self._store.store.record_history, batch, account=self.account)
+        await self._store.write(self._store.store.record_history, batch, account=self._account)
         for listed in batch:
             self._unrecorded.discard(listed.name)
-            self._history_queue.append(listed.name)
-        self._history_wake.set()
-        _log.debug("history.recorded", sessions=len(batch), queued=len(self._history_queue))
+        self._history.enqueue(listed.name for listed in batch)
+        _log.debug("history.recorded", sessions=len(batch), queued=self._history.queued)
 
     async def _load_known(self) -> None:
         """Once: the index of archived sessions (one query instead of one per list item)
@@ -230,13 +288,13 @@ class Discovery(Scheduling):
         known = [
             k
             for k in await self._store.call(self._store.store.known_sessions)
-            if k.account == self.account
+            if k.account == self._account
         ]
-        order = await self._store.call(self._store.store.history_pending, account=self.account)
+        order = await self._store.call(self._store.store.history_pending, account=self._account)
         now = self._mono()
         for k in known:
             if k.history_pending:
-                self._tracked[k.name] = _Tracked(
+                self._state.tracked[k.name] = Tracked(
                     name=k.name,
                     state=k.state,
                     first_seen=now - max(0.0, self._clock() - k.first_seen_at),
@@ -245,115 +303,99 @@ class Discovery(Scheduling):
                 )
             else:
                 self._known[k.name] = k
-        self._history_queue.extend(order)
+        self._history.enqueue(order)
         verdict = await self._store.call(self._store.store.get_meta, VERDICT_KEY)
-        if verdict in ("moves", "still") and self._learning.verdict is None:
-            self._learning.verdict = verdict
+        self._scheduler.restore_verdict(verdict)
         self._known_loaded = True
 
     # ------------------------------------------------------------------ the list's head
 
-    async def _head_loop(self) -> None:
-        """List mode (and learning, see ``_wants_head``): read the head of the list every
-        ``list_interval``; working sessions whose ``updateTime`` moved are polled at once
-        (see ``_on_listed``)."""
-        await self.first_pass_done.wait()
+    async def head_loop(self) -> None:
+        """List mode (and learning, see ``Scheduler.wants_head``): read the head of the list
+        every ``list_interval``, forever; working sessions whose ``updateTime`` moved are
+        polled at once (see :meth:`on_listed`)."""
+        await self._state.first_pass_done.wait()
         errors = 0
         while True:
             if self._store.unwritable is not None:
                 await self._store.wait_writable()  # a full disk pauses polling (see run)
             started = self._mono()
-            wait = self.settings.list_interval
-            if self._wants_head():
+            wait = self._state.settings.list_interval
+            if self._scheduler.wants_head():
                 try:
                     await self.read_head()
                     errors = 0
                 except UnauthenticatedError as exc:
                     errors += 1
-                    wait = self._failure_delay(exc, errors)
+                    wait = self._failures.delay(exc, errors)
                 except ApiError as exc:
                     errors += 1
-                    wait = self._failure_delay(exc, errors)
-                    self._log_failure("discovery.head_failed", exc, wait, attempt=errors)
-            self.heartbeat = self._mono()
+                    wait = self._failures.delay(exc, errors)
+                    self._failures.log("discovery.head_failed", exc, wait, attempt=errors)
+            self._state.heartbeat = self._mono()
             await anyio.sleep(max(0.0, wait - (self._mono() - started)))
 
     async def read_head(self) -> int:
         """Read the first page(s) of the session list: down to the oldest working session
         tracked, at most ``head_pages``. Returns the number of pages read."""
-        await self._load_epoch()
+        await self._archive.load_epoch()
         await self._load_known()
         read_at = self._mono()
-        working = {t.name for t in self._tracked.values() if t.state in ACTIVE_STATES}
+        working = {t.name for t in self._state.tracked.values() if t.state in ACTIVE_STATES}
         pages = 0
-        walk = self._client.walk_sessions(page_size=self.settings.page_size)
+        walk = self._client.walk_sessions(page_size=self._state.settings.page_size)
         async with aclosing(walk):
             async for page in walk:
                 pages += 1
                 for listed in self._screen.accepted(page):
                     working.discard(listed.name)
-                    await self._on_listed(listed, read_at=read_at)
-                    tracked = self._tracked.get(listed.name)
+                    await self.on_listed(listed, read_at=read_at)
+                    tracked = self._state.tracked.get(listed.name)
                     if tracked is not None:
                         tracked.head_seen = read_at
-                if pages >= self.settings.head_pages or not working:
+                if pages >= self._state.settings.head_pages or not working:
                     break
         await self._flush_history()
         return pages
 
-    async def _load_epoch(self) -> float:
-        """The first start of this store (Unix seconds), recorded at the first discovery."""
-        if self._epoch is None:
-            raw = await self._store.call(self._store.store.get_meta, EPOCH_KEY)
-            if raw is None:
-                self._epoch = self._clock()
-                await self._store.write(self._store.store.set_meta, EPOCH_KEY, repr(self._epoch))
-            else:
-                self._epoch = float(raw)
-        return self._epoch
-
-    def _is_baseline(self, session: Session) -> bool:
-        """Whether ``session`` existed before the first start (and backfill is off)."""
-        if self.settings.backfill or self._epoch is None:
-            return False
-        created = _unix(session.create_time)
-        return created is not None and created < self._epoch
-
-    async def _discovery_loop(self) -> None:
+    async def loop(self) -> None:
+        """A full pass every ``discovery_interval`` (backing off after a failure), forever;
+        between passes, new sessions whose GET failed are asked again when due."""
         while True:
             if self._store.unwritable is not None:
                 # A full disk: nothing polled could be archived. Pause (the store probes
                 # itself with growing delays) instead of spending the request budget.
-                self.first_pass_done.set()  # readiness then reports the full store
+                self._state.first_pass_done.set()  # readiness then reports the full store
                 await self._store.wait_writable()
             started = self._mono()
             try:
                 await self.discover()
-                wait = self.settings.discovery_interval - (self._mono() - started)
+                wait = self._state.settings.discovery_interval - (self._mono() - started)
             except ApiError as exc:
-                wait = self._discovery_failed(exc)
+                wait = self.failed(exc)
                 await self._store.mark_poll(False, self._clock())
             finally:
-                self.first_pass_done.set()
-                self.heartbeat = self._mono()
-            self._changed.set()
+                self._state.first_pass_done.set()
+                self._state.heartbeat = self._mono()
+            self._scheduler.wake()
             next_pass = self._mono() + max(0.0, wait)
             # Between passes, new sessions whose GET failed are asked again when due.
-            while self._pending:
-                due = min(p.retry_at for p in self._pending.values())
+            while self._state.pending:
+                due = min(p.retry_at for p in self._state.pending.values())
                 if due >= next_pass:
                     break
                 await anyio.sleep(max(0.0, due - self._mono()))
                 try:
-                    await self._retry_pending()
+                    await self.retry_pending()
                 except UnauthenticatedError as exc:
-                    next_pass = self._mono() + self._discovery_failed(exc)
+                    next_pass = self._mono() + self.failed(exc)
                     break
             await anyio.sleep(max(0.0, next_pass - self._mono()))
 
-    def _discovery_failed(self, exc: ApiError) -> float:
-        self._count_failure("discovery", exc)
-        self._discovery_errors += 1
-        delay = self._failure_delay(exc, self._discovery_errors)
-        self._log_failure("discovery.failed", exc, delay, attempt=self._discovery_errors)
+    def failed(self, exc: ApiError) -> float:
+        """Count and log a failed pass; returns the wait before the next one."""
+        self._failures.count("discovery", exc)
+        self._errors += 1
+        delay = self._failures.delay(exc, self._errors)
+        self._failures.log("discovery.failed", exc, delay, attempt=self._errors)
         return delay

@@ -1,94 +1,189 @@
-"""The poller: discovery and the per-session scheduler, as loops and as one pass."""
+"""The poller: one account's collaborators composed, run as loops or as one pass.
+
+:class:`Poller` builds, around one shared :class:`~.state.PollState`, the upstream
+failures' bookkeeping (:class:`~.failures.Failures`), the archive
+(:class:`~.archive.Archive`), the scheduler (:class:`~.scheduling.Scheduler`), one
+session's poll (:class:`~.session_poll.SessionPoll`), the history walk
+(:class:`~.history.HistoryWalk`) and the list readers (:class:`~.discovery.Discovery`),
+each given what it needs. It runs their loops under the account's poller lease
+(:class:`~.lease.PollerLease`).
+"""
 
 from __future__ import annotations
 
 import math
+import random
+import time
+from collections.abc import Callable
 
 import anyio
-import anyio.abc
 
+from sessionhook.api.client import SessionsClient
 from sessionhook.api.errors import ApiError, UnauthenticatedError
 
-from ..domain.replica import heartbeat_interval, poller_lease
-from ..store import StoreUnwritableError
+from ..config.models import DEFAULT_ACCOUNT
+from ..store import AsyncStore
 from ..telemetry.logs import get_logger
+from ..telemetry.metrics import Metrics
+from .archive import Archive
 from .discovery import Discovery
+from .failures import Failures
 from .history import HistoryWalk
-from .settings import OnceReport, _Tracked
+from .lease import PollerLease
+from .scheduling import Scheduler
+from .screening import SessionScreen
+from .session_poll import SessionPoll
+from .settings import OnceReport, PollSettings
+from .state import PollState, Tracked
 
 _log = get_logger()
 
-#: Seconds between a standby replica's tries of the poller lease (at most a third of it).
-STANDBY_TRY = 1.0
-#: Seconds after the holder's expiry at which a standby tries (its clock may be a little
-#: ahead of the store's comparison).
-TAKEOVER_MARGIN = 0.05
 
+class Poller:
+    """Discovery plus the per-session scheduler; see the package docstring.
 
-class Poller(Discovery, HistoryWalk):
-    """Discovery plus the per-session scheduler; see the package docstring."""
+    ``on_enqueued`` is called whenever an ingest enqueued deliveries (the dispatcher's
+    wake-up), ``on_ingested`` whenever an ingest archived events (the event streams'
+    wake-up). ``clock`` is wall time for the store's bookkeeping, ``monotonic`` drives the
+    schedule; both and ``rng`` (backoff jitter) are injectable for tests.
+    """
+
+    def __init__(
+        self,
+        client: SessionsClient,
+        store: AsyncStore,
+        settings: PollSettings,
+        *,
+        on_enqueued: Callable[[], None] = lambda: None,
+        on_ingested: Callable[[], None] = lambda: None,
+        metrics: Metrics | None = None,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+        account: str = DEFAULT_ACCOUNT,
+    ) -> None:
+        #: The account this poller follows (``[[accounts]]`` name): ``data.account``.
+        self.account = account
+        self._store = store
+        self._clock = clock
+        self._mono = monotonic
+        #: The tracked sessions and the loops' liveness, shared by the collaborators.
+        self.state = PollState(settings, heartbeat=monotonic())
+        failures = Failures(
+            self.state,
+            metrics=metrics,
+            rng=rng if rng is not None else random.Random(),
+            account=account,
+        )
+        archive = Archive(
+            store,
+            self.state,
+            on_enqueued=on_enqueued,
+            on_ingested=on_ingested,
+            metrics=metrics,
+            clock=clock,
+            account=account,
+        )
+        #: Due times, list or timer mode, the loop that starts the polls.
+        self.scheduler = Scheduler(store, self.state, monotonic=monotonic)
+        #: Judges the session list's items (and notes sessions the client mended).
+        screen = SessionScreen(metrics, account)
+        self._sessions = SessionPoll(
+            client,
+            store,
+            self.state,
+            scheduler=self.scheduler,
+            archive=archive,
+            failures=failures,
+            screen=screen,
+            clock=clock,
+            monotonic=monotonic,
+        )
+        self._history = HistoryWalk(
+            store,
+            self.state,
+            scheduler=self.scheduler,
+            sessions=self._sessions,
+            monotonic=monotonic,
+        )
+        self._lease = PollerLease(
+            store, self.state, account=account, clock=clock, monotonic=monotonic
+        )
+        self._discovery = Discovery(
+            client,
+            store,
+            self.state,
+            scheduler=self.scheduler,
+            archive=archive,
+            failures=failures,
+            history=self._history,
+            screen=screen,
+            metrics=metrics,
+            clock=clock,
+            monotonic=monotonic,
+            account=account,
+        )
+
+    @property
+    def settings(self) -> PollSettings:
+        """The poller's knobs; a reload assigns new ones (every collaborator sees them)."""
+        return self.state.settings
+
+    @settings.setter
+    def settings(self, settings: PollSettings) -> None:
+        self.state.settings = settings
+
+    @property
+    def first_pass_done(self) -> anyio.Event:
+        """Set once the first discovery pass was tried (successfully or not): readiness."""
+        return self.state.first_pass_done
+
+    @property
+    def heartbeat(self) -> float:
+        """Monotonic time the loops last made progress (for the systemd watchdog)."""
+        return self.state.heartbeat
+
+    @property
+    def last_success(self) -> float | None:
+        """Wall time of the last complete discovery pass (readiness, poll lag)."""
+        return self.state.last_success
+
+    @property
+    def list_driven(self) -> bool:
+        """Whether working sessions are polled when the list shows them move (list mode),
+        rather than every ``active_interval`` (timer mode)."""
+        return self.scheduler.list_driven
+
+    def due(self, now: float) -> list[str]:
+        """Names of the sessions due for a poll at ``now``, most overdue first."""
+        return self.scheduler.due(now)
+
+    async def discover(self) -> None:
+        """Walk the session list once; announce new sessions and schedule changed ones."""
+        await self._discovery.discover()
+
+    async def read_head(self) -> int:
+        """Read the first page(s) of the session list (see ``Discovery.read_head``);
+        returns the number of pages read."""
+        return await self._discovery.read_head()
 
     async def run(self) -> None:
         """Discovery and the scheduler, forever (until cancelled), while this replica holds
         the account's poller lease (``poller:<account>``); on standby otherwise, taking it
         over once its holder's lease expires. A store that is not a registered replica's
         (tests, tools) polls without a lease."""
-        lease = poller_lease(self.account)
+        lease = self._lease
         registered = self._store.store.replica_id is not None
         while True:
-            if registered and not await self._hold(lease):
-                await self._standby(lease)
+            if registered and not await lease.hold():
+                await lease.standby()
             async with anyio.create_task_group() as tg:
                 if registered:
-                    tg.start_soon(self._keep, lease, tg.cancel_scope)
-                tg.start_soon(self._discovery_loop)
-                tg.start_soon(self._head_loop)
-                tg.start_soon(self._history_loop)
-                await self._schedule_loop(tg)
-
-    async def _hold(self, lease: str) -> bool:
-        """Take or renew ``lease``: whether this replica holds it now."""
-        try:
-            return await self._store.write(self._store.store.acquire_lease, lease, self._clock())
-        except StoreUnwritableError:
-            return False
-
-    async def _keep(self, lease: str, scope: anyio.CancelScope) -> None:
-        """Renew the lease every third of it; when another replica holds it (this one was
-        silent past its expiry), stop polling: the holder polls now."""
-        while True:
-            await anyio.sleep(heartbeat_interval(self._store.store.lease_seconds))
-            if not await self._hold(lease):
-                _log.warning("poller.lease_lost", account=self.account, lease=lease)
-                scope.cancel()
-                return
-
-    async def _standby(self, lease: str) -> None:
-        """Wait until this replica can take ``lease`` (its holder stopped or died).
-
-        Meanwhile the replica is ready (its dispatcher delivers) and its readiness follows
-        the holder's discovery (the store's ``last_ok_poll_at``). The lease is tried
-        every :data:`STANDBY_TRY` seconds (a third of it when shorter), and right when
-        its holder's lease runs out if that comes sooner."""
-        _log.info("poller.standby", account=self.account, lease=lease)
-        self.first_pass_done.set()
-        store = self._store.store
-        while True:
-            self.heartbeat = self._mono()
-            raw = await self._store.call(store.get_meta, "last_ok_poll_at")
-            if raw is not None:
-                self.last_success = float(raw)
-            expires = await self._store.call(store.lease_expires_at, lease)
-            # Tried every second (at most a third of the lease), one small write per standby
-            # replica; a holder that went silent is replaced as its lease runs out.
-            wait = min(STANDBY_TRY, heartbeat_interval(store.lease_seconds))
-            if expires is not None:
-                wait = min(wait, max(0.0, expires - self._clock()) + TAKEOVER_MARGIN)
-            await anyio.sleep(wait)
-            self.heartbeat = self._mono()
-            if await self._hold(lease):
-                _log.info("poller.lease_taken", account=self.account, lease=lease)
-                return
+                    tg.start_soon(lease.keep, tg.cancel_scope)
+                tg.start_soon(self._discovery.loop)
+                tg.start_soon(self._discovery.head_loop)
+                tg.start_soon(self._history.run)
+                await self.scheduler.run(tg, self._sessions.poll)
 
     async def run_once(self, *, max_attempts: int = 4) -> OnceReport:
         """One full pass: discovery, then every new, changed or working session polled.
@@ -99,13 +194,13 @@ class Poller(Discovery, HistoryWalk):
         report = OnceReport()
         for attempt in range(1, max_attempts + 1):
             try:
-                await self.discover()
+                await self._discovery.discover()
             except UnauthenticatedError as exc:
-                self._discovery_failed(exc)
+                self._discovery.failed(exc)
                 report.unauthenticated = exc
                 return report
             except ApiError as exc:
-                delay = self._discovery_failed(exc)
+                delay = self._discovery.failed(exc)
                 if attempt == max_attempts:
                     report.failed.append("discovery")
                     return report
@@ -114,31 +209,31 @@ class Poller(Discovery, HistoryWalk):
                 break
         # New sessions whose GET failed: give the service a moment, then ask again.
         for _ in range(max_attempts):
-            if not self._pending:
+            if not self.state.pending:
                 break
-            due = min(p.retry_at for p in self._pending.values())
+            due = min(p.retry_at for p in self.state.pending.values())
             await anyio.sleep(max(0.0, due - self._mono()))
             try:
-                await self._retry_pending()
+                await self._discovery.retry_pending()
             except UnauthenticatedError as exc:
                 report.unauthenticated = exc
                 return report
-        report.failed.extend(sorted(self._pending))
+        report.failed.extend(sorted(self.state.pending))
         # One pass archives everything, the history of the first start included.
         now = self._mono()
-        for tracked in self._tracked.values():
+        for tracked in self.state.tracked.values():
             if tracked.history:
-                self._schedule(tracked, now, refresh=True)
-        self._history_queue.clear()
-        todo = [self._tracked[name] for name in self.due(math.inf)]
-        limiter = anyio.CapacityLimiter(self.settings.concurrency)
+                self.scheduler.schedule(tracked, now, refresh=True)
+        self._history.drop()
+        todo = [self.state.tracked[name] for name in self.scheduler.due(math.inf)]
+        limiter = anyio.CapacityLimiter(self.state.settings.concurrency)
 
-        async def poll_until_done(tracked: _Tracked) -> None:
+        async def poll_until_done(tracked: Tracked) -> None:
             for attempt in range(1, max_attempts + 1):
                 if report.unauthenticated is not None:
                     return
                 async with limiter:
-                    outcome = await self._poll_guarded(tracked)
+                    outcome = await self._sessions.poll(tracked)
                 if outcome == "auth" and isinstance(tracked.last_error, UnauthenticatedError):
                     report.unauthenticated = tracked.last_error
                     return
@@ -160,47 +255,13 @@ class Poller(Discovery, HistoryWalk):
         Returns each polled session's outcome: ``ok``, ``retry``, ``gone`` or ``auth``.
         """
         outcomes: dict[str, str] = {}
-        limiter = anyio.CapacityLimiter(self.settings.concurrency)
+        limiter = anyio.CapacityLimiter(self.state.settings.concurrency)
 
-        async def poll(tracked: _Tracked) -> None:
+        async def poll(tracked: Tracked) -> None:
             async with limiter:
-                outcomes[tracked.name] = await self._poll_guarded(tracked)
+                outcomes[tracked.name] = await self._sessions.poll(tracked)
 
         async with anyio.create_task_group() as tg:
-            for name in self.due(self._mono()):
-                tg.start_soon(poll, self._tracked[name])
+            for name in self.scheduler.due(self._mono()):
+                tg.start_soon(poll, self.state.tracked[name])
         return outcomes
-
-    async def _schedule_loop(self, tg: anyio.abc.TaskGroup) -> None:
-        running = 0
-
-        async def poll(tracked: _Tracked) -> None:
-            nonlocal running
-            try:
-                await self._poll_guarded(tracked)
-            finally:
-                tracked.running = False
-                running -= 1
-                self._changed.set()
-
-        while True:
-            self._changed = anyio.Event()
-            now = self._mono()
-            self.heartbeat = now
-            # While the store is full no new poll starts (see _discovery_loop); the loop
-            # keeps going round for the watchdog.
-            due = [] if self._store.unwritable is not None else self.due(now)
-            for name in due[: max(0, self.settings.concurrency - running)]:
-                tracked = self._tracked[name]
-                tracked.running = True
-                running += 1
-                tg.start_soon(poll, tracked)
-            upcoming = [
-                t.due_at for t in self._tracked.values() if t.due_at is not None and not t.running
-            ]
-            # Wake at the next due time, on a change, and at least every second (watchdog).
-            wait = min([1.0, *(max(0.0, due - now) for due in upcoming)])
-            if running >= self.settings.concurrency:
-                wait = 1.0  # a finishing poll sets _changed
-            with anyio.move_on_after(wait):
-                await self._changed.wait()

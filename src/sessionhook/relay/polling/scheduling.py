@@ -1,22 +1,51 @@
-"""Scheduling: when each session is polled next, and which sessions are due."""
+"""Scheduling: when each session is polled next, which sessions are due, and the loop
+that starts their polls."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
+import anyio
+import anyio.abc
+
+from ..store import AsyncStore
 from ..telemetry.logs import get_logger
-from .base import PollerBase
-from .settings import ACTIVE_STATES, VERDICT_KEY, _Tracked
+from .learning import UpdateTimeLearning
+from .settings import ACTIVE_STATES, VERDICT_KEY
+from .state import PollState, Tracked
+
+__all__ = ["Scheduler"]
 
 _log = get_logger()
 
 
-class Scheduling(PollerBase):
-    """Due times of the tracked sessions (most overdue first)."""
+class Scheduler:
+    """Due times of the tracked sessions (most overdue first), list or timer mode (the
+    learning's verdict), and the loop that starts the due polls.
 
-    def _schedule(
-        self, tracked: _Tracked, at: float, *, refresh: bool = False, timer: bool = False
+    ``monotonic`` drives the schedule (injectable for tests).
+    """
+
+    def __init__(
+        self, store: AsyncStore, state: PollState, *, monotonic: Callable[[], float]
+    ) -> None:
+        self._store = store
+        self._state = state
+        self._mono = monotonic
+        #: Whether the server moves updateTime on new activities (list or timer mode).
+        self.learning = UpdateTimeLearning(mode=state.settings.mode)
+        #: Set when a schedule changed or a poll ended: the loop looks again.
+        self._changed = anyio.Event()
+
+    def wake(self) -> None:
+        """Make the loop look at the schedule again (something changed)."""
+        self._changed.set()
+
+    def schedule(
+        self, tracked: Tracked, at: float, *, refresh: bool = False, timer: bool = False
     ) -> None:
         """Poll ``tracked`` at ``at`` (or sooner, when it is due sooner already); ``timer``:
-        a working session's next poll without news (``_active_interval``)."""
+        a working session's next poll without news (:meth:`active_interval`)."""
         at = max(at, tracked.backoff_until)
         if tracked.due_at is None or at < tracked.due_at:
             tracked.due_at = at
@@ -30,11 +59,50 @@ class Scheduling(PollerBase):
         """Names of the sessions due for a poll at ``now``, most overdue first."""
         ready = [
             t
-            for t in self._tracked.values()
+            for t in self._state.tracked.values()
             if t.due_at is not None and t.due_at <= now and not t.running
         ]
         ready.sort(key=lambda t: (t.due_at, t.name))
         return [t.name for t in ready]
+
+    async def run(
+        self, tg: anyio.abc.TaskGroup, poll: Callable[[Tracked], Awaitable[object]]
+    ) -> None:
+        """Forever: start ``poll`` for each due session, most overdue first, at most
+        ``concurrency`` at once and one per session; ``tg`` holds the polls."""
+        state = self._state
+        running = 0
+
+        async def one(tracked: Tracked) -> None:
+            nonlocal running
+            try:
+                await poll(tracked)
+            finally:
+                tracked.running = False
+                running -= 1
+                self._changed.set()
+
+        while True:
+            self._changed = anyio.Event()
+            now = self._mono()
+            state.heartbeat = now
+            # While the store is full no new poll starts (see Discovery.loop); the loop
+            # keeps going round for the watchdog.
+            due = [] if self._store.unwritable is not None else self.due(now)
+            for name in due[: max(0, state.settings.concurrency - running)]:
+                tracked = state.tracked[name]
+                tracked.running = True
+                running += 1
+                tg.start_soon(one, tracked)
+            upcoming = [
+                t.due_at for t in state.tracked.values() if t.due_at is not None and not t.running
+            ]
+            # Wake at the next due time, on a change, and at least every second (watchdog).
+            wait = min([1.0, *(max(0.0, due - now) for due in upcoming)])
+            if running >= state.settings.concurrency:
+                wait = 1.0  # a finishing poll sets _changed
+            with anyio.move_on_after(wait):
+                await self._changed.wait()
 
     # ------------------------------------------------------------------ list or timer
 
@@ -42,71 +110,79 @@ class Scheduling(PollerBase):
     def list_driven(self) -> bool:
         """Whether working sessions are polled when the list shows them move (list mode),
         rather than every ``active_interval`` (timer mode)."""
-        return self._learning.list_driven
+        return self.learning.list_driven
 
-    def _active_interval(self, tracked: _Tracked) -> float:
+    def active_interval(self, tracked: Tracked) -> float:
         """How soon a working session is polled again without news from the list: the
         slow safety poll in list mode (when the list's head showed it lately), else the
         timer."""
-        s = self.settings
-        if self._learning.list_driven and self._in_head(tracked):
+        s = self._state.settings
+        if self.learning.list_driven and self._in_head(tracked):
             return s.safety_interval
         return s.active_interval
 
-    def _in_head(self, tracked: _Tracked) -> bool:
+    def _in_head(self, tracked: Tracked) -> bool:
         """Whether the list's head showed the session lately (its reads will show it)."""
         seen = tracked.head_seen
-        return seen is not None and self._mono() - seen <= 3 * self.settings.list_interval + 1.0
+        limit = 3 * self._state.settings.list_interval + 1.0
+        return seen is not None and self._mono() - seen <= limit
 
-    def _wants_head(self) -> bool:
+    def wants_head(self) -> bool:
         """List mode reads the head of the list; so does ``auto`` before the verdict, while
         some session works (its polls and these reads are the evidence: learned in seconds,
         not at the next full pass)."""
-        learning = self._learning
+        learning = self.learning
         if learning.list_driven:
             return True
         if learning.mode != "auto" or learning.verdict is not None:
             return False
-        return any(t.state in ACTIVE_STATES for t in self._tracked.values())
+        return any(t.state in ACTIVE_STATES for t in self._state.tracked.values())
 
-    def _list_tells(self, tracked: _Tracked) -> bool:
+    def list_tells(self, tracked: Tracked) -> bool:
         """Whether the next change of the session's state shows in the list within about
         ``list_interval``: its head is read (list mode, or learning) and showed it lately.
         Then an activity that may come with a change needs no read of the session: the list
         says when there is one to read."""
-        return self._wants_head() and self._in_head(tracked)
+        return self.wants_head() and self._in_head(tracked)
 
-    async def _observe(self, moved: bool, name: str) -> None:
+    def restore_verdict(self, verdict: str | None) -> None:
+        """The verdict a previous run learned (kept in the store), unless one is known."""
+        if verdict in ("moves", "still") and self.learning.verdict is None:
+            self.learning.verdict = verdict
+
+    async def observe(self, moved: bool, name: str) -> None:
         """One piece of evidence on ``updateTime`` (see :mod:`.learning`)."""
-        was_list = self._learning.list_driven
-        was_read = self._wants_head()
-        if not self._learning.observe(moved):
+        learning = self.learning
+        was_list = learning.list_driven
+        was_read = self.wants_head()
+        if not learning.observe(moved):
             return
-        verdict = self._learning.verdict or ""
+        verdict = learning.verdict or ""
         _log.info(
             "poll.update_time_learned",
             verdict=verdict,
-            mode="list" if self._learning.list_driven else "timer",
+            mode="list" if learning.list_driven else "timer",
             evidence=name,
         )
         await self._store.write(self._store.store.set_meta, VERDICT_KEY, verdict)
         now = self._mono()
-        if not was_list and self._learning.list_driven:
+        tracked_sessions = self._state.tracked.values()
+        if not was_list and learning.list_driven:
             # List mode from now on: working sessions the list's head shows wait for their
             # safety poll, not for the timer of the learning (the list tells their news).
-            for tracked in self._tracked.values():
+            for tracked in tracked_sessions:
                 if tracked.timer_due and tracked.due_at is not None and not tracked.running:
                     last = now if tracked.last_polled is None else tracked.last_polled
-                    at = max(last + self._active_interval(tracked), tracked.backoff_until)
+                    at = max(last + self.active_interval(tracked), tracked.backoff_until)
                     tracked.due_at = max(tracked.due_at, at)
-        if was_list and not self._learning.list_driven:
+        if was_list and not learning.list_driven:
             # Back to the timer: working sessions waiting for their slow safety poll are
             # polled now, and on the timer from then on.
-            for tracked in self._tracked.values():
+            for tracked in tracked_sessions:
                 if tracked.state in ACTIVE_STATES and not tracked.running:
-                    self._schedule(tracked, now)
-        if was_read and not self._wants_head():
+                    self.schedule(tracked, now)
+        if was_read and not self.wants_head():
             # The head is no longer read: a change the list was to show is read now.
-            for tracked in self._tracked.values():
+            for tracked in tracked_sessions:
                 if tracked.untold:
-                    self._schedule(tracked, now, refresh=True)
+                    self.schedule(tracked, now, refresh=True)

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import anyio
 
-from sessionhook.api.client import RefusedItem
+from sessionhook.api.client import RefusedItem, SessionsClient
 from sessionhook.api.errors import (
     ApiError,
     InvalidArgumentError,
@@ -19,17 +19,16 @@ from sessionhook.api.errors import (
 from sessionhook.api.models import Activity, Session, format_timestamp, parse_timestamp
 
 from ..domain import events, lifecycle
-from ..store import SessionRow, StoreUnwritableError
+from ..store import AsyncStore, SessionRow, StoreUnwritableError
 from ..telemetry.logs import get_logger
-from .scheduling import Scheduling
-from .settings import (
-    ACTIVE_STATES,
-    _Awaiting,
-    _ends_run,
-    _may_change_session,
-    _Tracked,
-    name_problem,
-)
+from .archive import Archive
+from .failures import Failures
+from .scheduling import Scheduler
+from .screening import SessionScreen
+from .settings import ACTIVE_STATES, name_problem
+from .state import Awaiting, PollState, Tracked
+
+__all__ = ["CLAIMED_RETRY", "SessionPoll"]
 
 _log = get_logger()
 
@@ -37,10 +36,38 @@ _log = get_logger()
 CLAIMED_RETRY = 1.0
 
 
-class SessionPoll(Scheduling):
-    """Polling one session; see the package docstring for the rules."""
+class SessionPoll:
+    """Polling one session; see the package docstring for the rules.
 
-    async def _poll_guarded(self, tracked: _Tracked) -> str:
+    ``clock`` is wall time (the store's bookkeeping, the cursor's bound without a ``Date``
+    header), ``monotonic`` drives the schedule; both injectable for tests.
+    """
+
+    def __init__(
+        self,
+        client: SessionsClient,
+        store: AsyncStore,
+        state: PollState,
+        *,
+        scheduler: Scheduler,
+        archive: Archive,
+        failures: Failures,
+        screen: SessionScreen,
+        clock: Callable[[], float],
+        monotonic: Callable[[], float],
+    ) -> None:
+        self._client = client
+        self._store = store
+        self._state = state
+        self._scheduler = scheduler
+        self._archive = archive
+        self._failures = failures
+        self._screen = screen
+        self._clock = clock
+        self._mono = monotonic
+        self._time_filter = True  # cleared if the server rejects the createTime parameter
+
+    async def poll(self, tracked: Tracked) -> str:
         """Poll one session; turn upstream failures into a backoff. Returns the outcome.
 
         ``ok``, ``gone`` (deleted upstream), ``retry`` (backing off) or ``auth`` (key
@@ -58,7 +85,7 @@ class SessionPoll(Scheduling):
         if not await self._store.write(store.claim_session_poll, tracked.name, self._clock()):
             _log.debug("poll.claimed_elsewhere", session=tracked.name)
             tracked.backoff_until = self._mono() + CLAIMED_RETRY
-            self._schedule(tracked, tracked.backoff_until)
+            self._scheduler.schedule(tracked, tracked.backoff_until)
             return "retry"
         try:
             return await self._poll_claimed(tracked)
@@ -68,13 +95,13 @@ class SessionPoll(Scheduling):
             with anyio.CancelScope(shield=True), contextlib.suppress(StoreUnwritableError):
                 await self._store.call(store.release_session_poll, tracked.name)
 
-    async def _poll_claimed(self, tracked: _Tracked) -> str:
-        """:meth:`_poll_guarded` once the session's poll is this replica's."""
+    async def _poll_claimed(self, tracked: Tracked) -> str:
+        """:meth:`poll` once the session's poll is this replica's."""
         try:
             await self._poll_session(tracked)
         except NotFoundError as exc:
-            if self._mono() - tracked.first_seen < self.settings.young_session:
-                self._backoff(tracked, exc)
+            if self._mono() - tracked.first_seen < self._state.settings.young_session:
+                self._back_off(tracked, exc)
                 return "retry"
             tracked.gone_at_update_time = tracked.listed_update_time or ""
             tracked.refresh = False
@@ -88,21 +115,35 @@ class SessionPoll(Scheduling):
                 # (dedupe by name keeps that correct) rather than never progress.
                 self._time_filter = False
                 _log.warning("poll.time_filter_refused", session=tracked.name, error=str(exc))
-                self._schedule(tracked, self._mono())
+                self._scheduler.schedule(tracked, self._mono())
                 return "retry"
-            self._backoff(tracked, exc)
+            self._back_off(tracked, exc)
             return "retry"
         except UnauthenticatedError as exc:
-            self._backoff(tracked, exc)
+            self._back_off(tracked, exc)
             return "auth"
         except ApiError as exc:
-            self._backoff(tracked, exc)
+            self._back_off(tracked, exc)
             return "retry"
         tracked.errors = 0
         tracked.backoff_until = 0.0
         return "ok"
 
-    async def _poll_session(self, tracked: _Tracked) -> None:
+    def _back_off(self, tracked: Tracked, exc: ApiError) -> None:
+        """A failed poll: the session waits (its own backoff), the others go on."""
+        failures = self._failures
+        failures.count("session", exc)
+        tracked.errors += 1
+        tracked.last_error = exc
+        delay = failures.delay(exc, tracked.errors)
+        tracked.backoff_until = self._mono() + delay
+        # Overrides a sooner time that discovery set while this poll ran: Retry-After wins.
+        tracked.due_at = tracked.backoff_until
+        tracked.timer_due = False
+        self._scheduler.wake()
+        failures.log("poll.failed", exc, delay, attempt=tracked.errors, session=tracked.name)
+
+    async def _poll_session(self, tracked: Tracked) -> None:
         """One activity poll of a session (raises :class:`ApiError` on upstream failure)."""
         started = self._mono()
         row = await self._store.get_session(tracked.name)
@@ -111,7 +152,7 @@ class SessionPoll(Scheduling):
         # Taken before the walk: anything that changes the session later moves updateTime
         # past it, so discovery schedules another poll.
         update_time = tracked.listed_update_time or row.update_time
-        deliver = self._deliverable(row.baseline)
+        deliver = self._archive.deliverable(row.baseline)
         session = row.to_session()
         # A sweep walks from the first activity: this poll's, or one a wait (below) made.
         swept = tracked.sweep or (tracked.awaiting is not None and tracked.awaiting.swept)
@@ -132,15 +173,15 @@ class SessionPoll(Scheduling):
         # refused), so a walk that fails half way resumes without a gap.
         async for page in self._client.walk_activities(
             tracked.name,
-            page_size=self.settings.page_size,
+            page_size=self._state.settings.page_size,
             create_time=since,
-            max_pages=self.settings.max_pages,
+            max_pages=self._state.settings.max_pages,
         ):
             limit = self._cursor_limit(page.server_time)
             if page.refused is not None:
                 await self._refuse_oversize(tracked.name, page.refused, limit)
             for item in page.invalid:
-                await self._refuse(
+                await self._archive.refuse(
                     tracked.name,
                     item.name,
                     "malformed",
@@ -155,7 +196,7 @@ class SessionPoll(Scheduling):
                 moment = _moment(activity.create_time)
                 newest = _later(newest, moment)
                 within_read = within_read and _not_after(moment, read)
-            new += await self._ingest(session, accepted, deliver, cursor_limit=limit)
+            new += await self._archive.activities(session, accepted, deliver, cursor_limit=limit)
         tracked.sweep = False  # stays set if the walk failed: the retry sweeps again
         if within_read:
             # The archived row is what discovery's own GET read just before this first
@@ -178,7 +219,7 @@ class SessionPoll(Scheduling):
             if tracked.history:
                 # Discovery recorded it from the list without announcing it: the history
                 # walk does, now that the whole session is known (archived, not delivered).
-                await self._announce(fresh, deliver=not row.baseline)
+                await self._archive.announce(fresh, deliver=not row.baseline)
                 announced = True
             if await self._changes_or_wait(tracked, row, fresh, deliver, first_poll=first_poll):
                 refreshed = fresh  # archived with the poll's schedule below (one store call)
@@ -188,9 +229,9 @@ class SessionPoll(Scheduling):
                     # its first activity: one committed late, with a createTime behind the
                     # cursor's overlap, is archived before the session goes quiet. About a
                     # page each. Not when this walk was that sweep already (the list showed
-                    # the session settled before it began: see Discovery._on_listed).
+                    # the session settled before it began: see Discovery.on_listed).
                     tracked.sweep = True
-                    self._schedule(tracked, self._mono())
+                    self._scheduler.schedule(tracked, self._mono())
                 tracked.state = fresh.state
                 tracked.refresh = False
                 tracked.untold = False
@@ -209,7 +250,9 @@ class SessionPoll(Scheduling):
         if tracked.state in ACTIVE_STATES and tracked.awaiting is None:
             # (A session waiting for the activity behind its new state is on that wait's
             # schedule: see _changes_or_wait.)
-            self._schedule(tracked, started + self._active_interval(tracked), timer=True)
+            self._scheduler.schedule(
+                tracked, started + self._scheduler.active_interval(tracked), timer=True
+            )
         tracked.polled_update_time = update_time
         wall = self._clock()
         next_wall = None if tracked.due_at is None else wall + (tracked.due_at - self._mono())
@@ -222,12 +265,12 @@ class SessionPoll(Scheduling):
             polled_update_time=update_time,
         )
         if tracked.history and not announced:
-            await self._announce(session, deliver=not row.baseline)
+            await self._archive.announce(session, deliver=not row.baseline)
         await self._finish_history(tracked)
         if new:
             _log.info("poll.ingested", session=tracked.name, new=new)
 
-    def _read_after_walk(self, tracked: _Tracked, row: SessionRow, *, ending: bool) -> None:
+    def _read_after_walk(self, tracked: Tracked, row: SessionRow, *, ending: bool) -> None:
         """A walk found activities that may come with a change of the session (not progress
         updates, most of them, which change neither its state nor its outputs: reading the
         session after them would double the request count): read it now (``refresh``),
@@ -240,12 +283,12 @@ class SessionPoll(Scheduling):
         if tracked.refresh:
             return
         told = row.last_polled_at is not None and not tracked.history and not ending
-        if told and self._list_tells(tracked):
+        if told and self._scheduler.list_tells(tracked):
             tracked.untold = True
         else:
             tracked.refresh = True
 
-    async def _finish_history(self, tracked: _Tracked) -> None:
+    async def _finish_history(self, tracked: Tracked) -> None:
         """A session of the history walk is archived (or gone): not walked again."""
         if tracked.history:
             tracked.history = False
@@ -255,7 +298,9 @@ class SessionPoll(Scheduling):
         if not cursor or not self._time_filter:
             return None
         try:
-            moment = parse_timestamp(cursor) - timedelta(seconds=self.settings.cursor_overlap)
+            moment = parse_timestamp(cursor) - timedelta(
+                seconds=self._state.settings.cursor_overlap
+            )
         except (ValueError, OverflowError):
             return None  # an unreadable cursor: walk everything, dedupe keeps it correct
         return format_timestamp(moment)
@@ -263,7 +308,7 @@ class SessionPoll(Scheduling):
     def _cursor_limit(self, server_time: datetime | None) -> str | None:
         """The latest time the cursor may move to: the service's clock plus a small skew
         (the local clock plus a larger one when the answer had no ``Date``)."""
-        s = self.settings
+        s = self._state.settings
         if server_time is None:
             base, skew = datetime.fromtimestamp(self._clock(), UTC), s.unsynced_clock_skew
         else:
@@ -281,7 +326,7 @@ class SessionPoll(Scheduling):
             if problem is None:
                 accepted.append(activity)
             else:
-                await self._refuse(
+                await self._archive.refuse(
                     session,
                     activity.name,
                     problem,
@@ -294,7 +339,7 @@ class SessionPoll(Scheduling):
         """A single activity too large to read: recorded, and the cursor moves past it when
         its name says it is this session's (else its time is not trusted either)."""
         own = bool(item.name) and name_problem(item.name, session) is None
-        await self._refuse(
+        await self._archive.refuse(
             session,
             item.name,
             "too_large",
@@ -307,7 +352,7 @@ class SessionPoll(Scheduling):
 
     async def _changes_or_wait(
         self,
-        tracked: _Tracked,
+        tracked: Tracked,
         row: SessionRow,
         fresh: Session,
         deliver: Callable[[events.Event], bool],
@@ -330,13 +375,13 @@ class SessionPoll(Scheduling):
             now = self._mono()
             waiting = tracked.awaiting
             if waiting is None:  # (a first poll's wait: the state changed since discovery)
-                waiting = _Awaiting(now + self.settings.lifecycle_wait, first_poll=first_poll)
+                waiting = Awaiting(now + self._state.settings.lifecycle_wait, first_poll=first_poll)
                 tracked.awaiting = waiting
             if now < waiting.until:
                 waiting.tries += 1
                 delay = min(0.5 * 2.0 ** (waiting.tries - 1), waiting.until - now)
                 tracked.refresh = True
-                self._schedule(tracked, now + delay)
+                self._scheduler.schedule(tracked, now + delay)
                 _log.debug(
                     "poll.lifecycle_waiting", session=row.name, state=fresh.state, member=member
                 )
@@ -382,7 +427,29 @@ class SessionPoll(Scheduling):
             fresh, activity, entered=entered, seen_until=row.update_time, now=self._clock()
         )
         if found:
-            await self._ingest_session_events(row.name, found, deliver=deliver)
+            await self._archive.session_events(row.name, found, deliver=deliver)
+
+
+def _may_change_session(activity: Activity, cursor: str | None) -> bool:
+    """Whether ``activity`` is past ``cursor`` and of a kind that comes with a state change
+    or a new output (anything but a progress update: plans, messages, completion...)."""
+    if activity.event_member == "progressUpdated":
+        return False
+    if not cursor:
+        return True
+    try:
+        return parse_timestamp(activity.create_time) > parse_timestamp(cursor)
+    except ValueError:
+        return True
+
+
+#: Activities that end a run (the session completes or fails with them).
+_ENDING = frozenset({"sessionCompleted", "sessionFailed"})
+
+
+def _ends_run(activity: Activity, cursor: str | None) -> bool:
+    """Whether ``activity`` is past ``cursor`` and ends the session's run."""
+    return activity.event_member in _ENDING and _may_change_session(activity, cursor)
 
 
 def _moment(text: str) -> datetime | None:

@@ -1,19 +1,25 @@
-"""The poller's settings, its per-session bookkeeping and the pure helpers they share."""
+"""The poller's settings, its report, and the pure helpers its collaborators share."""
 
 from __future__ import annotations
 
 import math
 import random
 from dataclasses import dataclass, field, replace
-from datetime import datetime
 
 from sessionhook.api.client import activity_name
-from sessionhook.api.errors import ApiError, UnauthenticatedError
-from sessionhook.api.models import Activity, Session, parse_timestamp
+from sessionhook.api.errors import UnauthenticatedError
 
 from ..config.models import Config
 
-__all__ = ["ACTIVE_STATES", "EPOCH_KEY", "OnceReport", "PollSettings", "backoff_delay"]
+__all__ = [
+    "ACTIVE_STATES",
+    "EPOCH_KEY",
+    "VERDICT_KEY",
+    "OnceReport",
+    "PollSettings",
+    "backoff_delay",
+    "name_problem",
+]
 
 #: ``meta`` key of the first start (Unix seconds): what came before is not delivered unless
 #: ``poll.backfill``.
@@ -104,13 +110,6 @@ class PollSettings:
         )
 
 
-def _unix(text: str) -> float | None:
-    try:
-        return parse_timestamp(text).timestamp() if text else None
-    except ValueError:
-        return None
-
-
 def name_problem(name: str, session: str) -> str | None:
     """Why an activity listed under ``session`` cannot be archived as such, or ``None``.
 
@@ -126,28 +125,6 @@ def name_problem(name: str, session: str) -> str | None:
     if not name.startswith(session + "/activities/"):
         return "foreign_name"
     return None
-
-
-def _may_change_session(activity: Activity, cursor: str | None) -> bool:
-    """Whether ``activity`` is past ``cursor`` and of a kind that comes with a state change
-    or a new output (anything but a progress update: plans, messages, completion...)."""
-    if activity.event_member == "progressUpdated":
-        return False
-    if not cursor:
-        return True
-    try:
-        return parse_timestamp(activity.create_time) > parse_timestamp(cursor)
-    except ValueError:
-        return True
-
-
-#: Activities that end a run (the session completes or fails with them).
-_ENDING = frozenset({"sessionCompleted", "sessionFailed"})
-
-
-def _ends_run(activity: Activity, cursor: str | None) -> bool:
-    """Whether ``activity`` is past ``cursor`` and ends the session's run."""
-    return activity.event_member in _ENDING and _may_change_session(activity, cursor)
 
 
 def backoff_delay(
@@ -168,70 +145,6 @@ def backoff_delay(
     if retry_after is not None and math.isfinite(retry_after):
         delay = max(delay, retry_after)
     return delay
-
-
-@dataclass
-class _Tracked:
-    """What the scheduler knows about one session (the store keeps the durable part)."""
-
-    name: str
-    state: str
-    first_seen: float  # monotonic
-    #: ``updateTime`` of the last completed poll (the store's ``polled_update_time``).
-    polled_update_time: str | None
-    #: ``updateTime`` the session list showed last.
-    listed_update_time: str | None = None
-    due_at: float | None = None  # monotonic; None = idle, wait for discovery
-    #: ``due_at`` is a working session's timer (``_active_interval``), nothing sooner.
-    timer_due: bool = False
-    refresh: bool = False  # fetch the session after the next poll even if nothing new
-    #: A poll found an activity that may come with a change and did not read the session,
-    #: as the list's head was to show that change (see ``Scheduling._list_tells``).
-    untold: bool = False
-    #: The archived row is the session as discovery's own GET read it, and no poll has
-    #: ended since: the first poll reads it again only for activities newer than that.
-    read_at_discovery: bool = False
-    #: Walk the next poll from the first activity, not from the cursor (see ``_on_listed``).
-    sweep: bool = False
-    last_polled: float | None = None  # monotonic
-    errors: int = 0
-    last_error: ApiError | None = None
-    backoff_until: float = 0.0
-    running: bool = False
-    gone_at_update_time: str | None = None  # set when a 404 said the session was deleted
-    #: Found at the first start and not archived yet: the history walk's, at low priority.
-    history: bool = False
-    #: Evidence for the learning: the newest activity ``createTime`` a poll found new, when
-    #: (monotonic) that poll ended, and the ``updateTime`` of the poll before it; judged
-    #: by the next list read after it.
-    check: tuple[datetime, float, str | None] | None = None
-    #: When (monotonic) the list's head last showed it: list mode needs a fresh sighting.
-    head_seen: float | None = None
-    #: Waiting for the activity behind the state a read showed (see ``lifecycle_wait``).
-    awaiting: _Awaiting | None = None
-
-
-@dataclass
-class _Awaiting:
-    """A session read in a waiting or final state whose activity is not archived yet: its
-    changes are announced once the activity is (or at ``until``), not before."""
-
-    until: float  # monotonic
-    #: The wait began at the session's first poll: its changes are announced as such then.
-    first_poll: bool
-    tries: int = 0
-    #: A walk of the wait was a sweep (from the first activity): none is needed after it.
-    swept: bool = False
-
-
-@dataclass
-class _Pending:
-    """A new session whose first GET failed; announced once a GET succeeds."""
-
-    listed: Session
-    first_seen: float  # monotonic
-    errors: int = 0
-    retry_at: float = 0.0  # monotonic
 
 
 @dataclass

@@ -1,0 +1,108 @@
+"""What the poller's collaborators share: the tracked sessions and the loops' liveness.
+
+:class:`PollState` is one account's; the :class:`~.poller.Poller` builds it and hands it
+to each collaborator (scheduler, session poll, discovery, history walk), which read and
+write it in place. The durable part lives in the store; this is the in-process view.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import anyio
+
+from sessionhook.api.errors import ApiError
+from sessionhook.api.models import Session
+
+from .settings import PollSettings
+
+__all__ = ["Awaiting", "Pending", "PollState", "Tracked"]
+
+
+@dataclass
+class Tracked:
+    """What the scheduler knows about one session (the store keeps the durable part)."""
+
+    name: str
+    state: str
+    first_seen: float  # monotonic
+    #: ``updateTime`` of the last completed poll (the store's ``polled_update_time``).
+    polled_update_time: str | None
+    #: ``updateTime`` the session list showed last.
+    listed_update_time: str | None = None
+    due_at: float | None = None  # monotonic; None = idle, wait for discovery
+    #: ``due_at`` is a working session's timer (``Scheduler.active_interval``), nothing
+    #: sooner.
+    timer_due: bool = False
+    refresh: bool = False  # fetch the session after the next poll even if nothing new
+    #: A poll found an activity that may come with a change and did not read the session,
+    #: as the list's head was to show that change (see ``Scheduler.list_tells``).
+    untold: bool = False
+    #: The archived row is the session as discovery's own GET read it, and no poll has
+    #: ended since: the first poll reads it again only for activities newer than that.
+    read_at_discovery: bool = False
+    #: Walk the next poll from the first activity, not from the cursor (see
+    #: ``Discovery.on_listed``).
+    sweep: bool = False
+    last_polled: float | None = None  # monotonic
+    errors: int = 0
+    last_error: ApiError | None = None
+    backoff_until: float = 0.0
+    running: bool = False
+    gone_at_update_time: str | None = None  # set when a 404 said the session was deleted
+    #: Found at the first start and not archived yet: the history walk's, at low priority.
+    history: bool = False
+    #: Evidence for the learning: the newest activity ``createTime`` a poll found new, when
+    #: (monotonic) that poll ended, and the ``updateTime`` of the poll before it; judged
+    #: by the next list read after it.
+    check: tuple[datetime, float, str | None] | None = None
+    #: When (monotonic) the list's head last showed it: list mode needs a fresh sighting.
+    head_seen: float | None = None
+    #: Waiting for the activity behind the state a read showed (see ``lifecycle_wait``).
+    awaiting: Awaiting | None = None
+
+
+@dataclass
+class Awaiting:
+    """A session read in a waiting or final state whose activity is not archived yet: its
+    changes are announced once the activity is (or at ``until``), not before."""
+
+    until: float  # monotonic
+    #: The wait began at the session's first poll: its changes are announced as such then.
+    first_poll: bool
+    tries: int = 0
+    #: A walk of the wait was a sweep (from the first activity): none is needed after it.
+    swept: bool = False
+
+
+@dataclass
+class Pending:
+    """A new session whose first GET failed; announced once a GET succeeds."""
+
+    listed: Session
+    first_seen: float  # monotonic
+    errors: int = 0
+    retry_at: float = 0.0  # monotonic
+
+
+@dataclass
+class PollState:
+    """One account's poller state, shared by its collaborators.
+
+    ``settings`` is replaced on a reload (``Poller.settings``): collaborators read it here
+    each time, never keep a copy.
+    """
+
+    settings: PollSettings
+    #: Monotonic time the loops last made progress (for the systemd watchdog).
+    heartbeat: float
+    #: Every session the poller follows, by name.
+    tracked: dict[str, Tracked] = field(default_factory=dict)
+    #: Listed, but their first GET failed (404 right after creation, 5xx...): retried
+    #: between discovery passes with a backoff of their own.
+    pending: dict[str, Pending] = field(default_factory=dict)
+    #: Set once the first discovery pass was tried (successfully or not): readiness.
+    first_pass_done: anyio.Event = field(default_factory=anyio.Event)
+    #: Wall time of the last complete discovery pass (readiness, poll lag).
+    last_success: float | None = None
