@@ -122,7 +122,8 @@ def _call(api: ApiOptions, action: Callable[[SessionsClient], Awaitable[_T]]) ->
     """Run ``action`` with a client in a fresh event loop; errors become one line."""
     import anyio
 
-    from ..api.client import DEFAULT_API_KEY_HEADER, RetryPolicy, SessionsClient
+    from ..api import RetryPolicy
+    from ..api.client import DEFAULT_API_KEY_HEADER, SessionsClient
 
     key = _api_key()
     runtime = current_runtime()

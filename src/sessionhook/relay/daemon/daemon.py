@@ -37,7 +37,8 @@ from typing import TypeVar
 import anyio
 import httpx
 
-from sessionhook.api.client import RetryPolicy, SessionsClient
+from sessionhook.api import RetryPolicy
+from sessionhook.api.client import SessionsClient
 
 from .. import web
 from ..config.models import Config

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import anyio
 
-from sessionhook.api.client import RefusedItem
+from sessionhook.api import RefusedItem
 from sessionhook.api.errors import (
     ApiError,
     InvalidArgumentError,
