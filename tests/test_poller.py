@@ -18,7 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
 from structlog.testing import capture_logs
 
-from sessionhook.api.client import RetryPolicy, SessionsClient
+from sessionhook.api import RetryPolicy
+from sessionhook.api.client import SessionsClient
 from sessionhook.api.errors import ApiError
 from sessionhook.api.models import parse_timestamp
 from sessionhook.emulator.app import create_app
