@@ -72,6 +72,11 @@ def test_the_tree_keeps_every_contract(tree: Path) -> None:
             "from sessionhook.relay.delivery import sender as _planted  # noqa",
             "polling and delivery never import each other BROKEN",
         ),
+        (
+            "sessionhook.emulator.agent",
+            "from sessionhook.emulator import world as _planted  # noqa",
+            "The emulator's layers: the app over the world over the agent",
+        ),
     ],
 )
 def test_a_planted_upward_import_breaks_its_contract(
