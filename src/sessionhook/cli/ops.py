@@ -47,7 +47,7 @@ from ._output import config_path as _config_file
 if TYPE_CHECKING:
     # The relay (config, store, operator: most of a second of CPU) is imported by the
     # command that runs, not by `sessionhook --help` or another group's command.
-    from ..relay.config.models import Config
+    from ..relay.config import Config
     from ..relay.store import EventRow, StoreCore
 
 __all__ = ["DEFAULT_CONFIG", "ENV_CONFIG", "echo_json_times", "parse_headers", "parse_time"]
@@ -62,7 +62,7 @@ def _relay_errors() -> tuple[type[Exception], ...]:
     """
     import logging
 
-    from ..relay.config.models import ConfigError
+    from ..relay.config import ConfigError
     from ..relay.ops import OperatorError, UnknownEndpointError
     from ..relay.store import StoreError, database_errors
 
@@ -276,7 +276,7 @@ def _reported(fn: Callable[..., None]) -> Callable[..., None]:
 def _target(config_path: str | None, db_path: str | None, *, need_config: bool = False) -> _Target:
     if db_path is not None and not need_config:
         return _Target(Path(db_path), None, None)
-    from ..relay.config.models import load_config
+    from ..relay.config import load_config
 
     path = _config_file(config_path)
     # Only `endpoints test` needs secrets, and only the endpoints': it never calls the API.

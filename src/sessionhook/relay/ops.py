@@ -29,7 +29,7 @@ import httpx
 
 from sessionhook.api.models import Session
 
-from .config.models import Config
+from .config import Config
 from .delivery.dispatcher import post_event
 from .domain import render
 from .domain.delivery_states import DELIVERY_STATUSES

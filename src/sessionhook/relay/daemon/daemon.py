@@ -41,7 +41,7 @@ from sessionhook.api import RetryPolicy
 from sessionhook.api.client import SessionsClient
 
 from .. import web
-from ..config.models import Config
+from ..config import Config
 from ..delivery.dispatcher import DeliverySettings, Dispatcher, UrlGuard
 from ..delivery.render_process import RenderProcess
 from ..delivery.sender import AiohttpPoster, HttpxPoster, Poster

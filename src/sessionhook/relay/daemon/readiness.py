@@ -20,7 +20,7 @@ import httpx
 
 from .. import ops as operator
 from .. import web
-from ..config.models import Config, ServerConfig
+from ..config import Config, ServerConfig
 from ..delivery.pinning import PinnedTransport
 from ..domain.addresses import AddressPolicy, Resolver
 from ..domain.retry import AttemptResult

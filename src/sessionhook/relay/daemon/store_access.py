@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from ..config.models import Account, Config
+from ..config import Account, Config
 from ..polling.budget import SharedWindow
 from ..store import (
     AsyncStore,

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.abc
 
-from ..config.models import Config, ConfigError, load_config
+from ..config import Config, ConfigError, load_config
 from ..delivery.dispatcher import DeliverySettings, Dispatcher
 from ..domain.replica import Replica, heartbeat_interval, heartbeat_late
 from ..polling import Poller, PollSettings

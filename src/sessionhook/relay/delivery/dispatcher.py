@@ -41,7 +41,7 @@ from sessionhook import __version__
 from sessionhook.api.errors import parse_retry_after
 from sessionhook.redact import redact_userinfo
 
-from ..config.models import Config, EndpointConfig
+from ..config import Config, EndpointConfig
 from ..domain import addresses as netguard
 from ..domain import render, retry
 from ..domain.retry import AttemptResult

@@ -19,7 +19,7 @@ from sessionhook.api.errors import (
 )
 from sessionhook.api.models import Activity, Session
 
-from ..config.models import DEFAULT_ACCOUNT
+from ..config import DEFAULT_ACCOUNT
 from ..domain import events
 from ..store import AsyncStore, Ingested, KnownSession
 from ..telemetry.logs import get_logger

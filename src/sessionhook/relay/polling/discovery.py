@@ -11,7 +11,7 @@ import anyio.abc
 from sessionhook.api.errors import ApiError, UnauthenticatedError
 from sessionhook.api.models import Session
 
-from ..config.models import DEFAULT_ACCOUNT
+from ..config import DEFAULT_ACCOUNT
 from ..domain import events
 from ..telemetry.logs import get_logger
 from .learning import judge

@@ -11,7 +11,7 @@ from sessionhook.api.client import activity_name
 from sessionhook.api.errors import ApiError, UnauthenticatedError
 from sessionhook.api.models import Activity, Session, parse_timestamp
 
-from ..config.models import Config
+from ..config import Config
 
 __all__ = ["ACTIVE_STATES", "EPOCH_KEY", "OnceReport", "PollSettings", "backoff_delay"]
 

@@ -36,7 +36,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute
 
 from ...redact import redact_userinfo
-from ..config.models import Config
+from ..config import Config
 from ..domain.retry import AttemptResult
 from ..store import AsyncStore, StoreError, database_errors
 from ..telemetry.logs import get_logger

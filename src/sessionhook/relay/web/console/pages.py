@@ -44,7 +44,7 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from ...config.models import DEFAULT_ACCOUNT
+from ...config import DEFAULT_ACCOUNT
 from ...domain.retry import AttemptResult
 from ...store import AsyncStore, AttemptRow, DeliveryRow, EventRow
 from ..auth import CSRF_FIELD, csrf_token
