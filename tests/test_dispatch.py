@@ -20,7 +20,7 @@ from structlog.testing import capture_logs
 
 from sessionhook import __version__
 from sessionhook.api.models import Activity, ProgressUpdated, Session
-from sessionhook.relay.config.models import Config, DeliveryConfig, EndpointConfig
+from sessionhook.relay.config import Config, DeliveryConfig, EndpointConfig
 from sessionhook.relay.delivery.dispatcher import (
     AttemptResult,
     DeliverySettings,

@@ -26,7 +26,7 @@ from standardwebhooks import Webhook
 
 from sessionhook.cli import cli
 from sessionhook.cli._output import Runtime
-from sessionhook.relay.config.models import Config, DeliveryConfig, EndpointConfig, load_config
+from sessionhook.relay.config import Config, DeliveryConfig, EndpointConfig, load_config
 from sessionhook.relay.delivery.dispatcher import DeliverySettings, Dispatcher, post_event
 from sessionhook.relay.delivery.pinning import PinnedTransport
 from sessionhook.relay.domain.addresses import BlockedAddressError

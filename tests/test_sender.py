@@ -15,7 +15,7 @@ import pytest
 from pydantic import SecretStr
 from standardwebhooks import Webhook
 
-from sessionhook.relay.config.models import Config, DeliveryConfig, EndpointConfig
+from sessionhook.relay.config import Config, DeliveryConfig, EndpointConfig
 from sessionhook.relay.delivery.dispatcher import DeliverySettings, Dispatcher, post_event
 from sessionhook.relay.delivery.sender import AiohttpPoster
 from sessionhook.relay.domain.signing import generate_secret
