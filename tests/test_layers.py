@@ -73,6 +73,11 @@ def test_the_tree_keeps_every_contract(tree: Path) -> None:
             "polling and delivery never import each other BROKEN",
         ),
         (
+            "sessionhook.relay.domain.addresses",
+            "import socket as _planted  # noqa",
+            "domain does no I/O: no socket, DNS, HTTP or event loop BROKEN",
+        ),
+        (
             "sessionhook.emulator.agent",
             "from sessionhook.emulator import world as _planted  # noqa",
             "The emulator's layers: the app over the world over the agent",

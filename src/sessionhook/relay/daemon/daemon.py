@@ -44,8 +44,9 @@ from .. import web
 from ..config import Config
 from ..delivery.dispatcher import DeliverySettings, Dispatcher, UrlGuard
 from ..delivery.render_process import RenderProcess
+from ..delivery.resolve import Resolver
 from ..delivery.sender import AiohttpPoster, HttpxPoster, Poster
-from ..domain.addresses import AddressPolicy, Resolver
+from ..domain.addresses import AddressPolicy
 from ..domain.replica import Replica, dead_replicas, pid_alive
 from ..polling import OnceReport, Poller, PollSettings
 from ..polling.budget import LimitedTransport, RateLimiter

@@ -22,7 +22,8 @@ from .. import ops as operator
 from .. import web
 from ..config import Config, ServerConfig
 from ..delivery.pinning import PinnedTransport
-from ..domain.addresses import AddressPolicy, Resolver
+from ..delivery.resolve import Resolver
+from ..domain.addresses import AddressPolicy
 from ..domain.retry import AttemptResult
 from ..polling import Poller
 from ..store import AsyncStore, StoreFullError, StoreUnwritableError

@@ -42,14 +42,15 @@ from sessionhook.api.errors import parse_retry_after
 from sessionhook.redact import redact_userinfo
 
 from ..config import Config, EndpointConfig
-from ..domain import addresses as netguard
 from ..domain import render, retry
+from ..domain.addresses import BlockedAddressError, literal_refusal
 from ..domain.retry import AttemptResult
 from ..domain.signing import signature_header
 from ..store import AsyncStore, AttemptRecord, DueDelivery, StoreUnwritableError
 from ..telemetry.logs import LineBudget, get_logger
 from ..telemetry.metrics import Metrics
 from .render_process import InlineRenderer, Renderer
+from .resolve import ResolutionError
 from .sender import Answer, HttpxPoster, Poster, PostError
 
 __all__ = [
@@ -88,7 +89,7 @@ async def literal_guard(url: str, *, allow_private: bool) -> str | None:
     be private (:func:`sessionhook.relay.domain.addresses.literal_refusal`). Names are vetted when
     the connection is made (:class:`sessionhook.relay.delivery.pinning.PinnedTransport`), resolved
     once: resolving here too would let DNS answer differently to the check."""
-    return None if allow_private else netguard.literal_refusal(url)
+    return None if allow_private else literal_refusal(url)
 
 
 async def post_event(
@@ -145,10 +146,10 @@ async def post_event(
         except PostError as exc:
             # Kept in the delivery log and shown by the CLI: never with the URL's password.
             error = redact_userinfo(str(exc))
-        except netguard.BlockedAddressError as exc:
+        except BlockedAddressError as exc:
             # From the pinned resolver/transport: the name resolved to a refused address.
             error = refused(exc.reason)
-        except netguard.ResolutionError as exc:
+        except ResolutionError as exc:
             error = redact_userinfo(exc.reason)
     if scope is not None and scope.cancelled_caught:
         error = f"timeout after {timeout:g} s"
@@ -702,7 +703,7 @@ class Dispatcher:
         if url not in self._literals:
             if len(self._literals) >= 1024:
                 self._literals.clear()
-            self._literals[url] = netguard.literal_refusal(url)
+            self._literals[url] = literal_refusal(url)
         return self._literals[url]
 
     def _shape_of(self, endpoint: EndpointConfig) -> render.Shape:
