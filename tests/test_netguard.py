@@ -7,16 +7,14 @@ import re
 
 import pytest
 
-from sessionhook.relay.domain.addresses import (
-    BlockedAddressError,
+from sessionhook.relay.delivery.resolve import (
     ResolutionError,
     blocked_reason,
     check_url,
-    is_blocked_ip,
-    literal_refusal,
     resolve_host,
     vet_host,
 )
+from sessionhook.relay.domain.addresses import BlockedAddressError, is_blocked_ip, literal_refusal
 
 pytestmark = pytest.mark.anyio
 
