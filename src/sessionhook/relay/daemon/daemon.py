@@ -42,7 +42,8 @@ from sessionhook.api.client import SessionsClient
 
 from .. import web
 from ..config import Config
-from ..delivery.dispatcher import DeliverySettings, Dispatcher, UrlGuard
+from ..delivery.dispatcher import DeliverySettings, Dispatcher
+from ..delivery.post import UrlGuard
 from ..delivery.render_process import RenderProcess
 from ..delivery.resolve import Resolver
 from ..delivery.sender import AiohttpPoster, HttpxPoster, Poster

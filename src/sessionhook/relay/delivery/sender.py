@@ -1,7 +1,7 @@
 """The HTTP clients that carry webhooks: one POST in, status / ``Retry-After`` / answer out.
 
 A :class:`Poster` sends one request and reads at most ``body_limit`` bytes of the answer,
-never following a redirect. :func:`~sessionhook.relay.delivery.dispatcher.post_event`
+never following a redirect. :func:`~sessionhook.relay.delivery.post.post_event`
 signs, bounds the whole exchange and turns failures into an ``AttemptResult``; the
 posters only move bytes.
 
