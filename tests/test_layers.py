@@ -80,7 +80,7 @@ def test_the_tree_keeps_every_contract(tree: Path) -> None:
         (
             "sessionhook.emulator.agent",
             "from sessionhook.emulator import world as _planted  # noqa",
-            "The emulator's layers: the app over the world over the agent",
+            "The emulator's layers: app over world over agent BROKEN",
         ),
     ],
 )
