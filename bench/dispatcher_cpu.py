@@ -55,7 +55,7 @@ def child(db: Path, log_level: str) -> dict[str, float]:
     import anyio
     from pydantic import SecretStr
 
-    from sessionhook.relay.config.models import Config, DeliveryConfig, EndpointConfig
+    from sessionhook.relay.config import Config, DeliveryConfig, EndpointConfig
     from sessionhook.relay.delivery.dispatcher import DeliverySettings, Dispatcher
     from sessionhook.relay.delivery.sender import Answer
     from sessionhook.relay.store import AsyncStore, Store

@@ -32,7 +32,7 @@ import anyio
 import httpx
 
 from sessionhook.api.models import Session
-from sessionhook.relay.config.models import Config
+from sessionhook.relay.config import Config
 from sessionhook.relay.domain.events import make_event
 from sessionhook.relay.store import AsyncStore, Store
 from sessionhook.relay.telemetry import logs as relay_logging

@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from sessionhook.cli.ops_events import follow_stream, parse_sse
-from sessionhook.relay.config.models import Config
+from sessionhook.relay.config import Config
 from sessionhook.relay.ops import EventFilter
 from sessionhook.relay.store import AsyncStore
 from sessionhook.relay.telemetry.metrics import Metrics

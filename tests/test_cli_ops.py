@@ -574,7 +574,7 @@ def test_progress_counter_only_on_a_terminal() -> None:
 
     tty, pipe = Terminal(), io.StringIO()
     for stream in (tty, pipe):
-        counter = ops._Counter("queued", stream)
+        counter = ops.ProgressCounter("queued", stream)
         counter.add(1000)
         counter.add(500)
         counter.done()

@@ -396,7 +396,7 @@ async def test_a_mended_session_list_is_a_sound_answer_and_iter_sessions_stays_s
 async def test_a_sound_page_is_not_parsed_twice(monkeypatch: pytest.MonkeyPatch) -> None:
     """A sound answer is parsed and validated in one pass from its bytes: ``json.loads``
     (the general way) is kept for answers that pass would refuse."""
-    import sessionhook.api.client as client_module
+    import sessionhook.api.decoding as decoding_module
 
     calls: list[bytes] = []
     real_loads = json.loads
@@ -405,7 +405,7 @@ async def test_a_sound_page_is_not_parsed_twice(monkeypatch: pytest.MonkeyPatch)
         calls.append(content)
         return real_loads(content, **kwargs)
 
-    monkeypatch.setattr(client_module.json, "loads", counting_loads)
+    monkeypatch.setattr(decoding_module.json, "loads", counting_loads)
     page = {"activities": [{"name": "sessions/1/activities/a", "createTime": "t"}]}
     async with rig(lambda r: httpx.Response(200, json=page)) as r:
         got = await r.client.list_activities("1")
@@ -594,7 +594,7 @@ async def test_delete_404_is_not_found_when_no_attempt_could_have_deleted() -> N
 @pytest.mark.anyio
 async def test_retries_are_logged_without_the_key(caplog: pytest.LogCaptureFixture) -> None:
     answers = sequence(httpx.Response(500), httpx.Response(200, json=SESSION))
-    with caplog.at_level(logging.INFO, logger="sessionhook.api.client"):
+    with caplog.at_level(logging.INFO, logger="sessionhook.api.exchange"):
         async with rig(answers) as r:
             await r.client.get_session("123")
     messages = [record.getMessage() for record in caplog.records]

@@ -14,9 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sessionhook.api import ServerError, SessionsClient
+from sessionhook.api import RetryPolicy, ServerError, SessionsClient
 from sessionhook.api._bounds import JsonFieldScanner, nesting_depth_exceeds
-from sessionhook.api.client import RetryPolicy
 from sessionhook.api.errors import (
     ApiError,
     DeadlineExceededError,

@@ -7,13 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sessionhook.relay.config.models import (
-    AccountConfig,
-    Config,
-    ConfigError,
-    load_config,
-    parse_duration,
-)
+from sessionhook.relay.config import AccountConfig, Config, ConfigError, load_config, parse_duration
 
 REPO = Path(__file__).resolve().parents[1]
 SECRET = "whsec_" + base64.b64encode(b"k" * 32).decode()

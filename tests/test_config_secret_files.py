@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from sessionhook.relay.config.models import Config, ConfigError, load_config
+from sessionhook.relay.config import Config, ConfigError, load_config
 from sessionhook.relay.config.secret_files import ACL_XATTR, acl_exposure, exposure, file_exposure
 from sessionhook.relay.domain.signing import generate_keypair, generate_secret
 

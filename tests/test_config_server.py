@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sessionhook.relay.config.models import Config, ConfigError, is_loopback, load_config
+from sessionhook.relay.config import Config, ConfigError, is_loopback, load_config
 
 TOKEN = "A" * 16 + "b" * 16 + "-_9"
 ENV = {"SESSIONHOOK_API_KEY": "key-123", "WEB_TOKEN": TOKEN}

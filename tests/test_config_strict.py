@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sessionhook.relay.config.models import (
+from sessionhook.relay.config import (
     DURATION_BOUNDS,
     SECRET_MAX_BYTES,
     SECRET_MIN_BYTES,

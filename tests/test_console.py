@@ -15,7 +15,7 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 
-from sessionhook.relay.config.models import Config
+from sessionhook.relay.config import Config
 from sessionhook.relay.domain.retry import AttemptResult, Dead, Delivered
 from sessionhook.relay.ops import OperatorError
 from sessionhook.relay.store import AsyncStore, Store

@@ -22,7 +22,7 @@ from structlog.testing import capture_logs
 
 from sessionhook.api.client import SessionsClient
 from sessionhook.emulator.app import create_app
-from sessionhook.relay.config.models import Config, load_config
+from sessionhook.relay.config import Config, load_config
 from sessionhook.relay.daemon import daemon as daemon_module
 from sessionhook.relay.daemon.daemon import Daemon, DaemonError
 from sessionhook.relay.domain.signing import generate_secret

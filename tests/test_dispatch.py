@@ -20,15 +20,12 @@ from structlog.testing import capture_logs
 
 from sessionhook import __version__
 from sessionhook.api.models import Activity, ProgressUpdated, Session
-from sessionhook.relay.config.models import Config, DeliveryConfig, EndpointConfig
-from sessionhook.relay.delivery.dispatcher import (
-    AttemptResult,
-    DeliverySettings,
-    Dispatcher,
-    post_event,
-)
+from sessionhook.relay.config import Config, DeliveryConfig, EndpointConfig
+from sessionhook.relay.delivery.dispatcher import DeliverySettings, Dispatcher
+from sessionhook.relay.delivery.post import post_event
 from sessionhook.relay.delivery.render_process import RenderProcess
 from sessionhook.relay.domain.events import activity_event
+from sessionhook.relay.domain.retry import AttemptResult
 from sessionhook.relay.domain.signing import generate_secret
 from sessionhook.relay.store import AsyncStore, DeliveryRow
 from sessionhook.relay.telemetry.logs import LineBudget
@@ -751,7 +748,7 @@ async def test_successes_beyond_the_line_budget_are_counted_in_one_summary(
     receiver = Receiver(SECRET, fail_first=1)
     async with Rig(tmp_path, receiver, _config(delays=(0.0, 0.0))) as rig:
         dispatcher = rig.dispatcher
-        dispatcher._success_lines = LineBudget(5, clock=lambda: 0.0)
+        dispatcher._reports._success_lines = LineBudget(5, clock=lambda: 0.0)
         with capture_logs() as logs, anyio.fail_after(20):
             await dispatcher.run_until_idle()
         assert receiver.delivered_ids() == rig.all_ids

@@ -97,6 +97,16 @@ def test_the_tree_keeps_every_contract(tree: Path) -> None:
             "from sessionhook.relay.polling import scheduling as _planted  # noqa",
             "polling: the Poller composes, each collaborator imports only those below it BROKEN",
         ),
+        (
+            "sessionhook.relay.domain.addresses",
+            "import socket as _planted  # noqa",
+            "domain does no I/O: no socket, DNS, HTTP or event loop BROKEN",
+        ),
+        (
+            "sessionhook.emulator.agent",
+            "from sessionhook.emulator import world as _planted  # noqa",
+            "The emulator's layers: app over world over agent BROKEN",
+        ),
     ],
 )
 def test_a_planted_upward_import_breaks_its_contract(

@@ -35,7 +35,7 @@ def test_a_relay_on_the_defaults_imports_neither_psycopg_nor_cryptography(tmp_pa
         f"""
         import sqlite3, sys
         import sessionhook.cli, sessionhook.relay.daemon.daemon
-        from sessionhook.relay.config.models import Config
+        from sessionhook.relay.config import Config
         from sessionhook.relay.telemetry.metrics import Metrics
         from sessionhook.relay.domain.signing import generate_secret, signature_header
         from sessionhook.relay.store import open_store, store_failures
@@ -74,7 +74,7 @@ def test_the_web_app_answers_a_postgresql_error_with_503_before_the_store_opens(
         import asyncio, sys
         import httpx
         from starlette.routing import Route
-        from sessionhook.relay.config.models import Config
+        from sessionhook.relay.config import Config
         from sessionhook.relay.telemetry.metrics import Metrics
         from sessionhook.relay.store import database_errors
         from sessionhook.relay.web import WebAuth, WebContext, create_app

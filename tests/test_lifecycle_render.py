@@ -14,7 +14,7 @@ from nacl.signing import SigningKey, VerifyKey
 from pydantic import SecretStr
 
 from sessionhook.api.models import Activity, Session
-from sessionhook.relay.config.models import ConfigError, EndpointConfig, load_config
+from sessionhook.relay.config import ConfigError, EndpointConfig, load_config
 from sessionhook.relay.domain import lifecycle, render
 from sessionhook.relay.domain.contract import openapi_document, shipped_document
 from sessionhook.relay.domain.events import EVENT_TYPES, payload_matches

@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import ipaddress
+import random
 import re
+import socket
 
 import pytest
 
-from sessionhook.relay.domain.addresses import (
-    BlockedAddressError,
+from sessionhook.relay.delivery.resolve import (
     ResolutionError,
     blocked_reason,
     check_url,
-    is_blocked_ip,
-    literal_refusal,
     resolve_host,
     vet_host,
+)
+from sessionhook.relay.domain.addresses import (
+    BlockedAddressError,
+    ip_literal,
+    is_blocked_ip,
+    literal_refusal,
 )
 
 pytestmark = pytest.mark.anyio
@@ -235,3 +240,28 @@ async def test_default_resolver_with_real_localhost() -> None:
     addresses = await resolve_host("localhost", 80)
     assert addresses
     assert all(is_blocked_ip(a) == "loopback address" for a in addresses)
+
+
+def test_legacy_ipv4_literals_read_as_the_c_library_reads_them() -> None:
+    """domain/addresses reads ``127.1``, ``0x7f.1``, ``017700000001``... without the socket
+    module: every string here must mean what ``inet_aton`` (what resolvers use) says."""
+    rng = random.Random(21)
+    spellings = [
+        lambda v: str(v),
+        lambda v: "0" + format(v, "o"),
+        lambda v: "0x" + format(v, "x"),
+        lambda v: "0X" + format(v, "X"),
+    ]
+    values = [0, 1, 7, 8, 9, 255, 256, 0xFFFF, 0x10000, 0xFFFFFF, 0x1000000, 0xFFFFFFFF, 1 << 32]
+    cases = {"0x", "08", "09.1", "1..2", "1.2.3.4.", ".1", "1.2.3.4.5", "0x1g", "00", "0x0"}
+    for _ in range(5000):
+        parts = [rng.choice(spellings)(rng.choice(values)) for _ in range(rng.randint(1, 5))]
+        cases.add(".".join(parts))
+    for _ in range(5000):
+        cases.add("".join(rng.choice("0123456789abcdefx.") for _ in range(rng.randint(1, 16))))
+    for text in sorted(cases):
+        try:
+            expected: ipaddress.IPv4Address | None = ipaddress.IPv4Address(socket.inet_aton(text))
+        except OSError:
+            expected = None
+        assert ip_literal(text) == expected, text

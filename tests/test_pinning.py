@@ -26,9 +26,10 @@ from standardwebhooks import Webhook
 
 from sessionhook.cli import cli
 from sessionhook.cli._output import Runtime
-from sessionhook.relay.config.models import Config, DeliveryConfig, EndpointConfig, load_config
-from sessionhook.relay.delivery.dispatcher import DeliverySettings, Dispatcher, post_event
+from sessionhook.relay.config import Config, DeliveryConfig, EndpointConfig, load_config
+from sessionhook.relay.delivery.dispatcher import DeliverySettings, Dispatcher
 from sessionhook.relay.delivery.pinning import PinnedTransport
+from sessionhook.relay.delivery.post import post_event
 from sessionhook.relay.domain.addresses import BlockedAddressError
 from sessionhook.relay.domain.signing import generate_secret
 from sessionhook.relay.store import AsyncStore

@@ -18,11 +18,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
 from structlog.testing import capture_logs
 
-from sessionhook.api.client import RetryPolicy, SessionsClient
+from sessionhook.api import RetryPolicy
+from sessionhook.api.client import SessionsClient
 from sessionhook.api.errors import ApiError
 from sessionhook.api.models import parse_timestamp
 from sessionhook.emulator.app import create_app
-from sessionhook.relay.config.models import EndpointConfig
+from sessionhook.relay.config import EndpointConfig
 from sessionhook.relay.domain.signing import generate_secret
 from sessionhook.relay.polling import ACTIVE_STATES, Poller, PollSettings, backoff_delay
 from sessionhook.relay.polling.budget import LimitedTransport, RateLimiter, endpoint_label

@@ -13,7 +13,8 @@ import httpx
 import pytest
 from structlog.testing import capture_logs
 
-from sessionhook.api.client import RetryPolicy, SessionsClient
+from sessionhook.api import RetryPolicy
+from sessionhook.api.client import SessionsClient
 from sessionhook.api.models import Activity, Session, parse_timestamp
 from sessionhook.relay.domain import events
 from sessionhook.relay.polling import name_problem
@@ -229,7 +230,7 @@ async def test_one_activity_too_large_is_refused_by_name_and_the_walk_goes_on(
     h, tampers = tampered(tmp_path, page_size=4)
     limit = 64 * 1024
     h.client = SessionsClient(
-        h.client._http,  # the harness's counted transport
+        h._http,  # the harness's counted transport
         base_url="http://emu.test",
         api_key="k",
         retry=RetryPolicy(max_attempts=1),

@@ -20,7 +20,8 @@ import pytest
 from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
-from sessionhook.api.client import RetryPolicy, SessionsClient
+from sessionhook.api import RetryPolicy
+from sessionhook.api.client import SessionsClient
 from sessionhook.cli import cli
 from sessionhook.emulator.app import create_app
 from sessionhook.relay.delivery.dispatcher import DeliverySettings, Dispatcher

@@ -11,7 +11,7 @@ import pytest
 from pydantic import SecretStr
 
 from sessionhook.api.models import Activity, ProgressUpdated, Session
-from sessionhook.relay.config.models import Config, DeliveryConfig, EndpointConfig
+from sessionhook.relay.config import Config, DeliveryConfig, EndpointConfig
 from sessionhook.relay.delivery.dispatcher import DeliverySettings, Dispatcher
 from sessionhook.relay.domain.events import activity_event
 from sessionhook.relay.domain.retry import (

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from structlog.testing import capture_logs
 
-from sessionhook.api._items import RefusedItem, mended
-from sessionhook.api.client import SessionPage
+from sessionhook.api import RefusedItem, SessionPage
+from sessionhook.api._unicode import mended
 from sessionhook.api.models import Session
 from sessionhook.relay.polling.screening import SessionScreen
 from sessionhook.relay.telemetry.metrics import Metrics

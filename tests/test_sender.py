@@ -15,8 +15,9 @@ import pytest
 from pydantic import SecretStr
 from standardwebhooks import Webhook
 
-from sessionhook.relay.config.models import Config, DeliveryConfig, EndpointConfig
-from sessionhook.relay.delivery.dispatcher import DeliverySettings, Dispatcher, post_event
+from sessionhook.relay.config import Config, DeliveryConfig, EndpointConfig
+from sessionhook.relay.delivery.dispatcher import DeliverySettings, Dispatcher
+from sessionhook.relay.delivery.post import post_event
 from sessionhook.relay.delivery.sender import AiohttpPoster
 from sessionhook.relay.domain.signing import generate_secret
 from sessionhook.relay.store import AsyncStore

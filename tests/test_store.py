@@ -20,7 +20,7 @@ from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
 
 from sessionhook.api.models import Activity, Session
-from sessionhook.relay.config.models import EndpointConfig
+from sessionhook.relay.config import EndpointConfig
 from sessionhook.relay.domain import events
 from sessionhook.relay.domain.events import Event
 from sessionhook.relay.domain.retry import AttemptResult, Dead, Delivered, DisableEndpoint, Retry

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sessionhook.relay.config.models import ServerConfig
+from sessionhook.relay.config import ServerConfig
 from sessionhook.relay.daemon.daemon import DRAIN_SECONDS
 
 UNIT = Path(__file__).resolve().parent.parent / "systemd" / "sessionhook.service"

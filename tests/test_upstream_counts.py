@@ -12,7 +12,8 @@ import anyio
 import httpx
 import pytest
 
-from sessionhook.api.client import RetryPolicy, SessionsClient
+from sessionhook.api import RetryPolicy
+from sessionhook.api.client import SessionsClient
 from sessionhook.api.errors import MalformedResponseError, TransportError, UnauthenticatedError
 from sessionhook.relay.daemon.upstream import UpstreamCounter, UpstreamTally
 from sessionhook.relay.polling.budget import MALFORMED, LimitedTransport, RateLimiter

@@ -18,7 +18,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from sessionhook.api.models import Session
-from sessionhook.relay.config.models import Config
+from sessionhook.relay.config import Config
 from sessionhook.relay.domain.events import make_event
 from sessionhook.relay.store import AsyncStore, EventRow, StoreUnwritableError, postgres
 from sessionhook.relay.telemetry.metrics import Metrics

@@ -46,7 +46,7 @@ from starlette.routing import Route
 from sessionhook.api.client import AUTO_CREATE_PR, SessionsClient
 from sessionhook.api.errors import ApiError
 from sessionhook.emulator.app import create_app
-from sessionhook.relay.config.models import load_config
+from sessionhook.relay.config import load_config
 from sessionhook.relay.daemon.daemon import Daemon
 from sessionhook.relay.domain import signing
 from sessionhook.relay.telemetry import logs as relay_logging

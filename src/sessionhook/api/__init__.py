@@ -1,6 +1,6 @@
 """Typed async client of the Sessions API (``/v1alpha``): models, client, errors."""
 
-from .client import RetryPolicy, SessionsClient
+from .client import SessionsClient
 from .errors import (
     ApiError,
     ApiStatusError,
@@ -23,9 +23,12 @@ from .models import (
     Source,
     SourceContext,
 )
+from .paging import ActivityPage, RefusedItem, SessionPage
+from .retry import RetryPolicy
 
 __all__ = [
     "Activity",
+    "ActivityPage",
     "ApiError",
     "ApiStatusError",
     "Artifact",
@@ -36,9 +39,11 @@ __all__ = [
     "Plan",
     "PlanStep",
     "RateLimitedError",
+    "RefusedItem",
     "RetryPolicy",
     "ServerError",
     "Session",
+    "SessionPage",
     "SessionState",
     "SessionsClient",
     "Source",

@@ -208,7 +208,7 @@ class Session(WireModel):
     outputs: list[SessionOutput] = Field(default_factory=list)
     require_plan_approval: bool | None = None
     automation_mode: str | None = None
-    # Set by the client when it mended the answer (see :attr:`repaired`).
+    # Set by the client (mark_repaired) when it mended the answer (see :attr:`repaired`).
     _repaired: tuple[str, ...] = PrivateAttr(default=())
 
     @property
@@ -217,6 +217,10 @@ class Session(WireModel):
         lets through as ``"\\ud800"``) with U+FFFD: dotted wire paths (``title``,
         ``outputs.0.pullRequest.title``); empty for a session received as it was sent."""
         return self._repaired
+
+    def mark_repaired(self, paths: tuple[str, ...]) -> None:
+        """Record where the client mended this session's text (see :attr:`repaired`)."""
+        self._repaired = paths
 
     @property
     def session_id(self) -> str:

@@ -36,7 +36,8 @@ if TYPE_CHECKING:
     import httpx
 
     from ..api.errors import ApiError
-    from ..relay.domain.addresses import AddressPolicy, Resolver
+    from ..relay.delivery.resolve import Resolver
+    from ..relay.domain.addresses import AddressPolicy
 
 __all__ = [
     "DEFAULT_CONFIG",

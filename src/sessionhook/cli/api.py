@@ -12,21 +12,28 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import click
 
 from . import cli
-from ._output import CliError, current_runtime, echo_json, http_client, render_fields, render_table
+from ._output import CliError, current_runtime, echo_json, http_client
 from ._output import run as run_async
+from .api_text import (
+    activity_details,
+    activity_table,
+    session_details,
+    session_table,
+    source_details,
+    source_table,
+)
 
 if TYPE_CHECKING:
     # The client (httpx, pydantic: about 0.3 s of CPU) is imported when a command calls
     # the service, not by `--help` or a usage error.
     from ..api.client import SessionsClient
-    from ..api.models import Activity, Artifact, Session, Source
 
 __all__ = ["DEFAULT_BASE_URL", "ENV_API_KEY", "ENV_BASE_URL", "activities", "sessions", "sources"]
 
@@ -122,7 +129,8 @@ def _call(api: ApiOptions, action: Callable[[SessionsClient], Awaitable[_T]]) ->
     """Run ``action`` with a client in a fresh event loop; errors become one line."""
     import anyio
 
-    from ..api.client import DEFAULT_API_KEY_HEADER, RetryPolicy, SessionsClient
+    from ..api import RetryPolicy
+    from ..api.client import DEFAULT_API_KEY_HEADER, SessionsClient
 
     key = _api_key()
     runtime = current_runtime()
@@ -183,18 +191,6 @@ def _text_arg(value: str) -> str:
     return sys.stdin.read() if value == "-" else value
 
 
-def _when(timestamp: str) -> str:
-    """A timestamp for people: RFC 3339 to the second, UTC (``2026-11-22T12:00:03Z``)."""
-    if not timestamp:
-        return ""
-    from ..api.models import parse_timestamp
-
-    try:
-        return parse_timestamp(timestamp).strftime("%Y-%m-%dT%H:%M:%SZ")
-    except ValueError:
-        return timestamp
-
-
 def _page_options(func: _F) -> _F:
     func = click.option(
         "--all",
@@ -228,39 +224,6 @@ def sessions() -> None:
     """Create, list, read, delete sessions; message them; approve their plans."""
 
 
-def _session_rows(items: Sequence[Session]) -> list[tuple[str, ...]]:
-    return [(s.session_id, s.state, _when(s.update_time), s.title) for s in items]
-
-
-def _session_table(items: Sequence[Session]) -> str:
-    if not items:
-        return "no sessions"
-    return render_table(("ID", "STATE", "UPDATED", "TITLE"), _session_rows(items))
-
-
-def _session_details(session: Session) -> str:
-    context = session.source_context
-    branch = (
-        context.host_repo_context.starting_branch if context and context.host_repo_context else ""
-    )
-    return render_fields(
-        [
-            ("name", session.name),
-            ("title", session.title),
-            ("state", session.state),
-            ("url", session.url),
-            ("created", _when(session.create_time)),
-            ("updated", _when(session.update_time)),
-            ("source", context.source if context else ""),
-            ("branch", branch),
-            ("automation", session.automation_mode),
-            ("plan approval", "required" if session.require_plan_approval else ""),
-            ("pull requests", "\n".join(pr.url for pr in session.pull_requests)),
-            ("prompt", session.prompt),
-        ]
-    )
-
-
 @sessions.command("list")
 @_page_options
 @api_options
@@ -274,13 +237,13 @@ def sessions_list(
         if api.as_json:
             echo_json({"sessions": [s.to_wire() for s in items]})
         else:
-            click.echo(_session_table(items))
+            click.echo(session_table(items))
         return
     page = _call(api, lambda c: c.list_sessions(page_size=page_size, page_token=page_token))
     if api.as_json:
         echo_json(page.to_wire())
         return
-    click.echo(_session_table(page.sessions))
+    click.echo(session_table(page.sessions))
     _print_next(page.next_page_token)
 
 
@@ -293,7 +256,7 @@ def sessions_get(session: str, api: ApiOptions) -> None:
     if api.as_json:
         echo_json(found.to_wire())
     else:
-        click.echo(_session_details(found))
+        click.echo(session_details(found))
 
 
 @sessions.command("create")
@@ -400,80 +363,6 @@ def activities() -> None:
     """List and read the activities (events) of a session."""
 
 
-def _event_summary(activity: Activity) -> tuple[str, str]:
-    """(kind, one-line summary) of an activity, also for unknown or missing members."""
-    if activity.plan_generated is not None:
-        steps = activity.plan_generated.plan.steps
-        return "planGenerated", f"plan of {len(steps)} step(s)"
-    if activity.plan_approved is not None:
-        plan_id = activity.plan_approved.plan_id
-        return "planApproved", f"plan {plan_id} approved" if plan_id else "plan approved"
-    if activity.user_messaged is not None:
-        return "userMessaged", activity.user_messaged.user_message
-    if activity.agent_messaged is not None:
-        return "agentMessaged", activity.agent_messaged.agent_message
-    if activity.progress_updated is not None:
-        update = activity.progress_updated
-        return "progressUpdated", " - ".join(t for t in (update.title, update.description) if t)
-    if activity.session_completed is not None:
-        return "sessionCompleted", activity.description or "session completed"
-    if activity.session_failed is not None:
-        return "sessionFailed", activity.session_failed.reason or activity.description
-    unknown = activity.unknown_members
-    return (unknown[0] if unknown else "-"), activity.description
-
-
-def _artifact_summary(artifact: Artifact) -> str:
-    if artifact.change_set is not None:
-        patch = artifact.change_set.git_patch
-        lines = len(patch.unidiff_patch.splitlines()) if patch else 0
-        message = (
-            patch.suggested_commit_message.splitlines()[0]
-            if patch and patch.suggested_commit_message
-            else ""
-        )
-        return f"change set on {artifact.change_set.source or '-'}: {lines} diff line(s)" + (
-            f", commit message: {message}" if message else ""
-        )
-    if artifact.bash_output is not None:
-        out = artifact.bash_output
-        return f"$ {out.command} (exit {out.exit_code}, {len(out.output)} chars of output)"
-    if artifact.media is not None:
-        return f"media {artifact.media.mime_type or '?'} ({len(artifact.media.data)} base64 chars)"
-    return "artifact of an unknown kind"
-
-
-def _activity_table(items: Sequence[Activity]) -> str:
-    if not items:
-        return "no activities"
-    rows = []
-    for activity in items:
-        kind, summary = _event_summary(activity)
-        if activity.artifacts:
-            summary = f"{summary} [+{len(activity.artifacts)} artifact(s)]".strip()
-        ident = activity.id or activity.name.rsplit("/", 1)[-1]
-        rows.append((ident, _when(activity.create_time), activity.originator, kind, summary))
-    return render_table(("ID", "CREATED", "BY", "EVENT", "SUMMARY"), rows)
-
-
-def _activity_details(activity: Activity) -> str:
-    kind, summary = _event_summary(activity)
-    plan = activity.plan_generated.plan if activity.plan_generated else None
-    steps = "\n".join(f"{step.index + 1}. {step.title}" for step in plan.steps) if plan else ""
-    return render_fields(
-        [
-            ("name", activity.name),
-            ("created", _when(activity.create_time)),
-            ("by", activity.originator),
-            ("event", kind),
-            ("summary", summary),
-            ("description", activity.description if activity.description != summary else ""),
-            ("plan", steps),
-            ("artifacts", "\n".join(_artifact_summary(a) for a in activity.artifacts)),
-        ]
-    )
-
-
 @activities.command("list")
 @click.argument("session", callback=_name_arg("session"))
 @_page_options
@@ -503,7 +392,7 @@ def activities_list(
         if api.as_json:
             echo_json({"activities": [a.to_wire() for a in items]})
         else:
-            click.echo(_activity_table(items))
+            click.echo(activity_table(items))
         return
     page = _call(
         api,
@@ -514,7 +403,7 @@ def activities_list(
     if api.as_json:
         echo_json(page.to_wire())
         return
-    click.echo(_activity_table(page.activities))
+    click.echo(activity_table(page.activities))
     _print_next(page.next_page_token)
 
 
@@ -534,7 +423,7 @@ def activities_get(name: str, activity_id: str | None, api: ApiOptions) -> None:
     if api.as_json:
         echo_json(found.to_wire())
     else:
-        click.echo(_activity_details(found))
+        click.echo(activity_details(found))
 
 
 # --------------------------------------------------------------------------- sources
@@ -543,40 +432,6 @@ def activities_get(name: str, activity_id: str | None, api: ApiOptions) -> None:
 @cli.group()
 def sources() -> None:
     """List and read the repositories connected to the account."""
-
-
-def _source_table(items: Sequence[Source]) -> str:
-    if not items:
-        return "no sources"
-    rows = []
-    for source in items:
-        repo = source.host_repo
-        # List items may leave out privacy and branches (spec 2.7): blank, not "no".
-        private = ""
-        if repo is not None and "isPrivate" in repo.to_wire():
-            private = "yes" if repo.is_private else "no"
-        default = repo.default_branch.display_name if repo and repo.default_branch else ""
-        rows.append((source.name, f"{repo.owner}/{repo.repo}" if repo else "", private, default))
-    headers = ("NAME", "REPOSITORY", "PRIVATE", "DEFAULT BRANCH")
-    # Columns no row fills (what list items omit) are left out rather than shown blank.
-    keep = [i for i in range(len(headers)) if i < 2 or any(row[i] for row in rows)]
-    return render_table([headers[i] for i in keep], [[row[i] for i in keep] for row in rows])
-
-
-def _source_details(source: Source) -> str:
-    repo = source.host_repo
-    return render_fields(
-        [
-            ("name", source.name),
-            ("repository", f"{repo.owner}/{repo.repo}" if repo else ""),
-            ("private", ("yes" if repo.is_private else "no") if repo else ""),
-            (
-                "default branch",
-                repo.default_branch.display_name if repo and repo.default_branch else "",
-            ),
-            ("branches", "\n".join(b.display_name for b in repo.branches) if repo else ""),
-        ]
-    )
 
 
 @sources.command("list")
@@ -601,7 +456,7 @@ def sources_list(
         if api.as_json:
             echo_json({"sources": [s.to_wire() for s in items]})
         else:
-            click.echo(_source_table(items))
+            click.echo(source_table(items))
         return
     page = _call(
         api,
@@ -610,7 +465,7 @@ def sources_list(
     if api.as_json:
         echo_json(page.to_wire())
         return
-    click.echo(_source_table(page.sources))
+    click.echo(source_table(page.sources))
     _print_next(page.next_page_token)
 
 
@@ -623,4 +478,4 @@ def sources_get(source: str, api: ApiOptions) -> None:
     if api.as_json:
         echo_json(found.to_wire())
     else:
-        click.echo(_source_details(found))
+        click.echo(source_details(found))

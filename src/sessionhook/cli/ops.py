@@ -47,10 +47,29 @@ from ._output import config_path as _config_file
 if TYPE_CHECKING:
     # The relay (config, store, operator: most of a second of CPU) is imported by the
     # command that runs, not by `sessionhook --help` or another group's command.
-    from ..relay.config.models import Config
+    from ..relay.config import Config
     from ..relay.store import EventRow, StoreCore
 
-__all__ = ["DEFAULT_CONFIG", "ENV_CONFIG", "echo_json_times", "parse_headers", "parse_time"]
+__all__ = [
+    "DEFAULT_CONFIG",
+    "ENV_CONFIG",
+    "ProgressCounter",
+    "StoreTarget",
+    "age",
+    "echo_json_times",
+    "event_json",
+    "json_option",
+    "parse_headers",
+    "parse_time",
+    "reading_store",
+    "reported",
+    "stamp",
+    "stamp_ago",
+    "store_options",
+    "store_target",
+    "time_option",
+    "writing_store",
+]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -62,7 +81,7 @@ def _relay_errors() -> tuple[type[Exception], ...]:
     """
     import logging
 
-    from ..relay.config.models import ConfigError
+    from ..relay.config import ConfigError
     from ..relay.ops import OperatorError, UnknownEndpointError
     from ..relay.store import StoreError, database_errors
 
@@ -101,7 +120,7 @@ def parse_time(text: str, now: float) -> float:
         ) from None
 
 
-def _time_option(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+def time_option(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
     """click callback: an option's TIME text as Unix seconds (a usage error when malformed)."""
     if value is None:
         return None
@@ -140,7 +159,7 @@ def parse_headers(text: str) -> dict[str, str]:
 # --------------------------------------------------------------------------- rendering
 
 
-def _age(seconds: float | None) -> str:
+def age(seconds: float | None) -> str:
     """``42s``, ``5m``, ``3h 20m``, ``2d 4h``; empty for ``None``."""
     if seconds is None:
         return ""
@@ -154,15 +173,16 @@ def _age(seconds: float | None) -> str:
     return f"{s // 86400}d {s % 86400 // 3600}h"
 
 
-def _stamp(ts: float | None) -> str:
+def stamp(ts: float | None) -> str:
     """Unix seconds as ``2026-11-22T12:00:03Z``; empty for ``None``."""
     if ts is None:
         return ""
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _stamp_ago(ts: float | None, now: float) -> str:
-    return "never" if ts is None else f"{_stamp(ts)} ({_age(now - ts)} ago)"
+def stamp_ago(ts: float | None, now: float) -> str:
+    """:func:`stamp` and how long before ``now`` it was; ``never`` for ``None``."""
+    return "never" if ts is None else f"{stamp(ts)} ({age(now - ts)} ago)"
 
 
 def _json_stamp(ts: float) -> str:
@@ -197,7 +217,8 @@ def echo_json_times(data: Any) -> None:
     echo_json(_json_times(data))
 
 
-def _event_json(row: EventRow) -> dict[str, Any]:
+def event_json(row: EventRow) -> dict[str, Any]:
+    """An archived event as ``--json`` prints it (the body parsed, moments as RFC 3339)."""
     return {
         "seq": row.seq,
         "id": row.id,
@@ -214,7 +235,7 @@ def _event_json(row: EventRow) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class _Target:
+class StoreTarget:
     """Where the database is, and the config it was found through (if any)."""
 
     db: Path
@@ -236,7 +257,8 @@ class _Target:
         return 2 if self.config is None else self.config.store.pool_size
 
 
-def _store_options(fn: _F) -> _F:
+def store_options(fn: _F) -> _F:
+    """``--db`` and ``--config``: where an operator command finds the store."""
     fn = click.option(
         "--db",
         "db_path",
@@ -252,11 +274,12 @@ def _store_options(fn: _F) -> _F:
     return fn
 
 
-def _json_option(fn: _F) -> _F:
+def json_option(fn: _F) -> _F:
+    """``--json``: print JSON for scripts (``as_json``)."""
     return click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")(fn)
 
 
-def _reported(fn: Callable[..., None]) -> Callable[..., None]:
+def reported(fn: Callable[..., None]) -> Callable[..., None]:
     """Run the command body with every expected failure reported as one line."""
 
     @functools.wraps(fn)
@@ -273,18 +296,22 @@ def _reported(fn: Callable[..., None]) -> Callable[..., None]:
     return wrapper
 
 
-def _target(config_path: str | None, db_path: str | None, *, need_config: bool = False) -> _Target:
+def store_target(
+    config_path: str | None, db_path: str | None, *, need_config: bool = False
+) -> StoreTarget:
+    """The store ``--db`` names, else the one of the config (loaded; its endpoints' secrets
+    resolved with ``need_config``, which also loads the config when ``--db`` is given)."""
     if db_path is not None and not need_config:
-        return _Target(Path(db_path), None, None)
-    from ..relay.config.models import load_config
+        return StoreTarget(Path(db_path), None, None)
+    from ..relay.config import load_config
 
     path = _config_file(config_path)
     # Only `endpoints test` needs secrets, and only the endpoints': it never calls the API.
     config = load_config(path, resolve_secrets=need_config, need_api_key=False)
-    return _Target(Path(db_path) if db_path else config.store.path, config, path)
+    return StoreTarget(Path(db_path) if db_path else config.store.path, config, path)
 
 
-def _require_db(target: _Target) -> None:
+def _require_db(target: StoreTarget) -> None:
     if target.database_url() is None and not target.db.is_file():
         via = f"--config {target.config_path}" if target.config_path else f"--db {target.db}"
         raise CliError(
@@ -294,26 +321,28 @@ def _require_db(target: _Target) -> None:
 
 
 @contextmanager
-def _reading(config_path: str | None, db_path: str | None) -> Iterator[StoreCore]:
+def reading_store(config_path: str | None, db_path: str | None) -> Iterator[StoreCore]:
+    """The store opened read-only (it must exist)."""
     from ..relay.store import open_store
 
-    target = _target(config_path, db_path)
+    target = store_target(config_path, db_path)
     _require_db(target)
     with open_store(target, readonly=True) as store:
         yield store
 
 
 @contextmanager
-def _writing(config_path: str | None, db_path: str | None) -> Iterator[StoreCore]:
+def writing_store(config_path: str | None, db_path: str | None) -> Iterator[StoreCore]:
+    """The store opened for short write transactions (it must exist)."""
     from ..relay.store import open_store
 
-    target = _target(config_path, db_path)
+    target = store_target(config_path, db_path)
     _require_db(target)  # never create an empty database by mistake
     with open_store(target) as store:
         yield store
 
 
-class _Counter:
+class ProgressCounter:
     """A one-line progress counter on stderr when it is a terminal; silent otherwise."""
 
     def __init__(self, label: str, stream: IO[str] | None = None) -> None:
@@ -324,12 +353,14 @@ class _Counter:
         self.count = 0
 
     def add(self, n: int) -> None:
+        """Count ``n`` more and show the total."""
         self.count += n
         if self.enabled:
             self._stream.write(f"\r{self._label}: {self.count}")
             self._stream.flush()
 
     def done(self) -> None:
+        """End the counter's line."""
         if self.enabled:
             self._stream.write("\n")
             self._stream.flush()

@@ -18,14 +18,14 @@ from ..relay.domain.delivery_states import DELIVERY_STATUSES
 from . import cli
 from ._output import render_fields, render_table
 from .ops import (
-    _age,
-    _json_option,
-    _reading,
-    _reported,
-    _stamp,
-    _stamp_ago,
-    _store_options,
+    age,
     echo_json_times,
+    json_option,
+    reading_store,
+    reported,
+    stamp,
+    stamp_ago,
+    store_options,
 )
 
 if TYPE_CHECKING:
@@ -45,15 +45,15 @@ __all__ = ["attempts", "deliveries", "status"]
 
 
 @cli.command("status")
-@_store_options
-@_json_option
-@_reported
+@store_options
+@json_option
+@reported
 def status(config_path: str | None, db_path: str | None, as_json: bool) -> None:
     """Endpoints (enabled or why not, backlog, last hour, last error) and upstream polling."""
     from ..relay import ops as operator
 
     now = time.time()
-    with _reading(config_path, db_path) as store:
+    with reading_store(config_path, db_path) as store:
         overview = operator.status(store, now)
     summary, history, accounts = overview.summary, overview.history, overview.accounts
     replicas = list(overview.replicas)
@@ -87,7 +87,7 @@ def status(config_path: str | None, db_path: str | None, as_json: bool) -> None:
                 ep.name,
                 state,
                 ep.pending,
-                _age(ep.oldest_pending_age),
+                age(ep.oldest_pending_age),
                 ep.delivered_last_hour,
                 ep.failed_last_hour,
                 ep.dead_last_hour,
@@ -101,8 +101,8 @@ def status(config_path: str | None, db_path: str | None, as_json: bool) -> None:
     click.echo(
         render_fields(
             [
-                ("last poll", _stamp_ago(up.last_poll_at, now)),
-                ("last good poll", _stamp_ago(up.last_ok_poll_at, now)),
+                ("last poll", stamp_ago(up.last_poll_at, now)),
+                ("last good poll", stamp_ago(up.last_ok_poll_at, now)),
                 ("upstream, last hour", _upstream_line(up)),
                 (
                     "archive",
@@ -144,9 +144,9 @@ def _replicas_line(replicas: list[ReplicaRow], now: float) -> str:
             if health == "stopped" or not (r.deliveries or r.polls or r.leases):
                 continue
         held = [f"{r.deliveries} in flight", f"{r.polls} polls", *r.leases]
-        late = "" if health == "alive" else f"DEAD since {_age(now - r.heartbeat_at - r.lease)}, "
+        late = "" if health == "alive" else f"DEAD since {age(now - r.heartbeat_at - r.lease)}, "
         parts.append(
-            f"{r.id}@{r.host}:{r.pid} ({late}heartbeat {_age(now - r.heartbeat_at)} ago; "
+            f"{r.id}@{r.host}:{r.pid} ({late}heartbeat {age(now - r.heartbeat_at)} ago; "
             f"{', '.join(held)})"
         )
     line = f"{len(parts)} running: " + ", ".join(parts) if parts else "none running"
@@ -162,7 +162,7 @@ def _history_line(history: HistoryProgress) -> str:
     if history.remaining == 0:
         return f"done ({history.total} sessions archived)"
     eta = history.eta_seconds
-    left = "time left unknown yet" if eta is None else f"about {_age(eta)} left"
+    left = "time left unknown yet" if eta is None else f"about {age(eta)} left"
     return f"{history.done} / {history.total} sessions archived, {left}"
 
 
@@ -193,7 +193,7 @@ def _refused_line(refused: RefusedSummary, now: float) -> str:
     if latest is not None:
         line += (
             f"; latest {latest.name or '(no name)'} of {latest.session_name}: {latest.reason}, "
-            f"{_stamp_ago(latest.last_refused_at, now)}"
+            f"{stamp_ago(latest.last_refused_at, now)}"
         )
     return line
 
@@ -202,13 +202,13 @@ def _refused_line(refused: RefusedSummary, now: float) -> str:
 
 
 @cli.command("deliveries")
-@_store_options
+@store_options
 @click.option("--endpoint", metavar="NAME", help="Only this endpoint.")
 @click.option("--status", "status_", type=click.Choice(DELIVERY_STATUSES), help="Only this status.")
 @click.option("--session", metavar="SESSION", help="Only this session (sessions/…).")
 @click.option("--limit", default=100, show_default=True, type=click.IntRange(1), help="At most.")
-@_json_option
-@_reported
+@json_option
+@reported
 def deliveries(
     config_path: str | None,
     db_path: str | None,
@@ -227,7 +227,7 @@ def deliveries(
     from ..relay.store import OPEN_STATUSES
 
     now = time.time()
-    with _reading(config_path, db_path) as store:
+    with reading_store(config_path, db_path) as store:
         if endpoint is not None:
             operator.find_endpoint(store, endpoint)  # a typo is an error, not "no match"
         rows = operator.deliveries(
@@ -253,16 +253,16 @@ def deliveries(
     for d in rows:
         claim = claims.get(d.id)
         if claim is not None:  # a live replica holds it (see status: replicas)
-            when = f"in flight on {claim[0]} for {_age(now - claim[1])}"
+            when = f"in flight on {claim[0]} for {age(now - claim[1])}"
         elif d.status == "delivered":
-            when = f"delivered {_age(now - d.delivered_at)} ago" if d.delivered_at else ""
+            when = f"delivered {age(now - d.delivered_at)} ago" if d.delivered_at else ""
         elif d.status in OPEN_STATUSES and d.waiting_on is not None:
             when = f"waiting on #{d.waiting_on}"  # its own time means nothing until then
         elif d.status in OPEN_STATUSES and d.next_attempt_at is not None:
             due = d.next_attempt_at - now
-            when = "due now" if due <= 0 else f"next in {_age(due)}"
+            when = "due now" if due <= 0 else f"next in {age(due)}"
         else:
-            when = f"{_age(now - d.updated_at)} ago"
+            when = f"{age(now - d.updated_at)} ago"
         table.append(
             [
                 d.id,
@@ -283,9 +283,9 @@ def deliveries(
 
 @cli.command("attempts")
 @click.argument("target", metavar="DELIVERY|EVENT")
-@_store_options
-@_json_option
-@_reported
+@store_options
+@json_option
+@reported
 def attempts(target: str, config_path: str | None, db_path: str | None, as_json: bool) -> None:
     """Every attempt of one delivery, or of every delivery of one event: time, status
     code, duration, error, response body.
@@ -295,7 +295,7 @@ def attempts(target: str, config_path: str | None, db_path: str | None, as_json:
     """
     from ..relay import ops as operator
 
-    with _reading(config_path, db_path) as store:
+    with reading_store(config_path, db_path) as store:
         event, found = operator.attempts(store, target)
     if as_json:
         blocks = [{"delivery": asdict(d), "attempts": [asdict(a) for a in a_]} for d, a_ in found]
@@ -332,7 +332,7 @@ def _show_attempts(delivery: DeliveryRow, rows: list[AttemptRow]) -> None:
         click.echo(
             render_fields(
                 [
-                    (f"attempt {a.attempt}", _stamp(a.started_at)),
+                    (f"attempt {a.attempt}", stamp(a.started_at)),
                     ("status code", a.status_code if a.status_code is not None else "no answer"),
                     ("duration", f"{a.duration_ms:.0f} ms"),
                     ("error", a.error),

@@ -17,15 +17,15 @@ from . import cli
 from ._output import CliError, current_runtime, render_fields, render_table
 from ._output import run as run_async
 from .ops import (
-    _age,
-    _json_option,
-    _reading,
-    _reported,
-    _stamp,
-    _store_options,
-    _target,
-    _writing,
+    age,
     echo_json_times,
+    json_option,
+    reading_store,
+    reported,
+    stamp,
+    store_options,
+    store_target,
+    writing_store,
 )
 
 if TYPE_CHECKING:
@@ -40,15 +40,15 @@ def endpoints() -> None:
 
 
 @endpoints.command("list")
-@_store_options
-@_json_option
-@_reported
+@store_options
+@json_option
+@reported
 def endpoints_list(config_path: str | None, db_path: str | None, as_json: bool) -> None:
     """Every endpoint the daemon knows, with its state and backlog."""
     from ..relay import ops as operator
 
     now = time.time()
-    with _reading(config_path, db_path) as store:
+    with reading_store(config_path, db_path) as store:
         known = operator.endpoints(store)
         claims = operator.endpoints_in_flight(store, now)  # per endpoint: replica -> n
     if as_json:
@@ -69,15 +69,15 @@ def endpoints_list(config_path: str | None, db_path: str | None, as_json: bool) 
         elif s.enabled:
             state = "enabled"
         else:
-            state = f"disabled {_age(now - s.disabled_at) + ' ago' if s.disabled_at else ''}"
+            state = f"disabled {age(now - s.disabled_at) + ' ago' if s.disabled_at else ''}"
         rows.append(
             [
                 s.name,
                 state.strip(),
                 pending,
                 " ".join(f"{n} on {r}" for r, n in sorted(claims.get(s.name, {}).items())),
-                _stamp(s.last_success_at) or "never",
-                f"{_age(now - s.failing_since)}" if s.failing_since else "",
+                stamp(s.last_success_at) or "never",
+                f"{age(now - s.failing_since)}" if s.failing_since else "",
                 s.disabled_reason,
                 s.url,
             ]
@@ -89,13 +89,13 @@ def endpoints_list(config_path: str | None, db_path: str | None, as_json: bool) 
 
 @endpoints.command("enable")
 @click.argument("name")
-@_store_options
-@_reported
+@store_options
+@reported
 def endpoints_enable(name: str, config_path: str | None, db_path: str | None) -> None:
     """Enable NAME again; what waited for it (and replays) is delivered."""
     from ..relay import ops as operator
 
-    with _writing(config_path, db_path) as store:
+    with writing_store(config_path, db_path) as store:
         waiting = operator.enable_endpoint(store, name)
     click.echo(f"endpoint {name} enabled; {waiting} deliveries waiting")
 
@@ -103,13 +103,13 @@ def endpoints_enable(name: str, config_path: str | None, db_path: str | None) ->
 @endpoints.command("disable")
 @click.argument("name")
 @click.option("--reason", default="disabled by an operator", show_default=True)
-@_store_options
-@_reported
+@store_options
+@reported
 def endpoints_disable(name: str, reason: str, config_path: str | None, db_path: str | None) -> None:
     """Stop delivering to NAME; its events keep being archived (replay them later)."""
     from ..relay import ops as operator
 
-    with _writing(config_path, db_path) as store:
+    with writing_store(config_path, db_path) as store:
         operator.disable_endpoint(store, name, reason)
     click.echo(f"endpoint {name} disabled: {reason}")
 
@@ -117,7 +117,7 @@ def endpoints_disable(name: str, reason: str, config_path: str | None, db_path: 
 @endpoints.command("test")
 @click.argument("name")
 @click.option("--config", "config_path", metavar="FILE", help="The daemon's config.")
-@_reported
+@reported
 def endpoints_test(name: str, config_path: str | None) -> None:
     """Send NAME a signed `ping` event and show the answer (exit 1 unless 2xx).
 
@@ -128,7 +128,7 @@ def endpoints_test(name: str, config_path: str | None) -> None:
     from ..relay import ops as operator
     from ..relay.delivery.pinning import PinnedTransport
 
-    target = _target(config_path, None, need_config=True)
+    target = store_target(config_path, None, need_config=True)
     assert target.config is not None
     config = target.config
     endpoint = config.endpoint_by_name(name)

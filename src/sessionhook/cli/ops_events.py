@@ -30,7 +30,7 @@ import click
 
 from . import cli
 from ._output import CliError, render_table
-from .ops import _event_json, _reading, _reported, _store_options, _time_option
+from .ops import event_json, reading_store, reported, store_options, time_option
 
 if TYPE_CHECKING:
     import httpx
@@ -65,7 +65,7 @@ class StreamEvent:
 
 
 @cli.command("events")
-@_store_options
+@store_options
 @click.option("--session", metavar="SESSION", help="Only this session.")
 @click.option(
     "--type",
@@ -76,7 +76,7 @@ class StreamEvent:
 )
 @click.option(
     "--since",
-    callback=_time_option,
+    callback=time_option,
     metavar="TIME",
     help="Events from this time (RFC 3339 or 2h, 7d ago).",
 )
@@ -108,7 +108,7 @@ class StreamEvent:
     help="The daemon's [server] token for --url (or $SESSIONHOOK_WEB_TOKEN, kept out of "
     "shell history).",
 )
-@_reported
+@reported
 def events(
     config_path: str | None,
     db_path: str | None,
@@ -179,18 +179,18 @@ def _list(
     fmt: str,
     limit: int | None,
 ) -> None:
-    with _reading(config_path, db_path) as store:
+    with reading_store(config_path, db_path) as store:
         rows = _rows(store, wanted, since)
         if limit is not None:
             rows = _take(rows, limit)
         if fmt == "ndjson":
             for row in rows:
-                click.echo(json.dumps(_event_json(row), ensure_ascii=False))
+                click.echo(json.dumps(event_json(row), ensure_ascii=False))
         elif fmt == "json":
             # Streamed too: one element at a time, valid JSON once complete.
             click.echo("[", nl=False)
             for i, row in enumerate(rows):
-                click.echo(("," if i else "") + "\n  " + json.dumps(_event_json(row)), nl=False)
+                click.echo(("," if i else "") + "\n  " + json.dumps(event_json(row)), nl=False)
             click.echo("\n]")
         else:
             table = [
@@ -230,7 +230,7 @@ def _follow_store(
     from ..relay import ops as operator
     from ..relay.store import database_errors
 
-    with _reading(config_path, db_path) as store:
+    with reading_store(config_path, db_path) as store:
         start = operator.resume_position(store, last_event_id)
         if since is not None and last_event_id is None:
             start = 0  # the archive from --since first, then what comes
@@ -255,7 +255,7 @@ def _follow_store(
                 if since is not None and row.occurred_ts < since:
                     continue
                 if fmt == "ndjson":
-                    _emit(json.dumps(_event_json(row), ensure_ascii=False))
+                    _emit(json.dumps(event_json(row), ensure_ascii=False))
                 else:
                     _emit(_line(row.occurred_at, row.type, row.session_name, row.id))
             if not page.more:

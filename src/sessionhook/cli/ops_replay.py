@@ -8,30 +8,30 @@ from __future__ import annotations
 import click
 
 from . import cli
-from .ops import _Counter, _reported, _store_options, _time_option, _writing
+from .ops import ProgressCounter, reported, store_options, time_option, writing_store
 
 __all__ = ["replay"]
 
 
 @cli.command("replay")
-@_store_options
+@store_options
 @click.option("--endpoint", required=True, metavar="NAME", help="Deliver again to this endpoint.")
 @click.option(
     "--since",
-    callback=_time_option,
+    callback=time_option,
     metavar="TIME",
     help="Events from this time (RFC 3339 or 2h, 7d ago).",
 )
 @click.option(
     "--until",
-    callback=_time_option,
+    callback=time_option,
     metavar="TIME",
     help="...up to this time (exclusive; default now).",
 )
 @click.option("--event", "event_ids", multiple=True, metavar="ID", help="This event (repeat).")
 @click.option("--type", "type_glob", metavar="GLOB", help="Only types matching, e.g. 'activity.*'.")
 @click.option("--session", metavar="SESSION", help="Only this session.")
-@_reported
+@reported
 def replay(
     config_path: str | None,
     db_path: str | None,
@@ -54,8 +54,8 @@ def replay(
         raise click.UsageError("give either --since (with an optional --until) or --event IDs")
     if until is not None and since is None:
         raise click.UsageError("--until needs --since")
-    counter = _Counter(f"queued for {endpoint}")
-    with _writing(config_path, db_path) as store:
+    counter = ProgressCounter(f"queued for {endpoint}")
+    with writing_store(config_path, db_path) as store:
         try:
             result = operator.replay(
                 store,

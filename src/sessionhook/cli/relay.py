@@ -67,7 +67,7 @@ def run(config_flag: str | None, once: bool) -> None:
     # Imported here so that `sessionhook --help` stays fast and never touches the relay.
     import anyio
 
-    from sessionhook.relay.config.models import ConfigError, load_config
+    from sessionhook.relay.config import ConfigError, load_config
     from sessionhook.relay.daemon.daemon import Daemon, DaemonError
     from sessionhook.relay.telemetry import logs as relay_logging
 

@@ -35,12 +35,13 @@ import re
 import struct
 import zlib
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ..api.models import (
+    Activity,
     AgentMessaged,
     Artifact,
     BashOutput,
@@ -57,13 +58,20 @@ from ..api.models import (
     SessionFailed,
     SessionOutput,
     SessionState,
+    SourceContext,
     UserMessaged,
+    WireModel,
 )
 
-if TYPE_CHECKING:
-    from .world import SessionRecord
-
-__all__ = ["ASK_WORD", "AUTO_CREATE_PR", "FAIL_WORD", "Agent", "hex_id", "make_title"]
+__all__ = [
+    "ASK_WORD",
+    "AUTO_CREATE_PR",
+    "FAIL_WORD",
+    "Agent",
+    "AgentSession",
+    "hex_id",
+    "make_title",
+]
 
 #: A prompt containing this word makes the agent ask a question and wait for an answer.
 ASK_WORD = "[ask]"
@@ -261,10 +269,40 @@ class _Step:
     run: Callable[[int], None]
 
 
+class AgentSession(Protocol):
+    """What an :class:`Agent` reads of its session and how it moves it on (the world's
+    ``SessionRecord`` is one): the agent owns the script, the session its record."""
+
+    prompt: str
+    title: str
+    source_context: SourceContext | None
+    require_plan_approval: bool
+    automation_mode: str
+    create_us: int
+    state: SessionState
+    outputs: list[SessionOutput]
+
+    def emit(
+        self,
+        time_us: int,
+        originator: str,
+        event: WireModel | None,
+        *,
+        description: str = "",
+        artifacts: Sequence[Artifact] = (),
+    ) -> Activity:
+        """Append an activity at ``time_us`` (or just after the previous one)."""
+        ...
+
+    def set_state(self, time_us: int, state: SessionState) -> None:
+        """Move to ``state`` at ``time_us``."""
+        ...
+
+
 class Agent:
     """Drives one session through its script; see the module docstring for the timeline."""
 
-    def __init__(self, session: SessionRecord, rng: random.Random, step_us: int) -> None:
+    def __init__(self, session: AgentSession, rng: random.Random, step_us: int) -> None:
         self._session = session
         self._rng = rng
         self._step_us = step_us

@@ -29,8 +29,8 @@ import httpx
 
 from sessionhook.api.models import Session
 
-from .config.models import Config
-from .delivery.dispatcher import post_event
+from .config import Config
+from .delivery.post import post_event
 from .domain import render
 from .domain.delivery_states import DELIVERY_STATUSES
 from .domain.events import session_summary

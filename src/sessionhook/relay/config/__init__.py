@@ -1,2 +1,48 @@
-"""The relay's configuration: frozen, validated models and their loading.
+"""The relay's configuration: frozen, validated sections and :class:`Config` (:mod:`.models`,
+``[[endpoints]]`` in :mod:`.endpoints`), their loading (:mod:`.loading`: TOML, environment,
+``${VAR}`` in paths, credential files), the building blocks of the sections (:mod:`.fields`:
+the strict base, durations with their bounds) and the one error, :class:`ConfigError`.
 """
+
+from .endpoints import SECRET_MAX_BYTES, SECRET_MIN_BYTES, EndpointConfig
+from .errors import ConfigError
+from .fields import DURATION_BOUNDS, parse_duration
+from .loading import load_config
+from .models import (
+    DEFAULT_ACCOUNT,
+    TOKEN_MAX_CHARS,
+    TOKEN_MIN_CHARS,
+    Account,
+    AccountConfig,
+    ApiConfig,
+    Config,
+    DeliveryConfig,
+    LogConfig,
+    PollConfig,
+    ServerConfig,
+    StoreConfig,
+    is_loopback,
+)
+
+__all__ = [
+    "DEFAULT_ACCOUNT",
+    "DURATION_BOUNDS",
+    "SECRET_MAX_BYTES",
+    "SECRET_MIN_BYTES",
+    "TOKEN_MAX_CHARS",
+    "TOKEN_MIN_CHARS",
+    "Account",
+    "AccountConfig",
+    "ApiConfig",
+    "Config",
+    "ConfigError",
+    "DeliveryConfig",
+    "EndpointConfig",
+    "LogConfig",
+    "PollConfig",
+    "ServerConfig",
+    "StoreConfig",
+    "is_loopback",
+    "load_config",
+    "parse_duration",
+]

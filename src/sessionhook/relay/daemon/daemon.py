@@ -41,9 +41,11 @@ import anyio
 import httpx
 
 from .. import web
-from ..config.models import Config
-from ..delivery.dispatcher import Dispatcher, UrlGuard
-from ..domain.addresses import AddressPolicy, Resolver
+from ..config import Config
+from ..delivery.dispatcher import Dispatcher
+from ..delivery.post import UrlGuard
+from ..delivery.resolve import Resolver
+from ..domain.addresses import AddressPolicy
 from ..domain.replica import Replica
 from ..domain.retry import AttemptResult
 from ..polling import OnceReport, Poller, PollSettings

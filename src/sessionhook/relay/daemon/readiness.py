@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from starlette.applications import Starlette
 
 from .. import web
-from ..config.models import ServerConfig
+from ..config import ServerConfig
 from ..domain.retry import AttemptResult
 from ..store import StoreFullError, StoreUnwritableError, database_errors
 from ..telemetry import logs as relay_logging

@@ -18,7 +18,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from ..config.models import Config, ConfigError, load_config
+from ..config import Config, ConfigError, load_config
 from ..delivery.dispatcher import DeliverySettings
 from ..store import StoreUnwritableError
 from ..telemetry import logs as relay_logging

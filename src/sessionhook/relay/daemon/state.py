@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import anyio
 
-from ..config.models import Config
+from ..config import Config
 from ..delivery.dispatcher import Dispatcher
 from ..polling import Poller, PollSettings
 from ..store import AsyncStore

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import anyio
 
-from ..config.models import Account
+from ..config import Account
 from ..polling.budget import SharedWindow
 from ..store import AsyncStore
 from ..telemetry.logs import get_logger

@@ -22,15 +22,18 @@ from dataclasses import dataclass, replace
 import anyio
 import httpx
 
-from sessionhook.api.client import RetryPolicy, SessionsClient
+from sessionhook.api import RetryPolicy
+from sessionhook.api.client import SessionsClient
 
 from .. import ops as operator
 from .. import web
-from ..delivery.dispatcher import DeliverySettings, Dispatcher, UrlGuard
+from ..delivery.dispatcher import DeliverySettings, Dispatcher
 from ..delivery.pinning import PinnedTransport
+from ..delivery.post import UrlGuard
 from ..delivery.render_process import RenderProcess
+from ..delivery.resolve import Resolver
 from ..delivery.sender import AiohttpPoster, HttpxPoster, Poster
-from ..domain.addresses import AddressPolicy, Resolver
+from ..domain.addresses import AddressPolicy
 from ..domain.replica import Replica, dead_replicas, pid_alive
 from ..domain.retry import AttemptResult
 from ..polling import Poller

@@ -1,21 +1,15 @@
-"""Due deliveries become signed POSTs; each attempt's result is decided on and stored.
+"""The delivery loop: due deliveries become signed POSTs, each result is decided on and stored.
 
-:func:`post_event` is the single place that signs and sends a webhook: the dispatcher and
-``sessionhook endpoints test`` both call it. It never follows a redirect, reads at most
-``body_limit`` bytes of the answer, bounds the whole exchange by ``timeout``, and signs
-with a fresh ``webhook-timestamp`` on every attempt (a retry an hour later must not carry
-a stale timestamp that the consumer's tolerance window rejects).
-
-:class:`Dispatcher` is the delivery loop: it asks the store for due deliveries (the store
-hands out, per endpoint and session, only the oldest undelivered one), hands each to a
-reused attempt worker under a global and a per-endpoint bound, and keeps at most one
-attempt in flight per (endpoint, session), so each consumer sees a session's events in
-order while sessions and endpoints proceed in parallel. The poller wakes it when it
-enqueues; otherwise it sleeps until the next retry is due or the next ``rate_limit`` slot
-of an endpoint held back frees.
-:func:`sessionhook.relay.domain.retry.decide` turns each result into a decision the store records
-in one transaction; a 410 or an endpoint failing for longer than its ``disable_after``
-disables it.
+:class:`Dispatcher` asks the store for due deliveries (the store hands out, per endpoint and
+session, only the oldest undelivered one), hands each to a reused attempt worker under a
+global and a per-endpoint bound, and keeps at most one attempt in flight per (endpoint,
+session), so each consumer sees a session's events in order while sessions and endpoints
+proceed in parallel. The poller wakes it when it enqueues; otherwise it sleeps until the
+next retry is due or the next ``rate_limit`` slot of an endpoint held back frees. Each
+attempt is one :func:`~sessionhook.relay.delivery.post.post_event` (the signed POST, after
+the URL guard). :func:`sessionhook.relay.domain.retry.decide` turns each result into a
+decision the store records in one transaction; a 410 or an endpoint failing for longer than
+its ``disable_after`` disables it.
 """
 
 from __future__ import annotations
@@ -23,153 +17,31 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import logging as stdlib_logging
 import math
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
 
 import anyio
 import anyio.lowlevel
 import httpx
-import structlog
-from structlog.typing import FilteringBoundLogger
 
-from sessionhook import __version__
-from sessionhook.api.errors import parse_retry_after
-from sessionhook.redact import redact_userinfo
-
-from ..config.models import Config, EndpointConfig
-from ..domain import addresses as netguard
+from ..config import Config, EndpointConfig
 from ..domain import render, retry
+from ..domain.addresses import literal_refusal
 from ..domain.retry import AttemptResult
-from ..domain.signing import signature_header
 from ..store import AsyncStore, AttemptRecord, DueDelivery, StoreUnwritableError
-from ..telemetry.logs import LineBudget, get_logger
+from ..telemetry.logs import get_logger
 from ..telemetry.metrics import Metrics
+from .post import UrlGuard, literal_guard, post_event, refused
 from .render_process import InlineRenderer, Renderer
-from .sender import Answer, HttpxPoster, Poster, PostError
+from .reports import AttemptReporter, Finished
+from .sender import HttpxPoster, Poster
 
-__all__ = [
-    "USER_AGENT",
-    "AttemptResult",
-    "DeliverySettings",
-    "Dispatcher",
-    "literal_guard",
-    "post_event",
-    "refused",
-]
-
-USER_AGENT = f"sessionhook/{__version__}"
-#: ``delivery.succeeded`` lines a second at most; the successes beyond are counted, per
-#: endpoint, in one ``delivery.succeeded_summary`` line (see :class:`LineBudget`).
-SUCCESS_LINES_PER_SECOND = 50
+__all__ = ["DeliverySettings", "Dispatcher"]
 
 _log = get_logger()
-
-
-class UrlGuard(Protocol):
-    """Checks that an endpoint URL may be contacted: a refusal reason, or ``None``."""
-
-    def __call__(self, url: str, *, allow_private: bool) -> Awaitable[str | None]: ...
-
-
-def refused(reason: str) -> str:
-    """The delivery-log error of an attempt refused by the address guard (no password)."""
-    return redact_userinfo(
-        f"refused: {reason} (set delivery.allow_private_networks = true to allow)"
-    )
-
-
-async def literal_guard(url: str, *, allow_private: bool) -> str | None:
-    """The dispatcher's default pre-check: refuses, WITHOUT asking DNS, a URL that can only
-    be private (:func:`sessionhook.relay.domain.addresses.literal_refusal`). Names are vetted when
-    the connection is made (:class:`sessionhook.relay.delivery.pinning.PinnedTransport`), resolved
-    once: resolving here too would let DNS answer differently to the check."""
-    return None if allow_private else netguard.literal_refusal(url)
-
-
-async def post_event(
-    http: Poster | httpx.AsyncClient,
-    *,
-    url: str,
-    secrets: Sequence[str],
-    event_id: str,
-    body: bytes,
-    timeout: float,  # noqa: ASYNC109 - the design contract's signature; bounds the exchange
-    body_limit: int,
-    now: Callable[[], float] = time.time,
-    content_type: str = "application/json",
-) -> AttemptResult:
-    """Sign ``body`` and POST it to ``url`` once; never raises for a network failure.
-
-    ``http`` is a :class:`~sessionhook.relay.delivery.sender.Poster` (the daemon's aiohttp
-    one, whose resolver vets each name once) or an ``httpx.AsyncClient`` (tests, ``endpoints
-    test``; with a :class:`~sessionhook.relay.delivery.pinning.PinnedTransport` under it). A
-    host refused by the address guard is a failed attempt (``error = "refused: ..."``) and
-    nothing is sent.
-
-    Headers: ``webhook-id`` (``event_id``), ``webhook-timestamp`` (``now()``, fresh),
-    ``webhook-signature`` (one signature per secret: ``v1,`` for a ``whsec_`` secret,
-    ``v1a,`` for a ``whsk_`` signing key), ``content-type`` and ``user-agent``. The result
-    has the status (``None`` when no answer came), an error text, the duration, at most
-    ``body_limit`` bytes of the answer and its ``Retry-After``.
-    """
-    poster = HttpxPoster(http) if isinstance(http, httpx.AsyncClient) else http
-    started_at = now()
-    timestamp = int(started_at)
-    headers = {
-        "webhook-id": event_id,
-        "webhook-timestamp": str(timestamp),
-        "webhook-signature": signature_header(secrets, event_id, timestamp, body),
-        "content-type": content_type,
-        "user-agent": USER_AGENT,
-    }
-    answer: Answer | None = None
-    error: str | None = None
-    clock = time.perf_counter()
-    # The whole exchange is bounded, so a consumer dripping its answer byte by byte cannot
-    # hold a slot: by the poster itself when it says so (aiohttp), else by move_on_after.
-    deadline = (
-        contextlib.nullcontext(None)
-        if getattr(poster, "bounds_exchange", False)
-        else anyio.move_on_after(timeout)
-    )
-    with deadline as scope:
-        try:
-            answer = await poster.post(url, body, headers, timeout=timeout, body_limit=body_limit)
-        except TimeoutError:
-            error = f"timeout after {timeout:g} s"
-        except PostError as exc:
-            # Kept in the delivery log and shown by the CLI: never with the URL's password.
-            error = redact_userinfo(str(exc))
-        except netguard.BlockedAddressError as exc:
-            # From the pinned resolver/transport: the name resolved to a refused address.
-            error = refused(exc.reason)
-        except netguard.ResolutionError as exc:
-            error = redact_userinfo(exc.reason)
-    if scope is not None and scope.cancelled_caught:
-        error = f"timeout after {timeout:g} s"
-    duration_ms = (time.perf_counter() - clock) * 1000.0
-    if answer is None:
-        return AttemptResult(
-            status_code=None,
-            error=error,
-            duration_ms=duration_ms,
-            response_body="",
-            retry_after=None,
-            started_at=started_at,
-        )
-    return AttemptResult(
-        status_code=answer.status,
-        error=None,
-        duration_ms=duration_ms,
-        response_body=answer.body[:body_limit].decode("utf-8", "replace"),
-        retry_after=parse_retry_after(answer.retry_after),
-        started_at=started_at,
-    )
 
 
 @dataclass(frozen=True)
@@ -219,18 +91,6 @@ class DeliverySettings:
 Handover = tuple[DueDelivery, EndpointConfig]
 
 
-class _Finished(NamedTuple):
-    """An attempt made, waiting for its group commit (a NamedTuple: built per delivery, a
-    frozen dataclass's ``__init__`` cost four times as much)."""
-
-    delivery: DueDelivery
-    endpoint: EndpointConfig
-    attempt_no: int
-    result: AttemptResult
-    decision: retry.Decision
-    at: float
-
-
 class Dispatcher:
     """The delivery loop; see the module docstring.
 
@@ -269,7 +129,7 @@ class Dispatcher:
         self._store = store
         self._http: Poster = HttpxPoster(http) if isinstance(http, httpx.AsyncClient) else http
         self.settings = settings
-        self._metrics = metrics
+        self._reports = AttemptReporter(metrics)
         self._guard: UrlGuard = guard if guard is not None else literal_guard
         self._clock = clock
         self._renderer: Renderer = renderer if renderer is not None else InlineRenderer()
@@ -278,7 +138,7 @@ class Dispatcher:
         self._wake = anyio.Event()
         self._in_flight: set[tuple[str, str]] = set()
         self._per_endpoint: dict[str, int] = {}
-        self._finished: list[_Finished] = []
+        self._finished: list[Finished] = []
         #: Handed out (and claimed) by the last round but not started: released next round.
         self._unstarted: list[tuple[str, str]] = []
         self._accepting = True
@@ -292,9 +152,6 @@ class Dispatcher:
         self._shapes: dict[int, tuple[EndpointConfig, render.Shape]] = {}
         #: literal_guard's verdict per URL (see _literal_refusal).
         self._literals: dict[str, str | None] = {}
-        #: (structlog's configuration, the logger bound under it, quiet): see _batch_logger.
-        self._logger: tuple[tuple[object, ...], FilteringBoundLogger, bool] | None = None
-        self._success_lines = LineBudget(SUCCESS_LINES_PER_SECOND)
         #: Rounds made (store calls of the loop: benchmarks divide deliveries by it).
         self.rounds = 0
         #: Monotonic time the loop last went round (for the systemd watchdog).
@@ -336,7 +193,7 @@ class Dispatcher:
             # Cancelled (stop after the drain bound): what finished is still recorded.
             with anyio.CancelScope(shield=True):
                 await self._commit_finished()
-            self._summarize_successes(now=True)
+            self._reports.summarize_successes(now=True)
 
     async def drain(self) -> None:
         """Stop starting deliveries and wait for the ones in flight (bound it yourself)."""
@@ -370,7 +227,7 @@ class Dispatcher:
         finally:
             with anyio.CancelScope(shield=True):
                 attempts += await self._commit_finished()
-            self._summarize_successes(now=True)
+            self._reports.summarize_successes(now=True)
         return attempts
 
     def _wait_time(self) -> float:
@@ -506,7 +363,7 @@ class Dispatcher:
             started += 1
         return bool(finished) or started > 0
 
-    def _caps(self, finished: list[_Finished]) -> dict[str, int]:
+    def _caps(self, finished: list[Finished]) -> dict[str, int]:
         """Per endpoint, how many deliveries could start now: its free slots (those of
         ``finished`` included), none while its ``rate_limit`` holds it back and one when
         it does not. The store claims no more than that (a replica never sits on
@@ -541,7 +398,7 @@ class Dispatcher:
         await self._settle(finished, failing)
         return len(finished)
 
-    def _not_recorded(self, finished: list[_Finished], exc: StoreUnwritableError) -> None:
+    def _not_recorded(self, finished: list[Finished], exc: StoreUnwritableError) -> None:
         """The store gave up (a full disk while stopping): the deliveries stay open and are
         sent again later, same webhook-id."""
         for item in finished:
@@ -561,13 +418,13 @@ class Dispatcher:
         self._in_flight.discard(delivery.key)
         self._per_endpoint[delivery.endpoint] -= 1
 
-    async def _settle(self, finished: list[_Finished], failing: list[float | None]) -> None:
+    async def _settle(self, finished: list[Finished], failing: list[float | None]) -> None:
         """After the commit: report each attempt, disable endpoints failing too long, and
         release the (endpoint, session) keys."""
-        log, quiet = self._batch_logger()
-        self._summarize_successes()  # the last second's, before this batch's lines
+        log, quiet = self._reports.batch_logger()
+        self._reports.summarize_successes()  # the last second's, before this batch's lines
         for item, failing_since in zip(finished, failing, strict=True):
-            self._report(item, log, quiet)
+            self._reports.report(item, log, quiet)
             endpoint, now = item.endpoint, item.at
             # failing_since is None after a success; a 410 already disabled the endpoint.
             if (
@@ -578,32 +435,17 @@ class Dispatcher:
                 reason = f"failing without a success for {endpoint.disable_after:g} s"
                 with contextlib.suppress(StoreUnwritableError):  # at the next failure then
                     await self._store.set_endpoint_enabled(endpoint.name, False, reason)
-                    self._disabled(endpoint.name, reason, "failing")
+                    self._reports.disabled(endpoint.name, reason, "failing")
             self._release(item.delivery)
         if finished:
             self._settled.set()
-
-    def _batch_logger(self) -> tuple[FilteringBoundLogger, bool]:
-        """The module's logger, bound (the lazy proxy binds anew at every call: ~4 us), and
-        whether info lines are filtered out (then a success is not even described). Kept
-        until structlog is configured again (a reload, a test capturing logs): its
-        configuration's objects are compared by identity at each batch."""
-        config = tuple(structlog.get_config().values())
-        cached = self._logger
-        if cached is not None and all(a is b for a, b in zip(cached[0], config, strict=True)):
-            return cached[1], cached[2]
-        log = _log.bind()
-        is_enabled_for = getattr(log, "is_enabled_for", None)
-        quiet = is_enabled_for is not None and not is_enabled_for(stdlib_logging.INFO)
-        self._logger = (config, log, quiet)
-        return log, quiet
 
     async def _deliver_one(self, delivery: DueDelivery, endpoint: EndpointConfig) -> None:
         done = False
         try:
             result, decision, now = await self._send(delivery, endpoint)
             self._finished.append(
-                _Finished(delivery, endpoint, delivery.attempts + 1, result, decision, now)
+                Finished(delivery, endpoint, delivery.attempts + 1, result, decision, now)
             )
             done = True
         finally:
@@ -617,7 +459,7 @@ class Dispatcher:
         """Make one attempt of ``delivery``, record it (its own commit), return the decision."""
         endpoint = self.settings.endpoints[delivery.endpoint]
         result, decision, now = await self._send(delivery, endpoint)
-        item = _Finished(delivery, endpoint, delivery.attempts + 1, result, decision, now)
+        item = Finished(delivery, endpoint, delivery.attempts + 1, result, decision, now)
         self._in_flight.add(delivery.key)
         self._per_endpoint[delivery.endpoint] = self._per_endpoint.get(delivery.endpoint, 0) + 1
         with anyio.CancelScope(shield=True):
@@ -702,7 +544,7 @@ class Dispatcher:
         if url not in self._literals:
             if len(self._literals) >= 1024:
                 self._literals.clear()
-            self._literals[url] = netguard.literal_refusal(url)
+            self._literals[url] = literal_refusal(url)
         return self._literals[url]
 
     def _shape_of(self, endpoint: EndpointConfig) -> render.Shape:
@@ -730,73 +572,3 @@ class Dispatcher:
         self._rate_slots[endpoint] = max(free_at, now) + 1.0 / config.rate_limit
         return False
 
-    def _report(self, item: _Finished, log: FilteringBoundLogger, quiet: bool) -> None:
-        """Log and count one committed attempt (``quiet``: info lines are filtered out)."""
-        endpoint, result, decision = item.endpoint, item.result, item.decision
-        if isinstance(decision, retry.Delivered):
-            if not quiet and self._success_lines.admit(endpoint.name):
-                log.info("delivery.succeeded", **self._fields(item))
-            if self._metrics is not None:
-                self._metrics.delivery_attempted(
-                    endpoint.name, "delivered", result.duration_ms / 1000
-                )
-            return
-        now = item.at
-        fields = self._fields(item)
-        outcome: str
-        if isinstance(decision, retry.Retry):
-            outcome = "retry"
-            log.warning(
-                "delivery.failed",
-                error=result.error,
-                retry_in=round(decision.at - now, 2),
-                **fields,
-            )
-        elif isinstance(decision, retry.Dead):
-            outcome = "dead"
-            log.error("delivery.dead", error=result.error, reason=decision.reason, **fields)
-        else:
-            # The store disabled the endpoint in the same transaction as the attempt; the
-            # delivery stays pending and goes out first once the endpoint is enabled again.
-            outcome = "disabled"
-            log.warning("delivery.failed", error="410 Gone", **fields)
-            self._disabled(endpoint.name, decision.reason, "gone")
-        if self._metrics is not None:
-            self._metrics.delivery_attempted(endpoint.name, outcome, result.duration_ms / 1000)
-
-    def _summarize_successes(self, *, now: bool = False) -> None:
-        """One line per endpoint for the successes :meth:`_report` counted instead of
-        listing them, once their second is over (``now``: the loop ends)."""
-        unlisted = self._success_lines.unlisted(now=now)
-        if unlisted:
-            log, _quiet = self._batch_logger()
-            for endpoint, count in sorted(unlisted.items()):
-                log.info(
-                    "delivery.succeeded_summary",
-                    endpoint=endpoint,
-                    count=count,
-                    note=f"beyond {SUCCESS_LINES_PER_SECOND} lines a second successes are "
-                    "counted, not listed; every attempt is in the delivery log",
-                )
-
-    @staticmethod
-    def _fields(item: _Finished) -> dict[str, object]:
-        """What every line about an attempt says."""
-        return {
-            "endpoint": item.endpoint.name,
-            "event_id": item.delivery.event_id,
-            "status": item.result.status_code,
-            "attempt": item.attempt_no,
-            "session": item.delivery.session_name,
-            "duration_ms": round(item.result.duration_ms, 1),
-        }
-
-    def _disabled(self, name: str, reason: str, category: str) -> None:
-        _log.error(
-            "endpoint.disabled",
-            endpoint=name,
-            reason=reason,
-            hint=f"sessionhook endpoints enable {name} (pending deliveries then go out)",
-        )
-        if self._metrics is not None:
-            self._metrics.endpoint_was_disabled(name, category)

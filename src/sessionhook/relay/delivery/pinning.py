@@ -2,7 +2,7 @@
 
 :class:`PinnedTransport` is an ``httpx.AsyncHTTPTransport`` whose connection pool opens
 every new TCP connection through :class:`PinnedBackend`. Its ``connect_tcp(host, port)``
-resolves ``host`` ONCE through :func:`sessionhook.relay.domain.addresses.vet_host` (every address
+resolves ``host`` ONCE through :func:`sessionhook.relay.delivery.resolve.vet_host` (every address
 checked, a single private one refuses the name) and connects to a vetted address, never to
 the name. httpx and httpcore still take the ``Host`` header and the TLS server name (SNI,
 certificate check) from the URL, so HTTPS works as usual; only the address lookup moved
@@ -10,7 +10,7 @@ here. A connection kept alive for reuse was vetted when it was opened.
 
 A refused host raises :class:`~sessionhook.relay.domain.addresses.BlockedAddressError` out of
 ``http.send`` (and a name that does not resolve
-:class:`~sessionhook.relay.domain.addresses.ResolutionError`); ``post_event`` turns both into a
+:class:`~sessionhook.relay.delivery.resolve.ResolutionError`); ``post_event`` turns both into a
 failed attempt. Nothing is sent to a refused address.
 
 No proxy is used (``trust_env=False``): a proxy would resolve the name itself, out of reach
@@ -24,7 +24,8 @@ from collections.abc import Iterable
 import httpcore
 import httpx
 
-from ..domain.addresses import AddressPolicy, Resolver, vet_host
+from ..domain.addresses import AddressPolicy
+from .resolve import Resolver, vet_host
 
 __all__ = ["PinnedBackend", "PinnedTransport"]
 

@@ -1,13 +1,13 @@
 """The HTTP clients that carry webhooks: one POST in, status / ``Retry-After`` / answer out.
 
 A :class:`Poster` sends one request and reads at most ``body_limit`` bytes of the answer,
-never following a redirect. :func:`~sessionhook.relay.delivery.dispatcher.post_event`
+never following a redirect. :func:`~sessionhook.relay.delivery.post.post_event`
 signs, bounds the whole exchange and turns failures into an ``AttemptResult``; the
 posters only move bytes.
 
 * :class:`AiohttpPoster` (what the daemon uses): aiohttp, chosen by measurement for the
   delivery path only (the Sessions API client stays on httpx). Its resolver is
-  :func:`sessionhook.relay.domain.addresses.vet_host`: a name is resolved ONCE per new connection,
+  :func:`sessionhook.relay.delivery.resolve.vet_host`: a name is resolved ONCE per new connection,
   every address checked, and the connection goes to a vetted address (no DNS rebinding;
   ``Host`` and TLS SNI stay the URL's name). aiohttp does not ask the resolver about an IP
   literal, so literals are vetted before each POST with the same function. No proxy from
@@ -37,7 +37,8 @@ import aiohttp
 import aiohttp.abc
 import httpx
 
-from ..domain import addresses as netguard
+from ..domain.addresses import AddressPolicy, BlockedAddressError, is_blocked_ip
+from .resolve import Resolver, vet_host
 
 __all__ = ["AiohttpPoster", "Answer", "HttpxPoster", "PostError", "Poster", "VettingResolver"]
 
@@ -123,17 +124,17 @@ class HttpxPoster:
 
 
 class VettingResolver(aiohttp.abc.AbstractResolver):
-    """aiohttp's resolver hook on :func:`~sessionhook.relay.domain.addresses.vet_host`: the only
+    """aiohttp's resolver hook on :func:`~sessionhook.relay.delivery.resolve.vet_host`: the only
     addresses aiohttp may connect to are the ones vetted here (raises
     :class:`~sessionhook.relay.domain.addresses.BlockedAddressError` or
-    :class:`~sessionhook.relay.domain.addresses.ResolutionError` otherwise)."""
+    :class:`~sessionhook.relay.delivery.resolve.ResolutionError` otherwise)."""
 
     def __init__(
         self,
         *,
         allow_private: bool,
-        resolve: netguard.Resolver | None = None,
-        policy: netguard.AddressPolicy | None = None,
+        resolve: Resolver | None = None,
+        policy: AddressPolicy | None = None,
     ) -> None:
         self.allow_private = allow_private
         self._resolve = resolve
@@ -143,7 +144,7 @@ class VettingResolver(aiohttp.abc.AbstractResolver):
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
     ) -> list[aiohttp.abc.ResolveResult]:
         """The vetted addresses of ``host`` (``family`` is not narrowed: any vetted one)."""
-        addresses = await netguard.vet_host(
+        addresses = await vet_host(
             host, port, allow_private=self.allow_private, resolve=self._resolve, policy=self._policy
         )
         return [
@@ -164,7 +165,7 @@ class VettingResolver(aiohttp.abc.AbstractResolver):
 
 class AiohttpPoster:
     """The daemon's :class:`Poster`: one aiohttp session, keep-alive connections, every
-    connection to an address :func:`~sessionhook.relay.domain.addresses.vet_host` vetted.
+    connection to an address :func:`~sessionhook.relay.delivery.resolve.vet_host` vetted.
 
     ``allow_private``, ``resolve`` and ``policy`` go to the vetting (tests inject a resolver
     and a policy). Create it inside a running event loop.
@@ -181,8 +182,8 @@ class AiohttpPoster:
         self,
         *,
         allow_private: bool,
-        resolve: netguard.Resolver | None = None,
-        policy: netguard.AddressPolicy | None = None,
+        resolve: Resolver | None = None,
+        policy: AddressPolicy | None = None,
     ) -> None:
         self.allow_private = allow_private
         self._policy = policy
@@ -216,14 +217,14 @@ class AiohttpPoster:
                 except ValueError:
                     literal = None  # a name: the resolver vets it at connect time
                 if literal is not None:
-                    why = (self._policy or netguard.is_blocked_ip)(str(literal))
+                    why = (self._policy or is_blocked_ip)(str(literal))
                     reason = None if why is None else f"{literal} is a {why}"
             if len(self._literals) >= 1024:
                 self._literals.clear()
             self._literals[url] = reason
         refusal = self._literals[url]
         if refusal is not None:
-            raise netguard.BlockedAddressError(refusal)
+            raise BlockedAddressError(refusal)
 
     async def post(
         self,

@@ -1,4 +1,4 @@
-"""SSRF guard: may the relay connect to this endpoint, and to which address?
+"""Which addresses the relay may send webhooks to: the pure rules (no DNS, no socket).
 
 Unless ``delivery.allow_private_networks`` is set, an endpoint whose host is, or resolves to,
 an address that is not public is refused: loopback, private (RFC 1918, ULA ``fc00::/7``),
@@ -7,27 +7,21 @@ unspecified, carrier-grade NAT ``100.64.0.0/10``, multicast, broadcast, document
 other reserved ranges. IPv4 embedded in IPv6 (``::ffff:a.b.c.d``, NAT64 ``64:ff9b::/96``,
 6to4 ``2002::/16``) is unwrapped first, so it cannot smuggle a private IPv4 address.
 
-Resolve once, connect to what was checked. :func:`vet_host` resolves a name ONCE, refuses
-it if any address is not public (a name with one public and one private address is
-refused), and returns the vetted addresses; the caller must connect to one of those and
-never resolve the name again. Checking a name and letting the HTTP client resolve it a
-second time would let DNS answer a public address to the check and ``127.0.0.1`` to the
-connection (DNS rebinding). :mod:`sessionhook.relay.delivery.pinning` does this for httpx (a network
-backend whose ``connect_tcp`` connects only to vetted addresses, so the ``Host`` header and
-TLS SNI stay the URL's name); another HTTP client uses :func:`vet_host` as its resolver.
-
-:func:`literal_refusal` is the DNS-free part: a URL whose host can only be private (an IP
-literal in a refused range, ``localhost``) is refused without resolving anything; the config
-refuses such endpoints at load time.
-
 What counts as public is :func:`is_blocked_ip`, replaceable by an ``AddressPolicy`` (tests
-treat ``127.0.0.2`` as public to exercise the pinning on loopback only).
+treat ``127.0.0.2`` as public to exercise the pinning on loopback only). :func:`ip_literal`
+reads the address a host spells, the legacy IPv4 forms every resolver accepts included
+(``127.1``, ``0x7f.0.0.1``, ``2130706433``).
+
+:func:`literal_refusal` judges a URL without resolving anything: a URL whose host can only be
+private (an IP literal in a refused range, ``localhost``) is refused; the config refuses such
+endpoints at load time. A name is judged when connecting, after resolving it once:
+:mod:`sessionhook.relay.delivery.resolve` (``vet_host``) does that half.
 
 Errors::
 
     NetguardError
     +-- BlockedAddressError   the URL is refused; ``reason`` says which address and why
-    +-- ResolutionError       the host name did not resolve (a transient failure, retry)
+    +-- ResolutionError       (sessionhook.relay.delivery.resolve) the host name did not resolve
 """
 
 from __future__ import annotations
@@ -35,30 +29,24 @@ from __future__ import annotations
 import functools
 import ipaddress
 import re
-import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
+from typing import Final
 from urllib.parse import urlsplit
-
-import anyio.to_thread
 
 __all__ = [
     "AddressPolicy",
     "BlockedAddressError",
+    "IPAddress",
     "NetguardError",
-    "ResolutionError",
-    "Resolver",
-    "blocked_reason",
-    "check_url",
+    "ip_literal",
     "is_blocked_ip",
+    "is_localhost_name",
     "literal_refusal",
-    "resolve_host",
-    "vet_host",
+    "split_url",
 ]
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
-#: ``async (host, port) -> [address text, ...]``; tests inject one instead of real DNS.
-Resolver = Callable[[str, int], Awaitable[list[str]]]
 #: ``address text -> refusal reason`` (``None``: public); :func:`is_blocked_ip` by default.
 AddressPolicy = Callable[[str], str | None]
 
@@ -73,10 +61,6 @@ class NetguardError(Exception):
 
 class BlockedAddressError(NetguardError):
     """The URL's host is or resolves to an address that is not public."""
-
-
-class ResolutionError(NetguardError):
-    """The URL's host name could not be resolved."""
 
 
 def _nets(
@@ -148,20 +132,7 @@ def is_blocked_ip(ip: str | IPAddress) -> str | None:
     return None
 
 
-async def resolve_host(host: str, port: int) -> list[str]:
-    """The addresses ``host`` resolves to (``getaddrinfo`` in a worker thread)."""
-    try:
-        # getaddrinfo cannot be interrupted; a caller's deadline must not wait for it.
-        infos = await anyio.to_thread.run_sync(
-            functools.partial(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM),
-            abandon_on_cancel=True,
-        )
-    except (socket.gaierror, UnicodeError) as exc:
-        raise ResolutionError(f"cannot resolve {host}: {exc}") from None
-    return list(dict.fromkeys(str(info[4][0]) for info in infos))
-
-
-def _split(url: str) -> tuple[str, int]:
+def split_url(url: str) -> tuple[str, int]:
     """``(host, port)`` of an http(s) URL; :class:`BlockedAddressError` for anything else."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -173,10 +144,14 @@ def _split(url: str) -> tuple[str, int]:
     return parts.hostname, port
 
 
-_LEGACY_IPV4 = re.compile(r"(?i)[0-9a-fx.]*[0-9][0-9a-fx.]*")
+_LEGACY_IPV4: Final = re.compile(r"(?i)[0-9a-fx.]*[0-9][0-9a-fx.]*")
+# One part of a legacy IPv4 address, as C's strtoul reads it with base 0: hex, octal, decimal.
+_PART: Final = re.compile(r"0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*")
+# The highest value of the last part, by the number of parts before it (a, a.b, a.b.c).
+_LAST_MAX: Final = (0xFFFFFFFF, 0xFFFFFF, 0xFFFF, 0xFF)
 
 
-def _literal(host: str) -> IPAddress | None:
+def ip_literal(host: str) -> IPAddress | None:
     """The address ``host`` spells, including the legacy IPv4 forms every resolver accepts
     (``127.1``, ``0x7f.0.0.1``, ``2130706433``), or ``None`` for a name."""
     text = host.strip("[]").split("%", 1)[0]
@@ -184,15 +159,31 @@ def _literal(host: str) -> IPAddress | None:
         return ipaddress.ip_address(text)
     except ValueError:
         pass
-    if _LEGACY_IPV4.fullmatch(text):
-        try:
-            return ipaddress.IPv4Address(socket.inet_aton(text))
-        except OSError:
-            return None
-    return None
+    return _legacy_ipv4(text) if _LEGACY_IPV4.fullmatch(text) else None
 
 
-def _is_localhost(host: str) -> bool:
+def _legacy_ipv4(text: str) -> ipaddress.IPv4Address | None:
+    """``text`` read as C's ``inet_aton`` reads it (glibc: parts as ``strtoul`` with base 0,
+    ``a.b.c`` with ``c`` as 16 bits, ``a.b`` with ``b`` as 24 bits, ``a`` as 32 bits; checked
+    against ``socket.inet_aton`` on 400,000 strings), without the socket module."""
+    parts = text.split(".")
+    if len(parts) > 4 or not all(_PART.fullmatch(part) for part in parts):
+        return None
+    values = [
+        int(part[2:], 16) if part[:2] in ("0x", "0X") else int(part, 8 if part[0] == "0" else 10)
+        for part in parts
+    ]
+    *head, last = values
+    if any(value > 0xFF for value in head) or last > _LAST_MAX[len(head)]:
+        return None
+    number = last
+    for i, value in enumerate(head):
+        number |= value << (24 - 8 * i)
+    return ipaddress.IPv4Address(number)
+
+
+def is_localhost_name(host: str) -> bool:
+    """``localhost`` or a name under ``.localhost``: loopback without asking DNS."""
     name = host.rstrip(".").lower()
     return name == "localhost" or name.endswith(".localhost")
 
@@ -206,85 +197,13 @@ def literal_refusal(url: str, *, policy: AddressPolicy | None = None) -> str | N
     gets ``None`` here: :func:`vet_host` judges it when connecting.
     """
     try:
-        host, _port = _split(url)
+        host, _port = split_url(url)
     except BlockedAddressError as exc:
         return exc.reason
-    literal = _literal(host)
+    literal = ip_literal(host)
     if literal is not None:
         reason = (policy or is_blocked_ip)(str(literal))
         return None if reason is None else f"{literal} is a {reason}"
-    if _is_localhost(host):
+    if is_localhost_name(host):
         return f"{host} is a loopback name"
-    return None
-
-
-async def vet_host(
-    host: str,
-    port: int,
-    *,
-    allow_private: bool,
-    resolve: Resolver | None = None,
-    policy: AddressPolicy | None = None,
-) -> list[str]:
-    """Resolve ``host`` once and return the addresses a connection may use, in order.
-
-    An IP literal is checked as is; ``localhost`` names are refused without asking DNS;
-    any other name is resolved (``resolve``, default :func:`resolve_host`) and EVERY
-    address must pass ``policy`` (default :func:`is_blocked_ip`). With ``allow_private``
-    nothing is refused, but the name is still resolved here, once. Connect only to the
-    addresses returned: resolving the name again would undo the check.
-
-    Raises :class:`BlockedAddressError` or :class:`ResolutionError`.
-    """
-    judge = policy or is_blocked_ip
-    literal = _literal(host)
-    if literal is not None:
-        if not allow_private and (reason := judge(str(literal))) is not None:
-            raise BlockedAddressError(f"{literal} is a {reason}")
-        return [str(literal)]
-    if not allow_private and _is_localhost(host):
-        raise BlockedAddressError(f"{host} is a loopback name")
-    addresses = await (resolve or resolve_host)(host, port)
-    if not addresses:
-        raise ResolutionError(f"{host} resolves to no address")
-    vetted = []
-    for text in addresses:
-        address = _literal(text)
-        if address is None:
-            raise ResolutionError(f"{host} resolved to a non-address {text!r}")
-        if not allow_private and (reason := judge(str(address))) is not None:
-            raise BlockedAddressError(f"{host} resolves to {text}, a {reason}")
-        vetted.append(str(address))
-    return vetted
-
-
-async def check_url(
-    url: str,
-    *,
-    allow_private: bool,
-    resolve: Resolver | None = None,
-    policy: AddressPolicy | None = None,
-) -> list[str]:
-    """Vet ``url``'s host (:func:`vet_host`) and return the addresses it may connect to.
-
-    Raises :class:`NetguardError` when the URL is refused or does not resolve. Only the
-    returned addresses are safe to connect to: do not hand the URL to a client that
-    resolves it again (see :mod:`sessionhook.relay.delivery.pinning`).
-    """
-    host, port = _split(url)
-    return await vet_host(host, port, allow_private=allow_private, resolve=resolve, policy=policy)
-
-
-async def blocked_reason(
-    url: str,
-    *,
-    allow_private: bool = False,
-    resolve: Resolver | None = None,
-    policy: AddressPolicy | None = None,
-) -> str | None:
-    """:func:`check_url` as a value: the refusal reason, or ``None`` when allowed."""
-    try:
-        await check_url(url, allow_private=allow_private, resolve=resolve, policy=policy)
-    except NetguardError as exc:
-        return exc.reason
     return None

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import socket
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
@@ -43,7 +42,7 @@ class Replica:
     @classmethod
     def current(cls) -> Replica:
         """This process, with a fresh random id."""
-        return cls(id=secrets.token_hex(6), host=socket.gethostname(), pid=os.getpid())
+        return cls(id=secrets.token_hex(6), host=os.uname().nodename, pid=os.getpid())
 
     @property
     def label(self) -> str:

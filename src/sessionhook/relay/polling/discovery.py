@@ -11,7 +11,7 @@ from sessionhook.api.client import SessionsClient
 from sessionhook.api.errors import ApiError, UnauthenticatedError
 from sessionhook.api.models import Session
 
-from ..config.models import DEFAULT_ACCOUNT
+from ..config import DEFAULT_ACCOUNT
 from ..domain import events
 from ..store import AsyncStore, KnownSession
 from ..telemetry.logs import get_logger

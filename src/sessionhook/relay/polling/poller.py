@@ -21,7 +21,7 @@ import anyio
 from sessionhook.api.client import SessionsClient
 from sessionhook.api.errors import ApiError, UnauthenticatedError
 
-from ..config.models import DEFAULT_ACCOUNT
+from ..config import DEFAULT_ACCOUNT
 from ..store import AsyncStore
 from ..telemetry.logs import get_logger
 from ..telemetry.metrics import Metrics

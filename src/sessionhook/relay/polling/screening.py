@@ -21,7 +21,8 @@ surrogate replaced by U+FFFD; an item that is no session at all comes back *inva
 
 from __future__ import annotations
 
-from sessionhook.api.client import SessionPage, session_name
+from sessionhook.api import SessionPage
+from sessionhook.api.client import session_name
 from sessionhook.api.models import Session
 
 from ..telemetry.logs import get_logger

@@ -9,7 +9,8 @@ from datetime import UTC, datetime, timedelta
 
 import anyio
 
-from sessionhook.api.client import RefusedItem, SessionsClient
+from sessionhook.api import RefusedItem
+from sessionhook.api.client import SessionsClient
 from sessionhook.api.errors import (
     ApiError,
     InvalidArgumentError,

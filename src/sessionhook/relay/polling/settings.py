@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from sessionhook.api.client import activity_name
 from sessionhook.api.errors import UnauthenticatedError
 
-from ..config.models import Config
+from ..config import Config
 
 __all__ = [
     "ACTIVE_STATES",

@@ -53,7 +53,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..config.models import is_loopback
+from ..config import is_loopback
 from ..telemetry.logs import get_logger
 from .headers import adding_headers
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from starlette.routing import BaseRoute
 
-from ..config.models import Config
+from ..config import Config
 from ..domain.retry import AttemptResult
 from ..store import AsyncStore, database_errors
 from ..telemetry.metrics import Metrics

@@ -50,7 +50,7 @@ import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from ..config.models import ServerConfig
+from ..config import ServerConfig
 from ..telemetry.logs import get_logger
 from ..telemetry.metrics import Metrics
 

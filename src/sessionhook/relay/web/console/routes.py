@@ -13,7 +13,7 @@ from __future__ import annotations
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from ...config.models import DEFAULT_ACCOUNT
+from ...config import DEFAULT_ACCOUNT
 from ..context import WebContext
 from .actions import Actions
 from .common import PACKAGE_DIR, ConsoleDeps

@@ -1,0 +1,290 @@
+"""Loading the relay's configuration: :func:`load_config`.
+
+It reads the TOML file, validates it into a :class:`~sessionhook.relay.config.Config`
+(unknown keys are errors), anchors relative paths at the config file's directory and
+resolves secrets from the environment or files. Any problem is one :class:`ConfigError`
+whose ``str()`` is a single line naming the key::
+
+    config error: endpoints[1].url: must be an http(s) URL
+
+Paths: ``store.path``, ``api.api_key_file`` and ``endpoints[].secret_file`` may use
+``$VAR`` / ``${VAR}`` (for example ``${CREDENTIALS_DIRECTORY}/api-key`` under systemd) and
+``~``; relative paths are relative to the directory of the config file. Without
+``store.path`` the database is ``$STATE_DIRECTORY/sessionhook.db`` when systemd set
+``STATE_DIRECTORY``, else ``sessionhook.db`` next to the config file. A secret file its
+group or other users can access is refused (:mod:`.secret_files`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import SecretStr, ValidationError
+
+from .database_url import check_postgres_url
+from .endpoints import EndpointConfig, split_secrets
+from .errors import ConfigError
+from .models import (
+    DEFAULT_DB_NAME,
+    TOKEN_MAX_CHARS,
+    TOKEN_MIN_CHARS,
+    AccountConfig,
+    ApiConfig,
+    Config,
+    ServerConfig,
+)
+from .secret_files import file_exposure
+
+__all__ = ["load_config"]
+
+
+def load_config(
+    path: str | os.PathLike[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    resolve_secrets: bool = True,
+    need_api_key: bool = True,
+) -> Config:
+    """Read, validate and resolve the TOML config at ``path``.
+
+    ``env`` replaces :data:`os.environ` (tests). With ``resolve_secrets=False`` the API key
+    and file/env secrets are left unresolved (operator commands that only read the store);
+    with ``need_api_key=False`` only the endpoint secrets are (``endpoints test`` signs a
+    ping but never calls the API, nor serves the console: ``server.token`` stays
+    unresolved). Touching an unresolved ``api.api_key`` or
+    ``endpoint.secrets`` raises ConfigError. Raises :class:`ConfigError` for every problem,
+    never a pydantic or TOML exception.
+    """
+    environ = os.environ if env is None else env
+    file = Path(path)
+    try:
+        with file.open("rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(str(file), "file not found") from None
+    except OSError as exc:
+        raise ConfigError(str(file), f"cannot read: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(str(file), f"invalid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(str(file), f"not UTF-8 text (byte {exc.start})") from None
+    try:
+        config = Config.model_validate(data)
+    except ValidationError as exc:
+        raise _translate(exc) from None
+    base = file.resolve().parent
+    config = _resolve_store_path(config, base, environ)
+    if resolve_secrets:
+        # With [[accounts]], each account has its key and [api] only gives defaults.
+        api_needs_key = need_api_key and not config.accounts
+        api = _resolve_api_key(config.api, base, environ) if api_needs_key else config.api
+        accounts = config.accounts
+        if need_api_key:
+            accounts = tuple(
+                _resolve_account_key(i, a, base, environ) for i, a in enumerate(accounts)
+            )
+        endpoints = _resolve_endpoint_secrets(config.endpoints, base, environ)
+        # The web token is the daemon's alone, like the API key (`endpoints test` needs neither).
+        server = (
+            _resolve_server_token(config.server, base, environ) if need_api_key else config.server
+        )
+        config = config.model_copy(
+            update={"api": api, "endpoints": endpoints, "accounts": accounts, "server": server}
+        )
+    return config
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+_VAR = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
+
+
+def _expand_path(key: str, raw: str | Path, base: Path, env: Mapping[str, str]) -> Path:
+    def substitute(match: re.Match[str]) -> str:
+        var = match.group(1) or match.group(2)
+        if var not in env:
+            raise ConfigError(key, f"environment variable {var} (used in the path) is not set")
+        return env[var]
+
+    expanded = Path(_VAR.sub(substitute, str(raw))).expanduser()
+    return expanded if expanded.is_absolute() else base / expanded
+
+
+def _resolve_store_path(config: Config, base: Path, env: Mapping[str, str]) -> Config:
+    if config.store.url_env is not None:
+        var = config.store.url_env
+        if not env.get(var):
+            raise ConfigError("store.url_env", f"environment variable {var} is not set")
+        try:
+            check_postgres_url(env[var])
+        except ValueError as exc:
+            raise ConfigError("store.url_env", f"{var}: {exc}") from None
+        url = SecretStr(env[var])
+        return config.model_copy(update={"store": config.store.model_copy(update={"url": url})})
+    if config.store.url is not None:
+        return config
+    if "path" in config.store.model_fields_set:
+        db = _expand_path("store.path", config.store.path, base, env)
+    elif env.get("STATE_DIRECTORY"):
+        # systemd passes a colon-separated list when StateDirectory= names several.
+        db = Path(env["STATE_DIRECTORY"].split(":")[0]) / DEFAULT_DB_NAME
+    else:
+        db = base / DEFAULT_DB_NAME
+    return config.model_copy(update={"store": config.store.model_copy(update={"path": db})})
+
+
+def _read_secret_file(key: str, raw: str, base: Path, env: Mapping[str, str]) -> str:
+    """The secret in the file ``raw`` names; a file its group or other users can access is
+    refused (:mod:`.secret_files`: the same rule for every secret file)."""
+    file = _expand_path(key, raw, base, env)
+    try:
+        exposed = file_exposure(file)
+    except OSError as exc:
+        raise ConfigError(key, f"cannot read {file}: {exc.strerror or exc}") from None
+    if exposed is not None:
+        raise ConfigError(key, f"{file} holds a secret but {exposed}: chmod 600 {file}")
+    try:
+        text = file.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ConfigError(key, f"cannot read {file}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(key, f"{file} is not UTF-8 text (byte {exc.start})") from None
+    if not text:
+        raise ConfigError(key, f"{file} is empty")
+    return text
+
+
+# Resolved secrets go into copies (with_*), so no instance shared with another Config is
+# touched.
+
+
+def _resolve_api_key(api: ApiConfig, base: Path, env: Mapping[str, str]) -> ApiConfig:
+    if api.api_key_file:
+        key = _read_secret_file("api.api_key_file", api.api_key_file, base, env)
+    else:
+        var = api.api_key_env or ""
+        if not env.get(var):
+            raise ConfigError("api.api_key_env", f"environment variable {var} is not set")
+        key = env[var].strip()
+    return api.with_api_key(SecretStr(key))
+
+
+def _resolve_account_key(
+    index: int, account: AccountConfig, base: Path, env: Mapping[str, str]
+) -> AccountConfig:
+    if account.api_key_file:
+        where = f"accounts[{index}].api_key_file"
+        key = _read_secret_file(where, account.api_key_file, base, env)
+    else:
+        var = account.api_key_env or ""
+        if not env.get(var):
+            raise ConfigError(
+                f"accounts[{index}].api_key_env", f"environment variable {var} is not set"
+            )
+        key = env[var].strip()
+    return account.with_api_key(SecretStr(key))
+
+
+_TOKEN_CHARS = re.compile(r"^[\x21-\x7e]+$")
+
+
+def _resolve_server_token(
+    server: ServerConfig | None, base: Path, env: Mapping[str, str]
+) -> ServerConfig | None:
+    if server is None or not (server.token_env or server.token_file):
+        return server
+    if server.token_file:
+        key = "server.token_file"
+        text = _read_secret_file(key, server.token_file, base, env)
+    else:
+        key, var = "server.token_env", server.token_env or ""
+        if not env.get(var):
+            raise ConfigError(key, f"environment variable {var} is not set")
+        text = env[var].strip()
+    if not TOKEN_MIN_CHARS <= len(text) <= TOKEN_MAX_CHARS:
+        raise ConfigError(
+            key,
+            f"the token must be {TOKEN_MIN_CHARS} to {TOKEN_MAX_CHARS} characters, not "
+            f"{len(text)} (create one with `sessionhook secret token`)",
+        )
+    if not _TOKEN_CHARS.match(text):
+        raise ConfigError(key, "the token must be visible ASCII characters without spaces")
+    return server.with_token(SecretStr(text))
+
+
+def _resolve_endpoint_secrets(
+    configured: Sequence[EndpointConfig], base: Path, env: Mapping[str, str]
+) -> tuple[EndpointConfig, ...]:
+    endpoints = []
+    for i, endpoint in enumerate(configured):
+        if endpoint.secret is not None:
+            key, text = f"endpoints[{i}].secret", endpoint.secret.get_secret_value()
+        elif endpoint.secret_env:
+            key = f"endpoints[{i}].secret_env"
+            if not env.get(endpoint.secret_env):
+                raise ConfigError(key, f"environment variable {endpoint.secret_env} is not set")
+            text = env[endpoint.secret_env]
+        else:
+            key = f"endpoints[{i}].secret_file"
+            text = _read_secret_file(key, endpoint.secret_file or "", base, env)
+        try:
+            parts = split_secrets(text, endpoint.signature)
+        except ValueError as exc:
+            raise ConfigError(key, f"not a valid secret: {exc}") from None
+        endpoints.append(endpoint.with_secrets(tuple(SecretStr(p) for p in parts)))
+    return tuple(endpoints)
+
+
+def _translate(exc: ValidationError) -> ConfigError:
+    """The first pydantic error as a one-line ConfigError (never a pydantic dump)."""
+    err = exc.errors()[0]
+    key = ""
+    for part in err["loc"]:
+        key += f"[{part}]" if isinstance(part, int) else (f".{part}" if key else str(part))
+    return ConfigError(key or "config", _problem(err["type"], err.get("ctx") or {}, err["msg"]))
+
+
+_SIMPLE_PROBLEMS = {
+    "extra_forbidden": "unknown key",
+    "missing": "is required",
+    "float_type": "must be a number",
+    "float_parsing": "must be a number",
+    "int_type": "must be an integer",
+    "int_parsing": "must be an integer",
+    "int_from_float": "must be an integer",
+    "bool_type": "must be true or false",
+    "bool_parsing": "must be true or false",
+    "string_type": "must be a string",
+    "list_type": "must be a list",
+    "tuple_type": "must be a list",
+    "model_type": "must be a table",
+    "model_attributes_type": "must be a table",
+    "dict_type": "must be a table",
+    "too_short": "must not be empty",
+    "string_too_short": "must not be empty",
+    "finite_number": "must be a finite number",
+    "path_type": "must be a string",
+    "too_long": "has too many items",
+}
+
+
+def _problem(kind: str, ctx: dict[str, Any], msg: str) -> str:
+    if kind in _SIMPLE_PROBLEMS:
+        return _SIMPLE_PROBLEMS[kind]
+    if kind == "value_error":
+        return str(ctx.get("error", msg.removeprefix("Value error, ")))
+    if kind == "greater_than":
+        return f"must be > {ctx['gt']}"
+    if kind == "greater_than_equal":
+        return f"must be >= {ctx['ge']}"
+    if kind == "less_than_equal":
+        return f"must be <= {ctx['le']}"
+    if kind == "literal_error":
+        return f"must be one of {ctx['expected']}"
+    return msg[:1].lower() + msg[1:]

@@ -1,0 +1,132 @@
+"""Resolving an endpoint's name once, and vetting every address it resolves to.
+
+Resolve once, connect to what was checked. :func:`vet_host` resolves a name ONCE, refuses
+it if any address is not public (a name with one public and one private address is
+refused; the rules: :mod:`sessionhook.relay.domain.addresses`), and returns the vetted
+addresses; the caller must connect to one of those and never resolve the name again.
+Checking a name and letting the HTTP client resolve it a second time would let DNS answer
+a public address to the check and ``127.0.0.1`` to the connection (DNS rebinding).
+:mod:`sessionhook.relay.delivery.pinning` does this for httpx (a network backend whose
+``connect_tcp`` connects only to vetted addresses, so the ``Host`` header and TLS SNI stay
+the URL's name); the daemon's aiohttp client uses :func:`vet_host` as its resolver
+(:mod:`sessionhook.relay.delivery.sender`).
+"""
+
+from __future__ import annotations
+
+import functools
+import socket
+from collections.abc import Awaitable, Callable
+
+import anyio.to_thread
+
+from ..domain.addresses import (
+    AddressPolicy,
+    BlockedAddressError,
+    NetguardError,
+    ip_literal,
+    is_blocked_ip,
+    is_localhost_name,
+    split_url,
+)
+
+__all__ = [
+    "ResolutionError",
+    "Resolver",
+    "blocked_reason",
+    "check_url",
+    "resolve_host",
+    "vet_host",
+]
+
+#: ``async (host, port) -> [address text, ...]``; tests inject one instead of real DNS.
+Resolver = Callable[[str, int], Awaitable[list[str]]]
+
+
+class ResolutionError(NetguardError):
+    """The URL's host name could not be resolved."""
+
+
+async def resolve_host(host: str, port: int) -> list[str]:
+    """The addresses ``host`` resolves to (``getaddrinfo`` in a worker thread)."""
+    try:
+        # getaddrinfo cannot be interrupted; a caller's deadline must not wait for it.
+        infos = await anyio.to_thread.run_sync(
+            functools.partial(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM),
+            abandon_on_cancel=True,
+        )
+    except (socket.gaierror, UnicodeError) as exc:
+        raise ResolutionError(f"cannot resolve {host}: {exc}") from None
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+async def vet_host(
+    host: str,
+    port: int,
+    *,
+    allow_private: bool,
+    resolve: Resolver | None = None,
+    policy: AddressPolicy | None = None,
+) -> list[str]:
+    """Resolve ``host`` once and return the addresses a connection may use, in order.
+
+    An IP literal is checked as is; ``localhost`` names are refused without asking DNS;
+    any other name is resolved (``resolve``, default :func:`resolve_host`) and EVERY
+    address must pass ``policy`` (default :func:`is_blocked_ip`). With ``allow_private``
+    nothing is refused, but the name is still resolved here, once. Connect only to the
+    addresses returned: resolving the name again would undo the check.
+
+    Raises :class:`BlockedAddressError` or :class:`ResolutionError`.
+    """
+    judge = policy or is_blocked_ip
+    literal = ip_literal(host)
+    if literal is not None:
+        if not allow_private and (reason := judge(str(literal))) is not None:
+            raise BlockedAddressError(f"{literal} is a {reason}")
+        return [str(literal)]
+    if not allow_private and is_localhost_name(host):
+        raise BlockedAddressError(f"{host} is a loopback name")
+    addresses = await (resolve or resolve_host)(host, port)
+    if not addresses:
+        raise ResolutionError(f"{host} resolves to no address")
+    vetted = []
+    for text in addresses:
+        address = ip_literal(text)
+        if address is None:
+            raise ResolutionError(f"{host} resolved to a non-address {text!r}")
+        if not allow_private and (reason := judge(str(address))) is not None:
+            raise BlockedAddressError(f"{host} resolves to {text}, a {reason}")
+        vetted.append(str(address))
+    return vetted
+
+
+async def check_url(
+    url: str,
+    *,
+    allow_private: bool,
+    resolve: Resolver | None = None,
+    policy: AddressPolicy | None = None,
+) -> list[str]:
+    """Vet ``url``'s host (:func:`vet_host`) and return the addresses it may connect to.
+
+    Raises :class:`NetguardError` when the URL is refused or does not resolve. Only the
+    returned addresses are safe to connect to: do not hand the URL to a client that
+    resolves it again (see :mod:`sessionhook.relay.delivery.pinning`).
+    """
+    host, port = split_url(url)
+    return await vet_host(host, port, allow_private=allow_private, resolve=resolve, policy=policy)
+
+
+async def blocked_reason(
+    url: str,
+    *,
+    allow_private: bool = False,
+    resolve: Resolver | None = None,
+    policy: AddressPolicy | None = None,
+) -> str | None:
+    """:func:`check_url` as a value: the refusal reason, or ``None`` when allowed."""
+    try:
+        await check_url(url, allow_private=allow_private, resolve=resolve, policy=policy)
+    except NetguardError as exc:
+        return exc.reason
+    return None
