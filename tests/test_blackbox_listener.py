@@ -55,14 +55,18 @@ def _limit_files(soft: int, hard: int) -> None:
 
 def _accepted(port: int) -> int:
     """Established TCP connections whose local end is ``port`` and that a process accepted
-    (a connection still in the listen queue has no socket inode yet)."""
-    count = 0
+    (a connection still in the listen queue has no socket inode yet).
+
+    Counted by inode: the kernel writes /proc/net/tcp a page per read, resuming its walk
+    of a table that changes meanwhile, so one socket can be listed twice in one read.
+    """
+    inodes: set[str] = set()
     for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
         fields = line.split()
         local_port = int(fields[1].rsplit(":", 1)[1], 16)
         if local_port == port and fields[3] == "01" and fields[9] != "0":
-            count += 1
-    return count
+            inodes.add(fields[9])
+    return len(inodes)
 
 
 def _closed_by_peer(sock: socket.socket) -> bool:
