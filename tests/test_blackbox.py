@@ -38,7 +38,7 @@ pytestmark = pytest.mark.integration
 
 SESSIONHOOK = Path(sys.executable).parent / "sessionhook"
 
-#: Event member -> webhook event type (README, event reference).
+#: Event member -> webhook event type (docs/events.md, event types).
 MEMBER_TYPES = {
     "planGenerated": "activity.plan_generated",
     "planApproved": "activity.plan_approved",

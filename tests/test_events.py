@@ -143,9 +143,9 @@ def test_the_memberless_system_notice_has_a_type_of_its_own(
 
 def test_samples_cover_every_event_type_and_the_readme_documents_each() -> None:
     """samples.py (templates are checked against it at start-up) has an event of every
-    type, and the README's event reference has one row per type, no more."""
+    type, and the event reference (docs/events.md) has one row per type, no more."""
     assert {e.type for e in sample_events()} == set(EVENT_TYPES)
-    readme = (Path(__file__).parent.parent / "README.md").read_text("utf-8")
+    readme = (Path(__file__).parent.parent / "docs" / "events.md").read_text("utf-8")
     rows = re.findall(r"^\| `((?:activity|session)\.[a-z_]+)` \|", readme, re.MULTILINE)
     assert sorted(rows) == sorted(EVENT_TYPES)
 

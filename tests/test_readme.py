@@ -1,12 +1,14 @@
-"""What a new user does, as the README says it: copy the example config, export the
-documented variables, start the emulator, run the relay; and the API CLI commands of the
-README, read from the README itself and run as written.
+"""What a new user does, as the docs say it: the README's first real run (activate the
+virtual environment, start the emulator, copy the example config, export the documented
+variables, run the relay, create a session, watch its events), ``run --once`` as the
+operations page gives it, and the emulator and API CLI commands of their pages, each read
+from the page itself and run as written.
 
 Real subprocesses only (``sessionhook emulator``, ``sessionhook run``, the API CLI), on
 127.0.0.1. The example's ``api.base_url`` is the emulator's default address,
-``127.0.0.1:8080``, and its health listener ``127.0.0.1:9187``: test runs on this machine
-take those ports in turn (a file lock); should something else hold one, the copy is pointed
-at free ports instead (the only change).
+``127.0.0.1:8080``, and its listener ``127.0.0.1:9187``: test runs on this machine take
+those ports in turn (a file lock); should something else hold one, the copy is pointed at
+free ports instead (the only change, and ``SESSIONHOOK_BASE_URL`` for the API CLI).
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
@@ -145,20 +148,35 @@ def create_session(base_url: str, prompt: str, **extra: object) -> str:
     return str(answer.json()["name"])
 
 
-# --------------------------------------------------------------------------- the example config
+# --------------------------------------------------------------------------- the docs' commands
 
 
-def console_block(section: str) -> list[str]:
-    """The commands (``$ `` lines, continuations joined, comments dropped) of the first
-    console block under the README heading ``## section``."""
-    text = (REPO / "README.md").read_text()
-    body = text.split(f"\n## {section}\n", 1)[1]
-    block = body.split("```console\n", 1)[1].split("\n```", 1)[0]
-    commands: list[str] = []
-    for line in block.replace("\\\n", " ").splitlines():
-        if line.startswith("$ "):
-            commands.append(re.sub(r"\s+#\s.*$", "", line[2:]).strip())
-    return commands
+def console_blocks(page: str, section: str) -> list[list[str]]:
+    """The commands (``$ `` lines, continuations joined, comments dropped) of each console
+    block under the heading ``section`` (any level) of ``page``, up to the next heading."""
+    text = (REPO / page).read_text()
+    match = re.search(rf"^#+ {re.escape(section)}\n(.*?)(?=^#+ |\Z)", text, re.M | re.S)
+    assert match is not None, f"{page} has no heading {section!r}"
+    blocks: list[list[str]] = []
+    for block in re.findall(r"```console\n(.*?)\n```", match.group(1), re.S):
+        commands = [
+            re.sub(r"\s+#\s.*$", "", line[2:]).strip()
+            for line in block.replace("\\\n", " ").splitlines()
+            if line.startswith("$ ")
+        ]
+        blocks.append(commands)
+    assert blocks, f"{page}, {section!r}: no console block"
+    return blocks
+
+
+def console_block(page: str, section: str) -> list[str]:
+    """The commands of the first console block under ``section`` of ``page``."""
+    return console_blocks(page, section)[0]
+
+
+def expand(text: str, env: dict[str, str]) -> str:
+    """``$NAME`` and ``${NAME}`` as the shell expands them from ``env``."""
+    return re.sub(r"\$\{?(\w+)\}?", lambda m: env[m.group(1)], text)
 
 
 def free(port: int) -> bool:
@@ -170,106 +188,196 @@ def free(port: int) -> bool:
     return True
 
 
-def test_example_config_runs_as_copied_against_the_emulator(tmp_path: Path) -> None:
-    """README, "Running the relay", done line by line: cp config.example.toml
-    config.toml, the exports, then both `run` commands, against the emulator started as
-    the README says (`sessionhook emulator --api-key "$SESSIONHOOK_API_KEY"`)."""
-    env = clean_env()
-    runs: list[list[str]] = []
-    for command in console_block("Running the relay"):
-        argv = shlex.split(command)
-        if argv == ["cp", "config.example.toml", "config.toml"]:
-            shutil.copyfile(REPO / argv[1], tmp_path / argv[2])
-        elif argv == ["export", "SESSIONHOOK_API_KEY=..."]:
-            env["SESSIONHOOK_API_KEY"] = API_KEY
-        elif match := re.fullmatch(
-            r"export (\w+)=\$\(sessionhook secret (generate|token)\)", command
-        ):
-            generated = sh("secret", match.group(2), env=env, cwd=tmp_path)
-            assert generated.returncode == 0, generated.stderr
-            env[match.group(1)] = generated.stdout.strip()
-        elif argv[:2] == ["sessionhook", "run"]:
-            runs.append(argv[2:])
-        else:
-            raise AssertionError(f"the README has a new step this test does not do: {command}")
-    assert runs == [["--config", "config.toml"], ["--config", "config.toml", "--once"]]
-    config = tmp_path / "config.toml"
-    assert config.read_bytes() == (REPO / "config.example.toml").read_bytes()
-
-    started = ["--api-key", env["SESSIONHOOK_API_KEY"]]
-    with example_ports_turn(), emulator(*started, env=env, cwd=tmp_path) as url:
-        health = 9187
-        if url is None or not free(health):
-            # Something else holds 8080 or 9187: the same runs on free ports; the copy
-            # differs from the example in those addresses only.
-            with emulator(*started, "--port", "0", env=env, cwd=tmp_path) as url:
-                assert url is not None
-                health = free_port()
-                text = config.read_text().replace(EXAMPLE_BASE_URL, url, 1)
-                config.write_text(text.replace("127.0.0.1:9187", f"127.0.0.1:{health}", 1))
-                _run_the_copy(config, url, health, env)
-        else:
-            assert url == EXAMPLE_BASE_URL
-            _run_the_copy(config, url, health, env)
-
-
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 
 
-def _run_the_copy(config: Path, url: str, health: int, env: dict[str, str]) -> None:
-    session = create_session(url, "Add a health check")
-    # $ sessionhook run --config config.toml: ready, then SIGTERM stops it cleanly.
-    out = (config.parent / "run.err").open("w+")
-    daemon = subprocess.Popen(
-        [str(SESSIONHOOK), "run", "--config", "config.toml"],
-        stdout=out,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        env=env,
-        cwd=config.parent,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert daemon.poll() is None, (config.parent / "run.err").read_text()
+def wait_for(condition: Callable[[], bool], what: str, *, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.1)
+
+
+@dataclass
+class FirstRun:
+    """The README's three terminals, played by one test: what each started or printed."""
+
+    work: Path
+    emulator_url: str | None = None
+    #: The listener's port (9187 in the example; another when that one is taken).
+    health: int = 9187
+    daemon: subprocess.Popen[bytes] | None = None
+    session: str | None = None
+    followed: str = ""
+    status: str = ""
+    stack: ExitStack = field(default_factory=ExitStack)
+    #: The shell of the terminal that started the relay (its secrets and token).
+    relay_env: dict[str, str] = field(default_factory=dict)
+
+    def step(self, command: str, env: dict[str, str]) -> None:
+        """One README line, done as a user's shell would."""
+        argv = shlex.split(command)
+        if argv == [".", ".venv/bin/activate"]:
+            # make demo (Makefile: VENV := .venv) left sessionhook in .venv/bin.
+            assert (REPO / ".venv/bin/activate").is_file()
+            assert (REPO / ".venv/bin/sessionhook").is_file()
+        elif match := re.fullmatch(
+            r"export (\w+)=\$\(sessionhook secret (generate|token)\)", command
+        ):
+            generated = sh("secret", match.group(2), env=env, cwd=self.work)
+            assert generated.returncode == 0, generated.stderr
+            env[match.group(1)] = generated.stdout.strip()
+        elif match := re.fullmatch(r"export (\w+)=([\w.-]+)", command):
+            env[match.group(1)] = match.group(2)
+        elif argv == ["cp", "config.example.toml", "config.toml"]:
+            shutil.copyfile(REPO / argv[1], self.work / argv[2])
+        elif argv[:2] == ["sessionhook", "emulator"]:
+            self.start_emulator([expand(a, env) for a in argv[2:]], env)
+        elif argv == ["sessionhook", "run", "--config", "config.toml"]:
+            self.relay_env = env
+            self.start_relay(env)
+        elif argv[:3] == ["sessionhook", "sessions", "create"]:
+            assert self.emulator_url is not None
+            if self.emulator_url != EXAMPLE_BASE_URL:
+                env["SESSIONHOOK_BASE_URL"] = self.emulator_url
+            created = sh(*argv[1:], env=env, cwd=self.work)
+            assert created.returncode == 0, created.stderr
+            found = re.search(r"sessions/\d+", created.stdout)
+            assert found is not None, created.stdout
+            self.session = found.group(0)
+        elif argv[:2] == ["sessionhook", "events"] and "--follow" in argv:
+            self.follow(argv[1:], env)
+        elif argv[:2] == ["sessionhook", "status"]:
+            status = sh(*argv[1:], env=env, cwd=self.work)
+            assert status.returncode == 0, status.stderr
+            self.status = status.stdout
+        else:
+            raise AssertionError(f"the README has a new step this test does not do: {command}")
+
+    def start_emulator(self, args: list[str], env: dict[str, str]) -> None:
+        self.emulator_url = self.stack.enter_context(emulator(*args, env=env, cwd=self.work))
+        if self.emulator_url is None or not free(self.health):
+            # Something else holds 8080 or 9187: the same run on free ports; the copy
+            # of the example differs in those addresses only.
+            if self.emulator_url is None:
+                self.emulator_url = self.stack.enter_context(
+                    emulator(*args, "--port", "0", env=env, cwd=self.work)
+                )
+            assert self.emulator_url is not None
+            self.health = free_port()
+        else:
+            assert self.emulator_url == EXAMPLE_BASE_URL
+
+    def start_relay(self, env: dict[str, str]) -> None:
+        assert self.emulator_url is not None, "the README starts the relay before the emulator"
+        config = self.work / "config.toml"
+        assert config.read_bytes() == (REPO / "config.example.toml").read_bytes()
+        if self.emulator_url != EXAMPLE_BASE_URL or self.health != 9187:
+            text = config.read_text().replace(EXAMPLE_BASE_URL, self.emulator_url, 1)
+            config.write_text(text.replace("127.0.0.1:9187", f"127.0.0.1:{self.health}", 1))
+        out = self.stack.enter_context((self.work / "run.out").open("w+b"))
+        self.daemon = subprocess.Popen(
+            [str(SESSIONHOOK), "run", "--config", "config.toml"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=self.work,
+        )
+        self.stack.callback(self.kill_relay)
+        wait_for(self.ready, f"the relay never got ready:\n{self.relay_log()}", seconds=30)
+
+    def ready(self) -> bool:
+        assert self.daemon is not None and self.daemon.poll() is None, self.relay_log()
+        try:
+            answer = httpx.get(f"http://127.0.0.1:{self.health}/readyz", timeout=2)
+        except httpx.HTTPError:
+            return False
+        return answer.status_code == 200
+
+    def relay_log(self) -> str:
+        return (self.work / "run.out").read_text(errors="replace")
+
+    def kill_relay(self) -> None:
+        if self.daemon is not None and self.daemon.poll() is None:
+            self.daemon.kill()
+            self.daemon.wait(timeout=10)
+
+    def follow(self, args: list[str], env: dict[str, str]) -> None:
+        """``events --follow`` until the new session's first event shows, then Ctrl-C."""
+        assert self.session is not None, "the README follows events before creating a session"
+        path = self.work / "follow.out"
+        with path.open("w+b") as out:
+            follower = subprocess.Popen(
+                [str(SESSIONHOOK), *args],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                cwd=self.work,
+            )
             try:
-                if httpx.get(f"http://127.0.0.1:{health}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, (config.parent / "run.err").read_text()
-            time.sleep(0.1)
-        daemon.send_signal(signal.SIGTERM)
-        assert daemon.wait(timeout=20) == 0, (config.parent / "run.err").read_text()
-    finally:
-        if daemon.poll() is None:
-            daemon.kill()
-            daemon.wait(timeout=10)
-        out.close()
-    assert "Traceback" not in (config.parent / "run.err").read_text()
-    # $ sessionhook run --config config.toml --once
-    once = sh("run", "--config", "config.toml", "--once", env=env, cwd=config.parent)
-    assert once.returncode == 0, once.stderr
-    assert "Traceback" not in once.stderr
-    status = sh("status", "--config", "config.toml", "--json", env=env, cwd=config.parent)
+                wait_for(
+                    lambda: "session.discovered" in path.read_text() or follower.poll() is not None,
+                    f"no event of the new session within 60 s:\n{self.relay_log()}",
+                )
+                assert follower.poll() is None, path.read_text()
+                follower.send_signal(signal.SIGINT)  # Ctrl-C stops it
+                assert follower.wait(timeout=20) == 0, path.read_text()
+            finally:
+                if follower.poll() is None:
+                    follower.kill()
+                    follower.wait(timeout=10)
+        self.followed = path.read_text()
+
+
+def test_the_first_real_run_works_as_written(tmp_path: Path) -> None:
+    """README, "A first real run", line by line, each terminal with a shell of its own:
+    the emulator, the relay on the example config as copied, a session created and its
+    events followed, ``status``; then the console with the token, and Ctrl-C on the relay.
+    Then ``run --once`` as the operations page writes it."""
+    terminals = console_blocks("README.md", "A first real run")
+    assert len(terminals) == 3, terminals
+    run = FirstRun(tmp_path)
+    with example_ports_turn(), run.stack:
+        for commands in terminals:
+            env = clean_env()
+            for command in commands:
+                run.step(command, env)
+        assert run.session is not None and run.daemon is not None
+        assert run.session in run.followed and "session.discovered" in run.followed
+        assert "ci-bot" in run.status and "chat" in run.status
+        # The console is on the listener, behind the token of the second terminal.
+        token = {"Authorization": f"Bearer {run.relay_env['SESSIONHOOK_WEB_TOKEN']}"}
+        console = httpx.get(f"http://127.0.0.1:{run.health}/console", headers=token)
+        assert console.status_code == 200, console.text
+        assert httpx.get(f"http://127.0.0.1:{run.health}/console").status_code == 401
+        # Ctrl-C: the relay drains and exits 0.
+        run.daemon.send_signal(signal.SIGINT)
+        assert run.daemon.wait(timeout=20) == 0, run.relay_log()
+        assert "Traceback" not in run.relay_log()
+        # Operations, "Running it by hand": the same config, one pass, then exit.
+        [foreground, once] = console_block("docs/operations.md", "Running it by hand")
+        assert shlex.split(foreground) == ["sessionhook", "run", "--config", "config.toml"]
+        assert shlex.split(once) == ["sessionhook", "run", "--config", "config.toml", "--once"]
+        passed = sh(*shlex.split(once)[1:], env=run.relay_env, cwd=tmp_path)
+        assert passed.returncode == 0, passed.stderr
+        assert "Traceback" not in passed.stderr
+    status = sh("status", "--config", "config.toml", "--json", env=clean_env(), cwd=tmp_path)
     assert status.returncode == 0, status.stderr
     summary = json.loads(status.stdout)
     assert summary["sessions"] == 1 and summary["events"] >= 1
     assert {e["name"] for e in summary["endpoints"]} == {"ci-bot", "chat"}
     assert all(e["configured"] and e["enabled"] for e in summary["endpoints"])
-    assert (config.parent / "sessionhook.db").is_file()  # next to the config, as documented
-    events = sh(
-        "events", "--config", "config.toml", "--session", session, env=env, cwd=config.parent
-    )
-    assert events.returncode == 0 and "session.discovered" in events.stdout, events.stderr
+    assert (tmp_path / "sessionhook.db").is_file()  # next to the config, as documented
 
 
-def test_readme_emulator_command_works_as_written(tmp_path: Path) -> None:
-    """## The emulator: the command with and without its [optional] parts."""
-    [command] = console_block("The emulator")
+def test_the_emulator_command_works_as_written(tmp_path: Path) -> None:
+    """docs/emulator.md, "Running it": the command with and without its [optional] parts."""
+    [command] = console_block("docs/emulator.md", "Running it")
     env = clean_env()
     for argv in variants(command):
         args = [a for a in argv[1:] if a != "..."]
@@ -289,9 +397,9 @@ def test_readme_emulator_command_works_as_written(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- the API CLI
 
 
-def readme_commands(section: str) -> list[str]:
-    """The ``sessionhook ...`` commands of the first console block under ``## section``."""
-    return [c for c in console_block(section) if c.startswith("sessionhook ")]
+def page_commands(page: str, section: str) -> list[str]:
+    """The ``sessionhook ...`` commands of the first console block under ``section``."""
+    return [c for c in console_block(page, section) if c.startswith("sessionhook ")]
 
 
 def variants(command: str) -> list[list[str]]:
@@ -301,8 +409,8 @@ def variants(command: str) -> list[list[str]]:
     return [shlex.split(bare)] + ([shlex.split(full)] if full != bare else [])
 
 
-def test_readme_api_cli_commands_work_as_written(tmp_path: Path) -> None:
-    commands = readme_commands("The API CLI")
+def test_the_api_cli_commands_work_as_written(tmp_path: Path) -> None:
+    commands = page_commands("docs/client.md", "The API CLI")
     assert len(commands) >= 6, commands
     env = clean_env(SESSIONHOOK_API_KEY=API_KEY)
     with emulator(

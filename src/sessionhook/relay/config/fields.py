@@ -62,7 +62,7 @@ _MINUTE, _HOUR, _DAY = 60, 3600, 86400
 #: ``key: (lowest, highest)`` in seconds. The highest is inclusive; the lowest is exclusive
 #: (the duration must be positive) except for ``retry_delays`` and ``max_retry_after``,
 #: which may be 0. A value beyond is refused: an interval of a year or a timeout of a week
-#: is a typo, not a wish. README and config.example.toml document the same figures.
+#: is a typo, not a wish. docs/configuration.md and config.example.toml document the same figures.
 DURATION_BOUNDS: dict[str, tuple[int, int]] = {
     "api.timeout": (0, 10 * _MINUTE),
     "poll.active_interval": (0, _HOUR),

@@ -16,7 +16,7 @@ Text from the Sessions API (titles, plan steps, messages, URLs) is data, never m
 
 ``limit`` cuts the *escaped* text to at most that many characters (a service's field
 limit) without splitting an escape, ending in ``...``. These are also the filters of the
-same names that templates use (README, "template").
+same names that templates use (docs/events.md, "template").
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ A rejected API key (401) is logged loudly and retried slowly. So does a walk tha
 it nothing new (the same items under a fresh token: ``page_loop``, see the client): what it
 archived stays, the next poll resumes from the cursor.
 
-What upstream sends is screened, never trusted (see ``docs/threat-model.md``): an activity
+What upstream sends is screened, never trusted (see ``docs/security.md``): an activity
 whose ``name`` is not ``<polled session>/activities/<id>`` (``foreign_name``,
 ``not_a_name``), one archived under another session already (``duplicate_name``), an item
 that is no activity (``malformed``) and a single activity too large to read (``too_large``:
