@@ -5,31 +5,41 @@ The database is at once the archive (sessions, activities kept whole), the event
 outbox (``deliveries``: a row exists before any POST) and the delivery log (``attempts``).
 Tables and columns are listed in ``docs/design.md``.
 
+A store is its roles (:mod:`.roles`: one protocol per kind of caller), each implemented by a
+collaborator over the database handle; ``store.outbox.due_deliveries(...)``. The async door
+(:class:`AsyncStore`) has the same roles, awaitable.
+
 Modules
     :mod:`.rows`         the row dataclasses, the protocols of inputs, :class:`StoreError`
                          (no SQL)
-    :mod:`.dialect`      the SQL subset both engines run; each query is written once
-    :mod:`.core`         :class:`StoreCore`: the daemon's queries, whatever the engine
-                         (meta, endpoints, sessions, upstream counters; the mixins below)
-    :mod:`.ingest`       archiving pages of activities and events, compressed bodies
-                         (mixed into :class:`StoreCore`)
-    :mod:`.ops_queries`  the operator's queries (mixed in)
-    :mod:`.outbox`       due deliveries, attempts, pruning (mixed in)
-    :mod:`.console_queries`  the web console's lists and chart counts (mixed in)
-    :mod:`.economy_queries`  the history walk, known sessions, the request budget's window
-                         (mixed in)
-    :mod:`.refusals`     what was refused from upstream, and why (mixed in)
-    :mod:`.sqlite`       :class:`Store`: the SQLite file, its connections and durability
+    :mod:`.dialect`      the SQL subset both engines run (each query is written once) and
+                         :class:`~.dialect.Database`, what a backend provides
+    :mod:`.roles`        the roles' protocols
+    :mod:`.core`         :class:`StoreCore`: the roles composed over one database
+    :mod:`.meta`         the ``meta`` table
+    :mod:`.endpoints`    the endpoints' configuration and state
+    :mod:`.ingest`       sessions, pages of activities and events, their deliveries enqueued
+    :mod:`.bodies`       event bodies compressed against references (see :mod:`.codec`)
+    :mod:`.refusals`     what was refused from upstream, and why
+    :mod:`.outbox`       due deliveries, attempts, rendered bodies, pruning
+    :mod:`.leases`       the replicas' lease protocol: registry, heartbeats, claims on
+                         outbox heads and session polls, named leases
+    :mod:`.economy_queries`  the history walk, known sessions, the request budget's window,
+                         the upstream counters
+    :mod:`.ops_queries`  the operator's queries
+    :mod:`.console_queries`  the web console's lists and chart counts
+    :mod:`.log_rows`     the event and delivery rows the operator and the console share
+    :mod:`.copying`      ``sessionhook store copy``: a whole store into another, ids kept
+    :mod:`.sqlite`       :class:`Store`: the SQLite file, its connection and durability
     :mod:`.schema`       SQLite migrations and the checks that a file is ours (DDL)
     :mod:`.postgres`     :class:`PostgresStore`: the pool, transactions, error mapping
     :mod:`.schema_pg`    the same migrations in PostgreSQL DDL
+    :mod:`.notify`       PostgreSQL's wake-ups between replicas (``LISTEN``/``NOTIFY``)
     :mod:`.opening`      :func:`open_store`: the backend the configuration names
-    :mod:`.aio`          :class:`AsyncStore`, the daemon's async handle (waits out a full
-                         disk or an unreachable database)
+    :mod:`.aio`          :class:`AsyncStore`, the async door (waits out a full disk or an
+                         unreachable database); :mod:`.views`, its roles
+    :mod:`.thread`       the SQLite store's thread
     :mod:`.lock`         the daemon lock: one ``sessionhook run`` per SQLite store (``flock``)
-    :mod:`.leases`       the replicas' lease protocol: registry, heartbeats, claims on
-                         outbox heads and session polls, named leases (mixed in)
-    :mod:`.copy`         ``sessionhook store copy``: a whole store into another, ids kept
 
 Threads
     A store is used from one thread at a time per connection. :class:`AsyncStore` gives the
@@ -56,9 +66,27 @@ from .core import StoreCore
 from .economy_queries import HistoryProgress, KnownSession
 from .leases import LeaseRow, ReplicaRow
 from .lock import DaemonLock, StoreLockedError, acquire_daemon_lock
-from .opening import StoreSettings, database_errors, open_store, store_failures
+from .opening import (
+    StoreSettings,
+    database_errors,
+    describe_store,
+    described_errors,
+    open_store,
+    store_failures,
+)
 from .outbox import AttemptRecord
 from .refusals import REFUSAL_REASONS
+from .roles import (
+    ConsoleRole,
+    EconomyRole,
+    EndpointRole,
+    IngestRole,
+    LeaseRole,
+    MetaRole,
+    OperatorRole,
+    OutboxRole,
+    RefusalRole,
+)
 from .rows import (
     OPEN_STATUSES,
     AttemptLike,
@@ -91,19 +119,28 @@ __all__ = [
     "AttemptLike",
     "AttemptRecord",
     "AttemptRow",
+    "ConsoleRole",
     "DaemonLock",
     "DeliveryRow",
     "DueDelivery",
+    "EconomyRole",
     "EndpointLike",
+    "EndpointRole",
     "EndpointState",
     "EndpointSummary",
     "EventRow",
     "FullObserver",
     "HistoryProgress",
+    "IngestRole",
     "Ingested",
     "KnownSession",
+    "LeaseRole",
     "LeaseRow",
+    "MetaRole",
+    "OperatorRole",
+    "OutboxRole",
     "PostgresStore",
+    "RefusalRole",
     "RefusedRow",
     "RefusedSummary",
     "ReplicaRow",
@@ -119,6 +156,8 @@ __all__ = [
     "UpstreamSummary",
     "acquire_daemon_lock",
     "database_errors",
+    "describe_store",
+    "described_errors",
     "open_store",
     "store_failures",
 ]

@@ -1,15 +1,23 @@
-""":class:`AsyncStore`, the daemon's async handle on a store (SQLite or PostgreSQL).
+""":class:`AsyncStore`, the one async door into a store (SQLite or PostgreSQL).
+
+Every async caller (the poller, the dispatcher, the daemon, the web console and stream) goes
+through it: ``await astore.outbox.record_attempts(...)``. It has the store's roles as
+attributes (:mod:`.views`: the methods of :mod:`.roles`, awaitable), and runs each call in
+the store's thread under one of its policies for a store that cannot be written or reached
+for now (below). An operator's function over the synchronous store
+(:mod:`sessionhook.relay.ops`) runs there too: :meth:`AsyncStore.run`.
 
 A full disk (or a store that cannot be written for now)
     A write that fails for lack of space (:class:`~.rows.StoreFullError`), or because the
     file or its mount is read-only (:class:`~.rows.StoreUnwritableError`, the base class),
-    rolled back whole. The AsyncStore then records it (:attr:`AsyncStore.unwritable`) and, in the
-    daemon's default mode (``wait_for_space=True``), the write WAITS: it is tried again after
-    a growing delay (``retry_base`` doubling up to ``retry_cap`` seconds) until it commits, so
-    nothing the poller archived or the dispatcher sent is lost, and the caller simply waits.
-    Writes that are only statistics (:meth:`record_upstream`, :meth:`mark_poll`) are
-    skipped instead. :meth:`wait_writable` lets a loop pause (and probe) until space
-    returns; :meth:`stop_waiting` makes waiting writes give up with the error (shutdown).
+    rolled back whole. The AsyncStore then records it (:attr:`AsyncStore.unwritable`) and,
+    in the daemon's default mode (``wait_for_space=True``), the write WAITS: it is tried
+    again after a growing delay (``retry_base`` doubling up to ``retry_cap`` seconds) until
+    it commits, so nothing the poller archived or the dispatcher sent is lost, and the
+    caller simply waits. Writes that are only statistics (the upstream counters, a
+    discovery pass's time, the heartbeat) are skipped instead (:meth:`AsyncStore.try_write`).
+    :meth:`AsyncStore.wait_writable` lets a loop pause (and probe) until space returns;
+    :meth:`AsyncStore.stop_waiting` makes waiting writes give up with the error (shutdown).
     ``wait_for_space=False`` (``--once``) raises at once. An ``observer`` hears when the
     store becomes unwritable, is still unwritable, and recovers (the daemon logs and counts
     it).
@@ -22,30 +30,30 @@ import math
 import os
 import time
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import ParamSpec, Protocol, TypeVar
+from collections.abc import Callable
+from typing import Concatenate, ParamSpec, Protocol, TypeVar
 
 import anyio
 import anyio.to_thread
 
-from sessionhook.api.models import Activity, Session
-
-from ..domain.events import Event
-from ..domain.retry import Decision
 from .core import StoreCore
-from .outbox import AttemptRecord
-from .rows import (
-    AttemptLike,
-    DueDelivery,
-    EndpointLike,
-    EndpointState,
-    Ingested,
-    SessionRow,
-    StatusSummary,
-    StoreUnwritableError,
-)
+from .dialect import WakeSource
+from .rows import StoreUnwritableError
 from .sqlite import Store
 from .thread import StoreThread
+from .views import (
+    AsyncConsole,
+    AsyncEconomy,
+    AsyncEndpoints,
+    AsyncIngest,
+    AsyncLeases,
+    AsyncMeta,
+    AsyncOperator,
+    AsyncOutbox,
+    AsyncRefusals,
+)
+
+__all__ = ["AsyncStore", "FullObserver"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -66,17 +74,18 @@ class FullObserver(Protocol):
 
 
 class AsyncStore:
-    """The daemon's handle on a store (:class:`~.core.StoreCore`): every call runs in a
+    """The async door into a store (:class:`~.core.StoreCore`): every call runs in a
     thread, so the event loop never waits on disk: on SQLite (one writer connection) the
     store's own :class:`~.thread.StoreThread`, one call after another, in order (a third of
     the hand-off cost of ``anyio.to_thread``); on PostgreSQL anyio's worker threads under a
     ``CapacityLimiter(store.concurrency)`` (the pool's size).
 
-    Explicit async methods cover what the poller, dispatcher and health server use (their
-    writes wait out a full disk, see the module docstring); any other Store method is
-    reachable through :meth:`call` (``await astore.call(store.replay,
-    "ci", since=t)``). A call whose task is cancelled still finishes its transaction in the
-    thread (anyio does not abandon the thread), so cancellation never half-writes.
+    The roles are attributes, as on the store (``astore.ingest``, ``astore.outbox``...), each
+    method awaitable and declared with its policy (:mod:`.views`): :meth:`call` (once),
+    :meth:`read` (waits out an unreachable store), :meth:`write` (waits out a full disk) or
+    :meth:`try_write` (a statistic, skipped). A call whose task is cancelled still finishes
+    its transaction in the thread (anyio does not abandon the thread), so cancellation
+    never half-writes.
     """
 
     def __init__(
@@ -88,6 +97,8 @@ class AsyncStore:
         retry_base: float = 1.0,
         retry_cap: float = 30.0,
     ) -> None:
+        #: The synchronous store the door runs. Never call it from the event loop: go
+        #: through the roles below, or :meth:`run` for a function of your own.
         self.store = store
         self._limiter = anyio.CapacityLimiter(store.concurrency)
         self._thread = StoreThread() if store.concurrency == 1 else None
@@ -105,6 +116,26 @@ class AsyncStore:
         self._retry_at = 0.0
         self._recovered_at = -math.inf
         self._stopped = anyio.Event()  # stop_waiting(): wake the writes waiting for space
+        self.meta = AsyncMeta(self, store.meta)
+        self.endpoints = AsyncEndpoints(self, store.endpoints)
+        self.ingest = AsyncIngest(self, store.ingest)
+        self.refusals = AsyncRefusals(self, store.refusals)
+        self.outbox = AsyncOutbox(self, store.outbox, store.leases)
+        self.leases = AsyncLeases(self, store.leases)
+        self.economy = AsyncEconomy(self, store.economy)
+        self.operator = AsyncOperator(self, store.operator)
+        self.console = AsyncConsole(self, store.console)
+
+    @property
+    def exclusive(self) -> bool:
+        """At most one daemon runs on this store (SQLite: the daemon lock): this replica
+        has no rival (see :attr:`~.dialect.Database.exclusive`)."""
+        return self.store.db.exclusive
+
+    def wake_source(self) -> WakeSource | None:
+        """What wakes this replica when another one enqueued deliveries (PostgreSQL's
+        ``LISTEN``); ``None`` where no other process writes (SQLite)."""
+        return self.store.db.wake_source()
 
     @classmethod
     async def open(
@@ -119,10 +150,24 @@ class AsyncStore:
         store = await anyio.to_thread.run_sync(functools.partial(Store.open, path, clock=clock))
         return cls(store, wait_for_space=wait_for_space, observer=observer)
 
-    async def call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        """Run ``fn(*args, **kwargs)`` (a Store method) in the store's worker thread, once;
-        no space or a read-only store raises :class:`StoreUnwritableError` (see :meth:`write`
-        to wait it out)."""
+    async def run(
+        self, fn: Callable[Concatenate[StoreCore, P], T], *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        """``fn(store, *args, **kwargs)`` in the store's thread, once (as :meth:`call`): a
+        function of the operator's over the synchronous store, e.g.
+        ``await astore.run(ops.resume_position, event_id)``."""
+        return await self.call(lambda: fn(self.store, *args, **kwargs))
+
+    async def run_write(
+        self, fn: Callable[Concatenate[StoreCore, P], T], *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        """:meth:`run` as a write: a full disk is waited out (see :meth:`write`)."""
+        return await self.write(lambda: fn(self.store, *args, **kwargs))
+
+    async def call(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run ``fn(*args, **kwargs)`` in the store's worker thread, once; no space or a
+        read-only store raises :class:`StoreUnwritableError` (see :meth:`write` to wait it
+        out)."""
         try:
             if self._thread is not None and not self._thread.stopped:
                 return await self._thread.run(functools.partial(fn, *args, **kwargs))
@@ -140,7 +185,7 @@ class AsyncStore:
 
     # ----------------------------------------------------------------- full disk
 
-    async def write(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    async def write(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """Run a write, waiting out a full disk (see the module docstring).
 
         Raises :class:`StoreUnwritableError` without waiting when ``wait_for_space`` is off or
@@ -159,7 +204,7 @@ class AsyncStore:
             self._succeeded()
             return result
 
-    async def read(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    async def read(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """Run a read the daemon cannot go on without (the poller's), waiting out a store
         that cannot be reached (a PostgreSQL restart) as :meth:`write` does, instead of
         raising :class:`StoreUnwritableError` into the task. Unlike a write it does not
@@ -173,7 +218,9 @@ class AsyncStore:
                     raise
             await self._pause()
 
-    async def try_write(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> bool:
+    async def try_write(
+        self, fn: Callable[P, object], /, *args: P.args, **kwargs: P.kwargs
+    ) -> bool:
         """Run a write that may be skipped (statistics): not tried while the store is full
         and its retry is not due; returns whether it committed."""
         if self.unwritable is not None and anyio.current_time() < self._retry_at:
@@ -192,7 +239,7 @@ class AsyncStore:
         while self.unwritable is not None and self.wait_for_space:
             await self._pause()
             if self.wait_for_space:
-                await self.try_write(self.store.set_meta, "write_probe_at", repr(time.time()))
+                await self.meta.probe("write_probe_at", repr(time.time()))
 
     def stop_waiting(self) -> None:
         """Make waiting writes raise :class:`StoreUnwritableError` now (the daemon stops)."""
@@ -239,212 +286,3 @@ class AsyncStore:
                 self._thread.stop()
 
     aclose = close
-
-    async def save_rendered(self, delivery_id: int, body: bytes, content_type: str) -> None:
-        """See :meth:`Store.save_rendered`."""
-        await self.call(self.store.save_rendered, delivery_id, body, content_type)
-
-    async def rendered_body(self, delivery_id: int) -> tuple[bytes, str] | None:
-        """See :meth:`Store.rendered_body`."""
-        return await self.call(self.store.rendered_body, delivery_id)
-
-    async def latest_activity(self, session_name: str, member: str) -> Activity | None:
-        """See :meth:`Store.latest_activity`."""
-        return await self.read(self.store.latest_activity, session_name, member)
-
-    async def sync_endpoints(self, endpoints: Iterable[EndpointLike]) -> None:
-        """See :meth:`Store.sync_endpoints`."""
-        await self.write(self.store.sync_endpoints, list(endpoints))
-
-    async def set_endpoint_enabled(self, name: str, enabled: bool, reason: str | None) -> None:
-        """See :meth:`Store.set_endpoint_enabled`."""
-        await self.write(self.store.set_endpoint_enabled, name, enabled, reason)
-
-    async def endpoint_states(self) -> list[EndpointState]:
-        """See :meth:`Store.endpoint_states`."""
-        return await self.call(self.store.endpoint_states)
-
-    async def get_session(self, name: str) -> SessionRow | None:
-        """See :meth:`Store.get_session`."""
-        return await self.read(self.store.get_session, name)
-
-    async def all_sessions(self) -> list[SessionRow]:
-        """See :meth:`Store.all_sessions`."""
-        return await self.call(self.store.all_sessions)
-
-    async def is_baseline_complete(self) -> bool:
-        """See :meth:`Store.is_baseline_complete`."""
-        return await self.read(self.store.is_baseline_complete)
-
-    async def mark_baseline_complete(self) -> None:
-        """See :meth:`Store.mark_baseline_complete`."""
-        await self.write(self.store.mark_baseline_complete)
-
-    async def upsert_session(self, session: Session, *, baseline: bool) -> SessionRow:
-        """See :meth:`Store.upsert_session`."""
-        return await self.write(self.store.upsert_session, session, baseline=baseline)
-
-    async def ingest_session_events(
-        self, session_name: str, events: Sequence[Event], deliver: bool
-    ) -> Ingested:
-        """See :meth:`Store.ingest_session_events`."""
-        return await self.write(self.store.ingest_session_events, session_name, events, deliver)
-
-    async def schedule_poll(
-        self,
-        name: str,
-        next_poll_at: float | None,
-        *,
-        polled_update_time: str | None = None,
-        polled_at: float | None = None,
-        poll_errors: int | None = None,
-    ) -> None:
-        """See :meth:`Store.schedule_poll`."""
-        await self.write(
-            self.store.schedule_poll,
-            name,
-            next_poll_at,
-            polled_update_time=polled_update_time,
-            polled_at=polled_at,
-            poll_errors=poll_errors,
-        )
-
-    async def ingest_activities(
-        self,
-        session_name: str,
-        activities: Sequence[Activity],
-        events: Sequence[Event],
-        deliver: bool,
-        *,
-        cursor_limit: str | None = None,
-        raws: Sequence[bytes] | None = None,
-    ) -> Ingested:
-        """See :meth:`Store.ingest_activities`."""
-        return await self.write(
-            self.store.ingest_activities,
-            session_name,
-            activities,
-            events,
-            deliver,
-            cursor_limit=cursor_limit,
-            raws=raws,
-        )
-
-    async def refuse_activity(
-        self,
-        session_name: str,
-        name: str,
-        reason: str,
-        *,
-        create_time: str = "",
-        detail: str = "",
-        size: int | None = None,
-        cursor_limit: str | None = None,
-        advance_cursor: bool = False,
-    ) -> bool:
-        """See :meth:`Store.refuse_activity`."""
-        return await self.write(
-            self.store.refuse_activity,
-            session_name,
-            name,
-            reason,
-            create_time=create_time,
-            detail=detail,
-            size=size,
-            cursor_limit=cursor_limit,
-            advance_cursor=advance_cursor,
-        )
-
-    async def due_deliveries(
-        self, now: float, limit: int, busy: Iterable[tuple[str, str]] = ()
-    ) -> list[DueDelivery]:
-        """See :meth:`Store.due_deliveries`."""
-        return await self.call(self.store.due_deliveries, now, limit, set(busy))
-
-    async def next_due_at(self, after: float | None = None) -> float | None:
-        """See :meth:`Store.next_due_at`."""
-        return await self.call(self.store.next_due_at, after)
-
-    async def record_attempts(self, records: Sequence[AttemptRecord]) -> list[float | None]:
-        """See :meth:`Store.record_attempts` (waits out a full disk, like every write)."""
-        return await self.write(self.store.record_attempts, list(records))
-
-    async def prune_delivery_log(self, before: float, *, batch: int = 2000) -> tuple[int, int]:
-        """:meth:`Store.prune_delivery_log`, one batch per worker-thread call, so that the
-        dispatcher's and poller's writes go in between. Returns (attempts, deliveries)."""
-        attempts = deliveries = 0
-        while True:
-            a, d = await self.call(self.store.prune_delivery_log, before, batch=batch, rounds=1)
-            attempts, deliveries = attempts + a, deliveries + d
-            if a < batch and d < batch:
-                return attempts, deliveries
-
-    async def dispatch_round(
-        self,
-        records: Sequence[AttemptRecord],
-        now: float,
-        limit: int,
-        busy: Iterable[tuple[str, str]],
-        release: Iterable[tuple[str, str]] = (),
-        caps: Mapping[str, int] | None = None,
-    ) -> tuple[list[float | None], list[DueDelivery], float | None]:
-        """One round of the dispatcher in ONE worker-thread call: record ``records`` in one
-        transaction (:meth:`Store.record_attempts`, committed before anything is read),
-        then :meth:`Store.due_deliveries` (``now``, ``limit``, ``busy``) and, when fewer
-        than ``limit`` are due, :meth:`Store.next_due_at` after ``now`` (else ``now``).
-        Returns (failing_since per record, due deliveries, next due time). ``release``: keys
-        handed out by the previous round and not started, whose claims go back first
-        (:meth:`Store.release_delivery_claims`); ``caps``: per endpoint, at most that many
-        (its free slots). With records, or for a replica (it claims
-        what it reads), it is a write: a full disk is waited out (the batch is retried
-        whole, nothing of it was committed), see the module docstring."""
-        keys = set(busy)
-        records = list(records)
-        unclaim = list(release)
-
-        committed: list[list[float | None]] = []
-
-        def work() -> tuple[list[float | None], list[DueDelivery], float | None]:
-            # Retried by write() after a failure: a batch already committed is not redone.
-            if not committed:
-                committed.append(self.store.record_attempts(records))
-            failing = committed[0]
-            if unclaim:
-                self.store.release_delivery_claims(unclaim)
-            active = self.store.active_endpoints()  # read once for both queries
-            due = self.store.due_deliveries(now, limit, keys, caps, active=active) if limit else []
-            if limit > 0 and len(due) >= limit:
-                return failing, due, now
-            return failing, due, self.store.next_due_at(after=now, active=active)
-
-        # A replica sharing the store claims what it reads: a write.
-        claiming = limit > 0 and self.store.claims
-        if records or (unclaim and not self.store.exclusive) or claiming:
-            return await self.write(work)
-        return await self.call(work)
-
-    async def record_attempt(
-        self, delivery_id: int, attempt: AttemptLike, decision: Decision
-    ) -> float | None:
-        """See :meth:`Store.record_attempt`."""
-        return await self.write(self.store.record_attempt, delivery_id, attempt, decision)
-
-    async def pending_count(self, endpoint: str | None = None) -> int:
-        """See :meth:`Store.pending_count`."""
-        return await self.call(self.store.pending_count, endpoint)
-
-    async def outbox_stats(self) -> dict[str, tuple[int, float | None]]:
-        """See :meth:`Store.outbox_stats`."""
-        return await self.call(self.store.outbox_stats)
-
-    async def status_summary(self, now: float) -> StatusSummary:
-        """See :meth:`Store.status_summary`."""
-        return await self.call(self.store.status_summary, now)
-
-    async def record_upstream(self, label: str, status: int | str | None, at: float) -> None:
-        """See :meth:`Store.record_upstream` (a statistic: skipped while the store is full)."""
-        await self.try_write(self.store.record_upstream, label, status, at)
-
-    async def mark_poll(self, ok: bool, at: float) -> None:
-        """See :meth:`Store.mark_poll` (a statistic: skipped while the store is full)."""
-        await self.try_write(self.store.mark_poll, ok, at)

@@ -1,4 +1,4 @@
-"""The web console's queries of the :class:`~.core.StoreCore` (read only, every one bounded).
+"""The console role: the web console's queries (read only, every one bounded).
 
 Written once in the SQL that SQLite and PostgreSQL share (``?`` placeholders, no custom
 functions): the console runs on either backend. Every list takes a ``limit`` (the pages
@@ -8,12 +8,26 @@ placeholder per id, at most :data:`MAX_IDS` of them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
-from .dialect import Connection
-from .rows import AttemptRow, DeliveryRow, EventRow
+from .bodies import Bodies
+from .dialect import Database
+from .endpoints import EndpointQueries
+from .ingest import get_session
+from .log_rows import (
+    DELIVERY_COLUMNS,
+    EVENT_COLUMNS,
+    EVENT_FROM,
+    deliveries_where,
+    delivery_row,
+    event_row,
+)
+from .ops_queries import OperatorQueries
+from .rows import AttemptRow, DeliveryRow, EndpointState, EventRow, SessionRow, StatusSummary
+
+__all__ = ["MAX_IDS", "ConsoleQueries", "ConsoleSession", "LiveEvent", "MinuteCounts"]
 
 #: Ids in one ``IN (...)`` list (a timeline page, the deliveries of a page of events).
 MAX_IDS: Final = 500
@@ -68,22 +82,53 @@ def _like(text: str) -> str:
 
 
 class ConsoleQueries:
-    """Mixed into :class:`~.core.StoreCore`; the pages of :mod:`sessionhook.relay.web.console.pages`
-    read through these (on a read-only store too)."""
+    """The console role (:class:`~.roles.ConsoleRole`) over one database: the pages of
+    :mod:`sessionhook.relay.web.console` read through these (on a read-only store too),
+    including the few reads they share with the operator (a session, the endpoints, the
+    status, a delivery and its attempts, an event)."""
 
-    if TYPE_CHECKING:
-        _conn: Connection
-        _clock: Callable[[], float]
-        _DELIVERY_COLUMNS: str
-        _EVENT_COLUMNS: str
-        _EVENT_FROM: str
+    def __init__(
+        self,
+        db: Database,
+        bodies: Bodies,
+        *,
+        endpoints: EndpointQueries,
+        operator: OperatorQueries,
+    ) -> None:
+        self._db = db
+        self._bodies = bodies
+        self._endpoints = endpoints
+        self._operator = operator
 
-        @staticmethod
-        def _delivery_row(r: Sequence[Any]) -> DeliveryRow: ...
-        def _event_row(self, r: Sequence[Any]) -> EventRow: ...
-        def _deliveries_where(
-            self, clauses: Sequence[tuple[str, object | None]], limit: int
-        ) -> list[DeliveryRow]: ...
+    # ----------------------------------------------------------------- shared reads
+
+    def get_session(self, name: str) -> SessionRow | None:
+        """The archived session, or ``None``."""
+        return get_session(self._db.conn, name)
+
+    def endpoint_states(self) -> list[EndpointState]:
+        """Every endpoint the store knows, by name."""
+        return self._endpoints.endpoint_states()
+
+    def status_summary(self, now: float) -> StatusSummary:
+        """The figures of ``sessionhook status`` at ``now`` (the overview)."""
+        return self._operator.status_summary(now)
+
+    def get_delivery(self, delivery_id: int) -> DeliveryRow | None:
+        """One delivery, or ``None``."""
+        return self._operator.get_delivery(delivery_id)
+
+    def list_attempts(self, delivery_id: int) -> list[AttemptRow]:
+        """The attempts of a delivery, first to last."""
+        return self._operator.list_attempts(delivery_id)
+
+    def get_event(self, event_id: str) -> EventRow | None:
+        """One archived event, or ``None``."""
+        return self._operator.get_event(event_id)
+
+    def last_event_seq(self) -> int:
+        """The position of the newest archived event (0 when there is none)."""
+        return self._operator.last_event_seq()
 
     # ----------------------------------------------------------------- sessions
 
@@ -114,7 +159,7 @@ class ConsoleQueries:
         limit = min(limit, MAX_IDS)
         # The newest event of each session is one probe of events_by_session; the count
         # and the last event's type are read for the page's sessions only.
-        rows = self._conn.execute(
+        rows = self._db.conn.execute(
             "SELECT name, title, state, source, account, update_time, last_seq FROM ("
             "SELECT s.name, s.title, s.state, s.source, s.account, s.update_time, "
             "(SELECT MAX(e.seq) FROM events e WHERE e.session_name = s.name) AS last_seq "
@@ -127,7 +172,7 @@ class ConsoleQueries:
         if names:
             counts = {
                 name: int(n)
-                for name, n in self._conn.execute(
+                for name, n in self._db.conn.execute(
                     "SELECT session_name, COUNT(*) FROM events "
                     f"WHERE session_name IN ({_ids(names)}) GROUP BY session_name",
                     tuple(names),
@@ -137,7 +182,7 @@ class ConsoleQueries:
             if seqs:
                 last = {
                     int(seq): (kind, at)
-                    for seq, kind, at in self._conn.execute(
+                    for seq, kind, at in self._db.conn.execute(
                         f"SELECT seq, type, occurred_at FROM events WHERE seq IN ({_ids(seqs)})",
                         tuple(seqs),
                     )
@@ -160,20 +205,20 @@ class ConsoleQueries:
 
     def console_session_facets(self) -> tuple[list[str], list[str]]:
         """The distinct session states and accounts (the list's filter choices)."""
-        states = [r[0] for r in self._conn.execute("SELECT DISTINCT state FROM sessions")]
-        accounts = [r[0] for r in self._conn.execute("SELECT DISTINCT account FROM sessions")]
+        states = [r[0] for r in self._db.conn.execute("SELECT DISTINCT state FROM sessions")]
+        accounts = [r[0] for r in self._db.conn.execute("SELECT DISTINCT account FROM sessions")]
         return sorted(s for s in states if s), sorted(a for a in accounts if a)
 
     def console_timeline(
         self, session: str, *, after_seq: int = 0, limit: int = 200
     ) -> list[EventRow]:
         """A session's events after ``after_seq``, in ingest order, ``limit`` at most."""
-        rows = self._conn.execute(
-            f"SELECT {self._EVENT_COLUMNS} {self._EVENT_FROM} "
+        rows = self._db.conn.execute(
+            f"SELECT {EVENT_COLUMNS} {EVENT_FROM} "
             "WHERE e.session_name = ? AND e.seq > ? ORDER BY e.seq LIMIT ?",
             (session, after_seq, limit),
         ).fetchall()
-        return [self._event_row(r) for r in rows]
+        return [event_row(self._bodies, r) for r in rows]
 
     # ----------------------------------------------------------------- deliveries
 
@@ -181,19 +226,19 @@ class ConsoleQueries:
         """Every delivery of these events (at most :data:`MAX_IDS`), oldest first."""
         if not event_ids:
             return []
-        rows = self._conn.execute(
-            f"SELECT {self._DELIVERY_COLUMNS} FROM deliveries d "
+        rows = self._db.conn.execute(
+            f"SELECT {DELIVERY_COLUMNS} FROM deliveries d "
             f"JOIN events e ON e.id = d.event_id WHERE d.event_id IN ({_ids(event_ids)}) "
             "ORDER BY d.id",
             tuple(event_ids),
         ).fetchall()
-        return [self._delivery_row(r) for r in rows]
+        return [delivery_row(r) for r in rows]
 
     def attempts_of_deliveries(self, delivery_ids: Sequence[int]) -> list[AttemptRow]:
         """Every logged attempt of these deliveries (at most :data:`MAX_IDS`), in order."""
         if not delivery_ids:
             return []
-        rows = self._conn.execute(
+        rows = self._db.conn.execute(
             "SELECT id, delivery_id, attempt, started_at, duration_ms, status_code, error, "
             f"response_body FROM attempts WHERE delivery_id IN ({_ids(delivery_ids)}) "
             "ORDER BY delivery_id, attempt, id",
@@ -214,7 +259,8 @@ class ConsoleQueries:
         """Deliveries, newest first, filtered by endpoint, status and creation time
         (``since`` inclusive, ``until`` exclusive); ``before_id`` pages further back."""
         # An empty form field filters nothing, like an absent one.
-        return self._deliveries_where(
+        return deliveries_where(
+            self._db.conn,
             (
                 ("d.endpoint = ?", endpoint or None),
                 ("d.status = ?", status or None),
@@ -227,7 +273,7 @@ class ConsoleQueries:
 
     def get_attempt(self, attempt_id: int) -> AttemptRow | None:
         """One logged attempt, or ``None``."""
-        row = self._conn.execute(
+        row = self._db.conn.execute(
             "SELECT id, delivery_id, attempt, started_at, duration_ms, status_code, error, "
             "response_body FROM attempts WHERE id = ?",
             (attempt_id,),
@@ -245,7 +291,7 @@ class ConsoleQueries:
         can move an attempt by one second, never by a minute's worth).
         """
         until = since + 60 * minutes
-        rows = self._conn.execute(
+        rows = self._db.conn.execute(
             "SELECT (CAST(started_at AS BIGINT) - ?) / 60 AS m, "
             "SUM(CASE WHEN status_code BETWEEN 200 AND 299 THEN 1 ELSE 0 END), "
             "SUM(CASE WHEN status_code BETWEEN 200 AND 299 THEN 0 ELSE 1 END) "
@@ -260,7 +306,7 @@ class ConsoleQueries:
 
     def budget_used(self, since: float) -> dict[str, int]:
         """Upstream request grants taken since ``since``, per budget (an account's name)."""
-        rows = self._conn.execute(
+        rows = self._db.conn.execute(
             "SELECT budget, COUNT(*) FROM request_budget WHERE at > ? GROUP BY budget", (since,)
         ).fetchall()
         return {str(budget): int(n) for budget, n in rows}
@@ -277,5 +323,5 @@ class ConsoleQueries:
         if session is not None:
             sql += " AND session_name = ?"
             params.append(session)
-        rows = self._conn.execute(f"{sql} ORDER BY seq LIMIT ?", (*params, limit)).fetchall()
+        rows = self._db.conn.execute(f"{sql} ORDER BY seq LIMIT ?", (*params, limit)).fetchall()
         return [LiveEvent(*r) for r in rows]

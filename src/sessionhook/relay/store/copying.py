@@ -24,12 +24,25 @@ mismatch raises :class:`CopyError`.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from . import codec
+from .dialect import Database, first_value
 from .rows import StoreError
+
+__all__ = [
+    "BATCH",
+    "GENERATED_COLUMNS",
+    "ORDERED_TABLES",
+    "SKIPPED_TABLES",
+    "CopyError",
+    "CopyQueries",
+    "CopyReport",
+    "CopyStore",
+    "copy_store",
+    "plan",
+]
 
 #: Tables in an order that respects their references (parents first).
 ORDERED_TABLES = (
@@ -183,43 +196,34 @@ def _quote(name: str) -> str:
 
 
 class CopyQueries:
-    """:class:`CopyStore` for a store (mixed into it; the SQL is the common subset, the
-    list of tables asks each engine its own way)."""
+    """The copy role (:class:`CopyStore`) over one database: the SQL is the common subset;
+    what the engines do differently (their list of tables, bytes-only bodies, id
+    generators) the backend does (:class:`~.dialect.Database`)."""
 
-    if TYPE_CHECKING:
-        _conn: Any
-
-        def _tx(self, serialized: bool = True) -> AbstractContextManager[Any]: ...
-        def _one(self, sql: str, params: Sequence[Any] = ()) -> Any: ...
+    def __init__(self, db: Database) -> None:
+        self._db = db
 
     def copy_tables(self) -> list[str]:
         """See :class:`CopyStore`."""
-        if getattr(self, "backend", "sqlite") == "postgresql":
-            sql = (
-                "SELECT table_name FROM information_schema.tables "
-                "WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'"
-            )
-        else:
-            sql = "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
-        return sorted(str(r[0]) for r in self._conn.execute(sql).fetchall())
+        return self._db.table_names()
 
     def copy_columns(self, table: str) -> list[str]:
         """See :class:`CopyStore`."""
-        cur = self._conn.execute(f"SELECT * FROM {_quote(table)} LIMIT 0")
+        cur = self._db.conn.execute(f"SELECT * FROM {_quote(table)} LIMIT 0")
         columns = [str(d[0]) for d in cur.description]
         cur.fetchall()
         return [c for c in columns if (table, c) not in GENERATED_COLUMNS]
 
     def copy_count(self, table: str) -> int:
         """See :class:`CopyStore`."""
-        return int(self._one(f"SELECT COUNT(*) FROM {_quote(table)}"))
+        return int(first_value(self._db.conn, f"SELECT COUNT(*) FROM {_quote(table)}"))
 
     def copy_read(
         self, table: str, columns: Sequence[str], batch: int
     ) -> Iterator[list[tuple[Any, ...]]]:
         """See :class:`CopyStore`."""
         names = ", ".join(_quote(c) for c in columns)
-        cur = self._conn.execute(f"SELECT {names} FROM {_quote(table)}")
+        cur = self._db.conn.execute(f"SELECT {names} FROM {_quote(table)}")
         while True:
             rows = cur.fetchmany(batch)
             if not rows:
@@ -230,7 +234,7 @@ class CopyQueries:
         """See :class:`CopyStore`."""
         names = ", ".join(_quote(c) for c in columns)
         marks = ", ".join("?" for _ in columns)
-        with self._tx() as c:
+        with self._db.tx() as c:
             c.executemany(f"INSERT INTO {_quote(table)} ({names}) VALUES ({marks})", rows)
 
     def copy_adapt(
@@ -240,7 +244,7 @@ class CopyQueries:
         stores event bodies and raw activities as ``BYTEA`` only: the plain text of rows
         written before 0004 is encoded (:mod:`.codec`, without a reference or context), so
         that it decodes to the same bytes."""
-        if getattr(self, "backend", "sqlite") != "postgresql":
+        if not self._db.binary_bodies:
             return rows
         if table == "events" and "body" in columns:
             i = columns.index("body")
@@ -252,29 +256,14 @@ class CopyQueries:
 
     def copy_clear(self, tables: Sequence[str]) -> None:
         """See :class:`CopyStore`."""
-        with self._tx() as c:
+        with self._db.tx() as c:
             for table in tables:
                 c.execute(f"DELETE FROM {_quote(table)}")
 
     def copy_finish(self, tables: Sequence[str]) -> None:
-        """See :class:`CopyStore`. SQLite: nothing to do, AUTOINCREMENT follows the ids
-        inserted. PostgreSQL: each identity column's sequence is moved to the largest id
-        copied, so the next row gets the next id (not one the copy already used)."""
-        if getattr(self, "backend", "sqlite") != "postgresql":
-            return
-        with self._tx() as c:
-            for table in tables:
-                for (column,) in c.execute(
-                    "SELECT column_name FROM information_schema.columns "
-                    "WHERE table_schema = current_schema() AND table_name = ? "
-                    "AND is_identity = 'YES'",
-                    (table,),
-                ).fetchall():
-                    c.execute(
-                        f"SELECT setval(pg_get_serial_sequence(?, ?), "
-                        f"COALESCE(MAX({_quote(column)}), 0) + 1, false) FROM {_quote(table)}",
-                        (table, column),
-                    )
+        """See :class:`CopyStore`: the backend moves its id generators past the copied ids
+        (PostgreSQL's sequences; SQLite's AUTOINCREMENT follows inserted ids by itself)."""
+        self._db.advance_ids(tables)
 
 
 def _with(row: tuple[Any, ...], index: int, value: Any) -> tuple[Any, ...]:

@@ -21,16 +21,25 @@ SQLite store hands its connection over untouched: no wrapper on the hot path), a
 PostgreSQL store hands a small adapter (:mod:`.postgres`) that translates the text once
 (:func:`to_pyformat`, cached) and binds parameters on the client side
 (``psycopg.ClientCursor``), so that an untyped ``? IS NULL`` is valid.
+
+The query collaborators (ingest, outbox, leases...) receive a :class:`Database`: that
+connection, the write transactions, the clock, and the few things the engines do
+differently, each as a method or attribute of the backend (:mod:`.sqlite`, :mod:`.postgres`)
+rather than a test of the engine's name.
 """
 
 from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import Any, Protocol
 
-__all__ = ["Connection", "Cursor", "to_pyformat"]
+from .rows import StoreUnwritableError
+
+__all__ = ["Connection", "Cursor", "Database", "WakeSource", "first_value", "to_pyformat"]
 
 
 class Cursor(Protocol):
@@ -54,6 +63,107 @@ class Connection(Protocol):
     def execute(self, sql: str, parameters: Sequence[Any] = ..., /) -> Any: ...
 
     def executemany(self, sql: str, parameters: Iterable[Sequence[Any]], /) -> Any: ...
+
+
+def first_value(conn: Connection, sql: str, params: Sequence[Any] = ()) -> Any:
+    """The first column of the first row of ``sql`` (``None`` when there is no row)."""
+    row = conn.execute(sql, params).fetchone()
+    return None if row is None else row[0]
+
+
+#: Listens for wake-ups forever, calling its argument at each one (see :mod:`.notify`).
+WakeSource = Callable[[Callable[[], None]], Awaitable[None]]
+
+
+class Database(Protocol):
+    """One open database, as the query collaborators use it (a backend implements it:
+    :class:`~.sqlite.SqliteDatabase`, :class:`~.postgres.PostgresDatabase`)."""
+
+    @property
+    def conn(self) -> Connection:
+        """What reads run on: autocommit statements, each sees committed data."""
+        ...
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        """Unix seconds for the store's own bookkeeping (``created_at``...)."""
+        ...
+
+    @property
+    def path(self) -> Path | None:
+        """The SQLite file (``None`` on PostgreSQL), for :class:`~.rows.StoreError`."""
+        ...
+
+    @property
+    def location(self) -> str:
+        """The store in messages: the file, or the URL without its password."""
+        ...
+
+    @property
+    def readonly(self) -> bool:
+        """Opened read-only: every write raises :class:`~.rows.StoreError`."""
+        ...
+
+    @property
+    def concurrency(self) -> int:
+        """How many threads may use the database at once (the async door's limit)."""
+        ...
+
+    @property
+    def exclusive(self) -> bool:
+        """At most one daemon runs on this database (SQLite: the daemon lock): a replica
+        registered on it has no rival, so it claims nothing."""
+        ...
+
+    @property
+    def binary_bodies(self) -> bool:
+        """Bodies and raw activities are stored as bytes only (PostgreSQL's ``BYTEA``):
+        plain text written by SQLite before 0004 is encoded when copied in."""
+        ...
+
+    def tx(self, serialized: bool = True) -> AbstractContextManager[Connection]:
+        """ONE write transaction, committed when the block ends, rolled back whole when it
+        raises ("cannot write now" becomes :class:`~.rows.StoreUnwritableError`).
+        ``serialized=False``: the block orders itself by row locks (conditional updates,
+        ``FOR UPDATE``, the outbox heads' per-key lock), so it does not wait for
+        PostgreSQL's global write lock (SQLite has one writer anyway)."""
+        ...
+
+    def skip_locked(self, alias: str) -> str:
+        """Appended to a claiming read of ``alias``'s rows: rows another transaction is
+        claiming are skipped, not waited for (PostgreSQL); empty where there is one writer."""
+        ...
+
+    def notify_outbox(self, c: Connection) -> None:
+        """Tell every replica, when ``c``'s transaction commits, to look at the outbox
+        (claims were given back); nothing where there is no other replica to tell."""
+        ...
+
+    def wake_source(self) -> WakeSource | None:
+        """What wakes this replica when another one enqueued deliveries (PostgreSQL's
+        ``LISTEN``); ``None`` where no other process writes (SQLite)."""
+        ...
+
+    def table_names(self) -> list[str]:
+        """The tables of this database's schema, sorted (no internal ones of the engine)."""
+        ...
+
+    def advance_ids(self, tables: Sequence[str]) -> None:
+        """Move the id generators of ``tables`` past the ids inserted as given (a copy)."""
+        ...
+
+    def unwritable_error(self, exc: BaseException) -> StoreUnwritableError | None:
+        """``exc`` (raised outside a write transaction) as the
+        :class:`~.rows.StoreUnwritableError` it means, or ``None``."""
+        ...
+
+    def open_reader(self) -> Database:
+        """A second, read-only handle on the same database."""
+        ...
+
+    def close(self) -> None:
+        """Release the connection(s)."""
+        ...
 
 
 # A string literal, a quoted identifier, a placeholder, a percent sign, or json_each(?).

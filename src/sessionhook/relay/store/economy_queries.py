@@ -1,24 +1,39 @@
-"""The poller's economy queries of the :class:`~.core.StoreCore`: the history walk (sessions
-that existed before the first start, archived in the background), the index of known
-sessions loaded once at start, and the request budget's window (kept here so that a
+"""The economy role: the poller's queries about its upstream requests. The history walk
+(sessions that existed before the first start, archived in the background), the index of
+known sessions loaded once at start, the request budget's window (kept here so that a
 restart within a minute does not exceed ``requests_per_minute``; replicas sharing a
-database share the budget through the same verb, serialized per budget).
+database share the budget through the same verb, serialized per budget), and the
+per-minute counters of upstream requests and discovery passes (``sessionhook status``).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sessionhook.api.models import Session
 
-from .dialect import Connection
+from .dialect import Database
+from .leases import ReplicaState
+
+__all__ = [
+    "BUDGET_WINDOW",
+    "UPSTREAM_MALFORMED",
+    "UPSTREAM_NO_ANSWER",
+    "Economy",
+    "HistoryProgress",
+    "KnownSession",
+]
 
 #: The window of ``requests_per_minute``.
 BUDGET_WINDOW = 60.0
+#: Per-minute upstream counters older than this many minutes are pruned.
+_UPSTREAM_KEEP_MINUTES = 2 * 24 * 60
+#: How ``upstream_requests.status`` stores what is not an HTTP status.
+UPSTREAM_NO_ANSWER = -1
+UPSTREAM_MALFORMED = -2
 #: The history walk's rate is judged over this many recent seconds (for the estimate).
 _RATE_SPAN = 600.0
 
@@ -61,18 +76,17 @@ class HistoryProgress:
         return self.remaining / self.rate if self.rate > 0 else None
 
 
-class EconomyQueries:
-    """Mixed into :class:`~.core.StoreCore`, which provides the connection."""
+class Economy:
+    """The economy role (:class:`~.roles.EconomyRole`) over one database, for the replica
+    ``replica`` (alone on its store, the budget needs no lock row)."""
 
-    if TYPE_CHECKING:
-        _conn: Connection
-        _clock: Callable[[], float]
-
-        def _tx(self, serialized: bool = True) -> AbstractContextManager[Connection]: ...
+    def __init__(self, db: Database, replica: ReplicaState) -> None:
+        self._db = db
+        self._replica = replica
 
     def known_sessions(self) -> list[KnownSession]:
         """Every archived session's scheduling facts, in one query (the poller's start)."""
-        rows = self._conn.execute(
+        rows = self._db.conn.execute(
             "SELECT name, state, update_time, polled_update_time, first_seen_at, baseline, "
             "history = 1 AND history_done_at IS NULL, account FROM sessions"
         ).fetchall()
@@ -84,7 +98,7 @@ class EconomyQueries:
         """Archive list items of sessions that existed before the first start, for the
         history walk (``baseline``, pending); one transaction. Known names are left alone.
         Returns how many were new."""
-        now = self._clock()
+        now = self._db.clock()
         params: list[tuple[Any, ...]] = []
         for s in sessions:
             wire = s.to_wire()
@@ -102,7 +116,7 @@ class EconomyQueries:
                     account,
                 )
             )
-        with self._tx() as c:
+        with self._db.tx() as c:
             cur = c.executemany(
                 "INSERT INTO sessions (name, id, title, state, create_time, update_time, raw, "
                 "first_seen_at, baseline, polled_update_time, history, account) "
@@ -111,15 +125,9 @@ class EconomyQueries:
             )
             return int(cur.rowcount)
 
-    def set_session_account(self, name: str, account: str) -> None:
-        """Record which account lists the session (its events' ``data.account``, and the
-        endpoints that take them)."""
-        with self._tx() as c:
-            c.execute("UPDATE sessions SET account = ? WHERE name = ?", (account, name))
-
     def accounts_summary(self) -> dict[str, int]:
         """Archived sessions per account (``sessionhook status``)."""
-        rows = self._conn.execute(
+        rows = self._db.conn.execute(
             "SELECT account, COUNT(*) FROM sessions GROUP BY account ORDER BY account"
         ).fetchall()
         return {account: count for account, count in rows}
@@ -131,11 +139,11 @@ class EconomyQueries:
             + (" AND account = ?" if account is not None else "")
             + " ORDER BY create_time DESC, name"
         )
-        return [r[0] for r in self._conn.execute(sql, () if account is None else (account,))]
+        return [r[0] for r in self._db.conn.execute(sql, () if account is None else (account,))]
 
     def finish_history(self, name: str, at: float) -> None:
         """Mark a session's history archived (a restart does not fetch it again)."""
-        with self._tx() as c:
+        with self._db.tx() as c:
             c.execute(
                 "UPDATE sessions SET history_done_at = ? "
                 "WHERE name = ? AND history = 1 AND history_done_at IS NULL",
@@ -144,13 +152,13 @@ class EconomyQueries:
 
     def history_progress(self, now: float) -> HistoryProgress:
         """The history walk's progress at ``now`` (works on a read-only connection)."""
-        total, done, recent = self._conn.execute(
+        total, done, recent = self._db.conn.execute(
             "SELECT COUNT(*), COUNT(history_done_at), "
             "COALESCE(SUM(CASE WHEN history_done_at >= ? THEN 1 ELSE 0 END), 0) "
             "FROM sessions WHERE history = 1",
             (now - _RATE_SPAN,),
         ).fetchone()
-        first = self._conn.execute(
+        first = self._db.conn.execute(
             "SELECT MIN(history_done_at) FROM sessions WHERE history_done_at >= ?",
             (now - _RATE_SPAN,),
         ).fetchone()[0]
@@ -168,11 +176,11 @@ class EconomyQueries:
         last grant, so the account has ONE budget however many replicas poll it. A grant
         taken and not used still counts (conservative).
         """
-        with self._tx(serialized=False) as c:
+        with self._db.tx(serialized=False) as c:
             # First a write to the budget's own row: replicas' transactions on one budget
             # queue behind its row lock (PostgreSQL; SQLite has one writer anyway), so the
             # count below cannot be read by two of them at once.
-            if not getattr(self, "exclusive", False):  # alone on the store: no rival
+            if not self._replica.exclusive:  # alone on the store: no rival
                 c.execute(
                     "INSERT INTO budget_locks (budget, touched_at) VALUES (?, ?) "
                     "ON CONFLICT (budget) DO UPDATE SET touched_at = excluded.touched_at",
@@ -191,3 +199,55 @@ class EconomyQueries:
                 "INSERT INTO request_budget (budget, at) VALUES (?, ?)", [(key, now)] * granted
             )
             return granted, 0.0
+
+    # ----------------------------------------------------------------- upstream counters
+
+    def record_upstream(self, label: str, status: int | str | None, at: float) -> None:
+        """Count one upstream request in its minute bucket.
+
+        ``status`` is the HTTP status, ``None`` for no answer (stored as -1) or
+        ``"malformed"`` for a 2xx answer that did not parse (stored as -2).
+        """
+        self.record_upstream_counts({(label, status, int(at // 60)): 1})
+
+    def record_upstream_counts(
+        self, counts: Mapping[tuple[str, int | str | None, int], int]
+    ) -> None:
+        """Count many upstream requests at once: ``counts[(label, status, minute)]`` requests
+        (``minute`` = Unix seconds // 60; ``status`` as in :meth:`record_upstream`). One
+        transaction, the same rows as that many :meth:`record_upstream` calls."""
+        if not counts:
+            return
+        with self._db.tx(serialized=False) as c:  # upserts and a prune: no read
+            c.executemany(
+                "INSERT INTO upstream_requests (minute, label, status, count) "
+                "VALUES (?, ?, ?, ?) ON CONFLICT (minute, label, status) "
+                "DO UPDATE SET count = upstream_requests.count + excluded.count",
+                [
+                    (minute, label, _upstream_code(status), n)
+                    for (label, status, minute), n in counts.items()
+                ],
+            )
+            c.execute(
+                "DELETE FROM upstream_requests WHERE minute < ?",
+                (max(minute for _, _, minute in counts) - _UPSTREAM_KEEP_MINUTES,),
+            )
+
+    def mark_poll(self, ok: bool, at: float) -> None:
+        """Record a discovery pass: when it ran and, if it succeeded, when it last did."""
+        with self._db.tx(serialized=False) as c:  # upserts: no read
+            keys = [("last_poll_at", at)] + ([("last_ok_poll_at", at)] if ok else [])
+            for key, value in keys:
+                c.execute(
+                    "INSERT INTO meta (key, value) VALUES (?, ?) "
+                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    (key, repr(value)),
+                )
+
+
+def _upstream_code(status: int | str | None) -> int:
+    if status is None:
+        return UPSTREAM_NO_ANSWER
+    if isinstance(status, str):  # "malformed", the only non-HTTP outcome
+        return UPSTREAM_MALFORMED
+    return status

@@ -1,47 +1,187 @@
-"""The ingest queries of the :class:`~.core.StoreCore`: archiving activities and events in
-one transaction per page, enqueueing their deliveries, the compressed bodies (references
-cached per session, see :mod:`.codec`), and reading them back.
+"""The ingest role: the poller's archive. Sessions (their rows, poll schedule and cursor),
+pages of activities and their events archived in one transaction per page, their deliveries
+enqueued in the same transaction, and the archived activities read back.
 """
 
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Callable, Iterable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sessionhook.api.models import Activity, Session, parse_timestamp
 
 from ..domain.events import Event, matches, payload_matches
 from . import codec
-from .dialect import Connection
+from .bodies import Bodies, raw_hints
+from .dialect import Connection, Database, first_value
+from .endpoints import EndpointQueries
 from .rows import Ingested, SessionRow, StoreError
 
-#: Reference bodies kept decoded in memory (one per recently active session).
-_REF_CACHE = 512
+__all__ = ["Ingest", "advance_cursor"]
+
+_SESSION_COLUMNS = (
+    "name, id, title, state, url, source, create_time, update_time, raw, first_seen_at, "
+    "baseline, polled_update_time, activity_cursor, last_polled_at, next_poll_at, poll_errors"
+)
 
 
-class IngestQueries:
-    """Mixed into :class:`~.core.StoreCore`, which provides what is declared below."""
+def session_row(r: Sequence[Any]) -> SessionRow:
+    """A ``sessions`` row (:data:`_SESSION_COLUMNS`) as a :class:`SessionRow`."""
+    return SessionRow(
+        name=r[0],
+        id=r[1],
+        title=r[2],
+        state=r[3],
+        url=r[4],
+        source=r[5],
+        create_time=r[6],
+        update_time=r[7],
+        raw=json.loads(r[8]),
+        first_seen_at=r[9],
+        baseline=bool(r[10]),
+        polled_update_time=r[11],
+        activity_cursor=r[12],
+        last_polled_at=r[13],
+        next_poll_at=r[14],
+        poll_errors=r[15],
+    )
 
-    if TYPE_CHECKING:
-        _conn: Connection
-        _clock: Callable[[], float]
-        path: Path | None
-        _refs: dict[int, bytes]
-        _session_refs: dict[str, tuple[int, bytes]]
-        _refs_lock: threading.Lock
 
-        def _tx(self, serialized: bool = True) -> AbstractContextManager[Connection]: ...
-        def _one(self, sql: str, params: Sequence[Any] = ()) -> Any: ...
-        def _active_endpoints(
-            self, account: str | None = None
-        ) -> list[tuple[str, list[str], dict[str, list[str]]]]: ...
-        def upsert_session(self, session: Session, *, baseline: bool) -> SessionRow: ...
-        def set_session_account(self, name: str, account: str) -> None: ...
+def get_session(conn: Connection, name: str) -> SessionRow | None:
+    """The archived session ``name``, or ``None`` (shared by the roles that show one)."""
+    row = conn.execute(
+        f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE name = ?", (name,)
+    ).fetchone()
+    return None if row is None else session_row(row)
+
+
+class Ingest:
+    """The ingest role (:class:`~.roles.IngestRole`) over one database: it encodes event
+    bodies with ``bodies`` and enqueues deliveries for ``endpoints``' subscribers."""
+
+    def __init__(self, db: Database, bodies: Bodies, endpoints: EndpointQueries) -> None:
+        self._db = db
+        self._bodies = bodies
+        self._endpoints = endpoints
+
+    @contextmanager
+    def _archiving(self) -> Iterator[Connection]:
+        """A write transaction that may create body references: if it does not commit,
+        the references it cached must not be used again (the rows are gone)."""
+        try:
+            with self._db.tx() as c:
+                yield c
+        except BaseException:
+            self._bodies.forget()
+            raise
+
+    # ----------------------------------------------------------------- sessions
+
+    def get_session(self, name: str) -> SessionRow | None:
+        """The archived session, or ``None``."""
+        return get_session(self._db.conn, name)
+
+    def all_sessions(self) -> list[SessionRow]:
+        """Every archived session, in the order they were first seen."""
+        rows = self._db.conn.execute(
+            f"SELECT {_SESSION_COLUMNS} FROM sessions ORDER BY first_seen_at, name"
+        ).fetchall()
+        return [session_row(r) for r in rows]
+
+    def upsert_session(self, session: Session, *, baseline: bool) -> SessionRow:
+        """Archive a session (no events). A list item updates only the fields it carries: the
+        stored JSON is merged (new keys win), and empty fields never erase known ones.
+        ``baseline`` counts only when the session is new.
+        """
+        now = self._db.clock()
+        wire = session.to_wire()
+        with self._db.tx() as c:
+            old = c.execute("SELECT raw FROM sessions WHERE name = ?", (session.name,)).fetchone()
+            merged = {**json.loads(old[0]), **wire} if old else wire
+            full = Session.model_validate(merged)
+            source = full.source_context.source if full.source_context else ""
+            c.execute(
+                "INSERT INTO sessions (name, id, title, state, url, source, create_time, "
+                "update_time, raw, first_seen_at, baseline) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET "
+                "id = excluded.id, title = excluded.title, state = excluded.state, "
+                "url = excluded.url, source = excluded.source, "
+                "create_time = excluded.create_time, update_time = excluded.update_time, "
+                "raw = excluded.raw",
+                (
+                    full.name,
+                    full.session_id,
+                    full.title,
+                    full.state,
+                    full.url,
+                    source,
+                    full.create_time,
+                    full.update_time,
+                    json.dumps(merged, separators=(",", ":"), ensure_ascii=False),
+                    now,
+                    int(baseline),
+                ),
+            )
+        row = self.get_session(session.name)
+        if row is None:  # pragma: no cover - the row was just written
+            raise StoreError(f"session {session.name} vanished", path=self._db.path)
+        return row
+
+    def set_session_account(self, name: str, account: str) -> None:
+        """Record which account lists the session (its events' ``data.account``, and the
+        endpoints that take them)."""
+        with self._db.tx() as c:
+            c.execute("UPDATE sessions SET account = ? WHERE name = ?", (account, name))
+
+    def schedule_poll(
+        self,
+        name: str,
+        next_poll_at: float | None,
+        *,
+        polled_update_time: str | None = None,
+        polled_at: float | None = None,
+        poll_errors: int | None = None,
+    ) -> None:
+        """Set when the session's activities are polled next (``None``: not scheduled).
+
+        Passing ``polled_update_time`` records a completed activity poll: the session's
+        ``updateTime`` it covered, and ``last_polled_at`` = ``polled_at`` or the clock (a
+        baseline session delivers from its second poll on). ``poll_errors`` sets the count
+        of consecutive failed polls (backoff).
+        """
+        if polled_update_time is not None and polled_at is None:
+            polled_at = self._db.clock()
+        with self._db.tx() as c:
+            c.execute(
+                "UPDATE sessions SET next_poll_at = ?, "
+                "polled_update_time = COALESCE(?, polled_update_time), "
+                "last_polled_at = COALESCE(?, last_polled_at), "
+                "poll_errors = COALESCE(?, poll_errors) WHERE name = ?",
+                (next_poll_at, polled_update_time, polled_at, poll_errors, name),
+            )
+
+    def finish_poll(
+        self,
+        name: str,
+        fresh: Session | None,
+        *,
+        baseline: bool,
+        next_poll_at: float | None,
+        polled_update_time: str,
+    ) -> None:
+        """The end of a session's activity poll, in one call: the session read again after
+        the walk (``fresh``, when it was) archived as :meth:`upsert_session` does, then the
+        poll recorded and the next one scheduled as :meth:`schedule_poll` does. Each step
+        commits as it does when called alone (the session's events were archived before);
+        one hand-off to the store's thread instead of two."""
+        if fresh is not None:
+            self.upsert_session(fresh, baseline=baseline)
+        self.schedule_poll(name, next_poll_at, polled_update_time=polled_update_time)
+
+    # ----------------------------------------------------------------- events
 
     def _insert_events(
         self,
@@ -63,7 +203,7 @@ class IngestQueries:
                 "SELECT account FROM sessions WHERE name = ?", (batch[0].session_name,)
             ).fetchone()
             account = None if row is None else row[0]
-        endpoints = self._active_endpoints(account) if deliver else []
+        endpoints = self._endpoints.subscribers(account) if deliver else []
         known = {
             row[0]
             for row in c.execute(
@@ -81,7 +221,7 @@ class IngestQueries:
             context = b""
             if raws is not None and event.activity_name is not None:
                 context = raws.get(event.activity_name, b"")
-            ref_id, stored = self._encode_body(c, event, context)
+            ref_id, stored = self._bodies.encode(c, event, context)
             rows.append(
                 (
                     event.id,
@@ -127,77 +267,12 @@ class IngestQueries:
         inserted = [event.type for event in fresh.values()]
         return tuple(inserted), len(deliveries)
 
-    def _encode_body(
-        self, c: Connection, event: Event, context: bytes
-    ) -> tuple[int, bytes]:
-        """(reference id, stored body): the body compressed against its session's current
-        reference; a body that no longer shares enough with it becomes the new reference."""
-        current = self._session_refs.get(event.session_name)
-        if current is None:
-            row = c.execute(
-                "SELECT id, data FROM body_refs WHERE session_name = ? ORDER BY id DESC LIMIT 1",
-                (event.session_name,),
-            ).fetchone()
-            if row is not None:
-                current = (row[0], self._reference(row[0], row[1]))
-        if current is not None:
-            stored = codec.encode_body(event.body, current[1], context)
-            if len(stored) <= codec.REF_THRESHOLD:
-                return current[0], stored
-        ref_id = int(
-            c.execute(
-                "INSERT INTO body_refs (session_name, data) VALUES (?, ?) RETURNING id",
-                (event.session_name, codec.encode_body(event.body, b"", b"")),
-            ).fetchall()[0][0]
-        )
-        with self._refs_lock:
-            self._refs[ref_id] = event.body
-        self._session_refs[event.session_name] = (ref_id, event.body)
-        if len(self._session_refs) > _REF_CACHE:
-            self._session_refs.pop(next(iter(self._session_refs)))
-        return ref_id, codec.encode_body(event.body, event.body, context)
-
     def activity_raw(self, name: str) -> bytes | None:
         """The archived raw JSON of an activity, byte for byte as serialized at ingest."""
-        row = self._conn.execute(
+        row = self._db.conn.execute(
             "SELECT raw, create_time FROM activities WHERE name = ?", (name,)
         ).fetchone()
-        return None if row is None else codec.decode_raw(row[0], _raw_hints(name, row[1]))
-
-    def _reference(self, ref_id: int, data: bytes | None = None) -> bytes:
-        """A reference body, decoded (cached: a session's events share one)."""
-        body = self._refs.get(ref_id)
-        if body is None:
-            if data is None:
-                data = self._one("SELECT data FROM body_refs WHERE id = ?", (ref_id,))
-                if data is None:
-                    raise StoreError(f"missing body reference {ref_id}", path=self.path)
-            body = codec.decode_body(data, b"", b"")
-            with self._refs_lock:  # readers in other threads fill it too (PostgreSQL)
-                if len(self._refs) >= _REF_CACHE:
-                    self._refs.pop(next(iter(self._refs)), None)
-                self._refs[ref_id] = body
-        return body
-
-    def _decode_body(
-        self,
-        stored: str | bytes,
-        ref_id: int | None,
-        raw: str | bytes | None,
-        name: str | None,
-        created: str | None,
-    ) -> bytes:
-        """The exact bytes of a stored event body, given the row's ``body_ref`` and, for an
-        activity event, its activity's stored ``raw``, ``name`` and ``create_time``."""
-        if isinstance(stored, str):
-            return stored.encode("utf-8")
-        reference = self._reference(ref_id) if ref_id is not None else b""
-        context = b""
-        if codec.needs_context(stored):
-            if raw is None:
-                raise StoreError("an event body's activity is missing", path=self.path)
-            context = codec.decode_raw(raw, _raw_hints(name or "", created or ""))
-        return codec.decode_body(stored, reference, context)
+        return None if row is None else codec.decode_raw(row[0], raw_hints(name, row[1]))
 
     def ingest_session_events(
         self, session_name: str, events: Sequence[Event], deliver: bool
@@ -206,8 +281,8 @@ class IngestQueries:
         ``deliver``, enqueue them for every active endpoint whose globs match. One
         transaction; events already archived (same id) are skipped. Returns what was new.
         """
-        now = self._clock()
-        with self._tx() as c:
+        now = self._db.clock()
+        with self._archiving() as c:
             types, deliveries = self._insert_events(c, events, deliver, now)
             return Ingested(0, types, deliveries=deliveries)
 
@@ -252,10 +327,10 @@ class IngestQueries:
         """
         if raws is not None and len(raws) != len(activities):
             raise ValueError(f"{len(raws)} raw activities for {len(activities)} activities")
-        now = self._clock()
-        with self._tx() as c:
+        now = self._db.clock()
+        with self._archiving() as c:
             if not c.execute("SELECT 1 FROM sessions WHERE name = ?", (session_name,)).fetchone():
-                raise StoreError(f"unknown session {session_name!r}", path=self.path)
+                raise StoreError(f"unknown session {session_name!r}", path=self._db.path)
             names = list(dict.fromkeys(a.name for a in activities))
             owners = dict(
                 c.execute(
@@ -282,7 +357,7 @@ class IngestQueries:
                         activity.to_wire(), separators=(",", ":"), ensure_ascii=False
                     ).encode("utf-8")
                 by_name[activity.name] = raw
-                hints = _raw_hints(activity.name, activity.create_time)
+                hints = raw_hints(activity.name, activity.create_time)
                 rows.append(
                     (
                         activity.name,
@@ -304,37 +379,8 @@ class IngestQueries:
             wanted = [e for e in events if e.activity_name is None or e.activity_name in fresh]
             types, deliveries = self._insert_events(c, wanted, deliver, now, by_name)
             times = [a.create_time for a in activities if a.name not in conflicts]
-            self._advance_cursor(c, session_name, times, cursor_limit)
+            advance_cursor(c, session_name, times, cursor_limit)
             return Ingested(len(fresh), types, conflicts, deliveries)
-
-    def _advance_cursor(
-        self, c: Connection, session_name: str, times: Sequence[str], limit: str | None
-    ) -> None:
-        """Move the session's cursor to the newest of ``times`` not later than ``limit``."""
-        cursor = self._one("SELECT activity_cursor FROM sessions WHERE name = ?", (session_name,))
-        newest = _newest([cursor, *times], limit=limit)
-        if newest is not None and newest != cursor:
-            c.execute(
-                "UPDATE sessions SET activity_cursor = ? WHERE name = ?", (newest, session_name)
-            )
-
-    def save_rendered(self, delivery_id: int, body: bytes, content_type: str) -> None:
-        """Keep the bytes a delivery's first attempt sends (a format or a template made
-        them); the first ones saved win, so every retry sends the same bytes."""
-        with self._tx() as c:
-            c.execute(
-                "INSERT INTO rendered_bodies (delivery_id, content_type, body) "
-                "VALUES (?, ?, ?) ON CONFLICT (delivery_id) DO NOTHING",
-                (delivery_id, content_type, body),
-            )
-
-    def rendered_body(self, delivery_id: int) -> tuple[bytes, str] | None:
-        """``(body, content_type)`` saved by :meth:`save_rendered`, or ``None``."""
-        row = self._conn.execute(
-            "SELECT body, content_type FROM rendered_bodies WHERE delivery_id = ?",
-            (delivery_id,),
-        ).fetchone()
-        return None if row is None else (bytes(row[0]), row[1])
 
     def latest_activity(self, session_name: str, member: str) -> Activity | None:
         """The newest archived activity of ``session_name`` whose event member is ``member``
@@ -342,7 +388,7 @@ class IngestQueries:
         # Times only (cheap), then the one raw activity chosen. The session's activities
         # are a range of the primary key (``<session>/activities/...``; '0' follows '/'),
         # or, named otherwise, found by ``session_ref`` (see codec.session_ref).
-        rows = self._conn.execute(
+        rows = self._db.conn.execute(
             "SELECT rowid, create_time FROM activities "
             "WHERE ((name >= ? AND name < ?) OR session_ref = ?) "
             "AND session_name = ? AND kind = ? ORDER BY rowid",
@@ -364,15 +410,21 @@ class IngestQueries:
                 best = (moment, rowid)
         if best is None:
             return None
-        raw, name, created = self._conn.execute(
+        raw, name, created = self._db.conn.execute(
             "SELECT raw, name, create_time FROM activities WHERE rowid = ?", (best[1],)
         ).fetchone()
-        return Activity.model_validate_json(codec.decode_raw(raw, _raw_hints(name, created)))
+        return Activity.model_validate_json(codec.decode_raw(raw, raw_hints(name, created)))
 
 
-def _raw_hints(name: str, create_time: str) -> bytes:
-    """What an activity's compressed raw JSON is coded against (its own columns)."""
-    return (name + create_time).encode("utf-8")
+def advance_cursor(
+    c: Connection, session_name: str, times: Sequence[str], limit: str | None
+) -> None:
+    """In the write transaction ``c``: move the session's cursor to the newest of ``times``
+    not later than ``limit`` (the ingest's, and a refusal's that lets polling go on)."""
+    cursor = first_value(c, "SELECT activity_cursor FROM sessions WHERE name = ?", (session_name,))
+    newest = _newest([cursor, *times], limit=limit)
+    if newest is not None and newest != cursor:
+        c.execute("UPDATE sessions SET activity_cursor = ? WHERE name = ?", (newest, session_name))
 
 def _newest(times: Iterable[str | None], *, limit: str | None = None) -> str | None:
     """The latest of upstream timestamps, compared as instants; unparsable ones, and those

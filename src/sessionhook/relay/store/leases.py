@@ -1,10 +1,10 @@
-"""The lease protocol's queries (mixed into the store): replicas, claims and named leases.
+"""The lease protocol's queries (the leases role): replicas, claims and named leases.
 
 Several ``sessionhook run`` processes (replicas) may share one PostgreSQL store; with
 SQLite there is one (the daemon lock), and the same protocol simply never meets a rival.
 
-* A replica registers once (:meth:`LeaseQueries.register_replica`: a random id, its host,
-  pid and lease) and heartbeats (:meth:`LeaseQueries.heartbeat_replica`). It is **alive**
+* A replica registers once (:meth:`Leases.register_replica`: a random id, its host,
+  pid and lease) and heartbeats (:meth:`Leases.heartbeat_replica`). It is **alive**
   while ``heartbeat_at + lease`` has not passed and it has not stopped
   (:data:`LIVE_REPLICAS`).
 * A claim is an owner on a row: an outbox head (``outbox_heads.claimed_by``: the one
@@ -17,8 +17,8 @@ SQLite there is one (the daemon lock), and the same protocol simply never meets 
   claim in the transaction that records it (see ``outbox.py``).
 * A replica that dies (``kill -9``) leaves its claims behind; they are free once its lease
   has run out after its last heartbeat. A replica that stops cleanly releases everything
-  at once (:meth:`LeaseQueries.retire_replica`); one known dead sooner (its pid is gone)
-  is reaped (:meth:`LeaseQueries.reap_replicas`).
+  at once (:meth:`Leases.retire_replica`); one known dead sooner (its pid is gone)
+  is reaped (:meth:`Leases.reap_replicas`).
 
 Claims are only taken by a registered store handle (the daemon's). Operator commands and
 tests that never register read without claiming, and still skip other replicas' live
@@ -28,10 +28,10 @@ well within a lease (NTP).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+
+from .dialect import Connection, Database
 
 #: Replicas not heard of for this long, or stopped this long ago, are forgotten.
 FORGET_AFTER = 24 * 3600.0
@@ -73,8 +73,10 @@ class LeaseRow:
     acquired_at: float
 
 
-class LeaseQueries:
-    """Mixed into the store, which provides ``_conn``, ``_tx`` and ``_one``."""
+@dataclass(slots=True)
+class ReplicaState:
+    """Who this store handle is among the replicas, shared by the roles that claim (the
+    leases, the outbox's due heads, the request budget)."""
 
     #: This handle's replica id once registered (the daemon); ``None``: never claims.
     replica_id: str | None = None
@@ -92,12 +94,34 @@ class LeaseQueries:
         (and callers may skip the store call altogether)."""
         return self.replica_id is not None and not self.exclusive
 
-    if TYPE_CHECKING:
-        _conn: Any
-        _clock: Callable[[], float]
 
-        def _tx(self, serialized: bool = True) -> AbstractContextManager[Any]: ...
-        def _one(self, sql: str, params: Sequence[Any] = ()) -> Any: ...
+class Leases:
+    """The leases role (:class:`~.roles.LeaseRole`) over one database, for the replica
+    ``replica`` (shared with the outbox and the budget)."""
+
+    def __init__(self, db: Database, replica: ReplicaState) -> None:
+        self._db = db
+        self._replica = replica
+
+    @property
+    def replica_id(self) -> str | None:
+        """See :attr:`ReplicaState.replica_id`."""
+        return self._replica.replica_id
+
+    @property
+    def lease_seconds(self) -> float:
+        """See :attr:`ReplicaState.lease_seconds`."""
+        return self._replica.lease_seconds
+
+    @property
+    def exclusive(self) -> bool:
+        """See :attr:`ReplicaState.exclusive`."""
+        return self._replica.exclusive
+
+    @property
+    def claims(self) -> bool:
+        """See :attr:`ReplicaState.claims`."""
+        return self._replica.claims
 
     # ------------------------------------------------------------------ replicas
 
@@ -114,7 +138,7 @@ class LeaseQueries:
         """Record this process as a replica; from now on this handle claims what it works
         on, as ``replica_id``, alive while it heartbeats at least every ``lease`` seconds
         (``exclusive``: see :attr:`exclusive`). Replicas gone for a day are forgotten."""
-        with self._tx() as c:
+        with self._db.tx() as c:
             c.execute(
                 "INSERT INTO replicas (id, host, pid, started_at, heartbeat_at, lease) "
                 "VALUES (?, ?, ?, ?, ?, ?)",
@@ -124,62 +148,62 @@ class LeaseQueries:
                 "DELETE FROM replicas WHERE id <> ? AND (stopped_at < ? OR heartbeat_at < ?)",
                 (replica_id, now - FORGET_AFTER, now - FORGET_AFTER),
             )
-        self.replica_id = replica_id
-        self.lease_seconds = lease
-        self.exclusive = exclusive
+        self._replica.replica_id = replica_id
+        self._replica.lease_seconds = lease
+        self._replica.exclusive = exclusive
 
     def heartbeat_replica(self, now: float) -> None:
         """Say this replica is alive: every claim and lease it holds lasts until ``now +
         lease`` (one row written; the claimed rows are not touched, so a heartbeat never
         waits for a transaction that holds one)."""
-        owner = self.replica_id
+        owner = self._replica.replica_id
         if owner is None:
             return
-        with self._tx(serialized=False) as c:
+        with self._db.tx(serialized=False) as c:
             c.execute("UPDATE replicas SET heartbeat_at = ? WHERE id = ?", (now, owner))
 
     def retire_replica(self, now: float) -> None:
         """A clean stop: release every claim and lease at once (no one waits for them to
         expire) and mark the replica stopped."""
-        owner = self.replica_id
+        owner = self._replica.replica_id
         if owner is None:
             return
-        with self._tx() as c:
+        with self._db.tx() as c:
             _release_all(c, owner, now)
-            _wake_replicas(self, c)
-        self.replica_id = None
+            self._db.notify_outbox(c)
+        self._replica.replica_id = None
 
     def reap_replicas(self, ids: Iterable[str], now: float) -> int:
         """Replicas known to be dead (their process is gone: see the daemon's start-up)
         lose their claims and leases at once instead of when their lease runs out, and are
         marked stopped. Returns how many were reaped."""
-        dead = sorted(i for i in set(ids) if i != self.replica_id)
+        dead = sorted(i for i in set(ids) if i != self._replica.replica_id)
         if not dead:
             return 0
-        with self._tx() as c:
+        with self._db.tx() as c:
             for owner in dead:
                 _release_all(c, owner, now)
-            _wake_replicas(self, c)
+            self._db.notify_outbox(c)
         return len(dead)
 
     def replicas(self) -> list[ReplicaRow]:
         """Every replica known (running, or stopped within a day), with what it holds."""
         deliveries = dict(
-            self._conn.execute(
+            self._db.conn.execute(
                 "SELECT claimed_by, COUNT(*) FROM outbox_heads "
                 "WHERE claimed_by IS NOT NULL GROUP BY claimed_by"
             ).fetchall()
         )
         polls = dict(
-            self._conn.execute(
+            self._db.conn.execute(
                 "SELECT poll_owner, COUNT(*) FROM sessions "
                 "WHERE poll_owner IS NOT NULL GROUP BY poll_owner"
             ).fetchall()
         )
         held: dict[str, list[str]] = {}
-        for name, owner in self._conn.execute("SELECT name, owner FROM leases ORDER BY name"):
+        for name, owner in self._db.conn.execute("SELECT name, owner FROM leases ORDER BY name"):
             held.setdefault(owner, []).append(name)
-        rows = self._conn.execute(
+        rows = self._db.conn.execute(
             "SELECT id, host, pid, started_at, heartbeat_at, lease, stopped_at FROM replicas "
             "ORDER BY started_at, id"
         ).fetchall()
@@ -206,7 +230,7 @@ class LeaseQueries:
     ) -> dict[int, tuple[str, float]]:
         """Outbox heads claimed by a replica alive at ``now``: delivery id -> (replica id,
         when it claimed it); with ``ids``, only those deliveries."""
-        rows = self._conn.execute(
+        rows = self._db.conn.execute(
             "SELECT delivery_id, claimed_by, claimed_at FROM outbox_heads "
             f"WHERE claimed_by IN ({LIVE_REPLICAS})",
             (now,),
@@ -222,7 +246,7 @@ class LeaseQueries:
         """Per endpoint: replica id -> outbox heads it holds a live claim on at ``now``
         (deliveries in flight)."""
         out: dict[str, dict[str, int]] = {}
-        for endpoint, owner, count in self._conn.execute(
+        for endpoint, owner, count in self._db.conn.execute(
             "SELECT endpoint, claimed_by, COUNT(*) FROM outbox_heads "
             f"WHERE claimed_by IN ({LIVE_REPLICAS}) GROUP BY endpoint, claimed_by",
             (now,),
@@ -233,17 +257,17 @@ class LeaseQueries:
     def release_delivery_claims(self, keys: Iterable[tuple[str, str]]) -> None:
         """Give back this replica's claims on the (endpoint, session) heads ``keys`` (handed
         out but not started)."""
-        owner = self.replica_id
+        owner = self._replica.replica_id
         params = sorted((endpoint, session, owner) for endpoint, session in set(keys))
-        if not self.claims or not params:
+        if not self._replica.claims or not params:
             return
-        with self._tx(serialized=False) as c:
+        with self._db.tx(serialized=False) as c:
             c.executemany(
                 "UPDATE outbox_heads SET claimed_by = NULL, claimed_at = NULL "
                 "WHERE endpoint = ? AND session_name = ? AND claimed_by = ?",
                 params,  # in key order, as every writer of the heads (see outbox.py)
             )
-            _wake_replicas(self, c)
+            self._db.notify_outbox(c)
 
     # ------------------------------------------------------------------ session polls
 
@@ -251,10 +275,10 @@ class LeaseQueries:
         """Claim ``name``'s activity poll for this replica: ``True`` when it is ours now
         (free, its owner not alive, or ours already); ``False`` while another live replica
         polls it. An unregistered handle claims nothing and always may."""
-        owner = self.replica_id
-        if not self.claims:
+        owner = self._replica.replica_id
+        if not self._replica.claims:
             return True
-        with self._tx(serialized=False) as c:
+        with self._db.tx(serialized=False) as c:
             cur = c.execute(
                 "UPDATE sessions SET poll_owner = ?, poll_claimed_at = ? WHERE name = ? AND "
                 + TAKEABLE.format(c="poll_owner"),
@@ -264,10 +288,10 @@ class LeaseQueries:
 
     def release_session_poll(self, name: str) -> None:
         """The poll of ``name`` is over (its results committed): release the claim."""
-        owner = self.replica_id
-        if not self.claims:
+        owner = self._replica.replica_id
+        if not self._replica.claims:
             return
-        with self._tx(serialized=False) as c:
+        with self._db.tx(serialized=False) as c:
             c.execute(
                 "UPDATE sessions SET poll_owner = NULL, poll_claimed_at = NULL "
                 "WHERE name = ? AND poll_owner = ?",
@@ -280,10 +304,10 @@ class LeaseQueries:
         """Take or keep the named lease ``name``: ``True`` when this replica holds it now,
         ``False`` while another live replica does (a lease lives as long as its holder).
         An unregistered handle always may (it is alone)."""
-        owner = self.replica_id
-        if not self.claims:
+        owner = self._replica.replica_id
+        if not self._replica.claims:
             return True
-        with self._tx(serialized=False) as c:
+        with self._db.tx(serialized=False) as c:
             c.execute(
                 "INSERT INTO leases (name, owner, acquired_at) VALUES (?, ?, ?) "
                 "ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, "
@@ -296,17 +320,17 @@ class LeaseQueries:
 
     def release_lease(self, name: str) -> None:
         """Give the named lease up (when this replica holds it)."""
-        owner = self.replica_id
+        owner = self._replica.replica_id
         if owner is None:
             return
-        with self._tx(serialized=False) as c:
+        with self._db.tx(serialized=False) as c:
             c.execute("DELETE FROM leases WHERE name = ? AND owner = ?", (name, owner))
 
     def lease_expires_at(self, name: str) -> float | None:
         """When the named lease's holder stops being alive if it heartbeats no more (its
         last heartbeat plus its lease; Unix seconds), so a standby can try right then;
         ``None`` when nobody running holds it."""
-        value = self._conn.execute(
+        value = self._db.conn.execute(
             "SELECT r.heartbeat_at + r.lease FROM leases l JOIN replicas r ON r.id = l.owner "
             "WHERE l.name = ? AND r.stopped_at IS NULL",
             (name,),
@@ -315,20 +339,11 @@ class LeaseQueries:
 
     def leases(self) -> list[LeaseRow]:
         """Every named lease, by name."""
-        return [
-            LeaseRow(r[0], r[1], float(r[2]))
-            for r in self._conn.execute("SELECT name, owner, acquired_at FROM leases ORDER BY name")
-        ]
+        rows = self._db.conn.execute("SELECT name, owner, acquired_at FROM leases ORDER BY name")
+        return [LeaseRow(r[0], r[1], float(r[2])) for r in rows]
 
 
-def _wake_replicas(store: object, c: Any) -> None:
-    """On PostgreSQL, tell every replica to look at the outbox (claims were given back);
-    sent when ``c``'s transaction commits (see ``notify.py``)."""
-    if getattr(store, "backend", "") == "postgresql":
-        c.execute("SELECT pg_notify('sessionhook_outbox', '')")
-
-
-def _release_all(c: Any, owner: str, now: float) -> None:
+def _release_all(c: Connection, owner: str, now: float) -> None:
     """Free every claim and lease of ``owner`` and mark it stopped (one transaction: ``c``)."""
     c.execute(
         "UPDATE outbox_heads SET claimed_by = NULL, claimed_at = NULL WHERE claimed_by = ?",

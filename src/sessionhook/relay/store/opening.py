@@ -1,7 +1,9 @@
 """:func:`open_store`: the one place that picks the backend from the configuration.
 
 The daemon (``run``, ``--once``) and every operator command open their store here, and
-speak only the :class:`~.core.StoreCore` interface afterwards.
+speak only the :class:`~.core.StoreCore` interface afterwards. What must be known of the
+backend before it is opened (how /readyz names it, which errors it may raise) is said
+here too: :func:`describe_store`, :func:`described_errors`.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import sqlite3
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Protocol
 
@@ -17,7 +19,18 @@ from .core import StoreCore
 from .rows import StoreError
 from .sqlite import Store
 
-__all__ = ["StoreSettings", "database_errors", "open_store", "store_failures"]
+__all__ = [
+    "NamedStoreSettings",
+    "StoreSettings",
+    "database_errors",
+    "describe_store",
+    "described_errors",
+    "open_store",
+    "store_failures",
+]
+
+#: The engines as :func:`describe_store` names them.
+SQLITE, POSTGRESQL = "sqlite", "postgresql"
 
 
 def database_errors(*, postgresql: bool = False) -> tuple[type[Exception], ...]:
@@ -58,6 +71,13 @@ class StoreSettings(Protocol):
     def database_url(self) -> str | None: ...
 
 
+class NamedStoreSettings(StoreSettings, Protocol):
+    """:class:`StoreSettings` that also name the store for messages (``StoreConfig`` fits)."""
+
+    @property
+    def location(self) -> str: ...
+
+
 def open_store(
     settings: StoreSettings,
     *,
@@ -78,3 +98,19 @@ def open_store(
     if readonly:
         return Store.open_readonly(settings.path, clock=clock)
     return Store.open(settings.path, clock=clock)
+
+
+def describe_store(settings: NamedStoreSettings) -> dict[str, str]:
+    """What /readyz says of the configured store before it is opened: its engine
+    (``backend``: ``sqlite`` or ``postgresql``) and where it is (``database``, without a
+    password)."""
+    engine = POSTGRESQL if settings.database_url() is not None else SQLITE
+    return {"backend": engine, "database": settings.location}
+
+
+def described_errors(description: Mapping[str, str] | None) -> tuple[type[Exception], ...]:
+    """:func:`database_errors` of the store :func:`describe_store` described, for a table of
+    error handlers built before the store is opened (``None``: the store is not known)."""
+    return database_errors(
+        postgresql=description is not None and description.get("backend") == POSTGRESQL
+    )

@@ -1,62 +1,75 @@
-"""The operator's queries of the :class:`~.core.StoreCore`: ``sessionhook status``, the
-delivery and attempt history, replay, and the event archive. They work on a read-only
-connection too (except :meth:`OperatorQueries.replay`), e.g. while the daemon runs.
+"""The operator role: ``sessionhook status``, the delivery and attempt history, replay, and
+the event archive. They work on a read-only connection too (except
+:meth:`OperatorQueries.replay`), e.g. while the daemon runs.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, closing
+from collections.abc import Iterator, Sequence
+from contextlib import closing
 from fnmatch import fnmatchcase
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from ..domain.events import matches, payload_matches
-from .dialect import Connection
+from .bodies import Bodies
+from .dialect import Database, first_value
+from .endpoints import EndpointQueries
+from .log_rows import (
+    DELIVERY_COLUMNS,
+    EVENT_COLUMNS,
+    EVENT_FROM,
+    deliveries_where,
+    delivery_row,
+    event_row,
+    where,
+)
+from .meta import MetaQueries
+from .outbox import Outbox
+from .refusals import Refusals
 from .rows import (
     AttemptRow,
     DeliveryRow,
-    EndpointState,
     EndpointSummary,
     EventRow,
-    RefusedSummary,
     StatusSummary,
     StoreError,
     UpstreamSummary,
 )
+
+__all__ = ["OperatorQueries"]
 
 _FETCH = 500
 _HOUR = 3600.0
 
 
 class OperatorQueries:
-    """Mixed into :class:`~.core.StoreCore`, which provides the connection and the queries
-    declared below (for the type checker only)."""
+    """The operator role (:class:`~.roles.OperatorRole`) over one database; its status
+    reads the other roles' figures (the outbox, the endpoints, the meta, the refusals)."""
 
-    if TYPE_CHECKING:
-        _conn: Connection
-        _clock: Callable[[], float]
-        path: Path | None
-
-        def _tx(self, serialized: bool = True) -> AbstractContextManager[Connection]: ...
-        def _one(self, sql: str, params: Sequence[Any] = ()) -> Any: ...
-        def get_meta(self, key: str) -> str | None: ...
-        def is_baseline_complete(self) -> bool: ...
-        def endpoint_states(self) -> list[EndpointState]: ...
-        def outbox_stats(self) -> dict[str, tuple[int, float | None]]: ...
-        def _decode_body(
-            self, stored: Any, ref: int | None, raw: Any, name: str | None, created: str | None
-        ) -> bytes: ...
-        def refused_summary(self, since: float) -> RefusedSummary: ...
+    def __init__(
+        self,
+        db: Database,
+        bodies: Bodies,
+        *,
+        endpoints: EndpointQueries,
+        outbox: Outbox,
+        meta: MetaQueries,
+        refusals: Refusals,
+    ) -> None:
+        self._db = db
+        self._bodies = bodies
+        self._endpoints = endpoints
+        self._outbox = outbox
+        self._meta = meta
+        self._refusals = refusals
 
     def status_summary(self, now: float) -> StatusSummary:
         """Figures for ``sessionhook status``: per endpoint and upstream, at ``now``."""
         hour_ago = now - _HOUR
-        open_rows = self.outbox_stats()
+        open_rows = self._outbox.outbox_stats()
         final = {
             (ep, status): n
-            for ep, status, n in self._conn.execute(
+            for ep, status, n in self._db.conn.execute(
                 "SELECT endpoint, status, COUNT(*) FROM deliveries "
                 "WHERE status IN ('delivered', 'dead') AND updated_at >= ? "
                 "GROUP BY endpoint, status",
@@ -64,12 +77,12 @@ class OperatorQueries:
             )
         }
         dead_total = dict(
-            self._conn.execute(
+            self._db.conn.execute(
                 "SELECT endpoint, COUNT(*) FROM deliveries WHERE status = 'dead' GROUP BY endpoint"
             ).fetchall()
         )
         failed = dict(
-            self._conn.execute(
+            self._db.conn.execute(
                 "SELECT d.endpoint, COUNT(*) FROM attempts a JOIN deliveries d "
                 "ON d.id = a.delivery_id WHERE a.started_at >= ? "
                 "AND (a.status_code IS NULL OR a.status_code NOT BETWEEN 200 AND 299) "
@@ -78,7 +91,7 @@ class OperatorQueries:
             ).fetchall()
         )
         summaries = []
-        for st in self.endpoint_states():
+        for st in self._endpoints.endpoint_states():
             count, oldest = open_rows.get(st.name, (0, None))
             summaries.append(
                 EndpointSummary(
@@ -101,7 +114,7 @@ class OperatorQueries:
             )
         # status: the HTTP status, -1 no answer, -2 a malformed 2xx answer. An error is
         # anything but a 2xx and a 429 (throttling has its own figure).
-        upstream = self._conn.execute(
+        upstream = self._db.conn.execute(
             "SELECT COALESCE(SUM(count), 0), "
             "COALESCE(SUM(CASE WHEN status = 429 THEN count END), 0), "
             "COALESCE(SUM(CASE WHEN status < 0 OR (status >= 300 AND status != 429) "
@@ -111,8 +124,8 @@ class OperatorQueries:
             "FROM upstream_requests WHERE minute >= ?",
             (int(hour_ago // 60),),
         ).fetchone()
-        last_poll = self.get_meta("last_poll_at")
-        last_ok = self.get_meta("last_ok_poll_at")
+        last_poll = self._meta.get_meta("last_poll_at")
+        last_ok = self._meta.get_meta("last_ok_poll_at")
         return StatusSummary(
             now=now,
             endpoints=tuple(summaries),
@@ -125,43 +138,11 @@ class OperatorQueries:
                 rejected_last_hour=upstream[3],
                 malformed_last_hour=upstream[4],
             ),
-            sessions=int(self._one("SELECT COUNT(*) FROM sessions")),
-            activities=int(self._one("SELECT COUNT(*) FROM activities")),
-            events=int(self._one("SELECT COUNT(*) FROM events")),
-            baseline_complete=self.is_baseline_complete(),
-            refused=self.refused_summary(hour_ago),
-        )
-
-    # waiting_on: the oldest open delivery of the same (endpoint, session), when it is an
-    # earlier one: the dispatcher sends only that one (store.due_deliveries), so this row
-    # waits for it whatever its own next_attempt_at says. Served by deliveries_open.
-    _DELIVERY_COLUMNS = (
-        "d.id, d.event_id, e.type, d.endpoint, d.session_name, d.status, d.attempts, "
-        "d.next_attempt_at, d.created_at, d.updated_at, d.delivered_at, d.last_status_code, "
-        "d.last_error, d.replayed, "
-        "CASE WHEN d.status IN ('pending', 'failed') THEN (SELECT MIN(o.id) FROM deliveries o "
-        "WHERE o.endpoint = d.endpoint AND o.session_name = d.session_name "
-        "AND o.status IN ('pending', 'failed') AND o.id < d.id) END"
-    )
-
-    @staticmethod
-    def _delivery_row(r: Sequence[Any]) -> DeliveryRow:
-        return DeliveryRow(
-            id=r[0],
-            event_id=r[1],
-            event_type=r[2],
-            endpoint=r[3],
-            session_name=r[4],
-            status=r[5],
-            attempts=r[6],
-            next_attempt_at=r[7],
-            created_at=r[8],
-            updated_at=r[9],
-            delivered_at=r[10],
-            last_status_code=r[11],
-            last_error=r[12],
-            replayed=bool(r[13]),
-            waiting_on=r[14],
+            sessions=int(first_value(self._db.conn, "SELECT COUNT(*) FROM sessions")),
+            activities=int(first_value(self._db.conn, "SELECT COUNT(*) FROM activities")),
+            events=int(first_value(self._db.conn, "SELECT COUNT(*) FROM events")),
+            baseline_complete=self._meta.is_baseline_complete(),
+            refused=self._refusals.refused_summary(hour_ago),
         )
 
     def list_deliveries(
@@ -179,7 +160,8 @@ class OperatorQueries:
         # found (``|| ''``: an expression no index serves, so SQLite does not walk the
         # endpoint's index once per event instead).
         no_index = " || ''" if by_session else ""
-        return self._deliveries_where(
+        return deliveries_where(
+            self._db.conn,
             (
                 (f"d.endpoint{no_index} = ?", endpoint),
                 (f"d.status{no_index} = ?", status),
@@ -190,41 +172,18 @@ class OperatorQueries:
             by_session=by_session,
         )
 
-    def _deliveries_where(
-        self, clauses: Sequence[tuple[str, object | None]], limit: int, by_session: bool = False
-    ) -> list[DeliveryRow]:
-        """Deliveries matching every clause whose value is not ``None``, newest first.
-
-        ``by_session``: a session's deliveries are reached through its events
-        (``events_by_session``, then ``deliveries_by_event``), whatever else filters: SQLite
-        joins in the written order after ``CROSS JOIN`` (without it the planner, which has
-        no statistics, walked the endpoint's whole index; since 0008 no index holds
-        (endpoint, session)). PostgreSQL plans it as any inner join."""
-        where, params = _where(*clauses)
-        source = (
-            "events e CROSS JOIN deliveries d"
-            if by_session
-            else "deliveries d JOIN events e ON e.id = d.event_id"
-        )
-        where = f"{where} AND e.id = d.event_id" if by_session else where
-        rows = self._conn.execute(
-            f"SELECT {self._DELIVERY_COLUMNS} FROM {source} {where} ORDER BY d.id DESC LIMIT ?",
-            (*params, limit),
-        ).fetchall()
-        return [self._delivery_row(r) for r in rows]
-
     def get_delivery(self, delivery_id: int) -> DeliveryRow | None:
         """One delivery, or ``None``."""
-        row = self._conn.execute(
-            f"SELECT {self._DELIVERY_COLUMNS} FROM deliveries d "
+        row = self._db.conn.execute(
+            f"SELECT {DELIVERY_COLUMNS} FROM deliveries d "
             "JOIN events e ON e.id = d.event_id WHERE d.id = ?",
             (delivery_id,),
         ).fetchone()
-        return None if row is None else self._delivery_row(row)
+        return None if row is None else delivery_row(row)
 
     def list_attempts(self, delivery_id: int) -> list[AttemptRow]:
         """The attempts of a delivery, first to last."""
-        rows = self._conn.execute(
+        rows = self._db.conn.execute(
             "SELECT id, delivery_id, attempt, started_at, duration_ms, status_code, error, "
             "response_body FROM attempts WHERE delivery_id = ? ORDER BY attempt, id",
             (delivery_id,),
@@ -254,8 +213,8 @@ class OperatorQueries:
         """
         if since is None and until is None and event_ids is None and not type_glob and not session:
             raise ValueError("replay needs at least one filter (since, until, ids, type, session)")
-        now = self._clock()
-        where, params = _where(
+        now = self._db.clock()
+        text, params = where(
             ("e.occurred_ts >= ?", since),
             ("e.occurred_ts < ?", until),
             (
@@ -269,23 +228,23 @@ class OperatorQueries:
                 endpoint,
             ),
         )
-        with self._tx() as c:
+        with self._db.tx() as c:
             row = c.execute(
                 "SELECT events, filter FROM endpoints WHERE name = ?", (endpoint,)
             ).fetchone()
             if row is None:
-                raise StoreError(f"unknown endpoint {endpoint!r}", path=self.path)
+                raise StoreError(f"unknown endpoint {endpoint!r}", path=self._db.path)
             globs, conditions = json.loads(row[0]), json.loads(row[1] or "{}")
             # Globs and payload conditions are applied here, in Python (no SQL function of
             # ours, see dialect.py): first on the few distinct types of the range, then,
             # for an endpoint with conditions, on the bodies of those events.
             types = [
                 t
-                for (t,) in c.execute(f"SELECT DISTINCT e.type FROM events e {where}", params)
+                for (t,) in c.execute(f"SELECT DISTINCT e.type FROM events e {text}", params)
                 if (not type_glob or fnmatchcase(t, type_glob)) and matches(globs, t)
             ]
-            # ``where`` is never empty: it holds the NOT EXISTS clause at least.
-            where += " AND e.type IN (SELECT value FROM json_each(?))"
+            # ``text`` is never empty: it holds the NOT EXISTS clause at least.
+            text += " AND e.type IN (SELECT value FROM json_each(?))"
             params = [*params, json.dumps(types)]
             if conditions:
                 kept = [
@@ -293,50 +252,30 @@ class OperatorQueries:
                     for r in c.execute(
                         "SELECT e.id, e.body, e.body_ref, a.raw, a.name, a.create_time "
                         "FROM events e LEFT JOIN activities a ON a.name = e.activity_name "
-                        f"{where}",
+                        f"{text}",
                         params,
                     )
                     if payload_matches(
-                        conditions, json.loads(self._decode_body(r[1], r[2], r[3], r[4], r[5]))
+                        conditions, json.loads(self._bodies.decode(r[1], r[2], r[3], r[4], r[5]))
                     )
                 ]
-                where += " AND e.id IN (SELECT value FROM json_each(?))"
+                text += " AND e.id IN (SELECT value FROM json_each(?))"
                 params = [*params, json.dumps(kept)]
             cur = c.execute(
                 "INSERT INTO deliveries (event_id, endpoint, session_name, status, "
                 "next_attempt_at, created_at, updated_at, replayed) "
                 "SELECT e.id, ?, e.session_name, 'pending', ?, ?, ?, 1 "
-                f"FROM events e {where} ORDER BY e.seq",
+                f"FROM events e {text} ORDER BY e.seq",
                 (endpoint, now, now, now, *params),
             )
             return int(cur.rowcount)
 
-    # The body is stored compressed against its reference and activity (see codec.py).
-    _EVENT_COLUMNS = (
-        "e.seq, e.id, e.session_name, e.type, e.activity_name, e.occurred_at, e.occurred_ts, "
-        "e.created_at, e.body, e.body_ref, a.raw, a.name, a.create_time"
-    )
-    _EVENT_FROM = "FROM events e LEFT JOIN activities a ON a.name = e.activity_name"
-
-    def _event_row(self, r: Sequence[Any]) -> EventRow:
-        return EventRow(
-            seq=r[0],
-            id=r[1],
-            session_name=r[2],
-            type=r[3],
-            activity_name=r[4],
-            occurred_at=r[5],
-            occurred_ts=r[6],
-            created_at=r[7],
-            body=self._decode_body(r[8], r[9], r[10], r[11], r[12]),
-        )
-
     def get_event(self, event_id: str) -> EventRow | None:
         """One archived event, or ``None``."""
-        row = self._conn.execute(
-            f"SELECT {self._EVENT_COLUMNS} {self._EVENT_FROM} WHERE e.id = ?", (event_id,)
+        row = self._db.conn.execute(
+            f"SELECT {EVENT_COLUMNS} {EVENT_FROM} WHERE e.id = ?", (event_id,)
         ).fetchone()
-        return None if row is None else self._event_row(row)
+        return None if row is None else event_row(self._bodies, row)
 
     def iter_events(
         self,
@@ -355,34 +294,34 @@ class OperatorQueries:
         Each page sees what is committed when it is read, so a long iteration also yields
         the events archived meanwhile, in order.
         """
-        where, params = _where(
+        text, params = where(
             ("e.session_name = ?", session),
             ("e.occurred_ts >= ?", since),
             ("e.occurred_ts < ?", until),
         )
-        where = f"{where} AND e.seq > ?" if where else "WHERE e.seq > ?"
+        text = f"{text} AND e.seq > ?" if text else "WHERE e.seq > ?"
         last = 0
         while True:
-            rows = self._conn.execute(
-                f"SELECT {self._EVENT_COLUMNS} {self._EVENT_FROM} {where} ORDER BY e.seq LIMIT ?",
+            rows = self._db.conn.execute(
+                f"SELECT {EVENT_COLUMNS} {EVENT_FROM} {text} ORDER BY e.seq LIMIT ?",
                 (*params, last, _FETCH),
             ).fetchall()
             for row in rows:
                 # The type glob is matched here (no SQL function of ours, see dialect.py).
                 if type_glob is None or fnmatchcase(row[3], type_glob):
-                    yield self._event_row(row)
+                    yield event_row(self._bodies, row)
             if len(rows) < _FETCH:
                 return
             last = rows[-1][0]
 
     def event_seq(self, event_id: str) -> int | None:
         """The position (``seq``) of the event ``event_id`` in ingest order, or ``None``."""
-        row = self._conn.execute("SELECT seq FROM events WHERE id = ?", (event_id,)).fetchone()
+        row = self._db.conn.execute("SELECT seq FROM events WHERE id = ?", (event_id,)).fetchone()
         return None if row is None else int(row[0])
 
     def last_event_seq(self) -> int:
         """The position of the newest archived event (0 when there is none)."""
-        row = self._conn.execute("SELECT MAX(seq) FROM events").fetchone()
+        row = self._db.conn.execute("SELECT MAX(seq) FROM events").fetchone()
         return 0 if row is None or row[0] is None else int(row[0])
 
     def events_after(
@@ -394,15 +333,15 @@ class OperatorQueries:
         events: list[EventRow] = []
         size = 0
         with closing(
-            self._conn.execute(
-                f"SELECT {self._EVENT_COLUMNS} {self._EVENT_FROM} WHERE e.seq > ? "
+            self._db.conn.execute(
+                f"SELECT {EVENT_COLUMNS} {EVENT_FROM} WHERE e.seq > ? "
                 "ORDER BY e.seq LIMIT ?",
                 (seq, limit),
             )
         ) as rows:
             # Row by row: SQLite reads no further than this loop goes.
             for r in rows:
-                events.append(self._event_row(r))
+                events.append(event_row(self._bodies, r))
                 size += len(events[-1].body)
                 if max_bytes is not None and size >= max_bytes:
                     break
@@ -419,20 +358,13 @@ class OperatorQueries:
     ) -> list[tuple[int, str, str]]:
         """``(seq, id, type)`` of at most ``limit`` events after position ``seq``, in ingest
         order, from ``session`` and occurred in ``[since, until)`` (a replay's pages)."""
-        where, params = _where(
+        text, params = where(
             ("seq > ?", seq),
             ("session_name = ?", session),
             ("occurred_ts >= ?", since),
             ("occurred_ts < ?", until),
         )
-        rows = self._conn.execute(
-            f"SELECT seq, id, type FROM events {where} ORDER BY seq LIMIT ?", [*params, limit]
+        rows = self._db.conn.execute(
+            f"SELECT seq, id, type FROM events {text} ORDER BY seq LIMIT ?", [*params, limit]
         ).fetchall()
         return [(int(r[0]), str(r[1]), str(r[2])) for r in rows]
-
-
-def _where(*clauses: tuple[str, object | None]) -> tuple[str, list[object]]:
-    used = [(sql, value) for sql, value in clauses if value is not None]
-    if not used:
-        return "", []
-    return "WHERE " + " AND ".join(sql for sql, _ in used), [value for _, value in used]

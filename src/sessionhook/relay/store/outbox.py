@@ -1,5 +1,5 @@
-"""The outbox queries of the :class:`~.core.StoreCore`: what is due, recording attempts (one
-transaction per batch: group commit), and pruning the delivery log.
+"""The outbox role: what is due, recording attempts (one transaction per batch: group commit),
+the bytes a delivery sends (kept from its first attempt), and pruning the delivery log.
 
 Due deliveries come from ``outbox_heads`` (one row per (endpoint, session) queue: its oldest
 open delivery, kept exact by triggers, see migration ``0004_outbox_heads``). The query walks
@@ -21,15 +21,16 @@ endpoints by name), so two replicas' transactions never wait for each other in a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from contextlib import AbstractContextManager
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 from ..domain.retry import Dead, Decision, Delivered, DisableEndpoint, Retry
-from .dialect import Connection
-from .leases import TAKEABLE
+from .bodies import Bodies
+from .dialect import Connection, Database, first_value
+from .leases import TAKEABLE, ReplicaState
 from .rows import AttemptLike, DueDelivery, StoreError
+
+__all__ = ["CLAIM_SQL", "HEADS_SQL", "PRUNE_BATCH", "AttemptRecord", "Outbox", "rows_sql"]
 
 #: Rows deleted per transaction when pruning: the daemon's writes wait at most this long.
 PRUNE_BATCH = 2000
@@ -83,17 +84,14 @@ class AttemptRecord(NamedTuple):
     decision: Decision
 
 
-class OutboxQueries:
-    """Mixed into :class:`~.core.StoreCore` (which provides what is declared below)."""
+class Outbox:
+    """The outbox role (:class:`~.roles.OutboxRole`) over one database, for the replica
+    ``replica`` (a registered one claims the heads it hands out)."""
 
-    @property
-    def _claim_lock(self) -> str:
-        """Appended to the due query of a claiming replica: on PostgreSQL, heads another
-        transaction is claiming are skipped, not waited for (``FOR UPDATE OF h SKIP
-        LOCKED``); SQLite has one writer."""
-        if getattr(self, "backend", "sqlite") == "postgresql":
-            return " FOR UPDATE OF h SKIP LOCKED"
-        return ""
+    def __init__(self, db: Database, bodies: Bodies, replica: ReplicaState) -> None:
+        self._db = db
+        self._bodies = bodies
+        self._replica = replica
 
     @staticmethod
     def _claim_heads(
@@ -111,27 +109,13 @@ class OutboxQueries:
         )
         return {int(r[0]) for r in cur.fetchall()}
 
-    if TYPE_CHECKING:
-        _conn: Connection
-        _clock: Callable[[], float]
-        path: Path | None
-        replica_id: str | None
-        lease_seconds: float
-        exclusive: bool
-
-        def _tx(self, serialized: bool = True) -> AbstractContextManager[Connection]: ...
-        def _one(self, sql: str, params: Sequence[Any] = ()) -> Any: ...
-        def _decode_body(
-            self, stored: Any, ref: int | None, raw: Any, name: str | None, created: str | None
-        ) -> bytes: ...
-
     def active_endpoints(self) -> list[str]:
         """The names of the endpoints deliveries go to now (enabled and configured), sorted;
         a dispatcher round reads them once for :meth:`due_deliveries` and
         :meth:`next_due_at`."""
         return [
             row[0]
-            for row in self._conn.execute(
+            for row in self._db.conn.execute(
                 "SELECT name FROM endpoints WHERE enabled = 1 AND configured = 1 ORDER BY name"
             )
         ]
@@ -165,13 +149,14 @@ class OutboxQueries:
         limit = max(0, limit)
         if limit == 0:
             return []
-        owner = self.replica_id
+        owner = self._replica.replica_id
         names = self.active_endpoints() if active is None else active
-        if owner is None or self.exclusive:  # an operator's handle, or alone: no claim
-            heads = self._due_heads(self._conn, now, limit, set(busy), "", caps, names)
-            rows = self._rows_of(self._conn, [h[1] for h in heads])
+        if owner is None or self._replica.exclusive:  # an operator's, or alone: no claim
+            conn = self._db.conn
+            heads = self._due_heads(conn, now, limit, set(busy), "", caps, names)
+            rows = self._rows_of(conn, [h[1] for h in heads])
         else:
-            with self._tx(serialized=False) as c:
+            with self._db.tx(serialized=False) as c:
                 heads = self._due_heads(c, now, limit, set(busy), owner, caps, names)
                 taken = self._claim_heads(c, owner, now, heads) if heads else set()
                 rows = self._rows_of(c, [h[1] for h in heads if h[1] in taken])
@@ -184,7 +169,7 @@ class OutboxQueries:
                 url=r[4],
                 session_name=r[5],
                 attempts=r[6],
-                body=self._decode_body(r[7], r[8], r[9], r[10], r[11]),
+                body=self._bodies.decode(r[7], r[8], r[9], r[10], r[11]),
                 created_at=r[12],
             )
             for r in rows
@@ -203,7 +188,8 @@ class OutboxQueries:
         """The due heads (next_attempt_at, delivery id, endpoint, session), soonest first,
         at most ``limit`` (and each endpoint's cap), without ``skip``: read from the heads
         index alone; an endpoint with no free slot is not read at all."""
-        sql = HEADS_SQL + (self._claim_lock if owner else "")
+        # A claiming read skips, rather than waits for, heads a rival is claiming.
+        sql = HEADS_SQL + (self._db.skip_locked("h") if owner else "")
         found: list[tuple[float, int, str, str]] = []
         for endpoint in names:
             cap = limit if caps is None else min(limit, caps.get(endpoint, 0))
@@ -241,7 +227,8 @@ class OutboxQueries:
         in flight or just handed out). ``active``: see :meth:`due_deliveries`."""
         best: float | None = None
         for endpoint in self.active_endpoints() if active is None else active:
-            value = self._one(
+            value = first_value(
+                self._db.conn,
                 "SELECT MIN(next_attempt_at) FROM outbox_heads "
                 "WHERE endpoint = ? AND next_attempt_at > ?",
                 (endpoint, float("-inf") if after is None else after),
@@ -275,7 +262,7 @@ class OutboxQueries:
         if not records:
             return []
         out: list[float | None] = []
-        with self._tx(serialized=False) as c:
+        with self._db.tx(serialized=False) as c:
             # Endpoint bookkeeping is folded per batch: one UPDATE per endpoint, not per row.
             # The dispatcher passes its batch in (endpoint, session) order: the lock order of
             # every writer of the heads (see the module docstring).
@@ -340,7 +327,7 @@ class OutboxQueries:
             (status, finished, code, error, keep_next, next_at, delivered_at, delivery_id),
         ).fetchone()
         if row is None:
-            raise StoreError(f"unknown delivery {delivery_id}", path=self.path)
+            raise StoreError(f"unknown delivery {delivery_id}", path=self._db.path)
         endpoint, number = row[0], row[1]
         s = state.get(endpoint)
         if s is None:
@@ -376,8 +363,8 @@ class OutboxQueries:
                 )
             if not s["read"] and not s["succeeded"]:
                 # A success earlier in the batch cleared it; otherwise the stored one counts.
-                s["failing_since"] = self._one(
-                    "SELECT failing_since FROM endpoints WHERE name = ?", (endpoint,)
+                s["failing_since"] = first_value(
+                    c, "SELECT failing_since FROM endpoints WHERE name = ?", (endpoint,)
                 )
             s["read"] = True
             if s["failing_since"] is None:
@@ -390,10 +377,14 @@ class OutboxQueries:
         """Open (pending or failed) deliveries, of one endpoint or all."""
         if endpoint is None:
             return int(
-                self._one("SELECT COUNT(*) FROM deliveries WHERE status IN ('pending', 'failed')")
+                first_value(
+                    self._db.conn,
+                    "SELECT COUNT(*) FROM deliveries WHERE status IN ('pending', 'failed')",
+                )
             )
         return int(
-            self._one(
+            first_value(
+                self._db.conn,
                 "SELECT COUNT(*) FROM deliveries "
                 "WHERE status IN ('pending', 'failed') AND endpoint = ?",
                 (endpoint,),
@@ -402,7 +393,7 @@ class OutboxQueries:
 
     def outbox_stats(self) -> dict[str, tuple[int, float | None]]:
         """Per known endpoint: (open deliveries, ``created_at`` of the oldest) for metrics."""
-        rows = self._conn.execute(
+        rows = self._db.conn.execute(
             "SELECT ep.name, COUNT(d.id), MIN(d.created_at) FROM endpoints ep "
             "LEFT JOIN deliveries d ON d.endpoint = ep.name "
             "AND d.status IN ('pending', 'failed') GROUP BY ep.name ORDER BY ep.name"
@@ -425,7 +416,7 @@ class OutboxQueries:
         n = 0
         while rounds is None or n < rounds:
             n += 1
-            with self._tx() as c:
+            with self._db.tx() as c:
                 cur = c.execute(
                     "DELETE FROM attempts WHERE id IN (SELECT id FROM attempts "
                     "WHERE started_at < ? ORDER BY started_at LIMIT ?)",
@@ -437,7 +428,7 @@ class OutboxQueries:
         n = 0
         while rounds is None or n < rounds:
             n += 1
-            with self._tx() as c:
+            with self._db.tx() as c:
                 ids = [
                     r[0]
                     for r in c.execute(
@@ -453,6 +444,25 @@ class OutboxQueries:
             if len(ids) < batch:
                 break
         return attempts, deliveries
+
+
+    def save_rendered(self, delivery_id: int, body: bytes, content_type: str) -> None:
+        """Keep the bytes a delivery's first attempt sends (a format or a template made
+        them); the first ones saved win, so every retry sends the same bytes."""
+        with self._db.tx() as c:
+            c.execute(
+                "INSERT INTO rendered_bodies (delivery_id, content_type, body) "
+                "VALUES (?, ?, ?) ON CONFLICT (delivery_id) DO NOTHING",
+                (delivery_id, content_type, body),
+            )
+
+    def rendered_body(self, delivery_id: int) -> tuple[bytes, str] | None:
+        """``(body, content_type)`` saved by :meth:`save_rendered`, or ``None``."""
+        row = self._db.conn.execute(
+            "SELECT body, content_type FROM rendered_bodies WHERE delivery_id = ?",
+            (delivery_id,),
+        ).fetchone()
+        return None if row is None else (bytes(row[0]), row[1])
 
 
 def _outcome(decision: Decision, finished: float) -> tuple[str, int, float | None, float | None]:

@@ -1,4 +1,5 @@
-"""The PostgreSQL backend: :class:`PostgresStore` (``store.url = "postgresql://..."``).
+"""The PostgreSQL backend: :class:`PostgresDatabase` (``store.url = "postgresql://..."``) and
+:class:`PostgresStore`, the store on it.
 
 The queries are shared with SQLite (:mod:`.core`, written in the subset of :mod:`.dialect`);
 this module provides the connections, the transactions and the mapping of PostgreSQL's
@@ -13,12 +14,12 @@ Connections
     it, so a server restart costs the next statement a reconnect, not an error.
 
 Transactions
-    ``_tx`` borrows a connection for the block, ``BEGIN`` ... ``COMMIT``, and every query
+    ``tx`` borrows a connection for the block, ``BEGIN`` ... ``COMMIT``, and every query
     the block runs in this thread goes to it (a thread-local). A write transaction first
     takes ``pg_advisory_xact_lock(WRITE_LOCK)``: writers are serialized as they are on
     SQLite (``BEGIN IMMEDIATE``), so the read-then-write patterns of the queries stay
     correct and triggers never deadlock, whichever process or thread writes. Reads never
-    wait for it. The hot paths of replicas opt out (``_tx(serialized=False)``): claiming
+    wait for it. The hot paths of replicas opt out (``tx(serialized=False)``): claiming
     and recording deliveries, heartbeats, poll claims, named leases, the request budget
     and the upstream counters. Each of those orders itself: conditional updates and
     upserts, ``FOR UPDATE SKIP LOCKED`` claims, a per-queue advisory lock
@@ -53,12 +54,13 @@ import psycopg_pool
 
 from ...redact import redact_userinfo
 from ..config.database_url import display_url
+from . import notify
 from .core import StoreCore
-from .dialect import to_pyformat
+from .dialect import Connection, WakeSource, to_pyformat
 from .rows import StoreError, StoreFullError, StoreUnwritableError
 from .schema_pg import check_current, migrate
 
-__all__ = ["DEFAULT_POOL_SIZE", "PostgresStore"]
+__all__ = ["DEFAULT_POOL_SIZE", "PostgresDatabase", "PostgresStore"]
 
 #: Connections per relay process (and so the AsyncStore's worker threads).
 DEFAULT_POOL_SIZE = 4
@@ -133,12 +135,14 @@ def _connect_kwargs(readonly: bool) -> dict[str, Any]:
     return kwargs
 
 
-class PostgresStore(StoreCore):
-    """A relay store in a PostgreSQL database. Open with :meth:`open` or
-    :meth:`open_readonly`; the daemon goes through :class:`~.aio.AsyncStore`, whose
-    worker threads (one per pooled connection) run the methods concurrently."""
+class PostgresDatabase:
+    """A relay database on PostgreSQL, opened with :meth:`open` or :meth:`open_readonly`
+    (the :class:`~.dialect.Database` the queries run on): several relays may share it."""
 
-    backend = "postgresql"
+    #: Shared by replicas: each claims what it works on.
+    exclusive = False
+    #: Bodies and raw activities are ``BYTEA``.
+    binary_bodies = True
 
     def __init__(
         self,
@@ -150,11 +154,15 @@ class PostgresStore(StoreCore):
         pool_size: int = DEFAULT_POOL_SIZE,
     ) -> None:
         self._adapter = _Adapter(pool)
-        super().__init__(
-            self._adapter, path=None, location=display_url(url), readonly=readonly, clock=clock
-        )
+        #: What reads run on: the adapter (a plain attribute: tests wrap it).
+        self.conn: Connection = self._adapter
         self._pool = pool
         self.url = url
+        self.path = None
+        self.location = display_url(url)
+        self.readonly = readonly
+        self.clock = clock
+        #: The pool's size: as many of the store's calls at once.
         self.concurrency = pool_size
 
     # ----------------------------------------------------------------- opening
@@ -166,7 +174,7 @@ class PostgresStore(StoreCore):
         *,
         clock: Callable[[], float] = time.time,
         pool_size: int = DEFAULT_POOL_SIZE,
-    ) -> PostgresStore:
+    ) -> PostgresDatabase:
         """Connect, migrate (one transaction, see :mod:`.schema_pg`) and start the pool.
 
         Raises :class:`StoreError` for a wrong password, a missing database, a database
@@ -182,7 +190,7 @@ class PostgresStore(StoreCore):
         *,
         clock: Callable[[], float] = time.time,
         pool_size: int = 2,
-    ) -> PostgresStore:
+    ) -> PostgresDatabase:
         """Connect read-only (``default_transaction_read_only``), e.g. while the daemon runs;
         write methods raise :class:`StoreError`. The schema must be current."""
         return cls._opened(url, check_current, readonly=True, clock=clock, pool_size=pool_size)
@@ -196,7 +204,7 @@ class PostgresStore(StoreCore):
         readonly: bool,
         clock: Callable[[], float],
         pool_size: int,
-    ) -> PostgresStore:
+    ) -> PostgresDatabase:
         """``prepare`` (migrate, or check the schema) on one direct connection, its errors
         mapped for the opening, then the pool."""
         location = display_url(url)
@@ -213,18 +221,64 @@ class PostgresStore(StoreCore):
             pool_size=pool_size,
         )
 
-    def open_reader(self) -> PostgresStore:
+    def open_reader(self) -> PostgresDatabase:
         """:meth:`open_readonly` on the same database."""
-        return PostgresStore.open_readonly(self.url, clock=self._clock)
+        return PostgresDatabase.open_readonly(self.url, clock=self.clock)
 
     def close(self) -> None:
         """Close every pooled connection."""
         self._pool.close()
 
+    # ----------------------------------------------------------------- what differs
+
+    def skip_locked(self, alias: str) -> str:
+        """``FOR UPDATE OF alias SKIP LOCKED``: heads another replica's transaction is
+        claiming are skipped, not waited for."""
+        return f" FOR UPDATE OF {alias} SKIP LOCKED"
+
+    def notify_outbox(self, c: Connection) -> None:
+        """``pg_notify`` on :data:`~.notify.OUTBOX_CHANNEL`, sent when ``c``'s transaction
+        commits (see :mod:`.notify`)."""
+        c.execute(f"SELECT pg_notify('{notify.OUTBOX_CHANNEL}', '')")
+
+    def wake_source(self) -> WakeSource | None:
+        """:func:`~.notify.listen` on this database, on a connection of its own."""
+        url = self.url
+
+        async def listen(on_notify: Callable[[], None]) -> None:
+            await notify.listen(url, on_notify)
+
+        return listen
+
+    def table_names(self) -> list[str]:
+        """The base tables of the current schema."""
+        rows = self.conn.execute(
+            "SELECT table_name FROM information_schema.tables "
+            "WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'"
+        ).fetchall()
+        return sorted(str(r[0]) for r in rows)
+
+    def advance_ids(self, tables: Sequence[str]) -> None:
+        """Each identity column's sequence moved to the largest id, so the next row gets
+        the next id (not one inserted as given)."""
+        with self.tx() as c:
+            for table in tables:
+                for (column,) in c.execute(
+                    "SELECT column_name FROM information_schema.columns "
+                    "WHERE table_schema = current_schema() AND table_name = ? "
+                    "AND is_identity = 'YES'",
+                    (table,),
+                ).fetchall():
+                    c.execute(
+                        f"SELECT setval(pg_get_serial_sequence(?, ?), "
+                        f"COALESCE(MAX({_quote(column)}), 0) + 1, false) FROM {_quote(table)}",
+                        (table, column),
+                    )
+
     # ----------------------------------------------------------------- transactions
 
     @contextmanager
-    def _tx(self, serialized: bool = True) -> Iterator[_Adapter]:
+    def tx(self, serialized: bool = True) -> Iterator[_Adapter]:
         """One write transaction on one pooled connection, writers serialized unless
         ``serialized=False`` (see the module docstring); PostgreSQL's "cannot write now"
         errors become :class:`StoreUnwritableError` with nothing committed."""
@@ -243,10 +297,6 @@ class PostgresStore(StoreCore):
                 local.conn = conn
                 try:
                     yield self._adapter
-                except BaseException:
-                    # References created in the rolled-back transaction must not be used.
-                    self._forget_refs()
-                    raise
                 finally:
                     local.conn = None
         except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
@@ -264,6 +314,10 @@ class PostgresStore(StoreCore):
             return None
         mapped = _mapped(exc, self.location, opening=False)
         return mapped if isinstance(mapped, StoreUnwritableError) else None
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
 
 
 def _retryable(exc: psycopg.Error) -> bool:
@@ -314,3 +368,38 @@ def _pool(url: str, size: int, *, readonly: bool) -> psycopg_pool.ConnectionPool
     )
     pool.open(wait=False)
     return pool
+
+
+class PostgresStore(StoreCore):
+    """A relay store in a PostgreSQL database. Open with :meth:`open` or
+    :meth:`open_readonly`; the daemon goes through :class:`~.aio.AsyncStore`, whose
+    worker threads (one per pooled connection) run the store's calls concurrently."""
+
+    db: PostgresDatabase
+
+    def __init__(self, db: PostgresDatabase) -> None:
+        super().__init__(db)
+        self.db = db
+
+    @property
+    def url(self) -> str:
+        """The database's URL (with its password: never shown)."""
+        return self.db.url
+
+    @classmethod
+    def open(
+        cls,
+        url: str,
+        *,
+        clock: Callable[[], float] = time.time,
+        pool_size: int = DEFAULT_POOL_SIZE,
+    ) -> PostgresStore:
+        """:meth:`PostgresDatabase.open`: connect, migrate and start the pool."""
+        return cls(PostgresDatabase.open(url, clock=clock, pool_size=pool_size))
+
+    @classmethod
+    def open_readonly(
+        cls, url: str, *, clock: Callable[[], float] = time.time, pool_size: int = 2
+    ) -> PostgresStore:
+        """:meth:`PostgresDatabase.open_readonly`: connect read-only."""
+        return cls(PostgresDatabase.open_readonly(url, clock=clock, pool_size=pool_size))

@@ -11,14 +11,11 @@ Each refusal is one row per session, name and reason; meeting it again bumps ``c
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any
-
-from .dialect import Connection
+from .dialect import Database, first_value
+from .ingest import advance_cursor as move_cursor
 from .rows import RefusedRow, RefusedSummary
 
-__all__ = ["REFUSAL_REASONS", "RefusalQueries"]
+__all__ = ["REFUSAL_REASONS", "Refusals"]
 
 #: Why an activity was refused (the ``reason`` column, a metric label).
 REFUSAL_REASONS = ("too_large", "foreign_name", "not_a_name", "duplicate_name", "malformed")
@@ -26,18 +23,11 @@ REFUSAL_REASONS = ("too_large", "foreign_name", "not_a_name", "duplicate_name", 
 _MAX_TEXT = 512
 
 
-class RefusalQueries:
-    """Mixed into :class:`~.core.StoreCore`, which provides the connection."""
+class Refusals:
+    """The refusals role (:class:`~.roles.RefusalRole`) over one database."""
 
-    if TYPE_CHECKING:
-        _conn: Connection
-        _clock: Callable[[], float]
-
-        def _tx(self, serialized: bool = True) -> AbstractContextManager[Connection]: ...
-        def _one(self, sql: str, params: Sequence[Any] = ()) -> Any: ...
-        def _advance_cursor(
-            self, c: Connection, session_name: str, times: Sequence[str], limit: str | None
-        ) -> None: ...
+    def __init__(self, db: Database) -> None:
+        self._db = db
 
     def refuse_activity(
         self,
@@ -60,8 +50,8 @@ class RefusalQueries:
         """
         if reason not in REFUSAL_REASONS:
             raise ValueError(f"unknown refusal reason {reason!r}")
-        now = self._clock()
-        with self._tx() as c:
+        now = self._db.clock()
+        with self._db.tx() as c:
             known = c.execute(
                 "SELECT 1 FROM refused_activities WHERE session_name = ? AND name = ? "
                 "AND reason = ?",
@@ -86,20 +76,22 @@ class RefusalQueries:
                 ),
             )
             if advance_cursor and create_time:
-                self._advance_cursor(c, session_name, [create_time], cursor_limit)
+                move_cursor(c, session_name, [create_time], cursor_limit)
             return known is None
 
     def refused_summary(self, since: float) -> RefusedSummary:
         """Refusals in total, by reason, since ``since`` (Unix seconds), and the latest."""
         by_reason = {
             reason: int(n)
-            for reason, n in self._conn.execute(
+            for reason, n in self._db.conn.execute(
                 "SELECT reason, COUNT(*) FROM refused_activities GROUP BY reason"
             )
         }
         recent = int(
-            self._one(
-                "SELECT COUNT(*) FROM refused_activities WHERE last_refused_at >= ?", (since,)
+            first_value(
+                self._db.conn,
+                "SELECT COUNT(*) FROM refused_activities WHERE last_refused_at >= ?",
+                (since,),
             )
         )
         latest = self.refused_activities(limit=1)
@@ -112,7 +104,7 @@ class RefusalQueries:
 
     def refused_activities(self, limit: int = 100) -> list[RefusedRow]:
         """The most recently refused activities, newest first."""
-        rows = self._conn.execute(
+        rows = self._db.conn.execute(
             "SELECT session_name, name, create_time, reason, detail, size, first_refused_at, "
             "last_refused_at, count FROM refused_activities "
             "ORDER BY last_refused_at DESC, name LIMIT ?",

@@ -1,7 +1,7 @@
 """The database schema: migrations (the only way the schema changes) and the checks that a
 file is a sessionhook database of a version we know.
 
-Each migration is registered with ``_migration`` and applied by :func:`_migrate`, all pending
+Each migration is registered with ``_migration`` and applied by :func:`migrate`, all pending
 ones in one write transaction with their bookkeeping rows.
 """
 
@@ -190,14 +190,14 @@ def _m0006_event_shapes(db: Database) -> None:
     )
 
 
-def _schema_state(db: Database) -> tuple[list[str], list[str]]:
+def schema_state(db: Database) -> tuple[list[str], list[str]]:
     """(pending migration names, applied names this version does not know)."""
     applied = [m.name for m in MIGRATIONS.applied(db)]
     pending = [name for name in _KNOWN_MIGRATIONS if name not in applied]
     return pending, [name for name in applied if name not in _KNOWN_MIGRATIONS]
 
 
-def _check_ours(conn: sqlite3.Connection, path: Path) -> None:
+def check_ours(conn: sqlite3.Connection, path: Path) -> None:
     """Refuse a SQLite file that holds tables but is not a sessionhook database."""
     tables = {
         row[0]
@@ -218,10 +218,10 @@ def _check_ours(conn: sqlite3.Connection, path: Path) -> None:
         raise StoreError(f"{path} is not a sessionhook database", path=path)
 
 
-def _migrate(conn: sqlite3.Connection, db: Database, path: Path) -> None:
+def migrate(conn: sqlite3.Connection, db: Database, path: Path) -> None:
     """Apply pending migrations: each with its bookkeeping row, all under one write lock so
     that two processes starting together cannot both migrate."""
-    pending, unknown = _schema_state(db)
+    pending, unknown = schema_state(db)
     if unknown:
         raise StoreError(
             f"{path} was written by a newer sessionhook (migration {unknown[0]})", path=path

@@ -1,17 +1,19 @@
-"""The SQLite backend: :class:`Store` (``store.path``), one file on a local disk.
+"""The SQLite backend: :class:`SqliteDatabase` (``store.path``), one file on a local disk,
+and :class:`Store`, the store on it.
 
 The queries are shared with PostgreSQL (:mod:`.core`); this module opens the file, sets its
 pragmas, runs transactions and maps SQLite's errors (full disk, read-only file) to
 :class:`~.rows.StoreFullError` / :class:`~.rows.StoreUnwritableError`. One daemon per file
-(:mod:`.lock`); operator commands read a WAL snapshot beside it.
+(:mod:`.lock`: :attr:`SqliteDatabase.exclusive`); operator commands read a WAL snapshot
+beside it.
 
 Connections
-    :meth:`Store.open` opens the one writer connection (creating the file ``0600``, so its
+    :meth:`SqliteDatabase.open` opens the one writer connection (creating the file ``0600``, so its
     ``-wal`` and ``-shm`` are ``0600`` too): WAL journal, ``foreign_keys=ON``,
     ``busy_timeout`` so that an operator command writing at the same time waits instead of
     failing. Each write method is one ``BEGIN IMMEDIATE`` ... ``COMMIT`` transaction.
-    :meth:`Store.open_readonly` opens a ``mode=ro`` connection for operator commands; WAL lets
-    it read a consistent snapshot while the daemon writes.
+    :meth:`SqliteDatabase.open_readonly` opens a ``mode=ro`` connection for operator
+    commands; WAL lets it read a consistent snapshot while the daemon writes.
 
 Durability (``synchronous=NORMAL``)
     In WAL mode a commit appends the transaction to the ``-wal`` file with ``write()`` before
@@ -34,25 +36,32 @@ import os
 import sqlite3
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 from sqlite_utils import Database
 
 from .core import StoreCore
+from .dialect import Connection, WakeSource
 from .rows import StoreError, StoreFullError, StoreUnwritableError
-from .schema import _check_ours, _migrate, _schema_state
+from .schema import check_ours, migrate, schema_state
+
+__all__ = ["BUSY_TIMEOUT_MS", "SqliteDatabase", "Store", "is_full_error", "is_readonly_error"]
 
 BUSY_TIMEOUT_MS = 10_000
 
 
-class Store(StoreCore):
-    """Synchronous access to a SQLite relay database. Open with :meth:`open` or
-    :meth:`open_readonly`; the daemon goes through :class:`~.aio.AsyncStore`.
-    """
+class SqliteDatabase:
+    """One SQLite relay database, opened with :meth:`open` or :meth:`open_readonly` (the
+    :class:`~.dialect.Database` the queries run on)."""
 
-    backend = "sqlite"
+    #: One writer connection: the store's calls run one at a time.
+    concurrency = 1
+    #: One daemon per file (the daemon lock, :mod:`.lock`): a replica here has no rival.
+    exclusive = True
+    #: A column keeps the text or the blob it was given.
+    binary_bodies = False
 
     def __init__(
         self,
@@ -62,13 +71,19 @@ class Store(StoreCore):
         readonly: bool,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        super().__init__(conn, path=path, location=str(path), readonly=readonly, clock=clock)
-        self._conn: sqlite3.Connection = conn
+        #: The one connection, reads and writes (a plain attribute: tests wrap it).
+        self.conn = conn
+        self.path: Path = path
+        self.location = str(path)
+        self.readonly = readonly
+        self.clock = clock
 
     # ----------------------------------------------------------------- opening
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str], *, clock: Callable[[], float] = time.time) -> Store:
+    def open(
+        cls, path: str | os.PathLike[str], *, clock: Callable[[], float] = time.time
+    ) -> SqliteDatabase:
         """Open (creating the directory and file if needed) and migrate the database.
 
         Raises :class:`StoreError` when the directory cannot be created or written, when the
@@ -98,7 +113,7 @@ class Store(StoreCore):
         try:
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             # Before anything changes the file: a foreign database is left exactly as it was.
-            _check_ours(conn, db_path)
+            check_ours(conn, db_path)
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise StoreError(f"{db_path}: cannot use WAL journal (got {mode})", path=db_path)
@@ -106,7 +121,7 @@ class Store(StoreCore):
             conn.execute("PRAGMA foreign_keys = ON")
             # Truncate the WAL file after checkpoints instead of leaving it at its peak size.
             conn.execute(f"PRAGMA journal_size_limit = {64 * 1024 * 1024}")
-            _migrate(conn, Database(conn, execute_plugins=False), db_path)
+            migrate(conn, Database(conn, execute_plugins=False), db_path)
         except sqlite3.DatabaseError as exc:
             conn.close()
             if is_full_error(exc):
@@ -126,7 +141,7 @@ class Store(StoreCore):
     @classmethod
     def open_readonly(
         cls, path: str | os.PathLike[str], *, clock: Callable[[], float] = time.time
-    ) -> Store:
+    ) -> SqliteDatabase:
         """Open an existing database read-only (``mode=ro``), e.g. while the daemon runs.
 
         Write methods then raise :class:`StoreError`. The schema must be current.
@@ -142,8 +157,8 @@ class Store(StoreCore):
         try:
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             conn.execute("PRAGMA query_only = ON")
-            _check_ours(conn, db_path)
-            pending, unknown = _schema_state(Database(conn, execute_plugins=False))
+            check_ours(conn, db_path)
+            pending, unknown = schema_state(Database(conn, execute_plugins=False))
             if unknown:
                 raise StoreError(
                     f"{db_path} was written by a newer sessionhook (migration {unknown[0]})",
@@ -179,16 +194,41 @@ class Store(StoreCore):
             return StoreUnwritableError(f"{self.path}: {exc}", path=self.path)
         return None
 
-    def open_reader(self) -> Store:
+    def open_reader(self) -> SqliteDatabase:
         """:meth:`open_readonly` on the same file."""
-        return Store.open_readonly(self.path or "", clock=self._clock)
+        return SqliteDatabase.open_readonly(self.path, clock=self.clock)
 
     def close(self) -> None:
         """Close the connection (a checkpoint folds the WAL into the database file)."""
-        self._conn.close()
+        self.conn.close()
+
+    # ----------------------------------------------------------------- what differs
+
+    def skip_locked(self, alias: str) -> str:
+        """Nothing: one writer, no rival transaction to skip."""
+        return ""
+
+    def notify_outbox(self, c: Connection) -> None:
+        """Nothing: one process, whose poller wakes its dispatcher directly."""
+
+    def wake_source(self) -> WakeSource | None:
+        """None: no other process writes this file."""
+        return None
+
+    def table_names(self) -> list[str]:
+        """The tables of ``sqlite_master`` but SQLite's own."""
+        rows = self.conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+        ).fetchall()
+        return sorted(str(r[0]) for r in rows)
+
+    def advance_ids(self, tables: Sequence[str]) -> None:
+        """Nothing: AUTOINCREMENT follows the ids inserted."""
+
+    # ----------------------------------------------------------------- transactions
 
     @contextmanager
-    def _tx(self, serialized: bool = True) -> Iterator[sqlite3.Connection]:
+    def tx(self, serialized: bool = True) -> Iterator[sqlite3.Connection]:
         """One write transaction; the write lock is taken up front (no upgrade deadlock).
         SQLite has one writer: every transaction is serialized (``serialized`` is ignored).
 
@@ -198,17 +238,16 @@ class Store(StoreCore):
         """
         if self.readonly:
             raise StoreError(f"{self.path} is open read-only", path=self.path)
+        conn = self.conn
         try:
-            self._conn.execute("BEGIN IMMEDIATE")
+            conn.execute("BEGIN IMMEDIATE")
             try:
-                yield self._conn
-                self._conn.execute("COMMIT")
+                yield conn
+                conn.execute("COMMIT")
             except BaseException:
-                # References created in the rolled-back transaction must not be used again.
-                self._forget_refs()
                 # Some errors (SQLITE_FULL, IOERR...) already rolled back; do not mask them.
-                if self._conn.in_transaction:
-                    self._conn.execute("ROLLBACK")
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
                 raise
         except (sqlite3.Error, OSError) as exc:
             if is_full_error(exc):
@@ -264,4 +303,25 @@ def _create_private(db_path: Path) -> bool:
     return True
 
 
+class Store(StoreCore):
+    """A relay store in a SQLite file. Open with :meth:`open` or :meth:`open_readonly`; the
+    daemon goes through :class:`~.aio.AsyncStore`."""
 
+    db: SqliteDatabase
+
+    def __init__(self, db: SqliteDatabase) -> None:
+        super().__init__(db)
+        self.db = db
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], *, clock: Callable[[], float] = time.time) -> Store:
+        """:meth:`SqliteDatabase.open`: open (creating the directory and file if needed) and
+        migrate the database."""
+        return cls(SqliteDatabase.open(path, clock=clock))
+
+    @classmethod
+    def open_readonly(
+        cls, path: str | os.PathLike[str], *, clock: Callable[[], float] = time.time
+    ) -> Store:
+        """:meth:`SqliteDatabase.open_readonly`: an existing database, read-only."""
+        return cls(SqliteDatabase.open_readonly(path, clock=clock))

@@ -1,0 +1,112 @@
+"""Event bodies as stored: compressed against their session's current reference body (and,
+for an activity's event, against the activity's raw JSON), see :mod:`.codec`.
+
+:class:`Bodies` encodes them for the ingest and decodes them for every reader (the outbox,
+the operator's and the console's queries). It keeps the reference bodies decoded in memory:
+a session's events share one, and the ingest keeps each session's current one at hand.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from ..domain.events import Event
+from . import codec
+from .dialect import Connection, Database, first_value
+from .rows import StoreError
+
+__all__ = ["Bodies", "raw_hints"]
+
+#: Reference bodies kept decoded in memory (one per recently active session).
+REF_CACHE = 512
+
+
+def raw_hints(name: str, create_time: str) -> bytes:
+    """What an activity's compressed raw JSON is coded against (its own columns)."""
+    return (name + create_time).encode("utf-8")
+
+
+class Bodies:
+    """The codec of event bodies over one database, with its caches of reference bodies."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        # Decoded reference bodies by id, and each session's current reference.
+        self._refs: dict[int, bytes] = {}
+        self._session_refs: dict[str, tuple[int, bytes]] = {}
+        # ``_refs`` is filled by reads too, which run in several threads on PostgreSQL;
+        # ``_session_refs`` only in write transactions, which are serialized.
+        self._refs_lock = threading.Lock()
+
+    def forget(self) -> None:
+        """Drop the cached references: a rolled-back transaction may have created some."""
+        with self._refs_lock:
+            self._session_refs.clear()
+            self._refs.clear()
+
+    def encode(self, c: Connection, event: Event, context: bytes) -> tuple[int, bytes]:
+        """(reference id, stored body) of ``event`` in the write transaction ``c``: the body
+        compressed against its session's current reference; a body that no longer shares
+        enough with it becomes the new reference (a ``body_refs`` row). The transaction's
+        owner calls :meth:`forget` if it rolls back."""
+        current = self._session_refs.get(event.session_name)
+        if current is None:
+            row = c.execute(
+                "SELECT id, data FROM body_refs WHERE session_name = ? ORDER BY id DESC LIMIT 1",
+                (event.session_name,),
+            ).fetchone()
+            if row is not None:
+                current = (row[0], self.reference(row[0], row[1]))
+        if current is not None:
+            stored = codec.encode_body(event.body, current[1], context)
+            if len(stored) <= codec.REF_THRESHOLD:
+                return current[0], stored
+        ref_id = int(
+            c.execute(
+                "INSERT INTO body_refs (session_name, data) VALUES (?, ?) RETURNING id",
+                (event.session_name, codec.encode_body(event.body, b"", b"")),
+            ).fetchall()[0][0]
+        )
+        with self._refs_lock:
+            self._refs[ref_id] = event.body
+        self._session_refs[event.session_name] = (ref_id, event.body)
+        if len(self._session_refs) > REF_CACHE:
+            self._session_refs.pop(next(iter(self._session_refs)))
+        return ref_id, codec.encode_body(event.body, event.body, context)
+
+    def reference(self, ref_id: int, data: bytes | None = None) -> bytes:
+        """A reference body, decoded (cached: a session's events share one)."""
+        body = self._refs.get(ref_id)
+        if body is None:
+            if data is None:
+                data = first_value(
+                    self._db.conn, "SELECT data FROM body_refs WHERE id = ?", (ref_id,)
+                )
+                if data is None:
+                    raise StoreError(f"missing body reference {ref_id}", path=self._db.path)
+            body = codec.decode_body(data, b"", b"")
+            with self._refs_lock:  # readers in other threads fill it too (PostgreSQL)
+                if len(self._refs) >= REF_CACHE:
+                    self._refs.pop(next(iter(self._refs)), None)
+                self._refs[ref_id] = body
+        return body
+
+    def decode(
+        self,
+        stored: str | bytes,
+        ref_id: int | None,
+        raw: str | bytes | None,
+        name: str | None,
+        created: str | None,
+    ) -> bytes:
+        """The exact bytes of a stored event body, given the row's ``body_ref`` and, for an
+        activity event, its activity's stored ``raw``, ``name`` and ``create_time``."""
+        if isinstance(stored, str):
+            return stored.encode("utf-8")
+        reference = self.reference(ref_id) if ref_id is not None else b""
+        context = b""
+        if codec.needs_context(stored):
+            if raw is None:
+                raise StoreError("an event body's activity is missing", path=self._db.path)
+            context = codec.decode_raw(raw, raw_hints(name or "", created or ""))
+        return codec.decode_body(stored, reference, context)
