@@ -41,19 +41,19 @@ def rounds(store: Store | PostgresStore, total: int, batch: int) -> tuple[int, f
     done = 0
     wall, cpu = time.perf_counter(), time.process_time()
     while done < total:
-        due = sorted(store.due_deliveries(T0 + 1, batch), key=lambda d: d.key)
+        due = sorted(store.outbox.due_deliveries(T0 + 1, batch), key=lambda d: d.key)
         if not due:
             break
-        store.record_attempts([AttemptRecord(d.id, ok(), Delivered()) for d in due])
-        store.next_due_at(after=T0 + 1)
+        store.outbox.record_attempts([AttemptRecord(d.id, ok(), Delivered()) for d in due])
+        store.outbox.next_due_at(after=T0 + 1)
         done += len(due)
     return done, time.perf_counter() - wall, time.process_time() - cpu
 
 
 def prepared(store: Store | PostgresStore, args: argparse.Namespace, *, exclusive: bool) -> None:
-    store.sync_endpoints([Ep("ep")])
+    store.endpoints.sync_endpoints([Ep("ep")])
     fill(store, args.sessions, args.per_session)
-    store.register_replica(
+    store.leases.register_replica(
         "bench0", host="bench", pid=os.getpid(), now=T0, lease=1e9, exclusive=exclusive
     )
 

@@ -61,7 +61,7 @@ class Archive:
             "createTime": "2026-11-23T10:00:00Z",
             "updateTime": "2026-11-23T10:00:00Z",
         }
-        astore.store.upsert_session(Session.model_validate(raw), baseline=False)
+        astore.store.ingest.upsert_session(Session.model_validate(raw), baseline=False)
 
     async def add(self, n: int, text_bytes: int = 0) -> None:
         events = []
@@ -80,7 +80,9 @@ class Archive:
                 )
             )
         self.count += n
-        await self.astore.call(self.astore.store.ingest_session_events, SESSION, events, False)
+        await self.astore.call(
+            self.astore.store.ingest.ingest_session_events, SESSION, events, False
+        )
         if self.bell is not None:
             self.bell.ring()
 

@@ -49,6 +49,7 @@ from sessionhook.relay import ops as operator
 from sessionhook.relay.domain.signing import decode_secret, generate_secret
 from sessionhook.relay.ops import PING_TYPE, ping_event
 from sessionhook.relay.store import PostgresStore, Store, StoreCore
+from sessionhook.relay.store.ops_queries import OperatorQueries
 from sessionhook.relay.web import server as health
 
 from .conftest import TEMPLATE
@@ -244,7 +245,7 @@ def run(
         # while the pass looks for work go out in the same pass (flaky's retry is an hour
         # away, so it does not count).
         with where.reader() as store:
-            due = store.next_due_at()
+            due = store.outbox.next_due_at()
         assert due is None or due > time.time() + 60, logs[-3000:]
         try:
             yield RelayRun(
@@ -306,8 +307,8 @@ def failed(*args: str, code: int = 1) -> str:
 
 def test_the_run_reached_every_kind_of_consumer(run: RelayRun) -> None:
     with run.store.reader() as store:
-        assert store.pending_count("ci") == 0
-        assert store.list_deliveries("broken", "pending") == []
+        assert store.outbox.pending_count("ci") == 0
+        assert store.operator.list_deliveries("broken", "pending") == []
     r = run.receivers
     assert r["ci"].delivered and not r["ci"].rejected
     assert {a.answered for a in r["flaky"].arrivals} == {503}
@@ -343,7 +344,7 @@ def test_status_json_matches_the_store(run: RelayRun) -> None:
     by_name = {ep["name"]: ep for ep in data["endpoints"]}
     with run.store.reader() as store:
         for name in SECRETS:
-            assert by_name[name]["pending"] == store.pending_count(name)
+            assert by_name[name]["pending"] == store.outbox.pending_count(name)
     assert by_name["ci"]["pending"] == 0
     assert by_name["ci"]["delivered_last_hour"] == len(run.receivers["ci"].delivered_ids())
     assert by_name["broken"]["dead_last_hour"] > 0
@@ -508,13 +509,13 @@ def test_deliveries_behind_a_parked_one_show_what_they_wait_on(run: RelayRun) ->
 
 def test_replay_dead_letters_by_time(run: RelayRun, db_copy: Where) -> None:
     with db_copy.reader() as store:
-        dead = store.list_deliveries("broken", "dead", limit=10_000)
-        archived = sum(1 for _ in store.iter_events())
+        dead = store.operator.list_deliveries("broken", "dead", limit=10_000)
+        archived = sum(1 for _ in store.operator.iter_events())
     assert dead
     out = ok("replay", *db_copy.args, "--endpoint", "broken", "--since", "3h")
     assert out.strip() == f"queued {archived} deliveries to broken"
     with db_copy.reader() as store:
-        again = store.list_deliveries("broken", "pending", limit=10_000)
+        again = store.operator.list_deliveries("broken", "pending", limit=10_000)
     assert len(again) == archived and all(d.replayed for d in again)
     # the same webhook-id as the dead letters: consumers deduplicate on it
     assert {d.event_id for d in dead} <= {d.event_id for d in again}
@@ -522,7 +523,7 @@ def test_replay_dead_letters_by_time(run: RelayRun, db_copy: Where) -> None:
 
 def test_replay_by_event_id_and_type(run: RelayRun, db_copy: Where) -> None:
     with db_copy.reader() as store:
-        dead = store.list_deliveries("broken", "dead", limit=2)
+        dead = store.operator.list_deliveries("broken", "dead", limit=2)
     ids = [d.event_id for d in dead]
     args = ["replay", *db_copy.args, "--endpoint", "broken"]
     out = ok(*args, *[x for i in ids for x in ("--event", i)])
@@ -562,7 +563,7 @@ def test_replay_in_chunks_reports_progress(db_copy: Where) -> None:
         total = operator.replay(
             store, "broken", since=0.0, on_progress=progress.append, chunk=3
         ).queued
-        archived = sum(1 for _ in store.iter_events())
+        archived = sum(1 for _ in store.operator.iter_events())
     assert total == archived == sum(progress)
     assert len(progress) == -(-archived // 3)  # one transaction per chunk of 3
 
@@ -602,14 +603,14 @@ def test_endpoints_list(run: RelayRun) -> None:
 
 def test_enable_then_disable(db_copy: Where) -> None:
     with db_copy.reader() as store:
-        waiting = store.pending_count("gone")
+        waiting = store.outbox.pending_count("gone")
     assert waiting > 0
     out = ok("endpoints", "enable", "gone", *db_copy.args)
     assert out.strip() == f"endpoint gone enabled; {waiting} deliveries waiting"
     out = ok("endpoints", "disable", "ci", "--reason", "maintenance", *db_copy.args)
     assert out.strip() == "endpoint ci disabled: maintenance"
     with db_copy.reader() as store:
-        states = {s.name: s for s in store.endpoint_states()}
+        states = {s.name: s for s in store.endpoints.endpoint_states()}
     assert states["gone"].enabled and states["gone"].disabled_reason is None
     assert not states["ci"].enabled and states["ci"].disabled_reason == "maintenance"
 
@@ -698,7 +699,7 @@ def test_events_table_and_filters(run: RelayRun) -> None:
     lines = out.splitlines()
     assert lines[0].split() == ["SEQ", "OCCURRED", "TYPE", "SESSION", "EVENT", "ACTIVITY"]
     with run.store.reader() as store:
-        everything = list(store.iter_events())
+        everything = list(store.operator.iter_events())
     assert len(lines) == 1 + len(everything)
 
     discovered = ok("events", "--config", str(run.config), "--type", "session.*")
@@ -728,15 +729,15 @@ def test_events_ndjson_is_the_delivered_bodies(run: RelayRun) -> None:
 
 def test_events_stream_lazily(run: RelayRun, monkeypatch: pytest.MonkeyPatch) -> None:
     pulled = 0
-    original = StoreCore.iter_events
+    original = OperatorQueries.iter_events
 
-    def counting(self: StoreCore, *args: Any, **kwargs: Any) -> Iterator[Any]:
+    def counting(self: OperatorQueries, *args: Any, **kwargs: Any) -> Iterator[Any]:
         nonlocal pulled
         for row in original(self, *args, **kwargs):
             pulled += 1
             yield row
 
-    monkeypatch.setattr(StoreCore, "iter_events", counting)
+    monkeypatch.setattr(OperatorQueries, "iter_events", counting)
     out = ok("events", "--config", str(run.config), "--format", "ndjson", "--limit", "3")
     assert len(out.splitlines()) == 3
     assert pulled <= 4  # the rest of the archive was never read
@@ -788,7 +789,7 @@ def _captured(run: RelayRun, tmp_path: Path, as_json: bool = False) -> tuple[Pat
     """Headers and body of a request the ci consumer really received."""
     arrival = run.receivers["ci"].first_deliveries()[0]
     with run.store.reader() as store:
-        event = store.get_event(arrival.event_id)
+        event = store.operator.get_event(arrival.event_id)
     assert event is not None
     headers = tmp_path / ("headers.json" if as_json else "headers.txt")
     if as_json:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from sessionhook.relay.config.models import Config
+from sessionhook.relay.config import Config
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -92,26 +92,26 @@ def test_history_is_recorded_once_walked_newest_first_and_survives_reopening(
     clock = Clock()
     with backend.open(clock=clock) as store:
         page = [listed(n, f"2026-01-0{n}T00:00:00Z") for n in (1, 3, 2)]
-        assert store.record_history(page) == 3
-        assert store.record_history(page[:1]) == 0  # known names are left alone
-        assert store.history_pending() == ["sessions/3", "sessions/2", "sessions/1"]
-        row = store.get_session("sessions/3")
+        assert store.economy.record_history(page) == 3
+        assert store.economy.record_history(page[:1]) == 0  # known names are left alone
+        assert store.economy.history_pending() == ["sessions/3", "sessions/2", "sessions/1"]
+        row = store.ingest.get_session("sessions/3")
         assert row is not None and row.baseline and row.polled_update_time is not None
         clock.now += 10
-        store.finish_history("sessions/3", clock.now)
+        store.economy.finish_history("sessions/3", clock.now)
     with backend.open(clock=clock) as store:  # a restart (or kill -9: it was committed)
-        assert store.history_pending() == ["sessions/2", "sessions/1"]
-        known = {k.name: k for k in store.known_sessions()}
+        assert store.economy.history_pending() == ["sessions/2", "sessions/1"]
+        known = {k.name: k for k in store.economy.known_sessions()}
         assert known["sessions/3"].history_pending is False
         assert known["sessions/2"].history_pending is True
-        progress = store.history_progress(clock.now + 1)
+        progress = store.economy.history_progress(clock.now + 1)
         assert (progress.total, progress.done, progress.remaining) == (3, 1, 2)
         assert progress.rate > 0 and progress.eta_seconds is not None
 
 
 def test_history_progress_of_a_store_without_history(backend: Backend) -> None:
     with backend.open() as store:
-        progress = store.history_progress(T0)
+        progress = store.economy.history_progress(T0)
         assert (progress.total, progress.done, progress.eta_seconds) == (0, 0, 0.0)
 
 
@@ -121,16 +121,16 @@ def test_history_progress_of_a_store_without_history(backend: Backend) -> None:
 def test_budget_window_in_the_store_outlives_the_process(backend: Backend) -> None:
     with backend.open() as store:
         for i in range(4):
-            assert store.take_budget("default", T0 + i, limit=5) == (1, 0.0)
+            assert store.economy.take_budget("default", T0 + i, limit=5) == (1, 0.0)
         # A lease of several: only what the window has left.
-        assert store.take_budget("default", T0 + 5, limit=5, count=3) == (1, 0.0)
-        granted, wait = store.take_budget("default", T0 + 10, limit=5)
+        assert store.economy.take_budget("default", T0 + 5, limit=5, count=3) == (1, 0.0)
+        granted, wait = store.economy.take_budget("default", T0 + 10, limit=5)
         assert granted == 0 and wait == pytest.approx(50.0)  # T0's grant leaves at T0 + 60
     with backend.open() as store:  # restarted within the minute: still no grant
-        granted, wait = store.take_budget("default", T0 + 20, limit=5, count=5)
+        granted, wait = store.economy.take_budget("default", T0 + 20, limit=5, count=5)
         assert granted == 0 and wait == pytest.approx(40.0)
-        assert store.take_budget("other", T0 + 20, limit=5, count=2) == (2, 0.0)  # separate
-        assert store.take_budget("default", T0 + 60.5, limit=5) == (1, 0.0)
+        assert store.economy.take_budget("other", T0 + 20, limit=5, count=2) == (2, 0.0)  # separate
+        assert store.economy.take_budget("default", T0 + 60.5, limit=5) == (1, 0.0)
 
 
 @pytest.mark.anyio
@@ -145,10 +145,10 @@ async def test_limiter_asks_the_shared_window_and_waits_for_it(backend: Backend)
     with backend.open() as store:
         # Another process (before a restart) took the whole minute's budget just now.
         for i in range(3):
-            assert store.take_budget("default", T0 + i * 0.1, limit=3) == (1, 0.0)
+            assert store.economy.take_budget("default", T0 + i * 0.1, limit=3) == (1, 0.0)
 
         async def shared() -> float:
-            return store.take_budget("default", T0 + clock.now, limit=3)[1]
+            return store.economy.take_budget("default", T0 + clock.now, limit=3)[1]
 
         limiter = RateLimiter(3, burst=3, clock=clock, sleep=sleep, shared_window=shared)
         await limiter.acquire()

@@ -73,6 +73,11 @@ def test_the_tree_keeps_every_contract(tree: Path) -> None:
             "polling and delivery never import each other BROKEN",
         ),
         (
+            "sessionhook.cli.ops",
+            "from sessionhook.relay.store import rows as _planted  # noqa",
+            "cli goes through ops: never the store, the poller, the dispatcher or the web BROKEN",
+        ),
+        (
             "sessionhook.relay.web.auth",
             "from sessionhook.relay.web import stream as _planted  # noqa",
             "inside web: route groups > context > auth, server > leaves BROKEN",

@@ -73,6 +73,11 @@ class Holey:
     def __init__(self, *seqs: int) -> None:
         self.seqs = sorted(seqs)
 
+    @property
+    def operator(self) -> Holey:
+        """The role the follower reads: this fake is its own."""
+        return self
+
     def events_after(
         self, seq: int, *, limit: int = 200, max_bytes: int | None = None
     ) -> list[Row]:
@@ -147,8 +152,8 @@ def test_events_filters_hold_across_pages(
     store, ids = _store(backend, kinds)
     monkeypatch.setattr(ops_queries, "_FETCH", 3)
     with store:
-        spy = _Spy(store._conn)
-        monkeypatch.setattr(store, "_conn", spy)
+        spy = _Spy(store.db.conn)
+        monkeypatch.setattr(store.db, "conn", spy)
         assert [e.id for e in operator.events(store)] == ids
         assert max(spy.sizes) <= 3 and len(spy.sizes) == 4  # three full pages, one empty
         spy.sizes.clear()

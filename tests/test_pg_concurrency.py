@@ -25,14 +25,14 @@ WAIT = 30.0  # seconds a step may take on a loaded machine before it counts as b
 
 def replica(url: str, rid: str) -> PostgresStore:
     store = PostgresStore.open(url, clock=Clock())
-    store.register_replica(rid, host="h", pid=1, now=T0, lease=LEASE)
+    store.leases.register_replica(rid, host="h", pid=1, now=T0, lease=LEASE)
     return store
 
 
 @pytest.fixture
 def stores(pg_url: str) -> Iterator[tuple[PostgresStore, PostgresStore]]:
     a, b = replica(pg_url, "aaaa"), replica(pg_url, "bbbb")
-    a.sync_endpoints([Ep("one"), Ep("two")])
+    a.endpoints.sync_endpoints([Ep("one"), Ep("two")])
     try:
         yield a, b
     finally:
@@ -42,19 +42,19 @@ def stores(pg_url: str) -> Iterator[tuple[PostgresStore, PostgresStore]]:
 
 def ingest_page(store: PostgresStore, n: int, first: int, count: int) -> None:
     s = session(n)
-    store.upsert_session(s, baseline=False)
+    store.ingest.upsert_session(s, baseline=False)
     acts = [activity(n, i) for i in range(first, first + count)]
     evs = [events.activity_event(s, a, max_media_bytes=1000) for a in acts]
-    store.ingest_activities(s.name, acts, evs, True)
+    store.ingest.ingest_activities(s.name, acts, evs, True)
 
 
 def heads_are_exact(store: PostgresStore) -> None:
     """``outbox_heads`` holds exactly each open queue's oldest delivery."""
-    derived = store._conn.execute(
+    derived = store.db.conn.execute(
         "SELECT endpoint, session_name, MIN(id) FROM deliveries "
         "WHERE status IN ('pending', 'failed') GROUP BY endpoint, session_name"
     ).fetchall()
-    heads = store._conn.execute(
+    heads = store.db.conn.execute(
         "SELECT endpoint, session_name, delivery_id FROM outbox_heads"
     ).fetchall()
     assert sorted(map(tuple, heads)) == sorted(map(tuple, derived))
@@ -68,7 +68,7 @@ def test_claiming_and_recording_do_not_wait_for_the_global_write_lock(
     holding, release = threading.Event(), threading.Event()
 
     def hold_the_write_lock() -> None:
-        with a._tx():  # a serialized writer (an ingest, an operator's replay) in progress
+        with a.db.tx():  # a serialized writer (an ingest, an operator's replay) in progress
             holding.set()
             release.wait(WAIT)
 
@@ -79,9 +79,9 @@ def test_claiming_and_recording_do_not_wait_for_the_global_write_lock(
         done: list[str] = []
 
         def work() -> None:
-            b.heartbeat_replica(T0 + 1)
-            due = b.due_deliveries(T0 + 1, 10)
-            b.record_attempts(
+            b.leases.heartbeat_replica(T0 + 1)
+            due = b.outbox.due_deliveries(T0 + 1, 10)
+            b.outbox.record_attempts(
                 [AttemptRecord(d.id, ok(), Delivered()) for d in sorted(due, key=lambda d: d.key)]
             )
             done.append(f"{len(due)} recorded")
@@ -121,14 +121,14 @@ def test_ingest_and_two_recording_replicas_interleaved_keep_every_head_exact(
         try:
             for step in range(400):
                 now = T0 + 1 + step
-                due = sorted(store.due_deliveries(now, 8), key=lambda d: d.key)
+                due = sorted(store.outbox.due_deliveries(now, 8), key=lambda d: d.key)
                 if not due and ingested.is_set():
                     return
-                store.heartbeat_replica(now)
+                store.leases.heartbeat_replica(now)
                 decisions = [
                     Retry(at=now) if failing and d.attempts == 0 else Delivered() for d in due
                 ]
-                store.record_attempts(
+                store.outbox.record_attempts(
                     [AttemptRecord(d.id, ok(now), x) for d, x in zip(due, decisions, strict=True)]
                 )
         except BaseException as exc:  # pragma: no cover - reported below
@@ -148,9 +148,9 @@ def test_ingest_and_two_recording_replicas_interleaved_keep_every_head_exact(
     heads_are_exact(a)
     # Every delivery went out, each recorded once per attempt, in order per queue.
     expected = 2 * sessions * pages * per_page  # two endpoints
-    open_left = a.pending_count()
+    open_left = a.outbox.pending_count()
     assert open_left == 0
-    rows = a._conn.execute(
+    rows = a.db.conn.execute(
         "SELECT d.id, d.status, COUNT(t.attempt), MAX(t.attempt) FROM deliveries d "
         "JOIN attempts t ON t.delivery_id = d.id GROUP BY d.id, d.status"
     ).fetchall()

@@ -206,13 +206,13 @@ async def test_the_dispatcher_never_reaches_the_rebound_address(
     resolver = Rebinder.alternating()
     store = await AsyncStore.open(tmp_path / "relay.db")
     try:
-        await store.sync_endpoints(config.endpoints)
+        await store.endpoints.sync_endpoints(config.endpoints)
         expected = await _seed(store, sessions=2)
         transport = PinnedTransport(allow_private=False, resolve=resolver, policy=rebind_policy)
         async with httpx.AsyncClient(transport=transport) as http:
             dispatcher = Dispatcher(store, http, DeliverySettings.from_config(config))
             await dispatcher.run_until_idle()
-        rows = store.store.list_deliveries()
+        rows = store.store.operator.list_deliveries()
     finally:
         await store.close()
     assert private.connections == 0

@@ -65,7 +65,7 @@ async def _until_read_in(h: Harness, rewrite: StateBeforeActivity, state: str) -
 def _lifecycle(h: Harness, name: str) -> list[dict[str, Any]]:
     return [
         e.payload()
-        for e in h.store.store.iter_events(session=name)
+        for e in h.store.store.operator.iter_events(session=name)
         if e.type in ("session.failed", "session.completed", "session.action_required")
     ]
 
@@ -105,7 +105,7 @@ async def test_a_state_shown_before_its_activity_waits_for_it(
             assert explaining.plan_generated is not None
             assert data["plan"]["id"] == explaining.plan_generated.plan.id
         # In order: the activity, the state it brought, then what it asks or ends.
-        types = [e.type for e in h.store.store.iter_events(session=session.name)]
+        types = [e.type for e in h.store.store.operator.iter_events(session=session.name)]
         lifecycle_type = "session.failed" if field == "reason" else "session.action_required"
         activity_type = types.index(ACTIVITY_TYPES[member])
         changed = len(types) - 1 - types[::-1].index("session.state_changed")
@@ -127,7 +127,7 @@ async def test_an_activity_that_never_comes_delays_the_event_a_bounded_time(
         told = _lifecycle(h, session.name)
         assert len(told) == 1
         assert told[0]["data"]["activity_name"] is None and told[0]["data"]["reason"] == ""
-        types = [e.type for e in h.store.store.iter_events(session=session.name)]
+        types = [e.type for e in h.store.store.operator.iter_events(session=session.name)]
         assert types.count("session.state_changed") >= 1
         # The wait read the session a few times (0.5 s, doubling), not once per round.
         assert h.count("get_session") - reads <= 4

@@ -68,7 +68,7 @@ async def test_a_session_is_read_when_the_list_shows_its_state_change_not_after_
         assert previous.state == "COMPLETED"
         assert changes >= 3  # QUEUED -> PLANNING -> IN_PROGRESS -> COMPLETED
         assert sorted(h.archived(name)) == sorted(await h.upstream_activities(name))
-        events = list(h.store.store.iter_events(session=name))
+        events = list(h.store.store.operator.iter_events(session=name))
         types = [e.type for e in events]
         # Every state change told, the pull request before the completion, the completion
         # after its activity and carrying it.
@@ -106,14 +106,14 @@ async def test_when_the_list_stops_being_read_a_change_it_was_to_show_is_read(
         before = len(h.requests)
         await h.poller.poll_due()  # (its timer) before the list is read
         assert _made(h, before)["get_session"] == 0
-        found = [e.type for e in h.store.store.iter_events(session=name)]
+        found = [e.type for e in h.store.store.operator.iter_events(session=name)]
         assert "activity.plan_generated" in found
         # ...and when the learning ends on "still" (the head is no longer read), it is.
         await h.poller.scheduler.observe(False, name)
         before = len(h.requests)
         await h.poller.poll_due()
         assert _made(h, before)["get_session"] == 1
-        told = [e.type for e in h.store.store.iter_events(session=name)]
+        told = [e.type for e in h.store.store.operator.iter_events(session=name)]
         assert "session.action_required" in told
 
 
@@ -153,7 +153,7 @@ async def test_a_walk_that_finds_the_end_of_the_run_reads_the_session_at_once(
         # otherwise hide its completion).
         assert lagging.edited
         assert _made(h, before)["get_session"] == 1
-        types = [e.type for e in h.store.store.iter_events(session=name)]
+        types = [e.type for e in h.store.store.operator.iter_events(session=name)]
         assert types.count("session.completed") == 1
         assert types.index("activity.session_completed") < types.index("session.completed")
 

@@ -95,7 +95,7 @@ async def _first_poll_of_settled(h: Harness, prompt: str) -> str:
 
 
 def _types(h: Harness, name: str) -> list[str]:
-    return [e.type for e in h.store.store.iter_events(session=name)]
+    return [e.type for e in h.store.store.operator.iter_events(session=name)]
 
 
 @pytest.mark.anyio
@@ -126,7 +126,7 @@ async def test_a_first_walk_past_discoverys_read_reads_the_session_again(tmp_pat
         )
         await h.poller.discover()  # read while it works
         assert h.count("get_session") == 1
-        row = await h.store.get_session(session.name)
+        row = await h.store.ingest.get_session(session.name)
         assert row is not None and row.state != "COMPLETED"
         h.clock.now += SETTLED_AFTER  # it completes before its first poll walks
         await h.poller.poll_due()
@@ -156,7 +156,7 @@ async def test_a_change_discoverys_read_missed_is_told_after_the_next_list_read(
         # ...the next list read shows the state it missed, and the refresh tells it all.
         await h.round()
         assert h.count("get_session") == 2
-        events = list(h.store.store.iter_events(session=name))
+        events = list(h.store.store.operator.iter_events(session=name))
         changed = [json.loads(e.body) for e in events if e.type == "session.state_changed"]
         assert [(c["data"]["previous_state"], c["data"]["session"]["state"]) for c in changed] == [
             ("IN_PROGRESS", "COMPLETED")

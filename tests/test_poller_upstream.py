@@ -62,7 +62,7 @@ def tampered(tmp_path: Path, **settings: Any) -> tuple[Harness, list[Tamper]]:
 
 
 def refused(h: Harness) -> dict[str, str]:
-    return {r.name: r.reason for r in h.store.store.refused_activities()}
+    return {r.name: r.reason for r in h.store.store.refusals.refused_activities()}
 
 
 def metric(h: Harness, name: str, **labels: str) -> float:
@@ -112,7 +112,7 @@ async def test_foreign_and_nameless_activities_are_refused_and_the_page_goes_on(
         name = "sessionhook_activities_refused_total"
         assert metric(h, name, reason="foreign_name") == 1
         assert metric(h, name, reason="not_a_name") == 1
-        summary = h.store.store.status_summary(h.clock())
+        summary = h.store.store.operator.status_summary(h.clock())
         assert summary.refused.total == 2
 
 
@@ -135,7 +135,7 @@ async def test_items_that_are_no_activity_are_refused_and_the_page_goes_on(
         tampers[0].edit = edit
         await _finish(h, session.name)
         assert h.archived(session.name) == await h.upstream_activities(session.name)
-        rows = h.store.store.refused_activities()
+        rows = h.store.store.refusals.refused_activities()
         assert [(r.name, r.reason) for r in rows] == [("", "malformed")]  # nameless: one row
         assert rows[0].count >= 2
         assert "not an activity" in rows[0].detail
@@ -169,7 +169,7 @@ async def test_text_that_is_not_unicode_is_refused_and_the_daemon_goes_on(
         tampers[0].edit = edit
         await _finish(h, session.name)
         assert h.archived(session.name) == await h.upstream_activities(session.name)
-        rows = {r.name: r for r in h.store.store.refused_activities()}
+        rows = {r.name: r for r in h.store.store.refusals.refused_activities()}
         assert set(rows) == {bad[0]["name"], ""}
         assert all(r.reason == "malformed" and "not Unicode" in r.detail for r in rows.values())
 
@@ -187,7 +187,7 @@ async def test_a_name_archived_under_another_session_is_refused_as_duplicate(
         # An archive written by a version that accepted foreign names: the victim's first
         # activity sits under the decoy already.
         stolen = Activity(name=victim[0], create_time="2025-06-15T00:00:00Z")
-        await h.store.ingest_activities(decoy.name, [stolen], [], False)
+        await h.store.ingest.ingest_activities(decoy.name, [stolen], [], False)
         for _ in range(30):
             await h.round()
         upstream = await h.upstream_activities(session.name)
@@ -218,7 +218,7 @@ async def test_a_createtime_in_the_future_does_not_carry_the_cursor_past_what_co
         assert first in h.archived(session.name)  # archived and delivered, not dropped
         await _finish(h, session.name)
         assert sorted(h.archived(session.name)) == sorted(await h.upstream_activities(session.name))
-        row = h.store.store.get_session(session.name)
+        row = h.store.store.ingest.get_session(session.name)
         assert row is not None and row.activity_cursor is not None
         assert parse_timestamp(row.activity_cursor).year < 9999
         assert parse_timestamp(row.activity_cursor).timestamp() <= h.clock() + 1.0
@@ -259,7 +259,7 @@ async def test_one_activity_too_large_is_refused_by_name_and_the_walk_goes_on(
             n for n in await h.upstream_activities(session.name) if n != huge
         )
         assert refused(h) == {huge: "too_large"}
-        row = h.store.store.refused_activities()[0]
+        row = h.store.store.refusals.refused_activities()[0]
         assert row.size is not None and row.size > 3 * limit
         assert row.create_time  # the scan found its createTime
         first = [e for e in logs if e["event"] == "poll.activity_refused"]

@@ -238,11 +238,11 @@ async def test_the_dispatcher_on_aiohttp_never_reaches_the_rebound_address(
     store = await AsyncStore.open(tmp_path / "relay.db")
     poster = AiohttpPoster(allow_private=False, resolve=resolver, policy=rebind_policy)
     try:
-        await store.sync_endpoints(config.endpoints)
+        await store.endpoints.sync_endpoints(config.endpoints)
         await _seed(store, sessions=2)
         dispatcher = Dispatcher(store, poster, DeliverySettings.from_config(config))
         await dispatcher.run_until_idle()
-        rows = store.store.list_deliveries()
+        rows = store.store.operator.list_deliveries()
     finally:
         await poster.aclose()
         await store.close()

@@ -31,18 +31,18 @@ TABLES = ("events", "activities", "deliveries", "attempts", "endpoints", "sessio
 
 def source_store(path: Path) -> None:
     with Store.open(path, clock=Clock()) as s:
-        s.sync_endpoints([Ep("a"), Ep("b")])
+        s.endpoints.sync_endpoints([Ep("a"), Ep("b")])
         fill(s, 3, 4)
-        for due in s.due_deliveries(T0, 2):
-            s.record_attempts([AttemptRecord(due.id, ok(), Delivered())])
-        s.set_endpoint_enabled("b", False, "operator")
-        s.set_meta("first_started_at", repr(T0))
-        s.take_budget("default", T0, 100, count=3)
+        for due in s.outbox.due_deliveries(T0, 2):
+            s.outbox.record_attempts([AttemptRecord(due.id, ok(), Delivered())])
+        s.endpoints.set_endpoint_enabled("b", False, "operator")
+        s.meta.set_meta("first_started_at", repr(T0))
+        s.economy.take_budget("default", T0, 100, count=3)
 
 
 def dump(path: Path, table: str) -> list[tuple[object, ...]]:
     with Store.open_readonly(path) as s:
-        return sorted(s._conn.execute(f"SELECT * FROM {table}").fetchall(), key=repr)
+        return sorted(s.db.conn.execute(f"SELECT * FROM {table}").fetchall(), key=repr)
 
 
 def test_every_row_and_byte_is_copied_with_its_id(tmp_path: Path) -> None:
@@ -56,25 +56,25 @@ def test_every_row_and_byte_is_copied_with_its_id(tmp_path: Path) -> None:
     # The outbox heads were rebuilt by the target, and the id generators follow the copy.
     assert dump(target, "outbox_heads") == dump(source, "outbox_heads")
     with Store.open(target, clock=Clock()) as t:
-        before = max(r[0] for r in t._conn.execute("SELECT id FROM deliveries"))
+        before = max(r[0] for r in t.db.conn.execute("SELECT id FROM deliveries"))
         fill(t, 4, 1)  # one more session: new rows
         assert (
             min(
                 r[0]
-                for r in t._conn.execute(
+                for r in t.db.conn.execute(
                     "SELECT id FROM deliveries WHERE session_name = 'sessions/3'"
                 )
             )
             > before
         )
-        assert {e.name: e.enabled for e in t.endpoint_states()} == {"a": True, "b": False}
+        assert {e.name: e.enabled for e in t.endpoints.endpoint_states()} == {"a": True, "b": False}
 
 
 def test_a_non_empty_target_is_refused_unless_replace(tmp_path: Path) -> None:
     source, target = tmp_path / "s.db", tmp_path / "t.db"
     source_store(source)
     with Store.open(target, clock=Clock()) as t:
-        t.sync_endpoints([Ep("other")])
+        t.endpoints.sync_endpoints([Ep("other")])
     runner = CliRunner()
     refused = runner.invoke(cli, ["store", "copy", "--from", str(source), "--to", str(target)])
     assert refused.exit_code == 2
@@ -100,7 +100,7 @@ def test_bad_sources_are_one_line_errors(tmp_path: Path) -> None:
 
 def test_runtime_tables_are_not_copied(tmp_path: Path) -> None:
     with Store.open(tmp_path / "a.db") as a, Store.open(tmp_path / "b.db") as b:
-        tables = plan(a, b)
+        tables = plan(a.copy, b.copy)
     assert not set(tables) & SKIPPED_TABLES
     assert tables.index("sessions") < tables.index("activities") < tables.index("events")
     assert tables.index("events") < tables.index("deliveries") < tables.index("attempts")
@@ -168,27 +168,27 @@ def test_a_postgresql_store_with_a_running_replica_is_refused(
     sqlite = tmp_path / "s.db"
     with PostgresStore.open(pg_url) as pg:
         if side == "source":
-            pg.sync_endpoints([Ep("a")])
+            pg.endpoints.sync_endpoints([Ep("a")])
             fill(pg, 2, 2)
         else:
             source_store(sqlite)
-        pg.register_replica("r1", host="db1", pid=4242, now=time.time(), lease=30.0)
+        pg.leases.register_replica("r1", host="db1", pid=4242, now=time.time(), lease=30.0)
         source, target = (pg_url, tmp_path / "t.db") if side == "source" else (sqlite, pg_url)
         refused = copy(source, target)
         assert refused.exit_code == 2
         [line] = refused.output.splitlines()
         assert line.startswith(f"error: the {side} database postgresql://")
         assert "has 1 running replica(s) (r1@db1:4242): stop them first" in line
-        pg.retire_replica(time.time())  # a clean stop
+        pg.leases.retire_replica(time.time())  # a clean stop
         done = copy(source, target)
         assert done.exit_code == 0, done.output
 
 
 def test_a_dead_replica_does_not_make_a_postgresql_source_live(pg_url: str, tmp_path: Path) -> None:
     with PostgresStore.open(pg_url) as pg:
-        pg.sync_endpoints([Ep("a")])
+        pg.endpoints.sync_endpoints([Ep("a")])
         fill(pg, 1, 1)
         # Silent for longer than its lease (killed): its claims are free, it runs no more.
-        pg.register_replica("gone", host="db1", pid=4242, now=time.time() - 120, lease=30.0)
+        pg.leases.register_replica("gone", host="db1", pid=4242, now=time.time() - 120, lease=30.0)
     done = copy(pg_url, tmp_path / "t.db")
     assert done.exit_code == 0, done.output

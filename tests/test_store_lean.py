@@ -138,31 +138,31 @@ def _old_rows() -> list[tuple[str, tuple[Any, ...]]]:
 
 def _reads_the_same(store: StoreCore) -> None:
     """What every reader sees of :func:`_old_rows` once migrated."""
-    bodies = {e.id: (e.body, e.activity_name) for e in store.iter_events()}
+    bodies = {e.id: (e.body, e.activity_name) for e in store.operator.iter_events()}
     assert bodies == {"evt_1": (BODY_1, A1), "evt_2": (BODY_2, ODD), "evt_3": (BODY_3, None)}
-    assert store.get_event("evt_1").activity_name == A1  # type: ignore[union-attr]
-    assert store.activity_raw(A1) == RAW_A1
-    assert store.activity_raw(ODD) == RAW_ODD
-    found = store.latest_activity(S, "agentMessaged")
+    assert store.operator.get_event("evt_1").activity_name == A1  # type: ignore[union-attr]
+    assert store.ingest.activity_raw(A1) == RAW_A1
+    assert store.ingest.activity_raw(ODD) == RAW_ODD
+    found = store.ingest.latest_activity(S, "agentMessaged")
     assert found is not None and found.name == A1
-    odd = store.latest_activity(S, "planApproved")
+    odd = store.ingest.latest_activity(S, "planApproved")
     assert odd is not None and odd.name == ODD
-    assert store.latest_activity("sessions/2", "agentMessaged") is None
-    rows = store.list_deliveries(endpoint="e1")
+    assert store.ingest.latest_activity("sessions/2", "agentMessaged") is None
+    rows = store.operator.list_deliveries(endpoint="e1")
     assert [(d.id, d.event_id, d.status) for d in rows] == [
         (2, "evt_2", "pending"),
         (1, "evt_1", "delivered"),
     ]
-    assert [d.id for d in store.list_deliveries(endpoint="e1", status="delivered")] == [1]
-    assert [d.id for d in store.deliveries_of_events(["evt_1", "evt_2"])] == [1, 2]
-    assert [a.status_code for a in store.list_attempts(1)] == [204]
-    sessions = dict(store._conn.execute("SELECT name, session_name FROM activities").fetchall())
+    assert [d.id for d in store.operator.list_deliveries(endpoint="e1", status="delivered")] == [1]
+    assert [d.id for d in store.console.deliveries_of_events(["evt_1", "evt_2"])] == [1, 2]
+    assert [a.status_code for a in store.operator.list_attempts(1)] == [204]
+    sessions = dict(store.db.conn.execute("SELECT name, session_name FROM activities").fetchall())
     assert sessions == {A1: S, ODD: S}
 
 
 def _new_rows_work(store: StoreCore) -> None:
     """After the migration, the poller's writes and the dispatcher's reads still work."""
-    (due,) = store.due_deliveries(T0 + 10, 10)
+    (due,) = store.outbox.due_deliveries(T0 + 10, 10)
     assert (due.event_id, due.body) == ("evt_2", BODY_2)
 
 
@@ -177,24 +177,24 @@ def test_a_0007_sqlite_store_migrates_in_place_and_reads_the_same(tmp_path: Path
     with Store.open(path) as store:
         _reads_the_same(store)
         _new_rows_work(store)
-        assert store._conn.execute("PRAGMA foreign_key_check").fetchall() == []
-        assert store._conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert store.db.conn.execute("PRAGMA foreign_key_check").fetchall() == []
+        assert store.db.conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         # The stored forms: derivable names are not stored again.
-        assert store._conn.execute(
+        assert store.db.conn.execute(
             "SELECT name, session_ref FROM activities ORDER BY rowid"
         ).fetchall() == [(A1, None), (ODD, S)]
-        assert store._conn.execute(
+        assert store.db.conn.execute(
             "SELECT id, activity_id, activity_other FROM events ORDER BY seq"
         ).fetchall() == [("evt_1", "a1", None), ("evt_2", None, ODD), ("evt_3", None, None)]
         # Types and kinds are codes (their text is generated from them).
-        assert store._conn.execute(
+        assert store.db.conn.execute(
             "SELECT type_code, type_other, type FROM events ORDER BY seq"
         ).fetchall() == [
             (1, None, "activity.agent_messaged"),
             (4, None, "activity.plan_approved"),
             (8, None, "session.discovered"),
         ]
-        assert store._conn.execute(
+        assert store.db.conn.execute(
             "SELECT kind_code, kind_other FROM activities ORDER BY rowid"
         ).fetchall() == [(1, None), (4, None)]
 
@@ -248,17 +248,19 @@ def test_names_of_another_shape_round_trip(backend: Backend) -> None:
     )
     usual = activity(1, 7, planApproved={"planId": "q"})
     with backend.open(clock=lambda: T0) as store:
-        store.upsert_session(s, baseline=False)
-        store.ingest_activities(s.name, [odd, usual], built(s, [odd, usual]), deliver=False)
-        got = store.latest_activity(s.name, "planApproved")
+        store.ingest.upsert_session(s, baseline=False)
+        store.ingest.ingest_activities(s.name, [odd, usual], built(s, [odd, usual]), deliver=False)
+        got = store.ingest.latest_activity(s.name, "planApproved")
         assert got is not None and got.name == usual.name
-        got = store.latest_activity(s.name, "agentMessaged")
+        got = store.ingest.latest_activity(s.name, "agentMessaged")
         assert got is not None and got.name == odd.name
-        assert {e.activity_name for e in store.iter_events()} == {odd.name, usual.name}
-        assert {e.body for e in store.iter_events()} == {e.body for e in built(s, [odd, usual])}
-        owners = dict(store._conn.execute("SELECT name, session_name FROM activities").fetchall())
+        assert {e.activity_name for e in store.operator.iter_events()} == {odd.name, usual.name}
+        assert {e.body for e in store.operator.iter_events()} == {
+            e.body for e in built(s, [odd, usual])
+        }
+        owners = dict(store.db.conn.execute("SELECT name, session_name FROM activities").fetchall())
         assert owners == {odd.name: s.name, usual.name: s.name}
-        stored = store._conn.execute(
+        stored = store.db.conn.execute(
             "SELECT activity_id, activity_other FROM events ORDER BY seq"
         ).fetchall()
         assert sorted(map(tuple, stored), key=str) == sorted(
@@ -272,13 +274,13 @@ def test_names_of_another_shape_round_trip(backend: Backend) -> None:
 def _plans(store: Store, call: Callable[[], object]) -> list[tuple[str, list[str]]]:
     """Every statement ``call()`` runs, with SQLite's plan for it."""
     seen: list[str] = []
-    store._conn.set_trace_callback(seen.append)
+    store.db.conn.set_trace_callback(seen.append)
     try:
         call()
     finally:
-        store._conn.set_trace_callback(None)
+        store.db.conn.set_trace_callback(None)
     return [
-        (sql, [row[3] for row in store._conn.execute("EXPLAIN QUERY PLAN " + sql)])
+        (sql, [row[3] for row in store.db.conn.execute("EXPLAIN QUERY PLAN " + sql)])
         for sql in seen
         if sql.lstrip().upper().startswith("SELECT")
     ]
@@ -288,13 +290,13 @@ def test_the_readers_of_the_dropped_indexes_still_search(tmp_path: Path) -> None
     """Each reader of what ``deliveries_by_key`` and ``activities_by_session`` served reads
     an index (no SCAN of a growing table), and the indexes are the ones expected."""
     with Store.open(tmp_path / "s.db", clock=lambda: T0) as store:
-        store.sync_endpoints([Ep("e1")])
+        store.endpoints.sync_endpoints([Ep("e1")])
         s = session(1)
-        store.upsert_session(s, baseline=False)
+        store.ingest.upsert_session(s, baseline=False)
         ingest(store, s, [activity(1, i) for i in range(3)])
         indexes = {
             r[0]
-            for r in store._conn.execute(
+            for r in store.db.conn.execute(
                 "SELECT name FROM sqlite_master WHERE type = 'index' AND name NOT LIKE 'sqlite_%'"
             )
         }
@@ -309,12 +311,12 @@ def test_the_readers_of_the_dropped_indexes_still_search(tmp_path: Path) -> None
         } <= indexes
         growing = ("activities", "events", "deliveries", "attempts")
         calls: list[Callable[[], object]] = [
-            lambda: store.latest_activity(s.name, "agentMessaged"),
-            lambda: store.list_deliveries(endpoint="e1", status="pending"),
-            lambda: store.console_deliveries(endpoint="e1"),
-            lambda: store.deliveries_of_events(["evt_x"]),
-            lambda: store.pending_count("e1"),
-            lambda: store.prune_delivery_log(T0 - 1),
+            lambda: store.ingest.latest_activity(s.name, "agentMessaged"),
+            lambda: store.operator.list_deliveries(endpoint="e1", status="pending"),
+            lambda: store.console.console_deliveries(endpoint="e1"),
+            lambda: store.console.deliveries_of_events(["evt_x"]),
+            lambda: store.outbox.pending_count("e1"),
+            lambda: store.outbox.prune_delivery_log(T0 - 1),
         ]
         for call in calls:
             for sql, plan in _plans(store, call):
@@ -325,22 +327,26 @@ def test_the_readers_of_the_dropped_indexes_still_search(tmp_path: Path) -> None
         # A session's deliveries come through its events, whatever else filters (no index
         # holds (endpoint, session) since 0008; the endpoint's index is not walked per event).
         for filters in ({}, {"endpoint": "e1"}, {"endpoint": "e1", "status": "pending"}):
-            call = lambda f=filters: store.list_deliveries(session=s.name, **f)  # noqa: E731
+            call = lambda f=filters: store.operator.list_deliveries(  # noqa: E731
+                session=s.name, **f
+            )
             plan = [p for _, ps in _plans(store, call) for p in ps]
             assert any("events_by_session" in p for p in plan), plan
             assert any("deliveries_by_event" in p for p in plan), plan
             assert not any("deliveries_by_endpoint" in p for p in plan), plan
-            assert len(store.list_deliveries(session=s.name, **filters)) == 3
-        assert store.list_deliveries(session=s.name, endpoint="e2") == []
-        assert store.list_deliveries(session="sessions/9") == []
+            assert len(store.operator.list_deliveries(session=s.name, **filters)) == 3
+        assert store.operator.list_deliveries(session=s.name, endpoint="e2") == []
+        assert store.operator.list_deliveries(session="sessions/9") == []
         plan = [
-            p for _, ps in _plans(store, lambda: store.latest_activity(s.name, "x")) for p in ps
+            p for _, ps in _plans(
+                store, lambda: store.ingest.latest_activity(s.name, "x")
+            ) for p in ps
         ]
         assert any("sqlite_autoindex_activities" in p for p in plan), plan
         plan = [
             p
             for _, ps in _plans(
-                store, lambda: store.console_deliveries(endpoint="e1", status="dead")
+                store, lambda: store.console.console_deliveries(endpoint="e1", status="dead")
             )
             for p in ps
         ]
@@ -406,18 +412,22 @@ def test_a_sessions_deliveries_with_any_filter(backend: Backend) -> None:
     """``deliveries --session`` with or without endpoint and status, on both engines (the
     query goes through the session's events since 0008)."""
     with backend.open(clock=lambda: T0) as store:
-        store.sync_endpoints([Ep("e1"), Ep("e2")])
+        store.endpoints.sync_endpoints([Ep("e1"), Ep("e2")])
         for n in (1, 2):
             s = session(n)
-            store.upsert_session(s, baseline=False)
+            store.ingest.upsert_session(s, baseline=False)
             ingest(store, s, [activity(n, i) for i in range(3)])
-        mine = store.list_deliveries(session="sessions/1")
+        mine = store.operator.list_deliveries(session="sessions/1")
         assert len(mine) == 6 and {d.session_name for d in mine} == {"sessions/1"}
         assert [d.id for d in mine] == sorted((d.id for d in mine), reverse=True)
-        e1 = store.list_deliveries(session="sessions/1", endpoint="e1", status="pending")
+        e1 = store.operator.list_deliveries(session="sessions/1", endpoint="e1", status="pending")
         assert [d.endpoint for d in e1] == ["e1"] * 3
-        assert store.list_deliveries(session="sessions/1", endpoint="e1", status="dead") == []
-        assert len(store.list_deliveries(session="sessions/2", endpoint="e2", limit=2)) == 2
+        assert store.operator.list_deliveries(
+            session="sessions/1", endpoint="e1", status="dead"
+        ) == []
+        assert len(
+            store.operator.list_deliveries(session="sessions/2", endpoint="e2", limit=2)
+        ) == 2
 
 
 def test_an_event_type_newer_than_the_code_list_is_kept_as_text(backend: Backend) -> None:
@@ -437,9 +447,9 @@ def test_an_event_type_newer_than_the_code_list_is_kept_as_text(backend: Backend
     future = activity(1, 2, reviewRequested={"reviewer": "octocat"})
     progress = activity(1, 3)
     with backend.open(clock=lambda: T0) as store:
-        store.upsert_session(s, baseline=False)
+        store.ingest.upsert_session(s, baseline=False)
         ingest(store, s, [notice, future, progress])
-        rows = store._conn.execute(
+        rows = store.db.conn.execute(
             "SELECT type, type_code, type_other FROM events ORDER BY seq"
         ).fetchall()
         assert [tuple(r) for r in rows] == [
@@ -447,9 +457,9 @@ def test_an_event_type_newer_than_the_code_list_is_kept_as_text(backend: Backend
             ("activity.unknown", codec.EVENT_TYPES.index("activity.unknown"), None),
             ("activity.progress_updated", 0, None),
         ]
-        started = list(store.iter_events(type_glob="activity.session_*"))
+        started = list(store.operator.iter_events(type_glob="activity.session_*"))
         assert [e.type for e in started] == ["activity.session_started"]
-        assert {e.type for e in store.iter_events(type_glob="activity.*")} == {
+        assert {e.type for e in store.operator.iter_events(type_glob="activity.*")} == {
             "activity.session_started",
             "activity.unknown",
             "activity.progress_updated",

@@ -151,7 +151,7 @@ async def test_a_read_only_database_makes_writes_wait_then_succeed(
             )
         session = Session(name="sessions/1", state="IN_PROGRESS")
         with pytest.raises(StoreUnwritableError):
-            await store.call(store.store.upsert_session, session, baseline=False)
+            await store.call(store.store.ingest.upsert_session, session, baseline=False)
 
         async def writable_again() -> None:
             await anyio.sleep(0.3)
@@ -165,7 +165,7 @@ async def test_a_read_only_database_makes_writes_wait_then_succeed(
         async with anyio.create_task_group() as tg:
             tg.start_soon(writable_again)
             with anyio.fail_after(30):
-                row = await store.upsert_session(session, baseline=False)
+                row = await store.ingest.upsert_session(session, baseline=False)
         assert row.name == "sessions/1"
         assert store.unwritable is None
     finally:
@@ -174,8 +174,8 @@ async def test_a_read_only_database_makes_writes_wait_then_succeed(
 
 def test_text_with_nul_characters_is_stored_not_refused(pg_url: str) -> None:
     with PostgresStore.open(pg_url) as store:
-        store.upsert_session(
+        store.ingest.upsert_session(
             Session(name="sessions/1", title="a\x00b", state="IN_PROGRESS"), baseline=False
         )
-        row = store.get_session("sessions/1")
+        row = store.ingest.get_session("sessions/1")
         assert row is not None and row.title == "a\ufffdb"

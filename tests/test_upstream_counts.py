@@ -122,8 +122,8 @@ def test_status_counts_refused_keys_and_malformed_answers_as_errors(tmp_path: Pa
     now = time.time()
     with Store.open(tmp_path / "s.db") as store:
         for status in (200, 200, 401, 401, 403, MALFORMED, MALFORMED, 429, 500, None, 404):
-            store.record_upstream("list_sessions", status, now)
-        up = store.status_summary(now).upstream
+            store.economy.record_upstream("list_sessions", status, now)
+        up = store.operator.status_summary(now).upstream
     assert up.requests_last_hour == 11
     assert up.throttled_last_hour == 1
     assert up.errors_last_hour == 8  # 3 refused, 2 malformed, 500, no answer, 404
@@ -225,7 +225,7 @@ async def test_a_request_is_counted_without_waiting_for_the_store(tmp_path: Path
         await tally.flush(astore)  # nothing left: nothing written twice
         rows = await astore.call(
             lambda: sorted(
-                astore.store._conn.execute("SELECT label, status, count FROM upstream_requests")
+                astore.store.db.conn.execute("SELECT label, status, count FROM upstream_requests")
             )
         )
         assert rows == [("get_session", 200, 2), ("get_session", 429, 1)]
@@ -246,7 +246,7 @@ async def test_the_tally_writes_what_is_added_while_it_runs(tmp_path: Path) -> N
         return int(
             (
                 await astore.call(
-                    lambda: astore.store._conn.execute(
+                    lambda: astore.store.db.conn.execute(
                         "SELECT COALESCE(SUM(count), 0) FROM upstream_requests"
                     ).fetchone()
                 )

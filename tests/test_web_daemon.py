@@ -112,8 +112,8 @@ async def test_another_replicas_deliveries_ring_the_stream_on_postgresql(
                 "createTime": T,
                 "updateTime": T,
             }
-            other.upsert_session(Session.model_validate(raw), baseline=False)
-            other.ingest_session_events(name, [event], True)
+            other.ingest.upsert_session(Session.model_validate(raw), baseline=False)
+            other.ingest.ingest_session_events(name, [event], True)
 
     async with (
         setup.api_http(),

@@ -73,14 +73,14 @@ class Relay:
                 "createTime": "2026-11-23T10:00:00Z",
                 "updateTime": "2026-11-23T10:00:00Z",
             }
-            store.upsert_session(Session.model_validate(raw), baseline=False)
-            store.ingest_session_events(session, evs, False)
+            store.ingest.upsert_session(Session.model_validate(raw), baseline=False)
+            store.ingest.ingest_session_events(session, evs, False)
 
         await self.astore.call(write)
         self.bell.ring()
         return [
             r
-            for r in await self.astore.call(store.events_after, 0, limit=100_000)
+            for r in await self.astore.call(store.operator.events_after, 0, limit=100_000)
             if r.id in {e.id for e in evs}
         ]
 
@@ -372,13 +372,25 @@ class CountingStore:
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self.read_bytes = 0
+        self.operator = _CountingOperator(self, inner.operator)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
+
+class _CountingOperator:
+    """The operator role of a :class:`CountingStore`: its ``events_after`` counted."""
+
+    def __init__(self, store: CountingStore, role: Any) -> None:
+        self.store = store
+        self.role = role
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.role, name)
+
     def events_after(self, seq: int, **kwargs: Any) -> list[EventRow]:
-        rows: list[EventRow] = self.inner.events_after(seq, **kwargs)
-        self.read_bytes += sum(len(r.body) for r in rows)
+        rows: list[EventRow] = self.role.events_after(seq, **kwargs)
+        self.store.read_bytes += sum(len(r.body) for r in rows)
         return rows
 
 

@@ -36,8 +36,8 @@ if TYPE_CHECKING:
     import httpx
 
     from ..api.errors import ApiError
-    from ..relay.delivery.resolve import Resolver
     from ..relay.domain.addresses import AddressPolicy
+    from ..relay.ops import Resolver
 
 __all__ = [
     "DEFAULT_CONFIG",

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     # The relay (config, store, operator: most of a second of CPU) is imported by the
     # command that runs, not by `sessionhook --help` or another group's command.
     from ..relay.config import Config
-    from ..relay.store import EventRow, StoreCore
+    from ..relay.ops import EventRow, StoreCore
 
 __all__ = [
     "DEFAULT_CONFIG",
@@ -82,8 +82,7 @@ def _relay_errors() -> tuple[type[Exception], ...]:
     import logging
 
     from ..relay.config import ConfigError
-    from ..relay.ops import OperatorError, UnknownEndpointError
-    from ..relay.store import StoreError, database_errors
+    from ..relay.ops import OperatorError, StoreError, UnknownEndpointError, database_errors
 
     # psycopg's pool logs each failed (re)connection at WARNING, which Python would print
     # raw on a terminal: a command reports an unreachable database itself, in one line. (A
@@ -323,22 +322,22 @@ def _require_db(target: StoreTarget) -> None:
 @contextmanager
 def reading_store(config_path: str | None, db_path: str | None) -> Iterator[StoreCore]:
     """The store opened read-only (it must exist)."""
-    from ..relay.store import open_store
+    from ..relay.ops import operator_store
 
     target = store_target(config_path, db_path)
     _require_db(target)
-    with open_store(target, readonly=True) as store:
+    with operator_store(target, readonly=True) as store:
         yield store
 
 
 @contextmanager
 def writing_store(config_path: str | None, db_path: str | None) -> Iterator[StoreCore]:
     """The store opened for short write transactions (it must exist)."""
-    from ..relay.store import open_store
+    from ..relay.ops import operator_store
 
     target = store_target(config_path, db_path)
     _require_db(target)  # never create an empty database by mistake
-    with open_store(target) as store:
+    with operator_store(target) as store:
         yield store
 
 

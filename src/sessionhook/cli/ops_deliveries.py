@@ -29,7 +29,7 @@ from .ops import (
 )
 
 if TYPE_CHECKING:
-    from ..relay.store import (
+    from ..relay.ops import (
         AttemptRow,
         DeliveryRow,
         HistoryProgress,
@@ -224,7 +224,7 @@ def deliveries(
     shows `waiting on #ID` (events of a session go out in order); --json has `waiting_on`.
     """
     from ..relay import ops as operator
-    from ..relay.store import OPEN_STATUSES
+    from ..relay.ops import OPEN_STATUSES
 
     now = time.time()
     with reading_store(config_path, db_path) as store:

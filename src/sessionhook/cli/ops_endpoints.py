@@ -126,7 +126,6 @@ def endpoints_test(name: str, config_path: str | None) -> None:
     enter the outbox.
     """
     from ..relay import ops as operator
-    from ..relay.delivery.pinning import PinnedTransport
 
     target = store_target(config_path, None, need_config=True)
     assert target.config is not None
@@ -140,10 +139,8 @@ def endpoints_test(name: str, config_path: str | None) -> None:
     runtime = current_runtime()
     # The daemon's transport: the name is resolved once, every address vetted, and the
     # connection made to a vetted address (a literal private URL failed loading the config).
-    transport = runtime.transport or PinnedTransport(
-        allow_private=config.delivery.allow_private_networks,
-        resolve=runtime.resolve,
-        policy=runtime.address_policy,
+    transport = runtime.transport or operator.ping_transport(
+        config, resolve=runtime.resolve, policy=runtime.address_policy
     )
 
     async def send() -> tuple[str, AttemptResult]:

@@ -35,8 +35,7 @@ from .ops import event_json, reading_store, reported, store_options, time_option
 if TYPE_CHECKING:
     import httpx
 
-    from ..relay.ops import EventFilter
-    from ..relay.store import EventRow
+    from ..relay.ops import EventFilter, EventRow
 
 __all__ = ["FOLLOW_POLL", "events", "follow_stream", "parse_sse"]
 
@@ -228,7 +227,7 @@ def _follow_store(
     fmt: str,
 ) -> None:
     from ..relay import ops as operator
-    from ..relay.store import database_errors
+    from ..relay.ops import database_errors
 
     with reading_store(config_path, db_path) as store:
         start = operator.resume_position(store, last_event_id)

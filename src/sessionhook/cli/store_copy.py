@@ -47,23 +47,14 @@ def _same_store(a: str, b: str) -> bool:
     return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
 
 
-def open_copy_side(spec: str, *, writable: bool) -> Any:
-    """The store at ``spec`` (a SQLite path or a ``postgresql://`` URL): read-only for the
-    source, opened (created and migrated) for the target."""
-    from sessionhook.relay.store import PostgresStore, Store
-
-    if _is_url(spec):
-        return PostgresStore.open(spec) if writable else PostgresStore.open_readonly(spec)
-    path = Path(spec).expanduser()
-    return Store.open(path) if writable else Store.open_readonly(path)
-
-
 def _claim_idle(spec: str, store: Any, side: str) -> Any:
     """Refuse a live store (see the module's docstring) with one line, exit 2; for a SQLite
     store, return its daemon lock, held by this process until it is released."""
+    from sessionhook.relay import ops
+
     if _is_url(spec):
         now = time.time()
-        running = [r for r in store.replicas() if r.alive(now)]
+        running = ops.live_replicas(store, now)
         if running:
             shown = ", ".join(f"{r.id}@{r.host}:{r.pid}" for r in running)
             raise CliError(
@@ -73,7 +64,7 @@ def _claim_idle(spec: str, store: Any, side: str) -> Any:
                 exit_code=2,
             )
         return None
-    from sessionhook.relay.store import StoreError, StoreLockedError, acquire_daemon_lock
+    from sessionhook.relay.ops import StoreError, StoreLockedError, acquire_daemon_lock
 
     path = Path(spec).expanduser()
     try:
@@ -105,15 +96,15 @@ def copy_command(source: str, target: str, replace: bool) -> None:
     with the daemon stopped; then point store.url at the target and start the replicas.
     Progress goes to stderr; the counts of every table are compared at the end.
     """
-    from sessionhook.relay.store import StoreError
-    from sessionhook.relay.store.copying import CopyError, copy_store
+    from sessionhook.relay import ops
+    from sessionhook.relay.ops import CopyError, StoreError
 
     if _same_store(source, target):
         raise CliError("--from and --to are the same store", exit_code=2)
     shown_target = redact_userinfo(target)
     with ExitStack() as held:
         try:
-            src = open_copy_side(source, writable=False)
+            src = ops.open_copy_side(source, writable=False)
         except StoreError as exc:
             raise CliError(f"cannot read the source: {exc}", exit_code=2) from None
         held.callback(src.close)
@@ -122,7 +113,7 @@ def copy_command(source: str, target: str, replace: bool) -> None:
         if not _is_url(target) and (lock := _claim_idle(target, None, "target")) is not None:
             held.callback(lock.release)  # before the target is opened: no daemon starts on it
         try:
-            dst = open_copy_side(target, writable=True)
+            dst = ops.open_copy_side(target, writable=True)
         except StoreError as exc:
             raise CliError(f"cannot open the target: {exc}", exit_code=1) from None
         held.callback(dst.close)
@@ -130,7 +121,7 @@ def copy_command(source: str, target: str, replace: bool) -> None:
             _claim_idle(target, dst, "target")
         try:
             started = time.monotonic()
-            report = copy_store(src, dst, replace=replace, progress=_Progress())
+            report = ops.copy_stores(src, dst, replace=replace, progress=_Progress())
         except CopyError as exc:
             code = 2 if "not empty" in str(exc) else 1
             raise CliError(str(exc), exit_code=code) from None

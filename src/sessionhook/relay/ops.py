@@ -3,7 +3,7 @@
 Every function takes the synchronous store (:class:`~sessionhook.relay.store.StoreCore`, the
 operator's port: SQL stays in ``relay/store/``) and returns plain rows or figures; the CLI
 renders them as tables or JSON, the console as pages. The daemon's web routes call them in
-the store's worker thread: ``await astore.call(operator.deliveries, astore.store, ...)``.
+the store's worker thread: ``await astore.run(operator.deliveries, ...)``.
 
 Failures the operator can fix (no such endpoint, delivery or event; a filter that selects
 nothing) raise :class:`OperatorError`, one line meant to be shown as is.
@@ -11,7 +11,10 @@ nothing) raise :class:`OperatorError`, one line meant to be shown as is.
 Reads: :func:`status`, :func:`endpoints`, :func:`deliveries`, :func:`attempts`,
 :func:`events`, :class:`Follower` (the stream's and ``events --follow``'s cursor read).
 Actions: :func:`replay`, :func:`enable_endpoint`, :func:`disable_endpoint`,
-:func:`test_endpoint` (a signed ``ping``, never archived).
+:func:`test_endpoint` (a signed ``ping``, never archived; :func:`ping_transport`).
+The store itself: :func:`operator_store` (the one the configuration names),
+:func:`open_copy_side`, :func:`live_replicas`, :func:`copy_stores` (``store copy``). The
+command line reaches the store only through this module (``.importlinter``).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Final
 
 import httpx
@@ -30,43 +34,79 @@ import httpx
 from sessionhook.api.models import Session
 
 from .config import Config
+from .delivery.pinning import PinnedTransport
 from .delivery.post import post_event
+from .delivery.resolve import Resolver
 from .domain import render
+from .domain.addresses import AddressPolicy
 from .domain.delivery_states import DELIVERY_STATUSES
 from .domain.events import session_summary
 from .domain.retry import AttemptResult
 from .store import (
+    OPEN_STATUSES,
     AttemptRow,
     DeliveryRow,
     EndpointState,
     EventRow,
     HistoryProgress,
+    RefusedSummary,
     ReplicaRow,
     StatusSummary,
+    Store,
     StoreCore,
+    StoreError,
+    StoreLockedError,
+    StoreSettings,
+    UpstreamSummary,
+    acquire_daemon_lock,
+    copying,
+    database_errors,
+    open_store,
 )
+from .store.copying import CopyError, CopyReport
 
 __all__ = [
     "DELIVERY_STATUSES",
     "EVENT_DELIVERIES",
     "GAP_SETTLE",
+    "OPEN_STATUSES",
     "PING_TYPE",
     "REPLAY_CHUNK",
+    "AttemptRow",
+    "CopyError",
+    "CopyReport",
+    "DeliveryRow",
     "EventFilter",
     "EventPage",
+    "EventRow",
     "Follower",
+    "HistoryProgress",
     "OperatorError",
     "Overview",
+    "RefusedSummary",
     "ReplayResult",
+    "ReplicaRow",
+    "Resolver",
+    "StoreCore",
+    "StoreError",
+    "StoreLockedError",
     "UnknownEndpointError",
+    "UpstreamSummary",
+    "acquire_daemon_lock",
     "attempts",
+    "copy_stores",
+    "database_errors",
     "deliveries",
     "disable_endpoint",
     "enable_endpoint",
     "endpoints",
     "events",
     "find_endpoint",
+    "live_replicas",
+    "open_copy_side",
+    "operator_store",
     "ping_event",
+    "ping_transport",
     "replay",
     "resume_position",
     "status",
@@ -114,32 +154,32 @@ def status(store: StoreCore, now: float) -> Overview:
     """Endpoints, upstream, archive figures, the history walk, the accounts and the
     replicas at ``now``."""
     return Overview(
-        store.status_summary(now),
-        store.history_progress(now),
-        store.accounts_summary(),
-        tuple(store.replicas()),
+        store.operator.status_summary(now),
+        store.economy.history_progress(now),
+        store.economy.accounts_summary(),
+        tuple(store.leases.replicas()),
     )
 
 
 def in_flight(store: StoreCore, now: float, ids: Iterable[int]) -> dict[int, tuple[str, float]]:
     """Of the deliveries ``ids``, those a live replica is attempting: id -> (replica, since)."""
-    return store.delivery_claims(now, ids)
+    return store.leases.delivery_claims(now, ids)
 
 
 def endpoints_in_flight(store: StoreCore, now: float) -> dict[str, dict[str, int]]:
     """Per endpoint, the deliveries in flight on each live replica."""
-    return store.endpoint_claims(now)
+    return store.leases.endpoint_claims(now)
 
 
 def endpoints(store: StoreCore) -> list[tuple[EndpointState, int]]:
     """Every endpoint the store knows, with its number of open deliveries."""
-    backlog = store.outbox_stats()
-    return [(s, backlog.get(s.name, (0, None))[0]) for s in store.endpoint_states()]
+    backlog = store.outbox.outbox_stats()
+    return [(s, backlog.get(s.name, (0, None))[0]) for s in store.endpoints.endpoint_states()]
 
 
 def find_endpoint(store: StoreCore, name: str) -> EndpointState:
     """The endpoint ``name``; :class:`OperatorError` naming the known ones otherwise."""
-    states = store.endpoint_states()
+    states = store.endpoints.endpoint_states()
     for state in states:
         if state.name == name:
             return state
@@ -158,7 +198,7 @@ def deliveries(
     """The delivery log, newest first, filtered."""
     if status is not None and status not in DELIVERY_STATUSES:
         raise OperatorError(f"status must be one of {', '.join(DELIVERY_STATUSES)}")
-    return store.list_deliveries(endpoint, status, session, limit)
+    return store.operator.list_deliveries(endpoint, status, session, limit)
 
 
 def attempts(
@@ -168,19 +208,21 @@ def attempts(
     (``evt_...``, the webhook-id): ``(event or None, [(delivery, attempts)])``."""
     key = target.strip().removeprefix("#")
     if key.isdigit():
-        delivery = store.get_delivery(int(key))
+        delivery = store.operator.get_delivery(int(key))
         if delivery is None:
             raise OperatorError(f"no delivery {key}", hint="see `sessionhook deliveries`")
-        return None, [(delivery, store.list_attempts(delivery.id))]
-    event = store.get_event(key)
+        return None, [(delivery, store.operator.list_attempts(delivery.id))]
+    event = store.operator.get_event(key)
     if event is None:
         raise OperatorError(
             f"no delivery or event {target!r}",
             hint="give a delivery id (see `sessionhook deliveries`) or an event id "
             "(evt_…, see `sessionhook events`)",
         )
-    rows = store.list_deliveries(event_id=key, limit=EVENT_DELIVERIES)
-    return event, [(d, store.list_attempts(d.id)) for d in sorted(rows, key=lambda d: d.id)]
+    rows = store.operator.list_deliveries(event_id=key, limit=EVENT_DELIVERIES)
+    return event, [
+        (d, store.operator.list_attempts(d.id)) for d in sorted(rows, key=lambda d: d.id)
+    ]
 
 
 def events(
@@ -193,7 +235,7 @@ def events(
     limit: int | None = None,
 ) -> Iterator[EventRow]:
     """Archived events in ingest order, streamed (never all in memory)."""
-    rows = store.iter_events(session, type_glob, since, until=until)
+    rows = store.operator.iter_events(session, type_glob, since, until=until)
     for i, row in enumerate(rows):
         if limit is not None and i >= limit:
             return
@@ -268,7 +310,7 @@ class Follower:
             # PostgreSQL's driver fetches a whole result at once: ask for about as many
             # rows as the last read's largest body says fit.
             limit = max(1, min(limit, max_bytes // self._largest))
-        rows = store.events_after(self.cursor, limit=limit, max_bytes=max_bytes)
+        rows = store.operator.events_after(self.cursor, limit=limit, max_bytes=max_bytes)
         full = len(rows) == limit
         if rows and max_bytes is not None:
             self._largest = max(len(r.body) for r in rows)
@@ -302,8 +344,8 @@ def resume_position(store: StoreCore, event_id: str | None) -> int:
     the newest event when ``None``. An unknown id is an :class:`OperatorError`, never a
     silent restart from somewhere else."""
     if event_id is None:
-        return store.last_event_seq()
-    seq = store.event_seq(event_id)
+        return store.operator.last_event_seq()
+    seq = store.operator.event_seq(event_id)
     if seq is None:
         raise OperatorError(f"unknown event id {event_id!r}: no such event in the archive")
     return seq
@@ -347,17 +389,19 @@ def replay(
         raise OperatorError("an end time needs a start time")
     state = find_endpoint(store, endpoint)
     if event_ids:
-        missing = [i for i in event_ids if store.get_event(i) is None]
+        missing = [i for i in event_ids if store.operator.get_event(i) is None]
         if missing:
             raise OperatorError(f"no archived event {', '.join(missing)}")
-        queued = store.replay(
+        queued = store.operator.replay(
             endpoint, event_ids=list(event_ids), type_glob=type_glob, session=session
         )
         on_progress(queued)
         return ReplayResult(queued, state)
     total, cursor = 0, 0
     while True:
-        page = store.event_ids_after(cursor, session=session, since=since, until=until, limit=chunk)
+        page = store.operator.event_ids_after(
+            cursor, session=session, since=since, until=until, limit=chunk
+        )
         if not page:
             return ReplayResult(total, state)
         cursor = page[-1][0]
@@ -365,7 +409,7 @@ def replay(
             i for _seq, i, kind in page if type_glob is None or fnmatch.fnmatchcase(kind, type_glob)
         ]
         if ids:
-            queued = store.replay(endpoint, event_ids=ids)
+            queued = store.operator.replay(endpoint, event_ids=ids)
             total += queued
             on_progress(queued)
 
@@ -373,14 +417,14 @@ def replay(
 def enable_endpoint(store: StoreCore, name: str) -> int:
     """Enable ``name`` again; returns how many deliveries wait for it."""
     find_endpoint(store, name)
-    store.set_endpoint_enabled(name, True)
-    return store.pending_count(name)
+    store.endpoints.set_endpoint_enabled(name, True)
+    return store.outbox.pending_count(name)
 
 
 def disable_endpoint(store: StoreCore, name: str, reason: str = "disabled by an operator") -> None:
     """Stop delivering to ``name``; its events keep being archived (replay them later)."""
     find_endpoint(store, name)
-    store.set_endpoint_enabled(name, False, reason)
+    store.endpoints.set_endpoint_enabled(name, False, reason)
 
 
 def ping_event(endpoint: str, now: float) -> tuple[str, bytes]:
@@ -436,3 +480,53 @@ async def test_endpoint(
             content_type=content_type,
         )
     return event_id, result
+
+
+# --------------------------------------------------------------------------- the store
+
+
+def operator_store(settings: StoreSettings, *, readonly: bool = False) -> StoreCore:
+    """The store ``settings`` name, for an operator's command: read-only for a read (safe
+    while the daemon runs), writable for an action (short transactions that the daemon's
+    busy timeout waits out). Raises :class:`StoreError` as :func:`~.store.open_store`."""
+    return open_store(settings, readonly=readonly)
+
+
+def open_copy_side(spec: str, *, writable: bool) -> StoreCore:
+    """The store at ``spec`` (a SQLite path or a ``postgresql://`` URL) for ``store copy``:
+    read-only for the source, opened (created and migrated) for the target."""
+    if spec.startswith(("postgresql://", "postgres://")):
+        from .store.postgres import PostgresStore  # psycopg: loaded for PostgreSQL only
+
+        return PostgresStore.open(spec) if writable else PostgresStore.open_readonly(spec)
+    path = Path(spec).expanduser()
+    return Store.open(path) if writable else Store.open_readonly(path)
+
+
+def live_replicas(store: StoreCore, now: float) -> list[ReplicaRow]:
+    """The replicas running on ``store`` at ``now`` (heartbeat within their lease): a store
+    that has one is live, and ``store copy`` refuses it."""
+    return [r for r in store.leases.replicas() if r.alive(now)]
+
+
+def copy_stores(
+    source: StoreCore,
+    target: StoreCore,
+    *,
+    replace: bool = False,
+    progress: Callable[[str, int, int], None] = lambda table, done, total: None,
+) -> CopyReport:
+    """Every row of ``source`` into ``target``, ids kept (:func:`~.store.copying.copy_store`,
+    which raises :class:`CopyError` for a target that is not empty, or an incomplete copy)."""
+    return copying.copy_store(source.copy, target.copy, replace=replace, progress=progress)
+
+
+def ping_transport(
+    config: Config, *, resolve: Resolver | None = None, policy: AddressPolicy | None = None
+) -> httpx.AsyncBaseTransport:
+    """The transport :func:`test_endpoint` posts through outside the daemon, with the
+    daemon's rule: the name resolved once, every address vetted, the connection made to a
+    vetted one (``resolve`` and ``policy`` replace DNS and the address judgement)."""
+    return PinnedTransport(
+        allow_private=config.delivery.allow_private_networks, resolve=resolve, policy=policy
+    )

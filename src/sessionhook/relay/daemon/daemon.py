@@ -49,7 +49,7 @@ from ..domain.addresses import AddressPolicy
 from ..domain.replica import Replica
 from ..domain.retry import AttemptResult
 from ..polling import OnceReport, Poller, PollSettings
-from ..store import AsyncStore, StoreUnwritableError, notify
+from ..store import AsyncStore, StoreUnwritableError
 from ..telemetry.logs import get_logger
 from ..telemetry.metrics import Metrics
 from ..web import listener
@@ -217,7 +217,7 @@ class Daemon:
                         if one.unauthenticated is not None:
                             rejected.append(f"{poller.account}: {one.unauthenticated}")
                     attempts = await dispatcher.run_until_idle()
-                    pending = await store.pending_count()
+                    pending = await store.outbox.pending_count()
                     if rejected:
                         raise DaemonError(
                             f"the Sessions API rejected the API key ({'; '.join(rejected)})"
@@ -297,8 +297,8 @@ class Daemon:
             tg.start_soon(tasks.guarded, "lifecycle", tasks.lifecycle)
             tg.start_soon(tasks.guarded, "retention", tasks.retention)
             tg.start_soon(tasks.guarded, "heartbeat", tasks.heartbeat)
-            url = getattr(store.store, "url", None)
-            if getattr(store.store, "backend", "") == "postgresql" and url:
+            listen = store.wake_source()
+            if listen is not None:
                 # Other replicas' enqueues wake this dispatcher (LISTEN/NOTIFY); the
                 # dispatcher's one-second timer backs it up. They also ring the bell: the
                 # deliveries usually come with events another replica archived, which this
@@ -308,7 +308,7 @@ class Daemon:
                     dispatcher.wake()
                     self.bell.ring()
 
-                tg.start_soon(tasks.guarded, "wakeups", lambda: notify.listen(url, wake))
+                tg.start_soon(tasks.guarded, "wakeups", lambda: listen(wake))
             await state.stop.wait()
             state.stopping = True
             _log.info("relay.stopping", in_flight=dispatcher.in_flight)

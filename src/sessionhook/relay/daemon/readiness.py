@@ -18,7 +18,12 @@ from starlette.applications import Starlette
 from .. import web
 from ..config import ServerConfig
 from ..domain.retry import AttemptResult
-from ..store import StoreFullError, StoreUnwritableError, database_errors
+from ..store import (
+    StoreFullError,
+    StoreUnwritableError,
+    configured_errors,
+    describe_store,
+)
 from ..telemetry import logs as relay_logging
 from ..telemetry.logs import get_logger
 from ..web import server as health
@@ -68,8 +73,7 @@ class Readiness:
                 state.dispatcher.wake()
 
         # The app is built before the store opens (so /readyz can say why it cannot):
-        # the engine's errors are named from the config.
-        postgresql = state.config.store.database_url() is not None
+        # the engine and its errors are named from the config.
         return web.WebContext(
             config=lambda: state.config,
             store=lambda: state.store,
@@ -82,11 +86,8 @@ class Readiness:
             clock=state.clock,
             readiness=self.check,
             before_scrape=self.refresh_gauges,
-            store_facts={
-                "backend": "postgresql" if postgresql else "sqlite",
-                "database": state.config.store.location,
-            },
-            store_errors=database_errors(postgresql=postgresql),
+            store_facts=describe_store(state.config.store),
+            store_errors=configured_errors(state.config.store),
             send_test=self._send_test,
             wake=wake,
         )
@@ -102,8 +103,7 @@ class Readiness:
             # connection as long as the pool's timeout.
             return _unwritable_reason(store.unwritable)
         try:
-            probe = store.store.set_meta
-            if not await store.try_write(probe, "readyz_probe_at", repr(self._state.clock())):
+            if not await store.meta.probe("readyz_probe_at", repr(self._state.clock())):
                 return _unwritable_reason(store.unwritable)
         except store_failures() as exc:
             _log.warning("health.store_not_writable", error=str(exc))
@@ -133,11 +133,11 @@ class Readiness:
         store = state.store
         if store is None:
             return
-        stats = await store.outbox_stats()
+        stats = await store.outbox.outbox_stats()
         state.metrics.refresh_outbox(stats, state.clock(), [e.name for e in state.config.endpoints])
-        states = await store.endpoint_states()
+        states = await store.endpoints.endpoint_states()
         state.metrics.refresh_endpoints({s.name: s.enabled for s in states})
-        replicas = await store.call(store.store.replicas)
+        replicas = await store.leases.replicas()
         state.metrics.refresh_replicas(replicas, state.clock())
 
 

@@ -80,7 +80,7 @@ class Reloader:
         store = state.store
         if store is not None:
             try:  # never wait for disk space here: a SIGTERM must still be heard
-                await store.call(store.store.sync_endpoints, list(new.endpoints))
+                await store.endpoints.sync_endpoints(list(new.endpoints))
             except StoreUnwritableError as exc:
                 _log.error("config.reload_failed", error=f"the store is not writable: {exc}")
                 sdnotify.ready("reload failed; running with the previous configuration")

@@ -85,7 +85,7 @@ class StoreOpener:
                         )
                         store = AsyncStore(opened, wait_for_space=wait, observer=self._observer)
                     endpoints = list(self._state.config.endpoints)  # a reload may change them
-                    await store.call(store.store.sync_endpoints, endpoints)
+                    await store.endpoints.sync_endpoints(endpoints)
                     break
                 except StoreUnwritableError as exc:
                     full = isinstance(exc, StoreFullError)

@@ -92,7 +92,7 @@ class SideTasks:
                 return
             now = state.clock()
             try:
-                ok = await store.try_write(store.store.heartbeat_replica, now)
+                ok = await store.leases.heartbeat_replica(now)
             except store_failures() as exc:
                 _log.warning("replica.heartbeat_failed", error=str(exc))
                 ok = False
@@ -119,7 +119,7 @@ class SideTasks:
             keep = state.config.store.delivery_log_retention
             store = state.store
             if keep is not None and store is not None:
-                attempts, deliveries = await store.prune_delivery_log(state.clock() - keep)
+                attempts, deliveries = await store.outbox.prune_delivery_log(state.clock() - keep)
                 if attempts or deliveries:
                     _log.info("store.pruned", attempts=attempts, deliveries=deliveries)
             with anyio.move_on_after(PRUNE_EVERY):

@@ -87,10 +87,9 @@ class Wiring:
         state, seams = self._state, self._seams
         config = state.config
         state.store = store
-        # SQLite: the daemon lock says this replica is alone (see Store.exclusive).
-        alone = getattr(store.store, "backend", "sqlite") == "sqlite"
-        await store.write(
-            store.store.register_replica,
+        # SQLite: the daemon lock says this replica is alone (see AsyncStore.exclusive).
+        alone = store.exclusive
+        await store.leases.register_replica(
             self._replica.id,
             host=self._replica.host,
             pid=self._replica.pid,
@@ -102,10 +101,10 @@ class Wiring:
         # A replica that is certainly dead (alone: every other one; any backend: a pid of
         # this host that is gone) gives its claims back now, not when its lease runs out:
         # a restart after kill -9 resumes at once.
-        rows = await store.call(store.store.replicas)
+        rows = await store.leases.replicas()
         dead = dead_replicas(rows, self._replica, alone=alone, pid_alive=pid_alive)
         if dead:
-            await store.write(store.store.reap_replicas, dead, state.clock())
+            await store.leases.reap_replicas(dead, state.clock())
             _log.info("replica.reaped", replicas=dead, reason="alone" if alone else "pid gone")
         accounts = config.upstream_accounts()
         inner = seams.upstream_transport or httpx.AsyncHTTPTransport()
@@ -183,7 +182,7 @@ class Wiring:
             with anyio.CancelScope(shield=True):
                 # A clean stop frees every claim at once: nobody waits for a lease.
                 try:
-                    await store.call(store.store.retire_replica, state.clock())
+                    await store.leases.retire_replica(state.clock())
                 except store_failures() as exc:
                     _log.warning("replica.retire_failed", error=str(exc))
                 for upstream in upstreams:

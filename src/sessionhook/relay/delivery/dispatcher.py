@@ -328,7 +328,7 @@ class Dispatcher:
         with anyio.CancelScope(shield=True):
             try:
                 unstarted, self._unstarted = self._unstarted, []
-                failing, due, self._next_due = await self._store.dispatch_round(
+                failing, due, self._next_due = await self._store.outbox.dispatch_round(
                     records, now, max(0, free), busy, unstarted, self._caps(finished)
                 )
             except StoreUnwritableError as exc:
@@ -389,7 +389,7 @@ class Dispatcher:
         finished.sort(key=lambda f: f.delivery.key)  # the store's lock order (see _round)
         records = [AttemptRecord(f.delivery.id, f.result, f.decision) for f in finished]
         try:
-            failing, _due, _next = await self._store.dispatch_round(
+            failing, _due, _next = await self._store.outbox.dispatch_round(
                 records, self._clock(), 0, set()
             )
         except StoreUnwritableError as exc:
@@ -434,7 +434,7 @@ class Dispatcher:
             ):
                 reason = f"failing without a success for {endpoint.disable_after:g} s"
                 with contextlib.suppress(StoreUnwritableError):  # at the next failure then
-                    await self._store.set_endpoint_enabled(endpoint.name, False, reason)
+                    await self._store.endpoints.set_endpoint_enabled(endpoint.name, False, reason)
                     self._reports.disabled(endpoint.name, reason, "failing")
             self._release(item.delivery)
         if finished:
@@ -464,7 +464,7 @@ class Dispatcher:
         self._per_endpoint[delivery.endpoint] = self._per_endpoint.get(delivery.endpoint, 0) + 1
         with anyio.CancelScope(shield=True):
             try:
-                (failing,) = await self._store.record_attempts(
+                (failing,) = await self._store.outbox.record_attempts(
                     [AttemptRecord(delivery.id, result, decision)]
                 )
             except StoreUnwritableError as exc:
@@ -524,7 +524,7 @@ class Dispatcher:
         template makes of it. A rendered body is saved with the first attempt, so every retry
         sends the same bytes whatever the config says by then."""
         if delivery.attempts > 0:
-            saved = await self._store.rendered_body(delivery.id)
+            saved = await self._store.outbox.rendered_body(delivery.id)
             if saved is not None:
                 return saved
         shape = self._shape_of(endpoint)
@@ -533,7 +533,7 @@ class Dispatcher:
         body, content_type = await self._renderer.render(
             delivery.event_id, delivery.body, shape, time_budget=self.settings.render_timeout
         )
-        await self._store.save_rendered(delivery.id, body, content_type)
+        await self._store.outbox.save_rendered(delivery.id, body, content_type)
         return body, content_type
 
     def _literal_refusal(self, url: str, allow_private: bool) -> str | None:

@@ -94,12 +94,12 @@ class Discovery:
                 listed += 1
                 await self.on_listed(session, read_at=read_at)
         await self._flush_history()
-        if not await self._store.is_baseline_complete():
-            await self._store.mark_baseline_complete()
+        if not await self._store.meta.is_baseline_complete():
+            await self._store.meta.mark_baseline_complete()
         self._errors = 0
         done = self._clock()
         self._state.last_success = done
-        await self._store.mark_poll(True, done)
+        await self._store.economy.mark_poll(True, done)
         if self._metrics is not None:
             self._metrics.poll_succeeded(done)
         _log.debug("discovery.done", sessions=listed, tracked=len(self._state.tracked))
@@ -117,7 +117,7 @@ class Discovery:
                 self._record_history(listed, now)
                 await self._maybe_flush_history()
                 return
-            row = None if known is None else await self._store.get_session(listed.name)
+            row = None if known is None else await self._store.ingest.get_session(listed.name)
             if row is None:
                 pending = self._state.pending.setdefault(
                     listed.name, Pending(listed, first_seen=now)
@@ -219,10 +219,9 @@ class Discovery:
         """A session seen for the first time: archive, announce, poll it now. ``read``: the
         ``session`` is the answer of its own GET (not the list item announced instead)."""
         baseline = self._archive.is_baseline(session)
-        # Archived and announced in one store call (see Store.archive_discovered).
+        # Archived and announced in one store call (see IngestRole.archive_discovered).
         event = self._archive.stamp(events.session_discovered(session, now=self._clock()))
-        added = await self._store.write(
-            self._store.store.archive_discovered,
+        added = await self._store.ingest.archive_discovered(
             session,
             event,
             baseline=baseline,
@@ -274,7 +273,7 @@ class Discovery:
         batch, self._history_batch = self._history_batch, []
         if not batch:
             return
-        await self._store.write(self._store.store.record_history, batch, account=self._account)
+        await self._store.economy.record_history(batch, account=self._account)
         for listed in batch:
             self._unrecorded.discard(listed.name)
         self._history.enqueue(listed.name for listed in batch)
@@ -287,10 +286,10 @@ class Discovery:
             return
         known = [
             k
-            for k in await self._store.call(self._store.store.known_sessions)
+            for k in await self._store.economy.known_sessions()
             if k.account == self._account
         ]
-        order = await self._store.call(self._store.store.history_pending, account=self._account)
+        order = await self._store.economy.history_pending(account=self._account)
         now = self._mono()
         for k in known:
             if k.history_pending:
@@ -304,7 +303,7 @@ class Discovery:
             else:
                 self._known[k.name] = k
         self._history.enqueue(order)
-        verdict = await self._store.call(self._store.store.get_meta, VERDICT_KEY)
+        verdict = await self._store.meta.get_meta(VERDICT_KEY)
         self._scheduler.restore_verdict(verdict)
         self._known_loaded = True
 
@@ -373,7 +372,7 @@ class Discovery:
                 wait = self._state.settings.discovery_interval - (self._mono() - started)
             except ApiError as exc:
                 wait = self.failed(exc)
-                await self._store.mark_poll(False, self._clock())
+                await self._store.economy.mark_poll(False, self._clock())
             finally:
                 self._state.first_pass_done.set()
                 self._state.heartbeat = self._mono()

@@ -164,7 +164,7 @@ class Scheduler:
             mode="list" if learning.list_driven else "timer",
             evidence=name,
         )
-        await self._store.write(self._store.store.set_meta, VERDICT_KEY, verdict)
+        await self._store.meta.set_meta(VERDICT_KEY, verdict)
         now = self._mono()
         tracked_sessions = self._state.tracked.values()
         if not was_list and learning.list_driven:

@@ -68,9 +68,9 @@ from .leases import LeaseRow, ReplicaRow
 from .lock import DaemonLock, StoreLockedError, acquire_daemon_lock
 from .opening import (
     StoreSettings,
+    configured_errors,
     database_errors,
     describe_store,
-    described_errors,
     open_store,
     store_failures,
 )
@@ -155,9 +155,9 @@ __all__ = [
     "StoreUnwritableError",
     "UpstreamSummary",
     "acquire_daemon_lock",
+    "configured_errors",
     "database_errors",
     "describe_store",
-    "described_errors",
     "open_store",
     "store_failures",
 ]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sqlite3
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -22,9 +22,9 @@ from .sqlite import Store
 __all__ = [
     "NamedStoreSettings",
     "StoreSettings",
+    "configured_errors",
     "database_errors",
     "describe_store",
-    "described_errors",
     "open_store",
     "store_failures",
 ]
@@ -108,9 +108,7 @@ def describe_store(settings: NamedStoreSettings) -> dict[str, str]:
     return {"backend": engine, "database": settings.location}
 
 
-def described_errors(description: Mapping[str, str] | None) -> tuple[type[Exception], ...]:
-    """:func:`database_errors` of the store :func:`describe_store` described, for a table of
-    error handlers built before the store is opened (``None``: the store is not known)."""
-    return database_errors(
-        postgresql=description is not None and description.get("backend") == POSTGRESQL
-    )
+def configured_errors(settings: NamedStoreSettings) -> tuple[type[Exception], ...]:
+    """:func:`database_errors` of the configured store, for a table of error handlers built
+    before the store is opened (the web app: /readyz says why the store is not open)."""
+    return database_errors(postgresql=settings.database_url() is not None)

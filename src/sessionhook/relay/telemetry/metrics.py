@@ -6,7 +6,7 @@ process-global one), so two daemons in one test process, or a reload, never coll
 Counters and the histogram are updated by the daemon as things happen, through the small
 methods below (``metrics.delivery_attempted("ci", "delivered", 0.21)``). The outbox gauges
 describe the database, not the process: :meth:`Metrics.refresh_outbox` sets them from
-``store.outbox_stats()``, and the health server calls the daemon's refresh hook on each
+``store.outbox.outbox_stats()``, and the health server calls the daemon's refresh hook on each
 scrape, so a scrape always shows the current depth.
 
 Exposed families (all prefixed ``sessionhook_``):
@@ -96,7 +96,7 @@ class ReplicaLike(Protocol):
     def leases(self) -> tuple[str, ...]: ...
 
 
-#: ``(pending, oldest_created_at)`` per endpoint, as ``store.outbox_stats()`` returns it.
+#: ``(pending, oldest_created_at)`` per endpoint, as ``store.outbox.outbox_stats()`` returns it.
 OutboxStats = Mapping[str, tuple[int, float | None]]
 
 
@@ -371,7 +371,7 @@ class Metrics:
     # -- refreshed from the database before a scrape -------------------------------------
 
     def refresh_outbox(self, stats: OutboxStats, now: float, endpoints: Iterable[str] = ()) -> None:
-        """Set the outbox gauges from ``store.outbox_stats()``.
+        """Set the outbox gauges from ``store.outbox.outbox_stats()``.
 
         ``endpoints`` lists configured endpoints so that those with nothing waiting show an
         explicit 0; endpoints no longer in either are dropped, not left stale.
@@ -391,7 +391,8 @@ class Metrics:
             self.poll_lag.set(max(0.0, now - self._last_success_at))
 
     def refresh_endpoints(self, enabled: Mapping[str, bool]) -> None:
-        """Set ``endpoint_enabled`` from ``{name: enabled}`` (``store.endpoint_states()``)."""
+        """Set ``endpoint_enabled`` from ``{name: enabled}``
+        (``store.endpoints.endpoint_states()``)."""
         self.endpoint_enabled.clear()
         for name, on in enabled.items():
             self.endpoint_enabled.labels(endpoint=name).set(1 if on else 0)
@@ -401,7 +402,7 @@ class Metrics:
         self.replica_heartbeat_late_total.inc()
 
     def refresh_replicas(self, replicas: Iterable[ReplicaLike], now: float) -> None:
-        """Set the replica families from ``store.replicas()`` (stopped ones are left out)."""
+        """Set the replica families from ``store.leases.replicas()`` (stopped ones are left out)."""
         for gauge in (self.replica_heartbeat_age, self.replica_claims, self.lease_held):
             gauge.clear()
         alive = 0

@@ -122,7 +122,7 @@ def stream_routes(ctx: WebContext) -> Sequence[BaseRoute]:
         if resume is not None and len(resume) > _MAX_PARAM:
             return JSONResponse({"error": "Last-Event-ID too long"}, status_code=400)
         try:
-            start = await astore.call(resume_position, astore.store, resume or None)
+            start = await astore.run(resume_position, resume or None)
         except OperatorError as exc:
             return JSONResponse({"error": str(exc)}, status_code=400)
         except StoreError as exc:
@@ -240,8 +240,8 @@ class _EventStream(Response):
             rang = ctx.bell.current()
             astore = ctx.store()
             if astore is not None:
-                page = await astore.call(
-                    follower.read, astore.store, limit=BATCH, max_bytes=PAGE_BYTES
+                page = await astore.run(
+                    follower.read, limit=BATCH, max_bytes=PAGE_BYTES
                 )
                 if page.events:
                     # The socket's flow control holds the next read back.

@@ -120,9 +120,8 @@ class Actions:
         try:
             # The operator layer's replay (as `sessionhook replay`): a range is queued a
             # chunk at a time, each chunk one short transaction.
-            result = await store.write(
+            result = await store.run_write(
                 operator.replay,
-                store.store,
                 endpoint,
                 event_ids=[event_id] if event_id else (),
                 since=None if event_id else since,
@@ -155,9 +154,9 @@ class Actions:
         reason = form.get("reason", "").strip()[:200] or "disabled in the console"
         try:
             if enable:
-                waiting = await store.write(operator.enable_endpoint, store.store, name)
+                waiting = await store.run_write(operator.enable_endpoint, name)
             else:
-                await store.write(operator.disable_endpoint, store.store, name, reason)
+                await store.run_write(operator.disable_endpoint, name, reason)
         except (OperatorError, StoreError) as exc:
             return _done(back, "error", str(exc))
         _log.info(

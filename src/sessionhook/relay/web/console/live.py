@@ -68,7 +68,7 @@ def live_route(deps: ConsoleDeps) -> Route:
             start = _start(request)
         except BadNumber as exc:
             return Response(str(exc), status_code=400, headers=SECURITY_HEADERS)
-        after: int = start if start is not None else await store.call(store.store.last_event_seq)
+        after: int = start if start is not None else await store.console.last_event_seq()
 
         async def stream() -> AsyncIterator[str]:
             nonlocal open_streams, after
@@ -84,8 +84,8 @@ def live_route(deps: ConsoleDeps) -> Route:
                     if current is None:
                         return
                     try:
-                        rows = await current.call(
-                            current.store.console_events_after, after, session=session, limit=100
+                        rows = await current.console.console_events_after(
+                            after, session=session, limit=100
                         )
                     except store_failures() as exc:
                         _log.warning("console.live_read_failed", error=str(exc))

@@ -70,9 +70,9 @@ class Pages:
             return _unavailable(request)
         now = self.deps.clock()
         start = (int(now) // 60 + 1) * 60 - DAY_MINUTES * 60
-        summary = await store.call(store.store.status_summary, now)
-        counts = await store.call(store.store.attempts_per_minute, start, DAY_MINUTES)
-        used = await store.call(store.store.budget_used, now - 60.0)
+        summary = await store.console.status_summary(now)
+        counts = await store.console.attempts_per_minute(start, DAY_MINUTES)
+        used = await store.console.budget_used(now - 60.0)
         budgets = [
             {"account": account, "limit": limit, "used": used.get(account, 0)}
             for account, limit in sorted(self.deps.budgets().items())
@@ -102,11 +102,11 @@ class Pages:
             return _unavailable(request)
         q = request.query_params
         state, account, text = q.get("state") or None, q.get("account") or None, q.get("q")
-        rows = await store.call(
-            store.store.console_sessions, state=state, account=account, text=text or None
+        rows = await store.console.console_sessions(
+            state=state, account=account, text=text or None
         )
-        states, accounts = await store.call(store.store.console_session_facets)
-        last_seq = await store.call(store.store.last_event_seq)
+        states, accounts = await store.console.console_session_facets()
+        last_seq = await store.console.last_event_seq()
         return render_page(
             request,
             "sessions.html",
@@ -127,19 +127,19 @@ class Pages:
         if store is None:
             return _unavailable(request)
         name = request.query_params.get("session", "")
-        session = await store.call(store.store.get_session, name) if name else None
+        session = await store.console.get_session(name) if name else None
         if session is None:
             return _not_found(request, "no such session in the archive")
         try:
             after = url_int(request.query_params.get("after"), "after") or 0
         except BadNumber as exc:
             return _bad_request(request, str(exc))
-        events: list[EventRow] = await store.call(
-            store.store.console_timeline, name, after_seq=after, limit=200
+        events: list[EventRow] = await store.console.console_timeline(
+            name, after_seq=after, limit=200
         )
-        deliveries = await store.call(store.store.deliveries_of_events, [e.id for e in events])
-        attempts = await store.call(
-            store.store.attempts_of_deliveries, [d.id for d in deliveries][:500]
+        deliveries = await store.console.deliveries_of_events([e.id for e in events])
+        attempts = await store.console.attempts_of_deliveries(
+            [d.id for d in deliveries][:500]
         )
         by_delivery: dict[int, list[AttemptRow]] = {}
         for a in attempts:
@@ -147,7 +147,7 @@ class Pages:
         by_event: dict[str, list[tuple[DeliveryRow, list[AttemptRow]]]] = {}
         for d in deliveries:
             by_event.setdefault(d.event_id, []).append((d, by_delivery.get(d.id, [])))
-        endpoints = await store.call(store.store.endpoint_states)
+        endpoints = await store.console.endpoint_states()
         last = events[-1].seq if events else after
         return render_page(
             request,
@@ -176,8 +176,7 @@ class Pages:
             before = url_int(q.get("before"), "before")
         except BadNumber as exc:
             return _bad_request(request, str(exc))
-        rows = await store.call(
-            store.store.console_deliveries,
+        rows = await store.console.console_deliveries(
             endpoint=q.get("endpoint") or None,
             status=status,
             since=parse_when(q.get("since"), now),
@@ -185,7 +184,7 @@ class Pages:
             before_id=before,
             limit=100,
         )
-        endpoints = await store.call(store.store.endpoint_states)
+        endpoints = await store.console.endpoint_states()
         filters = {k: q.get(k, "") for k in ("endpoint", "status", "since", "until")}
         return render_page(
             request,
@@ -217,7 +216,7 @@ class Pages:
         attempt_id = _path_id(request, "attempt_id")
         attempt = None
         if attempt_id is not None:
-            attempt = await store.call(store.store.get_attempt, attempt_id)
+            attempt = await store.console.get_attempt(attempt_id)
         if attempt is None:
             return _not_found(request, "no such attempt (pruned by the delivery-log retention?)")
         return await self._delivery_page(request, store, attempt.delivery_id, attempt.id)
@@ -225,12 +224,12 @@ class Pages:
     async def _delivery_page(
         self, request: Request, store: AsyncStore, delivery_id: int, selected: int | None
     ) -> Response:
-        delivery = await store.call(store.store.get_delivery, delivery_id)
+        delivery = await store.console.get_delivery(delivery_id)
         if delivery is None:
             return _not_found(request, "no such delivery")
-        attempts = await store.call(store.store.list_attempts, delivery_id)
-        event = await store.call(store.store.get_event, delivery.event_id)
-        others = await store.call(store.store.deliveries_of_events, [delivery.event_id])
+        attempts = await store.console.list_attempts(delivery_id)
+        event = await store.console.get_event(delivery.event_id)
+        others = await store.console.deliveries_of_events([delivery.event_id])
         current = next((a for a in attempts if a.id == selected), None)
         return render_page(
             request,
