@@ -97,8 +97,10 @@ class Awaits(Generic[P, T]):
     the door's ``call``); the bound coroutine function is kept in the view once made."""
 
     def __init__(self, method: Callable[..., Any], policy: str) -> None:
+        #: The role's method, and the door's policy that runs it.
         self._method = method.__name__
         self._policy = policy
+        #: The view's attribute (``probe`` runs ``set_meta``): set by ``__set_name__``.
         self._name = method.__name__
         self.__doc__ = f"{policy}: {method.__doc__ or ''}"
 

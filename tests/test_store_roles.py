@@ -1,0 +1,131 @@
+"""The store by roles: the async door runs each role's method with its policy for a store
+that cannot be written (writes wait, statistics are skipped, the daemon's own syncs are
+tried once); the body references of an archive that did not commit are never used again;
+and no module outside the store reaches past the door or asks a backend its name."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+import psycopg
+import pytest
+
+from sessionhook.api.models import Session
+from sessionhook.relay.domain.events import Event
+from sessionhook.relay.store import AsyncStore, PostgresStore, StoreFullError
+
+BIG = "x" * 200_000
+SRC = Path(__file__).resolve().parent.parent / "src" / "sessionhook"
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    name: str
+    url: str
+    events: tuple[str, ...] = ("*",)
+    enabled: bool = True
+
+
+class Observer:
+    """Hears the door's full-disk news (the daemon logs them)."""
+
+    def __init__(self) -> None:
+        self.full = anyio.Event()
+
+    def store_unwritable(self, error: StoreFullError, *, first: bool, retry_in: float) -> None:
+        self.full.set()
+
+    def store_writable_again(self, *, after: float) -> None:
+        pass
+
+
+async def _full(path: Path, observer: Observer) -> AsyncStore:
+    """A door on a SQLite store that has no page left (SQLITE_FULL at the next one)."""
+    store = await AsyncStore.open(path, observer=observer)
+    store._retry_base = 0.02  # a test's patience
+    conn = store.store.db.conn
+    pages = await store.call(lambda: conn.execute("PRAGMA page_count").fetchone()[0])
+    await store.call(conn.execute, f"PRAGMA max_page_count = {pages}")
+    return store
+
+
+@pytest.mark.anyio
+async def test_each_role_method_meets_a_full_store_with_its_policy(tmp_path: Path) -> None:
+    observer = Observer()
+    store = await _full(tmp_path / "relay.db", observer)
+    # The daemon's config sync is tried once (a reload must still hear SIGTERM).
+    with pytest.raises(StoreFullError):
+        await store.endpoints.sync_endpoints([Endpoint("big", "http://h/" + BIG)])
+    assert store.unwritable is None  # not a waiting write: nothing recorded
+    done = anyio.Event()
+
+    async def write() -> None:
+        await store.meta.set_meta("big", BIG)
+        done.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(write)
+        with anyio.fail_after(10):
+            await observer.full.wait()
+        # Statistics are skipped (not even tried before the retry is due), not waited for.
+        with anyio.fail_after(1):
+            assert await store.economy.record_upstream("list_sessions", 200, 0.0) is False
+            assert await store.meta.probe("stat", BIG) is False
+        await anyio.sleep(0.1)
+        assert not done.is_set()  # the write waits
+        await store.call(store.store.db.conn.execute, "PRAGMA max_page_count = 1073741823")
+        with anyio.fail_after(10):
+            await done.wait()
+    assert await store.meta.get_meta("big") == BIG
+    assert store.unwritable is None
+    await store.close()
+
+
+def _event(n: int) -> Event:
+    body = json.dumps({"type": "session.discovered", "n": n, "data": {"x": "y" * 300}})
+    return Event(f"evt_{n}", "session.discovered", "sessions/1", None, "", 0.0, body.encode())
+
+
+def test_references_of_an_archive_whose_commit_failed_are_not_used(pg_url: str) -> None:
+    """PostgreSQL commits when the transaction block ends: a COMMIT that fails (here a
+    deferred trigger) rolls back the body reference the archive created; the next event of
+    the session must not be compressed against it."""
+    with PostgresStore.open(pg_url) as store:
+        store.ingest.upsert_session(Session(name="sessions/1", state="IN_PROGRESS"), baseline=False)
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            admin.execute(
+                "CREATE FUNCTION refuse_commit() RETURNS trigger LANGUAGE plpgsql AS "
+                "$$ BEGIN RAISE EXCEPTION 'refused at commit'; END $$"
+            )
+            admin.execute(
+                "CREATE CONSTRAINT TRIGGER refuse AFTER INSERT ON body_refs "
+                "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION refuse_commit()"
+            )
+        with pytest.raises(psycopg.Error, match="refused at commit"):
+            store.ingest.ingest_session_events("sessions/1", [_event(1)], False)
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            admin.execute("DROP TRIGGER refuse ON body_refs")
+        store.ingest.ingest_session_events("sessions/1", [_event(2)], False)
+        assert [e.body for e in store.operator.iter_events()] == [_event(2).body]
+
+
+#: Outside the store: the synchronous store behind the door, or a backend's name.
+_REACHING = re.compile(
+    r"\.store\.store\b|\b(?:astore|store|_store|current)\.store\.\w+\(|"
+    r"\.(?:call|write|read|try_write)\(\s*[\w.]*\.store\b|getattr\([^)]*[\"']backend[\"']"
+)
+
+
+def test_nothing_outside_the_store_reaches_past_the_door() -> None:
+    found = [
+        f"{path.relative_to(SRC)}:{text.count(chr(10), 0, m.start()) + 1}: {m[0]}"
+        for path in sorted(SRC.rglob("*.py"))
+        if "relay/store/" not in path.as_posix()
+        for text in [path.read_text()]
+        for m in _REACHING.finditer(text)
+    ]
+    assert found == []
