@@ -220,3 +220,159 @@ def test_a_user_template_can_use_the_chat_filters() -> None:
     assert slack_controls(out["text"]) == []
     assert not set("[]<>") & set(unescaped(out["md"]))
     assert out["ok"] == ""
+
+
+# --------------------------------------------------------------------------- action buttons
+
+PUBLIC_URL = "https://relay.example.com/hook"
+TOKEN = "WzEsImEiXQ.c2lnbmF0dXJl"
+ACT_URL = f"{PUBLIC_URL}/actions/{TOKEN}"
+OPEN_URL = f"{PUBLIC_URL}/console/timeline?session=sessions%2F14550388554331055113"
+
+
+def with_links(body: bytes, links: dict[str, Any]) -> bytes:
+    """``body`` with ``links`` where a ``session.action_required`` event carries its action
+    links (``data.action.links``)."""
+    payload = json.loads(body)
+    data = payload["data"]
+    data["action"] = {"kind": data["action"], "links": links}
+    return json.dumps(payload).encode()
+
+
+def good_links(body: bytes) -> dict[str, str]:
+    kind = "approve" if json.loads(body)["data"]["action"] == "approve_plan" else "reply"
+    return {kind: ACT_URL, "open": OPEN_URL}
+
+
+def waits(*, hostile: bool) -> Iterator[tuple[str, bytes, dict[str, str]]]:
+    """(event id, body with its links, the links) of both kinds of wait."""
+    samples = (
+        ((i, b) for i, t, b in hostile_bodies(urls=True) if t == "session.action_required")
+        if hostile
+        else ((e.id, e.body) for e in sample_events() if e.type == "session.action_required")
+    )
+    for event_id, body in samples:
+        links = good_links(body)
+        yield event_id, with_links(body, links), links
+
+
+def buttons(name: str, message: dict[str, Any]) -> list[tuple[str, str]]:
+    """(label, url) of each action button of a service's message, in order."""
+    if name == "slack":
+        blocks = [b for b in message["blocks"] if b["type"] == "actions"]
+        return [(e["text"]["text"], e["url"]) for b in blocks for e in b["elements"]]
+    if name == "gchat":
+        return [
+            (button["text"], button["onClick"]["openLink"]["url"])
+            for card in message.get("cardsV2", [])
+            for section in card["card"]["sections"]
+            for widget in section["widgets"]
+            for button in widget["buttonList"]["buttons"]
+        ]
+    if name == "teams":
+        actions = message["attachments"][0]["content"].get("actions", [])
+        return [(a["title"], a["url"]) for a in actions if a["title"] != "Open the session"]
+    fields = message["embeds"][0]["fields"]
+    found = [re.fullmatch(r"\[([^\]]+)\]\((\S+)\)", f["value"]) for f in fields]
+    return [(m[1], m[2]) for m in found if m]
+
+
+def linked(fmt: str, event_id: str, body: bytes, public_url: str | None = PUBLIC_URL) -> Any:
+    return json.loads(
+        render.render(event_id, body, render.Shape(format=fmt, public_url=public_url))[0]
+    )
+
+
+@pytest.mark.parametrize("name", list(CHAT))
+def test_a_wait_with_links_gets_buttons_in_each_services_documented_shape(name: str) -> None:
+    for event_id, body, links in waits(hostile=False):
+        message = linked(CHAT_FORMATS[name], event_id, body)
+        jsonschema.validate(message, CHAT[name])
+        act_label = "Approve plan" if "approve" in links else "Reply"
+        assert buttons(name, message) == [(act_label, ACT_URL), ("Open session", OPEN_URL)]
+        if name != "slack":
+            continue
+        actions = next(b for b in message["blocks"] if b["type"] == "actions")["elements"]
+        kind = "approve" if "approve" in links else "reply"
+        assert [(e["action_id"], e.get("value")) for e in actions] == [
+            (f"sessionhook_{kind}", TOKEN),
+            ("sessionhook_open", None),
+        ]
+        inputs = [b for b in message["blocks"] if b["type"] == "input"]
+        if kind == "reply":  # the box a Slack app's Reply reads from state.values
+            assert [b["element"]["action_id"] for b in inputs] == ["sessionhook_reply_text"]
+        else:
+            assert inputs == []
+
+
+def test_without_links_or_without_public_url_every_message_is_as_before() -> None:
+    for name, fmt in CHAT_FORMATS.items():
+        for event in sample_events():
+            plain = render.render(event.id, event.body, render.Shape(format=fmt))
+            shaped = render.Shape(format=fmt, public_url=PUBLIC_URL)
+            assert render.render(event.id, event.body, shaped) == plain
+        for event_id, body, _ in waits(hostile=False):
+            assert buttons(name, linked(fmt, event_id, body, public_url=None)) == []
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://evil.example/hook/actions/T",
+        "https://relay.example.com@evil.example/hook/actions/T",
+        "https://relay.example.com.evil.example/hook/actions/T",
+        "http://relay.example.com/hook/actions/T",  # the scheme is part of the origin
+        "https://relay.example.com/other/actions/T",  # not under public_url's path
+        "https://relay.example.com/hookx/actions/T",
+        "javascript:alert(1)//relay.example.com/hook/",
+        "https://relay.example.com/hook/a) [x](https://evil.example",
+        "https://relay.example.com/hook/<!channel>",
+        f"{PUBLIC_URL}/" + "a" * 1000,
+        42,
+        None,
+    ],
+)
+def test_a_link_not_under_the_relays_public_url_is_never_a_button(url: Any) -> None:
+    for event_id, body, links in waits(hostile=False):
+        bad = with_links(body, {name: url for name in links})
+        for name, fmt in CHAT_FORMATS.items():
+            message = linked(fmt, event_id, bad)
+            assert buttons(name, message) == [], (name, url)
+            if isinstance(url, str):
+                assert url not in json.dumps(message), (name, url)
+
+
+def test_the_public_urls_host_is_compared_without_case_and_its_path_exactly() -> None:
+    data = {"action": {"links": {"approve": "HTTPS://Relay.Example.com/hook/actions/T"}}}
+    assert render.action_links(data, "https://relay.example.com/hook") == {
+        "approve": {"url": "HTTPS://Relay.Example.com/hook/actions/T", "token": "T"}
+    }
+    assert render.action_links(data, "https://relay.example.com/HOOK") == {}
+    assert render.action_links(data, None) == {}
+    assert render.action_links({"action": "approve_plan"}, PUBLIC_URL) == {}
+
+
+@pytest.mark.parametrize("name", list(CHAT))
+def test_upstream_text_stays_text_next_to_the_buttons(name: str) -> None:
+    """The issue's strings in the title, the plan steps and the question, with buttons."""
+    seen = False
+    for event_id, body, _ in waits(hostile=True):
+        message = linked(CHAT_FORMATS[name], event_id, body)
+        jsonschema.validate(message, CHAT[name])
+        assert set(url for _, url in buttons(name, message)) == {ACT_URL, OPEN_URL}
+        if name in ("slack", "gchat"):
+            for text in strings(message):
+                assert slack_controls(text) == [], text  # every upstream URL is the evil one
+                assert "<!channel>" not in text and "<users/all>" not in text
+                seen |= "&lt;!channel&gt;" in text
+            continue
+        if name == "discord":
+            embed = message["embeds"][0]
+            texts = [message["content"], embed["title"], embed.get("description", "")]
+            texts += [f["value"] for f in embed["fields"] if not f["value"].startswith("[")]
+        else:
+            texts = [b["text"] for b in message["attachments"][0]["content"]["body"]]
+        for text in texts:
+            assert not set("[]<>") & set(unescaped(text)), text
+            seen |= "[Approve plan](https://evil.example/b)" in text.replace("\\", "")
+    assert seen

@@ -11,9 +11,13 @@ id and body and the endpoint's :class:`Shape`.
   Jinja2 template shipped in ``relay/templates/`` (``cloudevents``, ``slack``, ``discord``,
   ``google_chat``, ``teams``); ``template`` is a user's own. Templates run in Jinja2's
   immutable sandbox and see ``event`` (the payload), ``type``, ``timestamp``, ``data``,
-  ``session`` and ``webhook_id``; missing keys render as empty. Filters: ``tojson``
-  (compact JSON, non-ASCII kept) and the chat escapes of :mod:`.chat_markup`: ``mrkdwn``
-  (Slack, Google Chat), ``markdown`` (Discord, Teams), ``http_url``, ``mrkdwn_link``;
+  ``session``, ``webhook_id`` and ``links``; missing keys render as empty. ``links`` holds
+  the action links of a ``session.action_required`` event (``data.action.links``) that
+  the chat presets may show as buttons: only those under the relay's own ``public_url``
+  (:attr:`Shape.public_url`, see :func:`action_links`), each ``{"url", "token"}``.
+  Filters: ``tojson`` (compact JSON, non-ASCII kept) and the chat escapes of
+  :mod:`.chat_markup`: ``mrkdwn`` (Slack, Google Chat), ``markdown`` (Discord, Teams),
+  ``http_url``, ``mrkdwn_link``;
   templates may ``{% import "_text.j2" as text %}`` to reuse the presets' wording.
 * Every render has a step budget (:mod:`.template_sandbox`): over it, or a ``*`` / ``**``
   over its size bound, is a :class:`RenderError` saying ``budget``.
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -44,6 +49,7 @@ __all__ = [
     "STEP_BUDGET",
     "RenderError",
     "Shape",
+    "action_links",
     "check_shape",
     "render",
     "thin_payload",
@@ -61,6 +67,9 @@ PRESET_FORMATS: dict[str, str] = {
     "teams": STANDARD_CONTENT_TYPE,
 }
 FORMATS: tuple[str, ...] = ("standard", *PRESET_FORMATS)
+#: The action links a preset may show, in button order, and the longest one it shows.
+LINK_NAMES: tuple[str, ...] = ("approve", "reply", "open")
+MAX_LINK = 1000
 
 
 class RenderError(Exception):
@@ -70,12 +79,14 @@ class RenderError(Exception):
 @dataclass(frozen=True, slots=True)
 class Shape:
     """How one endpoint wants its events: ``payload`` (``full``/``thin``), ``format`` (one of
-    :data:`FORMATS`), or a user ``template`` with its ``content_type``."""
+    :data:`FORMATS`), or a user ``template`` with its ``content_type``. ``public_url``:
+    the relay's public base URL; action links under it become buttons (``None``: none do)."""
 
     payload: str = "full"
     format: str = "standard"
     template: str | None = None
     content_type: str = STANDARD_CONTENT_TYPE
+    public_url: str | None = None
 
     @property
     def is_standard(self) -> bool:
@@ -107,6 +118,7 @@ def render(
         "data": data,
         "session": data.get("session") or {},
         "webhook_id": event_id,
+        "links": action_links(data, shape.public_url),
     }
     try:
         with metered(steps):
@@ -149,6 +161,36 @@ def thin_payload(payload: dict[str, Any]) -> dict[str, Any]:
     if isinstance(pull, dict):
         thin["pull_request"] = {k: pull[k] for k in ("url", "title") if k in pull}
     return {"type": payload.get("type"), "timestamp": payload.get("timestamp"), "data": thin}
+
+
+def action_links(data: dict[str, Any], public_url: str | None) -> dict[str, dict[str, str]]:
+    """The action links of an event's ``data`` that may become buttons: ``approve``,
+    ``reply`` and ``open`` from ``data.action.links``, each ``{"url", "token"}`` (``token``:
+    the URL's last path segment, what a Slack app gets back as the button's ``value``).
+
+    A link counts only if :func:`.chat_markup.http_url` accepts it, it is at most
+    :data:`MAX_LINK` characters, and it lies under ``public_url`` (its scheme and host
+    compared without case, then its path): the event body is stored data, and a button must
+    never lead anywhere but to the relay. No ``public_url``: no links."""
+    if not public_url:
+        return {}
+    action = data.get("action")
+    links = action.get("links") if isinstance(action, dict) else None
+    if not isinstance(links, dict):
+        return {}
+    base = public_url.rstrip("/") + "/"
+    scheme_host = re.match(r"[^/]*//[^/]*/", base)
+    cut = scheme_host.end() if scheme_host else len(base)
+    found: dict[str, dict[str, str]] = {}
+    for name in LINK_NAMES:
+        url = chat_markup.http_url(links.get(name))
+        if not url or len(url) > MAX_LINK:
+            continue
+        if url[:cut].lower() != base[:cut].lower() or not url[cut:].startswith(base[cut:]):
+            continue
+        path = re.split(r"[?#]", url[cut:], maxsplit=1)[0]
+        found[name] = {"url": url, "token": path.rstrip("/").rsplit("/", 1)[-1]}
+    return found
 
 
 def check_shape(shape: Shape, samples: list[tuple[str, bytes]]) -> None:
