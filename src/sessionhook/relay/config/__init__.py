@@ -23,6 +23,7 @@ from .models import (
     StoreConfig,
     is_loopback,
 )
+from .slack import SlackConfig
 
 __all__ = [
     "DEFAULT_ACCOUNT",
@@ -41,6 +42,7 @@ __all__ = [
     "LogConfig",
     "PollConfig",
     "ServerConfig",
+    "SlackConfig",
     "StoreConfig",
     "is_loopback",
     "load_config",

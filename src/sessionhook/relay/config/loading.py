@@ -39,6 +39,7 @@ from .models import (
     ServerConfig,
 )
 from .secret_files import file_exposure
+from .slack import SlackConfig
 
 __all__ = ["load_config"]
 
@@ -93,9 +94,12 @@ def load_config(
         server = (
             _resolve_server_token(config.server, base, environ) if need_api_key else config.server
         )
+        slack = _resolve_slack_secret(config.slack, base, environ) if need_api_key else None
         config = config.model_copy(
             update={"api": api, "endpoints": endpoints, "accounts": accounts, "server": server}
         )
+        if slack is not None:
+            config = config.model_copy(update={"slack": slack})
     return config
 
 
@@ -216,6 +220,24 @@ def _resolve_server_token(
     if not _TOKEN_CHARS.match(text):
         raise ConfigError(key, "the token must be visible ASCII characters without spaces")
     return server.with_token(SecretStr(text))
+
+
+def _resolve_slack_secret(
+    slack: SlackConfig | None, base: Path, env: Mapping[str, str]
+) -> SlackConfig | None:
+    if slack is None:
+        return None
+    if slack.signing_secret_file:
+        key = "slack.signing_secret_file"
+        text = _read_secret_file(key, slack.signing_secret_file, base, env)
+    else:
+        key, var = "slack.signing_secret_env", slack.signing_secret_env or ""
+        if not env.get(var):
+            raise ConfigError(key, f"environment variable {var} is not set")
+        text = env[var].strip()
+    if not _TOKEN_CHARS.match(text):
+        raise ConfigError(key, "a signing secret is visible ASCII characters without spaces")
+    return slack.with_signing_secret(SecretStr(text))
 
 
 def _resolve_endpoint_secrets(

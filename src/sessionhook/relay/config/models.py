@@ -27,6 +27,7 @@ from .database_url import check_postgres_url, display_url
 from .endpoints import EndpointConfig
 from .errors import ConfigError
 from .fields import LAX, Seconds, Section, check_name, http_url, within
+from .slack import SlackConfig
 
 __all__ = [
     "DEFAULT_ACCOUNT",
@@ -373,6 +374,8 @@ class Config(Section):
     server: ServerConfig | None = None
     log: LogConfig = Field(default_factory=LogConfig)
     accounts: Annotated[tuple[AccountConfig, ...], LAX] = ()
+    #: A Slack app's interactivity (:mod:`.slack`); ``None``: off.
+    slack: SlackConfig | None = None
 
     @model_validator(mode="after")
     def _unique_endpoint_names(self) -> Config:

@@ -1,7 +1,8 @@
 """Access control of the web layer: bearer token, login cookie, CSRF.
 
 Everything on ``[server] listen`` except the public routes (``/healthz``, ``/readyz``,
-``/metrics``, ``/openapi.json``, ``/login``, ``/login.css``) goes through
+``/metrics``, ``/openapi.json``, ``/login``, ``/login.css``, and Slack's interactivity
+``/v1/integrations/slack/interactions``, which checks Slack's signature) goes through
 :class:`AuthMiddleware`, deny by default: a route added to the table is protected without
 saying so.
 
@@ -85,9 +86,10 @@ CSRF_HEADER: Final = "x-csrf-token"
 SESSION_LIFETIME: Final = 12 * 3600
 #: Largest request body a protected POST may have (forms are small).
 MAX_FORM_BYTES: Final = 64 * 1024
-#: Served without authentication.
+#: Served without authentication (Slack's interactivity: Slack's signature instead).
 PUBLIC_PATHS: Final = frozenset(
     {"/healthz", "/readyz", "/metrics", "/openapi.json", "/login", "/login.css"}
+    | {"/v1/integrations/slack/interactions"}
 )
 _SAFE_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS"})
 

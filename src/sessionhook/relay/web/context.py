@@ -24,11 +24,15 @@ from .auth import WebAuth
 from .bell import Bell
 from .server import ReadinessCheck, ScrapeHook, always_ready
 
-__all__ = ["RouteProvider", "SendTest", "WebContext"]
+__all__ = ["PerformLink", "RouteProvider", "SendTest", "WebContext"]
 
 #: Sends endpoint NAME a signed test event now; the answer (never raises for the network;
 #: :class:`~sessionhook.relay.ops.OperatorError` for a name the config does not have).
 SendTest = Callable[[str], Awaitable[AttemptResult]]
+#: Acts on a signed action link's token for a chat user: ``(token, chat_user, text)`` ->
+#: ``(done, reason)`` (``text``: the reply; ``None`` to approve a plan). The daemon binds the
+#: action links' performing function (store, ``act``, link keys, clock) for a Slack actor.
+PerformLink = Callable[[str, str, str | None], Awaitable[tuple[bool, str]]]
 
 
 @dataclass
@@ -63,6 +67,8 @@ class WebContext:
     #: Approve a session's plan or answer its agent with the session's account (the
     #: management API, the console, action links); ``None``: not available (answer 503).
     act: UpstreamAct | None = None
+    #: Act on an action link's token from a Slack button (``None``: not available, 503).
+    perform_link: PerformLink | None = None
 
 
 #: Builds a group of protected routes.

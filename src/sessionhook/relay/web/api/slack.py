@@ -1,0 +1,146 @@
+"""``POST /v1/integrations/slack/interactions``: a Slack app's button clicks (``[slack]``).
+
+Public (no console token: Slack cannot show one); Slack's request signature stands in for
+it. In this order, each step refusing before the next runs:
+
+1. no ``[slack]`` in the config: 404;
+2. the raw body, at most :data:`MAX_BODY` bytes (413 beyond, unread);
+3. the signature over that raw body (:mod:`...domain.slack_signing`: ``v0``, 5 minutes
+   either way, constant time): 401 and a ``web.slack_refused`` log line, before the body
+   is parsed at all, so a forged, replayed or unsigned request makes no upstream call;
+4. the payload (:mod:`.slack_payload`): 400 naming what is wrong;
+5. an approve or reply click is answered 200 at once (Slack wants an answer within 3 s),
+   then acted on: the link token in the button's ``value`` goes to the performing function
+   of the action links (``WebContext.perform_link``, as a Slack actor named after the
+   user), and the message is updated through its ``response_url``: the buttons replaced by
+   "Plan approved by <user>" / "Answer sent by <user>", or a note only the user sees when
+   nothing was done. The update is POSTed only to an allowed ``response_url``
+   (:func:`.slack_payload.response_url_refusal`; otherwise ``web.slack_update_skipped``),
+   never following a redirect.
+
+Other clicks (the Open button, whose link the browser follows) are a 200 that does nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final
+
+import httpx
+from starlette.background import BackgroundTask
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from ...config import SlackConfig
+from ...domain.chat_markup import mrkdwn
+from ...domain.slack_signing import SlackSignatureError, verify_slack_request
+from ...telemetry.logs import get_logger
+from ..auth import client_address
+from ..context import PerformLink, WebContext
+from .common import ApiProblem, bad_request, not_found, unavailable
+from .slack_payload import (
+    PayloadError,
+    SlackClick,
+    read_interaction,
+    response_url_refusal,
+)
+
+__all__ = ["INTERACTIONS_PATH", "MAX_BODY", "slack_routes"]
+
+INTERACTIONS_PATH: Final = "/v1/integrations/slack/interactions"
+#: Largest interaction body read (a click on one of the relay's messages is a few KB).
+MAX_BODY: Final = 256 * 1024
+#: Seconds the message update may take.
+UPDATE_TIMEOUT: Final = 10.0
+
+_log = get_logger()
+
+
+def slack_routes(ctx: WebContext) -> Sequence[BaseRoute]:
+    """The interactivity route (see the module docstring)."""
+
+    async def interactions(request: Request) -> Response:
+        slack = ctx.config().slack
+        if slack is None:
+            raise not_found("Slack interactivity is off (no [slack] in the config)")
+        body = await _bounded_body(request)
+        try:
+            verify_slack_request(
+                slack.signing_secret.get_secret_value(),
+                timestamp=request.headers.get("x-slack-request-timestamp"),
+                signature=request.headers.get("x-slack-signature"),
+                body=body,
+                now=ctx.clock(),
+            )
+        except SlackSignatureError as exc:
+            _log.warning(
+                "web.slack_refused", client=client_address(request.scope), reason=exc.reason
+            )
+            raise ApiProblem(401, f"not signed by Slack: {exc.reason}") from None
+        try:
+            click = read_interaction(body)
+        except PayloadError as exc:
+            raise bad_request(str(exc)) from None
+        if click.kind == "other":
+            return Response(status_code=200)
+        if ctx.perform_link is None:
+            raise unavailable("action links are not available on this relay")
+        task = BackgroundTask(_act, ctx.perform_link, click, slack)
+        return Response(status_code=200, background=task)
+
+    return [Route(INTERACTIONS_PATH, interactions, methods=["POST"])]
+
+
+async def _bounded_body(request: Request) -> bytes:
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY:
+            raise ApiProblem(413, f"the body is larger than {MAX_BODY} bytes")
+    return bytes(body)
+
+
+async def _act(perform: PerformLink, click: SlackClick, slack: SlackConfig) -> None:
+    """Perform the click, then tell the message how it went (after Slack got its 200)."""
+    if click.kind == "reply" and click.text is None:
+        done, reason = False, "type your answer in the box first, then press Reply"
+    else:
+        try:
+            done, reason = await perform(click.token, click.user, click.text)
+        except Exception as exc:  # the update must still say something, and the loop go on
+            _log.error("web.slack_action_failed", error=repr(exc)[:300])
+            done, reason = False, "the relay failed to act; see its log"
+    _log.info("web.slack_action", action=click.kind, user=click.user, done=done, reason=reason)
+    await _update_message(click, slack, _update(click, done, reason))
+
+
+def _update(click: SlackClick, done: bool, reason: str) -> dict[str, Any]:
+    """The ``response_url`` body: the message without its buttons and with who acted, or a
+    note to the clicking user alone when nothing was done."""
+    who = mrkdwn(click.user, 200)
+    if not done:
+        text = f"Not done: {mrkdwn(reason, 2000)}"
+        return {"response_type": "ephemeral", "replace_original": False, "text": text}
+    what = "Plan approved" if click.kind == "approve" else "Answer sent"
+    line = f"{what} by {who}"
+    done_line = {"type": "context", "elements": [{"type": "mrkdwn", "text": line}]}
+    return {"replace_original": True, "text": line, "blocks": [*click.blocks, done_line]}
+
+
+async def _update_message(click: SlackClick, slack: SlackConfig, body: dict[str, Any]) -> None:
+    if click.response_url is None:
+        _log.warning("web.slack_update_skipped", reason="the payload had no response_url")
+        return
+    refusal = response_url_refusal(click.response_url, slack.response_url_hosts)
+    if refusal is not None:
+        _log.warning("web.slack_update_skipped", reason=refusal)
+        return
+    try:
+        async with httpx.AsyncClient(timeout=UPDATE_TIMEOUT, follow_redirects=False) as http:
+            answer = await http.post(click.response_url, json=body)
+    except httpx.HTTPError as exc:
+        _log.warning("web.slack_update_failed", error=type(exc).__name__)
+        return
+    if not answer.is_success:
+        _log.warning("web.slack_update_failed", status=answer.status_code)
