@@ -39,6 +39,9 @@ class SecretFile:
         if self.key == "server.token_file":
             assert config.server is not None and config.server.token is not None
             return config.server.token.get_secret_value()
+        if self.key == "slack.signing_secret_file":
+            assert config.slack is not None
+            return config.slack.signing_secret.get_secret_value()
         return config.endpoints[0].secrets[0].get_secret_value()
 
 
@@ -61,8 +64,9 @@ CASES = [
         '[server]\nlisten = "127.0.0.1:9187"\ntoken_file = "secret"\n',
         TOKEN,
     ),
+    SecretFile("slack.signing_secret_file", '[slack]\nsigning_secret_file = "secret"\n', "8f74a0"),
 ]
-IDS = ["api", "accounts", "endpoint whsec", "endpoint whsk (v1a)", "server token"]
+IDS = ["api", "accounts", "endpoint whsec", "endpoint whsk (v1a)", "server token", "slack"]
 
 
 def _write(tmp_path: Path, case: SecretFile, mode: int) -> Path:
