@@ -25,6 +25,7 @@ from sessionhook.relay.delivery.dispatcher import DeliverySettings, Dispatcher
 from sessionhook.relay.delivery.post import post_event
 from sessionhook.relay.delivery.render_process import RenderProcess
 from sessionhook.relay.domain.events import activity_event
+from sessionhook.relay.domain.lifecycle import lifecycle_events
 from sessionhook.relay.domain.retry import AttemptResult
 from sessionhook.relay.domain.signing import generate_secret
 from sessionhook.relay.store import AsyncStore, DeliveryRow
@@ -487,6 +488,52 @@ async def test_a_reload_changes_the_shape_of_the_next_first_attempt(tmp_path: Pa
     await store.close()
     assert json.loads(sent[0])["type"] == json.loads(sent[1])["type"] == "activity.progress_updated"
     assert json.loads(sent[2]) == {"v": 2}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("public_url", [None, "https://relay.example.com"])
+async def test_the_relays_public_url_turns_a_waits_action_links_into_buttons(
+    tmp_path: Path, public_url: str | None
+) -> None:
+    """The dispatcher hands ``public_url`` (``[actions]``) to the chat formats: with it, a
+    wait's action links become buttons; without it, the message has none."""
+    endpoint = EndpointConfig(
+        name="rx", url="http://rx.test/hook", secret=SecretStr(SECRET), format="slack"
+    )
+    store, config = await _one_delivery(tmp_path, endpoint)
+    session = Session(name="sessions/77", state="AWAITING_PLAN_APPROVAL", title="Fix it")
+    plan = Activity.model_validate(
+        {
+            "name": "sessions/77/activities/" + "a" * 32,
+            "createTime": "2025-05-01T11:00:00Z",
+            "planGenerated": {"plan": {"id": "p1", "steps": [{"id": "s1", "title": "Do it"}]}},
+        }
+    )
+    (wait,) = lifecycle_events(session, plan, entered=True, now=0)
+    payload = json.loads(wait.body)
+    links = {
+        "approve": "https://relay.example.com/actions/TOKEN",
+        "open": "https://relay.example.com/o",
+    }
+    payload["data"]["action"] = {"kind": payload["data"]["action"], "links": links}
+    wait = dataclasses.replace(wait, body=json.dumps(payload).encode())
+    await store.ingest.upsert_session(session, baseline=False)
+    await store.ingest.ingest_activities(session.name, [plan], [wait], True)
+    sent: dict[str, bytes] = {}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent[request.headers["webhook-id"]] = request.content
+        return httpx.Response(200)
+
+    settings = dataclasses.replace(DeliverySettings.from_config(config), public_url=public_url)
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
+        dispatcher = Dispatcher(store, http, settings)
+        for delivery in await store.outbox.due_deliveries(time.time(), 100):
+            await dispatcher.attempt(delivery)
+    await store.close()
+    blocks = json.loads(sent[wait.id])["blocks"]
+    buttons = [e["url"] for b in blocks if b["type"] == "actions" for e in b["elements"]]
+    assert buttons == ([] if public_url is None else list(links.values()))
 
 
 @pytest.mark.anyio

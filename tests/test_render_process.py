@@ -90,6 +90,23 @@ async def test_a_preset_on_a_big_event_renders_in_a_child_too(renderer: RenderPr
     assert renderer.started == 1
 
 
+async def test_a_wait_with_action_links_gets_its_buttons_in_a_child_too(
+    renderer: RenderProcess,
+) -> None:
+    sample = next(e for e in sample_events() if e.type == "session.action_required")
+    payload = json.loads(sample.body)
+    payload["data"]["session"]["title"] = "deploy " + "zyxwvutsrq" * 30_000  # over INLINE_BYTES
+    kind = payload["data"]["action"]
+    links = {"approve": "https://relay.example.com/actions/T", "open": "https://relay.example.com/o"}
+    payload["data"]["action"] = {"kind": kind, "links": links}
+    body = json.dumps(payload).encode()
+    shape = render.Shape(format="slack", public_url="https://relay.example.com")
+    got = await renderer.render(sample.id, body, shape, time_budget=10)
+    assert got == render.render(sample.id, body, shape)
+    assert b"sessionhook_approve" in got[0]
+    assert renderer.started == 1
+
+
 async def test_a_render_over_its_time_budget_is_stopped_and_the_loop_runs_on(
     renderer: RenderProcess,
 ) -> None:

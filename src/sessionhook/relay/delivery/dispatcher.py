@@ -21,7 +21,7 @@ import math
 import random
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import anyio
 import anyio.lowlevel
@@ -60,6 +60,9 @@ class DeliverySettings:
     secrets: dict[str, tuple[str, ...]] = field(default_factory=dict)
     #: Seconds a template render may take (enforced by a RenderProcess renderer).
     render_timeout: float = 5.0
+    #: The relay's public base URL: action links under it render as buttons in the chat
+    #: formats (``None``: no buttons).
+    public_url: str | None = None
 
     @classmethod
     def from_config(cls, config: Config) -> DeliverySettings:
@@ -555,6 +558,8 @@ class Dispatcher:
         if len(self._shapes) >= 256:  # configs replaced by reloads
             self._shapes.clear()
         shape = endpoint.shape
+        if self.settings.public_url is not None and not shape.is_standard:
+            shape = replace(shape, public_url=self.settings.public_url)
         self._shapes[id(endpoint)] = (endpoint, shape)
         return shape
 

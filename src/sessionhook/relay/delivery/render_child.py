@@ -68,6 +68,7 @@ def _answer(header: dict[str, Any], body: bytes) -> dict[str, Any] | tuple[bytes
         format=header["format"],
         template=header["template"],
         content_type=header["content_type"],
+        public_url=header.get("public_url"),
     )
     try:
         return render(header["event_id"], body, shape)

@@ -226,6 +226,7 @@ class RenderProcess:
             "format": shape.format,
             "template": shape.template,
             "content_type": shape.content_type,
+            "public_url": shape.public_url,
             "timeout": time_budget,
         }
         request = frame(json.dumps(header).encode()) + frame(body)
