@@ -198,19 +198,24 @@ def _resolve_account_key(
 _TOKEN_CHARS = re.compile(r"^[\x21-\x7e]+$")
 
 
+def _file_or_env(
+    key: str, file: str | None, var: str | None, base: Path, env: Mapping[str, str]
+) -> tuple[str, str]:
+    """The secret in ``file`` (the key ``<key>_file``) or else in the environment variable
+    ``var`` (``<key>_env``), and the key it came from (for the next error)."""
+    if file:
+        return f"{key}_file", _read_secret_file(f"{key}_file", file, base, env)
+    if not var or not env.get(var):
+        raise ConfigError(f"{key}_env", f"environment variable {var} is not set")
+    return f"{key}_env", env[var].strip()
+
+
 def _resolve_server_token(
     server: ServerConfig | None, base: Path, env: Mapping[str, str]
 ) -> ServerConfig | None:
     if server is None or not (server.token_env or server.token_file):
         return server
-    if server.token_file:
-        key = "server.token_file"
-        text = _read_secret_file(key, server.token_file, base, env)
-    else:
-        key, var = "server.token_env", server.token_env or ""
-        if not env.get(var):
-            raise ConfigError(key, f"environment variable {var} is not set")
-        text = env[var].strip()
+    key, text = _file_or_env("server.token", server.token_file, server.token_env, base, env)
     if not TOKEN_MIN_CHARS <= len(text) <= TOKEN_MAX_CHARS:
         raise ConfigError(
             key,
@@ -227,14 +232,9 @@ def _resolve_slack_secret(
 ) -> SlackConfig | None:
     if slack is None:
         return None
-    if slack.signing_secret_file:
-        key = "slack.signing_secret_file"
-        text = _read_secret_file(key, slack.signing_secret_file, base, env)
-    else:
-        key, var = "slack.signing_secret_env", slack.signing_secret_env or ""
-        if not env.get(var):
-            raise ConfigError(key, f"environment variable {var} is not set")
-        text = env[var].strip()
+    key, text = _file_or_env(
+        "slack.signing_secret", slack.signing_secret_file, slack.signing_secret_env, base, env
+    )
     if not _TOKEN_CHARS.match(text):
         raise ConfigError(key, "a signing secret is visible ASCII characters without spaces")
     return slack.with_signing_secret(SecretStr(text))
