@@ -515,7 +515,7 @@ async def test_the_relays_public_url_turns_a_waits_action_links_into_buttons(
         "approve": "https://relay.example.com/actions/TOKEN",
         "open": "https://relay.example.com/o",
     }
-    payload["data"]["action"] = {"kind": payload["data"]["action"], "links": links}
+    payload["data"]["links"] = links
     wait = dataclasses.replace(wait, body=json.dumps(payload).encode())
     await store.ingest.upsert_session(session, baseline=False)
     await store.ingest.ingest_activities(session.name, [plan], [wait], True)

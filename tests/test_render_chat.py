@@ -232,10 +232,9 @@ OPEN_URL = f"{PUBLIC_URL}/console/timeline?session=sessions%2F145503885543310551
 
 def with_links(body: bytes, links: dict[str, Any]) -> bytes:
     """``body`` with ``links`` where a ``session.action_required`` event carries its action
-    links (``data.action.links``)."""
+    links (``data.links``)."""
     payload = json.loads(body)
-    data = payload["data"]
-    data["action"] = {"kind": data["action"], "links": links}
+    payload["data"]["links"] = links
     return json.dumps(payload).encode()
 
 
@@ -343,13 +342,13 @@ def test_a_link_not_under_the_relays_public_url_is_never_a_button(url: Any) -> N
 
 
 def test_the_public_urls_host_is_compared_without_case_and_its_path_exactly() -> None:
-    data = {"action": {"links": {"approve": "HTTPS://Relay.Example.com/hook/actions/T"}}}
+    data = {"links": {"approve": "HTTPS://Relay.Example.com/hook/actions/T"}}
     assert render.action_links(data, "https://relay.example.com/hook") == {
         "approve": {"url": "HTTPS://Relay.Example.com/hook/actions/T", "token": "T"}
     }
     assert render.action_links(data, "https://relay.example.com/HOOK") == {}
     assert render.action_links(data, None) == {}
-    assert render.action_links({"action": "approve_plan"}, PUBLIC_URL) == {}
+    assert render.action_links({"links": "https://relay.example.com/hook/x"}, PUBLIC_URL) == {}
 
 
 @pytest.mark.parametrize("name", list(CHAT))

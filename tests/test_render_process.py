@@ -96,9 +96,8 @@ async def test_a_wait_with_action_links_gets_its_buttons_in_a_child_too(
     sample = next(e for e in sample_events() if e.type == "session.action_required")
     payload = json.loads(sample.body)
     payload["data"]["session"]["title"] = "deploy " + "zyxwvutsrq" * 30_000  # over INLINE_BYTES
-    kind = payload["data"]["action"]
     links = {"approve": "https://relay.example.com/actions/T", "open": "https://relay.example.com/o"}
-    payload["data"]["action"] = {"kind": kind, "links": links}
+    payload["data"]["links"] = links
     body = json.dumps(payload).encode()
     shape = render.Shape(format="slack", public_url="https://relay.example.com")
     got = await renderer.render(sample.id, body, shape, time_budget=10)

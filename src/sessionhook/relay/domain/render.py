@@ -12,7 +12,7 @@ id and body and the endpoint's :class:`Shape`.
   ``google_chat``, ``teams``); ``template`` is a user's own. Templates run in Jinja2's
   immutable sandbox and see ``event`` (the payload), ``type``, ``timestamp``, ``data``,
   ``session``, ``webhook_id`` and ``links``; missing keys render as empty. ``links`` holds
-  the action links of a ``session.action_required`` event (``data.action.links``) that
+  the action links of a ``session.action_required`` event (``data.links``) that
   the chat presets may show as buttons: only those under the relay's own ``public_url``
   (:attr:`Shape.public_url`, see :func:`action_links`), each ``{"url", "token"}``.
   Filters: ``tojson`` (compact JSON, non-ASCII kept) and the chat escapes of
@@ -165,7 +165,7 @@ def thin_payload(payload: dict[str, Any]) -> dict[str, Any]:
 
 def action_links(data: dict[str, Any], public_url: str | None) -> dict[str, dict[str, str]]:
     """The action links of an event's ``data`` that may become buttons: ``approve``,
-    ``reply`` and ``open`` from ``data.action.links``, each ``{"url", "token"}`` (``token``:
+    ``reply`` and ``open`` from ``data.links``, each ``{"url", "token"}`` (``token``:
     the URL's last path segment, what a Slack app gets back as the button's ``value``).
 
     A link counts only if :func:`.chat_markup.http_url` accepts it, it is at most
@@ -174,8 +174,7 @@ def action_links(data: dict[str, Any], public_url: str | None) -> dict[str, dict
     never lead anywhere but to the relay. No ``public_url``: no links."""
     if not public_url:
         return {}
-    action = data.get("action")
-    links = action.get("links") if isinstance(action, dict) else None
+    links = data.get("links")
     if not isinstance(links, dict):
         return {}
     base = public_url.rstrip("/") + "/"
