@@ -12,19 +12,17 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from .blackbox_consumer import Consumer
-from .standin import StandIn
-from .test_blackbox import SESSIONHOOK, Harness, Relay, harness, wait_until
+from tests.support.blackbox_consumer import Consumer
+from tests.support.relay_process import Harness, Relay, wait_until
+from tests.support.standin import StandIn
 
 pytestmark = pytest.mark.integration
-__all__ = ["harness"]  # the fixture, imported for pytest
 
 
 
@@ -85,9 +83,7 @@ def start_relay(harness: Harness, standin: StandIn, consumer: Consumer, **knobs:
     config = economy_config(
         standin=standin, store=harness.tmp / "relay.db", endpoint=_ENDPOINTS[id(consumer)], **knobs
     )
-    relay = Relay(harness.tmp, f"relay{len(harness.relays)}", config, standin.api_key)
-    harness.relays.append(relay)
-    return relay.start()
+    return harness.start(f"relay{len(harness.relays)}", config, standin.api_key)
 
 
 def wait_listing(standin: StandIn, relay: Relay) -> None:
@@ -235,14 +231,8 @@ def test_a_server_that_stops_moving_update_time_mid_run_loses_nothing(
 
 
 def status(relay: Relay) -> dict[str, Any]:
-    out = subprocess.run(
-        [str(SESSIONHOOK), "status", "--config", str(relay.config_path), "--json"],
-        capture_output=True,
-        text=True,
-        check=True,
-        env=relay.env,
-        timeout=30,
-    )
+    out = relay.command("status", "--json")
+    assert out.returncode == 0, out.stderr
     parsed: dict[str, Any] = json.loads(out.stdout)
     return parsed
 
@@ -334,14 +324,9 @@ def test_history_walk_runs_behind_new_work_and_resumes_after_kill_9(harness: Har
     assert history <= announced  # session.discovered archived too (not delivered)
     # The history is archived, not delivered.
     assert not {h.session for h in consumer.hits("rx")} & history
-    text = subprocess.run(
-        [str(SESSIONHOOK), "status", "--config", str(relay.config_path)],
-        capture_output=True,
-        text=True,
-        check=True,
-        env=relay.env,
-        timeout=30,
-    ).stdout
+    done = relay.command("status")
+    assert done.returncode == 0, done.stderr
+    text = done.stdout
     assert f"done ({len(history)} sessions archived)" in text
 
 
@@ -392,12 +377,9 @@ def test_accounts_are_polled_apart_and_one_rejected_key_stops_no_other(
         'accounts = ["beta"]',
         "",
     ]
-    relay = Relay(harness.tmp, "accounts", "\n".join(lines), "unused")
-    relay.env.update(
-        ALPHA_KEY=alpha.api_key, BETA_KEY=beta.api_key, GAMMA_KEY="a-key-gamma-rejects"
-    )
-    harness.relays.append(relay)
-    relay.start()
+    keys = {"ALPHA_KEY": alpha.api_key, "BETA_KEY": beta.api_key}
+    keys["GAMMA_KEY"] = "a-key-gamma-rejects"
+    relay = harness.start("accounts", "\n".join(lines), "unused", env=keys)
     for standin in (alpha, beta):
         wait_listing(standin, relay)
     # gamma's key is rejected: logged loudly, naming the account...

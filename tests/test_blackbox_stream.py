@@ -26,25 +26,22 @@ from pathlib import Path
 import httpx
 import pytest
 
-from .test_blackbox import (
+from tests.support.delivery_checks import wait_all_delivered, wait_settled
+from tests.support.loopback import free_port
+from tests.support.relay_process import (
     SESSIONHOOK,
+    URL_ENV,
     Endpoint,
     Harness,
     Relay,
-    World,
-    bash,
-    harness,
     relay_config,
-    wait_all_delivered,
     wait_ready,
-    wait_settled,
     wait_until,
 )
-from .test_blackbox_postgres import URL_ENV
+from tests.support.world import World, bash
 
 pytestmark = pytest.mark.integration
 
-__all__ = ["harness"]  # the fixture, imported for pytest
 
 TOKEN = "bb-" + "k" * 40
 
@@ -54,12 +51,6 @@ class Message:
     id: str
     event: str
     data: bytes
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def sse(lines: Iterator[str]) -> Iterator[Message]:
@@ -117,7 +108,7 @@ def _relay(
 ) -> tuple[Relay, str]:
     """A relay with the stream on; its store is a SQLite file, or the PostgreSQL
     ``database`` (named through ``url_env``, as tests/test_blackbox_postgres.py does)."""
-    port = _free_port()
+    port = free_port()
     config = relay_config(
         standin=standin,  # type: ignore[arg-type]
         store=harness.tmp / "relay.db",
@@ -127,12 +118,8 @@ def _relay(
     config += 'token_env = "SESSIONHOOK_WEB_TOKEN"\n'
     if database is not None:
         config = re.sub(r'(?m)^path = ".*"$', f'url_env = "{URL_ENV}"', config)
-    relay = Relay(harness.tmp, label, config, standin.api_key)  # type: ignore[attr-defined]
-    relay.env["SESSIONHOOK_WEB_TOKEN"] = TOKEN
-    if database is not None:
-        relay.env[URL_ENV] = database
-    harness.relays.append(relay)
-    relay.start()
+    env = {"SESSIONHOOK_WEB_TOKEN": TOKEN, **({URL_ENV: database} if database else {})}
+    relay = harness.start(label, config, standin.api_key, env=env)  # type: ignore[attr-defined]
     return relay, f"http://127.0.0.1:{port}"
 
 

@@ -35,6 +35,7 @@ from sessionhook.cli._output import (
     render_table,
 )
 from sessionhook.emulator.app import create_app
+from tests.support.clock import Clock
 
 KEY = "cli-test-key-123"
 OTHER_KEY = "cli-other-key-456"
@@ -42,19 +43,11 @@ BASE = "http://emulator.test"
 WHOLE_RUN = 60.0
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1_750_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @dataclass
 class Harness:
     """Runs the CLI against one emulator."""
 
-    clock: FakeClock
+    clock: Clock
     runtime: Runtime
     sleeps: list[float] = field(default_factory=list)
 
@@ -82,7 +75,7 @@ class Harness:
 
 
 def make_harness(**app_kwargs: Any) -> Harness:
-    clock = FakeClock()
+    clock = Clock(1_750_000_000.0)
     app = create_app(api_keys=(KEY, OTHER_KEY), step_delay=1.0, seed=99, clock=clock, **app_kwargs)
     sleeps: list[float] = []
 

@@ -23,16 +23,14 @@ import httpx
 import pytest
 
 from sessionhook.cli.ops_events import follow_stream, parse_sse
-from sessionhook.relay.config.models import Config
 from sessionhook.relay.ops import EventFilter
 from sessionhook.relay.store import AsyncStore
-from sessionhook.relay.telemetry.metrics import Metrics
-from sessionhook.relay.web import Bell, WebAuth, WebContext, create_app
+from sessionhook.relay.web import Bell, create_app
 from sessionhook.relay.web import server as health
-
-from .conftest import Backend
-from .pg import Cluster
-from .test_web_stream import TOKEN, Relay, _free_port
+from tests.support.backends import Backend
+from tests.support.loopback import free_port
+from tests.support.pg import Cluster
+from tests.support.web_relay import TOKEN, WebRelay, web_context
 
 SESSIONHOOK = Path(sys.executable).parent / "sessionhook"
 
@@ -76,14 +74,14 @@ class Lines:
         return lines
 
 
-def _counter(backend: Backend) -> Relay:
+def _counter(backend: Backend) -> WebRelay:
     """Creates the store; numbers the events :func:`_archive` adds to it."""
-    counter = Relay(AsyncStore(backend.open()), "", Bell())
+    counter = WebRelay(AsyncStore(backend.open()), "", Bell())
     anyio.run(counter.astore.close)
     return counter
 
 
-def _archive(backend: Backend, counter: Relay, n: int, **kw: str) -> list[str]:
+def _archive(backend: Backend, counter: WebRelay, n: int, **kw: str) -> list[str]:
     """Archive ``n`` events in the store, as another process than the follower."""
 
     async def go() -> list[str]:
@@ -229,18 +227,10 @@ async def test_parse_sse_joins_data_lines_and_skips_comments() -> None:
 async def test_follow_stream_reconnects_with_last_event_id(backend: Backend) -> None:
     """The daemon restarts under the follower: it reconnects and resumes, nothing missed
     or repeated."""
-    listen = f"127.0.0.1:{_free_port()}"
-    config = Config.model_validate({"server": {"listen": listen, "token_env": "T"}})
+    listen = f"127.0.0.1:{free_port()}"
     astore = AsyncStore(backend.open())
-    bell = Bell()
-    ctx = WebContext(
-        config=lambda: config,
-        store=lambda: astore,
-        metrics=Metrics(),
-        auth=WebAuth(TOKEN),
-        bell=bell,
-    )
-    relay = Relay(astore, f"http://{listen}", bell)
+    ctx = web_context(astore, listen)
+    relay = WebRelay(astore, f"http://{listen}", ctx.bell)
     first = await relay.archive(1)
     expected: list[str] = []
     got: list[str] = []

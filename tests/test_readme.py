@@ -31,6 +31,8 @@ from typing import IO
 import httpx
 import pytest
 
+from tests.support.loopback import free_port
+
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[1]
@@ -211,12 +213,6 @@ def test_example_config_runs_as_copied_against_the_emulator(tmp_path: Path) -> N
         else:
             assert url == EXAMPLE_BASE_URL
             _run_the_copy(config, url, health, env)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _run_the_copy(config: Path, url: str, health: int, env: dict[str, str]) -> None:

@@ -2,7 +2,8 @@
 
 Run against a live server with two keys of two different accounts::
 
-    python tests/conformance_check.py --base-url http://127.0.0.1:8080 --key K1 --other-key K2
+    python tests/support/conformance_check.py --base-url http://127.0.0.1:8080 \
+        --key K1 --other-key K2
 
 Plain httpx, nothing imported from sessionhook: it checks what the spec (and the field
 notes) promise on the wire. Prints ``PASS``/``FAIL`` per check and exits 1 when any check

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,6 +34,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+from tests.support.loopback import free_port
 
 from sessionhook.emulator.app import create_app
 from sessionhook.emulator.world import World
@@ -88,13 +88,6 @@ class Consumer:
     def recover(self) -> None:
         """Accept from now on."""
         self.status, self.body = 200, "ok"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _config(

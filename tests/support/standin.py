@@ -4,8 +4,8 @@ It deliberately imports nothing from ``sessionhook``: it is written from
 ``sessions-api.md`` and the field notes only, so the relay is checked against a second,
 independent reading of the contract, not against the project's own emulator.
 
-Served by uvicorn on ``127.0.0.1`` (an ephemeral port) in a background thread; the test
-drives it through a plain Python API:
+Served by uvicorn on ``127.0.0.1`` (an ephemeral port) in a background thread
+(``tests/support/loopback.py``); the test drives it through a plain Python API:
 
 * :meth:`StandIn.add_session`, :meth:`StandIn.add_sessions` (many at once, for scale),
   :meth:`StandIn.append_activity`, :meth:`StandIn.set_state`,
@@ -48,7 +48,6 @@ import contextlib
 import copy
 import json
 import random
-import socket
 import threading
 import time
 from collections import Counter
@@ -57,17 +56,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
-from starlette.types import ASGIApp
+from tests.support.loopback import LoopbackServer
 
 __all__ = [
     "CREATE_TIME_MODES",
     "EVENT_MEMBERS",
-    "LoopbackServer",
     "RequestRecord",
     "StandIn",
     "format_time",
@@ -126,52 +123,6 @@ def parse_time(text: str) -> datetime:
     if moment.tzinfo is None:
         raise ValueError("a timestamp needs a time zone")
     return moment.astimezone(UTC)
-
-
-# --------------------------------------------------------------------------- serving
-
-
-class LoopbackServer:
-    """Serve an ASGI app with uvicorn on 127.0.0.1 (port chosen by the OS) in a thread."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets that say so, and
-        # without it every answer waits ~40 ms for a delayed ACK (Nagle).
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind(("127.0.0.1", 0))
-        self.port: int = self._sock.getsockname()[1]
-        config = uvicorn.Config(
-            app,
-            log_level="warning",
-            access_log=False,
-            lifespan="off",
-            timeout_graceful_shutdown=2,
-            timeout_keep_alive=30,
-        )
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True
-        )
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self, timeout: float = 10.0) -> None:
-        self._thread.start()
-        deadline = time.monotonic() + timeout
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError("the loopback server did not start")
-            time.sleep(0.01)
-
-    def stop(self) -> None:
-        self._server.should_exit = True
-        if self._thread.is_alive():
-            self._thread.join(timeout=10)
-        self._sock.close()
 
 
 # --------------------------------------------------------------------------- the world
