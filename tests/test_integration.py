@@ -1,6 +1,6 @@
 """The relay end to end: emulator -> relay -> consumer, checked with the reference verifier.
 
-In-process tests run the real daemon with the emulator and tests/receiver.py behind ASGI
+In-process tests run the real daemon with the emulator and tests/support/receiver.py behind ASGI
 transports. Subprocess tests run ``sessionhook run`` (and ``demo``) as a user would, over
 loopback sockets, and kill it with SIGKILL, SIGTERM and SIGINT.
 """
@@ -29,8 +29,8 @@ from sessionhook.api.client import SessionsClient
 from sessionhook.emulator.app import create_app
 from sessionhook.relay.domain.signing import generate_secret
 from sessionhook.relay.web.server import serve
-from tests.receiver import Receiver
-from tests.test_daemon import API_KEY, Setup, write_config
+from tests.support.daemon_setup import API_KEY, Setup, write_config
+from tests.support.receiver import Receiver
 
 pytestmark = pytest.mark.integration
 
