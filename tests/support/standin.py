@@ -1,4 +1,5 @@
-"""A minimal, independent stand-in of the Sessions API for black-box tests of the relay.
+"""A minimal, independent stand-in of the Sessions API for black-box tests of the relay and
+for the benchmarks (the one fake upstream besides the emulator).
 
 It deliberately imports nothing from ``sessionhook``: it is written from
 ``sessions-api.md`` and the field notes only, so the relay is checked against a second,
@@ -12,6 +13,9 @@ Served by uvicorn on ``127.0.0.1`` (an ephemeral port) in a background thread
   :meth:`StandIn.add_pull_request` change the world; every change moves the session's
   ``updateTime``, except a new activity while ``moves_update_time`` is false (a server
   that does not touch the session when it gains an activity; changeable mid-run);
+  :meth:`StandIn.add_recorded_session` serves a session and its history exactly as
+  given (a benchmark's generated account); ``routes`` are served before the API (a
+  benchmark's control paths);
 * knobs: ``create_time_mode`` (how the ``createTime`` query parameter of list activities
   is read: ``exclusive`` = strictly after, ``inclusive`` = at or after, ``ignore``, or
   ``reject``: 400 INVALID_ARGUMENT naming the field),
@@ -51,7 +55,7 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -59,7 +63,7 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 from tests.support.loopback import LoopbackServer
 
 __all__ = [
@@ -189,6 +193,7 @@ class StandIn:
         not_found_for: float = 0.0,
         seed: int = 1,
         moves_update_time: bool = True,
+        routes: Sequence[BaseRoute] = (),
     ) -> None:
         if create_time_mode not in CREATE_TIME_MODES:
             raise ValueError(f"create_time_mode must be one of {CREATE_TIME_MODES}")
@@ -220,7 +225,7 @@ class StandIn:
         self._waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
         #: Activities returned by list activities, summed over all pages and polls.
         self.items_served = 0
-        self._server = LoopbackServer(self._app())
+        self._server = LoopbackServer(self._app(routes))
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -395,6 +400,23 @@ class StandIn:
                 self.append_activity(name, "progressUpdated")
             self.set_state(name, state)
 
+    def add_recorded_session(
+        self, data: dict[str, Any], activities: Iterable[dict[str, Any]] = ()
+    ) -> str:
+        """Serve a session exactly as given (``data``: its whole JSON, ``name`` included)
+        with ``activities`` (each sorted in at its ``createTime``), as a recording of an
+        account's history would be served: names, times and states as they are, nothing
+        moved. Taken as they are, not copied (a history of many thousands loads quickly):
+        the caller must not change them afterwards. Returns the session's name."""
+        with self._lock:
+            session = _Session(data, time.monotonic())
+            arrival = datetime.now(UTC)
+            for activity in activities:
+                session.add(activity, arrival)
+            self._sessions[data["name"]] = session
+            self._ordered = None
+            return str(data["name"])
+
     def add_raw_session(self, item: Any) -> None:
         """Serve ``item`` at the head of the session list exactly as given (no session of
         that name exists for a GET): an item that is not a session, a name of another
@@ -549,10 +571,10 @@ class StandIn:
 
     # ------------------------------------------------------------------ HTTP
 
-    def _app(self) -> Starlette:
-        return Starlette(
-            routes=[Route("/{path:path}", self._handle, methods=["GET", "POST", "DELETE"])]
-        )
+    def _app(self, routes: Sequence[BaseRoute]) -> Starlette:
+        # The caller's routes first (a benchmark's control paths): neither counted nor logged.
+        api = Route("/{path:path}", self._handle, methods=["GET", "POST", "DELETE"])
+        return Starlette(routes=[*routes, api])
 
     async def _handle(self, request: Request) -> Response:
         path = request.url.path
