@@ -39,14 +39,15 @@ SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 def fill(db: Path, sessions: int, per_session: int) -> None:
     """The outbox: every event of every session queued for one endpoint."""
     sys.path.insert(0, str(ROOT))
-    from tests.support.backlog import fill
+    # Imported here, once the checkout (where tests.support lives) is on sys.path.
+    from tests.support import backlog
     from tests.support.store_rows import Ep
 
     from sessionhook.relay.store import Store
 
     store = Store.open(db)
     store.sync_endpoints([Ep("ep", url="http://127.0.0.1:9/hook")])
-    fill(store, sessions, per_session)
+    backlog.fill(store, sessions, per_session)
     store.close()
 
 

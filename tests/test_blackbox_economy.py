@@ -129,6 +129,19 @@ def feed(standin: StandIn, session: str, count: int, pause: float) -> list[str]:
 # --------------------------------------------------------------------------- learning
 
 
+def feed_until_learned(standin: StandIn, relay: Relay, session: str, verdict: str) -> list[str]:
+    """Feed ``session`` an activity every 0.1 s until the relay logged ``verdict``; the
+    names of what it was fed."""
+    sent: list[str] = []
+
+    def learned_it() -> bool:
+        sent.extend(feed(standin, session, 1, 0.1))
+        return verdict in learned(relay)
+
+    wait_until(learned_it, 30, f"the verdict {verdict!r}", relay.diagnostics)
+    return sent
+
+
 def test_a_server_that_moves_update_time_is_polled_from_the_list(harness: Harness) -> None:
     standin = harness.standin(max_page_size=100)
     consumer = harness.consumer()
@@ -136,13 +149,7 @@ def test_a_server_that_moves_update_time_is_polled_from_the_list(harness: Harnes
     wait_listing(standin, relay)
     busy = standin.add_session("Busy", state="IN_PROGRESS")
     quiet = standin.add_session("Quiet", state="IN_PROGRESS")
-    sent: list[str] = []
-
-    def learned_moves() -> bool:
-        sent.extend(feed(standin, busy, 1, 0.1))
-        return "moves" in learned(relay)
-
-    wait_until(learned_moves, 30, "the verdict 'moves'", relay.diagnostics)
+    sent = feed_until_learned(standin, relay, busy, "moves")
     # List mode: the quiet working session is left alone (its safety poll is a minute
     # away) while the busy one is polled as the list shows it move. On the timer (every
     # 0.3 s) the quiet one would have been polled about ten times in the next 3 s.
@@ -198,13 +205,7 @@ def test_a_server_that_stops_moving_update_time_mid_run_loses_nothing(
     relay = start_relay(harness, standin, consumer, safety=2.0)
     wait_listing(standin, relay)
     busy = standin.add_session("Busy", state="IN_PROGRESS")
-    sent: list[str] = []
-
-    def learned_moves() -> bool:
-        sent.extend(feed(standin, busy, 1, 0.1))
-        return "moves" in learned(relay)
-
-    wait_until(learned_moves, 30, "the verdict 'moves'", relay.diagnostics)
+    sent = feed_until_learned(standin, relay, busy, "moves")
     standin.moves_update_time = False  # the server changes its behaviour
     changed = feed(standin, busy, 3, 0.2)
     # Only the safety poll can find these; it also teaches the relay the server changed.

@@ -7,7 +7,6 @@ Nothing is imported from ``sessionhook``.
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import pytest
@@ -28,7 +27,6 @@ from tests.support.relay_process import (
     Relay,
     assert_clean_exit,
     readyz,
-    relay_config,
     wait_ready,
     wait_until,
 )
@@ -42,10 +40,9 @@ def postgres_relay(
 ) -> Relay:
     """A relay whose ``[store]`` names the database through ``url_env`` (the password is
     in the environment, never in the file)."""
-    text = relay_config(standin=standin, store=harness.tmp / "unused.db", **config)
-    text = re.sub(r'(?m)^path = ".*"$', f'url_env = "{URL_ENV}"', text)
-    text += f'[server]\nlisten = "127.0.0.1:{port}"\n'
-    return harness.start("relay", text, standin.api_key, env={URL_ENV: url})
+    listen = f"127.0.0.1:{port}"
+    env = {URL_ENV: url}
+    return harness.relay(standin, "relay", store_url_env=URL_ENV, env=env, listen=listen, **config)
 
 
 def test_a_postgresql_restart_mid_run_loses_nothing(

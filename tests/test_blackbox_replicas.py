@@ -164,13 +164,19 @@ def test_replicas_share_the_work_and_survive_kill_9(harness: Harness, pg_url: st
     replicas = []
     for n in range(3):
         replicas.append(harness.start(f"replica-{n}", text, standin.api_key))
-    names = {a for acts in order.values() for a in acts}
-    wait_until(
-        lambda: len(consumer.delivered("main")) >= len(names) // 4,
-        40,
-        "a quarter of the activities delivered",
-        harness.diagnostics,
-    )
+
+    def until_delivered(part: int, what: str) -> set[str]:
+        """Until 1/``part`` of the activities so far reached the consumer; their names."""
+        names = {a for acts in order.values() for a in acts}
+        wait_until(
+            lambda: len(consumer.delivered("main")) >= len(names) // part,
+            40,
+            what,
+            harness.diagnostics,
+        )
+        return names
+
+    until_delivered(4, "a quarter of the activities delivered")
     replicas[0].kill()  # kill -9 mid-run, then restarted at once (its pid is gone: reaped)
     assert replicas[0].returncode == -signal.SIGKILL
     again = harness.start("replica-0b", text, standin.api_key)
@@ -184,13 +190,7 @@ def test_replicas_share_the_work_and_survive_kill_9(harness: Harness, pg_url: st
     )
     for name in order:  # more work while they recover, the restarted one included
         order[name].append(standin.append_activity(name, "progressUpdated")["name"])
-    names = {a for acts in order.values() for a in acts}
-    wait_until(
-        lambda: len(consumer.delivered("main")) >= len(names) // 2,
-        40,
-        "half of the activities delivered",
-        harness.diagnostics,
-    )
+    names = until_delivered(2, "half of the activities delivered")
     replicas[1].kill()  # kill -9 for good: its claims wait for the lease to expire
     wait_until(
         lambda: consumer.delivered_activity_names("main") >= names,

@@ -12,7 +12,6 @@ session or for nothing (archived under the wrong session) and ``createTime: "gar
 from __future__ import annotations
 
 import itertools
-import subprocess
 import urllib.request
 from collections.abc import Sequence
 from datetime import datetime
@@ -22,13 +21,7 @@ from typing import Any
 import pytest
 
 from tests.support.blackbox_consumer import Consumer
-from tests.support.relay_process import (
-    SESSIONHOOK,
-    Endpoint,
-    Harness,
-    Relay,
-    wait_until,
-)
+from tests.support.relay_process import Endpoint, Harness, Relay, sessionhook, wait_until
 from tests.support.standin import StandIn, parse_time
 
 pytestmark = pytest.mark.integration
@@ -40,6 +33,15 @@ def logged(relay: Relay, event: str, **fields: Any) -> list[dict[str, Any]]:
         for e in relay.log_events()
         if e.get("event") == event and all(e.get(k) == v for k, v in fields.items())
     ]
+
+
+def wait_logged(
+    relay: Relay, event: str, what: str, *, times: int = 1, timeout: float = 20, **fields: Any
+) -> None:
+    """Until the relay logged ``event`` (with ``fields``) at least ``times`` times."""
+    wait_until(
+        lambda: len(logged(relay, event, **fields)) >= times, timeout, what, relay.diagnostics
+    )
 
 
 def status_output(relay: Relay) -> str:
@@ -89,7 +91,9 @@ def wait_delivered(
 
 
 def stops_cleanly(relay: Relay) -> None:
-    stops_cleanly(relay)
+    alive(relay)
+    code, _ = relay.terminate()
+    assert code == 0, relay.diagnostics()
 
 
 def test_deeply_nested_answers_are_malformed_and_the_daemon_stays_up(harness: Harness) -> None:
@@ -98,23 +102,17 @@ def test_deeply_nested_answers_are_malformed_and_the_daemon_stays_up(harness: Ha
     url, secret = consumer.add_endpoint("main")
     standin.set_deep("list_sessions")
     relay = harness.relay(standin, "relay", endpoints=[Endpoint("main", url, secret)])
-    wait_until(
-        lambda: len(logged(relay, "discovery.failed", kind="too_deep")) >= 2,
-        20,
+    wait_logged(
+        relay,
+        "discovery.failed",
         "discovery to fail on the deep answer, twice",
-        relay.diagnostics,
+        kind="too_deep",
+        times=2,
     )
     alive(relay)
     # The API command line says it in one line, no traceback.
     env = {**relay.env, "SESSIONHOOK_BASE_URL": standin.base_url}
-    cli = subprocess.run(
-        [str(SESSIONHOOK), "sessions", "list"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=30,
-        check=False,
-    )
+    cli = sessionhook("sessions", "list", env=env, timeout=30)
     assert cli.returncode == 1, cli
     assert "Traceback" not in cli.stderr
     assert len(cli.stderr.strip().splitlines()) == 1, cli.stderr
@@ -126,11 +124,12 @@ def test_deeply_nested_answers_are_malformed_and_the_daemon_stays_up(harness: Ha
     wait_delivered(consumer, relay, "delivery once the session list heals", [first], timeout=20)
     standin.set_deep("list_activities")
     second = standin.append_activity(name, "agentMessaged")
-    wait_until(
-        lambda: logged(relay, "poll.failed", kind="too_deep", session=name),
-        20,
+    wait_logged(
+        relay,
+        "poll.failed",
         "the activity poll to fail on the deep answer",
-        relay.diagnostics,
+        kind="too_deep",
+        session=name,
     )
     alive(relay)
     standin.set_deep("list_activities", on=False)
@@ -185,20 +184,17 @@ def test_a_slow_drip_is_cut_at_the_deadline_and_polling_resumes(harness: Harness
     wait_delivered(
         consumer, relay, "the healthy session's activities while the other drips", fine, timeout=20
     )
-    wait_until(
-        lambda: len(logged(relay, "poll.failed", kind="deadline", session=stuck)) >= 2,
-        20,
+    wait_logged(
+        relay,
+        "poll.failed",
         "the dripping poll to be cut at the deadline, twice",
-        relay.diagnostics,
+        kind="deadline",
+        session=stuck,
+        times=2,
     )
     # Discovery drips too: it fails at the deadline, and recovers on its own.
     standin.set_drip("list_sessions", interval=0.2)
-    wait_until(
-        lambda: logged(relay, "discovery.failed", kind="deadline"),
-        20,
-        "discovery to be cut at the deadline",
-        relay.diagnostics,
-    )
+    wait_logged(relay, "discovery.failed", "discovery to be cut at the deadline", kind="deadline")
     standin.set_drip("list_sessions", on=False)
     standin.set_drip(stuck, on=False)
     newcomer = standin.add_session("Newcomer", state="IN_PROGRESS")
@@ -246,12 +242,7 @@ def test_runaway_pagination_is_bounded_warned_and_backed_off(harness: Harness) -
     assert tokens <= 4 * len(walks()) + 4
     # The session list runs away too: discovery fails the same way.
     standin.set_runaway("list_sessions", empty=True)
-    wait_until(
-        lambda: logged(relay, "discovery.failed", kind="page_limit"),
-        20,
-        "discovery to stop at the page bound",
-        relay.diagnostics,
-    )
+    wait_logged(relay, "discovery.failed", "discovery to stop at the page bound", kind="page_limit")
     standin.set_runaway("list_sessions", on=False)
     standin.set_runaway(endless, on=False)
     later = standin.append_activity(endless, "agentMessaged")
@@ -281,11 +272,14 @@ def test_pagination_that_repeats_itself_ends_at_once_as_a_loop(harness: Harness)
     walks_before, requests_before = asked("list_activities", path)
     second = standin.append_activity(looping, "agentMessaged")
     mine = [standin.append_activity(healthy, "progressUpdated") for _ in range(3)]
-    wait_until(
-        lambda: len(logged(relay, "poll.failed", kind="page_loop", session=looping)) >= 3,
-        40,
+    wait_logged(
+        relay,
+        "poll.failed",
         "three walks of the looping session ended as loops",
-        relay.diagnostics,
+        kind="page_loop",
+        session=looping,
+        times=3,
+        timeout=40,
     )
     wait_delivered(consumer, relay, "what the first pages brought", [second, *mine], timeout=5)
     warned = logged(relay, "poll.failed", kind="page_loop", session=looping)
@@ -297,11 +291,13 @@ def test_pagination_that_repeats_itself_ends_at_once_as_a_loop(harness: Harness)
     # The session list repeats itself: discovery ends at its third page of repeats.
     standin.set_runaway("list_sessions")
     passes_before, listed_before = asked("list_sessions", "/v1alpha/sessions")
-    wait_until(
-        lambda: len(logged(relay, "discovery.failed", kind="page_loop")) >= 2,
-        30,
+    wait_logged(
+        relay,
+        "discovery.failed",
         "two discovery passes ended as loops",
-        relay.diagnostics,
+        kind="page_loop",
+        times=2,
+        timeout=30,
     )
     passes, listed = asked("list_sessions", "/v1alpha/sessions")
     assert listed - listed_before <= 4 * (passes - passes_before) + 3, (passes, listed)

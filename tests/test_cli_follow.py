@@ -30,6 +30,8 @@ from sessionhook.relay.web import server as health
 from tests.support.backends import Backend
 from tests.support.loopback import free_port
 from tests.support.pg import Cluster
+from tests.support.processes import interrupt
+from tests.support.relay_process import sessionhook
 from tests.support.web_relay import TOKEN, WebRelay, web_context
 
 SESSIONHOOK = Path(sys.executable).parent / "sessionhook"
@@ -37,6 +39,16 @@ SESSIONHOOK = Path(sys.executable).parent / "sessionhook"
 
 def _env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("SESSIONHOOK_")}
+
+
+def events(*args: str) -> subprocess.Popen[bytes]:
+    """``sessionhook events ARGS`` (a follower), its output in pipes."""
+    return subprocess.Popen(
+        [str(SESSIONHOOK), "events", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_env(),
+    )
 
 
 def store_args(backend: Backend, tmp_path: Path) -> list[str]:
@@ -97,26 +109,19 @@ def _archive(backend: Backend, counter: WebRelay, n: int, **kw: str) -> list[str
 def test_follow_the_store_with_filters_then_ctrl_c(backend: Backend, tmp_path: Path) -> None:
     counter = _counter(backend)
     old = _archive(backend, counter, 2, kind="session.completed")
-    with subprocess.Popen(
-        [
-            str(SESSIONHOOK),
-            "events",
-            "--follow",
-            *store_args(backend, tmp_path),
-            "--format",
-            "ndjson",
-            "--type",
-            "session.*",
-            "--type",
-            "*.plan_*",
-            "--session",
-            "sessions/1",
-            "--last-event-id",
-            old[-1],
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=_env(),
+    with events(
+        "--follow",
+        *store_args(backend, tmp_path),
+        "--format",
+        "ndjson",
+        "--type",
+        "session.*",
+        "--type",
+        "*.plan_*",
+        "--session",
+        "sessions/1",
+        "--last-event-id",
+        old[-1],
     ) as proc:
         try:
             lines = Lines(proc.stdout)  # type: ignore[arg-type]
@@ -125,10 +130,7 @@ def test_follow_the_store_with_filters_then_ctrl_c(backend: Backend, tmp_path: P
             _archive(backend, counter, 1, kind="session.failed", session="sessions/2")
             wanted += _archive(backend, counter, 1, kind="activity.plan_generated")
             got = [json.loads(line) for line in lines.take(3)]
-            proc.send_signal(signal.SIGINT)
-            assert proc.wait(timeout=10) == 0
-            assert proc.stderr is not None
-            err = proc.stderr.read().decode()
+            err = interrupt(proc)
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -144,32 +146,19 @@ def test_follow_resumes_after_an_id_and_refuses_an_unknown_one(
     counter = _counter(backend)
     ids = _archive(backend, counter, 4)
     where = store_args(backend, tmp_path)
-    with subprocess.Popen(
-        [str(SESSIONHOOK), "events", "-f", *where, "--last-event-id", ids[1]],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=_env(),
-    ) as proc:
+    with events("-f", *where, "--last-event-id", ids[1]) as proc:
         try:
             lines = Lines(proc.stdout).take(2)  # type: ignore[arg-type]
         finally:
             proc.send_signal(signal.SIGINT)
             proc.wait(timeout=10)
     assert [line.split()[-1] for line in lines] == ids[2:]
-    unknown = subprocess.run(
-        [str(SESSIONHOOK), "events", "-f", *where, "--last-event-id", "evt_nope"],
-        capture_output=True,
-        env=_env(),
-        timeout=30,
+    unknown = sessionhook(
+        "events", "-f", *where, "--last-event-id", "evt_nope", env=_env(), timeout=30
     )
     assert unknown.returncode == 1
-    assert unknown.stderr.decode().startswith("error: unknown event id 'evt_nope'")
-    usage = subprocess.run(
-        [str(SESSIONHOOK), "events", "-f", *where, "--format", "json"],
-        capture_output=True,
-        env=_env(),
-        timeout=30,
-    )
+    assert unknown.stderr.startswith("error: unknown event id 'evt_nope'")
+    usage = sessionhook("events", "-f", *where, "--format", "json", env=_env(), timeout=30)
     assert usage.returncode == 2
 
 
@@ -182,12 +171,7 @@ def test_follow_the_store_waits_out_a_database_restart(
     counter = _counter(backend)
     first = _archive(backend, counter, 1)
     where = store_args(backend, tmp_path)
-    with subprocess.Popen(
-        [str(SESSIONHOOK), "events", "-f", *where, "--format", "ndjson", "--last-event-id", *first],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=_env(),
-    ) as proc:
+    with events("-f", *where, "--format", "ndjson", "--last-event-id", *first) as proc:
         try:
             out = Lines(proc.stdout)  # type: ignore[arg-type]
             err = Lines(proc.stderr)  # type: ignore[arg-type]

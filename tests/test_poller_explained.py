@@ -12,6 +12,8 @@ import pytest
 
 from tests.support.poller_harness import PollerHarness, Rewrite, settled
 
+pytestmark = pytest.mark.anyio
+
 #: (prompt, plan approval required, state, hidden member, lifecycle event, what it carries)
 CASES = [
     ("[fail] Fix the build", False, "FAILED", "sessionFailed", "session.failed", "reason"),
@@ -69,7 +71,6 @@ def _lifecycle(h: PollerHarness, name: str) -> list[dict[str, Any]]:
     ]
 
 
-@pytest.mark.anyio
 @pytest.mark.parametrize(("prompt", "approval", "state", "member", "kind", "field"), CASES)
 async def test_a_state_shown_before_its_activity_waits_for_it(
     tmp_path: Path, prompt: str, approval: bool, state: str, member: str, kind: str, field: str
@@ -111,7 +112,6 @@ async def test_a_state_shown_before_its_activity_waits_for_it(
         assert activity_type < changed < types.index(lifecycle_type)
 
 
-@pytest.mark.anyio
 async def test_an_activity_that_never_comes_delays_the_event_a_bounded_time(
     tmp_path: Path,
 ) -> None:
@@ -132,7 +132,6 @@ async def test_an_activity_that_never_comes_delays_the_event_a_bounded_time(
         assert h.count("get_session") - reads <= 4
 
 
-@pytest.mark.anyio
 async def test_a_session_first_seen_finished_without_its_activity_is_told_at_once(
     tmp_path: Path,
 ) -> None:

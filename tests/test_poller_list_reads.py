@@ -17,6 +17,8 @@ from sessionhook.api.models import Session
 from sessionhook.relay.polling.learning import LEARN_AFTER
 from tests.support.poller_harness import PollerHarness, Rewrite
 
+pytestmark = pytest.mark.anyio
+
 ROUNDS = 40  # seconds of the emulator's clock, one agent step each: a session finishes
 
 
@@ -30,7 +32,6 @@ async def _seen(h: PollerHarness, name: str) -> Session:
     return next(s for s in page.sessions if s.name == name)
 
 
-@pytest.mark.anyio
 async def test_a_session_is_read_when_the_list_shows_its_state_change_not_after_walks(
     tmp_path: Path,
 ) -> None:
@@ -81,7 +82,6 @@ async def test_a_session_is_read_when_the_list_shows_its_state_change_not_after_
         assert body["data"]["activity_name"] == completion[0].activity_name
 
 
-@pytest.mark.anyio
 async def test_when_the_list_stops_being_read_a_change_it_was_to_show_is_read(
     tmp_path: Path,
 ) -> None:
@@ -129,7 +129,6 @@ class LaggingListState(Rewrite):
         return True
 
 
-@pytest.mark.anyio
 async def test_a_walk_that_finds_the_end_of_the_run_reads_the_session_at_once(
     tmp_path: Path,
 ) -> None:
@@ -156,7 +155,6 @@ async def test_a_walk_that_finds_the_end_of_the_run_reads_the_session_at_once(
         assert types.index("activity.session_completed") < types.index("session.completed")
 
 
-@pytest.mark.anyio
 async def test_once_list_mode_is_learned_the_learnings_timer_polls_wait_for_the_safety_poll(
     tmp_path: Path,
 ) -> None:

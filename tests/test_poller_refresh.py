@@ -13,6 +13,8 @@ import pytest
 
 from tests.support.poller_harness import SETTLED_AFTER, PollerHarness, Rewrite, finish, settled
 
+pytestmark = pytest.mark.anyio
+
 
 class StaleFirstRead(Rewrite):
     """Answers the first GET of each session as if read before it completed: state
@@ -54,7 +56,6 @@ def _types(h: PollerHarness, name: str) -> list[str]:
     return [e.type for e in h.store.store.iter_events(session=name)]
 
 
-@pytest.mark.anyio
 async def test_a_session_discovered_settled_is_read_once(tmp_path: Path) -> None:
     async with PollerHarness(tmp_path) as h:
         name = await settled(h, "Add a health check")
@@ -73,7 +74,6 @@ async def test_a_session_discovered_settled_is_read_once(tmp_path: Path) -> None
         )
 
 
-@pytest.mark.anyio
 async def test_a_first_walk_past_discoverys_read_reads_the_session_again(tmp_path: Path) -> None:
     async with PollerHarness(tmp_path) as h:
         source = (await h.api.list_sources()).sources[0].name
@@ -95,7 +95,6 @@ async def test_a_first_walk_past_discoverys_read_reads_the_session_again(tmp_pat
         assert "session.completed" in types
 
 
-@pytest.mark.anyio
 async def test_a_change_discoverys_read_missed_is_told_after_the_next_list_read(
     tmp_path: Path,
 ) -> None:
@@ -123,7 +122,6 @@ async def test_a_change_discoverys_read_missed_is_told_after_the_next_list_read(
         assert sorted(h.archived(name)) == sorted(await h.upstream_activities(name))
 
 
-@pytest.mark.anyio
 async def test_an_undated_activity_is_not_taken_for_one_discovery_read_covered(
     tmp_path: Path,
 ) -> None:

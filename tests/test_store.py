@@ -41,6 +41,14 @@ def fail(at: float = T0, status: int | None = 503, error: str | None = None) -> 
     return AttemptResult(status, error, 7.0, "busy", None, at)
 
 
+def assert_refused(path: Path, message: str) -> None:
+    """Opening the file refuses it (``message``), to write and to read."""
+    with pytest.raises(StoreError, match=message):
+        Store.open(path)
+    with pytest.raises(StoreError, match=message):
+        Store.open_readonly(path)
+
+
 def count(store: Store, table: str) -> int:
     return int(store._conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
 
@@ -92,10 +100,7 @@ def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
     )
     conn.commit()
     conn.close()
-    with pytest.raises(StoreError, match="newer sessionhook"):
-        Store.open(path)
-    with pytest.raises(StoreError, match="newer sessionhook"):
-        Store.open_readonly(path)
+    assert_refused(path, "newer sessionhook")
 
 
 def test_a_foreign_sqlite_database_is_refused(tmp_path: Path) -> None:
@@ -104,10 +109,7 @@ def test_a_foreign_sqlite_database_is_refused(tmp_path: Path) -> None:
     conn.execute("CREATE TABLE customers (id INTEGER)")
     conn.commit()
     conn.close()
-    with pytest.raises(StoreError, match="not a sessionhook database"):
-        Store.open(path)
-    with pytest.raises(StoreError, match="not a sessionhook database"):
-        Store.open_readonly(path)
+    assert_refused(path, "not a sessionhook database")
     # Refused before anything was changed: still in its own journal mode, no tables added.
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"

@@ -7,32 +7,22 @@ from __future__ import annotations
 from pathlib import Path
 
 from sessionhook.relay.daemon.daemon import DRAIN_SECONDS
-from tests.support.systemd_units import (
-    REPLICA,
-    UNIT,
-    directives,
-    needs_systemd_analyze,
-    runnable_copy,
-    security_review,
-    verify,
-)
+from tests.support.systemd_units import REPLICA, UNIT, directives, security_review, verify
 
 INSTANCE = "sessionhook-replica@1.service"  # the template as instance 1
 
 
-@needs_systemd_analyze
 def test_systemd_analyze_verifies_the_replica_unit(tmp_path: Path) -> None:
-    result = verify(runnable_copy(REPLICA, tmp_path, name=INSTANCE))
+    result = verify(REPLICA, tmp_path, name=INSTANCE)
     assert result.returncode == 0, result.stderr
     assert [line for line in result.stderr.splitlines() if "sessionhook-replica" in line] == []
     broken = REPLICA.read_text().replace("ProtectHome=yes", "ProtectHomme=yes")
-    control = verify(runnable_copy(REPLICA, tmp_path, broken, name=INSTANCE))
+    control = verify(REPLICA, tmp_path, broken, name=INSTANCE)
     assert any("ProtectHomme" in line for line in control.stderr.splitlines())
 
 
-@needs_systemd_analyze
 def test_replica_unit_exposure_is_low(tmp_path: Path) -> None:
-    result = security_review(runnable_copy(REPLICA, tmp_path, name=INSTANCE))
+    result = security_review(REPLICA, tmp_path, name=INSTANCE)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr
 
 

@@ -7,14 +7,7 @@ from pathlib import Path
 
 from sessionhook.relay.config.models import ServerConfig
 from sessionhook.relay.daemon.daemon import DRAIN_SECONDS
-from tests.support.systemd_units import (
-    UNIT,
-    directives,
-    needs_systemd_analyze,
-    runnable_copy,
-    security_review,
-    verify,
-)
+from tests.support.systemd_units import UNIT, directives, security_review, verify
 
 DOCUMENTED_EXEC_START = (
     "/opt/sessionhook/.venv/bin/sessionhook run --config /etc/sessionhook/config.toml"
@@ -27,23 +20,20 @@ def _complaints(result: subprocess.CompletedProcess[str]) -> list[str]:
     return [line for line in result.stderr.splitlines() if "sessionhook.service" in line]
 
 
-@needs_systemd_analyze
 def test_systemd_analyze_verify_accepts_the_unit(tmp_path: Path) -> None:
-    result = verify(runnable_copy(UNIT, tmp_path))
+    result = verify(UNIT, tmp_path)
     assert result.returncode == 0, result.stderr
     assert _complaints(result) == []
 
 
-@needs_systemd_analyze
 def test_verify_would_catch_a_mistake(tmp_path: Path) -> None:
     # The control for the test above: the same check notices a misspelled directive.
     broken = UNIT.read_text().replace("ProtectHome=yes", "ProtectHomme=yes")
-    assert _complaints(verify(runnable_copy(UNIT, tmp_path, broken)))
+    assert _complaints(verify(UNIT, tmp_path, broken))
 
 
-@needs_systemd_analyze
 def test_security_exposure_is_low(tmp_path: Path) -> None:
-    result = security_review(runnable_copy(UNIT, tmp_path))
+    result = security_review(UNIT, tmp_path)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr
     assert "Overall exposure level" in result.stdout
 

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support.pg import TEMPLATE, Cluster
 
 from sessionhook.relay.store import PostgresStore, Store, StoreCore
+from tests.support.pg import TEMPLATE, Cluster
 
 
 class Backend:

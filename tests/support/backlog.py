@@ -4,12 +4,11 @@ for the store's endpoints; :func:`ok` is a delivered attempt's result."""
 
 from __future__ import annotations
 
-from tests.support import store_rows
-from tests.support.clock import T0
-
 from sessionhook.api.models import Activity, Session
 from sessionhook.relay.domain.retry import AttemptResult
 from sessionhook.relay.store import Store
+from tests.support import store_rows
+from tests.support.clock import T0
 
 
 def session(n: int, prompt: str = "Fix the flaky test") -> Session:

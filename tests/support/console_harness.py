@@ -34,12 +34,12 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
-from tests.support.loopback import free_port
 
 from sessionhook.emulator.app import create_app
 from sessionhook.emulator.world import World
 from sessionhook.relay.domain.signing import generate_secret
 from sessionhook.relay.web.server import serve
+from tests.support.loopback import free_port
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"

@@ -11,13 +11,13 @@ from typing import Any
 
 import httpx
 from starlette.applications import Starlette
-from tests.support.receiver import Receiver
 
 from sessionhook.api.client import SessionsClient
 from sessionhook.emulator.app import create_app
 from sessionhook.relay.config.models import Config, load_config
 from sessionhook.relay.daemon.daemon import Daemon
 from sessionhook.relay.domain.signing import generate_secret
+from tests.support.receiver import Receiver
 
 API_KEY = "test-key"
 

@@ -90,6 +90,15 @@ def wait_settled(consumer: Consumer, endpoint: str, world: World, harness: Harne
     wait_until(settled, 20, f"{endpoint} to settle", harness.diagnostics)
 
 
+def settled_hits(
+    consumer: Consumer, endpoint: str, world: World, harness: Harness, timeout: float = 30
+) -> dict[str, Hit]:
+    """The hits of ``endpoint`` by webhook id, once every activity was delivered there and
+    it settled (session events may still follow the last activity: :func:`wait_settled`)."""
+    wait_all_delivered(consumer, [endpoint], world, harness, timeout=timeout)
+    wait_settled(consumer, endpoint, world, harness)
+    return {h.webhook_id: h for h in consumer.hits(endpoint)}
+
 
 def assert_all_verified(hits: list[Hit]) -> None:
     assert hits, "the consumer received nothing"
@@ -241,4 +250,3 @@ def assert_session_events(
 def is_subsequence(items: list[str], sequence: list[str]) -> bool:
     it = iter(sequence)
     return all(any(x == y for y in it) for x in items)
-

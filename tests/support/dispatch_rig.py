@@ -39,24 +39,27 @@ def dispatch_config(
     return Config(delivery=delivery, endpoints=(endpoint,))
 
 
+async def seed_session(store: AsyncStore, session: Session, count: int) -> list[str]:
+    """``count`` progress updates of ``session`` (one a second from 10:00 on 2025-05-01)
+    archived and queued for delivery; their event ids in order."""
+    await store.upsert_session(session, baseline=False)
+    activities = [
+        Activity(
+            name=f"{session.name}/activities/{j:032x}",
+            create_time=f"2025-05-01T10:00:{j:02d}.000000Z",
+            progress_updated=ProgressUpdated(title=f"step {j}"),
+        )
+        for j in range(count)
+    ]
+    built = [activity_event(session, a, max_media_bytes=1000) for a in activities]
+    await store.ingest_activities(session.name, activities, built, True)
+    return [e.id for e in built]
+
+
 async def seed_sessions(store: AsyncStore, sessions: int = SESSIONS) -> dict[str, list[str]]:
     """Sessions with PER_SESSION activity events each, enqueued; returns ids in order."""
     expected: dict[str, list[str]] = {}
     for i in range(sessions):
         session = Session(name=f"sessions/{1000 + i}", state="IN_PROGRESS", title=f"S{i}")
-        await store.upsert_session(session, baseline=False)
-        activities = [
-            Activity(
-                name=f"{session.name}/activities/{j:032x}",
-                create_time=f"2025-05-01T10:00:{j:02d}.000000Z",
-                progress_updated=ProgressUpdated(title=f"step {j}"),
-            )
-            for j in range(PER_SESSION)
-        ]
-        built = [activity_event(session, a, max_media_bytes=1000) for a in activities]
-        await store.ingest_activities(session.name, activities, built, True)
-        expected[session.name] = [e.id for e in built]
+        expected[session.name] = await seed_session(store, session, PER_SESSION)
     return expected
-
-
-

@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
+
 from tests.support.loopback import free_port
 
 PASSWORD = "test-secret-pw"

@@ -13,7 +13,6 @@ from typing import Any, TypeVar
 
 import httpx
 from pydantic import SecretStr
-from tests.support.clock import Clock
 
 from sessionhook.api.client import RetryPolicy, SessionsClient
 from sessionhook.emulator.app import create_app
@@ -23,6 +22,7 @@ from sessionhook.relay.polling import Poller, PollSettings
 from sessionhook.relay.polling.budget import LimitedTransport, RateLimiter
 from sessionhook.relay.store import AsyncStore
 from sessionhook.relay.telemetry.metrics import Metrics
+from tests.support.clock import Clock
 
 T = TypeVar("T")
 #: The endpoint's secret (its deliveries are queued, never sent).
@@ -134,7 +134,6 @@ class PollerHarness:
         ]
 
 
-
 async def finish(h: PollerHarness, *names: str, rounds: int = 40) -> None:
     """Rounds until every session is COMPLETED upstream and its activities archived."""
     for _ in range(rounds):
@@ -190,6 +189,3 @@ async def settled(h: PollerHarness, prompt: str) -> str:
     done = await h.api.get_session(session.name)
     assert done.state == "COMPLETED" and done.outputs
     return session.name
-
-
-

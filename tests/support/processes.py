@@ -1,9 +1,11 @@
 """Processes for tests: which ones a process started and whether they live, read from /proc
-(Linux), for tests that check a child process is gone; and a script run in a fresh
-interpreter of this venv, for what must not happen in the test process itself."""
+(Linux), for tests that check a child process is gone; Ctrl-C for a command that follows
+something (:func:`interrupt`); and a script run in a fresh interpreter of this venv, for
+what must not happen in the test process itself."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import textwrap
@@ -25,6 +27,14 @@ def alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def interrupt(proc: subprocess.Popen[bytes]) -> str:
+    """Ctrl-C, as at a terminal: the command must exit 0 within 10 s. Its stderr."""
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=10) == 0
+    assert proc.stderr is not None
+    return proc.stderr.read().decode()
 
 
 def run_python(script: str, cwd: Path) -> str:

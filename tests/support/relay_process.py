@@ -78,10 +78,6 @@ def wait_until(
     return time.monotonic() - started
 
 
-
-
-
-
 @dataclass
 class Endpoint:
     name: str
@@ -107,12 +103,14 @@ def relay_config(
     concurrency: int = 16,
     listen: str | None = None,
     render_timeout: float | None = None,
+    store_url_env: str | None = None,
     more: Mapping[str, Iterable[str]] | None = None,
 ) -> str:
     """A relay's config for black-box tests: the stand-in's API at a high request budget,
     quick polls and retries, JSON logs, private addresses allowed (the consumers are on
-    loopback), ``endpoints``; ``more`` adds lines to the ``[api]``, ``[store]``, ``[poll]``,
-    ``[delivery]`` or ``[log]`` table (``{"poll": ["max_pages = 4"]}``)."""
+    loopback), ``endpoints``. The store is the file ``store``, or with ``store_url_env`` the
+    PostgreSQL database whose URL that variable holds (``url_env``: the password stays out
+    of the file). ``more`` adds lines to a table (``{"poll": ["max_pages = 4"]}``)."""
 
     def s(value: str) -> str:
         return json.dumps(value)  # a TOML basic string for plain ASCII text
@@ -123,7 +121,7 @@ def relay_config(
         'api_key_env = "SESSIONHOOK_API_KEY"',
         f"requests_per_minute = {rpm}",
         "[store]",
-        f"path = {s(str(store))}",
+        f"path = {s(str(store))}" if store_url_env is None else f"url_env = {s(store_url_env)}",
         "[poll]",
         f"active_interval = {active}",
         f"idle_interval = {idle}",
@@ -139,9 +137,6 @@ def relay_config(
         'level = "info"',
         'format = "json"',
     ]
-    for table, added in (more or {}).items():
-        at = lines.index(f"[{table}]") + 1
-        lines[at:at] = list(added)
     for e in endpoints:
         events = ", ".join(s(g) for g in e.events)
         lines += [
@@ -154,6 +149,9 @@ def relay_config(
         ]
     if listen is not None:
         lines += ["[server]", f"listen = {s(listen)}"]
+    for table, added in (more or {}).items():
+        at = lines.index(f"[{table}]") + 1
+        lines[at:at] = list(added)
     return "\n".join(lines) + "\n"
 
 
@@ -266,13 +264,20 @@ class Harness:
         return consumer
 
     def relay(
-        self, standin: StandIn, label: str, *args: str, api_key: str | None = None, **config: Any
+        self,
+        standin: StandIn,
+        label: str,
+        *args: str,
+        api_key: str | None = None,
+        env: Mapping[str, str] | None = None,
+        **config: Any,
     ) -> Relay:
         """``sessionhook run ARGS`` on :func:`relay_config` of ``standin`` and ``config``
-        (the store ``relay.db`` of this test unless told), with the stand-in's key."""
+        (the store ``relay.db`` of this test unless told), with the stand-in's key and
+        ``env`` added to its environment."""
         config.setdefault("store", self.tmp / "relay.db")
         key = standin.api_key if api_key is None else api_key
-        return self.start(label, relay_config(standin=standin, **config), key, *args)
+        return self.start(label, relay_config(standin=standin, **config), key, *args, env=env)
 
     def main_relay(self, standin: StandIn, **config: Any) -> tuple[Consumer, Relay]:
         """A consumer with an endpoint ``main`` and a relay of ``standin`` delivering to it
@@ -317,7 +322,6 @@ class Harness:
         print(self.diagnostics())
 
 
-
 def wait_ready(standin: StandIn, relay: Relay, timeout: float = 20.0) -> None:
     """Until the relay completed a discovery pass (a second successful one was answered)."""
 
@@ -330,7 +334,6 @@ def wait_ready(standin: StandIn, relay: Relay, timeout: float = 20.0) -> None:
     wait_until(ready, timeout, "the relay's first discovery pass", relay.diagnostics)
 
 
-
 def outbox_empty(relay: Relay, endpoint: str) -> bool:
     """Whether ``sessionhook status --json`` shows nothing waiting for ``endpoint`` (the
     operator's view of the outbox, read while the daemon runs)."""
@@ -341,14 +344,11 @@ def outbox_empty(relay: Relay, endpoint: str) -> bool:
     return waiting.get(endpoint) == 0
 
 
-
 def assert_clean_exit(relay: Relay, within: float = 12.0) -> None:
     code, took = relay.terminate(timeout=within)
     assert code == 0, f"exit status {code} after SIGTERM\n{relay.diagnostics()}"
     assert took <= within
     assert "Traceback" not in relay.stderr, relay.diagnostics()
-
-
 
 
 def readyz(port: int) -> tuple[int, dict[str, Any]]:

@@ -64,6 +64,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
+
 from tests.support.loopback import LoopbackServer
 
 __all__ = [

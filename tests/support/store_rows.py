@@ -66,6 +66,3 @@ def ready(store: Store, *endpoints: Ep, sessions: int = 1) -> list[Session]:
     for s in made:
         store.upsert_session(s, baseline=False)
     return made
-
-
-

@@ -1,7 +1,7 @@
 """The shipped systemd units for tests: their paths, their directives parsed
 (:func:`directives`), a copy whose ExecStart names a binary that exists here
-(:func:`runnable_copy`), and ``systemd-analyze`` (:func:`analyze`; tests that need it are
-marked :data:`needs_systemd_analyze`)."""
+(:func:`runnable_copy`), and ``systemd-analyze`` (:func:`analyze`, :func:`verify`,
+:func:`security_review`: a test that calls one is skipped where it is not installed)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,6 @@ import pytest
 UNIT = Path(__file__).resolve().parents[2] / "systemd" / "sessionhook.service"
 REPLICA = UNIT.parent / "sessionhook-replica@.service"
 SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
-needs_systemd_analyze = pytest.mark.skipif(
-    SYSTEMD_ANALYZE is None, reason="systemd-analyze is not installed here"
-)
 
 
 def directives(text: str) -> dict[str, dict[str, list[str]]]:
@@ -51,24 +48,31 @@ def runnable_copy(
 
 
 def analyze(*args: str) -> subprocess.CompletedProcess[str]:
-    """``systemd-analyze ARGS`` (text output captured, any exit status)."""
-    assert SYSTEMD_ANALYZE is not None
+    """``systemd-analyze ARGS`` (text output captured, any exit status); skips the test
+    where systemd-analyze is not installed."""
+    if SYSTEMD_ANALYZE is None:
+        pytest.skip("systemd-analyze is not installed here")
     return subprocess.run(
         [SYSTEMD_ANALYZE, *args], capture_output=True, text=True, timeout=60, check=False
     )
 
 
-def verify(unit: Path) -> subprocess.CompletedProcess[str]:
-    """``systemd-analyze verify`` of a unit file (it warns on stderr, exit status 0, about
-    unknown keys and values it cannot parse)."""
-    return analyze("verify", "--man=no", str(unit))
+def verify(
+    unit: Path, directory: Path, text: str | None = None, *, name: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``systemd-analyze verify`` of :func:`runnable_copy` (same arguments); it warns on
+    stderr, exit status 0, about unknown keys and values it cannot parse."""
+    return analyze("verify", "--man=no", str(runnable_copy(unit, directory, text, name=name)))
 
 
-def security_review(unit: Path) -> subprocess.CompletedProcess[str]:
-    """``systemd-analyze security`` of a unit file, failing above an overall exposure of
-    2.0 ("OK"; ``--threshold`` is on the internal 0-100 scale). Skips the test where this
-    systemd-analyze has no offline review."""
-    result = analyze("security", "--offline=yes", "--threshold=20", "--no-pager", str(unit))
+def security_review(
+    unit: Path, directory: Path, *, name: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``systemd-analyze security`` of :func:`runnable_copy` (same arguments), failing above
+    an overall exposure of 2.0 ("OK"; ``--threshold`` is on the internal 0-100 scale).
+    Skips the test where this systemd-analyze has no offline review."""
+    copy = runnable_copy(unit, directory, name=name)
+    result = analyze("security", "--offline=yes", "--threshold=20", "--no-pager", str(copy))
     if "--offline" in result.stderr and "unrecognized" in result.stderr:
         pytest.skip("this systemd-analyze has no offline security review")
     return result

@@ -121,6 +121,3 @@ async def read_messages(response: httpx.Response, count: int, within: float = 20
             name, _, value = line.partition(":")
             fields.setdefault(name, []).append(value.removeprefix(" "))
     raise AssertionError(f"stream ended after {len(out)} of {count} messages")
-
-
-
