@@ -28,15 +28,7 @@ from sessionhook.relay.domain.addresses import BlockedAddressError
 from sessionhook.relay.domain.signing import generate_secret
 from sessionhook.relay.store import AsyncStore
 from tests.support.dispatch_rig import PER_SESSION, seed_sessions
-from tests.support.rebinding import (
-    PRIVATE,
-    PUBLIC,
-    Listener,
-    Rebinder,
-    rebind_policy,
-    rebind_url,
-    rebinding_config,
-)
+from tests.support.rebinding import PRIVATE, PUBLIC, Listener, Rebinder, rebinding_config
 
 # --------------------------------------------------------------------------- the transport
 
@@ -47,14 +39,14 @@ async def test_the_connection_goes_to_the_vetted_address_with_the_urls_host(
 ) -> None:
     public, private = listeners
     resolver = Rebinder(PUBLIC, PRIVATE)
-    transport = PinnedTransport(allow_private=False, resolve=resolver, policy=rebind_policy)
+    transport = PinnedTransport(allow_private=False, resolve=resolver, policy=Rebinder.policy)
     async with httpx.AsyncClient(transport=transport) as http:
-        answer = await http.post(rebind_url(public.port), content=b"one")
+        answer = await http.post(public.rebind_url, content=b"one")
         assert answer.status_code == 200
         # The listener closed the connection: the next request connects (and resolves) anew,
         # and this time the name rebinds to the private address.
         with pytest.raises(BlockedAddressError, match=r"resolves to 127\.0\.0\.1"):
-            await http.post(rebind_url(public.port), content=b"two")
+            await http.post(public.rebind_url, content=b"two")
     assert resolver.asked == [("hooks.rebind.test", public.port)] * 2
     [(path, headers, body)] = public.requests
     assert (path, body) == ("/hook", b"one")
@@ -68,9 +60,9 @@ async def test_allow_private_connects_to_what_the_name_resolved_to(
 ) -> None:
     public, private = listeners
     resolver = Rebinder(PRIVATE)
-    transport = PinnedTransport(allow_private=True, resolve=resolver, policy=rebind_policy)
+    transport = PinnedTransport(allow_private=True, resolve=resolver, policy=Rebinder.policy)
     async with httpx.AsyncClient(transport=transport) as http:
-        assert (await http.post(rebind_url(public.port), content=b"x")).status_code == 200
+        assert (await http.post(public.rebind_url, content=b"x")).status_code == 200
     assert len(private.requests) == 1 and not public.requests
 
 
@@ -80,12 +72,12 @@ async def test_post_event_reports_a_refused_address_as_a_failed_attempt(
 ) -> None:
     public, private = listeners
     transport = PinnedTransport(
-        allow_private=False, resolve=Rebinder(PRIVATE), policy=rebind_policy
+        allow_private=False, resolve=Rebinder(PRIVATE), policy=Rebinder.policy
     )
     async with httpx.AsyncClient(transport=transport) as http:
         result = await post_event(
             http,
-            url=rebind_url(public.port),
+            url=public.rebind_url,
             secrets=[generate_secret()],
             event_id="evt_1",
             body=b"{}",
@@ -111,13 +103,13 @@ async def test_the_dispatcher_never_reaches_the_rebound_address(
     refused and retried, and nothing ever reaches the private listener."""
     public, private = listeners
     secret = generate_secret()
-    config = rebinding_config(rebind_url(public.port), secret)
+    config = rebinding_config(public.rebind_url, secret)
     resolver = Rebinder.alternating()
     store = await AsyncStore.open(tmp_path / "relay.db")
     try:
         await store.sync_endpoints(config.endpoints)
         expected = await seed_sessions(store, sessions=2)
-        transport = PinnedTransport(allow_private=False, resolve=resolver, policy=rebind_policy)
+        transport = PinnedTransport(allow_private=False, resolve=resolver, policy=Rebinder.policy)
         async with httpx.AsyncClient(transport=transport) as http:
             dispatcher = Dispatcher(store, http, DeliverySettings.from_config(config))
             await dispatcher.run_until_idle()
@@ -160,9 +152,9 @@ def test_endpoints_test_connects_to_the_vetted_address(
 ) -> None:
     public, private = listeners
     secret = generate_secret()
-    config = _config_file(tmp_path, rebind_url(public.port), secret)
+    config = _config_file(tmp_path, public.rebind_url, secret)
     runner = CliRunner()
-    runtime = Runtime(resolve=Rebinder(PUBLIC, PRIVATE), address_policy=rebind_policy)
+    runtime = Runtime(resolve=Rebinder(PUBLIC, PRIVATE), address_policy=Rebinder.policy)
     sent = runner.invoke(cli, ["endpoints", "test", "ci", "--config", str(config)], obj=runtime)
     assert sent.exit_code == 0, sent.output
     [(_path, headers, body)] = public.requests

@@ -19,15 +19,7 @@ from sessionhook.relay.delivery.sender import AiohttpPoster
 from sessionhook.relay.domain.signing import generate_secret
 from sessionhook.relay.store import AsyncStore
 from tests.support.dispatch_rig import PER_SESSION, seed_sessions
-from tests.support.rebinding import (
-    PRIVATE,
-    PUBLIC,
-    Listener,
-    Rebinder,
-    rebind_policy,
-    rebind_url,
-    rebinding_config,
-)
+from tests.support.rebinding import PRIVATE, PUBLIC, Listener, Rebinder, rebinding_config
 
 SECRET = generate_secret()
 BODY = json.dumps({"type": "activity.plan_generated", "timestamp": "t", "data": {}}).encode()
@@ -190,11 +182,11 @@ async def test_aiohttp_connects_only_to_the_vetted_address(
 ) -> None:
     public, private = listeners
     resolver = Rebinder(PUBLIC, PRIVATE)
-    poster = AiohttpPoster(allow_private=False, resolve=resolver, policy=rebind_policy)
+    poster = AiohttpPoster(allow_private=False, resolve=resolver, policy=Rebinder.policy)
     try:
-        first = await _post(rebind_url(public.port), poster)
+        first = await _post(public.rebind_url, poster)
         # The listener closes each connection: the next POST resolves anew, gets 127.0.0.1.
-        second = await _post(rebind_url(public.port), poster)
+        second = await _post(public.rebind_url, poster)
     finally:
         await poster.aclose()
     assert first.status_code == 200
@@ -214,7 +206,7 @@ async def test_aiohttp_judges_ip_literals_it_does_not_resolve(
     listeners: tuple[Listener, Listener],
 ) -> None:
     public, private = listeners
-    poster = AiohttpPoster(allow_private=False, resolve=Rebinder(PUBLIC), policy=rebind_policy)
+    poster = AiohttpPoster(allow_private=False, resolve=Rebinder(PUBLIC), policy=Rebinder.policy)
     try:
         refused = await _post(f"http://{PRIVATE}:{private.port}/hook", poster)
         allowed = await _post(f"http://{PUBLIC}:{public.port}/hook", poster)
@@ -232,10 +224,10 @@ async def test_the_dispatcher_on_aiohttp_never_reaches_the_rebound_address(
 ) -> None:
     public, private = listeners
     secret = generate_secret()
-    config = rebinding_config(rebind_url(public.port), secret)
+    config = rebinding_config(public.rebind_url, secret)
     resolver = Rebinder.alternating()
     store = await AsyncStore.open(tmp_path / "relay.db")
-    poster = AiohttpPoster(allow_private=False, resolve=resolver, policy=rebind_policy)
+    poster = AiohttpPoster(allow_private=False, resolve=resolver, policy=Rebinder.policy)
     try:
         await store.sync_endpoints(config.endpoints)
         await seed_sessions(store, sessions=2)

@@ -1,5 +1,5 @@
 """DNS rebinding on loopback: an address policy that treats ``127.0.0.2`` as public and every
-other address as private (:func:`rebind_policy`), a resolver that answers from a script
+other address as private (:meth:`Rebinder.policy`), a resolver that answers from a script
 like a rebinding DNS server (:class:`Rebinder`), and plain HTTP listeners that record what
 reaches them (:class:`Listener`; the ``listeners`` fixture of conftest.py puts a "public"
 and a private one on the same port)."""
@@ -17,11 +17,6 @@ from sessionhook.relay.config.models import Config, DeliveryConfig, EndpointConf
 PUBLIC, PRIVATE = "127.0.0.2", "127.0.0.1"
 
 
-def rebind_policy(address: str) -> str | None:
-    """``127.0.0.2`` is "public" here; every other address is private."""
-    return None if address == PUBLIC else "private address (test policy)"
-
-
 class Rebinder:
     """A resolver answering from a script, one answer per call, the last one repeated."""
 
@@ -33,6 +28,12 @@ class Rebinder:
         self.asked.append((host, port))
         index = min(len(self.asked), len(self.answers)) - 1
         return [self.answers[index]]
+
+    @staticmethod
+    def policy(address: str) -> str | None:
+        """The address policy of these tests: ``127.0.0.2`` is "public", every other
+        address private."""
+        return None if address == PUBLIC else "private address (test policy)"
 
     @classmethod
     def alternating(cls, calls: int = 64) -> Rebinder:
@@ -74,15 +75,16 @@ class Listener:
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
+    @property
+    def rebind_url(self) -> str:
+        """A webhook URL on this listener's port by the name the :class:`Rebinder` answers
+        for."""
+        return f"http://hooks.rebind.test:{self.port}/hook"
+
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
         self.thread.join(timeout=5)
-
-
-def rebind_url(port: int) -> str:
-    """A webhook URL whose name the :class:`Rebinder` answers for."""
-    return f"http://hooks.rebind.test:{port}/hook"
 
 
 def rebinding_config(url: str, secret: str) -> Config:
