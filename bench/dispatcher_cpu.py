@@ -39,13 +39,15 @@ SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 def fill(db: Path, sessions: int, per_session: int) -> None:
     """The outbox: every event of every session queued for one endpoint."""
     sys.path.insert(0, str(ROOT))
-    from tests import test_outbox
+    # Imported here, once the checkout (where tests.support lives) is on sys.path.
+    from tests.support import backlog
+    from tests.support.store_rows import Ep
 
     from sessionhook.relay.store import Store
 
     store = Store.open(db)
-    store.endpoints.sync_endpoints([test_outbox.Ep("ep", url="http://127.0.0.1:9/hook")])
-    test_outbox.fill(store, sessions, per_session)
+    store.sync_endpoints([Ep("ep", url="http://127.0.0.1:9/hook")])
+    backlog.fill(store, sessions, per_session)
     store.close()
 
 
@@ -55,7 +57,7 @@ def child(db: Path, log_level: str) -> dict[str, float]:
     import anyio
     from pydantic import SecretStr
 
-    from sessionhook.relay.config import Config, DeliveryConfig, EndpointConfig
+    from sessionhook.relay.config.models import Config, DeliveryConfig, EndpointConfig
     from sessionhook.relay.delivery.dispatcher import DeliverySettings, Dispatcher
     from sessionhook.relay.delivery.sender import Answer
     from sessionhook.relay.store import AsyncStore, Store
@@ -87,13 +89,13 @@ def child(db: Path, log_level: str) -> dict[str, float]:
         delivery = DeliveryConfig(concurrency=16, allow_private_networks=True, timeout=5.0)
         config = Config(delivery=delivery, endpoints=(endpoint,))
         raw = Store.open(db)
-        raw.leases.register_replica(
+        raw.register_replica(
             "bench", host="bench", pid=os.getpid(), now=time.time(), lease=1e9, exclusive=True
         )
         store, stub = AsyncStore(raw), Stub()
         settings = DeliverySettings.from_config(config)
         dispatcher = Dispatcher(store, stub, settings, metrics=Metrics())  # type: ignore[arg-type]
-        total = stub.total = raw.outbox.pending_count()
+        total = stub.total = raw.pending_count()
         before, started = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
         loop_cpu = time.thread_time()  # this thread's: the event loop's, the bottleneck
         async with anyio.create_task_group() as tg:
@@ -102,7 +104,7 @@ def child(db: Path, log_level: str) -> dict[str, float]:
             await dispatcher.drain()  # the last results committed; run() then returns
         loop_cpu = time.thread_time() - loop_cpu
         after, seconds = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter() - started
-        left = raw.outbox.pending_count()
+        left = raw.pending_count()
         raw.close()
         if left:
             raise RuntimeError(f"{left} deliveries left undelivered")
