@@ -46,7 +46,7 @@ def fill(db: Path, sessions: int, per_session: int) -> None:
     from sessionhook.relay.store import Store
 
     store = Store.open(db)
-    store.sync_endpoints([Ep("ep", url="http://127.0.0.1:9/hook")])
+    store.endpoints.sync_endpoints([Ep("ep", url="http://127.0.0.1:9/hook")])
     backlog.fill(store, sessions, per_session)
     store.close()
 
@@ -57,7 +57,7 @@ def child(db: Path, log_level: str) -> dict[str, float]:
     import anyio
     from pydantic import SecretStr
 
-    from sessionhook.relay.config.models import Config, DeliveryConfig, EndpointConfig
+    from sessionhook.relay.config import Config, DeliveryConfig, EndpointConfig
     from sessionhook.relay.delivery.dispatcher import DeliverySettings, Dispatcher
     from sessionhook.relay.delivery.sender import Answer
     from sessionhook.relay.store import AsyncStore, Store
@@ -89,13 +89,13 @@ def child(db: Path, log_level: str) -> dict[str, float]:
         delivery = DeliveryConfig(concurrency=16, allow_private_networks=True, timeout=5.0)
         config = Config(delivery=delivery, endpoints=(endpoint,))
         raw = Store.open(db)
-        raw.register_replica(
+        raw.leases.register_replica(
             "bench", host="bench", pid=os.getpid(), now=time.time(), lease=1e9, exclusive=True
         )
         store, stub = AsyncStore(raw), Stub()
         settings = DeliverySettings.from_config(config)
         dispatcher = Dispatcher(store, stub, settings, metrics=Metrics())  # type: ignore[arg-type]
-        total = stub.total = raw.pending_count()
+        total = stub.total = raw.outbox.pending_count()
         before, started = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
         loop_cpu = time.thread_time()  # this thread's: the event loop's, the bottleneck
         async with anyio.create_task_group() as tg:
@@ -104,7 +104,7 @@ def child(db: Path, log_level: str) -> dict[str, float]:
             await dispatcher.drain()  # the last results committed; run() then returns
         loop_cpu = time.thread_time() - loop_cpu
         after, seconds = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter() - started
-        left = raw.pending_count()
+        left = raw.outbox.pending_count()
         raw.close()
         if left:
             raise RuntimeError(f"{left} deliveries left undelivered")

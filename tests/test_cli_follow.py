@@ -226,7 +226,7 @@ async def test_follow_stream_reconnects_with_last_event_id(backend: Backend) -> 
                 scope: anyio.CancelScope, *, task_status: anyio.abc.TaskStatus[object]
             ) -> None:
                 with scope:
-                    app = create_app(ctx, readiness=lambda: (True, []))
+                    app = create_app(ctx)
                     await health.serve(listen, app, task_status=task_status)
 
             await outer.start(serve, server)

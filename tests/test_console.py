@@ -15,7 +15,7 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 
-from sessionhook.relay.config.models import Config
+from sessionhook.relay.config import Config
 from sessionhook.relay.domain.retry import AttemptResult, Dead, Delivered
 from sessionhook.relay.ops import OperatorError
 from sessionhook.relay.store import AsyncStore, Store
@@ -24,7 +24,8 @@ from sessionhook.relay.telemetry.metrics import Metrics
 from sessionhook.relay.web import WebContext, create_app
 from sessionhook.relay.web.auth import CSRF_FIELD, MAX_FORM_BYTES, WebAuth
 from sessionhook.relay.web.console.chart import HEIGHT, WIDTH, minute_chart
-from sessionhook.relay.web.console.pages import ConsoleDeps, console_routes
+from sessionhook.relay.web.console.common import ConsoleDeps
+from sessionhook.relay.web.console.routes import console_routes
 from tests.support.backends import Backend
 from tests.support.clock import T0, Clock
 from tests.support.store_rows import Ep, activity, ingest, ready, session
@@ -56,15 +57,15 @@ def populate(store: Store) -> dict[str, Any]:
     hostile = session(1, title=f"Hostile {HOSTILE}", state="IN_PROGRESS")
     calm = session(2, title="Calm 100%_done", state="COMPLETED")
     for s in (hostile, calm):
-        store.upsert_session(s, baseline=False)
+        store.ingest.upsert_session(s, baseline=False)
     ingest(store, hostile, [activity(1, 1, userMessaged={"userMessage": HOSTILE})])
     ingest(store, calm, [activity(2, 2), activity(2, 3)])
-    deliveries = store.list_deliveries(limit=50)
+    deliveries = store.operator.list_deliveries(limit=50)
     by = {(d.session_name, d.endpoint, d.event_id): d for d in deliveries}
     hostile_beta = next(d for (s, ep, _), d in by.items() if s == hostile.name and ep == "beta")
     hostile_alpha = next(d for (s, ep, _), d in by.items() if s == hostile.name and ep == "alpha")
-    store.record_attempt(hostile_alpha.id, attempt(200, T0 + 10, "ok"), Delivered())
-    store.record_attempt(
+    store.outbox.record_attempt(hostile_alpha.id, attempt(200, T0 + 10, "ok"), Delivered())
+    store.outbox.record_attempt(
         hostile_beta.id, attempt(500, T0 + 70, f"broke {HOSTILE}", "HTTP 500"), Dead("gave up")
     )
     return {"hostile": hostile.name, "calm": calm.name, "beta": hostile_beta}
@@ -77,64 +78,66 @@ def test_sessions_filter_by_state_account_and_text_with_wildcards_taken_literall
     store: Store,
 ) -> None:
     names = populate(store)
-    every = store.console_sessions()
+    every = store.console.console_sessions()
     assert [s.name for s in every] == [names["calm"], names["hostile"]]  # latest event first
     assert every[0].events == 2 and every[0].last_event_type == "activity.progress_updated"
-    assert [s.name for s in store.console_sessions(state="COMPLETED")] == [names["calm"]]
-    assert [s.name for s in store.console_sessions(text="hostile")] == [names["hostile"]]
-    assert [s.name for s in store.console_sessions(text="100%_D")] == [names["calm"]]
-    assert store.console_sessions(text="1000") == []  # % and _ are not wildcards
-    assert store.console_sessions(account="nobody") == []
-    assert store.console_session_facets() == (["COMPLETED", "IN_PROGRESS"], ["default"])
+    assert [s.name for s in store.console.console_sessions(state="COMPLETED")] == [names["calm"]]
+    assert [s.name for s in store.console.console_sessions(text="hostile")] == [names["hostile"]]
+    assert [s.name for s in store.console.console_sessions(text="100%_D")] == [names["calm"]]
+    assert store.console.console_sessions(text="1000") == []  # % and _ are not wildcards
+    assert store.console.console_sessions(account="nobody") == []
+    assert store.console.console_session_facets() == (["COMPLETED", "IN_PROGRESS"], ["default"])
 
 
 def test_timeline_deliveries_and_attempts_of_a_session(store: Store) -> None:
     names = populate(store)
-    events = store.console_timeline(names["hostile"])
+    events = store.console.console_timeline(names["hostile"])
     assert [e.type for e in events][-1] == "activity.user_messaged"
     assert HOSTILE.encode() in events[-1].body
-    deliveries = store.deliveries_of_events([e.id for e in events])
+    deliveries = store.console.deliveries_of_events([e.id for e in events])
     assert {d.endpoint for d in deliveries} == {"alpha", "beta"}
-    attempts = store.attempts_of_deliveries([d.id for d in deliveries])
+    attempts = store.console.attempts_of_deliveries([d.id for d in deliveries])
     assert sorted(a.status_code for a in attempts) == [200, 500]
-    assert store.console_timeline(names["hostile"], after_seq=events[-1].seq) == []
-    assert store.deliveries_of_events([]) == [] and store.attempts_of_deliveries([]) == []
+    assert store.console.console_timeline(names["hostile"], after_seq=events[-1].seq) == []
+    assert store.console.deliveries_of_events(
+        []
+    ) == [] and store.console.attempts_of_deliveries([]) == []
     with pytest.raises(ValueError):
-        store.deliveries_of_events(["x"] * 501)
+        store.console.deliveries_of_events(["x"] * 501)
 
 
 def test_deliveries_filter_by_endpoint_status_and_time(store: Store, clock: Clock) -> None:
     names = populate(store)
-    dead = store.console_deliveries(status="dead")
+    dead = store.console.console_deliveries(status="dead")
     assert [d.id for d in dead] == [names["beta"].id]
-    assert all(d.endpoint == "alpha" for d in store.console_deliveries(endpoint="alpha"))
-    assert store.console_deliveries(since=clock.now + 1) == []
-    assert len(store.console_deliveries(until=clock.now + 1)) == 6
-    newest = store.console_deliveries(limit=2)
-    older = store.console_deliveries(before_id=newest[-1].id)
+    assert all(d.endpoint == "alpha" for d in store.console.console_deliveries(endpoint="alpha"))
+    assert store.console.console_deliveries(since=clock.now + 1) == []
+    assert len(store.console.console_deliveries(until=clock.now + 1)) == 6
+    newest = store.console.console_deliveries(limit=2)
+    older = store.console.console_deliveries(before_id=newest[-1].id)
     assert all(d.id < newest[-1].id for d in older) and len(newest) + len(older) == 6
 
 
 def test_attempts_per_minute_buckets_2xx_against_the_rest(store: Store) -> None:
     populate(store)
     start = int(T0)
-    assert store.attempts_per_minute(start, 5) == [
+    assert store.console.attempts_per_minute(start, 5) == [
         MinuteCounts(minute=0, ok=1, failed=0),
         MinuteCounts(minute=1, ok=0, failed=1),
     ]
-    assert store.attempts_per_minute(start + 60, 1) == [MinuteCounts(0, 0, 1)]
-    assert store.attempts_per_minute(start + 120, 60) == []
+    assert store.console.attempts_per_minute(start + 60, 1) == [MinuteCounts(0, 0, 1)]
+    assert store.console.attempts_per_minute(start + 120, 60) == []
 
 
 def test_events_after_a_seq_for_the_live_feed(store: Store) -> None:
     names = populate(store)
-    everything = store.console_events_after(0)
+    everything = store.console.console_events_after(0)
     assert [e.seq for e in everything] == sorted(e.seq for e in everything)
-    assert [e.id for e in everything] == [e.id for e in store.events_after(0)]
-    assert store.console_events_after(everything[-1].seq) == []
-    mine = store.console_events_after(0, session=names["calm"])
+    assert [e.id for e in everything] == [e.id for e in store.operator.events_after(0)]
+    assert store.console.console_events_after(everything[-1].seq) == []
+    mine = store.console.console_events_after(0, session=names["calm"])
     assert [e.session_name for e in mine] == [names["calm"]] * 2
-    assert len(store.console_events_after(0, limit=2)) == 2
+    assert len(store.console.console_events_after(0, limit=2)) == 2
 
 
 # --------------------------------------------------------------------------- the chart
@@ -174,7 +177,7 @@ def app_for(astore: AsyncStore | None, **context: Any) -> Starlette:
         clock=lambda: T0 + 600,
         **context,
     )
-    return create_app(ctx, readiness=lambda: (True, []))
+    return create_app(ctx)
 
 
 @asynccontextmanager
@@ -205,7 +208,7 @@ async def client(store: Store) -> AsyncIterator[tuple[httpx.AsyncClient, Store, 
 async def test_every_page_escapes_upstream_and_consumer_text(client: Any) -> None:
     http, _store, names = client
     beta = names["beta"]
-    attempt_id = _store.list_attempts(beta.id)[0].id
+    attempt_id = _store.operator.list_attempts(beta.id)[0].id
     pages: dict[str, str | None] = {
         "/console/sessions": "Hostile " + ESCAPED,
         f"/console/timeline?session={names['hostile']}": ESCAPED,  # title, prompt in payload
@@ -332,7 +335,7 @@ async def test_every_console_route_needs_the_token(store: Store) -> None:
             "/console/actions/endpoint", data={"name": "alpha", "enabled": "0"}, headers=bearer
         )
         assert done.status_code == 303
-    assert not next(e for e in store.endpoint_states() if e.name == "alpha").enabled
+    assert not next(e for e in store.endpoints.endpoint_states() if e.name == "alpha").enabled
 
 
 def form(token: str, **fields: str) -> dict[str, Any]:
@@ -346,10 +349,10 @@ async def test_actions_need_the_sessions_csrf_token(client: Any) -> None:
     for token in ("", "nope"):
         answer = await http.post("/console/actions/endpoint", **form(token, **disable))
         assert answer.status_code == 403
-    assert all(e.enabled for e in store.endpoint_states())
+    assert all(e.enabled for e in store.endpoints.endpoint_states())
     done = await http.post("/console/actions/endpoint", **form(names["csrf"], **disable))
     assert done.status_code == 303 and done.headers["location"] == "/console"
-    assert not next(e for e in store.endpoint_states() if e.name == "alpha").enabled
+    assert not next(e for e in store.endpoints.endpoint_states() if e.name == "alpha").enabled
     # The flash shows once, escaped, then is cleared.
     page = await http.get("/console")
     assert "endpoint alpha disabled: disabled in the console" in page.text
@@ -366,7 +369,7 @@ async def test_replay_one_event_keeps_its_id_and_a_range_needs_a_start(client: A
         **form(token, endpoint="beta", event=beta.event_id, back="//evil.test/x"),
     )
     assert queued.status_code == 303 and queued.headers["location"] == "/console"
-    replays = [d for d in store.list_deliveries(event_id=beta.event_id) if d.replayed]
+    replays = [d for d in store.operator.list_deliveries(event_id=beta.event_id) if d.replayed]
     assert len(replays) == 1 and replays[0].endpoint == "beta"
     assert "queued 1 deliveries of event" in (await http.get("/console")).text
     await http.post("/console/actions/replay", **form(token, endpoint="beta"))
@@ -387,7 +390,7 @@ async def test_a_form_larger_than_the_limit_is_refused(client: Any) -> None:
     http, store, names = client
     big = form(names["csrf"], name="alpha", enabled="0", reason="x" * MAX_FORM_BYTES)
     assert (await http.post("/console/actions/endpoint", **big)).status_code in (403, 413)
-    assert all(e.enabled for e in store.endpoint_states())
+    assert all(e.enabled for e in store.endpoints.endpoint_states())
 
 
 @pytest.mark.anyio
@@ -445,7 +448,7 @@ async def live(store: Store) -> AsyncIterator[tuple[httpx.AsyncClient, Store, di
 @pytest.mark.anyio
 async def test_the_live_feed_resumes_after_the_last_event_id(live: Any) -> None:
     http, store, names = live
-    every = store.console_events_after(0)
+    every = store.console.console_events_after(0)
     first = await read_live(http, "/console/live?after=0", 2)
     assert [e["seq"] for e in first] == [e.seq for e in every[:2]]
     resumed = await read_live(

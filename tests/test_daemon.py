@@ -70,7 +70,7 @@ async def test_stop_lets_a_delivery_in_flight_finish(tmp_path: Path) -> None:
     assert took < daemon_module.DRAIN_SECONDS
     # What was in flight was answered and recorded as delivered, not cut off.
     with Store.open(setup.config.store.path) as store:
-        delivered = {r.event_id for r in store.list_deliveries(status="delivered")}
+        delivered = {r.event_id for r in store.operator.list_deliveries(status="delivered")}
     assert {a.event_id for a in setup.receiver.arrivals} <= delivered
     assert delivered
 
@@ -94,7 +94,7 @@ async def test_drain_is_bounded_and_the_cut_delivery_stays_queued(
         assert time.monotonic() - started < 5
     assert any(e["event"] == "relay.drain_timeout" for e in logs)
     with Store.open(setup.config.store.path) as store:
-        assert store.pending_count() > 0  # the interrupted one is retried at the next start
+        assert store.outbox.pending_count() > 0  # the interrupted one is retried at the next start
 
 
 @pytest.mark.anyio
@@ -145,7 +145,7 @@ async def test_reload_keeps_the_running_config_on_error_and_applies_a_good_one(
         assert await daemon.reload() is True
         assert [e.name for e in daemon.config.endpoints] == ["rx", "second"]
         assert daemon.store is not None
-        states = await daemon.store.endpoint_states()
+        states = await daemon.store.endpoints.endpoint_states()
         assert {s.name for s in states if s.active} == {"rx", "second"}
         assert daemon.dispatcher is not None
         assert set(daemon.dispatcher.settings.endpoints) == {"rx", "second"}
@@ -297,9 +297,9 @@ async def test_health_server_answers_ready_and_metrics(tmp_path: Path) -> None:
             # A store that can no longer be written (read-only mount, full disk) is not ready.
             store = daemon.store
             assert store is not None
-            await store.call(store.store._conn.execute, "PRAGMA query_only = 1")
+            await store.call(store.store.db.conn.execute, "PRAGMA query_only = 1")
             unwritable = await http.get("/readyz")
-            await store.call(store.store._conn.execute, "PRAGMA query_only = 0")
+            await store.call(store.store.db.conn.execute, "PRAGMA query_only = 0")
         daemon.stop()
     assert ready.status_code == 200 and ready.json()["ready"] is True
     assert unwritable.status_code == 503
@@ -311,7 +311,7 @@ async def test_health_server_answers_ready_and_metrics(tmp_path: Path) -> None:
 
 def _stored_upstream_requests(store: Store) -> int:
     return int(
-        store._conn.execute("SELECT COALESCE(SUM(count), 0) FROM upstream_requests").fetchone()[0]
+        store.db.conn.execute("SELECT COALESCE(SUM(count), 0) FROM upstream_requests").fetchone()[0]
     )
 
 

@@ -19,14 +19,11 @@ from standardwebhooks import Webhook
 from structlog.testing import capture_logs
 
 from sessionhook import __version__
-from sessionhook.relay.config.models import Config, DeliveryConfig, EndpointConfig
-from sessionhook.relay.delivery.dispatcher import (
-    AttemptResult,
-    DeliverySettings,
-    Dispatcher,
-    post_event,
-)
+from sessionhook.relay.config import Config, DeliveryConfig, EndpointConfig
+from sessionhook.relay.delivery.dispatcher import DeliverySettings, Dispatcher
+from sessionhook.relay.delivery.post import post_event
 from sessionhook.relay.delivery.render_process import RenderProcess
+from sessionhook.relay.domain.retry import AttemptResult
 from sessionhook.relay.domain.signing import generate_secret
 from sessionhook.relay.store import AsyncStore, DeliveryRow
 from sessionhook.relay.telemetry.logs import LineBudget
@@ -189,7 +186,7 @@ class Rig:
 
     async def __aenter__(self) -> Rig:
         self.store = await AsyncStore.open(self.tmp_path / "relay.db")
-        await self.store.sync_endpoints(self.config.endpoints)
+        await self.store.endpoints.sync_endpoints(self.config.endpoints)
         self.expected = await seed_sessions(self.store)
         self.http = httpx.AsyncClient(transport=httpx.ASGITransport(self.receiver.app))
         self.dispatcher = Dispatcher(
@@ -206,7 +203,7 @@ class Rig:
         return {i for ids in self.expected.values() for i in ids}
 
     def rows(self) -> list[DeliveryRow]:
-        return self.store.store.list_deliveries(limit=10_000)
+        return self.store.store.operator.list_deliveries(limit=10_000)
 
     async def run_until(self, done: Callable[[], bool], *, within: float = 20.0) -> None:
         """Run the dispatcher loop until ``done()`` holds (checked on each arrival)."""
@@ -237,7 +234,7 @@ async def test_failed_attempts_are_retried_until_delivered(tmp_path: Path) -> No
         await rig.run_until(lambda: receiver.delivered_ids() == rig.all_ids)
         rows = rig.rows()
         assert {r.status for r in rows} == {"delivered"}
-        attempts = rig.store.store.list_attempts(rows[0].id)
+        attempts = rig.store.store.operator.list_attempts(rows[0].id)
         assert [a.status_code for a in attempts] == [503, 503, 200]
         # Order held through the retries: no event overtook an earlier one of its session.
         by_session = {s: [a.event_id for a in arr] for s, arr in receiver.by_session().items()}
@@ -263,9 +260,9 @@ async def test_gone_disables_the_endpoint_and_keeps_the_deliveries(tmp_path: Pat
             await rig.dispatcher.run_until_idle()
         tried = len(receiver.arrivals)
         assert 1 <= tried <= SESSIONS  # only what was already in flight when it said 410
-        (state,) = await rig.store.endpoint_states()
+        (state,) = await rig.store.endpoints.endpoint_states()
         assert not state.enabled and state.disabled_reason == "410 Gone"
-        assert await rig.store.pending_count() == SESSIONS * PER_SESSION  # kept for later
+        assert await rig.store.outbox.pending_count() == SESSIONS * PER_SESSION  # kept for later
         assert any(e["event"] == "endpoint.disabled" for e in logs)
         assert await rig.dispatcher.run_until_idle() == 0
         assert len(receiver.arrivals) == tried
@@ -304,12 +301,12 @@ async def test_private_endpoint_is_refused_unless_allowed(tmp_path: Path, allow:
         DeliverySettings.from_config(config), allow_private_networks=allow
     )
     store = await AsyncStore.open(tmp_path / "relay.db")
-    await store.sync_endpoints(config.endpoints)
+    await store.endpoints.sync_endpoints(config.endpoints)
     await seed_sessions(store, sessions=1)
     async with httpx.AsyncClient(transport=transport) as http:
         dispatcher = Dispatcher(store, http, settings)
         attempts = await dispatcher.run_until_idle()
-    rows = store.store.list_deliveries()
+    rows = store.store.operator.list_deliveries()
     await store.close()
     if allow:
         assert attempts == PER_SESSION
@@ -328,11 +325,11 @@ async def test_endpoint_failing_longer_than_disable_after_is_disabled(tmp_path: 
     async with Rig(tmp_path, receiver, config) as rig:
 
         def disabled() -> bool:
-            return not rig.store.store.endpoint_states()[0].enabled
+            return not rig.store.store.endpoints.endpoint_states()[0].enabled
 
         with capture_logs() as logs:
             await rig.run_until(disabled)
-        (state,) = await rig.store.endpoint_states()
+        (state,) = await rig.store.endpoints.endpoint_states()
         assert state.disabled_reason is not None and "failing" in state.disabled_reason
         assert any(e["event"] == "endpoint.disabled" and "failing" in e["reason"] for e in logs)
 
@@ -358,7 +355,7 @@ async def test_wake_starts_new_deliveries_without_waiting_for_the_timer(
     receiver = Receiver(SECRET)
     config = dispatch_config()
     store = await AsyncStore.open(tmp_path / "relay.db")
-    await store.sync_endpoints(config.endpoints)
+    await store.endpoints.sync_endpoints(config.endpoints)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(receiver.app)) as http:
         dispatcher = Dispatcher(store, http, DeliverySettings.from_config(config), max_wait=60.0)
         async with anyio.create_task_group() as tg:
@@ -380,7 +377,7 @@ async def _one_delivery(tmp_path: Path, endpoint: EndpointConfig) -> tuple[Async
         endpoints=(endpoint,),
     )
     store = await AsyncStore.open(tmp_path / "relay.db")
-    await store.sync_endpoints(config.endpoints)
+    await store.endpoints.sync_endpoints(config.endpoints)
     await seed_sessions(store, sessions=1)
     return store, config
 
@@ -403,14 +400,16 @@ async def test_a_retry_sends_the_bytes_of_the_first_attempt_whatever_the_config_
 
     async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
         dispatcher = Dispatcher(store, http, DeliverySettings.from_config(config))
-        (due,) = (await store.due_deliveries(time.time(), 1))[:1]
+        (due,) = (await store.outbox.due_deliveries(time.time(), 1))[:1]
         await dispatcher.attempt(due)
         # A reload changes the template between the attempts.
         changed = endpoint.model_copy(update={"template": '{"v": 2}'})
         dispatcher.update(
             DeliverySettings.from_config(config.model_copy(update={"endpoints": (changed,)}))
         )
-        (retry,) = [d for d in await store.due_deliveries(time.time() + 1, 10) if d.id == due.id]
+        (retry,) = [
+            d for d in await store.outbox.due_deliveries(time.time() + 1, 10) if d.id == due.id
+        ]
         await dispatcher.attempt(retry)
     await store.close()
     assert len(sent) == 2 and sent[0] == sent[1]
@@ -431,15 +430,15 @@ async def test_a_reload_changes_the_shape_of_the_next_first_attempt(tmp_path: Pa
 
     async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
         dispatcher = Dispatcher(store, http, DeliverySettings.from_config(config))
-        (first,) = await store.due_deliveries(time.time(), 1)
+        (first,) = await store.outbox.due_deliveries(time.time(), 1)
         await dispatcher.attempt(first)
-        (second,) = await store.due_deliveries(time.time(), 1)
+        (second,) = await store.outbox.due_deliveries(time.time(), 1)
         await dispatcher.attempt(second)  # the same config: still the stored body
         changed = endpoint.model_copy(update={"template": '{"v": 2}'})
         dispatcher.update(
             DeliverySettings.from_config(config.model_copy(update={"endpoints": (changed,)}))
         )
-        (third,) = await store.due_deliveries(time.time(), 1)
+        (third,) = await store.outbox.due_deliveries(time.time(), 1)
         await dispatcher.attempt(third)
     await store.close()
     assert json.loads(sent[0])["type"] == json.loads(sent[1])["type"] == "activity.progress_updated"
@@ -466,10 +465,10 @@ async def test_a_template_failing_at_run_time_is_a_failed_attempt_not_a_crash(
 
     async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
         dispatcher = Dispatcher(store, http, settings)
-        (due,) = (await store.due_deliveries(time.time(), 1))[:1]
+        (due,) = (await store.outbox.due_deliveries(time.time(), 1))[:1]
         with capture_logs() as logs:
             decision = await dispatcher.attempt(due)
-    (row,) = [r for r in await store.call(store.store.list_deliveries) if r.id == due.id]
+    (row,) = [r for r in await store.call(store.store.operator.list_deliveries) if r.id == due.id]
     await store.close()
     assert calls == []  # nothing sent
     assert type(decision).__name__ == "Retry"
@@ -501,7 +500,7 @@ async def test_a_render_over_its_time_budget_fails_that_attempt_only(tmp_path: P
         endpoints=endpoints,
     )
     store = await AsyncStore.open(tmp_path / "relay.db")
-    await store.sync_endpoints(config.endpoints)
+    await store.endpoints.sync_endpoints(config.endpoints)
     await seed_sessions(store, sessions=1)
     seen, transport = _capture()
     renderer = RenderProcess()
@@ -510,14 +509,14 @@ async def test_a_render_over_its_time_budget_fails_that_attempt_only(tmp_path: P
             dispatcher = Dispatcher(
                 store, http, DeliverySettings.from_config(config), renderer=renderer
             )
-            due = await store.due_deliveries(time.time(), 10)
+            due = await store.outbox.due_deliveries(time.time(), 10)
             firsts = {d.endpoint: d for d in due}
             with capture_logs() as logs:
                 failed = await dispatcher.attempt(firsts["tpl"])
                 delivered = await dispatcher.attempt(firsts["std"])
     finally:
         await renderer.aclose()
-    rows = {r.id: r for r in await store.call(store.store.list_deliveries)}
+    rows = {r.id: r for r in await store.call(store.store.operator.list_deliveries)}
     await store.close()
     assert type(failed).__name__ == "Retry" and type(delivered).__name__ == "Delivered"
     assert rows[firsts["tpl"].id].last_error == (
@@ -556,7 +555,7 @@ async def test_handed_over_but_cancelled_before_sending_is_released(tmp_path: Pa
     receiver = Receiver(SECRET)
     async with Rig(tmp_path, receiver, dispatch_config()) as rig:
         dispatcher = rig.dispatcher
-        due = await rig.store.due_deliveries(time.time(), 3)
+        due = await rig.store.outbox.due_deliveries(time.time(), 3)
         assert len(due) == 3
         with anyio.CancelScope() as scope:
             async with anyio.create_task_group() as tg, dispatcher._workers(tg) as start:
@@ -581,7 +580,7 @@ async def test_handed_to_an_idle_worker_then_cancelled_is_released(tmp_path: Pat
     receiver = Receiver(SECRET)
     async with Rig(tmp_path, receiver, dispatch_config()) as rig:
         dispatcher = rig.dispatcher
-        first, *rest = await rig.store.due_deliveries(time.time(), 3)
+        first, *rest = await rig.store.outbox.due_deliveries(time.time(), 3)
         endpoint = dispatcher.settings.endpoints["rx"]
 
         def hand(start: Any, delivery: Any) -> None:  # what _round does for each one
@@ -624,13 +623,13 @@ async def test_a_new_logging_configuration_reaches_the_next_batch(tmp_path: Path
         ) as http:
             dispatcher = Dispatcher(store, http, DeliverySettings.from_config(config))
             relay_logging.configure("warning", "json", stream=quiet)
-            (first,) = await store.due_deliveries(time.time(), 1)
+            (first,) = await store.outbox.due_deliveries(time.time(), 1)
             await dispatcher.attempt(first)
             relay_logging.configure("info", "json", stream=loud)  # a reload
-            (second,) = await store.due_deliveries(time.time(), 1)
+            (second,) = await store.outbox.due_deliveries(time.time(), 1)
             await dispatcher.attempt(second)
             with capture_logs() as logs:
-                (third,) = await store.due_deliveries(time.time(), 1)
+                (third,) = await store.outbox.due_deliveries(time.time(), 1)
                 await dispatcher.attempt(third)
     finally:
         relay_logging.reset()
@@ -671,7 +670,7 @@ def test_rate_limit_sends_n_per_second_in_order_on_a_fake_clock(
                 store_calls[0] -= 1
 
         store.call = counted  # type: ignore[method-assign]
-        await store.sync_endpoints(config.endpoints)
+        await store.endpoints.sync_endpoints(config.endpoints)
         expected = await seed_sessions(store)  # SESSIONS x PER_SESSION = 20, oldest first
         receiver = Receiver(SECRET, clock=clock.wall)
         async with httpx.AsyncClient(transport=httpx.ASGITransport(receiver.app)) as http:
@@ -707,7 +706,7 @@ async def test_successes_beyond_the_line_budget_are_counted_in_one_summary(
     receiver = Receiver(SECRET, fail_first=1)
     async with Rig(tmp_path, receiver, dispatch_config(delays=(0.0, 0.0))) as rig:
         dispatcher = rig.dispatcher
-        dispatcher._success_lines = LineBudget(5, clock=lambda: 0.0)
+        dispatcher._reports._success_lines = LineBudget(5, clock=lambda: 0.0)
         with capture_logs() as logs, anyio.fail_after(20):
             await dispatcher.run_until_idle()
         assert receiver.delivered_ids() == rig.all_ids

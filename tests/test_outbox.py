@@ -29,7 +29,7 @@ def fail(at: float = T0) -> AttemptResult:
 @pytest.fixture
 def store(backend: Backend, clock: Clock) -> Iterator[Store]:
     with backend.open(clock=clock) as opened:
-        opened.sync_endpoints([Ep("a")])
+        opened.endpoints.sync_endpoints([Ep("a")])
         yield opened
 
 
@@ -43,11 +43,11 @@ def vm_steps(store: Store, call: Any, every: int = 100) -> int:
         steps += 1
         return 0
 
-    store._conn.set_progress_handler(tick, every)
+    store.db.conn.set_progress_handler(tick, every)
     try:
         call()
     finally:
-        store._conn.set_progress_handler(None, 0)
+        store.db.conn.set_progress_handler(None, 0)
     return steps
 
 
@@ -59,7 +59,7 @@ def test_due_query_reads_the_heads_index_not_the_backlog(store: Store) -> None:
     fill(store, 5, 5)
     explain = "EXPLAIN QUERY PLAN "
     plan = [
-        row[3] for row in store._conn.execute(explain + outbox.HEADS_SQL, ("a", T0, "", T0, 16))
+        row[3] for row in store.db.conn.execute(explain + outbox.HEADS_SQL, ("a", T0, "", T0, 16))
     ]
     # The heads come from their index alone (it covers the query, claim included).
     assert any(p.startswith("SEARCH h USING COVERING INDEX outbox_heads_due") for p in plan), plan
@@ -71,7 +71,7 @@ def test_due_query_reads_the_heads_index_not_the_backlog(store: Store) -> None:
     # The chosen heads' rows: every table is reached by a key lookup, never scanned. With a
     # dispatcher round's worth of ids, the delivery is still found by its key (a status
     # condition in SQL made the planner walk an index on status instead).
-    plan = [row[3] for row in store._conn.execute(explain + outbox.rows_sql(16), range(1, 17))]
+    plan = [row[3] for row in store.db.conn.execute(explain + outbox.rows_sql(16), range(1, 17))]
     assert not any(p.startswith("SCAN") for p in plan), plan
     assert any(p.startswith("SEARCH d USING INTEGER PRIMARY KEY") for p in plan), plan
 
@@ -82,23 +82,23 @@ def test_heads_in_flight_cost_no_row_reads(tmp_path: Path) -> None:
     what handing out 16 does (when each head's row was joined before it was skipped, the
     two cost the same)."""
     with Store.open(tmp_path / "f.db", clock=Clock()) as s:
-        s.sync_endpoints([Ep("a")])
+        s.endpoints.sync_endpoints([Ep("a")])
         fill(s, 20, 5)
         in_flight = {("a", f"sessions/{n}") for n in range(15)}
-        (one,) = s.due_deliveries(T0, 1, in_flight)
+        (one,) = s.outbox.due_deliveries(T0, 1, in_flight)
         assert (one.endpoint, one.session_name) not in in_flight
-        past_busy = vm_steps(s, lambda: s.due_deliveries(T0, 1, in_flight), every=10)
-        sixteen = vm_steps(s, lambda: s.due_deliveries(T0, 16), every=10)
+        past_busy = vm_steps(s, lambda: s.outbox.due_deliveries(T0, 1, in_flight), every=10)
+        sixteen = vm_steps(s, lambda: s.outbox.due_deliveries(T0, 16), every=10)
         assert 2 * past_busy < sixteen, (past_busy, sixteen)
 
 
 def test_caps_bound_each_endpoint_and_skip_full_ones(store: Store) -> None:
     """The dispatcher's free slots per endpoint: an endpoint with none gets nothing, the
     others at most their cap, busy keys still skipped; on both engines."""
-    store.sync_endpoints([Ep("a"), Ep("b"), Ep("c")])
+    store.endpoints.sync_endpoints([Ep("a"), Ep("b"), Ep("c")])
     fill(store, 10, 3)
-    assert len(store.due_deliveries(T0, 30)) == 30
-    due = store.due_deliveries(T0, 30, {("b", "sessions/0")}, {"a": 0, "b": 4, "c": 30})
+    assert len(store.outbox.due_deliveries(T0, 30)) == 30
+    due = store.outbox.due_deliveries(T0, 30, {("b", "sessions/0")}, {"a": 0, "b": 4, "c": 30})
     by_endpoint = {e: [d for d in due if d.endpoint == e] for e in "abc"}
     assert by_endpoint["a"] == []
     assert len(by_endpoint["b"]) == 4
@@ -111,12 +111,14 @@ def test_caps_bound_each_endpoint_and_skip_full_ones(store: Store) -> None:
 
 @sqlite_only  # SQLite's VM steps
 def test_a_full_endpoint_costs_no_reads(store: Store) -> None:
-    store.sync_endpoints([Ep("a"), Ep("b"), Ep("c")])
+    store.endpoints.sync_endpoints([Ep("a"), Ep("b"), Ep("c")])
     fill(store, 10, 3)
-    only_b = vm_steps(store, lambda: store.due_deliveries(T0, 5, (), {"a": 0, "b": 5, "c": 0}))
-    store.set_endpoint_enabled("a", False, "test")
-    store.set_endpoint_enabled("c", False, "test")
-    alone = vm_steps(store, lambda: store.due_deliveries(T0, 5, (), {"b": 5}))
+    only_b = vm_steps(
+        store, lambda: store.outbox.due_deliveries(T0, 5, (), {"a": 0, "b": 5, "c": 0})
+    )
+    store.endpoints.set_endpoint_enabled("a", False, "test")
+    store.endpoints.set_endpoint_enabled("c", False, "test")
+    alone = vm_steps(store, lambda: store.outbox.due_deliveries(T0, 5, (), {"b": 5}))
     assert only_b <= alone + 1, (only_b, alone)
 
 
@@ -127,14 +129,16 @@ def test_due_query_work_does_not_grow_with_the_backlog(tmp_path: Path, query: st
     work = []
     for per_session in (10, 400):
         with Store.open(tmp_path / f"{per_session}.db", clock=Clock()) as s:
-            s.sync_endpoints([Ep("a")])
+            s.endpoints.sync_endpoints([Ep("a")])
             fill(s, 20, per_session)
-            assert s.pending_count() == 20 * per_session
+            assert s.outbox.pending_count() == 20 * per_session
             if query == "due":
-                assert len(s.due_deliveries(T0, 16)) == 16
-                steps = vm_steps(s, lambda s=s: s.due_deliveries(T0, 16, {("a", "sessions/0")}))
+                assert len(s.outbox.due_deliveries(T0, 16)) == 16
+                steps = vm_steps(
+                    s, lambda s=s: s.outbox.due_deliveries(T0, 16, {("a", "sessions/0")})
+                )
             else:
-                steps = vm_steps(s, lambda s=s: s.next_due_at(after=T0))
+                steps = vm_steps(s, lambda s=s: s.outbox.next_due_at(after=T0))
             work.append(steps)
     small, large = work
     assert large <= small * 1.2 + 5, f"work grew with the backlog: {small} -> {large}"
@@ -142,44 +146,46 @@ def test_due_query_work_does_not_grow_with_the_backlog(tmp_path: Path, query: st
 
 def test_heads_follow_every_kind_of_write(store: Store, clock: Clock) -> None:
     fill(store, 2, 3)
-    first = store.due_deliveries(T0, 10)
+    first = store.outbox.due_deliveries(T0, 10)
     assert len(first) == 2  # one head per session
     by_session = {d.session_name: d for d in first}
     # Delivered: the next one of that session becomes due; a retry moves the head's time.
-    store.record_attempts(
+    store.outbox.record_attempts(
         [
             AttemptRecord(by_session["sessions/0"].id, ok(), Delivered()),
             AttemptRecord(by_session["sessions/1"].id, fail(), Retry(at=T0 + 60)),
         ]
     )
-    due = store.due_deliveries(T0, 10)
+    due = store.outbox.due_deliveries(T0, 10)
     assert [d.session_name for d in due] == ["sessions/0"]
     assert due[0].id > by_session["sessions/0"].id
-    assert store.next_due_at(after=T0) == T0 + 60
+    assert store.outbox.next_due_at(after=T0) == T0 + 60
     # Dead: the session's next delivery becomes the head at once.
-    store.record_attempt(by_session["sessions/1"].id, fail(), Dead())
-    assert {d.session_name for d in store.due_deliveries(T0, 10)} == {"sessions/0", "sessions/1"}
+    store.outbox.record_attempt(by_session["sessions/1"].id, fail(), Dead())
+    assert {d.session_name for d in store.outbox.due_deliveries(T0, 10)} == {
+        "sessions/0", "sessions/1"
+    }
     # Replay (an INSERT ... SELECT) adds rows behind the existing heads.
-    heads = {d.id for d in store.due_deliveries(T0, 10)}
-    assert store.replay("a", since=0) > 0
-    assert {d.id for d in store.due_deliveries(T0, 10)} == heads
+    heads = {d.id for d in store.outbox.due_deliveries(T0, 10)}
+    assert store.operator.replay("a", since=0) > 0
+    assert {d.id for d in store.outbox.due_deliveries(T0, 10)} == heads
     # The heads table equals what the old GROUP BY over all open rows says.
     expected = set(
-        store._conn.execute(
+        store.db.conn.execute(
             "SELECT MIN(id) FROM deliveries WHERE status IN ('pending', 'failed') "
             "GROUP BY endpoint, session_name"
         ).fetchall()
     )
-    assert set(store._conn.execute("SELECT delivery_id FROM outbox_heads").fetchall()) == expected
+    assert set(store.db.conn.execute("SELECT delivery_id FROM outbox_heads").fetchall()) == expected
 
 
 def test_a_disabled_endpoint_keeps_its_heads_but_gets_nothing(store: Store) -> None:
-    store.sync_endpoints([Ep("a"), Ep("b")])
+    store.endpoints.sync_endpoints([Ep("a"), Ep("b")])
     fill(store, 3, 2)
-    store.set_endpoint_enabled("b", False, "operator")
-    assert {d.endpoint for d in store.due_deliveries(T0, 10)} == {"a"}
-    store.set_endpoint_enabled("b", True)
-    assert {d.endpoint for d in store.due_deliveries(T0, 10)} == {"a", "b"}
+    store.endpoints.set_endpoint_enabled("b", False, "operator")
+    assert {d.endpoint for d in store.outbox.due_deliveries(T0, 10)} == {"a"}
+    store.endpoints.set_endpoint_enabled("b", True)
+    assert {d.endpoint for d in store.outbox.due_deliveries(T0, 10)} == {"a", "b"}
 
 
 # --------------------------------------------------------------------------- group commit
@@ -188,68 +194,72 @@ def test_a_disabled_endpoint_keeps_its_heads_but_gets_nothing(store: Store) -> N
 @sqlite_only  # SQLite's query plan / trace callback / 0.1 rows
 def test_a_batch_is_one_transaction_with_per_record_failing_since(store: Store) -> None:
     fill(store, 3, 1)
-    d = store.due_deliveries(T0, 10)
+    d = store.outbox.due_deliveries(T0, 10)
     commits: list[str] = []
-    store._conn.set_trace_callback(lambda sql: commits.append(sql) if sql == "COMMIT" else None)
-    failing = store.record_attempts(
+    store.db.conn.set_trace_callback(lambda sql: commits.append(sql) if sql == "COMMIT" else None)
+    failing = store.outbox.record_attempts(
         [
             AttemptRecord(d[0].id, fail(T0 + 1), Retry(at=T0 + 60)),
             AttemptRecord(d[1].id, fail(T0 + 2), Retry(at=T0 + 60)),
             AttemptRecord(d[2].id, ok(T0 + 3), Delivered()),
         ]
     )
-    store._conn.set_trace_callback(None)
+    store.db.conn.set_trace_callback(None)
     assert commits == ["COMMIT"]
     assert failing == [T0 + 1, T0 + 1, None]
-    (state,) = store.endpoint_states()
+    (state,) = store.endpoints.endpoint_states()
     assert state.failing_since is None and state.last_success_at == pytest.approx(T0 + 3.002)
-    numbers = store._conn.execute("SELECT delivery_id, attempt FROM attempts").fetchall()
+    numbers = store.db.conn.execute("SELECT delivery_id, attempt FROM attempts").fetchall()
     assert sorted(numbers) == sorted((x.id, 1) for x in d)
 
 
 def test_failing_since_after_success_first_and_when_already_failing(store: Store) -> None:
     fill(store, 4, 1)
-    d = store.due_deliveries(T0, 10)
+    d = store.outbox.due_deliveries(T0, 10)
     # A success first clears the clock: the batch's later failure starts a new one.
-    assert store.record_attempts(
+    assert store.outbox.record_attempts(
         [
             AttemptRecord(d[0].id, ok(T0 + 1), Delivered()),
             AttemptRecord(d[1].id, fail(T0 + 2), Retry(at=T0 + 60)),
         ]
     ) == [None, T0 + 2]
-    (state,) = store.endpoint_states()
+    (state,) = store.endpoints.endpoint_states()
     assert state.failing_since == T0 + 2
     # Already failing: a later batch's failures keep the stored start.
-    assert store.record_attempts([AttemptRecord(d[2].id, fail(T0 + 9), Retry(at=T0 + 60))]) == [
+    assert store.outbox.record_attempts(
+        [AttemptRecord(d[2].id, fail(T0 + 9), Retry(at=T0 + 60))]
+    ) == [
         T0 + 2
     ]
-    (state,) = store.endpoint_states()
+    (state,) = store.endpoints.endpoint_states()
     assert state.failing_since == T0 + 2
-    assert store.record_attempts([AttemptRecord(d[3].id, ok(T0 + 10), Delivered())]) == [None]
-    (state,) = store.endpoint_states()
+    assert store.outbox.record_attempts([AttemptRecord(d[3].id, ok(T0 + 10), Delivered())]) == [
+        None
+    ]
+    (state,) = store.endpoints.endpoint_states()
     assert state.failing_since is None
 
 
 @sqlite_only  # SQLite's trace callback
 def test_a_batch_of_successes_does_not_read_the_failing_clock(store: Store) -> None:
     fill(store, 3, 1)
-    d = store.due_deliveries(T0, 10)
+    d = store.outbox.due_deliveries(T0, 10)
     statements: list[str] = []
-    store._conn.set_trace_callback(statements.append)
-    store.record_attempts([AttemptRecord(x.id, ok(T0 + 1), Delivered()) for x in d])
-    store._conn.set_trace_callback(None)
+    store.db.conn.set_trace_callback(statements.append)
+    store.outbox.record_attempts([AttemptRecord(x.id, ok(T0 + 1), Delivered()) for x in d])
+    store.db.conn.set_trace_callback(None)
     assert not [sql for sql in statements if "SELECT failing_since" in sql]
 
 
 def test_a_failing_batch_records_nothing(store: Store) -> None:
     fill(store, 2, 1)
-    d = store.due_deliveries(T0, 10)
+    d = store.outbox.due_deliveries(T0, 10)
     with pytest.raises(Exception, match="unknown delivery"):
-        store.record_attempts(
+        store.outbox.record_attempts(
             [AttemptRecord(d[0].id, ok(), Delivered()), AttemptRecord(999_999, ok(), Delivered())]
         )
-    assert store._conn.execute("SELECT COUNT(*) FROM attempts").fetchone()[0] == 0
-    assert store.pending_count() == 2
+    assert store.db.conn.execute("SELECT COUNT(*) FROM attempts").fetchone()[0] == 0
+    assert store.outbox.pending_count() == 2
 
 
 # --------------------------------------------------------------------------- retention
@@ -257,28 +267,30 @@ def test_a_failing_batch_records_nothing(store: Store) -> None:
 
 def test_prune_removes_old_attempts_and_delivered_rows_only(store: Store, clock: Clock) -> None:
     fill(store, 4, 2)
-    first = {d.session_name: d for d in store.due_deliveries(T0, 10)}
-    store.record_attempts(
+    first = {d.session_name: d for d in store.outbox.due_deliveries(T0, 10)}
+    store.outbox.record_attempts(
         [
             AttemptRecord(first["sessions/0"].id, ok(T0), Delivered()),
             AttemptRecord(first["sessions/1"].id, fail(T0), Dead()),
             AttemptRecord(first["sessions/2"].id, fail(T0), Retry(at=T0 + 10)),
         ]
     )
-    recent = {d.session_name: d for d in store.due_deliveries(T0 + 86400 * 10, 10)}
-    store.record_attempt(recent["sessions/3"].id, ok(T0 + 86400 * 10), Delivered())
-    events_before = store._conn.execute("SELECT COUNT(*) FROM events").fetchone()[0]
-    attempts, deliveries = store.prune_delivery_log(T0 + 86400 * 5, batch=1)
+    recent = {d.session_name: d for d in store.outbox.due_deliveries(T0 + 86400 * 10, 10)}
+    store.outbox.record_attempt(recent["sessions/3"].id, ok(T0 + 86400 * 10), Delivered())
+    events_before = store.db.conn.execute("SELECT COUNT(*) FROM events").fetchone()[0]
+    attempts, deliveries = store.outbox.prune_delivery_log(T0 + 86400 * 5, batch=1)
     assert (attempts, deliveries) == (3, 1)
-    rows = {r[0]: r[1] for r in store._conn.execute("SELECT id, status FROM deliveries").fetchall()}
+    rows = {
+        r[0]: r[1] for r in store.db.conn.execute("SELECT id, status FROM deliveries").fetchall()
+    }
     assert first["sessions/0"].id not in rows  # delivered long ago: gone
     assert rows[first["sessions/1"].id] == "dead"  # a dead letter stays (replayable)
     assert rows[first["sessions/2"].id] == "failed"  # open rows stay
     assert rows[recent["sessions/3"].id] == "delivered"  # recent: kept, with its attempt
-    assert store.list_attempts(recent["sessions/3"].id)
+    assert store.operator.list_attempts(recent["sessions/3"].id)
     # The archive is never touched, and the outbox still works.
-    assert store._conn.execute("SELECT COUNT(*) FROM events").fetchone()[0] == events_before
-    assert {d.session_name for d in store.due_deliveries(T0 + 86400 * 10, 10)} == {
+    assert store.db.conn.execute("SELECT COUNT(*) FROM events").fetchone()[0] == events_before
+    assert {d.session_name for d in store.outbox.due_deliveries(T0 + 86400 * 10, 10)} == {
         "sessions/0",
         "sessions/1",
         "sessions/2",
@@ -304,24 +316,24 @@ def test_codec_round_trips_any_bytes(body: bytes, reference: bytes, context: byt
 
 def test_bodies_come_back_byte_for_byte_and_take_far_less_room(store: Store) -> None:
     s = session(7, prompt="Refactor the parser and keep the public API " * 4)
-    store.upsert_session(s, baseline=False)
+    store.ingest.upsert_session(s, baseline=False)
     acts = [activity(7, i, text=f"step {i}: rewrote module {i % 5} " * 3) for i in range(60)]
     evs = [events.activity_event(s, a, max_media_bytes=1000) for a in acts]
     evs.append(events.session_discovered(s))
-    store.ingest_activities(s.name, acts, evs[:-1], True)
-    store.ingest_session_events(s.name, evs[-1:], True)
+    store.ingest.ingest_activities(s.name, acts, evs[:-1], True)
+    store.ingest.ingest_session_events(s.name, evs[-1:], True)
     by_id = {e.id: e.body for e in evs}
-    archived = {row.id: row.body for row in store.iter_events()}
+    archived = {row.id: row.body for row in store.operator.iter_events()}
     assert archived == by_id  # every byte of every body
-    due = store.due_deliveries(T0, 100)
+    due = store.outbox.due_deliveries(T0, 100)
     assert all(d.body == by_id[d.event_id] for d in due)
-    assert store.get_event(evs[5].id).body == evs[5].body  # type: ignore[union-attr]
+    assert store.operator.get_event(evs[5].id).body == evs[5].body  # type: ignore[union-attr]
     for a in acts:
-        raw = store.activity_raw(a.name)
+        raw = store.ingest.activity_raw(a.name)
         assert raw is not None and json.loads(raw) == a.to_wire()
     stored = sum(
-        r[0] for r in store._conn.execute("SELECT length(body) FROM events").fetchall()
-    ) + sum(r[0] for r in store._conn.execute("SELECT length(data) FROM body_refs").fetchall())
+        r[0] for r in store.db.conn.execute("SELECT length(body) FROM events").fetchall()
+    ) + sum(r[0] for r in store.db.conn.execute("SELECT length(data) FROM body_refs").fetchall())
     plain = sum(len(b) for b in by_id.values())
     assert stored < plain / 4, (stored, plain)
 
@@ -329,31 +341,31 @@ def test_bodies_come_back_byte_for_byte_and_take_far_less_room(store: Store) -> 
 @sqlite_only  # SQLite's query plan / trace callback / 0.1 rows
 def test_rows_written_as_text_before_0004_are_still_read(store: Store) -> None:
     s = session(3)
-    store.upsert_session(s, baseline=False)
+    store.ingest.upsert_session(s, baseline=False)
     a = activity(3, 1)
     ev = events.activity_event(s, a, max_media_bytes=1000)
-    store.ingest_activities(s.name, [a], [ev], True)
+    store.ingest.ingest_activities(s.name, [a], [ev], True)
     # What a 0.1 database holds: plain JSON text, no reference.
     raw = json.dumps(a.to_wire(), separators=(",", ":"))
-    store._conn.execute("UPDATE activities SET raw = ?", (raw,))
-    store._conn.execute("UPDATE events SET body = ?, body_ref = NULL", (ev.body.decode(),))
-    assert store.activity_raw(a.name) == raw.encode()
-    assert [row.body for row in store.iter_events()] == [ev.body]
-    (due,) = store.due_deliveries(T0, 10)
+    store.db.conn.execute("UPDATE activities SET raw = ?", (raw,))
+    store.db.conn.execute("UPDATE events SET body = ?, body_ref = NULL", (ev.body.decode(),))
+    assert store.ingest.activity_raw(a.name) == raw.encode()
+    assert [row.body for row in store.operator.iter_events()] == [ev.body]
+    (due,) = store.outbox.due_deliveries(T0, 10)
     assert due.body == ev.body
 
 
 def test_a_rolled_back_ingest_leaves_no_stale_reference(store: Store) -> None:
     s = session(4)
-    store.upsert_session(s, baseline=False)
+    store.ingest.upsert_session(s, baseline=False)
     a = activity(4, 1)
     ev = events.activity_event(s, a, max_media_bytes=1000)
     bad = events.Event("evt_x", "activity.unknown", s.name, None, "", 0.0, b"\xff")
     with pytest.raises(UnicodeDecodeError):
-        store.ingest_activities(s.name, [a], [ev, bad], True)
-    assert store._conn.execute("SELECT COUNT(*) FROM body_refs").fetchone()[0] == 0
-    store.ingest_activities(s.name, [a], [ev], True)
-    (due,) = store.due_deliveries(T0, 10)
+        store.ingest.ingest_activities(s.name, [a], [ev, bad], True)
+    assert store.db.conn.execute("SELECT COUNT(*) FROM body_refs").fetchone()[0] == 0
+    store.ingest.ingest_activities(s.name, [a], [ev], True)
+    (due,) = store.outbox.due_deliveries(T0, 10)
     assert due.body == ev.body
 
 
@@ -361,9 +373,9 @@ def test_migration_builds_heads_for_an_existing_outbox(tmp_path: Path) -> None:
     """A 0.1 database with open deliveries gets its heads when 0004 runs."""
     path = tmp_path / "old.db"
     with Store.open(path, clock=Clock()) as s:
-        s.sync_endpoints([Ep("a")])
+        s.endpoints.sync_endpoints([Ep("a")])
         fill(s, 3, 4)
-        expected = {d.id for d in s.due_deliveries(T0, 10)}
+        expected = {d.id for d in s.outbox.due_deliveries(T0, 10)}
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("DELETE FROM outbox_heads")
     conn.execute("DROP TABLE outbox_heads")
@@ -383,4 +395,4 @@ def test_migration_builds_heads_for_an_existing_outbox(tmp_path: Path) -> None:
         conn.execute(statement)
     conn.close()
     with Store.open(path, clock=Clock()) as s:
-        assert {d.id for d in s.due_deliveries(T0, 10)} == expected
+        assert {d.id for d in s.outbox.due_deliveries(T0, 10)} == expected

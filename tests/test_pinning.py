@@ -21,9 +21,10 @@ from standardwebhooks import Webhook
 
 from sessionhook.cli import cli
 from sessionhook.cli._output import Runtime
-from sessionhook.relay.config.models import load_config
-from sessionhook.relay.delivery.dispatcher import DeliverySettings, Dispatcher, post_event
+from sessionhook.relay.config import load_config
+from sessionhook.relay.delivery.dispatcher import DeliverySettings, Dispatcher
 from sessionhook.relay.delivery.pinning import PinnedTransport
+from sessionhook.relay.delivery.post import post_event
 from sessionhook.relay.domain.addresses import BlockedAddressError
 from sessionhook.relay.domain.signing import generate_secret
 from sessionhook.relay.store import AsyncStore
@@ -107,13 +108,13 @@ async def test_the_dispatcher_never_reaches_the_rebound_address(
     resolver = Rebinder.alternating()
     store = await AsyncStore.open(tmp_path / "relay.db")
     try:
-        await store.sync_endpoints(config.endpoints)
+        await store.endpoints.sync_endpoints(config.endpoints)
         expected = await seed_sessions(store, sessions=2)
         transport = PinnedTransport(allow_private=False, resolve=resolver, policy=Rebinder.policy)
         async with httpx.AsyncClient(transport=transport) as http:
             dispatcher = Dispatcher(store, http, DeliverySettings.from_config(config))
             await dispatcher.run_until_idle()
-        rows = store.store.list_deliveries()
+        rows = store.store.operator.list_deliveries()
     finally:
         await store.close()
     assert private.connections == 0

@@ -18,7 +18,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from structlog.testing import capture_logs
 
-from sessionhook.api.client import RetryPolicy, SessionsClient
+from sessionhook.api import RetryPolicy
+from sessionhook.api.client import SessionsClient
 from sessionhook.api.errors import ApiError
 from sessionhook.api.models import parse_timestamp
 from sessionhook.emulator.app import create_app
@@ -152,16 +153,16 @@ async def test_the_dispatcher_is_woken_only_when_deliveries_were_queued(
     would find nothing new); once an endpoint takes them, every ingest that queued
     deliveries wakes it."""
     async with PollerHarness(tmp_path) as h:
-        await h.store.call(h.store.store.set_endpoint_enabled, "ep", False)
+        await h.store.call(h.store.store.endpoints.set_endpoint_enabled, "ep", False)
         first = await h.api.create_session("Fix the flaky test")
         await finish(h, first.name)
         assert len(h.archived(first.name)) > 3
-        assert await h.store.pending_count() == 0
+        assert await h.store.outbox.pending_count() == 0
         assert h.enqueued == 0
-        await h.store.call(h.store.store.set_endpoint_enabled, "ep", True)
+        await h.store.call(h.store.store.endpoints.set_endpoint_enabled, "ep", True)
         second = await h.api.create_session("Add a health check")
         await finish(h, second.name)
-        assert await h.store.pending_count() > 0
+        assert await h.store.outbox.pending_count() > 0
         assert h.enqueued > 0
 
 
@@ -173,7 +174,7 @@ async def test_store_calls_a_new_session_costs(
     store's thread on the path that paces a backfill). A replica alone on its store claims
     no polls (the claims would be no-ops); one that shares it claims and releases each."""
     async with PollerHarness(tmp_path) as h:
-        h.store.store.register_replica(
+        h.store.store.leases.register_replica(
             "r1", host="h", pid=1, now=h.clock(), lease=30.0, exclusive=exclusive
         )
         made: list[str] = []
@@ -196,7 +197,7 @@ async def test_store_calls_a_new_session_costs(
             assert claims == releases == 0
         else:
             assert claims == releases > 0
-        types = [e.type for e in h.store.store.iter_events(session=session.name)]
+        types = [e.type for e in h.store.store.operator.iter_events(session=session.name)]
         assert types.count("session.discovered") == 1
         assert types[0] == "session.discovered"
 
@@ -211,7 +212,7 @@ async def test_new_sessions_are_announced_and_every_activity_archived_once(
         )
         second = await h.api.create_session("Fix the flaky test")
         await finish(h, first.name, second.name)
-        events = list(h.store.store.iter_events())
+        events = list(h.store.store.operator.iter_events())
         types = [e.type for e in events]
         assert types.count("session.discovered") == 2
         assert "session.pull_request_opened" in types
@@ -221,7 +222,7 @@ async def test_new_sessions_are_announced_and_every_activity_archived_once(
         for name in (first.name, second.name):
             assert sorted(h.archived(name)) == sorted(await h.upstream_activities(name))
         # Everything was enqueued for the endpoint, exactly once per event.
-        assert await h.store.pending_count() == len(events)
+        assert await h.store.outbox.pending_count() == len(events)
         assert h.enqueued > 0
 
 
@@ -252,15 +253,19 @@ async def test_without_backfill_only_what_happens_after_the_first_start_is_deliv
         await h.poller.discover()
         epoch = h.clock.now
         await finish(h, old.name)
-        events = list(h.store.store.iter_events(session=old.name))
-        sent = {r.event_id for r in h.store.store.list_deliveries(session=old.name, limit=1000)}
+        events = list(h.store.store.operator.iter_events(session=old.name))
+        sent = {
+            r.event_id for r in h.store.store.operator.list_deliveries(session=old.name, limit=1000)
+        }
         assert {e.id for e in events if e.occurred_ts >= epoch} == sent
         assert sent and len(sent) < len(events)  # history archived, not sent
         assert "session.discovered" not in {e.type for e in events if e.id in sent}
         new = await h.api.create_session("New work after the first start")
         await finish(h, new.name)
-        new_events = {e.id for e in h.store.store.iter_events(session=new.name)}
-        sent = {r.event_id for r in h.store.store.list_deliveries(session=new.name, limit=1000)}
+        new_events = {e.id for e in h.store.store.operator.iter_events(session=new.name)}
+        sent = {
+            r.event_id for r in h.store.store.operator.list_deliveries(session=new.name, limit=1000)
+        }
         assert sent == new_events
 
 
@@ -272,8 +277,8 @@ async def test_sessions_created_while_discovery_fails_are_not_history(tmp_path: 
             await h.poller.discover()  # the first start: nothing exists yet, and it fails
         session = await h.api.create_session("Created during the outage")
         await finish(h, session.name)
-        events = {e.id for e in h.store.store.iter_events(session=session.name)}
-        sent = {r.event_id for r in h.store.store.list_deliveries(limit=1000)}
+        events = {e.id for e in h.store.store.operator.iter_events(session=session.name)}
+        sent = {r.event_id for r in h.store.store.operator.list_deliveries(limit=1000)}
         assert events and sent == events
 
 
@@ -313,7 +318,7 @@ async def test_ingested_metric_counts_each_new_event_by_its_type(tmp_path: Path)
         session = await h.api.create_session("Paged work")
         h.clock.now += 8
         await finish(h, session.name)
-        archived = Counter(e.type for e in h.store.store.iter_events())
+        archived = Counter(e.type for e in h.store.store.operator.iter_events())
         counted = {
             sample.labels["type"]: sample.value
             for family in text_string_to_metric_families(h.metrics.render().decode())
@@ -353,7 +358,7 @@ async def test_an_activity_committed_late_is_archived_when_the_session_settles(
         late.hidden = hidden
         for _ in range(3):  # the cursor moves past the hidden activity's createTime + overlap
             await h.round()
-        row = await h.store.get_session(session.name)
+        row = await h.store.ingest.get_session(session.name)
         assert row is not None and row.activity_cursor
         hidden_at = (await h.api.get_activity(hidden)).create_time
         assert parse_timestamp(row.activity_cursor) - parse_timestamp(hidden_at) > timedelta(
@@ -483,7 +488,7 @@ async def test_a_404_is_transient_for_a_young_session_and_final_later(tmp_path: 
             assert await h.poller.poll_due() == {session.name: "retry"}
             h.clock.now += 1.5  # past the backoff, still working (IN_PROGRESS)
             assert await h.poller.poll_due() == {session.name: "ok"}
-            discovered = list(h.store.store.iter_events(type_glob="session.discovered"))
+            discovered = list(h.store.store.operator.iter_events(type_glob="session.discovered"))
             assert discovered[0].payload()["data"]["session"]["url"]  # not the list item
             # Deleted later: the 404 is final, the session is dropped with a log line.
             await h.api.delete_session(session.name)
@@ -515,7 +520,9 @@ async def test_a_failing_get_of_one_new_session_holds_up_neither_the_pass_nor_th
         await h.poller.discover()
         assert unlucky.name in await h.poller.poll_due()
         announced = {
-            e.session_name for e in h.store.store.iter_events(type_glob="session.discovered")
+            e.session_name for e in h.store.store.operator.iter_events(
+                type_glob="session.discovered"
+            )
         }
         assert announced == {lucky.name, unlucky.name}
 
@@ -618,7 +625,7 @@ async def test_cursor_overlap_keeps_equal_timestamps_after_a_failed_page(
         assert await poller.poll_due() == {"sessions/1": "retry"}
         clock.now += 60
         assert await poller.poll_due() == {"sessions/1": "ok"}
-        archived = [e.activity_name for e in store.store.iter_events() if e.activity_name]
+        archived = [e.activity_name for e in store.store.operator.iter_events() if e.activity_name]
         await store.close()
     assert archived == fake.names
 

@@ -53,7 +53,7 @@ async def _first_poll_of_settled(h: PollerHarness, prompt: str) -> str:
 
 
 def _types(h: PollerHarness, name: str) -> list[str]:
-    return [e.type for e in h.store.store.iter_events(session=name)]
+    return [e.type for e in h.store.store.operator.iter_events(session=name)]
 
 
 async def test_a_session_discovered_settled_is_read_once(tmp_path: Path) -> None:
@@ -82,7 +82,7 @@ async def test_a_first_walk_past_discoverys_read_reads_the_session_again(tmp_pat
         )
         await h.poller.discover()  # read while it works
         assert h.count("get_session") == 1
-        row = await h.store.get_session(session.name)
+        row = await h.store.ingest.get_session(session.name)
         assert row is not None and row.state != "COMPLETED"
         h.clock.now += SETTLED_AFTER  # it completes before its first poll walks
         await h.poller.poll_due()
@@ -111,7 +111,7 @@ async def test_a_change_discoverys_read_missed_is_told_after_the_next_list_read(
         # ...the next list read shows the state it missed, and the refresh tells it all.
         await h.round()
         assert h.count("get_session") == 2
-        events = list(h.store.store.iter_events(session=name))
+        events = list(h.store.store.operator.iter_events(session=name))
         changed = [json.loads(e.body) for e in events if e.type == "session.state_changed"]
         assert [(c["data"]["previous_state"], c["data"]["session"]["state"]) for c in changed] == [
             ("IN_PROGRESS", "COMPLETED")

@@ -13,7 +13,8 @@ import httpx
 import pytest
 from structlog.testing import capture_logs
 
-from sessionhook.api.client import RetryPolicy, SessionsClient
+from sessionhook.api import RetryPolicy
+from sessionhook.api.client import SessionsClient
 from sessionhook.api.models import Activity, Session, parse_timestamp
 from sessionhook.relay.domain import events
 from sessionhook.relay.polling import name_problem
@@ -73,7 +74,7 @@ class Tamper(httpx.AsyncBaseTransport):
 
 
 def refused(h: PollerHarness) -> dict[str, str]:
-    return {r.name: r.reason for r in h.store.store.refused_activities()}
+    return {r.name: r.reason for r in h.store.store.refusals.refused_activities()}
 
 
 def metric(h: PollerHarness, name: str, **labels: str) -> float:
@@ -117,7 +118,7 @@ async def test_foreign_and_nameless_activities_are_refused_and_the_page_goes_on(
         name = "sessionhook_activities_refused_total"
         assert metric(h, name, reason="foreign_name") == 1
         assert metric(h, name, reason="not_a_name") == 1
-        summary = h.store.store.status_summary(h.clock())
+        summary = h.store.store.operator.status_summary(h.clock())
         assert summary.refused.total == 2
 
 
@@ -134,7 +135,7 @@ async def test_items_that_are_no_activity_are_refused_and_the_page_goes_on(
         tamper.add_items(session.name, broken, first=True)
         await finish(h, session.name)
         assert h.archived(session.name) == await h.upstream_activities(session.name)
-        rows = h.store.store.refused_activities()
+        rows = h.store.store.refusals.refused_activities()
         assert [(r.name, r.reason) for r in rows] == [("", "malformed")]  # nameless: one row
         assert rows[0].count >= 2
         assert "not an activity" in rows[0].detail
@@ -162,7 +163,7 @@ async def test_text_that_is_not_unicode_is_refused_and_the_daemon_goes_on(
         tamper.add_items(session.name, bad)
         await finish(h, session.name)
         assert h.archived(session.name) == await h.upstream_activities(session.name)
-        rows = {r.name: r for r in h.store.store.refused_activities()}
+        rows = {r.name: r for r in h.store.store.refusals.refused_activities()}
         assert set(rows) == {bad[0]["name"], ""}
         assert all(r.reason == "malformed" and "not Unicode" in r.detail for r in rows.values())
 
@@ -179,7 +180,7 @@ async def test_a_name_archived_under_another_session_is_refused_as_duplicate(
         # An archive written by a version that accepted foreign names: the victim's first
         # activity sits under the decoy already.
         stolen = Activity(name=victim[0], create_time="2025-06-15T00:00:00Z")
-        await h.store.ingest_activities(decoy.name, [stolen], [], False)
+        await h.store.ingest.ingest_activities(decoy.name, [stolen], [], False)
         for _ in range(30):
             await h.round()
         upstream = await h.upstream_activities(session.name)
@@ -203,7 +204,7 @@ async def test_a_createtime_in_the_future_does_not_carry_the_cursor_past_what_co
         assert first in h.archived(session.name)  # archived and delivered, not dropped
         await finish(h, session.name)
         assert sorted(h.archived(session.name)) == sorted(await h.upstream_activities(session.name))
-        row = h.store.store.get_session(session.name)
+        row = h.store.store.ingest.get_session(session.name)
         assert row is not None and row.activity_cursor is not None
         assert parse_timestamp(row.activity_cursor).year < 9999
         assert parse_timestamp(row.activity_cursor).timestamp() <= h.clock() + 1.0
@@ -216,7 +217,7 @@ async def test_one_activity_too_large_is_refused_by_name_and_the_walk_goes_on(
     tamper = h.transport(Tamper)
     limit = 64 * 1024
     h.client = SessionsClient(
-        h.client._http,  # the harness's counted transport
+        h._http,  # the harness's counted transport
         base_url="http://emu.test",
         api_key="k",
         retry=RetryPolicy(max_attempts=1),
@@ -240,7 +241,7 @@ async def test_one_activity_too_large_is_refused_by_name_and_the_walk_goes_on(
             n for n in await h.upstream_activities(session.name) if n != huge
         )
         assert refused(h) == {huge: "too_large"}
-        row = h.store.store.refused_activities()[0]
+        row = h.store.store.refusals.refused_activities()[0]
         assert row.size is not None and row.size > 3 * limit
         assert row.create_time  # the scan found its createTime
         first = [e for e in logs if e["event"] == "poll.activity_refused"]
@@ -280,7 +281,7 @@ async def test_runaway_pagination_backs_the_session_off_with_growing_delays(
         with capture_logs() as logs:
             for _ in range(6):
                 outcomes = await h.round(40)
-                tracked = h.poller._tracked[session.name]
+                tracked = h.poller.state.tracked[session.name]
                 if outcomes.get(session.name) == "retry":
                     tracked_delays.append(tracked.backoff_until - h.clock())
         assert len(tracked_delays) >= 3

@@ -20,7 +20,8 @@ import pytest
 from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
-from sessionhook.api.client import RetryPolicy, SessionsClient
+from sessionhook.api import RetryPolicy
+from sessionhook.api.client import SessionsClient
 from sessionhook.cli import cli
 from sessionhook.emulator.app import create_app
 from sessionhook.relay.delivery.dispatcher import DeliverySettings, Dispatcher
@@ -51,10 +52,10 @@ def pair(backend: Backend) -> Iterator[tuple[Store, Store]]:
     """Two replicas, ``a`` and ``b``, on one store (each engine) with 3 sessions x 2
     deliveries."""
     with backend.open(clock=Clock()) as a, backend.open(clock=Clock()) as b:
-        a.sync_endpoints([Ep("ep")])
+        a.endpoints.sync_endpoints([Ep("ep")])
         fill(a, 3, 2)
-        a.register_replica("aaaa", host="h1", pid=1, now=T0, lease=LEASE)
-        b.register_replica("bbbb", host="h2", pid=2, now=T0, lease=LEASE)
+        a.leases.register_replica("aaaa", host="h1", pid=1, now=T0, lease=LEASE)
+        b.leases.register_replica("bbbb", host="h2", pid=2, now=T0, lease=LEASE)
         yield a, b
 
 
@@ -67,41 +68,41 @@ def keys(due: list) -> set[tuple[str, str]]:  # type: ignore[type-arg]
 
 def test_a_claimed_head_is_not_handed_to_another_replica(pair: tuple[Store, Store]) -> None:
     a, b = pair
-    first = a.due_deliveries(T0, 2)
+    first = a.outbox.due_deliveries(T0, 2)
     assert len(first) == 2
-    rest = b.due_deliveries(T0, 10)
+    rest = b.outbox.due_deliveries(T0, 10)
     # b gets the third session only: the claimed heads are a's, and each key's second
     # delivery waits behind its head (one in flight per key, across replicas).
     assert len(rest) == 1
     assert not keys(first) & keys(rest)
-    claims = a.delivery_claims(T0)
+    claims = a.leases.delivery_claims(T0)
     assert {claims[d.id][0] for d in first} == {"aaaa"}
     assert {claims[d.id][0] for d in rest} == {"bbbb"}
     assert all(at == T0 for _, at in claims.values())
-    assert a.delivery_claims(T0 + LEASE + 1) == {}  # both silent since: no live claim
+    assert a.leases.delivery_claims(T0 + LEASE + 1) == {}  # both silent since: no live claim
 
 
 def test_recording_an_attempt_releases_the_claim_and_the_next_goes_anywhere(
     pair: tuple[Store, Store],
 ) -> None:
     a, b = pair
-    (head,) = a.due_deliveries(T0, 1)
-    assert b.due_deliveries(T0, 10) and head.key not in keys(b.due_deliveries(T0, 10))
-    a.record_attempts([AttemptRecord(head.id, ok(), Delivered())])
-    assert head.id not in a.delivery_claims(T0)
+    (head,) = a.outbox.due_deliveries(T0, 1)
+    assert b.outbox.due_deliveries(T0, 10) and head.key not in keys(b.outbox.due_deliveries(T0, 10))
+    a.outbox.record_attempts([AttemptRecord(head.id, ok(), Delivered())])
+    assert head.id not in a.leases.delivery_claims(T0)
     # The key's next delivery (a later id) is free for any replica, in order.
-    after = b.due_deliveries(T0 + 1, 10)
+    after = b.outbox.due_deliveries(T0 + 1, 10)
     same_key = [d for d in after if d.key == head.key]
     assert len(same_key) == 1 and same_key[0].id > head.id
 
 
 def test_a_retry_keeps_order_and_frees_the_head(pair: tuple[Store, Store]) -> None:
     a, b = pair
-    (head,) = a.due_deliveries(T0, 1)
-    a.record_attempts([AttemptRecord(head.id, ok(), Retry(at=T0 + 5))])
+    (head,) = a.outbox.due_deliveries(T0, 1)
+    a.outbox.record_attempts([AttemptRecord(head.id, ok(), Retry(at=T0 + 5))])
     # Not due yet for anyone, and the key's later delivery never overtakes it.
-    assert head.key not in keys(b.due_deliveries(T0 + 1, 10))
-    again = [d for d in b.due_deliveries(T0 + 6, 10) if d.key == head.key]
+    assert head.key not in keys(b.outbox.due_deliveries(T0 + 1, 10))
+    again = [d for d in b.outbox.due_deliveries(T0 + 6, 10) if d.key == head.key]
     assert [d.id for d in again] == [head.id]
 
 
@@ -109,55 +110,55 @@ def test_a_dead_replicas_claims_are_taken_over_when_they_expire(
     pair: tuple[Store, Store],
 ) -> None:
     a, b = pair
-    mine = a.due_deliveries(T0, 10)
+    mine = a.outbox.due_deliveries(T0, 10)
     assert len(mine) == 3
-    assert b.due_deliveries(T0 + LEASE - 0.1, 10) == []  # a is silent, its lease holds
-    b.heartbeat_replica(T0 + LEASE)  # b is alive
-    taken = b.due_deliveries(T0 + LEASE + 0.1, 10)  # expired: b takes every head over
+    assert b.outbox.due_deliveries(T0 + LEASE - 0.1, 10) == []  # a is silent, its lease holds
+    b.leases.heartbeat_replica(T0 + LEASE)  # b is alive
+    taken = b.outbox.due_deliveries(T0 + LEASE + 0.1, 10)  # expired: b takes every head over
     assert {d.id for d in taken} == {d.id for d in mine}
-    assert {owner for owner, _ in b.delivery_claims(T0 + LEASE + 0.1).values()} == {"bbbb"}
+    assert {owner for owner, _ in b.leases.delivery_claims(T0 + LEASE + 0.1).values()} == {"bbbb"}
 
 
 def test_a_heartbeat_extends_every_claim(pair: tuple[Store, Store]) -> None:
     a, b = pair
-    a.due_deliveries(T0, 10)
-    a.claim_session_poll("sessions/0", T0)
-    assert a.acquire_lease("poller:default", T0)
-    a.heartbeat_replica(T0 + LEASE - 1)
+    a.outbox.due_deliveries(T0, 10)
+    a.leases.claim_session_poll("sessions/0", T0)
+    assert a.leases.acquire_lease("poller:default", T0)
+    a.leases.heartbeat_replica(T0 + LEASE - 1)
     later = T0 + LEASE + 1  # past the first expiry, within the extended one
-    assert b.due_deliveries(later, 10) == []
-    assert not b.claim_session_poll("sessions/0", later)
-    assert not b.acquire_lease("poller:default", later)
-    assert len(a.delivery_claims(later)) == 3  # alive, so its claims are live
-    assert a.delivery_claims(T0 + 2 * LEASE) == {}  # silent since its heartbeat
+    assert b.outbox.due_deliveries(later, 10) == []
+    assert not b.leases.claim_session_poll("sessions/0", later)
+    assert not b.leases.acquire_lease("poller:default", later)
+    assert len(a.leases.delivery_claims(later)) == 3  # alive, so its claims are live
+    assert a.leases.delivery_claims(T0 + 2 * LEASE) == {}  # silent since its heartbeat
 
 
 def test_unstarted_deliveries_go_back(pair: tuple[Store, Store]) -> None:
     a, b = pair
-    handed = a.due_deliveries(T0, 10)
-    a.release_delivery_claims([handed[0].key])
-    assert keys(b.due_deliveries(T0, 10)) == {handed[0].key}
+    handed = a.outbox.due_deliveries(T0, 10)
+    a.leases.release_delivery_claims([handed[0].key])
+    assert keys(b.outbox.due_deliveries(T0, 10)) == {handed[0].key}
 
 
 def test_own_claims_are_handed_out_again_to_their_owner(pair: tuple[Store, Store]) -> None:
     """A head a replica claimed and did not start (rate limit, full slots) is its own to
     start next round; the in-flight ones are excluded by ``busy``."""
     a, _ = pair
-    first = a.due_deliveries(T0, 10)
-    again = a.due_deliveries(T0 + 0.5, 10, busy={first[0].key})
+    first = a.outbox.due_deliveries(T0, 10)
+    again = a.outbox.due_deliveries(T0 + 0.5, 10, busy={first[0].key})
     assert keys(again) == keys(first) - {first[0].key}
 
 
 def test_a_clean_stop_releases_everything_at_once(pair: tuple[Store, Store]) -> None:
     a, b = pair
-    a.due_deliveries(T0, 10)
-    a.claim_session_poll("sessions/1", T0)
-    a.acquire_lease("poller:default", T0)
-    a.retire_replica(T0 + 1)
-    assert len(b.due_deliveries(T0 + 1, 10)) == 3
-    assert b.claim_session_poll("sessions/1", T0 + 1)
-    assert b.acquire_lease("poller:default", T0 + 1)
-    (row,) = [r for r in b.replicas() if r.id == "aaaa"]
+    a.outbox.due_deliveries(T0, 10)
+    a.leases.claim_session_poll("sessions/1", T0)
+    a.leases.acquire_lease("poller:default", T0)
+    a.leases.retire_replica(T0 + 1)
+    assert len(b.outbox.due_deliveries(T0 + 1, 10)) == 3
+    assert b.leases.claim_session_poll("sessions/1", T0 + 1)
+    assert b.leases.acquire_lease("poller:default", T0 + 1)
+    (row,) = [r for r in b.leases.replicas() if r.id == "aaaa"]
     assert row.stopped_at == T0 + 1 and row.deliveries == 0 and row.leases == ()
 
 
@@ -165,14 +166,14 @@ def test_an_unregistered_handle_reads_without_claiming_and_skips_live_claims(
     backend: Backend, pair: tuple[Store, Store]
 ) -> None:
     a, _ = pair
-    mine = a.due_deliveries(T0, 1)
+    mine = a.outbox.due_deliveries(T0, 1)
     with backend.open(clock=Clock()) as reader:
-        seen = reader.due_deliveries(T0, 10)
+        seen = reader.outbox.due_deliveries(T0, 10)
         assert mine[0].key not in keys(seen)
         assert len(seen) == 2
-        assert len(reader.due_deliveries(T0, 10)) == 2  # nothing was claimed
-        assert reader.claim_session_poll("sessions/0", T0)  # alone: always may
-    assert len(a.delivery_claims(T0)) == 1
+        assert len(reader.outbox.due_deliveries(T0, 10)) == 2  # nothing was claimed
+        assert reader.leases.claim_session_poll("sessions/0", T0)  # alone: always may
+    assert len(a.leases.delivery_claims(T0)) == 1
 
 
 # --------------------------------------------------------------------------- polls, leases
@@ -180,37 +181,37 @@ def test_an_unregistered_handle_reads_without_claiming_and_skips_live_claims(
 
 def test_one_replica_polls_a_session_at_a_time(pair: tuple[Store, Store]) -> None:
     a, b = pair
-    assert a.claim_session_poll("sessions/0", T0)
-    assert a.claim_session_poll("sessions/0", T0 + 1)  # ours already
-    assert not b.claim_session_poll("sessions/0", T0 + 1)
-    assert b.claim_session_poll("sessions/1", T0 + 1)  # another session: free
-    a.release_session_poll("sessions/0")
-    assert b.claim_session_poll("sessions/0", T0 + 2)
-    assert not a.claim_session_poll("sessions/0", T0 + 2)
-    assert a.claim_session_poll("sessions/0", T0 + 2 + LEASE + 0.1)  # b went silent
+    assert a.leases.claim_session_poll("sessions/0", T0)
+    assert a.leases.claim_session_poll("sessions/0", T0 + 1)  # ours already
+    assert not b.leases.claim_session_poll("sessions/0", T0 + 1)
+    assert b.leases.claim_session_poll("sessions/1", T0 + 1)  # another session: free
+    a.leases.release_session_poll("sessions/0")
+    assert b.leases.claim_session_poll("sessions/0", T0 + 2)
+    assert not a.leases.claim_session_poll("sessions/0", T0 + 2)
+    assert a.leases.claim_session_poll("sessions/0", T0 + 2 + LEASE + 0.1)  # b went silent
 
 
 def test_a_named_lease_has_one_holder_and_moves_when_it_expires(
     pair: tuple[Store, Store],
 ) -> None:
     a, b = pair
-    assert b.lease_expires_at("poller:default") is None  # nobody holds it
-    assert a.acquire_lease("poller:default", T0)
-    assert not b.acquire_lease("poller:default", T0 + 1)
-    assert b.lease_expires_at("poller:default") == T0 + LEASE  # a's heartbeat + lease
-    a.heartbeat_replica(T0 + 5)  # the lease lives as long as its holder
-    assert b.lease_expires_at("poller:default") == T0 + 5 + LEASE
-    assert a.acquire_lease("poller:default", T0 + 5)  # still a's
-    b.heartbeat_replica(T0 + 5 + LEASE)
-    assert not b.acquire_lease("poller:default", T0 + 5 + LEASE - 0.1)
-    assert b.acquire_lease("poller:default", T0 + 5 + LEASE + 0.1)  # a went silent
-    assert not a.acquire_lease("poller:default", T0 + 5 + LEASE + 0.2)
-    (lease,) = a.leases()
+    assert b.leases.lease_expires_at("poller:default") is None  # nobody holds it
+    assert a.leases.acquire_lease("poller:default", T0)
+    assert not b.leases.acquire_lease("poller:default", T0 + 1)
+    assert b.leases.lease_expires_at("poller:default") == T0 + LEASE  # a's heartbeat + lease
+    a.leases.heartbeat_replica(T0 + 5)  # the lease lives as long as its holder
+    assert b.leases.lease_expires_at("poller:default") == T0 + 5 + LEASE
+    assert a.leases.acquire_lease("poller:default", T0 + 5)  # still a's
+    b.leases.heartbeat_replica(T0 + 5 + LEASE)
+    assert not b.leases.acquire_lease("poller:default", T0 + 5 + LEASE - 0.1)
+    assert b.leases.acquire_lease("poller:default", T0 + 5 + LEASE + 0.1)  # a went silent
+    assert not a.leases.acquire_lease("poller:default", T0 + 5 + LEASE + 0.2)
+    (lease,) = a.leases.leases()
     assert (lease.owner, lease.acquired_at) == ("bbbb", T0 + 5 + LEASE + 0.1)
-    b.retire_replica(T0 + 20 + LEASE)  # a clean stop: nobody holds it any more
-    assert a.lease_expires_at("poller:default") is None
-    a.release_lease("poller:default")  # not a's: nothing happens
-    assert a.leases() == []
+    b.leases.retire_replica(T0 + 20 + LEASE)  # a clean stop: nobody holds it any more
+    assert a.leases.lease_expires_at("poller:default") is None
+    a.leases.release_lease("poller:default")  # not a's: nothing happens
+    assert a.leases.leases() == []
 
 
 def test_replicas_share_one_request_budget(pair: tuple[Store, Store]) -> None:
@@ -218,7 +219,7 @@ def test_replicas_share_one_request_budget(pair: tuple[Store, Store]) -> None:
     granted = 0
     for i in range(10):
         for handle in (a, b):
-            got, _wait = handle.take_budget("default", T0 + i * 0.1, 12, count=5)
+            got, _wait = handle.economy.take_budget("default", T0 + i * 0.1, 12, count=5)
             granted += got
     assert granted == 12
 
@@ -228,15 +229,15 @@ def test_replicas_share_one_request_budget(pair: tuple[Store, Store]) -> None:
 
 def test_replicas_show_what_each_holds(pair: tuple[Store, Store]) -> None:
     a, b = pair
-    a.due_deliveries(T0, 2)
-    b.claim_session_poll("sessions/2", T0)
-    b.acquire_lease("poller:default", T0)
-    rows = {r.id: r for r in a.replicas()}
+    a.outbox.due_deliveries(T0, 2)
+    b.leases.claim_session_poll("sessions/2", T0)
+    b.leases.acquire_lease("poller:default", T0)
+    rows = {r.id: r for r in a.leases.replicas()}
     assert (rows["aaaa"].host, rows["aaaa"].pid, rows["aaaa"].deliveries) == ("h1", 1, 2)
     assert (rows["bbbb"].polls, rows["bbbb"].leases) == (1, ("poller:default",))
     assert rows["aaaa"].alive(T0 + LEASE) and not rows["aaaa"].alive(T0 + LEASE + 1)
-    assert a.endpoint_claims(T0) == {"ep": {"aaaa": 2}}
-    assert a.endpoint_claims(T0 + LEASE + 1) == {}
+    assert a.leases.endpoint_claims(T0) == {"ep": {"aaaa": 2}}
+    assert a.leases.endpoint_claims(T0 + LEASE + 1) == {}
     metrics = Metrics()
     metrics.refresh_replicas(rows.values(), T0 + 1)
     text = metrics.render().decode()
@@ -249,11 +250,11 @@ def test_replicas_show_what_each_holds(pair: tuple[Store, Store]) -> None:
 
 def test_a_replica_gone_for_a_day_is_forgotten(tmp_path: Path) -> None:
     with Store.open(tmp_path / "r.db", clock=Clock()) as s:
-        s.register_replica("old", host="h", pid=1, now=T0, lease=LEASE)
-        s.register_replica("new", host="h", pid=2, now=T0 + 3600, lease=LEASE)
-        assert [r.id for r in s.replicas()] == ["old", "new"]
-        s.register_replica("newer", host="h", pid=3, now=T0 + 25 * 3600, lease=LEASE)
-        assert [r.id for r in s.replicas()] == ["new", "newer"]
+        s.leases.register_replica("old", host="h", pid=1, now=T0, lease=LEASE)
+        s.leases.register_replica("new", host="h", pid=2, now=T0 + 3600, lease=LEASE)
+        assert [r.id for r in s.leases.replicas()] == ["old", "new"]
+        s.leases.register_replica("newer", host="h", pid=3, now=T0 + 25 * 3600, lease=LEASE)
+        assert [r.id for r in s.leases.replicas()] == ["new", "newer"]
 
 
 def test_lease_arithmetic() -> None:
@@ -282,11 +283,12 @@ async def test_two_dispatchers_share_the_outbox_one_in_flight_per_session(
     config = dispatch_config(concurrency=3)
     stores = [await AsyncStore.open(tmp_path / "relay.db") for _ in range(2)]
     try:
-        await stores[0].sync_endpoints(config.endpoints)
+        await stores[0].endpoints.sync_endpoints(config.endpoints)
         expected = await seed_sessions(stores[0], sessions=6)
         for n, store in enumerate(stores):
             await store.call(
-                store.store.register_replica, f"r{n}", host="h", pid=n, now=time.time(), lease=30
+                store.store.leases.register_replica, f"r{n}", host="h", pid=n, now=time.time(),
+                lease=30
             )
         http = httpx.AsyncClient(transport=httpx.ASGITransport(receiver.app))
         metrics = [Metrics(), Metrics()]
@@ -356,7 +358,8 @@ async def test_one_replica_polls_an_account_and_another_takes_over_when_it_dies(
         for who in ("a", "b"):
             store = await AsyncStore.open(tmp_path / "relay.db")
             await store.call(
-                store.store.register_replica, who, host="h", pid=1, now=time.time(), lease=lease
+                store.store.leases.register_replica, who, host="h", pid=1, now=time.time(),
+                lease=lease
             )
             http = httpx.AsyncClient(transport=counting(who))
             client = SessionsClient(
@@ -381,11 +384,11 @@ async def test_one_replica_polls_an_account_and_another_takes_over_when_it_dies(
                     await pollers[1].first_pass_done.wait()  # standing by: ready too
                     await anyio.sleep(1.0)
                     assert lists["a"] >= 2 and lists["b"] == 0
-                    holders = {r.owner for r in stores[1].store.leases()}
+                    holders = {r.owner for r in stores[1].store.leases.leases()}
                     assert holders == {"a"}
                     scopes[0].cancel()  # "kill -9": nothing released, the lease expires
                     await b_listed.wait()
-                    assert {r.owner for r in stores[1].store.leases()} == {"b"}
+                    assert {r.owner for r in stores[1].store.leases.leases()} == {"b"}
                     tg.cancel_scope.cancel()
         finally:
             for http in https:
@@ -401,13 +404,13 @@ def test_status_deliveries_and_endpoints_show_which_replica_holds_what(tmp_path:
     path = tmp_path / "relay.db"
     now = time.time()
     with Store.open(path, clock=Clock(now)) as a, Store.open(path, clock=Clock(now)) as b:
-        a.sync_endpoints([Ep("ep")])
+        a.endpoints.sync_endpoints([Ep("ep")])
         fill(a, 2, 2)
-        a.register_replica("aaaa", host="h1", pid=11, now=now, lease=LEASE)
-        b.register_replica("bbbb", host="h2", pid=22, now=now, lease=LEASE)
-        (mine,) = a.due_deliveries(now, 1)
-        b.acquire_lease("poller:default", now)
-        b.retire_replica(now)  # a clean stop: shown as stopped, holding nothing
+        a.leases.register_replica("aaaa", host="h1", pid=11, now=now, lease=LEASE)
+        b.leases.register_replica("bbbb", host="h2", pid=22, now=now, lease=LEASE)
+        (mine,) = a.outbox.due_deliveries(now, 1)
+        b.leases.acquire_lease("poller:default", now)
+        b.leases.retire_replica(now)  # a clean stop: shown as stopped, holding nothing
     runner = CliRunner()
 
     status = runner.invoke(cli, ["status", "--db", str(path)])
@@ -454,14 +457,14 @@ def test_dead_replicas_are_known_without_waiting_when_certain() -> None:
 
 def test_reaping_frees_a_dead_replicas_claims_at_once(pair: tuple[Store, Store]) -> None:
     a, b = pair
-    a.due_deliveries(T0, 10)
-    a.claim_session_poll("sessions/0", T0)
-    a.acquire_lease("poller:default", T0)
-    assert b.reap_replicas(["aaaa", "bbbb"], T0 + 1) == 1  # never itself
-    assert len(b.due_deliveries(T0 + 1, 10)) == 3
-    assert b.claim_session_poll("sessions/0", T0 + 1)
-    assert b.acquire_lease("poller:default", T0 + 1)
-    assert {r.id: r.stopped_at for r in b.replicas()} == {"aaaa": T0 + 1, "bbbb": None}
+    a.outbox.due_deliveries(T0, 10)
+    a.leases.claim_session_poll("sessions/0", T0)
+    a.leases.acquire_lease("poller:default", T0)
+    assert b.leases.reap_replicas(["aaaa", "bbbb"], T0 + 1) == 1  # never itself
+    assert len(b.outbox.due_deliveries(T0 + 1, 10)) == 3
+    assert b.leases.claim_session_poll("sessions/0", T0 + 1)
+    assert b.leases.acquire_lease("poller:default", T0 + 1)
+    assert {r.id: r.stopped_at for r in b.leases.replicas()} == {"aaaa": T0 + 1, "bbbb": None}
 
 
 @pytest.mark.anyio
@@ -473,7 +476,7 @@ async def test_postgresql_notifies_every_replica_when_deliveries_are_enqueued(
     heard = anyio.Event()
     listening = anyio.Event()
     with PostgresStore.open(pg_url, clock=Clock()) as writer:
-        writer.sync_endpoints([Ep("ep")])
+        writer.endpoints.sync_endpoints([Ep("ep")])
         async with anyio.create_task_group() as tg:
             calls = 0
 

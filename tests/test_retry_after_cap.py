@@ -11,7 +11,7 @@ import pytest
 from pydantic import SecretStr
 
 from sessionhook.api.models import Activity, ProgressUpdated, Session
-from sessionhook.relay.config.models import Config, DeliveryConfig, EndpointConfig
+from sessionhook.relay.config import Config, DeliveryConfig, EndpointConfig
 from sessionhook.relay.delivery.dispatcher import DeliverySettings, Dispatcher
 from sessionhook.relay.domain.events import activity_event
 from sessionhook.relay.domain.retry import (
@@ -81,7 +81,7 @@ async def test_dispatcher_caps_retry_after_and_rows_behind_wait_on_it(tmp_path: 
     store = await AsyncStore.open(tmp_path / "relay.db")
     http = httpx.AsyncClient(transport=httpx.MockTransport(handler))
     try:
-        await store.sync_endpoints(config.endpoints)
+        await store.endpoints.sync_endpoints(config.endpoints)
         session = Session(name="sessions/42", state="IN_PROGRESS", title="t")
         ids = await seed_session(store, session, 3)
         dispatcher = Dispatcher(store, http, DeliverySettings.from_config(config), guard=allow)
@@ -89,7 +89,7 @@ async def test_dispatcher_caps_retry_after_and_rows_behind_wait_on_it(tmp_path: 
         await dispatcher.run_until_idle()
         after = time.time()
         assert answered == [ids[0]]  # only the head of the session was tried
-        rows = sorted(store.store.list_deliveries(), key=lambda r: r.id)
+        rows = sorted(store.store.operator.list_deliveries(), key=lambda r: r.id)
         head, *behind = rows
         assert head.status == "failed" and head.attempts == 1
         assert head.next_attempt_at is not None
@@ -111,10 +111,10 @@ async def test_waiting_on_is_per_endpoint_and_session(tmp_path: Path) -> None:
     )
     store = await AsyncStore.open(tmp_path / "relay.db")
     try:
-        await store.sync_endpoints(endpoints)
+        await store.endpoints.sync_endpoints(endpoints)
         for sid in ("sessions/1", "sessions/2"):
             session = Session(name=sid, state="IN_PROGRESS")
-            await store.upsert_session(session, baseline=False)
+            await store.ingest.upsert_session(session, baseline=False)
             activities = [
                 Activity(
                     name=f"{sid}/activities/{j:032x}",
@@ -124,8 +124,8 @@ async def test_waiting_on_is_per_endpoint_and_session(tmp_path: Path) -> None:
                 for j in range(2)
             ]
             built = [activity_event(session, a, max_media_bytes=10) for a in activities]
-            await store.ingest_activities(sid, activities, built, True)
-        rows = store.store.list_deliveries(limit=100)
+            await store.ingest.ingest_activities(sid, activities, built, True)
+        rows = store.store.operator.list_deliveries(limit=100)
         by_key: dict[tuple[str, str], list[int]] = {}
         for row in sorted(rows, key=lambda r: r.id):
             by_key.setdefault((row.endpoint, row.session_name), []).append(row.id)
@@ -137,8 +137,8 @@ async def test_waiting_on_is_per_endpoint_and_session(tmp_path: Path) -> None:
         # Deliver one head: the row behind it is free (a delivered row never blocks).
         head, second = by_key[("a", "sessions/1")]
         ok = AttemptResult(200, None, 1.0, "", None, time.time())
-        await store.record_attempt(head, ok, Delivered())
-        again = {r.id: r.waiting_on for r in store.store.list_deliveries(limit=100)}
+        await store.outbox.record_attempt(head, ok, Delivered())
+        again = {r.id: r.waiting_on for r in store.store.operator.list_deliveries(limit=100)}
         assert again[second] is None
         assert again[head] is None
     finally:

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 from standardwebhooks import Webhook
 
-from sessionhook.relay.delivery.dispatcher import DeliverySettings, Dispatcher, post_event
+from sessionhook.relay.delivery.dispatcher import DeliverySettings, Dispatcher
+from sessionhook.relay.delivery.post import post_event
 from sessionhook.relay.delivery.sender import AiohttpPoster
 from sessionhook.relay.domain.signing import generate_secret
 from sessionhook.relay.store import AsyncStore
@@ -229,11 +230,11 @@ async def test_the_dispatcher_on_aiohttp_never_reaches_the_rebound_address(
     store = await AsyncStore.open(tmp_path / "relay.db")
     poster = AiohttpPoster(allow_private=False, resolve=resolver, policy=Rebinder.policy)
     try:
-        await store.sync_endpoints(config.endpoints)
+        await store.endpoints.sync_endpoints(config.endpoints)
         await seed_sessions(store, sessions=2)
         dispatcher = Dispatcher(store, poster, DeliverySettings.from_config(config))
         await dispatcher.run_until_idle()
-        rows = store.store.list_deliveries()
+        rows = store.store.operator.list_deliveries()
     finally:
         await poster.aclose()
         await store.close()

@@ -25,30 +25,30 @@ def test_a_write_on_a_full_disk_commits_nothing_and_works_once_space_returns(
     tmp_path: Path,
 ) -> None:
     with tiny_filesystem(tmp_path / "fs", 1024) as fs, Store.open(fs / "relay.db") as store:
-        store.set_meta("before", "1")
+        store.meta.set_meta("before", "1")
         ballast = Ballast(fs)
         ballast.fill()
         failed = None
         for i in range(50):  # SQLite may still reuse space it holds: write until it cannot
             try:
-                store.set_meta(f"k{i}", BIG)
+                store.meta.set_meta(f"k{i}", BIG)
             except StoreFullError as exc:
                 failed = i
                 assert "database or disk is full" in str(exc)
                 break
         assert failed is not None, "the filesystem never filled up"
-        assert store.get_meta(f"k{failed}") is None  # nothing of the failed write
-        assert store.get_meta("before") == "1"
+        assert store.meta.get_meta(f"k{failed}") is None  # nothing of the failed write
+        assert store.meta.get_meta("before") == "1"
         ballast.free()
         # The same write goes through: the failed COMMIT did not leave a transaction open.
-        store.set_meta(f"k{failed}", BIG)
-        assert store.get_meta(f"k{failed}") == BIG
+        store.meta.set_meta(f"k{failed}", BIG)
+        assert store.meta.get_meta(f"k{failed}") == BIG
 
 
 def test_an_existing_store_opens_again_once_space_returns(tmp_path: Path) -> None:
     with tiny_filesystem(tmp_path / "fs", 1024) as fs:
         with Store.open(fs / "relay.db") as store:
-            store.set_meta("kept", "yes")
+            store.meta.set_meta("kept", "yes")
         ballast = Ballast(fs)
         ballast.fill()
         # A cleanly closed WAL store needs room for its -shm index to open.
@@ -58,7 +58,7 @@ def test_an_existing_store_opens_again_once_space_returns(tmp_path: Path) -> Non
             Store.open_readonly(fs / "relay.db")  # what `sessionhook status` says
         ballast.free()
         with Store.open(fs / "relay.db") as store:
-            assert store.get_meta("kept") == "yes"
+            assert store.meta.get_meta("kept") == "yes"
 
 
 class Observer:
@@ -80,13 +80,13 @@ async def _capped(path: Path, *, wait: bool = True) -> tuple[AsyncStore, Observe
     observer = Observer()
     store = await AsyncStore.open(path, wait_for_space=wait, observer=observer)
     store._retry_base = 0.02  # a test's patience, not production's
-    pages = await store.call(lambda: store.store._conn.execute("PRAGMA page_count").fetchone()[0])
-    await store.call(store.store._conn.execute, f"PRAGMA max_page_count = {pages}")
+    pages = await store.call(lambda: store.store.db.conn.execute("PRAGMA page_count").fetchone()[0])
+    await store.call(store.store.db.conn.execute, f"PRAGMA max_page_count = {pages}")
     return store, observer
 
 
 async def _uncap(store: AsyncStore) -> None:
-    await store.call(store.store._conn.execute, "PRAGMA max_page_count = 1073741823")
+    await store.call(store.store.db.conn.execute, "PRAGMA max_page_count = 1073741823")
 
 
 @pytest.mark.anyio
@@ -95,7 +95,7 @@ async def test_a_write_waits_for_space_then_commits(tmp_path: Path) -> None:
     done = anyio.Event()
 
     async def write() -> None:
-        await store.write(store.store.set_meta, "big", BIG)
+        await store.write(store.store.meta.set_meta, "big", BIG)
         done.set()
 
     async with anyio.create_task_group() as tg:
@@ -105,7 +105,7 @@ async def test_a_write_waits_for_space_then_commits(tmp_path: Path) -> None:
         assert store.unwritable is not None and not done.is_set()
         assert observer.calls[0] == ("full", True)
         # Statistics are skipped rather than waited for; loops can wait for space.
-        assert await store.try_write(store.store.set_meta, "stat", BIG) is False
+        assert await store.try_write(store.store.meta.set_meta, "stat", BIG) is False
         await anyio.sleep(0.2)
         assert not done.is_set()
         assert ("full", False) in observer.calls  # retried with growing delays
@@ -115,7 +115,7 @@ async def test_a_write_waits_for_space_then_commits(tmp_path: Path) -> None:
             await store.wait_writable()
     assert store.unwritable is None
     assert observer.calls[-1] == ("recovered", True)
-    assert await store.call(store.store.get_meta, "big") == BIG
+    assert await store.call(store.store.meta.get_meta, "big") == BIG
     await store.close()
 
 
@@ -123,7 +123,7 @@ async def test_a_write_waits_for_space_then_commits(tmp_path: Path) -> None:
 async def test_without_waiting_a_full_store_raises_at_once(tmp_path: Path) -> None:
     store, observer = await _capped(tmp_path / "relay.db", wait=False)
     with pytest.raises(StoreFullError):
-        await store.write(store.store.set_meta, "big", BIG)
+        await store.write(store.store.meta.set_meta, "big", BIG)
     assert observer.calls == [("full", True)]
     await store.close()
 
@@ -136,7 +136,7 @@ async def test_stop_waiting_releases_a_waiting_write(tmp_path: Path) -> None:
 
     async def write() -> None:
         try:
-            await store.write(store.store.set_meta, "big", BIG)
+            await store.write(store.store.meta.set_meta, "big", BIG)
         except StoreFullError as exc:
             outcome.append(exc)
 
@@ -146,7 +146,7 @@ async def test_stop_waiting_releases_a_waiting_write(tmp_path: Path) -> None:
             await observer.full.wait()
             store.stop_waiting()
     assert len(outcome) == 1
-    assert await store.call(store.store.get_meta, "big") is None
+    assert await store.call(store.store.meta.get_meta, "big") is None
     await store.close()
 
 
@@ -158,7 +158,7 @@ async def test_the_daemon_starts_on_a_full_disk_and_opens_the_store_once_space_r
     the daemon stays up, /readyz says why, and it starts for real once space returns."""
     with tiny_filesystem(tmp_path / "fs", 1024) as fs:
         with Store.open(fs / "relay.db") as store:
-            store.set_meta("kept", "yes")
+            store.meta.set_meta("kept", "yes")
         port = free_port()
         setup = Setup(
             tmp_path,
@@ -194,7 +194,7 @@ async def test_the_daemon_starts_on_a_full_disk_and_opens_the_store_once_space_r
             assert (await http.get("/readyz")).status_code == 200
             daemon.stop()
         with Store.open(fs / "relay.db") as store:
-            assert store.get_meta("kept") == "yes"
+            assert store.meta.get_meta("kept") == "yes"
 
 
 @pytest.mark.anyio
@@ -204,21 +204,21 @@ async def test_the_pollers_reads_wait_out_an_unreachable_store(tmp_path: Path) -
     # relay); `call` still raises at once (the web console answers 503 with it).
     store = AsyncStore(Store.open(tmp_path / "relay.db"), retry_base=0.01)
     failures = [StoreUnwritableError("the database is restarting")] * 2
-    real = store.store.get_session
+    real = store.store.ingest.get_session
 
     def get_session(name: str) -> object:
         if failures:
             raise failures.pop()
         return real(name)
 
-    store.store.get_session = get_session  # type: ignore[method-assign,assignment]
+    store.store.ingest.get_session = get_session  # type: ignore[method-assign,assignment]
     with pytest.raises(StoreUnwritableError):
-        await store.call(store.store.get_session, "sessions/1")
+        await store.call(store.store.ingest.get_session, "sessions/1")
     with anyio.fail_after(10):
-        assert await store.get_session("sessions/1") is None
+        assert await store.ingest.get_session("sessions/1") is None
     assert not failures
     store.stop_waiting()
     failures.append(StoreUnwritableError("gone for good"))
     with pytest.raises(StoreUnwritableError):
-        await store.get_session("sessions/1")  # a stopping daemon is not held up
+        await store.ingest.get_session("sessions/1")  # a stopping daemon is not held up
     await store.close()

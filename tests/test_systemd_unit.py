@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from sessionhook.relay.config.models import ServerConfig
+from sessionhook.relay.config import ServerConfig
 from sessionhook.relay.daemon.daemon import DRAIN_SECONDS
 from tests.support.systemd_units import UNIT, directives, security_review, verify
 

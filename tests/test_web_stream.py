@@ -33,7 +33,7 @@ async def relay(backend: Backend, **server: Any) -> AsyncIterator[WebRelay]:
     listen = f"127.0.0.1:{free_port()}"
     astore = AsyncStore(backend.open())
     ctx = web_context(astore, listen, **server)
-    app = create_app(ctx, readiness=lambda: (True, []))
+    app = create_app(ctx)
     try:
         async with anyio.create_task_group() as tg:
             host, port = await tg.start(health.serve, listen, app)
@@ -268,13 +268,25 @@ class CountingStore:
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self.read_bytes = 0
+        self.operator = _CountingOperator(self, inner.operator)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
+
+class _CountingOperator:
+    """The operator role of a :class:`CountingStore`: its ``events_after`` counted."""
+
+    def __init__(self, store: CountingStore, role: Any) -> None:
+        self.store = store
+        self.role = role
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.role, name)
+
     def events_after(self, seq: int, **kwargs: Any) -> list[EventRow]:
-        rows: list[EventRow] = self.inner.events_after(seq, **kwargs)
-        self.read_bytes += sum(len(r.body) for r in rows)
+        rows: list[EventRow] = self.role.events_after(seq, **kwargs)
+        self.store.read_bytes += sum(len(r.body) for r in rows)
         return rows
 
 
@@ -292,7 +304,7 @@ async def test_a_stream_holds_a_bounded_number_of_bytes_whatever_the_consumer(
     size = 100_000
     rows = await r.archive(31, size=size)
     counting.read_bytes = 0
-    app = create_app(ctx, readiness=lambda: (True, []))
+    app = create_app(ctx)
     high_water = 64 * 1024
     buffered = 0
     blocked = anyio.Event()

@@ -33,9 +33,9 @@ def fill(store: Store, sessions: int, per_session: int, *, deliver: bool = True)
     """Archive the backlog (queued for every endpoint when ``deliver``)."""
     for n in range(sessions):
         s = session(n)
-        store.upsert_session(s, baseline=False)
+        store.ingest.upsert_session(s, baseline=False)
         acts = [activity(n, i) for i in range(per_session)]
-        store.ingest_activities(s.name, acts, store_rows.built(s, acts), deliver)
+        store.ingest.ingest_activities(s.name, acts, store_rows.built(s, acts), deliver)
 
 
 def ok(at: float = T0) -> AttemptResult:

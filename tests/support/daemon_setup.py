@@ -14,7 +14,7 @@ from starlette.applications import Starlette
 
 from sessionhook.api.client import SessionsClient
 from sessionhook.emulator.app import create_app
-from sessionhook.relay.config.models import Config, load_config
+from sessionhook.relay.config import Config, load_config
 from sessionhook.relay.daemon.daemon import Daemon
 from sessionhook.relay.domain.signing import generate_secret
 from tests.support.receiver import Receiver

@@ -15,7 +15,7 @@ from tests.support.relay_process import Harness, outbox_empty, wait_until
 from tests.support.standin import StandIn, parse_time
 from tests.support.world import World
 
-#: Event member -> webhook event type (README, event reference).
+#: Event member -> webhook event type (docs/events.md, event types).
 MEMBER_TYPES = {
     "planGenerated": "activity.plan_generated",
     "planApproved": "activity.plan_approved",

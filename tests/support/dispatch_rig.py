@@ -7,7 +7,7 @@ from __future__ import annotations
 from pydantic import SecretStr
 
 from sessionhook.api.models import Activity, ProgressUpdated, Session
-from sessionhook.relay.config.models import Config, DeliveryConfig, EndpointConfig
+from sessionhook.relay.config import Config, DeliveryConfig, EndpointConfig
 from sessionhook.relay.domain.events import activity_event
 from sessionhook.relay.domain.signing import generate_secret
 from sessionhook.relay.store import AsyncStore
@@ -42,7 +42,7 @@ def dispatch_config(
 async def seed_session(store: AsyncStore, session: Session, count: int) -> list[str]:
     """``count`` progress updates of ``session`` (one a second from 10:00 on 2025-05-01)
     archived and queued for delivery; their event ids in order."""
-    await store.upsert_session(session, baseline=False)
+    await store.ingest.upsert_session(session, baseline=False)
     activities = [
         Activity(
             name=f"{session.name}/activities/{j:032x}",
@@ -52,7 +52,7 @@ async def seed_session(store: AsyncStore, session: Session, count: int) -> list[
         for j in range(count)
     ]
     built = [activity_event(session, a, max_media_bytes=1000) for a in activities]
-    await store.ingest_activities(session.name, activities, built, True)
+    await store.ingest.ingest_activities(session.name, activities, built, True)
     return [e.id for e in built]
 
 

@@ -14,9 +14,10 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import SecretStr
 
-from sessionhook.api.client import RetryPolicy, SessionsClient
+from sessionhook.api import RetryPolicy
+from sessionhook.api.client import SessionsClient
 from sessionhook.emulator.app import create_app
-from sessionhook.relay.config.models import EndpointConfig
+from sessionhook.relay.config import EndpointConfig
 from sessionhook.relay.domain.signing import generate_secret
 from sessionhook.relay.polling import Poller, PollSettings
 from sessionhook.relay.polling.budget import LimitedTransport, RateLimiter
@@ -83,7 +84,7 @@ class PollerHarness:
 
     async def __aenter__(self) -> PollerHarness:
         self.store = await AsyncStore.open(self._tmp / "relay.db", clock=self.clock)
-        await self.store.sync_endpoints(
+        await self.store.endpoints.sync_endpoints(
             [EndpointConfig(name="ep", url="https://e.example/h", secret=SECRET_TEXT)]
         )
         self.poller = Poller(
@@ -129,7 +130,7 @@ class PollerHarness:
     def archived(self, session: str | None = None) -> list[str]:
         return [
             e.activity_name
-            for e in self.store.store.iter_events(session=session)
+            for e in self.store.store.operator.iter_events(session=session)
             if e.activity_name is not None
         ]
 

@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from pydantic import SecretStr
 
-from sessionhook.relay.config.models import Config, DeliveryConfig, EndpointConfig
+from sessionhook.relay.config import Config, DeliveryConfig, EndpointConfig
 
 PUBLIC, PRIVATE = "127.0.0.2", "127.0.0.1"
 

@@ -57,12 +57,12 @@ def built(s: Session, acts: list[Activity]) -> list[Event]:
 
 
 def ingest(store: Store, s: Session, acts: list[Activity], deliver: bool = True) -> int:
-    return store.ingest_activities(s.name, acts, built(s, acts), deliver).activities
+    return store.ingest.ingest_activities(s.name, acts, built(s, acts), deliver).activities
 
 
 def ready(store: Store, *endpoints: Ep, sessions: int = 1) -> list[Session]:
-    store.sync_endpoints(list(endpoints) or [Ep("a")])
+    store.endpoints.sync_endpoints(list(endpoints) or [Ep("a")])
     made = [session(n) for n in range(1, sessions + 1)]
     for s in made:
-        store.upsert_session(s, baseline=False)
+        store.ingest.upsert_session(s, baseline=False)
     return made

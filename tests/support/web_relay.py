@@ -14,7 +14,7 @@ import anyio
 import httpx
 
 from sessionhook.api.models import Session
-from sessionhook.relay.config.models import Config
+from sessionhook.relay.config import Config
 from sessionhook.relay.domain.events import make_event
 from sessionhook.relay.store import AsyncStore, EventRow
 from sessionhook.relay.telemetry.metrics import Metrics
@@ -66,14 +66,14 @@ class WebRelay:
                 "createTime": "2026-11-23T10:00:00Z",
                 "updateTime": "2026-11-23T10:00:00Z",
             }
-            store.upsert_session(Session.model_validate(raw), baseline=False)
-            store.ingest_session_events(session, evs, False)
+            store.ingest.upsert_session(Session.model_validate(raw), baseline=False)
+            store.ingest.ingest_session_events(session, evs, False)
 
         await self.astore.call(write)
         self.bell.ring()
         return [
             r
-            for r in await self.astore.call(store.events_after, 0, limit=100_000)
+            for r in await self.astore.call(store.operator.events_after, 0, limit=100_000)
             if r.id in {e.id for e in evs}
         ]
 
