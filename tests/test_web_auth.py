@@ -127,7 +127,11 @@ async def test_wrong_bearer_token_is_401_and_one_log_line_without_the_token(path
         with capture_logs() as logs:
             answer = await client.get(path, headers={"authorization": "Bearer " + TOKEN[:-1] + "!"})
     assert answer.status_code == 401
-    assert answer.json() == {"error": "wrong token"}
+    assert answer.json()["error"] == {
+        "code": 401,
+        "message": "wrong token",
+        "status": "UNAUTHENTICATED",
+    }
     failed = [e for e in logs if e["event"] == "web.auth_failed"]
     assert len(failed) == 1
     assert failed[0]["client"] == "127.0.0.1" and failed[0]["path"] == path

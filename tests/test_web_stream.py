@@ -91,7 +91,7 @@ async def test_resume_position_from_the_query_and_unknown_ids(backend: Backend) 
         async with http.stream("GET", url, headers={"last-event-id": rows[2].id}) as response:
             assert [m.id for m in await read_messages(response, 1)] == [rows[3].id]
         unknown = await http.get("/v1/events/stream", headers={"last-event-id": "evt_nope"})
-        assert unknown.status_code == 400 and "evt_nope" in unknown.json()["error"]
+        assert unknown.status_code == 400 and "evt_nope" in unknown.json()["error"]["message"]
         too_many = await http.get("/v1/events/stream", params=[("type", "a")] * 40)
         assert too_many.status_code == 400
 

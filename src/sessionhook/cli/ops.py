@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     # The relay (config, store, operator: most of a second of CPU) is imported by the
     # command that runs, not by `sessionhook --help` or another group's command.
     from ..relay.config import Config
-    from ..relay.ops import EventRow, StoreCore
+    from ..relay.ops import StoreCore
 
 __all__ = [
     "DEFAULT_CONFIG",
@@ -57,7 +57,6 @@ __all__ = [
     "StoreTarget",
     "age",
     "echo_json_times",
-    "event_json",
     "json_option",
     "parse_headers",
     "parse_time",
@@ -184,50 +183,12 @@ def stamp_ago(ts: float | None, now: float) -> str:
     return "never" if ts is None else f"{stamp(ts)} ({age(now - ts)} ago)"
 
 
-def _json_stamp(ts: float) -> str:
-    """Unix seconds as ``--json`` writes a moment: RFC 3339, UTC, microseconds, ``Z`` (the
-    service's own spelling, as in ``occurred_at``)."""
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _is_moment(key: str) -> bool:
-    # The store keeps moments as Unix seconds in fields named *_at, *_since and `now`;
-    # durations are named otherwise (lease, oldest_pending_age, duration_ms, eta_seconds).
-    return key == "now" or key.endswith(("_at", "_since"))
-
-
-def _json_times(data: Any) -> Any:
-    """``data`` (rows as dicts, nested) with every moment as RFC 3339 (see
-    :func:`_json_stamp`) instead of Unix seconds; ``None`` stays ``null``."""
-    if isinstance(data, dict):
-        return {
-            key: _json_stamp(value)
-            if _is_moment(key) and isinstance(value, int | float) and not isinstance(value, bool)
-            else _json_times(value)
-            for key, value in data.items()
-        }
-    if isinstance(data, list | tuple):
-        return [_json_times(value) for value in data]
-    return data
-
-
 def echo_json_times(data: Any) -> None:
-    """Print operator rows for ``--json``, moments as RFC 3339 (see :func:`_json_times`)."""
-    echo_json(_json_times(data))
+    """Print operator rows for ``--json``, moments as RFC 3339
+    (:func:`~sessionhook.relay.ops.wire.json_times`)."""
+    from ..relay.ops.wire import json_times
 
-
-def event_json(row: EventRow) -> dict[str, Any]:
-    """An archived event as ``--json`` prints it (the body parsed, moments as RFC 3339)."""
-    return {
-        "seq": row.seq,
-        "id": row.id,
-        "type": row.type,
-        "session": row.session_name,
-        "activity": row.activity_name,
-        "occurred_at": row.occurred_at,
-        "archived_at": _json_stamp(row.created_at),
-        "body": row.payload(),
-    }
+    echo_json(json_times(data))
 
 
 # --------------------------------------------------------------------------- plumbing

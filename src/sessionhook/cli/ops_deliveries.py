@@ -9,17 +9,15 @@ share): read-only, safe while the daemon runs, the database found through ``--co
 from __future__ import annotations
 
 import time
-from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 import click
 
 from ..relay.domain.delivery_states import DELIVERY_STATUSES
 from . import cli
-from ._output import render_fields, render_table
+from ._output import echo_json, render_fields, render_table
 from .ops import (
     age,
-    echo_json_times,
     json_option,
     reading_store,
     reported,
@@ -57,22 +55,10 @@ def status(config_path: str | None, db_path: str | None, as_json: bool) -> None:
         overview = operator.status(store, now)
     summary, history, accounts = overview.summary, overview.history, overview.accounts
     replicas = list(overview.replicas)
-    walk = {
-        "total": history.total,
-        "done": history.done,
-        "remaining": history.remaining,
-        "sessions_per_second": round(history.rate, 3),
-        "eta_seconds": None if history.eta_seconds is None else round(history.eta_seconds),
-    }
     if as_json:
-        echo_json_times(
-            {
-                **asdict(summary),
-                "history_walk": walk,
-                "accounts": accounts,
-                "replicas": [_replica_json(r, now) for r in replicas],
-            }
-        )
+        from ..relay.ops.wire import status_json
+
+        echo_json(status_json(overview, now))
         return
     rows = []
     for ep in summary.endpoints:
@@ -119,13 +105,6 @@ def status(config_path: str | None, db_path: str | None, as_json: bool) -> None:
             ]
         )
     )
-
-
-def _replica_json(r: ReplicaRow, now: float) -> dict[str, object]:
-    """A replica for ``status --json``: its row and its health at ``now``."""
-    from ..relay.domain.replica import replica_health
-
-    return {**asdict(r), "health": replica_health(r.heartbeat_at, r.lease, r.stopped_at, now)}
 
 
 def _replicas_line(replicas: list[ReplicaRow], now: float) -> str:
@@ -235,16 +214,9 @@ def deliveries(
         )
         claims = operator.in_flight(store, now, (r.id for r in rows if r.status in OPEN_STATUSES))
     if as_json:
-        echo_json_times(
-            [
-                {
-                    **asdict(row),
-                    "claimed_by": claims.get(row.id, (None, None))[0],
-                    "claimed_at": claims.get(row.id, (None, None))[1],
-                }
-                for row in rows
-            ]
-        )
+        from ..relay.ops.wire import delivery_json
+
+        echo_json([delivery_json(row, claims.get(row.id)) for row in rows])
         return
     if not rows:
         click.echo("no deliveries match")
@@ -298,8 +270,9 @@ def attempts(target: str, config_path: str | None, db_path: str | None, as_json:
     with reading_store(config_path, db_path) as store:
         event, found = operator.attempts(store, target)
     if as_json:
-        blocks = [{"delivery": asdict(d), "attempts": [asdict(a) for a in a_]} for d, a_ in found]
-        echo_json_times(blocks[0] if event is None else {"event": event.id, "deliveries": blocks})
+        from ..relay.ops.wire import attempts_json
+
+        echo_json(attempts_json(event, found))
         return
     if event is not None and not found:
         click.echo(

@@ -7,18 +7,16 @@ functions); the plumbing is :mod:`.ops`'s.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 import click
 
 from ..redact import redact_userinfo
 from . import cli
-from ._output import CliError, current_runtime, render_fields, render_table
+from ._output import CliError, current_runtime, echo_json, render_fields, render_table
 from ._output import run as run_async
 from .ops import (
     age,
-    echo_json_times,
     json_option,
     reading_store,
     reported,
@@ -52,12 +50,9 @@ def endpoints_list(config_path: str | None, db_path: str | None, as_json: bool) 
         known = operator.endpoints(store)
         claims = operator.endpoints_in_flight(store, now)  # per endpoint: replica -> n
     if as_json:
-        echo_json_times(
-            [
-                {**asdict(s), "pending": pending, "in_flight": claims.get(s.name, {})}
-                for s, pending in known
-            ]
-        )
+        from ..relay.ops.wire import endpoint_json
+
+        echo_json([endpoint_json(s, pending, claims.get(s.name)) for s, pending in known])
         return
     if not known:
         click.echo("no endpoints yet (the daemon adds them from its config when it starts)")

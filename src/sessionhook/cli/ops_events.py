@@ -30,7 +30,7 @@ import click
 
 from . import cli
 from ._output import CliError, render_table
-from .ops import event_json, reading_store, reported, store_options, time_option
+from .ops import reading_store, reported, store_options, time_option
 
 if TYPE_CHECKING:
     import httpx
@@ -178,18 +178,20 @@ def _list(
     fmt: str,
     limit: int | None,
 ) -> None:
+    from ..relay.ops import wire
+
     with reading_store(config_path, db_path) as store:
         rows = _rows(store, wanted, since)
         if limit is not None:
             rows = _take(rows, limit)
         if fmt == "ndjson":
             for row in rows:
-                click.echo(json.dumps(event_json(row), ensure_ascii=False))
+                click.echo(json.dumps(wire.event_json(row), ensure_ascii=False))
         elif fmt == "json":
             # Streamed too: one element at a time, valid JSON once complete.
             click.echo("[", nl=False)
             for i, row in enumerate(rows):
-                click.echo(("," if i else "") + "\n  " + json.dumps(event_json(row)), nl=False)
+                click.echo(("," if i else "") + "\n  " + json.dumps(wire.event_json(row)), nl=False)
             click.echo("\n]")
         else:
             table = [
@@ -227,7 +229,7 @@ def _follow_store(
     fmt: str,
 ) -> None:
     from ..relay import ops as operator
-    from ..relay.ops import database_errors
+    from ..relay.ops import database_errors, wire
 
     with reading_store(config_path, db_path) as store:
         start = operator.resume_position(store, last_event_id)
@@ -254,7 +256,7 @@ def _follow_store(
                 if since is not None and row.occurred_ts < since:
                     continue
                 if fmt == "ndjson":
-                    _emit(json.dumps(event_json(row), ensure_ascii=False))
+                    _emit(json.dumps(wire.event_json(row), ensure_ascii=False))
                 else:
                     _emit(_line(row.occurred_at, row.type, row.session_name, row.id))
             if not page.more:
@@ -341,10 +343,13 @@ async def follow_stream(
 
 
 def _error_of(answer: httpx.Response) -> str:
+    """The one line of a relay's error body (``{"error": {"message": ...}}``), else the
+    start of the text."""
     try:
-        return str(answer.json().get("error", answer.text[:200]))
+        error = answer.json().get("error", answer.text[:200])
     except (ValueError, AttributeError):
         return answer.text[:200]
+    return str(error.get("message", error) if isinstance(error, dict) else error)
 
 
 async def _print_stream(

@@ -55,6 +55,7 @@ from ..telemetry.metrics import Metrics
 from ..web import listener
 from ..web import server as health
 from . import sdnotify
+from .acting import UpstreamActions
 from .errors import DaemonError
 from .readiness import DiskObserver, Readiness
 from .reloader import Reloader, SignalWatcher, register_secrets
@@ -120,8 +121,15 @@ class Daemon:
         self._upstream = UpstreamCounter(self.metrics, clock, lambda: state.store)
         self._wiring = Wiring(state, seams, self._upstream, replica=self.replica, bell=self.bell)
         self._opener = StoreOpener(state, DiskObserver(state))
+        #: Approves a plan or answers an agent with the session's account (what the web
+        #: layer's actions call; :mod:`.acting`).
+        self.act = UpstreamActions(state)
         self._readiness = Readiness(
-            state, self.bell, self._wiring.send_test_event, started_at=clock()
+            state,
+            self.bell,
+            self._wiring.send_test_event,
+            started_at=clock(),
+            act=self.act,
         )
         self._tasks = SideTasks(state, self.replica)
         self._reloader = Reloader(state, config_path)

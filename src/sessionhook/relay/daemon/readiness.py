@@ -17,6 +17,7 @@ from starlette.applications import Starlette
 
 from .. import web
 from ..config import ServerConfig
+from ..domain.actions import UpstreamAct
 from ..domain.retry import AttemptResult
 from ..store import (
     StoreFullError,
@@ -41,7 +42,8 @@ class Readiness:
     :class:`~sessionhook.relay.web.WebContext` (the only path from the web layer to the
     daemon), its readiness check and its scrape hook.
 
-    ``send_test`` sends an endpoint a signed test event (the console's action).
+    ``send_test`` sends an endpoint a signed test event (the console's action); ``act``
+    approves a plan or answers an agent upstream (:mod:`~sessionhook.relay.domain.actions`).
     """
 
     def __init__(
@@ -51,10 +53,12 @@ class Readiness:
         send_test: Callable[[str], Awaitable[AttemptResult]],
         *,
         started_at: float,
+        act: UpstreamAct | None = None,
     ) -> None:
         self._state = state
         self._bell = bell
         self._send_test = send_test
+        self._act = act
         self._started_at = started_at
 
     def create_app(self, server: ServerConfig) -> Starlette:
@@ -90,6 +94,7 @@ class Readiness:
             store_errors=configured_errors(state.config.store),
             send_test=self._send_test,
             wake=wake,
+            act=self._act,
         )
 
     async def _store_problem(self) -> str | None:

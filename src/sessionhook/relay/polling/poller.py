@@ -64,6 +64,8 @@ class Poller:
     ) -> None:
         #: The account this poller follows (``[[accounts]]`` name): ``data.account``.
         self.account = account
+        #: The account's API client (the daemon's upstream actions use it too).
+        self.client = client
         self._store = store
         self._clock = clock
         self._mono = monotonic

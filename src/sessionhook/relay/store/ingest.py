@@ -136,6 +136,14 @@ class Ingest:
         with self._db.tx() as c:
             c.execute("UPDATE sessions SET account = ? WHERE name = ?", (account, name))
 
+    def session_account(self, name: str) -> str | None:
+        """The account that lists the session (whose API key acts on it), or ``None`` for a
+        session the archive does not know."""
+        row = self._db.conn.execute(
+            "SELECT account FROM sessions WHERE name = ?", (name,)
+        ).fetchone()
+        return None if row is None else str(row[0])
+
     def schedule_poll(
         self,
         name: str,

@@ -117,6 +117,10 @@ class IngestRole(Protocol):
         """Record which account lists the session."""
         ...
 
+    def session_account(self, name: str) -> str | None:
+        """The account that lists the session, or ``None`` for an unknown session."""
+        ...
+
     def schedule_poll(
         self, name: str, next_poll_at: float | None, *, polled_update_time: str | None = None,
         polled_at: float | None = None, poll_errors: int | None = None,

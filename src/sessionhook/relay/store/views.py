@@ -181,6 +181,7 @@ class AsyncIngest(View[IngestRole]):
     disk, its reads an unreachable database."""
 
     get_session = read(IngestRole.get_session)
+    session_account = read(IngestRole.session_account)
     all_sessions = call(IngestRole.all_sessions)
     upsert_session = write(IngestRole.upsert_session)
     schedule_poll = write(IngestRole.schedule_poll)

@@ -7,7 +7,8 @@
 2. when the console is on (:attr:`ServerConfig.web_enabled`: a token, or
    ``allow_unauthenticated`` on loopback): ``/login`` and ``/logout``
    (:mod:`.login`) and the routes of every provider in :data:`ROUTE_PROVIDERS` (the event
-   stream, the console pages), each provider a function ``(WebContext) -> routes``.
+   stream, the console pages, the management API under ``/v1/``), each provider a function
+   ``(WebContext) -> routes``.
 
 Everything but the health routes and ``/login`` is behind :class:`.auth.AuthMiddleware`
 (deny by default: a new route is protected without saying so; POSTs need the CSRF token of
@@ -27,22 +28,25 @@ ingest, the clock, and the daemon's callables (readiness, gauges, test event, wa
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Final
+from typing import Any, Final
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute
+from starlette.types import ExceptionHandler
 
 from ...redact import redact_userinfo
 from ..store import StoreError
 from ..telemetry.logs import get_logger
+from .api import ApiProblem, api_problem_response, api_routes
 from .auth import PUBLIC_PATHS, AuthMiddleware, WebAuth
 from .bell import Bell
 from .console.common import store_failed_page
 from .console.routes import console_provider
 from .context import RouteProvider, WebContext
+from .errors import error_body
 from .headers import SecurityHeaders
 from .login import login_routes
 from .server import health_routes
@@ -53,7 +57,7 @@ __all__ = ["ROUTE_PROVIDERS", "Bell", "RouteProvider", "WebAuth", "WebContext", 
 _log = get_logger()
 
 #: The protected route groups, in order.
-ROUTE_PROVIDERS: Final[tuple[RouteProvider, ...]] = (stream_routes, console_provider)
+ROUTE_PROVIDERS: Final[tuple[RouteProvider, ...]] = (stream_routes, console_provider, api_routes)
 
 
 def create_app(ctx: WebContext, *, providers: Sequence[RouteProvider] | None = None) -> Starlette:
@@ -77,7 +81,9 @@ def create_app(ctx: WebContext, *, providers: Sequence[RouteProvider] | None = N
     routes.extend(login_routes(ctx.auth))
     for provider in ROUTE_PROVIDERS if providers is None else providers:
         routes.extend(provider(ctx))
-    handlers = {kind: _store_failed for kind in (StoreError, *ctx.store_errors)}
+    failures: tuple[type[Exception], ...] = (StoreError, *ctx.store_errors)
+    handlers: dict[Any, ExceptionHandler] = {kind: _store_failed for kind in failures}
+    handlers[ApiProblem] = api_problem_response
     app = Starlette(
         routes=routes,
         middleware=[
@@ -100,7 +106,7 @@ async def _store_failed(request: Request, exc: Exception) -> Response:
     if request.url.path.startswith("/console"):
         return store_failed_page(request, error)
     return JSONResponse(
-        {"error": f"the store cannot be read now: {error}"},
+        error_body(503, f"the store cannot be read now: {error}"),
         status_code=503,
         headers={"retry-after": "5"},
     )

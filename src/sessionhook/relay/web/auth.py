@@ -55,6 +55,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..config import is_loopback
 from ..telemetry.logs import get_logger
+from .errors import error_body
 from .headers import adding_headers
 
 __all__ = [
@@ -315,7 +316,7 @@ class AuthMiddleware:
             target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
             return RedirectResponse(f"/login?next={quote(target, safe='')}", status_code=303)
         return JSONResponse(
-            {"error": "wrong token" if wrong else "authentication required"},
+            error_body(401, "wrong token" if wrong else "authentication required"),
             status_code=401,
             headers={"www-authenticate": 'Bearer realm="sessionhook"'},
         )
@@ -328,7 +329,7 @@ def _loopback_host(host_header: str) -> bool:
 
 
 def _plain(status: int, message: str) -> Response:
-    return JSONResponse({"error": message}, status_code=status)
+    return JSONResponse(error_body(status, message), status_code=status)
 
 
 def _csrf_ok(headers: Headers, body: bytes, expected: str) -> bool:
@@ -372,4 +373,3 @@ def _replay(body: bytes, original: Receive) -> Receive:
         return await original()  # the body is consumed: what remains is the disconnect
 
     return receive
-

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from starlette.routing import BaseRoute
 
 from ..config import Config
+from ..domain.actions import UpstreamAct
 from ..domain.retry import AttemptResult
 from ..store import AsyncStore, database_errors
 from ..telemetry.metrics import Metrics
@@ -59,6 +60,9 @@ class WebContext:
     #: available), and wake the dispatcher after a replay or an endpoint enabled.
     send_test: SendTest | None = None
     wake: Callable[[], None] = lambda: None
+    #: Approve a session's plan or answer its agent with the session's account (the
+    #: management API, the console, action links); ``None``: not available (answer 503).
+    act: UpstreamAct | None = None
 
 
 #: Builds a group of protected routes.

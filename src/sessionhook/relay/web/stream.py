@@ -46,6 +46,7 @@ from ..store import EventRow, StoreError, store_failures
 from ..telemetry.logs import get_logger
 from .auth import client_address
 from .context import WebContext
+from .errors import error_body
 
 __all__ = [
     "BATCH",
@@ -110,29 +111,29 @@ def stream_routes(ctx: WebContext) -> Sequence[BaseRoute]:
         try:
             wanted = _filter_of(request)
         except _BadRequest as exc:
-            return JSONResponse({"error": str(exc)}, status_code=400)
+            return JSONResponse(error_body(400, str(exc)), status_code=400)
         astore = ctx.store()
         if astore is None:
             return JSONResponse(
-                {"error": "the store is not open yet"},
+                error_body(503, "the store is not open yet"),
                 status_code=503,
                 headers={"retry-after": "2"},
             )
         resume = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
         if resume is not None and len(resume) > _MAX_PARAM:
-            return JSONResponse({"error": "Last-Event-ID too long"}, status_code=400)
+            return JSONResponse(error_body(400, "Last-Event-ID too long"), status_code=400)
         try:
             start = await astore.run(resume_position, resume or None)
         except OperatorError as exc:
-            return JSONResponse({"error": str(exc)}, status_code=400)
+            return JSONResponse(error_body(400, str(exc)), status_code=400)
         except StoreError as exc:
             return JSONResponse(
-                {"error": f"store: {exc}"}, status_code=503, headers={"retry-after": "5"}
+                error_body(503, f"store: {exc}"), status_code=503, headers={"retry-after": "5"}
             )
         if open_streams >= limit:
             _log.warning("stream.refused", client=client_address(request.scope), open=open_streams)
             return JSONResponse(
-                {"error": f"too many event streams (server.max_streams = {limit})"},
+                error_body(503, f"too many event streams (server.max_streams = {limit})"),
                 status_code=503,
                 headers={"retry-after": "5"},
             )
@@ -240,9 +241,7 @@ class _EventStream(Response):
             rang = ctx.bell.current()
             astore = ctx.store()
             if astore is not None:
-                page = await astore.run(
-                    follower.read, limit=BATCH, max_bytes=PAGE_BYTES
-                )
+                page = await astore.run(follower.read, limit=BATCH, max_bytes=PAGE_BYTES)
                 if page.events:
                     # The socket's flow control holds the next read back.
                     await self._write(send, page.events)

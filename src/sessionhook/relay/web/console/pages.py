@@ -1,6 +1,6 @@
 """The operator console's pages: server-rendered views under ``/console`` (GET).
 
-``docs/design.md`` has the contract:
+``docs/web.md`` ("Console") has the contract:
 
 * ``/console``: every endpoint's health (last success, failing since, outbox depth, why it is
   disabled), upstream health (last good poll, errors, budget used) and a chart of attempts
@@ -37,9 +37,7 @@ DELIVERY_STATUSES: Final = ("pending", "failed", "dead", "delivered")
 
 
 def _unavailable(request: Request) -> Response:
-    return error_page(
-        request, 503, "Store not open", "the daemon has not opened its store yet"
-    )
+    return error_page(request, 503, "Store not open", "the daemon has not opened its store yet")
 
 
 def _not_found(request: Request, what: str) -> Response:
@@ -102,9 +100,7 @@ class Pages:
             return _unavailable(request)
         q = request.query_params
         state, account, text = q.get("state") or None, q.get("account") or None, q.get("q")
-        rows = await store.console.console_sessions(
-            state=state, account=account, text=text or None
-        )
+        rows = await store.console.console_sessions(state=state, account=account, text=text or None)
         states, accounts = await store.console.console_session_facets()
         last_seq = await store.console.last_event_seq()
         return render_page(
@@ -138,9 +134,7 @@ class Pages:
             name, after_seq=after, limit=200
         )
         deliveries = await store.console.deliveries_of_events([e.id for e in events])
-        attempts = await store.console.attempts_of_deliveries(
-            [d.id for d in deliveries][:500]
-        )
+        attempts = await store.console.attempts_of_deliveries([d.id for d in deliveries][:500])
         by_delivery: dict[int, list[AttemptRow]] = {}
         for a in attempts:
             by_delivery.setdefault(a.delivery_id, []).append(a)

@@ -33,16 +33,16 @@ import httpx
 
 from sessionhook.api.models import Session
 
-from .config import Config
-from .delivery.pinning import PinnedTransport
-from .delivery.post import post_event
-from .delivery.resolve import Resolver
-from .domain import render
-from .domain.addresses import AddressPolicy
-from .domain.delivery_states import DELIVERY_STATUSES
-from .domain.events import session_summary
-from .domain.retry import AttemptResult
-from .store import (
+from ..config import Config
+from ..delivery.pinning import PinnedTransport
+from ..delivery.post import post_event
+from ..delivery.resolve import Resolver
+from ..domain import render
+from ..domain.addresses import AddressPolicy
+from ..domain.delivery_states import DELIVERY_STATUSES
+from ..domain.events import session_summary
+from ..domain.retry import AttemptResult
+from ..store import (
     OPEN_STATUSES,
     AttemptRow,
     DeliveryRow,
@@ -63,7 +63,7 @@ from .store import (
     database_errors,
     open_store,
 )
-from .store.copying import CopyError, CopyReport
+from ..store.copying import CopyError, CopyReport
 
 __all__ = [
     "DELIVERY_STATUSES",
@@ -496,7 +496,7 @@ def open_copy_side(spec: str, *, writable: bool) -> StoreCore:
     """The store at ``spec`` (a SQLite path or a ``postgresql://`` URL) for ``store copy``:
     read-only for the source, opened (created and migrated) for the target."""
     if spec.startswith(("postgresql://", "postgres://")):
-        from .store.postgres import PostgresStore  # psycopg: loaded for PostgreSQL only
+        from ..store.postgres import PostgresStore  # psycopg: loaded for PostgreSQL only
 
         return PostgresStore.open(spec) if writable else PostgresStore.open_readonly(spec)
     path = Path(spec).expanduser()

@@ -1,0 +1,62 @@
+"""The upstream actions a person takes through the relay (approve a plan, answer the agent),
+made with the API client of the account that lists the session.
+
+:class:`UpstreamActions` is the daemon's :data:`~sessionhook.relay.domain.actions.UpstreamAct`:
+the web layer calls it and never sees a client or an API key. Whatever the service answers
+(an error status, a network failure, a session of no account this relay polls) comes back as
+an :class:`~sessionhook.relay.domain.actions.ActOutcome` with one line for a person; it never
+raises for it.
+"""
+
+from __future__ import annotations
+
+from sessionhook.api import ApiError, ApiStatusError
+from sessionhook.api.client import session_name
+
+from ..domain.actions import ActionKind, ActOutcome
+from ..telemetry.logs import get_logger
+from .state import DaemonState
+
+__all__ = ["UpstreamActions"]
+
+_log = get_logger()
+
+
+class UpstreamActions:
+    """Approves plans and sends messages with the pollers' API clients (their budgets and
+    bounds apply: an action is one more request of that account)."""
+
+    def __init__(self, state: DaemonState) -> None:
+        self._state = state
+
+    async def __call__(self, session: str, kind: ActionKind, text: str | None) -> ActOutcome:
+        """Make the call for ``session`` (:data:`~..domain.actions.UpstreamAct`)."""
+        try:
+            name = session_name(session)
+        except ValueError as exc:
+            return ActOutcome(False, None, str(exc))
+        state = self._state
+        store = state.store
+        if store is None or not state.pollers:
+            return ActOutcome(False, None, "the relay is starting: try again in a moment")
+        account = await store.ingest.session_account(name)
+        if account is None:
+            return ActOutcome(False, None, f"{name} is not a session this relay has seen")
+        poller = next((p for p in state.pollers if p.account == account), None)
+        if poller is None:
+            return ActOutcome(False, None, f"account {account!r} of {name} is not configured")
+        try:
+            if kind == "approve_plan":
+                await poller.client.approve_plan(name)
+                done = "plan approved"
+            else:
+                if not text or not text.strip():
+                    return ActOutcome(False, None, "a reply needs some text")
+                await poller.client.send_message(name, text)
+                done = "message sent"
+        except ApiError as exc:
+            status = exc.status_code if isinstance(exc, ApiStatusError) else None
+            _log.warning("action.failed", session=name, action=kind, error=exc.message)
+            return ActOutcome(False, status, exc.message)
+        _log.info("action.done", session=name, action=kind, account=account)
+        return ActOutcome(True, 200, done)

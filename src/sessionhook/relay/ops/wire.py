@@ -1,0 +1,120 @@
+"""The operator's rows as JSON: one spelling for ``--json`` of the CLI, the management API
+and the CLI's ``--url`` mode, so a script reads the same fields from each.
+
+Moments are RFC 3339 in UTC with microseconds and ``Z`` (the service's own spelling, as in
+``occurred_at``); the store keeps them as Unix seconds in fields named ``*_at``,
+``*_since`` and ``now``. Durations keep their names and units (``lease``,
+``oldest_pending_age``, ``duration_ms``, ``eta_seconds``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from datetime import UTC, datetime
+from typing import Any
+
+from ..domain.replica import replica_health
+from ..store import AttemptRow, DeliveryRow, EndpointState, EventRow, ReplicaRow
+from . import Overview
+
+__all__ = [
+    "attempts_json",
+    "delivery_json",
+    "endpoint_json",
+    "event_json",
+    "json_stamp",
+    "json_times",
+    "object_times",
+    "replica_json",
+    "status_json",
+]
+
+
+def json_stamp(ts: float) -> str:
+    """Unix seconds as RFC 3339, UTC, microseconds, ``Z``."""
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _is_moment(key: str) -> bool:
+    return key == "now" or key.endswith(("_at", "_since"))
+
+
+def json_times(data: Any) -> Any:
+    """``data`` (rows as dicts, nested) with every moment as :func:`json_stamp` instead of
+    Unix seconds; ``None`` stays ``null``."""
+    if isinstance(data, dict):
+        return object_times(data)
+    if isinstance(data, list | tuple):
+        return [json_times(value) for value in data]
+    return data
+
+
+def object_times(data: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`json_times` of one JSON object."""
+    return {
+        key: json_stamp(value)
+        if _is_moment(key) and isinstance(value, int | float) and not isinstance(value, bool)
+        else json_times(value)
+        for key, value in data.items()
+    }
+
+
+def event_json(row: EventRow) -> dict[str, Any]:
+    """An archived event: the body parsed, moments as RFC 3339."""
+    return {
+        "seq": row.seq,
+        "id": row.id,
+        "type": row.type,
+        "session": row.session_name,
+        "activity": row.activity_name,
+        "occurred_at": row.occurred_at,
+        "archived_at": json_stamp(row.created_at),
+        "body": row.payload(),
+    }
+
+
+def replica_json(r: ReplicaRow, now: float) -> dict[str, Any]:
+    """A replica: its row and its health at ``now`` (moments still Unix seconds)."""
+    return {**asdict(r), "health": replica_health(r.heartbeat_at, r.lease, r.stopped_at, now)}
+
+
+def status_json(overview: Overview, now: float) -> dict[str, Any]:
+    """What ``status --json`` prints and ``GET /v1/status`` answers."""
+    history = overview.history
+    walk = {
+        "total": history.total,
+        "done": history.done,
+        "remaining": history.remaining,
+        "sessions_per_second": round(history.rate, 3),
+        "eta_seconds": None if history.eta_seconds is None else round(history.eta_seconds),
+    }
+    return object_times(
+        {
+            **asdict(overview.summary),
+            "history_walk": walk,
+            "accounts": overview.accounts,
+            "replicas": [replica_json(r, now) for r in overview.replicas],
+        }
+    )
+
+
+def delivery_json(row: DeliveryRow, claim: tuple[str, float] | None = None) -> dict[str, Any]:
+    """A delivery, with the live replica attempting it (``claimed_by``/``claimed_at``)."""
+    by, at = claim if claim is not None else (None, None)
+    return object_times({**asdict(row), "claimed_by": by, "claimed_at": at})
+
+
+def endpoint_json(
+    state: EndpointState, pending: int, in_flight: Mapping[str, int] | None = None
+) -> dict[str, Any]:
+    """An endpoint's state, its open deliveries and how many each replica has in flight."""
+    return object_times({**asdict(state), "pending": pending, "in_flight": dict(in_flight or {})})
+
+
+def attempts_json(
+    event: EventRow | None, found: Sequence[tuple[DeliveryRow, Sequence[AttemptRow]]]
+) -> dict[str, Any]:
+    """One delivery with its attempts, or every delivery of ``event`` with theirs."""
+    blocks = [{"delivery": asdict(d), "attempts": [asdict(a) for a in rows]} for d, rows in found]
+    return object_times(blocks[0] if event is None else {"event": event.id, "deliveries": blocks})

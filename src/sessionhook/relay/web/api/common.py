@@ -1,0 +1,151 @@
+"""What every route of the management API shares: its errors, its JSON bodies, its pages.
+
+Errors have the Sessions API's shape, ``{"error": {"code": 400, "message": "...", "status":
+"INVALID_ARGUMENT"}}``, with a one-line message: a route raises :class:`ApiProblem` (or one
+of the helpers below) and the app's handler answers it. Bodies are JSON objects of at most
+:data:`MAX_BODY_BYTES`, validated by a pydantic model (a wrong field is a 400 naming it).
+Lists are pages: ``pageSize`` (1 to :data:`MAX_PAGE_SIZE`) and an opaque ``pageToken``; an
+answer carries ``nextPageToken`` only when there is more.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar
+
+from pydantic import BaseModel, ValidationError
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from ...store import AsyncStore
+from ..context import WebContext
+from ..errors import error_body
+
+__all__ = [
+    "DEFAULT_PAGE_SIZE",
+    "MAX_BODY_BYTES",
+    "MAX_PAGE_SIZE",
+    "ApiProblem",
+    "PageRequest",
+    "api_problem_response",
+    "bad_request",
+    "not_found",
+    "page_answer",
+    "page_request",
+    "read_json",
+    "require_store",
+    "unavailable",
+]
+
+MAX_BODY_BYTES: Final = 64 * 1024
+DEFAULT_PAGE_SIZE: Final = 50
+MAX_PAGE_SIZE: Final = 200
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class ApiProblem(Exception):
+    """A request the API refuses: answered as an error body with ``status``."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def bad_request(message: str) -> ApiProblem:
+    """400 with a one-line reason."""
+    return ApiProblem(400, message)
+
+
+def not_found(message: str) -> ApiProblem:
+    """404: no such thing."""
+    return ApiProblem(404, message)
+
+
+def unavailable(message: str) -> ApiProblem:
+    """503: the relay cannot do it now (its store is not open yet)."""
+    return ApiProblem(503, message)
+
+
+async def api_problem_response(request: Request, exc: Exception) -> Response:
+    """The app's handler for :class:`ApiProblem`."""
+    assert isinstance(exc, ApiProblem)
+    headers = {"retry-after": "5"} if exc.status == 503 else None
+    return JSONResponse(error_body(exc.status, exc.message), exc.status, headers=headers)
+
+
+def require_store(ctx: WebContext) -> AsyncStore:
+    """The open store, or a 503 saying the relay is starting."""
+    store = ctx.store()
+    if store is None:
+        raise unavailable("the relay's store is not open yet: try again in a moment")
+    return store
+
+
+async def read_json(request: Request, model: type[M]) -> M:
+    """The request's body as ``model``: a JSON object of at most :data:`MAX_BODY_BYTES`.
+    Anything else is a 400 (413 when too large) with a one-line reason."""
+    kind = request.headers.get("content-type", "application/json").split(";")[0].strip()
+    if kind and kind != "application/json":
+        raise ApiProblem(415, f"send a JSON body (content-type application/json, not {kind})")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY_BYTES:
+            raise ApiProblem(413, f"the body is larger than {MAX_BODY_BYTES} bytes")
+    try:
+        value = json.loads(bytes(body) or b"{}")
+    except (ValueError, RecursionError) as exc:
+        raise bad_request(f"the body is not JSON: {str(exc).splitlines()[0][:200]}") from None
+    if not isinstance(value, dict):
+        raise bad_request("the body must be a JSON object")
+    try:
+        return model.model_validate(value)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "body"
+        raise bad_request(f"{where}: {first['msg']}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class PageRequest:
+    """``pageSize`` and the decoded ``pageToken`` (``None``: the first page)."""
+
+    size: int
+    after: str | None
+
+
+def page_request(request: Request, *, default: int = DEFAULT_PAGE_SIZE) -> PageRequest:
+    """The page a list request asks for; a bad ``pageSize`` or ``pageToken`` is a 400."""
+    raw_size = request.query_params.get("pageSize", "")
+    try:
+        size = int(raw_size) if raw_size else default
+    except ValueError:
+        raise bad_request(f"pageSize must be a whole number, not {raw_size[:40]!r}") from None
+    if not 1 <= size <= MAX_PAGE_SIZE:
+        raise bad_request(f"pageSize must be between 1 and {MAX_PAGE_SIZE}")
+    token = request.query_params.get("pageToken") or None
+    if token is None:
+        return PageRequest(size, None)
+    try:
+        after = base64.urlsafe_b64decode(token.encode("ascii") + b"==").decode("utf-8")
+    except (ValueError, binascii.Error, UnicodeError):
+        raise bad_request("pageToken is not one this API gave") from None
+    if not after.startswith("p:"):
+        raise bad_request("pageToken is not one this API gave")
+    return PageRequest(size, after[2:])
+
+
+def page_answer(key: str, items: Sequence[Any], after: str | None) -> dict[str, Any]:
+    """``{key: items}`` and, when ``after`` names where the next page starts,
+    ``nextPageToken``."""
+    answer: dict[str, Any] = {key: list(items)}
+    if after is not None:
+        token = base64.urlsafe_b64encode(f"p:{after}".encode()).decode("ascii").rstrip("=")
+        answer["nextPageToken"] = token
+    return answer

@@ -1,0 +1,29 @@
+"""``GET /v1/status``: what ``sessionhook status --json`` prints, over HTTP."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from ... import ops as operator
+from ...ops.wire import status_json
+from ..context import WebContext
+from .common import require_store
+
+__all__ = ["status_routes"]
+
+
+def status_routes(ctx: WebContext) -> Sequence[BaseRoute]:
+    """``GET /v1/status``: endpoints, upstream, archive figures, history walk, accounts,
+    replicas."""
+
+    async def status(request: Request) -> Response:
+        store = require_store(ctx)
+        now = ctx.clock()
+        overview = await store.run(operator.status, now)
+        return JSONResponse(status_json(overview, now))
+
+    return [Route("/v1/status", status, methods=["GET"])]
