@@ -374,3 +374,33 @@ def test_upstream_text_stays_text_next_to_the_buttons(name: str) -> None:
             assert not set("[]<>") & set(unescaped(text)), text
             seen |= "[Approve plan](https://evil.example/b)" in text.replace("\\", "")
     assert seen
+
+
+def test_the_issues_strings_around_the_buttons_stay_text_in_every_format() -> None:
+    """A title and a question with ``<!channel>``, ``*bold*``, ``](http://evil)`` and HTML:
+    no mention, link or tag is live next to the buttons, and the buttons are the relay's."""
+    hostile = "<!channel> *bold* ](http://evil.example) <b>html</b> [x](http://evil.example)"
+    for event in sample_events():
+        if event.type != "session.action_required":
+            continue
+        payload = json.loads(event.body)
+        payload["data"]["session"]["title"] = hostile
+        payload["data"]["question"] = hostile
+        for step in (payload["data"].get("plan") or {}).get("steps", []):
+            step["title"] = hostile
+        body = with_links(json.dumps(payload).encode(), good_links(event.body))
+        for name, fmt in CHAT_FORMATS.items():
+            message = linked(fmt, event.id, body)
+            jsonschema.validate(message, CHAT[name])
+            assert {url for _, url in buttons(name, message)} == {ACT_URL, OPEN_URL}
+            everything = json.dumps(message)
+            assert "http://evil.example" not in {url for _, url in buttons(name, message)}
+            if name in ("slack", "gchat"):
+                assert "<!channel>" not in everything and "<b>" not in everything
+                assert (
+                    "&lt;!channel&gt; *bold* ](http://evil.example) &lt;b&gt;html&lt;/b&gt;"
+                    in everything
+                )
+            else:
+                assert "](http://evil" not in everything.replace("\\\\]\\\\(", "")
+                assert "\\\\<b\\\\>html\\\\</b\\\\>" in everything
