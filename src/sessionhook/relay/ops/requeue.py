@@ -14,11 +14,12 @@ second at most) or, on PostgreSQL, on the notification every replica listens to.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ..store import DeliveryRow, EndpointState, StoreCore
 from ..store.rows import Recovered
 from . import OperatorError, find_endpoint
-from .wire import json_stamp
+from .wire import delivery_json, json_stamp
 
 __all__ = ["RecoverResult", "RetryResult", "recover", "retry"]
 
@@ -45,6 +46,15 @@ class RetryResult:
             line += f", after delivery {self.head} of the same session (due now too)"
         return line + _inactive(self.endpoint)
 
+    def as_json(self) -> dict[str, Any]:
+        """What ``deliveries retry --json`` prints and ``:retry`` answers."""
+        return {
+            "delivery": delivery_json(self.delivery),
+            "previous_status": self.previous,
+            "after": self.head,
+            "message": self.message,
+        }
+
 
 @dataclass(frozen=True, slots=True)
 class RecoverResult:
@@ -68,6 +78,16 @@ class RecoverResult:
         if self.behind:
             line += f"; {self.behind} more of the same sessions follow in order"
         return line + _inactive(self.endpoint)
+
+    def as_json(self) -> dict[str, Any]:
+        """What ``deliveries recover --json`` prints and ``:recover`` answers."""
+        return {
+            "recovered": self.queued,
+            "ids": list(self.ids),
+            "following": self.behind,
+            "reason": self.reason,
+            "message": self.message,
+        }
 
 
 def _inactive(endpoint: EndpointState) -> str:

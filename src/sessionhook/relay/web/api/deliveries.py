@@ -97,14 +97,7 @@ def deliveries_routes(ctx: WebContext) -> Sequence[BaseRoute]:
             raise ApiProblem(status, str(exc) + (f" ({exc.hint})" if exc.hint else "")) from None
         ctx.wake()
         _log.info("api.retry", delivery=key, previous=result.previous, head=result.head)
-        return JSONResponse(
-            {
-                "delivery": delivery_json(result.delivery),
-                "previous_status": result.previous,
-                "after": result.head,
-                "message": result.message,
-            }
-        )
+        return JSONResponse(result.as_json())
 
     async def recover(request: Request) -> Response:
         store = require_store(ctx)
@@ -117,15 +110,7 @@ def deliveries_routes(ctx: WebContext) -> Sequence[BaseRoute]:
         if result.queued:
             ctx.wake()
         _log.info("api.recover", endpoint=body.endpoint, queued=result.queued)
-        return JSONResponse(
-            {
-                "recovered": result.queued,
-                "ids": list(result.ids),
-                "following": result.behind,
-                "reason": result.reason,
-                "message": result.message,
-            }
-        )
+        return JSONResponse(result.as_json())
 
     return [
         Route("/v1/deliveries", listing, methods=["GET"]),

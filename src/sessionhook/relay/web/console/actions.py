@@ -133,11 +133,7 @@ class Actions:
         self.deps.wake()
         _log.info("console.replay", endpoint=endpoint, event_id=event_id or None, queued=queued)
         if queued == 0:
-            return _done(
-                back,
-                "error",
-                f"nothing queued: {endpoint} does not take {what}, or it is on its way already",
-            )
+            return _done(back, "error", f"nothing queued for {endpoint}: {result.reason}")
         return _done(back, "ok", f"queued {queued} deliveries of {what} to {endpoint}")
 
     async def endpoint(self, request: Request) -> Response:
