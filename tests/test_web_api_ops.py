@@ -12,15 +12,19 @@ from typing import Any
 
 import httpx
 import pytest
+from starlette.routing import Route
 
 from sessionhook.api.models import Activity, Session
 from sessionhook.relay.config import Config
 from sessionhook.relay.domain import events
 from sessionhook.relay.domain.actions import ActionKind, ActOutcome
+from sessionhook.relay.domain.api_paths import API_SCHEMAS
+from sessionhook.relay.domain.contract import EVENT_MODELS, openapi_document, shipped_document
 from sessionhook.relay.domain.retry import AttemptResult, Dead, Delivered, Retry
 from sessionhook.relay.store import AsyncStore, StoreCore
 from sessionhook.relay.telemetry.metrics import Metrics
 from sessionhook.relay.web import WebAuth, WebContext, create_app
+from sessionhook.relay.web.api import API_GROUPS
 
 from .conftest import Backend
 
@@ -175,13 +179,18 @@ async def test_deliveries_list_filters_and_pages_newest_first(backend: Backend) 
                 break
             params = {"pageSize": "5", "pageToken": page["nextPageToken"]}
         assert seen == everything
-        one = (await r.http.get("/v1/deliveries", params={"session": "sessions/s1", "endpoint":
-                                                          "ci-bot"}, headers=AUTH)).json()
+        one = (
+            await r.http.get(
+                "/v1/deliveries",
+                params={"session": "sessions/s1", "endpoint": "ci-bot"},
+                headers=AUTH,
+            )
+        ).json()
         rows = one["deliveries"]
         assert len(rows) == 3 and {d["session_name"] for d in rows} == {"sessions/s1"}
         assert rows[0]["created_at"].endswith("Z") and rows[-1]["waiting_on"] is None
         event = rows[0]["event_id"]
-        by_event = (await r.http.get("/v1/deliveries", params={"event": event}, headers=AUTH))
+        by_event = await r.http.get("/v1/deliveries", params={"event": event}, headers=AUTH)
         assert [d["event_id"] for d in by_event.json()["deliveries"]] == [event]
         _error(await r.http.get("/v1/deliveries?status=lost", headers=AUTH), 400, "status")
         _error(await r.http.get("/v1/deliveries?endpoint=nope", headers=AUTH), 404, "nope")
@@ -224,8 +233,12 @@ async def test_retry_over_http_reopens_the_same_delivery_and_wakes_the_dispatche
         after = r.store.operator.get_delivery(second.id)
         assert after is not None and after.waiting_on == first.id
         r.store.outbox.record_attempt(first.id, _failure(ACT0), Delivered())
-        _error(await r.http.post(f"/v1/deliveries/{first.id}:retry", headers=AUTH), 409,
-               "delivered already", first.event_id)
+        _error(
+            await r.http.post(f"/v1/deliveries/{first.id}:retry", headers=AUTH),
+            409,
+            "delivered already",
+            first.event_id,
+        )
         _error(await r.http.post("/v1/deliveries/999999:retry", headers=AUTH), 404)
         _error(await r.http.post(f"/v1/deliveries/{first.id}/retry", headers=AUTH), 404)
 
@@ -237,7 +250,8 @@ async def test_recover_over_http_requeues_and_says_why_when_nothing(backend: Bac
             r.store.outbox.record_attempt(d.id, _failure(ACT0), Dead())
         ids = sorted(d.id for d in r.store.operator.list_deliveries(endpoint="ci-bot"))
         answer = await r.http.post(
-            "/v1/deliveries:recover", json={"endpoint": "ci-bot", "since": "2025-03-01T09:00:00Z"},
+            "/v1/deliveries:recover",
+            json={"endpoint": "ci-bot", "since": "2025-03-01T09:00:00Z"},
             headers=AUTH,
         )
         assert answer.status_code == 200, answer.text
@@ -313,19 +327,24 @@ async def test_events_list_get_and_replay(backend: Backend) -> None:
         _error(await r.http.get("/v1/events/" + "e" * 300, headers=AUTH), 400, "event id")
         _error(await r.http.get("/v1/events?pageToken=cDp4", headers=AUTH), 400)
         _error(
-            await r.http.post("/v1/events/evt_nothing:replay", json={"endpoint": "chat"},
-                              headers=AUTH),
+            await r.http.post(
+                "/v1/events/evt_nothing:replay", json={"endpoint": "chat"}, headers=AUTH
+            ),
             404,
         )
         _error(
-            await r.http.post(f"/v1/events/{event}:replay", json={"endpoint": "nope"},
-                              headers=AUTH),
+            await r.http.post(
+                f"/v1/events/{event}:replay", json={"endpoint": "nope"}, headers=AUTH
+            ),
             404,
             "nope",
         )
         _error(
-            await r.http.post(f"/v1/events/{event}:replay", content=b"\xff\xfe",
-                              headers={**AUTH, "content-type": "application/json"}),
+            await r.http.post(
+                f"/v1/events/{event}:replay",
+                content=b"\xff\xfe",
+                headers={**AUTH, "content-type": "application/json"},
+            ),
             400,
         )
 
@@ -336,7 +355,8 @@ async def test_sessions_list_get_and_act_through_the_daemons_seam(backend: Backe
         first = (await r.http.get("/v1/sessions?pageSize=2", headers=AUTH)).json()
         assert [s["name"] for s in first["sessions"]] == ["sessions/s0", "sessions/s1"]
         rest = await r.http.get(
-            "/v1/sessions", params={"pageSize": "2", "pageToken": first["nextPageToken"]},
+            "/v1/sessions",
+            params={"pageSize": "2", "pageToken": first["nextPageToken"]},
             headers=AUTH,
         )
         assert [s["name"] for s in rest.json()["sessions"]] == ["sessions/s2"]
@@ -375,3 +395,28 @@ async def test_acting_is_503_when_the_relay_cannot_act(backend: Backend) -> None
     async with relay(backend, can_act=False) as r:
         _fill(r.store, 1, 1)
         _error(await r.http.post("/v1/sessions/s0:approvePlan", headers=AUTH), 503, "cannot act")
+
+
+def test_openapi_describes_every_api_route_and_only_those() -> None:
+    config = Config.model_validate({"server": {"listen": "127.0.0.1:9187"}})
+    ctx = WebContext(
+        config=lambda: config, store=lambda: None, metrics=Metrics(), auth=WebAuth(TOKEN)
+    )
+    served = {
+        (method, route.path)
+        for group in API_GROUPS
+        for route in group(ctx)
+        if isinstance(route, Route)
+        for method in route.methods or ()
+        if method != "HEAD"
+    }
+    document = openapi_document()
+    described = {(m.upper(), path) for path, ops in document["paths"].items() for m in ops}
+    assert served == described and ("POST", "/v1/deliveries:recover") in served
+    # The API's schemas are apart from the webhooks' (none replaces one of theirs).
+    webhook_models = {m.__name__ for m in EVENT_MODELS.values()}
+    assert not webhook_models & set(API_SCHEMAS)
+    for ops in document["paths"].values():
+        for op in ops.values():
+            assert op["security"] == [{"bearer": []}] and "401" in op["responses"]
+    assert shipped_document() == document

@@ -125,4 +125,3 @@ def event_detail(store: StoreCore, event_id: str) -> tuple[EventRow, list[Delive
         raise OperatorError(f"no event {event_id} in the archive")
     rows = store.operator.list_deliveries(event_id=event_id, limit=1000)
     return event, sorted(rows, key=lambda d: d.id)
-

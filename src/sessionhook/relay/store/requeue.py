@@ -114,7 +114,8 @@ class Requeue:
                 f"SELECT COUNT(*), MAX(e.occurred_ts) {stuck}", (endpoint,)
             ).fetchone()
             still_open = first_value(
-                c, f"SELECT COUNT(*) FROM deliveries WHERE endpoint = ? AND status IN {_OPEN}",
+                c,
+                f"SELECT COUNT(*) FROM deliveries WHERE endpoint = ? AND status IN {_OPEN}",
                 (endpoint,),
             )
         return Recovered(

@@ -81,10 +81,10 @@ def sessions_routes(ctx: WebContext) -> Sequence[BaseRoute]:
     async def act(request: Request, kind: ActionKind, text: str | None) -> Response:
         store = require_store(ctx)
         name = session_name(request.path_params["id"])
-        if ctx.act is None:
-            raise unavailable("this relay cannot act on sessions (no upstream client here)")
         if await store.console.get_session(name) is None:
             raise not_found(f"no session {name} in the archive")
+        if ctx.act is None:
+            raise unavailable("this relay cannot act on sessions (no upstream client here)")
         outcome = await ctx.act(name, kind, text)
         _log.info("api.act", session=name, kind=kind, ok=outcome.ok, status=outcome.status)
         if not outcome.ok:
