@@ -5,24 +5,20 @@ answer that says why when nothing was queued (replay's too)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import pytest
 
-from sessionhook.api.models import Activity, Session
 from sessionhook.relay import ops as operator
-from sessionhook.relay.domain import events
-from sessionhook.relay.domain.retry import AttemptResult, Dead, Delivered, Retry
+from sessionhook.relay.domain.retry import Dead, Delivered, Retry
 from sessionhook.relay.ops import OperatorError
 from sessionhook.relay.ops.requeue import recover, retry
 from sessionhook.relay.store import StoreCore
 from sessionhook.relay.store.rows import DeliveryRow
 
 from .conftest import Backend
+from .requeue_rows import ACT0, Ep, failure, fill
 
 T0 = 1_800_000_000.0
-#: The activities' upstream times: 2025-03-01T10:00:00Z plus their index in seconds.
-ACT0 = 1_740_823_200.0
 
 
 class Clock:
@@ -31,52 +27,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-@dataclass(frozen=True)
-class Ep:
-    name: str
-    url: str = "https://hooks.example.com/x"
-    events: tuple[str, ...] = ("*",)
-    enabled: bool = True
-
-
-def _session(n: int) -> Session:
-    return Session.model_validate(
-        {
-            "name": f"sessions/{n}",
-            "id": str(n),
-            "title": f"Session {n}",
-            "state": "IN_PROGRESS",
-            "createTime": "2025-03-01T10:00:00Z",
-            "updateTime": "2025-03-01T10:00:00Z",
-        }
-    )
-
-
-def _activity(n: int, i: int) -> Activity:
-    return Activity.model_validate(
-        {
-            "name": f"sessions/{n}/activities/{i:032x}",
-            "id": f"{i:032x}",
-            "originator": "agent",
-            "createTime": f"2025-03-01T10:00:{i:02d}.000000Z",
-            "progressUpdated": {"title": f"step {i}"},
-        }
-    )
-
-
-def _fill(store: StoreCore, sessions: int, per_session: int) -> None:
-    for n in range(sessions):
-        s = _session(n)
-        store.ingest.upsert_session(s, baseline=False)
-        acts = [_activity(n, i) for i in range(per_session)]
-        evs = [events.activity_event(s, a, max_media_bytes=1000) for a in acts]
-        store.ingest.ingest_activities(s.name, acts, evs, True)
-
-
-def _failure(at: float) -> AttemptResult:
-    return AttemptResult(None, "connection refused", 1.0, "", None, at)
 
 
 @pytest.fixture
@@ -102,9 +52,9 @@ def test_retry_reopens_a_dead_delivery_first_in_its_session_same_event(
     opened: tuple[StoreCore, Clock],
 ) -> None:
     store, clock = opened
-    _fill(store, 1, 3)
-    first, second, third = _rows(store, "sessions/0")
-    store.outbox.record_attempt(first.id, _failure(T0), Dead())
+    fill(store, 1, 3)
+    first, second, third = _rows(store, "sessions/s0")
+    store.outbox.record_attempt(first.id, failure(T0), Dead())
     assert _due(store, T0) == [second.id]  # a dead head no longer blocks its session
     clock.now = T0 + 5
     result = retry(store, first.id)
@@ -114,28 +64,28 @@ def test_retry_reopens_a_dead_delivery_first_in_its_session_same_event(
     assert after.event_id == first.event_id and after.next_attempt_at == T0 + 5
     # It is its queue's head again: the later ones wait behind it, in order.
     assert _due(store, T0 + 5) == [first.id]
-    assert [d.waiting_on for d in _rows(store, "sessions/0")] == [None, first.id, first.id]
+    assert [d.waiting_on for d in _rows(store, "sessions/s0")] == [None, first.id, first.id]
     (due,) = store.outbox.due_deliveries(T0 + 5, 1)
     event = store.operator.get_event(first.event_id)
     assert due.event_id == first.event_id and event is not None and due.body == event.body
-    store.outbox.record_attempt(first.id, _failure(T0 + 6), Delivered())
+    store.outbox.record_attempt(first.id, failure(T0 + 6), Delivered())
     assert _due(store, T0 + 6) == [second.id]
-    assert _rows(store, "sessions/0")[2].waiting_on == second.id == third.id - 1
+    assert _rows(store, "sessions/s0")[2].waiting_on == second.id == third.id - 1
 
 
 def test_retry_of_a_delivery_behind_a_failed_head_makes_the_head_due_first(
     opened: tuple[StoreCore, Clock],
 ) -> None:
     store, clock = opened
-    _fill(store, 1, 2)
-    head, later = _rows(store, "sessions/0")
-    store.outbox.record_attempt(head.id, _failure(T0), Retry(at=T0 + 300))
+    fill(store, 1, 2)
+    head, later = _rows(store, "sessions/s0")
+    store.outbox.record_attempt(head.id, failure(T0), Retry(at=T0 + 300))
     assert _due(store, T0 + 1) == []  # the issue: everything waits for the head's 300 s
     clock.now = T0 + 2
     result = retry(store, later.id)
     assert result.head == head.id and "after delivery" in result.message
     assert _due(store, T0 + 2) == [head.id]  # the head goes first: the order is kept
-    store.outbox.record_attempt(head.id, _failure(T0 + 3), Delivered())
+    store.outbox.record_attempt(head.id, failure(T0 + 3), Delivered())
     assert _due(store, T0 + 3) == [later.id]
 
 
@@ -143,11 +93,11 @@ def test_retry_refuses_unknown_and_delivered_deliveries_with_a_hint(
     opened: tuple[StoreCore, Clock],
 ) -> None:
     store, _ = opened
-    _fill(store, 1, 1)
-    (only,) = _rows(store, "sessions/0")
+    fill(store, 1, 1)
+    (only,) = _rows(store, "sessions/s0")
     with pytest.raises(OperatorError, match="no delivery 999999"):
         retry(store, 999_999)
-    store.outbox.record_attempt(only.id, _failure(T0), Delivered())
+    store.outbox.record_attempt(only.id, failure(T0), Delivered())
     with pytest.raises(OperatorError, match="delivered already") as caught:
         retry(store, only.id)
     assert caught.value.hint is not None and only.event_id in caught.value.hint
@@ -157,12 +107,12 @@ def test_recover_reopens_failed_and_dead_since_a_time_in_order_and_says_why_not(
     opened: tuple[StoreCore, Clock],
 ) -> None:
     store, clock = opened
-    _fill(store, 2, 3)
-    for name in ("sessions/0", "sessions/1"):
+    fill(store, 2, 3)
+    for name in ("sessions/s0", "sessions/s1"):
         rows = _rows(store, name)
-        store.outbox.record_attempt(rows[0].id, _failure(T0), Dead())
-        store.outbox.record_attempt(rows[1].id, _failure(T0), Dead())
-        store.outbox.record_attempt(rows[2].id, _failure(T0), Retry(at=T0 + 300))
+        store.outbox.record_attempt(rows[0].id, failure(T0), Dead())
+        store.outbox.record_attempt(rows[1].id, failure(T0), Dead())
+        store.outbox.record_attempt(rows[2].id, failure(T0), Retry(at=T0 + 300))
     before = {d.id: d.event_id for d in store.operator.list_deliveries(limit=100)}
     # Events of second 1 and later: the first event of each session stays dead.
     clock.now = T0 + 10
@@ -172,7 +122,7 @@ def test_recover_reopens_failed_and_dead_since_a_time_in_order_and_says_why_not(
     assert reopened == set(result.ids)
     assert {d.id: d.event_id for d in store.operator.list_deliveries(limit=100)} == before
     due = store.outbox.due_deliveries(T0 + 10, 100)
-    heads = sorted(_rows(store, n)[1].id for n in ("sessions/0", "sessions/1"))
+    heads = sorted(_rows(store, n)[1].id for n in ("sessions/s0", "sessions/s1"))
     assert sorted(d.id for d in due) == heads  # each session's oldest re-opened one first
     assert {d.status for d in store.operator.list_deliveries(status="dead", limit=100)} == {"dead"}
     assert len(store.operator.list_deliveries(status="dead", limit=100)) == 2
@@ -192,20 +142,20 @@ def test_recover_with_nothing_failed_says_what_is_waiting(
     result = recover(store, "ci-bot", ACT0)
     assert result.queued == 0 and result.reason is not None
     assert "nothing is waiting" in result.reason
-    _fill(store, 1, 2)
+    fill(store, 1, 2)
     result = recover(store, "ci-bot", ACT0)
     assert result.reason is not None and "2 are pending" in result.reason
 
 
 def test_a_replay_that_queues_nothing_says_why(opened: tuple[StoreCore, Clock]) -> None:
     store, _ = opened
-    _fill(store, 1, 2)
+    fill(store, 1, 2)
     # Both events have an open delivery: the issue's "queued 0 deliveries" with no reason.
     result = operator.replay(store, "ci-bot", since=ACT0 - 3600)
     assert result.queued == 0 and result.reason is not None
     assert "on their way to ci-bot already" in result.reason and "recover" in result.reason
     empty = operator.replay(store, "ci-bot", since=ACT0 + 3600)
     assert empty.queued == 0 and empty.reason == "no archived event in that range"
-    for d in _rows(store, "sessions/0"):
-        store.outbox.record_attempt(d.id, _failure(T0), Delivered())
+    for d in _rows(store, "sessions/s0"):
+        store.outbox.record_attempt(d.id, failure(T0), Delivered())
     assert operator.replay(store, "ci-bot", since=ACT0 - 3600).reason is None

@@ -14,34 +14,23 @@ import httpx
 import pytest
 from starlette.routing import Route
 
-from sessionhook.api.models import Activity, Session
 from sessionhook.relay.config import Config
-from sessionhook.relay.domain import events
 from sessionhook.relay.domain.actions import ActionKind, ActOutcome
 from sessionhook.relay.domain.api_paths import API_SCHEMAS
 from sessionhook.relay.domain.contract import EVENT_MODELS, openapi_document, shipped_document
-from sessionhook.relay.domain.retry import AttemptResult, Dead, Delivered, Retry
+from sessionhook.relay.domain.retry import Dead, Delivered, Retry
 from sessionhook.relay.store import AsyncStore, StoreCore
 from sessionhook.relay.telemetry.metrics import Metrics
 from sessionhook.relay.web import WebAuth, WebContext, create_app
 from sessionhook.relay.web.api import API_GROUPS
 
 from .conftest import Backend
+from .requeue_rows import ACT0, Ep, failure, fill
 
 pytestmark = pytest.mark.anyio
 
 TOKEN = "api-token-" + "z" * 30
 AUTH = {"authorization": f"Bearer {TOKEN}"}
-#: 2025-03-01T10:00:00Z: the first activity's upstream time.
-ACT0 = 1_740_823_200.0
-
-
-@dataclass(frozen=True)
-class Ep:
-    name: str
-    url: str = "https://hooks.example.com/x"
-    events: tuple[str, ...] = ("*",)
-    enabled: bool = True
 
 
 @dataclass
@@ -53,44 +42,6 @@ class Relay:
     wakes: list[int] = field(default_factory=list)
     acts: list[tuple[str, str, str | None]] = field(default_factory=list)
     refuse: str | None = None
-
-
-def _session(n: int) -> Session:
-    return Session.model_validate(
-        {
-            "name": f"sessions/s{n}",
-            "id": f"s{n}",
-            "title": f"Session {n}",
-            "state": "AWAITING_PLAN_APPROVAL",
-            "createTime": "2025-03-01T10:00:00Z",
-            "updateTime": "2025-03-01T10:00:00Z",
-        }
-    )
-
-
-def _fill(store: StoreCore, sessions: int, per_session: int) -> None:
-    for n in range(sessions):
-        s = _session(n)
-        store.ingest.upsert_session(s, baseline=False)
-        store.ingest.ingest_session_events(s.name, [events.session_discovered(s)], True)
-        acts = [
-            Activity.model_validate(
-                {
-                    "name": f"{s.name}/activities/{i:032x}",
-                    "id": f"{i:032x}",
-                    "originator": "agent",
-                    "createTime": f"2025-03-01T10:00:{i:02d}.000000Z",
-                    "progressUpdated": {"title": f"step {i}"},
-                }
-            )
-            for i in range(per_session)
-        ]
-        evs = [events.activity_event(s, a, max_media_bytes=1000) for a in acts]
-        store.ingest.ingest_activities(s.name, acts, evs, True)
-
-
-def _failure(at: float) -> AttemptResult:
-    return AttemptResult(500, None, 1.0, "down", None, at)
 
 
 @asynccontextmanager
@@ -154,9 +105,9 @@ ROUTES: list[tuple[str, str, dict[str, Any] | None]] = [
 
 async def test_every_route_answers_401_without_or_with_a_wrong_token(backend: Backend) -> None:
     async with relay(backend) as r:
-        _fill(r.store, 1, 1)
+        fill(r.store, 1, 1, discovered=True)
         (only,) = r.store.operator.list_deliveries(endpoint="ci-bot")
-        r.store.outbox.record_attempt(only.id, _failure(1.0), Dead())
+        r.store.outbox.record_attempt(only.id, failure(1.0), Dead())
         for method, path, body in ROUTES:
             for headers in ({}, {"authorization": "Bearer wrong"}):
                 answer = await r.http.request(method, path, json=body, headers=headers)
@@ -167,7 +118,7 @@ async def test_every_route_answers_401_without_or_with_a_wrong_token(backend: Ba
 
 async def test_deliveries_list_filters_and_pages_newest_first(backend: Backend) -> None:
     async with relay(backend) as r:
-        _fill(r.store, 3, 3)
+        fill(r.store, 3, 3, discovered=True)
         everything = [d.id for d in r.store.operator.list_deliveries(limit=100)]
         assert len(everything) == 12  # 9 activity events to ci-bot, 3 session events to chat
         seen: list[int] = []
@@ -201,9 +152,9 @@ async def test_deliveries_list_filters_and_pages_newest_first(backend: Backend) 
 
 async def test_one_delivery_with_its_attempts_and_hostile_ids(backend: Backend) -> None:
     async with relay(backend) as r:
-        _fill(r.store, 1, 1)
+        fill(r.store, 1, 1, discovered=True)
         (only,) = r.store.operator.list_deliveries(endpoint="ci-bot")
-        r.store.outbox.record_attempt(only.id, _failure(ACT0), Retry(at=ACT0 + 300))
+        r.store.outbox.record_attempt(only.id, failure(ACT0), Retry(at=ACT0 + 300))
         answer = await r.http.get(f"/v1/deliveries/{only.id}", headers=AUTH)
         assert answer.status_code == 200
         body = answer.json()
@@ -219,11 +170,11 @@ async def test_retry_over_http_reopens_the_same_delivery_and_wakes_the_dispatche
     backend: Backend,
 ) -> None:
     async with relay(backend) as r:
-        _fill(r.store, 1, 2)
+        fill(r.store, 1, 2, discovered=True)
         first, second = sorted(
             r.store.operator.list_deliveries(endpoint="ci-bot"), key=lambda d: d.id
         )
-        r.store.outbox.record_attempt(first.id, _failure(ACT0), Dead())
+        r.store.outbox.record_attempt(first.id, failure(ACT0), Dead())
         answer = await r.http.post(f"/v1/deliveries/{first.id}:retry", headers=AUTH)
         assert answer.status_code == 200, answer.text
         body = answer.json()
@@ -232,7 +183,7 @@ async def test_retry_over_http_reopens_the_same_delivery_and_wakes_the_dispatche
         # The later one of the session waits behind it again: order kept.
         after = r.store.operator.get_delivery(second.id)
         assert after is not None and after.waiting_on == first.id
-        r.store.outbox.record_attempt(first.id, _failure(ACT0), Delivered())
+        r.store.outbox.record_attempt(first.id, failure(ACT0), Delivered())
         _error(
             await r.http.post(f"/v1/deliveries/{first.id}:retry", headers=AUTH),
             409,
@@ -245,9 +196,9 @@ async def test_retry_over_http_reopens_the_same_delivery_and_wakes_the_dispatche
 
 async def test_recover_over_http_requeues_and_says_why_when_nothing(backend: Backend) -> None:
     async with relay(backend) as r:
-        _fill(r.store, 2, 2)
+        fill(r.store, 2, 2, discovered=True)
         for d in r.store.operator.list_deliveries(endpoint="ci-bot"):
-            r.store.outbox.record_attempt(d.id, _failure(ACT0), Dead())
+            r.store.outbox.record_attempt(d.id, failure(ACT0), Dead())
         ids = sorted(d.id for d in r.store.operator.list_deliveries(endpoint="ci-bot"))
         answer = await r.http.post(
             "/v1/deliveries:recover",
@@ -292,7 +243,7 @@ async def test_recover_over_http_requeues_and_says_why_when_nothing(backend: Bac
 
 async def test_events_list_get_and_replay(backend: Backend) -> None:
     async with relay(backend) as r:
-        _fill(r.store, 2, 3)
+        fill(r.store, 2, 3, discovered=True)
         seen: list[int] = []
         params: dict[str, str] = {"pageSize": "2", "session": "sessions/s1"}
         for _ in range(10):
@@ -316,7 +267,7 @@ async def test_events_list_get_and_replay(backend: Backend) -> None:
         assert on_way.status_code == 200 and on_way.json()["queued"] == 0
         assert "on their way" in on_way.json()["reason"]
         for d in got["deliveries"]:
-            r.store.outbox.record_attempt(d["id"], _failure(ACT0), Delivered())
+            r.store.outbox.record_attempt(d["id"], failure(ACT0), Delivered())
         again = await r.http.post(
             f"/v1/events/{event}:replay", json={"endpoint": "chat"}, headers=AUTH
         )
@@ -351,7 +302,7 @@ async def test_events_list_get_and_replay(backend: Backend) -> None:
 
 async def test_sessions_list_get_and_act_through_the_daemons_seam(backend: Backend) -> None:
     async with relay(backend) as r:
-        _fill(r.store, 3, 1)
+        fill(r.store, 3, 1, discovered=True)
         first = (await r.http.get("/v1/sessions?pageSize=2", headers=AUTH)).json()
         assert [s["name"] for s in first["sessions"]] == ["sessions/s0", "sessions/s1"]
         rest = await r.http.get(
@@ -393,7 +344,7 @@ async def test_sessions_list_get_and_act_through_the_daemons_seam(backend: Backe
 
 async def test_acting_is_503_when_the_relay_cannot_act(backend: Backend) -> None:
     async with relay(backend, can_act=False) as r:
-        _fill(r.store, 1, 1)
+        fill(r.store, 1, 1, discovered=True)
         _error(await r.http.post("/v1/sessions/s0:approvePlan", headers=AUTH), 503, "cannot act")
 
 
