@@ -159,3 +159,16 @@ def test_a_replay_that_queues_nothing_says_why(opened: tuple[StoreCore, Clock]) 
     for d in _rows(store, "sessions/s0"):
         store.outbox.record_attempt(d.id, failure(T0), Delivered())
     assert operator.replay(store, "ci-bot", since=ACT0 - 3600).reason is None
+
+
+def test_a_retry_keeps_the_claim_of_a_replica_sending_that_session(backend: Backend) -> None:
+    with backend.open(clock=Clock()) as a, backend.open(clock=Clock()) as b:
+        a.endpoints.sync_endpoints([Ep("ci-bot")])
+        fill(a, 1, 2)
+        a.leases.register_replica("aaaa", host="h1", pid=1, now=T0, lease=10.0)
+        b.leases.register_replica("bbbb", host="h2", pid=2, now=T0, lease=10.0)
+        (head,) = a.outbox.due_deliveries(T0, 1)  # a sends it now: the session is a's
+        retry(a, head.id)  # an operator's "retry now" meanwhile
+        retry(b, _rows(b, "sessions/s0")[1].id)  # ...and on the later one, from b
+        assert a.leases.delivery_claims(T0)[head.id][0] == "aaaa"
+        assert b.outbox.due_deliveries(T0, 10) == []  # never two replicas on one session
