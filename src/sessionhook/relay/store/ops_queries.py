@@ -47,6 +47,24 @@ _FETCH = 500
 _HOUR = 3600.0
 
 
+def _selection(
+    since: float | None,
+    until: float | None,
+    event_ids: Sequence[str] | None,
+    session: str | None,
+) -> tuple[tuple[str, object | None], ...]:
+    """The clauses of a replay's selection of events (``e``), for :func:`.log_rows.where`."""
+    return (
+        ("e.occurred_ts >= ?", since),
+        ("e.occurred_ts < ?", until),
+        (
+            "e.id IN (SELECT value FROM json_each(?))",
+            None if event_ids is None else json.dumps(list(event_ids)),
+        ),
+        ("e.session_name = ?", session),
+    )
+
+
 class OperatorQueries:
     """The operator role (:class:`~.roles.OperatorRole`) over one database; its status
     reads the other roles' figures (the outbox, the endpoints, the meta, the refusals)."""
@@ -224,13 +242,7 @@ class OperatorQueries:
             raise ValueError("replay needs at least one filter (since, until, ids, type, session)")
         now = self._db.clock()
         text, params = where(
-            ("e.occurred_ts >= ?", since),
-            ("e.occurred_ts < ?", until),
-            (
-                "e.id IN (SELECT value FROM json_each(?))",
-                None if event_ids is None else json.dumps(list(event_ids)),
-            ),
-            ("e.session_name = ?", session),
+            *_selection(since, until, event_ids, session),
             (
                 "NOT EXISTS (SELECT 1 FROM deliveries o WHERE o.event_id = e.id AND o.endpoint = ? "
                 "AND o.status IN ('pending', 'failed'))",
@@ -290,15 +302,7 @@ class OperatorQueries:
     ) -> tuple[int, int]:
         """Why a replay queued nothing: ``(events selected, of them with an open delivery
         to endpoint)`` for the selection of :meth:`replay` (types aside)."""
-        text, params = where(
-            ("e.occurred_ts >= ?", since),
-            ("e.occurred_ts < ?", until),
-            (
-                "e.id IN (SELECT value FROM json_each(?))",
-                None if event_ids is None else json.dumps(list(event_ids)),
-            ),
-            ("e.session_name = ?", session),
-        )
+        text, params = where(*_selection(since, until, event_ids, session))
         row = self._db.conn.execute(
             "SELECT COUNT(*), COALESCE(SUM(CASE WHEN EXISTS (SELECT 1 FROM deliveries o "
             "WHERE o.event_id = e.id AND o.endpoint = ? AND o.status IN ('pending', 'failed')) "

@@ -34,7 +34,7 @@ from starlette.routing import Route
 from ... import ops as operator
 from ...ops import OperatorError, requeue
 from ...ops.wire import parse_moment
-from ...store import StoreError
+from ...store import AsyncStore, StoreError
 from ...telemetry.logs import get_logger
 from ..auth import CSRF_FIELD, FormError, csrf_token, read_form, web_session
 from ..headers import SECURITY_HEADERS
@@ -107,15 +107,23 @@ class Actions:
             )
         return form
 
-    async def replay(self, request: Request) -> Response:
-        """Queue one event, or a time range of events, again for an endpoint."""
+    async def _store_form(self, request: Request) -> tuple[dict[str, str], AsyncStore] | Response:
+        """The form (see :meth:`_form`) and the open store; else the answer to give."""
         form = await self._form(request)
         if isinstance(form, Response):
             return form
-        back = form.get("back", "")
         store = self.deps.store()
         if store is None:
-            return _done(back, "error", "the store is not open yet")
+            return _done(form.get("back", ""), "error", "the store is not open yet")
+        return form, store
+
+    async def replay(self, request: Request) -> Response:
+        """Queue one event, or a time range of events, again for an endpoint."""
+        prepared = await self._store_form(request)
+        if isinstance(prepared, Response):
+            return prepared
+        form, store = prepared
+        back = form.get("back", "")
         endpoint = form.get("endpoint", "")
         event_id = form.get("event", "").strip()
         now = self.deps.clock()
@@ -146,13 +154,11 @@ class Actions:
 
     async def retry(self, request: Request) -> Response:
         """Send one delivery again now (the same row: same webhook-id and body)."""
-        form = await self._form(request)
-        if isinstance(form, Response):
-            return form
+        prepared = await self._store_form(request)
+        if isinstance(prepared, Response):
+            return prepared
+        form, store = prepared
         back = form.get("back", "")
-        store = self.deps.store()
-        if store is None:
-            return _done(back, "error", "the store is not open yet")
         key = form.get("delivery", "").strip()
         if not key.isascii() or not key.isdigit() or len(key) > 18:
             return _done(back, "error", "retry: choose a delivery")
@@ -166,13 +172,11 @@ class Actions:
 
     async def recover(self, request: Request) -> Response:
         """Send again now every failed or dead delivery of an endpoint since a time."""
-        form = await self._form(request)
-        if isinstance(form, Response):
-            return form
+        prepared = await self._store_form(request)
+        if isinstance(prepared, Response):
+            return prepared
+        form, store = prepared
         back = form.get("back", "")
-        store = self.deps.store()
-        if store is None:
-            return _done(back, "error", "the store is not open yet")
         endpoint = form.get("endpoint", "")
         try:
             since = parse_moment(form.get("since", "").strip() or "1h", self.deps.clock())
@@ -189,13 +193,11 @@ class Actions:
 
     async def endpoint(self, request: Request) -> Response:
         """Enable or disable an endpoint."""
-        form = await self._form(request)
-        if isinstance(form, Response):
-            return form
+        prepared = await self._store_form(request)
+        if isinstance(prepared, Response):
+            return prepared
+        form, store = prepared
         back = form.get("back", "")
-        store = self.deps.store()
-        if store is None:
-            return _done(back, "error", "the store is not open yet")
         name = form.get("name", "")
         enable = form.get("enabled") == "1"
         reason = form.get("reason", "").strip()[:200] or "disabled in the console"
