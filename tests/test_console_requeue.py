@@ -18,8 +18,8 @@ from sessionhook.relay.store import AsyncStore, StoreCore
 from sessionhook.relay.telemetry.metrics import Metrics
 from sessionhook.relay.web import WebContext, create_app
 from sessionhook.relay.web.auth import CSRF_FIELD, WebAuth
+from tests.support.backends import Backend
 
-from .conftest import Backend
 from .requeue_rows import ACT0, Ep, failure, fill
 
 pytestmark = pytest.mark.anyio

@@ -14,8 +14,9 @@ import anyio
 import httpx
 import pytest
 
-from tests.conftest import Backend
-from tests.test_daemon import Setup, _free_port
+from tests.support.backends import Backend
+from tests.support.daemon_setup import Setup
+from tests.support.loopback import free_port
 
 TOKEN = "loop-token-" + "w" * 30
 
@@ -51,7 +52,7 @@ async def test_consumer_down_then_fixed_then_recover_delivers_everything_in_orde
     token_file = tmp_path / "web-token"
     token_file.write_text(TOKEN)
     token_file.chmod(0o600)
-    port = _free_port()
+    port = free_port()
     setup = Setup(
         tmp_path,
         server={"listen": f"127.0.0.1:{port}", "token_file": str(token_file)},

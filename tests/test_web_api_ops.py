@@ -23,8 +23,8 @@ from sessionhook.relay.store import AsyncStore, StoreCore
 from sessionhook.relay.telemetry.metrics import Metrics
 from sessionhook.relay.web import WebAuth, WebContext, create_app
 from sessionhook.relay.web.api import API_GROUPS
+from tests.support.backends import Backend
 
-from .conftest import Backend
 from .requeue_rows import ACT0, Ep, failure, fill
 
 pytestmark = pytest.mark.anyio
