@@ -19,8 +19,7 @@ from sessionhook.relay.telemetry.metrics import Metrics
 from sessionhook.relay.web import WebContext, create_app
 from sessionhook.relay.web.auth import CSRF_FIELD, WebAuth
 from tests.support.backends import Backend
-
-from .requeue_rows import ACT0, Ep, failure, fill
+from tests.support.requeue_rows import ACT0, Ep, failure, fill
 
 pytestmark = pytest.mark.anyio
 

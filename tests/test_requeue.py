@@ -15,8 +15,7 @@ from sessionhook.relay.ops.requeue import recover, retry
 from sessionhook.relay.store import StoreCore
 from sessionhook.relay.store.rows import DeliveryRow
 from tests.support.backends import Backend
-
-from .requeue_rows import ACT0, Ep, failure, fill
+from tests.support.requeue_rows import ACT0, Ep, failure, fill
 
 T0 = 1_800_000_000.0
 

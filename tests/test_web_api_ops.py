@@ -24,8 +24,7 @@ from sessionhook.relay.telemetry.metrics import Metrics
 from sessionhook.relay.web import WebAuth, WebContext, create_app
 from sessionhook.relay.web.api import API_GROUPS
 from tests.support.backends import Backend
-
-from .requeue_rows import ACT0, Ep, failure, fill
+from tests.support.requeue_rows import ACT0, Ep, failure, fill
 
 pytestmark = pytest.mark.anyio
 

@@ -1,30 +1,19 @@
-"""Rows for the retry/recover and management API tests: endpoints, sessions with events
+"""Rows for the retry/recover and management API tests: sessions with events
 and their deliveries, failed attempts (the store's own ingest and outbox write them)."""
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 from sessionhook.api.models import Activity, Session
 from sessionhook.relay.domain import events
 from sessionhook.relay.domain.retry import AttemptResult
 from sessionhook.relay.store import StoreCore
+from tests.support.store_rows import Ep
 
 __all__ = ["ACT0", "Ep", "failure", "fill", "session"]
 
 #: 2025-03-01T10:00:00Z: the upstream time of each session's first activity (activity i
 #: happened i seconds later).
 ACT0 = 1_740_823_200.0
-
-
-@dataclass(frozen=True)
-class Ep:
-    """An endpoint as ``sync_endpoints`` reads one."""
-
-    name: str
-    url: str = "https://hooks.example.com/x"
-    events: tuple[str, ...] = ("*",)
-    enabled: bool = True
 
 
 def session(n: int, state: str = "IN_PROGRESS") -> Session:
