@@ -1,8 +1,10 @@
 """The operator's loop with the real daemon (in process: the emulator upstream, a recording
 consumer, the web listener on a loopback port), on both store engines: a consumer that is
 down until every delivery of two sessions is dead; it comes back; one ``POST
-/v1/deliveries:recover``; everything arrives, each session's events in order, with the
-webhook-ids and bodies of the failed attempts."""
+/v1/deliveries:recover``, or ``sessionhook deliveries recover`` on its own store handle
+(what another process does: the daemon learns of it through the store alone);
+everything arrives, each session's events in order, with the webhook-ids and bodies of
+the failed attempts."""
 
 from __future__ import annotations
 
@@ -11,9 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.to_thread
 import httpx
 import pytest
+from click.testing import CliRunner
 
+from sessionhook.cli import cli
 from tests.support.backends import Backend
 from tests.support.daemon_setup import Setup
 from tests.support.loopback import free_port
@@ -46,8 +51,9 @@ async def _all(http: httpx.AsyncClient, path: str, key: str, **params: str) -> l
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("way", ["api", "cli"])
 async def test_consumer_down_then_fixed_then_recover_delivers_everything_in_order(
-    backend: Backend, tmp_path: Path
+    backend: Backend, tmp_path: Path, way: str
 ) -> None:
     token_file = tmp_path / "web-token"
     token_file.write_text(TOKEN)
@@ -93,9 +99,18 @@ async def test_consumer_down_then_fixed_then_recover_delivers_everything_in_orde
         failed_bodies = {a.event_id: a.body for a in setup.receiver.arrivals}
 
         setup.receiver.status = None  # fixed
-        answer = await http.post("/v1/deliveries:recover", json={"endpoint": "rx", "since": "1h"})
-        assert answer.status_code == 200, answer.text
-        assert answer.json()["recovered"] == len(dead)
+        if way == "api":
+            answer = await http.post(
+                "/v1/deliveries:recover", json={"endpoint": "rx", "since": "1h"}
+            )
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["recovered"] == len(dead)
+        else:
+            args = ["deliveries", "recover", "--config", str(setup.config_path)]
+            args += ["--endpoint", "rx", "--since", "1h"]
+            result = await anyio.to_thread.run_sync(CliRunner().invoke, cli, args)
+            assert result.exit_code == 0, result.output
+            assert result.output.startswith(f"recovered {len(dead)} deliveries of rx, due now")
 
         want = {e["id"] for events in archived.values() for e in events}
         assert all(len(events) >= 3 for events in archived.values())
