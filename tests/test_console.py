@@ -22,9 +22,10 @@ from sessionhook.relay.web.auth import MAX_FORM_BYTES
 from sessionhook.relay.web.console.chart import HEIGHT, WIDTH, minute_chart
 from sessionhook.relay.web.console.common import ConsoleDeps
 from sessionhook.relay.web.console.routes import console_routes
-from tests.conftest import Backend
-from tests.console_app import BASE, TOKEN, app_for, form, logged_in
-from tests.test_store import T0, Clock, Ep, activity, ingest, ready, session
+from tests.support.backends import Backend
+from tests.support.clock import T0, Clock
+from tests.support.console_app import BASE, TOKEN, app_for, form, logged_in
+from tests.support.store_rows import Ep, activity, ingest, ready, session
 
 HOSTILE = "<script>alert(1)</script>"
 ESCAPED = "&lt;script&gt;alert(1)&lt;/script&gt;"
@@ -274,6 +275,8 @@ CONSOLE_GETS = (
 )
 CONSOLE_POSTS = (
     "/console/actions/replay",
+    "/console/actions/retry",
+    "/console/actions/recover",
     "/console/actions/endpoint",
     "/console/actions/test",
     "/console/actions/session",

@@ -20,9 +20,10 @@ from sessionhook.relay.domain.retry import AttemptResult, Dead, Delivered, Retry
 from sessionhook.relay.store import AsyncStore, Store
 from sessionhook.relay.store.console_queries import MinuteCounts
 from sessionhook.relay.web.console.chart import HEIGHT, minute_chart
-from tests.conftest import Backend
-from tests.console_app import app_for, form, logged_in
-from tests.test_store import T0, Clock, Ep, activity, ingest, ready, session
+from tests.support.backends import Backend
+from tests.support.clock import T0, Clock
+from tests.support.console_app import app_for, form, logged_in
+from tests.support.store_rows import Ep, activity, ingest, ready, session
 
 ESCAPED = "&lt;script&gt;"
 

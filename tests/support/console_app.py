@@ -17,7 +17,7 @@ from sessionhook.relay.store import AsyncStore
 from sessionhook.relay.telemetry.metrics import Metrics
 from sessionhook.relay.web import WebContext, create_app
 from sessionhook.relay.web.auth import CSRF_FIELD, WebAuth
-from tests.test_store import T0
+from tests.support.clock import T0
 
 TOKEN = "console-test-token-0123456789abcdefghij"
 BASE = "http://127.0.0.1:9187"
