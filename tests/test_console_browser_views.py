@@ -25,7 +25,7 @@ from sessionhook.relay.domain.retry import AttemptResult, Dead, Retry
 from sessionhook.relay.store import AsyncStore
 from sessionhook.relay.web.server import serve
 from tests.support.backends import Backend
-from tests.support.browser import css, flash, navigate, one, sign_in, until
+from tests.support.browser import css, flash, navigate, one, signed_in, until
 from tests.support.clock import T0, Clock
 from tests.support.console_app import TOKEN as APP_TOKEN
 from tests.support.console_app import app_for
@@ -114,10 +114,7 @@ def test_deliveries_at_1280_px_with_a_300_character_error_stay_readable(
 ) -> None:
     base, ids = served
     chrome.set_window_size(1280, 1400)
-    chrome.get(f"{base}/console/deliveries")
-    if "/login" in chrome.current_url:
-        sign_in(chrome, APP_TOKEN)
-        until(lambda: "/console/deliveries" in chrome.current_url, "the deliveries page")
+    signed_in(chrome, base, APP_TOKEN, "/console/deliveries")
     row = one(chrome, f"tr[data-delivery='{ids['failing']}']")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     shot = ARTIFACTS / "console-deliveries-1280.png"
@@ -160,11 +157,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 def browser(stack: Stack, chrome: Any) -> Any:
     """The module's browser, signed in to the daemon's console."""
     chrome.set_window_size(1400, 1000)
-    chrome.get(f"{stack.base}/console")
-    if "/login" in chrome.current_url:
-        sign_in(chrome, TOKEN)
-        until(lambda: chrome.current_url.endswith("/console"), "the console after signing in")
-    return chrome
+    return signed_in(chrome, stack.base, TOKEN)
 
 
 def timeline_of(stack: Stack, name: str) -> str:

@@ -48,6 +48,15 @@ def deliveries(store: Store, endpoint: str, session_name: str) -> list[Any]:
     return sorted(rows, key=lambda d: d.id)
 
 
+def one_attempt(store: Store, result: AttemptResult, decision: Any) -> Any:
+    """Endpoint beta, one event, its delivery tried once with ``result``: the delivery."""
+    (s,) = ready(store, Ep("beta"))
+    ingest(store, s, [activity(1, 1)])
+    (d,) = deliveries(store, "beta", s.name)
+    store.outbox.record_attempt(d.id, result, decision)
+    return d
+
+
 @pytest.fixture
 async def http(store: Store) -> AsyncIterator[tuple[httpx.AsyncClient, str]]:
     async with logged_in(app_for(AsyncStore(store))) as signed_in:
@@ -82,10 +91,7 @@ def test_the_last_answer_names_the_status_once() -> None:
 @pytest.mark.anyio
 async def test_deliveries_page_says_http_500_once(store: Store, http: Any) -> None:
     client, _ = http
-    (s,) = ready(store, Ep("beta"))
-    ingest(store, s, [activity(1, 1)])
-    (d,) = deliveries(store, "beta", s.name)
-    store.outbox.record_attempt(d.id, attempt(500, T0 + 10), Dead("gave up"))
+    d = one_attempt(store, attempt(500, T0 + 10), Dead("gave up"))
     page = (await client.get("/console/deliveries")).text
     assert "HTTP 500 HTTP 500" not in page
     assert cell(page, f'data-delivery="{d.id}"', "answer").strip() == "HTTP 500"
@@ -268,10 +274,7 @@ def test_a_busy_minute_of_the_day_is_a_bar_a_few_units_wide() -> None:
 @pytest.mark.anyio
 async def test_the_overview_draws_the_day_in_5_minute_bars(store: Store, http: Any) -> None:
     client, _ = http
-    (s,) = ready(store, Ep("beta"))
-    ingest(store, s, [activity(1, 1)])
-    (d,) = deliveries(store, "beta", s.name)
-    store.outbox.record_attempt(d.id, attempt(200, T0 + 300), Delivered())
+    one_attempt(store, attempt(200, T0 + 300), Delivered())
     page = (await client.get("/console")).text
     day = page.split('id="chart-day"')[1].split("</svg>")[0]
     widths = [float(w) for w in re.findall(r'<rect [^>]*width="([\d.]+)"', day)]

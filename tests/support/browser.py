@@ -17,6 +17,7 @@ __all__ = [
     "navigate",
     "one",
     "sign_in",
+    "signed_in",
     "until",
 ]
 
@@ -76,3 +77,13 @@ def sign_in(browser: Any, token: str) -> None:
     field.clear()
     field.send_keys(token)
     navigate(browser, one(browser, "form button[type=submit]"))
+
+
+def signed_in(browser: Any, base: str, token: str, page: str = "/console") -> Any:
+    """``browser`` on ``page`` of the console at ``base``, signed in with ``token`` first
+    when the console asks for it."""
+    browser.get(f"{base}{page}")
+    if "/login" in browser.current_url:
+        sign_in(browser, token)
+        until(lambda: browser.current_url.endswith(page), f"{page} after signing in")
+    return browser
