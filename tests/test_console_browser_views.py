@@ -142,6 +142,13 @@ def test_deliveries_at_1280_px_with_a_300_character_error_stay_readable(
     # A row behind the open head says what it waits on, and links to it.
     waiting = [w.text for w in css(chrome, "#deliveries .waiting")]
     assert f"waiting on #{ids['head']}" in waiting
+    # The overview's tables (endpoints with their forms, replicas) fit the same width.
+    chrome.get(f"{base}/console")
+    one(chrome, "#replicas")
+    width = chrome.execute_script(
+        "return [document.documentElement.scrollWidth, document.documentElement.clientWidth]"
+    )
+    assert width[0] <= width[1], width
 
 
 # --------------------------------------------------------------------------- the real daemon
@@ -210,6 +217,7 @@ def test_answer_the_agent_from_the_timeline(stack: Stack, browser: Any) -> None:
     )
     browser.get(page)
     assert css(browser, "#approve-form") == []
+    assert one(browser, "#question").text.strip()  # the agent's question, above the box
     one(browser, "#reply-form textarea").send_keys("Keep the <b>JSON</b> format")
     navigate(browser, one(browser, "#reply-form button"))
     assert flash(browser) == f"{name}: message sent"

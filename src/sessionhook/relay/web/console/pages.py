@@ -22,6 +22,7 @@ The searchable lists (deliveries, events) are in :mod:`.lists`, the actions (POS
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from typing import Final
 
@@ -53,15 +54,24 @@ def _path_id(request: Request, name: str) -> int | None:
         return None
 
 
-def _waiting_on(state: str, events: list[EventRow]) -> tuple[str, ActionKind] | None:
-    """The event that asks for the action the session waits for (its latest
-    ``session.action_required`` on this page), and that action; ``None`` when it waits
-    for nobody."""
+def _waiting_on(state: str, events: list[EventRow]) -> dict[str, str] | None:
+    """What the session waits for: the event that asks (its latest
+    ``session.action_required`` on this page), the action (``approve_plan`` or ``reply``)
+    and the agent's question when it asked one; ``None`` when it waits for nobody."""
     kind = WAITING.get(state)
-    if kind is None:
-        return None
     asking = [e for e in events if e.type == SESSION_ACTION_REQUIRED]
-    return (asking[-1].id, kind) if asking else None
+    if kind is None or not asking:
+        return None
+    try:
+        data = json.loads(asking[-1].body).get("data") or {}
+        question = data.get("question") if isinstance(data, dict) else None
+    except (ValueError, AttributeError):  # an archived body is JSON; said plainly if not
+        question = None
+    return {
+        "event": asking[-1].id,
+        "kind": kind,
+        "question": question if isinstance(question, str) else "",
+    }
 
 
 class Pages:
