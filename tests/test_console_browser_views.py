@@ -40,7 +40,8 @@ ARTIFACTS = Path(os.environ.get("TEST_ARTIFACTS", Path(__file__).parent.parent /
 LONG_ERROR = (
     "TLS handshake with hooks.example-consumer.internal failed: certificate verify failed: "
     "unable to get local issuer certificate; the chain sent was "
-    + "MIIFazCCA1OgAwIBAgIRAIIQz7DSQONZRGPgu2OCiwAwDQYJKoZIhvcNAQELBQAw" * 4
+    + "MIIFazCCA1OgAwIBAgIRAIIQz7DSQONZRGPgu2OCiwAwDQYJKoZIhvcNAQELBQAw"
+    * 4
 )[:300]
 
 
