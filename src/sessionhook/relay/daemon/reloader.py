@@ -20,7 +20,7 @@ import anyio.abc
 
 from ..config import Config, ConfigError, load_config
 from ..delivery.dispatcher import DeliverySettings
-from ..store import StoreUnwritableError
+from ..store import EndpointConflictError, StoreUnwritableError
 from ..telemetry import logs as relay_logging
 from ..telemetry.logs import get_logger
 from . import sdnotify
@@ -83,6 +83,10 @@ class Reloader:
                 await store.endpoints.sync_endpoints(list(new.endpoints))
             except StoreUnwritableError as exc:
                 _log.error("config.reload_failed", error=f"the store is not writable: {exc}")
+                sdnotify.ready("reload failed; running with the previous configuration")
+                return False
+            except EndpointConflictError as exc:
+                _log.error("config.reload_failed", error=str(exc), kept="the running configuration")
                 sdnotify.ready("reload failed; running with the previous configuration")
                 return False
         if state.dispatcher is not None:
