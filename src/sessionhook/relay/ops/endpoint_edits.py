@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ..config import Config, EndpointConfig
+from ..config import DEFAULT_ACCOUNT, Config, EndpointConfig
 from ..config.endpoint_spec import (
     MAX_DESCRIPTION_CHARS,
     SPEC_KEYS,
@@ -45,7 +45,7 @@ from . import (
     endpoints_in_flight,
     find_endpoint,
 )
-from .wire import endpoint_json
+from .wire import endpoint_json, json_stamp
 
 __all__ = [
     "DEFAULT_OVERLAP",
@@ -144,7 +144,8 @@ def _definition(
             spec,
             [secret],
             allow_private_networks=config.delivery.allow_private_networks,
-            accounts=[a.name for a in config.upstream_accounts()],
+            # The accounts' names (upstream_accounts() needs their resolved keys).
+            accounts=[a.name for a in config.accounts] or [DEFAULT_ACCOUNT],
         )
     except ValueError as exc:
         raise InvalidEndpointError(str(exc)) from None
@@ -248,9 +249,8 @@ def definition_json(
     answer: dict[str, Any] = {"source": state.source, "description": state.description}
     if stored is not None:
         answer["definition"] = dict(stored.spec)
-        answer["previous_secret_until"] = (
-            stored.previous_until if stored.previous_secret is not None else None
-        )
+        until = stored.previous_until if stored.previous_secret is not None else None
+        answer["previous_secret_expires_at"] = None if until is None else json_stamp(until)
     elif endpoint is not None:
         answer["definition"] = endpoint.model_dump(
             mode="json", include=set(SPEC_KEYS), exclude_defaults=True

@@ -1,0 +1,195 @@
+"""Endpoints created at run time, with the real daemon in process (its listener on a
+loopback port, the emulator and the consumers behind ASGI transports): an endpoint created
+over ``/v1/endpoints`` receives signed deliveries and test pings; a rotated secret signs
+beside the new one for the overlap, checked with the Standard Webhooks *reference* package
+(``standardwebhooks``); and on PostgreSQL an endpoint created on one replica receives
+deliveries from another replica of the same store."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from standardwebhooks import Webhook, WebhookVerificationError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from sessionhook.relay.config import load_config
+from sessionhook.relay.daemon.daemon import Daemon
+from tests.conftest import Backend
+from tests.test_daemon import Setup, _free_port, write_config
+
+pytestmark = pytest.mark.anyio
+
+TOKEN = "endpoints-daemon-token-" + "d" * 30
+HOST = "laptop.test"
+
+
+@dataclass
+class Recorder:
+    """A consumer of every host: records each POST (host, headers, body), answers 204."""
+
+    posts: list[tuple[str, dict[str, str], bytes]] = field(default_factory=list)
+
+    @property
+    def app(self) -> Starlette:
+        async def hook(request: Request) -> Response:
+            body = await request.body()
+            self.posts.append((request.url.hostname or "", dict(request.headers), body))
+            return Response(status_code=204)
+
+        return Starlette(routes=[Route("/{path:path}", hook, methods=["POST"])])
+
+    def to(self, host: str) -> list[tuple[dict[str, str], bytes]]:
+        return [(headers, body) for h, headers, body in self.posts if h == host]
+
+
+def verifies(secret: str, headers: dict[str, str], body: bytes) -> bool:
+    """Whether the reference package accepts ``body`` signed with ``secret``."""
+    try:
+        Webhook(secret).verify(body, headers)
+    except WebhookVerificationError:
+        return False
+    return True
+
+
+async def until(check: Callable[[], Awaitable[bool] | bool], within: float = 30) -> None:
+    """Wait until ``check()`` holds (every 50 ms, at most ``within`` seconds)."""
+    with anyio.fail_after(within):
+        for _ in range(int(within / 0.05) + 1):
+            got = check()
+            if await got if isinstance(got, Awaitable) else got:
+                return
+            await anyio.sleep(0.05)
+
+
+def server_section(tmp_path: Path) -> dict[str, Any]:
+    token_file = tmp_path / "web-token"
+    token_file.write_text(TOKEN)
+    token_file.chmod(0o600)
+    return {"listen": f"127.0.0.1:{_free_port()}", "token_file": str(token_file)}
+
+
+async def test_an_endpoint_created_over_http_gets_signed_deliveries_and_rotates(
+    backend: Backend, tmp_path: Path
+) -> None:
+    server = server_section(tmp_path)
+    store = {"url": backend.target} if backend.name == "postgresql" else {}
+    setup = Setup(tmp_path, server=server, store=store)
+    recorder = Recorder()
+    daemon = setup.daemon(delivery_transport=httpx.ASGITransport(recorder.app))
+    auth = {"authorization": f"Bearer {TOKEN}"}
+    async with (
+        setup.api_http() as api_http,
+        anyio.create_task_group() as tg,
+        httpx.AsyncClient(base_url=f"http://{server['listen']}", headers=auth) as http,
+    ):
+        upstream = setup.api(api_http)
+        tg.start_soon(lambda: daemon.run(handle_signals=False))
+        await daemon.ready.wait()
+        created = await http.post(
+            "/v1/endpoints",
+            json={"name": "laptop", "url": f"http://{HOST}/hook", "events": ["session.*"]},
+        )
+        assert created.status_code == 201, created.text
+        first = created.json()["secret"]
+
+        # A test ping, signed with the stored secret.
+        tested = await http.post("/v1/endpoints/laptop:test")
+        assert tested.status_code == 200 and tested.json()["ok"] is True, tested.text
+        (ping,) = recorder.to(HOST)
+        assert verifies(first, *ping) and b'"type":"ping"' in ping[1]
+
+        async def delivered(count: int) -> bool:
+            return len(recorder.to(HOST)) >= count
+
+        await upstream.create_session("Before the rotation")
+        await until(lambda: delivered(2))
+        assert all(verifies(first, h, b) for h, b in recorder.to(HOST))
+
+        rotated = await http.post("/v1/endpoints/laptop:rotateSecret", json={"overlap": 3600})
+        assert rotated.status_code == 200, rotated.text
+        second = rotated.json()["secret"]
+        seen = len(recorder.to(HOST))
+        await upstream.create_session("During the overlap")
+        await until(lambda: delivered(seen + 1))
+        for headers, body in recorder.to(HOST)[seen:]:
+            # Both secrets sign every message of the overlap: each one verifies alone.
+            assert len(headers["webhook-signature"].split(" ")) == 2
+            assert verifies(first, headers, body) and verifies(second, headers, body)
+
+        ended = await http.post("/v1/endpoints/laptop:rotateSecret", json={"overlap": 0})
+        third = ended.json()["secret"]
+        seen = len(recorder.to(HOST))
+        await upstream.create_session("After the overlap")
+        await until(lambda: delivered(seen + 1))
+        for headers, body in recorder.to(HOST)[seen:]:
+            assert verifies(third, headers, body)
+            assert not verifies(second, headers, body) and not verifies(first, headers, body)
+        # The config file's endpoint went on with its own secret all along.
+        assert any(h == "rx.test" for h, _, _ in recorder.posts)
+        daemon.stop()
+
+
+async def test_an_endpoint_created_on_one_replica_gets_deliveries_from_another(
+    pg_url: str, tmp_path: Path
+) -> None:
+    server = server_section(tmp_path)
+    setup = Setup(tmp_path, server=server, store={"url": pg_url})
+    first_rx, second_rx = Recorder(), Recorder()
+    a = setup.daemon(delivery_transport=httpx.ASGITransport(first_rx.app))
+    other = tmp_path / "b"
+    other.mkdir()
+    b_config = load_config(write_config(other, secret=setup.secret, store={"url": pg_url}))
+    b = Daemon(
+        b_config,
+        upstream_transport=httpx.ASGITransport(setup.emulator),
+        delivery_transport=httpx.ASGITransport(second_rx.app),
+    )
+    auth = {"authorization": f"Bearer {TOKEN}"}
+    a_done = anyio.Event()
+
+    async def run_a() -> None:
+        try:
+            await a.run(handle_signals=False)
+        finally:
+            a_done.set()
+
+    async with (
+        setup.api_http() as api_http,
+        anyio.create_task_group() as tg,
+        httpx.AsyncClient(base_url=f"http://{server['listen']}", headers=auth) as http,
+    ):
+        tg.start_soon(run_a)
+        tg.start_soon(lambda: b.run(handle_signals=False))
+        await a.ready.wait()
+        await b.ready.wait()
+        created = await http.post(
+            "/v1/endpoints", json={"name": "laptop", "url": f"http://{HOST}/hook"}
+        )
+        assert created.status_code == 201, created.text
+        secret = created.json()["secret"]
+
+        def b_knows() -> bool:
+            dispatcher = b.dispatcher
+            return dispatcher is not None and "laptop" in dispatcher.settings.endpoints
+
+        # B learns of it at once (the store's notification wakes its dispatcher).
+        await until(b_knows, within=10)
+        # A stops: whatever reaches the new endpoint from now on is B's doing.
+        a.stop()
+        with anyio.fail_after(30):
+            await a_done.wait()
+        await setup.api(api_http).create_session("Seen by the other replica")
+        await until(lambda: len(second_rx.to(HOST)) >= 2, within=60)
+        for headers, body in second_rx.to(HOST):
+            assert verifies(secret, headers, body)
+        assert first_rx.to(HOST) == []
+        b.stop()

@@ -1,0 +1,102 @@
+"""Endpoints created at run time in the store (both engines): what the dispatcher's catalog
+loads and when it is stale (created, changed, an overlap ended), names unique across the
+config file and the store, and a config file that takes a name of the store's refused."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from sessionhook.relay.config import Config
+from sessionhook.relay.delivery.catalog import EndpointCatalog
+from sessionhook.relay.delivery.dispatcher import DeliverySettings
+from sessionhook.relay.domain.signing import generate_secret
+from sessionhook.relay.ops import endpoint_edits as edits
+from sessionhook.relay.store import AsyncStore, EndpointConflictError, StoreCore
+from tests.conftest import Backend
+
+NOW = 1_800_000_000.0
+
+
+def _config(*names: str) -> Config:
+    return Config.model_validate(
+        {
+            "endpoints": [
+                {"name": n, "url": f"https://hooks.example.com/{n}", "secret": generate_secret()}
+                for n in names
+            ]
+        }
+    )
+
+
+def _create(store: StoreCore, config: Config, name: str) -> str:
+    definition, secret = edits.define_endpoint(
+        config, name, {"url": f"https://hooks.example.com/{name}", "format": "slack"}
+    )
+    edits.create_endpoint(store, definition, secret)
+    return secret
+
+
+@pytest.mark.anyio
+async def test_the_catalog_loads_on_a_new_revision_and_when_an_overlap_ends(
+    backend: Backend,
+) -> None:
+    config = _config("filed")
+    with backend.open(clock=lambda: NOW) as sync:
+        sync.endpoints.sync_endpoints(config.endpoints)
+        astore = AsyncStore(backend.open(clock=lambda: NOW))
+        try:
+            catalog = EndpointCatalog(astore)
+            assert catalog.stale([("filed", 0)], NOW)  # nothing loaded yet
+            assert await catalog.load(NOW) == {}
+            assert not catalog.stale(sync.outbox.active_revisions(), NOW)
+            first = _create(sync, config, "chat")
+            active = sync.outbox.active_revisions()
+            assert [name for name, _ in active] == ["chat", "filed"]
+            assert catalog.stale(active, NOW)
+            loaded = await catalog.load(NOW)
+            endpoint, secrets = loaded["chat"]
+            assert endpoint.format == "slack" and secrets == (first,)
+            assert not catalog.stale(active, NOW)
+            settings = DeliverySettings.from_config(config).with_endpoints(loaded)
+            assert set(settings.endpoints) == {"chat", "filed"}
+            assert settings.secrets["chat"] == (first,)
+
+            rotation = edits.rotate_secret(sync, config, "chat", now=NOW, overlap=10)
+            active = sync.outbox.active_revisions()
+            assert catalog.stale(active, NOW)
+            assert (await catalog.load(NOW))["chat"][1] == (rotation.secret, first)
+            assert not catalog.stale(active, NOW + 9)
+            assert catalog.stale(active, NOW + 10)  # the overlap is over: the old one goes
+            assert (await catalog.load(NOW + 10))["chat"][1] == (rotation.secret,)
+            assert not catalog.stale(active, NOW + 11)
+
+            # Disabled: not active, nothing to load; deleted and created again: a new
+            # revision, never one the catalog holds.
+            edits.delete_endpoint(sync, config, "chat")
+            assert sync.outbox.active_revisions() == [("filed", 0)]
+            _create(sync, config, "chat")
+            assert catalog.stale(sync.outbox.active_revisions(), NOW + 11)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await astore.close()
+
+
+def test_names_are_unique_across_the_config_file_and_the_store(backend: Backend) -> None:
+    config = _config("filed")
+    with backend.open(clock=lambda: NOW) as store:
+        store.endpoints.sync_endpoints(config.endpoints)
+        _create(store, config, "mine")
+        with pytest.raises(edits.EndpointConflictError, match="config file"):
+            _create(store, config, "filed")
+        # The file gains an endpoint of that name: refused whole, nothing changed.
+        with pytest.raises(EndpointConflictError, match="'mine' of the config file"):
+            store.endpoints.sync_endpoints(_config("filed", "mine").endpoints)
+        (mine,) = store.endpoints.stored_endpoints()
+        assert mine.name == "mine" and mine.spec["format"] == "slack"
+        # An endpoint the file no longer has keeps its name for its history.
+        store.endpoints.sync_endpoints([])
+        with pytest.raises(edits.EndpointConflictError, match="history"):
+            _create(store, _config(), "filed")
+        # A reload does not touch the store's endpoints.
+        assert [s.name for s in store.endpoints.endpoint_states() if s.active] == ["mine"]
