@@ -21,6 +21,7 @@ from . import (  # noqa: E402, F401
     ops,
     ops_deliveries,
     ops_endpoints,
+    ops_endpoints_edit,
     ops_events,
     ops_replay,
     ops_secrets,
