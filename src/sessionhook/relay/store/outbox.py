@@ -125,13 +125,12 @@ class Outbox:
         config file; see :mod:`.endpoints`): a dispatcher's round reads them instead, and
         reloads the endpoints created through the API when one differs from those it
         holds (no extra query per round)."""
-        return [
-            (str(row[0]), int(row[1]))
-            for row in self._db.conn.execute(
-                "SELECT name, revision FROM endpoints "
-                "WHERE enabled = 1 AND configured = 1 ORDER BY name"
-            )
-        ]
+        # Rows as the driver gives them (tuples of text and integer): read every round.
+        rows: list[tuple[str, int]] = self._db.conn.execute(
+            "SELECT name, revision FROM endpoints WHERE enabled = 1 AND configured = 1 "
+            "ORDER BY name"
+        ).fetchall()
+        return rows
 
     def due_deliveries(
         self,
