@@ -248,7 +248,7 @@ async def test_unknown_names_are_404(backend: Backend) -> None:
             ("POST", "/v1/endpoints/ghost:test"),
         ]:
             answer = await h.http.request(method, path, json={})
-            assert "ghost" in _error(answer, 404), (method, path)
+            assert "no endpoint named 'ghost'" in _error(answer, 404), (method, path)
         assert "frobnicate" in _error(await h.http.post("/v1/endpoints/filed:frobnicate"), 404)
 
 
