@@ -20,9 +20,13 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+from structlog.testing import capture_logs
 
-from sessionhook.relay.config import load_config
-from sessionhook.relay.daemon.daemon import Daemon
+from sessionhook.relay.config import Config, load_config
+from sessionhook.relay.daemon.daemon import Daemon, DaemonError
+from sessionhook.relay.domain.signing import generate_secret
+from sessionhook.relay.ops import endpoint_edits as edits
+from sessionhook.relay.store import Store
 from tests.conftest import Backend
 from tests.test_daemon import Setup, _free_port, write_config
 
@@ -193,3 +197,36 @@ async def test_an_endpoint_created_on_one_replica_gets_deliveries_from_another(
             assert verifies(secret, headers, body)
         assert first_rx.to(HOST) == []
         b.stop()
+
+
+async def test_a_config_file_taking_a_name_of_the_stores_is_refused(tmp_path: Path) -> None:
+    """At start: exit 2, naming the endpoint; at a reload: the running config kept."""
+    setup = Setup(tmp_path)
+    empty = Config.model_validate({})
+    with Store.open(setup.config.store.path) as store:
+        for name in ("rx", "later"):  # "rx" is the file's: created before the file had it
+            definition, secret = edits.define_endpoint(
+                empty, name, {"url": f"https://hooks.example.com/{name}"}
+            )
+            edits.create_endpoint(store, definition, secret)
+    with pytest.raises(DaemonError, match="'rx' of the config file") as refused:
+        await setup.daemon().run(handle_signals=False)
+    assert refused.value.exit_code == 2
+
+    with Store.open(setup.config.store.path) as store:
+        edits.delete_endpoint(store, empty, "rx")
+    daemon = setup.daemon()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: daemon.run(handle_signals=False))
+        await daemon.ready.wait()
+        good = setup.config_path.read_text()
+        setup.config_path.write_text(
+            good + '[[endpoints]]\nname = "later"\nurl = "https://hooks.example.com/l"\n'
+            f'secret = "{generate_secret()}"\n'
+        )
+        with capture_logs() as logs:
+            assert await daemon.reload() is False
+        failed = next(e for e in logs if e["event"] == "config.reload_failed")
+        assert "'later' of the config file" in failed["error"]
+        assert [e.name for e in daemon.config.endpoints] == ["rx"]
+        daemon.stop()

@@ -10,10 +10,12 @@ import pytest
 from sessionhook.relay.config import Config
 from sessionhook.relay.delivery.catalog import EndpointCatalog
 from sessionhook.relay.delivery.dispatcher import DeliverySettings
+from sessionhook.relay.domain.retry import Delivered, Retry
 from sessionhook.relay.domain.signing import generate_secret
 from sessionhook.relay.ops import endpoint_edits as edits
-from sessionhook.relay.store import AsyncStore, EndpointConflictError, StoreCore
+from sessionhook.relay.store import AsyncStore, AttemptRecord, EndpointConflictError, StoreCore
 from tests.conftest import Backend
+from tests.test_outbox import fail, fill, ok
 
 NOW = 1_800_000_000.0
 
@@ -100,3 +102,22 @@ def test_names_are_unique_across_the_config_file_and_the_store(backend: Backend)
             _create(store, _config(), "filed")
         # A reload does not touch the store's endpoints.
         assert [s.name for s in store.endpoints.endpoint_states() if s.active] == ["mine"]
+
+
+def test_a_delivery_in_flight_when_its_endpoint_is_deleted_stays_dead(backend: Backend) -> None:
+    config = _config()
+    with backend.open(clock=lambda: NOW) as store:
+        _create(store, config, "mine")
+        fill(store, 2, 1)
+        first, second = sorted(store.outbox.due_deliveries(NOW + 1, 10), key=lambda d: d.id)
+        assert edits.delete_endpoint(store, config, "mine") == 2
+        # Both POSTs were in flight; one failed (a retry decided), one was delivered.
+        store.outbox.record_attempts(
+            [
+                AttemptRecord(first.id, fail(NOW + 2), Retry(at=NOW + 60)),
+                AttemptRecord(second.id, ok(NOW + 2), Delivered()),
+            ]
+        )
+        rows = {r.id: r for r in store.operator.list_deliveries("mine", None, None, 10)}
+        assert rows[first.id].status == "dead" and rows[second.id].status == "delivered"
+        assert store.outbox.pending_count("mine") == 0

@@ -75,10 +75,9 @@ class Reloader:
                     "accounts": old.accounts,
                 }
             )
-        relay_logging.configure(new.log.level, new.log.format)
-        register_secrets(new)
         store = state.store
         if store is not None:
+            # First: a new file the store refuses changes nothing (the log level neither).
             try:  # never wait for disk space here: a SIGTERM must still be heard
                 await store.endpoints.sync_endpoints(list(new.endpoints))
             except StoreUnwritableError as exc:
@@ -89,6 +88,8 @@ class Reloader:
                 _log.error("config.reload_failed", error=str(exc), kept="the running configuration")
                 sdnotify.ready("reload failed; running with the previous configuration")
                 return False
+        relay_logging.configure(new.log.level, new.log.format)
+        register_secrets(new)
         if state.dispatcher is not None:
             state.dispatcher.update(DeliverySettings.from_config(new))
         state.poll_settings = state.poll_settings.with_config(new)
