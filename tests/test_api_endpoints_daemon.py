@@ -7,6 +7,7 @@ deliveries from another replica of the same store."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -139,6 +140,25 @@ async def test_an_endpoint_created_over_http_gets_signed_deliveries_and_rotates(
             assert not verifies(second, headers, body) and not verifies(first, headers, body)
         # The config file's endpoint went on with its own secret all along.
         assert any(h == "rx.test" for h, _, _ in recorder.posts)
+
+        # The other routes, against this daemon.
+        assert (await http.get("/v1/endpoints", headers={"authorization": ""})).status_code == 401
+        listed = (await http.get("/v1/endpoints")).json()["endpoints"]
+        assert [(e["name"], e["source"]) for e in listed] == [("laptop", "api"), ("rx", "config")]
+        assert "whsec_" not in json.dumps(listed)
+        assert (
+            await http.patch("/v1/endpoints/rx", json={"url": "http://x.test/"})
+        ).status_code == 409
+        changed = await http.patch("/v1/endpoints/laptop", json={"description": "my laptop"})
+        assert changed.status_code == 200 and changed.json()["description"] == "my laptop"
+        off = await http.post("/v1/endpoints/laptop:disable", json={"reason": "lunch"})
+        assert off.json()["enabled"] is False and off.json()["disabled_reason"] == "lunch"
+        assert (await http.post("/v1/endpoints/laptop:enable")).json()["enabled"] is True
+        got = await http.get("/v1/endpoints/laptop")
+        assert got.status_code == 200 and got.json()["definition"]["events"] == ["session.*"]
+        deleted = await http.delete("/v1/endpoints/laptop")
+        assert deleted.status_code == 200 and deleted.json()["deleted"] is True
+        assert (await http.get("/v1/endpoints/laptop")).status_code == 404
         daemon.stop()
 
 
