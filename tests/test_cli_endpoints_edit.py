@@ -7,10 +7,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import httpx
 import pytest
 from click.testing import CliRunner, Result
+from standardwebhooks import Webhook
 
 from sessionhook.cli import cli
+from sessionhook.cli._output import Runtime
 from sessionhook.relay.domain.signing import generate_secret
 from tests.conftest import Backend
 from tests.test_outbox import Ep, fill
@@ -141,3 +144,35 @@ def test_refusals_are_one_line(config_file: Path) -> None:
         assert "Traceback" not in result.output
     unknown = run(config_file, "endpoints", "delete", "ghost", code=2)
     assert "ghost" in unknown.output
+
+
+def test_endpoints_test_signs_a_ping_with_the_stored_secret(config_file: Path) -> None:
+    created = json.loads(
+        run(
+            config_file,
+            "endpoints",
+            "create",
+            "mine",
+            "--url",
+            "https://hooks.example.com/m",
+            "--json",
+        ).output
+    )
+    seen: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(204)
+
+    result = CliRunner().invoke(
+        cli,
+        ["endpoints", "test", "mine", "--config", str(config_file)],
+        obj=Runtime(transport=httpx.MockTransport(answer)),
+        catch_exceptions=False,
+    )
+    assert result.exit_code == 0, result.output
+    (request,) = seen
+    assert str(request.url) == "https://hooks.example.com/m"
+    body = Webhook(created["secret"]).verify(request.content, dict(request.headers))
+    assert body["type"] == "ping"
+    assert created["secret"] not in result.output
