@@ -15,9 +15,9 @@ the store's thread.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, ParamSpec, TypeVar
 
 from ..config import DEFAULT_ACCOUNT, Config, EndpointConfig
 from ..config.endpoint_spec import (
@@ -66,6 +66,9 @@ __all__ = [
     "stored_or_refused",
     "update_endpoint",
 ]
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 #: How long the secret a rotation replaces keeps signing, unless told (Svix's default).
 DEFAULT_OVERLAP: Final = 24 * 3600.0
@@ -201,8 +204,7 @@ def delete_endpoint(store: StoreCore, config: Config, name: str) -> int:
     """Delete the endpoint created at run time ``name``: its secrets are erased and its
     open deliveries become dead (last error :data:`DELETED_REASON`); returns how many."""
     stored_or_refused(store, config, name)
-    closed: int = _store_call(store.endpoints.delete_endpoint, name, DELETED_REASON)
-    return closed
+    return _store_call(store.endpoints.delete_endpoint, name, DELETED_REASON)
 
 
 def rotate_secret(
@@ -258,11 +260,11 @@ def definition_json(
     return answer
 
 
-def _store_call(fn: Any, *args: Any) -> Any:
+def _store_call(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     """``fn(*args)``; the store's "no such endpoint" as :class:`~.UnknownEndpointError`
     (deleted meanwhile)."""
     try:
-        return fn(*args)
+        return fn(*args, **kwargs)
     except StoreConflict as exc:
         raise EndpointConflictError(str(exc)) from None
     except StoreError as exc:
