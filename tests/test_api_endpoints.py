@@ -113,6 +113,7 @@ async def test_every_route_answers_401_without_or_with_a_wrong_token(backend: Ba
             ("POST", "/v1/endpoints"),
             ("GET", "/v1/endpoints/filed"),
             ("PATCH", "/v1/endpoints/filed"),
+            ("PUT", "/v1/endpoints/filed"),
             ("DELETE", "/v1/endpoints/filed"),
             ("POST", "/v1/endpoints/filed:enable"),
             ("POST", "/v1/endpoints/filed:disable"),
@@ -203,6 +204,12 @@ async def test_update_changes_the_definition_and_null_restores_a_default(
             "url": "https://hooks.example.com/v2",
             "events": ["session.*"],
         }
+        whole = await h.http.put(
+            "/v1/endpoints/ci-bot", json={"url": "https://hooks.example.com/v3"}
+        )
+        assert whole.status_code == 200, whole.text
+        assert whole.json()["definition"] == {"url": "https://hooks.example.com/v3"}
+        assert whole.json()["description"] == "CI's hook"  # not part of the definition
         message = _error(
             await h.http.patch("/v1/endpoints/ci-bot", json={"events": ["nope.*"]}), 400
         )
@@ -220,6 +227,7 @@ async def test_the_config_files_endpoints_are_read_only_409(backend: Backend) ->
         cases = [
             await h.http.post("/v1/endpoints", json={**NEW, "name": "filed"}),
             await h.http.patch("/v1/endpoints/filed", json={"url": "https://x.example.com/"}),
+            await h.http.put("/v1/endpoints/filed", json={"url": "https://x.example.com/"}),
             await h.http.delete("/v1/endpoints/filed"),
             await h.http.post("/v1/endpoints/filed:rotateSecret", json={}),
         ]

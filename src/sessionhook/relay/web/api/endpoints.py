@@ -1,6 +1,6 @@
-"""``/v1/endpoints``: list, get, create, update, delete, enable, disable, test, rotate the
-secret (:mod:`sessionhook.relay.ops.endpoint_edits`, the same operations as ``sessionhook
-endpoints ...``).
+"""``/v1/endpoints``: list, get, create, update (PATCH, or PUT the whole definition),
+delete, enable, disable, test, rotate the secret (:mod:`sessionhook.relay.ops.endpoint_edits`,
+the same operations as ``sessionhook endpoints ...``).
 
 An endpoint created here lives in the store; its secret is in the create answer (and a
 rotation's) once, never in a read. One of the config file is read-only here (409). Verbs
@@ -20,6 +20,7 @@ from starlette.routing import BaseRoute, Route
 
 from ... import ops as operator
 from ...config import parse_duration
+from ...config.endpoint_spec import SPEC_KEYS
 from ...ops import endpoint_edits as edits
 from ..context import WebContext
 from .common import ApiProblem, bad_request, page_answer, page_request, read_json, require_store
@@ -40,7 +41,8 @@ class _Create(BaseModel):
 
 
 class _Update(BaseModel):
-    """Changes: keys of ``[[endpoints]]`` (``null``: back to the default), a description."""
+    """Changes (PATCH): keys of ``[[endpoints]]`` (``null``: back to the default), a
+    description; or (PUT) the whole definition."""
 
     model_config = ConfigDict(extra="allow", strict=True)
     description: str | None = None
@@ -140,6 +142,8 @@ def endpoint_routes(ctx: WebContext) -> Sequence[BaseRoute]:
             )
         body = await read_json(request, _Update)
         changes = dict(body.model_extra or {})
+        if request.method == "PUT":  # the whole definition: what is not given is default
+            changes = {key: None for key in SPEC_KEYS} | changes
         if "secret" in changes:
             raise bad_request(f"secret: rotate it with POST /v1/endpoints/{name}:rotateSecret")
         if "name" in changes:
@@ -187,7 +191,7 @@ def endpoint_routes(ctx: WebContext) -> Sequence[BaseRoute]:
     return [
         Route("/v1/endpoints", listing, methods=["GET"]),
         Route("/v1/endpoints", create, methods=["POST"]),
-        Route("/v1/endpoints/{target}", one, methods=["GET", "PATCH", "DELETE"]),
+        Route("/v1/endpoints/{target}", one, methods=["GET", "PUT", "PATCH", "DELETE"]),
         Route("/v1/endpoints/{target}", verb, methods=["POST"]),
     ]
 
