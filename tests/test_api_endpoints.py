@@ -158,6 +158,13 @@ async def test_create_shows_the_secret_once_and_every_read_never(backend: Backen
         ]
         assert FILED_SECRET not in reads[0].text
         assert listed[1]["definition"] == {"url": "https://hooks.example.com/f"}
+        # A URL's user-info (a credential of the consumer's) is never shown.
+        basic = await h.http.post(
+            "/v1/endpoints",
+            json={**NEW, "name": "basic", "url": "https://bob:hunter2@hooks.example.com/b"},
+        )
+        assert basic.status_code == 201 and "hunter2" not in basic.text
+        assert "hunter2" not in (await h.http.get("/v1/endpoints")).text
         # A secret the caller chose is taken (and shown back once).
         chosen = generate_secret()
         given = await h.http.post("/v1/endpoints", json={**NEW, "name": "own", "secret": chosen})

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, ParamSpec, TypeVar
 
+from ...redact import redact_userinfo
 from ..config import DEFAULT_ACCOUNT, Config, EndpointConfig
 from ..config.endpoint_spec import (
     MAX_DESCRIPTION_CHARS,
@@ -278,14 +279,20 @@ def endpoint_answers(
 ) -> list[dict[str, Any]]:
     """Every endpoint (or the one ``name``: :class:`~.UnknownEndpointError` when there is
     none) as the API and ``--json`` show it: its state, open deliveries, deliveries in
-    flight per replica, and its definition (never a secret)."""
+    flight per replica, and its definition (never a secret, nor a URL's user-info)."""
     if name is not None:
         find_endpoint(store, name)
     listed = [(s, p) for s, p in endpoints(store) if name is None or s.name == name]
     stored = {e.name: e for e in store.endpoints.stored_endpoints()}
     claims = endpoints_in_flight(store, now)
-    return [
-        endpoint_json(state, pending, claims.get(state.name))
-        | definition_json(state, config.endpoint_by_name(state.name), stored.get(state.name))
-        for state, pending in listed
-    ]
+    answers = []
+    for state, pending in listed:
+        answer = endpoint_json(state, pending, claims.get(state.name)) | definition_json(
+            state, config.endpoint_by_name(state.name), stored.get(state.name)
+        )
+        # A URL's user-info is a credential of the consumer's: never shown.
+        answer["url"] = redact_userinfo(answer["url"])
+        if "url" in answer.get("definition", {}):
+            answer["definition"]["url"] = redact_userinfo(answer["definition"]["url"])
+        answers.append(answer)
+    return answers
