@@ -5,15 +5,24 @@ config file and the store, and a config file that takes a name of the store's re
 from __future__ import annotations
 
 import anyio
+import httpx
 import pytest
+from structlog.testing import capture_logs
 
 from sessionhook.relay.config import Config
 from sessionhook.relay.delivery.catalog import EndpointCatalog
-from sessionhook.relay.delivery.dispatcher import DeliverySettings
+from sessionhook.relay.delivery.dispatcher import DeliverySettings, Dispatcher
 from sessionhook.relay.domain.retry import Delivered, Retry
 from sessionhook.relay.domain.signing import generate_secret
 from sessionhook.relay.ops import endpoint_edits as edits
-from sessionhook.relay.store import AsyncStore, AttemptRecord, EndpointConflictError, StoreCore
+from sessionhook.relay.store import (
+    AsyncStore,
+    AttemptRecord,
+    EndpointConflictError,
+    StoreCore,
+    StoredEndpoint,
+    StoreError,
+)
 from tests.conftest import Backend
 from tests.test_outbox import fail, fill, ok
 
@@ -121,3 +130,45 @@ def test_a_delivery_in_flight_when_its_endpoint_is_deleted_stays_dead(backend: B
         rows = {r.id: r for r in store.operator.list_deliveries("mine", None, None, 10)}
         assert rows[first.id].status == "dead" and rows[second.id].status == "delivered"
         assert store.outbox.pending_count("mine") == 0
+
+
+@pytest.mark.anyio
+async def test_a_store_that_cannot_give_the_definitions_now_stops_no_delivery(
+    backend: Backend,
+) -> None:
+    """The dispatcher keeps what it holds, says so once a second at most, and loads the
+    definitions when the store answers again."""
+    config = _config()
+    now = [NOW]
+    with backend.open(clock=lambda: NOW) as sync:
+        _create(sync, config, "chat")
+        astore = AsyncStore(backend.open(clock=lambda: NOW))
+        calls = 0
+
+        async def unreachable() -> list[StoredEndpoint]:
+            nonlocal calls
+            calls += 1
+            raise StoreError("the database is not reachable now")
+
+        try:
+            dispatcher = Dispatcher(
+                astore,
+                httpx.AsyncClient(transport=httpx.MockTransport(lambda r: httpx.Response(204))),
+                DeliverySettings.from_config(config),
+                clock=lambda: now[0],
+            )
+            working = astore.endpoints.stored_endpoints
+            astore.endpoints.stored_endpoints = unreachable  # type: ignore[method-assign]
+            with capture_logs() as logs:
+                for _ in range(3):
+                    await dispatcher.run_until_idle()
+            assert calls == 1  # not again within the second
+            assert [e["event"] for e in logs].count("endpoint.reload_failed") == 1
+            assert "chat" not in dispatcher.settings.endpoints
+            astore.endpoints.stored_endpoints = working  # type: ignore[method-assign]
+            now[0] += 1.0
+            await dispatcher.run_until_idle()
+            assert "chat" in dispatcher.settings.endpoints
+        finally:
+            with anyio.CancelScope(shield=True):
+                await astore.close()

@@ -156,6 +156,7 @@ class Dispatcher:
         self.settings = settings
         self._catalog = EndpointCatalog(store)
         self._loaded: Loaded = {}
+        self._reload_after = -math.inf
         self._reports = AttemptReporter(metrics)
         self._guard: UrlGuard = guard if guard is not None else literal_guard
         self._clock = clock
@@ -200,7 +201,8 @@ class Dispatcher:
         try:
             self._loaded = await self._catalog.load(now)
         except store_failures() as exc:
-            _log.warning("endpoint.reload_failed", error=str(exc).splitlines()[0])
+            _log.warning("endpoint.reload_failed", error=str(exc).splitlines()[0], retry_in=1.0)
+            self._reload_after = now + 1.0  # not every round while the store fails
             return
         self.settings = self._base.with_endpoints(self._loaded)
         self._wake.set()  # caps for the new ones: another round at once
@@ -374,7 +376,7 @@ class Dispatcher:
                 self._not_recorded(finished, exc)
                 return bool(finished)
             await self._settle(finished, failing)
-        if self._catalog.stale(revisions, now):
+        if now >= self._reload_after and self._catalog.stale(revisions, now):
             await self._reload_endpoints(now)
             s = self.settings
         started = 0
