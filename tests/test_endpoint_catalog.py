@@ -12,7 +12,7 @@ from structlog.testing import capture_logs
 from sessionhook.relay.config import Config
 from sessionhook.relay.delivery.catalog import EndpointCatalog
 from sessionhook.relay.delivery.dispatcher import DeliverySettings, Dispatcher
-from sessionhook.relay.domain.retry import Delivered, Retry
+from sessionhook.relay.domain.retry import AttemptResult, Delivered, Retry
 from sessionhook.relay.domain.signing import generate_secret
 from sessionhook.relay.ops import endpoint_edits as edits
 from sessionhook.relay.store import (
@@ -24,9 +24,11 @@ from sessionhook.relay.store import (
     StoreError,
 )
 from tests.conftest import Backend
-from tests.test_outbox import fail, fill, ok
+from tests.test_outbox import fill, ok
 
 NOW = 1_800_000_000.0
+#: A consumer's 503.
+BUSY = AttemptResult(503, None, 2.0, "busy", None, NOW + 2)
 
 
 def _config(*names: str) -> Config:
@@ -123,7 +125,7 @@ def test_a_delivery_in_flight_when_its_endpoint_is_deleted_stays_dead(backend: B
         # Both POSTs were in flight; one failed (a retry decided), one was delivered.
         store.outbox.record_attempts(
             [
-                AttemptRecord(first.id, fail(NOW + 2), Retry(at=NOW + 60)),
+                AttemptRecord(first.id, BUSY, Retry(at=NOW + 60)),
                 AttemptRecord(second.id, ok(NOW + 2), Delivered()),
             ]
         )
