@@ -29,8 +29,8 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.pg import Cluster  # noqa: E402
-from tests.test_outbox import Ep  # noqa: E402
+from tests.support.pg import Cluster  # noqa: E402
+from tests.support.store_rows import Ep  # noqa: E402
 
 from sessionhook.relay.config import Config  # noqa: E402
 from sessionhook.relay.delivery.dispatcher import DeliverySettings, Dispatcher  # noqa: E402

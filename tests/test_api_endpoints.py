@@ -20,8 +20,8 @@ from sessionhook.relay.ops import UnknownEndpointError
 from sessionhook.relay.store import AsyncStore, StoreCore
 from sessionhook.relay.telemetry.metrics import Metrics
 from sessionhook.relay.web import WebAuth, WebContext, create_app
-from tests.conftest import Backend
-from tests.test_outbox import fill
+from tests.support.backends import Backend
+from tests.support.backlog import fill
 
 pytestmark = pytest.mark.anyio
 

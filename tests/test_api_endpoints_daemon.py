@@ -28,8 +28,9 @@ from sessionhook.relay.daemon.daemon import Daemon, DaemonError
 from sessionhook.relay.domain.signing import generate_secret
 from sessionhook.relay.ops import endpoint_edits as edits
 from sessionhook.relay.store import Store
-from tests.conftest import Backend
-from tests.test_daemon import Setup, _free_port, write_config
+from tests.support.backends import Backend
+from tests.support.daemon_setup import Setup, write_config
+from tests.support.loopback import free_port
 
 pytestmark = pytest.mark.anyio
 
@@ -79,7 +80,7 @@ def server_section(tmp_path: Path) -> dict[str, Any]:
     token_file = tmp_path / "web-token"
     token_file.write_text(TOKEN)
     token_file.chmod(0o600)
-    return {"listen": f"127.0.0.1:{_free_port()}", "token_file": str(token_file)}
+    return {"listen": f"127.0.0.1:{free_port()}", "token_file": str(token_file)}
 
 
 async def test_an_endpoint_created_over_http_gets_signed_deliveries_and_rotates(

@@ -15,8 +15,9 @@ from standardwebhooks import Webhook
 from sessionhook.cli import cli
 from sessionhook.cli._output import Runtime
 from sessionhook.relay.domain.signing import generate_secret
-from tests.conftest import Backend
-from tests.test_outbox import Ep, fill
+from tests.support.backends import Backend
+from tests.support.backlog import fill
+from tests.support.store_rows import Ep
 
 
 @pytest.fixture

@@ -23,8 +23,8 @@ from sessionhook.relay.store import (
     StoredEndpoint,
     StoreError,
 )
-from tests.conftest import Backend
-from tests.test_outbox import fill, ok
+from tests.support.backends import Backend
+from tests.support.backlog import fill, ok
 
 NOW = 1_800_000_000.0
 #: A consumer's 503.
