@@ -4,7 +4,7 @@ the same operations as ``sessionhook endpoints ...``).
 
 An endpoint created here lives in the store; its secret is in the create answer (and a
 rotation's) once, never in a read. One of the config file is read-only here (409). Verbs
-on one endpoint are ``POST /v1/endpoints/{name}:verb`` (names never hold a ``:``).
+on one endpoint are ``POST /v1/endpoints/{name}:verb``.
 """
 
 from __future__ import annotations
@@ -124,9 +124,7 @@ def endpoint_routes(ctx: WebContext) -> Sequence[BaseRoute]:
         return await answer_for(body.name, 201, secret=secret)
 
     async def one(request: Request) -> Response:
-        name, verb = _target(request)
-        if verb:
-            raise ApiProblem(405, f"{request.method} takes no :verb ({verb})")
+        name = _name(request)
         if request.method == "GET":
             return await answer_for(name)
         if request.method == "DELETE":
@@ -157,50 +155,54 @@ def endpoint_routes(ctx: WebContext) -> Sequence[BaseRoute]:
         ctx.wake()
         return await answer_for(name)
 
-    async def verb(request: Request) -> Response:
-        name, action = _target(request)
-        if action == "enable":
-            await read_json(request, _Empty)
-            await in_store(operator.enable_endpoint, name)
-            ctx.wake()
-            return await answer_for(name)
-        if action == "disable":
-            told = await read_json(request, _Disable)
-            await in_store(operator.disable_endpoint, name, told.reason)
-            return await answer_for(name)
-        if action == "rotateSecret":
-            rotate = await read_json(request, _Rotate)
-            overlap = _seconds(rotate.overlap)
-            done = await in_store(
-                edits.rotate_secret,
-                ctx.config(),
-                name,
-                now=ctx.clock(),
-                overlap=overlap,
-                secret=rotate.secret,
-            )
-            ctx.wake()
-            return await answer_for(name, secret=done.secret)
-        if action == "test":
-            await read_json(request, _Empty)
-            return await _test(ctx, name)
-        raise ApiProblem(
-            404, f"no endpoint action {action!r} (enable, disable, test, rotateSecret)"
-        )
+    async def enable(request: Request) -> Response:
+        name = _name(request)
+        await read_json(request, _Empty)
+        await in_store(operator.enable_endpoint, name)
+        ctx.wake()
+        return await answer_for(name)
 
+    async def disable(request: Request) -> Response:
+        name = _name(request)
+        told = await read_json(request, _Disable)
+        await in_store(operator.disable_endpoint, name, told.reason)
+        return await answer_for(name)
+
+    async def rotate(request: Request) -> Response:
+        name = _name(request)
+        body = await read_json(request, _Rotate)
+        done = await in_store(
+            edits.rotate_secret,
+            ctx.config(),
+            name,
+            now=ctx.clock(),
+            overlap=_seconds(body.overlap),
+            secret=body.secret,
+        )
+        ctx.wake()
+        return await answer_for(name, secret=done.secret)
+
+    async def test(request: Request) -> Response:
+        name = _name(request)
+        await read_json(request, _Empty)
+        await in_store(operator.find_endpoint, name)  # an unknown name: 404 before 503
+        return await _test(ctx, name)
+
+    one_path = "/v1/endpoints/{name}"
     return [
         Route("/v1/endpoints", listing, methods=["GET"]),
         Route("/v1/endpoints", create, methods=["POST"]),
-        Route("/v1/endpoints/{target}", one, methods=["GET", "PUT", "PATCH", "DELETE"]),
-        Route("/v1/endpoints/{target}", verb, methods=["POST"]),
+        Route(one_path, one, methods=["GET", "PUT", "PATCH", "DELETE"]),
+        Route(one_path + ":enable", enable, methods=["POST"]),
+        Route(one_path + ":disable", disable, methods=["POST"]),
+        Route(one_path + ":test", test, methods=["POST"]),
+        Route(one_path + ":rotateSecret", rotate, methods=["POST"]),
     ]
 
 
-def _target(request: Request) -> tuple[str, str]:
-    """``name`` and ``verb`` of ``/v1/endpoints/name:verb`` (``verb`` empty without)."""
-    target = str(request.path_params["target"])
-    name, _, verb = target.partition(":")
-    return name, verb
+def _name(request: Request) -> str:
+    """The endpoint's name in the path."""
+    return str(request.path_params["name"])
 
 
 def _seconds(value: float | str) -> float:
