@@ -48,48 +48,31 @@ def run(config: Path, *args: str, code: int = 0) -> Result:
     return result
 
 
-def test_create_update_rotate_delete(backend: Backend, config_file: Path) -> None:
-    created = run(
-        config_file,
-        "endpoints",
-        "create",
-        "ci-bot",
-        "--url",
-        "https://hooks.example.com/ci",
-        "--event",
-        "session.*",
-        "--format",
-        "slack",
-        "--description",
-        "CI",
-        "--json",
+def create(config: Path, name: str, *more: str) -> Result:
+    """``endpoints create NAME --url https://hooks.example.com/NAME MORE...``."""
+    return run(
+        config, "endpoints", "create", name, "--url", f"https://hooks.example.com/{name}", *more
     )
-    answer = json.loads(created.output)
+
+
+def test_create_update_rotate_delete(backend: Backend, config_file: Path) -> None:
+    more = ["--event", "session.*", "--format", "slack", "--description", "CI", "--json"]
+    answer = json.loads(create(config_file, "ci-bot", *more).output)
     secret = answer["secret"]
     assert secret.startswith("whsec_") and answer["source"] == "api"
     assert answer["definition"] == {
-        "url": "https://hooks.example.com/ci",
+        "url": "https://hooks.example.com/ci-bot",
         "events": ["session.*"],
         "format": "slack",
     }
     listed = run(config_file, "endpoints", "list", "--json").output
     assert secret not in listed and "ci-bot" in listed
 
-    updated = json.loads(
-        run(
-            config_file,
-            "endpoints",
-            "update",
-            "ci-bot",
-            "--unset",
-            "format",
-            "--filter",
-            "data.session.source=sources/github/*",
-            "--json",
-        ).output
-    )
+    only_github = "data.session.source=sources/github/*"
+    update = ["update", "ci-bot", "--unset", "format", "--filter", only_github, "--json"]
+    updated = json.loads(run(config_file, "endpoints", *update).output)
     assert updated["definition"] == {
-        "url": "https://hooks.example.com/ci",
+        "url": "https://hooks.example.com/ci-bot",
         "events": ["session.*"],
         "filter": {"data.session.source": ["sources/github/*"]},
     }
@@ -113,16 +96,7 @@ def test_the_secret_is_printed_once_and_can_come_from_the_environment(
 ) -> None:
     chosen = generate_secret()
     monkeypatch.setenv("HOOK_SECRET", chosen)
-    out = run(
-        config_file,
-        "endpoints",
-        "create",
-        "mine",
-        "--url",
-        "https://hooks.example.com/m",
-        "--secret-env",
-        "HOOK_SECRET",
-    ).output
+    out = create(config_file, "mine", "--secret-env", "HOOK_SECRET").output
     assert out.count(chosen) == 1 and "shown once" in out
     rotated = run(config_file, "endpoints", "rotate-secret", "mine").output
     assert "new secret" in rotated and chosen not in rotated
@@ -148,17 +122,7 @@ def test_refusals_are_one_line(config_file: Path) -> None:
 
 
 def test_endpoints_test_signs_a_ping_with_the_stored_secret(config_file: Path) -> None:
-    created = json.loads(
-        run(
-            config_file,
-            "endpoints",
-            "create",
-            "mine",
-            "--url",
-            "https://hooks.example.com/m",
-            "--json",
-        ).output
-    )
+    created = json.loads(create(config_file, "mine", "--json").output)
     seen: list[httpx.Request] = []
 
     def answer(request: httpx.Request) -> httpx.Response:
@@ -173,7 +137,7 @@ def test_endpoints_test_signs_a_ping_with_the_stored_secret(config_file: Path) -
     )
     assert result.exit_code == 0, result.output
     (request,) = seen
-    assert str(request.url) == "https://hooks.example.com/m"
+    assert str(request.url) == "https://hooks.example.com/mine"
     body = Webhook(created["secret"]).verify(request.content, dict(request.headers))
     assert body["type"] == "ping"
     assert created["secret"] not in result.output
