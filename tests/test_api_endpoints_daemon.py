@@ -16,6 +16,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from click.testing import CliRunner
 from standardwebhooks import Webhook, WebhookVerificationError
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -23,6 +24,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from structlog.testing import capture_logs
 
+from sessionhook.cli import cli
 from sessionhook.relay.config import Config, load_config
 from sessionhook.relay.daemon.daemon import Daemon, DaemonError
 from sessionhook.relay.domain.signing import generate_secret
@@ -250,4 +252,27 @@ async def test_a_config_file_taking_a_name_of_the_stores_is_refused(tmp_path: Pa
         failed = next(e for e in logs if e["event"] == "config.reload_failed")
         assert "'later' of the config file" in failed["error"]
         assert [e.name for e in daemon.config.endpoints] == ["rx"]
+        daemon.stop()
+
+
+async def test_an_endpoint_the_cli_creates_beside_a_running_daemon_gets_deliveries(
+    tmp_path: Path,
+) -> None:
+    """SQLite: the CLI writes the store from its own handle (another process, as far as
+    the store can tell); the running daemon's dispatcher sees the new revision with a
+    round of its own (no notification on SQLite) and delivers to it."""
+    setup = Setup(tmp_path)
+    recorder = Recorder()
+    daemon = setup.daemon(delivery_transport=httpx.ASGITransport(recorder.app))
+    async with setup.api_http() as api_http, anyio.create_task_group() as tg:
+        tg.start_soon(lambda: daemon.run(handle_signals=False))
+        await daemon.ready.wait()
+        args = ["endpoints", "create", "laptop", "--url", f"http://{HOST}/hook", "--json"]
+        args += ["--config", str(setup.config_path)]
+        result = await anyio.to_thread.run_sync(lambda: CliRunner().invoke(cli, args))
+        assert result.exit_code == 0, result.output
+        secret = json.loads(result.output)["secret"]
+        await setup.api(api_http).create_session("Created beside the daemon")
+        await until(lambda: len(recorder.to(HOST)) >= 2)
+        assert all(verifies(secret, h, b) for h, b in recorder.to(HOST))
         daemon.stop()
