@@ -271,7 +271,11 @@ async def test_an_endpoint_the_cli_creates_beside_a_running_daemon_gets_deliveri
         args += ["--config", str(setup.config_path)]
         result = await anyio.to_thread.run_sync(lambda: CliRunner().invoke(cli, args))
         assert result.exit_code == 0, result.output
-        secret = json.loads(result.output)["secret"]
+        # Read back from the store: the daemon's log lines share CliRunner's stdout here.
+        with Store.open(setup.config.store.path) as store:
+            stored = store.endpoints.stored_endpoint("laptop")
+        assert stored is not None and stored.secret in result.output
+        secret = stored.secret
         await setup.api(api_http).create_session("Created beside the daemon")
         await until(lambda: len(recorder.to(HOST)) >= 2)
         assert all(verifies(secret, h, b) for h, b in recorder.to(HOST))
