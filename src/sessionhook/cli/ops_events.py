@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
     from ..relay.ops import EventFilter, EventRow
 
-__all__ = ["FOLLOW_POLL", "events", "follow_stream", "parse_sse"]
+__all__ = ["FOLLOW_POLL", "events", "follow_stream", "parse_sse", "stream_client"]
 
 #: ``--follow`` on the store reads this often.
 FOLLOW_POLL: Final = 0.5
@@ -352,13 +352,19 @@ def _error_of(answer: httpx.Response) -> str:
     return str(error.get("message", error) if isinstance(error, dict) else error)
 
 
-async def _print_stream(
-    url: str, token: str, wanted: EventFilter, last_event_id: str | None, fmt: str
-) -> None:
+def stream_client() -> httpx.AsyncClient:
+    """The HTTP client :func:`follow_stream` reads with: a connection that sends nothing,
+    not even a heartbeat, for 45 s is taken for dead (and reconnected)."""
     import httpx
 
     timeout = httpx.Timeout(10.0, read=_READ_TIMEOUT)
-    async with httpx.AsyncClient(timeout=timeout, follow_redirects=False) as http:
+    return httpx.AsyncClient(timeout=timeout, follow_redirects=False)
+
+
+async def _print_stream(
+    url: str, token: str, wanted: EventFilter, last_event_id: str | None, fmt: str
+) -> None:
+    async with stream_client() as http:
         async for event in follow_stream(http, url, token, wanted, last_event_id):
             body = event.payload()
             session = ((body.get("data") or {}).get("session") or {}).get("name") or ""
