@@ -1,0 +1,325 @@
+"""``sessionhook listen --url RELAY --forward-to URL``: a relay's event stream (the web app
+over a real store, on loopback) feeds a real ``sessionhook listen`` subprocess, which POSTs
+each event to a local consumer that verifies it with the ``standardwebhooks`` reference
+package and the secret the listener printed. The stream is cut mid-way (a proxy drops the
+connection): every event arrives exactly once, in order. The retries of a consumer that is
+down or failing are tested in process with the waits recorded."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+import httpx
+import pytest
+from anyio.abc import SocketAttribute, SocketStream
+from anyio.streams.buffered import BufferedByteReceiveStream
+from standardwebhooks import Webhook, WebhookVerificationError
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from sessionhook.cli.listen_forward import RETRY_DELAYS, Forwarder
+from sessionhook.cli.ops_events import StreamEvent
+from sessionhook.relay.config import Config
+from sessionhook.relay.domain import signing
+from sessionhook.relay.store import AsyncStore
+from sessionhook.relay.telemetry.metrics import Metrics
+from sessionhook.relay.web import Bell, WebAuth, WebContext, create_app
+from sessionhook.relay.web import server as health
+
+from .conftest import Backend, sqlite_only
+from .test_web_stream import TOKEN, Relay, _free_port
+
+pytestmark = pytest.mark.anyio
+
+SESSIONHOOK = Path(sys.executable).parent / "sessionhook"
+
+
+class Consumer:
+    """A local webhook consumer: verifies each request with the reference package (with
+    ``secret``, once known), keeps the accepted ones in order, and answers 503 to the first
+    ``fail_first[id]`` attempts of an event."""
+
+    def __init__(self) -> None:
+        self.secret: str | None = None
+        self.accepted: list[tuple[str, bytes]] = []
+        self.refused = 0
+        self.attempts: Counter[str] = Counter()
+        self.fail_first: dict[str, int] = {}
+        self.script: list[int] = []  # answers to give, in turn (in-process tests)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive)
+        body = await request.body()
+        event_id = request.headers.get("webhook-id", "")
+        self.attempts[event_id] += 1
+        status = 204
+        try:
+            assert self.secret is not None, "a request before the secret was printed"
+            Webhook(self.secret).verify(body, dict(request.headers))
+        except (AssertionError, WebhookVerificationError):
+            self.refused += 1
+            status = 401
+        else:
+            if self.script:
+                status = self.script.pop(0)
+            elif self.attempts[event_id] <= self.fail_first.get(event_id, 0):
+                status = 503
+            if 200 <= status < 300:
+                self.accepted.append((event_id, body))
+        await Response(status_code=status)(scope, receive, send)
+
+
+class CutProxy:
+    """A TCP proxy in front of the relay whose :meth:`cut` drops every open connection."""
+
+    def __init__(self, target: int) -> None:
+        self.target = target
+        self.open: set[SocketStream] = set()
+
+    async def serve(self, *, task_status: anyio.abc.TaskStatus[int]) -> None:
+        listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+        async with listener:
+            task_status.started(listener.extra(SocketAttribute.local_port))
+            await listener.serve(self._handle)
+
+    async def _handle(self, client: SocketStream) -> None:
+        async with client, await anyio.connect_tcp("127.0.0.1", self.target) as upstream:
+            self.open |= {client, upstream}
+            async with anyio.create_task_group() as tg:
+                for src, dst in ((client, upstream), (upstream, client)):
+                    tg.start_soon(self._pump, src, dst, tg.cancel_scope)
+            self.open -= {client, upstream}
+
+    @staticmethod
+    async def _pump(src: SocketStream, dst: SocketStream, scope: anyio.CancelScope) -> None:
+        try:
+            async for chunk in src:
+                await dst.send(chunk)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+            pass
+        scope.cancel()
+
+    async def cut(self) -> None:
+        for stream in list(self.open):
+            await stream.aclose()
+
+
+class Lines:
+    """The lines of a subprocess's output stream, read by a task of the test's loop."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+        self.taken = 0
+        self.ended = anyio.Event()
+
+    async def pump(self, stream: anyio.abc.ByteReceiveStream) -> None:
+        buffered = BufferedByteReceiveStream(stream)
+        try:
+            while True:
+                line = await buffered.receive_until(b"\n", 1 << 20)
+                self.seen.append(line.decode())
+        except (anyio.EndOfStream, anyio.IncompleteRead, anyio.ClosedResourceError):
+            self.ended.set()
+
+    async def take(self, count: int, within: float = 30) -> list[str]:
+        """The next ``count`` lines."""
+        await until(lambda: len(self.seen) >= self.taken + count, f"{count} lines", within)
+        self.taken += count
+        return self.seen[self.taken - count : self.taken]
+
+
+async def until(condition: Callable[[], bool], what: str, within: float = 30) -> None:
+    """Poll ``condition`` (state another task or process changes) for at most ``within`` s."""
+    with anyio.fail_after(within):
+        while not condition():  # noqa: ASYNC110 (no event to wait on in a subprocess's output)
+            await anyio.sleep(0.05)
+
+
+@sqlite_only
+async def test_forward_reaches_a_verifying_consumer_once_each_in_order_across_a_cut(
+    backend: Backend,
+) -> None:
+    listen = f"127.0.0.1:{_free_port()}"
+    config = Config.model_validate({"server": {"listen": listen, "token_env": "T"}})
+    astore = AsyncStore(backend.open())
+    bell = Bell()
+    ctx = WebContext(
+        config=lambda: config,
+        store=lambda: astore,
+        metrics=Metrics(),
+        auth=WebAuth(TOKEN),
+        bell=bell,
+    )
+    relay = Relay(astore, f"http://{listen}", bell)
+    consumer = Consumer()
+    [start] = await relay.archive(1, kind="session.discovered")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONHOOK_")}
+    try:
+        async with anyio.create_task_group() as tg:
+            _, relay_port = await tg.start(health.serve, listen, create_app(ctx))
+            proxy = CutProxy(relay_port)
+            proxy_port = await tg.start(proxy.serve)
+            _, consumer_port = await tg.start(health.serve, "127.0.0.1:0", consumer)
+            args = ["--url", f"http://127.0.0.1:{proxy_port}", "--last-event-id", start.id]
+            target = f"http://127.0.0.1:{consumer_port}/webhooks"
+            args += ["--forward-to", target, "--events", "session.*, activity.plan_*", "--json"]
+            proc = await anyio.open_process(
+                [str(SESSIONHOOK), "listen", *args],
+                stdin=subprocess.DEVNULL,
+                env={**env, "SESSIONHOOK_WEB_TOKEN": TOKEN},
+            )
+            try:
+                out, err = Lines(), Lines()
+                assert proc.stdout is not None and proc.stderr is not None
+                tg.start_soon(out.pump, proc.stdout)
+                tg.start_soon(err.pump, proc.stderr)
+                banner = await err.take(2)
+                found = re.search(r"signing with (whsec_\S+) ", banner[1])
+                assert found is not None, banner
+                consumer.secret = found.group(1)
+                signing.decode_secret(consumer.secret)
+                # Before the cut: two lifecycle events (the second refused twice with 503,
+                # then accepted), one the filter leaves out, one plan event.
+                wanted = await relay.archive(2, kind="session.completed")
+                consumer.fail_first[wanted[1].id] = 2
+                await relay.archive(1, kind="activity.progress_updated")
+                wanted += await relay.archive(1, kind="activity.plan_generated")
+                await until(lambda: len(consumer.accepted) == 3, "3 events before the cut")
+                # The cut: right after new events are archived, while they may be on the way.
+                wanted += await relay.archive(3, kind="session.failed")
+                await proxy.cut()
+                wanted += await relay.archive(2, kind="session.state_changed")
+                await until(lambda: len(consumer.accepted) == len(wanted), "all events")
+                lines = await out.take(len(wanted))
+                await anyio.sleep(1)  # anything forwarded twice would come now
+                proc.send_signal(signal.SIGINT)
+                with anyio.fail_after(20):
+                    status = await proc.wait()
+                    await err.ended.wait()
+            finally:
+                if proc.returncode is None:
+                    proc.kill()
+                    with anyio.move_on_after(10):
+                        await proc.wait()
+            tg.cancel_scope.cancel()
+    finally:
+        await astore.close()
+    # Each event exactly once, in order, with the relay's body and id, signatures valid.
+    assert [event_id for event_id, _ in consumer.accepted] == [row.id for row in wanted]
+    assert [body for _, body in consumer.accepted] == [row.body for row in wanted]
+    assert consumer.refused == 0
+    assert consumer.attempts[wanted[1].id] == 3
+    assert sum(consumer.attempts.values()) == len(wanted) + 2
+    # What the listener printed: one JSON line per event with the consumer's answer.
+    records = [json.loads(line) for line in lines]
+    assert [r["id"] for r in records] == [row.id for row in wanted]
+    assert all(r["answer"]["status"] == 204 and r["answer"]["delivered"] for r in records)
+    assert records[1]["answer"]["attempts"] == 3 and records[0]["answer"]["attempts"] == 1
+    assert records[0]["body"] == json.loads(wanted[0].body)
+    notes = "\n".join(err.seen)
+    assert f"note: {wanted[1].id}: answered 503; trying again in 1 s (attempt 2 of 4)" in notes
+    assert "reconnecting in" in notes  # the cut was seen and resumed from
+    assert status == 130
+    said = [line for line in err.seen if line]  # click ends a ^C with an empty line
+    assert said[-1] == f"stopped; to resume: --last-event-id {wanted[-1].id}"
+    assert "Traceback" not in notes
+
+
+# --------------------------------------------------------------------------- retries
+
+
+def _event(n: int) -> StreamEvent:
+    body = {"type": "session.completed", "timestamp": "2026-11-26T10:00:00Z", "data": {"n": n}}
+    return StreamEvent(f"evt_{n}", "session.completed", json.dumps(body).encode())
+
+
+async def _forwarding(consumer: Consumer | None, events: list[StreamEvent]) -> dict[str, Any]:
+    """Forward ``events`` to ``consumer`` (None: a port where nothing listens); the
+    outcomes, the notes and the waits."""
+    secret = signing.generate_secret()
+    waits: list[float] = []
+    notes: list[str] = []
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+
+    async with anyio.create_task_group() as tg, httpx.AsyncClient(timeout=5) as http:
+        if consumer is None:
+            url = f"http://127.0.0.1:{_free_port()}/hook"
+        else:
+            consumer.secret = secret
+            _, port = await tg.start(health.serve, "127.0.0.1:0", consumer)
+            url = f"http://127.0.0.1:{port}/hook"
+        forwarder = Forwarder(http, url, [secret], note=notes.append, sleep=sleep)
+        outcomes = [await forwarder.forward(event) for event in events]
+        tg.cancel_scope.cancel()
+    return {"outcomes": outcomes, "notes": notes, "waits": waits}
+
+
+async def test_a_failing_consumer_is_tried_four_times_then_reported_and_passed() -> None:
+    consumer = Consumer()
+    consumer.script = [503, 502, 500, 503, 204]
+    done = await _forwarding(consumer, [_event(1), _event(2)])
+    first, second = done["outcomes"]
+    assert (first.delivered, first.attempts, first.status) == (False, 4, 503)
+    assert first.note() == "-> not delivered after 4 attempts: answered 503"
+    assert second.delivered and second.attempts == 1 and second.note().startswith("-> 204 in ")
+    assert done["waits"] == list(RETRY_DELAYS)
+    assert done["notes"][0] == "note: evt_1: answered 503; trying again in 1 s (attempt 2 of 4)"
+    assert [event_id for event_id, _ in consumer.accepted] == ["evt_2"]
+    assert consumer.attempts == {"evt_1": 4, "evt_2": 1} and consumer.refused == 0
+
+
+async def test_a_consumer_that_recovers_gets_the_event_and_4xx_is_not_retried() -> None:
+    consumer = Consumer()
+    consumer.script = [500, 429, 204, 410, 302]
+    done = await _forwarding(consumer, [_event(1), _event(2), _event(3)])
+    recovered, gone, moved = done["outcomes"]
+    assert recovered.delivered and recovered.attempts == 3
+    assert gone.note() == "-> not delivered: answered 410 (not retried)"
+    assert moved.note() == "-> not delivered: answered 302 (not retried)"
+    assert done["waits"] == [1.0, 2.0]
+
+
+async def test_a_consumer_that_is_down_is_reported_after_four_attempts() -> None:
+    done = await _forwarding(None, [_event(1)])
+    [outcome] = done["outcomes"]
+    assert not outcome.delivered and outcome.status is None and outcome.attempts == 4
+    assert outcome.problem is not None and outcome.problem.startswith("ConnectError")
+    assert len(done["notes"]) == 3 and done["waits"] == list(RETRY_DELAYS)
+
+
+def test_forward_mode_refuses_what_it_cannot_do(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONHOOK_")}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(SESSIONHOOK), "listen", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+            cwd=tmp_path,
+        )
+
+    no_token = run("--url", "http://127.0.0.1:9", "--forward-to", "http://127.0.0.1:9/h")
+    assert no_token.returncode == 1
+    assert no_token.stderr.startswith("error: --url needs the relay's token")
+    alone = run("--url", "http://127.0.0.1:9")
+    assert alone.returncode == 2 and "--url and --forward-to go together" in alone.stderr
+    port = run("--url", "http://x", "--forward-to", "http://y", "--port", "1", "--token", "t")
+    assert port.returncode == 2 and "--port is for receiving" in port.stderr
+    scheme = run("--url", "ftp://x", "--forward-to", "http://y", "--token", "t")
+    assert scheme.returncode == 2 and "--url must be an http:// or https:// URL" in scheme.stderr
