@@ -31,15 +31,13 @@ from starlette.types import Receive, Scope, Send
 
 from sessionhook.cli.listen_forward import RETRY_DELAYS, Forwarder
 from sessionhook.cli.ops_events import StreamEvent
-from sessionhook.relay.config import Config
 from sessionhook.relay.domain import signing
 from sessionhook.relay.store import AsyncStore
-from sessionhook.relay.telemetry.metrics import Metrics
-from sessionhook.relay.web import Bell, WebAuth, WebContext, create_app
+from sessionhook.relay.web import create_app
 from sessionhook.relay.web import server as health
-
-from .conftest import Backend, sqlite_only
-from .test_web_stream import TOKEN, Relay, _free_port
+from tests.support.backends import Backend, sqlite_only
+from tests.support.loopback import free_port
+from tests.support.web_relay import TOKEN, WebRelay, web_context
 
 pytestmark = pytest.mark.anyio
 
@@ -151,18 +149,10 @@ async def until(condition: Callable[[], bool], what: str, within: float = 30) ->
 async def test_forward_reaches_a_verifying_consumer_once_each_in_order_across_a_cut(
     backend: Backend,
 ) -> None:
-    listen = f"127.0.0.1:{_free_port()}"
-    config = Config.model_validate({"server": {"listen": listen, "token_env": "T"}})
+    listen = f"127.0.0.1:{free_port()}"
     astore = AsyncStore(backend.open())
-    bell = Bell()
-    ctx = WebContext(
-        config=lambda: config,
-        store=lambda: astore,
-        metrics=Metrics(),
-        auth=WebAuth(TOKEN),
-        bell=bell,
-    )
-    relay = Relay(astore, f"http://{listen}", bell)
+    ctx = web_context(astore, listen)
+    relay = WebRelay(astore, f"http://{listen}", ctx.bell)
     consumer = Consumer()
     [start] = await relay.archive(1, kind="session.discovered")
     env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONHOOK_")}
@@ -257,7 +247,7 @@ async def _forwarding(consumer: Consumer | None, events: list[StreamEvent]) -> d
 
     async with anyio.create_task_group() as tg, httpx.AsyncClient(timeout=5) as http:
         if consumer is None:
-            url = f"http://127.0.0.1:{_free_port()}/hook"
+            url = f"http://127.0.0.1:{free_port()}/hook"
         else:
             consumer.secret = secret
             _, port = await tg.start(health.serve, "127.0.0.1:0", consumer)
