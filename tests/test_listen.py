@@ -21,10 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from standardwebhooks import Webhook
 
 from sessionhook.receiver import event_line, json_line, printable
 from sessionhook.relay.domain import signing
+from sessionhook.relay.domain.events import EVENT_TYPES
 
 SESSIONHOOK = Path(sys.executable).parent / "sessionhook"
 SECRET = signing.generate_secret()
@@ -166,10 +168,14 @@ def test_listen_json_prints_headers_and_body_and_bounds_bodies(tmp_path: Path) -
         url = listener.url + "/any/path"
         ok = httpx.post(url, content=body, headers=signed(body, msg_id="msg_json"))
         too_big = httpx.post(url, content=big, headers=signed(big))
-        wait_for_lines(listener.stderr, 2)
+        deep = '{"a":' + "[" * 2000 + "]" * 2000 + "}"  # under --max-body
+        too_deep = httpx.post(url, content=deep, headers=signed(deep))
+        wait_for_lines(listener.stderr, 3)
         assert listener.stop() == 130
         out, err = listener.stdout(), listener.stderr()
     assert ok.status_code == 204 and too_big.status_code == 413
+    assert too_deep.status_code == 400
+    assert too_deep.text == "body is JSON nested too deeply to read\n"
     assert too_big.text == "body larger than 4096 bytes\n"
     [line] = out.splitlines()
     record = json.loads(line)
@@ -179,7 +185,7 @@ def test_listen_json_prints_headers_and_body_and_bounds_bodies(tmp_path: Path) -
     assert record["headers"]["webhook-signature"].startswith("v1,")
     assert set(record["headers"]) >= {"webhook-timestamp", "content-type", "user-agent"}
     assert "\x9b" not in line and "é" in line  # C1 escaped, the rest kept
-    assert "413 body larger than 4096 bytes" in err
+    assert "413 body larger than 4096 bytes" in err and "Traceback" not in err
 
 
 def test_listen_verifies_v1a_with_a_public_key(tmp_path: Path) -> None:
@@ -247,3 +253,31 @@ def test_printable_escapes_terminal_controls_and_keeps_the_rest() -> None:
     assert "\x1b" not in shown and "\x07" not in shown
     assert r"hi\x1b]8;;http://x\x07" in shown and r"sessions/1\x1b" in shown
     assert event_line({"type": "x.\x1b[1m"}, stamp="10:00:00").startswith(r"10:00:00  x.\x1b[1m")
+
+
+@pytest.mark.parametrize("kind", sorted(EVENT_TYPES))
+def test_event_line_reads_any_shape_of_body(kind: str) -> None:
+    """Whatever a signed body holds where an event has its fields (a number, a string, a
+    list, null, another object), its line is printed, never an exception."""
+    paths = [
+        ("data", "session"),
+        ("data", "activity"),
+        ("data", "call"),
+        ("data", "plan"),
+        ("data", "plan", "steps"),
+        ("data", "outputs"),
+        ("data", "outputs", "pull_requests"),
+        ("data", "outputs", "change_set"),
+        ("data", "pull_request"),
+        ("data", "activity", "planGenerated", "plan", "steps"),
+        ("data", "activity", "agentMessaged"),
+    ]
+    for path in paths:
+        for odd in (5, "s\x1b", [1, "x"], None, {"url": 3}, [{"url": ["\x1b"]}], True, 1.5):
+            body: dict[str, Any] = {"type": kind, "data": {"action": "approve_plan"}}
+            node = body
+            for key in path[:-1]:
+                node = node.setdefault(key, {})
+            node[path[-1]] = odd
+            line = event_line(body, stamp="10:00:00")
+            assert line.startswith(f"10:00:00  {kind}") and "\x1b" not in line

@@ -175,6 +175,8 @@ class Receiver:
             payload = json.loads(body)
         except ValueError as exc:
             raise _Refused(400, f"body is not JSON ({exc})") from None
+        except RecursionError:
+            raise _Refused(400, "body is JSON nested too deeply to read") from None
         if not isinstance(payload, dict):
             raise _Refused(400, f"body is JSON but not an object ({type(payload).__name__})")
         webhook_id = request.headers["webhook-id"]
@@ -269,12 +271,16 @@ def short_session(session_name: str) -> str:
 
 
 def _tail(data: dict[str, Any]) -> str:
-    path = printable((data.get("call") or {}).get("path", ""))
+    path = printable(_dict(data.get("call")).get("path", ""))
     return path[path.rfind(":") :] if ":" in path else path
 
 
 def _dict(value: object) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
+
+
+def _count(value: object) -> int:
+    return len(value) if isinstance(value, list) else 0
 
 
 def summarize(event: dict[str, Any]) -> str:
@@ -290,8 +296,8 @@ def summarize(event: dict[str, Any]) -> str:
     if kind == "session.pull_request_opened":
         return clip(_dict(data.get("pull_request")).get("url", ""), 100)
     if kind == "activity.plan_generated":
-        steps = _dict(_dict(activity.get("planGenerated")).get("plan")).get("steps") or []
-        return f"plan with {len(steps)} steps"
+        steps = _dict(_dict(activity.get("planGenerated")).get("plan")).get("steps")
+        return f"plan with {_count(steps)} steps"
     if kind == "activity.plan_approved":
         return clip(f"plan approved (by {activity.get('originator', '?')})")
     member = {
@@ -306,16 +312,17 @@ def summarize(event: dict[str, Any]) -> str:
         return "session completed"
     if kind == "session.action_required":
         if data.get("action") == "approve_plan":
-            steps = _dict(data.get("plan")).get("steps") or []
-            return f"approve the plan ({len(steps)} steps): POST …{_tail(data)}"
+            steps = _dict(data.get("plan")).get("steps")
+            return f"approve the plan ({_count(steps)} steps): POST …{_tail(data)}"
         return clip(f"answer: {data.get('question', '')}", 50) + f" POST …{_tail(data)}"
     if kind == "session.completed":
         outputs = _dict(data.get("outputs"))
         change = _dict(outputs.get("change_set"))
-        prs = outputs.get("pull_requests") or []
+        prs = outputs.get("pull_requests")
+        last = prs[-1] if isinstance(prs, list) and prs else None
         text = f"{change.get('files_changed', 0)} files +{change.get('lines_added', 0)} "
         text += f"-{change.get('lines_removed', 0)}"
-        url = _dict(prs[-1]).get("url", "") if isinstance(prs, list) and prs else ""
+        url = _dict(last).get("url", "")
         return clip(text + (f", {url}" if url else ""), 100)
     if kind == "session.failed":
         return clip(data.get("reason", ""))

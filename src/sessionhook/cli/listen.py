@@ -182,7 +182,11 @@ class _Printer:
                 "headers": delivery.headers,
                 "body": delivery.body,
             }
-            self._out(json_line(record))
+            try:
+                line = json_line(record)
+            except RecursionError:  # parsed at the edge of the stack, not printable below it
+                line = json_line({**record, "body": "(nested too deeply to print)"})
+            self._out(line)
         else:
             note = "signature ok" + (" (duplicate)" if delivery.duplicate else "")
             self._out(event_line(delivery.body, note=note))

@@ -241,11 +241,14 @@ async def _run(
             state.last_id = event.id
             try:
                 body = event.payload()
-            except ValueError:
+            except (ValueError, RecursionError):  # forwarded as it came, shown by its type
                 body = {"type": event.type}
             if as_json:
-                record = {"id": event.id, "type": event.type, "body": body}
-                line = json_line({**record, "answer": outcome.json()})
+                record = {"id": event.id, "type": event.type, "answer": outcome.json()}
+                try:
+                    line = json_line({**record, "body": body})
+                except RecursionError:
+                    line = json_line({**record, "body": "(nested too deeply to print)"})
             else:
                 line = event_line(body, note=outcome.note())
             click.echo(line)
