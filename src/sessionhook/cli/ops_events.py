@@ -31,6 +31,7 @@ import click
 from . import cli
 from ._output import CliError, render_table
 from .ops import reading_store, reported, store_options, time_option
+from .remote import error_message
 
 if TYPE_CHECKING:
     import httpx
@@ -325,7 +326,7 @@ async def follow_stream(
             async with http.stream("GET", endpoint, params=params, headers=headers) as answer:
                 if answer.status_code in (400, 401, 403, 404):
                     await answer.aread()
-                    raise CliError(f"{endpoint}: {answer.status_code} {_error_of(answer)}")
+                    raise CliError(f"{endpoint}: {answer.status_code} {error_message(answer)}")
                 if answer.status_code != 200:
                     problem = f"answered {answer.status_code}"
                 else:
@@ -340,16 +341,6 @@ async def follow_stream(
         failures += 1
         click.echo(f"note: {endpoint}: {problem}; reconnecting in {delay:g} s", err=True)
         await anyio.sleep(delay)
-
-
-def _error_of(answer: httpx.Response) -> str:
-    """The one line of a relay's error body (``{"error": {"message": ...}}``), else the
-    start of the text."""
-    try:
-        error = answer.json().get("error", answer.text[:200])
-    except (ValueError, AttributeError):
-        return answer.text[:200]
-    return str(error.get("message", error) if isinstance(error, dict) else error)
 
 
 def stream_client() -> httpx.AsyncClient:
