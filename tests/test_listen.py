@@ -281,3 +281,41 @@ def test_event_line_reads_any_shape_of_body(kind: str) -> None:
             node[path[-1]] = odd
             line = event_line(body, stamp="10:00:00")
             assert line.startswith(f"10:00:00  {kind}") and "\x1b" not in line
+
+
+def test_listen_stops_quietly_when_its_reader_goes_away() -> None:
+    """``sessionhook listen | head -1``: once stdout is closed, the next event ends the
+    command with status 0 and nothing on stderr but the banner."""
+    body = json.dumps({"type": "x.y", "data": {}})
+    answers: list[int] = []
+    with subprocess.Popen(
+        [str(SESSIONHOOK), "listen", "--port", "0", "--secret", SECRET],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        env=_env(),
+    ) as proc:
+        try:
+            assert proc.stderr is not None and proc.stdout is not None
+            banner = proc.stderr.readline().decode()
+            found = re.search(r"listening on (http://\S+) ", banner)
+            assert found is not None, banner
+            for n in range(1, 10):
+                try:
+                    answer = httpx.post(
+                        found.group(1), content=body, headers=signed(body, msg_id=f"m{n}")
+                    )
+                except httpx.ConnectError:
+                    break  # the listener stopped: its port is closed
+                answers.append(answer.status_code)
+                if n == 1:
+                    assert b"  x.y  " in proc.stdout.readline()
+                    proc.stdout.close()  # the reader goes away
+                time.sleep(0.2)
+            assert proc.wait(timeout=20) == 0
+            rest = proc.stderr.read().decode()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert 2 <= len(answers) < 9 and set(answers) == {204}
+    assert rest == "", rest

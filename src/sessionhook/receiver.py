@@ -265,7 +265,9 @@ def clip(text: object, width: int = 60) -> str:
 
 
 def short_session(session_name: str) -> str:
-    """``sessions/7363187880…`` shortened to ``sessions/736318…``, escaped."""
+    """``sessions/7363187880…`` shortened to ``sessions/736318…``, escaped; ``-`` for none."""
+    if not session_name:
+        return "-"
     ident = printable(session_name.removeprefix("sessions/"))
     return "sessions/" + (ident[:6] + "…" if len(ident) > 7 else ident)
 
