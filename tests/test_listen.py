@@ -120,12 +120,13 @@ def test_listen_accepts_only_valid_signatures_and_prints_each_event(tmp_path: Pa
                 url, content=good, headers=signed(good, secret=signing.generate_secret())
             ),
             "stale": httpx.post(url, content=good, headers=signed(good, age=600)),
+            "from the future": httpx.post(url, content=good, headers=signed(good, age=-600)),
             "unsigned": httpx.post(url, content=good, headers={"webhook-id": "msg_2"}),
             "not json": httpx.post(url, content="{nope", headers=signed("{nope")),
             "a list": httpx.post(url, content="[1, 2]", headers=signed("[1, 2]")),
             "get": httpx.get(url),
         }
-        wait_for_lines(listener.stderr, 1 + 6)
+        wait_for_lines(listener.stderr, 1 + 7)
         assert listener.stop() == 130
         out, err = listener.stdout(), listener.stderr()
     assert {k: a.status_code for k, a in answers.items()} == {
@@ -133,6 +134,7 @@ def test_listen_accepts_only_valid_signatures_and_prints_each_event(tmp_path: Pa
         "again": 204,
         "forged": 401,
         "stale": 401,
+        "from the future": 401,
         "unsigned": 401,
         "not json": 400,
         "a list": 400,
@@ -141,11 +143,12 @@ def test_listen_accepts_only_valid_signatures_and_prints_each_event(tmp_path: Pa
     # Each refusal answered with its one-line reason, and printed.
     assert answers["forged"].text == "signature check failed: no matching signature\n"
     assert answers["stale"].text.startswith("signature check failed: timestamp too old")
+    assert answers["from the future"].text.startswith("signature check failed: timestamp too new")
     assert "missing header webhook-timestamp" in answers["unsigned"].text
     assert answers["not json"].text.startswith("body is not JSON")
     assert answers["a list"].text == "body is JSON but not an object (list)\n"
     refusals = [line for line in err.splitlines()[1:] if line]  # click ends ^C with a \n
-    assert len(refusals) == 6, err
+    assert len(refusals) == 7, err
     assert all(" refused " in line for line in refusals)
     assert "refused POST /hooks msg_1 from 127.0.0.1: 401 signature check failed" in refusals[0]
     assert "400 body is not JSON" in err and "405 method GET" in err

@@ -313,3 +313,30 @@ def test_forward_mode_refuses_what_it_cannot_do(tmp_path: Path) -> None:
     assert port.returncode == 2 and "--port is for receiving" in port.stderr
     scheme = run("--url", "ftp://x", "--forward-to", "http://y", "--token", "t")
     assert scheme.returncode == 2 and "--url must be an http:// or https:// URL" in scheme.stderr
+
+
+def test_forward_banner_hides_passwords_and_ctrl_c_while_the_relay_is_away() -> None:
+    """A relay out of reach: the listener says so and keeps trying; its banner shows no
+    URL password; Ctrl-C ends it with 130 and no traceback."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONHOOK_")}
+    relay = f"http://ops:hunter2@127.0.0.1:{free_port()}"
+    with subprocess.Popen(
+        [str(SESSIONHOOK), "listen", "--url", relay, "--forward-to", "http://u:pw@127.0.0.1:9/h"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        env={**env, "SESSIONHOOK_WEB_TOKEN": TOKEN},
+    ) as proc:
+        try:
+            assert proc.stderr is not None
+            said = [proc.stderr.readline().decode() for _ in range(3)]
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=20) == 130
+            said.append(proc.stderr.read().decode())
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    text = "".join(said)
+    assert "hunter2" not in text and ":pw@" not in text and "[redacted]@127.0.0.1" in text
+    assert "ConnectError" in said[2] and "reconnecting in" in said[2]
+    assert "Traceback" not in text

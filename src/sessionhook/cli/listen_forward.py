@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import click
 
+from ..redact import redact_userinfo
 from ._output import CliError, one_line
 
 if TYPE_CHECKING:
@@ -179,7 +180,7 @@ def forward(
         if not any(matches([glob], t) for t in EVENT_TYPES):
             click.echo(f"note: {glob!r} matches no known event type", err=True)
     click.echo(
-        f"forwarding the events of {url} to {target}\n"
+        f"forwarding the events of {redact_userinfo(url)} to {redact_userinfo(target)}\n"
         f"signing with {' '.join(keys)} (your consumer verifies with it); Ctrl-C stops",
         err=True,
     )

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import click
 
+from ..redact import redact_userinfo
 from . import cli
 from ._output import CliError, render_table
 from .ops import reading_store, reported, store_options, time_option
@@ -339,7 +340,8 @@ async def follow_stream(
             problem = f"{type(exc).__name__}: {exc}"
         delay = _BACKOFF[min(failures, len(_BACKOFF) - 1)]
         failures += 1
-        click.echo(f"note: {endpoint}: {problem}; reconnecting in {delay:g} s", err=True)
+        shown = redact_userinfo(f"{endpoint}: {problem}")  # a URL's password stays unsaid
+        click.echo(f"note: {shown}; reconnecting in {delay:g} s", err=True)
         await anyio.sleep(delay)
 
 
