@@ -183,6 +183,7 @@ def test_listen_json_prints_headers_and_body_and_bounds_bodies(tmp_path: Path) -
     [line] = out.splitlines()
     record = json.loads(line)
     assert record["path"] == "/any/path" and record["duplicate"] is False
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", record["received_at"])
     assert record["body"] == json.loads(body)
     assert record["headers"]["webhook-id"] == "msg_json"
     assert record["headers"]["webhook-signature"].startswith("v1,")

@@ -23,6 +23,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Final
 
 import click
@@ -192,12 +193,12 @@ class _Printer:
             self._out(event_line(delivery.body, note=note))
 
     async def refusal(self, refusal: Refusal) -> None:
-        from ..receiver import printable
+        from ..receiver import clip
 
-        about = f" {printable(refusal.webhook_id)}" if refusal.webhook_id else ""
+        about = f" {clip(refusal.webhook_id, 80)}" if refusal.webhook_id else ""
         click.echo(
-            f"{time.strftime('%H:%M:%S')}  refused {refusal.method} {printable(refusal.path)}"
-            f"{about} from {refusal.client or '?'}: {refusal.status} {printable(refusal.reason)}",
+            f"{time.strftime('%H:%M:%S')}  refused {refusal.method} {clip(refusal.path, 80)}"
+            f"{about} from {refusal.client or '?'}: {refusal.status} {clip(refusal.reason, 200)}",
             err=True,
         )
 
@@ -211,7 +212,8 @@ class _Printer:
 
 
 def _iso(ts: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + f".{int(ts % 1 * 1000):03d}Z"
+    """RFC 3339 in UTC with microseconds, as every ``--json`` moment is written."""
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 @contextmanager
