@@ -317,11 +317,14 @@ def test_forward_mode_refuses_what_it_cannot_do(tmp_path: Path) -> None:
 
 def test_forward_banner_hides_passwords_and_ctrl_c_while_the_relay_is_away() -> None:
     """A relay out of reach: the listener says so and keeps trying; its banner shows no
-    URL password; Ctrl-C ends it with 130 and no traceback."""
+    URL password, and the secret given to sign with; Ctrl-C ends it with 130 and no
+    traceback."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONHOOK_")}
     relay = f"http://ops:hunter2@127.0.0.1:{free_port()}"
+    secret = signing.generate_secret()
+    args = ["--url", relay, "--forward-to", "http://u:pw@127.0.0.1:9/h", "--secret", secret]
     with subprocess.Popen(
-        [str(SESSIONHOOK), "listen", "--url", relay, "--forward-to", "http://u:pw@127.0.0.1:9/h"],
+        [str(SESSIONHOOK), "listen", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL,
@@ -339,4 +342,5 @@ def test_forward_banner_hides_passwords_and_ctrl_c_while_the_relay_is_away() -> 
     text = "".join(said)
     assert "hunter2" not in text and ":pw@" not in text and "[redacted]@127.0.0.1" in text
     assert "ConnectError" in said[2] and "reconnecting in" in said[2]
+    assert said[1].startswith(f"signing with {secret} ")  # the one given, not a new one
     assert "Traceback" not in text
