@@ -36,6 +36,7 @@ from sessionhook.relay.store import AsyncStore
 from sessionhook.relay.web import create_app
 from sessionhook.relay.web import server as health
 from tests.support.backends import Backend, sqlite_only
+from tests.support.daemon_setup import Setup
 from tests.support.loopback import free_port
 from tests.support.web_relay import TOKEN, WebRelay, web_context
 
@@ -344,3 +345,78 @@ def test_forward_banner_hides_passwords_and_ctrl_c_while_the_relay_is_away() -> 
     assert "ConnectError" in said[2] and "reconnecting in" in said[2]
     assert said[1].startswith(f"signing with {secret} ")  # the one given, not a new one
     assert "Traceback" not in text
+
+
+async def test_forward_from_the_real_daemon_carries_its_webhooks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real daemon (emulator upstream, its own webhook consumer) with its listener on
+    loopback; ``listen --forward-to`` on its stream: the local consumer gets every event of
+    a session once, in order, each with the id and the exact body of the relay's own
+    webhook."""
+    monkeypatch.setenv("LISTEN_TEST_TOKEN", TOKEN)
+    listen = f"127.0.0.1:{free_port()}"
+    setup = Setup(tmp_path, server={"listen": listen, "token_env": "LISTEN_TEST_TOKEN"})
+    daemon = setup.daemon()
+    consumer = Consumer()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONHOOK_")}
+    async with setup.api_http() as http, anyio.create_task_group() as tg:
+        client = setup.api(http)
+        tg.start_soon(lambda: daemon.run(handle_signals=False))
+        await daemon.ready.wait()
+        _, consumer_port = await tg.start(health.serve, "127.0.0.1:0", consumer)
+        # A first session's events: the listener starts after the last delivered one.
+        first = await client.create_session("Before the listener")
+        await setup.receiver.wait_for(
+            lambda r: any(a.session == first.name for a in r.first_deliveries()), within=30
+        )
+        before = [a.event_id for a in setup.receiver.first_deliveries()]
+        args = ["--url", f"http://{listen}", "--last-event-id", before[-1]]
+        args += ["--forward-to", f"http://127.0.0.1:{consumer_port}/hook"]
+        proc = await anyio.open_process(
+            [str(SESSIONHOOK), "listen", *args],
+            stdin=subprocess.DEVNULL,
+            env={**env, "SESSIONHOOK_WEB_TOKEN": TOKEN},
+        )
+        try:
+            err = Lines()
+            assert proc.stderr is not None and proc.stdout is not None
+            tg.start_soon(err.pump, proc.stderr)
+            tg.start_soon(Lines().pump, proc.stdout)
+            banner = await err.take(2)
+            found = re.search(r"signing with (whsec_\S+) ", banner[1])
+            assert found is not None, banner
+            consumer.secret = found.group(1)
+            second = await client.create_session("While it listens")
+
+            def of_second() -> list[str]:
+                arrivals = setup.receiver.first_deliveries()
+                return [a.event_id for a in arrivals if a.session == second.name]
+
+            await setup.receiver.wait_for(
+                lambda r: any(
+                    a.session == second.name and a.type == "activity.session_completed"
+                    for a in r.first_deliveries()
+                ),
+                within=60,
+            )
+            wanted = of_second()
+            await until(
+                lambda: set(wanted) <= {event_id for event_id, _ in consumer.accepted},
+                "the session forwarded",
+            )
+            proc.send_signal(signal.SIGINT)
+            with anyio.fail_after(20):
+                assert await proc.wait() == 130
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+        daemon.stop()
+        tg.cancel_scope.cancel()
+    webhooks = {a.event_id: a.body for a in setup.receiver.first_deliveries()}
+    forwarded = [(event_id, json.loads(body)) for event_id, body in consumer.accepted]
+    ids = [event_id for event_id, _ in forwarded]
+    assert len(ids) == len(set(ids)) and not set(ids) & set(before)  # once, none of before
+    assert [i for i, body in forwarded if body["data"]["session"]["name"] == second.name] == wanted
+    assert all(body == webhooks[i] for i, body in forwarded if i in webhooks)
+    assert len(wanted) >= 3 and consumer.refused == 0
