@@ -251,10 +251,15 @@ def printable(text: object) -> str:
     return _UNSAFE.sub(escape, str(text))
 
 
-def json_line(record: Any) -> str:
+def json_line(record: dict[str, Any]) -> str:
     """``record`` as one line of JSON, non-ASCII kept but no control character raw (JSON
-    escapes C0 itself; C1 and the others are escaped here, always inside strings)."""
-    text = json.dumps(record, ensure_ascii=False)
+    escapes C0 itself; C1 and the others are escaped here, always inside strings). A
+    ``body`` nested too deeply to write (parsed at the edge of the stack) is replaced by a
+    note saying so."""
+    try:
+        text = json.dumps(record, ensure_ascii=False)
+    except RecursionError:
+        text = json.dumps({**record, "body": "(nested too deeply to print)"}, ensure_ascii=False)
     return _UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 

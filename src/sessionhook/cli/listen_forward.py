@@ -28,6 +28,7 @@ import click
 
 from ..redact import redact_userinfo
 from ._output import CliError, one_line
+from .remote import need_token
 
 if TYPE_CHECKING:
     import httpx
@@ -165,10 +166,7 @@ def forward(
     for name, value in (("--url", url), ("--forward-to", target)):
         if not value.lower().startswith(("http://", "https://")):
             raise click.UsageError(f"{name} must be an http:// or https:// URL")
-    if not token:
-        raise CliError(
-            "--url needs the relay's token", hint="set $SESSIONHOOK_WEB_TOKEN or --token"
-        )
+    token = need_token(token)
     keys = [key for text in secrets for key in text.split()] or [signing.generate_secret()]
     for key in keys:
         try:
@@ -246,10 +244,7 @@ async def _run(
                 body = {"type": event.type}
             if as_json:
                 record = {"id": event.id, "type": event.type, "answer": outcome.json()}
-                try:
-                    line = json_line({**record, "body": body})
-                except RecursionError:
-                    line = json_line({**record, "body": "(nested too deeply to print)"})
+                line = json_line({**record, "body": body})
             else:
                 line = event_line(body, note=outcome.note())
             click.echo(line)

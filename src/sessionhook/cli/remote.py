@@ -20,7 +20,14 @@ from ._output import CliError, http_client, run
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["ENV_TOKEN", "error_message", "get_json", "refuse_store_options", "remote_options"]
+__all__ = [
+    "ENV_TOKEN",
+    "error_message",
+    "get_json",
+    "need_token",
+    "refuse_store_options",
+    "remote_options",
+]
 
 #: The environment variable the token is read from when ``--token`` is not given.
 ENV_TOKEN: Final = "SESSIONHOOK_WEB_TOKEN"
@@ -62,11 +69,17 @@ def error_message(answer: httpx.Response) -> str:
     return str(error.get("message", error) if isinstance(error, dict) else error)
 
 
+def need_token(token: str | None) -> str:
+    """``token``, or the one-line error that says where it comes from."""
+    if not token:
+        raise CliError("--url needs the relay's token", hint=f"set ${ENV_TOKEN} or --token")
+    return token
+
+
 def get_json(url: str, token: str | None, path: str) -> Any:
     """``GET`` ``path`` (``/v1/...``) of the relay at ``url``; its JSON, or a
     :class:`~sessionhook.cli._output.CliError` of one line."""
-    if not token:
-        raise CliError("--url needs the relay's token", hint=f"set ${ENV_TOKEN} or --token")
+    token = need_token(token)
     if not url.lower().startswith(("http://", "https://")):
         raise click.UsageError("--url must be an http:// or https:// URL")
     endpoint = url.rstrip("/") + path
