@@ -24,7 +24,8 @@ import httpx
 import pytest
 from standardwebhooks import Webhook
 
-from sessionhook.receiver import event_line, json_line, printable
+from sessionhook import receiver as receiver_module
+from sessionhook.receiver import Delivery, Receiver, event_line, json_line, printable
 from sessionhook.relay.domain import signing
 from sessionhook.relay.domain.events import EVENT_TYPES
 
@@ -323,3 +324,39 @@ def test_listen_stops_quietly_when_its_reader_goes_away() -> None:
                 proc.kill()
     assert 2 <= len(answers) < 9 and set(answers) == {204}
     assert rest == "", rest
+
+
+@pytest.mark.anyio
+async def test_the_receiver_takes_any_of_its_keys_and_remembers_a_bounded_number_of_ids(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In process: during a rotation either secret verifies (and a header with several
+    signatures, one of them unknown); the ids kept to tell duplicates are bounded."""
+    monkeypatch.setattr(receiver_module, "REMEMBERED", 3)
+    old, new = signing.generate_secret(), signing.generate_secret()
+    got: list[Delivery] = []
+
+    async def keep(delivery: Delivery) -> None:
+        got.append(delivery)
+
+    app = Receiver([f"{old} {new}"], keep)
+    body = event()
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app), base_url="http://rx.test"
+    ) as http:
+        rotated = signed(body, msg_id="r1", secret=signing.generate_secret())
+        rotated["webhook-signature"] += (
+            " " + signed(body, msg_id="r1", secret=new)["webhook-signature"]
+        )
+        statuses = [
+            (await http.post("/", content=body, headers=signed(body, msg_id="o1", secret=old))),
+            (await http.post("/", content=body, headers=signed(body, msg_id="n1", secret=new))),
+            (await http.post("/", content=body, headers=rotated)),
+        ]
+        for n in ("a", "b", "c", "o1", "c"):  # o1 is the fourth id back: forgotten; c is not
+            await http.post("/", content=body, headers=signed(body, msg_id=n, secret=old))
+    assert [a.status_code for a in statuses] == [204, 204, 204]
+    assert [d.webhook_id for d in got] == ["o1", "n1", "r1", "a", "b", "c", "o1", "c"]
+    assert [d.duplicate for d in got] == [False] * 7 + [True]
+    with pytest.raises(ValueError, match="cannot verify with whsk_"):
+        Receiver([signing.generate_keypair()[0]], keep)
