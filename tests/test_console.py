@@ -309,7 +309,13 @@ CONSOLE_GETS = (
     "/console/static/console.js",
     "/console/live?after=999999",
 )
-CONSOLE_POSTS = ("/console/actions/replay", "/console/actions/endpoint", "/console/actions/test")
+CONSOLE_POSTS = (
+    "/console/actions/replay",
+    "/console/actions/retry",
+    "/console/actions/recover",
+    "/console/actions/endpoint",
+    "/console/actions/test",
+)
 
 
 @pytest.mark.anyio

@@ -404,3 +404,41 @@ def test_no_asset_comes_from_another_host(stack: Stack, browser: Any) -> None:
     )
     assert sources, "the page loads its stylesheet and script"
     assert all(s.startswith(stack.base) for s in sources)
+
+
+def test_retry_now_and_recover_send_dead_deliveries_again(stack: Stack, browser: Any) -> None:
+    browser.get(f"{stack.base}/console/deliveries?endpoint=beta&status=dead")
+    row = one(browser, "#deliveries tbody tr[data-delivery]")
+    delivery_id = row.get_attribute("data-delivery")
+    event_id = stack.get(f"/console/deliveries/{delivery_id}").text.split('class="mono">')[1]
+    event_id = event_id.split("<")[0]
+    before = stack.consumers["beta"].seen.count(event_id)
+    stack.consumers["beta"].recover()
+    try:
+        navigate(browser, row.find_element("css selector", "button.retry"))
+        assert flash(browser) == f"delivery {delivery_id} ({event_id}) to beta: dead -> due now"
+
+        def delivered() -> bool:
+            browser.get(f"{stack.base}/console/deliveries/{delivery_id}")
+            return "delivered" in one(browser, "#delivery").text
+
+        until(delivered, "the retried delivery to be delivered")  # the same row
+        assert stack.consumers["beta"].seen.count(event_id) == before + 1  # same webhook-id
+        assert "Retry now" not in one(browser, "main").text
+        # Recover: every other dead delivery of beta, from the overview's form.
+        browser.get(f"{stack.base}/console")
+        form = one(browser, "tr[data-endpoint=beta] form.recover")
+        since = form.find_element("css selector", "input[name=since]")
+        since.clear()
+        since.send_keys("1d")
+        navigate(browser, form.find_element("css selector", "button.recover"))
+        message = flash(browser)
+        assert message.startswith("recovered ") and " deliveries of beta, due now" in message
+        assert int(message.split()[1]) > 0
+        until(
+            lambda: "No deliveries match"
+            in stack.get("/console/deliveries?endpoint=beta&status=dead").text,
+            "beta's dead deliveries to be sent",
+        )
+    finally:
+        stack.consumers["beta"].fail()

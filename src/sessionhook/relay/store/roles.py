@@ -41,8 +41,10 @@ from .rows import (
     EndpointState,
     EventRow,
     Ingested,
+    Recovered,
     RefusedRow,
     RefusedSummary,
+    Retried,
     SessionRow,
     StatusSummary,
 )
@@ -379,8 +381,9 @@ class OperatorRole(Protocol):
     def list_deliveries(
         self, endpoint: str | None = None, status: str | None = None,
         session: str | None = None, limit: int = 100, *, event_id: str | None = None,
+        before_id: int | None = None,
     ) -> list[DeliveryRow]:
-        """Deliveries, newest first, filtered."""
+        """Deliveries, newest first, filtered; ``before_id`` pages back."""
         ...
 
     def get_delivery(self, delivery_id: int) -> DeliveryRow | None:
@@ -397,6 +400,25 @@ class OperatorRole(Protocol):
         session: str | None = None,
     ) -> int:
         """Queue archived events again for an endpoint; how many."""
+        ...
+
+    def replay_census(
+        self, endpoint: str, *, since: float | None = None, until: float | None = None,
+        event_ids: Sequence[str] | None = None, session: str | None = None,
+    ) -> tuple[int, int]:
+        """Events a replay selects, and of them those on their way to the endpoint."""
+        ...
+
+    def retry_delivery(self, delivery_id: int) -> Retried | None:
+        """Make one delivery due now (failed or dead: re-opened); ``None``: no such one."""
+        ...
+
+    def recover_deliveries(self, endpoint: str, since: float) -> Recovered:
+        """Re-open an endpoint's failed and dead deliveries of events since a time."""
+        ...
+
+    def list_sessions(self, after: str | None = None, limit: int = 50) -> list[SessionRow]:
+        """Archived sessions by name, after a name (a page)."""
         ...
 
     def get_event(self, event_id: str) -> EventRow | None:
@@ -419,9 +441,10 @@ class OperatorRole(Protocol):
         ...
 
     def events_after(
-        self, seq: int, *, limit: int = 200, max_bytes: int | None = None
+        self, seq: int, *, limit: int = 200, max_bytes: int | None = None,
+        session: str | None = None,
     ) -> list[EventRow]:
-        """Events after a position (the event stream's read)."""
+        """Events after a position (the event stream's read), of one session or all."""
         ...
 
     def event_ids_after(

@@ -250,6 +250,8 @@ class AsyncOperator(View[OperatorRole]):
     status_summary = call(OperatorRole.status_summary)
     list_deliveries = call(OperatorRole.list_deliveries)
     replay = write(OperatorRole.replay)
+    retry_delivery = write(OperatorRole.retry_delivery)
+    recover_deliveries = write(OperatorRole.recover_deliveries)
 
 
 class AsyncConsole(View[ConsoleRole]):
