@@ -18,6 +18,7 @@ def cli() -> None:
 from . import (  # noqa: E402, F401
     api,
     emulator,
+    listen,
     ops,
     ops_deliveries,
     ops_endpoints,

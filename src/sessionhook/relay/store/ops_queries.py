@@ -31,6 +31,7 @@ from .requeue import Requeue
 from .rows import (
     AttemptRow,
     DeliveryRow,
+    EndpointState,
     EndpointSummary,
     EventRow,
     Recovered,
@@ -133,7 +134,7 @@ class OperatorQueries:
                     last_error=st.last_error,
                     last_error_at=st.last_error_at,
                     last_success_at=st.last_success_at,
-                    failing_since=st.failing_since,
+                    failing_since=self._failing_since(st),
                 )
             )
         # status: the HTTP status, -1 no answer, -2 a malformed 2xx answer. An error is
@@ -168,6 +169,28 @@ class OperatorQueries:
             baseline_complete=self._meta.is_baseline_complete(),
             refused=self._refusals.refused_summary(hour_ago),
         )
+
+    def _failing_since(self, st: EndpointState) -> float | None:
+        """When the endpoint's current run of failures began: its first failed attempt
+        since its last success, or ``None`` when its latest answer was a success.
+
+        The endpoint's own ``failing_since`` is the clock of its automatic disabling, which
+        enabling it again restarts; a person asking how long the consumer has been down
+        wants the run, which only a success ends."""
+        if st.last_error_at is None or (
+            st.last_success_at is not None and st.last_success_at >= st.last_error_at
+        ):
+            return st.failing_since
+        # The first attempt since the last success is a failure (a success would have moved
+        # last_success_at): one probe of attempts_by_time, stopped at the first row.
+        row = self._db.conn.execute(
+            "SELECT a.started_at FROM attempts a JOIN deliveries d ON d.id = a.delivery_id "
+            "WHERE a.started_at > ? AND d.endpoint = ? ORDER BY a.started_at LIMIT 1",
+            (st.last_success_at if st.last_success_at is not None else 0.0, st.name),
+        ).fetchone()
+        # Pruned attempts (the delivery log's retention) leave the stored clock.
+        found = [float(v) for v in (None if row is None else row[0], st.failing_since) if v]
+        return min(found, default=None)
 
     def list_deliveries(
         self,

@@ -28,7 +28,7 @@ from sessionhook.api.models import Activity, Session
 
 from ..domain.events import Event
 from ..domain.retry import Decision
-from .console_queries import ConsoleSession, LiveEvent, MinuteCounts
+from .console_queries import ConsoleEvent, ConsoleSession, LiveEvent, MinuteCounts
 from .economy_queries import BUDGET_WINDOW, HistoryProgress, KnownSession
 from .leases import LeaseRow, ReplicaRow
 from .outbox import PRUNE_BATCH, AttemptRecord
@@ -544,9 +544,22 @@ class ConsoleRole(Protocol):
     def console_deliveries(
         self, *, endpoint: str | None = None, status: str | None = None,
         since: float | None = None, until: float | None = None,
-        before_id: int | None = None, limit: int = 100,
+        before_id: int | None = None, limit: int = 100, session: str | None = None,
+        event_id: str | None = None, event_type: str | None = None,
     ) -> list[DeliveryRow]:
         """Deliveries, newest first, filtered, paged back by id."""
+        ...
+
+    def console_events(
+        self, *, session: str | None = None, event_id: str | None = None,
+        event_type: str | None = None, status: str | None = None,
+        before_seq: int | None = None, limit: int = 100,
+    ) -> list[ConsoleEvent]:
+        """Events, newest first, filtered, paged back by position."""
+        ...
+
+    def find_session(self, text: str) -> str | None:
+        """The archived session a search names, or ``None``."""
         ...
 
     def get_attempt(self, attempt_id: int) -> AttemptRow | None:

@@ -277,6 +277,8 @@ class AsyncConsole(View[ConsoleRole]):
     deliveries_of_events = call(ConsoleRole.deliveries_of_events)
     attempts_of_deliveries = call(ConsoleRole.attempts_of_deliveries)
     console_deliveries = call(ConsoleRole.console_deliveries)
+    console_events = call(ConsoleRole.console_events)
+    find_session = call(ConsoleRole.find_session)
     get_attempt = call(ConsoleRole.get_attempt)
     attempts_per_minute = call(ConsoleRole.attempts_per_minute)
     budget_used = call(ConsoleRole.budget_used)

@@ -1,5 +1,5 @@
 """The console's actions: replay, retry now, recover, enable/disable an endpoint, send a
-test event.
+test event, approve a session's plan or answer its agent.
 
 Each is a POST of an HTML form (``application/x-www-form-urlencoded``, at most
 :data:`~.auth.MAX_FORM_BYTES`) carrying a CSRF token; the answer is a 303 redirect back to the
@@ -16,6 +16,10 @@ refused with 403 and changes nothing.
   every failed or dead delivery of its events since then, due now.
 * ``/console/actions/endpoint``: ``name``, ``enabled`` (``1``/``0``), optional ``reason``.
 * ``/console/actions/test``: ``name``: a signed ``ping`` sent now, never archived.
+* ``/console/actions/session``: ``session``, ``action`` (``approve_plan`` or ``reply``) and
+  for a reply its ``text``: made upstream with the session's account by the daemon
+  (:attr:`~.common.ConsoleDeps.act`); the flash says what the service answered (its
+  one-line message when it refused).
 
 The access control in front (:mod:`.auth`) refuses a cookie session's POST without its CSRF
 token before it gets here; the actions check the token again (defence in depth: a route
@@ -26,12 +30,14 @@ bearer token need none (a browser never adds that header on its own).
 from __future__ import annotations
 
 import hmac
+from typing import Final
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from ... import ops as operator
+from ...domain.actions import ACTION_KINDS, ActionKind
 from ...ops import OperatorError, requeue
 from ...ops.wire import parse_moment
 from ...store import AsyncStore, StoreError
@@ -41,9 +47,15 @@ from ..headers import SECURITY_HEADERS
 from .common import FLASH_COOKIE, ConsoleDeps, encode_flash
 from .text import parse_when
 
-__all__ = ["Actions"]
+__all__ = ["REPLY_MAX", "Actions"]
 
 _log = get_logger()
+#: Longest answer to an agent sent from the console (characters).
+REPLY_MAX: Final = 10_000
+_DONE: Final[dict[ActionKind, str]] = {
+    "approve_plan": "approve the plan of",
+    "reply": "answer",
+}
 
 
 def _csrf_ok(request: Request, submitted: str) -> bool:
@@ -90,6 +102,7 @@ class Actions:
             Route("/console/actions/recover", self.recover, methods=["POST"]),
             Route("/console/actions/endpoint", self.endpoint, methods=["POST"]),
             Route("/console/actions/test", self.test, methods=["POST"]),
+            Route("/console/actions/session", self.session, methods=["POST"]),
         ]
 
     async def _form(self, request: Request) -> dict[str, str] | Response:
@@ -237,3 +250,31 @@ class Actions:
             )
         detail = f" ({result.error})" if result.error else ""
         return _done(back, "error", f"test event to {name} failed: {answer}{detail}")
+
+    async def session(self, request: Request) -> Response:
+        """Approve a session's plan, or answer its agent, upstream."""
+        form = await self._form(request)
+        if isinstance(form, Response):
+            return form
+        back = form.get("back", "")
+        name = form.get("session", "").strip()
+        action = form.get("action", "")
+        text = form.get("text", "").strip() or None
+        if action not in ACTION_KINDS:
+            return _done(back, "error", "choose approve_plan or reply")
+        kind: ActionKind = "approve_plan" if action == "approve_plan" else "reply"
+        what = _DONE[kind]
+        if not name:
+            return _done(back, "error", "the form names no session: reload the page")
+        if kind == "reply" and text is None:
+            return _done(back, "error", "answer: write something to send")
+        if text is not None and len(text) > REPLY_MAX:
+            return _done(back, "error", f"answer: at most {REPLY_MAX} characters")
+        if self.deps.act is None:
+            return _done(back, "error", "acting on sessions is not available here")
+        outcome = await self.deps.act(name, kind, text if kind == "reply" else None)
+        _log.info("console.session_action", session=name, action=kind, ok=outcome.ok)
+        if outcome.ok:
+            return _done(back, "ok", f"{name}: {outcome.detail}")
+        status = "" if outcome.status is None else f" (HTTP {outcome.status})"
+        return _done(back, "error", f"could not {what} {name}{status}: {outcome.detail}")
