@@ -346,6 +346,20 @@ _M0008 = (
     "CREATE INDEX deliveries_by_endpoint ON deliveries(endpoint, status, id)",
 )
 
+# Migration 0009 (see schema.py): endpoints created through the API, their definition and
+# signing secrets in the row.
+_M0009 = (
+    "ALTER TABLE endpoints ADD COLUMN source TEXT NOT NULL DEFAULT 'config'",
+    "ALTER TABLE endpoints ADD COLUMN spec TEXT",
+    "ALTER TABLE endpoints ADD COLUMN description TEXT NOT NULL DEFAULT ''",
+    "ALTER TABLE endpoints ADD COLUMN secret TEXT",
+    "ALTER TABLE endpoints ADD COLUMN previous_secret TEXT",
+    "ALTER TABLE endpoints ADD COLUMN previous_until DOUBLE PRECISION",
+    "ALTER TABLE endpoints ADD COLUMN revision BIGINT NOT NULL DEFAULT 0",
+    "ALTER TABLE endpoints ADD COLUMN updated_at DOUBLE PRECISION",
+    "ALTER TABLE endpoints ADD COLUMN deleted_at DOUBLE PRECISION",
+)
+
 #: Name -> statements, in the order of :mod:`.schema` (the same names: one history).
 MIGRATIONS: dict[str, Sequence[str]] = {
     "0001_initial": _M0001,
@@ -356,6 +370,7 @@ MIGRATIONS: dict[str, Sequence[str]] = {
     "0004_compact_archive": _M0004_COMPACT,
     "0007_replicas": _M0007_REPLICAS,
     "0008_derived_names_lean_indexes": _M0008,
+    "0009_api_endpoints": _M0009,
 }
 assert list(MIGRATIONS) == _KNOWN_MIGRATIONS, "PostgreSQL and SQLite migrations differ"
 

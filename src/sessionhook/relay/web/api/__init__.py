@@ -19,6 +19,7 @@ from starlette.routing import BaseRoute, Route
 from ..context import RouteProvider, WebContext
 from .common import ApiProblem, api_problem_response, not_found
 from .deliveries import deliveries_routes
+from .endpoints import endpoint_routes
 from .events import events_routes
 from .sessions import sessions_routes
 from .slack import slack_routes
@@ -29,6 +30,7 @@ __all__ = ["API_GROUPS", "ApiProblem", "api_problem_response", "api_routes"]
 #: The API's route groups, in order.
 API_GROUPS: Final[tuple[RouteProvider, ...]] = (
     status_routes,
+    endpoint_routes,
     deliveries_routes,
     events_routes,
     sessions_routes,
