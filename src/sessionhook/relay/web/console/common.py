@@ -21,6 +21,7 @@ import jinja2
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
+from ...config import Config
 from ...domain.actions import UpstreamAct
 from ...store import AsyncStore
 from ..auth import CSRF_FIELD, csrf_token
@@ -59,6 +60,8 @@ class ConsoleDeps:
     that deliveries were queued (a replay, an endpoint enabled). ``act`` approves a
     session's plan or answers its agent upstream (``None``: the forms say it is not
     available). ``backend`` names the store's engine (``sqlite``, ``postgresql``).
+    ``config`` is the daemon's current configuration (``None``: endpoints cannot be
+    created or edited here).
     """
 
     store: Callable[[], AsyncStore | None]
@@ -68,6 +71,7 @@ class ConsoleDeps:
     clock: Callable[[], float] = time.time
     act: UpstreamAct | None = None
     backend: str = ""
+    config: Callable[[], Config] | None = None
     #: Rung by the daemon when it archives events: wakes the live feed at once.
     bell: Bell = field(default_factory=Bell)
     #: Live feed: seconds between two looks at the store, and how long one stream lasts
