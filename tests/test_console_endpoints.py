@@ -66,6 +66,13 @@ async def create(client: httpx.AsyncClient, token: str, name: str = "ci-bot") ->
     return found.group(1)
 
 
+@pytest.fixture
+async def created(http: Any) -> tuple[httpx.AsyncClient, str, str]:
+    """The signed-in client, its CSRF token, and the secret of ci-bot it created."""
+    client, token = http
+    return client, token, await create(client, token)
+
+
 # --------------------------------------------------------------------------- create
 
 
@@ -162,10 +169,9 @@ async def test_a_refused_form_says_why_by_name_and_keeps_what_was_typed(
 
 @pytest.mark.anyio
 async def test_edit_changes_the_definition_and_a_refused_edit_changes_nothing(
-    store: Store, http: Any
+    store: Store, created: Any
 ) -> None:
-    client, token = http
-    secret = await create(client, token)
+    client, token, secret = created
     answer = await client.post(
         "/console/endpoints/ci-bot/edit",
         **form(
@@ -196,9 +202,8 @@ async def test_edit_changes_the_definition_and_a_refused_edit_changes_nothing(
 
 
 @pytest.mark.anyio
-async def test_delete_needs_the_name_typed_again(store: Store, http: Any) -> None:
-    client, token = http
-    await create(client, token)
+async def test_delete_needs_the_name_typed_again(store: Store, created: Any) -> None:
+    client, token, _ = created
     unconfirmed = await client.post("/console/endpoints/ci-bot/delete", **form(token, confirm="y"))
     assert unconfirmed.status_code == 303
     page = await client.get(unconfirmed.headers["location"])
@@ -217,10 +222,9 @@ async def test_delete_needs_the_name_typed_again(store: Store, http: Any) -> Non
 
 @pytest.mark.anyio
 async def test_rotate_shows_the_new_secret_once_and_keeps_the_old_for_the_overlap(
-    store: Store, http: Any
+    store: Store, created: Any
 ) -> None:
-    client, token = http
-    first = await create(client, token)
+    client, token, first = created
     answer = await client.post("/console/endpoints/ci-bot/rotate", **form(token, overlap="1h"))
     assert answer.status_code == 200
     assert answer.headers["cache-control"] == "no-store" and "set-cookie" not in answer.headers
@@ -272,10 +276,9 @@ async def test_an_endpoint_of_the_config_file_is_read_only(store: Store, http: A
 
 @pytest.mark.anyio
 async def test_every_endpoint_post_without_its_csrf_token_is_refused_unchanged(
-    store: Store, http: Any
+    store: Store, created: Any
 ) -> None:
-    client, token = http
-    await create(client, token)
+    client, token, _ = created
     before = store.endpoints.stored_endpoint("ci-bot")
     posts = [
         ("/console/endpoints/new", {"name": "other", "url": URL}),

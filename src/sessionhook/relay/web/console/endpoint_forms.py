@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 import anyio.to_thread
@@ -126,6 +127,16 @@ def _shown(current: StoredEndpoint) -> dict[str, str]:
     }
 
 
+@dataclass(frozen=True, slots=True)
+class _Posted:
+    """A POST's CSRF-checked form, the open store, the config, the endpoint in the path."""
+
+    form: dict[str, str]
+    store: AsyncStore
+    config: Config
+    name: str
+
+
 class EndpointForms:
     """The endpoint editor's pages and POSTs (see the module docstring)."""
 
@@ -194,10 +205,10 @@ class EndpointForms:
 
     async def create(self, request: Request) -> Response:
         """Create the endpoint; its secret shown once (see the module docstring)."""
-        prepared = await self._prepared(request)
-        if isinstance(prepared, Response):
-            return prepared
-        form, store, config = prepared
+        posted = await self._prepared(request)
+        if isinstance(posted, Response):
+            return posted
+        form, store, config = posted.form, posted.store, posted.config
         try:
             _checked(form)
             name = form.get("name", "").strip()
@@ -215,11 +226,10 @@ class EndpointForms:
 
     async def update(self, request: Request) -> Response:
         """Change the endpoint's definition (the fields that differ)."""
-        prepared = await self._prepared(request)
-        if isinstance(prepared, Response):
-            return prepared
-        form, store, config = prepared
-        name = str(request.path_params["name"])
+        posted = await self._prepared(request)
+        if isinstance(posted, Response):
+            return posted
+        form, store, config, name = posted.form, posted.store, posted.config, posted.name
         typed = _typed(form) | {"name": name}
         try:
             _checked(form)
@@ -238,11 +248,10 @@ class EndpointForms:
 
     async def rotate(self, request: Request) -> Response:
         """Give the endpoint a new secret, the old one signing beside it for the overlap."""
-        prepared = await self._prepared(request)
-        if isinstance(prepared, Response):
-            return prepared
-        form, store, config = prepared
-        name = str(request.path_params["name"])
+        posted = await self._prepared(request)
+        if isinstance(posted, Response):
+            return posted
+        form, store, config, name = posted.form, posted.store, posted.config, posted.name
         try:
             _checked(form)
             try:
@@ -262,11 +271,10 @@ class EndpointForms:
 
     async def delete(self, request: Request) -> Response:
         """Delete the endpoint once its name was typed again."""
-        prepared = await self._prepared(request)
-        if isinstance(prepared, Response):
-            return prepared
-        form, store, config = prepared
-        name = str(request.path_params["name"])
+        posted = await self._prepared(request)
+        if isinstance(posted, Response):
+            return posted
+        form, store, config, name = posted.form, posted.store, posted.config, posted.name
         if form.get("confirm", "").strip() != name:
             return flash_redirect(
                 f"/console/endpoints/{name}", "error", f"delete: type {name} to confirm"
@@ -286,17 +294,15 @@ class EndpointForms:
     def _config(self) -> Config | None:
         return None if self.deps.config is None else self.deps.config()
 
-    async def _prepared(
-        self, request: Request
-    ) -> tuple[dict[str, str], AsyncStore, Config] | Response:
-        """The CSRF-checked form, the open store and the config; else the answer."""
+    async def _prepared(self, request: Request) -> _Posted | Response:
+        """What a POST works with; else the answer to give."""
         form = await checked_form(request)
         if isinstance(form, Response):
             return form
         store, config = self.deps.store(), self._config()
         if store is None or config is None:
             return error_page(request, 503, "Store not open", "the store is not open yet")
-        return form, store, config
+        return _Posted(form, store, config, str(request.path_params.get("name", "")))
 
     def _secret_page(
         self, request: Request, name: str, secret: str, *, created: bool, until: float | None
