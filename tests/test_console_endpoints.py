@@ -14,6 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
+from sessionhook.relay.config import Config
+from sessionhook.relay.ops import endpoint_edits as edits
 from sessionhook.relay.store import AsyncStore, Store
 from tests.support.backends import Backend
 from tests.support.clock import T0, Clock
@@ -199,6 +201,29 @@ async def test_edit_changes_the_definition_and_a_refused_edit_changes_nothing(
     assert field_value(refused.text, "url") == HOSTILE_URL
     assert "<script>" not in refused.text
     assert store.endpoints.stored_endpoint("ci-bot") == edited
+
+
+@pytest.mark.anyio
+async def test_a_urls_user_info_is_never_shown_and_an_edit_keeps_it(
+    store: Store, http: Any
+) -> None:
+    client, token = http
+    with_password = "https://bot:hunter2-pass@hooks.example.com/ci"
+    definition, secret = edits.define_endpoint(
+        Config.model_validate({}), "ci-bot", {"url": with_password}
+    )
+    edits.create_endpoint(store, definition, secret)
+    for page in ("/console", "/console/endpoints/ci-bot"):
+        shown = (await client.get(page)).text
+        assert "hunter2" not in shown and "[redacted]@hooks.example.com/ci" in shown, page
+    redacted = field_value((await client.get("/console/endpoints/ci-bot")).text, "url")
+    answer = await client.post(
+        "/console/endpoints/ci-bot/edit",
+        **form(token, url=redacted, events="", format="standard", payload="full", description="d"),
+    )
+    assert answer.status_code == 303
+    kept = store.endpoints.stored_endpoint("ci-bot")
+    assert kept is not None and kept.spec["url"] == with_password and kept.description == "d"
 
 
 @pytest.mark.anyio

@@ -21,6 +21,7 @@ import jinja2
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
+from ....redact import redact_userinfo
 from ...config import Config
 from ...domain.actions import UpstreamAct
 from ...store import AsyncStore
@@ -123,6 +124,7 @@ _ENV.filters.update(
     outcome=outcome,
     answer=answer,
     current_error=current_error,
+    redacted=redact_userinfo,
 )
 
 

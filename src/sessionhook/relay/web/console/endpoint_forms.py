@@ -29,6 +29,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from ....redact import redact_userinfo
 from ... import ops as operator
 from ...config import Config, parse_duration
 from ...config.endpoint_spec import MAX_DESCRIPTION_CHARS, MAX_NAME_CHARS, MAX_URL_CHARS
@@ -106,6 +107,8 @@ def _changes(form: dict[str, str], current: StoredEndpoint) -> dict[str, Any]:
     """What the form changes of ``current`` (a key back to its default: ``None``). A key
     the form does not show (a template, a filter set through the API) is kept."""
     wanted = _spec(form)
+    if wanted["url"] == redact_userinfo(str(current.spec.get("url", ""))):
+        wanted["url"] = current.spec.get("url")  # shown redacted, left as it was
     changes: dict[str, Any] = {}
     for key in ("url", "events", "format", "payload"):
         if wanted.get(key) != current.spec.get(key):
@@ -118,7 +121,8 @@ def _shown(current: StoredEndpoint) -> dict[str, str]:
     spec = current.spec
     return {
         "name": current.name,
-        "url": str(spec.get("url", "")),
+        # A URL's user-info is a credential of the consumer's: never shown (as the API).
+        "url": redact_userinfo(str(spec.get("url", ""))),
         "events": ", ".join(spec.get("events") or ()),
         "format": str(spec.get("format", "standard")),
         "payload": str(spec.get("payload", "full")),
