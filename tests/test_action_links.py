@@ -121,3 +121,28 @@ def test_links_of_an_event() -> None:
     )
     reply = links.links("default", CLAIMS.session, "", "reply", NOW)
     assert set(reply) == {"reply", "open"}
+
+
+def test_action_required_events_carry_the_links_of_their_wait() -> None:
+    from sessionhook.api.models import Activity, Session
+    from sessionhook.relay.domain.lifecycle import lifecycle_events
+
+    session = Session.model_validate(
+        {"name": "sessions/7", "id": "7", "state": "AWAITING_USER_FEEDBACK", "title": "t"}
+    )
+    asked = Activity.model_validate(
+        {"name": "sessions/7/activities/" + "b" * 32, "agentMessaged": {"agentMessage": "Why?"}}
+    )
+    links = ActionLinks("https://relay.example", 600, KEY)
+    [event] = lifecycle_events(session, asked, entered=True, now=NOW, account="acme", links=links)
+    data = event.payload()["data"]
+    assert data["action"] == "answer" and set(data["links"]) == {"reply", "open"}
+    claims = verify_link([KEY], data["links"]["reply"].rsplit("/", 1)[1], NOW)
+    assert claims == LinkClaims("acme", "sessions/7", asked.name, "reply", NOW + 600)
+    [plain] = lifecycle_events(session, asked, entered=True, now=NOW)
+    assert "links" not in plain.payload()["data"]
+    done = session.model_copy(update={"state": "COMPLETED"})
+    assert all(
+        "links" not in e.payload()["data"]
+        for e in lifecycle_events(done, None, entered=True, now=NOW, links=links)
+    )

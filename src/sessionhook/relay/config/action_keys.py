@@ -24,10 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from ..domain.action_links import ActionLinks
 from .errors import ConfigError
+from .models import Config
 from .secret_files import file_exposure
 
-__all__ = ["KEY_BYTES", "ActionKeys", "KeyRing", "rotate_key_file"]
+__all__ = ["KEY_BYTES", "ActionKeys", "KeyRing", "LinkKeys", "rotate_key_file"]
 
 #: Bytes of a generated key.
 KEY_BYTES: Final = 32
@@ -201,3 +203,44 @@ class ActionKeys:
             raise ConfigError(
                 _KEY_NAME, f"cannot create {self.file}: {exc.strerror or exc}"
             ) from None
+
+
+class LinkKeys:
+    """The action-link keys of the running configuration (``config`` gives it, a reload
+    included): one :class:`ActionKeys` per key file named. What the daemon hands the
+    poller (:meth:`links`, signing) and the web pages (:meth:`ring`, verifying)."""
+
+    def __init__(
+        self, config: Callable[[], Config], *, clock: Callable[[], float] = time.time
+    ) -> None:
+        self._config = config
+        self._clock = clock
+        self._files: dict[Path, ActionKeys] = {}
+        self._lock = threading.Lock()
+
+    def _keys(self) -> ActionKeys:
+        file = self._config().actions.key_file
+        if file is None:  # a Config not made by load_config (tests): no file was resolved
+            raise ConfigError(_KEY_NAME, "no key file resolved")
+        with self._lock:
+            keys = self._files.get(file)
+            if keys is None:
+                keys = self._files[file] = ActionKeys(file, clock=self._clock)
+            return keys
+
+    @property
+    def enabled(self) -> bool:
+        """Whether ``[actions]`` is on."""
+        return self._config().actions.enabled
+
+    def ring(self) -> KeyRing:
+        """The keys now (the file made when missing); :class:`ConfigError` when it cannot
+        be read or is exposed."""
+        return self._keys().ring()
+
+    def links(self) -> ActionLinks | None:
+        """What signs the links of a new event; ``None`` with ``[actions]`` off."""
+        actions = self._config().actions
+        if not actions.enabled or actions.public_url is None:
+            return None
+        return ActionLinks(actions.public_url, actions.link_ttl, self.ring().current)
