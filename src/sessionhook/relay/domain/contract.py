@@ -139,10 +139,12 @@ class ActionLinksData(_Open):
     (``actions.link_ttl``), once, and only while the session still waits for this wait."""
 
     approve: str | None = Field(
-        default=None, description="approve_plan: a page that approves the plan (GET shows, POST acts)"
+        default=None,
+        description="approve_plan: a page that approves the plan (GET shows, POST acts)",
     )
     reply: str | None = Field(
-        default=None, description="answer: a page that sends the agent a reply (GET shows, POST acts)"
+        default=None,
+        description="answer: a page that sends the agent a reply (GET shows, POST acts)",
     )
     open: str = Field(description="The session's timeline in the relay's console")
 

@@ -438,7 +438,6 @@ class SessionPoll:
         if found:
             await self._archive.session_events(row.name, found, deliver=deliver)
 
-
     def _action_links(self, session: Session) -> ActionLinks | None:
         """The signer of ``session``'s action links, when it waits for its user and the
         relay makes links. A key file that cannot be read now (changed on disk since the

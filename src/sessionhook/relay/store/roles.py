@@ -28,8 +28,8 @@ from typing import Protocol
 from sessionhook.api.models import Activity, Session
 
 from ..domain.events import Event
-from .actions import ActionClaim, ActionRow
 from ..domain.retry import Decision
+from .actions import ActionClaim, ActionRow
 from .console_queries import ConsoleSession, LiveEvent, MinuteCounts
 from .economy_queries import BUDGET_WINDOW, HistoryProgress, KnownSession
 from .leases import LeaseRow, ReplicaRow

@@ -245,16 +245,24 @@ def set_session_cookie(response: Response, request: Request, value: str, max_age
 class AuthMiddleware:
     """ASGI middleware guarding every path but ``public``; see the module docstring."""
 
-    def __init__(self, app: ASGIApp, auth: WebAuth, public: Collection[str] = PUBLIC_PATHS):
+    def __init__(
+        self,
+        app: ASGIApp,
+        auth: WebAuth,
+        public: Collection[str] = PUBLIC_PATHS,
+        is_public: Callable[[str], bool] | None = None,
+    ):
         self.app = app
         self.auth = auth
         self.public = frozenset(public)
+        #: Paths public by a rule rather than by name (the action links' pages).
+        self.is_public = is_public
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if scope["path"] in self.public:
+        if scope["path"] in self.public or (self.is_public and self.is_public(scope["path"])):
             await self.app(scope, receive, send)
             return
         request = Request(scope)

@@ -142,6 +142,8 @@ class Pages:
         for d in deliveries:
             by_event.setdefault(d.event_id, []).append((d, by_delivery.get(d.id, [])))
         endpoints = await store.console.endpoint_states()
+        # Approvals and answers given through the relay (links, Slack, console), newest first.
+        taken = await store.actions.list_actions(session=name, limit=50)
         last = events[-1].seq if events else after
         return render_page(
             request,
@@ -154,6 +156,7 @@ class Pages:
                 "endpoints": [e.name for e in endpoints],
                 "next_after": last if len(events) >= 200 else None,
                 "live_after": last,
+                "actions_taken": taken,
             },
         )
 

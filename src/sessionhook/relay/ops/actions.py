@@ -1,0 +1,190 @@
+"""Acting on a signed action link: what its page shows (:func:`look`) and doing what it says
+(:func:`perform`), shared by the pages behind the links and Slack's buttons.
+
+:func:`perform` verifies the token (:mod:`~sessionhook.relay.domain.action_links`), checks
+that the session still waits for the wait the link answers (the archived session's state,
+and its newest ``planGenerated`` / ``agentMessaged`` activity is that wait), takes the link
+and the wait in the store (a ``pending`` row of ``actions_taken``: a second click, a second
+link of the same wait, finds it taken), makes the upstream call with the session's account
+(:data:`~sessionhook.relay.domain.actions.UpstreamAct`), records the answer and returns it.
+Anything wrong before the call (see :data:`REFUSALS`) returns without one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from sessionhook.api.models import Activity
+
+from ..domain.action_links import LinkClaims, LinkError, token_digest, verify_link
+from ..domain.actions import ActionKind, ActOutcome, UpstreamAct
+from ..store import AsyncStore, StoreCore
+from ..store.actions import ActionClaim
+from ..telemetry.metrics import Metrics
+
+__all__ = [
+    "MAX_REPLY_CHARS",
+    "REFUSALS",
+    "Actor",
+    "Looked",
+    "Performed",
+    "look",
+    "perform",
+]
+
+#: A reply longer than this is refused before anything is sent.
+MAX_REPLY_CHARS: Final = 16_000
+
+#: Why nothing was done, in a sentence a person reads on the page (the key is
+#: :attr:`Performed.reason`, a metric label).
+REFUSALS: Final[dict[str, str]] = {
+    "malformed": "This link is not a link of this relay (it is incomplete or altered).",
+    "bad signature": "This link was altered, or its key was replaced: it gives nothing.",
+    "expired": "This link has expired.",
+    "used": "This link was used already.",
+    "answered": "The session no longer waits for this: it was answered or it moved on.",
+    "wrong session": "This link does not belong to this session.",
+    "unknown session": "This relay does not know the session of this link.",
+    "empty reply": "A reply needs some text.",
+    "reply too long": f"A reply is at most {MAX_REPLY_CHARS:,} characters.",
+}
+
+#: What each action answers: the state the session waits in, the activity that opened it.
+_WAITS: Final[dict[ActionKind, tuple[str, str]]] = {
+    "approve_plan": ("AWAITING_PLAN_APPROVAL", "planGenerated"),
+    "reply": ("AWAITING_USER_FEEDBACK", "agentMessaged"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Actor:
+    """Who acts: through a ``link`` page, a ``slack`` button or the ``console``; the client's
+    address and user agent; the chat user when the chat service says who clicked."""
+
+    kind: Literal["link", "slack", "console"]
+    address: str
+    user_agent: str
+    chat_user: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Performed:
+    """How it went: ``ok`` when the service accepted the action; ``reason`` is ``done``,
+    ``upstream failed`` or a key of :data:`REFUSALS`; ``outcome`` the service's answer
+    (``None`` when no call was made)."""
+
+    ok: bool
+    reason: str
+    outcome: ActOutcome | None
+
+
+@dataclass(frozen=True, slots=True)
+class Looked:
+    """What a link's page shows: ``claims`` when the token is good (else ``None``);
+    ``problem``: a key of :data:`REFUSALS` when the link can do nothing now; the session's
+    ``title``; the wait's activity (the plan's steps, the question), when archived."""
+
+    claims: LinkClaims | None
+    problem: str | None
+    title: str = ""
+    activity: Activity | None = None
+
+
+def _wait_of(core: StoreCore, claims: LinkClaims) -> tuple[str | None, str, Activity | None]:
+    """(problem, session title, the newest activity of the awaited kind) in the store."""
+    row = core.ingest.get_session(claims.session)
+    if row is None:
+        return "unknown session", "", None
+    if core.ingest.session_account(claims.session) != claims.account:
+        return "wrong session", "", None
+    if claims.wait and not claims.wait.startswith(claims.session + "/activities/"):
+        return "wrong session", row.title, None
+    state, member = _WAITS[claims.action]
+    latest = core.ingest.latest_activity(claims.session, member)
+    if row.state != state or (latest.name if latest is not None else "") != claims.wait:
+        return "answered", row.title, latest
+    return None, row.title, latest
+
+
+async def look(store: AsyncStore, keys: Sequence[bytes], token: str, *, now: float) -> Looked:
+    """What the page of ``token`` shows (reads only: a GET never changes anything)."""
+    try:
+        claims = verify_link(keys, token, now)
+    except LinkError as exc:
+        return Looked(None, exc.reason)
+    problem, title, activity = await store.run(_wait_of, claims)
+    digest = token_digest(token)
+    taken = await store.actions.action_taken(digest, claims.session, claims.wait)
+    if taken is not None and taken.token_hash == digest:
+        problem = "used"  # said first: the session moved on because of it
+    elif taken is not None and problem is None:
+        problem = "answered"
+    return Looked(claims, problem, title, activity)
+
+
+async def perform(
+    store: AsyncStore,
+    act: UpstreamAct,
+    keys: Sequence[bytes],
+    token: str,
+    *,
+    actor: Actor,
+    text: str | None,
+    now: float,
+    metrics: Metrics | None = None,
+) -> Performed:
+    """Do what ``token`` allows, once (see the module docstring); ``text`` is the reply
+    (ignored for a plan). ``metrics`` counts it (``actions_total``) when given."""
+    result = await _perform(store, act, keys, token, actor=actor, text=text, now=now)
+    if metrics is not None:
+        metrics.action_asked(result[0], result[1].reason)
+    return result[1]
+
+
+async def _perform(
+    store: AsyncStore,
+    act: UpstreamAct,
+    keys: Sequence[bytes],
+    token: str,
+    *,
+    actor: Actor,
+    text: str | None,
+    now: float,
+) -> tuple[str, Performed]:
+    looked = await look(store, keys, token, now=now)
+    claims = looked.claims
+    if claims is None or looked.problem is not None:
+        action = claims.action if claims is not None else "unknown"
+        return action, Performed(False, looked.problem or "malformed", None)
+    reply: str | None = None
+    if claims.action == "reply":
+        if text is None or not text.strip():
+            return claims.action, Performed(False, "empty reply", None)
+        if len(text) > MAX_REPLY_CHARS:
+            return claims.action, Performed(False, "reply too long", None)
+        reply = text
+    digest = token_digest(token)
+    claim = ActionClaim(
+        taken_at=now,
+        session=claims.session,
+        wait=claims.wait,
+        action=claims.action,
+        account=claims.account,
+        actor_kind=actor.kind,
+        actor_address=actor.address,
+        actor_agent=actor.user_agent,
+        chat_user=actor.chat_user,
+        token_hash=digest,
+    )
+    action_id = await store.actions.claim_action(claim)
+    if action_id is None:  # taken between the look and now: another click won
+        taken = await store.actions.action_taken(digest, claims.session, claims.wait)
+        used = taken is not None and taken.token_hash == digest
+        return claims.action, Performed(False, "used" if used else "answered", None)
+    outcome = await act(claims.session, claims.action, reply)
+    await store.actions.finish_action(action_id, outcome.ok, outcome.status, outcome.detail)
+    return claims.action, Performed(
+        outcome.ok, "done" if outcome.ok else "upstream failed", outcome
+    )
