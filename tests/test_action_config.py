@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -113,3 +115,62 @@ def test_an_exposed_or_broken_key_file_is_refused(tmp_path: Path) -> None:
     file.write_bytes(b"\xff\xfe")
     with pytest.raises(ConfigError, match="not ASCII"):
         ActionKeys(file).signing_key()
+
+
+SESSIONHOOK = Path(sys.executable).parent / "sessionhook"
+
+
+def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONHOOK_")}
+    env["SESSIONHOOK_API_KEY"] = "key-123"
+    return subprocess.run(
+        [str(SESSIONHOOK), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def test_rotate_key_keeps_the_old_key_for_the_links_lifetime_or_not_at_all(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text(SERVER + '[actions]\nlink_ttl = "1h"\n')
+    file = tmp_path / "action-links.key"
+    first = ActionKeys(file).signing_key()
+    done = _run("actions", "rotate-key", "--config", str(config), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "keep working until they expire" in done.stdout
+    keys = ActionKeys(file)
+    assert keys.verifying_keys()[1:] == (first,) and keys.signing_key() != first
+    assert stat.S_IMODE(file.stat().st_mode) == 0o600
+    revoked = _run("actions", "rotate-key", "--no-overlap", "--config", str(config), cwd=tmp_path)
+    assert revoked.returncode == 0 and "no longer work" in revoked.stdout
+    assert len(ActionKeys(file).verifying_keys()) == 1
+    os.chmod(file, 0o644)
+    exposed = _run("actions", "rotate-key", "--config", str(config), cwd=tmp_path)
+    assert exposed.returncode == 2
+    assert exposed.stderr.count("\n") == 1 and "chmod 600" in exposed.stderr
+
+
+def test_the_daemon_refuses_an_exposed_key_file_at_start(tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text(
+        '[api]\nbase_url = "http://127.0.0.1:9"\n'
+        '[server]\nlisten = "127.0.0.1:1"\nallow_unauthenticated = true\n'
+        '[actions]\nenabled = true\npublic_url = "http://127.0.0.1:9187"\n'
+    )
+    file = tmp_path / "action-links.key"
+    file.write_text("A" * 43 + " -\n")
+    os.chmod(file, 0o604)
+    run = _run("run", "--once", "--config", str(config), cwd=tmp_path)
+    assert run.returncode == 2, run.stderr
+    assert "actions.key_file" in run.stderr and "chmod 600" in run.stderr
+    assert "Traceback" not in run.stderr
+    os.chmod(file, 0o600)
+    # With a private key file the start goes on (and fails later, at the unreachable API).
+    again = _run("run", "--once", "--config", str(config), cwd=tmp_path)
+    assert "actions.key_file" not in again.stderr

@@ -19,6 +19,7 @@ from . import (  # noqa: E402, F401
     api,
     emulator,
     ops,
+    ops_actions,
     ops_deliveries,
     ops_endpoints,
     ops_events,

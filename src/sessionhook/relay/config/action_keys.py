@@ -137,14 +137,14 @@ def _read(file: Path) -> KeyRing:
 
 def rotate_key_file(file: Path, *, overlap: float, now: float) -> KeyRing:
     """Make a new current key in ``file`` (created when missing). The old current key is
-    kept for ``overlap`` seconds (links it signed keep working until they expire; 0:
-    they stop now, which is how a leaked link is revoked); retired keys are dropped."""
+    kept for ``overlap`` seconds (links it signed keep working until they expire), older
+    ones until their own time; retired keys are dropped. ``overlap`` 0 keeps no old key
+    at all: every link signed before stops working now (how a leaked link is revoked)."""
     ring = _read(file) if file.exists() else None
     kept: list[tuple[bytes, float]] = []
-    if ring is not None:
-        kept = [(key, until) for key, until in ring.retiring if until > now]
-        if overlap > 0:
-            kept.insert(0, (ring.current, now + overlap))
+    if ring is not None and overlap > 0:
+        kept = [(ring.current, now + overlap)]
+        kept += [(key, until) for key, until in ring.retiring if until > now]
     new = KeyRing(secrets.token_bytes(KEY_BYTES), tuple(kept))
     _write_private(file, _format(new))
     return new

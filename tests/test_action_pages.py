@@ -1,0 +1,173 @@
+"""The pages behind action links in process (relay/web/action_pages.py over a real store and
+a stand-in for the daemon's upstream act): off while ``[actions]`` is off, public by
+default, behind the console's login with ``require_login``, served with the console off,
+and two clicks at once make one upstream call."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from html import unescape
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from sessionhook.api.models import Activity, Session
+from sessionhook.relay.config import Config
+from sessionhook.relay.config.action_keys import LinkKeys
+from sessionhook.relay.domain import events
+from sessionhook.relay.domain.action_links import LinkClaims, sign_link
+from sessionhook.relay.domain.actions import ActionKind, ActOutcome
+from sessionhook.relay.store import AsyncStore, Store
+from sessionhook.relay.telemetry.metrics import Metrics
+from sessionhook.relay.web import WebAuth, WebContext, create_app
+
+pytestmark = pytest.mark.anyio
+
+TOKEN = "page-token-" + "p" * 30
+SESSION = "sessions/4242"
+WAIT = SESSION + "/activities/" + "c" * 32
+
+
+class Upstream:
+    """The daemon's act, slowed down so that two clicks overlap."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, ActionKind, str | None]] = []
+
+    async def __call__(self, session: str, kind: ActionKind, text: str | None) -> ActOutcome:
+        self.calls.append((session, kind, text))
+        await anyio.sleep(0.2)
+        return ActOutcome(True, 200, "plan approved")
+
+
+def _config(tmp_path: Path, *, server: dict[str, Any], **actions: Any) -> Config:
+    return Config.model_validate(
+        {
+            "server": {"listen": "127.0.0.1:9187", **server},
+            "actions": {
+                "enabled": True,
+                "public_url": "http://127.0.0.1:9187",
+                "key_file": str(tmp_path / "links.key"),
+                **actions,
+            },
+        }
+    )
+
+
+def _seed(path: Path) -> None:
+    with Store.open(path) as store:
+        session = Session(name=SESSION, id="4242", state="AWAITING_PLAN_APPROVAL", title="Seeded")
+        store.ingest.upsert_session(session, baseline=False)
+        planned = Activity.model_validate(
+            {
+                "name": WAIT,
+                "createTime": "2026-11-26T10:00:00Z",
+                "planGenerated": {"plan": {"id": "p", "steps": [{"title": "Step <one>"}]}},
+            }
+        )
+        made, raws = events.archived_page(session, [planned], max_media_bytes=1000)
+        store.ingest.ingest_activities(SESSION, [planned], made, False, raws=raws)
+
+
+@asynccontextmanager
+async def pages(
+    tmp_path: Path, config: Config, act: Upstream
+) -> AsyncIterator[tuple[httpx.AsyncClient, LinkKeys]]:
+    _seed(tmp_path / "relay.db")
+    astore = AsyncStore(Store.open(tmp_path / "relay.db"))
+    keys = LinkKeys(lambda: config)
+    ctx = WebContext(
+        config=lambda: config,
+        store=lambda: astore,
+        metrics=Metrics(),
+        auth=WebAuth(TOKEN if config.server and config.server.token_env else None),
+        act=act,
+        link_keys=keys,
+    )
+    transport = httpx.ASGITransport(create_app(ctx))
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+            yield http, keys
+    finally:
+        await astore.close()
+
+
+def _link(keys: LinkKeys) -> str:
+    claims = LinkClaims("default", SESSION, WAIT, "approve_plan", time.time() + 600)
+    return "/actions/" + sign_link(keys.ring().current, claims)
+
+
+def _form(page: str) -> str:
+    found = re.search(r'name="form_token" value="([^"]+)"', page)
+    assert found, page
+    return unescape(found.group(1))
+
+
+async def test_two_clicks_at_once_make_one_upstream_call(tmp_path: Path) -> None:
+    act = Upstream()
+    config = _config(tmp_path, server={"allow_unauthenticated": True})
+    async with pages(tmp_path, config, act) as (http, keys):
+        link = _link(keys)
+        page = await http.get(link)
+        assert page.status_code == 200 and "Step &lt;one&gt;" in page.text
+        form = _form(page.text)
+        answers: list[httpx.Response] = []
+
+        async def click() -> None:
+            answers.append(await http.post(link, data={"form_token": form}))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(click)
+            tg.start_soon(click)
+        assert sorted(a.status_code for a in answers) == [200, 409]
+        assert act.calls == [(SESSION, "approve_plan", None)]
+
+
+async def test_require_login_puts_the_pages_behind_the_console_login(tmp_path: Path) -> None:
+    act = Upstream()
+    config = _config(tmp_path, server={"token_env": "WEB_TOKEN"}, require_login=True)
+    async with pages(tmp_path, config, act) as (http, keys):
+        link = _link(keys)
+        assert (await http.get(link)).status_code == 401
+        anonymous = await http.get(link, headers={"accept": "text/html"})
+        assert anonymous.status_code == 303 and "/login" in anonymous.headers["location"]
+        assert (await http.post(link, data={"form_token": "x"})).status_code == 401
+        login = await http.post("/login", data={"token": TOKEN, "next": link})
+        assert login.status_code == 303
+        page = await http.get(link)
+        assert page.status_code == 200 and 'name="csrf_token"' in page.text
+        csrf = re.search(r'name="csrf_token" value="([^"]+)"', page.text)
+        assert csrf is not None
+        # The console's CSRF token is needed as well as the link's form token.
+        assert (await http.post(link, data={"form_token": _form(page.text)})).status_code == 403
+        done = await http.post(
+            link, data={"form_token": _form(page.text), "csrf_token": unescape(csrf.group(1))}
+        )
+        assert done.status_code == 200, done.text
+        assert len(act.calls) == 1
+
+
+async def test_pages_are_off_with_actions_off_and_on_with_the_console_off(
+    tmp_path: Path,
+) -> None:
+    act = Upstream()
+    off = _config(tmp_path, server={"allow_unauthenticated": True}, enabled=False)
+    async with pages(tmp_path, off, act) as (http, keys):
+        assert (await http.get(_link(keys))).status_code == 404
+    (tmp_path / "relay.db").unlink()
+    console_off = _config(tmp_path, server={})
+    async with pages(tmp_path, console_off, act) as (http, keys):
+        assert (await http.get("/console")).status_code == 404
+        link = _link(keys)
+        page = await http.get(link)
+        assert page.status_code == 200
+        assert "default-src 'none'" in page.headers["content-security-policy"]
+        assert page.headers["referrer-policy"] == "no-referrer"
+        done = await http.post(link, data={"form_token": _form(page.text)})
+        assert done.status_code == 200 and len(act.calls) == 1
