@@ -43,9 +43,9 @@ def links_of(stack: Stack, session: str) -> dict[str, str]:
         for raw in list(stack.consumers["alpha"].bodies):
             body = json.loads(raw)
             data = body.get("data") or {}
-            if body.get("type") == "session.action_required":
-                if data.get("session", {}).get("name") == session:
-                    return dict(data["links"])
+            mine = data.get("session", {}).get("name") == session
+            if body.get("type") == "session.action_required" and mine:
+                return dict(data["links"])
         return None
 
     links: dict[str, str] = until(found, f"the action_required event of {session}", within=60)
@@ -86,8 +86,10 @@ def test_a_plan_approved_from_its_page(stack: Stack, browser: Any) -> None:
     assert text_of(browser, "h1") == "Done"
     assert "Plan approved" in text_of(browser, "main")
     until(
-        lambda: stack.world.get_session(stack.world.accounts[0], name.split("/")[1]).state
-        != "AWAITING_PLAN_APPROVAL",
+        lambda: (
+            stack.world.get_session(stack.world.accounts[0], name.split("/")[1]).state
+            != "AWAITING_PLAN_APPROVAL"
+        ),
         "the session to move on",
     )
     # Back on the link: it was used.
