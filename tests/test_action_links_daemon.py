@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from html import unescape
 from pathlib import Path
 from typing import Any
@@ -17,7 +19,9 @@ import anyio
 import httpx
 import pytest
 
+from sessionhook.api.client import SessionsClient
 from sessionhook.relay.config.action_keys import ActionKeys
+from sessionhook.relay.daemon.daemon import Daemon
 from sessionhook.relay.domain.action_links import LinkClaims, sign_link
 from tests.receiver import Receiver
 from tests.test_daemon import Setup, _free_port
@@ -41,7 +45,20 @@ class CountingTransport(httpx.AsyncBaseTransport):
         return await self.inner.handle_async_request(request)
 
 
-def _setup(tmp_path: Path, **actions: Any) -> tuple[Setup, str]:
+@dataclass
+class Running:
+    """The daemon running with ``[actions]`` on, and what a test talks to."""
+
+    setup: Setup
+    base: str
+    counting: CountingTransport
+    daemon: Daemon
+    http: httpx.AsyncClient  # a person's browser, on the relay's listener
+    client: SessionsClient  # the test's own API client (its calls are not counted)
+
+
+@asynccontextmanager
+async def running(tmp_path: Path, **actions: Any) -> AsyncIterator[Running]:
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
     setup = Setup(
@@ -49,7 +66,19 @@ def _setup(tmp_path: Path, **actions: Any) -> tuple[Setup, str]:
         server={"listen": f"127.0.0.1:{port}", "allow_unauthenticated": True},
         actions={"enabled": True, "public_url": base, **actions},
     )
-    return setup, base
+    counting = CountingTransport(httpx.ASGITransport(setup.emulator))
+    daemon = setup.daemon(upstream_transport=counting)
+    async with (
+        setup.api_http() as api_http,
+        httpx.AsyncClient(base_url=base, timeout=10) as http,
+        anyio.create_task_group() as tg,
+    ):
+        tg.start_soon(lambda: daemon.run(handle_signals=False))
+        await daemon.ready.wait()
+        try:
+            yield Running(setup, base, counting, daemon, http, setup.api(api_http))
+        finally:
+            daemon.stop()
 
 
 def _waits(receiver: Receiver, session: str) -> list[dict[str, Any]]:
@@ -83,17 +112,9 @@ async def _unfurl(http: httpx.AsyncClient, links: dict[str, str]) -> None:
 
 
 async def test_a_plan_approved_through_its_link_moves_the_session_on(tmp_path: Path) -> None:
-    setup, base = _setup(tmp_path)
-    counting = CountingTransport(httpx.ASGITransport(setup.emulator))
-    daemon = setup.daemon(upstream_transport=counting)
-    async with (
-        setup.api_http() as api_http,
-        httpx.AsyncClient(base_url=base, timeout=10) as http,
-        anyio.create_task_group() as tg,
-    ):
-        client = setup.api(api_http)
-        tg.start_soon(lambda: daemon.run(handle_signals=False))
-        await daemon.ready.wait()
+    async with running(tmp_path) as run:
+        setup, base, counting = run.setup, run.base, run.counting
+        http, client = run.http, run.client
         hostile = "Fix <img src=x onerror=alert(1)> & <script>alert(2)</script>"
         created = await client.create_session(hostile, require_plan_approval=True)
         await setup.receiver.wait_for(lambda r: bool(_waits(r, created.name)), within=WITHIN)
@@ -166,21 +187,11 @@ async def test_a_plan_approved_through_its_link_moves_the_session_on(tmp_path: P
         metrics = (await http.get("/metrics")).text
         assert 'sessionhook_actions_total{action="approve_plan",result="done"} 1.0' in metrics
         assert 'sessionhook_actions_total{action="approve_plan",result="used"} 1.0' in metrics
-        daemon.stop()
 
 
 async def test_a_reply_through_its_link_reaches_the_agent(tmp_path: Path) -> None:
-    setup, base = _setup(tmp_path)
-    counting = CountingTransport(httpx.ASGITransport(setup.emulator))
-    daemon = setup.daemon(upstream_transport=counting)
-    async with (
-        setup.api_http() as api_http,
-        httpx.AsyncClient(base_url=base, timeout=10) as http,
-        anyio.create_task_group() as tg,
-    ):
-        client = setup.api(api_http)
-        tg.start_soon(lambda: daemon.run(handle_signals=False))
-        await daemon.ready.wait()
+    async with running(tmp_path) as run:
+        setup, counting, http, client = run.setup, run.counting, run.http, run.client
         created = await client.create_session("Tidy the parser [ask]")
         await setup.receiver.wait_for(lambda r: bool(_waits(r, created.name)), within=WITHIN)
         [data] = _waits(setup.receiver, created.name)
@@ -214,21 +225,12 @@ async def test_a_reply_through_its_link_reaches_the_agent(tmp_path: Path) -> Non
         again = await http.post(links["reply"], data={"form_token": form, "text": "twice"})
         assert again.status_code == 409
         assert len(counting.acts) == 1
-        daemon.stop()
 
 
 async def test_expired_wrong_session_and_answered_links_make_no_call(tmp_path: Path) -> None:
-    setup, base = _setup(tmp_path, link_ttl=3600)
-    counting = CountingTransport(httpx.ASGITransport(setup.emulator))
-    daemon = setup.daemon(upstream_transport=counting)
-    async with (
-        setup.api_http() as api_http,
-        httpx.AsyncClient(base_url=base, timeout=10) as http,
-        anyio.create_task_group() as tg,
-    ):
-        client = setup.api(api_http)
-        tg.start_soon(lambda: daemon.run(handle_signals=False))
-        await daemon.ready.wait()
+    async with running(tmp_path, link_ttl=3600) as run:
+        setup, base, counting, daemon = run.setup, run.base, run.counting, run.daemon
+        http, client = run.http, run.client
         first = await client.create_session("First plan", require_plan_approval=True)
         second = await client.create_session("Second plan", require_plan_approval=True)
         for s in (first, second):
@@ -295,4 +297,3 @@ async def test_expired_wrong_session_and_answered_links_make_no_call(tmp_path: P
         late = await http.post(two["links"]["approve"], data={"form_token": two_form})
         assert late.status_code == 409 and "no longer waits" in late.text
         assert counting.acts == []
-        daemon.stop()

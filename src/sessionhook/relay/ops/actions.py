@@ -137,33 +137,23 @@ async def perform(
 ) -> Performed:
     """Do what ``token`` allows, once (see the module docstring); ``text`` is the reply
     (ignored for a plan). ``metrics`` counts it (``actions_total``) when given."""
-    result = await _perform(store, act, keys, token, actor=actor, text=text, now=now)
-    if metrics is not None:
-        metrics.action_asked(result[0], result[1].reason)
-    return result[1]
 
+    def told(action: str, performed: Performed) -> Performed:
+        if metrics is not None:
+            metrics.action_asked(action, performed.reason)
+        return performed
 
-async def _perform(
-    store: AsyncStore,
-    act: UpstreamAct,
-    keys: Sequence[bytes],
-    token: str,
-    *,
-    actor: Actor,
-    text: str | None,
-    now: float,
-) -> tuple[str, Performed]:
     looked = await look(store, keys, token, now=now)
     claims = looked.claims
     if claims is None or looked.problem is not None:
         action = claims.action if claims is not None else "unknown"
-        return action, Performed(False, looked.problem or "malformed", None)
+        return told(action, Performed(False, looked.problem or "malformed", None))
     reply: str | None = None
     if claims.action == "reply":
         if text is None or not text.strip():
-            return claims.action, Performed(False, "empty reply", None)
+            return told(claims.action, Performed(False, "empty reply", None))
         if len(text) > MAX_REPLY_CHARS:
-            return claims.action, Performed(False, "reply too long", None)
+            return told(claims.action, Performed(False, "reply too long", None))
         reply = text
     digest = token_digest(token)
     claim = ActionClaim(
@@ -182,9 +172,8 @@ async def _perform(
     if action_id is None:  # taken between the look and now: another click won
         taken = await store.actions.action_taken(digest, claims.session, claims.wait)
         used = taken is not None and taken.token_hash == digest
-        return claims.action, Performed(False, "used" if used else "answered", None)
+        return told(claims.action, Performed(False, "used" if used else "answered", None))
     outcome = await act(claims.session, claims.action, reply)
     await store.actions.finish_action(action_id, outcome.ok, outcome.status, outcome.detail)
-    return claims.action, Performed(
-        outcome.ok, "done" if outcome.ok else "upstream failed", outcome
-    )
+    done = Performed(outcome.ok, "done" if outcome.ok else "upstream failed", outcome)
+    return told(claims.action, done)

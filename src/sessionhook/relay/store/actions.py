@@ -49,21 +49,11 @@ class ActionClaim:
 
 
 @dataclass(frozen=True, slots=True)
-class ActionRow:
-    """A recorded action (:class:`ActionClaim`'s fields, its id, and how it went:
-    ``result`` of :data:`ACTION_RESULTS`, the service's HTTP ``status``, a ``detail``)."""
+class ActionRow(ActionClaim):
+    """A recorded action: its claim, its ``id``, and how it went (``result`` of
+    :data:`ACTION_RESULTS`, the service's HTTP ``status``, a ``detail``)."""
 
     id: int
-    taken_at: float
-    session: str
-    wait: str
-    action: str
-    account: str
-    actor_kind: str
-    actor_address: str
-    actor_agent: str
-    chat_user: str | None
-    token_hash: str
     result: str
     status: int | None
     detail: str
