@@ -1,10 +1,16 @@
-"""Raw asyncio servers for ``bench/throughput.py``: a stand-in of the Sessions API and a
-keep-alive webhook receiver answering 204. Each runs in its own process (``python
-bench/_bench_servers.py standin|receiver ...``), prints ``PORT <n>`` and serves until killed.
+"""The servers of the delivery benchmarks (``bench/throughput.py``,
+``bench/replicas_throughput.py``), each in its own process (``python bench/_bench_servers.py
+standin|receiver ...`` prints ``PORT <n>`` and serves until killed; :func:`spawn` starts
+one, :func:`get_json` asks one, :func:`stop` ends a relay):
 
-Deliberately free of frameworks (and of ``sessionhook`` imports): the bench must measure the
-relay, not a slow test server. A minimal HTTP/1.1 parser: request line, headers,
-``content-length`` bodies, keep-alive. Control paths start with ``/_bench/``.
+* ``standin``: the tests' stand-in of the Sessions API (``tests/support/standin.py``, the
+  one fake upstream besides the emulator) serving a generated account: sessions and
+  activities of plausible shapes and sizes (field notes), text that compresses about like
+  prose. Control paths start with ``/_bench/``.
+* ``receiver``: a keep-alive webhook receiver answering 204 at once, checking every
+  signature, counting per path. Raw asyncio, free of frameworks (and of ``sessionhook``
+  imports): the bench must measure the relay, not a slow test server. A minimal HTTP/1.1
+  parser: request line, headers, ``content-length`` bodies, keep-alive.
 """
 
 from __future__ import annotations
@@ -16,12 +22,60 @@ import hashlib
 import hmac
 import json
 import random
+import signal
 import socket
+import subprocess
 import sys
+import threading
 import time
+import urllib.request
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # the stand-in of the tests
+#: The key the stand-in takes (the benchmarks' relays are configured with it).
+API_KEY = "bench-api-key-0123456789"
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def spawn(args: list[str], env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], int]:
+    """Start a server of this module (``args``: its role and options); (process, port)."""
+    proc = subprocess.Popen(
+        [sys.executable, str(Path(__file__)), *args], stdout=subprocess.PIPE, text=True, env=env
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line.startswith("PORT "):
+        proc.kill()
+        raise RuntimeError(f"server did not start: {line!r}")
+    return proc, int(line.split()[1])
+
+
+def get_json(port: int, path: str) -> Any:
+    """GET ``path`` of a server on 127.0.0.1 (a control path): its JSON answer."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=30) as answer:
+        return json.loads(answer.read())
+
+
+def stop(proc: subprocess.Popen[Any]) -> None:
+    """SIGTERM (a relay drains and exits), SIGKILL after 30 s."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+# --------------------------------------------------------------------------- serving
+
 
 Handler = Any  # (method, target, headers, body) -> (status, body bytes, content type)
 
@@ -123,16 +177,6 @@ def _patch(rng: random.Random, lines: int) -> str:
     return f"--- a/src/mod.py\n+++ b/src/mod.py\n@@ -1,3 +1,{lines + 3} @@\n{body}"
 
 
-_TS_CACHE: dict[str, float] = {}
-
-
-def _ts(text: str) -> float:
-    value = _TS_CACHE.get(text)
-    if value is None:
-        value = _TS_CACHE[text] = datetime.fromisoformat(text).timestamp()
-    return value
-
-
 def make_activity(
     rng: random.Random, session: str, index: int, total: int, at: str
 ) -> dict[str, Any]:
@@ -214,119 +258,84 @@ def make_session(rng: random.Random, i: int, at: str, state: str) -> dict[str, A
 # --------------------------------------------------------------------------- stand-in
 
 
-class StandIn:
-    """The Sessions API: ``sessions`` sessions; ``backlog`` mode gives each ``activities``
-    past activities (COMPLETED sessions); ``live`` mode starts them IN_PROGRESS, empty, and
-    ``/_bench/start?rate=R&seconds=S`` appends activities round-robin at R per second."""
+def generate(
+    sessions: int, activities: int, mode: str, seed: int, base: datetime
+) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+    """An account's history: ``sessions`` sessions created a second apart from ``base``;
+    ``backlog`` mode gives each ``activities`` past activities (COMPLETED sessions, activity
+    j of every session before activity j + 1 of any: a time cut, replay --until, takes the
+    same share of each session); ``live`` mode starts them IN_PROGRESS and empty."""
+    rng = random.Random(seed)
+    made = []
+    for i in range(sessions):
+        at = base + timedelta(seconds=i)
+        state = "COMPLETED" if mode == "backlog" else "IN_PROGRESS"
+        s = make_session(rng, i, fmt(at), state)
+        acts = []
+        if mode == "backlog":
+            for j in range(activities):
+                moment = base + timedelta(hours=1, seconds=j * sessions + i)
+                acts.append(make_activity(rng, s["name"], j, activities, fmt(moment)))
+            s["updateTime"] = acts[-1]["createTime"]
+        made.append((s, acts))
+    return made
 
-    def __init__(self, sessions: int, activities: int, mode: str, seed: int) -> None:
-        self.rng = random.Random(seed)
-        self.stats: dict[str, int] = {}
-        self.first_request: float | None = None
-        self.requests = 0
-        self.sessions: list[dict[str, Any]] = []
-        self.acts: dict[str, list[dict[str, Any]]] = {}
-        self.created: list[tuple[str, float]] = []  # (createTime, monotonic) of live ones
-        base = datetime.now(UTC) - timedelta(days=2)
-        self.base = base
-        for i in range(sessions):
-            at = base + timedelta(seconds=i)
-            s = make_session(
-                self.rng, i, fmt(at), "COMPLETED" if mode == "backlog" else "IN_PROGRESS"
-            )
-            self.sessions.append(s)
-            self.acts[s["name"]] = []
-            if mode == "backlog":
-                for j in range(activities):
-                    # Activity j of every session before activity j + 1 of any: a time cut
-                    # (replay --until) takes the same share of each session.
-                    moment = base + timedelta(hours=1, seconds=j * sessions + i)
-                    self.acts[s["name"]].append(
-                        make_activity(self.rng, s["name"], j, activities, fmt(moment))
-                    )
-                s["updateTime"] = self.acts[s["name"]][-1]["createTime"]
-        self.sessions.sort(key=lambda s: s["createTime"], reverse=True)
-        self.by_name = {s["name"]: s for s in self.sessions}
-        self.live_activities = activities
 
-    def cut(self, share: float) -> str:
-        """A time taking about ``share`` of each session's activities (for replay --until)."""
-        j = int(self.live_activities * share)
-        return fmt(self.base + timedelta(hours=1, seconds=j * len(self.sessions)))
+def serve_standin(args: argparse.Namespace) -> None:
+    """The tests' stand-in of the Sessions API (tests/support/standin.py) serving a
+    generated account (:func:`generate`), with the bench's control paths: ``stats`` (the
+    first API request's wall time and the requests since the last ``reset``), ``reset``,
+    ``cut?share=S`` (a time taking about S of each session's activities) and, in ``live``
+    mode, ``start?rate=R&seconds=S`` (activities appended round-robin at R a second)."""
+    # Imported here: the receiver's process (the other role) stays free of Starlette.
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+    from tests.support.standin import StandIn
 
-    def handle(self, method: str, target: str, headers: dict[str, str], body: bytes):  # type: ignore[no-untyped-def]
-        parts = urlsplit(target)
-        query = {k: v[0] for k, v in parse_qs(parts.query).items()}
-        path = unquote(parts.path)
-        if path.startswith("/_bench/"):
-            return self._control(path, query)
-        self.requests += 1
-        if self.first_request is None:
-            self.first_request = time.time()
-        segs = path.removeprefix("/v1alpha/").strip("/").split("/")
-        if segs[0] != "sessions":
-            return _json({"error": {"code": 404, "message": "nf", "status": "NOT_FOUND"}}, 404)
-        size = min(100, int(query.get("pageSize", "30")))
-        offset = int(query.get("pageToken", "0") or 0)
-        if len(segs) == 1:
-            page = self.sessions[offset : offset + size]
-            reduced = [
-                {k: s[k] for k in ("name", "id", "title", "state", "createTime", "updateTime")}
-                for s in page
-            ]
-            out: dict[str, Any] = {"sessions": reduced} if reduced else {}
-            if offset + size < len(self.sessions):
-                out["nextPageToken"] = str(offset + size)
-            return _json(out)
-        name = f"sessions/{segs[1]}"
-        session = self.by_name.get(name)
-        if session is None:
-            return _json({"error": {"code": 404, "message": "nf", "status": "NOT_FOUND"}}, 404)
-        if len(segs) == 2:
-            return _json(session)
-        items = self.acts[name]
-        bound = query.get("createTime")
-        if bound:
-            limit = datetime.fromisoformat(bound).timestamp()
-            items = [a for a in items if _ts(a["createTime"]) > limit]
-        page = items[offset : offset + size]
-        out = {"activities": page} if page else {}
-        if offset + size < len(items):
-            out["nextPageToken"] = str(offset + size)
-        return _json(out)
+    base = datetime.now(UTC) - timedelta(days=2)
+    history = generate(args.sessions, args.activities, args.mode, args.seed, base)
+    counted_from = 0  # requests before the last reset
 
-    def _control(self, path: str, query: dict[str, str]):  # type: ignore[no-untyped-def]
-        if path == "/_bench/stats":
-            return _json(
-                {
-                    "first_request": self.first_request,
-                    "requests": self.requests,
-                    "connections": self.stats.get("connections", 0),
-                }
-            )
-        if path == "/_bench/reset":
-            self.first_request, self.requests = None, 0
-            return _json({})
-        if path == "/_bench/cut":
-            return _json({"until": self.cut(float(query["share"]))})
-        if path == "/_bench/start":
-            asyncio.get_running_loop().create_task(
-                self._produce(float(query["rate"]), float(query["seconds"]))
-            )
-            return _json({})
-        return _json({}, 404)
+    async def control(request: Request) -> JSONResponse:
+        nonlocal counted_from
+        what = request.path_params["what"]
+        seen = standin.requests()
+        if what == "stats":
+            mine = seen[counted_from:]
+            first = time.time() - (time.monotonic() - mine[0].at) if mine else None
+            return JSONResponse({"first_request": first, "requests": len(mine)})
+        if what == "reset":
+            counted_from = len(seen)
+            return JSONResponse({})
+        if what == "cut":
+            j = int(args.activities * float(request.query_params["share"]))
+            until = base + timedelta(hours=1, seconds=j * args.sessions)
+            return JSONResponse({"until": fmt(until)})
+        if what == "start":
+            rate = float(request.query_params["rate"])
+            seconds = float(request.query_params["seconds"])
+            names = [s["name"] for s, _ in history]
+            threading.Thread(target=produce, args=(names, rate, seconds), daemon=True).start()
+            return JSONResponse({})
+        return JSONResponse({}, status_code=404)
 
-    async def _produce(self, rate: float, seconds: float) -> None:
+    def produce(names: list[str], rate: float, seconds: float) -> None:
+        rng = random.Random(args.seed + 1)
         started = time.monotonic()
         n = 0
         while time.monotonic() - started < seconds:
-            s = self.sessions[n % len(self.sessions)]
-            now = datetime.now(UTC)
-            act = make_activity(self.rng, s["name"], 3 + n, 10**9, fmt(now))
-            self.acts[s["name"]].append(act)
-            s["updateTime"] = act["createTime"]
+            name = names[n % len(names)]
+            standin.append_raw(name, make_activity(rng, name, 3 + n, 10**9, fmt(datetime.now(UTC))))
             n += 1
-            await asyncio.sleep(max(0.0, started + n / rate - time.monotonic()))
+            time.sleep(max(0.0, started + n / rate - time.monotonic()))
+
+    standin = StandIn(api_key=API_KEY, max_page_size=100, routes=[Route("/_bench/{what}", control)])
+    for session, activities in history:
+        standin.add_recorded_session(session, activities)
+    with standin:
+        print(f"PORT {standin.base_url.rsplit(':', 1)[1]}", flush=True)
+        threading.Event().wait()
 
 
 # --------------------------------------------------------------------------- receiver
@@ -401,12 +410,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--secret", default="")
     args = parser.parse_args()
-    if args.role == "standin":
-        app: Any = StandIn(args.sessions, args.activities, args.mode, args.seed)
-    else:
-        app = Receiver(args.secret)
     try:
-        asyncio.run(_serve(app.handle, app.stats))
+        if args.role == "standin":
+            serve_standin(args)
+        else:
+            receiver = Receiver(args.secret)
+            asyncio.run(_serve(receiver.handle, receiver.stats))
     except KeyboardInterrupt:
         sys.exit(0)
 

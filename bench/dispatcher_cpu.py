@@ -39,13 +39,15 @@ SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 def fill(db: Path, sessions: int, per_session: int) -> None:
     """The outbox: every event of every session queued for one endpoint."""
     sys.path.insert(0, str(ROOT))
-    from tests import test_outbox
+    # Imported here, once the checkout (where tests.support lives) is on sys.path.
+    from tests.support import backlog
+    from tests.support.store_rows import Ep
 
     from sessionhook.relay.store import Store
 
     store = Store.open(db)
-    store.endpoints.sync_endpoints([test_outbox.Ep("ep", url="http://127.0.0.1:9/hook")])
-    test_outbox.fill(store, sessions, per_session)
+    store.endpoints.sync_endpoints([Ep("ep", url="http://127.0.0.1:9/hook")])
+    backlog.fill(store, sessions, per_session)
     store.close()
 
 

@@ -1,9 +1,9 @@
 """Upstream economy of the relay: requests per activity, first start, idle cost.
 
 Runs ``sessionhook run`` as a separate process, exactly as a user would, against the
-independent stand-in of the Sessions API (``tests/standin.py``, in this process) and a
-verifying consumer (``tests/receiver.py``). Every request the stand-in answers is the relay's
-(the bench changes the stand-in's world through its Python API, not over HTTP).
+independent stand-in of the Sessions API (``tests/support/standin.py``, in this process)
+and a verifying consumer (``tests/support/receiver.py``). Every request the stand-in answers
+is the relay's (the bench changes the stand-in's world through its Python API, not over HTTP).
 
 Scenarios (``--scenario``, default ``all``), each run ``--runs`` times (medians printed):
 
@@ -73,8 +73,8 @@ from sessionhook.relay.web.server import serve
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the stand-in and the consumer of the tests
-from tests.receiver import Receiver  # noqa: E402
-from tests.standin import StandIn, parse_time  # noqa: E402
+from tests.support.receiver import Receiver  # noqa: E402
+from tests.support.standin import StandIn, parse_time  # noqa: E402
 
 API_KEY = "bench-economy-key-0123456789"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")

@@ -1,11 +1,11 @@
 """Failover of replicas on one PostgreSQL store: kill -9 a random replica every few seconds
 while sessions work, restart it, and check every guarantee at the consumer.
 
-Everything is real and on 127.0.0.1: a throwaway PostgreSQL cluster (``tests/pg.py``:
+Everything is real and on 127.0.0.1: a throwaway PostgreSQL cluster (``tests/support/pg.py``:
 ``initdb`` + ``pg_ctl`` in a temporary directory), the independent stand-in of the Sessions
-API (``tests/standin.py``), the verifying consumer (``tests/blackbox_consumer.py``, every
-signature checked with the Standard Webhooks reference package) and ``--replicas`` real
-``sessionhook run`` processes sharing the store.
+API (``tests/support/standin.py``), the verifying consumer
+(``tests/support/blackbox_consumer.py``, every signature checked with the Standard Webhooks
+reference package) and ``--replicas`` real ``sessionhook run`` processes sharing the store.
 
 One repetition: ``--sessions`` working sessions gain an activity each about every
 ``--step`` seconds for ``--duration`` seconds; once the replicas deliver (the first
@@ -52,9 +52,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.blackbox_consumer import Consumer, Hit  # noqa: E402
-from tests.pg import Cluster  # noqa: E402
-from tests.standin import StandIn  # noqa: E402
+from tests.support.blackbox_consumer import Consumer, Hit  # noqa: E402
+from tests.support.pg import Cluster  # noqa: E402
+from tests.support.standin import StandIn  # noqa: E402
 
 SESSIONHOOK = Path(sys.executable).parent / "sessionhook"
 

@@ -1,6 +1,6 @@
 """Delivery latency and upstream economy of the relay, measured end to end on loopback.
 
-Runs the emulator (uvicorn, in this process), a verifying consumer (tests/receiver.py,
+Runs the emulator (uvicorn, in this process), a verifying consumer (tests/support/receiver.py,
 checked with the Standard Webhooks reference package) and ``sessionhook run`` as a separate
 process, exactly as a user would. Sessions are created at a steady pace over the first half
 of the run; the emulated agent emits one activity per ``--step-delay``.
@@ -43,8 +43,8 @@ from sessionhook.relay.telemetry import logs as relay_logging
 from sessionhook.relay.web.server import serve
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # the consumer of the tests, tests/receiver.py
-from tests.receiver import Receiver  # noqa: E402
+sys.path.insert(0, str(ROOT))  # the consumer of the tests, tests/support/receiver.py
+from tests.support.receiver import Receiver  # noqa: E402
 
 API_KEY = "bench-key"
 #: Header marking the bench's own calls, which are not the relay's cost.

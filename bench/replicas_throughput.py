@@ -1,8 +1,8 @@
 """Delivery throughput on PostgreSQL with 1 and 2 replicas, against SQLite, in one run.
 
-Everything is a separate process on 127.0.0.1: the raw asyncio stand-in and receiver of
-``bench/_bench_servers.py`` (every signature checked), a throwaway PostgreSQL cluster
-(``tests/pg.py``), and the real ``sessionhook`` commands.
+Everything is a separate process on 127.0.0.1: the stand-in (``tests/support/standin.py``)
+and the raw receiver of ``bench/_bench_servers.py`` (every signature checked), a throwaway
+PostgreSQL cluster (``tests/support/pg.py``), and the real ``sessionhook`` commands.
 
 Per repetition: (1) one relay on SQLite ingests ``--sessions`` x ``--activities`` events
 with its endpoint disabled (no delivery rows); (2) **sqlite**: a copy of that store, every
@@ -38,11 +38,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
-# The stand-in/receiver processes are started and stopped as bench/throughput.py does.
-from bench.throughput import _get, _spawn, _stop  # noqa: E402
-from tests.pg import Cluster  # noqa: E402
+from bench._bench_servers import API_KEY, get_json, spawn, stop  # noqa: E402
+from tests.support.pg import Cluster  # noqa: E402
 
-API_KEY = "bench-api-key-0123456789"
 SESSIONHOOK = [sys.executable, "-m", "sessionhook.cli"]
 
 
@@ -52,10 +50,10 @@ class Bench:
         self.tmp = tmp
         self.secret = "whsec_" + base64.b64encode(random.Random(7).randbytes(32)).decode()
         self.events = args.sessions * args.activities
-        self.standin, self.api_port = _spawn(
+        self.standin, self.api_port = spawn(
             ["standin", "--sessions", str(args.sessions), "--activities", str(args.activities)]
         )
-        self.receiver, self.hook_port = _spawn(["receiver", "--secret", self.secret])
+        self.receiver, self.hook_port = spawn(["receiver", "--secret", self.secret])
         self.cluster = Cluster()
         self.cluster.start()
 
@@ -109,7 +107,7 @@ class Bench:
         work.mkdir()
         db = work / "relay.db"
         config = self.config(work / "config.toml", str(db), enabled=False)
-        _get(self.api_port, "/_bench/reset")
+        get_json(self.api_port, "/_bench/reset")
         relay = self.run(config, work / "relay.log")
         try:
             deadline = time.monotonic() + self.args.timeout
@@ -118,7 +116,7 @@ class Bench:
                     raise RuntimeError(f"ingest did not finish; see {work / 'relay.log'}")
                 time.sleep(0.1)
         finally:
-            _stop(relay)
+            stop(relay)
         return db
 
     def deliver(self, label: str, base: Path, replicas: int, rep: int) -> dict[str, float]:
@@ -157,19 +155,19 @@ class Bench:
         if replay.returncode != 0 or found is None:
             raise RuntimeError(f"replay failed: {replay.stdout} {replay.stderr}")
         expected = int(found.group(1))
-        _get(self.hook_port, "/_bench/reset")
+        get_json(self.hook_port, "/_bench/reset")
         load = os.getloadavg()[0]
         relays = [self.run(config, work / f"relay-{i}.log") for i in range(replicas)]
         try:
             deadline = time.monotonic() + self.args.timeout
-            while _get(self.hook_port, "/_bench/stats")["total"] < expected:
+            while get_json(self.hook_port, "/_bench/stats")["total"] < expected:
                 if any(r.poll() is not None for r in relays) or time.monotonic() > deadline:
                     raise RuntimeError(f"{label}: delivery stalled; see {work}")
                 time.sleep(0.1)
-            stats = _get(self.hook_port, "/_bench/stats")
+            stats = get_json(self.hook_port, "/_bench/stats")
         finally:
             for relay in relays:
-                _stop(relay)
+                stop(relay)
         return {
             "deliveries": float(expected),
             "received": float(stats["total"]),

@@ -6,7 +6,7 @@ commit), ask when the next one is due; until ``--deliveries`` are recorded. The 
 holds ``--sessions`` x ``--per-session`` deliveries to one endpoint; on PostgreSQL the
 store is a registered replica, so it claims what it reads (as every replica does), on
 SQLite it is the exclusive one (as the daemon is). PostgreSQL is a throwaway cluster
-(``tests/pg.py``) on 127.0.0.1, with its default ``synchronous_commit``.
+(``tests/support/pg.py``) on 127.0.0.1, with its default ``synchronous_commit``.
 
 Prints, per engine and repetition, deliveries per second (wall) and the CPU per delivery
 of this process (the server's CPU is not in it), then the medians and the
@@ -30,8 +30,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.pg import Cluster  # noqa: E402
-from tests.test_outbox import T0, Clock, Ep, fill, ok  # noqa: E402
+from tests.support.backlog import fill, ok  # noqa: E402
+from tests.support.clock import T0, Clock  # noqa: E402
+from tests.support.pg import Cluster  # noqa: E402
+from tests.support.store_rows import Ep  # noqa: E402
 
 from sessionhook.relay.domain.retry import Delivered  # noqa: E402
 from sessionhook.relay.store import AttemptRecord, PostgresStore, Store  # noqa: E402

@@ -2,9 +2,9 @@
 
 Everything runs as separate processes on 127.0.0.1, as a user would run them:
 
-* a raw asyncio stand-in of the Sessions API (``bench/_bench_servers.py standin``):
-  ``--sessions`` x ``--activities`` past activities (COMPLETED sessions), shapes as in the
-  field notes;
+* the tests' stand-in of the Sessions API (``tests/support/standin.py``, served by
+  ``bench/_bench_servers.py standin``): ``--sessions`` x ``--activities`` past activities
+  (COMPLETED sessions), shapes as in the field notes;
 * a raw asyncio keep-alive receiver answering 204 (``_bench_servers.py receiver``) that
   checks every signature and counts per path;
 * the REAL ``sessionhook run`` subprocess of each tree under test (``--tree name=path``: the
@@ -54,43 +54,25 @@ import os
 import random
 import re
 import shutil
-import signal
 import sqlite3
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from _bench_servers import API_KEY, fmt, get_json, make_activity, make_session, spawn, stop
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-SERVERS = HERE / "_bench_servers.py"
-API_KEY = "bench-api-key-0123456789"
 TICK = os.sysconf("SC_CLK_TCK")
 
 
 # --------------------------------------------------------------------------- processes
-
-
-def _spawn(args: list[str], env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], int]:
-    proc = subprocess.Popen(
-        [sys.executable, str(SERVERS), *args], stdout=subprocess.PIPE, text=True, env=env
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if not line.startswith("PORT "):
-        proc.kill()
-        raise RuntimeError(f"server did not start: {line!r}")
-    return proc, int(line.split()[1])
-
-
-def _get(port: int, path: str) -> Any:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=30) as answer:
-        return json.loads(answer.read())
 
 
 def cpu_seconds(pid: int) -> float:
@@ -182,16 +164,6 @@ def _relay(tree: Path, config: Path, log: Path) -> subprocess.Popen[bytes]:
     )
 
 
-def _stop(proc: subprocess.Popen[Any]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 def _count(db: Path, table: str) -> int:
     try:
         conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
@@ -240,10 +212,10 @@ class Bench:
         self.secret = "whsec_" + base64.b64encode(random.Random(7).randbytes(32)).decode()
         n = args.sessions * args.activities
         self.activities = n
-        self.standin, self.api_port = _spawn(
+        self.standin, self.api_port = spawn(
             ["standin", "--sessions", str(args.sessions), "--activities", str(args.activities)]
         )
-        self.receiver, self.hook_port = _spawn(["receiver", "--secret", self.secret])
+        self.receiver, self.hook_port = spawn(["receiver", "--secret", self.secret])
 
     def servers_cpu(self) -> float:
         """CPU seconds the stand-in and the receiver have used so far: on two cores they
@@ -287,13 +259,13 @@ class Bench:
         db = work / "relay.db"
         names = [("e1", False), ("e2", False), ("e3", False), ("e4", False)]
         config = self._configure(work, names, concurrency=16)
-        _get(self.api_port, "/_bench/reset")
+        get_json(self.api_port, "/_bench/reset")
         with self._running(tree, config, work, f"ingest-{name}") as (relay, load, servers):
             cpu = self._until(
                 relay, work, lambda: _count(db, "activities") >= self.activities, "ingest"
             )
             done = time.time()
-            upstream = _get(self.api_port, "/_bench/stats")
+            upstream = get_json(self.api_port, "/_bench/stats")
             rss = peak_rss_mb(relay.pid)
         rate = self.activities / (done - upstream["first_request"])
         figures = {
@@ -321,7 +293,7 @@ class Bench:
         try:
             yield relay, load, servers
         finally:
-            _stop(relay)
+            stop(relay)
             if profiler is not None:
                 profiler.wait()
 
@@ -335,7 +307,7 @@ class Bench:
         while not finished():
             if relay.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"{what} did not finish; see {work / 'relay.log'}")
-            if cpu_first is None and _get(self.api_port, "/_bench/stats")["first_request"]:
+            if cpu_first is None and get_json(self.api_port, "/_bench/stats")["first_request"]:
                 cpu_first = cpu_seconds(relay.pid)
             time.sleep(0.05)
         return cpu_seconds(relay.pid) - (cpu_first or 0.0)
@@ -370,8 +342,8 @@ class Bench:
             cmd += ["--endpoint", endpoint, "--since", "1970-01-01T00:00:00Z"]
             if fanout > 1:
                 # Each endpoint gets a quarter of every session's history: the same total.
-                lo = _get(self.api_port, f"/_bench/cut?share={i / fanout}")["until"]
-                hi = _get(self.api_port, f"/_bench/cut?share={(i + 1) / fanout}")["until"]
+                lo = get_json(self.api_port, f"/_bench/cut?share={i / fanout}")["until"]
+                hi = get_json(self.api_port, f"/_bench/cut?share={(i + 1) / fanout}")["until"]
                 cmd[-1] = "1970-01-01T00:00:00Z" if i == 0 else lo
                 if i < fanout - 1:
                     cmd += ["--until", hi]
@@ -380,14 +352,14 @@ class Bench:
             ).stdout
             expected += int(re.search(r"queued (\d+)", out).group(1))  # type: ignore[union-attr]
         config = self._configure(work, [(e, True) for e in names], as_configured=as_configured)
-        _get(self.hook_port, "/_bench/reset")
-        _get(self.api_port, "/_bench/reset")
+        get_json(self.hook_port, "/_bench/reset")
+        get_json(self.api_port, "/_bench/reset")
         samples: list[tuple[float, int, float]] = []
         loop_samples: list[tuple[float, int, float]] = []  # the main thread's (event loop)
         with self._running(tree, config, work, f"{label}-{name}") as (relay, load, servers):
             deadline = time.monotonic() + self.args.timeout
             while True:
-                got = _get(self.hook_port, "/_bench/stats")["total"]
+                got = get_json(self.hook_port, "/_bench/stats")["total"]
                 samples.append((time.time(), got, cpu_seconds(relay.pid)))
                 loop_samples.append((time.time(), got, main_thread_cpu_seconds(relay.pid)))
                 if got >= expected:
@@ -395,8 +367,8 @@ class Bench:
                 if relay.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"delivery stalled at {got}/{expected}; see {work}")
                 time.sleep(0.1)
-            stats = _get(self.hook_port, "/_bench/stats")
-            upstream = _get(self.api_port, "/_bench/stats")["requests"]
+            stats = get_json(self.hook_port, "/_bench/stats")
+            upstream = get_json(self.api_port, "/_bench/stats")["requests"]
             rss = peak_rss_mb(relay.pid)
         seconds = stats["last"] - stats["first"]
         result = {
@@ -430,8 +402,8 @@ class Bench:
         work = Path(tempfile.mkdtemp(dir=self.tmp, prefix=f"e2e-{name}-"))
         db = work / "relay.db"
         config = self._configure(work, [("e1", True)])
-        _get(self.api_port, "/_bench/reset")
-        _get(self.hook_port, "/_bench/reset")
+        get_json(self.api_port, "/_bench/reset")
+        get_json(self.hook_port, "/_bench/reset")
         with self._running(tree, config, work, f"e2e-{name}") as (relay, load, servers):
             # Every activity archived and no delivery open: every event was delivered.
             cpu = self._until(
@@ -441,8 +413,8 @@ class Bench:
                 "end-to-end run",
             )
             rss = peak_rss_mb(relay.pid)
-            stats = _get(self.hook_port, "/_bench/stats")
-            first_request = _get(self.api_port, "/_bench/stats")["first_request"]
+            stats = get_json(self.hook_port, "/_bench/stats")
+            first_request = get_json(self.api_port, "/_bench/stats")["first_request"]
         total = stats["total"]
         return {
             "deliveries": total,
@@ -457,23 +429,23 @@ class Bench:
 
     def latency(self, name: str, tree: Path) -> dict[str, float]:
         work = Path(tempfile.mkdtemp(dir=self.tmp, prefix=f"latency-{name}-"))
-        live, port = _spawn(["standin", "--mode", "live", "--sessions", "20"])
+        live, port = spawn(["standin", "--mode", "live", "--sessions", "20"])
         config = self._configure(work, [("lat", True)], api_port=port, live=True)
-        _get(self.hook_port, "/_bench/reset")
+        get_json(self.hook_port, "/_bench/reset")
         relay = _relay(tree, config, work / "relay.log")
         rate, seconds = self.args.live_rate, 10.0
         try:
-            while _get(self.hook_port, "/_bench/stats")["total"] < 20:  # session.discovered
+            while get_json(self.hook_port, "/_bench/stats")["total"] < 20:  # session.discovered
                 if relay.poll() is not None:
                     raise RuntimeError(f"relay died; see {work}")
                 time.sleep(0.1)
             load = loadavg()
-            _get(port, f"/_bench/start?rate={rate}&seconds={seconds}")
+            get_json(port, f"/_bench/start?rate={rate}&seconds={seconds}")
             time.sleep(seconds + 3)
-            stats = _get(self.hook_port, "/_bench/stats?latency=1")
+            stats = get_json(self.hook_port, "/_bench/stats?latency=1")
             rss = peak_rss_mb(relay.pid)
         finally:
-            _stop(relay)
+            stop(relay)
             live.kill()
             live.wait()
         lat = sorted(stats["latencies"])
@@ -501,11 +473,11 @@ class Bench:
             "--secret",
             self.secret,
         ]
-        _get(self.hook_port, "/_bench/reset")
+        get_json(self.hook_port, "/_bench/reset")
         load = loadavg()
         out = subprocess.run(cmd, capture_output=True, text=True, env=_env(tree), check=True)
         result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
-        stats = _get(self.hook_port, "/_bench/stats")
+        stats = get_json(self.hook_port, "/_bench/stats")
         result["connections"] = stats["connections"]
         result["bad_signatures"] = stats["bad_signatures"]
         result["load"] = load
@@ -534,11 +506,6 @@ def _cpu_between(samples: list[tuple[float, int, float]], lo: int, hi: int) -> f
 
 async def _baseline_run(args: argparse.Namespace) -> dict[str, float]:
     """POST ``count`` signed bodies, ``concurrency`` in flight, storing nothing."""
-    sys.path.insert(0, str(HERE))
-    from datetime import UTC, datetime
-
-    from _bench_servers import fmt, make_activity, make_session
-
     rng = random.Random(3)
     session = make_session(rng, 0, fmt(datetime.now(UTC)), "COMPLETED")
     bodies = []

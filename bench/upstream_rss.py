@@ -1,6 +1,6 @@
 """Peak RSS of ``sessionhook run`` while the upstream serves one huge answer.
 
-Runs the real daemon against the independent stand-in (``tests/standin.py``) whose one
+Runs the real daemon against the independent stand-in (``tests/support/standin.py``) whose one
 session holds a small activity, one with a media artifact of ``--mb`` megabytes (so the
 answer that carries it is that large), and another small one. It waits until the daemon has
 refused the huge activity and archived the two others, then reads the daemon's high-water
@@ -25,7 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the stand-in of the tests
-from tests.standin import StandIn  # noqa: E402
+from tests.support.standin import StandIn  # noqa: E402
 
 SESSIONHOOK = Path(sys.executable).parent / "sessionhook"
 

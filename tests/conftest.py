@@ -1,29 +1,30 @@
-"""Shared pytest configuration: anyio runs async tests on asyncio; the store's backends.
+"""Shared pytest fixtures (helpers and fakes live in ``tests/support/``).
 
-``store_backend`` parametrizes a test over ``sqlite`` and ``postgresql``; ``backend`` then
-opens that test's store (the same one at each call: a reopen is a restart). PostgreSQL is
-a real server (``tests/pg.py``), started once per session when a test first needs it and
-stopped at the end; each test gets a fresh database. Without the server binaries the
-PostgreSQL tests are skipped with the reason, except with ``CI=true``, where that fails.
+anyio runs async tests on asyncio. ``store_backend`` parametrizes a test over ``sqlite`` and
+``postgresql``; ``backend`` then opens that test's store (the same one at each call: a
+reopen is a restart). PostgreSQL is a real server (``tests/support/pg.py``), started once
+per session when a test first needs it and stopped at the end; each test gets a fresh
+database. Without the server binaries the PostgreSQL tests are skipped with the reason,
+except with ``CI=true``, where that fails. ``clock`` is a hand-moved clock; ``harness``
+runs the real daemon's processes of a black-box test; ``listeners`` are the two loopback
+consumers of the DNS-rebinding tests.
 """
 
 from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
-import textwrap
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from sessionhook.relay.store import PostgresStore, Store, StoreCore
-
-from .pg import Cluster
+from sessionhook.relay.store import PostgresStore
+from tests.support.backends import Backend
+from tests.support.clock import Clock
+from tests.support.pg import TEMPLATE, Cluster
+from tests.support.rebinding import PRIVATE, PUBLIC, Listener
+from tests.support.relay_process import Harness
 
 # A suite started in the background by a shell without job control (`make test &` in a
 # script) inherits SIGINT ignored, and so does every `sessionhook` it starts: the tests that
@@ -31,8 +32,6 @@ from .pg import Cluster
 # start with SIGINT's default action, as from a terminal.
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
-
-TEMPLATE = "sessionhook_template"
 
 
 @pytest.fixture
@@ -67,33 +66,6 @@ def pg_url(pg_cluster: Cluster) -> Iterator[str]:
     pg_cluster.drop_database(name)
 
 
-class Backend:
-    """Opens one test's store on the chosen engine (again and again: a restart)."""
-
-    def __init__(self, name: str, target: Path | str) -> None:
-        self.name = name
-        self.target = target
-
-    def open(self, *, clock: Callable[[], float] = time.time) -> StoreCore:
-        if isinstance(self.target, Path):
-            return Store.open(self.target, clock=clock)
-        return PostgresStore.open(self.target, clock=clock)
-
-    def open_readonly(self, *, clock: Callable[[], float] = time.time) -> StoreCore:
-        if isinstance(self.target, Path):
-            return Store.open_readonly(self.target, clock=clock)
-        return PostgresStore.open_readonly(self.target, clock=clock)
-
-    def another(self, request: Any) -> Backend:
-        """A second, independent store on the same engine."""
-        if isinstance(self.target, Path):
-            return Backend(self.name, self.target.with_name(self.target.stem + "-2.db"))
-        cluster: Cluster = request.getfixturevalue("pg_cluster")
-        name = cluster.create_database(TEMPLATE)
-        request.addfinalizer(lambda: cluster.drop_database(name))
-        return Backend(self.name, cluster.url(name))
-
-
 @pytest.fixture(params=["sqlite", "postgresql"])
 def store_backend(request: pytest.FixtureRequest) -> str:
     """Which engine the store suite runs on."""
@@ -108,20 +80,38 @@ def backend(store_backend: str, tmp_path: Path, request: pytest.FixtureRequest) 
     return Backend("postgresql", request.getfixturevalue("pg_url"))
 
 
-#: For a store test about SQLite itself (pragmas, query plans, the file, its legacy rows).
-sqlite_only = pytest.mark.parametrize("store_backend", ["sqlite"])
+@pytest.fixture
+def clock() -> Clock:
+    """A hand-moved clock at :data:`~tests.support.clock.T0` (a module may start it
+    elsewhere with a fixture of its own)."""
+    return Clock()
 
 
-def run_python(script: str, cwd: Path) -> str:
-    """Run ``script`` (dedented) in a fresh interpreter of this venv; its stdout, stripped.
-    For what must not happen in this test process (imports already made here, a frozen
-    heap). A failing script fails the test with its stderr."""
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(script)],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
+@pytest.fixture
+def harness(tmp_path: Path) -> Iterable[Harness]:
+    """The servers and ``sessionhook run`` processes of one black-box test, all stopped at
+    teardown (their output printed when the test failed)."""
+    h = Harness(tmp_path)
+    try:
+        yield h
+    finally:
+        h.close()
+
+
+@pytest.fixture
+def listeners() -> Iterator[tuple[Listener, Listener]]:
+    """A "public" and a private listener on the same port."""
+    for _ in range(20):
+        public = Listener(PUBLIC, 0)
+        try:
+            private = Listener(PRIVATE, public.port)
+        except OSError:  # the port is taken on 127.0.0.1: try another
+            public.close()
+            continue
+        try:
+            yield public, private
+        finally:
+            public.close()
+            private.close()
+        return
+    pytest.fail("no port free on both 127.0.0.1 and 127.0.0.2")

@@ -1,6 +1,6 @@
 """Black-box tests of ``sessionhook run``: the real command in a subprocess, against an
-independent stand-in of the Sessions API (``tests/standin.py``) and a verifying webhook
-consumer (``tests/blackbox_consumer.py``), everything on 127.0.0.1.
+independent stand-in of the Sessions API (``tests/support/standin.py``) and a verifying webhook
+consumer (``tests/support/blackbox_consumer.py``), everything on 127.0.0.1.
 
 Only the command's public contract is used: the config file, signals, exit statuses, the
 upstream requests it makes and the webhooks it sends (checked with the Standard Webhooks
@@ -13,655 +13,44 @@ Every wait polls a condition under a deadline; nothing asserts after a fixed sle
 from __future__ import annotations
 
 import base64
-import hashlib
 import itertools
 import json
-import os
 import signal
 import sqlite3
-import subprocess
-import sys
-import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from .blackbox_consumer import Consumer, Hit, new_secret
-from .standin import RequestRecord, StandIn, parse_time
+from tests.support.blackbox_consumer import Hit, new_secret
+from tests.support.delivery_checks import (
+    MEMBER_TYPES,
+    assert_activity_bodies,
+    assert_all_verified,
+    assert_session_events,
+    assert_session_order,
+    assert_stable_ids,
+    assert_summaries_complete,
+    missing_activities,
+    verified_hits,
+    wait_all_delivered,
+    wait_settled,
+)
+from tests.support.relay_process import (
+    Endpoint,
+    Harness,
+    assert_clean_exit,
+    clean_env,
+    sessionhook,
+    wait_ready,
+    wait_until,
+)
+from tests.support.standin import RequestRecord
+from tests.support.world import World
 
 pytestmark = pytest.mark.integration
-
-SESSIONHOOK = Path(sys.executable).parent / "sessionhook"
-
-#: Event member -> webhook event type (docs/events.md, event types).
-MEMBER_TYPES = {
-    "planGenerated": "activity.plan_generated",
-    "planApproved": "activity.plan_approved",
-    "userMessaged": "activity.user_messaged",
-    "agentMessaged": "activity.agent_messaged",
-    "progressUpdated": "activity.progress_updated",
-    "sessionCompleted": "activity.session_completed",
-    "sessionFailed": "activity.session_failed",
-}
-SESSION_TYPES = {"session.discovered", "session.state_changed", "session.pull_request_opened"}
-
-
-def expected_type(activity: dict[str, Any]) -> str:
-    for member, event_type in MEMBER_TYPES.items():
-        if member in activity:
-            return event_type
-    memberless = not any(isinstance(value, dict) for value in activity.values())
-    if memberless and activity.get("originator") == "system":
-        return "activity.session_started"  # the service's "Session started" notice
-    return "activity.unknown"
-
-
-def documented_id(kind: str, *parts: str) -> str:
-    """The event id the design contract documents: evt_ + sha256("kind:part...")[:32]."""
-    return "evt_" + hashlib.sha256(":".join((kind, *parts)).encode()).hexdigest()[:32]
-
-
-def wait_until(
-    predicate: Callable[[], bool],
-    timeout: float,
-    what: str,
-    diagnose: Callable[[], str] | None = None,
-) -> float:
-    """Poll ``predicate`` until it holds; return the seconds it took, or fail at the deadline."""
-    started = time.monotonic()
-    while not predicate():
-        if time.monotonic() - started > timeout:
-            detail = f"\n{diagnose()}" if diagnose is not None else ""
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}{detail}")
-        time.sleep(0.05)
-    return time.monotonic() - started
-
-
-# --------------------------------------------------------------------------- the relay
-
-
-@dataclass
-class Endpoint:
-    name: str
-    url: str
-    secret: str
-    events: tuple[str, ...] = ("*",)
-    #: More TOML lines of this [[endpoints]] table (format, filter, rate_limit...).
-    extra: tuple[str, ...] = ()
-
-
-def relay_config(
-    *,
-    standin: StandIn,
-    store: Path,
-    endpoints: Iterable[Endpoint],
-    rpm: int = 6000,
-    active: float = 0.3,
-    idle: float = 0.5,
-    discovery: float = 0.3,
-    backfill: bool = False,
-    retry_delays: Iterable[float] = (0.2, 0.5, 1.0),
-    timeout: float = 5.0,
-    concurrency: int = 16,
-    listen: str | None = None,
-    render_timeout: float | None = None,
-) -> str:
-    def s(value: str) -> str:
-        return json.dumps(value)  # a TOML basic string for plain ASCII text
-
-    lines = [
-        "[api]",
-        f"base_url = {s(standin.base_url)}",
-        'api_key_env = "SESSIONHOOK_API_KEY"',
-        f"requests_per_minute = {rpm}",
-        "[store]",
-        f"path = {s(str(store))}",
-        "[poll]",
-        f"active_interval = {active}",
-        f"idle_interval = {idle}",
-        f"discovery_interval = {discovery}",
-        f"backfill = {str(backfill).lower()}",
-        "[delivery]",
-        f"retry_delays = [{', '.join(str(float(d)) for d in retry_delays)}]",
-        f"timeout = {timeout}",
-        "allow_private_networks = true",
-        f"concurrency = {concurrency}",
-        *([f"render_timeout = {render_timeout}"] if render_timeout is not None else []),
-        "[log]",
-        'level = "info"',
-        'format = "json"',
-    ]
-    for e in endpoints:
-        events = ", ".join(s(g) for g in e.events)
-        lines += [
-            "[[endpoints]]",
-            f"name = {s(e.name)}",
-            f"url = {s(e.url)}",
-            f"secret = {s(e.secret)}",
-            f"events = [{events}]",
-            *e.extra,
-        ]
-    if listen is not None:
-        lines += ["[server]", f"listen = {s(listen)}"]
-    return "\n".join(lines) + "\n"
-
-
-class Relay:
-    """One ``sessionhook run`` subprocess with its output in files."""
-
-    def __init__(self, workdir: Path, label: str, config: str, api_key: str) -> None:
-        self.label = label
-        self.config_path = workdir / f"{label}.toml"
-        self.config_path.write_text(config)
-        self.stdout_path = workdir / f"{label}.stdout"
-        self.stderr_path = workdir / f"{label}.stderr"
-        self.env = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith(("SESSIONHOOK_", "NOTIFY_SOCKET", "WATCHDOG_", "STATE_DIRECTORY"))
-        }
-        self.env["SESSIONHOOK_API_KEY"] = api_key
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.returncode: int | None = None
-        #: Run in the child before the command (e.g. lower its open-files limit).
-        self.preexec: Callable[[], None] | None = None
-
-    def start(self, *args: str) -> Relay:
-        with self.stdout_path.open("wb") as out, self.stderr_path.open("wb") as err:
-            self.proc = subprocess.Popen(
-                [str(SESSIONHOOK), "run", "--config", str(self.config_path), *args],
-                stdout=out,
-                stderr=err,
-                stdin=subprocess.DEVNULL,
-                env=self.env,
-                cwd=self.config_path.parent,
-                preexec_fn=self.preexec,
-            )
-        return self
-
-    def wait(self, timeout: float) -> int:
-        assert self.proc is not None
-        try:
-            self.returncode = self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(
-                f"{self.label}: still running {timeout:g} s later\n{self.diagnostics()}"
-            ) from None
-        return self.returncode
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def terminate(self, timeout: float = 12.0) -> tuple[int, float]:
-        """SIGTERM; returns (exit status, seconds it took to exit)."""
-        assert self.proc is not None
-        started = time.monotonic()
-        self.proc.send_signal(signal.SIGTERM)
-        code = self.wait(timeout)
-        return code, time.monotonic() - started
-
-    def kill(self) -> None:
-        if self.alive():
-            assert self.proc is not None
-            self.proc.kill()
-            self.returncode = self.proc.wait(timeout=10)
-
-    @property
-    def stderr(self) -> str:
-        return self.stderr_path.read_text(errors="replace") if self.stderr_path.exists() else ""
-
-    @property
-    def stdout(self) -> str:
-        return self.stdout_path.read_text(errors="replace") if self.stdout_path.exists() else ""
-
-    def log_events(self) -> list[dict[str, Any]]:
-        events = []
-        for line in self.stderr.splitlines():
-            try:
-                parsed = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(parsed, dict):
-                events.append(parsed)
-        return events
-
-    def diagnostics(self, tail: int = 80) -> str:
-        err = self.stderr.splitlines()[-tail:]
-        out = self.stdout.splitlines()[-tail:]
-        return (
-            f"--- {self.label} (exit {self.returncode}) stderr, last {len(err)} lines:\n"
-            + "\n".join(err)
-            + f"\n--- {self.label} stdout:\n"
-            + "\n".join(out)
-        )
-
-
-@dataclass
-class Harness:
-    """Servers and relay processes of one test; everything is stopped at teardown."""
-
-    tmp: Path
-    relays: list[Relay] = field(default_factory=list)
-    closers: list[Callable[[], None]] = field(default_factory=list)
-
-    def standin(self, **knobs: Any) -> StandIn:
-        standin = StandIn(**knobs).start()
-        self.closers.append(standin.stop)
-        return standin
-
-    def consumer(self) -> Consumer:
-        consumer = Consumer().__enter__()
-        self.closers.append(lambda: consumer.__exit__(None, None, None))
-        return consumer
-
-    def relay(
-        self, standin: StandIn, label: str, *args: str, api_key: str | None = None, **config: Any
-    ) -> Relay:
-        config.setdefault("store", self.tmp / "relay.db")
-        key = standin.api_key if api_key is None else api_key
-        relay = Relay(self.tmp, label, relay_config(standin=standin, **config), key)
-        self.relays.append(relay)
-        return relay.start(*args)
-
-    def diagnostics(self) -> str:
-        return "\n".join(r.diagnostics() for r in self.relays)
-
-    def close(self) -> None:
-        for relay in self.relays:
-            relay.kill()
-        # The servers shut down in parallel (each takes a moment).
-        stoppers = [threading.Thread(target=close) for close in self.closers]
-        for stopper in stoppers:
-            stopper.start()
-        for stopper in stoppers:
-            stopper.join(timeout=15)
-        # Shown by pytest only when the test failed.
-        print(self.diagnostics())
-
-
-@pytest.fixture
-def harness(tmp_path: Path) -> Iterable[Harness]:
-    h = Harness(tmp_path)
-    try:
-        yield h
-    finally:
-        h.close()
-
-
-def wait_ready(standin: StandIn, relay: Relay, timeout: float = 20.0) -> None:
-    """Until the relay completed a discovery pass (a second successful one was answered)."""
-
-    def ready() -> bool:
-        if not relay.alive():
-            raise AssertionError(f"the relay exited early\n{relay.diagnostics()}")
-        answered = [r for r in standin.requests("list_sessions") if r.status == 200]
-        return len(answered) >= 2
-
-    wait_until(ready, timeout, "the relay's first discovery pass", relay.diagnostics)
-
-
-# --------------------------------------------------------------------------- scripts
-
-
-Step = tuple[str, Any, dict[str, Any]]
-
-
-def bash(command: str, output: str) -> dict[str, Any]:
-    return {"bashOutput": {"command": command, "output": output}}  # exitCode 0: omitted
-
-
-def change_set(message: str | None = None) -> dict[str, Any]:
-    patch: dict[str, Any] = {"baseCommitId": "9f2c1e0d4b3a"}
-    if message is not None:
-        patch["unidiffPatch"] = "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a\n+b\n"
-        patch["suggestedCommitMessage"] = message
-    return {"changeSet": {"source": "sources/github/acme/api", "gitPatch": patch}}
-
-
-def script(kind: str) -> list[Step]:
-    """A plausible life of a session: activities (member, kwargs) and state moves."""
-    start: list[Step] = [
-        ("state", "PLANNING", {}),
-        ("activity", None, {"description": "Session started"}),
-        ("activity", "planGenerated", {}),
-    ]
-    if kind == "resumed":  # COMPLETED is not final: a user message resumes the session
-        return [
-            *script("pr"),
-            ("activity", "userMessaged", {}),
-            ("state", "IN_PROGRESS", {}),
-            ("activity", "agentMessaged", {}),
-            ("activity", "sessionCompleted", {}),
-            ("state", "COMPLETED", {}),
-        ]
-    if kind == "pr":
-        return [
-            *start,
-            ("activity", "planApproved", {}),
-            ("state", "IN_PROGRESS", {}),
-            ("activity", "progressUpdated", {"artifacts": [bash("pytest -q", "3 passed")]}),
-            ("activity", "progressUpdated", {"artifacts": [change_set()]}),
-            ("activity", "agentMessaged", {}),
-            ("activity", "sessionCompleted", {"artifacts": [change_set("Fix the login test")]}),
-            ("pr", "https://github.example.test/acme/api/pull/7", {}),
-            ("state", "COMPLETED", {}),
-        ]
-    if kind == "feedback":
-        return [
-            *start,
-            ("state", "AWAITING_PLAN_APPROVAL", {}),
-            ("activity", "planApproved", {}),
-            ("state", "IN_PROGRESS", {}),
-            ("activity", "agentMessaged", {}),
-            ("state", "AWAITING_USER_FEEDBACK", {}),
-            ("activity", "userMessaged", {}),
-            ("state", "IN_PROGRESS", {}),
-            ("activity", "toolCallCompleted", {"payload": {"tool": "grep", "ok": True}}),
-            ("activity", "progressUpdated", {}),
-            ("activity", "sessionCompleted", {}),
-            ("state", "COMPLETED", {}),
-        ]
-    if kind == "fail":
-        return [
-            *start,
-            ("activity", "planApproved", {}),
-            ("state", "IN_PROGRESS", {}),
-            ("activity", "progressUpdated", {"artifacts": [bash("make", "error 2")]}),
-            ("activity", "sessionFailed", {}),
-            ("state", "FAILED", {}),
-        ]
-    if kind == "short":
-        return [
-            ("state", "IN_PROGRESS", {}),
-            ("activity", None, {"description": "Session started"}),
-            ("activity", "planGenerated", {}),
-            ("activity", "progressUpdated", {}),
-            ("activity", "sessionCompleted", {}),
-            ("state", "COMPLETED", {}),
-        ]
-    raise ValueError(kind)
-
-
-@dataclass
-class World:
-    """What the test made happen upstream (the truth the deliveries are checked against)."""
-
-    standin: StandIn
-    states: dict[str, list[str]] = field(default_factory=dict)  # state history per session
-    prs: dict[str, list[str]] = field(default_factory=dict)
-    pending: dict[str, list[Step]] = field(default_factory=dict)
-
-    def add(self, kind: str, **kwargs: Any) -> str:
-        name = self.standin.add_session(f"{kind} task", **kwargs)
-        self.states[name] = [self.standin.session(name)["state"]]
-        self.prs[name] = []
-        self.pending[name] = script(kind)
-        return name
-
-    def step(self, name: str) -> bool:
-        """Do the next step of a session's script; False when it had none left."""
-        if not self.pending[name]:
-            return False
-        what, arg, kwargs = self.pending[name].pop(0)
-        if what == "state":
-            self.standin.set_state(name, arg)
-            self.states[name].append(arg)
-        elif what == "pr":
-            self.standin.add_pull_request(name, arg)
-            self.prs[name].append(arg)
-        else:
-            self.standin.append_activity(name, arg, **kwargs)
-        return True
-
-    def play(
-        self, rounds: int | None = None, pause: float = 0.0, only: Iterable[str] | None = None
-    ) -> None:
-        """Round-robin over the sessions (or ``only`` these), one step each per round."""
-        names = list(self.pending if only is None else only)
-        done = 0
-        while rounds is None or done < rounds:
-            progressed = [self.step(name) for name in names]
-            if not any(progressed):
-                return
-            done += 1
-            if pause:
-                time.sleep(pause)
-
-    def activity_names(self) -> set[str]:
-        return set(self.standin.all_activities())
-
-    def order(self) -> dict[str, list[str]]:
-        return {name: [a["name"] for a in self.standin.activities(name)] for name in self.states}
-
-
-# --------------------------------------------------------------------------- checks
-
-
-def missing_activities(consumer: Consumer, endpoint: str, world: World) -> set[str]:
-    return world.activity_names() - consumer.delivered_activity_names(endpoint)
-
-
-def wait_all_delivered(
-    consumer: Consumer, endpoints: Iterable[str], world: World, harness: Harness, timeout: float
-) -> float:
-    names = list(endpoints)
-
-    def done() -> bool:
-        return all(not missing_activities(consumer, e, world) for e in names)
-
-    def diagnose() -> str:
-        lines = [f"{e}: {len(missing_activities(consumer, e, world))} missing" for e in names]
-        lines.append(f"stand-in requests: {dict(world.standin.counts())}")
-        lines.append(f"stand-in statuses: {dict(world.standin.statuses())}")
-        return "\n".join(lines) + "\n" + harness.diagnostics()
-
-    return wait_until(done, timeout, "every activity to be delivered", diagnose)
-
-
-def wait_settled(consumer: Consumer, endpoint: str, world: World, harness: Harness) -> None:
-    """Until the final state and every pull request of every session were announced and
-    every event id the endpoint has seen was eventually acknowledged (nothing left in a
-    retry). A session discovered only after its script ended announces its pull request
-    after all its activities: that is the last thing to wait for."""
-
-    def settled() -> bool:
-        hits = consumer.hits(endpoint)
-        announced: dict[str, str] = {}
-        prs: set[tuple[str, str]] = set()
-        for h in hits:
-            if h.ok and h.type in ("session.discovered", "session.state_changed"):
-                assert h.session is not None and h.body is not None
-                announced[h.session] = h.body["data"]["session"]["state"]
-            if h.ok and h.type == "session.pull_request_opened" and h.body is not None:
-                prs.add((str(h.session), h.body["data"]["pull_request"]["url"]))
-        final = all(announced.get(name) == history[-1] for name, history in world.states.items())
-        opened = {(name, url) for name, urls in world.prs.items() for url in urls} <= prs
-        acked = {h.webhook_id for h in hits} == {h.webhook_id for h in hits if h.ok}
-        # An event the relay queued but has not tried yet (a lifecycle event that follows
-        # the final state, say) is invisible to the consumer: ask the relay's outbox too.
-        return final and opened and acked and outbox_empty(harness.relays[-1], endpoint)
-
-    wait_until(settled, 20, f"{endpoint} to settle", harness.diagnostics)
-
-
-def run_status(relay: Relay) -> subprocess.CompletedProcess[str]:
-    """``sessionhook status --json`` on ``relay``'s config (the operator's view, read while
-    the daemon runs)."""
-    return subprocess.run(
-        [str(SESSIONHOOK), "status", "--json", "--config", str(relay.config_path)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        env=relay.env,
-        check=False,
-    )
-
-
-def outbox_empty(relay: Relay, endpoint: str) -> bool:
-    """Whether ``sessionhook status --json`` shows nothing waiting for ``endpoint`` (the
-    operator's view of the outbox, read while the daemon runs)."""
-    run = run_status(relay)
-    if run.returncode != 0:
-        return False
-    waiting = {e["name"]: e["pending"] for e in json.loads(run.stdout)["endpoints"]}
-    return waiting.get(endpoint) == 0
-
-
-def assert_all_verified(hits: list[Hit]) -> None:
-    assert hits, "the consumer received nothing"
-    bad = [(h.endpoint, h.webhook_id, h.error) for h in hits if not h.verified]
-    assert not bad, f"requests failing Standard Webhooks verification: {bad[:5]}"
-    for h in hits:
-        assert h.headers.get("content-type", "").startswith("application/json"), h.headers
-        assert h.headers.get("user-agent", "").startswith("sessionhook/"), h.headers
-        assert h.webhook_id.startswith("evt_"), h.webhook_id
-        assert h.webhook_timestamp.isdigit(), h.webhook_timestamp
-        assert h.body is not None and set(h.body) >= {"type", "timestamp", "data"}, h.raw[:200]
-
-
-def assert_stable_ids(hits: list[Hit], activities: dict[str, dict[str, Any]]) -> dict[str, str]:
-    """One webhook-id per activity (the documented derivation), one activity per id,
-    and identical bytes on every attempt of one id. Returns activity name -> id."""
-    ids: dict[str, set[str]] = defaultdict(set)
-    bodies: dict[str, set[bytes]] = defaultdict(set)
-    owner: dict[str, set[str]] = defaultdict(set)
-    for h in hits:
-        bodies[h.webhook_id].add(h.raw)
-        name = h.activity_name
-        if name is not None:
-            ids[name].add(h.webhook_id)
-            owner[h.webhook_id].add(name)
-    for name, seen in ids.items():
-        assert name in activities, f"an event for an activity that does not exist: {name}"
-        assert seen == {documented_id("activity", name)}, (name, seen)
-    for webhook_id, names in owner.items():
-        assert len(names) == 1, f"{webhook_id} carried several activities: {names}"
-    for webhook_id, variants in bodies.items():
-        assert len(variants) == 1, f"{webhook_id} was sent with {len(variants)} different bodies"
-    return {name: next(iter(seen)) for name, seen in ids.items()}
-
-
-def assert_activity_bodies(hits: list[Hit], standin: StandIn) -> None:
-    """Type, timestamp, the upstream activity whole, and the session summary."""
-    activities = standin.all_activities()
-    for h in hits:
-        name = h.activity_name
-        if name is None:
-            continue
-        upstream = activities[name]
-        assert h.type == expected_type(upstream), (h.type, upstream)
-        assert h.body is not None
-        assert h.body["timestamp"] == upstream["createTime"]
-        assert h.activity == upstream, f"the activity is not forwarded whole: {h.activity}"
-        session_name = name.rsplit("/activities/", 1)[0]
-        truth = standin.session(session_name)
-        summary = h.body["data"]["session"]
-        assert summary["name"] == session_name
-        assert summary["id"] == truth["id"]
-        assert summary["title"] == truth["title"]
-        assert summary["url"] == truth["url"]
-        assert summary["source"] == truth.get("sourceContext", {}).get("source", "")
-        assert "state" in summary
-
-
-def assert_summaries_complete(hits: list[Hit], standin: StandIn) -> None:
-    """Every event's data.session carries the session's url and source."""
-    wrong = []
-    for h in hits:
-        assert h.session is not None and h.body is not None
-        truth = standin.session(h.session)
-        summary = h.body["data"]["session"]
-        expected = (truth["url"], truth.get("sourceContext", {}).get("source", ""))
-        if (summary.get("url"), summary.get("source")) != expected:
-            wrong.append((h.type, summary.get("url"), summary.get("source")))
-    assert not wrong, f"{len(wrong)} of {len(hits)} events lack url/source: {wrong[:4]}"
-
-
-def assert_session_order(hits: list[Hit], order: dict[str, list[str]]) -> None:
-    """Per session (hits of one endpoint): no activity event is sent before the previous
-    activity of the session (in upstream list order) has been acknowledged with a 2xx."""
-    position = {name: (s, i) for s, names in order.items() for i, name in enumerate(names)}
-    first_ack: dict[str, int] = {}
-    for h in hits:
-        if h.ok and h.activity_name is not None:
-            first_ack[h.activity_name] = min(
-                first_ack.get(h.activity_name, h.answered_seq), h.answered_seq
-            )
-    for h in hits:
-        if h.activity_name is None:
-            continue
-        session, index = position[h.activity_name]
-        if index == 0:
-            continue
-        previous = order[session][index - 1]
-        acked = first_ack.get(previous)
-        assert acked is not None and acked < h.seq, (
-            f"{h.endpoint}: {h.activity_name} (#{index} of {session}) was sent before "
-            f"{previous} had been delivered"
-        )
-
-
-def assert_session_events(
-    consumer: Consumer, endpoint: str, world: World, *, state_changes: bool = True
-) -> None:
-    """session.discovered once per session; state changes chained up to the final state;
-    each pull request announced."""
-    by_session: dict[str, list[Hit]] = defaultdict(list)
-    seen: set[str] = set()
-    for h in consumer.delivered(endpoint):
-        if h.webhook_id in seen:
-            continue  # a re-delivery (at least once)
-        seen.add(h.webhook_id)
-        if h.type in SESSION_TYPES:
-            assert h.session is not None and h.body is not None
-            parse_time(h.body["timestamp"])  # an RFC 3339 upstream time
-            by_session[h.session].append(h)
-    for name, history in world.states.items():
-        hits = by_session[name]
-        discovered = [h for h in hits if h.type == "session.discovered"]
-        assert discovered, f"{endpoint}: no session.discovered for {name}"
-        assert {h.webhook_id for h in discovered} == {documented_id("session.discovered", name)}
-        assert discovered[0].body is not None
-        assert discovered[0].body["data"]["session"]["url"] == world.standin.session(name)["url"]
-        if state_changes:
-            changes = [h for h in hits if h.type == "session.state_changed"]
-            current = discovered[0].body["data"]["session"]["state"]
-            seen_states = [current]
-            for h in changes:
-                assert h.body is not None
-                data = h.body["data"]
-                assert data["previous_state"] == current, (name, data["previous_state"], current)
-                current = data["session"]["state"]
-                assert current != data["previous_state"]
-                seen_states.append(current)
-            assert current == history[-1], f"{name}: last announced {current}, is {history[-1]}"
-            assert is_subsequence(seen_states, history), (seen_states, history)
-        opened = {
-            h.body["data"]["pull_request"]["url"]
-            for h in hits
-            if h.type == "session.pull_request_opened" and h.body is not None
-        }
-        assert opened == set(world.prs[name]), (name, opened, world.prs[name])
-
-
-def is_subsequence(items: list[str], sequence: list[str]) -> bool:
-    it = iter(sequence)
-    return all(any(x == y for y in it) for x in items)
-
-
-def assert_clean_exit(relay: Relay, within: float = 12.0) -> None:
-    code, took = relay.terminate(timeout=within)
-    assert code == 0, f"exit status {code} after SIGTERM\n{relay.diagnostics()}"
-    assert took <= within
-    assert "Traceback" not in relay.stderr, relay.diagnostics()
-
-
-# --------------------------------------------------------------------------- scenarios
 
 
 def test_clean_run_delivers_every_activity_signed_in_order(harness: Harness) -> None:
@@ -757,10 +146,7 @@ def test_upstream_faults_and_refused_first_attempts_lose_nothing(harness: Harnes
     assert_clean_exit(relay)
     assert_session_events(consumer, "flaky", world)
 
-    hits = consumer.hits("flaky")
-    assert_all_verified(hits)
-    assert_stable_ids(hits, standin.all_activities())
-    assert_session_order(hits, world.order())
+    hits = verified_hits(consumer, "flaky", world)
     # Every event was refused once, then retried with the same id (and the same bytes,
     # checked above) until a 2xx.
     by_id: dict[str, list[Hit]] = defaultdict(list)
@@ -892,10 +278,7 @@ def test_thirty_sessions_with_a_slow_consumer_are_delivered_concurrently(
     assert_clean_exit(relay)
     assert_session_events(consumer, "slow", world)
 
-    hits = consumer.hits("slow")
-    assert_all_verified(hits)
-    assert_stable_ids(hits, standin.all_activities())
-    assert_session_order(hits, world.order())
+    hits = verified_hits(consumer, "slow", world)
     assert consumer.max_in_flight_per_session == 1, "two requests of one session at once"
     assert consumer.max_in_flight >= 2, "sessions were delivered one at a time"
     # Sessions do not wait on each other: far quicker than one request after the other.
@@ -907,10 +290,7 @@ def test_thirty_sessions_with_a_slow_consumer_are_delivered_concurrently(
 def test_a_long_burst_in_one_session_is_delivered_whole_and_in_order(harness: Harness) -> None:
     """250 activities appear at once in one session (several full pages of 100)."""
     standin = harness.standin(max_page_size=100)
-    consumer = harness.consumer()
-    url, secret = consumer.add_endpoint("main")
-    relay = harness.relay(standin, "relay", endpoints=[Endpoint("main", url, secret)])
-    wait_ready(standin, relay)
+    consumer, relay = harness.main_relay(standin)
     world = World(standin)
     session = world.add("short")
     world.step(session)  # IN_PROGRESS
@@ -920,10 +300,7 @@ def test_a_long_burst_in_one_session_is_delivered_whole_and_in_order(harness: Ha
     wait_all_delivered(consumer, ["main"], world, harness, timeout=40)
     wait_settled(consumer, "main", world, harness)
     assert_clean_exit(relay)
-    hits = consumer.hits("main")
-    assert_all_verified(hits)
-    assert_stable_ids(hits, standin.all_activities())
-    assert_session_order(hits, world.order())
+    hits = verified_hits(consumer, "main", world)
     delivered = [h.activity_name for h in hits if h.activity_name is not None]
     assert delivered == world.order()[session], "not exactly once each, in order"
 
@@ -1043,16 +420,8 @@ def test_bad_config_exits_2_with_one_line_naming_the_key(
     """g. A bad configuration: exit 2, one line on stderr naming the key, nothing else."""
     config = tmp_path / "bad.toml"
     config.write_text(fragment)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONHOOK_")}
-    env["SESSIONHOOK_API_KEY"] = "some-key"
-    done = subprocess.run(
-        [str(SESSIONHOOK), "run", "--config", str(config)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=30,
-    )
+    env = clean_env(SESSIONHOOK_API_KEY="some-key")
+    done = sessionhook("run", "--config", str(config), env=env, cwd=tmp_path, timeout=30)
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2, (done.returncode, done.stderr)
     assert len(lines) == 1, done.stderr
@@ -1064,15 +433,7 @@ def test_missing_api_key_variable_is_a_config_error(tmp_path: Path) -> None:
     """g. The variable named by api.api_key_env unset: exit 2, one line naming the key."""
     config = tmp_path / "cfg.toml"
     config.write_text('[api]\napi_key_env = "SESSIONHOOK_TEST_UNSET_KEY"\n')
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONHOOK_")}
-    done = subprocess.run(
-        [str(SESSIONHOOK), "run", "--config", str(config)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=30,
-    )
+    done = sessionhook("run", "--config", str(config), env=clean_env(), cwd=tmp_path, timeout=30)
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2, (done.returncode, done.stderr)
     assert len(lines) == 1 and "api.api_key_env" in lines[0], done.stderr
@@ -1289,10 +650,7 @@ def test_one_broken_session_backs_off_without_holding_up_the_others(harness: Har
     """One session's activity list answers 500 for a while: the others are delivered
     meanwhile, the broken one is retried with a backoff, and nothing of it is skipped."""
     standin = harness.standin()
-    consumer = harness.consumer()
-    url, secret = consumer.add_endpoint("main")
-    relay = harness.relay(standin, "relay", endpoints=[Endpoint("main", url, secret)])
-    wait_ready(standin, relay)
+    consumer, relay = harness.main_relay(standin)
     world = World(standin)
     healthy = [world.add("short"), world.add("pr")]
     broken = world.add("fail")
@@ -1333,10 +691,7 @@ def test_slow_upstream_sessions_do_not_hold_up_the_others(harness: Harness) -> N
     """Five sessions whose upstream answers take 4 s each: a healthy session's new activity
     is still delivered promptly (sessions do not wait on each other)."""
     standin = harness.standin()
-    consumer = harness.consumer()
-    url, secret = consumer.add_endpoint("main")
-    relay = harness.relay(standin, "relay", endpoints=[Endpoint("main", url, secret)])
-    wait_ready(standin, relay)
+    consumer, relay = harness.main_relay(standin)
     world = World(standin)
     slow = [world.add("short") for _ in range(5)]
     for name in slow:
@@ -1400,10 +755,7 @@ def test_upstream_retry_after_holds_while_the_session_keeps_changing(harness: Ha
     """A session's activity list answers 429 with Retry-After: 2 while its state keeps
     moving (which discovery notices): it is not asked again before 2 s."""
     standin = harness.standin()
-    consumer = harness.consumer()
-    url, secret = consumer.add_endpoint("main")
-    relay = harness.relay(standin, "relay", endpoints=[Endpoint("main", url, secret)])
-    wait_ready(standin, relay)
+    _consumer, relay = harness.main_relay(standin)
     world = World(standin)
     name = world.add("short")
     world.step(name)  # IN_PROGRESS: polled every active_interval

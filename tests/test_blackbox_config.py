@@ -9,9 +9,6 @@ commands (``--json``), as an operator would.
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
 import urllib.request
 from datetime import datetime
 from pathlib import Path
@@ -19,45 +16,20 @@ from typing import Any
 
 import pytest
 
-from .standin import StandIn
-from .test_blackbox import (
-    SESSIONHOOK,
+from tests.support.loopback import free_port
+from tests.support.relay_process import (
     Endpoint,
     Harness,
-    Relay,
-    harness,
+    clean_env,
     relay_config,
+    sessionhook,
     wait_ready,
     wait_until,
 )
+from tests.support.standin import StandIn
 
 pytestmark = pytest.mark.integration
-__all__ = ["harness"]  # the fixture, imported for pytest
 
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("SESSIONHOOK_", "NOTIFY_SOCKET", "WATCHDOG_", "STATE_DIRECTORY"))
-    }
-    env.update(extra)
-    return env
-
-
-def sessionhook(
-    *args: str, env: dict[str, str], cwd: Path, timeout: float = 60
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(SESSIONHOOK), *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=cwd,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-    )
 
 
 def cli_json(*args: str, config: Path) -> Any:
@@ -193,9 +165,7 @@ def test_url_userinfo_is_never_shown_or_logged(harness: Harness) -> None:
         f'base_url = "{standin.base_url}"',
         f'base_url = "{with_userinfo(standin.base_url, f"tok:{PASSWORD}")}"',
     )
-    relay = Relay(harness.tmp, "relay", text, standin.api_key)
-    harness.relays.append(relay)
-    relay.start()
+    relay = harness.start("relay", text, standin.api_key)
     wait_ready(standin, relay)
     wait_until(lambda: len(consumer.hits("ci")) >= 2, 20, "deliveries to ci", relay.diagnostics)
     code, _ = relay.terminate()
@@ -248,12 +218,6 @@ def test_url_userinfo_is_never_shown_or_logged(harness: Harness) -> None:
 # --------------------------------------------------------------------------- upstream counts
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def scrape(port: int) -> str:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
         return str(answer.read().decode())
@@ -299,11 +263,9 @@ def test_refused_keys_and_malformed_answers_count_as_errors(harness: Harness) ->
     standin.set_faults(rate_garbage=1.0, labels={"list_sessions"})
     port = free_port()
     text = relay_config(standin=standin, store=harness.tmp / "garbage.db", endpoints=[])
-    garbage = Relay(
-        harness.tmp, "garbage", text + f'[server]\nlisten = "127.0.0.1:{port}"\n', standin.api_key
+    garbage = harness.start(
+        "garbage", text + f'[server]\nlisten = "127.0.0.1:{port}"\n', standin.api_key
     )
-    harness.relays.append(garbage)
-    garbage.start()
 
     def malformed_seen() -> bool:
         try:

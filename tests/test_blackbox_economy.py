@@ -12,19 +12,17 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from .blackbox_consumer import Consumer
-from .standin import StandIn
-from .test_blackbox import SESSIONHOOK, Harness, Relay, harness, wait_until
+from tests.support.blackbox_consumer import Consumer
+from tests.support.relay_process import Harness, Relay, wait_until
+from tests.support.standin import StandIn
 
 pytestmark = pytest.mark.integration
-__all__ = ["harness"]  # the fixture, imported for pytest
 
 
 
@@ -85,9 +83,7 @@ def start_relay(harness: Harness, standin: StandIn, consumer: Consumer, **knobs:
     config = economy_config(
         standin=standin, store=harness.tmp / "relay.db", endpoint=_ENDPOINTS[id(consumer)], **knobs
     )
-    relay = Relay(harness.tmp, f"relay{len(harness.relays)}", config, standin.api_key)
-    harness.relays.append(relay)
-    return relay.start()
+    return harness.start(f"relay{len(harness.relays)}", config, standin.api_key)
 
 
 def wait_listing(standin: StandIn, relay: Relay) -> None:
@@ -133,6 +129,19 @@ def feed(standin: StandIn, session: str, count: int, pause: float) -> list[str]:
 # --------------------------------------------------------------------------- learning
 
 
+def feed_until_learned(standin: StandIn, relay: Relay, session: str, verdict: str) -> list[str]:
+    """Feed ``session`` an activity every 0.1 s until the relay logged ``verdict``; the
+    names of what it was fed."""
+    sent: list[str] = []
+
+    def learned_it() -> bool:
+        sent.extend(feed(standin, session, 1, 0.1))
+        return verdict in learned(relay)
+
+    wait_until(learned_it, 30, f"the verdict {verdict!r}", relay.diagnostics)
+    return sent
+
+
 def test_a_server_that_moves_update_time_is_polled_from_the_list(harness: Harness) -> None:
     standin = harness.standin(max_page_size=100)
     consumer = harness.consumer()
@@ -140,13 +149,7 @@ def test_a_server_that_moves_update_time_is_polled_from_the_list(harness: Harnes
     wait_listing(standin, relay)
     busy = standin.add_session("Busy", state="IN_PROGRESS")
     quiet = standin.add_session("Quiet", state="IN_PROGRESS")
-    sent: list[str] = []
-
-    def learned_moves() -> bool:
-        sent.extend(feed(standin, busy, 1, 0.1))
-        return "moves" in learned(relay)
-
-    wait_until(learned_moves, 30, "the verdict 'moves'", relay.diagnostics)
+    sent = feed_until_learned(standin, relay, busy, "moves")
     # List mode: the quiet working session is left alone (its safety poll is a minute
     # away) while the busy one is polled as the list shows it move. On the timer (every
     # 0.3 s) the quiet one would have been polled about ten times in the next 3 s.
@@ -202,13 +205,7 @@ def test_a_server_that_stops_moving_update_time_mid_run_loses_nothing(
     relay = start_relay(harness, standin, consumer, safety=2.0)
     wait_listing(standin, relay)
     busy = standin.add_session("Busy", state="IN_PROGRESS")
-    sent: list[str] = []
-
-    def learned_moves() -> bool:
-        sent.extend(feed(standin, busy, 1, 0.1))
-        return "moves" in learned(relay)
-
-    wait_until(learned_moves, 30, "the verdict 'moves'", relay.diagnostics)
+    sent = feed_until_learned(standin, relay, busy, "moves")
     standin.moves_update_time = False  # the server changes its behaviour
     changed = feed(standin, busy, 3, 0.2)
     # Only the safety poll can find these; it also teaches the relay the server changed.
@@ -235,14 +232,8 @@ def test_a_server_that_stops_moving_update_time_mid_run_loses_nothing(
 
 
 def status(relay: Relay) -> dict[str, Any]:
-    out = subprocess.run(
-        [str(SESSIONHOOK), "status", "--config", str(relay.config_path), "--json"],
-        capture_output=True,
-        text=True,
-        check=True,
-        env=relay.env,
-        timeout=30,
-    )
+    out = relay.command("status", "--json")
+    assert out.returncode == 0, out.stderr
     parsed: dict[str, Any] = json.loads(out.stdout)
     return parsed
 
@@ -334,14 +325,9 @@ def test_history_walk_runs_behind_new_work_and_resumes_after_kill_9(harness: Har
     assert history <= announced  # session.discovered archived too (not delivered)
     # The history is archived, not delivered.
     assert not {h.session for h in consumer.hits("rx")} & history
-    text = subprocess.run(
-        [str(SESSIONHOOK), "status", "--config", str(relay.config_path)],
-        capture_output=True,
-        text=True,
-        check=True,
-        env=relay.env,
-        timeout=30,
-    ).stdout
+    done = relay.command("status")
+    assert done.returncode == 0, done.stderr
+    text = done.stdout
     assert f"done ({len(history)} sessions archived)" in text
 
 
@@ -392,12 +378,9 @@ def test_accounts_are_polled_apart_and_one_rejected_key_stops_no_other(
         'accounts = ["beta"]',
         "",
     ]
-    relay = Relay(harness.tmp, "accounts", "\n".join(lines), "unused")
-    relay.env.update(
-        ALPHA_KEY=alpha.api_key, BETA_KEY=beta.api_key, GAMMA_KEY="a-key-gamma-rejects"
-    )
-    harness.relays.append(relay)
-    relay.start()
+    keys = {"ALPHA_KEY": alpha.api_key, "BETA_KEY": beta.api_key}
+    keys["GAMMA_KEY"] = "a-key-gamma-rejects"
+    relay = harness.start("accounts", "\n".join(lines), "unused", env=keys)
     for standin in (alpha, beta):
         wait_listing(standin, relay)
     # gamma's key is rejected: logged loudly, naming the account...

@@ -11,7 +11,6 @@ from ``sessionhook``.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -22,21 +21,20 @@ import jsonschema
 import pytest
 from cloudevents.core.bindings.http import HTTPMessage, from_http_event
 
-from .blackbox_consumer import Consumer, Hit
-from .chat_schemas import CHAT, CHAT_FORMATS
-from .test_blackbox import (
-    SESSIONHOOK,
+from tests.support.blackbox_consumer import Consumer, Hit
+from tests.support.chat_schemas import CHAT, CHAT_FORMATS
+from tests.support.delivery_checks import documented_id
+from tests.support.relay_process import (
     Endpoint,
     Harness,
-    World,
-    documented_id,
-    harness,
+    relay_config,
+    sessionhook,
     wait_ready,
     wait_until,
 )
+from tests.support.world import World
 
 pytestmark = pytest.mark.integration
-__all__ = ["harness"]  # the fixture, imported for pytest
 
 LIFECYCLE = ("session.action_required", "session.completed", "session.failed")
 
@@ -325,16 +323,9 @@ def test_a_template_that_cannot_render_is_a_config_error(harness: Harness, tmp_p
         "whsec_" + "A" * 43 + "=",
         extra=(f"template = {json.dumps('{{ data.session.title | nosuchfilter }}')}",),
     )
-    from .test_blackbox import relay_config
-
     config.write_text(relay_config(standin=standin, store=tmp_path / "x.db", endpoints=[bad]))
-    run = subprocess.run(
-        [str(SESSIONHOOK), "run", "--config", str(config), "--once"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={"SESSIONHOOK_API_KEY": standin.api_key, "PATH": str(Path(sys.executable).parent)},
-    )
+    env = {"SESSIONHOOK_API_KEY": standin.api_key, "PATH": str(Path(sys.executable).parent)}
+    run = sessionhook("run", "--config", str(config), "--once", env=env)
     assert run.returncode == 2, run.stderr
     lines = [line for line in run.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "endpoints[0]" in lines[0] and "nosuchfilter" in lines[0], lines

@@ -18,22 +18,21 @@ from pathlib import Path
 import httpx
 import pytest
 
-from .blackbox_consumer import Consumer
-from .test_blackbox import (
+from tests.support.blackbox_consumer import Consumer
+from tests.support.delivery_checks import wait_all_delivered
+from tests.support.loopback import free_port
+from tests.support.relay_process import (
     Endpoint,
     Harness,
     Relay,
-    World,
-    harness,
     relay_config,
-    wait_all_delivered,
     wait_ready,
     wait_until,
 )
+from tests.support.world import World
 
 pytestmark = pytest.mark.integration
 
-__all__ = ["harness"]  # the fixture, imported for pytest
 
 #: The relay's open-files limit in these tests (soft and hard).
 FILES = 128
@@ -41,12 +40,6 @@ FILES = 128
 CAP = 24
 #: Idle connections the test opens: more than the relay's free descriptors.
 IDLE = 150
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _limit_files(soft: int, hard: int) -> None:
@@ -84,17 +77,16 @@ def _relay(
     standin = harness.standin()
     consumer = harness.consumer()
     url, secret = consumer.add_endpoint("alpha")
-    port = _free_port()
+    port = free_port()
     config = relay_config(
         standin=standin,
         store=harness.tmp / "relay.db",
         endpoints=[Endpoint("alpha", url, secret)],
         listen=f"127.0.0.1:{port}",
     )
-    relay = Relay(harness.tmp, "relay", config + extra, standin.api_key)
-    relay.preexec = lambda: _limit_files(soft, hard)
-    harness.relays.append(relay)
-    relay.start()
+    relay = harness.start(
+        "relay", config + extra, standin.api_key, preexec=lambda: _limit_files(soft, hard)
+    )
     wait_ready(standin, relay)
     return relay, World(standin), consumer, port
 
@@ -157,14 +149,17 @@ def test_the_relay_raises_its_files_limit_and_refuses_a_cap_above_half(harness: 
 
     # A hard limit of 256 leaves the listener 128: 200 is a config error, exit 2, one line.
     standin = harness.standin()
-    listen = f"127.0.0.1:{_free_port()}"
+    listen = f"127.0.0.1:{free_port()}"
     config = relay_config(
         standin=standin, store=harness.tmp / "other.db", endpoints=[], listen=listen
     )
-    refused = Relay(harness.tmp, "refused", config + "max_connections = 200\n", standin.api_key)
-    refused.preexec = lambda: _limit_files(256, 256)
-    harness.relays.append(refused)
-    assert refused.start().wait(30) == 2
+    refused = harness.start(
+        "refused",
+        config + "max_connections = 200\n",
+        standin.api_key,
+        preexec=lambda: _limit_files(256, 256),
+    )
+    assert refused.wait(30) == 2
     lines = refused.stderr.strip().splitlines()
     assert len(lines) == 1, refused.stderr
     assert lines[0].startswith("config error: server.max_connections: 200"), lines[0]

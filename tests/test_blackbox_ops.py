@@ -1,53 +1,36 @@
 """Black-box tests of ``sessionhook run`` as an operator runs it: one daemon per store,
 private store files, a full disk. The real command in a subprocess against the stand-in
-(``tests/standin.py``) and the verifying consumer, everything on 127.0.0.1; nothing is
+(``tests/support/standin.py``) and the verifying consumer, everything on 127.0.0.1; nothing is
 imported from ``sessionhook``.
 """
 
 from __future__ import annotations
 
-import json
-import socket
 import stat
-import subprocess
 import urllib.error
 import urllib.request
 from typing import Any
 
 import pytest
 
-from .blackbox_consumer import new_secret
-from .standin import StandIn
-from .test_blackbox import (
-    SESSIONHOOK,
+from tests.support.blackbox_consumer import new_secret
+from tests.support.delivery_checks import wait_all_delivered
+from tests.support.loopback import free_port
+from tests.support.relay_process import (
     Endpoint,
     Harness,
     Relay,
-    World,
     assert_clean_exit,
-    harness,
+    readyz,
     relay_config,
-    wait_all_delivered,
     wait_ready,
     wait_until,
 )
-from .tinyfs import Ballast, tiny_filesystem
-
-__all__ = ["harness"]  # the fixture, re-exported so pytest finds it here
+from tests.support.standin import StandIn
+from tests.support.tinyfs import Ballast, tiny_filesystem
+from tests.support.world import World
 
 pytestmark = pytest.mark.integration
-
-
-def operator(relay: Relay, *args: str) -> subprocess.CompletedProcess[str]:
-    """An operator command (``sessionhook status``...) against the relay's config."""
-    return subprocess.run(
-        [str(SESSIONHOOK), *args, "--config", str(relay.config_path)],
-        capture_output=True,
-        text=True,
-        env=relay.env,
-        timeout=30,
-        check=False,
-    )
 
 
 def logged(relay: Relay, event: str) -> list[dict[str, object]]:
@@ -79,11 +62,11 @@ def test_a_second_daemon_on_the_same_store_exits_2_naming_the_holder(harness: Ha
         assert "Traceback" not in other.stderr
 
     # The operator's commands read (and write) while the daemon holds the store.
-    status = operator(first, "status")
+    status = first.command("status")
     assert status.returncode == 0, status.stderr
-    disabled = operator(first, "endpoints", "disable", "main", "--reason", "maintenance")
+    disabled = first.command("endpoints", "disable", "main", "--reason", "maintenance")
     assert disabled.returncode == 0, disabled.stderr
-    enabled = operator(first, "endpoints", "enable", "main")
+    enabled = first.command("endpoints", "enable", "main")
     assert enabled.returncode == 0, enabled.stderr
 
     world = World(standin)
@@ -137,9 +120,7 @@ def test_a_private_only_endpoint_is_refused_at_start_up(harness: Harness) -> Non
         store=harness.tmp / "relay.db",
         endpoints=[Endpoint("local", "http://[::1]:9/hook", new_secret())],
     ).replace("allow_private_networks = true", "allow_private_networks = false")
-    relay = Relay(harness.tmp, "strict", config, standin.api_key)
-    harness.relays.append(relay)
-    relay.start()
+    relay = harness.start("strict", config, standin.api_key)
     assert relay.wait(timeout=15) == 2, relay.diagnostics()
     assert relay.stderr.strip().splitlines() == [
         "config error: endpoints[0].url: ::1 is a loopback address, "
@@ -149,20 +130,6 @@ def test_a_private_only_endpoint_is_refused_at_start_up(harness: Harness) -> Non
 
 
 # --------------------------------------------------------------------------- a full disk
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def readyz(port: int) -> tuple[int, dict[str, Any]]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as answer:
-            return answer.status, json.loads(answer.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
 
 
 def metric(port: int, name: str) -> float | None:
@@ -175,10 +142,7 @@ def metric(port: int, name: str) -> float | None:
 
 
 def served_relay(harness: Harness, standin: StandIn, label: str, port: int, **config: Any) -> Relay:
-    text = relay_config(standin=standin, **config) + f'[server]\nlisten = "127.0.0.1:{port}"\n'
-    relay = Relay(harness.tmp, label, text, standin.api_key)
-    harness.relays.append(relay)
-    return relay.start()
+    return harness.relay(standin, label, listen=f"127.0.0.1:{port}", **config)
 
 
 def wait_full(relay: Relay, port: int, harness: Harness) -> dict[str, Any]:

@@ -1,57 +1,48 @@
 """Black-box tests of ``sessionhook run`` on a PostgreSQL store (``store.url_env``): the real
-command in a subprocess against the stand-in (``tests/standin.py``), the verifying consumer
-and the session's throwaway PostgreSQL cluster (``tests/pg.py``), everything on 127.0.0.1.
+command in a subprocess against the stand-in (``tests/support/standin.py``), the verifying consumer
+and the session's throwaway PostgreSQL cluster (``tests/support/pg.py``), everything on 127.0.0.1.
 Nothing is imported from ``sessionhook``.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import pytest
 
-from .pg import PASSWORD, Cluster
-from .standin import StandIn
-from .test_blackbox import (
+from tests.support.delivery_checks import (
+    assert_activity_bodies,
+    assert_all_verified,
+    assert_session_order,
+    assert_stable_ids,
+    wait_all_delivered,
+)
+from tests.support.loopback import free_port
+from tests.support.pg import PASSWORD, Cluster
+from tests.support.relay_process import (
+    URL_ENV,
     Endpoint,
     Harness,
     Relay,
-    World,
-    assert_activity_bodies,
-    assert_all_verified,
     assert_clean_exit,
-    assert_session_order,
-    assert_stable_ids,
-    harness,
-    relay_config,
-    run_status,
-    wait_all_delivered,
+    readyz,
     wait_ready,
     wait_until,
 )
-from .test_blackbox_ops import free_port, readyz
-
-__all__ = ["harness"]  # the fixture, re-exported so pytest finds it here
+from tests.support.standin import StandIn
+from tests.support.world import World
 
 pytestmark = pytest.mark.integration
-
-URL_ENV = "RELAY_TEST_DATABASE_URL"
-
 
 def postgres_relay(
     harness: Harness, standin: StandIn, url: str, port: int, **config: Any
 ) -> Relay:
     """A relay whose ``[store]`` names the database through ``url_env`` (the password is
     in the environment, never in the file)."""
-    text = relay_config(standin=standin, store=harness.tmp / "unused.db", **config)
-    text = re.sub(r'(?m)^path = ".*"$', f'url_env = "{URL_ENV}"', text)
-    text += f'[server]\nlisten = "127.0.0.1:{port}"\n'
-    relay = Relay(harness.tmp, "relay", text, standin.api_key)
-    relay.env[URL_ENV] = url
-    harness.relays.append(relay)
-    return relay.start()
+    listen = f"127.0.0.1:{port}"
+    env = {URL_ENV: url}
+    return harness.relay(standin, "relay", store_url_env=URL_ENV, env=env, listen=listen, **config)
 
 
 def test_a_postgresql_restart_mid_run_loses_nothing(
@@ -98,7 +89,7 @@ def test_a_postgresql_restart_mid_run_loses_nothing(
     assert_session_order(hits, world.order())
 
     # The operator commands read the same database while the daemon runs.
-    run = run_status(relay)
+    run = relay.command("status", "--json")
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["activities"] == len(standin.all_activities())
     assert_clean_exit(relay)

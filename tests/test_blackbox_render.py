@@ -20,11 +20,10 @@ from typing import Any
 import httpx
 import pytest
 
-from .processes import alive, children_of
-from .test_blackbox import Endpoint, Harness, Relay, harness, wait_ready, wait_until
+from tests.support.processes import alive, children_of
+from tests.support.relay_process import Endpoint, Harness, Relay, wait_ready, wait_until
 
 pytestmark = pytest.mark.integration
-__all__ = ["harness"]  # the fixture, imported for pytest
 
 #: What both templates send when they finish: the type and the session (for the consumer).
 BODY = '{"type": {{ type | tojson }}, "data": {"session": {"name": {{ session.name | tojson }}}}}'

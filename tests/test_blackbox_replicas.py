@@ -20,23 +20,20 @@ from pathlib import Path
 
 import pytest
 
-from .standin import StandIn
-from .test_blackbox import (
-    SESSIONHOOK,
+from tests.support.delivery_checks import assert_all_verified, assert_session_order
+from tests.support.relay_process import (
     Endpoint,
     Harness,
-    Relay,
-    assert_all_verified,
     assert_clean_exit,
-    assert_session_order,
-    harness,
+    read_store,
     relay_config,
+    sessionhook,
     wait_until,
 )
-from .test_blackbox_throughput import preload, read
+from tests.support.standin import StandIn
+from tests.support.world import preload
 
 pytestmark = pytest.mark.integration
-__all__ = ["harness"]  # the fixture, shared with test_blackbox
 
 
 def digest(path: Path) -> str:
@@ -44,13 +41,7 @@ def digest(path: Path) -> str:
 
 
 def store_copy(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(SESSIONHOOK), "store", "copy", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return sessionhook("store", "copy", *args)
 
 
 def test_store_copy_then_the_relay_on_the_copy_sends_nothing_twice(harness: Harness) -> None:
@@ -67,7 +58,7 @@ def test_store_copy_then_the_relay_on_the_copy_sends_nothing_twice(harness: Harn
     }
     once = harness.relay(standin, "source", "--once", store=source, **config)
     assert once.wait(60) == 0, once.diagnostics()
-    events = {r[0] for r in read(source, "SELECT id FROM events")}
+    events = {r[0] for r in read_store(source, "SELECT id FROM events")}
     assert {h.webhook_id for h in consumer.delivered("a")} == events
     # b refused the head of each session's queue; the rest wait behind it (in order).
     refused = {h.webhook_id for h in consumer.hits("b")}
@@ -81,7 +72,7 @@ def test_store_copy_then_the_relay_on_the_copy_sends_nothing_twice(harness: Harn
     assert digest(source) == before, "the copy wrote to its source"
     for table, key in (("events", "seq, id"), ("deliveries", "id, event_id, status")):
         sql = f"SELECT {key} FROM {table} ORDER BY 1"
-        assert read(target, sql) == read(source, sql)
+        assert read_store(target, sql) == read_store(source, sql)
 
     again = store_copy("--from", str(source), "--to", str(target))
     assert again.returncode == 2
@@ -102,7 +93,7 @@ def test_store_copy_then_the_relay_on_the_copy_sends_nothing_twice(harness: Harn
     # no event got a new id (the relay on the copy archived nothing new).
     assert set(Counter(h.webhook_id for h in consumer.delivered("a")).values()) == {1}
     assert set(Counter(h.webhook_id for h in consumer.delivered("b")).values()) == {1}
-    assert {r[0] for r in read(target, "SELECT id FROM events")} == events
+    assert {r[0] for r in read_store(target, "SELECT id FROM events")} == events
     assert refused <= {h.webhook_id for h in consumer.delivered("b")}  # the same ids
     names = {a for acts in order.values() for a in acts}
     assert consumer.delivered_activity_names("b") == names
@@ -172,21 +163,23 @@ def test_replicas_share_the_work_and_survive_kill_9(harness: Harness, pg_url: st
     text = replica_config(standin, pg_url, Endpoint("main", url, secret), lease=3.0)
     replicas = []
     for n in range(3):
-        relay = Relay(harness.tmp, f"replica-{n}", text, standin.api_key)
-        harness.relays.append(relay)
-        replicas.append(relay.start())
-    names = {a for acts in order.values() for a in acts}
-    wait_until(
-        lambda: len(consumer.delivered("main")) >= len(names) // 4,
-        40,
-        "a quarter of the activities delivered",
-        harness.diagnostics,
-    )
+        replicas.append(harness.start(f"replica-{n}", text, standin.api_key))
+
+    def until_delivered(part: int, what: str) -> set[str]:
+        """Until 1/``part`` of the activities so far reached the consumer; their names."""
+        names = {a for acts in order.values() for a in acts}
+        wait_until(
+            lambda: len(consumer.delivered("main")) >= len(names) // part,
+            40,
+            what,
+            harness.diagnostics,
+        )
+        return names
+
+    until_delivered(4, "a quarter of the activities delivered")
     replicas[0].kill()  # kill -9 mid-run, then restarted at once (its pid is gone: reaped)
     assert replicas[0].returncode == -signal.SIGKILL
-    again = Relay(harness.tmp, "replica-0b", text, standin.api_key)
-    harness.relays.append(again)
-    again.start()
+    again = harness.start("replica-0b", text, standin.api_key)
     # Running before more work comes: on a loaded machine the others once finished
     # everything while it was still importing (the SIGTERM at the end found no handler).
     wait_until(
@@ -197,13 +190,7 @@ def test_replicas_share_the_work_and_survive_kill_9(harness: Harness, pg_url: st
     )
     for name in order:  # more work while they recover, the restarted one included
         order[name].append(standin.append_activity(name, "progressUpdated")["name"])
-    names = {a for acts in order.values() for a in acts}
-    wait_until(
-        lambda: len(consumer.delivered("main")) >= len(names) // 2,
-        40,
-        "half of the activities delivered",
-        harness.diagnostics,
-    )
+    names = until_delivered(2, "half of the activities delivered")
     replicas[1].kill()  # kill -9 for good: its claims wait for the lease to expire
     wait_until(
         lambda: consumer.delivered_activity_names("main") >= names,

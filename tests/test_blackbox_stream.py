@@ -14,7 +14,6 @@ import json
 import os
 import re
 import secrets
-import signal
 import socket
 import subprocess
 import threading
@@ -26,25 +25,22 @@ from pathlib import Path
 import httpx
 import pytest
 
-from .test_blackbox import (
+from tests.support.delivery_checks import settled_hits
+from tests.support.loopback import free_port
+from tests.support.processes import interrupt
+from tests.support.relay_process import (
     SESSIONHOOK,
+    URL_ENV,
     Endpoint,
     Harness,
     Relay,
-    World,
-    bash,
-    harness,
-    relay_config,
-    wait_all_delivered,
     wait_ready,
-    wait_settled,
     wait_until,
 )
-from .test_blackbox_postgres import URL_ENV
+from tests.support.world import World, bash
 
 pytestmark = pytest.mark.integration
 
-__all__ = ["harness"]  # the fixture, imported for pytest
 
 TOKEN = "bb-" + "k" * 40
 
@@ -54,12 +50,6 @@ class Message:
     id: str
     event: str
     data: bytes
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def sse(lines: Iterator[str]) -> Iterator[Message]:
@@ -117,22 +107,17 @@ def _relay(
 ) -> tuple[Relay, str]:
     """A relay with the stream on; its store is a SQLite file, or the PostgreSQL
     ``database`` (named through ``url_env``, as tests/test_blackbox_postgres.py does)."""
-    port = _free_port()
-    config = relay_config(
-        standin=standin,  # type: ignore[arg-type]
-        store=harness.tmp / "relay.db",
+    port = free_port()
+    env = {"SESSIONHOOK_WEB_TOKEN": TOKEN, **({URL_ENV: database} if database else {})}
+    relay = harness.relay(
+        standin,  # type: ignore[arg-type]
+        label,
+        env=env,
         endpoints=endpoints,
         listen=f"127.0.0.1:{port}",
+        store_url_env=URL_ENV if database is not None else None,
+        more={"server": ['token_env = "SESSIONHOOK_WEB_TOKEN"']},
     )
-    config += 'token_env = "SESSIONHOOK_WEB_TOKEN"\n'
-    if database is not None:
-        config = re.sub(r'(?m)^path = ".*"$', f'url_env = "{URL_ENV}"', config)
-    relay = Relay(harness.tmp, label, config, standin.api_key)  # type: ignore[attr-defined]
-    relay.env["SESSIONHOOK_WEB_TOKEN"] = TOKEN
-    if database is not None:
-        relay.env[URL_ENV] = database
-    harness.relays.append(relay)
-    relay.start()
     return relay, f"http://127.0.0.1:{port}"
 
 
@@ -180,10 +165,7 @@ def test_the_stream_carries_the_webhooks_ids_and_bytes_and_resumes(
     world.add("pr")
     world.add("fail")
     world.play(pause=0.1)
-    wait_all_delivered(consumer, ["alpha"], world, harness, timeout=30)
-    # Session events may still follow the last activity: compare once nothing is left.
-    wait_settled(consumer, "alpha", world, harness)
-    hits = {h.webhook_id: h for h in consumer.hits("alpha")}
+    hits = settled_hits(consumer, "alpha", world, harness)
     wait_until(
         lambda: {m.id for m in whole.messages} >= set(hits), 20, "every event on the stream"
     )
@@ -256,10 +238,7 @@ def test_events_follow_url_tails_the_stream_and_stops_on_ctrl_c(harness: Harness
                 30,
                 "the session's events in the follower's output",
             )
-            follower.send_signal(signal.SIGINT)
-            assert follower.wait(timeout=10) == 0
-            assert follower.stderr is not None
-            err = follower.stderr.read().decode()
+            err = interrupt(follower)
         finally:
             if follower.poll() is None:
                 follower.kill()
@@ -304,9 +283,7 @@ def test_two_replicas_stream_the_same_events_and_a_consumer_resumes_on_the_other
     world.add("pr")
     world.add("fail")
     world.play(pause=0.1)
-    wait_all_delivered(consumer, ["alpha"], world, harness, timeout=30)
-    wait_settled(consumer, "alpha", world, harness)
-    hits = {h.webhook_id: h for h in consumer.hits("alpha")}
+    hits = settled_hits(consumer, "alpha", world, harness)
     for reader in whole:
         wait_until(
             lambda r=reader: {m.id for m in r.messages} >= set(hits),

@@ -12,44 +12,30 @@ The store is read with ``sqlite3`` (read-only), as the other black-box tests do.
 from __future__ import annotations
 
 import signal
-import sqlite3
 import time
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from .blackbox_consumer import Consumer
-from .standin import StandIn
-from .test_blackbox import (
+from tests.support.blackbox_consumer import Consumer
+from tests.support.delivery_checks import assert_all_verified, assert_session_order
+from tests.support.relay_process import (
     Endpoint,
     Harness,
     Relay,
-    assert_all_verified,
     assert_clean_exit,
-    assert_session_order,
-    harness,
+    read_store,
     relay_config,
     wait_until,
 )
+from tests.support.standin import StandIn
+from tests.support.world import preload
 
 pytestmark = pytest.mark.integration
-__all__ = ["harness"]  # the fixture, shared with test_blackbox
 
 SESSIONS = 12
 PER_SESSION = 25
-
-
-def preload(standin: StandIn, sessions: int, per_session: int) -> dict[str, list[str]]:
-    """Sessions with their whole history already upstream; activity names in order."""
-    order: dict[str, list[str]] = {}
-    for i in range(sessions):
-        name = standin.add_session(f"Busy {i}", state="IN_PROGRESS")
-        order[name] = [
-            standin.append_activity(name, "progressUpdated")["name"] for _ in range(per_session)
-        ]
-    return order
 
 
 def start(harness: Harness, standin: StandIn, label: str, extra: str = "", **config: Any) -> Relay:
@@ -57,17 +43,7 @@ def start(harness: Harness, standin: StandIn, label: str, extra: str = "", **con
     text = relay_config(standin=standin, **config)
     if extra:
         text = text.replace("[store]\n", f"[store]\n{extra}\n", 1)
-    relay = Relay(harness.tmp, label, text, standin.api_key)
-    harness.relays.append(relay)
-    return relay.start()
-
-
-def read(store: Path, sql: str) -> list[tuple[Any, ...]]:
-    conn = sqlite3.connect(f"file:{store}?mode=ro", uri=True)
-    try:
-        return conn.execute(sql).fetchall()
-    finally:
-        conn.close()
+    return harness.start(label, text, standin.api_key)
 
 
 def delivered_ids(consumer: Consumer, endpoint: str) -> set[str]:
@@ -138,7 +114,7 @@ def test_kill_9_mid_delivery_loses_nothing_and_records_each_attempt_once(
         harness.diagnostics,
     )
     wait_until(
-        lambda: not read(store, "SELECT 1 FROM deliveries WHERE status != 'delivered'"),
+        lambda: not read_store(store, "SELECT 1 FROM deliveries WHERE status != 'delivered'"),
         20,
         "the last results committed",
         harness.diagnostics,
@@ -149,13 +125,13 @@ def test_kill_9_mid_delivery_loses_nothing_and_records_each_attempt_once(
     hits = consumer.hits("main")
     assert_all_verified(hits)
     # Nothing lost: every archived event was delivered, exactly one outbox row each.
-    event_ids = {r[0] for r in read(store, "SELECT id FROM events")}
+    event_ids = {r[0] for r in read_store(store, "SELECT id FROM events")}
     assert len(event_ids) == total
     assert delivered_ids(consumer, "main") == event_ids
-    per_event = Counter(r[0] for r in read(store, "SELECT event_id FROM deliveries"))
+    per_event = Counter(r[0] for r in read_store(store, "SELECT event_id FROM deliveries"))
     assert set(per_event.values()) == {1}
     # No attempt recorded twice; attempt numbers run 1..n per delivery.
-    attempts = read(store, "SELECT delivery_id, attempt FROM attempts ORDER BY delivery_id")
+    attempts = read_store(store, "SELECT delivery_id, attempt FROM attempts ORDER BY delivery_id")
     assert len(attempts) == len(set(attempts)), "an attempt was recorded twice"
     numbers: dict[int, list[int]] = {}
     for delivery_id, attempt in attempts:
@@ -182,11 +158,11 @@ def test_retention_prunes_the_delivery_log_but_not_the_archive(harness: Harness)
     )
     first.proc.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
     assert_clean_exit(first)
-    assert read(store, "SELECT COUNT(*) FROM attempts")[0][0] >= 18
-    events_before = read(store, "SELECT COUNT(*) FROM events")[0][0]
+    assert read_store(store, "SELECT COUNT(*) FROM attempts")[0][0] >= 18
+    events_before = read_store(store, "SELECT COUNT(*) FROM events")[0][0]
     # Let every row get older than the retention below, however fast the relay restarts
     # (its start-up pass is the only one within the test: the next is 10 min later).
-    newest = read(
+    newest = read_store(
         store,
         "SELECT MAX(t) FROM (SELECT MAX(updated_at) AS t FROM deliveries"
         " UNION ALL SELECT MAX(started_at) FROM attempts)",
@@ -196,14 +172,14 @@ def test_retention_prunes_the_delivery_log_but_not_the_archive(harness: Harness)
     # Restarted with a retention of one second: the start-up pass prunes what is older.
     second = start(harness, standin, "prune", 'delivery_log_retention = "1s"', **config)
     wait_until(
-        lambda: read(store, "SELECT COUNT(*) FROM deliveries")[0][0] == 0,
+        lambda: read_store(store, "SELECT COUNT(*) FROM deliveries")[0][0] == 0,
         20,
         "the delivered rows pruned",
         harness.diagnostics,
     )
     second.proc.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
     assert_clean_exit(second)
-    assert read(store, "SELECT COUNT(*) FROM attempts")[0][0] == 0
-    assert read(store, "SELECT COUNT(*) FROM events")[0][0] == events_before
-    assert read(store, "SELECT COUNT(*) FROM activities")[0][0] == 15
+    assert read_store(store, "SELECT COUNT(*) FROM attempts")[0][0] == 0
+    assert read_store(store, "SELECT COUNT(*) FROM events")[0][0] == events_before
+    assert read_store(store, "SELECT COUNT(*) FROM activities")[0][0] == 15
     assert any(e.get("event") == "store.pruned" for e in second.log_events())

@@ -1,5 +1,5 @@
 """Black-box tests of ``sessionhook run`` against a hostile upstream: the real command in a
-subprocess, the independent stand-in (``tests/standin.py``) misbehaving on purpose, a
+subprocess, the independent stand-in (``tests/support/standin.py``) misbehaving on purpose, a
 verifying webhook consumer. Nothing is imported from ``sessionhook``.
 
 Each case is one the relay used to lose to: a 10^5-deep answer (the daemon died), a 50 MB
@@ -12,7 +12,6 @@ session or for nothing (archived under the wrong session) and ``createTime: "gar
 from __future__ import annotations
 
 import itertools
-import subprocess
 import urllib.request
 from collections.abc import Sequence
 from datetime import datetime
@@ -21,40 +20,11 @@ from typing import Any
 
 import pytest
 
-from .blackbox_consumer import Consumer
-from .standin import StandIn, parse_time
-from .test_blackbox import (
-    SESSIONHOOK,
-    Endpoint,
-    Harness,
-    Relay,
-    harness,
-    relay_config,
-    wait_ready,
-    wait_until,
-)
+from tests.support.blackbox_consumer import Consumer
+from tests.support.relay_process import Endpoint, Harness, Relay, sessionhook, wait_until
+from tests.support.standin import StandIn, parse_time
 
 pytestmark = pytest.mark.integration
-__all__ = ["harness"]  # the fixture, imported for pytest
-
-
-def start_relay(
-    h: Harness,
-    standin: StandIn,
-    endpoints: list[Endpoint],
-    *,
-    api: tuple[str, ...] = (),
-    poll: tuple[str, ...] = (),
-    **config: Any,
-) -> Relay:
-    """``sessionhook run`` with extra ``[api]`` and ``[poll]`` lines."""
-    config.setdefault("store", h.tmp / "relay.db")
-    text = relay_config(standin=standin, endpoints=endpoints, **config)
-    text = text.replace("[api]\n", "[api]\n" + "".join(f"{line}\n" for line in api), 1)
-    text = text.replace("[poll]\n", "[poll]\n" + "".join(f"{line}\n" for line in poll), 1)
-    relay = Relay(h.tmp, "relay", text, standin.api_key)
-    h.relays.append(relay)
-    return relay.start()
 
 
 def logged(relay: Relay, event: str, **fields: Any) -> list[dict[str, Any]]:
@@ -65,15 +35,17 @@ def logged(relay: Relay, event: str, **fields: Any) -> list[dict[str, Any]]:
     ]
 
 
-def status_output(relay: Relay) -> str:
-    done = subprocess.run(
-        [str(SESSIONHOOK), "status", "--config", str(relay.config_path)],
-        capture_output=True,
-        text=True,
-        env=relay.env,
-        timeout=30,
-        check=False,
+def wait_logged(
+    relay: Relay, event: str, what: str, *, times: int = 1, timeout: float = 20, **fields: Any
+) -> None:
+    """Until the relay logged ``event`` (with ``fields``) at least ``times`` times."""
+    wait_until(
+        lambda: len(logged(relay, event, **fields)) >= times, timeout, what, relay.diagnostics
     )
+
+
+def status_output(relay: Relay) -> str:
+    done = relay.command("status")
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -95,10 +67,7 @@ def alive(relay: Relay) -> None:
 def relay_on_standin(harness: Harness, **config: Any) -> tuple[StandIn, Consumer, Relay]:
     """A stand-in, a consumer with endpoint ``main``, and the relay after its first pass."""
     standin = harness.standin()
-    consumer = harness.consumer()
-    url, secret = consumer.add_endpoint("main")
-    relay = start_relay(harness, standin, [Endpoint("main", url, secret)], **config)
-    wait_ready(standin, relay)
+    consumer, relay = harness.main_relay(standin, **config)
     return standin, consumer, relay
 
 
@@ -132,24 +101,18 @@ def test_deeply_nested_answers_are_malformed_and_the_daemon_stays_up(harness: Ha
     consumer = harness.consumer()
     url, secret = consumer.add_endpoint("main")
     standin.set_deep("list_sessions")
-    relay = start_relay(harness, standin, [Endpoint("main", url, secret)])
-    wait_until(
-        lambda: len(logged(relay, "discovery.failed", kind="too_deep")) >= 2,
-        20,
+    relay = harness.relay(standin, "relay", endpoints=[Endpoint("main", url, secret)])
+    wait_logged(
+        relay,
+        "discovery.failed",
         "discovery to fail on the deep answer, twice",
-        relay.diagnostics,
+        kind="too_deep",
+        times=2,
     )
     alive(relay)
     # The API command line says it in one line, no traceback.
     env = {**relay.env, "SESSIONHOOK_BASE_URL": standin.base_url}
-    cli = subprocess.run(
-        [str(SESSIONHOOK), "sessions", "list"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=30,
-        check=False,
-    )
+    cli = sessionhook("sessions", "list", env=env, timeout=30)
     assert cli.returncode == 1, cli
     assert "Traceback" not in cli.stderr
     assert len(cli.stderr.strip().splitlines()) == 1, cli.stderr
@@ -158,28 +121,19 @@ def test_deeply_nested_answers_are_malformed_and_the_daemon_stays_up(harness: Ha
     standin.set_deep("list_sessions", on=False)
     name = standin.add_session("Deep one", state="IN_PROGRESS")
     first = standin.append_activity(name, "planGenerated")
-    wait_until(
-        lambda: first["name"] in consumer.delivered_activity_names("main"),
-        20,
-        "delivery once the session list heals",
-        relay.diagnostics,
-    )
+    wait_delivered(consumer, relay, "delivery once the session list heals", [first], timeout=20)
     standin.set_deep("list_activities")
     second = standin.append_activity(name, "agentMessaged")
-    wait_until(
-        lambda: logged(relay, "poll.failed", kind="too_deep", session=name),
-        20,
+    wait_logged(
+        relay,
+        "poll.failed",
         "the activity poll to fail on the deep answer",
-        relay.diagnostics,
+        kind="too_deep",
+        session=name,
     )
     alive(relay)
     standin.set_deep("list_activities", on=False)
-    wait_until(
-        lambda: second["name"] in consumer.delivered_activity_names("main"),
-        20,
-        "delivery once the activity list heals",
-        relay.diagnostics,
-    )
+    wait_delivered(consumer, relay, "delivery once the activity list heals", [second], timeout=20)
     code, _ = relay.terminate()
     assert code == 0 and "Traceback" not in relay.stderr, relay.diagnostics()
 
@@ -187,11 +141,7 @@ def test_deeply_nested_answers_are_malformed_and_the_daemon_stays_up(harness: Ha
 def test_a_50_mb_activity_is_refused_by_name_in_bounded_memory_and_the_rest_delivered(
     harness: Harness,
 ) -> None:
-    standin = harness.standin()
-    consumer = harness.consumer()
-    url, secret = consumer.add_endpoint("main")
-    relay = start_relay(harness, standin, [Endpoint("main", url, secret)])
-    wait_ready(standin, relay)
+    standin, consumer, relay = relay_on_standin(harness)
     # Not working: polled only when its updateTime moves, so the huge page is walked once
     # per change rather than every active_interval.
     name = standin.add_session("Screenshots", state="AWAITING_USER_FEEDBACK")
@@ -200,11 +150,8 @@ def test_a_50_mb_activity_is_refused_by_name_in_bounded_memory_and_the_rest_deli
     huge = standin.append_activity(name, "progressUpdated", artifacts=[media])
     after = standin.append_activity(name, "agentMessaged")
     del media
-    wait_until(
-        lambda: {before["name"], after["name"]} <= consumer.delivered_activity_names("main"),
-        60,
-        "the activities around the huge one",
-        relay.diagnostics,
+    wait_delivered(
+        consumer, relay, "the activities around the huge one", [before, after], timeout=60
     )
     refused = logged(relay, "poll.activity_refused", reason="too_large")
     assert refused and refused[0]["name"] == huge["name"], relay.diagnostics()
@@ -214,12 +161,7 @@ def test_a_50_mb_activity_is_refused_by_name_in_bounded_memory_and_the_rest_deli
     assert rss < 150, f"peak RSS {rss:.0f} MB while a 50 MB answer was served"
     # Polling goes on after it: a later activity arrives.
     later = standin.append_activity(name, "userMessaged")
-    wait_until(
-        lambda: later["name"] in consumer.delivered_activity_names("main"),
-        60,
-        "an activity after the refused one",
-        relay.diagnostics,
-    )
+    wait_delivered(consumer, relay, "an activity after the refused one", [later], timeout=60)
     alive(relay)
     text = status_output(relay)
     assert "refused upstream" in text and "too_large" in text, text
@@ -229,43 +171,30 @@ def test_a_50_mb_activity_is_refused_by_name_in_bounded_memory_and_the_rest_deli
 
 
 def test_a_slow_drip_is_cut_at_the_deadline_and_polling_resumes(harness: Harness) -> None:
-    standin = harness.standin()
-    consumer = harness.consumer()
-    url, secret = consumer.add_endpoint("main")
-    relay = start_relay(harness, standin, [Endpoint("main", url, secret)], api=('timeout = "1s"',))
-    wait_ready(standin, relay)
+    standin, consumer, relay = relay_on_standin(harness, more={"api": ['timeout = "1s"']})
     stuck = standin.add_session("Stuck", state="IN_PROGRESS")
     healthy = standin.add_session("Healthy", state="IN_PROGRESS")
     standin.append_activity(stuck, "planGenerated")
-    wait_until(
-        lambda: {h.session for h in consumer.delivered("main")} >= {stuck, healthy},
-        20,
-        "both sessions announced",
-        relay.diagnostics,
+    wait_delivered(
+        consumer, relay, "both sessions announced", sessions=(stuck, healthy), timeout=20
     )
     standin.set_drip(stuck, interval=0.2)  # a byte every 0.2 s: no read ever times out
     held = standin.append_activity(stuck, "agentMessaged")
     fine = [standin.append_activity(healthy, "progressUpdated") for _ in range(3)]
-    wait_until(
-        lambda: {a["name"] for a in fine} <= consumer.delivered_activity_names("main"),
-        20,
-        "the healthy session's activities while the other drips",
-        relay.diagnostics,
+    wait_delivered(
+        consumer, relay, "the healthy session's activities while the other drips", fine, timeout=20
     )
-    wait_until(
-        lambda: len(logged(relay, "poll.failed", kind="deadline", session=stuck)) >= 2,
-        20,
+    wait_logged(
+        relay,
+        "poll.failed",
         "the dripping poll to be cut at the deadline, twice",
-        relay.diagnostics,
+        kind="deadline",
+        session=stuck,
+        times=2,
     )
     # Discovery drips too: it fails at the deadline, and recovers on its own.
     standin.set_drip("list_sessions", interval=0.2)
-    wait_until(
-        lambda: logged(relay, "discovery.failed", kind="deadline"),
-        20,
-        "discovery to be cut at the deadline",
-        relay.diagnostics,
-    )
+    wait_logged(relay, "discovery.failed", "discovery to be cut at the deadline", kind="deadline")
     standin.set_drip("list_sessions", on=False)
     standin.set_drip(stuck, on=False)
     newcomer = standin.add_session("Newcomer", state="IN_PROGRESS")
@@ -278,28 +207,17 @@ def test_a_slow_drip_is_cut_at_the_deadline_and_polling_resumes(harness: Harness
         "polling and discovery to resume once the upstream heals",
         relay.diagnostics,
     )
-    alive(relay)
-    code, _ = relay.terminate()
-    assert code == 0, relay.diagnostics()
+    stops_cleanly(relay)
 
 
 def test_runaway_pagination_is_bounded_warned_and_backed_off(harness: Harness) -> None:
     """Empty pages under fresh tokens (a page may be empty before the end, AIP-158): only
     max_pages bounds the walk."""
-    standin = harness.standin()
-    consumer = harness.consumer()
-    url, secret = consumer.add_endpoint("main")
-    relay = start_relay(harness, standin, [Endpoint("main", url, secret)], poll=("max_pages = 4",))
-    wait_ready(standin, relay)
+    standin, consumer, relay = relay_on_standin(harness, more={"poll": ["max_pages = 4"]})
     endless = standin.add_session("Endless", state="IN_PROGRESS")
     healthy = standin.add_session("Healthy", state="IN_PROGRESS")
     first = standin.append_activity(endless, "planGenerated")
-    wait_until(
-        lambda: first["name"] in consumer.delivered_activity_names("main"),
-        20,
-        "the endless session's first activity",
-        relay.diagnostics,
-    )
+    wait_delivered(consumer, relay, "the endless session's first activity", [first], timeout=20)
     standin.set_runaway(endless, empty=True)
     path = f"/v1alpha/{endless}/activities"
 
@@ -324,24 +242,14 @@ def test_runaway_pagination_is_bounded_warned_and_backed_off(harness: Harness) -
     assert tokens <= 4 * len(walks()) + 4
     # The session list runs away too: discovery fails the same way.
     standin.set_runaway("list_sessions", empty=True)
-    wait_until(
-        lambda: logged(relay, "discovery.failed", kind="page_limit"),
-        20,
-        "discovery to stop at the page bound",
-        relay.diagnostics,
-    )
+    wait_logged(relay, "discovery.failed", "discovery to stop at the page bound", kind="page_limit")
     standin.set_runaway("list_sessions", on=False)
     standin.set_runaway(endless, on=False)
     later = standin.append_activity(endless, "agentMessaged")
-    wait_until(
-        lambda: later["name"] in consumer.delivered_activity_names("main"),
-        40,
-        "the session to resume once its pagination ends",
-        relay.diagnostics,
+    wait_delivered(
+        consumer, relay, "the session to resume once its pagination ends", [later], timeout=40
     )
-    alive(relay)
-    code, _ = relay.terminate()
-    assert code == 0, relay.diagnostics()
+    stops_cleanly(relay)
 
 
 def test_pagination_that_repeats_itself_ends_at_once_as_a_loop(harness: Harness) -> None:
@@ -364,11 +272,14 @@ def test_pagination_that_repeats_itself_ends_at_once_as_a_loop(harness: Harness)
     walks_before, requests_before = asked("list_activities", path)
     second = standin.append_activity(looping, "agentMessaged")
     mine = [standin.append_activity(healthy, "progressUpdated") for _ in range(3)]
-    wait_until(
-        lambda: len(logged(relay, "poll.failed", kind="page_loop", session=looping)) >= 3,
-        40,
+    wait_logged(
+        relay,
+        "poll.failed",
         "three walks of the looping session ended as loops",
-        relay.diagnostics,
+        kind="page_loop",
+        session=looping,
+        times=3,
+        timeout=40,
     )
     wait_delivered(consumer, relay, "what the first pages brought", [second, *mine], timeout=5)
     warned = logged(relay, "poll.failed", kind="page_loop", session=looping)
@@ -380,11 +291,13 @@ def test_pagination_that_repeats_itself_ends_at_once_as_a_loop(harness: Harness)
     # The session list repeats itself: discovery ends at its third page of repeats.
     standin.set_runaway("list_sessions")
     passes_before, listed_before = asked("list_sessions", "/v1alpha/sessions")
-    wait_until(
-        lambda: len(logged(relay, "discovery.failed", kind="page_loop")) >= 2,
-        30,
+    wait_logged(
+        relay,
+        "discovery.failed",
         "two discovery passes ended as loops",
-        relay.diagnostics,
+        kind="page_loop",
+        times=2,
+        timeout=30,
     )
     passes, listed = asked("list_sessions", "/v1alpha/sessions")
     assert listed - listed_before <= 4 * (passes - passes_before) + 3, (passes, listed)
@@ -462,50 +375,33 @@ def test_one_bad_session_list_item_does_not_stop_discovery_for_the_account(
 def test_a_createtime_in_the_year_9999_does_not_hold_back_later_activities(
     harness: Harness,
 ) -> None:
-    standin = harness.standin()
-    consumer = harness.consumer()
-    url, secret = consumer.add_endpoint("main")
-    relay = start_relay(harness, standin, [Endpoint("main", url, secret)])
-    wait_ready(standin, relay)
+    standin, consumer, relay = relay_on_standin(harness)
     name = standin.add_session("Time traveller", state="IN_PROGRESS")
     future = standin.append_activity(
         name, "progressUpdated", create_time="9999-12-31T23:59:59.999999Z"
     )
-    wait_until(
-        lambda: future["name"] in consumer.delivered_activity_names("main"),
-        20,
+    wait_delivered(
+        consumer,
+        relay,
         "the activity from the future (archived and delivered, not dropped)",
-        relay.diagnostics,
+        [future],
+        timeout=20,
     )
     hit = next(h for h in consumer.delivered("main") if h.activity_name == future["name"])
     assert hit.body is not None and hit.body["timestamp"] == future["createTime"]
     # The session keeps working: what it does next must arrive like anything else.
     later = [standin.append_activity(name, "agentMessaged") for _ in range(3)]
-    wait_until(
-        lambda: {a["name"] for a in later} <= consumer.delivered_activity_names("main"),
-        15,
-        "the activities after the one from the future",
-        relay.diagnostics,
+    wait_delivered(
+        consumer, relay, "the activities after the one from the future", later, timeout=15
     )
-    alive(relay)
-    code, _ = relay.terminate()
-    assert code == 0, relay.diagnostics()
+    stops_cleanly(relay)
 
 
 def test_foreign_names_are_refused_and_garbage_times_become_rfc3339(harness: Harness) -> None:
-    standin = harness.standin()
-    consumer = harness.consumer()
-    url, secret = consumer.add_endpoint("main")
-    relay = start_relay(harness, standin, [Endpoint("main", url, secret)])
-    wait_ready(standin, relay)
+    standin, consumer, relay = relay_on_standin(harness)
     victim = standin.add_session("Victim", state="IN_PROGRESS")
     host = standin.add_session("Host", state="IN_PROGRESS")
-    wait_until(
-        lambda: {h.session for h in consumer.delivered("main")} >= {victim, host},
-        20,
-        "both sessions announced",
-        relay.diagnostics,
-    )
+    wait_delivered(consumer, relay, "both sessions announced", sessions=(victim, host), timeout=20)
     stolen = {
         "name": f"{victim}/activities/{'5' * 32}",
         "id": "5" * 32,
@@ -533,20 +429,16 @@ def test_foreign_names_are_refused_and_garbage_times_become_rfc3339(harness: Har
             "agentMessaged": {"agentMessage": "my clock is broken"},
         },
     )
-    wait_until(
-        lambda: {valid["name"], garbled["name"]} <= consumer.delivered_activity_names("main"),
-        20,
+    wait_delivered(
+        consumer,
+        relay,
         "the valid activities of the page with the strangers",
-        relay.diagnostics,
+        [valid, garbled],
+        timeout=20,
     )
     # Only now does the victim's own list serve it: it must be delivered, as the victim's.
     standin.append_raw(victim, stolen)
-    wait_until(
-        lambda: stolen["name"] in consumer.delivered_activity_names("main"),
-        20,
-        "the victim's activity under the victim",
-        relay.diagnostics,
-    )
+    wait_delivered(consumer, relay, "the victim's activity under the victim", [stolen], timeout=20)
     for h in consumer.delivered("main"):
         if h.activity_name is not None:
             assert h.session is not None
@@ -572,6 +464,4 @@ def test_foreign_names_are_refused_and_garbage_times_become_rfc3339(harness: Har
     text = status_output(relay)
     assert "refused upstream" in text and "foreign_name" in text and "not_a_name" in text, text
     assert "malformed" in text, text
-    alive(relay)
-    code, _ = relay.terminate()
-    assert code == 0, relay.diagnostics()
+    stops_cleanly(relay)

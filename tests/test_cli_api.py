@@ -35,6 +35,7 @@ from sessionhook.cli._output import (
     render_table,
 )
 from sessionhook.emulator.app import create_app
+from tests.support.clock import Clock
 
 KEY = "cli-test-key-123"
 OTHER_KEY = "cli-other-key-456"
@@ -42,19 +43,11 @@ BASE = "http://emulator.test"
 WHOLE_RUN = 60.0
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1_750_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @dataclass
-class Harness:
+class CliHarness:
     """Runs the CLI against one emulator."""
 
-    clock: FakeClock
+    clock: Clock
     runtime: Runtime
     sleeps: list[float] = field(default_factory=list)
 
@@ -81,8 +74,8 @@ class Harness:
         return str(self.json("sessions", "create", prompt, *extra, **kwargs)["name"])
 
 
-def make_harness(**app_kwargs: Any) -> Harness:
-    clock = FakeClock()
+def make_harness(**app_kwargs: Any) -> CliHarness:
+    clock = Clock(1_750_000_000.0)
     app = create_app(api_keys=(KEY, OTHER_KEY), step_delay=1.0, seed=99, clock=clock, **app_kwargs)
     sleeps: list[float] = []
 
@@ -90,11 +83,11 @@ def make_harness(**app_kwargs: Any) -> Harness:
         sleeps.append(seconds)
 
     runtime = Runtime(transport=httpx.ASGITransport(app=app), sleep=fake_sleep)
-    return Harness(clock, runtime, sleeps)
+    return CliHarness(clock, runtime, sleeps)
 
 
 @pytest.fixture
-def h() -> Harness:
+def h() -> CliHarness:
     return make_harness()
 
 
@@ -115,7 +108,7 @@ def assert_one_error_line(result: Result, exit_code: int, *needles: str) -> str:
 # --------------------------------------------------------------------------- sessions
 
 
-def test_create_prints_name_and_state(h: Harness) -> None:
+def test_create_prints_name_and_state(h: CliHarness) -> None:
     out = h.ok("sessions", "create", "Fix the login bug", "--title", "Login")
     first, url = out.splitlines()
     assert first.startswith("created sessions/")
@@ -123,7 +116,7 @@ def test_create_prints_name_and_state(h: Harness) -> None:
     assert url.startswith("https://")
 
 
-def test_create_json_with_every_option(h: Harness) -> None:
+def test_create_json_with_every_option(h: CliHarness) -> None:
     body = h.json(
         "sessions",
         "create",
@@ -151,7 +144,7 @@ def test_create_json_with_every_option(h: Harness) -> None:
     assert h.json("sessions", "get", name)["state"] == "AWAITING_PLAN_APPROVAL"
 
 
-def test_create_reads_the_prompt_from_stdin(h: Harness) -> None:
+def test_create_reads_the_prompt_from_stdin(h: CliHarness) -> None:
     name = h.create("-", input="Write the changelog\nfor 2.0\n")
     assert h.json("sessions", "get", name)["prompt"] == "Write the changelog\nfor 2.0"
 
@@ -165,14 +158,14 @@ def test_create_reads_the_prompt_from_stdin(h: Harness) -> None:
         (("x", "--source", "sources/"), "not a source name"),
     ],
 )
-def test_create_usage_errors_exit_2(h: Harness, args: Sequence[str], needle: str) -> None:
+def test_create_usage_errors_exit_2(h: CliHarness, args: Sequence[str], needle: str) -> None:
     result = h.run("sessions", "create", *args)
     assert result.exit_code == 2
     assert needle in result.stderr
     assert "Traceback" not in result.output
 
 
-def test_list_table_and_json(h: Harness) -> None:
+def test_list_table_and_json(h: CliHarness) -> None:
     first = h.create("First task")
     second = h.create("Second task")
     table = h.ok("sessions", "list").splitlines()
@@ -184,11 +177,11 @@ def test_list_table_and_json(h: Harness) -> None:
     assert "nextPageToken" not in body
 
 
-def test_list_empty(h: Harness) -> None:
+def test_list_empty(h: CliHarness) -> None:
     assert h.ok("sessions", "list").strip() == "no sessions"
 
 
-def test_list_pages_by_token_and_walks_with_all(h: Harness) -> None:
+def test_list_pages_by_token_and_walks_with_all(h: CliHarness) -> None:
     names = [h.create(f"task {i}") for i in range(5)]
     out = h.ok("sessions", "list", "--page-size", "2")
     last = out.splitlines()[-1]
@@ -213,13 +206,13 @@ def test_list_pages_by_token_and_walks_with_all(h: Harness) -> None:
         ("--timeout", "0"),
     ],
 )
-def test_list_usage_errors_exit_2(h: Harness, args: Sequence[str]) -> None:
+def test_list_usage_errors_exit_2(h: CliHarness, args: Sequence[str]) -> None:
     result = h.run("sessions", "list", *args)
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output
 
 
-def test_get_human_output(h: Harness) -> None:
+def test_get_human_output(h: CliHarness) -> None:
     name = h.create("Add a cache", "--source", "sources/github/acme/api-server", "--auto-pr")
     h.clock.now += WHOLE_RUN
     out = h.ok("sessions", "get", name.removeprefix("sessions/"))
@@ -230,7 +223,7 @@ def test_get_human_output(h: Harness) -> None:
     assert "github.com/acme/api-server/pull/" in fields["pull requests"]
 
 
-def test_times_for_people_are_rfc3339_to_the_second(h: Harness) -> None:
+def test_times_for_people_are_rfc3339_to_the_second(h: CliHarness) -> None:
     # They were "2026-11-22 12:00:03Z" (a space, not RFC 3339's T): issue 20.
     name = h.create("Add a cache")
     h.clock.now += WHOLE_RUN
@@ -247,7 +240,7 @@ def test_times_for_people_are_rfc3339_to_the_second(h: Harness) -> None:
     assert f"{activities[0]['createTime'][:19]}Z" in listed.splitlines()[1]
 
 
-def test_message_approve_delete(h: Harness) -> None:
+def test_message_approve_delete(h: CliHarness) -> None:
     name = h.create("Plan first", "--require-plan-approval")
     h.clock.now += WHOLE_RUN
     assert h.ok("sessions", "approve", name) == f"approved the plan of {name}\n"
@@ -262,7 +255,7 @@ def test_message_approve_delete(h: Harness) -> None:
     assert_one_error_line(result, 1, "404 NOT_FOUND", "check the name or id")
 
 
-def test_approve_without_a_waiting_plan_is_one_line_400(h: Harness) -> None:
+def test_approve_without_a_waiting_plan_is_one_line_400(h: CliHarness) -> None:
     name = h.create("No approval asked")
     result = h.run("sessions", "approve", name)
     assert_one_error_line(result, 1, "400 INVALID_ARGUMENT", "check the arguments")
@@ -278,7 +271,7 @@ def test_approve_without_a_waiting_plan_is_one_line_400(h: Harness) -> None:
         ("sources", "get", "sources/"),
     ],
 )
-def test_malformed_names_are_usage_errors(h: Harness, args: Sequence[str]) -> None:
+def test_malformed_names_are_usage_errors(h: CliHarness, args: Sequence[str]) -> None:
     result = h.run(*args)
     assert result.exit_code == 2
     assert "Traceback" not in result.output
@@ -287,7 +280,7 @@ def test_malformed_names_are_usage_errors(h: Harness, args: Sequence[str]) -> No
 # --------------------------------------------------------------------------- activities
 
 
-def test_activities_list_get_and_create_time(h: Harness) -> None:
+def test_activities_list_get_and_create_time(h: CliHarness) -> None:
     name = h.create("Document the API")
     h.clock.now += WHOLE_RUN
     table = h.ok("activities", "list", name).splitlines()
@@ -310,7 +303,7 @@ def test_activities_list_get_and_create_time(h: Harness) -> None:
     assert "change set on" in last
 
 
-def test_activities_list_pages(h: Harness) -> None:
+def test_activities_list_pages(h: CliHarness) -> None:
     name = h.create("Many steps")
     h.clock.now += WHOLE_RUN
     out = h.ok("activities", "list", name, "--page-size", "1")
@@ -318,7 +311,7 @@ def test_activities_list_pages(h: Harness) -> None:
     assert len(out.splitlines()) == 3  # header, one row, next-page line
 
 
-def test_activities_bad_create_time_is_a_usage_error(h: Harness) -> None:
+def test_activities_bad_create_time_is_a_usage_error(h: CliHarness) -> None:
     result = h.run("activities", "list", "123", "--create-time", "yesterday")
     assert result.exit_code == 2
     assert "RFC 3339" in result.stderr
@@ -327,7 +320,7 @@ def test_activities_bad_create_time_is_a_usage_error(h: Harness) -> None:
 # --------------------------------------------------------------------------- sources
 
 
-def test_sources_list_filter_and_get(h: Harness) -> None:
+def test_sources_list_filter_and_get(h: CliHarness) -> None:
     table = h.ok("sources", "list").splitlines()
     # The emulator's list items carry no privacy or branches: those columns are left out.
     assert table[0].split() == ["NAME", "REPOSITORY"]
@@ -374,7 +367,7 @@ def test_sources_table_shows_privacy_and_default_branch_when_given() -> None:
     ]
 
 
-def test_bad_source_filter_is_one_line_400(h: Harness) -> None:
+def test_bad_source_filter_is_one_line_400(h: CliHarness) -> None:
     result = h.run("sources", "list", "--filter", "owner=acme")
     assert_one_error_line(result, 1, "400 INVALID_ARGUMENT")
 
@@ -382,24 +375,24 @@ def test_bad_source_filter_is_one_line_400(h: Harness) -> None:
 # --------------------------------------------------------------------------- errors
 
 
-def test_wrong_key_is_one_clear_line_and_exit_1(h: Harness) -> None:
+def test_wrong_key_is_one_clear_line_and_exit_1(h: CliHarness) -> None:
     result = h.run("sessions", "list", key="not-a-real-key-xyz")
     line = assert_one_error_line(result, 1, "401 UNAUTHENTICATED", "SESSIONHOOK_API_KEY")
     assert "not-a-real-key-xyz" not in result.output
     assert " — " in line
 
 
-def test_wrong_key_json_mode_also_one_line(h: Harness) -> None:
+def test_wrong_key_json_mode_also_one_line(h: CliHarness) -> None:
     result = h.run("sources", "get", "github/acme/webapp", "--json", key="bad-key-000")
     assert_one_error_line(result, 1, "401")
 
 
-def test_missing_key_exits_2_with_a_hint(h: Harness) -> None:
+def test_missing_key_exits_2_with_a_hint(h: CliHarness) -> None:
     result = h.run("sessions", "list", key=None)
     assert_one_error_line(result, 2, "SESSIONHOOK_API_KEY is not set", "export")
 
 
-def test_another_accounts_session_is_403(h: Harness) -> None:
+def test_another_accounts_session_is_403(h: CliHarness) -> None:
     name = h.create("Mine only")
     result = h.run("sessions", "get", name, key=OTHER_KEY)
     assert_one_error_line(result, 1, "403 PERMISSION_DENIED", "no access")
@@ -462,7 +455,7 @@ def test_base_url_comes_from_the_environment_and_the_option_wins() -> None:
     ]
 
 
-def test_api_key_header_option(h: Harness) -> None:
+def test_api_key_header_option(h: CliHarness) -> None:
     seen: list[httpx.Headers] = []
 
     def record(request: httpx.Request) -> httpx.Response:

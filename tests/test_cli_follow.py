@@ -23,22 +23,32 @@ import httpx
 import pytest
 
 from sessionhook.cli.ops_events import follow_stream, parse_sse
-from sessionhook.relay.config import Config
 from sessionhook.relay.ops import EventFilter
 from sessionhook.relay.store import AsyncStore
-from sessionhook.relay.telemetry.metrics import Metrics
-from sessionhook.relay.web import Bell, WebAuth, WebContext, create_app
+from sessionhook.relay.web import Bell, create_app
 from sessionhook.relay.web import server as health
-
-from .conftest import Backend
-from .pg import Cluster
-from .test_web_stream import TOKEN, Relay, _free_port
+from tests.support.backends import Backend
+from tests.support.loopback import free_port
+from tests.support.pg import Cluster
+from tests.support.processes import interrupt
+from tests.support.relay_process import sessionhook
+from tests.support.web_relay import TOKEN, WebRelay, web_context
 
 SESSIONHOOK = Path(sys.executable).parent / "sessionhook"
 
 
 def _env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("SESSIONHOOK_")}
+
+
+def events(*args: str) -> subprocess.Popen[bytes]:
+    """``sessionhook events ARGS`` (a follower), its output in pipes."""
+    return subprocess.Popen(
+        [str(SESSIONHOOK), "events", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_env(),
+    )
 
 
 def store_args(backend: Backend, tmp_path: Path) -> list[str]:
@@ -76,14 +86,14 @@ class Lines:
         return lines
 
 
-def _counter(backend: Backend) -> Relay:
+def _counter(backend: Backend) -> WebRelay:
     """Creates the store; numbers the events :func:`_archive` adds to it."""
-    counter = Relay(AsyncStore(backend.open()), "", Bell())
+    counter = WebRelay(AsyncStore(backend.open()), "", Bell())
     anyio.run(counter.astore.close)
     return counter
 
 
-def _archive(backend: Backend, counter: Relay, n: int, **kw: str) -> list[str]:
+def _archive(backend: Backend, counter: WebRelay, n: int, **kw: str) -> list[str]:
     """Archive ``n`` events in the store, as another process than the follower."""
 
     async def go() -> list[str]:
@@ -99,26 +109,19 @@ def _archive(backend: Backend, counter: Relay, n: int, **kw: str) -> list[str]:
 def test_follow_the_store_with_filters_then_ctrl_c(backend: Backend, tmp_path: Path) -> None:
     counter = _counter(backend)
     old = _archive(backend, counter, 2, kind="session.completed")
-    with subprocess.Popen(
-        [
-            str(SESSIONHOOK),
-            "events",
-            "--follow",
-            *store_args(backend, tmp_path),
-            "--format",
-            "ndjson",
-            "--type",
-            "session.*",
-            "--type",
-            "*.plan_*",
-            "--session",
-            "sessions/1",
-            "--last-event-id",
-            old[-1],
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=_env(),
+    with events(
+        "--follow",
+        *store_args(backend, tmp_path),
+        "--format",
+        "ndjson",
+        "--type",
+        "session.*",
+        "--type",
+        "*.plan_*",
+        "--session",
+        "sessions/1",
+        "--last-event-id",
+        old[-1],
     ) as proc:
         try:
             lines = Lines(proc.stdout)  # type: ignore[arg-type]
@@ -127,10 +130,7 @@ def test_follow_the_store_with_filters_then_ctrl_c(backend: Backend, tmp_path: P
             _archive(backend, counter, 1, kind="session.failed", session="sessions/2")
             wanted += _archive(backend, counter, 1, kind="activity.plan_generated")
             got = [json.loads(line) for line in lines.take(3)]
-            proc.send_signal(signal.SIGINT)
-            assert proc.wait(timeout=10) == 0
-            assert proc.stderr is not None
-            err = proc.stderr.read().decode()
+            err = interrupt(proc)
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -146,32 +146,19 @@ def test_follow_resumes_after_an_id_and_refuses_an_unknown_one(
     counter = _counter(backend)
     ids = _archive(backend, counter, 4)
     where = store_args(backend, tmp_path)
-    with subprocess.Popen(
-        [str(SESSIONHOOK), "events", "-f", *where, "--last-event-id", ids[1]],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=_env(),
-    ) as proc:
+    with events("-f", *where, "--last-event-id", ids[1]) as proc:
         try:
             lines = Lines(proc.stdout).take(2)  # type: ignore[arg-type]
         finally:
             proc.send_signal(signal.SIGINT)
             proc.wait(timeout=10)
     assert [line.split()[-1] for line in lines] == ids[2:]
-    unknown = subprocess.run(
-        [str(SESSIONHOOK), "events", "-f", *where, "--last-event-id", "evt_nope"],
-        capture_output=True,
-        env=_env(),
-        timeout=30,
+    unknown = sessionhook(
+        "events", "-f", *where, "--last-event-id", "evt_nope", env=_env(), timeout=30
     )
     assert unknown.returncode == 1
-    assert unknown.stderr.decode().startswith("error: unknown event id 'evt_nope'")
-    usage = subprocess.run(
-        [str(SESSIONHOOK), "events", "-f", *where, "--format", "json"],
-        capture_output=True,
-        env=_env(),
-        timeout=30,
-    )
+    assert unknown.stderr.startswith("error: unknown event id 'evt_nope'")
+    usage = sessionhook("events", "-f", *where, "--format", "json", env=_env(), timeout=30)
     assert usage.returncode == 2
 
 
@@ -184,12 +171,7 @@ def test_follow_the_store_waits_out_a_database_restart(
     counter = _counter(backend)
     first = _archive(backend, counter, 1)
     where = store_args(backend, tmp_path)
-    with subprocess.Popen(
-        [str(SESSIONHOOK), "events", "-f", *where, "--format", "ndjson", "--last-event-id", *first],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=_env(),
-    ) as proc:
+    with events("-f", *where, "--format", "ndjson", "--last-event-id", *first) as proc:
         try:
             out = Lines(proc.stdout)  # type: ignore[arg-type]
             err = Lines(proc.stderr)  # type: ignore[arg-type]
@@ -229,18 +211,10 @@ async def test_parse_sse_joins_data_lines_and_skips_comments() -> None:
 async def test_follow_stream_reconnects_with_last_event_id(backend: Backend) -> None:
     """The daemon restarts under the follower: it reconnects and resumes, nothing missed
     or repeated."""
-    listen = f"127.0.0.1:{_free_port()}"
-    config = Config.model_validate({"server": {"listen": listen, "token_env": "T"}})
+    listen = f"127.0.0.1:{free_port()}"
     astore = AsyncStore(backend.open())
-    bell = Bell()
-    ctx = WebContext(
-        config=lambda: config,
-        store=lambda: astore,
-        metrics=Metrics(),
-        auth=WebAuth(TOKEN),
-        bell=bell,
-    )
-    relay = Relay(astore, f"http://{listen}", bell)
+    ctx = web_context(astore, listen)
+    relay = WebRelay(astore, f"http://{listen}", ctx.bell)
     first = await relay.archive(1)
     expected: list[str] = []
     got: list[str] = []

@@ -1,6 +1,6 @@
 """The operator's commands, through click's CliRunner, against a store filled by a REAL run.
 
-The module fixture serves the emulator and four webhook consumers (``tests/receiver.py``,
+The module fixture serves the emulator and four webhook consumers (``tests/support/receiver.py``,
 which checks every signature with the Standard Webhooks reference package) on loopback
 sockets, creates sessions, lets the emulated agent finish them, and runs
 ``sessionhook run --config FILE --once`` in a subprocess, exactly as an operator would.
@@ -16,7 +16,7 @@ The consumers behave differently, so the store holds every kind of row:
 Read commands run against the daemon's own store (found through ``--config``); write
 commands against a copy (``--db``, or a config naming a copied database), so that the tests
 stay independent of one another. The module runs twice: the daemon and the commands on a
-SQLite file, then on a PostgreSQL database of the session's cluster (``tests/pg.py``; a
+SQLite file, then on a PostgreSQL database of the session's cluster (``tests/support/pg.py``; a
 copy is ``CREATE DATABASE ... TEMPLATE`` of the run's database).
 """
 
@@ -51,26 +51,15 @@ from sessionhook.relay.ops import PING_TYPE, ping_event
 from sessionhook.relay.store import PostgresStore, Store, StoreCore
 from sessionhook.relay.store.ops_queries import OperatorQueries
 from sessionhook.relay.web import server as health
-
-from .conftest import TEMPLATE
-from .pg import Cluster
-from .receiver import Receiver
+from tests.support.clock import Clock
+from tests.support.pg import TEMPLATE, Cluster
+from tests.support.receiver import Receiver
 
 pytestmark = pytest.mark.integration
 
 API_KEY = "sk-test-7c1f0a9e5d3b2a1f9e8d7c6b"
 SECRETS = {name: generate_secret() for name in ("ci", "flaky", "broken", "gone")}
 SOURCE = "sources/github/acme/api-server"
-
-
-class _Clock:
-    """The emulator's clock: the agent's steps happen when the test moves it."""
-
-    def __init__(self, start: float) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @dataclass
@@ -208,7 +197,7 @@ def run(
         name = cluster.create_database(TEMPLATE)
         where = Where(Path("relay.db"), cluster.url(name), directory / "config.toml")
     # Upstream times two hours ago, so that "--since 3h" covers them and "--since 1h" not.
-    clock = _Clock(time.time() - 2 * 3600)
+    clock = Clock(time.time() - 2 * 3600)
     servers: list[Future[Any]] = []
     with start_blocking_portal(backend="asyncio") as portal:
         emulator = create_emulator(api_keys=[API_KEY], step_delay=1.0, seed=7, clock=clock)

@@ -31,6 +31,9 @@ from sessionhook.api import (
 )
 from sessionhook.api.models import parse_timestamp
 from sessionhook.emulator.app import create_app
+from tests.support.clock import Clock
+
+pytestmark = pytest.mark.anyio
 
 KEY = "test-key"
 SECOND_KEY = "test-key-2"  # a second key of the same account
@@ -41,19 +44,6 @@ STEP = 1.0
 # Long enough for any script (start, plan, approval, up to 4 steps, PR, completion).
 WHOLE_RUN = 60.0
 NO_JITTER = RetryPolicy(jitter=0.0)
-
-
-class FakeClock:
-    """The emulator's clock: stands still until a test moves it."""
-
-    def __init__(self, start: float = START) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 class CountingTransport(httpx.AsyncBaseTransport):
@@ -71,7 +61,7 @@ class CountingTransport(httpx.AsyncBaseTransport):
 @dataclass
 class Emulator:
     app: Starlette
-    clock: FakeClock
+    clock: Clock
     transport: CountingTransport
     sleeps: list[float] = field(default_factory=list)
 
@@ -91,7 +81,7 @@ class Emulator:
 
 
 def make_emulator(**kwargs: Any) -> Emulator:
-    clock = FakeClock()
+    clock = Clock(START)
     kwargs.setdefault("api_keys", ((KEY, SECOND_KEY), OTHER_KEY))
     app = create_app(step_delay=STEP, seed=1234, clock=clock, **kwargs)
     return Emulator(app, clock, CountingTransport(httpx.ASGITransport(app=app)))
@@ -109,7 +99,6 @@ async def all_activities(client: SessionsClient, session: str) -> list[Activity]
 # --------------------------------------------------------------------------- sessions
 
 
-@pytest.mark.anyio
 async def test_create_get_list_a_repository_session(emu: Emulator) -> None:
     async with emu.client() as client:
         created = await client.create_session(
@@ -133,7 +122,6 @@ async def test_create_get_list_a_repository_session(emu: Emulator) -> None:
     assert listed.next_page_token == ""
 
 
-@pytest.mark.anyio
 async def test_a_session_runs_to_completion_and_its_activities_read_back(emu: Emulator) -> None:
     async with emu.client() as client:
         created = await client.create_session("Add a slugify function")
@@ -157,7 +145,6 @@ async def test_a_session_runs_to_completion_and_its_activities_read_back(emu: Em
     assert all(a.session_name == created.name for a in activities)
 
 
-@pytest.mark.anyio
 async def test_plan_approval_flow(emu: Emulator) -> None:
     async with emu.client() as client:
         created = await client.create_session("Refactor the parser", require_plan_approval=True)
@@ -173,7 +160,6 @@ async def test_plan_approval_flow(emu: Emulator) -> None:
     assert kinds.index("planGenerated") < kinds.index("planApproved")
 
 
-@pytest.mark.anyio
 async def test_a_question_waits_for_a_message(emu: Emulator) -> None:
     async with emu.client() as client:
         created = await client.create_session("Tidy the config loader [ask]")
@@ -191,7 +177,6 @@ async def test_a_question_waits_for_a_message(emu: Emulator) -> None:
     assert messages == ["Raise an error on empty values."]
 
 
-@pytest.mark.anyio
 async def test_a_failing_session_reports_its_reason(emu: Emulator) -> None:
     async with emu.client() as client:
         created = await client.create_session("Upgrade everything [fail]")
@@ -203,7 +188,6 @@ async def test_a_failing_session_reports_its_reason(emu: Emulator) -> None:
     assert last.session_failed.reason
 
 
-@pytest.mark.anyio
 async def test_auto_pr_puts_a_pull_request_in_outputs(emu: Emulator) -> None:
     async with emu.client() as client:
         created = await client.create_session(
@@ -218,7 +202,6 @@ async def test_auto_pr_puts_a_pull_request_in_outputs(emu: Emulator) -> None:
     assert done.pull_requests[0].url.startswith("https://")
 
 
-@pytest.mark.anyio
 async def test_delete_then_the_session_is_gone(emu: Emulator) -> None:
     async with emu.client() as client:
         created = await client.create_session("Short-lived")
@@ -230,14 +213,12 @@ async def test_delete_then_the_session_is_gone(emu: Emulator) -> None:
         assert (await client.list_sessions()).sessions == []
 
 
-@pytest.mark.anyio
 async def test_every_key_of_an_account_sees_its_sessions(emu: Emulator) -> None:
     async with emu.client(KEY) as first, emu.client(SECOND_KEY) as second:
         created = await first.create_session("Shared work")
         assert (await second.get_session(created.id)).name == created.name
 
 
-@pytest.mark.anyio
 async def test_create_time_filter_returns_the_later_activities(emu: Emulator) -> None:
     async with emu.client() as client:
         created = await client.create_session("Write docs")
@@ -252,7 +233,6 @@ async def test_create_time_filter_returns_the_later_activities(emu: Emulator) ->
 # --------------------------------------------------------------------------- sources
 
 
-@pytest.mark.anyio
 async def test_sources_list_filter_and_get(emu: Emulator) -> None:
     async with emu.client() as client:
         page = await client.list_sources()
@@ -276,7 +256,6 @@ async def test_sources_list_filter_and_get(emu: Emulator) -> None:
 # --------------------------------------------------------------------------- errors
 
 
-@pytest.mark.anyio
 async def test_400_invalid_argument_with_field_violations(emu: Emulator) -> None:
     async with emu.client() as client:
         with pytest.raises(InvalidArgumentError) as empty_prompt:
@@ -296,7 +275,6 @@ async def test_400_invalid_argument_with_field_violations(emu: Emulator) -> None
     assert empty_prompt.value.error.details[0]["fieldViolations"][0]["field"] == "prompt"
 
 
-@pytest.mark.anyio
 @pytest.mark.parametrize("page_size", [0, 101, -1])
 async def test_400_for_a_page_size_out_of_range(emu: Emulator, page_size: int) -> None:
     async with emu.client() as client:
@@ -304,14 +282,12 @@ async def test_400_for_a_page_size_out_of_range(emu: Emulator, page_size: int) -
             await client.list_sessions(page_size=page_size)
 
 
-@pytest.mark.anyio
 async def test_400_for_a_page_token_that_is_not_the_servers(emu: Emulator) -> None:
     async with emu.client() as client:
         with pytest.raises(InvalidArgumentError):
             await client.list_sessions(page_token="forged-token")
 
 
-@pytest.mark.anyio
 async def test_401_for_an_unknown_key_on_every_endpoint(emu: Emulator) -> None:
     async with emu.client() as good:
         created = await good.create_session("Mine")
@@ -337,7 +313,6 @@ async def test_401_for_an_unknown_key_on_every_endpoint(emu: Emulator) -> None:
     assert emu.sleeps == []
 
 
-@pytest.mark.anyio
 async def test_403_for_another_accounts_session(emu: Emulator) -> None:
     async with emu.client() as mine:
         created = await mine.create_session("Private work")
@@ -360,7 +335,6 @@ async def test_403_for_another_accounts_session(emu: Emulator) -> None:
         assert (await theirs.list_sessions()).sessions == []
 
 
-@pytest.mark.anyio
 async def test_404_for_what_does_not_exist(emu: Emulator) -> None:
     async with emu.client() as client:
         created = await client.create_session("Exists")
@@ -377,7 +351,6 @@ async def test_404_for_what_does_not_exist(emu: Emulator) -> None:
             assert caught.value.error.status == "NOT_FOUND"
 
 
-@pytest.mark.anyio
 async def test_forced_429_is_retried_honouring_retry_after(emu: Emulator) -> None:
     async with emu.client(headers={"x-emulator-fault": "429"}) as client:
         with pytest.raises(RateLimitedError) as caught:
@@ -391,7 +364,6 @@ async def test_forced_429_is_retried_honouring_retry_after(emu: Emulator) -> Non
     assert emu.sleeps == [1.0, 2.0, 4.0, 8.0]
 
 
-@pytest.mark.anyio
 async def test_forced_500_is_retried_for_reads_but_not_for_creates(emu: Emulator) -> None:
     async with emu.client(headers={"x-emulator-fault": "500"}) as client:
         with pytest.raises(ServerError) as read:
@@ -408,7 +380,6 @@ async def test_forced_500_is_retried_for_reads_but_not_for_creates(emu: Emulator
         assert (await client.list_sessions()).sessions == []
 
 
-@pytest.mark.anyio
 async def test_configured_rate_limit_fault_is_a_429() -> None:
     emu = make_emulator(fault_rate_limit=1.0)
     async with emu.client(retry=RetryPolicy(max_attempts=1)) as client:
@@ -416,7 +387,6 @@ async def test_configured_rate_limit_fault_is_a_429() -> None:
             await client.list_sources()
 
 
-@pytest.mark.anyio
 async def test_configured_error_fault_is_a_5xx() -> None:
     emu = make_emulator(fault_error=1.0)
     async with emu.client(retry=RetryPolicy(max_attempts=1)) as client:
@@ -452,7 +422,6 @@ async def walk_pages(
     raise AssertionError("pagination did not end")
 
 
-@pytest.mark.anyio
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(page_size=st.integers(min_value=1, max_value=100), count=st.integers(0, 130))
 async def test_walking_session_pages_yields_each_session_once(page_size: int, count: int) -> None:
@@ -466,7 +435,6 @@ async def test_walking_session_pages_yields_each_session_once(page_size: int, co
     assert iterated == walked
 
 
-@pytest.mark.anyio
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(page_size=st.integers(min_value=1, max_value=100), messages=st.integers(0, 60))
 async def test_walking_activity_pages_yields_each_activity_once(
@@ -492,7 +460,6 @@ async def test_walking_activity_pages_yields_each_activity_once(
     assert walked[-1].event_member == "sessionCompleted"
 
 
-@pytest.mark.anyio
 async def test_sessions_created_during_a_walk_do_not_disturb_it(emu: Emulator) -> None:
     async with emu.client() as client:
         before = [(await client.create_session(f"old {i}")).name for i in range(7)]

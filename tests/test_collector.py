@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .conftest import run_python
+from tests.support.processes import run_python
 
 
 def _run(script: str, tmp_path: Path) -> dict[str, object]:

@@ -9,7 +9,7 @@ import anyio
 import pytest
 
 from sessionhook.emulator.app import create_app
-from tests.test_daemon import API_KEY, Setup
+from tests.support.daemon_setup import API_KEY, Setup
 
 
 @pytest.mark.anyio

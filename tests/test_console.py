@@ -26,8 +26,9 @@ from sessionhook.relay.web.auth import CSRF_FIELD, MAX_FORM_BYTES, WebAuth
 from sessionhook.relay.web.console.chart import HEIGHT, WIDTH, minute_chart
 from sessionhook.relay.web.console.common import ConsoleDeps
 from sessionhook.relay.web.console.routes import console_routes
-from tests.conftest import Backend
-from tests.test_store import T0, Clock, Ep, activity, ingest, ready, session
+from tests.support.backends import Backend
+from tests.support.clock import T0, Clock
+from tests.support.store_rows import Ep, activity, ingest, ready, session
 
 HOSTILE = "<script>alert(1)</script>"
 ESCAPED = "&lt;script&gt;alert(1)&lt;/script&gt;"

@@ -1,9 +1,18 @@
 """The web console in a real browser: headless Chromium (Selenium) against a real
 ``sessionhook run`` fed by the emulator, with a consumer (``beta``) that fails on request.
 
-One daemon and one browser for the module (starting Chromium costs about a second); each
-wait is bounded. The tests act as a person would: open the pages, click, fill forms, read
-what the page says. See tests/console_harness.py for the stack.
+One daemon per store engine and one browser for the module (starting Chromium costs about
+a second); each wait is bounded. The tests act as a person would: open the pages, click,
+fill forms, read what the page says. See tests/support/console_harness.py for the stack.
+
+On a PostgreSQL store (``[store]`` names a fresh database of the session's cluster) a
+focused subset runs too, to keep CI short: sign in, the overview (endpoint health,
+upstream, the chart's per-minute counts), a session's timeline, a failed attempt replayed
+until the new attempt shows delivered, and events appearing live (the sessions list and a
+running session's timeline). The other pages read through the same queries, which
+tests/test_console.py runs on both engines in process; they are marked :data:`sqlite_only`.
+The tests run in the order they are written, first all on SQLite, then the subset on
+PostgreSQL (the replay and the live events change what later tests see).
 """
 
 from __future__ import annotations
@@ -17,7 +26,8 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from tests.console_harness import HOSTILE, TOKEN, Stack, chromium
+from tests.support.console_harness import HOSTILE, TOKEN, Stack, chromium
+from tests.support.pg import TEMPLATE, Cluster
 
 pytestmark = pytest.mark.integration
 
@@ -44,10 +54,28 @@ def opened_stack(directory: Path, database: str | None = None) -> Iterator[Stack
         yield st
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    with opened_stack(tmp_path_factory.mktemp("console")) as st:
-        yield st
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def stack(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
+    """The module's stack on the engine of ``request.param``; on PostgreSQL, with its daemon
+    on a database of its own."""
+    if request.param == "sqlite":
+        with opened_stack(tmp_path_factory.mktemp("console")) as st:
+            yield st
+        return
+    pg_cluster: Cluster = request.getfixturevalue("pg_cluster")
+    name = pg_cluster.create_database(TEMPLATE)
+    try:
+        with opened_stack(tmp_path_factory.mktemp("console-pg"), pg_cluster.url(name)) as st:
+            assert st.get("/readyz").json()["store"]["backend"] == "postgresql"
+            yield st
+    finally:
+        pg_cluster.drop_database(name)
+
+
+#: A test of the walk that runs on SQLite only (see the module docstring).
+sqlite_only = pytest.mark.parametrize("stack", ["sqlite"], indirect=True)
 
 
 @pytest.fixture(scope="module")
@@ -154,6 +182,7 @@ def test_overview_shows_endpoint_health_upstream_and_the_chart(stack: Stack, bro
     assert "failed attempts" in one(browser, "figcaption").text
 
 
+@sqlite_only
 def test_sessions_are_listed_filterable_and_hostile_titles_are_text(
     stack: Stack, browser: Any
 ) -> None:
@@ -231,6 +260,7 @@ def test_failed_attempt_detail_then_replay_and_see_the_new_attempt(
     stack.consumers["beta"].fail()
 
 
+@sqlite_only
 def test_deliveries_filtered_by_endpoint_status_and_time(stack: Stack, browser: Any) -> None:
     from selenium.webdriver.support.ui import Select
 
@@ -254,6 +284,7 @@ def test_deliveries_filtered_by_endpoint_status_and_time(stack: Stack, browser: 
     assert "No deliveries match" in one(browser, "#deliveries").text
 
 
+@sqlite_only
 def test_replay_a_time_range_to_an_endpoint(stack: Stack, browser: Any) -> None:
     from selenium.webdriver.support.ui import Select
 
@@ -275,6 +306,7 @@ def test_replay_a_time_range_to_an_endpoint(stack: Stack, browser: Any) -> None:
     )
 
 
+@sqlite_only
 def test_disable_and_enable_an_endpoint(stack: Stack, browser: Any) -> None:
     browser.get(f"{stack.base}/console")
     row = one(browser, "tr[data-endpoint=beta]")
@@ -289,6 +321,7 @@ def test_disable_and_enable_an_endpoint(stack: Stack, browser: Any) -> None:
     assert "enabled" in one(browser, "tr[data-endpoint=beta] .state").text
 
 
+@sqlite_only
 def test_send_a_test_event_and_see_the_answer(stack: Stack, browser: Any) -> None:
     browser.get(f"{stack.base}/console")
     seen = len(stack.consumers["alpha"].seen)
@@ -337,6 +370,7 @@ def test_new_events_appear_live_without_reload(stack: Stack, browser: Any) -> No
     assert len(css(browser, "li.event")) > len(shown)
 
 
+@sqlite_only
 def test_actions_refuse_a_post_without_the_csrf_token(stack: Stack, browser: Any) -> None:
     cookies = {c["name"]: c["value"] for c in browser.get_cookies()}
     for token in ("", "forged"):
@@ -352,6 +386,7 @@ def test_actions_refuse_a_post_without_the_csrf_token(stack: Stack, browser: Any
     assert "disabled" not in row
 
 
+@sqlite_only
 def test_pages_carry_a_strict_content_security_policy(stack: Stack) -> None:
     for path in ("/console", "/console/sessions", "/console/deliveries"):
         headers = stack.get(path).headers
@@ -361,6 +396,7 @@ def test_pages_carry_a_strict_content_security_policy(stack: Stack) -> None:
         assert headers["x-content-type-options"] == "nosniff"
 
 
+@sqlite_only
 def test_no_asset_comes_from_another_host(stack: Stack, browser: Any) -> None:
     browser.get(f"{stack.base}/console")
     sources = browser.execute_script(

@@ -1,7 +1,7 @@
 """The daemon's lifecycle, in process: start, ready, stop and drain, crash, reload, --once,
 systemd notifications, the health server and the request budget.
 
-The emulator and the consumer (tests/receiver.py) sit behind ASGI transports; the daemon is
+The emulator and the consumer (tests/support/receiver.py) sit behind ASGI transports; the daemon is
 the real one, configured from a real TOML file.
 """
 
@@ -10,93 +10,20 @@ from __future__ import annotations
 import json
 import socket
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import anyio
 import httpx
 import pytest
-from starlette.applications import Starlette
 from structlog.testing import capture_logs
 
-from sessionhook.api.client import SessionsClient
-from sessionhook.emulator.app import create_app
-from sessionhook.relay.config import Config, load_config
 from sessionhook.relay.daemon import daemon as daemon_module
-from sessionhook.relay.daemon.daemon import Daemon, DaemonError
+from sessionhook.relay.daemon.daemon import DaemonError
 from sessionhook.relay.domain.signing import generate_secret
 from sessionhook.relay.store import Store
-from tests.receiver import Receiver
-
-API_KEY = "test-key"
-
-
-def write_config(
-    directory: Path,
-    *,
-    base_url: str = "http://emu.test",
-    hook_url: str = "http://rx.test/hook",
-    secret: str,
-    api_key: str = API_KEY,
-    extra: str = "",
-    **sections: dict[str, Any],
-) -> Path:
-    """A TOML config for the relay; ``sections`` override keys (``poll={"backfill": True}``)."""
-    key_file = directory / "api_key"
-    key_file.write_text(api_key)
-    key_file.chmod(0o600)  # a secret file others can read is refused
-    values: dict[str, dict[str, Any]] = {
-        "api": {"base_url": base_url, "api_key_file": str(key_file)},
-        "store": {"path": str(directory / "relay.db")},
-        "poll": {"active_interval": 0.05, "idle_interval": 0.5, "discovery_interval": 0.2},
-        "delivery": {"retry_delays": [0.05, 0.05, 0.05], "allow_private_networks": True},
-        "log": {"level": "info"},
-    }
-    for name, overrides in sections.items():
-        values.setdefault(name, {}).update(overrides)
-    if "url" in values["store"]:  # a PostgreSQL store instead of the file
-        del values["store"]["path"]
-    lines = []
-    for name, table in values.items():
-        lines.append(f"[{name}]")
-        lines += [f"{key} = {json.dumps(value)}" for key, value in table.items()]
-    lines += [
-        "[[endpoints]]",
-        'name = "rx"',
-        f"url = {json.dumps(hook_url)}",
-        f"secret = {json.dumps(secret)}",
-        extra,
-    ]
-    path = directory / "config.toml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-class Setup:
-    """Emulator + receiver + a config file in ``tmp_path``."""
-
-    def __init__(
-        self, tmp_path: Path, *, clock: Callable[[], float] | None = None, **config: Any
-    ) -> None:
-        self.secret = generate_secret()
-        self.receiver = Receiver(self.secret)
-        self.emulator: Starlette = create_app(
-            api_keys=(API_KEY,), step_delay=0.05, seed=11, clock=clock
-        )
-        self.config_path = write_config(tmp_path, secret=self.secret, **config)
-        self.config: Config = load_config(self.config_path)
-
-    def daemon(self, **kwargs: Any) -> Daemon:
-        kwargs.setdefault("upstream_transport", httpx.ASGITransport(self.emulator))
-        kwargs.setdefault("delivery_transport", httpx.ASGITransport(self.receiver.app))
-        return Daemon(self.config, config_path=self.config_path, **kwargs)
-
-    def api(self, http: httpx.AsyncClient) -> SessionsClient:
-        return SessionsClient(http, base_url="http://emu.test", api_key=API_KEY)
-
-    def api_http(self) -> httpx.AsyncClient:
-        return httpx.AsyncClient(transport=httpx.ASGITransport(self.emulator))
+from tests.support.daemon_setup import Setup, completed
+from tests.support.loopback import free_port
+from tests.support.receiver import Receiver
 
 
 def _settled(receiver: Receiver) -> bool:
@@ -105,10 +32,6 @@ def _settled(receiver: Receiver) -> bool:
         a.type == "session.state_changed" and a.body["data"]["session"]["state"] == "COMPLETED"
         for a in receiver.first_deliveries()
     )
-
-
-def _completed(receiver: Receiver, count: int) -> bool:
-    return sum(a.type == "activity.session_completed" for a in receiver.first_deliveries()) >= count
 
 
 @pytest.mark.anyio
@@ -120,7 +43,7 @@ async def test_runs_until_stopped_and_returns_cleanly(tmp_path: Path) -> None:
         tg.start_soon(lambda: daemon.run(handle_signals=False))
         await daemon.ready.wait()
         await api.create_session("A short task")
-        await setup.receiver.wait_for(lambda r: _completed(r, 1), within=30)
+        await setup.receiver.wait_for(lambda r: completed(r, 1), within=30)
         started = time.monotonic()
         daemon.stop()
     assert time.monotonic() - started < 2
@@ -356,22 +279,15 @@ async def test_systemd_hears_ready_watchdog_and_stopping(
     assert messages[0].startswith("READY=1")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @pytest.mark.anyio
 async def test_health_server_answers_ready_and_metrics(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     setup = Setup(tmp_path, server={"listen": f"127.0.0.1:{port}"})
     daemon = setup.daemon()
     async with setup.api_http() as api_http, anyio.create_task_group() as tg:
         await setup.api(api_http).create_session("Watched")
         tg.start_soon(lambda: daemon.run(handle_signals=False))
-        await setup.receiver.wait_for(lambda r: _completed(r, 1), within=30)
+        await setup.receiver.wait_for(lambda r: completed(r, 1), within=30)
         # The session's last events (its pull request, COMPLETED) too: nothing is being
         # written when the store is made read-only below.
         await setup.receiver.wait_for(_settled, within=30)
@@ -411,7 +327,7 @@ async def test_every_upstream_request_reaches_the_stores_counters(tmp_path: Path
             await setup.api(http).create_session(f"Counted {i}")
     async with anyio.create_task_group() as tg:
         tg.start_soon(lambda: daemon.run(handle_signals=False))
-        await setup.receiver.wait_for(lambda r: _completed(r, 2), within=30)
+        await setup.receiver.wait_for(lambda r: completed(r, 2), within=30)
         store = daemon.store
         assert store is not None
         with anyio.fail_after(10):

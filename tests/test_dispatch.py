@@ -19,20 +19,18 @@ from standardwebhooks import Webhook
 from structlog.testing import capture_logs
 
 from sessionhook import __version__
-from sessionhook.api.models import Activity, ProgressUpdated, Session
 from sessionhook.relay.config import Config, DeliveryConfig, EndpointConfig
 from sessionhook.relay.delivery.dispatcher import DeliverySettings, Dispatcher
 from sessionhook.relay.delivery.post import post_event
 from sessionhook.relay.delivery.render_process import RenderProcess
-from sessionhook.relay.domain.events import activity_event
 from sessionhook.relay.domain.retry import AttemptResult
 from sessionhook.relay.domain.signing import generate_secret
 from sessionhook.relay.store import AsyncStore, DeliveryRow
 from sessionhook.relay.telemetry.logs import LineBudget
-from tests import virtual_time
-from tests.receiver import Arrival, Receiver
+from tests.support import virtual_time
+from tests.support.dispatch_rig import PER_SESSION, SECRET, SESSIONS, dispatch_config, seed_sessions
+from tests.support.receiver import Arrival, Receiver
 
-SECRET = generate_secret()
 OLD_SECRET = generate_secret()
 BODY = json.dumps({"type": "activity.plan_generated", "timestamp": "t", "data": {}}).encode()
 
@@ -174,50 +172,8 @@ async def test_whole_exchange_is_bounded_by_the_timeout() -> None:
 
 # --------------------------------------------------------------------------- the dispatcher
 #
-# A real store seeded with events, a Receiver (tests/receiver.py) behind an ASGI transport.
-
-SESSIONS = 4
-PER_SESSION = 5
-
-
-def _config(
-    *,
-    delays: tuple[float, ...] = (0.05, 0.05),
-    url: str = "http://rx.test/hook",
-    allow_private: bool = True,
-    disable_after: float = 5 * 86400.0,
-    concurrency: int = 8,
-) -> Config:
-    endpoint = EndpointConfig(
-        name="rx", url=url, secret=SecretStr(SECRET), disable_after=disable_after
-    )
-    delivery = DeliveryConfig(
-        retry_delays=delays,
-        timeout=5.0,
-        allow_private_networks=allow_private,
-        concurrency=concurrency,
-    )
-    return Config(delivery=delivery, endpoints=(endpoint,))
-
-
-async def _seed(store: AsyncStore, sessions: int = SESSIONS) -> dict[str, list[str]]:
-    """Sessions with PER_SESSION activity events each, enqueued; returns ids in order."""
-    expected: dict[str, list[str]] = {}
-    for i in range(sessions):
-        session = Session(name=f"sessions/{1000 + i}", state="IN_PROGRESS", title=f"S{i}")
-        await store.ingest.upsert_session(session, baseline=False)
-        activities = [
-            Activity(
-                name=f"{session.name}/activities/{j:032x}",
-                create_time=f"2025-05-01T10:00:{j:02d}.000000Z",
-                progress_updated=ProgressUpdated(title=f"step {j}"),
-            )
-            for j in range(PER_SESSION)
-        ]
-        built = [activity_event(session, a, max_media_bytes=1000) for a in activities]
-        await store.ingest.ingest_activities(session.name, activities, built, True)
-        expected[session.name] = [e.id for e in built]
-    return expected
+# A real store seeded with events (tests/support/dispatch_rig.py), a Receiver
+# (tests/support/receiver.py) behind an ASGI transport.
 
 
 class Rig:
@@ -231,7 +187,7 @@ class Rig:
     async def __aenter__(self) -> Rig:
         self.store = await AsyncStore.open(self.tmp_path / "relay.db")
         await self.store.endpoints.sync_endpoints(self.config.endpoints)
-        self.expected = await _seed(self.store)
+        self.expected = await seed_sessions(self.store)
         self.http = httpx.AsyncClient(transport=httpx.ASGITransport(self.receiver.app))
         self.dispatcher = Dispatcher(
             self.store, self.http, DeliverySettings.from_config(self.config)
@@ -260,7 +216,7 @@ class Rig:
 @pytest.mark.anyio
 async def test_each_session_in_order_sessions_in_parallel(tmp_path: Path) -> None:
     receiver = Receiver(SECRET, delay=0.05)
-    async with Rig(tmp_path, receiver, _config()) as rig:
+    async with Rig(tmp_path, receiver, dispatch_config()) as rig:
         with anyio.fail_after(20):
             await rig.dispatcher.run_until_idle()
         assert receiver.rejected == []
@@ -274,7 +230,7 @@ async def test_each_session_in_order_sessions_in_parallel(tmp_path: Path) -> Non
 @pytest.mark.anyio
 async def test_failed_attempts_are_retried_until_delivered(tmp_path: Path) -> None:
     receiver = Receiver(SECRET, fail_first=2)
-    async with Rig(tmp_path, receiver, _config(delays=(0.05, 0.05, 0.05))) as rig:
+    async with Rig(tmp_path, receiver, dispatch_config(delays=(0.05, 0.05, 0.05))) as rig:
         await rig.run_until(lambda: receiver.delivered_ids() == rig.all_ids)
         rows = rig.rows()
         assert {r.status for r in rows} == {"delivered"}
@@ -288,7 +244,7 @@ async def test_failed_attempts_are_retried_until_delivered(tmp_path: Path) -> No
 @pytest.mark.anyio
 async def test_retry_after_is_honoured(tmp_path: Path) -> None:
     receiver = Receiver(SECRET, fail_first=1, fail_status=429, retry_after="1")
-    async with Rig(tmp_path, receiver, _config(delays=(0.01,))) as rig:
+    async with Rig(tmp_path, receiver, dispatch_config(delays=(0.01,))) as rig:
         first = next(iter(rig.expected.values()))[0]
         await rig.run_until(lambda: first in receiver.delivered_ids())
         tries = [a.arrived_at for a in receiver.arrivals if a.event_id == first]
@@ -299,7 +255,7 @@ async def test_retry_after_is_honoured(tmp_path: Path) -> None:
 @pytest.mark.anyio
 async def test_gone_disables_the_endpoint_and_keeps_the_deliveries(tmp_path: Path) -> None:
     receiver = Receiver(SECRET, status=410)
-    async with Rig(tmp_path, receiver, _config()) as rig:
+    async with Rig(tmp_path, receiver, dispatch_config()) as rig:
         with capture_logs() as logs:
             await rig.dispatcher.run_until_idle()
         tried = len(receiver.arrivals)
@@ -315,7 +271,7 @@ async def test_gone_disables_the_endpoint_and_keeps_the_deliveries(tmp_path: Pat
 @pytest.mark.anyio
 async def test_redirect_is_a_failure_and_is_not_followed(tmp_path: Path) -> None:
     receiver = Receiver(SECRET, status=307)
-    async with Rig(tmp_path, receiver, _config(delays=(60.0,))) as rig:
+    async with Rig(tmp_path, receiver, dispatch_config(delays=(60.0,))) as rig:
         assert await rig.dispatcher.run_until_idle() == SESSIONS
         assert receiver.followed_redirects == 0
         heads = [r for r in rig.rows() if r.attempts]
@@ -325,7 +281,7 @@ async def test_redirect_is_a_failure_and_is_not_followed(tmp_path: Path) -> None
 @pytest.mark.anyio
 async def test_dead_letter_after_the_last_delay(tmp_path: Path) -> None:
     receiver = Receiver(SECRET, status=500)
-    async with Rig(tmp_path, receiver, _config(delays=(0.01, 0.01))) as rig:
+    async with Rig(tmp_path, receiver, dispatch_config(delays=(0.01, 0.01))) as rig:
         with capture_logs() as logs:
             await rig.run_until(lambda: all(r.status == "dead" for r in rig.rows()), within=30)
         assert {r.attempts for r in rig.rows()} == {3}  # two delays: three attempts
@@ -340,13 +296,13 @@ async def test_private_endpoint_is_refused_unless_allowed(tmp_path: Path, allow:
     seen, transport = _capture()
     # Such a config is refused at load time; the dispatcher refuses it on its own too
     # (defence in depth, without asking DNS).
-    config = _config(url="http://127.0.0.1:9/hook", allow_private=True, delays=(60.0,))
+    config = dispatch_config(url="http://127.0.0.1:9/hook", allow_private=True, delays=(60.0,))
     settings = dataclasses.replace(
         DeliverySettings.from_config(config), allow_private_networks=allow
     )
     store = await AsyncStore.open(tmp_path / "relay.db")
     await store.endpoints.sync_endpoints(config.endpoints)
-    await _seed(store, sessions=1)
+    await seed_sessions(store, sessions=1)
     async with httpx.AsyncClient(transport=transport) as http:
         dispatcher = Dispatcher(store, http, settings)
         attempts = await dispatcher.run_until_idle()
@@ -365,7 +321,7 @@ async def test_private_endpoint_is_refused_unless_allowed(tmp_path: Path, allow:
 @pytest.mark.anyio
 async def test_endpoint_failing_longer_than_disable_after_is_disabled(tmp_path: Path) -> None:
     receiver = Receiver(SECRET, status=503)
-    config = _config(delays=(0.05,) * 20, disable_after=0.3)
+    config = dispatch_config(delays=(0.05,) * 20, disable_after=0.3)
     async with Rig(tmp_path, receiver, config) as rig:
 
         def disabled() -> bool:
@@ -381,7 +337,7 @@ async def test_endpoint_failing_longer_than_disable_after_is_disabled(tmp_path: 
 @pytest.mark.anyio
 async def test_drain_lets_deliveries_in_flight_finish(tmp_path: Path) -> None:
     receiver = Receiver(SECRET, delay=0.5)
-    async with Rig(tmp_path, receiver, _config()) as rig:
+    async with Rig(tmp_path, receiver, dispatch_config()) as rig:
         async with anyio.create_task_group() as tg:
             tg.start_soon(rig.dispatcher.run)
             await receiver.wait_for(lambda r: r.in_flight > 0, within=10)
@@ -397,7 +353,7 @@ async def test_wake_starts_new_deliveries_without_waiting_for_the_timer(
     tmp_path: Path,
 ) -> None:
     receiver = Receiver(SECRET)
-    config = _config()
+    config = dispatch_config()
     store = await AsyncStore.open(tmp_path / "relay.db")
     await store.endpoints.sync_endpoints(config.endpoints)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(receiver.app)) as http:
@@ -405,7 +361,7 @@ async def test_wake_starts_new_deliveries_without_waiting_for_the_timer(
         async with anyio.create_task_group() as tg:
             tg.start_soon(dispatcher.run)
             await anyio.sleep(0.2)  # let it fall asleep on its 60 s timer
-            await _seed(store, sessions=1)
+            await seed_sessions(store, sessions=1)
             dispatcher.wake()
             await receiver.wait_for(lambda r: len(r.delivered_ids()) == PER_SESSION, within=5)
             tg.cancel_scope.cancel()
@@ -422,7 +378,7 @@ async def _one_delivery(tmp_path: Path, endpoint: EndpointConfig) -> tuple[Async
     )
     store = await AsyncStore.open(tmp_path / "relay.db")
     await store.endpoints.sync_endpoints(config.endpoints)
-    await _seed(store, sessions=1)
+    await seed_sessions(store, sessions=1)
     return store, config
 
 
@@ -545,7 +501,7 @@ async def test_a_render_over_its_time_budget_fails_that_attempt_only(tmp_path: P
     )
     store = await AsyncStore.open(tmp_path / "relay.db")
     await store.endpoints.sync_endpoints(config.endpoints)
-    await _seed(store, sessions=1)
+    await seed_sessions(store, sessions=1)
     seen, transport = _capture()
     renderer = RenderProcess()
     try:
@@ -575,7 +531,7 @@ async def test_attempts_run_on_reused_worker_tasks(tmp_path: Path) -> None:
     """Not one task per delivery: many more deliveries than slots, and never more attempt
     tasks than slots (concurrency 3)."""
     receiver = Receiver(SECRET, delay=0.01)
-    async with Rig(tmp_path, receiver, _config(concurrency=3)) as rig:
+    async with Rig(tmp_path, receiver, dispatch_config(concurrency=3)) as rig:
         dispatcher = rig.dispatcher
         tasks: set[int] = set()
         deliver_one = dispatcher._deliver_one
@@ -597,7 +553,7 @@ async def test_handed_over_but_cancelled_before_sending_is_released(tmp_path: Pa
     """Deliveries handed to the attempt workers, cancelled before a worker took them:
     released (the next round hands them out again), nothing sent."""
     receiver = Receiver(SECRET)
-    async with Rig(tmp_path, receiver, _config()) as rig:
+    async with Rig(tmp_path, receiver, dispatch_config()) as rig:
         dispatcher = rig.dispatcher
         due = await rig.store.outbox.due_deliveries(time.time(), 3)
         assert len(due) == 3
@@ -622,7 +578,7 @@ async def test_handed_to_an_idle_worker_then_cancelled_is_released(tmp_path: Pat
     cancel is either sent (anyio lets a task whose wait is over resume) or released: never
     left counted in flight without a result, and delivered later."""
     receiver = Receiver(SECRET)
-    async with Rig(tmp_path, receiver, _config()) as rig:
+    async with Rig(tmp_path, receiver, dispatch_config()) as rig:
         dispatcher = rig.dispatcher
         first, *rest = await rig.store.outbox.due_deliveries(time.time(), 3)
         endpoint = dispatcher.settings.endpoints["rx"]
@@ -692,12 +648,12 @@ def test_rate_limit_sends_n_per_second_in_order_on_a_fake_clock(
     tmp_path: Path, loop: str
 ) -> None:
     """``rate_limit = 2``: 20 deliveries through the real dispatcher and store, on a fake
-    clock (tests/virtual_time.py: time passes only while the loop would sleep). The first
+    clock (tests/support/virtual_time.py: time passes only while the loop would sleep). The first
     goes at once, each next one 1/2 s after the previous one (the dispatcher wakes when the
     slot frees, not at its 1 s backstop), in the outbox's order; ``--once``
     (run_until_idle) waits for the slots too instead of leaving the rest behind."""
     rate, count = 2.0, 20
-    config = _config()
+    config = dispatch_config()
     limited = config.endpoints[0].model_copy(update={"rate_limit": rate})
     config = config.model_copy(update={"endpoints": (limited,)})
     store_calls = [0]  # calls under way in the store's thread: the fake clock waits for them
@@ -715,7 +671,7 @@ def test_rate_limit_sends_n_per_second_in_order_on_a_fake_clock(
 
         store.call = counted  # type: ignore[method-assign]
         await store.endpoints.sync_endpoints(config.endpoints)
-        expected = await _seed(store)  # SESSIONS x PER_SESSION = 20, oldest first
+        expected = await seed_sessions(store)  # SESSIONS x PER_SESSION = 20, oldest first
         receiver = Receiver(SECRET, clock=clock.wall)
         async with httpx.AsyncClient(transport=httpx.ASGITransport(receiver.app)) as http:
             dispatcher = Dispatcher(
@@ -748,7 +704,7 @@ async def test_successes_beyond_the_line_budget_are_counted_in_one_summary(
     (here the second never ends: the summary comes when the loop does). Nothing is lost:
     listed + counted = delivered. Failures are always listed."""
     receiver = Receiver(SECRET, fail_first=1)
-    async with Rig(tmp_path, receiver, _config(delays=(0.0, 0.0))) as rig:
+    async with Rig(tmp_path, receiver, dispatch_config(delays=(0.0, 0.0))) as rig:
         dispatcher = rig.dispatcher
         dispatcher._reports._success_lines = LineBudget(5, clock=lambda: 0.0)
         with capture_logs() as logs, anyio.fail_after(20):

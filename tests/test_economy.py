@@ -13,18 +13,8 @@ from sessionhook.relay.domain.contract import openapi_document
 from sessionhook.relay.domain.render import thin_payload
 from sessionhook.relay.polling.budget import RateLimiter
 from sessionhook.relay.polling.learning import LEARN_AFTER, UpdateTimeLearning, judge
-
-from .conftest import Backend
-
-T0 = 1_700_000_000.0
-
-
-class Clock:
-    def __init__(self, now: float = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.backends import Backend
+from tests.support.clock import T0, Clock
 
 
 def listed(n: int, created: str, state: str = "COMPLETED") -> Session:

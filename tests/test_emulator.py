@@ -17,6 +17,7 @@ from starlette.applications import Starlette
 from sessionhook.api.models import EVENT_MEMBERS, Activity, Session, Source
 from sessionhook.emulator.app import create_app
 from sessionhook.emulator.world import World
+from tests.support.clock import Clock
 
 KEY = "key-a"
 OTHER = "key-b"
@@ -27,20 +28,7 @@ SOURCE = "sources/github/acme/webapp"
 BAD_REQUEST = "type.googleapis.com/google.rpc.BadRequest"
 
 
-class FakeClock:
-    """A clock the test moves by hand."""
-
-    def __init__(self) -> None:
-        self.now = START
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
-def make_app(clock: FakeClock, **options: Any) -> Starlette:
+def make_app(clock: Clock, **options: Any) -> Starlette:
     options.setdefault("api_keys", [KEY, OTHER])
     options.setdefault("seed", 1)
     options.setdefault("step_delay", 1.0)
@@ -54,12 +42,12 @@ def connect(app: Starlette, key: str | None = KEY) -> httpx.AsyncClient:
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
+def clock() -> Clock:
+    return Clock(START)
 
 
 @pytest.fixture
-def app(clock: FakeClock) -> Starlette:
+def app(clock: Clock) -> Starlette:
     return make_app(clock)
 
 
@@ -110,7 +98,7 @@ async def state_of(api: httpx.AsyncClient, session_id: str) -> str:
 
 
 async def run_until(
-    api: httpx.AsyncClient, clock: FakeClock, session_id: str, *states: str
+    api: httpx.AsyncClient, clock: Clock, session_id: str, *states: str
 ) -> list[str]:
     """Step the clock one step delay at a time until a state in ``states``; the states seen."""
     seen = [await state_of(api, session_id)]
@@ -245,7 +233,7 @@ async def test_header_name_is_case_insensitive(app: Starlette) -> None:
 
 
 @pytest.mark.anyio
-async def test_keys_of_one_account_share_its_sessions(clock: FakeClock) -> None:
+async def test_keys_of_one_account_share_its_sessions(clock: Clock) -> None:
     app = make_app(clock, api_keys=[("k1", "k2", "k3"), "solo"])
     async with connect(app, "k1") as first, connect(app, "k3") as third:
         session_id = await create(first)
@@ -374,7 +362,7 @@ async def test_page_size_bounds_and_snake_case_parameters(api: httpx.AsyncClient
 
 @pytest.mark.anyio
 async def test_session_pages_default_to_30_newest_first(
-    api: httpx.AsyncClient, clock: FakeClock
+    api: httpx.AsyncClient, clock: Clock
 ) -> None:
     created = []
     for number in range(31):
@@ -391,7 +379,7 @@ async def test_session_pages_default_to_30_newest_first(
 
 @pytest.mark.anyio
 async def test_activity_pages_default_to_50_oldest_first(
-    api: httpx.AsyncClient, clock: FakeClock
+    api: httpx.AsyncClient, clock: Clock
 ) -> None:
     session_id = await create(api)
     for number in range(30):
@@ -495,7 +483,7 @@ async def test_session_pages_are_stable_while_sessions_come_and_go(api: httpx.As
 @given(sessions=st.integers(0, 12), size=st.integers(1, 100))
 def test_any_page_size_walks_every_session_once(sessions: int, size: int) -> None:
     async def walk() -> None:
-        app = make_app(FakeClock())
+        app = make_app(Clock(START))
         async with connect(app) as api:
             created = [await create(api, f"s{n}") for n in range(sessions)]
             seen, token = [], None
@@ -516,7 +504,7 @@ def test_any_page_size_walks_every_session_once(sessions: int, size: int) -> Non
 
 
 async def _finished_session(
-    api: httpx.AsyncClient, clock: FakeClock
+    api: httpx.AsyncClient, clock: Clock
 ) -> tuple[str, list[dict[str, Any]]]:
     session_id = await create(api)
     await run_until(api, clock, session_id, "COMPLETED")
@@ -527,7 +515,7 @@ async def _finished_session(
 @pytest.mark.parametrize(
     ("mode", "expected_from"), [("exclusive", 3), ("inclusive", 2), ("ignore", 0)]
 )
-async def test_create_time_parameter_modes(clock: FakeClock, mode: str, expected_from: int) -> None:
+async def test_create_time_parameter_modes(clock: Clock, mode: str, expected_from: int) -> None:
     async with connect(make_app(clock, create_time_filter=mode)) as api:
         session_id, every = await _finished_session(api, clock)
         pivot = every[2]["createTime"]
@@ -544,7 +532,7 @@ async def test_create_time_parameter_modes(clock: FakeClock, mode: str, expected
 
 @pytest.mark.anyio
 async def test_create_time_accepts_offsets_and_rejects_garbage(
-    api: httpx.AsyncClient, clock: FakeClock
+    api: httpx.AsyncClient, clock: Clock
 ) -> None:
     session_id, every = await _finished_session(api, clock)
     assert await activities(api, session_id, createTime="2000-01-01T00:00:00+00:00") == every
@@ -566,7 +554,7 @@ async def test_create_time_accepts_offsets_and_rejects_garbage(
 
 @pytest.mark.anyio
 async def test_full_script_with_auto_approval_and_pull_request(
-    api: httpx.AsyncClient, clock: FakeClock
+    api: httpx.AsyncClient, clock: Clock
 ) -> None:
     session_id = await create(
         api, sourceContext={"source": SOURCE}, automationMode="AUTO_CREATE_PR"
@@ -625,7 +613,7 @@ async def test_full_script_with_auto_approval_and_pull_request(
 
 
 @pytest.mark.anyio
-async def test_steps_carry_their_scheduled_time(api: httpx.AsyncClient, clock: FakeClock) -> None:
+async def test_steps_carry_their_scheduled_time(api: httpx.AsyncClient, clock: Clock) -> None:
     session_id = await create(api)
     clock.advance(1000)  # the agent catches up lazily; times are the schedule, not the request
     every = await activities(api, session_id)
@@ -638,7 +626,7 @@ async def test_steps_carry_their_scheduled_time(api: httpx.AsyncClient, clock: F
 
 
 @pytest.mark.anyio
-async def test_plan_approval_when_required(api: httpx.AsyncClient, clock: FakeClock) -> None:
+async def test_plan_approval_when_required(api: httpx.AsyncClient, clock: Clock) -> None:
     session_id = await create(api, requirePlanApproval=True)
     approve = f"/v1alpha/sessions/{session_id}:approvePlan"
     error_of(await api.post(approve, json={}), 400, "INVALID_ARGUMENT")  # no plan yet
@@ -657,7 +645,7 @@ async def test_plan_approval_when_required(api: httpx.AsyncClient, clock: FakeCl
 
 @pytest.mark.anyio
 async def test_auto_approved_session_refuses_approve_plan(
-    api: httpx.AsyncClient, clock: FakeClock
+    api: httpx.AsyncClient, clock: Clock
 ) -> None:
     session_id = await create(api)
     await run_until(api, clock, session_id, "IN_PROGRESS")
@@ -666,7 +654,7 @@ async def test_auto_approved_session_refuses_approve_plan(
 
 
 @pytest.mark.anyio
-async def test_ask_waits_for_an_answer(api: httpx.AsyncClient, clock: FakeClock) -> None:
+async def test_ask_waits_for_an_answer(api: httpx.AsyncClient, clock: Clock) -> None:
     session_id = await create(api, "Rename the config loader [ask]")
     assert (await api.get(f"/v1alpha/sessions/{session_id}")).json()["title"] == (
         "Rename the config loader"
@@ -687,7 +675,7 @@ async def test_ask_waits_for_an_answer(api: httpx.AsyncClient, clock: FakeClock)
 
 
 @pytest.mark.anyio
-async def test_fail_ends_in_failed(api: httpx.AsyncClient, clock: FakeClock) -> None:
+async def test_fail_ends_in_failed(api: httpx.AsyncClient, clock: Clock) -> None:
     session_id = await create(api, "Upgrade the database driver [fail]")
     states = await run_until(api, clock, session_id, "FAILED")
     assert states[-2:] == ["IN_PROGRESS", "FAILED"]
@@ -703,7 +691,7 @@ async def test_fail_ends_in_failed(api: httpx.AsyncClient, clock: FakeClock) -> 
     ("prompt", "end"), [("Tidy the logging", "COMPLETED"), ("Tidy [fail]", "FAILED")]
 )
 async def test_a_message_resumes_a_finished_session(
-    api: httpx.AsyncClient, clock: FakeClock, prompt: str, end: str
+    api: httpx.AsyncClient, clock: Clock, prompt: str, end: str
 ) -> None:
     session_id = await create(api, prompt)
     await run_until(api, clock, session_id, end)
@@ -721,7 +709,7 @@ async def test_a_message_resumes_a_finished_session(
 
 @pytest.mark.anyio
 async def test_a_message_while_running_gets_a_reply_one_step_later(
-    api: httpx.AsyncClient, clock: FakeClock
+    api: httpx.AsyncClient, clock: Clock
 ) -> None:
     session_id = await create(api, requirePlanApproval=True)
     await run_until(api, clock, session_id, "AWAITING_PLAN_APPROVAL")
@@ -740,7 +728,7 @@ async def test_a_message_while_running_gets_a_reply_one_step_later(
 
 @pytest.mark.anyio
 async def test_repoless_session_completes_without_pull_request(
-    api: httpx.AsyncClient, clock: FakeClock
+    api: httpx.AsyncClient, clock: Clock
 ) -> None:
     session_id = await create(api, "Write a haiku generator", automationMode="AUTO_CREATE_PR")
     await run_until(api, clock, session_id, "COMPLETED")
@@ -753,7 +741,7 @@ async def test_repoless_session_completes_without_pull_request(
 
 
 @pytest.mark.anyio
-async def test_update_time_follows_every_change(api: httpx.AsyncClient, clock: FakeClock) -> None:
+async def test_update_time_follows_every_change(api: httpx.AsyncClient, clock: Clock) -> None:
     session_id = await create(api)
     for _ in range(12):
         clock.advance(1.0)
@@ -768,7 +756,7 @@ async def test_update_time_follows_every_change(api: httpx.AsyncClient, clock: F
 
 
 async def _transcript(seed: int) -> list[Any]:
-    clock = FakeClock()
+    clock = Clock(START)
     app = make_app(clock, seed=seed)
     async with connect(app) as api:
         ids = [
@@ -806,7 +794,7 @@ async def test_fault_header_forces_errors(app: Starlette, api: httpx.AsyncClient
 
 
 @pytest.mark.anyio
-async def test_certain_faults(clock: FakeClock) -> None:
+async def test_certain_faults(clock: Clock) -> None:
     async with connect(make_app(clock, fault_rate_limit=1.0)) as api:
         error_of(await api.get("/v1alpha/sources"), 429, "RESOURCE_EXHAUSTED")
     async with connect(make_app(clock, fault_error=1.0)) as api:
@@ -814,7 +802,7 @@ async def test_certain_faults(clock: FakeClock) -> None:
 
 
 @pytest.mark.anyio
-async def test_random_faults_follow_the_seed(clock: FakeClock) -> None:
+async def test_random_faults_follow_the_seed(clock: Clock) -> None:
     async def codes(seed: int) -> list[int]:
         app = make_app(clock, seed=seed, fault_rate_limit=0.2, fault_error=0.2)
         async with connect(app) as api:
@@ -827,7 +815,7 @@ async def test_random_faults_follow_the_seed(clock: FakeClock) -> None:
 
 
 @pytest.mark.anyio
-async def test_latency_delays_answers(clock: FakeClock) -> None:
+async def test_latency_delays_answers(clock: Clock) -> None:
     async with connect(make_app(clock, latency_ms=60)) as api:
         started = anyio.current_time()
         assert (await api.get("/v1alpha/sources")).status_code == 200
@@ -839,7 +827,7 @@ async def test_latency_delays_answers(clock: FakeClock) -> None:
 
 @pytest.mark.anyio
 async def test_outputs_appear_only_with_results_and_a_resumed_run_replaces_the_change_set(
-    api: httpx.AsyncClient, clock: FakeClock
+    api: httpx.AsyncClient, clock: Clock
 ) -> None:
     session_id = await create(api, "Add a helper")  # no AUTO_CREATE_PR: no pull request
     await run_until(api, clock, session_id, "IN_PROGRESS")
@@ -861,7 +849,7 @@ async def test_outputs_appear_only_with_results_and_a_resumed_run_replaces_the_c
 
 @pytest.mark.anyio
 async def test_consistency_delay_answers_404_on_a_new_session_for_a_while(
-    clock: FakeClock,
+    clock: Clock,
 ) -> None:
     app = make_app(clock, consistency_delay=3.0)
     async with connect(app) as api:

@@ -1,6 +1,6 @@
 """The relay end to end: emulator -> relay -> consumer, checked with the reference verifier.
 
-In-process tests run the real daemon with the emulator and tests/receiver.py behind ASGI
+In-process tests run the real daemon with the emulator and tests/support/receiver.py behind ASGI
 transports. Subprocess tests run ``sessionhook run`` (and ``demo``) as a user would, over
 loopback sockets, and kill it with SIGKILL, SIGTERM and SIGINT.
 """
@@ -30,8 +30,8 @@ from sessionhook.api.client import SessionsClient
 from sessionhook.emulator.app import create_app
 from sessionhook.relay.domain.signing import generate_secret
 from sessionhook.relay.web.server import serve
-from tests.receiver import Receiver
-from tests.test_daemon import API_KEY, Setup, write_config
+from tests.support.daemon_setup import API_KEY, Setup, write_config
+from tests.support.receiver import Receiver
 
 pytestmark = pytest.mark.integration
 
@@ -288,8 +288,22 @@ async def loopback(
         tg.cancel_scope.cancel()
 
 
-class Relay:
-    """``sessionhook run --config ...`` as a subprocess; stderr goes to a file."""
+@asynccontextmanager
+async def served(
+    tmp_path: Path, receiver: Receiver, step_delay: float, seed: int | None = None, **config: Any
+) -> AsyncIterator[tuple[str, Path]]:
+    """The emulator (``step_delay``, ``seed``) and ``receiver`` on loopback, and a relay's
+    config for them in ``tmp_path`` (more of it: ``config``): (the emulator's URL, the
+    config)."""
+    app = create_app(api_keys=(API_KEY,), step_delay=step_delay, seed=seed)
+    async with loopback(app, receiver.app) as (base_url, hook_url, _):
+        yield base_url, _config_for(tmp_path, base_url, hook_url, receiver.secret, **config)
+
+
+class AwaitableRelay:
+    """``sessionhook run --config ...`` as a subprocess; stderr goes to a file. Unlike the
+    black-box ``Relay`` (tests/support/relay_process.py) it is waited on without blocking:
+    the emulator it polls is served by this test's own event loop."""
 
     def __init__(self, config: Path, log: Path, *extra: str) -> None:
         self._args = [
@@ -304,7 +318,7 @@ class Relay:
         self._log = log
         self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> Relay:
+    def start(self) -> AwaitableRelay:
         with self._log.open("ab") as err:
             self.process = subprocess.Popen(
                 self._args, stdout=subprocess.DEVNULL, stderr=err, env=_env()
@@ -341,12 +355,9 @@ def _config_for(tmp_path: Path, base_url: str, hook_url: str, secret: str, **kw:
 
 @pytest.mark.anyio
 async def test_kill_9_mid_flow_then_restart_loses_nothing_and_keeps_ids(tmp_path: Path) -> None:
-    secret = generate_secret()
-    receiver = Receiver(secret)
-    emulator = create_app(api_keys=(API_KEY,), step_delay=0.25, seed=21)
-    async with loopback(emulator, receiver.app) as (base_url, hook_url, _):
-        config = _config_for(tmp_path, base_url, hook_url, secret)
-        relay = Relay(config, tmp_path / "relay.log")
+    receiver = Receiver(generate_secret())
+    async with served(tmp_path, receiver, 0.25, seed=21) as (base_url, config):
+        relay = AwaitableRelay(config, tmp_path / "relay.log")
         async with httpx.AsyncClient() as http:
             api = SessionsClient(http, base_url=base_url, api_key=API_KEY)
             for i in range(4):
@@ -379,12 +390,9 @@ async def test_kill_9_mid_flow_then_restart_loses_nothing_and_keeps_ids(tmp_path
 @pytest.mark.anyio
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 async def test_stop_signal_drains_in_flight_and_exits_zero(tmp_path: Path, signum: int) -> None:
-    secret = generate_secret()
-    receiver = Receiver(secret, delay=2.0)
-    emulator = create_app(api_keys=(API_KEY,), step_delay=0.05, seed=4)
-    async with loopback(emulator, receiver.app) as (base_url, hook_url, _):
-        config = _config_for(tmp_path, base_url, hook_url, secret)
-        relay = Relay(config, tmp_path / "relay.log")
+    receiver = Receiver(generate_secret(), delay=2.0)
+    async with served(tmp_path, receiver, 0.05, seed=4) as (base_url, config):
+        relay = AwaitableRelay(config, tmp_path / "relay.log")
         async with httpx.AsyncClient() as http:
             await SessionsClient(http, base_url=base_url, api_key=API_KEY).create_session("Go")
         try:
@@ -405,12 +413,12 @@ async def test_stop_signal_drains_in_flight_and_exits_zero(tmp_path: Path, signu
     assert in_flight <= {a.event_id for a in receiver.arrivals}
 
 
-def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def _cli(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "sessionhook.cli", *args],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=timeout,
         cwd=cwd,
         env=_env(),
         check=False,
@@ -466,17 +474,14 @@ def test_unusable_store_is_one_line_and_exit_1(tmp_path: Path) -> None:
 
 @pytest.mark.anyio
 async def test_once_polls_delivers_and_exits(tmp_path: Path) -> None:
-    secret = generate_secret()
-    receiver = Receiver(secret)
-    emulator = create_app(api_keys=(API_KEY,), step_delay=0.02, seed=8)
-    async with loopback(emulator, receiver.app) as (base_url, hook_url, _):
-        config = _config_for(tmp_path, base_url, hook_url, secret)
+    receiver = Receiver(generate_secret())
+    async with served(tmp_path, receiver, 0.02, seed=8) as (base_url, config):
         async with httpx.AsyncClient() as http:
             api = SessionsClient(http, base_url=base_url, api_key=API_KEY)
             await api.create_session("Quick")
             await anyio.sleep(1.0)  # let the emulated agent finish (20 ms a step)
             upstream = await upstream_activities(api)
-        relay = Relay(config, tmp_path / "relay.log", "--once").start()
+        relay = AwaitableRelay(config, tmp_path / "relay.log", "--once").start()
         try:
             assert await relay.wait(60) == 0
         finally:
@@ -487,11 +492,8 @@ async def test_once_polls_delivers_and_exits(tmp_path: Path) -> None:
 
 @pytest.mark.anyio
 async def test_once_with_a_rejected_key_exits_non_zero_with_one_line(tmp_path: Path) -> None:
-    secret = generate_secret()
-    receiver = Receiver(secret)
-    emulator = create_app(api_keys=(API_KEY,), step_delay=0.02)
-    async with loopback(emulator, receiver.app) as (base_url, hook_url, _):
-        config = _config_for(tmp_path, base_url, hook_url, secret, api_key="wrong-key")
+    receiver = Receiver(generate_secret())
+    async with served(tmp_path, receiver, 0.02, api_key="wrong-key") as (_, config):
         result = await anyio.to_thread.run_sync(
             lambda: _cli("run", "--config", str(config), "--once", cwd=tmp_path)
         )
@@ -502,25 +504,8 @@ async def test_once_with_a_rejected_key_exits_non_zero_with_one_line(tmp_path: P
 
 
 def test_demo_prints_verified_events_and_stops_cleanly(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "sessionhook.cli",
-            "demo",
-            "--duration",
-            "12",
-            "--step-delay",
-            "0.2",
-            "--seed",
-            "1",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=90,
-        cwd=tmp_path,
-        env=_env(),
-        check=False,
+    result = _cli(
+        "demo", "--duration", "12", "--step-delay", "0.2", "--seed", "1", cwd=tmp_path, timeout=90
     )
     assert result.returncode == 0, result.stderr
     out = result.stdout

@@ -19,9 +19,9 @@ import pytest
 
 from sessionhook.emulator.app import create_app
 from sessionhook.relay.store import database_errors, store_failures
-
-from .conftest import Backend, run_python
-from .standin import LoopbackServer
+from tests.support.backends import Backend
+from tests.support.loopback import LoopbackServer
+from tests.support.processes import run_python
 
 
 def _run(script: str, tmp_path: Path) -> str:

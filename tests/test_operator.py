@@ -13,14 +13,13 @@ from sessionhook.relay import ops as operator
 from sessionhook.relay.ops import EventFilter, Follower, OperatorError
 from sessionhook.relay.store import AsyncStore, StoreCore, ops_queries
 from sessionhook.relay.web import Bell
-
-from .conftest import Backend
-from .test_web_stream import Relay
+from tests.support.backends import Backend
+from tests.support.web_relay import WebRelay
 
 
 def _store(backend: Backend, kinds: list[tuple[str, str]]) -> tuple[StoreCore, list[str]]:
     """A store on ``backend`` holding one event per ``(type, session)``; the ids, in order."""
-    relay = Relay(AsyncStore(backend.open()), "", Bell())
+    relay = WebRelay(AsyncStore(backend.open()), "", Bell())
     ids: list[str] = []
 
     async def fill() -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,80 +13,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sessionhook.api.models import Activity, Session
 from sessionhook.relay.domain import events
 from sessionhook.relay.domain.retry import AttemptResult, Dead, Delivered, Retry
 from sessionhook.relay.store import AttemptRecord, Store, codec, outbox
-
-from .conftest import Backend, sqlite_only
-
-T0 = 1_700_000_000.0
-
-
-class Clock:
-    def __init__(self, now: float = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@dataclass(frozen=True)
-class Ep:
-    name: str
-    url: str = "https://hooks.example.com/x"
-    events: tuple[str, ...] = ("*",)
-    enabled: bool = True
-
-
-def session(n: int, prompt: str = "Fix the flaky test") -> Session:
-    return Session.model_validate(
-        {
-            "name": f"sessions/{n}",
-            "id": str(n),
-            "title": f"Session {n}",
-            "prompt": prompt,
-            "state": "IN_PROGRESS",
-            "url": f"https://agent.example.com/s/{n}",
-            "createTime": "2025-03-01T10:00:00Z",
-            "updateTime": "2025-03-01T10:00:00Z",
-            "sourceContext": {"source": "sources/github/acme/widgets"},
-        }
-    )
-
-
-def activity(n: int, i: int, text: str | None = None) -> Activity:
-    return Activity.model_validate(
-        {
-            "name": f"sessions/{n}/activities/{i:032x}",
-            "id": f"{i:032x}",
-            "originator": "agent",
-            "createTime": f"2025-03-01T10:{i // 60 % 60:02d}:{i % 60:02d}.000000Z",
-            "progressUpdated": {"title": text if text is not None else f"step {i}"},
-        }
-    )
-
-
-def fill(store: Store, sessions: int, per_session: int, *, deliver: bool = True) -> None:
-    for n in range(sessions):
-        s = session(n)
-        store.ingest.upsert_session(s, baseline=False)
-        acts = [activity(n, i) for i in range(per_session)]
-        evs = [events.activity_event(s, a, max_media_bytes=1000) for a in acts]
-        store.ingest.ingest_activities(s.name, acts, evs, deliver)
-
-
-def ok(at: float = T0) -> AttemptResult:
-    return AttemptResult(204, None, 2.0, "", None, at)
+from tests.support.backends import Backend, sqlite_only
+from tests.support.backlog import activity, fill, ok, session
+from tests.support.clock import T0, Clock
+from tests.support.store_rows import Ep
 
 
 def fail(at: float = T0) -> AttemptResult:
     return AttemptResult(503, None, 2.0, "busy", None, at)
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
 
 
 @pytest.fixture

@@ -16,8 +16,9 @@ import pytest
 from sessionhook.relay.domain import events
 from sessionhook.relay.domain.retry import Delivered, Retry
 from sessionhook.relay.store import AttemptRecord, PostgresStore
-
-from .test_outbox import T0, Clock, Ep, activity, ok, session
+from tests.support.backlog import activity, ok, session
+from tests.support.clock import T0, Clock
+from tests.support.store_rows import Ep
 
 LEASE = 60.0
 WAIT = 30.0  # seconds a step may take on a loaded machine before it counts as blocked

@@ -12,118 +12,24 @@ rebinding attack aims at). The injected resolver answers like a rebinding DNS se
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
 import pytest
 from click.testing import CliRunner
-from pydantic import SecretStr
 from standardwebhooks import Webhook
 
 from sessionhook.cli import cli
 from sessionhook.cli._output import Runtime
-from sessionhook.relay.config import Config, DeliveryConfig, EndpointConfig, load_config
+from sessionhook.relay.config import load_config
 from sessionhook.relay.delivery.dispatcher import DeliverySettings, Dispatcher
 from sessionhook.relay.delivery.pinning import PinnedTransport
 from sessionhook.relay.delivery.post import post_event
 from sessionhook.relay.domain.addresses import BlockedAddressError
 from sessionhook.relay.domain.signing import generate_secret
 from sessionhook.relay.store import AsyncStore
-
-from .test_dispatch import PER_SESSION, _seed
-
-PUBLIC, PRIVATE = "127.0.0.2", "127.0.0.1"
-
-
-def rebind_policy(address: str) -> str | None:
-    """``127.0.0.2`` is "public" here; every other address is private."""
-    return None if address == PUBLIC else "private address (test policy)"
-
-
-class Rebinder:
-    """A resolver answering from a script, one answer per call, the last one repeated."""
-
-    def __init__(self, *answers: str) -> None:
-        self.answers = list(answers)
-        self.asked: list[tuple[str, int]] = []
-
-    async def __call__(self, host: str, port: int) -> list[str]:
-        self.asked.append((host, port))
-        index = min(len(self.asked), len(self.answers)) - 1
-        return [self.answers[index]]
-
-    @classmethod
-    def alternating(cls, calls: int = 64) -> Rebinder:
-        """Public, private, public, private..."""
-        return cls(*[(PUBLIC, PRIVATE)[i % 2] for i in range(calls)])
-
-
-@dataclass
-class Listener:
-    """A plain HTTP server on one address: records every request, answers 200 and closes."""
-
-    address: str
-    port: int
-    requests: list[tuple[str, dict[str, str], bytes]] = field(default_factory=list)
-    connections: int = 0
-
-    def __post_init__(self) -> None:
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def setup(self) -> None:
-                owner.connections += 1
-                super().setup()
-
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("content-length", "0")))
-                owner.requests.append((self.path, dict(self.headers.items()), body))
-                self.send_response(200)
-                self.send_header("content-length", "2")
-                self.send_header("connection", "close")  # every attempt connects anew
-                self.end_headers()
-                self.wfile.write(b"ok")
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer((self.address, self.port), Handler)
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(timeout=5)
-
-
-@pytest.fixture
-def listeners() -> Iterator[tuple[Listener, Listener]]:
-    """A "public" and a private listener on the same port."""
-    for _ in range(20):
-        public = Listener(PUBLIC, 0)
-        try:
-            private = Listener(PRIVATE, public.port)
-        except OSError:  # the port is taken on 127.0.0.1: try another
-            public.close()
-            continue
-        try:
-            yield public, private
-        finally:
-            public.close()
-            private.close()
-        return
-    pytest.fail("no port free on both 127.0.0.1 and 127.0.0.2")
-
-
-def _url(port: int) -> str:
-    return f"http://hooks.rebind.test:{port}/hook"
-
+from tests.support.dispatch_rig import PER_SESSION, seed_sessions
+from tests.support.rebinding import PRIVATE, PUBLIC, Listener, Rebinder, rebinding_config
 
 # --------------------------------------------------------------------------- the transport
 
@@ -134,14 +40,14 @@ async def test_the_connection_goes_to_the_vetted_address_with_the_urls_host(
 ) -> None:
     public, private = listeners
     resolver = Rebinder(PUBLIC, PRIVATE)
-    transport = PinnedTransport(allow_private=False, resolve=resolver, policy=rebind_policy)
+    transport = PinnedTransport(allow_private=False, resolve=resolver, policy=Rebinder.policy)
     async with httpx.AsyncClient(transport=transport) as http:
-        answer = await http.post(_url(public.port), content=b"one")
+        answer = await http.post(public.rebind_url, content=b"one")
         assert answer.status_code == 200
         # The listener closed the connection: the next request connects (and resolves) anew,
         # and this time the name rebinds to the private address.
         with pytest.raises(BlockedAddressError, match=r"resolves to 127\.0\.0\.1"):
-            await http.post(_url(public.port), content=b"two")
+            await http.post(public.rebind_url, content=b"two")
     assert resolver.asked == [("hooks.rebind.test", public.port)] * 2
     [(path, headers, body)] = public.requests
     assert (path, body) == ("/hook", b"one")
@@ -155,9 +61,9 @@ async def test_allow_private_connects_to_what_the_name_resolved_to(
 ) -> None:
     public, private = listeners
     resolver = Rebinder(PRIVATE)
-    transport = PinnedTransport(allow_private=True, resolve=resolver, policy=rebind_policy)
+    transport = PinnedTransport(allow_private=True, resolve=resolver, policy=Rebinder.policy)
     async with httpx.AsyncClient(transport=transport) as http:
-        assert (await http.post(_url(public.port), content=b"x")).status_code == 200
+        assert (await http.post(public.rebind_url, content=b"x")).status_code == 200
     assert len(private.requests) == 1 and not public.requests
 
 
@@ -167,12 +73,12 @@ async def test_post_event_reports_a_refused_address_as_a_failed_attempt(
 ) -> None:
     public, private = listeners
     transport = PinnedTransport(
-        allow_private=False, resolve=Rebinder(PRIVATE), policy=rebind_policy
+        allow_private=False, resolve=Rebinder(PRIVATE), policy=Rebinder.policy
     )
     async with httpx.AsyncClient(transport=transport) as http:
         result = await post_event(
             http,
-            url=_url(public.port),
+            url=public.rebind_url,
             secrets=[generate_secret()],
             event_id="evt_1",
             body=b"{}",
@@ -198,17 +104,13 @@ async def test_the_dispatcher_never_reaches_the_rebound_address(
     refused and retried, and nothing ever reaches the private listener."""
     public, private = listeners
     secret = generate_secret()
-    endpoint = EndpointConfig(name="rx", url=_url(public.port), secret=SecretStr(secret))
-    config = Config(
-        delivery=DeliveryConfig(retry_delays=(0.0,) * 8, allow_private_networks=False),
-        endpoints=(endpoint,),
-    )
+    config = rebinding_config(public.rebind_url, secret)
     resolver = Rebinder.alternating()
     store = await AsyncStore.open(tmp_path / "relay.db")
     try:
         await store.endpoints.sync_endpoints(config.endpoints)
-        expected = await _seed(store, sessions=2)
-        transport = PinnedTransport(allow_private=False, resolve=resolver, policy=rebind_policy)
+        expected = await seed_sessions(store, sessions=2)
+        transport = PinnedTransport(allow_private=False, resolve=resolver, policy=Rebinder.policy)
         async with httpx.AsyncClient(transport=transport) as http:
             dispatcher = Dispatcher(store, http, DeliverySettings.from_config(config))
             await dispatcher.run_until_idle()
@@ -251,9 +153,9 @@ def test_endpoints_test_connects_to_the_vetted_address(
 ) -> None:
     public, private = listeners
     secret = generate_secret()
-    config = _config_file(tmp_path, _url(public.port), secret)
+    config = _config_file(tmp_path, public.rebind_url, secret)
     runner = CliRunner()
-    runtime = Runtime(resolve=Rebinder(PUBLIC, PRIVATE), address_policy=rebind_policy)
+    runtime = Runtime(resolve=Rebinder(PUBLIC, PRIVATE), address_policy=Rebinder.policy)
     sent = runner.invoke(cli, ["endpoints", "test", "ci", "--config", str(config)], obj=runtime)
     assert sent.exit_code == 0, sent.output
     [(_path, headers, body)] = public.requests

@@ -8,6 +8,7 @@ import random
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,6 @@ import anyio
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from pydantic import SecretStr
 from structlog.testing import capture_logs
 
 from sessionhook.api import RetryPolicy
@@ -23,28 +23,13 @@ from sessionhook.api.client import SessionsClient
 from sessionhook.api.errors import ApiError
 from sessionhook.api.models import parse_timestamp
 from sessionhook.emulator.app import create_app
-from sessionhook.relay.config import EndpointConfig
-from sessionhook.relay.domain.signing import generate_secret
 from sessionhook.relay.polling import ACTIVE_STATES, Poller, PollSettings, backoff_delay
 from sessionhook.relay.polling.budget import LimitedTransport, RateLimiter, endpoint_label
 from sessionhook.relay.store import AsyncStore
-from sessionhook.relay.telemetry.metrics import Metrics
+from tests.support.clock import Clock
+from tests.support.poller_harness import PollerHarness, finish
 
-
-class FakeClock:
-    """A clock that only moves when a sleeper sleeps."""
-
-    def __init__(self, start: float = 1000.0) -> None:
-        self.now = start
-        self.slept: list[float] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    async def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds
-
+pytestmark = pytest.mark.anyio
 
 # --------------------------------------------------------------------------- rate limiter
 
@@ -89,9 +74,8 @@ def test_invalid_budget_is_refused() -> None:
         RateLimiter(0)
 
 
-@pytest.mark.anyio
 async def test_acquire_sleeps_on_the_injected_clock() -> None:
-    clock = FakeClock()
+    clock = Clock(1000.0)
     limiter = RateLimiter(120, burst=2, clock=clock, sleep=clock.sleep)
     for _ in range(6):
         await limiter.acquire()
@@ -120,9 +104,8 @@ def test_endpoint_labels(method: str, path: str, label: str) -> None:
     assert endpoint_label(method, path) == label
 
 
-@pytest.mark.anyio
 async def test_limited_transport_takes_a_grant_and_records_each_request() -> None:
-    clock = FakeClock()
+    clock = Clock(1000.0)
     limiter = RateLimiter(60, burst=1, clock=clock, sleep=clock.sleep)
     recorded: list[tuple[str, int | None]] = []
 
@@ -154,117 +137,6 @@ async def test_limited_transport_takes_a_grant_and_records_each_request() -> Non
 # driving both the emulator's agent and the poller's schedule, and a real store.
 
 
-class Harness:
-    """Emulator + poller + store on one fake clock; counts upstream requests by label."""
-
-    def __init__(
-        self,
-        tmp_path: Path,
-        *,
-        create_time_filter: str = "exclusive",
-        backfill: bool = True,
-        wrap: Callable[[httpx.AsyncBaseTransport], httpx.AsyncBaseTransport] | None = None,
-        api_key: str = "k",
-        **settings: Any,
-    ) -> None:
-        self.clock = FakeClock(1_750_000_000.0)
-        self.emulator = create_app(
-            api_keys=("k",),
-            step_delay=1.0,
-            seed=7,
-            create_time_filter=create_time_filter,
-            clock=self.clock,
-        )
-        self.requests: list[tuple[str, int | None]] = []
-        transport: httpx.AsyncBaseTransport = httpx.ASGITransport(self.emulator)
-        if wrap is not None:
-            transport = wrap(transport)
-        limited = LimitedTransport(transport, RateLimiter(100_000), record=self._record)
-        self._http = httpx.AsyncClient(transport=limited)
-        self._api_http = httpx.AsyncClient(transport=httpx.ASGITransport(self.emulator))
-        retry = RetryPolicy(max_attempts=1)
-        self.client = SessionsClient(
-            self._http, base_url="http://emu.test", api_key=api_key, retry=retry
-        )
-        #: An uncounted client for the test's own calls (create, message...).
-        self.api = SessionsClient(self._api_http, base_url="http://emu.test", api_key="k")
-        self.enqueued = 0
-        self.metrics = Metrics()
-        self._settings = PollSettings(
-            active_interval=1.0,
-            idle_interval=5.0,
-            discovery_interval=2.0,
-            backfill=backfill,
-            **settings,
-        )
-        self._tmp = tmp_path
-
-    async def __aenter__(self) -> Harness:
-        self.store = await AsyncStore.open(self._tmp / "relay.db", clock=self.clock)
-        await self.store.endpoints.sync_endpoints(
-            [EndpointConfig(name="ep", url="https://e.example/h", secret=SECRET_TEXT)]
-        )
-        self.poller = Poller(
-            self.client,
-            self.store,
-            self._settings,
-            on_enqueued=self._enqueued,
-            clock=self.clock,
-            monotonic=self.clock,
-            rng=random.Random(0),
-            metrics=self.metrics,
-        )
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.store.close()
-        await self._http.aclose()
-        await self._api_http.aclose()
-
-    def _enqueued(self) -> None:
-        self.enqueued += 1
-
-    async def _record(self, label: str, status: int | None) -> None:
-        self.requests.append((label, status))
-
-    def count(self, label: str) -> int:
-        return sum(1 for got, _ in self.requests if got == label)
-
-    async def round(self, seconds: float = 1.0) -> dict[str, str]:
-        """Advance the clock, run discovery and every due poll once."""
-        self.clock.now += seconds
-        await self.poller.discover()
-        return await self.poller.poll_due()
-
-    async def upstream_activities(self, session: str) -> list[str]:
-        return [a.name async for a in self.api.iter_activities(session)]
-
-    def archived(self, session: str | None = None) -> list[str]:
-        return [
-            e.activity_name
-            for e in self.store.store.operator.iter_events(session=session)
-            if e.activity_name is not None
-        ]
-
-
-SECRET_TEXT = SecretStr(generate_secret())
-
-
-async def _finish(h: Harness, *names: str, rounds: int = 40) -> None:
-    """Rounds until every session is COMPLETED upstream and its activities archived."""
-    for _ in range(rounds):
-        await h.round()
-        done = True
-        for name in names:
-            session = await h.api.get_session(name)
-            upstream = await h.upstream_activities(name)
-            if session.state != "COMPLETED" or sorted(h.archived(name)) != sorted(upstream):
-                done = False
-        if done:
-            return
-    raise AssertionError("sessions did not finish and archive within the rounds")
-
-
 def test_backoff_is_exponential_capped_and_honours_retry_after() -> None:
     rng = random.Random(1)
     delays = [backoff_delay(n, None, base=1.0, cap=30.0, rng=rng) for n in range(1, 9)]
@@ -274,28 +146,26 @@ def test_backoff_is_exponential_capped_and_honours_retry_after() -> None:
     assert backoff_delay(5, 0.5, base=1.0, cap=30.0, rng=rng) >= 0.8 * 16
 
 
-@pytest.mark.anyio
 async def test_the_dispatcher_is_woken_only_when_deliveries_were_queued(
     tmp_path: Path,
 ) -> None:
     """Events no endpoint takes are archived without waking the dispatcher (its round
     would find nothing new); once an endpoint takes them, every ingest that queued
     deliveries wakes it."""
-    async with Harness(tmp_path) as h:
+    async with PollerHarness(tmp_path) as h:
         await h.store.call(h.store.store.endpoints.set_endpoint_enabled, "ep", False)
         first = await h.api.create_session("Fix the flaky test")
-        await _finish(h, first.name)
+        await finish(h, first.name)
         assert len(h.archived(first.name)) > 3
         assert await h.store.outbox.pending_count() == 0
         assert h.enqueued == 0
         await h.store.call(h.store.store.endpoints.set_endpoint_enabled, "ep", True)
         second = await h.api.create_session("Add a health check")
-        await _finish(h, second.name)
+        await finish(h, second.name)
         assert await h.store.outbox.pending_count() > 0
         assert h.enqueued > 0
 
 
-@pytest.mark.anyio
 @pytest.mark.parametrize("exclusive", [True, False])
 async def test_store_calls_a_new_session_costs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exclusive: bool
@@ -303,7 +173,7 @@ async def test_store_calls_a_new_session_costs(
     """A new session is archived and announced in one store call (one hand-off to the
     store's thread on the path that paces a backfill). A replica alone on its store claims
     no polls (the claims would be no-ops); one that shares it claims and releases each."""
-    async with Harness(tmp_path) as h:
+    async with PollerHarness(tmp_path) as h:
         h.store.store.leases.register_replica(
             "r1", host="h", pid=1, now=h.clock(), lease=30.0, exclusive=exclusive
         )
@@ -316,7 +186,7 @@ async def test_store_calls_a_new_session_costs(
 
         monkeypatch.setattr(h.store, "call", spy)
         session = await h.api.create_session("Fix the flaky test")
-        await _finish(h, session.name)
+        await finish(h, session.name)
         assert made.count("archive_discovered") == 1
         assert "set_session_account" not in made  # the default account is not written
         # A poll's end (the session read again, the next poll scheduled) is one call too.
@@ -332,17 +202,16 @@ async def test_store_calls_a_new_session_costs(
         assert types[0] == "session.discovered"
 
 
-@pytest.mark.anyio
 async def test_new_sessions_are_announced_and_every_activity_archived_once(
     tmp_path: Path,
 ) -> None:
-    async with Harness(tmp_path) as h:
+    async with PollerHarness(tmp_path) as h:
         sources = (await h.api.list_sources()).sources
         first = await h.api.create_session(
             "Add a health check", source=sources[0].name, automation_mode="AUTO_CREATE_PR"
         )
         second = await h.api.create_session("Fix the flaky test")
-        await _finish(h, first.name, second.name)
+        await finish(h, first.name, second.name)
         events = list(h.store.store.operator.iter_events())
         types = [e.type for e in events]
         assert types.count("session.discovered") == 2
@@ -357,17 +226,16 @@ async def test_new_sessions_are_announced_and_every_activity_archived_once(
         assert h.enqueued > 0
 
 
-@pytest.mark.anyio
 @pytest.mark.parametrize("mode", ["exclusive", "inclusive", "ignore"])
 async def test_each_activity_archived_once_whatever_the_create_time_filter(
     tmp_path: Path, mode: str
 ) -> None:
-    async with Harness(tmp_path, create_time_filter=mode, page_size=2) as h:
+    async with PollerHarness(tmp_path, create_time_filter=mode, page_size=2) as h:
         session = await h.api.create_session("[ask] Stream the export")
         for _ in range(8):
             await h.round()
         await h.api.send_message(session.name, "Raising is fine")
-        await _finish(h, session.name)
+        await finish(h, session.name)
         upstream = await h.upstream_activities(session.name)
         archived = h.archived(session.name)
         assert sorted(archived) == sorted(upstream)
@@ -376,16 +244,15 @@ async def test_each_activity_archived_once_whatever_the_create_time_filter(
         assert archived == upstream
 
 
-@pytest.mark.anyio
 async def test_without_backfill_only_what_happens_after_the_first_start_is_delivered(
     tmp_path: Path,
 ) -> None:
-    async with Harness(tmp_path, backfill=False) as h:
+    async with PollerHarness(tmp_path, backfill=False) as h:
         old = await h.api.create_session("Existing work")
         h.clock.now += 3.5  # started, planned and approved before the relay ever ran
         await h.poller.discover()
         epoch = h.clock.now
-        await _finish(h, old.name)
+        await finish(h, old.name)
         events = list(h.store.store.operator.iter_events(session=old.name))
         sent = {
             r.event_id for r in h.store.store.operator.list_deliveries(session=old.name, limit=1000)
@@ -394,7 +261,7 @@ async def test_without_backfill_only_what_happens_after_the_first_start_is_deliv
         assert sent and len(sent) < len(events)  # history archived, not sent
         assert "session.discovered" not in {e.type for e in events if e.id in sent}
         new = await h.api.create_session("New work after the first start")
-        await _finish(h, new.name)
+        await finish(h, new.name)
         new_events = {e.id for e in h.store.store.operator.iter_events(session=new.name)}
         sent = {
             r.event_id for r in h.store.store.operator.list_deliveries(session=new.name, limit=1000)
@@ -402,30 +269,23 @@ async def test_without_backfill_only_what_happens_after_the_first_start_is_deliv
         assert sent == new_events
 
 
-@pytest.mark.anyio
 async def test_sessions_created_while_discovery_fails_are_not_history(tmp_path: Path) -> None:
-    faults: list[Faults] = []
-
-    def wrap(inner: httpx.AsyncBaseTransport) -> httpx.AsyncBaseTransport:
-        faults.append(Faults(inner))
-        return faults[0]
-
-    async with Harness(tmp_path, wrap=wrap, backfill=False) as h:
-        faults[0].fail(lambda r: r.url.path.endswith("/sessions"), _error(500), times=1)
+    async with PollerHarness(tmp_path, wrap=Faults, backfill=False) as h:
+        faults = h.transport(Faults)
+        faults.fail(lambda r: r.url.path.endswith("/sessions"), _error(500), times=1)
         with pytest.raises(ApiError):
             await h.poller.discover()  # the first start: nothing exists yet, and it fails
         session = await h.api.create_session("Created during the outage")
-        await _finish(h, session.name)
+        await finish(h, session.name)
         events = {e.id for e in h.store.store.operator.iter_events(session=session.name)}
         sent = {r.event_id for r in h.store.store.operator.list_deliveries(limit=1000)}
         assert events and sent == events
 
 
-@pytest.mark.anyio
 async def test_unchanged_idle_session_costs_no_activity_request(tmp_path: Path) -> None:
-    async with Harness(tmp_path) as h:
+    async with PollerHarness(tmp_path) as h:
         session = await h.api.create_session("Finish and rest")
-        await _finish(h, session.name)
+        await finish(h, session.name)
         await h.round(10)  # one more poll may follow the last change
         before = h.count("list_activities")
         for _ in range(10):
@@ -439,35 +299,25 @@ async def test_unchanged_idle_session_costs_no_activity_request(tmp_path: Path) 
         assert h.count("list_activities") == before + 1
 
 
-@pytest.mark.anyio
 @pytest.mark.parametrize("whole", [False, True], ids=["items-repeated", "page-repeated"])
 async def test_repeated_pages_archive_nothing_twice(tmp_path: Path, whole: bool) -> None:
-    wrappers: list[RepeatPages] = []
-
-    def wrap(inner: httpx.AsyncBaseTransport) -> httpx.AsyncBaseTransport:
-        wrappers.append(RepeatPages(inner, whole=whole))
-        return wrappers[0]
-
-    async with Harness(tmp_path, wrap=wrap, page_size=2) as h:
+    async with PollerHarness(tmp_path, wrap=partial(RepeatPages, whole=whole), page_size=2) as h:
+        wrappers = h.transport(RepeatPages)
         session = await h.api.create_session("Paged work")
         h.clock.now += 8  # several pages wait at the first poll
-        await _finish(h, session.name)
-        assert wrappers[0].repeated, "the wrapper never repeated a page"
+        await finish(h, session.name)
+        assert wrappers.repeated, "the wrapper never repeated a page"
         archived = h.archived(session.name)
         assert archived == await h.upstream_activities(session.name)
 
 
-@pytest.mark.anyio
 async def test_ingested_metric_counts_each_new_event_by_its_type(tmp_path: Path) -> None:
     # Repeated items make pages that are partly archived already: only the new events of
     # such a page may be counted, each under its own type.
-    def wrap(inner: httpx.AsyncBaseTransport) -> httpx.AsyncBaseTransport:
-        return RepeatPages(inner, whole=False)
-
-    async with Harness(tmp_path, wrap=wrap, page_size=2) as h:
+    async with PollerHarness(tmp_path, wrap=partial(RepeatPages, whole=False), page_size=2) as h:
         session = await h.api.create_session("Paged work")
         h.clock.now += 8
-        await _finish(h, session.name)
+        await finish(h, session.name)
         archived = Counter(e.type for e in h.store.store.operator.iter_events())
         counted = {
             sample.labels["type"]: sample.value
@@ -497,21 +347,15 @@ class LateActivity(httpx.AsyncBaseTransport):
         return httpx.Response(response.status_code, json={**page, "activities": kept})
 
 
-@pytest.mark.anyio
 async def test_an_activity_committed_late_is_archived_when_the_session_settles(
     tmp_path: Path,
 ) -> None:
-    late: list[LateActivity] = []
-
-    def wrap(inner: httpx.AsyncBaseTransport) -> httpx.AsyncBaseTransport:
-        late.append(LateActivity(inner))
-        return late[0]
-
-    async with Harness(tmp_path, wrap=wrap) as h:
+    async with PollerHarness(tmp_path, wrap=LateActivity) as h:
+        late = h.transport(LateActivity)
         session = await h.api.create_session("Late commit")
         h.clock.now += 1.5
         hidden = (await h.upstream_activities(session.name))[-1]
-        late[0].hidden = hidden
+        late.hidden = hidden
         for _ in range(3):  # the cursor moves past the hidden activity's createTime + overlap
             await h.round()
         row = await h.store.ingest.get_session(session.name)
@@ -522,8 +366,8 @@ async def test_an_activity_committed_late_is_archived_when_the_session_settles(
         )
         assert (await h.api.get_session(session.name)).state in ACTIVE_STATES
         assert hidden not in h.archived(session.name)
-        late[0].hidden = None  # committed now, while the session works, behind the cursor
-        await _finish(h, session.name)
+        late.hidden = None  # committed now, while the session works, behind the cursor
+        await finish(h, session.name)
         assert hidden in h.archived(session.name)
 
 
@@ -586,19 +430,13 @@ def _error(status: int, **headers: str) -> httpx.Response:
     return httpx.Response(status, json=body, headers=headers)
 
 
-@pytest.mark.anyio
 async def test_upstream_429_backs_off_one_session_and_the_others_go_on(tmp_path: Path) -> None:
-    faults: list[Faults] = []
-
-    def wrap(inner: httpx.AsyncBaseTransport) -> httpx.AsyncBaseTransport:
-        faults.append(Faults(inner))
-        return faults[0]
-
-    async with Harness(tmp_path, wrap=wrap) as h:
+    async with PollerHarness(tmp_path, wrap=Faults) as h:
+        faults = h.transport(Faults)
         slow = await h.api.create_session("Throttled one")
         fast = await h.api.create_session("Free one")
         slow_id = slow.name.removeprefix("sessions/")
-        faults[0].fail(
+        faults.fail(
             lambda r: r.url.path.endswith(f"{slow_id}/activities"),
             _error(429, **{"retry-after": "7"}),
             times=1,
@@ -611,49 +449,37 @@ async def test_upstream_429_backs_off_one_session_and_the_others_go_on(tmp_path:
             assert slow.name not in outcomes
         outcomes = await h.round(2.5)
         assert outcomes.get(slow.name) == "ok"
-        await _finish(h, slow.name, fast.name)
+        await finish(h, slow.name, fast.name)
         assert h.archived(slow.name) == await h.upstream_activities(slow.name)
 
 
-@pytest.mark.anyio
 async def test_server_errors_mid_walk_lose_nothing(tmp_path: Path) -> None:
-    faults: list[Faults] = []
-
-    def wrap(inner: httpx.AsyncBaseTransport) -> httpx.AsyncBaseTransport:
-        faults.append(Faults(inner))
-        return faults[0]
-
-    async with Harness(tmp_path, wrap=wrap, page_size=2) as h:
+    async with PollerHarness(tmp_path, wrap=Faults, page_size=2) as h:
+        faults = h.transport(Faults)
         session = await h.api.create_session("Bumpy road")
         h.clock.now += 6  # several activities wait, over several pages
         # Every second page request fails once with a 500, then discovery once too.
-        faults[0].fail(lambda r: "pageToken" in str(r.url), _error(500), times=3)
-        faults[0].fail(lambda r: r.url.path.endswith("/sessions"), _error(503), times=1)
+        faults.fail(lambda r: "pageToken" in str(r.url), _error(500), times=3)
+        faults.fail(lambda r: r.url.path.endswith("/sessions"), _error(503), times=1)
         for _ in range(3):
             h.clock.now += 40
             with contextlib.suppress(ApiError):
                 await h.poller.discover()
             await h.poller.poll_due()
-        await _finish(h, session.name)
-        assert len(faults[0].hits) == 4
+        await finish(h, session.name)
+        assert len(faults.hits) == 4
         archived = h.archived(session.name)
         assert archived == await h.upstream_activities(session.name)
 
 
-@pytest.mark.anyio
 async def test_a_404_is_transient_for_a_young_session_and_final_later(tmp_path: Path) -> None:
-    faults: list[Faults] = []
-
-    def wrap(inner: httpx.AsyncBaseTransport) -> httpx.AsyncBaseTransport:
-        faults.append(Faults(inner))
-        return faults[0]
-
-    async with Harness(tmp_path, wrap=wrap) as h:
+    async with PollerHarness(tmp_path, wrap=Faults) as h:
+        faults = h.transport(Faults)
         session = await h.api.create_session("Vanishing")
         sid = session.name.removeprefix("sessions/")
         # Right after creation the service may not find the session it lists.
-        faults[0].fail(lambda r: r.url.path.endswith(sid), _error(404), times=1)
-        faults[0].fail(lambda r: r.url.path.endswith(f"{sid}/activities"), _error(404), times=1)
+        faults.fail(lambda r: r.url.path.endswith(sid), _error(404), times=1)
+        faults.fail(lambda r: r.url.path.endswith(f"{sid}/activities"), _error(404), times=1)
         with capture_logs() as logs:
             await h.poller.discover()  # GET 404: announced at the next pass, whole
             assert await h.poller.poll_due() == {}
@@ -673,29 +499,23 @@ async def test_a_404_is_transient_for_a_young_session_and_final_later(tmp_path: 
         assert [e["session"] for e in logs if e["event"] == "poll.session_gone"] == [session.name]
 
 
-@pytest.mark.anyio
 async def test_a_failing_get_of_one_new_session_holds_up_neither_the_pass_nor_the_others(
     tmp_path: Path,
 ) -> None:
-    faults: list[Faults] = []
-
-    def wrap(inner: httpx.AsyncBaseTransport) -> httpx.AsyncBaseTransport:
-        faults.append(Faults(inner))
-        return faults[0]
-
-    async with Harness(tmp_path, wrap=wrap) as h:
+    async with PollerHarness(tmp_path, wrap=Faults) as h:
+        faults = h.transport(Faults)
         unlucky = await h.api.create_session("Unlucky")
         lucky = await h.api.create_session("Lucky")
         uid = unlucky.name.removeprefix("sessions/")
-        faults[0].fail(lambda r: r.url.path.endswith(uid), _error(500), times=2)
+        faults.fail(lambda r: r.url.path.endswith(uid), _error(500), times=2)
         await h.poller.discover()  # no exception: the pass itself succeeded
         assert await h.poller.poll_due() == {lucky.name: "ok"}
         h.clock.now += 0.1
         await h.poller.discover()  # within its (short) backoff: not asked again yet
-        assert len(faults[0].hits) == 1
+        assert len(faults.hits) == 1
         h.clock.now += 1
         await h.poller.discover()  # asked again: fails again, backs off further
-        assert len(faults[0].hits) == 2
+        assert len(faults.hits) == 2
         h.clock.now += 3
         await h.poller.discover()
         assert unlucky.name in await h.poller.poll_due()
@@ -707,17 +527,11 @@ async def test_a_failing_get_of_one_new_session_holds_up_neither_the_pass_nor_th
         assert announced == {lucky.name, unlucky.name}
 
 
-@pytest.mark.anyio
 async def test_malformed_answer_is_logged_and_retried(tmp_path: Path) -> None:
-    faults: list[Faults] = []
-
-    def wrap(inner: httpx.AsyncBaseTransport) -> httpx.AsyncBaseTransport:
-        faults.append(Faults(inner))
-        return faults[0]
-
-    async with Harness(tmp_path, wrap=wrap) as h:
+    async with PollerHarness(tmp_path, wrap=Faults) as h:
+        faults = h.transport(Faults)
         session = await h.api.create_session("Garbled")
-        faults[0].fail(
+        faults.fail(
             lambda r: r.url.path.endswith("/activities"),
             httpx.Response(200, content=b"<html>proxy error</html>"),
             times=1,
@@ -727,28 +541,21 @@ async def test_malformed_answer_is_logged_and_retried(tmp_path: Path) -> None:
         failure = next(e for e in logs if e["event"] == "poll.failed")
         assert failure["reason"] == "malformed response"
         assert "proxy error" in failure["body"]
-        await _finish(h, session.name)
+        await finish(h, session.name)
         assert h.archived(session.name) == await h.upstream_activities(session.name)
 
 
-@pytest.mark.anyio
 async def test_time_filter_refused_falls_back_to_walking_everything(tmp_path: Path) -> None:
-    faults: list[Faults] = []
-
-    def wrap(inner: httpx.AsyncBaseTransport) -> httpx.AsyncBaseTransport:
-        faults.append(Faults(inner))
-        return faults[0]
-
-    async with Harness(tmp_path, wrap=wrap) as h:
+    async with PollerHarness(tmp_path, wrap=Faults) as h:
+        faults = h.transport(Faults)
         session = await h.api.create_session("Old server")
-        faults[0].fail(lambda r: "createTime" in str(r.url), _error(400), times=1000)
-        await _finish(h, session.name)
+        faults.fail(lambda r: "createTime" in str(r.url), _error(400), times=1000)
+        await finish(h, session.name)
         assert h.archived(session.name) == await h.upstream_activities(session.name)
 
 
-@pytest.mark.anyio
 async def test_rejected_key_is_logged_loudly_and_retried_slowly(tmp_path: Path) -> None:
-    async with Harness(tmp_path, api_key="wrong") as h:
+    async with PollerHarness(tmp_path, api_key="wrong") as h:
         with capture_logs() as logs, anyio.move_on_after(0.5):
             await h.poller.run()
         assert h.count("list_sessions") == 1  # no hammering: the next try is a minute away
@@ -794,12 +601,11 @@ class EqualTimes:
         return httpx.Response(200, json=page)
 
 
-@pytest.mark.anyio
 async def test_cursor_overlap_keeps_equal_timestamps_after_a_failed_page(
     tmp_path: Path,
 ) -> None:
     fake = EqualTimes()
-    clock = FakeClock(1_750_000_000.0)
+    clock = Clock(1_750_000_000.0)
     async with (
         httpx.AsyncClient(transport=httpx.MockTransport(fake)) as http,
     ):
@@ -824,7 +630,6 @@ async def test_cursor_overlap_keeps_equal_timestamps_after_a_failed_page(
     assert archived == fake.names
 
 
-@pytest.mark.anyio
 async def test_scheduler_shares_the_budget_fairly_between_sessions(tmp_path: Path) -> None:
     # Real time: six working sessions always overdue, a budget of 20 requests a second.
     # Most-overdue-first means round robin: no session starves.
@@ -891,15 +696,9 @@ class Meanwhile(httpx.AsyncBaseTransport):
         return await self._inner.handle_async_request(request)
 
 
-@pytest.mark.anyio
 async def test_backoff_wins_over_a_change_seen_while_the_poll_ran(tmp_path: Path) -> None:
-    wrappers: list[Meanwhile] = []
-
-    def wrap(inner: httpx.AsyncBaseTransport) -> httpx.AsyncBaseTransport:
-        wrappers.append(Meanwhile(inner))
-        return wrappers[0]
-
-    async with Harness(tmp_path, wrap=wrap) as h:
+    async with PollerHarness(tmp_path, wrap=Meanwhile) as h:
+        wrappers = h.transport(Meanwhile)
         session = await h.api.create_session("Changes while throttled")
         await h.round(3.5)  # working: polled every active_interval
 
@@ -907,8 +706,8 @@ async def test_backoff_wins_over_a_change_seen_while_the_poll_ran(tmp_path: Path
             await h.api.send_message(session.name, "Also this")  # updateTime moves
             await h.poller.discover()  # ...and discovery sees it while the poll runs
 
-        wrappers[0].target = session.name.removeprefix("sessions/")
-        wrappers[0].action = change_and_discover
+        wrappers.target = session.name.removeprefix("sessions/")
+        wrappers.action = change_and_discover
         h.clock.now += 1.5  # the next poll is due
         assert await h.poller.poll_due() == {session.name: "retry"}
         assert h.poller.due(h.clock.now + 3.9) == []  # Retry-After: 5 holds

@@ -10,8 +10,9 @@ from typing import Any
 import httpx
 import pytest
 
-from .test_poller import Harness
-from .test_poller_refresh import Rewrite, _settled
+from tests.support.poller_harness import PollerHarness, Rewrite, settled
+
+pytestmark = pytest.mark.anyio
 
 #: (prompt, plan approval required, state, hidden member, lifecycle event, what it carries)
 CASES = [
@@ -52,7 +53,7 @@ class StateBeforeActivity(Rewrite):
         return True
 
 
-async def _until_read_in(h: Harness, rewrite: StateBeforeActivity, state: str) -> None:
+async def _until_read_in(h: PollerHarness, rewrite: StateBeforeActivity, state: str) -> None:
     """Rounds until a GET of the relay answered ``state`` while its activity was hidden."""
     for _ in range(30):
         await h.round()
@@ -62,7 +63,7 @@ async def _until_read_in(h: Harness, rewrite: StateBeforeActivity, state: str) -
     raise AssertionError(f"the relay never read the session in {state}")
 
 
-def _lifecycle(h: Harness, name: str) -> list[dict[str, Any]]:
+def _lifecycle(h: PollerHarness, name: str) -> list[dict[str, Any]]:
     return [
         e.payload()
         for e in h.store.store.operator.iter_events(session=name)
@@ -70,7 +71,6 @@ def _lifecycle(h: Harness, name: str) -> list[dict[str, Any]]:
     ]
 
 
-@pytest.mark.anyio
 @pytest.mark.parametrize(("prompt", "approval", "state", "member", "kind", "field"), CASES)
 async def test_a_state_shown_before_its_activity_waits_for_it(
     tmp_path: Path, prompt: str, approval: bool, state: str, member: str, kind: str, field: str
@@ -112,7 +112,6 @@ async def test_a_state_shown_before_its_activity_waits_for_it(
         assert activity_type < changed < types.index(lifecycle_type)
 
 
-@pytest.mark.anyio
 async def test_an_activity_that_never_comes_delays_the_event_a_bounded_time(
     tmp_path: Path,
 ) -> None:
@@ -133,7 +132,6 @@ async def test_an_activity_that_never_comes_delays_the_event_a_bounded_time(
         assert h.count("get_session") - reads <= 4
 
 
-@pytest.mark.anyio
 async def test_a_session_first_seen_finished_without_its_activity_is_told_at_once(
     tmp_path: Path,
 ) -> None:
@@ -142,7 +140,7 @@ async def test_a_session_first_seen_finished_without_its_activity_is_told_at_onc
     # reads, which would multiply what the history walk costs.
     rewrite = StateBeforeActivity("sessionCompleted")
     async with rewrite.harness(tmp_path) as h:
-        name = await _settled(h, "Add a health check")
+        name = await settled(h, "Add a health check")
         await h.poller.discover()
         await h.poller.poll_due()
         assert rewrite.edited  # the walk did not show the completion

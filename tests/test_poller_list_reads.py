@@ -15,28 +15,27 @@ import pytest
 
 from sessionhook.api.models import Session
 from sessionhook.relay.polling.learning import LEARN_AFTER
+from tests.support.poller_harness import PollerHarness, Rewrite
 
-from .test_poller import Harness
-from .test_poller_refresh import Rewrite
+pytestmark = pytest.mark.anyio
 
 ROUNDS = 40  # seconds of the emulator's clock, one agent step each: a session finishes
 
 
-def _made(h: Harness, before: int) -> Counter[str]:
+def _made(h: PollerHarness, before: int) -> Counter[str]:
     return Counter(label for label, _ in h.requests[before:])
 
 
-async def _seen(h: Harness, name: str) -> Session:
+async def _seen(h: PollerHarness, name: str) -> Session:
     """The session as the list shows it now (the uncounted client; the same clock)."""
     page = await h.api.list_sessions()
     return next(s for s in page.sessions if s.name == name)
 
 
-@pytest.mark.anyio
 async def test_a_session_is_read_when_the_list_shows_its_state_change_not_after_walks(
     tmp_path: Path,
 ) -> None:
-    async with Harness(tmp_path, mode="list") as h:
+    async with PollerHarness(tmp_path, mode="list") as h:
         source = (await h.api.list_sources()).sources[0].name
         session = await h.api.create_session(
             "Fix the flaky test", source=source, automation_mode="AUTO_CREATE_PR"
@@ -83,11 +82,10 @@ async def test_a_session_is_read_when_the_list_shows_its_state_change_not_after_
         assert body["data"]["activity_name"] == completion[0].activity_name
 
 
-@pytest.mark.anyio
 async def test_when_the_list_stops_being_read_a_change_it_was_to_show_is_read(
     tmp_path: Path,
 ) -> None:
-    async with Harness(tmp_path, mode="auto") as h:
+    async with PollerHarness(tmp_path, mode="auto") as h:
         session = await h.api.create_session("Add a health check", require_plan_approval=True)
         name = session.name
         await h.poller.discover()
@@ -131,7 +129,6 @@ class LaggingListState(Rewrite):
         return True
 
 
-@pytest.mark.anyio
 async def test_a_walk_that_finds_the_end_of_the_run_reads_the_session_at_once(
     tmp_path: Path,
 ) -> None:
@@ -158,11 +155,10 @@ async def test_a_walk_that_finds_the_end_of_the_run_reads_the_session_at_once(
         assert types.index("activity.session_completed") < types.index("session.completed")
 
 
-@pytest.mark.anyio
 async def test_once_list_mode_is_learned_the_learnings_timer_polls_wait_for_the_safety_poll(
     tmp_path: Path,
 ) -> None:
-    async with Harness(tmp_path, mode="auto", safety_interval=30.0) as h:
+    async with PollerHarness(tmp_path, mode="auto", safety_interval=30.0) as h:
         session = await h.api.create_session("Fix the flaky test")
         await h.poller.discover()
         await h.poller.poll_due()

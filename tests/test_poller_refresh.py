@@ -11,41 +11,9 @@ from typing import Any
 import httpx
 import pytest
 
-from .test_poller import Harness, _finish
+from tests.support.poller_harness import SETTLED_AFTER, PollerHarness, Rewrite, finish, settled
 
-SETTLED_AFTER = 600.0  # seconds of the emulator's clock: a session is COMPLETED by then
-
-
-class Rewrite(httpx.AsyncBaseTransport):
-    """Passes every request on; the JSON answers :meth:`edit` takes are changed by it."""
-
-    def __init__(self) -> None:
-        self._inner: httpx.AsyncBaseTransport | None = None  # set by harness()
-        self.edited: list[str] = []  # what each edit changed
-
-    def edit(self, request: httpx.Request, body: dict[str, Any]) -> bool:
-        raise NotImplementedError
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        assert self._inner is not None
-        response = await self._inner.handle_async_request(request)
-        if request.method != "GET" or response.status_code != 200:
-            return response
-        body = json.loads(await response.aread())
-        if not self.edit(request, body):
-            return response
-        headers = [(k, v) for k, v in response.headers.items() if k != "content-length"]
-        return httpx.Response(response.status_code, json=body, headers=headers)
-
-    def harness(self, tmp_path: Path, **settings: Any) -> Harness:
-        """A :class:`Harness` whose relay client goes through this rewrite (``settings``:
-        the poller's, as :class:`Harness` takes them)."""
-
-        def wrap(inner: httpx.AsyncBaseTransport) -> httpx.AsyncBaseTransport:
-            self._inner = inner
-            return self
-
-        return Harness(tmp_path, wrap=wrap, **settings)
+pytestmark = pytest.mark.anyio
 
 
 class StaleFirstRead(Rewrite):
@@ -76,33 +44,22 @@ class UndatedCompletion(Rewrite):
         return True
 
 
-async def _settled(h: Harness, prompt: str) -> str:
-    """A session with a pull request that completed before the relay looked."""
-    source = (await h.api.list_sources()).sources[0].name
-    session = await h.api.create_session(prompt, source=source, automation_mode="AUTO_CREATE_PR")
-    h.clock.now += SETTLED_AFTER
-    done = await h.api.get_session(session.name)
-    assert done.state == "COMPLETED" and done.outputs
-    return session.name
-
-
-async def _first_poll_of_settled(h: Harness, prompt: str) -> str:
+async def _first_poll_of_settled(h: PollerHarness, prompt: str) -> str:
     """:func:`_settled`, then discovered and polled once."""
-    name = await _settled(h, prompt)
+    name = await settled(h, prompt)
     await h.poller.discover()
     await h.poller.poll_due()
     return name
 
 
-def _types(h: Harness, name: str) -> list[str]:
+def _types(h: PollerHarness, name: str) -> list[str]:
     return [e.type for e in h.store.store.operator.iter_events(session=name)]
 
 
-@pytest.mark.anyio
 async def test_a_session_discovered_settled_is_read_once(tmp_path: Path) -> None:
-    async with Harness(tmp_path) as h:
-        name = await _settled(h, "Add a health check")
-        await _finish(h, name)
+    async with PollerHarness(tmp_path) as h:
+        name = await settled(h, "Add a health check")
+        await finish(h, name)
         await h.round(10)  # and nothing more is asked later
         # Discovery's GET is the only one: every activity predates what it read.
         assert h.count("get_session") == 1
@@ -117,9 +74,8 @@ async def test_a_session_discovered_settled_is_read_once(tmp_path: Path) -> None
         )
 
 
-@pytest.mark.anyio
 async def test_a_first_walk_past_discoverys_read_reads_the_session_again(tmp_path: Path) -> None:
-    async with Harness(tmp_path) as h:
+    async with PollerHarness(tmp_path) as h:
         source = (await h.api.list_sources()).sources[0].name
         session = await h.api.create_session(
             "Fix the flaky test", source=source, automation_mode="AUTO_CREATE_PR"
@@ -139,7 +95,6 @@ async def test_a_first_walk_past_discoverys_read_reads_the_session_again(tmp_pat
         assert "session.completed" in types
 
 
-@pytest.mark.anyio
 async def test_a_change_discoverys_read_missed_is_told_after_the_next_list_read(
     tmp_path: Path,
 ) -> None:
@@ -167,7 +122,6 @@ async def test_a_change_discoverys_read_missed_is_told_after_the_next_list_read(
         assert sorted(h.archived(name)) == sorted(await h.upstream_activities(name))
 
 
-@pytest.mark.anyio
 async def test_an_undated_activity_is_not_taken_for_one_discovery_read_covered(
     tmp_path: Path,
 ) -> None:

@@ -18,8 +18,7 @@ from sessionhook.api.client import SessionsClient
 from sessionhook.api.models import Activity, Session, parse_timestamp
 from sessionhook.relay.domain import events
 from sessionhook.relay.polling import name_problem
-
-from .test_poller import Harness, _finish
+from tests.support.poller_harness import PollerHarness, finish
 
 pytestmark = pytest.mark.anyio
 
@@ -50,22 +49,35 @@ class Tamper(httpx.AsyncBaseTransport):
             body = json.dumps(self.edit(request.url.path, json.loads(body))).encode()
         return httpx.Response(response.status_code, content=body, headers=headers)
 
+    def add_items(self, session: str, items: list[Page], *, first: bool = False) -> None:
+        """Every activity page of ``session`` also lists ``items`` (after its own, or
+        ``first``)."""
 
-def tampered(tmp_path: Path, **settings: Any) -> tuple[Harness, list[Tamper]]:
-    tampers: list[Tamper] = []
+        def edit(path: str, page: Page) -> Page:
+            if session not in path:
+                return page
+            own = page.get("activities", [])
+            return {**page, "activities": [*items, *own] if first else [*own, *items]}
 
-    def wrap(inner: httpx.AsyncBaseTransport) -> httpx.AsyncBaseTransport:
-        tampers.append(Tamper(inner))
-        return tampers[0]
+        self.edit = edit
 
-    return Harness(tmp_path, wrap=wrap, **settings), tampers
+    def change_item(self, name: str, **fields: Any) -> None:
+        """The activity ``name`` is listed with ``fields`` changed."""
+
+        def edit(path: str, page: Page) -> Page:
+            for activity in page.get("activities", []):
+                if activity["name"] == name:
+                    activity.update(fields)
+            return page
+
+        self.edit = edit
 
 
-def refused(h: Harness) -> dict[str, str]:
+def refused(h: PollerHarness) -> dict[str, str]:
     return {r.name: r.reason for r in h.store.store.refusals.refused_activities()}
 
 
-def metric(h: Harness, name: str, **labels: str) -> float:
+def metric(h: PollerHarness, name: str, **labels: str) -> float:
     value = h.metrics.registry.get_sample_value(name, labels)
     return 0.0 if value is None else value
 
@@ -81,23 +93,17 @@ def test_name_problem() -> None:
 async def test_foreign_and_nameless_activities_are_refused_and_the_page_goes_on(
     tmp_path: Path,
 ) -> None:
-    h, tampers = tampered(tmp_path)
-    async with h:
+    async with PollerHarness(tmp_path, wrap=Tamper) as h:
+        tamper = h.transport(Tamper)
         session = await h.api.create_session("Mixed page")
         other = await h.api.create_session("The other one")
         strangers = [
             {"name": f"{other.name}/activities/{'f' * 32}", "createTime": "2025-06-15T00:00:00Z"},
             {"name": "garbage", "createTime": "2025-06-15T00:00:00Z"},
         ]
-
-        def edit(path: str, page: Page) -> Page:
-            if session.name in path:
-                page = {**page, "activities": [*page.get("activities", []), *strangers]}
-            return page
-
-        tampers[0].edit = edit
+        tamper.add_items(session.name, strangers)
         with capture_logs() as logs:
-            await _finish(h, session.name, other.name)
+            await finish(h, session.name, other.name)
         assert h.archived(session.name) == await h.upstream_activities(session.name)
         assert h.archived(other.name) == await h.upstream_activities(other.name)
         assert refused(h) == {strangers[0]["name"]: "foreign_name", "garbage": "not_a_name"}
@@ -119,21 +125,15 @@ async def test_foreign_and_nameless_activities_are_refused_and_the_page_goes_on(
 async def test_items_that_are_no_activity_are_refused_and_the_page_goes_on(
     tmp_path: Path,
 ) -> None:
-    h, tampers = tampered(tmp_path)
-    async with h:
+    async with PollerHarness(tmp_path, wrap=Tamper) as h:
+        tamper = h.transport(Tamper)
         session = await h.api.create_session("Broken items")
         broken = [
             {"createTime": "2025-06-15T00:00:00Z", "agentMessaged": {}},  # no name
             {"name": 42},  # not a string
         ]
-
-        def edit(path: str, page: Page) -> Page:
-            if session.name in path:
-                page = {**page, "activities": [*broken, *page.get("activities", [])]}
-            return page
-
-        tampers[0].edit = edit
-        await _finish(h, session.name)
+        tamper.add_items(session.name, broken, first=True)
+        await finish(h, session.name)
         assert h.archived(session.name) == await h.upstream_activities(session.name)
         rows = h.store.store.refusals.refused_activities()
         assert [(r.name, r.reason) for r in rows] == [("", "malformed")]  # nameless: one row
@@ -149,8 +149,8 @@ async def test_text_that_is_not_unicode_is_refused_and_the_daemon_goes_on(
     archive, log or send it. Its activity is refused as malformed (its name kept only if
     it is text), the others of the page are archived: never an exception out of the
     poller."""
-    h, tampers = tampered(tmp_path)
-    async with h:
+    async with PollerHarness(tmp_path, wrap=Tamper) as h:
+        tamper = h.transport(Tamper)
         session = await h.api.create_session("Surrogates")
         bad = [
             {
@@ -160,14 +160,8 @@ async def test_text_that_is_not_unicode_is_refused_and_the_daemon_goes_on(
             },
             {"name": f"{session.name}/activities/\udc00", "createTime": "2025-06-15T00:00:00Z"},
         ]
-
-        def edit(path: str, page: Page) -> Page:
-            if session.name in path:
-                page = {**page, "activities": [*page.get("activities", []), *bad]}
-            return page
-
-        tampers[0].edit = edit
-        await _finish(h, session.name)
+        tamper.add_items(session.name, bad)
+        await finish(h, session.name)
         assert h.archived(session.name) == await h.upstream_activities(session.name)
         rows = {r.name: r for r in h.store.store.refusals.refused_activities()}
         assert set(rows) == {bad[0]["name"], ""}
@@ -177,10 +171,9 @@ async def test_text_that_is_not_unicode_is_refused_and_the_daemon_goes_on(
 async def test_a_name_archived_under_another_session_is_refused_as_duplicate(
     tmp_path: Path,
 ) -> None:
-    h, _ = tampered(tmp_path)
-    async with h:
+    async with PollerHarness(tmp_path, wrap=Tamper) as h:
         decoy = await h.api.create_session("Decoy")
-        await _finish(h, decoy.name)
+        await finish(h, decoy.name)
         session = await h.api.create_session("Victim")
         h.clock.now += 3
         victim = await h.upstream_activities(session.name)
@@ -199,24 +192,17 @@ async def test_a_name_archived_under_another_session_is_refused_as_duplicate(
 async def test_a_createtime_in_the_future_does_not_carry_the_cursor_past_what_comes(
     tmp_path: Path,
 ) -> None:
-    h, tampers = tampered(tmp_path)
-    async with h:
+    async with PollerHarness(tmp_path, wrap=Tamper) as h:
+        tamper = h.transport(Tamper)
         session = await h.api.create_session("Time traveller")
         await h.round(2)
         first = (await h.upstream_activities(session.name))[0]
-
-        def edit(path: str, page: Page) -> Page:
-            for a in page.get("activities", []):
-                if a["name"] == first:
-                    a["createTime"] = "9999-12-31T23:59:59.999999Z"
-            return page
-
-        tampers[0].edit = edit
+        tamper.change_item(first, createTime="9999-12-31T23:59:59.999999Z")
         # The service's clock, one second resolution, as HTTP dates are.
-        tampers[0].headers = lambda: {"date": formatdate(h.clock(), usegmt=True)}
+        tamper.headers = lambda: {"date": formatdate(h.clock(), usegmt=True)}
         await h.round(1)
         assert first in h.archived(session.name)  # archived and delivered, not dropped
-        await _finish(h, session.name)
+        await finish(h, session.name)
         assert sorted(h.archived(session.name)) == sorted(await h.upstream_activities(session.name))
         row = h.store.store.ingest.get_session(session.name)
         assert row is not None and row.activity_cursor is not None
@@ -227,7 +213,8 @@ async def test_a_createtime_in_the_future_does_not_carry_the_cursor_past_what_co
 async def test_one_activity_too_large_is_refused_by_name_and_the_walk_goes_on(
     tmp_path: Path,
 ) -> None:
-    h, tampers = tampered(tmp_path, page_size=4)
+    h = PollerHarness(tmp_path, wrap=Tamper, page_size=4)
+    tamper = h.transport(Tamper)
     limit = 64 * 1024
     h.client = SessionsClient(
         h._http,  # the harness's counted transport
@@ -241,14 +228,9 @@ async def test_one_activity_too_large_is_refused_by_name_and_the_walk_goes_on(
         h.clock.now += 6
         upstream = await h.upstream_activities(session.name)
         huge = upstream[2]
-
-        def edit(path: str, page: Page) -> Page:
-            for a in page.get("activities", []):
-                if a["name"] == huge:
-                    a["artifacts"] = [{"media": {"mimeType": "image/png", "data": "A" * 3 * limit}}]
-            return page
-
-        tampers[0].edit = edit
+        tamper.change_item(
+            huge, artifacts=[{"media": {"mimeType": "image/png", "data": "A" * 3 * limit}}]
+        )
         with capture_logs() as logs:
             for _ in range(30):
                 await h.round()
@@ -270,8 +252,8 @@ async def test_one_activity_too_large_is_refused_by_name_and_the_walk_goes_on(
 async def test_runaway_pagination_backs_the_session_off_with_growing_delays(
     tmp_path: Path,
 ) -> None:
-    h, tampers = tampered(tmp_path, max_pages=3)
-    async with h:
+    async with PollerHarness(tmp_path, wrap=Tamper, max_pages=3) as h:
+        tamper = h.transport(Tamper)
         session = await h.api.create_session("Endless")
         healthy = await h.api.create_session("Healthy")
         counter = iter(range(10**6))
@@ -293,8 +275,8 @@ async def test_runaway_pagination_backs_the_session_off_with_growing_delays(
                     request.url = request.url.copy_remove_param("pageToken")
                 return await self._inner.handle_async_request(request)
 
-        tampers[0]._inner = StripToken(tampers[0]._inner)
-        tampers[0].edit = edit
+        tamper._inner = StripToken(tamper._inner)
+        tamper.edit = edit
         tracked_delays: list[float] = []
         with capture_logs() as logs:
             for _ in range(6):

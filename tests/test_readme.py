@@ -34,6 +34,8 @@ from typing import IO
 import httpx
 import pytest
 
+from tests.support.loopback import free_port
+
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[1]
@@ -186,12 +188,6 @@ def free(port: int) -> bool:
         except OSError:
             return False
     return True
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_for(condition: Callable[[], bool], what: str, *, seconds: float = 60) -> None:

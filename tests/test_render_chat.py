@@ -22,8 +22,7 @@ import pytest
 from sessionhook.relay.domain import render
 from sessionhook.relay.domain.chat_markup import http_url, markdown, mrkdwn, mrkdwn_link
 from sessionhook.relay.domain.samples import sample_events
-
-from .chat_schemas import CHAT, CHAT_FORMATS
+from tests.support.chat_schemas import CHAT, CHAT_FORMATS
 
 #: The issue's strings.
 EVIL_URL = "https://agent.example.com/s/1> <!channel> <https://evil.example|label"

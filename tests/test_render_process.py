@@ -21,8 +21,7 @@ import pytest
 from sessionhook.relay.delivery.render_process import RenderProcess
 from sessionhook.relay.domain import render
 from sessionhook.relay.domain.samples import sample_events
-
-from .processes import alive, children_of
+from tests.support.processes import alive, children_of
 
 pytestmark = pytest.mark.anyio
 

@@ -37,11 +37,12 @@ from sessionhook.relay.store import (
     notify,
 )
 from sessionhook.relay.telemetry.metrics import Metrics
-
-from .conftest import Backend
-from .receiver import Receiver
-from .test_dispatch import SECRET, _config, _seed
-from .test_outbox import T0, Clock, Ep, fill, ok
+from tests.support.backends import Backend
+from tests.support.backlog import fill, ok
+from tests.support.clock import T0, Clock
+from tests.support.dispatch_rig import SECRET, dispatch_config, seed_sessions
+from tests.support.receiver import Receiver
+from tests.support.store_rows import Ep
 
 LEASE = 10.0
 
@@ -279,11 +280,11 @@ async def test_two_dispatchers_share_the_outbox_one_in_flight_per_session(
     """Two replicas' dispatchers on one store and one consumer: every event once, each
     session in order, never two of a session at the consumer at once, both did work."""
     receiver = Receiver(SECRET, delay=0.02)
-    config = _config(concurrency=3)
+    config = dispatch_config(concurrency=3)
     stores = [await AsyncStore.open(tmp_path / "relay.db") for _ in range(2)]
     try:
         await stores[0].endpoints.sync_endpoints(config.endpoints)
-        expected = await _seed(stores[0], sessions=6)
+        expected = await seed_sessions(stores[0], sessions=6)
         for n, store in enumerate(stores):
             await store.call(
                 store.store.leases.register_replica, f"r{n}", host="h", pid=n, now=time.time(),

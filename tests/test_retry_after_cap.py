@@ -24,6 +24,7 @@ from sessionhook.relay.domain.retry import (
 )
 from sessionhook.relay.domain.signing import generate_secret
 from sessionhook.relay.store import AsyncStore
+from tests.support.dispatch_rig import seed_session
 
 NOW = 1_700_000_000.0
 DELAYS = (5.0, 300.0)
@@ -82,22 +83,12 @@ async def test_dispatcher_caps_retry_after_and_rows_behind_wait_on_it(tmp_path: 
     try:
         await store.endpoints.sync_endpoints(config.endpoints)
         session = Session(name="sessions/42", state="IN_PROGRESS", title="t")
-        await store.ingest.upsert_session(session, baseline=False)
-        activities = [
-            Activity(
-                name=f"sessions/42/activities/{j:032x}",
-                create_time=f"2025-05-01T10:00:{j:02d}.000000Z",
-                progress_updated=ProgressUpdated(title=f"step {j}"),
-            )
-            for j in range(3)
-        ]
-        events = [activity_event(session, a, max_media_bytes=1000) for a in activities]
-        await store.ingest.ingest_activities(session.name, activities, events, True)
+        ids = await seed_session(store, session, 3)
         dispatcher = Dispatcher(store, http, DeliverySettings.from_config(config), guard=allow)
         before = time.time()
         await dispatcher.run_until_idle()
         after = time.time()
-        assert answered == [events[0].id]  # only the head of the session was tried
+        assert answered == [ids[0]]  # only the head of the session was tried
         rows = sorted(store.store.operator.list_deliveries(), key=lambda r: r.id)
         head, *behind = rows
         assert head.status == "failed" and head.attempts == 1

@@ -12,20 +12,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import SecretStr
 from standardwebhooks import Webhook
 
-from sessionhook.relay.config import Config, DeliveryConfig, EndpointConfig
 from sessionhook.relay.delivery.dispatcher import DeliverySettings, Dispatcher
 from sessionhook.relay.delivery.post import post_event
 from sessionhook.relay.delivery.sender import AiohttpPoster
 from sessionhook.relay.domain.signing import generate_secret
 from sessionhook.relay.store import AsyncStore
+from tests.support.dispatch_rig import PER_SESSION, seed_sessions
+from tests.support.rebinding import PRIVATE, PUBLIC, Listener, Rebinder, rebinding_config
 
-from .test_dispatch import PER_SESSION, _seed
-from .test_pinning import PRIVATE, PUBLIC, Listener, Rebinder, _url, listeners, rebind_policy
-
-__all__ = ["listeners"]  # the fixture, shared with test_pinning
 SECRET = generate_secret()
 BODY = json.dumps({"type": "activity.plan_generated", "timestamp": "t", "data": {}}).encode()
 
@@ -187,11 +183,11 @@ async def test_aiohttp_connects_only_to_the_vetted_address(
 ) -> None:
     public, private = listeners
     resolver = Rebinder(PUBLIC, PRIVATE)
-    poster = AiohttpPoster(allow_private=False, resolve=resolver, policy=rebind_policy)
+    poster = AiohttpPoster(allow_private=False, resolve=resolver, policy=Rebinder.policy)
     try:
-        first = await _post(_url(public.port), poster)
+        first = await _post(public.rebind_url, poster)
         # The listener closes each connection: the next POST resolves anew, gets 127.0.0.1.
-        second = await _post(_url(public.port), poster)
+        second = await _post(public.rebind_url, poster)
     finally:
         await poster.aclose()
     assert first.status_code == 200
@@ -211,7 +207,7 @@ async def test_aiohttp_judges_ip_literals_it_does_not_resolve(
     listeners: tuple[Listener, Listener],
 ) -> None:
     public, private = listeners
-    poster = AiohttpPoster(allow_private=False, resolve=Rebinder(PUBLIC), policy=rebind_policy)
+    poster = AiohttpPoster(allow_private=False, resolve=Rebinder(PUBLIC), policy=Rebinder.policy)
     try:
         refused = await _post(f"http://{PRIVATE}:{private.port}/hook", poster)
         allowed = await _post(f"http://{PUBLIC}:{public.port}/hook", poster)
@@ -229,17 +225,13 @@ async def test_the_dispatcher_on_aiohttp_never_reaches_the_rebound_address(
 ) -> None:
     public, private = listeners
     secret = generate_secret()
-    endpoint = EndpointConfig(name="rx", url=_url(public.port), secret=SecretStr(secret))
-    config = Config(
-        delivery=DeliveryConfig(retry_delays=(0.0,) * 8, allow_private_networks=False),
-        endpoints=(endpoint,),
-    )
+    config = rebinding_config(public.rebind_url, secret)
     resolver = Rebinder.alternating()
     store = await AsyncStore.open(tmp_path / "relay.db")
-    poster = AiohttpPoster(allow_private=False, resolve=resolver, policy=rebind_policy)
+    poster = AiohttpPoster(allow_private=False, resolve=resolver, policy=Rebinder.policy)
     try:
         await store.endpoints.sync_endpoints(config.endpoints)
-        await _seed(store, sessions=2)
+        await seed_sessions(store, sessions=2)
         dispatcher = Dispatcher(store, poster, DeliverySettings.from_config(config))
         await dispatcher.run_until_idle()
         rows = store.store.operator.list_deliveries()

@@ -26,67 +26,11 @@ from sessionhook.relay.domain.events import Event
 from sessionhook.relay.domain.retry import AttemptResult, Dead, Delivered, DisableEndpoint, Retry
 from sessionhook.relay.store import AsyncStore, Ingested, Store, StoreError
 from sessionhook.relay.store import schema as store_schema
-
-from .conftest import Backend, sqlite_only
+from tests.support.backends import Backend, sqlite_only
+from tests.support.clock import T0, Clock
+from tests.support.store_rows import Ep, activity, built, ingest, ready, session
 
 SECRET = "whsec_" + base64.b64encode(b"s" * 32).decode()
-T0 = 1_700_000_000.0
-
-
-class Clock:
-    """A hand-moved clock."""
-
-    def __init__(self, now: float = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@dataclass(frozen=True)
-class Ep:
-    """The smallest thing sync_endpoints accepts."""
-
-    name: str
-    url: str = "https://hooks.example.com/x"
-    events: tuple[str, ...] = ("*",)
-    enabled: bool = True
-
-
-def session(n: int, **fields: Any) -> Session:
-    raw: dict[str, Any] = {
-        "name": f"sessions/{n}",
-        "id": str(n),
-        "title": f"Session {n}",
-        "state": "IN_PROGRESS",
-        "url": f"https://agent.example.com/s/{n}",
-        "createTime": "2025-03-01T10:00:00Z",
-        "updateTime": "2025-03-01T10:00:00Z",
-        "sourceContext": {"source": "sources/github/acme/widgets"},
-        **fields,
-    }
-    return Session.model_validate(raw)
-
-
-def activity(n: int, i: int, minute: int | None = None, **member: Any) -> Activity:
-    create = f"2025-03-01T10:{(i if minute is None else minute):02d}:00.000000Z"
-    return Activity.model_validate(
-        {
-            "name": f"sessions/{n}/activities/{i:032x}",
-            "id": f"{i:032x}",
-            "originator": "agent",
-            "createTime": create,
-            **(member or {"progressUpdated": {"title": f"step {i}"}}),
-        }
-    )
-
-
-def built(s: Session, acts: list[Activity]) -> list[Event]:
-    return [events.activity_event(s, a, max_media_bytes=1000) for a in acts]
-
-
-def ingest(store: Store, s: Session, acts: list[Activity], deliver: bool = True) -> int:
-    return store.ingest.ingest_activities(s.name, acts, built(s, acts), deliver).activities
 
 
 def ok(at: float = T0, status: int = 200) -> AttemptResult:
@@ -97,27 +41,22 @@ def fail(at: float = T0, status: int | None = 503, error: str | None = None) -> 
     return AttemptResult(status, error, 7.0, "busy", None, at)
 
 
+def assert_refused(path: Path, message: str) -> None:
+    """Opening the file refuses it (``message``), to write and to read."""
+    with pytest.raises(StoreError, match=message):
+        Store.open(path)
+    with pytest.raises(StoreError, match=message):
+        Store.open_readonly(path)
+
+
 def count(store: Store, table: str) -> int:
     return int(store.db.conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
 
 
 @pytest.fixture
 def store(backend: Backend, clock: Clock) -> Iterator[Store]:
     with backend.open(clock=clock) as opened:
         yield opened
-
-
-def ready(store: Store, *endpoints: Ep, sessions: int = 1) -> list[Session]:
-    store.endpoints.sync_endpoints(list(endpoints) or [Ep("a")])
-    made = [session(n) for n in range(1, sessions + 1)]
-    for s in made:
-        store.ingest.upsert_session(s, baseline=False)
-    return made
 
 
 # --------------------------------------------------------------------------- opening
@@ -161,10 +100,7 @@ def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
     )
     conn.commit()
     conn.close()
-    with pytest.raises(StoreError, match="newer sessionhook"):
-        Store.open(path)
-    with pytest.raises(StoreError, match="newer sessionhook"):
-        Store.open_readonly(path)
+    assert_refused(path, "newer sessionhook")
 
 
 def test_a_foreign_sqlite_database_is_refused(tmp_path: Path) -> None:
@@ -173,10 +109,7 @@ def test_a_foreign_sqlite_database_is_refused(tmp_path: Path) -> None:
     conn.execute("CREATE TABLE customers (id INTEGER)")
     conn.commit()
     conn.close()
-    with pytest.raises(StoreError, match="not a sessionhook database"):
-        Store.open(path)
-    with pytest.raises(StoreError, match="not a sessionhook database"):
-        Store.open_readonly(path)
+    assert_refused(path, "not a sessionhook database")
     # Refused before anything was changed: still in its own journal mode, no tables added.
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"

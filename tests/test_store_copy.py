@@ -23,8 +23,9 @@ from sessionhook.relay.store import (
     acquire_daemon_lock,
 )
 from sessionhook.relay.store.copying import SKIPPED_TABLES, plan
-
-from .test_outbox import T0, Clock, Ep, fill, ok
+from tests.support.backlog import fill, ok
+from tests.support.clock import T0, Clock
+from tests.support.store_rows import Ep
 
 TABLES = ("events", "activities", "deliveries", "attempts", "endpoints", "sessions", "meta")
 

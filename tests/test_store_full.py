@@ -14,9 +14,9 @@ import httpx
 import pytest
 
 from sessionhook.relay.store import AsyncStore, Store, StoreFullError, StoreUnwritableError
-
-from .test_daemon import Setup, _completed, _free_port
-from .tinyfs import Ballast, tiny_filesystem
+from tests.support.daemon_setup import Setup, completed
+from tests.support.loopback import free_port
+from tests.support.tinyfs import Ballast, tiny_filesystem
 
 BIG = "x" * 200_000
 
@@ -159,7 +159,7 @@ async def test_the_daemon_starts_on_a_full_disk_and_opens_the_store_once_space_r
     with tiny_filesystem(tmp_path / "fs", 1024) as fs:
         with Store.open(fs / "relay.db") as store:
             store.meta.set_meta("kept", "yes")
-        port = _free_port()
+        port = free_port()
         setup = Setup(
             tmp_path,
             server={"listen": f"127.0.0.1:{port}"},
@@ -190,7 +190,7 @@ async def test_the_daemon_starts_on_a_full_disk_and_opens_the_store_once_space_r
             with anyio.fail_after(30):
                 await daemon.ready.wait()
             await setup.api(api_http).create_session("After the disk filled up")
-            await setup.receiver.wait_for(lambda r: _completed(r, 1), within=30)
+            await setup.receiver.wait_for(lambda r: completed(r, 1), within=30)
             assert (await http.get("/readyz")).status_code == 200
             daemon.stop()
         with Store.open(fs / "relay.db") as store:

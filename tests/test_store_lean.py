@@ -19,10 +19,9 @@ from sessionhook.api.models import Activity
 from sessionhook.relay.store import PostgresStore, Store, codec, schema_pg
 from sessionhook.relay.store import schema as sqlite_schema
 from sessionhook.relay.store.core import StoreCore
-
-from .conftest import Backend
-from .pg import Cluster
-from .test_store import Ep, activity, built, ingest, session
+from tests.support.backends import Backend
+from tests.support.pg import Cluster
+from tests.support.store_rows import Ep, activity, built, ingest, session
 
 T0 = 1_800_000_000.0
 S = "sessions/1"

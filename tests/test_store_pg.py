@@ -1,6 +1,6 @@
 """What only the PostgreSQL backend has: its migrations, its error mapping, its pool, its
 connection strings. The store's behaviour is tested on both engines by the parametrized
-suite (``store_backend``); these run on the session's real cluster (``tests/pg.py``)."""
+suite (``store_backend``); these run on the session's real cluster (``tests/support/pg.py``)."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ from sessionhook.relay.store import (
 from sessionhook.relay.store import schema as sqlite_schema
 from sessionhook.relay.store.dialect import to_pyformat
 from sessionhook.relay.store.schema_pg import MIGRATIONS_TABLE
-
-from .pg import PASSWORD, Cluster, free_port
+from tests.support.loopback import free_port
+from tests.support.pg import PASSWORD, Cluster
 
 
 @pytest.fixture

@@ -11,8 +11,7 @@ from sqlite_utils import Database
 
 from sessionhook.api.models import Activity, Session
 from sessionhook.relay.store import Store, schema
-
-from .conftest import Backend
+from tests.support.backends import Backend
 
 
 def store(backend: Backend) -> Store:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import anyio
@@ -23,23 +23,28 @@ from sessionhook.relay.telemetry.metrics import Metrics
 GOOD = {"sessions": [{"name": "sessions/1", "id": "1", "state": "QUEUED"}]}
 
 
-def rig(
-    answers: list[httpx.Response],
-) -> tuple[SessionsClient, LimitedTransport, list[tuple[str, object]], httpx.AsyncClient]:
+def recording(
+    handler: Callable[[httpx.Request], httpx.Response], *, settle_success: bool
+) -> tuple[LimitedTransport, list[tuple[str, object]]]:
+    """A budgeted transport over ``handler`` that records (label, status) of each request."""
     recorded: list[tuple[str, object]] = []
 
     async def record(label: str, status: object) -> None:
         recorded.append((label, status))
 
-    def handler(request: httpx.Request) -> httpx.Response:
-        return answers.pop(0)
-
     transport = LimitedTransport(
         httpx.MockTransport(handler),
         RateLimiter(6000),
         record=record,
-        settle_success=True,
+        settle_success=settle_success,
     )
+    return transport, recorded
+
+
+def rig(
+    answers: list[httpx.Response],
+) -> tuple[SessionsClient, LimitedTransport, list[tuple[str, object]], httpx.AsyncClient]:
+    transport, recorded = recording(lambda request: answers.pop(0), settle_success=True)
     http = httpx.AsyncClient(transport=transport)
     client = SessionsClient(
         http,
@@ -94,16 +99,7 @@ async def test_errors_and_failures_are_recorded_by_the_transport_once() -> None:
 
 @pytest.mark.anyio
 async def test_without_settling_the_transport_records_2xx_itself() -> None:
-    recorded: list[tuple[str, object]] = []
-
-    async def record(label: str, status: object) -> None:
-        recorded.append((label, status))
-
-    transport = LimitedTransport(
-        httpx.MockTransport(lambda r: httpx.Response(200, json=GOOD)),
-        RateLimiter(6000),
-        record=record,
-    )
+    transport, recorded = recording(lambda r: httpx.Response(200, json=GOOD), settle_success=False)
     async with httpx.AsyncClient(transport=transport) as http:
         await SessionsClient(http, base_url="http://api.test", api_key="k").list_sessions()
     assert recorded == [("list_sessions", 200)]
@@ -147,18 +143,7 @@ class _Drip(httpx.AsyncByteStream):
 
 
 def counted(stream: httpx.AsyncByteStream) -> tuple[LimitedTransport, list[tuple[str, object]]]:
-    recorded: list[tuple[str, object]] = []
-
-    async def record(label: str, status: object) -> None:
-        recorded.append((label, status))
-
-    transport = LimitedTransport(
-        httpx.MockTransport(lambda r: httpx.Response(200, stream=stream)),
-        RateLimiter(6000),
-        record=record,
-        settle_success=True,
-    )
-    return transport, recorded
+    return recording(lambda r: httpx.Response(200, stream=stream), settle_success=True)
 
 
 @pytest.mark.anyio

@@ -29,8 +29,8 @@ from sessionhook.relay.web.api.common import (
     page_request,
     read_json,
 )
-from tests.conftest import Backend
-from tests.test_daemon import Setup
+from tests.support.backends import Backend
+from tests.support.daemon_setup import Setup
 
 pytestmark = pytest.mark.anyio
 

@@ -37,9 +37,8 @@ from sessionhook.relay.web.auth import (
     web_session,
 )
 from sessionhook.relay.web.headers import SECURITY_HEADERS
-
-from .conftest import Backend
-from .test_web_stream import _free_port
+from tests.support.backends import Backend
+from tests.support.loopback import free_port
 
 pytestmark = pytest.mark.anyio
 
@@ -338,7 +337,7 @@ async def test_every_route_in_the_table_is_guarded(backend: Backend) -> None:
     its CSRF token (missing or wrong: 403)."""
     protected, app, astore = _route_table(backend)
     assert ("GET", "/v1/events/stream") in protected and ("POST", "/logout") in protected
-    listen = f"127.0.0.1:{_free_port()}"
+    listen = f"127.0.0.1:{free_port()}"
     try:
         async with anyio.create_task_group() as tg:
             host, port = await tg.start(health.serve, listen, app)

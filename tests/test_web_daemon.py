@@ -15,9 +15,10 @@ from sessionhook.api.models import Session
 from sessionhook.relay.domain.events import make_event
 from sessionhook.relay.store import PostgresStore
 from sessionhook.relay.web import stream as stream_module
-from tests.conftest import Backend
-from tests.test_daemon import Setup, _free_port
-from tests.test_web_stream import read_messages
+from tests.support.backends import Backend
+from tests.support.daemon_setup import Setup
+from tests.support.loopback import free_port
+from tests.support.web_relay import read_messages
 
 TOKEN = "daemon-token-" + "z" * 30
 T = "2026-11-23T10:00:00Z"
@@ -32,7 +33,7 @@ async def test_the_daemons_ingest_wakes_the_stream(
     token_file = tmp_path / "web-token"
     token_file.write_text(TOKEN)
     token_file.chmod(0o600)
-    port = _free_port()
+    port = free_port()
     store = {"url": backend.target} if backend.name == "postgresql" else {}
     setup = Setup(
         tmp_path,
@@ -64,7 +65,7 @@ async def test_a_reload_keeps_the_listener_and_its_token(tmp_path: Path) -> None
     token_file = tmp_path / "web-token"
     token_file.write_text(TOKEN)
     token_file.chmod(0o600)
-    server = {"listen": f"127.0.0.1:{_free_port()}", "token_file": str(token_file)}
+    server = {"listen": f"127.0.0.1:{free_port()}", "token_file": str(token_file)}
     setup = Setup(tmp_path, server=server)
     daemon = setup.daemon()
     token_file.write_text("another-token-" + "q" * 30)
@@ -86,7 +87,7 @@ async def test_another_replicas_deliveries_ring_the_stream_on_postgresql(
     token_file = tmp_path / "web-token"
     token_file.write_text(TOKEN)
     token_file.chmod(0o600)
-    port = _free_port()
+    port = free_port()
     setup = Setup(
         tmp_path,
         server={"listen": f"127.0.0.1:{port}", "token_file": str(token_file)},

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import json
 import socket
-import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -17,134 +15,32 @@ import httpx
 import pytest
 from structlog.testing import capture_logs
 
-from sessionhook.api.models import Session
-from sessionhook.relay.config import Config
-from sessionhook.relay.domain.events import make_event
 from sessionhook.relay.store import AsyncStore, EventRow, StoreUnwritableError, postgres
-from sessionhook.relay.telemetry.metrics import Metrics
-from sessionhook.relay.web import Bell, WebAuth, WebContext, create_app
+from sessionhook.relay.web import Bell, create_app
 from sessionhook.relay.web import server as health
 from sessionhook.relay.web import stream as stream_module
-from tests.conftest import Backend
-from tests.pg import Cluster
+from tests.support.backends import Backend
+from tests.support.loopback import free_port
+from tests.support.pg import Cluster
+from tests.support.web_relay import AUTH, TOKEN, Message, WebRelay, read_messages, web_context
 
 pytestmark = pytest.mark.anyio
 
-TOKEN = "stream-token-" + "x" * 30
-AUTH = {"authorization": f"Bearer {TOKEN}"}
-
-
-@dataclass
-class Message:
-    id: str
-    event: str
-    data: str
-
-
-class Relay:
-    """A store, a bell and the web app served on a free loopback port."""
-
-    def __init__(self, store: AsyncStore, url: str, bell: Bell) -> None:
-        self.astore = store
-        self.url = url
-        self.bell = bell
-        self.count = 0
-
-    async def archive(
-        self, n: int, *, session: str = "sessions/1", kind: str = "x.note", size: int = 0
-    ) -> list[EventRow]:
-        """Archive ``n`` new events (ringing the bell, as the poller does); their rows."""
-        store = self.astore.store
-        first = self.count
-        evs = []
-        for i in range(first, first + n):
-            data = {"i": i, "text": "é\nline" + "p" * size}
-            evs.append(
-                make_event(f"evt_{i:05d}", kind, session, None, "2026-11-23T10:00:00Z", data)
-            )
-        self.count += n
-
-        def write() -> None:
-            raw = {
-                "name": session,
-                "id": session.split("/")[1],
-                "title": "t",
-                "state": "IN_PROGRESS",
-                "createTime": "2026-11-23T10:00:00Z",
-                "updateTime": "2026-11-23T10:00:00Z",
-            }
-            store.ingest.upsert_session(Session.model_validate(raw), baseline=False)
-            store.ingest.ingest_session_events(session, evs, False)
-
-        await self.astore.call(write)
-        self.bell.ring()
-        return [
-            r
-            for r in await self.astore.call(store.operator.events_after, 0, limit=100_000)
-            if r.id in {e.id for e in evs}
-        ]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 @asynccontextmanager
-async def relay(backend: Backend, **server: Any) -> AsyncIterator[Relay]:
+async def relay(backend: Backend, **server: Any) -> AsyncIterator[WebRelay]:
     """The web app over ``backend``'s store (each test runs on SQLite and PostgreSQL)."""
-    listen = f"127.0.0.1:{_free_port()}"
-    config = Config.model_validate({"server": {"listen": listen, "token_env": "T", **server}})
+    listen = f"127.0.0.1:{free_port()}"
     astore = AsyncStore(backend.open())
-    bell = Bell()
-    ctx = WebContext(
-        config=lambda: config,
-        store=lambda: astore,
-        metrics=Metrics(),
-        auth=WebAuth(TOKEN),
-        bell=bell,
-    )
+    ctx = web_context(astore, listen, **server)
     app = create_app(ctx)
     try:
         async with anyio.create_task_group() as tg:
             host, port = await tg.start(health.serve, listen, app)
-            yield Relay(astore, f"http://{host}:{port}", bell)
+            yield WebRelay(astore, f"http://{host}:{port}", ctx.bell)
             tg.cancel_scope.cancel()
     finally:
         await astore.close()
-
-
-# Per response, not per id(response): a finished response's id is reused by a new one,
-# which then got the old, exhausted line iterator ("stream ended after 0 of 1 messages").
-_lines: weakref.WeakKeyDictionary[httpx.Response, AsyncIterator[str]] = weakref.WeakKeyDictionary()
-
-
-async def read_messages(response: httpx.Response, count: int, within: float = 20) -> list[Message]:
-    """The next ``count`` SSE messages (comments skipped), parsed as the spec says."""
-    lines = _lines.setdefault(response, response.aiter_lines())
-    out: list[Message] = []
-    fields: dict[str, list[str]] = {}
-    with anyio.fail_after(within):
-        async for line in lines:
-            if line == "":
-                if "data" in fields:
-                    out.append(
-                        Message(
-                            fields.get("id", [""])[-1],
-                            fields.get("event", ["message"])[-1],
-                            "\n".join(fields["data"]),
-                        )
-                    )
-                fields = {}
-                if len(out) == count:
-                    return out
-                continue
-            if line.startswith(":"):
-                continue
-            name, _, value = line.partition(":")
-            fields.setdefault(name, []).append(value.removeprefix(" "))
-    raise AssertionError(f"stream ended after {len(out)} of {count} messages")
 
 
 def _same(message: Message, row: EventRow) -> None:
@@ -336,7 +232,7 @@ async def test_a_database_outage_ends_the_stream_and_it_resumes_after(
             headers = {"last-event-id": rows[0].id}
             async with http.stream("GET", "/v1/events/stream", headers=headers) as response:
                 seen = await read_messages(response, 2)
-                # A fast stop: the test cluster commits asynchronously (tests/pg.py), so an
+                # A fast stop: the test cluster commits asynchronously (tests/support/pg.py), so an
                 # immediate one could lose what was just written; a real server would not.
                 await anyio.to_thread.run_sync(pg_cluster.stop)
                 try:
@@ -401,14 +297,10 @@ async def test_a_stream_holds_a_bounded_number_of_bytes_whatever_the_consumer(
     each write goes into the transport's buffer, and the next one waits while that holds
     more than 64 KiB (it never drains here). The stream may hold a page of bytes, never a
     page of events: 30 events of 100 KB, resumed from the first."""
-    listen = "127.0.0.1:9187"
-    config = Config.model_validate({"server": {"listen": listen, "token_env": "T"}})
     counting = CountingStore(backend.open())
     astore = AsyncStore(counting)  # type: ignore[arg-type]
-    ctx = WebContext(
-        config=lambda: config, store=lambda: astore, metrics=Metrics(), auth=WebAuth(TOKEN)
-    )
-    r = Relay(astore, "", ctx.bell)
+    ctx = web_context(astore, "127.0.0.1:9187")
+    r = WebRelay(astore, "", ctx.bell)
     size = 100_000
     rows = await r.archive(31, size=size)
     counting.read_bytes = 0

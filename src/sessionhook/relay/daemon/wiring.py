@@ -2,7 +2,7 @@
 dispatcher (:class:`Wiring`), closed again when the daemon stops.
 
 * This process registers as a replica of the store and reaps the claims of replicas that
-  are certainly dead (see "Replicas and the lease protocol" in docs/design.md).
+  are certainly dead (see docs/replicas.md).
 * Each account gets its own upstream HTTP client, rate limited by its own
   :class:`~sessionhook.relay.polling.budget.RateLimiter` (whose 60 s window is kept in the
   store) and counted per endpoint and status (:mod:`.upstream`).

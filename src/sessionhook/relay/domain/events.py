@@ -4,7 +4,7 @@ An :class:`Event` is built once, at ingest, with its body already serialized: th
 those bytes and every delivery attempt sends exactly them, so a signature or a consumer's
 deduplication never sees two spellings of one event.
 
-Event ids are derived from upstream identity only (see ``docs/design.md``), so the same
+Event ids are derived from upstream identity only (see ``docs/domain.md``), so the same
 activity gives the same ``webhook-id`` across retries, restarts and a database rebuilt from
 scratch::
 

@@ -17,8 +17,8 @@ outcome                                    decision
 hour): a consumer answering ``Retry-After: 999999`` must not park a session's deliveries for
 days. A schedule of *k* delays thus allows *k + 1* attempts.
 
-:class:`AttemptResult` (what one POST gave) lives here rather than in ``dispatch.py`` so that
-the store can record it without importing the HTTP layer; ``dispatch`` re-exports it.
+:class:`AttemptResult` (what one POST gave) lives here rather than in the delivery layer so
+that the store can record it without importing the HTTP layer.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ SQLite (``store.path``, the default) or PostgreSQL (``store.url``).
 
 The database is at once the archive (sessions, activities kept whole), the event log, the
 outbox (``deliveries``: a row exists before any POST) and the delivery log (``attempts``).
-Tables and columns are listed in ``docs/design.md``.
+Tables and columns are listed in ``docs/store.md``.
 
 A store is its roles (:mod:`.roles`: one protocol per kind of caller), each implemented by a
 collaborator over the database handle; ``store.outbox.due_deliveries(...)``. The async door

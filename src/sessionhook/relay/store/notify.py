@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 import anyio
 
+from ..config.database_url import display_url
 from ..telemetry.logs import get_logger
 
 __all__ = ["OUTBOX_CHANNEL", "listen"]
@@ -44,8 +45,6 @@ async def listen(
     cancelled). ``ready()`` is called each time the ``LISTEN`` is in place (tests wait on
     it). Failures of the connection are logged and retried; they never end the task."""
     import psycopg  # loaded on PostgreSQL only (a relay on SQLite never listens)
-
-    from ..config.database_url import display_url
 
     delay = 1.0
     where = display_url(url)

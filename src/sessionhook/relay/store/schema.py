@@ -322,7 +322,7 @@ def _m0004_compact_archive(db: Database) -> None:
 
 # --------------------------------------------------------------------------- 0007 (replicas)
 
-#: Replicas sharing one store (see ``leases.py`` and docs/design.md "Replicas").
+#: Replicas sharing one store (see ``leases.py`` and docs/replicas.md).
 #: ``replicas``: who runs (a random id per process, its host and pid), its heartbeat and
 #: lease: a replica is alive while ``heartbeat_at + lease`` is not past, and every claim it
 #: holds lives exactly as long. Claims are an owner (and when it claimed) on the outbox
@@ -377,7 +377,7 @@ SESSION_OF_NAME = (
 )
 
 #: Migration 0008: what every row repeated is derived instead of stored, and the indexes
-#: nothing needs any more are dropped (see docs/design.md "Storage").
+#: nothing needs any more are dropped (see docs/store.md "Storage").
 #:
 #: * ``activities.session_name`` is a VIRTUAL column: the start of ``name`` (the poller
 #:   archives only ``<session>/activities/<id>``); ``session_ref`` holds it only when it is

@@ -1,6 +1,6 @@
 """The operator console's pages: server-rendered views under ``/console`` (GET).
 
-``docs/design.md`` has the contract:
+``docs/web.md`` ("Console") has the contract:
 
 * ``/console``: every endpoint's health (last success, failing since, outbox depth, why it is
   disabled), upstream health (last good poll, errors, budget used) and a chart of attempts

@@ -21,7 +21,6 @@ import contextlib
 import itertools
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -29,10 +28,14 @@ from pathlib import Path
 
 import psycopg
 
+from tests.support.loopback import free_port
+
 PASSWORD = "test-secret-pw"
 USER = "postgres"
 #: The unprivileged account the cluster runs as when the tests run as root.
 RUN_AS = "nobody"
+#: The migrated database each test's database is copied from (``conftest.pg_cluster``).
+TEMPLATE = "sessionhook_template"
 
 
 def find_bin(name: str) -> Path | None:
@@ -46,12 +49,6 @@ def find_bin(name: str) -> Path | None:
             return root / name
     found = shutil.which(name)
     return Path(found) if found else None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Cluster:

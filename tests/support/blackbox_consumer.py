@@ -28,7 +28,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from .standin import LoopbackServer
+from tests.support.loopback import LoopbackServer
 
 __all__ = ["Behaviour", "Consumer", "Hit", "new_secret", "verify_v1a"]
 

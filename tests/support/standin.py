@@ -1,17 +1,21 @@
-"""A minimal, independent stand-in of the Sessions API for black-box tests of the relay.
+"""A minimal, independent stand-in of the Sessions API for black-box tests of the relay and
+for the benchmarks (the one fake upstream besides the emulator).
 
 It deliberately imports nothing from ``sessionhook``: it is written from
 ``sessions-api.md`` and the field notes only, so the relay is checked against a second,
 independent reading of the contract, not against the project's own emulator.
 
-Served by uvicorn on ``127.0.0.1`` (an ephemeral port) in a background thread; the test
-drives it through a plain Python API:
+Served by uvicorn on ``127.0.0.1`` (an ephemeral port) in a background thread
+(``tests/support/loopback.py``); the test drives it through a plain Python API:
 
 * :meth:`StandIn.add_session`, :meth:`StandIn.add_sessions` (many at once, for scale),
   :meth:`StandIn.append_activity`, :meth:`StandIn.set_state`,
   :meth:`StandIn.add_pull_request` change the world; every change moves the session's
   ``updateTime``, except a new activity while ``moves_update_time`` is false (a server
   that does not touch the session when it gains an activity; changeable mid-run);
+  :meth:`StandIn.add_recorded_session` serves a session and its history exactly as
+  given (a benchmark's generated account); ``routes`` are served before the API (a
+  benchmark's control paths);
 * knobs: ``create_time_mode`` (how the ``createTime`` query parameter of list activities
   is read: ``exclusive`` = strictly after, ``inclusive`` = at or after, ``ignore``, or
   ``reject``: 400 INVALID_ARGUMENT naming the field),
@@ -48,26 +52,24 @@ import contextlib
 import copy
 import json
 import random
-import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
-from starlette.types import ASGIApp
+from starlette.routing import BaseRoute, Route
+
+from tests.support.loopback import LoopbackServer
 
 __all__ = [
     "CREATE_TIME_MODES",
     "EVENT_MEMBERS",
-    "LoopbackServer",
     "RequestRecord",
     "StandIn",
     "format_time",
@@ -126,52 +128,6 @@ def parse_time(text: str) -> datetime:
     if moment.tzinfo is None:
         raise ValueError("a timestamp needs a time zone")
     return moment.astimezone(UTC)
-
-
-# --------------------------------------------------------------------------- serving
-
-
-class LoopbackServer:
-    """Serve an ASGI app with uvicorn on 127.0.0.1 (port chosen by the OS) in a thread."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets that say so, and
-        # without it every answer waits ~40 ms for a delayed ACK (Nagle).
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind(("127.0.0.1", 0))
-        self.port: int = self._sock.getsockname()[1]
-        config = uvicorn.Config(
-            app,
-            log_level="warning",
-            access_log=False,
-            lifespan="off",
-            timeout_graceful_shutdown=2,
-            timeout_keep_alive=30,
-        )
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True
-        )
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self, timeout: float = 10.0) -> None:
-        self._thread.start()
-        deadline = time.monotonic() + timeout
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError("the loopback server did not start")
-            time.sleep(0.01)
-
-    def stop(self) -> None:
-        self._server.should_exit = True
-        if self._thread.is_alive():
-            self._thread.join(timeout=10)
-        self._sock.close()
 
 
 # --------------------------------------------------------------------------- the world
@@ -238,6 +194,7 @@ class StandIn:
         not_found_for: float = 0.0,
         seed: int = 1,
         moves_update_time: bool = True,
+        routes: Sequence[BaseRoute] = (),
     ) -> None:
         if create_time_mode not in CREATE_TIME_MODES:
             raise ValueError(f"create_time_mode must be one of {CREATE_TIME_MODES}")
@@ -269,7 +226,7 @@ class StandIn:
         self._waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
         #: Activities returned by list activities, summed over all pages and polls.
         self.items_served = 0
-        self._server = LoopbackServer(self._app())
+        self._server = LoopbackServer(self._app(routes))
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -444,6 +401,23 @@ class StandIn:
                 self.append_activity(name, "progressUpdated")
             self.set_state(name, state)
 
+    def add_recorded_session(
+        self, data: dict[str, Any], activities: Iterable[dict[str, Any]] = ()
+    ) -> str:
+        """Serve a session exactly as given (``data``: its whole JSON, ``name`` included)
+        with ``activities`` (each sorted in at its ``createTime``), as a recording of an
+        account's history would be served: names, times and states as they are, nothing
+        moved. Taken as they are, not copied (a history of many thousands loads quickly):
+        the caller must not change them afterwards. Returns the session's name."""
+        with self._lock:
+            session = _Session(data, time.monotonic())
+            arrival = datetime.now(UTC)
+            for activity in activities:
+                session.add(activity, arrival)
+            self._sessions[data["name"]] = session
+            self._ordered = None
+            return str(data["name"])
+
     def add_raw_session(self, item: Any) -> None:
         """Serve ``item`` at the head of the session list exactly as given (no session of
         that name exists for a GET): an item that is not a session, a name of another
@@ -598,10 +572,10 @@ class StandIn:
 
     # ------------------------------------------------------------------ HTTP
 
-    def _app(self) -> Starlette:
-        return Starlette(
-            routes=[Route("/{path:path}", self._handle, methods=["GET", "POST", "DELETE"])]
-        )
+    def _app(self, routes: Sequence[BaseRoute]) -> Starlette:
+        # The caller's routes first (a benchmark's control paths): neither counted nor logged.
+        api = Route("/{path:path}", self._handle, methods=["GET", "POST", "DELETE"])
+        return Starlette(routes=[*routes, api])
 
     async def _handle(self, request: Request) -> Response:
         path = request.url.path

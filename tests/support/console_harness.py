@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -40,6 +39,7 @@ from sessionhook.emulator.app import create_app
 from sessionhook.emulator.world import World
 from sessionhook.relay.domain.signing import generate_secret
 from sessionhook.relay.web.server import serve
+from tests.support.loopback import free_port
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -90,13 +90,6 @@ class Consumer:
     def recover(self) -> None:
         """Accept from now on."""
         self.status, self.body = 200, "ok"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _config(

@@ -2,7 +2,10 @@
 
 Run against a live server with two keys of two different accounts::
 
-    python tests/conformance_check.py --base-url http://127.0.0.1:8080 --key K1 --other-key K2
+    python -m tests.support.conformance_check --base-url http://127.0.0.1:8080 \
+        --key K1 --other-key K2
+
+(from the repository's root, with this venv's python).
 
 Plain httpx, nothing imported from sessionhook: it checks what the spec (and the field
 notes) promise on the wire. Prints ``PASS``/``FAIL`` per check and exits 1 when any check
@@ -23,15 +26,8 @@ from typing import Any
 
 import httpx
 
-EVENT_MEMBERS = (
-    "planGenerated",
-    "planApproved",
-    "userMessaged",
-    "agentMessaged",
-    "progressUpdated",
-    "sessionCompleted",
-    "sessionFailed",
-)
+from tests.support.standin import EVENT_MEMBERS
+
 TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$")
 HEX32 = re.compile(r"^[0-9a-f]{32}$")
 BAD_REQUEST = "type.googleapis.com/google.rpc.BadRequest"
