@@ -23,8 +23,9 @@ from sessionhook.api.client import SessionsClient
 from sessionhook.relay.config.action_keys import ActionKeys
 from sessionhook.relay.daemon.daemon import Daemon
 from sessionhook.relay.domain.action_links import LinkClaims, sign_link
-from tests.receiver import Receiver
-from tests.test_daemon import Setup, _free_port
+from tests.support.daemon_setup import Setup
+from tests.support.loopback import free_port
+from tests.support.receiver import Receiver
 
 pytestmark = pytest.mark.anyio
 
@@ -59,7 +60,7 @@ class Running:
 
 @asynccontextmanager
 async def running(tmp_path: Path, **actions: Any) -> AsyncIterator[Running]:
-    port = _free_port()
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     setup = Setup(
         tmp_path,

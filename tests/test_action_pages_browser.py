@@ -2,7 +2,7 @@
 against a real ``sessionhook run`` with ``[actions]`` on, fed by the emulator. A person who
 never signed in to the console opens the link of a ``session.action_required`` event,
 reads the plan or the question, confirms or types an answer, and sees the result; upstream
-text and the typed answer never become markup. See tests/console_harness.py for the stack.
+text and the typed answer never become markup. See tests/support/console_harness.py for the stack.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.console_harness import HOSTILE, Stack, chromium
+from tests.support.console_harness import HOSTILE, Stack, chromium
 
 pytestmark = pytest.mark.integration
 

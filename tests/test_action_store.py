@@ -4,7 +4,7 @@ taken once; a refused call frees it; the list pages back by id."""
 from __future__ import annotations
 
 from sessionhook.relay.store.actions import ActionClaim
-from tests.conftest import Backend
+from tests.support.backends import Backend
 
 
 def claim(token: str, wait: str = "sessions/1/activities/a", **kw: object) -> ActionClaim:
