@@ -5,6 +5,7 @@ and two clicks at once make one upstream call."""
 
 from __future__ import annotations
 
+import base64
 import re
 import time
 from collections.abc import AsyncIterator
@@ -24,6 +25,7 @@ from sessionhook.relay.domain import events
 from sessionhook.relay.domain.action_links import LinkClaims, sign_link
 from sessionhook.relay.domain.actions import ActionKind, ActOutcome
 from sessionhook.relay.store import AsyncStore, Store
+from sessionhook.relay.store.actions import ActionClaim
 from sessionhook.relay.telemetry.metrics import Metrics
 from sessionhook.relay.web import WebAuth, WebContext, create_app
 
@@ -171,3 +173,39 @@ async def test_pages_are_off_with_actions_off_and_on_with_the_console_off(
         assert page.headers["referrer-policy"] == "no-referrer"
         done = await http.post(link, data={"form_token": _form(page.text)})
         assert done.status_code == 200 and len(act.calls) == 1
+
+
+async def test_the_api_lists_the_actions_taken_page_by_page(tmp_path: Path) -> None:
+    config = _config(tmp_path, server={"token_env": "WEB_TOKEN"})
+    async with pages(tmp_path, config, Upstream()) as (http, _):
+        with Store.open(tmp_path / "relay.db") as store:
+            for n in range(3):
+                claim = ActionClaim(
+                    float(n),
+                    SESSION,
+                    f"w{n}",
+                    "reply",
+                    "default",
+                    "slack",
+                    "10.0.0.1",
+                    "ua",
+                    "U42",
+                    f"hash{n}",
+                )
+                store.actions.claim_action(claim)
+        auth = {"authorization": f"Bearer {TOKEN}"}
+        assert (await http.get("/v1/actions")).status_code == 401
+        first = (await http.get("/v1/actions?pageSize=2", headers=auth)).json()
+        assert [a["wait"] for a in first["actions"]] == ["w2", "w1"]
+        assert first["actions"][0]["chat_user"] == "U42"
+        assert first["actions"][0]["taken_at"] == "1970-01-01T00:00:02.000000Z"
+        rest = await http.get(
+            "/v1/actions", params={"pageSize": 2, "pageToken": first["nextPageToken"]}, headers=auth
+        )
+        assert [a["wait"] for a in rest.json()["actions"]] == ["w0"]
+        assert "nextPageToken" not in rest.json()
+        other = await http.get("/v1/actions", params={"session": "sessions/1"}, headers=auth)
+        assert other.json() == {"actions": []}
+        forged = base64.urlsafe_b64encode(b"p:abc").decode().rstrip("=")
+        bad = await http.get("/v1/actions", params={"pageToken": forged}, headers=auth)
+        assert bad.status_code == 400 and "pageToken" in bad.json()["error"]["message"]
