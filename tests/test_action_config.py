@@ -5,13 +5,13 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from sessionhook.relay.config import ConfigError, load_config
 from sessionhook.relay.config.action_keys import ActionKeys, rotate_key_file
+from tests.support.relay_process import clean_env, sessionhook
 
 ENV = {"SESSIONHOOK_API_KEY": "key-123"}
 SERVER = '[server]\nlisten = "127.0.0.1:9187"\nallow_unauthenticated = true\n'
@@ -117,21 +117,8 @@ def test_an_exposed_or_broken_key_file_is_refused(tmp_path: Path) -> None:
         ActionKeys(file).signing_key()
 
 
-SESSIONHOOK = Path(sys.executable).parent / "sessionhook"
-
-
 def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONHOOK_")}
-    env["SESSIONHOOK_API_KEY"] = "key-123"
-    return subprocess.run(
-        [str(SESSIONHOOK), *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=cwd,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-    )
+    return sessionhook(*args, env=clean_env(SESSIONHOOK_API_KEY="key-123"), cwd=cwd)
 
 
 def test_rotate_key_keeps_the_old_key_for_the_links_lifetime_or_not_at_all(
