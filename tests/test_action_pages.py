@@ -24,10 +24,12 @@ from sessionhook.relay.config.action_keys import LinkKeys
 from sessionhook.relay.domain import events
 from sessionhook.relay.domain.action_links import LinkClaims, sign_link
 from sessionhook.relay.domain.actions import ActionKind, ActOutcome
+from sessionhook.relay.ops.actions import REFUSALS
 from sessionhook.relay.store import AsyncStore, Store
 from sessionhook.relay.store.actions import ActionClaim
 from sessionhook.relay.telemetry.metrics import Metrics
 from sessionhook.relay.web import WebAuth, WebContext, create_app
+from sessionhook.relay.web.action_pages import perform_for_chat
 
 pytestmark = pytest.mark.anyio
 
@@ -209,3 +211,23 @@ async def test_the_api_lists_the_actions_taken_page_by_page(tmp_path: Path) -> N
         forged = base64.urlsafe_b64encode(b"p:abc").decode().rstrip("=")
         bad = await http.get("/v1/actions", params={"pageToken": forged}, headers=auth)
         assert bad.status_code == 400 and "pageToken" in bad.json()["error"]["message"]
+
+
+async def test_a_chat_button_performs_once_as_its_user(tmp_path: Path) -> None:
+    act = Upstream()
+    config = _config(tmp_path, server={"allow_unauthenticated": True})
+    async with pages(tmp_path, config, act) as (http, keys):
+        ctx: WebContext = http._transport.app.state.web  # type: ignore[attr-defined]
+        token = _link(keys).rsplit("/", 1)[1]
+        middle = len(token) // 4  # in the payload: a good spelling, a bad signature
+        tampered = token[:middle] + ("A" if token[middle] != "A" else "B") + token[middle + 1 :]
+        assert await perform_for_chat(ctx, tampered, "U1", None) == (
+            False,
+            REFUSALS["bad signature"],
+        )
+        assert await perform_for_chat(ctx, token, "U1", None) == (True, "plan approved")
+        assert await perform_for_chat(ctx, token, "U2", None) == (False, REFUSALS["used"])
+        assert act.calls == [(SESSION, "approve_plan", None)]
+        with Store.open(tmp_path / "relay.db") as store:
+            [row] = store.actions.list_actions()
+        assert (row.actor_kind, row.chat_user, row.result) == ("slack", "U1", "ok")

@@ -29,7 +29,7 @@ from ..telemetry.logs import get_logger
 from .auth import FormError, client_address, csrf_field, read_form
 from .context import WebContext
 
-__all__ = ["ACTIONS_PREFIX", "action_routes", "is_public_path"]
+__all__ = ["ACTIONS_PREFIX", "action_routes", "is_public_path", "perform_for_chat"]
 
 ACTIONS_PREFIX: Final = "/actions/"
 #: Status of a page per reason nothing can be done.
@@ -185,6 +185,31 @@ class ActionPages:
 def _heading(looked: Looked) -> str:
     assert looked.claims is not None
     return "Approve the plan?" if looked.claims.action == "approve_plan" else "The agent asks"
+
+
+async def perform_for_chat(
+    ctx: WebContext, token: str, chat_user: str, text: str | None
+) -> tuple[bool, str]:
+    """Act on a link ``token`` for a chat service's button (Slack's interactivity), as
+    ``chat_user``: ``(done, one line for the user)``. Bind it as a ``(token, chat_user,
+    text)`` callable: ``functools.partial(perform_for_chat, ctx)``."""
+    store, act = ctx.store(), ctx.act
+    if store is None or act is None or ctx.link_keys is None:
+        return False, "the relay is starting: try again in a moment"
+    if not ctx.config().actions.enabled:
+        return False, "action links are off on this relay"
+    try:
+        keys = ctx.link_keys.ring().all(ctx.clock())
+    except ConfigError as exc:
+        _log.error("actions.key_unreadable", error=str(exc))
+        return False, "the relay cannot read its link key"
+    actor = Actor("slack", "slack", "Slack interactivity", chat_user)
+    done = await perform(
+        store, act, keys, token, actor=actor, text=text, now=ctx.clock(), metrics=ctx.metrics
+    )
+    if done.outcome is not None:
+        return done.ok, done.outcome.detail
+    return False, REFUSALS.get(done.reason, done.reason)
 
 
 def action_routes(ctx: WebContext) -> list[BaseRoute]:
