@@ -17,6 +17,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from structlog.testing import capture_logs
 
 from sessionhook.api.models import Activity, Session
 from sessionhook.relay.config import Config
@@ -231,3 +232,15 @@ async def test_a_chat_button_performs_once_as_its_user(tmp_path: Path) -> None:
         with Store.open(tmp_path / "relay.db") as store:
             [row] = store.actions.list_actions()
         assert (row.actor_kind, row.chat_user, row.result) == ("slack", "U1", "ok")
+
+
+async def test_log_lines_never_carry_a_links_token(tmp_path: Path) -> None:
+    config = _config(tmp_path, server={"token_env": "WEB_TOKEN"}, require_login=True)
+    async with pages(tmp_path, config, Upstream()) as (http, keys):
+        link = _link(keys)
+        with capture_logs() as logs:
+            wrong = await http.get(link, headers={"authorization": "Bearer " + "w" * 40})
+        assert wrong.status_code == 401
+        [failed] = [line for line in logs if line["event"] == "web.auth_failed"]
+        assert failed["path"] == "/actions/<token>"
+        assert link.rsplit("/", 1)[1] not in str(logs)

@@ -44,7 +44,7 @@ from ..store import StoreError
 from ..telemetry.logs import get_logger
 from .action_pages import action_routes, is_public_path
 from .api import ApiProblem, api_problem_response, api_routes
-from .auth import PUBLIC_PATHS, AuthMiddleware, WebAuth
+from .auth import PUBLIC_PATHS, AuthMiddleware, WebAuth, logged_path
 from .bell import Bell
 from .console.common import store_failed_page
 from .console.routes import console_provider
@@ -117,7 +117,7 @@ async def _store_failed(request: Request, exc: Exception) -> Response:
     saying so (the browser can simply reload), anything else a JSON error."""
     text = str(exc).strip()
     error = redact_userinfo(text.splitlines()[0] if text else type(exc).__name__)
-    _log.warning("web.store_failed", path=request.url.path, error=error)
+    _log.warning("web.store_failed", path=logged_path(request.url.path), error=error)
     if request.url.path.startswith("/console"):
         return store_failed_page(request, error)
     return JSONResponse(

@@ -72,6 +72,7 @@ __all__ = [
     "client_address",
     "csrf_field",
     "csrf_token",
+    "logged_path",
     "read_form",
     "safe_next",
     "set_session_cookie",
@@ -166,6 +167,11 @@ class WebAuth:
     def bearer(self) -> WebSession:
         """The session of a request that showed the token in its Authorization header."""
         return WebSession("bearer", "", "")
+
+
+def logged_path(path: str) -> str:
+    """``path`` as log lines show it: an action link's token (a capability) left out."""
+    return "/actions/<token>" if path.startswith("/actions/") else path
 
 
 def client_address(scope: Scope) -> str:
@@ -283,7 +289,9 @@ class AuthMiddleware:
                 await _plain(413, "request body too large")(scope, receive, send)
                 return
             if not _csrf_ok(request.headers, body, session.csrf):
-                _log.warning("web.csrf_failed", client=client_address(scope), path=scope["path"])
+                _log.warning(
+                    "web.csrf_failed", client=client_address(scope), path=logged_path(scope["path"])
+                )
                 await _plain(403, "missing or wrong CSRF token")(scope, receive, send)
                 return
             receive = _replay(body, receive)
@@ -302,7 +310,7 @@ class AuthMiddleware:
                 _log.warning(
                     "web.auth_failed",
                     client=client_address(request.scope),
-                    path=request.scope["path"],
+                    path=logged_path(request.scope["path"]),
                     via="bearer",
                 )
                 self.auth.on_failure("bearer")
