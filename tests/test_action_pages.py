@@ -244,3 +244,23 @@ async def test_log_lines_never_carry_a_links_token(tmp_path: Path) -> None:
         [failed] = [line for line in logs if line["event"] == "web.auth_failed"]
         assert failed["path"] == "/actions/<token>"
         assert link.rsplit("/", 1)[1] not in str(logs)
+
+
+async def test_an_act_that_raises_frees_the_link(tmp_path: Path) -> None:
+    class Broken(Upstream):
+        async def __call__(self, session: str, kind: ActionKind, text: str | None) -> ActOutcome:
+            self.calls.append((session, kind, text))
+            raise RuntimeError("the store went away")
+
+    broken = Broken()
+    config = _config(tmp_path, server={"allow_unauthenticated": True})
+    async with pages(tmp_path, config, broken) as (http, keys):
+        ctx: WebContext = http._transport.app.state.web  # type: ignore[attr-defined]
+        token = _link(keys).rsplit("/", 1)[1]
+        with pytest.raises(RuntimeError):
+            await perform_for_chat(ctx, token, "U1", None)
+        with Store.open(tmp_path / "relay.db") as store:
+            [row] = store.actions.list_actions()
+        assert row.result == "failed" and row.detail == "the relay failed to act"
+        ctx.act = Upstream()
+        assert await perform_for_chat(ctx, token, "U1", None) == (True, "plan approved")

@@ -173,7 +173,12 @@ async def perform(
         taken = await store.actions.action_taken(digest, claims.session, claims.wait)
         used = taken is not None and taken.token_hash == digest
         return told(claims.action, Performed(False, "used" if used else "answered", None))
-    outcome = await act(claims.session, claims.action, reply)
+    try:
+        outcome = await act(claims.session, claims.action, reply)
+    except Exception:  # the act never raises for the service's answer; anything else
+        # frees the link (failed) rather than leaving it pending for good
+        await store.actions.finish_action(action_id, False, None, "the relay failed to act")
+        raise
     await store.actions.finish_action(action_id, outcome.ok, outcome.status, outcome.detail)
     done = Performed(outcome.ok, "done" if outcome.ok else "upstream failed", outcome)
     return told(claims.action, done)
