@@ -176,6 +176,12 @@ async def test_pages_are_off_with_actions_off_and_on_with_the_console_off(
         assert page.headers["referrer-policy"] == "no-referrer"
         done = await http.post(link, data={"form_token": _form(page.text)})
         assert done.status_code == 200 and len(act.calls) == 1
+        # A reload that asks for require_login keeps the console off ([server] needs a
+        # restart): with no login to ask for, the pages refuse everybody.
+        ctx: WebContext = http._transport.app.state.web  # type: ignore[attr-defined]
+        stricter = console_off.actions.model_copy(update={"require_login": True})
+        ctx.config = lambda: console_off.model_copy(update={"actions": stricter})
+        assert (await http.get(link)).status_code == 404
 
 
 async def test_the_api_lists_the_actions_taken_page_by_page(tmp_path: Path) -> None:

@@ -393,6 +393,11 @@ class Config(Section):
             raise ConfigError(
                 "actions.enabled", "the action pages are served on [server] listen: add [server]"
             )
+        if self.actions.require_login and (self.server is None or not self.server.web_enabled):
+            raise ConfigError(
+                "actions.require_login",
+                "needs the console's login: set server.token_env or server.token_file",
+            )
         return self
 
     @model_validator(mode="after")

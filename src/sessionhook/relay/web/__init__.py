@@ -81,12 +81,13 @@ def create_app(ctx: WebContext, *, providers: Sequence[RouteProvider] | None = N
             "web.console_off",
             reason="no server.token_env / server.token_file, and no loopback opt-out",
         )
-        if config.actions.enabled and not config.actions.require_login:
-            # The action pages are capabilities: they need no console.
-            return Starlette(
-                routes=[*routes, *action_routes(ctx)], middleware=[Middleware(SecurityHeaders)]
-            )
-        return Starlette(routes=routes)
+        # The action pages are capabilities: they need no console (off: they answer 404;
+        # with require_login they refuse whoever is not logged in, and here nobody is).
+        off = Starlette(
+            routes=[*routes, *action_routes(ctx)], middleware=[Middleware(SecurityHeaders)]
+        )
+        off.state.web = ctx
+        return off
     routes.extend(login_routes(ctx.auth))
     routes.extend(action_routes(ctx))
     for provider in ROUTE_PROVIDERS if providers is None else providers:

@@ -74,16 +74,19 @@ class ActionPages:
     def __init__(self, ctx: WebContext) -> None:
         self._ctx = ctx
 
-    def _keys(self) -> tuple[bytes, ...] | None:
+    def _keys(self, request: Request) -> tuple[bytes, ...] | None:
         ctx = self._ctx
-        if ctx.link_keys is None or not ctx.config().actions.enabled:
+        actions = ctx.config().actions
+        if ctx.link_keys is None or not actions.enabled:
             return None
+        if actions.require_login and "web_session" not in request.scope.get("state", {}):
+            return None  # no login behind it: the console is off (a reload turned it on)
         return ctx.link_keys.ring().all(ctx.clock())
 
     async def show(self, request: Request) -> Response:
         """``GET /actions/<token>``: what the link would do (reads only)."""
         token = request.path_params["token"]
-        keys = self._available()
+        keys = self._available(request)
         if isinstance(keys, Response):
             return keys
         store = self._ctx.store()
@@ -97,7 +100,7 @@ class ActionPages:
     async def act(self, request: Request) -> Response:
         """``POST /actions/<token>``: do it, once, and say how it went."""
         token = request.path_params["token"]
-        keys = self._available()
+        keys = self._available(request)
         if isinstance(keys, Response):
             return keys
         ctx = self._ctx
@@ -133,9 +136,9 @@ class ActionPages:
         echo = f"<blockquote class=reply>{escape(said)}</blockquote>" if said else ""
         return _page("Done", f"<p>{escape(done.outcome.detail.capitalize())}.</p>{echo}")
 
-    def _available(self) -> tuple[bytes, ...] | Response:
+    def _available(self, request: Request) -> tuple[bytes, ...] | Response:
         try:
-            keys = self._keys()
+            keys = self._keys(request)
         except ConfigError as exc:
             _log.error("actions.key_unreadable", error=str(exc))
             return _page("Not available", "<p>The relay cannot read its link key.</p>", 503)
