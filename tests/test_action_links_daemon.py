@@ -298,3 +298,20 @@ async def test_expired_wrong_session_and_answered_links_make_no_call(tmp_path: P
         late = await http.post(two["links"]["approve"], data={"form_token": two_form})
         assert late.status_code == 409 and "no longer waits" in late.text
         assert counting.acts == []
+
+
+async def test_a_reload_turns_the_links_on(tmp_path: Path) -> None:
+    async with running(tmp_path, enabled=False) as run:
+        setup, client, http = run.setup, run.client, run.http
+        before = await client.create_session("Before the reload", require_plan_approval=True)
+        await setup.receiver.wait_for(lambda r: bool(_waits(r, before.name)), within=WITHIN)
+        [plain] = _waits(setup.receiver, before.name)
+        assert "links" not in plain
+        text = setup.config_path.read_text().replace("enabled = false", "enabled = true")
+        setup.config_path.write_text(text)
+        assert await run.daemon.reload() is True
+        after = await client.create_session("After the reload", require_plan_approval=True)
+        await setup.receiver.wait_for(lambda r: bool(_waits(r, after.name)), within=WITHIN)
+        [linked] = _waits(setup.receiver, after.name)
+        page = await http.get(linked["links"]["approve"])
+        assert page.status_code == 200 and "Approve the plan" in page.text
