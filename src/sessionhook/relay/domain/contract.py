@@ -134,7 +134,7 @@ class ApiCall(_Open):
     body: dict[str, Any]
 
 
-class ActionLinksData(_Open):
+class WaitLinks(_Open):
     """Signed links of the wait (with ``[actions]`` enabled): each works until it expires
     (``actions.link_ttl``), once, and only while the session still waits for this wait."""
 
@@ -156,7 +156,7 @@ class ActionRequiredData(_AccountData):
     plan: PlanSummary | None = Field(default=None, description="approve_plan: the plan")
     question: str | None = Field(default=None, description="answer: the agent's message")
     call: ApiCall
-    links: ActionLinksData | None = Field(
+    links: WaitLinks | None = Field(
         default=None, description="Present when the relay's [actions] are enabled"
     )
 
