@@ -518,16 +518,18 @@ def test_replay_by_event_id_and_type(run: RelayRun, db_copy: Where) -> None:
     out = ok(*args, *[x for i in ids for x in ("--event", i)])
     assert out.strip() == f"queued {len(ids)} deliveries to broken"
     # already on its way: not queued twice
-    assert ok(*args, "--event", ids[0]).strip() == "queued 0 deliveries to broken"
+    again = ok(*args, "--event", ids[0]).strip()
+    assert again.startswith("queued 0 deliveries to broken: the 1 events selected are on their")
+    assert "deliveries recover --endpoint broken" in again  # says why, and what to do
     typed = ok(*args, "--since", "3h", "--type", "session.discovered")
     assert typed.strip() == "queued 2 deliveries to broken"  # two sessions
 
 
 def test_replay_window_excludes_what_is_older(run: RelayRun, db_copy: Where) -> None:
     out = ok("replay", *db_copy.args, "--endpoint", "ci", "--since", "1h")
-    assert out.strip() == "queued 0 deliveries to ci"
+    assert out.strip() == "queued 0 deliveries to ci: no archived event in that range"
     out = ok("replay", *db_copy.args, "--endpoint", "ci", "--since", "3h", "--until", "3h")
-    assert out.strip() == "queued 0 deliveries to ci"
+    assert out.strip() == "queued 0 deliveries to ci: no archived event in that range"
 
 
 def test_replay_to_a_disabled_endpoint_says_when_they_go_out(db_copy: Where) -> None:
@@ -544,6 +546,40 @@ def test_replay_usage_and_unknown_endpoint(db_copy: Where) -> None:
     line = failed("replay", *db_copy.args, "--endpoint", "nope", "--since", "1h", code=2)
     assert line.startswith("error: no endpoint named 'nope'") and "ci" in line
     assert failed(*base, "--event", "evt_missing") == "error: no archived event evt_missing"
+
+
+def test_deliveries_retry_and_recover_reopen_the_same_rows(db_copy: Where) -> None:
+    with db_copy.reader() as store:
+        dead = store.operator.list_deliveries("broken", "dead", limit=10_000)
+        waiting = store.operator.list_deliveries("flaky", "failed", limit=10)
+        delivered = store.operator.list_deliveries("ci", "delivered", limit=1)
+    assert dead and waiting and delivered
+    first = min(dead, key=lambda d: d.id)
+    out = ok("deliveries", "retry", str(first.id), *db_copy.args)
+    assert out.strip() == f"delivery {first.id} ({first.event_id}) to broken: dead -> due now"
+    shown = json.loads(ok("deliveries", "retry", f"#{waiting[0].id}", *db_copy.args, "--json"))
+    assert shown["previous_status"] == "failed" and shown["delivery"]["status"] == "pending"
+    assert shown["delivery"]["event_id"] == waiting[0].event_id
+    out = ok("deliveries", "recover", *db_copy.args, "--endpoint", "broken", "--since", "3h")
+    assert out.startswith(f"recovered {len(dead) - 1} deliveries of broken, due now")
+    with db_copy.reader() as store:
+        after = {d.id: d for d in store.operator.list_deliveries("broken", limit=10_000)}
+    # The same rows (same event: same webhook-id), open again; nothing new was queued.
+    assert all(after[d.id].status == "pending" and after[d.id].event_id == d.event_id for d in dead)
+    assert not any(d.replayed for d in after.values())
+    base = ["deliveries", "recover", *db_copy.args]
+    again = json.loads(ok(*base, "--endpoint", "broken", "--since", "3h", "--json"))
+    assert again["recovered"] == 0 and f"{len(dead)} are pending" in again["reason"]
+    line = failed("deliveries", "retry", "999999", *db_copy.args)
+    assert line == "error: no delivery 999999 — see `sessionhook deliveries`"
+    line = failed("deliveries", "retry", str(delivered[0].id), *db_copy.args)
+    assert line.startswith(f"error: delivery {delivered[0].id} was delivered already")
+    assert invoke("deliveries", "retry", "abc", *db_copy.args).exit_code == 2
+    assert invoke("deliveries", "retry", "9" * 40, *db_copy.args).exit_code == 2
+    assert invoke(*base, "--endpoint", "broken", "--since", "yesterday-ish").exit_code == 2
+    assert invoke(*base, "--endpoint", "broken").exit_code == 2  # --since is required
+    line = failed(*base, "--endpoint", "nope", "--since", "1h", code=2)
+    assert line.startswith("error: no endpoint named 'nope'")
 
 
 def test_replay_in_chunks_reports_progress(db_copy: Where) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -15,25 +14,21 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 
-from sessionhook.relay.config import Config
 from sessionhook.relay.domain.retry import AttemptResult, Dead, Delivered
 from sessionhook.relay.ops import OperatorError
 from sessionhook.relay.store import AsyncStore, Store
 from sessionhook.relay.store.console_queries import MinuteCounts
-from sessionhook.relay.telemetry.metrics import Metrics
-from sessionhook.relay.web import WebContext, create_app
-from sessionhook.relay.web.auth import CSRF_FIELD, MAX_FORM_BYTES, WebAuth
+from sessionhook.relay.web.auth import MAX_FORM_BYTES
 from sessionhook.relay.web.console.chart import HEIGHT, WIDTH, minute_chart
 from sessionhook.relay.web.console.common import ConsoleDeps
 from sessionhook.relay.web.console.routes import console_routes
 from tests.support.backends import Backend
 from tests.support.clock import T0, Clock
+from tests.support.console_app import BASE, TOKEN, app_for, form, logged_in
 from tests.support.store_rows import Ep, activity, ingest, ready, session
 
 HOSTILE = "<script>alert(1)</script>"
 ESCAPED = "&lt;script&gt;alert(1)&lt;/script&gt;"
-TOKEN = "console-test-token-0123456789abcdefghij"
-BASE = "http://127.0.0.1:9187"
 
 
 @pytest.fixture
@@ -164,38 +159,6 @@ def test_the_chart_scales_to_the_busiest_minute_and_stacks_failures_under_succes
 # --------------------------------------------------------------------------- pages
 
 
-def app_for(astore: AsyncStore | None, **context: Any) -> Starlette:
-    """The daemon's real route table (access control in front) with the console on."""
-    config = Config.model_validate(
-        {"server": {"listen": "127.0.0.1:9187", "token_env": "WEB_TOKEN"}}
-    )
-    ctx = WebContext(
-        config=lambda: config,
-        store=lambda: astore,
-        metrics=Metrics(),
-        auth=WebAuth(TOKEN),
-        clock=lambda: T0 + 600,
-        **context,
-    )
-    return create_app(ctx)
-
-
-@asynccontextmanager
-async def logged_in(app: Starlette) -> AsyncIterator[tuple[httpx.AsyncClient, str]]:
-    """A client that signed in through /login (cookie session) and its CSRF token."""
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=BASE) as http:
-        yield http, await _login(http)
-
-
-async def _login(http: httpx.AsyncClient) -> str:
-    answer = await http.post("/login", data={"token": TOKEN, "next": "/console/sessions"})
-    assert answer.status_code == 303
-    page = await http.get("/console/sessions")
-    found = re.search(r'<meta name="csrf-token" content="([^"]+)">', page.text)
-    assert found is not None
-    return found.group(1)
-
-
 @pytest.fixture
 async def client(store: Store) -> AsyncIterator[tuple[httpx.AsyncClient, Store, dict[str, Any]]]:
     names = populate(store)
@@ -304,12 +267,20 @@ CONSOLE_GETS = (
     "/console/sessions",
     "/console/timeline?session=sessions/1",
     "/console/deliveries",
+    "/console/events",
     "/console/deliveries/1",
     "/console/attempts/1",
     "/console/static/console.js",
     "/console/live?after=999999",
 )
-CONSOLE_POSTS = ("/console/actions/replay", "/console/actions/endpoint", "/console/actions/test")
+CONSOLE_POSTS = (
+    "/console/actions/replay",
+    "/console/actions/retry",
+    "/console/actions/recover",
+    "/console/actions/endpoint",
+    "/console/actions/test",
+    "/console/actions/session",
+)
 
 
 @pytest.mark.anyio
@@ -336,10 +307,6 @@ async def test_every_console_route_needs_the_token(store: Store) -> None:
         )
         assert done.status_code == 303
     assert not next(e for e in store.endpoints.endpoint_states() if e.name == "alpha").enabled
-
-
-def form(token: str, **fields: str) -> dict[str, Any]:
-    return {"data": {**fields, CSRF_FIELD: token}}
 
 
 @pytest.mark.anyio

@@ -314,6 +314,11 @@ def test_the_readers_of_the_dropped_indexes_still_search(tmp_path: Path) -> None
             lambda: store.operator.list_deliveries(endpoint="e1", status="pending"),
             lambda: store.console.console_deliveries(endpoint="e1"),
             lambda: store.console.deliveries_of_events(["evt_x"]),
+            lambda: store.console.console_deliveries(session=s.name, endpoint="e1"),
+            lambda: store.console.console_deliveries(event_id="evt_x", status="dead"),
+            lambda: store.console.console_events(session=s.name, status="dead"),
+            lambda: store.console.console_events(event_id="evt_x"),
+            lambda: store.console.console_timeline(s.name, after_seq=2),
             lambda: store.outbox.pending_count("e1"),
             lambda: store.outbox.prune_delivery_log(T0 - 1),
         ]

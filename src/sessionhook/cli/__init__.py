@@ -24,6 +24,7 @@ from . import (  # noqa: E402, F401
     ops_endpoints,
     ops_events,
     ops_replay,
+    ops_requeue,
     ops_secrets,
     relay,
     store_copy,

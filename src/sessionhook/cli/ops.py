@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -30,7 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Final, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -97,25 +96,13 @@ def _relay_errors() -> tuple[type[Exception], ...]:
 
 # --------------------------------------------------------------------------- parsing
 
-_AGE: Final = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$", re.IGNORECASE)
-_UNIT_SECONDS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
 def parse_time(text: str, now: float) -> float:
-    """Unix seconds from RFC 3339 (``2026-11-22T12:00:00Z``; UTC without an offset), a date,
-    ``now``, or an age before ``now`` (``90s``, ``30m``, ``2h``, ``7d``, ``1w``)."""
-    if text.strip().lower() == "now":
-        return now
-    if match := _AGE.match(text):
-        return now - float(match.group(1)) * _UNIT_SECONDS[match.group(2).lower()]
-    from ..api.models import parse_timestamp
+    """Unix seconds from RFC 3339 (``2026-11-22T12:00:00Z``), ``now``, or an age before
+    ``now`` (``90s``, ``30m``, ``2h``, ``7d``, ``1w``): the API's spelling
+    (:func:`~sessionhook.relay.ops.wire.parse_moment`)."""
+    from ..relay.ops.wire import parse_moment
 
-    try:
-        return parse_timestamp(text).timestamp()
-    except ValueError:
-        raise ValueError(
-            f"{text!r} is neither RFC 3339 (2026-11-22T12:00:00Z) nor an age (30m, 2h, 7d)"
-        ) from None
+    return parse_moment(text, now)
 
 
 def time_option(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:

@@ -180,7 +180,7 @@ def _refused_line(refused: RefusedSummary, now: float) -> str:
 # --------------------------------------------------------------------------- deliveries
 
 
-@cli.command("deliveries")
+@cli.group("deliveries", invoke_without_command=True)
 @store_options
 @click.option("--endpoint", metavar="NAME", help="Only this endpoint.")
 @click.option("--status", "status_", type=click.Choice(DELIVERY_STATUSES), help="Only this status.")
@@ -201,7 +201,11 @@ def deliveries(
 
     An open delivery queued behind an earlier open one of the same endpoint and session
     shows `waiting on #ID` (events of a session go out in order); --json has `waiting_on`.
+    `deliveries retry ID` sends one now; `deliveries recover` every failed or dead one of
+    an endpoint since a time.
     """
+    if click.get_current_context().invoked_subcommand is not None:
+        return  # `deliveries retry|recover`: the subcommand does the work
     from ..relay import ops as operator
     from ..relay.ops import OPEN_STATUSES
 

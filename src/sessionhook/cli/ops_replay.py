@@ -69,7 +69,8 @@ def replay(
             )
         finally:
             counter.done()
-    click.echo(f"queued {result.queued} deliveries to {endpoint}")
+    reason = f": {result.reason}" if result.reason else ""
+    click.echo(f"queued {result.queued} deliveries to {endpoint}{reason}")
     if not result.endpoint.active:
         why = result.endpoint.disabled_reason or "it is not enabled in the config"
         click.echo(

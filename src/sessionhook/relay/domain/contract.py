@@ -2,7 +2,8 @@
 
 Each event type has a model of its body (what ``format = "standard"`` sends); the
 document's ``webhooks`` section has one entry per event type, whose request body is that
-model or, for endpoints with ``payload = "thin"``, :class:`ThinEvent`. Consumers in any
+model or, for endpoints with ``payload = "thin"``, :class:`ThinEvent`; its ``paths`` are
+the management API's (:mod:`.api_paths`). Consumers in any
 language can generate types from it. The document is shipped in the package
 (``relay/openapi.json``, kept equal to :func:`openapi_document` by a test) and served at
 ``/openapi.json`` by the daemon's health server.
@@ -24,6 +25,7 @@ from pydantic.json_schema import models_json_schema
 from sessionhook import __version__
 from sessionhook.api.models import Activity, PullRequest
 
+from .api_paths import API_SCHEMAS, SECURITY_SCHEMES, api_paths
 from .events import ACTIVITY_EVENT_TYPES, ACTIVITY_SESSION_STARTED, ACTIVITY_UNKNOWN, EVENT_TYPES
 
 __all__ = ["EVENT_MODELS", "openapi_document", "shipped_document"]
@@ -361,11 +363,15 @@ def openapi_document() -> dict[str, Any]:
         "info": {
             "title": "sessionhook webhooks",
             "version": __version__,
-            "description": "Events sessionhook delivers, signed per Standard Webhooks.",
+            "description": "Events sessionhook delivers, signed per Standard Webhooks; "
+            "the management API (paths under /v1/, the console's token as a bearer).",
         },
-        "paths": {},
+        "paths": api_paths(),
         "webhooks": webhooks,
-        "components": {"schemas": schemas.get("$defs", {})},
+        "components": {
+            "schemas": {**schemas.get("$defs", {}), **API_SCHEMAS},
+            "securitySchemes": SECURITY_SCHEMES,
+        },
     }
 
 

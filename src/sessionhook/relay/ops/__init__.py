@@ -361,6 +361,8 @@ class ReplayResult:
 
     queued: int
     endpoint: EndpointState
+    #: Why nothing was queued (``None`` when something was).
+    reason: str | None = None
 
 
 def replay(
@@ -396,14 +398,16 @@ def replay(
             endpoint, event_ids=list(event_ids), type_glob=type_glob, session=session
         )
         on_progress(queued)
-        return ReplayResult(queued, state)
+        why = None if queued else _replay_none(store, endpoint, event_ids, None, None, session)
+        return ReplayResult(queued, state, why)
     total, cursor = 0, 0
     while True:
         page = store.operator.event_ids_after(
             cursor, session=session, since=since, until=until, limit=chunk
         )
         if not page:
-            return ReplayResult(total, state)
+            why = None if total else _replay_none(store, endpoint, (), since, until, session)
+            return ReplayResult(total, state, why)
         cursor = page[-1][0]
         ids = [
             i for _seq, i, kind in page if type_glob is None or fnmatch.fnmatchcase(kind, type_glob)
@@ -412,6 +416,37 @@ def replay(
             queued = store.operator.replay(endpoint, event_ids=ids)
             total += queued
             on_progress(queued)
+
+
+def _replay_none(
+    store: StoreCore,
+    endpoint: str,
+    event_ids: tuple[str, ...] | list[str],
+    since: float | None,
+    until: float | None,
+    session: str | None,
+) -> str:
+    """Why a replay queued nothing, in one line."""
+    selected, on_way = store.operator.replay_census(
+        endpoint,
+        since=since,
+        until=until,
+        event_ids=list(event_ids) if event_ids else None,
+        session=session,
+    )
+    if selected == 0:
+        where = f" of {session}" if session else ""
+        return f"no archived event{where} in that range" if not event_ids else "no such event"
+    if on_way == selected:
+        return (
+            f"the {selected} events selected are on their way to {endpoint} already (an open "
+            "delivery each): send the failed ones now with `sessionhook deliveries recover "
+            f"--endpoint {endpoint} --since TIME` or `deliveries retry ID`"
+        )
+    return (
+        f"of the {selected} events selected, {on_way} are on their way already and the "
+        f"others are of types {endpoint} does not subscribe to (or fail its filter or --type)"
+    )
 
 
 def enable_endpoint(store: StoreCore, name: str) -> int:

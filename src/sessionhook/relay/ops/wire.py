@@ -9,13 +9,16 @@ Moments are RFC 3339 in UTC with microseconds and ``Z`` (the service's own spell
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final
+
+from sessionhook.api.models import parse_timestamp
 
 from ..domain.replica import replica_health
-from ..store import AttemptRow, DeliveryRow, EndpointState, EventRow, ReplicaRow
+from ..store import AttemptRow, DeliveryRow, EndpointState, EventRow, ReplicaRow, SessionRow
 from . import Overview
 
 __all__ = [
@@ -26,7 +29,9 @@ __all__ = [
     "json_stamp",
     "json_times",
     "object_times",
+    "parse_moment",
     "replica_json",
+    "session_json",
     "status_json",
 ]
 
@@ -34,6 +39,33 @@ __all__ = [
 def json_stamp(ts: float) -> str:
     """Unix seconds as RFC 3339, UTC, microseconds, ``Z``."""
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+_AGE: Final = re.compile(r"^\s*(\d{1,9}(?:\.\d{1,6})?)\s*(s|m|h|d|w)\s*$", re.IGNORECASE)
+_UNIT_SECONDS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+#: 9999-12-31T23:59:59Z: the last moment :func:`json_stamp` can spell.
+_LAST: Final = 253_402_300_799.0
+
+
+def parse_moment(text: str, now: float) -> float:
+    """Unix seconds from what an operator types: RFC 3339 (``2026-11-22T12:00:00Z``), ``now``,
+    or an age before ``now`` (``90s``, ``30m``, ``2h``, ``7d``, ``1w``). :class:`ValueError`
+    (one line) for anything else, or a moment before 1970 or after 9999."""
+    if text.strip().lower() == "now":
+        return now
+    if match := _AGE.match(text):
+        value = now - float(match.group(1)) * _UNIT_SECONDS[match.group(2).lower()]
+    else:
+        try:
+            value = parse_timestamp(text).timestamp()
+        except ValueError:
+            shown = text if len(text) <= 40 else text[:40] + "..."
+            raise ValueError(
+                f"{shown!r} is neither RFC 3339 (2026-11-22T12:00:00Z) nor an age (30m, 2h, 7d)"
+            ) from None
+    if not 0.0 <= value <= _LAST:
+        raise ValueError(f"{text.strip()[:40]!r} is before 1970 or after 9999")
+    return value
 
 
 def _is_moment(key: str) -> bool:
@@ -118,3 +150,18 @@ def attempts_json(
     """One delivery with its attempts, or every delivery of ``event`` with theirs."""
     blocks = [{"delivery": asdict(d), "attempts": [asdict(a) for a in rows]} for d, rows in found]
     return object_times(blocks[0] if event is None else {"event": event.id, "deliveries": blocks})
+
+
+def session_json(row: SessionRow) -> dict[str, Any]:
+    """A session as the API shows it (the archived fields, not the poller's bookkeeping)."""
+    return object_times({
+        "name": row.name,
+        "id": row.id,
+        "title": row.title,
+        "state": row.state,
+        "url": row.url,
+        "source": row.source,
+        "create_time": row.create_time,
+        "update_time": row.update_time,
+        "first_seen_at": row.first_seen_at,
+    })

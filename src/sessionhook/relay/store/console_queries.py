@@ -23,11 +23,19 @@ from .log_rows import (
     deliveries_where,
     delivery_row,
     event_row,
+    where,
 )
 from .ops_queries import OperatorQueries
 from .rows import AttemptRow, DeliveryRow, EndpointState, EventRow, SessionRow, StatusSummary
 
-__all__ = ["MAX_IDS", "ConsoleQueries", "ConsoleSession", "LiveEvent", "MinuteCounts"]
+__all__ = [
+    "MAX_IDS",
+    "ConsoleEvent",
+    "ConsoleQueries",
+    "ConsoleSession",
+    "LiveEvent",
+    "MinuteCounts",
+]
 
 #: Ids in one ``IN (...)`` list (a timeline page, the deliveries of a page of events).
 MAX_IDS: Final = 500
@@ -51,13 +59,31 @@ class ConsoleSession:
 
 @dataclass(frozen=True, slots=True)
 class LiveEvent:
-    """What the console's live view shows of a newly ingested event (no body)."""
+    """What the console's live view shows of a newly ingested event (no body), with what
+    a new row of the session list shows of its session."""
 
     seq: int
     id: str
     session_name: str
     type: str
     occurred_at: str
+    title: str = ""
+    state: str = ""
+    source: str = ""
+    account: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ConsoleEvent:
+    """A line of the console's event list (no body): the event and how many of its
+    deliveries are in each status."""
+
+    seq: int
+    id: str
+    session_name: str
+    type: str
+    occurred_at: str
+    statuses: tuple[tuple[str, int], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,13 +238,71 @@ class ConsoleQueries:
     def console_timeline(
         self, session: str, *, after_seq: int = 0, limit: int = 200
     ) -> list[EventRow]:
-        """A session's events after ``after_seq``, in ingest order, ``limit`` at most."""
+        """A session's events in time order (when they happened upstream, then archive
+        order), those after the event ``after_seq`` (0: from the start), ``limit`` at most.
+
+        The archive order is not the time order: a backfill, a late page or a baseline
+        archives older activities after newer ones."""
+        start = self._db.conn.execute(
+            "SELECT occurred_ts FROM events WHERE seq = ? AND session_name = ?",
+            (after_seq, session),
+        ).fetchone()
+        later, params = "", []
+        if start is not None:
+            later = "AND (e.occurred_ts > ? OR (e.occurred_ts = ? AND e.seq > ?)) "
+            params = [start[0], start[0], after_seq]
         rows = self._db.conn.execute(
-            f"SELECT {EVENT_COLUMNS} {EVENT_FROM} "
-            "WHERE e.session_name = ? AND e.seq > ? ORDER BY e.seq LIMIT ?",
-            (session, after_seq, limit),
+            f"SELECT {EVENT_COLUMNS} {EVENT_FROM} WHERE e.session_name = ? {later}"
+            "ORDER BY e.occurred_ts, e.seq LIMIT ?",
+            (session, *params, limit),
         ).fetchall()
         return [event_row(self._bodies, r) for r in rows]
+
+    def console_events(
+        self,
+        *,
+        session: str | None = None,
+        event_id: str | None = None,
+        event_type: str | None = None,
+        status: str | None = None,
+        before_seq: int | None = None,
+        limit: int = 100,
+    ) -> list[ConsoleEvent]:
+        """Events, newest archived first, filtered by session, id, type, and ``status``
+        (having a delivery in that status); ``before_seq`` pages further back."""
+        text, params = where(
+            ("e.session_name = ?", session),
+            ("e.id = ?", event_id),
+            ("e.type = ?", event_type),
+            (
+                "EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id AND d.status = ?)",
+                status,
+            ),
+            ("e.seq < ?", before_seq),
+        )
+        rows = self._db.conn.execute(
+            f"SELECT e.seq, e.id, e.session_name, e.type, e.occurred_at FROM events e {text} "
+            "ORDER BY e.seq DESC LIMIT ?",
+            (*params, min(limit, MAX_IDS)),
+        ).fetchall()
+        counts: dict[str, list[tuple[str, int]]] = {}
+        if rows:
+            for event, state, n in self._db.conn.execute(
+                "SELECT event_id, status, COUNT(*) FROM deliveries "
+                f"WHERE event_id IN ({_ids(rows)}) GROUP BY event_id, status ORDER BY status",
+                tuple(r[1] for r in rows),
+            ):
+                counts.setdefault(event, []).append((state, int(n)))
+        return [
+            ConsoleEvent(r[0], r[1], r[2], r[3], r[4], tuple(counts.get(r[1], ()))) for r in rows
+        ]
+
+    def find_session(self, text: str) -> str | None:
+        """The archived session ``text`` names (``sessions/ID`` or the bare ``ID``)."""
+        for name in (text, f"sessions/{text}"):
+            if self.get_session(name) is not None:
+                return name
+        return None
 
     # ----------------------------------------------------------------- deliveries
 
@@ -255,20 +339,32 @@ class ConsoleQueries:
         until: float | None = None,
         before_id: int | None = None,
         limit: int = 100,
+        session: str | None = None,
+        event_id: str | None = None,
+        event_type: str | None = None,
     ) -> list[DeliveryRow]:
-        """Deliveries, newest first, filtered by endpoint, status and creation time
-        (``since`` inclusive, ``until`` exclusive); ``before_id`` pages further back."""
-        # An empty form field filters nothing, like an absent one.
+        """Deliveries, newest first, filtered by endpoint, status, creation time (``since``
+        inclusive, ``until`` exclusive), session, event (its id is the ``webhook-id``) and
+        event type; ``before_id`` pages further back."""
+        # An empty form field filters nothing, like an absent one. A session's rows are
+        # reached through its events (as OperatorQueries.list_deliveries does): the other
+        # filters then only sort out the rows found.
+        by_session = bool(session) and not event_id
+        no_index = " || ''" if by_session else ""
         return deliveries_where(
             self._db.conn,
             (
-                ("d.endpoint = ?", endpoint or None),
-                ("d.status = ?", status or None),
+                (f"d.endpoint{no_index} = ?", endpoint or None),
+                (f"d.status{no_index} = ?", status or None),
                 ("d.created_at >= ?", since),
                 ("d.created_at < ?", until),
                 ("d.id < ?", before_id),
+                ("e.session_name = ?", session or None),
+                ("d.event_id = ?", event_id or None),
+                ("e.type = ?", event_type or None),
             ),
             limit,
+            by_session=by_session,
         )
 
     def get_attempt(self, attempt_id: int) -> AttemptRow | None:
@@ -317,11 +413,18 @@ class ConsoleQueries:
         self, seq: int, *, session: str | None = None, limit: int = 100
     ) -> list[LiveEvent]:
         """Events ingested after ``seq`` (optionally of one session), oldest first, without
-        their bodies (the live view shows type, session and time)."""
-        sql = "SELECT seq, id, session_name, type, occurred_at FROM events WHERE seq > ?"
+        their bodies (the live view shows type, session and time), with their session's
+        title, state, source and account (a new row of the session list)."""
+        sql = (
+            "SELECT e.seq, e.id, e.session_name, e.type, e.occurred_at, "
+            "COALESCE(s.title, ''), COALESCE(s.state, ''), COALESCE(s.source, ''), "
+            "COALESCE(s.account, '') FROM events e "
+            "LEFT JOIN sessions s ON s.name = e.session_name WHERE e.seq > ?"
+        )
         params: list[Any] = [seq]
         if session is not None:
-            sql += " AND session_name = ?"
+            sql += " AND e.session_name = ?"
             params.append(session)
-        rows = self._db.conn.execute(f"{sql} ORDER BY seq LIMIT ?", (*params, limit)).fetchall()
+        sql += " ORDER BY e.seq LIMIT ?"
+        rows = self._db.conn.execute(sql, (*params, limit)).fetchall()
         return [LiveEvent(*r) for r in rows]

@@ -20,7 +20,7 @@ from .dialect import Connection, Database, first_value
 from .endpoints import EndpointQueries
 from .rows import Ingested, SessionRow, StoreError
 
-__all__ = ["Ingest", "advance_cursor"]
+__all__ = ["Ingest", "advance_cursor", "list_sessions"]
 
 _SESSION_COLUMNS = (
     "name, id, title, state, url, source, create_time, update_time, raw, first_seen_at, "
@@ -56,6 +56,15 @@ def get_session(conn: Connection, name: str) -> SessionRow | None:
         f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE name = ?", (name,)
     ).fetchone()
     return None if row is None else session_row(row)
+
+
+def list_sessions(conn: Connection, after: str | None, limit: int) -> list[SessionRow]:
+    """Archived sessions in name order, after ``after`` (keyset paging), ``limit`` at most."""
+    rows = conn.execute(
+        f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE name > ? ORDER BY name LIMIT ?",
+        (after or "", limit),
+    ).fetchall()
+    return [session_row(r) for r in rows]
 
 
 class Ingest:

@@ -14,6 +14,7 @@ from ..domain.events import matches, payload_matches
 from .bodies import Bodies
 from .dialect import Database, first_value
 from .endpoints import EndpointQueries
+from .ingest import list_sessions
 from .log_rows import (
     DELIVERY_COLUMNS,
     EVENT_COLUMNS,
@@ -26,11 +27,16 @@ from .log_rows import (
 from .meta import MetaQueries
 from .outbox import Outbox
 from .refusals import Refusals
+from .requeue import Requeue
 from .rows import (
     AttemptRow,
     DeliveryRow,
+    EndpointState,
     EndpointSummary,
     EventRow,
+    Recovered,
+    Retried,
+    SessionRow,
     StatusSummary,
     StoreError,
     UpstreamSummary,
@@ -40,6 +46,24 @@ __all__ = ["OperatorQueries"]
 
 _FETCH = 500
 _HOUR = 3600.0
+
+
+def _selection(
+    since: float | None,
+    until: float | None,
+    event_ids: Sequence[str] | None,
+    session: str | None,
+) -> tuple[tuple[str, object | None], ...]:
+    """The clauses of a replay's selection of events (``e``), for :func:`.log_rows.where`."""
+    return (
+        ("e.occurred_ts >= ?", since),
+        ("e.occurred_ts < ?", until),
+        (
+            "e.id IN (SELECT value FROM json_each(?))",
+            None if event_ids is None else json.dumps(list(event_ids)),
+        ),
+        ("e.session_name = ?", session),
+    )
 
 
 class OperatorQueries:
@@ -62,6 +86,7 @@ class OperatorQueries:
         self._outbox = outbox
         self._meta = meta
         self._refusals = refusals
+        self._requeue = Requeue(db)
 
     def status_summary(self, now: float) -> StatusSummary:
         """Figures for ``sessionhook status``: per endpoint and upstream, at ``now``."""
@@ -109,7 +134,7 @@ class OperatorQueries:
                     last_error=st.last_error,
                     last_error_at=st.last_error_at,
                     last_success_at=st.last_success_at,
-                    failing_since=st.failing_since,
+                    failing_since=self._failing_since(st),
                 )
             )
         # status: the HTTP status, -1 no answer, -2 a malformed 2xx answer. An error is
@@ -145,6 +170,28 @@ class OperatorQueries:
             refused=self._refusals.refused_summary(hour_ago),
         )
 
+    def _failing_since(self, st: EndpointState) -> float | None:
+        """When the endpoint's current run of failures began: its first failed attempt
+        since its last success, or ``None`` when its latest answer was a success.
+
+        The endpoint's own ``failing_since`` is the clock of its automatic disabling, which
+        enabling it again restarts; a person asking how long the consumer has been down
+        wants the run, which only a success ends."""
+        if st.last_error_at is None or (
+            st.last_success_at is not None and st.last_success_at >= st.last_error_at
+        ):
+            return st.failing_since
+        # The first attempt since the last success is a failure (a success would have moved
+        # last_success_at): one probe of attempts_by_time, stopped at the first row.
+        row = self._db.conn.execute(
+            "SELECT a.started_at FROM attempts a JOIN deliveries d ON d.id = a.delivery_id "
+            "WHERE a.started_at > ? AND d.endpoint = ? ORDER BY a.started_at LIMIT 1",
+            (st.last_success_at if st.last_success_at is not None else 0.0, st.name),
+        ).fetchone()
+        # Pruned attempts (the delivery log's retention) leave the stored clock.
+        found = [float(v) for v in (None if row is None else row[0], st.failing_since) if v]
+        return min(found, default=None)
+
     def list_deliveries(
         self,
         endpoint: str | None = None,
@@ -153,8 +200,10 @@ class OperatorQueries:
         limit: int = 100,
         *,
         event_id: str | None = None,
+        before_id: int | None = None,
     ) -> list[DeliveryRow]:
-        """Deliveries, newest first, filtered by any of endpoint, status, session, event."""
+        """Deliveries, newest first, filtered by any of endpoint, status, session, event;
+        ``before_id`` pages further back (ids below it)."""
         by_session = session is not None and event_id is None
         # Reached through the session's events, endpoint and status only filter the rows
         # found (``|| ''``: an expression no index serves, so SQLite does not walk the
@@ -167,6 +216,7 @@ class OperatorQueries:
                 (f"d.status{no_index} = ?", status),
                 ("e.session_name = ?", session),
                 ("d.event_id = ?", event_id),
+                ("d.id < ?", before_id),
             ),
             limit,
             by_session=by_session,
@@ -215,13 +265,7 @@ class OperatorQueries:
             raise ValueError("replay needs at least one filter (since, until, ids, type, session)")
         now = self._db.clock()
         text, params = where(
-            ("e.occurred_ts >= ?", since),
-            ("e.occurred_ts < ?", until),
-            (
-                "e.id IN (SELECT value FROM json_each(?))",
-                None if event_ids is None else json.dumps(list(event_ids)),
-            ),
-            ("e.session_name = ?", session),
+            *_selection(since, until, event_ids, session),
             (
                 "NOT EXISTS (SELECT 1 FROM deliveries o WHERE o.event_id = e.id AND o.endpoint = ? "
                 "AND o.status IN ('pending', 'failed'))",
@@ -269,6 +313,39 @@ class OperatorQueries:
                 (endpoint, now, now, now, *params),
             )
             return int(cur.rowcount)
+
+    def replay_census(
+        self,
+        endpoint: str,
+        *,
+        since: float | None = None,
+        until: float | None = None,
+        event_ids: Sequence[str] | None = None,
+        session: str | None = None,
+    ) -> tuple[int, int]:
+        """Why a replay queued nothing: ``(events selected, of them with an open delivery
+        to endpoint)`` for the selection of :meth:`replay` (types aside)."""
+        text, params = where(*_selection(since, until, event_ids, session))
+        row = self._db.conn.execute(
+            "SELECT COUNT(*), COALESCE(SUM(CASE WHEN EXISTS (SELECT 1 FROM deliveries o "
+            "WHERE o.event_id = e.id AND o.endpoint = ? AND o.status IN ('pending', 'failed')) "
+            f"THEN 1 ELSE 0 END), 0) FROM events e {text}",
+            (endpoint, *params),
+        ).fetchone()
+        return int(row[0]), int(row[1])
+
+    def retry_delivery(self, delivery_id: int) -> Retried | None:
+        """Make one delivery due now (see :meth:`.requeue.Requeue.retry`)."""
+        return self._requeue.retry(delivery_id)
+
+    def recover_deliveries(self, endpoint: str, since: float) -> Recovered:
+        """Re-open an endpoint's failed and dead deliveries of events since ``since``, due
+        now (see :meth:`.requeue.Requeue.recover`)."""
+        return self._requeue.recover(endpoint, since)
+
+    def list_sessions(self, after: str | None = None, limit: int = 50) -> list[SessionRow]:
+        """Archived sessions by name, those after ``after`` (a page), ``limit`` at most."""
+        return list_sessions(self._db.conn, after, limit)
 
     def get_event(self, event_id: str) -> EventRow | None:
         """One archived event, or ``None``."""
@@ -325,18 +402,24 @@ class OperatorQueries:
         return 0 if row is None or row[0] is None else int(row[0])
 
     def events_after(
-        self, seq: int, *, limit: int = 200, max_bytes: int | None = None
+        self,
+        seq: int,
+        *,
+        limit: int = 200,
+        max_bytes: int | None = None,
+        session: str | None = None,
     ) -> list[EventRow]:
         """At most ``limit`` events after position ``seq``, in ingest order (the event
         stream's read; filters are applied by the caller, which must see every ``seq``);
-        with ``max_bytes``, none after the one whose body brings the total to it."""
+        with ``max_bytes``, none after the one whose body brings the total to it; with
+        ``session``, that session's only."""
         events: list[EventRow] = []
         size = 0
+        text, params = where(("e.seq > ?", seq), ("e.session_name = ?", session))
         with closing(
             self._db.conn.execute(
-                f"SELECT {EVENT_COLUMNS} {EVENT_FROM} WHERE e.seq > ? "
-                "ORDER BY e.seq LIMIT ?",
-                (seq, limit),
+                f"SELECT {EVENT_COLUMNS} {EVENT_FROM} {text} ORDER BY e.seq LIMIT ?",
+                (*params, limit),
             )
         ) as rows:
             # Row by row: SQLite reads no further than this loop goes.

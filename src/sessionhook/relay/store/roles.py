@@ -30,7 +30,7 @@ from sessionhook.api.models import Activity, Session
 from ..domain.events import Event
 from ..domain.retry import Decision
 from .actions import ActionClaim, ActionRow
-from .console_queries import ConsoleSession, LiveEvent, MinuteCounts
+from .console_queries import ConsoleEvent, ConsoleSession, LiveEvent, MinuteCounts
 from .economy_queries import BUDGET_WINDOW, HistoryProgress, KnownSession
 from .leases import LeaseRow, ReplicaRow
 from .outbox import PRUNE_BATCH, AttemptRecord
@@ -43,8 +43,10 @@ from .rows import (
     EndpointState,
     EventRow,
     Ingested,
+    Recovered,
     RefusedRow,
     RefusedSummary,
+    Retried,
     SessionRow,
     StatusSummary,
 )
@@ -382,8 +384,9 @@ class OperatorRole(Protocol):
     def list_deliveries(
         self, endpoint: str | None = None, status: str | None = None,
         session: str | None = None, limit: int = 100, *, event_id: str | None = None,
+        before_id: int | None = None,
     ) -> list[DeliveryRow]:
-        """Deliveries, newest first, filtered."""
+        """Deliveries, newest first, filtered; ``before_id`` pages back."""
         ...
 
     def get_delivery(self, delivery_id: int) -> DeliveryRow | None:
@@ -400,6 +403,25 @@ class OperatorRole(Protocol):
         session: str | None = None,
     ) -> int:
         """Queue archived events again for an endpoint; how many."""
+        ...
+
+    def replay_census(
+        self, endpoint: str, *, since: float | None = None, until: float | None = None,
+        event_ids: Sequence[str] | None = None, session: str | None = None,
+    ) -> tuple[int, int]:
+        """Events a replay selects, and of them those on their way to the endpoint."""
+        ...
+
+    def retry_delivery(self, delivery_id: int) -> Retried | None:
+        """Make one delivery due now (failed or dead: re-opened); ``None``: no such one."""
+        ...
+
+    def recover_deliveries(self, endpoint: str, since: float) -> Recovered:
+        """Re-open an endpoint's failed and dead deliveries of events since a time."""
+        ...
+
+    def list_sessions(self, after: str | None = None, limit: int = 50) -> list[SessionRow]:
+        """Archived sessions by name, after a name (a page)."""
         ...
 
     def get_event(self, event_id: str) -> EventRow | None:
@@ -422,9 +444,10 @@ class OperatorRole(Protocol):
         ...
 
     def events_after(
-        self, seq: int, *, limit: int = 200, max_bytes: int | None = None
+        self, seq: int, *, limit: int = 200, max_bytes: int | None = None,
+        session: str | None = None,
     ) -> list[EventRow]:
-        """Events after a position (the event stream's read)."""
+        """Events after a position (the event stream's read), of one session or all."""
         ...
 
     def event_ids_after(
@@ -494,9 +517,22 @@ class ConsoleRole(Protocol):
     def console_deliveries(
         self, *, endpoint: str | None = None, status: str | None = None,
         since: float | None = None, until: float | None = None,
-        before_id: int | None = None, limit: int = 100,
+        before_id: int | None = None, limit: int = 100, session: str | None = None,
+        event_id: str | None = None, event_type: str | None = None,
     ) -> list[DeliveryRow]:
         """Deliveries, newest first, filtered, paged back by id."""
+        ...
+
+    def console_events(
+        self, *, session: str | None = None, event_id: str | None = None,
+        event_type: str | None = None, status: str | None = None,
+        before_seq: int | None = None, limit: int = 100,
+    ) -> list[ConsoleEvent]:
+        """Events, newest first, filtered, paged back by position."""
+        ...
+
+    def find_session(self, text: str) -> str | None:
+        """The archived session a search names, or ``None``."""
         ...
 
     def get_attempt(self, attempt_id: int) -> AttemptRow | None:

@@ -214,6 +214,34 @@ class DeliveryRow:
 
 
 @dataclass(frozen=True, slots=True)
+class Retried:
+    """What :meth:`~.ops_queries.OperatorQueries.retry_delivery` did to one delivery."""
+
+    #: Its status before (``delivered``: nothing was done, a delivered row is final).
+    previous: str
+    #: The earlier open delivery of its (endpoint, session) queue, made due now too: it
+    #: goes first (a session's events go out in order); ``None`` when it is the head.
+    head: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Recovered:
+    """What :meth:`~.ops_queries.OperatorQueries.recover_deliveries` re-opened, and what
+    the endpoint holds otherwise (to say why nothing was when nothing was)."""
+
+    #: The failed and dead deliveries made due now, oldest first.
+    ids: tuple[int, ...]
+    #: Open deliveries queued behind them in the same sessions: they follow, in order.
+    behind: int
+    #: Failed or dead deliveries of the endpoint left alone: their events are older.
+    older: int
+    #: When the newest of those events happened (Unix seconds), if any.
+    newest_older_at: float | None
+    #: The endpoint's open (pending or failed) deliveries after the recovery.
+    open: int
+
+
+@dataclass(frozen=True, slots=True)
 class AttemptRow:
     """One POST of a delivery, as logged."""
 

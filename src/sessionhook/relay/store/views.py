@@ -252,6 +252,8 @@ class AsyncOperator(View[OperatorRole]):
     status_summary = call(OperatorRole.status_summary)
     list_deliveries = call(OperatorRole.list_deliveries)
     replay = write(OperatorRole.replay)
+    retry_delivery = write(OperatorRole.retry_delivery)
+    recover_deliveries = write(OperatorRole.recover_deliveries)
 
 
 class AsyncConsole(View[ConsoleRole]):
@@ -271,6 +273,8 @@ class AsyncConsole(View[ConsoleRole]):
     deliveries_of_events = call(ConsoleRole.deliveries_of_events)
     attempts_of_deliveries = call(ConsoleRole.attempts_of_deliveries)
     console_deliveries = call(ConsoleRole.console_deliveries)
+    console_events = call(ConsoleRole.console_events)
+    find_session = call(ConsoleRole.find_session)
     get_attempt = call(ConsoleRole.get_attempt)
     attempts_per_minute = call(ConsoleRole.attempts_per_minute)
     budget_used = call(ConsoleRole.budget_used)

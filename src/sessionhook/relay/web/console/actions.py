@@ -1,4 +1,5 @@
-"""The console's actions: replay, enable/disable an endpoint, send a test event.
+"""The console's actions: replay, retry now, recover, enable/disable an endpoint, send a
+test event, approve a session's plan or answer its agent.
 
 Each is a POST of an HTML form (``application/x-www-form-urlencoded``, at most
 :data:`~.auth.MAX_FORM_BYTES`) carrying a CSRF token; the answer is a 303 redirect back to the
@@ -9,8 +10,16 @@ refused with 403 and changes nothing.
 * ``/console/actions/replay``: ``endpoint`` and either ``event`` (one event id) or
   ``since``/``until`` (a time range of the events' upstream time, ``until`` exclusive):
   queued again through the store's replay, so the consumer sees the same ``webhook-id``.
+* ``/console/actions/retry``: ``delivery`` (an id): sent again now, the same row (a failed
+  or dead one re-opened), its session's order kept (:mod:`...ops.requeue`).
+* ``/console/actions/recover``: ``endpoint``, ``since`` (an age such as ``1h``, or a time):
+  every failed or dead delivery of its events since then, due now.
 * ``/console/actions/endpoint``: ``name``, ``enabled`` (``1``/``0``), optional ``reason``.
 * ``/console/actions/test``: ``name``: a signed ``ping`` sent now, never archived.
+* ``/console/actions/session``: ``session``, ``action`` (``approve_plan`` or ``reply``) and
+  for a reply its ``text``: made upstream with the session's account by the daemon
+  (:attr:`~.common.ConsoleDeps.act`); the flash says what the service answered (its
+  one-line message when it refused).
 
 The access control in front (:mod:`.auth`) refuses a cookie session's POST without its CSRF
 token before it gets here; the actions check the token again (defence in depth: a route
@@ -21,23 +30,32 @@ bearer token need none (a browser never adds that header on its own).
 from __future__ import annotations
 
 import hmac
+from typing import Final
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from ... import ops as operator
-from ...ops import OperatorError
-from ...store import StoreError
+from ...domain.actions import ACTION_KINDS, ActionKind
+from ...ops import OperatorError, requeue
+from ...ops.wire import parse_moment
+from ...store import AsyncStore, StoreError
 from ...telemetry.logs import get_logger
 from ..auth import CSRF_FIELD, FormError, csrf_token, read_form, web_session
 from ..headers import SECURITY_HEADERS
 from .common import FLASH_COOKIE, ConsoleDeps, encode_flash
 from .text import parse_when
 
-__all__ = ["Actions"]
+__all__ = ["REPLY_MAX", "Actions"]
 
 _log = get_logger()
+#: Longest answer to an agent sent from the console (characters).
+REPLY_MAX: Final = 10_000
+_DONE: Final[dict[ActionKind, str]] = {
+    "approve_plan": "approve the plan of",
+    "reply": "answer",
+}
 
 
 def _csrf_ok(request: Request, submitted: str) -> bool:
@@ -80,8 +98,11 @@ class Actions:
         """The action routes."""
         return [
             Route("/console/actions/replay", self.replay, methods=["POST"]),
+            Route("/console/actions/retry", self.retry, methods=["POST"]),
+            Route("/console/actions/recover", self.recover, methods=["POST"]),
             Route("/console/actions/endpoint", self.endpoint, methods=["POST"]),
             Route("/console/actions/test", self.test, methods=["POST"]),
+            Route("/console/actions/session", self.session, methods=["POST"]),
         ]
 
     async def _form(self, request: Request) -> dict[str, str] | Response:
@@ -99,15 +120,23 @@ class Actions:
             )
         return form
 
-    async def replay(self, request: Request) -> Response:
-        """Queue one event, or a time range of events, again for an endpoint."""
+    async def _store_form(self, request: Request) -> tuple[dict[str, str], AsyncStore] | Response:
+        """The form (see :meth:`_form`) and the open store; else the answer to give."""
         form = await self._form(request)
         if isinstance(form, Response):
             return form
-        back = form.get("back", "")
         store = self.deps.store()
         if store is None:
-            return _done(back, "error", "the store is not open yet")
+            return _done(form.get("back", ""), "error", "the store is not open yet")
+        return form, store
+
+    async def replay(self, request: Request) -> Response:
+        """Queue one event, or a time range of events, again for an endpoint."""
+        prepared = await self._store_form(request)
+        if isinstance(prepared, Response):
+            return prepared
+        form, store = prepared
+        back = form.get("back", "")
         endpoint = form.get("endpoint", "")
         event_id = form.get("event", "").strip()
         now = self.deps.clock()
@@ -133,22 +162,55 @@ class Actions:
         self.deps.wake()
         _log.info("console.replay", endpoint=endpoint, event_id=event_id or None, queued=queued)
         if queued == 0:
-            return _done(
-                back,
-                "error",
-                f"nothing queued: {endpoint} does not take {what}, or it is on its way already",
-            )
+            return _done(back, "error", f"nothing queued for {endpoint}: {result.reason}")
         return _done(back, "ok", f"queued {queued} deliveries of {what} to {endpoint}")
+
+    async def retry(self, request: Request) -> Response:
+        """Send one delivery again now (the same row: same webhook-id and body)."""
+        prepared = await self._store_form(request)
+        if isinstance(prepared, Response):
+            return prepared
+        form, store = prepared
+        back = form.get("back", "")
+        key = form.get("delivery", "").strip()
+        if not key.isascii() or not key.isdigit() or len(key) > 18:
+            return _done(back, "error", "retry: choose a delivery")
+        try:
+            result = await store.run_write(requeue.retry, int(key))
+        except (OperatorError, StoreError) as exc:
+            return _done(back, "error", f"retry: {exc}")
+        self.deps.wake()
+        _log.info("console.retry", delivery=int(key), previous=result.previous)
+        return _done(back, "ok", result.message)
+
+    async def recover(self, request: Request) -> Response:
+        """Send again now every failed or dead delivery of an endpoint since a time."""
+        prepared = await self._store_form(request)
+        if isinstance(prepared, Response):
+            return prepared
+        form, store = prepared
+        back = form.get("back", "")
+        endpoint = form.get("endpoint", "")
+        try:
+            since = parse_moment(form.get("since", "").strip() or "1h", self.deps.clock())
+        except ValueError as exc:
+            return _done(back, "error", f"recover: since: {exc}")
+        try:
+            result = await store.run_write(requeue.recover, endpoint, since)
+        except (OperatorError, StoreError) as exc:
+            return _done(back, "error", f"recover: {exc}")
+        if result.queued:
+            self.deps.wake()
+        _log.info("console.recover", endpoint=endpoint, queued=result.queued)
+        return _done(back, "ok" if result.queued else "error", result.message)
 
     async def endpoint(self, request: Request) -> Response:
         """Enable or disable an endpoint."""
-        form = await self._form(request)
-        if isinstance(form, Response):
-            return form
+        prepared = await self._store_form(request)
+        if isinstance(prepared, Response):
+            return prepared
+        form, store = prepared
         back = form.get("back", "")
-        store = self.deps.store()
-        if store is None:
-            return _done(back, "error", "the store is not open yet")
         name = form.get("name", "")
         enable = form.get("enabled") == "1"
         reason = form.get("reason", "").strip()[:200] or "disabled in the console"
@@ -188,3 +250,31 @@ class Actions:
             )
         detail = f" ({result.error})" if result.error else ""
         return _done(back, "error", f"test event to {name} failed: {answer}{detail}")
+
+    async def session(self, request: Request) -> Response:
+        """Approve a session's plan, or answer its agent, upstream."""
+        form = await self._form(request)
+        if isinstance(form, Response):
+            return form
+        back = form.get("back", "")
+        name = form.get("session", "").strip()
+        action = form.get("action", "")
+        text = form.get("text", "").strip() or None
+        if action not in ACTION_KINDS:
+            return _done(back, "error", "choose approve_plan or reply")
+        kind: ActionKind = "approve_plan" if action == "approve_plan" else "reply"
+        what = _DONE[kind]
+        if not name:
+            return _done(back, "error", "the form names no session: reload the page")
+        if kind == "reply" and text is None:
+            return _done(back, "error", "answer: write something to send")
+        if text is not None and len(text) > REPLY_MAX:
+            return _done(back, "error", f"answer: at most {REPLY_MAX} characters")
+        if self.deps.act is None:
+            return _done(back, "error", "acting on sessions is not available here")
+        outcome = await self.deps.act(name, kind, text if kind == "reply" else None)
+        _log.info("console.session_action", session=name, action=kind, ok=outcome.ok)
+        if outcome.ok:
+            return _done(back, "ok", f"{name}: {outcome.detail}")
+        status = "" if outcome.status is None else f" (HTTP {outcome.status})"
+        return _done(back, "error", f"could not {what} {name}{status}: {outcome.detail}")

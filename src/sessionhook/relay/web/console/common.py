@@ -21,21 +21,25 @@ import jinja2
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
+from ...domain.actions import UpstreamAct
 from ...store import AsyncStore
 from ..auth import CSRF_FIELD, csrf_token
 from ..bell import Bell
 from ..context import SendTest
-from .text import age, clip, outcome, pretty, stamp
+from .text import age, answer, clip, current_error, outcome, pretty, stamp
 
 __all__ = [
     "FLASH_COOKIE",
     "PACKAGE_DIR",
     "ConsoleDeps",
+    "bad_request",
     "encode_flash",
     "error_page",
+    "not_found",
     "pop_flash",
     "render_page",
     "store_failed_page",
+    "unavailable",
 ]
 
 #: The console package: its ``templates/`` and ``static/`` directories.
@@ -52,7 +56,9 @@ class ConsoleDeps:
     ``store`` returns the daemon's open store, or ``None`` while it is not open (the pages
     answer 503). ``budgets`` maps each account to its ``requests_per_minute``. ``send_test``
     sends a test event (``None``: the action is unavailable). ``wake`` tells the dispatcher
-    that deliveries were queued (a replay, an endpoint enabled).
+    that deliveries were queued (a replay, an endpoint enabled). ``act`` approves a
+    session's plan or answers its agent upstream (``None``: the forms say it is not
+    available). ``backend`` names the store's engine (``sqlite``, ``postgresql``).
     """
 
     store: Callable[[], AsyncStore | None]
@@ -60,6 +66,8 @@ class ConsoleDeps:
     send_test: SendTest | None = None
     wake: Callable[[], None] = lambda: None
     clock: Callable[[], float] = time.time
+    act: UpstreamAct | None = None
+    backend: str = ""
     #: Rung by the daemon when it archives events: wakes the live feed at once.
     bell: Bell = field(default_factory=Bell)
     #: Live feed: seconds between two looks at the store, and how long one stream lasts
@@ -103,7 +111,15 @@ _ENV: Final = jinja2.Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
-_ENV.filters.update(stamp=stamp, age=age, clip=clip, pretty=pretty, outcome=outcome)
+_ENV.filters.update(
+    stamp=stamp,
+    age=age,
+    clip=clip,
+    pretty=pretty,
+    outcome=outcome,
+    answer=answer,
+    current_error=current_error,
+)
 
 
 def render_page(
@@ -140,6 +156,21 @@ def error_page(request: Request, status_code: int, title: str, reason: str) -> R
     return render_page(
         request, "unavailable.html", {"title": title, "reason": reason}, status_code=status_code
     )
+
+
+def unavailable(request: Request) -> Response:
+    """The 503 page of a store the daemon has not opened yet."""
+    return error_page(request, 503, "Store not open", "the daemon has not opened its store yet")
+
+
+def not_found(request: Request, what: str) -> Response:
+    """The 404 page: ``what`` is not there."""
+    return error_page(request, 404, "Not found", what)
+
+
+def bad_request(request: Request, reason: str) -> Response:
+    """The 400 page, saying why."""
+    return error_page(request, 400, "Bad request", reason)
 
 
 def store_failed_page(request: Request, error: str) -> Response:

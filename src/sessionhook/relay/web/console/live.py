@@ -2,8 +2,9 @@
 
 The sessions and timeline pages open an ``EventSource`` on it and add each new event as it
 is ingested. Each message is ``id: <seq>`` (the events table's order), ``event: event`` and
-a small JSON ``data`` (``seq``, ``id``, ``session``, ``type``, ``occurred_at``: no body, the
-page links to the timeline for that). The stream starts after ``?after=SEQ`` (the last
+a small JSON ``data`` (``seq``, ``id``, ``session``, ``type``, ``occurred_at``, and the
+session's ``title``, ``state``, ``source``, ``account`` for a new row of the session list: no
+body, the page links to the timeline for that). The stream starts after ``?after=SEQ`` (the last
 event the page showed) or after the ``Last-Event-ID`` the browser sends when it reconnects,
 so nothing is missed or repeated across a reconnect; ``?session=NAME`` keeps one session.
 
@@ -29,7 +30,7 @@ from ...store import store_failures
 from ...telemetry.logs import get_logger
 from ..headers import SECURITY_HEADERS
 from .common import ConsoleDeps
-from .text import BadNumber, url_int
+from .text import BadNumber, query_text, url_int
 
 __all__ = ["live_route"]
 
@@ -63,7 +64,7 @@ def live_route(deps: ConsoleDeps) -> Route:
                 media_type="text/event-stream",
                 headers=SECURITY_HEADERS,
             )
-        session = request.query_params.get("session") or None
+        session = query_text(request.query_params.get("session")) or None
         try:
             start = _start(request)
         except BadNumber as exc:
@@ -97,6 +98,11 @@ def live_route(deps: ConsoleDeps) -> Route:
                             "session": row.session_name,
                             "type": row.type,
                             "occurred_at": row.occurred_at,
+                            # A new row of the session list is filled in with these.
+                            "title": row.title,
+                            "state": row.state,
+                            "source": row.source,
+                            "account": row.account,
                         }
                         yield f"id: {row.seq}\nevent: event\ndata: {json.dumps(data)}\n\n"
                         after = row.seq

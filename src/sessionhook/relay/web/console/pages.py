@@ -3,49 +3,47 @@
 ``docs/web.md`` ("Console") has the contract:
 
 * ``/console``: every endpoint's health (last success, failing since, outbox depth, why it is
-  disabled), upstream health (last good poll, errors, budget used) and a chart of attempts
-  per minute over the last 24 h, 2xx against the rest (:mod:`.chart`).
+  disabled), upstream health (last good poll, errors, budget used), the replicas and what
+  each holds, and a chart of attempts over the last 24 h, 2xx against the rest
+  (:mod:`.chart`).
 * ``/console/sessions``: sessions (state, title, source, account, last event), filterable;
   new events appear live.
-* ``/console/timeline?session=NAME``: a session's events, each with its deliveries per
-  endpoint and their attempts; new events appear live.
-* ``/console/deliveries``: deliveries filtered by endpoint, status and time;
-  ``/console/deliveries/{id}`` and ``/console/attempts/{id}`` show one delivery with its
+* ``/console/timeline?session=NAME``: a session's events in time order, each with its
+  deliveries per endpoint and their attempts; new events appear live. While the session
+  waits for its user, its latest ``session.action_required`` event carries the forms that
+  approve the plan or answer the agent (:mod:`.actions`).
+* ``/console/deliveries/{id}`` and ``/console/attempts/{id}`` show one delivery with its
   attempts (status, duration, error, response body) and the event it carries.
 
-The actions (POST) are in :mod:`.actions`, the live feed in :mod:`.live`, the route list in
+The searchable lists (deliveries, events) are in :mod:`.lists`, the actions (POST) in
+:mod:`.actions`, the live feed in :mod:`.live`, the route list in
 :mod:`.routes`; rendering, the flash message and the error pages in :mod:`.common`.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from typing import Final
 
 from starlette.requests import Request
 from starlette.responses import Response
 
+from ...domain.actions import ActionKind
+from ...domain.events import SESSION_ACTION_REQUIRED
 from ...store import AsyncStore, AttemptRow, DeliveryRow, EventRow
 from .chart import minute_chart
-from .common import ConsoleDeps, error_page, render_page
-from .text import BadNumber, parse_when, url_int
+from .common import ConsoleDeps, bad_request, not_found, render_page, unavailable
+from .text import BadNumber, query_text, url_int
 
-__all__ = ["DAY_MINUTES", "DELIVERY_STATUSES", "Pages"]
+__all__ = ["DAY_MINUTES", "Pages"]
 
 DAY_MINUTES: Final = 24 * 60
-DELIVERY_STATUSES: Final = ("pending", "failed", "dead", "delivered")
-
-
-def _unavailable(request: Request) -> Response:
-    return error_page(request, 503, "Store not open", "the daemon has not opened its store yet")
-
-
-def _not_found(request: Request, what: str) -> Response:
-    return error_page(request, 404, "Not found", what)
-
-
-def _bad_request(request: Request, reason: str) -> Response:
-    return error_page(request, 400, "Bad request", reason)
+#: Session states in which it waits for its user, and the action each asks for.
+WAITING: Final[dict[str, ActionKind]] = {
+    "AWAITING_PLAN_APPROVAL": "approve_plan",
+    "AWAITING_USER_FEEDBACK": "reply",
+}
 
 
 def _path_id(request: Request, name: str) -> int | None:
@@ -54,6 +52,26 @@ def _path_id(request: Request, name: str) -> int | None:
         return url_int(request.path_params[name], name)
     except BadNumber:
         return None
+
+
+def _waiting_on(state: str, events: list[EventRow]) -> dict[str, str] | None:
+    """What the session waits for: the event that asks (its latest
+    ``session.action_required`` on this page), the action (``approve_plan`` or ``reply``)
+    and the agent's question when it asked one; ``None`` when it waits for nobody."""
+    kind = WAITING.get(state)
+    asking = [e for e in events if e.type == SESSION_ACTION_REQUIRED]
+    if kind is None or not asking:
+        return None
+    try:
+        data = json.loads(asking[-1].body).get("data") or {}
+        question = data.get("question") if isinstance(data, dict) else None
+    except (ValueError, AttributeError):  # an archived body is JSON; said plainly if not
+        question = None
+    return {
+        "event": asking[-1].id,
+        "kind": kind,
+        "question": question if isinstance(question, str) else "",
+    }
 
 
 class Pages:
@@ -65,12 +83,13 @@ class Pages:
     async def overview(self, request: Request) -> Response:
         store = self.deps.store()
         if store is None:
-            return _unavailable(request)
+            return unavailable(request)
         now = self.deps.clock()
         start = (int(now) // 60 + 1) * 60 - DAY_MINUTES * 60
         summary = await store.console.status_summary(now)
         counts = await store.console.attempts_per_minute(start, DAY_MINUTES)
         used = await store.console.budget_used(now - 60.0)
+        replicas = await store.leases.replicas()
         budgets = [
             {"account": account, "limit": limit, "used": used.get(account, 0)}
             for account, limit in sorted(self.deps.budgets().items())
@@ -84,6 +103,8 @@ class Pages:
                 "summary": summary,
                 "budgets": budgets,
                 "chart": minute_chart(counts, start=start, minutes=DAY_MINUTES),
+                "replicas": replicas,
+                "backend": self.deps.backend,
                 # The last hour of the same counts, one bar a minute, readable.
                 "hour": minute_chart(
                     [replace(c, minute=c.minute - (DAY_MINUTES - 60)) for c in counts],
@@ -97,9 +118,11 @@ class Pages:
     async def sessions(self, request: Request) -> Response:
         store = self.deps.store()
         if store is None:
-            return _unavailable(request)
+            return unavailable(request)
         q = request.query_params
-        state, account, text = q.get("state") or None, q.get("account") or None, q.get("q")
+        state = query_text(q.get("state")) or None
+        account = query_text(q.get("account")) or None
+        text = query_text(q.get("q"))
         rows = await store.console.console_sessions(state=state, account=account, text=text or None)
         states, accounts = await store.console.console_session_facets()
         last_seq = await store.console.last_event_seq()
@@ -121,15 +144,18 @@ class Pages:
     async def timeline(self, request: Request) -> Response:
         store = self.deps.store()
         if store is None:
-            return _unavailable(request)
-        name = request.query_params.get("session", "")
+            return unavailable(request)
+        name = query_text(request.query_params.get("session"))
         session = await store.console.get_session(name) if name else None
         if session is None:
-            return _not_found(request, "no such session in the archive")
+            return not_found(request, "no such session in the archive")
         try:
             after = url_int(request.query_params.get("after"), "after") or 0
         except BadNumber as exc:
-            return _bad_request(request, str(exc))
+            return bad_request(request, str(exc))
+        # Taken first: the live feed resumes from here, so nothing archived while the page
+        # is read is missed (the script skips an event shown already).
+        newest = await store.console.last_event_seq()
         events: list[EventRow] = await store.console.console_timeline(
             name, after_seq=after, limit=200
         )
@@ -144,7 +170,7 @@ class Pages:
         endpoints = await store.console.endpoint_states()
         # Approvals and answers given through the relay (links, Slack, console), newest first.
         taken = await store.actions.list_actions(session=name, limit=50)
-        last = events[-1].seq if events else after
+        more = len(events) >= 200
         return render_page(
             request,
             "timeline.html",
@@ -154,68 +180,33 @@ class Pages:
                 "events": events,
                 "deliveries": by_event,
                 "endpoints": [e.name for e in endpoints],
-                "next_after": last if len(events) >= 200 else None,
-                "live_after": last,
+                "next_after": events[-1].seq if more else None,
+                "live_after": newest,
+                "waiting": _waiting_on(session.state, events),
+                "can_act": self.deps.act is not None,
                 "actions_taken": taken,
-            },
-        )
-
-    async def deliveries(self, request: Request) -> Response:
-        store = self.deps.store()
-        if store is None:
-            return _unavailable(request)
-        q = request.query_params
-        now = self.deps.clock()
-        status = q.get("status") or None
-        if status not in (None, *DELIVERY_STATUSES):
-            status = None
-        try:
-            before = url_int(q.get("before"), "before")
-        except BadNumber as exc:
-            return _bad_request(request, str(exc))
-        rows = await store.console.console_deliveries(
-            endpoint=q.get("endpoint") or None,
-            status=status,
-            since=parse_when(q.get("since"), now),
-            until=parse_when(q.get("until"), now),
-            before_id=before,
-            limit=100,
-        )
-        endpoints = await store.console.endpoint_states()
-        filters = {k: q.get(k, "") for k in ("endpoint", "status", "since", "until")}
-        return render_page(
-            request,
-            "deliveries.html",
-            {
-                "title": "Deliveries",
-                "rows": rows,
-                "now": now,
-                "endpoints": [e.name for e in endpoints],
-                "statuses": DELIVERY_STATUSES,
-                "filters": filters,
-                "older": rows[-1].id if len(rows) >= 100 else None,
             },
         )
 
     async def delivery(self, request: Request) -> Response:
         store = self.deps.store()
         if store is None:
-            return _unavailable(request)
+            return unavailable(request)
         delivery_id = _path_id(request, "delivery_id")
         if delivery_id is None:
-            return _not_found(request, "no such delivery")
+            return not_found(request, "no such delivery")
         return await self._delivery_page(request, store, delivery_id, None)
 
     async def attempt(self, request: Request) -> Response:
         store = self.deps.store()
         if store is None:
-            return _unavailable(request)
+            return unavailable(request)
         attempt_id = _path_id(request, "attempt_id")
         attempt = None
         if attempt_id is not None:
             attempt = await store.console.get_attempt(attempt_id)
         if attempt is None:
-            return _not_found(request, "no such attempt (pruned by the delivery-log retention?)")
+            return not_found(request, "no such attempt (pruned by the delivery-log retention?)")
         return await self._delivery_page(request, store, attempt.delivery_id, attempt.id)
 
     async def _delivery_page(
@@ -223,7 +214,7 @@ class Pages:
     ) -> Response:
         delivery = await store.console.get_delivery(delivery_id)
         if delivery is None:
-            return _not_found(request, "no such delivery")
+            return not_found(request, "no such delivery")
         attempts = await store.console.list_attempts(delivery_id)
         event = await store.console.get_event(delivery.event_id)
         others = await store.console.deliveries_of_events([delivery.event_id])

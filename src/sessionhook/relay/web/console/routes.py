@@ -17,6 +17,7 @@ from ...config import DEFAULT_ACCOUNT
 from ..context import WebContext
 from .actions import Actions
 from .common import PACKAGE_DIR, ConsoleDeps
+from .lists import Lists
 from .live import live_route
 from .pages import Pages
 
@@ -26,12 +27,13 @@ __all__ = ["console_provider", "console_routes"]
 def console_routes(deps: ConsoleDeps) -> list[BaseRoute]:
     """The console's routes (pages, actions, live feed, static assets). They expect the
     access control of :mod:`..auth` in front (it attaches the session to each request)."""
-    pages = Pages(deps)
+    pages, lists = Pages(deps), Lists(deps)
     return [
         Route("/console", pages.overview, methods=["GET", "HEAD"]),
         Route("/console/sessions", pages.sessions, methods=["GET", "HEAD"]),
         Route("/console/timeline", pages.timeline, methods=["GET", "HEAD"]),
-        Route("/console/deliveries", pages.deliveries, methods=["GET", "HEAD"]),
+        Route("/console/deliveries", lists.deliveries, methods=["GET", "HEAD"]),
+        Route("/console/events", lists.events, methods=["GET", "HEAD"]),
         # The ids are read by url_int: Starlette's int convertor takes any length.
         Route("/console/deliveries/{delivery_id}", pages.delivery, methods=["GET", "HEAD"]),
         Route("/console/attempts/{attempt_id}", pages.attempt, methods=["GET", "HEAD"]),
@@ -65,5 +67,7 @@ def console_provider(ctx: WebContext) -> list[BaseRoute]:
             wake=ctx.wake,
             clock=ctx.clock,
             bell=ctx.bell,
+            act=ctx.act,
+            backend=(ctx.store_facts or {}).get("backend", ""),
         )
     )

@@ -8,17 +8,21 @@ import json
 from datetime import UTC, datetime
 from typing import Final
 
-from ...store import AttemptRow
+from ...store import AttemptRow, DeliveryRow, EndpointSummary
 
 __all__ = [
     "BODY_SHOWN",
     "MAX_ID",
+    "QUERY_SHOWN",
     "BadNumber",
     "age",
+    "answer",
     "clip",
+    "current_error",
     "outcome",
     "parse_when",
     "pretty",
+    "query_text",
     "stamp",
     "url_int",
 ]
@@ -27,6 +31,8 @@ __all__ = [
 BODY_SHOWN: Final = 64 * 1024
 #: The largest id or position in the stores (SQLite INTEGER, PostgreSQL BIGINT).
 MAX_ID: Final = 2**63 - 1
+#: Kept of a text filter from a URL (a search, a name): longer names nothing in the store.
+QUERY_SHOWN: Final = 200
 
 # --------------------------------------------------------------------------- out
 
@@ -78,7 +84,35 @@ def outcome(attempt: AttemptRow) -> str:
     return "failed"
 
 
+def answer(delivery: DeliveryRow) -> str:
+    """A delivery's last answer in one line: ``HTTP 500``, ``HTTP 502: <error>``, the
+    error alone when nothing answered. The stored error of an answer without one is
+    ``HTTP <code>`` already: said once."""
+    code = delivery.last_status_code
+    error = (delivery.last_error or "").strip()
+    status = "" if code is None else f"HTTP {code}"
+    if not error or error == status:
+        return status
+    return f"{status}: {error}" if status else error
+
+
+def current_error(endpoint: EndpointSummary) -> bool:
+    """Whether the endpoint's last error is news: none came since (a later success makes
+    it history, and the overview leaves it out)."""
+    if endpoint.last_error is None or endpoint.last_error_at is None:
+        return False
+    return endpoint.last_success_at is None or endpoint.last_error_at > endpoint.last_success_at
+
+
 # --------------------------------------------------------------------------- in
+
+
+def query_text(value: str | None, limit: int = QUERY_SHOWN) -> str:
+    """A text filter from a URL, made harmless for the store: control characters (NUL,
+    which PostgreSQL refuses in text) dropped, outer blanks stripped, at most ``limit``
+    characters (nothing longer names anything)."""
+    text = "".join(c for c in (value or "")[: limit * 2] if c >= " " and c != "\x7f")
+    return text.strip()[:limit]
 
 
 class BadNumber(ValueError):

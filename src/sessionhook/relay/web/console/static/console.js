@@ -52,18 +52,26 @@
       if (row === null) {
         var empty = table.querySelector("tr.empty");
         if (empty) empty.parentNode.removeChild(empty);
+        // Filled in as the server draws a row (the session's title, state, source and
+        // account come with the event), not blank until a reload.
         row = el("tr");
         row.setAttribute("data-session", ev.session);
         var name = el("td");
-        var a = el("a", "session-link", ev.session);
+        var a = el("a", "session-link", ev.title || ev.session);
         a.href = timelineUrl(ev.session);
         name.appendChild(a);
+        name.appendChild(el("div", "muted small", ev.session));
         row.appendChild(name);
-        row.appendChild(el("td", null, ""));
-        row.appendChild(el("td", "small", ""));
-        row.appendChild(el("td", null, ""));
+        var state = el("td");
+        state.appendChild(el("span", "badge st", ev.state || "?"));
+        row.appendChild(state);
+        row.appendChild(el("td", "source small", ev.source || ""));
+        row.appendChild(el("td", "account", ev.account || ""));
         row.appendChild(el("td", "count", "0"));
         row.appendChild(el("td", "last small", ""));
+      } else if (ev.state) {
+        var badge = row.querySelector(".badge.st");
+        if (badge) badge.textContent = ev.state;
       }
       var count = row.querySelector(".count");
       if (count) count.textContent = String((parseInt(count.textContent, 10) || 0) + 1);

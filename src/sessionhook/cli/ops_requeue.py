@@ -1,0 +1,73 @@
+"""``sessionhook deliveries retry ID`` and ``deliveries recover --endpoint E --since T``:
+send again now what failed, once the endpoint is fixed.
+
+Views of :mod:`sessionhook.relay.ops.requeue` (the management API's ``:retry`` and
+``:recover`` do the same); the plumbing is :mod:`.ops`'s. Both write the daemon's store in
+one short transaction; the running daemon picks the deliveries up within a second.
+"""
+
+from __future__ import annotations
+
+import click
+
+from ._output import echo_json
+from .ops import json_option, reported, store_options, time_option, writing_store
+from .ops_deliveries import deliveries
+
+__all__ = ["recover", "retry"]
+
+
+@deliveries.command("retry")
+@click.argument("delivery", metavar="ID")
+@store_options
+@json_option
+@reported
+def retry(delivery: str, config_path: str | None, db_path: str | None, as_json: bool) -> None:
+    """Send delivery ID again now: the same event, webhook-id and body.
+
+    A failed or dead delivery is re-opened; later deliveries of its session wait behind
+    it, and an earlier open one goes first (due now too). ID as `sessionhook deliveries`
+    shows it (`12` or `#12`).
+    """
+    from ..relay.ops.requeue import retry as retry_now
+
+    key = delivery.strip().removeprefix("#")
+    if not key.isascii() or not key.isdigit() or len(key) > 18:
+        raise click.BadParameter(f"a delivery id is a whole number, not {delivery[:40]!r}")
+    with writing_store(config_path, db_path) as store:
+        result = retry_now(store, int(key))
+    if as_json:
+        echo_json(result.as_json())
+        return
+    click.echo(result.message)
+
+
+@deliveries.command("recover")
+@store_options
+@click.option("--endpoint", required=True, metavar="NAME", help="The endpoint that was fixed.")
+@click.option(
+    "--since",
+    required=True,
+    callback=time_option,
+    metavar="TIME",
+    help="Deliveries of events from this time (RFC 3339 or 2h, 7d ago).",
+)
+@json_option
+@reported
+def recover(
+    config_path: str | None, db_path: str | None, endpoint: str, since: float, as_json: bool
+) -> None:
+    """Send again now every failed or dead delivery of an endpoint whose event happened
+    since TIME: the same webhook-ids and bodies, each session's in order.
+
+    Says how many, and why none when none (e.g. they are older than TIME, or nothing
+    failed: pending deliveries go out on their own).
+    """
+    from ..relay.ops.requeue import recover as recover_now
+
+    with writing_store(config_path, db_path) as store:
+        result = recover_now(store, endpoint, since)
+    if as_json:
+        echo_json(result.as_json())
+        return
+    click.echo(result.message)

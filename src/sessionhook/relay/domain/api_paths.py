@@ -1,0 +1,377 @@
+"""The management API (``/v1/`` on ``[server] listen``) in the OpenAPI document: its
+``paths``, the schemas of its answers and the bearer token, beside the webhooks
+(:func:`~.contract.openapi_document` puts them in).
+
+Written by hand, one function per group of routes (``relay/web/api/``), so that a group
+and its description change together. Every list is a page (``pageSize``, ``pageToken``;
+``nextPageToken`` only when there is more); every error is an :data:`ERROR` body.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+__all__ = ["API_SCHEMAS", "SECURITY_SCHEMES", "api_paths"]
+
+_OPEN: Final = {"type": "object", "additionalProperties": True}
+_MOMENT: Final = {"type": ["string", "null"], "format": "date-time"}
+
+
+def _ref(name: str) -> dict[str, Any]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+#: The schemas of the API's answers (names beginning ``Api``: apart from the webhooks').
+API_SCHEMAS: Final[dict[str, Any]] = {
+    "ApiError": {
+        "type": "object",
+        "required": ["error"],
+        "properties": {
+            "error": {
+                "type": "object",
+                "required": ["code", "message", "status"],
+                "properties": {
+                    "code": {"type": "integer", "description": "The HTTP status"},
+                    "message": {"type": "string", "description": "One line: what and why"},
+                    "status": {"type": "string", "description": "INVALID_ARGUMENT, ..."},
+                },
+            }
+        },
+    },
+    "ApiDelivery": {
+        **_OPEN,
+        "description": "One delivery of an event to an endpoint (the webhook-id is event_id)",
+        "properties": {
+            "id": {"type": "integer"},
+            "event_id": {"type": "string"},
+            "event_type": {"type": "string"},
+            "endpoint": {"type": "string"},
+            "session_name": {"type": "string"},
+            "status": {"enum": ["pending", "failed", "delivered", "dead"]},
+            "attempts": {"type": "integer"},
+            "next_attempt_at": _MOMENT,
+            "created_at": _MOMENT,
+            "updated_at": _MOMENT,
+            "delivered_at": _MOMENT,
+            "last_status_code": {"type": ["integer", "null"]},
+            "last_error": {"type": ["string", "null"]},
+            "replayed": {"type": "boolean"},
+            "waiting_on": {
+                "type": ["integer", "null"],
+                "description": "The earlier open delivery of its session it waits behind",
+            },
+            "claimed_by": {"type": ["string", "null"], "description": "Replica sending it"},
+            "claimed_at": _MOMENT,
+        },
+    },
+    "ApiAttempt": {
+        **_OPEN,
+        "properties": {
+            "attempt": {"type": "integer"},
+            "started_at": _MOMENT,
+            "duration_ms": {"type": "number"},
+            "status_code": {"type": ["integer", "null"]},
+            "error": {"type": ["string", "null"]},
+            "response_body": {"type": "string"},
+        },
+    },
+    "ApiEvent": {
+        **_OPEN,
+        "description": "An archived event; body is what the webhooks carry",
+        "properties": {
+            "seq": {"type": "integer", "description": "Position in ingest order"},
+            "id": {"type": "string", "description": "The webhook-id"},
+            "type": {"type": "string"},
+            "session": {"type": "string"},
+            "activity": {"type": ["string", "null"]},
+            "occurred_at": {"type": "string"},
+            "archived_at": _MOMENT,
+            "body": _OPEN,
+        },
+    },
+    "ApiSession": {
+        **_OPEN,
+        "properties": {
+            key: {"type": "string"}
+            for key in ("name", "id", "title", "state", "url", "source", "create_time")
+        }
+        | {"update_time": {"type": "string"}, "first_seen_at": _MOMENT},
+    },
+    "ApiRequeued": {
+        **_OPEN,
+        "description": "What a retry, a recovery or a replay did; message: one line",
+        "properties": {
+            "message": {"type": "string"},
+            "reason": {"type": ["string", "null"], "description": "Why nothing, if nothing"},
+        },
+    },
+}
+
+#: The token of the console and the event stream (``Authorization: Bearer``).
+SECURITY_SCHEMES: Final = {"bearer": {"type": "http", "scheme": "bearer"}}
+
+
+def _json(schema: dict[str, Any], description: str = "OK") -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _errors(*codes: int) -> dict[str, Any]:
+    words = {
+        400: "Invalid argument (one line says which)",
+        401: "No token, or a wrong one",
+        404: "No such thing",
+        409: "Not possible in its state",
+        502: "The Sessions API refused",
+        503: "Not available now (the store is opening; this relay cannot act)",
+    }
+    return {str(c): _json(_ref("ApiError"), words[c]) for c in (401, *codes)}
+
+
+def _query(name: str, description: str) -> dict[str, Any]:
+    return {"name": name, "in": "query", "description": description, "schema": {"type": "string"}}
+
+
+_PAGE: Final = [
+    {
+        "name": "pageSize",
+        "in": "query",
+        "schema": {"type": "integer", "minimum": 1, "maximum": 200},
+    },
+    _query("pageToken", "nextPageToken of the previous page"),
+]
+
+
+def _path_id(description: str) -> dict[str, Any]:
+    return {
+        "name": "id",
+        "in": "path",
+        "required": True,
+        "description": description,
+        "schema": {"type": "string"},
+    }
+
+
+def _page_of(key: str, item: str) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {
+            key: {"type": "array", "items": _ref(item)},
+            "nextPageToken": {"type": "string"},
+        },
+    }
+
+
+def _body(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    schema = {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
+    return {"required": True, "content": {"application/json": {"schema": schema}}}
+
+
+def _op(op_id: str, summary: str, answer: dict[str, Any], *codes: int, **more: Any) -> Any:
+    return {
+        "operationId": op_id,
+        "summary": summary,
+        "security": [{"bearer": []}],
+        "responses": {"200": answer, **_errors(*codes)},
+        **more,
+    }
+
+
+def _status_paths() -> dict[str, Any]:
+    return {
+        "/v1/status": {
+            "get": _op("getStatus", "What `sessionhook status --json` prints", _json(_OPEN), 503)
+        }
+    }
+
+
+def _delivery_paths() -> dict[str, Any]:
+    delivery_id = [_path_id("A delivery id")]
+    return {
+        "/v1/deliveries": {
+            "get": _op(
+                "listDeliveries",
+                "The delivery log, newest first",
+                _json(_page_of("deliveries", "ApiDelivery")),
+                400,
+                404,
+                parameters=[
+                    _query("endpoint", "Only this endpoint"),
+                    _query("status", "pending, failed, delivered or dead"),
+                    _query("session", "Only this session (sessions/...)"),
+                    _query("event", "Only this event (the webhook-id)"),
+                    *_PAGE,
+                ],
+            )
+        },
+        "/v1/deliveries/{id}": {
+            "get": _op(
+                "getDelivery",
+                "One delivery and every attempt",
+                _json(
+                    {
+                        "type": "object",
+                        "properties": {
+                            "delivery": _ref("ApiDelivery"),
+                            "attempts": {"type": "array", "items": _ref("ApiAttempt")},
+                        },
+                    }
+                ),
+                400,
+                404,
+                parameters=delivery_id,
+            )
+        },
+        "/v1/deliveries/{id}:retry": {
+            "post": _op(
+                "retryDelivery",
+                "Send it again now: same webhook-id and body; its session's order kept",
+                _json(_ref("ApiRequeued")),
+                400,
+                404,
+                409,
+                parameters=delivery_id,
+            )
+        },
+        "/v1/deliveries:recover": {
+            "post": _op(
+                "recoverDeliveries",
+                "Every failed or dead delivery of an endpoint since a time, due now",
+                _json(_ref("ApiRequeued")),
+                400,
+                404,
+                requestBody=_body(
+                    {
+                        "endpoint": {"type": "string"},
+                        "since": {"type": "string", "description": "RFC 3339, or an age: 1h"},
+                    },
+                    ["endpoint", "since"],
+                ),
+            )
+        },
+    }
+
+
+def _event_paths() -> dict[str, Any]:
+    return {
+        "/v1/events": {
+            "get": _op(
+                "listEvents",
+                "Archived events in ingest order",
+                _json(_page_of("events", "ApiEvent")),
+                400,
+                parameters=[
+                    _query("type", "A type or a glob (session.*)"),
+                    _query("session", "Only this session (sessions/...)"),
+                    *_PAGE,
+                ],
+            )
+        },
+        "/v1/events/{id}": {
+            "get": _op(
+                "getEvent",
+                "One event and its deliveries",
+                _json(
+                    {
+                        "type": "object",
+                        "properties": {
+                            "event": _ref("ApiEvent"),
+                            "deliveries": {"type": "array", "items": _ref("ApiDelivery")},
+                        },
+                    }
+                ),
+                400,
+                404,
+                parameters=[_path_id("An event id (the webhook-id)")],
+            )
+        },
+        "/v1/events/{id}:replay": {
+            "post": _op(
+                "replayEvent",
+                "Queue it again for an endpoint (same webhook-id and body)",
+                _json(_ref("ApiRequeued")),
+                400,
+                404,
+                parameters=[_path_id("An event id (the webhook-id)")],
+                requestBody=_body({"endpoint": {"type": "string"}}, ["endpoint"]),
+            )
+        },
+    }
+
+
+def _session_paths() -> dict[str, Any]:
+    session_id = [_path_id("The session's id (the part after sessions/)")]
+    acted = _json(
+        {
+            "type": "object",
+            "properties": {
+                "ok": {"const": True},
+                "session": {"type": "string"},
+                "detail": {"type": "string"},
+            },
+        }
+    )
+    return {
+        "/v1/sessions": {
+            "get": _op(
+                "listSessions",
+                "Archived sessions by name",
+                _json(_page_of("sessions", "ApiSession")),
+                400,
+                parameters=_PAGE,
+            )
+        },
+        "/v1/sessions/{id}": {
+            "get": _op(
+                "getSession",
+                "One session and its first 200 events (more_events: list the rest)",
+                _json(
+                    {
+                        "type": "object",
+                        "properties": {
+                            "session": _ref("ApiSession"),
+                            "events": {"type": "array", "items": _ref("ApiEvent")},
+                            "more_events": {"type": "boolean"},
+                        },
+                    }
+                ),
+                400,
+                404,
+                parameters=session_id,
+            )
+        },
+        "/v1/sessions/{id}:approvePlan": {
+            "post": _op(
+                "approvePlan",
+                "Approve the session's plan, with the session's account",
+                acted,
+                400,
+                404,
+                502,
+                503,
+                parameters=session_id,
+            )
+        },
+        "/v1/sessions/{id}:sendMessage": {
+            "post": _op(
+                "sendMessage",
+                "Send the agent a message, with the session's account",
+                acted,
+                400,
+                404,
+                502,
+                503,
+                parameters=session_id,
+                requestBody=_body({"prompt": {"type": "string", "minLength": 1}}, ["prompt"]),
+            )
+        },
+    }
+
+
+def api_paths() -> dict[str, Any]:
+    """Every route of the management API, each with its answers and errors."""
+    return {**_status_paths(), **_delivery_paths(), **_event_paths(), **_session_paths()}

@@ -1,0 +1,142 @@
+"""Retry now and recover: the operator's way out after an endpoint was fixed.
+
+* :func:`retry`: one delivery (pending, failed or dead) due now, the same row: same event,
+  same ``webhook-id``, same bytes. A later delivery of its session waits behind it; an
+  earlier open one goes first, and is made due now too.
+* :func:`recover`: every failed or dead delivery of an endpoint whose event happened since
+  a time, due now, each session's in order; when there is none, the answer says why.
+
+Both run in the store's worker thread (``await astore.run_write(requeue.retry, ...)``);
+the web routes then wake the dispatcher, the CLI relies on the daemon's next round (a
+second at most) or, on PostgreSQL, on the notification every replica listens to.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..store import DeliveryRow, EndpointState, StoreCore
+from ..store.rows import Recovered
+from . import OperatorError, find_endpoint
+from .wire import delivery_json, json_stamp
+
+__all__ = ["RecoverResult", "RetryResult", "recover", "retry"]
+
+
+@dataclass(frozen=True, slots=True)
+class RetryResult:
+    """A delivery after :func:`retry`."""
+
+    #: The delivery as it is now (``pending``, due now).
+    delivery: DeliveryRow
+    #: Its status before.
+    previous: str
+    #: The earlier open delivery of its queue, made due now and sent first (or ``None``).
+    head: int | None
+    #: Its endpoint (a disabled one sends it once enabled).
+    endpoint: EndpointState
+
+    @property
+    def message(self) -> str:
+        """One line for the operator."""
+        d = self.delivery
+        line = f"delivery {d.id} ({d.event_id}) to {d.endpoint}: {self.previous} -> due now"
+        if self.head is not None:
+            line += f", after delivery {self.head} of the same session (due now too)"
+        return line + _inactive(self.endpoint)
+
+    def as_json(self) -> dict[str, Any]:
+        """What ``deliveries retry --json`` prints and ``:retry`` answers."""
+        return {
+            "delivery": delivery_json(self.delivery),
+            "previous_status": self.previous,
+            "after": self.head,
+            "message": self.message,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class RecoverResult:
+    """What :func:`recover` queued, and why nothing when nothing."""
+
+    queued: int
+    #: Open deliveries of the same sessions queued behind them (they follow, in order).
+    behind: int
+    endpoint: EndpointState
+    #: Why nothing was queued (``None`` when something was).
+    reason: str | None
+    ids: tuple[int, ...] = ()
+
+    @property
+    def message(self) -> str:
+        """One line for the operator."""
+        name = self.endpoint.name
+        if self.queued == 0:
+            return f"recovered 0 deliveries of {name}: {self.reason}"
+        line = f"recovered {self.queued} deliveries of {name}, due now"
+        if self.behind:
+            line += f"; {self.behind} more of the same sessions follow in order"
+        return line + _inactive(self.endpoint)
+
+    def as_json(self) -> dict[str, Any]:
+        """What ``deliveries recover --json`` prints and ``:recover`` answers."""
+        return {
+            "recovered": self.queued,
+            "ids": list(self.ids),
+            "following": self.behind,
+            "reason": self.reason,
+            "message": self.message,
+        }
+
+
+def _inactive(endpoint: EndpointState) -> str:
+    if endpoint.active:
+        return ""
+    why = endpoint.disabled_reason or "it is not enabled in the config"
+    return (
+        f" (note: {endpoint.name} is disabled: {why}; they go out once it is enabled: "
+        f"sessionhook endpoints enable {endpoint.name})"
+    )
+
+
+def retry(store: StoreCore, delivery_id: int) -> RetryResult:
+    """Make delivery ``delivery_id`` due now (see the module docstring);
+    :class:`OperatorError` for an unknown or a delivered one."""
+    done = store.operator.retry_delivery(delivery_id)
+    if done is None:
+        raise OperatorError(f"no delivery {delivery_id}", hint="see `sessionhook deliveries`")
+    row = store.operator.get_delivery(delivery_id)
+    if row is None:  # pruned between the two statements: as good as unknown
+        raise OperatorError(f"no delivery {delivery_id}", hint="see `sessionhook deliveries`")
+    if done.previous == "delivered":
+        raise OperatorError(
+            f"delivery {delivery_id} was delivered already: nothing to retry",
+            hint=f"to send its event again: sessionhook replay --endpoint {row.endpoint} "
+            f"--event {row.event_id}",
+        )
+    return RetryResult(row, done.previous, done.head, find_endpoint(store, row.endpoint))
+
+
+def recover(store: StoreCore, endpoint: str, since: float) -> RecoverResult:
+    """Re-queue now every failed or dead delivery of ``endpoint`` whose event happened at
+    or after ``since`` (Unix seconds), same webhook-ids, each session's in order."""
+    state = find_endpoint(store, endpoint)
+    done = store.operator.recover_deliveries(endpoint, since)
+    reason = None if done.ids else _why_none(done, endpoint, since)
+    return RecoverResult(len(done.ids), done.behind, state, reason, done.ids)
+
+
+def _why_none(done: Recovered, endpoint: str, since: float) -> str:
+    if done.older:
+        newest = "" if done.newest_older_at is None else json_stamp(done.newest_older_at)
+        return (
+            f"its {done.older} failed or dead deliveries are of events before "
+            f"{json_stamp(since)} (the newest {newest}): give an earlier start"
+        )
+    if done.open:
+        return (
+            f"it has no failed or dead delivery; {done.open} are pending and go out on "
+            f"their own (see `sessionhook deliveries --endpoint {endpoint}`)"
+        )
+    return "it has no failed, dead or pending delivery: nothing is waiting"

@@ -1,0 +1,144 @@
+"""Retry now and recover: deliveries made due at once, failed and dead ones re-opened.
+
+A re-opened delivery is the SAME row: the same event (so the same ``webhook-id`` and
+body), the bytes saved by its first attempt (see ``Outbox.save_rendered``), its attempt
+log going on (a re-opened dead delivery has used its retry schedule: it gets one attempt
+now and is dead again if that fails; a replay queues a new delivery with a fresh one).
+
+Order: the dispatcher sends only the head of an (endpoint, session) queue, its oldest open
+delivery (``outbox_heads``, kept by triggers). A re-opened row takes its place in that
+order by its id: later deliveries of the session wait behind it, and an earlier open one
+goes before it (retry makes that one due now too, so "now" means now).
+
+Writers of the heads (see :mod:`.outbox`): the queues are written in (endpoint, session)
+order, one UPDATE per queue (on PostgreSQL its rows are locked before its trigger takes
+the queue's lock, as when an attempt is recorded), and a head's claim by a replica that
+has it in flight is carried over to the re-derived head (the trigger makes a new,
+unclaimed row): a queue is never sent by two replicas at once because of a retry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Final
+
+from .dialect import Connection, Database, first_value
+from .rows import Recovered, Retried
+
+__all__ = ["Requeue"]
+
+_OPEN: Final = "('pending', 'failed')"
+_STUCK: Final = "('failed', 'dead')"
+
+
+class Requeue:
+    """Retry now and recover over one database (the operator role's actions)."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    def retry(self, delivery_id: int) -> Retried | None:
+        """Make delivery ``delivery_id`` due now (a failed or dead one re-opened as
+        ``pending``; an earlier open one of its queue due now too); ``None``: no such
+        delivery. A delivered one is left as it is (``previous == "delivered"``)."""
+        now = self._db.clock()
+        with self._db.tx() as c:
+            row = c.execute(
+                "SELECT status, endpoint, session_name FROM deliveries WHERE id = ?",
+                (delivery_id,),
+            ).fetchone()
+            if row is None:
+                return None
+            status, endpoint, session = str(row[0]), str(row[1]), str(row[2])
+            if status == "delivered":
+                return Retried(status)
+            head = first_value(
+                c,
+                "SELECT MIN(id) FROM deliveries WHERE endpoint = ? AND session_name = ? "
+                f"AND status IN {_OPEN} AND id < ?",
+                (endpoint, session, delivery_id),
+            )
+            ids = [delivery_id] if head is None else [int(head), delivery_id]
+            with _claim_kept(c, endpoint, session):
+                c.execute(
+                    "UPDATE deliveries SET status = CASE WHEN id = ? THEN 'pending' "
+                    "ELSE status END, next_attempt_at = ?, updated_at = ? "
+                    f"WHERE id IN ({', '.join('?' * len(ids))})",
+                    (delivery_id, now, now, *ids),
+                )
+            self._db.notify_outbox(c)
+        return Retried(status, None if head is None else int(head))
+
+    def recover(self, endpoint: str, since: float) -> Recovered:
+        """Re-open every failed or dead delivery to ``endpoint`` whose event happened at or
+        after ``since`` (Unix seconds), due now, queue by queue in (endpoint, session)
+        order; what was done and what was left (:class:`Recovered`)."""
+        now = self._db.clock()
+        stuck = (
+            f"FROM deliveries d JOIN events e ON e.id = d.event_id "
+            f"WHERE d.endpoint = ? AND d.status IN {_STUCK}"
+        )
+        ids: list[int] = []
+        behind = 0
+        with self._db.tx() as c:
+            sessions = sorted(
+                str(r[0])
+                for r in c.execute(
+                    f"SELECT DISTINCT d.session_name {stuck} AND e.occurred_ts >= ?",
+                    (endpoint, since),
+                )
+            )
+            for session in sessions:
+                with _claim_kept(c, endpoint, session):
+                    reopened = c.execute(
+                        "UPDATE deliveries SET status = 'pending', next_attempt_at = ?, "
+                        "updated_at = ? WHERE endpoint = ? AND session_name = ? "
+                        f"AND status IN {_STUCK} AND event_id IN "
+                        "(SELECT id FROM events WHERE session_name = ? AND occurred_ts >= ?) "
+                        "RETURNING id",
+                        (now, now, endpoint, session, session, since),
+                    ).fetchall()
+                ids += (int(r[0]) for r in reopened)
+                behind += int(
+                    first_value(
+                        c,
+                        "SELECT COUNT(*) FROM deliveries WHERE endpoint = ? "
+                        f"AND session_name = ? AND status IN {_OPEN}",
+                        (endpoint, session),
+                    )
+                ) - len(reopened)
+            if ids:
+                self._db.notify_outbox(c)
+            older, newest = c.execute(
+                f"SELECT COUNT(*), MAX(e.occurred_ts) {stuck}", (endpoint,)
+            ).fetchone()
+            still_open = first_value(
+                c,
+                f"SELECT COUNT(*) FROM deliveries WHERE endpoint = ? AND status IN {_OPEN}",
+                (endpoint,),
+            )
+        return Recovered(
+            ids=tuple(sorted(ids)),
+            behind=max(0, behind),
+            older=int(older),
+            newest_older_at=None if newest is None else float(newest),
+            open=int(still_open),
+        )
+
+
+@contextmanager
+def _claim_kept(c: Connection, endpoint: str, session: str) -> Iterator[None]:
+    """Around an UPDATE of one queue's deliveries: the claim its head had (a replica has it
+    in flight) is put back on the head the trigger re-derived."""
+    row = c.execute(
+        "SELECT claimed_by, claimed_at FROM outbox_heads WHERE endpoint = ? AND session_name = ?",
+        (endpoint, session),
+    ).fetchone()
+    yield
+    if row is not None and row[0] is not None:
+        c.execute(
+            "UPDATE outbox_heads SET claimed_by = ?, claimed_at = ? "
+            "WHERE endpoint = ? AND session_name = ?",
+            (row[0], row[1], endpoint, session),
+        )

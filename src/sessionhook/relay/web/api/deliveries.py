@@ -1,0 +1,120 @@
+"""``/v1/deliveries``: the delivery log, one delivery with its attempts, retry now, recover.
+
+* ``GET /v1/deliveries``: newest first; filters ``endpoint``, ``status``, ``session``
+  (``sessions/…``), ``event`` (the webhook-id); pages.
+* ``GET /v1/deliveries/{id}``: the delivery and every attempt.
+* ``POST /v1/deliveries/{id}:retry``: due now (a failed or dead one re-opened), the same
+  webhook-id and body; 409 for a delivered one.
+* ``POST /v1/deliveries:recover``, body ``{"endpoint", "since"}``: every failed or dead
+  delivery of the endpoint whose event happened since then, due now; the answer says how
+  many, and why none when none.
+
+Custom methods are spelled as the Sessions API spells them (``:retry``, ``:recover``). A
+retry or a recovery wakes the dispatcher (``ctx.wake``): it goes out at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from ... import ops as operator
+from ...ops import OperatorError, UnknownEndpointError, pages, requeue
+from ...ops.wire import attempts_json, delivery_json
+from ...telemetry.logs import get_logger
+from ..context import WebContext
+from .common import (
+    ApiProblem,
+    bad_request,
+    not_found,
+    page_answer,
+    page_request,
+    read_json,
+    require_store,
+)
+from .inputs import delivery_id, query_text, since_time
+
+__all__ = ["deliveries_routes"]
+
+_log = get_logger()
+
+
+class RecoverBody(BaseModel):
+    """``POST /v1/deliveries:recover``."""
+
+    model_config = ConfigDict(extra="forbid")
+    endpoint: str = Field(min_length=1, max_length=200)
+    #: RFC 3339, or an age before now (``1h``, ``2d``).
+    since: str = Field(min_length=1, max_length=100)
+
+
+def deliveries_routes(ctx: WebContext) -> Sequence[BaseRoute]:
+    """The routes of the module docstring."""
+
+    async def listing(request: Request) -> Response:
+        store = require_store(ctx)
+        page = page_request(request)
+        before = None if page.after is None else delivery_id(page.after)
+        now = ctx.clock()
+        try:
+            found, claims = await store.run(
+                pages.delivery_page,
+                now,
+                size=page.size,
+                before=before,
+                endpoint=query_text(request, "endpoint"),
+                status=query_text(request, "status"),
+                session=query_text(request, "session"),
+                event=query_text(request, "event"),
+            )
+        except UnknownEndpointError as exc:
+            raise not_found(str(exc)) from None
+        except OperatorError as exc:
+            raise bad_request(str(exc)) from None
+        items = [delivery_json(row, claims.get(row.id)) for row in found.items]
+        return JSONResponse(page_answer("deliveries", items, found.after))
+
+    async def one(request: Request) -> Response:
+        store = require_store(ctx)
+        key = delivery_id(request.path_params["id"])
+        try:
+            event, found = await store.run(operator.attempts, str(key))
+        except OperatorError as exc:
+            raise not_found(str(exc)) from None
+        return JSONResponse(attempts_json(event, found))
+
+    async def retry(request: Request) -> Response:
+        store = require_store(ctx)
+        key = delivery_id(request.path_params["id"])
+        try:
+            result = await store.run_write(requeue.retry, key)
+        except OperatorError as exc:
+            status = 404 if str(exc).startswith("no delivery") else 409
+            raise ApiProblem(status, str(exc) + (f" ({exc.hint})" if exc.hint else "")) from None
+        ctx.wake()
+        _log.info("api.retry", delivery=key, previous=result.previous, head=result.head)
+        return JSONResponse(result.as_json())
+
+    async def recover(request: Request) -> Response:
+        store = require_store(ctx)
+        body = await read_json(request, RecoverBody)
+        since = since_time(body.since, ctx.clock())
+        try:
+            result = await store.run_write(requeue.recover, body.endpoint, since)
+        except UnknownEndpointError as exc:
+            raise not_found(str(exc)) from None
+        if result.queued:
+            ctx.wake()
+        _log.info("api.recover", endpoint=body.endpoint, queued=result.queued)
+        return JSONResponse(result.as_json())
+
+    return [
+        Route("/v1/deliveries", listing, methods=["GET"]),
+        Route("/v1/deliveries:recover", recover, methods=["POST"]),
+        Route("/v1/deliveries/{id}:retry", retry, methods=["POST"]),
+        Route("/v1/deliveries/{id}", one, methods=["GET"]),
+    ]

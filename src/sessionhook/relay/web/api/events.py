@@ -1,0 +1,93 @@
+"""``/v1/events``: the event archive, one event with its deliveries, replay.
+
+* ``GET /v1/events``: in ingest order (oldest first); filters ``type`` (a glob such as
+  ``session.*``) and ``session`` (``sessions/…``); pages (a page of a rare type may come
+  back short with a token: each page reads a bounded number of events).
+* ``GET /v1/events/{id}``: the event (its body as delivered) and its deliveries.
+* ``POST /v1/events/{id}:replay``, body ``{"endpoint"}``: queued again for the endpoint,
+  the same webhook-id and body; the answer says why when nothing was queued.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from ... import ops as operator
+from ...ops import OperatorError, UnknownEndpointError, pages
+from ...ops.wire import delivery_json, event_json
+from ...telemetry.logs import get_logger
+from ..context import WebContext
+from .common import bad_request, not_found, page_answer, page_request, read_json, require_store
+from .inputs import delivery_id, event_id, query_text
+
+__all__ = ["events_routes"]
+
+_log = get_logger()
+
+
+class ReplayBody(BaseModel):
+    """``POST /v1/events/{id}:replay``."""
+
+    model_config = ConfigDict(extra="forbid")
+    endpoint: str = Field(min_length=1, max_length=200)
+
+
+def events_routes(ctx: WebContext) -> Sequence[BaseRoute]:
+    """The routes of the module docstring."""
+
+    async def listing(request: Request) -> Response:
+        store = require_store(ctx)
+        page = page_request(request)
+        # The position in ingest order: a number, like a delivery id.
+        after = 0 if page.after is None else delivery_id(page.after)
+        found = await store.run(
+            pages.event_page,
+            size=page.size,
+            after=after,
+            type_glob=query_text(request, "type"),
+            session=query_text(request, "session"),
+        )
+        items = [event_json(row) for row in found.items]
+        return JSONResponse(page_answer("events", items, found.after))
+
+    async def one(request: Request) -> Response:
+        store = require_store(ctx)
+        key = event_id(request.path_params["id"])
+        try:
+            event, rows = await store.run(pages.event_detail, key)
+        except OperatorError as exc:
+            raise not_found(str(exc)) from None
+        return JSONResponse(
+            {"event": event_json(event), "deliveries": [delivery_json(d) for d in rows]}
+        )
+
+    async def replay(request: Request) -> Response:
+        store = require_store(ctx)
+        key = event_id(request.path_params["id"])
+        body = await read_json(request, ReplayBody)
+        try:
+            result = await store.run_write(operator.replay, body.endpoint, event_ids=[key])
+        except UnknownEndpointError as exc:
+            raise not_found(str(exc)) from None
+        except OperatorError as exc:  # no such event
+            raise (not_found if "no archived event" in str(exc) else bad_request)(
+                str(exc)
+            ) from None
+        if result.queued:
+            ctx.wake()
+        _log.info("api.replay", endpoint=body.endpoint, event_id=key, queued=result.queued)
+        message = f"queued {result.queued} deliveries of {key} to {body.endpoint}"
+        if result.reason:
+            message += f": {result.reason}"
+        return JSONResponse({"queued": result.queued, "reason": result.reason, "message": message})
+
+    return [
+        Route("/v1/events", listing, methods=["GET"]),
+        Route("/v1/events/{id}:replay", replay, methods=["POST"]),
+        Route("/v1/events/{id}", one, methods=["GET"]),
+    ]

@@ -1,0 +1,110 @@
+"""``/v1/sessions``: the archived sessions, one with its events, and what a person does to
+one upstream.
+
+* ``GET /v1/sessions``: by name; pages.
+* ``GET /v1/sessions/{id}``: the session and its first events in ingest order
+  (``more_events``: list the rest with ``GET /v1/events?session=sessions/{id}``).
+* ``POST /v1/sessions/{id}:approvePlan`` and ``POST /v1/sessions/{id}:sendMessage`` with
+  ``{"prompt"}``: made by the daemon with the session's account (``ctx.act``); 502 with
+  the service's one-line message when it refused, 503 when this relay cannot act.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from ...domain.actions import ActionKind
+from ...ops import OperatorError, pages
+from ...ops.wire import event_json, session_json
+from ...telemetry.logs import get_logger
+from ..context import WebContext
+from .common import (
+    ApiProblem,
+    not_found,
+    page_answer,
+    page_request,
+    read_json,
+    require_store,
+    unavailable,
+)
+from .inputs import session_name
+
+__all__ = ["sessions_routes"]
+
+_log = get_logger()
+
+#: The longest message sent to an agent (the body's own bound is 64 KiB).
+MAX_PROMPT = 32_000
+
+
+class MessageBody(BaseModel):
+    """``POST /v1/sessions/{id}:sendMessage``."""
+
+    model_config = ConfigDict(extra="forbid")
+    prompt: str = Field(min_length=1, max_length=MAX_PROMPT)
+
+
+class _Empty(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def sessions_routes(ctx: WebContext) -> Sequence[BaseRoute]:
+    """The routes of the module docstring."""
+
+    async def listing(request: Request) -> Response:
+        store = require_store(ctx)
+        page = page_request(request)
+        found = await store.run(pages.session_page, size=page.size, after=page.after)
+        items = [session_json(row) for row in found.items]
+        return JSONResponse(page_answer("sessions", items, found.after))
+
+    async def one(request: Request) -> Response:
+        store = require_store(ctx)
+        name = session_name(request.path_params["id"])
+        try:
+            row, events, more = await store.run(pages.session_detail, name)
+        except OperatorError as exc:
+            raise not_found(str(exc)) from None
+        return JSONResponse(
+            {
+                "session": session_json(row),
+                "events": [event_json(e) for e in events],
+                "more_events": more,
+            }
+        )
+
+    async def act(request: Request, kind: ActionKind, text: str | None) -> Response:
+        store = require_store(ctx)
+        name = session_name(request.path_params["id"])
+        if await store.console.get_session(name) is None:
+            raise not_found(f"no session {name} in the archive")
+        if ctx.act is None:
+            raise unavailable("this relay cannot act on sessions (no upstream client here)")
+        outcome = await ctx.act(name, kind, text)
+        _log.info("api.act", session=name, kind=kind, ok=outcome.ok, status=outcome.status)
+        if not outcome.ok:
+            detail = " ".join(outcome.detail.split())[:500] or "the service refused"
+            raise ApiProblem(502, f"the Sessions API refused: {detail}")
+        return JSONResponse({"ok": True, "session": name, "detail": outcome.detail})
+
+    async def approve(request: Request) -> Response:
+        await read_json(request, _Empty)  # an empty body, or {}
+        return await act(request, "approve_plan", None)
+
+    async def message(request: Request) -> Response:
+        body = await read_json(request, MessageBody)
+        if not body.prompt.strip():
+            raise ApiProblem(400, "prompt: the message is empty")
+        return await act(request, "reply", body.prompt)
+
+    return [
+        Route("/v1/sessions", listing, methods=["GET"]),
+        Route("/v1/sessions/{id}:approvePlan", approve, methods=["POST"]),
+        Route("/v1/sessions/{id}:sendMessage", message, methods=["POST"]),
+        Route("/v1/sessions/{id}", one, methods=["GET"]),
+    ]
