@@ -315,3 +315,36 @@ async def test_a_reload_turns_the_links_on(tmp_path: Path) -> None:
         [linked] = _waits(setup.receiver, after.name)
         page = await http.get(linked["links"]["approve"])
         assert page.status_code == 200 and "Approve the plan" in page.text
+
+
+async def test_an_approval_from_the_console_is_recorded_and_ends_the_links_wait(
+    tmp_path: Path,
+) -> None:
+    async with running(tmp_path) as run:
+        setup, counting, http, client = run.setup, run.counting, run.http, run.client
+        created = await client.create_session("From the console", require_plan_approval=True)
+        await setup.receiver.wait_for(lambda r: bool(_waits(r, created.name)), within=WITHIN)
+        [data] = _waits(setup.receiver, created.name)
+        link_form = _form_token((await http.get(data["links"]["approve"])).text)
+        timeline = await http.get("/console/timeline", params={"session": created.name})
+        csrf = re.search(r'name="csrf_token" value="([^"]+)"', timeline.text)
+        assert csrf is not None, timeline.text
+        form = {
+            "csrf_token": unescape(csrf.group(1)),
+            "session": created.name,
+            "action": "approve_plan",
+            "back": "/console",
+        }
+        done = await http.post("/console/actions/session", data=form)
+        assert done.status_code == 303
+        assert counting.acts == [f"/v1alpha/{created.name}:approvePlan"]
+        # At once, before the poller saw the session move on: the link says so, no call.
+        late = await http.post(data["links"]["approve"], data={"form_token": link_form})
+        assert late.status_code == 409 and "no longer waits" in late.text
+        assert len(counting.acts) == 1
+        [row] = (await http.get("/v1/actions")).json()["actions"]
+        assert (row["actor_kind"], row["result"], row["wait"]) == (
+            "console",
+            "ok",
+            data["activity_name"],
+        )

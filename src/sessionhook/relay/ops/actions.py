@@ -32,6 +32,7 @@ __all__ = [
     "Performed",
     "look",
     "perform",
+    "record_direct",
 ]
 
 #: A reply longer than this is refused before anything is sent.
@@ -156,18 +157,7 @@ async def perform(
             return told(claims.action, Performed(False, "reply too long", None))
         reply = text
     digest = token_digest(token)
-    claim = ActionClaim(
-        taken_at=now,
-        session=claims.session,
-        wait=claims.wait,
-        action=claims.action,
-        account=claims.account,
-        actor_kind=actor.kind,
-        actor_address=actor.address,
-        actor_agent=actor.user_agent,
-        chat_user=actor.chat_user,
-        token_hash=digest,
-    )
+    claim = _claim(claims.session, claims.wait, claims.action, claims.account, actor, digest, now)
     action_id = await store.actions.claim_action(claim)
     if action_id is None:  # taken between the look and now: another click won
         taken = await store.actions.action_taken(digest, claims.session, claims.wait)
@@ -182,3 +172,44 @@ async def perform(
     await store.actions.finish_action(action_id, outcome.ok, outcome.status, outcome.detail)
     done = Performed(outcome.ok, "done" if outcome.ok else "upstream failed", outcome)
     return told(claims.action, done)
+
+
+def _open_wait(core: StoreCore, session: str, action: ActionKind) -> tuple[str, str]:
+    """(account, the name of the newest activity of the kind ``action`` answers, or "")."""
+    account = core.ingest.session_account(session) or ""
+    latest = core.ingest.latest_activity(session, _WAITS[action][1])
+    return account, latest.name if latest is not None else ""
+
+
+async def record_direct(
+    store: AsyncStore,
+    session: str,
+    action: ActionKind,
+    outcome: ActOutcome,
+    *,
+    actor: Actor,
+    now: float,
+) -> None:
+    """Record an action made without a link (the console's forms, the API) once the
+    service answered: it shows beside the links' actions, and an accepted one answers
+    its wait for the links too (they then say so and make no call)."""
+    account, wait = await store.run(_open_wait, session, action)
+    claim = _claim(session, wait, action, account, actor, "", now)
+    await store.actions.record_action(claim, outcome.ok, outcome.status, outcome.detail)
+
+
+def _claim(
+    session: str, wait: str, action: str, account: str, actor: Actor, token_hash: str, now: float
+) -> ActionClaim:
+    return ActionClaim(
+        taken_at=now,
+        session=session,
+        wait=wait,
+        action=action,
+        account=account,
+        actor_kind=actor.kind,
+        actor_address=actor.address,
+        actor_agent=actor.user_agent,
+        chat_user=actor.chat_user,
+        token_hash=token_hash,
+    )

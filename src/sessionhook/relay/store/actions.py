@@ -80,18 +80,7 @@ class ActionQueries:
                 "INSERT INTO actions_taken (taken_at, session_name, wait, action, account, "
                 "actor_kind, actor_address, actor_agent, chat_user, token_hash, result, "
                 "detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', '') RETURNING id",
-                (
-                    claim.taken_at,
-                    claim.session,
-                    claim.wait,
-                    claim.action,
-                    claim.account,
-                    claim.actor_kind,
-                    claim.actor_address[:_MAX_TEXT],
-                    claim.actor_agent[:_MAX_TEXT],
-                    None if claim.chat_user is None else claim.chat_user[:_MAX_TEXT],
-                    claim.token_hash,
-                ),
+                _claim_values(claim),
             ).fetchone()
             return int(row[0])
 
@@ -102,6 +91,23 @@ class ActionQueries:
                 "UPDATE actions_taken SET result = ?, status = ?, detail = ? WHERE id = ?",
                 ("ok" if ok else "failed", status, detail[:_MAX_TEXT], action_id),
             )
+
+    def record_action(self, claim: ActionClaim, ok: bool, status: int | None, detail: str) -> int:
+        """Record an action made without a link (the console, the API: ``token_hash`` is
+        empty), done already; its id. An ``ok`` one answers its wait for the links too."""
+        with self._db.tx() as c:
+            row = c.execute(
+                "INSERT INTO actions_taken (taken_at, session_name, wait, action, account, "
+                "actor_kind, actor_address, actor_agent, chat_user, token_hash, result, status, "
+                "detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                (
+                    *_claim_values(claim),
+                    "ok" if ok else "failed",
+                    status,
+                    detail[:_MAX_TEXT],
+                ),
+            ).fetchone()
+            return int(row[0])
 
     def action_taken(self, token_hash: str, session: str, wait: str) -> ActionRow | None:
         """The ``pending`` or ``ok`` action that used this token or answered this wait."""
@@ -129,6 +135,22 @@ class ActionQueries:
             sql += " WHERE " + " AND ".join(where)
         rows = self._db.conn.execute(sql + " ORDER BY id DESC LIMIT ?", (*params, limit))
         return [_row(row) for row in rows.fetchall()]
+
+
+def _claim_values(claim: ActionClaim) -> tuple[Any, ...]:
+    """The claim's columns, network texts cut."""
+    return (
+        claim.taken_at,
+        claim.session,
+        claim.wait,
+        claim.action,
+        claim.account,
+        claim.actor_kind,
+        claim.actor_address[:_MAX_TEXT],
+        claim.actor_agent[:_MAX_TEXT],
+        None if claim.chat_user is None else claim.chat_user[:_MAX_TEXT],
+        claim.token_hash,
+    )
 
 
 def _row(row: Sequence[Any]) -> ActionRow:

@@ -565,6 +565,10 @@ class ActionRole(Protocol):
         """Record the service's answer."""
         ...
 
+    def record_action(self, claim: ActionClaim, ok: bool, status: int | None, detail: str) -> int:
+        """Record an action made without a link, done already."""
+        ...
+
     def action_taken(self, token_hash: str, session: str, wait: str) -> ActionRow | None:
         """The pending or done action of this token or wait."""
         ...

@@ -287,6 +287,7 @@ class AsyncActions(View[ActionRole]):
 
     claim_action = call(ActionRole.claim_action)
     finish_action = call(ActionRole.finish_action)
+    record_action = call(ActionRole.record_action)
     action_taken = call(ActionRole.action_taken)
     list_actions = call(ActionRole.list_actions)
 
