@@ -42,7 +42,8 @@ REPO = Path(__file__).resolve().parents[1]
 SESSIONHOOK = Path(sys.executable).parent / "sessionhook"
 API_KEY = "dev-key-for-the-readme"
 EXAMPLE_BASE_URL = "http://127.0.0.1:8080"
-#: Held while a test uses the example's fixed ports (8080 emulator, 9187 health).
+#: Held while a test uses the example's fixed ports (8080 emulator, 9187 health, 8000 the
+#: README's `listen`).
 PORTS_LOCK = Path("/tmp/sessionhook-tests-example-ports.lock")
 
 
@@ -176,8 +177,13 @@ def console_block(page: str, section: str) -> list[str]:
     return console_blocks(page, section)[0]
 
 
-def expand(text: str, env: dict[str, str]) -> str:
-    """``$NAME`` and ``${NAME}`` as the shell expands them from ``env``."""
+def expand(text: str, env: dict[str, str], cwd: Path | None = None) -> str:
+    """``$NAME``, ``${NAME}`` (from ``env``) and ``$(cat FILE)`` (in ``cwd``) as the shell
+    expands them."""
+    if cwd is not None:
+        text = re.sub(
+            r"\$\(cat ([\w.-]+)\)", lambda m: (cwd / m.group(1)).read_text().strip(), text
+        )
     return re.sub(r"\$\{?(\w+)\}?", lambda m: env[m.group(1)], text)
 
 
@@ -212,6 +218,9 @@ class FirstRun:
     stack: ExitStack = field(default_factory=ExitStack)
     #: The shell of the terminal that started the relay (its secrets and token).
     relay_env: dict[str, str] = field(default_factory=dict)
+    #: ``sessionhook listen``, the receiver (its port: 8000 as written, or a free one).
+    listener: subprocess.Popen[bytes] | None = None
+    listen_port: int = 8000
 
     def step(self, command: str, env: dict[str, str]) -> None:
         """One README line, done as a user's shell would."""
@@ -226,8 +235,19 @@ class FirstRun:
             generated = sh("secret", match.group(2), env=env, cwd=self.work)
             assert generated.returncode == 0, generated.stderr
             env[match.group(1)] = generated.stdout.strip()
+        elif match := re.fullmatch(r"sessionhook secret generate > ([\w.-]+)", command):
+            generated = sh("secret", "generate", env=env, cwd=self.work)
+            assert generated.returncode == 0, generated.stderr
+            (self.work / match.group(1)).write_text(generated.stdout)
+        elif match := re.fullmatch(r"export (\w+)=\$\(cat ([\w.-]+)\)", command):
+            env[match.group(1)] = (self.work / match.group(2)).read_text().strip()
         elif match := re.fullmatch(r"export (\w+)=([\w.-]+)", command):
             env[match.group(1)] = match.group(2)
+        elif argv[0] == "sed":
+            edited = subprocess.run(argv, cwd=self.work, capture_output=True, text=True)
+            assert edited.returncode == 0, edited.stderr
+        elif argv[:2] == ["sessionhook", "listen"]:
+            self.start_listener([expand(a, env, self.work) for a in argv[2:]], env)
         elif argv == ["cp", "config.example.toml", "config.toml"]:
             shutil.copyfile(REPO / argv[1], self.work / argv[2])
         elif argv[:2] == ["sessionhook", "emulator"]:
@@ -267,12 +287,49 @@ class FirstRun:
         else:
             assert self.emulator_url == EXAMPLE_BASE_URL
 
+    def start_listener(self, args: list[str], env: dict[str, str]) -> None:
+        """``sessionhook listen`` as written (on a free port when 8000 is taken)."""
+        assert args[:2] == ["--port", "8000"], args
+        if not free(8000):
+            self.listen_port = free_port()
+            args[1] = str(self.listen_port)
+        out = self.stack.enter_context((self.work / "listen.out").open("w+b"))
+        err = self.stack.enter_context((self.work / "listen.err").open("w+b"))
+        self.listener = subprocess.Popen(
+            [str(SESSIONHOOK), "listen", *args],
+            stdout=out,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=self.work,
+        )
+        self.stack.callback(self.kill, self.listener)
+        wait_for(
+            lambda: "listening on" in self.listened()[1],
+            f"listen did not start:\n{self.listened()}",
+            seconds=30,
+        )
+
+    def listened(self) -> tuple[str, str]:
+        """What the listener printed: stdout (the events), stderr (the rest)."""
+        return tuple(  # type: ignore[return-value]
+            (self.work / f"listen.{name}").read_text(errors="replace") for name in ("out", "err")
+        )
+
     def start_relay(self, env: dict[str, str]) -> None:
         assert self.emulator_url is not None, "the README starts the relay before the emulator"
         config = self.work / "config.toml"
-        assert config.read_bytes() == (REPO / "config.example.toml").read_bytes()
-        if self.emulator_url != EXAMPLE_BASE_URL or self.health != 9187:
+        # The example as copied, with the README's two edits: ci-bot at the listener, and
+        # loopback endpoints allowed.
+        example = (REPO / "config.example.toml").read_text()
+        edited = example.replace(
+            'url = "https://hooks.example.com/sessions"', 'url = "http://127.0.0.1:8000/ci-bot"', 1
+        ).replace("\nallow_private_networks = false\n", "\nallow_private_networks = true\n", 1)
+        assert edited.count("127.0.0.1:8000") == 1 and "networks = true" in edited
+        assert config.read_text() == edited
+        if self.emulator_url != EXAMPLE_BASE_URL or self.health != 9187 or self.listen_port != 8000:
             text = config.read_text().replace(EXAMPLE_BASE_URL, self.emulator_url, 1)
+            text = text.replace("127.0.0.1:8000", f"127.0.0.1:{self.listen_port}", 1)
             config.write_text(text.replace("127.0.0.1:9187", f"127.0.0.1:{self.health}", 1))
         out = self.stack.enter_context((self.work / "run.out").open("w+b"))
         self.daemon = subprocess.Popen(
@@ -283,7 +340,7 @@ class FirstRun:
             env=env,
             cwd=self.work,
         )
-        self.stack.callback(self.kill_relay)
+        self.stack.callback(self.kill, self.daemon)
         wait_for(self.ready, f"the relay never got ready:\n{self.relay_log()}", seconds=30)
 
     def ready(self) -> bool:
@@ -297,10 +354,11 @@ class FirstRun:
     def relay_log(self) -> str:
         return (self.work / "run.out").read_text(errors="replace")
 
-    def kill_relay(self) -> None:
-        if self.daemon is not None and self.daemon.poll() is None:
-            self.daemon.kill()
-            self.daemon.wait(timeout=10)
+    @staticmethod
+    def kill(proc: subprocess.Popen[bytes]) -> None:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
 
     def follow(self, args: list[str], env: dict[str, str]) -> None:
         """``events --follow`` until the new session's first event shows, then Ctrl-C."""
@@ -332,11 +390,12 @@ class FirstRun:
 
 def test_the_first_real_run_works_as_written(tmp_path: Path) -> None:
     """README, "A first real run", line by line, each terminal with a shell of its own:
-    the emulator, the relay on the example config as copied, a session created and its
-    events followed, ``status``; then the console with the token, and Ctrl-C on the relay.
+    the emulator, ``sessionhook listen`` as the receiver, the relay on the example config
+    as copied and edited, a session created and its events followed, ``status``, and the
+    receiver's verified lines; then the console with the token, and Ctrl-C on the relay.
     Then ``run --once`` as the operations page writes it."""
     terminals = console_blocks("README.md", "A first real run")
-    assert len(terminals) == 3, terminals
+    assert len(terminals) == 4, terminals
     run = FirstRun(tmp_path)
     with example_ports_turn(), run.stack:
         for commands in terminals:
@@ -346,6 +405,18 @@ def test_the_first_real_run_works_as_written(tmp_path: Path) -> None:
         assert run.session is not None and run.daemon is not None
         assert run.session in run.followed and "session.discovered" in run.followed
         assert "ci-bot" in run.status and "chat" in run.status
+        # The receiver got the new session's events from ci-bot, signatures verified.
+        assert run.listener is not None
+        wait_for(
+            lambda: "session.discovered" in run.listened()[0],
+            f"listen printed no event:\n{run.listened()}\n{run.relay_log()}",
+        )
+        shown = run.session.removeprefix("sessions/")[:6]
+        [line] = [x for x in run.listened()[0].splitlines() if "session.discovered" in x]
+        assert f"sessions/{shown}" in line and line.endswith("signature ok"), line
+        assert "refused" not in run.listened()[1], run.listened()
+        run.listener.send_signal(signal.SIGINT)  # Ctrl-C stops it
+        assert run.listener.wait(timeout=20) == 130, run.listened()
         # The console is on the listener, behind the token of the second terminal.
         token = {"Authorization": f"Bearer {run.relay_env['SESSIONHOOK_WEB_TOKEN']}"}
         console = httpx.get(f"http://127.0.0.1:{run.health}/console", headers=token)

@@ -4,8 +4,8 @@ The only place where the emulator and the relay meet. Everything runs in one pro
 one task group:
 
 * the emulator of the Sessions API (uvicorn, 127.0.0.1, any free port);
-* a webhook consumer (uvicorn, 127.0.0.1) that checks every signature with
-  :func:`sessionhook.relay.domain.signing.verify` before it accepts an event;
+* a webhook consumer (:class:`sessionhook.receiver.Receiver`, the one ``sessionhook
+  listen`` serves, on 127.0.0.1) that checks every signature before it accepts an event;
 * the relay (:class:`~sessionhook.relay.daemon.daemon.Daemon`) with a throwaway store in a
   temporary directory, short poll intervals, and ``allow_private_networks`` (everything is
   loopback here), configured through a real TOML file like ``sessionhook run``;
@@ -36,7 +36,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -44,13 +44,18 @@ import anyio
 import anyio.abc
 import httpx
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import Route
 
 from sessionhook.api.client import AUTO_CREATE_PR, SessionsClient
 from sessionhook.emulator.app import create_app
+from sessionhook.receiver import (
+    Delivery,
+    Receiver,
+    clip,
+    event_line,
+    printable,
+    short_session,
+    summarize,
+)
 from sessionhook.relay.config import load_config
 from sessionhook.relay.daemon.daemon import Daemon
 from sessionhook.relay.domain import signing
@@ -95,49 +100,31 @@ class ReceivedEvent:
         return session if isinstance(session, dict) else {}
 
 
-@dataclass
 class Consumer:
-    """A webhook endpoint that verifies signatures and hands accepted events on.
-
-    Requests whose signature does not verify are answered 401 and counted; accepted ones
-    are answered 204 and sent to ``events`` (duplicates, which at-least-once delivery
-    allows, are marked as such).
+    """The demo's webhook endpoint: a :class:`~sessionhook.receiver.Receiver` (every
+    signature verified, 401 otherwise) whose accepted events go to ``events``, marked with
+    their channel (``POST /chat`` is the Slack-formatted endpoint, any other path the
+    standard one) and as duplicates when they are (at-least-once delivery allows them).
     """
 
-    secret: str
-    events: MemoryObjectSendStream[ReceivedEvent]
-    rejected: int = 0
-    seen: set[str] = field(default_factory=set)
+    def __init__(self, secret: str, events: MemoryObjectSendStream[ReceivedEvent]) -> None:
+        self.events = events
+        self.receiver = Receiver([secret], self._deliver)
 
-    def app(self) -> Starlette:
-        """The ASGI app (``POST /hook``; ``POST /chat`` for the Slack-formatted endpoint)."""
-        return Starlette(
-            routes=[
-                Route("/hook", self._hook, methods=["POST"]),
-                Route("/chat", self._chat, methods=["POST"]),
-            ]
+    @property
+    def rejected(self) -> int:
+        """Requests refused (a failed signature check, most likely)."""
+        return self.receiver.rejected
+
+    def app(self) -> Receiver:
+        """The ASGI app."""
+        return self.receiver
+
+    async def _deliver(self, delivery: Delivery) -> None:
+        channel = "chat" if delivery.path == "/chat" else "events"
+        await self.events.send(
+            ReceivedEvent(delivery.webhook_id, delivery.body, delivery.duplicate, channel)
         )
-
-    async def _hook(self, request: Request) -> Response:
-        return await self._accept(request, "events")
-
-    async def _chat(self, request: Request) -> Response:
-        return await self._accept(request, "chat")
-
-    async def _accept(self, request: Request, channel: str) -> Response:
-        body = await request.body()
-        try:
-            signing.verify(self.secret, dict(request.headers), body)
-            payload = json.loads(body)
-        except (signing.SignatureError, ValueError):
-            self.rejected += 1
-            return Response("signature check failed", status_code=401)
-        event_id = request.headers["webhook-id"]
-        key = f"{channel}:{event_id}"
-        duplicate = key in self.seen
-        self.seen.add(key)
-        await self.events.send(ReceivedEvent(event_id, payload, duplicate, channel))
-        return Response(status_code=204)
 
 
 @dataclass(frozen=True)
@@ -169,66 +156,7 @@ SESSION_PLANS: tuple[SessionPlan, ...] = (
 )
 
 
-def summarize(event: dict[str, Any]) -> str:
-    """A short human description of an event body, for one printed line."""
-    kind = str(event.get("type", ""))
-    data = event.get("data") or {}
-    session = data.get("session") or {}
-    activity = data.get("activity") or {}
-    if kind == "session.discovered":
-        return f'"{session.get("title", "")}" ({session.get("state", "")})'
-    if kind == "session.state_changed":
-        return f"{data.get('previous_state', '?')} -> {session.get('state', '?')}"
-    if kind == "session.pull_request_opened":
-        return str((data.get("pull_request") or {}).get("url", ""))
-    if kind == "activity.plan_generated":
-        steps = ((activity.get("planGenerated") or {}).get("plan") or {}).get("steps") or []
-        return f"plan with {len(steps)} steps"
-    if kind == "activity.plan_approved":
-        return f"plan approved (by {activity.get('originator', '?')})"
-    if kind == "activity.user_messaged":
-        return _clip((activity.get("userMessaged") or {}).get("userMessage", ""))
-    if kind == "activity.agent_messaged":
-        return _clip((activity.get("agentMessaged") or {}).get("agentMessage", ""))
-    if kind == "activity.progress_updated":
-        return _clip((activity.get("progressUpdated") or {}).get("title", ""))
-    if kind == "activity.session_completed":
-        return "session completed"
-    if kind == "activity.session_failed":
-        return _clip((activity.get("sessionFailed") or {}).get("reason", ""))
-    if kind == "session.action_required":
-        links = data.get("links") or {}
-        if data.get("action") == "approve_plan":
-            steps = (data.get("plan") or {}).get("steps") or []
-            where = _link_tail(links.get("approve")) or f"POST …{_tail(data)}"
-            return f"approve the plan ({len(steps)} steps): {where}"
-        where = _link_tail(links.get("reply")) or f"POST …{_tail(data)}"
-        return _clip(f"answer: {data.get('question', '')}", 40) + f" {where}"
-    if kind == "session.completed":
-        outputs = data.get("outputs") or {}
-        change = outputs.get("change_set") or {}
-        prs = outputs.get("pull_requests") or []
-        text = f"{change.get('files_changed', 0)} files +{change.get('lines_added', 0)} "
-        text += f"-{change.get('lines_removed', 0)}"
-        return text + (f", {prs[-1].get('url', '')}" if prs else "")
-    if kind == "session.failed":
-        return _clip(data.get("reason", ""))
-    return _clip(str(activity.get("description") or "(no event member)"))
-
-
 _LIFECYCLE = ("session.action_required", "session.completed", "session.failed")
-
-
-def _link_tail(url: object) -> str:
-    """A signed link, short enough for one line (its host and path start)."""
-    if not isinstance(url, str) or "/actions/" not in url:
-        return ""
-    return url[: url.index("/actions/") + len("/actions/") + 8] + "…"
-
-
-def _tail(data: dict[str, Any]) -> str:
-    path = str((data.get("call") or {}).get("path", ""))
-    return path[path.rfind(":") :] if ":" in path else path
 
 
 def slack_lines(body: dict[str, Any]) -> list[str]:
@@ -258,16 +186,6 @@ def _slack_plain(text: str) -> str:
         out += before + (f"{label} <{url}>" if label else url)
     out += rest
     return out.replace("\x00", "<").replace("\x01", ">").replace("&amp;", "&").replace("*", "")
-
-
-def _clip(text: object, width: int = 60) -> str:
-    line = " ".join(str(text).split())
-    return line if len(line) <= width else line[: width - 1] + "…"
-
-
-def _short(session_name: str) -> str:
-    ident = session_name.removeprefix("sessions/")
-    return "sessions/" + (ident[:6] + "…" if len(ident) > 7 else ident)
 
 
 def _write_config(
@@ -356,27 +274,28 @@ async def _react(http: httpx.AsyncClient, event: ReceivedEvent, say: Callable[[s
     answer = "Raising an error on empty values is fine; no need for compatibility."
     url = links.get("approve") or links.get("reply")
     if not isinstance(url, str):
-        say(f"{'':10}-> no link to follow for {_short(name)}")
+        say(f"{'':10}-> no link to follow for {short_session(name)}")
         return
     try:
         page = await http.get(url)
         found = _FORM_TOKEN.search(page.text)
         if page.status_code != 200 or found is None:
-            say(f"{'':10}-> the link of {_short(name)} shows nothing to do ({page.status_code})")
+            shown = page.status_code
+            say(f"{'':10}-> the link of {short_session(name)} shows nothing to do ({shown})")
             return
         form = {"form_token": html.unescape(found.group(1))}
         if "reply" in links:
             form["text"] = answer
         done = await http.post(url, data=form)
     except httpx.HTTPError as exc:
-        say(f"{'':10}-> could not follow the link of {_short(name)}: {exc}")
+        say(f"{'':10}-> could not follow the link of {short_session(name)}: {exc}")
         return
     if done.status_code != 200:
-        say(f"{'':10}-> the link of {_short(name)} did nothing ({done.status_code})")
+        say(f"{'':10}-> the link of {short_session(name)} did nothing ({done.status_code})")
     elif "approve" in links:
-        say(f"{'':10}-> opened the approve link and approved the plan of {_short(name)}")
+        say(f"{'':10}-> opened the approve link and approved the plan of {short_session(name)}")
     else:
-        say(f"{'':10}-> opened the reply link and answered the question of {_short(name)}")
+        say(f"{'':10}-> opened the reply link and answered the question of {short_session(name)}")
 
 
 async def _print_events(
@@ -402,9 +321,9 @@ async def _print_events(
                 chats += 0 if event.duplicate else 1
                 try:
                     lines = slack_lines(event.body)
-                    say(f"{stamp}  slack message  {lines[0]}")
+                    say(f"{stamp}  slack message  {printable(lines[0])}")
                     for line in lines[1:]:
-                        say(f"{'':25}{_clip(line, 100)}")
+                        say(f"{'':25}{clip(line, 100)}")
                 except BrokenPipeError:
                     stop.set()
                     return
@@ -417,9 +336,8 @@ async def _print_events(
                 if event.type != "session.action_required":
                     finished[str(event.session.get("name", ""))] = event.type[len("session.") :]
             note = "signature ok" + (" (duplicate)" if event.duplicate else "")
-            name = _short(str(event.session.get("name", "")))
             try:
-                say(f"{stamp}  {event.type:<29} {name:<17} {summarize(event.body):<62} {note}")
+                say(event_line(event.body, stamp=stamp, note=note))
             except BrokenPipeError:  # `sessionhook demo | head`: nobody reads any more
                 stop.set()
                 return

@@ -18,10 +18,12 @@ def cli() -> None:
 from . import (  # noqa: E402, F401
     api,
     emulator,
+    listen,
     ops,
     ops_actions,
     ops_deliveries,
     ops_endpoints,
+    ops_endpoints_edit,
     ops_events,
     ops_replay,
     ops_requeue,

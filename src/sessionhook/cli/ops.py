@@ -4,6 +4,7 @@ each a thin view of :mod:`sessionhook.relay.ops` (the layer the web console uses
 * :mod:`.ops_deliveries`: ``status``, ``deliveries``, ``attempts``;
 * :mod:`.ops_replay`: ``replay``;
 * :mod:`.ops_endpoints`: ``endpoints list|enable|disable|test``;
+* :mod:`.ops_endpoints_edit`: ``endpoints create|update|delete|rotate-secret``;
 * :mod:`.ops_events`: ``events`` (``--follow`` tails the store or a daemon's event stream);
 * :mod:`.ops_secrets`: ``secret generate|token``, ``verify``.
 

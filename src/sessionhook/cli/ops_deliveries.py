@@ -15,7 +15,7 @@ import click
 
 from ..relay.domain.delivery_states import DELIVERY_STATUSES
 from . import cli
-from ._output import echo_json, render_fields, render_table
+from ._output import CliError, echo_json, render_fields, render_table
 from .ops import (
     age,
     json_option,
@@ -25,12 +25,14 @@ from .ops import (
     stamp_ago,
     store_options,
 )
+from .remote import get_json, refuse_store_options, remote_options
 
 if TYPE_CHECKING:
     from ..relay.ops import (
         AttemptRow,
         DeliveryRow,
         HistoryProgress,
+        Overview,
         RefusedSummary,
         ReplicaRow,
         UpstreamSummary,
@@ -44,22 +46,49 @@ __all__ = ["attempts", "deliveries", "status"]
 
 @cli.command("status")
 @store_options
+@remote_options
 @json_option
 @reported
-def status(config_path: str | None, db_path: str | None, as_json: bool) -> None:
-    """Endpoints (enabled or why not, backlog, last hour, last error) and upstream polling."""
+def status(
+    config_path: str | None,
+    db_path: str | None,
+    url: str | None,
+    token: str | None,
+    as_json: bool,
+) -> None:
+    """Endpoints (enabled or why not, backlog, last hour, last error) and upstream polling;
+    with --url, of a running relay (its GET /v1/status)."""
+    if url is not None:
+        refuse_store_options(config_path, db_path)
+        data = get_json(url, token, "/v1/status")
+        if as_json:
+            echo_json(data)
+            return
+        from ..relay.ops.wire import overview_from_json
+
+        try:
+            overview = overview_from_json(data)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise CliError(f"{url}: /v1/status answered in an unknown shape ({exc!r})") from None
+        _print_status(overview, overview.summary.now)
+        return
     from ..relay import ops as operator
 
     now = time.time()
     with reading_store(config_path, db_path) as store:
         overview = operator.status(store, now)
-    summary, history, accounts = overview.summary, overview.history, overview.accounts
-    replicas = list(overview.replicas)
     if as_json:
         from ..relay.ops.wire import status_json
 
         echo_json(status_json(overview, now))
         return
+    _print_status(overview, now)
+
+
+def _print_status(overview: Overview, now: float) -> None:
+    """The text of ``status``: the endpoints' table, then upstream and archive fields."""
+    summary, history, accounts = overview.summary, overview.history, overview.accounts
+    replicas = list(overview.replicas)
     rows = []
     for ep in summary.endpoints:
         if not ep.configured:

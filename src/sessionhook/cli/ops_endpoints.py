@@ -116,7 +116,8 @@ def endpoints_disable(name: str, reason: str, config_path: str | None, db_path: 
 def endpoints_test(name: str, config_path: str | None) -> None:
     """Send NAME a signed `ping` event and show the answer (exit 1 unless 2xx).
 
-    Signed with the endpoint's secret(s) from the config, like every delivery, shaped by
+    Signed with the endpoint's secret(s) from the config (or the store, for one created
+    at run time), like every delivery, shaped by
     its payload/format/template, and subject to the same address check. The ping does not
     enter the outbox.
     """
@@ -126,11 +127,11 @@ def endpoints_test(name: str, config_path: str | None) -> None:
     assert target.config is not None
     config = target.config
     endpoint = config.endpoint_by_name(name)
-    if endpoint is None:
-        known = ", ".join(e.name for e in config.endpoints) or "none"
-        raise CliError(
-            f"no endpoint named {name!r} in {target.config_path} (known: {known})", exit_code=2
-        )
+    if endpoint is None:  # one created at run time, in the store
+        from ..relay.ops import endpoint_edits
+
+        with reading_store(config_path, None) as store:
+            endpoint = endpoint_edits.endpoint_config(store, config, name, time.time())
     runtime = current_runtime()
     # The daemon's transport: the name is resolved once, every address vetted, and the
     # connection made to a vetted address (a literal private URL failed loading the config).
@@ -139,7 +140,9 @@ def endpoints_test(name: str, config_path: str | None) -> None:
     )
 
     async def send() -> tuple[str, AttemptResult]:
-        return await operator.test_endpoint(config, name, transport=transport, now=time.time())
+        return await operator.test_endpoint(
+            config, name, transport=transport, now=time.time(), endpoint=endpoint
+        )
 
     event_id, result = run_async(send)
     answer = "no answer" if result.status_code is None else str(result.status_code)

@@ -28,16 +28,18 @@ from typing import TYPE_CHECKING, Any, Final
 
 import click
 
+from ..redact import redact_userinfo
 from . import cli
 from ._output import CliError, render_table
 from .ops import reading_store, reported, store_options, time_option
+from .remote import error_message
 
 if TYPE_CHECKING:
     import httpx
 
     from ..relay.ops import EventFilter, EventRow
 
-__all__ = ["FOLLOW_POLL", "events", "follow_stream", "parse_sse"]
+__all__ = ["FOLLOW_POLL", "events", "follow_stream", "parse_sse", "stream_client"]
 
 #: ``--follow`` on the store reads this often.
 FOLLOW_POLL: Final = 0.5
@@ -325,7 +327,7 @@ async def follow_stream(
             async with http.stream("GET", endpoint, params=params, headers=headers) as answer:
                 if answer.status_code in (400, 401, 403, 404):
                     await answer.aread()
-                    raise CliError(f"{endpoint}: {answer.status_code} {_error_of(answer)}")
+                    raise CliError(f"{endpoint}: {answer.status_code} {error_message(answer)}")
                 if answer.status_code != 200:
                     problem = f"answered {answer.status_code}"
                 else:
@@ -338,27 +340,24 @@ async def follow_stream(
             problem = f"{type(exc).__name__}: {exc}"
         delay = _BACKOFF[min(failures, len(_BACKOFF) - 1)]
         failures += 1
-        click.echo(f"note: {endpoint}: {problem}; reconnecting in {delay:g} s", err=True)
+        shown = redact_userinfo(f"{endpoint}: {problem}")  # a URL's password stays unsaid
+        click.echo(f"note: {shown}; reconnecting in {delay:g} s", err=True)
         await anyio.sleep(delay)
 
 
-def _error_of(answer: httpx.Response) -> str:
-    """The one line of a relay's error body (``{"error": {"message": ...}}``), else the
-    start of the text."""
-    try:
-        error = answer.json().get("error", answer.text[:200])
-    except (ValueError, AttributeError):
-        return answer.text[:200]
-    return str(error.get("message", error) if isinstance(error, dict) else error)
+def stream_client() -> httpx.AsyncClient:
+    """The HTTP client :func:`follow_stream` reads with: a connection that sends nothing,
+    not even a heartbeat, for 45 s is taken for dead (and reconnected)."""
+    import httpx
+
+    timeout = httpx.Timeout(10.0, read=_READ_TIMEOUT)
+    return httpx.AsyncClient(timeout=timeout, follow_redirects=False)
 
 
 async def _print_stream(
     url: str, token: str, wanted: EventFilter, last_event_id: str | None, fmt: str
 ) -> None:
-    import httpx
-
-    timeout = httpx.Timeout(10.0, read=_READ_TIMEOUT)
-    async with httpx.AsyncClient(timeout=timeout, follow_redirects=False) as http:
+    async with stream_client() as http:
         async for event in follow_stream(http, url, token, wanted, last_event_id):
             body = event.payload()
             session = ((body.get("data") or {}).get("session") or {}).get("name") or ""

@@ -20,7 +20,7 @@ import anyio.abc
 
 from ..config import Config, ConfigError, load_config
 from ..delivery.dispatcher import DeliverySettings
-from ..store import StoreUnwritableError
+from ..store import EndpointConflictError, StoreUnwritableError
 from ..telemetry import logs as relay_logging
 from ..telemetry.logs import get_logger
 from . import sdnotify
@@ -75,16 +75,21 @@ class Reloader:
                     "accounts": old.accounts,
                 }
             )
-        relay_logging.configure(new.log.level, new.log.format)
-        register_secrets(new)
         store = state.store
         if store is not None:
+            # First: a new file the store refuses changes nothing (the log level neither).
             try:  # never wait for disk space here: a SIGTERM must still be heard
                 await store.endpoints.sync_endpoints(list(new.endpoints))
             except StoreUnwritableError as exc:
                 _log.error("config.reload_failed", error=f"the store is not writable: {exc}")
                 sdnotify.ready("reload failed; running with the previous configuration")
                 return False
+            except EndpointConflictError as exc:
+                _log.error("config.reload_failed", error=str(exc), kept="the running configuration")
+                sdnotify.ready("reload failed; running with the previous configuration")
+                return False
+        relay_logging.configure(new.log.level, new.log.format)
+        register_secrets(new)
         if state.dispatcher is not None:
             state.dispatcher.update(DeliverySettings.from_config(new))
         state.poll_settings = state.poll_settings.with_config(new)

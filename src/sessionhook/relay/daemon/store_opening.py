@@ -20,6 +20,7 @@ import anyio
 
 from ..store import (
     AsyncStore,
+    EndpointConflictError,
     FullObserver,
     StoreError,
     StoreFullError,
@@ -117,6 +118,9 @@ class StoreOpener:
                             await store.close()
                         return None
                     delay = min(10.0, delay * 2)  # <= half the unit's WatchdogSec
+                except EndpointConflictError as exc:
+                    # A name of the config file taken by an endpoint created at run time.
+                    raise DaemonError(f"config: {exc}", exit_code=2) from None
                 except StoreError as exc:
                     # PostgreSQL: a wrong password, a missing database, not ours, newer:
                     # a setting to fix, like a config error.

@@ -36,6 +36,7 @@ from ..delivery.sender import AiohttpPoster, HttpxPoster, Poster
 from ..domain.addresses import AddressPolicy
 from ..domain.replica import Replica, dead_replicas, pid_alive
 from ..domain.retry import AttemptResult
+from ..ops import endpoint_edits as edits
 from ..polling import Poller
 from ..polling.budget import LimitedTransport, RateLimiter
 from ..store import AsyncStore
@@ -198,14 +199,19 @@ class Wiring:
         """Send endpoint ``name`` a signed ``ping`` now, as ``sessionhook endpoints test``
         does (:func:`.operator.test_endpoint`): the name resolved once, every address
         vetted, the connection pinned to a vetted one. Never archived, never retried.
-        Raises :class:`~.operator.OperatorError` for a name the config does not have."""
+        Raises :class:`~.operator.OperatorError` for a name neither the config nor the
+        store (an endpoint created at run time) has."""
         state, seams = self._state, self._seams
         transport = seams.delivery_transport or PinnedTransport(
             allow_private=state.config.delivery.allow_private_networks,
             resolve=seams.resolve,
             policy=seams.address_policy,
         )
+        config, now = state.config, state.clock()
+        endpoint = config.endpoint_by_name(name)
+        if endpoint is None and state.store is not None:  # one created at run time
+            endpoint = await state.store.run(edits.endpoint_config, config, name, now)
         _event_id, result = await operator.test_endpoint(
-            state.config, name, transport=transport, now=state.clock()
+            config, name, transport=transport, now=now, endpoint=endpoint
         )
         return result

@@ -21,7 +21,7 @@ import math
 import random
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import anyio
 import anyio.lowlevel
@@ -31,9 +31,16 @@ from ..config import Config, EndpointConfig
 from ..domain import render, retry
 from ..domain.addresses import literal_refusal
 from ..domain.retry import AttemptResult
-from ..store import AsyncStore, AttemptRecord, DueDelivery, StoreUnwritableError
+from ..store import (
+    AsyncStore,
+    AttemptRecord,
+    DueDelivery,
+    StoreUnwritableError,
+    store_failures,
+)
 from ..telemetry.logs import get_logger
 from ..telemetry.metrics import Metrics
+from .catalog import EndpointCatalog, Loaded
 from .post import UrlGuard, literal_guard, post_event, refused
 from .render_process import InlineRenderer, Renderer
 from .reports import AttemptReporter, Finished
@@ -65,11 +72,7 @@ class DeliverySettings:
     def from_config(cls, config: Config) -> DeliverySettings:
         """Settings from a loaded config."""
         d = config.delivery
-        # One slow endpoint may take at most half the slots (at least one), so the others
-        # keep flowing; a lone endpoint still gets deliveries of many sessions in parallel.
-        per_endpoint = (
-            max(1, math.ceil(d.concurrency / 2)) if len(config.endpoints) > 1 else (d.concurrency)
-        )
+        per_endpoint = _per_endpoint(d.concurrency, len(config.endpoints))
         return cls(
             retry_delays=tuple(d.retry_delays),
             max_retry_after=d.max_retry_after,
@@ -85,6 +88,26 @@ class DeliverySettings:
                 for e in config.endpoints
             },
         )
+
+    def with_endpoints(self, loaded: Loaded) -> DeliverySettings:
+        """These settings with the endpoints created at run time ``loaded`` as well (a
+        name of the config's stays the config's)."""
+        if not loaded:
+            return self
+        endpoints = {name: pair[0] for name, pair in loaded.items()} | self.endpoints
+        secrets = {name: pair[1] for name, pair in loaded.items()} | self.secrets
+        return replace(
+            self,
+            endpoints=endpoints,
+            secrets=secrets,
+            per_endpoint=_per_endpoint(self.concurrency, len(endpoints)),
+        )
+
+
+def _per_endpoint(concurrency: int, endpoints: int) -> int:
+    """One slow endpoint may take at most half the slots (at least one), so the others
+    keep flowing; a lone endpoint still gets deliveries of many sessions in parallel."""
+    return max(1, math.ceil(concurrency / 2)) if endpoints > 1 else concurrency
 
 
 #: A delivery handed to an attempt worker, with its endpoint's config.
@@ -128,7 +151,12 @@ class Dispatcher:
     ) -> None:
         self._store = store
         self._http: Poster = HttpxPoster(http) if isinstance(http, httpx.AsyncClient) else http
+        #: The config's settings; :attr:`settings` adds the endpoints created at run time.
+        self._base = settings
         self.settings = settings
+        self._catalog = EndpointCatalog(store)
+        self._loaded: Loaded = {}
+        self._reload_after = -math.inf
         self._reports = AttemptReporter(metrics)
         self._guard: UrlGuard = guard if guard is not None else literal_guard
         self._clock = clock
@@ -163,8 +191,21 @@ class Dispatcher:
 
     def update(self, settings: DeliverySettings) -> None:
         """Swap in new settings (a reload); deliveries in flight finish with the old ones."""
-        self.settings = settings
+        self._base = settings
+        self.settings = settings.with_endpoints(self._loaded)
         self.wake()
+
+    async def _reload_endpoints(self, now: float) -> None:
+        """Read the endpoints created at run time again (see :mod:`.catalog`); a store
+        that cannot be read now keeps the ones held (the next round tries again)."""
+        try:
+            self._loaded = await self._catalog.load(now)
+        except store_failures() as exc:
+            _log.warning("endpoint.reload_failed", error=str(exc).splitlines()[0], retry_in=1.0)
+            self._reload_after = now + 1.0  # not every round while the store fails
+            return
+        self.settings = self._base.with_endpoints(self._loaded)
+        self._wake.set()  # caps for the new ones: another round at once
 
     @property
     def in_flight(self) -> int:
@@ -328,13 +369,16 @@ class Dispatcher:
         with anyio.CancelScope(shield=True):
             try:
                 unstarted, self._unstarted = self._unstarted, []
-                failing, due, self._next_due = await self._store.outbox.dispatch_round(
+                failing, due, self._next_due, revisions = await self._store.outbox.dispatch_round(
                     records, now, max(0, free), busy, unstarted, self._caps(finished)
                 )
             except StoreUnwritableError as exc:
                 self._not_recorded(finished, exc)
                 return bool(finished)
             await self._settle(finished, failing)
+        if now >= self._reload_after and self._catalog.stale(revisions, now):
+            await self._reload_endpoints(now)
+            s = self.settings
         started = 0
         full = {name for name, n in self._per_endpoint.items() if n >= s.per_endpoint}
         for delivery in due:
@@ -389,7 +433,7 @@ class Dispatcher:
         finished.sort(key=lambda f: f.delivery.key)  # the store's lock order (see _round)
         records = [AttemptRecord(f.delivery.id, f.result, f.decision) for f in finished]
         try:
-            failing, _due, _next = await self._store.outbox.dispatch_round(
+            failing, _due, _next, _revisions = await self._store.outbox.dispatch_round(
                 records, self._clock(), 0, set()
             )
         except StoreUnwritableError as exc:

@@ -117,6 +117,31 @@ API_SCHEMAS: Final[dict[str, Any]] = {
             "detail": {"type": "string"},
         },
     },
+    "ApiEndpoint": {
+        **_OPEN,
+        "description": "An endpoint, its state and definition (never its secret)",
+        "properties": {
+            "name": {"type": "string"},
+            "source": {"enum": ["config", "api"], "description": "The config file, or the store"},
+            "url": {"type": "string", "description": "User-info shown [redacted]"},
+            "events": {"type": "array", "items": {"type": "string"}},
+            "description": {"type": "string"},
+            "definition": {**_OPEN, "description": "Its keys of [[endpoints]]"},
+            "configured": {"type": "boolean"},
+            "enabled": {"type": "boolean"},
+            "disabled_reason": {"type": ["string", "null"]},
+            "pending": {"type": "integer", "description": "Open deliveries"},
+            "in_flight": {**_OPEN, "description": "Deliveries in flight per replica"},
+            "last_success_at": _MOMENT,
+            "failing_since": _MOMENT,
+            "last_error": {"type": ["string", "null"]},
+            "previous_secret_expires_at": {
+                **_MOMENT,
+                "description": "During a rotation's overlap: when the old secret stops signing",
+            },
+            "secret": {"type": "string", "description": "Only in a create's or rotation's answer"},
+        },
+    },
     "ApiRequeued": {
         **_OPEN,
         "description": "What a retry, a recovery or a replay did; message: one line",
@@ -408,10 +433,135 @@ def _action_paths() -> dict[str, Any]:
     }
 
 
+def _endpoint_paths() -> dict[str, Any]:
+    name = [
+        {
+            "name": "name",
+            "in": "path",
+            "required": True,
+            "description": "The endpoint's name",
+            "schema": {"type": "string"},
+        }
+    ]
+    endpoint = _json(_ref("ApiEndpoint"))
+    definition = {
+        "description": {"type": "string", "maxLength": 1000},
+        "url": {"type": "string"},
+        "events": {"type": "array", "items": {"type": "string"}},
+        "accounts": {"type": "array", "items": {"type": "string"}},
+        "payload": {"enum": ["full", "thin"]},
+        "format": {"enum": ["standard", "cloudevents", "slack", "discord", "google_chat", "teams"]},
+        "template": {"type": "string"},
+        "content_type": {"type": "string"},
+        "filter": _OPEN,
+        "rate_limit": {"type": "number"},
+        "disable_after": {"type": ["number", "string"]},
+    }
+    created = _body(
+        {
+            "name": {"type": "string", "maxLength": 64},
+            "secret": {"type": "string", "description": "whsec_...; default: a new one"},
+            **definition,
+        },
+        ["name", "url"],
+    )
+    changed = _body(definition, [])
+    verb = {"parameters": name}
+    return {
+        "/v1/endpoints": {
+            "get": _op(
+                "listEndpoints",
+                "Every endpoint (the config file's and those created here), by name",
+                _json(_page_of("endpoints", "ApiEndpoint")),
+                400,
+                parameters=_PAGE,
+            ),
+            "post": _op(
+                "createEndpoint",
+                "Create one in the store; its secret is in this answer only",
+                endpoint,
+                400,
+                409,
+                requestBody=created,
+            ),
+        },
+        "/v1/endpoints/{name}": {
+            "get": _op("getEndpoint", "One endpoint", endpoint, 404, **verb),
+            "put": _op(
+                "replaceEndpoint",
+                "Replace the definition (409: the config file's)",
+                endpoint,
+                400,
+                404,
+                409,
+                requestBody=changed,
+                **verb,
+            ),
+            "patch": _op(
+                "updateEndpoint",
+                "Change keys of the definition; null: the default (409: the config file's)",
+                endpoint,
+                400,
+                404,
+                409,
+                requestBody=changed,
+                **verb,
+            ),
+            "delete": _op(
+                "deleteEndpoint",
+                "Delete one created here; its open deliveries become dead (endpoint deleted)",
+                _json(_OPEN),
+                404,
+                409,
+                **verb,
+            ),
+        },
+        "/v1/endpoints/{name}:enable": {
+            "post": _op("enableEndpoint", "Enable it", endpoint, 404, **verb)
+        },
+        "/v1/endpoints/{name}:disable": {
+            "post": _op(
+                "disableEndpoint",
+                "Disable it (reason: optional)",
+                endpoint,
+                400,
+                404,
+                requestBody=_body({"reason": {"type": "string", "maxLength": 200}}, []),
+                **verb,
+            )
+        },
+        "/v1/endpoints/{name}:test": {
+            "post": _op("testEndpoint", "Send it a signed ping now", _json(_OPEN), 404, 503, **verb)
+        },
+        "/v1/endpoints/{name}:rotateSecret": {
+            "post": _op(
+                "rotateEndpointSecret",
+                "A new secret (in this answer only); the old one signs too for overlap seconds",
+                endpoint,
+                400,
+                404,
+                409,
+                requestBody=_body(
+                    {
+                        "overlap": {
+                            "type": ["number", "string"],
+                            "description": "Seconds or 24h; default a day, at most 30 days",
+                        },
+                        "secret": {"type": "string"},
+                    },
+                    [],
+                ),
+                **verb,
+            )
+        },
+    }
+
+
 def api_paths() -> dict[str, Any]:
     """Every route of the management API, each with its answers and errors."""
     return {
         **_status_paths(),
+        **_endpoint_paths(),
         **_delivery_paths(),
         **_event_paths(),
         **_session_paths(),

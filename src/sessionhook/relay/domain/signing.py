@@ -43,6 +43,7 @@ __all__ = [
     "SECRET_PREFIX",
     "SIGNING_KEY_PREFIX",
     "SignatureError",
+    "check_key",
     "decode_secret",
     "decode_signing_key",
     "generate_keypair",
@@ -168,6 +169,15 @@ def _decode_public_key(key: str) -> Ed25519PublicKey:
         return Ed25519PublicKey.from_public_bytes(raw)
     except (binascii.Error, ValueError) as exc:
         raise ValueError("public key is not whpk_ + base64 of 32 bytes") from exc
+
+
+def check_key(key: str) -> None:
+    """Raise :class:`ValueError` (one line) unless ``key`` is something :func:`verify` takes:
+    a ``whsec_`` secret or a ``whpk_`` public key."""
+    if key.strip().startswith(PUBLIC_KEY_PREFIX):
+        _decode_public_key(key)
+    else:
+        decode_secret(key)
 
 
 def _raw_public(private: Ed25519PrivateKey) -> bytes:

@@ -33,7 +33,7 @@ import httpx
 
 from sessionhook.api.models import Session
 
-from ..config import Config
+from ..config import Config, EndpointConfig
 from ..delivery.pinning import PinnedTransport
 from ..delivery.post import post_event
 from ..delivery.resolve import Resolver
@@ -484,12 +484,19 @@ def ping_event(endpoint: str, now: float) -> tuple[str, bytes]:
 
 
 async def test_endpoint(
-    config: Config, name: str, *, transport: httpx.AsyncBaseTransport, now: float
+    config: Config,
+    name: str,
+    *,
+    transport: httpx.AsyncBaseTransport,
+    now: float,
+    endpoint: EndpointConfig | None = None,
 ) -> tuple[str, AttemptResult]:
     """POST a signed ``ping`` to the configured endpoint ``name`` (its secrets, its
     payload/format/template) through ``transport`` (the daemon's vetted, pinned one);
-    returns the ping's webhook-id and the answer. Never archived, never retried."""
-    endpoint = config.endpoint_by_name(name)
+    returns the ping's webhook-id and the answer. Never archived, never retried.
+    ``endpoint``: one created at run time (:func:`.endpoint_edits.endpoint_config`)."""
+    if endpoint is None:
+        endpoint = config.endpoint_by_name(name)
     if endpoint is None:
         known = ", ".join(e.name for e in config.endpoints) or "none"
         raise OperatorError(f"no endpoint named {name!r} in the config (known: {known})")

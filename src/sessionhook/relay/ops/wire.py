@@ -11,14 +11,27 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from sessionhook.api.models import parse_timestamp
 
 from ..domain.replica import replica_health
-from ..store import AttemptRow, DeliveryRow, EndpointState, EventRow, ReplicaRow, SessionRow
+from ..store import (
+    AttemptRow,
+    DeliveryRow,
+    EndpointState,
+    EndpointSummary,
+    EventRow,
+    HistoryProgress,
+    RefusedRow,
+    RefusedSummary,
+    ReplicaRow,
+    SessionRow,
+    StatusSummary,
+    UpstreamSummary,
+)
 from . import Overview
 
 __all__ = [
@@ -29,11 +42,14 @@ __all__ = [
     "json_stamp",
     "json_times",
     "object_times",
+    "overview_from_json",
     "parse_moment",
     "replica_json",
     "session_json",
     "status_json",
 ]
+
+_Row = TypeVar("_Row")
 
 
 def json_stamp(ts: float) -> str:
@@ -165,3 +181,50 @@ def session_json(row: SessionRow) -> dict[str, Any]:
         "update_time": row.update_time,
         "first_seen_at": row.first_seen_at,
     })
+
+
+def _seconds(data: Any) -> Any:
+    """The inverse of :func:`json_times`: every moment back to Unix seconds."""
+    if isinstance(data, dict):
+        return {
+            key: datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+            if _is_moment(key) and isinstance(value, str)
+            else _seconds(value)
+            for key, value in data.items()
+        }
+    if isinstance(data, list):
+        return [_seconds(value) for value in data]
+    return data
+
+
+def _row(kind: type[_Row], data: Mapping[str, Any], **overrides: Any) -> _Row:
+    """``kind`` from the fields of ``data`` it has (more fields are what a newer relay
+    adds, and are left out); a missing one raises :class:`TypeError`."""
+    names = {f.name for f in fields(kind)}  # type: ignore[arg-type]
+    return kind(**{k: v for k, v in data.items() if k in names and k not in overrides}, **overrides)
+
+
+def overview_from_json(data: Mapping[str, Any]) -> Overview:
+    """The :class:`Overview` that :func:`status_json` spelled (what ``GET /v1/status``
+    answers), for ``status --url`` to print as ``status`` does. Raises :class:`ValueError`
+    (a moment that is not RFC 3339), :class:`TypeError` or :class:`KeyError` (a field
+    missing or of another shape)."""
+    raw = _seconds(dict(data))
+    refused = raw.get("refused") or {}
+    latest = refused.get("latest")
+    summary = _row(
+        StatusSummary,
+        raw,
+        endpoints=tuple(_row(EndpointSummary, e) for e in raw["endpoints"]),
+        upstream=_row(UpstreamSummary, raw["upstream"]),
+        refused=_row(
+            RefusedSummary,
+            refused,
+            by_reason=dict(refused.get("by_reason") or {}),
+            latest=None if latest is None else _row(RefusedRow, latest),
+        ),
+    )
+    walk = raw["history_walk"]
+    history = HistoryProgress(walk["total"], walk["done"], walk["sessions_per_second"])
+    replicas = tuple(_row(ReplicaRow, r, leases=tuple(r["leases"])) for r in raw["replicas"])
+    return Overview(summary, history, dict(raw["accounts"]), replicas)

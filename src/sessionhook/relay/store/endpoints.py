@@ -1,13 +1,33 @@
-"""The ``endpoints`` table: the configured webhook URLs and their run-time state (enabled,
-disabled and why, failing since, last success and error)."""
+"""The ``endpoints`` table: every webhook URL and its run-time state (enabled, disabled and
+why, failing since, last success and error).
+
+An endpoint is defined in one of two places (``source``): the config file (the row holds
+its state; :meth:`EndpointQueries.sync_endpoints` makes the rows match the file), or the
+store itself, created through the management API (the row holds its definition and its
+signing secrets too: every replica of a PostgreSQL store signs with them). A name is
+unique across both. Every change of a definition takes the next ``revision`` (one sequence
+over all rows) and wakes every replica (:meth:`~.dialect.Database.notify_outbox`), whose
+dispatcher sees the new revision with its next round.
+"""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from typing import Any
 
-from .dialect import Database
-from .rows import EndpointLike, EndpointState, StoreError
+from .dialect import Connection, Database, first_value
+from .rows import (
+    EndpointConflictError,
+    EndpointLike,
+    EndpointSpec,
+    EndpointState,
+    StoredEndpoint,
+    StoreError,
+)
+
+#: The row of a live endpoint created through the API.
+_LIVE_API = "source = 'api' AND deleted_at IS NULL"
 
 __all__ = ["EndpointQueries"]
 
@@ -19,12 +39,25 @@ class EndpointQueries:
         self._db = db
 
     def sync_endpoints(self, endpoints: Iterable[EndpointLike]) -> None:
-        """Make the endpoints table match the config: upsert url and globs, keep the run-time
-        enabled state; endpoints missing from the config stay (history) but become inactive.
+        """Make the config file's rows match the config: upsert url and globs, keep the
+        run-time enabled state; endpoints missing from the config stay (history) but become
+        inactive. Endpoints created through the API are left alone; a config endpoint named
+        like one of them is an :class:`EndpointConflictError` (nothing is changed).
         """
         now = self._db.clock()
+        endpoints = list(endpoints)
         with self._db.tx() as c:
             names = []
+            taken = {
+                str(row[0]) for row in c.execute(f"SELECT name FROM endpoints WHERE {_LIVE_API}")
+            }
+            clash = sorted(taken & {ep.name for ep in endpoints})
+            if clash:
+                raise EndpointConflictError(
+                    f"endpoint {clash[0]!r} of the config file was created through the API "
+                    f"too: rename one (or `sessionhook endpoints delete {clash[0]}`)",
+                    path=self._db.path,
+                )
             for ep in endpoints:
                 names.append(ep.name)
                 # Payload conditions (EndpointConfig.filter); endpoints without are {}.
@@ -36,7 +69,9 @@ class EndpointQueries:
                     "ON CONFLICT (name) DO UPDATE SET url = excluded.url, "
                     "events = excluded.events, "
                     "configured = excluded.configured, filter = excluded.filter, "
-                    "accounts = excluded.accounts",
+                    "accounts = excluded.accounts, source = 'config', spec = NULL, "
+                    "secret = NULL, previous_secret = NULL, previous_until = NULL, "
+                    "deleted_at = NULL, description = ''",
                     (
                         ep.name,
                         ep.url,
@@ -49,7 +84,7 @@ class EndpointQueries:
                 )
             c.execute(
                 "UPDATE endpoints SET configured = 0 "
-                "WHERE name NOT IN (SELECT value FROM json_each(?))",
+                "WHERE source = 'config' AND name NOT IN (SELECT value FROM json_each(?))",
                 (json.dumps(names),),
             )
 
@@ -76,11 +111,12 @@ class EndpointQueries:
                 raise StoreError(f"unknown endpoint {name!r}", path=self._db.path)
 
     def endpoint_states(self) -> list[EndpointState]:
-        """Every endpoint the store knows, by name."""
+        """Every endpoint the store knows, by name (not those deleted through the API)."""
         rows = self._db.conn.execute(
             "SELECT name, url, events, configured, enabled, disabled_reason, disabled_at, "
-            "last_success_at, failing_since, last_error, last_error_at, created_at "
-            "FROM endpoints ORDER BY name"
+            "last_success_at, failing_since, last_error, last_error_at, created_at, "
+            "source, description, updated_at "
+            "FROM endpoints WHERE deleted_at IS NULL ORDER BY name"
         ).fetchall()
         return [
             EndpointState(
@@ -96,9 +132,131 @@ class EndpointQueries:
                 last_error=r[9],
                 last_error_at=r[10],
                 created_at=r[11],
+                source=r[12],
+                description=r[13],
+                updated_at=r[14],
             )
             for r in rows
         ]
+
+    # ------------------------------------------------------------ created through the API
+
+    def create_endpoint(self, spec: EndpointSpec, secret: str) -> None:
+        """Create the endpoint ``spec`` describes, signing with ``secret``, enabled. A name
+        an endpoint has (in the config file, created through the API, or kept for the
+        history of one the file no longer has) is an :class:`EndpointConflictError`; the
+        name of one deleted through the API is taken again (its history stays)."""
+        now = self._db.clock()
+        with self._db.tx() as c:
+            row = c.execute(
+                "SELECT source, deleted_at, configured FROM endpoints WHERE name = ?",
+                (spec.name,),
+            ).fetchone()
+            if row is not None and (row[0] != "api" or row[1] is None):
+                where = (
+                    "created through the API"
+                    if row[0] == "api"
+                    else "in the config file"
+                    if row[2]
+                    else "once in the config file: its history is kept under that name"
+                )
+                raise EndpointConflictError(
+                    f"an endpoint named {spec.name!r} exists ({where})", path=self._db.path
+                )
+            values = (*_spec_values(spec), secret, _next_revision(c), now)
+            if row is None:
+                c.execute(
+                    "INSERT INTO endpoints (url, events, filter, accounts, spec, description, "
+                    "secret, revision, updated_at, name, source, configured, enabled, "
+                    "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'api', 1, 1, ?)",
+                    (*values, spec.name, now),
+                )
+            else:  # deleted through the API: a new endpoint under the old name
+                c.execute(
+                    "UPDATE endpoints SET url = ?, events = ?, filter = ?, accounts = ?, "
+                    "spec = ?, description = ?, secret = ?, revision = ?, updated_at = ?, "
+                    "created_at = ?, configured = 1, enabled = 1, deleted_at = NULL, "
+                    "previous_secret = NULL, previous_until = NULL, disabled_reason = NULL, "
+                    "disabled_at = NULL, failing_since = NULL, last_error = NULL, "
+                    "last_error_at = NULL, last_success_at = NULL WHERE name = ?",
+                    (*values, now, spec.name),
+                )
+            self._db.notify_outbox(c)
+
+    def update_endpoint(self, spec: EndpointSpec) -> None:
+        """Replace the definition of the endpoint created through the API ``spec.name``
+        (its secrets and run-time state stay)."""
+        now = self._db.clock()
+        with self._db.tx() as c:
+            cur = c.execute(
+                "UPDATE endpoints SET url = ?, events = ?, filter = ?, accounts = ?, spec = ?, "
+                f"description = ?, revision = ?, updated_at = ? WHERE name = ? AND {_LIVE_API}",
+                (*_spec_values(spec), _next_revision(c), now, spec.name),
+            )
+            self._unknown_unless(cur.rowcount, spec.name)
+            self._db.notify_outbox(c)
+
+    def rotate_endpoint_secret(self, name: str, secret: str, previous_until: float) -> None:
+        """Sign with ``secret`` from now on, and with the secret it replaces as well until
+        ``previous_until`` (the overlap; a rotation within it ends the earlier overlap)."""
+        now = self._db.clock()
+        with self._db.tx() as c:
+            cur = c.execute(
+                "UPDATE endpoints SET previous_secret = secret, previous_until = ?, "
+                f"secret = ?, revision = ?, updated_at = ? WHERE name = ? AND {_LIVE_API}",
+                (previous_until, secret, _next_revision(c), now, name),
+            )
+            self._unknown_unless(cur.rowcount, name)
+            self._db.notify_outbox(c)
+
+    def delete_endpoint(self, name: str, reason: str) -> int:
+        """Delete the endpoint created through the API ``name``: its secrets are erased,
+        its open deliveries become ``dead`` with ``reason`` (nothing more is sent to it);
+        the row stays for the history of its deliveries. Returns how many were open."""
+        now = self._db.clock()
+        with self._db.tx() as c:
+            # The deliveries first: a recorded attempt locks its queue's head, then the
+            # endpoint's row; the same order here (no deadlock on PostgreSQL). Rolled back
+            # whole when the name is not one of the API's.
+            cur = c.execute(
+                "UPDATE deliveries SET status = 'dead', next_attempt_at = NULL, "
+                "last_error = ?, updated_at = ? "
+                "WHERE endpoint = ? AND status IN ('pending', 'failed')",
+                (reason, now, name),
+            )
+            closed = int(cur.rowcount)
+            cur = c.execute(
+                "UPDATE endpoints SET configured = 0, deleted_at = ?, secret = NULL, "
+                "previous_secret = NULL, previous_until = NULL, revision = ?, updated_at = ? "
+                f"WHERE name = ? AND {_LIVE_API}",
+                (now, _next_revision(c), now, name),
+            )
+            self._unknown_unless(cur.rowcount, name)
+            self._db.notify_outbox(c)
+        return closed
+
+    def stored_endpoints(self) -> list[StoredEndpoint]:
+        """Every live endpoint created through the API, with its secrets, by name."""
+        rows = self._db.conn.execute(
+            "SELECT name, spec, description, secret, previous_secret, previous_until, "
+            f"revision, enabled FROM endpoints WHERE {_LIVE_API} ORDER BY name"
+        ).fetchall()
+        return [_stored(r) for r in rows]
+
+    def stored_endpoint(self, name: str) -> StoredEndpoint | None:
+        """The live endpoint created through the API ``name``, with its secrets."""
+        row = self._db.conn.execute(
+            "SELECT name, spec, description, secret, previous_secret, previous_until, "
+            f"revision, enabled FROM endpoints WHERE name = ? AND {_LIVE_API}",
+            (name,),
+        ).fetchone()
+        return None if row is None else _stored(row)
+
+    def _unknown_unless(self, rowcount: int, name: str) -> None:
+        if rowcount == 0:
+            raise StoreError(
+                f"no endpoint created through the API named {name!r}", path=self._db.path
+            )
 
     def subscribers(
         self, account: str | None = None
@@ -115,3 +273,34 @@ class EndpointQueries:
             for name, globs, cond, accounts in rows
             if accounts is None or account is None or account in json.loads(accounts)
         ]
+
+
+def _next_revision(c: Connection) -> int:
+    """The next revision of a definition (one sequence over all rows: a name deleted and
+    created again never gets a revision it had)."""
+    return int(first_value(c, "SELECT COALESCE(MAX(revision), 0) + 1 FROM endpoints"))
+
+
+def _spec_values(spec: EndpointSpec) -> tuple[Any, ...]:
+    """url, events, filter, accounts, spec, description: the columns of a definition."""
+    return (
+        spec.url,
+        json.dumps(list(spec.events)),
+        json.dumps({k: list(v) for k, v in spec.filter.items()}),
+        None if spec.accounts is None else json.dumps(list(spec.accounts)),
+        json.dumps(dict(spec.spec), sort_keys=True),
+        spec.description,
+    )
+
+
+def _stored(r: Any) -> StoredEndpoint:
+    return StoredEndpoint(
+        name=r[0],
+        spec=json.loads(r[1]),
+        description=r[2],
+        secret=r[3],
+        previous_secret=r[4],
+        previous_until=r[5],
+        revision=int(r[6]),
+        enabled=bool(r[7]),
+    )

@@ -120,6 +120,18 @@ class Outbox:
             )
         ]
 
+    def active_revisions(self) -> list[tuple[str, int]]:
+        """:meth:`active_endpoints` with the revision of each one's definition (0: in the
+        config file; see :mod:`.endpoints`): a dispatcher's round reads them instead, and
+        reloads the endpoints created through the API when one differs from those it
+        holds (no extra query per round)."""
+        # Rows as the driver gives them (tuples of text and integer): read every round.
+        rows: list[tuple[str, int]] = self._db.conn.execute(
+            "SELECT name, revision FROM endpoints WHERE enabled = 1 AND configured = 1 "
+            "ORDER BY name"
+        ).fetchall()
+        return rows
+
     def due_deliveries(
         self,
         now: float,
@@ -319,12 +331,15 @@ class Outbox:
         # it fires takes the queue's lock before re-deriving the head. The re-derived head
         # row is a new, unclaimed one: recording releases this replica's claim with it.
         status, keep_next, next_at, delivered_at = _outcome(decision, finished)
+        # A delivery closed as dead while it was in flight (its endpoint deleted) stays
+        # dead unless this attempt delivered it: never opened again for nobody.
         row = c.execute(
-            "UPDATE deliveries SET status = ?, attempts = attempts + 1, updated_at = ?, "
-            "last_status_code = ?, last_error = ?, "
+            "UPDATE deliveries SET "
+            "status = CASE WHEN status = 'dead' AND ? <> 'delivered' THEN 'dead' ELSE ? END, "
+            "attempts = attempts + 1, updated_at = ?, last_status_code = ?, last_error = ?, "
             "next_attempt_at = CASE WHEN ? = 1 THEN next_attempt_at ELSE ? END, "
             "delivered_at = COALESCE(?, delivered_at) WHERE id = ? RETURNING endpoint, attempts",
-            (status, finished, code, error, keep_next, next_at, delivered_at, delivery_id),
+            (status, status, finished, code, error, keep_next, next_at, delivered_at, delivery_id),
         ).fetchone()
         if row is None:
             raise StoreError(f"unknown delivery {delivery_id}", path=self._db.path)

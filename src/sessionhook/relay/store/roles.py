@@ -40,6 +40,7 @@ from .rows import (
     DeliveryRow,
     DueDelivery,
     EndpointLike,
+    EndpointSpec,
     EndpointState,
     EventRow,
     Ingested,
@@ -49,6 +50,7 @@ from .rows import (
     Retried,
     SessionRow,
     StatusSummary,
+    StoredEndpoint,
 )
 
 __all__ = [
@@ -100,6 +102,30 @@ class EndpointRole(Protocol):
 
     def endpoint_states(self) -> list[EndpointState]:
         """Every endpoint known, by name."""
+        ...
+
+    def create_endpoint(self, spec: EndpointSpec, secret: str) -> None:
+        """Create an endpoint through the API (a name taken: EndpointConflictError)."""
+        ...
+
+    def update_endpoint(self, spec: EndpointSpec) -> None:
+        """Replace the definition of one created through the API."""
+        ...
+
+    def rotate_endpoint_secret(self, name: str, secret: str, previous_until: float) -> None:
+        """A new secret; the old one signs too until ``previous_until``."""
+        ...
+
+    def delete_endpoint(self, name: str, reason: str) -> int:
+        """Delete one created through the API; how many open deliveries became dead."""
+        ...
+
+    def stored_endpoints(self) -> list[StoredEndpoint]:
+        """Every live one created through the API, with its secrets."""
+        ...
+
+    def stored_endpoint(self, name: str) -> StoredEndpoint | None:
+        """One created through the API, with its secrets, or ``None``."""
         ...
 
 
@@ -193,6 +219,10 @@ class OutboxRole(Protocol):
 
     def active_endpoints(self) -> list[str]:
         """The endpoints deliveries go to now, sorted."""
+        ...
+
+    def active_revisions(self) -> list[tuple[str, int]]:
+        """The endpoints deliveries go to now with their definitions' revisions."""
         ...
 
     def due_deliveries(

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -107,9 +107,11 @@ class SessionRow:
 class EndpointState:
     """An endpoint as the store knows it.
 
-    ``configured``: present in the current config with ``enabled = true``. ``enabled``: not
-    disabled at run time (410, failing too long, operator). Only an endpoint that is both is
-    :attr:`active`: gets new deliveries and is sent to.
+    ``configured``: present in the current config with ``enabled = true`` (an endpoint
+    created through the API: not deleted). ``enabled``: not disabled at run time (410,
+    failing too long, operator). Only an endpoint that is both is :attr:`active`: gets new
+    deliveries and is sent to. ``source``: where it is defined, ``config`` (the file) or
+    ``api`` (the store: :class:`StoredEndpoint`).
     """
 
     name: str
@@ -124,11 +126,59 @@ class EndpointState:
     last_error: str | None
     last_error_at: float | None
     created_at: float
+    source: str = "config"
+    description: str = ""
+    #: When its definition last changed through the API (``None``: never).
+    updated_at: float | None = None
 
     @property
     def active(self) -> bool:
         """Configured and enabled."""
         return self.configured and self.enabled
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointSpec:
+    """The definition of an endpoint created through the API, as the store keeps it:
+    ``spec`` holds the keys of ``[[endpoints]]`` it sets (JSON, validated before it gets
+    here); ``url``, ``events``, ``filter`` and ``accounts`` are its columns the ingest
+    reads (the same values, normalized)."""
+
+    name: str
+    url: str
+    events: tuple[str, ...]
+    filter: Mapping[str, Sequence[str]]
+    accounts: tuple[str, ...] | None
+    spec: Mapping[str, Any]
+    description: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEndpoint:
+    """An endpoint created through the API with its signing secrets: what a dispatcher
+    signs with. ``previous_secret`` still signs until ``previous_until`` (a rotation's
+    overlap); ``revision`` changes with every change of the definition."""
+
+    name: str
+    spec: dict[str, Any]
+    description: str
+    secret: str
+    previous_secret: str | None
+    previous_until: float | None
+    revision: int
+    enabled: bool
+
+    def secrets_at(self, now: float) -> tuple[str, ...]:
+        """The secrets that sign at ``now``: the current one, and the previous one while
+        its overlap lasts."""
+        if self.previous_secret and self.previous_until is not None and now < self.previous_until:
+            return (self.secret, self.previous_secret)
+        return (self.secret,)
+
+
+class EndpointConflictError(StoreError):
+    """An endpoint of that name exists already (in the config file or created through the
+    API), or the endpoint is the config file's to change."""
 
 
 @dataclass(frozen=True, slots=True)

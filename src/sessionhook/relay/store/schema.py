@@ -446,8 +446,38 @@ def _m0008_derived_names_lean_indexes(db: Database) -> None:
         db.execute(statement)
 
 
-@_migration("0009_actions_taken")
-def _m0009_actions_taken(db: Database) -> None:
+# ---------------------------------------------------------------- 0009 (endpoints from the API)
+
+#: Endpoints created through the management API live in the store (docs/configuration.md
+#: "Endpoints from the API"): ``source`` says where an endpoint is defined (``config``: the
+#: file, the row keeps only its state; ``api``: the row is its definition), ``spec`` holds
+#: its delivery settings (the keys of ``[[endpoints]]`` it sets, JSON), ``secret`` the
+#: signing secret every replica signs with, ``previous_secret`` the one it replaced, still
+#: signing until ``previous_until`` (a rotation's overlap). ``revision`` grows with every
+#: change of a definition (from one sequence over all rows): a dispatcher compares the
+#: revisions of the active endpoints, read with its round, to those it holds.
+#: ``deleted_at``: deleted through the API (the row stays: its deliveries' history).
+_M0009 = (
+    "ALTER TABLE endpoints ADD COLUMN source TEXT NOT NULL DEFAULT 'config'",
+    "ALTER TABLE endpoints ADD COLUMN spec TEXT",
+    "ALTER TABLE endpoints ADD COLUMN description TEXT NOT NULL DEFAULT ''",
+    "ALTER TABLE endpoints ADD COLUMN secret TEXT",
+    "ALTER TABLE endpoints ADD COLUMN previous_secret TEXT",
+    "ALTER TABLE endpoints ADD COLUMN previous_until REAL",
+    "ALTER TABLE endpoints ADD COLUMN revision INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE endpoints ADD COLUMN updated_at REAL",
+    "ALTER TABLE endpoints ADD COLUMN deleted_at REAL",
+)
+
+
+@_migration("0009_api_endpoints")
+def _m0009_api_endpoints(db: Database) -> None:
+    for statement in _M0009:
+        db.execute(statement)
+
+
+@_migration("0010_actions_taken")
+def _m0010_actions_taken(db: Database) -> None:
     # Actions people took through signed links, Slack or the console (store/actions.py).
     for statement in (
         """CREATE TABLE actions_taken (

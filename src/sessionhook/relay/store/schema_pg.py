@@ -346,7 +346,21 @@ _M0008 = (
     "CREATE INDEX deliveries_by_endpoint ON deliveries(endpoint, status, id)",
 )
 
-_M0009_ACTIONS = (
+# Migration 0009 (see schema.py): endpoints created through the API, their definition and
+# signing secrets in the row.
+_M0009 = (
+    "ALTER TABLE endpoints ADD COLUMN source TEXT NOT NULL DEFAULT 'config'",
+    "ALTER TABLE endpoints ADD COLUMN spec TEXT",
+    "ALTER TABLE endpoints ADD COLUMN description TEXT NOT NULL DEFAULT ''",
+    "ALTER TABLE endpoints ADD COLUMN secret TEXT",
+    "ALTER TABLE endpoints ADD COLUMN previous_secret TEXT",
+    "ALTER TABLE endpoints ADD COLUMN previous_until DOUBLE PRECISION",
+    "ALTER TABLE endpoints ADD COLUMN revision BIGINT NOT NULL DEFAULT 0",
+    "ALTER TABLE endpoints ADD COLUMN updated_at DOUBLE PRECISION",
+    "ALTER TABLE endpoints ADD COLUMN deleted_at DOUBLE PRECISION",
+)
+
+_M0010_ACTIONS = (
     f"""CREATE TABLE actions_taken (
         id {_ID},
         taken_at DOUBLE PRECISION NOT NULL,
@@ -377,7 +391,8 @@ MIGRATIONS: dict[str, Sequence[str]] = {
     "0004_compact_archive": _M0004_COMPACT,
     "0007_replicas": _M0007_REPLICAS,
     "0008_derived_names_lean_indexes": _M0008,
-    "0009_actions_taken": _M0009_ACTIONS,
+    "0009_api_endpoints": _M0009,
+    "0010_actions_taken": _M0010_ACTIONS,
 }
 assert list(MIGRATIONS) == _KNOWN_MIGRATIONS, "PostgreSQL and SQLite migrations differ"
 

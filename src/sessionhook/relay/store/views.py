@@ -176,6 +176,12 @@ class AsyncEndpoints(View[EndpointRole]):
     sync_endpoints = call(EndpointRole.sync_endpoints)
     set_endpoint_enabled = write(EndpointRole.set_endpoint_enabled)
     endpoint_states = call(EndpointRole.endpoint_states)
+    create_endpoint = call(EndpointRole.create_endpoint)
+    update_endpoint = call(EndpointRole.update_endpoint)
+    rotate_endpoint_secret = call(EndpointRole.rotate_endpoint_secret)
+    delete_endpoint = call(EndpointRole.delete_endpoint)
+    stored_endpoints = call(EndpointRole.stored_endpoints)
+    stored_endpoint = call(EndpointRole.stored_endpoint)
 
 
 class AsyncIngest(View[IngestRole]):
@@ -330,14 +336,16 @@ class AsyncOutbox(View[OutboxRole]):
         busy: Iterable[tuple[str, str]],
         release: Iterable[tuple[str, str]] = (),
         caps: Mapping[str, int] | None = None,
-    ) -> tuple[list[float | None], list[DueDelivery], float | None]:
+    ) -> tuple[list[float | None], list[DueDelivery], float | None, list[tuple[str, int]]]:
         """One round of the dispatcher in ONE call to the store's thread: record
         ``records`` in one transaction (:meth:`OutboxRole.record_attempts`, committed before
         anything is read), then :meth:`OutboxRole.due_deliveries` (``now``, ``limit``,
         ``busy``) and, when fewer than ``limit`` are due, :meth:`OutboxRole.next_due_at`
         after ``now`` (else ``now``). Returns (failing_since per record, due deliveries,
-        next due time). ``release``: keys handed out by the previous round and not started,
-        whose claims go back first (:meth:`LeaseRole.release_delivery_claims`); ``caps``:
+        next due time, the active endpoints with their revisions:
+        :meth:`OutboxRole.active_revisions`). ``release``: keys handed out by the previous
+        round and not started, whose claims go back first
+        (:meth:`LeaseRole.release_delivery_claims`); ``caps``:
         per endpoint, at most that many (its free slots). With records, or for a replica
         (it claims what it reads), it is a write: a full disk is waited out (the batch is
         retried whole, nothing of it was committed)."""
@@ -347,18 +355,23 @@ class AsyncOutbox(View[OutboxRole]):
         outbox, leases = self._role, self._leases
         committed: list[list[float | None]] = []
 
-        def work() -> tuple[list[float | None], list[DueDelivery], float | None]:
+        def work() -> tuple[
+            list[float | None], list[DueDelivery], float | None, list[tuple[str, int]]
+        ]:
             # Retried by write() after a failure: a batch already committed is not redone.
             if not committed:
                 committed.append(outbox.record_attempts(records))
             failing = committed[0]
             if unclaim:
                 leases.release_delivery_claims(unclaim)
-            active = outbox.active_endpoints()  # read once for both queries
+            # Read once for both queries; the revisions tell the dispatcher whether the
+            # endpoints created through the API changed (see Outbox.active_revisions).
+            revisions = outbox.active_revisions()
+            active = [name for name, _revision in revisions]
             due = outbox.due_deliveries(now, limit, keys, caps, active=active) if limit else []
             if limit > 0 and len(due) >= limit:
-                return failing, due, now
-            return failing, due, outbox.next_due_at(after=now, active=active)
+                return failing, due, now, revisions
+            return failing, due, outbox.next_due_at(after=now, active=active), revisions
 
         # A replica sharing the store claims what it reads: a write.
         claiming = limit > 0 and leases.claims

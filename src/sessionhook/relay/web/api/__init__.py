@@ -20,6 +20,7 @@ from ..context import RouteProvider, WebContext
 from .actions import actions_routes
 from .common import ApiProblem, api_problem_response, not_found
 from .deliveries import deliveries_routes
+from .endpoints import endpoint_routes
 from .events import events_routes
 from .sessions import sessions_routes
 from .status import status_routes
@@ -29,6 +30,7 @@ __all__ = ["API_GROUPS", "ApiProblem", "api_problem_response", "api_routes"]
 #: The API's route groups, in order.
 API_GROUPS: Final[tuple[RouteProvider, ...]] = (
     status_routes,
+    endpoint_routes,
     deliveries_routes,
     events_routes,
     sessions_routes,

@@ -1,0 +1,223 @@
+"""``sessionhook listen``: a local webhook receiver, or a relay's events forwarded to one.
+
+Two modes:
+
+* ``listen [--port 8000]``: a receiver on ``127.0.0.1`` (:class:`sessionhook.receiver.Receiver`)
+  that verifies every request (``--secret`` / ``$SESSIONHOOK_LISTEN_SECRET`` for ``v1``,
+  ``--public-key`` for ``v1a``; timestamps within 5 minutes), answers 204 only to a valid
+  one and 401 (or 400, 405, 413) with a one-line reason otherwise, and prints each event
+  on one line (``--json``: one JSON object per line, headers of interest and body).
+  Refusals are printed on stderr, so stdout holds the accepted events only.
+* ``listen --url RELAY --forward-to URL``: every event of the relay's stream, POSTed to a
+  local consumer and signed with a local secret printed at start
+  (:mod:`sessionhook.cli.listen_forward`).
+
+Upstream text is printed escaped (:func:`sessionhook.receiver.printable`). Ctrl-C ends
+either mode with exit status 130 (the entry point's); a closed pipe (``| head``) quietly.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Final
+
+import click
+
+from . import cli
+from ._output import CliError, handle_errors, register_user_error
+
+if TYPE_CHECKING:
+    from ..receiver import Delivery, Refusal
+
+__all__ = ["DEFAULT_PORT", "ENV_SECRET", "listen"]
+
+#: ``--port`` when none is given.
+DEFAULT_PORT: Final = 8000
+#: The environment variable ``--secret`` is read from when not given.
+ENV_SECRET: Final = "SESSIONHOOK_LISTEN_SECRET"
+
+
+@cli.command("listen")
+@click.option(
+    "--port", type=click.IntRange(0, 65535), help=f"Receive on this port [{DEFAULT_PORT}]."
+)
+@click.option("--host", help="Receive on this address [127.0.0.1].")
+@click.option(
+    "--secret",
+    "secrets",
+    multiple=True,
+    envvar=ENV_SECRET,
+    metavar="whsec_...",
+    help="The endpoint's secret to verify with (repeat during a rotation; or "
+    f"${ENV_SECRET}); with --forward-to, the secret to sign with (default: a new one).",
+)
+@click.option(
+    "--public-key",
+    "public_keys",
+    multiple=True,
+    metavar="whpk_...",
+    help="Verify v1a (ed25519) signatures with this public key.",
+)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@click.option(
+    "--max-body",
+    type=click.IntRange(1024),
+    metavar="BYTES",
+    help="Refuse larger bodies (413) [8 MiB].",
+)
+@click.option("--url", metavar="URL", help="A relay's [server] address: forward its events.")
+@click.option(
+    "--token",
+    envvar="SESSIONHOOK_WEB_TOKEN",
+    metavar="TOKEN",
+    help="The relay's [server] token for --url (or $SESSIONHOOK_WEB_TOKEN).",
+)
+@click.option("--forward-to", metavar="URL", help="With --url: POST each event here.")
+@click.option(
+    "--events",
+    "event_types",
+    metavar="TYPE,...",
+    help="With --url: only these event types (globs, e.g. 'session.*').",
+)
+@click.option("--last-event-id", metavar="ID", help="With --url: start right after this event.")
+def listen(
+    port: int | None,
+    host: str | None,
+    secrets: tuple[str, ...],
+    public_keys: tuple[str, ...],
+    as_json: bool,
+    max_body: int | None,
+    url: str | None,
+    token: str | None,
+    forward_to: str | None,
+    event_types: str | None,
+    last_event_id: str | None,
+) -> None:
+    """Receive signed webhooks on this machine and print them, verified; or, with --url and
+    --forward-to, forward a relay's events to a local consumer, signed."""
+    if (url is None) != (forward_to is None):
+        raise click.UsageError("--url and --forward-to go together (forward a relay's events)")
+    with handle_errors(), _quiet_on_closed_pipe():
+        if url is not None and forward_to is not None:
+            for given, flag in ((port, "--port"), (host, "--host"), (max_body, "--max-body")):
+                if given is not None:
+                    raise click.UsageError(f"{flag} is for receiving; --forward-to sends")
+            if public_keys:
+                raise click.UsageError("--forward-to signs with a whsec_ secret, not a key")
+            from .listen_forward import forward
+
+            forward(url, forward_to, token, secrets, event_types, last_event_id, as_json)
+            return
+        if event_types is not None or last_event_id is not None:
+            raise click.UsageError("--events and --last-event-id go with --url")
+        _receive(
+            host or "127.0.0.1",
+            DEFAULT_PORT if port is None else port,
+            [*secrets, *public_keys],
+            as_json,
+            max_body,
+        )
+
+
+def _receive(host: str, port: int, keys: list[str], as_json: bool, max_body: int | None) -> None:
+    import anyio
+
+    from ..receiver import MAX_BODY, ListenError, Receiver, serve_receiver
+    from ..relay.domain import signing
+    from ..relay.telemetry import logs
+
+    if not keys:
+        raise CliError(
+            "nothing to verify with",
+            hint=f"give the endpoint's secret (--secret or ${ENV_SECRET}) or --public-key",
+            exit_code=2,
+        )
+    printer = _Printer(as_json)
+    try:
+        receiver = Receiver(keys, printer.delivery, printer.refusal, max_body=max_body or MAX_BODY)
+    except ValueError as exc:
+        raise CliError(str(exc), exit_code=2) from None
+    # The listener's own records (warnings only) go to stderr; stdout is for the events.
+    logs.configure("warning", "console")
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tg:
+            printer.stop = tg.cancel_scope.cancel
+            bound_host, bound_port = await tg.start(serve_receiver, host, port, receiver)
+            kinds = "v1a signatures" if all(k.startswith("whpk_") for k in keys) else "signatures"
+            shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+            click.echo(
+                f"listening on http://{shown}:{bound_port} (any path): {kinds} checked with "
+                f"{len(keys)} key{'s' if len(keys) > 1 else ''}, timestamps within "
+                f"{signing.DEFAULT_TOLERANCE // 60} min; Ctrl-C stops",
+                err=True,
+            )
+
+    register_user_error(ListenError, exit_code=1)  # one line, also out of the task group
+    anyio.run(main, backend="asyncio")
+    if printer.pipe_closed:
+        raise BrokenPipeError
+
+
+class _Printer:
+    """Prints what the receiver accepts (stdout) and refuses (stderr), one line each."""
+
+    def __init__(self, as_json: bool) -> None:
+        self.as_json = as_json
+        self.stop: Callable[[], None] = lambda: None
+        self.pipe_closed = False
+
+    async def delivery(self, delivery: Delivery) -> None:
+        from ..receiver import event_line, json_line
+
+        if self.as_json:
+            record = {
+                "received_at": _iso(delivery.received_at),
+                "path": delivery.path,
+                "duplicate": delivery.duplicate,
+                "headers": delivery.headers,
+                "body": delivery.body,
+            }
+            self._out(json_line(record))
+        else:
+            note = "signature ok" + (" (duplicate)" if delivery.duplicate else "")
+            self._out(event_line(delivery.body, note=note))
+
+    async def refusal(self, refusal: Refusal) -> None:
+        from ..receiver import clip
+
+        about = f" {clip(refusal.webhook_id, 80)}" if refusal.webhook_id else ""
+        click.echo(
+            f"{time.strftime('%H:%M:%S')}  refused {refusal.method} {clip(refusal.path, 80)}"
+            f"{about} from {refusal.client or '?'}: {refusal.status} {clip(refusal.reason, 200)}",
+            err=True,
+        )
+
+    def _out(self, line: str) -> None:
+        try:
+            click.echo(line)
+            sys.stdout.flush()
+        except BrokenPipeError:  # `listen | head`: nobody reads any more
+            self.pipe_closed = True
+            self.stop()
+
+
+def _iso(ts: float) -> str:
+    """RFC 3339 in UTC with microseconds, as every ``--json`` moment is written."""
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@contextmanager
+def _quiet_on_closed_pipe() -> Iterator[None]:
+    """A closed stdout ends the command quietly (status 0); what is left in the buffer goes
+    to /dev/null so that Python's flush at exit does not complain either."""
+    try:
+        yield
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())

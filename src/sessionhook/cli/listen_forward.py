@@ -1,0 +1,251 @@
+"""``sessionhook listen --url RELAY --forward-to URL``: a relay's events, POSTed to a local
+consumer as the relay would, signed with a local secret.
+
+The events come from the relay's stream (``GET /v1/events/stream``, through
+:func:`sessionhook.cli.ops_events.follow_stream`, which reconnects after a failure with
+``Last-Event-ID`` = the last event taken: nothing is missed or repeated across a cut).
+Each one is POSTed, one at a time and in the stream's order, with its exact body and the
+Standard Webhooks headers: ``webhook-id`` = the event's id (the relay's own webhook-id),
+``webhook-timestamp`` = now (fresh per attempt), ``webhook-signature`` signed with the
+local secret (``--secret``, else a new one printed at start).
+
+A consumer that is down, times out, or answers 5xx or 429 is tried again after
+:data:`RETRY_DELAYS` (1, 2 and 4 s: four attempts in about 7 s); then the event is
+reported as given up, on its own line, and the next one is forwarded. Any other answer is
+final at once (2xx: delivered; 3xx, which is not followed, and 4xx: refused, printed as
+such). Nothing is dropped without a line saying so.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+import click
+
+from ..redact import redact_userinfo
+from ._output import CliError, one_line
+from .remote import need_token
+
+if TYPE_CHECKING:
+    import httpx
+
+    from ..relay.ops import EventFilter
+    from .ops_events import StreamEvent
+
+__all__ = ["FORWARD_TIMEOUT", "RETRY_DELAYS", "Forwarder", "Outcome", "forward"]
+
+#: Waits before the second, third and fourth attempt of one event.
+RETRY_DELAYS: Final = (1.0, 2.0, 4.0)
+#: Seconds one POST to the consumer may take.
+FORWARD_TIMEOUT: Final = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How forwarding one event ended: the last answer's status (``None``: no answer), its
+    time, the attempts made and, unless it was delivered, why not."""
+
+    status: int | None
+    millis: int
+    attempts: int
+    problem: str | None = None
+
+    @property
+    def delivered(self) -> bool:
+        """Whether the consumer answered 2xx."""
+        return self.problem is None
+
+    def note(self) -> str:
+        """The answer as the event's line ends: ``-> 204 in 12 ms``."""
+        if self.delivered:
+            return f"-> {self.status} in {self.millis} ms"
+        tries = f" after {self.attempts} attempts" if self.attempts > 1 else ""
+        return f"-> not delivered{tries}: {self.problem}"
+
+    def json(self) -> dict[str, Any]:
+        """The answer in ``--json`` output."""
+        return {
+            "status": self.status,
+            "ms": self.millis,
+            "attempts": self.attempts,
+            "delivered": self.delivered,
+            "problem": self.problem,
+        }
+
+
+class Forwarder:
+    """POSTs events to ``target``, signed with ``secrets``, retried as the module says."""
+
+    def __init__(
+        self,
+        http: httpx.AsyncClient,
+        target: str,
+        secrets: list[str],
+        *,
+        note: Callable[[str], None],
+        sleep: Callable[[float], Awaitable[None]],
+    ) -> None:
+        from .. import __version__
+
+        self._http = http
+        self.target = target
+        self.secrets = secrets
+        self._note = note
+        self._sleep = sleep
+        self._agent = f"sessionhook-listen/{__version__}"
+
+    async def forward(self, event: StreamEvent) -> Outcome:
+        """Deliver ``event`` (retrying a consumer that is down or failing); never raises
+        for the consumer's answer."""
+        import httpx
+
+        from ..receiver import printable
+        from ..relay.domain import signing
+
+        attempts = len(RETRY_DELAYS) + 1
+        for attempt in range(1, attempts + 1):
+            stamp = int(time.time())
+            headers = {
+                "content-type": "application/json",
+                "user-agent": self._agent,
+                "webhook-id": event.id,
+                "webhook-timestamp": str(stamp),
+                "webhook-signature": signing.signature_header(
+                    self.secrets, event.id, stamp, event.body
+                ),
+            }
+            started = time.monotonic()
+            status: int | None = None
+            try:
+                # The answer's body is not read: only its status counts.
+                async with self._http.stream(
+                    "POST", self.target, content=event.body, headers=headers
+                ) as answer:
+                    status = answer.status_code
+            except httpx.HTTPError as exc:
+                detail = f": {exc}" if str(exc) else ""
+                problem = printable(one_line(type(exc).__name__ + detail))
+            millis = int((time.monotonic() - started) * 1000)
+            if status is not None:
+                if 200 <= status < 300:
+                    return Outcome(status, millis, attempt)
+                problem = f"answered {status}"
+                if status < 500 and status != 429:
+                    return Outcome(status, millis, attempt, problem + " (not retried)")
+            if attempt == attempts:
+                return Outcome(status, millis, attempt, problem)
+            delay = RETRY_DELAYS[attempt - 1]
+            self._note(
+                f"note: {printable(event.id)}: {problem}; trying again in {delay:g} s "
+                f"(attempt {attempt + 1} of {attempts})"
+            )
+            await self._sleep(delay)
+        raise AssertionError("unreachable")  # the loop returns on its last attempt
+
+
+def forward(
+    url: str,
+    target: str,
+    token: str | None,
+    secrets: tuple[str, ...],
+    event_types: str | None,
+    last_event_id: str | None,
+    as_json: bool,
+) -> None:
+    """The command's body in forward mode (see the module's docstring)."""
+    import anyio
+
+    from ..relay.domain import signing
+    from ..relay.domain.events import EVENT_TYPES, matches
+    from ..relay.ops import EventFilter
+
+    for name, value in (("--url", url), ("--forward-to", target)):
+        if not value.lower().startswith(("http://", "https://")):
+            raise click.UsageError(f"{name} must be an http:// or https:// URL")
+    token = need_token(token)
+    keys = [key for text in secrets for key in text.split()] or [signing.generate_secret()]
+    for key in keys:
+        try:
+            signing.decode_secret(key)
+        except ValueError as exc:
+            raise CliError(f"--secret: {exc}", exit_code=2) from None
+    globs = tuple(g.strip() for g in (event_types or "").split(",") if g.strip())
+    for glob in globs:
+        if not any(matches([glob], t) for t in EVENT_TYPES):
+            click.echo(f"note: {glob!r} matches no known event type", err=True)
+    click.echo(
+        f"forwarding the events of {redact_userinfo(url)} to {redact_userinfo(target)}\n"
+        f"signing with {' '.join(keys)} (your consumer verifies with it); Ctrl-C stops",
+        err=True,
+    )
+    state = _Progress()
+    try:
+        anyio.run(
+            _run,
+            url,
+            token,
+            target,
+            keys,
+            EventFilter(globs),
+            last_event_id,
+            as_json,
+            state,
+            backend="asyncio",
+        )
+    except KeyboardInterrupt:
+        if state.last_id:
+            click.echo(f"stopped; to resume: --last-event-id {state.last_id}", err=True)
+        raise
+
+
+@dataclass
+class _Progress:
+    last_id: str | None = None
+
+
+async def _run(
+    url: str,
+    token: str,
+    target: str,
+    keys: list[str],
+    wanted: EventFilter,
+    last_event_id: str | None,
+    as_json: bool,
+    state: _Progress,
+) -> None:
+    import anyio
+    import httpx
+
+    from ..receiver import event_line, json_line
+    from ._output import current_runtime
+    from .ops_events import follow_stream, stream_client
+
+    def note(line: str) -> None:
+        click.echo(line, err=True)
+
+    runtime = current_runtime()
+    async with (
+        stream_client() as stream_http,
+        httpx.AsyncClient(timeout=FORWARD_TIMEOUT, follow_redirects=False) as post_http,
+    ):
+        forwarder = Forwarder(
+            post_http, target, keys, note=note, sleep=runtime.sleep or anyio.sleep
+        )
+        async for event in follow_stream(stream_http, url, token, wanted, last_event_id):
+            outcome = await forwarder.forward(event)
+            state.last_id = event.id
+            try:
+                body = event.payload()
+            except (ValueError, RecursionError):  # forwarded as it came, shown by its type
+                body = {"type": event.type}
+            if as_json:
+                record = {"id": event.id, "type": event.type, "answer": outcome.json()}
+                line = json_line({**record, "body": body})
+            else:
+                line = event_line(body, note=outcome.note())
+            click.echo(line)
+            sys.stdout.flush()

@@ -1,0 +1,260 @@
+"""``sessionhook endpoints create|update|delete|rotate-secret``: endpoints created at run
+time, in the store (:mod:`sessionhook.relay.ops.endpoint_edits`, the operations behind
+``/v1/endpoints``).
+
+The running daemon delivers to a change from its next round (at most a second; at once on
+PostgreSQL, whose replicas are notified). A secret is printed once, by ``create`` and
+``rotate-secret``; one chosen by the operator comes from the environment (``--secret-env``),
+never from the command line.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from ._output import CliError, echo_json
+from .ops import json_option, reported, store_options, store_target, writing_store
+from .ops_endpoints import endpoints
+
+if TYPE_CHECKING:
+    from ..relay.config import Config
+
+__all__ = ["endpoints_create", "endpoints_delete", "endpoints_rotate", "endpoints_update"]
+
+
+def _definition_options(fn: Any) -> Any:
+    """The keys of ``[[endpoints]]`` an endpoint created at run time may set."""
+    options = [
+        click.option("--url", help="Where to POST (http or https)."),
+        click.option("--event", "events", multiple=True, help="An event type glob (repeat)."),
+        click.option("--account", "accounts", multiple=True, help="Only this account's events."),
+        click.option("--payload", type=click.Choice(["full", "thin"])),
+        click.option(
+            "--format",
+            "shape",
+            type=click.Choice(
+                ["standard", "cloudevents", "slack", "discord", "google_chat", "teams"]
+            ),
+        ),
+        click.option(
+            "--template-file",
+            type=click.Path(exists=True, dir_okay=False, path_type=Path),
+            help="A Jinja2 template of the body (instead of --format).",
+        ),
+        click.option("--content-type", help="What --template-file renders."),
+        click.option(
+            "--filter",
+            "filters",
+            multiple=True,
+            metavar="PATH=GLOB",
+            help="Only events whose payload matches (repeat; all must match).",
+        ),
+        click.option("--rate-limit", type=float, help="At most this many deliveries a second."),
+        click.option("--disable-after", help="Disabled after failing this long (5d)."),
+        click.option("--description", help="What the endpoint is for."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def _spec(
+    url: str | None,
+    events: tuple[str, ...],
+    accounts: tuple[str, ...],
+    payload: str | None,
+    shape: str | None,
+    template_file: Path | None,
+    content_type: str | None,
+    filters: tuple[str, ...],
+    rate_limit: float | None,
+    disable_after: str | None,
+) -> dict[str, Any]:
+    """The keys the options set (those not given are left out)."""
+    spec: dict[str, Any] = {}
+    conditions: dict[str, list[str]] = {}
+    for item in filters:
+        path, sep, glob = item.partition("=")
+        if not sep or not path or not glob:
+            raise click.BadParameter(f"{item!r} is not PATH=GLOB", param_hint="--filter")
+        conditions.setdefault(path, []).append(glob)
+    values: dict[str, Any] = {
+        "url": url,
+        "events": list(events) or None,
+        "accounts": list(accounts) or None,
+        "payload": payload,
+        "format": shape,
+        "template": None if template_file is None else template_file.read_text("utf-8"),
+        "content_type": content_type,
+        "filter": conditions or None,
+        "rate_limit": rate_limit,
+        "disable_after": disable_after,
+    }
+    for key, value in values.items():
+        if value is not None:
+            spec[key] = value
+    return spec
+
+
+def _config(config_path: str | None, db_path: str | None) -> Config:
+    """The daemon's config (its endpoints' names, accounts, address rule); with ``--db``
+    alone, the defaults (the store's names are checked all the same)."""
+    from ..relay.config import Config
+
+    if db_path is not None and config_path is None:
+        return Config.model_validate({})
+    target = store_target(config_path, None)
+    assert target.config is not None
+    return target.config
+
+
+def _secret_from(env: str | None) -> str | None:
+    if env is None:
+        return None
+    value = os.environ.get(env)
+    if not value:
+        raise CliError(f"--secret-env {env}: the variable is not set", exit_code=2)
+    return value.strip()
+
+
+def _show(answer: dict[str, Any], as_json: bool, line: str) -> None:
+    if as_json:
+        echo_json(answer)
+    else:
+        click.echo(line)
+
+
+@endpoints.command("create")
+@click.argument("name")
+@_definition_options
+@click.option("--secret-env", metavar="VAR", help="Sign with the secret in $VAR (default: new).")
+@store_options
+@json_option
+@reported
+def endpoints_create(
+    name: str,
+    description: str | None,
+    secret_env: str | None,
+    config_path: str | None,
+    db_path: str | None,
+    as_json: bool,
+    **options: Any,
+) -> None:
+    """Create endpoint NAME in the store (every replica delivers to it); its secret is
+    printed once."""
+    from ..relay.ops import endpoint_edits as edits
+
+    if options.get("url") is None:
+        raise click.UsageError("give --url")
+    config = _config(config_path, db_path)
+    definition, secret = edits.define_endpoint(
+        config,
+        name,
+        _spec(**options),
+        description=description or "",
+        secret=_secret_from(secret_env),
+    )
+    with writing_store(config_path, db_path) as store:
+        edits.create_endpoint(store, definition, secret)
+        (answer,) = edits.endpoint_answers(store, config, time.time(), name)
+    _show(
+        answer | {"secret": secret},
+        as_json,
+        f"endpoint {name} created\nsecret (shown once, keep it): {secret}",
+    )
+
+
+@endpoints.command("update")
+@click.argument("name")
+@_definition_options
+@click.option("--unset", "unset", multiple=True, metavar="KEY", help="Back to the default.")
+@store_options
+@json_option
+@reported
+def endpoints_update(
+    name: str,
+    description: str | None,
+    unset: tuple[str, ...],
+    config_path: str | None,
+    db_path: str | None,
+    as_json: bool,
+    **options: Any,
+) -> None:
+    """Change endpoint NAME (one created at run time; the config file's are the file's)."""
+    from ..relay.ops import endpoint_edits as edits
+
+    config = _config(config_path, db_path)
+    changes: dict[str, Any] = {**_spec(**options), **{key: None for key in unset}}
+    with writing_store(config_path, db_path) as store:
+        current = edits.stored_or_refused(store, config, name)
+        definition = edits.redefine_endpoint(config, current, changes, description=description)
+        edits.update_endpoint(store, definition)
+        (answer,) = edits.endpoint_answers(store, config, time.time(), name)
+    _show(answer, as_json, f"endpoint {name} updated")
+
+
+@endpoints.command("delete")
+@click.argument("name")
+@store_options
+@json_option
+@reported
+def endpoints_delete(
+    name: str, config_path: str | None, db_path: str | None, as_json: bool
+) -> None:
+    """Delete endpoint NAME (created at run time): its open deliveries become dead, its
+    history stays."""
+    from ..relay.ops import endpoint_edits as edits
+
+    config = _config(config_path, db_path)
+    with writing_store(config_path, db_path) as store:
+        closed = edits.delete_endpoint(store, config, name)
+    _show(
+        {"name": name, "deleted": True, "deliveries_closed": closed},
+        as_json,
+        f"endpoint {name} deleted; {closed} open deliveries are now dead ({edits.DELETED_REASON})",
+    )
+
+
+@endpoints.command("rotate-secret")
+@click.argument("name")
+@click.option(
+    "--overlap", default="24h", show_default=True, help="How long the old secret signs too."
+)
+@click.option("--secret-env", metavar="VAR", help="The new secret from $VAR (default: new).")
+@store_options
+@json_option
+@reported
+def endpoints_rotate(
+    name: str,
+    overlap: str,
+    secret_env: str | None,
+    config_path: str | None,
+    db_path: str | None,
+    as_json: bool,
+) -> None:
+    """Give endpoint NAME a new secret; the old one signs beside it for --overlap."""
+    from ..relay.config import parse_duration
+    from ..relay.ops import endpoint_edits as edits
+    from ..relay.ops.wire import json_stamp
+
+    try:
+        seconds = parse_duration(overlap)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--overlap") from None
+    config = _config(config_path, db_path)
+    with writing_store(config_path, db_path) as store:
+        done = edits.rotate_secret(
+            store, config, name, now=time.time(), overlap=seconds, secret=_secret_from(secret_env)
+        )
+    until = json_stamp(done.previous_until)
+    _show(
+        {"name": name, "secret": done.secret, "previous_secret_expires_at": until},
+        as_json,
+        f"endpoint {name}: new secret (shown once, keep it): {done.secret}\n"
+        f"the previous secret signs too until {until}",
+    )

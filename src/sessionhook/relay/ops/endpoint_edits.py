@@ -1,0 +1,298 @@
+"""Endpoints created at run time: create, update, delete, rotate the secret; the same
+operations behind the management API (``/v1/endpoints``) and ``sessionhook endpoints
+create|update|delete|rotate-secret``.
+
+Such an endpoint lives in the store, with its definition and its signing secret, so every
+replica of a PostgreSQL store delivers to it at once (see :mod:`..store.endpoints`). An
+endpoint of the config file stays the file's: changing, deleting or rotating it here is an
+:class:`EndpointConflictError`, as is a name one of either has.
+
+Defining is pure and may take a moment (a template is rendered against a sample of every
+event type, as the config file's are): :func:`define_endpoint` and :func:`redefine_endpoint`
+run off the event loop in the web layer; the writes take the synchronous store and run in
+the store's thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, ParamSpec, TypeVar
+
+from ...redact import redact_userinfo
+from ..config import DEFAULT_ACCOUNT, Config, EndpointConfig
+from ..config.endpoint_spec import (
+    MAX_DESCRIPTION_CHARS,
+    SPEC_KEYS,
+    check_endpoint_name,
+    check_one_secret,
+    spec_endpoint,
+)
+from ..domain.signing import generate_secret
+from ..store import (
+    EndpointConflictError as StoreConflict,
+)
+from ..store import (
+    EndpointSpec,
+    EndpointState,
+    StoreCore,
+    StoredEndpoint,
+    StoreError,
+)
+from . import (
+    OperatorError,
+    UnknownEndpointError,
+    endpoints,
+    endpoints_in_flight,
+    find_endpoint,
+)
+from .wire import endpoint_json, json_stamp
+
+__all__ = [
+    "DEFAULT_OVERLAP",
+    "DELETED_REASON",
+    "MAX_OVERLAP",
+    "Definition",
+    "EndpointConflictError",
+    "InvalidEndpointError",
+    "Rotation",
+    "create_endpoint",
+    "define_endpoint",
+    "definition_json",
+    "delete_endpoint",
+    "endpoint_answers",
+    "endpoint_config",
+    "redefine_endpoint",
+    "rotate_secret",
+    "stored_or_refused",
+    "update_endpoint",
+]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+#: How long the secret a rotation replaces keeps signing, unless told (Svix's default).
+DEFAULT_OVERLAP: Final = 24 * 3600.0
+#: The longest overlap a rotation may ask for.
+MAX_OVERLAP: Final = 30 * 86400.0
+#: The last error of the open deliveries of an endpoint deleted at run time (now dead).
+DELETED_REASON: Final = "endpoint deleted"
+
+
+class EndpointConflictError(OperatorError):
+    """The name is taken, or the endpoint is the config file's to change (HTTP 409)."""
+
+
+class InvalidEndpointError(OperatorError):
+    """A definition that the config file would refuse too (HTTP 400)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Definition:
+    """A checked definition: what the store keeps, and the endpoint it delivers as."""
+
+    spec: EndpointSpec
+    endpoint: EndpointConfig
+
+
+@dataclass(frozen=True, slots=True)
+class Rotation:
+    """A rotation's new secret (shown once) and when the replaced one stops signing."""
+
+    secret: str
+    previous_until: float
+
+
+def define_endpoint(
+    config: Config,
+    name: str,
+    spec: Mapping[str, Any],
+    *,
+    description: str = "",
+    secret: str | None = None,
+) -> tuple[Definition, str]:
+    """Check a new endpoint ``name`` (``spec``: keys of ``[[endpoints]]``) against
+    ``config`` (its names, accounts and address rule); returns the definition and its
+    secret (``secret``, or a new ``whsec_`` one). Pure."""
+    try:
+        check_endpoint_name(name)
+        chosen = generate_secret() if secret is None else check_one_secret(secret)
+    except ValueError as exc:
+        raise InvalidEndpointError(str(exc)) from None
+    _not_in_file(config, name)
+    return _definition(config, name, spec, description, chosen), chosen
+
+
+def redefine_endpoint(
+    config: Config,
+    current: StoredEndpoint,
+    changes: Mapping[str, Any],
+    *,
+    description: str | None = None,
+) -> Definition:
+    """``current`` with ``changes`` (a key set to ``None`` goes back to its default),
+    checked as :func:`define_endpoint` checks a new one. Pure."""
+    spec = {k: v for k, v in {**current.spec, **changes}.items() if v is not None}
+    told = current.description if description is None else description
+    return _definition(config, current.name, spec, told, current.secret)
+
+
+def _definition(
+    config: Config, name: str, spec: Mapping[str, Any], description: str, secret: str
+) -> Definition:
+    if len(description) > MAX_DESCRIPTION_CHARS:
+        raise InvalidEndpointError(f"description: at most {MAX_DESCRIPTION_CHARS} characters")
+    try:
+        endpoint = spec_endpoint(
+            name,
+            spec,
+            [secret],
+            allow_private_networks=config.delivery.allow_private_networks,
+            # The accounts' names (upstream_accounts() needs their resolved keys).
+            accounts=[a.name for a in config.accounts] or [DEFAULT_ACCOUNT],
+        )
+    except ValueError as exc:
+        raise InvalidEndpointError(str(exc)) from None
+    kept = EndpointSpec(
+        name=name,
+        url=endpoint.url,
+        events=tuple(endpoint.events),
+        filter=dict(endpoint.filter),
+        accounts=endpoint.accounts,
+        spec={k: v for k, v in spec.items() if k in SPEC_KEYS},
+        description=description,
+    )
+    return Definition(kept, endpoint)
+
+
+def _not_in_file(config: Config, name: str) -> None:
+    if config.endpoint_by_name(name) is not None:
+        raise EndpointConflictError(
+            f"endpoint {name!r} is defined in the config file: change it there (and reload)"
+        )
+
+
+def stored_or_refused(store: StoreCore, config: Config, name: str) -> StoredEndpoint:
+    """The endpoint created at run time ``name``; an :class:`EndpointConflictError` for one
+    of the config file, :class:`~.UnknownEndpointError` for a name nobody has."""
+    _not_in_file(config, name)
+    stored = store.endpoints.stored_endpoint(name)
+    if stored is not None:
+        return stored
+    state = find_endpoint(store, name)  # UnknownEndpointError naming the known ones
+    raise EndpointConflictError(
+        f"endpoint {name!r} is defined in the config file"
+        + ("" if state.configured else " (it was: its history is kept under that name)")
+    )
+
+
+def create_endpoint(store: StoreCore, definition: Definition, secret: str) -> EndpointState:
+    """Create the endpoint ``definition`` describes, signing with ``secret``."""
+    try:
+        store.endpoints.create_endpoint(definition.spec, secret)
+    except StoreConflict as exc:
+        raise EndpointConflictError(str(exc)) from None
+    return find_endpoint(store, definition.spec.name)
+
+
+def update_endpoint(store: StoreCore, definition: Definition) -> EndpointState:
+    """Replace the definition of an endpoint created at run time."""
+    _store_call(store.endpoints.update_endpoint, definition.spec)
+    return find_endpoint(store, definition.spec.name)
+
+
+def delete_endpoint(store: StoreCore, config: Config, name: str) -> int:
+    """Delete the endpoint created at run time ``name``: its secrets are erased and its
+    open deliveries become dead (last error :data:`DELETED_REASON`); returns how many."""
+    stored_or_refused(store, config, name)
+    return _store_call(store.endpoints.delete_endpoint, name, DELETED_REASON)
+
+
+def rotate_secret(
+    store: StoreCore,
+    config: Config,
+    name: str,
+    *,
+    now: float,
+    overlap: float = DEFAULT_OVERLAP,
+    secret: str | None = None,
+) -> Rotation:
+    """Give ``name`` a new secret (``secret``, or a new one); the old one keeps signing
+    beside it for ``overlap`` seconds, so a consumer can switch within that time."""
+    if not 0 <= overlap <= MAX_OVERLAP:
+        raise InvalidEndpointError(f"overlap: 0 to {MAX_OVERLAP:g} seconds, not {overlap:g}")
+    try:
+        chosen = generate_secret() if secret is None else check_one_secret(secret)
+    except ValueError as exc:
+        raise InvalidEndpointError(str(exc)) from None
+    stored_or_refused(store, config, name)
+    _store_call(store.endpoints.rotate_endpoint_secret, name, chosen, now + overlap)
+    return Rotation(chosen, now + overlap)
+
+
+def endpoint_config(store: StoreCore, config: Config, name: str, now: float) -> EndpointConfig:
+    """The endpoint ``name`` as a delivery sees it: the config file's, or the one created
+    at run time with the secrets signing at ``now``. :class:`~.UnknownEndpointError`
+    otherwise."""
+    in_file = config.endpoint_by_name(name)
+    if in_file is not None:
+        return in_file
+    stored = stored_or_refused(store, config, name)
+    try:
+        return spec_endpoint(name, stored.spec, stored.secrets_at(now), allow_private_networks=True)
+    except ValueError as exc:  # stored by an older version that checked less
+        raise OperatorError(f"endpoint {name!r} cannot be used: {exc}") from None
+
+
+def definition_json(
+    state: EndpointState, endpoint: EndpointConfig | None, stored: StoredEndpoint | None
+) -> dict[str, Any]:
+    """What an endpoint is defined as (never a secret): ``source``, ``description``, its
+    keys of ``[[endpoints]]``, and while a rotation's overlap lasts, when it ends."""
+    answer: dict[str, Any] = {"source": state.source, "description": state.description}
+    if stored is not None:
+        answer["definition"] = dict(stored.spec)
+        until = stored.previous_until if stored.previous_secret is not None else None
+        answer["previous_secret_expires_at"] = None if until is None else json_stamp(until)
+    elif endpoint is not None:
+        answer["definition"] = endpoint.model_dump(
+            mode="json", include=set(SPEC_KEYS), exclude_defaults=True
+        )
+    return answer
+
+
+def _store_call(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """``fn(*args)``; the store's "no such endpoint" as :class:`~.UnknownEndpointError`
+    (deleted meanwhile)."""
+    try:
+        return fn(*args, **kwargs)
+    except StoreConflict as exc:
+        raise EndpointConflictError(str(exc)) from None
+    except StoreError as exc:
+        if "no endpoint" in str(exc):
+            raise UnknownEndpointError(str(exc)) from None
+        raise
+
+
+def endpoint_answers(
+    store: StoreCore, config: Config, now: float, name: str | None = None
+) -> list[dict[str, Any]]:
+    """Every endpoint (or the one ``name``: :class:`~.UnknownEndpointError` when there is
+    none) as the API and ``--json`` show it: its state, open deliveries, deliveries in
+    flight per replica, and its definition (never a secret, nor a URL's user-info)."""
+    if name is not None:
+        find_endpoint(store, name)
+    listed = [(s, p) for s, p in endpoints(store) if name is None or s.name == name]
+    stored = {e.name: e for e in store.endpoints.stored_endpoints()}
+    claims = endpoints_in_flight(store, now)
+    answers = []
+    for state, pending in listed:
+        answer = endpoint_json(state, pending, claims.get(state.name)) | definition_json(
+            state, config.endpoint_by_name(state.name), stored.get(state.name)
+        )
+        # A URL's user-info is a credential of the consumer's: never shown.
+        answer["url"] = redact_userinfo(answer["url"])
+        if "url" in answer.get("definition", {}):
+            answer["definition"]["url"] = redact_userinfo(answer["definition"]["url"])
+        answers.append(answer)
+    return answers

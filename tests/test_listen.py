@@ -1,0 +1,362 @@
+"""``sessionhook listen``, the local receiver: a real subprocess on a free loopback port,
+fed requests signed by the ``standardwebhooks`` reference package (good, forged, stale,
+unsigned, oversized, not JSON, hostile text), its output read as a user sees it, and
+Ctrl-C. The printing helpers of :mod:`sessionhook.receiver` in process."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from standardwebhooks import Webhook
+
+from sessionhook import receiver as receiver_module
+from sessionhook.receiver import Delivery, Receiver, event_line, json_line, printable
+from sessionhook.relay.domain import signing
+from sessionhook.relay.domain.events import EVENT_TYPES
+
+SESSIONHOOK = Path(sys.executable).parent / "sessionhook"
+SECRET = signing.generate_secret()
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONHOOK_")}
+    return {**env, **extra}
+
+
+@dataclass
+class Listener:
+    proc: subprocess.Popen[bytes]
+    url: str
+    out: Path
+    err: Path
+
+    def stdout(self) -> str:
+        return self.out.read_text()
+
+    def stderr(self) -> str:
+        return self.err.read_text()
+
+    def stop(self) -> int:
+        """Ctrl-C, and the exit status."""
+        self.proc.send_signal(signal.SIGINT)
+        return self.proc.wait(timeout=20)
+
+
+@contextmanager
+def listening(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> Iterator[Listener]:
+    """``sessionhook listen --port 0 ARGS`` until the block ends; yields it once it answers."""
+    out, err = tmp_path / "listen.out", tmp_path / "listen.err"
+    with out.open("wb") as out_file, err.open("wb") as err_file:
+        proc = subprocess.Popen(
+            [str(SESSIONHOOK), "listen", "--port", "0", *args],
+            stdout=out_file,
+            stderr=err_file,
+            stdin=subprocess.DEVNULL,
+            env=env or _env(),
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while not (found := re.search(r"listening on (http://\S+) ", err.read_text())):
+            assert proc.poll() is None, err.read_text()
+            assert time.monotonic() < deadline, "listen did not start within 30 s"
+            time.sleep(0.05)
+        yield Listener(proc, found.group(1), out, err)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def signed(
+    body: str, *, msg_id: str = "msg_1", secret: str = SECRET, age: float = 0
+) -> dict[str, str]:
+    """Standard Webhooks headers for ``body``, signed by the reference implementation."""
+    when = datetime.now(tz=UTC) - timedelta(seconds=age)
+    return {
+        "webhook-id": msg_id,
+        "webhook-timestamp": str(int(when.timestamp())),
+        "webhook-signature": Webhook(secret).sign(msg_id, when, body),
+        "content-type": "application/json",
+    }
+
+
+def event(kind: str = "session.discovered", title: str = "Add a health check") -> str:
+    session = {"name": "sessions/12345678901234567890", "title": title, "state": "QUEUED"}
+    body = {"type": kind, "timestamp": "2026-11-26T10:00:00Z", "data": {"session": session}}
+    return json.dumps(body)
+
+
+def wait_for_lines(read: Any, count: int) -> list[str]:
+    deadline = time.monotonic() + 20
+    while len(lines := read().splitlines()) < count:
+        assert time.monotonic() < deadline, f"only {lines}"
+        time.sleep(0.05)
+    return lines
+
+
+def test_listen_accepts_only_valid_signatures_and_prints_each_event(tmp_path: Path) -> None:
+    hostile = "evil \x1b[2J\x1b]0;owned\x07 title \u202e"
+    good = event(title=hostile)
+    with listening(tmp_path, "--secret", SECRET) as listener:
+        url = listener.url + "/hooks"
+        answers = {
+            "good": httpx.post(url, content=good, headers=signed(good)),
+            "again": httpx.post(url, content=good, headers=signed(good)),
+            "forged": httpx.post(
+                url, content=good, headers=signed(good, secret=signing.generate_secret())
+            ),
+            "stale": httpx.post(url, content=good, headers=signed(good, age=600)),
+            "from the future": httpx.post(url, content=good, headers=signed(good, age=-600)),
+            "unsigned": httpx.post(url, content=good, headers={"webhook-id": "msg_2"}),
+            "not json": httpx.post(url, content="{nope", headers=signed("{nope")),
+            "a list": httpx.post(url, content="[1, 2]", headers=signed("[1, 2]")),
+            "get": httpx.get(url),
+        }
+        wait_for_lines(listener.stderr, 1 + 7)
+        assert listener.stop() == 130
+        out, err = listener.stdout(), listener.stderr()
+    assert {k: a.status_code for k, a in answers.items()} == {
+        "good": 204,
+        "again": 204,
+        "forged": 401,
+        "stale": 401,
+        "from the future": 401,
+        "unsigned": 401,
+        "not json": 400,
+        "a list": 400,
+        "get": 405,
+    }
+    # Each refusal answered with its one-line reason, and printed.
+    assert answers["forged"].text == "signature check failed: no matching signature\n"
+    assert answers["stale"].text.startswith("signature check failed: timestamp too old")
+    assert answers["from the future"].text.startswith("signature check failed: timestamp too new")
+    assert "missing header webhook-timestamp" in answers["unsigned"].text
+    assert answers["not json"].text.startswith("body is not JSON")
+    assert answers["a list"].text == "body is JSON but not an object (list)\n"
+    refusals = [line for line in err.splitlines()[1:] if line]  # click ends ^C with a \n
+    assert len(refusals) == 7, err
+    assert all(" refused " in line for line in refusals)
+    assert "refused POST /hooks msg_1 from 127.0.0.1: 401 signature check failed" in refusals[0]
+    assert "400 body is not JSON" in err and "405 method GET" in err
+    # The accepted events, readably; the repeat marked; the upstream text escaped.
+    lines = out.splitlines()
+    assert len(lines) == 2, out
+    assert re.match(r"\d\d:\d\d:\d\d  session\.discovered +sessions/123456… ", lines[0])
+    assert lines[0].endswith("signature ok") and lines[1].endswith("signature ok (duplicate)")
+    assert r'"evil \x1b[2J\x1b]0;owned\x07 title \u202e" (QUEUED)' in lines[0]
+    assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+
+
+def test_listen_json_prints_headers_and_body_and_bounds_bodies(tmp_path: Path) -> None:
+    body = event("session.completed", title="with C1 \x9b31m and é")
+    big = json.dumps({"type": "x", "pad": "p" * 5000})
+    with listening(
+        tmp_path, "--json", "--max-body", "4096", env=_env(SESSIONHOOK_LISTEN_SECRET=SECRET)
+    ) as listener:
+        url = listener.url + "/any/path"
+        ok = httpx.post(url, content=body, headers=signed(body, msg_id="msg_json"))
+        too_big = httpx.post(url, content=big, headers=signed(big))
+        deep = '{"a":' + "[" * 2000 + "]" * 2000 + "}"  # under --max-body
+        too_deep = httpx.post(url, content=deep, headers=signed(deep))
+        wait_for_lines(listener.stderr, 3)
+        assert listener.stop() == 130
+        out, err = listener.stdout(), listener.stderr()
+    assert ok.status_code == 204 and too_big.status_code == 413
+    assert too_deep.status_code == 400
+    assert too_deep.text == "body is JSON nested too deeply to read\n"
+    assert too_big.text == "body larger than 4096 bytes\n"
+    [line] = out.splitlines()
+    record = json.loads(line)
+    assert record["path"] == "/any/path" and record["duplicate"] is False
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", record["received_at"])
+    assert record["body"] == json.loads(body)
+    assert record["headers"]["webhook-id"] == "msg_json"
+    assert record["headers"]["webhook-signature"].startswith("v1,")
+    assert set(record["headers"]) >= {"webhook-timestamp", "content-type", "user-agent"}
+    assert "\x9b" not in line and "é" in line  # C1 escaped, the rest kept
+    assert "413 body larger than 4096 bytes" in err and "Traceback" not in err
+
+
+def test_listen_verifies_v1a_with_a_public_key(tmp_path: Path) -> None:
+    signing_key, public_key = signing.generate_keypair()
+    body = event()
+    stamp = int(time.time())
+    v1a = {
+        "webhook-id": "msg_a",
+        "webhook-timestamp": str(stamp),
+        "webhook-signature": signing.sign_v1a(signing_key, "msg_a", stamp, body.encode()),
+    }
+    with listening(tmp_path, "--public-key", public_key) as listener:
+        good = httpx.post(listener.url, content=body, headers=v1a)
+        hmac_only = httpx.post(listener.url, content=body, headers=signed(body))
+        wait_for_lines(listener.stdout, 1)
+        assert listener.stop() == 130
+    assert (good.status_code, hmac_only.status_code) == (204, 401)
+    assert "v1a signatures checked" in listener.stderr()
+
+
+def test_listen_refuses_to_start_without_a_key_or_on_a_taken_port(tmp_path: Path) -> None:
+    nothing = subprocess.run(
+        [str(SESSIONHOOK), "listen"], capture_output=True, text=True, env=_env(), timeout=60
+    )
+    assert nothing.returncode == 2
+    assert nothing.stderr.startswith("error: nothing to verify with — give the endpoint's")
+    bad = subprocess.run(
+        [str(SESSIONHOOK), "listen", "--secret", "whsec_!!"],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=60,
+    )
+    assert bad.returncode == 2 and "cannot verify with whsec_!!" in bad.stderr
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        busy = subprocess.run(
+            [str(SESSIONHOOK), "listen", "--port", str(port), "--secret", SECRET],
+            capture_output=True,
+            text=True,
+            env=_env(),
+            timeout=60,
+        )
+    assert busy.returncode == 1, busy.stderr
+    assert (
+        len(busy.stderr.splitlines()) == 1 and f"cannot listen on 127.0.0.1:{port}" in busy.stderr
+    )
+
+
+def test_printable_escapes_terminal_controls_and_keeps_the_rest() -> None:
+    assert printable("a\x1b[31mb\x07\r\x9b\u202e\u2066é✓") == (
+        r"a\x1b[31mb\x07\x0d\x9b\u202e\u2066é✓"
+    )
+    line = json_line({"t": "\x1b\x85\u2028é"})
+    assert json.loads(line) == {"t": "\x1b\x85\u2028é"}
+    assert not re.search("[\x00-\x1f\x7f-\x9f\u2028]", line)
+    body = {
+        "type": "activity.agent_messaged",
+        "data": {
+            "session": {"name": "sessions/1\x1b"},
+            "activity": {"agentMessaged": {"agentMessage": "hi\x1b]8;;http://x\x07"}},
+        },
+    }
+    shown = event_line(body, stamp="10:00:00")
+    assert "\x1b" not in shown and "\x07" not in shown
+    assert r"hi\x1b]8;;http://x\x07" in shown and r"sessions/1\x1b" in shown
+    assert event_line({"type": "x.\x1b[1m"}, stamp="10:00:00").startswith(r"10:00:00  x.\x1b[1m")
+
+
+@pytest.mark.parametrize("kind", sorted(EVENT_TYPES))
+def test_event_line_reads_any_shape_of_body(kind: str) -> None:
+    """Whatever a signed body holds where an event has its fields (a number, a string, a
+    list, null, another object), its line is printed, never an exception."""
+    paths = [
+        ("data", "session"),
+        ("data", "activity"),
+        ("data", "call"),
+        ("data", "plan"),
+        ("data", "plan", "steps"),
+        ("data", "outputs"),
+        ("data", "outputs", "pull_requests"),
+        ("data", "outputs", "change_set"),
+        ("data", "pull_request"),
+        ("data", "activity", "planGenerated", "plan", "steps"),
+        ("data", "activity", "agentMessaged"),
+    ]
+    for path in paths:
+        for odd in (5, "s\x1b", [1, "x"], None, {"url": 3}, [{"url": ["\x1b"]}], True, 1.5):
+            body: dict[str, Any] = {"type": kind, "data": {"action": "approve_plan"}}
+            node = body
+            for key in path[:-1]:
+                node = node.setdefault(key, {})
+            node[path[-1]] = odd
+            line = event_line(body, stamp="10:00:00")
+            assert line.startswith(f"10:00:00  {kind}") and "\x1b" not in line
+
+
+def test_listen_stops_quietly_when_its_reader_goes_away() -> None:
+    """``sessionhook listen | head -1``: once stdout is closed, the next event ends the
+    command with status 0 and nothing on stderr but the banner."""
+    body = json.dumps({"type": "x.y", "data": {}})
+    answers: list[int] = []
+    with subprocess.Popen(
+        [str(SESSIONHOOK), "listen", "--port", "0", "--secret", SECRET],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        env=_env(),
+    ) as proc:
+        try:
+            assert proc.stderr is not None and proc.stdout is not None
+            banner = proc.stderr.readline().decode()
+            found = re.search(r"listening on (http://\S+) ", banner)
+            assert found is not None, banner
+            for n in range(1, 10):
+                try:
+                    answer = httpx.post(
+                        found.group(1), content=body, headers=signed(body, msg_id=f"m{n}")
+                    )
+                except httpx.ConnectError:
+                    break  # the listener stopped: its port is closed
+                answers.append(answer.status_code)
+                if n == 1:
+                    assert b"  x.y  " in proc.stdout.readline()
+                    proc.stdout.close()  # the reader goes away
+                time.sleep(0.2)
+            assert proc.wait(timeout=20) == 0
+            rest = proc.stderr.read().decode()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert 2 <= len(answers) < 9 and set(answers) == {204}
+    assert rest == "", rest
+
+
+@pytest.mark.anyio
+async def test_the_receiver_takes_any_of_its_keys_and_remembers_a_bounded_number_of_ids(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In process: during a rotation either secret verifies (and a header with several
+    signatures, one of them unknown); the ids kept to tell duplicates are bounded."""
+    monkeypatch.setattr(receiver_module, "REMEMBERED", 3)
+    old, new = signing.generate_secret(), signing.generate_secret()
+    got: list[Delivery] = []
+
+    async def keep(delivery: Delivery) -> None:
+        got.append(delivery)
+
+    app = Receiver([f"{old} {new}"], keep)
+    body = event()
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app), base_url="http://rx.test"
+    ) as http:
+        rotated = signed(body, msg_id="r1", secret=signing.generate_secret())
+        rotated["webhook-signature"] += (
+            " " + signed(body, msg_id="r1", secret=new)["webhook-signature"]
+        )
+        statuses = [
+            (await http.post("/", content=body, headers=signed(body, msg_id="o1", secret=old))),
+            (await http.post("/", content=body, headers=signed(body, msg_id="n1", secret=new))),
+            (await http.post("/", content=body, headers=rotated)),
+        ]
+        for n in ("a", "b", "c", "o1", "c"):  # o1 is the fourth id back: forgotten; c is not
+            await http.post("/", content=body, headers=signed(body, msg_id=n, secret=old))
+    assert [a.status_code for a in statuses] == [204, 204, 204]
+    assert [d.webhook_id for d in got] == ["o1", "n1", "r1", "a", "b", "c", "o1", "c"]
+    assert [d.duplicate for d in got] == [False] * 7 + [True]
+    with pytest.raises(ValueError, match="cannot verify with whsk_"):
+        Receiver([signing.generate_keypair()[0]], keep)

@@ -1,0 +1,422 @@
+"""``sessionhook listen --url RELAY --forward-to URL``: a relay's event stream (the web app
+over a real store, on loopback) feeds a real ``sessionhook listen`` subprocess, which POSTs
+each event to a local consumer that verifies it with the ``standardwebhooks`` reference
+package and the secret the listener printed. The stream is cut mid-way (a proxy drops the
+connection): every event arrives exactly once, in order. The retries of a consumer that is
+down or failing are tested in process with the waits recorded."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+import httpx
+import pytest
+from anyio.abc import SocketAttribute, SocketStream
+from anyio.streams.buffered import BufferedByteReceiveStream
+from standardwebhooks import Webhook, WebhookVerificationError
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from sessionhook.cli.listen_forward import RETRY_DELAYS, Forwarder
+from sessionhook.cli.ops_events import StreamEvent
+from sessionhook.relay.domain import signing
+from sessionhook.relay.store import AsyncStore
+from sessionhook.relay.web import create_app
+from sessionhook.relay.web import server as health
+from tests.support.backends import Backend, sqlite_only
+from tests.support.daemon_setup import Setup
+from tests.support.loopback import free_port
+from tests.support.web_relay import TOKEN, WebRelay, web_context
+
+pytestmark = pytest.mark.anyio
+
+SESSIONHOOK = Path(sys.executable).parent / "sessionhook"
+
+
+class Consumer:
+    """A local webhook consumer: verifies each request with the reference package (with
+    ``secret``, once known), keeps the accepted ones in order, and answers 503 to the first
+    ``fail_first[id]`` attempts of an event."""
+
+    def __init__(self) -> None:
+        self.secret: str | None = None
+        self.accepted: list[tuple[str, bytes]] = []
+        self.refused = 0
+        self.attempts: Counter[str] = Counter()
+        self.fail_first: dict[str, int] = {}
+        self.script: list[int] = []  # answers to give, in turn (in-process tests)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive)
+        body = await request.body()
+        event_id = request.headers.get("webhook-id", "")
+        self.attempts[event_id] += 1
+        status = 204
+        try:
+            assert self.secret is not None, "a request before the secret was printed"
+            Webhook(self.secret).verify(body, dict(request.headers))
+        except (AssertionError, WebhookVerificationError):
+            self.refused += 1
+            status = 401
+        else:
+            if self.script:
+                status = self.script.pop(0)
+            elif self.attempts[event_id] <= self.fail_first.get(event_id, 0):
+                status = 503
+            if 200 <= status < 300:
+                self.accepted.append((event_id, body))
+        await Response(status_code=status)(scope, receive, send)
+
+
+class CutProxy:
+    """A TCP proxy in front of the relay whose :meth:`cut` drops every open connection."""
+
+    def __init__(self, target: int) -> None:
+        self.target = target
+        self.open: set[SocketStream] = set()
+
+    async def serve(self, *, task_status: anyio.abc.TaskStatus[int]) -> None:
+        listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+        async with listener:
+            task_status.started(listener.extra(SocketAttribute.local_port))
+            await listener.serve(self._handle)
+
+    async def _handle(self, client: SocketStream) -> None:
+        async with client, await anyio.connect_tcp("127.0.0.1", self.target) as upstream:
+            self.open |= {client, upstream}
+            async with anyio.create_task_group() as tg:
+                for src, dst in ((client, upstream), (upstream, client)):
+                    tg.start_soon(self._pump, src, dst, tg.cancel_scope)
+            self.open -= {client, upstream}
+
+    @staticmethod
+    async def _pump(src: SocketStream, dst: SocketStream, scope: anyio.CancelScope) -> None:
+        try:
+            async for chunk in src:
+                await dst.send(chunk)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+            pass
+        scope.cancel()
+
+    async def cut(self) -> None:
+        for stream in list(self.open):
+            await stream.aclose()
+
+
+class Lines:
+    """The lines of a subprocess's output stream, read by a task of the test's loop."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+        self.taken = 0
+        self.ended = anyio.Event()
+
+    async def pump(self, stream: anyio.abc.ByteReceiveStream) -> None:
+        buffered = BufferedByteReceiveStream(stream)
+        try:
+            while True:
+                line = await buffered.receive_until(b"\n", 1 << 20)
+                self.seen.append(line.decode())
+        except (anyio.EndOfStream, anyio.IncompleteRead, anyio.ClosedResourceError):
+            self.ended.set()
+
+    async def take(self, count: int, within: float = 30) -> list[str]:
+        """The next ``count`` lines."""
+        await until(lambda: len(self.seen) >= self.taken + count, f"{count} lines", within)
+        self.taken += count
+        return self.seen[self.taken - count : self.taken]
+
+
+async def until(condition: Callable[[], bool], what: str, within: float = 30) -> None:
+    """Poll ``condition`` (state another task or process changes) for at most ``within`` s."""
+    with anyio.fail_after(within):
+        while not condition():  # noqa: ASYNC110 (no event to wait on in a subprocess's output)
+            await anyio.sleep(0.05)
+
+
+@sqlite_only
+async def test_forward_reaches_a_verifying_consumer_once_each_in_order_across_a_cut(
+    backend: Backend,
+) -> None:
+    listen = f"127.0.0.1:{free_port()}"
+    astore = AsyncStore(backend.open())
+    ctx = web_context(astore, listen)
+    relay = WebRelay(astore, f"http://{listen}", ctx.bell)
+    consumer = Consumer()
+    [start] = await relay.archive(1, kind="session.discovered")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONHOOK_")}
+    try:
+        async with anyio.create_task_group() as tg:
+            _, relay_port = await tg.start(health.serve, listen, create_app(ctx))
+            proxy = CutProxy(relay_port)
+            proxy_port = await tg.start(proxy.serve)
+            _, consumer_port = await tg.start(health.serve, "127.0.0.1:0", consumer)
+            args = ["--url", f"http://127.0.0.1:{proxy_port}", "--last-event-id", start.id]
+            target = f"http://127.0.0.1:{consumer_port}/webhooks"
+            args += ["--forward-to", target, "--events", "session.*, activity.plan_*", "--json"]
+            proc = await anyio.open_process(
+                [str(SESSIONHOOK), "listen", *args],
+                stdin=subprocess.DEVNULL,
+                env={**env, "SESSIONHOOK_WEB_TOKEN": TOKEN},
+            )
+            try:
+                out, err = Lines(), Lines()
+                assert proc.stdout is not None and proc.stderr is not None
+                tg.start_soon(out.pump, proc.stdout)
+                tg.start_soon(err.pump, proc.stderr)
+                banner = await err.take(2)
+                found = re.search(r"signing with (whsec_\S+) ", banner[1])
+                assert found is not None, banner
+                consumer.secret = found.group(1)
+                signing.decode_secret(consumer.secret)
+                # Before the cut: two lifecycle events (the second refused twice with 503,
+                # then accepted), one the filter leaves out, one plan event.
+                wanted = await relay.archive(2, kind="session.completed")
+                consumer.fail_first[wanted[1].id] = 2
+                await relay.archive(1, kind="activity.progress_updated")
+                wanted += await relay.archive(1, kind="activity.plan_generated")
+                await until(lambda: len(consumer.accepted) == 3, "3 events before the cut")
+                # The cut: right after new events are archived, while they may be on the way.
+                wanted += await relay.archive(3, kind="session.failed")
+                await proxy.cut()
+                wanted += await relay.archive(2, kind="session.state_changed")
+                await until(lambda: len(consumer.accepted) == len(wanted), "all events")
+                lines = await out.take(len(wanted))
+                await anyio.sleep(1)  # anything forwarded twice would come now
+                proc.send_signal(signal.SIGINT)
+                with anyio.fail_after(20):
+                    status = await proc.wait()
+                    await err.ended.wait()
+            finally:
+                if proc.returncode is None:
+                    proc.kill()
+                    with anyio.move_on_after(10):
+                        await proc.wait()
+            tg.cancel_scope.cancel()
+    finally:
+        await astore.close()
+    # Each event exactly once, in order, with the relay's body and id, signatures valid.
+    assert [event_id for event_id, _ in consumer.accepted] == [row.id for row in wanted]
+    assert [body for _, body in consumer.accepted] == [row.body for row in wanted]
+    assert consumer.refused == 0
+    assert consumer.attempts[wanted[1].id] == 3
+    assert sum(consumer.attempts.values()) == len(wanted) + 2
+    # What the listener printed: one JSON line per event with the consumer's answer.
+    records = [json.loads(line) for line in lines]
+    assert [r["id"] for r in records] == [row.id for row in wanted]
+    assert all(r["answer"]["status"] == 204 and r["answer"]["delivered"] for r in records)
+    assert records[1]["answer"]["attempts"] == 3 and records[0]["answer"]["attempts"] == 1
+    assert records[0]["body"] == json.loads(wanted[0].body)
+    notes = "\n".join(err.seen)
+    assert f"note: {wanted[1].id}: answered 503; trying again in 1 s (attempt 2 of 4)" in notes
+    assert "reconnecting in" in notes  # the cut was seen and resumed from
+    assert status == 130
+    said = [line for line in err.seen if line]  # click ends a ^C with an empty line
+    assert said[-1] == f"stopped; to resume: --last-event-id {wanted[-1].id}"
+    assert "Traceback" not in notes
+
+
+# --------------------------------------------------------------------------- retries
+
+
+def _event(n: int) -> StreamEvent:
+    body = {"type": "session.completed", "timestamp": "2026-11-26T10:00:00Z", "data": {"n": n}}
+    return StreamEvent(f"evt_{n}", "session.completed", json.dumps(body).encode())
+
+
+async def _forwarding(consumer: Consumer | None, events: list[StreamEvent]) -> dict[str, Any]:
+    """Forward ``events`` to ``consumer`` (None: a port where nothing listens); the
+    outcomes, the notes and the waits."""
+    secret = signing.generate_secret()
+    waits: list[float] = []
+    notes: list[str] = []
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+
+    async with anyio.create_task_group() as tg, httpx.AsyncClient(timeout=5) as http:
+        if consumer is None:
+            url = f"http://127.0.0.1:{free_port()}/hook"
+        else:
+            consumer.secret = secret
+            _, port = await tg.start(health.serve, "127.0.0.1:0", consumer)
+            url = f"http://127.0.0.1:{port}/hook"
+        forwarder = Forwarder(http, url, [secret], note=notes.append, sleep=sleep)
+        outcomes = [await forwarder.forward(event) for event in events]
+        tg.cancel_scope.cancel()
+    return {"outcomes": outcomes, "notes": notes, "waits": waits}
+
+
+async def test_a_failing_consumer_is_tried_four_times_then_reported_and_passed() -> None:
+    consumer = Consumer()
+    consumer.script = [503, 502, 500, 503, 204]
+    done = await _forwarding(consumer, [_event(1), _event(2)])
+    first, second = done["outcomes"]
+    assert (first.delivered, first.attempts, first.status) == (False, 4, 503)
+    assert first.note() == "-> not delivered after 4 attempts: answered 503"
+    assert second.delivered and second.attempts == 1 and second.note().startswith("-> 204 in ")
+    assert done["waits"] == list(RETRY_DELAYS)
+    assert done["notes"][0] == "note: evt_1: answered 503; trying again in 1 s (attempt 2 of 4)"
+    assert [event_id for event_id, _ in consumer.accepted] == ["evt_2"]
+    assert consumer.attempts == {"evt_1": 4, "evt_2": 1} and consumer.refused == 0
+
+
+async def test_a_consumer_that_recovers_gets_the_event_and_4xx_is_not_retried() -> None:
+    consumer = Consumer()
+    consumer.script = [500, 429, 204, 410, 302]
+    done = await _forwarding(consumer, [_event(1), _event(2), _event(3)])
+    recovered, gone, moved = done["outcomes"]
+    assert recovered.delivered and recovered.attempts == 3
+    assert gone.note() == "-> not delivered: answered 410 (not retried)"
+    assert moved.note() == "-> not delivered: answered 302 (not retried)"
+    assert done["waits"] == [1.0, 2.0]
+
+
+async def test_a_consumer_that_is_down_is_reported_after_four_attempts() -> None:
+    done = await _forwarding(None, [_event(1)])
+    [outcome] = done["outcomes"]
+    assert not outcome.delivered and outcome.status is None and outcome.attempts == 4
+    assert outcome.problem is not None and outcome.problem.startswith("ConnectError")
+    assert len(done["notes"]) == 3 and done["waits"] == list(RETRY_DELAYS)
+
+
+def test_forward_mode_refuses_what_it_cannot_do(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONHOOK_")}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(SESSIONHOOK), "listen", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+            cwd=tmp_path,
+        )
+
+    no_token = run("--url", "http://127.0.0.1:9", "--forward-to", "http://127.0.0.1:9/h")
+    assert no_token.returncode == 1
+    assert no_token.stderr.startswith("error: --url needs the relay's token")
+    alone = run("--url", "http://127.0.0.1:9")
+    assert alone.returncode == 2 and "--url and --forward-to go together" in alone.stderr
+    port = run("--url", "http://x", "--forward-to", "http://y", "--port", "1", "--token", "t")
+    assert port.returncode == 2 and "--port is for receiving" in port.stderr
+    scheme = run("--url", "ftp://x", "--forward-to", "http://y", "--token", "t")
+    assert scheme.returncode == 2 and "--url must be an http:// or https:// URL" in scheme.stderr
+
+
+def test_forward_banner_hides_passwords_and_ctrl_c_while_the_relay_is_away() -> None:
+    """A relay out of reach: the listener says so and keeps trying; its banner shows no
+    URL password, and the secret given to sign with; Ctrl-C ends it with 130 and no
+    traceback."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONHOOK_")}
+    relay = f"http://ops:hunter2@127.0.0.1:{free_port()}"
+    secret = signing.generate_secret()
+    args = ["--url", relay, "--forward-to", "http://u:pw@127.0.0.1:9/h", "--secret", secret]
+    with subprocess.Popen(
+        [str(SESSIONHOOK), "listen", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        env={**env, "SESSIONHOOK_WEB_TOKEN": TOKEN},
+    ) as proc:
+        try:
+            assert proc.stderr is not None
+            said = [proc.stderr.readline().decode() for _ in range(3)]
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=20) == 130
+            said.append(proc.stderr.read().decode())
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    text = "".join(said)
+    assert "hunter2" not in text and ":pw@" not in text and "[redacted]@127.0.0.1" in text
+    assert "ConnectError" in said[2] and "reconnecting in" in said[2]
+    assert said[1].startswith(f"signing with {secret} ")  # the one given, not a new one
+    assert "Traceback" not in text
+
+
+async def test_forward_from_the_real_daemon_carries_its_webhooks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real daemon (emulator upstream, its own webhook consumer) with its listener on
+    loopback; ``listen --forward-to`` on its stream: the local consumer gets every event of
+    a session once, in order, each with the id and the exact body of the relay's own
+    webhook."""
+    monkeypatch.setenv("LISTEN_TEST_TOKEN", TOKEN)
+    listen = f"127.0.0.1:{free_port()}"
+    setup = Setup(tmp_path, server={"listen": listen, "token_env": "LISTEN_TEST_TOKEN"})
+    daemon = setup.daemon()
+    consumer = Consumer()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONHOOK_")}
+    async with setup.api_http() as http, anyio.create_task_group() as tg:
+        client = setup.api(http)
+        tg.start_soon(lambda: daemon.run(handle_signals=False))
+        await daemon.ready.wait()
+        _, consumer_port = await tg.start(health.serve, "127.0.0.1:0", consumer)
+        # A first session's events: the listener starts after the last delivered one.
+        first = await client.create_session("Before the listener")
+        await setup.receiver.wait_for(
+            lambda r: any(a.session == first.name for a in r.first_deliveries()), within=30
+        )
+        before = [a.event_id for a in setup.receiver.first_deliveries()]
+        args = ["--url", f"http://{listen}", "--last-event-id", before[-1]]
+        args += ["--forward-to", f"http://127.0.0.1:{consumer_port}/hook"]
+        proc = await anyio.open_process(
+            [str(SESSIONHOOK), "listen", *args],
+            stdin=subprocess.DEVNULL,
+            env={**env, "SESSIONHOOK_WEB_TOKEN": TOKEN},
+        )
+        try:
+            err = Lines()
+            assert proc.stderr is not None and proc.stdout is not None
+            tg.start_soon(err.pump, proc.stderr)
+            tg.start_soon(Lines().pump, proc.stdout)
+            banner = await err.take(2)
+            found = re.search(r"signing with (whsec_\S+) ", banner[1])
+            assert found is not None, banner
+            consumer.secret = found.group(1)
+            second = await client.create_session("While it listens")
+
+            def of_second() -> list[str]:
+                arrivals = setup.receiver.first_deliveries()
+                return [a.event_id for a in arrivals if a.session == second.name]
+
+            await setup.receiver.wait_for(
+                lambda r: any(
+                    a.session == second.name and a.type == "activity.session_completed"
+                    for a in r.first_deliveries()
+                ),
+                within=60,
+            )
+            wanted = of_second()
+            await until(
+                lambda: set(wanted) <= {event_id for event_id, _ in consumer.accepted},
+                "the session forwarded",
+            )
+            proc.send_signal(signal.SIGINT)
+            with anyio.fail_after(20):
+                assert await proc.wait() == 130
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+        daemon.stop()
+        tg.cancel_scope.cancel()
+    webhooks = {a.event_id: a.body for a in setup.receiver.first_deliveries()}
+    forwarded = [(event_id, json.loads(body)) for event_id, body in consumer.accepted]
+    ids = [event_id for event_id, _ in forwarded]
+    assert len(ids) == len(set(ids)) and not set(ids) & set(before)  # once, none of before
+    assert [i for i, body in forwarded if body["data"]["session"]["name"] == second.name] == wanted
+    assert all(body == webhooks[i] for i, body in forwarded if i in webhooks)
+    assert len(wanted) >= 3 and consumer.refused == 0
