@@ -39,10 +39,11 @@ from starlette.routing import Route
 from ... import ops as operator
 from ...domain.actions import ACTION_KINDS, ActionKind
 from ...ops import OperatorError, requeue
+from ...ops.actions import Actor, record_direct
 from ...ops.wire import parse_moment
 from ...store import AsyncStore, StoreError
 from ...telemetry.logs import get_logger
-from ..auth import CSRF_FIELD, FormError, csrf_token, read_form, web_session
+from ..auth import CSRF_FIELD, FormError, client_address, csrf_token, read_form, web_session
 from ..headers import SECURITY_HEADERS
 from .common import FLASH_COOKIE, ConsoleDeps, encode_flash
 from .text import parse_when
@@ -285,6 +286,11 @@ class Actions:
             return _done(back, "error", "acting on sessions is not available here")
         outcome = await self.deps.act(name, kind, text if kind == "reply" else None)
         _log.info("console.session_action", session=name, action=kind, ok=outcome.ok)
+        store = self.deps.store()
+        if store is not None:  # beside the links' actions; an accepted one ends their wait
+            agent = request.headers.get("user-agent", "")
+            who = Actor("console", client_address(request.scope), agent)
+            await record_direct(store, name, kind, outcome, actor=who, now=self.deps.clock())
         if outcome.ok:
             return _done(back, "ok", f"{name}: {outcome.detail}")
         status = "" if outcome.status is None else f" (HTTP {outcome.status})"

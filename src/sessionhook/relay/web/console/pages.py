@@ -171,6 +171,8 @@ class Pages:
         for d in deliveries:
             by_event.setdefault(d.event_id, []).append((d, by_delivery.get(d.id, [])))
         endpoints = await store.console.endpoint_states()
+        # Approvals and answers given through the relay (links, Slack, console), newest first.
+        taken = await store.actions.list_actions(session=name, limit=50)
         more = len(events) >= 200
         return render_page(
             request,
@@ -185,6 +187,7 @@ class Pages:
                 "live_after": newest,
                 "waiting": _waiting_on(session.state, events),
                 "can_act": self.deps.act is not None,
+                "actions_taken": taken,
             },
         )
 
