@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from starlette.routing import BaseRoute
 
 from ..config import Config
+from ..config.action_keys import LinkKeys
 from ..domain.actions import UpstreamAct
 from ..domain.retry import AttemptResult
 from ..store import AsyncStore, database_errors
@@ -69,6 +70,9 @@ class WebContext:
     act: UpstreamAct | None = None
     #: Act on an action link's token from a Slack button (``None``: not available, 503).
     perform_link: PerformLink | None = None
+    #: The action-link keys (``[actions]``): the pages behind the links verify with them;
+    #: ``None``: the pages answer 404.
+    link_keys: LinkKeys | None = None
 
 
 #: Builds a group of protected routes.
