@@ -64,7 +64,12 @@ CASES = [
         '[server]\nlisten = "127.0.0.1:9187"\ntoken_file = "secret"\n',
         TOKEN,
     ),
-    SecretFile("slack.signing_secret_file", '[slack]\nsigning_secret_file = "secret"\n', "8f74a0"),
+    SecretFile(
+        "slack.signing_secret_file",
+        '[server]\nlisten = "127.0.0.1:9187"\n[actions]\nenabled = true\n'
+        'public_url = "https://relay.example.com"\n[slack]\nsigning_secret_file = "secret"\n',
+        "8f74a0",
+    ),
 ]
 IDS = ["api", "accounts", "endpoint whsec", "endpoint whsk (v1a)", "server token", "slack"]
 

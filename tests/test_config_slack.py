@@ -11,10 +11,16 @@ import pytest
 
 from sessionhook.relay.config import Config, ConfigError, load_config
 
+#: What [slack] needs beside it: the action links its buttons act through.
+ACTIONS = (
+    '[server]\nlisten = "127.0.0.1:9187"\n'
+    '[actions]\nenabled = true\npublic_url = "https://relay.example.com"\n'
+)
 
-def load(tmp_path: Path, section: str, env: dict[str, str]) -> Config:
+
+def load(tmp_path: Path, section: str, env: dict[str, str], *, actions: str = ACTIONS) -> Config:
     config = tmp_path / "config.toml"
-    config.write_text("[slack]\n" + section)
+    config.write_text(actions + "[slack]\n" + section)
     return load_config(config, env={"SESSIONHOOK_API_KEY": "k", **env})
 
 
@@ -85,6 +91,16 @@ def test_a_bad_slack_section_is_one_line_naming_the_key(
     assert words in refusal(tmp_path, section, env)
 
 
+def test_slack_without_action_links_is_refused(tmp_path: Path) -> None:
+    for actions in ("", '[server]\nlisten = "127.0.0.1:9187"\n[actions]\nenabled = false\n'):
+        with pytest.raises(ConfigError) as info:
+            load(tmp_path, 'signing_secret_env = "S"\n', {"S": "x"}, actions=actions)
+        assert str(info.value) == (
+            "config error: slack: a Slack app's buttons act through the action links:"
+            " enable [actions]"
+        )
+
+
 def test_loopback_hosts_and_ip_literals_may_be_listed(tmp_path: Path) -> None:
     section = (
         'signing_secret_env = "S"\nresponse_url_hosts = ["127.0.0.1", "::1", "hooks.slack.com"]\n'
@@ -96,7 +112,7 @@ def test_loopback_hosts_and_ip_literals_may_be_listed(tmp_path: Path) -> None:
 
 def test_an_unresolved_secret_is_a_config_error_when_touched(tmp_path: Path) -> None:
     config = tmp_path / "config.toml"
-    config.write_text('[slack]\nsigning_secret_env = "S"\n')
+    config.write_text(ACTIONS + '[slack]\nsigning_secret_env = "S"\n')
     loaded = load_config(config, env={}, resolve_secrets=False)
     assert loaded.slack is not None
     with pytest.raises(ConfigError, match=r"slack\.signing_secret: the signing secret was not"):

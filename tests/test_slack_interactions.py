@@ -29,6 +29,8 @@ from starlette.routing import Route
 from structlog.testing import capture_logs
 
 from sessionhook.relay.config import Config
+from sessionhook.relay.domain.actions import ActOutcome
+from sessionhook.relay.ops.actions import Actor, Performed
 from sessionhook.relay.telemetry.metrics import Metrics
 from sessionhook.relay.web import WebAuth, WebContext, create_app
 from sessionhook.relay.web.api.slack import MAX_BODY
@@ -63,16 +65,22 @@ class Slack:
         return f"http://127.0.0.1:{self.port}/actions/T1/123/abc"
 
 
+DONE = Performed(True, "done", ActOutcome(True, 200, "plan approved"))
+
+
 @dataclass
 class Performer:
-    """A recording stand-in of the action links' performing function."""
+    """A recording stand-in of the action links' performing function (what it is handed:
+    the token, the chat user of a Slack actor, the reply)."""
 
-    answer: tuple[bool, str] = (True, "done")
+    answer: Performed = DONE
     raises: bool = False
-    calls: list[tuple[str, str, str | None]] = field(default_factory=list)
+    calls: list[tuple[str, str | None, str | None]] = field(default_factory=list)
+    actors: list[Actor] = field(default_factory=list)
 
-    async def __call__(self, token: str, chat_user: str, text: str | None) -> tuple[bool, str]:
-        self.calls.append((token, chat_user, text))
+    async def __call__(self, token: str, actor: Actor, text: str | None) -> Performed:
+        self.calls.append((token, actor.chat_user, text))
+        self.actors.append(actor)
         if self.raises:
             raise RuntimeError("the store is gone")
         return self.answer
@@ -172,6 +180,7 @@ async def relay(
     *,
     slack_on: bool = True,
     perform: bool = True,
+    console: bool = True,
     hosts: tuple[str, ...] = ("127.0.0.1",),
 ) -> AsyncIterator[Relay]:
     """The relay's web app with ``[slack]`` and a Slack stand-in, both on loopback."""
@@ -180,7 +189,11 @@ async def relay(
     section = {"signing_secret_env": "SLACK_SECRET", "response_url_hosts": list(hosts)}
     config = Config.model_validate(
         {
-            "server": {"listen": "127.0.0.1:9187", "token_env": "WEB_TOKEN"},
+            "server": {
+                "listen": "127.0.0.1:9187",
+                **({"token_env": "WEB_TOKEN"} if console else {}),
+            },
+            "actions": {"enabled": True, "public_url": "https://relay.example.com"},
             **({"slack": section} if slack_on else {}),
         }
     )
@@ -219,6 +232,8 @@ async def test_an_approve_click_acts_once_and_updates_the_message_through_respon
         assert answer.status_code == 200
         await r.until(lambda: len(r.slack.updates) == 1)
     assert r.performer.calls == [(LINK_TOKEN, "alice", None)]
+    [actor] = r.performer.actors
+    assert actor.kind == "slack" and actor.address == "127.0.0.1"
     update = r.slack.updates[0]
     assert update["replace_original"] is True
     assert update["text"] == "Plan approved by alice"
@@ -250,17 +265,25 @@ async def test_a_reply_with_an_empty_box_makes_no_call_and_tells_the_user_alone(
         assert update["text"].startswith("Not done: type your answer")
 
 
-async def test_an_action_refused_by_the_links_says_why_to_the_user_alone() -> None:
+@pytest.mark.parametrize(
+    ("performed", "said"),
+    [
+        (Performed(False, "used", None), "Not done: This link was used already."),
+        (
+            Performed(False, "upstream failed", ActOutcome(False, 400, "no plan <b>waits</b>")),
+            "Not done: the service refused: no plan &lt;b&gt;waits&lt;/b&gt;",
+        ),
+    ],
+)
+async def test_an_action_not_done_says_why_to_the_user_alone(
+    performed: Performed, said: str
+) -> None:
     async with relay() as r:
-        r.performer.answer = (False, "this link was already used")
+        r.performer.answer = performed
         assert (await r.click(form(payload(r.slack)))).status_code == 200
         await r.until(lambda: len(r.slack.updates) == 1)
     assert r.slack.updates == [
-        {
-            "response_type": "ephemeral",
-            "replace_original": False,
-            "text": "Not done: this link was already used",
-        }
+        {"response_type": "ephemeral", "replace_original": False, "text": said}
     ]
 
 
@@ -327,6 +350,17 @@ async def test_a_request_slack_did_not_sign_now_is_401_and_makes_no_call(
         await anyio.sleep(0.2)
     assert r.performer.calls == [] and r.slack.updates == []
     assert SECRET not in answer.text
+
+
+async def test_with_the_console_off_slacks_route_is_still_served_and_still_signed() -> None:
+    async with relay(console=False) as r:
+        assert (await r.http.get("/console")).status_code == 404  # the console is off
+        body = form(payload(r.slack))
+        unsigned = {"content-type": "application/x-www-form-urlencoded"}
+        assert (await r.click(body, unsigned)).status_code == 401
+        assert (await r.click(body)).status_code == 200
+        await r.until(lambda: len(r.slack.updates) == 1)
+    assert r.performer.calls == [(LINK_TOKEN, "alice", None)]
 
 
 async def test_the_console_token_does_not_stand_in_for_slacks_signature() -> None:

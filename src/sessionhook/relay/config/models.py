@@ -401,6 +401,10 @@ class Config(Section):
                 "actions.require_login",
                 "needs the console's login: set server.token_env or server.token_file",
             )
+        if self.slack is not None and not self.actions.enabled:
+            raise ConfigError(
+                "slack", "a Slack app's buttons act through the action links: enable [actions]"
+            )
         return self
 
     @model_validator(mode="after")

@@ -85,6 +85,7 @@ class DeliverySettings:
             per_endpoint=per_endpoint,
             allow_private_networks=d.allow_private_networks,
             render_timeout=d.render_timeout,
+            public_url=config.actions.public_url if config.actions.enabled else None,
             endpoints={e.name: e for e in config.endpoints},
             secrets={
                 e.name: tuple(secret.get_secret_value() for secret in e.secrets)

@@ -44,6 +44,7 @@ from ..store import StoreError
 from ..telemetry.logs import get_logger
 from .action_pages import action_routes, is_public_path
 from .api import ApiProblem, api_problem_response, api_routes
+from .api.slack import slack_routes
 from .auth import PUBLIC_PATHS, AuthMiddleware, WebAuth, logged_path
 from .bell import Bell
 from .console.common import store_failed_page
@@ -83,8 +84,11 @@ def create_app(ctx: WebContext, *, providers: Sequence[RouteProvider] | None = N
         )
         # The action pages are capabilities: they need no console (off: they answer 404;
         # with require_login they refuse whoever is not logged in, and here nobody is).
+        # Slack's interactivity needs none either: Slack's signature is its credential.
         off = Starlette(
-            routes=[*routes, *action_routes(ctx)], middleware=[Middleware(SecurityHeaders)]
+            routes=[*routes, *action_routes(ctx), *slack_routes(ctx)],
+            middleware=[Middleware(SecurityHeaders)],
+            exception_handlers={ApiProblem: api_problem_response},
         )
         off.state.web = ctx
         return off

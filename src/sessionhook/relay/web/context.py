@@ -19,6 +19,7 @@ from ..config import Config
 from ..config.action_keys import LinkKeys
 from ..domain.actions import UpstreamAct
 from ..domain.retry import AttemptResult
+from ..ops.actions import Actor, Performed
 from ..store import AsyncStore, database_errors
 from ..telemetry.metrics import Metrics
 from .auth import WebAuth
@@ -30,10 +31,10 @@ __all__ = ["PerformLink", "RouteProvider", "SendTest", "WebContext"]
 #: Sends endpoint NAME a signed test event now; the answer (never raises for the network;
 #: :class:`~sessionhook.relay.ops.OperatorError` for a name the config does not have).
 SendTest = Callable[[str], Awaitable[AttemptResult]]
-#: Acts on a signed action link's token for a chat user: ``(token, chat_user, text)`` ->
-#: ``(done, reason)`` (``text``: the reply; ``None`` to approve a plan). The daemon binds the
-#: action links' performing function (store, ``act``, link keys, clock) for a Slack actor.
-PerformLink = Callable[[str, str, str | None], Awaitable[tuple[bool, str]]]
+#: Acts on a signed action link's token as ``actor`` (``text``: the reply; ``None`` to approve
+#: a plan): :func:`~sessionhook.relay.ops.actions.perform` with the store, ``act``, the link
+#: keys and the clock bound.
+PerformLink = Callable[[str, Actor, str | None], Awaitable[Performed]]
 
 
 @dataclass
@@ -68,11 +69,13 @@ class WebContext:
     #: Approve a session's plan or answer its agent with the session's account (the
     #: management API, the console, action links); ``None``: not available (answer 503).
     act: UpstreamAct | None = None
-    #: Act on an action link's token from a Slack button (``None``: not available, 503).
-    perform_link: PerformLink | None = None
     #: The action-link keys (``[actions]``): the pages behind the links verify with them;
     #: ``None``: the pages answer 404.
     link_keys: LinkKeys | None = None
+    #: Acts on an action link's token for a Slack button; ``None``: the real
+    #: :func:`~sessionhook.relay.ops.actions.perform` over ``store``, ``act`` and ``link_keys``
+    #: (tests put a recording stand-in here).
+    perform_link: PerformLink | None = None
 
 
 #: Builds a group of protected routes.
