@@ -7,8 +7,6 @@ click that must not act is checked to have made none."""
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import time
 from collections.abc import AsyncIterator
@@ -29,12 +27,13 @@ from starlette.routing import Route
 from sessionhook.relay.web.server import serve
 from tests.support.daemon_setup import Setup
 from tests.support.loopback import free_port
+from tests.support.slack import INTERACTIONS, ResponseUrl, slack_headers
 
 pytestmark = pytest.mark.anyio
 
 WITHIN = 30.0
 SIGNING_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
-PATH = "/v1/integrations/slack/interactions"
+PATH = INTERACTIONS
 
 
 class CountingTransport(httpx.AsyncBaseTransport):
@@ -61,31 +60,8 @@ class Chat:
         return Response("ok")
 
 
-@dataclass
-class ResponseUrl:
-    """Slack's ``response_url`` for the message, on loopback."""
-
-    port: int = 0
-    updates: list[dict[str, Any]] = field(default_factory=list)
-
-    async def receive(self, request: Request) -> Response:
-        self.updates.append(json.loads(await request.body()))
-        return Response("ok")
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/actions/T1/42/xyz"
-
-
 def signed(body: bytes, *, secret: str = SIGNING_SECRET, at: float | None = None) -> dict[str, str]:
-    stamp = str(int(time.time() if at is None else at))
-    mac = hmac.new(secret.encode(), b"v0:" + stamp.encode() + b":" + body, hashlib.sha256)
-    return {
-        "content-type": "application/x-www-form-urlencoded",
-        "x-slack-request-timestamp": stamp,
-        "x-slack-signature": "v0=" + mac.hexdigest(),
-        "user-agent": "Slackbot 1.0 (+https://api.slack.com/robots)",
-    }
+    return slack_headers(body, secret=secret, at=at)
 
 
 def click(message: dict[str, Any], action_id: str, response_url: str, reply: str = "") -> bytes:
@@ -150,16 +126,13 @@ async def running(tmp_path: Path) -> AsyncIterator[Running]:
         upstream_transport=counting, delivery_transport=httpx.ASGITransport(chat_app)
     )
     response_url = ResponseUrl()
-    receiver = Starlette(
-        routes=[Route("/actions/{rest:path}", response_url.receive, methods=["POST"])]
-    )
     async with (
         setup.api_http() as api_http,
         httpx.AsyncClient(base_url=base, timeout=10) as http,
         anyio.create_task_group() as tg,
     ):
         _, response_url.port = await tg.start(
-            lambda task_status: serve("127.0.0.1:0", receiver, task_status=task_status)
+            lambda task_status: serve("127.0.0.1:0", response_url.app, task_status=task_status)
         )
         tg.start_soon(lambda: daemon.run(handle_signals=False))
         await daemon.ready.wait()

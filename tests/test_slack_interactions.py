@@ -9,8 +9,6 @@ is ever sent: Slack's signature is the only way in.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -22,10 +20,6 @@ import anyio
 import httpx
 import pytest
 from pydantic import SecretStr
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import Route
 from structlog.testing import capture_logs
 
 from sessionhook.relay.config import Config
@@ -34,35 +28,21 @@ from sessionhook.relay.ops.actions import Actor, Performed
 from sessionhook.relay.telemetry.metrics import Metrics
 from sessionhook.relay.web import WebAuth, WebContext, create_app
 from sessionhook.relay.web.api.slack import MAX_BODY
+from sessionhook.relay.web.api.slack_payload import response_url_refusal
 from sessionhook.relay.web.context import PerformLink
 from sessionhook.relay.web.server import serve
+from tests.support.slack import INTERACTIONS, ResponseUrl, slack_headers
 
 pytestmark = pytest.mark.anyio
 
 SECRET = "e3b0c44298fc1c149afbf4c8996fb924"
 NOW = 1_767_000_000.0
 CONSOLE_TOKEN = "console-token-" + "z" * 30
-PATH = "/v1/integrations/slack/interactions"
+PATH = INTERACTIONS
 LINK_TOKEN = "WzEsImRlZmF1bHQiXQ.bWFj"
 
 
 # --------------------------------------------------------------------------- stand-ins
-
-
-@dataclass
-class Slack:
-    """Slack's side: the ``response_url`` receiver, and the bodies Slack would send."""
-
-    port: int = 0
-    updates: list[dict[str, Any]] = field(default_factory=list)
-
-    async def receive(self, request: Request) -> Response:
-        self.updates.append(json.loads(await request.body()))
-        return Response("ok")
-
-    @property
-    def response_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/actions/T1/123/abc"
 
 
 DONE = Performed(True, "done", ActOutcome(True, 200, "plan approved"))
@@ -87,7 +67,7 @@ class Performer:
 
 
 def payload(
-    slack: Slack,
+    slack: ResponseUrl,
     action_id: str = "sessionhook_approve",
     *,
     value: Any = LINK_TOKEN,
@@ -112,7 +92,7 @@ def payload(
                 {"type": "actions", "block_id": "sessionhook_actions", "elements": []},
             ],
         },
-        "response_url": slack.response_url if response_url is None else response_url,
+        "response_url": slack.url if response_url is None else response_url,
         "actions": [
             {
                 "type": "button",
@@ -140,20 +120,13 @@ def form(body: dict[str, Any]) -> bytes:
 
 
 def signed(body: bytes, *, secret: str = SECRET, at: float = NOW) -> dict[str, str]:
-    """Slack's headers for ``body``: ``v0=`` + hex HMAC-SHA256 of ``v0:<ts>:<body>``."""
-    stamp = str(int(at))
-    mac = hmac.new(secret.encode(), b"v0:" + stamp.encode() + b":" + body, hashlib.sha256)
-    return {
-        "content-type": "application/x-www-form-urlencoded",
-        "x-slack-request-timestamp": stamp,
-        "x-slack-signature": "v0=" + mac.hexdigest(),
-    }
+    return slack_headers(body, secret=secret, at=at)
 
 
 @dataclass
 class Relay:
     http: httpx.AsyncClient
-    slack: Slack
+    slack: ResponseUrl
     performer: Performer
     logs: list[dict[str, Any]]
 
@@ -184,7 +157,7 @@ async def relay(
     hosts: tuple[str, ...] = ("127.0.0.1",),
 ) -> AsyncIterator[Relay]:
     """The relay's web app with ``[slack]`` and a Slack stand-in, both on loopback."""
-    slack = Slack()
+    slack = ResponseUrl()
     performer = Performer()
     section = {"signing_secret_env": "SLACK_SECRET", "response_url_hosts": list(hosts)}
     config = Config.model_validate(
@@ -209,11 +182,10 @@ async def relay(
         clock=lambda: NOW,
         perform_link=perform_link,
     )
-    receiver = Starlette(routes=[Route("/actions/{rest:path}", slack.receive, methods=["POST"])])
     with capture_logs() as logs:
         async with anyio.create_task_group() as tg:
             _, slack.port = await tg.start(
-                lambda task_status: serve("127.0.0.1:0", receiver, task_status=task_status)
+                lambda task_status: serve("127.0.0.1:0", slack.app, task_status=task_status)
             )
             _, port = await tg.start(
                 lambda task_status: serve("127.0.0.1:0", create_app(ctx), task_status=task_status)
@@ -407,8 +379,6 @@ async def test_plain_http_is_refused_even_for_slacks_own_host() -> None:
 
 
 def test_the_response_url_rule() -> None:
-    from sessionhook.relay.web.api.slack_payload import response_url_refusal
-
     slack = ("hooks.slack.com",)
     assert response_url_refusal("https://hooks.slack.com/actions/T1/1/x", slack) is None
     assert response_url_refusal("https://hooks.slack.com:443/actions/T1/1/x", slack) is None
@@ -428,7 +398,7 @@ def test_the_response_url_rule() -> None:
 # --------------------------------------------------------------------------- hostile bodies
 
 
-def hostile(slack: Slack) -> list[tuple[str, bytes, str]]:
+def hostile(slack: ResponseUrl) -> list[tuple[str, bytes, str]]:
     """(name, signed body, words the 400 must say)."""
     good = payload(slack)
 
