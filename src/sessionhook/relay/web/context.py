@@ -19,7 +19,6 @@ from ..config import Config
 from ..config.action_keys import LinkKeys
 from ..domain.actions import UpstreamAct
 from ..domain.retry import AttemptResult
-from ..ops.actions import Actor, Performed
 from ..store import AsyncStore, database_errors
 from ..telemetry.metrics import Metrics
 from .auth import WebAuth
@@ -31,10 +30,9 @@ __all__ = ["PerformLink", "RouteProvider", "SendTest", "WebContext"]
 #: Sends endpoint NAME a signed test event now; the answer (never raises for the network;
 #: :class:`~sessionhook.relay.ops.OperatorError` for a name the config does not have).
 SendTest = Callable[[str], Awaitable[AttemptResult]]
-#: Acts on a signed action link's token as ``actor`` (``text``: the reply; ``None`` to approve
-#: a plan): :func:`~sessionhook.relay.ops.actions.perform` with the store, ``act``, the link
-#: keys and the clock bound.
-PerformLink = Callable[[str, Actor, str | None], Awaitable[Performed]]
+#: Acts on a signed action link's token for a chat user: ``(token, chat_user, text)`` ->
+#: ``(done, one line for the user)`` (``text``: the reply; ``None`` to approve a plan).
+PerformLink = Callable[[str, str, str | None], Awaitable[tuple[bool, str]]]
 
 
 @dataclass
@@ -72,9 +70,9 @@ class WebContext:
     #: The action-link keys (``[actions]``): the pages behind the links verify with them;
     #: ``None``: the pages answer 404.
     link_keys: LinkKeys | None = None
-    #: Acts on an action link's token for a Slack button; ``None``: the real
-    #: :func:`~sessionhook.relay.ops.actions.perform` over ``store``, ``act`` and ``link_keys``
-    #: (tests put a recording stand-in here).
+    #: Acts on an action link's token for a Slack button; ``None``: the action pages'
+    #: ``perform_for_chat`` over this context (the real ``ops.actions.perform``; tests put a
+    #: recording stand-in here).
     perform_link: PerformLink | None = None
 
 

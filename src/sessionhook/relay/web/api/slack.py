@@ -11,9 +11,9 @@ it. In this order, each step refusing before the next runs:
 4. the payload (:mod:`.slack_payload`): 400 naming what is wrong;
 5. an approve or reply click is answered 200 at once (Slack wants an answer within 3 s),
    then acted on: the link token in the button's ``value`` goes to the performing function
-   of the action links (:func:`...ops.actions.perform`, as ``Actor("slack")`` named after
-   the Slack user; 503 when the relay has no action links), which acts once per link and
-   wait, and records it; the message is updated through its ``response_url``: the buttons
+   of the action links (:func:`..action_pages.perform_for_chat`: ``ops.actions.perform`` as
+   a ``slack`` actor named after the Slack user), which acts once per link and wait, and
+   records it; the message is updated through its ``response_url``: the buttons
    replaced by "Plan approved by <user>" / "Answer sent by <user>", or a note only the user
    sees when nothing was done (the link's refusal, the service's answer). The update is
    POSTed only to an allowed ``response_url`` (:func:`.slack_payload.response_url_refusal`;
@@ -24,6 +24,7 @@ Other clicks (the Open button, whose link the browser follows) are a 200 that do
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -36,11 +37,11 @@ from starlette.routing import BaseRoute, Route
 from ...config import SlackConfig
 from ...domain.chat_markup import mrkdwn
 from ...domain.slack_signing import SlackSignatureError, verify_slack_request
-from ...ops.actions import REFUSALS, Actor, Performed, perform
 from ...telemetry.logs import get_logger
+from ..action_pages import perform_for_chat
 from ..auth import client_address
 from ..context import PerformLink, WebContext
-from .common import ApiProblem, bad_request, not_found, unavailable
+from .common import ApiProblem, bad_request, not_found
 from .slack_payload import (
     PayloadError,
     SlackClick,
@@ -86,16 +87,8 @@ def slack_routes(ctx: WebContext) -> Sequence[BaseRoute]:
             raise bad_request(str(exc)) from None
         if click.kind == "other":
             return Response(status_code=200)
-        performer = _performer(ctx)
-        if performer is None:
-            raise unavailable("action links are not available on this relay ([actions])")
-        actor = Actor(
-            "slack",
-            client_address(request.scope),
-            request.headers.get("user-agent", "")[:200],
-            chat_user=click.user,
-        )
-        task = BackgroundTask(_act, performer, actor, click, slack)
+        performer = ctx.perform_link or functools.partial(perform_for_chat, ctx)
+        task = BackgroundTask(_act, performer, click, slack)
         return Response(status_code=200, background=task)
 
     return [Route(INTERACTIONS_PATH, interactions, methods=["POST"])]
@@ -110,45 +103,18 @@ async def _bounded_body(request: Request) -> bytes:
     return bytes(body)
 
 
-def _performer(ctx: WebContext) -> PerformLink | None:
-    """The performing function, bound; ``None`` when the relay has no action links (or is
-    not ready: no store, no upstream)."""
-    if ctx.perform_link is not None:
-        return ctx.perform_link
-    store, act, keys = ctx.store(), ctx.act, ctx.link_keys
-    if store is None or act is None or keys is None or not ctx.config().actions.enabled:
-        return None
-
-    async def bound(token: str, actor: Actor, text: str | None) -> Performed:
-        ring = keys.ring().all(ctx.clock())
-        return await perform(
-            store, act, ring, token, actor=actor, text=text, now=ctx.clock(), metrics=ctx.metrics
-        )
-
-    return bound
-
-
-async def _act(perform: PerformLink, actor: Actor, click: SlackClick, slack: SlackConfig) -> None:
+async def _act(perform: PerformLink, click: SlackClick, slack: SlackConfig) -> None:
     """Perform the click, then tell the message how it went (after Slack got its 200)."""
     if click.kind == "reply" and click.text is None:
         done, reason = False, "type your answer in the box first, then press Reply"
     else:
         try:
-            done, reason = _said(await perform(click.token, actor, click.text))
+            done, reason = await perform(click.token, click.user, click.text)
         except Exception as exc:  # the update must still say something, and the loop go on
             _log.error("web.slack_action_failed", error=repr(exc)[:300])
             done, reason = False, "the relay failed to act; see its log"
     _log.info("web.slack_action", action=click.kind, user=click.user, done=done, reason=reason)
     await _update_message(click, slack, _update(click, done, reason))
-
-
-def _said(performed: Performed) -> tuple[bool, str]:
-    """Whether it was done, and why not in words for the user."""
-    if performed.ok:
-        return True, performed.reason
-    if performed.outcome is not None:
-        return False, f"the service refused: {performed.outcome.detail}"
-    return False, REFUSALS.get(performed.reason, performed.reason)
 
 
 def _update(click: SlackClick, done: bool, reason: str) -> dict[str, Any]:
