@@ -1,5 +1,6 @@
-"""``sessionhook status --url``: the same report as ``status`` on the store, from a running
-relay's ``GET /v1/status`` (the web app over a real store, on loopback), the token from
+"""The operator commands with ``--url``: the same output as on the store (``status``,
+``deliveries``, ``attempts``, ``deliveries retry|recover``, ...), from a running relay's
+``/v1/`` routes (the web app over a real store, on loopback), the token from
 ``$SESSIONHOOK_WEB_TOKEN``; every failure one line. The CLI runs as a subprocess."""
 
 from __future__ import annotations
@@ -10,12 +11,15 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
 import httpx
 import pytest
 
+from sessionhook.relay.domain.retry import Dead, Delivered, Retry
 from sessionhook.relay.ops import Overview
 from sessionhook.relay.ops.wire import overview_from_json, status_json
 from sessionhook.relay.store import (
@@ -32,6 +36,7 @@ from sessionhook.relay.web import create_app
 from sessionhook.relay.web import server as health
 from tests.support.backends import Backend, sqlite_only
 from tests.support.loopback import free_port
+from tests.support.requeue_rows import ACT0, failure, fill
 from tests.support.store_rows import Ep, activity, ingest, ready
 from tests.support.web_relay import TOKEN, web_context
 
@@ -50,6 +55,25 @@ async def sessionhook(*args: str, token: str | None = TOKEN) -> subprocess.Compl
     return subprocess.CompletedProcess(
         done.args, done.returncode, done.stdout.decode(), done.stderr.decode()
     )
+
+
+@asynccontextmanager
+async def served(backend: Backend) -> AsyncIterator[str]:
+    """The relay's web app over ``backend``'s store on a loopback port: its URL."""
+    listen = f"127.0.0.1:{free_port()}"
+    astore = AsyncStore(backend.open())
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(health.serve, listen, create_app(web_context(astore, listen)))
+            yield f"http://{listen}"
+            tg.cancel_scope.cancel()
+    finally:
+        await astore.close()
+
+
+def _stampless(text: str) -> str:
+    """Output without its moments (``2026-11-26T20:27:33.506411Z``: when it is due now)."""
+    return re.sub(r"\d{4}-\d\d-\d\dT[\d:.]+Z", "STAMP", text)
 
 
 def _timeless(text: str) -> str:
@@ -155,3 +179,145 @@ def test_the_json_of_status_reads_back_into_the_same_overview() -> None:
     data = json.loads(json.dumps(status_json(overview, now)))
     data["endpoints"][0]["added_later"] = "by a newer relay"
     assert overview_from_json(data) == overview
+
+
+def _seed(backend: Backend) -> None:
+    """Two endpoints, two sessions of three activities: of ci-bot, s0's first delivery
+    dead, its second failed (a retry later), s1's first delivered."""
+    store = backend.open()
+    try:
+        store.endpoints.sync_endpoints([Ep("ci-bot"), Ep("chat", events=("activity.*",))])
+        fill(store, 2, 3)
+        rows = sorted(
+            store.operator.list_deliveries(endpoint="ci-bot", limit=100), key=lambda d: d.id
+        )
+        s0 = [d for d in rows if d.session_name == "sessions/s0"]
+        s1 = [d for d in rows if d.session_name == "sessions/s1"]
+        store.outbox.record_attempt(s0[0].id, failure(ACT0), Dead())
+        store.outbox.record_attempt(s0[1].id, failure(ACT0 + 1, None), Retry(time.time() + 600))
+        store.outbox.record_attempt(s1[0].id, failure(ACT0 + 2, 200), Delivered())
+    finally:
+        store.close()
+
+
+def _first(backend: Backend, status: str) -> tuple[int, str]:
+    """The id and event id of the oldest ci-bot delivery of ``status``."""
+    store = backend.open_readonly()
+    try:
+        rows = store.operator.list_deliveries(endpoint="ci-bot", status=status, limit=100)
+    finally:
+        store.close()
+    row = min(rows, key=lambda d: d.id)
+    return row.id, row.event_id
+
+
+@sqlite_only
+async def test_deliveries_and_attempts_url_print_what_they_print_on_the_store(
+    backend: Backend,
+) -> None:
+    _seed(backend)
+    dead, event = _first(backend, "dead")
+    db = ["--db", str(backend.target)]
+    commands = [
+        ["deliveries"],
+        ["deliveries", "--endpoint", "ci-bot"],
+        ["deliveries", "--status", "dead"],
+        ["deliveries", "--session", "sessions/s1", "--limit", "2"],
+        ["deliveries", "--status", "delivered", "--endpoint", "chat"],  # none match
+        ["attempts", str(dead)],
+        ["attempts", f"#{dead}"],
+        ["attempts", event],
+    ]
+    failing = [
+        ["deliveries", "--endpoint", "nope"],  # exit 2, as a typo locally
+        ["attempts", "999999"],
+        ["attempts", "evt_nope"],
+    ]
+    async with served(backend) as url:
+        pairs = []
+        for args in [*commands, *[[*c, "--json"] for c in commands], *failing]:
+            local = await sessionhook(*args, *db)
+            remote = await sessionhook(*args, "--url", url)
+            pairs.append((args, local, remote))
+    for args, local, remote in pairs[: 2 * len(commands)]:
+        assert local.returncode == remote.returncode == 0, (args, local.stderr, remote.stderr)
+        assert local.stdout.strip(), args
+        assert _timeless(remote.stdout) == _timeless(local.stdout), args
+    shown = {tuple(a): local.stdout for a, local, _ in pairs}
+    assert "dead" in shown[("deliveries", "--status", "dead")]
+    assert shown[("deliveries", "--status", "delivered", "--endpoint", "chat")].startswith(
+        "no deliveries match"
+    )
+    assert "response:     down" in shown[("attempts", str(dead))]
+    assert len(json.loads(shown[("deliveries", "--json")])) == 12
+    for args, local, remote in pairs[2 * len(commands) :]:
+        assert local.returncode == remote.returncode != 0, (args, local.stderr, remote.stderr)
+        assert len(remote.stderr.splitlines()) == 1, (args, remote.stderr)
+        # The relay's message is the store's (the local hint after " — " aside).
+        assert local.stderr.split(" — ")[0].strip() in remote.stderr, (args, remote.stderr)
+    assert pairs[-3][2].returncode == 2
+
+
+@sqlite_only
+async def test_retry_and_recover_url_do_and_print_what_they_do_on_the_store(
+    backend: Backend, request: pytest.FixtureRequest
+) -> None:
+    """The same commands on two stores seeded alike: one through --db, one through the
+    relay; the same lines, and the relay's store changed as the local one."""
+    twin = backend.another(request)
+    for b in (backend, twin):
+        b.target.parent.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
+        _seed(b)
+    dead, _ = _first(backend, "dead")
+    failed, _ = _first(backend, "failed")
+    assert (dead, failed) == (_first(twin, "dead")[0], _first(twin, "failed")[0])
+    delivered, _ = _first(backend, "delivered")
+    steps = [
+        ["deliveries", "retry", str(dead)],
+        ["deliveries", "retry", str(dead), "--json"],  # pending now: nothing to do
+        ["deliveries", "recover", "--endpoint", "ci-bot", "--since", "3650d"],
+        ["deliveries", "recover", "--endpoint", "ci-bot", "--since", "3650d", "--json"],
+    ]
+    failing = [
+        ["deliveries", "retry", str(delivered)],  # 409 over the API, exit 1
+        ["deliveries", "retry", "999999"],
+        ["deliveries", "recover", "--endpoint", "nope", "--since", "1h"],  # exit 2
+    ]
+    async with served(twin) as url:
+        pairs = []
+        for args in [*steps, *failing]:
+            local = await sessionhook(*args, "--db", str(backend.target))
+            remote = await sessionhook(*args, "--url", url)
+            pairs.append((args, local, remote))
+        after_local = await sessionhook("deliveries", "--db", str(backend.target))
+        after_remote = await sessionhook("deliveries", "--url", url)
+    for args, local, remote in pairs[: len(steps)]:
+        assert local.returncode == remote.returncode == 0, (args, local.stderr, remote.stderr)
+        assert _stampless(remote.stdout) == _stampless(local.stdout), args
+        assert remote.stdout.strip(), args
+    assert f"{dead}" in pairs[0][1].stdout
+    assert pairs[2][2].stdout.startswith("recovered 1 "), pairs[2][2].stdout  # the failed one
+    assert json.loads(pairs[3][2].stdout)["recovered"] == 0  # nothing failed any more
+    for args, local, remote in pairs[len(steps) :]:
+        assert local.returncode == remote.returncode != 0, (args, local.stderr, remote.stderr)
+        assert len(remote.stderr.splitlines()) == 1, (args, remote.stderr)
+        assert local.stderr.split(" — ")[0].strip() in remote.stderr, (args, remote.stderr)
+    assert pairs[-1][2].returncode == 2
+    assert _timeless(after_remote.stdout) == _timeless(after_local.stdout)
+    assert "dead" not in after_remote.stdout.split("LAST ERROR")[1].split()
+
+
+async def test_every_url_command_is_one_line_when_the_relay_is_out_of_reach() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    for args in (
+        ["deliveries"],
+        ["attempts", "1"],
+        ["deliveries", "retry", "1"],
+        ["deliveries", "recover", "--endpoint", "ci-bot", "--since", "1h"],
+    ):
+        done = await sessionhook(*args, "--url", url)
+        assert done.returncode == 1, (args, done.stderr)
+        assert done.stderr.startswith(f"error: {url}/v1/") and "ConnectError" in done.stderr
+        assert len(done.stderr.splitlines()) == 1, (args, done.stderr)
+        wrong = await sessionhook(*args, "--url", url, token=None)
+        assert wrong.stderr.startswith("error: --url needs the relay's token"), args

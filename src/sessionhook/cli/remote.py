@@ -22,11 +22,16 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ENV_TOKEN",
+    "call_json",
     "error_message",
     "get_json",
+    "get_pages",
     "need_token",
+    "post_json",
     "refuse_store_options",
+    "refuse_with_url",
     "remote_options",
+    "unknown_shape",
 ]
 
 #: The environment variable the token is read from when ``--token`` is not given.
@@ -76,9 +81,33 @@ def need_token(token: str | None) -> str:
     return token
 
 
-def get_json(url: str, token: str | None, path: str) -> Any:
+def get_json(url: str, token: str | None, path: str, params: dict[str, str] | None = None) -> Any:
     """``GET`` ``path`` (``/v1/...``) of the relay at ``url``; its JSON, or a
     :class:`~sessionhook.cli._output.CliError` of one line."""
+    return call_json(url, token, "GET", path, params=params)
+
+
+def post_json(url: str, token: str | None, path: str, body: dict[str, Any] | None = None) -> Any:
+    """``POST`` ``body`` to ``path`` of the relay at ``url``; its JSON (as :func:`call_json`)."""
+    return call_json(url, token, "POST", path, body=body if body is not None else {})
+
+
+def call_json(
+    url: str,
+    token: str | None,
+    method: str,
+    path: str,
+    *,
+    body: dict[str, Any] | None = None,
+    params: dict[str, str] | None = None,
+) -> Any:
+    """``method`` ``path`` of the relay at ``url``; its JSON, or a
+    :class:`~sessionhook.cli._output.CliError` of one line.
+
+    An error the API answers for the request itself (400, 404, 409) is printed as the
+    local command prints it: its message alone, exit status 2 for a bad argument (400, an
+    unknown endpoint) as the local command's, else 1. The relay out of reach, a refused
+    token, a server error or an answer that is not JSON name the URL."""
     token = need_token(token)
     if not url.lower().startswith(("http://", "https://")):
         raise click.UsageError("--url must be an http:// or https:// URL")
@@ -90,10 +119,17 @@ def get_json(url: str, token: str | None, path: str) -> Any:
         headers = {"authorization": f"Bearer {token}", "accept": "application/json"}
         try:
             async with http_client(timeout=TIMEOUT, base_url=url) as http:
-                answer = await http.get(endpoint, headers=headers)
+                answer = await http.request(
+                    method, endpoint, headers=headers, json=body, params=params
+                )
         except httpx.HTTPError as exc:
             raise CliError(f"{endpoint}: {type(exc).__name__}: {exc}") from None
-        if answer.status_code != 200:
+        if answer.status_code in (400, 404, 409) and _is_error_body(answer):
+            message = error_message(answer)
+            unknown = answer.status_code == 404 and message.startswith("no endpoint named")
+            bad_argument = answer.status_code == 400 or unknown
+            raise CliError(message, exit_code=2 if bad_argument else 1)
+        if not 200 <= answer.status_code < 300:
             hint = None
             if answer.status_code == 401:
                 hint = f"is ${ENV_TOKEN} the relay's [server] token?"
@@ -104,3 +140,43 @@ def get_json(url: str, token: str | None, path: str) -> Any:
             raise CliError(f"{endpoint}: the answer is not JSON") from None
 
     return run(call)
+
+
+def get_pages(
+    url: str, token: str | None, path: str, key: str, params: dict[str, str], limit: int
+) -> list[Any]:
+    """At most ``limit`` items of a paged list (``key`` of each answer), following
+    ``nextPageToken`` (pages of at most 200, the API's largest)."""
+    items: list[Any] = []
+    query = dict(params)
+    while len(items) < limit:
+        query["pageSize"] = str(min(200, limit - len(items)))
+        data = get_json(url, token, path, query)
+        items.extend(data.get(key) or [])
+        after = data.get("nextPageToken")
+        if not after:
+            break
+        query["pageToken"] = str(after)
+    return items[:limit]
+
+
+def unknown_shape(url: str, path: str, exc: Exception) -> CliError:
+    """The one line for an answer that does not read back into the command's rows."""
+    return CliError(f"{url}: {path} answered in an unknown shape ({exc!r})")
+
+
+def refuse_with_url(**given: object) -> None:
+    """A usage error naming the first option that has no API equivalent (``None``,
+    ``False`` or empty when not given)."""
+    for name, value in given.items():
+        if value not in (None, False, ()):
+            option = "--" + name.removesuffix("_").replace("_", "-")
+            raise click.UsageError(f"{option} is not available with --url (the API has none)")
+
+
+def _is_error_body(answer: httpx.Response) -> bool:
+    try:
+        data = answer.json()
+    except ValueError:
+        return False
+    return isinstance(data, dict) and isinstance(data.get("error"), dict)
