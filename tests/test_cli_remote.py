@@ -321,3 +321,47 @@ async def test_every_url_command_is_one_line_when_the_relay_is_out_of_reach() ->
         assert len(done.stderr.splitlines()) == 1, (args, done.stderr)
         wrong = await sessionhook(*args, "--url", url, token=None)
         assert wrong.stderr.startswith("error: --url needs the relay's token"), args
+
+
+@sqlite_only
+async def test_endpoints_url_list_disable_enable_as_on_the_store(
+    backend: Backend, request: pytest.FixtureRequest
+) -> None:
+    twin = backend.another(request)
+    for b in (backend, twin):
+        b.target.parent.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
+        _seed(b)
+    steps = [
+        ["endpoints", "list"],
+        ["endpoints", "list", "--json"],
+        ["endpoints", "disable", "ci-bot", "--reason", "fixing its URL"],
+        ["endpoints", "list"],
+        ["endpoints", "enable", "ci-bot"],
+        ["endpoints", "list", "--json"],
+    ]
+    failing = [
+        ["endpoints", "enable", "nope"],  # exit 2, a typo
+        ["endpoints", "disable", "nope"],
+    ]
+    async with served(twin) as url:
+        pairs = []
+        for args in [*steps, *failing]:
+            local = await sessionhook(*args, "--db", str(backend.target))
+            remote = await sessionhook(*args, "--url", url)
+            pairs.append((args, local, remote))
+        untested = await sessionhook("endpoints", "test", "ci-bot", "--url", url)
+    for args, local, remote in pairs[: len(steps)]:
+        assert local.returncode == remote.returncode == 0, (args, local.stderr, remote.stderr)
+        # Two stores seeded alike: only their moments differ (created_at).
+        assert _stampless(_timeless(remote.stdout)) == _stampless(_timeless(local.stdout)), args
+        assert remote.stdout.strip(), args
+    assert re.search(r"^ci-bot +disabled .*fixing its URL", pairs[3][2].stdout, re.M)
+    assert pairs[4][2].stdout.startswith("endpoint ci-bot enabled; ")
+    assert {e["name"] for e in json.loads(pairs[5][2].stdout)} == {"chat", "ci-bot"}
+    for args, local, remote in pairs[len(steps) :]:
+        assert local.returncode == remote.returncode == 2, (args, local.stderr, remote.stderr)
+        assert len(remote.stderr.splitlines()) == 1, (args, remote.stderr)
+        assert remote.stderr.strip() == local.stderr.strip().split(" — ")[0], args
+    # This relay has no sender of test events: its 503, one line.
+    assert untested.returncode == 1 and len(untested.stderr.splitlines()) == 1
+    assert untested.stderr.startswith(f"error: {url}/v1/endpoints/ci-bot:test: 503 ")

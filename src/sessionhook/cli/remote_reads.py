@@ -16,8 +16,9 @@ from .remote import get_json, get_pages, unknown_shape
 
 if TYPE_CHECKING:
     from ..relay.ops import AttemptRow, DeliveryRow
+    from ..relay.store import EndpointState
 
-__all__ = ["SHAPE_ERRORS", "remote_attempts", "remote_deliveries"]
+__all__ = ["SHAPE_ERRORS", "remote_attempts", "remote_deliveries", "remote_endpoints"]
 
 #: What reading an answer of another shape raises (a field missing, of another type).
 SHAPE_ERRORS = (KeyError, TypeError, ValueError, AttributeError)
@@ -77,3 +78,19 @@ def remote_attempts(
         )
     except SHAPE_ERRORS as exc:
         raise unknown_shape(url, "/v1/deliveries", exc) from None
+
+
+def remote_endpoints(
+    url: str, token: str | None
+) -> tuple[list[tuple[EndpointState, int, dict[str, int]]], list[Any]]:
+    """``GET /v1/endpoints`` (every page): each endpoint's state, open deliveries and in
+    flight per replica, and the JSON of the local ``endpoints list --json`` (the API's
+    answer also has each endpoint's definition: left out, as the local command has none)."""
+    from ..relay.ops.wire import endpoint_from_json, endpoint_json
+
+    items = get_pages(url, token, "/v1/endpoints", "endpoints", {}, 10_000)
+    try:
+        listed = [endpoint_from_json(item) for item in items]
+    except SHAPE_ERRORS as exc:
+        raise unknown_shape(url, "/v1/endpoints", exc) from None
+    return listed, [endpoint_json(*row) for row in listed]

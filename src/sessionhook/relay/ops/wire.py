@@ -39,6 +39,7 @@ __all__ = [
     "attempts_json",
     "delivery_from_json",
     "delivery_json",
+    "endpoint_from_json",
     "endpoint_json",
     "event_json",
     "json_stamp",
@@ -246,3 +247,12 @@ def attempts_from_json(data: Mapping[str, Any]) -> tuple[DeliveryRow, list[Attem
     /v1/deliveries/{id}``); raises as :func:`overview_from_json`."""
     raw = _seconds(dict(data))
     return _row(DeliveryRow, raw["delivery"]), [_row(AttemptRow, a) for a in raw["attempts"]]
+
+
+def endpoint_from_json(data: Mapping[str, Any]) -> tuple[EndpointState, int, dict[str, int]]:
+    """An endpoint's state, open deliveries and in flight per replica as
+    :func:`endpoint_json` spelled them (a row of ``GET /v1/endpoints``); raises as
+    :func:`overview_from_json`."""
+    raw = _seconds(dict(data))
+    state = _row(EndpointState, raw, events=tuple(raw["events"]))
+    return state, int(raw["pending"]), {str(k): int(v) for k, v in raw["in_flight"].items()}
