@@ -45,8 +45,11 @@ pytestmark = pytest.mark.anyio
 SESSIONHOOK = Path(sys.executable).parent / "sessionhook"
 
 
-async def sessionhook(*args: str, token: str | None = TOKEN) -> subprocess.CompletedProcess[str]:
+async def sessionhook(
+    *args: str, token: str | None = TOKEN, **more_env: str
+) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONHOOK_")}
+    env.update(more_env)
     if token is not None:
         env["SESSIONHOOK_WEB_TOKEN"] = token
     done = await anyio.run_process(
@@ -365,3 +368,55 @@ async def test_endpoints_url_list_disable_enable_as_on_the_store(
     # This relay has no sender of test events: its 503, one line.
     assert untested.returncode == 1 and len(untested.stderr.splitlines()) == 1
     assert untested.stderr.startswith(f"error: {url}/v1/endpoints/ci-bot:test: 503 ")
+
+
+@sqlite_only
+async def test_endpoints_url_create_update_rotate_delete_as_on_the_store(
+    backend: Backend, request: pytest.FixtureRequest
+) -> None:
+    """``create`` and ``update`` take ``--relay-url`` (their ``--url`` is the endpoint's)."""
+    twin = backend.another(request)
+    for b in (backend, twin):
+        b.target.parent.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
+        _seed(b)
+    chosen, rotated = "whsec_" + "A" * 43 + "=", "whsec_" + "B" * 43 + "="
+    steps = [
+        (["create", "mine", "--url", "https://hooks.example.com/mine", "--secret-env", "S1"]),
+        (["update", "mine", "--event", "session.*", "--description", "CI", "--json"]),
+        (["update", "mine", "--unset", "events"]),
+        (["rotate-secret", "mine", "--overlap", "2h", "--secret-env", "S2"]),
+        (["list"]),
+        (["delete", "mine", "--json"]),
+        (["create", "mine", "--url", "https://hooks.example.com/mine", "--secret-env", "S1"]),
+        (["delete", "mine"]),
+    ]
+    failing = [
+        ["update", "ci-bot", "--url", "https://hooks.example.com/y"],  # not created here
+        ["delete", "nope"],
+        ["create", "meta", "--url", "http://169.254.169.254/latest"],  # refused address
+    ]
+    env = {"S1": chosen, "S2": rotated}
+    async with served(twin) as url:
+        pairs = []
+        for args in [*steps, *failing]:
+            flag = "--relay-url" if args[0] in ("create", "update") else "--url"
+            local = await sessionhook("endpoints", *args, "--db", str(backend.target), **env)
+            remote = await sessionhook("endpoints", *args, flag, url, **env)
+            pairs.append((args, local, remote))
+    for args, local, remote in pairs[: len(steps)]:
+        assert local.returncode == remote.returncode == 0, (args, local.stderr, remote.stderr)
+        assert _stampless(_timeless(remote.stdout)) == _stampless(_timeless(local.stdout)), args
+        assert remote.stdout.strip(), args
+    assert pairs[0][2].stdout == f"endpoint mine created\nsecret (shown once, keep it): {chosen}\n"
+    assert json.loads(pairs[1][2].stdout)["description"] == "CI"
+    assert rotated in pairs[3][2].stdout
+    assert re.search(r"^mine +enabled ", pairs[4][2].stdout, re.M)
+    assert json.loads(pairs[5][2].stdout) == {
+        "name": "mine",
+        "deleted": True,
+        "deliveries_closed": 0,
+    }
+    for args, local, remote in pairs[len(steps) :]:
+        assert local.returncode == remote.returncode != 0, (args, local.stderr, remote.stderr)
+        assert len(remote.stderr.splitlines()) == 1, (args, remote.stderr)
+        assert local.stderr.split(" — ")[0].strip() in remote.stderr, (args, remote.stderr)

@@ -30,6 +30,7 @@ __all__ = [
     "post_json",
     "refuse_store_options",
     "refuse_with_url",
+    "relay_url_options",
     "remote_options",
     "unknown_shape",
 ]
@@ -44,18 +45,33 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 def remote_options(fn: _F) -> _F:
     """``--url URL`` and ``--token TOKEN`` (``url`` and ``token`` arguments)."""
-    fn = click.option(
-        "--token",
-        envvar=ENV_TOKEN,
-        metavar="TOKEN",
-        help=f"The relay's [server] token for --url (or ${ENV_TOKEN}).",
-    )(fn)
-    return click.option(
-        "--url",
-        metavar="URL",
-        help="A running relay's [server] address, e.g. http://127.0.0.1:9187: ask its API "
-        "instead of reading the store.",
-    )(fn)
+    return _remote_options("--url", "url")(fn)
+
+
+def relay_url_options(fn: _F) -> _F:
+    """``--relay-url URL`` and ``--token TOKEN`` (``relay_url`` and ``token`` arguments):
+    :func:`remote_options` of ``endpoints create|update``, whose ``--url`` is the
+    endpoint's."""
+    return _remote_options("--relay-url", "relay_url")(fn)
+
+
+def _remote_options(flag: str, name: str) -> Callable[[_F], _F]:
+    def decorate(fn: _F) -> _F:
+        fn = click.option(
+            "--token",
+            envvar=ENV_TOKEN,
+            metavar="TOKEN",
+            help=f"The relay's [server] token for {flag} (or ${ENV_TOKEN}).",
+        )(fn)
+        return click.option(
+            flag,
+            name,
+            metavar="URL",
+            help="A running relay's [server] address, e.g. http://127.0.0.1:9187: ask its "
+            "API instead of reading the store.",
+        )(fn)
+
+    return decorate
 
 
 def refuse_store_options(config_path: str | None, db_path: str | None) -> None:
@@ -105,8 +121,8 @@ def call_json(
     :class:`~sessionhook.cli._output.CliError` of one line.
 
     An error the API answers for the request itself (400, 404, 409) is printed as the
-    local command prints it: its message alone, exit status 2 for a bad argument (400, an
-    unknown endpoint) as the local command's, else 1. The relay out of reach, a refused
+    local command prints it: its message alone, exit status 2 for an unknown endpoint as
+    the local command's, else 1. The relay out of reach, a refused
     token, a server error or an answer that is not JSON name the URL."""
     token = need_token(token)
     if not url.lower().startswith(("http://", "https://")):
@@ -126,9 +142,11 @@ def call_json(
             raise CliError(f"{endpoint}: {type(exc).__name__}: {exc}") from None
         if answer.status_code in (400, 404, 409) and _is_error_body(answer):
             message = error_message(answer)
+            # An unknown endpoint is a typo (exit 2, as locally); what the relay refused
+            # otherwise is what the local command refuses with exit 1 (its own checks of
+            # the command line ran before the request, as they do locally).
             unknown = answer.status_code == 404 and message.startswith("no endpoint named")
-            bad_argument = answer.status_code == 400 or unknown
-            raise CliError(message, exit_code=2 if bad_argument else 1)
+            raise CliError(message, exit_code=2 if unknown else 1)
         if not 200 <= answer.status_code < 300:
             hint = None
             if answer.status_code == 401:
