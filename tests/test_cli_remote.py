@@ -420,3 +420,63 @@ async def test_endpoints_url_create_update_rotate_delete_as_on_the_store(
         assert local.returncode == remote.returncode != 0, (args, local.stderr, remote.stderr)
         assert len(remote.stderr.splitlines()) == 1, (args, remote.stderr)
         assert local.stderr.split(" — ")[0].strip() in remote.stderr, (args, remote.stderr)
+
+
+@sqlite_only
+async def test_events_and_replay_url_as_on_the_store(
+    backend: Backend, request: pytest.FixtureRequest
+) -> None:
+    twin = backend.another(request)
+    for b in (backend, twin):
+        b.target.parent.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
+        _seed(b)
+    _, first = _first(backend, "dead")
+    _, second = _first(backend, "delivered")
+    reads = [
+        ["events"],
+        ["events", "--type", "activity.*"],
+        ["events", "--type", "session.*", "--type", "activity.*", "--limit", "4"],
+        ["events", "--session", "sessions/s1", "--format", "json"],
+        ["events", "--limit", "3", "--format", "ndjson"],
+        ["events", "--type", "session.*"],  # none
+    ]
+    writes = [
+        ["replay", "--endpoint", "ci-bot", "--event", first, "--event", second],
+        ["endpoints", "disable", "chat"],
+        ["replay", "--endpoint", "chat", "--event", first],
+    ]
+    failing = [
+        ["replay", "--endpoint", "nope", "--event", first],  # exit 2
+        ["replay", "--endpoint", "ci-bot", "--event", "evt_nope"],
+    ]
+    async with served(twin) as url:
+        pairs = []
+        for args in [*reads, *writes, *failing]:
+            local = await sessionhook(*args, "--db", str(backend.target))
+            remote = await sessionhook(*args, "--url", url)
+            pairs.append((args, local, remote))
+        refused = [
+            await sessionhook(*args, "--url", url)
+            for args in (
+                ["events", "--since", "1h"],
+                ["replay", "--endpoint", "ci-bot", "--since", "1h"],
+                ["replay", "--endpoint", "ci-bot", "--event", first, "--session", "sessions/s0"],
+            )
+        ]
+    ok = len(reads) + len(writes)
+    for args, local, remote in pairs[:ok]:
+        assert local.returncode == remote.returncode == 0, (args, local.stderr, remote.stderr)
+        assert _stampless(remote.stdout) == _stampless(local.stdout), args
+        assert remote.stderr == local.stderr, args
+        assert remote.stdout.strip(), args
+    assert len(json.loads(pairs[3][2].stdout)) == 3
+    assert pairs[5][2].stdout.startswith("no events match")
+    assert pairs[len(reads)][2].stdout.startswith("queued 2 deliveries to ci-bot")
+    assert "is disabled" in pairs[ok - 1][2].stderr
+    for args, local, remote in pairs[ok:]:
+        assert local.returncode == remote.returncode != 0, (args, local.stderr, remote.stderr)
+        assert len(remote.stderr.splitlines()) == 1, (args, remote.stderr)
+        assert local.stderr.split(" — ")[0].strip() in remote.stderr, (args, remote.stderr)
+    assert pairs[ok][2].returncode == 2
+    for done, option in zip(refused, ("--since", "--since", "--session"), strict=True):
+        assert done.returncode == 2 and f"{option} is not available with --url" in done.stderr

@@ -10,7 +10,7 @@ one line: the relay out of reach, a refused token (401), an error body of the AP
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import click
@@ -26,6 +26,7 @@ __all__ = [
     "error_message",
     "get_json",
     "get_pages",
+    "iter_pages",
     "need_token",
     "post_json",
     "refuse_store_options",
@@ -166,16 +167,35 @@ def get_pages(
     """At most ``limit`` items of a paged list (``key`` of each answer), following
     ``nextPageToken`` (pages of at most 200, the API's largest)."""
     items: list[Any] = []
+    for item in iter_pages(url, token, path, key, params, limit):
+        items.append(item)
+        if len(items) >= limit:
+            break
+    return items
+
+
+def iter_pages(
+    url: str,
+    token: str | None,
+    path: str,
+    key: str,
+    params: dict[str, str],
+    limit: int | None = None,
+) -> Iterator[Any]:
+    """The items of a paged list, a page at a time as they are read (at most ``limit``,
+    if given, are asked for)."""
     query = dict(params)
-    while len(items) < limit:
-        query["pageSize"] = str(min(200, limit - len(items)))
+    given = 0
+    while limit is None or given < limit:
+        query["pageSize"] = str(200 if limit is None else min(200, limit - given))
         data = get_json(url, token, path, query)
-        items.extend(data.get(key) or [])
+        page = data.get(key) or []
+        given += len(page)
+        yield from page
         after = data.get("nextPageToken")
         if not after:
-            break
+            return
         query["pageToken"] = str(after)
-    return items[:limit]
 
 
 def unknown_shape(url: str, path: str, exc: Exception) -> CliError:
