@@ -311,12 +311,21 @@ async def test_retry_and_recover_url_do_and_print_what_they_do_on_the_store(
 
 
 async def test_every_url_command_is_one_line_when_the_relay_is_out_of_reach() -> None:
+    """Also ``endpoints create --relay-url`` (below): never a traceback."""
     url = f"http://127.0.0.1:{free_port()}"
     for args in (
         ["deliveries"],
         ["attempts", "1"],
         ["deliveries", "retry", "1"],
         ["deliveries", "recover", "--endpoint", "ci-bot", "--since", "1h"],
+        ["events"],
+        ["replay", "--endpoint", "ci-bot", "--event", "evt_1"],
+        ["endpoints", "list"],
+        ["endpoints", "enable", "ci-bot"],
+        ["endpoints", "disable", "ci-bot"],
+        ["endpoints", "test", "ci-bot"],
+        ["endpoints", "delete", "ci-bot"],
+        ["endpoints", "rotate-secret", "ci-bot"],
     ):
         done = await sessionhook(*args, "--url", url)
         assert done.returncode == 1, (args, done.stderr)
@@ -324,6 +333,10 @@ async def test_every_url_command_is_one_line_when_the_relay_is_out_of_reach() ->
         assert len(done.stderr.splitlines()) == 1, (args, done.stderr)
         wrong = await sessionhook(*args, "--url", url, token=None)
         assert wrong.stderr.startswith("error: --url needs the relay's token"), args
+    create = ["endpoints", "create", "x", "--url", "https://hooks.example.com/x"]
+    done = await sessionhook(*create, "--relay-url", url)
+    assert done.returncode == 1 and done.stderr.startswith(f"error: {url}/v1/endpoints: ")
+    assert len(done.stderr.splitlines()) == 1, done.stderr
 
 
 @sqlite_only
