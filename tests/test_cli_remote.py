@@ -203,6 +203,15 @@ def _seed(backend: Backend) -> None:
         store.close()
 
 
+def _twin(backend: Backend, request: pytest.FixtureRequest) -> Backend:
+    """A second SQLite store seeded as ``backend`` (both seeded here)."""
+    twin = backend.another(request)
+    for b in (backend, twin):
+        b.target.parent.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
+        _seed(b)
+    return twin
+
+
 def _first(backend: Backend, status: str) -> tuple[int, str]:
     """The id and event id of the oldest ci-bot delivery of ``status``."""
     store = backend.open_readonly()
@@ -267,10 +276,7 @@ async def test_retry_and_recover_url_do_and_print_what_they_do_on_the_store(
 ) -> None:
     """The same commands on two stores seeded alike: one through --db, one through the
     relay; the same lines, and the relay's store changed as the local one."""
-    twin = backend.another(request)
-    for b in (backend, twin):
-        b.target.parent.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
-        _seed(b)
+    twin = _twin(backend, request)
     dead, _ = _first(backend, "dead")
     failed, _ = _first(backend, "failed")
     assert (dead, failed) == (_first(twin, "dead")[0], _first(twin, "failed")[0])
@@ -343,10 +349,7 @@ async def test_every_url_command_is_one_line_when_the_relay_is_out_of_reach() ->
 async def test_endpoints_url_list_disable_enable_as_on_the_store(
     backend: Backend, request: pytest.FixtureRequest
 ) -> None:
-    twin = backend.another(request)
-    for b in (backend, twin):
-        b.target.parent.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
-        _seed(b)
+    twin = _twin(backend, request)
     steps = [
         ["endpoints", "list"],
         ["endpoints", "list", "--json"],
@@ -388,10 +391,7 @@ async def test_endpoints_url_create_update_rotate_delete_as_on_the_store(
     backend: Backend, request: pytest.FixtureRequest
 ) -> None:
     """``create`` and ``update`` take ``--relay-url`` (their ``--url`` is the endpoint's)."""
-    twin = backend.another(request)
-    for b in (backend, twin):
-        b.target.parent.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
-        _seed(b)
+    twin = _twin(backend, request)
     chosen, rotated = "whsec_" + "A" * 43 + "=", "whsec_" + "B" * 43 + "="
     steps = [
         (["create", "mine", "--url", "https://hooks.example.com/mine", "--secret-env", "S1"]),
@@ -439,10 +439,7 @@ async def test_endpoints_url_create_update_rotate_delete_as_on_the_store(
 async def test_events_and_replay_url_as_on_the_store(
     backend: Backend, request: pytest.FixtureRequest
 ) -> None:
-    twin = backend.another(request)
-    for b in (backend, twin):
-        b.target.parent.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
-        _seed(b)
+    twin = _twin(backend, request)
     _, first = _first(backend, "dead")
     _, second = _first(backend, "delivered")
     reads = [

@@ -31,7 +31,7 @@ from .remote import get_json, post_json, refuse_store_options, remote_options
 
 if TYPE_CHECKING:
     from ..relay.domain.retry import AttemptResult
-    from ..relay.store import EndpointState
+    from ..relay.ops import EndpointState
 
 __all__ = ["endpoints"]
 
