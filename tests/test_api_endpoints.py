@@ -365,6 +365,25 @@ async def test_hostile_inputs_are_refused_by_name(backend: Backend) -> None:
         assert h.sync.endpoints.stored_endpoints() == []  # nothing of it was stored
 
 
+async def test_markup_and_control_characters_are_refused_in_url_and_description(
+    backend: Backend,
+) -> None:
+    # A NUL is what PostgreSQL cannot store; '"><script>' what ends an HTML attribute.
+    async with api(backend) as h:
+        for body, key in [
+            ({**NEW, "url": 'https://hooks.example.com/x"><script>alert(1)</script>'}, "url"),
+            ({**NEW, "url": "https://hooks.example.com/x\x00"}, "url"),
+            ({**NEW, "url": "https://hooks.example.com/a b"}, "url"),
+            ({**NEW, "description": "note\x00"}, "description"),
+            ({**NEW, "description": "bell\x07"}, "description"),
+        ]:
+            assert _error(await h.http.post("/v1/endpoints", json=body), 400).startswith(key)
+        assert h.sync.endpoints.stored_endpoints() == []
+        assert (await h.http.post("/v1/endpoints", json=NEW)).status_code == 201
+        patched = await h.http.patch(f"/v1/endpoints/{NEW['name']}", json={"description": "\x00"})
+        assert _error(patched, 400).startswith("description")
+
+
 async def test_private_addresses_pass_when_the_config_allows_them(backend: Backend) -> None:
     async with api(backend, allow_private=True) as h:
         answer = await h.http.post(

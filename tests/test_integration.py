@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -517,6 +518,10 @@ def test_demo_prints_verified_events_and_stops_cleanly(tmp_path: Path) -> None:
     ):
         assert kind in out, out
     assert "approved the plan" in out and "answered the question" in out
+    # ... by following the signed links of the events, as a person would (GET, then POST).
+    assert "opened the approve link and approved the plan" in out, out
+    assert "opened the reply link and answered the question" in out, out
+    assert re.search(r"approve the plan \(\d steps\): http://127\.0\.0\.1:\d+/actions/", out), out
     assert "session.action_required" in out and "session.completed" in out
     # The Slack-formatted endpoint's messages, printed readably; then the demo says its
     # sessions are done and stops by itself (12 s of --duration is a ceiling, not the end).

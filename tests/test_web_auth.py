@@ -23,6 +23,7 @@ from sessionhook.relay.store import AsyncStore
 from sessionhook.relay.telemetry.metrics import Metrics
 from sessionhook.relay.web import WebContext, create_app
 from sessionhook.relay.web import server as health
+from sessionhook.relay.web.action_pages import is_public_path
 from sessionhook.relay.web.auth import (
     COOKIE,
     CSRF_FIELD,
@@ -323,7 +324,7 @@ def _route_table(backend: Backend) -> tuple[list[tuple[str, str]], Any, AsyncSto
     for route in app.routes:
         path = getattr(route, "path_format", None) or getattr(route, "path", "")
         path = re.sub(r"\{[^}]+\}", "x", path) or "/"
-        if path in PUBLIC_PATHS:
+        if path in PUBLIC_PATHS or is_public_path(ctx, path):  # the action links' pages
             continue
         methods = getattr(route, "methods", None) or {"GET"}
         protected += [(m, path) for m in sorted(methods) if m != "HEAD"]

@@ -10,8 +10,11 @@ one task group:
   temporary directory, short poll intervals, and ``allow_private_networks`` (everything is
   loopback here), configured through a real TOML file like ``sessionhook run``;
 * a few sessions: one that opens a pull request, one that waits for plan approval, one that
-  asks a question. The consumer reacts to ``session.action_required`` like a real
-  integration would: it approves the plan and answers the question through the API;
+  asks a question. ``[actions]`` is on (its pages on the relay's loopback ``[server]
+  listen``): each ``session.action_required`` carries signed links, and the demo follows
+  them as a person in the chat would: it opens the link (GET: the page shows the plan or
+  the question, nothing happens yet), then confirms or sends its answer with the page's
+  form (POST);
 * a second endpoint with ``format = "slack"`` for the lifecycle events, whose messages are
   printed as a Slack channel would show them.
 
@@ -22,10 +25,13 @@ says so and stops (or at Ctrl-C, or after ``duration``).
 from __future__ import annotations
 
 import contextlib
+import html
 import json
 import math
+import re
 import secrets
 import signal
+import socket
 import sys
 import tempfile
 import time
@@ -40,7 +46,6 @@ import httpx
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from sessionhook.api.client import AUTO_CREATE_PR, SessionsClient
-from sessionhook.api.errors import ApiError
 from sessionhook.emulator.app import create_app
 from sessionhook.receiver import (
     Delivery,
@@ -161,7 +166,11 @@ def slack_lines(body: dict[str, Any]) -> list[str]:
     for block in body.get("blocks") or []:
         texts = [block.get("text")] if "text" in block else block.get("elements") or []
         for item in texts:
-            if isinstance(item, dict):
+            if isinstance(item, dict) and item.get("type") == "button":
+                shown = item.get("text")
+                label = shown.get("text", "") if isinstance(shown, dict) else ""
+                lines.append(f"[{label}] <{item.get('url', '')}>")
+            elif isinstance(item, dict):
                 lines += [_slack_plain(line) for line in str(item.get("text", "")).splitlines()]
     return [line for line in lines if line.strip()] or [_slack_plain(str(body.get("text", "")))]
 
@@ -180,7 +189,7 @@ def _slack_plain(text: str) -> str:
 
 
 def _write_config(
-    directory: Path, *, base_url: str, api_key: str, hook_url: str, secret: str
+    directory: Path, *, base_url: str, api_key: str, hook_url: str, secret: str, listen: str
 ) -> Path:
     key_file = directory / "api_key"
     key_file.write_text(api_key + "\n", encoding="utf-8")
@@ -214,6 +223,12 @@ def _write_config(
                 'events = ["session.action_required", "session.completed", "session.failed"]',
                 'format = "slack"',
                 "rate_limit = 1.0  # chat webhooks allow about one message a second",
+                "[server]",
+                f"listen = {json.dumps(listen)}",
+                "allow_unauthenticated = true  # loopback only: the console needs no token",
+                "[actions]",
+                "enabled = true",
+                f"public_url = {json.dumps('http://' + listen)}",
                 "[log]",
                 'level = "warning"',
                 'format = "console"',
@@ -244,28 +259,48 @@ async def _create_sessions(api: SessionsClient, count: int) -> list[str]:
     return names
 
 
-async def _react(api: SessionsClient, event: ReceivedEvent, say: Callable[[str], None]) -> None:
-    """Do what an integration would on ``session.action_required``: approve the plan, or
-    answer the question (the event names the call to make)."""
+_FORM_TOKEN = re.compile(r'name="form_token" value="([^"]+)"')
+
+
+async def _react(http: httpx.AsyncClient, event: ReceivedEvent, say: Callable[[str], None]) -> None:
+    """Do what a person in the chat would on ``session.action_required``: open the link the
+    message carries (GET shows the plan or the question), then confirm on that page, or type
+    the answer there (POST with the page's form)."""
     if event.type != "session.action_required" or event.duplicate:
         return
     name = str(event.session.get("name", ""))
-    action = (event.body.get("data") or {}).get("action")
+    data = event.body.get("data") or {}
+    links = data.get("links") or {}
+    answer = "Raising an error on empty values is fine; no need for compatibility."
+    url = links.get("approve") or links.get("reply")
+    if not isinstance(url, str):
+        say(f"{'':10}-> no link to follow for {short_session(name)}")
+        return
     try:
-        if action == "approve_plan":
-            await api.approve_plan(name)
-            say(f"{'':10}-> approved the plan of {short_session(name)}")
-        elif action == "answer":
-            answer = "Raising an error on empty values is fine; no need for compatibility."
-            await api.send_message(name, answer)
-            say(f"{'':10}-> answered the question of {short_session(name)}")
-    except ApiError as exc:
-        say(f"{'':10}-> could not react for {short_session(name)}: {exc}")
+        page = await http.get(url)
+        found = _FORM_TOKEN.search(page.text)
+        if page.status_code != 200 or found is None:
+            shown = page.status_code
+            say(f"{'':10}-> the link of {short_session(name)} shows nothing to do ({shown})")
+            return
+        form = {"form_token": html.unescape(found.group(1))}
+        if "reply" in links:
+            form["text"] = answer
+        done = await http.post(url, data=form)
+    except httpx.HTTPError as exc:
+        say(f"{'':10}-> could not follow the link of {short_session(name)}: {exc}")
+        return
+    if done.status_code != 200:
+        say(f"{'':10}-> the link of {short_session(name)} did nothing ({done.status_code})")
+    elif "approve" in links:
+        say(f"{'':10}-> opened the approve link and approved the plan of {short_session(name)}")
+    else:
+        say(f"{'':10}-> opened the reply link and answered the question of {short_session(name)}")
 
 
 async def _print_events(
     events: MemoryObjectReceiveStream[ReceivedEvent],
-    api: SessionsClient,
+    http: httpx.AsyncClient,
     out: TextIO,
     counts: dict[str, int],
     stop: anyio.Event,
@@ -306,7 +341,7 @@ async def _print_events(
             except BrokenPipeError:  # `sessionhook demo | head`: nobody reads any more
                 stop.set()
                 return
-            await _react(api, event, say)
+            await _react(http, event, say)
             if not announced and created and set(finished) >= created:
                 announced = True
                 done = [finished[n] for n in created]
@@ -317,6 +352,14 @@ async def _print_events(
                 )
             if announced and chats >= lifecycle:
                 stop.set()
+
+
+def _free_port() -> int:
+    """A loopback port free now, for the relay's [server] listen (its action pages)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
 
 
 async def _until_stopped(stop: anyio.Event, duration: float | None) -> None:
@@ -372,6 +415,7 @@ async def run_demo(
                 api_key=api_key,
                 hook_url=f"http://127.0.0.1:{hook_port}/hook",
                 secret=secret,
+                listen=f"127.0.0.1:{_free_port()}",
             )
             daemon = Daemon(load_config(config_path), config_path=config_path)
             api = SessionsClient(http, base_url=base_url, api_key=api_key)
@@ -382,7 +426,7 @@ async def run_demo(
                 flush=True,
             )
             created_names: set[str] = set()
-            tg.start_soon(_print_events, receive, api, stream, counts, stop, created_names)
+            tg.start_soon(_print_events, receive, http, stream, counts, stop, created_names)
 
             relay_done = anyio.Event()
 

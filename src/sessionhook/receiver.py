@@ -282,6 +282,13 @@ def _tail(data: dict[str, Any]) -> str:
     return path[path.rfind(":") :] if ":" in path else path
 
 
+def _link_tail(url: object) -> str:
+    """A signed action link, short enough for one line (its host and path start)."""
+    if not isinstance(url, str) or "/actions/" not in url:
+        return ""
+    return printable(url[: url.index("/actions/") + len("/actions/") + 8]) + "…"
+
+
 def _dict(value: object) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
@@ -318,10 +325,13 @@ def summarize(event: dict[str, Any]) -> str:
     if kind == "activity.session_completed":
         return "session completed"
     if kind == "session.action_required":
+        links = _dict(data.get("links"))  # signed links, with the relay's [actions] on
         if data.get("action") == "approve_plan":
             steps = _dict(data.get("plan")).get("steps")
-            return f"approve the plan ({_count(steps)} steps): POST …{_tail(data)}"
-        return clip(f"answer: {data.get('question', '')}", 50) + f" POST …{_tail(data)}"
+            where = _link_tail(links.get("approve")) or f"POST …{_tail(data)}"
+            return f"approve the plan ({_count(steps)} steps): {where}"
+        where = _link_tail(links.get("reply")) or f"POST …{_tail(data)}"
+        return clip(f"answer: {data.get('question', '')}", 40) + f" {where}"
     if kind == "session.completed":
         outputs = _dict(data.get("outputs"))
         change = _dict(outputs.get("change_set"))

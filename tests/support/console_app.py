@@ -5,11 +5,12 @@ token. (The browser tests drive ``sessionhook run`` instead: console_harness.py.
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import httpx
+from anyio.from_thread import start_blocking_portal
 from starlette.applications import Starlette
 
 from sessionhook.relay.config import Config
@@ -17,6 +18,7 @@ from sessionhook.relay.store import AsyncStore
 from sessionhook.relay.telemetry.metrics import Metrics
 from sessionhook.relay.web import WebContext, create_app
 from sessionhook.relay.web.auth import CSRF_FIELD, WebAuth
+from sessionhook.relay.web.server import serve
 from tests.support.clock import T0
 
 TOKEN = "console-test-token-0123456789abcdefghij"
@@ -59,3 +61,14 @@ async def login(http: httpx.AsyncClient) -> str:
 def form(token: str, **fields: str) -> dict[str, Any]:
     """``httpx`` keyword arguments posting ``fields`` with the CSRF token."""
     return {"data": {**fields, CSRF_FIELD: token}}
+
+
+@contextmanager
+def serving(app: Starlette) -> Iterator[str]:
+    """``app`` served on a free port of 127.0.0.1 (for a browser): its base URL."""
+    with start_blocking_portal() as portal:
+        server, (_, port) = portal.start_task(serve, "127.0.0.1:0", app)
+        try:
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            server.cancel()

@@ -72,10 +72,12 @@ class Consumer:
     status: int = 200
     body: str = "ok"
     seen: list[str] = field(default_factory=list)
+    #: The bodies received, in order (the action links' browser test reads their links).
+    bodies: list[bytes] = field(default_factory=list)
 
     def app(self) -> Starlette:
         async def hook(request: Request) -> Response:
-            await request.body()
+            self.bodies.append(await request.body())
             self.seen.append(request.headers.get("webhook-id", ""))
             return Response(self.body, status_code=self.status, media_type="text/html")
 
@@ -97,6 +99,7 @@ def _config(
     listen: str,
     token: str,
     database: str | None = None,
+    actions: bool = False,
 ) -> Path:
     key_file = directory / "api_key"
     key_file.write_text(API_KEY)
@@ -128,6 +131,8 @@ def _config(
         'level = "info"',
         'format = "json"',
     ]
+    if actions:  # signed action links, their pages on the listener
+        lines += ["[actions]", "enabled = true", f"public_url = {json.dumps('http://' + listen)}"]
     for name, url in hooks.items():
         lines += [
             "[[endpoints]]",
@@ -145,10 +150,16 @@ class Stack:
     file, or on the PostgreSQL ``database`` (a URL) when one is given."""
 
     def __init__(
-        self, directory: Path, *, step_delay: float = 0.2, database: str | None = None
+        self,
+        directory: Path,
+        *,
+        step_delay: float = 0.2,
+        database: str | None = None,
+        actions: bool = False,
     ) -> None:
         self.directory = directory
         self.database = database
+        self.actions = actions
         self.emulator = create_app(api_keys=(API_KEY,), step_delay=step_delay, seed=5)
         self.world: World = self.emulator.state.world
         self.consumers = {"alpha": Consumer(), "beta": Consumer()}
@@ -178,6 +189,7 @@ class Stack:
             f"127.0.0.1:{port}",
             TOKEN,
             self.database,
+            self.actions,
         )
         env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
         if self.database is not None:

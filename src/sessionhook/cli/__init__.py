@@ -20,6 +20,7 @@ from . import (  # noqa: E402, F401
     emulator,
     listen,
     ops,
+    ops_actions,
     ops_deliveries,
     ops_endpoints,
     ops_endpoints_edit,

@@ -4,6 +4,7 @@
 the strict base, durations with their bounds) and the one error, :class:`ConfigError`.
 """
 
+from .actions import ActionsConfig
 from .endpoints import SECRET_MAX_BYTES, SECRET_MIN_BYTES, EndpointConfig
 from .errors import ConfigError
 from .fields import DURATION_BOUNDS, parse_duration
@@ -33,6 +34,7 @@ __all__ = [
     "TOKEN_MIN_CHARS",
     "Account",
     "AccountConfig",
+    "ActionsConfig",
     "ApiConfig",
     "Config",
     "ConfigError",

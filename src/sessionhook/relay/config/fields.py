@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Annotated, Any
 from urllib.parse import urlsplit
@@ -22,6 +23,7 @@ __all__ = [
     "Section",
     "check_name",
     "http_url",
+    "is_loopback",
     "parse_duration",
     "within",
 ]
@@ -51,11 +53,22 @@ def http_url(value: str) -> str:
     return value
 
 
+def is_loopback(host: str) -> bool:
+    """``127.0.0.0/8``, ``::1`` or ``localhost``: only this machine can connect."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def check_name(value: str) -> str:
     """``value`` when it can name an endpoint or an account (letters, digits, ``_.-``)."""
     if not _NAME.match(value):
         raise ValueError("must be made of letters, digits, '_', '.' and '-'")
     return value
+
 
 _MINUTE, _HOUR, _DAY = 60, 3600, 86400
 
@@ -64,6 +77,7 @@ _MINUTE, _HOUR, _DAY = 60, 3600, 86400
 #: which may be 0. A value beyond is refused: an interval of a year or a timeout of a week
 #: is a typo, not a wish. docs/configuration.md and config.example.toml document the same figures.
 DURATION_BOUNDS: dict[str, tuple[int, int]] = {
+    "actions.link_ttl": (0, 30 * _DAY),
     "api.timeout": (0, 10 * _MINUTE),
     "poll.active_interval": (0, _HOUR),
     "poll.idle_interval": (0, _DAY),

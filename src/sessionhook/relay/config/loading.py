@@ -26,6 +26,7 @@ from typing import Any
 
 from pydantic import SecretStr, ValidationError
 
+from .actions import DEFAULT_KEY_FILE
 from .database_url import check_postgres_url
 from .endpoints import EndpointConfig, split_secrets
 from .errors import ConfigError
@@ -79,6 +80,7 @@ def load_config(
         raise _translate(exc) from None
     base = file.resolve().parent
     config = _resolve_store_path(config, base, environ)
+    config = _resolve_action_key_file(config, base, environ)
     if resolve_secrets:
         # With [[accounts]], each account has its key and [api] only gives defaults.
         api_needs_key = need_api_key and not config.accounts
@@ -137,6 +139,21 @@ def _resolve_store_path(config: Config, base: Path, env: Mapping[str, str]) -> C
     else:
         db = base / DEFAULT_DB_NAME
     return config.model_copy(update={"store": config.store.model_copy(update={"path": db})})
+
+
+def _resolve_action_key_file(config: Config, base: Path, env: Mapping[str, str]) -> Config:
+    """``actions.key_file`` as an absolute path: as given, or next to the SQLite store
+    (with PostgreSQL: in ``$STATE_DIRECTORY``, else beside the config file)."""
+    actions = config.actions
+    if actions.key_file is not None:
+        file = _expand_path("actions.key_file", actions.key_file, base, env)
+    elif config.store.url is None:
+        file = config.store.path.parent / DEFAULT_KEY_FILE
+    elif env.get("STATE_DIRECTORY"):
+        file = Path(env["STATE_DIRECTORY"].split(":")[0]) / DEFAULT_KEY_FILE
+    else:
+        file = base / DEFAULT_KEY_FILE
+    return config.model_copy(update={"actions": actions.model_copy(update={"key_file": file})})
 
 
 def _read_secret_file(key: str, raw: str, base: Path, env: Mapping[str, str]) -> str:

@@ -15,7 +15,6 @@ of their key. ``[[endpoints]]`` and their secrets: :mod:`.endpoints`.
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
@@ -23,10 +22,11 @@ from typing import Annotated, Literal
 from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
 
 from ..domain.addresses import literal_refusal
+from .actions import ActionsConfig
 from .database_url import check_postgres_url, display_url
 from .endpoints import EndpointConfig
 from .errors import ConfigError
-from .fields import LAX, Seconds, Section, check_name, http_url, within
+from .fields import LAX, Seconds, Section, check_name, http_url, is_loopback, within
 
 __all__ = [
     "DEFAULT_ACCOUNT",
@@ -171,9 +171,7 @@ class StoreConfig(Section):
     pool_size: Annotated[int, Field(ge=1, le=64)] = 4
     #: Delete attempts, and delivered deliveries, older than this (unset: keep everything).
     #: Open and dead deliveries and the archive (sessions, activities, events) are kept.
-    delivery_log_retention: Annotated[Seconds, within("store.delivery_log_retention")] | None = (
-        None
-    )
+    delivery_log_retention: Annotated[Seconds, within("store.delivery_log_retention")] | None = None
 
     #: How long a replica's claims (deliveries in flight, session polls, an account's
     #: poller) hold after its last heartbeat (every third of it): what a crash costs in
@@ -340,16 +338,6 @@ class ServerConfig(Section):
         return resolved
 
 
-def is_loopback(host: str) -> bool:
-    """``127.0.0.0/8``, ``::1`` or ``localhost``: only this machine can connect."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 class LogConfig(Section):
     """``[log]``: level and format (``auto``: console on a TTY, JSON lines otherwise)."""
 
@@ -373,6 +361,7 @@ class Config(Section):
     server: ServerConfig | None = None
     log: LogConfig = Field(default_factory=LogConfig)
     accounts: Annotated[tuple[AccountConfig, ...], LAX] = ()
+    actions: ActionsConfig = Field(default_factory=ActionsConfig)
 
     @model_validator(mode="after")
     def _unique_endpoint_names(self) -> Config:
@@ -395,6 +384,20 @@ class Config(Section):
                         f"endpoints[{i}].accounts",
                         f"no account {name!r} (accounts: {', '.join(sorted(known))})",
                     )
+        return self
+
+    @model_validator(mode="after")
+    def _actions_need_the_web_server(self) -> Config:
+        if self.actions.enabled and self.server is None:
+            # Raised as ConfigError (not ValueError) so the key names the section.
+            raise ConfigError(
+                "actions.enabled", "the action pages are served on [server] listen: add [server]"
+            )
+        if self.actions.require_login and (self.server is None or not self.server.web_enabled):
+            raise ConfigError(
+                "actions.require_login",
+                "needs the console's login: set server.token_env or server.token_file",
+            )
         return self
 
     @model_validator(mode="after")

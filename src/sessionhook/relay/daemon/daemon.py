@@ -34,6 +34,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -41,7 +42,8 @@ import anyio
 import httpx
 
 from .. import web
-from ..config import Config
+from ..config import Config, ConfigError
+from ..config.action_keys import LinkKeys
 from ..delivery.dispatcher import Dispatcher
 from ..delivery.post import UrlGuard
 from ..delivery.resolve import Resolver
@@ -102,6 +104,10 @@ class Daemon:
     ) -> None:
         base = poll_settings if poll_settings is not None else PollSettings()
         self.metrics = metrics if metrics is not None else Metrics()
+        #: The action-link keys of the running config: signing the links of new events
+        #: (the poller), verifying the links people follow (the web pages).
+        self.link_keys = LinkKeys(lambda: self._state.config, clock=clock)
+        base = replace(base, action_links=self.link_keys.links)
         state = self._state = DaemonState(
             config=config, poll_settings=base.with_config(config), metrics=self.metrics, clock=clock
         )
@@ -130,6 +136,7 @@ class Daemon:
             self._wiring.send_test_event,
             started_at=clock(),
             act=self.act,
+            link_keys=self.link_keys,
         )
         self._tasks = SideTasks(state, self.replica)
         self._reloader = Reloader(state, config_path)
@@ -211,6 +218,7 @@ class Daemon:
         daemon or is full (nothing is lost: the next pass resumes), or the key is rejected.
         """
         with self._opener.lock():
+            self._check_link_keys()
             store = await self._opener.open(wait=False)
             assert store is not None  # only a stop while waiting for space returns None
             try:
@@ -252,8 +260,18 @@ class Daemon:
 
     # ------------------------------------------------------------------ the long run
 
+    def _check_link_keys(self) -> None:
+        """With ``[actions]`` on, the key file is made now (mode 0600) or must be readable
+        and private: a problem stops the start (exit 2), not the first link."""
+        if self.link_keys.enabled:
+            try:
+                self.link_keys.ring()
+            except ConfigError as exc:
+                raise DaemonError(str(exc), exit_code=2) from None
+
     async def _serve(self) -> None:
         with self._opener.lock():
+            self._check_link_keys()
             async with anyio.create_task_group() as outer:
                 # First, so that /readyz answers (503, with the reason) while the store
                 # cannot be opened for lack of space.

@@ -17,6 +17,7 @@ from starlette.applications import Starlette
 
 from .. import web
 from ..config import ServerConfig
+from ..config.action_keys import LinkKeys
 from ..domain.actions import UpstreamAct
 from ..domain.retry import AttemptResult
 from ..store import (
@@ -54,11 +55,13 @@ class Readiness:
         *,
         started_at: float,
         act: UpstreamAct | None = None,
+        link_keys: LinkKeys | None = None,
     ) -> None:
         self._state = state
         self._bell = bell
         self._send_test = send_test
         self._act = act
+        self._link_keys = link_keys
         self._started_at = started_at
 
     def create_app(self, server: ServerConfig) -> Starlette:
@@ -95,6 +98,7 @@ class Readiness:
             send_test=self._send_test,
             wake=wake,
             act=self._act,
+            link_keys=self._link_keys,
         )
 
     async def _store_problem(self) -> str | None:

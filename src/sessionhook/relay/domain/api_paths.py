@@ -97,6 +97,26 @@ API_SCHEMAS: Final[dict[str, Any]] = {
         }
         | {"update_time": {"type": "string"}, "first_seen_at": _MOMENT},
     },
+    "ApiAction": {
+        **_OPEN,
+        "description": "An action taken through a signed link, Slack or the console",
+        "properties": {
+            "id": {"type": "integer"},
+            "taken_at": _MOMENT,
+            "session": {"type": "string"},
+            "wait": {"type": "string", "description": "The activity the action answered"},
+            "action": {"enum": ["approve_plan", "reply"]},
+            "account": {"type": "string"},
+            "actor_kind": {"enum": ["link", "slack", "console"]},
+            "actor_address": {"type": "string"},
+            "actor_agent": {"type": "string"},
+            "chat_user": {"type": ["string", "null"]},
+            "token_hash": {"type": "string", "description": "SHA-256 of the link's token"},
+            "result": {"enum": ["pending", "ok", "failed"]},
+            "status": {"type": ["integer", "null"], "description": "The service's HTTP status"},
+            "detail": {"type": "string"},
+        },
+    },
     "ApiEndpoint": {
         **_OPEN,
         "description": "An endpoint, its state and definition (never its secret)",
@@ -397,6 +417,22 @@ def _session_paths() -> dict[str, Any]:
     }
 
 
+def _action_paths() -> dict[str, Any]:
+    session = _query("session", "Only this session's (sessions/<id>)")
+    return {
+        "/v1/actions": {
+            "get": _op(
+                "listActions",
+                "Actions taken through signed links, Slack or the console, newest first",
+                _json(_page_of("actions", "ApiAction")),
+                400,
+                503,
+                parameters=[*_PAGE, session],
+            )
+        }
+    }
+
+
 def _endpoint_paths() -> dict[str, Any]:
     name = [
         {
@@ -529,4 +565,5 @@ def api_paths() -> dict[str, Any]:
         **_delivery_paths(),
         **_event_paths(),
         **_session_paths(),
+        **_action_paths(),
     }

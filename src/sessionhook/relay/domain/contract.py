@@ -136,6 +136,21 @@ class ApiCall(_Open):
     body: dict[str, Any]
 
 
+class WaitLinks(_Open):
+    """Signed links of the wait (with ``[actions]`` enabled): each works until it expires
+    (``actions.link_ttl``), once, and only while the session still waits for this wait."""
+
+    approve: str | None = Field(
+        default=None,
+        description="approve_plan: a page that approves the plan (GET shows, POST acts)",
+    )
+    reply: str | None = Field(
+        default=None,
+        description="answer: a page that sends the agent a reply (GET shows, POST acts)",
+    )
+    open: str = Field(description="The session's timeline in the relay's console")
+
+
 class ActionRequiredData(_AccountData):
     session: SessionSummary
     activity_name: str | None = Field(description="The planGenerated / agentMessaged activity")
@@ -143,6 +158,9 @@ class ActionRequiredData(_AccountData):
     plan: PlanSummary | None = Field(default=None, description="approve_plan: the plan")
     question: str | None = Field(default=None, description="answer: the agent's message")
     call: ApiCall
+    links: WaitLinks | None = Field(
+        default=None, description="Present when the relay's [actions] are enabled"
+    )
 
 
 class SessionActionRequiredEvent(_Event):

@@ -8,7 +8,9 @@ say what a consumer wants to know without decoding snapshots:
     The session waits for its user. ``data.action`` is ``approve_plan`` (with ``data.plan``,
     the steps to approve) or ``answer`` (with ``data.question``, the agent's
     ``agentMessaged`` text). ``data.call`` is the API call that ends the wait
-    (``:approvePlan`` or ``:sendMessage``, path relative to the API's base URL).
+    (``:approvePlan`` or ``:sendMessage``, path relative to the API's base URL). With
+    ``[actions]`` enabled, ``data.links`` holds signed links (:mod:`.action_links`):
+    ``approve`` or ``reply`` (a page that does it), and ``open`` (the session in the console).
 ``session.completed``
     The session finished. ``data.outputs`` sums up its results: ``pull_requests`` (url and
     title of each) and ``change_set`` (files touched, lines added and removed, from the
@@ -43,6 +45,8 @@ from typing import Any
 
 from sessionhook.api.models import Activity, ChangeSet, Session, parse_timestamp
 
+from .action_links import ActionLinks
+from .actions import ActionKind
 from .events import (
     SESSION_ACTION_REQUIRED,
     SESSION_COMPLETED,
@@ -110,6 +114,8 @@ def lifecycle_events(
     entered: bool,
     seen_until: str = "",
     now: float | None = None,
+    account: str = "default",
+    links: ActionLinks | None = None,
 ) -> list[Event]:
     """The lifecycle event of ``session``'s current state, if it has one.
 
@@ -122,6 +128,10 @@ def lifecycle_events(
     to see). An activity archived late, older than the state the relay already announced,
     gives nothing new: its wait was announced when the state was seen. Calling this again
     for the same wait gives the same event id, or nothing.
+
+    With ``links``, a ``session.action_required`` event carries ``data.links`` for
+    ``account``'s session, valid ``links.ttl`` seconds from ``now`` (required then). The
+    event is archived once: a later derivation with other links is dropped by its id.
     """
     entry = _STATES.get(session.state)
     if entry is None:
@@ -142,6 +152,12 @@ def lifecycle_events(
     }
     if etype == SESSION_ACTION_REQUIRED:
         data.update(_action(session, activity))
+        if links is not None:
+            if now is None:
+                raise ValueError("signed links need the time they are made")
+            kind: ActionKind = "approve_plan" if data["action"] == ACTION_APPROVE_PLAN else "reply"
+            wait = activity.name if activity is not None else ""
+            data["links"] = links.links(account, session.name, wait, kind, now)
     elif etype == SESSION_COMPLETED:
         data["outputs"] = _outputs(session, activity)
     else:

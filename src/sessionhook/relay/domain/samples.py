@@ -6,6 +6,7 @@ from __future__ import annotations
 from sessionhook.api.models import Activity, Session
 
 from . import events, lifecycle
+from .action_links import ActionLinks
 
 __all__ = ["sample_events"]
 
@@ -67,6 +68,9 @@ _ACTIVITIES: dict[str, dict[str, object]] = {
 }
 
 
+#: The sample action_required events carry links as with ``[actions]`` enabled (signed with a
+#: key that signs nothing else).
+_LINKS = ActionLinks("https://relay.example.com", 86400.0, b"sample key: signs no real link")
 _ORIGINATORS = {"userMessaged": "user", "planApproved": "user", "": "system"}
 
 
@@ -114,5 +118,7 @@ def sample_events() -> list[events.Event]:
         ("FAILED", "sessionFailed", 6, _session("FAILED")),
     ):
         assert target.state == state
-        found += lifecycle.lifecycle_events(target, _activity(member, number), entered=True, now=0)
+        found += lifecycle.lifecycle_events(
+            target, _activity(member, number), entered=True, now=0, links=_LINKS
+        )
     return found

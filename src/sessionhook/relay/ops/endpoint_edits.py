@@ -15,6 +15,7 @@ the store's thread.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, ParamSpec, TypeVar
@@ -77,6 +78,11 @@ DEFAULT_OVERLAP: Final = 24 * 3600.0
 MAX_OVERLAP: Final = 30 * 86400.0
 #: The last error of the open deliveries of an endpoint deleted at run time (now dead).
 DELETED_REASON: Final = "endpoint deleted"
+#: What a URL may not hold unencoded (RFC 3986): spaces, control characters (a NUL, which
+#: PostgreSQL cannot store either), and the characters that end an HTML attribute or tag.
+_NOT_IN_URL: Final = re.compile(r'[\x00-\x20\x7f"<>\\^`{|}]')
+#: Control characters a description may not hold (tab and newline it may).
+_CONTROL: Final = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 
 class EndpointConflictError(OperatorError):
@@ -142,6 +148,14 @@ def _definition(
 ) -> Definition:
     if len(description) > MAX_DESCRIPTION_CHARS:
         raise InvalidEndpointError(f"description: at most {MAX_DESCRIPTION_CHARS} characters")
+    if _CONTROL.search(description):
+        raise InvalidEndpointError("description: must not hold control characters (such as NUL)")
+    url = spec.get("url")
+    if isinstance(url, str) and _NOT_IN_URL.search(url):
+        raise InvalidEndpointError(
+            'url: must not hold spaces, control characters or any of " < > \\ ^ ` { | } '
+            "(percent-encode them)"
+        )
     try:
         endpoint = spec_endpoint(
             name,

@@ -83,6 +83,11 @@ class Archive:
             return lambda _: True
         return lambda event: event.occurred_ts >= epoch
 
+    @property
+    def account(self) -> str:
+        """The account whose findings this archives (``data.account``)."""
+        return self._account
+
     # ------------------------------------------------------------------ archiving
 
     def stamp(self, event: events.Event) -> events.Event:

@@ -19,7 +19,9 @@ from sessionhook.api.errors import (
 )
 from sessionhook.api.models import Activity, Session, format_timestamp, parse_timestamp
 
+from ..config import ConfigError
 from ..domain import events, lifecycle
+from ..domain.action_links import ActionLinks
 from ..store import AsyncStore, SessionRow, StoreUnwritableError
 from ..telemetry.logs import get_logger
 from .archive import Archive
@@ -425,10 +427,33 @@ class SessionPoll:
         # Waiting for the user, completed, failed: keyed by the activity behind it (stable
         # per wait, new per completion), so deriving it again on every refresh is harmless.
         found += lifecycle.lifecycle_events(
-            fresh, activity, entered=entered, seen_until=row.update_time, now=self._clock()
+            fresh,
+            activity,
+            entered=entered,
+            seen_until=row.update_time,
+            now=self._clock(),
+            account=self._archive.account,
+            links=self._action_links(fresh),
         )
         if found:
             await self._archive.session_events(row.name, found, deliver=deliver)
+
+    def _action_links(self, session: Session) -> ActionLinks | None:
+        """The signer of ``session``'s action links, when it waits for its user and the
+        relay makes links. A key file that cannot be read now (changed on disk since the
+        start) costs the links of this event, not the event: it is logged."""
+        make = self._state.settings.action_links
+        if make is None or lifecycle.awaited_member(session.state) not in _WAITS:
+            return None
+        try:
+            return make()
+        except ConfigError as exc:
+            _log.error("actions.key_unreadable", session=session.name, error=str(exc))
+            return None
+
+
+#: The activities a person answers (the waits that get action links).
+_WAITS = frozenset({"planGenerated", "agentMessaged"})
 
 
 def _may_change_session(activity: Activity, cursor: str | None) -> bool:

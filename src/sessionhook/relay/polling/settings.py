@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from sessionhook.api.client import activity_name
 from sessionhook.api.errors import UnauthenticatedError
 
 from ..config import Config
+from ..domain.action_links import ActionLinks
 
 __all__ = [
     "ACTIVE_STATES",
@@ -86,6 +88,10 @@ class PollSettings:
     history_share: float = 0.2
     #: The budget the history walk's share is of (``api.requests_per_minute``).
     requests_per_minute: int = 600
+    #: The signed links of ``session.action_required`` events, asked when one is built
+    #: (``[actions]``: the daemon's, which follows the config and the key file); ``None``
+    #: from it, or no callable: no links.
+    action_links: Callable[[], ActionLinks | None] | None = None
 
     @classmethod
     def from_config(cls, config: Config) -> PollSettings:

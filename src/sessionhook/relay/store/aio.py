@@ -42,6 +42,7 @@ from .rows import StoreUnwritableError
 from .sqlite import Store
 from .thread import StoreThread
 from .views import (
+    AsyncActions,
     AsyncConsole,
     AsyncEconomy,
     AsyncEndpoints,
@@ -125,6 +126,7 @@ class AsyncStore:
         self.economy = AsyncEconomy(self, store.economy)
         self.operator = AsyncOperator(self, store.operator)
         self.console = AsyncConsole(self, store.console)
+        self.actions = AsyncActions(self, store.actions)
 
     @property
     def exclusive(self) -> bool:

@@ -6,7 +6,8 @@ Every row of the archive and the delivery log is copied as it is, ids included:
 ``sessions`` (cursors, poll schedule, history walk), ``body_refs``, ``activities``,
 ``events`` (their ``seq`` and ``id``: the ``webhook-id``), ``deliveries`` (status, attempts,
 next attempt), ``rendered_bodies``, ``attempts``, ``refused_activities``,
-``upstream_requests`` and ``request_budget``; then any other table both schemas have. Stored
+``upstream_requests``, ``request_budget`` and ``actions_taken``; then any other table both
+schemas have. Stored
 bytes (compressed bodies, raw JSON) are copied byte for byte: they decode the same in the
 target. Not copied: what the target derives or what belongs to running processes:
 ``outbox_heads`` (rebuilt by the target's triggers as deliveries are inserted), the
@@ -58,6 +59,7 @@ ORDERED_TABLES = (
     "refused_activities",
     "upstream_requests",
     "request_budget",
+    "actions_taken",
 )
 #: Derived by the target (triggers) or owned by running replicas: never copied.
 SKIPPED_TABLES = frozenset(

@@ -21,6 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Self
 
+from .actions import ActionQueries
 from .bodies import Bodies
 from .console_queries import ConsoleQueries
 from .copying import CopyQueries, CopyStore
@@ -34,6 +35,7 @@ from .ops_queries import OperatorQueries
 from .outbox import Outbox
 from .refusals import Refusals
 from .roles import (
+    ActionRole,
     ConsoleRole,
     EconomyRole,
     EndpointRole,
@@ -87,6 +89,8 @@ class StoreCore:
         self.console: ConsoleRole = ConsoleQueries(
             db, bodies, endpoints=endpoints, operator=operator
         )
+        #: Actions people took (signed links, Slack, the console).
+        self.actions: ActionRole = ActionQueries(db)
         #: ``sessionhook store copy``'s reads and writes of whole tables.
         self.copy: CopyStore = CopyQueries(db)
 

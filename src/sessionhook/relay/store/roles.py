@@ -16,6 +16,7 @@ methods made awaitable (:mod:`.views`). Who uses which:
 ``operator``   the CLI and :mod:`sessionhook.relay.ops`: status, delivery log, replay, events
 ``console``    the web console (the pages, the live feed)
 ``copy``       ``sessionhook store copy`` (:class:`~.copying.CopyStore`)
+``actions``    the pages behind signed links, Slack, the management API: actions people took
 =============  ==============================================================================
 """
 
@@ -28,6 +29,7 @@ from sessionhook.api.models import Activity, Session
 
 from ..domain.events import Event
 from ..domain.retry import Decision
+from .actions import ActionClaim, ActionRow
 from .console_queries import ConsoleEvent, ConsoleSession, LiveEvent, MinuteCounts
 from .economy_queries import BUDGET_WINDOW, HistoryProgress, KnownSession
 from .leases import LeaseRow, ReplicaRow
@@ -52,6 +54,7 @@ from .rows import (
 )
 
 __all__ = [
+    "ActionRole",
     "ConsoleRole",
     "EconomyRole",
     "EndpointRole",
@@ -578,4 +581,30 @@ class ConsoleRole(Protocol):
         self, seq: int, *, session: str | None = None, limit: int = 100
     ) -> list[LiveEvent]:
         """Events after a position, without bodies (the live feed)."""
+        ...
+
+
+class ActionRole(Protocol):
+    """Actions people took through the relay (:class:`~.actions.ActionQueries`)."""
+
+    def claim_action(self, claim: ActionClaim) -> int | None:
+        """Record an action as pending; ``None`` when its token or its wait is taken."""
+        ...
+
+    def finish_action(self, action_id: int, ok: bool, status: int | None, detail: str) -> None:
+        """Record the service's answer."""
+        ...
+
+    def record_action(self, claim: ActionClaim, ok: bool, status: int | None, detail: str) -> int:
+        """Record an action made without a link, done already."""
+        ...
+
+    def action_taken(self, token_hash: str, session: str, wait: str) -> ActionRow | None:
+        """The pending or done action of this token or wait."""
+        ...
+
+    def list_actions(
+        self, *, session: str | None = None, before: int | None = None, limit: int = 100
+    ) -> list[ActionRow]:
+        """Actions, newest first."""
         ...

@@ -474,3 +474,29 @@ _M0009 = (
 def _m0009_api_endpoints(db: Database) -> None:
     for statement in _M0009:
         db.execute(statement)
+
+
+@_migration("0010_actions_taken")
+def _m0010_actions_taken(db: Database) -> None:
+    # Actions people took through signed links, Slack or the console (store/actions.py).
+    for statement in (
+        """CREATE TABLE actions_taken (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            taken_at REAL NOT NULL,
+            session_name TEXT NOT NULL,
+            wait TEXT NOT NULL,
+            action TEXT NOT NULL,
+            account TEXT NOT NULL,
+            actor_kind TEXT NOT NULL,
+            actor_address TEXT NOT NULL,
+            actor_agent TEXT NOT NULL,
+            chat_user TEXT,
+            token_hash TEXT NOT NULL,
+            result TEXT NOT NULL,
+            status INTEGER,
+            detail TEXT NOT NULL
+        )""",
+        "CREATE INDEX actions_by_token ON actions_taken(token_hash)",
+        "CREATE INDEX actions_by_session ON actions_taken(session_name, id)",
+    ):
+        db.execute(statement)

@@ -360,6 +360,27 @@ _M0009 = (
     "ALTER TABLE endpoints ADD COLUMN deleted_at DOUBLE PRECISION",
 )
 
+_M0010_ACTIONS = (
+    f"""CREATE TABLE actions_taken (
+        id {_ID},
+        taken_at DOUBLE PRECISION NOT NULL,
+        session_name {_TEXT} NOT NULL,
+        wait {_TEXT} NOT NULL,
+        action {_TEXT} NOT NULL,
+        account {_TEXT} NOT NULL,
+        actor_kind {_TEXT} NOT NULL,
+        actor_address TEXT NOT NULL,
+        actor_agent TEXT NOT NULL,
+        chat_user TEXT,
+        token_hash {_TEXT} NOT NULL,
+        result {_TEXT} NOT NULL,
+        status INTEGER,
+        detail TEXT NOT NULL
+    )""",
+    "CREATE INDEX actions_by_token ON actions_taken(token_hash)",
+    "CREATE INDEX actions_by_session ON actions_taken(session_name, id)",
+)
+
 #: Name -> statements, in the order of :mod:`.schema` (the same names: one history).
 MIGRATIONS: dict[str, Sequence[str]] = {
     "0001_initial": _M0001,
@@ -371,6 +392,7 @@ MIGRATIONS: dict[str, Sequence[str]] = {
     "0007_replicas": _M0007_REPLICAS,
     "0008_derived_names_lean_indexes": _M0008,
     "0009_api_endpoints": _M0009,
+    "0010_actions_taken": _M0010_ACTIONS,
 }
 assert list(MIGRATIONS) == _KNOWN_MIGRATIONS, "PostgreSQL and SQLite migrations differ"
 

@@ -24,6 +24,7 @@ from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar, over
 
 from .outbox import AttemptRecord
 from .roles import (
+    ActionRole,
     ConsoleRole,
     EconomyRole,
     EndpointRole,
@@ -37,6 +38,7 @@ from .roles import (
 from .rows import DueDelivery
 
 __all__ = [
+    "AsyncActions",
     "AsyncConsole",
     "AsyncEconomy",
     "AsyncEndpoints",
@@ -283,6 +285,17 @@ class AsyncConsole(View[ConsoleRole]):
     attempts_per_minute = call(ConsoleRole.attempts_per_minute)
     budget_used = call(ConsoleRole.budget_used)
     console_events_after = call(ConsoleRole.console_events_after)
+
+
+class AsyncActions(View[ActionRole]):
+    """:class:`~.roles.ActionRole` through the door: once each (a page that cannot record
+    an action answers 503 and makes no upstream call)."""
+
+    claim_action = call(ActionRole.claim_action)
+    finish_action = call(ActionRole.finish_action)
+    record_action = call(ActionRole.record_action)
+    action_taken = call(ActionRole.action_taken)
+    list_actions = call(ActionRole.list_actions)
 
 
 class AsyncOutbox(View[OutboxRole]):

@@ -32,6 +32,7 @@ last_successful_poll_timestamp_seconds         gauge
 store_unwritable                               gauge
 store_write_failures_total                     counter    reason
 web_auth_failures_total                        counter    via
+actions_total                                  counter    action, result
 event_streams                                  gauge
 web_connections                                gauge
 web_connections_closed_total                   counter    reason
@@ -240,6 +241,15 @@ class Metrics:
             namespace=NAMESPACE,
             registry=r,
         )
+        self.actions = Counter(
+            "actions",
+            "Actions asked through signed links, Slack or the console, by action "
+            "('approve_plan', 'reply', 'unknown' for a token that says none) and result "
+            "('done', 'upstream failed', or why nothing was done: 'expired', 'used'...).",
+            ["action", "result"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
         self.event_streams = Gauge(
             "event_streams",
             "Event streams (GET /v1/events/stream) open now.",
@@ -362,6 +372,10 @@ class Metrics:
     def web_auth_failed(self, via: str) -> None:
         """Count a wrong token shown to the web layer (``bearer`` header or ``login`` form)."""
         self.web_auth_failures.labels(via=via).inc()
+
+    def action_asked(self, action: str, result: str) -> None:
+        """Count an action asked for (see the ``actions_total`` family)."""
+        self.actions.labels(action=action, result=result).inc()
 
     def poll_succeeded(self, at: float) -> None:
         """Note a successful upstream poll at Unix time ``at``."""

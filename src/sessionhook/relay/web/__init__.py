@@ -4,7 +4,9 @@
 
 1. the health routes (:mod:`sessionhook.relay.web.server`: ``/healthz``, ``/readyz``,
    ``/metrics``, ``/openapi.json``), always, never authenticated;
-2. when the console is on (:attr:`ServerConfig.web_enabled`: a token, or
+2. the pages behind signed action links (:mod:`.action_pages`, ``/actions/<token>``), public
+   unless ``actions.require_login`` (with the console off too, then without login);
+3. when the console is on (:attr:`ServerConfig.web_enabled`: a token, or
    ``allow_unauthenticated`` on loopback): ``/login`` and ``/logout``
    (:mod:`.login`) and the routes of every provider in :data:`ROUTE_PROVIDERS` (the event
    stream, the console pages, the management API under ``/v1/``), each provider a function
@@ -40,8 +42,9 @@ from starlette.types import ExceptionHandler
 from ...redact import redact_userinfo
 from ..store import StoreError
 from ..telemetry.logs import get_logger
+from .action_pages import action_routes, is_public_path
 from .api import ApiProblem, api_problem_response, api_routes
-from .auth import PUBLIC_PATHS, AuthMiddleware, WebAuth
+from .auth import PUBLIC_PATHS, AuthMiddleware, WebAuth, logged_path
 from .bell import Bell
 from .console.common import store_failed_page
 from .console.routes import console_provider
@@ -71,14 +74,22 @@ def create_app(ctx: WebContext, *, providers: Sequence[RouteProvider] | None = N
             store=ctx.store_facts,
         )
     )
-    server = ctx.config().server
+    config = ctx.config()
+    server = config.server
     if server is None or not server.web_enabled:
         _log.info(
             "web.console_off",
             reason="no server.token_env / server.token_file, and no loopback opt-out",
         )
-        return Starlette(routes=routes)
+        # The action pages are capabilities: they need no console (off: they answer 404;
+        # with require_login they refuse whoever is not logged in, and here nobody is).
+        off = Starlette(
+            routes=[*routes, *action_routes(ctx)], middleware=[Middleware(SecurityHeaders)]
+        )
+        off.state.web = ctx
+        return off
     routes.extend(login_routes(ctx.auth))
+    routes.extend(action_routes(ctx))
     for provider in ROUTE_PROVIDERS if providers is None else providers:
         routes.extend(provider(ctx))
     failures: tuple[type[Exception], ...] = (StoreError, *ctx.store_errors)
@@ -88,7 +99,12 @@ def create_app(ctx: WebContext, *, providers: Sequence[RouteProvider] | None = N
         routes=routes,
         middleware=[
             Middleware(SecurityHeaders),
-            Middleware(AuthMiddleware, auth=ctx.auth, public=PUBLIC_PATHS),
+            Middleware(
+                AuthMiddleware,
+                auth=ctx.auth,
+                public=PUBLIC_PATHS,
+                is_public=lambda path: is_public_path(ctx, path),
+            ),
         ],
         exception_handlers=handlers,
     )
@@ -102,7 +118,7 @@ async def _store_failed(request: Request, exc: Exception) -> Response:
     saying so (the browser can simply reload), anything else a JSON error."""
     text = str(exc).strip()
     error = redact_userinfo(text.splitlines()[0] if text else type(exc).__name__)
-    _log.warning("web.store_failed", path=request.url.path, error=error)
+    _log.warning("web.store_failed", path=logged_path(request.url.path), error=error)
     if request.url.path.startswith("/console"):
         return store_failed_page(request, error)
     return JSONResponse(

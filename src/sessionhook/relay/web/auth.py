@@ -72,6 +72,7 @@ __all__ = [
     "client_address",
     "csrf_field",
     "csrf_token",
+    "logged_path",
     "read_form",
     "safe_next",
     "set_session_cookie",
@@ -168,6 +169,11 @@ class WebAuth:
         return WebSession("bearer", "", "")
 
 
+def logged_path(path: str) -> str:
+    """``path`` as log lines show it: an action link's token (a capability) left out."""
+    return "/actions/<token>" if path.startswith("/actions/") else path
+
+
 def client_address(scope: Scope) -> str:
     """The peer address of a request, for log lines."""
     client = scope.get("client")
@@ -245,16 +251,24 @@ def set_session_cookie(response: Response, request: Request, value: str, max_age
 class AuthMiddleware:
     """ASGI middleware guarding every path but ``public``; see the module docstring."""
 
-    def __init__(self, app: ASGIApp, auth: WebAuth, public: Collection[str] = PUBLIC_PATHS):
+    def __init__(
+        self,
+        app: ASGIApp,
+        auth: WebAuth,
+        public: Collection[str] = PUBLIC_PATHS,
+        is_public: Callable[[str], bool] | None = None,
+    ):
         self.app = app
         self.auth = auth
         self.public = frozenset(public)
+        #: Paths public by a rule rather than by name (the action links' pages).
+        self.is_public = is_public
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if scope["path"] in self.public:
+        if scope["path"] in self.public or (self.is_public and self.is_public(scope["path"])):
             await self.app(scope, receive, send)
             return
         request = Request(scope)
@@ -275,7 +289,9 @@ class AuthMiddleware:
                 await _plain(413, "request body too large")(scope, receive, send)
                 return
             if not _csrf_ok(request.headers, body, session.csrf):
-                _log.warning("web.csrf_failed", client=client_address(scope), path=scope["path"])
+                _log.warning(
+                    "web.csrf_failed", client=client_address(scope), path=logged_path(scope["path"])
+                )
                 await _plain(403, "missing or wrong CSRF token")(scope, receive, send)
                 return
             receive = _replay(body, receive)
@@ -294,7 +310,7 @@ class AuthMiddleware:
                 _log.warning(
                     "web.auth_failed",
                     client=client_address(request.scope),
-                    path=request.scope["path"],
+                    path=logged_path(request.scope["path"]),
                     via="bearer",
                 )
                 self.auth.on_failure("bearer")

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from starlette.routing import BaseRoute
 
 from ..config import Config
+from ..config.action_keys import LinkKeys
 from ..domain.actions import UpstreamAct
 from ..domain.retry import AttemptResult
 from ..store import AsyncStore, database_errors
@@ -63,6 +64,9 @@ class WebContext:
     #: Approve a session's plan or answer its agent with the session's account (the
     #: management API, the console, action links); ``None``: not available (answer 503).
     act: UpstreamAct | None = None
+    #: The action-link keys (``[actions]``): the pages behind the links verify with them;
+    #: ``None``: the pages answer 404.
+    link_keys: LinkKeys | None = None
 
 
 #: Builds a group of protected routes.

@@ -17,6 +17,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from ..context import RouteProvider, WebContext
+from .actions import actions_routes
 from .common import ApiProblem, api_problem_response, not_found
 from .deliveries import deliveries_routes
 from .endpoints import endpoint_routes
@@ -33,6 +34,7 @@ API_GROUPS: Final[tuple[RouteProvider, ...]] = (
     deliveries_routes,
     events_routes,
     sessions_routes,
+    actions_routes,
 )
 
 _METHODS: Final = ["GET", "POST", "PUT", "PATCH", "DELETE"]

@@ -39,15 +39,16 @@ from starlette.routing import Route
 from ... import ops as operator
 from ...domain.actions import ACTION_KINDS, ActionKind
 from ...ops import OperatorError, requeue
+from ...ops.actions import Actor, record_direct
 from ...ops.wire import parse_moment
 from ...store import AsyncStore, StoreError
 from ...telemetry.logs import get_logger
-from ..auth import CSRF_FIELD, FormError, csrf_token, read_form, web_session
+from ..auth import CSRF_FIELD, FormError, client_address, csrf_token, read_form, web_session
 from ..headers import SECURITY_HEADERS
 from .common import FLASH_COOKIE, ConsoleDeps, encode_flash
 from .text import parse_when
 
-__all__ = ["REPLY_MAX", "Actions"]
+__all__ = ["REPLY_MAX", "Actions", "checked_form", "flash_redirect"]
 
 _log = get_logger()
 #: Longest answer to an agent sent from the console (characters).
@@ -75,7 +76,9 @@ def _back(target: str | None) -> str:
     return target
 
 
-def _done(back: str, kind: str, text: str) -> Response:
+def flash_redirect(back: str, kind: str, text: str) -> Response:
+    """A 303 back to ``back`` (a console path, else the overview) with the outcome in the
+    one-shot flash cookie (``kind`` ``ok`` or ``error``)."""
     response = RedirectResponse(_back(back), status_code=303, headers=SECURITY_HEADERS)
     response.set_cookie(
         FLASH_COOKIE,
@@ -86,6 +89,27 @@ def _done(back: str, kind: str, text: str) -> Response:
         samesite="strict",
     )
     return response
+
+
+_done = flash_redirect
+
+
+async def checked_form(request: Request) -> dict[str, str] | Response:
+    """The POST's form when it carries its session's CSRF token; else the answer to give
+    (400 or 413 for a malformed or oversized form, 403 without the token)."""
+    try:
+        form = await read_form(request)
+    except FormError as exc:
+        status = 413 if "large" in str(exc) else 400
+        return Response(str(exc), status_code=status, headers=SECURITY_HEADERS)
+    if not _csrf_ok(request, form.get(CSRF_FIELD, "")):
+        _log.warning("console.csrf_refused", path=request.url.path)
+        return Response(
+            "refused: the form is stale or comes from another site; reload the page",
+            status_code=403,
+            headers=SECURITY_HEADERS,
+        )
+    return form
 
 
 class Actions:
@@ -106,19 +130,7 @@ class Actions:
         ]
 
     async def _form(self, request: Request) -> dict[str, str] | Response:
-        try:
-            form = await read_form(request)
-        except FormError as exc:
-            status = 413 if "large" in str(exc) else 400
-            return Response(str(exc), status_code=status, headers=SECURITY_HEADERS)
-        if not _csrf_ok(request, form.get(CSRF_FIELD, "")):
-            _log.warning("console.csrf_refused", path=request.url.path)
-            return Response(
-                "refused: the form is stale or comes from another site; reload the page",
-                status_code=403,
-                headers=SECURITY_HEADERS,
-            )
-        return form
+        return await checked_form(request)
 
     async def _store_form(self, request: Request) -> tuple[dict[str, str], AsyncStore] | Response:
         """The form (see :meth:`_form`) and the open store; else the answer to give."""
@@ -274,6 +286,11 @@ class Actions:
             return _done(back, "error", "acting on sessions is not available here")
         outcome = await self.deps.act(name, kind, text if kind == "reply" else None)
         _log.info("console.session_action", session=name, action=kind, ok=outcome.ok)
+        store = self.deps.store()
+        if store is not None:  # beside the links' actions; an accepted one ends their wait
+            agent = request.headers.get("user-agent", "")
+            who = Actor("console", client_address(request.scope), agent)
+            await record_direct(store, name, kind, outcome, actor=who, now=self.deps.clock())
         if outcome.ok:
             return _done(back, "ok", f"{name}: {outcome.detail}")
         status = "" if outcome.status is None else f" (HTTP {outcome.status})"

@@ -21,6 +21,8 @@ import jinja2
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
+from ....redact import redact_userinfo
+from ...config import Config
 from ...domain.actions import UpstreamAct
 from ...store import AsyncStore
 from ..auth import CSRF_FIELD, csrf_token
@@ -59,6 +61,8 @@ class ConsoleDeps:
     that deliveries were queued (a replay, an endpoint enabled). ``act`` approves a
     session's plan or answers its agent upstream (``None``: the forms say it is not
     available). ``backend`` names the store's engine (``sqlite``, ``postgresql``).
+    ``config`` is the daemon's current configuration (``None``: endpoints cannot be
+    created or edited here).
     """
 
     store: Callable[[], AsyncStore | None]
@@ -68,6 +72,7 @@ class ConsoleDeps:
     clock: Callable[[], float] = time.time
     act: UpstreamAct | None = None
     backend: str = ""
+    config: Callable[[], Config] | None = None
     #: Rung by the daemon when it archives events: wakes the live feed at once.
     bell: Bell = field(default_factory=Bell)
     #: Live feed: seconds between two looks at the store, and how long one stream lasts
@@ -119,6 +124,7 @@ _ENV.filters.update(
     outcome=outcome,
     answer=answer,
     current_error=current_error,
+    redacted=redact_userinfo,
 )
 
 

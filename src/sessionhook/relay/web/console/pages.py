@@ -90,6 +90,8 @@ class Pages:
         counts = await store.console.attempts_per_minute(start, DAY_MINUTES)
         used = await store.console.budget_used(now - 60.0)
         replicas = await store.leases.replicas()
+        # Where each endpoint is defined: the config file's are read-only here.
+        sources = {e.name: e.source for e in await store.console.endpoint_states()}
         budgets = [
             {"account": account, "limit": limit, "used": used.get(account, 0)}
             for account, limit in sorted(self.deps.budgets().items())
@@ -104,6 +106,7 @@ class Pages:
                 "budgets": budgets,
                 "chart": minute_chart(counts, start=start, minutes=DAY_MINUTES),
                 "replicas": replicas,
+                "sources": sources,
                 "backend": self.deps.backend,
                 # The last hour of the same counts, one bar a minute, readable.
                 "hour": minute_chart(
@@ -168,6 +171,8 @@ class Pages:
         for d in deliveries:
             by_event.setdefault(d.event_id, []).append((d, by_delivery.get(d.id, [])))
         endpoints = await store.console.endpoint_states()
+        # Approvals and answers given through the relay (links, Slack, console), newest first.
+        taken = await store.actions.list_actions(session=name, limit=50)
         more = len(events) >= 200
         return render_page(
             request,
@@ -182,6 +187,7 @@ class Pages:
                 "live_after": newest,
                 "waiting": _waiting_on(session.state, events),
                 "can_act": self.deps.act is not None,
+                "actions_taken": taken,
             },
         )
 

@@ -17,6 +17,7 @@ from ...config import DEFAULT_ACCOUNT
 from ..context import WebContext
 from .actions import Actions
 from .common import PACKAGE_DIR, ConsoleDeps
+from .endpoint_forms import EndpointForms
 from .lists import Lists
 from .live import live_route
 from .pages import Pages
@@ -38,6 +39,7 @@ def console_routes(deps: ConsoleDeps) -> list[BaseRoute]:
         Route("/console/deliveries/{delivery_id}", pages.delivery, methods=["GET", "HEAD"]),
         Route("/console/attempts/{attempt_id}", pages.attempt, methods=["GET", "HEAD"]),
         *Actions(deps).routes(),
+        *EndpointForms(deps).routes(),
         live_route(deps),
         Mount(
             "/console/static",
@@ -69,5 +71,6 @@ def console_provider(ctx: WebContext) -> list[BaseRoute]:
             bell=ctx.bell,
             act=ctx.act,
             backend=(ctx.store_facts or {}).get("backend", ""),
+            config=ctx.config,
         )
     )

@@ -1,0 +1,246 @@
+"""The action-link key file (``actions.key_file``): the key that signs the links, and older
+keys kept while the links they signed may still be used.
+
+The file is text, one key a line: ``<base64url key> <retire-at>``, the current key first
+(its retire-at is ``-``), then older keys with the Unix time after which they are dropped.
+It is a secret file: created with mode 0600, and refused when its group or other users can
+access it (:mod:`.secret_files`, the rule of every secret file).
+
+:class:`ActionKeys` reads it on demand and reads it again when it changed on disk (its size,
+modification time or inode), so ``sessionhook actions rotate-key`` takes effect on a running
+daemon, on every replica sharing the file, without a restart.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from ..domain.action_links import ActionLinks
+from .errors import ConfigError
+from .models import Config
+from .secret_files import file_exposure
+
+__all__ = ["KEY_BYTES", "ActionKeys", "KeyRing", "LinkKeys", "rotate_key_file"]
+
+#: Bytes of a generated key.
+KEY_BYTES: Final = 32
+_MIN_KEY_BYTES: Final = 16
+_MAX_LINES: Final = 64
+_KEY_NAME: Final = "actions.key_file"
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRing:
+    """``current`` signs; ``all`` (current first) verify. ``retiring``: the older keys'
+    ``(key, retire_at)``."""
+
+    current: bytes
+    retiring: tuple[tuple[bytes, float], ...] = ()
+
+    def all(self, now: float) -> tuple[bytes, ...]:
+        """The keys that verify at ``now`` (the current one, and older ones not retired)."""
+        return (self.current, *(key for key, until in self.retiring if now < until))
+
+
+def _encode(key: bytes) -> str:
+    return base64.urlsafe_b64encode(key).rstrip(b"=").decode("ascii")
+
+
+def _decode(text: str, where: str) -> bytes:
+    try:
+        key = base64.b64decode(text + "=" * (-len(text) % 4), altchars=b"-_", validate=True)
+    except (binascii.Error, ValueError):
+        raise ConfigError(_KEY_NAME, f"{where}: not a base64url key") from None
+    if len(key) < _MIN_KEY_BYTES:
+        raise ConfigError(_KEY_NAME, f"{where}: a key needs {_MIN_KEY_BYTES} bytes or more")
+    return key
+
+
+def _parse(text: str, file: Path) -> KeyRing:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        raise ConfigError(_KEY_NAME, f"{file} is empty")
+    if len(lines) > _MAX_LINES:
+        raise ConfigError(_KEY_NAME, f"{file} has more than {_MAX_LINES} keys")
+    current: bytes | None = None
+    retiring: list[tuple[bytes, float]] = []
+    for number, line in enumerate(lines, 1):
+        where = f"{file} line {number}"
+        key_text, _, until_text = line.partition(" ")
+        key = _decode(key_text, where)
+        until_text = until_text.strip() or "-"
+        if number == 1:
+            if until_text != "-":
+                raise ConfigError(_KEY_NAME, f"{where}: the first key is the current one ('-')")
+            current = key
+            continue
+        try:
+            until = float(until_text)
+        except ValueError:
+            raise ConfigError(_KEY_NAME, f"{where}: the retire time must be Unix seconds") from None
+        retiring.append((key, until))
+    assert current is not None
+    return KeyRing(current, tuple(retiring))
+
+
+def _format(ring: KeyRing) -> str:
+    lines = [f"{_encode(ring.current)} -"]
+    lines += [f"{_encode(key)} {until:.0f}" for key, until in ring.retiring]
+    return "\n".join(lines) + "\n"
+
+
+def _private_temp(file: Path, text: str) -> Path:
+    """A new file beside ``file`` holding ``text``, mode 0600 from the first byte."""
+    temp = file.with_name(f".{file.name}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="ascii") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    return temp
+
+
+def _write_private(file: Path, text: str) -> None:
+    """Replace ``file`` with ``text`` atomically (mode 0600)."""
+    temp = _private_temp(file, text)
+    try:
+        os.replace(temp, file)
+    finally:
+        temp.unlink(missing_ok=True)
+
+
+def _read(file: Path) -> KeyRing:
+    try:
+        exposed = file_exposure(file)
+        text = file.read_text(encoding="ascii")
+    except UnicodeDecodeError:
+        raise ConfigError(_KEY_NAME, f"{file} is not a key file (not ASCII text)") from None
+    except OSError as exc:
+        raise ConfigError(_KEY_NAME, f"cannot read {file}: {exc.strerror or exc}") from None
+    if exposed is not None:
+        raise ConfigError(_KEY_NAME, f"{file} holds a secret but {exposed}: chmod 600 {file}")
+    return _parse(text, file)
+
+
+def rotate_key_file(file: Path, *, overlap: float, now: float) -> KeyRing:
+    """Make a new current key in ``file`` (created when missing). The old current key is
+    kept for ``overlap`` seconds (links it signed keep working until they expire), older
+    ones until their own time; retired keys are dropped. ``overlap`` 0 keeps no old key
+    at all: every link signed before stops working now (how a leaked link is revoked)."""
+    ring = _read(file) if file.exists() else None
+    kept: list[tuple[bytes, float]] = []
+    if ring is not None and overlap > 0:
+        kept = [(ring.current, now + overlap)]
+        kept += [(key, until) for key, until in ring.retiring if until > now]
+    new = KeyRing(secrets.token_bytes(KEY_BYTES), tuple(kept))
+    _write_private(file, _format(new))
+    return new
+
+
+class ActionKeys:
+    """The key ring of ``file``, created on first use when missing (mode 0600) and read
+    again whenever the file changed. Raises :class:`ConfigError` for a file that cannot
+    be read, is not a key file, or is exposed to other users."""
+
+    def __init__(self, file: Path, *, clock: Callable[[], float] = time.time) -> None:
+        self.file = file
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._seen: tuple[int, int, int] | None = None
+        self._ring: KeyRing | None = None
+
+    def ring(self) -> KeyRing:
+        """The current ring (the file is stat'ed on each call: cheap, and a rotation on
+        disk is seen at once)."""
+        with self._lock:
+            try:
+                st = self.file.stat()
+            except FileNotFoundError:
+                self._create()
+                st = self.file.stat()
+            except OSError as exc:
+                raise ConfigError(
+                    _KEY_NAME, f"cannot read {self.file}: {exc.strerror or exc}"
+                ) from None
+            stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+            if self._ring is None or stamp != self._seen:
+                self._ring = _read(self.file)
+                self._seen = stamp
+            return self._ring
+
+    def signing_key(self) -> bytes:
+        """The key new links are signed with."""
+        return self.ring().current
+
+    def verifying_keys(self) -> tuple[bytes, ...]:
+        """The keys a link may be signed with now."""
+        return self.ring().all(self._clock())
+
+    def _create(self) -> None:
+        try:
+            self.file.parent.mkdir(parents=True, exist_ok=True)
+            temp = _private_temp(self.file, _format(KeyRing(secrets.token_bytes(KEY_BYTES))))
+            try:
+                os.link(temp, self.file)  # never replaces a key another replica just made
+            except FileExistsError:
+                pass
+            finally:
+                temp.unlink(missing_ok=True)
+        except OSError as exc:
+            raise ConfigError(
+                _KEY_NAME, f"cannot create {self.file}: {exc.strerror or exc}"
+            ) from None
+
+
+class LinkKeys:
+    """The action-link keys of the running configuration (``config`` gives it, a reload
+    included): one :class:`ActionKeys` per key file named. What the daemon hands the
+    poller (:meth:`links`, signing) and the web pages (:meth:`ring`, verifying)."""
+
+    def __init__(
+        self, config: Callable[[], Config], *, clock: Callable[[], float] = time.time
+    ) -> None:
+        self._config = config
+        self._clock = clock
+        self._files: dict[Path, ActionKeys] = {}
+        self._lock = threading.Lock()
+
+    def _keys(self) -> ActionKeys:
+        file = self._config().actions.key_file
+        if file is None:  # a Config not made by load_config (tests): no file was resolved
+            raise ConfigError(_KEY_NAME, "no key file resolved")
+        with self._lock:
+            keys = self._files.get(file)
+            if keys is None:
+                keys = self._files[file] = ActionKeys(file, clock=self._clock)
+            return keys
+
+    @property
+    def enabled(self) -> bool:
+        """Whether ``[actions]`` is on."""
+        return self._config().actions.enabled
+
+    def ring(self) -> KeyRing:
+        """The keys now (the file made when missing); :class:`ConfigError` when it cannot
+        be read or is exposed."""
+        return self._keys().ring()
+
+    def links(self) -> ActionLinks | None:
+        """What signs the links of a new event; ``None`` with ``[actions]`` off."""
+        actions = self._config().actions
+        if not actions.enabled or actions.public_url is None:
+            return None
+        return ActionLinks(actions.public_url, actions.link_ttl, self.ring().current)

@@ -1,0 +1,215 @@
+"""Acting on a signed action link: what its page shows (:func:`look`) and doing what it says
+(:func:`perform`), shared by the pages behind the links and Slack's buttons.
+
+:func:`perform` verifies the token (:mod:`~sessionhook.relay.domain.action_links`), checks
+that the session still waits for the wait the link answers (the archived session's state,
+and its newest ``planGenerated`` / ``agentMessaged`` activity is that wait), takes the link
+and the wait in the store (a ``pending`` row of ``actions_taken``: a second click, a second
+link of the same wait, finds it taken), makes the upstream call with the session's account
+(:data:`~sessionhook.relay.domain.actions.UpstreamAct`), records the answer and returns it.
+Anything wrong before the call (see :data:`REFUSALS`) returns without one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from sessionhook.api.models import Activity
+
+from ..domain.action_links import LinkClaims, LinkError, token_digest, verify_link
+from ..domain.actions import ActionKind, ActOutcome, UpstreamAct
+from ..store import AsyncStore, StoreCore
+from ..store.actions import ActionClaim
+from ..telemetry.metrics import Metrics
+
+__all__ = [
+    "MAX_REPLY_CHARS",
+    "REFUSALS",
+    "Actor",
+    "Looked",
+    "Performed",
+    "look",
+    "perform",
+    "record_direct",
+]
+
+#: A reply longer than this is refused before anything is sent.
+MAX_REPLY_CHARS: Final = 16_000
+
+#: Why nothing was done, in a sentence a person reads on the page (the key is
+#: :attr:`Performed.reason`, a metric label).
+REFUSALS: Final[dict[str, str]] = {
+    "malformed": "This link is not a link of this relay (it is incomplete or altered).",
+    "bad signature": "This link was altered, or its key was replaced: it gives nothing.",
+    "expired": "This link has expired.",
+    "used": "This link was used already.",
+    "answered": "The session no longer waits for this: it was answered or it moved on.",
+    "wrong session": "This link does not belong to this session.",
+    "unknown session": "This relay does not know the session of this link.",
+    "empty reply": "A reply needs some text.",
+    "reply too long": f"A reply is at most {MAX_REPLY_CHARS:,} characters.",
+}
+
+#: What each action answers: the state the session waits in, the activity that opened it.
+_WAITS: Final[dict[ActionKind, tuple[str, str]]] = {
+    "approve_plan": ("AWAITING_PLAN_APPROVAL", "planGenerated"),
+    "reply": ("AWAITING_USER_FEEDBACK", "agentMessaged"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Actor:
+    """Who acts: through a ``link`` page, a ``slack`` button or the ``console``; the client's
+    address and user agent; the chat user when the chat service says who clicked."""
+
+    kind: Literal["link", "slack", "console"]
+    address: str
+    user_agent: str
+    chat_user: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Performed:
+    """How it went: ``ok`` when the service accepted the action; ``reason`` is ``done``,
+    ``upstream failed`` or a key of :data:`REFUSALS`; ``outcome`` the service's answer
+    (``None`` when no call was made)."""
+
+    ok: bool
+    reason: str
+    outcome: ActOutcome | None
+
+
+@dataclass(frozen=True, slots=True)
+class Looked:
+    """What a link's page shows: ``claims`` when the token is good (else ``None``);
+    ``problem``: a key of :data:`REFUSALS` when the link can do nothing now; the session's
+    ``title``; the wait's activity (the plan's steps, the question), when archived."""
+
+    claims: LinkClaims | None
+    problem: str | None
+    title: str = ""
+    activity: Activity | None = None
+
+
+def _wait_of(core: StoreCore, claims: LinkClaims) -> tuple[str | None, str, Activity | None]:
+    """(problem, session title, the newest activity of the awaited kind) in the store."""
+    row = core.ingest.get_session(claims.session)
+    if row is None:
+        return "unknown session", "", None
+    if core.ingest.session_account(claims.session) != claims.account:
+        return "wrong session", "", None
+    if claims.wait and not claims.wait.startswith(claims.session + "/activities/"):
+        return "wrong session", row.title, None
+    state, member = _WAITS[claims.action]
+    latest = core.ingest.latest_activity(claims.session, member)
+    if row.state != state or (latest.name if latest is not None else "") != claims.wait:
+        return "answered", row.title, latest
+    return None, row.title, latest
+
+
+async def look(store: AsyncStore, keys: Sequence[bytes], token: str, *, now: float) -> Looked:
+    """What the page of ``token`` shows (reads only: a GET never changes anything)."""
+    try:
+        claims = verify_link(keys, token, now)
+    except LinkError as exc:
+        return Looked(None, exc.reason)
+    problem, title, activity = await store.run(_wait_of, claims)
+    digest = token_digest(token)
+    taken = await store.actions.action_taken(digest, claims.session, claims.wait)
+    if taken is not None and taken.token_hash == digest:
+        problem = "used"  # said first: the session moved on because of it
+    elif taken is not None and problem is None:
+        problem = "answered"
+    return Looked(claims, problem, title, activity)
+
+
+async def perform(
+    store: AsyncStore,
+    act: UpstreamAct,
+    keys: Sequence[bytes],
+    token: str,
+    *,
+    actor: Actor,
+    text: str | None,
+    now: float,
+    metrics: Metrics | None = None,
+) -> Performed:
+    """Do what ``token`` allows, once (see the module docstring); ``text`` is the reply
+    (ignored for a plan). ``metrics`` counts it (``actions_total``) when given."""
+
+    def told(action: str, performed: Performed) -> Performed:
+        if metrics is not None:
+            metrics.action_asked(action, performed.reason)
+        return performed
+
+    looked = await look(store, keys, token, now=now)
+    claims = looked.claims
+    if claims is None or looked.problem is not None:
+        action = claims.action if claims is not None else "unknown"
+        return told(action, Performed(False, looked.problem or "malformed", None))
+    reply: str | None = None
+    if claims.action == "reply":
+        if text is None or not text.strip():
+            return told(claims.action, Performed(False, "empty reply", None))
+        if len(text) > MAX_REPLY_CHARS:
+            return told(claims.action, Performed(False, "reply too long", None))
+        reply = text
+    digest = token_digest(token)
+    claim = _claim(claims.session, claims.wait, claims.action, claims.account, actor, digest, now)
+    action_id = await store.actions.claim_action(claim)
+    if action_id is None:  # taken between the look and now: another click won
+        taken = await store.actions.action_taken(digest, claims.session, claims.wait)
+        used = taken is not None and taken.token_hash == digest
+        return told(claims.action, Performed(False, "used" if used else "answered", None))
+    try:
+        outcome = await act(claims.session, claims.action, reply)
+    except Exception:  # the act never raises for the service's answer; anything else
+        # frees the link (failed) rather than leaving it pending for good
+        await store.actions.finish_action(action_id, False, None, "the relay failed to act")
+        raise
+    await store.actions.finish_action(action_id, outcome.ok, outcome.status, outcome.detail)
+    done = Performed(outcome.ok, "done" if outcome.ok else "upstream failed", outcome)
+    return told(claims.action, done)
+
+
+def _open_wait(core: StoreCore, session: str, action: ActionKind) -> tuple[str, str]:
+    """(account, the name of the newest activity of the kind ``action`` answers, or "")."""
+    account = core.ingest.session_account(session) or ""
+    latest = core.ingest.latest_activity(session, _WAITS[action][1])
+    return account, latest.name if latest is not None else ""
+
+
+async def record_direct(
+    store: AsyncStore,
+    session: str,
+    action: ActionKind,
+    outcome: ActOutcome,
+    *,
+    actor: Actor,
+    now: float,
+) -> None:
+    """Record an action made without a link (the console's forms, the API) once the
+    service answered: it shows beside the links' actions, and an accepted one answers
+    its wait for the links too (they then say so and make no call)."""
+    account, wait = await store.run(_open_wait, session, action)
+    claim = _claim(session, wait, action, account, actor, "", now)
+    await store.actions.record_action(claim, outcome.ok, outcome.status, outcome.detail)
+
+
+def _claim(
+    session: str, wait: str, action: str, account: str, actor: Actor, token_hash: str, now: float
+) -> ActionClaim:
+    return ActionClaim(
+        taken_at=now,
+        session=session,
+        wait=wait,
+        action=action,
+        account=account,
+        actor_kind=actor.kind,
+        actor_address=actor.address,
+        actor_agent=actor.user_agent,
+        chat_user=actor.chat_user,
+        token_hash=token_hash,
+    )
