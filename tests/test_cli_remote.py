@@ -1,5 +1,6 @@
-"""``sessionhook status --url``: the same report as ``status`` on the store, from a running
-relay's ``GET /v1/status`` (the web app over a real store, on loopback), the token from
+"""The operator commands with ``--url``: the same output as on the store (``status``,
+``deliveries``, ``attempts``, ``deliveries retry|recover``, ...), from a running relay's
+``/v1/`` routes (the web app over a real store, on loopback), the token from
 ``$SESSIONHOOK_WEB_TOKEN``; every failure one line. The CLI runs as a subprocess."""
 
 from __future__ import annotations
@@ -10,12 +11,15 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
 import httpx
 import pytest
 
+from sessionhook.relay.domain.retry import Dead, Delivered, Retry
 from sessionhook.relay.ops import Overview
 from sessionhook.relay.ops.wire import overview_from_json, status_json
 from sessionhook.relay.store import (
@@ -32,6 +36,7 @@ from sessionhook.relay.web import create_app
 from sessionhook.relay.web import server as health
 from tests.support.backends import Backend, sqlite_only
 from tests.support.loopback import free_port
+from tests.support.requeue_rows import ACT0, failure, fill
 from tests.support.store_rows import Ep, activity, ingest, ready
 from tests.support.web_relay import TOKEN, web_context
 
@@ -40,8 +45,11 @@ pytestmark = pytest.mark.anyio
 SESSIONHOOK = Path(sys.executable).parent / "sessionhook"
 
 
-async def sessionhook(*args: str, token: str | None = TOKEN) -> subprocess.CompletedProcess[str]:
+async def sessionhook(
+    *args: str, token: str | None = TOKEN, **more_env: str
+) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONHOOK_")}
+    env.update(more_env)
     if token is not None:
         env["SESSIONHOOK_WEB_TOKEN"] = token
     done = await anyio.run_process(
@@ -50,6 +58,25 @@ async def sessionhook(*args: str, token: str | None = TOKEN) -> subprocess.Compl
     return subprocess.CompletedProcess(
         done.args, done.returncode, done.stdout.decode(), done.stderr.decode()
     )
+
+
+@asynccontextmanager
+async def served(backend: Backend) -> AsyncIterator[str]:
+    """The relay's web app over ``backend``'s store on a loopback port: its URL."""
+    listen = f"127.0.0.1:{free_port()}"
+    astore = AsyncStore(backend.open())
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(health.serve, listen, create_app(web_context(astore, listen)))
+            yield f"http://{listen}"
+            tg.cancel_scope.cancel()
+    finally:
+        await astore.close()
+
+
+def _stampless(text: str) -> str:
+    """Output without its moments (``2026-11-26T20:27:33.506411Z``: when it is due now)."""
+    return re.sub(r"\d{4}-\d\d-\d\dT[\d:.]+Z", "STAMP", text)
 
 
 def _timeless(text: str) -> str:
@@ -155,3 +182,311 @@ def test_the_json_of_status_reads_back_into_the_same_overview() -> None:
     data = json.loads(json.dumps(status_json(overview, now)))
     data["endpoints"][0]["added_later"] = "by a newer relay"
     assert overview_from_json(data) == overview
+
+
+def _seed(backend: Backend) -> None:
+    """Two endpoints, two sessions of three activities: of ci-bot, s0's first delivery
+    dead, its second failed (a retry later), s1's first delivered."""
+    store = backend.open()
+    try:
+        store.endpoints.sync_endpoints([Ep("ci-bot"), Ep("chat", events=("activity.*",))])
+        fill(store, 2, 3)
+        rows = sorted(
+            store.operator.list_deliveries(endpoint="ci-bot", limit=100), key=lambda d: d.id
+        )
+        s0 = [d for d in rows if d.session_name == "sessions/s0"]
+        s1 = [d for d in rows if d.session_name == "sessions/s1"]
+        store.outbox.record_attempt(s0[0].id, failure(ACT0), Dead())
+        store.outbox.record_attempt(s0[1].id, failure(ACT0 + 1, None), Retry(time.time() + 600))
+        store.outbox.record_attempt(s1[0].id, failure(ACT0 + 2, 200), Delivered())
+    finally:
+        store.close()
+
+
+def _twin(backend: Backend, request: pytest.FixtureRequest) -> Backend:
+    """A second SQLite store seeded as ``backend`` (both seeded here)."""
+    twin = backend.another(request)
+    for b in (backend, twin):
+        b.target.parent.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
+        _seed(b)
+    return twin
+
+
+def _first(backend: Backend, status: str) -> tuple[int, str]:
+    """The id and event id of the oldest ci-bot delivery of ``status``."""
+    store = backend.open_readonly()
+    try:
+        rows = store.operator.list_deliveries(endpoint="ci-bot", status=status, limit=100)
+    finally:
+        store.close()
+    row = min(rows, key=lambda d: d.id)
+    return row.id, row.event_id
+
+
+@sqlite_only
+async def test_deliveries_and_attempts_url_print_what_they_print_on_the_store(
+    backend: Backend,
+) -> None:
+    _seed(backend)
+    dead, event = _first(backend, "dead")
+    db = ["--db", str(backend.target)]
+    commands = [
+        ["deliveries"],
+        ["deliveries", "--endpoint", "ci-bot"],
+        ["deliveries", "--status", "dead"],
+        ["deliveries", "--session", "sessions/s1", "--limit", "2"],
+        ["deliveries", "--status", "delivered", "--endpoint", "chat"],  # none match
+        ["attempts", str(dead)],
+        ["attempts", f"#{dead}"],
+        ["attempts", event],
+    ]
+    failing = [
+        ["deliveries", "--endpoint", "nope"],  # exit 2, as a typo locally
+        ["attempts", "999999"],
+        ["attempts", "evt_nope"],
+    ]
+    async with served(backend) as url:
+        pairs = []
+        for args in [*commands, *[[*c, "--json"] for c in commands], *failing]:
+            local = await sessionhook(*args, *db)
+            remote = await sessionhook(*args, "--url", url)
+            pairs.append((args, local, remote))
+    for args, local, remote in pairs[: 2 * len(commands)]:
+        assert local.returncode == remote.returncode == 0, (args, local.stderr, remote.stderr)
+        assert local.stdout.strip(), args
+        assert _timeless(remote.stdout) == _timeless(local.stdout), args
+    shown = {tuple(a): local.stdout for a, local, _ in pairs}
+    assert "dead" in shown[("deliveries", "--status", "dead")]
+    assert shown[("deliveries", "--status", "delivered", "--endpoint", "chat")].startswith(
+        "no deliveries match"
+    )
+    assert "response:     down" in shown[("attempts", str(dead))]
+    assert len(json.loads(shown[("deliveries", "--json")])) == 12
+    for args, local, remote in pairs[2 * len(commands) :]:
+        assert local.returncode == remote.returncode != 0, (args, local.stderr, remote.stderr)
+        assert len(remote.stderr.splitlines()) == 1, (args, remote.stderr)
+        # The relay's message is the store's (the local hint after " — " aside).
+        assert local.stderr.split(" — ")[0].strip() in remote.stderr, (args, remote.stderr)
+    assert pairs[-3][2].returncode == 2
+
+
+@sqlite_only
+async def test_retry_and_recover_url_do_and_print_what_they_do_on_the_store(
+    backend: Backend, request: pytest.FixtureRequest
+) -> None:
+    """The same commands on two stores seeded alike: one through --db, one through the
+    relay; the same lines, and the relay's store changed as the local one."""
+    twin = _twin(backend, request)
+    dead, _ = _first(backend, "dead")
+    failed, _ = _first(backend, "failed")
+    assert (dead, failed) == (_first(twin, "dead")[0], _first(twin, "failed")[0])
+    delivered, _ = _first(backend, "delivered")
+    steps = [
+        ["deliveries", "retry", str(dead)],
+        ["deliveries", "retry", str(dead), "--json"],  # pending now: nothing to do
+        ["deliveries", "recover", "--endpoint", "ci-bot", "--since", "3650d"],
+        ["deliveries", "recover", "--endpoint", "ci-bot", "--since", "3650d", "--json"],
+    ]
+    failing = [
+        ["deliveries", "retry", str(delivered)],  # 409 over the API, exit 1
+        ["deliveries", "retry", "999999"],
+        ["deliveries", "recover", "--endpoint", "nope", "--since", "1h"],  # exit 2
+    ]
+    async with served(twin) as url:
+        pairs = []
+        for args in [*steps, *failing]:
+            local = await sessionhook(*args, "--db", str(backend.target))
+            remote = await sessionhook(*args, "--url", url)
+            pairs.append((args, local, remote))
+        after_local = await sessionhook("deliveries", "--db", str(backend.target))
+        after_remote = await sessionhook("deliveries", "--url", url)
+    for args, local, remote in pairs[: len(steps)]:
+        assert local.returncode == remote.returncode == 0, (args, local.stderr, remote.stderr)
+        assert _stampless(remote.stdout) == _stampless(local.stdout), args
+        assert remote.stdout.strip(), args
+    assert f"{dead}" in pairs[0][1].stdout
+    assert pairs[2][2].stdout.startswith("recovered 1 "), pairs[2][2].stdout  # the failed one
+    assert json.loads(pairs[3][2].stdout)["recovered"] == 0  # nothing failed any more
+    for args, local, remote in pairs[len(steps) :]:
+        assert local.returncode == remote.returncode != 0, (args, local.stderr, remote.stderr)
+        assert len(remote.stderr.splitlines()) == 1, (args, remote.stderr)
+        assert local.stderr.split(" — ")[0].strip() in remote.stderr, (args, remote.stderr)
+    assert pairs[-1][2].returncode == 2
+    assert _timeless(after_remote.stdout) == _timeless(after_local.stdout)
+    assert "dead" not in after_remote.stdout.split("LAST ERROR")[1].split()
+
+
+async def test_every_url_command_is_one_line_when_the_relay_is_out_of_reach() -> None:
+    """Also ``endpoints create --relay-url`` (below): never a traceback."""
+    url = f"http://127.0.0.1:{free_port()}"
+    for args in (
+        ["deliveries"],
+        ["attempts", "1"],
+        ["deliveries", "retry", "1"],
+        ["deliveries", "recover", "--endpoint", "ci-bot", "--since", "1h"],
+        ["events"],
+        ["replay", "--endpoint", "ci-bot", "--event", "evt_1"],
+        ["endpoints", "list"],
+        ["endpoints", "enable", "ci-bot"],
+        ["endpoints", "disable", "ci-bot"],
+        ["endpoints", "test", "ci-bot"],
+        ["endpoints", "delete", "ci-bot"],
+        ["endpoints", "rotate-secret", "ci-bot"],
+    ):
+        done = await sessionhook(*args, "--url", url)
+        assert done.returncode == 1, (args, done.stderr)
+        assert done.stderr.startswith(f"error: {url}/v1/") and "ConnectError" in done.stderr
+        assert len(done.stderr.splitlines()) == 1, (args, done.stderr)
+        wrong = await sessionhook(*args, "--url", url, token=None)
+        assert wrong.stderr.startswith("error: --url needs the relay's token"), args
+    create = ["endpoints", "create", "x", "--url", "https://hooks.example.com/x"]
+    done = await sessionhook(*create, "--relay-url", url)
+    assert done.returncode == 1 and done.stderr.startswith(f"error: {url}/v1/endpoints: ")
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+
+
+@sqlite_only
+async def test_endpoints_url_list_disable_enable_as_on_the_store(
+    backend: Backend, request: pytest.FixtureRequest
+) -> None:
+    twin = _twin(backend, request)
+    steps = [
+        ["endpoints", "list"],
+        ["endpoints", "list", "--json"],
+        ["endpoints", "disable", "ci-bot", "--reason", "fixing its URL"],
+        ["endpoints", "list"],
+        ["endpoints", "enable", "ci-bot"],
+        ["endpoints", "list", "--json"],
+    ]
+    failing = [
+        ["endpoints", "enable", "nope"],  # exit 2, a typo
+        ["endpoints", "disable", "nope"],
+    ]
+    async with served(twin) as url:
+        pairs = []
+        for args in [*steps, *failing]:
+            local = await sessionhook(*args, "--db", str(backend.target))
+            remote = await sessionhook(*args, "--url", url)
+            pairs.append((args, local, remote))
+        untested = await sessionhook("endpoints", "test", "ci-bot", "--url", url)
+    for args, local, remote in pairs[: len(steps)]:
+        assert local.returncode == remote.returncode == 0, (args, local.stderr, remote.stderr)
+        # Two stores seeded alike: only their moments differ (created_at).
+        assert _stampless(_timeless(remote.stdout)) == _stampless(_timeless(local.stdout)), args
+        assert remote.stdout.strip(), args
+    assert re.search(r"^ci-bot +disabled .*fixing its URL", pairs[3][2].stdout, re.M)
+    assert pairs[4][2].stdout.startswith("endpoint ci-bot enabled; ")
+    assert {e["name"] for e in json.loads(pairs[5][2].stdout)} == {"chat", "ci-bot"}
+    for args, local, remote in pairs[len(steps) :]:
+        assert local.returncode == remote.returncode == 2, (args, local.stderr, remote.stderr)
+        assert len(remote.stderr.splitlines()) == 1, (args, remote.stderr)
+        assert remote.stderr.strip() == local.stderr.strip().split(" — ")[0], args
+    # This relay has no sender of test events: its 503, one line.
+    assert untested.returncode == 1 and len(untested.stderr.splitlines()) == 1
+    assert untested.stderr.startswith(f"error: {url}/v1/endpoints/ci-bot:test: 503 ")
+
+
+@sqlite_only
+async def test_endpoints_url_create_update_rotate_delete_as_on_the_store(
+    backend: Backend, request: pytest.FixtureRequest
+) -> None:
+    """``create`` and ``update`` take ``--relay-url`` (their ``--url`` is the endpoint's)."""
+    twin = _twin(backend, request)
+    chosen, rotated = "whsec_" + "A" * 43 + "=", "whsec_" + "B" * 43 + "="
+    steps = [
+        (["create", "mine", "--url", "https://hooks.example.com/mine", "--secret-env", "S1"]),
+        (["update", "mine", "--event", "session.*", "--description", "CI", "--json"]),
+        (["update", "mine", "--unset", "events"]),
+        (["rotate-secret", "mine", "--overlap", "2h", "--secret-env", "S2"]),
+        (["list"]),
+        (["delete", "mine", "--json"]),
+        (["create", "mine", "--url", "https://hooks.example.com/mine", "--secret-env", "S1"]),
+        (["delete", "mine"]),
+    ]
+    failing = [
+        ["update", "ci-bot", "--url", "https://hooks.example.com/y"],  # not created here
+        ["delete", "nope"],
+        ["create", "meta", "--url", "http://169.254.169.254/latest"],  # refused address
+    ]
+    env = {"S1": chosen, "S2": rotated}
+    async with served(twin) as url:
+        pairs = []
+        for args in [*steps, *failing]:
+            flag = "--relay-url" if args[0] in ("create", "update") else "--url"
+            local = await sessionhook("endpoints", *args, "--db", str(backend.target), **env)
+            remote = await sessionhook("endpoints", *args, flag, url, **env)
+            pairs.append((args, local, remote))
+    for args, local, remote in pairs[: len(steps)]:
+        assert local.returncode == remote.returncode == 0, (args, local.stderr, remote.stderr)
+        assert _stampless(_timeless(remote.stdout)) == _stampless(_timeless(local.stdout)), args
+        assert remote.stdout.strip(), args
+    assert pairs[0][2].stdout == f"endpoint mine created\nsecret (shown once, keep it): {chosen}\n"
+    assert json.loads(pairs[1][2].stdout)["description"] == "CI"
+    assert rotated in pairs[3][2].stdout
+    assert re.search(r"^mine +enabled ", pairs[4][2].stdout, re.M)
+    assert json.loads(pairs[5][2].stdout) == {
+        "name": "mine",
+        "deleted": True,
+        "deliveries_closed": 0,
+    }
+    for args, local, remote in pairs[len(steps) :]:
+        assert local.returncode == remote.returncode != 0, (args, local.stderr, remote.stderr)
+        assert len(remote.stderr.splitlines()) == 1, (args, remote.stderr)
+        assert local.stderr.split(" — ")[0].strip() in remote.stderr, (args, remote.stderr)
+
+
+@sqlite_only
+async def test_events_and_replay_url_as_on_the_store(
+    backend: Backend, request: pytest.FixtureRequest
+) -> None:
+    twin = _twin(backend, request)
+    _, first = _first(backend, "dead")
+    _, second = _first(backend, "delivered")
+    reads = [
+        ["events"],
+        ["events", "--type", "activity.*"],
+        ["events", "--type", "session.*", "--type", "activity.*", "--limit", "4"],
+        ["events", "--session", "sessions/s1", "--format", "json"],
+        ["events", "--limit", "3", "--format", "ndjson"],
+        ["events", "--type", "session.*"],  # none
+    ]
+    writes = [
+        ["replay", "--endpoint", "ci-bot", "--event", first, "--event", second],
+        ["endpoints", "disable", "chat"],
+        ["replay", "--endpoint", "chat", "--event", first],
+    ]
+    failing = [
+        ["replay", "--endpoint", "nope", "--event", first],  # exit 2
+        ["replay", "--endpoint", "ci-bot", "--event", "evt_nope"],
+    ]
+    async with served(twin) as url:
+        pairs = []
+        for args in [*reads, *writes, *failing]:
+            local = await sessionhook(*args, "--db", str(backend.target))
+            remote = await sessionhook(*args, "--url", url)
+            pairs.append((args, local, remote))
+        refused = [
+            await sessionhook(*args, "--url", url)
+            for args in (
+                ["events", "--since", "1h"],
+                ["replay", "--endpoint", "ci-bot", "--since", "1h"],
+                ["replay", "--endpoint", "ci-bot", "--event", first, "--session", "sessions/s0"],
+            )
+        ]
+    ok = len(reads) + len(writes)
+    for args, local, remote in pairs[:ok]:
+        assert local.returncode == remote.returncode == 0, (args, local.stderr, remote.stderr)
+        assert _stampless(remote.stdout) == _stampless(local.stdout), args
+        assert remote.stderr == local.stderr, args
+        assert remote.stdout.strip(), args
+    assert len(json.loads(pairs[3][2].stdout)) == 3
+    assert pairs[5][2].stdout.startswith("no events match")
+    assert pairs[len(reads)][2].stdout.startswith("queued 2 deliveries to ci-bot")
+    assert "is disabled" in pairs[ok - 1][2].stderr
+    for args, local, remote in pairs[ok:]:
+        assert local.returncode == remote.returncode != 0, (args, local.stderr, remote.stderr)
+        assert len(remote.stderr.splitlines()) == 1, (args, remote.stderr)
+        assert local.stderr.split(" — ")[0].strip() in remote.stderr, (args, remote.stderr)
+    assert pairs[ok][2].returncode == 2
+    for done, option in zip(refused, ("--since", "--since", "--session"), strict=True):
+        assert done.returncode == 2 and f"{option} is not available with --url" in done.stderr

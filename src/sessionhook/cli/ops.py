@@ -97,6 +97,7 @@ def _relay_errors() -> tuple[type[Exception], ...]:
 
 # --------------------------------------------------------------------------- parsing
 
+
 def parse_time(text: str, now: float) -> float:
     """Unix seconds from RFC 3339 (``2026-11-22T12:00:00Z``), ``now``, or an age before
     ``now`` (``90s``, ``30m``, ``2h``, ``7d``, ``1w``): the API's spelling

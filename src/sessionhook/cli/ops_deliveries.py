@@ -9,6 +9,7 @@ share): read-only, safe while the daemon runs, the database found through ``--co
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import click
@@ -211,6 +212,7 @@ def _refused_line(refused: RefusedSummary, now: float) -> str:
 
 @cli.group("deliveries", invoke_without_command=True)
 @store_options
+@remote_options
 @click.option("--endpoint", metavar="NAME", help="Only this endpoint.")
 @click.option("--status", "status_", type=click.Choice(DELIVERY_STATUSES), help="Only this status.")
 @click.option("--session", metavar="SESSION", help="Only this session (sessions/…).")
@@ -220,6 +222,8 @@ def _refused_line(refused: RefusedSummary, now: float) -> str:
 def deliveries(
     config_path: str | None,
     db_path: str | None,
+    url: str | None,
+    token: str | None,
     endpoint: str | None,
     status_: str | None,
     session: str | None,
@@ -235,10 +239,21 @@ def deliveries(
     """
     if click.get_current_context().invoked_subcommand is not None:
         return  # `deliveries retry|recover`: the subcommand does the work
+    now = time.time()
+    if url is not None:
+        refuse_store_options(config_path, db_path)
+        from .remote_reads import remote_deliveries
+
+        filters = {"endpoint": endpoint, "status": status_, "session": session}
+        rows, claims, data = remote_deliveries(url, token, filters, limit)
+        if as_json:
+            echo_json(data)
+            return
+        _print_deliveries(rows, claims, now)
+        return
     from ..relay import ops as operator
     from ..relay.ops import OPEN_STATUSES
 
-    now = time.time()
     with reading_store(config_path, db_path) as store:
         if endpoint is not None:
             operator.find_endpoint(store, endpoint)  # a typo is an error, not "no match"
@@ -251,6 +266,15 @@ def deliveries(
 
         echo_json([delivery_json(row, claims.get(row.id)) for row in rows])
         return
+    _print_deliveries(rows, claims, now)
+
+
+def _print_deliveries(
+    rows: Sequence[DeliveryRow], claims: Mapping[int, tuple[str, float]], now: float
+) -> None:
+    """The text of ``deliveries``: one table row a delivery, or ``no deliveries match``."""
+    from ..relay.ops import OPEN_STATUSES
+
     if not rows:
         click.echo("no deliveries match")
         return
@@ -289,15 +313,33 @@ def deliveries(
 @cli.command("attempts")
 @click.argument("target", metavar="DELIVERY|EVENT")
 @store_options
+@remote_options
 @json_option
 @reported
-def attempts(target: str, config_path: str | None, db_path: str | None, as_json: bool) -> None:
+def attempts(
+    target: str,
+    config_path: str | None,
+    db_path: str | None,
+    url: str | None,
+    token: str | None,
+    as_json: bool,
+) -> None:
     """Every attempt of one delivery, or of every delivery of one event: time, status
     code, duration, error, response body.
 
     DELIVERY is a delivery id as `sessionhook deliveries` shows it (`12` or `#12`); EVENT
     an event id (`evt_…`, the webhook-id): all its deliveries, every endpoint and replay.
     """
+    if url is not None:
+        refuse_store_options(config_path, db_path)
+        from .remote_reads import remote_attempts
+
+        kind, found, data = remote_attempts(url, token, target)
+        if as_json:
+            echo_json(data)
+            return
+        _print_attempts(kind, found)
+        return
     from ..relay import ops as operator
 
     with reading_store(config_path, db_path) as store:
@@ -307,9 +349,17 @@ def attempts(target: str, config_path: str | None, db_path: str | None, as_json:
 
         echo_json(attempts_json(event, found))
         return
+    _print_attempts(None if event is None else (event.id, event.type), found)
+
+
+def _print_attempts(
+    event: tuple[str, str] | None, found: Sequence[tuple[DeliveryRow, Sequence[AttemptRow]]]
+) -> None:
+    """The text of ``attempts``: each delivery (of ``event``, its id and type, if given)
+    with its attempts."""
     if event is not None and not found:
         click.echo(
-            f"event {event.id} ({event.type}) has no delivery: no endpoint subscribed to it, "
+            f"event {event[0]} ({event[1]}) has no delivery: no endpoint subscribed to it, "
             "or it was archived before the first start (see `sessionhook replay`)"
         )
     for i, (delivery, rows_) in enumerate(found):
@@ -318,7 +368,7 @@ def attempts(target: str, config_path: str | None, db_path: str | None, as_json:
         _show_attempts(delivery, rows_)
 
 
-def _show_attempts(delivery: DeliveryRow, rows: list[AttemptRow]) -> None:
+def _show_attempts(delivery: DeliveryRow, rows: Sequence[AttemptRow]) -> None:
     click.echo(
         render_fields(
             [

@@ -7,7 +7,9 @@ functions); the plumbing is :mod:`.ops`'s.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
+from urllib.parse import quote
 
 import click
 
@@ -25,9 +27,11 @@ from .ops import (
     store_target,
     writing_store,
 )
+from .remote import get_json, post_json, refuse_store_options, remote_options
 
 if TYPE_CHECKING:
     from ..relay.domain.retry import AttemptResult
+    from ..relay.ops import EndpointState
 
 __all__ = ["endpoints"]
 
@@ -39,13 +43,30 @@ def endpoints() -> None:
 
 @endpoints.command("list")
 @store_options
+@remote_options
 @json_option
 @reported
-def endpoints_list(config_path: str | None, db_path: str | None, as_json: bool) -> None:
+def endpoints_list(
+    config_path: str | None,
+    db_path: str | None,
+    url: str | None,
+    token: str | None,
+    as_json: bool,
+) -> None:
     """Every endpoint the daemon knows, with its state and backlog."""
     from ..relay import ops as operator
 
     now = time.time()
+    if url is not None:
+        refuse_store_options(config_path, db_path)
+        from .remote_reads import remote_endpoints
+
+        listed, data = remote_endpoints(url, token)
+        if as_json:
+            echo_json(data)
+            return
+        _print_endpoints(listed, now)
+        return
     with reading_store(config_path, db_path) as store:
         known = operator.endpoints(store)
         claims = operator.endpoints_in_flight(store, now)  # per endpoint: replica -> n
@@ -54,11 +75,18 @@ def endpoints_list(config_path: str | None, db_path: str | None, as_json: bool) 
 
         echo_json([endpoint_json(s, pending, claims.get(s.name)) for s, pending in known])
         return
+    _print_endpoints([(s, pending, claims.get(s.name, {})) for s, pending in known], now)
+
+
+def _print_endpoints(
+    known: Sequence[tuple[EndpointState, int, Mapping[str, int]]], now: float
+) -> None:
+    """The table of ``endpoints list``: state, backlog, in flight per replica."""
     if not known:
         click.echo("no endpoints yet (the daemon adds them from its config when it starts)")
         return
     rows = []
-    for s, pending in known:
+    for s, pending, in_flight in known:
         if not s.configured:
             state = "not in config"
         elif s.enabled:
@@ -70,7 +98,7 @@ def endpoints_list(config_path: str | None, db_path: str | None, as_json: bool) 
                 s.name,
                 state.strip(),
                 pending,
-                " ".join(f"{n} on {r}" for r, n in sorted(claims.get(s.name, {}).items())),
+                " ".join(f"{n} on {r}" for r, n in sorted(in_flight.items())),
                 stamp(s.last_success_at) or "never",
                 f"{age(now - s.failing_since)}" if s.failing_since else "",
                 s.disabled_reason,
@@ -85,11 +113,19 @@ def endpoints_list(config_path: str | None, db_path: str | None, as_json: bool) 
 @endpoints.command("enable")
 @click.argument("name")
 @store_options
+@remote_options
 @reported
-def endpoints_enable(name: str, config_path: str | None, db_path: str | None) -> None:
+def endpoints_enable(
+    name: str, config_path: str | None, db_path: str | None, url: str | None, token: str | None
+) -> None:
     """Enable NAME again; what waited for it (and replays) is delivered."""
     from ..relay import ops as operator
 
+    if url is not None:
+        refuse_store_options(config_path, db_path)
+        answer = post_json(url, token, f"/v1/endpoints/{quote(name, safe='')}:enable")
+        click.echo(f"endpoint {name} enabled; {answer.get('pending')} deliveries waiting")
+        return
     with writing_store(config_path, db_path) as store:
         waiting = operator.enable_endpoint(store, name)
     click.echo(f"endpoint {name} enabled; {waiting} deliveries waiting")
@@ -99,11 +135,25 @@ def endpoints_enable(name: str, config_path: str | None, db_path: str | None) ->
 @click.argument("name")
 @click.option("--reason", default="disabled by an operator", show_default=True)
 @store_options
+@remote_options
 @reported
-def endpoints_disable(name: str, reason: str, config_path: str | None, db_path: str | None) -> None:
+def endpoints_disable(
+    name: str,
+    reason: str,
+    config_path: str | None,
+    db_path: str | None,
+    url: str | None,
+    token: str | None,
+) -> None:
     """Stop delivering to NAME; its events keep being archived (replay them later)."""
     from ..relay import ops as operator
 
+    if url is not None:
+        refuse_store_options(config_path, db_path)
+        path = f"/v1/endpoints/{quote(name, safe='')}:disable"
+        post_json(url, token, path, {"reason": reason})
+        click.echo(f"endpoint {name} disabled: {reason}")
+        return
     with writing_store(config_path, db_path) as store:
         operator.disable_endpoint(store, name, reason)
     click.echo(f"endpoint {name} disabled: {reason}")
@@ -112,15 +162,31 @@ def endpoints_disable(name: str, reason: str, config_path: str | None, db_path: 
 @endpoints.command("test")
 @click.argument("name")
 @click.option("--config", "config_path", metavar="FILE", help="The daemon's config.")
+@remote_options
 @reported
-def endpoints_test(name: str, config_path: str | None) -> None:
+def endpoints_test(name: str, config_path: str | None, url: str | None, token: str | None) -> None:
     """Send NAME a signed `ping` event and show the answer (exit 1 unless 2xx).
 
     Signed with the endpoint's secret(s) from the config (or the store, for one created
     at run time), like every delivery, shaped by
     its payload/format/template, and subject to the same address check. The ping does not
-    enter the outbox.
+    enter the outbox. With --url the relay sends it (its answer has no webhook-id).
     """
+    if url is not None:
+        refuse_store_options(config_path, None)
+        path = f"/v1/endpoints/{quote(name, safe='')}"
+        target_url = str(get_json(url, token, path).get("url", ""))
+        answer = post_json(url, token, path + ":test")
+        _print_ping(
+            name,
+            target_url,
+            None,
+            answer.get("status_code"),
+            float(answer.get("duration_ms") or 0.0),
+            answer.get("error"),
+            str(answer.get("response_body") or ""),
+        )
+        return
     from ..relay import ops as operator
 
     target = store_target(config_path, None, need_config=True)
@@ -144,18 +210,34 @@ def endpoints_test(name: str, config_path: str | None) -> None:
             config, name, transport=transport, now=time.time(), endpoint=endpoint
         )
 
-    event_id, result = run_async(send)
-    answer = "no answer" if result.status_code is None else str(result.status_code)
-    click.echo(f"POST {redact_userinfo(endpoint.url)}  webhook-id {event_id}")
+    event_id, r = run_async(send)
+    _print_ping(
+        name, endpoint.url, event_id, r.status_code, r.duration_ms, r.error, r.response_body
+    )
+
+
+def _print_ping(
+    name: str,
+    url: str,
+    event_id: str | None,
+    status_code: int | None,
+    duration_ms: float,
+    error: str | None,
+    response_body: str,
+) -> None:
+    """What ``endpoints test`` prints; a :class:`CliError` unless the answer was 2xx."""
+    answer = "no answer" if status_code is None else str(status_code)
+    sent = f"  webhook-id {event_id}" if event_id is not None else ""
+    click.echo(f"POST {redact_userinfo(url)}{sent}")
     click.echo(
         render_fields(
             [
                 ("answer", answer),
-                ("duration", f"{result.duration_ms:.0f} ms"),
-                ("error", result.error),
-                ("response", result.response_body),
+                ("duration", f"{duration_ms:.0f} ms"),
+                ("error", error),
+                ("response", response_body),
             ]
         )
     )
-    if not result.ok:
-        raise CliError(f"{name} did not accept the ping ({result.error or answer})")
+    if status_code is None or not 200 <= status_code < 300:
+        raise CliError(f"{name} did not accept the ping ({error or answer})")

@@ -14,12 +14,14 @@ import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 import click
 
 from ._output import CliError, echo_json
 from .ops import json_option, reported, store_options, store_target, writing_store
 from .ops_endpoints import endpoints
+from .remote import call_json, refuse_store_options, relay_url_options, remote_options
 
 if TYPE_CHECKING:
     from ..relay.config import Config
@@ -134,6 +136,7 @@ def _show(answer: dict[str, Any], as_json: bool, line: str) -> None:
 @_definition_options
 @click.option("--secret-env", metavar="VAR", help="Sign with the secret in $VAR (default: new).")
 @store_options
+@relay_url_options
 @json_option
 @reported
 def endpoints_create(
@@ -142,15 +145,25 @@ def endpoints_create(
     secret_env: str | None,
     config_path: str | None,
     db_path: str | None,
+    relay_url: str | None,
+    token: str | None,
     as_json: bool,
     **options: Any,
 ) -> None:
     """Create endpoint NAME in the store (every replica delivers to it); its secret is
-    printed once."""
+    printed once. With --relay-url, through a running relay (POST /v1/endpoints)."""
     from ..relay.ops import endpoint_edits as edits
 
     if options.get("url") is None:
         raise click.UsageError("give --url")
+    if relay_url is not None:
+        refuse_store_options(config_path, db_path)
+        body = {"name": name, **_spec(**options), "description": description or ""}
+        if secret_env is not None:
+            body["secret"] = _secret_from(secret_env)
+        answer = call_json(relay_url, token, "POST", "/v1/endpoints", body=body)
+        _show(answer, as_json, _created_line(name, str(answer.get("secret"))))
+        return
     config = _config(config_path, db_path)
     definition, secret = edits.define_endpoint(
         config,
@@ -162,11 +175,11 @@ def endpoints_create(
     with writing_store(config_path, db_path) as store:
         edits.create_endpoint(store, definition, secret)
         (answer,) = edits.endpoint_answers(store, config, time.time(), name)
-    _show(
-        answer | {"secret": secret},
-        as_json,
-        f"endpoint {name} created\nsecret (shown once, keep it): {secret}",
-    )
+    _show(answer | {"secret": secret}, as_json, _created_line(name, secret))
+
+
+def _created_line(name: str, secret: str) -> str:
+    return f"endpoint {name} created\nsecret (shown once, keep it): {secret}"
 
 
 @endpoints.command("update")
@@ -174,6 +187,7 @@ def endpoints_create(
 @_definition_options
 @click.option("--unset", "unset", multiple=True, metavar="KEY", help="Back to the default.")
 @store_options
+@relay_url_options
 @json_option
 @reported
 def endpoints_update(
@@ -182,14 +196,23 @@ def endpoints_update(
     unset: tuple[str, ...],
     config_path: str | None,
     db_path: str | None,
+    relay_url: str | None,
+    token: str | None,
     as_json: bool,
     **options: Any,
 ) -> None:
-    """Change endpoint NAME (one created at run time; the config file's are the file's)."""
+    """Change endpoint NAME (one created at run time; the config file's are the file's).
+    With --relay-url, through a running relay (PATCH /v1/endpoints/NAME)."""
     from ..relay.ops import endpoint_edits as edits
 
-    config = _config(config_path, db_path)
     changes: dict[str, Any] = {**_spec(**options), **{key: None for key in unset}}
+    if relay_url is not None:
+        refuse_store_options(config_path, db_path)
+        body = changes if description is None else {**changes, "description": description}
+        answer = call_json(relay_url, token, "PATCH", _path(name), body=body)
+        _show(answer, as_json, f"endpoint {name} updated")
+        return
+    config = _config(config_path, db_path)
     with writing_store(config_path, db_path) as store:
         current = edits.stored_or_refused(store, config, name)
         definition = edits.redefine_endpoint(config, current, changes, description=description)
@@ -201,23 +224,40 @@ def endpoints_update(
 @endpoints.command("delete")
 @click.argument("name")
 @store_options
+@remote_options
 @json_option
 @reported
 def endpoints_delete(
-    name: str, config_path: str | None, db_path: str | None, as_json: bool
+    name: str,
+    config_path: str | None,
+    db_path: str | None,
+    url: str | None,
+    token: str | None,
+    as_json: bool,
 ) -> None:
     """Delete endpoint NAME (created at run time): its open deliveries become dead, its
     history stays."""
     from ..relay.ops import endpoint_edits as edits
 
-    config = _config(config_path, db_path)
-    with writing_store(config_path, db_path) as store:
-        closed = edits.delete_endpoint(store, config, name)
+    if url is not None:
+        refuse_store_options(config_path, db_path)
+        answer = call_json(url, token, "DELETE", _path(name))
+        closed = int(answer["deliveries_closed"])
+        reason = str(answer.get("deliveries_closed_reason") or edits.DELETED_REASON)
+    else:
+        config = _config(config_path, db_path)
+        with writing_store(config_path, db_path) as store:
+            closed = edits.delete_endpoint(store, config, name)
+        reason = edits.DELETED_REASON
     _show(
         {"name": name, "deleted": True, "deliveries_closed": closed},
         as_json,
-        f"endpoint {name} deleted; {closed} open deliveries are now dead ({edits.DELETED_REASON})",
+        f"endpoint {name} deleted; {closed} open deliveries are now dead ({reason})",
     )
+
+
+def _path(name: str) -> str:
+    return f"/v1/endpoints/{quote(name, safe='')}"
 
 
 @endpoints.command("rotate-secret")
@@ -227,6 +267,7 @@ def endpoints_delete(
 )
 @click.option("--secret-env", metavar="VAR", help="The new secret from $VAR (default: new).")
 @store_options
+@remote_options
 @json_option
 @reported
 def endpoints_rotate(
@@ -235,6 +276,8 @@ def endpoints_rotate(
     secret_env: str | None,
     config_path: str | None,
     db_path: str | None,
+    url: str | None,
+    token: str | None,
     as_json: bool,
 ) -> None:
     """Give endpoint NAME a new secret; the old one signs beside it for --overlap."""
@@ -246,15 +289,28 @@ def endpoints_rotate(
         seconds = parse_duration(overlap)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--overlap") from None
-    config = _config(config_path, db_path)
-    with writing_store(config_path, db_path) as store:
-        done = edits.rotate_secret(
-            store, config, name, now=time.time(), overlap=seconds, secret=_secret_from(secret_env)
-        )
-    until = json_stamp(done.previous_until)
+    if url is not None:
+        refuse_store_options(config_path, db_path)
+        body: dict[str, Any] = {"overlap": seconds}
+        if secret_env is not None:
+            body["secret"] = _secret_from(secret_env)
+        answer = call_json(url, token, "POST", _path(name) + ":rotateSecret", body=body)
+        secret, until = str(answer["secret"]), str(answer["previous_secret_expires_at"])
+    else:
+        config = _config(config_path, db_path)
+        with writing_store(config_path, db_path) as store:
+            done = edits.rotate_secret(
+                store,
+                config,
+                name,
+                now=time.time(),
+                overlap=seconds,
+                secret=_secret_from(secret_env),
+            )
+        secret, until = done.secret, json_stamp(done.previous_until)
     _show(
-        {"name": name, "secret": done.secret, "previous_secret_expires_at": until},
+        {"name": name, "secret": secret, "previous_secret_expires_at": until},
         as_json,
-        f"endpoint {name}: new secret (shown once, keep it): {done.secret}\n"
+        f"endpoint {name}: new secret (shown once, keep it): {secret}\n"
         f"the previous secret signs too until {until}",
     )

@@ -24,7 +24,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import click
 
@@ -32,12 +32,14 @@ from ..redact import redact_userinfo
 from . import cli
 from ._output import CliError, render_table
 from .ops import reading_store, reported, store_options, time_option
-from .remote import error_message
+from .remote import error_message, refuse_store_options, refuse_with_url
 
 if TYPE_CHECKING:
     import httpx
 
     from ..relay.ops import EventFilter, EventRow
+
+_T = TypeVar("_T")
 
 __all__ = ["FOLLOW_POLL", "events", "follow_stream", "parse_sse", "stream_client"]
 
@@ -99,8 +101,8 @@ class StreamEvent:
 @click.option(
     "--url",
     metavar="URL",
-    help="With --follow: a daemon's [server] address, e.g. http://127.0.0.1:9187 "
-    "(its event stream instead of the store).",
+    help="A daemon's [server] address, e.g. http://127.0.0.1:9187: its /v1/events (with "
+    "--follow its event stream) instead of the store.",
 )
 @click.option(
     "--token",
@@ -135,8 +137,13 @@ def events(
             click.echo(f"note: {glob!r} matches no known event type", err=True)
     wanted = EventFilter(type_globs, session)
     if not follow:
-        if last_event_id or url:
-            raise click.UsageError("--last-event-id and --url go with --follow")
+        if last_event_id:
+            raise click.UsageError("--last-event-id goes with --follow")
+        if url is not None:
+            refuse_store_options(config_path, db_path)
+            refuse_with_url(since=since)
+            _print_events(_remote_events(url, token, wanted, limit), fmt)
+            return
         _list(config_path, db_path, wanted, since, fmt, limit)
         return
     if fmt == "json":
@@ -186,27 +193,56 @@ def _list(
         rows = _rows(store, wanted, since)
         if limit is not None:
             rows = _take(rows, limit)
-        if fmt == "ndjson":
-            for row in rows:
-                click.echo(json.dumps(wire.event_json(row), ensure_ascii=False))
-        elif fmt == "json":
-            # Streamed too: one element at a time, valid JSON once complete.
-            click.echo("[", nl=False)
-            for i, row in enumerate(rows):
-                click.echo(("," if i else "") + "\n  " + json.dumps(wire.event_json(row)), nl=False)
-            click.echo("\n]")
-        else:
+        _print_events((wire.event_json(row) for row in rows), fmt)
+
+
+def _remote_events(
+    url: str, token: str | None, wanted: EventFilter, limit: int | None
+) -> Iterator[dict[str, Any]]:
+    """``GET /v1/events`` as the local list reads the store: oldest first, at most
+    ``limit`` of those ``wanted`` (one glob is the relay's filter, several are matched
+    here, as locally)."""
+    from .remote import iter_pages
+
+    params = {} if wanted.session is None else {"session": wanted.session}
+    if len(wanted.types) == 1:
+        params["type"] = wanted.types[0]
+    found = (
+        item
+        for item in iter_pages(url, token, "/v1/events", "events", params)
+        if len(wanted.types) < 2 or wanted.matches(str(item.get("type")))
+    )
+    return found if limit is None else _take(found, limit)
+
+
+def _print_events(items: Iterator[dict[str, Any]], fmt: str) -> None:
+    """What ``events`` prints of archived events as :func:`~sessionhook.relay.ops.wire.
+    event_json` spells them, one at a time (an archive of any size)."""
+    if fmt == "ndjson":
+        for item in items:
+            click.echo(json.dumps(item, ensure_ascii=False))
+    elif fmt == "json":
+        # Streamed too: one element at a time, valid JSON once complete.
+        click.echo("[", nl=False)
+        for i, item in enumerate(items):
+            click.echo(("," if i else "") + "\n  " + json.dumps(item), nl=False)
+        click.echo("\n]")
+    else:
+        try:
             table = [
-                [r.seq, r.occurred_at, r.type, r.session_name, r.id, r.activity_name] for r in rows
+                [e["seq"], e["occurred_at"], e["type"], e["session"], e["id"], e["activity"]]
+                for e in items
             ]
-            if not table:
-                click.echo("no events match")
-                return
-            headers = ["SEQ", "OCCURRED", "TYPE", "SESSION", "EVENT", "ACTIVITY"]
-            click.echo(render_table(headers, table))
+        except (KeyError, TypeError) as exc:
+            raise CliError(f"an event of an unknown shape ({exc!r})") from None
+        if not table:
+            click.echo("no events match")
+            return
+        headers = ["SEQ", "OCCURRED", "TYPE", "SESSION", "EVENT", "ACTIVITY"]
+        click.echo(render_table(headers, table))
 
 
-def _take(rows: Iterator[EventRow], n: int) -> Iterator[EventRow]:
+def _take(rows: Iterator[_T], n: int) -> Iterator[_T]:
     for i, row in enumerate(rows):
         if i >= n:
             return

@@ -5,16 +5,20 @@ A view of :func:`sessionhook.relay.ops.replay`; the plumbing is :mod:`.ops`'s.
 
 from __future__ import annotations
 
+from urllib.parse import quote
+
 import click
 
 from . import cli
 from .ops import ProgressCounter, reported, store_options, time_option, writing_store
+from .remote import get_json, post_json, refuse_store_options, refuse_with_url, remote_options
 
 __all__ = ["replay"]
 
 
 @cli.command("replay")
 @store_options
+@remote_options
 @click.option("--endpoint", required=True, metavar="NAME", help="Deliver again to this endpoint.")
 @click.option(
     "--since",
@@ -35,6 +39,8 @@ __all__ = ["replay"]
 def replay(
     config_path: str | None,
     db_path: str | None,
+    url: str | None,
+    token: str | None,
     endpoint: str,
     since: float | None,
     until: float | None,
@@ -47,9 +53,18 @@ def replay(
     Choose the events by time (--since, optionally --until) or by id (--event, repeated);
     --type and --session narrow either. Dead letters are replayed like any other event.
     Prints how many deliveries were queued; the running daemon sends them within a second.
+    With --url, a running relay replays each --event (its API replays by id only).
     """
     from ..relay import ops as operator
 
+    if url is not None:
+        refuse_store_options(config_path, db_path)
+        refuse_with_url(since=since, until=until, type=type_glob, session=session)
+        if not event_ids:
+            raise click.UsageError("with --url give --event IDs")
+        queued, reason, active, why = _replay_remote(url, token, endpoint, event_ids)
+        _print_replayed(endpoint, queued, reason, active, why)
+        return
     if bool(event_ids) == (since is not None):
         raise click.UsageError("give either --since (with an optional --until) or --event IDs")
     if until is not None and since is None:
@@ -69,10 +84,34 @@ def replay(
             )
         finally:
             counter.done()
-    reason = f": {result.reason}" if result.reason else ""
-    click.echo(f"queued {result.queued} deliveries to {endpoint}{reason}")
-    if not result.endpoint.active:
-        why = result.endpoint.disabled_reason or "it is not enabled in the config"
+    state = result.endpoint
+    _print_replayed(endpoint, result.queued, result.reason, state.active, state.disabled_reason)
+
+
+def _replay_remote(
+    url: str, token: str | None, endpoint: str, event_ids: tuple[str, ...]
+) -> tuple[int, str | None, bool, str | None]:
+    """``POST /v1/events/{id}:replay`` of each event: how many were queued, the reason
+    of the last that queued none, and whether the endpoint is active (and why not)."""
+    state = get_json(url, token, f"/v1/endpoints/{quote(endpoint, safe='')}")
+    queued, reason = 0, None
+    for event_id in event_ids:
+        path = f"/v1/events/{quote(event_id, safe='')}:replay"
+        answer = post_json(url, token, path, {"endpoint": endpoint})
+        queued += int(answer.get("queued") or 0)
+        reason = answer.get("reason") or reason
+    active = bool(state.get("configured")) and bool(state.get("enabled"))
+    return queued, None if queued else reason, active, state.get("disabled_reason")
+
+
+def _print_replayed(
+    endpoint: str, queued: int, reason: str | None, active: bool, disabled_reason: str | None
+) -> None:
+    """``queued N deliveries to E``, the reason when none, a note when E is not active."""
+    because = f": {reason}" if reason else ""
+    click.echo(f"queued {queued} deliveries to {endpoint}{because}")
+    if not active:
+        why = disabled_reason or "it is not enabled in the config"
         click.echo(
             f"note: {endpoint} is disabled ({why}); they go out after "
             f"`sessionhook endpoints enable {endpoint}`",

@@ -8,11 +8,14 @@ one short transaction; the running daemon picks the deliveries up within a secon
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from ._output import echo_json
 from .ops import json_option, reported, store_options, time_option, writing_store
 from .ops_deliveries import deliveries
+from .remote import post_json, refuse_store_options, remote_options
 
 __all__ = ["recover", "retry"]
 
@@ -20,9 +23,17 @@ __all__ = ["recover", "retry"]
 @deliveries.command("retry")
 @click.argument("delivery", metavar="ID")
 @store_options
+@remote_options
 @json_option
 @reported
-def retry(delivery: str, config_path: str | None, db_path: str | None, as_json: bool) -> None:
+def retry(
+    delivery: str,
+    config_path: str | None,
+    db_path: str | None,
+    url: str | None,
+    token: str | None,
+    as_json: bool,
+) -> None:
     """Send delivery ID again now: the same event, webhook-id and body.
 
     A failed or dead delivery is re-opened; later deliveries of its session wait behind
@@ -34,28 +45,35 @@ def retry(delivery: str, config_path: str | None, db_path: str | None, as_json: 
     key = delivery.strip().removeprefix("#")
     if not key.isascii() or not key.isdigit() or len(key) > 18:
         raise click.BadParameter(f"a delivery id is a whole number, not {delivery[:40]!r}")
+    if url is not None:
+        refuse_store_options(config_path, db_path)
+        _echo_result(post_json(url, token, f"/v1/deliveries/{key}:retry"), as_json)
+        return
     with writing_store(config_path, db_path) as store:
         result = retry_now(store, int(key))
-    if as_json:
-        echo_json(result.as_json())
-        return
-    click.echo(result.message)
+    _echo_result(result.as_json(), as_json)
 
 
 @deliveries.command("recover")
 @store_options
+@remote_options
 @click.option("--endpoint", required=True, metavar="NAME", help="The endpoint that was fixed.")
 @click.option(
     "--since",
     required=True,
-    callback=time_option,
     metavar="TIME",
     help="Deliveries of events from this time (RFC 3339 or 2h, 7d ago).",
 )
 @json_option
 @reported
 def recover(
-    config_path: str | None, db_path: str | None, endpoint: str, since: float, as_json: bool
+    config_path: str | None,
+    db_path: str | None,
+    url: str | None,
+    token: str | None,
+    endpoint: str,
+    since: str,
+    as_json: bool,
 ) -> None:
     """Send again now every failed or dead delivery of an endpoint whose event happened
     since TIME: the same webhook-ids and bodies, each session's in order.
@@ -65,9 +83,28 @@ def recover(
     """
     from ..relay.ops.requeue import recover as recover_now
 
-    with writing_store(config_path, db_path) as store:
-        result = recover_now(store, endpoint, since)
-    if as_json:
-        echo_json(result.as_json())
+    # Checked here, as the relay checks it: a typo is a usage error before any request.
+    moment = time_option(click.get_current_context(), _since_param(), since)
+    assert moment is not None  # --since is required
+    if url is not None:
+        refuse_store_options(config_path, db_path)
+        # The text as typed: an age is counted from the relay's clock.
+        body = {"endpoint": endpoint, "since": since}
+        _echo_result(post_json(url, token, "/v1/deliveries:recover", body), as_json)
         return
-    click.echo(result.message)
+    with writing_store(config_path, db_path) as store:
+        result = recover_now(store, endpoint, moment)
+    _echo_result(result.as_json(), as_json)
+
+
+def _since_param() -> click.Parameter:
+    params = {p.name: p for p in click.get_current_context().command.params}
+    return params["since"]
+
+
+def _echo_result(data: dict[str, Any], as_json: bool) -> None:
+    """A retry's or recovery's answer: its JSON, or its one-line ``message``."""
+    if as_json:
+        echo_json(data)
+        return
+    click.echo(data["message"])

@@ -76,6 +76,7 @@ __all__ = [
     "CopyError",
     "CopyReport",
     "DeliveryRow",
+    "EndpointState",
     "EventFilter",
     "EventPage",
     "EventRow",

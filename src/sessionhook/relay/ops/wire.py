@@ -35,8 +35,11 @@ from ..store import (
 from . import Overview
 
 __all__ = [
+    "attempts_from_json",
     "attempts_json",
+    "delivery_from_json",
     "delivery_json",
+    "endpoint_from_json",
     "endpoint_json",
     "event_json",
     "json_stamp",
@@ -228,3 +231,28 @@ def overview_from_json(data: Mapping[str, Any]) -> Overview:
     history = HistoryProgress(walk["total"], walk["done"], walk["sessions_per_second"])
     replicas = tuple(_row(ReplicaRow, r, leases=tuple(r["leases"])) for r in raw["replicas"])
     return Overview(summary, history, dict(raw["accounts"]), replicas)
+
+
+def delivery_from_json(data: Mapping[str, Any]) -> tuple[DeliveryRow, tuple[str, float] | None]:
+    """The row and claim :func:`delivery_json` spelled (a row of ``GET /v1/deliveries``),
+    for the CLI's ``--url`` mode to print as the local command does; raises as
+    :func:`overview_from_json`."""
+    raw = _seconds(dict(data))
+    by, at = raw.get("claimed_by"), raw.get("claimed_at")
+    return _row(DeliveryRow, raw), None if by is None or at is None else (str(by), float(at))
+
+
+def attempts_from_json(data: Mapping[str, Any]) -> tuple[DeliveryRow, list[AttemptRow]]:
+    """One delivery and its attempts as :func:`attempts_json` spelled them (``GET
+    /v1/deliveries/{id}``); raises as :func:`overview_from_json`."""
+    raw = _seconds(dict(data))
+    return _row(DeliveryRow, raw["delivery"]), [_row(AttemptRow, a) for a in raw["attempts"]]
+
+
+def endpoint_from_json(data: Mapping[str, Any]) -> tuple[EndpointState, int, dict[str, int]]:
+    """An endpoint's state, open deliveries and in flight per replica as
+    :func:`endpoint_json` spelled them (a row of ``GET /v1/endpoints``); raises as
+    :func:`overview_from_json`."""
+    raw = _seconds(dict(data))
+    state = _row(EndpointState, raw, events=tuple(raw["events"]))
+    return state, int(raw["pending"]), {str(k): int(v) for k, v in raw["in_flight"].items()}
