@@ -152,8 +152,18 @@ API_SCHEMAS: Final[dict[str, Any]] = {
     },
 }
 
-#: The token of the console and the event stream (``Authorization: Bearer``).
-SECURITY_SCHEMES: Final = {"bearer": {"type": "http", "scheme": "bearer"}}
+#: The token of the console and the event stream (``Authorization: Bearer``); Slack's
+#: request signature for the one route Slack calls.
+SECURITY_SCHEMES: Final = {
+    "bearer": {"type": "http", "scheme": "bearer"},
+    "slackSignature": {
+        "type": "apiKey",
+        "in": "header",
+        "name": "X-Slack-Signature",
+        "description": "v0=HMAC-SHA256(signing secret, 'v0:' + X-Slack-Request-Timestamp + "
+        "':' + raw body), the timestamp within 5 minutes",
+    },
+}
 
 
 def _json(schema: dict[str, Any], description: str = "OK") -> dict[str, Any]:
@@ -433,6 +443,32 @@ def _action_paths() -> dict[str, Any]:
     }
 
 
+def _slack_paths() -> dict[str, Any]:
+    form = {
+        "type": "object",
+        "properties": {"payload": {"type": "string", "description": "Slack's JSON payload"}},
+        "required": ["payload"],
+    }
+    errors = _errors(400, 404)
+    errors["401"] = _json(_ref("ApiError"), "Not signed by Slack, or signed too long ago")
+    errors["413"] = _json(_ref("ApiError"), "Larger than 256 KiB")
+    return {
+        "/v1/integrations/slack/interactions": {
+            "post": {
+                "operationId": "slackInteractions",
+                "summary": "Slack's interactivity requests (block_actions of the buttons): "
+                "answered at once, acted on after, the message updated through response_url",
+                "security": [{"slackSignature": []}],
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/x-www-form-urlencoded": {"schema": form}},
+                },
+                "responses": {"200": {"description": "Received"}, **errors},
+            }
+        }
+    }
+
+
 def _endpoint_paths() -> dict[str, Any]:
     name = [
         {
@@ -566,4 +602,5 @@ def api_paths() -> dict[str, Any]:
         **_event_paths(),
         **_session_paths(),
         **_action_paths(),
+        **_slack_paths(),
     }
