@@ -29,7 +29,7 @@ system-deps:
 
 # pytest exits 5 when it selected no tests: that is a broken suite, not a pass.
 test: lint system-deps
-	@$(BIN)/pytest; rc=$$?; \
+	@$(BIN)/pytest -n 2; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "error: pytest selected no tests" >&2; exit 1; fi; \
 	exit $$rc
 
