@@ -95,7 +95,10 @@ async def test_a_wait_with_action_links_gets_its_buttons_in_a_child_too(
     sample = next(e for e in sample_events() if e.type == "session.action_required")
     payload = json.loads(sample.body)
     payload["data"]["session"]["title"] = "deploy " + "zyxwvutsrq" * 30_000  # over INLINE_BYTES
-    links = {"approve": "https://relay.example.com/actions/T", "open": "https://relay.example.com/o"}
+    links = {
+        "approve": "https://relay.example.com/actions/T",
+        "open": "https://relay.example.com/o",
+    }
     payload["data"]["links"] = links
     body = json.dumps(payload).encode()
     shape = render.Shape(format="slack", public_url="https://relay.example.com")
@@ -174,15 +177,19 @@ async def test_a_child_that_dies_fails_that_render_and_the_next_starts_a_new_one
     renderer: RenderProcess,
 ) -> None:
     shape = render.Shape(template=HEAVY)
+    others = children()  # this process's other children (a test server, say) are not killed
 
     async def kill_it() -> None:
         await anyio.sleep(0.5)
-        for pid in children():
+        for pid in children() - others:
             os.kill(pid, 9)
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(kill_it)
-        with pytest.raises(render.RenderError, match=r"died while rendering \(killed by SIGKILL\)"):
+        # How it ended is named: SIGKILL here, or the status it managed to exit with when the
+        # kill came while it was already ending (seen once as status 255 on a loaded machine).
+        died = r"died while rendering \((killed by SIGKILL|exit status \d+)\)"
+        with pytest.raises(render.RenderError, match=died):
             await renderer.render(*LONG, shape, time_budget=30)
     assert await renderer.render(*event(), shape, time_budget=10)
     assert renderer.started == 2
