@@ -46,12 +46,13 @@ def _limit_files(soft: int, hard: int) -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
-def _accepted(port: int) -> int:
-    """Established TCP connections whose local end is ``port`` and that a process accepted
-    (a connection still in the listen queue has no socket inode yet).
+def _established(port: int) -> set[str]:
+    """Socket inodes of the established TCP connections whose local end is ``port`` and
+    that a process accepted (a connection still in the listen queue has no inode yet).
 
-    Counted by inode: the kernel writes /proc/net/tcp a page per read, resuming its walk
-    of a table that changes meanwhile, so one socket can be listed twice in one read.
+    Not a snapshot: the kernel writes /proc/net/tcp a page per read, resuming its walk of
+    a table that changes meanwhile, so one read can list one socket twice, or a socket
+    already closed beside the one accepted in its place.
     """
     inodes: set[str] = set()
     for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
@@ -59,7 +60,19 @@ def _accepted(port: int) -> int:
         local_port = int(fields[1].rsplit(":", 1)[1], 16)
         if local_port == port and fields[3] == "01" and fields[9] != "0":
             inodes.add(fields[9])
-    return len(inodes)
+    return inodes
+
+
+def _accepted(port: int) -> int:
+    """How many accepted connections to ``port`` were open at one same instant.
+
+    A socket established in two reads one after the other was established all the time
+    between them (an accepted socket never becomes established again once it leaves that
+    state), so the sockets in both reads were open together when the first read ended.
+    One read alone can count a socket closed during it beside the one accepted in its
+    place, more than were ever open at once.
+    """
+    return len(_established(port) & _established(port))
 
 
 def _closed_by_peer(sock: socket.socket) -> bool:
