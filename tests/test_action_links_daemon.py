@@ -348,3 +348,7 @@ async def test_an_approval_from_the_console_is_recorded_and_ends_the_links_wait(
             "ok",
             data["activity_name"],
         )
+        # Counted like the links' actions: the console's approval and the link refused after.
+        metrics = (await http.get("/metrics")).text
+        assert 'sessionhook_actions_total{action="approve_plan",result="done"} 1.0' in metrics
+        assert 'sessionhook_actions_total{action="approve_plan",result="answered"} 1.0' in metrics

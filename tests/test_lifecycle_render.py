@@ -258,7 +258,7 @@ def test_user_template_is_sandboxed_and_its_errors_are_render_errors() -> None:
 
 def test_shipped_openapi_document_is_the_generated_one() -> None:
     assert shipped_document() == openapi_document(), (
-        "regenerate src/sessionhook/relay/openapi.json from contract.openapi_document()"
+        "regenerate src/sessionhook/relay/domain/openapi.json from contract.openapi_document()"
     )
     assert set(openapi_document()["webhooks"]) == set(EVENT_TYPES)
 

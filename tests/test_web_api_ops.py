@@ -339,6 +339,22 @@ async def test_sessions_list_get_and_act_through_the_daemons_seam(backend: Backe
             )
             _error(answer, 400)
         assert len(r.acts) == 3  # the refused one reached the seam; no bad body did
+        # Each act is recorded beside the links' and the console's, and counted.
+        listed = (await r.http.get("/v1/actions", headers=AUTH)).json()["actions"]
+        assert [(a["action"], a["result"], a["actor_kind"]) for a in listed] == [
+            ("approve_plan", "failed", "api"),
+            ("reply", "ok", "api"),
+            ("approve_plan", "ok", "api"),
+        ]
+        assert {a["session"] for a in listed} == {"sessions/s1"}
+        assert listed[0]["status"] == 400 and "no plan" in listed[0]["detail"]
+        assert all(a["actor_agent"].startswith("python-httpx/") for a in listed)
+        assert all(a["token_hash"] == "" for a in listed)
+        metrics = (await r.http.get("/metrics")).text
+        assert 'sessionhook_actions_total{action="approve_plan",result="done"} 1.0' in metrics
+        assert 'sessionhook_actions_total{action="reply",result="done"} 1.0' in metrics
+        failed = 'sessionhook_actions_total{action="approve_plan",result="upstream failed"} 1.0'
+        assert failed in metrics
 
 
 async def test_acting_is_503_when_the_relay_cannot_act(backend: Backend) -> None:

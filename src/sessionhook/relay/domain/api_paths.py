@@ -107,7 +107,7 @@ API_SCHEMAS: Final[dict[str, Any]] = {
             "wait": {"type": "string", "description": "The activity the action answered"},
             "action": {"enum": ["approve_plan", "reply"]},
             "account": {"type": "string"},
-            "actor_kind": {"enum": ["link", "slack", "console"]},
+            "actor_kind": {"enum": ["link", "slack", "console", "api"]},
             "actor_address": {"type": "string"},
             "actor_agent": {"type": "string"},
             "chat_user": {"type": ["string", "null"]},
@@ -433,7 +433,7 @@ def _action_paths() -> dict[str, Any]:
         "/v1/actions": {
             "get": _op(
                 "listActions",
-                "Actions taken through signed links, Slack or the console, newest first",
+                "Actions taken through signed links, Slack, the console or the API, newest first",
                 _json(_page_of("actions", "ApiAction")),
                 400,
                 503,

@@ -5,7 +5,7 @@ document's ``webhooks`` section has one entry per event type, whose request body
 model or, for endpoints with ``payload = "thin"``, :class:`ThinEvent`; its ``paths`` are
 the management API's (:mod:`.api_paths`). Consumers in any
 language can generate types from it. The document is shipped in the package
-(``relay/openapi.json``, kept equal to :func:`openapi_document` by a test) and served at
+(``relay/domain/openapi.json``, kept equal to :func:`openapi_document` by a test) and served at
 ``/openapi.json`` by the daemon's health server.
 
 Every object allows properties it does not list: upstream grows (the API is alpha) and so
@@ -377,7 +377,7 @@ def openapi_document() -> dict[str, Any]:
 
 @functools.cache
 def shipped_document() -> dict[str, Any]:
-    """The document shipped in the package (``relay/openapi.json``)."""
+    """The document shipped in the package (``relay/domain/openapi.json``)."""
     text = (resources.files(__package__) / "openapi.json").read_text("utf-8")
     document: dict[str, Any] = json.loads(text)
     return document

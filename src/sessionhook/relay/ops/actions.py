@@ -61,10 +61,11 @@ _WAITS: Final[dict[ActionKind, tuple[str, str]]] = {
 
 @dataclass(frozen=True, slots=True)
 class Actor:
-    """Who acts: through a ``link`` page, a ``slack`` button or the ``console``; the client's
-    address and user agent; the chat user when the chat service says who clicked."""
+    """Who acts: through a ``link`` page, a ``slack`` button, the ``console`` or the
+    management ``api``; the client's address and user agent; the chat user when the chat
+    service says who clicked."""
 
-    kind: Literal["link", "slack", "console"]
+    kind: Literal["link", "slack", "console", "api"]
     address: str
     user_agent: str
     chat_user: str | None = None
@@ -189,13 +190,17 @@ async def record_direct(
     *,
     actor: Actor,
     now: float,
+    metrics: Metrics | None = None,
 ) -> None:
     """Record an action made without a link (the console's forms, the API) once the
     service answered: it shows beside the links' actions, and an accepted one answers
-    its wait for the links too (they then say so and make no call)."""
+    its wait for the links too (they then say so and make no call). ``metrics`` counts
+    it (``actions_total``, result ``done`` or ``upstream failed``) when given."""
     account, wait = await store.run(_open_wait, session, action)
     claim = _claim(session, wait, action, account, actor, "", now)
     await store.actions.record_action(claim, outcome.ok, outcome.status, outcome.detail)
+    if metrics is not None:
+        metrics.action_asked(action, "done" if outcome.ok else "upstream failed")
 
 
 def _claim(

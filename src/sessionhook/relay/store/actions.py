@@ -32,8 +32,8 @@ _COLUMNS = (
 @dataclass(frozen=True, slots=True)
 class ActionClaim:
     """An action about to be made: what (``action`` on ``session`` of ``account``, for the
-    wait ``wait``), by whom (``actor_kind``: ``link``, ``slack``, ``console``; the client's
-    address and user agent, the chat user when a chat service says), with which token
+    wait ``wait``), by whom (``actor_kind``: ``link``, ``slack``, ``console``, ``api``; the
+    client's address and user agent, the chat user when a chat service says), with which token
     (``token_hash``: its SHA-256), when (``taken_at``, Unix seconds)."""
 
     taken_at: float

@@ -243,7 +243,7 @@ class Metrics:
         )
         self.actions = Counter(
             "actions",
-            "Actions asked through signed links, Slack or the console, by action "
+            "Actions asked through signed links, Slack, the console or the API, by action "
             "('approve_plan', 'reply', 'unknown' for a token that says none) and result "
             "('done', 'upstream failed', or why nothing was done: 'expired', 'used'...).",
             ["action", "result"],

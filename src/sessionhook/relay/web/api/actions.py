@@ -1,4 +1,4 @@
-"""``GET /v1/actions``: the actions people took through signed links, Slack or the console
+"""``GET /v1/actions``: the actions people took through signed links, Slack, the console or the API
 (who, when, what, the service's answer), newest first, paged; ``?session=sessions/<id>``
 keeps one session's."""
 

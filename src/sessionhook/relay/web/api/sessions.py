@@ -5,8 +5,10 @@ one upstream.
 * ``GET /v1/sessions/{id}``: the session and its first events in ingest order
   (``more_events``: list the rest with ``GET /v1/events?session=sessions/{id}``).
 * ``POST /v1/sessions/{id}:approvePlan`` and ``POST /v1/sessions/{id}:sendMessage`` with
-  ``{"prompt"}``: made by the daemon with the session's account (``ctx.act``); 502 with
-  the service's one-line message when it refused, 503 when this relay cannot act.
+  ``{"prompt"}``: made by the daemon with the session's account (``ctx.act``) and
+  recorded beside the links' and the console's actions (``GET /v1/actions``, actor
+  ``api``); 502 with the service's one-line message when it refused, 503 when this relay
+  cannot act.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ from starlette.routing import BaseRoute, Route
 
 from ...domain.actions import ActionKind
 from ...ops import OperatorError, pages
+from ...ops.actions import Actor, record_direct
 from ...ops.wire import event_json, session_json
 from ...telemetry.logs import get_logger
+from ..auth import client_address
 from ..context import WebContext
 from .common import (
     ApiProblem,
@@ -87,6 +91,10 @@ def sessions_routes(ctx: WebContext) -> Sequence[BaseRoute]:
             raise unavailable("this relay cannot act on sessions (no upstream client here)")
         outcome = await ctx.act(name, kind, text)
         _log.info("api.act", session=name, kind=kind, ok=outcome.ok, status=outcome.status)
+        who = Actor("api", client_address(request.scope), request.headers.get("user-agent", ""))
+        await record_direct(
+            store, name, kind, outcome, actor=who, now=ctx.clock(), metrics=ctx.metrics
+        )
         if not outcome.ok:
             detail = " ".join(outcome.detail.split())[:500] or "the service refused"
             raise ApiProblem(502, f"the Sessions API refused: {detail}")

@@ -290,7 +290,15 @@ class Actions:
         if store is not None:  # beside the links' actions; an accepted one ends their wait
             agent = request.headers.get("user-agent", "")
             who = Actor("console", client_address(request.scope), agent)
-            await record_direct(store, name, kind, outcome, actor=who, now=self.deps.clock())
+            await record_direct(
+                store,
+                name,
+                kind,
+                outcome,
+                actor=who,
+                now=self.deps.clock(),
+                metrics=self.deps.metrics,
+            )
         if outcome.ok:
             return _done(back, "ok", f"{name}: {outcome.detail}")
         status = "" if outcome.status is None else f" (HTTP {outcome.status})"

@@ -25,6 +25,7 @@ from ....redact import redact_userinfo
 from ...config import Config
 from ...domain.actions import UpstreamAct
 from ...store import AsyncStore
+from ...telemetry.metrics import Metrics
 from ..auth import CSRF_FIELD, csrf_token
 from ..bell import Bell
 from ..context import SendTest
@@ -62,7 +63,7 @@ class ConsoleDeps:
     session's plan or answers its agent upstream (``None``: the forms say it is not
     available). ``backend`` names the store's engine (``sqlite``, ``postgresql``).
     ``config`` is the daemon's current configuration (``None``: endpoints cannot be
-    created or edited here).
+    created or edited here). ``metrics`` counts the actions taken from the forms.
     """
 
     store: Callable[[], AsyncStore | None]
@@ -73,6 +74,7 @@ class ConsoleDeps:
     act: UpstreamAct | None = None
     backend: str = ""
     config: Callable[[], Config] | None = None
+    metrics: Metrics | None = None
     #: Rung by the daemon when it archives events: wakes the live feed at once.
     bell: Bell = field(default_factory=Bell)
     #: Live feed: seconds between two looks at the store, and how long one stream lasts

@@ -72,5 +72,6 @@ def console_provider(ctx: WebContext) -> list[BaseRoute]:
             act=ctx.act,
             backend=(ctx.store_facts or {}).get("backend", ""),
             config=ctx.config,
+            metrics=ctx.metrics,
         )
     )
