@@ -88,6 +88,44 @@ def test_retry_of_a_delivery_behind_a_failed_head_makes_the_head_due_first(
     assert _due(store, T0 + 3) == [later.id]
 
 
+def test_enabling_an_endpoint_again_makes_what_waits_for_it_due_now(
+    opened: tuple[StoreCore, Clock],
+) -> None:
+    store, clock = opened
+    store.endpoints.sync_endpoints([Ep("ci-bot"), Ep("chat")])
+    fill(store, 2, 2)
+
+    def queue(session: str, endpoint: str) -> list[DeliveryRow]:
+        return [d for d in _rows(store, session) if d.endpoint == endpoint]
+
+    def due_to_ci_bot() -> list[int]:
+        return sorted(
+            d.id for d in store.outbox.due_deliveries(T0 + 5, 100) if d.endpoint == "ci-bot"
+        )
+
+    s0_head, _s0_later = queue("sessions/s0", "ci-bot")
+    s1_dead, s1_later = queue("sessions/s1", "ci-bot")
+    chat_head = queue("sessions/s0", "chat")[0]
+    store.outbox.record_attempt(s0_head.id, failure(T0), Retry(at=T0 + 300))
+    store.outbox.record_attempt(s1_dead.id, failure(T0), Dead())
+    store.outbox.record_attempt(chat_head.id, failure(T0), Retry(at=T0 + 300))
+    operator.disable_endpoint(store, "ci-bot", "the consumer is down")
+    clock.now = T0 + 5
+    assert due_to_ci_bot() == []
+
+    assert operator.enable_endpoint(store, "ci-bot") == 3  # open to it: s0's two, s1's one
+    # The retry scheduled while it failed goes now; each session's queue keeps its order.
+    assert due_to_ci_bot() == [s0_head.id, s1_later.id]
+    got = store.operator.get_delivery(s0_head.id)
+    assert got is not None and got.next_attempt_at == T0 + 5
+    # Nothing else moved: the dead one stays dead (that is recover's), and the other
+    # endpoint keeps its own schedule.
+    dead = store.operator.get_delivery(s1_dead.id)
+    assert dead is not None and dead.status == "dead"
+    chat = store.operator.get_delivery(chat_head.id)
+    assert chat is not None and chat.next_attempt_at == T0 + 300
+
+
 def test_retry_refuses_unknown_and_delivered_deliveries_with_a_hint(
     opened: tuple[StoreCore, Clock],
 ) -> None:

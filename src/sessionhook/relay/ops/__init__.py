@@ -451,10 +451,11 @@ def _replay_none(
 
 
 def enable_endpoint(store: StoreCore, name: str) -> int:
-    """Enable ``name`` again; returns how many deliveries wait for it."""
+    """Enable ``name`` again and make what waits for it due now (a retry scheduled while
+    it failed goes at once); returns how many deliveries wait for it."""
     find_endpoint(store, name)
     store.endpoints.set_endpoint_enabled(name, True)
-    return store.outbox.pending_count(name)
+    return store.operator.make_due(name)
 
 
 def disable_endpoint(store: StoreCore, name: str, reason: str = "disabled by an operator") -> None:

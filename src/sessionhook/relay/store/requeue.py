@@ -126,6 +126,39 @@ class Requeue:
             open=int(still_open),
         )
 
+    def due_now(self, endpoint: str) -> int:
+        """Make every open delivery to ``endpoint`` that waits for a later retry due now
+        (it was enabled again: what waits behind a failed head goes at once rather than at
+        the head's next retry, 300 s later say), queue by queue in session order; how
+        many deliveries are open to it (failed and dead ones stay as they are: recover)."""
+        now = self._db.clock()
+        with self._db.tx() as c:
+            sessions = sorted(
+                str(r[0])
+                for r in c.execute(
+                    "SELECT DISTINCT session_name FROM deliveries WHERE endpoint = ? "
+                    f"AND status IN {_OPEN} AND next_attempt_at > ?",
+                    (endpoint, now),
+                )
+            )
+            for session in sessions:
+                with _claim_kept(c, endpoint, session):
+                    c.execute(
+                        "UPDATE deliveries SET next_attempt_at = ?, updated_at = ? "
+                        "WHERE endpoint = ? AND session_name = ? "
+                        f"AND status IN {_OPEN} AND next_attempt_at > ?",
+                        (now, now, endpoint, session, now),
+                    )
+            if sessions:
+                self._db.notify_outbox(c)
+            return int(
+                first_value(
+                    c,
+                    f"SELECT COUNT(*) FROM deliveries WHERE endpoint = ? AND status IN {_OPEN}",
+                    (endpoint,),
+                )
+            )
+
 
 @contextmanager
 def _claim_kept(c: Connection, endpoint: str, session: str) -> Iterator[None]:

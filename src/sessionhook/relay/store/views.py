@@ -260,6 +260,7 @@ class AsyncOperator(View[OperatorRole]):
     replay = write(OperatorRole.replay)
     retry_delivery = write(OperatorRole.retry_delivery)
     recover_deliveries = write(OperatorRole.recover_deliveries)
+    make_due = write(OperatorRole.make_due)
 
 
 class AsyncConsole(View[ConsoleRole]):
