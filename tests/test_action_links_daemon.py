@@ -335,7 +335,9 @@ async def test_an_approval_from_the_console_is_recorded_and_ends_the_links_wait(
             "action": "approve_plan",
             "back": "/console",
         }
-        done = await http.post("/console/actions/session", data=form)
+        # Through a reverse proxy on this machine (trusted by default): the address it saw.
+        proxied = {"x-forwarded-for": "203.0.113.9"}
+        done = await http.post("/console/actions/session", data=form, headers=proxied)
         assert done.status_code == 303
         assert counting.acts == [f"/v1alpha/{created.name}:approvePlan"]
         # At once, before the poller saw the session move on: the link says so, no call.
@@ -343,10 +345,11 @@ async def test_an_approval_from_the_console_is_recorded_and_ends_the_links_wait(
         assert late.status_code == 409 and "no longer waits" in late.text
         assert len(counting.acts) == 1
         [row] = (await http.get("/v1/actions")).json()["actions"]
-        assert (row["actor_kind"], row["result"], row["wait"]) == (
+        assert (row["actor_kind"], row["result"], row["wait"], row["actor_address"]) == (
             "console",
             "ok",
             data["activity_name"],
+            "203.0.113.9",
         )
         # Counted like the links' actions: the console's approval and the link refused after.
         metrics = (await http.get("/metrics")).text

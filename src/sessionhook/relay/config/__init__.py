@@ -11,6 +11,7 @@ from .fields import DURATION_BOUNDS, parse_duration
 from .loading import load_config
 from .models import (
     DEFAULT_ACCOUNT,
+    DEFAULT_TRUSTED_PROXIES,
     TOKEN_MAX_CHARS,
     TOKEN_MIN_CHARS,
     Account,
@@ -28,6 +29,7 @@ from .slack import SlackConfig
 
 __all__ = [
     "DEFAULT_ACCOUNT",
+    "DEFAULT_TRUSTED_PROXIES",
     "DURATION_BOUNDS",
     "SECRET_MAX_BYTES",
     "SECRET_MIN_BYTES",

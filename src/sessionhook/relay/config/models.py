@@ -15,6 +15,7 @@ of their key. ``[[endpoints]]`` and their secrets: :mod:`.endpoints`.
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
@@ -32,6 +33,7 @@ from .slack import SlackConfig
 __all__ = [
     "DEFAULT_ACCOUNT",
     "DEFAULT_DB_NAME",
+    "DEFAULT_TRUSTED_PROXIES",
     "TOKEN_MAX_CHARS",
     "TOKEN_MIN_CHARS",
     "Account",
@@ -253,6 +255,10 @@ class DeliveryConfig(Section):
     render_timeout: Annotated[Seconds, within("delivery.render_timeout")] = 5.0
 
 
+#: ``server.trusted_proxies`` by default: a reverse proxy on the same machine.
+DEFAULT_TRUSTED_PROXIES: tuple[str, ...] = ("127.0.0.1", "::1")
+
+
 class ServerConfig(Section):
     """``[server]``: the daemon's HTTP listener (absent: no listener).
 
@@ -281,7 +287,26 @@ class ServerConfig(Section):
     #: Seconds a connection has to send a complete request (headers and body) after it
     #: opened or got its previous answer; then it is closed.
     request_timeout: Annotated[Seconds, within("server.request_timeout")] = 5.0
+    #: Peers (addresses or networks) whose ``X-Forwarded-For`` and ``X-Forwarded-Proto``
+    #: are believed: a reverse proxy in front of ``listen``. The client is then the
+    #: rightmost forwarded address that is not itself a trusted proxy (the one the proxy
+    #: saw); the scheme tells whether the login cookie is marked ``Secure``. Empty: every
+    #: request is its TCP peer's.
+    trusted_proxies: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_TRUSTED_PROXIES), max_length=64
+    )
     _token: SecretStr | None = PrivateAttr(default=None)
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _check_proxies(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                example = "such as 10.0.0.5 or 10.0.0.0/24"
+                raise ValueError(f"{entry!r} is not an IP address or network ({example})") from None
+        return value
 
     @field_validator("request_timeout")
     @classmethod

@@ -288,6 +288,7 @@ class Daemon:
                         health.serve,
                         limits=listener.ConnectionLimits.of(server),
                         metrics=self.metrics,
+                        trusted_proxies=server.trusted_proxies,
                     )
                     try:
                         await outer.start(serve, server.listen, app)

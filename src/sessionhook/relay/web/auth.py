@@ -40,6 +40,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import ipaddress
 import secrets
 import time
 from collections.abc import Callable, Collection
@@ -177,9 +178,18 @@ def logged_path(path: str) -> str:
 
 
 def client_address(scope: Scope) -> str:
-    """The peer address of a request, for log lines."""
+    """The client's address of a request, for log lines and the actions' record: its TCP
+    peer, or what a trusted reverse proxy forwarded (``server.trusted_proxies``). A
+    forwarded value that is not an IP address is not passed on as one."""
     client = scope.get("client")
-    return str(client[0]) if client else "unknown"
+    if not client:
+        return "unknown"
+    address = str(client[0])
+    try:
+        ipaddress.ip_address(address)
+    except ValueError:
+        return "not an address (X-Forwarded-For)"
+    return address
 
 
 def safe_next(target: str | None) -> str:

@@ -40,7 +40,7 @@ import errno
 import resource
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -50,7 +50,7 @@ import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from ..config import ServerConfig
+from ..config import DEFAULT_TRUSTED_PROXIES, ServerConfig
 from ..telemetry.logs import get_logger
 from ..telemetry.metrics import Metrics
 
@@ -297,6 +297,7 @@ async def serve_socket(
     limits: ConnectionLimits,
     metrics: Metrics | None = None,
     graceful_shutdown: int = 2,
+    trusted_proxies: Sequence[str] = DEFAULT_TRUSTED_PROXIES,
     task_status: anyio.abc.TaskStatus[tuple[str, int]] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` on the listening ``sock`` within ``limits`` until cancelled
@@ -304,6 +305,10 @@ async def serve_socket(
     accepting, let requests in flight finish for ``graceful_shutdown`` seconds and close
     ``sock``. uvicorn installs no signal handler, runs no lifespan, configures no logging
     and speaks no WebSocket (an upgrade would take a connection out of the guard's sight).
+
+    ``X-Forwarded-For`` and ``X-Forwarded-Proto`` count only from ``trusted_proxies``
+    (``server.trusted_proxies``), never from uvicorn's ``FORWARDED_ALLOW_IPS`` variable;
+    none: every request is its TCP peer's.
     """
     config = uvicorn.Config(
         app,
@@ -313,6 +318,8 @@ async def serve_socket(
         server_header=False,
         ws="none",
         timeout_graceful_shutdown=graceful_shutdown,
+        proxy_headers=bool(trusted_proxies),
+        forwarded_allow_ips=list(trusted_proxies) or None,
     )
     config.load()
     server = _Server(config)

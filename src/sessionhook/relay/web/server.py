@@ -34,6 +34,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from ...sockets import listening_socket
+from ..config import DEFAULT_TRUSTED_PROXIES
 from ..domain.contract import shipped_document
 from ..telemetry.logs import get_logger
 from ..telemetry.metrics import CONTENT_TYPE, Metrics
@@ -185,13 +186,15 @@ async def serve(
     graceful_shutdown: int = 2,
     limits: ConnectionLimits | None = None,
     metrics: Metrics | None = None,
+    trusted_proxies: Sequence[str] = DEFAULT_TRUSTED_PROXIES,
 ) -> None:
     """Serve ``app`` on ``listen`` until cancelled; use with ``task_group.start``.
 
     ``task_status.started`` receives the bound ``(host, port)`` (the real port when
     ``listen`` asks for port 0). ``limits`` bound the connections (default: the defaults of
     ``server.max_connections`` and ``server.request_timeout``;
-    :mod:`sessionhook.relay.web.listener`), counted in ``metrics`` when given. Cancelling the
+    :mod:`sessionhook.relay.web.listener`), counted in ``metrics`` when given; forwarded
+    headers count from ``trusted_proxies`` only (:func:`.listener.serve_socket`). Cancelling the
     caller's scope shuts the server down: it stops accepting, lets in-flight requests
     finish for ``graceful_shutdown`` seconds, and closes the socket.
     """
@@ -209,5 +212,6 @@ async def serve(
         limits=limits or ConnectionLimits.of(),
         metrics=metrics,
         graceful_shutdown=graceful_shutdown,
+        trusted_proxies=trusted_proxies,
         task_status=task_status,
     )
