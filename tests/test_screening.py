@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
+
+import pytest
+import structlog
 from structlog.testing import capture_logs
 
 from sessionhook.api import RefusedItem, SessionPage
@@ -16,6 +21,17 @@ def value(metrics: Metrics, name: str, **labels: str) -> float:
     return 0.0 if found is None else found
 
 
+@pytest.fixture
+def debug_level() -> Iterator[None]:
+    """Every level reaches the captured logs, whatever level an earlier test in this
+    process configured (capture_logs swaps the processors, not the level filter)."""
+    before = structlog.get_config()
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG))
+    yield
+    structlog.configure(**before)
+
+
+@pytest.mark.usefixtures("debug_level")
 def test_sessions_are_kept_mended_or_refused_and_each_is_loud_once() -> None:
     metrics = Metrics()
     screen = SessionScreen(metrics, "default")
