@@ -7,17 +7,20 @@ per session when a test first needs it and stopped at the end; each test gets a 
 database. Without the server binaries the PostgreSQL tests are skipped with the reason,
 except with ``CI=true``, where that fails. ``clock`` is a hand-moved clock; ``harness``
 runs the real daemon's processes of a black-box test; ``listeners`` are the two loopback
-consumers of the DNS-rebinding tests.
+consumers of the DNS-rebinding tests. Every test ends with the logging configuration it
+began with (a CLI command run in-process configures logging as the real one does).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
+import structlog
 
 from sessionhook.relay.store import PostgresStore
 from tests.support.backends import Backend
@@ -32,6 +35,22 @@ from tests.support.relay_process import Harness
 # start with SIGINT's default action, as from a terminal.
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@pytest.fixture(autouse=True)
+def _logging_kept() -> Iterator[None]:
+    """Undo a test's logging configuration (``sessionhook listen`` in-process sets the level
+    to warning, a daemon's reload to its config's): the next test in this worker starts
+    from the same one, so what it captures does not depend on which tests ran before."""
+    before = structlog.get_config()
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    structlog.configure(**before)
+    for handler in list(root.handlers):  # ours only: pytest's own come and go per phase
+        if handler.get_name() == "sessionhook" and handler not in handlers:
+            root.removeHandler(handler)
+    root.setLevel(level)
 
 
 @pytest.fixture
