@@ -13,13 +13,14 @@ from typing import Any
 import httpx
 import pytest
 from starlette.routing import Route
+from structlog.testing import capture_logs
 
 from sessionhook.relay.config import Config
 from sessionhook.relay.domain.actions import ActionKind, ActOutcome
 from sessionhook.relay.domain.api_paths import API_SCHEMAS
 from sessionhook.relay.domain.contract import EVENT_MODELS, openapi_document, shipped_document
 from sessionhook.relay.domain.retry import Dead, Delivered, Retry
-from sessionhook.relay.store import AsyncStore, StoreCore
+from sessionhook.relay.store import AsyncStore, StoreCore, StoreError
 from sessionhook.relay.telemetry.metrics import Metrics
 from sessionhook.relay.web import WebAuth, WebContext, create_app
 from sessionhook.relay.web.api import API_GROUPS
@@ -355,6 +356,30 @@ async def test_sessions_list_get_and_act_through_the_daemons_seam(backend: Backe
         assert 'sessionhook_actions_total{action="reply",result="done"} 1.0' in metrics
         failed = 'sessionhook_actions_total{action="approve_plan",result="upstream failed"} 1.0'
         assert failed in metrics
+
+
+async def test_an_action_made_is_answered_as_made_when_the_store_cannot_record_it(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with relay(backend) as r:
+        fill(r.store, 1, 1, discovered=True)
+
+        def full(*args: object, **kwargs: object) -> int:
+            raise StoreError("database or disk is full")
+
+        monkeypatch.setattr(r.store.actions, "record_action", full)
+        with capture_logs() as logs:
+            ok = await r.http.post("/v1/sessions/s0:approvePlan", headers=AUTH)
+        # Upstream approved it: saying otherwise would invite a second approval.
+        assert ok.status_code == 200 and ok.json()["ok"] is True
+        assert r.acts == [("sessions/s0", "approve_plan", None)]
+        [line] = [e for e in logs if e["event"] == "actions.not_recorded"]
+        assert (line["session"], line["actor"], line["log_level"]) == (
+            "sessions/s0",
+            "api",
+            "error",
+        )
+        assert "disk is full" in line["error"]
 
 
 async def test_acting_is_503_when_the_relay_cannot_act(backend: Backend) -> None:

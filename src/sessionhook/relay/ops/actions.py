@@ -20,8 +20,9 @@ from sessionhook.api.models import Activity
 
 from ..domain.action_links import LinkClaims, LinkError, token_digest, verify_link
 from ..domain.actions import ActionKind, ActOutcome, UpstreamAct
-from ..store import AsyncStore, StoreCore
+from ..store import AsyncStore, StoreCore, store_failures
 from ..store.actions import ActionClaim
+from ..telemetry.logs import get_logger
 from ..telemetry.metrics import Metrics
 
 __all__ = [
@@ -34,6 +35,8 @@ __all__ = [
     "perform",
     "record_direct",
 ]
+
+_log = get_logger()
 
 #: A reply longer than this is refused before anything is sent.
 MAX_REPLY_CHARS: Final = 16_000
@@ -195,12 +198,25 @@ async def record_direct(
     """Record an action made without a link (the console's forms, the API) once the
     service answered: it shows beside the links' actions, and an accepted one answers
     its wait for the links too (they then say so and make no call). ``metrics`` counts
-    it (``actions_total``, result ``done`` or ``upstream failed``) when given."""
-    account, wait = await store.run(_open_wait, session, action)
-    claim = _claim(session, wait, action, account, actor, "", now)
-    await store.actions.record_action(claim, outcome.ok, outcome.status, outcome.detail)
+    it (``actions_total``, result ``done`` or ``upstream failed``) when given.
+
+    The action is made already: a store that cannot record it (a full disk, PostgreSQL
+    away) is an error line naming it, never a failure of the action it answers."""
     if metrics is not None:
         metrics.action_asked(action, "done" if outcome.ok else "upstream failed")
+    try:
+        account, wait = await store.run(_open_wait, session, action)
+        claim = _claim(session, wait, action, account, actor, "", now)
+        await store.actions.record_action(claim, outcome.ok, outcome.status, outcome.detail)
+    except store_failures() as exc:
+        _log.error(
+            "actions.not_recorded",
+            session=session,
+            action=action,
+            actor=actor.kind,
+            ok=outcome.ok,
+            error=str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+        )
 
 
 def _claim(
