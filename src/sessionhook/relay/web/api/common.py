@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -30,6 +30,7 @@ __all__ = [
     "MAX_BODY_BYTES",
     "MAX_PAGE_SIZE",
     "ApiProblem",
+    "EmptyBody",
     "PageRequest",
     "api_problem_response",
     "bad_request",
@@ -85,6 +86,13 @@ def require_store(ctx: WebContext) -> AsyncStore:
     if store is None:
         raise unavailable("the relay's store is not open yet: try again in a moment")
     return store
+
+
+class EmptyBody(BaseModel):
+    """The body of an operation that takes nothing: empty or ``{}``; still read, so that a
+    body that is not JSON (or names a field) is refused before anything is done."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 async def read_json(request: Request, model: type[M]) -> M:

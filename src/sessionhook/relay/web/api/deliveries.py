@@ -29,6 +29,7 @@ from ...telemetry.logs import get_logger
 from ..context import WebContext
 from .common import (
     ApiProblem,
+    EmptyBody,
     bad_request,
     not_found,
     page_answer,
@@ -90,6 +91,7 @@ def deliveries_routes(ctx: WebContext) -> Sequence[BaseRoute]:
     async def retry(request: Request) -> Response:
         store = require_store(ctx)
         key = delivery_id(request.path_params["id"])
+        await read_json(request, EmptyBody)  # an empty body, or {}
         try:
             result = await store.run_write(requeue.retry, key)
         except OperatorError as exc:

@@ -23,7 +23,15 @@ from ...config import parse_duration
 from ...config.endpoint_spec import SPEC_KEYS
 from ...ops import endpoint_edits as edits
 from ..context import WebContext
-from .common import ApiProblem, bad_request, page_answer, page_request, read_json, require_store
+from .common import (
+    ApiProblem,
+    EmptyBody,
+    bad_request,
+    page_answer,
+    page_request,
+    read_json,
+    require_store,
+)
 
 __all__ = ["endpoint_routes"]
 
@@ -53,10 +61,6 @@ class _Rotate(BaseModel):
     #: Seconds (or ``"24h"``) the replaced secret keeps signing beside the new one.
     overlap: float | str = edits.DEFAULT_OVERLAP
     secret: str | None = None
-
-
-class _Empty(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class _Disable(BaseModel):
@@ -157,7 +161,7 @@ def endpoint_routes(ctx: WebContext) -> Sequence[BaseRoute]:
 
     async def enable(request: Request) -> Response:
         name = _name(request)
-        await read_json(request, _Empty)
+        await read_json(request, EmptyBody)
         await in_store(operator.enable_endpoint, name)
         ctx.wake()
         return await answer_for(name)
@@ -184,7 +188,7 @@ def endpoint_routes(ctx: WebContext) -> Sequence[BaseRoute]:
 
     async def test(request: Request) -> Response:
         name = _name(request)
-        await read_json(request, _Empty)
+        await read_json(request, EmptyBody)
         await in_store(operator.find_endpoint, name)  # an unknown name: 404 before 503
         return await _test(ctx, name)
 

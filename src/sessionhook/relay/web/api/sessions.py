@@ -29,6 +29,7 @@ from ..auth import client_address
 from ..context import WebContext
 from .common import (
     ApiProblem,
+    EmptyBody,
     not_found,
     page_answer,
     page_request,
@@ -51,10 +52,6 @@ class MessageBody(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     prompt: str = Field(min_length=1, max_length=MAX_PROMPT)
-
-
-class _Empty(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 def sessions_routes(ctx: WebContext) -> Sequence[BaseRoute]:
@@ -101,7 +98,7 @@ def sessions_routes(ctx: WebContext) -> Sequence[BaseRoute]:
         return JSONResponse({"ok": True, "session": name, "detail": outcome.detail})
 
     async def approve(request: Request) -> Response:
-        await read_json(request, _Empty)  # an empty body, or {}
+        await read_json(request, EmptyBody)  # an empty body, or {}
         return await act(request, "approve_plan", None)
 
     async def message(request: Request) -> Response:

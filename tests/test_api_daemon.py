@@ -1,0 +1,194 @@
+"""Every operation of the management API (the ``paths`` of ``/openapi.json``) over HTTP
+against the real daemon, in process on both store engines: its listener on a loopback port,
+the emulator upstream and a consumer behind ASGI transports. Each operation answers 401
+without the token and with a wrong one, 400 with one line for a body that is not JSON,
+and does its work with a good request; the test fails if the document lists an operation
+it did not call. (The Slack route is Slack's, signed by Slack: tests/test_slack_daemon.py.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from sessionhook.relay.domain.contract import openapi_document
+from tests.support.backends import Backend
+from tests.support.daemon_setup import Setup
+from tests.support.loopback import free_port
+from tests.support.receiver import Receiver
+
+pytestmark = pytest.mark.anyio
+
+TOKEN = "api-daemon-token-" + "k" * 30
+SLACK = "/v1/integrations/slack/interactions"
+WITHIN = 30.0
+
+
+@dataclass
+class Api:
+    """The relay's listener, and the operations called on it (method, path template)."""
+
+    http: httpx.AsyncClient
+    called: set[tuple[str, str]] = field(default_factory=set)
+
+    async def __call__(
+        self, method: str, template: str, status: int, body: Any = None, **params: str
+    ) -> Any:
+        """Call ``template`` (its ``{name}``s filled from ``params``) after checking that it
+        refuses a missing or wrong token and, when it takes a body, a body that is not JSON;
+        the JSON answer, which must have ``status``."""
+        self.called.add((method, template))
+        path = template.format(**params)
+        for headers in ({}, {"authorization": "Bearer " + "x" * 40}):
+            refused = await self.http.request(method, path, headers=headers)
+            _one_line_error(refused, 401)
+        if method in ("POST", "PUT", "PATCH"):
+            broken = await self.http.request(
+                method,
+                path,
+                content=b'{"name": ',
+                headers={**_auth(), "content-type": "application/json"},
+            )
+            _one_line_error(broken, 400)
+        answer = await self.http.request(method, path, json=body, headers=_auth())
+        assert answer.status_code == status, (method, path, answer.text)
+        return answer.json()
+
+
+def _auth() -> dict[str, str]:
+    return {"authorization": f"Bearer {TOKEN}"}
+
+
+def _one_line_error(answer: httpx.Response, status: int) -> None:
+    assert answer.status_code == status, (answer.request.url, answer.text)
+    error = answer.json()["error"]
+    assert error["code"] == status and error["message"] and "\n" not in error["message"]
+
+
+def _operations() -> set[tuple[str, str]]:
+    paths = openapi_document()["paths"]
+    return {(m.upper(), p) for p, ops in paths.items() for m in ops if p != SLACK}
+
+
+async def _until_delivered(receiver: Receiver, session: str, kind: str) -> None:
+    with anyio.fail_after(WITHIN):
+        while not any(
+            a.type == kind and a.body["data"]["session"]["name"] == session
+            for a in receiver.first_deliveries()
+        ):
+            await anyio.sleep(0.05)
+
+
+async def test_every_operation_of_the_document_over_http_on_the_real_daemon(
+    backend: Backend, tmp_path: Path
+) -> None:
+    token_file = tmp_path / "web-token"
+    token_file.write_text(TOKEN)
+    token_file.chmod(0o600)
+    listen = f"127.0.0.1:{free_port()}"
+    store = {"url": backend.target} if backend.name == "postgresql" else {}
+    setup = Setup(tmp_path, server={"listen": listen, "token_file": str(token_file)}, store=store)
+    daemon = setup.daemon()
+    async with (
+        setup.api_http() as api_http,
+        httpx.AsyncClient(base_url=f"http://{listen}", timeout=10) as http,
+        anyio.create_task_group() as tg,
+    ):
+        tg.start_soon(lambda: daemon.run(handle_signals=False))
+        await daemon.ready.wait()
+        upstream = setup.api(api_http)
+        session = await upstream.create_session("Through the API", require_plan_approval=True)
+        sid = session.name.removeprefix("sessions/")
+        await _until_delivered(setup.receiver, session.name, "session.action_required")
+        api = Api(http)
+
+        status = await api("GET", "/v1/status", 200)
+        assert [e["name"] for e in status["endpoints"]] == ["rx"]
+
+        # Sessions, and what a person does to one upstream.
+        listed = await api("GET", "/v1/sessions", 200)
+        assert session.name in [s["name"] for s in listed["sessions"]]
+        one = await api("GET", "/v1/sessions/{id}", 200, id=sid)
+        assert "session.action_required" in [e["type"] for e in one["events"]]
+        approved = await api("POST", "/v1/sessions/{id}:approvePlan", 200, {}, id=sid)
+        assert approved["ok"] is True
+        again = await http.post(f"/v1/sessions/{sid}:approvePlan", headers=_auth())
+        _one_line_error(again, 502)  # no plan waits any more: the service's own words
+        sent = await api("POST", "/v1/sessions/{id}:sendMessage", 200, {"prompt": "Thanks"}, id=sid)
+        assert sent["ok"] is True
+        acted = await api("GET", "/v1/actions", 200)
+        assert [(a["action"], a["actor_kind"]) for a in acted["actions"]][:3] == [
+            ("reply", "api"),
+            ("approve_plan", "api"),
+            ("approve_plan", "api"),
+        ]
+
+        # Events and deliveries of that session; the config file's endpoint held while an
+        # event is replayed to it, so that its delivery waits to be retried.
+        events = await api("GET", "/v1/events", 200)
+        event_id = next(e["id"] for e in events["events"] if e["session"] == session.name)
+        event = await api("GET", "/v1/events/{id}", 200, id=event_id)
+        assert event["event"]["id"] == event_id and event["deliveries"]
+        off = await api("POST", "/v1/endpoints/{name}:disable", 200, {}, name="rx")
+        assert off["enabled"] is False
+        replayed = await api("POST", "/v1/events/{id}:replay", 200, {"endpoint": "rx"}, id=event_id)
+        assert replayed["queued"] == 1
+        deliveries = await api("GET", "/v1/deliveries", 200)
+        waiting = [d for d in deliveries["deliveries"] if d["status"] == "pending"]
+        assert [d["event_id"] for d in waiting] == [event_id]
+        delivery = str(waiting[0]["id"])
+        got = await api("GET", "/v1/deliveries/{id}", 200, id=delivery)
+        assert got["delivery"]["event_id"] == event_id and got["attempts"] == []
+        retried = await api("POST", "/v1/deliveries/{id}:retry", 200, {}, id=delivery)
+        assert retried["previous_status"] == "pending"
+        recovered = await api(
+            "POST", "/v1/deliveries:recover", 200, {"endpoint": "rx", "since": "1h"}
+        )
+        assert recovered["recovered"] == 0 and recovered["message"]
+        on = await api("POST", "/v1/endpoints/{name}:enable", 200, {}, name="rx")
+        assert on["enabled"] is True
+        with anyio.fail_after(WITHIN):  # sent once the endpoint is on again
+            while (await http.get(f"/v1/deliveries/{delivery}", headers=_auth())).json()[
+                "delivery"
+            ]["status"] != "delivered":
+                await anyio.sleep(0.05)
+        pinged = await api("POST", "/v1/endpoints/{name}:test", 200, {}, name="rx")
+        assert pinged["ok"] is True
+
+        # Endpoints: one made here through its whole life.
+        assert [e["name"] for e in (await api("GET", "/v1/endpoints", 200))["endpoints"]] == ["rx"]
+        made = await api(
+            "POST",
+            "/v1/endpoints",
+            201,
+            {"name": "laptop", "url": "http://laptop.test/hook", "events": ["session.*"]},
+        )
+        assert made["secret"].startswith("whsec_")
+        assert (await api("GET", "/v1/endpoints/{name}", 200, name="laptop"))["name"] == "laptop"
+        patched = await api(
+            "PATCH", "/v1/endpoints/{name}", 200, {"description": "mine"}, name="laptop"
+        )
+        assert patched["description"] == "mine"
+        put = await api(
+            "PUT",
+            "/v1/endpoints/{name}",
+            200,
+            {"url": "http://laptop.test/other", "events": ["activity.*"]},
+            name="laptop",
+        )
+        assert put["definition"]["events"] == ["activity.*"]
+        rotated = await api(
+            "POST", "/v1/endpoints/{name}:rotateSecret", 200, {"overlap": "1h"}, name="laptop"
+        )
+        assert rotated["secret"] != made["secret"]
+        gone = await api("DELETE", "/v1/endpoints/{name}", 200, name="laptop")
+        assert gone["deleted"] is True
+        _one_line_error(await http.get("/v1/endpoints/laptop", headers=_auth()), 404)
+        daemon.stop()
+
+    assert api.called == _operations()
