@@ -209,7 +209,10 @@ async def test_the_child_gets_none_of_the_daemons_secrets(
 
 async def test_a_child_that_cannot_start_is_a_render_error() -> None:
     broken = RenderProcess(command=[sys.executable, "-c", "raise SystemExit(3)"])
-    with pytest.raises(render.RenderError, match=r"did not start \(exit status 3\)"):
+    # 255: asyncio's word for a status it could not read ("Unknown child process pid"),
+    # when something else in this test process reaped the pid first (seen once in a
+    # two-worker run of the whole suite); the error is the same either way.
+    with pytest.raises(render.RenderError, match=r"did not start \(exit status (3|255)\)"):
         await broken.render(*event(), render.Shape(template=GOOD), time_budget=5)
     missing = RenderProcess(command=["/nonexistent/python"])
     with pytest.raises(render.RenderError, match="did not start"):
