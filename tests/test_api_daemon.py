@@ -8,6 +8,7 @@ it did not call. (The Slack route is Slack's, signed by Slack: tests/test_slack_
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -75,13 +76,14 @@ def _operations() -> set[tuple[str, str]]:
     return {(m.upper(), p) for p, ops in paths.items() for m in ops if p != SLACK}
 
 
-async def _until_delivered(receiver: Receiver, session: str, kind: str) -> None:
-    with anyio.fail_after(WITHIN):
-        while not any(
+def _delivered(session: str, kind: str) -> Callable[[Receiver], bool]:
+    def check(receiver: Receiver) -> bool:
+        return any(
             a.type == kind and a.body["data"]["session"]["name"] == session
             for a in receiver.first_deliveries()
-        ):
-            await anyio.sleep(0.05)
+        )
+
+    return check
 
 
 async def test_every_operation_of_the_document_over_http_on_the_real_daemon(
@@ -104,7 +106,9 @@ async def test_every_operation_of_the_document_over_http_on_the_real_daemon(
         upstream = setup.api(api_http)
         session = await upstream.create_session("Through the API", require_plan_approval=True)
         sid = session.name.removeprefix("sessions/")
-        await _until_delivered(setup.receiver, session.name, "session.action_required")
+        await setup.receiver.wait_for(
+            _delivered(session.name, "session.action_required"), within=WITHIN
+        )
         api = Api(http)
 
         status = await api("GET", "/v1/status", 200)
@@ -152,11 +156,13 @@ async def test_every_operation_of_the_document_over_http_on_the_real_daemon(
         assert recovered["recovered"] == 0 and recovered["message"]
         on = await api("POST", "/v1/endpoints/{name}:enable", 200, {}, name="rx")
         assert on["enabled"] is True
-        with anyio.fail_after(WITHIN):  # sent once the endpoint is on again
-            while (await http.get(f"/v1/deliveries/{delivery}", headers=_auth())).json()[
-                "delivery"
-            ]["status"] != "delivered":
-                await anyio.sleep(0.05)
+        for _ in range(int(WITHIN / 0.05)):  # sent once the endpoint is on again
+            got = await http.get(f"/v1/deliveries/{delivery}", headers=_auth())
+            if got.json()["delivery"]["status"] == "delivered":
+                break
+            await anyio.sleep(0.05)
+        else:
+            raise AssertionError(f"delivery {delivery} not sent after the endpoint was enabled")
         pinged = await api("POST", "/v1/endpoints/{name}:test", 200, {}, name="rx")
         assert pinged["ok"] is True
 
