@@ -4,8 +4,10 @@ answer that says why when nothing was queued (replay's too)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
+import psycopg
 import pytest
 
 from sessionhook.relay import ops as operator
@@ -209,3 +211,37 @@ def test_a_retry_keeps_the_claim_of_a_replica_sending_that_session(backend: Back
         retry(b, _rows(b, "sessions/s0")[1].id)  # ...and on the later one, from b
         assert a.leases.delivery_claims(T0)[head.id][0] == "aaaa"
         assert b.outbox.due_deliveries(T0, 10) == []  # never two replicas on one session
+
+
+def test_a_retry_waits_for_a_claim_being_taken_and_keeps_it(pg_url: str) -> None:
+    """PostgreSQL: a replica claims heads in transactions of its own (row locks, not the
+    global write lock). A retry reading the head while that claim is being written waits
+    for it and puts it back on the re-derived head, rather than keeping what it read
+    before it (which left the queue claimable by a second replica while the first sent)."""
+    with Backend("postgresql", pg_url).open(clock=Clock()) as store:
+        store.endpoints.sync_endpoints([Ep("ci-bot")])
+        fill(store, 1, 2)
+        store.leases.register_replica("bbbb", host="h2", pid=2, now=T0, lease=10.0)
+        head, later = _rows(store, "sessions/s0")
+        retried = threading.Event()
+
+        def retry_later() -> None:
+            retry(store, later.id)
+            retried.set()
+
+        with psycopg.connect(pg_url) as claimer:  # replica b, mid-claim
+            claimer.execute(
+                "SELECT 1 FROM outbox_heads WHERE delivery_id = %s FOR UPDATE", (head.id,)
+            )
+            claimer.execute(
+                "UPDATE outbox_heads SET claimed_by = 'bbbb', claimed_at = %s "
+                "WHERE delivery_id = %s",
+                (T0, head.id),
+            )
+            worker = threading.Thread(target=retry_later)
+            worker.start()
+            assert not retried.wait(0.5)  # the operator's retry waits for the claim
+            claimer.commit()
+        worker.join(timeout=30)
+        assert retried.is_set()
+        assert store.leases.delivery_claims(T0)[head.id][0] == "bbbb"

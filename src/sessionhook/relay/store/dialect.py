@@ -134,6 +134,12 @@ class Database(Protocol):
         claiming are skipped, not waited for (PostgreSQL); empty where there is one writer."""
         ...
 
+    def for_update(self) -> str:
+        """Appended to a read of rows the transaction goes on to change: it waits for a
+        transaction writing them and reads what that one committed (PostgreSQL); empty
+        where there is one writer."""
+        ...
+
     def notify_outbox(self, c: Connection) -> None:
         """Tell every replica, when ``c``'s transaction commits, to look at the outbox
         (claims were given back); nothing where there is no other replica to tell."""

@@ -236,6 +236,11 @@ class PostgresDatabase:
         claiming are skipped, not waited for."""
         return f" FOR UPDATE OF {alias} SKIP LOCKED"
 
+    def for_update(self) -> str:
+        """``FOR UPDATE``: the rows are locked; a transaction writing them is waited for,
+        and what it committed is read."""
+        return " FOR UPDATE"
+
     def notify_outbox(self, c: Connection) -> None:
         """``pg_notify`` on :data:`~.notify.OUTBOX_CHANNEL`, sent when ``c``'s transaction
         commits (see :mod:`.notify`)."""

@@ -60,7 +60,7 @@ class Requeue:
                 (endpoint, session, delivery_id),
             )
             ids = [delivery_id] if head is None else [int(head), delivery_id]
-            with _claim_kept(c, endpoint, session):
+            with _claim_kept(self._db, c, endpoint, session):
                 c.execute(
                     "UPDATE deliveries SET status = CASE WHEN id = ? THEN 'pending' "
                     "ELSE status END, next_attempt_at = ?, updated_at = ? "
@@ -90,7 +90,7 @@ class Requeue:
                 )
             )
             for session in sessions:
-                with _claim_kept(c, endpoint, session):
+                with _claim_kept(self._db, c, endpoint, session):
                     reopened = c.execute(
                         "UPDATE deliveries SET status = 'pending', next_attempt_at = ?, "
                         "updated_at = ? WHERE endpoint = ? AND session_name = ? "
@@ -142,7 +142,7 @@ class Requeue:
                 )
             )
             for session in sessions:
-                with _claim_kept(c, endpoint, session):
+                with _claim_kept(self._db, c, endpoint, session):
                     c.execute(
                         "UPDATE deliveries SET next_attempt_at = ?, updated_at = ? "
                         "WHERE endpoint = ? AND session_name = ? "
@@ -161,11 +161,14 @@ class Requeue:
 
 
 @contextmanager
-def _claim_kept(c: Connection, endpoint: str, session: str) -> Iterator[None]:
+def _claim_kept(db: Database, c: Connection, endpoint: str, session: str) -> Iterator[None]:
     """Around an UPDATE of one queue's deliveries: the claim its head had (a replica has it
-    in flight) is put back on the head the trigger re-derived."""
+    in flight) is put back on the head the trigger re-derived. The head is read locked: a
+    replica claiming it at this moment (its own transaction, not serialized with this one)
+    is waited for and its claim read, not lost to a read of the head before it."""
     row = c.execute(
-        "SELECT claimed_by, claimed_at FROM outbox_heads WHERE endpoint = ? AND session_name = ?",
+        "SELECT claimed_by, claimed_at FROM outbox_heads WHERE endpoint = ? AND session_name = ?"
+        + db.for_update(),
         (endpoint, session),
     ).fetchone()
     yield

@@ -208,6 +208,10 @@ class SqliteDatabase:
         """Nothing: one writer, no rival transaction to skip."""
         return ""
 
+    def for_update(self) -> str:
+        """Nothing: one writer, no rival transaction to wait for."""
+        return ""
+
     def notify_outbox(self, c: Connection) -> None:
         """Nothing: one process, whose poller wakes its dispatcher directly."""
 
