@@ -455,7 +455,8 @@ def enable_endpoint(store: StoreCore, name: str) -> int:
     it failed goes at once); returns how many deliveries wait for it."""
     find_endpoint(store, name)
     store.endpoints.set_endpoint_enabled(name, True)
-    return store.operator.make_due(name)
+    store.operator.make_due(name)
+    return store.outbox.pending_count(name)
 
 
 def disable_endpoint(store: StoreCore, name: str, reason: str = "disabled by an operator") -> None:

@@ -343,10 +343,10 @@ class OperatorQueries:
         now (see :meth:`.requeue.Requeue.recover`)."""
         return self._requeue.recover(endpoint, since)
 
-    def make_due(self, endpoint: str) -> int:
-        """Make the open deliveries to ``endpoint`` due now; how many are open (see
+    def make_due(self, endpoint: str) -> None:
+        """Make the open deliveries to ``endpoint`` due now (see
         :meth:`.requeue.Requeue.due_now`)."""
-        return self._requeue.due_now(endpoint)
+        self._requeue.due_now(endpoint)
 
     def list_sessions(self, after: str | None = None, limit: int = 50) -> list[SessionRow]:
         """Archived sessions by name, those after ``after`` (a page), ``limit`` at most."""

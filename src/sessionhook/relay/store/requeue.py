@@ -126,11 +126,11 @@ class Requeue:
             open=int(still_open),
         )
 
-    def due_now(self, endpoint: str) -> int:
+    def due_now(self, endpoint: str) -> None:
         """Make every open delivery to ``endpoint`` that waits for a later retry due now
         (it was enabled again: what waits behind a failed head goes at once rather than at
-        the head's next retry, 300 s later say), queue by queue in session order; how
-        many deliveries are open to it (failed and dead ones stay as they are: recover)."""
+        the head's next retry, 300 s later say), queue by queue in session order; dead ones
+        stay as they are (recover)."""
         now = self._db.clock()
         with self._db.tx() as c:
             sessions = sorted(
@@ -151,13 +151,6 @@ class Requeue:
                     )
             if sessions:
                 self._db.notify_outbox(c)
-            return int(
-                first_value(
-                    c,
-                    f"SELECT COUNT(*) FROM deliveries WHERE endpoint = ? AND status IN {_OPEN}",
-                    (endpoint,),
-                )
-            )
 
 
 @contextmanager

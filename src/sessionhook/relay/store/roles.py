@@ -450,8 +450,8 @@ class OperatorRole(Protocol):
         """Re-open an endpoint's failed and dead deliveries of events since a time."""
         ...
 
-    def make_due(self, endpoint: str) -> int:
-        """Make an endpoint's open deliveries due now; how many are open."""
+    def make_due(self, endpoint: str) -> None:
+        """Make an endpoint's open deliveries due now."""
         ...
 
     def list_sessions(self, after: str | None = None, limit: int = 50) -> list[SessionRow]:
