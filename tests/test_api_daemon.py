@@ -22,6 +22,7 @@ from tests.support.backends import Backend
 from tests.support.daemon_setup import Setup
 from tests.support.loopback import free_port
 from tests.support.receiver import Receiver
+from tests.support.web_relay import api_error
 
 pytestmark = pytest.mark.anyio
 
@@ -47,7 +48,7 @@ class Api:
         path = template.format(**params)
         for headers in ({}, {"authorization": "Bearer " + "x" * 40}):
             refused = await self.http.request(method, path, headers=headers)
-            _one_line_error(refused, 401)
+            api_error(refused, 401)
         if method in ("POST", "PUT", "PATCH"):
             broken = await self.http.request(
                 method,
@@ -55,7 +56,7 @@ class Api:
                 content=b'{"name": ',
                 headers={**_auth(), "content-type": "application/json"},
             )
-            _one_line_error(broken, 400)
+            api_error(broken, 400)
         answer = await self.http.request(method, path, json=body, headers=_auth())
         assert answer.status_code == status, (method, path, answer.text)
         return answer.json()
@@ -63,12 +64,6 @@ class Api:
 
 def _auth() -> dict[str, str]:
     return {"authorization": f"Bearer {TOKEN}"}
-
-
-def _one_line_error(answer: httpx.Response, status: int) -> None:
-    assert answer.status_code == status, (answer.request.url, answer.text)
-    error = answer.json()["error"]
-    assert error["code"] == status and error["message"] and "\n" not in error["message"]
 
 
 def _operations() -> set[tuple[str, str]]:
@@ -122,7 +117,7 @@ async def test_every_operation_of_the_document_over_http_on_the_real_daemon(
         approved = await api("POST", "/v1/sessions/{id}:approvePlan", 200, {}, id=sid)
         assert approved["ok"] is True
         again = await http.post(f"/v1/sessions/{sid}:approvePlan", headers=_auth())
-        _one_line_error(again, 502)  # no plan waits any more: the service's own words
+        api_error(again, 502)  # no plan waits any more: the service's own words
         sent = await api("POST", "/v1/sessions/{id}:sendMessage", 200, {"prompt": "Thanks"}, id=sid)
         assert sent["ok"] is True
         acted = await api("GET", "/v1/actions", 200)
@@ -194,7 +189,7 @@ async def test_every_operation_of_the_document_over_http_on_the_real_daemon(
         assert rotated["secret"] != made["secret"]
         gone = await api("DELETE", "/v1/endpoints/{name}", 200, name="laptop")
         assert gone["deleted"] is True
-        _one_line_error(await http.get("/v1/endpoints/laptop", headers=_auth()), 404)
+        api_error(await http.get("/v1/endpoints/laptop", headers=_auth()), 404)
         daemon.stop()
 
     assert api.called == _operations()

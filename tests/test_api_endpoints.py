@@ -22,6 +22,7 @@ from sessionhook.relay.telemetry.metrics import Metrics
 from sessionhook.relay.web import WebAuth, WebContext, create_app
 from tests.support.backends import Backend
 from tests.support.backlog import fill
+from tests.support.web_relay import api_error
 
 pytestmark = pytest.mark.anyio
 
@@ -94,13 +95,6 @@ async def api(backend: Backend, *, allow_private: bool = False) -> AsyncIterator
     finally:
         await astore.close()
         sync.close()
-
-
-def _error(answer: httpx.Response, status: int) -> str:
-    assert answer.status_code == status, answer.text
-    error = answer.json()["error"]
-    assert error["code"] == status and "\n" not in error["message"]
-    return str(error["message"])
 
 
 NEW = {"name": "ci-bot", "url": "https://hooks.example.com/ci", "description": "CI's hook"}
@@ -217,14 +211,14 @@ async def test_update_changes_the_definition_and_null_restores_a_default(
         assert whole.status_code == 200, whole.text
         assert whole.json()["definition"] == {"url": "https://hooks.example.com/v3"}
         assert whole.json()["description"] == "CI's hook"  # not part of the definition
-        message = _error(
+        message = api_error(
             await h.http.patch("/v1/endpoints/ci-bot", json={"events": ["nope.*"]}), 400
         )
         assert message.startswith("events") and "matches no event type" in message
-        assert "rotateSecret" in _error(
+        assert "rotateSecret" in api_error(
             await h.http.patch("/v1/endpoints/ci-bot", json={"secret": generate_secret()}), 400
         )
-        assert "renamed" in _error(
+        assert "renamed" in api_error(
             await h.http.patch("/v1/endpoints/ci-bot", json={"name": "other"}), 400
         )
 
@@ -239,9 +233,9 @@ async def test_the_config_files_endpoints_are_read_only_409(backend: Backend) ->
             await h.http.post("/v1/endpoints/filed:rotateSecret", json={}),
         ]
         for answer in cases:
-            assert "config file" in _error(answer, 409)
+            assert "config file" in api_error(answer, 409)
         assert (await h.http.post("/v1/endpoints", json=NEW)).status_code == 201
-        assert "exists" in _error(await h.http.post("/v1/endpoints", json=NEW), 409)
+        assert "exists" in api_error(await h.http.post("/v1/endpoints", json=NEW), 409)
         # Enabling, disabling and testing apply to both kinds.
         off = await h.http.post("/v1/endpoints/filed:disable", json={"reason": "maintenance"})
         assert off.status_code == 200 and off.json()["disabled_reason"] == "maintenance"
@@ -263,8 +257,8 @@ async def test_unknown_names_are_404(backend: Backend) -> None:
             ("POST", "/v1/endpoints/ghost:test"),
         ]:
             answer = await h.http.request(method, path, json={})
-            assert "no endpoint named 'ghost'" in _error(answer, 404), (method, path)
-        assert "frobnicate" in _error(await h.http.post("/v1/endpoints/filed:frobnicate"), 404)
+            assert "no endpoint named 'ghost'" in api_error(answer, 404), (method, path)
+        assert "frobnicate" in api_error(await h.http.post("/v1/endpoints/filed:frobnicate"), 404)
 
 
 async def test_delete_closes_the_open_deliveries_as_dead_and_frees_the_name(
@@ -283,7 +277,7 @@ async def test_delete_closes_the_open_deliveries_as_dead_and_frees_the_name(
         assert {(r.status, r.last_error) for r in rows} == {("dead", "endpoint deleted")}
         assert h.sync.outbox.pending_count("filed") == 4  # the others are untouched
         assert h.sync.endpoints.stored_endpoints() == []
-        _error(await h.http.get("/v1/endpoints/ci-bot"), 404)
+        api_error(await h.http.get("/v1/endpoints/ci-bot"), 404)
         fill(h.sync, 1, 1)  # nothing is enqueued to a deleted endpoint
         assert h.sync.outbox.pending_count("ci-bot") == 0
         again = await h.http.post("/v1/endpoints", json=NEW)
@@ -313,7 +307,7 @@ async def test_rotation_keeps_the_old_secret_signing_for_the_overlap(backend: Ba
             ({"secret": "whsec_short"}, "secret"),
             ({"extra": 1}, "extra"),
         ]:
-            assert key in _error(
+            assert key in api_error(
                 await h.http.post("/v1/endpoints/ci-bot:rotateSecret", json=bad), 400
             )
 
@@ -344,7 +338,7 @@ async def test_hostile_inputs_are_refused_by_name(backend: Backend) -> None:
         ]
         for body, status, key in cases:
             answer = await h.http.post("/v1/endpoints", json=body)
-            message = _error(answer, status)
+            message = api_error(answer, status)
             assert key in message, (str(body)[:80], message)
             assert "Traceback" not in answer.text
         raw = [
@@ -358,10 +352,10 @@ async def test_hostile_inputs_are_refused_by_name(backend: Backend) -> None:
             answer = await h.http.post(
                 "/v1/endpoints", content=content, headers={"content-type": "application/json"}
             )
-            assert reason in _error(answer, status)
+            assert reason in api_error(answer, status)
         assert "a/b" not in {s.name for s in h.sync.endpoints.endpoint_states()}
         slashed = await h.http.get("/v1/endpoints/a/b")
-        _error(slashed, 404)
+        api_error(slashed, 404)
         assert h.sync.endpoints.stored_endpoints() == []  # nothing of it was stored
 
 
@@ -377,11 +371,11 @@ async def test_markup_and_control_characters_are_refused_in_url_and_description(
             ({**NEW, "description": "note\x00"}, "description"),
             ({**NEW, "description": "bell\x07"}, "description"),
         ]:
-            assert _error(await h.http.post("/v1/endpoints", json=body), 400).startswith(key)
+            assert api_error(await h.http.post("/v1/endpoints", json=body), 400).startswith(key)
         assert h.sync.endpoints.stored_endpoints() == []
         assert (await h.http.post("/v1/endpoints", json=NEW)).status_code == 201
         patched = await h.http.patch(f"/v1/endpoints/{NEW['name']}", json={"description": "\x00"})
-        assert _error(patched, 400).startswith("description")
+        assert api_error(patched, 400).startswith("description")
 
 
 async def test_private_addresses_pass_when_the_config_allows_them(backend: Backend) -> None:

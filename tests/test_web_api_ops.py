@@ -26,6 +26,7 @@ from sessionhook.relay.web import WebAuth, WebContext, create_app
 from sessionhook.relay.web.api import API_GROUPS
 from tests.support.backends import Backend
 from tests.support.requeue_rows import ACT0, Ep, failure, fill
+from tests.support.web_relay import api_error
 
 pytestmark = pytest.mark.anyio
 
@@ -80,14 +81,6 @@ async def relay(backend: Backend, *, can_act: bool = True) -> AsyncIterator[Rela
         await astore.close()
 
 
-def _error(answer: httpx.Response, status: int, *words: str) -> None:
-    assert answer.status_code == status, answer.text
-    error = answer.json()["error"]
-    assert error["code"] == status and "\n" not in error["message"]
-    for word in words:
-        assert word in error["message"], (word, error["message"])
-
-
 ROUTES: list[tuple[str, str, dict[str, Any] | None]] = [
     ("GET", "/v1/deliveries", None),
     ("GET", "/v1/deliveries/1", None),
@@ -111,7 +104,7 @@ async def test_every_route_answers_401_without_or_with_a_wrong_token(backend: Ba
         for method, path, body in ROUTES:
             for headers in ({}, {"authorization": "Bearer wrong"}):
                 answer = await r.http.request(method, path, json=body, headers=headers)
-                _error(answer, 401)
+                api_error(answer, 401)
         assert r.acts == [] and r.wakes == []
         assert r.store.operator.get_delivery(only.id).status == "dead"  # type: ignore[union-attr]
 
@@ -143,11 +136,11 @@ async def test_deliveries_list_filters_and_pages_newest_first(backend: Backend) 
         event = rows[0]["event_id"]
         by_event = await r.http.get("/v1/deliveries", params={"event": event}, headers=AUTH)
         assert [d["event_id"] for d in by_event.json()["deliveries"]] == [event]
-        _error(await r.http.get("/v1/deliveries?status=lost", headers=AUTH), 400, "status")
-        _error(await r.http.get("/v1/deliveries?endpoint=nope", headers=AUTH), 404, "nope")
-        _error(await r.http.get("/v1/deliveries?session=" + "x" * 5000, headers=AUTH), 400)
+        api_error(await r.http.get("/v1/deliveries?status=lost", headers=AUTH), 400, "status")
+        api_error(await r.http.get("/v1/deliveries?endpoint=nope", headers=AUTH), 404, "nope")
+        api_error(await r.http.get("/v1/deliveries?session=" + "x" * 5000, headers=AUTH), 400)
         for token in ("bm90LWEtbnVtYmVy", "cDphYmM", "%%%"):  # "p:abc" is ours but not an id
-            _error(await r.http.get(f"/v1/deliveries?pageToken={token}", headers=AUTH), 400)
+            api_error(await r.http.get(f"/v1/deliveries?pageToken={token}", headers=AUTH), 400)
 
 
 async def test_one_delivery_with_its_attempts_and_hostile_ids(backend: Backend) -> None:
@@ -160,10 +153,10 @@ async def test_one_delivery_with_its_attempts_and_hostile_ids(backend: Backend) 
         body = answer.json()
         assert body["delivery"]["id"] == only.id and body["delivery"]["status"] == "failed"
         assert [a["status_code"] for a in body["attempts"]] == [500]
-        _error(await r.http.get("/v1/deliveries/424242", headers=AUTH), 404, "no delivery")
+        api_error(await r.http.get("/v1/deliveries/424242", headers=AUTH), 404, "no delivery")
         for bad in ("abc", "9" * 40, "-1", "1.5", "\u0661"):  # U+0661: a digit, not ASCII
-            _error(await r.http.get(f"/v1/deliveries/{bad}", headers=AUTH), 400, "whole number")
-            _error(await r.http.post(f"/v1/deliveries/{bad}:retry", headers=AUTH), 400)
+            api_error(await r.http.get(f"/v1/deliveries/{bad}", headers=AUTH), 400, "whole number")
+            api_error(await r.http.post(f"/v1/deliveries/{bad}:retry", headers=AUTH), 400)
 
 
 async def test_retry_over_http_reopens_the_same_delivery_and_wakes_the_dispatcher(
@@ -184,14 +177,14 @@ async def test_retry_over_http_reopens_the_same_delivery_and_wakes_the_dispatche
         after = r.store.operator.get_delivery(second.id)
         assert after is not None and after.waiting_on == first.id
         r.store.outbox.record_attempt(first.id, failure(ACT0), Delivered())
-        _error(
+        api_error(
             await r.http.post(f"/v1/deliveries/{first.id}:retry", headers=AUTH),
             409,
             "delivered already",
             first.event_id,
         )
-        _error(await r.http.post("/v1/deliveries/999999:retry", headers=AUTH), 404)
-        _error(await r.http.post(f"/v1/deliveries/{first.id}/retry", headers=AUTH), 404)
+        api_error(await r.http.post("/v1/deliveries/999999:retry", headers=AUTH), 404)
+        api_error(await r.http.post(f"/v1/deliveries/{first.id}/retry", headers=AUTH), 404)
 
 
 async def test_recover_over_http_requeues_and_says_why_when_nothing(backend: Backend) -> None:
@@ -231,8 +224,8 @@ async def test_recover_over_http_requeues_and_says_why_when_nothing(backend: Bac
                 content=body_bytes,
                 headers={**AUTH, "content-type": "application/json"},
             )
-            _error(answer, 400, *words)
-        _error(
+            api_error(answer, 400, *words)
+        api_error(
             await r.http.post(
                 "/v1/deliveries:recover", json={"endpoint": "nope", "since": "1h"}, headers=AUTH
             ),
@@ -274,23 +267,23 @@ async def test_events_list_get_and_replay(backend: Backend) -> None:
         assert again.json()["queued"] == 1 and r.wakes == [1]
         replayed = r.store.operator.list_deliveries(event_id=event, endpoint="chat")
         assert len(replayed) == 2 and replayed[0].replayed and replayed[0].event_id == event
-        _error(await r.http.get("/v1/events/evt_nothing", headers=AUTH), 404, "evt_nothing")
-        _error(await r.http.get("/v1/events/" + "e" * 300, headers=AUTH), 400, "event id")
-        _error(await r.http.get("/v1/events?pageToken=cDp4", headers=AUTH), 400)
-        _error(
+        api_error(await r.http.get("/v1/events/evt_nothing", headers=AUTH), 404, "evt_nothing")
+        api_error(await r.http.get("/v1/events/" + "e" * 300, headers=AUTH), 400, "event id")
+        api_error(await r.http.get("/v1/events?pageToken=cDp4", headers=AUTH), 400)
+        api_error(
             await r.http.post(
                 "/v1/events/evt_nothing:replay", json={"endpoint": "chat"}, headers=AUTH
             ),
             404,
         )
-        _error(
+        api_error(
             await r.http.post(
                 f"/v1/events/{event}:replay", json={"endpoint": "nope"}, headers=AUTH
             ),
             404,
             "nope",
         )
-        _error(
+        api_error(
             await r.http.post(
                 f"/v1/events/{event}:replay",
                 content=b"\xff\xfe",
@@ -316,8 +309,8 @@ async def test_sessions_list_get_and_act_through_the_daemons_seam(backend: Backe
         assert one["session"]["title"] == "Session 1" and one["more_events"] is False
         kinds = [e["type"] for e in one["events"]]
         assert kinds == ["session.discovered", "activity.progress_updated"]
-        _error(await r.http.get("/v1/sessions/nope", headers=AUTH), 404, "sessions/nope")
-        _error(await r.http.get("/v1/sessions/a%20b", headers=AUTH), 400, "session id")
+        api_error(await r.http.get("/v1/sessions/nope", headers=AUTH), 404, "sessions/nope")
+        api_error(await r.http.get("/v1/sessions/a%20b", headers=AUTH), 400, "session id")
         ok = await r.http.post("/v1/sessions/s1:approvePlan", headers=AUTH)
         assert ok.status_code == 200 and ok.json()["ok"] is True
         sent = await r.http.post(
@@ -330,15 +323,15 @@ async def test_sessions_list_get_and_act_through_the_daemons_seam(backend: Backe
         ]
         r.refuse = "Precondition failed: no plan\nis waiting <b>now</b>"
         refused = await r.http.post("/v1/sessions/s1:approvePlan", headers=AUTH)
-        _error(refused, 502, "no plan is waiting <b>now</b>")
-        _error(await r.http.post("/v1/sessions/nope:approvePlan", headers=AUTH), 404)
+        api_error(refused, 502, "no plan is waiting <b>now</b>")
+        api_error(await r.http.post("/v1/sessions/nope:approvePlan", headers=AUTH), 404)
         for body in (b'{"prompt": ""}', b'{"prompt": "   "}', b"{}", b"prompt", b'{"text": "x"}'):
             answer = await r.http.post(
                 "/v1/sessions/s1:sendMessage",
                 content=body,
                 headers={**AUTH, "content-type": "application/json"},
             )
-            _error(answer, 400)
+            api_error(answer, 400)
         assert len(r.acts) == 3  # the refused one reached the seam; no bad body did
         # Each act is recorded beside the links' and the console's, and counted.
         listed = (await r.http.get("/v1/actions", headers=AUTH)).json()["actions"]
@@ -385,7 +378,7 @@ async def test_an_action_made_is_answered_as_made_when_the_store_cannot_record_i
 async def test_acting_is_503_when_the_relay_cannot_act(backend: Backend) -> None:
     async with relay(backend, can_act=False) as r:
         fill(r.store, 1, 1, discovered=True)
-        _error(await r.http.post("/v1/sessions/s0:approvePlan", headers=AUTH), 503, "cannot act")
+        api_error(await r.http.post("/v1/sessions/s0:approvePlan", headers=AUTH), 503, "cannot act")
 
 
 def test_openapi_describes_every_api_route_and_only_those() -> None:

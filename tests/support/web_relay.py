@@ -1,7 +1,7 @@
 """The relay's web app on a real loopback socket without the daemon: a store, a bell and the
 app's context (:func:`web_context`), events archived as the poller does
-(:meth:`WebRelay.archive`), and an event-stream reader that parses as the SSE spec says
-(:func:`read_messages`)."""
+(:meth:`WebRelay.archive`), an event-stream reader that parses as the SSE spec says
+(:func:`read_messages`), and the check of a management API error (:func:`api_error`)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,18 @@ from sessionhook.relay.web import Bell, WebAuth, WebContext
 #: The web app's token (:func:`web_context`) and the header that presents it.
 TOKEN = "stream-token-" + "x" * 30
 AUTH = {"authorization": f"Bearer {TOKEN}"}
+
+
+def api_error(answer: httpx.Response, status: int, *words: str) -> str:
+    """Check that ``answer`` is the API's error with ``status``, in the Sessions API's shape
+    and one non-empty line holding each of ``words``; its message."""
+    assert answer.status_code == status, (answer.request.url, answer.text)
+    error = answer.json()["error"]
+    message = error["message"]
+    assert error["code"] == status and message and "\n" not in message, error
+    for word in words:
+        assert word in message, (word, message)
+    return str(message)
 
 
 @dataclass
