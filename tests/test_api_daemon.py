@@ -19,8 +19,7 @@ import pytest
 
 from sessionhook.relay.domain.contract import openapi_document
 from tests.support.backends import Backend
-from tests.support.daemon_setup import Setup
-from tests.support.loopback import free_port
+from tests.support.daemon_setup import Setup, token_server
 from tests.support.receiver import Receiver
 from tests.support.web_relay import api_error
 
@@ -84,12 +83,10 @@ def _delivered(session: str, kind: str) -> Callable[[Receiver], bool]:
 async def test_every_operation_of_the_document_over_http_on_the_real_daemon(
     backend: Backend, tmp_path: Path
 ) -> None:
-    token_file = tmp_path / "web-token"
-    token_file.write_text(TOKEN)
-    token_file.chmod(0o600)
-    listen = f"127.0.0.1:{free_port()}"
+    server = token_server(tmp_path, TOKEN)
+    listen = server["listen"]
     store = {"url": backend.target} if backend.name == "postgresql" else {}
-    setup = Setup(tmp_path, server={"listen": listen, "token_file": str(token_file)}, store=store)
+    setup = Setup(tmp_path, server=server, store=store)
     daemon = setup.daemon()
     async with (
         setup.api_http() as api_http,

@@ -11,7 +11,6 @@ import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import anyio
 import httpx
@@ -31,8 +30,7 @@ from sessionhook.relay.domain.signing import generate_secret
 from sessionhook.relay.ops import endpoint_edits as edits
 from sessionhook.relay.store import Store
 from tests.support.backends import Backend
-from tests.support.daemon_setup import Setup, write_config
-from tests.support.loopback import free_port
+from tests.support.daemon_setup import Setup, token_server, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -78,17 +76,10 @@ async def until(check: Callable[[], Awaitable[bool] | bool], within: float = 30)
             await anyio.sleep(0.05)
 
 
-def server_section(tmp_path: Path) -> dict[str, Any]:
-    token_file = tmp_path / "web-token"
-    token_file.write_text(TOKEN)
-    token_file.chmod(0o600)
-    return {"listen": f"127.0.0.1:{free_port()}", "token_file": str(token_file)}
-
-
 async def test_an_endpoint_created_over_http_gets_signed_deliveries_and_rotates(
     backend: Backend, tmp_path: Path
 ) -> None:
-    server = server_section(tmp_path)
+    server = token_server(tmp_path, TOKEN)
     store = {"url": backend.target} if backend.name == "postgresql" else {}
     setup = Setup(tmp_path, server=server, store=store)
     recorder = Recorder()
@@ -171,7 +162,7 @@ async def test_an_endpoint_created_over_http_gets_signed_deliveries_and_rotates(
 async def test_an_endpoint_created_on_one_replica_gets_deliveries_from_another(
     pg_url: str, tmp_path: Path
 ) -> None:
-    server = server_section(tmp_path)
+    server = token_server(tmp_path, TOKEN)
     setup = Setup(tmp_path, server=server, store={"url": pg_url})
     first_rx, second_rx = Recorder(), Recorder()
     a = setup.daemon(delivery_transport=httpx.ASGITransport(first_rx.app))

@@ -20,8 +20,7 @@ from click.testing import CliRunner
 
 from sessionhook.cli import cli
 from tests.support.backends import Backend
-from tests.support.daemon_setup import Setup
-from tests.support.loopback import free_port
+from tests.support.daemon_setup import Setup, token_server
 
 TOKEN = "loop-token-" + "w" * 30
 
@@ -55,13 +54,10 @@ async def _all(http: httpx.AsyncClient, path: str, key: str, **params: str) -> l
 async def test_consumer_down_then_fixed_then_recover_delivers_everything_in_order(
     backend: Backend, tmp_path: Path, way: str
 ) -> None:
-    token_file = tmp_path / "web-token"
-    token_file.write_text(TOKEN)
-    token_file.chmod(0o600)
-    port = free_port()
+    server = token_server(tmp_path, TOKEN)
     setup = Setup(
         tmp_path,
-        server={"listen": f"127.0.0.1:{port}", "token_file": str(token_file)},
+        server=server,
         store={"url": backend.target} if backend.name == "postgresql" else {},
         delivery={"retry_delays": [0.05], "allow_private_networks": True},
     )
@@ -71,7 +67,7 @@ async def test_consumer_down_then_fixed_then_recover_delivers_everything_in_orde
     async with (
         setup.api_http() as api_http,
         anyio.create_task_group() as tg,
-        httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", headers=auth) as http,
+        httpx.AsyncClient(base_url=f"http://{server['listen']}", headers=auth) as http,
     ):
         tg.start_soon(lambda: daemon.run(handle_signals=False))
         await daemon.ready.wait()

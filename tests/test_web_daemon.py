@@ -16,8 +16,7 @@ from sessionhook.relay.domain.events import make_event
 from sessionhook.relay.store import PostgresStore
 from sessionhook.relay.web import stream as stream_module
 from tests.support.backends import Backend
-from tests.support.daemon_setup import Setup
-from tests.support.loopback import free_port
+from tests.support.daemon_setup import Setup, token_server
 from tests.support.web_relay import read_messages
 
 TOKEN = "daemon-token-" + "z" * 30
@@ -30,14 +29,11 @@ async def test_the_daemons_ingest_wakes_the_stream(
 ) -> None:
     # With the store poll an hour away, only the bell can bring the events in time.
     monkeypatch.setattr(stream_module, "POLL_SECONDS", 3600.0)
-    token_file = tmp_path / "web-token"
-    token_file.write_text(TOKEN)
-    token_file.chmod(0o600)
-    port = free_port()
+    server = token_server(tmp_path, TOKEN)
     store = {"url": backend.target} if backend.name == "postgresql" else {}
     setup = Setup(
         tmp_path,
-        server={"listen": f"127.0.0.1:{port}", "token_file": str(token_file)},
+        server=server,
         store=store,
     )
     daemon = setup.daemon()
@@ -45,7 +41,7 @@ async def test_the_daemons_ingest_wakes_the_stream(
     async with (
         setup.api_http() as api_http,
         anyio.create_task_group() as tg,
-        httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", headers=auth) as http,
+        httpx.AsyncClient(base_url=f"http://{server['listen']}", headers=auth) as http,
     ):
         tg.start_soon(lambda: daemon.run(handle_signals=False))
         await daemon.ready.wait()
@@ -62,12 +58,10 @@ async def test_the_daemons_ingest_wakes_the_stream(
 
 @pytest.mark.anyio
 async def test_a_reload_keeps_the_listener_and_its_token(tmp_path: Path) -> None:
-    token_file = tmp_path / "web-token"
-    token_file.write_text(TOKEN)
-    token_file.chmod(0o600)
-    server = {"listen": f"127.0.0.1:{free_port()}", "token_file": str(token_file)}
+    server = token_server(tmp_path, TOKEN)
     setup = Setup(tmp_path, server=server)
     daemon = setup.daemon()
+    token_file = tmp_path / "web-token"  # where token_server put it
     token_file.write_text("another-token-" + "q" * 30)
     with capture_logs() as logs:
         assert await daemon.reload() is True
@@ -84,13 +78,10 @@ async def test_another_replicas_deliveries_ring_the_stream_on_postgresql(
     the daemon rings its bell, and its stream carries the other replica's event without
     waiting for its store poll (an hour away here)."""
     monkeypatch.setattr(stream_module, "POLL_SECONDS", 3600.0)
-    token_file = tmp_path / "web-token"
-    token_file.write_text(TOKEN)
-    token_file.chmod(0o600)
-    port = free_port()
+    server = token_server(tmp_path, TOKEN)
     setup = Setup(
         tmp_path,
-        server={"listen": f"127.0.0.1:{port}", "token_file": str(token_file)},
+        server=server,
         store={"url": pg_url},
     )
     daemon = setup.daemon()
@@ -119,7 +110,7 @@ async def test_another_replicas_deliveries_ring_the_stream_on_postgresql(
     async with (
         setup.api_http(),
         anyio.create_task_group() as tg,
-        httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", headers=auth) as http,
+        httpx.AsyncClient(base_url=f"http://{server['listen']}", headers=auth) as http,
     ):
         tg.start_soon(lambda: daemon.run(handle_signals=False))
         await daemon.ready.wait()

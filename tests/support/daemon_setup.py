@@ -1,6 +1,7 @@
 """The real daemon in process, for tests of its lifecycle and of what it wires: the emulator
 and a consumer (:class:`~tests.support.receiver.Receiver`) behind ASGI transports, a config
-from a real TOML file (:func:`write_config`), bundled as :class:`Setup`."""
+from a real TOML file (:func:`write_config`), bundled as :class:`Setup`; the ``[server]``
+of a daemon whose listener needs a token (:func:`token_server`)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from sessionhook.emulator.app import create_app
 from sessionhook.relay.config import Config, load_config
 from sessionhook.relay.daemon.daemon import Daemon
 from sessionhook.relay.domain.signing import generate_secret
+from tests.support.loopback import free_port
 from tests.support.receiver import Receiver
 
 API_KEY = "test-key"
@@ -61,6 +63,15 @@ def write_config(
     path = directory / "config.toml"
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def token_server(directory: Path, token: str) -> dict[str, Any]:
+    """A ``[server]`` section: a free loopback port, ``token`` in a file of ``directory``
+    that only its owner may read (a token file others can read is refused)."""
+    token_file = directory / "web-token"
+    token_file.write_text(token)
+    token_file.chmod(0o600)
+    return {"listen": f"127.0.0.1:{free_port()}", "token_file": str(token_file)}
 
 
 class Setup:
