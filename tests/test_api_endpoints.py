@@ -22,6 +22,7 @@ from sessionhook.relay.telemetry.metrics import Metrics
 from sessionhook.relay.web import WebAuth, WebContext, create_app
 from tests.support.backends import Backend
 from tests.support.backlog import fill
+from tests.support.spellings import ELSEWHERE, loopback_spellings
 from tests.support.web_relay import api_error
 
 pytestmark = pytest.mark.anyio
@@ -376,6 +377,32 @@ async def test_markup_and_control_characters_are_refused_in_url_and_description(
         assert (await h.http.post("/v1/endpoints", json=NEW)).status_code == 201
         patched = await h.http.patch(f"/v1/endpoints/{NEW['name']}", json={"description": "\x00"})
         assert api_error(patched, 400).startswith("description")
+
+
+async def test_hosts_that_normalize_to_private_addresses_are_refused(backend: Backend) -> None:
+    """127.0.0.1 in fullwidth digits, with ideographic full stops, localhost in circled
+    letters...: judged on the host the HTTP client connects to, at create and at update
+    (400, one line, never a 500)."""
+    async with api(backend) as h:
+        assert (await h.http.post("/v1/endpoints", json=NEW)).status_code == 201
+        for url in [*loopback_spellings(8080), *ELSEWHERE]:
+            created = await h.http.post(
+                "/v1/endpoints", json={**NEW, "name": "spelled", "url": url}
+            )
+            message = api_error(created, 400, "allow_private_networks = false")
+            assert message.startswith("url: "), message
+            changed = await h.http.patch(f"/v1/endpoints/{NEW['name']}", json={"url": url})
+            assert api_error(changed, 400).startswith("url: ")
+        [kept] = h.sync.endpoints.stored_endpoints()
+        assert kept.spec["url"] == NEW["url"]
+
+
+async def test_international_names_are_kept_as_written(backend: Backend) -> None:
+    async with api(backend) as h:
+        url = "https://bücher.example/hook"
+        created = await h.http.post("/v1/endpoints", json={**NEW, "url": url})
+        assert created.status_code == 201, created.text
+        assert created.json()["url"] == url
 
 
 async def test_private_addresses_pass_when_the_config_allows_them(backend: Backend) -> None:

@@ -15,8 +15,9 @@ from standardwebhooks import Webhook
 from sessionhook.cli import cli
 from sessionhook.cli._output import Runtime
 from sessionhook.relay.domain.signing import generate_secret
-from tests.support.backends import Backend
+from tests.support.backends import Backend, sqlite_only
 from tests.support.backlog import fill
+from tests.support.spellings import ELSEWHERE, loopback_spellings
 from tests.support.store_rows import Ep
 
 
@@ -119,6 +120,21 @@ def test_refusals_are_one_line(config_file: Path) -> None:
         assert "Traceback" not in result.output
     unknown = run(config_file, "endpoints", "delete", "ghost", code=2)
     assert "ghost" in unknown.output
+
+
+@sqlite_only
+def test_hosts_that_normalize_to_private_addresses_are_refused(config_file: Path) -> None:
+    create(config_file, "mine")
+    for url in [*loopback_spellings(8080), *ELSEWHERE]:
+        for args in (["create", "spelled"], ["update", "mine"]):
+            result = run(config_file, "endpoints", *args, "--url", url, code=1)
+            [line] = result.output.strip().splitlines()
+            assert line.startswith("error: url: ") and "allow_private_networks" in line, line
+    listed = json.loads(run(config_file, "endpoints", "list", "--json").output)
+    assert {e["name"]: e["url"] for e in listed} == {
+        "filed": "https://hooks.example.com/filed",
+        "mine": "https://hooks.example.com/mine",
+    }
 
 
 def test_endpoints_test_signs_a_ping_with_the_stored_secret(config_file: Path) -> None:

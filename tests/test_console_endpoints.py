@@ -143,6 +143,9 @@ BIG = "x" * 10_240
         ({"events": "no.such.type"}, "events:"),
         ({"format": "xml<b>"}, "format:"),
         ({"url": "http://127.0.0.1:9/"}, "url:"),
+        ({"url": "http://１２７.0.0.1:9/"}, "url: １２７.0.0.1 (127.0.0.1) is a loopback"),  # noqa: RUF001
+        ({"url": "http://ⓛⓞⓒⓐⓛⓗⓞⓢⓣ:9/"}, "url: ⓛⓞⓒⓐⓛⓗⓞⓢⓣ (localhost) is a loopback"),
+        ({"url": "http://a..b/"}, "url: the host a..b is no host name"),
         ({"name": ""}, "name:"),
     ],
 )

@@ -1,4 +1,8 @@
-"""SSRF guard: blocked ranges, IPv4 inside IPv6, resolution through an injected resolver."""
+# Confusable characters (fullwidth digits, ideographic full stops) are what this tests.
+# ruff: noqa: RUF001
+"""SSRF guard: blocked ranges, IPv4 inside IPv6, resolution through an injected resolver,
+and the one reading of where a URL leads (``destination``), checked against what the HTTP
+clients themselves (yarl for aiohttp, httpx) read from each spelling."""
 
 from __future__ import annotations
 
@@ -7,7 +11,9 @@ import random
 import re
 import socket
 
+import httpx
 import pytest
+import yarl
 
 from sessionhook.relay.delivery.resolve import (
     ResolutionError,
@@ -18,6 +24,8 @@ from sessionhook.relay.delivery.resolve import (
 )
 from sessionhook.relay.domain.addresses import (
     BlockedAddressError,
+    UnusableUrlError,
+    destination,
     ip_literal,
     is_blocked_ip,
     literal_refusal,
@@ -186,10 +194,10 @@ async def test_the_address_policy_is_injectable() -> None:
         ("http://127.0.0.1:9000/hook", "127.0.0.1 is a loopback address"),
         ("http://[::1]/hook", "::1 is a loopback address"),
         ("http://10.1.2.3/hook", "10.1.2.3 is a private address"),
-        ("http://127.1/hook", "127.0.0.1 is a loopback address"),  # legacy IPv4 forms
-        ("http://0x7f.0.0.1/hook", "127.0.0.1 is a loopback address"),
-        ("http://2130706433/hook", "127.0.0.1 is a loopback address"),
-        ("http://0xa9fea9fe/", "169.254.169.254 is a cloud metadata address"),
+        ("http://127.1/hook", "127.1 (127.0.0.1) is a loopback address"),  # legacy IPv4 forms
+        ("http://0x7f.0.0.1/hook", "0x7f.0.0.1 (127.0.0.1) is a loopback address"),
+        ("http://2130706433/hook", "2130706433 (127.0.0.1) is a loopback address"),
+        ("http://0xa9fea9fe/", "0xa9fea9fe (169.254.169.254) is a cloud metadata address"),
         ("http://0.0.0.0/", "0.0.0.0 is a unspecified address"),
         ("http://LOCALHOST:8080/", "localhost is a loopback name"),
         ("https://api.localhost./", "api.localhost. is a loopback name"),
@@ -207,12 +215,12 @@ def test_literal_refusal_needs_no_dns(url: str, reason: str | None) -> None:
 
 @pytest.mark.parametrize("url", ["ftp://example.com/", "file:///etc/passwd", "http:///nohost"])
 async def test_non_http_urls_are_refused_even_when_private_is_allowed(url: str) -> None:
-    with pytest.raises(BlockedAddressError, match="not an http"):
+    with pytest.raises(UnusableUrlError, match=r"not an http|no host"):
         await check_url(url, allow_private=True)
 
 
 async def test_bad_port() -> None:
-    with pytest.raises(BlockedAddressError, match="invalid port"):
+    with pytest.raises(UnusableUrlError, match="invalid port"):
         await check_url("http://example.com:99999/", allow_private=False, resolve=FakeResolver({}))
 
 
@@ -265,3 +273,141 @@ def test_legacy_ipv4_literals_read_as_the_c_library_reads_them() -> None:
         except OSError:
             expected = None
         assert ip_literal(text) == expected, text
+
+
+# --------------------------------------------------------------------------- destination
+# The spellings of issue 26 (each once accepted while it led to loopback, the metadata
+# address or a private one), and more: what destination() reads, what literal_refusal()
+# says, and what the HTTP clients read from the URL destination() rebuilt.
+
+REFUSED_SPELLINGS = [
+    ("http://１２７.0.0.1:8080/", "127.0.0.1", "１２７.0.0.1 (127.0.0.1) is a loopback address"),
+    ("http://127。0。0。1/", "127.0.0.1", "127。0。0。1 (127.0.0.1) is a loopback address"),
+    (
+        "http://１２７．０．０．１/",
+        "127.0.0.1",
+        "１２７．０．０．１ (127.0.0.1) is a loopback address",
+    ),
+    ("http://127｡0｡0｡1/", "127.0.0.1", "127｡0｡0｡1 (127.0.0.1) is a loopback address"),
+    ("http://①②⑦.0.0.1/", "127.0.0.1", "①②⑦.0.0.1 (127.0.0.1) is a loopback address"),
+    ("http://ⓛⓞⓒⓐⓛⓗⓞⓢⓣ/", "localhost", "ⓛⓞⓒⓐⓛⓗⓞⓢⓣ (localhost) is a loopback name"),
+    (
+        "http://ｌｏｃａｌｈｏｓｔ./",
+        "localhost.",
+        "ｌｏｃａｌｈｏｓｔ. (localhost.) is a loopback name",
+    ),
+    (
+        "http://１６９.２５４.１６９.２５４/latest/meta-data/",
+        "169.254.169.254",
+        "１６９.２５４.１６９.２５４ (169.254.169.254) is a cloud metadata address",
+    ),
+    ("http://１０.0.0.1/", "10.0.0.1", "１０.0.0.1 (10.0.0.1) is a private address"),
+    ("http://127.0.0.1.:8080/", "127.0.0.1", "127.0.0.1. (127.0.0.1) is a loopback address"),
+    ("http://%31%32%37.0.0.1/", "127.0.0.1", "%31%32%37.0.0.1 (127.0.0.1) is a loopback address"),
+    ("http://127.0.0.1%2e/", "127.0.0.1", "127.0.0.1%2e (127.0.0.1) is a loopback address"),
+    ("http://%6c%6fcalhost/", "localhost", "%6c%6fcalhost (localhost) is a loopback name"),
+    ("http://LocalHost:80/", "localhost", "localhost is a loopback name"),
+    ("http://0x7f.1/", "127.0.0.1", "0x7f.1 (127.0.0.1) is a loopback address"),
+    ("http://0177.0.0.1/", "127.0.0.1", "0177.0.0.1 (127.0.0.1) is a loopback address"),
+    ("http://2130706433/", "127.0.0.1", "2130706433 (127.0.0.1) is a loopback address"),
+    ("http://０x7f.1/", "127.0.0.1", "０x7f.1 (127.0.0.1) is a loopback address"),
+    (
+        "http://[::ffff:127.0.0.1]/",
+        "::ffff:7f00:1",
+        "[::ffff:127.0.0.1] (::ffff:7f00:1) is a loopback address",
+    ),
+    ("http://[::ffff:7f00:1]/", "::ffff:7f00:1", "::ffff:7f00:1 is a loopback address"),
+    (
+        "http://public.example@１２７.0.0.1/",
+        "127.0.0.1",
+        "１２７.0.0.1 (127.0.0.1) is a loopback address",
+    ),
+    ("http://a@b@127.0.0.1/", "127.0.0.1", "127.0.0.1 is a loopback address"),
+    ("http://hooks.example.com%2F@127.0.0.1/", "127.0.0.1", "127.0.0.1 is a loopback address"),
+]
+
+
+@pytest.mark.parametrize(("url", "host", "reason"), REFUSED_SPELLINGS)
+def test_every_spelling_of_a_private_host_is_read_as_the_clients_read_it(
+    url: str, host: str, reason: str
+) -> None:
+    target = destination(url)
+    assert target.host == host
+    assert literal_refusal(url) == reason
+    # What the clients read from the rebuilt URL is the host judged.
+    assert yarl.URL(target.url).raw_host == host
+    assert httpx.URL(target.url).raw_host.decode() == host
+    # Where yarl (aiohttp's URLs) reads the original as an address or a plain name, it is
+    # ours: the spellings that fooled the old guard are the ones it normalizes.
+    raw = yarl.URL(url).raw_host or ""
+    try:
+        assert ipaddress.ip_address(raw) == target.address
+    except ValueError:
+        if "%" not in raw and ip_literal(raw.rstrip(".")) is None:
+            assert raw == host
+
+
+@pytest.mark.parametrize(
+    ("url", "rebuilt"),
+    [
+        ("http://bücher.example/hook", "http://xn--bcher-kva.example/hook"),
+        ("https://BÜCHER.Example:8443/a?b=1#c", "https://xn--bcher-kva.example:8443/a?b=1#c"),
+        ("http://xn--bcher-kva.example/", "http://xn--bcher-kva.example/"),
+        ("http://faß.de/", "http://xn--fa-hia.de/"),
+        ("http://☃.net/", "http://xn--n3h.net/"),  # IDNA 2003, as yarl falls back to
+        ("http://ex%61mple.com/x%20y", "http://example.com/x%20y"),
+        ("HTTPS://Hooks.Example.COM", "https://hooks.example.com"),
+        ("http://my_host.internal.example:8080/", "http://my_host.internal.example:8080/"),
+        ("http://example.com:８０/", "http://example.com:80/"),
+        ("http://0x5db8d822/", "http://93.184.216.34/"),
+        ("http://user:p%40ss@hooks.example.com/", "http://user:p%40ss@hooks.example.com/"),
+        ("http://üser@hooks.example.com/", "http://%C3%BCser@hooks.example.com/"),
+        ("http://@hooks.example.com/", "http://hooks.example.com/"),
+        ("http://e\u00advil.example/", "http://evil.example/"),  # UTS-46 drops a soft hyphen
+        ("http://[2606:2800:0220:0001::1]/", "http://[2606:2800:220:1::1]/"),
+        ("http://hooks.example.com./", "http://hooks.example.com./"),
+        # An A-label that is no valid IDNA is a name: DNS, then vet_host, judge what it is.
+        ("http://xn--localhost-/", "http://xn--localhost-/"),
+    ],
+)
+def test_public_and_international_names_keep_working(url: str, rebuilt: str) -> None:
+    target = destination(url)
+    assert target.url == rebuilt
+    assert literal_refusal(url) is None
+    assert yarl.URL(target.url).raw_host == target.host
+    assert httpx.URL(target.url).raw_host.decode() == target.host
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("http://a..b/", "the host a..b is no host name or IP address"),
+        ("http://.example/", "the host .example is no host name or IP address"),
+        ("http://127.0.0.1%00.evil/", "the host 127.0.0.1%00.evil is no host name or IP address"),
+        ("http://%ff.example/", "the host %ff.example decodes to no UTF-8 text"),
+        ("http://x\uff0fy.example/", "the host x／y.example is no host name or IP address"),
+        ("http://\u202eevil.com/", "the host \\u202eevil.com is no valid international name"),
+        ("http://example.123/", "the host example.123 ends like an IPv4 address but is none"),
+        ("http://256.0.0.1/", "the host 256.0.0.1 ends like an IPv4 address but is none"),
+        ("http://1.2.3.4.5/", "the host 1.2.3.4.5 ends like an IPv4 address but is none"),
+        (
+            "http://[fe80::1%25eth0]/",
+            "the host [fe80::1%25eth0] is no IPv6 address (without a zone)",
+        ),
+        ("http://[127.0.0.1]/", "the host [127.0.0.1] is no IPv6 address (without a zone)"),
+        ("http://[::1]x/", "the URL's host part [::1]x is no [IPv6]:port"),
+        ("http://evil.example\\@127.0.0.1/", "a backslash in the URL's host part"),
+        ("http://127.0.0.1\t/", "the URL holds a space or a control character"),
+        ("http://127.0.0.1:80:80/", "invalid port in the URL of 127.0.0.1"),
+        ("http://hooks.example.com:0/", "invalid port in the URL of hooks.example.com"),
+        ("http://hooks.example.com:99999/", "invalid port in the URL of hooks.example.com"),
+        ("http:///nohost", "the URL has no host"),
+        ("gopher://127.0.0.1/", "not an http(s) URL: gopher://..."),
+    ],
+)
+def test_a_host_that_is_not_plain_once_normalized_is_refused(url: str, reason: str) -> None:
+    with pytest.raises(UnusableUrlError) as refused:
+        destination(url)
+    assert refused.value.reason == reason
+    assert "\n" not in reason
+    assert literal_refusal(url) == reason  # the dispatcher's guard refuses it too

@@ -1,3 +1,5 @@
+# Confusable characters (fullwidth digits, ideographic full stops) are what this tests.
+# ruff: noqa: RUF001, RUF002
 """The daemon's webhook client (aiohttp) keeps post_event's contract over real sockets:
 signed, no redirects, the answer read only up to the limit, the whole exchange bounded,
 network failures as results, keep-alive connections reused."""
@@ -11,6 +13,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from standardwebhooks import Webhook
 
@@ -21,6 +24,7 @@ from sessionhook.relay.domain.signing import generate_secret
 from sessionhook.relay.store import AsyncStore
 from tests.support.dispatch_rig import PER_SESSION, seed_sessions
 from tests.support.rebinding import PRIVATE, PUBLIC, Listener, Rebinder, rebinding_config
+from tests.support.spellings import loopback_spellings
 
 SECRET = generate_secret()
 BODY = json.dumps({"type": "activity.plan_generated", "timestamp": "t", "data": {}}).encode()
@@ -172,9 +176,102 @@ async def test_network_failures_are_results_not_exceptions() -> None:
         assert result.error and "\n" not in result.error
 
 
+# --------------------------------------------------------------------------- normalized hosts
+
+
+def _port(url: str) -> int:
+    return int(url.split(":")[2].split("/")[0])
+
+
+@pytest.mark.anyio
+async def test_a_stored_url_spelling_loopback_otherwise_is_refused_with_nothing_sent() -> None:
+    """yarl (aiohttp's URLs) reads ``127。0。0。1`` as ``127.0.0.1`` and aiohttp connects to a
+    literal without asking its resolver. A URL that reached the sender unchecked (written
+    into the store directly, by an older version) is judged on the host the client will
+    connect to: every spelling refused, not one connection."""
+    poster = AiohttpPoster(allow_private=False)
+    try:
+        async with server(reply(204)) as (url, stats):
+            spellings = loopback_spellings(_port(url))
+            results = [await _post(spelled, poster) for spelled in spellings]
+            again = await _post(spellings[0], poster)  # the verdict kept per URL
+    finally:
+        await poster.aclose()
+    assert stats["connections"] == 0
+    for spelled, result in zip(spellings, results, strict=True):
+        assert result.status_code is None, spelled
+        assert result.error is not None and result.error.startswith("refused: "), spelled
+        assert "is a loopback" in result.error and "\n" not in result.error, result.error
+    assert again.error == results[0].error
+
+
+@pytest.mark.anyio
+async def test_the_client_is_handed_the_url_rebuilt_on_the_host_it_was_judged_by() -> None:
+    """With private addresses allowed, each spelling reaches the listener, as
+    ``127.0.0.1``: the URL aiohttp is handed is the normalized one."""
+    heads: list[bytes] = []
+
+    async def answer(head: bytes, body: bytes, writer: asyncio.StreamWriter) -> None:
+        heads.append(head)
+        await reply(204)(head, body, writer)
+
+    poster = AiohttpPoster(allow_private=True)
+    try:
+        async with server(answer) as (url, _stats):
+            port = _port(url)
+            spellings = [
+                f"http://１２７.0.0.1:{port}/hook",
+                f"http://127。0。0。1:{port}/hook",
+                f"http://%31%32%37.0.0.1:{port}/hook",  # yarl keeps the escapes: no such name
+                f"http://127.0.0.1.:{port}/hook",
+                f"http://2130706433:{port}/hook",  # aiohttp refuses the legacy form
+            ]
+            results = [await _post(spelled, poster) for spelled in spellings]
+    finally:
+        await poster.aclose()
+    assert [r.status_code for r in results] == [204] * len(spellings), [r.error for r in results]
+    assert all(f"\r\nHost: 127.0.0.1:{port}\r\n".encode() in head for head in heads), heads
+
+
+@pytest.mark.anyio
+async def test_an_httpx_client_gets_the_normalized_url_and_never_raises() -> None:
+    """httpx refuses ``１２７.0.0.1`` (``InvalidURL``, which is no ``HTTPError``: it became a
+    500 of ``:test``): it is handed the normalized URL; a host that is no plain name is a
+    refused attempt, nothing sent."""
+    seen: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(str(request.url))
+        return httpx.Response(204)
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
+        normalized = await post_event(
+            http,
+            url="http://public.example@１２７.0.0.1/hook",
+            secrets=[SECRET],
+            event_id="evt_1",
+            body=BODY,
+            timeout=5.0,
+            body_limit=64,
+        )
+        unusable = await post_event(
+            http,
+            url="http://hooks..example/hook",
+            secrets=[SECRET],
+            event_id="evt_2",
+            body=BODY,
+            timeout=5.0,
+            body_limit=64,
+        )
+    assert normalized.status_code == 204
+    assert seen == ["http://public.example@127.0.0.1/hook"]
+    assert unusable.status_code is None
+    assert unusable.error == "refused: the host hooks..example is no host name or IP address"
+
+
 # --------------------------------------------------------------------------- DNS rebinding
-# The same rebinding DNS and listeners as tests/test_pinning.py (httpx), against the
-# daemon's aiohttp client.
+# A rebinding DNS and two listeners (tests/support/rebinding.py) against the daemon's
+# aiohttp client; ``endpoints test`` through the same client: tests/test_pinning.py.
 
 
 @pytest.mark.anyio

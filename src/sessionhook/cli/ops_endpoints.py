@@ -199,16 +199,24 @@ def endpoints_test(name: str, config_path: str | None, url: str | None, token: s
         with reading_store(config_path, None) as store:
             endpoint = endpoint_edits.endpoint_config(store, config, name, time.time())
     runtime = current_runtime()
-    # The daemon's transport: the name is resolved once, every address vetted, and the
-    # connection made to a vetted address (a literal private URL failed loading the config).
-    transport = runtime.transport or operator.ping_transport(
-        config, resolve=runtime.resolve, policy=runtime.address_policy
-    )
 
     async def send() -> tuple[str, AttemptResult]:
-        return await operator.test_endpoint(
-            config, name, transport=transport, now=time.time(), endpoint=endpoint
-        )
+        # The daemon's sender: the URL judged as a delivery's, the name resolved once,
+        # every address vetted, and the connection made to a vetted address.
+        async with operator.ping_poster(
+            config,
+            transport=runtime.transport,
+            resolve=runtime.resolve,
+            policy=runtime.address_policy,
+        ) as poster:
+            return await operator.test_endpoint(
+                config,
+                name,
+                poster=poster,
+                now=time.time(),
+                endpoint=endpoint,
+                policy=runtime.address_policy,
+            )
 
     event_id, r = run_async(send)
     _print_ping(

@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
 
+from ..domain.addresses import UnusableUrlError, destination
 from ..domain.events import EVENT_TYPES, matches
 from ..domain.render import RenderError, Shape, check_shape
 from ..domain.samples import sample_events
@@ -74,7 +75,14 @@ class EndpointConfig(Section):
     @field_validator("url")
     @classmethod
     def _check_url(cls, value: str) -> str:
-        return http_url(value)
+        http_url(value)
+        try:
+            # The host the senders will connect to must be a plain name or address once
+            # normalized (whatever allow_private_networks says); the config judges it.
+            destination(value)
+        except UnusableUrlError as exc:
+            raise ValueError(exc.reason) from None
+        return value
 
     @field_validator("secret")
     @classmethod

@@ -28,7 +28,6 @@ from sessionhook.api.client import SessionsClient
 from .. import ops as operator
 from .. import web
 from ..delivery.dispatcher import DeliverySettings, Dispatcher
-from ..delivery.pinning import PinnedTransport
 from ..delivery.post import UrlGuard
 from ..delivery.render_process import RenderProcess
 from ..delivery.resolve import Resolver
@@ -80,6 +79,8 @@ class Wiring:
         self._upstream = upstream
         self._replica = replica
         self._bell = bell
+        #: The webhook sender while the store is open: deliveries and test pings share it.
+        self._delivery: Poster | None = None
 
     @asynccontextmanager
     async def open(self, store: AsyncStore) -> AsyncIterator[tuple[list[Poller], Dispatcher]]:
@@ -141,6 +142,7 @@ class Wiring:
                 policy=seams.address_policy,
             )
         )
+        self._delivery = delivery
         # Templates render in a child process, killed at delivery.render_timeout.
         renderer = RenderProcess()
         try:
@@ -188,6 +190,7 @@ class Wiring:
                     _log.warning("replica.retire_failed", error=str(exc))
                 for upstream in upstreams:
                     await upstream.aclose()
+                self._delivery = None
                 await delivery.aclose()
                 await renderer.aclose()
                 if isinstance(delivery, HttpxPoster):
@@ -197,21 +200,34 @@ class Wiring:
 
     async def send_test_event(self, name: str) -> AttemptResult:
         """Send endpoint ``name`` a signed ``ping`` now, as ``sessionhook endpoints test``
-        does (:func:`.operator.test_endpoint`): the name resolved once, every address
-        vetted, the connection pinned to a vetted one. Never archived, never retried.
-        Raises :class:`~.operator.OperatorError` for a name neither the config nor the
-        store (an endpoint created at run time) has."""
+        does (:func:`.operator.test_endpoint`), through the deliveries' own sender: the
+        URL judged as theirs, the name resolved once, every address vetted, the connection
+        made to a vetted one. Never archived, never retried. Raises
+        :class:`~.operator.OperatorError` for a name neither the config nor the store (an
+        endpoint created at run time) has, or a URL the address rules refuse."""
         state, seams = self._state, self._seams
-        transport = seams.delivery_transport or PinnedTransport(
-            allow_private=state.config.delivery.allow_private_networks,
-            resolve=seams.resolve,
-            policy=seams.address_policy,
-        )
         config, now = state.config, state.clock()
         endpoint = config.endpoint_by_name(name)
         if endpoint is None and state.store is not None:  # one created at run time
             endpoint = await state.store.run(edits.endpoint_config, config, name, now)
-        _event_id, result = await operator.test_endpoint(
-            config, name, transport=transport, now=now, endpoint=endpoint
-        )
+        if self._delivery is not None:
+            _event_id, result = await operator.test_endpoint(
+                config,
+                name,
+                poster=self._delivery,
+                now=now,
+                endpoint=endpoint,
+                policy=seams.address_policy,
+            )
+            return result
+        # The store is not open yet (the listener serves meanwhile): a sender of its own.
+        async with operator.ping_poster(
+            config,
+            transport=seams.delivery_transport,
+            resolve=seams.resolve,
+            policy=seams.address_policy,
+        ) as poster:
+            _event_id, result = await operator.test_endpoint(
+                config, name, poster=poster, now=now, endpoint=endpoint, policy=seams.address_policy
+            )
         return result

@@ -1,2 +1,3 @@
-"""Writing out: the dispatcher, the signed POST, the webhook sender, DNS pinning.
+"""Writing out: the dispatcher, the signed POST, the webhook sender, the address guard's
+DNS half.
 """

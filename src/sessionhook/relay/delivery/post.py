@@ -1,15 +1,17 @@
 """The signed POST of one webhook: :func:`post_event`, and the URL guard before it.
 
 :func:`post_event` is the single place that signs and sends a webhook: the dispatcher and
-``sessionhook endpoints test`` both call it. It never follows a redirect, reads at most
-``body_limit`` bytes of the answer, bounds the whole exchange by ``timeout``, and signs
-with a fresh ``webhook-timestamp`` on every attempt (a retry an hour later must not carry
-a stale timestamp that the consumer's tolerance window rejects).
+the test ping (``sessionhook endpoints test``, ``:test``, the console's) both call it. It
+never follows a redirect, reads at most ``body_limit`` bytes of the answer, bounds the
+whole exchange by ``timeout``, and signs with a fresh ``webhook-timestamp`` on every
+attempt (a retry an hour later must not carry a stale timestamp that the consumer's
+tolerance window rejects).
 
 A :class:`UrlGuard` checks an endpoint's URL before each POST; the default,
-:func:`literal_guard`, refuses without DNS a URL that can only be private. Names are vetted
-when the connection is made (:mod:`.resolve`), and a refusal either way is a failed attempt
-whose error :func:`refused` words.
+:func:`literal_guard`, refuses without DNS a URL that can only be private. The poster judges
+it again on the URL it hands its client (:mod:`.sender`), names are vetted when the
+connection is made (:mod:`.resolve`), and a refusal anywhere is a failed attempt whose
+error :func:`refused` words, nothing sent.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from sessionhook import __version__
 from sessionhook.api.errors import parse_retry_after
 from sessionhook.redact import redact_userinfo
 
-from ..domain.addresses import BlockedAddressError, literal_refusal
+from ..domain.addresses import BlockedAddressError, UnusableUrlError, literal_refusal
 from ..domain.retry import AttemptResult
 from ..domain.signing import signature_header
 from .resolve import ResolutionError
@@ -35,6 +37,8 @@ from .sender import Answer, HttpxPoster, Poster, PostError
 __all__ = ["USER_AGENT", "UrlGuard", "literal_guard", "post_event", "refused"]
 
 USER_AGENT = f"sessionhook/{__version__}"
+
+
 class UrlGuard(Protocol):
     """Checks that an endpoint URL may be contacted: a refusal reason, or ``None``."""
 
@@ -51,7 +55,7 @@ def refused(reason: str) -> str:
 async def literal_guard(url: str, *, allow_private: bool) -> str | None:
     """The dispatcher's default pre-check: refuses, WITHOUT asking DNS, a URL that can only
     be private (:func:`sessionhook.relay.domain.addresses.literal_refusal`). Names are vetted when
-    the connection is made (:class:`sessionhook.relay.delivery.pinning.PinnedTransport`), resolved
+    the connection is made (:class:`sessionhook.relay.delivery.sender.VettingResolver`), resolved
     once: resolving here too would let DNS answer differently to the check."""
     return None if allow_private else literal_refusal(url)
 
@@ -71,10 +75,9 @@ async def post_event(
     """Sign ``body`` and POST it to ``url`` once; never raises for a network failure.
 
     ``http`` is a :class:`~sessionhook.relay.delivery.sender.Poster` (the daemon's aiohttp
-    one, whose resolver vets each name once) or an ``httpx.AsyncClient`` (tests, ``endpoints
-    test``; with a :class:`~sessionhook.relay.delivery.pinning.PinnedTransport` under it). A
-    host refused by the address guard is a failed attempt (``error = "refused: ..."``) and
-    nothing is sent.
+    one, whose resolver vets each name once) or an ``httpx.AsyncClient`` (tests and the demo,
+    on a transport that stands in for the network). A URL or host refused by the address
+    guard is a failed attempt (``error = "refused: ..."``) and nothing is sent.
 
     Headers: ``webhook-id`` (``event_id``), ``webhook-timestamp`` (``now()``, fresh),
     ``webhook-signature`` (one signature per secret: ``v1,`` for a ``whsec_`` secret,
@@ -111,8 +114,10 @@ async def post_event(
             # Kept in the delivery log and shown by the CLI: never with the URL's password.
             error = redact_userinfo(str(exc))
         except BlockedAddressError as exc:
-            # From the pinned resolver/transport: the name resolved to a refused address.
+            # From the poster or its resolver: the host is, or resolved to, a refused address.
             error = refused(exc.reason)
+        except UnusableUrlError as exc:
+            error = redact_userinfo(f"refused: {exc.reason}")
         except ResolutionError as exc:
             error = redact_userinfo(exc.reason)
     if scope is not None and scope.cancelled_caught:

@@ -6,10 +6,9 @@ refused; the rules: :mod:`sessionhook.relay.domain.addresses`), and returns the 
 addresses; the caller must connect to one of those and never resolve the name again.
 Checking a name and letting the HTTP client resolve it a second time would let DNS answer
 a public address to the check and ``127.0.0.1`` to the connection (DNS rebinding).
-:mod:`sessionhook.relay.delivery.pinning` does this for httpx (a network backend whose
-``connect_tcp`` connects only to vetted addresses, so the ``Host`` header and TLS SNI stay
-the URL's name); the daemon's aiohttp client uses :func:`vet_host` as its resolver
-(:mod:`sessionhook.relay.delivery.sender`).
+The webhook sender's aiohttp client uses :func:`vet_host` as its resolver
+(:mod:`sessionhook.relay.delivery.sender`), so the ``Host`` header and TLS SNI stay the
+URL's name while the connection goes to a vetted address.
 """
 
 from __future__ import annotations
@@ -24,10 +23,10 @@ from ..domain.addresses import (
     AddressPolicy,
     BlockedAddressError,
     NetguardError,
+    destination,
     ip_literal,
     is_blocked_ip,
     is_localhost_name,
-    split_url,
 )
 
 __all__ = [
@@ -107,14 +106,17 @@ async def check_url(
     resolve: Resolver | None = None,
     policy: AddressPolicy | None = None,
 ) -> list[str]:
-    """Vet ``url``'s host (:func:`vet_host`) and return the addresses it may connect to.
+    """Vet the host ``url`` leads to (:func:`~sessionhook.relay.domain.addresses.destination`,
+    then :func:`vet_host`) and return the addresses it may connect to.
 
     Raises :class:`NetguardError` when the URL is refused or does not resolve. Only the
     returned addresses are safe to connect to: do not hand the URL to a client that
-    resolves it again (see :mod:`sessionhook.relay.delivery.pinning`).
+    resolves it again.
     """
-    host, port = split_url(url)
-    return await vet_host(host, port, allow_private=allow_private, resolve=resolve, policy=policy)
+    target = destination(url)
+    return await vet_host(
+        target.host, target.port, allow_private=allow_private, resolve=resolve, policy=policy
+    )
 
 
 async def blocked_reason(

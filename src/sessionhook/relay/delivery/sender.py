@@ -5,42 +5,67 @@ never following a redirect. :func:`~sessionhook.relay.delivery.post.post_event`
 signs, bounds the whole exchange and turns failures into an ``AttemptResult``; the
 posters only move bytes.
 
-* :class:`AiohttpPoster` (what the daemon uses): aiohttp, chosen by measurement for the
-  delivery path only (the Sessions API client stays on httpx). Its resolver is
+Neither hands its client the URL as stored: both hand it the URL
+:func:`~sessionhook.relay.domain.addresses.destination` rebuilt on the host it read (IDNA,
+percent-decoding, legacy IPv4 forms... normalized), parsed once by the client's own URL
+class, and refuse it (nothing sent) when that class reads another host: the host judged is
+the host connected to, whatever the client's normalization would have made of the original.
+
+* :class:`AiohttpPoster` (the daemon's deliveries, ``endpoints test``, the ping of the
+  management API and the console): aiohttp, chosen by measurement for the delivery path only
+  (the Sessions API client stays on httpx). Its resolver is
   :func:`sessionhook.relay.delivery.resolve.vet_host`: a name is resolved ONCE per new connection,
   every address checked, and the connection goes to a vetted address (no DNS rebinding;
   ``Host`` and TLS SNI stay the URL's name). aiohttp does not ask the resolver about an IP
-  literal, so literals are vetted before each POST with the same function. No proxy from
-  the environment (a proxy would resolve the name itself). On this project's bench
+  literal, so literals are judged before each POST
+  (:func:`~sessionhook.relay.domain.addresses.literal_refusal`). No proxy from the
+  environment (a proxy would resolve the name itself). On this project's bench
   (``bench/throughput.py``, a bare loop of signed POSTs, 16 in flight, loopback receiver
   answering 204) httpx 0.28 spent 2.7-4.5 ms of CPU per POST and aiohttp 0.24-0.41 ms.
   Keep-alive holds (one pool, no per-host limit: the dispatcher bounds concurrency).
-* :class:`HttpxPoster`: an injected ``httpx.AsyncClient``; tests, the demo and
-  ``endpoints test`` hand it ASGI or mock transports.
+* :class:`HttpxPoster`: an injected ``httpx.AsyncClient``, for the transports tests and the
+  demo put in place of the network (ASGI, mock); it judges no address (the dispatcher's
+  guard and ``test_endpoint`` judge before it).
 
 Errors::
 
     PostError           no usable answer (connection refused, reset, TLS, protocol error);
                         ``str()`` is one line for the delivery log
+    NetguardError       (domain.addresses) the URL is refused: nothing was sent
 """
 
 from __future__ import annotations
 
-import ipaddress
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
-from urllib.parse import urlsplit
 
 import aiohttp
 import aiohttp.abc
 import httpx
+import yarl
 
-from ..domain.addresses import AddressPolicy, BlockedAddressError, is_blocked_ip
+from ..domain.addresses import (
+    AddressPolicy,
+    BlockedAddressError,
+    NetguardError,
+    UnusableUrlError,
+    destination,
+    literal_refusal,
+)
 from .resolve import Resolver, vet_host
 
-__all__ = ["AiohttpPoster", "Answer", "HttpxPoster", "PostError", "Poster", "VettingResolver"]
+__all__ = [
+    "AiohttpPoster",
+    "Answer",
+    "HttpxPoster",
+    "PostError",
+    "Poster",
+    "VettingResolver",
+    "aiohttp_target",
+    "httpx_target",
+]
 
 
 class PostError(Exception):
@@ -97,12 +122,18 @@ class HttpxPoster:
         timeout: float,  # noqa: ASYNC109 - handed to the client; post_event bounds the whole
         body_limit: int,
     ) -> Answer:
-        """See :class:`Poster`."""
+        """See :class:`Poster`; a URL :func:`httpx_target` refuses raises
+        :class:`~sessionhook.relay.domain.addresses.UnusableUrlError` (nothing is sent)."""
+        target = httpx_target(url)
         try:
             # Per request: the client's own default timeout (httpx: 5 s) must not cut an
             # attempt that delivery.timeout allows.
             request = self.http.build_request(
-                "POST", url, content=body, headers=dict(headers), timeout=httpx.Timeout(timeout)
+                "POST",
+                target,
+                content=body,
+                headers=dict(headers),
+                timeout=httpx.Timeout(timeout),
             )
             response = await self.http.send(request, stream=True, follow_redirects=False)
             received = bytearray()
@@ -115,12 +146,43 @@ class HttpxPoster:
                 await response.aclose()
         except httpx.TimeoutException:
             raise TimeoutError from None
-        except httpx.HTTPError as exc:
-            raise PostError(f"{type(exc).__name__}: {exc}".rstrip(": ")) from None
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            raise PostError(_one_line(exc)) from None
         return Answer(response.status_code, response.headers.get("retry-after"), bytes(received))
 
     async def aclose(self) -> None:
         """Nothing to do: the client belongs to whoever passed it."""
+
+
+def httpx_target(url: str) -> httpx.URL:
+    """``url`` as httpx is handed it: rebuilt on the host
+    :func:`~sessionhook.relay.domain.addresses.destination` reads, parsed by ``httpx.URL``;
+    :class:`~sessionhook.relay.domain.addresses.UnusableUrlError` when httpx reads another
+    host from it (or cannot parse it)."""
+    target = destination(url)
+    try:
+        parsed = httpx.URL(target.url)
+    except httpx.InvalidURL as exc:
+        raise UnusableUrlError(f"httpx cannot read the URL of {target.shown}: {exc}") from None
+    read = parsed.raw_host.decode("ascii", "replace")
+    if read != target.host:
+        raise UnusableUrlError(f"httpx reads the host of {target.shown} as {read}")
+    return parsed
+
+
+def aiohttp_target(url: str) -> yarl.URL:
+    """``url`` as aiohttp is handed it: rebuilt on the host
+    :func:`~sessionhook.relay.domain.addresses.destination` reads, parsed by ``yarl.URL``;
+    :class:`~sessionhook.relay.domain.addresses.UnusableUrlError` when yarl reads another
+    host from it (or cannot parse it)."""
+    target = destination(url)
+    try:
+        parsed = yarl.URL(target.url)
+    except ValueError as exc:
+        raise UnusableUrlError(f"aiohttp cannot read the URL of {target.shown}: {exc}") from None
+    if parsed.raw_host != target.host:
+        raise UnusableUrlError(f"aiohttp reads the host of {target.shown} as {parsed.raw_host}")
+    return parsed
 
 
 class VettingResolver(aiohttp.abc.AbstractResolver):
@@ -187,8 +249,8 @@ class AiohttpPoster:
     ) -> None:
         self.allow_private = allow_private
         self._policy = policy
-        # Per URL, why its literal host is refused (aiohttp does not resolve literals).
-        self._literals: dict[str, str | None] = {}
+        # Per URL, what aiohttp is handed, or the refusal (its class and reason).
+        self._targets: dict[str, yarl.URL | tuple[type[NetguardError], str]] = {}
         # One ClientTimeout per delivery.timeout value (immutable; built per POST before).
         self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
         resolver = VettingResolver(allow_private=allow_private, resolve=resolve, policy=policy)
@@ -204,27 +266,27 @@ class AiohttpPoster:
             trust_env=False,
         )
 
-    def _vet_literal(self, url: str) -> None:
-        """aiohttp connects to an IP literal without asking the resolver: judge it here.
-        Remembered per URL (the dispatcher posts to the same few URLs: parsing each one
-        again was about 1 % of the CPU per delivery)."""
-        if url not in self._literals:
-            host = urlsplit(url).hostname or ""
-            reason: str | None = None
-            if not self.allow_private:
-                try:
-                    literal = ipaddress.ip_address(host.split("%", 1)[0])
-                except ValueError:
-                    literal = None  # a name: the resolver vets it at connect time
-                if literal is not None:
-                    why = (self._policy or is_blocked_ip)(str(literal))
-                    reason = None if why is None else f"{literal} is a {why}"
-            if len(self._literals) >= 1024:
-                self._literals.clear()
-            self._literals[url] = reason
-        refusal = self._literals[url]
-        if refusal is not None:
-            raise BlockedAddressError(refusal)
+    def _target(self, url: str) -> yarl.URL:
+        """What aiohttp is handed for ``url`` (:func:`aiohttp_target`), its literal host
+        judged (aiohttp connects to an IP literal without asking the resolver). Remembered
+        per URL (the dispatcher posts to the same few URLs: parsing each one again was
+        about 1 % of the CPU per delivery)."""
+        known = self._targets.get(url)
+        if known is None:
+            try:
+                known = aiohttp_target(url)
+                refusal = None if self.allow_private else literal_refusal(url, policy=self._policy)
+                if refusal is not None:
+                    known = (BlockedAddressError, refusal)
+            except NetguardError as exc:
+                known = (type(exc), exc.reason)
+            if len(self._targets) >= 1024:
+                self._targets.clear()
+            self._targets[url] = known
+        if isinstance(known, tuple):
+            kind, reason = known
+            raise kind(reason)
+        return known
 
     async def post(
         self,
@@ -235,9 +297,9 @@ class AiohttpPoster:
         timeout: float,  # noqa: ASYNC109 - handed to the client; post_event bounds the whole
         body_limit: int,
     ) -> Answer:
-        """See :class:`Poster`; a refused address raises
+        """See :class:`Poster`; a refused URL or address raises
         :class:`~sessionhook.relay.domain.addresses.NetguardError` (nothing is sent)."""
-        self._vet_literal(url)
+        target = self._target(url)
         bound = self._timeouts.get(timeout)
         if bound is None:
             if len(self._timeouts) >= 16:
@@ -245,7 +307,7 @@ class AiohttpPoster:
             bound = self._timeouts[timeout] = aiohttp.ClientTimeout(total=timeout)
         try:
             async with self._session.post(
-                url,
+                target,
                 data=body,
                 headers=headers,
                 allow_redirects=False,

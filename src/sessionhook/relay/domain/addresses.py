@@ -12,6 +12,15 @@ treat ``127.0.0.2`` as public to exercise the pinning on loopback only). :func:`
 reads the address a host spells, the legacy IPv4 forms every resolver accepts included
 (``127.1``, ``0x7f.0.0.1``, ``2130706433``).
 
+:func:`destination` is the one reading of an endpoint URL: the host a client connects to,
+after the normalization HTTP clients apply (percent-decoding; IDNA/UTS-46 mapping of a
+non-ASCII host, so ``127.0.0.1`` in fullwidth digits or with ideographic full stops (U+3002)
+is ``127.0.0.1`` and ``localhost`` in circled letters is ``localhost``; lower case; an IPv4
+address's trailing dot and legacy forms; IPv6 compressed), and the URL rebuilt on that
+host, which is what the senders hand their HTTP client: the host judged is the host
+connected to. A host that is still no plain
+name or address after that is refused (:class:`UnusableUrlError`).
+
 :func:`literal_refusal` judges a URL without resolving anything: a URL whose host can only be
 private (an IP literal in a refused range, ``localhost``) is refused; the config refuses such
 endpoints at load time. A name is judged when connecting, after resolving it once:
@@ -21,6 +30,7 @@ Errors::
 
     NetguardError
     +-- BlockedAddressError   the URL is refused; ``reason`` says which address and why
+    +-- UnusableUrlError      not an http(s) URL, or no plain host once normalized
     +-- ResolutionError       (sessionhook.relay.delivery.resolve) the host name did not resolve
 """
 
@@ -30,19 +40,22 @@ import functools
 import ipaddress
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Final
-from urllib.parse import urlsplit
+from urllib.parse import quote, unquote
 
 __all__ = [
     "AddressPolicy",
     "BlockedAddressError",
+    "Destination",
     "IPAddress",
     "NetguardError",
+    "UnusableUrlError",
+    "destination",
     "ip_literal",
     "is_blocked_ip",
     "is_localhost_name",
     "literal_refusal",
-    "split_url",
 ]
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -61,6 +74,11 @@ class NetguardError(Exception):
 
 class BlockedAddressError(NetguardError):
     """The URL's host is or resolves to an address that is not public."""
+
+
+class UnusableUrlError(NetguardError):
+    """Not an http(s) URL, or its host is no plain name or address once normalized (what
+    :func:`destination` refuses, whatever ``allow_private_networks`` says)."""
 
 
 def _nets(
@@ -132,18 +150,6 @@ def is_blocked_ip(ip: str | IPAddress) -> str | None:
     return None
 
 
-def split_url(url: str) -> tuple[str, int]:
-    """``(host, port)`` of an http(s) URL; :class:`BlockedAddressError` for anything else."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise BlockedAddressError(f"not an http(s) URL: {parts.scheme or '?'}://...")
-    try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-    except ValueError:
-        raise BlockedAddressError(f"invalid port in the URL of {parts.hostname}") from None
-    return parts.hostname, port
-
-
 _LEGACY_IPV4: Final = re.compile(r"(?i)[0-9a-fx.]*[0-9][0-9a-fx.]*")
 # One part of a legacy IPv4 address, as C's strtoul reads it with base 0: hex, octal, decimal.
 _PART: Final = re.compile(r"0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*")
@@ -188,22 +194,172 @@ def is_localhost_name(host: str) -> bool:
     return name == "localhost" or name.endswith(".localhost")
 
 
+@dataclass(frozen=True, slots=True)
+class Destination:
+    """Where an endpoint URL leads, as :func:`destination` reads it."""
+
+    #: The URL rebuilt on :attr:`host`: what a sender hands its HTTP client.
+    url: str
+    #: The host connected to: a lower-case ASCII name (IDNA A-labels, a trailing dot kept)
+    #: or an IP address's text (IPv6 compressed, without brackets).
+    host: str
+    port: int
+    #: The address :attr:`host` spells; ``None`` for a name (resolved when connecting).
+    address: IPAddress | None
+    #: The host as the URL spells it (for messages: what the operator wrote).
+    written: str
+
+    @property
+    def shown(self) -> str:
+        """The host for a message: as written, and what it means when that differs
+        (``0x7f.1 (127.0.0.1)``); escaped when it holds what a terminal would not show."""
+        written = _shown(self.written)
+        same = written.lower().removeprefix("[").removesuffix("]") == self.host
+        return self.host if same else f"{written} ({self.host})"
+
+
+# A label of a plain host name: ASCII letters (lower case by now), digits, '-' and '_'.
+_LABEL: Final = re.compile(r"[a-z0-9_-]{1,63}")
+# A last label that makes the host an IPv4 address, as the URL standard (WHATWG) reads it:
+# digits, or 0x and hex digits. Such a host must then be an address.
+_NUMERIC: Final = re.compile(r"[0-9]+|0x[0-9a-f]*")
+# What a URL may never hold for the senders: controls and spaces (urllib and yarl delete tabs
+# and newlines before parsing, so the URL judged and the URL sent would differ).
+_CONTROLS: Final = re.compile(r"[\x00-\x20\x7f]")
+# userinfo characters kept as they are (RFC 3986), '%' for escapes already there: '@' and
+# anything else is percent-encoded so that only one '@' ends the userinfo.
+_USERINFO_SAFE: Final = "%!$&'()*+,;=:"
+
+
+def destination(url: str) -> Destination:
+    """Where ``url`` leads: the host a client connects to, after the normalization HTTP
+    clients apply, and ``url`` rebuilt on it (see the module docstring).
+
+    The host is percent-decoded, mapped by IDNA/UTS-46 when it is not ASCII (as yarl maps
+    it, falling back to IDNA 2003 like yarl), put in lower case, and read as an IP address
+    when it is one (legacy IPv4 forms and a trailing dot included; IPv6 compressed). The
+    userinfo keeps its text with ``@`` and non-ASCII characters percent-encoded; the path,
+    query and fragment are kept as written.
+
+    Raises :class:`UnusableUrlError` (one line) for a URL that is not http(s), holds a space
+    or a control character, has a bad port, or whose host is no plain name (labels of
+    ``a-z 0-9 - _``) or IP address once normalized. Judges nothing: see
+    :func:`literal_refusal` and :func:`is_blocked_ip`.
+    """
+    if _CONTROLS.search(url):
+        raise UnusableUrlError("the URL holds a space or a control character")
+    scheme, colon, rest = url.partition(":")
+    scheme = scheme.lower()
+    if not colon or scheme not in ("http", "https") or not rest.startswith("//"):
+        raise UnusableUrlError(f"not an http(s) URL: {scheme or '?'}://...")
+    rest = rest[2:]
+    # The authority ends at the first '/', '?' or '#', for urllib, yarl and httpx alike.
+    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    authority, tail = rest[:end], rest[end:]
+    if "\\" in authority:
+        raise UnusableUrlError("a backslash in the URL's host part")
+    userinfo, at, hostport = authority.rpartition("@")
+    written, port_text = _host_and_port(hostport)
+    host, address = _plain_host(written)
+    default = 443 if scheme == "https" else 80
+    if not port_text:
+        port = default
+    elif port_text.isdecimal() and len(port_text) <= 5 and 0 < int(port_text) <= 0xFFFF:
+        port = int(port_text)
+    else:
+        raise UnusableUrlError(f"invalid port in the URL of {host}")
+    netloc = f"[{host}]" if isinstance(address, ipaddress.IPv6Address) else host
+    if port_text:
+        netloc += f":{port}"
+    if at and userinfo:
+        netloc = f"{quote(userinfo, safe=_USERINFO_SAFE)}@{netloc}"
+    return Destination(f"{scheme}://{netloc}{tail}", host, port, address, written)
+
+
+def _host_and_port(hostport: str) -> tuple[str, str]:
+    """The host (brackets kept) and the port text of ``host:port``, as urllib and yarl
+    split them."""
+    if hostport.startswith("["):
+        inside, bracket, after = hostport[1:].partition("]")
+        if not bracket or (after and not after.startswith(":")):
+            raise UnusableUrlError(f"the URL's host part {_shown(hostport)} is no [IPv6]:port")
+        return f"[{inside}]", after[1:]
+    if "[" in hostport or "]" in hostport:
+        raise UnusableUrlError("a bracket in the URL's host")
+    host, _colon, port = hostport.partition(":")
+    return host, port
+
+
+def _plain_host(written: str) -> tuple[str, IPAddress | None]:
+    """``(host, address)`` of the host ``written`` (see :func:`destination`)."""
+    shown = _shown(written)
+    if not written:
+        raise UnusableUrlError("the URL has no host")
+    if written.startswith("["):
+        try:
+            # A zone (fe80::1%eth0) names an interface of this machine: not a webhook's.
+            v6 = None if "%" in written else ipaddress.IPv6Address(written[1:-1])
+        except ValueError:
+            v6 = None
+        if v6 is None:
+            raise UnusableUrlError(f"the host {shown} is no IPv6 address (without a zone)")
+        return v6.compressed, v6
+    host = written
+    if "%" in host:
+        try:
+            host = unquote(host, errors="strict")
+        except UnicodeDecodeError:
+            raise UnusableUrlError(f"the host {shown} decodes to no UTF-8 text") from None
+    host = host.lower() if host.isascii() else _idna(host, shown)
+    name = host.removesuffix(".")
+    labels = name.split(".")
+    if len(name) > 253 or not all(_LABEL.fullmatch(label) for label in labels):
+        raise UnusableUrlError(f"the host {shown} is no host name or IP address")
+    if _NUMERIC.fullmatch(labels[-1]):
+        address = ip_literal(name)
+        if address is None:
+            raise UnusableUrlError(f"the host {shown} ends like an IPv4 address but is none")
+        return str(address), address
+    return host, None
+
+
+def _shown(text: str) -> str:
+    """``text`` for a one-line message: escaped when a terminal would not show it as is
+    (controls, bidi overrides), cut at 100 characters."""
+    return (text if text.isprintable() else ascii(text)[1:-1])[:100]
+
+
+def _idna(host: str, shown: str) -> str:
+    """``host`` (not ASCII) as IDNA A-labels: UTS-46 mapping first (IDNA 2008), else
+    IDNA 2003's nameprep, as yarl (aiohttp's URLs) does; lower case."""
+    import idna  # loaded for a non-ASCII host only (~30 ms)
+
+    try:
+        return idna.encode(host, uts46=True).decode("ascii").lower()
+    except UnicodeError:
+        pass
+    try:
+        return host.encode("idna").decode("ascii").lower()
+    except UnicodeError:
+        raise UnusableUrlError(f"the host {shown} is no valid international name") from None
+
+
 @functools.lru_cache(maxsize=1024)  # the dispatcher asks about the same URLs on every POST
 def literal_refusal(url: str, *, policy: AddressPolicy | None = None) -> str | None:
     """Why ``url`` can only reach a refused address, without asking DNS; else ``None``.
 
-    Refused: a URL that is not http(s), an IP literal that ``policy`` (default
-    :func:`is_blocked_ip`) refuses, and ``localhost`` names. A name that needs resolving
-    gets ``None`` here: :func:`vet_host` judges it when connecting.
+    Refused: what :func:`destination` refuses, an IP literal that ``policy`` (default
+    :func:`is_blocked_ip`) refuses, and ``localhost`` names, all judged on the host
+    :func:`destination` reads (``http://127.1/`` is ``127.0.0.1``). A name that needs
+    resolving gets ``None`` here: :func:`vet_host` judges it when connecting.
     """
     try:
-        host, _port = split_url(url)
-    except BlockedAddressError as exc:
+        target = destination(url)
+    except UnusableUrlError as exc:
         return exc.reason
-    literal = ip_literal(host)
-    if literal is not None:
-        reason = (policy or is_blocked_ip)(str(literal))
-        return None if reason is None else f"{literal} is a {reason}"
-    if is_localhost_name(host):
-        return f"{host} is a loopback name"
+    if target.address is not None:
+        reason = (policy or is_blocked_ip)(target.host)
+        return None if reason is None else f"{target.shown} is a {reason}"
+    if is_localhost_name(target.host):
+        return f"{target.shown} is a loopback name"
     return None

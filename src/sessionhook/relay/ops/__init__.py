@@ -11,7 +11,7 @@ nothing) raise :class:`OperatorError`, one line meant to be shown as is.
 Reads: :func:`status`, :func:`endpoints`, :func:`deliveries`, :func:`attempts`,
 :func:`events`, :class:`Follower` (the stream's and ``events --follow``'s cursor read).
 Actions: :func:`replay`, :func:`enable_endpoint`, :func:`disable_endpoint`,
-:func:`test_endpoint` (a signed ``ping``, never archived; :func:`ping_transport`).
+:func:`test_endpoint` (a signed ``ping``, never archived; :func:`ping_poster`).
 The store itself: :func:`operator_store` (the one the configuration names),
 :func:`open_copy_side`, :func:`live_replicas`, :func:`copy_stores` (``store copy``). The
 command line reaches the store only through this module (``.importlinter``).
@@ -23,7 +23,8 @@ import fnmatch
 import json
 import secrets
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,11 +35,11 @@ import httpx
 from sessionhook.api.models import Session
 
 from ..config import Config, EndpointConfig
-from ..delivery.pinning import PinnedTransport
-from ..delivery.post import post_event
+from ..delivery.post import post_event, refused
 from ..delivery.resolve import Resolver
+from ..delivery.sender import AiohttpPoster, HttpxPoster, Poster
 from ..domain import render
-from ..domain.addresses import AddressPolicy
+from ..domain.addresses import AddressPolicy, UnusableUrlError, destination, literal_refusal
 from ..domain.delivery_states import DELIVERY_STATUSES
 from ..domain.events import session_summary
 from ..domain.retry import AttemptResult
@@ -107,7 +108,7 @@ __all__ = [
     "open_copy_side",
     "operator_store",
     "ping_event",
-    "ping_transport",
+    "ping_poster",
     "replay",
     "resume_position",
     "status",
@@ -490,41 +491,76 @@ async def test_endpoint(
     config: Config,
     name: str,
     *,
-    transport: httpx.AsyncBaseTransport,
+    poster: Poster,
     now: float,
     endpoint: EndpointConfig | None = None,
+    policy: AddressPolicy | None = None,
 ) -> tuple[str, AttemptResult]:
     """POST a signed ``ping`` to the configured endpoint ``name`` (its secrets, its
-    payload/format/template) through ``transport`` (the daemon's vetted, pinned one);
+    payload/format/template) through ``poster`` (the daemon's: :func:`ping_poster`);
     returns the ping's webhook-id and the answer. Never archived, never retried.
-    ``endpoint``: one created at run time (:func:`.endpoint_edits.endpoint_config`)."""
+    ``endpoint``: one created at run time (:func:`.endpoint_edits.endpoint_config`).
+
+    A URL the address rules refuse without DNS (its host, once normalized, private or not
+    plain: :func:`~sessionhook.relay.domain.addresses.literal_refusal` with ``policy``) is
+    an :class:`OperatorError` and nothing is sent; a name resolving to a refused address
+    is a failed attempt, as for a delivery."""
     if endpoint is None:
         endpoint = config.endpoint_by_name(name)
     if endpoint is None:
         known = ", ".join(e.name for e in config.endpoints) or "none"
         raise OperatorError(f"no endpoint named {name!r} in the config (known: {known})")
+    try:
+        destination(endpoint.url)
+    except UnusableUrlError as exc:
+        raise OperatorError(f"{name}: refused: {exc.reason}") from None
+    if not config.delivery.allow_private_networks:
+        reason = literal_refusal(endpoint.url, policy=policy)
+        if reason is not None:
+            raise OperatorError(f"{name}: {refused(reason)}")
     event_id, body = ping_event(name, now)
     try:
         # Shaped like the endpoint's deliveries: a chat webhook gets a chat message.
         body, content_type = render.render(event_id, body, endpoint.shape)
     except render.RenderError as exc:
         raise OperatorError(f"{name}: the ping does not render: {exc}") from None
-    timeout = config.delivery.timeout
-    async with httpx.AsyncClient(
-        transport=transport, timeout=httpx.Timeout(timeout), follow_redirects=False
-    ) as http:
-        # The one place that signs and POSTs, shared with the dispatcher.
-        result = await post_event(
-            http,
-            url=endpoint.url,
-            secrets=[s.get_secret_value() for s in endpoint.secrets],
-            event_id=event_id,
-            body=body,
-            timeout=timeout,
-            body_limit=config.delivery.response_body_limit,
-            content_type=content_type,
-        )
+    # The one place that signs and POSTs, shared with the dispatcher.
+    result = await post_event(
+        poster,
+        url=endpoint.url,
+        secrets=[s.get_secret_value() for s in endpoint.secrets],
+        event_id=event_id,
+        body=body,
+        timeout=config.delivery.timeout,
+        body_limit=config.delivery.response_body_limit,
+        content_type=content_type,
+    )
     return event_id, result
+
+
+@asynccontextmanager
+async def ping_poster(
+    config: Config,
+    *,
+    transport: httpx.AsyncBaseTransport | None = None,
+    resolve: Resolver | None = None,
+    policy: AddressPolicy | None = None,
+) -> AsyncIterator[Poster]:
+    """The poster :func:`test_endpoint` sends through outside the daemon: the daemon's
+    (aiohttp, each name resolved once and every address vetted, the connection made to a
+    vetted one; ``resolve`` and ``policy`` replace DNS and the address judgement), or an
+    httpx client on ``transport`` (a stand-in for the network), closed at the end."""
+    if transport is not None:
+        async with httpx.AsyncClient(transport=transport, follow_redirects=False) as http:
+            yield HttpxPoster(http)
+        return
+    poster = AiohttpPoster(
+        allow_private=config.delivery.allow_private_networks, resolve=resolve, policy=policy
+    )
+    try:
+        yield poster
+    finally:
+        await poster.aclose()
 
 
 # --------------------------------------------------------------------------- the store
@@ -564,14 +600,3 @@ def copy_stores(
     """Every row of ``source`` into ``target``, ids kept (:func:`~.store.copying.copy_store`,
     which raises :class:`CopyError` for a target that is not empty, or an incomplete copy)."""
     return copying.copy_store(source.copy, target.copy, replace=replace, progress=progress)
-
-
-def ping_transport(
-    config: Config, *, resolve: Resolver | None = None, policy: AddressPolicy | None = None
-) -> httpx.AsyncBaseTransport:
-    """The transport :func:`test_endpoint` posts through outside the daemon, with the
-    daemon's rule: the name resolved once, every address vetted, the connection made to a
-    vetted one (``resolve`` and ``policy`` replace DNS and the address judgement)."""
-    return PinnedTransport(
-        allow_private=config.delivery.allow_private_networks, resolve=resolve, policy=policy
-    )
