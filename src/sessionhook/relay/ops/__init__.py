@@ -184,8 +184,25 @@ def find_endpoint(store: StoreCore, name: str) -> EndpointState:
     for state in states:
         if state.name == name:
             return state
-    known = ", ".join(state.name for state in states) or "none yet"
-    raise UnknownEndpointError(f"no endpoint named {name!r} in the database (known: {known})")
+    known = _names_shown([state.name for state in states]) or "none yet"
+    raise UnknownEndpointError(
+        f"no endpoint named {_name_shown(name)} in the database (known: {known})"
+    )
+
+
+#: A name a refusal quotes is cut here (no endpoint's name is longer: a 10 KB one names none).
+_NAME_SHOWN = 80
+#: A refusal lists this many known names at most.
+_NAMES_SHOWN = 10
+
+
+def _name_shown(name: str) -> str:
+    return repr(name if len(name) <= _NAME_SHOWN else name[:_NAME_SHOWN] + "…")
+
+
+def _names_shown(names: list[str]) -> str:
+    more = len(names) - _NAMES_SHOWN
+    return ", ".join(names[:_NAMES_SHOWN]) + (f" and {more} more" if more > 0 else "")
 
 
 def deliveries(
@@ -501,8 +518,8 @@ async def test_endpoint(
     if endpoint is None:
         endpoint = config.endpoint_by_name(name)
     if endpoint is None:
-        known = ", ".join(e.name for e in config.endpoints) or "none"
-        raise OperatorError(f"no endpoint named {name!r} in the config (known: {known})")
+        known = _names_shown([e.name for e in config.endpoints]) or "none"
+        raise OperatorError(f"no endpoint named {_name_shown(name)} in the config (known: {known})")
     event_id, body = ping_event(name, now)
     try:
         # Shaped like the endpoint's deliveries: a chat webhook gets a chat message.

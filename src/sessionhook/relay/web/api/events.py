@@ -22,8 +22,16 @@ from ...ops import OperatorError, UnknownEndpointError, pages
 from ...ops.wire import delivery_json, event_json
 from ...telemetry.logs import get_logger
 from ..context import WebContext
-from .common import bad_request, not_found, page_answer, page_request, read_json, require_store
-from .inputs import delivery_id, event_id, query_text
+from .common import (
+    bad_request,
+    not_found,
+    page_answer,
+    page_request,
+    query_text,
+    read_json,
+    require_store,
+)
+from .inputs import delivery_id, event_id
 
 __all__ = ["events_routes"]
 
