@@ -582,6 +582,28 @@ def test_deliveries_retry_and_recover_reopen_the_same_rows(db_copy: Where) -> No
     assert line.startswith("error: no endpoint named 'nope'")
 
 
+def test_options_given_to_the_deliveries_group_reach_retry_and_recover(db_copy: Where) -> None:
+    """``deliveries --db FILE retry ID``: the group's options are the subcommand's (they
+    were dropped, and /etc/sessionhook/config.toml read instead); one the subcommand does
+    not take is refused."""
+    with db_copy.reader() as store:
+        dead = sorted(store.operator.list_deliveries("broken", "dead", limit=10_000), key=id_of)
+    assert len(dead) > 1
+    out = ok("deliveries", *db_copy.args, "retry", str(dead[0].id))
+    assert out.strip() == f"delivery {dead[0].id} ({dead[0].event_id}) to broken: dead -> due now"
+    out = ok("deliveries", *db_copy.args, "--endpoint", "broken", "recover", "--since", "3h")
+    assert out.startswith(f"recovered {len(dead) - 1} deliver")
+    with db_copy.reader() as store:
+        after = {d.id: d.status for d in store.operator.list_deliveries("broken", limit=10_000)}
+    assert {after[d.id] for d in dead} == {"pending"}
+    refused = invoke("deliveries", *db_copy.args, "--status", "dead", "retry", str(dead[0].id))
+    assert refused.exit_code == 2 and "--status" in refused.stderr
+
+
+def id_of(row: Any) -> int:
+    return int(row.id)
+
+
 def test_replay_in_chunks_reports_progress(db_copy: Where) -> None:
     progress: list[int] = []
     with db_copy.writer() as store:

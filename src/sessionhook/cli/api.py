@@ -221,7 +221,7 @@ def _print_next(token: str) -> None:
 
 @cli.group()
 def sessions() -> None:
-    """Create, list, read, delete sessions; message them; approve their plans."""
+    """Sessions of the account: list, get, create, delete; message one; approve its plan."""
 
 
 @sessions.command("list")
@@ -360,7 +360,7 @@ def sessions_approve(session: str, api: ApiOptions) -> None:
 
 @cli.group()
 def activities() -> None:
-    """List and read the activities (events) of a session."""
+    """The activities (events) of a session: list, get."""
 
 
 @activities.command("list")
@@ -431,7 +431,7 @@ def activities_get(name: str, activity_id: str | None, api: ApiOptions) -> None:
 
 @cli.group()
 def sources() -> None:
-    """List and read the repositories connected to the account."""
+    """The repositories connected to the account: list, get."""
 
 
 @sources.command("list")

@@ -17,7 +17,8 @@ __all__ = ["actions"]
 
 @cli.group("actions")
 def actions() -> None:
-    """Signed action links (approve a plan, answer the agent from a chat message)."""
+    """Signed action links (approve a plan, answer the agent from a chat message):
+    rotate-key."""
 
 
 @actions.command("rotate-key")

@@ -38,7 +38,8 @@ __all__ = ["endpoints"]
 
 @cli.group("endpoints")
 def endpoints() -> None:
-    """Webhook endpoints: list, enable, disable, test."""
+    """Webhook endpoints: list, create, update, delete, enable, disable, test,
+    rotate-secret."""
 
 
 @endpoints.command("list")

@@ -32,7 +32,7 @@ from ._output import CliError
 
 @cli.group("store")
 def store_group() -> None:
-    """Operations on a whole store (the SQLite file or PostgreSQL database)."""
+    """Operations on a whole store (the SQLite file or PostgreSQL database): copy."""
 
 
 def _is_url(spec: str) -> bool:
