@@ -54,6 +54,7 @@ from sessionhook.relay.web import server as health
 from tests.support.clock import Clock
 from tests.support.pg import TEMPLATE, Cluster
 from tests.support.receiver import Receiver
+from tests.support.store_rows import Ep
 
 pytestmark = pytest.mark.integration
 
@@ -289,8 +290,6 @@ def failed(*args: str, code: int = 1) -> str:
     return lines[-1]
 
 
-
-
 # --------------------------------------------------------------------------- the run itself
 
 
@@ -326,6 +325,37 @@ def test_status_table(run: RelayRun) -> None:
     assert "disabled: " in rows["gone"] and "410" in rows["gone"]
     assert "last poll" in out and "never" not in out.split("last poll")[1].splitlines()[0]
     assert "throttled (429)" in out
+
+
+def test_status_shows_an_endpoint_s_error_until_a_success_follows(tmp_path: Path) -> None:
+    """The table's LAST ERROR agrees with --json's failing_since: an error answered by a
+    later success is history (the table kept showing it while the JSON said null)."""
+    from sessionhook.relay.domain.retry import AttemptResult, Delivered, Retry
+    from sessionhook.relay.store import AttemptRecord
+    from tests.support.backlog import fill
+
+    db = tmp_path / "relay.db"
+    now = time.time()
+    with Store.open(db) as store:
+        store.endpoints.sync_endpoints([Ep("hook")])
+        fill(store, 2, 1)
+        first, second = store.outbox.due_deliveries(time.time() + 1, 10)
+        refused = AttemptResult(None, "ClientConnectorError: refused", 2.0, "", None, now - 60)
+        store.outbox.record_attempts([AttemptRecord(first.id, refused, Retry(at=now + 600))])
+
+    def shown() -> tuple[str, Any]:
+        row = next(line for line in ok("status", "--db", str(db)).splitlines() if "hook" in line)
+        (endpoint,) = json.loads(ok("status", "--db", str(db), "--json"))["endpoints"]
+        return row, endpoint
+
+    row, endpoint = shown()
+    assert "ClientConnectorError" in row and endpoint["failing_since"] is not None
+    with Store.open(db) as store:
+        answered = AttemptResult(204, None, 2.0, "", None, now - 30)
+        store.outbox.record_attempts([AttemptRecord(second.id, answered, Delivered())])
+    row, endpoint = shown()
+    assert endpoint["failing_since"] is None and endpoint["last_error"]  # kept, as history
+    assert "ClientConnectorError" not in row, row
 
 
 def test_status_json_matches_the_store(run: RelayRun) -> None:
@@ -660,7 +690,6 @@ def test_enable_then_disable(db_copy: Where) -> None:
         states = {s.name: s for s in store.endpoints.endpoint_states()}
     assert states["gone"].enabled and states["gone"].disabled_reason is None
     assert not states["ci"].enabled and states["ci"].disabled_reason == "maintenance"
-
 
 
 @pytest.mark.parametrize(

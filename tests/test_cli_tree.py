@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import click
 import pytest
 from click.testing import CliRunner
 
-from sessionhook.cli import cli
+from sessionhook.cli import _output, cli
 from sessionhook.cli.groups import Command, Group
+
 
 def walk(command: click.Command, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
     """The path of every command under ``command`` (``()``: the root), groups first."""
@@ -37,9 +39,7 @@ def groups() -> list[tuple[str, ...]]:
 
 def options(command: click.Command) -> list[click.Option]:
     """The options a user gives (not --help or --version, which answer and exit)."""
-    return [
-        p for p in command.params if isinstance(p, click.Option) and p.expose_value and p.name
-    ]
+    return [p for p in command.params if isinstance(p, click.Option) and p.expose_value and p.name]
 
 
 def sample(param: click.Parameter) -> tuple[list[str], Any]:
@@ -152,3 +152,40 @@ def test_every_group_s_help_names_all_its_subcommands() -> None:
         for name in group.commands:
             assert re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", described), (path, name)
             assert re.search(rf"^\s+{re.escape(name)}\s", listed, re.M), (path, name)
+
+
+#: What each command needs on its command line before it looks for its config.
+BEFORE_CONFIG: dict[tuple[str, ...], list[str]] = {
+    ("endpoints", "create"): ["--url", "https://hooks.example.com/x"],
+    ("replay",): ["--since", "1h"],
+    ("deliveries", "recover"): ["--since", "1h"],
+}
+#: The commands that call the Sessions API: a missing default config is no error there.
+API_GROUPS = {"sessions", "activities", "sources"}
+
+
+def test_every_command_says_how_to_name_a_config_when_the_default_is_missing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``status`` without --config or $SESSIONHOOK_CONFIG, and the default file missing:
+    the line says how to name one, as docs/troubleshooting.md quotes it (``run`` did,
+    the operator commands did not)."""
+    missing = str(tmp_path / "etc" / "config.toml")
+    monkeypatch.setattr(_output, "DEFAULT_CONFIG", missing)
+    monkeypatch.delenv(_output.ENV_CONFIG, raising=False)
+    expected = (
+        f"config error: {missing}: file not found (give --config FILE or set SESSIONHOOK_CONFIG)"
+    )
+    checked = []
+    for path in walk(cli):
+        command = at(path)
+        takes = {p.name for p in command.params}
+        if not path or path[0] in API_GROUPS or not takes & {"config_path", "config_flag"}:
+            continue
+        argv = [*path, *required(command, set()), *BEFORE_CONFIG.get(path, [])]
+        result = CliRunner().invoke(cli, argv)
+        assert (result.exit_code, result.stderr.strip()) == (2, expected), argv
+        checked.append(path)
+    assert {("status",), ("run",), ("deliveries", "retry"), ("actions", "rotate-key")} <= set(
+        checked
+    )

@@ -107,7 +107,8 @@ def _print_status(overview: Overview, now: float) -> None:
                 ep.delivered_last_hour,
                 ep.failed_last_hour,
                 ep.dead_last_hour,
-                ep.last_error or "",
+                # A success since makes the error history (--json: failing_since null).
+                ep.last_error if ep.error_is_current else "",
             ]
         )
     headers = ["ENDPOINT", "STATE", "PENDING", "OLDEST", "DELIVERED/1h", "FAILED/1h", "DEAD/1h"]

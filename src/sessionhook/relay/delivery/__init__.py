@@ -1,2 +1,1 @@
-"""Writing out: the dispatcher, the signed POST, the webhook sender, DNS pinning.
-"""
+"""Writing out: the dispatcher, the signed POST, the webhook sender, DNS pinning."""

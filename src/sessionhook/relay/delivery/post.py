@@ -35,6 +35,8 @@ from .sender import Answer, HttpxPoster, Poster, PostError
 __all__ = ["USER_AGENT", "UrlGuard", "literal_guard", "post_event", "refused"]
 
 USER_AGENT = f"sessionhook/{__version__}"
+
+
 class UrlGuard(Protocol):
     """Checks that an endpoint URL may be contacted: a refusal reason, or ``None``."""
 

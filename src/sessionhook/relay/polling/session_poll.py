@@ -371,8 +371,8 @@ class SessionPoll:
         member = lifecycle.awaited_member(fresh.state)
         changed = fresh.state != row.state
         entered = first_poll or changed
-        activity = None if member is None else await self._store.ingest.latest_activity(
-            row.name, member
+        activity = (
+            None if member is None else await self._store.ingest.latest_activity(row.name, member)
         )
         if member is not None and changed and not lifecycle.explains(activity, row.update_time):
             now = self._mono()

@@ -29,7 +29,7 @@ from ...telemetry.metrics import Metrics
 from ..auth import CSRF_FIELD, csrf_token
 from ..bell import Bell
 from ..context import SendTest
-from .text import age, answer, clip, current_error, outcome, pretty, stamp
+from .text import age, answer, clip, outcome, pretty, stamp
 
 __all__ = [
     "FLASH_COOKIE",
@@ -125,7 +125,6 @@ _ENV.filters.update(
     pretty=pretty,
     outcome=outcome,
     answer=answer,
-    current_error=current_error,
     redacted=redact_userinfo,
 )
 
