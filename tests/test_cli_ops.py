@@ -549,7 +549,7 @@ def test_replay_by_event_id_and_type(run: RelayRun, db_copy: Where) -> None:
     assert out.strip() == f"queued {len(ids)} deliveries to broken"
     # already on its way: not queued twice
     again = ok(*args, "--event", ids[0]).strip()
-    assert again.startswith("queued 0 deliveries to broken: the 1 events selected are on their")
+    assert again.startswith("queued 0 deliveries to broken: the event selected is on its way")
     assert "deliveries recover --endpoint broken" in again  # says why, and what to do
     typed = ok(*args, "--since", "3h", "--type", "session.discovered")
     assert typed.strip() == "queued 2 deliveries to broken"  # two sessions

@@ -18,6 +18,7 @@ from urllib.parse import quote
 
 import click
 
+from ..wording import counted
 from ._output import CliError, echo_json
 from .ops import json_option, reported, store_options, store_target, writing_store
 from .ops_endpoints import endpoints
@@ -260,7 +261,8 @@ def endpoints_delete(
     _show(
         {"name": name, "deleted": True, "deliveries_closed": closed},
         as_json,
-        f"endpoint {name} deleted; {closed} open deliveries are now dead ({reason})",
+        f"endpoint {name} deleted; {counted(closed, 'open delivery', 'open deliveries')} "
+        f"{'is' if closed == 1 else 'are'} now dead ({reason})",
     )
 
 

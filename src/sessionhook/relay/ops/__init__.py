@@ -33,6 +33,7 @@ import httpx
 
 from sessionhook.api.models import Session
 
+from ...wording import counted
 from ..config import Config, EndpointConfig
 from ..delivery.pinning import PinnedTransport
 from ..delivery.post import post_event
@@ -100,6 +101,7 @@ __all__ = [
     "deliveries",
     "disable_endpoint",
     "enable_endpoint",
+    "enabled_line",
     "endpoints",
     "events",
     "find_endpoint",
@@ -456,14 +458,27 @@ def _replay_none(
         where = f" of {session}" if session else ""
         return f"no archived event{where} in that range" if not event_ids else "no such event"
     if on_way == selected:
+        if selected == 1:
+            return (
+                f"the event selected is on its way to {endpoint} already (an open delivery): "
+                "if it failed, send it now with `sessionhook deliveries recover --endpoint "
+                f"{endpoint} --since TIME` or `deliveries retry ID`"
+            )
         return (
             f"the {selected} events selected are on their way to {endpoint} already (an open "
             "delivery each): send the failed ones now with `sessionhook deliveries recover "
             f"--endpoint {endpoint} --since TIME` or `deliveries retry ID`"
         )
+    if on_way == 0:
+        return (
+            f"the {'event' if selected == 1 else f'{selected} events'} selected "
+            f"{'is' if selected == 1 else 'are'} of types {endpoint} does not subscribe to "
+            "(or fail its filter or --type)"
+        )
     return (
-        f"of the {selected} events selected, {on_way} are on their way already and the "
-        f"others are of types {endpoint} does not subscribe to (or fail its filter or --type)"
+        f"of the {selected} events selected, {on_way} {'is' if on_way == 1 else 'are'} on "
+        f"{'its' if on_way == 1 else 'their'} way already and the others are of types "
+        f"{endpoint} does not subscribe to (or fail its filter or --type)"
     )
 
 
@@ -474,6 +489,11 @@ def enable_endpoint(store: StoreCore, name: str) -> int:
     store.endpoints.set_endpoint_enabled(name, True)
     store.operator.make_due(name)
     return store.outbox.pending_count(name)
+
+
+def enabled_line(name: str, waiting: int) -> str:
+    """What the CLI and the console say after :func:`enable_endpoint`."""
+    return f"endpoint {name} enabled; {counted(waiting, 'delivery')} waiting"
 
 
 def disable_endpoint(store: StoreCore, name: str, reason: str = "disabled by an operator") -> None:

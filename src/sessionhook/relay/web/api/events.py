@@ -17,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from ....wording import counted
 from ... import ops as operator
 from ...ops import OperatorError, UnknownEndpointError, pages
 from ...ops.wire import delivery_json, event_json
@@ -89,7 +90,7 @@ def events_routes(ctx: WebContext) -> Sequence[BaseRoute]:
         if result.queued:
             ctx.wake()
         _log.info("api.replay", endpoint=body.endpoint, event_id=key, queued=result.queued)
-        message = f"queued {result.queued} deliveries of {key} to {body.endpoint}"
+        message = f"queued {counted(result.queued, 'delivery')} of {key} to {body.endpoint}"
         if result.reason:
             message += f": {result.reason}"
         return JSONResponse({"queued": result.queued, "reason": result.reason, "message": message})

@@ -22,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
 from ....redact import redact_userinfo
+from ....wording import counted
 from ...config import Config
 from ...domain.actions import UpstreamAct
 from ...store import AsyncStore
@@ -126,6 +127,7 @@ _ENV.filters.update(
     outcome=outcome,
     answer=answer,
     redacted=redact_userinfo,
+    counted=counted,
 )
 
 

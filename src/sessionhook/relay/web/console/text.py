@@ -8,6 +8,7 @@ import json
 from datetime import UTC, datetime
 from typing import Final
 
+from ....wording import counted
 from ...store import AttemptRow, DeliveryRow
 
 __all__ = [
@@ -65,7 +66,7 @@ def clip(text: str | bytes | None, limit: int = BODY_SHOWN) -> str:
         text = text.decode("utf-8", "replace")
     if len(text) <= limit:
         return text
-    return f"{text[:limit]}\n... ({len(text) - limit} characters more)"
+    return f"{text[:limit]}\n... ({counted(len(text) - limit, 'character')} more)"
 
 
 def pretty(body: bytes) -> str:
