@@ -1,6 +1,8 @@
 """The ``sessionhook`` command tree, walked whole: every group holds the rule of
 ``cli/groups.py`` (an option given to a group reaches the subcommand that runs, or is
-refused: never dropped), and every group's ``--help`` names all its subcommands."""
+refused: never dropped), every group's ``--help`` names all its subcommands, every
+command that reads the daemon's config says how to name one when the default is missing,
+and the command reference (docs/cli.md) names every command and every option."""
 
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ from click.testing import CliRunner
 
 from sessionhook.cli import _output, cli
 from sessionhook.cli.groups import Command, Group
+
+REFERENCE = Path(__file__).resolve().parents[1] / "docs" / "cli.md"
 
 
 def walk(command: click.Command, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
@@ -189,3 +193,35 @@ def test_every_command_says_how_to_name_a_config_when_the_default_is_missing(
     assert {("status",), ("run",), ("deliveries", "retry"), ("actions", "rotate-key")} <= set(
         checked
     )
+
+
+def test_the_reference_names_every_command_and_option() -> None:
+    """docs/cli.md is the CLI's reference: every command has a heading of its own and every
+    option of it is named in its section."""
+    text = REFERENCE.read_text("utf-8")
+    sections = _sections(text)
+    missing: list[str] = []
+    for path in walk(cli):
+        if not path:
+            continue
+        title = "sessionhook " + " ".join(path)
+        section = sections.get(title)
+        if section is None:
+            missing.append(f"no section `{title}`")
+            continue
+        for option in options(at(path)):
+            if not any(f"`{spelled}" in section for spelled in option.opts):
+                missing.append(f"`{title}` does not name {option.opts[0]}")
+    assert missing == []
+
+
+def _sections(text: str) -> dict[str, str]:
+    """The text under each heading that is a command in code (`` ### `sessionhook x` ``),
+    up to the next heading of any command."""
+    found: dict[str, str] = {}
+    heading = re.compile(r"^#{2,4} `(sessionhook[^`]*)`\s*$", re.M)
+    marks = list(heading.finditer(text))
+    for i, mark in enumerate(marks):
+        end = marks[i + 1].start() if i + 1 < len(marks) else len(text)
+        found[mark.group(1).strip()] = text[mark.end() : end]
+    return found
