@@ -67,6 +67,33 @@ def submit(browser: Any) -> None:
     )
 
 
+#: The page's card: the one element drawn with a shadow (the login stylesheet's card).
+CARD = """
+const cards = [...document.querySelectorAll('body *')]
+  .filter(e => getComputedStyle(e).boxShadow !== 'none');
+if (cards.length !== 1) return ['cards: ' + cards.length];
+const card = cards[0].getBoundingClientRect();
+const outside = [];
+for (const selector of arguments[0]) {
+  for (const e of document.querySelectorAll(selector)) {
+    const r = e.getBoundingClientRect();
+    if (r.left < card.left || r.right > card.right || r.top < card.top || r.bottom > card.bottom) {
+      outside.push(selector);
+    }
+  }
+}
+return outside;
+"""
+
+
+def drawn_in_the_card(browser: Any, *selectors: str) -> None:
+    """The page's heading, text and form are inside its card's box (they were drawn above
+    and beside it: the card was the form alone)."""
+    present = [s for s in selectors if browser.find_elements("css selector", s)]
+    assert present == list(selectors), browser.page_source[:2000]
+    assert browser.execute_script(CARD, list(selectors)) == []
+
+
 def not_injected(browser: Any) -> None:
     assert browser.execute_script("return window.__pwned") is None
     assert browser.find_elements("css selector", "#pwned") == []
@@ -82,8 +109,10 @@ def test_a_plan_approved_from_its_page(stack: Stack, browser: Any) -> None:
     not_injected(browser)
     steps = browser.find_elements("css selector", "ol.steps li")
     assert steps, browser.page_source
+    drawn_in_the_card(browser, "h1", "main > p", "ol.steps", "form", "form button")
     submit(browser)
     assert text_of(browser, "h1") == "Done"
+    drawn_in_the_card(browser, "h1", "main > p")
     assert "Plan approved" in text_of(browser, "main")
     until(
         lambda: (
@@ -105,6 +134,7 @@ def test_a_question_answered_from_its_page(stack: Stack, browser: Any) -> None:
     browser.get(links["reply"])
     assert text_of(browser, "h1") == "The agent asks"
     assert text_of(browser, "blockquote.question")
+    drawn_in_the_card(browser, "h1", "blockquote.question", "form", "textarea", "form button")
     answer = f"Keep it simple {HOSTILE} & done"
     browser.find_element("css selector", "textarea[name=text]").send_keys(answer)
     submit(browser)

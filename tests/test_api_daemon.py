@@ -3,7 +3,9 @@ against the real daemon, in process on both store engines: its listener on a loo
 the emulator upstream and a consumer behind ASGI transports. Each operation answers 401
 without the token and with a wrong one, 400 with one line for a body that is not JSON,
 and does its work with a good request; the test fails if the document lists an operation
-it did not call. (The Slack route is Slack's, signed by Slack: tests/test_slack_daemon.py.)
+it did not call. Every parameter the document names, in a path or a query, sent 10 KB long,
+is refused with one short line (400; 404 for a name in a path, which names nothing), never
+answered 200 or 500. (The Slack route is Slack's, signed by Slack: tests/test_slack_daemon.py.)
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ pytestmark = pytest.mark.anyio
 TOKEN = "api-daemon-token-" + "k" * 30
 SLACK = "/v1/integrations/slack/interactions"
 WITHIN = 30.0
+#: A parameter's length in :func:`_every_parameter_10_kb_long`.
+LONG = 10 * 1024
 
 
 @dataclass
@@ -68,6 +72,39 @@ def _auth() -> dict[str, str]:
 def _operations() -> set[tuple[str, str]]:
     paths = openapi_document()["paths"]
     return {(m.upper(), p) for p, ops in paths.items() for m in ops if p != SLACK}
+
+
+async def _every_parameter_10_kb_long(http: httpx.AsyncClient) -> set[tuple[str, str]]:
+    """Send each parameter of each operation of the daemon's ``/openapi.json`` 10 KB long
+    (digits, then letters), the others of its path short; check each refusal. Returns the
+    (operation, parameter) pairs sent."""
+    document = (await http.get("/openapi.json")).json()
+    sent: set[tuple[str, str]] = set()
+    for template, operations in document["paths"].items():
+        if template == SLACK:
+            continue
+        for method, operation in operations.items():
+            parameters = operation.get("parameters", [])
+            in_path = [p["name"] for p in parameters if p["in"] == "path"]
+            for parameter in parameters:
+                name, where = parameter["name"], parameter["in"]
+                for value in ("7" * LONG, "x" * LONG):
+                    filled = {n: value if (n, where) == (name, "path") else "x" for n in in_path}
+                    query = {name: value} if where == "query" else None
+                    answer = await http.request(
+                        method.upper(),
+                        template.format(**filled),
+                        params=query,
+                        json={} if method in ("post", "put", "patch") else None,
+                        headers=_auth(),
+                    )
+                    refused = 404 if answer.status_code == 404 and where == "path" else 400
+                    message = api_error(answer, refused)
+                    assert len(message) < 300, (method, template, name, message[:100])
+                    if where == "query":
+                        assert name in message, (method, template, message)
+                sent.add((operation["operationId"], name))
+    return sent
 
 
 def _delivered(session: str, kind: str) -> Callable[[Receiver], bool]:
@@ -187,6 +224,13 @@ async def test_every_operation_of_the_document_over_http_on_the_real_daemon(
         gone = await api("DELETE", "/v1/endpoints/{name}", 200, name="laptop")
         assert gone["deleted"] is True
         api_error(await http.get("/v1/endpoints/laptop", headers=_auth()), 404)
+        too_long = await _every_parameter_10_kb_long(http)
         daemon.stop()
 
     assert api.called == _operations()
+    assert ("listActions", "session") in too_long and ("listDeliveries", "pageToken") in too_long
+    assert len(too_long) == sum(
+        len(op.get("parameters", []))
+        for ops in openapi_document()["paths"].values()
+        for op in ops.values()
+    )

@@ -13,6 +13,7 @@ import re
 import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import click
@@ -23,7 +24,7 @@ from click.testing import CliRunner, Result
 from sessionhook.api.client import DEFAULT_API_KEY_HEADER
 from sessionhook.api.errors import NotFoundError
 from sessionhook.api.models import ErrorDetail
-from sessionhook.cli import cli
+from sessionhook.cli import _output, cli
 from sessionhook.cli._output import (
     CliError,
     Runtime,
@@ -455,6 +456,107 @@ def test_base_url_comes_from_the_environment_and_the_option_wins() -> None:
     ]
 
 
+def _recorder(seen: list[httpx.Request]) -> Runtime:
+    def record(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json={"sources": []})
+
+    return Runtime(transport=httpx.MockTransport(record))
+
+
+def _config(tmp_path: Path, body: str, key: str = KEY) -> Path:
+    """A daemon's config: ``body``, and the API key in a file beside it."""
+    key_file = tmp_path / "api-key"
+    key_file.write_text(key + "\n")
+    key_file.chmod(0o600)
+    path = tmp_path / "config.toml"
+    path.write_text(body.replace("KEY_FILE", str(key_file)))
+    return path
+
+
+def test_the_service_is_named_as_for_every_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``sessions create`` read the config's api.base_url nowhere: the API commands take
+    --config (else $SESSIONHOOK_CONFIG, else the default file when it exists); the address
+    is flag > environment > file, the key environment > file, the header from the file."""
+    config = _config(
+        tmp_path,
+        '[api]\nbase_url = "https://file.test"\napi_key_file = "KEY_FILE"\n'
+        'api_key_header = "x-file-key"\n',
+    )
+    seen: list[httpx.Request] = []
+    runtime = _recorder(seen)
+    blank: dict[str, str | None] = {
+        "SESSIONHOOK_API_KEY": None,
+        "SESSIONHOOK_BASE_URL": None,
+        "SESSIONHOOK_CONFIG": None,
+    }
+
+    def called(*args: str, **env: str | None) -> tuple[str, str | None]:
+        seen.clear()
+        result = CliRunner().invoke(cli, list(args), obj=runtime, env={**blank, **env})
+        assert result.exit_code == 0, result.output
+        (request,) = seen
+        return str(request.url), request.headers.get("x-file-key")
+
+    listing = ("sources", "list")
+    assert called(*listing, "--config", str(config)) == ("https://file.test/v1alpha/sources", KEY)
+    assert called(*listing, SESSIONHOOK_CONFIG=str(config))[0].startswith("https://file.test/")
+    env_url = called(*listing, "--config", str(config), SESSIONHOOK_BASE_URL="https://env.test")
+    assert env_url == ("https://env.test/v1alpha/sources", KEY)
+    flag = called(
+        *listing,
+        "--config",
+        str(config),
+        "--base-url",
+        "https://flag.test",
+        SESSIONHOOK_BASE_URL="https://env.test",
+        SESSIONHOOK_API_KEY=OTHER_KEY,
+    )
+    assert flag == ("https://flag.test/v1alpha/sources", OTHER_KEY)
+    # The default file, when it exists and something is left to find.
+    monkeypatch.setattr(_output, "DEFAULT_CONFIG", str(config))
+    assert called(*listing) == ("https://file.test/v1alpha/sources", KEY)
+    seen.clear()
+    created = CliRunner().invoke(
+        cli, ["sessions", "create", "Fix it", "--config", str(config)], obj=runtime, env=blank
+    )
+    assert str(seen[0].url) == "https://file.test/v1alpha/sessions", created.output
+
+
+def test_an_account_of_the_config_is_named_with_account(tmp_path: Path) -> None:
+    config = _config(
+        tmp_path,
+        '[api]\nbase_url = "https://default.test"\n'
+        '[[accounts]]\nname = "team-a"\napi_key_file = "KEY_FILE"\n'
+        '[[accounts]]\nname = "team-b"\napi_key_env = "TEAM_B_KEY"\n'
+        'base_url = "https://b.test"\n',
+    )
+    seen: list[httpx.Request] = []
+    runtime = _recorder(seen)
+    env = {"SESSIONHOOK_API_KEY": None, "SESSIONHOOK_BASE_URL": None, "TEAM_B_KEY": OTHER_KEY}
+    base = ["sources", "list", "--config", str(config)]
+    runner = CliRunner()
+    assert runner.invoke(cli, [*base, "--account", "team-b"], obj=runtime, env=env).exit_code == 0
+    assert str(seen[-1].url).startswith("https://b.test/")
+    assert seen[-1].headers[DEFAULT_API_KEY_HEADER] == OTHER_KEY
+    assert runner.invoke(cli, [*base, "--account", "team-a"], obj=runtime, env=env).exit_code == 0
+    assert str(seen[-1].url).startswith("https://default.test/")
+    assert seen[-1].headers[DEFAULT_API_KEY_HEADER] == KEY
+    both = runner.invoke(cli, base, obj=runtime, env=env)
+    assert both.exit_code == 2 and "--account" in both.stderr and "team-a, team-b" in both.stderr
+    unknown = runner.invoke(cli, [*base, "--account", "team-c"], obj=runtime, env=env)
+    assert unknown.exit_code == 2 and unknown.stderr.splitlines() == [
+        "config error: accounts: no account 'team-c' (known: team-a, team-b)"
+    ]
+    missing = runner.invoke(
+        cli, ["sources", "list", "--config", str(tmp_path / "nope.toml")], obj=runtime, env=env
+    )
+    assert missing.exit_code == 2 and "nope.toml: file not found" in missing.stderr
+    assert len(seen) == 2  # no call made by a command that failed
+
+
 def test_api_key_header_option(h: CliHarness) -> None:
     seen: list[httpx.Headers] = []
 
@@ -483,7 +585,7 @@ def test_api_key_header_default_is_the_clients_and_help_names_it() -> None:
     assert CliRunner().invoke(cli, ["sources", "list"], obj=runtime, env=env).exit_code == 0
     assert seen[0][DEFAULT_API_KEY_HEADER] == KEY
     shown = CliRunner().invoke(cli, ["sources", "list", "--help"]).stdout
-    assert f"[default: {DEFAULT_API_KEY_HEADER}]" in " ".join(shown.split())
+    assert f"else {DEFAULT_API_KEY_HEADER}]" in " ".join(shown.split())
 
 
 def test_help_lists_every_command() -> None:

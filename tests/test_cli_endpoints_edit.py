@@ -56,8 +56,20 @@ def create(config: Path, name: str, *more: str) -> Result:
     )
 
 
+def test_events_is_spelled_as_in_the_config_and_the_api(config_file: Path) -> None:
+    """``--events`` (a list, comma-separated or repeated) as the config's ``events`` and the
+    API's; ``--event`` still works."""
+    made = create(config_file, "both", "--events", "session.*, activity.plan_*", "--json")
+    assert json.loads(made.output)["definition"]["events"] == ["session.*", "activity.plan_*"]
+    again = create(config_file, "old", "--event", "session.*", "--events", "activity.*", "--json")
+    assert json.loads(again.output)["definition"]["events"] == ["session.*", "activity.*"]
+    change = ["update", "both", "--events", "session.completed", "--json"]
+    updated = json.loads(run(config_file, "endpoints", *change).output)
+    assert updated["definition"]["events"] == ["session.completed"]
+
+
 def test_create_update_rotate_delete(backend: Backend, config_file: Path) -> None:
-    more = ["--event", "session.*", "--format", "slack", "--description", "CI", "--json"]
+    more = ["--events", "session.*", "--format", "slack", "--description", "CI", "--json"]
     answer = json.loads(create(config_file, "ci-bot", *more).output)
     secret = answer["secret"]
     assert secret.startswith("whsec_") and answer["source"] == "api"

@@ -54,6 +54,7 @@ from sessionhook.relay.web import server as health
 from tests.support.clock import Clock
 from tests.support.pg import TEMPLATE, Cluster
 from tests.support.receiver import Receiver
+from tests.support.store_rows import Ep
 
 pytestmark = pytest.mark.integration
 
@@ -289,8 +290,6 @@ def failed(*args: str, code: int = 1) -> str:
     return lines[-1]
 
 
-
-
 # --------------------------------------------------------------------------- the run itself
 
 
@@ -326,6 +325,37 @@ def test_status_table(run: RelayRun) -> None:
     assert "disabled: " in rows["gone"] and "410" in rows["gone"]
     assert "last poll" in out and "never" not in out.split("last poll")[1].splitlines()[0]
     assert "throttled (429)" in out
+
+
+def test_status_shows_an_endpoint_s_error_until_a_success_follows(tmp_path: Path) -> None:
+    """The table's LAST ERROR agrees with --json's failing_since: an error answered by a
+    later success is history (the table kept showing it while the JSON said null)."""
+    from sessionhook.relay.domain.retry import AttemptResult, Delivered, Retry
+    from sessionhook.relay.store import AttemptRecord
+    from tests.support.backlog import fill
+
+    db = tmp_path / "relay.db"
+    now = time.time()
+    with Store.open(db) as store:
+        store.endpoints.sync_endpoints([Ep("hook")])
+        fill(store, 2, 1)
+        first, second = store.outbox.due_deliveries(time.time() + 1, 10)
+        refused = AttemptResult(None, "ClientConnectorError: refused", 2.0, "", None, now - 60)
+        store.outbox.record_attempts([AttemptRecord(first.id, refused, Retry(at=now + 600))])
+
+    def shown() -> tuple[str, Any]:
+        row = next(line for line in ok("status", "--db", str(db)).splitlines() if "hook" in line)
+        (endpoint,) = json.loads(ok("status", "--db", str(db), "--json"))["endpoints"]
+        return row, endpoint
+
+    row, endpoint = shown()
+    assert "ClientConnectorError" in row and endpoint["failing_since"] is not None
+    with Store.open(db) as store:
+        answered = AttemptResult(204, None, 2.0, "", None, now - 30)
+        store.outbox.record_attempts([AttemptRecord(second.id, answered, Delivered())])
+    row, endpoint = shown()
+    assert endpoint["failing_since"] is None and endpoint["last_error"]  # kept, as history
+    assert "ClientConnectorError" not in row, row
 
 
 def test_status_json_matches_the_store(run: RelayRun) -> None:
@@ -519,7 +549,7 @@ def test_replay_by_event_id_and_type(run: RelayRun, db_copy: Where) -> None:
     assert out.strip() == f"queued {len(ids)} deliveries to broken"
     # already on its way: not queued twice
     again = ok(*args, "--event", ids[0]).strip()
-    assert again.startswith("queued 0 deliveries to broken: the 1 events selected are on their")
+    assert again.startswith("queued 0 deliveries to broken: the event selected is on its way")
     assert "deliveries recover --endpoint broken" in again  # says why, and what to do
     typed = ok(*args, "--since", "3h", "--type", "session.discovered")
     assert typed.strip() == "queued 2 deliveries to broken"  # two sessions
@@ -582,6 +612,28 @@ def test_deliveries_retry_and_recover_reopen_the_same_rows(db_copy: Where) -> No
     assert line.startswith("error: no endpoint named 'nope'")
 
 
+def test_options_given_to_the_deliveries_group_reach_retry_and_recover(db_copy: Where) -> None:
+    """``deliveries --db FILE retry ID``: the group's options are the subcommand's (they
+    were dropped, and /etc/sessionhook/config.toml read instead); one the subcommand does
+    not take is refused."""
+    with db_copy.reader() as store:
+        dead = sorted(store.operator.list_deliveries("broken", "dead", limit=10_000), key=id_of)
+    assert len(dead) > 1
+    out = ok("deliveries", *db_copy.args, "retry", str(dead[0].id))
+    assert out.strip() == f"delivery {dead[0].id} ({dead[0].event_id}) to broken: dead -> due now"
+    out = ok("deliveries", *db_copy.args, "--endpoint", "broken", "recover", "--since", "3h")
+    assert out.startswith(f"recovered {len(dead) - 1} deliver")
+    with db_copy.reader() as store:
+        after = {d.id: d.status for d in store.operator.list_deliveries("broken", limit=10_000)}
+    assert {after[d.id] for d in dead} == {"pending"}
+    refused = invoke("deliveries", *db_copy.args, "--status", "dead", "retry", str(dead[0].id))
+    assert refused.exit_code == 2 and "--status" in refused.stderr
+
+
+def id_of(row: Any) -> int:
+    return int(row.id)
+
+
 def test_replay_in_chunks_reports_progress(db_copy: Where) -> None:
     progress: list[int] = []
     with db_copy.writer() as store:
@@ -638,7 +690,6 @@ def test_enable_then_disable(db_copy: Where) -> None:
         states = {s.name: s for s in store.endpoints.endpoint_states()}
     assert states["gone"].enabled and states["gone"].disabled_reason is None
     assert not states["ci"].enabled and states["ci"].disabled_reason == "maintenance"
-
 
 
 @pytest.mark.parametrize(

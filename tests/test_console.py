@@ -338,7 +338,7 @@ async def test_replay_one_event_keeps_its_id_and_a_range_needs_a_start(client: A
     assert queued.status_code == 303 and queued.headers["location"] == "/console"
     replays = [d for d in store.operator.list_deliveries(event_id=beta.event_id) if d.replayed]
     assert len(replays) == 1 and replays[0].endpoint == "beta"
-    assert "queued 1 deliveries of event" in (await http.get("/console")).text
+    assert "queued 1 delivery of event" in (await http.get("/console")).text
     await http.post("/console/actions/replay", **form(token, endpoint="beta"))
     assert "give an event, or a start time" in (await http.get("/console")).text
     future = form(token, endpoint="alpha", since="2030-01-01")
@@ -348,7 +348,7 @@ async def test_replay_one_event_keeps_its_id_and_a_range_needs_a_start(client: A
     # two are still pending): the hostile session's one, delivered before.
     await http.post("/console/actions/replay", **form(token, endpoint="alpha", since="2025-01-01"))
     assert (
-        "queued 1 deliveries of the events of that time range" in (await http.get("/console")).text
+        "queued 1 delivery of the events of that time range" in (await http.get("/console")).text
     )
 
 

@@ -195,7 +195,7 @@ def test_failed_attempt_detail_then_replay_and_see_the_new_attempt(
     before = stack.consumers["beta"].seen.count(event_id)
     stack.consumers["beta"].recover()
     navigate(browser, one(browser, "form[action='/console/actions/replay'] button"))
-    assert "queued 1 deliveries" in flash(browser)
+    assert "queued 1 delivery" in flash(browser)
     # The replay is a new delivery of the same event; open it and wait for its attempt.
     replay = until(
         lambda: next((li for li in css(browser, "#others li") if "(replay)" in li.text), None),

@@ -19,7 +19,7 @@ from sessionhook.relay.ops import endpoint_edits as edits
 from sessionhook.relay.store import AsyncStore, Store
 from tests.support.backends import Backend
 from tests.support.clock import T0, Clock
-from tests.support.console_app import app_for, form, logged_in
+from tests.support.console_app import TOKEN, app_for, form, logged_in
 from tests.support.store_rows import Ep
 
 NOW = T0 + 600  # the console app's clock
@@ -268,6 +268,43 @@ async def test_rotate_shows_the_new_secret_once_and_keeps_the_old_for_the_overla
     too_long = await client.post("/console/endpoints/ci-bot/rotate", **form(token, overlap="90d"))
     assert too_long.status_code == 303
     assert store.endpoints.stored_endpoint("ci-bot") == stored
+
+
+CACHE_HEADERS = ("cache-control", "pragma", "expires")
+
+
+def cache_headers(answer: httpx.Response) -> dict[str, str | None]:
+    return {name: answer.headers.get(name) for name in CACHE_HEADERS}
+
+
+@pytest.mark.anyio
+async def test_every_answer_that_shows_a_secret_is_kept_by_no_cache(http: Any) -> None:
+    """The console's page of a new secret and the API's answers that carry one
+    (``POST /v1/endpoints``, ``:rotateSecret``) say the same: no-store, no-cache."""
+    client, token = http
+    console = [
+        await client.post(
+            "/console/endpoints/new",
+            **form(token, name="by-page", url=URL, events="session.*", format="standard"),
+        ),
+        await client.post("/console/endpoints/by-page/rotate", **form(token, overlap="1h")),
+    ]
+    bearer = {"authorization": f"Bearer {TOKEN}"}
+    api = [
+        await client.post(
+            "/v1/endpoints",
+            json={"name": "by-api", "url": URL, "events": ["session.*"]},
+            headers=bearer,
+        ),
+        await client.post(
+            "/v1/endpoints/by-api:rotateSecret", json={"overlap": "1h"}, headers=bearer
+        ),
+    ]
+    assert [a.status_code for a in console + api] == [201, 200, 201, 200]
+    assert all("secret" in a.json() for a in api)
+    expected = cache_headers(console[0])
+    assert expected["cache-control"] == "no-store" and expected["pragma"] == "no-cache"
+    assert [cache_headers(a) for a in console + api] == [expected] * 4
 
 
 # --------------------------------------------------------------------------- config file

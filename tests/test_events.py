@@ -241,7 +241,7 @@ def test_session_discovered_body() -> None:
     body = event.payload()
     assert event.type == "session.discovered"
     assert event.activity_name is None
-    assert body["timestamp"] == SESSION_JSON["updateTime"]
+    assert body["timestamp"] == SESSION_JSON["createTime"]
     assert body["data"] == {"session": session_summary(make_session())}
 
 
@@ -279,7 +279,7 @@ def test_missing_upstream_time_falls_back_to_injected_clock() -> None:
 
 def test_upstream_time_wins_over_the_clock() -> None:
     event = session_discovered(make_session(), now=0)
-    assert event.occurred_at == SESSION_JSON["updateTime"]
+    assert event.occurred_at == SESSION_JSON["createTime"]
 
 
 @pytest.mark.parametrize(

@@ -269,6 +269,40 @@ async def test_without_backfill_only_what_happens_after_the_first_start_is_deliv
         assert sent == new_events
 
 
+def _in_time_order(h: PollerHarness, name: str) -> list[str]:
+    """The types of ``name``'s events in archive order, checking that their times never
+    go back (what `events --follow` prints, in that order)."""
+    rows = list(h.store.store.operator.iter_events(session=name))
+    times = [row.occurred_ts for row in rows]
+    assert times == sorted(times), [(r.type, r.occurred_at) for r in rows]
+    return [row.type for row in rows]
+
+
+async def test_a_session_s_events_are_archived_in_the_order_of_their_times(
+    tmp_path: Path,
+) -> None:
+    """session.discovered first, at the session's createTime, then its activities, for a
+    session found when it is over (its updateTime then is later than its activities: the
+    event took it, and `events --follow` printed it first with a later time) and for one
+    of the history walk (announced after its activities)."""
+    async with PollerHarness(tmp_path, backfill=False) as h:
+        history = await h.api.create_session("Done before the relay's first start")
+        h.clock.now += 30  # over before the first discovery: history
+        report = await h.poller.run_once()  # the first discovery, then the history walk
+        assert not report.failed, report
+        types = _in_time_order(h, history.name)
+        assert types[:2] == ["session.discovered", "activity.session_started"], types
+        late = await h.api.create_session("Found when it is over")
+        h.clock.now += 30
+        await finish(h, late.name)
+        types = _in_time_order(h, late.name)
+        assert types[:2] == ["session.discovered", "activity.session_started"], types
+        (discovered,) = h.store.store.operator.iter_events(
+            session=late.name, type_glob="session.discovered"
+        )
+        assert discovered.occurred_at == (await h.api.get_session(late.name)).create_time
+
+
 async def test_sessions_created_while_discovery_fails_are_not_history(tmp_path: Path) -> None:
     async with PollerHarness(tmp_path, wrap=Faults, backfill=False) as h:
         faults = h.transport(Faults)

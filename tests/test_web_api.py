@@ -22,6 +22,7 @@ from sessionhook.relay.config import Config
 from sessionhook.relay.store import AsyncStore
 from sessionhook.relay.telemetry.metrics import Metrics
 from sessionhook.relay.web import WebAuth, WebContext, create_app
+from sessionhook.relay.web.api import common as api_common
 from sessionhook.relay.web.api.common import (
     ApiProblem,
     api_problem_response,
@@ -163,6 +164,19 @@ async def test_pages_follow_the_token_to_the_end_and_refuse_a_forged_one() -> No
             answer = await http.get("/things", params={"pageToken": forged})
             assert answer.status_code == 400, forged
             assert "pageToken" in answer.json()["error"]["message"]
+
+
+def test_every_query_parameter_of_the_api_is_read_through_the_one_bounded_reader() -> None:
+    """A route that reads ``request.query_params`` itself skips the bound of
+    ``common.query_text`` (``GET /v1/actions?session=`` did; tests/test_api_daemon.py sends
+    every documented parameter 10 KB long to the real daemon)."""
+    package = Path(api_common.__file__).parent
+    readers = {
+        path.name: path.read_text("utf-8").count("query_params")
+        for path in sorted(package.glob("*.py"))
+    }
+    assert readers.pop("common.py") == 1  # query_text's own read
+    assert {name: n for name, n in readers.items() if n} == {}
 
 
 async def test_the_daemon_acts_upstream_with_the_sessions_account(tmp_path: Path) -> None:

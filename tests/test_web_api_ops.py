@@ -258,7 +258,7 @@ async def test_events_list_get_and_replay(backend: Backend) -> None:
             f"/v1/events/{event}:replay", json={"endpoint": "chat"}, headers=AUTH
         )
         assert on_way.status_code == 200 and on_way.json()["queued"] == 0
-        assert "on their way" in on_way.json()["reason"]
+        assert "the event selected is on its way" in on_way.json()["reason"]
         for d in got["deliveries"]:
             r.store.outbox.record_attempt(d["id"], failure(ACT0), Delivered())
         again = await r.http.post(

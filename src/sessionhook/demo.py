@@ -61,6 +61,7 @@ from sessionhook.relay.daemon.daemon import Daemon
 from sessionhook.relay.domain import signing
 from sessionhook.relay.telemetry import logs as relay_logging
 from sessionhook.relay.web.server import serve
+from sessionhook.wording import counted
 
 __all__ = [
     "Consumer",
@@ -443,7 +444,7 @@ async def run_demo(
                 await daemon.ready.wait()
             created = await _create_sessions(api, sessions)
             created_names.update(created)
-            print(f"created {len(created)} sessions", file=stream, flush=True)
+            print(f"created {counted(len(created), 'session')}", file=stream, flush=True)
             await _until_stopped(stop, duration)
             daemon.stop()
             with anyio.move_on_after(15):
@@ -453,8 +454,9 @@ async def run_demo(
     counts["rejected"] = consumer.rejected
     with contextlib.suppress(BrokenPipeError):
         print(
-            f"stopped: {counts['events']} events received, {counts['duplicates']} duplicates, "
-            f"{counts['rejected']} failed signature checks",
+            f"stopped: {counted(counts['events'], 'event')} received, "
+            f"{counted(counts['duplicates'], 'duplicate')}, "
+            f"{counted(counts['rejected'], 'failed signature check')}",
             file=stream,
             flush=True,
         )

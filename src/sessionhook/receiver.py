@@ -34,6 +34,7 @@ from starlette.types import Receive, Scope, Send
 
 from .relay.domain import signing
 from .relay.web.server import HealthServerError, serve
+from .wording import counted
 
 __all__ = [
     "INTERESTING_HEADERS",
@@ -311,7 +312,7 @@ def summarize(event: dict[str, Any]) -> str:
         return clip(_dict(data.get("pull_request")).get("url", ""), 100)
     if kind == "activity.plan_generated":
         steps = _dict(_dict(activity.get("planGenerated")).get("plan")).get("steps")
-        return f"plan with {_count(steps)} steps"
+        return f"plan with {counted(_count(steps), 'step')}"
     if kind == "activity.plan_approved":
         return clip(f"plan approved (by {activity.get('originator', '?')})")
     member = {
@@ -329,7 +330,7 @@ def summarize(event: dict[str, Any]) -> str:
         if data.get("action") == "approve_plan":
             steps = _dict(data.get("plan")).get("steps")
             where = _link_tail(links.get("approve")) or f"POST …{_tail(data)}"
-            return f"approve the plan ({_count(steps)} steps): {where}"
+            return f"approve the plan ({counted(_count(steps), 'step')}): {where}"
         where = _link_tail(links.get("reply")) or f"POST …{_tail(data)}"
         return clip(f"answer: {data.get('question', '')}", 40) + f" {where}"
     if kind == "session.completed":
@@ -337,7 +338,9 @@ def summarize(event: dict[str, Any]) -> str:
         change = _dict(outputs.get("change_set"))
         prs = outputs.get("pull_requests")
         last = prs[-1] if isinstance(prs, list) and prs else None
-        text = f"{change.get('files_changed', 0)} files +{change.get('lines_added', 0)} "
+        files = change.get("files_changed", 0)
+        text = counted(files, "file") if isinstance(files, int) else "? files"
+        text += f" +{change.get('lines_added', 0)} "
         text += f"-{change.get('lines_removed', 0)}"
         url = _dict(last).get("url", "")
         return clip(text + (f", {url}" if url else ""), 100)

@@ -39,6 +39,7 @@ from typing import Any, Final, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from ..wording import counted
 from ._bounds import JsonPath
 from ._unicode import NotUnicodeError, is_unicode, mended
 from .errors import MalformedResponseError, PageLimitError, PageLoopError, ResponseTooLargeError
@@ -257,7 +258,7 @@ async def walk_pages(
             )
         if max_pages is not None and pages >= max_pages:
             raise PageLimitError(
-                f"still a next page after {pages} pages (the bound of one walk); "
+                f"still a next page after {counted(pages, 'page')} (the bound of one walk); "
                 "the service may paginate without end",
                 max_pages=max_pages,
             )

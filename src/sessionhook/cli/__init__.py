@@ -5,9 +5,12 @@ from __future__ import annotations
 import click
 
 from .. import __version__
+from .groups import Group
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+# Group: every group under it is one, and every command a groups.Command (an option given
+# to a group reaches its subcommand or is refused).
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="sessionhook")
 def cli() -> None:
     """sessionhook: push delivery (signed webhooks) for coding-agent sessions."""

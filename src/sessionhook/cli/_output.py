@@ -10,7 +10,9 @@
   ``error: <status> <message> — <hint>``, and a non-zero exit status. Never a traceback
   for those; an unexpected exception (a bug) still shows its traceback.
 * Config: :func:`config_path` picks the daemon's config file the way every command does
-  (``--config`` > ``$SESSIONHOOK_CONFIG`` > ``/etc/sessionhook/config.toml``).
+  (``--config`` > ``$SESSIONHOOK_CONFIG`` > ``/etc/sessionhook/config.toml``), and
+  :func:`load_daemon_config` loads it: when the default file does not exist, its error says
+  how to name another (:data:`NO_CONFIG_HINT`).
 * HTTP: :func:`http_client` builds the :class:`httpx.AsyncClient` a command uses. Tests
   pass a :class:`Runtime` as ``CliRunner.invoke(..., obj=Runtime(transport=...))`` to
   route every request of the command to an ``httpx.ASGITransport`` or ``MockTransport``.
@@ -36,12 +38,14 @@ if TYPE_CHECKING:
     import httpx
 
     from ..api.errors import ApiError
+    from ..relay.config import Config
     from ..relay.domain.addresses import AddressPolicy
     from ..relay.ops import Resolver
 
 __all__ = [
     "DEFAULT_CONFIG",
     "ENV_CONFIG",
+    "NO_CONFIG_HINT",
     "CliError",
     "Runtime",
     "config_path",
@@ -50,6 +54,7 @@ __all__ = [
     "error_line",
     "handle_errors",
     "http_client",
+    "load_daemon_config",
     "one_line",
     "register_user_error",
     "render_fields",
@@ -64,6 +69,8 @@ _T = TypeVar("_T")
 ENV_CONFIG: Final = "SESSIONHOOK_CONFIG"
 #: The config file used when neither ``--config`` nor ``$SESSIONHOOK_CONFIG`` is given.
 DEFAULT_CONFIG: Final = "/etc/sessionhook/config.toml"
+#: Said when :data:`DEFAULT_CONFIG` does not exist (docs/troubleshooting.md quotes it).
+NO_CONFIG_HINT: Final = f"give --config FILE or set {ENV_CONFIG}"
 
 #: Cells longer than this are cut in tables (the --json output is never cut).
 MAX_CELL: Final = 60
@@ -184,6 +191,24 @@ def config_path(flag: str | None) -> str:
     """The daemon's config file: ``--config`` first, then ``$SESSIONHOOK_CONFIG``, then
     :data:`DEFAULT_CONFIG` (the precedence of every command, ``run`` included)."""
     return flag or os.environ.get(ENV_CONFIG) or DEFAULT_CONFIG
+
+
+def load_daemon_config(flag: str | None, **options: Any) -> tuple[Config, str]:
+    """The config :func:`config_path` picks, loaded with ``options`` (those of
+    :func:`~sessionhook.relay.config.load_config`), and its path. A
+    :class:`~sessionhook.relay.config.ConfigError` for every problem; the default file
+    missing also says how to name another: ``config error:
+    /etc/sessionhook/config.toml: file not found (give --config FILE or set
+    SESSIONHOOK_CONFIG)``."""
+    from ..relay.config import ConfigError, load_config
+
+    path = config_path(flag)
+    try:
+        return load_config(path, **options), path
+    except ConfigError as exc:
+        if path == DEFAULT_CONFIG and exc.problem == "file not found":
+            raise ConfigError(exc.key, f"{exc.problem} ({NO_CONFIG_HINT})") from None
+        raise
 
 
 # --------------------------------------------------------------------------- HTTP

@@ -1,10 +1,16 @@
 """``sessionhook sessions|activities|sources``: every call of the Sessions API, by hand.
 
-The service address comes from ``--base-url`` (default ``$SESSIONHOOK_BASE_URL``, else
-``http://127.0.0.1:8080``, where ``sessionhook emulator`` listens); the API key only from
-``$SESSIONHOOK_API_KEY``, never from argv, where other users and shell history see it.
-Human-readable tables by default; ``--json`` prints the wire JSON for scripts. A failed call
-is one line on stderr (status, message, what to check) and exit status 1.
+The service is named the way the daemon names it, flag over environment over the config
+file (:func:`service`): the address is ``--base-url``, else ``$SESSIONHOOK_BASE_URL``,
+else the config's ``api.base_url`` (or its account's), else ``http://127.0.0.1:8080``,
+where ``sessionhook emulator`` listens; the API key is ``$SESSIONHOOK_API_KEY``, else the
+config's (``api_key_file`` or ``api_key_env``), never argv, where other users and shell
+history see it. The config is ``--config``, always read when given; else, when the flags
+and the environment leave the address or the key to find, ``$SESSIONHOOK_CONFIG``, else
+``/etc/sessionhook/config.toml`` if it exists (as every command finds it); ``--account
+NAME`` picks one of its ``[[accounts]]``. Human-readable tables by default; ``--json``
+prints the wire JSON for scripts. A failed call is one line on stderr (status, message,
+what to check) and exit status 1; a configuration problem exit status 2.
 """
 
 from __future__ import annotations
@@ -19,7 +25,18 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 import click
 
 from . import cli
-from ._output import CliError, current_runtime, echo_json, http_client
+from ._output import (
+    DEFAULT_CONFIG,
+    ENV_CONFIG,
+    CliError,
+    config_path,
+    current_runtime,
+    echo_json,
+    handle_errors,
+    http_client,
+    load_daemon_config,
+    register_user_error,
+)
 from ._output import run as run_async
 from .api_text import (
     activity_details,
@@ -35,7 +52,16 @@ if TYPE_CHECKING:
     # the service, not by `--help` or a usage error.
     from ..api.client import SessionsClient
 
-__all__ = ["DEFAULT_BASE_URL", "ENV_API_KEY", "ENV_BASE_URL", "activities", "sessions", "sources"]
+__all__ = [
+    "DEFAULT_BASE_URL",
+    "ENV_API_KEY",
+    "ENV_BASE_URL",
+    "Service",
+    "activities",
+    "service",
+    "sessions",
+    "sources",
+]
 
 ENV_BASE_URL: Final = "SESSIONHOOK_BASE_URL"
 ENV_API_KEY: Final = "SESSIONHOOK_API_KEY"
@@ -52,17 +78,77 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 @dataclass(frozen=True)
 class ApiOptions:
-    """The options every API command takes."""
+    """The options every API command takes (``None``: not given)."""
 
-    base_url: str
-    api_key_header: str | None  # None: the client's default
+    base_url: str | None  # --base-url or $SESSIONHOOK_BASE_URL
+    api_key_header: str | None
+    config_path: str | None
+    account: str | None
     timeout: float
     as_json: bool
 
 
-def _check_base_url(ctx: click.Context, param: click.Parameter, value: str) -> str:
+@dataclass(frozen=True)
+class Service:
+    """The service a command calls, and how: see :func:`service`."""
+
+    base_url: str
+    api_key: str
+    api_key_header: str
+
+
+def service(api: ApiOptions) -> Service:
+    """The address, the key and its header: flag > environment > config file > default
+    (the key: environment > config file). The config is read when ``--config`` names it,
+    or when the flags and the environment leave the address or the key to find and
+    ``$SESSIONHOOK_CONFIG`` names one or the default file exists."""
+    from ..api.client import DEFAULT_API_KEY_HEADER
+
+    key = os.environ.get(ENV_API_KEY, "").strip() or None
+    wanted = api.base_url is None or key is None or api.account is not None
+    found = bool(os.environ.get(ENV_CONFIG)) or os.path.isfile(config_path(None))
+    if api.config_path is None and not (wanted and found):
+        if api.account is not None:
+            raise click.UsageError(
+                f"--account names one of a config's [[accounts]]: give --config FILE or "
+                f"set ${ENV_CONFIG} (no {DEFAULT_CONFIG})"
+            )
+        return Service(
+            api.base_url or DEFAULT_BASE_URL,
+            key or _no_key(),
+            api.api_key_header or DEFAULT_API_KEY_HEADER,
+        )
+    from ..relay.config import ConfigError, upstream_account
+
+    register_user_error(ConfigError, exit_code=2)
+    config, path = load_daemon_config(api.config_path, resolve_secrets=False)
+    if api.account is None and len(config.accounts) > 1:
+        names = ", ".join(a.name for a in config.accounts)
+        raise click.UsageError(
+            f"{path} has {len(config.accounts)} accounts: give --account NAME ({names})"
+        )
+    account = upstream_account(config, path, api.account, resolve_key=key is None)
+    return Service(
+        api.base_url or account.base_url,
+        key or account.api_key.get_secret_value(),
+        api.api_key_header or account.api_key_header,
+    )
+
+
+def _no_key() -> str:
+    raise CliError(
+        f"${ENV_API_KEY} is not set",
+        hint=f"export {ENV_API_KEY}=<your API key> (generated in the service's settings), "
+        "or give --config FILE whose [api] names it",
+        exit_code=2,
+    )
+
+
+def _check_base_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     from ..api.client import api_root
 
+    if value is None:
+        return None
     try:
         api_root(value)
     except ValueError as exc:
@@ -71,26 +157,36 @@ def _check_base_url(ctx: click.Context, param: click.Parameter, value: str) -> s
 
 
 def api_options(func: Callable[..., None]) -> Callable[..., None]:
-    """Add ``--base-url``, ``--api-key-header``, ``--timeout`` and ``--json``.
+    """Add ``--config``, ``--account``, ``--base-url``, ``--api-key-header``, ``--timeout``
+    and ``--json``.
 
     The command receives them as one ``api: ApiOptions`` argument.
     """
 
     @click.option(
+        "--config",
+        "config_path",
+        metavar="FILE",
+        help=f"The daemon's config: its api.base_url and API key (default: ${ENV_CONFIG}, "
+        f"else {DEFAULT_CONFIG} if it exists).",
+    )
+    @click.option("--account", metavar="NAME", help="One of the config's [[accounts]].")
+    @click.option(
         "--base-url",
         envvar=ENV_BASE_URL,
-        default=DEFAULT_BASE_URL,
-        show_default=True,
         show_envvar=True,
         callback=_check_base_url,
-        help="Service address; /v1alpha is appended.",
+        metavar="URL",
+        help="Service address; /v1alpha is appended  [default: the config's api.base_url, "
+        f"else {DEFAULT_BASE_URL}]",
     )
     @click.option(
         "--api-key-header",
         metavar="NAME",
         # The client's DEFAULT_API_KEY_HEADER, spelled out so that --help needs no client
         # (tests/test_cli_api.py holds the two together).
-        help="Header that carries the key from $SESSIONHOOK_API_KEY  [default: x-vendor-api-key]",
+        help="Header that carries the key  [default: the config's api.api_key_header, else "
+        "x-vendor-api-key]",
     )
     @click.option(
         "--timeout",
@@ -103,26 +199,18 @@ def api_options(func: Callable[..., None]) -> Callable[..., None]:
     @functools.wraps(func)
     def wrapper(
         *args: Any,
-        base_url: str,
+        config_path: str | None,
+        account: str | None,
+        base_url: str | None,
         api_key_header: str | None,
         timeout: float,
         as_json: bool,
         **kwargs: Any,
     ) -> None:
-        func(*args, api=ApiOptions(base_url, api_key_header, timeout, as_json), **kwargs)
+        options = ApiOptions(base_url, api_key_header, config_path, account, timeout, as_json)
+        func(*args, api=options, **kwargs)
 
     return wrapper
-
-
-def _api_key() -> str:
-    key = os.environ.get(ENV_API_KEY, "").strip()
-    if not key:
-        raise CliError(
-            f"${ENV_API_KEY} is not set",
-            hint=f"export {ENV_API_KEY}=<your API key> (generated in the service's settings)",
-            exit_code=2,
-        )
-    return key
 
 
 def _call(api: ApiOptions, action: Callable[[SessionsClient], Awaitable[_T]]) -> _T:
@@ -130,18 +218,19 @@ def _call(api: ApiOptions, action: Callable[[SessionsClient], Awaitable[_T]]) ->
     import anyio
 
     from ..api import RetryPolicy
-    from ..api.client import DEFAULT_API_KEY_HEADER, SessionsClient
+    from ..api.client import SessionsClient
 
-    key = _api_key()
+    with handle_errors():
+        named = service(api)
     runtime = current_runtime()
 
     async def main() -> _T:
-        async with http_client(timeout=api.timeout, base_url=api.base_url) as http:
+        async with http_client(timeout=api.timeout, base_url=named.base_url) as http:
             client = SessionsClient(
                 http,
-                base_url=api.base_url,
-                api_key=key,
-                api_key_header=api.api_key_header or DEFAULT_API_KEY_HEADER,
+                base_url=named.base_url,
+                api_key=named.api_key,
+                api_key_header=named.api_key_header,
                 timeout=api.timeout,
                 retry=RetryPolicy(max_attempts=CLI_ATTEMPTS),
                 sleep=runtime.sleep or anyio.sleep,
@@ -221,7 +310,7 @@ def _print_next(token: str) -> None:
 
 @cli.group()
 def sessions() -> None:
-    """Create, list, read, delete sessions; message them; approve their plans."""
+    """Sessions of the account: list, get, create, delete; message one; approve its plan."""
 
 
 @sessions.command("list")
@@ -360,7 +449,7 @@ def sessions_approve(session: str, api: ApiOptions) -> None:
 
 @cli.group()
 def activities() -> None:
-    """List and read the activities (events) of a session."""
+    """The activities (events) of a session: list, get."""
 
 
 @activities.command("list")
@@ -431,7 +520,7 @@ def activities_get(name: str, activity_id: str | None, api: ApiOptions) -> None:
 
 @cli.group()
 def sources() -> None:
-    """List and read the repositories connected to the account."""
+    """The repositories connected to the account: list, get."""
 
 
 @sources.command("list")

@@ -40,9 +40,9 @@ from ._output import (
     CliError,
     echo_json,
     handle_errors,
+    load_daemon_config,
     register_user_error,
 )
-from ._output import config_path as _config_file
 
 if TYPE_CHECKING:
     # The relay (config, store, operator: most of a second of CPU) is imported by the
@@ -252,11 +252,8 @@ def store_target(
     resolved with ``need_config``, which also loads the config when ``--db`` is given)."""
     if db_path is not None and not need_config:
         return StoreTarget(Path(db_path), None, None)
-    from ..relay.config import load_config
-
-    path = _config_file(config_path)
     # Only `endpoints test` needs secrets, and only the endpoints': it never calls the API.
-    config = load_config(path, resolve_secrets=need_config, need_api_key=False)
+    config, path = load_daemon_config(config_path, resolve_secrets=need_config, need_api_key=False)
     return StoreTarget(Path(db_path) if db_path else config.store.path, config, path)
 
 

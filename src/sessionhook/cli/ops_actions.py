@@ -8,8 +8,7 @@ from datetime import UTC, datetime
 import click
 
 from . import cli
-from ._output import CliError
-from ._output import config_path as _config_file
+from ._output import CliError, load_daemon_config
 from .ops import reported
 
 __all__ = ["actions"]
@@ -17,7 +16,8 @@ __all__ = ["actions"]
 
 @cli.group("actions")
 def actions() -> None:
-    """Signed action links (approve a plan, answer the agent from a chat message)."""
+    """Signed action links (approve a plan, answer the agent from a chat message):
+    rotate-key."""
 
 
 @actions.command("rotate-key")
@@ -32,10 +32,9 @@ def rotate_key(config_path: str | None, no_overlap: bool) -> None:
     """Make a new key for `actions.key_file`. Links signed with the old one keep working
     until they expire (`actions.link_ttl`), unless --no-overlap. A running daemon, and every
     replica sharing the file, sign with the new key from their next link on."""
-    from ..relay.config import load_config
     from ..relay.config.action_keys import rotate_key_file
 
-    config = load_config(_config_file(config_path), resolve_secrets=False, need_api_key=False)
+    config, _ = load_daemon_config(config_path, resolve_secrets=False, need_api_key=False)
     file = config.actions.key_file
     if file is None:  # load_config always resolves it
         raise CliError("actions.key_file is not set", exit_code=2)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import click
 
 from ..relay.domain.delivery_states import DELIVERY_STATUSES
+from ..wording import counted
 from . import cli
 from ._output import CliError, echo_json, render_fields, render_table
 from .ops import (
@@ -107,7 +108,8 @@ def _print_status(overview: Overview, now: float) -> None:
                 ep.delivered_last_hour,
                 ep.failed_last_hour,
                 ep.dead_last_hour,
-                ep.last_error or "",
+                # A success since makes the error history (--json: failing_since null).
+                ep.last_error if ep.error_is_current else "",
             ]
         )
     headers = ["ENDPOINT", "STATE", "PENDING", "OLDEST", "DELIVERED/1h", "FAILED/1h", "DEAD/1h"]
@@ -122,13 +124,15 @@ def _print_status(overview: Overview, now: float) -> None:
                 ("upstream, last hour", _upstream_line(up)),
                 (
                     "archive",
-                    f"{summary.sessions} sessions, {summary.activities} activities, "
-                    f"{summary.events} events",
+                    f"{counted(summary.sessions, 'session')}, "
+                    f"{counted(summary.activities, 'activity')}, "
+                    f"{counted(summary.events, 'event')}",
                 ),
                 ("history walk", _history_line(history)),
                 (
                     "accounts",
-                    ", ".join(f"{name} ({n} sessions)" for name, n in accounts.items()) or "-",
+                    ", ".join(f"{name} ({counted(n, 'session')})" for name, n in accounts.items())
+                    or "-",
                 ),
                 ("refused upstream", _refused_line(summary.refused, now)),
                 ("replicas", _replicas_line(replicas, now)),
@@ -152,7 +156,7 @@ def _replicas_line(replicas: list[ReplicaRow], now: float) -> str:
             gone[health] += 1
             if health == "stopped" or not (r.deliveries or r.polls or r.leases):
                 continue
-        held = [f"{r.deliveries} in flight", f"{r.polls} polls", *r.leases]
+        held = [f"{r.deliveries} in flight", counted(r.polls, "poll"), *r.leases]
         late = "" if health == "alive" else f"DEAD since {age(now - r.heartbeat_at - r.lease)}, "
         parts.append(
             f"{r.id}@{r.host}:{r.pid} ({late}heartbeat {age(now - r.heartbeat_at)} ago; "
@@ -169,10 +173,10 @@ def _history_line(history: HistoryProgress) -> str:
     if history.total == 0:
         return "none (nothing predates the first start, or backfill = true)"
     if history.remaining == 0:
-        return f"done ({history.total} sessions archived)"
+        return f"done ({counted(history.total, 'session')} archived)"
     eta = history.eta_seconds
     left = "time left unknown yet" if eta is None else f"about {age(eta)} left"
-    return f"{history.done} / {history.total} sessions archived, {left}"
+    return f"{history.done} / {counted(history.total, 'session')} archived, {left}"
 
 
 def _upstream_line(up: UpstreamSummary) -> str:
@@ -187,8 +191,8 @@ def _upstream_line(up: UpstreamSummary) -> str:
     ]
     detail = f" ({', '.join(parts)})" if parts else ""
     return (
-        f"{up.requests_last_hour} requests, {up.throttled_last_hour} throttled (429), "
-        f"{up.errors_last_hour} errors{detail}"
+        f"{counted(up.requests_last_hour, 'request')}, {up.throttled_last_hour} throttled "
+        f"(429), {counted(up.errors_last_hour, 'error')}{detail}"
     )
 
 
@@ -197,7 +201,7 @@ def _refused_line(refused: RefusedSummary, now: float) -> str:
     if not refused.total:
         return "none"
     reasons = ", ".join(f"{n} {reason}" for reason, n in sorted(refused.by_reason.items()))
-    line = f"{refused.total} activities ({reasons}), {refused.recent} in the last hour"
+    line = f"{counted(refused.total, 'activity')} ({reasons}), {refused.recent} in the last hour"
     latest = refused.latest
     if latest is not None:
         line += (
@@ -376,7 +380,7 @@ def _show_attempts(delivery: DeliveryRow, rows: Sequence[AttemptRow]) -> None:
                 ("event", f"{delivery.event_id} ({delivery.event_type})"),
                 ("endpoint", delivery.endpoint),
                 ("session", delivery.session_name),
-                ("status", f"{delivery.status}, {delivery.attempts} attempt(s)"),
+                ("status", f"{delivery.status}, {counted(delivery.attempts, 'attempt')}"),
                 ("waiting on", f"#{delivery.waiting_on}" if delivery.waiting_on else None),
             ]
         )

@@ -38,7 +38,8 @@ __all__ = ["endpoints"]
 
 @cli.group("endpoints")
 def endpoints() -> None:
-    """Webhook endpoints: list, enable, disable, test."""
+    """Webhook endpoints: list, create, update, delete, enable, disable, test,
+    rotate-secret."""
 
 
 @endpoints.command("list")
@@ -124,11 +125,11 @@ def endpoints_enable(
     if url is not None:
         refuse_store_options(config_path, db_path)
         answer = post_json(url, token, f"/v1/endpoints/{quote(name, safe='')}:enable")
-        click.echo(f"endpoint {name} enabled; {answer.get('pending')} deliveries waiting")
+        click.echo(operator.enabled_line(name, int(answer.get("pending") or 0)))
         return
     with writing_store(config_path, db_path) as store:
         waiting = operator.enable_endpoint(store, name)
-    click.echo(f"endpoint {name} enabled; {waiting} deliveries waiting")
+    click.echo(operator.enabled_line(name, waiting))
 
 
 @endpoints.command("disable")

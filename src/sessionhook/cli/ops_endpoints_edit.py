@@ -18,6 +18,7 @@ from urllib.parse import quote
 
 import click
 
+from ..wording import counted
 from ._output import CliError, echo_json
 from .ops import json_option, reported, store_options, store_target, writing_store
 from .ops_endpoints import endpoints
@@ -33,7 +34,14 @@ def _definition_options(fn: Any) -> Any:
     """The keys of ``[[endpoints]]`` an endpoint created at run time may set."""
     options = [
         click.option("--url", help="Where to POST (http or https)."),
-        click.option("--event", "events", multiple=True, help="An event type glob (repeat)."),
+        click.option(
+            "--events",
+            "--event",
+            "events",
+            multiple=True,
+            metavar="TYPE,...",
+            help="Event types (globs: 'session.*'), comma-separated or repeated.",
+        ),
         click.option("--account", "accounts", multiple=True, help="Only this account's events."),
         click.option("--payload", type=click.Choice(["full", "thin"])),
         click.option(
@@ -87,7 +95,8 @@ def _spec(
         conditions.setdefault(path, []).append(glob)
     values: dict[str, Any] = {
         "url": url,
-        "events": list(events) or None,
+        "events": [glob.strip() for item in events for glob in item.split(",") if glob.strip()]
+        or None,
         "accounts": list(accounts) or None,
         "payload": payload,
         "format": shape,
@@ -252,7 +261,8 @@ def endpoints_delete(
     _show(
         {"name": name, "deleted": True, "deliveries_closed": closed},
         as_json,
-        f"endpoint {name} deleted; {closed} open deliveries are now dead ({reason})",
+        f"endpoint {name} deleted; {counted(closed, 'open delivery', 'open deliveries')} "
+        f"{'is' if closed == 1 else 'are'} now dead ({reason})",
     )
 
 

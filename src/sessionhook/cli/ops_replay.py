@@ -9,6 +9,7 @@ from urllib.parse import quote
 
 import click
 
+from ..wording import counted
 from . import cli
 from .ops import ProgressCounter, reported, store_options, time_option, writing_store
 from .remote import get_json, post_json, refuse_store_options, refuse_with_url, remote_options
@@ -109,7 +110,7 @@ def _print_replayed(
 ) -> None:
     """``queued N deliveries to E``, the reason when none, a note when E is not active."""
     because = f": {reason}" if reason else ""
-    click.echo(f"queued {queued} deliveries to {endpoint}{because}")
+    click.echo(f"queued {counted(queued, 'delivery')} to {endpoint}{because}")
     if not active:
         why = disabled_reason or "it is not enabled in the config"
         click.echo(

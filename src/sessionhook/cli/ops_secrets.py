@@ -16,7 +16,7 @@ __all__ = ["secret", "verify_command"]
 
 @cli.group("secret")
 def secret() -> None:
-    """Webhook signing secrets."""
+    """Webhook signing secrets and the relay's bearer token: generate, token."""
 
 
 @secret.command("generate")

@@ -17,7 +17,7 @@ from typing import NoReturn
 import click
 
 from . import cli
-from ._output import DEFAULT_CONFIG, ENV_CONFIG, CliError, config_path
+from ._output import DEFAULT_CONFIG, ENV_CONFIG, CliError, load_daemon_config
 
 #: Net allocations of tracked objects between young collections (Python's default: 700).
 YOUNG_THRESHOLD = 10_000
@@ -67,18 +67,14 @@ def run(config_flag: str | None, once: bool) -> None:
     # Imported here so that `sessionhook --help` stays fast and never touches the relay.
     import anyio
 
-    from sessionhook.relay.config import ConfigError, load_config
+    from sessionhook.relay.config import ConfigError
     from sessionhook.relay.daemon.daemon import Daemon, DaemonError
     from sessionhook.relay.telemetry import logs as relay_logging
 
-    path = config_path(config_flag)
     try:
-        config = load_config(path)
+        config, path = load_daemon_config(config_flag)
     except ConfigError as exc:
-        message = str(exc)
-        if path == DEFAULT_CONFIG and exc.problem == "file not found":
-            message += f" (give --config FILE or set {ENV_CONFIG})"
-        click.echo(message, err=True)
+        click.echo(str(exc), err=True)
         sys.exit(2)
     relay_logging.configure(config.log.level, config.log.format)
     daemon = Daemon(config, config_path=Path(path))

@@ -26,13 +26,14 @@ from typing import Any
 import click
 
 from ..redact import redact_userinfo
+from ..wording import counted
 from . import cli
 from ._output import CliError
 
 
 @cli.group("store")
 def store_group() -> None:
-    """Operations on a whole store (the SQLite file or PostgreSQL database)."""
+    """Operations on a whole store (the SQLite file or PostgreSQL database): copy."""
 
 
 def _is_url(spec: str) -> bool:
@@ -58,8 +59,9 @@ def _claim_idle(spec: str, store: Any, side: str) -> Any:
         if running:
             shown = ", ".join(f"{r.id}@{r.host}:{r.pid}" for r in running)
             raise CliError(
-                f"the {side} database {redact_userinfo(spec)} has {len(running)} running "
-                f"replica(s) ({shown}): stop them first",
+                f"the {side} database {redact_userinfo(spec)} has "
+                f"{counted(len(running), 'running replica')} ({shown}): stop "
+                f"{'it' if len(running) == 1 else 'them'} first",
                 hint="a replica goes on delivering what the copy hands to the new store",
                 exit_code=2,
             )
@@ -129,7 +131,7 @@ def copy_command(source: str, target: str, replace: bool) -> None:
             raise CliError(f"the copy failed: {exc}") from None
     took = time.monotonic() - started
     click.echo(
-        f"copied {report.rows} rows from {source} to {shown_target} in {took:.1f} s "
+        f"copied {counted(report.rows, 'row')} from {source} to {shown_target} in {took:.1f} s "
         "(counts verified)"
     )
     for table, rows in report.tables.items():

@@ -62,6 +62,7 @@ from ..api.models import (
     UserMessaged,
     WireModel,
 )
+from ..wording import counted
 
 __all__ = [
     "ASK_WORD",
@@ -182,7 +183,8 @@ class _Workshop:
 
     def _stat(self, path: str) -> str:
         added = len(self._read(path).splitlines()) - len((self._originals[path] or "").splitlines())
-        return f" {path} | {added} {'+' * added}\n 1 file changed, {added} insertions(+)\n"
+        changed = counted(added, "insertion(+)", "insertions(+)")
+        return f" {path} | {added} {'+' * added}\n 1 file changed, {changed}\n"
 
     def work_on(self, kind: str) -> list[Artifact]:
         """Do one plan step: edit files, run a command; the artifacts it leaves."""

@@ -31,9 +31,11 @@ from .database_url import check_postgres_url
 from .endpoints import EndpointConfig, split_secrets
 from .errors import ConfigError
 from .models import (
+    DEFAULT_ACCOUNT,
     DEFAULT_DB_NAME,
     TOKEN_MAX_CHARS,
     TOKEN_MIN_CHARS,
+    Account,
     AccountConfig,
     ApiConfig,
     Config,
@@ -42,7 +44,7 @@ from .models import (
 from .secret_files import file_exposure
 from .slack import SlackConfig
 
-__all__ = ["load_config"]
+__all__ = ["load_config", "upstream_account"]
 
 
 def load_config(
@@ -103,6 +105,50 @@ def load_config(
         if slack is not None:
             config = config.model_copy(update={"slack": slack})
     return config
+
+
+def upstream_account(
+    config: Config,
+    path: str | os.PathLike[str],
+    name: str | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    resolve_key: bool = True,
+) -> Account:
+    """The account ``name`` of ``config`` (loaded from ``path`` with
+    ``resolve_secrets=False``) as :meth:`Config.upstream_accounts` gives it, resolving its
+    API key alone: no other secret is read (the CLI's API commands). ``name`` may be left
+    out when the config has one account. ``resolve_key=False`` leaves the key empty (the
+    caller has one of its own). :class:`ConfigError` for an unknown name or a key that
+    cannot be read."""
+    environ = os.environ if env is None else env
+    base = Path(path).resolve().parent
+    api = config.api
+    if not config.accounts:
+        if name not in (None, DEFAULT_ACCOUNT):
+            raise ConfigError("accounts", f"no account {name!r} (the config has [api] alone)")
+        key = _resolve_api_key(api, base, environ).api_key if resolve_key else SecretStr("")
+        return Account(
+            DEFAULT_ACCOUNT, api.base_url, key, api.api_key_header, api.requests_per_minute
+        )
+    names = [a.name for a in config.accounts]
+    if name is None and len(names) == 1:
+        name = names[0]
+    if name not in names:
+        raise ConfigError("accounts", f"no account {name!r} (known: {', '.join(names)})")
+    index = names.index(name)
+    account = config.accounts[index]
+    if resolve_key:
+        key = _resolve_account_key(index, account, base, environ).api_key
+    else:
+        key = SecretStr("")
+    return Account(
+        account.name,
+        account.base_url or api.base_url,
+        key,
+        api.api_key_header,
+        account.requests_per_minute or api.requests_per_minute,
+    )
 
 
 # --------------------------------------------------------------------------- helpers

@@ -621,4 +621,3 @@ class Dispatcher:
             return True
         self._rate_slots[endpoint] = max(free_at, now) + 1.0 / config.rate_limit
         return False
-

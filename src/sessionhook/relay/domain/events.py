@@ -364,13 +364,15 @@ def _dumps(value: object) -> str:
 
 
 def session_discovered(session: Session, *, now: float | None = None) -> Event:
-    """``session.discovered``: the relay saw the session for the first time."""
+    """``session.discovered``: the relay saw the session for the first time. Its time is
+    the session's ``createTime`` (else its ``updateTime``): it comes before the session's
+    activities in the archive, and its time is not later than theirs."""
     return make_event(
         event_id(SESSION_DISCOVERED, session.name),
         SESSION_DISCOVERED,
         session.name,
         None,
-        webhook_timestamp(session.update_time, now),
+        webhook_timestamp(session.create_time or session.update_time, now),
         {"session": session_summary(session)},
     )
 

@@ -34,6 +34,7 @@ import httpx
 
 from sessionhook.api.models import Session
 
+from ...wording import counted
 from ..config import Config, EndpointConfig
 from ..delivery.post import post_event, refused
 from ..delivery.resolve import Resolver
@@ -101,6 +102,7 @@ __all__ = [
     "deliveries",
     "disable_endpoint",
     "enable_endpoint",
+    "enabled_line",
     "endpoints",
     "events",
     "find_endpoint",
@@ -185,8 +187,25 @@ def find_endpoint(store: StoreCore, name: str) -> EndpointState:
     for state in states:
         if state.name == name:
             return state
-    known = ", ".join(state.name for state in states) or "none yet"
-    raise UnknownEndpointError(f"no endpoint named {name!r} in the database (known: {known})")
+    known = _names_shown([state.name for state in states]) or "none yet"
+    raise UnknownEndpointError(
+        f"no endpoint named {_name_shown(name)} in the database (known: {known})"
+    )
+
+
+#: A name a refusal quotes is cut here (no endpoint's name is longer: a 10 KB one names none).
+_NAME_SHOWN = 80
+#: A refusal lists this many known names at most.
+_NAMES_SHOWN = 10
+
+
+def _name_shown(name: str) -> str:
+    return repr(name if len(name) <= _NAME_SHOWN else name[:_NAME_SHOWN] + "…")
+
+
+def _names_shown(names: list[str]) -> str:
+    more = len(names) - _NAMES_SHOWN
+    return ", ".join(names[:_NAMES_SHOWN]) + (f" and {more} more" if more > 0 else "")
 
 
 def deliveries(
@@ -440,14 +459,27 @@ def _replay_none(
         where = f" of {session}" if session else ""
         return f"no archived event{where} in that range" if not event_ids else "no such event"
     if on_way == selected:
+        if selected == 1:
+            return (
+                f"the event selected is on its way to {endpoint} already (an open delivery): "
+                "if it failed, send it now with `sessionhook deliveries recover --endpoint "
+                f"{endpoint} --since TIME` or `deliveries retry ID`"
+            )
         return (
             f"the {selected} events selected are on their way to {endpoint} already (an open "
             "delivery each): send the failed ones now with `sessionhook deliveries recover "
             f"--endpoint {endpoint} --since TIME` or `deliveries retry ID`"
         )
+    if on_way == 0:
+        return (
+            f"the {'event' if selected == 1 else f'{selected} events'} selected "
+            f"{'is' if selected == 1 else 'are'} of types {endpoint} does not subscribe to "
+            "(or fail its filter or --type)"
+        )
     return (
-        f"of the {selected} events selected, {on_way} are on their way already and the "
-        f"others are of types {endpoint} does not subscribe to (or fail its filter or --type)"
+        f"of the {selected} events selected, {on_way} {'is' if on_way == 1 else 'are'} on "
+        f"{'its' if on_way == 1 else 'their'} way already and the others are of types "
+        f"{endpoint} does not subscribe to (or fail its filter or --type)"
     )
 
 
@@ -458,6 +490,11 @@ def enable_endpoint(store: StoreCore, name: str) -> int:
     store.endpoints.set_endpoint_enabled(name, True)
     store.operator.make_due(name)
     return store.outbox.pending_count(name)
+
+
+def enabled_line(name: str, waiting: int) -> str:
+    """What the CLI and the console say after :func:`enable_endpoint`."""
+    return f"endpoint {name} enabled; {counted(waiting, 'delivery')} waiting"
 
 
 def disable_endpoint(store: StoreCore, name: str, reason: str = "disabled by an operator") -> None:
@@ -508,8 +545,8 @@ async def test_endpoint(
     if endpoint is None:
         endpoint = config.endpoint_by_name(name)
     if endpoint is None:
-        known = ", ".join(e.name for e in config.endpoints) or "none"
-        raise OperatorError(f"no endpoint named {name!r} in the config (known: {known})")
+        known = _names_shown([e.name for e in config.endpoints]) or "none"
+        raise OperatorError(f"no endpoint named {_name_shown(name)} in the config (known: {known})")
     try:
         destination(endpoint.url)
     except UnusableUrlError as exc:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ...wording import counted
 from ..store import DeliveryRow, EndpointState, StoreCore
 from ..store.rows import Recovered
 from . import OperatorError, find_endpoint
@@ -74,9 +75,10 @@ class RecoverResult:
         name = self.endpoint.name
         if self.queued == 0:
             return f"recovered 0 deliveries of {name}: {self.reason}"
-        line = f"recovered {self.queued} deliveries of {name}, due now"
+        line = f"recovered {counted(self.queued, 'delivery')} of {name}, due now"
         if self.behind:
-            line += f"; {self.behind} more of the same sessions follow in order"
+            follow = "follows" if self.behind == 1 else "follow"
+            line += f"; {self.behind} more of the same sessions {follow} in order"
         return line + _inactive(self.endpoint)
 
     def as_json(self) -> dict[str, Any]:
@@ -131,12 +133,18 @@ def _why_none(done: Recovered, endpoint: str, since: float) -> str:
     if done.older:
         newest = "" if done.newest_older_at is None else json_stamp(done.newest_older_at)
         return (
-            f"its {done.older} failed or dead deliveries are of events before "
+            f"its {counted(done.older, 'failed or dead delivery', 'failed or dead deliveries')} "
+            f"{'is of an event' if done.older == 1 else 'are of events'} before "
             f"{json_stamp(since)} (the newest {newest}): give an earlier start"
         )
     if done.open:
         return (
-            f"it has no failed or dead delivery; {done.open} are pending and go out on "
-            f"their own (see `sessionhook deliveries --endpoint {endpoint}`)"
+            f"it has no failed or dead delivery; {done.open} "
+            + (
+                "is pending and goes out on its"
+                if done.open == 1
+                else "are pending and go out on their"
+            )
+            + f" own (see `sessionhook deliveries --endpoint {endpoint}`)"
         )
     return "it has no failed, dead or pending delivery: nothing is waiting"

@@ -173,17 +173,19 @@ def attempts_json(
 
 def session_json(row: SessionRow) -> dict[str, Any]:
     """A session as the API shows it (the archived fields, not the poller's bookkeeping)."""
-    return object_times({
-        "name": row.name,
-        "id": row.id,
-        "title": row.title,
-        "state": row.state,
-        "url": row.url,
-        "source": row.source,
-        "create_time": row.create_time,
-        "update_time": row.update_time,
-        "first_seen_at": row.first_seen_at,
-    })
+    return object_times(
+        {
+            "name": row.name,
+            "id": row.id,
+            "title": row.title,
+            "state": row.state,
+            "url": row.url,
+            "source": row.source,
+            "create_time": row.create_time,
+            "update_time": row.update_time,
+            "first_seen_at": row.first_seen_at,
+        }
+    )
 
 
 def _seconds(data: Any) -> Any:

@@ -285,9 +285,7 @@ class Discovery:
         if self._known_loaded:
             return
         known = [
-            k
-            for k in await self._store.economy.known_sessions()
-            if k.account == self._account
+            k for k in await self._store.economy.known_sessions() if k.account == self._account
         ]
         order = await self._store.economy.history_pending(account=self._account)
         now = self._mono()

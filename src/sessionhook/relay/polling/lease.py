@@ -54,9 +54,7 @@ class PollerLease:
     async def hold(self) -> bool:
         """Take or renew the lease: whether this replica holds it now."""
         try:
-            return await self._store.leases.acquire_lease(
-                self.name, self._clock()
-            )
+            return await self._store.leases.acquire_lease(self.name, self._clock())
         except StoreUnwritableError:
             return False
 

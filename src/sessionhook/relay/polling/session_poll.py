@@ -171,6 +171,17 @@ class SessionPoll:
         read = _moment(row.update_time) if first_after_read else None
         within_read = read is not None
         refreshed: Session | None = None  # the session read again after the walk
+        read_first: Session | None = None  # a history session's read, before its walk
+        if tracked.history and tracked.refresh:
+            # Discovery recorded it from the list without announcing it: it is announced
+            # now that the whole session is known (archived, not delivered), and before its
+            # activities, as a new session is: a session's events are archived in the order
+            # of their times (session.discovered is at the session's createTime). The read
+            # the walk would make after it, made first.
+            read_first = await self._client.get_session(row.name)
+            self._screen.note_repairs(read_first)
+            await self._archive.announce(read_first, deliver=not row.baseline)
+            announced = True
         # Page by page, oldest first: the cursor only moves over what is archived (or
         # refused), so a walk that fails half way resumes without a gap.
         async for page in self._client.walk_activities(
@@ -216,13 +227,10 @@ class SessionPoll:
             tracked.awaiting is not None and tracked.awaiting.first_poll
         )
         if tracked.refresh:  # stays set if the fetch fails: the next poll tries again
-            fresh = await self._client.get_session(row.name)
-            self._screen.note_repairs(fresh)
-            if tracked.history:
-                # Discovery recorded it from the list without announcing it: the history
-                # walk does, now that the whole session is known (archived, not delivered).
-                await self._archive.announce(fresh, deliver=not row.baseline)
-                announced = True
+            fresh = read_first
+            if fresh is None:
+                fresh = await self._client.get_session(row.name)
+                self._screen.note_repairs(fresh)
             if await self._changes_or_wait(tracked, row, fresh, deliver, first_poll=first_poll):
                 refreshed = fresh  # archived with the poll's schedule below (one store call)
                 settles = fresh.state != tracked.state and fresh.state not in ACTIVE_STATES
@@ -371,8 +379,8 @@ class SessionPoll:
         member = lifecycle.awaited_member(fresh.state)
         changed = fresh.state != row.state
         entered = first_poll or changed
-        activity = None if member is None else await self._store.ingest.latest_activity(
-            row.name, member
+        activity = (
+            None if member is None else await self._store.ingest.latest_activity(row.name, member)
         )
         if member is not None and changed and not lifecycle.explains(activity, row.update_time):
             now = self._mono()

@@ -443,6 +443,7 @@ def advance_cursor(
     if newest is not None and newest != cursor:
         c.execute("UPDATE sessions SET activity_cursor = ? WHERE name = ?", (newest, session_name))
 
+
 def _newest(times: Iterable[str | None], *, limit: str | None = None) -> str | None:
     """The latest of upstream timestamps, compared as instants; unparsable ones, and those
     later than ``limit``, are ignored."""

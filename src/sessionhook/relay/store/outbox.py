@@ -74,6 +74,7 @@ CLAIM_SQL = (
     + " RETURNING delivery_id"
 )
 
+
 class AttemptRecord(NamedTuple):
     """One finished attempt to record: the delivery, what happened, what was decided
     (immutable; a NamedTuple: the dispatcher builds one per delivery on the event loop, and
@@ -459,7 +460,6 @@ class Outbox:
             if len(ids) < batch:
                 break
         return attempts, deliveries
-
 
     def save_rendered(self, delivery_id: int, body: bytes, content_type: str) -> None:
         """Keep the bytes a delivery's first attempt sends (a format or a template made

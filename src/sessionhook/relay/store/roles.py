@@ -153,15 +153,25 @@ class IngestRole(Protocol):
         ...
 
     def schedule_poll(
-        self, name: str, next_poll_at: float | None, *, polled_update_time: str | None = None,
-        polled_at: float | None = None, poll_errors: int | None = None,
+        self,
+        name: str,
+        next_poll_at: float | None,
+        *,
+        polled_update_time: str | None = None,
+        polled_at: float | None = None,
+        poll_errors: int | None = None,
     ) -> None:
         """When the session is polled next; a completed poll with ``polled_update_time``."""
         ...
 
     def finish_poll(
-        self, name: str, fresh: Session | None, *, baseline: bool,
-        next_poll_at: float | None, polled_update_time: str,
+        self,
+        name: str,
+        fresh: Session | None,
+        *,
+        baseline: bool,
+        next_poll_at: float | None,
+        polled_update_time: str,
     ) -> None:
         """A poll's end: the session read again, the next poll scheduled."""
         ...
@@ -179,8 +189,14 @@ class IngestRole(Protocol):
         ...
 
     def ingest_activities(
-        self, session_name: str, activities: Sequence[Activity], events: Sequence[Event],
-        deliver: bool, *, cursor_limit: str | None = None, raws: Sequence[bytes] | None = None,
+        self,
+        session_name: str,
+        activities: Sequence[Activity],
+        events: Sequence[Event],
+        deliver: bool,
+        *,
+        cursor_limit: str | None = None,
+        raws: Sequence[bytes] | None = None,
     ) -> Ingested:
         """A page of activities with their events, in ONE transaction."""
         ...
@@ -198,8 +214,15 @@ class RefusalRole(Protocol):
     """What was refused from upstream (:class:`~.refusals.Refusals`)."""
 
     def refuse_activity(
-        self, session_name: str, name: str, reason: str, *, create_time: str = "",
-        detail: str = "", size: int | None = None, cursor_limit: str | None = None,
+        self,
+        session_name: str,
+        name: str,
+        reason: str,
+        *,
+        create_time: str = "",
+        detail: str = "",
+        size: int | None = None,
+        cursor_limit: str | None = None,
         advance_cursor: bool = False,
     ) -> bool:
         """Record a refusal; whether it is the first time."""
@@ -226,8 +249,13 @@ class OutboxRole(Protocol):
         ...
 
     def due_deliveries(
-        self, now: float, limit: int, busy: Iterable[tuple[str, str]] = (),
-        caps: Mapping[str, int] | None = None, *, active: Sequence[str] | None = None,
+        self,
+        now: float,
+        limit: int,
+        busy: Iterable[tuple[str, str]] = (),
+        caps: Mapping[str, int] | None = None,
+        *,
+        active: Sequence[str] | None = None,
     ) -> list[DueDelivery]:
         """The queue heads to attempt now (claimed by a replica that has rivals)."""
         ...
@@ -295,7 +323,13 @@ class LeaseRole(Protocol):
         ...
 
     def register_replica(
-        self, replica_id: str, *, host: str, pid: int, now: float, lease: float,
+        self,
+        replica_id: str,
+        *,
+        host: str,
+        pid: int,
+        now: float,
+        lease: float,
         exclusive: bool = False,
     ) -> None:
         """Record this process as a replica."""
@@ -412,8 +446,13 @@ class OperatorRole(Protocol):
         ...
 
     def list_deliveries(
-        self, endpoint: str | None = None, status: str | None = None,
-        session: str | None = None, limit: int = 100, *, event_id: str | None = None,
+        self,
+        endpoint: str | None = None,
+        status: str | None = None,
+        session: str | None = None,
+        limit: int = 100,
+        *,
+        event_id: str | None = None,
         before_id: int | None = None,
     ) -> list[DeliveryRow]:
         """Deliveries, newest first, filtered; ``before_id`` pages back."""
@@ -428,16 +467,26 @@ class OperatorRole(Protocol):
         ...
 
     def replay(
-        self, endpoint: str, *, since: float | None = None, until: float | None = None,
-        event_ids: Sequence[str] | None = None, type_glob: str | None = None,
+        self,
+        endpoint: str,
+        *,
+        since: float | None = None,
+        until: float | None = None,
+        event_ids: Sequence[str] | None = None,
+        type_glob: str | None = None,
         session: str | None = None,
     ) -> int:
         """Queue archived events again for an endpoint; how many."""
         ...
 
     def replay_census(
-        self, endpoint: str, *, since: float | None = None, until: float | None = None,
-        event_ids: Sequence[str] | None = None, session: str | None = None,
+        self,
+        endpoint: str,
+        *,
+        since: float | None = None,
+        until: float | None = None,
+        event_ids: Sequence[str] | None = None,
+        session: str | None = None,
     ) -> tuple[int, int]:
         """Events a replay selects, and of them those on their way to the endpoint."""
         ...
@@ -463,8 +512,12 @@ class OperatorRole(Protocol):
         ...
 
     def iter_events(
-        self, session: str | None = None, type_glob: str | None = None,
-        since: float | None = None, *, until: float | None = None,
+        self,
+        session: str | None = None,
+        type_glob: str | None = None,
+        since: float | None = None,
+        *,
+        until: float | None = None,
     ) -> Iterator[EventRow]:
         """Archived events in ingest order, streamed."""
         ...
@@ -478,15 +531,24 @@ class OperatorRole(Protocol):
         ...
 
     def events_after(
-        self, seq: int, *, limit: int = 200, max_bytes: int | None = None,
+        self,
+        seq: int,
+        *,
+        limit: int = 200,
+        max_bytes: int | None = None,
         session: str | None = None,
     ) -> list[EventRow]:
         """Events after a position (the event stream's read), of one session or all."""
         ...
 
     def event_ids_after(
-        self, seq: int, *, session: str | None = None, since: float | None = None,
-        until: float | None = None, limit: int = 1000,
+        self,
+        seq: int,
+        *,
+        session: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        limit: int = 1000,
     ) -> list[tuple[int, str, str]]:
         """``(seq, id, type)`` of events after a position (a replay's pages)."""
         ...
@@ -524,8 +586,12 @@ class ConsoleRole(Protocol):
         ...
 
     def console_sessions(
-        self, *, state: str | None = None, account: str | None = None,
-        text: str | None = None, limit: int = 200,
+        self,
+        *,
+        state: str | None = None,
+        account: str | None = None,
+        text: str | None = None,
+        limit: int = 200,
     ) -> list[ConsoleSession]:
         """Sessions, most recently active first, filtered."""
         ...
@@ -549,18 +615,30 @@ class ConsoleRole(Protocol):
         ...
 
     def console_deliveries(
-        self, *, endpoint: str | None = None, status: str | None = None,
-        since: float | None = None, until: float | None = None,
-        before_id: int | None = None, limit: int = 100, session: str | None = None,
-        event_id: str | None = None, event_type: str | None = None,
+        self,
+        *,
+        endpoint: str | None = None,
+        status: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        before_id: int | None = None,
+        limit: int = 100,
+        session: str | None = None,
+        event_id: str | None = None,
+        event_type: str | None = None,
     ) -> list[DeliveryRow]:
         """Deliveries, newest first, filtered, paged back by id."""
         ...
 
     def console_events(
-        self, *, session: str | None = None, event_id: str | None = None,
-        event_type: str | None = None, status: str | None = None,
-        before_seq: int | None = None, limit: int = 100,
+        self,
+        *,
+        session: str | None = None,
+        event_id: str | None = None,
+        event_type: str | None = None,
+        status: str | None = None,
+        before_seq: int | None = None,
+        limit: int = 100,
     ) -> list[ConsoleEvent]:
         """Events, newest first, filtered, paged back by position."""
         ...

@@ -325,6 +325,14 @@ class EndpointSummary:
     last_success_at: float | None
     failing_since: float | None
 
+    @property
+    def error_is_current(self) -> bool:
+        """Whether :attr:`last_error` is news: no success came since (a later success makes
+        it history: ``failing_since`` is ``None`` then, and the overviews leave it out)."""
+        if self.last_error is None or self.last_error_at is None:
+            return False
+        return self.last_success_at is None or self.last_error_at > self.last_success_at
+
 
 @dataclass(frozen=True, slots=True)
 class UpstreamSummary:

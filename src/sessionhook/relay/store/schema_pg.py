@@ -312,8 +312,7 @@ _M0008 = (
     f"ALTER TABLE activities ADD COLUMN session_ref {_TEXT}",
     "ALTER TABLE activities ADD COLUMN kind_code INTEGER",
     f"ALTER TABLE activities ADD COLUMN kind_other {_TEXT}",
-    "UPDATE activities SET session_ref = session_name "
-    f"WHERE session_name <> {_SESSION_OF_NAME}",
+    f"UPDATE activities SET session_ref = session_name WHERE session_name <> {_SESSION_OF_NAME}",
     f"UPDATE activities SET kind_code = {codec.coded_sql(codec.KINDS, 'kind')}",
     "UPDATE activities SET kind_other = kind WHERE kind_code IS NULL",
     "ALTER TABLE activities DROP COLUMN session_name",
@@ -404,8 +403,7 @@ def schema_state(conn: psycopg.Connection[tuple[object, ...]]) -> tuple[list[str
     tables = {
         str(row[0])
         for row in conn.execute(
-            "SELECT table_name FROM information_schema.tables "
-            "WHERE table_schema = current_schema()"
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
         )
     }
     if tables and MIGRATIONS_TABLE not in tables:

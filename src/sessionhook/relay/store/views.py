@@ -113,9 +113,7 @@ class Awaits(Generic[P, T]):
     def __get__(self, view: None, owner: type | None = None) -> Awaits[P, T]: ...
 
     @overload
-    def __get__(
-        self, view: View[Any], owner: type | None = None
-    ) -> Callable[P, Awaitable[T]]: ...
+    def __get__(self, view: View[Any], owner: type | None = None) -> Callable[P, Awaitable[T]]: ...
 
     def __get__(
         self, view: View[Any] | None, owner: type | None = None

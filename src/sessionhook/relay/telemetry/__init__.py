@@ -1,2 +1,1 @@
-"""Logs and metrics: what every other layer of the relay reports through.
-"""
+"""Logs and metrics: what every other layer of the relay reports through."""

@@ -44,7 +44,7 @@ _PAGE: Final = """<!doctype html>
 <meta name="referrer" content="no-referrer">
 <title>sessionhook: {heading}</title>
 <link rel="stylesheet" href="/login.css">
-</head><body><main class="action">
+</head><body><main class="action card">
 <h1>{heading}</h1>
 {body}
 </main></body></html>

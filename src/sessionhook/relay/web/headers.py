@@ -11,7 +11,9 @@ is on, adds to each answer the headers it did not set itself:
   "disable" button would carry the cookie and a valid CSRF token; only framing stops it).
 
 Answers that are not pages (the console's redirects and live feed) may pass
-:data:`SECURITY_HEADERS` themselves.
+:data:`SECURITY_HEADERS` themselves. An answer that shows a secret (the console's page of a
+new endpoint secret, the API's ``POST /v1/endpoints`` and ``:rotateSecret``) adds
+:data:`SECRET_HEADERS`: no cache, no proxy nor browser, keeps a copy.
 """
 
 from __future__ import annotations
@@ -20,7 +22,14 @@ from typing import Any, Final
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["CSP", "FRAMING", "SECURITY_HEADERS", "SecurityHeaders", "adding_headers"]
+__all__ = [
+    "CSP",
+    "FRAMING",
+    "SECRET_HEADERS",
+    "SECURITY_HEADERS",
+    "SecurityHeaders",
+    "adding_headers",
+]
 
 CSP: Final = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
@@ -33,6 +42,7 @@ SECURITY_HEADERS: Final = {
     "X-Frame-Options": "DENY",
     "Cache-Control": "no-store",
 }
+SECRET_HEADERS: Final = {"Cache-Control": "no-store", "Pragma": "no-cache"}
 FRAMING: Final = {
     "X-Frame-Options": "DENY",
     "Content-Security-Policy": "frame-ancestors 'none'",

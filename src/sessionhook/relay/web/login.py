@@ -26,12 +26,18 @@ __all__ = ["login_page", "login_routes"]
 _log = get_logger()
 
 #: The form's stylesheet, served at /login.css without a login (the console's assets need
-#: one; an inline style is what the Content-Security-Policy forbids).
+#: one; an inline style is what the Content-Security-Policy forbids). The card is the
+#: sign-in form, or the ``main.card`` of an action page (its heading, the plan or the
+#: question, and its form, all inside).
 _STYLE: Final = b"""body{font:16px system-ui,sans-serif;background:#f4f5f7;color:#1d2330;
 display:flex;min-height:100vh;align-items:center;justify-content:center;margin:0}
-form{background:#fff;padding:2rem;border-radius:8px;box-shadow:0 1px 4px #0002;width:22rem}
+form,main.card{background:#fff;padding:2rem;border-radius:8px;box-shadow:0 1px 4px #0002;
+width:22rem}
+main.card{width:36rem;max-width:calc(100vw - 2rem);box-sizing:border-box;margin:1rem 0;
+overflow-wrap:anywhere}
+main.card form{padding:0;border-radius:0;box-shadow:none;width:auto;background:none}
 h1{font-size:1.2rem;margin:0 0 1rem} label{display:block;margin-bottom:.4rem}
-input[type=password]{width:100%;box-sizing:border-box;padding:.5rem;font:inherit}
+input[type=password],textarea{width:100%;box-sizing:border-box;padding:.5rem;font:inherit}
 button{margin-top:1rem;padding:.5rem 1rem;font:inherit} .error{color:#b00020}
 """
 

@@ -15,7 +15,7 @@ from starlette.routing import BaseRoute, Route
 from ...ops.wire import object_times
 from ...store.actions import ActionRow
 from ..context import WebContext
-from .common import bad_request, page_answer, page_request, require_store
+from .common import bad_request, page_answer, page_request, query_text, require_store
 
 __all__ = ["action_json", "actions_routes"]
 
@@ -37,7 +37,7 @@ def actions_routes(ctx: WebContext) -> Sequence[BaseRoute]:
             if not page.after.isdigit() or len(page.after) > 18:
                 raise bad_request("pageToken is not one this API gave")
             before = int(page.after)
-        session = request.query_params.get("session") or None
+        session = query_text(request, "session")
         rows = await store.actions.list_actions(session=session, before=before, limit=page.size + 1)
         more = len(rows) > page.size
         rows = rows[: page.size]

@@ -5,7 +5,10 @@ Errors have the Sessions API's shape, ``{"error": {"code": 400, "message": "..."
 of the helpers below) and the app's handler answers it. Bodies are JSON objects of at most
 :data:`MAX_BODY_BYTES`, validated by a pydantic model (a wrong field is a 400 naming it).
 Lists are pages: ``pageSize`` (1 to :data:`MAX_PAGE_SIZE`) and an opaque ``pageToken``; an
-answer carries ``nextPageToken`` only when there is more.
+answer carries ``nextPageToken`` only when there is more. Every query parameter is read
+through :func:`query_text`, the one bounded reader: longer than its bound (a filter
+:data:`MAX_FILTER` characters, a page token :data:`MAX_PAGE_TOKEN`) is a 400 naming the
+parameter, before anything else looks at it.
 """
 
 from __future__ import annotations
@@ -28,7 +31,9 @@ from ..errors import error_body
 __all__ = [
     "DEFAULT_PAGE_SIZE",
     "MAX_BODY_BYTES",
+    "MAX_FILTER",
     "MAX_PAGE_SIZE",
+    "MAX_PAGE_TOKEN",
     "ApiProblem",
     "EmptyBody",
     "PageRequest",
@@ -37,6 +42,7 @@ __all__ = [
     "not_found",
     "page_answer",
     "page_request",
+    "query_text",
     "read_json",
     "require_store",
     "unavailable",
@@ -45,6 +51,11 @@ __all__ = [
 MAX_BODY_BYTES: Final = 64 * 1024
 DEFAULT_PAGE_SIZE: Final = 50
 MAX_PAGE_SIZE: Final = 200
+#: The longest filter value taken (a session name, an event id, a glob, a page size).
+MAX_FILTER: Final = 300
+#: The longest page token taken: one names the last item of a page (a session's name, in
+#: base64), which the store does not bound as it bounds a filter.
+MAX_PAGE_TOKEN: Final = 1024
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -128,16 +139,25 @@ class PageRequest:
     after: str | None
 
 
+def query_text(request: Request, name: str, limit: int = MAX_FILTER) -> str | None:
+    """The query parameter ``name`` (``None`` when absent or empty), at most ``limit``
+    characters: the one reader of every query parameter of the API."""
+    value = request.query_params.get(name) or None
+    if value is not None and len(value) > limit:
+        raise bad_request(f"{name} is longer than {limit} characters")
+    return value
+
+
 def page_request(request: Request, *, default: int = DEFAULT_PAGE_SIZE) -> PageRequest:
     """The page a list request asks for; a bad ``pageSize`` or ``pageToken`` is a 400."""
-    raw_size = request.query_params.get("pageSize", "")
+    raw_size = query_text(request, "pageSize") or ""
     try:
         size = int(raw_size) if raw_size else default
     except ValueError:
         raise bad_request(f"pageSize must be a whole number, not {raw_size[:40]!r}") from None
     if not 1 <= size <= MAX_PAGE_SIZE:
         raise bad_request(f"pageSize must be between 1 and {MAX_PAGE_SIZE}")
-    token = request.query_params.get("pageToken") or None
+    token = query_text(request, "pageToken", MAX_PAGE_TOKEN)
     if token is None:
         return PageRequest(size, None)
     try:

@@ -34,10 +34,11 @@ from .common import (
     not_found,
     page_answer,
     page_request,
+    query_text,
     read_json,
     require_store,
 )
-from .inputs import delivery_id, query_text, since_time
+from .inputs import delivery_id, since_time
 
 __all__ = ["deliveries_routes"]
 

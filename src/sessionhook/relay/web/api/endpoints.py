@@ -23,6 +23,7 @@ from ...config import parse_duration
 from ...config.endpoint_spec import SPEC_KEYS
 from ...ops import endpoint_edits as edits
 from ..context import WebContext
+from ..headers import SECRET_HEADERS
 from .common import (
     ApiProblem,
     EmptyBody,
@@ -101,6 +102,12 @@ def endpoint_routes(ctx: WebContext) -> Sequence[BaseRoute]:
         (found,) = await in_store(edits.endpoint_answers, ctx.config(), ctx.clock(), name)
         return JSONResponse(found | extra, status)
 
+    async def secret_answer(name: str, secret: str, status: int = 200) -> Response:
+        """The answer that shows ``secret``, the one time: kept by no cache."""
+        response = await answer_for(name, status, secret=secret)
+        response.headers.update(SECRET_HEADERS)
+        return response
+
     async def listing(request: Request) -> Response:
         page = page_request(request)
         every = await in_store(edits.endpoint_answers, ctx.config(), ctx.clock())
@@ -125,7 +132,7 @@ def endpoint_routes(ctx: WebContext) -> Sequence[BaseRoute]:
         await in_store(edits.create_endpoint, definition, secret)
         ctx.wake()
         # The one time the secret is shown.
-        return await answer_for(body.name, 201, secret=secret)
+        return await secret_answer(body.name, secret, 201)
 
     async def one(request: Request) -> Response:
         name = _name(request)
@@ -184,7 +191,7 @@ def endpoint_routes(ctx: WebContext) -> Sequence[BaseRoute]:
             secret=body.secret,
         )
         ctx.wake()
-        return await answer_for(name, secret=done.secret)
+        return await secret_answer(name, done.secret)
 
     async def test(request: Request) -> Response:
         name = _name(request)

@@ -17,13 +17,22 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from ....wording import counted
 from ... import ops as operator
 from ...ops import OperatorError, UnknownEndpointError, pages
 from ...ops.wire import delivery_json, event_json
 from ...telemetry.logs import get_logger
 from ..context import WebContext
-from .common import bad_request, not_found, page_answer, page_request, read_json, require_store
-from .inputs import delivery_id, event_id, query_text
+from .common import (
+    bad_request,
+    not_found,
+    page_answer,
+    page_request,
+    query_text,
+    read_json,
+    require_store,
+)
+from .inputs import delivery_id, event_id
 
 __all__ = ["events_routes"]
 
@@ -81,7 +90,7 @@ def events_routes(ctx: WebContext) -> Sequence[BaseRoute]:
         if result.queued:
             ctx.wake()
         _log.info("api.replay", endpoint=body.endpoint, event_id=key, queued=result.queued)
-        message = f"queued {result.queued} deliveries of {key} to {body.endpoint}"
+        message = f"queued {counted(result.queued, 'delivery')} of {key} to {body.endpoint}"
         if result.reason:
             message += f": {result.reason}"
         return JSONResponse({"queued": result.queued, "reason": result.reason, "message": message})

@@ -1,21 +1,18 @@
-"""What the API's routes read from a request's path and query: ids and filters, each
+"""What the API's routes read from a request's path and query: ids and times, each
 checked before it reaches the store, every refusal a 400 with a one-line reason (a huge
-or non-numeric id, a filter of a kilobyte, a time nobody can spell are never a 500)."""
+or non-numeric id, a time nobody can spell are never a 500). The query parameters
+themselves are read through :func:`.common.query_text`, bounded."""
 
 from __future__ import annotations
 
 import re
 from typing import Final
 
-from starlette.requests import Request
-
 from ...ops.wire import parse_moment
 from .common import bad_request
 
-__all__ = ["MAX_FILTER", "delivery_id", "event_id", "query_text", "session_name", "since_time"]
+__all__ = ["delivery_id", "event_id", "session_name", "since_time"]
 
-#: The longest filter value taken (a session name, an event id, a glob).
-MAX_FILTER: Final = 300
 #: The largest delivery id (a signed 64-bit integer, the column's type on PostgreSQL).
 _MAX_ID: Final = 2**63 - 1
 _TOKEN: Final = re.compile(r"^[A-Za-z0-9_.~-]{1,200}$")
@@ -44,15 +41,6 @@ def session_name(text: str) -> str:
     if not _TOKEN.match(text):
         raise bad_request(f"not a session id: {_shown(text)}")
     return f"sessions/{text}"
-
-
-def query_text(request: Request, name: str) -> str | None:
-    """The query parameter ``name`` (``None`` when absent or empty), at most
-    :data:`MAX_FILTER` characters."""
-    value = request.query_params.get(name) or None
-    if value is not None and len(value) > MAX_FILTER:
-        raise bad_request(f"{name} is longer than {MAX_FILTER} characters")
-    return value
 
 
 def since_time(text: str, now: float, field: str = "since") -> float:

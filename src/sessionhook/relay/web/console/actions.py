@@ -36,9 +36,10 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
+from ....wording import counted
 from ... import ops as operator
 from ...domain.actions import ACTION_KINDS, ActionKind
-from ...ops import OperatorError, requeue
+from ...ops import OperatorError, enabled_line, requeue
 from ...ops.actions import Actor, record_direct
 from ...ops.wire import parse_moment
 from ...store import AsyncStore, StoreError
@@ -175,7 +176,7 @@ class Actions:
         _log.info("console.replay", endpoint=endpoint, event_id=event_id or None, queued=queued)
         if queued == 0:
             return _done(back, "error", f"nothing queued for {endpoint}: {result.reason}")
-        return _done(back, "ok", f"queued {queued} deliveries of {what} to {endpoint}")
+        return _done(back, "ok", f"queued {counted(queued, 'delivery')} of {what} to {endpoint}")
 
     async def retry(self, request: Request) -> Response:
         """Send one delivery again now (the same row: same webhook-id and body)."""
@@ -238,7 +239,7 @@ class Actions:
         )
         if enable:
             self.deps.wake()
-            return _done(back, "ok", f"endpoint {name} enabled; {waiting} deliveries waiting")
+            return _done(back, "ok", enabled_line(name, waiting))
         return _done(back, "ok", f"endpoint {name} disabled: {reason}")
 
     async def test(self, request: Request) -> Response:

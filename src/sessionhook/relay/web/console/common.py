@@ -22,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
 from ....redact import redact_userinfo
+from ....wording import counted
 from ...config import Config
 from ...domain.actions import UpstreamAct
 from ...store import AsyncStore
@@ -29,7 +30,7 @@ from ...telemetry.metrics import Metrics
 from ..auth import CSRF_FIELD, csrf_token
 from ..bell import Bell
 from ..context import SendTest
-from .text import age, answer, clip, current_error, outcome, pretty, stamp
+from .text import age, answer, clip, outcome, pretty, stamp
 
 __all__ = [
     "FLASH_COOKIE",
@@ -125,8 +126,8 @@ _ENV.filters.update(
     pretty=pretty,
     outcome=outcome,
     answer=answer,
-    current_error=current_error,
     redacted=redact_userinfo,
+    counted=counted,
 )
 
 

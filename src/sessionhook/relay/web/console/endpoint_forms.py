@@ -36,6 +36,7 @@ from ...config.endpoint_spec import MAX_DESCRIPTION_CHARS, MAX_NAME_CHARS, MAX_U
 from ...ops import endpoint_edits as edits
 from ...store import AsyncStore, StoredEndpoint, StoreError
 from ...telemetry.logs import get_logger
+from ..headers import SECRET_HEADERS
 from .actions import checked_form, flash_redirect
 from .common import ConsoleDeps, error_page, not_found, render_page, unavailable
 
@@ -59,7 +60,6 @@ _FIELD_MAX: Final = {
 #: Shown of a refusal: one line, at most this long (a refused value may be 10 KB).
 _REASON_MAX: Final = 300
 _CONTROL: Final = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
-_NO_STORE: Final = {"cache-control": "no-store", "pragma": "no-cache"}
 
 
 class _Refused(Exception):
@@ -324,7 +324,7 @@ class EndpointForms:
             },
             status_code=201 if created else 200,
         )
-        response.headers.update(_NO_STORE)
+        response.headers.update(SECRET_HEADERS)
         return response
 
 

@@ -8,7 +8,8 @@ import json
 from datetime import UTC, datetime
 from typing import Final
 
-from ...store import AttemptRow, DeliveryRow, EndpointSummary
+from ....wording import counted
+from ...store import AttemptRow, DeliveryRow
 
 __all__ = [
     "BODY_SHOWN",
@@ -18,7 +19,6 @@ __all__ = [
     "age",
     "answer",
     "clip",
-    "current_error",
     "outcome",
     "parse_when",
     "pretty",
@@ -66,7 +66,7 @@ def clip(text: str | bytes | None, limit: int = BODY_SHOWN) -> str:
         text = text.decode("utf-8", "replace")
     if len(text) <= limit:
         return text
-    return f"{text[:limit]}\n... ({len(text) - limit} characters more)"
+    return f"{text[:limit]}\n... ({counted(len(text) - limit, 'character')} more)"
 
 
 def pretty(body: bytes) -> str:
@@ -94,14 +94,6 @@ def answer(delivery: DeliveryRow) -> str:
     if not error or error == status:
         return status
     return f"{status}: {error}" if status else error
-
-
-def current_error(endpoint: EndpointSummary) -> bool:
-    """Whether the endpoint's last error is news: none came since (a later success makes
-    it history, and the overview leaves it out)."""
-    if endpoint.last_error is None or endpoint.last_error_at is None:
-        return False
-    return endpoint.last_success_at is None or endpoint.last_error_at > endpoint.last_success_at
 
 
 # --------------------------------------------------------------------------- in
