@@ -41,7 +41,7 @@ from .models import (
     Config,
     ServerConfig,
 )
-from .secret_files import file_exposure
+from .secret_files import SecretFileError, read_secret_file
 from .slack import SlackConfig
 
 __all__ = ["load_config", "upstream_account"]
@@ -209,22 +209,10 @@ def _resolve_action_key_file(config: Config, base: Path, env: Mapping[str, str])
 def _read_secret_file(key: str, raw: str, base: Path, env: Mapping[str, str]) -> str:
     """The secret in the file ``raw`` names; a file its group or other users can access is
     refused (:mod:`.secret_files`: the same rule for every secret file)."""
-    file = _expand_path(key, raw, base, env)
     try:
-        exposed = file_exposure(file)
-    except OSError as exc:
-        raise ConfigError(key, f"cannot read {file}: {exc.strerror or exc}") from None
-    if exposed is not None:
-        raise ConfigError(key, f"{file} holds a secret but {exposed}: chmod 600 {file}")
-    try:
-        text = file.read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise ConfigError(key, f"cannot read {file}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(key, f"{file} is not UTF-8 text (byte {exc.start})") from None
-    if not text:
-        raise ConfigError(key, f"{file} is empty")
-    return text
+        return read_secret_file(_expand_path(key, raw, base, env))
+    except SecretFileError as exc:
+        raise ConfigError(key, str(exc)) from None
 
 
 # Resolved secrets go into copies (with_*), so no instance shared with another Config is
