@@ -213,6 +213,23 @@ def test_secret_env_missing(tmp_path: Path) -> None:
     assert "%%" not in bad
 
 
+def test_only_the_named_endpoints_secrets_are_read(tmp_path: Path) -> None:
+    text = endpoints_toml(
+        'name = "a"\nurl = "https://a.example"\nsecret_env = "A_SECRET"',
+        'name = "b"\nurl = "https://b.example"\nsecret_env = "B_SECRET_UNSET"',
+        'name = "c"\nurl = "https://c.example"\nsecret_file = "no-such-file"',
+    )
+    path = write(tmp_path, text)
+    config = load_config(path, env={"A_SECRET": SECRET}, need_api_key=False, endpoint_secrets={"a"})
+    assert config.endpoints[0].secrets[0].get_secret_value() == SECRET
+    with pytest.raises(ConfigError, match="secrets were not resolved"):
+        _ = config.endpoints[1].secrets
+    # A name that no configured endpoint has (one created at run time): no secret read.
+    assert load_config(path, env={}, need_api_key=False, endpoint_secrets={"slack-bot"})
+    with pytest.raises(ConfigError, match="B_SECRET_UNSET is not set"):
+        load_config(path, env={}, need_api_key=False, endpoint_secrets={"b"})
+
+
 def test_secret_and_api_key_from_files_with_credentials_directory(tmp_path: Path) -> None:
     creds = tmp_path / "creds"
     creds.mkdir()
