@@ -639,3 +639,29 @@ def test_the_api_cli_commands_work_as_written(tmp_path: Path) -> None:
                 assert proc.returncode == 0, f"$ sessionhook {shlex.join(args)}\n{proc.stderr}"
                 if args[:2] == ["sessions", "create"]:
                     created = re.search(r"sessions/\d+", proc.stdout).group(0)  # type: ignore[union-attr]
+
+
+# --------------------------------------------------------------------------- the two commands
+
+
+def make_plan(target: str, tmp_path: Path) -> list[str]:
+    """What ``make TARGET`` would run in a fresh checkout (no .venv yet): ``make -n``."""
+    shutil.copyfile(REPO / "Makefile", tmp_path / "Makefile")
+    shutil.copyfile(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+    done = subprocess.run(
+        ["make", "-n", target], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+def test_make_demo_installs_what_it_runs_and_make_test_everything(tmp_path: Path) -> None:
+    """The README's two commands on a fresh machine: ``make demo`` installs the package
+    (what the demo runs), not the test extras; ``make test`` installs those too."""
+    demo = make_plan("demo", tmp_path)
+    installs = [line for line in demo if " install " in line and "--upgrade pip" not in line]
+    assert installs == [".venv/bin/pip install --quiet -e ."], demo
+    assert demo[-1] == ".venv/bin/sessionhook demo"
+    test = make_plan("test", tmp_path)
+    assert ".venv/bin/pip install --quiet -e '.[test]'" in test, test
+    assert (REPO / ".ci/run").read_text().strip().endswith("make test")
