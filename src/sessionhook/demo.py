@@ -442,8 +442,7 @@ async def run_demo(
             api = SessionsClient(http, base_url=base_url, api_key=api_key)
             print(
                 f"emulator on {base_url}, consumer on 127.0.0.1:{hook_port}, "
-                f"store in {tmp}; Ctrl-C stops\n"
-                f"console on http://{listen}/console, its token in {Path(tmp) / TOKEN_FILE}",
+                f"store in {tmp}; Ctrl-C stops",
                 file=stream,
                 flush=True,
             )
@@ -463,6 +462,11 @@ async def run_demo(
             # (backfill = false): create them once it runs.
             with anyio.fail_after(30):
                 await daemon.ready.wait()
+            print(
+                f"console on http://{listen}/console, its token in {Path(tmp) / TOKEN_FILE}",
+                file=stream,
+                flush=True,
+            )
             created = await _create_sessions(api, sessions)
             created_names.update(created)
             print(f"created {counted(len(created), 'session')}", file=stream, flush=True)
