@@ -1,21 +1,31 @@
 # Two commands do everything on a fresh machine:
 #   make demo   - emulator + relay + a local webhook consumer, signed events printed as they arrive
 #   make test   - lint, type check and the whole test suite
-# Both create .venv and install what they need first.
-PYTHON ?= python3
-VENV   := .venv
-BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed
+# Both create .venv and install what they run first: the demo the package and its
+# dependencies, the tests those and their tools (the test extras).
+PYTHON  ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+# What the demo runs: the package and its dependencies.
+RUNTIME := $(VENV)/.runtime
+# That and the test extras (pytest, ruff, mypy, selenium...): lint, test, bench.
+STAMP   := $(VENV)/.installed
 
 .PHONY: demo test lint typecheck bench clean system-deps
 
-$(STAMP): pyproject.toml
+$(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+
+$(RUNTIME): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e .
+	touch $(RUNTIME)
+
+$(STAMP): $(RUNTIME)
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-demo: $(STAMP)
+demo: $(RUNTIME)
 	$(BIN)/sessionhook demo
 
 lint: $(STAMP)

@@ -113,9 +113,11 @@ def test_an_exposed_or_broken_key_file_is_refused(tmp_path: Path) -> None:
         file.write_text(text)
         with pytest.raises(ConfigError, match=expected):
             ActionKeys(file).signing_key()
-    file.write_bytes(b"\xff\xfe")
-    with pytest.raises(ConfigError, match="not ASCII"):
-        ActionKeys(file).signing_key()
+    # Read as every secret file is (config/secret_files.py), then as a key file.
+    for raw, expected in ((b"\xff\xfe", "not UTF-8 text"), ("é -\n".encode(), "not ASCII")):
+        file.write_bytes(raw)
+        with pytest.raises(ConfigError, match=expected):
+            ActionKeys(file).signing_key()
 
 
 def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

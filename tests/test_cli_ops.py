@@ -762,6 +762,79 @@ def test_endpoints_test_needs_no_api_key(run: RelayRun, tmp_path: Path) -> None:
     assert ci.arrivals[before].type == PING_TYPE and not ci.rejected
 
 
+def test_endpoints_test_reads_only_the_secret_it_signs_with(
+    run: RelayRun, db_copy: Where, tmp_path: Path
+) -> None:
+    """Every other endpoint's secret unavailable (a variable not set, a file missing, a
+    file others can read): a configured endpoint and one created at run time are pinged
+    all the same; the one whose own secret is missing is the one line naming it."""
+    ci = run.receivers["ci"]
+    (tmp_path / "ci.secret").write_text(SECRETS["ci"] + "\n")
+    (tmp_path / "ci.secret").chmod(0o600)
+    (tmp_path / "exposed.secret").write_text(SECRETS["broken"] + "\n")
+    (tmp_path / "exposed.secret").chmod(0o644)
+    store = f"path = {json.dumps(str(db_copy.db))}"
+    if db_copy.config is not None:  # PostgreSQL: the copy's [store] url
+        store = db_copy.config.read_text().removeprefix("[store]\n")
+    config = tmp_path / "others.toml"
+    config.write_text(
+        textwrap.dedent(
+            f"""
+            [api]
+            api_key_env = "UNSET_API_KEY"
+            [store]
+            {store}
+            [delivery]
+            allow_private_networks = true
+            [server]
+            token_env = "UNSET_WEB_TOKEN"
+            [[endpoints]]
+            name = "ci"
+            url = "{run.urls["ci"]}/hook"
+            secret_file = "ci.secret"
+            [[endpoints]]
+            name = "flaky"
+            url = "{run.urls["flaky"]}/hook"
+            secret_env = "UNSET_FLAKY_SECRET"
+            [[endpoints]]
+            name = "broken"
+            url = "{run.urls["broken"]}/hook"
+            secret_file = "exposed.secret"
+            [[endpoints]]
+            name = "gone"
+            url = "{run.urls["gone"]}/hook"
+            secret_file = "no-such.secret"
+            """
+        )
+    )
+    before = len(ci.arrivals)
+    out = ok("endpoints", "test", "ci", "--config", str(config))
+    assert "answer:    200" in out
+    created = invoke(
+        "endpoints",
+        "create",
+        "slack-bot",
+        "--url",
+        f"{run.urls['ci']}/hook",
+        "--secret-env",
+        "SLACK_BOT_SECRET",
+        "--config",
+        str(config),
+        env={"SLACK_BOT_SECRET": SECRETS["ci"]},
+    )
+    assert created.exit_code == 0, created.output
+    out = ok("endpoints", "test", "slack-bot", "--config", str(config))
+    assert "answer:    200" in out
+    pings = ci.arrivals[before:]
+    assert [a.type for a in pings] == [PING_TYPE, PING_TYPE] and not ci.rejected
+    line = failed("endpoints", "test", "flaky", "--config", str(config), code=2)
+    assert line == (
+        "config error: endpoints[1].secret_env: environment variable UNSET_FLAKY_SECRET is not set"
+    )
+    line = failed("endpoints", "test", "broken", "--config", str(config), code=2)
+    assert line.startswith("config error: endpoints[2].secret_file: ") and "mode 644" in line
+
+
 def test_endpoints_test_unknown_endpoint(run: RelayRun) -> None:
     line = failed("endpoints", "test", "nope", "--config", str(run.config), code=2)
     assert line.startswith("error: no endpoint named 'nope'")

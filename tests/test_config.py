@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import shutil
 from pathlib import Path
 
 import pytest
@@ -213,6 +214,23 @@ def test_secret_env_missing(tmp_path: Path) -> None:
     assert "%%" not in bad
 
 
+def test_only_the_named_endpoints_secrets_are_read(tmp_path: Path) -> None:
+    text = endpoints_toml(
+        'name = "a"\nurl = "https://a.example"\nsecret_env = "A_SECRET"',
+        'name = "b"\nurl = "https://b.example"\nsecret_env = "B_SECRET_UNSET"',
+        'name = "c"\nurl = "https://c.example"\nsecret_file = "no-such-file"',
+    )
+    path = write(tmp_path, text)
+    config = load_config(path, env={"A_SECRET": SECRET}, need_api_key=False, endpoint_secrets={"a"})
+    assert config.endpoints[0].secrets[0].get_secret_value() == SECRET
+    with pytest.raises(ConfigError, match="secrets were not resolved"):
+        _ = config.endpoints[1].secrets
+    # A name that no configured endpoint has (one created at run time): no secret read.
+    assert load_config(path, env={}, need_api_key=False, endpoint_secrets={"slack-bot"})
+    with pytest.raises(ConfigError, match="B_SECRET_UNSET is not set"):
+        load_config(path, env={}, need_api_key=False, endpoint_secrets={"b"})
+
+
 def test_secret_and_api_key_from_files_with_credentials_directory(tmp_path: Path) -> None:
     creds = tmp_path / "creds"
     creds.mkdir()
@@ -347,15 +365,16 @@ def test_config_constructed_in_code_has_defaults() -> None:
 
 
 def test_example_config_is_valid_and_documents_every_key(tmp_path: Path) -> None:
-    example = REPO / "config.example.toml"
-    env = {
-        "SESSIONHOOK_API_KEY": "k",
-        "CI_BOT_SECRET": SECRET,
-        "CHAT_SECRET": SECRET2,
-        "SESSIONHOOK_WEB_TOKEN": "w" * 43,
-    }
-    config = load_config(example, env=env)
-    assert config.endpoints
+    # As copied, with the secret files it names beside it (mode 0600).
+    example = tmp_path / "config.toml"
+    shutil.copyfile(REPO / "config.example.toml", example)
+    files = {"ci-bot.secret": SECRET, "chat.secret": SECRET2, "web.token": "w" * 43}
+    for name, secret in files.items():
+        (tmp_path / name).write_text(secret + "\n")
+        (tmp_path / name).chmod(0o600)
+    config = load_config(example, env={"SESSIONHOOK_API_KEY": "k"})
+    assert [e.secrets[0].get_secret_value() for e in config.endpoints] == [SECRET, SECRET2]
+    assert config.server is not None and config.server.token is not None
     text = example.read_text()
     for section, model in (
         ("api", config.api),

@@ -1,6 +1,9 @@
 """One rule for every file that holds a secret (issue 20): its group and other users get no
 access, or the config is refused with one line naming the key and the file. A systemd
 credential (mode 0400 plus an ACL granting the service's user read, shown as 0440) passes.
+The files sessionhook writes (``secret generate|token --out``, the action-link key) are
+made so: mode 0600 from their first byte, whatever the umask, never over an existing file
+unless asked to.
 """
 
 from __future__ import annotations
@@ -15,7 +18,13 @@ from pathlib import Path
 import pytest
 
 from sessionhook.relay.config import Config, ConfigError, load_config
-from sessionhook.relay.config.secret_files import ACL_XATTR, acl_exposure, exposure, file_exposure
+from sessionhook.relay.config.secret_files import (
+    ACL_XATTR,
+    acl_exposure,
+    exposure,
+    file_exposure,
+    write_secret_file,
+)
 from sessionhook.relay.domain.signing import generate_keypair, generate_secret
 
 SESSIONHOOK = Path(sys.executable).parent / "sessionhook"
@@ -183,3 +192,89 @@ def test_run_refuses_a_world_readable_signing_key_with_one_line(tmp_path: Path) 
     assert line.startswith("config error: endpoints[0].secret_file: ")
     assert str(tmp_path.resolve() / "secret") in line and "mode 644" in line
     assert SIGNING_KEY not in done.stderr
+
+
+# --------------------------------------------------------------------------- writing one
+
+
+def _sessionhook(cwd: Path, command: str, umask: str = "022") -> subprocess.CompletedProcess[str]:
+    """``sessionhook COMMAND`` in a shell whose umask is ``umask`` (022: most users')."""
+    return subprocess.run(
+        ["sh", "-c", f"umask {umask} && exec {SESSIONHOOK} {command}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=cwd,
+    )
+
+
+@pytest.mark.parametrize("umask", ["000", "022", "077"])
+@pytest.mark.parametrize(
+    ("command", "key"),
+    [
+        ("secret generate --out s", "endpoints[0].secret_file"),
+        ("secret generate --asymmetric --out s", "endpoints[0].secret_file"),
+        ("secret token --out s", "server.token_file"),
+    ],
+)
+def test_secret_out_writes_a_file_of_mode_600_the_config_reads(
+    tmp_path: Path, umask: str, command: str, key: str
+) -> None:
+    done = _sessionhook(tmp_path, command, umask)
+    assert done.returncode == 0, done.stderr
+    secret = tmp_path / "s"
+    assert secret.stat().st_mode & 0o777 == 0o600
+    assert done.stdout == ""  # the secret is in the file only
+    assert done.stderr.splitlines()[0].endswith("written to s (mode 600)")
+    assert secret.read_text().strip() not in done.stderr
+    assert [p.name for p in tmp_path.iterdir()] == ["s"]  # no temporary file left
+    [case] = [c for c in CASES if c.key == key and ("v1a" in c.toml) == ("asym" in command)]
+    config = tmp_path / "config.toml"
+    config.write_text(case.toml.replace('"secret"', '"s"'))
+    assert case.read(_load(config)) == secret.read_text().strip()
+
+
+@pytest.mark.parametrize("command", ["secret generate", "secret token"])
+def test_secret_out_never_replaces_a_file_unless_forced(tmp_path: Path, command: str) -> None:
+    secret = tmp_path / "s"
+    secret.write_text("the old secret\n")
+    secret.chmod(0o644)
+    refused = _sessionhook(tmp_path, f"{command} --out s")
+    assert refused.returncode == 1
+    assert refused.stderr.splitlines() == [
+        "error: s exists: not replaced — --force replaces it (its secret is lost)"
+    ]
+    assert secret.read_text() == "the old secret\n"
+    # A link is not followed either: the file it points at keeps its text.
+    (tmp_path / "link").symlink_to(secret)
+    assert _sessionhook(tmp_path, f"{command} --out link").returncode == 1
+    assert secret.read_text() == "the old secret\n"
+    forced = _sessionhook(tmp_path, f"{command} --out s --force")
+    assert forced.returncode == 0, forced.stderr
+    assert secret.read_text() != "the old secret\n"
+    assert secret.stat().st_mode & 0o777 == 0o600  # the old file's mode is not kept
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "s"]
+
+
+def test_secret_out_failures_are_one_line(tmp_path: Path) -> None:
+    missing = _sessionhook(tmp_path, "secret generate --out no/such/dir/s")
+    assert missing.returncode == 1
+    assert missing.stderr.splitlines() == [
+        "error: cannot write no/such/dir/s: No such file or directory"
+    ]
+    usage = _sessionhook(tmp_path, "secret token --force")
+    assert usage.returncode == 2 and "--force goes with --out" in usage.stderr
+    assert usage.stdout == "" and list(tmp_path.iterdir()) == []
+
+
+def test_write_secret_file_is_whole_or_absent(tmp_path: Path) -> None:
+    file = tmp_path / "s"
+    write_secret_file(file, "one\n")
+    with pytest.raises(FileExistsError):
+        write_secret_file(file, "two\n")
+    assert file.read_text() == "one\n"
+    write_secret_file(file, "three\n", replace=True)
+    assert file.read_text() == "three\n" and file.stat().st_mode & 0o777 == 0o600
+    with pytest.raises(OSError):
+        write_secret_file(tmp_path / "missing" / "s", "x")
+    assert [p.name for p in tmp_path.iterdir()] == ["s"]

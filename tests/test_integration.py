@@ -504,11 +504,46 @@ async def test_once_with_a_rejected_key_exits_non_zero_with_one_line(tmp_path: P
 
 
 def test_demo_prints_verified_events_and_stops_cleanly(tmp_path: Path) -> None:
-    result = _cli(
-        "demo", "--duration", "12", "--step-delay", "0.2", "--seed", "1", cwd=tmp_path, timeout=90
-    )
-    assert result.returncode == 0, result.stderr
-    out = result.stdout
+    command = ["demo", "--duration", "12", "--step-delay", "0.2", "--seed", "1"]
+    with (tmp_path / "out").open("w+") as stdout, (tmp_path / "err").open("w+") as stderr:
+        demo = subprocess.Popen(
+            [sys.executable, "-m", "sessionhook.cli", *command],
+            stdout=stdout,
+            stderr=stderr,
+            stdin=subprocess.DEVNULL,
+            cwd=tmp_path,
+            env=_env(),
+        )
+        try:
+            # While it runs: its secrets are files of mode 0600 (the console's token among
+            # them, which opens the console it names), none on its command line.
+            deadline = time.monotonic() + 60
+            while not (
+                found := re.search(
+                    r"console on (http://\S+)/console, its token in (\S+)\n",
+                    (tmp_path / "out").read_text(),
+                )
+            ):
+                assert demo.poll() is None, (tmp_path / "err").read_text()
+                assert time.monotonic() < deadline, (tmp_path / "out").read_text()
+                time.sleep(0.05)
+            console, token_file = found.group(1), Path(found.group(2))
+            secrets = [token_file, token_file.with_name("endpoint.secret")]
+            secrets.append(token_file.with_name("api_key"))
+            assert all(f.stat().st_mode & 0o777 == 0o600 for f in secrets)
+            cmdline = Path(f"/proc/{demo.pid}/cmdline").read_text()
+            assert not any(f.read_text().strip() in cmdline for f in secrets)
+            token = token_file.read_text().strip()
+            assert httpx.get(console + "/console").status_code == 401
+            bearer = {"Authorization": f"Bearer {token}"}
+            assert httpx.get(console + "/console", headers=bearer).status_code == 200
+            assert demo.wait(timeout=90) == 0, (tmp_path / "err").read_text()
+        finally:
+            if demo.poll() is None:
+                demo.kill()
+                demo.wait(timeout=10)
+        out = (tmp_path / "out").read_text()
+    assert not token_file.parent.exists()  # the demo's directory goes with it
     for kind in (
         "session.discovered",
         "activity.plan_generated",
@@ -521,7 +556,11 @@ def test_demo_prints_verified_events_and_stops_cleanly(tmp_path: Path) -> None:
     # ... by following the signed links of the events, as a person would (GET, then POST).
     assert "opened the approve link and approved the plan" in out, out
     assert "opened the reply link and answered the question" in out, out
-    assert re.search(r"approve the plan \(\d steps\): http://127\.0\.0\.1:\d+/actions/", out), out
+    # Each link printed whole (a person opens it): the event's, and the chat button's.
+    link = r"http://127\.0\.0\.1:\d+/actions/[\w-]+\.[\w-]+"
+    assert re.search(rf"approve the plan \(\d steps\): {link} signature ok", out), out
+    assert re.search(rf"answer: .* {link} signature ok", out), out
+    assert re.search(rf"\[Approve plan\] <{link}>\n", out), out
     assert "session.action_required" in out and "session.completed" in out
     # The Slack-formatted endpoint's messages, printed readably; then the demo says its
     # sessions are done and stops by itself (12 s of --duration is a ceiling, not the end).

@@ -240,6 +240,86 @@ def test_listen_refuses_to_start_without_a_key_or_on_a_taken_port(tmp_path: Path
     )
 
 
+def action_required(links: dict[str, str], action: str = "approve_plan") -> str:
+    session = {"name": "sessions/12345678901234567890", "title": "t", "state": "QUEUED"}
+    data = {"session": session, "action": action, "question": "Go on?", "links": links}
+    return json.dumps({"type": "session.action_required", "data": data})
+
+
+def test_listen_reads_its_secret_from_a_private_file_and_prints_links_whole(
+    tmp_path: Path,
+) -> None:
+    """``--secret-file``: the secret never on the command line; the approve link of an
+    action printed whole (a person clicks it)."""
+    secret = tmp_path / "ci-bot.secret"
+    secret.write_text(f"{signing.generate_secret()} {SECRET}\n")  # a rotation: two secrets
+    secret.chmod(0o600)
+    link = "http://127.0.0.1:9187/actions/" + "WzEsInNlc3Npb25zLzEyMzQ1Njc4OTAiXQ" * 4
+    body = action_required({"approve": link, "open": "http://127.0.0.1:9187/console/x"})
+    with listening(tmp_path, "--secret-file", str(secret)) as listener:
+        cmdline = Path(f"/proc/{listener.proc.pid}/cmdline").read_bytes()
+        answer = httpx.post(listener.url, content=body, headers=signed(body))
+        [line] = wait_for_lines(listener.stdout, 1)
+        assert listener.stop() == 130
+    assert answer.status_code == 204
+    assert SECRET.encode() not in cmdline and b"--secret-file" in cmdline
+    assert f"approve the plan (0 steps): {link} " in line and line.endswith("signature ok")
+    assert "2 keys" in listener.stderr()
+
+
+@pytest.mark.parametrize(
+    ("mode", "text", "problem"),
+    [
+        (0o644, SECRET, "holds a secret but its group and other users can access it (mode 644)"),
+        (0o640, SECRET, "holds a secret but its group can access it (mode 640)"),
+        (0o604, SECRET, "holds a secret but other users can access it (mode 604)"),
+        (0o600, "", "is empty"),
+        (0o600, "whsec_!!", "cannot verify with whsec_!!"),
+        (None, "", "cannot read"),
+    ],
+    ids=["644", "640", "604", "empty", "not a secret", "missing"],
+)
+def test_listen_refuses_a_secret_file_with_one_line(
+    tmp_path: Path, mode: int | None, text: str, problem: str
+) -> None:
+    """The rule of every secret file (config/secret_files.py): a file its group or other
+    users can read is refused, as the relay refuses it, in one line that says the fix."""
+    secret = tmp_path / "s"
+    if mode is not None:
+        secret.write_text(text)
+        secret.chmod(mode)
+    done = subprocess.run(
+        [str(SESSIONHOOK), "listen", "--port", "0", "--secret-file", str(secret)],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=60,
+    )
+    assert done.returncode == 2
+    [line] = done.stderr.splitlines()
+    assert line.startswith("error: ") and problem in line, line
+    assert SECRET not in done.stderr
+    if mode is not None and mode & 0o077:
+        assert line == f"error: --secret-file: {secret} {problem}: chmod 600 {secret}"
+
+
+def test_action_links_are_printed_whole_and_escaped() -> None:
+    long = "https://relay.example.com/actions/" + "x" * 300
+    for action, key in (("approve_plan", "approve"), ("answer", "reply")):
+        line = event_line(json.loads(action_required({key: long}, action)), stamp="10:00:00")
+        assert f" {long} " in line or line.endswith(f" {long}"), line
+    hostile = "https://relay.example.com/actions/\x1b]8;;http://evil\x07x"
+    line = event_line(json.loads(action_required({"approve": hostile})), stamp="10:00:00")
+    assert "\x1b" not in line and r"actions/\x1b]8;;http://evil\x07x" in line
+    # Anything but an http(s) URL is no link to print: the API call is shown instead.
+    for odd in ("javascript:alert(1)", 5, None, ["http://x"]):
+        body = json.loads(action_required({}))
+        body["data"]["links"] = {"approve": odd}
+        body["data"]["call"] = {"path": "/v1alpha/sessions/1:approvePlan"}
+        line = event_line(body, stamp="10:00:00")
+        assert "approve the plan (0 steps): POST …:approvePlan" in line, line
+
+
 def test_printable_escapes_terminal_controls_and_keeps_the_rest() -> None:
     assert printable("a\x1b[31mb\x07\r\x9b\u202e\u2066é✓") == (
         r"a\x1b[31mb\x07\x0d\x9b\u202e\u2066é✓"

@@ -1,6 +1,7 @@
 """What a new user does, as the docs say it: the README's first real run (activate the
-virtual environment, start the emulator, copy the example config, export the documented
-variables, run the relay, create a session, watch its events), ``run --once`` as the
+virtual environment, start the emulator, write the secrets to their files, start the
+receiver, copy and edit the example config, run the relay, create a session, watch its
+events, ping the endpoint, approve through the printed link), ``run --once`` as the
 operations page gives it, and the emulator and API CLI commands of their pages, each read
 from the page itself and run as written.
 
@@ -14,6 +15,7 @@ free ports instead (the only change, and ``SESSIONHOOK_BASE_URL`` for the API CL
 from __future__ import annotations
 
 import fcntl
+import html
 import json
 import os
 import re
@@ -29,7 +31,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import httpx
 import pytest
@@ -70,10 +72,17 @@ def sh(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProces
 
 
 @contextmanager
-def emulator(*args: str, env: dict[str, str], cwd: Path) -> Iterator[str | None]:
+def emulator(
+    *args: str,
+    env: dict[str, str],
+    cwd: Path,
+    logs: Path | None = None,
+    on_start: Callable[[subprocess.Popen[str]], None] | None = None,
+) -> Iterator[str | None]:
     """``sessionhook emulator ARGS`` until the block ends; yields its base URL, or ``None``
-    when it could not listen (the port is taken)."""
-    out = (cwd / "emulator.out").open("w+")
+    when it could not listen (the port is taken). Its output goes to ``logs`` (default
+    ``cwd``); ``on_start`` sees the process."""
+    out = ((logs or cwd) / "emulator.out").open("w+")
     proc = subprocess.Popen(
         [str(SESSIONHOOK), "emulator", *args],
         stdout=out,
@@ -84,6 +93,8 @@ def emulator(*args: str, env: dict[str, str], cwd: Path) -> Iterator[str | None]
         text=True,
     )
     try:
+        if on_start is not None:
+            on_start(proc)
         yield _listening(proc, out)
     finally:
         proc.terminate()
@@ -203,11 +214,20 @@ def wait_for(condition: Callable[[], bool], what: str, *, seconds: float = 60) -
         time.sleep(0.1)
 
 
+#: The README's secret files, and the one the relay makes on its first start with
+#: ``[actions]`` on.
+SECRET_FILES = ("ci-bot.secret", "chat.secret", "web.token", "action-links.key")
+
+
 @dataclass
 class FirstRun:
-    """The README's three terminals, played by one test: what each started or printed."""
+    """The README's four terminals, played by one test: what each started or printed."""
 
+    #: The checkout the README runs in (a git work tree holding the repository's
+    #: .gitignore and config.example.toml).
     work: Path
+    #: What the processes printed: kept out of the checkout.
+    logs: Path
     emulator_url: str | None = None
     #: The listener's port (9187 in the example; another when that one is taken).
     health: int = 9187
@@ -215,12 +235,15 @@ class FirstRun:
     session: str | None = None
     followed: str = ""
     status: str = ""
+    pinged: str = ""
     stack: ExitStack = field(default_factory=ExitStack)
-    #: The shell of the terminal that started the relay (its secrets and token).
+    #: The shell of the terminal that started the relay.
     relay_env: dict[str, str] = field(default_factory=dict)
     #: ``sessionhook listen``, the receiver (its port: 8000 as written, or a free one).
     listener: subprocess.Popen[bytes] | None = None
     listen_port: int = 8000
+    #: The command line of every process started: as given, and as /proc shows it.
+    command_lines: list[str] = field(default_factory=list)
 
     def step(self, command: str, env: dict[str, str]) -> None:
         """One README line, done as a user's shell would."""
@@ -229,27 +252,18 @@ class FirstRun:
             # make demo (Makefile: VENV := .venv) left sessionhook in .venv/bin.
             assert (REPO / ".venv/bin/activate").is_file()
             assert (REPO / ".venv/bin/sessionhook").is_file()
-        elif match := re.fullmatch(
-            r"export (\w+)=\$\(sessionhook secret (generate|token)\)", command
-        ):
-            generated = sh("secret", match.group(2), env=env, cwd=self.work)
-            assert generated.returncode == 0, generated.stderr
-            env[match.group(1)] = generated.stdout.strip()
-        elif match := re.fullmatch(r"sessionhook secret generate > ([\w.-]+)", command):
-            generated = sh("secret", "generate", env=env, cwd=self.work)
-            assert generated.returncode == 0, generated.stderr
-            (self.work / match.group(1)).write_text(generated.stdout)
-        elif match := re.fullmatch(r"export (\w+)=\$\(cat ([\w.-]+)\)", command):
-            env[match.group(1)] = (self.work / match.group(2)).read_text().strip()
         elif match := re.fullmatch(r"export (\w+)=([\w.-]+)", command):
             env[match.group(1)] = match.group(2)
         elif argv[0] == "sed":
             edited = subprocess.run(argv, cwd=self.work, capture_output=True, text=True)
             assert edited.returncode == 0, edited.stderr
+        elif argv[:2] == ["sessionhook", "secret"]:
+            assert "--out" in argv, f"a secret printed, not kept in a file: {command}"
+            self.sh(argv[1:], env)
         elif argv[:2] == ["sessionhook", "listen"]:
             self.start_listener([expand(a, env, self.work) for a in argv[2:]], env)
         elif argv == ["cp", "config.example.toml", "config.toml"]:
-            shutil.copyfile(REPO / argv[1], self.work / argv[2])
+            shutil.copyfile(self.work / argv[1], self.work / argv[2])
         elif argv[:2] == ["sessionhook", "emulator"]:
             self.start_emulator([expand(a, env) for a in argv[2:]], env)
         elif argv == ["sessionhook", "run", "--config", "config.toml"]:
@@ -259,28 +273,50 @@ class FirstRun:
             assert self.emulator_url is not None
             if self.emulator_url != EXAMPLE_BASE_URL:
                 env["SESSIONHOOK_BASE_URL"] = self.emulator_url
-            created = sh(*argv[1:], env=env, cwd=self.work)
-            assert created.returncode == 0, created.stderr
-            found = re.search(r"sessions/\d+", created.stdout)
-            assert found is not None, created.stdout
+            found = re.search(r"sessions/\d+", self.sh(argv[1:], env))
+            assert found is not None
             self.session = found.group(0)
         elif argv[:2] == ["sessionhook", "events"] and "--follow" in argv:
             self.follow(argv[1:], env)
+        elif argv[:3] == ["sessionhook", "endpoints", "test"]:
+            self.pinged = self.sh(argv[1:], env)
         elif argv[:2] == ["sessionhook", "status"]:
-            status = sh(*argv[1:], env=env, cwd=self.work)
-            assert status.returncode == 0, status.stderr
-            self.status = status.stdout
+            self.status = self.sh(argv[1:], env)
         else:
             raise AssertionError(f"the README has a new step this test does not do: {command}")
 
+    def sh(self, args: list[str], env: dict[str, str]) -> str:
+        """``sessionhook ARGS`` in the checkout, which must succeed; its stdout."""
+        self.command_lines.append(shlex.join(args))
+        done = sh(*args, env=env, cwd=self.work)
+        assert done.returncode == 0, f"$ sessionhook {shlex.join(args)}\n{done.stderr}"
+        assert "Traceback" not in done.stderr
+        return done.stdout
+
+    def started(self, proc: subprocess.Popen[Any]) -> None:
+        """Note a long-running process's command line, as ``ps`` shows it to everyone."""
+        self.command_lines.append(shlex.join(str(a) for a in proc.args))  # type: ignore[union-attr]
+        cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes()
+        self.command_lines.append(cmdline.replace(b"\0", b" ").decode(errors="replace"))
+
     def start_emulator(self, args: list[str], env: dict[str, str]) -> None:
-        self.emulator_url = self.stack.enter_context(emulator(*args, env=env, cwd=self.work))
+        self.emulator_url = self.stack.enter_context(
+            emulator(*args, env=env, cwd=self.work, logs=self.logs, on_start=self.started)
+        )
         if self.emulator_url is None or not free(self.health):
             # Something else holds 8080 or 9187: the same run on free ports; the copy
             # of the example differs in those addresses only.
             if self.emulator_url is None:
                 self.emulator_url = self.stack.enter_context(
-                    emulator(*args, "--port", "0", env=env, cwd=self.work)
+                    emulator(
+                        *args,
+                        "--port",
+                        "0",
+                        env=env,
+                        cwd=self.work,
+                        logs=self.logs,
+                        on_start=self.started,
+                    )
                 )
             assert self.emulator_url is not None
             self.health = free_port()
@@ -293,8 +329,8 @@ class FirstRun:
         if not free(8000):
             self.listen_port = free_port()
             args[1] = str(self.listen_port)
-        out = self.stack.enter_context((self.work / "listen.out").open("w+b"))
-        err = self.stack.enter_context((self.work / "listen.err").open("w+b"))
+        out = self.stack.enter_context((self.logs / "listen.out").open("w+b"))
+        err = self.stack.enter_context((self.logs / "listen.err").open("w+b"))
         self.listener = subprocess.Popen(
             [str(SESSIONHOOK), "listen", *args],
             stdout=out,
@@ -304,6 +340,7 @@ class FirstRun:
             cwd=self.work,
         )
         self.stack.callback(self.kill, self.listener)
+        self.started(self.listener)
         wait_for(
             lambda: "listening on" in self.listened()[1],
             f"listen did not start:\n{self.listened()}",
@@ -313,25 +350,37 @@ class FirstRun:
     def listened(self) -> tuple[str, str]:
         """What the listener printed: stdout (the events), stderr (the rest)."""
         return tuple(  # type: ignore[return-value]
-            (self.work / f"listen.{name}").read_text(errors="replace") for name in ("out", "err")
+            (self.logs / f"listen.{name}").read_text(errors="replace") for name in ("out", "err")
         )
 
     def start_relay(self, env: dict[str, str]) -> None:
         assert self.emulator_url is not None, "the README starts the relay before the emulator"
         config = self.work / "config.toml"
-        # The example as copied, with the README's two edits: ci-bot at the listener, and
-        # loopback endpoints allowed.
-        example = (REPO / "config.example.toml").read_text()
-        edited = example.replace(
-            'url = "https://hooks.example.com/sessions"', 'url = "http://127.0.0.1:8000/ci-bot"', 1
-        ).replace("\nallow_private_networks = false\n", "\nallow_private_networks = true\n", 1)
+        # The example as copied, with the README's edits: ci-bot at the listener, loopback
+        # endpoints allowed, [actions] on at the relay's own address.
+        example = (self.work / "config.example.toml").read_text()
+        edited = (
+            example.replace(
+                'url = "https://hooks.example.com/sessions"',
+                'url = "http://127.0.0.1:8000/ci-bot"',
+                1,
+            )
+            .replace("\nallow_private_networks = false\n", "\nallow_private_networks = true\n", 1)
+            .replace("\nenabled = false\n", "\nenabled = true\n", 1)
+            .replace(
+                '\npublic_url = "https://relay.example.com"\n',
+                '\npublic_url = "http://127.0.0.1:9187"\n',
+                1,
+            )
+        )
         assert edited.count("127.0.0.1:8000") == 1 and "networks = true" in edited
+        assert edited.count("\nenabled = true\n") == 2  # ci-bot's, and [actions]'
         assert config.read_text() == edited
         if self.emulator_url != EXAMPLE_BASE_URL or self.health != 9187 or self.listen_port != 8000:
             text = config.read_text().replace(EXAMPLE_BASE_URL, self.emulator_url, 1)
             text = text.replace("127.0.0.1:8000", f"127.0.0.1:{self.listen_port}", 1)
-            config.write_text(text.replace("127.0.0.1:9187", f"127.0.0.1:{self.health}", 1))
-        out = self.stack.enter_context((self.work / "run.out").open("w+b"))
+            config.write_text(text.replace("127.0.0.1:9187", f"127.0.0.1:{self.health}"))
+        out = self.stack.enter_context((self.logs / "run.out").open("w+b"))
         self.daemon = subprocess.Popen(
             [str(SESSIONHOOK), "run", "--config", "config.toml"],
             stdout=out,
@@ -341,6 +390,7 @@ class FirstRun:
             cwd=self.work,
         )
         self.stack.callback(self.kill, self.daemon)
+        self.started(self.daemon)
         wait_for(self.ready, f"the relay never got ready:\n{self.relay_log()}", seconds=30)
 
     def ready(self) -> bool:
@@ -352,7 +402,7 @@ class FirstRun:
         return answer.status_code == 200
 
     def relay_log(self) -> str:
-        return (self.work / "run.out").read_text(errors="replace")
+        return (self.logs / "run.out").read_text(errors="replace")
 
     @staticmethod
     def kill(proc: subprocess.Popen[bytes]) -> None:
@@ -363,7 +413,7 @@ class FirstRun:
     def follow(self, args: list[str], env: dict[str, str]) -> None:
         """``events --follow`` until the new session's first event shows, then Ctrl-C."""
         assert self.session is not None, "the README follows events before creating a session"
-        path = self.work / "follow.out"
+        path = self.logs / "follow.out"
         with path.open("w+b") as out:
             follower = subprocess.Popen(
                 [str(SESSIONHOOK), *args],
@@ -374,6 +424,7 @@ class FirstRun:
                 cwd=self.work,
             )
             try:
+                self.started(follower)
                 wait_for(
                     lambda: "session.discovered" in path.read_text() or follower.poll() is not None,
                     f"no event of the new session within 60 s:\n{self.relay_log()}",
@@ -387,16 +438,61 @@ class FirstRun:
                     follower.wait(timeout=10)
         self.followed = path.read_text()
 
+    def approve(self) -> str:
+        """Open the approve link the receiver printed, and approve, as a person in a
+        browser would: the page (GET), then its form (POST). The link, as printed."""
+        wait_for(
+            lambda: "session.action_required" in self.listened()[0],
+            f"listen printed no action:\n{self.listened()}\n{self.relay_log()}",
+        )
+        [line] = [x for x in self.listened()[0].splitlines() if "session.action_required" in x]
+        found = re.search(r"approve the plan \(\d+ steps\): (\S+)", line)
+        assert found is not None, line
+        link = found.group(1)
+        assert link.startswith(f"http://127.0.0.1:{self.health}/actions/"), line
+        with httpx.Client(timeout=30) as browser:
+            page = browser.get(link)
+            assert page.status_code == 200, page.text  # the link, whole, works
+            form = re.search(r'name="form_token" value="([^"]+)"', page.text)
+            assert form is not None, page.text
+            done = browser.post(link, data={"form_token": html.unescape(form.group(1))})
+            assert done.status_code == 200, done.text
+        return link
+
+
+def git(work: Path, *args: str) -> str:
+    done = subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
 
 def test_the_first_real_run_works_as_written(tmp_path: Path) -> None:
-    """README, "A first real run", line by line, each terminal with a shell of its own:
-    the emulator, ``sessionhook listen`` as the receiver, the relay on the example config
-    as copied and edited, a session created and its events followed, ``status``, and the
-    receiver's verified lines; then the console with the token, and Ctrl-C on the relay.
-    Then ``run --once`` as the operations page writes it."""
+    """README, "A first real run", line by line, each terminal with a shell of its own, in
+    a checkout (the repository's .gitignore and example config): the emulator,
+    ``sessionhook listen`` as the receiver, the relay on the example config as copied and
+    edited, a session created and its events followed, a ping, ``status``, and the
+    receiver's verified lines; the approve link it printed, opened and used. Every secret
+    in a file of mode 0600, none on any command line, none needed where it is not used
+    (``endpoints test`` with the chat endpoint's secret gone); the console and the API
+    with the token of ``web.token``; nothing left in the checkout that git would add. Then
+    Ctrl-C, and ``run --once`` as the operations page writes it."""
     terminals = console_blocks("README.md", "A first real run")
     assert len(terminals) == 4, terminals
-    run = FirstRun(tmp_path)
+    work, logs = tmp_path / "checkout", tmp_path / "logs"
+    work.mkdir()
+    logs.mkdir()
+    for name in (".gitignore", "config.example.toml"):
+        shutil.copyfile(REPO / name, work / name)
+    git(work, "init", "-q")
+    git(work, "add", ".")
+    git(work, "commit", "-q", "-m", "the checkout")
+    run = FirstRun(work, logs)
     with example_ports_turn(), run.stack:
         for commands in terminals:
             env = clean_env()
@@ -405,6 +501,7 @@ def test_the_first_real_run_works_as_written(tmp_path: Path) -> None:
         assert run.session is not None and run.daemon is not None
         assert run.session in run.followed and "session.discovered" in run.followed
         assert "ci-bot" in run.status and "chat" in run.status
+        assert run.pinged.startswith("POST http://127.0.0.1:") and "204" in run.pinged
         # The receiver got the new session's events from ci-bot, signatures verified.
         assert run.listener is not None
         wait_for(
@@ -414,14 +511,44 @@ def test_the_first_real_run_works_as_written(tmp_path: Path) -> None:
         shown = run.session.removeprefix("sessions/")[:6]
         [line] = [x for x in run.listened()[0].splitlines() if "session.discovered" in x]
         assert f"sessions/{shown}" in line and line.endswith("signature ok"), line
+        [ping] = [x for x in run.listened()[0].splitlines() if "  ping " in x]
+        assert ping.endswith("signature ok"), ping
+        # The session waits for its plan's approval: the link the receiver printed, whole,
+        # approves it.
+        run.approve()
+        wait_for(
+            lambda: "activity.plan_approved" in run.listened()[0],
+            f"the plan was not approved:\n{run.listened()}\n{run.relay_log()}",
+        )
         assert "refused" not in run.listened()[1], run.listened()
+        # Every secret in a file only its owner reads; none on a command line.
+        secrets = {"dev-key"}
+        for name in SECRET_FILES:
+            assert (work / name).stat().st_mode & 0o777 == 0o600, name
+            # (the key file's lines: a key and when it retires, "-" for the current one)
+            secrets |= {word for word in (work / name).read_text().split() if len(word) > 16}
+        for line in run.command_lines:
+            assert not any(secret in line for secret in secrets), line
+        # The token of web.token opens the console (its login form) and the API.
+        token = (work / "web.token").read_text().strip()
+        base = f"http://127.0.0.1:{run.health}"
+        with httpx.Client(base_url=base) as browser:
+            assert browser.get("/console").status_code == 401
+            login = browser.post("/login", data={"token": token, "next": "/console"})
+            assert login.status_code == 303, login.text
+            assert browser.get("/console").status_code == 200
+        api = sh("status", "--url", base, env=clean_env(SESSIONHOOK_WEB_TOKEN=token), cwd=work)
+        assert api.returncode == 0 and "ci-bot" in api.stdout, api.stderr
+        # `endpoints test` reads the secret it signs with, no other: the chat endpoint's
+        # file gone, no API key, no token.
+        (work / "chat.secret").rename(logs / "chat.secret")
+        again = sh(
+            "endpoints", "test", "ci-bot", "--config", "config.toml", env=clean_env(), cwd=work
+        )
+        assert again.returncode == 0, again.stderr
+        (logs / "chat.secret").rename(work / "chat.secret")
         run.listener.send_signal(signal.SIGINT)  # Ctrl-C stops it
         assert run.listener.wait(timeout=20) == 130, run.listened()
-        # The console is on the listener, behind the token of the second terminal.
-        token = {"Authorization": f"Bearer {run.relay_env['SESSIONHOOK_WEB_TOKEN']}"}
-        console = httpx.get(f"http://127.0.0.1:{run.health}/console", headers=token)
-        assert console.status_code == 200, console.text
-        assert httpx.get(f"http://127.0.0.1:{run.health}/console").status_code == 401
         # Ctrl-C: the relay drains and exits 0.
         run.daemon.send_signal(signal.SIGINT)
         assert run.daemon.wait(timeout=20) == 0, run.relay_log()
@@ -430,16 +557,19 @@ def test_the_first_real_run_works_as_written(tmp_path: Path) -> None:
         [foreground, once] = console_block("docs/operations.md", "Running it by hand")
         assert shlex.split(foreground) == ["sessionhook", "run", "--config", "config.toml"]
         assert shlex.split(once) == ["sessionhook", "run", "--config", "config.toml", "--once"]
-        passed = sh(*shlex.split(once)[1:], env=run.relay_env, cwd=tmp_path)
+        passed = sh(*shlex.split(once)[1:], env=run.relay_env, cwd=work)
         assert passed.returncode == 0, passed.stderr
         assert "Traceback" not in passed.stderr
-    status = sh("status", "--config", "config.toml", "--json", env=clean_env(), cwd=tmp_path)
+    status = sh("status", "--config", "config.toml", "--json", env=clean_env(), cwd=work)
     assert status.returncode == 0, status.stderr
     summary = json.loads(status.stdout)
     assert summary["sessions"] == 1 and summary["events"] >= 1
     assert {e["name"] for e in summary["endpoints"]} == {"ci-bot", "chat"}
     assert all(e["configured"] and e["enabled"] for e in summary["endpoints"])
-    assert (tmp_path / "sessionhook.db").is_file()  # next to the config, as documented
+    assert (work / "sessionhook.db").is_file()  # next to the config, as documented
+    # What the run left in the checkout (the store, its lock, the secrets, the edited
+    # config) is ignored by git: `git add .` takes none of it.
+    assert git(work, "status", "--porcelain", "--untracked-files=all") == ""
 
 
 def test_the_emulator_command_works_as_written(tmp_path: Path) -> None:
@@ -509,3 +639,29 @@ def test_the_api_cli_commands_work_as_written(tmp_path: Path) -> None:
                 assert proc.returncode == 0, f"$ sessionhook {shlex.join(args)}\n{proc.stderr}"
                 if args[:2] == ["sessions", "create"]:
                     created = re.search(r"sessions/\d+", proc.stdout).group(0)  # type: ignore[union-attr]
+
+
+# --------------------------------------------------------------------------- the two commands
+
+
+def make_plan(target: str, tmp_path: Path) -> list[str]:
+    """What ``make TARGET`` would run in a fresh checkout (no .venv yet): ``make -n``."""
+    shutil.copyfile(REPO / "Makefile", tmp_path / "Makefile")
+    shutil.copyfile(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+    done = subprocess.run(
+        ["make", "-n", target], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+def test_make_demo_installs_what_it_runs_and_make_test_everything(tmp_path: Path) -> None:
+    """The README's two commands on a fresh machine: ``make demo`` installs the package
+    (what the demo runs), not the test extras; ``make test`` installs those too."""
+    demo = make_plan("demo", tmp_path)
+    installs = [line for line in demo if " install " in line and "--upgrade pip" not in line]
+    assert installs == [".venv/bin/pip install --quiet -e ."], demo
+    assert demo[-1] == ".venv/bin/sessionhook demo"
+    test = make_plan("test", tmp_path)
+    assert ".venv/bin/pip install --quiet -e '.[test]'" in test, test
+    assert (REPO / ".ci/run").read_text().strip().endswith("make test")

@@ -57,6 +57,7 @@ from sessionhook.receiver import (
     summarize,
 )
 from sessionhook.relay.config import load_config
+from sessionhook.relay.config.secret_files import write_secret_file
 from sessionhook.relay.daemon.daemon import Daemon
 from sessionhook.relay.domain import signing
 from sessionhook.relay.telemetry import logs as relay_logging
@@ -72,6 +73,10 @@ __all__ = [
     "slack_lines",
     "summarize",
 ]
+
+
+#: The console's token, in the demo's directory (``[server] token_file``).
+TOKEN_FILE = "web.token"
 
 
 class DemoError(Exception):
@@ -176,6 +181,15 @@ def slack_lines(body: dict[str, Any]) -> list[str]:
     return [line for line in lines if line.strip()] or [_slack_plain(str(body.get("text", "")))]
 
 
+def _message_line(line: str) -> str:
+    """A line of a chat message for one terminal line: its text cut short, but a link
+    (``text <url>``) whole, as the channel would let a person open it."""
+    text, sep, link = line.rpartition(" <")
+    if sep and link.endswith(">") and link.startswith(("https://", "http://")):
+        return f"{clip(text, 60)} <{printable(link)}"
+    return clip(line, 100)
+
+
 def _slack_plain(text: str) -> str:
     for old, new in (("&lt;", "\x00"), ("&gt;", "\x01")):
         text = text.replace(old, new)
@@ -192,16 +206,22 @@ def _slack_plain(text: str) -> str:
 def _write_config(
     directory: Path, *, base_url: str, api_key: str, hook_url: str, secret: str, listen: str
 ) -> Path:
-    key_file = directory / "api_key"
-    key_file.write_text(api_key + "\n", encoding="utf-8")
-    key_file.chmod(0o600)
+    """The demo's config in ``directory``, every secret in a file of its own beside it
+    (mode 0600, as the README's first run keeps them): ``api_key``, ``endpoint.secret``
+    and ``web.token``, the console's and the event stream's token."""
+    for name, text in (
+        ("api_key", api_key),
+        ("endpoint.secret", secret),
+        (TOKEN_FILE, secrets.token_urlsafe(32)),
+    ):
+        write_secret_file(directory / name, text + "\n")
     config = directory / "config.toml"
     config.write_text(
         "\n".join(
             [
                 "[api]",
                 f"base_url = {json.dumps(base_url)}",
-                f"api_key_file = {json.dumps(str(key_file))}",
+                'api_key_file = "api_key"',
                 "requests_per_minute = 600",
                 "[store]",
                 f"path = {json.dumps(str(directory / 'demo.db'))}",
@@ -216,17 +236,17 @@ def _write_config(
                 "[[endpoints]]",
                 'name = "demo-consumer"',
                 f"url = {json.dumps(hook_url)}",
-                f"secret = {json.dumps(secret)}",
+                'secret_file = "endpoint.secret"',
                 "[[endpoints]]",
                 'name = "demo-slack"',
                 f"url = {json.dumps(hook_url.removesuffix('/hook') + '/chat')}",
-                f"secret = {json.dumps(secret)}",
+                'secret_file = "endpoint.secret"',
                 'events = ["session.action_required", "session.completed", "session.failed"]',
                 'format = "slack"',
                 "rate_limit = 1.0  # chat webhooks allow about one message a second",
                 "[server]",
                 f"listen = {json.dumps(listen)}",
-                "allow_unauthenticated = true  # loopback only: the console needs no token",
+                f'token_file = "{TOKEN_FILE}"',
                 "[actions]",
                 "enabled = true",
                 f"public_url = {json.dumps('http://' + listen)}",
@@ -238,7 +258,6 @@ def _write_config(
         ),
         encoding="utf-8",
     )
-    config.chmod(0o600)
     return config
 
 
@@ -324,7 +343,7 @@ async def _print_events(
                     lines = slack_lines(event.body)
                     say(f"{stamp}  slack message  {printable(lines[0])}")
                     for line in lines[1:]:
-                        say(f"{'':25}{clip(line, 100)}")
+                        say(f"{'':25}{_message_line(line)}")
                 except BrokenPipeError:
                     stop.set()
                     return
@@ -410,13 +429,14 @@ async def run_demo(
             except Exception as exc:
                 raise DemoError(f"cannot start the demo servers: {exc}") from None
             base_url = f"http://127.0.0.1:{emu_port}"
+            listen = f"127.0.0.1:{_free_port()}"
             config_path = _write_config(
                 Path(tmp),
                 base_url=base_url,
                 api_key=api_key,
                 hook_url=f"http://127.0.0.1:{hook_port}/hook",
                 secret=secret,
-                listen=f"127.0.0.1:{_free_port()}",
+                listen=listen,
             )
             daemon = Daemon(load_config(config_path), config_path=config_path)
             api = SessionsClient(http, base_url=base_url, api_key=api_key)
@@ -442,6 +462,11 @@ async def run_demo(
             # (backfill = false): create them once it runs.
             with anyio.fail_after(30):
                 await daemon.ready.wait()
+            print(
+                f"console on http://{listen}/console, its token in {Path(tmp) / TOKEN_FILE}",
+                file=stream,
+                flush=True,
+            )
             created = await _create_sessions(api, sessions)
             created_names.update(created)
             print(f"created {counted(len(created), 'session')}", file=stream, flush=True)

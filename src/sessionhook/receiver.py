@@ -283,11 +283,12 @@ def _tail(data: dict[str, Any]) -> str:
     return path[path.rfind(":") :] if ":" in path else path
 
 
-def _link_tail(url: object) -> str:
-    """A signed action link, short enough for one line (its host and path start)."""
-    if not isinstance(url, str) or "/actions/" not in url:
+def _link(url: object) -> str:
+    """A signed action link (http or https), whole: it is what a person opens, and a link
+    cut short works for nobody. Escaped, as every part of a line; empty for anything else."""
+    if not isinstance(url, str) or not url.startswith(("https://", "http://")):
         return ""
-    return printable(url[: url.index("/actions/") + len("/actions/") + 8]) + "…"
+    return printable(url)
 
 
 def _dict(value: object) -> dict[str, Any]:
@@ -329,9 +330,9 @@ def summarize(event: dict[str, Any]) -> str:
         links = _dict(data.get("links"))  # signed links, with the relay's [actions] on
         if data.get("action") == "approve_plan":
             steps = _dict(data.get("plan")).get("steps")
-            where = _link_tail(links.get("approve")) or f"POST …{_tail(data)}"
+            where = _link(links.get("approve")) or f"POST …{_tail(data)}"
             return f"approve the plan ({counted(_count(steps), 'step')}): {where}"
-        where = _link_tail(links.get("reply")) or f"POST …{_tail(data)}"
+        where = _link(links.get("reply")) or f"POST …{_tail(data)}"
         return clip(f"answer: {data.get('question', '')}", 40) + f" {where}"
     if kind == "session.completed":
         outputs = _dict(data.get("outputs"))

@@ -3,8 +3,9 @@
 Two modes:
 
 * ``listen [--port 8000]``: a receiver on ``127.0.0.1`` (:class:`sessionhook.receiver.Receiver`)
-  that verifies every request (``--secret`` / ``$SESSIONHOOK_LISTEN_SECRET`` for ``v1``,
-  ``--public-key`` for ``v1a``; timestamps within 5 minutes), answers 204 only to a valid
+  that verifies every request (``--secret-file``, ``--secret`` or
+  ``$SESSIONHOOK_LISTEN_SECRET`` for ``v1``, ``--public-key`` for ``v1a``; timestamps within
+  5 minutes), answers 204 only to a valid
   one and 401 (or 400, 405, 413) with a one-line reason otherwise, and prints each event
   on one line (``--json``: one JSON object per line, headers of interest and body).
   Refusals are printed on stderr, so stdout holds the accepted events only.
@@ -24,6 +25,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 import click
@@ -55,6 +57,15 @@ ENV_SECRET: Final = "SESSIONHOOK_LISTEN_SECRET"
     metavar="whsec_...",
     help="The endpoint's secret to verify with (repeat during a rotation; or "
     f"${ENV_SECRET}); with --forward-to, the secret to sign with (default: a new one).",
+)
+@click.option(
+    "--secret-file",
+    "secret_files",
+    multiple=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="FILE",
+    help="As --secret, read from FILE (chmod 600: a file its group or other users can read "
+    "is refused), out of the process list and shell history.",
 )
 @click.option(
     "--public-key",
@@ -89,6 +100,7 @@ def listen(
     port: int | None,
     host: str | None,
     secrets: tuple[str, ...],
+    secret_files: tuple[Path, ...],
     public_keys: tuple[str, ...],
     as_json: bool,
     max_body: int | None,
@@ -103,6 +115,7 @@ def listen(
     if (url is None) != (forward_to is None):
         raise click.UsageError("--url and --forward-to go together (forward a relay's events)")
     with handle_errors(), _quiet_on_closed_pipe():
+        secrets = (*secrets, *(_read_secret(file) for file in secret_files))
         if url is not None and forward_to is not None:
             for given, flag in ((port, "--port"), (host, "--host"), (max_body, "--max-body")):
                 if given is not None:
@@ -124,6 +137,16 @@ def listen(
         )
 
 
+def _read_secret(file: Path) -> str:
+    """The secret in ``file``, by the rule of every secret file (one line if refused)."""
+    from ..relay.config.secret_files import SecretFileError, read_secret_file
+
+    try:
+        return read_secret_file(file)
+    except SecretFileError as exc:
+        raise CliError(f"--secret-file: {exc}", exit_code=2) from None
+
+
 def _receive(host: str, port: int, keys: list[str], as_json: bool, max_body: int | None) -> None:
     import anyio
 
@@ -134,7 +157,8 @@ def _receive(host: str, port: int, keys: list[str], as_json: bool, max_body: int
     if not keys:
         raise CliError(
             "nothing to verify with",
-            hint=f"give the endpoint's secret (--secret or ${ENV_SECRET}) or --public-key",
+            hint=f"give the endpoint's secret (--secret-file, --secret or ${ENV_SECRET}) "
+            "or --public-key",
             exit_code=2,
         )
     printer = _Printer(as_json)
@@ -149,11 +173,12 @@ def _receive(host: str, port: int, keys: list[str], as_json: bool, max_body: int
         async with anyio.create_task_group() as tg:
             printer.stop = tg.cancel_scope.cancel
             bound_host, bound_port = await tg.start(serve_receiver, host, port, receiver)
-            kinds = "v1a signatures" if all(k.startswith("whpk_") for k in keys) else "signatures"
+            held = receiver.keys  # a file or --secret may hold several, space-separated
+            kinds = "v1a signatures" if all(k.startswith("whpk_") for k in held) else "signatures"
             shown = f"[{bound_host}]" if ":" in bound_host else bound_host
             click.echo(
                 f"listening on http://{shown}:{bound_port} (any path): {kinds} checked with "
-                f"{len(keys)} key{'s' if len(keys) > 1 else ''}, timestamps within "
+                f"{len(held)} key{'s' if len(held) > 1 else ''}, timestamps within "
                 f"{signing.DEFAULT_TOLERANCE // 60} min; Ctrl-C stops",
                 err=True,
             )

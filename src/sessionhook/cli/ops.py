@@ -246,14 +246,20 @@ def reported(fn: Callable[..., None]) -> Callable[..., None]:
 
 
 def store_target(
-    config_path: str | None, db_path: str | None, *, need_config: bool = False
+    config_path: str | None, db_path: str | None, *, secrets_of: str | None = None
 ) -> StoreTarget:
-    """The store ``--db`` names, else the one of the config (loaded; its endpoints' secrets
-    resolved with ``need_config``, which also loads the config when ``--db`` is given)."""
-    if db_path is not None and not need_config:
+    """The store ``--db`` names, else the one of the config (loaded). ``secrets_of``: the
+    endpoint whose secret is read too (the config is then loaded even with ``--db``); no
+    other secret is: a command reads only what it uses."""
+    if db_path is not None and secrets_of is None:
         return StoreTarget(Path(db_path), None, None)
-    # Only `endpoints test` needs secrets, and only the endpoints': it never calls the API.
-    config, path = load_daemon_config(config_path, resolve_secrets=need_config, need_api_key=False)
+    # Only `endpoints test` needs a secret, and only its endpoint's: it never calls the API.
+    config, path = load_daemon_config(
+        config_path,
+        resolve_secrets=secrets_of is not None,
+        need_api_key=False,
+        endpoint_secrets=None if secrets_of is None else (secrets_of,),
+    )
     return StoreTarget(Path(db_path) if db_path else config.store.path, config, path)
 
 

@@ -190,7 +190,7 @@ def endpoints_test(name: str, config_path: str | None, url: str | None, token: s
         return
     from ..relay import ops as operator
 
-    target = store_target(config_path, None, need_config=True)
+    target = store_target(config_path, None, secrets_of=name)
     assert target.config is not None
     config = target.config
     endpoint = config.endpoint_by_name(name)

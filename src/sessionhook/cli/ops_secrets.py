@@ -3,7 +3,9 @@ for the operator and for consumers; nothing here touches the store."""
 
 from __future__ import annotations
 
-from typing import IO
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any, TypeVar
 
 import click
 
@@ -19,6 +21,42 @@ def secret() -> None:
     """Webhook signing secrets and the relay's bearer token: generate, token."""
 
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _out_options(fn: _F) -> _F:
+    """``--out FILE`` and ``--force`` (``out`` and ``force`` arguments)."""
+    fn = click.option(
+        "--force", is_flag=True, help="With --out: replace FILE if it exists (its secret is lost)."
+    )(fn)
+    return click.option(
+        "--out",
+        type=click.Path(dir_okay=False, path_type=Path),
+        metavar="FILE",
+        help="Write it to FILE, mode 0600 (refused if FILE exists), instead of printing it.",
+    )(fn)
+
+
+def _emit(text: str, out: Path | None, force: bool, what: str) -> None:
+    """Print ``text``, or write it to the secret file ``out`` (mode 0600)."""
+    if out is None:
+        if force:
+            raise click.UsageError("--force goes with --out")
+        click.echo(text)
+        return
+    from ..relay.config.secret_files import write_secret_file
+
+    try:
+        write_secret_file(out, text + "\n", replace=force)
+    except FileExistsError:
+        raise CliError(
+            f"{out} exists: not replaced", hint="--force replaces it (its secret is lost)"
+        ) from None
+    except OSError as exc:
+        raise CliError(f"cannot write {out}: {exc.strerror or exc}") from None
+    click.echo(f"{what} written to {out} (mode 600)", err=True)
+
+
 @secret.command("generate")
 @click.option(
     "--asymmetric",
@@ -26,25 +64,29 @@ def secret() -> None:
     help='An ed25519 pair for signature = "v1a": the whsk_ signing key on stdout (the '
     "endpoint's secret), its whpk_ public key for consumers on stderr.",
 )
-def secret_generate(asymmetric: bool) -> None:
-    """Print a new random `whsec_` secret (for an endpoint's secret file)."""
+@_out_options
+def secret_generate(asymmetric: bool, out: Path | None, force: bool) -> None:
+    """Print a new random `whsec_` secret (for an endpoint's secret file), or write it to
+    FILE with --out."""
     from ..relay.domain.signing import generate_keypair, generate_secret
 
     if asymmetric:
         signing_key, public_key = generate_keypair()
-        click.echo(signing_key)
+        _emit(signing_key, out, force, "a new whsk_ signing key")
         click.echo(f"public key for consumers: {public_key}", err=True)
         return
-    click.echo(generate_secret())
+    _emit(generate_secret(), out, force, "a new whsec_ secret")
 
 
 @secret.command("token")
-def secret_token() -> None:
+@_out_options
+def secret_token(out: Path | None, force: bool) -> None:
     """Print a new random bearer token for the web console and the event stream
-    (`[server] token_file` / `token_env`): 43 URL-safe characters, 256 bits."""
+    (`[server] token_file` / `token_env`): 43 URL-safe characters, 256 bits; or write it to
+    FILE with --out."""
     import secrets
 
-    click.echo(secrets.token_urlsafe(32))
+    _emit(secrets.token_urlsafe(32), out, force, "a new token")
 
 
 @cli.command("verify")

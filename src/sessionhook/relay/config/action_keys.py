@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import os
 import secrets
 import threading
 import time
@@ -27,7 +26,7 @@ from typing import Final
 from ..domain.action_links import ActionLinks
 from .errors import ConfigError
 from .models import Config
-from .secret_files import file_exposure
+from .secret_files import SecretFileError, read_secret_file, write_secret_file
 
 __all__ = ["KEY_BYTES", "ActionKeys", "KeyRing", "LinkKeys", "rotate_key_file"]
 
@@ -98,40 +97,13 @@ def _format(ring: KeyRing) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _private_temp(file: Path, text: str) -> Path:
-    """A new file beside ``file`` holding ``text``, mode 0600 from the first byte."""
-    temp = file.with_name(f".{file.name}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(fd, "w", encoding="ascii") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
-    return temp
-
-
-def _write_private(file: Path, text: str) -> None:
-    """Replace ``file`` with ``text`` atomically (mode 0600)."""
-    temp = _private_temp(file, text)
-    try:
-        os.replace(temp, file)
-    finally:
-        temp.unlink(missing_ok=True)
-
-
 def _read(file: Path) -> KeyRing:
     try:
-        exposed = file_exposure(file)
-        text = file.read_text(encoding="ascii")
-    except UnicodeDecodeError:
-        raise ConfigError(_KEY_NAME, f"{file} is not a key file (not ASCII text)") from None
-    except OSError as exc:
-        raise ConfigError(_KEY_NAME, f"cannot read {file}: {exc.strerror or exc}") from None
-    if exposed is not None:
-        raise ConfigError(_KEY_NAME, f"{file} holds a secret but {exposed}: chmod 600 {file}")
+        text = read_secret_file(file)
+    except SecretFileError as exc:
+        raise ConfigError(_KEY_NAME, str(exc)) from None
+    if not text.isascii():
+        raise ConfigError(_KEY_NAME, f"{file} is not a key file (not ASCII text)")
     return _parse(text, file)
 
 
@@ -146,7 +118,7 @@ def rotate_key_file(file: Path, *, overlap: float, now: float) -> KeyRing:
         kept = [(ring.current, now + overlap)]
         kept += [(key, until) for key, until in ring.retiring if until > now]
     new = KeyRing(secrets.token_bytes(KEY_BYTES), tuple(kept))
-    _write_private(file, _format(new))
+    write_secret_file(file, _format(new), replace=True)
     return new
 
 
@@ -192,13 +164,10 @@ class ActionKeys:
     def _create(self) -> None:
         try:
             self.file.parent.mkdir(parents=True, exist_ok=True)
-            temp = _private_temp(self.file, _format(KeyRing(secrets.token_bytes(KEY_BYTES))))
-            try:
-                os.link(temp, self.file)  # never replaces a key another replica just made
-            except FileExistsError:
-                pass
-            finally:
-                temp.unlink(missing_ok=True)
+            # Never replaces a key another replica just made.
+            write_secret_file(self.file, _format(KeyRing(secrets.token_bytes(KEY_BYTES))))
+        except FileExistsError:
+            pass
         except OSError as exc:
             raise ConfigError(
                 _KEY_NAME, f"cannot create {self.file}: {exc.strerror or exc}"

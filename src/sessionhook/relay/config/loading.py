@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,7 @@ from .models import (
     Config,
     ServerConfig,
 )
-from .secret_files import file_exposure
+from .secret_files import SecretFileError, read_secret_file
 from .slack import SlackConfig
 
 __all__ = ["load_config", "upstream_account"]
@@ -53,6 +53,7 @@ def load_config(
     env: Mapping[str, str] | None = None,
     resolve_secrets: bool = True,
     need_api_key: bool = True,
+    endpoint_secrets: Collection[str] | None = None,
 ) -> Config:
     """Read, validate and resolve the TOML config at ``path``.
 
@@ -60,9 +61,10 @@ def load_config(
     and file/env secrets are left unresolved (operator commands that only read the store);
     with ``need_api_key=False`` only the endpoint secrets are (``endpoints test`` signs a
     ping but never calls the API, nor serves the console: ``server.token`` stays
-    unresolved). Touching an unresolved ``api.api_key`` or
-    ``endpoint.secrets`` raises ConfigError. Raises :class:`ConfigError` for every problem,
-    never a pydantic or TOML exception.
+    unresolved); ``endpoint_secrets`` names the endpoints whose secrets are read (default:
+    every endpoint's; ``endpoints test NAME`` needs NAME's alone). Touching an unresolved
+    ``api.api_key`` or ``endpoint.secrets`` raises ConfigError. Raises
+    :class:`ConfigError` for every problem, never a pydantic or TOML exception.
     """
     environ = os.environ if env is None else env
     file = Path(path)
@@ -93,7 +95,7 @@ def load_config(
             accounts = tuple(
                 _resolve_account_key(i, a, base, environ) for i, a in enumerate(accounts)
             )
-        endpoints = _resolve_endpoint_secrets(config.endpoints, base, environ)
+        endpoints = _resolve_endpoint_secrets(config.endpoints, base, environ, endpoint_secrets)
         # The web token is the daemon's alone, like the API key (`endpoints test` needs neither).
         server = (
             _resolve_server_token(config.server, base, environ) if need_api_key else config.server
@@ -209,22 +211,10 @@ def _resolve_action_key_file(config: Config, base: Path, env: Mapping[str, str])
 def _read_secret_file(key: str, raw: str, base: Path, env: Mapping[str, str]) -> str:
     """The secret in the file ``raw`` names; a file its group or other users can access is
     refused (:mod:`.secret_files`: the same rule for every secret file)."""
-    file = _expand_path(key, raw, base, env)
     try:
-        exposed = file_exposure(file)
-    except OSError as exc:
-        raise ConfigError(key, f"cannot read {file}: {exc.strerror or exc}") from None
-    if exposed is not None:
-        raise ConfigError(key, f"{file} holds a secret but {exposed}: chmod 600 {file}")
-    try:
-        text = file.read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise ConfigError(key, f"cannot read {file}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(key, f"{file} is not UTF-8 text (byte {exc.start})") from None
-    if not text:
-        raise ConfigError(key, f"{file} is empty")
-    return text
+        return read_secret_file(_expand_path(key, raw, base, env))
+    except SecretFileError as exc:
+        raise ConfigError(key, str(exc)) from None
 
 
 # Resolved secrets go into copies (with_*), so no instance shared with another Config is
@@ -304,10 +294,16 @@ def _resolve_slack_secret(
 
 
 def _resolve_endpoint_secrets(
-    configured: Sequence[EndpointConfig], base: Path, env: Mapping[str, str]
+    configured: Sequence[EndpointConfig],
+    base: Path,
+    env: Mapping[str, str],
+    names: Collection[str] | None,
 ) -> tuple[EndpointConfig, ...]:
     endpoints = []
     for i, endpoint in enumerate(configured):
+        if names is not None and endpoint.name not in names:
+            endpoints.append(endpoint)
+            continue
         if endpoint.secret is not None:
             key, text = f"endpoints[{i}].secret", endpoint.secret.get_secret_value()
         elif endpoint.secret_env:

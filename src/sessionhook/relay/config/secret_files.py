@@ -1,6 +1,7 @@
 """Who else can read a file that holds a secret: the one rule for every ``*_file`` of the
 config (``api.api_key_file``, ``accounts[].api_key_file``, ``endpoints[].secret_file``,
-``server.token_file``).
+``server.token_file``), for ``listen --secret-file``, and for the files ``secret generate
+--out`` and the relay write (:func:`write_secret_file`).
 
 The rule: a secret file gives its group and other users no access at all (``chmod 600``, or
 ``400``). Whoever owns it, the daemon's user or root, is trusted; any bit for the group or
@@ -15,12 +16,21 @@ from __future__ import annotations
 
 import errno
 import os
+import secrets
 import stat
 import struct
 from pathlib import Path
 from typing import Final
 
-__all__ = ["ACL_XATTR", "acl_exposure", "exposure", "file_exposure"]
+__all__ = [
+    "ACL_XATTR",
+    "SecretFileError",
+    "acl_exposure",
+    "exposure",
+    "file_exposure",
+    "read_secret_file",
+    "write_secret_file",
+]
 
 #: Where Linux keeps a file's access ACL (the ``setfacl`` binary format).
 ACL_XATTR: Final = "system.posix_acl_access"
@@ -70,3 +80,50 @@ def file_exposure(file: Path) -> str | None:
             raise
         return exposure(mode)
     return acl_exposure(mode, acl)
+
+
+class SecretFileError(Exception):
+    """A secret file that cannot be used (missing, unreadable, exposed to other users,
+    empty, not UTF-8); ``str()`` is one line naming the file."""
+
+
+def read_secret_file(file: Path) -> str:
+    """The secret ``file`` holds (its text, stripped), once the module's rule accepts the
+    file. Raises :class:`SecretFileError`."""
+    try:
+        exposed = file_exposure(file)
+    except OSError as exc:
+        raise SecretFileError(f"cannot read {file}: {exc.strerror or exc}") from None
+    if exposed is not None:
+        raise SecretFileError(f"{file} holds a secret but {exposed}: chmod 600 {file}")
+    try:
+        text = file.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise SecretFileError(f"cannot read {file}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise SecretFileError(f"{file} is not UTF-8 text (byte {exc.start})") from None
+    if not text:
+        raise SecretFileError(f"{file} is empty")
+    return text
+
+
+def write_secret_file(file: Path, text: str, *, replace: bool = False) -> None:
+    """Write ``text`` to ``file`` as a secret file: mode 0600 from its first byte, whatever
+    the umask, and whole or not at all (it is written beside ``file``, then moved there).
+    An existing ``file`` (a link included, never followed) raises :class:`FileExistsError`
+    unless ``replace``, and stays as it was. Raises :class:`OSError` when it cannot be
+    written."""
+    temp = file.with_name(f".{file.name}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            os.fchmod(fh.fileno(), 0o600)  # a umask may have taken the owner's bits too
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if replace:
+            os.replace(temp, file)
+        else:
+            os.link(temp, file)  # fails on any existing name: never replaces one
+    finally:
+        temp.unlink(missing_ok=True)
