@@ -179,7 +179,7 @@ def test_a_postgresql_store_with_a_running_replica_is_refused(
         assert refused.exit_code == 2
         [line] = refused.output.splitlines()
         assert line.startswith(f"error: the {side} database postgresql://")
-        assert "has 1 running replica(s) (r1@db1:4242): stop them first" in line
+        assert "has 1 running replica (r1@db1:4242): stop it first" in line
         pg.leases.retire_replica(time.time())  # a clean stop
         done = copy(source, target)
         assert done.exit_code == 0, done.output
