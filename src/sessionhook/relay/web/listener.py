@@ -17,6 +17,9 @@ delivery (dead-lettered once its retries run out). So the listener keeps its own
 * **A close that cannot finish** because the peer reads nothing (an answer stuck in the
   socket's buffer, which asyncio would keep until the peer reads it) becomes an abort
   after the same time: reason ``stuck_close``.
+* **An answer's bytes held for a peer that reads slowly**: at most about
+  :data:`WRITE_BUFFER_BYTES` plus one write, the transport's high-water mark, which holds
+  the app's next write back (a streamed answer's writes are pieces of 64 KiB at most).
 
 Closed connections are counted by reason (``sessionhook_web_connections_closed_total``) and
 logged with their count (``web.connections_closed``) at most once a minute; the open ones
@@ -55,6 +58,7 @@ from ..telemetry.logs import get_logger
 from ..telemetry.metrics import Metrics
 
 __all__ = [
+    "WRITE_BUFFER_BYTES",
     "ConnectionGuard",
     "ConnectionLimits",
     "check_files_limit",
@@ -64,6 +68,9 @@ __all__ = [
 
 #: A listener's log lines of one kind come at most this often (with a count).
 LOG_EVERY: Final = 60.0
+#: An answer's bytes a connection's transport holds before the app's next write waits
+#: (uvicorn's flow control: its ``send`` waits while the transport is over this mark).
+WRITE_BUFFER_BYTES: Final = 64 * 1024
 #: Seconds before accept() is tried again after it failed for lack of resources.
 ACCEPT_RETRY: Final = 1.0
 # accept() failing for one connection only (the peer gave up while it was queued).
@@ -232,6 +239,7 @@ class _Connection(H11Protocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        transport.set_write_buffer_limits(high=WRITE_BUFFER_BYTES)
         self.deadline = time.monotonic() + self._guard.limits.request_timeout
         self._guard.opened(self)
 
