@@ -14,6 +14,7 @@ import json
 import os
 import re
 import secrets
+import signal
 import socket
 import subprocess
 import threading
@@ -90,6 +91,11 @@ class Reader:
                         return  # leaves the connection: the consumer dies here
         except Exception as exc:  # the relay killed at teardown: the reader just ends
             self.error = exc
+
+    @property
+    def ended(self) -> bool:
+        """Whether the response ended (or failed: see :attr:`error`)."""
+        return not self._thread.is_alive()
 
     def close(self) -> None:
         """Stop reading at the next message; a reader waiting on an idle stream is left to
@@ -251,6 +257,70 @@ def test_events_follow_url_tails_the_stream_and_stops_on_ctrl_c(harness: Harness
     got = lines()
     assert got and all(str(r["type"]).startswith("session.") for r in got)
     assert len({r["id"] for r in got}) == len(got)
+
+
+#: What a clean stop never logs: uvicorn's words for a request it had to cancel, and a
+#: request's exception.
+UNCLEAN = ("Exception in ASGI application", "CancelledError", "Traceback", "graceful shutdown")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_ends_open_streams_properly_and_listen_reconnects(
+    harness: Harness, signum: signal.Signals
+) -> None:
+    """Ctrl-C (or SIGTERM) while streams are open: the event stream, the console's live
+    feed and ``listen --forward-to``. The daemon ends each response properly (the last
+    chunk: its consumer sees the end, not a broken connection) and exits 0 with no error
+    line; the listener says the stream ended, reconnects to the restarted daemon and stops
+    cleanly on its own Ctrl-C."""
+    standin = harness.standin()
+    consumer = harness.consumer()
+    url, secret = consumer.add_endpoint("local")
+    relay, base = _relay(harness, standin, [])
+    wait_ready(standin, relay)
+    auth = {"authorization": f"Bearer {TOKEN}"}
+    stream = Reader(f"{base}/v1/events/stream", auth)
+    live = Reader(f"{base}/console/live", auth)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONHOOK_")}
+    env["SESSIONHOOK_WEB_TOKEN"] = TOKEN
+    err_path = harness.tmp / "listen.err"
+    args = ["listen", "--url", base, "--forward-to", url, "--secret", secret]
+    with (
+        err_path.open("wb") as err,
+        subprocess.Popen(
+            [str(SESSIONHOOK), *args], stdout=subprocess.DEVNULL, stderr=err, env=env
+        ) as listener,
+    ):
+        try:
+            wait_until(
+                lambda: stream.status == 200 and live.status == 200 and _opened(relay) == 2,
+                20,
+                "the two event streams and the live feed",
+            )
+            assert relay.proc is not None
+            relay.proc.send_signal(signum)
+            assert relay.wait(30) == 0
+            wait_until(lambda: stream.ended and live.ended, 10, "the readers to end")
+            wait_until(
+                lambda: "the stream ended; reconnecting" in err_path.read_text(),
+                10,
+                "the listener to see the end",
+            )
+            said = relay.stderr
+            assert not [line for line in said.splitlines() if any(u in line for u in UNCLEAN)]
+            assert not [e for e in relay.log_events() if e.get("level") in ("error", "critical")]
+            assert stream.error is None and live.error is None  # a proper end, not a cut
+
+            # The daemon is back: the listener reconnects by itself and stops on Ctrl-C.
+            relay.start()
+            wait_ready(standin, relay)
+            wait_until(lambda: _opened(relay) == 1, 30, "the listener to reconnect")
+            listener.send_signal(signal.SIGINT)
+            assert listener.wait(timeout=20) == 130
+        finally:
+            if listener.poll() is None:
+                listener.kill()
+    assert "Traceback" not in err_path.read_text()
 
 
 def _ingested(base: str) -> float:

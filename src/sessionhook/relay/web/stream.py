@@ -28,6 +28,9 @@ holds more than :data:`.listener.WRITE_BUFFER_BYTES`. So a stream holds at most
 ``PAGE_BYTES`` plus one event plus a few pieces, whatever its consumer does: one that reads
 slowly holds back its own cursor, never the relay's memory; one that reads nothing for
 :data:`SEND_TIMEOUT` seconds is dropped (``stream.stalled``).
+
+When the server stops (:func:`.listener.server_closing`), or a store read fails, the stream
+ends its body properly (the last chunk) and the consumer reconnects with ``Last-Event-ID``.
 At most ``server.max_streams`` streams at once; one more is a 503 with ``Retry-After``.
 """
 
@@ -49,6 +52,7 @@ from ..telemetry.logs import get_logger
 from .auth import client_address
 from .context import WebContext
 from .errors import error_body
+from .listener import server_closing
 
 __all__ = [
     "BATCH",
@@ -191,7 +195,11 @@ class _EventStream(Response):
         )
         self._sent = 0
         self._started = False
-        failed = False
+        # End the body properly (the last chunk) when the store fails or the server stops:
+        # the consumer sees the stream end and reconnects with Last-Event-ID (nothing is
+        # lost), rather than a broken response.
+        ending = False
+        closing = server_closing(scope)
         try:
             async with anyio.create_task_group() as tg:
 
@@ -200,21 +208,27 @@ class _EventStream(Response):
                         pass
                     tg.cancel_scope.cancel()
 
+                async def watch_closing() -> None:
+                    nonlocal ending
+                    await closing.wait()
+                    ending = True
+                    tg.cancel_scope.cancel()
+
                 tg.start_soon(watch_disconnect)
+                tg.start_soon(watch_closing)
                 try:
                     await self._pump(send)
                 except TimeoutError:
                     _log.warning("stream.stalled", client=client, after=self._cursor)
                 except store_failures() as exc:
-                    # The consumer reconnects with Last-Event-ID: nothing is lost.
                     _log.warning("stream.failed", client=client, error=str(exc))
-                    failed = True
+                    ending = True
                 finally:
                     tg.cancel_scope.cancel()
-            if failed and self._started:
-                # End the body properly (the last chunk), so the consumer sees the
-                # stream end and reconnects, rather than a broken response.
-                with anyio.move_on_after(1), contextlib.suppress(OSError):
+            if ending and self._started:
+                # A consumer that takes nothing more is cut by the server when it stops
+                # (its listener), or by this bound otherwise.
+                with anyio.move_on_after(SEND_TIMEOUT), contextlib.suppress(OSError):
                     await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             self._release()
