@@ -9,9 +9,13 @@ bell unless ``--no-bell``). Measured, each repetition:
 * **live latency**: one event archived every 50 ms, ``--samples`` times, while a consumer
   follows: the time from the ingest's commit to the consumer's parse of the message
   (median and p95), with the bell and, for comparison, with the store poll alone;
-* **stalled memory** (``--stalled N``): ``--big`` events of 100 KB archived, then N streams
-  resumed from the first one that never read (receive buffers of 4 KiB): the growth of this
-  process's resident memory (it is the server), its peak over ``--stalled-seconds``.
+* **stalled memory** (``--stalled N``): ``--big`` activities with a 100 KB command output
+  each are archived as the poller archives them (the activity's raw JSON, its event), by
+  another process; then a fresh process (the server, as a daemon after a restart) opens
+  the store and N streams resume from the first event and never read (receive buffers of
+  4 KiB): the growth of that process's resident memory, its peak over ``--stalled-seconds``.
+  The archive is written elsewhere because what the ingest leaves in a process's memory
+  (freed or cached) would serve the streams' reads and hide their cost.
 
     .venv/bin/python bench/stream.py [--backlog 20000] [--samples 40] [--repeat 3]
     .venv/bin/python bench/stream.py --stalled 1 --stalled 4 --repeat 3
@@ -31,9 +35,9 @@ from pathlib import Path
 import anyio
 import httpx
 
-from sessionhook.api.models import Session
+from sessionhook.api.models import Activity, Session
 from sessionhook.relay.config import Config
-from sessionhook.relay.domain.events import make_event
+from sessionhook.relay.domain.events import activity_events, make_event
 from sessionhook.relay.store import AsyncStore, Store
 from sessionhook.relay.telemetry import logs as relay_logging
 from sessionhook.relay.telemetry.metrics import Metrics
@@ -150,6 +154,49 @@ def _rss() -> int:
     raise RuntimeError("no VmRSS in /proc/self/status")
 
 
+def build_archive(path: Path, big: int) -> str:
+    """``big`` activities of 100 KB (a command's output, random) archived in ``path`` with
+    their events, as the poller archives them; the first event's id."""
+    store = Store.open(path)
+    session = Session.model_validate(
+        {
+            "name": SESSION,
+            "id": "1",
+            "title": "big outputs",
+            "state": "IN_PROGRESS",
+            "createTime": "2026-11-23T10:00:00Z",
+            "updateTime": "2026-11-23T10:00:00Z",
+        }
+    )
+    store.ingest.upsert_session(session, baseline=False)
+    for start in range(0, big, 10):
+        activities = [
+            Activity.model_validate(
+                {
+                    "name": f"{SESSION}/activities/{i:032x}",
+                    "id": f"{i:032x}",
+                    "originator": "agent",
+                    "createTime": f"2026-11-23T10:{i // 60 % 60:02d}:{i % 60:02d}.000000Z",
+                    "progressUpdated": {"title": f"step {i}"},
+                    "artifacts": [
+                        {
+                            "bashOutput": {
+                                "command": "cat big.log",
+                                "output": f"{i:06d}" + secrets.token_hex(50_000),
+                            }
+                        }
+                    ],
+                }
+            )
+            for i in range(start, min(big, start + 10))
+        ]
+        events = activity_events(session, activities, max_media_bytes=1000)
+        store.ingest.ingest_activities(SESSION, activities, events, False)
+    first = store.operator.events_after(0, limit=1)[0].id
+    store.close()
+    return first
+
+
 def _stalled_stream(host: str, port: int, last_event_id: str) -> socket.socket:
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -161,25 +208,19 @@ def _stalled_stream(host: str, port: int, last_event_id: str) -> socket.socket:
     return sock
 
 
-async def stalled_run(directory: Path, streams: int, big: int, seconds: float) -> float:
-    """MiB this process grew by while ``streams`` streams read nothing (peak)."""
+async def stalled_run(db: Path, first: str, streams: int, seconds: float) -> float:
+    """MiB this process grew by while ``streams`` streams read nothing (peak), on the
+    archive ``db`` that another process wrote."""
     listen = f"127.0.0.1:{_port()}"
     config = Config.model_validate({"server": {"listen": listen, "token_env": "T"}})
-    astore = AsyncStore(Store.open(directory / f"stalled-{time.monotonic_ns()}.db"))
-    bell = Bell()
+    astore = AsyncStore(Store.open(db))
     ctx = WebContext(
         config=lambda: config, store=lambda: astore, metrics=Metrics(), auth=WebAuth(TOKEN)
     )
-    archive = Archive(astore, bell)
-    await archive.add(1)
-    for _ in range(big // 50):
-        await archive.add(50, text_bytes=100_000)
     async with anyio.create_task_group() as tg:
-        host, port = await tg.start(
-            health.serve, listen, create_app(ctx)
-        )
+        host, port = await tg.start(health.serve, listen, create_app(ctx))
         before = _rss()
-        socks = [_stalled_stream(host, port, "evt_00000000") for _ in range(streams)]
+        socks = [_stalled_stream(host, port, first) for _ in range(streams)]
         peak = before
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
@@ -201,19 +242,24 @@ async def main() -> None:
     parser.add_argument("--big", type=int, default=300)
     parser.add_argument("--stalled-seconds", type=float, default=5.0)
     parser.add_argument("--stalled-child", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--db", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--first", help=argparse.SUPPRESS)
     args = parser.parse_args()
     relay_logging.configure("warning", "console")
+    if args.stalled_child:
+        grown = await stalled_run(args.db, args.first, args.stalled_child, args.stalled_seconds)
+        print(grown)
+        return
     with tempfile.TemporaryDirectory() as tmp:
-        if args.stalled_child:
-            print(await stalled_run(Path(tmp), args.stalled_child, args.big, args.stalled_seconds))
-            return
         if args.stalled:
+            db = Path(tmp) / "archive.db"
+            first = build_archive(db, args.big)
             # Each measure in a fresh process: memory freed by one run would serve the next.
             grown: dict[int, list[float]] = {n: [] for n in args.stalled}
             for _rep in range(args.repeat):
                 for n in args.stalled:
-                    child = [sys.executable, __file__, "--stalled-child", str(n), "--big"]
-                    child += [str(args.big), "--stalled-seconds", str(args.stalled_seconds)]
+                    child = [sys.executable, __file__, "--stalled-child", str(n), "--db", str(db)]
+                    child += ["--first", first, "--stalled-seconds", str(args.stalled_seconds)]
                     done = await anyio.run_process(child)
                     grown[n].append(float(done.stdout.split()[-1]))
             for n, values in grown.items():

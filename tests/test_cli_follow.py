@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -22,7 +22,14 @@ import anyio.abc
 import httpx
 import pytest
 
-from sessionhook.cli.ops_events import follow_stream, parse_sse
+from sessionhook.cli.ops_events import follow_stream
+from sessionhook.cli.sse import (
+    MAX_NAME_BYTES,
+    SkippedEvent,
+    SseParser,
+    StreamEvent,
+    parse_sse,
+)
 from sessionhook.relay.ops import EventFilter
 from sessionhook.relay.store import AsyncStore
 from sessionhook.relay.web import Bell, create_app
@@ -205,6 +212,80 @@ async def test_parse_sse_joins_data_lines_and_skips_comments() -> None:
 
     got = [e async for e in parse_sse(chunks())]
     assert [(e.id, e.type, e.body) for e in got] == [("e1", "a.b", b'{"x":\n1}'), ("e2", "c", b"2")]
+
+
+def _chunks(data: bytes, size: int) -> Iterator[bytes]:
+    for start in range(0, len(data), size):
+        yield data[start : start + size]
+
+
+def _message(event_id: str, body: bytes, *, id_last: bool = False) -> bytes:
+    lines = [b"data: " + line for line in body.split(b"\n")]
+    head, tail = [f"id: {event_id}".encode(), b"event: t.x"], []
+    if id_last:
+        head, tail = [b"event: t.x"], [f"id: {event_id}".encode()]
+    return b"\n".join([*head, *lines, *tail]) + b"\n\n"
+
+
+LIMIT = 1 << 20
+
+
+@pytest.mark.parametrize(
+    "big",
+    [
+        pytest.param(b"x" * (3 * LIMIT), id="one line"),
+        pytest.param(b"\n".join([b"y" * 1000] * 3000), id="many lines"),
+        pytest.param(b"z" * (LIMIT + 1), id="one byte over"),
+    ],
+)
+@pytest.mark.parametrize("id_last", [False, True])
+@pytest.mark.parametrize("chunk", [997, 65536])
+def test_a_message_over_the_bound_is_skipped_and_never_held(
+    big: bytes, id_last: bool, chunk: int
+) -> None:
+    """Between two events, a message larger than the parser's bound: the two events come
+    out whole, the big one as skipped (its id too when it comes after the data), and the
+    parser never holds more than the bound plus one chunk."""
+    stream = _message("e1", b'{"n":1}') + _message("big", big, id_last=id_last)
+    stream += b": keep-alive\n\n" + _message("e3", b'{"n":3}\n{"more":true}')
+    parser = SseParser(LIMIT)
+    got: list[StreamEvent | SkippedEvent] = []
+    held = 0
+    for piece in _chunks(stream, chunk):
+        got += parser.feed(piece)
+        held = max(held, parser.buffered)
+    assert held <= parser.most + chunk and parser.most < 2 * LIMIT
+    assert got == [
+        StreamEvent("e1", "t.x", b'{"n":1}'),
+        SkippedEvent("big", "t.x"),
+        StreamEvent("e3", "t.x", b'{"n":3}\n{"more":true}'),
+    ]
+
+
+def test_the_parser_takes_a_stream_byte_by_byte() -> None:
+    stream = _message("e1", b"a\nb") + _message("big", b"c" * 100) + _message("e3", b"d")
+    parser = SseParser(64)
+    got: list[StreamEvent | SkippedEvent] = []
+    for byte in _chunks(stream, 1):
+        got += parser.feed(byte)
+        assert parser.buffered <= parser.most + 1
+    assert got == [
+        StreamEvent("e1", "t.x", b"a\nb"),
+        SkippedEvent("big", "t.x"),
+        StreamEvent("e3", "t.x", b"d"),
+    ]
+
+
+def test_a_message_at_the_bound_is_kept_and_long_names_are_not() -> None:
+    body = b"\n".join([b"a" * 1000] * 10)
+    parser = SseParser(len(body))
+    assert parser.feed(_message("e1", body)) == [StreamEvent("e1", "t.x", body)]
+    parser = SseParser(len(body) - 1)
+    assert parser.feed(_message("e1", body)) == [SkippedEvent("e1", "t.x")]
+    long_id = "i" * (MAX_NAME_BYTES + 1)
+    assert SseParser().feed(_message(long_id, b"{}")) == [SkippedEvent("", "t.x")]
+    # Bad UTF-8 in an id is read as U+FFFD, as the standard says, never an exception.
+    assert SseParser().feed(b"id: \xff\ndata: {}\n\n") == [StreamEvent("\ufffd", "message", b"{}")]
 
 
 @pytest.mark.anyio

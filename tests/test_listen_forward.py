@@ -30,10 +30,10 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from sessionhook.cli.listen_forward import RETRY_DELAYS, Forwarder
-from sessionhook.cli.ops_events import StreamEvent
+from sessionhook.cli.sse import MAX_MESSAGE_BYTES, StreamEvent
 from sessionhook.relay.domain import signing
 from sessionhook.relay.store import AsyncStore
-from sessionhook.relay.web import create_app
+from sessionhook.relay.web import create_app, listener
 from sessionhook.relay.web import server as health
 from tests.support.backends import Backend, sqlite_only
 from tests.support.daemon_setup import Setup
@@ -226,6 +226,103 @@ async def test_forward_reaches_a_verifying_consumer_once_each_in_order_across_a_
     said = [line for line in err.seen if line]  # click ends a ^C with an empty line
     assert said[-1] == f"stopped; to resume: --last-event-id {wanted[-1].id}"
     assert "Traceback" not in notes
+
+
+#: The oversized message of the stand-in stream.
+HUGE = 40 * 1024 * 1024
+
+
+def _sse(event_id: str, body: bytes) -> bytes:
+    return f"id: {event_id}\nevent: session.completed\ndata: ".encode() + body + b"\n\n"
+
+
+class StandInStream:
+    """A relay's event stream as the test scripts it: an event, then (once :attr:`go` is
+    set) a message of :data:`HUGE` bytes made as it is sent, then another event; then it
+    stays open until the server stops."""
+
+    def __init__(self) -> None:
+        self.go = anyio.Event()
+        self.requests = 0
+        self.bodies = [b'{"type":"session.completed","n":1}', b'{"type":"session.completed","n":3}']
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self.requests += 1
+        closing = listener.server_closing(scope)
+        headers = [(b"content-type", b"text/event-stream")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+
+        async def write(chunk: bytes) -> None:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+
+        if self.requests == 1:
+            await write(b"retry: 2000\n\n" + _sse("evt_1", self.bodies[0]))
+            await self.go.wait()
+            await write(b'id: evt_huge\nevent: session.completed\ndata: {"pad":"')
+            for _ in range(HUGE // 65536):
+                await write(b"x" * 65536)
+            await write(b'"}\n\n' + _sse("evt_3", self.bodies[1]))
+        await closing.wait()
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def _hwm(pid: int) -> int:
+    """The peak resident memory of process ``pid`` so far (bytes)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmHWM in /proc/{pid}/status")
+
+
+async def test_a_message_over_the_bound_is_skipped_by_id_and_the_next_one_forwarded() -> None:
+    """Between two events the stream sends a message of 40 MiB: the listener forwards the
+    first and the third, says in one line that it skipped the big one (by its id), keeps
+    its connection, and its memory grows by about the bound it reads a message up to,
+    not by the message."""
+    stream = StandInStream()
+    consumer = Consumer()
+    consumer.secret = signing.generate_secret()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONHOOK_")}
+    async with anyio.create_task_group() as tg:
+        _, stream_port = await tg.start(health.serve, "127.0.0.1:0", stream)
+        _, consumer_port = await tg.start(health.serve, "127.0.0.1:0", consumer)
+        args = ["--url", f"http://127.0.0.1:{stream_port}", "--secret", consumer.secret]
+        args += ["--forward-to", f"http://127.0.0.1:{consumer_port}/hook"]
+        proc = await anyio.open_process(
+            [str(SESSIONHOOK), "listen", *args],
+            stdin=subprocess.DEVNULL,
+            env={**env, "SESSIONHOOK_WEB_TOKEN": TOKEN},
+        )
+        try:
+            out, err = Lines(), Lines()
+            assert proc.stdout is not None and proc.stderr is not None
+            tg.start_soon(out.pump, proc.stdout)
+            tg.start_soon(err.pump, proc.stderr)
+            await until(lambda: len(consumer.accepted) == 1, "the first event")
+            before = _hwm(proc.pid)
+            stream.go.set()
+            await until(
+                lambda: len(consumer.accepted) == 2 or proc.returncode is not None,
+                "the third event",
+                within=60,
+            )
+            assert proc.returncode is None, err.seen  # still listening
+            grown = _hwm(proc.pid) - before
+            proc.send_signal(signal.SIGINT)
+            with anyio.fail_after(20):
+                assert await proc.wait() == 130
+                await err.ended.wait()
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+        tg.cancel_scope.cancel()
+    assert [event_id for event_id, _ in consumer.accepted] == ["evt_1", "evt_3"]
+    assert [body for _, body in consumer.accepted] == stream.bodies
+    skipped = [line for line in err.seen if "evt_huge" in line]
+    assert len(skipped) == 1 and skipped[0].startswith("skipped evt_huge"), err.seen
+    assert stream.requests == 1  # no reconnection: the stream went on
+    assert grown < MAX_MESSAGE_BYTES + 16 * 1024 * 1024, f"+{grown / 2**20:.0f} MiB"
+    assert "Traceback" not in "\n".join(err.seen)
 
 
 # --------------------------------------------------------------------------- retries

@@ -6,12 +6,15 @@ blocks becomes an abort, and the open-files limit is raised and checked."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import resource
 import socket
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 
 import anyio
+import anyio.abc
 import httpx
 import pytest
 from starlette.applications import Starlette
@@ -46,11 +49,33 @@ async def _ok(request: Request) -> Response:
     return Response("ok")
 
 
+#: When ``/endless?name=NAME`` last wrote (a stream stops writing once its transport is
+#: full: its consumer reads nothing).
+WROTE: dict[str, float] = {}
+
+
+async def _endless(request: Request) -> Response:
+    """A stream that ends its body when the server stops, as the event streams do."""
+    closing = listener.server_closing(request.scope)
+    name = request.query_params.get("name", "")
+
+    async def body() -> AsyncIterator[bytes]:
+        while not closing.is_set():
+            WROTE[name] = time.monotonic()
+            yield b"x" * 65536
+            if not name:  # a named one writes as fast as it is let
+                with anyio.move_on_after(0.05):
+                    await closing.wait()
+
+    return StreamingResponse(body(), media_type="text/plain")
+
+
 APP = Starlette(
     routes=[
         Route("/ok", _ok, methods=["GET", "POST"]),
         Route("/slow", _slow),
         Route("/big", _big),
+        Route("/endless", _endless),
     ]
 )
 
@@ -182,6 +207,45 @@ async def test_a_close_blocked_by_a_peer_that_reads_nothing_becomes_an_abort() -
             )
             # Its descriptor is free again (the abort completes on the next loop turn).
             await _until(lambda: _value(metrics, "web_connections") == 0, 5)
+
+
+async def test_a_stop_ends_streams_properly_and_cuts_a_peer_that_reads_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The server stops while two streams are open: the one whose consumer reads gets its
+    last chunk (a proper end); the one whose consumer reads nothing cannot, and is cut
+    instead of waiting for uvicorn to cancel it. Nothing is cancelled, nothing logged as
+    an error."""
+    metrics = Metrics()
+    caplog.set_level(logging.INFO, logger="uvicorn")
+    stopped = anyio.Event()
+    async with httpx.AsyncClient(timeout=30) as http, anyio.create_task_group() as outer:
+        server = anyio.CancelScope()
+
+        async def run(*, task_status: anyio.abc.TaskStatus[int]) -> None:
+            with server:
+                async with serving(ConnectionLimits(8, 5.0), metrics) as port:
+                    task_status.started(port)
+                    await anyio.sleep_forever()
+            stopped.set()
+
+        port = await outer.start(run)
+        with raw_connection(port, rcvbuf=4096) as stalled:
+            stalled.send(b"GET /endless?name=stalled HTTP/1.1\r\nHost: x\r\n\r\n")
+            async with http.stream("GET", f"http://127.0.0.1:{port}/endless") as answer:
+                chunks = answer.aiter_bytes()
+                await anext(chunks)  # streaming
+                # Stalled: nothing written for a while (the other writes every 50 ms).
+                await _until(lambda: time.monotonic() - WROTE.get("stalled", 1e18) > 1, 30)
+                server.cancel()
+                async for _ in chunks:  # to its end: a cut would raise here
+                    pass
+            with anyio.fail_after(20):
+                await stopped.wait()  # read nothing of the stalled one before
+            assert await _closed_by_server(stalled, 10)
+    uvicorn_said = [r.getMessage() for r in caplog.records if r.name.startswith("uvicorn")]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], uvicorn_said
+    assert _value(metrics, "web_connections") == 0
 
 
 def test_the_soft_files_limit_is_raised_to_the_hard_one() -> None:

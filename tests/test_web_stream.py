@@ -351,3 +351,19 @@ async def test_a_stream_holds_a_bounded_number_of_bytes_whatever_the_consumer(
     largest = max(len(row.body) for row in rows)
     assert counting.read_bytes <= stream_module.PAGE_BYTES + largest
     assert buffered <= high_water + stream_module.WRITE_BYTES
+
+
+async def test_a_message_is_made_in_pieces_of_bounded_size() -> None:
+    """A big body (its lines too: each one is a ``data:`` line) is formatted piece by piece
+    as it is written, never copied whole; the pieces make the SSE message exactly."""
+    limit = stream_module.WRITE_BYTES
+    lines = [b"x" * 70_000, b"", b"\n" * 20_000, b'{"a":1}']
+    for body in (b"{}", b"y" * (3 * limit + 5), b"\n".join(lines)):
+        row = EventRow(1, "evt_1", "sessions/1", "t.x", None, "", 0.0, 0.0, body)
+        pieces = list(stream_module.message_pieces(row))
+        assert all(len(piece) <= limit for piece in pieces)
+        message = b"".join(pieces)
+        expected = b"id: evt_1\nevent: t.x\n" + b"".join(
+            b"data: " + line + b"\n" for line in body.split(b"\n")
+        )
+        assert message == expected + b"\n"

@@ -13,7 +13,9 @@ A consumer that is down, times out, or answers 5xx or 429 is tried again after
 :data:`RETRY_DELAYS` (1, 2 and 4 s: four attempts in about 7 s); then the event is
 reported as given up, on its own line, and the next one is forwarded. Any other answer is
 final at once (2xx: delivered; 3xx, which is not followed, and 4xx: refused, printed as
-such). Nothing is dropped without a line saying so.
+such). Nothing is dropped without a line saying so: a stream message over
+:data:`.sse.MAX_MESSAGE_BYTES` (32 MiB) is read past without being kept, reported on its own
+line naming its event id, and the next event forwarded.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ if TYPE_CHECKING:
     import httpx
 
     from ..relay.ops import EventFilter
-    from .ops_events import StreamEvent
+    from .sse import StreamEvent
 
 __all__ = ["FORWARD_TIMEOUT", "RETRY_DELAYS", "Forwarder", "Outcome", "forward"]
 
@@ -223,6 +225,7 @@ async def _run(
     from ..receiver import event_line, json_line
     from ._output import current_runtime
     from .ops_events import follow_stream, stream_client
+    from .sse import SkippedEvent
 
     def note(line: str) -> None:
         click.echo(line, err=True)
@@ -236,6 +239,10 @@ async def _run(
             post_http, target, keys, note=note, sleep=runtime.sleep or anyio.sleep
         )
         async for event in follow_stream(stream_http, url, token, wanted, last_event_id):
+            if isinstance(event, SkippedEvent):
+                note(event.note())  # nothing is dropped without a line saying so
+                state.last_id = event.id or state.last_id
+                continue
             outcome = await forwarder.forward(event)
             state.last_id = event.id
             try:

@@ -23,7 +23,6 @@ import os
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import click
@@ -33,6 +32,7 @@ from . import cli
 from ._output import CliError, render_table
 from .ops import reading_store, reported, store_options, time_option
 from .remote import error_message, refuse_store_options, refuse_with_url
+from .sse import SkippedEvent, StreamEvent, parse_sse
 
 if TYPE_CHECKING:
     import httpx
@@ -41,30 +41,14 @@ if TYPE_CHECKING:
 
 _T = TypeVar("_T")
 
-__all__ = ["FOLLOW_POLL", "events", "follow_stream", "parse_sse", "stream_client"]
+__all__ = ["FOLLOW_POLL", "events", "follow_stream", "stream_client"]
 
 #: ``--follow`` on the store reads this often.
 FOLLOW_POLL: Final = 0.5
-#: An SSE message larger than this ends the connection (a bound, not a real event size).
-MAX_MESSAGE_BYTES: Final = 32 * 1024 * 1024
 #: Reconnection delays after a stream failure: doubling up to the last.
 _BACKOFF: Final = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 #: No byte for this long (heartbeats come every 15 s): the connection is dead.
 _READ_TIMEOUT: Final = 45.0
-
-
-@dataclass(frozen=True, slots=True)
-class StreamEvent:
-    """One SSE message of ``/v1/events/stream``: webhook-id, type and body."""
-
-    id: str
-    type: str
-    body: bytes
-
-    def payload(self) -> dict[str, Any]:
-        """The body parsed."""
-        parsed: dict[str, Any] = json.loads(self.body)
-        return parsed
 
 
 @cli.command("events")
@@ -304,47 +288,17 @@ def _follow_store(
 # --------------------------------------------------------------------------- the stream
 
 
-async def parse_sse(chunks: AsyncIterator[bytes]) -> AsyncIterator[StreamEvent]:
-    """SSE messages from a byte stream (comments and ``retry:`` skipped); a message larger
-    than :data:`MAX_MESSAGE_BYTES` raises :class:`CliError`."""
-    buffer = b""
-    fields: dict[bytes, list[bytes]] = {}
-    size = 0
-    async for chunk in chunks:
-        buffer += chunk
-        if len(buffer) > MAX_MESSAGE_BYTES:
-            raise CliError("the event stream sent an oversized message")
-        *lines, buffer = buffer.split(b"\n")
-        for raw in lines:
-            line = raw.removesuffix(b"\r")
-            if not line:
-                if b"data" in fields:
-                    yield StreamEvent(
-                        id=b"".join(fields.get(b"id", [b""])[-1:]).decode(),
-                        type=b"".join(fields.get(b"event", [b"message"])[-1:]).decode(),
-                        body=b"\n".join(fields[b"data"]),
-                    )
-                fields, size = {}, 0
-                continue
-            if line.startswith(b":"):
-                continue
-            name, _, value = line.partition(b":")
-            size += len(value)
-            if size > MAX_MESSAGE_BYTES:
-                raise CliError("the event stream sent an oversized message")
-            fields.setdefault(name, []).append(value.removeprefix(b" "))
-
-
 async def follow_stream(
     http: httpx.AsyncClient,
     url: str,
     token: str,
     wanted: EventFilter,
     last_event_id: str | None,
-) -> AsyncIterator[StreamEvent]:
-    """Every event of the daemon's stream at ``url``, forever: after a failure it reconnects
-    (backing off) with ``Last-Event-ID`` = the last event yielded. A 401 (wrong token) or
-    400 (unknown id, bad filter) is a :class:`CliError`: retrying would not help."""
+) -> AsyncIterator[StreamEvent | SkippedEvent]:
+    """Every event of the daemon's stream at ``url``, forever, a message too large to take
+    as a :class:`.sse.SkippedEvent`: after a failure it reconnects (backing off) with
+    ``Last-Event-ID`` = the last event yielded. A 401 (wrong token) or 400 (unknown id,
+    bad filter) is a :class:`CliError`: retrying would not help."""
     import anyio
     import httpx
 
@@ -369,7 +323,7 @@ async def follow_stream(
                 else:
                     failures = 0
                     async for event in parse_sse(answer.aiter_bytes()):
-                        last = event.id
+                        last = event.id or last
                         yield event
                     problem = "the stream ended"
         except httpx.HTTPError as exc:
@@ -395,6 +349,9 @@ async def _print_stream(
 ) -> None:
     async with stream_client() as http:
         async for event in follow_stream(http, url, token, wanted, last_event_id):
+            if isinstance(event, SkippedEvent):
+                click.echo(f"note: {event.note()}", err=True)
+                continue
             body = event.payload()
             session = ((body.get("data") or {}).get("session") or {}).get("name") or ""
             if fmt == "ndjson":

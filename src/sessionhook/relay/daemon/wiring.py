@@ -195,8 +195,10 @@ class Wiring:
                 await renderer.aclose()
                 if isinstance(delivery, HttpxPoster):
                     await delivery.http.aclose()
+                # Out of the web routes' sight first: a stream or a page that comes now
+                # reads nothing, rather than a store closing under it.
+                state.store = None
                 await store.close()
-            state.store = None
 
     async def send_test_event(self, name: str) -> AttemptResult:
         """Send endpoint ``name`` a signed ``ping`` now, as ``sessionhook endpoints test``

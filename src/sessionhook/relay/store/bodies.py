@@ -3,7 +3,11 @@ for an activity's event, against the activity's raw JSON), see :mod:`.codec`.
 
 :class:`Bodies` encodes them for the ingest and decodes them for every reader (the outbox,
 the operator's and the console's queries). It keeps the reference bodies decoded in memory:
-a session's events share one, and the ingest keeps each session's current one at hand.
+a session's events share one, and the ingest keeps each session's current one at hand. That
+cache is bounded by bytes as well as by count (:data:`REF_CACHE_BYTES`): a big event is
+often its own reference, and a reader going through a backlog of them (an event stream
+resumed from the start) must not keep each one. A reference is not read at all where the
+compression cannot have used it (:func:`.codec.reference_used`).
 """
 
 from __future__ import annotations
@@ -17,8 +21,10 @@ from .rows import StoreError
 
 __all__ = ["Bodies", "raw_hints"]
 
-#: Reference bodies kept decoded in memory (one per recently active session).
+#: Reference bodies kept decoded in memory (one per recently active session), at most...
 REF_CACHE = 512
+#: ... and at most this many bytes of them (oldest first out; a bigger one is not kept).
+REF_CACHE_BYTES = 4 * 1024 * 1024
 
 
 def raw_hints(name: str, create_time: str) -> bytes:
@@ -33,16 +39,23 @@ class Bodies:
         self._db = db
         # Decoded reference bodies by id, and each session's current reference.
         self._refs: dict[int, bytes] = {}
+        self._refs_bytes = 0
         self._session_refs: dict[str, tuple[int, bytes]] = {}
         # ``_refs`` is filled by reads too, which run in several threads on PostgreSQL;
         # ``_session_refs`` only in write transactions, which are serialized.
         self._refs_lock = threading.Lock()
+
+    @property
+    def cached_bytes(self) -> int:
+        """Bytes of decoded reference bodies held now (at most :data:`REF_CACHE_BYTES`)."""
+        return self._refs_bytes
 
     def forget(self) -> None:
         """Drop the cached references: a rolled-back transaction may have created some."""
         with self._refs_lock:
             self._session_refs.clear()
             self._refs.clear()
+            self._refs_bytes = 0
 
     def encode(self, c: Connection, event: Event, context: bytes) -> tuple[int, bytes]:
         """(reference id, stored body) of ``event`` in the write transaction ``c``: the body
@@ -67,8 +80,7 @@ class Bodies:
                 (event.session_name, codec.encode_body(event.body, b"", b"")),
             ).fetchall()[0][0]
         )
-        with self._refs_lock:
-            self._refs[ref_id] = event.body
+        self._remember(ref_id, event.body)
         self._session_refs[event.session_name] = (ref_id, event.body)
         if len(self._session_refs) > REF_CACHE:
             self._session_refs.pop(next(iter(self._session_refs)))
@@ -85,11 +97,21 @@ class Bodies:
                 if data is None:
                     raise StoreError(f"missing body reference {ref_id}", path=self._db.path)
             body = codec.decode_body(data, b"", b"")
-            with self._refs_lock:  # readers in other threads fill it too (PostgreSQL)
-                if len(self._refs) >= REF_CACHE:
-                    self._refs.pop(next(iter(self._refs)), None)
-                self._refs[ref_id] = body
+            self._remember(ref_id, body)
         return body
+
+    def _remember(self, ref_id: int, body: bytes) -> None:
+        """Cache a decoded reference within :data:`REF_CACHE` and :data:`REF_CACHE_BYTES`."""
+        if len(body) > REF_CACHE_BYTES:
+            return
+        with self._refs_lock:  # readers in other threads fill it too (PostgreSQL)
+            old = self._refs.pop(ref_id, None)
+            if old is not None:
+                self._refs_bytes -= len(old)
+            self._refs[ref_id] = body
+            self._refs_bytes += len(body)
+            while len(self._refs) > REF_CACHE or self._refs_bytes > REF_CACHE_BYTES:
+                self._refs_bytes -= len(self._refs.pop(next(iter(self._refs))))
 
     def decode(
         self,
@@ -103,10 +125,12 @@ class Bodies:
         activity event, its activity's stored ``raw``, ``name`` and ``create_time``."""
         if isinstance(stored, str):
             return stored.encode("utf-8")
-        reference = self.reference(ref_id) if ref_id is not None else b""
         context = b""
         if codec.needs_context(stored):
             if raw is None:
                 raise StoreError("an event body's activity is missing", path=self._db.path)
             context = codec.decode_raw(raw, raw_hints(name or "", created or ""))
+        reference = b""
+        if ref_id is not None and codec.reference_used(stored, context):
+            reference = self.reference(ref_id)
         return codec.decode_body(stored, reference, context)

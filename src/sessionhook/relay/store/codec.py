@@ -45,6 +45,7 @@ __all__ = [
     "EVENT_TYPES",
     "KINDS",
     "REF_THRESHOLD",
+    "WINDOW",
     "coded",
     "coded_sql",
     "decode_body",
@@ -66,6 +67,8 @@ _ZLIB_FORMATS = {0x01: ARCHIVE, 0x02: BODY, 0x03: BODY_WITH_ACTIVITY}
 #: A body that compresses to more than this many bytes against its session's reference
 #: becomes the session's new reference (the summary changed too much to share).
 REF_THRESHOLD = 160
+#: Bytes of a dictionary that count: deflate's window keeps the tail of a longer one.
+WINDOW = 32768
 _LEVEL = 1  # level 6 saves 1 % of the bytes at twice the CPU on these short texts
 
 # Fragments that recur in activities and bodies (keys, enum values, framing). Later bytes are
@@ -118,7 +121,7 @@ def _compress(form: int, data: bytes, zdict: bytes) -> bytes:
     # memLevel 8, not 9: setting up the bigger hash table costs more than it saves here.
     # wbits -15: a raw deflate stream (no zlib header and trailer; the CRC-32 follows).
     packer = zlib.compressobj(
-        _LEVEL, zlib.DEFLATED, -15, 8, zlib.Z_DEFAULT_STRATEGY, zdict[-32768:]
+        _LEVEL, zlib.DEFLATED, -15, 8, zlib.Z_DEFAULT_STRATEGY, zdict[-WINDOW:]
     )
     check = (zlib.crc32(data) & 0xFFFFFFFF).to_bytes(4, "big")
     return bytes((form,)) + packer.compress(data) + packer.flush() + check
@@ -127,9 +130,9 @@ def _compress(form: int, data: bytes, zdict: bytes) -> bytes:
 def _decompress(stored: bytes, zdict: bytes) -> bytes:
     """Decode ``stored`` (its format byte first) against ``zdict``."""
     if stored[0] in _ZLIB_FORMATS:
-        unpacker = zlib.decompressobj(15, zdict[-32768:])
+        unpacker = zlib.decompressobj(15, zdict[-WINDOW:])
         return unpacker.decompress(stored[1:]) + unpacker.flush()
-    unpacker = zlib.decompressobj(-15, zdict[-32768:])
+    unpacker = zlib.decompressobj(-15, zdict[-WINDOW:])
     data = unpacker.decompress(stored[1:-4]) + unpacker.flush()
     if not unpacker.eof or (zlib.crc32(data) & 0xFFFFFFFF).to_bytes(4, "big") != stored[-4:]:
         raise ValueError("stored JSON does not decode to what was stored (damaged row?)")
@@ -169,6 +172,16 @@ def encode_body(body: bytes, reference: bytes, context: bytes) -> bytes:
 def needs_context(stored: str | bytes) -> bool:
     """Whether decoding this stored body needs its activity's raw JSON."""
     return isinstance(stored, bytes) and _form(stored) == BODY_WITH_ACTIVITY
+
+
+def reference_used(stored: str | bytes, context: bytes) -> bool:
+    """Whether decoding ``stored`` against ``context`` reads its reference body: the
+    dictionary is the last :data:`WINDOW` bytes of ``BODY_DICT + reference + context``, so
+    a context that long leaves nothing of the reference (a big activity's event)."""
+    if not isinstance(stored, bytes):
+        return False
+    form = _form(stored)
+    return form == BODY or (form == BODY_WITH_ACTIVITY and len(context) < WINDOW)
 
 
 def decode_body(stored: str | bytes, reference: bytes, context: bytes) -> bytes:

@@ -17,6 +17,9 @@ delivery (dead-lettered once its retries run out). So the listener keeps its own
 * **A close that cannot finish** because the peer reads nothing (an answer stuck in the
   socket's buffer, which asyncio would keep until the peer reads it) becomes an abort
   after the same time: reason ``stuck_close``.
+* **An answer's bytes held for a peer that reads slowly**: at most about
+  :data:`WRITE_BUFFER_BYTES` plus one write, the transport's high-water mark, which holds
+  the app's next write back (a streamed answer's writes are pieces of 64 KiB at most).
 
 Closed connections are counted by reason (``sessionhook_web_connections_closed_total``) and
 logged with their count (``web.connections_closed``) at most once a minute; the open ones
@@ -27,6 +30,15 @@ later, never in a loop.
 :func:`raise_files_limit` lifts the process's soft open-files limit to its hard limit (the
 soft one is 1,024 by default whatever the hard one), and :func:`check_files_limit` refuses
 a ``max_connections`` above half of what is left.
+
+**A stop** (:func:`serve_socket` cancelled) closes the listening socket, then tells the
+app: every request finds an :class:`anyio.Event` in its ASGI scope (:func:`server_closing`),
+set now, on which long answers (the event streams, the console's live feed) end their body
+properly, so that their consumers see the end and reconnect later. The listener waits up to
+:data:`CLOSING_GRACE` seconds for the answers in flight, aborts the connections whose peer
+has not taken what was written (the last chunk of a stream nobody reads would wait
+forever), then lets uvicorn close the rest: requests still running get
+``graceful_shutdown`` seconds.
 
 The HTTP parsing is uvicorn's h11 protocol; :class:`ConnectionGuard` watches each
 connection's h11 state (a request is complete once the client's side is ``DONE``).
@@ -40,7 +52,7 @@ import errno
 import resource
 import socket
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -55,15 +67,26 @@ from ..telemetry.logs import get_logger
 from ..telemetry.metrics import Metrics
 
 __all__ = [
+    "CLOSING_GRACE",
+    "WRITE_BUFFER_BYTES",
     "ConnectionGuard",
     "ConnectionLimits",
     "check_files_limit",
     "raise_files_limit",
     "serve_socket",
+    "server_closing",
 ]
 
 #: A listener's log lines of one kind come at most this often (with a count).
 LOG_EVERY: Final = 60.0
+#: An answer's bytes a connection's transport holds before the app's next write waits
+#: (uvicorn's flow control: its ``send`` waits while the transport is over this mark).
+WRITE_BUFFER_BYTES: Final = 64 * 1024
+#: Seconds a stop waits for answers in flight to end before it aborts the connections
+#: whose peer does not take what was written.
+CLOSING_GRACE: Final = 1.0
+#: The key of a request's ``scope["state"]`` that holds the server's closing signal.
+_CLOSING: Final = "sessionhook.server_closing"
 #: Seconds before accept() is tried again after it failed for lack of resources.
 ACCEPT_RETRY: Final = 1.0
 # accept() failing for one connection only (the peer gave up while it was queued).
@@ -72,6 +95,14 @@ _PEER_GONE: Final = frozenset({errno.ECONNABORTED, errno.EPROTO, errno.ECONNRESE
 _ASKING: Final = (h11.IDLE, h11.SEND_BODY)
 
 _log = get_logger()
+
+
+def server_closing(scope: Mapping[str, Any]) -> anyio.Event:
+    """The signal set when the server serving this request (``scope``) begins to stop: a
+    long answer ends its body on it. An app called otherwise (an ASGI transport in tests)
+    gets an event nobody sets."""
+    closing = (scope.get("state") or {}).get(_CLOSING)
+    return closing if isinstance(closing, anyio.Event) else anyio.Event()
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +230,17 @@ class ConnectionGuard:
                     self._metrics.web_connections_closed.labels(reason=reason).inc(count)
                 self._closed(count, reason=reason, request_timeout=timeout)
 
+    async def end_answers(self, grace: float) -> None:
+        """Wait up to ``grace`` seconds while an answer is in flight or unsent bytes wait
+        for their peer; then abort the connections whose peer has not taken them."""
+        with anyio.move_on_after(grace):
+            # Polled: a transport's buffer drains out of the protocol's sight.
+            while any(conn.busy() for conn in self.open):  # noqa: ASYNC110
+                await anyio.sleep(0.02)
+        for conn in list(self.open):
+            if conn.transport.get_write_buffer_size():
+                conn.transport.abort()
+
     def abort_all(self) -> None:
         """Drop every connection still open (the server has stopped)."""
         for conn in list(self.open):
@@ -232,6 +274,7 @@ class _Connection(H11Protocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        transport.set_write_buffer_limits(high=WRITE_BUFFER_BYTES)
         self.deadline = time.monotonic() + self._guard.limits.request_timeout
         self._guard.opened(self)
 
@@ -257,6 +300,11 @@ class _Connection(H11Protocol):
                 self.deadline = time.monotonic() + self._guard.limits.request_timeout
         else:
             self.deadline = None
+
+    def busy(self) -> bool:
+        """Whether an answer is in flight, or written but not yet taken by the peer."""
+        answering = self.cycle is not None and not self.cycle.response_complete
+        return answering or bool(self.transport.get_write_buffer_size())
 
     def close_if_overdue(self, now: float, timeout: float) -> str | None:
         """Close (or abort) the connection when it is past its deadline; the reason."""
@@ -301,10 +349,11 @@ async def serve_socket(
     task_status: anyio.abc.TaskStatus[tuple[str, int]] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` on the listening ``sock`` within ``limits`` until cancelled
-    (``task_status.started`` gets the bound host and port); then stop
-    accepting, let requests in flight finish for ``graceful_shutdown`` seconds and close
-    ``sock``. uvicorn installs no signal handler, runs no lifespan, configures no logging
-    and speaks no WebSocket (an upgrade would take a connection out of the guard's sight).
+    (``task_status.started`` gets the bound host and port); then close ``sock``, set the
+    requests' :func:`server_closing` signal, end the connections as the module says and
+    let requests still running finish for ``graceful_shutdown`` seconds. uvicorn installs
+    no signal handler, runs no lifespan, configures no logging and speaks no WebSocket (an
+    upgrade would take a connection out of the guard's sight).
 
     ``X-Forwarded-For`` and ``X-Forwarded-Proto`` count only from ``trusted_proxies``
     (``server.trusted_proxies``), never from uvicorn's ``FORWARDED_ALLOW_IPS`` variable;
@@ -324,6 +373,9 @@ async def serve_socket(
     config.load()
     server = _Server(config)
     server.lifespan = config.lifespan_class(config)
+    closing = anyio.Event()
+    # Copied into every request's scope["state"] by uvicorn (see server_closing).
+    server.lifespan.state[_CLOSING] = closing
     guard = ConnectionGuard(limits, metrics)
     try:
         async with anyio.create_task_group() as tg:
@@ -337,8 +389,9 @@ async def serve_socket(
     finally:
         server.should_exit = True
         with anyio.CancelScope(shield=True):
+            sock.close()  # no one new: a consumer that reconnects now is refused
             if server.started:
+                closing.set()
+                await guard.end_answers(CLOSING_GRACE)
                 await server.shutdown(sockets=[sock])
                 guard.abort_all()
-            else:
-                sock.close()

@@ -19,20 +19,25 @@ once too when another replica on a shared PostgreSQL store queued their deliveri
 notification rings the bell), and within :data:`POLL_SECONDS` in any case. A
 comment line every :data:`HEARTBEAT_SECONDS` keeps proxies from closing an idle stream.
 
-Bounded by bytes, not by a count of events: events are read from the store from a cursor,
-at most :data:`BATCH` and at most :data:`PAGE_BYTES` of bodies at a time (one event at
-least), and written in pieces of at most :data:`WRITE_BYTES` (small events together, a big
-one cut). uvicorn waits before each write while its transport holds more than 64 KiB, so
-a stream holds about ``PAGE_BYTES`` plus one event (twice, formatted) whatever its
-consumer does: one that reads slowly holds back its own cursor, never the relay's memory;
-one that reads nothing for :data:`SEND_TIMEOUT` seconds is dropped (``stream.stalled``).
+Bounded by bytes, end to end, not by a count of events: events are read from the store
+from a cursor, at most :data:`BATCH` and at most :data:`PAGE_BYTES` of bodies at a time (one
+event at least; the store keeps no copy of them, :mod:`..store.bodies`); each is formatted
+as it is written, in pieces of at most :data:`WRITE_BYTES` (small events together, a big one
+cut, never copied whole); uvicorn waits before each write while the connection's transport
+holds more than :data:`.listener.WRITE_BUFFER_BYTES`. So a stream holds at most
+``PAGE_BYTES`` plus one event plus a few pieces, whatever its consumer does: one that reads
+slowly holds back its own cursor, never the relay's memory; one that reads nothing for
+:data:`SEND_TIMEOUT` seconds is dropped (``stream.stalled``).
+
+When the server stops (:func:`.listener.server_closing`), or a store read fails, the stream
+ends its body properly (the last chunk) and the consumer reconnects with ``Last-Event-ID``.
 At most ``server.max_streams`` streams at once; one more is a 503 with ``Retry-After``.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Final
 
 import anyio
@@ -47,6 +52,7 @@ from ..telemetry.logs import get_logger
 from .auth import client_address
 from .context import WebContext
 from .errors import error_body
+from .listener import server_closing
 
 __all__ = [
     "BATCH",
@@ -55,14 +61,14 @@ __all__ = [
     "POLL_SECONDS",
     "SEND_TIMEOUT",
     "WRITE_BYTES",
-    "format_event",
+    "message_pieces",
     "stream_routes",
 ]
 
 #: Events read from the store per query, at most.
 BATCH: Final = 100
 #: Bytes of event bodies read from the store per query, at most (one event at least).
-PAGE_BYTES: Final = 1 << 20
+PAGE_BYTES: Final = 256 * 1024
 #: Bytes handed to the transport per write, at most.
 WRITE_BYTES: Final = 64 * 1024
 #: The store is read at least this often (events archived by another process).
@@ -79,11 +85,23 @@ _MAX_PARAM: Final = 512
 _log = get_logger()
 
 
-def format_event(row: EventRow) -> bytes:
-    """One SSE message: ``id`` = webhook-id, ``event`` = type, ``data`` = the body's lines."""
+def message_pieces(row: EventRow) -> Iterator[bytes]:
+    """One SSE message (``id`` = webhook-id, ``event`` = type, ``data`` = the body's lines)
+    in pieces of at most :data:`WRITE_BYTES`, made as they are written: a big body is
+    never copied whole. The body's bytes go as they are (UTF-8 JSON)."""
     head = f"id: {row.id}\nevent: {row.type}\ndata: ".encode()
-    # Bytes as they are (UTF-8 JSON): one copy, where decoding and splitting made four.
-    return b"".join((head, row.body.replace(b"\n", b"\ndata: "), b"\n\n"))
+    body = row.body
+    if len(body) <= WRITE_BYTES:  # the usual event: one piece, if its lines allow
+        message = b"".join((head, body.replace(b"\n", b"\ndata: "), b"\n\n"))
+        if len(message) <= WRITE_BYTES:
+            yield message
+            return
+    yield head
+    for start in range(0, len(body), WRITE_BYTES):
+        piece = body[start : start + WRITE_BYTES].replace(b"\n", b"\ndata: ")
+        for at in range(0, len(piece), WRITE_BYTES):  # more than one: lines made it grow
+            yield piece[at : at + WRITE_BYTES]
+    yield b"\n\n"
 
 
 class _BadRequest(Exception):
@@ -177,7 +195,11 @@ class _EventStream(Response):
         )
         self._sent = 0
         self._started = False
-        failed = False
+        # End the body properly (the last chunk) when the store fails or the server stops:
+        # the consumer sees the stream end and reconnects with Last-Event-ID (nothing is
+        # lost), rather than a broken response.
+        ending = False
+        closing = server_closing(scope)
         try:
             async with anyio.create_task_group() as tg:
 
@@ -186,21 +208,27 @@ class _EventStream(Response):
                         pass
                     tg.cancel_scope.cancel()
 
+                async def watch_closing() -> None:
+                    nonlocal ending
+                    await closing.wait()
+                    ending = True
+                    tg.cancel_scope.cancel()
+
                 tg.start_soon(watch_disconnect)
+                tg.start_soon(watch_closing)
                 try:
                     await self._pump(send)
                 except TimeoutError:
                     _log.warning("stream.stalled", client=client, after=self._cursor)
                 except store_failures() as exc:
-                    # The consumer reconnects with Last-Event-ID: nothing is lost.
                     _log.warning("stream.failed", client=client, error=str(exc))
-                    failed = True
+                    ending = True
                 finally:
                     tg.cancel_scope.cancel()
-            if failed and self._started:
-                # End the body properly (the last chunk), so the consumer sees the
-                # stream end and reconnects, rather than a broken response.
-                with anyio.move_on_after(1), contextlib.suppress(OSError):
+            if ending and self._started:
+                # A consumer that takes nothing more is cut by the server when it stops
+                # (its listener), or by this bound otherwise.
+                with anyio.move_on_after(SEND_TIMEOUT), contextlib.suppress(OSError):
                     await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             self._release()
@@ -211,20 +239,16 @@ class _EventStream(Response):
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
 
     async def _write(self, send: Send, events: Sequence[EventRow]) -> None:
-        """``events`` in writes of at most :data:`WRITE_BYTES`."""
+        """``events`` in writes of at most :data:`WRITE_BYTES` (small ones together)."""
         pending: list[bytes] = []
         size = 0
         for row in events:
-            message = format_event(row)
-            if pending and size + len(message) > WRITE_BYTES:
-                await self._send(send, b"".join(pending))
-                pending, size = [], 0
-            if len(message) <= WRITE_BYTES:
-                pending.append(message)
-                size += len(message)
-                continue
-            for start in range(0, len(message), WRITE_BYTES):
-                await self._send(send, message[start : start + WRITE_BYTES])
+            for piece in message_pieces(row):
+                if pending and size + len(piece) > WRITE_BYTES:
+                    await self._send(send, b"".join(pending))
+                    pending, size = [], 0
+                pending.append(piece)
+                size += len(piece)
         if pending:
             await self._send(send, b"".join(pending))
 

@@ -12,7 +12,9 @@ The stream wakes when the daemon archives events (its bell, :mod:`.bell`) and re
 store at least every ``live_interval`` seconds. Bounded: at most 100 events a read; a
 stream ends after ``live_duration`` seconds (the browser reconnects by itself) and at most
 ``live_max_streams`` streams are open at once (more get 503 and the browser retries later).
-A comment line every 15 s keeps proxies from closing an idle stream.
+A comment line every 15 s keeps proxies from closing an idle stream. When the server stops
+(:func:`..listener.server_closing`) the stream ends at once, properly; the browser reconnects
+once the daemon is back.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from starlette.routing import Route
 from ...store import store_failures
 from ...telemetry.logs import get_logger
 from ..headers import SECURITY_HEADERS
+from ..listener import server_closing
 from .common import ConsoleDeps
 from .text import BadNumber, query_text, url_int
 
@@ -48,6 +51,18 @@ def _start(request: Request) -> int | None:
         if position is not None:
             return position
     return None
+
+
+async def _first(*events: anyio.Event) -> None:
+    """Wait until one of ``events`` is set."""
+    async with anyio.create_task_group() as tg:
+
+        async def wait(event: anyio.Event) -> None:
+            await event.wait()
+            tg.cancel_scope.cancel()
+
+        for event in events:
+            tg.start_soon(wait, event)
 
 
 def live_route(deps: ConsoleDeps) -> Route:
@@ -71,6 +86,8 @@ def live_route(deps: ConsoleDeps) -> Route:
             return Response(str(exc), status_code=400, headers=SECURITY_HEADERS)
         after: int = start if start is not None else await store.console.last_event_seq()
 
+        closing = server_closing(request.scope)
+
         async def stream() -> AsyncIterator[str]:
             nonlocal open_streams, after
             open_streams += 1
@@ -79,7 +96,7 @@ def live_route(deps: ConsoleDeps) -> Route:
                 clock = anyio.current_time
                 deadline = clock() + deps.live_duration
                 quiet_since = clock()
-                while clock() < deadline:
+                while clock() < deadline and not closing.is_set():
                     rung = deps.bell.current()  # taken before reading: no ring is missed
                     current = deps.store()
                     if current is None:
@@ -113,9 +130,10 @@ def live_route(deps: ConsoleDeps) -> Route:
                         yield ": keep-alive\n\n"
                     if len(rows) < 100:
                         # Woken by the daemon's bell on ingest, else after the interval
-                        # (other writers, e.g. replicas on a shared database).
+                        # (other writers, e.g. replicas on a shared database), and at once
+                        # when the server stops.
                         with anyio.move_on_after(deps.live_interval):
-                            await rung.wait()
+                            await _first(rung, closing)
             finally:
                 open_streams -= 1
 
