@@ -490,9 +490,11 @@ async def test_forward_from_the_real_daemon_carries_its_webhooks(
                 arrivals = setup.receiver.first_deliveries()
                 return [a.event_id for a in arrivals if a.session == second.name]
 
+            # The lifecycle event is the session's last (after its activity and its state
+            # change): once it arrived, no event of the session is still on its way.
             await setup.receiver.wait_for(
                 lambda r: any(
-                    a.session == second.name and a.type == "activity.session_completed"
+                    a.session == second.name and a.type == "session.completed"
                     for a in r.first_deliveries()
                 ),
                 within=60,
