@@ -141,3 +141,29 @@ def test_endpoints_test_signs_a_ping_with_the_stored_secret(config_file: Path) -
     body = Webhook(created["secret"]).verify(request.content, dict(request.headers))
     assert body["type"] == "ping"
     assert created["secret"] not in result.output
+
+
+def test_a_template_over_its_size_budget_is_refused_and_nothing_stored(
+    config_file: Path, tmp_path: Path
+) -> None:
+    """Issue 26 item 2: ``endpoints create`` checks a template as the API does, in a child
+    process: the issue's template (25 doublings of a string) is refused naming the budget."""
+    template = tmp_path / "big.j2"
+    template.write_text(
+        '{% set ns = namespace(s="12345678") %}{% for i in range(25) %}'
+        '{% set ns.s = ns.s ~ ns.s %}{% endfor %}{"n": {{ ns.s | length }}}'
+    )
+    refused = run(
+        config_file,
+        "endpoints",
+        "create",
+        "big",
+        "--url",
+        "https://hooks.example.com/big",
+        "--template-file",
+        str(template),
+        code=1,
+    )
+    (line,) = refused.output.strip().splitlines()
+    assert line.startswith("error: template over its size budget of"), line
+    assert "error: no endpoint" in run(config_file, "endpoints", "test", "big", code=2).output

@@ -15,8 +15,9 @@ import httpx
 import pytest
 
 from sessionhook.relay.config import Config
+from sessionhook.relay.domain.signing import generate_secret
 from sessionhook.relay.ops import endpoint_edits as edits
-from sessionhook.relay.store import AsyncStore, Store
+from sessionhook.relay.store import AsyncStore, EndpointSpec, Store
 from tests.support.backends import Backend
 from tests.support.clock import T0, Clock
 from tests.support.console_app import app_for, form, logged_in
@@ -24,6 +25,7 @@ from tests.support.store_rows import Ep
 
 NOW = T0 + 600  # the console app's clock
 URL = "https://hooks.example.com/ci"
+SECRET_OF = generate_secret()
 SECRET = re.compile(r'<code id="secret" class="mono">(whsec_[A-Za-z0-9+/=]+)</code>')
 
 
@@ -201,6 +203,30 @@ async def test_edit_changes_the_definition_and_a_refused_edit_changes_nothing(
     assert field_value(refused.text, "url") == HOSTILE_URL
     assert "<script>" not in refused.text
     assert store.endpoints.stored_endpoint("ci-bot") == edited
+
+
+@pytest.mark.anyio
+async def test_an_edit_checks_the_template_it_keeps_in_a_child_and_refuses_it_over_budget(
+    store: Store, http: Any
+) -> None:
+    """Issue 26 item 2: the form does not show a template, but an edit checks the one it
+    keeps against the samples, as a create through the API does (in a child process): one
+    written into the store past that check (the issue's 25 doublings) is refused by name."""
+    client, token = http
+    doubling = (
+        '{% set ns = namespace(s="12345678") %}{% for i in range(25) %}'
+        '{% set ns.s = ns.s ~ ns.s %}{% endfor %}{"n": {{ ns.s | length }}}'
+    )
+    spec = {"url": URL, "template": doubling}
+    store.endpoints.create_endpoint(EndpointSpec("big", URL, ("*",), {}, None, spec), SECRET_OF)
+    before = store.endpoints.stored_endpoint("big")
+    refused = await client.post(
+        "/console/endpoints/big/edit",
+        **form(token, url=URL, events="", format="standard", payload="full", description="x"),
+    )
+    assert refused.status_code == 400
+    assert flash_text(refused.text).startswith("template over its size budget of")
+    assert store.endpoints.stored_endpoint("big") == before
 
 
 @pytest.mark.anyio

@@ -73,7 +73,8 @@ def run(config_flag: str | None, once: bool) -> None:
 
     path = config_path(config_flag)
     try:
-        config = load_config(path)
+        # The daemon checks the templates itself, in a child process: none runs in its own.
+        config = load_config(path, templates_here=False)
     except ConfigError as exc:
         message = str(exc)
         if path == DEFAULT_CONFIG and exc.problem == "file not found":

@@ -80,6 +80,9 @@ class Wiring:
         self._upstream = upstream
         self._replica = replica
         self._bell = bell
+        #: Templates render in child processes, killed at delivery.render_timeout: the
+        #: deliveries' and the test pings' (children start when a template renders).
+        self._renderer = RenderProcess()
 
     @asynccontextmanager
     async def open(self, store: AsyncStore) -> AsyncIterator[tuple[list[Poller], Dispatcher]]:
@@ -141,8 +144,7 @@ class Wiring:
                 policy=seams.address_policy,
             )
         )
-        # Templates render in a child process, killed at delivery.render_timeout.
-        renderer = RenderProcess()
+        renderer = self._renderer
         try:
             dispatcher = state.dispatcher = Dispatcher(
                 store,
@@ -212,6 +214,6 @@ class Wiring:
         if endpoint is None and state.store is not None:  # one created at run time
             endpoint = await state.store.run(edits.endpoint_config, config, name, now)
         _event_id, result = await operator.test_endpoint(
-            config, name, transport=transport, now=now, endpoint=endpoint
+            config, name, transport=transport, now=now, endpoint=endpoint, renderer=self._renderer
         )
         return result

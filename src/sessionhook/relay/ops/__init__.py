@@ -36,6 +36,7 @@ from sessionhook.api.models import Session
 from ..config import Config, EndpointConfig
 from ..delivery.pinning import PinnedTransport
 from ..delivery.post import post_event
+from ..delivery.render_process import Renderer, RenderProcess
 from ..delivery.resolve import Resolver
 from ..domain import render
 from ..domain.addresses import AddressPolicy
@@ -493,22 +494,30 @@ async def test_endpoint(
     transport: httpx.AsyncBaseTransport,
     now: float,
     endpoint: EndpointConfig | None = None,
+    renderer: Renderer | None = None,
 ) -> tuple[str, AttemptResult]:
     """POST a signed ``ping`` to the configured endpoint ``name`` (its secrets, its
     payload/format/template) through ``transport`` (the daemon's vetted, pinned one);
     returns the ping's webhook-id and the answer. Never archived, never retried.
-    ``endpoint``: one created at run time (:func:`.endpoint_edits.endpoint_config`)."""
+    ``endpoint``: one created at run time (:func:`.endpoint_edits.endpoint_config`).
+    ``renderer``: the daemon's; by default a template renders in a child process of its
+    own, as a delivery's does (``delivery.render_timeout``)."""
     if endpoint is None:
         endpoint = config.endpoint_by_name(name)
     if endpoint is None:
         known = ", ".join(e.name for e in config.endpoints) or "none"
         raise OperatorError(f"no endpoint named {name!r} in the config (known: {known})")
     event_id, body = ping_event(name, now)
+    own = RenderProcess()  # starts a child only if it renders
     try:
         # Shaped like the endpoint's deliveries: a chat webhook gets a chat message.
-        body, content_type = render.render(event_id, body, endpoint.shape)
+        body, content_type = await (renderer or own).render(
+            event_id, body, endpoint.shape, time_budget=config.delivery.render_timeout
+        )
     except render.RenderError as exc:
         raise OperatorError(f"{name}: the ping does not render: {exc}") from None
+    finally:
+        await own.aclose()
     timeout = config.delivery.timeout
     async with httpx.AsyncClient(
         transport=transport, timeout=httpx.Timeout(timeout), follow_redirects=False
