@@ -88,7 +88,9 @@ async def pickup(url: str, notified: bool) -> float:
                 config, name, {"url": "https://hooks.example.com/x"}
             )
             start = time.perf_counter()
-            await anyio.to_thread.run_sync(edits.create_endpoint, writer, definition, secret)
+            await anyio.to_thread.run_sync(
+                edits.create_endpoint, writer, config, definition, secret
+            )
             # A poll of the settings (a bench: 1 ms resolution is enough).
             while name not in dispatcher.settings.endpoints:  # noqa: ASYNC110
                 await anyio.sleep(0.001)

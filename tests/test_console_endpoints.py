@@ -168,6 +168,22 @@ async def test_a_refused_form_says_why_by_name_and_keeps_what_was_typed(
     assert store.endpoints.stored_endpoints() == []
 
 
+@pytest.mark.anyio
+async def test_a_create_past_delivery_max_endpoints_is_refused_in_one_line(store: Store) -> None:
+    """Issue 26 item 6: the console's create is bounded as the API's is."""
+    async with logged_in(app_for(AsyncStore(store), delivery={"max_endpoints": 1})) as http:
+        client, token = http
+        await create(client, token, "ci-bot")
+        refused = await client.post(
+            "/console/endpoints/new", **form(token, name="second", url=URL, events="session.*")
+        )
+        assert refused.status_code == 409
+        reason = flash_text(refused.text)
+        assert reason.startswith("no more endpoints can be created at run time: "), reason
+        assert "delivery.max_endpoints is 1 (the store holds 1)" in reason
+    assert [e.name for e in store.endpoints.stored_endpoints()] == ["ci-bot"]
+
+
 # --------------------------------------------------------------------------- edit, delete
 
 
@@ -235,10 +251,9 @@ async def test_a_urls_user_info_is_never_shown_and_an_edit_keeps_it(
 ) -> None:
     client, token = http
     with_password = "https://bot:hunter2-pass@hooks.example.com/ci"
-    definition, secret = edits.define_endpoint(
-        Config.model_validate({}), "ci-bot", {"url": with_password}
-    )
-    edits.create_endpoint(store, definition, secret)
+    config = Config.model_validate({})
+    definition, secret = edits.define_endpoint(config, "ci-bot", {"url": with_password})
+    edits.create_endpoint(store, config, definition, secret)
     for page in ("/console", "/console/endpoints/ci-bot"):
         shown = (await client.get(page)).text
         assert "hunter2" not in shown and "[redacted]@hooks.example.com/ci" in shown, page

@@ -46,7 +46,7 @@ def _create(store: StoreCore, config: Config, name: str) -> str:
     definition, secret = edits.define_endpoint(
         config, name, {"url": f"https://hooks.example.com/{name}", "format": "slack"}
     )
-    edits.create_endpoint(store, definition, secret)
+    edits.create_endpoint(store, config, definition, secret)
     return secret
 
 

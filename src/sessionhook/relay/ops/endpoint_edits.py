@@ -37,6 +37,7 @@ from ..store import (
     EndpointConflictError as StoreConflict,
 )
 from ..store import (
+    EndpointLimitError,
     EndpointSpec,
     EndpointState,
     StoreCore,
@@ -209,10 +210,20 @@ def stored_or_refused(store: StoreCore, config: Config, name: str) -> StoredEndp
     )
 
 
-def create_endpoint(store: StoreCore, definition: Definition, secret: str) -> EndpointState:
-    """Create the endpoint ``definition`` describes, signing with ``secret``."""
+def create_endpoint(
+    store: StoreCore, config: Config, definition: Definition, secret: str
+) -> EndpointState:
+    """Create the endpoint ``definition`` describes, signing with ``secret``; refused
+    (:class:`EndpointConflictError`) when the store holds ``delivery.max_endpoints``
+    endpoints created at run time already."""
+    limit = config.delivery.max_endpoints
     try:
-        store.endpoints.create_endpoint(definition.spec, secret)
+        store.endpoints.create_endpoint(definition.spec, secret, limit)
+    except EndpointLimitError as exc:
+        raise EndpointConflictError(
+            f"no more endpoints can be created at run time: delivery.max_endpoints is {limit} "
+            f"(the store holds {exc.held}); delete one first, or raise the limit"
+        ) from None
     except StoreConflict as exc:
         raise EndpointConflictError(str(exc)) from None
     return find_endpoint(store, definition.spec.name)

@@ -20,6 +20,7 @@ from .dialect import Connection, Database, first_value
 from .rows import (
     EndpointConflictError,
     EndpointLike,
+    EndpointLimitError,
     EndpointSpec,
     EndpointState,
     StoredEndpoint,
@@ -141,13 +142,18 @@ class EndpointQueries:
 
     # ------------------------------------------------------------ created through the API
 
-    def create_endpoint(self, spec: EndpointSpec, secret: str) -> None:
+    def create_endpoint(self, spec: EndpointSpec, secret: str, limit: int | None = None) -> None:
         """Create the endpoint ``spec`` describes, signing with ``secret``, enabled. A name
         an endpoint has (in the config file, created through the API, or kept for the
         history of one the file no longer has) is an :class:`EndpointConflictError`; the
-        name of one deleted through the API is taken again (its history stays)."""
+        name of one deleted through the API is taken again (its history stays). With
+        ``limit``: an :class:`EndpointLimitError` when that many live endpoints created
+        through the API are held already (their count read in the same transaction)."""
         now = self._db.clock()
         with self._db.tx() as c:
+            held = _live_count(c)
+            if limit is not None and held >= limit:
+                raise EndpointLimitError(limit, held, path=self._db.path)
             row = c.execute(
                 "SELECT source, deleted_at, configured FROM endpoints WHERE name = ?",
                 (spec.name,),
@@ -181,6 +187,7 @@ class EndpointQueries:
                     "last_error_at = NULL, last_success_at = NULL WHERE name = ?",
                     (*values, now, spec.name),
                 )
+            _set_live_count(c, held + 1)
             self._db.notify_outbox(c)
 
     def update_endpoint(self, spec: EndpointSpec) -> None:
@@ -232,6 +239,7 @@ class EndpointQueries:
                 (now, _next_revision(c), now, name),
             )
             self._unknown_unless(cur.rowcount, name)
+            _set_live_count(c, _live_count(c) - 1)
             self._db.notify_outbox(c)
         return closed
 
@@ -273,6 +281,26 @@ class EndpointQueries:
             for name, globs, cond, accounts in rows
             if accounts is None or account is None or account in json.loads(accounts)
         ]
+
+
+#: The ``meta`` key that counts the live endpoints created through the API: kept by
+#: create and delete in their transactions, so that a create's limit is checked without
+#: counting the rows (one row read, however many endpoints there are).
+_LIVE_COUNT = "api_endpoints"
+
+
+def _live_count(c: Connection) -> int:
+    """The live endpoints created through the API (counted once, by a store that never
+    kept the count: one written by a version before it)."""
+    value = first_value(c, "SELECT value FROM meta WHERE key = ?", (_LIVE_COUNT,))
+    if value is None:
+        value = first_value(c, f"SELECT COUNT(*) FROM endpoints WHERE {_LIVE_API}")
+        c.execute("INSERT INTO meta (key, value) VALUES (?, ?)", (_LIVE_COUNT, str(value)))
+    return int(value)
+
+
+def _set_live_count(c: Connection, count: int) -> None:
+    c.execute("UPDATE meta SET value = ? WHERE key = ?", (str(count), _LIVE_COUNT))
 
 
 def _next_revision(c: Connection) -> int:

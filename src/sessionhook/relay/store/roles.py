@@ -104,8 +104,9 @@ class EndpointRole(Protocol):
         """Every endpoint known, by name."""
         ...
 
-    def create_endpoint(self, spec: EndpointSpec, secret: str) -> None:
-        """Create an endpoint through the API (a name taken: EndpointConflictError)."""
+    def create_endpoint(self, spec: EndpointSpec, secret: str, limit: int | None = None) -> None:
+        """Create an endpoint through the API (a name taken: EndpointConflictError; ``limit``
+        held already: EndpointLimitError)."""
         ...
 
     def update_endpoint(self, spec: EndpointSpec) -> None:

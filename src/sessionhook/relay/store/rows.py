@@ -181,6 +181,19 @@ class EndpointConflictError(StoreError):
     API), or the endpoint is the config file's to change."""
 
 
+class EndpointLimitError(EndpointConflictError):
+    """The store holds ``held`` endpoints created through the API: as many as it may
+    (``limit``), or more."""
+
+    def __init__(self, limit: int, held: int, *, path: Path | None = None) -> None:
+        super().__init__(
+            f"the store holds {held} endpoints created through the API (at most {limit})",
+            path=path,
+        )
+        self.limit = limit
+        self.held = held
+
+
 @dataclass(frozen=True, slots=True)
 class EventRow:
     """An archived event; ``body`` is the exact payload every delivery sends."""

@@ -122,7 +122,7 @@ def endpoint_routes(ctx: WebContext) -> Sequence[BaseRoute]:
                 secret=body.secret,
             )
         )
-        await in_store(edits.create_endpoint, definition, secret)
+        await in_store(edits.create_endpoint, config, definition, secret)
         ctx.wake()
         # The one time the secret is shown.
         return await answer_for(body.name, 201, secret=secret)
