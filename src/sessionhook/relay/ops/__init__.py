@@ -70,6 +70,7 @@ __all__ = [
     "DELIVERY_STATUSES",
     "EVENT_DELIVERIES",
     "GAP_SETTLE",
+    "KNOWN_LISTED",
     "OPEN_STATUSES",
     "PING_TYPE",
     "REPLAY_CHUNK",
@@ -179,13 +180,21 @@ def endpoints(store: StoreCore) -> list[tuple[EndpointState, int]]:
     return [(s, backlog.get(s.name, (0, None))[0]) for s in store.endpoints.endpoint_states()]
 
 
+#: The most names an unknown endpoint's error lists.
+KNOWN_LISTED: Final = 20
+
+
 def find_endpoint(store: StoreCore, name: str) -> EndpointState:
-    """The endpoint ``name``; :class:`OperatorError` naming the known ones otherwise."""
-    states = store.endpoints.endpoint_states()
-    for state in states:
-        if state.name == name:
-            return state
-    known = ", ".join(state.name for state in states) or "none yet"
+    """The endpoint ``name`` (one row read, however many there are);
+    :class:`UnknownEndpointError` naming the known ones otherwise (the first
+    :data:`KNOWN_LISTED`)."""
+    state = store.endpoints.endpoint_state(name)
+    if state is not None:
+        return state
+    names = [state.name for state in store.endpoints.endpoint_states()]
+    known = ", ".join(names[:KNOWN_LISTED]) or "none yet"
+    if len(names) > KNOWN_LISTED:
+        known += f", ... ({len(names)} in all)"
     raise UnknownEndpointError(f"no endpoint named {name!r} in the database (known: {known})")
 
 

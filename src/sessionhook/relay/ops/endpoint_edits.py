@@ -314,10 +314,14 @@ def endpoint_answers(
     """Every endpoint (or the one ``name``: :class:`~.UnknownEndpointError` when there is
     none) as the API and ``--json`` show it: its state, open deliveries, deliveries in
     flight per replica, and its definition (never a secret, nor a URL's user-info)."""
-    if name is not None:
-        find_endpoint(store, name)
-    listed = [(s, p) for s, p in endpoints(store) if name is None or s.name == name]
-    stored = {e.name: e for e in store.endpoints.stored_endpoints()}
+    if name is None:
+        listed = endpoints(store)
+        stored = {e.name: e for e in store.endpoints.stored_endpoints()}
+    else:  # its own rows only, however many endpoints there are
+        state = find_endpoint(store, name)
+        listed = [(state, store.outbox.pending_count(name))]
+        one = store.endpoints.stored_endpoint(name)
+        stored = {} if one is None else {name: one}
     claims = endpoints_in_flight(store, now)
     answers = []
     for state, pending in listed:

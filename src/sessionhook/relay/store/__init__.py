@@ -89,10 +89,12 @@ from .roles import (
 )
 from .rows import (
     OPEN_STATUSES,
+    ActiveEndpoints,
     AttemptLike,
     AttemptRow,
     DeliveryRow,
     DueDelivery,
+    EndpointChanges,
     EndpointConflictError,
     EndpointLike,
     EndpointLimitError,
@@ -121,6 +123,7 @@ if TYPE_CHECKING:
 __all__ = [
     "OPEN_STATUSES",
     "REFUSAL_REASONS",
+    "ActiveEndpoints",
     "AsyncStore",
     "AttemptLike",
     "AttemptRecord",
@@ -130,6 +133,7 @@ __all__ = [
     "DeliveryRow",
     "DueDelivery",
     "EconomyRole",
+    "EndpointChanges",
     "EndpointConflictError",
     "EndpointLike",
     "EndpointLimitError",

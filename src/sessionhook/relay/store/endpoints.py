@@ -6,8 +6,12 @@ its state; :meth:`EndpointQueries.sync_endpoints` makes the rows match the file)
 store itself, created through the management API (the row holds its definition and its
 signing secrets too: every replica of a PostgreSQL store signs with them). A name is
 unique across both. Every change of a definition takes the next ``revision`` (one sequence
-over all rows) and wakes every replica (:meth:`~.dialect.Database.notify_outbox`), whose
-dispatcher sees the new revision with its next round.
+over all rows, indexed; writers take it one after the other, so revisions are committed in
+order) and wakes every replica (:meth:`~.dialect.Database.notify_outbox`), whose
+dispatcher sees the newer revision with its next round and reads only the definitions
+changed since the one it holds (:meth:`EndpointQueries.endpoint_changes`). At most
+``limit`` live endpoints created through the API may be held
+(:meth:`~EndpointQueries.create_endpoint`; their number is kept in ``meta``).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import Any
 
 from .dialect import Connection, Database, first_value
 from .rows import (
+    EndpointChanges,
     EndpointConflictError,
     EndpointLike,
     EndpointLimitError,
@@ -114,31 +119,16 @@ class EndpointQueries:
     def endpoint_states(self) -> list[EndpointState]:
         """Every endpoint the store knows, by name (not those deleted through the API)."""
         rows = self._db.conn.execute(
-            "SELECT name, url, events, configured, enabled, disabled_reason, disabled_at, "
-            "last_success_at, failing_since, last_error, last_error_at, created_at, "
-            "source, description, updated_at "
-            "FROM endpoints WHERE deleted_at IS NULL ORDER BY name"
+            f"SELECT {_STATE} FROM endpoints WHERE deleted_at IS NULL ORDER BY name"
         ).fetchall()
-        return [
-            EndpointState(
-                name=r[0],
-                url=r[1],
-                events=tuple(json.loads(r[2])),
-                configured=bool(r[3]),
-                enabled=bool(r[4]),
-                disabled_reason=r[5],
-                disabled_at=r[6],
-                last_success_at=r[7],
-                failing_since=r[8],
-                last_error=r[9],
-                last_error_at=r[10],
-                created_at=r[11],
-                source=r[12],
-                description=r[13],
-                updated_at=r[14],
-            )
-            for r in rows
-        ]
+        return [_state(r) for r in rows]
+
+    def endpoint_state(self, name: str) -> EndpointState | None:
+        """The endpoint ``name`` (``None``: none, or one deleted through the API)."""
+        row = self._db.conn.execute(
+            f"SELECT {_STATE} FROM endpoints WHERE name = ? AND deleted_at IS NULL", (name,)
+        ).fetchone()
+        return None if row is None else _state(row)
 
     # ------------------------------------------------------------ created through the API
 
@@ -251,6 +241,23 @@ class EndpointQueries:
         ).fetchall()
         return [_stored(r) for r in rows]
 
+    def endpoint_changes(self, since: int) -> EndpointChanges:
+        """The endpoints created through the API whose definition changed after revision
+        ``since`` (read by the revision's index), live or deleted; ``since`` 0: every live
+        one."""
+        deleted = "" if since else " AND deleted_at IS NULL"
+        rows = self._db.conn.execute(
+            "SELECT name, spec, description, secret, previous_secret, previous_until, "
+            "revision, enabled, deleted_at FROM endpoints "
+            f"WHERE revision > ? AND source = 'api'{deleted} ORDER BY revision",
+            (since,),
+        ).fetchall()
+        return EndpointChanges(
+            live=[_stored(r) for r in rows if r[8] is None],
+            gone=[str(r[0]) for r in rows if r[8] is not None],
+            revision=max((int(r[6]) for r in rows), default=since),
+        )
+
     def stored_endpoint(self, name: str) -> StoredEndpoint | None:
         """The live endpoint created through the API ``name``, with its secrets."""
         row = self._db.conn.execute(
@@ -318,6 +325,33 @@ def _spec_values(spec: EndpointSpec) -> tuple[Any, ...]:
         None if spec.accounts is None else json.dumps(list(spec.accounts)),
         json.dumps(dict(spec.spec), sort_keys=True),
         spec.description,
+    )
+
+
+#: The columns of an :class:`EndpointState`, in :func:`_state`'s order.
+_STATE = (
+    "name, url, events, configured, enabled, disabled_reason, disabled_at, last_success_at, "
+    "failing_since, last_error, last_error_at, created_at, source, description, updated_at"
+)
+
+
+def _state(r: Any) -> EndpointState:
+    return EndpointState(
+        name=r[0],
+        url=r[1],
+        events=tuple(json.loads(r[2])),
+        configured=bool(r[3]),
+        enabled=bool(r[4]),
+        disabled_reason=r[5],
+        disabled_at=r[6],
+        last_success_at=r[7],
+        failing_since=r[8],
+        last_error=r[9],
+        last_error_at=r[10],
+        created_at=r[11],
+        source=r[12],
+        description=r[13],
+        updated_at=r[14],
     )
 
 
