@@ -117,8 +117,6 @@ def _samples(
                 f"template over its time budget of {time_budget:g} s on {event.type}"
             ) from None
         except (_Gone, OSError, ValueError):
-            if process.returncode is None and process.poll() is None:
-                process.kill()
             raise RenderError(
                 f"the renderer process died while rendering {event.type} ({_ended(process)})"
             ) from None
