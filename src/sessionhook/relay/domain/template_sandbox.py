@@ -108,7 +108,9 @@ class Sandbox(ImmutableSandboxedEnvironment):
             return "".join(parts)
         pieces = []
         for piece in parts:
-            meter.make(len(piece))
+            meter.room -= len(piece)  # make(), inlined: this runs for every piece output
+            if meter.room < 0:
+                meter.full()
             pieces.append(piece)
         return "".join(pieces)
 

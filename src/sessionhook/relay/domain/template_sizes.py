@@ -22,13 +22,13 @@ from __future__ import annotations
 import functools
 import re
 import string
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from jinja2.runtime import markup_join
 from jinja2.utils import Namespace, generate_lorem_ipsum, pass_eval_context
 
-from .template_meter import MAX_POWER_BITS, OverBudget, check_size, make_size
+from .template_meter import MAX_POWER_BITS, OverBudget, check_size, current, make_size
 
 __all__ = [
     "brace_specs",
@@ -60,30 +60,32 @@ def size_of(value: Any) -> int:
         return len(value)
     if isinstance(value, bytes):
         return 4 * len(value)  # its text, at most (\xNN)
-    if not isinstance(value, _CONTAINERS):
-        return 32
-    known: dict[int, int] = {}
+    if isinstance(value, _CONTAINERS):
+        return _container_size(value, {})
+    return 32
 
-    def size(item: Any) -> int:
-        if not isinstance(item, _CONTAINERS):
-            return size_of(item)
-        found = known.get(id(item))
-        if found is None:
-            found = known[id(item)] = 2 + sum(4 + size(inner) for inner in _items(item))
+
+def _container_size(container: Any, known: dict[int, int]) -> int:
+    """:func:`size_of` of a container; ``known``: the sizes of those met already (each
+    distinct container is walked once, however often it is shared)."""
+    found = known.get(id(container))
+    if found is not None:
         return found
-
-    return size(value)
-
-
-def _items(container: Any) -> Iterator[Any]:
     if isinstance(container, Namespace):
         container = object.__getattribute__(container, "_Namespace__attrs")
+    items: Iterable[Any] = container
     if isinstance(container, dict):
-        for key, value in container.items():
-            yield key
-            yield value
-    else:
-        yield from container
+        items = [part for pair in container.items() for part in pair]
+    total = 2
+    for item in items:
+        if type(item) is str:  # the common case first: a string of a JSON event
+            total += 4 + len(item)
+        elif isinstance(item, _CONTAINERS):
+            total += 4 + _container_size(item, known)
+        else:
+            total += 4 + size_of(item)
+    known[id(container)] = total
+    return total
 
 
 def _text(value: Any) -> str:
@@ -114,9 +116,10 @@ def concatenated(eval_ctx: Any, values: tuple[Any, ...]) -> str:
 
 
 def output(value: Any) -> Any:
-    """Each ``{{ value }}`` (Jinja2's ``finalize``): its text checked before it is made
-    (and charged with the rest of the output)."""
-    check_size(size_of(value))
+    """Each ``{{ value }}`` (Jinja2's ``finalize``): the text of a list or dict checked
+    before it is made (a string is its own text: charged with the rest of the output)."""
+    if isinstance(value, _CONTAINERS):
+        check_size(size_of(value))
     return value
 
 
@@ -313,13 +316,17 @@ def charged(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def charged_filter(*args: Any, **kwargs: Any) -> Any:
+        meter = current()
+        if meter is None:
+            return fn(*args, **kwargs)
+        value = args[passes] if len(args) > passes else None
         if size is not None:
-            check_size(size(*args[passes:], **kwargs))
-        elif len(args) > passes and isinstance(args[passes], _CONTAINERS):
-            check_size(size_of(args[passes]))
+            meter.check(size(*args[passes:], **kwargs))
+        elif isinstance(value, _CONTAINERS):
+            meter.check(size_of(value))
         result = fn(*args, **kwargs)
-        if not any(result is arg for arg in args):
-            make_size(size_of(result))
+        if result is not value:  # given back as it was: nothing made
+            meter.make(len(result) if type(result) is str else size_of(result))
         return result
 
     return charged_filter
