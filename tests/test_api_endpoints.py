@@ -33,11 +33,11 @@ FILED_SECRET = generate_secret()
 NOW = 1_800_000_000.0
 
 
-def _config(*, allow_private: bool = False) -> Config:
+def _config(*, allow_private: bool = False, max_endpoints: int = 1000) -> Config:
     return Config.model_validate(
         {
             "server": {"listen": "127.0.0.1:9187", "token_env": "SESSIONHOOK_WEB_TOKEN"},
-            "delivery": {"allow_private_networks": allow_private},
+            "delivery": {"allow_private_networks": allow_private, "max_endpoints": max_endpoints},
             "endpoints": [
                 {"name": "filed", "url": "https://hooks.example.com/f", "secret": FILED_SECRET}
             ],
@@ -59,8 +59,10 @@ class Harness:
 
 
 @asynccontextmanager
-async def api(backend: Backend, *, allow_private: bool = False) -> AsyncIterator[Harness]:
-    config = _config(allow_private=allow_private)
+async def api(
+    backend: Backend, *, allow_private: bool = False, max_endpoints: int = 1000
+) -> AsyncIterator[Harness]:
+    config = _config(allow_private=allow_private, max_endpoints=max_endpoints)
     sync = backend.open(clock=lambda: NOW)
     sync.endpoints.sync_endpoints(config.endpoints)
     astore = AsyncStore(backend.open(clock=lambda: NOW))
@@ -411,3 +413,29 @@ async def test_private_addresses_pass_when_the_config_allows_them(backend: Backe
             "/v1/endpoints", json={**NEW, "url": "http://127.0.0.1:8080/hook"}
         )
         assert answer.status_code == 201, answer.text
+
+
+async def test_a_create_past_delivery_max_endpoints_is_refused_in_one_line(
+    backend: Backend,
+) -> None:
+    """Issue 26 item 6: the endpoints created at run time are bounded; the config file's
+    do not count; a delete makes room again."""
+    async with api(backend, max_endpoints=2) as h:
+        for name in ("one", "two"):
+            created = await h.http.post(
+                "/v1/endpoints", json={"name": name, "url": f"https://hooks.example.com/{name}"}
+            )
+            assert created.status_code == 201, created.text
+        refused = await h.http.post(
+            "/v1/endpoints", json={"name": "three", "url": "https://hooks.example.com/3"}
+        )
+        api_error(refused, 409, "delivery.max_endpoints is 2 (the store holds 2)")
+        assert [e.name for e in h.sync.endpoints.stored_endpoints()] == ["one", "two"]
+        assert (await h.http.delete("/v1/endpoints/one")).status_code == 200
+        again = await h.http.post(
+            "/v1/endpoints", json={"name": "three", "url": "https://hooks.example.com/3"}
+        )
+        assert again.status_code == 201, again.text
+    async with api(backend, max_endpoints=0) as h:
+        none = await h.http.post("/v1/endpoints", json=NEW)
+        api_error(none, 409, "delivery.max_endpoints is 0 (the store holds 2)")

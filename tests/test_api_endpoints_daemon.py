@@ -225,7 +225,7 @@ async def test_a_config_file_taking_a_name_of_the_stores_is_refused(tmp_path: Pa
             definition, secret = edits.define_endpoint(
                 empty, name, {"url": f"https://hooks.example.com/{name}"}
             )
-            edits.create_endpoint(store, definition, secret)
+            edits.create_endpoint(store, empty, definition, secret)
     with pytest.raises(DaemonError, match="'rx' of the config file") as refused:
         await setup.daemon().run(handle_signals=False)
     assert refused.value.exit_code == 2

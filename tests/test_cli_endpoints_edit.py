@@ -169,3 +169,44 @@ def test_endpoints_test_signs_a_ping_with_the_stored_secret(config_file: Path) -
     body = Webhook(created["secret"]).verify(request.content, dict(request.headers))
     assert body["type"] == "ping"
     assert created["secret"] not in result.output
+
+
+def test_a_create_past_delivery_max_endpoints_is_refused_in_one_line(config_file: Path) -> None:
+    """Issue 26 item 6: the CLI's create counts the store's endpoints created at run time
+    (the config file's are not counted) as the API does."""
+    config_file.write_text(config_file.read_text() + "[delivery]\nmax_endpoints = 1\n")
+    create(config_file, "mine")
+    refused = run(
+        config_file, "endpoints", "create", "more", "--url", "https://hooks.example.com/m", code=1
+    )
+    (line,) = refused.output.strip().splitlines()
+    assert line.startswith("error: no more endpoints can be created at run time: "), line
+    assert "delivery.max_endpoints is 1 (the store holds 1)" in line
+    run(config_file, "endpoints", "delete", "mine")
+    create(config_file, "more")
+
+
+def test_a_template_over_its_size_budget_is_refused_and_nothing_stored(
+    config_file: Path, tmp_path: Path
+) -> None:
+    """Issue 26 item 2: ``endpoints create`` checks a template as the API does, in a child
+    process: the issue's template (25 doublings of a string) is refused naming the budget."""
+    template = tmp_path / "big.j2"
+    template.write_text(
+        '{% set ns = namespace(s="12345678") %}{% for i in range(25) %}'
+        '{% set ns.s = ns.s ~ ns.s %}{% endfor %}{"n": {{ ns.s | length }}}'
+    )
+    refused = run(
+        config_file,
+        "endpoints",
+        "create",
+        "big",
+        "--url",
+        "https://hooks.example.com/big",
+        "--template-file",
+        str(template),
+        code=1,
+    )
+    (line,) = refused.output.strip().splitlines()
+    assert line.startswith("error: template over its size budget of"), line
+    assert "error: no endpoint" in run(config_file, "endpoints", "test", "big", code=2).output

@@ -15,8 +15,9 @@ import httpx
 import pytest
 
 from sessionhook.relay.config import Config
+from sessionhook.relay.domain.signing import generate_secret
 from sessionhook.relay.ops import endpoint_edits as edits
-from sessionhook.relay.store import AsyncStore, Store
+from sessionhook.relay.store import AsyncStore, EndpointSpec, Store
 from tests.support.backends import Backend
 from tests.support.clock import T0, Clock
 from tests.support.console_app import TOKEN, app_for, form, logged_in
@@ -24,6 +25,7 @@ from tests.support.store_rows import Ep
 
 NOW = T0 + 600  # the console app's clock
 URL = "https://hooks.example.com/ci"
+SECRET_OF = generate_secret()
 SECRET = re.compile(r'<code id="secret" class="mono">(whsec_[A-Za-z0-9+/=]+)</code>')
 
 
@@ -169,6 +171,22 @@ async def test_a_refused_form_says_why_by_name_and_keeps_what_was_typed(
     assert store.endpoints.stored_endpoints() == []
 
 
+@pytest.mark.anyio
+async def test_a_create_past_delivery_max_endpoints_is_refused_in_one_line(store: Store) -> None:
+    """Issue 26 item 6: the console's create is bounded as the API's is."""
+    async with logged_in(app_for(AsyncStore(store), delivery={"max_endpoints": 1})) as http:
+        client, token = http
+        await create(client, token, "ci-bot")
+        refused = await client.post(
+            "/console/endpoints/new", **form(token, name="second", url=URL, events="session.*")
+        )
+        assert refused.status_code == 409
+        reason = flash_text(refused.text)
+        assert reason.startswith("no more endpoints can be created at run time: "), reason
+        assert "delivery.max_endpoints is 1 (the store holds 1)" in reason
+    assert [e.name for e in store.endpoints.stored_endpoints()] == ["ci-bot"]
+
+
 # --------------------------------------------------------------------------- edit, delete
 
 
@@ -207,15 +225,38 @@ async def test_edit_changes_the_definition_and_a_refused_edit_changes_nothing(
 
 
 @pytest.mark.anyio
+async def test_an_edit_checks_the_template_it_keeps_in_a_child_and_refuses_it_over_budget(
+    store: Store, http: Any
+) -> None:
+    """Issue 26 item 2: the form does not show a template, but an edit checks the one it
+    keeps against the samples, as a create through the API does (in a child process): one
+    written into the store past that check (the issue's 25 doublings) is refused by name."""
+    client, token = http
+    doubling = (
+        '{% set ns = namespace(s="12345678") %}{% for i in range(25) %}'
+        '{% set ns.s = ns.s ~ ns.s %}{% endfor %}{"n": {{ ns.s | length }}}'
+    )
+    spec = {"url": URL, "template": doubling}
+    store.endpoints.create_endpoint(EndpointSpec("big", URL, ("*",), {}, None, spec), SECRET_OF)
+    before = store.endpoints.stored_endpoint("big")
+    refused = await client.post(
+        "/console/endpoints/big/edit",
+        **form(token, url=URL, events="", format="standard", payload="full", description="x"),
+    )
+    assert refused.status_code == 400
+    assert flash_text(refused.text).startswith("template over its size budget of")
+    assert store.endpoints.stored_endpoint("big") == before
+
+
+@pytest.mark.anyio
 async def test_a_urls_user_info_is_never_shown_and_an_edit_keeps_it(
     store: Store, http: Any
 ) -> None:
     client, token = http
     with_password = "https://bot:hunter2-pass@hooks.example.com/ci"
-    definition, secret = edits.define_endpoint(
-        Config.model_validate({}), "ci-bot", {"url": with_password}
-    )
-    edits.create_endpoint(store, definition, secret)
+    config = Config.model_validate({})
+    definition, secret = edits.define_endpoint(config, "ci-bot", {"url": with_password})
+    edits.create_endpoint(store, config, definition, secret)
     for page in ("/console", "/console/endpoints/ci-bot"):
         shown = (await client.get(page)).text
         assert "hunter2" not in shown and "[redacted]@hooks.example.com/ci" in shown, page

@@ -1,8 +1,12 @@
 """Endpoints created at run time in the store (both engines): what the dispatcher's catalog
-loads and when it is stale (created, changed, an overlap ended), names unique across the
-config file and the store, and a config file that takes a name of the store's refused."""
+loads and when it is stale (created, changed, an overlap ended), only what changed read and
+built, names unique across the config file and the store, and a config file that takes a
+name of the store's refused."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 import anyio
 import httpx
@@ -10,6 +14,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from sessionhook.relay.config import Config
+from sessionhook.relay.delivery import catalog
 from sessionhook.relay.delivery.catalog import EndpointCatalog
 from sessionhook.relay.delivery.dispatcher import DeliverySettings, Dispatcher
 from sessionhook.relay.domain.retry import AttemptResult, Delivered, Retry
@@ -18,9 +23,9 @@ from sessionhook.relay.ops import endpoint_edits as edits
 from sessionhook.relay.store import (
     AsyncStore,
     AttemptRecord,
+    EndpointChanges,
     EndpointConflictError,
     StoreCore,
-    StoredEndpoint,
     StoreError,
 )
 from tests.support.backends import Backend
@@ -46,7 +51,7 @@ def _create(store: StoreCore, config: Config, name: str) -> str:
     definition, secret = edits.define_endpoint(
         config, name, {"url": f"https://hooks.example.com/{name}", "format": "slack"}
     )
-    edits.create_endpoint(store, definition, secret)
+    edits.create_endpoint(store, config, definition, secret)
     return secret
 
 
@@ -60,36 +65,120 @@ async def test_the_catalog_loads_on_a_new_revision_and_when_an_overlap_ends(
         astore = AsyncStore(backend.open(clock=lambda: NOW))
         try:
             catalog = EndpointCatalog(astore)
-            assert catalog.stale([("filed", 0)], NOW)  # nothing loaded yet
-            assert await catalog.load(NOW) == {}
-            assert not catalog.stale(sync.outbox.active_revisions(), NOW)
+            assert catalog.stale(0, NOW)  # nothing loaded yet
+            assert await catalog.load(NOW) == ({}, frozenset())
+            assert not catalog.stale(sync.outbox.active_revisions().revision, NOW)
             first = _create(sync, config, "chat")
             active = sync.outbox.active_revisions()
-            assert [name for name, _ in active] == ["chat", "filed"]
-            assert catalog.stale(active, NOW)
-            loaded = await catalog.load(NOW)
-            endpoint, secrets = loaded["chat"]
-            assert endpoint.format == "slack" and secrets == (first,)
-            assert not catalog.stale(active, NOW)
-            settings = DeliverySettings.from_config(config).with_endpoints(loaded)
+            assert active.names == ["chat", "filed"]
+            assert catalog.stale(active.revision, NOW)
+            put, gone = await catalog.load(NOW)
+            endpoint, secrets = put["chat"]
+            assert endpoint.format == "slack" and secrets == (first,) and not gone
+            assert catalog.loaded == put
+            assert not catalog.stale(active.revision, NOW)
+            settings = DeliverySettings.from_config(config).with_endpoints(catalog.loaded)
             assert set(settings.endpoints) == {"chat", "filed"}
             assert settings.secrets["chat"] == (first,)
 
             rotation = edits.rotate_secret(sync, config, "chat", now=NOW, overlap=10)
             active = sync.outbox.active_revisions()
-            assert catalog.stale(active, NOW)
-            assert (await catalog.load(NOW))["chat"][1] == (rotation.secret, first)
-            assert not catalog.stale(active, NOW + 9)
-            assert catalog.stale(active, NOW + 10)  # the overlap is over: the old one goes
-            assert (await catalog.load(NOW + 10))["chat"][1] == (rotation.secret,)
-            assert not catalog.stale(active, NOW + 11)
+            assert catalog.stale(active.revision, NOW)
+            assert (await catalog.load(NOW))[0]["chat"][1] == (rotation.secret, first)
+            assert not catalog.stale(active.revision, NOW + 9)
+            assert catalog.stale(active.revision, NOW + 10)  # the overlap is over: the old one goes
+            assert (await catalog.load(NOW + 10))[0]["chat"][1] == (rotation.secret,)
+            assert not catalog.stale(active.revision, NOW + 11)
+            assert await catalog.load(NOW + 12) == ({}, frozenset())  # nothing more to build
 
-            # Disabled: not active, nothing to load; deleted and created again: a new
-            # revision, never one the catalog holds.
+            # Deleted: gone; created again: a new revision, never one the catalog holds.
             edits.delete_endpoint(sync, config, "chat")
-            assert sync.outbox.active_revisions() == [("filed", 0)]
+            active = sync.outbox.active_revisions()
+            assert active.names == ["filed"] and catalog.stale(active.revision, NOW + 11)
+            assert await catalog.load(NOW + 11) == ({}, frozenset({"chat"}))
+            assert catalog.loaded == {}
             _create(sync, config, "chat")
-            assert catalog.stale(sync.outbox.active_revisions(), NOW + 11)
+            assert catalog.stale(sync.outbox.active_revisions().revision, NOW + 11)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await astore.close()
+
+
+class Reads:
+    """What the dispatcher's catalog reads of the endpoints created at run time (the rows
+    the store hands it) and builds (endpoint configs made from them), counted."""
+
+    def __init__(self, astore: AsyncStore, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.rows = 0
+        self.built = 0
+        view = astore.endpoints
+        for method in ("stored_endpoints", "endpoint_changes"):
+            monkeypatch.setattr(view, method, self._counted(getattr(view, method)))
+        real = catalog.spec_endpoint
+
+        def building(*args: Any, **kwargs: Any) -> Any:
+            self.built += 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(catalog, "spec_endpoint", building)
+
+    def _counted(self, read: Callable[..., Any]) -> Callable[..., Any]:
+        async def counted(*args: Any) -> Any:
+            got = await read(*args)
+            self.rows += len(got) if isinstance(got, list) else len(got.live) + len(got.gone)
+            return got
+
+        return counted
+
+    def since(self, before: tuple[int, int]) -> tuple[int, int]:
+        return self.rows - before[0], self.built - before[1]
+
+
+@pytest.mark.anyio
+async def test_a_change_reads_and_builds_only_the_endpoint_that_changed(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 26 item 6: with 300 endpoints created at run time, one create, one update,
+    one rotation or one delete reads one definition from the store and builds at most one
+    endpoint (counted, not timed); the dispatcher's settings change by that one name."""
+    config = _config()
+    with backend.open(clock=lambda: NOW) as sync:
+        for n in range(300):
+            _create(sync, config, f"ep{n:03d}")
+        astore = AsyncStore(backend.open(clock=lambda: NOW))
+        reads = Reads(astore, monkeypatch)
+        try:
+            dispatcher = Dispatcher(
+                astore,
+                httpx.AsyncClient(transport=httpx.MockTransport(lambda r: httpx.Response(204))),
+                DeliverySettings.from_config(config),
+                clock=lambda: NOW,
+            )
+            await dispatcher.run_until_idle()
+            assert len(dispatcher.settings.endpoints) == 300
+            assert (reads.rows, reads.built) == (300, 300)  # the start: all of them
+
+            changes: dict[str, Callable[[], object]] = {
+                "create": lambda: _create(sync, config, "new"),
+                "update": lambda: edits.update_endpoint(
+                    sync,
+                    edits.redefine_endpoint(
+                        config, edits.stored_or_refused(sync, config, "ep007"), {"payload": "thin"}
+                    ),
+                ),
+                "rotate": lambda: edits.rotate_secret(sync, config, "ep008", now=NOW),
+                "delete": lambda: edits.delete_endpoint(sync, config, "ep009"),
+                "nothing": lambda: None,
+            }
+            for what, change in changes.items():
+                before = (reads.rows, reads.built)
+                await anyio.to_thread.run_sync(change)
+                await dispatcher.run_until_idle()
+                expected = {"delete": (1, 0), "nothing": (0, 0)}.get(what, (1, 1))
+                assert reads.since(before) == expected, what
+            endpoints = dispatcher.settings.endpoints
+            assert endpoints["ep007"].payload == "thin" and "new" in endpoints
+            assert "ep009" not in endpoints and len(endpoints) == 300
         finally:
             with anyio.CancelScope(shield=True):
                 await astore.close()
@@ -147,7 +236,7 @@ async def test_a_store_that_cannot_give_the_definitions_now_stops_no_delivery(
         astore = AsyncStore(backend.open(clock=lambda: NOW))
         calls = 0
 
-        async def unreachable() -> list[StoredEndpoint]:
+        async def unreachable(since: int) -> EndpointChanges:
             nonlocal calls
             calls += 1
             raise StoreError("the database is not reachable now")
@@ -159,15 +248,15 @@ async def test_a_store_that_cannot_give_the_definitions_now_stops_no_delivery(
                 DeliverySettings.from_config(config),
                 clock=lambda: now[0],
             )
-            working = astore.endpoints.stored_endpoints
-            astore.endpoints.stored_endpoints = unreachable  # type: ignore[method-assign]
+            working = astore.endpoints.endpoint_changes
+            astore.endpoints.endpoint_changes = unreachable  # type: ignore[method-assign]
             with capture_logs() as logs:
                 for _ in range(3):
                     await dispatcher.run_until_idle()
             assert calls == 1  # not again within the second
             assert [e["event"] for e in logs].count("endpoint.reload_failed") == 1
             assert "chat" not in dispatcher.settings.endpoints
-            astore.endpoints.stored_endpoints = working  # type: ignore[method-assign]
+            astore.endpoints.endpoint_changes = working  # type: ignore[method-assign]
             now[0] += 1.0
             await dispatcher.run_until_idle()
             assert "chat" in dispatcher.settings.endpoints

@@ -2,9 +2,10 @@
 when a render goes over its time budget (``render_process``, ``render_child``).
 
 The runaway template here does little per step (so the step budget does not stop it) but
-much per step: it sorts the characters of a 300 kB title again and again. Only the time
-budget stops it; the event loop keeps running meanwhile; the child is killed, not left
-burning a core; the next render gets a new child; another template is not held up.
+much per step, and makes nothing (so the size budget does not stop it either): it counts
+the words of a 300 kB title again and again. Only the time budget stops it; the event
+loop keeps running meanwhile; the child is killed, not left burning a core; the next
+render gets a new child; another template is not held up.
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ from tests.support.processes import alive, children_of
 
 pytestmark = pytest.mark.anyio
 
-#: Harmless on ordinary titles; minutes of sorting on a long one.
+#: Harmless on ordinary titles; minutes of counting words on a long one.
 HEAVY = (
     "{% if session.title | length > 100000 %}{% for i in range(100000) %}"
-    "{{ session.title | list | sort | join | length }}{% endfor %}{% endif %}"
+    "{{ session.title | wordcount }}{% endfor %}{% endif %}"
     '{"t": {{ type | tojson }}}'
 )
 GOOD = '{"t": {{ type | tojson }}, "title": {{ session.title | tojson }}}'
@@ -162,15 +163,31 @@ async def test_a_cancelled_render_kills_its_child(renderer: RenderProcess) -> No
     assert await renderer.render(*event(), render.Shape(template=HEAVY), time_budget=10)
 
 
+#: Doubles a string 40 times (a terabyte), stopped by the size budget in microseconds.
+DOUBLING = (
+    '{% set ns = namespace(s="x") %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}'
+    "{% endfor %}{{ ns.s | length }}"
+)
+#: A render child whose size budget is lifted: what the sandbox would not see.
+UNMETERED_CHILD = [
+    sys.executable,
+    "-c",
+    "import sys; from sessionhook.relay.domain import render; render.SIZE_BUDGET = 10**15; "
+    "from sessionhook.relay.delivery.render_child import main; sys.exit(main())",
+]
+
+
 async def test_a_template_filling_memory_fails_in_its_child_only(renderer: RenderProcess) -> None:
-    doubling = (
-        '{% set ns = namespace(s="x") %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}'
-        "{% endfor %}{{ ns.s | length }}"
-    )
-    with pytest.raises(render.RenderError, match="memory budget"):
-        await renderer.render(
-            *event(), render.Shape(template=doubling, content_type="text/plain"), time_budget=30
-        )
+    shape = render.Shape(template=DOUBLING, content_type="text/plain")
+    with pytest.raises(render.RenderError, match="size budget"):
+        await renderer.render(*event(), shape, time_budget=30)
+    # What the size budget would miss, the child's address-space cap stops.
+    unmetered = RenderProcess(command=UNMETERED_CHILD)
+    try:
+        with pytest.raises(render.RenderError, match="memory budget"):
+            await unmetered.render(*event(), shape, time_budget=30)
+    finally:
+        await unmetered.aclose()
 
 
 async def test_a_child_that_dies_fails_that_render_and_the_next_starts_a_new_one(

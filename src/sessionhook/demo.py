@@ -438,7 +438,7 @@ async def run_demo(
                 secret=secret,
                 listen=listen,
             )
-            daemon = Daemon(load_config(config_path), config_path=config_path)
+            daemon = Daemon(load_config(config_path, templates_here=False), config_path=config_path)
             api = SessionsClient(http, base_url=base_url, api_key=api_key)
             print(
                 f"emulator on {base_url}, consumer on 127.0.0.1:{hook_port}, "

@@ -25,10 +25,14 @@ TOKEN = "console-test-token-0123456789abcdefghij"
 BASE = "http://127.0.0.1:9187"
 
 
-def app_for(astore: AsyncStore | None, **context: Any) -> Starlette:
-    """The daemon's real route table (access control in front) with the console on."""
+def app_for(astore: AsyncStore | None, *, delivery: Any = None, **context: Any) -> Starlette:
+    """The daemon's real route table (access control in front) with the console on;
+    ``delivery``: the config's ``[delivery]`` keys."""
     config = Config.model_validate(
-        {"server": {"listen": "127.0.0.1:9187", "token_env": "WEB_TOKEN"}}
+        {
+            "server": {"listen": "127.0.0.1:9187", "token_env": "WEB_TOKEN"},
+            "delivery": delivery or {},
+        }
     )
     ctx = WebContext(
         config=lambda: config,

@@ -182,7 +182,7 @@ def endpoints_create(
         secret=_secret_from(secret_env),
     )
     with writing_store(config_path, db_path) as store:
-        edits.create_endpoint(store, definition, secret)
+        edits.create_endpoint(store, config, definition, secret)
         (answer,) = edits.endpoint_answers(store, config, time.time(), name)
     _show(answer | {"secret": secret}, as_json, _created_line(name, secret))
 

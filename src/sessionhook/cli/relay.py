@@ -72,7 +72,8 @@ def run(config_flag: str | None, once: bool) -> None:
     from sessionhook.relay.telemetry import logs as relay_logging
 
     try:
-        config, path = load_daemon_config(config_flag)
+        # The daemon checks the templates itself, in a child process: none runs in its own.
+        config, path = load_daemon_config(config_flag, templates_here=False)
     except ConfigError as exc:
         click.echo(str(exc), err=True)
         sys.exit(2)

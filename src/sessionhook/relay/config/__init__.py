@@ -8,7 +8,7 @@ from .actions import ActionsConfig
 from .endpoints import SECRET_MAX_BYTES, SECRET_MIN_BYTES, EndpointConfig
 from .errors import ConfigError
 from .fields import DURATION_BOUNDS, parse_duration
-from .loading import load_config, upstream_account
+from .loading import TemplateCheck, check_here, check_templates, load_config, upstream_account
 from .models import (
     DEFAULT_ACCOUNT,
     DEFAULT_TRUSTED_PROXIES,
@@ -48,6 +48,9 @@ __all__ = [
     "ServerConfig",
     "SlackConfig",
     "StoreConfig",
+    "TemplateCheck",
+    "check_here",
+    "check_templates",
     "is_loopback",
     "load_config",
     "parse_duration",

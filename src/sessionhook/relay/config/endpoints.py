@@ -3,9 +3,10 @@
 A secret is ``whsec_`` + base64 (HMAC, ``signature = "v1"``) decoding to
 :data:`SECRET_MIN_BYTES` to :data:`SECRET_MAX_BYTES` bytes, or a ``whsk_`` signing key
 (ed25519, ``"v1a"``); several, separated by spaces during a rotation, each sign
-(:func:`split_secrets`). A format or template is rendered once against a sample of every
-event type when the config is read: a template that cannot render is a config error, never
-a failed delivery later.
+(:func:`split_secrets`). Validating an endpoint never runs its template: a user template
+is checked against a sample of every event type where it is read
+(:func:`~.loading.check_templates`; the daemon does it in a child process), so that one
+that cannot render is refused then, never a failed delivery later.
 """
 
 from __future__ import annotations
@@ -16,8 +17,7 @@ from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_valid
 
 from ..domain.addresses import UnusableUrlError, destination
 from ..domain.events import EVENT_TYPES, matches
-from ..domain.render import RenderError, Shape, check_shape
-from ..domain.samples import sample_events
+from ..domain.render import Shape
 from ..domain.signing import SECRET_PREFIX, SIGNING_KEY_PREFIX, decode_secret, decode_signing_key
 from .errors import ConfigError
 from .fields import Seconds, Section, check_name, http_url, within
@@ -125,13 +125,6 @@ class EndpointConfig(Section):
                 split_secrets(self.secret.get_secret_value(), self.signature)
             except ValueError as exc:
                 raise ValueError(f"secret: {exc}") from None
-        if not self.shape.is_standard:
-            # Rendered once against a sample of every event type: a template that cannot
-            # render is a config error now, never a failed delivery later.
-            try:
-                check_shape(self.shape, [(e.id, e.body) for e in sample_events()])
-            except RenderError as exc:
-                raise ValueError(str(exc)) from None
         return self
 
     @property

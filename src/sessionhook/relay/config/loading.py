@@ -7,6 +7,11 @@ whose ``str()`` is a single line naming the key::
 
     config error: endpoints[1].url: must be an http(s) URL
 
+Each endpoint's ``template`` is rendered against a sample of every event type
+(:func:`check_templates`): here, in this process (:func:`check_here`: the step and size
+budgets of the sandbox), unless the caller does it itself; the daemon does, in a child
+process (``delivery.template_check``), so that no template ever runs in its own process.
+
 Paths: ``store.path``, ``api.api_key_file`` and ``endpoints[].secret_file`` may use
 ``$VAR`` / ``${VAR}`` (for example ``${CREDENTIALS_DIRECTORY}/api-key`` under systemd) and
 ``~``; relative paths are relative to the directory of the config file. Without
@@ -20,12 +25,14 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from pydantic import SecretStr, ValidationError
 
+from ..domain.render import RenderError, Shape, check_shape
+from ..domain.samples import sample_events
 from .actions import DEFAULT_KEY_FILE
 from .database_url import check_postgres_url
 from .endpoints import EndpointConfig, split_secrets
@@ -44,7 +51,31 @@ from .models import (
 from .secret_files import SecretFileError, read_secret_file
 from .slack import SlackConfig
 
-__all__ = ["load_config", "upstream_account"]
+__all__ = ["TemplateCheck", "check_here", "check_templates", "load_config", "upstream_account"]
+
+#: Renders a template against every sample event within a time budget (seconds), or
+#: raises :class:`~..domain.render.RenderError`.
+TemplateCheck = Callable[[Shape, float], None]
+
+
+def check_here(shape: Shape, time_budget: float) -> None:
+    """:data:`TemplateCheck` in this process: the sandbox's step and size budgets bound
+    each render (``time_budget`` is not enforced: no thread can be stopped)."""
+    check_shape(shape, [(event.id, event.body) for event in sample_events()])
+
+
+def check_templates(config: Config, check: TemplateCheck) -> None:
+    """Every ``template`` of ``config``'s endpoints through ``check``, with
+    ``delivery.render_timeout``: :class:`ConfigError` naming the endpoint otherwise."""
+    for index, endpoint in enumerate(config.endpoints):
+        if endpoint.template is None:
+            continue
+        try:
+            check(endpoint.shape, config.delivery.render_timeout)
+        except RenderError as exc:
+            raise ConfigError(
+                f"endpoints[{index}].template", f"endpoint {endpoint.name!r}: {exc}"
+            ) from None
 
 
 def load_config(
@@ -54,6 +85,7 @@ def load_config(
     resolve_secrets: bool = True,
     need_api_key: bool = True,
     endpoint_secrets: Collection[str] | None = None,
+    templates_here: bool = True,
 ) -> Config:
     """Read, validate and resolve the TOML config at ``path``.
 
@@ -63,8 +95,10 @@ def load_config(
     ping but never calls the API, nor serves the console: ``server.token`` stays
     unresolved); ``endpoint_secrets`` names the endpoints whose secrets are read (default:
     every endpoint's; ``endpoints test NAME`` needs NAME's alone). Touching an unresolved
-    ``api.api_key`` or ``endpoint.secrets`` raises ConfigError. Raises
-    :class:`ConfigError` for every problem, never a pydantic or TOML exception.
+    ``api.api_key`` or ``endpoint.secrets`` raises ConfigError. ``templates_here=False``:
+    the templates are left for the caller to check (:func:`check_templates`; the daemon
+    does, in a child process). Raises :class:`ConfigError` for every problem, never a
+    pydantic or TOML exception.
     """
     environ = os.environ if env is None else env
     file = Path(path)
@@ -83,6 +117,8 @@ def load_config(
         config = Config.model_validate(data)
     except ValidationError as exc:
         raise _translate(exc) from None
+    if templates_here:
+        check_templates(config, check_here)
     base = file.resolve().parent
     config = _resolve_store_path(config, base, environ)
     config = _resolve_action_key_file(config, base, environ)

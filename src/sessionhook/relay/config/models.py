@@ -253,6 +253,10 @@ class DeliveryConfig(Section):
     concurrency: Annotated[int, Field(ge=1, le=1024)] = 16
     #: A template render taking longer is stopped: that attempt fails.
     render_timeout: Annotated[Seconds, within("delivery.render_timeout")] = 5.0
+    #: The most endpoints created at run time (the API, the console, ``endpoints create``)
+    #: the store may hold; a create past it is refused (409). The config file's are not
+    #: counted.
+    max_endpoints: Annotated[int, Field(ge=0, le=1_000_000)] = 1000
 
 
 #: ``server.trusted_proxies`` by default: a reverse proxy on the same machine.

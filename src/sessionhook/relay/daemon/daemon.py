@@ -3,6 +3,8 @@
 :class:`Daemon` is the composition root: it builds its collaborators, each handed what it
 needs (what several share is one :class:`~.state.DaemonState`), and owns their lifetime:
 
+* the config file's templates, each rendered against the sample events in a child process
+  before anything starts (one that cannot render stops the start: exit 2);
 * the store, opened first under the daemon lock (a store that cannot be opened is a
   :class:`DaemonError`): :class:`~.store_opening.StoreOpener`;
 * on the open store, the upstream HTTP client of each account, rate limited by its own
@@ -42,11 +44,12 @@ import anyio
 import httpx
 
 from .. import web
-from ..config import Config, ConfigError
+from ..config import Config, ConfigError, check_templates
 from ..config.action_keys import LinkKeys
 from ..delivery.dispatcher import Dispatcher
 from ..delivery.post import UrlGuard
 from ..delivery.resolve import Resolver
+from ..delivery.template_check import check_template
 from ..domain.addresses import AddressPolicy
 from ..domain.replica import Replica
 from ..domain.retry import AttemptResult
@@ -217,6 +220,7 @@ class Daemon:
         Raises :class:`DaemonError` when the store cannot be opened, is held by another
         daemon or is full (nothing is lost: the next pass resumes), or the key is rejected.
         """
+        await self._check_templates()
         with self._opener.lock():
             self._check_link_keys()
             store = await self._opener.open(wait=False)
@@ -260,6 +264,14 @@ class Daemon:
 
     # ------------------------------------------------------------------ the long run
 
+    async def _check_templates(self) -> None:
+        """The config file's templates against the sample events, each in a child process
+        (never in this one): one that cannot render stops the start (exit 2)."""
+        try:
+            await anyio.to_thread.run_sync(check_templates, self.config, check_template)
+        except ConfigError as exc:
+            raise DaemonError(str(exc), exit_code=2) from None
+
     def _check_link_keys(self) -> None:
         """With ``[actions]`` on, the key file is made now (mode 0600) or must be readable
         and private: a problem stops the start (exit 2), not the first link."""
@@ -270,6 +282,7 @@ class Daemon:
                 raise DaemonError(str(exc), exit_code=2) from None
 
     async def _serve(self) -> None:
+        await self._check_templates()
         with self._opener.lock():
             self._check_link_keys()
             async with anyio.create_task_group() as outer:

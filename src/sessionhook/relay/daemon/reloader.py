@@ -18,8 +18,9 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from ..config import Config, ConfigError, load_config
+from ..config import Config, ConfigError, check_templates, load_config
 from ..delivery.dispatcher import DeliverySettings
+from ..delivery.template_check import check_template
 from ..store import EndpointConflictError, StoreUnwritableError
 from ..telemetry import logs as relay_logging
 from ..telemetry.logs import get_logger
@@ -46,9 +47,9 @@ class Reloader:
             return False
         sdnotify.reloading()
         try:
-            # In a thread: validating renders each template against the sample events
-            # (up to its step budget each), which must not hold the event loop.
-            new = await anyio.to_thread.run_sync(load_config, self._config_path)
+            # In a thread: each template is rendered against the sample events in a child
+            # process (never in this one), which must not hold the event loop.
+            new = await anyio.to_thread.run_sync(_read_config, self._config_path)
         except ConfigError as exc:
             _log.error("config.reload_failed", error=str(exc), kept="the running configuration")
             sdnotify.ready("reload failed; running with the previous configuration")
@@ -101,6 +102,13 @@ class Reloader:
         _log.info("config.reloaded", endpoints=[e.name for e in new.endpoints])
         sdnotify.ready("configuration reloaded")
         return True
+
+
+def _read_config(path: Path) -> Config:
+    """The config file at ``path``, its templates checked in a child process."""
+    config = load_config(path, templates_here=False)
+    check_templates(config, check_template)
+    return config
 
 
 class SignalWatcher:

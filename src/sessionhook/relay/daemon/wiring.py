@@ -81,6 +81,9 @@ class Wiring:
         self._bell = bell
         #: The webhook sender while the store is open: deliveries and test pings share it.
         self._delivery: Poster | None = None
+        #: Templates render in child processes, killed at delivery.render_timeout: the
+        #: deliveries' and the test pings' (children start when a template renders).
+        self._renderer = RenderProcess()
 
     @asynccontextmanager
     async def open(self, store: AsyncStore) -> AsyncIterator[tuple[list[Poller], Dispatcher]]:
@@ -143,8 +146,7 @@ class Wiring:
             )
         )
         self._delivery = delivery
-        # Templates render in a child process, killed at delivery.render_timeout.
-        renderer = RenderProcess()
+        renderer = self._renderer
         try:
             dispatcher = state.dispatcher = Dispatcher(
                 store,
@@ -220,6 +222,7 @@ class Wiring:
                 now=now,
                 endpoint=endpoint,
                 policy=seams.address_policy,
+                renderer=self._renderer,
             )
             return result
         # The store is not open yet (the listener serves meanwhile): a sender of its own.
@@ -230,6 +233,8 @@ class Wiring:
             policy=seams.address_policy,
         ) as poster:
             _event_id, result = await operator.test_endpoint(
-                config, name, poster=poster, now=now, endpoint=endpoint, policy=seams.address_policy
+                config, name, poster=poster, now=now, endpoint=endpoint,
+                policy=seams.address_policy,
+                renderer=self._renderer,
             )
         return result

@@ -1,20 +1,27 @@
 """The endpoints created at run time, as a dispatcher delivers to them: :class:`EndpointCatalog`.
 
 Those endpoints live in the store (``sessionhook endpoints create``, ``POST /v1/endpoints``,
-on any replica). Each round of the dispatcher reads the active endpoints with the revision
-of their definitions (in the round's one store call, no extra query); when one differs from
-what the catalog holds, or a rotation's overlap has ended, the catalog reads them all again
-(with their secrets) and the dispatcher delivers with the new set from its next round on.
-On PostgreSQL every change also notifies every replica (:mod:`..store.notify`), so an idle
-dispatcher makes that round at once rather than at its timer.
+the console, on any replica). Each round of the dispatcher reads the newest revision of
+any definition with the active endpoints (in the round's one store call, no extra query);
+when it is newer than the one the catalog holds, the catalog reads the definitions changed
+since (:meth:`~..store.endpoints.EndpointQueries.endpoint_changes`, by the revisions'
+index) and builds those alone; when a rotation's overlap has ended, it builds that one
+again from the row it holds. A create or a change costs the same whether the store holds
+ten endpoints or ten thousand; the dispatcher applies what changed
+(:meth:`~.dispatcher.DeliverySettings.changed`). On PostgreSQL every change also notifies
+every replica (:mod:`..store.notify`), so an idle dispatcher makes that round at once
+rather than at its timer.
+
+Building an endpoint checks its definition as the config file's are read, but never runs
+its template: a template was checked against the samples, in a child process, when it was
+defined, and every delivery renders it in a child process (:mod:`.render_process`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
-
-import anyio.to_thread
+from collections.abc import Mapping
+from dataclasses import replace
 
 from ..config import EndpointConfig
 from ..config.endpoint_spec import spec_endpoint
@@ -22,12 +29,15 @@ from ..store import AsyncStore, StoredEndpoint
 from ..telemetry import logs as relay_logging
 from ..telemetry.logs import get_logger
 
-__all__ = ["EndpointCatalog", "Loaded"]
+__all__ = ["Changes", "EndpointCatalog", "Loaded"]
 
 _log = get_logger()
 
 #: Endpoints created at run time by name: the config to deliver with, its signing secrets.
 Loaded = Mapping[str, tuple[EndpointConfig, tuple[str, ...]]]
+#: What a load changed: the endpoints built (new, changed, rotated) and the names gone
+#: (deleted, or a definition that does not build any more).
+Changes = tuple[Loaded, frozenset[str]]
 
 
 class EndpointCatalog:
@@ -36,66 +46,78 @@ class EndpointCatalog:
 
     def __init__(self, store: AsyncStore) -> None:
         self._store = store
-        #: The revision of each endpoint loaded (``None``: nothing loaded yet).
-        self._revisions: dict[str, int] | None = None
-        #: When the earliest overlap of a rotation ends (the previous secret stops signing).
+        #: The newest revision read (``None``: nothing loaded yet).
+        self._revision: int | None = None
+        #: Each live endpoint's row as last read (its secrets, its overlap).
+        self._rows: dict[str, StoredEndpoint] = {}
+        self._loaded: dict[str, tuple[EndpointConfig, tuple[str, ...]]] = {}
+        #: When each rotation's overlap ends (its previous secret stops signing), and the
+        #: earliest of them.
+        self._overlaps: dict[str, float] = {}
         self._expires = math.inf
         #: The endpoints a stored definition could not be built for, by revision (logged once).
         self._refused: dict[str, int] = {}
 
-    def stale(self, active: Iterable[tuple[str, int]], now: float) -> bool:
-        """Whether what was loaded is out of date: an active endpoint of a revision not
-        loaded (created, changed, rotated), or an overlap that has ended."""
-        if self._revisions is None or now >= self._expires:
-            return True
-        known = self._revisions
-        return any(
-            revision and known.get(name) != revision and self._refused.get(name) != revision
-            for name, revision in active
-        )
+    @property
+    def loaded(self) -> Loaded:
+        """Every endpoint created at run time that builds, as last loaded."""
+        return self._loaded
 
-    async def load(self, now: float) -> Loaded:
-        """Every live endpoint created at run time, built from its stored definition, with
-        the secrets signing at ``now``. A definition that does not build (stored by a
-        version that checked less) is logged and left out: its deliveries wait."""
-        rows = await self._store.endpoints.stored_endpoints()  # raises: the caller keeps
-        # Building renders each template against the sample events: off the event loop.
-        built = await anyio.to_thread.run_sync(_build, rows, now) if rows else []
-        self._revisions = {row.name: row.revision for row in rows}
-        self._expires = min(
-            (
-                row.previous_until
-                for row in rows
-                if row.previous_secret
-                and row.previous_until is not None
-                and row.previous_until > now
-            ),
-            default=math.inf,
-        )
-        loaded: dict[str, tuple[EndpointConfig, tuple[str, ...]]] = {}
-        for row, outcome in zip(rows, built, strict=True):
-            if isinstance(outcome, str):
-                if self._refused.get(row.name) != row.revision:
-                    _log.error("endpoint.unusable", endpoint=row.name, error=outcome)
-                self._refused[row.name] = row.revision
-                continue
-            self._refused.pop(row.name, None)
-            secrets = row.secrets_at(now)
-            for secret in secrets:
-                relay_logging.register_secret(secret)
-            loaded[row.name] = (outcome, secrets)
-        return loaded
+    def stale(self, revision: int, now: float) -> bool:
+        """Whether what was loaded is out of date: a definition of a revision newer than
+        the one held (created, changed, rotated, deleted), or an overlap that has ended."""
+        return self._revision is None or revision != self._revision or now >= self._expires
 
+    async def load(self, now: float) -> Changes:
+        """Read and build what changed (everything, the first time), with the secrets
+        signing at ``now``. A definition that does not build (stored by a version that
+        checked less) is logged and left out: its deliveries wait."""
+        since = self._revision or 0
+        changes = await self._store.endpoints.endpoint_changes(since)  # raises: the caller keeps
+        rows = {row.name: row for row in changes.live}
+        # An ended overlap: built again from the row held (the store has nothing newer),
+        # without its previous secret from now on.
+        for name, until in self._overlaps.items():
+            if until <= now and name not in rows:
+                rows[name] = replace(self._rows[name], previous_secret=None, previous_until=None)
+        gone = set(changes.gone)
+        built: dict[str, tuple[EndpointConfig, tuple[str, ...]]] = {}
+        for name, row in rows.items():
+            outcome = self._build(row, now)
+            if outcome is None:
+                gone.add(name)
+            else:
+                built[name] = outcome
+        for name in gone:
+            self._rows.pop(name, None)
+            self._loaded.pop(name, None)
+            self._overlaps.pop(name, None)
+        for name in built:
+            row = self._rows[name] = rows[name]
+            if row.previous_secret and row.previous_until is not None and row.previous_until > now:
+                self._overlaps[name] = row.previous_until
+            else:
+                self._overlaps.pop(name, None)
+        self._loaded.update(built)
+        self._revision = changes.revision
+        self._expires = min(self._overlaps.values(), default=math.inf)
+        return built, frozenset(gone)
 
-def _build(rows: list[StoredEndpoint], now: float) -> list[EndpointConfig | str]:
-    """Each row's endpoint, or why it cannot be built. Its URL was judged when it was
-    defined (as a config file's is when read); every POST is judged again."""
-    out: list[EndpointConfig | str] = []
-    for row in rows:
+    def _build(
+        self, row: StoredEndpoint, now: float
+    ) -> tuple[EndpointConfig, tuple[str, ...]] | None:
+        """The endpoint of ``row`` and its secrets at ``now``; ``None`` (logged once a
+        revision) when its definition does not build. Its URL was judged when it was
+        defined (as a config file's is when read); every POST is judged again."""
+        secrets = row.secrets_at(now)
         try:
-            out.append(
-                spec_endpoint(row.name, row.spec, row.secrets_at(now), allow_private_networks=True)
-            )
+            endpoint = spec_endpoint(row.name, row.spec, secrets, allow_private_networks=True)
         except ValueError as exc:
-            out.append(str(exc))
-    return out
+            if self._refused.get(row.name) != row.revision:
+                _log.error("endpoint.unusable", endpoint=row.name, error=str(exc))
+            self._refused[row.name] = row.revision
+            return None
+        self._refused.pop(row.name, None)
+        for secret in secrets:
+            relay_logging.register_secret(secret)
+        return endpoint, secrets

@@ -20,7 +20,7 @@ import contextlib
 import math
 import random
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field, replace
 
 import anyio
@@ -107,6 +107,32 @@ class DeliverySettings:
             per_endpoint=_per_endpoint(self.concurrency, len(endpoints)),
         )
 
+    def changed(
+        self, base: DeliverySettings, put: Loaded, gone: Iterable[str]
+    ) -> DeliverySettings:
+        """These settings (``base``'s, with endpoints created at run time) with the
+        endpoints created at run time ``put`` added or replaced and those ``gone``
+        removed: only those names are touched (a name of the config's stays the
+        config's). The endpoint tables are updated in place (they are the dispatcher's
+        own), unless they are still ``base``'s."""
+        endpoints, secrets = self.endpoints, self.secrets
+        if endpoints is base.endpoints:
+            endpoints, secrets = dict(endpoints), dict(secrets)
+        for name in gone:
+            if name not in base.endpoints:
+                endpoints.pop(name, None)
+                secrets.pop(name, None)
+        for name, (endpoint, signing) in put.items():
+            if name not in base.endpoints:
+                endpoints[name] = endpoint
+                secrets[name] = signing
+        return replace(
+            self,
+            endpoints=endpoints,
+            secrets=secrets,
+            per_endpoint=_per_endpoint(self.concurrency, len(endpoints)),
+        )
+
 
 def _per_endpoint(concurrency: int, endpoints: int) -> int:
     """One slow endpoint may take at most half the slots (at least one), so the others
@@ -159,7 +185,6 @@ class Dispatcher:
         self._base = settings
         self.settings = settings
         self._catalog = EndpointCatalog(store)
-        self._loaded: Loaded = {}
         self._reload_after = -math.inf
         self._reports = AttemptReporter(metrics)
         self._guard: UrlGuard = guard if guard is not None else literal_guard
@@ -196,19 +221,19 @@ class Dispatcher:
     def update(self, settings: DeliverySettings) -> None:
         """Swap in new settings (a reload); deliveries in flight finish with the old ones."""
         self._base = settings
-        self.settings = settings.with_endpoints(self._loaded)
+        self.settings = settings.with_endpoints(self._catalog.loaded)
         self.wake()
 
     async def _reload_endpoints(self, now: float) -> None:
         """Read the endpoints created at run time again (see :mod:`.catalog`); a store
         that cannot be read now keeps the ones held (the next round tries again)."""
         try:
-            self._loaded = await self._catalog.load(now)
+            put, gone = await self._catalog.load(now)
         except store_failures() as exc:
             _log.warning("endpoint.reload_failed", error=str(exc).splitlines()[0], retry_in=1.0)
             self._reload_after = now + 1.0  # not every round while the store fails
             return
-        self.settings = self._base.with_endpoints(self._loaded)
+        self.settings = self.settings.changed(self._base, put, gone)
         self._wake.set()  # caps for the new ones: another round at once
 
     @property
@@ -373,14 +398,14 @@ class Dispatcher:
         with anyio.CancelScope(shield=True):
             try:
                 unstarted, self._unstarted = self._unstarted, []
-                failing, due, self._next_due, revisions = await self._store.outbox.dispatch_round(
+                failing, due, self._next_due, active = await self._store.outbox.dispatch_round(
                     records, now, max(0, free), busy, unstarted, self._caps(finished)
                 )
             except StoreUnwritableError as exc:
                 self._not_recorded(finished, exc)
                 return bool(finished)
             await self._settle(finished, failing)
-        if now >= self._reload_after and self._catalog.stale(revisions, now):
+        if now >= self._reload_after and self._catalog.stale(active.revision, now):
             await self._reload_endpoints(now)
             s = self.settings
         started = 0
@@ -437,7 +462,7 @@ class Dispatcher:
         finished.sort(key=lambda f: f.delivery.key)  # the store's lock order (see _round)
         records = [AttemptRecord(f.delivery.id, f.result, f.decision) for f in finished]
         try:
-            failing, _due, _next, _revisions = await self._store.outbox.dispatch_round(
+            failing, _due, _next, _active = await self._store.outbox.dispatch_round(
                 records, self._clock(), 0, set()
             )
         except StoreUnwritableError as exc:

@@ -6,10 +6,11 @@ a thread cannot be stopped, a process can, and whatever a template does to this 
 memory or CPU, the daemon's own are untouched.
 
 Framing (both ways): a frame is a 4-byte big-endian length and that many bytes. The child
-first sends the frame ``ready``. A request is two frames, a JSON header (``event_id``,
-``payload``, ``format``, ``template``, ``content_type``, ``timeout``) and the event's
-body; the answer is two frames too, a JSON header (``{"ok": true, "content_type": ...}``
-or ``{"ok": false, "error": ...}``) and the rendered bytes (empty on error).
+first sends the frame ``ready``. A request (:func:`request`) is two frames, a JSON header
+(``event_id``, ``payload``, ``format``, ``template``, ``content_type``, ``public_url``,
+``timeout``) and the event's body; the answer is two frames too, a JSON header
+(``{"ok": true, "content_type": ...}`` or ``{"ok": false, "error": ...}``) and the
+rendered bytes (empty on error).
 
 The child guards itself as well: its address space is capped at :data:`MEMORY_BYTES`
 (where the system allows it: a seccomp filter such as the shipped systemd unit's refuses
@@ -30,7 +31,7 @@ from typing import Any, BinaryIO
 
 from ..domain.render import RenderError, Shape, render
 
-__all__ = ["MEMORY_BYTES", "READY", "frame", "main"]
+__all__ = ["MEMORY_BYTES", "READY", "frame", "main", "request"]
 
 #: The child's address-space cap (a 16 MiB event parses into well under 200 MB).
 MEMORY_BYTES = 1024 * 1024 * 1024
@@ -42,6 +43,20 @@ _LENGTH = struct.Struct(">I")
 def frame(data: bytes) -> bytes:
     """``data`` as one frame (length prefix + bytes)."""
     return _LENGTH.pack(len(data)) + data
+
+
+def request(event_id: str, body: bytes, shape: Shape, timeout: float) -> bytes:
+    """The two frames asking a child to render ``body`` as ``shape`` within ``timeout``."""
+    header = {
+        "event_id": event_id,
+        "payload": shape.payload,
+        "format": shape.format,
+        "template": shape.template,
+        "content_type": shape.content_type,
+        "public_url": shape.public_url,
+        "timeout": timeout,
+    }
+    return frame(json.dumps(header).encode()) + frame(body)
 
 
 def _read_frame(stream: BinaryIO) -> bytes | None:

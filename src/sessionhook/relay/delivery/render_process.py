@@ -45,9 +45,18 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 
 from ..domain import render
 from ..domain.render import RenderError, Shape
-from .render_child import READY, frame
+from .render_child import READY, request
 
-__all__ = ["INLINE_BYTES", "MAX_CHILDREN", "InlineRenderer", "RenderProcess", "Renderer"]
+__all__ = [
+    "CHILD_MODULE",
+    "INLINE_BYTES",
+    "MAX_CHILDREN",
+    "InlineRenderer",
+    "RenderProcess",
+    "Renderer",
+    "child_command",
+    "child_environment",
+]
 
 #: Presets render inline on events up to this size (bigger ones go to a child).
 INLINE_BYTES = 256 * 1024
@@ -115,9 +124,14 @@ class _Child:
         return f"exit status {code}"
 
 
-def _child_environment() -> dict[str, str]:
-    """Only what Python needs to start (a PYTHONPATH, say): the daemon's environment holds
-    its secrets."""
+def child_command() -> list[str]:
+    """How a render child is started: ``python -m`` :data:`CHILD_MODULE`, this interpreter."""
+    return [sys.executable, "-m", CHILD_MODULE]
+
+
+def child_environment() -> dict[str, str]:
+    """A render child's environment: only what Python needs to start (a PYTHONPATH, say),
+    for the daemon's environment holds its secrets."""
     return {key: value for key, value in os.environ.items() if key.startswith("PYTHON")}
 
 
@@ -167,7 +181,7 @@ class _Lane:
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
-                env=_child_environment(),
+                env=child_environment(),
             )
         except OSError as exc:
             raise RenderError(f"the renderer process did not start: {exc}") from None
@@ -201,7 +215,7 @@ class RenderProcess:
         max_children: int = MAX_CHILDREN,
     ) -> None:
         #: How a child is started (``python -m sessionhook.relay.delivery.render_child``).
-        self.command = list(command or [sys.executable, "-m", CHILD_MODULE])
+        self.command = list(command or child_command())
         #: Seconds a new child has to say it is ready.
         self.start_timeout = start_timeout
         #: Children started (one per template, and one after each kill): for tests.
@@ -220,18 +234,10 @@ class RenderProcess:
         otherwise."""
         if shape.template is None and len(body) <= self._inline_bytes:
             return render.render(event_id, body, shape)
-        header = {
-            "event_id": event_id,
-            "payload": shape.payload,
-            "format": shape.format,
-            "template": shape.template,
-            "content_type": shape.content_type,
-            "public_url": shape.public_url,
-            "timeout": time_budget,
-        }
-        request = frame(json.dumps(header).encode()) + frame(body)
         lane = await self._lane(shape.template)
-        meta, rendered = await lane.exchange(request, time_budget)
+        meta, rendered = await lane.exchange(
+            request(event_id, body, shape, time_budget), time_budget
+        )
         if not meta.get("ok"):
             raise RenderError(str(meta.get("error")))
         return rendered, str(meta["content_type"])

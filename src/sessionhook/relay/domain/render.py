@@ -19,8 +19,8 @@ id and body and the endpoint's :class:`Shape`.
   :mod:`.chat_markup`: ``mrkdwn`` (Slack, Google Chat), ``markdown`` (Discord, Teams),
   ``http_url``, ``mrkdwn_link``;
   templates may ``{% import "_text.j2" as text %}`` to reuse the presets' wording.
-* Every render has a step budget (:mod:`.template_sandbox`): over it, or a ``*`` / ``**``
-  over its size bound, is a :class:`RenderError` saying ``budget``.
+* Every render has a step budget and a size budget (:mod:`.template_meter`): over
+  either is a :class:`RenderError` saying ``budget``.
 * A JSON content type (the presets, and a template's default) must render to valid JSON; it
   is re-serialized compactly, so template whitespace never reaches the wire.
 
@@ -41,7 +41,8 @@ from typing import Any
 import jinja2
 
 from . import chat_markup
-from .template_sandbox import STEP_BUDGET, OverBudget, Sandbox, metered
+from .template_meter import SIZE_BUDGET, SIZE_PER_BYTE, STEP_BUDGET, OverBudget, metered
+from .template_sandbox import Sandbox
 
 __all__ = [
     "FORMATS",
@@ -98,7 +99,8 @@ def render(
     event_id: str, body: bytes, shape: Shape, *, steps: int = STEP_BUDGET
 ) -> tuple[bytes, str]:
     """The bytes and content type ``shape`` makes of an event (id = ``webhook-id``); a
-    template may take at most ``steps`` steps."""
+    template may take at most ``steps`` steps and make at most :data:`SIZE_BUDGET`
+    characters plus :data:`SIZE_PER_BYTE` per byte of ``body``."""
     if shape.is_standard:
         return body, STANDARD_CONTENT_TYPE
     payload: dict[str, Any] = json.loads(body)
@@ -121,7 +123,7 @@ def render(
         "links": action_links(data, shape.public_url),
     }
     try:
-        with metered(steps):
+        with metered(steps, SIZE_BUDGET + SIZE_PER_BYTE * len(body)):
             text = template.render(context)
     except OverBudget as exc:
         raise RenderError(f"{exc} on {payload.get('type')}") from None
@@ -217,18 +219,19 @@ def _load_preset(name: str) -> str | None:
 
 @functools.cache
 def _environment() -> Sandbox:
-    env = Sandbox(
+    return Sandbox(
         loader=jinja2.FunctionLoader(_load_preset),
         undefined=jinja2.ChainableUndefined,
         autoescape=False,  # JSON is escaped by tojson; chat text by each service's filter
         keep_trailing_newline=False,
+        filters={
+            "tojson": _tojson,
+            "mrkdwn": chat_markup.mrkdwn,
+            "markdown": chat_markup.markdown,
+            "http_url": chat_markup.http_url,
+            "mrkdwn_link": chat_markup.mrkdwn_link,
+        },
     )
-    env.filters["tojson"] = _tojson
-    env.filters["mrkdwn"] = chat_markup.mrkdwn
-    env.filters["markdown"] = chat_markup.markdown
-    env.filters["http_url"] = chat_markup.http_url
-    env.filters["mrkdwn_link"] = chat_markup.mrkdwn_link
-    return env
 
 
 @functools.lru_cache(maxsize=64)

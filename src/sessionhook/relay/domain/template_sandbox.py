@@ -1,151 +1,122 @@
-"""The Jinja2 sandbox templates run in, with a step budget per render (pure).
+"""The Jinja2 sandbox templates run in, with a step budget and a size budget per render (pure).
 
 Templates are the operator's, but they run on upstream data: a loop over a title's words
 inside a loop over ``range(100000)`` passes the start-up samples and runs for hours on a
 real event. :class:`Sandbox` counts a render's **steps**: one per iteration of every
 ``for`` loop (the parser wraps each loop's iterable in a counting one), one per attribute
 or item read, one per function or method call, one per number a ``range()`` makes, and
-:data:`MACRO_STEPS` per call of a macro, ``caller()`` or a recursive ``loop()``.
-Everything else a template runs sits in a loop body or a macro, so the steps bound its
-Python-level work; a render over :data:`STEP_BUDGET` stops with :class:`OverBudget`. The
-budget is deterministic: the same template on the same event stops at the same place.
+:data:`~.template_meter.MACRO_STEPS` per call of a macro, ``caller()`` or a recursive
+``loop()``. Everything else a template runs sits in a loop body or a macro, so the steps
+bound its Python-level work; a render over :data:`~.template_meter.STEP_BUDGET` stops
+with :class:`~.template_meter.OverBudget`.
 
-Two operators can make a huge value in one step and are checked before they run:
-repetition (``"x" * 10**9``, ``[s] * n``) may make at most :data:`MAX_REPEAT_SIZE`
-characters or items, ``**`` at most :data:`MAX_POWER_BITS` bits. What a filter does with
-a value it is given is linear in the value's size, which the upstream bounds; a time and
-memory budget for what a step cannot see is the child process's (``render_process``).
+A step can still make a big value (``s ~ s`` doubles a string): the **size budget**
+(:mod:`.template_sizes`) charges everything a render makes, in characters, at most
+:data:`~.template_meter.SIZE_BUDGET` plus :data:`~.template_meter.SIZE_PER_BYTE` per
+byte of its event; the sandbox routes what makes values through it (``~``, ``+``, ``*``,
+``%``, every filter, every string method, ``str.format``, each ``{{ }}``, what a render
+outputs or captures).
 
-Steps are counted only inside :func:`metered` (``render.render`` opens it).
+These budgets make a runaway template fail fast, with an error that names the budget; the
+hard bound on what a user template can cost is the child process it renders in
+(``delivery.render_process``: a time limit and a memory cap).
+
+Steps and sizes are counted only inside :func:`~.template_meter.metered`
+(``render.render`` opens it), and while a template is compiled (Jinja2 runs filters on
+constants then).
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterable, Iterator
-from contextvars import ContextVar
+import functools
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from jinja2 import nodes
 from jinja2.runtime import Context, LoopContext, Macro
 from jinja2.sandbox import ImmutableSandboxedEnvironment, safe_range
+from jinja2.visitor import NodeTransformer
 
-__all__ = [
-    "MACRO_STEPS",
-    "MAX_POWER_BITS",
-    "MAX_REPEAT_SIZE",
-    "STEP_BUDGET",
-    "OverBudget",
-    "Sandbox",
-    "metered",
-]
+from . import template_sizes as sizes
+from .template_meter import MACRO_STEPS, check_size, counted, current, make_size, metered, spend
 
-#: Steps a render may take. A chat preset takes under 100; a million took 0.2 s (loop
-#: iterations) to 2 s (recursive loops) on the 2-core machine of bench/render.py.
-STEP_BUDGET = 1_000_000
-#: What calling a macro (or ``caller()``, or a recursive ``loop()``) costs: Jinja2's call
-#: (arguments, frame, output buffer) takes 10 to 30 times as long as a loop iteration.
-MACRO_STEPS = 20
-#: The most characters (or items) one ``*`` may make.
-MAX_REPEAT_SIZE = 1_000_000
-#: The most bits the result of one ``**`` may have.
-MAX_POWER_BITS = 100_000
+__all__ = ["CONCAT_FILTER", "COUNTED_FILTER", "Sandbox"]
+
 #: The filter the parser wraps every for loop's iterable in (not meant for templates).
 COUNTED_FILTER = "_steps"
-
-
-class OverBudget(Exception):
-    """A render went over its step budget or made a value over a size bound."""
-
-
-class _Meter:
-    __slots__ = ("budget", "left")
-
-    def __init__(self, budget: int) -> None:
-        self.budget = budget
-        self.left = budget
-
-    def spend(self, steps: int) -> None:
-        self.left -= steps
-        if self.left < 0:
-            self.stop()
-
-    def stop(self) -> None:
-        raise OverBudget(f"template over its budget of {self.budget} steps")
-
-
-_METER: ContextVar[_Meter | None] = ContextVar("sessionhook_template_steps", default=None)
-
-
-@contextlib.contextmanager
-def metered(budget: int = STEP_BUDGET) -> Iterator[None]:
-    """Count the steps of the renders inside (this thread or task) against ``budget``."""
-    token = _METER.set(_Meter(budget))
-    try:
-        yield
-    finally:
-        _METER.reset(token)
-
-
-def _spend(steps: int = 1) -> None:
-    meter = _METER.get()
-    if meter is not None:
-        meter.spend(steps)
-
-
-def _counted(iterable: Iterable[Any]) -> Iterable[Any]:
-    meter = _METER.get()
-    if meter is None:
-        return iterable
-    return _each_a_step(iterable, meter)
-
-
-def _each_a_step(iterable: Iterable[Any], meter: _Meter) -> Iterator[Any]:
-    for item in iterable:
-        meter.left -= 1  # spend(1), inlined: this runs for every iteration of every loop
-        if meter.left < 0:
-            meter.stop()
-        yield item
+#: The filter ``~`` becomes, its operands in a tuple (not meant for templates).
+CONCAT_FILTER = "_concat"
 
 
 def _range(*args: int) -> range:
     numbers = safe_range(*args)  # the sandbox's own cap: 100000 numbers
-    _spend(len(numbers))
+    spend(len(numbers))
     return numbers
 
 
-def _sized(value: Any) -> int:
-    """Characters or items ``value`` stands for when repeated (a list of strings: their
-    total length, so that ``[title] * n | join`` is judged by what it will make)."""
-    if isinstance(value, str | bytes):
-        return len(value)
-    return sum(len(item) if isinstance(item, str | bytes) else 1 for item in value)
+class _Rewrite(NodeTransformer):
+    """Every for loop's iterable counted, every ``~`` charged (see the module docstring)."""
+
+    def visit_For(self, node: nodes.For) -> nodes.Node:
+        self.generic_visit(node)
+        node.iter = nodes.Filter(node.iter, COUNTED_FILTER, [], [], None, None, lineno=node.lineno)
+        return node
+
+    def visit_Concat(self, node: nodes.Concat) -> nodes.Node:
+        self.generic_visit(node)
+        operands = nodes.Tuple(node.nodes, "load", lineno=node.lineno)
+        return nodes.Filter(operands, CONCAT_FILTER, [], [], None, None, lineno=node.lineno)
 
 
 class Sandbox(ImmutableSandboxedEnvironment):
-    """Jinja2's immutable sandbox that counts steps and bounds ``*`` and ``**``."""
+    """Jinja2's immutable sandbox that counts steps and charges sizes (see the module
+    docstring); ``filters``: more filters, charged as Jinja2's own are."""
 
-    intercepted_binops = frozenset({"*", "**"})
+    intercepted_binops = frozenset({"*", "**", "+", "%"})
 
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
+    def __init__(
+        self, *, filters: Mapping[str, Callable[..., Any]] | None = None, **options: Any
+    ) -> None:
+        super().__init__(finalize=sizes.output, **options)
+        self.filters.update(filters or {})
+        for name, fn in list(self.filters.items()):
+            self.filters[name] = sizes.charged(name, fn)
+        self.filters[COUNTED_FILTER] = counted
+        self.filters[CONCAT_FILTER] = sizes.concatenated
         self.globals["range"] = _range
-        self.filters[COUNTED_FILTER] = _counted
+        self.globals["lipsum"] = sizes.lipsum
+
+    def compile(self, *args: Any, **kwargs: Any) -> Any:
+        """Compile a template. Jinja2 runs a filter on constants at compile time (``"x" |
+        center(10**9)``): metered too, so that one over the budget is left to run (and be
+        refused) at render time instead."""
+        with metered():
+            return super().compile(*args, **kwargs)
 
     def _parse(self, source: str, name: str | None, filename: str | None) -> nodes.Template:
-        # Every template passes here (from_string and the loader alike): each for loop
-        # then iterates through _counted. A recursive loop's later levels come through
-        # call() below.
+        # Every template passes here (from_string and the loader alike). A recursive
+        # loop's later levels come through call() below.
         tree = super()._parse(source, name, filename)
-        for loop in tree.find_all(nodes.For):
-            loop.iter = nodes.Filter(
-                loop.iter, COUNTED_FILTER, [], [], None, None, lineno=loop.lineno
-            )
-        return tree
+        rewritten: nodes.Template = _Rewrite().visit(tree)
+        return rewritten
+
+    def concat(self, parts: Iterable[str]) -> str:
+        """What a render outputs, and every block it captures (``{% set %}``, a macro's
+        body, ``caller()``): charged piece by piece, before the string is made."""
+        meter = current()
+        if meter is None:
+            return "".join(parts)
+        pieces = []
+        for piece in parts:
+            meter.room -= len(piece)  # make(), inlined: this runs for every piece output
+            if meter.room < 0:
+                meter.full()
+            pieces.append(piece)
+        return "".join(pieces)
 
     def getattr(self, obj: Any, attribute: str) -> Any:
         """``obj.attribute`` in the template: one step."""
-        meter = _METER.get()
+        meter = current()
         if meter is not None:  # spend(1), inlined: templates read attributes all the time
             meter.left -= 1
             if meter.left < 0:
@@ -154,7 +125,7 @@ class Sandbox(ImmutableSandboxedEnvironment):
 
     def getitem(self, obj: Any, argument: Any) -> Any:
         """``obj[argument]`` in the template: one step."""
-        meter = _METER.get()
+        meter = current()
         if meter is not None:
             meter.left -= 1
             if meter.left < 0:
@@ -163,41 +134,76 @@ class Sandbox(ImmutableSandboxedEnvironment):
 
     def call(self, context: Context, obj: Any, /, *args: Any, **kwargs: Any) -> Any:
         """Call ``obj`` from the template: one step, a macro or ``caller()``
-        :data:`MACRO_STEPS` (a recursive ``loop(items)`` also one per item)."""
+        :data:`~.template_meter.MACRO_STEPS` (a recursive ``loop(items)`` also one per
+        item); what a string method makes is charged, checked first where its arguments
+        tell."""
         if isinstance(obj, Macro):
-            _spend(MACRO_STEPS)
+            spend(MACRO_STEPS)
         elif isinstance(obj, LoopContext) and args:
-            _spend(MACRO_STEPS)
-            args = (_counted(args[0]), *args[1:])
+            spend(MACRO_STEPS)
+            args = (counted(args[0]), *args[1:])
         else:
-            _spend()
+            spend()
+            text = getattr(obj, "__self__", None)
+            if isinstance(text, str | bytes):
+                return self._string_method(context, obj, text, args, kwargs)
         return super().call(context, obj, *args, **kwargs)
 
-    def call_binop(self, context: Context, operator: str, left: Any, right: Any) -> Any:
-        """``*`` and ``**`` (the intercepted operators), refused when the result would be
-        over its size bound."""
-        if operator == "*":
-            _check_repeat(left, right)
-            _check_repeat(right, left)
+    def _string_method(
+        self,
+        context: Context,
+        method: Any,
+        text: str | bytes,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
+        name = getattr(method, "__name__", "")
+        if name == "join" and args:
+            items = list(args[0])
+            check_size(sum(map(sizes.size_of, items)) + len(text) * max(len(items) - 1, 0))
+            args = (items, *args[1:])
         else:
-            _check_power(left, right)
+            check_size(sizes.method_size(name, text, args))
+        result = super().call(context, method, *args, **kwargs)
+        if result is not text:
+            make_size(sizes.size_of(result))
+        return result
+
+    def wrap_str_format(self, value: Any) -> Callable[..., str] | None:
+        """``str.format`` and ``format_map`` as the sandbox runs them, checked first
+        (their fields and widths) and charged."""
+        wrapped = super().wrap_str_format(value)
+        if wrapped is None:
+            return None
+        fmt: str = value.__self__
+        is_map = value.__name__ == "format_map"
+
+        @functools.wraps(wrapped)
+        def checked(*args: Any, **kwargs: Any) -> str:
+            given: Iterable[Any] = (*args, *kwargs.values())
+            if is_map and args and isinstance(args[0], Mapping):
+                given = args[0].values()
+            check_size(sizes.format_size(fmt, sizes.brace_specs(fmt), given))
+            result = wrapped(*args, **kwargs)
+            make_size(len(result))
+            return result
+
+        return checked
+
+    def call_binop(self, context: Context, operator: str, left: Any, right: Any) -> Any:
+        """``*``, ``**``, ``+`` and ``%`` (the intercepted operators): refused when the
+        result would be over its bound, charged when it is text or a list."""
+        if operator == "+":
+            sizes.check_concatenation(left, right)
+        elif operator == "*":
+            sizes.check_repeat(left, right)
+            sizes.check_repeat(right, left)
+            sizes.check_product(left, right)
+        elif operator == "**":
+            sizes.check_power(left, right)
+        elif isinstance(left, str):  # "%": formatting
+            check_size(sizes.percent_size(left, right))
+            result = super().call_binop(context, operator, left, right)
+            make_size(sizes.size_of(result))
+            return result
         return super().call_binop(context, operator, left, right)
-
-
-def _check_repeat(times: Any, value: Any) -> None:
-    if not isinstance(times, int) or not isinstance(value, str | bytes | list | tuple):
-        return
-    if times > 0 and _sized(value) * times > MAX_REPEAT_SIZE:
-        raise OverBudget(
-            f"template over its size budget: * would make more than {MAX_REPEAT_SIZE} "
-            "characters or items"
-        )
-
-
-def _check_power(base: Any, exponent: Any) -> None:
-    if not isinstance(base, int) or not isinstance(exponent, int) or exponent < 2:
-        return
-    if abs(base) > 1 and abs(base).bit_length() * exponent > MAX_POWER_BITS:
-        raise OverBudget(
-            f"template over its size budget: ** would make more than {MAX_POWER_BITS} bits"
-        )

@@ -37,6 +37,7 @@ from sessionhook.api.models import Session
 from ...wording import counted
 from ..config import Config, EndpointConfig
 from ..delivery.post import post_event, refused
+from ..delivery.render_process import Renderer, RenderProcess
 from ..delivery.resolve import Resolver
 from ..delivery.sender import AiohttpPoster, HttpxPoster, Poster
 from ..domain import render
@@ -182,14 +183,14 @@ def endpoints(store: StoreCore) -> list[tuple[EndpointState, int]]:
 
 
 def find_endpoint(store: StoreCore, name: str) -> EndpointState:
-    """The endpoint ``name``; :class:`OperatorError` naming the known ones otherwise."""
-    states = store.endpoints.endpoint_states()
-    for state in states:
-        if state.name == name:
-            return state
-    known = _names_shown([state.name for state in states]) or "none yet"
+    """The endpoint ``name`` (one row read, however many there are);
+    :class:`UnknownEndpointError` naming the known ones otherwise."""
+    state = store.endpoints.endpoint_state(name)
+    if state is not None:
+        return state
+    known = _names_shown([state.name for state in store.endpoints.endpoint_states()])
     raise UnknownEndpointError(
-        f"no endpoint named {_name_shown(name)} in the database (known: {known})"
+        f"no endpoint named {_name_shown(name)} in the database (known: {known or 'none yet'})"
     )
 
 
@@ -532,11 +533,14 @@ async def test_endpoint(
     now: float,
     endpoint: EndpointConfig | None = None,
     policy: AddressPolicy | None = None,
+    renderer: Renderer | None = None,
 ) -> tuple[str, AttemptResult]:
     """POST a signed ``ping`` to the configured endpoint ``name`` (its secrets, its
     payload/format/template) through ``poster`` (the daemon's: :func:`ping_poster`);
     returns the ping's webhook-id and the answer. Never archived, never retried.
     ``endpoint``: one created at run time (:func:`.endpoint_edits.endpoint_config`).
+    ``renderer``: the daemon's; by default a template renders in a child process of its
+    own, as a delivery's does (``delivery.render_timeout``).
 
     A URL the address rules refuse without DNS (its host, once normalized, private or not
     plain: :func:`~sessionhook.relay.domain.addresses.literal_refusal` with ``policy``) is
@@ -556,11 +560,16 @@ async def test_endpoint(
         if reason is not None:
             raise OperatorError(f"{name}: {refused(reason)}")
     event_id, body = ping_event(name, now)
+    own = RenderProcess()  # starts a child only if it renders
     try:
         # Shaped like the endpoint's deliveries: a chat webhook gets a chat message.
-        body, content_type = render.render(event_id, body, endpoint.shape)
+        body, content_type = await (renderer or own).render(
+            event_id, body, endpoint.shape, time_budget=config.delivery.render_timeout
+        )
     except render.RenderError as exc:
         raise OperatorError(f"{name}: the ping does not render: {exc}") from None
+    finally:
+        await own.aclose()
     # The one place that signs and POSTs, shared with the dispatcher.
     result = await post_event(
         poster,

@@ -7,10 +7,11 @@ replica of a PostgreSQL store delivers to it at once (see :mod:`..store.endpoint
 endpoint of the config file stays the file's: changing, deleting or rotating it here is an
 :class:`EndpointConflictError`, as is a name one of either has.
 
-Defining is pure and may take a moment (a template is rendered against a sample of every
-event type, as the config file's are): :func:`define_endpoint` and :func:`redefine_endpoint`
-run off the event loop in the web layer; the writes take the synchronous store and run in
-the store's thread.
+Defining may take a moment: a template is rendered against a sample of every event type,
+as the config file's are, in a child process with a delivery's bounds
+(:func:`~..delivery.template_check.check_template`: nothing of it runs in this process).
+:func:`define_endpoint` and :func:`redefine_endpoint` run off the event loop in the web
+layer; the writes take the synchronous store and run in the store's thread.
 """
 
 from __future__ import annotations
@@ -29,11 +30,14 @@ from ..config.endpoint_spec import (
     check_one_secret,
     spec_endpoint,
 )
+from ..delivery.template_check import check_template
+from ..domain.render import RenderError
 from ..domain.signing import generate_secret
 from ..store import (
     EndpointConflictError as StoreConflict,
 )
 from ..store import (
+    EndpointLimitError,
     EndpointSpec,
     EndpointState,
     StoreCore,
@@ -118,8 +122,9 @@ def define_endpoint(
     secret: str | None = None,
 ) -> tuple[Definition, str]:
     """Check a new endpoint ``name`` (``spec``: keys of ``[[endpoints]]``) against
-    ``config`` (its names, accounts and address rule); returns the definition and its
-    secret (``secret``, or a new ``whsec_`` one). Pure."""
+    ``config`` (its names, accounts and address rule; a template rendered against the
+    samples in a child process); returns the definition and its secret (``secret``, or a
+    new ``whsec_`` one)."""
     try:
         check_endpoint_name(name)
         chosen = generate_secret() if secret is None else check_one_secret(secret)
@@ -137,7 +142,7 @@ def redefine_endpoint(
     description: str | None = None,
 ) -> Definition:
     """``current`` with ``changes`` (a key set to ``None`` goes back to its default),
-    checked as :func:`define_endpoint` checks a new one. Pure."""
+    checked as :func:`define_endpoint` checks a new one."""
     spec = {k: v for k, v in {**current.spec, **changes}.items() if v is not None}
     told = current.description if description is None else description
     return _definition(config, current.name, spec, told, current.secret)
@@ -167,6 +172,11 @@ def _definition(
         )
     except ValueError as exc:
         raise InvalidEndpointError(str(exc)) from None
+    if endpoint.template is not None:
+        try:
+            check_template(endpoint.shape, config.delivery.render_timeout)
+        except RenderError as exc:
+            raise InvalidEndpointError(str(exc)) from None
     kept = EndpointSpec(
         name=name,
         url=endpoint.url,
@@ -200,10 +210,20 @@ def stored_or_refused(store: StoreCore, config: Config, name: str) -> StoredEndp
     )
 
 
-def create_endpoint(store: StoreCore, definition: Definition, secret: str) -> EndpointState:
-    """Create the endpoint ``definition`` describes, signing with ``secret``."""
+def create_endpoint(
+    store: StoreCore, config: Config, definition: Definition, secret: str
+) -> EndpointState:
+    """Create the endpoint ``definition`` describes, signing with ``secret``; refused
+    (:class:`EndpointConflictError`) when the store holds ``delivery.max_endpoints``
+    endpoints created at run time already."""
+    limit = config.delivery.max_endpoints
     try:
-        store.endpoints.create_endpoint(definition.spec, secret)
+        store.endpoints.create_endpoint(definition.spec, secret, limit)
+    except EndpointLimitError as exc:
+        raise EndpointConflictError(
+            f"no more endpoints can be created at run time: delivery.max_endpoints is {limit} "
+            f"(the store holds {exc.held}); delete one first, or raise the limit"
+        ) from None
     except StoreConflict as exc:
         raise EndpointConflictError(str(exc)) from None
     return find_endpoint(store, definition.spec.name)
@@ -294,10 +314,14 @@ def endpoint_answers(
     """Every endpoint (or the one ``name``: :class:`~.UnknownEndpointError` when there is
     none) as the API and ``--json`` show it: its state, open deliveries, deliveries in
     flight per replica, and its definition (never a secret, nor a URL's user-info)."""
-    if name is not None:
-        find_endpoint(store, name)
-    listed = [(s, p) for s, p in endpoints(store) if name is None or s.name == name]
-    stored = {e.name: e for e in store.endpoints.stored_endpoints()}
+    if name is None:
+        listed = endpoints(store)
+        stored = {e.name: e for e in store.endpoints.stored_endpoints()}
+    else:  # its own rows only, however many endpoints there are
+        state = find_endpoint(store, name)
+        listed = [(state, store.outbox.pending_count(name))]
+        one = store.endpoints.stored_endpoint(name)
+        stored = {} if one is None else {name: one}
     claims = endpoints_in_flight(store, now)
     answers = []
     for state, pending in listed:

@@ -6,8 +6,12 @@ its state; :meth:`EndpointQueries.sync_endpoints` makes the rows match the file)
 store itself, created through the management API (the row holds its definition and its
 signing secrets too: every replica of a PostgreSQL store signs with them). A name is
 unique across both. Every change of a definition takes the next ``revision`` (one sequence
-over all rows) and wakes every replica (:meth:`~.dialect.Database.notify_outbox`), whose
-dispatcher sees the new revision with its next round.
+over all rows, indexed; writers take it one after the other, so revisions are committed in
+order) and wakes every replica (:meth:`~.dialect.Database.notify_outbox`), whose
+dispatcher sees the newer revision with its next round and reads only the definitions
+changed since the one it holds (:meth:`EndpointQueries.endpoint_changes`). At most
+``limit`` live endpoints created through the API may be held
+(:meth:`~EndpointQueries.create_endpoint`; their number is kept in ``meta``).
 """
 
 from __future__ import annotations
@@ -18,8 +22,10 @@ from typing import Any
 
 from .dialect import Connection, Database, first_value
 from .rows import (
+    EndpointChanges,
     EndpointConflictError,
     EndpointLike,
+    EndpointLimitError,
     EndpointSpec,
     EndpointState,
     StoredEndpoint,
@@ -113,41 +119,31 @@ class EndpointQueries:
     def endpoint_states(self) -> list[EndpointState]:
         """Every endpoint the store knows, by name (not those deleted through the API)."""
         rows = self._db.conn.execute(
-            "SELECT name, url, events, configured, enabled, disabled_reason, disabled_at, "
-            "last_success_at, failing_since, last_error, last_error_at, created_at, "
-            "source, description, updated_at "
-            "FROM endpoints WHERE deleted_at IS NULL ORDER BY name"
+            f"SELECT {_STATE} FROM endpoints WHERE deleted_at IS NULL ORDER BY name"
         ).fetchall()
-        return [
-            EndpointState(
-                name=r[0],
-                url=r[1],
-                events=tuple(json.loads(r[2])),
-                configured=bool(r[3]),
-                enabled=bool(r[4]),
-                disabled_reason=r[5],
-                disabled_at=r[6],
-                last_success_at=r[7],
-                failing_since=r[8],
-                last_error=r[9],
-                last_error_at=r[10],
-                created_at=r[11],
-                source=r[12],
-                description=r[13],
-                updated_at=r[14],
-            )
-            for r in rows
-        ]
+        return [_state(r) for r in rows]
+
+    def endpoint_state(self, name: str) -> EndpointState | None:
+        """The endpoint ``name`` (``None``: none, or one deleted through the API)."""
+        row = self._db.conn.execute(
+            f"SELECT {_STATE} FROM endpoints WHERE name = ? AND deleted_at IS NULL", (name,)
+        ).fetchone()
+        return None if row is None else _state(row)
 
     # ------------------------------------------------------------ created through the API
 
-    def create_endpoint(self, spec: EndpointSpec, secret: str) -> None:
+    def create_endpoint(self, spec: EndpointSpec, secret: str, limit: int | None = None) -> None:
         """Create the endpoint ``spec`` describes, signing with ``secret``, enabled. A name
         an endpoint has (in the config file, created through the API, or kept for the
         history of one the file no longer has) is an :class:`EndpointConflictError`; the
-        name of one deleted through the API is taken again (its history stays)."""
+        name of one deleted through the API is taken again (its history stays). With
+        ``limit``: an :class:`EndpointLimitError` when that many live endpoints created
+        through the API are held already (their count read in the same transaction)."""
         now = self._db.clock()
         with self._db.tx() as c:
+            held = _live_count(c)
+            if limit is not None and held >= limit:
+                raise EndpointLimitError(limit, held, path=self._db.path)
             row = c.execute(
                 "SELECT source, deleted_at, configured FROM endpoints WHERE name = ?",
                 (spec.name,),
@@ -181,6 +177,7 @@ class EndpointQueries:
                     "last_error_at = NULL, last_success_at = NULL WHERE name = ?",
                     (*values, now, spec.name),
                 )
+            _set_live_count(c, held + 1)
             self._db.notify_outbox(c)
 
     def update_endpoint(self, spec: EndpointSpec) -> None:
@@ -232,6 +229,7 @@ class EndpointQueries:
                 (now, _next_revision(c), now, name),
             )
             self._unknown_unless(cur.rowcount, name)
+            _set_live_count(c, _live_count(c) - 1)
             self._db.notify_outbox(c)
         return closed
 
@@ -242,6 +240,23 @@ class EndpointQueries:
             f"revision, enabled FROM endpoints WHERE {_LIVE_API} ORDER BY name"
         ).fetchall()
         return [_stored(r) for r in rows]
+
+    def endpoint_changes(self, since: int) -> EndpointChanges:
+        """The endpoints created through the API whose definition changed after revision
+        ``since`` (read by the revision's index), live or deleted; ``since`` 0: every live
+        one."""
+        deleted = "" if since else " AND deleted_at IS NULL"
+        rows = self._db.conn.execute(
+            "SELECT name, spec, description, secret, previous_secret, previous_until, "
+            "revision, enabled, deleted_at FROM endpoints "
+            f"WHERE revision > ? AND source = 'api'{deleted} ORDER BY revision",
+            (since,),
+        ).fetchall()
+        return EndpointChanges(
+            live=[_stored(r) for r in rows if r[8] is None],
+            gone=[str(r[0]) for r in rows if r[8] is not None],
+            revision=max((int(r[6]) for r in rows), default=since),
+        )
 
     def stored_endpoint(self, name: str) -> StoredEndpoint | None:
         """The live endpoint created through the API ``name``, with its secrets."""
@@ -275,6 +290,26 @@ class EndpointQueries:
         ]
 
 
+#: The ``meta`` key that counts the live endpoints created through the API: kept by
+#: create and delete in their transactions, so that a create's limit is checked without
+#: counting the rows (one row read, however many endpoints there are).
+_LIVE_COUNT = "api_endpoints"
+
+
+def _live_count(c: Connection) -> int:
+    """The live endpoints created through the API (counted once, by a store that never
+    kept the count: one written by a version before it)."""
+    value = first_value(c, "SELECT value FROM meta WHERE key = ?", (_LIVE_COUNT,))
+    if value is None:
+        value = first_value(c, f"SELECT COUNT(*) FROM endpoints WHERE {_LIVE_API}")
+        c.execute("INSERT INTO meta (key, value) VALUES (?, ?)", (_LIVE_COUNT, str(value)))
+    return int(value)
+
+
+def _set_live_count(c: Connection, count: int) -> None:
+    c.execute("UPDATE meta SET value = ? WHERE key = ?", (str(count), _LIVE_COUNT))
+
+
 def _next_revision(c: Connection) -> int:
     """The next revision of a definition (one sequence over all rows: a name deleted and
     created again never gets a revision it had)."""
@@ -290,6 +325,33 @@ def _spec_values(spec: EndpointSpec) -> tuple[Any, ...]:
         None if spec.accounts is None else json.dumps(list(spec.accounts)),
         json.dumps(dict(spec.spec), sort_keys=True),
         spec.description,
+    )
+
+
+#: The columns of an :class:`EndpointState`, in :func:`_state`'s order.
+_STATE = (
+    "name, url, events, configured, enabled, disabled_reason, disabled_at, last_success_at, "
+    "failing_since, last_error, last_error_at, created_at, source, description, updated_at"
+)
+
+
+def _state(r: Any) -> EndpointState:
+    return EndpointState(
+        name=r[0],
+        url=r[1],
+        events=tuple(json.loads(r[2])),
+        configured=bool(r[3]),
+        enabled=bool(r[4]),
+        disabled_reason=r[5],
+        disabled_at=r[6],
+        last_success_at=r[7],
+        failing_since=r[8],
+        last_error=r[9],
+        last_error_at=r[10],
+        created_at=r[11],
+        source=r[12],
+        description=r[13],
+        updated_at=r[14],
     )
 
 

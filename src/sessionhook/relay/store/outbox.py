@@ -28,7 +28,7 @@ from ..domain.retry import Dead, Decision, Delivered, DisableEndpoint, Retry
 from .bodies import Bodies
 from .dialect import Connection, Database, first_value
 from .leases import TAKEABLE, ReplicaState
-from .rows import AttemptLike, DueDelivery, StoreError
+from .rows import ActiveEndpoints, AttemptLike, DueDelivery, StoreError
 
 __all__ = ["CLAIM_SQL", "HEADS_SQL", "PRUNE_BATCH", "AttemptRecord", "Outbox", "rows_sql"]
 
@@ -121,17 +121,19 @@ class Outbox:
             )
         ]
 
-    def active_revisions(self) -> list[tuple[str, int]]:
-        """:meth:`active_endpoints` with the revision of each one's definition (0: in the
-        config file; see :mod:`.endpoints`): a dispatcher's round reads them instead, and
-        reloads the endpoints created through the API when one differs from those it
-        holds (no extra query per round)."""
-        # Rows as the driver gives them (tuples of text and integer): read every round.
-        rows: list[tuple[str, int]] = self._db.conn.execute(
-            "SELECT name, revision FROM endpoints WHERE enabled = 1 AND configured = 1 "
-            "ORDER BY name"
+    def active_revisions(self) -> ActiveEndpoints:
+        """:meth:`active_endpoints` with the newest revision of any endpoint's definition
+        (see :mod:`.endpoints`): a dispatcher's round reads them instead, and reads the
+        definitions changed since the revision it holds when this one is newer (one query
+        a round, the newest revision from the revisions' index)."""
+        conn = self._db.conn
+        rows = conn.execute(
+            "SELECT name, (SELECT MAX(revision) FROM endpoints) FROM endpoints "
+            "WHERE enabled = 1 AND configured = 1 ORDER BY name"
         ).fetchall()
-        return rows
+        # No endpoint active: the newest revision asked apart (a create makes one active).
+        newest = rows[0][1] if rows else first_value(conn, "SELECT MAX(revision) FROM endpoints")
+        return ActiveEndpoints([row[0] for row in rows], int(newest or 0))
 
     def due_deliveries(
         self,

@@ -35,10 +35,12 @@ from .economy_queries import BUDGET_WINDOW, HistoryProgress, KnownSession
 from .leases import LeaseRow, ReplicaRow
 from .outbox import PRUNE_BATCH, AttemptRecord
 from .rows import (
+    ActiveEndpoints,
     AttemptLike,
     AttemptRow,
     DeliveryRow,
     DueDelivery,
+    EndpointChanges,
     EndpointLike,
     EndpointSpec,
     EndpointState,
@@ -104,8 +106,13 @@ class EndpointRole(Protocol):
         """Every endpoint known, by name."""
         ...
 
-    def create_endpoint(self, spec: EndpointSpec, secret: str) -> None:
-        """Create an endpoint through the API (a name taken: EndpointConflictError)."""
+    def endpoint_state(self, name: str) -> EndpointState | None:
+        """One endpoint, or ``None``."""
+        ...
+
+    def create_endpoint(self, spec: EndpointSpec, secret: str, limit: int | None = None) -> None:
+        """Create an endpoint through the API (a name taken: EndpointConflictError; ``limit``
+        held already: EndpointLimitError)."""
         ...
 
     def update_endpoint(self, spec: EndpointSpec) -> None:
@@ -126,6 +133,10 @@ class EndpointRole(Protocol):
 
     def stored_endpoint(self, name: str) -> StoredEndpoint | None:
         """One created through the API, with its secrets, or ``None``."""
+        ...
+
+    def endpoint_changes(self, since: int) -> EndpointChanges:
+        """Those created through the API changed after revision ``since``."""
         ...
 
 
@@ -244,8 +255,8 @@ class OutboxRole(Protocol):
         """The endpoints deliveries go to now, sorted."""
         ...
 
-    def active_revisions(self) -> list[tuple[str, int]]:
-        """The endpoints deliveries go to now with their definitions' revisions."""
+    def active_revisions(self) -> ActiveEndpoints:
+        """The endpoints deliveries go to now, and the newest revision of a definition."""
         ...
 
     def due_deliveries(

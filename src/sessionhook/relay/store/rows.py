@@ -176,9 +176,43 @@ class StoredEndpoint:
         return (self.secret,)
 
 
+@dataclass(frozen=True, slots=True)
+class EndpointChanges:
+    """The endpoints created through the API whose definition changed after a revision:
+    ``live`` ones with their secrets, the names of those deleted (``gone``), and the
+    newest revision among them (the one asked after when none changed)."""
+
+    live: list[StoredEndpoint]
+    gone: list[str]
+    revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class ActiveEndpoints:
+    """What a dispatcher's round reads of the endpoints: the ``names`` deliveries go to
+    now (enabled and configured), sorted, and the newest ``revision`` of any endpoint's
+    definition (0: none was ever created through the API)."""
+
+    names: list[str]
+    revision: int
+
+
 class EndpointConflictError(StoreError):
     """An endpoint of that name exists already (in the config file or created through the
     API), or the endpoint is the config file's to change."""
+
+
+class EndpointLimitError(EndpointConflictError):
+    """The store holds ``held`` endpoints created through the API: as many as it may
+    (``limit``), or more."""
+
+    def __init__(self, limit: int, held: int, *, path: Path | None = None) -> None:
+        super().__init__(
+            f"the store holds {held} endpoints created through the API (at most {limit})",
+            path=path,
+        )
+        self.limit = limit
+        self.held = held
 
 
 @dataclass(frozen=True, slots=True)

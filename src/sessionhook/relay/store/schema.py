@@ -500,3 +500,17 @@ def _m0010_actions_taken(db: Database) -> None:
         "CREATE INDEX actions_by_session ON actions_taken(session_name, id)",
     ):
         db.execute(statement)
+
+
+# ---------------------------------------------------------------- 0011 (revisions indexed)
+
+#: A dispatcher reads the definitions changed after the revision it holds, and a new
+#: definition takes the revision after the newest: both by this index, whatever the number
+#: of endpoints (docs/delivery.md "Endpoints created at run time").
+_M0011 = ("CREATE INDEX endpoints_by_revision ON endpoints(revision)",)
+
+
+@_migration("0011_endpoint_revisions")
+def _m0011_endpoint_revisions(db: Database) -> None:
+    for statement in _M0011:
+        db.execute(statement)

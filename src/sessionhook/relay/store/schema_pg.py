@@ -380,6 +380,9 @@ _M0010_ACTIONS = (
     "CREATE INDEX actions_by_session ON actions_taken(session_name, id)",
 )
 
+# Migration 0011 (see schema.py): the revisions indexed.
+_M0011 = ("CREATE INDEX endpoints_by_revision ON endpoints(revision)",)
+
 #: Name -> statements, in the order of :mod:`.schema` (the same names: one history).
 MIGRATIONS: dict[str, Sequence[str]] = {
     "0001_initial": _M0001,
@@ -392,6 +395,7 @@ MIGRATIONS: dict[str, Sequence[str]] = {
     "0008_derived_names_lean_indexes": _M0008,
     "0009_api_endpoints": _M0009,
     "0010_actions_taken": _M0010_ACTIONS,
+    "0011_endpoint_revisions": _M0011,
 }
 assert list(MIGRATIONS) == _KNOWN_MIGRATIONS, "PostgreSQL and SQLite migrations differ"
 

@@ -35,7 +35,7 @@ from .roles import (
     OutboxRole,
     RefusalRole,
 )
-from .rows import DueDelivery
+from .rows import ActiveEndpoints, DueDelivery
 
 __all__ = [
     "AsyncActions",
@@ -174,12 +174,14 @@ class AsyncEndpoints(View[EndpointRole]):
     sync_endpoints = call(EndpointRole.sync_endpoints)
     set_endpoint_enabled = write(EndpointRole.set_endpoint_enabled)
     endpoint_states = call(EndpointRole.endpoint_states)
+    endpoint_state = call(EndpointRole.endpoint_state)
     create_endpoint = call(EndpointRole.create_endpoint)
     update_endpoint = call(EndpointRole.update_endpoint)
     rotate_endpoint_secret = call(EndpointRole.rotate_endpoint_secret)
     delete_endpoint = call(EndpointRole.delete_endpoint)
     stored_endpoints = call(EndpointRole.stored_endpoints)
     stored_endpoint = call(EndpointRole.stored_endpoint)
+    endpoint_changes = call(EndpointRole.endpoint_changes)
 
 
 class AsyncIngest(View[IngestRole]):
@@ -335,13 +337,13 @@ class AsyncOutbox(View[OutboxRole]):
         busy: Iterable[tuple[str, str]],
         release: Iterable[tuple[str, str]] = (),
         caps: Mapping[str, int] | None = None,
-    ) -> tuple[list[float | None], list[DueDelivery], float | None, list[tuple[str, int]]]:
+    ) -> tuple[list[float | None], list[DueDelivery], float | None, ActiveEndpoints]:
         """One round of the dispatcher in ONE call to the store's thread: record
         ``records`` in one transaction (:meth:`OutboxRole.record_attempts`, committed before
         anything is read), then :meth:`OutboxRole.due_deliveries` (``now``, ``limit``,
         ``busy``) and, when fewer than ``limit`` are due, :meth:`OutboxRole.next_due_at`
         after ``now`` (else ``now``). Returns (failing_since per record, due deliveries,
-        next due time, the active endpoints with their revisions:
+        next due time, the active endpoints and the newest revision of a definition:
         :meth:`OutboxRole.active_revisions`). ``release``: keys handed out by the previous
         round and not started, whose claims go back first
         (:meth:`LeaseRole.release_delivery_claims`); ``caps``:
@@ -355,7 +357,7 @@ class AsyncOutbox(View[OutboxRole]):
         committed: list[list[float | None]] = []
 
         def work() -> tuple[
-            list[float | None], list[DueDelivery], float | None, list[tuple[str, int]]
+            list[float | None], list[DueDelivery], float | None, ActiveEndpoints
         ]:
             # Retried by write() after a failure: a batch already committed is not redone.
             if not committed:
@@ -363,14 +365,14 @@ class AsyncOutbox(View[OutboxRole]):
             failing = committed[0]
             if unclaim:
                 leases.release_delivery_claims(unclaim)
-            # Read once for both queries; the revisions tell the dispatcher whether the
+            # Read once for both queries; the newest revision tells the dispatcher whether
             # endpoints created through the API changed (see Outbox.active_revisions).
-            revisions = outbox.active_revisions()
-            active = [name for name, _revision in revisions]
-            due = outbox.due_deliveries(now, limit, keys, caps, active=active) if limit else []
+            active = outbox.active_revisions()
+            names = active.names
+            due = outbox.due_deliveries(now, limit, keys, caps, active=names) if limit else []
             if limit > 0 and len(due) >= limit:
-                return failing, due, now, revisions
-            return failing, due, outbox.next_due_at(after=now, active=active), revisions
+                return failing, due, now, active
+            return failing, due, outbox.next_due_at(after=now, active=names), active
 
         # A replica sharing the store claims what it reads: a write.
         claiming = limit > 0 and leases.claims

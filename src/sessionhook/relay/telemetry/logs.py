@@ -23,13 +23,14 @@ The daemon registers the API key and every endpoint secret at start (and again o
 
 from __future__ import annotations
 
+import bisect
 import functools
 import logging as stdlib_logging
 import math
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, Protocol, TextIO
 
 import structlog
@@ -80,9 +81,9 @@ _WEBHOOK_SECRET_PREFIX: Final = "whsec_"
 
 _secrets: set[str] = set()
 _secrets_lock = threading.Lock()
-#: ``_secrets`` longest first (so a secret containing another is replaced whole), sorted
-#: once per change rather than on every event.
-_secrets_sorted: tuple[str, ...] = ()
+#: ``_secrets`` longest first (so a secret containing another is replaced whole), kept in
+#: order as each one is added rather than sorted on every event.
+_secrets_sorted: list[str] = []
 _HANDLER_NAME: Final = "sessionhook"
 # Keys structlog's ProcessorFormatter adds for itself (the LogRecord) and removes before output.
 _PROCESSOR_META: Final = frozenset({"_record", "_from_structlog"})
@@ -104,10 +105,19 @@ def register_secret(value: str | _SecretLike | None) -> None:
     candidates = {raw}
     if raw.startswith(_WEBHOOK_SECRET_PREFIX):
         candidates.add(raw[len(_WEBHOOK_SECRET_PREFIX) :])
-    global _secrets_sorted
     with _secrets_lock:
-        _secrets.update(c for c in candidates if len(c) >= _MIN_SECRET_LENGTH)
-        _secrets_sorted = tuple(sorted(_secrets, key=len, reverse=True))
+        for secret in candidates:
+            if len(secret) >= _MIN_SECRET_LENGTH and secret not in _secrets:
+                _secrets.add(secret)
+                # Put in its place, in the list the scrubbing reads (not sorted again:
+                # thousands of endpoints created at run time register theirs one by one).
+                # A scrub reading the list meanwhile misses none it held: an insert only
+                # moves the later ones one place on.
+                bisect.insort(_secrets_sorted, secret, key=_longest_first)
+
+
+def _longest_first(secret: str) -> int:
+    return -len(secret)
 
 
 def clear_secrets() -> None:
@@ -115,7 +125,7 @@ def clear_secrets() -> None:
     global _secrets_sorted
     with _secrets_lock:
         _secrets.clear()
-        _secrets_sorted = ()
+        _secrets_sorted = []
 
 
 @functools.lru_cache(maxsize=1024)  # the same few dozen keys, on every line: a third of its cost
@@ -126,7 +136,7 @@ def _is_sensitive(key: str) -> bool:
     return any(word in normalized for word in _SENSITIVE_WORDS)
 
 
-def _scrub(value: Any, secrets: tuple[str, ...]) -> Any:
+def _scrub(value: Any, secrets: Sequence[str]) -> Any:
     if isinstance(value, str):
         value = redact_userinfo(value)
         for secret in secrets:

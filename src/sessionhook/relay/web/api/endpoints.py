@@ -129,7 +129,7 @@ def endpoint_routes(ctx: WebContext) -> Sequence[BaseRoute]:
                 secret=body.secret,
             )
         )
-        await in_store(edits.create_endpoint, definition, secret)
+        await in_store(edits.create_endpoint, config, definition, secret)
         ctx.wake()
         # The one time the secret is shown.
         return await secret_answer(body.name, secret, 201)

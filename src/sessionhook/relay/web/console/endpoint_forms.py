@@ -221,7 +221,7 @@ class EndpointForms:
                     config, name, _spec(form), description=form.get("description", "")
                 )
             )
-            await _in_store(store, edits.create_endpoint, definition, secret)
+            await _in_store(store, edits.create_endpoint, config, definition, secret)
         except _Refused as exc:
             return self._page(request, _typed(form), creating=True, refused=exc)
         self.deps.wake()
