@@ -72,7 +72,7 @@ def _store_unchecked(store: Path, urls: list[str]) -> list[str]:
     with Store.open(store) as opened:
         for name, url in zip(names, urls, strict=True):
             definition, secret = edits.define_endpoint(allowing, name, {"url": url})
-            edits.create_endpoint(opened, definition, secret)
+            edits.create_endpoint(opened, allowing, definition, secret)
     return names
 
 

@@ -23,7 +23,7 @@ COUNT = re.compile(rf"\{{([^{{}}]+)\}}\)? ({NOUNS})\b")
 NEVER_ONE = {
     "cli/_output.py": {"exc.attempts"},  # `if exc.attempts > 1`
     "cli/listen_forward.py": {"self.attempts"},  # `if self.attempts > 1`
-    "relay/domain/template_sandbox.py": {"self.budget"},  # the step budget
+    "relay/domain/template_meter.py": {"self.budget", "self.size"},  # the budgets
     "relay/store/ingest.py": {"len(raws)", "len(activities)"},  # a bug's message
     "relay/ops/__init__.py": {"selected"},  # branches: 1 has its own wording
 }

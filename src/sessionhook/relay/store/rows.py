@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from sessionhook.api.models import Session
+from sessionhook.wording import counted
 
 #: Delivery statuses that still wait for an attempt (``pending``: never tried or parked by a
 #: 410; ``failed``: tried, retry scheduled). ``delivered`` and ``dead`` are final.
@@ -208,7 +209,8 @@ class EndpointLimitError(EndpointConflictError):
 
     def __init__(self, limit: int, held: int, *, path: Path | None = None) -> None:
         super().__init__(
-            f"the store holds {held} endpoints created through the API (at most {limit})",
+            f"the store holds {counted(held, 'endpoint')} created through the API"
+            f" (at most {limit})",
             path=path,
         )
         self.limit = limit
