@@ -13,6 +13,8 @@ from sessionhook.relay.config import ConfigError, load_config
 from sessionhook.relay.config.action_keys import ActionKeys, rotate_key_file
 from tests.support.relay_process import clean_env, sessionhook
 
+pytestmark = pytest.mark.app
+
 ENV = {"SESSIONHOOK_API_KEY": "key-123"}
 SERVER = '[server]\nlisten = "127.0.0.1:9187"\nallow_unauthenticated = true\n'
 

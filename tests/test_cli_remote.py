@@ -40,7 +40,7 @@ from tests.support.requeue_rows import ACT0, failure, fill
 from tests.support.store_rows import Ep, activity, ingest, ready
 from tests.support.web_relay import TOKEN, web_context
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.process, pytest.mark.anyio]
 
 SESSIONHOOK = Path(sys.executable).parent / "sessionhook"
 

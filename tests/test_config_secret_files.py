@@ -27,6 +27,8 @@ from sessionhook.relay.config.secret_files import (
 )
 from sessionhook.relay.domain.signing import generate_keypair, generate_secret
 
+pytestmark = pytest.mark.app
+
 SESSIONHOOK = Path(sys.executable).parent / "sessionhook"
 TOKEN = "T" * 40
 SIGNING_KEY, _PUBLIC_KEY = generate_keypair()

@@ -23,6 +23,8 @@ from sessionhook.relay.config import (
     load_config,
 )
 
+pytestmark = pytest.mark.app
+
 SESSIONHOOK = Path(sys.executable).parent / "sessionhook"
 ENV = {"SESSIONHOOK_API_KEY": "key-123"}
 

@@ -25,6 +25,8 @@ from tests.support.daemon_setup import Setup, completed
 from tests.support.loopback import free_port
 from tests.support.receiver import Receiver
 
+pytestmark = pytest.mark.app
+
 
 def _settled(receiver: Receiver) -> bool:
     """A session's final state was delivered (its last event)."""

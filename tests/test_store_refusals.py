@@ -13,6 +13,8 @@ from sessionhook.api.models import Activity, Session
 from sessionhook.relay.store import Store, schema
 from tests.support.backends import Backend
 
+pytestmark = pytest.mark.app
+
 
 def store(backend: Backend) -> Store:
     s = backend.open(clock=lambda: 1000.0)
