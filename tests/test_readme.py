@@ -648,8 +648,16 @@ def make_plan(target: str, tmp_path: Path) -> list[str]:
     """What ``make TARGET`` would run in a fresh checkout (no .venv yet): ``make -n``."""
     shutil.copyfile(REPO / "Makefile", tmp_path / "Makefile")
     shutil.copyfile(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+    # Under ``make test`` the outer make's variables would make this one print
+    # "Entering/Leaving directory" lines; the plan is what a fresh shell would run.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
     done = subprocess.run(
-        ["make", "-n", target], cwd=tmp_path, capture_output=True, text=True, timeout=60
+        ["make", "--no-print-directory", "-n", target],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
     )
     assert done.returncode == 0, done.stderr
     return done.stdout.splitlines()
