@@ -19,9 +19,10 @@ import anyio
 import httpx
 import pytest
 
+from sessionhook.relay.domain.api_models import ApiStatus
 from sessionhook.relay.domain.retry import Dead, Delivered, Retry
 from sessionhook.relay.ops import Overview
-from sessionhook.relay.ops.wire import overview_from_json, status_json
+from sessionhook.relay.ops.wire import status_answer
 from sessionhook.relay.store import (
     AsyncStore,
     EndpointSummary,
@@ -143,8 +144,8 @@ async def test_status_url_of_a_relay_out_of_reach_is_one_line() -> None:
 
 def test_the_json_of_status_reads_back_into_the_same_overview() -> None:
     """Every part of ``status``, the rare ones too (a last error, refused activities,
-    replicas), survives ``status_json`` -> JSON -> ``overview_from_json``; fields a newer
-    relay adds are ignored."""
+    replicas), survives ``status_answer`` -> JSON -> ``ApiStatus``; fields a newer relay
+    adds are ignored."""
     now = 1_764_150_000.25
     endpoint = EndpointSummary(
         "ci",
@@ -179,9 +180,16 @@ def test_the_json_of_status_reads_back_into_the_same_overview() -> None:
     summary = StatusSummary(now, (endpoint,), upstream, 5, 6, 7, True, refused)
     replica = ReplicaRow("3f2a", "db1", 812, now - 100, now - 2, 15.0, None, 4, 1, ("poller",))
     overview = Overview(summary, HistoryProgress(10, 4, 0.5), {"default": 5}, (replica,))
-    data = json.loads(json.dumps(status_json(overview, now)))
+    answer = status_answer(overview, now)
+    data = json.loads(answer.model_dump_json())
     data["endpoints"][0]["added_later"] = "by a newer relay"
-    assert overview_from_json(data) == overview
+    read = ApiStatus.model_validate_json(json.dumps(data))
+    assert read == answer and read.model_dump_json() == answer.model_dump_json()
+    assert (read.now, read.replicas[0].leases, read.refused.latest) == (
+        now,
+        ["poller"],
+        answer.refused.latest,
+    )
 
 
 def _seed(backend: Backend) -> None:
@@ -490,3 +498,4 @@ async def test_events_and_replay_url_as_on_the_store(
     assert pairs[ok][2].returncode == 2
     for done, option in zip(refused, ("--since", "--since", "--session"), strict=True):
         assert done.returncode == 2 and f"{option} is not available with --url" in done.stderr
+

@@ -12,18 +12,20 @@ from typing import Any
 
 import httpx
 import pytest
+from pydantic.json_schema import models_json_schema
 from starlette.routing import Route
 from structlog.testing import capture_logs
 
 from sessionhook.relay.config import Config
 from sessionhook.relay.domain.actions import ActionKind, ActOutcome
-from sessionhook.relay.domain.api_paths import API_SCHEMAS
+from sessionhook.relay.domain.api_paths import api_document
 from sessionhook.relay.domain.contract import EVENT_MODELS, openapi_document, shipped_document
 from sessionhook.relay.domain.retry import Dead, Delivered, Retry
 from sessionhook.relay.store import AsyncStore, StoreCore, StoreError
 from sessionhook.relay.telemetry.metrics import Metrics
 from sessionhook.relay.web import WebAuth, WebContext, create_app
 from sessionhook.relay.web.api import API_GROUPS
+from sessionhook.relay.web.stream import stream_routes
 from tests.support.backends import Backend
 from tests.support.requeue_rows import ACT0, Ep, failure, fill
 from tests.support.web_relay import api_error
@@ -388,7 +390,7 @@ def test_openapi_describes_every_api_route_and_only_those() -> None:
     )
     served = {
         (method, route.path)
-        for group in API_GROUPS
+        for group in (*API_GROUPS, stream_routes)
         for route in group(ctx)
         if isinstance(route, Route)
         for method in route.methods or ()
@@ -397,9 +399,12 @@ def test_openapi_describes_every_api_route_and_only_those() -> None:
     document = openapi_document()
     described = {(m.upper(), path) for path, ops in document["paths"].items() for m in ops}
     assert served == described and ("POST", "/v1/deliveries:recover") in served
+    assert ("GET", "/v1/events/stream") in served
     # The API's schemas are apart from the webhooks' (none replaces one of theirs).
     webhook_models = {m.__name__ for m in EVENT_MODELS.values()}
-    assert not webhook_models & set(API_SCHEMAS)
+    _, api_models = api_document()
+    _, api_schemas = models_json_schema([(m, "validation") for m in api_models])
+    assert not webhook_models & {*api_schemas["$defs"], *(m.__name__ for m in api_models)}
     for path, ops in document["paths"].items():
         for op in ops.values():
             # Slack's route is signed by Slack; every other one needs the bearer token.
