@@ -75,6 +75,13 @@ _ERRORS: Final = {
 _BODY_ERRORS: Final = (400, 413, 415)
 _JSON: Final = "application/json"
 _PATH_PARAMETER: Final = re.compile(r"\{(\w+)\}")
+#: What the parameter in a path names, by the collection it is in.
+_NAMED: Final = {
+    "deliveries": "A delivery id",
+    "events": "An event id (the webhook-id)",
+    "sessions": "The session's id (the part after sessions/)",
+    "endpoints": "The endpoint's name",
+}
 
 
 class ApiSlackForm(BaseModel):
@@ -85,185 +92,151 @@ class ApiSlackForm(BaseModel):
 
 @dataclass(frozen=True, slots=True)
 class Operation:
-    """One operation of the API. ``answer``: the model of its success (``None``: the body
-    ``content`` describes); ``query``: its query parameters (name, description; ``paged``
-    adds ``pageSize`` and ``pageToken``), ``headers`` its request headers, ``about`` its
-    path parameters' descriptions; ``body`` the model of its request body; ``errors`` the
-    statuses it answers besides 401, and 400, 413 and 415 when it reads a JSON body
-    (``error_words`` where one means more)."""
+    """One operation of the API: its method and path, what it does, the model of its
+    success (``answer``; ``None``: the body ``content`` describes) and the statuses it
+    answers besides 401 (``errors``; and 400, 413 and 415 when it reads a JSON ``body``;
+    ``error_words`` where one means more than :data:`_ERRORS` says). ``query`` and
+    ``headers``: its parameters (name, description); ``paged`` adds ``pageSize`` and
+    ``pageToken``."""
 
     method: str
     path: str
     summary: str
     answer: type[ApiModel] | None
     errors: tuple[int, ...] = ()
-    about: str = ""
     query: tuple[tuple[str, str], ...] = ()
     paged: bool = False
     headers: tuple[tuple[str, str], ...] = ()
     body: type[BaseModel] | None = None
     body_type: str = _JSON
     status: int = 200
-    content: str = "application/json"
+    content: str = _JSON
     content_words: str = "OK"
     security: str = "bearer"
     error_words: tuple[tuple[int, str], ...] = ()
 
 
-_DELIVERY = "A delivery id"
-_EVENT = "An event id (the webhook-id)"
-_SESSION = "The session's id (the part after sessions/)"
-_ENDPOINT = "The endpoint's name"
-_EDIT = (400, 404, 409)
+def _op(
+    route: str, summary: str, answer: type[ApiModel] | None, *errors: int, **more: Any
+) -> Operation:
+    """The operation at ``route`` (``"GET /v1/status"``)."""
+    method, path = route.split(" ")
+    return Operation(method, path, summary, answer, errors, **more)
+
+
+_SESSION: Final = ("session", "Only this session (sessions/...)")
 
 #: Every operation by its operationId, in the order of the document.
 OPERATIONS: Final[dict[str, Operation]] = {
-    "getStatus": Operation(
-        "GET", "/v1/status", "What `sessionhook status --json` prints", ApiStatus, (503,)
-    ),
-    "listEndpoints": Operation(
-        "GET",
-        "/v1/endpoints",
+    "getStatus": _op("GET /v1/status", "What `sessionhook status --json` prints", ApiStatus, 503),
+    "listEndpoints": _op(
+        "GET /v1/endpoints",
         "Every endpoint (the config file's and those created here), by name",
         ApiEndpointPage,
-        (400,),
+        400,
         paged=True,
     ),
-    "createEndpoint": Operation(
-        "POST",
-        "/v1/endpoints",
+    "createEndpoint": _op(
+        "POST /v1/endpoints",
         "Create one in the store; its secret is in this answer only",
         ApiEndpoint,
-        (400, 409),
+        409,
         body=ApiEndpointCreate,
         status=201,
     ),
-    "getEndpoint": Operation(
-        "GET", "/v1/endpoints/{name}", "One endpoint", ApiEndpoint, (404,), _ENDPOINT
-    ),
-    "replaceEndpoint": Operation(
-        "PUT",
-        "/v1/endpoints/{name}",
+    "getEndpoint": _op("GET /v1/endpoints/{name}", "One endpoint", ApiEndpoint, 404),
+    "replaceEndpoint": _op(
+        "PUT /v1/endpoints/{name}",
         "Replace the definition (409: the config file's)",
         ApiEndpoint,
-        _EDIT,
-        _ENDPOINT,
+        *(404, 409),
         body=ApiEndpointChange,
     ),
-    "updateEndpoint": Operation(
-        "PATCH",
-        "/v1/endpoints/{name}",
+    "updateEndpoint": _op(
+        "PATCH /v1/endpoints/{name}",
         "Change keys of the definition; null: the default (409: the config file's)",
         ApiEndpoint,
-        _EDIT,
-        _ENDPOINT,
+        *(404, 409),
         body=ApiEndpointChange,
     ),
-    "deleteEndpoint": Operation(
-        "DELETE",
-        "/v1/endpoints/{name}",
+    "deleteEndpoint": _op(
+        "DELETE /v1/endpoints/{name}",
         "Delete one created here; its open deliveries become dead (endpoint deleted)",
         ApiEndpointDeleted,
-        (404, 409),
-        _ENDPOINT,
+        *(404, 409),
     ),
-    "enableEndpoint": Operation(
-        "POST",
-        "/v1/endpoints/{name}:enable",
-        "Enable it",
-        ApiEndpoint,
-        (400, 404),
-        _ENDPOINT,
-        body=ApiEmptyBody,
+    "enableEndpoint": _op(
+        "POST /v1/endpoints/{name}:enable", "Enable it", ApiEndpoint, 404, body=ApiEmptyBody
     ),
-    "disableEndpoint": Operation(
-        "POST",
-        "/v1/endpoints/{name}:disable",
+    "disableEndpoint": _op(
+        "POST /v1/endpoints/{name}:disable",
         "Disable it (reason: optional)",
         ApiEndpoint,
-        (400, 404),
-        _ENDPOINT,
+        404,
         body=ApiDisableBody,
     ),
-    "testEndpoint": Operation(
-        "POST",
-        "/v1/endpoints/{name}:test",
+    "testEndpoint": _op(
+        "POST /v1/endpoints/{name}:test",
         "Send it a signed ping now",
         ApiPing,
-        (404, 503),
-        _ENDPOINT,
+        404,
+        503,
         body=ApiEmptyBody,
     ),
-    "rotateEndpointSecret": Operation(
-        "POST",
-        "/v1/endpoints/{name}:rotateSecret",
+    "rotateEndpointSecret": _op(
+        "POST /v1/endpoints/{name}:rotateSecret",
         "A new secret (in this answer only); the old one signs too for overlap seconds",
         ApiEndpoint,
-        _EDIT,
-        _ENDPOINT,
+        *(404, 409),
         body=ApiRotateBody,
     ),
-    "listDeliveries": Operation(
-        "GET",
-        "/v1/deliveries",
+    "listDeliveries": _op(
+        "GET /v1/deliveries",
         "The delivery log, newest first",
         ApiDeliveryPage,
-        (400, 404),
+        *(400, 404),
         query=(
             ("endpoint", "Only this endpoint"),
             ("status", "pending, failed, delivered or dead"),
-            ("session", "Only this session (sessions/...)"),
+            _SESSION,
             ("event", "Only this event (the webhook-id)"),
         ),
         paged=True,
     ),
-    "recoverDeliveries": Operation(
-        "POST",
-        "/v1/deliveries:recover",
+    "recoverDeliveries": _op(
+        "POST /v1/deliveries:recover",
         "Every failed or dead delivery of an endpoint since a time, due now",
         ApiRecovered,
-        (400, 404),
+        404,
         body=ApiRecoverBody,
     ),
-    "retryDelivery": Operation(
-        "POST",
-        "/v1/deliveries/{id}:retry",
+    "retryDelivery": _op(
+        "POST /v1/deliveries/{id}:retry",
         "Send it again now: same webhook-id and body; its session's order kept",
         ApiRetried,
-        (400, 404, 409),
-        _DELIVERY,
+        *(404, 409),
         body=ApiEmptyBody,
     ),
-    "getDelivery": Operation(
-        "GET",
-        "/v1/deliveries/{id}",
-        "One delivery and every attempt",
-        ApiDeliveryAttempts,
-        (400, 404),
-        _DELIVERY,
+    "getDelivery": _op(
+        "GET /v1/deliveries/{id}", "One delivery and every attempt", ApiDeliveryAttempts, 400, 404
     ),
-    "listEvents": Operation(
-        "GET",
-        "/v1/events",
+    "listEvents": _op(
+        "GET /v1/events",
         "Archived events in ingest order",
         ApiEventPage,
-        (400,),
-        query=(
-            ("type", "A type or a glob (session.*)"),
-            ("session", "Only this session (sessions/...)"),
-        ),
+        400,
+        query=(("type", "A type or a glob (session.*)"), _SESSION),
         paged=True,
     ),
-    "streamEvents": Operation(
-        "GET",
-        "/v1/events/stream",
+    "streamEvents": _op(
+        "GET /v1/events/stream",
         "The events as Server-Sent Events, live, from the newest or after the one named; "
         "each message: id (the webhook-id), event (the type), data (the body as delivered)",
         None,
-        (400, 503),
+        *(400, 503),
         query=(
             ("type", "A type or a glob (session.*); repeat: any one"),
-            ("session", "Only this session (sessions/...)"),
+            _SESSION,
             ("last_event_id", "Start after this event (Last-Event-ID wins)"),
         ),
         headers=(("Last-Event-ID", "Start after this event (what EventSource sends)"),),
@@ -272,63 +245,53 @@ OPERATIONS: Final[dict[str, Operation]] = {
         "Last-Event-ID)",
         error_words=((503, "The store is not open yet, or too many streams (Retry-After)"),),
     ),
-    "replayEvent": Operation(
-        "POST",
-        "/v1/events/{id}:replay",
+    "replayEvent": _op(
+        "POST /v1/events/{id}:replay",
         "Queue it again for an endpoint (same webhook-id and body)",
         ApiReplayed,
-        (400, 404),
-        _EVENT,
+        404,
         body=ApiReplayBody,
     ),
-    "getEvent": Operation(
-        "GET", "/v1/events/{id}", "One event and its deliveries", ApiEventDetail, (400, 404), _EVENT
+    "getEvent": _op(
+        "GET /v1/events/{id}", "One event and its deliveries", ApiEventDetail, 400, 404
     ),
-    "listSessions": Operation(
-        "GET", "/v1/sessions", "Archived sessions by name", ApiSessionPage, (400,), paged=True
+    "listSessions": _op(
+        "GET /v1/sessions", "Archived sessions by name", ApiSessionPage, 400, paged=True
     ),
-    "approvePlan": Operation(
-        "POST",
-        "/v1/sessions/{id}:approvePlan",
+    "approvePlan": _op(
+        "POST /v1/sessions/{id}:approvePlan",
         "Approve the session's plan, with the session's account",
         ApiActed,
-        (400, 404, 502, 503),
-        _SESSION,
+        *(404, 502, 503),
         body=ApiEmptyBody,
     ),
-    "sendMessage": Operation(
-        "POST",
-        "/v1/sessions/{id}:sendMessage",
+    "sendMessage": _op(
+        "POST /v1/sessions/{id}:sendMessage",
         "Send the agent a message, with the session's account",
         ApiActed,
-        (400, 404, 502, 503),
-        _SESSION,
+        *(404, 502, 503),
         body=ApiMessageBody,
     ),
-    "getSession": Operation(
-        "GET",
-        "/v1/sessions/{id}",
+    "getSession": _op(
+        "GET /v1/sessions/{id}",
         "One session and its first 200 events (more_events: list the rest)",
         ApiSessionDetail,
-        (400, 404),
-        _SESSION,
+        *(400, 404),
     ),
-    "listActions": Operation(
-        "GET",
-        "/v1/actions",
+    "listActions": _op(
+        "GET /v1/actions",
         "Actions taken through signed links, Slack, the console or the API, newest first",
         ApiActionPage,
-        (400, 503),
+        *(400, 503),
         query=(("session", "Only this session's (sessions/<id>)"),),
         paged=True,
     ),
-    "slackInteractions": Operation(
-        "POST",
-        "/v1/integrations/slack/interactions",
+    "slackInteractions": _op(
+        "POST /v1/integrations/slack/interactions",
         "Slack's interactivity requests (block_actions of the buttons): answered at once, "
         "acted on after, the message updated through response_url",
         None,
-        (400, 404, 413),
+        *(400, 404, 413),
         body=ApiSlackForm,
         body_type="application/x-www-form-urlencoded",
         content="",
@@ -361,8 +324,9 @@ def _ref(model: type[BaseModel]) -> dict[str, str]:
 
 
 def _parameters(op: Operation) -> list[dict[str, Any]]:
+    about = _NAMED.get(op.path.split("/")[2].split(":")[0], "")
     found: list[dict[str, Any]] = [
-        {"name": name, "in": "path", "required": True, "description": op.about}
+        {"name": name, "in": "path", "required": True, "description": about}
         for name in _PATH_PARAMETER.findall(op.path)
     ]
     found += [{"name": n, "in": "query", "description": d} for n, d in op.query]
