@@ -139,11 +139,11 @@ def _show(answer: ApiEndpoint | dict[str, Any], as_json: bool, line: str) -> Non
         echo_answer(answer)
 
 
-def _secret(answer: ApiEndpoint, url: str, path: str) -> str:
-    """The secret of a create's or a rotation's answer (a one-line error without one)."""
-    if answer.secret is None:
-        raise CliError(f"{url.rstrip('/')}{path}: the answer has no secret")
-    return answer.secret
+def _given(answer: ApiEndpoint, key: str, url: str, path: str) -> Any:
+    """``key`` of a create's or a rotation's answer (a one-line error without it)."""
+    if (value := getattr(answer, key)) is None:
+        raise CliError(f"{url.rstrip('/')}{path}: the answer has no {key}")
+    return value
 
 
 @endpoints.command("create")
@@ -178,7 +178,7 @@ def endpoints_create(
         if secret_env is not None:
             body["secret"] = _secret_from(secret_env)
         answer = call(relay_url, token, "POST", "/v1/endpoints", ApiEndpoint, body=body)
-        shown = _secret(answer, relay_url, "/v1/endpoints")
+        shown = str(_given(answer, "secret", relay_url, "/v1/endpoints"))
         _show(answer, as_json, _created_line(name, shown))
         return
     config = _config(config_path, db_path)
@@ -315,10 +315,8 @@ def endpoints_rotate(
             body["secret"] = _secret_from(secret_env)
         path = _path(name) + ":rotateSecret"
         answer = call(url, token, "POST", path, ApiEndpoint, body=body)
-        secret, expires = _secret(answer, url, path), answer.previous_secret_expires_at
-        if expires is None:
-            raise CliError(f"{url.rstrip('/')}{path}: the answer has no previous_secret_expires_at")
-        until = json_stamp(expires)
+        secret = str(_given(answer, "secret", url, path))
+        until = json_stamp(_given(answer, "previous_secret_expires_at", url, path))
     else:
         config = _config(config_path, db_path)
         with writing_store(config_path, db_path) as store:

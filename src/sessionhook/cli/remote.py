@@ -12,6 +12,7 @@ one line: the relay out of reach, a refused token (401), an error body of the AP
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from itertools import islice
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import click
@@ -198,12 +199,7 @@ def get_pages(
 ) -> list[Any]:
     """At most ``limit`` items of a paged list, following ``nextPageToken`` (pages of at
     most 200, the API's largest)."""
-    items: list[Any] = []
-    for item in iter_pages(url, token, path, page, params, limit):
-        items.append(item)
-        if len(items) >= limit:
-            break
-    return items
+    return list(islice(iter_pages(url, token, path, page, params, limit), limit))
 
 
 def iter_pages(
