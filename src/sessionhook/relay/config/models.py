@@ -8,7 +8,7 @@ shows them; the resolved ones are set on copies (``with_api_key``, ``with_secret
 
 Types are strict: a boolean is ``true`` or ``false`` (never ``"yes"`` or ``1``), a number is a
 TOML number (never ``"15"``), an integer is never ``2.0``; nothing is coerced. Durations
-(:data:`~sessionhook.relay.config.durations.DURATION_BOUNDS`) are a TOML number of seconds or
+(:data:`~sessionhook.relay.config.fields.DURATION_BOUNDS`) are a TOML number of seconds or
 a string with a unit (``"90s"``, ``"15m"``, ``"12h"``, ``"5d"``), finite and within the bounds
 of their key. ``[[endpoints]]`` and their secrets: :mod:`.endpoints`.
 """

@@ -249,7 +249,7 @@ class AiohttpPoster:
         self._policy = policy
         # Per URL, what aiohttp is handed, or the refusal (its class and reason).
         self._targets: dict[str, yarl.URL | tuple[type[NetguardError], str]] = {}
-        # One ClientTimeout per delivery.timeout value (immutable; built per POST before).
+        # One ClientTimeout per delivery.timeout value (immutable, so shared by every POST).
         self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
         resolver = VettingResolver(allow_private=allow_private, resolve=resolve, policy=policy)
         self._session = aiohttp.ClientSession(
