@@ -20,7 +20,7 @@ from sessionhook.relay.domain import events
 from sessionhook.relay.polling import name_problem
 from tests.support.poller_harness import PollerHarness, finish
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.app, pytest.mark.anyio]
 
 Page = dict[str, Any]
 

@@ -18,6 +18,8 @@ from sessionhook.api.models import Session
 from sessionhook.relay.domain.events import Event
 from sessionhook.relay.store import AsyncStore, PostgresStore, StoreFullError
 
+pytestmark = pytest.mark.app
+
 BIG = "x" * 200_000
 SRC = Path(__file__).resolve().parent.parent / "src" / "sessionhook"
 
