@@ -1,7 +1,8 @@
 """The signed POST of one webhook: :func:`post_event`, and the URL guard before it.
 
-:func:`post_event` is the single place that signs and sends a webhook: the dispatcher and
-the test ping (``sessionhook endpoints test``, ``:test``, the console's) both call it. It
+:func:`post_event` is the single place that signs and sends a webhook: the dispatcher, the
+test ping (``sessionhook endpoints test``, ``:test``, the console's) and ``listen
+--forward-to`` (:mod:`sessionhook.relay.ops.forwarding`) all call it. It
 never follows a redirect, reads at most ``body_limit`` bytes of the answer, bounds the
 whole exchange by ``timeout``, and signs with a fresh ``webhook-timestamp`` on every
 attempt (a retry an hour later must not carry a stale timestamp that the consumer's
