@@ -38,6 +38,7 @@ from sessionhook.relay.web import server as health
 from tests.support.backends import Backend, sqlite_only
 from tests.support.daemon_setup import Setup
 from tests.support.loopback import free_port
+from tests.support.spellings import loopback_spellings
 from tests.support.web_relay import TOKEN, WebRelay, web_context
 
 pytestmark = [pytest.mark.process, pytest.mark.anyio]
@@ -519,3 +520,125 @@ async def test_forward_from_the_real_daemon_carries_its_webhooks(
     assert [i for i, body in forwarded if body["data"]["session"]["name"] == second.name] == wanted
     assert all(body == webhooks[i] for i, body in forwarded if i in webhooks)
     assert len(wanted) >= 3 and consumer.refused == 0
+
+
+# --------------------------------------------------------------------------- the consumer's URL
+
+
+class OneEventStream:
+    """A relay's event stream that sends each connection one event, then stays open until
+    the server stops."""
+
+    body = b'{"type":"session.completed","n":1}'
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        closing = listener.server_closing(scope)
+        headers = [(b"content-type", b"text/event-stream")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        chunk = b"retry: 2000\n\n" + _sse("evt_1", self.body)
+        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await closing.wait()
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+class QueryConsumer(Consumer):
+    """A :class:`Consumer` that also keeps each accepted request's query string."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.queries: list[str] = []
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        accepted = len(self.accepted)
+        await super().__call__(scope, receive, send)
+        if len(self.accepted) > accepted:
+            self.queries.append(scope["query_string"].decode())
+
+
+async def test_forward_to_a_loopback_spelled_otherwise_reaches_the_same_consumer() -> None:
+    """``--forward-to`` is read as a delivery's URL is (``destination()``): a loopback
+    address in fullwidth digits, with ideographic full stops or with a trailing dot reaches
+    the consumer the plain URL reaches, each event delivered on the first attempt."""
+    stream = OneEventStream()
+    consumer = QueryConsumer()
+    consumer.secret = signing.generate_secret()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONHOOK_")}
+    async with anyio.create_task_group() as tg:
+        _, stream_port = await tg.start(health.serve, "127.0.0.1:0", stream)
+        _, port = await tg.start(health.serve, "127.0.0.1:0", consumer)
+        spelled = loopback_spellings(port)[:2]  # fullwidth digits; U+3002 full stops
+        spelled.append(f"http://127.0.0.1.:{port}/hook")
+        targets = [f"http://127.0.0.1:{port}/hook", *spelled]
+        procs: list[tuple[anyio.abc.Process, Lines, Lines]] = []
+        try:
+            for n, target in enumerate(targets):
+                args = ["--url", f"http://127.0.0.1:{stream_port}", "--secret", consumer.secret]
+                args += ["--forward-to", f"{target}?via={n}"]
+                proc = await anyio.open_process(
+                    [str(SESSIONHOOK), "listen", *args],
+                    stdin=subprocess.DEVNULL,
+                    env={**env, "SESSIONHOOK_WEB_TOKEN": TOKEN},
+                )
+                out, err = Lines(), Lines()
+                assert proc.stdout is not None and proc.stderr is not None
+                tg.start_soon(out.pump, proc.stdout)
+                tg.start_soon(err.pump, proc.stderr)
+                procs.append((proc, out, err))
+            # Each listener prints its event's line once its POST (and any retry) ended.
+            await until(
+                lambda: (
+                    all(out.seen for _, out, _ in procs)
+                    or any(proc.returncode is not None for proc, _, _ in procs)
+                ),
+                "every listener's line",
+                within=60,
+            )
+            lines = [line for _, out, _ in procs for line in out.seen]
+            for proc, _, _ in procs:
+                if proc.returncode is None:
+                    proc.send_signal(signal.SIGINT)
+            with anyio.fail_after(20):
+                codes = [await proc.wait() for proc, _, _ in procs]
+        finally:
+            for proc, _, _ in procs:
+                if proc.returncode is None:
+                    proc.kill()
+        tg.cancel_scope.cancel()
+    said = "\n".join(line for _, _, err in procs for line in err.seen)
+    assert sorted(consumer.queries) == [f"via={n}" for n in range(len(targets))], said
+    assert consumer.attempts == {"evt_1": len(targets)} and consumer.refused == 0
+    assert all(body == stream.body for _, body in consumer.accepted)
+    assert len(lines) == len(targets) and all(" -> 204 in " in line for line in lines), lines
+    assert codes == [130] * len(targets)
+    assert "Traceback" not in said
+
+
+def test_forward_to_a_url_not_http_or_without_a_plain_host_is_refused_in_one_line(
+    tmp_path: Path,
+) -> None:
+    """A ``--forward-to`` URL that is not http(s), or whose host is no plain name or
+    address once normalized, is refused at start: exit 2, one line naming it and why,
+    nothing forwarded."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONHOOK_")}
+    relay = f"http://127.0.0.1:{free_port()}"
+    refused = {
+        "ftp://127.0.0.1/hook": "not an http(s) URL",
+        "http://a b/hook": "the URL holds a space or a control character",
+        "http://u:hunter2@exa%00mple/hook": "is no host name or IP address",
+        "http://1.2.3.4.5/hook": "ends like an IPv4 address but is none",
+    }
+    for url, reason in refused.items():
+        done = subprocess.run(
+            [str(SESSIONHOOK), "listen", "--url", relay, "--forward-to", url, "--token", "t"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+            cwd=tmp_path,
+        )
+        lines = done.stderr.splitlines()
+        assert done.returncode == 2, (url, done.stderr)
+        assert len(lines) == 1 and lines[0].startswith("error: --forward-to "), done.stderr
+        assert f"{url.replace('u:hunter2@', '[redacted]@')}: refused: " in lines[0], lines[0]
+        assert reason in lines[0], lines[0]
+        assert done.stdout == "" and "hunter2" not in done.stderr

@@ -7,7 +7,10 @@ The events come from the relay's stream (``GET /v1/events/stream``, through
 Each one is POSTed, one at a time and in the stream's order, with its exact body and the
 Standard Webhooks headers: ``webhook-id`` = the event's id (the relay's own webhook-id),
 ``webhook-timestamp`` = now (fresh per attempt), ``webhook-signature`` signed with the
-local secret (``--secret``, else a new one printed at start).
+local secret (``--secret``, else a new one printed at start). The POSTs go through the
+deliveries' own sender (:mod:`sessionhook.relay.ops.forwarding`), loopback and private
+addresses allowed; the URL is read once at start as a delivery's is (its host
+normalized), and one that is not http(s) or has no plain host is refused then.
 
 A consumer that is down, times out, or answers 5xx or 429 is tried again after
 :data:`RETRY_DELAYS` (1, 2 and 4 s: four attempts in about 7 s); then the event is
@@ -21,7 +24,6 @@ line naming its event id, and the next event forwarded.
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
     import httpx
 
     from ..relay.ops import EventFilter
+    from ..relay.ops.forwarding import Poster
     from .sse import StreamEvent
 
 __all__ = ["FORWARD_TIMEOUT", "RETRY_DELAYS", "Forwarder", "Outcome", "forward"]
@@ -80,11 +83,13 @@ class Outcome:
 
 
 class Forwarder:
-    """POSTs events to ``target``, signed with ``secrets``, retried as the module says."""
+    """POSTs events to ``target``, signed with ``secrets``, retried as the module says;
+    ``http`` is the sender's poster (:func:`~sessionhook.relay.ops.forwarding.forward_poster`)
+    or an ``httpx.AsyncClient`` (a stand-in for the network)."""
 
     def __init__(
         self,
-        http: httpx.AsyncClient,
+        http: Poster | httpx.AsyncClient,
         target: str,
         secrets: list[str],
         *,
@@ -103,36 +108,26 @@ class Forwarder:
     async def forward(self, event: StreamEvent) -> Outcome:
         """Deliver ``event`` (retrying a consumer that is down or failing); never raises
         for the consumer's answer."""
-        import httpx
-
         from ..receiver import printable
-        from ..relay.domain import signing
+        from ..relay.ops.forwarding import forward_event
 
         attempts = len(RETRY_DELAYS) + 1
         for attempt in range(1, attempts + 1):
-            stamp = int(time.time())
-            headers = {
-                "content-type": "application/json",
-                "user-agent": self._agent,
-                "webhook-id": event.id,
-                "webhook-timestamp": str(stamp),
-                "webhook-signature": signing.signature_header(
-                    self.secrets, event.id, stamp, event.body
-                ),
-            }
-            started = time.monotonic()
-            status: int | None = None
-            try:
-                # The answer's body is not read: only its status counts.
-                async with self._http.stream(
-                    "POST", self.target, content=event.body, headers=headers
-                ) as answer:
-                    status = answer.status_code
-            except httpx.HTTPError as exc:
-                detail = f": {exc}" if str(exc) else ""
-                problem = printable(one_line(type(exc).__name__ + detail))
-            millis = int((time.monotonic() - started) * 1000)
-            if status is not None:
+            # Signed with a fresh timestamp each attempt; only the answer's status is read.
+            result = await forward_event(
+                self._http,
+                self.target,
+                self.secrets,
+                event.id,
+                event.body,
+                timeout=FORWARD_TIMEOUT,
+                user_agent=self._agent,
+            )
+            status = result.status_code
+            millis = int(result.duration_ms)
+            if status is None:
+                problem = printable(one_line(result.error or "no answer"))
+            else:
                 if 200 <= status < 300:
                     return Outcome(status, millis, attempt)
                 problem = f"answered {status}"
@@ -161,13 +156,21 @@ def forward(
     """The command's body in forward mode (see the module's docstring)."""
     import anyio
 
+    from ..receiver import printable
     from ..relay.domain import signing
+    from ..relay.domain.addresses import UnusableUrlError
     from ..relay.domain.events import EVENT_TYPES, matches
     from ..relay.ops import EventFilter
+    from ..relay.ops.forwarding import forward_target
 
-    for name, value in (("--url", url), ("--forward-to", target)):
-        if not value.lower().startswith(("http://", "https://")):
-            raise click.UsageError(f"{name} must be an http:// or https:// URL")
+    if not url.lower().startswith(("http://", "https://")):
+        raise click.UsageError("--url must be an http:// or https:// URL")
+    try:
+        # Read once, as a delivery's URL is: every POST goes to this host.
+        consumer = forward_target(target)
+    except UnusableUrlError as exc:
+        shown = printable(redact_userinfo(target))
+        raise CliError(f"--forward-to {shown}: refused: {exc.reason}", exit_code=2) from None
     token = need_token(token)
     keys = [key for text in secrets for key in text.split()] or [signing.generate_secret()]
     for key in keys:
@@ -190,7 +193,7 @@ def forward(
             _run,
             url,
             token,
-            target,
+            consumer,
             keys,
             EventFilter(globs),
             last_event_id,
@@ -220,9 +223,9 @@ async def _run(
     state: _Progress,
 ) -> None:
     import anyio
-    import httpx
 
     from ..receiver import event_line, json_line
+    from ..relay.ops.forwarding import forward_poster
     from ._output import current_runtime
     from .ops_events import follow_stream, stream_client
     from .sse import SkippedEvent
@@ -233,11 +236,9 @@ async def _run(
     runtime = current_runtime()
     async with (
         stream_client() as stream_http,
-        httpx.AsyncClient(timeout=FORWARD_TIMEOUT, follow_redirects=False) as post_http,
+        forward_poster() as poster,
     ):
-        forwarder = Forwarder(
-            post_http, target, keys, note=note, sleep=runtime.sleep or anyio.sleep
-        )
+        forwarder = Forwarder(poster, target, keys, note=note, sleep=runtime.sleep or anyio.sleep)
         async for event in follow_stream(stream_http, url, token, wanted, last_event_id):
             if isinstance(event, SkippedEvent):
                 note(event.note())  # nothing is dropped without a line saying so

@@ -1,7 +1,8 @@
 """The signed POST of one webhook: :func:`post_event`, and the URL guard before it.
 
-:func:`post_event` is the single place that signs and sends a webhook: the dispatcher and
-the test ping (``sessionhook endpoints test``, ``:test``, the console's) both call it. It
+:func:`post_event` is the single place that signs and sends a webhook: the dispatcher, the
+test ping (``sessionhook endpoints test``, ``:test``, the console's) and ``listen
+--forward-to`` (:mod:`sessionhook.relay.ops.forwarding`) all call it. It
 never follows a redirect, reads at most ``body_limit`` bytes of the answer, bounds the
 whole exchange by ``timeout``, and signs with a fresh ``webhook-timestamp`` on every
 attempt (a retry an hour later must not carry a stale timestamp that the consumer's
@@ -71,6 +72,7 @@ async def post_event(
     body_limit: int,
     now: Callable[[], float] = time.time,
     content_type: str = "application/json",
+    user_agent: str = USER_AGENT,
 ) -> AttemptResult:
     """Sign ``body`` and POST it to ``url`` once; never raises for a network failure.
 
@@ -81,7 +83,8 @@ async def post_event(
 
     Headers: ``webhook-id`` (``event_id``), ``webhook-timestamp`` (``now()``, fresh),
     ``webhook-signature`` (one signature per secret: ``v1,`` for a ``whsec_`` secret,
-    ``v1a,`` for a ``whsk_`` signing key), ``content-type`` and ``user-agent``. The result
+    ``v1a,`` for a ``whsk_`` signing key), ``content-type`` and ``user-agent``
+    (:data:`USER_AGENT` unless given). The result
     has the status (``None`` when no answer came), an error text, the duration, at most
     ``body_limit`` bytes of the answer and its ``Retry-After``.
     """
@@ -93,7 +96,7 @@ async def post_event(
         "webhook-timestamp": str(timestamp),
         "webhook-signature": signature_header(secrets, event_id, timestamp, body),
         "content-type": content_type,
-        "user-agent": USER_AGENT,
+        "user-agent": user_agent,
     }
     answer: Answer | None = None
     error: str | None = None

@@ -12,12 +12,12 @@ class, and refuse it (nothing sent) when that class reads another host: the host
 the host connected to, whatever the client's normalization would have made of the original.
 
 * :class:`AiohttpPoster` (the daemon's deliveries, ``endpoints test``, the ping of the
-  management API and the console): aiohttp, chosen by measurement for the delivery path only
-  (the Sessions API client stays on httpx). Its resolver is
-  :func:`sessionhook.relay.delivery.resolve.vet_host`: a name is resolved ONCE per new connection,
-  every address checked, and the connection goes to a vetted address (no DNS rebinding;
-  ``Host`` and TLS SNI stay the URL's name). aiohttp does not ask the resolver about an IP
-  literal, so literals are judged before each POST
+  management API and the console, ``listen --forward-to``): aiohttp, chosen by
+  measurement for the delivery path only (the Sessions API client stays on httpx). Its
+  resolver is :func:`sessionhook.relay.delivery.resolve.vet_host`: a name is resolved ONCE
+  per new connection, every address checked, and the connection goes to a vetted address
+  (no DNS rebinding; ``Host`` and TLS SNI stay the URL's name). aiohttp does not ask the
+  resolver about an IP literal, so literals are judged before each POST
   (:func:`~sessionhook.relay.domain.addresses.literal_refusal`). No proxy from the
   environment (a proxy would resolve the name itself). On this project's bench
   (``bench/throughput.py``, a bare loop of signed POSTs, 16 in flight, loopback receiver
