@@ -16,7 +16,8 @@ import pytest
 
 from sessionhook.api.models import Session
 from sessionhook.relay.domain.events import Event
-from sessionhook.relay.store import AsyncStore, PostgresStore, StoreFullError
+from sessionhook.relay.store import AsyncStore, PostgresStore, Store, StoreFullError
+from sessionhook.relay.store.policy import policy_of
 
 BIG = "x" * 200_000
 SRC = Path(__file__).resolve().parent.parent / "src" / "sessionhook"
@@ -129,3 +130,25 @@ def test_nothing_outside_the_store_reaches_past_the_door() -> None:
         for m in _REACHING.finditer(text)
     ]
     assert found == []
+
+
+def _role_classes(store: Store) -> list[type]:
+    """The classes of the store's roles (its attributes but the database)."""
+    return [
+        type(value)
+        for value in vars(store).values()
+        if type(value).__module__.startswith("sessionhook.relay.store.") and value is not store.db
+    ]
+
+
+def test_every_public_method_of_every_role_declares_its_policy(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "relay.db") as store:
+        classes = _role_classes(store)
+    assert len(classes) >= 10
+    undeclared = [
+        f"{cls.__name__}.{name}"
+        for cls in classes
+        for name, member in vars(cls).items()
+        if callable(member) and not name.startswith("_") and policy_of(member) is None
+    ]
+    assert undeclared == []

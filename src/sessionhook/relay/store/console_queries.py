@@ -26,6 +26,7 @@ from .log_rows import (
     where,
 )
 from .ops_queries import OperatorQueries
+from .policy import call
 from .rows import AttemptRow, DeliveryRow, EndpointState, EventRow, SessionRow, StatusSummary
 
 __all__ = [
@@ -128,36 +129,44 @@ class ConsoleQueries:
 
     # ----------------------------------------------------------------- shared reads
 
+    @call
     def get_session(self, name: str) -> SessionRow | None:
         """The archived session, or ``None``."""
         return get_session(self._db.conn, name)
 
+    @call
     def endpoint_states(self) -> list[EndpointState]:
         """Every endpoint the store knows, by name."""
         return self._endpoints.endpoint_states()
 
+    @call
     def status_summary(self, now: float) -> StatusSummary:
         """The figures of ``sessionhook status`` at ``now`` (the overview)."""
         return self._operator.status_summary(now)
 
+    @call
     def get_delivery(self, delivery_id: int) -> DeliveryRow | None:
         """One delivery, or ``None``."""
         return self._operator.get_delivery(delivery_id)
 
+    @call
     def list_attempts(self, delivery_id: int) -> list[AttemptRow]:
         """The attempts of a delivery, first to last."""
         return self._operator.list_attempts(delivery_id)
 
+    @call
     def get_event(self, event_id: str) -> EventRow | None:
         """One archived event, or ``None``."""
         return self._operator.get_event(event_id)
 
+    @call
     def last_event_seq(self) -> int:
         """The position of the newest archived event (0 when there is none)."""
         return self._operator.last_event_seq()
 
     # ----------------------------------------------------------------- sessions
 
+    @call
     def console_sessions(
         self,
         *,
@@ -229,12 +238,14 @@ class ConsoleQueries:
             for r in rows
         ]
 
+    @call
     def console_session_facets(self) -> tuple[list[str], list[str]]:
         """The distinct session states and accounts (the list's filter choices)."""
         states = [r[0] for r in self._db.conn.execute("SELECT DISTINCT state FROM sessions")]
         accounts = [r[0] for r in self._db.conn.execute("SELECT DISTINCT account FROM sessions")]
         return sorted(s for s in states if s), sorted(a for a in accounts if a)
 
+    @call
     def console_timeline(
         self, session: str, *, after_seq: int = 0, limit: int = 200
     ) -> list[EventRow]:
@@ -258,6 +269,7 @@ class ConsoleQueries:
         ).fetchall()
         return [event_row(self._bodies, r) for r in rows]
 
+    @call
     def console_events(
         self,
         *,
@@ -297,6 +309,7 @@ class ConsoleQueries:
             ConsoleEvent(r[0], r[1], r[2], r[3], r[4], tuple(counts.get(r[1], ()))) for r in rows
         ]
 
+    @call
     def find_session(self, text: str) -> str | None:
         """The archived session ``text`` names (``sessions/ID`` or the bare ``ID``)."""
         for name in (text, f"sessions/{text}"):
@@ -306,6 +319,7 @@ class ConsoleQueries:
 
     # ----------------------------------------------------------------- deliveries
 
+    @call
     def deliveries_of_events(self, event_ids: Sequence[str]) -> list[DeliveryRow]:
         """Every delivery of these events (at most :data:`MAX_IDS`), oldest first."""
         if not event_ids:
@@ -318,6 +332,7 @@ class ConsoleQueries:
         ).fetchall()
         return [delivery_row(r) for r in rows]
 
+    @call
     def attempts_of_deliveries(self, delivery_ids: Sequence[int]) -> list[AttemptRow]:
         """Every logged attempt of these deliveries (at most :data:`MAX_IDS`), in order."""
         if not delivery_ids:
@@ -330,6 +345,7 @@ class ConsoleQueries:
         ).fetchall()
         return [AttemptRow(*r) for r in rows]
 
+    @call
     def console_deliveries(
         self,
         *,
@@ -367,6 +383,7 @@ class ConsoleQueries:
             by_session=by_session,
         )
 
+    @call
     def get_attempt(self, attempt_id: int) -> AttemptRow | None:
         """One logged attempt, or ``None``."""
         row = self._db.conn.execute(
@@ -378,6 +395,7 @@ class ConsoleQueries:
 
     # ----------------------------------------------------------------- overview
 
+    @call
     def attempts_per_minute(self, since: int, minutes: int) -> list[MinuteCounts]:
         """Attempts per minute from ``since`` (whole Unix seconds) for ``minutes`` minutes,
         split into 2xx and the rest; minutes without attempts are left out.
@@ -400,6 +418,7 @@ class ConsoleQueries:
             if 0 <= int(m) < minutes
         ]
 
+    @call
     def budget_used(self, since: float) -> dict[str, int]:
         """Upstream request grants taken since ``since``, per budget (an account's name)."""
         rows = self._db.conn.execute(
@@ -409,6 +428,7 @@ class ConsoleQueries:
 
     # ----------------------------------------------------------------- live
 
+    @call
     def console_events_after(
         self, seq: int, *, session: str | None = None, limit: int = 100
     ) -> list[LiveEvent]:

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 from . import codec
 from .dialect import Database, first_value
+from .policy import call
 from .rows import StoreError
 
 __all__ = [
@@ -205,10 +206,12 @@ class CopyQueries:
     def __init__(self, db: Database) -> None:
         self._db = db
 
+    @call
     def copy_tables(self) -> list[str]:
         """See :class:`CopyStore`."""
         return self._db.table_names()
 
+    @call
     def copy_columns(self, table: str) -> list[str]:
         """See :class:`CopyStore`."""
         cur = self._db.conn.execute(f"SELECT * FROM {_quote(table)} LIMIT 0")
@@ -216,10 +219,12 @@ class CopyQueries:
         cur.fetchall()
         return [c for c in columns if (table, c) not in GENERATED_COLUMNS]
 
+    @call
     def copy_count(self, table: str) -> int:
         """See :class:`CopyStore`."""
         return int(first_value(self._db.conn, f"SELECT COUNT(*) FROM {_quote(table)}"))
 
+    @call
     def copy_read(
         self, table: str, columns: Sequence[str], batch: int
     ) -> Iterator[list[tuple[Any, ...]]]:
@@ -232,6 +237,7 @@ class CopyQueries:
                 return
             yield [tuple(r) for r in rows]
 
+    @call
     def copy_write(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
         """See :class:`CopyStore`."""
         names = ", ".join(_quote(c) for c in columns)
@@ -239,6 +245,7 @@ class CopyQueries:
         with self._db.tx() as c:
             c.executemany(f"INSERT INTO {_quote(table)} ({names}) VALUES ({marks})", rows)
 
+    @call
     def copy_adapt(
         self, table: str, columns: Sequence[str], rows: list[tuple[Any, ...]]
     ) -> list[tuple[Any, ...]]:
@@ -256,12 +263,14 @@ class CopyQueries:
             return [_with(r, i, _text_raw(r[i], r[n], r[t])) for r in rows]
         return rows
 
+    @call
     def copy_clear(self, tables: Sequence[str]) -> None:
         """See :class:`CopyStore`."""
         with self._db.tx() as c:
             for table in tables:
                 c.execute(f"DELETE FROM {_quote(table)}")
 
+    @call
     def copy_finish(self, tables: Sequence[str]) -> None:
         """See :class:`CopyStore`: the backend moves its id generators past the copied ids
         (PostgreSQL's sequences; SQLite's AUTOINCREMENT follows inserted ids by itself)."""

@@ -28,6 +28,7 @@ from ..domain.retry import Dead, Decision, Delivered, DisableEndpoint, Retry
 from .bodies import Bodies
 from .dialect import Connection, Database, first_value
 from .leases import TAKEABLE, ReplicaState
+from .policy import call, write
 from .rows import ActiveEndpoints, AttemptLike, DueDelivery, StoreError
 
 __all__ = ["CLAIM_SQL", "HEADS_SQL", "PRUNE_BATCH", "AttemptRecord", "Outbox", "rows_sql"]
@@ -110,6 +111,7 @@ class Outbox:
         )
         return {int(r[0]) for r in cur.fetchall()}
 
+    @call
     def active_endpoints(self) -> list[str]:
         """The names of the endpoints deliveries go to now (enabled and configured), sorted;
         a dispatcher round reads them once for :meth:`due_deliveries` and
@@ -121,6 +123,7 @@ class Outbox:
             )
         ]
 
+    @call
     def active_revisions(self) -> ActiveEndpoints:
         """:meth:`active_endpoints` with the newest revision of any endpoint's definition
         (see :mod:`.endpoints`): a dispatcher's round reads them instead, and reads the
@@ -135,6 +138,7 @@ class Outbox:
         newest = rows[0][1] if rows else first_value(conn, "SELECT MAX(revision) FROM endpoints")
         return ActiveEndpoints([row[0] for row in rows], int(newest or 0))
 
+    @call
     def due_deliveries(
         self,
         now: float,
@@ -234,6 +238,7 @@ class Outbox:
             if r is not None and r[13] in ("pending", "failed")
         ]
 
+    @call
     def next_due_at(
         self, after: float | None = None, *, active: Sequence[str] | None = None
     ) -> float | None:
@@ -252,6 +257,7 @@ class Outbox:
                 best = float(value)
         return best
 
+    @write
     def record_attempt(
         self, delivery_id: int, attempt: AttemptLike, decision: Decision
     ) -> float | None:
@@ -259,6 +265,7 @@ class Outbox:
         :meth:`record_attempts`). Returns the endpoint's ``failing_since`` afterwards."""
         return self.record_attempts([AttemptRecord(delivery_id, attempt, decision)])[0]
 
+    @write
     def record_attempts(self, records: Sequence[AttemptRecord]) -> list[float | None]:
         """Log attempts and apply their decisions, ALL in one transaction (group commit:
         nothing of the batch is reported before this returns).
@@ -391,6 +398,7 @@ class Outbox:
         value = s["failing_since"]
         return None if value is None else float(value)
 
+    @call
     def pending_count(self, endpoint: str | None = None) -> int:
         """Open (pending or failed) deliveries, of one endpoint or all."""
         if endpoint is None:
@@ -409,6 +417,7 @@ class Outbox:
             )
         )
 
+    @call
     def outbox_stats(self) -> dict[str, tuple[int, float | None]]:
         """Per known endpoint: (open deliveries, ``created_at`` of the oldest) for metrics."""
         rows = self._db.conn.execute(
@@ -418,6 +427,7 @@ class Outbox:
         ).fetchall()
         return {name: (count, oldest) for name, count, oldest in rows}
 
+    @call
     def prune_delivery_log(
         self, before: float, *, batch: int = PRUNE_BATCH, rounds: int | None = None
     ) -> tuple[int, int]:
@@ -463,6 +473,7 @@ class Outbox:
                 break
         return attempts, deliveries
 
+    @call
     def save_rendered(self, delivery_id: int, body: bytes, content_type: str) -> None:
         """Keep the bytes a delivery's first attempt sends (a format or a template made
         them); the first ones saved win, so every retry sends the same bytes."""
@@ -473,6 +484,7 @@ class Outbox:
                 (delivery_id, content_type, body),
             )
 
+    @call
     def rendered_body(self, delivery_id: int) -> tuple[bytes, str] | None:
         """``(body, content_type)`` saved by :meth:`save_rendered`, or ``None``."""
         row = self._db.conn.execute(

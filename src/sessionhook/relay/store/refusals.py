@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from .dialect import Database, first_value
 from .ingest import advance_cursor as move_cursor
+from .policy import call, write
 from .rows import RefusedRow, RefusedSummary
 
 __all__ = ["REFUSAL_REASONS", "Refusals"]
@@ -29,6 +30,7 @@ class Refusals:
     def __init__(self, db: Database) -> None:
         self._db = db
 
+    @write
     def refuse_activity(
         self,
         session_name: str,
@@ -79,6 +81,7 @@ class Refusals:
                 move_cursor(c, session_name, [create_time], cursor_limit)
             return known is None
 
+    @call
     def refused_summary(self, since: float) -> RefusedSummary:
         """Refusals in total, by reason, since ``since`` (Unix seconds), and the latest."""
         by_reason = {
@@ -102,6 +105,7 @@ class Refusals:
             latest=latest[0] if latest else None,
         )
 
+    @call
     def refused_activities(self, limit: int = 100) -> list[RefusedRow]:
         """The most recently refused activities, newest first."""
         rows = self._db.conn.execute(

@@ -346,7 +346,7 @@ class LeaseRole(Protocol):
         """Record this process as a replica."""
         ...
 
-    def heartbeat_replica(self, now: float) -> None:
+    def heartbeat_replica(self, now: float) -> bool:
         """Extend every claim this replica holds."""
         ...
 
@@ -434,17 +434,17 @@ class EconomyRole(Protocol):
         """Take request grants of a budget: (granted, seconds to wait)."""
         ...
 
-    def record_upstream(self, label: str, status: int | str | None, at: float) -> None:
+    def record_upstream(self, label: str, status: int | str | None, at: float) -> bool:
         """Count one upstream request."""
         ...
 
     def record_upstream_counts(
         self, counts: Mapping[tuple[str, int | str | None, int], int]
-    ) -> None:
+    ) -> bool:
         """Count many upstream requests, one transaction."""
         ...
 
-    def mark_poll(self, ok: bool, at: float) -> None:
+    def mark_poll(self, ok: bool, at: float) -> bool:
         """Record a discovery pass."""
         ...
 
