@@ -33,9 +33,7 @@ def lint(tree: Path) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
-    shutil.copytree(
-        ROOT / "src", tmp_path / "src", ignore=shutil.ignore_patterns("__pycache__")
-    )
+    shutil.copytree(ROOT / "src", tmp_path / "src", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / ".importlinter", tmp_path / ".importlinter")
     return tmp_path
 

@@ -15,6 +15,7 @@ from sessionhook.api.models import Session
 from sessionhook.relay.config.database_url import display_url
 from sessionhook.relay.store import (
     AsyncStore,
+    Ingest,
     PostgresStore,
     StoreError,
     StoreFullError,
@@ -70,9 +71,7 @@ def test_migrations_have_the_sqlite_names_and_run_once_even_when_two_start_toget
 
 def test_a_newer_schema_is_refused(pg_url: str) -> None:
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute(
-            f"INSERT INTO {MIGRATIONS_TABLE} (name, applied_at) VALUES ('9999_future', 0)"
-        )
+        conn.execute(f"INSERT INTO {MIGRATIONS_TABLE} (name, applied_at) VALUES ('9999_future', 0)")
     with pytest.raises(StoreError, match=r"newer sessionhook \(migration 9999_future\)"):
         PostgresStore.open(pg_url)
     with pytest.raises(StoreError, match="newer sessionhook"):
@@ -151,7 +150,7 @@ async def test_a_read_only_database_makes_writes_wait_then_succeed(
             )
         session = Session(name="sessions/1", state="IN_PROGRESS")
         with pytest.raises(StoreUnwritableError):
-            await store.call(store.store.ingest.upsert_session, session, baseline=False)
+            await store.run(Ingest.upsert_session, session, baseline=False)
 
         async def writable_again() -> None:
             await anyio.sleep(0.3)
@@ -165,7 +164,7 @@ async def test_a_read_only_database_makes_writes_wait_then_succeed(
         async with anyio.create_task_group() as tg:
             tg.start_soon(writable_again)
             with anyio.fail_after(30):
-                row = await store.ingest.upsert_session(session, baseline=False)
+                row = await store.run(Ingest.upsert_session, session, baseline=False)
         assert row.name == "sessions/1"
         assert store.unwritable is None
     finally:

@@ -208,9 +208,9 @@ async def test_a_request_is_counted_without_waiting_for_the_store(tmp_path: Path
             gate.set()
         await tally.flush(astore)
         await tally.flush(astore)  # nothing left: nothing written twice
-        rows = await astore.call(
-            lambda: sorted(
-                astore.store.db.conn.execute("SELECT label, status, count FROM upstream_requests")
+        rows = await astore.run(
+            lambda s: sorted(
+                s.db.conn.execute("SELECT label, status, count FROM upstream_requests")
             )
         )
         assert rows == [("get_session", 200, 2), ("get_session", 429, 1)]
@@ -230,8 +230,8 @@ async def test_the_tally_writes_what_is_added_while_it_runs(tmp_path: Path) -> N
     async def total() -> int:
         return int(
             (
-                await astore.call(
-                    lambda: astore.store.db.conn.execute(
+                await astore.run(
+                    lambda s: s.db.conn.execute(
                         "SELECT COALESCE(SUM(count), 0) FROM upstream_requests"
                     ).fetchone()
                 )

@@ -67,6 +67,7 @@ from ..store import (
     open_store,
 )
 from ..store.copying import CopyError, CopyReport
+from ..store.policy import write
 
 __all__ = [
     "DELIVERY_STATUSES",
@@ -387,6 +388,7 @@ class ReplayResult:
     reason: str | None = None
 
 
+@write
 def replay(
     store: StoreCore,
     endpoint: str,
@@ -484,6 +486,7 @@ def _replay_none(
     )
 
 
+@write
 def enable_endpoint(store: StoreCore, name: str) -> int:
     """Enable ``name`` again and make what waits for it due now (a retry scheduled while
     it failed goes at once); returns how many deliveries wait for it."""
@@ -498,6 +501,7 @@ def enabled_line(name: str, waiting: int) -> str:
     return f"endpoint {name} enabled; {counted(waiting, 'delivery')} waiting"
 
 
+@write
 def disable_endpoint(store: StoreCore, name: str, reason: str = "disabled by an operator") -> None:
     """Stop delivering to ``name``; its events keep being archived (replay them later)."""
     find_endpoint(store, name)

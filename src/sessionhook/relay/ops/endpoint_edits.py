@@ -44,6 +44,7 @@ from ..store import (
     StoredEndpoint,
     StoreError,
 )
+from ..store.policy import write
 from . import (
     OperatorError,
     UnknownEndpointError,
@@ -210,6 +211,7 @@ def stored_or_refused(store: StoreCore, config: Config, name: str) -> StoredEndp
     )
 
 
+@write
 def create_endpoint(
     store: StoreCore, config: Config, definition: Definition, secret: str
 ) -> EndpointState:
@@ -229,12 +231,14 @@ def create_endpoint(
     return find_endpoint(store, definition.spec.name)
 
 
+@write
 def update_endpoint(store: StoreCore, definition: Definition) -> EndpointState:
     """Replace the definition of an endpoint created at run time."""
     _store_call(store.endpoints.update_endpoint, definition.spec)
     return find_endpoint(store, definition.spec.name)
 
 
+@write
 def delete_endpoint(store: StoreCore, config: Config, name: str) -> int:
     """Delete the endpoint created at run time ``name``: its secrets are erased and its
     open deliveries become dead (last error :data:`DELETED_REASON`); returns how many."""
@@ -242,6 +246,7 @@ def delete_endpoint(store: StoreCore, config: Config, name: str) -> int:
     return _store_call(store.endpoints.delete_endpoint, name, DELETED_REASON)
 
 
+@write
 def rotate_secret(
     store: StoreCore,
     config: Config,

@@ -110,7 +110,7 @@ def session_page(store: StoreCore, *, size: int, after: str | None = None) -> Pa
 def session_detail(store: StoreCore, name: str) -> tuple[SessionRow, list[EventRow], bool]:
     """The session ``name``, its first :data:`SESSION_EVENTS` events in ingest order, and
     whether it has more; :class:`OperatorError` when it is not archived."""
-    row = store.console.get_session(name)
+    row = store.operator.get_session(name)
     if row is None:
         raise OperatorError(f"no session {name} in the archive")
     rows = store.operator.events_after(0, limit=SESSION_EVENTS + 1, session=name)

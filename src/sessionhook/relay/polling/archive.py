@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from sessionhook.api.models import Activity, Session, parse_timestamp
 
 from ..domain import events
-from ..store import AsyncStore, Ingested
+from ..store import AsyncStore, Ingest, Ingested, MetaQueries, Refusals
 from ..telemetry.logs import get_logger
 from ..telemetry.metrics import Metrics
 from .settings import EPOCH_KEY
@@ -60,10 +60,10 @@ class Archive:
     async def load_epoch(self) -> float:
         """The first start of this store (Unix seconds), recorded at the first discovery."""
         if self.epoch is None:
-            raw = await self._store.meta.get_meta(EPOCH_KEY)
+            raw = await self._store.run(MetaQueries.get_meta, EPOCH_KEY)
             if raw is None:
                 self.epoch = self._clock()
-                await self._store.meta.set_meta(EPOCH_KEY, repr(self.epoch))
+                await self._store.run(MetaQueries.set_meta, EPOCH_KEY, repr(self.epoch))
             else:
                 self.epoch = float(raw)
         return self.epoch
@@ -129,7 +129,8 @@ class Archive:
             while end < len(built) and deliver(built[end]) == flag:
                 end += 1
             chunk = built[start:end]
-            added = await self._store.ingest.ingest_activities(
+            added = await self._store.run(
+                Ingest.ingest_activities,
                 session.name,
                 list(batch[start:end]),
                 chunk,
@@ -154,7 +155,7 @@ class Archive:
         for flag in (False, True):
             chosen = [e for e in found if deliver(e) == flag]
             if chosen:
-                added = await self._store.ingest.ingest_session_events(name, chosen, flag)
+                added = await self._store.run(Ingest.ingest_session_events, name, chosen, flag)
                 self.count_ingested(added)
 
     async def refuse(
@@ -174,7 +175,8 @@ class Archive:
         Text that came from upstream and is not Unicode (a lone surrogate a scan let
         through) is kept with a replacement character: the store and the log take it."""
         name, create_time, detail = (_unicode(t) for t in (name, create_time, detail))
-        first = await self._store.refusals.refuse_activity(
+        first = await self._store.run(
+            Refusals.refuse_activity,
             session,
             name,
             reason,

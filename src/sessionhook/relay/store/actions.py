@@ -61,7 +61,7 @@ class ActionRow(ActionClaim):
 
 
 class ActionQueries:
-    """The actions role (:class:`~.roles.ActionRole`) over one database."""
+    """The actions role over one database."""
 
     def __init__(self, db: Database) -> None:
         self._db = db

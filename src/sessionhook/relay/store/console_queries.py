@@ -14,7 +14,6 @@ from typing import Any, Final
 
 from .bodies import Bodies
 from .dialect import Database
-from .endpoints import EndpointQueries
 from .ingest import get_session
 from .log_rows import (
     DELIVERY_COLUMNS,
@@ -25,9 +24,8 @@ from .log_rows import (
     event_row,
     where,
 )
-from .ops_queries import OperatorQueries
 from .policy import call
-from .rows import AttemptRow, DeliveryRow, EndpointState, EventRow, SessionRow, StatusSummary
+from .rows import AttemptRow, DeliveryRow, EventRow
 
 __all__ = [
     "MAX_IDS",
@@ -109,60 +107,15 @@ def _like(text: str) -> str:
 
 
 class ConsoleQueries:
-    """The console role (:class:`~.roles.ConsoleRole`) over one database: the pages of
-    :mod:`sessionhook.relay.web.console` read through these (on a read-only store too),
-    including the few reads they share with the operator (a session, the endpoints, the
-    status, a delivery and its attempts, an event)."""
+    """The console role over one database: the lists and counts the pages of
+    :mod:`sessionhook.relay.web.console` read (on a read-only store too); what they share
+    with the operator (a session, the endpoints, the status, a delivery and its attempts,
+    an event) they read from :class:`~.ops_queries.OperatorQueries` and
+    :class:`~.endpoints.EndpointQueries`."""
 
-    def __init__(
-        self,
-        db: Database,
-        bodies: Bodies,
-        *,
-        endpoints: EndpointQueries,
-        operator: OperatorQueries,
-    ) -> None:
+    def __init__(self, db: Database, bodies: Bodies) -> None:
         self._db = db
         self._bodies = bodies
-        self._endpoints = endpoints
-        self._operator = operator
-
-    # ----------------------------------------------------------------- shared reads
-
-    @call
-    def get_session(self, name: str) -> SessionRow | None:
-        """The archived session, or ``None``."""
-        return get_session(self._db.conn, name)
-
-    @call
-    def endpoint_states(self) -> list[EndpointState]:
-        """Every endpoint the store knows, by name."""
-        return self._endpoints.endpoint_states()
-
-    @call
-    def status_summary(self, now: float) -> StatusSummary:
-        """The figures of ``sessionhook status`` at ``now`` (the overview)."""
-        return self._operator.status_summary(now)
-
-    @call
-    def get_delivery(self, delivery_id: int) -> DeliveryRow | None:
-        """One delivery, or ``None``."""
-        return self._operator.get_delivery(delivery_id)
-
-    @call
-    def list_attempts(self, delivery_id: int) -> list[AttemptRow]:
-        """The attempts of a delivery, first to last."""
-        return self._operator.list_attempts(delivery_id)
-
-    @call
-    def get_event(self, event_id: str) -> EventRow | None:
-        """One archived event, or ``None``."""
-        return self._operator.get_event(event_id)
-
-    @call
-    def last_event_seq(self) -> int:
-        """The position of the newest archived event (0 when there is none)."""
-        return self._operator.last_event_seq()
 
     # ----------------------------------------------------------------- sessions
 
@@ -313,7 +266,7 @@ class ConsoleQueries:
     def find_session(self, text: str) -> str | None:
         """The archived session ``text`` names (``sessions/ID`` or the bare ``ID``)."""
         for name in (text, f"sessions/{text}"):
-            if self.get_session(name) is not None:
+            if get_session(self._db.conn, name) is not None:
                 return name
         return None
 

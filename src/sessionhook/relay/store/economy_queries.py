@@ -78,7 +78,7 @@ class HistoryProgress:
 
 
 class Economy:
-    """The economy role (:class:`~.roles.EconomyRole`) over one database, for the replica
+    """The economy role over one database, for the replica
     ``replica`` (alone on its store, the budget needs no lock row)."""
 
     def __init__(self, db: Database, replica: ReplicaState) -> None:

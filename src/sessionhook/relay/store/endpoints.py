@@ -40,7 +40,7 @@ __all__ = ["EndpointQueries"]
 
 
 class EndpointQueries:
-    """The endpoints role (:class:`~.roles.EndpointRole`) over one database."""
+    """The endpoints role over one database."""
 
     def __init__(self, db: Database) -> None:
         self._db = db

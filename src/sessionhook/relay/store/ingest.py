@@ -69,7 +69,7 @@ def list_sessions(conn: Connection, after: str | None, limit: int) -> list[Sessi
 
 
 class Ingest:
-    """The ingest role (:class:`~.roles.IngestRole`) over one database: it encodes event
+    """The ingest role over one database: it encodes event
     bodies with ``bodies`` and enqueues deliveries for ``endpoints``' subscribers."""
 
     def __init__(self, db: Database, bodies: Bodies, endpoints: EndpointQueries) -> None:

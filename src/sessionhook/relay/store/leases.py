@@ -97,7 +97,7 @@ class ReplicaState:
 
 
 class Leases:
-    """The leases role (:class:`~.roles.LeaseRole`) over one database, for the replica
+    """The leases role over one database, for the replica
     ``replica`` (shared with the outbox and the budget)."""
 
     def __init__(self, db: Database, replica: ReplicaState) -> None:

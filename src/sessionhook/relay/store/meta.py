@@ -10,7 +10,7 @@ __all__ = ["MetaQueries"]
 
 
 class MetaQueries:
-    """The meta role (:class:`~.roles.MetaRole`) over one database."""
+    """The meta role over one database."""
 
     def __init__(self, db: Database) -> None:
         self._db = db

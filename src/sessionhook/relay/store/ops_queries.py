@@ -14,7 +14,7 @@ from ..domain.events import matches, payload_matches
 from .bodies import Bodies
 from .dialect import Database, first_value
 from .endpoints import EndpointQueries
-from .ingest import list_sessions
+from .ingest import get_session, list_sessions
 from .log_rows import (
     DELIVERY_COLUMNS,
     EVENT_COLUMNS,
@@ -68,7 +68,7 @@ def _selection(
 
 
 class OperatorQueries:
-    """The operator role (:class:`~.roles.OperatorRole`) over one database; its status
+    """The operator role over one database; its status
     reads the other roles' figures (the outbox, the endpoints, the meta, the refusals)."""
 
     def __init__(
@@ -357,6 +357,12 @@ class OperatorQueries:
         """Make the open deliveries to ``endpoint`` due now (see
         :meth:`.requeue.Requeue.due_now`)."""
         self._requeue.due_now(endpoint)
+
+    @call
+    def get_session(self, name: str) -> SessionRow | None:
+        """The archived session, or ``None`` (the poller's own read waits out an unreachable
+        store: :meth:`.ingest.Ingest.get_session`)."""
+        return get_session(self._db.conn, name)
 
     @call
     def list_sessions(self, after: str | None = None, limit: int = 50) -> list[SessionRow]:

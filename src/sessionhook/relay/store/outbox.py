@@ -22,16 +22,17 @@ endpoints by name), so two replicas' transactions never wait for each other in a
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from ..domain.retry import Dead, Decision, Delivered, DisableEndpoint, Retry
 from .bodies import Bodies
 from .dialect import Connection, Database, first_value
-from .leases import TAKEABLE, ReplicaState
-from .policy import call, write
+from .leases import TAKEABLE, Leases, ReplicaState
+from .policy import call, write, writes_when
 from .rows import ActiveEndpoints, AttemptLike, DueDelivery, StoreError
 
-__all__ = ["CLAIM_SQL", "HEADS_SQL", "PRUNE_BATCH", "AttemptRecord", "Outbox", "rows_sql"]
+__all__ = ["CLAIM_SQL", "HEADS_SQL", "PRUNE_BATCH", "AttemptRecord", "Outbox", "Round", "rows_sql"]
 
 #: Rows deleted per transaction when pruning: the daemon's writes wait at most this long.
 PRUNE_BATCH = 2000
@@ -86,14 +87,44 @@ class AttemptRecord(NamedTuple):
     decision: Decision
 
 
-class Outbox:
-    """The outbox role (:class:`~.roles.OutboxRole`) over one database, for the replica
-    ``replica`` (a registered one claims the heads it hands out)."""
+@dataclass(slots=True)
+class Round:
+    """One round of the dispatcher (:meth:`Outbox.dispatch_round`): the attempts that
+    finished, to record; then at most ``limit`` due deliveries at ``now``, without the keys
+    in flight (``busy``) and at most ``caps[endpoint]`` of an endpoint; ``release``: the
+    keys handed out by the previous round and not started, whose claims go back first."""
 
-    def __init__(self, db: Database, bodies: Bodies, replica: ReplicaState) -> None:
+    records: Sequence[AttemptRecord]
+    now: float
+    limit: int
+    busy: Iterable[tuple[str, str]] = ()
+    release: Sequence[tuple[str, str]] = ()
+    caps: Mapping[str, int] | None = None
+    #: Per record, the endpoint's failing_since once the records are committed: a round
+    #: tried again after a failure (a full disk waited out) does not record them twice.
+    failing: list[float | None] | None = field(default=None)
+
+
+def _round_writes(outbox: Outbox, round_: Round) -> bool:
+    """Whether a round writes (see :meth:`Outbox.dispatch_round`): it has records, claims
+    to give back on a store with rivals, or claims what it reads (a replica)."""
+    replica = outbox._replica
+    return bool(
+        round_.records
+        or (round_.release and not replica.exclusive)
+        or (round_.limit > 0 and replica.claims)
+    )
+
+
+class Outbox:
+    """The outbox role over one database, for the replica ``replica`` (a registered one
+    claims the heads it hands out, and gives them back through ``leases``)."""
+
+    def __init__(self, db: Database, bodies: Bodies, replica: ReplicaState, leases: Leases) -> None:
         self._db = db
         self._bodies = bodies
         self._replica = replica
+        self._leases = leases
 
     @staticmethod
     def _claim_heads(
@@ -256,6 +287,32 @@ class Outbox:
             if value is not None and (best is None or value < best):
                 best = float(value)
         return best
+
+    @writes_when(_round_writes)
+    def dispatch_round(
+        self, round_: Round
+    ) -> tuple[list[float | None], list[DueDelivery], float | None, ActiveEndpoints]:
+        """One round of the dispatcher in ONE call to the store's thread: record the
+        round's records in one transaction (:meth:`record_attempts`, committed before
+        anything is read), give its ``release`` claims back, then :meth:`due_deliveries`
+        and, when fewer than ``limit`` are due, :meth:`next_due_at` after ``now`` (else
+        ``now``). Returns (failing_since per record, due deliveries, next due time, the
+        active endpoints and the newest revision of a definition: :meth:`active_revisions`).
+        A round that writes (records, claims given back or taken) waits out a full disk
+        (the batch is tried again whole: nothing of it was committed); else it is a read,
+        once."""
+        if round_.failing is None:
+            round_.failing = self.record_attempts(round_.records)
+        if round_.release:
+            self._leases.release_delivery_claims(round_.release)
+        # Read once for both queries; the newest revision tells the dispatcher whether
+        # endpoints created through the API changed (see active_revisions).
+        active = self.active_revisions()
+        names, now, limit = active.names, round_.now, round_.limit
+        due = self.due_deliveries(now, limit, set(round_.busy), round_.caps, active=names)
+        if limit > 0 and len(due) >= limit:
+            return round_.failing, due, now, active
+        return round_.failing, due, self.next_due_at(after=now, active=names), active
 
     @write
     def record_attempt(

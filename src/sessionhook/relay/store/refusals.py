@@ -25,7 +25,7 @@ _MAX_TEXT = 512
 
 
 class Refusals:
-    """The refusals role (:class:`~.roles.RefusalRole`) over one database."""
+    """The refusals role over one database."""
 
     def __init__(self, db: Database) -> None:
         self._db = db

@@ -13,6 +13,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from ...ops.wire import object_times
+from ...store import ActionQueries
 from ...store.actions import ActionRow
 from ..context import WebContext
 from .common import bad_request, page_answer, page_request, query_text, require_store
@@ -38,7 +39,9 @@ def actions_routes(ctx: WebContext) -> Sequence[BaseRoute]:
                 raise bad_request("pageToken is not one this API gave")
             before = int(page.after)
         session = query_text(request, "session")
-        rows = await store.actions.list_actions(session=session, before=before, limit=page.size + 1)
+        rows = await store.run(
+            ActionQueries.list_actions, session=session, before=before, limit=page.size + 1
+        )
         more = len(rows) > page.size
         rows = rows[: page.size]
         after = str(rows[-1].id) if more else None

@@ -24,6 +24,7 @@ from ...domain.actions import ActionKind
 from ...ops import OperatorError, pages
 from ...ops.actions import Actor, record_direct
 from ...ops.wire import event_json, session_json
+from ...store import OperatorQueries
 from ...telemetry.logs import get_logger
 from ..auth import client_address
 from ..context import WebContext
@@ -82,7 +83,7 @@ def sessions_routes(ctx: WebContext) -> Sequence[BaseRoute]:
     async def act(request: Request, kind: ActionKind, text: str | None) -> Response:
         store = require_store(ctx)
         name = session_name(request.path_params["id"])
-        if await store.console.get_session(name) is None:
+        if await store.run(OperatorQueries.get_session, name) is None:
             raise not_found(f"no session {name} in the archive")
         if ctx.act is None:
             raise unavailable("this relay cannot act on sessions (no upstream client here)")

@@ -162,7 +162,7 @@ class Actions:
         try:
             # The operator layer's replay (as `sessionhook replay`): a range is queued a
             # chunk at a time, each chunk one short transaction.
-            result = await store.run_write(
+            result = await store.run(
                 operator.replay,
                 endpoint,
                 event_ids=[event_id] if event_id else (),
@@ -189,7 +189,7 @@ class Actions:
         if not key.isascii() or not key.isdigit() or len(key) > 18:
             return _done(back, "error", "retry: choose a delivery")
         try:
-            result = await store.run_write(requeue.retry, int(key))
+            result = await store.run(requeue.retry, int(key))
         except (OperatorError, StoreError) as exc:
             return _done(back, "error", f"retry: {exc}")
         self.deps.wake()
@@ -209,7 +209,7 @@ class Actions:
         except ValueError as exc:
             return _done(back, "error", f"recover: since: {exc}")
         try:
-            result = await store.run_write(requeue.recover, endpoint, since)
+            result = await store.run(requeue.recover, endpoint, since)
         except (OperatorError, StoreError) as exc:
             return _done(back, "error", f"recover: {exc}")
         if result.queued:
@@ -229,9 +229,9 @@ class Actions:
         reason = form.get("reason", "").strip()[:200] or "disabled in the console"
         try:
             if enable:
-                waiting = await store.run_write(operator.enable_endpoint, name)
+                waiting = await store.run(operator.enable_endpoint, name)
             else:
-                await store.run_write(operator.disable_endpoint, name, reason)
+                await store.run(operator.disable_endpoint, name, reason)
         except (OperatorError, StoreError) as exc:
             return _done(back, "error", str(exc))
         _log.info(

@@ -340,7 +340,7 @@ async def _off_loop(fn: Callable[[], T]) -> T:
 async def _in_store(store: AsyncStore, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """``fn(store, *args)`` in the store's thread; a refusal as :class:`_Refused`."""
     try:
-        return await store.run_write(fn, *args, **kwargs)
+        return await store.run(fn, *args, **kwargs)
     except (operator.OperatorError, StoreError) as exc:
         raise _refusal(exc) from None
 
