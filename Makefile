@@ -2,28 +2,41 @@
 #   make demo   - emulator + relay + a local webhook consumer, signed events printed as they arrive
 #   make test   - lint, type check and the whole test suite
 # Both create .venv and install what they run first: the demo the package and its
-# dependencies, the tests those and their tools (the test extras).
+# dependencies, the tests those and their tools (the test extras), at the versions of the
+# locks in requirements/ (scripts/install; `make lock` refreshes them: docs/operations.md).
 PYTHON  ?= python3
+export PYTHON
 VENV    := .venv
 BIN     := $(VENV)/bin
+LOCKS   := requirements
 # What the demo runs: the package and its dependencies.
 RUNTIME := $(VENV)/.runtime
 # That and the test extras (pytest, ruff, mypy, selenium...): lint, test, bench.
 STAMP   := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck bench clean system-deps
+.PHONY: demo test lint typecheck bench clean system-deps lock
 
+# No pip in it: the locks bring pip (scripts/install).
 $(BIN)/python:
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
+	$(PYTHON) -m venv --without-pip $(VENV)
 
-$(RUNTIME): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e .
+$(RUNTIME): pyproject.toml $(LOCKS)/runtime.txt | $(BIN)/python
+	scripts/install $(VENV) $(LOCKS)/runtime.txt
 	touch $(RUNTIME)
 
-$(STAMP): $(RUNTIME)
-	$(BIN)/pip install --quiet -e '.[test]'
+$(STAMP): $(RUNTIME) $(LOCKS)/test.txt
+	scripts/install $(VENV) $(LOCKS)/test.txt
 	touch $(STAMP)
+
+# The locks from pyproject.toml, for every platform: versions already locked are kept
+# while they fit; `make lock UPGRADE=--upgrade` takes the newest that fit (or
+# UPGRADE='--upgrade-package NAME'). The runtime's lock is a subset of the tests'.
+COMPILE = $(BIN)/uv pip compile --quiet --universal --generate-hashes \
+	--custom-compile-command 'make lock' $(UPGRADE)
+lock: $(RUNTIME)
+	$(COMPILE) pyproject.toml --extra test -o $(LOCKS)/test.txt
+	$(COMPILE) pyproject.toml -c $(LOCKS)/test.txt -o $(LOCKS)/runtime.txt
+	echo uv | $(COMPILE) - -o $(LOCKS)/uv.txt
 
 demo: $(RUNTIME)
 	$(BIN)/sessionhook demo

@@ -1,4 +1,4 @@
-"""CPU time of a ``sessionhook`` command from exec to exit (issue 20, item 14).
+"""CPU time of a ``sessionhook`` command from exec to exit.
 
 Each command runs ``--runs`` times as a child process; its CPU time (user + system) is read
 from ``resource.getrusage(RUSAGE_CHILDREN)`` around the run, so neither this script nor the

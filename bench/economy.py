@@ -7,7 +7,7 @@ is the relay's (the bench changes the stand-in's world through its Python API, n
 
 Scenarios (``--scenario``, default ``all``), each run ``--runs`` times (medians printed):
 
-* ``finishing``: the workload of issue 20 at the relay's default poll settings: 20 working
+* ``finishing``: sessions that finish, at the relay's default poll settings: 20 working
   sessions gain 126 activities over 30 s (``--duration``) and then finish: each a "Session
   started" activity, a plan, its approval, progress updates, in five of them a pull request,
   and a ``sessionCompleted``

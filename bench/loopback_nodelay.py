@@ -2,8 +2,9 @@
 
 asyncio sets TCP_NODELAY on accepted connections only when the listening socket's protocol
 is IPPROTO_TCP. This serves the emulator twice on loopback, once on a socket created with
-protocol 0 (the old code) and once through ``sessionhook.sockets.listening_socket``, and
-times the same GETs against both, interleaved so machine noise hits both alike.
+protocol 0 (a bare ``socket.socket()``) and once through
+``sessionhook.sockets.listening_socket``, and times the same GETs against both,
+interleaved so machine noise hits both alike.
 
     .venv/bin/python bench/loopback_nodelay.py [--requests 60]
 """

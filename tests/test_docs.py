@@ -115,6 +115,34 @@ def test_a_broken_link_or_anchor_is_found(tmp_path: Path) -> None:
     ]
 
 
+#: An issue named by its number: history, which the git log keeps.
+ISSUE = re.compile(r"\bissues?[ -]#?\d+", re.IGNORECASE)
+
+
+def test_the_docs_and_the_code_name_no_issue_numbers() -> None:
+    """The docs, the code, the benchmarks and the packaging say what is, not which issue
+    changed it (the git log keeps that)."""
+    assert all(ISSUE.search(s) for s in ("issue 20", "Issue #8", "the issue-8 profile"))
+    assert ISSUE.search("an issue with 2 hosts") is None
+    files = [
+        *doc_pages(REPO),
+        *(REPO / name for name in ("pyproject.toml", "Makefile", "config.example.toml")),
+        *(
+            path
+            for root in ("src", "bench", "scripts", "systemd")
+            for path in (REPO / root).rglob("*")
+        ),
+    ]
+    named = [
+        f"{path.relative_to(REPO)}:{number}: {match[0]}"
+        for path in files
+        if path.is_file() and path.suffix not in {".png", ".pyc", ".svg", ".ico"}
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+        if (match := ISSUE.search(line))
+    ]
+    assert named == []
+
+
 def test_every_docs_page_the_tree_names_exists() -> None:
     """Code, tests, units and configs name pages (``docs/design.md``): each one exists."""
     named: dict[str, set[str]] = {}

@@ -138,7 +138,6 @@ _RELAY_LIGHT = {
 }
 _NEVER_FOR_THE_API = (
     "sqlite3",
-    "sqlite_utils",
     "psycopg",
     "aiohttp",
     "starlette",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -412,3 +413,28 @@ def test_delivery_metrics_show_what_prometheus_clients_counter_and_histogram_wou
     if not getattr(prometheus_client.metrics, "_use_created", True):
         return  # PROMETHEUS_DISABLE_CREATED_SERIES: none on either side (compared above)
     assert len(stamps) == 6 and all(abs(stamp - time.time()) < 3600 for stamp in stamps)
+
+
+def test_docs_list_every_family_with_its_labels() -> None:
+    """docs/operations.md's table is the one list of the families: every family the relay
+    exposes is in it, and it names no other; the labels of those with samples are listed."""
+    from pathlib import Path
+
+    docs = (Path(__file__).parents[1] / "docs" / "operations.md").read_text("utf-8")
+    metrics = Metrics()
+    metrics.delivery_attempted("ci", "delivered", 0.1)  # DeliveryStats shows families once used
+    exposed: dict[str, set[str]] = {}
+    for family in metrics.registry.collect():
+        name = family.name.removeprefix("sessionhook_")
+        name += "_total" if family.type == "counter" else ""
+        exposed[name] = {label for s in family.samples for label in s.labels if label != "le"}
+    table = docs.split("| metric | labels | meaning |", 1)[1].split("\n\n", 1)[0]
+    listed: dict[str, set[str]] = {}
+    for row in table.strip().splitlines()[1:]:
+        first, second, _ = (cell.strip() for cell in row.strip().strip("|").split("|"))
+        names = re.findall(r"`([a-z_]+)`", first)
+        labels = set(re.findall(r"`([a-z_]+)`", second))
+        for name in names:
+            listed[name] = labels
+            assert exposed.get(name, set()) <= labels, (name, exposed.get(name), labels)
+    assert set(listed) == set(exposed)

@@ -369,7 +369,7 @@ def test_a_rolled_back_ingest_leaves_no_stale_reference(store: Store) -> None:
 
 
 def test_migration_builds_heads_for_an_existing_outbox(tmp_path: Path) -> None:
-    """A 0.1 database with open deliveries gets its heads when 0004 runs."""
+    """A 0.1 database with open deliveries gets its heads when 0005_outbox_heads runs."""
     path = tmp_path / "old.db"
     with Store.open(path, clock=Clock()) as s:
         s.endpoints.sync_endpoints([Ep("a")])
@@ -380,8 +380,8 @@ def test_migration_builds_heads_for_an_existing_outbox(tmp_path: Path) -> None:
     conn.execute("DROP TABLE outbox_heads")
     for name in ("insert", "update", "delete"):
         conn.execute(f"DROP TRIGGER IF EXISTS outbox_heads_on_{name}")
-    conn.execute("DELETE FROM _sqlite_migrations WHERE name = '0004_outbox_heads'")
-    # 0007 (replicas) adds claim columns to the heads: undone too, re-run after 0004.
+    conn.execute("DELETE FROM _sqlite_migrations WHERE name = '0005_outbox_heads'")
+    # 0007 (replicas) adds claim columns to the heads: undone too, re-run after 0005.
     for statement in (
         "DROP TABLE replicas",
         "DROP TABLE leases",

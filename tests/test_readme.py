@@ -648,8 +648,17 @@ def make_plan(target: str, tmp_path: Path) -> list[str]:
     """What ``make TARGET`` would run in a fresh checkout (no .venv yet): ``make -n``."""
     shutil.copyfile(REPO / "Makefile", tmp_path / "Makefile")
     shutil.copyfile(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+    # Under ``make test`` the outer make's variables would make this one print
+    # "Entering/Leaving directory" lines; the plan is what a fresh shell would run.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
+    shutil.copytree(REPO / "requirements", tmp_path / "requirements", dirs_exist_ok=True)
     done = subprocess.run(
-        ["make", "-n", target], cwd=tmp_path, capture_output=True, text=True, timeout=60
+        ["make", "--no-print-directory", "-n", target],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
     )
     assert done.returncode == 0, done.stderr
     return done.stdout.splitlines()
@@ -657,11 +666,50 @@ def make_plan(target: str, tmp_path: Path) -> list[str]:
 
 def test_make_demo_installs_what_it_runs_and_make_test_everything(tmp_path: Path) -> None:
     """The README's two commands on a fresh machine: ``make demo`` installs the package
-    (what the demo runs), not the test extras; ``make test`` installs those too."""
+    (what the demo runs), not the test extras; ``make test`` installs those too: each from
+    its lock."""
     demo = make_plan("demo", tmp_path)
-    installs = [line for line in demo if " install " in line and "--upgrade pip" not in line]
-    assert installs == [".venv/bin/pip install --quiet -e ."], demo
+    installs = [line for line in demo if "install" in line]
+    assert installs == ["scripts/install .venv requirements/runtime.txt"], demo
     assert demo[-1] == ".venv/bin/sessionhook demo"
     test = make_plan("test", tmp_path)
-    assert ".venv/bin/pip install --quiet -e '.[test]'" in test, test
+    assert "scripts/install .venv requirements/test.txt" in test, test
     assert (REPO / ".ci/run").read_text().strip().endswith("make test")
+
+
+def _locked(lock: str) -> dict[str, tuple[str, int]]:
+    """``requirements/LOCK``'s pins: name -> (version, how many hashes)."""
+    pins: dict[str, tuple[str, int]] = {}
+    name = ""
+    for line in (REPO / "requirements" / lock).read_text().splitlines():
+        if match := re.match(r"([A-Za-z0-9._-]+)==([^ ;\\]+)", line):
+            name = match[1].lower().replace("_", "-").replace(".", "-")
+            pins[name] = (match[2], 0)
+        elif line.strip().startswith("--hash=sha256:"):
+            pins[name] = (pins[name][0], pins[name][1] + 1)
+    return pins
+
+
+def test_the_locks_hold_what_pyproject_asks_each_pin_hashed() -> None:
+    """requirements/runtime.txt pins every dependency of pyproject.toml within its range,
+    test.txt every one of the test extras too, at the same versions (the runtime's lock is
+    a subset of the tests'), and every pin has its hashes; uv.txt pins uv."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    runtime, test = _locked("runtime.txt"), _locked("test.txt")
+    for lock, wanted in (
+        (runtime, project["dependencies"]),
+        (test, project["dependencies"] + project["optional-dependencies"]["test"]),
+    ):
+        for requirement in map(Requirement, wanted):
+            name = requirement.name.lower().replace("_", "-").replace(".", "-")
+            assert name in lock, f"{requirement} is not locked: make lock"
+            version, _ = lock[name]
+            assert requirement.specifier.contains(version), f"{requirement}: {version} locked"
+    assert {name: test[name] for name in runtime} == runtime
+    uv = _locked("uv.txt")
+    assert list(uv) == ["uv"]
+    assert all(hashes for _, hashes in [*runtime.values(), *test.values(), *uv.values()])

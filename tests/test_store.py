@@ -16,8 +16,6 @@ from typing import Any
 import anyio
 import psycopg
 import pytest
-from sqlite_utils import Database
-from sqlite_utils.migrations import Migrations
 
 from sessionhook.api.models import Activity, Session
 from sessionhook.relay.config import EndpointConfig
@@ -35,8 +33,9 @@ from sessionhook.relay.store import (
     Outbox,
     Store,
     StoreError,
+    migrations,
 )
-from sessionhook.relay.store import schema as store_schema
+from sessionhook.relay.store.migrations import MIGRATIONS, Migration
 from tests.support.backends import Backend, sqlite_only
 from tests.support.clock import T0, Clock
 from tests.support.store_rows import Ep, activity, built, ingest, ready, session
@@ -81,6 +80,7 @@ def test_open_creates_directories_and_sets_pragmas(store: Store) -> None:
     assert pragma("PRAGMA foreign_keys").fetchone()[0] == 1
     assert pragma("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
     assert pragma("PRAGMA busy_timeout").fetchone()[0] >= 1000
+    assert pragma("PRAGMA recursive_triggers").fetchone()[0] == 1
 
 
 def test_migrations_are_recorded_once_and_rerun_safely(tmp_path: Path) -> None:
@@ -93,10 +93,10 @@ def test_migrations_are_recorded_once_and_rerun_safely(tmp_path: Path) -> None:
                 "SELECT migration_set, name, applied_at FROM _sqlite_migrations"
             ).fetchall()
             assert [(r[0], r[1]) for r in rows] == [
-                ("sessionhook", name) for name in store_schema._KNOWN_MIGRATIONS
+                ("sessionhook", m.name) for m in MIGRATIONS
             ]
             assert rows[0][1] == "0001_initial"
-            assert "0004_outbox_heads" in [r[1] for r in rows]
+            assert "0005_outbox_heads" in [r[1] for r in rows]
             assert all(r[2] for r in rows)
             assert again.meta.get_meta("k") == "v"
 
@@ -131,18 +131,10 @@ def test_a_foreign_sqlite_database_is_refused(tmp_path: Path) -> None:
 def test_a_failing_migration_leaves_no_trace(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    broken = Migrations("sessionhook")
-    broken(name="0001_initial")(store_schema._m0001_initial)
-
-    @broken(name="0002_broken")
-    def _m0002(db: Database) -> None:
-        db.execute("CREATE TABLE half_done (x INTEGER)")
-        raise RuntimeError("migration bug")
-
-    monkeypatch.setattr(store_schema, "MIGRATIONS", broken)
-    monkeypatch.setattr(store_schema, "_KNOWN_MIGRATIONS", ["0001_initial", "0002_broken"])
+    broken = Migration("0002_broken", ("CREATE TABLE half_done (x INTEGER)", "SELECT nowhere"))
+    monkeypatch.setattr(migrations, "MIGRATIONS", (MIGRATIONS[0], broken))
     path = tmp_path / "db.sqlite"
-    with pytest.raises(RuntimeError, match="migration bug"):
+    with pytest.raises(StoreError, match="no such column: nowhere"):
         Store.open(path)
     conn = sqlite3.connect(path)
     assert conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall() == []

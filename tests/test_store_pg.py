@@ -21,9 +21,8 @@ from sessionhook.relay.store import (
     StoreFullError,
     StoreUnwritableError,
 )
-from sessionhook.relay.store import schema as sqlite_schema
 from sessionhook.relay.store.dialect import to_pyformat
-from sessionhook.relay.store.schema_pg import MIGRATIONS_TABLE
+from sessionhook.relay.store.migrations import MIGRATIONS, POSTGRES
 from tests.support.loopback import free_port
 from tests.support.pg import PASSWORD, Cluster
 
@@ -47,7 +46,7 @@ def test_the_query_text_is_translated_once_for_psycopg() -> None:
     )
 
 
-def test_migrations_have_the_sqlite_names_and_run_once_even_when_two_start_together(
+def test_migrations_are_recorded_in_order_and_run_once_even_when_two_start_together(
     empty_url: str,
 ) -> None:
     errors: list[BaseException] = []
@@ -65,13 +64,15 @@ def test_migrations_have_the_sqlite_names_and_run_once_even_when_two_start_toget
         t.join(timeout=60)
     assert not errors
     with psycopg.connect(empty_url) as conn:
-        names = [r[0] for r in conn.execute(f"SELECT name FROM {MIGRATIONS_TABLE} ORDER BY seq")]
-    assert names == sqlite_schema._KNOWN_MIGRATIONS
+        names = [r[0] for r in conn.execute(POSTGRES.recorded.encode())]
+    assert names == [m.name for m in MIGRATIONS]
 
 
 def test_a_newer_schema_is_refused(pg_url: str) -> None:
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute(f"INSERT INTO {MIGRATIONS_TABLE} (name, applied_at) VALUES ('9999_future', 0)")
+        conn.execute(
+            f"INSERT INTO {POSTGRES.bookkeeping} (name, applied_at) VALUES ('9999_future', 0)"
+        )
     with pytest.raises(StoreError, match=r"newer sessionhook \(migration 9999_future\)"):
         PostgresStore.open(pg_url)
     with pytest.raises(StoreError, match="newer sessionhook"):

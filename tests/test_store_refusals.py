@@ -3,15 +3,14 @@ bounded by the upstream clock, names archived under another session."""
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import pytest
-from sqlite_utils import Database
 
 from sessionhook.api.models import Activity, Session
-from sessionhook.relay.store import Store, schema
+from sessionhook.relay.store import Store
 from tests.support.backends import Backend
+from tests.support.schemas import build_old_sqlite
 
 
 def store(backend: Backend) -> Store:
@@ -85,13 +84,7 @@ def test_refusals_are_recorded_once_counted_and_summarised(backend: Backend) -> 
 
 def test_a_database_of_the_first_version_gains_the_refusals_table(tmp_path: Path) -> None:
     path = tmp_path / "old.sqlite"
-    conn = sqlite3.connect(path)
-    db = Database(conn)
-    # Only the first migration, as 0.1 left it.
-    first = schema.Migrations("sessionhook")
-    first(name="0001_initial")(schema._m0001_initial)
-    first.apply(db)
-    conn.close()
+    build_old_sqlite(path, through="0001_initial")  # only the first migration, as 0.1 left it
     with Store.open(path) as s:
         assert s.refusals.refused_activities() == []
         applied = [r[0] for r in s.db.conn.execute("SELECT name FROM _sqlite_migrations")]

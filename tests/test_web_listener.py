@@ -264,3 +264,67 @@ def test_max_connections_may_use_half_the_files_limit() -> None:
     problem = listener.check_files_limit(513, 1024)
     assert problem is not None and problem.startswith("config error: server.max_connections:")
     assert "\n" not in problem
+
+
+async def test_the_uvicorn_internals_the_listener_relies_on_are_there() -> None:
+    """The listener subclasses uvicorn's private ``H11Protocol`` and drives ``uvicorn.Server``
+    by its internals, within the uvicorn versions pyproject.toml allows: each part it relies
+    on, so that an upgrade that moves one fails here, by name, rather than as a hang (run
+    in a loop: the protocol takes the running one)."""
+    import inspect
+
+    import h11
+    import uvicorn
+    from uvicorn.protocols.http import h11_impl
+
+    def methods(obj: object, *names: str) -> bool:
+        return all(callable(getattr(obj, name, None)) for name in names)
+
+    config = uvicorn.Config(_ok, lifespan="off", log_config=None, ws="none")
+    config.load()
+    server = uvicorn.Server(config)
+    protocol = h11_impl.H11Protocol(config=config, server_state=server.server_state, app_state={})
+    cycle_sets = h11_impl.RequestResponseCycle.__init__.__code__.co_names
+    parts = {
+        "H11Protocol.conn, an h11.Connection": isinstance(protocol.conn, h11.Connection),
+        "H11Protocol.cycle, .transport": protocol.cycle is None and protocol.transport is None,
+        "H11Protocol.connection_made, connection_lost, data_received, on_response_complete": (
+            methods(
+                protocol,
+                "connection_made",
+                "connection_lost",
+                "data_received",
+                "on_response_complete",
+            )
+        ),
+        "RequestResponseCycle.response_complete": "response_complete" in cycle_sets,
+        "Server.startup(sockets=), shutdown(sockets=)": all(
+            "sockets" in inspect.signature(getattr(server, name)).parameters
+            for name in ("startup", "shutdown")
+        ),
+        "Server.main_loop, capture_signals": methods(server, "main_loop", "capture_signals"),
+        "Server.started, .should_exit": server.started is False and server.should_exit is False,
+        "Config.lifespan_class(config).state, a dict": isinstance(
+            config.lifespan_class(config).state, dict
+        ),
+    }
+    assert [name for name, there in parts.items() if not there] == []
+
+
+def test_uvicorn_is_held_to_the_versions_tested() -> None:
+    """pyproject.toml bounds uvicorn on both sides (the subclass above relies on its
+    internals), and the uvicorn these tests run on is within the bounds."""
+    import tomllib
+    from importlib.metadata import version
+    from pathlib import Path
+
+    from packaging.requirements import Requirement
+
+    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    (uvicorn,) = (
+        req
+        for req in map(Requirement, pyproject["project"]["dependencies"])
+        if req.name == "uvicorn"
+    )
+    assert {spec.operator for spec in uvicorn.specifier} == {">=", "<"}, uvicorn
+    assert uvicorn.specifier.contains(version("uvicorn")), uvicorn

@@ -29,13 +29,14 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
-from typing import Final
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, Final, TypeVar
 from urllib.parse import quote
 
 import anyio
 import httpx
 
+from ._bounds import JsonPath
 from .decoding import Decoder, server_time
 from .exchange import Exchange, OnAnswer
 from .models import (
@@ -88,6 +89,8 @@ DEFAULT_MAX_RESPONSE_BYTES: Final = 16 * 1024 * 1024
 #: with artifacts holding a change set with a patch) is 6 levels deep.
 DEFAULT_MAX_DEPTH: Final = 64
 
+
+_L = TypeVar("_L", ListActivitiesResponse, ListSessionsResponse)
 
 # --------------------------------------------------------------------------- names
 
@@ -200,14 +203,13 @@ class SessionsClient:
         if max_depth < 8:
             raise ValueError(f"max_depth must be at least 8, not {max_depth}")
         self._root = api_root(base_url)
-        self._retry = retry if retry is not None else RetryPolicy()
         self._exchange = Exchange(
             http,
             root=self._root,
             api_key=api_key,
             key_header=api_key_header.strip().lower(),
             timeout=timeout,
-            retry=self._retry,
+            retry=retry if retry is not None else RetryPolicy(),
             max_response_bytes=max_response_bytes,
             max_depth=max_depth,
             gate=gate,
@@ -226,11 +228,6 @@ class SessionsClient:
     def base_url(self) -> str:
         """The API root every path is appended to, ``/v1alpha`` included."""
         return self._root
-
-    @property
-    def retry_policy(self) -> RetryPolicy:
-        """The policy this client retries with."""
-        return self._retry
 
     # ----------------------------------------------------------------------- sessions
 
@@ -326,18 +323,38 @@ class SessionsClient:
     async def _sessions_page(
         self, token: str | None, page_size: int | None, _scan: bool, *, lenient: bool = False
     ) -> Page[Session]:
+        return await self._list_page(
+            "/sessions",
+            ListSessionsResponse,
+            "sessions",
+            {"pageToken": token},
+            page_size,
+            (),
+            lenient,
+        )
+
+    async def _list_page(
+        self,
+        path: str,
+        model: type[_L],
+        key: str,
+        params: dict[str, str | None],
+        page_size: int | None,
+        scan: Sequence[JsonPath],
+        lenient: bool,
+    ) -> Page[Any]:
+        """One page of sessions or activities (``key``: the list's member)."""
         response = await self._exchange.request(
             "GET",
-            "/sessions",
-            params={"pageSize": page_size, "pageToken": token},
+            path,
+            params={"pageSize": page_size, **params},
             idempotent=True,
             page_size=page_size,
+            scan=scan,
         )
-        parsed, invalid = await self._decoder.decode_list(
-            ListSessionsResponse, "sessions", response, lenient=lenient
-        )
+        parsed, invalid = await self._decoder.decode_list(model, key, response, lenient=lenient)
         return Page(
-            parsed.sessions,
+            getattr(parsed, key),
             parsed.next_page_token,
             server_time(response),
             invalid=invalid,
@@ -473,23 +490,14 @@ class SessionsClient:
         *,
         lenient: bool = False,
     ) -> Page[Activity]:
-        response = await self._exchange.request(
-            "GET",
+        return await self._list_page(
             _path(name) + "/activities",
-            params={"pageSize": page_size, "pageToken": token, "createTime": create_time},
-            idempotent=True,
-            page_size=page_size,
-            scan=ACTIVITY_SCAN if scan else (),
-        )
-        parsed, invalid = await self._decoder.decode_list(
-            ListActivitiesResponse, "activities", response, lenient=lenient
-        )
-        return Page(
-            parsed.activities,
-            parsed.next_page_token,
-            server_time(response),
-            invalid=invalid,
-            parsed=parsed,
+            ListActivitiesResponse,
+            "activities",
+            {"pageToken": token, "createTime": create_time},
+            page_size,
+            ACTIVITY_SCAN if scan else (),
+            lenient,
         )
 
     async def get_activity(self, name: str, activity_id: str | None = None) -> Activity:

@@ -34,7 +34,7 @@ from ..redact import redact_userinfo
 
 if TYPE_CHECKING:
     # Imported where they are used: `sessionhook --help` loads neither httpx nor the API
-    # client nor the relay (about 1 s of CPU together; issue 20).
+    # client nor the relay (about 1 s of CPU together: bench/cli_start.py).
     import httpx
 
     from ..api.errors import ApiError

@@ -295,14 +295,48 @@ def _page_options(func: _F) -> _F:
     )(func)
 
 
-def _check_paging(walk_all: bool, page_token: str | None) -> None:
+def _print_list(
+    api: ApiOptions,
+    walk_all: bool,
+    page_token: str | None,
+    key: str,
+    table: Callable[[list[Any]], str],
+    walk: Callable[[SessionsClient], AsyncIterator[Any]],
+    one_page: Callable[[SessionsClient], Awaitable[Any]],
+) -> None:
+    """Print every item (``--all``: ``walk``) or one page (``one_page``) of a list, whose
+    items the wire JSON holds under ``key``."""
     if walk_all and page_token:
         raise click.UsageError("--all walks every page from the first; drop --page-token")
+    if walk_all:
+        items = _call(api, lambda c: _collect(walk(c)))
+        if api.as_json:
+            echo_json({key: [item.to_wire() for item in items]})
+        else:
+            click.echo(table(items))
+        return
+    page = _call(api, one_page)
+    if api.as_json:
+        echo_json(page.to_wire())
+        return
+    click.echo(table(getattr(page, key)))
+    if page.next_page_token:
+        click.echo(f"next page: --page-token {page.next_page_token}")
 
 
-def _print_next(token: str) -> None:
-    if token:
-        click.echo(f"next page: --page-token {token}")
+def _print_one(api: ApiOptions, found: Any, details: Callable[[Any], str]) -> None:
+    if api.as_json:
+        echo_json(found.to_wire())
+    else:
+        click.echo(details(found))
+
+
+def _print_done(api: ApiOptions, line: str) -> None:
+    """What a call that answers nothing prints: ``{}`` for ``--json``, else ``line``."""
+    if api.as_json:
+        echo_json({})
+    else:
+        click.echo(line)
 
 
 # --------------------------------------------------------------------------- sessions
@@ -320,20 +354,15 @@ def sessions_list(
     page_size: int | None, page_token: str | None, walk_all: bool, api: ApiOptions
 ) -> None:
     """List the sessions of the account (newest first)."""
-    _check_paging(walk_all, page_token)
-    if walk_all:
-        items = _call(api, lambda c: _collect(c.iter_sessions(page_size=page_size)))
-        if api.as_json:
-            echo_json({"sessions": [s.to_wire() for s in items]})
-        else:
-            click.echo(session_table(items))
-        return
-    page = _call(api, lambda c: c.list_sessions(page_size=page_size, page_token=page_token))
-    if api.as_json:
-        echo_json(page.to_wire())
-        return
-    click.echo(session_table(page.sessions))
-    _print_next(page.next_page_token)
+    _print_list(
+        api,
+        walk_all,
+        page_token,
+        "sessions",
+        session_table,
+        lambda c: c.iter_sessions(page_size=page_size),
+        lambda c: c.list_sessions(page_size=page_size, page_token=page_token),
+    )
 
 
 @sessions.command("get")
@@ -341,11 +370,7 @@ def sessions_list(
 @api_options
 def sessions_get(session: str, api: ApiOptions) -> None:
     """Show one session: SESSION is sessions/<id> or <id>."""
-    found = _call(api, lambda c: c.get_session(session))
-    if api.as_json:
-        echo_json(found.to_wire())
-    else:
-        click.echo(session_details(found))
+    _print_one(api, _call(api, lambda c: c.get_session(session)), session_details)
 
 
 @sessions.command("create")
@@ -410,10 +435,7 @@ def sessions_create(
 def sessions_delete(session: str, api: ApiOptions) -> None:
     """Delete SESSION (sessions/<id> or <id>)."""
     _call(api, lambda c: c.delete_session(session))
-    if api.as_json:
-        echo_json({})
-    else:
-        click.echo(f"deleted {session}")
+    _print_done(api, f"deleted {session}")
 
 
 @sessions.command("message")
@@ -426,10 +448,7 @@ def sessions_message(session: str, prompt: str, api: ApiOptions) -> None:
     if not text:
         raise click.UsageError("the message is empty")
     _call(api, lambda c: c.send_message(session, text))
-    if api.as_json:
-        echo_json({})
-    else:
-        click.echo(f"sent to {session}")
+    _print_done(api, f"sent to {session}")
 
 
 @sessions.command("approve")
@@ -438,10 +457,7 @@ def sessions_message(session: str, prompt: str, api: ApiOptions) -> None:
 def sessions_approve(session: str, api: ApiOptions) -> None:
     """Approve the pending plan of SESSION."""
     _call(api, lambda c: c.approve_plan(session))
-    if api.as_json:
-        echo_json({})
-    else:
-        click.echo(f"approved the plan of {session}")
+    _print_done(api, f"approved the plan of {session}")
 
 
 # --------------------------------------------------------------------------- activities
@@ -470,30 +486,17 @@ def activities_list(
     api: ApiOptions,
 ) -> None:
     """List the activities of SESSION, oldest first."""
-    _check_paging(walk_all, page_token)
-    if walk_all:
-        items = _call(
-            api,
-            lambda c: _collect(
-                c.iter_activities(session, page_size=page_size, create_time=create_time)
-            ),
-        )
-        if api.as_json:
-            echo_json({"activities": [a.to_wire() for a in items]})
-        else:
-            click.echo(activity_table(items))
-        return
-    page = _call(
+    _print_list(
         api,
+        walk_all,
+        page_token,
+        "activities",
+        activity_table,
+        lambda c: c.iter_activities(session, page_size=page_size, create_time=create_time),
         lambda c: c.list_activities(
             session, page_size=page_size, page_token=page_token, create_time=create_time
         ),
     )
-    if api.as_json:
-        echo_json(page.to_wire())
-        return
-    click.echo(activity_table(page.activities))
-    _print_next(page.next_page_token)
 
 
 @activities.command("get")
@@ -508,11 +511,7 @@ def activities_get(name: str, activity_id: str | None, api: ApiOptions) -> None:
         full_name = activity_name(name, activity_id)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="NAME") from None
-    found = _call(api, lambda c: c.get_activity(full_name))
-    if api.as_json:
-        echo_json(found.to_wire())
-    else:
-        click.echo(activity_details(found))
+    _print_one(api, _call(api, lambda c: c.get_activity(full_name)), activity_details)
 
 
 # --------------------------------------------------------------------------- sources
@@ -539,23 +538,15 @@ def sources_list(
     api: ApiOptions,
 ) -> None:
     """List the sources connected to the account."""
-    _check_paging(walk_all, page_token)
-    if walk_all:
-        items = _call(api, lambda c: _collect(c.iter_sources(page_size=page_size, filter=filter_)))
-        if api.as_json:
-            echo_json({"sources": [s.to_wire() for s in items]})
-        else:
-            click.echo(source_table(items))
-        return
-    page = _call(
+    _print_list(
         api,
+        walk_all,
+        page_token,
+        "sources",
+        source_table,
+        lambda c: c.iter_sources(page_size=page_size, filter=filter_),
         lambda c: c.list_sources(page_size=page_size, page_token=page_token, filter=filter_),
     )
-    if api.as_json:
-        echo_json(page.to_wire())
-        return
-    click.echo(source_table(page.sources))
-    _print_next(page.next_page_token)
 
 
 @sources.command("get")
@@ -563,8 +554,4 @@ def sources_list(
 @api_options
 def sources_get(source: str, api: ApiOptions) -> None:
     """Show one source and its branches: SOURCE is sources/github/<o>/<r> or github/<o>/<r>."""
-    found = _call(api, lambda c: c.get_source(source))
-    if api.as_json:
-        echo_json(found.to_wire())
-    else:
-        click.echo(source_details(found))
+    _print_one(api, _call(api, lambda c: c.get_source(source)), source_details)

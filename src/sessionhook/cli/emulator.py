@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from collections.abc import Callable
 from types import FrameType
+from typing import Any, Final, TypeVar
 
 import click
 
@@ -19,14 +21,22 @@ def _accounts(values: tuple[str, ...]) -> list[tuple[str, ...]]:
     return [tuple(k.strip() for k in value.split(",") if k.strip()) for value in values]
 
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+_CHANCE: Final = click.FloatRange(0, 1)
+
+
+def _shown(flag: str, default: object, kind: Any, text: str, **more: Any) -> Callable[[_F], _F]:
+    """An option with a default shown in ``--help``."""
+    return click.option(flag, default=default, show_default=True, type=kind, help=text, **more)
+
+
 @cli.command("emulator")
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option(
+@_shown("--host", "127.0.0.1", str, "Address to listen on.")
+@_shown(
     "--port",
-    default=8080,
-    show_default=True,
-    type=click.IntRange(0, 65535),
-    help="Port to listen on; 0 picks a free one (printed at start).",
+    8080,
+    click.IntRange(0, 65535),
+    "Port to listen on; 0 picks a free one (printed at start).",
 )
 @click.option(
     "--api-key",
@@ -35,49 +45,25 @@ def _accounts(values: tuple[str, ...]) -> list[tuple[str, ...]]:
     metavar="KEY[,KEY...]",
     help=f"An account's API key(s); repeat for more accounts. Default: ${API_KEY_ENV}.",
 )
-@click.option(
-    "--step-delay",
-    default=0.5,
-    show_default=True,
-    type=click.FloatRange(min=0),
-    help="Seconds between two steps of the scripted agent.",
+@_shown(
+    "--step-delay", 0.5, click.FloatRange(min=0), "Seconds between two steps of the scripted agent."
 )
 @click.option("--seed", type=int, default=None, help="Make ids and content reproducible.")
-@click.option(
-    "--fault-rate-limit",
-    default=0.0,
-    show_default=True,
-    type=click.FloatRange(0, 1),
-    help="Probability of answering 429 (Retry-After: 1).",
-)
-@click.option(
-    "--fault-error",
-    default=0.0,
-    show_default=True,
-    type=click.FloatRange(0, 1),
-    help="Probability of answering 500.",
-)
-@click.option(
-    "--latency-ms",
-    default=0,
-    show_default=True,
-    type=click.IntRange(min=0),
-    help="Delay before every answer, in milliseconds.",
-)
-@click.option(
+@_shown("--fault-rate-limit", 0.0, _CHANCE, "Probability of answering 429 (Retry-After: 1).")
+@_shown("--fault-error", 0.0, _CHANCE, "Probability of answering 500.")
+@_shown("--latency-ms", 0, click.IntRange(min=0), "Delay before every answer, in milliseconds.")
+@_shown(
     "--create-time-filter",
-    default="exclusive",
-    show_default=True,
-    type=click.Choice(["exclusive", "inclusive", "ignore"]),
-    help="How list-activities reads createTime: after, at-or-after, or not at all.",
+    "exclusive",
+    click.Choice(["exclusive", "inclusive", "ignore"]),
+    "How list-activities reads createTime: after, at-or-after, or not at all.",
 )
-@click.option(
+@_shown(
     "--consistency-delay",
-    default=0.0,
-    show_default=True,
-    type=click.FloatRange(min=0),
+    0.0,
+    click.FloatRange(min=0),
+    "A new session and its activities answer 404 this long (eventual consistency).",
     metavar="SECONDS",
-    help="A new session and its activities answer 404 this long (eventual consistency).",
 )
 def emulator_command(
     host: str,

@@ -86,7 +86,6 @@ def _spec(
     disable_after: str | None,
 ) -> dict[str, Any]:
     """The keys the options set (those not given are left out)."""
-    spec: dict[str, Any] = {}
     conditions: dict[str, list[str]] = {}
     for item in filters:
         path, sep, glob = item.partition("=")
@@ -106,10 +105,7 @@ def _spec(
         "rate_limit": rate_limit,
         "disable_after": disable_after,
     }
-    for key, value in values.items():
-        if value is not None:
-            spec[key] = value
-    return spec
+    return {key: value for key, value in values.items() if value is not None}
 
 
 def _config(config_path: str | None, db_path: str | None) -> Config:

@@ -103,10 +103,10 @@ class UpstreamCounter:
 class UpstreamTally:
     """Upstream requests counted on their way to the store's per-minute counters.
 
-    Recording a request used to be one store write, awaited by the request itself: with a
-    backlog, every upstream answer waited behind the store's queue of page ingests
-    (~18 ms a request at load 5; on the path that paces a backfill, the discovery's GET
-    of each new session, it was about a third of the time). :meth:`add` is instant;
+    A request does not await a store write of its own: with a backlog, it would wait
+    behind the store's queue of page ingests (~18 ms a request at load 5; on the path that
+    paces a backfill, the discovery's GET of each new session, about a third of the
+    time). :meth:`add` is instant;
     :meth:`run` writes what was added, one transaction per store call, as soon as the
     previous one committed. The counts reach the store one store round trip later; a
     statistic, so like :meth:`Economy.record_upstream` it is skipped while the store is

@@ -63,7 +63,6 @@ __all__ = [
     "event_id",
     "make_event",
     "matches",
-    "now_text",
     "payload_matches",
     "pull_request_opened",
     "session_discovered",
@@ -424,11 +423,6 @@ def make_event(
         occurred_ts=_to_unix(occurred_at),
         body=body,
     )
-
-
-def now_text(now: float | None) -> str:
-    """``now`` (Unix seconds; ``None``: the clock) as an RFC 3339 text (upstream's style)."""
-    return _now_text(now)
 
 
 def _now_text(now: float | None) -> str:

@@ -15,9 +15,8 @@ from collections.abc import Callable, Sequence
 from sessionhook.api.models import Activity, Session, parse_timestamp
 
 from ..domain import events
-from ..store import AsyncStore, Ingest, Ingested, MetaQueries, Refusals
+from ..store import Ingest, Ingested, MetaQueries, Refusals
 from ..telemetry.logs import get_logger
-from ..telemetry.metrics import Metrics
 from .settings import EPOCH_KEY
 from .state import PollState
 
@@ -36,22 +35,15 @@ class Archive:
 
     def __init__(
         self,
-        store: AsyncStore,
         state: PollState,
         *,
         on_enqueued: Callable[[], None],
         on_ingested: Callable[[], None],
-        metrics: Metrics | None,
-        clock: Callable[[], float],
-        account: str,
     ) -> None:
-        self._store = store
-        self._state = state
+        self._state, self._store, self._clock = state, state.store, state.clock
+        self._metrics, self._account = state.metrics, state.account
         self._on_enqueued = on_enqueued
         self._on_ingested = on_ingested
-        self._metrics = metrics
-        self._clock = clock
-        self._account = account
         #: The first start of this store (Unix seconds); see :meth:`load_epoch`.
         self.epoch: float | None = None
 

@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import aclosing
 
 import anyio
 
-from sessionhook.api.client import SessionsClient
 from sessionhook.api.errors import ApiError, UnauthenticatedError
 from sessionhook.api.models import Session
 
 from ..config import DEFAULT_ACCOUNT
 from ..domain import events
-from ..store import AsyncStore, Economy, Ingest, KnownSession, MetaQueries
+from ..store import Economy, Ingest, KnownSession, MetaQueries
 from ..telemetry.logs import get_logger
-from ..telemetry.metrics import Metrics
 from .archive import Archive
 from .failures import Failures
 from .history import HistoryWalk
@@ -40,8 +38,6 @@ class Discovery:
 
     def __init__(
         self,
-        client: SessionsClient,
-        store: AsyncStore,
         state: PollState,
         *,
         scheduler: Scheduler,
@@ -49,23 +45,15 @@ class Discovery:
         failures: Failures,
         history: HistoryWalk,
         screen: SessionScreen,
-        metrics: Metrics | None,
-        clock: Callable[[], float],
-        monotonic: Callable[[], float],
-        account: str,
     ) -> None:
-        self._client = client
-        self._store = store
-        self._state = state
+        self._state, self._client, self._store = state, state.client, state.store
+        self._clock, self._mono = state.clock, state.monotonic
+        self._metrics, self._account = state.metrics, state.account
         self._scheduler = scheduler
         self._archive = archive
         self._failures = failures
         self._history = history
         self._screen = screen
-        self._metrics = metrics
-        self._clock = clock
-        self._mono = monotonic
-        self._account = account
         #: Consecutive failed passes (the pass's own backoff).
         self._errors = 0
         #: Archived sessions not tracked yet (loaded once; see ``_load_known``).

@@ -19,7 +19,6 @@ from sessionhook.api.errors import (
 )
 
 from ..telemetry.logs import get_logger
-from ..telemetry.metrics import Metrics
 from .settings import backoff_delay
 from .state import PollState
 
@@ -35,13 +34,9 @@ class Failures:
     cap and the pace after a rejected key.
     """
 
-    def __init__(
-        self, state: PollState, *, metrics: Metrics | None, rng: random.Random, account: str
-    ) -> None:
-        self._state = state
-        self._metrics = metrics
+    def __init__(self, state: PollState, *, rng: random.Random) -> None:
+        self._state, self._metrics, self._account = state, state.metrics, state.account
         self._rng = rng
-        self._account = account
 
     def count(self, loop: str, exc: ApiError) -> None:
         """Count one failure of ``loop`` (``session``, ``discovery``, ``announce``)."""

@@ -18,11 +18,10 @@ is left and fetches nothing twice. ``sessionhook status`` shows the progress.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import anyio
 
-from ..store import AsyncStore
 from ..telemetry.logs import get_logger
 from .scheduling import Scheduler
 from .session_poll import SessionPoll
@@ -45,20 +44,10 @@ class HistoryWalk:
     ``scheduler`` has nothing due.
     """
 
-    def __init__(
-        self,
-        store: AsyncStore,
-        state: PollState,
-        *,
-        scheduler: Scheduler,
-        sessions: SessionPoll,
-        monotonic: Callable[[], float],
-    ) -> None:
-        self._store = store
-        self._state = state
+    def __init__(self, state: PollState, *, scheduler: Scheduler, sessions: SessionPoll) -> None:
+        self._state, self._store, self._mono = state, state.store, state.monotonic
         self._scheduler = scheduler
         self._sessions = sessions
-        self._mono = monotonic
         #: Sessions found at the first start, newest first, not archived yet.
         self._queue: deque[str] = deque()
         self._wake = anyio.Event()

@@ -30,9 +30,8 @@ from datetime import datetime
 
 from sessionhook.api.models import parse_timestamp
 
-__all__ = ["LEARN_AFTER", "MODES", "UpdateTimeLearning", "judge"]
+__all__ = ["LEARN_AFTER", "UpdateTimeLearning", "judge"]
 
-MODES = ("auto", "list", "timer")
 #: "Moved" observations in a row that make the verdict ``moves``.
 LEARN_AFTER = 3
 

@@ -8,12 +8,10 @@ its holder's runs out. Meanwhile a standby is ready and reports the holder's dis
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import anyio
 
 from ..domain.replica import heartbeat_interval, poller_lease
-from ..store import AsyncStore, Leases, MetaQueries, StoreUnwritableError
+from ..store import Leases, MetaQueries, StoreUnwritableError
 from ..telemetry.logs import get_logger
 from .state import PollState
 
@@ -34,22 +32,11 @@ class PollerLease:
     ``state`` gets the liveness a standby shows (heartbeat, the holder's last pass).
     """
 
-    def __init__(
-        self,
-        store: AsyncStore,
-        state: PollState,
-        *,
-        account: str,
-        clock: Callable[[], float],
-        monotonic: Callable[[], float],
-    ) -> None:
-        self._store = store
-        self._state = state
-        self._account = account
-        self._clock = clock
-        self._mono = monotonic
+    def __init__(self, state: PollState) -> None:
+        self._state, self._store, self._account = state, state.store, state.account
+        self._clock, self._mono = state.clock, state.monotonic
         #: The lease's name in the store.
-        self.name = poller_lease(account)
+        self.name = poller_lease(state.account)
 
     async def hold(self) -> bool:
         """Take or renew the lease: whether this replica holds it now."""

@@ -5,7 +5,7 @@ failures' bookkeeping (:class:`~.failures.Failures`), the archive
 (:class:`~.archive.Archive`), the scheduler (:class:`~.scheduling.Scheduler`), one
 session's poll (:class:`~.session_poll.SessionPoll`), the history walk
 (:class:`~.history.HistoryWalk`) and the list readers (:class:`~.discovery.Discovery`),
-each given what it needs. It runs their loops under the account's poller lease
+each given the state and the peers it calls. It runs their loops under the account's poller lease
 (:class:`~.lease.PollerLease`).
 """
 
@@ -67,63 +67,36 @@ class Poller:
         #: The account's API client (the daemon's upstream actions use it too).
         self.client = client
         self._store = store
-        self._clock = clock
         self._mono = monotonic
-        #: The tracked sessions and the loops' liveness, shared by the collaborators.
-        self.state = PollState(settings, heartbeat=monotonic())
-        failures = Failures(
-            self.state,
-            metrics=metrics,
-            rng=rng if rng is not None else random.Random(),
+        #: The handles, the tracked sessions and the loops' liveness the collaborators share.
+        self.state = state = PollState(
+            settings,
             account=account,
-        )
-        archive = Archive(
-            store,
-            self.state,
-            on_enqueued=on_enqueued,
-            on_ingested=on_ingested,
+            client=client,
+            store=store,
             metrics=metrics,
             clock=clock,
-            account=account,
+            monotonic=monotonic,
+            heartbeat=monotonic(),
         )
+        failures = Failures(state, rng=rng if rng is not None else random.Random())
+        archive = Archive(state, on_enqueued=on_enqueued, on_ingested=on_ingested)
         #: Due times, list or timer mode, the loop that starts the polls.
-        self.scheduler = Scheduler(store, self.state, monotonic=monotonic)
+        self.scheduler = Scheduler(state)
         #: Judges the session list's items (and notes sessions the client mended).
         screen = SessionScreen(metrics, account)
         self._sessions = SessionPoll(
-            client,
-            store,
-            self.state,
-            scheduler=self.scheduler,
-            archive=archive,
-            failures=failures,
-            screen=screen,
-            clock=clock,
-            monotonic=monotonic,
+            state, scheduler=self.scheduler, archive=archive, failures=failures, screen=screen
         )
-        self._history = HistoryWalk(
-            store,
-            self.state,
-            scheduler=self.scheduler,
-            sessions=self._sessions,
-            monotonic=monotonic,
-        )
-        self._lease = PollerLease(
-            store, self.state, account=account, clock=clock, monotonic=monotonic
-        )
+        self._history = HistoryWalk(state, scheduler=self.scheduler, sessions=self._sessions)
+        self._lease = PollerLease(state)
         self._discovery = Discovery(
-            client,
-            store,
-            self.state,
+            state,
             scheduler=self.scheduler,
             archive=archive,
             failures=failures,
             history=self._history,
             screen=screen,
-            metrics=metrics,
-            clock=clock,
-            monotonic=monotonic,
-            account=account,
         )
 
     @property

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 import anyio
 import anyio.abc
 
-from ..store import AsyncStore, MetaQueries
+from ..store import MetaQueries
 from ..telemetry.logs import get_logger
 from .learning import UpdateTimeLearning
 from .settings import ACTIVE_STATES, VERDICT_KEY
@@ -26,12 +26,8 @@ class Scheduler:
     ``monotonic`` drives the schedule (injectable for tests).
     """
 
-    def __init__(
-        self, store: AsyncStore, state: PollState, *, monotonic: Callable[[], float]
-    ) -> None:
-        self._store = store
-        self._state = state
-        self._mono = monotonic
+    def __init__(self, state: PollState) -> None:
+        self._state, self._store, self._mono = state, state.store, state.monotonic
         #: Whether the server moves updateTime on new activities (list or timer mode).
         self.learning = UpdateTimeLearning(mode=state.settings.mode)
         #: Set when a schedule changed or a poll ended: the loop looks again.

@@ -10,7 +10,6 @@ from datetime import UTC, datetime, timedelta
 import anyio
 
 from sessionhook.api import RefusedItem
-from sessionhook.api.client import SessionsClient
 from sessionhook.api.errors import (
     ApiError,
     InvalidArgumentError,
@@ -22,7 +21,7 @@ from sessionhook.api.models import Activity, Session, format_timestamp, parse_ti
 from ..config import ConfigError
 from ..domain import events, lifecycle
 from ..domain.action_links import ActionLinks
-from ..store import AsyncStore, Economy, Ingest, Leases, SessionRow, StoreUnwritableError
+from ..store import Economy, Ingest, Leases, SessionRow, StoreUnwritableError
 from ..telemetry.logs import get_logger
 from .archive import Archive
 from .failures import Failures
@@ -48,26 +47,19 @@ class SessionPoll:
 
     def __init__(
         self,
-        client: SessionsClient,
-        store: AsyncStore,
         state: PollState,
         *,
         scheduler: Scheduler,
         archive: Archive,
         failures: Failures,
         screen: SessionScreen,
-        clock: Callable[[], float],
-        monotonic: Callable[[], float],
     ) -> None:
-        self._client = client
-        self._store = store
-        self._state = state
+        self._state, self._client, self._store = state, state.client, state.store
+        self._clock, self._mono = state.clock, state.monotonic
         self._scheduler = scheduler
         self._archive = archive
         self._failures = failures
         self._screen = screen
-        self._clock = clock
-        self._mono = monotonic
         self._time_filter = True  # cleared if the server rejects the createTime parameter
 
     async def poll(self, tracked: Tracked) -> str:

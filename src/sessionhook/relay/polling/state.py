@@ -1,4 +1,5 @@
-"""What the poller's collaborators share: the tracked sessions and the loops' liveness.
+"""What the poller's collaborators share: the store, the client, the clocks, the tracked
+sessions and the loops' liveness.
 
 :class:`PollState` is one account's; the :class:`~.poller.Poller` builds it and hands it
 to each collaborator (scheduler, session poll, discovery, history walk), which read and
@@ -7,14 +8,18 @@ write it in place. The durable part lives in the store; this is the in-process v
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
 import anyio
 
+from sessionhook.api.client import SessionsClient
 from sessionhook.api.errors import ApiError
 from sessionhook.api.models import Session
 
+from ..store import AsyncStore
+from ..telemetry.metrics import Metrics
 from .settings import PollSettings
 
 __all__ = ["Awaiting", "Pending", "PollState", "Tracked"]
@@ -88,13 +93,22 @@ class Pending:
 
 @dataclass
 class PollState:
-    """One account's poller state, shared by its collaborators.
+    """One account's poller state, shared by its collaborators: the handles they all use
+    and the sessions they follow.
 
     ``settings`` is replaced on a reload (``Poller.settings``): collaborators read it here
     each time, never keep a copy.
     """
 
     settings: PollSettings
+    #: The account followed (``[[accounts]]`` name: ``data.account``) and its API client.
+    account: str
+    client: SessionsClient
+    store: AsyncStore
+    metrics: Metrics | None
+    #: Wall time for the store's bookkeeping; monotonic time drives the schedule.
+    clock: Callable[[], float]
+    monotonic: Callable[[], float]
     #: Monotonic time the loops last made progress (for the systemd watchdog).
     heartbeat: float
     #: Every session the poller follows, by name.

@@ -32,10 +32,10 @@ Modules
     :mod:`.console_queries`  the web console's lists and chart counts
     :mod:`.log_rows`     the event and delivery rows the operator and the console share
     :mod:`.copying`      ``sessionhook store copy``: a whole store into another, ids kept
+    :mod:`.migrations`   the schema's migrations for both engines, in order, and their
+                         runner; the checks that a database is ours and current (DDL)
     :mod:`.sqlite`       :class:`Store`: the SQLite file, its connection and durability
-    :mod:`.schema`       SQLite migrations and the checks that a file is ours (DDL)
     :mod:`.postgres`     :class:`PostgresStore`: the pool, transactions, error mapping
-    :mod:`.schema_pg`    the same migrations in PostgreSQL DDL
     :mod:`.notify`       PostgreSQL's wake-ups between replicas (``LISTEN``/``NOTIFY``)
     :mod:`.opening`      :func:`open_store`: the backend the configuration names
     :mod:`.aio`          :class:`AsyncStore`, the async door (runs a method under its

@@ -13,7 +13,7 @@ summary in every event of a session. So a body is compressed with zlib against a
 
 Decompressing with the same dictionary gives back the exact bytes (zlib is lossless; the
 dictionary only shortens back-references), so every attempt still sends the bytes stored at
-ingest. Rows written before migration ``0004`` hold plain text and are read as they are.
+ingest. Rows written before migration ``0006`` hold plain text and are read as they are.
 
 Formats (the first byte of a BLOB names it; TEXT is the legacy plain form)::
 
@@ -199,7 +199,7 @@ def decode_body(stored: str | bytes, reference: bytes, context: bytes) -> bytes:
 
 # Names (migration 0008): an activity's name is ``<session>/activities/<id>``, so the rows
 # store what the name does not already say. The SQL twins are the generated columns of
-# ``activities.session_name`` and ``events.activity_name`` (schema.py, schema_pg.py).
+# ``activities.session_name`` and ``events.activity_name`` (migrations.py).
 _ACTIVITIES = "/activities/"
 
 

@@ -210,7 +210,7 @@ class CopyQueries:
     ) -> list[tuple[Any, ...]]:
         """``rows`` as this (target) store stores them. SQLite keeps a column's text or blob
         as it is. PostgreSQL stores event bodies and raw activities as ``BYTEA`` only: the
-        plain text of rows written before 0004 is encoded (:mod:`.codec`, without a
+        plain text of rows written before 0006 is encoded (:mod:`.codec`, without a
         reference or context), so that it decodes to the same bytes."""
         if not self._db.binary_bodies:
             return rows
@@ -241,14 +241,14 @@ def _with(row: tuple[Any, ...], index: int, value: Any) -> tuple[Any, ...]:
 
 
 def _text_body(stored: Any) -> Any:
-    """A plain-text event body (before 0004) as a BLOB that decodes to the same bytes."""
+    """A plain-text event body (before 0006) as a BLOB that decodes to the same bytes."""
     if isinstance(stored, str):
         return codec.encode_body(stored.encode("utf-8"), b"", b"")
     return stored
 
 
 def _text_raw(stored: Any, name: str, create_time: str) -> Any:
-    """A plain-text raw activity (before 0004) as a BLOB that decodes to the same bytes."""
+    """A plain-text raw activity (before 0006) as a BLOB that decodes to the same bytes."""
     if isinstance(stored, str):
         return codec.encode_raw(stored.encode("utf-8"), (name + create_time).encode("utf-8"))
     return stored

@@ -118,7 +118,7 @@ class Database(Protocol):
     @property
     def binary_bodies(self) -> bool:
         """Bodies and raw activities are stored as bytes only (PostgreSQL's ``BYTEA``):
-        plain text written by SQLite before 0004 is encoded when copied in."""
+        plain text written by SQLite before 0006 is encoded when copied in."""
         ...
 
     def tx(self, serialized: bool = True) -> AbstractContextManager[Connection]:

@@ -2,7 +2,7 @@
 the bytes a delivery sends (kept from its first attempt), and pruning the delivery log.
 
 Due deliveries come from ``outbox_heads`` (one row per (endpoint, session) queue: its oldest
-open delivery, kept exact by triggers, see migration ``0004_outbox_heads``). The query walks
+open delivery, kept exact by triggers, see migration ``0005_outbox_heads``). The query walks
 the covering index ``outbox_heads_due (endpoint, next_attempt_at, delivery_id, claimed_by)``
 of each active endpoint with a free slot and stops after its cap (plus the busy keys it
 skips): its cost depends on how many are asked for, not on how many deliveries wait. Only

@@ -57,8 +57,8 @@ from ..config.database_url import display_url
 from . import notify
 from .core import StoreCore
 from .dialect import Connection, WakeSource, to_pyformat
+from .migrations import POSTGRES, Engine, check_current, migrate
 from .rows import StoreError, StoreFullError, StoreUnwritableError
-from .schema_pg import check_current, migrate
 
 __all__ = ["DEFAULT_POOL_SIZE", "PostgresDatabase", "PostgresStore"]
 
@@ -175,7 +175,7 @@ class PostgresDatabase:
         clock: Callable[[], float] = time.time,
         pool_size: int = DEFAULT_POOL_SIZE,
     ) -> PostgresDatabase:
-        """Connect, migrate (one transaction, see :mod:`.schema_pg`) and start the pool.
+        """Connect, migrate (one transaction, see :mod:`.migrations`) and start the pool.
 
         Raises :class:`StoreError` for a wrong password, a missing database, a database
         that is not ours or is newer; :class:`StoreUnwritableError` when the server cannot
@@ -199,7 +199,7 @@ class PostgresDatabase:
     def _opened(
         cls,
         url: str,
-        prepare: Callable[[psycopg.Connection[Any], str], None],
+        prepare: Callable[[_Direct, Engine, str], None],
         *,
         readonly: bool,
         clock: Callable[[], float],
@@ -210,7 +210,7 @@ class PostgresDatabase:
         location = display_url(url)
         with _connect(url, location, readonly=readonly) as conn:
             try:
-                prepare(conn, location)
+                prepare(_Direct(conn), POSTGRES, location)
             except psycopg.Error as exc:
                 raise _mapped(exc, location, opening=True) from None
         return cls(
@@ -358,6 +358,16 @@ def _connect(url: str, location: str, *, readonly: bool) -> Iterator[psycopg.Con
         yield conn
     finally:
         conn.close()
+
+
+class _Direct:
+    """The opening's connection as the migrations see it (``?`` placeholders)."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.conn = conn
+
+    def execute(self, sql: str, parameters: Sequence[Any] = (), /) -> Any:
+        return self.conn.execute(_query(sql), list(parameters))
 
 
 def _pool(url: str, size: int, *, readonly: bool) -> psycopg_pool.ConnectionPool[Any]:

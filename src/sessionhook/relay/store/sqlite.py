@@ -40,12 +40,10 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from sqlite_utils import Database
-
 from .core import StoreCore
 from .dialect import Connection, WakeSource
+from .migrations import SQLITE, check_current, migrate, pending
 from .rows import StoreError, StoreFullError, StoreUnwritableError
-from .schema import check_ours, migrate, schema_state
 
 __all__ = ["BUSY_TIMEOUT_MS", "SqliteDatabase", "Store", "is_full_error", "is_readonly_error"]
 
@@ -112,8 +110,9 @@ class SqliteDatabase:
             raise StoreError(f"cannot open {db_path}: {exc}", path=db_path) from None
         try:
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            # Before anything changes the file: a foreign database is left exactly as it was.
-            check_ours(conn, db_path)
+            # Before anything changes the file: a foreign or newer database is left exactly
+            # as it was.
+            pending(conn, SQLITE, str(db_path), db_path)
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise StoreError(f"{db_path}: cannot use WAL journal (got {mode})", path=db_path)
@@ -121,7 +120,9 @@ class SqliteDatabase:
             conn.execute("PRAGMA foreign_keys = ON")
             # Truncate the WAL file after checkpoints instead of leaving it at its peak size.
             conn.execute(f"PRAGMA journal_size_limit = {64 * 1024 * 1024}")
-            migrate(conn, Database(conn, execute_plugins=False), db_path)
+            # A trigger's writes may fire it again, as on PostgreSQL.
+            conn.execute("PRAGMA recursive_triggers = ON")
+            migrate(conn, SQLITE, str(db_path), db_path)
         except sqlite3.DatabaseError as exc:
             conn.close()
             if is_full_error(exc):
@@ -157,18 +158,7 @@ class SqliteDatabase:
         try:
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             conn.execute("PRAGMA query_only = ON")
-            check_ours(conn, db_path)
-            pending, unknown = schema_state(Database(conn, execute_plugins=False))
-            if unknown:
-                raise StoreError(
-                    f"{db_path} was written by a newer sessionhook (migration {unknown[0]})",
-                    path=db_path,
-                )
-            if pending:
-                raise StoreError(
-                    f"{db_path} needs migrating: start the daemon once (or open it writable)",
-                    path=db_path,
-                )
+            check_current(conn, SQLITE, str(db_path), db_path)
         except sqlite3.DatabaseError as exc:
             conn.close()
             if is_full_error(exc):  # even a reader needs room for the -shm index

@@ -9,45 +9,8 @@ describe the database, not the process: :meth:`Metrics.refresh_outbox` sets them
 ``store.outbox.outbox_stats()``, and the health server calls the daemon's refresh hook on each
 scrape, so a scrape always shows the current depth.
 
-Exposed families (all prefixed ``sessionhook_``):
-
-=============================================  =========  =====================
-name                                           type       labels
-=============================================  =========  =====================
-events_ingested_total                          counter    type
-deliveries_total                               counter    endpoint, outcome
-delivery_attempt_duration_seconds              histogram  endpoint
-dead_letters_total                             counter    endpoint
-endpoint_disabled_total                        counter    endpoint, reason
-endpoint_enabled                               gauge      endpoint
-upstream_requests_total                        counter    endpoint, status
-upstream_failures_total                        counter    loop, kind
-activities_refused_total                       counter    reason
-sessions_refused_total                         counter    reason
-sessions_repaired_total                        counter
-outbox_pending                                 gauge      endpoint
-outbox_oldest_pending_age_seconds              gauge      endpoint
-poll_lag_seconds                               gauge
-last_successful_poll_timestamp_seconds         gauge
-store_unwritable                               gauge
-store_write_failures_total                     counter    reason
-web_auth_failures_total                        counter    via
-actions_total                                  counter    action, result
-event_streams                                  gauge
-web_connections                                gauge
-web_connections_closed_total                   counter    reason
-build_info                                     gauge      version
-replicas_alive                                 gauge
-replica_heartbeat_age_seconds                  gauge      replica
-replica_claims                                 gauge      replica, kind
-lease_held                                     gauge      lease, replica
-replica_heartbeat_late_total                   counter
-=============================================  =========  =====================
-
-The replica families describe the store too (every replica sharing it, refreshed on each
-scrape): ``replica_claims{kind}`` counts ``delivery`` (outbox heads claimed: attempts in
-flight) and ``poll`` (session polls) per replica; ``lease_held`` is 1 per named lease and
-its holder.
+The families, their labels and what each means are listed in docs/operations.md ("Health and
+metrics"); the replica families describe the store too (every replica sharing it).
 """
 
 from __future__ import annotations
@@ -106,17 +69,21 @@ class Metrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         """Create every family in ``registry`` (a fresh private registry by default)."""
-        self.registry = CollectorRegistry(auto_describe=True) if registry is None else registry
-        r = self.registry
+        self.registry = r = CollectorRegistry(auto_describe=True) if registry is None else registry
+
+        def counter(name: str, doc: str, *labels: str) -> Counter:
+            return Counter(name, doc, labels, namespace=NAMESPACE, registry=r)
+
+        def gauge(name: str, doc: str, *labels: str) -> Gauge:
+            return Gauge(name, doc, labels, namespace=NAMESPACE, registry=r)
+
         #: Children of the ingest-side families, by label values (see event_ingested).
         self._ingested_children: dict[str, Counter] = {}
         self._upstream_children: dict[tuple[str, str], Counter] = {}
-        self.events_ingested = Counter(
+        self.events_ingested = counter(
             "events_ingested",
             "Events archived from upstream activity and session changes, by event type.",
-            ["type"],
-            namespace=NAMESPACE,
-            registry=r,
+            "type",
         )
         #: deliveries_total and delivery_attempt_duration_seconds: counted per attempt
         #: without prometheus_client's per-value locks (see :mod:`.delivery_metrics`).
@@ -131,186 +98,139 @@ class Metrics:
             ),
         )
         r.register(self._delivery_stats)
-        self.dead_letters = Counter(
+        self.dead_letters = counter(
             "dead_letters",
             "Deliveries that exhausted their retries and were dead-lettered.",
-            ["endpoint"],
-            namespace=NAMESPACE,
-            registry=r,
+            "endpoint",
         )
-        self.endpoint_disabled = Counter(
+        self.endpoint_disabled = counter(
             "endpoint_disabled",
             "Endpoints disabled by the relay (gone, failing for disable_after), by reason.",
-            ["endpoint", "reason"],
-            namespace=NAMESPACE,
-            registry=r,
+            "endpoint",
+            "reason",
         )
-        self.endpoint_enabled = Gauge(
+        self.endpoint_enabled = gauge(
             "endpoint_enabled",
             "1 when the endpoint receives deliveries, 0 when it is disabled.",
-            ["endpoint"],
-            namespace=NAMESPACE,
-            registry=r,
+            "endpoint",
         )
-        self.upstream_requests = Counter(
+        self.upstream_requests = counter(
             "upstream_requests",
             "Requests to the Sessions API by endpoint and HTTP status ('error': no answer, "
             "'malformed': a 2xx answer whose body was not what the API promises).",
-            ["endpoint", "status"],
-            namespace=NAMESPACE,
-            registry=r,
+            "endpoint",
+            "status",
         )
-        self.upstream_failures = Counter(
+        self.upstream_failures = counter(
             "upstream_failures",
             "Failed upstream calls as the poller saw them, by loop (discovery, session, "
             "announce) and kind (transport, deadline, malformed, too_deep, too_large, "
             "page_limit, page_loop, status).",
-            ["loop", "kind"],
-            namespace=NAMESPACE,
-            registry=r,
+            "loop",
+            "kind",
         )
-        self.activities_refused = Counter(
+        self.activities_refused = counter(
             "activities_refused",
             "Upstream activities refused, each counted once (too_large, foreign_name, "
             "not_a_name, duplicate_name, malformed); sessionhook status lists them.",
-            ["reason"],
-            namespace=NAMESPACE,
-            registry=r,
+            "reason",
         )
-        self.sessions_refused = Counter(
+        self.sessions_refused = counter(
             "sessions_refused",
             "Items of the session list that are no session, refused (not tracked), each "
             "counted once per process (malformed, not_a_name).",
-            ["reason"],
-            namespace=NAMESPACE,
-            registry=r,
+            "reason",
         )
-        self.sessions_repaired = Counter(
+        self.sessions_repaired = counter(
             "sessions_repaired",
             "Sessions whose text was not Unicode (a lone surrogate), relayed with U+FFFD in "
             "its place, each counted once per process.",
-            namespace=NAMESPACE,
-            registry=r,
         )
-        self.outbox_pending = Gauge(
+        self.outbox_pending = gauge(
             "outbox_pending",
             "Deliveries waiting to be delivered (never tried or retry scheduled).",
-            ["endpoint"],
-            namespace=NAMESPACE,
-            registry=r,
+            "endpoint",
         )
-        self.outbox_oldest_pending_age = Gauge(
+        self.outbox_oldest_pending_age = gauge(
             "outbox_oldest_pending_age_seconds",
             "Age of the oldest waiting delivery (0 when none waits).",
-            ["endpoint"],
-            namespace=NAMESPACE,
-            registry=r,
+            "endpoint",
         )
-        self.poll_lag = Gauge(
+        self.poll_lag = gauge(
             "poll_lag_seconds",
             "Seconds since the last successful upstream poll, as of the last scrape.",
-            namespace=NAMESPACE,
-            registry=r,
         )
-        self.last_successful_poll = Gauge(
+        self.last_successful_poll = gauge(
             "last_successful_poll_timestamp_seconds",
             "Unix time of the last successful upstream poll (0 before the first).",
-            namespace=NAMESPACE,
-            registry=r,
         )
-        self.store_unwritable = Gauge(
+        self.store_unwritable = gauge(
             "store_unwritable",
             "1 while writes to the store fail (disk full, read-only): polling and deliveries "
             "paused, else 0.",
-            namespace=NAMESPACE,
-            registry=r,
         )
-        self.store_write_failures = Counter(
+        self.store_write_failures = counter(
             "store_write_failures",
             "Rounds of store writes that failed and are retried later, by reason ('full', "
             "'unwritable').",
-            ["reason"],
-            namespace=NAMESPACE,
-            registry=r,
+            "reason",
         )
-        self.web_auth_failures = Counter(
+        self.web_auth_failures = counter(
             "web_auth_failures",
             "Requests to the console or the event stream with a wrong token, by how it came "
             "('bearer', 'login').",
-            ["via"],
-            namespace=NAMESPACE,
-            registry=r,
+            "via",
         )
-        self.actions = Counter(
+        self.actions = counter(
             "actions",
             "Actions asked through signed links, Slack, the console or the API, by action "
             "('approve_plan', 'reply', 'unknown' for a token that says none) and result "
             "('done', 'upstream failed', or why nothing was done: 'expired', 'used'...).",
-            ["action", "result"],
-            namespace=NAMESPACE,
-            registry=r,
+            "action",
+            "result",
         )
-        self.event_streams = Gauge(
-            "event_streams",
-            "Event streams (GET /v1/events/stream) open now.",
-            namespace=NAMESPACE,
-            registry=r,
+        self.event_streams = gauge(
+            "event_streams", "Event streams (GET /v1/events/stream) open now."
         )
-        self.web_connections = Gauge(
+        self.web_connections = gauge(
             "web_connections",
             "Connections the listener ([server] listen) holds open now (at most "
             "server.max_connections).",
-            namespace=NAMESPACE,
-            registry=r,
         )
-        self.web_connections_closed = Counter(
+        self.web_connections_closed = counter(
             "web_connections_closed",
             "Listener connections closed by the relay, by reason ('request_timeout': no "
             "complete request in time; 'stuck_close': the peer read nothing).",
-            ["reason"],
-            namespace=NAMESPACE,
-            registry=r,
+            "reason",
         )
-        self.build_info = Gauge(
-            "build_info",
-            "Always 1; the labels carry the running version.",
-            ["version"],
-            namespace=NAMESPACE,
-            registry=r,
+        self.build_info = gauge(
+            "build_info", "Always 1; the labels carry the running version.", "version"
         )
         self.build_info.labels(version=__version__).set(1)
-        self.replicas_alive = Gauge(
+        self.replicas_alive = gauge(
             "replicas_alive",
             "Replicas of the relay sharing this store whose heartbeat is within their lease.",
-            namespace=NAMESPACE,
-            registry=r,
         )
-        self.replica_heartbeat_age = Gauge(
+        self.replica_heartbeat_age = gauge(
             "replica_heartbeat_age_seconds",
             "Seconds since each running replica's last heartbeat (above its lease: dead).",
-            ["replica"],
-            namespace=NAMESPACE,
-            registry=r,
+            "replica",
         )
-        self.replica_claims = Gauge(
+        self.replica_claims = gauge(
             "replica_claims",
             "Claims each replica holds: 'delivery' (attempts in flight), 'poll' (session polls).",
-            ["replica", "kind"],
-            namespace=NAMESPACE,
-            registry=r,
+            "replica",
+            "kind",
         )
-        self.lease_held = Gauge(
+        self.lease_held = gauge(
             "lease_held",
             "1 for each named lease (an account's poller) and the replica holding it.",
-            ["lease", "replica"],
-            namespace=NAMESPACE,
-            registry=r,
+            "lease",
+            "replica",
         )
-        self.replica_heartbeat_late_total = Counter(
+        self.replica_heartbeat_late_total = counter(
             "replica_heartbeat_late",
             "Times this replica could not heartbeat for longer than its lease.",
-            namespace=NAMESPACE,
-            registry=r,
         )
         self._last_success_at: float | None = None
 

@@ -40,8 +40,10 @@ has not taken what was written (the last chunk of a stream nobody reads would wa
 forever), then lets uvicorn close the rest: requests still running get
 ``graceful_shutdown`` seconds.
 
-The HTTP parsing is uvicorn's h11 protocol; :class:`ConnectionGuard` watches each
-connection's h11 state (a request is complete once the client's side is ``DONE``).
+The HTTP parsing is uvicorn's h11 protocol, subclassed (a private class: pyproject.toml
+allows only the uvicorn versions tested, docs/web.md says why); :class:`ConnectionGuard`
+watches each connection's h11 state (a request is complete once the client's side is
+``DONE``).
 """
 
 from __future__ import annotations

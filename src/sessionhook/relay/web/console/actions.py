@@ -30,6 +30,7 @@ bearer token need none (a browser never adds that header on its own).
 from __future__ import annotations
 
 import hmac
+from collections.abc import Awaitable, Callable
 from typing import Final
 
 from starlette.requests import Request
@@ -92,9 +93,6 @@ def flash_redirect(back: str, kind: str, text: str) -> Response:
     return response
 
 
-_done = flash_redirect
-
-
 async def checked_form(request: Request) -> dict[str, str] | Response:
     """The POST's form when it carries its session's CSRF token; else the answer to give
     (400 or 413 for a malformed or oversized form, 403 without the token)."""
@@ -113,6 +111,15 @@ async def checked_form(request: Request) -> dict[str, str] | Response:
     return form
 
 
+#: What an action answers: the flash's kind (``ok`` or ``error``) and its line.
+_Flash = tuple[str, str]
+_Act = Callable[[Request, dict[str, str]], Awaitable[_Flash]]
+
+
+class _Refused(Exception):
+    """An action refused before it was tried: the error flash's line."""
+
+
 class Actions:
     """The POST handlers (see the module docstring)."""
 
@@ -121,170 +128,143 @@ class Actions:
 
     def routes(self) -> list[Route]:
         """The action routes."""
+        acts: dict[str, tuple[_Act, str]] = {
+            # name: the handler, and what the flash of an operator's refusal starts with
+            "replay": (self.replay, "replay: "),
+            "retry": (self.retry, "retry: "),
+            "recover": (self.recover, "recover: "),
+            "endpoint": (self.endpoint, ""),
+            "test": (self.test, ""),
+            "session": (self.session, ""),
+        }
         return [
-            Route("/console/actions/replay", self.replay, methods=["POST"]),
-            Route("/console/actions/retry", self.retry, methods=["POST"]),
-            Route("/console/actions/recover", self.recover, methods=["POST"]),
-            Route("/console/actions/endpoint", self.endpoint, methods=["POST"]),
-            Route("/console/actions/test", self.test, methods=["POST"]),
-            Route("/console/actions/session", self.session, methods=["POST"]),
+            Route(f"/console/actions/{name}", self._post(act, prefix), methods=["POST"])
+            for name, (act, prefix) in acts.items()
         ]
 
-    async def _form(self, request: Request) -> dict[str, str] | Response:
-        return await checked_form(request)
+    def _post(self, act: _Act, prefix: str) -> Callable[[Request], Awaitable[Response]]:
+        """``act`` behind the form's checks, its outcome flashed on the way back."""
 
-    async def _store_form(self, request: Request) -> tuple[dict[str, str], AsyncStore] | Response:
-        """The form (see :meth:`_form`) and the open store; else the answer to give."""
-        form = await self._form(request)
-        if isinstance(form, Response):
-            return form
+        async def handle(request: Request) -> Response:
+            form = await checked_form(request)
+            if isinstance(form, Response):
+                return form
+            try:
+                kind, text = await act(request, form)
+            except _Refused as exc:
+                kind, text = "error", str(exc)
+            except (OperatorError, StoreError) as exc:
+                kind, text = "error", f"{prefix}{exc}"
+            return flash_redirect(form.get("back", ""), kind, text)
+
+        return handle
+
+    def _store(self) -> AsyncStore:
         store = self.deps.store()
         if store is None:
-            return _done(form.get("back", ""), "error", "the store is not open yet")
-        return form, store
+            raise _Refused("the store is not open yet")
+        return store
 
-    async def replay(self, request: Request) -> Response:
+    async def replay(self, request: Request, form: dict[str, str]) -> _Flash:
         """Queue one event, or a time range of events, again for an endpoint."""
-        prepared = await self._store_form(request)
-        if isinstance(prepared, Response):
-            return prepared
-        form, store = prepared
-        back = form.get("back", "")
+        store = self._store()
         endpoint = form.get("endpoint", "")
         event_id = form.get("event", "").strip()
         now = self.deps.clock()
         since, until = parse_when(form.get("since"), now), parse_when(form.get("until"), now)
         if not endpoint:
-            return _done(back, "error", "replay: choose an endpoint")
+            return "error", "replay: choose an endpoint"
         if not event_id and since is None:
-            return _done(back, "error", "replay: give an event, or a start time (e.g. 2h)")
+            return "error", "replay: give an event, or a start time (e.g. 2h)"
         what = f"event {event_id}" if event_id else "the events of that time range"
-        try:
-            # The operator layer's replay (as `sessionhook replay`): a range is queued a
-            # chunk at a time, each chunk one short transaction.
-            result = await store.run(
-                operator.replay,
-                endpoint,
-                event_ids=[event_id] if event_id else (),
-                since=None if event_id else since,
-                until=None if event_id else until,
-            )
-        except (OperatorError, StoreError) as exc:
-            return _done(back, "error", f"replay: {exc}")
+        # The operator layer's replay (as `sessionhook replay`): a range is queued a
+        # chunk at a time, each chunk one short transaction.
+        result = await store.run(
+            operator.replay,
+            endpoint,
+            event_ids=[event_id] if event_id else (),
+            since=None if event_id else since,
+            until=None if event_id else until,
+        )
         queued = result.queued
         self.deps.wake()
         _log.info("console.replay", endpoint=endpoint, event_id=event_id or None, queued=queued)
         if queued == 0:
-            return _done(back, "error", f"nothing queued for {endpoint}: {result.reason}")
-        return _done(back, "ok", f"queued {counted(queued, 'delivery')} of {what} to {endpoint}")
+            return "error", f"nothing queued for {endpoint}: {result.reason}"
+        return "ok", f"queued {counted(queued, 'delivery')} of {what} to {endpoint}"
 
-    async def retry(self, request: Request) -> Response:
+    async def retry(self, request: Request, form: dict[str, str]) -> _Flash:
         """Send one delivery again now (the same row: same webhook-id and body)."""
-        prepared = await self._store_form(request)
-        if isinstance(prepared, Response):
-            return prepared
-        form, store = prepared
-        back = form.get("back", "")
+        store = self._store()
         key = form.get("delivery", "").strip()
         if not key.isascii() or not key.isdigit() or len(key) > 18:
-            return _done(back, "error", "retry: choose a delivery")
-        try:
-            result = await store.run(requeue.retry, int(key))
-        except (OperatorError, StoreError) as exc:
-            return _done(back, "error", f"retry: {exc}")
+            return "error", "retry: choose a delivery"
+        result = await store.run(requeue.retry, int(key))
         self.deps.wake()
         _log.info("console.retry", delivery=int(key), previous=result.previous)
-        return _done(back, "ok", result.message)
+        return "ok", result.message
 
-    async def recover(self, request: Request) -> Response:
+    async def recover(self, request: Request, form: dict[str, str]) -> _Flash:
         """Send again now every failed or dead delivery of an endpoint since a time."""
-        prepared = await self._store_form(request)
-        if isinstance(prepared, Response):
-            return prepared
-        form, store = prepared
-        back = form.get("back", "")
+        store = self._store()
         endpoint = form.get("endpoint", "")
         try:
             since = parse_moment(form.get("since", "").strip() or "1h", self.deps.clock())
         except ValueError as exc:
-            return _done(back, "error", f"recover: since: {exc}")
-        try:
-            result = await store.run(requeue.recover, endpoint, since)
-        except (OperatorError, StoreError) as exc:
-            return _done(back, "error", f"recover: {exc}")
+            return "error", f"recover: since: {exc}"
+        result = await store.run(requeue.recover, endpoint, since)
         if result.queued:
             self.deps.wake()
         _log.info("console.recover", endpoint=endpoint, queued=result.queued)
-        return _done(back, "ok" if result.queued else "error", result.message)
+        return ("ok" if result.queued else "error"), result.message
 
-    async def endpoint(self, request: Request) -> Response:
+    async def endpoint(self, request: Request, form: dict[str, str]) -> _Flash:
         """Enable or disable an endpoint."""
-        prepared = await self._store_form(request)
-        if isinstance(prepared, Response):
-            return prepared
-        form, store = prepared
-        back = form.get("back", "")
+        store = self._store()
         name = form.get("name", "")
         enable = form.get("enabled") == "1"
         reason = form.get("reason", "").strip()[:200] or "disabled in the console"
-        try:
-            if enable:
-                waiting = await store.run(operator.enable_endpoint, name)
-            else:
-                await store.run(operator.disable_endpoint, name, reason)
-        except (OperatorError, StoreError) as exc:
-            return _done(back, "error", str(exc))
+        if enable:
+            waiting = await store.run(operator.enable_endpoint, name)
+        else:
+            await store.run(operator.disable_endpoint, name, reason)
         _log.info(
             "console.endpoint", endpoint=name, enabled=enable, reason=None if enable else reason
         )
         if enable:
             self.deps.wake()
-            return _done(back, "ok", enabled_line(name, waiting))
-        return _done(back, "ok", f"endpoint {name} disabled: {reason}")
+            return "ok", enabled_line(name, waiting)
+        return "ok", f"endpoint {name} disabled: {reason}"
 
-    async def test(self, request: Request) -> Response:
+    async def test(self, request: Request, form: dict[str, str]) -> _Flash:
         """Send an endpoint a signed test event now and report the answer."""
-        form = await self._form(request)
-        if isinstance(form, Response):
-            return form
-        back = form.get("back", "")
         name = form.get("name", "")
         if self.deps.send_test is None:
-            return _done(back, "error", "test events are not available here")
-        try:
-            result = await self.deps.send_test(name)
-        except OperatorError as exc:
-            return _done(back, "error", str(exc))
+            return "error", "test events are not available here"
+        result = await self.deps.send_test(name)
         answer = "no answer" if result.status_code is None else f"HTTP {result.status_code}"
         _log.info("console.test_event", endpoint=name, status=result.status_code, ok=result.ok)
         if result.ok:
-            return _done(
-                back, "ok", f"test event to {name}: {answer} in {result.duration_ms:.0f} ms"
-            )
+            return "ok", f"test event to {name}: {answer} in {result.duration_ms:.0f} ms"
         detail = f" ({result.error})" if result.error else ""
-        return _done(back, "error", f"test event to {name} failed: {answer}{detail}")
+        return "error", f"test event to {name} failed: {answer}{detail}"
 
-    async def session(self, request: Request) -> Response:
+    async def session(self, request: Request, form: dict[str, str]) -> _Flash:
         """Approve a session's plan, or answer its agent, upstream."""
-        form = await self._form(request)
-        if isinstance(form, Response):
-            return form
-        back = form.get("back", "")
         name = form.get("session", "").strip()
         action = form.get("action", "")
         text = form.get("text", "").strip() or None
         if action not in ACTION_KINDS:
-            return _done(back, "error", "choose approve_plan or reply")
+            return "error", "choose approve_plan or reply"
         kind: ActionKind = "approve_plan" if action == "approve_plan" else "reply"
-        what = _DONE[kind]
         if not name:
-            return _done(back, "error", "the form names no session: reload the page")
+            return "error", "the form names no session: reload the page"
         if kind == "reply" and text is None:
-            return _done(back, "error", "answer: write something to send")
+            return "error", "answer: write something to send"
         if text is not None and len(text) > REPLY_MAX:
-            return _done(back, "error", f"answer: at most {REPLY_MAX} characters")
+            return "error", f"answer: at most {REPLY_MAX} characters"
         if self.deps.act is None:
-            return _done(back, "error", "acting on sessions is not available here")
+            return "error", "acting on sessions is not available here"
         outcome = await self.deps.act(name, kind, text if kind == "reply" else None)
         _log.info("console.session_action", session=name, action=kind, ok=outcome.ok)
         store = self.deps.store()
@@ -301,6 +281,6 @@ class Actions:
                 metrics=self.deps.metrics,
             )
         if outcome.ok:
-            return _done(back, "ok", f"{name}: {outcome.detail}")
+            return "ok", f"{name}: {outcome.detail}"
         status = "" if outcome.status is None else f" (HTTP {outcome.status})"
-        return _done(back, "error", f"could not {what} {name}{status}: {outcome.detail}")
+        return "error", f"could not {_DONE[kind]} {name}{status}: {outcome.detail}"

@@ -20,7 +20,7 @@ stale secret). Reading the endpoint later never shows it again.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
@@ -152,11 +152,11 @@ class EndpointForms:
         one = "/console/endpoints/{name}"
         return [
             Route("/console/endpoints/new", self.new_page, methods=["GET", "HEAD"]),
-            Route("/console/endpoints/new", self.create, methods=["POST"]),
+            Route("/console/endpoints/new", self._post(self.create), methods=["POST"]),
             Route(one, self.edit_page, methods=["GET", "HEAD"]),
-            Route(one + "/edit", self.update, methods=["POST"]),
-            Route(one + "/rotate", self.rotate, methods=["POST"]),
-            Route(one + "/delete", self.delete, methods=["POST"]),
+            Route(one + "/edit", self._post(self.update), methods=["POST"]),
+            Route(one + "/rotate", self._post(self.rotate), methods=["POST"]),
+            Route(one + "/delete", self._post(self.delete), methods=["POST"]),
         ]
 
     # ------------------------------------------------------------------ pages
@@ -207,11 +207,8 @@ class EndpointForms:
 
     # ------------------------------------------------------------------ POSTs
 
-    async def create(self, request: Request) -> Response:
+    async def create(self, request: Request, posted: _Posted) -> Response:
         """Create the endpoint; its secret shown once (see the module docstring)."""
-        posted = await self._prepared(request)
-        if isinstance(posted, Response):
-            return posted
         form, store, config = posted.form, posted.store, posted.config
         try:
             _checked(form)
@@ -228,11 +225,8 @@ class EndpointForms:
         _log.info("console.endpoint_created", endpoint=name)
         return self._secret_page(request, name, secret, created=True, until=None)
 
-    async def update(self, request: Request) -> Response:
+    async def update(self, request: Request, posted: _Posted) -> Response:
         """Change the endpoint's definition (the fields that differ)."""
-        posted = await self._prepared(request)
-        if isinstance(posted, Response):
-            return posted
         form, store, config, name = posted.form, posted.store, posted.config, posted.name
         typed = _typed(form) | {"name": name}
         try:
@@ -250,11 +244,8 @@ class EndpointForms:
         _log.info("console.endpoint_updated", endpoint=name, keys=sorted(changes))
         return flash_redirect(f"/console/endpoints/{name}", "ok", f"endpoint {name} saved")
 
-    async def rotate(self, request: Request) -> Response:
+    async def rotate(self, request: Request, posted: _Posted) -> Response:
         """Give the endpoint a new secret, the old one signing beside it for the overlap."""
-        posted = await self._prepared(request)
-        if isinstance(posted, Response):
-            return posted
         form, store, config, name = posted.form, posted.store, posted.config, posted.name
         try:
             _checked(form)
@@ -273,11 +264,8 @@ class EndpointForms:
             request, name, done.secret, created=False, until=done.previous_until
         )
 
-    async def delete(self, request: Request) -> Response:
+    async def delete(self, request: Request, posted: _Posted) -> Response:
         """Delete the endpoint once its name was typed again."""
-        posted = await self._prepared(request)
-        if isinstance(posted, Response):
-            return posted
         form, store, config, name = posted.form, posted.store, posted.config, posted.name
         if form.get("confirm", "").strip() != name:
             return flash_redirect(
@@ -298,15 +286,22 @@ class EndpointForms:
     def _config(self) -> Config | None:
         return None if self.deps.config is None else self.deps.config()
 
-    async def _prepared(self, request: Request) -> _Posted | Response:
-        """What a POST works with; else the answer to give."""
-        form = await checked_form(request)
-        if isinstance(form, Response):
-            return form
-        store, config = self.deps.store(), self._config()
-        if store is None or config is None:
-            return error_page(request, 503, "Store not open", "the store is not open yet")
-        return _Posted(form, store, config, str(request.path_params.get("name", "")))
+    def _post(
+        self, handle: Callable[[Request, _Posted], Awaitable[Response]]
+    ) -> Callable[[Request], Awaitable[Response]]:
+        """``handle`` once the form's CSRF token is checked and the store is open."""
+
+        async def post(request: Request) -> Response:
+            form = await checked_form(request)
+            if isinstance(form, Response):
+                return form
+            store, config = self.deps.store(), self._config()
+            if store is None or config is None:
+                return error_page(request, 503, "Store not open", "the store is not open yet")
+            name = str(request.path_params.get("name", ""))
+            return await handle(request, _Posted(form, store, config, name))
+
+        return post
 
     def _secret_page(
         self, request: Request, name: str, secret: str, *, created: bool, until: float | None
