@@ -92,9 +92,7 @@ def test_migrations_are_recorded_once_and_rerun_safely(tmp_path: Path) -> None:
             rows = again.db.conn.execute(
                 "SELECT migration_set, name, applied_at FROM _sqlite_migrations"
             ).fetchall()
-            assert [(r[0], r[1]) for r in rows] == [
-                ("sessionhook", m.name) for m in MIGRATIONS
-            ]
+            assert [(r[0], r[1]) for r in rows] == [("sessionhook", m.name) for m in MIGRATIONS]
             assert rows[0][1] == "0001_initial"
             assert "0005_outbox_heads" in [r[1] for r in rows]
             assert all(r[2] for r in rows)
