@@ -714,16 +714,16 @@ def test_rate_limit_sends_n_per_second_in_order_on_a_fake_clock(tmp_path: Path, 
 
     async def main(clock: virtual_time.VirtualTimeLoop) -> tuple[list[Arrival], list[str]]:
         store = await AsyncStore.open(tmp_path / "relay.db", clock=clock.wall)
-        call = store.call
+        run = store.run
 
         async def counted(fn: Any, *args: Any, **kwargs: Any) -> Any:
             store_calls[0] += 1
             try:
-                return await call(fn, *args, **kwargs)
+                return await run(fn, *args, **kwargs)
             finally:
                 store_calls[0] -= 1
 
-        store.call = counted  # type: ignore[method-assign]
+        store.run = counted  # type: ignore[method-assign]
         await store.run(EndpointQueries.sync_endpoints, config.endpoints)
         expected = await seed_sessions(store)  # SESSIONS x PER_SESSION = 20, oldest first
         receiver = Receiver(SECRET, clock=clock.wall)

@@ -150,8 +150,8 @@ async def test_a_read_only_database_makes_writes_wait_then_succeed(
                 (name,),
             )
         session = Session(name="sessions/1", state="IN_PROGRESS")
-        with pytest.raises(StoreUnwritableError):
-            await store.run(Ingest.upsert_session, session, baseline=False)
+        with pytest.raises(StoreUnwritableError):  # tried once: a function without a policy
+            await store.run(lambda s: s.ingest.upsert_session(session, baseline=False))
 
         async def writable_again() -> None:
             await anyio.sleep(0.3)
