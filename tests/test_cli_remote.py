@@ -20,18 +20,16 @@ import httpx
 import pytest
 
 from sessionhook.relay.domain.retry import Dead, Delivered, Retry
-from sessionhook.relay.ops import Overview
-from sessionhook.relay.ops.wire import overview_from_json, status_json
-from sessionhook.relay.store import (
-    AsyncStore,
+from sessionhook.relay.domain.rows import (
     EndpointSummary,
-    HistoryProgress,
     RefusedRow,
     RefusedSummary,
-    ReplicaRow,
     StatusSummary,
     UpstreamSummary,
 )
+from sessionhook.relay.ops import Overview
+from sessionhook.relay.ops.wire import overview_from_json, status_json
+from sessionhook.relay.store import AsyncStore, HistoryProgress, ReplicaRow
 from sessionhook.relay.web import create_app
 from sessionhook.relay.web import server as health
 from tests.support.backends import Backend, sqlite_only

@@ -26,15 +26,9 @@ from sessionhook.relay.delivery.post import post_event
 from sessionhook.relay.delivery.render_process import RenderProcess
 from sessionhook.relay.domain.lifecycle import lifecycle_events
 from sessionhook.relay.domain.retry import AttemptResult
+from sessionhook.relay.domain.rows import DeliveryRow
 from sessionhook.relay.domain.signing import generate_secret
-from sessionhook.relay.store import (
-    AsyncStore,
-    DeliveryRow,
-    EndpointQueries,
-    Ingest,
-    OperatorQueries,
-    Outbox,
-)
+from sessionhook.relay.store import AsyncStore, EndpointQueries, Ingest, OperatorQueries, Outbox
 from sessionhook.relay.telemetry.logs import LineBudget
 from tests.support import virtual_time
 from tests.support.dispatch_rig import PER_SESSION, SECRET, SESSIONS, dispatch_config, seed_sessions

@@ -18,12 +18,12 @@ from sessionhook.relay.delivery import catalog
 from sessionhook.relay.delivery.catalog import EndpointCatalog
 from sessionhook.relay.delivery.dispatcher import DeliverySettings, Dispatcher
 from sessionhook.relay.domain.retry import AttemptResult, Delivered, Retry
+from sessionhook.relay.domain.rows import EndpointChanges
 from sessionhook.relay.domain.signing import generate_secret
 from sessionhook.relay.ops import endpoint_edits as edits
 from sessionhook.relay.store import (
     AsyncStore,
     AttemptRecord,
-    EndpointChanges,
     EndpointConflictError,
     StoreCore,
     StoreError,

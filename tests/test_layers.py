@@ -57,11 +57,11 @@ def test_the_tree_keeps_every_contract(tree: Path) -> None:
     [
         (
             "sessionhook.relay.domain.events",
-            "from sessionhook.relay.store import rows as _planted  # noqa",
+            "from sessionhook.relay.store import errors as _planted  # noqa",
             "domain imports nothing else of the relay BROKEN",
         ),
         (
-            "sessionhook.relay.store.rows",
+            "sessionhook.relay.store.errors",
             "from sessionhook.relay.daemon import errors as _planted  # noqa",
             "The relay's layers: arrows point down BROKEN",
         ),
@@ -72,7 +72,7 @@ def test_the_tree_keeps_every_contract(tree: Path) -> None:
         ),
         (
             "sessionhook.cli.ops",
-            "from sessionhook.relay.store import rows as _planted  # noqa",
+            "from sessionhook.relay.store import errors as _planted  # noqa",
             "cli goes through ops: never the store, the poller, the dispatcher or the web BROKEN",
         ),
         (

@@ -22,12 +22,12 @@ from sessionhook.relay.config import EndpointConfig
 from sessionhook.relay.domain import events
 from sessionhook.relay.domain.events import Event
 from sessionhook.relay.domain.retry import AttemptResult, Dead, Delivered, DisableEndpoint, Retry
+from sessionhook.relay.domain.rows import Ingested
 from sessionhook.relay.store import (
     AsyncStore,
     Economy,
     EndpointQueries,
     Ingest,
-    Ingested,
     MetaQueries,
     OperatorQueries,
     Outbox,

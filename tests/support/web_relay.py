@@ -16,7 +16,8 @@ import httpx
 from sessionhook.api.models import Session
 from sessionhook.relay.config import Config
 from sessionhook.relay.domain.events import make_event
-from sessionhook.relay.store import AsyncStore, EventRow, OperatorQueries
+from sessionhook.relay.domain.rows import EventRow
+from sessionhook.relay.store import AsyncStore, OperatorQueries
 from sessionhook.relay.telemetry.metrics import Metrics
 from sessionhook.relay.web import Bell, WebAuth, WebContext
 

@@ -30,15 +30,8 @@ from .ops import (
 from .remote import get_json, refuse_store_options, remote_options
 
 if TYPE_CHECKING:
-    from ..relay.ops import (
-        AttemptRow,
-        DeliveryRow,
-        HistoryProgress,
-        Overview,
-        RefusedSummary,
-        ReplicaRow,
-        UpstreamSummary,
-    )
+    from ..relay.domain.rows import AttemptRow, DeliveryRow, RefusedSummary, UpstreamSummary
+    from ..relay.ops import HistoryProgress, Overview, ReplicaRow
 
 __all__ = ["attempts", "deliveries", "status"]
 
@@ -256,7 +249,7 @@ def deliveries(
         _print_deliveries(rows, claims, now)
         return
     from ..relay import ops as operator
-    from ..relay.ops import OPEN_STATUSES
+    from ..relay.domain.rows import OPEN_STATUSES
 
     with reading_store(config_path, db_path) as store:
         if endpoint is not None:
@@ -277,7 +270,7 @@ def _print_deliveries(
     rows: Sequence[DeliveryRow], claims: Mapping[int, tuple[str, float]], now: float
 ) -> None:
     """The text of ``deliveries``: one table row a delivery, or ``no deliveries match``."""
-    from ..relay.ops import OPEN_STATUSES
+    from ..relay.domain.rows import OPEN_STATUSES
 
     if not rows:
         click.echo("no deliveries match")

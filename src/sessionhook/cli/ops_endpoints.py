@@ -31,7 +31,7 @@ from .remote import get_json, post_json, refuse_store_options, remote_options
 
 if TYPE_CHECKING:
     from ..relay.domain.retry import AttemptResult
-    from ..relay.ops import EndpointState
+    from ..relay.domain.rows import EndpointState
 
 __all__ = ["endpoints"]
 

@@ -37,7 +37,8 @@ from .sse import SkippedEvent, StreamEvent, parse_sse
 if TYPE_CHECKING:
     import httpx
 
-    from ..relay.ops import EventFilter, EventRow
+    from ..relay.domain.rows import EventRow
+    from ..relay.ops import EventFilter
 
 _T = TypeVar("_T")
 

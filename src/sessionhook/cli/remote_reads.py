@@ -15,7 +15,7 @@ from ._output import CliError
 from .remote import get_json, get_pages, unknown_shape
 
 if TYPE_CHECKING:
-    from ..relay.ops import AttemptRow, DeliveryRow, EndpointState
+    from ..relay.domain.rows import AttemptRow, DeliveryRow, EndpointState
 
 __all__ = ["SHAPE_ERRORS", "remote_attempts", "remote_deliveries", "remote_endpoints"]
 

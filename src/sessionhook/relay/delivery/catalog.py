@@ -25,7 +25,8 @@ from dataclasses import replace
 
 from ..config import EndpointConfig
 from ..config.endpoint_spec import spec_endpoint
-from ..store import AsyncStore, EndpointQueries, StoredEndpoint
+from ..domain.rows import StoredEndpoint
+from ..store import AsyncStore, EndpointQueries
 from ..telemetry import logs as relay_logging
 from ..telemetry.logs import get_logger
 

@@ -31,10 +31,10 @@ from ..config import Config, EndpointConfig
 from ..domain import render, retry
 from ..domain.addresses import literal_refusal
 from ..domain.retry import AttemptResult
+from ..domain.rows import DueDelivery
 from ..store import (
     AsyncStore,
     AttemptRecord,
-    DueDelivery,
     EndpointQueries,
     Outbox,
     Round,

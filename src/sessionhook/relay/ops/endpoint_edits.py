@@ -32,18 +32,12 @@ from ..config.endpoint_spec import (
 )
 from ..delivery.template_check import check_template
 from ..domain.render import RenderError
+from ..domain.rows import EndpointSpec, EndpointState, StoredEndpoint
 from ..domain.signing import generate_secret
 from ..store import (
     EndpointConflictError as StoreConflict,
 )
-from ..store import (
-    EndpointLimitError,
-    EndpointSpec,
-    EndpointState,
-    StoreCore,
-    StoredEndpoint,
-    StoreError,
-)
+from ..store import EndpointLimitError, StoreCore, StoreError
 from ..store.policy import write
 from . import (
     OperatorError,

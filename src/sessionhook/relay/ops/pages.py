@@ -14,8 +14,9 @@ import fnmatch
 from dataclasses import dataclass
 from typing import Final, Generic, TypeVar
 
-from ..store import DeliveryRow, EventRow, SessionRow, StoreCore
-from . import DELIVERY_STATUSES, OPEN_STATUSES, OperatorError, find_endpoint, in_flight
+from ..domain.rows import OPEN_STATUSES, DeliveryRow, EventRow, SessionRow
+from ..store import StoreCore
+from . import DELIVERY_STATUSES, OperatorError, find_endpoint, in_flight
 
 __all__ = [
     "EVENT_SCAN",

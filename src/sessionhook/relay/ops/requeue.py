@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...wording import counted
-from ..store import DeliveryRow, EndpointState, StoreCore
+from ..domain.rows import DeliveryRow, EndpointState, Recovered
+from ..store import StoreCore
 from ..store.policy import write
-from ..store.rows import Recovered
 from . import OperatorError, find_endpoint
 from .wire import delivery_json, json_stamp
 

@@ -18,20 +18,19 @@ from typing import Any, Final, TypeVar
 from sessionhook.api.models import parse_timestamp
 
 from ..domain.replica import replica_health
-from ..store import (
+from ..domain.rows import (
     AttemptRow,
     DeliveryRow,
     EndpointState,
     EndpointSummary,
     EventRow,
-    HistoryProgress,
     RefusedRow,
     RefusedSummary,
-    ReplicaRow,
     SessionRow,
     StatusSummary,
     UpstreamSummary,
 )
+from ..store import HistoryProgress, ReplicaRow
 from . import Overview
 
 __all__ = [

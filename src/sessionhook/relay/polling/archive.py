@@ -15,7 +15,8 @@ from collections.abc import Callable, Sequence
 from sessionhook.api.models import Activity, Session, parse_timestamp
 
 from ..domain import events
-from ..store import Ingest, Ingested, MetaQueries, Refusals
+from ..domain.rows import Ingested
+from ..store import Ingest, MetaQueries, Refusals
 from ..telemetry.logs import get_logger
 from .settings import EPOCH_KEY
 from .state import PollState

@@ -21,7 +21,8 @@ from sessionhook.api.models import Activity, Session, format_timestamp, parse_ti
 from ..config import ConfigError
 from ..domain import events, lifecycle
 from ..domain.action_links import ActionLinks
-from ..store import Economy, Ingest, Leases, SessionRow, StoreUnwritableError
+from ..domain.rows import SessionRow
+from ..store import Economy, Ingest, Leases, StoreUnwritableError
 from ..telemetry.logs import get_logger
 from .archive import Archive
 from .failures import Failures

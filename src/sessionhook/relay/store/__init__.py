@@ -11,8 +11,8 @@ how it meets a store that cannot be written for now (:mod:`.policy`); the async 
 it under that policy: ``await astore.run(Outbox.record_attempts, records)``.
 
 Modules
-    :mod:`.rows`         the row dataclasses, the protocols of inputs, :class:`StoreError`
-                         (no SQL)
+    :mod:`.errors`       :class:`StoreError` and its kinds (the rows the store takes and
+                         returns are :mod:`sessionhook.relay.domain.rows`)
     :mod:`.dialect`      the SQL subset both engines run (each query is written once) and
                          :class:`~.dialect.Database`, what a backend provides
     :mod:`.policy`       the full-disk policies a method declares (call, read, write,
@@ -69,6 +69,13 @@ from .console_queries import ConsoleQueries
 from .core import StoreCore
 from .economy_queries import Economy, HistoryProgress, KnownSession
 from .endpoints import EndpointQueries
+from .errors import (
+    EndpointConflictError,
+    EndpointLimitError,
+    StoreError,
+    StoreFullError,
+    StoreUnwritableError,
+)
 from .ingest import Ingest
 from .leases import LeaseRow, Leases, ReplicaRow
 from .lock import DaemonLock, StoreLockedError, acquire_daemon_lock
@@ -84,67 +91,26 @@ from .opening import (
 from .ops_queries import OperatorQueries
 from .outbox import PRUNE_BATCH, AttemptRecord, Outbox, Round
 from .refusals import REFUSAL_REASONS, Refusals
-from .rows import (
-    OPEN_STATUSES,
-    ActiveEndpoints,
-    AttemptLike,
-    AttemptRow,
-    DeliveryRow,
-    DueDelivery,
-    EndpointChanges,
-    EndpointConflictError,
-    EndpointLike,
-    EndpointLimitError,
-    EndpointSpec,
-    EndpointState,
-    EndpointSummary,
-    EventRow,
-    Ingested,
-    Recovered,
-    RefusedRow,
-    RefusedSummary,
-    Retried,
-    SessionRow,
-    StatusSummary,
-    StoredEndpoint,
-    StoreError,
-    StoreFullError,
-    StoreUnwritableError,
-    UpstreamSummary,
-)
 from .sqlite import Store
 
 if TYPE_CHECKING:
     from .postgres import PostgresStore
 
 __all__ = [
-    "OPEN_STATUSES",
     "PRUNE_BATCH",
     "REFUSAL_REASONS",
     "ActionQueries",
-    "ActiveEndpoints",
     "AsyncStore",
-    "AttemptLike",
     "AttemptRecord",
-    "AttemptRow",
     "ConsoleQueries",
     "DaemonLock",
-    "DeliveryRow",
-    "DueDelivery",
     "Economy",
-    "EndpointChanges",
     "EndpointConflictError",
-    "EndpointLike",
     "EndpointLimitError",
     "EndpointQueries",
-    "EndpointSpec",
-    "EndpointState",
-    "EndpointSummary",
-    "EventRow",
     "FullObserver",
     "HistoryProgress",
     "Ingest",
-    "Ingested",
     "KnownSession",
     "LeaseRow",
     "Leases",
@@ -152,15 +118,9 @@ __all__ = [
     "OperatorQueries",
     "Outbox",
     "PostgresStore",
-    "Recovered",
     "Refusals",
-    "RefusedRow",
-    "RefusedSummary",
     "ReplicaRow",
-    "Retried",
     "Round",
-    "SessionRow",
-    "StatusSummary",
     "Store",
     "StoreCore",
     "StoreError",
@@ -168,8 +128,6 @@ __all__ = [
     "StoreLockedError",
     "StoreSettings",
     "StoreUnwritableError",
-    "StoredEndpoint",
-    "UpstreamSummary",
     "acquire_daemon_lock",
     "configured_errors",
     "database_errors",

@@ -8,8 +8,8 @@ operator's function over the synchronous store the same way, under its own decor
 policy (``call`` when it has none).
 
 A full disk (or a store that cannot be written for now)
-    A write that fails for lack of space (:class:`~.rows.StoreFullError`), or because the
-    file or its mount is read-only (:class:`~.rows.StoreUnwritableError`, the base class),
+    A write that fails for lack of space (:class:`~.errors.StoreFullError`), or because the
+    file or its mount is read-only (:class:`~.errors.StoreUnwritableError`, the base class),
     rolled back whole. The AsyncStore then records it (:attr:`AsyncStore.unwritable`) and,
     in the daemon's default mode (``wait_for_space=True``), a ``write`` WAITS: it is tried
     again after a growing delay (``retry_base`` doubling up to ``retry_cap`` seconds) until
@@ -38,10 +38,10 @@ import anyio.to_thread
 
 from .core import StoreCore
 from .dialect import WakeSource
+from .errors import StoreUnwritableError
 from .leases import ReplicaState
 from .meta import MetaQueries
 from .policy import Policy, policy_of
-from .rows import StoreUnwritableError
 from .sqlite import Store
 from .thread import StoreThread
 

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from ..domain.rows import AttemptRow, DeliveryRow, EventRow
 from .bodies import Bodies
 from .dialect import Database
 from .ingest import get_session
@@ -25,7 +26,6 @@ from .log_rows import (
     where,
 )
 from .policy import call
-from .rows import AttemptRow, DeliveryRow, EventRow
 
 __all__ = [
     "MAX_IDS",

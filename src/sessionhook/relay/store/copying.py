@@ -30,8 +30,8 @@ from typing import Any
 
 from . import codec
 from .dialect import Database, first_value
+from .errors import StoreError
 from .policy import call
-from .rows import StoreError
 
 __all__ = [
     "BATCH",

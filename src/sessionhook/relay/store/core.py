@@ -29,13 +29,13 @@ from .copying import CopyQueries
 from .dialect import Database
 from .economy_queries import Economy
 from .endpoints import EndpointQueries
+from .errors import StoreUnwritableError
 from .ingest import Ingest
 from .leases import Leases, ReplicaState
 from .meta import MetaQueries
 from .ops_queries import OperatorQueries
 from .outbox import Outbox
 from .refusals import Refusals
-from .rows import StoreUnwritableError
 
 __all__ = ["StoreCore"]
 
@@ -100,7 +100,7 @@ class StoreCore:
 
     @property
     def readonly(self) -> bool:
-        """Opened read-only: writes raise :class:`~.rows.StoreError`."""
+        """Opened read-only: writes raise :class:`~.errors.StoreError`."""
         return self.db.readonly
 
     @property

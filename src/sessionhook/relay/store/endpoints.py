@@ -20,18 +20,10 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from ..domain.rows import EndpointChanges, EndpointLike, EndpointSpec, EndpointState, StoredEndpoint
 from .dialect import Connection, Database, first_value
+from .errors import EndpointConflictError, EndpointLimitError, StoreError
 from .policy import call, write
-from .rows import (
-    EndpointChanges,
-    EndpointConflictError,
-    EndpointLike,
-    EndpointLimitError,
-    EndpointSpec,
-    EndpointState,
-    StoredEndpoint,
-    StoreError,
-)
 
 #: The row of a live endpoint created through the API.
 _LIVE_API = "source = 'api' AND deleted_at IS NULL"

@@ -14,12 +14,13 @@ from typing import Any
 from sessionhook.api.models import Activity, Session, parse_timestamp
 
 from ..domain.events import Event, matches, payload_matches
+from ..domain.rows import Ingested, SessionRow
 from . import codec
 from .bodies import Bodies, raw_hints
 from .dialect import Connection, Database, first_value
 from .endpoints import EndpointQueries
+from .errors import StoreError
 from .policy import call, read, write
-from .rows import Ingested, SessionRow, StoreError
 
 __all__ = ["Ingest", "advance_cursor", "list_sessions"]
 

@@ -11,9 +11,22 @@ from contextlib import closing
 from fnmatch import fnmatchcase
 
 from ..domain.events import matches, payload_matches
+from ..domain.rows import (
+    AttemptRow,
+    DeliveryRow,
+    EndpointState,
+    EndpointSummary,
+    EventRow,
+    Recovered,
+    Retried,
+    SessionRow,
+    StatusSummary,
+    UpstreamSummary,
+)
 from .bodies import Bodies
 from .dialect import Database, first_value
 from .endpoints import EndpointQueries
+from .errors import StoreError
 from .ingest import get_session, list_sessions
 from .log_rows import (
     DELIVERY_COLUMNS,
@@ -29,19 +42,6 @@ from .outbox import Outbox
 from .policy import call, write
 from .refusals import Refusals
 from .requeue import Requeue
-from .rows import (
-    AttemptRow,
-    DeliveryRow,
-    EndpointState,
-    EndpointSummary,
-    EventRow,
-    Recovered,
-    Retried,
-    SessionRow,
-    StatusSummary,
-    StoreError,
-    UpstreamSummary,
-)
 
 __all__ = ["OperatorQueries"]
 

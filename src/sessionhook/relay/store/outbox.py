@@ -26,11 +26,12 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from ..domain.retry import Dead, Decision, Delivered, DisableEndpoint, Retry
+from ..domain.rows import ActiveEndpoints, AttemptLike, DueDelivery
 from .bodies import Bodies
 from .dialect import Connection, Database, first_value
+from .errors import StoreError
 from .leases import TAKEABLE, Leases, ReplicaState
 from .policy import call, write, writes_when
-from .rows import ActiveEndpoints, AttemptLike, DueDelivery, StoreError
 
 __all__ = ["CLAIM_SQL", "HEADS_SQL", "PRUNE_BATCH", "AttemptRecord", "Outbox", "Round", "rows_sql"]
 

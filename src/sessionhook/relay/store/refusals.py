@@ -11,10 +11,10 @@ Each refusal is one row per session, name and reason; meeting it again bumps ``c
 
 from __future__ import annotations
 
+from ..domain.rows import RefusedRow, RefusedSummary
 from .dialect import Database, first_value
 from .ingest import advance_cursor as move_cursor
 from .policy import call, write
-from .rows import RefusedRow, RefusedSummary
 
 __all__ = ["REFUSAL_REASONS", "Refusals"]
 

@@ -46,8 +46,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
+from ..domain.rows import EventRow
 from ..ops import EventFilter, Follower, OperatorError, resume_position
-from ..store import EventRow, StoreError, store_failures
+from ..store import StoreError, store_failures
 from ..telemetry.logs import get_logger
 from .auth import client_address
 from .context import WebContext

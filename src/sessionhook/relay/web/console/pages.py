@@ -31,14 +31,12 @@ from starlette.responses import Response
 
 from ...domain.actions import ActionKind
 from ...domain.events import SESSION_ACTION_REQUIRED
+from ...domain.rows import AttemptRow, DeliveryRow, EventRow
 from ...store import (
     ActionQueries,
     AsyncStore,
-    AttemptRow,
     ConsoleQueries,
-    DeliveryRow,
     EndpointQueries,
-    EventRow,
     Leases,
     OperatorQueries,
 )
