@@ -2,10 +2,12 @@
 against the real daemon, in process on both store engines: its listener on a loopback port,
 the emulator upstream and a consumer behind ASGI transports. Each operation answers 401
 without the token and with a wrong one, 400 with one line for a body that is not JSON,
-and does its work with a good request; the test fails if the document lists an operation
-it did not call. Every parameter the document names, in a path or a query, sent 10 KB long,
-is refused with one short line (400; 404 for a name in a path, which names nothing), never
-answered 200 or 500. (The Slack route is Slack's, signed by Slack: tests/test_slack_daemon.py.)
+and does its work with a good request; every answer, the refusals too, is valid against
+its schema in the document the daemon serves; the test fails if the document lists an
+operation it did not call (the event stream included). Every parameter the document names,
+in a path, a query or a header, sent 10 KB long, is refused with one short line (400; 404
+for a name in a path, which names nothing), never answered 200 or 500. (The Slack route is
+Slack's, signed by Slack: tests/test_slack_daemon.py.)
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 
 import anyio
 import httpx
+import jsonschema
 import pytest
 
 from sessionhook.relay.domain.contract import openapi_document
@@ -29,6 +32,7 @@ pytestmark = pytest.mark.anyio
 
 TOKEN = "api-daemon-token-" + "k" * 30
 SLACK = "/v1/integrations/slack/interactions"
+STREAM = "/v1/events/stream"
 WITHIN = 30.0
 #: A parameter's length in :func:`_every_parameter_10_kb_long`.
 LONG = 10 * 1024
@@ -36,10 +40,21 @@ LONG = 10 * 1024
 
 @dataclass
 class Api:
-    """The relay's listener, and the operations called on it (method, path template)."""
+    """The relay's listener, the document it serves, and the operations called on it
+    (method, path template)."""
 
     http: httpx.AsyncClient
+    document: dict[str, Any]
     called: set[tuple[str, str]] = field(default_factory=set)
+
+    def valid(self, method: str, template: str, answer: httpx.Response) -> Any:
+        """``answer``'s JSON, checked against the schema the document gives the
+        operation's answer of that status."""
+        responses = self.document["paths"][template][method.lower()]["responses"]
+        schema = responses[str(answer.status_code)]["content"]["application/json"]["schema"]
+        data = answer.json()
+        jsonschema.validate(data, {**schema, "components": self.document["components"]})
+        return data
 
     async def __call__(
         self, method: str, template: str, status: int, body: Any = None, **params: str
@@ -52,6 +67,7 @@ class Api:
         for headers in ({}, {"authorization": "Bearer " + "x" * 40}):
             refused = await self.http.request(method, path, headers=headers)
             api_error(refused, 401)
+            self.valid(method, template, refused)
         if method in ("POST", "PUT", "PATCH"):
             broken = await self.http.request(
                 method,
@@ -60,9 +76,24 @@ class Api:
                 headers={**_auth(), "content-type": "application/json"},
             )
             api_error(broken, 400)
+            self.valid(method, template, broken)
         answer = await self.http.request(method, path, json=body, headers=_auth())
         assert answer.status_code == status, (method, path, answer.text)
-        return answer.json()
+        return self.valid(method, template, answer)
+
+    async def first_streamed(self, **params: str) -> str:
+        """Refusals as :meth:`__call__` checks them, then the id of the first event
+        ``GET /v1/events/stream`` sends."""
+        self.called.add(("GET", STREAM))
+        for headers in ({}, {"authorization": "Bearer " + "x" * 40}):
+            api_error(await self.http.get(STREAM, params=params, headers=headers), 401)
+        async with self.http.stream("GET", STREAM, params=params, headers=_auth()) as answer:
+            assert answer.status_code == 200
+            assert answer.headers["content-type"].startswith("text/event-stream")
+            async for line in answer.aiter_lines():
+                if line.startswith("id: "):
+                    return line.removeprefix("id: ")
+        raise AssertionError("the stream ended before its first event")
 
 
 def _auth() -> dict[str, str]:
@@ -91,17 +122,18 @@ async def _every_parameter_10_kb_long(http: httpx.AsyncClient) -> set[tuple[str,
                 for value in ("7" * LONG, "x" * LONG):
                     filled = {n: value if (n, where) == (name, "path") else "x" for n in in_path}
                     query = {name: value} if where == "query" else None
+                    header = {name: value} if where == "header" else {}
                     answer = await http.request(
                         method.upper(),
                         template.format(**filled),
                         params=query,
                         json={} if method in ("post", "put", "patch") else None,
-                        headers=_auth(),
+                        headers={**_auth(), **header},
                     )
                     refused = 404 if answer.status_code == 404 and where == "path" else 400
                     message = api_error(answer, refused)
                     assert len(message) < 300, (method, template, name, message[:100])
-                    if where == "query":
+                    if where in ("query", "header"):
                         assert name in message, (method, template, message)
                 sent.add((operation["operationId"], name))
     return sent
@@ -138,7 +170,7 @@ async def test_every_operation_of_the_document_over_http_on_the_real_daemon(
         await setup.receiver.wait_for(
             _delivered(session.name, "session.action_required"), within=WITHIN
         )
-        api = Api(http)
+        api = Api(http, (await http.get("/openapi.json")).json())
 
         status = await api("GET", "/v1/status", 200)
         assert [e["name"] for e in status["endpoints"]] == ["rx"]
@@ -165,6 +197,7 @@ async def test_every_operation_of_the_document_over_http_on_the_real_daemon(
         # event is replayed to it, so that its delivery waits to be retried.
         events = await api("GET", "/v1/events", 200)
         event_id = next(e["id"] for e in events["events"] if e["session"] == session.name)
+        first, second = (e["id"] for e in events["events"][:2])
         event = await api("GET", "/v1/events/{id}", 200, id=event_id)
         assert event["event"]["id"] == event_id and event["deliveries"]
         off = await api("POST", "/v1/endpoints/{name}:disable", 200, {}, name="rx")
@@ -172,7 +205,10 @@ async def test_every_operation_of_the_document_over_http_on_the_real_daemon(
         replayed = await api("POST", "/v1/events/{id}:replay", 200, {"endpoint": "rx"}, id=event_id)
         assert replayed["queued"] == 1
         deliveries = await api("GET", "/v1/deliveries", 200)
-        waiting = [d for d in deliveries["deliveries"] if d["status"] == "pending"]
+        # The session's own later events wait behind the held endpoint too: the replayed one.
+        waiting = [
+            d for d in deliveries["deliveries"] if d["status"] == "pending" and d["replayed"]
+        ]
         assert [d["event_id"] for d in waiting] == [event_id]
         delivery = str(waiting[0]["id"])
         got = await api("GET", "/v1/deliveries/{id}", 200, id=delivery)
@@ -224,11 +260,14 @@ async def test_every_operation_of_the_document_over_http_on_the_real_daemon(
         gone = await api("DELETE", "/v1/endpoints/{name}", 200, name="laptop")
         assert gone["deleted"] is True
         api_error(await http.get("/v1/endpoints/laptop", headers=_auth()), 404)
+        # The stream, from after the first event archived: the second comes first.
+        assert await api.first_streamed(last_event_id=first) == second
         too_long = await _every_parameter_10_kb_long(http)
         daemon.stop()
 
     assert api.called == _operations()
     assert ("listActions", "session") in too_long and ("listDeliveries", "pageToken") in too_long
+    assert ("streamEvents", "Last-Event-ID") in too_long
     assert len(too_long) == sum(
         len(op.get("parameters", []))
         for ops in openapi_document()["paths"].values()

@@ -18,7 +18,11 @@ from pathlib import Path
 import anyio
 import httpx
 import pytest
+from click.testing import CliRunner
 
+from sessionhook.cli import cli
+from sessionhook.cli._output import Runtime
+from sessionhook.relay.domain.api_models import ApiStatus
 from sessionhook.relay.domain.retry import Dead, Delivered, Retry
 from sessionhook.relay.domain.rows import (
     EndpointSummary,
@@ -28,7 +32,7 @@ from sessionhook.relay.domain.rows import (
     UpstreamSummary,
 )
 from sessionhook.relay.ops import Overview
-from sessionhook.relay.ops.wire import overview_from_json, status_json
+from sessionhook.relay.ops.wire import status_answer
 from sessionhook.relay.store import AsyncStore, HistoryProgress, ReplicaRow
 from sessionhook.relay.web import create_app
 from sessionhook.relay.web import server as health
@@ -141,8 +145,8 @@ async def test_status_url_of_a_relay_out_of_reach_is_one_line() -> None:
 
 def test_the_json_of_status_reads_back_into_the_same_overview() -> None:
     """Every part of ``status``, the rare ones too (a last error, refused activities,
-    replicas), survives ``status_json`` -> JSON -> ``overview_from_json``; fields a newer
-    relay adds are ignored."""
+    replicas), survives ``status_answer`` -> JSON -> ``ApiStatus``; fields a newer relay
+    adds are ignored."""
     now = 1_764_150_000.25
     endpoint = EndpointSummary(
         "ci",
@@ -177,9 +181,16 @@ def test_the_json_of_status_reads_back_into_the_same_overview() -> None:
     summary = StatusSummary(now, (endpoint,), upstream, 5, 6, 7, True, refused)
     replica = ReplicaRow("3f2a", "db1", 812, now - 100, now - 2, 15.0, None, 4, 1, ("poller",))
     overview = Overview(summary, HistoryProgress(10, 4, 0.5), {"default": 5}, (replica,))
-    data = json.loads(json.dumps(status_json(overview, now)))
+    answer = status_answer(overview, now)
+    data = json.loads(answer.model_dump_json())
     data["endpoints"][0]["added_later"] = "by a newer relay"
-    assert overview_from_json(data) == overview
+    read = ApiStatus.model_validate_json(json.dumps(data))
+    assert read == answer and read.model_dump_json() == answer.model_dump_json()
+    assert (read.now, read.replicas[0].leases, read.refused.latest) == (
+        now,
+        ["poller"],
+        answer.refused.latest,
+    )
 
 
 def _seed(backend: Backend) -> None:
@@ -488,3 +499,79 @@ async def test_events_and_replay_url_as_on_the_store(
     assert pairs[ok][2].returncode == 2
     for done, option in zip(refused, ("--since", "--since", "--session"), strict=True):
         assert done.returncode == 2 and f"{option} is not available with --url" in done.stderr
+
+
+#: Answers of a relay that is not one (or a broken one): 200 with a body that is not JSON,
+#: not an object, an empty object, or every field a command reads of another type.
+HOSTILE = (
+    b"<html>surprise</html>",
+    b"[1, 2]",
+    b"{}",
+    json.dumps(
+        {
+            key: {"id": "x"}
+            for key in (
+                "now",
+                "deliveries",
+                "delivery",
+                "attempts",
+                "events",
+                "event",
+                "endpoints",
+                "pending",
+                "secret",
+                "queued",
+                "message",
+                "url",
+                "status_code",
+                "deliveries_closed",
+            )
+        }
+    ).encode(),
+)
+
+#: Every command that reads a relay's answers (``create`` and ``update`` take --relay-url).
+URL_COMMANDS = (
+    ["status"],
+    ["status", "--json"],
+    ["deliveries"],
+    ["deliveries", "--json"],
+    ["attempts", "1"],
+    ["attempts", "evt_1", "--json"],
+    ["deliveries", "retry", "1"],
+    ["deliveries", "recover", "--endpoint", "ci-bot", "--since", "1h"],
+    ["events"],
+    ["events", "--format", "ndjson"],
+    ["replay", "--endpoint", "ci-bot", "--event", "evt_1"],
+    ["endpoints", "list"],
+    ["endpoints", "enable", "ci-bot"],
+    ["endpoints", "disable", "ci-bot"],
+    ["endpoints", "test", "ci-bot"],
+    ["endpoints", "delete", "ci-bot"],
+    ["endpoints", "rotate-secret", "ci-bot"],
+    ["endpoints", "create", "x", "--url", "https://hooks.example.com/x", "--relay-url"],
+    ["endpoints", "update", "x", "--event", "session.*", "--relay-url"],
+)
+
+
+def test_an_answer_of_another_shape_is_one_line_for_every_url_command() -> None:
+    """A relay answering 200 with what no model reads: one line naming the URL, exit 1,
+    no traceback, nothing printed as if it were an answer."""
+    relay = "http://relay.test"
+    for body in HOSTILE:
+
+        def answer(request: httpx.Request, body: bytes = body) -> httpx.Response:
+            return httpx.Response(200, content=body, headers={"content-type": "application/json"})
+
+        runtime = Runtime(transport=httpx.MockTransport(answer))
+        for command in URL_COMMANDS:
+            args = [*command, relay] if command[-1] == "--relay-url" else [*command, "--url", relay]
+            result = CliRunner().invoke(
+                cli, args, obj=runtime, env={"SESSIONHOOK_WEB_TOKEN": TOKEN}
+            )
+            shown = (command, body[:20], result.output)
+            assert result.exit_code == 1 and not isinstance(result.exception, Exception), shown
+            assert result.stdout == "", shown
+            lines = result.stderr.splitlines()
+            assert len(lines) == 1 and lines[0].startswith(f"error: {relay}/v1/"), shown
+            assert "not JSON" in lines[0] or "unknown shape" in lines[0], shown

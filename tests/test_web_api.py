@@ -19,9 +19,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from sessionhook.relay.config import Config
+from sessionhook.relay.domain.api_models import ApiPage
 from sessionhook.relay.store import AsyncStore, Ingest
 from sessionhook.relay.telemetry.metrics import Metrics
 from sessionhook.relay.web import WebAuth, WebContext, create_app
+from sessionhook.relay.web.answers import api_answer
 from sessionhook.relay.web.api import common as api_common
 from sessionhook.relay.web.api.common import (
     ApiProblem,
@@ -102,6 +104,11 @@ class _Thing(BaseModel):
     size: int = 1
 
 
+class _Items(ApiPage):
+    items: list[int]
+    nextPageToken: str | None = None
+
+
 def _frame_app() -> Starlette:
     """The frame's helpers under a route of their own."""
 
@@ -114,7 +121,7 @@ def _frame_app() -> Starlette:
         start = int(page.after or 0)
         items = list(range(start, min(start + page.size, 5)))
         more = str(start + page.size) if start + page.size < 5 else None
-        return JSONResponse(page_answer("items", items, more))
+        return api_answer(page_answer(_Items, items, more))
 
     return Starlette(
         routes=[Route("/things", create, methods=["POST"]), Route("/things", listing)],

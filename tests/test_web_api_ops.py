@@ -7,23 +7,39 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import httpx
 import pytest
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
 from starlette.routing import Route
 from structlog.testing import capture_logs
 
 from sessionhook.relay.config import Config
+from sessionhook.relay.config.endpoint_spec import SPEC_KEYS
+from sessionhook.relay.domain import api_models
 from sessionhook.relay.domain.actions import ActionKind, ActOutcome
-from sessionhook.relay.domain.api_paths import API_SCHEMAS
+from sessionhook.relay.domain.api_paths import api_document
 from sessionhook.relay.domain.contract import EVENT_MODELS, openapi_document, shipped_document
 from sessionhook.relay.domain.retry import Dead, Delivered, Retry
-from sessionhook.relay.store import AsyncStore, StoreCore, StoreError
+from sessionhook.relay.domain.rows import (
+    AttemptRow,
+    DeliveryRow,
+    EndpointState,
+    EndpointSummary,
+    RefusedRow,
+    RefusedSummary,
+    StatusSummary,
+    UpstreamSummary,
+)
+from sessionhook.relay.store import AsyncStore, ReplicaRow, StoreCore, StoreError
+from sessionhook.relay.store.actions import ActionRow
 from sessionhook.relay.telemetry.metrics import Metrics
 from sessionhook.relay.web import WebAuth, WebContext, create_app
 from sessionhook.relay.web.api import API_GROUPS
+from sessionhook.relay.web.stream import stream_routes
 from tests.support.backends import Backend
 from tests.support.requeue_rows import ACT0, Ep, failure, fill
 from tests.support.web_relay import api_error
@@ -381,6 +397,28 @@ async def test_acting_is_503_when_the_relay_cannot_act(backend: Backend) -> None
         api_error(await r.http.post("/v1/sessions/s0:approvePlan", headers=AUTH), 503, "cannot act")
 
 
+def test_the_models_carry_every_field_of_the_rows_they_show() -> None:
+    """A field the store's rows gain is not left out of the API silently: each row the API
+    shows and its model have the same fields (and the model what it adds to the row); the
+    definition keys of an endpoint are the config's."""
+    shown: list[tuple[type[Any], type[BaseModel], set[str]]] = [
+        (DeliveryRow, api_models.ApiDeliveryRow, set()),
+        (DeliveryRow, api_models.ApiDelivery, {"claimed_by", "claimed_at"}),
+        (AttemptRow, api_models.ApiAttempt, set()),
+        (EndpointState, api_models.ApiEndpointState, {"pending", "in_flight"}),
+        (EndpointSummary, api_models.ApiEndpointSummary, set()),
+        (UpstreamSummary, api_models.ApiUpstream, set()),
+        (RefusedSummary, api_models.ApiRefused, set()),
+        (RefusedRow, api_models.ApiRefusedActivity, set()),
+        (ReplicaRow, api_models.ApiReplica, {"health"}),
+        (ActionRow, api_models.ApiAction, set()),
+        (StatusSummary, api_models.ApiStatus, {"history_walk", "accounts", "replicas"}),
+    ]
+    for row, model, added in shown:
+        assert {f.name for f in fields(row)} | added == set(model.model_fields), model
+    assert api_models.DEFINITION_KEYS == SPEC_KEYS
+
+
 def test_openapi_describes_every_api_route_and_only_those() -> None:
     config = Config.model_validate({"server": {"listen": "127.0.0.1:9187"}})
     ctx = WebContext(
@@ -388,7 +426,7 @@ def test_openapi_describes_every_api_route_and_only_those() -> None:
     )
     served = {
         (method, route.path)
-        for group in API_GROUPS
+        for group in (*API_GROUPS, stream_routes)
         for route in group(ctx)
         if isinstance(route, Route)
         for method in route.methods or ()
@@ -397,9 +435,12 @@ def test_openapi_describes_every_api_route_and_only_those() -> None:
     document = openapi_document()
     described = {(m.upper(), path) for path, ops in document["paths"].items() for m in ops}
     assert served == described and ("POST", "/v1/deliveries:recover") in served
+    assert ("GET", "/v1/events/stream") in served
     # The API's schemas are apart from the webhooks' (none replaces one of theirs).
     webhook_models = {m.__name__ for m in EVENT_MODELS.values()}
-    assert not webhook_models & set(API_SCHEMAS)
+    _, api_models = api_document()
+    _, api_schemas = models_json_schema([(m, "validation") for m in api_models])
+    assert not webhook_models & {*api_schemas["$defs"], *(m.__name__ for m in api_models)}
     for path, ops in document["paths"].items():
         for op in ops.values():
             # Slack's route is signed by Slack; every other one needs the bearer token.

@@ -198,11 +198,12 @@ class _Printer:
         self.pipe_closed = False
 
     async def delivery(self, delivery: Delivery) -> None:
+        from ..api.models import format_timestamp
         from ..receiver import event_line, json_line
 
         if self.as_json:
             record = {
-                "received_at": _iso(delivery.received_at),
+                "received_at": format_timestamp(datetime.fromtimestamp(delivery.received_at, UTC)),
                 "path": delivery.path,
                 "duplicate": delivery.duplicate,
                 "headers": delivery.headers,
@@ -230,11 +231,6 @@ class _Printer:
         except BrokenPipeError:  # `listen | head`: nobody reads any more
             self.pipe_closed = True
             self.stop()
-
-
-def _iso(ts: float) -> str:
-    """RFC 3339 in UTC with microseconds, as every ``--json`` moment is written."""
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 @contextmanager

@@ -25,7 +25,7 @@ import functools
 import json
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     # The relay (config, store, operator: most of a second of CPU) is imported by the
     # command that runs, not by `sessionhook --help` or another group's command.
     from ..relay.config import Config
+    from ..relay.domain.api_models import ApiModel
     from ..relay.ops import StoreCore
 
 __all__ = [
@@ -56,7 +57,7 @@ __all__ = [
     "ProgressCounter",
     "StoreTarget",
     "age",
-    "echo_json_times",
+    "echo_answer",
     "json_option",
     "parse_headers",
     "parse_time",
@@ -172,12 +173,12 @@ def stamp_ago(ts: float | None, now: float) -> str:
     return "never" if ts is None else f"{stamp(ts)} ({age(now - ts)} ago)"
 
 
-def echo_json_times(data: Any) -> None:
-    """Print operator rows for ``--json``, moments as RFC 3339
-    (:func:`~sessionhook.relay.ops.wire.json_times`)."""
-    from ..relay.ops.wire import json_times
+def echo_answer(answer: ApiModel | Sequence[ApiModel]) -> None:
+    """Print an answer of the API's models (or a list of them) for ``--json``: what the
+    API answers, moments as RFC 3339."""
+    from ..relay.domain.api_models import api_data
 
-    echo_json(json_times(data))
+    echo_json(api_data(answer))
 
 
 # --------------------------------------------------------------------------- plumbing

@@ -9,17 +9,19 @@ share): read-only, safe while the daemon runs, the database found through ``--co
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
+from urllib.parse import quote
 
 import click
 
 from ..relay.domain.delivery_states import DELIVERY_STATUSES
 from ..wording import counted
 from . import cli
-from ._output import CliError, echo_json, render_fields, render_table
+from ._output import CliError, render_fields, render_table
 from .ops import (
     age,
+    echo_answer,
     json_option,
     reading_store,
     reported,
@@ -27,11 +29,21 @@ from .ops import (
     stamp_ago,
     store_options,
 )
-from .remote import get_json, refuse_store_options, remote_options
+from .remote import get, get_pages, refuse_store_options, remote_options
 
 if TYPE_CHECKING:
-    from ..relay.domain.rows import AttemptRow, DeliveryRow, RefusedSummary, UpstreamSummary
-    from ..relay.ops import HistoryProgress, Overview, ReplicaRow
+    from ..relay.domain.api_models import (
+        ApiAttempt,
+        ApiDelivery,
+        ApiDeliveryAttempts,
+        ApiDeliveryRow,
+        ApiEventAttempts,
+        ApiHistoryWalk,
+        ApiRefused,
+        ApiReplica,
+        ApiStatus,
+        ApiUpstream,
+    )
 
 __all__ = ["attempts", "deliveries", "status"]
 
@@ -53,39 +65,29 @@ def status(
 ) -> None:
     """Endpoints (enabled or why not, backlog, last hour, last error) and upstream polling;
     with --url, of a running relay (its GET /v1/status)."""
+    from ..relay.domain.api_models import ApiStatus
+
     if url is not None:
         refuse_store_options(config_path, db_path)
-        data = get_json(url, token, "/v1/status")
-        if as_json:
-            echo_json(data)
-            return
-        from ..relay.ops.wire import overview_from_json
+        answer = get(url, token, "/v1/status", ApiStatus)
+    else:
+        from ..relay import ops as operator
+        from ..relay.ops.wire import status_answer
 
-        try:
-            overview = overview_from_json(data)
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise CliError(f"{url}: /v1/status answered in an unknown shape ({exc!r})") from None
-        _print_status(overview, overview.summary.now)
-        return
-    from ..relay import ops as operator
-
-    now = time.time()
-    with reading_store(config_path, db_path) as store:
-        overview = operator.status(store, now)
+        now = time.time()
+        with reading_store(config_path, db_path) as store:
+            answer = status_answer(operator.status(store, now), now)
     if as_json:
-        from ..relay.ops.wire import status_json
-
-        echo_json(status_json(overview, now))
+        echo_answer(answer)
         return
-    _print_status(overview, now)
+    _print_status(answer)
 
 
-def _print_status(overview: Overview, now: float) -> None:
+def _print_status(status: ApiStatus) -> None:
     """The text of ``status``: the endpoints' table, then upstream and archive fields."""
-    summary, history, accounts = overview.summary, overview.history, overview.accounts
-    replicas = list(overview.replicas)
+    now, history = status.now, status.history_walk
     rows = []
-    for ep in summary.endpoints:
+    for ep in status.endpoints:
         if not ep.configured:
             state = "not in config"
         elif ep.enabled:
@@ -107,7 +109,7 @@ def _print_status(overview: Overview, now: float) -> None:
         )
     headers = ["ENDPOINT", "STATE", "PENDING", "OLDEST", "DELIVERED/1h", "FAILED/1h", "DEAD/1h"]
     click.echo(render_table([*headers, "LAST ERROR"], rows) if rows else "no endpoints yet")
-    up = summary.upstream
+    up = status.upstream
     click.echo("")
     click.echo(
         render_fields(
@@ -117,34 +119,34 @@ def _print_status(overview: Overview, now: float) -> None:
                 ("upstream, last hour", _upstream_line(up)),
                 (
                     "archive",
-                    f"{counted(summary.sessions, 'session')}, "
-                    f"{counted(summary.activities, 'activity')}, "
-                    f"{counted(summary.events, 'event')}",
+                    f"{counted(status.sessions, 'session')}, "
+                    f"{counted(status.activities, 'activity')}, "
+                    f"{counted(status.events, 'event')}",
                 ),
                 ("history walk", _history_line(history)),
                 (
                     "accounts",
-                    ", ".join(f"{name} ({counted(n, 'session')})" for name, n in accounts.items())
+                    ", ".join(
+                        f"{name} ({counted(n, 'session')})" for name, n in status.accounts.items()
+                    )
                     or "-",
                 ),
-                ("refused upstream", _refused_line(summary.refused, now)),
-                ("replicas", _replicas_line(replicas, now)),
+                ("refused upstream", _refused_line(status.refused, now)),
+                ("replicas", _replicas_line(status.replicas, now)),
             ]
         )
     )
 
 
-def _replicas_line(replicas: list[ReplicaRow], now: float) -> str:
+def _replicas_line(replicas: Sequence[ApiReplica], now: float) -> str:
     """Running replicas and what each holds; then how many stopped or died lately.
 
     ``2 running: 3f2a@db1:812 (heartbeat 2 s ago; 4 in flight, 1 polls; poller:default),
     9c1e@db2:77 (...)``."""
-    from ..relay.domain.replica import replica_health
-
     parts = []
     gone = {"stopped": 0, "dead": 0}
     for r in replicas:
-        health = replica_health(r.heartbeat_at, r.lease, r.stopped_at, now)
+        health = r.health
         if health != "alive":
             gone[health] += 1
             if health == "stopped" or not (r.deliveries or r.polls or r.leases):
@@ -161,7 +163,7 @@ def _replicas_line(replicas: list[ReplicaRow], now: float) -> str:
     return line
 
 
-def _history_line(history: HistoryProgress) -> str:
+def _history_line(history: ApiHistoryWalk) -> str:
     """The history walk's progress: done / total and the time left at the recent pace."""
     if history.total == 0:
         return "none (nothing predates the first start, or backfill = true)"
@@ -172,7 +174,7 @@ def _history_line(history: HistoryProgress) -> str:
     return f"{history.done} / {counted(history.total, 'session')} archived, {left}"
 
 
-def _upstream_line(up: UpstreamSummary) -> str:
+def _upstream_line(up: ApiUpstream) -> str:
     """``120 requests, 3 throttled (429), 45 errors (40 key refused (401/403), 5 malformed)``."""
     parts = [
         f"{n} {what}"
@@ -189,7 +191,7 @@ def _upstream_line(up: UpstreamSummary) -> str:
     )
 
 
-def _refused_line(refused: RefusedSummary, now: float) -> str:
+def _refused_line(refused: ApiRefused, now: float) -> str:
     """``3 activities (2 too_large, 1 foreign_name), 1 in the last hour; latest ...``."""
     if not refused.total:
         return "none"
@@ -238,37 +240,33 @@ def deliveries(
         return  # `deliveries retry|recover`: the subcommand does the work
     now = time.time()
     if url is not None:
+        from ..relay.domain.api_models import ApiDeliveryPage
+
         refuse_store_options(config_path, db_path)
-        from .remote_reads import remote_deliveries
-
         filters = {"endpoint": endpoint, "status": status_, "session": session}
-        rows, claims, data = remote_deliveries(url, token, filters, limit)
-        if as_json:
-            echo_json(data)
-            return
-        _print_deliveries(rows, claims, now)
-        return
-    from ..relay import ops as operator
-    from ..relay.domain.rows import OPEN_STATUSES
+        params = {k: v for k, v in filters.items() if v is not None}
+        rows = get_pages(url, token, "/v1/deliveries", ApiDeliveryPage, params, limit)
+    else:
+        from ..relay import ops as operator
+        from ..relay.domain.rows import OPEN_STATUSES
+        from ..relay.ops.wire import delivery_answer
 
-    with reading_store(config_path, db_path) as store:
-        if endpoint is not None:
-            operator.find_endpoint(store, endpoint)  # a typo is an error, not "no match"
-        rows = operator.deliveries(
-            store, endpoint=endpoint, status=status_, session=session, limit=limit
-        )
-        claims = operator.in_flight(store, now, (r.id for r in rows if r.status in OPEN_STATUSES))
+        with reading_store(config_path, db_path) as store:
+            if endpoint is not None:
+                operator.find_endpoint(store, endpoint)  # a typo is an error, not "no match"
+            found = operator.deliveries(
+                store, endpoint=endpoint, status=status_, session=session, limit=limit
+            )
+            open_ = (r.id for r in found if r.status in OPEN_STATUSES)
+            claims = operator.in_flight(store, now, open_)
+        rows = [delivery_answer(row, claims.get(row.id)) for row in found]
     if as_json:
-        from ..relay.ops.wire import delivery_json
-
-        echo_json([delivery_json(row, claims.get(row.id)) for row in rows])
+        echo_answer(rows)
         return
-    _print_deliveries(rows, claims, now)
+    _print_deliveries(rows, now)
 
 
-def _print_deliveries(
-    rows: Sequence[DeliveryRow], claims: Mapping[int, tuple[str, float]], now: float
-) -> None:
+def _print_deliveries(rows: Sequence[ApiDelivery], now: float) -> None:
     """The text of ``deliveries``: one table row a delivery, or ``no deliveries match``."""
     from ..relay.domain.rows import OPEN_STATUSES
 
@@ -277,9 +275,9 @@ def _print_deliveries(
         return
     table = []
     for d in rows:
-        claim = claims.get(d.id)
-        if claim is not None:  # a live replica holds it (see status: replicas)
-            when = f"in flight on {claim[0]} for {age(now - claim[1])}"
+        if d.claimed_by is not None and d.claimed_at is not None:
+            # A live replica holds it (see status: replicas).
+            when = f"in flight on {d.claimed_by} for {age(now - d.claimed_at)}"
         elif d.status == "delivered":
             when = f"delivered {age(now - d.delivered_at)} ago" if d.delivered_at else ""
         elif d.status in OPEN_STATUSES and d.waiting_on is not None:
@@ -329,43 +327,69 @@ def attempts(
     """
     if url is not None:
         refuse_store_options(config_path, db_path)
-        from .remote_reads import remote_attempts
+        event, answer = _remote_attempts(url, token, target)
+    else:
+        from ..relay import ops as operator
+        from ..relay.ops.wire import attempts_answer
 
-        kind, found, data = remote_attempts(url, token, target)
-        if as_json:
-            echo_json(data)
-            return
-        _print_attempts(kind, found)
-        return
-    from ..relay import ops as operator
-
-    with reading_store(config_path, db_path) as store:
-        event, found = operator.attempts(store, target)
+        with reading_store(config_path, db_path) as store:
+            row, found = operator.attempts(store, target)
+        event = None if row is None else (row.id, row.type)
+        answer = attempts_answer(row, found)
     if as_json:
-        from ..relay.ops.wire import attempts_json
-
-        echo_json(attempts_json(event, found))
+        echo_answer(answer)
         return
-    _print_attempts(None if event is None else (event.id, event.type), found)
+    _print_attempts(event, answer)
+
+
+def _remote_attempts(
+    url: str, token: str | None, target: str
+) -> tuple[tuple[str, str] | None, ApiDeliveryAttempts | ApiEventAttempts]:
+    """``attempts`` of a delivery (``GET /v1/deliveries/{id}``) or of every delivery of an
+    event (``GET /v1/events/{id}``, then each of its deliveries): the event's id and type
+    (``None`` for a delivery), and what the local command finds."""
+    from ..relay.domain.api_models import (
+        ApiDeliveryAttempts,
+        ApiEventAttempts,
+        ApiEventDetail,
+    )
+
+    key = target.strip().removeprefix("#")
+    if key.isdigit():
+        return None, get(url, token, f"/v1/deliveries/{key}", ApiDeliveryAttempts)
+    try:
+        detail = get(url, token, f"/v1/events/{quote(key, safe='')}", ApiEventDetail)
+    except CliError as exc:
+        if not exc.message.startswith("no event "):
+            raise
+        # Neither a delivery id nor an archived event: what the local command says.
+        raise CliError(f"no delivery or event {target!r}", hint=exc.hint) from None
+    ids = sorted(d.id for d in detail.deliveries)
+    blocks = [get(url, token, f"/v1/deliveries/{i}", ApiDeliveryAttempts) for i in ids]
+    event = detail.event
+    return (event.id, event.type), ApiEventAttempts(event=event.id, deliveries=blocks)
 
 
 def _print_attempts(
-    event: tuple[str, str] | None, found: Sequence[tuple[DeliveryRow, Sequence[AttemptRow]]]
+    event: tuple[str, str] | None, answer: ApiDeliveryAttempts | ApiEventAttempts
 ) -> None:
     """The text of ``attempts``: each delivery (of ``event``, its id and type, if given)
     with its attempts."""
+    from ..relay.domain.api_models import ApiEventAttempts
+
+    found = answer.deliveries if isinstance(answer, ApiEventAttempts) else [answer]
     if event is not None and not found:
         click.echo(
             f"event {event[0]} ({event[1]}) has no delivery: no endpoint subscribed to it, "
             "or it was archived before the first start (see `sessionhook replay`)"
         )
-    for i, (delivery, rows_) in enumerate(found):
+    for i, block in enumerate(found):
         if i:
             click.echo("\n" + "-" * 40 + "\n")
-        _show_attempts(delivery, rows_)
+        _show_attempts(block.delivery, block.attempts)
 
 
-def _show_attempts(delivery: DeliveryRow, rows: Sequence[AttemptRow]) -> None:
+def _show_attempts(delivery: ApiDeliveryRow, rows: Sequence[ApiAttempt]) -> None:
     click.echo(
         render_fields(
             [

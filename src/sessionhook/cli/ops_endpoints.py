@@ -7,7 +7,7 @@ functions); the plumbing is :mod:`.ops`'s.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
@@ -15,10 +15,11 @@ import click
 
 from ..redact import redact_userinfo
 from . import cli
-from ._output import CliError, current_runtime, echo_json, render_fields, render_table
+from ._output import CliError, current_runtime, render_fields, render_table
 from ._output import run as run_async
 from .ops import (
     age,
+    echo_answer,
     json_option,
     reading_store,
     reported,
@@ -27,11 +28,11 @@ from .ops import (
     store_target,
     writing_store,
 )
-from .remote import get_json, post_json, refuse_store_options, remote_options
+from .remote import get, get_pages, post, refuse_store_options, remote_options
 
 if TYPE_CHECKING:
+    from ..relay.domain.api_models import ApiEndpointState
     from ..relay.domain.retry import AttemptResult
-    from ..relay.domain.rows import EndpointState
 
 __all__ = ["endpoints"]
 
@@ -55,39 +56,35 @@ def endpoints_list(
     as_json: bool,
 ) -> None:
     """Every endpoint the daemon knows, with its state and backlog."""
-    from ..relay import ops as operator
-
     now = time.time()
     if url is not None:
+        from ..relay.domain.api_models import ApiEndpointStatePage
+
         refuse_store_options(config_path, db_path)
-        from .remote_reads import remote_endpoints
+        # The API's answer has each endpoint's definition too: left out, as the local
+        # command has none.
+        known = get_pages(url, token, "/v1/endpoints", ApiEndpointStatePage, {}, 10_000)
+    else:
+        from ..relay import ops as operator
+        from ..relay.ops.wire import endpoint_state_answer
 
-        listed, data = remote_endpoints(url, token)
-        if as_json:
-            echo_json(data)
-            return
-        _print_endpoints(listed, now)
-        return
-    with reading_store(config_path, db_path) as store:
-        known = operator.endpoints(store)
-        claims = operator.endpoints_in_flight(store, now)  # per endpoint: replica -> n
+        with reading_store(config_path, db_path) as store:
+            listed = operator.endpoints(store)
+            claims = operator.endpoints_in_flight(store, now)  # per endpoint: replica -> n
+        known = [endpoint_state_answer(s, n, claims.get(s.name)) for s, n in listed]
     if as_json:
-        from ..relay.ops.wire import endpoint_json
-
-        echo_json([endpoint_json(s, pending, claims.get(s.name)) for s, pending in known])
+        echo_answer(known)
         return
-    _print_endpoints([(s, pending, claims.get(s.name, {})) for s, pending in known], now)
+    _print_endpoints(known, now)
 
 
-def _print_endpoints(
-    known: Sequence[tuple[EndpointState, int, Mapping[str, int]]], now: float
-) -> None:
+def _print_endpoints(known: Sequence[ApiEndpointState], now: float) -> None:
     """The table of ``endpoints list``: state, backlog, in flight per replica."""
     if not known:
         click.echo("no endpoints yet (the daemon adds them from its config when it starts)")
         return
     rows = []
-    for s, pending, in_flight in known:
+    for s in known:
         if not s.configured:
             state = "not in config"
         elif s.enabled:
@@ -98,8 +95,8 @@ def _print_endpoints(
             [
                 s.name,
                 state.strip(),
-                pending,
-                " ".join(f"{n} on {r}" for r, n in sorted(in_flight.items())),
+                s.pending,
+                " ".join(f"{n} on {r}" for r, n in sorted(s.in_flight.items())),
                 stamp(s.last_success_at) or "never",
                 f"{age(now - s.failing_since)}" if s.failing_since else "",
                 s.disabled_reason,
@@ -123,9 +120,11 @@ def endpoints_enable(
     from ..relay import ops as operator
 
     if url is not None:
+        from ..relay.domain.api_models import ApiEndpoint
+
         refuse_store_options(config_path, db_path)
-        answer = post_json(url, token, f"/v1/endpoints/{quote(name, safe='')}:enable")
-        click.echo(operator.enabled_line(name, int(answer.get("pending") or 0)))
+        path = f"/v1/endpoints/{quote(name, safe='')}:enable"
+        click.echo(operator.enabled_line(name, post(url, token, path, ApiEndpoint).pending))
         return
     with writing_store(config_path, db_path) as store:
         waiting = operator.enable_endpoint(store, name)
@@ -150,9 +149,11 @@ def endpoints_disable(
     from ..relay import ops as operator
 
     if url is not None:
+        from ..relay.domain.api_models import ApiEndpoint
+
         refuse_store_options(config_path, db_path)
         path = f"/v1/endpoints/{quote(name, safe='')}:disable"
-        post_json(url, token, path, {"reason": reason})
+        post(url, token, path, ApiEndpoint, {"reason": reason})
         click.echo(f"endpoint {name} disabled: {reason}")
         return
     with writing_store(config_path, db_path) as store:
@@ -174,18 +175,20 @@ def endpoints_test(name: str, config_path: str | None, url: str | None, token: s
     enter the outbox. With --url the relay sends it (its answer has no webhook-id).
     """
     if url is not None:
+        from ..relay.domain.api_models import ApiEndpoint, ApiPing
+
         refuse_store_options(config_path, None)
         path = f"/v1/endpoints/{quote(name, safe='')}"
-        target_url = str(get_json(url, token, path).get("url", ""))
-        answer = post_json(url, token, path + ":test")
+        target_url = get(url, token, path, ApiEndpoint).url
+        ping = post(url, token, path + ":test", ApiPing)
         _print_ping(
             name,
             target_url,
             None,
-            answer.get("status_code"),
-            float(answer.get("duration_ms") or 0.0),
-            answer.get("error"),
-            str(answer.get("response_body") or ""),
+            ping.status_code,
+            ping.duration_ms,
+            ping.error,
+            ping.response_body,
         )
         return
     from ..relay import ops as operator

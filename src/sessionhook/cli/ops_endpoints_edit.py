@@ -20,12 +20,13 @@ import click
 
 from ..wording import counted
 from ._output import CliError, echo_json
-from .ops import json_option, reported, store_options, store_target, writing_store
+from .ops import echo_answer, json_option, reported, store_options, store_target, writing_store
 from .ops_endpoints import endpoints
-from .remote import call_json, refuse_store_options, relay_url_options, remote_options
+from .remote import call, refuse_store_options, relay_url_options, remote_options
 
 if TYPE_CHECKING:
     from ..relay.config import Config
+    from ..relay.domain.api_models import ApiEndpoint
 
 __all__ = ["endpoints_create", "endpoints_delete", "endpoints_rotate", "endpoints_update"]
 
@@ -129,11 +130,20 @@ def _secret_from(env: str | None) -> str | None:
     return value.strip()
 
 
-def _show(answer: dict[str, Any], as_json: bool, line: str) -> None:
-    if as_json:
+def _show(answer: ApiEndpoint | dict[str, Any], as_json: bool, line: str) -> None:
+    if not as_json:
+        click.echo(line)
+    elif isinstance(answer, dict):
         echo_json(answer)
     else:
-        click.echo(line)
+        echo_answer(answer)
+
+
+def _given(answer: ApiEndpoint, key: str, url: str, path: str) -> Any:
+    """``key`` of a create's or a rotation's answer (a one-line error without it)."""
+    if (value := getattr(answer, key)) is None:
+        raise CliError(f"{url.rstrip('/')}{path}: the answer has no {key}")
+    return value
 
 
 @endpoints.command("create")
@@ -157,6 +167,7 @@ def endpoints_create(
 ) -> None:
     """Create endpoint NAME in the store (every replica delivers to it); its secret is
     printed once. With --relay-url, through a running relay (POST /v1/endpoints)."""
+    from ..relay.domain.api_models import ApiEndpoint
     from ..relay.ops import endpoint_edits as edits
 
     if options.get("url") is None:
@@ -166,8 +177,9 @@ def endpoints_create(
         body = {"name": name, **_spec(**options), "description": description or ""}
         if secret_env is not None:
             body["secret"] = _secret_from(secret_env)
-        answer = call_json(relay_url, token, "POST", "/v1/endpoints", body=body)
-        _show(answer, as_json, _created_line(name, str(answer.get("secret"))))
+        answer = call(relay_url, token, "POST", "/v1/endpoints", ApiEndpoint, body=body)
+        shown = str(_given(answer, "secret", relay_url, "/v1/endpoints"))
+        _show(answer, as_json, _created_line(name, shown))
         return
     config = _config(config_path, db_path)
     definition, secret = edits.define_endpoint(
@@ -180,7 +192,7 @@ def endpoints_create(
     with writing_store(config_path, db_path) as store:
         edits.create_endpoint(store, config, definition, secret)
         (answer,) = edits.endpoint_answers(store, config, time.time(), name)
-    _show(answer | {"secret": secret}, as_json, _created_line(name, secret))
+    _show(answer.model_copy(update={"secret": secret}), as_json, _created_line(name, secret))
 
 
 def _created_line(name: str, secret: str) -> str:
@@ -208,13 +220,14 @@ def endpoints_update(
 ) -> None:
     """Change endpoint NAME (one created at run time; the config file's are the file's).
     With --relay-url, through a running relay (PATCH /v1/endpoints/NAME)."""
+    from ..relay.domain.api_models import ApiEndpoint
     from ..relay.ops import endpoint_edits as edits
 
     changes: dict[str, Any] = {**_spec(**options), **{key: None for key in unset}}
     if relay_url is not None:
         refuse_store_options(config_path, db_path)
         body = changes if description is None else {**changes, "description": description}
-        answer = call_json(relay_url, token, "PATCH", _path(name), body=body)
+        answer = call(relay_url, token, "PATCH", _path(name), ApiEndpoint, body=body)
         _show(answer, as_json, f"endpoint {name} updated")
         return
     config = _config(config_path, db_path)
@@ -242,13 +255,13 @@ def endpoints_delete(
 ) -> None:
     """Delete endpoint NAME (created at run time): its open deliveries become dead, its
     history stays."""
+    from ..relay.domain.api_models import ApiEndpointDeleted
     from ..relay.ops import endpoint_edits as edits
 
     if url is not None:
         refuse_store_options(config_path, db_path)
-        answer = call_json(url, token, "DELETE", _path(name))
-        closed = int(answer["deliveries_closed"])
-        reason = str(answer.get("deliveries_closed_reason") or edits.DELETED_REASON)
+        deleted = call(url, token, "DELETE", _path(name), ApiEndpointDeleted)
+        closed, reason = deleted.deliveries_closed, deleted.deliveries_closed_reason
     else:
         config = _config(config_path, db_path)
         with writing_store(config_path, db_path) as store:
@@ -288,8 +301,8 @@ def endpoints_rotate(
 ) -> None:
     """Give endpoint NAME a new secret; the old one signs beside it for --overlap."""
     from ..relay.config import parse_duration
+    from ..relay.domain.api_models import ApiEndpoint, json_stamp
     from ..relay.ops import endpoint_edits as edits
-    from ..relay.ops.wire import json_stamp
 
     try:
         seconds = parse_duration(overlap)
@@ -300,8 +313,10 @@ def endpoints_rotate(
         body: dict[str, Any] = {"overlap": seconds}
         if secret_env is not None:
             body["secret"] = _secret_from(secret_env)
-        answer = call_json(url, token, "POST", _path(name) + ":rotateSecret", body=body)
-        secret, until = str(answer["secret"]), str(answer["previous_secret_expires_at"])
+        path = _path(name) + ":rotateSecret"
+        answer = call(url, token, "POST", path, ApiEndpoint, body=body)
+        secret = str(_given(answer, "secret", url, path))
+        until = json_stamp(_given(answer, "previous_secret_expires_at", url, path))
     else:
         config = _config(config_path, db_path)
         with writing_store(config_path, db_path) as store:

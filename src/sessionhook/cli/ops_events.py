@@ -37,6 +37,7 @@ from .sse import SkippedEvent, StreamEvent, parse_sse
 if TYPE_CHECKING:
     import httpx
 
+    from ..relay.domain.api_models import ApiEvent
     from ..relay.domain.rows import EventRow
     from ..relay.ops import EventFilter
 
@@ -172,21 +173,22 @@ def _list(
     fmt: str,
     limit: int | None,
 ) -> None:
-    from ..relay.ops import wire
+    from ..relay.ops.wire import event_answer
 
     with reading_store(config_path, db_path) as store:
         rows = _rows(store, wanted, since)
         if limit is not None:
             rows = _take(rows, limit)
-        _print_events((wire.event_json(row) for row in rows), fmt)
+        _print_events((event_answer(row) for row in rows), fmt)
 
 
 def _remote_events(
     url: str, token: str | None, wanted: EventFilter, limit: int | None
-) -> Iterator[dict[str, Any]]:
+) -> Iterator[ApiEvent]:
     """``GET /v1/events`` as the local list reads the store: oldest first, at most
     ``limit`` of those ``wanted`` (one glob is the relay's filter, several are matched
     here, as locally)."""
+    from ..relay.domain.api_models import ApiEventPage
     from .remote import iter_pages
 
     params = {} if wanted.session is None else {"session": wanted.session}
@@ -194,32 +196,28 @@ def _remote_events(
         params["type"] = wanted.types[0]
     found = (
         item
-        for item in iter_pages(url, token, "/v1/events", "events", params)
-        if len(wanted.types) < 2 or wanted.matches(str(item.get("type")))
+        for item in iter_pages(url, token, "/v1/events", ApiEventPage, params)
+        if len(wanted.types) < 2 or wanted.matches(item.type)
     )
     return found if limit is None else _take(found, limit)
 
 
-def _print_events(items: Iterator[dict[str, Any]], fmt: str) -> None:
-    """What ``events`` prints of archived events as :func:`~sessionhook.relay.ops.wire.
-    event_json` spells them, one at a time (an archive of any size)."""
+def _print_events(items: Iterator[ApiEvent], fmt: str) -> None:
+    """What ``events`` prints of archived events as the API answers them, one at a time
+    (an archive of any size)."""
     if fmt == "ndjson":
         for item in items:
-            click.echo(json.dumps(item, ensure_ascii=False))
+            click.echo(json.dumps(item.model_dump(mode="json"), ensure_ascii=False))
     elif fmt == "json":
         # Streamed too: one element at a time, valid JSON once complete.
         click.echo("[", nl=False)
         for i, item in enumerate(items):
-            click.echo(("," if i else "") + "\n  " + json.dumps(item), nl=False)
+            click.echo(
+                ("," if i else "") + "\n  " + json.dumps(item.model_dump(mode="json")), nl=False
+            )
         click.echo("\n]")
     else:
-        try:
-            table = [
-                [e["seq"], e["occurred_at"], e["type"], e["session"], e["id"], e["activity"]]
-                for e in items
-            ]
-        except (KeyError, TypeError) as exc:
-            raise CliError(f"an event of an unknown shape ({exc!r})") from None
+        table = [[e.seq, e.occurred_at, e.type, e.session, e.id, e.activity] for e in items]
         if not table:
             click.echo("no events match")
             return
@@ -252,7 +250,8 @@ def _follow_store(
     fmt: str,
 ) -> None:
     from ..relay import ops as operator
-    from ..relay.ops import database_errors, wire
+    from ..relay.ops import database_errors
+    from ..relay.ops.wire import event_answer
 
     with reading_store(config_path, db_path) as store:
         start = operator.resume_position(store, last_event_id)
@@ -279,7 +278,8 @@ def _follow_store(
                 if since is not None and row.occurred_ts < since:
                     continue
                 if fmt == "ndjson":
-                    _emit(json.dumps(wire.event_json(row), ensure_ascii=False))
+                    shown = event_answer(row).model_dump(mode="json")
+                    _emit(json.dumps(shown, ensure_ascii=False))
                 else:
                     _emit(_line(row.occurred_at, row.type, row.session_name, row.id))
             if not page.more:

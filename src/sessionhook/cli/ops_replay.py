@@ -12,7 +12,7 @@ import click
 from ..wording import counted
 from . import cli
 from .ops import ProgressCounter, reported, store_options, time_option, writing_store
-from .remote import get_json, post_json, refuse_store_options, refuse_with_url, remote_options
+from .remote import get, post, refuse_store_options, refuse_with_url, remote_options
 
 __all__ = ["replay"]
 
@@ -94,15 +94,17 @@ def _replay_remote(
 ) -> tuple[int, str | None, bool, str | None]:
     """``POST /v1/events/{id}:replay`` of each event: how many were queued, the reason
     of the last that queued none, and whether the endpoint is active (and why not)."""
-    state = get_json(url, token, f"/v1/endpoints/{quote(endpoint, safe='')}")
+    from ..relay.domain.api_models import ApiEndpoint, ApiReplayed
+
+    state = get(url, token, f"/v1/endpoints/{quote(endpoint, safe='')}", ApiEndpoint)
     queued, reason = 0, None
     for event_id in event_ids:
         path = f"/v1/events/{quote(event_id, safe='')}:replay"
-        answer = post_json(url, token, path, {"endpoint": endpoint})
-        queued += int(answer.get("queued") or 0)
-        reason = answer.get("reason") or reason
-    active = bool(state.get("configured")) and bool(state.get("enabled"))
-    return queued, None if queued else reason, active, state.get("disabled_reason")
+        answer = post(url, token, path, ApiReplayed, {"endpoint": endpoint})
+        queued += answer.queued
+        reason = answer.reason or reason
+    active = state.configured and state.enabled
+    return queued, None if queued else reason, active, state.disabled_reason
 
 
 def _print_replayed(

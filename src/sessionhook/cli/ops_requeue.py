@@ -8,14 +8,16 @@ one short transaction; the running daemon picks the deliveries up within a secon
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
-from ._output import echo_json
-from .ops import json_option, reported, store_options, time_option, writing_store
+from .ops import echo_answer, json_option, reported, store_options, time_option, writing_store
 from .ops_deliveries import deliveries
-from .remote import post_json, refuse_store_options, remote_options
+from .remote import post, refuse_store_options, remote_options
+
+if TYPE_CHECKING:
+    from ..relay.domain.api_models import ApiRecovered, ApiRetried
 
 __all__ = ["recover", "retry"]
 
@@ -40,6 +42,7 @@ def retry(
     it, and an earlier open one goes first (due now too). ID as `sessionhook deliveries`
     shows it (`12` or `#12`).
     """
+    from ..relay.domain.api_models import ApiRetried
     from ..relay.ops.requeue import retry as retry_now
 
     key = delivery.strip().removeprefix("#")
@@ -47,11 +50,11 @@ def retry(
         raise click.BadParameter(f"a delivery id is a whole number, not {delivery[:40]!r}")
     if url is not None:
         refuse_store_options(config_path, db_path)
-        _echo_result(post_json(url, token, f"/v1/deliveries/{key}:retry"), as_json)
+        _echo_result(post(url, token, f"/v1/deliveries/{key}:retry", ApiRetried), as_json)
         return
     with writing_store(config_path, db_path) as store:
         result = retry_now(store, int(key))
-    _echo_result(result.as_json(), as_json)
+    _echo_result(result.answer(), as_json)
 
 
 @deliveries.command("recover")
@@ -81,6 +84,7 @@ def recover(
     Says how many, and why none when none (e.g. they are older than TIME, or nothing
     failed: pending deliveries go out on their own).
     """
+    from ..relay.domain.api_models import ApiRecovered
     from ..relay.ops.requeue import recover as recover_now
 
     # Checked here, as the relay checks it: a typo is a usage error before any request.
@@ -90,11 +94,11 @@ def recover(
         refuse_store_options(config_path, db_path)
         # The text as typed: an age is counted from the relay's clock.
         body = {"endpoint": endpoint, "since": since}
-        _echo_result(post_json(url, token, "/v1/deliveries:recover", body), as_json)
+        _echo_result(post(url, token, "/v1/deliveries:recover", ApiRecovered, body), as_json)
         return
     with writing_store(config_path, db_path) as store:
         result = recover_now(store, endpoint, moment)
-    _echo_result(result.as_json(), as_json)
+    _echo_result(result.answer(), as_json)
 
 
 def _since_param() -> click.Parameter:
@@ -102,9 +106,9 @@ def _since_param() -> click.Parameter:
     return params["since"]
 
 
-def _echo_result(data: dict[str, Any], as_json: bool) -> None:
+def _echo_result(answer: ApiRetried | ApiRecovered, as_json: bool) -> None:
     """A retry's or recovery's answer: its JSON, or its one-line ``message``."""
     if as_json:
-        echo_json(data)
+        echo_answer(answer)
         return
-    click.echo(data["message"])
+    click.echo(answer.message)

@@ -3,14 +3,16 @@ store.
 
 ``--url http://host:9187`` names the relay's ``[server] listen`` address; the token is
 ``--token`` or ``$SESSIONHOOK_WEB_TOKEN`` (kept out of shell history), sent as
-``Authorization: Bearer``. :func:`get_json` makes one request and turns every failure into
+``Authorization: Bearer``. :func:`call` makes one request and reads the answer with the
+model of :mod:`sessionhook.relay.domain.api_models` the relay answered with; every failure is
 one line: the relay out of reach, a refused token (401), an error body of the API
-(``{"error": {"message": ...}}``), or an answer that is not JSON.
+(``{"error": {"message": ...}}``), an answer that is not JSON or not of the model's shape.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from itertools import islice
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import click
@@ -19,21 +21,23 @@ from ._output import CliError, http_client, run
 
 if TYPE_CHECKING:
     import httpx
+    from pydantic import BaseModel, ValidationError
+
+    from ..relay.domain.api_models import ApiPage
 
 __all__ = [
     "ENV_TOKEN",
-    "call_json",
+    "call",
     "error_message",
-    "get_json",
+    "get",
     "get_pages",
     "iter_pages",
     "need_token",
-    "post_json",
+    "post",
     "refuse_store_options",
     "refuse_with_url",
     "relay_url_options",
     "remote_options",
-    "unknown_shape",
 ]
 
 #: The environment variable the token is read from when ``--token`` is not given.
@@ -42,6 +46,7 @@ ENV_TOKEN: Final = "SESSIONHOOK_WEB_TOKEN"
 TIMEOUT: Final = 30.0
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+_M = TypeVar("_M", bound="BaseModel")
 
 
 def remote_options(fn: _F) -> _F:
@@ -84,11 +89,19 @@ def refuse_store_options(config_path: str | None, db_path: str | None) -> None:
 def error_message(answer: httpx.Response) -> str:
     """The one line of a relay's error body (``{"error": {"message": ...}}``), else the
     start of the text."""
+    error = _error_of(answer)
+    return answer.text[:200] if error is None else error
+
+
+def _error_of(answer: httpx.Response) -> str | None:
+    from pydantic import ValidationError
+
+    from ..relay.domain.api_models import ApiError
+
     try:
-        error = answer.json().get("error", answer.text[:200])
-    except (ValueError, AttributeError):
-        return answer.text[:200]
-    return str(error.get("message", error) if isinstance(error, dict) else error)
+        return ApiError.model_validate_json(answer.content).error.message
+    except ValidationError:
+        return None
 
 
 def need_token(token: str | None) -> str:
@@ -98,109 +111,119 @@ def need_token(token: str | None) -> str:
     return token
 
 
-def get_json(url: str, token: str | None, path: str, params: dict[str, str] | None = None) -> Any:
-    """``GET`` ``path`` (``/v1/...``) of the relay at ``url``; its JSON, or a
-    :class:`~sessionhook.cli._output.CliError` of one line."""
-    return call_json(url, token, "GET", path, params=params)
+def get(
+    url: str, token: str | None, path: str, answer: type[_M], params: dict[str, str] | None = None
+) -> _M:
+    """``GET`` ``path`` (``/v1/...``) of the relay at ``url``, read as ``answer``."""
+    return call(url, token, "GET", path, answer, params=params)
 
 
-def post_json(url: str, token: str | None, path: str, body: dict[str, Any] | None = None) -> Any:
-    """``POST`` ``body`` to ``path`` of the relay at ``url``; its JSON (as :func:`call_json`)."""
-    return call_json(url, token, "POST", path, body=body if body is not None else {})
+def post(
+    url: str, token: str | None, path: str, answer: type[_M], body: dict[str, Any] | None = None
+) -> _M:
+    """``POST`` ``body`` to ``path`` of the relay at ``url``, read as ``answer``."""
+    return call(url, token, "POST", path, answer, body=body if body is not None else {})
 
 
-def call_json(
+def call(
     url: str,
     token: str | None,
     method: str,
     path: str,
+    answer: type[_M],
     *,
     body: dict[str, Any] | None = None,
     params: dict[str, str] | None = None,
-) -> Any:
-    """``method`` ``path`` of the relay at ``url``; its JSON, or a
-    :class:`~sessionhook.cli._output.CliError` of one line.
+) -> _M:
+    """``method`` ``path`` of the relay at ``url``; its answer read as the model
+    ``answer``, or a :class:`~sessionhook.cli._output.CliError` of one line.
 
     An error the API answers for the request itself (400, 404, 409) is printed as the
     local command prints it: its message alone, exit status 2 for an unknown endpoint as
-    the local command's, else 1. The relay out of reach, a refused
-    token, a server error or an answer that is not JSON name the URL."""
+    the local command's, else 1. The relay out of reach, a refused token, a server error
+    or an answer that is not JSON or not ``answer``'s shape name the URL."""
     token = need_token(token)
     if not url.lower().startswith(("http://", "https://")):
         raise click.UsageError("--url must be an http:// or https:// URL")
     endpoint = url.rstrip("/") + path
 
-    async def call() -> Any:
+    async def ask() -> httpx.Response:
         import httpx
 
         headers = {"authorization": f"Bearer {token}", "accept": "application/json"}
         try:
             async with http_client(timeout=TIMEOUT, base_url=url) as http:
-                answer = await http.request(
+                return await http.request(
                     method, endpoint, headers=headers, json=body, params=params
                 )
         except httpx.HTTPError as exc:
             raise CliError(f"{endpoint}: {type(exc).__name__}: {exc}") from None
-        if answer.status_code in (400, 404, 409) and _is_error_body(answer):
-            message = error_message(answer)
-            # An unknown endpoint is a typo (exit 2, as locally); what the relay refused
-            # otherwise is what the local command refuses with exit 1 (its own checks of
-            # the command line ran before the request, as they do locally).
-            unknown = answer.status_code == 404 and message.startswith("no endpoint named")
-            raise CliError(message, exit_code=2 if unknown else 1)
-        if not 200 <= answer.status_code < 300:
-            hint = None
-            if answer.status_code == 401:
-                hint = f"is ${ENV_TOKEN} the relay's [server] token?"
-            raise CliError(f"{endpoint}: {answer.status_code} {error_message(answer)}", hint=hint)
-        try:
-            return answer.json()
-        except ValueError:
-            raise CliError(f"{endpoint}: the answer is not JSON") from None
 
-    return run(call)
+    got = run(ask)
+    error = _error_of(got) if got.status_code in (400, 404, 409) else None
+    if error is not None:
+        # An unknown endpoint is a typo (exit 2, as locally); what the relay refused
+        # otherwise is what the local command refuses with exit 1 (its own checks of
+        # the command line ran before the request, as they do locally).
+        unknown = got.status_code == 404 and error.startswith("no endpoint named")
+        raise CliError(error, exit_code=2 if unknown else 1)
+    if not 200 <= got.status_code < 300:
+        hint = None
+        if got.status_code == 401:
+            hint = f"is ${ENV_TOKEN} the relay's [server] token?"
+        raise CliError(f"{endpoint}: {got.status_code} {error_message(got)}", hint=hint)
+    from pydantic import ValidationError
+
+    try:
+        return answer.model_validate_json(got.content)
+    except ValidationError as exc:
+        raise CliError(f"{endpoint}: {_unreadable(exc)}") from None
+
+
+def _unreadable(exc: ValidationError) -> str:
+    """Why an answer does not read as its model, in one line."""
+    first = exc.errors()[0]
+    if first["type"] == "json_invalid":
+        return "the answer is not JSON"
+    where = ".".join(str(part) for part in first["loc"]) or "the answer"
+    return f"an answer of an unknown shape ({where}: {first['msg']})"[:300]
 
 
 def get_pages(
-    url: str, token: str | None, path: str, key: str, params: dict[str, str], limit: int
+    url: str,
+    token: str | None,
+    path: str,
+    page: type[ApiPage],
+    params: dict[str, str],
+    limit: int,
 ) -> list[Any]:
-    """At most ``limit`` items of a paged list (``key`` of each answer), following
-    ``nextPageToken`` (pages of at most 200, the API's largest)."""
-    items: list[Any] = []
-    for item in iter_pages(url, token, path, key, params, limit):
-        items.append(item)
-        if len(items) >= limit:
-            break
-    return items
+    """At most ``limit`` items of a paged list, following ``nextPageToken`` (pages of at
+    most 200, the API's largest)."""
+    return list(islice(iter_pages(url, token, path, page, params, limit), limit))
 
 
 def iter_pages(
     url: str,
     token: str | None,
     path: str,
-    key: str,
+    page: type[ApiPage],
     params: dict[str, str],
     limit: int | None = None,
 ) -> Iterator[Any]:
-    """The items of a paged list, a page at a time as they are read (at most ``limit``,
-    if given, are asked for)."""
+    """The items of a paged list, a ``page`` at a time as they are read (at most
+    ``limit``, if given, are asked for)."""
     query = dict(params)
     given = 0
     while limit is None or given < limit:
         query["pageSize"] = str(200 if limit is None else min(200, limit - given))
-        data = get_json(url, token, path, query)
-        page = data.get(key) or []
-        given += len(page)
-        yield from page
-        after = data.get("nextPageToken")
+        read = get(url, token, path, page, query)
+        items = read.listed()
+        given += len(items)
+        yield from items
+        after = read.next_page()
         if not after:
             return
-        query["pageToken"] = str(after)
-
-
-def unknown_shape(url: str, path: str, exc: Exception) -> CliError:
-    """The one line for an answer that does not read back into the command's rows."""
-    return CliError(f"{url}: {path} answered in an unknown shape ({exc!r})")
+        query["pageToken"] = after
 
 
 def refuse_with_url(**given: object) -> None:
@@ -210,11 +233,3 @@ def refuse_with_url(**given: object) -> None:
         if value not in (None, False, ()):
             option = "--" + name.removesuffix("_").replace("_", "-")
             raise click.UsageError(f"{option} is not available with --url (the API has none)")
-
-
-def _is_error_body(answer: httpx.Response) -> bool:
-    try:
-        data = answer.json()
-    except ValueError:
-        return False
-    return isinstance(data, dict) and isinstance(data.get("error"), dict)

@@ -7,13 +7,12 @@ The links are signed with a key the relay keeps in ``key_file`` (:mod:`.action_k
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Final
 from urllib.parse import urlsplit
 
 from pydantic import field_validator, model_validator
 
-from .fields import LAX, Seconds, Section, is_loopback, within
+from .fields import Seconds, Section, TextPath, is_loopback, within
 
 __all__ = ["DEFAULT_KEY_FILE", "ActionsConfig"]
 
@@ -30,7 +29,7 @@ class ActionsConfig(Section):
     #: How long a link works after its event was built (seconds).
     link_ttl: Annotated[Seconds, within("actions.link_ttl")] = 86400.0
     #: After loading: an absolute path (default: next to the store).
-    key_file: Annotated[Path, LAX] | None = None
+    key_file: TextPath | None = None
     #: The pages need the console's login as well as the link.
     require_login: bool = False
 
@@ -50,13 +49,6 @@ class ActionsConfig(Section):
                 " (http is accepted for a loopback host only)"
             )
         return value.rstrip("/")
-
-    @field_validator("key_file", mode="before")
-    @classmethod
-    def _path_is_text(cls, value: object) -> object:
-        if value is not None and not isinstance(value, str | Path):
-            raise ValueError("must be a string")
-        return value
 
     @model_validator(mode="after")
     def _public_url_when_enabled(self) -> ActionsConfig:

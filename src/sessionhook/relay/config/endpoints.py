@@ -20,7 +20,7 @@ from ..domain.events import EVENT_TYPES, matches
 from ..domain.render import Shape
 from ..domain.signing import SECRET_PREFIX, SIGNING_KEY_PREFIX, decode_secret, decode_signing_key
 from .errors import ConfigError
-from .fields import Seconds, Section, check_name, http_url, within
+from .fields import Name, Seconds, Section, http_url, within
 
 __all__ = ["SECRET_MAX_BYTES", "SECRET_MIN_BYTES", "EndpointConfig", "split_secrets"]
 
@@ -36,7 +36,7 @@ class EndpointConfig(Section):
     ``whsec_`` + base64, several separated by spaces during a rotation (each signs).
     """
 
-    name: str
+    name: Name
     url: str
     secret: SecretStr | None = None
     secret_env: str | None = None
@@ -66,11 +66,6 @@ class EndpointConfig(Section):
     accounts: Annotated[tuple[str, ...], Field(min_length=1, strict=False)] | None = None
 
     _secrets: tuple[SecretStr, ...] | None = PrivateAttr(default=None)
-
-    @field_validator("name")
-    @classmethod
-    def _check_name(cls, value: str) -> str:
-        return check_name(value)
 
     @field_validator("url")
     @classmethod

@@ -4,23 +4,26 @@
 * durations: a TOML number of seconds or a string with a unit (``"90s"``, ``"15m"``,
   ``"12h"``, ``"5d"``), finite and within the bounds of their key (:data:`DURATION_BOUNDS`);
   a field declares one as ``Annotated[Seconds, within("poll.idle_interval")]``;
-* the checks several sections share: :func:`http_url`, :func:`check_name`.
+* the checks several sections share: :func:`http_url`, :data:`Name`, :data:`TextPath`.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import re
+from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 __all__ = [
     "DURATION_BOUNDS",
     "LAX",
+    "Name",
     "Seconds",
     "Section",
+    "TextPath",
     "check_name",
     "http_url",
     "is_loopback",
@@ -68,6 +71,20 @@ def check_name(value: str) -> str:
     if not _NAME.match(value):
         raise ValueError("must be made of letters, digits, '_', '.' and '-'")
     return value
+
+
+#: A name of an endpoint or an account (:func:`check_name`).
+Name = Annotated[str, AfterValidator(check_name)]
+
+
+def _path_text(value: object) -> object:
+    if not isinstance(value, str | Path):
+        raise ValueError("must be a string")
+    return value
+
+
+#: A path: TOML gives a string (anything else is refused as not one).
+TextPath = Annotated[Path, BeforeValidator(_path_text), LAX]
 
 
 _MINUTE, _HOUR, _DAY = 60, 3600, 86400

@@ -8,7 +8,7 @@ shows them; the resolved ones are set on copies (``with_api_key``, ``with_secret
 
 Types are strict: a boolean is ``true`` or ``false`` (never ``"yes"`` or ``1``), a number is a
 TOML number (never ``"15"``), an integer is never ``2.0``; nothing is coerced. Durations
-(:data:`~sessionhook.relay.config.durations.DURATION_BOUNDS`) are a TOML number of seconds or
+(:data:`~sessionhook.relay.config.fields.DURATION_BOUNDS`) are a TOML number of seconds or
 a string with a unit (``"90s"``, ``"15m"``, ``"12h"``, ``"5d"``), finite and within the bounds
 of their key. ``[[endpoints]]`` and their secrets: :mod:`.endpoints`.
 """
@@ -27,7 +27,7 @@ from .actions import ActionsConfig
 from .database_url import check_postgres_url, display_url
 from .endpoints import EndpointConfig
 from .errors import ConfigError
-from .fields import LAX, Seconds, Section, check_name, http_url, is_loopback, within
+from .fields import LAX, Name, Seconds, Section, TextPath, http_url, is_loopback, within
 from .slack import SlackConfig
 
 __all__ = [
@@ -110,18 +110,13 @@ class AccountConfig(Section):
     discovery and budget. ``base_url``, ``api_key_header`` and ``requests_per_minute``
     default to ``[api]``'s; the key comes from ``api_key_env`` or ``api_key_file``."""
 
-    name: str
+    name: Name
     base_url: str | None = None
     api_key_env: str | None = None
     api_key_file: str | None = None
     requests_per_minute: Annotated[int, Field(gt=0)] | None = None
 
     _api_key: SecretStr | None = PrivateAttr(default=None)
-
-    @field_validator("name")
-    @classmethod
-    def _check_name(cls, value: str) -> str:
-        return check_name(value)
 
     @field_validator("base_url")
     @classmethod
@@ -165,7 +160,7 @@ class StoreConfig(Section):
     naming the environment variable that holds it, so the password stays out of the file).
     At most one of the three is set."""
 
-    path: Annotated[Path, LAX] = Path(DEFAULT_DB_NAME)
+    path: TextPath = Path(DEFAULT_DB_NAME)
     #: ``postgresql://user:password@host:port/database`` (after loading: from ``url_env``
     #: too). Shown and logged only through :attr:`location` (no password).
     url: SecretStr | None = None
@@ -186,13 +181,6 @@ class StoreConfig(Section):
     def _lease_is_long_enough(cls, value: float) -> float:
         if value < 1.0:
             raise ValueError("must be at least 1 s (replicas heartbeat every third of it)")
-        return value
-
-    @field_validator("path", mode="before")
-    @classmethod
-    def _path_is_text(cls, value: object) -> object:
-        if not isinstance(value, str | Path):
-            raise ValueError("must be a string")
         return value
 
     @field_validator("url")

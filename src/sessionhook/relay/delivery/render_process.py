@@ -55,7 +55,7 @@ __all__ = [
     "RenderProcess",
     "Renderer",
     "child_command",
-    "child_environment",
+    "child_streams",
 ]
 
 #: Presets render inline on events up to this size (bigger ones go to a child).
@@ -129,10 +129,16 @@ def child_command() -> list[str]:
     return [sys.executable, "-m", CHILD_MODULE]
 
 
-def child_environment() -> dict[str, str]:
-    """A render child's environment: only what Python needs to start (a PYTHONPATH, say),
-    for the daemon's environment holds its secrets."""
-    return {key: value for key, value in os.environ.items() if key.startswith("PYTHON")}
+def child_streams() -> dict[str, Any]:
+    """How a render child is wired: stdin and stdout piped, stderr dropped, and only the
+    environment Python needs to start (a PYTHONPATH, say), for the daemon's holds its secrets."""
+    env = {key: value for key, value in os.environ.items() if key.startswith("PYTHON")}
+    return {
+        "stdin": subprocess.PIPE,
+        "stdout": subprocess.PIPE,
+        "stderr": subprocess.DEVNULL,
+        "env": env,
+    }
 
 
 class _Lane:
@@ -176,13 +182,7 @@ class _Lane:
     async def _start(self) -> _Child:
         owner = self._owner
         try:
-            process = await anyio.open_process(
-                owner.command,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                env=child_environment(),
-            )
+            process = await anyio.open_process(owner.command, **child_streams())
         except OSError as exc:
             raise RenderError(f"the renderer process did not start: {exc}") from None
         child = _Child(process)

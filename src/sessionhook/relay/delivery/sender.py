@@ -37,9 +37,9 @@ Errors::
 from __future__ import annotations
 
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import aiohttp
 import aiohttp.abc
@@ -66,6 +66,9 @@ __all__ = [
     "aiohttp_target",
     "httpx_target",
 ]
+
+
+_U = TypeVar("_U", httpx.URL, yarl.URL)
 
 
 class PostError(Exception):
@@ -157,31 +160,26 @@ class HttpxPoster:
 def httpx_target(url: str) -> httpx.URL:
     """``url`` as httpx is handed it: rebuilt on the host
     :func:`~sessionhook.relay.domain.addresses.destination` reads, parsed by ``httpx.URL``;
-    :class:`~sessionhook.relay.domain.addresses.UnusableUrlError` when httpx reads another
-    host from it (or cannot parse it)."""
-    target = destination(url)
-    try:
-        parsed = httpx.URL(target.url)
-    except httpx.InvalidURL as exc:
-        raise UnusableUrlError(f"httpx cannot read the URL of {target.shown}: {exc}") from None
-    read = parsed.raw_host.decode("ascii", "replace")
-    if read != target.host:
-        raise UnusableUrlError(f"httpx reads the host of {target.shown} as {read}")
-    return parsed
+    :class:`UnusableUrlError` when httpx reads another host from it (or cannot parse it)."""
+    return _client_target(url, "httpx", httpx.URL, lambda u: u.raw_host.decode("ascii", "replace"))
 
 
 def aiohttp_target(url: str) -> yarl.URL:
-    """``url`` as aiohttp is handed it: rebuilt on the host
-    :func:`~sessionhook.relay.domain.addresses.destination` reads, parsed by ``yarl.URL``;
-    :class:`~sessionhook.relay.domain.addresses.UnusableUrlError` when yarl reads another
-    host from it (or cannot parse it)."""
+    """As :func:`httpx_target`, for aiohttp: parsed by ``yarl.URL``."""
+    return _client_target(url, "aiohttp", yarl.URL, lambda u: u.raw_host)
+
+
+def _client_target(
+    url: str, client: str, parse: Callable[[str], _U], host_of: Callable[[_U], str | None]
+) -> _U:
     target = destination(url)
     try:
-        parsed = yarl.URL(target.url)
-    except ValueError as exc:
-        raise UnusableUrlError(f"aiohttp cannot read the URL of {target.shown}: {exc}") from None
-    if parsed.raw_host != target.host:
-        raise UnusableUrlError(f"aiohttp reads the host of {target.shown} as {parsed.raw_host}")
+        parsed = parse(target.url)
+    except (httpx.InvalidURL, ValueError) as exc:
+        raise UnusableUrlError(f"{client} cannot read the URL of {target.shown}: {exc}") from None
+    read = host_of(parsed)
+    if read != target.host:
+        raise UnusableUrlError(f"{client} reads the host of {target.shown} as {read}")
     return parsed
 
 
@@ -251,7 +249,7 @@ class AiohttpPoster:
         self._policy = policy
         # Per URL, what aiohttp is handed, or the refusal (its class and reason).
         self._targets: dict[str, yarl.URL | tuple[type[NetguardError], str]] = {}
-        # One ClientTimeout per delivery.timeout value (immutable; built per POST before).
+        # One ClientTimeout per delivery.timeout value (immutable, so shared by every POST).
         self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
         resolver = VettingResolver(allow_private=allow_private, resolve=resolve, policy=policy)
         self._session = aiohttp.ClientSession(

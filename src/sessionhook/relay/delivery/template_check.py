@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from ..domain.render import RenderError, Shape
 from ..domain.samples import sample_events
 from .render_child import READY, request
-from .render_process import child_command, child_environment
+from .render_process import child_command, child_streams
 
 __all__ = ["MAX_CHECKS", "START_TIMEOUT", "check_template"]
 
@@ -63,13 +63,7 @@ def check_template(
     gone over and the event type) on the first that fails."""
     with _CHECKS:
         try:
-            process = subprocess.Popen(
-                list(command or child_command()),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                env=child_environment(),
-            )
+            process = subprocess.Popen(list(command or child_command()), **child_streams())
         except OSError as exc:
             raise RenderError(f"the renderer process did not start: {exc}") from None
         try:

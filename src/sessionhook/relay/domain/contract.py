@@ -3,8 +3,8 @@
 Each event type has a model of its body (what ``format = "standard"`` sends); the
 document's ``webhooks`` section has one entry per event type, whose request body is that
 model or, for endpoints with ``payload = "thin"``, :class:`ThinEvent`; its ``paths`` are
-the management API's (:mod:`.api_paths`). Consumers in any
-language can generate types from it. The document is shipped in the package
+the management API's, made from its operations and models (:mod:`.api_paths`). Consumers in
+any language can generate types from it. The document is shipped in the package
 (``relay/domain/openapi.json``, kept equal to :func:`openapi_document` by a test) and served at
 ``/openapi.json`` by the daemon's health server.
 
@@ -25,7 +25,7 @@ from pydantic.json_schema import models_json_schema
 from sessionhook import __version__
 from sessionhook.api.models import Activity, PullRequest
 
-from .api_paths import API_SCHEMAS, SECURITY_SCHEMES, api_paths
+from .api_paths import SECURITY_SCHEMES, api_document
 from .events import ACTIVITY_EVENT_TYPES, ACTIVITY_SESSION_STARTED, ACTIVITY_UNKNOWN, EVENT_TYPES
 
 __all__ = ["EVENT_MODELS", "openapi_document", "shipped_document"]
@@ -300,8 +300,12 @@ def openapi_document() -> dict[str, Any]:
     models: list[type[BaseModel]] = list(
         dict.fromkeys([*EVENT_MODELS.values(), ThinEvent, CloudEvent])
     )
+    paths, api_models = api_document()
+    # The API's models in validation mode (see api_models.ApiModel), in one namespace with
+    # the webhooks' (a name taken twice would be told apart, not overwritten).
     _, schemas = models_json_schema(
-        [(m, "serialization") for m in models], ref_template="#/components/schemas/{model}"
+        [(m, "serialization") for m in models] + [(m, "validation") for m in api_models],
+        ref_template="#/components/schemas/{model}",
     )
     webhooks: dict[str, Any] = {}
     for event_type in EVENT_TYPES:
@@ -366,10 +370,10 @@ def openapi_document() -> dict[str, Any]:
             "description": "Events sessionhook delivers, signed per Standard Webhooks; "
             "the management API (paths under /v1/, the console's token as a bearer).",
         },
-        "paths": api_paths(),
+        "paths": paths,
         "webhooks": webhooks,
         "components": {
-            "schemas": {**schemas.get("$defs", {}), **API_SCHEMAS},
+            "schemas": schemas.get("$defs", {}),
             "securitySchemes": SECURITY_SCHEMES,
         },
     }

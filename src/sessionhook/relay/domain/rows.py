@@ -12,6 +12,8 @@ from typing import Any, Protocol
 
 from sessionhook.api.models import Session
 
+from ..domain.delivery_states import error_is_current
+
 #: Delivery statuses that still wait for an attempt (``pending``: never tried or parked by a
 #: 410; ``failed``: tried, retry scheduled). ``delivered`` and ``dead`` are final.
 OPEN_STATUSES = ("pending", "failed")
@@ -324,11 +326,9 @@ class EndpointSummary:
 
     @property
     def error_is_current(self) -> bool:
-        """Whether :attr:`last_error` is news: no success came since (a later success makes
-        it history: ``failing_since`` is ``None`` then, and the overviews leave it out)."""
-        if self.last_error is None or self.last_error_at is None:
-            return False
-        return self.last_success_at is None or self.last_error_at > self.last_success_at
+        """Whether :attr:`last_error` is news (see
+        :func:`~sessionhook.relay.domain.delivery_states.error_is_current`)."""
+        return error_is_current(self.last_error, self.last_error_at, self.last_success_at)
 
 
 @dataclass(frozen=True, slots=True)

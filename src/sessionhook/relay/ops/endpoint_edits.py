@@ -31,6 +31,7 @@ from ..config.endpoint_spec import (
     spec_endpoint,
 )
 from ..delivery.template_check import check_template
+from ..domain.api_models import DEFAULT_OVERLAP, ApiEndpoint
 from ..domain.render import RenderError
 from ..domain.rows import EndpointSpec, EndpointState, StoredEndpoint
 from ..domain.signing import generate_secret
@@ -46,10 +47,9 @@ from . import (
     endpoints_in_flight,
     find_endpoint,
 )
-from .wire import endpoint_json, json_stamp
+from .wire import endpoint_state_answer
 
 __all__ = [
-    "DEFAULT_OVERLAP",
     "DELETED_REASON",
     "MAX_OVERLAP",
     "Definition",
@@ -58,7 +58,6 @@ __all__ = [
     "Rotation",
     "create_endpoint",
     "define_endpoint",
-    "definition_json",
     "delete_endpoint",
     "endpoint_answers",
     "endpoint_config",
@@ -71,8 +70,6 @@ __all__ = [
 P = ParamSpec("P")
 T = TypeVar("T")
 
-#: How long the secret a rotation replaces keeps signing, unless told (Svix's default).
-DEFAULT_OVERLAP: Final = 24 * 3600.0
 #: The longest overlap a rotation may ask for.
 MAX_OVERLAP: Final = 30 * 86400.0
 #: The last error of the open deliveries of an endpoint deleted at run time (now dead).
@@ -277,23 +274,6 @@ def endpoint_config(store: StoreCore, config: Config, name: str, now: float) -> 
         raise OperatorError(f"endpoint {name!r} cannot be used: {exc}") from None
 
 
-def definition_json(
-    state: EndpointState, endpoint: EndpointConfig | None, stored: StoredEndpoint | None
-) -> dict[str, Any]:
-    """What an endpoint is defined as (never a secret): ``source``, ``description``, its
-    keys of ``[[endpoints]]``, and while a rotation's overlap lasts, when it ends."""
-    answer: dict[str, Any] = {"source": state.source, "description": state.description}
-    if stored is not None:
-        answer["definition"] = dict(stored.spec)
-        until = stored.previous_until if stored.previous_secret is not None else None
-        answer["previous_secret_expires_at"] = None if until is None else json_stamp(until)
-    elif endpoint is not None:
-        answer["definition"] = endpoint.model_dump(
-            mode="json", include=set(SPEC_KEYS), exclude_defaults=True
-        )
-    return answer
-
-
 def _store_call(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     """``fn(*args)``; the store's "no such endpoint" as :class:`~.UnknownEndpointError`
     (deleted meanwhile)."""
@@ -309,10 +289,11 @@ def _store_call(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
 
 def endpoint_answers(
     store: StoreCore, config: Config, now: float, name: str | None = None
-) -> list[dict[str, Any]]:
+) -> list[ApiEndpoint]:
     """Every endpoint (or the one ``name``: :class:`~.UnknownEndpointError` when there is
     none) as the API and ``--json`` show it: its state, open deliveries, deliveries in
-    flight per replica, and its definition (never a secret, nor a URL's user-info)."""
+    flight per replica, and what it is defined as (never a secret, nor a URL's user-info):
+    its keys of ``[[endpoints]]`` and, while a rotation's overlap lasts, when it ends."""
     if name is None:
         listed = endpoints(store)
         stored = {e.name: e for e in store.endpoints.stored_endpoints()}
@@ -324,12 +305,20 @@ def endpoint_answers(
     claims = endpoints_in_flight(store, now)
     answers = []
     for state, pending in listed:
-        answer = endpoint_json(state, pending, claims.get(state.name)) | definition_json(
-            state, config.endpoint_by_name(state.name), stored.get(state.name)
-        )
+        answer = dict(endpoint_state_answer(state, pending, claims.get(state.name)))
         # A URL's user-info is a credential of the consumer's: never shown.
-        answer["url"] = redact_userinfo(answer["url"])
+        answer["url"] = redact_userinfo(state.url)
+        kept, in_file = stored.get(state.name), config.endpoint_by_name(state.name)
+        if kept is not None:
+            answer["definition"] = dict(kept.spec)
+            answer["previous_secret_expires_at"] = (
+                kept.previous_until if kept.previous_secret is not None else None
+            )
+        elif in_file is not None:
+            answer["definition"] = in_file.model_dump(
+                mode="json", include=set(SPEC_KEYS), exclude_defaults=True
+            )
         if "url" in answer.get("definition", {}):
             answer["definition"]["url"] = redact_userinfo(answer["definition"]["url"])
-        answers.append(answer)
+        answers.append(ApiEndpoint.model_validate(answer))
     return answers

@@ -14,14 +14,14 @@ second at most) or, on PostgreSQL, on the notification every replica listens to.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from ...wording import counted
+from ..domain.api_models import ApiRecovered, ApiRetried, json_stamp
 from ..domain.rows import DeliveryRow, EndpointState, Recovered
 from ..store import StoreCore
 from ..store.policy import write
 from . import OperatorError, find_endpoint
-from .wire import delivery_json, json_stamp
+from .wire import delivery_answer
 
 __all__ = ["RecoverResult", "RetryResult", "recover", "retry"]
 
@@ -48,14 +48,14 @@ class RetryResult:
             line += f", after delivery {self.head} of the same session (due now too)"
         return line + _inactive(self.endpoint)
 
-    def as_json(self) -> dict[str, Any]:
+    def answer(self) -> ApiRetried:
         """What ``deliveries retry --json`` prints and ``:retry`` answers."""
-        return {
-            "delivery": delivery_json(self.delivery),
-            "previous_status": self.previous,
-            "after": self.head,
-            "message": self.message,
-        }
+        return ApiRetried(
+            delivery=delivery_answer(self.delivery),
+            previous_status=self.previous,
+            after=self.head,
+            message=self.message,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,15 +82,15 @@ class RecoverResult:
             line += f"; {self.behind} more of the same sessions {follow} in order"
         return line + _inactive(self.endpoint)
 
-    def as_json(self) -> dict[str, Any]:
+    def answer(self) -> ApiRecovered:
         """What ``deliveries recover --json`` prints and ``:recover`` answers."""
-        return {
-            "recovered": self.queued,
-            "ids": list(self.ids),
-            "following": self.behind,
-            "reason": self.reason,
-            "message": self.message,
-        }
+        return ApiRecovered(
+            recovered=self.queued,
+            ids=list(self.ids),
+            following=self.behind,
+            reason=self.reason,
+            message=self.message,
+        )
 
 
 def _inactive(endpoint: EndpointState) -> str:

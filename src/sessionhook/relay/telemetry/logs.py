@@ -201,16 +201,13 @@ def configure(level: str = "info", fmt: str = "auto", stream: TextIO | None = No
     if fmt not in ("auto", "json", "console"):
         raise ValueError(f"unknown log format {fmt!r}; expected auto, json or console")
     out = sys.stderr if stream is None else stream
-    if fmt == "auto":
-        isatty = getattr(out, "isatty", None)
-        fmt = "console" if callable(isatty) and isatty() else "json"
-
+    isatty = getattr(out, "isatty", None)
+    tty = bool(callable(isatty) and isatty())
     renderer: Processor
-    if fmt == "json":
+    if fmt == "json" or (fmt == "auto" and not tty):
         renderer = structlog.processors.JSONRenderer(sort_keys=False)
     else:
-        isatty = getattr(out, "isatty", None)
-        renderer = structlog.dev.ConsoleRenderer(colors=bool(callable(isatty) and isatty()))
+        renderer = structlog.dev.ConsoleRenderer(colors=tty)
 
     structlog.configure(
         processors=[*_shared_processors(), renderer],
@@ -230,11 +227,7 @@ def _configure_stdlib(threshold: int, renderer: Processor, out: TextIO) -> None:
     handler = stdlib_logging.StreamHandler(out)
     handler.set_name(_HANDLER_NAME)
     handler.setFormatter(formatter)
-    root = stdlib_logging.getLogger()
-    # Replace only our own handler: test harnesses attach theirs to the root logger too.
-    for existing in list(root.handlers):
-        if existing.get_name() == _HANDLER_NAME:
-            root.removeHandler(existing)
+    root = _without_our_handler()
     root.addHandler(handler)
     root.setLevel(threshold)
     # One INFO line per HTTP request every few seconds, uvicorn's "Started server process",
@@ -258,11 +251,17 @@ def reset() -> None:
     the captured stream it writes to) into the next test.
     """
     structlog.reset_defaults()
-    root = stdlib_logging.getLogger()
-    for handler in list(root.handlers):
-        if handler.get_name() == _HANDLER_NAME:
-            root.removeHandler(handler)
+    _without_our_handler()
     clear_secrets()
+
+
+def _without_our_handler() -> stdlib_logging.Logger:
+    """The root logger, our handler removed (only ours: test harnesses attach theirs too)."""
+    root = stdlib_logging.getLogger()
+    for existing in list(root.handlers):
+        if existing.get_name() == _HANDLER_NAME:
+            root.removeHandler(existing)
+    return root
 
 
 def get_logger(**initial: Any) -> FilteringBoundLogger:

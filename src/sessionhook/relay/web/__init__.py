@@ -35,7 +35,7 @@ from typing import Any, Final
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import BaseRoute
 from starlette.types import ExceptionHandler
 
@@ -43,6 +43,7 @@ from ...redact import redact_userinfo
 from ..store import StoreError
 from ..telemetry.logs import get_logger
 from .action_pages import action_routes, is_public_path
+from .answers import error_response
 from .api import ApiProblem, api_problem_response, api_routes
 from .api.slack import slack_routes
 from .auth import PUBLIC_PATHS, AuthMiddleware, WebAuth, logged_path
@@ -50,7 +51,6 @@ from .bell import Bell
 from .console.common import store_failed_page
 from .console.routes import console_provider
 from .context import RouteProvider, WebContext
-from .errors import error_body
 from .headers import SecurityHeaders
 from .login import login_routes
 from .server import health_routes
@@ -125,8 +125,4 @@ async def _store_failed(request: Request, exc: Exception) -> Response:
     _log.warning("web.store_failed", path=logged_path(request.url.path), error=error)
     if request.url.path.startswith("/console"):
         return store_failed_page(request, error)
-    return JSONResponse(
-        error_body(503, f"the store cannot be read now: {error}"),
-        status_code=503,
-        headers={"retry-after": "5"},
-    )
+    return error_response(503, f"the store cannot be read now: {error}", {"retry-after": "5"})

@@ -52,12 +52,13 @@ from urllib.parse import parse_qs, quote
 from markupsafe import Markup
 from starlette.datastructures import Headers
 from starlette.requests import Request
-from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.responses import RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..config import is_loopback
+from ..domain.api_paths import OPERATIONS
 from ..telemetry.logs import get_logger
-from .errors import error_body
+from .answers import error_response
 from .headers import adding_headers
 
 __all__ = [
@@ -91,7 +92,7 @@ MAX_FORM_BYTES: Final = 64 * 1024
 #: Served without authentication (Slack's interactivity: Slack's signature instead).
 PUBLIC_PATHS: Final = frozenset(
     {"/healthz", "/readyz", "/metrics", "/openapi.json", "/login", "/login.css"}
-    | {"/v1/integrations/slack/interactions"}
+    | {OPERATIONS["slackInteractions"].path}
 )
 _SAFE_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS"})
 
@@ -343,10 +344,10 @@ class AuthMiddleware:
         if not wrong and request.method == "GET" and _wants_html(request.headers):
             target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
             return RedirectResponse(f"/login?next={quote(target, safe='')}", status_code=303)
-        return JSONResponse(
-            error_body(401, "wrong token" if wrong else "authentication required"),
-            status_code=401,
-            headers={"www-authenticate": 'Bearer realm="sessionhook"'},
+        return error_response(
+            401,
+            "wrong token" if wrong else "authentication required",
+            {"www-authenticate": 'Bearer realm="sessionhook"'},
         )
 
 
@@ -357,7 +358,7 @@ def _loopback_host(host_header: str) -> bool:
 
 
 def _plain(status: int, message: str) -> Response:
-    return JSONResponse(error_body(status, message), status_code=status)
+    return error_response(status, message)
 
 
 def _csrf_ok(headers: Headers, body: bytes, expected: str) -> bool:

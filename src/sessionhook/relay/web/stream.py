@@ -42,17 +42,17 @@ from typing import Final
 
 import anyio
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Route
+from starlette.responses import Response
+from starlette.routing import BaseRoute
 from starlette.types import Receive, Scope, Send
 
 from ..domain.rows import EventRow
 from ..ops import EventFilter, Follower, OperatorError, resume_position
 from ..store import StoreError, store_failures
 from ..telemetry.logs import get_logger
+from .answers import api_route, error_response
 from .auth import client_address
 from .context import WebContext
-from .errors import error_body
 from .listener import server_closing
 
 __all__ = [
@@ -114,9 +114,24 @@ def _filter_of(request: Request) -> EventFilter:
     session = request.query_params.get("session") or None
     if len(types) > _MAX_GLOBS:
         raise _BadRequest(f"at most {_MAX_GLOBS} type= filters")
-    if any(not t or len(t) > _MAX_PARAM for t in types) or len(session or "") > _MAX_PARAM:
-        raise _BadRequest(f"a filter must be 1 to {_MAX_PARAM} characters")
+    if any(not t or len(t) > _MAX_PARAM for t in types):
+        raise _BadRequest(f"type: a filter must be 1 to {_MAX_PARAM} characters")
+    if len(session or "") > _MAX_PARAM:
+        raise _BadRequest(f"session: a filter must be 1 to {_MAX_PARAM} characters")
     return EventFilter(types, session)
+
+
+def _resume_of(request: Request) -> str | None:
+    """The event to resume after: ``Last-Event-ID`` (which wins) or ``?last_event_id=``."""
+    for name, value in (
+        ("Last-Event-ID", request.headers.get("last-event-id")),
+        ("last_event_id", request.query_params.get("last_event_id")),
+    ):
+        if value:
+            if len(value) > _MAX_PARAM:
+                raise _BadRequest(f"{name} is longer than {_MAX_PARAM} characters")
+            return value
+    return None
 
 
 def stream_routes(ctx: WebContext) -> Sequence[BaseRoute]:
@@ -129,32 +144,22 @@ def stream_routes(ctx: WebContext) -> Sequence[BaseRoute]:
         limit = server.max_streams if server is not None else 1
         try:
             wanted = _filter_of(request)
+            resume = _resume_of(request)
         except _BadRequest as exc:
-            return JSONResponse(error_body(400, str(exc)), status_code=400)
+            return error_response(400, str(exc))
         astore = ctx.store()
         if astore is None:
-            return JSONResponse(
-                error_body(503, "the store is not open yet"),
-                status_code=503,
-                headers={"retry-after": "2"},
-            )
-        resume = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
-        if resume is not None and len(resume) > _MAX_PARAM:
-            return JSONResponse(error_body(400, "Last-Event-ID too long"), status_code=400)
+            return error_response(503, "the store is not open yet", {"retry-after": "2"})
         try:
-            start = await astore.run(resume_position, resume or None)
+            start = await astore.run(resume_position, resume)
         except OperatorError as exc:
-            return JSONResponse(error_body(400, str(exc)), status_code=400)
+            return error_response(400, str(exc))
         except StoreError as exc:
-            return JSONResponse(
-                error_body(503, f"store: {exc}"), status_code=503, headers={"retry-after": "5"}
-            )
+            return error_response(503, f"store: {exc}", {"retry-after": "5"})
         if open_streams >= limit:
             _log.warning("stream.refused", client=client_address(request.scope), open=open_streams)
-            return JSONResponse(
-                error_body(503, f"too many event streams (server.max_streams = {limit})"),
-                status_code=503,
-                headers={"retry-after": "5"},
+            return error_response(
+                503, f"too many event streams (server.max_streams = {limit})", {"retry-after": "5"}
             )
         open_streams += 1
         ctx.metrics.event_streams.set(open_streams)
@@ -165,7 +170,7 @@ def stream_routes(ctx: WebContext) -> Sequence[BaseRoute]:
         open_streams -= 1
         ctx.metrics.event_streams.set(open_streams)
 
-    return [Route("/v1/events/stream", stream, methods=["GET"])]
+    return [api_route("streamEvents", stream)]
 
 
 class _EventStream(Response):

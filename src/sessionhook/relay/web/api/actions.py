@@ -5,26 +5,19 @@ keeps one session's."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict
-from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Route
+from starlette.responses import Response
+from starlette.routing import BaseRoute
 
-from ...ops.wire import object_times
+from ...domain.api_models import ApiActionPage
+from ...ops.wire import action_answer
 from ...store import ActionQueries
-from ...store.actions import ActionRow
+from ..answers import api_answer, api_route
 from ..context import WebContext
 from .common import bad_request, page_answer, page_request, query_text, require_store
 
-__all__ = ["action_json", "actions_routes"]
-
-
-def action_json(row: ActionRow) -> dict[str, Any]:
-    """One action as JSON (``taken_at`` as RFC 3339; ``token_hash``: the SHA-256 of the
-    link's token, never the token)."""
-    return object_times(asdict(row))
+__all__ = ["actions_routes"]
 
 
 def actions_routes(ctx: WebContext) -> Sequence[BaseRoute]:
@@ -45,6 +38,7 @@ def actions_routes(ctx: WebContext) -> Sequence[BaseRoute]:
         more = len(rows) > page.size
         rows = rows[: page.size]
         after = str(rows[-1].id) if more else None
-        return JSONResponse(page_answer("actions", [action_json(r) for r in rows], after))
+        items = [action_answer(r) for r in rows]
+        return api_answer(page_answer(ApiActionPage, items, after))
 
-    return [Route("/v1/actions", actions, methods=["GET"])]
+    return [api_route("listActions", actions)]

@@ -3,9 +3,10 @@
 Errors have the Sessions API's shape, ``{"error": {"code": 400, "message": "...", "status":
 "INVALID_ARGUMENT"}}``, with a one-line message: a route raises :class:`ApiProblem` (or one
 of the helpers below) and the app's handler answers it. Bodies are JSON objects of at most
-:data:`MAX_BODY_BYTES`, validated by a pydantic model (a wrong field is a 400 naming it).
-Lists are pages: ``pageSize`` (1 to :data:`MAX_PAGE_SIZE`) and an opaque ``pageToken``; an
-answer carries ``nextPageToken`` only when there is more. Every query parameter is read
+:data:`MAX_BODY_BYTES`, validated by a model of :mod:`...domain.api_models` (a wrong field
+is a 400 naming it). Lists are pages: ``pageSize`` (1 to :data:`MAX_PAGE_SIZE`) and an
+opaque ``pageToken``; an answer (:func:`page_answer`) carries ``nextPageToken`` only when
+there is more. Every query parameter is read
 through :func:`query_text`, the one bounded reader: longer than its bound (a filter
 :data:`MAX_FILTER` characters, a page token :data:`MAX_PAGE_TOKEN`) is a 400 naming the
 parameter, before anything else looks at it.
@@ -20,13 +21,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
+from ...domain.api_models import ApiPage
 from ...store import AsyncStore
+from ..answers import error_response
 from ..context import WebContext
-from ..errors import error_body
 
 __all__ = [
     "DEFAULT_PAGE_SIZE",
@@ -35,7 +37,6 @@ __all__ = [
     "MAX_PAGE_SIZE",
     "MAX_PAGE_TOKEN",
     "ApiProblem",
-    "EmptyBody",
     "PageRequest",
     "api_problem_response",
     "bad_request",
@@ -58,6 +59,7 @@ MAX_FILTER: Final = 300
 MAX_PAGE_TOKEN: Final = 1024
 
 M = TypeVar("M", bound=BaseModel)
+P = TypeVar("P", bound=ApiPage)
 
 
 class ApiProblem(Exception):
@@ -88,7 +90,7 @@ async def api_problem_response(request: Request, exc: Exception) -> Response:
     """The app's handler for :class:`ApiProblem`."""
     assert isinstance(exc, ApiProblem)
     headers = {"retry-after": "5"} if exc.status == 503 else None
-    return JSONResponse(error_body(exc.status, exc.message), exc.status, headers=headers)
+    return error_response(exc.status, exc.message, headers)
 
 
 def require_store(ctx: WebContext) -> AsyncStore:
@@ -97,13 +99,6 @@ def require_store(ctx: WebContext) -> AsyncStore:
     if store is None:
         raise unavailable("the relay's store is not open yet: try again in a moment")
     return store
-
-
-class EmptyBody(BaseModel):
-    """The body of an operation that takes nothing: empty or ``{}``; still read, so that a
-    body that is not JSON (or names a field) is refused before anything is done."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 async def read_json(request: Request, model: type[M]) -> M:
@@ -169,11 +164,11 @@ def page_request(request: Request, *, default: int = DEFAULT_PAGE_SIZE) -> PageR
     return PageRequest(size, after[2:])
 
 
-def page_answer(key: str, items: Sequence[Any], after: str | None) -> dict[str, Any]:
-    """``{key: items}`` and, when ``after`` names where the next page starts,
-    ``nextPageToken``."""
-    answer: dict[str, Any] = {key: list(items)}
+def page_answer(page: type[P], items: Sequence[Any], after: str | None) -> P:
+    """A ``page`` of ``items`` (its first field) and, when ``after`` names where the next
+    page starts, ``nextPageToken``."""
+    answer: dict[str, Any] = {next(iter(page.model_fields)): list(items)}
     if after is not None:
         token = base64.urlsafe_b64encode(f"p:{after}".encode()).decode("ascii").rstrip("=")
         answer["nextPageToken"] = token
-    return answer
+    return page.model_validate(answer)

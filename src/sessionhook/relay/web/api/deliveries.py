@@ -17,19 +17,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Route
+from starlette.responses import Response
+from starlette.routing import BaseRoute
 
 from ... import ops as operator
+from ...domain.api_models import ApiDeliveryPage, ApiEmptyBody, ApiRecoverBody
 from ...ops import OperatorError, UnknownEndpointError, pages, requeue
-from ...ops.wire import attempts_json, delivery_json
+from ...ops.wire import attempts_answer, delivery_answer
 from ...telemetry.logs import get_logger
+from ..answers import api_answer, api_route
 from ..context import WebContext
 from .common import (
     ApiProblem,
-    EmptyBody,
     bad_request,
     not_found,
     page_answer,
@@ -43,15 +43,6 @@ from .inputs import delivery_id, since_time
 __all__ = ["deliveries_routes"]
 
 _log = get_logger()
-
-
-class RecoverBody(BaseModel):
-    """``POST /v1/deliveries:recover``."""
-
-    model_config = ConfigDict(extra="forbid")
-    endpoint: str = Field(min_length=1, max_length=200)
-    #: RFC 3339, or an age before now (``1h``, ``2d``).
-    since: str = Field(min_length=1, max_length=100)
 
 
 def deliveries_routes(ctx: WebContext) -> Sequence[BaseRoute]:
@@ -77,8 +68,8 @@ def deliveries_routes(ctx: WebContext) -> Sequence[BaseRoute]:
             raise not_found(str(exc)) from None
         except OperatorError as exc:
             raise bad_request(str(exc)) from None
-        items = [delivery_json(row, claims.get(row.id)) for row in found.items]
-        return JSONResponse(page_answer("deliveries", items, found.after))
+        items = [delivery_answer(row, claims.get(row.id)) for row in found.items]
+        return api_answer(page_answer(ApiDeliveryPage, items, found.after))
 
     async def one(request: Request) -> Response:
         store = require_store(ctx)
@@ -87,12 +78,12 @@ def deliveries_routes(ctx: WebContext) -> Sequence[BaseRoute]:
             event, found = await store.run(operator.attempts, str(key))
         except OperatorError as exc:
             raise not_found(str(exc)) from None
-        return JSONResponse(attempts_json(event, found))
+        return api_answer(attempts_answer(event, found))
 
     async def retry(request: Request) -> Response:
         store = require_store(ctx)
         key = delivery_id(request.path_params["id"])
-        await read_json(request, EmptyBody)  # an empty body, or {}
+        await read_json(request, ApiEmptyBody)  # an empty body, or {}
         try:
             result = await store.run(requeue.retry, key)
         except OperatorError as exc:
@@ -100,11 +91,11 @@ def deliveries_routes(ctx: WebContext) -> Sequence[BaseRoute]:
             raise ApiProblem(status, str(exc) + (f" ({exc.hint})" if exc.hint else "")) from None
         ctx.wake()
         _log.info("api.retry", delivery=key, previous=result.previous, head=result.head)
-        return JSONResponse(result.as_json())
+        return api_answer(result.answer())
 
     async def recover(request: Request) -> Response:
         store = require_store(ctx)
-        body = await read_json(request, RecoverBody)
+        body = await read_json(request, ApiRecoverBody)
         since = since_time(body.since, ctx.clock())
         try:
             result = await store.run(requeue.recover, body.endpoint, since)
@@ -113,11 +104,11 @@ def deliveries_routes(ctx: WebContext) -> Sequence[BaseRoute]:
         if result.queued:
             ctx.wake()
         _log.info("api.recover", endpoint=body.endpoint, queued=result.queued)
-        return JSONResponse(result.as_json())
+        return api_answer(result.answer())
 
     return [
-        Route("/v1/deliveries", listing, methods=["GET"]),
-        Route("/v1/deliveries:recover", recover, methods=["POST"]),
-        Route("/v1/deliveries/{id}:retry", retry, methods=["POST"]),
-        Route("/v1/deliveries/{id}", one, methods=["GET"]),
+        api_route("listDeliveries", listing),
+        api_route("recoverDeliveries", recover),
+        api_route("retryDelivery", retry),
+        api_route("getDelivery", one),
     ]

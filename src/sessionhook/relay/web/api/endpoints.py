@@ -13,20 +13,30 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import anyio.to_thread
-from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Route
+from starlette.responses import Response
+from starlette.routing import BaseRoute
 
 from ... import ops as operator
 from ...config import parse_duration
 from ...config.endpoint_spec import SPEC_KEYS
+from ...domain.api_models import (
+    ApiDisableBody,
+    ApiEmptyBody,
+    ApiEndpoint,
+    ApiEndpointChange,
+    ApiEndpointCreate,
+    ApiEndpointDeleted,
+    ApiEndpointPage,
+    ApiPing,
+    ApiRotateBody,
+)
 from ...ops import endpoint_edits as edits
+from ..answers import api_answer, api_route
 from ..context import WebContext
 from ..headers import SECRET_HEADERS
 from .common import (
     ApiProblem,
-    EmptyBody,
     bad_request,
     page_answer,
     page_request,
@@ -37,36 +47,6 @@ from .common import (
 __all__ = ["endpoint_routes"]
 
 T = TypeVar("T")
-
-
-class _Create(BaseModel):
-    """A new endpoint: its name, description, optional secret; any other key is one of
-    ``[[endpoints]]`` (checked as the config file's are)."""
-
-    model_config = ConfigDict(extra="allow", strict=True)
-    name: str
-    description: str = ""
-    secret: str | None = None
-
-
-class _Update(BaseModel):
-    """Changes (PATCH): keys of ``[[endpoints]]`` (``null``: back to the default), a
-    description; or (PUT) the whole definition."""
-
-    model_config = ConfigDict(extra="allow", strict=True)
-    description: str | None = None
-
-
-class _Rotate(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-    #: Seconds (or ``"24h"``) the replaced secret keeps signing beside the new one.
-    overlap: float | str = edits.DEFAULT_OVERLAP
-    secret: str | None = None
-
-
-class _Disable(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-    reason: str = Field(default="disabled through the API", min_length=1, max_length=200)
 
 
 def _problem(exc: operator.OperatorError) -> ApiProblem:
@@ -98,33 +78,32 @@ def endpoint_routes(ctx: WebContext) -> Sequence[BaseRoute]:
         except operator.OperatorError as exc:
             raise _problem(exc) from None
 
-    async def answer_for(name: str, status: int = 200, **extra: Any) -> Response:
-        (found,) = await in_store(edits.endpoint_answers, ctx.config(), ctx.clock(), name)
-        return JSONResponse(found | extra, status)
+    async def found(name: str) -> ApiEndpoint:
+        (one,) = await in_store(edits.endpoint_answers, ctx.config(), ctx.clock(), name)
+        return one
 
     async def secret_answer(name: str, secret: str, status: int = 200) -> Response:
         """The answer that shows ``secret``, the one time: kept by no cache."""
-        response = await answer_for(name, status, secret=secret)
-        response.headers.update(SECRET_HEADERS)
-        return response
+        shown = (await found(name)).model_copy(update={"secret": secret})
+        return api_answer(shown, status, SECRET_HEADERS)
 
     async def listing(request: Request) -> Response:
         page = page_request(request)
         every = await in_store(edits.endpoint_answers, ctx.config(), ctx.clock())
         after = page.after or ""
-        rest = [e for e in every if e["name"] > after]
+        rest = [e for e in every if e.name > after]
         items = rest[: page.size]
-        more = items[-1]["name"] if len(rest) > page.size else None
-        return JSONResponse(page_answer("endpoints", items, more))
+        more = items[-1].name if len(rest) > page.size else None
+        return api_answer(page_answer(ApiEndpointPage, items, more))
 
     async def create(request: Request) -> Response:
-        body = await read_json(request, _Create)
+        body = await read_json(request, ApiEndpointCreate)
         config = ctx.config()
         definition, secret = await _off_loop(
             lambda: edits.define_endpoint(
                 config,
                 body.name,
-                body.model_extra or {},
+                body.definition(),
                 description=body.description,
                 secret=body.secret,
             )
@@ -134,23 +113,26 @@ def endpoint_routes(ctx: WebContext) -> Sequence[BaseRoute]:
         # The one time the secret is shown.
         return await secret_answer(body.name, secret, 201)
 
-    async def one(request: Request) -> Response:
+    async def get(request: Request) -> Response:
+        return api_answer(await found(_name(request)))
+
+    async def delete(request: Request) -> Response:
         name = _name(request)
-        if request.method == "GET":
-            return await answer_for(name)
-        if request.method == "DELETE":
-            closed = await in_store(edits.delete_endpoint, ctx.config(), name)
-            ctx.wake()
-            return JSONResponse(
-                {
-                    "name": name,
-                    "deleted": True,
-                    "deliveries_closed": closed,
-                    "deliveries_closed_reason": edits.DELETED_REASON,
-                }
+        closed = await in_store(edits.delete_endpoint, ctx.config(), name)
+        ctx.wake()
+        return api_answer(
+            ApiEndpointDeleted(
+                name=name,
+                deleted=True,
+                deliveries_closed=closed,
+                deliveries_closed_reason=edits.DELETED_REASON,
             )
-        body = await read_json(request, _Update)
-        changes = dict(body.model_extra or {})
+        )
+
+    async def change(request: Request) -> Response:
+        name = _name(request)
+        body = await read_json(request, ApiEndpointChange)
+        changes = body.definition()
         if request.method == "PUT":  # the whole definition: what is not given is default
             changes = {key: None for key in SPEC_KEYS} | changes
         if "secret" in changes:
@@ -164,24 +146,24 @@ def endpoint_routes(ctx: WebContext) -> Sequence[BaseRoute]:
         )
         await in_store(edits.update_endpoint, definition)
         ctx.wake()
-        return await answer_for(name)
+        return api_answer(await found(name))
 
     async def enable(request: Request) -> Response:
         name = _name(request)
-        await read_json(request, EmptyBody)
+        await read_json(request, ApiEmptyBody)
         await in_store(operator.enable_endpoint, name)
         ctx.wake()
-        return await answer_for(name)
+        return api_answer(await found(name))
 
     async def disable(request: Request) -> Response:
         name = _name(request)
-        told = await read_json(request, _Disable)
+        told = await read_json(request, ApiDisableBody)
         await in_store(operator.disable_endpoint, name, told.reason)
-        return await answer_for(name)
+        return api_answer(await found(name))
 
     async def rotate(request: Request) -> Response:
         name = _name(request)
-        body = await read_json(request, _Rotate)
+        body = await read_json(request, ApiRotateBody)
         done = await in_store(
             edits.rotate_secret,
             ctx.config(),
@@ -195,19 +177,21 @@ def endpoint_routes(ctx: WebContext) -> Sequence[BaseRoute]:
 
     async def test(request: Request) -> Response:
         name = _name(request)
-        await read_json(request, EmptyBody)
+        await read_json(request, ApiEmptyBody)
         await in_store(operator.find_endpoint, name)  # an unknown name: 404 before 503
         return await _test(ctx, name)
 
-    one_path = "/v1/endpoints/{name}"
     return [
-        Route("/v1/endpoints", listing, methods=["GET"]),
-        Route("/v1/endpoints", create, methods=["POST"]),
-        Route(one_path, one, methods=["GET", "PUT", "PATCH", "DELETE"]),
-        Route(one_path + ":enable", enable, methods=["POST"]),
-        Route(one_path + ":disable", disable, methods=["POST"]),
-        Route(one_path + ":test", test, methods=["POST"]),
-        Route(one_path + ":rotateSecret", rotate, methods=["POST"]),
+        api_route("listEndpoints", listing),
+        api_route("createEndpoint", create),
+        api_route("getEndpoint", get),
+        api_route("replaceEndpoint", change),
+        api_route("updateEndpoint", change),
+        api_route("deleteEndpoint", delete),
+        api_route("enableEndpoint", enable),
+        api_route("disableEndpoint", disable),
+        api_route("testEndpoint", test),
+        api_route("rotateEndpointSecret", rotate),
     ]
 
 
@@ -234,13 +218,13 @@ async def _test(ctx: WebContext, name: str) -> Response:
         result = await ctx.send_test(name)
     except operator.OperatorError as exc:
         raise _problem(exc) from None
-    return JSONResponse(
-        {
-            "name": name,
-            "ok": result.ok,
-            "status_code": result.status_code,
-            "error": result.error,
-            "duration_ms": round(result.duration_ms, 1),
-            "response_body": result.response_body,
-        }
+    return api_answer(
+        ApiPing(
+            name=name,
+            ok=result.ok,
+            status_code=result.status_code,
+            error=result.error,
+            duration_ms=round(result.duration_ms, 1),
+            response_body=result.response_body,
+        )
     )

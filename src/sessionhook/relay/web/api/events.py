@@ -12,16 +12,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Route
+from starlette.responses import Response
+from starlette.routing import BaseRoute
 
 from ....wording import counted
 from ... import ops as operator
+from ...domain.api_models import ApiEventDetail, ApiEventPage, ApiReplayBody, ApiReplayed
 from ...ops import OperatorError, UnknownEndpointError, pages
-from ...ops.wire import delivery_json, event_json
+from ...ops.wire import delivery_answer, event_answer
 from ...telemetry.logs import get_logger
+from ..answers import api_answer, api_route
 from ..context import WebContext
 from .common import (
     bad_request,
@@ -39,13 +40,6 @@ __all__ = ["events_routes"]
 _log = get_logger()
 
 
-class ReplayBody(BaseModel):
-    """``POST /v1/events/{id}:replay``."""
-
-    model_config = ConfigDict(extra="forbid")
-    endpoint: str = Field(min_length=1, max_length=200)
-
-
 def events_routes(ctx: WebContext) -> Sequence[BaseRoute]:
     """The routes of the module docstring."""
 
@@ -61,8 +55,8 @@ def events_routes(ctx: WebContext) -> Sequence[BaseRoute]:
             type_glob=query_text(request, "type"),
             session=query_text(request, "session"),
         )
-        items = [event_json(row) for row in found.items]
-        return JSONResponse(page_answer("events", items, found.after))
+        items = [event_answer(row) for row in found.items]
+        return api_answer(page_answer(ApiEventPage, items, found.after))
 
     async def one(request: Request) -> Response:
         store = require_store(ctx)
@@ -71,14 +65,13 @@ def events_routes(ctx: WebContext) -> Sequence[BaseRoute]:
             event, rows = await store.run(pages.event_detail, key)
         except OperatorError as exc:
             raise not_found(str(exc)) from None
-        return JSONResponse(
-            {"event": event_json(event), "deliveries": [delivery_json(d) for d in rows]}
-        )
+        deliveries = [delivery_answer(d) for d in rows]
+        return api_answer(ApiEventDetail(event=event_answer(event), deliveries=deliveries))
 
     async def replay(request: Request) -> Response:
         store = require_store(ctx)
         key = event_id(request.path_params["id"])
-        body = await read_json(request, ReplayBody)
+        body = await read_json(request, ApiReplayBody)
         try:
             result = await store.run(operator.replay, body.endpoint, event_ids=[key])
         except UnknownEndpointError as exc:
@@ -93,10 +86,10 @@ def events_routes(ctx: WebContext) -> Sequence[BaseRoute]:
         message = f"queued {counted(result.queued, 'delivery')} of {key} to {body.endpoint}"
         if result.reason:
             message += f": {result.reason}"
-        return JSONResponse({"queued": result.queued, "reason": result.reason, "message": message})
+        return api_answer(ApiReplayed(queued=result.queued, reason=result.reason, message=message))
 
     return [
-        Route("/v1/events", listing, methods=["GET"]),
-        Route("/v1/events/{id}:replay", replay, methods=["POST"]),
-        Route("/v1/events/{id}", one, methods=["GET"]),
+        api_route("listEvents", listing),
+        api_route("replayEvent", replay),
+        api_route("getEvent", one),
     ]

@@ -15,22 +15,28 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Route
+from starlette.responses import Response
+from starlette.routing import BaseRoute
 
 from ...domain.actions import ActionKind
+from ...domain.api_models import (
+    ApiActed,
+    ApiEmptyBody,
+    ApiMessageBody,
+    ApiSessionDetail,
+    ApiSessionPage,
+)
 from ...ops import OperatorError, pages
 from ...ops.actions import Actor, record_direct
-from ...ops.wire import event_json, session_json
+from ...ops.wire import event_answer, session_answer
 from ...store import OperatorQueries
 from ...telemetry.logs import get_logger
+from ..answers import api_answer, api_route
 from ..auth import client_address
 from ..context import WebContext
 from .common import (
     ApiProblem,
-    EmptyBody,
     not_found,
     page_answer,
     page_request,
@@ -44,16 +50,6 @@ __all__ = ["sessions_routes"]
 
 _log = get_logger()
 
-#: The longest message sent to an agent (the body's own bound is 64 KiB).
-MAX_PROMPT = 32_000
-
-
-class MessageBody(BaseModel):
-    """``POST /v1/sessions/{id}:sendMessage``."""
-
-    model_config = ConfigDict(extra="forbid")
-    prompt: str = Field(min_length=1, max_length=MAX_PROMPT)
-
 
 def sessions_routes(ctx: WebContext) -> Sequence[BaseRoute]:
     """The routes of the module docstring."""
@@ -62,8 +58,8 @@ def sessions_routes(ctx: WebContext) -> Sequence[BaseRoute]:
         store = require_store(ctx)
         page = page_request(request)
         found = await store.run(pages.session_page, size=page.size, after=page.after)
-        items = [session_json(row) for row in found.items]
-        return JSONResponse(page_answer("sessions", items, found.after))
+        items = [session_answer(row) for row in found.items]
+        return api_answer(page_answer(ApiSessionPage, items, found.after))
 
     async def one(request: Request) -> Response:
         store = require_store(ctx)
@@ -72,12 +68,12 @@ def sessions_routes(ctx: WebContext) -> Sequence[BaseRoute]:
             row, events, more = await store.run(pages.session_detail, name)
         except OperatorError as exc:
             raise not_found(str(exc)) from None
-        return JSONResponse(
-            {
-                "session": session_json(row),
-                "events": [event_json(e) for e in events],
-                "more_events": more,
-            }
+        return api_answer(
+            ApiSessionDetail(
+                session=session_answer(row),
+                events=[event_answer(e) for e in events],
+                more_events=more,
+            )
         )
 
     async def act(request: Request, kind: ActionKind, text: str | None) -> Response:
@@ -96,21 +92,21 @@ def sessions_routes(ctx: WebContext) -> Sequence[BaseRoute]:
         if not outcome.ok:
             detail = " ".join(outcome.detail.split())[:500] or "the service refused"
             raise ApiProblem(502, f"the Sessions API refused: {detail}")
-        return JSONResponse({"ok": True, "session": name, "detail": outcome.detail})
+        return api_answer(ApiActed(ok=True, session=name, detail=outcome.detail))
 
     async def approve(request: Request) -> Response:
-        await read_json(request, EmptyBody)  # an empty body, or {}
+        await read_json(request, ApiEmptyBody)  # an empty body, or {}
         return await act(request, "approve_plan", None)
 
     async def message(request: Request) -> Response:
-        body = await read_json(request, MessageBody)
+        body = await read_json(request, ApiMessageBody)
         if not body.prompt.strip():
             raise ApiProblem(400, "prompt: the message is empty")
         return await act(request, "reply", body.prompt)
 
     return [
-        Route("/v1/sessions", listing, methods=["GET"]),
-        Route("/v1/sessions/{id}:approvePlan", approve, methods=["POST"]),
-        Route("/v1/sessions/{id}:sendMessage", message, methods=["POST"]),
-        Route("/v1/sessions/{id}", one, methods=["GET"]),
+        api_route("listSessions", listing),
+        api_route("approvePlan", approve),
+        api_route("sendMessage", message),
+        api_route("getSession", one),
     ]

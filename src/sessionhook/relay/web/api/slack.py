@@ -32,13 +32,14 @@ import httpx
 from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute
 
 from ...config import SlackConfig
 from ...domain.chat_markup import mrkdwn
 from ...domain.slack_signing import SlackSignatureError, verify_slack_request
 from ...telemetry.logs import get_logger
 from ..action_pages import perform_for_chat
+from ..answers import api_route
 from ..auth import client_address
 from ..context import PerformLink, WebContext
 from .common import ApiProblem, bad_request, not_found
@@ -49,9 +50,8 @@ from .slack_payload import (
     response_url_refusal,
 )
 
-__all__ = ["INTERACTIONS_PATH", "MAX_BODY", "slack_routes"]
+__all__ = ["MAX_BODY", "slack_routes"]
 
-INTERACTIONS_PATH: Final = "/v1/integrations/slack/interactions"
 #: Largest interaction body read (a click on one of the relay's messages is a few KB).
 MAX_BODY: Final = 256 * 1024
 #: Seconds the message update may take.
@@ -91,7 +91,7 @@ def slack_routes(ctx: WebContext) -> Sequence[BaseRoute]:
         task = BackgroundTask(_act, performer, click, slack)
         return Response(status_code=200, background=task)
 
-    return [Route(INTERACTIONS_PATH, interactions, methods=["POST"])]
+    return [api_route("slackInteractions", interactions)]
 
 
 async def _bounded_body(request: Request) -> bytes:

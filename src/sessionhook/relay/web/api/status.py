@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Route
+from starlette.responses import Response
+from starlette.routing import BaseRoute
 
 from ... import ops as operator
-from ...ops.wire import status_json
+from ...ops.wire import status_answer
+from ..answers import api_answer, api_route
 from ..context import WebContext
 from .common import require_store
 
@@ -24,6 +25,6 @@ def status_routes(ctx: WebContext) -> Sequence[BaseRoute]:
         store = require_store(ctx)
         now = ctx.clock()
         overview = await store.run(operator.status, now)
-        return JSONResponse(status_json(overview, now))
+        return api_answer(status_answer(overview, now))
 
-    return [Route("/v1/status", status, methods=["GET"])]
+    return [api_route("getStatus", status)]
