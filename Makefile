@@ -1,6 +1,6 @@
 # Two commands do everything on a fresh machine:
 #   make demo   - emulator + relay + a local webhook consumer, signed events printed as they arrive
-#   make test   - lint, type check and the whole test suite
+#   make test   - lint, type check and the whole test suite (make quick: its fast tiers)
 # Both create .venv and install what they run first: the demo the package and its
 # dependencies, the tests those and their tools (the test extras), at the versions of the
 # locks in requirements/ (scripts/install; `make lock` refreshes them: docs/operations.md).
@@ -14,7 +14,7 @@ RUNTIME := $(VENV)/.runtime
 # That and the test extras (pytest, ruff, mypy, selenium...): lint, test, bench.
 STAMP   := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck bench clean system-deps lock
+.PHONY: demo test quick lint typecheck bench clean system-deps lock
 
 # No pip in it: the locks bring pip (scripts/install).
 $(BIN)/python:
@@ -50,11 +50,20 @@ lint: $(STAMP)
 system-deps:
 	@scripts/system-deps
 
-# pytest exits 5 when it selected no tests: that is a broken suite, not a pass.
-test: lint system-deps
-	@$(BIN)/pytest -n 2; rc=$$?; \
+# The suite on two workers, then $(1)'s options (docs/testing.md). pytest exits 5 when it
+# selected no tests: that is a broken suite, not a pass. Bytecode is written even where
+# PYTHONDONTWRITEBYTECODE is set: else every run re-parses each test module to rewrite its
+# asserts (~10 s a worker) and each `sessionhook` a test starts compiles what it imports.
+PYTEST = PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -n 2 $(1); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "error: pytest selected no tests" >&2; exit 1; fi; \
 	exit $$rc
+
+test: lint system-deps
+	@$(call PYTEST)
+
+# The unit and app tiers: the loop to run while working (under a minute); no lint.
+quick: $(STAMP)
+	@$(call PYTEST,-m "not process")
 
 bench: $(STAMP)
 	$(BIN)/python bench/latency.py

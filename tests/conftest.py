@@ -29,6 +29,8 @@ from tests.support.pg import TEMPLATE, Cluster
 from tests.support.rebinding import PRIVATE, PUBLIC, Listener
 from tests.support.relay_process import Harness
 
+pytest_plugins = ["tests.support.tiers", "pytester"]
+
 # A suite started in the background by a shell without job control (`make test &` in a
 # script) inherits SIGINT ignored, and so does every `sessionhook` it starts: the tests that
 # press Ctrl-C on one would wait forever. Put Python's handler back: the children then

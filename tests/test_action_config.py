@@ -13,6 +13,8 @@ from sessionhook.relay.config import ConfigError, load_config
 from sessionhook.relay.config.action_keys import ActionKeys, rotate_key_file
 from tests.support.relay_process import clean_env, sessionhook
 
+pytestmark = pytest.mark.app
+
 ENV = {"SESSIONHOOK_API_KEY": "key-123"}
 SERVER = '[server]\nlisten = "127.0.0.1:9187"\nallow_unauthenticated = true\n'
 
@@ -124,6 +126,7 @@ def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return sessionhook(*args, env=clean_env(SESSIONHOOK_API_KEY="key-123"), cwd=cwd)
 
 
+@pytest.mark.process  # the sessionhook command in a subprocess
 def test_rotate_key_keeps_the_old_key_for_the_links_lifetime_or_not_at_all(
     tmp_path: Path,
 ) -> None:
@@ -146,6 +149,7 @@ def test_rotate_key_keeps_the_old_key_for_the_links_lifetime_or_not_at_all(
     assert exposed.stderr.count("\n") == 1 and "chmod 600" in exposed.stderr
 
 
+@pytest.mark.process  # the sessionhook command in a subprocess
 def test_the_daemon_refuses_an_exposed_key_file_at_start(tmp_path: Path) -> None:
     config = tmp_path / "config.toml"
     config.write_text(

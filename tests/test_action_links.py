@@ -18,6 +18,8 @@ from sessionhook.relay.domain.action_links import (
     verify_link,
 )
 
+pytestmark = pytest.mark.unit
+
 KEY = b"k" * 32
 OTHER = b"o" * 32
 CLAIMS = LinkClaims(

@@ -28,7 +28,7 @@ from tests.support.daemon_setup import Setup
 from tests.support.loopback import free_port
 from tests.support.receiver import Receiver
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.app, pytest.mark.anyio]
 
 WITHIN = 30.0
 

@@ -32,7 +32,7 @@ from sessionhook.relay.telemetry.metrics import Metrics
 from sessionhook.relay.web import WebAuth, WebContext, create_app
 from sessionhook.relay.web.action_pages import perform_for_chat
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.app, pytest.mark.anyio]
 
 TOKEN = "page-token-" + "p" * 30
 SESSION = "sessions/4242"

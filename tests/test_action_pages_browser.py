@@ -15,7 +15,7 @@ import pytest
 
 from tests.support.console_harness import HOSTILE, Stack, chromium
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.process
 
 WAIT = 20.0
 

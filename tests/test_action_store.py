@@ -3,8 +3,12 @@ taken once; a refused call frees it; the list pages back by id."""
 
 from __future__ import annotations
 
+import pytest
+
 from sessionhook.relay.store.actions import ActionClaim
 from tests.support.backends import Backend
+
+pytestmark = pytest.mark.app
 
 
 def claim(token: str, wait: str = "sessions/1/activities/a", **kw: object) -> ActionClaim:

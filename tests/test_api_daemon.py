@@ -28,7 +28,7 @@ from tests.support.daemon_setup import Setup, token_server
 from tests.support.receiver import Receiver
 from tests.support.web_relay import api_error
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.app, pytest.mark.anyio]
 
 TOKEN = "api-daemon-token-" + "k" * 30
 SLACK = "/v1/integrations/slack/interactions"

@@ -25,7 +25,7 @@ from tests.support.backlog import fill
 from tests.support.spellings import ELSEWHERE, loopback_spellings
 from tests.support.web_relay import api_error
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.app, pytest.mark.anyio]
 
 TOKEN = "endpoints-token-" + "e" * 30
 AUTH = {"authorization": f"Bearer {TOKEN}"}

@@ -32,7 +32,7 @@ from sessionhook.relay.store import Store
 from tests.support.backends import Backend
 from tests.support.daemon_setup import Setup, token_server, write_config
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.app, pytest.mark.anyio]
 
 TOKEN = "endpoints-daemon-token-" + "d" * 30
 HOST = "laptop.test"

@@ -50,7 +50,7 @@ from tests.support.relay_process import (
 from tests.support.standin import RequestRecord
 from tests.support.world import World
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.process
 
 
 def test_clean_run_delivers_every_activity_signed_in_order(harness: Harness) -> None:

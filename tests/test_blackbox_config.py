@@ -28,7 +28,7 @@ from tests.support.relay_process import (
 )
 from tests.support.standin import StandIn
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.process
 
 
 def cli_json(*args: str, config: Path) -> Any:

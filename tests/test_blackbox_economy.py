@@ -22,7 +22,7 @@ from tests.support.blackbox_consumer import Consumer
 from tests.support.relay_process import Harness, Relay, wait_until
 from tests.support.standin import StandIn
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.process
 
 
 def economy_config(

@@ -7,11 +7,14 @@ from __future__ import annotations
 import json
 
 import httpx
+import pytest
 
 from tests.support.blackbox_consumer import Consumer
 from tests.support.loopback import free_port
 from tests.support.relay_process import Endpoint, Harness, Relay, wait_ready, wait_until
 from tests.support.standin import StandIn
+
+pytestmark = pytest.mark.process
 
 TOKEN = "blackbox-endpoints-token-" + "b" * 30
 AUTH = {"authorization": f"Bearer {TOKEN}"}

@@ -34,7 +34,7 @@ from tests.support.relay_process import (
 )
 from tests.support.world import World
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.process
 
 LIFECYCLE = ("session.action_required", "session.completed", "session.failed")
 

@@ -31,7 +31,7 @@ from tests.support.relay_process import (
 )
 from tests.support.world import World
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.process
 
 
 #: The relay's open-files limit in these tests (soft and hard).

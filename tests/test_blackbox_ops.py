@@ -30,7 +30,7 @@ from tests.support.standin import StandIn
 from tests.support.tinyfs import Ballast, tiny_filesystem
 from tests.support.world import World
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.process
 
 
 def logged(relay: Relay, event: str) -> list[dict[str, object]]:

@@ -33,7 +33,7 @@ from tests.support.relay_process import (
 from tests.support.standin import StandIn
 from tests.support.world import World
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.process
 
 
 def postgres_relay(harness: Harness, standin: StandIn, url: str, port: int, **config: Any) -> Relay:

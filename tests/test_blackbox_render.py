@@ -23,7 +23,7 @@ import pytest
 from tests.support.processes import alive, children_of
 from tests.support.relay_process import Endpoint, Harness, Relay, wait_ready, wait_until
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.process
 
 #: What both templates send when they finish: the type and the session (for the consumer).
 BODY = '{"type": {{ type | tojson }}, "data": {"session": {"name": {{ session.name | tojson }}}}}'

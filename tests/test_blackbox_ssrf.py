@@ -35,6 +35,8 @@ from tests.support.spellings import ELSEWHERE, loopback_spellings
 from tests.support.standin import StandIn
 from tests.support.web_relay import api_error
 
+pytestmark = pytest.mark.process
+
 TOKEN = "blackbox-ssrf-token-" + "s" * 30
 AUTH = {"authorization": f"Bearer {TOKEN}"}
 REFUSED = "refused while delivery.allow_private_networks = false"

@@ -40,7 +40,7 @@ from tests.support.relay_process import (
 )
 from tests.support.world import World, bash
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.process
 
 
 TOKEN = "bb-" + "k" * 40

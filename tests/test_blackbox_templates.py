@@ -28,7 +28,7 @@ from tests.support.relay_process import Endpoint, Harness, Relay, wait_ready, wa
 from tests.support.standin import StandIn
 from tests.support.web_relay import api_error
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.process
 
 TOKEN = "blackbox-templates-token-" + "t" * 30
 AUTH = {"authorization": f"Bearer {TOKEN}"}

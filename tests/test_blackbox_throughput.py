@@ -32,7 +32,7 @@ from tests.support.relay_process import (
 from tests.support.standin import StandIn
 from tests.support.world import preload
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.process
 
 SESSIONS = 12
 PER_SESSION = 25

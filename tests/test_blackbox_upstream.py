@@ -24,7 +24,7 @@ from tests.support.blackbox_consumer import Consumer
 from tests.support.relay_process import Endpoint, Harness, Relay, sessionhook, wait_until
 from tests.support.standin import StandIn, parse_time
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.process
 
 
 def logged(relay: Relay, event: str, **fields: Any) -> list[dict[str, Any]]:

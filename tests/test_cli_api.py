@@ -38,6 +38,8 @@ from sessionhook.cli._output import (
 from sessionhook.emulator.app import create_app
 from tests.support.clock import Clock
 
+pytestmark = pytest.mark.app
+
 KEY = "cli-test-key-123"
 OTHER_KEY = "cli-other-key-456"
 BASE = "http://emulator.test"

@@ -20,6 +20,8 @@ from tests.support.backlog import fill
 from tests.support.spellings import ELSEWHERE, loopback_spellings
 from tests.support.store_rows import Ep
 
+pytestmark = pytest.mark.app
+
 
 @pytest.fixture
 def config_file(backend: Backend, tmp_path: Path) -> Path:

@@ -41,6 +41,8 @@ from tests.support.processes import interrupt
 from tests.support.relay_process import sessionhook
 from tests.support.web_relay import TOKEN, WebRelay, web_context
 
+pytestmark = pytest.mark.process
+
 SESSIONHOOK = Path(sys.executable).parent / "sessionhook"
 
 

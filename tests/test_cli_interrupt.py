@@ -24,6 +24,8 @@ import pytest
 
 from sessionhook.relay.store import Store
 
+pytestmark = pytest.mark.process
+
 SESSIONHOOK = Path(sys.executable).parent / "sessionhook"
 
 _HOOK = """

@@ -56,7 +56,7 @@ from tests.support.pg import TEMPLATE, Cluster
 from tests.support.receiver import Receiver
 from tests.support.store_rows import Ep
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.process
 
 API_KEY = "sk-test-7c1f0a9e5d3b2a1f9e8d7c6b"
 SECRETS = {name: generate_secret() for name in ("ci", "flaky", "broken", "gone")}

@@ -1,7 +1,8 @@
 """The operator commands with ``--url``: the same output as on the store (``status``,
 ``deliveries``, ``attempts``, ``deliveries retry|recover``, ...), from a running relay's
 ``/v1/`` routes (the web app over a real store, on loopback), the token from
-``$SESSIONHOOK_WEB_TOKEN``; every failure one line. The CLI runs as a subprocess."""
+``$SESSIONHOOK_WEB_TOKEN``; every failure one line. The CLI runs as a subprocess, forked
+from a warm interpreter (tests/support/forked_cli.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -36,15 +36,14 @@ from sessionhook.relay.ops.wire import status_answer
 from sessionhook.relay.store import AsyncStore, HistoryProgress, ReplicaRow
 from sessionhook.relay.web import create_app
 from sessionhook.relay.web import server as health
+from tests.support import forked_cli
 from tests.support.backends import Backend, sqlite_only
 from tests.support.loopback import free_port
 from tests.support.requeue_rows import ACT0, failure, fill
 from tests.support.store_rows import Ep, activity, ingest, ready
 from tests.support.web_relay import TOKEN, web_context
 
-pytestmark = pytest.mark.anyio
-
-SESSIONHOOK = Path(sys.executable).parent / "sessionhook"
+pytestmark = [pytest.mark.process, pytest.mark.anyio]
 
 
 async def sessionhook(
@@ -54,12 +53,7 @@ async def sessionhook(
     env.update(more_env)
     if token is not None:
         env["SESSIONHOOK_WEB_TOKEN"] = token
-    done = await anyio.run_process(
-        [str(SESSIONHOOK), *args], env=env, check=False, stdin=subprocess.DEVNULL
-    )
-    return subprocess.CompletedProcess(
-        done.args, done.returncode, done.stdout.decode(), done.stderr.decode()
-    )
+    return await anyio.to_thread.run_sync(lambda: forked_cli.run(*args, env=env))
 
 
 @asynccontextmanager

@@ -18,6 +18,8 @@ from click.testing import CliRunner
 from sessionhook.cli import _output, cli
 from sessionhook.cli.groups import Command, Group
 
+pytestmark = pytest.mark.unit
+
 REFERENCE = Path(__file__).resolve().parents[1] / "docs" / "cli.md"
 
 

@@ -35,6 +35,8 @@ from sessionhook.api import (
 from sessionhook.api.client import activity_name, api_root, session_name, source_name
 from sessionhook.api.errors import parse_retry_after
 
+pytestmark = pytest.mark.unit
+
 KEY = "sk-test-0123456789abcdef"
 BASE = "http://api.test"
 NO_JITTER = RetryPolicy(jitter=0.0)

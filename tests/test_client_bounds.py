@@ -32,7 +32,7 @@ BASE = "http://api.test"
 LIMIT = 64 * 1024
 DEEP = b"[" * 100_000 + b"]" * 100_000
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.unit, pytest.mark.anyio]
 
 
 def client(

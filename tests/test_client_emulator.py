@@ -33,7 +33,7 @@ from sessionhook.api.models import parse_timestamp
 from sessionhook.emulator.app import create_app
 from tests.support.clock import Clock
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.app, pytest.mark.anyio]
 
 KEY = "test-key"
 SECOND_KEY = "test-key-2"  # a second key of the same account

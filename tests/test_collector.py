@@ -8,7 +8,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.support.processes import run_python
+
+pytestmark = pytest.mark.process
 
 
 def _run(script: str, tmp_path: Path) -> dict[str, object]:

@@ -10,6 +10,8 @@ import pytest
 
 from sessionhook.relay.config import AccountConfig, Config, ConfigError, load_config, parse_duration
 
+pytestmark = pytest.mark.unit
+
 REPO = Path(__file__).resolve().parents[1]
 SECRET = "whsec_" + base64.b64encode(b"k" * 32).decode()
 SECRET2 = "whsec_" + base64.b64encode(b"n" * 24).decode()

@@ -27,6 +27,8 @@ from sessionhook.relay.config.secret_files import (
 )
 from sessionhook.relay.domain.signing import generate_keypair, generate_secret
 
+pytestmark = pytest.mark.app
+
 SESSIONHOOK = Path(sys.executable).parent / "sessionhook"
 TOKEN = "T" * 40
 SIGNING_KEY, _PUBLIC_KEY = generate_keypair()
@@ -177,6 +179,7 @@ def test_an_acl_granting_a_group_is_refused(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- the daemon
 
 
+@pytest.mark.process  # the sessionhook command in a subprocess
 def test_run_refuses_a_world_readable_signing_key_with_one_line(tmp_path: Path) -> None:
     # The case: a whsk_ ed25519 key at 0644 was used without a word.
     config = _write(tmp_path, CASES[3], 0o644)
@@ -208,6 +211,7 @@ def _sessionhook(cwd: Path, command: str, umask: str = "022") -> subprocess.Comp
     )
 
 
+@pytest.mark.process  # the sessionhook command in a subprocess
 @pytest.mark.parametrize("umask", ["000", "022", "077"])
 @pytest.mark.parametrize(
     ("command", "key"),
@@ -234,6 +238,7 @@ def test_secret_out_writes_a_file_of_mode_600_the_config_reads(
     assert case.read(_load(config)) == secret.read_text().strip()
 
 
+@pytest.mark.process  # the sessionhook command in a subprocess
 @pytest.mark.parametrize("command", ["secret generate", "secret token"])
 def test_secret_out_never_replaces_a_file_unless_forced(tmp_path: Path, command: str) -> None:
     secret = tmp_path / "s"
@@ -256,6 +261,7 @@ def test_secret_out_never_replaces_a_file_unless_forced(tmp_path: Path, command:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "s"]
 
 
+@pytest.mark.process  # the sessionhook command in a subprocess
 def test_secret_out_failures_are_one_line(tmp_path: Path) -> None:
     missing = _sessionhook(tmp_path, "secret generate --out no/such/dir/s")
     assert missing.returncode == 1

@@ -8,6 +8,8 @@ import pytest
 
 from sessionhook.relay.config import Config, ConfigError, is_loopback, load_config
 
+pytestmark = pytest.mark.unit
+
 TOKEN = "A" * 16 + "b" * 16 + "-_9"
 ENV = {"SESSIONHOOK_API_KEY": "key-123", "WEB_TOKEN": TOKEN}
 

@@ -11,6 +11,8 @@ import pytest
 
 from sessionhook.relay.config import Config, ConfigError, load_config
 
+pytestmark = pytest.mark.unit
+
 #: What [slack] needs beside it: the action links its buttons act through.
 ACTIONS = (
     '[server]\nlisten = "127.0.0.1:9187"\n'

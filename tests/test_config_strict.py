@@ -23,6 +23,8 @@ from sessionhook.relay.config import (
     load_config,
 )
 
+pytestmark = pytest.mark.app
+
 SESSIONHOOK = Path(sys.executable).parent / "sessionhook"
 ENV = {"SESSIONHOOK_API_KEY": "key-123"}
 
@@ -237,6 +239,7 @@ def test_secret_lengths_in_range_are_accepted(tmp_path: Path, size: int) -> None
 # --------------------------------------------------------------------------- the real command
 
 
+@pytest.mark.process  # the sessionhook command in a subprocess
 @pytest.mark.parametrize(
     ("content", "expected"),
     [

@@ -11,6 +11,8 @@ import pytest
 from sessionhook.emulator.app import create_app
 from tests.support.daemon_setup import API_KEY, Setup
 
+pytestmark = pytest.mark.app
+
 
 @pytest.mark.anyio
 async def test_a_session_that_answers_404_at_first_is_delivered_whole(tmp_path: Path) -> None:

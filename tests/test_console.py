@@ -27,6 +27,8 @@ from tests.support.clock import T0, Clock
 from tests.support.console_app import BASE, TOKEN, app_for, form, logged_in
 from tests.support.store_rows import Ep, activity, ingest, ready, session
 
+pytestmark = pytest.mark.app
+
 HOSTILE = "<script>alert(1)</script>"
 ESCAPED = "&lt;script&gt;alert(1)&lt;/script&gt;"
 

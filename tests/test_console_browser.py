@@ -39,7 +39,7 @@ from tests.support.browser import (
 from tests.support.console_harness import HOSTILE, TOKEN, Stack, chromium
 from tests.support.pg import TEMPLATE, Cluster
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.process
 
 
 @contextmanager

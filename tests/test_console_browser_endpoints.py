@@ -17,7 +17,7 @@ from tests.support.clock import T0, Clock
 from tests.support.console_app import TOKEN, app_for, serving
 from tests.support.console_harness import chromium
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.process
 
 
 @pytest.fixture

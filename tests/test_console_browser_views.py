@@ -32,7 +32,7 @@ from tests.support.console_app import app_for
 from tests.support.console_harness import TOKEN, Stack, chromium
 from tests.support.store_rows import Ep, activity, ingest, session
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.process
 
 #: Where the screenshot goes (``TEST_ARTIFACTS`` overrides; ``build/`` is not committed).
 ARTIFACTS = Path(os.environ.get("TEST_ARTIFACTS", Path(__file__).parent.parent / "build"))

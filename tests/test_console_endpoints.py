@@ -24,6 +24,8 @@ from tests.support.clock import T0, Clock
 from tests.support.console_app import TOKEN, app_for, form, logged_in
 from tests.support.store_rows import Ep
 
+pytestmark = pytest.mark.app
+
 NOW = T0 + 600  # the console app's clock
 URL = "https://hooks.example.com/ci"
 SECRET_OF = generate_secret()

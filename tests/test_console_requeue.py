@@ -21,7 +21,7 @@ from sessionhook.relay.web.auth import CSRF_FIELD, WebAuth
 from tests.support.backends import Backend
 from tests.support.requeue_rows import ACT0, Ep, failure, fill
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.app, pytest.mark.anyio]
 
 TOKEN = "console-requeue-token-0123456789abcdef"
 BASE = "http://127.0.0.1:9187"

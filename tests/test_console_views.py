@@ -25,6 +25,8 @@ from tests.support.clock import T0, Clock
 from tests.support.console_app import app_for, form, logged_in
 from tests.support.store_rows import Ep, activity, ingest, ready, session
 
+pytestmark = pytest.mark.app
+
 ESCAPED = "&lt;script&gt;"
 
 

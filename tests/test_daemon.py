@@ -7,10 +7,12 @@ the real one, configured from a real TOML file.
 
 from __future__ import annotations
 
+import functools
 import json
 import socket
 import time
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx
@@ -18,12 +20,17 @@ import pytest
 from structlog.testing import capture_logs
 
 from sessionhook.relay.daemon import daemon as daemon_module
+from sessionhook.relay.daemon import wiring
 from sessionhook.relay.daemon.daemon import DaemonError
 from sessionhook.relay.domain.signing import generate_secret
-from sessionhook.relay.store import EndpointQueries, Store
+from sessionhook.relay.polling.budget import RateLimiter
+from sessionhook.relay.store import AsyncStore, EndpointQueries, Store
+from tests.support import virtual_time
 from tests.support.daemon_setup import Setup, completed
 from tests.support.loopback import free_port
 from tests.support.receiver import Receiver
+
+pytestmark = pytest.mark.app
 
 
 def _settled(receiver: Receiver) -> bool:
@@ -158,7 +165,7 @@ async def test_a_reload_checks_templates_off_the_event_loop(tmp_path: Path) -> N
     check): a template that takes long on them must not hold the daemon meanwhile."""
     setup = Setup(tmp_path)
     daemon = setup.daemon()
-    busy = "{% for i in range(30000) %}{% for j in range(3) %}{% endfor %}{% endfor %}{}"
+    busy = "{% for i in range(3000) %}{% for j in range(3) %}{% endfor %}{% endfor %}{}"
     ticks = 0
     reloaded = anyio.Event()
 
@@ -188,7 +195,7 @@ async def test_a_reload_checks_templates_off_the_event_loop(tmp_path: Path) -> N
         before = ticks
         assert await daemon.reload() is True
         reloaded.set()
-        assert ticks > before  # the loop ran while 15 samples x 240,000 steps were checked
+        assert ticks > before  # the loop ran while 15 samples x 24,000 steps were checked
         daemon.stop()
 
 
@@ -346,27 +353,46 @@ async def test_every_upstream_request_reaches_the_stores_counters(tmp_path: Path
         assert _stored_upstream_requests(stored) == counted > 0
 
 
-@pytest.mark.anyio
-async def test_upstream_requests_stay_within_the_budget(tmp_path: Path) -> None:
+def test_upstream_requests_stay_within_the_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """3 s of the daemon on a fake clock (tests/support/virtual_time.py): the budget's
+    clock is the loop's, which stands still while the store's thread works."""
     sent: list[float] = []
+    store_calls = [0]
+    run = AsyncStore.run
 
-    class Counting(httpx.AsyncBaseTransport):
-        def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
-            self._inner = inner
+    async def counted(self: AsyncStore, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        store_calls[0] += 1
+        try:
+            return await run(self, fn, *args, **kwargs)
+        finally:
+            store_calls[0] -= 1
 
-        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-            sent.append(time.monotonic())
-            return await self._inner.handle_async_request(request)
+    monkeypatch.setattr(AsyncStore, "run", counted)
 
-    setup = Setup(tmp_path, api={"requests_per_minute": 60})
-    daemon = setup.daemon(upstream_transport=Counting(httpx.ASGITransport(setup.emulator)))
-    async with setup.api_http() as http:
-        for i in range(5):
-            await setup.api(http).create_session(f"Busy {i}")
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(lambda: daemon.run(handle_signals=False))
-        await anyio.sleep(3.0)
-        daemon.stop()
+    async def main(loop: virtual_time.VirtualTimeLoop) -> None:
+        class Counting(httpx.AsyncBaseTransport):
+            def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+                self._inner = inner
+
+            async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+                sent.append(loop.time())
+                return await self._inner.handle_async_request(request)
+
+        monkeypatch.setattr(wiring, "RateLimiter", functools.partial(RateLimiter, clock=loop.time))
+        setup = Setup(tmp_path, api={"requests_per_minute": 60})
+        daemon = setup.daemon(upstream_transport=Counting(httpx.ASGITransport(setup.emulator)))
+        async with setup.api_http() as http:
+            for i in range(5):
+                await setup.api(http).create_session(f"Busy {i}")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: daemon.run(handle_signals=False))
+            await daemon.ready.wait()
+            await anyio.sleep(3.0)
+            daemon.stop()
+
+    virtual_time.run(main, busy=lambda: store_calls[0] > 0)
     # 60 a minute with a burst of 5: at most 5 + one a second, whatever the demand
     # (5 working sessions polled every 0.05 s would want hundreds).
     span = sent[-1] - sent[0]

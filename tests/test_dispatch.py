@@ -34,6 +34,8 @@ from tests.support import virtual_time
 from tests.support.dispatch_rig import PER_SESSION, SECRET, SESSIONS, dispatch_config, seed_sessions
 from tests.support.receiver import Arrival, Receiver
 
+pytestmark = pytest.mark.app
+
 OLD_SECRET = generate_secret()
 BODY = json.dumps({"type": "activity.plan_generated", "timestamp": "t", "data": {}}).encode()
 

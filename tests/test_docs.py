@@ -19,6 +19,8 @@ from pydantic import BaseModel
 
 from sessionhook.relay.config import Config
 
+pytestmark = pytest.mark.unit
+
 REPO = Path(__file__).resolve().parents[1]
 
 #: ``[text](target)`` and ``![alt](target)``; the text may hold brackets of code.

@@ -16,6 +16,8 @@ from sessionhook.relay.polling.learning import LEARN_AFTER, UpdateTimeLearning, 
 from tests.support.backends import Backend
 from tests.support.clock import T0, Clock
 
+pytestmark = pytest.mark.app
+
 
 def listed(n: int, created: str, state: str = "COMPLETED") -> Session:
     raw: dict[str, Any] = {

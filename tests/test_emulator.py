@@ -19,6 +19,8 @@ from sessionhook.emulator.app import create_app
 from sessionhook.emulator.world import World
 from tests.support.clock import Clock
 
+pytestmark = pytest.mark.app
+
 KEY = "key-a"
 OTHER = "key-b"
 START = 1_750_000_000.0

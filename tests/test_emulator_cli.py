@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.process
 
 SESSIONHOOK = Path(sys.executable).parent / "sessionhook"
 STARTUP = re.compile(r"listening on (http://127\.0\.0\.1:(\d+)) \((\d+) accounts?")

@@ -31,6 +31,8 @@ from sessionhook.relay.store import (
 from tests.support.backends import Backend
 from tests.support.backlog import fill, ok
 
+pytestmark = pytest.mark.app
+
 NOW = 1_800_000_000.0
 #: A consumer's 503.
 BUSY = AttemptResult(503, None, 2.0, "busy", None, NOW + 2)

@@ -32,6 +32,8 @@ from sessionhook.relay.domain.events import (
 )
 from sessionhook.relay.domain.samples import sample_events
 
+pytestmark = pytest.mark.unit
+
 SESSION_JSON: dict[str, Any] = {
     "name": "sessions/12345678901234567890",
     "id": "12345678901234567890",

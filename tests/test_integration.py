@@ -33,7 +33,7 @@ from sessionhook.relay.web.server import serve
 from tests.support.daemon_setup import API_KEY, Setup, write_config
 from tests.support.receiver import Receiver
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.process
 
 ALL_TYPES = {
     "activity.plan_generated",

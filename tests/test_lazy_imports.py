@@ -23,6 +23,8 @@ from tests.support.backends import Backend
 from tests.support.loopback import LoopbackServer
 from tests.support.processes import run_python
 
+pytestmark = pytest.mark.process
+
 
 def _run(script: str, tmp_path: Path) -> str:
     return run_python(script, tmp_path)

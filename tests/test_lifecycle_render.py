@@ -28,6 +28,8 @@ from sessionhook.relay.domain.signing import (
     verify,
 )
 
+pytestmark = pytest.mark.unit
+
 NAME = "sessions/12345678901234567890"
 
 

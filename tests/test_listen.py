@@ -29,6 +29,8 @@ from sessionhook.receiver import Delivery, Receiver, event_line, json_line, prin
 from sessionhook.relay.domain import signing
 from sessionhook.relay.domain.events import EVENT_TYPES
 
+pytestmark = pytest.mark.process
+
 SESSIONHOOK = Path(sys.executable).parent / "sessionhook"
 SECRET = signing.generate_secret()
 

@@ -40,7 +40,7 @@ from tests.support.daemon_setup import Setup
 from tests.support.loopback import free_port
 from tests.support.web_relay import TOKEN, WebRelay, web_context
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.process, pytest.mark.anyio]
 
 SESSIONHOOK = Path(sys.executable).parent / "sessionhook"
 

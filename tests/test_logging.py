@@ -14,6 +14,8 @@ from structlog.testing import capture_logs
 
 from sessionhook.relay.telemetry import logs as relay_logging
 
+pytestmark = pytest.mark.unit
+
 API_KEY = "sk-live-3f9a8b7c6d5e4f3a2b1c"
 WEBHOOK_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 WEBHOOK_KEY = WEBHOOK_SECRET.removeprefix("whsec_")

@@ -25,7 +25,7 @@ from sessionhook.relay.web.server import (
     serve,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.app, pytest.mark.anyio]
 
 
 def _samples(text: str) -> dict[str, list[Sample]]:

@@ -31,7 +31,7 @@ from sessionhook.relay.domain.addresses import (
     literal_refusal,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.unit, pytest.mark.anyio]
 
 
 @pytest.mark.parametrize(

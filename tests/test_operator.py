@@ -16,6 +16,8 @@ from sessionhook.relay.web import Bell
 from tests.support.backends import Backend
 from tests.support.web_relay import WebRelay
 
+pytestmark = pytest.mark.app
+
 
 def _store(backend: Backend, kinds: list[tuple[str, str]]) -> tuple[StoreCore, list[str]]:
     """A store on ``backend`` holding one event per ``(type, session)``; the ids, in order."""

@@ -21,6 +21,8 @@ from tests.support.backlog import activity, fill, ok, session
 from tests.support.clock import T0, Clock
 from tests.support.store_rows import Ep
 
+pytestmark = pytest.mark.app
+
 
 def fail(at: float = T0) -> AttemptResult:
     return AttemptResult(503, None, 2.0, "busy", None, at)

@@ -20,6 +20,8 @@ from tests.support.backlog import activity, ok, session
 from tests.support.clock import T0, Clock
 from tests.support.store_rows import Ep
 
+pytestmark = pytest.mark.process
+
 LEASE = 60.0
 WAIT = 30.0  # seconds a step may take on a loaded machine before it counts as blocked
 

@@ -25,6 +25,8 @@ from sessionhook.relay.config import load_config
 from sessionhook.relay.domain.signing import generate_secret
 from tests.support.rebinding import PRIVATE, PUBLIC, Listener, Rebinder
 
+pytestmark = pytest.mark.app
+
 # --------------------------------------------------------------------------- the CLI
 
 

@@ -29,7 +29,7 @@ from sessionhook.relay.store import AsyncStore, EndpointQueries, Ingest, Outbox
 from tests.support.clock import Clock
 from tests.support.poller_harness import PollerHarness, finish
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.app, pytest.mark.anyio]
 
 # --------------------------------------------------------------------------- rate limiter
 

@@ -12,7 +12,7 @@ import pytest
 
 from tests.support.poller_harness import PollerHarness, Rewrite, settled
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.app, pytest.mark.anyio]
 
 #: (prompt, plan approval required, state, hidden member, lifecycle event, what it carries)
 CASES = [

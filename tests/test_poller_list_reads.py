@@ -17,7 +17,7 @@ from sessionhook.api.models import Session
 from sessionhook.relay.polling.learning import LEARN_AFTER
 from tests.support.poller_harness import PollerHarness, Rewrite
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.app, pytest.mark.anyio]
 
 ROUNDS = 40  # seconds of the emulator's clock, one agent step each: a session finishes
 

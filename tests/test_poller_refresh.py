@@ -14,7 +14,7 @@ import pytest
 from sessionhook.relay.store import Ingest
 from tests.support.poller_harness import SETTLED_AFTER, PollerHarness, Rewrite, finish, settled
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.app, pytest.mark.anyio]
 
 
 class StaleFirstRead(Rewrite):

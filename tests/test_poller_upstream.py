@@ -21,7 +21,7 @@ from sessionhook.relay.polling import name_problem
 from sessionhook.relay.store import Ingest
 from tests.support.poller_harness import PollerHarness, finish
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.app, pytest.mark.anyio]
 
 Page = dict[str, Any]
 

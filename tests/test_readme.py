@@ -38,7 +38,7 @@ import pytest
 
 from tests.support.loopback import free_port
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.process
 
 REPO = Path(__file__).resolve().parents[1]
 SESSIONHOOK = Path(sys.executable).parent / "sessionhook"

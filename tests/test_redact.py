@@ -11,6 +11,8 @@ import structlog
 from sessionhook.redact import redact_userinfo
 from sessionhook.relay.telemetry import logs as relay_logging
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize(
     ("text", "expected"),

@@ -20,6 +20,8 @@ import pytest
 from sessionhook.relay.domain import render
 from sessionhook.relay.domain.samples import sample_events
 
+pytestmark = pytest.mark.unit
+
 #: The issue's template: harmless on the samples, ten billion iterations on "deploy" titles.
 NESTED = (
     '{% if "deploy" in session.title %}'

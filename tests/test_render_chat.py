@@ -24,6 +24,8 @@ from sessionhook.relay.domain.chat_markup import http_url, markdown, mrkdwn, mrk
 from sessionhook.relay.domain.samples import sample_events
 from tests.support.chat_schemas import CHAT, CHAT_FORMATS
 
+pytestmark = pytest.mark.unit
+
 #: The issue's strings.
 EVIL_URL = "https://agent.example.com/s/1> <!channel> <https://evil.example|label"
 EVIL_TEXT = (

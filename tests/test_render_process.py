@@ -24,7 +24,7 @@ from sessionhook.relay.domain import render
 from sessionhook.relay.domain.samples import sample_events
 from tests.support.processes import alive, children_of
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.process, pytest.mark.anyio]
 
 #: Harmless on ordinary titles; minutes of counting words on a long one.
 HEAVY = (

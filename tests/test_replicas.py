@@ -46,6 +46,8 @@ from tests.support.dispatch_rig import SECRET, dispatch_config, seed_sessions
 from tests.support.receiver import Receiver
 from tests.support.store_rows import Ep
 
+pytestmark = pytest.mark.app
+
 LEASE = 10.0
 
 

@@ -19,6 +19,8 @@ from sessionhook.relay.store import StoreCore
 from tests.support.backends import Backend
 from tests.support.requeue_rows import ACT0, Ep, failure, fill
 
+pytestmark = pytest.mark.app
+
 T0 = 1_800_000_000.0
 
 

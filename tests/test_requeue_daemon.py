@@ -22,6 +22,8 @@ from sessionhook.cli import cli
 from tests.support.backends import Backend
 from tests.support.daemon_setup import Setup, token_server
 
+pytestmark = pytest.mark.app
+
 TOKEN = "loop-token-" + "w" * 30
 
 

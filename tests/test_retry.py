@@ -20,6 +20,8 @@ from sessionhook.relay.domain.retry import (
     should_disable,
 )
 
+pytestmark = pytest.mark.unit
+
 DELAYS = (5.0, 300.0, 1800.0, 7200.0, 18000.0, 36000.0, 36000.0)
 NOW = 1_700_000_000.0
 

@@ -26,6 +26,8 @@ from sessionhook.relay.domain.signing import generate_secret
 from sessionhook.relay.store import AsyncStore, EndpointQueries, Ingest, Outbox
 from tests.support.dispatch_rig import seed_session
 
+pytestmark = pytest.mark.app
+
 NOW = 1_700_000_000.0
 DELAYS = (5.0, 300.0)
 

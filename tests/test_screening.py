@@ -15,6 +15,8 @@ from sessionhook.api.models import Session
 from sessionhook.relay.polling.screening import SessionScreen
 from sessionhook.relay.telemetry.metrics import Metrics
 
+pytestmark = pytest.mark.unit
+
 
 def value(metrics: Metrics, name: str, **labels: str) -> float:
     found = metrics.registry.get_sample_value(name, labels)

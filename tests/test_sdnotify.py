@@ -12,6 +12,8 @@ import pytest
 
 from sessionhook.relay.daemon import sdnotify
 
+pytestmark = pytest.mark.app
+
 
 @pytest.fixture
 def systemd_socket() -> Iterator[tuple[socket.socket, str]]:

@@ -26,6 +26,8 @@ from tests.support.dispatch_rig import PER_SESSION, seed_sessions
 from tests.support.rebinding import PRIVATE, PUBLIC, Listener, Rebinder, rebinding_config
 from tests.support.spellings import loopback_spellings
 
+pytestmark = pytest.mark.app
+
 SECRET = generate_secret()
 BODY = json.dumps({"type": "activity.plan_generated", "timestamp": "t", "data": {}}).encode()
 

@@ -20,6 +20,8 @@ from sessionhook.relay.domain.signing import (
     verify,
 )
 
+pytestmark = pytest.mark.unit
+
 SECRET = "whsec_" + base64.b64encode(b"0123456789abcdef0123456789abcdef").decode()
 OTHER = "whsec_" + base64.b64encode(b"another key, also 32 bytes long!").decode()
 BODY = b'{"type":"activity.agent_messaged","timestamp":"2025-01-01T00:00:00.000000Z","data":{}}'

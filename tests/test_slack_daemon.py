@@ -29,7 +29,7 @@ from tests.support.daemon_setup import Setup
 from tests.support.loopback import free_port
 from tests.support.slack import INTERACTIONS, ResponseUrl, slack_headers
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.app, pytest.mark.anyio]
 
 WITHIN = 30.0
 SIGNING_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"

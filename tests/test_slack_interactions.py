@@ -31,7 +31,7 @@ from sessionhook.relay.web.context import PerformLink
 from sessionhook.relay.web.server import serve
 from tests.support.slack import INTERACTIONS, ResponseUrl, slack_headers
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.app, pytest.mark.anyio]
 
 SECRET = "e3b0c44298fc1c149afbf4c8996fb924"
 NOW = 1_767_000_000.0

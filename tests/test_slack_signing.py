@@ -16,6 +16,8 @@ from sessionhook.relay.domain.slack_signing import (
     verify_slack_request,
 )
 
+pytestmark = pytest.mark.unit
+
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 NOW = 1_531_420_618
 #: The worked example of Slack's "Verifying requests from Slack" page: its secret, its

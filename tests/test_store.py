@@ -40,6 +40,8 @@ from tests.support.backends import Backend, sqlite_only
 from tests.support.clock import T0, Clock
 from tests.support.store_rows import Ep, activity, built, ingest, ready, session
 
+pytestmark = pytest.mark.app
+
 SECRET = "whsec_" + base64.b64encode(b"s" * 32).decode()
 
 

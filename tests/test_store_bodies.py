@@ -12,6 +12,8 @@ import pytest
 from sessionhook.relay.store import Store, codec
 from sessionhook.relay.store.bodies import REF_CACHE_BYTES, Bodies
 
+pytestmark = pytest.mark.app
+
 BIG = 100_000
 
 

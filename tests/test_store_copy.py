@@ -27,6 +27,8 @@ from tests.support.backlog import fill, ok
 from tests.support.clock import T0, Clock
 from tests.support.store_rows import Ep
 
+pytestmark = pytest.mark.app
+
 TABLES = ("events", "activities", "deliveries", "attempts", "endpoints", "sessions", "meta")
 
 

@@ -25,6 +25,8 @@ from tests.support.daemon_setup import Setup, completed
 from tests.support.loopback import free_port
 from tests.support.tinyfs import Ballast, tiny_filesystem
 
+pytestmark = pytest.mark.app
+
 BIG = "x" * 200_000
 
 

@@ -22,6 +22,8 @@ from tests.support.pg import Cluster
 from tests.support.schemas import build_old_postgres, build_old_sqlite
 from tests.support.store_rows import Ep, activity, built, ingest, session
 
+pytestmark = pytest.mark.app
+
 T0 = 1_800_000_000.0
 S = "sessions/1"
 A1 = f"{S}/activities/a1"

@@ -13,6 +13,8 @@ import pytest
 from sessionhook.relay.store import StoreLockedError, acquire_daemon_lock
 from sessionhook.relay.store.lock import lock_path
 
+pytestmark = pytest.mark.process
+
 
 def test_a_second_holder_is_refused_with_the_pid(tmp_path: Path) -> None:
     db = tmp_path / "state" / "relay.db"

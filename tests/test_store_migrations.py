@@ -26,6 +26,8 @@ from tests.support.schemas import (
     sqlite_schema,
 )
 
+pytestmark = pytest.mark.app
+
 NEW_NAMES = [m.name for m in MIGRATIONS]
 
 
@@ -175,6 +177,7 @@ def test_a_bookkeeping_table_of_another_shape_is_refused_in_one_line(
     assert schema(store) == before
 
 
+@pytest.mark.process
 def test_a_failing_migration_leaves_no_trace_on_postgresql(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:

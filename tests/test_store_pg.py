@@ -26,6 +26,8 @@ from sessionhook.relay.store.migrations import MIGRATIONS, POSTGRES
 from tests.support.loopback import free_port
 from tests.support.pg import PASSWORD, Cluster
 
+pytestmark = pytest.mark.process
+
 
 @pytest.fixture
 def empty_url(pg_cluster: Cluster) -> Iterator[str]:

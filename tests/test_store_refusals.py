@@ -12,6 +12,8 @@ from sessionhook.relay.store import Store
 from tests.support.backends import Backend
 from tests.support.schemas import build_old_sqlite
 
+pytestmark = pytest.mark.app
+
 
 def store(backend: Backend) -> Store:
     s = backend.open(clock=lambda: 1000.0)

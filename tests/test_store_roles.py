@@ -30,6 +30,8 @@ from sessionhook.relay.store import (
 )
 from sessionhook.relay.store.policy import policy_of, write
 
+pytestmark = pytest.mark.app
+
 BIG = "x" * 200_000
 SRC = Path(__file__).resolve().parent.parent / "src" / "sessionhook"
 

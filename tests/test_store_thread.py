@@ -14,7 +14,7 @@ import pytest
 from sessionhook.relay.store import AsyncStore
 from sessionhook.relay.store.thread import StoreThread
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.app, pytest.mark.anyio]
 
 _who = contextvars.ContextVar("who", default="nobody")
 

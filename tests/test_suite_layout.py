@@ -2,6 +2,8 @@
 share lives in ``tests/support/``, fixtures in conftest.py), ``tests/support/`` imports no
 test module, and bench/ takes nothing of the tests but ``tests.support``. Read from the
 source (every import, also one inside a function), so a planted import shows it can fail.
+Every test module declares its tier (``tests/support/tiers.py``): one without fails its
+collection, and ``make quick`` leaves the ``process`` tier out.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ import ast
 from pathlib import Path
 
 import pytest
+
+pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -73,3 +77,62 @@ def test_a_planted_import_is_found(tmp_path: Path, where: str, line: str) -> Non
     (tmp_path / where).write_text(f"def f() -> None:\n    {line}\n")
     found = problems(tmp_path)
     assert len(found) >= 1 and all(f.startswith(where) for f in found), found
+
+
+def test_a_module_without_exactly_one_tier_fails_its_collection(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(
+        test_none="def test_a() -> None:\n    assert True\n",
+        test_two=(
+            "import pytest\n\npytestmark = [pytest.mark.unit, pytest.mark.app]\n\n"
+            "def test_b() -> None:\n    assert True\n"
+        ),
+        test_one=(
+            "import pytest\n\npytestmark = [pytest.mark.anyio, pytest.mark.app]\n\n"
+            "def test_c() -> None:\n    assert True\n"
+        ),
+    )
+    result = pytester.runpytest("-p", "tests.support.tiers", "--continue-on-collection-errors")
+    result.assert_outcomes(passed=1, errors=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*test_none.py: declare exactly one tier (*), found none",
+            "*test_two.py: declare exactly one tier (*), found unit and app",
+        ],
+        consecutive=False,
+    )
+
+
+def test_quick_leaves_out_the_process_tier_and_postgresql(pytester: pytest.Pytester) -> None:
+    """``-m "not process"`` (make quick): a test's ``postgresql`` parameter and a test
+    marked ``process`` in an ``app`` module are left out, the rest runs."""
+    pytester.makepyfile(
+        test_mixed="""
+        import pytest
+
+        pytestmark = pytest.mark.app
+
+        @pytest.fixture(params=["sqlite", "postgresql"])
+        def store_backend(request: pytest.FixtureRequest) -> str:
+            return str(request.param)
+
+        def test_store(store_backend: str) -> None:
+            assert store_backend == "sqlite"
+
+        @pytest.mark.process
+        def test_subprocess() -> None:
+            raise AssertionError("not in quick")
+        """,
+        test_far="""
+        import pytest
+
+        pytestmark = pytest.mark.process
+
+        def test_far() -> None:
+            raise AssertionError("not in quick")
+        """,
+    )
+    result = pytester.runpytest("-p", "tests.support.tiers", "-m", "not process", "-v")
+    result.assert_outcomes(passed=1, deselected=3)
+    result.stdout.fnmatch_lines(["*test_store?sqlite? PASSED*"])

@@ -6,8 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from sessionhook.relay.daemon.daemon import DRAIN_SECONDS
 from tests.support.systemd_units import REPLICA, UNIT, directives, security_review, verify
+
+pytestmark = pytest.mark.process
 
 INSTANCE = "sessionhook-replica@1.service"  # the template as instance 1
 

@@ -5,9 +5,13 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from sessionhook.relay.config import ServerConfig
 from sessionhook.relay.daemon.daemon import DRAIN_SECONDS
 from tests.support.systemd_units import UNIT, directives, security_review, verify
+
+pytestmark = pytest.mark.process
 
 DOCUMENTED_EXEC_START = (
     "/opt/sessionhook/.venv/bin/sessionhook run --config /etc/sessionhook/config.toml"

@@ -16,6 +16,8 @@ from sessionhook.relay.delivery.template_check import MAX_CHECKS, check_template
 from sessionhook.relay.domain import render
 from tests.support.processes import alive, children_of
 
+pytestmark = pytest.mark.process
+
 #: 25 doublings of a string (the issue's template).
 DOUBLING = (
     '{% set ns = namespace(s="12345678") %}{% for i in range(25) %}'

@@ -20,6 +20,8 @@ from sessionhook.relay.polling.budget import MALFORMED, LimitedTransport, RateLi
 from sessionhook.relay.store import AsyncStore, Store
 from sessionhook.relay.telemetry.metrics import Metrics
 
+pytestmark = pytest.mark.app
+
 GOOD = {"sessions": [{"name": "sessions/1", "id": "1", "state": "QUEUED"}]}
 
 

@@ -35,7 +35,7 @@ from sessionhook.relay.web.api.common import (
 from tests.support.backends import Backend
 from tests.support.daemon_setup import Setup
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.app, pytest.mark.anyio]
 
 TOKEN = "api-token-" + "y" * 30
 AUTH = {"authorization": f"Bearer {TOKEN}"}

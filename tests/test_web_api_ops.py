@@ -44,7 +44,7 @@ from tests.support.backends import Backend
 from tests.support.requeue_rows import ACT0, Ep, failure, fill
 from tests.support.web_relay import api_error
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.app, pytest.mark.anyio]
 
 TOKEN = "api-token-" + "z" * 30
 AUTH = {"authorization": f"Bearer {TOKEN}"}

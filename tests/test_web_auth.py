@@ -40,7 +40,7 @@ from sessionhook.relay.web.headers import SECURITY_HEADERS
 from tests.support.backends import Backend
 from tests.support.loopback import free_port
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.app, pytest.mark.anyio]
 
 TOKEN = "t" * 20 + "0123456789abcdefXYZ"
 BASE = "http://127.0.0.1:9187"

@@ -19,6 +19,8 @@ from tests.support.backends import Backend
 from tests.support.daemon_setup import Setup, token_server
 from tests.support.web_relay import read_messages
 
+pytestmark = pytest.mark.app
+
 TOKEN = "daemon-token-" + "z" * 30
 T = "2026-11-23T10:00:00Z"
 

@@ -27,7 +27,7 @@ from sessionhook.relay.web import listener
 from sessionhook.relay.web import server as health
 from sessionhook.relay.web.listener import ConnectionLimits
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.app, pytest.mark.anyio]
 
 BIG = 16 * 1024 * 1024
 

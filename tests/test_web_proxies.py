@@ -21,7 +21,7 @@ from sessionhook.relay.config import ConfigError, ServerConfig
 from sessionhook.relay.web import server as health
 from sessionhook.relay.web.auth import client_address
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.app, pytest.mark.anyio]
 
 
 async def _who(request: Request) -> Response:

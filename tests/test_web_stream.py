@@ -25,7 +25,7 @@ from tests.support.loopback import free_port
 from tests.support.pg import Cluster
 from tests.support.web_relay import AUTH, TOKEN, Message, WebRelay, read_messages, web_context
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.app, pytest.mark.anyio]
 
 
 @asynccontextmanager

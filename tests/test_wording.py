@@ -6,8 +6,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from sessionhook.receiver import summarize
 from sessionhook.wording import counted, plural
+
+pytestmark = pytest.mark.unit
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "sessionhook"
 
