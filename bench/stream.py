@@ -38,7 +38,7 @@ import httpx
 from sessionhook.api.models import Activity, Session
 from sessionhook.relay.config import Config
 from sessionhook.relay.domain.events import activity_events, make_event
-from sessionhook.relay.store import AsyncStore, Store
+from sessionhook.relay.store import AsyncStore, Ingest, Store
 from sessionhook.relay.telemetry import logs as relay_logging
 from sessionhook.relay.telemetry.metrics import Metrics
 from sessionhook.relay.web import Bell, WebAuth, WebContext, create_app
@@ -84,9 +84,7 @@ class Archive:
                 )
             )
         self.count += n
-        await self.astore.call(
-            self.astore.store.ingest.ingest_session_events, SESSION, events, False
-        )
+        await self.astore.run(Ingest.ingest_session_events, SESSION, events, False)
         if self.bell is not None:
             self.bell.ring()
 
@@ -114,9 +112,7 @@ async def one_run(directory: Path, backlog: int, samples: int, bell_on: bool) ->
     auth = {"authorization": f"Bearer {TOKEN}"}
     timeout = httpx.Timeout(30.0)
     async with anyio.create_task_group() as tg, httpx.AsyncClient(timeout=timeout) as http:
-        host, port = await tg.start(
-            health.serve, listen, create_app(ctx)
-        )
+        host, port = await tg.start(health.serve, listen, create_app(ctx))
         url = f"http://{host}:{port}/v1/events/stream"
         if bell_on:
             for _ in range(backlog // 1000):

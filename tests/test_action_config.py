@@ -69,7 +69,7 @@ def test_enabled_with_an_https_public_url(tmp_path: Path) -> None:
         (SERVER + "[actions]\nkey_file = 3\n", "actions.key_file"),
         (SERVER + "[actions]\nunknown = 1\n", "actions.unknown"),
         ('[actions]\nenabled = true\npublic_url = "https://r.example"\n', "add [server]"),
-        ('[server]\n[actions]\nrequire_login = true\n', "needs the console's login"),
+        ("[server]\n[actions]\nrequire_login = true\n", "needs the console's login"),
     ],
 )
 def test_bad_actions_are_one_line_errors(tmp_path: Path, text: str, expected: str) -> None:

@@ -23,6 +23,7 @@ from sessionhook.api.client import SessionsClient
 from sessionhook.relay.config.action_keys import ActionKeys
 from sessionhook.relay.daemon.daemon import Daemon
 from sessionhook.relay.domain.action_links import LinkClaims, sign_link
+from sessionhook.relay.store import Ingest
 from tests.support.daemon_setup import Setup
 from tests.support.loopback import free_port
 from tests.support.receiver import Receiver
@@ -289,7 +290,7 @@ async def test_expired_wrong_session_and_answered_links_make_no_call(tmp_path: P
 
         async def archived_moved_on() -> bool:
             store = daemon.store
-            row = None if store is None else await store.ingest.get_session(second.name)
+            row = None if store is None else await store.run(Ingest.get_session, second.name)
             return row is not None and row.state != "AWAITING_PLAN_APPROVAL"
 
         await _until(archived_moved_on)

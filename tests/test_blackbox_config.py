@@ -31,7 +31,6 @@ from tests.support.standin import StandIn
 pytestmark = pytest.mark.process
 
 
-
 def cli_json(*args: str, config: Path) -> Any:
     proc = sessionhook(*args, "--json", "--config", str(config), env=clean_env(), cwd=config.parent)
     assert proc.returncode == 0, proc.stderr

@@ -25,7 +25,6 @@ from tests.support.standin import StandIn
 pytestmark = pytest.mark.process
 
 
-
 def economy_config(
     *,
     standin: StandIn,

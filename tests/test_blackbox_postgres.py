@@ -35,9 +35,8 @@ from tests.support.world import World
 
 pytestmark = pytest.mark.process
 
-def postgres_relay(
-    harness: Harness, standin: StandIn, url: str, port: int, **config: Any
-) -> Relay:
+
+def postgres_relay(harness: Harness, standin: StandIn, url: str, port: int, **config: Any) -> Relay:
     """A relay whose ``[store]`` names the database through ``url_env`` (the password is
     in the environment, never in the file)."""
     listen = f"127.0.0.1:{port}"

@@ -177,9 +177,7 @@ def test_the_stream_carries_the_webhooks_ids_and_bytes_and_resumes(
     world.add("fail")
     world.play(pause=0.1)
     hits = settled_hits(consumer, "alpha", world, harness)
-    wait_until(
-        lambda: {m.id for m in whole.messages} >= set(hits), 20, "every event on the stream"
-    )
+    wait_until(lambda: {m.id for m in whole.messages} >= set(hits), 20, "every event on the stream")
     wait_until(lambda: len(killed.messages) == 5, 10, "the first five on the killed stream")
     killed.close()
 
@@ -351,9 +349,7 @@ def test_two_replicas_stream_the_same_events_and_a_consumer_resumes_on_the_other
     streams = [f"{base}/v1/events/stream" for _, base in replicas]
     whole = [Reader(stream, auth) for stream in streams]
     killed = Reader(streams[0], auth, stop_after=5)
-    wait_until(
-        lambda: all(r.status == 200 for r in [*whole, killed]), 10, "the streams to open"
-    )
+    wait_until(lambda: all(r.status == 200 for r in [*whole, killed]), 10, "the streams to open")
     world = World(standin)
     world.add("pr")
     world.add("fail")

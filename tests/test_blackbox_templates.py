@@ -20,7 +20,8 @@ from typing import Any
 import httpx
 import pytest
 
-from sessionhook.relay.store import EndpointSpec, Store
+from sessionhook.relay.domain.rows import EndpointSpec
+from sessionhook.relay.store import Store
 from tests.support.blackbox_consumer import Consumer
 from tests.support.loopback import free_port
 from tests.support.relay_process import Endpoint, Harness, Relay, wait_ready, wait_until

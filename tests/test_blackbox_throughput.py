@@ -107,8 +107,10 @@ def test_kill_9_mid_delivery_loses_nothing_and_records_each_attempt_once(
     final = start(harness, standin, "final", **config)
     names = {a for acts in order.values() for a in acts}
     wait_until(
-        lambda: consumer.delivered_activity_names("main") >= names
-        and len(delivered_ids(consumer, "main")) >= total,
+        lambda: (
+            consumer.delivered_activity_names("main") >= names
+            and len(delivered_ids(consumer, "main")) >= total
+        ),
         60,
         "every event delivered after the kills",
         harness.diagnostics,

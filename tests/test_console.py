@@ -96,9 +96,10 @@ def test_timeline_deliveries_and_attempts_of_a_session(store: Store) -> None:
     attempts = store.console.attempts_of_deliveries([d.id for d in deliveries])
     assert sorted(a.status_code for a in attempts) == [200, 500]
     assert store.console.console_timeline(names["hostile"], after_seq=events[-1].seq) == []
-    assert store.console.deliveries_of_events(
-        []
-    ) == [] and store.console.attempts_of_deliveries([]) == []
+    assert (
+        store.console.deliveries_of_events([]) == []
+        and store.console.attempts_of_deliveries([]) == []
+    )
     with pytest.raises(ValueError):
         store.console.deliveries_of_events(["x"] * 501)
 
@@ -349,9 +350,7 @@ async def test_replay_one_event_keeps_its_id_and_a_range_needs_a_start(client: A
     # A time range: its events that alpha takes, but those on their way already (calm's
     # two are still pending): the hostile session's one, delivered before.
     await http.post("/console/actions/replay", **form(token, endpoint="alpha", since="2025-01-01"))
-    assert (
-        "queued 1 delivery of the events of that time range" in (await http.get("/console")).text
-    )
+    assert "queued 1 delivery of the events of that time range" in (await http.get("/console")).text
 
 
 @pytest.mark.anyio

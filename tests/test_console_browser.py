@@ -42,7 +42,6 @@ from tests.support.pg import TEMPLATE, Cluster
 pytestmark = pytest.mark.process
 
 
-
 @contextmanager
 def opened_stack(directory: Path, database: str | None = None) -> Iterator[Stack]:
     """The module's stack (on SQLite, or the PostgreSQL ``database``): a session with a
@@ -392,8 +391,10 @@ def test_retry_now_and_recover_send_dead_deliveries_again(stack: Stack, browser:
         assert message.startswith("recovered ") and " deliveries of beta, due now" in message
         assert int(message.split()[1]) > 0
         until(
-            lambda: "No deliveries match"
-            in stack.get("/console/deliveries?endpoint=beta&status=dead").text,
+            lambda: (
+                "No deliveries match"
+                in stack.get("/console/deliveries?endpoint=beta&status=dead").text
+            ),
             "beta's dead deliveries to be sent",
         )
     finally:

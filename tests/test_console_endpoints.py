@@ -15,9 +15,10 @@ import httpx
 import pytest
 
 from sessionhook.relay.config import Config
+from sessionhook.relay.domain.rows import EndpointSpec
 from sessionhook.relay.domain.signing import generate_secret
 from sessionhook.relay.ops import endpoint_edits as edits
-from sessionhook.relay.store import AsyncStore, EndpointSpec, Store
+from sessionhook.relay.store import AsyncStore, Store
 from tests.support.backends import Backend
 from tests.support.clock import T0, Clock
 from tests.support.console_app import TOKEN, app_for, form, logged_in

@@ -85,13 +85,12 @@ async def test_retry_now_button_reopens_a_dead_delivery(backend: Backend) -> Non
         after = c.store.operator.get_delivery(first.id)
         assert after is not None and after.status == "pending"
         assert after.event_id == first.event_id and c.wakes == [1]
-        assert f"delivery {first.id} ({first.event_id}) to ci-bot: dead -&gt; due now" in (
-            await c.http.get(back)
-        ).text
+        assert (
+            f"delivery {first.id} ({first.event_id}) to ci-bot: dead -&gt; due now"
+            in (await c.http.get(back)).text
+        )
         for bad in ("", "abc", "9" * 40):
-            await c.http.post(
-                "/console/actions/retry", data={"delivery": bad, CSRF_FIELD: c.csrf}
-            )
+            await c.http.post("/console/actions/retry", data={"delivery": bad, CSRF_FIELD: c.csrf})
             assert "retry: choose a delivery" in (await c.http.get("/console")).text
         await c.http.post(
             "/console/actions/retry", data={"delivery": str(second.id), CSRF_FIELD: c.csrf}
@@ -114,9 +113,10 @@ async def test_recover_form_on_each_endpoint(backend: Backend) -> None:
         assert {d.status for d in c.store.operator.list_deliveries()} == {"pending"}
         assert c.wakes == [1]
         await c.http.post("/console/actions/recover", data=form)
-        assert "recovered 0 deliveries of ci-bot: it has no failed or dead delivery" in (
-            await c.http.get("/console")
-        ).text
+        assert (
+            "recovered 0 deliveries of ci-bot: it has no failed or dead delivery"
+            in (await c.http.get("/console")).text
+        )
         await c.http.post("/console/actions/recover", data={**form, "since": "<b>soon</b>"})
         page = (await c.http.get("/console")).text
         assert "recover: since:" in page and "<b>soon</b>" not in page

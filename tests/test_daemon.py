@@ -24,7 +24,7 @@ from sessionhook.relay.daemon import wiring
 from sessionhook.relay.daemon.daemon import DaemonError
 from sessionhook.relay.domain.signing import generate_secret
 from sessionhook.relay.polling.budget import RateLimiter
-from sessionhook.relay.store import AsyncStore, Store
+from sessionhook.relay.store import AsyncStore, EndpointQueries, Store
 from tests.support import virtual_time
 from tests.support.daemon_setup import Setup, completed
 from tests.support.loopback import free_port
@@ -152,7 +152,7 @@ async def test_reload_keeps_the_running_config_on_error_and_applies_a_good_one(
         assert await daemon.reload() is True
         assert [e.name for e in daemon.config.endpoints] == ["rx", "second"]
         assert daemon.store is not None
-        states = await daemon.store.endpoints.endpoint_states()
+        states = await daemon.store.run(EndpointQueries.endpoint_states)
         assert {s.name for s in states if s.active} == {"rx", "second"}
         assert daemon.dispatcher is not None
         assert set(daemon.dispatcher.settings.endpoints) == {"rx", "second"}
@@ -304,9 +304,9 @@ async def test_health_server_answers_ready_and_metrics(tmp_path: Path) -> None:
             # A store that can no longer be written (read-only mount, full disk) is not ready.
             store = daemon.store
             assert store is not None
-            await store.call(store.store.db.conn.execute, "PRAGMA query_only = 1")
+            await store.run(lambda s: s.db.conn.execute("PRAGMA query_only = 1"))
             unwritable = await http.get("/readyz")
-            await store.call(store.store.db.conn.execute, "PRAGMA query_only = 0")
+            await store.run(lambda s: s.db.conn.execute("PRAGMA query_only = 0"))
         daemon.stop()
     assert ready.status_code == 200 and ready.json()["ready"] is True
     assert unwritable.status_code == 503
@@ -339,7 +339,7 @@ async def test_every_upstream_request_reaches_the_stores_counters(tmp_path: Path
         assert store is not None
         with anyio.fail_after(10):
             while True:
-                if await store.call(_stored_upstream_requests, store.store) > 0:
+                if await store.run(_stored_upstream_requests) > 0:
                     break
                 await anyio.sleep(0.05)
         daemon.stop()
@@ -360,16 +360,16 @@ def test_upstream_requests_stay_within_the_budget(
     clock is the loop's, which stands still while the store's thread works."""
     sent: list[float] = []
     store_calls = [0]
-    call = AsyncStore.call
+    run = AsyncStore.run
 
     async def counted(self: AsyncStore, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
         store_calls[0] += 1
         try:
-            return await call(self, fn, *args, **kwargs)
+            return await run(self, fn, *args, **kwargs)
         finally:
             store_calls[0] -= 1
 
-    monkeypatch.setattr(AsyncStore, "call", counted)
+    monkeypatch.setattr(AsyncStore, "run", counted)
 
     async def main(loop: virtual_time.VirtualTimeLoop) -> None:
         class Counting(httpx.AsyncBaseTransport):

@@ -26,8 +26,9 @@ from sessionhook.relay.delivery.post import post_event
 from sessionhook.relay.delivery.render_process import RenderProcess
 from sessionhook.relay.domain.lifecycle import lifecycle_events
 from sessionhook.relay.domain.retry import AttemptResult
+from sessionhook.relay.domain.rows import DeliveryRow
 from sessionhook.relay.domain.signing import generate_secret
-from sessionhook.relay.store import AsyncStore, DeliveryRow
+from sessionhook.relay.store import AsyncStore, EndpointQueries, Ingest, OperatorQueries, Outbox
 from sessionhook.relay.telemetry.logs import LineBudget
 from tests.support import virtual_time
 from tests.support.dispatch_rig import PER_SESSION, SECRET, SESSIONS, dispatch_config, seed_sessions
@@ -190,7 +191,7 @@ class Rig:
 
     async def __aenter__(self) -> Rig:
         self.store = await AsyncStore.open(self.tmp_path / "relay.db")
-        await self.store.endpoints.sync_endpoints(self.config.endpoints)
+        await self.store.run(EndpointQueries.sync_endpoints, self.config.endpoints)
         self.expected = await seed_sessions(self.store)
         self.http = httpx.AsyncClient(transport=httpx.ASGITransport(self.receiver.app))
         self.dispatcher = Dispatcher(
@@ -264,9 +265,9 @@ async def test_gone_disables_the_endpoint_and_keeps_the_deliveries(tmp_path: Pat
             await rig.dispatcher.run_until_idle()
         tried = len(receiver.arrivals)
         assert 1 <= tried <= SESSIONS  # only what was already in flight when it said 410
-        (state,) = await rig.store.endpoints.endpoint_states()
+        (state,) = await rig.store.run(EndpointQueries.endpoint_states)
         assert not state.enabled and state.disabled_reason == "410 Gone"
-        assert await rig.store.outbox.pending_count() == SESSIONS * PER_SESSION  # kept for later
+        assert await rig.store.run(Outbox.pending_count) == SESSIONS * PER_SESSION  # kept for later
         assert any(e["event"] == "endpoint.disabled" for e in logs)
         assert await rig.dispatcher.run_until_idle() == 0
         assert len(receiver.arrivals) == tried
@@ -305,7 +306,7 @@ async def test_private_endpoint_is_refused_unless_allowed(tmp_path: Path, allow:
         DeliverySettings.from_config(config), allow_private_networks=allow
     )
     store = await AsyncStore.open(tmp_path / "relay.db")
-    await store.endpoints.sync_endpoints(config.endpoints)
+    await store.run(EndpointQueries.sync_endpoints, config.endpoints)
     await seed_sessions(store, sessions=1)
     async with httpx.AsyncClient(transport=transport) as http:
         dispatcher = Dispatcher(store, http, settings)
@@ -333,7 +334,7 @@ async def test_endpoint_failing_longer_than_disable_after_is_disabled(tmp_path: 
 
         with capture_logs() as logs:
             await rig.run_until(disabled)
-        (state,) = await rig.store.endpoints.endpoint_states()
+        (state,) = await rig.store.run(EndpointQueries.endpoint_states)
         assert state.disabled_reason is not None and "failing" in state.disabled_reason
         assert any(e["event"] == "endpoint.disabled" and "failing" in e["reason"] for e in logs)
 
@@ -359,7 +360,7 @@ async def test_wake_starts_new_deliveries_without_waiting_for_the_timer(
     receiver = Receiver(SECRET)
     config = dispatch_config()
     store = await AsyncStore.open(tmp_path / "relay.db")
-    await store.endpoints.sync_endpoints(config.endpoints)
+    await store.run(EndpointQueries.sync_endpoints, config.endpoints)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(receiver.app)) as http:
         dispatcher = Dispatcher(store, http, DeliverySettings.from_config(config), max_wait=60.0)
         async with anyio.create_task_group() as tg:
@@ -381,7 +382,7 @@ async def _one_delivery(tmp_path: Path, endpoint: EndpointConfig) -> tuple[Async
         endpoints=(endpoint,),
     )
     store = await AsyncStore.open(tmp_path / "relay.db")
-    await store.endpoints.sync_endpoints(config.endpoints)
+    await store.run(EndpointQueries.sync_endpoints, config.endpoints)
     await seed_sessions(store, sessions=1)
     return store, config
 
@@ -404,7 +405,7 @@ async def test_a_retry_sends_the_bytes_of_the_first_attempt_whatever_the_config_
 
     async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
         dispatcher = Dispatcher(store, http, DeliverySettings.from_config(config))
-        (due,) = (await store.outbox.due_deliveries(time.time(), 1))[:1]
+        (due,) = (await store.run(Outbox.due_deliveries, time.time(), 1))[:1]
         await dispatcher.attempt(due)
         # A reload changes the template between the attempts.
         changed = endpoint.model_copy(update={"template": '{"v": 2}'})
@@ -412,7 +413,7 @@ async def test_a_retry_sends_the_bytes_of_the_first_attempt_whatever_the_config_
             DeliverySettings.from_config(config.model_copy(update={"endpoints": (changed,)}))
         )
         (retry,) = [
-            d for d in await store.outbox.due_deliveries(time.time() + 1, 10) if d.id == due.id
+            d for d in await store.run(Outbox.due_deliveries, time.time() + 1, 10) if d.id == due.id
         ]
         await dispatcher.attempt(retry)
     await store.close()
@@ -434,15 +435,15 @@ async def test_a_reload_changes_the_shape_of_the_next_first_attempt(tmp_path: Pa
 
     async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
         dispatcher = Dispatcher(store, http, DeliverySettings.from_config(config))
-        (first,) = await store.outbox.due_deliveries(time.time(), 1)
+        (first,) = await store.run(Outbox.due_deliveries, time.time(), 1)
         await dispatcher.attempt(first)
-        (second,) = await store.outbox.due_deliveries(time.time(), 1)
+        (second,) = await store.run(Outbox.due_deliveries, time.time(), 1)
         await dispatcher.attempt(second)  # the same config: still the stored body
         changed = endpoint.model_copy(update={"template": '{"v": 2}'})
         dispatcher.update(
             DeliverySettings.from_config(config.model_copy(update={"endpoints": (changed,)}))
         )
-        (third,) = await store.outbox.due_deliveries(time.time(), 1)
+        (third,) = await store.run(Outbox.due_deliveries, time.time(), 1)
         await dispatcher.attempt(third)
     await store.close()
     assert json.loads(sent[0])["type"] == json.loads(sent[1])["type"] == "activity.progress_updated"
@@ -476,8 +477,8 @@ async def test_the_relays_public_url_turns_a_waits_action_links_into_buttons(
     }
     payload["data"]["links"] = links
     wait = dataclasses.replace(wait, body=json.dumps(payload).encode())
-    await store.ingest.upsert_session(session, baseline=False)
-    await store.ingest.ingest_activities(session.name, [plan], [wait], True)
+    await store.run(Ingest.upsert_session, session, baseline=False)
+    await store.run(Ingest.ingest_activities, session.name, [plan], [wait], True)
     sent: dict[str, bytes] = {}
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -487,7 +488,7 @@ async def test_the_relays_public_url_turns_a_waits_action_links_into_buttons(
     settings = dataclasses.replace(DeliverySettings.from_config(config), public_url=public_url)
     async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
         dispatcher = Dispatcher(store, http, settings)
-        for delivery in await store.outbox.due_deliveries(time.time(), 100):
+        for delivery in await store.run(Outbox.due_deliveries, time.time(), 100):
             await dispatcher.attempt(delivery)
     await store.close()
     blocks = json.loads(sent[wait.id])["blocks"]
@@ -515,10 +516,10 @@ async def test_a_template_failing_at_run_time_is_a_failed_attempt_not_a_crash(
 
     async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
         dispatcher = Dispatcher(store, http, settings)
-        (due,) = (await store.outbox.due_deliveries(time.time(), 1))[:1]
+        (due,) = (await store.run(Outbox.due_deliveries, time.time(), 1))[:1]
         with capture_logs() as logs:
             decision = await dispatcher.attempt(due)
-    (row,) = [r for r in await store.call(store.store.operator.list_deliveries) if r.id == due.id]
+    (row,) = [r for r in await store.run(OperatorQueries.list_deliveries) if r.id == due.id]
     await store.close()
     assert calls == []  # nothing sent
     assert type(decision).__name__ == "Retry"
@@ -551,7 +552,7 @@ async def test_a_render_over_its_time_budget_fails_that_attempt_only(tmp_path: P
         endpoints=endpoints,
     )
     store = await AsyncStore.open(tmp_path / "relay.db")
-    await store.endpoints.sync_endpoints(config.endpoints)
+    await store.run(EndpointQueries.sync_endpoints, config.endpoints)
     await seed_sessions(store, sessions=1)
     seen, transport = _capture()
     renderer = RenderProcess()
@@ -560,14 +561,14 @@ async def test_a_render_over_its_time_budget_fails_that_attempt_only(tmp_path: P
             dispatcher = Dispatcher(
                 store, http, DeliverySettings.from_config(config), renderer=renderer
             )
-            due = await store.outbox.due_deliveries(time.time(), 10)
+            due = await store.run(Outbox.due_deliveries, time.time(), 10)
             firsts = {d.endpoint: d for d in due}
             with capture_logs() as logs:
                 failed = await dispatcher.attempt(firsts["tpl"])
                 delivered = await dispatcher.attempt(firsts["std"])
     finally:
         await renderer.aclose()
-    rows = {r.id: r for r in await store.call(store.store.operator.list_deliveries)}
+    rows = {r.id: r for r in await store.run(OperatorQueries.list_deliveries)}
     await store.close()
     assert type(failed).__name__ == "Retry" and type(delivered).__name__ == "Delivered"
     assert rows[firsts["tpl"].id].last_error == (
@@ -606,7 +607,7 @@ async def test_handed_over_but_cancelled_before_sending_is_released(tmp_path: Pa
     receiver = Receiver(SECRET)
     async with Rig(tmp_path, receiver, dispatch_config()) as rig:
         dispatcher = rig.dispatcher
-        due = await rig.store.outbox.due_deliveries(time.time(), 3)
+        due = await rig.store.run(Outbox.due_deliveries, time.time(), 3)
         assert len(due) == 3
         with anyio.CancelScope() as scope:
             async with anyio.create_task_group() as tg, dispatcher._workers(tg) as start:
@@ -631,7 +632,7 @@ async def test_handed_to_an_idle_worker_then_cancelled_is_released(tmp_path: Pat
     receiver = Receiver(SECRET)
     async with Rig(tmp_path, receiver, dispatch_config()) as rig:
         dispatcher = rig.dispatcher
-        first, *rest = await rig.store.outbox.due_deliveries(time.time(), 3)
+        first, *rest = await rig.store.run(Outbox.due_deliveries, time.time(), 3)
         endpoint = dispatcher.settings.endpoints["rx"]
 
         def hand(start: Any, delivery: Any) -> None:  # what _round does for each one
@@ -674,13 +675,13 @@ async def test_a_new_logging_configuration_reaches_the_next_batch(tmp_path: Path
         ) as http:
             dispatcher = Dispatcher(store, http, DeliverySettings.from_config(config))
             relay_logging.configure("warning", "json", stream=quiet)
-            (first,) = await store.outbox.due_deliveries(time.time(), 1)
+            (first,) = await store.run(Outbox.due_deliveries, time.time(), 1)
             await dispatcher.attempt(first)
             relay_logging.configure("info", "json", stream=loud)  # a reload
-            (second,) = await store.outbox.due_deliveries(time.time(), 1)
+            (second,) = await store.run(Outbox.due_deliveries, time.time(), 1)
             await dispatcher.attempt(second)
             with capture_logs() as logs:
-                (third,) = await store.outbox.due_deliveries(time.time(), 1)
+                (third,) = await store.run(Outbox.due_deliveries, time.time(), 1)
                 await dispatcher.attempt(third)
     finally:
         relay_logging.reset()
@@ -695,9 +696,7 @@ async def test_a_new_logging_configuration_reaches_the_next_batch(tmp_path: Path
 
 
 @pytest.mark.parametrize("loop", ["run", "run_until_idle"])
-def test_rate_limit_sends_n_per_second_in_order_on_a_fake_clock(
-    tmp_path: Path, loop: str
-) -> None:
+def test_rate_limit_sends_n_per_second_in_order_on_a_fake_clock(tmp_path: Path, loop: str) -> None:
     """``rate_limit = 2``: 20 deliveries through the real dispatcher and store, on a fake
     clock (tests/support/virtual_time.py: time passes only while the loop would sleep). The first
     goes at once, each next one 1/2 s after the previous one (the dispatcher wakes when the
@@ -711,17 +710,17 @@ def test_rate_limit_sends_n_per_second_in_order_on_a_fake_clock(
 
     async def main(clock: virtual_time.VirtualTimeLoop) -> tuple[list[Arrival], list[str]]:
         store = await AsyncStore.open(tmp_path / "relay.db", clock=clock.wall)
-        call = store.call
+        run = store.run
 
         async def counted(fn: Any, *args: Any, **kwargs: Any) -> Any:
             store_calls[0] += 1
             try:
-                return await call(fn, *args, **kwargs)
+                return await run(fn, *args, **kwargs)
             finally:
                 store_calls[0] -= 1
 
-        store.call = counted  # type: ignore[method-assign]
-        await store.endpoints.sync_endpoints(config.endpoints)
+        store.run = counted  # type: ignore[method-assign]
+        await store.run(EndpointQueries.sync_endpoints, config.endpoints)
         expected = await seed_sessions(store)  # SESSIONS x PER_SESSION = 20, oldest first
         receiver = Receiver(SECRET, clock=clock.wall)
         async with httpx.AsyncClient(transport=httpx.ASGITransport(receiver.app)) as http:

@@ -18,12 +18,12 @@ from sessionhook.relay.delivery import catalog
 from sessionhook.relay.delivery.catalog import EndpointCatalog
 from sessionhook.relay.delivery.dispatcher import DeliverySettings, Dispatcher
 from sessionhook.relay.domain.retry import AttemptResult, Delivered, Retry
+from sessionhook.relay.domain.rows import EndpointChanges
 from sessionhook.relay.domain.signing import generate_secret
 from sessionhook.relay.ops import endpoint_edits as edits
 from sessionhook.relay.store import (
     AsyncStore,
     AttemptRecord,
-    EndpointChanges,
     EndpointConflictError,
     StoreCore,
     StoreError,
@@ -113,9 +113,9 @@ class Reads:
     def __init__(self, astore: AsyncStore, monkeypatch: pytest.MonkeyPatch) -> None:
         self.rows = 0
         self.built = 0
-        view = astore.endpoints
+        role = astore.store.endpoints  # the door looks the method up on it at each call
         for method in ("stored_endpoints", "endpoint_changes"):
-            monkeypatch.setattr(view, method, self._counted(getattr(view, method)))
+            monkeypatch.setattr(role, method, self._counted(getattr(role, method)))
         real = catalog.spec_endpoint
 
         def building(*args: Any, **kwargs: Any) -> Any:
@@ -125,8 +125,8 @@ class Reads:
         monkeypatch.setattr(catalog, "spec_endpoint", building)
 
     def _counted(self, read: Callable[..., Any]) -> Callable[..., Any]:
-        async def counted(*args: Any) -> Any:
-            got = await read(*args)
+        def counted(*args: Any) -> Any:
+            got = read(*args)
             self.rows += len(got) if isinstance(got, list) else len(got.live) + len(got.gone)
             return got
 
@@ -238,7 +238,7 @@ async def test_a_store_that_cannot_give_the_definitions_now_stops_no_delivery(
         astore = AsyncStore(backend.open(clock=lambda: NOW))
         calls = 0
 
-        async def unreachable(since: int) -> EndpointChanges:
+        def unreachable(since: int) -> EndpointChanges:
             nonlocal calls
             calls += 1
             raise StoreError("the database is not reachable now")
@@ -250,15 +250,14 @@ async def test_a_store_that_cannot_give_the_definitions_now_stops_no_delivery(
                 DeliverySettings.from_config(config),
                 clock=lambda: now[0],
             )
-            working = astore.endpoints.endpoint_changes
-            astore.endpoints.endpoint_changes = unreachable  # type: ignore[method-assign]
+            astore.store.endpoints.endpoint_changes = unreachable  # type: ignore[method-assign]
             with capture_logs() as logs:
                 for _ in range(3):
                     await dispatcher.run_until_idle()
             assert calls == 1  # not again within the second
             assert [e["event"] for e in logs].count("endpoint.reload_failed") == 1
             assert "chat" not in dispatcher.settings.endpoints
-            astore.endpoints.endpoint_changes = working  # type: ignore[method-assign]
+            del astore.store.endpoints.endpoint_changes  # the class's method again
             now[0] += 1.0
             await dispatcher.run_until_idle()
             assert "chat" in dispatcher.settings.endpoints

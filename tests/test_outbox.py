@@ -165,7 +165,8 @@ def test_heads_follow_every_kind_of_write(store: Store, clock: Clock) -> None:
     # Dead: the session's next delivery becomes the head at once.
     store.outbox.record_attempt(by_session["sessions/1"].id, fail(), Dead())
     assert {d.session_name for d in store.outbox.due_deliveries(T0, 10)} == {
-        "sessions/0", "sessions/1"
+        "sessions/0",
+        "sessions/1",
     }
     # Replay (an INSERT ... SELECT) adds rows behind the existing heads.
     heads = {d.id for d in store.outbox.due_deliveries(T0, 10)}
@@ -230,9 +231,7 @@ def test_failing_since_after_success_first_and_when_already_failing(store: Store
     # Already failing: a later batch's failures keep the stored start.
     assert store.outbox.record_attempts(
         [AttemptRecord(d[2].id, fail(T0 + 9), Retry(at=T0 + 60))]
-    ) == [
-        T0 + 2
-    ]
+    ) == [T0 + 2]
     (state,) = store.endpoints.endpoint_states()
     assert state.failing_since == T0 + 2
     assert store.outbox.record_attempts([AttemptRecord(d[3].id, ok(T0 + 10), Delivered())]) == [

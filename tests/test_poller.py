@@ -25,7 +25,7 @@ from sessionhook.api.models import parse_timestamp
 from sessionhook.emulator.app import create_app
 from sessionhook.relay.polling import ACTIVE_STATES, Poller, PollSettings, backoff_delay
 from sessionhook.relay.polling.budget import LimitedTransport, RateLimiter, endpoint_label
-from sessionhook.relay.store import AsyncStore
+from sessionhook.relay.store import AsyncStore, EndpointQueries, Ingest, Outbox
 from tests.support.clock import Clock
 from tests.support.poller_harness import PollerHarness, finish
 
@@ -153,16 +153,16 @@ async def test_the_dispatcher_is_woken_only_when_deliveries_were_queued(
     would find nothing new); once an endpoint takes them, every ingest that queued
     deliveries wakes it."""
     async with PollerHarness(tmp_path) as h:
-        await h.store.call(h.store.store.endpoints.set_endpoint_enabled, "ep", False)
+        await h.store.run(EndpointQueries.set_endpoint_enabled, "ep", False)
         first = await h.api.create_session("Fix the flaky test")
         await finish(h, first.name)
         assert len(h.archived(first.name)) > 3
-        assert await h.store.outbox.pending_count() == 0
+        assert await h.store.run(Outbox.pending_count) == 0
         assert h.enqueued == 0
-        await h.store.call(h.store.store.endpoints.set_endpoint_enabled, "ep", True)
+        await h.store.run(EndpointQueries.set_endpoint_enabled, "ep", True)
         second = await h.api.create_session("Add a health check")
         await finish(h, second.name)
-        assert await h.store.outbox.pending_count() > 0
+        assert await h.store.run(Outbox.pending_count) > 0
         assert h.enqueued > 0
 
 
@@ -178,13 +178,13 @@ async def test_store_calls_a_new_session_costs(
             "r1", host="h", pid=1, now=h.clock(), lease=30.0, exclusive=exclusive
         )
         made: list[str] = []
-        real = h.store.call
+        real = h.store.run
 
         async def spy(fn: Any, *args: Any, **kwargs: Any) -> Any:
             made.append(getattr(fn, "__name__", ""))
             return await real(fn, *args, **kwargs)
 
-        monkeypatch.setattr(h.store, "call", spy)
+        monkeypatch.setattr(h.store, "run", spy)
         session = await h.api.create_session("Fix the flaky test")
         await finish(h, session.name)
         assert made.count("archive_discovered") == 1
@@ -222,7 +222,7 @@ async def test_new_sessions_are_announced_and_every_activity_archived_once(
         for name in (first.name, second.name):
             assert sorted(h.archived(name)) == sorted(await h.upstream_activities(name))
         # Everything was enqueued for the endpoint, exactly once per event.
-        assert await h.store.outbox.pending_count() == len(events)
+        assert await h.store.run(Outbox.pending_count) == len(events)
         assert h.enqueued > 0
 
 
@@ -392,7 +392,7 @@ async def test_an_activity_committed_late_is_archived_when_the_session_settles(
         late.hidden = hidden
         for _ in range(3):  # the cursor moves past the hidden activity's createTime + overlap
             await h.round()
-        row = await h.store.ingest.get_session(session.name)
+        row = await h.store.run(Ingest.get_session, session.name)
         assert row is not None and row.activity_cursor
         hidden_at = (await h.api.get_activity(hidden)).create_time
         assert parse_timestamp(row.activity_cursor) - parse_timestamp(hidden_at) > timedelta(
@@ -554,9 +554,8 @@ async def test_a_failing_get_of_one_new_session_holds_up_neither_the_pass_nor_th
         await h.poller.discover()
         assert unlucky.name in await h.poller.poll_due()
         announced = {
-            e.session_name for e in h.store.store.operator.iter_events(
-                type_glob="session.discovered"
-            )
+            e.session_name
+            for e in h.store.store.operator.iter_events(type_glob="session.discovered")
         }
         assert announced == {lucky.name, unlucky.name}
 

@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
+from sessionhook.relay.store import Ingest
 from tests.support.poller_harness import SETTLED_AFTER, PollerHarness, Rewrite, finish, settled
 
 pytestmark = [pytest.mark.app, pytest.mark.anyio]
@@ -82,7 +83,7 @@ async def test_a_first_walk_past_discoverys_read_reads_the_session_again(tmp_pat
         )
         await h.poller.discover()  # read while it works
         assert h.count("get_session") == 1
-        row = await h.store.ingest.get_session(session.name)
+        row = await h.store.run(Ingest.get_session, session.name)
         assert row is not None and row.state != "COMPLETED"
         h.clock.now += SETTLED_AFTER  # it completes before its first poll walks
         await h.poller.poll_due()

@@ -18,6 +18,7 @@ from sessionhook.api.client import SessionsClient
 from sessionhook.api.models import Activity, Session, parse_timestamp
 from sessionhook.relay.domain import events
 from sessionhook.relay.polling import name_problem
+from sessionhook.relay.store import Ingest
 from tests.support.poller_harness import PollerHarness, finish
 
 pytestmark = [pytest.mark.app, pytest.mark.anyio]
@@ -180,7 +181,7 @@ async def test_a_name_archived_under_another_session_is_refused_as_duplicate(
         # An archive written by a version that accepted foreign names: the victim's first
         # activity sits under the decoy already.
         stolen = Activity(name=victim[0], create_time="2025-06-15T00:00:00Z")
-        await h.store.ingest.ingest_activities(decoy.name, [stolen], [], False)
+        await h.store.run(Ingest.ingest_activities, decoy.name, [stolen], [], False)
         for _ in range(30):
             await h.round()
         upstream = await h.upstream_activities(session.name)

@@ -31,6 +31,8 @@ from sessionhook.relay.polling import Poller, PollSettings
 from sessionhook.relay.store import (
     AsyncStore,
     AttemptRecord,
+    EndpointQueries,
+    Leases,
     PostgresStore,
     ReplicaRow,
     Store,
@@ -285,12 +287,11 @@ async def test_two_dispatchers_share_the_outbox_one_in_flight_per_session(
     config = dispatch_config(concurrency=3)
     stores = [await AsyncStore.open(tmp_path / "relay.db") for _ in range(2)]
     try:
-        await stores[0].endpoints.sync_endpoints(config.endpoints)
+        await stores[0].run(EndpointQueries.sync_endpoints, config.endpoints)
         expected = await seed_sessions(stores[0], sessions=6)
         for n, store in enumerate(stores):
-            await store.call(
-                store.store.leases.register_replica, f"r{n}", host="h", pid=n, now=time.time(),
-                lease=30
+            await store.run(
+                Leases.register_replica, f"r{n}", host="h", pid=n, now=time.time(), lease=30
             )
         http = httpx.AsyncClient(transport=httpx.ASGITransport(receiver.app))
         metrics = [Metrics(), Metrics()]
@@ -359,9 +360,8 @@ async def test_one_replica_polls_an_account_and_another_takes_over_when_it_dies(
         stores, pollers, https = [], [], []
         for who in ("a", "b"):
             store = await AsyncStore.open(tmp_path / "relay.db")
-            await store.call(
-                store.store.leases.register_replica, who, host="h", pid=1, now=time.time(),
-                lease=lease
+            await store.run(
+                Leases.register_replica, who, host="h", pid=1, now=time.time(), lease=lease
             )
             http = httpx.AsyncClient(transport=counting(who))
             client = SessionsClient(

@@ -12,10 +12,10 @@ import pytest
 
 from sessionhook.relay import ops as operator
 from sessionhook.relay.domain.retry import Dead, Delivered, Retry
+from sessionhook.relay.domain.rows import DeliveryRow
 from sessionhook.relay.ops import OperatorError
 from sessionhook.relay.ops.requeue import recover, retry
 from sessionhook.relay.store import StoreCore
-from sessionhook.relay.store.rows import DeliveryRow
 from tests.support.backends import Backend
 from tests.support.requeue_rows import ACT0, Ep, failure, fill
 

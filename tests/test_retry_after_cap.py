@@ -23,7 +23,7 @@ from sessionhook.relay.domain.retry import (
     decide,
 )
 from sessionhook.relay.domain.signing import generate_secret
-from sessionhook.relay.store import AsyncStore
+from sessionhook.relay.store import AsyncStore, EndpointQueries, Ingest, Outbox
 from tests.support.dispatch_rig import seed_session
 
 pytestmark = pytest.mark.app
@@ -83,7 +83,7 @@ async def test_dispatcher_caps_retry_after_and_rows_behind_wait_on_it(tmp_path: 
     store = await AsyncStore.open(tmp_path / "relay.db")
     http = httpx.AsyncClient(transport=httpx.MockTransport(handler))
     try:
-        await store.endpoints.sync_endpoints(config.endpoints)
+        await store.run(EndpointQueries.sync_endpoints, config.endpoints)
         session = Session(name="sessions/42", state="IN_PROGRESS", title="t")
         ids = await seed_session(store, session, 3)
         dispatcher = Dispatcher(store, http, DeliverySettings.from_config(config), guard=allow)
@@ -113,10 +113,10 @@ async def test_waiting_on_is_per_endpoint_and_session(tmp_path: Path) -> None:
     )
     store = await AsyncStore.open(tmp_path / "relay.db")
     try:
-        await store.endpoints.sync_endpoints(endpoints)
+        await store.run(EndpointQueries.sync_endpoints, endpoints)
         for sid in ("sessions/1", "sessions/2"):
             session = Session(name=sid, state="IN_PROGRESS")
-            await store.ingest.upsert_session(session, baseline=False)
+            await store.run(Ingest.upsert_session, session, baseline=False)
             activities = [
                 Activity(
                     name=f"{sid}/activities/{j:032x}",
@@ -126,7 +126,7 @@ async def test_waiting_on_is_per_endpoint_and_session(tmp_path: Path) -> None:
                 for j in range(2)
             ]
             built = [activity_event(session, a, max_media_bytes=10) for a in activities]
-            await store.ingest.ingest_activities(sid, activities, built, True)
+            await store.run(Ingest.ingest_activities, sid, activities, built, True)
         rows = store.store.operator.list_deliveries(limit=100)
         by_key: dict[tuple[str, str], list[int]] = {}
         for row in sorted(rows, key=lambda r: r.id):
@@ -139,7 +139,7 @@ async def test_waiting_on_is_per_endpoint_and_session(tmp_path: Path) -> None:
         # Deliver one head: the row behind it is free (a delivered row never blocks).
         head, second = by_key[("a", "sessions/1")]
         ok = AttemptResult(200, None, 1.0, "", None, time.time())
-        await store.outbox.record_attempt(head, ok, Delivered())
+        await store.run(Outbox.record_attempt, head, ok, Delivered())
         again = {r.id: r.waiting_on for r in store.store.operator.list_deliveries(limit=100)}
         assert again[second] is None
         assert again[head] is None

@@ -21,7 +21,7 @@ from sessionhook.relay.delivery.dispatcher import DeliverySettings, Dispatcher
 from sessionhook.relay.delivery.post import post_event
 from sessionhook.relay.delivery.sender import AiohttpPoster
 from sessionhook.relay.domain.signing import generate_secret
-from sessionhook.relay.store import AsyncStore
+from sessionhook.relay.store import AsyncStore, EndpointQueries
 from tests.support.dispatch_rig import PER_SESSION, seed_sessions
 from tests.support.rebinding import PRIVATE, PUBLIC, Listener, Rebinder, rebinding_config
 from tests.support.spellings import loopback_spellings
@@ -329,7 +329,7 @@ async def test_the_dispatcher_on_aiohttp_never_reaches_the_rebound_address(
     store = await AsyncStore.open(tmp_path / "relay.db")
     poster = AiohttpPoster(allow_private=False, resolve=resolver, policy=Rebinder.policy)
     try:
-        await store.endpoints.sync_endpoints(config.endpoints)
+        await store.run(EndpointQueries.sync_endpoints, config.endpoints)
         await seed_sessions(store, sessions=2)
         dispatcher = Dispatcher(store, poster, DeliverySettings.from_config(config))
         await dispatcher.run_until_idle()

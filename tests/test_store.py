@@ -22,7 +22,19 @@ from sessionhook.relay.config import EndpointConfig
 from sessionhook.relay.domain import events
 from sessionhook.relay.domain.events import Event
 from sessionhook.relay.domain.retry import AttemptResult, Dead, Delivered, DisableEndpoint, Retry
-from sessionhook.relay.store import AsyncStore, Ingested, Store, StoreError, migrations
+from sessionhook.relay.domain.rows import Ingested
+from sessionhook.relay.store import (
+    AsyncStore,
+    Economy,
+    EndpointQueries,
+    Ingest,
+    MetaQueries,
+    OperatorQueries,
+    Outbox,
+    Store,
+    StoreError,
+    migrations,
+)
 from sessionhook.relay.store.migrations import MIGRATIONS, Migration
 from tests.support.backends import Backend, sqlite_only
 from tests.support.clock import T0, Clock
@@ -82,9 +94,7 @@ def test_migrations_are_recorded_once_and_rerun_safely(tmp_path: Path) -> None:
             rows = again.db.conn.execute(
                 "SELECT migration_set, name, applied_at FROM _sqlite_migrations"
             ).fetchall()
-            assert [(r[0], r[1]) for r in rows] == [
-                ("sessionhook", m.name) for m in MIGRATIONS
-            ]
+            assert [(r[0], r[1]) for r in rows] == [("sessionhook", m.name) for m in MIGRATIONS]
             assert rows[0][1] == "0001_initial"
             assert "0005_outbox_heads" in [r[1] for r in rows]
             assert all(r[2] for r in rows)
@@ -291,9 +301,12 @@ def test_failure_mid_ingest_leaves_nothing_half_written(store: Store, failure: s
     assert count(store, "activities") == 1
     assert count(store, "events") == 1
     assert count(store, "deliveries") == 1
-    assert store.ingest.get_session(  # type: ignore[union-attr]
-        s.name
-    ).activity_cursor == cursor_before
+    assert (
+        store.ingest.get_session(  # type: ignore[union-attr]
+            s.name
+        ).activity_cursor
+        == cursor_before
+    )
     # And the same page goes in whole on the next try.
     assert ingest(store, s, acts) == 2
 
@@ -314,19 +327,28 @@ def test_cursor_advances_by_instant_not_by_string(store: Store) -> None:
 
     # "...00Z" sorts after "...00.000001Z" as a string, but is earlier.
     ingest(store, s, [at("a", "2025-03-01T10:00:00.000001Z"), at("b", "2025-03-01T10:00:00Z")])
-    assert store.ingest.get_session(  # type: ignore[union-attr]
-        s.name
-    ).activity_cursor == "2025-03-01T10:00:00.000001Z"
+    assert (
+        store.ingest.get_session(  # type: ignore[union-attr]
+            s.name
+        ).activity_cursor
+        == "2025-03-01T10:00:00.000001Z"
+    )
     # An offset form: 12:00+02:00 is 10:00Z, earlier than 10:30Z.
     ingest(store, s, [at("c", "2025-03-01T10:30:00Z"), at("d", "2025-03-01T12:00:00+02:00")])
-    assert store.ingest.get_session(  # type: ignore[union-attr]
-        s.name
-    ).activity_cursor == "2025-03-01T10:30:00Z"
+    assert (
+        store.ingest.get_session(  # type: ignore[union-attr]
+            s.name
+        ).activity_cursor
+        == "2025-03-01T10:30:00Z"
+    )
     # An older page (already archived or not) never moves it back.
     ingest(store, s, [at("e", "2025-03-01T09:00:00Z"), at("f", "")])
-    assert store.ingest.get_session(  # type: ignore[union-attr]
-        s.name
-    ).activity_cursor == "2025-03-01T10:30:00Z"
+    assert (
+        store.ingest.get_session(  # type: ignore[union-attr]
+            s.name
+        ).activity_cursor
+        == "2025-03-01T10:30:00Z"
+    )
 
 
 def test_archive_keeps_activity_whole_and_kind(store: Store) -> None:
@@ -442,9 +464,7 @@ def test_backfill_false_archives_without_delivering(store: Store) -> None:
     assert store.ingest.get_session(s.name).baseline  # type: ignore[union-attr]
     assert store.ingest.ingest_session_events(
         s.name, [events.session_discovered(s)], False
-    ) == Ingested(
-        0, ("session.discovered",)
-    )
+    ) == Ingested(0, ("session.discovered",))
     assert ingest(store, s, [activity(1, 1), activity(1, 2)], deliver=False) == 2
     assert count(store, "events") == 3
     assert count(store, "deliveries") == 0
@@ -553,9 +573,9 @@ def test_upstream_counts_in_one_call_are_the_same_rows_as_one_by_one(
             )
 
         assert rows(other) == rows(store)
-        assert other.operator.status_summary(
-            T0
-        ).upstream == store.operator.status_summary(T0).upstream
+        assert (
+            other.operator.status_summary(T0).upstream == store.operator.status_summary(T0).upstream
+        )
     finally:
         other.close()
 
@@ -703,9 +723,10 @@ def test_retry_scheduling_blocks_the_key_until_due(store: Store) -> None:
     ]
     assert (retry_due.id, retry_due.attempts) == (head.id, 1)
     # A second failure keeps the first failing_since; a success clears it.
-    assert store.outbox.record_attempt(
-        head.id, fail(T0 + 300, None, "timeout"), Retry(T0 + 2000)
-    ) == T0
+    assert (
+        store.outbox.record_attempt(head.id, fail(T0 + 300, None, "timeout"), Retry(T0 + 2000))
+        == T0
+    )
     assert store.outbox.record_attempt(head.id, ok(T0 + 2000), Delivered()) is None
     (state,) = store.endpoints.endpoint_states()
     assert state.failing_since is None
@@ -744,9 +765,9 @@ def test_410_disables_the_endpoint_and_parks_the_delivery(store: Store, clock: C
     s1, s2 = ready(store, Ep("a"), Ep("b"), sessions=2)
     ingest(store, s1, [activity(1, 1), activity(1, 2)])
     head = next(
-        d for d in store.outbox.due_deliveries(
-            T0, 10
-        ) if d.endpoint == "a" and d.session_name == s1.name
+        d
+        for d in store.outbox.due_deliveries(T0, 10)
+        if d.endpoint == "a" and d.session_name == s1.name
     )
     store.outbox.record_attempt(head.id, fail(T0, 410), DisableEndpoint("410 Gone"))
     states = {st.name: st for st in store.endpoints.endpoint_states()}
@@ -791,7 +812,8 @@ def test_sync_endpoints_keeps_runtime_state_and_deactivates_removed(store: Store
     assert not states["b"].configured and not states["b"].active
     store.endpoints.sync_endpoints([Ep("a"), Ep("b")])
     assert {st.name: st.configured for st in store.endpoints.endpoint_states()} == {
-        "a": True, "b": True
+        "a": True,
+        "b": True,
     }
 
 
@@ -851,9 +873,9 @@ def test_replay_by_type_and_session_respects_subscriptions(
     assert store.operator.replay("b", session=sessions[0].name) == 3
     # Already on their way: not queued twice.
     assert store.operator.replay("b", session=sessions[0].name) == 0
-    assert store.operator.replay(
-        "a", session=sessions[1].name, type_glob="activity.progress_*"
-    ) == 3
+    assert (
+        store.operator.replay("a", session=sessions[1].name, type_glob="activity.progress_*") == 3
+    )
 
 
 def test_replay_includes_dead_letters(store: Store) -> None:
@@ -1049,11 +1071,11 @@ async def test_async_store_serializes_calls(backend: Backend) -> None:
     clock = Clock()
     astore = AsyncStore(backend.open(clock=clock))
     try:
-        await astore.endpoints.sync_endpoints([Ep("a")])
+        await astore.run(EndpointQueries.sync_endpoints, [Ep("a")])
         sessions = [session(n) for n in range(1, 6)]
 
         async def upsert(s: Session) -> None:
-            await astore.ingest.upsert_session(s, baseline=False)
+            await astore.run(Ingest.upsert_session, s, baseline=False)
 
         async with anyio.create_task_group() as tg:
             for s in sessions:
@@ -1061,33 +1083,35 @@ async def test_async_store_serializes_calls(backend: Backend) -> None:
 
         async def one(s: Session) -> None:
             acts = [activity(int(s.id), i) for i in (1, 2)]
-            await astore.ingest.ingest_activities(s.name, acts, built(s, acts), True)
-            await astore.ingest.ingest_session_events(s.name, [events.session_discovered(s)], True)
-            await astore.economy.record_upstream("list_activities", 200, T0)
+            await astore.run(Ingest.ingest_activities, s.name, acts, built(s, acts), True)
+            await astore.run(
+                Ingest.ingest_session_events, s.name, [events.session_discovered(s)], True
+            )
+            await astore.run(Economy.record_upstream, "list_activities", 200, T0)
 
         async with anyio.create_task_group() as tg:
             for s in sessions:
                 tg.start_soon(one, s)
-        assert await astore.outbox.pending_count() == 15
-        due = await astore.outbox.due_deliveries(T0, 100, set())
+        assert await astore.run(Outbox.pending_count) == 15
+        due = await astore.run(Outbox.due_deliveries, T0, 100, set())
         assert len(due) == 5
-        failing = await astore.outbox.record_attempt(due[0].id, ok(), Delivered())
+        failing = await astore.run(Outbox.record_attempt, due[0].id, ok(), Delivered())
         assert failing is None
-        assert await astore.outbox.next_due_at() == T0
-        assert len(await astore.ingest.all_sessions()) == 5
-        row = await astore.ingest.get_session("sessions/1")
+        assert await astore.run(Outbox.next_due_at) == T0
+        assert len(await astore.run(Ingest.all_sessions)) == 5
+        row = await astore.run(Ingest.get_session, "sessions/1")
         assert row is not None
-        await astore.ingest.schedule_poll(row.name, T0 + 1, polled_update_time=row.update_time)
-        await astore.economy.mark_poll(True, T0)
-        await astore.meta.mark_baseline_complete()
-        assert await astore.meta.is_baseline_complete()
-        await astore.endpoints.set_endpoint_enabled("a", False, "maintenance")
-        assert not (await astore.endpoints.endpoint_states())[0].enabled
-        assert (await astore.outbox.outbox_stats())["a"][0] == 14
-        summary = await astore.operator.status_summary(T0)
+        await astore.run(Ingest.schedule_poll, row.name, T0 + 1, polled_update_time=row.update_time)
+        await astore.run(Economy.mark_poll, True, T0)
+        await astore.run(MetaQueries.mark_baseline_complete)
+        assert await astore.run(MetaQueries.is_baseline_complete)
+        await astore.run(EndpointQueries.set_endpoint_enabled, "a", False, "maintenance")
+        assert not (await astore.run(EndpointQueries.endpoint_states))[0].enabled
+        assert (await astore.run(Outbox.outbox_stats))["a"][0] == 14
+        summary = await astore.run(OperatorQueries.status_summary, T0)
         assert summary.upstream.requests_last_hour == 5
         # Only the one delivered event lacks an open delivery, so only it is queued again.
-        assert await astore.call(astore.store.operator.replay, "a", since=0) == 1
+        assert await astore.run(OperatorQueries.replay, "a", since=0) == 1
     finally:
         await astore.close()
 

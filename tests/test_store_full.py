@@ -13,7 +13,14 @@ import anyio
 import httpx
 import pytest
 
-from sessionhook.relay.store import AsyncStore, Store, StoreFullError, StoreUnwritableError
+from sessionhook.relay.store import (
+    AsyncStore,
+    Ingest,
+    MetaQueries,
+    Store,
+    StoreFullError,
+    StoreUnwritableError,
+)
 from tests.support.daemon_setup import Setup, completed
 from tests.support.loopback import free_port
 from tests.support.tinyfs import Ballast, tiny_filesystem
@@ -82,13 +89,13 @@ async def _capped(path: Path, *, wait: bool = True) -> tuple[AsyncStore, Observe
     observer = Observer()
     store = await AsyncStore.open(path, wait_for_space=wait, observer=observer)
     store._retry_base = 0.02  # a test's patience, not production's
-    pages = await store.call(lambda: store.store.db.conn.execute("PRAGMA page_count").fetchone()[0])
-    await store.call(store.store.db.conn.execute, f"PRAGMA max_page_count = {pages}")
+    pages = await store.run(lambda s: s.db.conn.execute("PRAGMA page_count").fetchone()[0])
+    await store.run(lambda s: s.db.conn.execute(f"PRAGMA max_page_count = {pages}"))
     return store, observer
 
 
 async def _uncap(store: AsyncStore) -> None:
-    await store.call(store.store.db.conn.execute, "PRAGMA max_page_count = 1073741823")
+    await store.run(lambda s: s.db.conn.execute("PRAGMA max_page_count = 1073741823"))
 
 
 @pytest.mark.anyio
@@ -97,7 +104,7 @@ async def test_a_write_waits_for_space_then_commits(tmp_path: Path) -> None:
     done = anyio.Event()
 
     async def write() -> None:
-        await store.write(store.store.meta.set_meta, "big", BIG)
+        await store.run(MetaQueries.set_meta, "big", BIG)
         done.set()
 
     async with anyio.create_task_group() as tg:
@@ -107,7 +114,7 @@ async def test_a_write_waits_for_space_then_commits(tmp_path: Path) -> None:
         assert store.unwritable is not None and not done.is_set()
         assert observer.calls[0] == ("full", True)
         # Statistics are skipped rather than waited for; loops can wait for space.
-        assert await store.try_write(store.store.meta.set_meta, "stat", BIG) is False
+        assert await store.run(MetaQueries.probe, "stat", BIG) is False
         await anyio.sleep(0.2)
         assert not done.is_set()
         assert ("full", False) in observer.calls  # retried with growing delays
@@ -117,7 +124,7 @@ async def test_a_write_waits_for_space_then_commits(tmp_path: Path) -> None:
             await store.wait_writable()
     assert store.unwritable is None
     assert observer.calls[-1] == ("recovered", True)
-    assert await store.call(store.store.meta.get_meta, "big") == BIG
+    assert await store.run(MetaQueries.get_meta, "big") == BIG
     await store.close()
 
 
@@ -125,7 +132,7 @@ async def test_a_write_waits_for_space_then_commits(tmp_path: Path) -> None:
 async def test_without_waiting_a_full_store_raises_at_once(tmp_path: Path) -> None:
     store, observer = await _capped(tmp_path / "relay.db", wait=False)
     with pytest.raises(StoreFullError):
-        await store.write(store.store.meta.set_meta, "big", BIG)
+        await store.run(MetaQueries.set_meta, "big", BIG)
     assert observer.calls == [("full", True)]
     await store.close()
 
@@ -138,7 +145,7 @@ async def test_stop_waiting_releases_a_waiting_write(tmp_path: Path) -> None:
 
     async def write() -> None:
         try:
-            await store.write(store.store.meta.set_meta, "big", BIG)
+            await store.run(MetaQueries.set_meta, "big", BIG)
         except StoreFullError as exc:
             outcome.append(exc)
 
@@ -148,7 +155,7 @@ async def test_stop_waiting_releases_a_waiting_write(tmp_path: Path) -> None:
             await observer.full.wait()
             store.stop_waiting()
     assert len(outcome) == 1
-    assert await store.call(store.store.meta.get_meta, "big") is None
+    assert await store.run(MetaQueries.get_meta, "big") is None
     await store.close()
 
 
@@ -215,12 +222,13 @@ async def test_the_pollers_reads_wait_out_an_unreachable_store(tmp_path: Path) -
 
     store.store.ingest.get_session = get_session  # type: ignore[method-assign,assignment]
     with pytest.raises(StoreUnwritableError):
-        await store.call(store.store.ingest.get_session, "sessions/1")
+        # Once (a function without a policy): the failure is raised.
+        await store.run(lambda s, name: s.ingest.get_session(name), "sessions/1")
     with anyio.fail_after(10):
-        assert await store.ingest.get_session("sessions/1") is None
+        assert await store.run(Ingest.get_session, "sessions/1") is None
     assert not failures
     store.stop_waiting()
     failures.append(StoreUnwritableError("gone for good"))
     with pytest.raises(StoreUnwritableError):
-        await store.ingest.get_session("sessions/1")  # a stopping daemon is not held up
+        await store.run(Ingest.get_session, "sessions/1")  # a stopping daemon is not held up
     await store.close()

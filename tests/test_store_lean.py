@@ -330,9 +330,9 @@ def test_the_readers_of_the_dropped_indexes_still_search(tmp_path: Path) -> None
         assert store.operator.list_deliveries(session=s.name, endpoint="e2") == []
         assert store.operator.list_deliveries(session="sessions/9") == []
         plan = [
-            p for _, ps in _plans(
-                store, lambda: store.ingest.latest_activity(s.name, "x")
-            ) for p in ps
+            p
+            for _, ps in _plans(store, lambda: store.ingest.latest_activity(s.name, "x"))
+            for p in ps
         ]
         assert any("sqlite_autoindex_activities" in p for p in plan), plan
         plan = [
@@ -414,12 +414,12 @@ def test_a_sessions_deliveries_with_any_filter(backend: Backend) -> None:
         assert [d.id for d in mine] == sorted((d.id for d in mine), reverse=True)
         e1 = store.operator.list_deliveries(session="sessions/1", endpoint="e1", status="pending")
         assert [d.endpoint for d in e1] == ["e1"] * 3
-        assert store.operator.list_deliveries(
-            session="sessions/1", endpoint="e1", status="dead"
-        ) == []
-        assert len(
-            store.operator.list_deliveries(session="sessions/2", endpoint="e2", limit=2)
-        ) == 2
+        assert (
+            store.operator.list_deliveries(session="sessions/1", endpoint="e1", status="dead") == []
+        )
+        assert (
+            len(store.operator.list_deliveries(session="sessions/2", endpoint="e2", limit=2)) == 2
+        )
 
 
 def test_an_event_type_newer_than_the_code_list_is_kept_as_text(backend: Backend) -> None:

@@ -15,6 +15,7 @@ from sessionhook.api.models import Session
 from sessionhook.relay.config.database_url import display_url
 from sessionhook.relay.store import (
     AsyncStore,
+    Ingest,
     PostgresStore,
     StoreError,
     StoreFullError,
@@ -151,8 +152,8 @@ async def test_a_read_only_database_makes_writes_wait_then_succeed(
                 (name,),
             )
         session = Session(name="sessions/1", state="IN_PROGRESS")
-        with pytest.raises(StoreUnwritableError):
-            await store.call(store.store.ingest.upsert_session, session, baseline=False)
+        with pytest.raises(StoreUnwritableError):  # tried once: a function without a policy
+            await store.run(lambda s: s.ingest.upsert_session(session, baseline=False))
 
         async def writable_again() -> None:
             await anyio.sleep(0.3)
@@ -166,7 +167,7 @@ async def test_a_read_only_database_makes_writes_wait_then_succeed(
         async with anyio.create_task_group() as tg:
             tg.start_soon(writable_again)
             with anyio.fail_after(30):
-                row = await store.ingest.upsert_session(session, baseline=False)
+                row = await store.run(Ingest.upsert_session, session, baseline=False)
         assert row.name == "sessions/1"
         assert store.unwritable is None
     finally:

@@ -16,7 +16,19 @@ import pytest
 
 from sessionhook.api.models import Session
 from sessionhook.relay.domain.events import Event
-from sessionhook.relay.store import AsyncStore, PostgresStore, StoreFullError
+from sessionhook.relay.store import (
+    AsyncStore,
+    Economy,
+    EndpointQueries,
+    MetaQueries,
+    Outbox,
+    PostgresStore,
+    Round,
+    Store,
+    StoreCore,
+    StoreFullError,
+)
+from sessionhook.relay.store.policy import policy_of, write
 
 pytestmark = pytest.mark.app
 
@@ -49,9 +61,8 @@ async def _full(path: Path, observer: Observer) -> AsyncStore:
     """A door on a SQLite store that has no page left (SQLITE_FULL at the next one)."""
     store = await AsyncStore.open(path, observer=observer)
     store._retry_base = 0.02  # a test's patience
-    conn = store.store.db.conn
-    pages = await store.call(lambda: conn.execute("PRAGMA page_count").fetchone()[0])
-    await store.call(conn.execute, f"PRAGMA max_page_count = {pages}")
+    pages = await store.run(lambda s: s.db.conn.execute("PRAGMA page_count").fetchone()[0])
+    await store.run(lambda s: s.db.conn.execute(f"PRAGMA max_page_count = {pages}"))
     return store
 
 
@@ -61,12 +72,12 @@ async def test_each_role_method_meets_a_full_store_with_its_policy(tmp_path: Pat
     store = await _full(tmp_path / "relay.db", observer)
     # The daemon's config sync is tried once (a reload must still hear SIGTERM).
     with pytest.raises(StoreFullError):
-        await store.endpoints.sync_endpoints([Endpoint("big", "http://h/" + BIG)])
+        await store.run(EndpointQueries.sync_endpoints, [Endpoint("big", "http://h/" + BIG)])
     assert store.unwritable is None  # not a waiting write: nothing recorded
     done = anyio.Event()
 
     async def write() -> None:
-        await store.meta.set_meta("big", BIG)
+        await store.run(MetaQueries.set_meta, "big", BIG)
         done.set()
 
     async with anyio.create_task_group() as tg:
@@ -75,14 +86,14 @@ async def test_each_role_method_meets_a_full_store_with_its_policy(tmp_path: Pat
             await observer.full.wait()
         # Statistics are skipped (not even tried before the retry is due), not waited for.
         with anyio.fail_after(1):
-            assert await store.economy.record_upstream("list_sessions", 200, 0.0) is False
-            assert await store.meta.probe("stat", BIG) is False
+            assert await store.run(Economy.record_upstream, "list_sessions", 200, 0.0) is False
+            assert await store.run(MetaQueries.probe, "stat", BIG) is False
         await anyio.sleep(0.1)
         assert not done.is_set()  # the write waits
-        await store.call(store.store.db.conn.execute, "PRAGMA max_page_count = 1073741823")
+        await store.run(lambda s: s.db.conn.execute("PRAGMA max_page_count = 1073741823"))
         with anyio.fail_after(10):
             await done.wait()
-    assert await store.meta.get_meta("big") == BIG
+    assert await store.run(MetaQueries.get_meta, "big") == BIG
     assert store.unwritable is None
     await store.close()
 
@@ -118,7 +129,7 @@ def test_references_of_an_archive_whose_commit_failed_are_not_used(pg_url: str) 
 #: Outside the store: the synchronous store behind the door, or a backend's name.
 _REACHING = re.compile(
     r"\.store\.store\b|\b(?:astore|store|_store|current)\.store\.\w+\(|"
-    r"\.(?:call|write|read|try_write)\(\s*[\w.]*\.store\b|getattr\([^)]*[\"']backend[\"']"
+    r"\._?(?:call|write|read|try_write)\(\s*[\w.]*\.store\b|getattr\([^)]*[\"']backend[\"']"
 )
 
 
@@ -131,3 +142,74 @@ def test_nothing_outside_the_store_reaches_past_the_door() -> None:
         for m in _REACHING.finditer(text)
     ]
     assert found == []
+
+
+def test_every_public_method_of_every_role_declares_its_policy(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "relay.db") as store:
+        classes = [type(role) for role in store.roles()]
+    assert len(classes) >= 10
+    undeclared = [
+        f"{cls.__name__}.{name}"
+        for cls in classes
+        for name, member in vars(cls).items()
+        if callable(member) and not name.startswith("_") and policy_of(member) is None
+    ]
+    assert undeclared == []
+
+
+@write
+def _write_big(store: StoreCore, key: str) -> None:
+    """An operator's write over the store (as ops.replay is)."""
+    store.meta.set_meta(key, BIG)
+
+
+def _read_big(store: StoreCore, key: str) -> str | None:
+    """A function without a policy: run once."""
+    return store.meta.get_meta(key)
+
+
+@pytest.mark.anyio
+async def test_a_function_over_the_store_runs_under_its_own_policy(tmp_path: Path) -> None:
+    observer = Observer()
+    store = await _full(tmp_path / "relay.db", observer)
+    store._retry_base = 3600.0  # a write waits an hour between tries: only a read goes on
+    outcome: list[object] = []
+
+    async def write() -> None:
+        try:
+            outcome.append(await store.run(_write_big, "big"))
+        except StoreFullError as exc:
+            outcome.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(write)
+        with anyio.fail_after(10):
+            await observer.full.wait()
+        with anyio.fail_after(5):
+            # Reads go on while the write waits: the function without a policy, and the
+            # dispatcher's round that records nothing and claims nothing (writes_when).
+            assert await store.run(_read_big, "big") is None
+            failing, due, _next, _active = await store.run(
+                Outbox.dispatch_round, Round([], 0.0, 10)
+            )
+            assert (failing, due) == ([], [])
+        assert outcome == [] and store.unwritable is not None  # the write waits
+        store.stop_waiting()
+    [error] = outcome  # the waiting write gave up
+    assert isinstance(error, StoreFullError)
+    await store.close()
+
+
+def test_the_door_refuses_what_is_no_role_method_with_a_policy(tmp_path: Path) -> None:
+    async def main() -> None:
+        store = await AsyncStore.open(tmp_path / "relay.db")
+        try:
+            with pytest.raises(TypeError, match="pending_count is not a store method"):
+                await store.run(store.store.outbox.pending_count)  # type: ignore[arg-type]
+            with pytest.raises(TypeError, match="_rows_of is not a store method"):
+                await store.run(Outbox._rows_of, [])
+            assert await store.run(Outbox.pending_count) == 0
+        finally:
+            await store.close()
+
+    anyio.run(main)

@@ -97,7 +97,7 @@ async def test_a_stopped_thread_takes_no_more_calls() -> None:
 
 async def test_the_sqlite_async_store_uses_its_own_thread_until_closed(tmp_path: Path) -> None:
     astore = await AsyncStore.open(tmp_path / "relay.db")
-    idents = {await astore.call(threading.get_ident) for _ in range(5)}
+    idents = {await astore.run(lambda _: threading.get_ident()) for _ in range(5)}
     assert len(idents) == 1 and threading.get_ident() not in idents
     assert astore._thread is not None and not astore._thread.stopped
     await astore.close()
@@ -123,11 +123,11 @@ async def test_an_idle_thread_keeps_nothing_alive_and_ends_with_its_store(tmp_pa
     worker.stop()
 
     astore = await AsyncStore.open(tmp_path / "relay.db")
-    await astore.call(threading.get_ident)
+    await astore.run(lambda _: threading.get_ident())
     thread = astore._thread
     assert thread is not None and thread._thread is not None
     os_thread = thread._thread
-    await astore.call(astore.store.close)
+    await astore.run(lambda s: s.close())
     del astore
     gc.collect()
     assert thread.stopped

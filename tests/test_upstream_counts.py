@@ -202,7 +202,8 @@ async def test_a_request_is_counted_without_waiting_for_the_store(tmp_path: Path
     host = _host(astore, tally)
     try:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(astore.call, gate.wait)  # the store's one thread is busy
+            # The store's one thread is busy (a function over the store: a call).
+            tg.start_soon(astore.run, lambda _store: gate.wait())
             await anyio.sleep(0.05)
             with anyio.fail_after(5):
                 for status in (200, 200, 429):
@@ -210,9 +211,9 @@ async def test_a_request_is_counted_without_waiting_for_the_store(tmp_path: Path
             gate.set()
         await tally.flush(astore)
         await tally.flush(astore)  # nothing left: nothing written twice
-        rows = await astore.call(
-            lambda: sorted(
-                astore.store.db.conn.execute("SELECT label, status, count FROM upstream_requests")
+        rows = await astore.run(
+            lambda s: sorted(
+                s.db.conn.execute("SELECT label, status, count FROM upstream_requests")
             )
         )
         assert rows == [("get_session", 200, 2), ("get_session", 429, 1)]
@@ -232,8 +233,8 @@ async def test_the_tally_writes_what_is_added_while_it_runs(tmp_path: Path) -> N
     async def total() -> int:
         return int(
             (
-                await astore.call(
-                    lambda: astore.store.db.conn.execute(
+                await astore.run(
+                    lambda s: s.db.conn.execute(
                         "SELECT COALESCE(SUM(count), 0) FROM upstream_requests"
                     ).fetchone()
                 )

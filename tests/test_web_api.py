@@ -20,7 +20,7 @@ from starlette.routing import Route
 
 from sessionhook.relay.config import Config
 from sessionhook.relay.domain.api_models import ApiPage
-from sessionhook.relay.store import AsyncStore
+from sessionhook.relay.store import AsyncStore, Ingest
 from sessionhook.relay.telemetry.metrics import Metrics
 from sessionhook.relay.web import WebAuth, WebContext, create_app
 from sessionhook.relay.web.answers import api_answer
@@ -202,7 +202,7 @@ async def test_the_daemon_acts_upstream_with_the_sessions_account(tmp_path: Path
 
         async def archived() -> bool:
             store = daemon.store
-            return store is not None and bool(await store.ingest.session_account(created.name))
+            return store is not None and bool(await store.run(Ingest.session_account, created.name))
 
         await _until(waits)
         await _until(archived)

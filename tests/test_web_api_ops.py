@@ -24,20 +24,17 @@ from sessionhook.relay.domain.actions import ActionKind, ActOutcome
 from sessionhook.relay.domain.api_paths import api_document
 from sessionhook.relay.domain.contract import EVENT_MODELS, openapi_document, shipped_document
 from sessionhook.relay.domain.retry import Dead, Delivered, Retry
-from sessionhook.relay.store import (
-    AsyncStore,
+from sessionhook.relay.domain.rows import (
     AttemptRow,
     DeliveryRow,
     EndpointState,
     EndpointSummary,
     RefusedRow,
     RefusedSummary,
-    ReplicaRow,
     StatusSummary,
-    StoreCore,
-    StoreError,
     UpstreamSummary,
 )
+from sessionhook.relay.store import AsyncStore, ReplicaRow, StoreCore, StoreError
 from sessionhook.relay.store.actions import ActionRow
 from sessionhook.relay.telemetry.metrics import Metrics
 from sessionhook.relay.web import WebAuth, WebContext, create_app

@@ -15,7 +15,8 @@ import httpx
 import pytest
 from structlog.testing import capture_logs
 
-from sessionhook.relay.store import AsyncStore, EventRow, StoreUnwritableError, postgres
+from sessionhook.relay.domain.rows import EventRow
+from sessionhook.relay.store import AsyncStore, StoreUnwritableError, postgres
 from sessionhook.relay.web import Bell, create_app
 from sessionhook.relay.web import server as health
 from sessionhook.relay.web import stream as stream_module

@@ -10,7 +10,7 @@ from sessionhook.api.models import Activity, ProgressUpdated, Session
 from sessionhook.relay.config import Config, DeliveryConfig, EndpointConfig
 from sessionhook.relay.domain.events import activity_event
 from sessionhook.relay.domain.signing import generate_secret
-from sessionhook.relay.store import AsyncStore
+from sessionhook.relay.store import AsyncStore, Ingest
 
 SECRET = generate_secret()
 #: How many sessions :func:`seed_sessions` makes by default, and activities in each.
@@ -42,7 +42,7 @@ def dispatch_config(
 async def seed_session(store: AsyncStore, session: Session, count: int) -> list[str]:
     """``count`` progress updates of ``session`` (one a second from 10:00 on 2025-05-01)
     archived and queued for delivery; their event ids in order."""
-    await store.ingest.upsert_session(session, baseline=False)
+    await store.run(Ingest.upsert_session, session, baseline=False)
     activities = [
         Activity(
             name=f"{session.name}/activities/{j:032x}",
@@ -52,7 +52,7 @@ async def seed_session(store: AsyncStore, session: Session, count: int) -> list[
         for j in range(count)
     ]
     built = [activity_event(session, a, max_media_bytes=1000) for a in activities]
-    await store.ingest.ingest_activities(session.name, activities, built, True)
+    await store.run(Ingest.ingest_activities, session.name, activities, built, True)
     return [e.id for e in built]
 
 

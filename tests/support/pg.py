@@ -91,9 +91,7 @@ class Cluster:
     def _run(self, *argv: str) -> None:
         if os.geteuid() == 0:
             argv = ("runuser", "-u", RUN_AS, "--", *argv)
-        subprocess.run(
-            argv, check=True, cwd=self.root, capture_output=True, text=True, timeout=120
-        )
+        subprocess.run(argv, check=True, cwd=self.root, capture_output=True, text=True, timeout=120)
 
     def start(self) -> None:
         """Start the server and wait until it accepts connections."""
@@ -104,8 +102,17 @@ class Cluster:
         )
         try:
             self._run(
-                str(self.pg_ctl), "-D", str(self.data), "-l", str(self.log),
-                "-o", options, "-w", "-t", "60", "start",
+                str(self.pg_ctl),
+                "-D",
+                str(self.data),
+                "-l",
+                str(self.log),
+                "-o",
+                options,
+                "-w",
+                "-t",
+                "60",
+                "start",
             )
         except subprocess.CalledProcessError as exc:
             log = self.log.read_text(errors="replace")[-2000:] if self.log.exists() else ""

@@ -21,7 +21,7 @@ from sessionhook.relay.config import EndpointConfig
 from sessionhook.relay.domain.signing import generate_secret
 from sessionhook.relay.polling import Poller, PollSettings
 from sessionhook.relay.polling.budget import LimitedTransport, RateLimiter
-from sessionhook.relay.store import AsyncStore
+from sessionhook.relay.store import AsyncStore, EndpointQueries
 from sessionhook.relay.telemetry.metrics import Metrics
 from tests.support.clock import Clock
 
@@ -84,8 +84,9 @@ class PollerHarness:
 
     async def __aenter__(self) -> PollerHarness:
         self.store = await AsyncStore.open(self._tmp / "relay.db", clock=self.clock)
-        await self.store.endpoints.sync_endpoints(
-            [EndpointConfig(name="ep", url="https://e.example/h", secret=SECRET_TEXT)]
+        await self.store.run(
+            EndpointQueries.sync_endpoints,
+            [EndpointConfig(name="ep", url="https://e.example/h", secret=SECRET_TEXT)],
         )
         self.poller = Poller(
             self.client,

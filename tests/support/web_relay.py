@@ -16,7 +16,8 @@ import httpx
 from sessionhook.api.models import Session
 from sessionhook.relay.config import Config
 from sessionhook.relay.domain.events import make_event
-from sessionhook.relay.store import AsyncStore, EventRow
+from sessionhook.relay.domain.rows import EventRow
+from sessionhook.relay.store import AsyncStore, OperatorQueries
 from sessionhook.relay.telemetry.metrics import Metrics
 from sessionhook.relay.web import Bell, WebAuth, WebContext
 
@@ -81,11 +82,11 @@ class WebRelay:
             store.ingest.upsert_session(Session.model_validate(raw), baseline=False)
             store.ingest.ingest_session_events(session, evs, False)
 
-        await self.astore.call(write)
+        await self.astore.run(lambda _: write())
         self.bell.ring()
         return [
             r
-            for r in await self.astore.call(store.operator.events_after, 0, limit=100_000)
+            for r in await self.astore.run(OperatorQueries.events_after, 0, limit=100_000)
             if r.id in {e.id for e in evs}
         ]
 

@@ -248,7 +248,7 @@ def deliveries(
         rows = get_pages(url, token, "/v1/deliveries", ApiDeliveryPage, params, limit)
     else:
         from ..relay import ops as operator
-        from ..relay.ops import OPEN_STATUSES
+        from ..relay.domain.rows import OPEN_STATUSES
         from ..relay.ops.wire import delivery_answer
 
         with reading_store(config_path, db_path) as store:
@@ -268,7 +268,7 @@ def deliveries(
 
 def _print_deliveries(rows: Sequence[ApiDelivery], now: float) -> None:
     """The text of ``deliveries``: one table row a delivery, or ``no deliveries match``."""
-    from ..relay.ops import OPEN_STATUSES
+    from ..relay.domain.rows import OPEN_STATUSES
 
     if not rows:
         click.echo("no deliveries match")

@@ -38,7 +38,8 @@ if TYPE_CHECKING:
     import httpx
 
     from ..relay.domain.api_models import ApiEvent
-    from ..relay.ops import EventFilter, EventRow
+    from ..relay.domain.rows import EventRow
+    from ..relay.ops import EventFilter
 
 _T = TypeVar("_T")
 

@@ -14,6 +14,7 @@ from sessionhook.api import ApiError, ApiStatusError
 from sessionhook.api.client import session_name
 
 from ..domain.actions import ActionKind, ActOutcome
+from ..store import Ingest
 from ..telemetry.logs import get_logger
 from .state import DaemonState
 
@@ -39,7 +40,7 @@ class UpstreamActions:
         store = state.store
         if store is None or not state.pollers:
             return ActOutcome(False, None, "the relay is starting: try again in a moment")
-        account = await store.ingest.session_account(name)
+        account = await store.run(Ingest.session_account, name)
         if account is None:
             return ActOutcome(False, None, f"{name} is not a session this relay has seen")
         poller = next((p for p in state.pollers if p.account == account), None)

@@ -54,7 +54,7 @@ from ..domain.addresses import AddressPolicy
 from ..domain.replica import Replica
 from ..domain.retry import AttemptResult
 from ..polling import OnceReport, Poller, PollSettings
-from ..store import AsyncStore, StoreUnwritableError
+from ..store import AsyncStore, Outbox, StoreUnwritableError
 from ..telemetry.logs import get_logger
 from ..telemetry.metrics import Metrics
 from ..web import listener
@@ -237,7 +237,7 @@ class Daemon:
                         if one.unauthenticated is not None:
                             rejected.append(f"{poller.account}: {one.unauthenticated}")
                     attempts = await dispatcher.run_until_idle()
-                    pending = await store.outbox.pending_count()
+                    pending = await store.run(Outbox.pending_count)
                     if rejected:
                         raise DaemonError(
                             f"the Sessions API rejected the API key ({'; '.join(rejected)})"

@@ -21,6 +21,10 @@ from ..config.action_keys import LinkKeys
 from ..domain.actions import UpstreamAct
 from ..domain.retry import AttemptResult
 from ..store import (
+    EndpointQueries,
+    Leases,
+    MetaQueries,
+    Outbox,
     StoreFullError,
     StoreUnwritableError,
     configured_errors,
@@ -112,7 +116,7 @@ class Readiness:
             # connection as long as the pool's timeout.
             return _unwritable_reason(store.unwritable)
         try:
-            if not await store.meta.probe("readyz_probe_at", repr(self._state.clock())):
+            if not await store.run(MetaQueries.probe, "readyz_probe_at", repr(self._state.clock())):
                 return _unwritable_reason(store.unwritable)
         except store_failures() as exc:
             _log.warning("health.store_not_writable", error=str(exc))
@@ -142,11 +146,11 @@ class Readiness:
         store = state.store
         if store is None:
             return
-        stats = await store.outbox.outbox_stats()
+        stats = await store.run(Outbox.outbox_stats)
         state.metrics.refresh_outbox(stats, state.clock(), [e.name for e in state.config.endpoints])
-        states = await store.endpoints.endpoint_states()
+        states = await store.run(EndpointQueries.endpoint_states)
         state.metrics.refresh_endpoints({s.name: s.enabled for s in states})
-        replicas = await store.leases.replicas()
+        replicas = await store.run(Leases.replicas)
         state.metrics.refresh_replicas(replicas, state.clock())
 
 

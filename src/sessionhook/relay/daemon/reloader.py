@@ -21,7 +21,7 @@ import anyio.abc
 from ..config import Config, ConfigError, check_templates, load_config
 from ..delivery.dispatcher import DeliverySettings
 from ..delivery.template_check import check_template
-from ..store import EndpointConflictError, StoreUnwritableError
+from ..store import EndpointConflictError, EndpointQueries, StoreUnwritableError
 from ..telemetry import logs as relay_logging
 from ..telemetry.logs import get_logger
 from . import sdnotify
@@ -80,7 +80,7 @@ class Reloader:
         if store is not None:
             # First: a new file the store refuses changes nothing (the log level neither).
             try:  # never wait for disk space here: a SIGTERM must still be heard
-                await store.endpoints.sync_endpoints(list(new.endpoints))
+                await store.run(EndpointQueries.sync_endpoints, list(new.endpoints))
             except StoreUnwritableError as exc:
                 _log.error("config.reload_failed", error=f"the store is not writable: {exc}")
                 sdnotify.ready("reload failed; running with the previous configuration")

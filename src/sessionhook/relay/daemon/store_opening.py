@@ -21,6 +21,7 @@ import anyio
 from ..store import (
     AsyncStore,
     EndpointConflictError,
+    EndpointQueries,
     FullObserver,
     StoreError,
     StoreFullError,
@@ -86,7 +87,7 @@ class StoreOpener:
                         )
                         store = AsyncStore(opened, wait_for_space=wait, observer=self._observer)
                     endpoints = list(self._state.config.endpoints)  # a reload may change them
-                    await store.endpoints.sync_endpoints(endpoints)
+                    await store.run(EndpointQueries.sync_endpoints, endpoints)
                     break
                 except StoreUnwritableError as exc:
                     full = isinstance(exc, StoreFullError)

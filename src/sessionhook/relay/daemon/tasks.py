@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 import anyio
 
 from ..domain.replica import Replica, heartbeat_interval, heartbeat_late
+from ..store import PRUNE_BATCH, Leases, Outbox
 from ..telemetry.logs import get_logger
 from . import sdnotify
 from .errors import store_failures
@@ -92,7 +93,7 @@ class SideTasks:
                 return
             now = state.clock()
             try:
-                ok = await store.leases.heartbeat_replica(now)
+                ok = await store.run(Leases.heartbeat_replica, now)
             except store_failures() as exc:
                 _log.warning("replica.heartbeat_failed", error=str(exc))
                 ok = False
@@ -119,7 +120,12 @@ class SideTasks:
             keep = state.config.store.delivery_log_retention
             store = state.store
             if keep is not None and store is not None:
-                attempts, deliveries = await store.outbox.prune_delivery_log(state.clock() - keep)
+                before, attempts, deliveries = state.clock() - keep, 0, 0
+                while True:  # a batch per call: the dispatcher's and poller's writes go between
+                    a, d = await store.run(Outbox.prune_delivery_log, before, rounds=1)
+                    attempts, deliveries = attempts + a, deliveries + d
+                    if a < PRUNE_BATCH and d < PRUNE_BATCH:
+                        break
                 if attempts or deliveries:
                     _log.info("store.pruned", attempts=attempts, deliveries=deliveries)
             with anyio.move_on_after(PRUNE_EVERY):

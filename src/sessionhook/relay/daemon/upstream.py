@@ -17,14 +17,14 @@ import anyio
 
 from ..config import Account
 from ..polling.budget import SharedWindow
-from ..store import AsyncStore
+from ..store import AsyncStore, Economy
 from ..telemetry.logs import get_logger
 from ..telemetry.metrics import Metrics
 from .errors import store_failures
 
 __all__ = ["BUDGET_LEASE", "UpstreamCounter", "UpstreamTally"]
 
-#: Request grants taken from the store's budget window at once (see ``EconomyRole.take_budget``).
+#: Request grants taken from the store's budget window at once (see ``Economy.take_budget``).
 BUDGET_LEASE = 5
 
 _log = get_logger()
@@ -64,8 +64,8 @@ class UpstreamCounter:
                 leased -= 1
                 return 0.0
             try:
-                granted, wait = await store.economy.take_budget(
-                    account.name, self._clock(), rpm, count=BUDGET_LEASE
+                granted, wait = await store.run(
+                    Economy.take_budget, account.name, self._clock(), rpm, count=BUDGET_LEASE
                 )
             except store_failures() as exc:
                 _log.warning("upstream.budget_not_stored", error=str(exc))
@@ -85,7 +85,7 @@ class UpstreamCounter:
         else:
             store = self._store()
             if store is not None:
-                await store.economy.record_upstream(label, status, self._clock())
+                await store.run(Economy.record_upstream, label, status, self._clock())
 
     async def write_counts(self, store: AsyncStore) -> None:
         """The long run's writer of the upstream counters (a side task): requests are
@@ -109,8 +109,8 @@ class UpstreamTally:
     time). :meth:`add` is instant;
     :meth:`run` writes what was added, one transaction per store call, as soon as the
     previous one committed. The counts reach the store one store round trip later; a
-    statistic, so like :meth:`EconomyRole.record_upstream` it is skipped while the store
-    is full (``try_write``). A ``kill -9`` loses the counts not written yet (the requests
+    statistic, so like :meth:`Economy.record_upstream` it is skipped while the store is
+    full (``try_write``). A ``kill -9`` loses the counts not written yet (the requests
     answered during the last store call), as it lost the count of a request answered
     just before it."""
 
@@ -134,4 +134,4 @@ class UpstreamTally:
         """Write what was added and not written yet (one transaction)."""
         batch, self._pending = self._pending, Counter()
         if batch:
-            await store.economy.record_upstream_counts(dict(batch))
+            await store.run(Economy.record_upstream_counts, dict(batch))

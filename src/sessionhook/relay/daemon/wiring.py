@@ -38,7 +38,7 @@ from ..domain.retry import AttemptResult
 from ..ops import endpoint_edits as edits
 from ..polling import Poller
 from ..polling.budget import LimitedTransport, RateLimiter
-from ..store import AsyncStore
+from ..store import AsyncStore, Leases
 from ..telemetry.logs import get_logger
 from .errors import store_failures
 from .state import DaemonState
@@ -94,7 +94,8 @@ class Wiring:
         state.store = store
         # SQLite: the daemon lock says this replica is alone (see AsyncStore.exclusive).
         alone = store.exclusive
-        await store.leases.register_replica(
+        await store.run(
+            Leases.register_replica,
             self._replica.id,
             host=self._replica.host,
             pid=self._replica.pid,
@@ -106,10 +107,10 @@ class Wiring:
         # A replica that is certainly dead (alone: every other one; any backend: a pid of
         # this host that is gone) gives its claims back now, not when its lease runs out:
         # a restart after kill -9 resumes at once.
-        rows = await store.leases.replicas()
+        rows = await store.run(Leases.replicas)
         dead = dead_replicas(rows, self._replica, alone=alone, pid_alive=pid_alive)
         if dead:
-            await store.leases.reap_replicas(dead, state.clock())
+            await store.run(Leases.reap_replicas, dead, state.clock())
             _log.info("replica.reaped", replicas=dead, reason="alone" if alone else "pid gone")
         accounts = config.upstream_accounts()
         inner = seams.upstream_transport or httpx.AsyncHTTPTransport()
@@ -187,7 +188,7 @@ class Wiring:
             with anyio.CancelScope(shield=True):
                 # A clean stop frees every claim at once: nobody waits for a lease.
                 try:
-                    await store.leases.retire_replica(state.clock())
+                    await store.run(Leases.retire_replica, state.clock())
                 except store_failures() as exc:
                     _log.warning("replica.retire_failed", error=str(exc))
                 for upstream in upstreams:
@@ -233,7 +234,11 @@ class Wiring:
             policy=seams.address_policy,
         ) as poster:
             _event_id, result = await operator.test_endpoint(
-                config, name, poster=poster, now=now, endpoint=endpoint,
+                config,
+                name,
+                poster=poster,
+                now=now,
+                endpoint=endpoint,
                 policy=seams.address_policy,
                 renderer=self._renderer,
             )

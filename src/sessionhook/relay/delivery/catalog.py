@@ -25,7 +25,8 @@ from dataclasses import replace
 
 from ..config import EndpointConfig
 from ..config.endpoint_spec import spec_endpoint
-from ..store import AsyncStore, StoredEndpoint
+from ..domain.rows import StoredEndpoint
+from ..store import AsyncStore, EndpointQueries
 from ..telemetry import logs as relay_logging
 from ..telemetry.logs import get_logger
 
@@ -73,7 +74,9 @@ class EndpointCatalog:
         signing at ``now``. A definition that does not build (stored by a version that
         checked less) is logged and left out: its deliveries wait."""
         since = self._revision or 0
-        changes = await self._store.endpoints.endpoint_changes(since)  # raises: the caller keeps
+        changes = await self._store.run(
+            EndpointQueries.endpoint_changes, since
+        )  # raises: the caller keeps
         rows = {row.name: row for row in changes.live}
         # An ended overlap: built again from the row held (the store has nothing newer),
         # without its previous secret from now on.

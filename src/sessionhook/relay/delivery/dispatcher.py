@@ -31,10 +31,13 @@ from ..config import Config, EndpointConfig
 from ..domain import render, retry
 from ..domain.addresses import literal_refusal
 from ..domain.retry import AttemptResult
+from ..domain.rows import DueDelivery
 from ..store import (
     AsyncStore,
     AttemptRecord,
-    DueDelivery,
+    EndpointQueries,
+    Outbox,
+    Round,
     StoreUnwritableError,
     store_failures,
 )
@@ -107,9 +110,7 @@ class DeliverySettings:
             per_endpoint=_per_endpoint(self.concurrency, len(endpoints)),
         )
 
-    def changed(
-        self, base: DeliverySettings, put: Loaded, gone: Iterable[str]
-    ) -> DeliverySettings:
+    def changed(self, base: DeliverySettings, put: Loaded, gone: Iterable[str]) -> DeliverySettings:
         """These settings (``base``'s, with endpoints created at run time) with the
         endpoints created at run time ``put`` added or replaced and those ``gone``
         removed: only those names are touched (a name of the config's stays the
@@ -398,8 +399,9 @@ class Dispatcher:
         with anyio.CancelScope(shield=True):
             try:
                 unstarted, self._unstarted = self._unstarted, []
-                failing, due, self._next_due, active = await self._store.outbox.dispatch_round(
-                    records, now, max(0, free), busy, unstarted, self._caps(finished)
+                failing, due, self._next_due, active = await self._store.run(
+                    Outbox.dispatch_round,
+                    Round(records, now, max(0, free), busy, unstarted, self._caps(finished)),
                 )
             except StoreUnwritableError as exc:
                 self._not_recorded(finished, exc)
@@ -462,8 +464,8 @@ class Dispatcher:
         finished.sort(key=lambda f: f.delivery.key)  # the store's lock order (see _round)
         records = [AttemptRecord(f.delivery.id, f.result, f.decision) for f in finished]
         try:
-            failing, _due, _next, _active = await self._store.outbox.dispatch_round(
-                records, self._clock(), 0, set()
+            failing, _due, _next, _active = await self._store.run(
+                Outbox.dispatch_round, Round(records, self._clock(), 0)
             )
         except StoreUnwritableError as exc:
             self._not_recorded(finished, exc)
@@ -507,7 +509,9 @@ class Dispatcher:
             ):
                 reason = f"failing without a success for {endpoint.disable_after:g} s"
                 with contextlib.suppress(StoreUnwritableError):  # at the next failure then
-                    await self._store.endpoints.set_endpoint_enabled(endpoint.name, False, reason)
+                    await self._store.run(
+                        EndpointQueries.set_endpoint_enabled, endpoint.name, False, reason
+                    )
                     self._reports.disabled(endpoint.name, reason, "failing")
             self._release(item.delivery)
         if finished:
@@ -537,8 +541,8 @@ class Dispatcher:
         self._per_endpoint[delivery.endpoint] = self._per_endpoint.get(delivery.endpoint, 0) + 1
         with anyio.CancelScope(shield=True):
             try:
-                (failing,) = await self._store.outbox.record_attempts(
-                    [AttemptRecord(delivery.id, result, decision)]
+                (failing,) = await self._store.run(
+                    Outbox.record_attempts, [AttemptRecord(delivery.id, result, decision)]
                 )
             except StoreUnwritableError as exc:
                 self._not_recorded([item], exc)
@@ -597,7 +601,7 @@ class Dispatcher:
         template makes of it. A rendered body is saved with the first attempt, so every retry
         sends the same bytes whatever the config says by then."""
         if delivery.attempts > 0:
-            saved = await self._store.outbox.rendered_body(delivery.id)
+            saved = await self._store.run(Outbox.rendered_body, delivery.id)
             if saved is not None:
                 return saved
         shape = self._shape_of(endpoint)
@@ -606,7 +610,7 @@ class Dispatcher:
         body, content_type = await self._renderer.render(
             delivery.event_id, delivery.body, shape, time_budget=self.settings.render_timeout
         )
-        await self._store.outbox.save_rendered(delivery.id, body, content_type)
+        await self._store.run(Outbox.save_rendered, delivery.id, body, content_type)
         return body, content_type
 
     def _literal_refusal(self, url: str, allow_private: bool) -> str | None:

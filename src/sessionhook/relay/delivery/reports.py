@@ -18,7 +18,7 @@ from structlog.typing import FilteringBoundLogger
 from ..config import EndpointConfig
 from ..domain import retry
 from ..domain.retry import AttemptResult
-from ..store import DueDelivery
+from ..domain.rows import DueDelivery
 from ..telemetry.logs import LineBudget, get_logger
 from ..telemetry.metrics import Metrics
 

@@ -45,49 +45,43 @@ from ..domain.addresses import AddressPolicy, UnusableUrlError, destination, lit
 from ..domain.delivery_states import DELIVERY_STATUSES
 from ..domain.events import session_summary
 from ..domain.retry import AttemptResult
-from ..store import (
-    OPEN_STATUSES,
+from ..domain.rows import (
     AttemptRow,
     DeliveryRow,
     EndpointState,
     EventRow,
-    HistoryProgress,
-    RefusedSummary,
-    ReplicaRow,
     StatusSummary,
+)
+from ..store import (
+    HistoryProgress,
+    ReplicaRow,
     Store,
     StoreCore,
     StoreError,
     StoreLockedError,
     StoreSettings,
-    UpstreamSummary,
     acquire_daemon_lock,
     copying,
     database_errors,
     open_store,
 )
 from ..store.copying import CopyError, CopyReport
+from ..store.policy import write
 
 __all__ = [
     "DELIVERY_STATUSES",
     "EVENT_DELIVERIES",
     "GAP_SETTLE",
-    "OPEN_STATUSES",
     "PING_TYPE",
     "REPLAY_CHUNK",
-    "AttemptRow",
     "CopyError",
     "CopyReport",
-    "DeliveryRow",
-    "EndpointState",
     "EventFilter",
     "EventPage",
-    "EventRow",
     "Follower",
     "HistoryProgress",
     "OperatorError",
     "Overview",
-    "RefusedSummary",
     "ReplayResult",
     "ReplicaRow",
     "Resolver",
@@ -95,7 +89,6 @@ __all__ = [
     "StoreError",
     "StoreLockedError",
     "UnknownEndpointError",
-    "UpstreamSummary",
     "acquire_daemon_lock",
     "attempts",
     "copy_stores",
@@ -387,6 +380,7 @@ class ReplayResult:
     reason: str | None = None
 
 
+@write
 def replay(
     store: StoreCore,
     endpoint: str,
@@ -484,6 +478,7 @@ def _replay_none(
     )
 
 
+@write
 def enable_endpoint(store: StoreCore, name: str) -> int:
     """Enable ``name`` again and make what waits for it due now (a retry scheduled while
     it failed goes at once); returns how many deliveries wait for it."""
@@ -498,6 +493,7 @@ def enabled_line(name: str, waiting: int) -> str:
     return f"endpoint {name} enabled; {counted(waiting, 'delivery')} waiting"
 
 
+@write
 def disable_endpoint(store: StoreCore, name: str, reason: str = "disabled by an operator") -> None:
     """Stop delivering to ``name``; its events keep being archived (replay them later)."""
     find_endpoint(store, name)

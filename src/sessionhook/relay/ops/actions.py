@@ -20,7 +20,7 @@ from sessionhook.api.models import Activity
 
 from ..domain.action_links import LinkClaims, LinkError, token_digest, verify_link
 from ..domain.actions import ActionKind, ActOutcome, UpstreamAct
-from ..store import AsyncStore, StoreCore, store_failures
+from ..store import ActionQueries, AsyncStore, StoreCore, store_failures
 from ..store.actions import ActionClaim
 from ..telemetry.logs import get_logger
 from ..telemetry.metrics import Metrics
@@ -121,7 +121,7 @@ async def look(store: AsyncStore, keys: Sequence[bytes], token: str, *, now: flo
         return Looked(None, exc.reason)
     problem, title, activity = await store.run(_wait_of, claims)
     digest = token_digest(token)
-    taken = await store.actions.action_taken(digest, claims.session, claims.wait)
+    taken = await store.run(ActionQueries.action_taken, digest, claims.session, claims.wait)
     if taken is not None and taken.token_hash == digest:
         problem = "used"  # said first: the session moved on because of it
     elif taken is not None and problem is None:
@@ -162,18 +162,22 @@ async def perform(
         reply = text
     digest = token_digest(token)
     claim = _claim(claims.session, claims.wait, claims.action, claims.account, actor, digest, now)
-    action_id = await store.actions.claim_action(claim)
+    action_id = await store.run(ActionQueries.claim_action, claim)
     if action_id is None:  # taken between the look and now: another click won
-        taken = await store.actions.action_taken(digest, claims.session, claims.wait)
+        taken = await store.run(ActionQueries.action_taken, digest, claims.session, claims.wait)
         used = taken is not None and taken.token_hash == digest
         return told(claims.action, Performed(False, "used" if used else "answered", None))
     try:
         outcome = await act(claims.session, claims.action, reply)
     except Exception:  # the act never raises for the service's answer; anything else
         # frees the link (failed) rather than leaving it pending for good
-        await store.actions.finish_action(action_id, False, None, "the relay failed to act")
+        await store.run(
+            ActionQueries.finish_action, action_id, False, None, "the relay failed to act"
+        )
         raise
-    await store.actions.finish_action(action_id, outcome.ok, outcome.status, outcome.detail)
+    await store.run(
+        ActionQueries.finish_action, action_id, outcome.ok, outcome.status, outcome.detail
+    )
     done = Performed(outcome.ok, "done" if outcome.ok else "upstream failed", outcome)
     return told(claims.action, done)
 
@@ -207,7 +211,9 @@ async def record_direct(
     try:
         account, wait = await store.run(_open_wait, session, action)
         claim = _claim(session, wait, action, account, actor, "", now)
-        await store.actions.record_action(claim, outcome.ok, outcome.status, outcome.detail)
+        await store.run(
+            ActionQueries.record_action, claim, outcome.ok, outcome.status, outcome.detail
+        )
     except store_failures() as exc:
         _log.error(
             "actions.not_recorded",

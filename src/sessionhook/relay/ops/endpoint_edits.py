@@ -33,18 +33,13 @@ from ..config.endpoint_spec import (
 from ..delivery.template_check import check_template
 from ..domain.api_models import DEFAULT_OVERLAP, ApiEndpoint
 from ..domain.render import RenderError
+from ..domain.rows import EndpointSpec, EndpointState, StoredEndpoint
 from ..domain.signing import generate_secret
 from ..store import (
     EndpointConflictError as StoreConflict,
 )
-from ..store import (
-    EndpointLimitError,
-    EndpointSpec,
-    EndpointState,
-    StoreCore,
-    StoredEndpoint,
-    StoreError,
-)
+from ..store import EndpointLimitError, StoreCore, StoreError
+from ..store.policy import write
 from . import (
     OperatorError,
     UnknownEndpointError,
@@ -207,6 +202,7 @@ def stored_or_refused(store: StoreCore, config: Config, name: str) -> StoredEndp
     )
 
 
+@write
 def create_endpoint(
     store: StoreCore, config: Config, definition: Definition, secret: str
 ) -> EndpointState:
@@ -226,12 +222,14 @@ def create_endpoint(
     return find_endpoint(store, definition.spec.name)
 
 
+@write
 def update_endpoint(store: StoreCore, definition: Definition) -> EndpointState:
     """Replace the definition of an endpoint created at run time."""
     _store_call(store.endpoints.update_endpoint, definition.spec)
     return find_endpoint(store, definition.spec.name)
 
 
+@write
 def delete_endpoint(store: StoreCore, config: Config, name: str) -> int:
     """Delete the endpoint created at run time ``name``: its secrets are erased and its
     open deliveries become dead (last error :data:`DELETED_REASON`); returns how many."""
@@ -239,6 +237,7 @@ def delete_endpoint(store: StoreCore, config: Config, name: str) -> int:
     return _store_call(store.endpoints.delete_endpoint, name, DELETED_REASON)
 
 
+@write
 def rotate_secret(
     store: StoreCore,
     config: Config,

@@ -14,8 +14,9 @@ import fnmatch
 from dataclasses import dataclass
 from typing import Final, Generic, TypeVar
 
-from ..store import DeliveryRow, EventRow, SessionRow, StoreCore
-from . import DELIVERY_STATUSES, OPEN_STATUSES, OperatorError, find_endpoint, in_flight
+from ..domain.rows import OPEN_STATUSES, DeliveryRow, EventRow, SessionRow
+from ..store import StoreCore
+from . import DELIVERY_STATUSES, OperatorError, find_endpoint, in_flight
 
 __all__ = [
     "EVENT_SCAN",
@@ -110,7 +111,7 @@ def session_page(store: StoreCore, *, size: int, after: str | None = None) -> Pa
 def session_detail(store: StoreCore, name: str) -> tuple[SessionRow, list[EventRow], bool]:
     """The session ``name``, its first :data:`SESSION_EVENTS` events in ingest order, and
     whether it has more; :class:`OperatorError` when it is not archived."""
-    row = store.console.get_session(name)
+    row = store.operator.get_session(name)
     if row is None:
         raise OperatorError(f"no session {name} in the archive")
     rows = store.operator.events_after(0, limit=SESSION_EVENTS + 1, session=name)

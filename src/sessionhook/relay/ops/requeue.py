@@ -6,7 +6,7 @@
 * :func:`recover`: every failed or dead delivery of an endpoint whose event happened since
   a time, due now, each session's in order; when there is none, the answer says why.
 
-Both run in the store's worker thread (``await astore.run_write(requeue.retry, ...)``);
+Both run in the store's worker thread (``await astore.run(requeue.retry, ...)``: a write);
 the web routes then wake the dispatcher, the CLI relies on the daemon's next round (a
 second at most) or, on PostgreSQL, on the notification every replica listens to.
 """
@@ -17,8 +17,9 @@ from dataclasses import dataclass
 
 from ...wording import counted
 from ..domain.api_models import ApiRecovered, ApiRetried, json_stamp
-from ..store import DeliveryRow, EndpointState, StoreCore
-from ..store.rows import Recovered
+from ..domain.rows import DeliveryRow, EndpointState, Recovered
+from ..store import StoreCore
+from ..store.policy import write
 from . import OperatorError, find_endpoint
 from .wire import delivery_answer
 
@@ -102,6 +103,7 @@ def _inactive(endpoint: EndpointState) -> str:
     )
 
 
+@write
 def retry(store: StoreCore, delivery_id: int) -> RetryResult:
     """Make delivery ``delivery_id`` due now (see the module docstring);
     :class:`OperatorError` for an unknown or a delivered one."""
@@ -120,6 +122,7 @@ def retry(store: StoreCore, delivery_id: int) -> RetryResult:
     return RetryResult(row, done.previous, done.head, find_endpoint(store, row.endpoint))
 
 
+@write
 def recover(store: StoreCore, endpoint: str, since: float) -> RecoverResult:
     """Re-queue now every failed or dead delivery of ``endpoint`` whose event happened at
     or after ``since`` (Unix seconds), same webhook-ids, each session's in order."""

@@ -25,7 +25,7 @@ from ..domain.api_models import (
     ApiStatus,
 )
 from ..domain.replica import replica_health
-from ..store import AttemptRow, DeliveryRow, EndpointState, EventRow, SessionRow
+from ..domain.rows import AttemptRow, DeliveryRow, EndpointState, EventRow, SessionRow
 from ..store.actions import ActionRow
 from . import Overview
 

@@ -15,7 +15,8 @@ from collections.abc import Callable, Sequence
 from sessionhook.api.models import Activity, Session, parse_timestamp
 
 from ..domain import events
-from ..store import Ingested
+from ..domain.rows import Ingested
+from ..store import Ingest, MetaQueries, Refusals
 from ..telemetry.logs import get_logger
 from .settings import EPOCH_KEY
 from .state import PollState
@@ -52,10 +53,10 @@ class Archive:
     async def load_epoch(self) -> float:
         """The first start of this store (Unix seconds), recorded at the first discovery."""
         if self.epoch is None:
-            raw = await self._store.meta.get_meta(EPOCH_KEY)
+            raw = await self._store.run(MetaQueries.get_meta, EPOCH_KEY)
             if raw is None:
                 self.epoch = self._clock()
-                await self._store.meta.set_meta(EPOCH_KEY, repr(self.epoch))
+                await self._store.run(MetaQueries.set_meta, EPOCH_KEY, repr(self.epoch))
             else:
                 self.epoch = float(raw)
         return self.epoch
@@ -121,7 +122,8 @@ class Archive:
             while end < len(built) and deliver(built[end]) == flag:
                 end += 1
             chunk = built[start:end]
-            added = await self._store.ingest.ingest_activities(
+            added = await self._store.run(
+                Ingest.ingest_activities,
                 session.name,
                 list(batch[start:end]),
                 chunk,
@@ -146,7 +148,7 @@ class Archive:
         for flag in (False, True):
             chosen = [e for e in found if deliver(e) == flag]
             if chosen:
-                added = await self._store.ingest.ingest_session_events(name, chosen, flag)
+                added = await self._store.run(Ingest.ingest_session_events, name, chosen, flag)
                 self.count_ingested(added)
 
     async def refuse(
@@ -166,7 +168,8 @@ class Archive:
         Text that came from upstream and is not Unicode (a lone surrogate a scan let
         through) is kept with a replacement character: the store and the log take it."""
         name, create_time, detail = (_unicode(t) for t in (name, create_time, detail))
-        first = await self._store.refusals.refuse_activity(
+        first = await self._store.run(
+            Refusals.refuse_activity,
             session,
             name,
             reason,

@@ -61,7 +61,7 @@ class RateLimiter:
     it sleeps, so a burst of pollers cannot starve discovery.
 
     ``shared_window``, when given, is asked after the in-process rules allow a request: the
-    same 60 s window kept in the store (:meth:`~sessionhook.relay.store.EconomyRole.take_budget`),
+    same 60 s window kept in the store (:meth:`~sessionhook.relay.store.Economy.take_budget`),
     so that the grants of a process that restarted a few seconds ago still count.
     """
 

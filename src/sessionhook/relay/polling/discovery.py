@@ -12,7 +12,7 @@ from sessionhook.api.models import Session
 
 from ..config import DEFAULT_ACCOUNT
 from ..domain import events
-from ..store import KnownSession
+from ..store import Economy, Ingest, KnownSession, MetaQueries
 from ..telemetry.logs import get_logger
 from .archive import Archive
 from .failures import Failures
@@ -82,12 +82,12 @@ class Discovery:
                 listed += 1
                 await self.on_listed(session, read_at=read_at)
         await self._flush_history()
-        if not await self._store.meta.is_baseline_complete():
-            await self._store.meta.mark_baseline_complete()
+        if not await self._store.run(MetaQueries.is_baseline_complete):
+            await self._store.run(MetaQueries.mark_baseline_complete)
         self._errors = 0
         done = self._clock()
         self._state.last_success = done
-        await self._store.economy.mark_poll(True, done)
+        await self._store.run(Economy.mark_poll, True, done)
         if self._metrics is not None:
             self._metrics.poll_succeeded(done)
         _log.debug("discovery.done", sessions=listed, tracked=len(self._state.tracked))
@@ -105,7 +105,7 @@ class Discovery:
                 self._record_history(listed, now)
                 await self._maybe_flush_history()
                 return
-            row = None if known is None else await self._store.ingest.get_session(listed.name)
+            row = None if known is None else await self._store.run(Ingest.get_session, listed.name)
             if row is None:
                 pending = self._state.pending.setdefault(
                     listed.name, Pending(listed, first_seen=now)
@@ -207,9 +207,10 @@ class Discovery:
         """A session seen for the first time: archive, announce, poll it now. ``read``: the
         ``session`` is the answer of its own GET (not the list item announced instead)."""
         baseline = self._archive.is_baseline(session)
-        # Archived and announced in one store call (see IngestRole.archive_discovered).
+        # Archived and announced in one store call (see Ingest.archive_discovered).
         event = self._archive.stamp(events.session_discovered(session, now=self._clock()))
-        added = await self._store.ingest.archive_discovered(
+        added = await self._store.run(
+            Ingest.archive_discovered,
             session,
             event,
             baseline=baseline,
@@ -261,7 +262,7 @@ class Discovery:
         batch, self._history_batch = self._history_batch, []
         if not batch:
             return
-        await self._store.economy.record_history(batch, account=self._account)
+        await self._store.run(Economy.record_history, batch, account=self._account)
         for listed in batch:
             self._unrecorded.discard(listed.name)
         self._history.enqueue(listed.name for listed in batch)
@@ -273,9 +274,9 @@ class Discovery:
         if self._known_loaded:
             return
         known = [
-            k for k in await self._store.economy.known_sessions() if k.account == self._account
+            k for k in await self._store.run(Economy.known_sessions) if k.account == self._account
         ]
-        order = await self._store.economy.history_pending(account=self._account)
+        order = await self._store.run(Economy.history_pending, account=self._account)
         now = self._mono()
         for k in known:
             if k.history_pending:
@@ -289,7 +290,7 @@ class Discovery:
             else:
                 self._known[k.name] = k
         self._history.enqueue(order)
-        verdict = await self._store.meta.get_meta(VERDICT_KEY)
+        verdict = await self._store.run(MetaQueries.get_meta, VERDICT_KEY)
         self._scheduler.restore_verdict(verdict)
         self._known_loaded = True
 
@@ -358,7 +359,7 @@ class Discovery:
                 wait = self._state.settings.discovery_interval - (self._mono() - started)
             except ApiError as exc:
                 wait = self.failed(exc)
-                await self._store.economy.mark_poll(False, self._clock())
+                await self._store.run(Economy.mark_poll, False, self._clock())
             finally:
                 self._state.first_pass_done.set()
                 self._state.heartbeat = self._mono()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import anyio
 
 from ..domain.replica import heartbeat_interval, poller_lease
-from ..store import StoreUnwritableError
+from ..store import Leases, MetaQueries, StoreUnwritableError
 from ..telemetry.logs import get_logger
 from .state import PollState
 
@@ -41,7 +41,7 @@ class PollerLease:
     async def hold(self) -> bool:
         """Take or renew the lease: whether this replica holds it now."""
         try:
-            return await self._store.leases.acquire_lease(self.name, self._clock())
+            return await self._store.run(Leases.acquire_lease, self.name, self._clock())
         except StoreUnwritableError:
             return False
 
@@ -49,7 +49,7 @@ class PollerLease:
         """Renew the lease every third of it; when another replica holds it (this one was
         silent past its expiry), stop polling: the holder polls now."""
         while True:
-            await anyio.sleep(heartbeat_interval(self._store.leases.lease_seconds))
+            await anyio.sleep(heartbeat_interval(self._store.replica.lease_seconds))
             if not await self.hold():
                 _log.warning("poller.lease_lost", account=self._account, lease=self.name)
                 scope.cancel()
@@ -66,13 +66,13 @@ class PollerLease:
         self._state.first_pass_done.set()
         while True:
             self._state.heartbeat = self._mono()
-            raw = await self._store.meta.get_meta("last_ok_poll_at")
+            raw = await self._store.run(MetaQueries.get_meta, "last_ok_poll_at")
             if raw is not None:
                 self._state.last_success = float(raw)
-            expires = await self._store.leases.lease_expires_at(self.name)
+            expires = await self._store.run(Leases.lease_expires_at, self.name)
             # Tried every second (at most a third of the lease), one small write per standby
             # replica; a holder that went silent is replaced as its lease runs out.
-            wait = min(STANDBY_TRY, heartbeat_interval(self._store.leases.lease_seconds))
+            wait = min(STANDBY_TRY, heartbeat_interval(self._store.replica.lease_seconds))
             if expires is not None:
                 wait = min(wait, max(0.0, expires - self._clock()) + TAKEOVER_MARGIN)
             await anyio.sleep(wait)

@@ -148,7 +148,7 @@ class Poller:
         over once its holder's lease expires. A store that is not a registered replica's
         (tests, tools) polls without a lease."""
         lease = self._lease
-        registered = self._store.leases.replica_id is not None
+        registered = self._store.replica.replica_id is not None
         while True:
             if registered and not await lease.hold():
                 await lease.standby()

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 import anyio
 import anyio.abc
 
+from ..store import MetaQueries
 from ..telemetry.logs import get_logger
 from .learning import UpdateTimeLearning
 from .settings import ACTIVE_STATES, VERDICT_KEY
@@ -159,7 +160,7 @@ class Scheduler:
             mode="list" if learning.list_driven else "timer",
             evidence=name,
         )
-        await self._store.meta.set_meta(VERDICT_KEY, verdict)
+        await self._store.run(MetaQueries.set_meta, VERDICT_KEY, verdict)
         now = self._mono()
         tracked_sessions = self._state.tracked.values()
         if not was_list and learning.list_driven:

@@ -21,7 +21,8 @@ from sessionhook.api.models import Activity, Session, format_timestamp, parse_ti
 from ..config import ConfigError
 from ..domain import events, lifecycle
 from ..domain.action_links import ActionLinks
-from ..store import SessionRow, StoreUnwritableError
+from ..domain.rows import SessionRow
+from ..store import Economy, Ingest, Leases, StoreUnwritableError
 from ..telemetry.logs import get_logger
 from .archive import Archive
 from .failures import Failures
@@ -71,12 +72,12 @@ class SessionPoll:
         """
         tracked.due_at = None
         tracked.last_error = None
-        if not self._store.leases.claims:
+        if not self._store.replica.claims:
             # Alone on the store (or not a replica): claims are no-ops, so the two thread
             # hand-offs they cost per poll are not made.
             return await self._poll_claimed(tracked)
         # One replica polls a session at a time (its claim; see store/leases.py).
-        if not await self._store.leases.claim_session_poll(tracked.name, self._clock()):
+        if not await self._store.run(Leases.claim_session_poll, tracked.name, self._clock()):
             _log.debug("poll.claimed_elsewhere", session=tracked.name)
             tracked.backoff_until = self._mono() + CLAIMED_RETRY
             self._scheduler.schedule(tracked, tracked.backoff_until)
@@ -87,7 +88,7 @@ class SessionPoll:
             # A store that cannot be written: the claim expires with the lease (or the
             # replica's clean stop frees it).
             with anyio.CancelScope(shield=True), contextlib.suppress(StoreUnwritableError):
-                await self._store.leases.release_session_poll(tracked.name)
+                await self._store.run(Leases.release_session_poll, tracked.name)
 
     async def _poll_claimed(self, tracked: Tracked) -> str:
         """:meth:`poll` once the session's poll is this replica's."""
@@ -140,7 +141,7 @@ class SessionPoll:
     async def _poll_session(self, tracked: Tracked) -> None:
         """One activity poll of a session (raises :class:`ApiError` on upstream failure)."""
         started = self._mono()
-        row = await self._store.ingest.get_session(tracked.name)
+        row = await self._store.run(Ingest.get_session, tracked.name)
         if row is None:  # pragma: no cover - tracked sessions are always archived first
             raise RuntimeError(f"{tracked.name} is tracked but not in the store")
         # Taken before the walk: anything that changes the session later moves updateTime
@@ -258,7 +259,8 @@ class SessionPoll:
         tracked.polled_update_time = update_time
         wall = self._clock()
         next_wall = None if tracked.due_at is None else wall + (tracked.due_at - self._mono())
-        await self._store.ingest.finish_poll(
+        await self._store.run(
+            Ingest.finish_poll,
             tracked.name,
             refreshed,
             baseline=row.baseline,
@@ -293,7 +295,7 @@ class SessionPoll:
         """A session of the history walk is archived (or gone): not walked again."""
         if tracked.history:
             tracked.history = False
-            await self._store.economy.finish_history(tracked.name, self._clock())
+            await self._store.run(Economy.finish_history, tracked.name, self._clock())
 
     def _since(self, cursor: str | None) -> str | None:
         if not cursor or not self._time_filter:
@@ -372,7 +374,9 @@ class SessionPoll:
         changed = fresh.state != row.state
         entered = first_poll or changed
         activity = (
-            None if member is None else await self._store.ingest.latest_activity(row.name, member)
+            None
+            if member is None
+            else await self._store.run(Ingest.latest_activity, row.name, member)
         )
         if member is not None and changed and not lifecycle.explains(activity, row.update_time):
             now = self._mono()

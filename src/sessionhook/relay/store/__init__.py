@@ -5,16 +5,18 @@ The database is at once the archive (sessions, activities kept whole), the event
 outbox (``deliveries``: a row exists before any POST) and the delivery log (``attempts``).
 Tables and columns are listed in ``docs/store.md``.
 
-A store is its roles (:mod:`.roles`: one protocol per kind of caller), each implemented by a
-collaborator over the database handle; ``store.outbox.due_deliveries(...)``. The async door
-(:class:`AsyncStore`) has the same roles, awaitable.
+A store is its roles, each a collaborator over the database handle:
+``store.outbox.due_deliveries(...)``. Each role method declares, where it is implemented,
+how it meets a store that cannot be written for now (:mod:`.policy`); the async door runs
+it under that policy: ``await astore.run(Outbox.record_attempts, records)``.
 
 Modules
-    :mod:`.rows`         the row dataclasses, the protocols of inputs, :class:`StoreError`
-                         (no SQL)
+    :mod:`.errors`       :class:`StoreError` and its kinds (the rows the store takes and
+                         returns are :mod:`sessionhook.relay.domain.rows`)
     :mod:`.dialect`      the SQL subset both engines run (each query is written once) and
                          :class:`~.dialect.Database`, what a backend provides
-    :mod:`.roles`        the roles' protocols
+    :mod:`.policy`       the full-disk policies a method declares (call, read, write,
+                         try_write)
     :mod:`.core`         :class:`StoreCore`: the roles composed over one database
     :mod:`.meta`         the ``meta`` table
     :mod:`.endpoints`    the endpoints' configuration and state
@@ -36,8 +38,8 @@ Modules
     :mod:`.postgres`     :class:`PostgresStore`: the pool, transactions, error mapping
     :mod:`.notify`       PostgreSQL's wake-ups between replicas (``LISTEN``/``NOTIFY``)
     :mod:`.opening`      :func:`open_store`: the backend the configuration names
-    :mod:`.aio`          :class:`AsyncStore`, the async door (waits out a full disk or an
-                         unreachable database); :mod:`.views`, its roles
+    :mod:`.aio`          :class:`AsyncStore`, the async door (runs a method under its
+                         policy: waits out a full disk or an unreachable database)
     :mod:`.thread`       the SQLite store's thread
     :mod:`.lock`         the daemon lock: one ``sessionhook run`` per SQLite store (``flock``)
 
@@ -61,11 +63,23 @@ Errors::
 
 from typing import TYPE_CHECKING, Any
 
+from .actions import ActionQueries
 from .aio import AsyncStore, FullObserver
+from .console_queries import ConsoleQueries
 from .core import StoreCore
-from .economy_queries import HistoryProgress, KnownSession
-from .leases import LeaseRow, ReplicaRow
+from .economy_queries import Economy, HistoryProgress, KnownSession
+from .endpoints import EndpointQueries
+from .errors import (
+    EndpointConflictError,
+    EndpointLimitError,
+    StoreError,
+    StoreFullError,
+    StoreUnwritableError,
+)
+from .ingest import Ingest
+from .leases import LeaseRow, Leases, ReplicaRow
 from .lock import DaemonLock, StoreLockedError, acquire_daemon_lock
+from .meta import MetaQueries
 from .opening import (
     StoreSettings,
     configured_errors,
@@ -74,93 +88,39 @@ from .opening import (
     open_store,
     store_failures,
 )
-from .outbox import AttemptRecord
-from .refusals import REFUSAL_REASONS
-from .roles import (
-    ConsoleRole,
-    EconomyRole,
-    EndpointRole,
-    IngestRole,
-    LeaseRole,
-    MetaRole,
-    OperatorRole,
-    OutboxRole,
-    RefusalRole,
-)
-from .rows import (
-    OPEN_STATUSES,
-    ActiveEndpoints,
-    AttemptLike,
-    AttemptRow,
-    DeliveryRow,
-    DueDelivery,
-    EndpointChanges,
-    EndpointConflictError,
-    EndpointLike,
-    EndpointLimitError,
-    EndpointSpec,
-    EndpointState,
-    EndpointSummary,
-    EventRow,
-    Ingested,
-    Recovered,
-    RefusedRow,
-    RefusedSummary,
-    Retried,
-    SessionRow,
-    StatusSummary,
-    StoredEndpoint,
-    StoreError,
-    StoreFullError,
-    StoreUnwritableError,
-    UpstreamSummary,
-)
+from .ops_queries import OperatorQueries
+from .outbox import PRUNE_BATCH, AttemptRecord, Outbox, Round
+from .refusals import REFUSAL_REASONS, Refusals
 from .sqlite import Store
 
 if TYPE_CHECKING:
     from .postgres import PostgresStore
 
 __all__ = [
-    "OPEN_STATUSES",
+    "PRUNE_BATCH",
     "REFUSAL_REASONS",
-    "ActiveEndpoints",
+    "ActionQueries",
     "AsyncStore",
-    "AttemptLike",
     "AttemptRecord",
-    "AttemptRow",
-    "ConsoleRole",
+    "ConsoleQueries",
     "DaemonLock",
-    "DeliveryRow",
-    "DueDelivery",
-    "EconomyRole",
-    "EndpointChanges",
+    "Economy",
     "EndpointConflictError",
-    "EndpointLike",
     "EndpointLimitError",
-    "EndpointRole",
-    "EndpointSpec",
-    "EndpointState",
-    "EndpointSummary",
-    "EventRow",
+    "EndpointQueries",
     "FullObserver",
     "HistoryProgress",
-    "IngestRole",
-    "Ingested",
+    "Ingest",
     "KnownSession",
-    "LeaseRole",
     "LeaseRow",
-    "MetaRole",
-    "OperatorRole",
-    "OutboxRole",
+    "Leases",
+    "MetaQueries",
+    "OperatorQueries",
+    "Outbox",
     "PostgresStore",
-    "Recovered",
-    "RefusalRole",
-    "RefusedRow",
-    "RefusedSummary",
+    "Refusals",
     "ReplicaRow",
-    "Retried",
-    "SessionRow",
-    "StatusSummary",
+    "Round",
     "Store",
     "StoreCore",
     "StoreError",
@@ -168,8 +128,6 @@ __all__ = [
     "StoreLockedError",
     "StoreSettings",
     "StoreUnwritableError",
-    "StoredEndpoint",
-    "UpstreamSummary",
     "acquire_daemon_lock",
     "configured_errors",
     "database_errors",

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .dialect import Database
+from .policy import call
 
 __all__ = ["ACTION_RESULTS", "ActionClaim", "ActionQueries", "ActionRow"]
 
@@ -60,11 +61,12 @@ class ActionRow(ActionClaim):
 
 
 class ActionQueries:
-    """The actions role (:class:`~.roles.ActionRole`) over one database."""
+    """The actions role over one database."""
 
     def __init__(self, db: Database) -> None:
         self._db = db
 
+    @call
     def claim_action(self, claim: ActionClaim) -> int | None:
         """Record ``claim`` as ``pending``; its id, or ``None`` when its token or its wait
         was taken already (a ``pending`` or ``ok`` row)."""
@@ -84,6 +86,7 @@ class ActionQueries:
             ).fetchone()
             return int(row[0])
 
+    @call
     def finish_action(self, action_id: int, ok: bool, status: int | None, detail: str) -> None:
         """Record the service's answer to the claimed action ``action_id``."""
         with self._db.tx() as c:
@@ -92,6 +95,7 @@ class ActionQueries:
                 ("ok" if ok else "failed", status, detail[:_MAX_TEXT], action_id),
             )
 
+    @call
     def record_action(self, claim: ActionClaim, ok: bool, status: int | None, detail: str) -> int:
         """Record an action made without a link (the console, the API: ``token_hash`` is
         empty), done already; its id. An ``ok`` one answers its wait for the links too."""
@@ -109,6 +113,7 @@ class ActionQueries:
             ).fetchone()
             return int(row[0])
 
+    @call
     def action_taken(self, token_hash: str, session: str, wait: str) -> ActionRow | None:
         """The ``pending`` or ``ok`` action that used this token or answered this wait."""
         row = self._db.conn.execute(
@@ -118,6 +123,7 @@ class ActionQueries:
         ).fetchone()
         return None if row is None else _row(row)
 
+    @call
     def list_actions(
         self, *, session: str | None = None, before: int | None = None, limit: int = 100
     ) -> list[ActionRow]:

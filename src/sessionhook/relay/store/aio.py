@@ -1,21 +1,21 @@
 """:class:`AsyncStore`, the one async door into a store (SQLite or PostgreSQL).
 
 Every async caller (the poller, the dispatcher, the daemon, the web console and stream) goes
-through it: ``await astore.outbox.record_attempts(...)``. It has the store's roles as
-attributes (:mod:`.views`: the methods of :mod:`.roles`, awaitable), and runs each call in
-the store's thread under one of its policies for a store that cannot be written or reached
-for now (below). An operator's function over the synchronous store
-(:mod:`sessionhook.relay.ops`) runs there too: :meth:`AsyncStore.run`.
+through it, one way: ``await astore.run(Outbox.record_attempts, records)`` runs the door's
+own :class:`~.outbox.Outbox`'s method in the store's thread, under the policy its
+decorator declares (:mod:`.policy`); ``await astore.run(ops.status, now)`` runs an
+operator's function over the synchronous store the same way, under its own decorator's
+policy (``call`` when it has none).
 
 A full disk (or a store that cannot be written for now)
-    A write that fails for lack of space (:class:`~.rows.StoreFullError`), or because the
-    file or its mount is read-only (:class:`~.rows.StoreUnwritableError`, the base class),
+    A write that fails for lack of space (:class:`~.errors.StoreFullError`), or because the
+    file or its mount is read-only (:class:`~.errors.StoreUnwritableError`, the base class),
     rolled back whole. The AsyncStore then records it (:attr:`AsyncStore.unwritable`) and,
-    in the daemon's default mode (``wait_for_space=True``), the write WAITS: it is tried
+    in the daemon's default mode (``wait_for_space=True``), a ``write`` WAITS: it is tried
     again after a growing delay (``retry_base`` doubling up to ``retry_cap`` seconds) until
     it commits, so nothing the poller archived or the dispatcher sent is lost, and the
-    caller simply waits. Writes that are only statistics (the upstream counters, a
-    discovery pass's time, the heartbeat) are skipped instead (:meth:`AsyncStore.try_write`).
+    caller simply waits. Writes that are only statistics (``try_write``: the upstream
+    counters, a discovery pass's time, the heartbeat) are skipped instead.
     :meth:`AsyncStore.wait_writable` lets a loop pause (and probe) until space returns;
     :meth:`AsyncStore.stop_waiting` makes waiting writes give up with the error (shutdown).
     ``wait_for_space=False`` (``--once``) raises at once. An ``observer`` hears when the
@@ -30,29 +30,20 @@ import math
 import os
 import time
 import weakref
-from collections.abc import Callable
-from typing import Concatenate, ParamSpec, Protocol, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar, cast
 
 import anyio
 import anyio.to_thread
 
 from .core import StoreCore
 from .dialect import WakeSource
-from .rows import StoreUnwritableError
+from .errors import StoreUnwritableError
+from .leases import ReplicaState
+from .meta import MetaQueries
+from .policy import Policy, policy_of
 from .sqlite import Store
 from .thread import StoreThread
-from .views import (
-    AsyncActions,
-    AsyncConsole,
-    AsyncEconomy,
-    AsyncEndpoints,
-    AsyncIngest,
-    AsyncLeases,
-    AsyncMeta,
-    AsyncOperator,
-    AsyncOutbox,
-    AsyncRefusals,
-)
 
 __all__ = ["AsyncStore", "FullObserver"]
 
@@ -60,6 +51,16 @@ P = ParamSpec("P")
 T = TypeVar("T")
 #: Unwritable again within this many seconds of recovering: the same episode continues.
 _RELAPSE = 60.0
+#: What runs a method under a policy: ``door(method, *args, **kwargs)``.
+_Door = Callable[..., Awaitable[Any]]
+_Policy = Policy | Callable[..., bool]
+#: The door's method of each policy.
+_DOORS: dict[Policy, str] = {
+    "call": "_call",
+    "read": "_read",
+    "write": "_write",
+    "try_write": "_try_write",
+}
 
 
 class FullObserver(Protocol):
@@ -81,12 +82,11 @@ class AsyncStore:
     the hand-off cost of ``anyio.to_thread``); on PostgreSQL anyio's worker threads under a
     ``CapacityLimiter(store.concurrency)`` (the pool's size).
 
-    The roles are attributes, as on the store (``astore.ingest``, ``astore.outbox``...), each
-    method awaitable and declared with its policy (:mod:`.views`): :meth:`call` (once),
-    :meth:`read` (waits out an unreachable store), :meth:`write` (waits out a full disk) or
-    :meth:`try_write` (a statistic, skipped). A call whose task is cancelled still finishes
-    its transaction in the thread (anyio does not abandon the thread), so cancellation
-    never half-writes.
+    :meth:`run` is the one way in; the policy of what it runs says how it meets a store
+    that cannot be written or reached for now (:mod:`.policy`): once, an unreachable store
+    waited out, a full disk waited out, or a statistic skipped. A call whose task is
+    cancelled still finishes its transaction in the thread (anyio does not abandon the
+    thread), so cancellation never half-writes.
     """
 
     def __init__(
@@ -99,7 +99,7 @@ class AsyncStore:
         retry_cap: float = 30.0,
     ) -> None:
         #: The synchronous store the door runs. Never call it from the event loop: go
-        #: through the roles below, or :meth:`run` for a function of your own.
+        #: through :meth:`run`.
         self.store = store
         self._limiter = anyio.CapacityLimiter(store.concurrency)
         self._thread = StoreThread() if store.concurrency == 1 else None
@@ -117,16 +117,24 @@ class AsyncStore:
         self._retry_at = 0.0
         self._recovered_at = -math.inf
         self._stopped = anyio.Event()  # stop_waiting(): wake the writes waiting for space
-        self.meta = AsyncMeta(self, store.meta)
-        self.endpoints = AsyncEndpoints(self, store.endpoints)
-        self.ingest = AsyncIngest(self, store.ingest)
-        self.refusals = AsyncRefusals(self, store.refusals)
-        self.outbox = AsyncOutbox(self, store.outbox, store.leases)
-        self.leases = AsyncLeases(self, store.leases)
-        self.economy = AsyncEconomy(self, store.economy)
-        self.operator = AsyncOperator(self, store.operator)
-        self.console = AsyncConsole(self, store.console)
-        self.actions = AsyncActions(self, store.actions)
+        # Built once: each role method (the class's function) -> its role on this store,
+        # its name there (looked up at each call: a test may replace it on the instance)
+        # and its policy.
+        self._methods: dict[Callable[..., Any], tuple[object, str, _Policy]] = {}
+        self._role_classes: set[tuple[str, str]] = set()
+        for role in store.roles():
+            for cls in type(role).__mro__[:-1]:
+                self._role_classes.add((cls.__module__, cls.__qualname__))
+                for name, member in vars(cls).items():
+                    policy = policy_of(member)
+                    if policy is not None:
+                        self._methods.setdefault(member, (role, name, policy))
+
+    @property
+    def replica(self) -> ReplicaState:
+        """Who this handle is among the replicas (its id once registered, its lease,
+        whether it claims): kept in memory, read without a call."""
+        return self.store.replica
 
     @property
     def exclusive(self) -> bool:
@@ -153,22 +161,40 @@ class AsyncStore:
         return cls(store, wait_for_space=wait_for_space, observer=observer)
 
     async def run(
-        self, fn: Callable[Concatenate[StoreCore, P], T], *args: P.args, **kwargs: P.kwargs
+        self, fn: Callable[Concatenate[Any, P], T], /, *args: P.args, **kwargs: P.kwargs
     ) -> T:
-        """``fn(store, *args, **kwargs)`` in the store's thread, once (as :meth:`call`): a
-        function of the operator's over the synchronous store, e.g.
-        ``await astore.run(ops.resume_position, event_id)``."""
-        return await self.call(lambda: fn(self.store, *args, **kwargs))
+        """``fn(*args, **kwargs)`` in the store's thread, under ``fn``'s policy: ``fn`` is a
+        role's method, named by its class (``Outbox.record_attempts``: this store's
+        outbox runs it), or a function whose first parameter is the synchronous store
+        (``ops.status``: it gets :attr:`store`). A function of a role class that is no
+        role method with a policy (a bound method, a helper) is a :class:`TypeError`."""
+        found = self._methods.get(fn)
+        if found is None:
+            target: object = self.store
+            method: Callable[..., Any] = functools.partial(fn, self.store)
+            policy = self._function_policy(fn)
+        else:
+            target, name, policy = found
+            method = getattr(target, name)
+        if not isinstance(policy, str):  # writes_when: decided by the call's arguments
+            policy = "write" if policy(target, *args, **kwargs) else "call"
+        door: _Door = getattr(self, _DOORS[policy])
+        return cast(T, await door(method, *args, **kwargs))
 
-    async def run_write(
-        self, fn: Callable[Concatenate[StoreCore, P], T], *args: P.args, **kwargs: P.kwargs
-    ) -> T:
-        """:meth:`run` as a write: a full disk is waited out (see :meth:`write`)."""
-        return await self.write(lambda: fn(self.store, *args, **kwargs))
+    def _function_policy(self, fn: Callable[..., Any]) -> _Policy:
+        """The policy of a function over the synchronous store (see :meth:`run`)."""
+        module = getattr(fn, "__module__", None)
+        owner = getattr(fn, "__qualname__", "").rpartition(".")[0]
+        if (module, owner) in self._role_classes:
+            raise TypeError(
+                f"{fn.__qualname__} is not a store method with a policy: pass a role's "
+                "decorated method by its class (Outbox.record_attempts)"
+            )
+        return policy_of(fn) or "call"
 
-    async def call(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+    async def _call(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """Run ``fn(*args, **kwargs)`` in the store's worker thread, once; no space or a
-        read-only store raises :class:`StoreUnwritableError` (see :meth:`write` to wait it
+        read-only store raises :class:`StoreUnwritableError` (see :meth:`_write` to wait it
         out)."""
         try:
             if self._thread is not None and not self._thread.stopped:
@@ -187,7 +213,7 @@ class AsyncStore:
 
     # ----------------------------------------------------------------- full disk
 
-    async def write(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+    async def _write(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """Run a write, waiting out a full disk (see the module docstring).
 
         Raises :class:`StoreUnwritableError` without waiting when ``wait_for_space`` is off or
@@ -197,7 +223,7 @@ class AsyncStore:
             if self.unwritable is not None and self.wait_for_space:
                 await self._pause()
             try:
-                result = await self.call(fn, *args, **kwargs)
+                result = await self._call(fn, *args, **kwargs)
             except StoreUnwritableError as exc:
                 self._failed(exc)
                 if not self.wait_for_space:
@@ -206,21 +232,21 @@ class AsyncStore:
             self._succeeded()
             return result
 
-    async def read(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+    async def _read(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """Run a read the daemon cannot go on without (the poller's), waiting out a store
-        that cannot be reached (a PostgreSQL restart) as :meth:`write` does, instead of
+        that cannot be reached (a PostgreSQL restart) as :meth:`_write` does, instead of
         raising :class:`StoreUnwritableError` into the task. Unlike a write it does not
         wait while a full disk is known: reads work without space."""
         while True:
             try:
-                return await self.call(fn, *args, **kwargs)
+                return await self._call(fn, *args, **kwargs)
             except StoreUnwritableError as exc:
                 self._failed(exc)
                 if not self.wait_for_space:
                     raise
             await self._pause()
 
-    async def try_write(
+    async def _try_write(
         self, fn: Callable[P, object], /, *args: P.args, **kwargs: P.kwargs
     ) -> bool:
         """Run a write that may be skipped (statistics): not tried while the store is full
@@ -228,7 +254,7 @@ class AsyncStore:
         if self.unwritable is not None and anyio.current_time() < self._retry_at:
             return False
         try:
-            await self.call(fn, *args, **kwargs)
+            await self._call(fn, *args, **kwargs)
         except StoreUnwritableError as exc:
             self._failed(exc)
             return False
@@ -241,7 +267,7 @@ class AsyncStore:
         while self.unwritable is not None and self.wait_for_space:
             await self._pause()
             if self.wait_for_space:
-                await self.meta.probe("write_probe_at", repr(time.time()))
+                await self.run(MetaQueries.probe, "write_probe_at", repr(time.time()))
 
     def stop_waiting(self) -> None:
         """Make waiting writes raise :class:`StoreUnwritableError` now (the daemon stops)."""
@@ -282,7 +308,7 @@ class AsyncStore:
     async def close(self) -> None:
         """Close the store once every queued call has run (then its thread ends)."""
         try:
-            await self.call(self.store.close)
+            await self._call(self.store.close)
         finally:
             if self._thread is not None:
                 self._thread.stop()

@@ -17,7 +17,7 @@ import threading
 from ..domain.events import Event
 from . import codec
 from .dialect import Connection, Database, first_value
-from .rows import StoreError
+from .errors import StoreError
 
 __all__ = ["Bodies", "raw_hints"]
 

@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from ..domain.rows import AttemptRow, DeliveryRow, EventRow
 from .bodies import Bodies
 from .dialect import Database
-from .endpoints import EndpointQueries
 from .ingest import get_session
 from .log_rows import (
     DELIVERY_COLUMNS,
@@ -25,8 +25,7 @@ from .log_rows import (
     event_row,
     where,
 )
-from .ops_queries import OperatorQueries
-from .rows import AttemptRow, DeliveryRow, EndpointState, EventRow, SessionRow, StatusSummary
+from .policy import call
 
 __all__ = [
     "MAX_IDS",
@@ -108,56 +107,19 @@ def _like(text: str) -> str:
 
 
 class ConsoleQueries:
-    """The console role (:class:`~.roles.ConsoleRole`) over one database: the pages of
-    :mod:`sessionhook.relay.web.console` read through these (on a read-only store too),
-    including the few reads they share with the operator (a session, the endpoints, the
-    status, a delivery and its attempts, an event)."""
+    """The console role over one database: the lists and counts the pages of
+    :mod:`sessionhook.relay.web.console` read (on a read-only store too); what they share
+    with the operator (a session, the endpoints, the status, a delivery and its attempts,
+    an event) they read from :class:`~.ops_queries.OperatorQueries` and
+    :class:`~.endpoints.EndpointQueries`."""
 
-    def __init__(
-        self,
-        db: Database,
-        bodies: Bodies,
-        *,
-        endpoints: EndpointQueries,
-        operator: OperatorQueries,
-    ) -> None:
+    def __init__(self, db: Database, bodies: Bodies) -> None:
         self._db = db
         self._bodies = bodies
-        self._endpoints = endpoints
-        self._operator = operator
-
-    # ----------------------------------------------------------------- shared reads
-
-    def get_session(self, name: str) -> SessionRow | None:
-        """The archived session, or ``None``."""
-        return get_session(self._db.conn, name)
-
-    def endpoint_states(self) -> list[EndpointState]:
-        """Every endpoint the store knows, by name."""
-        return self._endpoints.endpoint_states()
-
-    def status_summary(self, now: float) -> StatusSummary:
-        """The figures of ``sessionhook status`` at ``now`` (the overview)."""
-        return self._operator.status_summary(now)
-
-    def get_delivery(self, delivery_id: int) -> DeliveryRow | None:
-        """One delivery, or ``None``."""
-        return self._operator.get_delivery(delivery_id)
-
-    def list_attempts(self, delivery_id: int) -> list[AttemptRow]:
-        """The attempts of a delivery, first to last."""
-        return self._operator.list_attempts(delivery_id)
-
-    def get_event(self, event_id: str) -> EventRow | None:
-        """One archived event, or ``None``."""
-        return self._operator.get_event(event_id)
-
-    def last_event_seq(self) -> int:
-        """The position of the newest archived event (0 when there is none)."""
-        return self._operator.last_event_seq()
 
     # ----------------------------------------------------------------- sessions
 
+    @call
     def console_sessions(
         self,
         *,
@@ -229,12 +191,14 @@ class ConsoleQueries:
             for r in rows
         ]
 
+    @call
     def console_session_facets(self) -> tuple[list[str], list[str]]:
         """The distinct session states and accounts (the list's filter choices)."""
         states = [r[0] for r in self._db.conn.execute("SELECT DISTINCT state FROM sessions")]
         accounts = [r[0] for r in self._db.conn.execute("SELECT DISTINCT account FROM sessions")]
         return sorted(s for s in states if s), sorted(a for a in accounts if a)
 
+    @call
     def console_timeline(
         self, session: str, *, after_seq: int = 0, limit: int = 200
     ) -> list[EventRow]:
@@ -258,6 +222,7 @@ class ConsoleQueries:
         ).fetchall()
         return [event_row(self._bodies, r) for r in rows]
 
+    @call
     def console_events(
         self,
         *,
@@ -297,15 +262,17 @@ class ConsoleQueries:
             ConsoleEvent(r[0], r[1], r[2], r[3], r[4], tuple(counts.get(r[1], ()))) for r in rows
         ]
 
+    @call
     def find_session(self, text: str) -> str | None:
         """The archived session ``text`` names (``sessions/ID`` or the bare ``ID``)."""
         for name in (text, f"sessions/{text}"):
-            if self.get_session(name) is not None:
+            if get_session(self._db.conn, name) is not None:
                 return name
         return None
 
     # ----------------------------------------------------------------- deliveries
 
+    @call
     def deliveries_of_events(self, event_ids: Sequence[str]) -> list[DeliveryRow]:
         """Every delivery of these events (at most :data:`MAX_IDS`), oldest first."""
         if not event_ids:
@@ -318,6 +285,7 @@ class ConsoleQueries:
         ).fetchall()
         return [delivery_row(r) for r in rows]
 
+    @call
     def attempts_of_deliveries(self, delivery_ids: Sequence[int]) -> list[AttemptRow]:
         """Every logged attempt of these deliveries (at most :data:`MAX_IDS`), in order."""
         if not delivery_ids:
@@ -330,6 +298,7 @@ class ConsoleQueries:
         ).fetchall()
         return [AttemptRow(*r) for r in rows]
 
+    @call
     def console_deliveries(
         self,
         *,
@@ -367,6 +336,7 @@ class ConsoleQueries:
             by_session=by_session,
         )
 
+    @call
     def get_attempt(self, attempt_id: int) -> AttemptRow | None:
         """One logged attempt, or ``None``."""
         row = self._db.conn.execute(
@@ -378,6 +348,7 @@ class ConsoleQueries:
 
     # ----------------------------------------------------------------- overview
 
+    @call
     def attempts_per_minute(self, since: int, minutes: int) -> list[MinuteCounts]:
         """Attempts per minute from ``since`` (whole Unix seconds) for ``minutes`` minutes,
         split into 2xx and the rest; minutes without attempts are left out.
@@ -400,6 +371,7 @@ class ConsoleQueries:
             if 0 <= int(m) < minutes
         ]
 
+    @call
     def budget_used(self, since: float) -> dict[str, int]:
         """Upstream request grants taken since ``since``, per budget (an account's name)."""
         rows = self._db.conn.execute(
@@ -409,6 +381,7 @@ class ConsoleQueries:
 
     # ----------------------------------------------------------------- live
 
+    @call
     def console_events_after(
         self, seq: int, *, session: str | None = None, limit: int = 100
     ) -> list[LiveEvent]:

@@ -26,11 +26,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from . import codec
 from .dialect import Database, first_value
-from .rows import StoreError
+from .errors import StoreError
+from .policy import call
 
 __all__ = [
     "BATCH",
@@ -40,7 +41,6 @@ __all__ = [
     "CopyError",
     "CopyQueries",
     "CopyReport",
-    "CopyStore",
     "copy_store",
     "plan",
 ]
@@ -82,46 +82,6 @@ class CopyError(StoreError):
     """The copy cannot start (a non-empty target) or did not copy everything."""
 
 
-class CopyStore(Protocol):
-    """What the copy needs of a store, on either side (both backends have it)."""
-
-    def copy_tables(self) -> list[str]:
-        """The tables of this store's schema (no internal ones)."""
-        ...
-
-    def copy_columns(self, table: str) -> list[str]:
-        """The columns of ``table``."""
-        ...
-
-    def copy_count(self, table: str) -> int:
-        """Rows in ``table``."""
-        ...
-
-    def copy_read(
-        self, table: str, columns: Sequence[str], batch: int
-    ) -> Any:  # Iterator[list[tuple[Any, ...]]]
-        """``table``'s rows (``columns``), in batches of at most ``batch``, in key order."""
-        ...
-
-    def copy_write(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-        """Insert ``rows`` into ``table`` in one transaction, ids as given."""
-        ...
-
-    def copy_adapt(
-        self, table: str, columns: Sequence[str], rows: list[tuple[Any, ...]]
-    ) -> list[tuple[Any, ...]]:
-        """``rows`` as this (target) store stores them (same bytes once decoded)."""
-        ...
-
-    def copy_clear(self, tables: Sequence[str]) -> None:
-        """Delete every row of ``tables`` (children first), in one transaction."""
-        ...
-
-    def copy_finish(self, tables: Sequence[str]) -> None:
-        """Move the id generators of ``tables`` past the copied ids."""
-        ...
-
-
 @dataclass(frozen=True, slots=True)
 class CopyReport:
     """What was copied: rows per table (the same in source and target)."""
@@ -134,7 +94,7 @@ class CopyReport:
         return sum(self.tables.values())
 
 
-def plan(source: CopyStore, target: CopyStore) -> list[str]:
+def plan(source: CopyQueries, target: CopyQueries) -> list[str]:
     """The tables to copy, parents first: those both stores have, but the skipped ones."""
     theirs = set(target.copy_tables())
     mine = [t for t in source.copy_tables() if t in theirs and t not in SKIPPED_TABLES]
@@ -143,8 +103,8 @@ def plan(source: CopyStore, target: CopyStore) -> list[str]:
 
 
 def copy_store(
-    source: CopyStore,
-    target: CopyStore,
+    source: CopyQueries,
+    target: CopyQueries,
     *,
     replace: bool = False,
     progress: Callable[[str, int, int], None] = lambda table, done, total: None,
@@ -198,32 +158,36 @@ def _quote(name: str) -> str:
 
 
 class CopyQueries:
-    """The copy role (:class:`CopyStore`) over one database: the SQL is the common subset;
+    """The copy role over one database, on either side of a copy: the SQL is the common subset;
     what the engines do differently (their list of tables, bytes-only bodies, id
     generators) the backend does (:class:`~.dialect.Database`)."""
 
     def __init__(self, db: Database) -> None:
         self._db = db
 
+    @call
     def copy_tables(self) -> list[str]:
-        """See :class:`CopyStore`."""
+        """The tables of this store's schema (no internal ones)."""
         return self._db.table_names()
 
+    @call
     def copy_columns(self, table: str) -> list[str]:
-        """See :class:`CopyStore`."""
+        """The columns of ``table`` (not those derived from others)."""
         cur = self._db.conn.execute(f"SELECT * FROM {_quote(table)} LIMIT 0")
         columns = [str(d[0]) for d in cur.description]
         cur.fetchall()
         return [c for c in columns if (table, c) not in GENERATED_COLUMNS]
 
+    @call
     def copy_count(self, table: str) -> int:
-        """See :class:`CopyStore`."""
+        """Rows in ``table``."""
         return int(first_value(self._db.conn, f"SELECT COUNT(*) FROM {_quote(table)}"))
 
+    @call
     def copy_read(
         self, table: str, columns: Sequence[str], batch: int
     ) -> Iterator[list[tuple[Any, ...]]]:
-        """See :class:`CopyStore`."""
+        """``table``'s rows (``columns``), in batches of at most ``batch``."""
         names = ", ".join(_quote(c) for c in columns)
         cur = self._db.conn.execute(f"SELECT {names} FROM {_quote(table)}")
         while True:
@@ -232,20 +196,22 @@ class CopyQueries:
                 return
             yield [tuple(r) for r in rows]
 
+    @call
     def copy_write(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-        """See :class:`CopyStore`."""
+        """Insert ``rows`` into ``table`` in one transaction, ids as given."""
         names = ", ".join(_quote(c) for c in columns)
         marks = ", ".join("?" for _ in columns)
         with self._db.tx() as c:
             c.executemany(f"INSERT INTO {_quote(table)} ({names}) VALUES ({marks})", rows)
 
+    @call
     def copy_adapt(
         self, table: str, columns: Sequence[str], rows: list[tuple[Any, ...]]
     ) -> list[tuple[Any, ...]]:
-        """See :class:`CopyStore`. SQLite keeps a column's text or blob as it is. PostgreSQL
-        stores event bodies and raw activities as ``BYTEA`` only: the plain text of rows
-        written before 0006 is encoded (:mod:`.codec`, without a reference or context), so
-        that it decodes to the same bytes."""
+        """``rows`` as this (target) store stores them. SQLite keeps a column's text or blob
+        as it is. PostgreSQL stores event bodies and raw activities as ``BYTEA`` only: the
+        plain text of rows written before 0006 is encoded (:mod:`.codec`, without a
+        reference or context), so that it decodes to the same bytes."""
         if not self._db.binary_bodies:
             return rows
         if table == "events" and "body" in columns:
@@ -256,14 +222,16 @@ class CopyQueries:
             return [_with(r, i, _text_raw(r[i], r[n], r[t])) for r in rows]
         return rows
 
+    @call
     def copy_clear(self, tables: Sequence[str]) -> None:
-        """See :class:`CopyStore`."""
+        """Delete every row of ``tables`` (children first), in one transaction."""
         with self._db.tx() as c:
             for table in tables:
                 c.execute(f"DELETE FROM {_quote(table)}")
 
+    @call
     def copy_finish(self, tables: Sequence[str]) -> None:
-        """See :class:`CopyStore`: the backend moves its id generators past the copied ids
+        """The backend moves its id generators past the copied ids of ``tables``
         (PostgreSQL's sequences; SQLite's AUTOINCREMENT follows inserted ids by itself)."""
         self._db.advance_ids(tables)
 

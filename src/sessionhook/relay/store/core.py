@@ -1,12 +1,13 @@
 """The store: its roles over one database, whatever the engine.
 
-:class:`StoreCore` composes one collaborator per role (:mod:`.roles` lists their methods),
-each built with what it needs: the :class:`~.dialect.Database` (the connection reads run
-on, the write transactions, the clock, and what the engines do differently), the codec of
-event bodies (:class:`~.bodies.Bodies`, shared by the ingest and every reader) and who this
-handle is among the replicas (:class:`~.leases.ReplicaState`, shared by the roles that
-claim). A caller reaches a role by name: ``store.outbox.due_deliveries(...)``,
-``store.operator.replay(...)``.
+:class:`StoreCore` composes one collaborator per role, each built with what it needs: the
+:class:`~.dialect.Database` (the connection reads run on, the write transactions, the
+clock, and what the engines do differently), the codec of event bodies
+(:class:`~.bodies.Bodies`, shared by the ingest and every reader) and who this handle is
+among the replicas (:class:`~.leases.ReplicaState`, shared by the roles that claim). A
+caller reaches a role by name: ``store.outbox.due_deliveries(...)``,
+``store.operator.replay(...)``; each method declares its policy for the async door
+(:mod:`.policy`).
 
 A backend provides the database:
 
@@ -24,29 +25,17 @@ from typing import Self
 from .actions import ActionQueries
 from .bodies import Bodies
 from .console_queries import ConsoleQueries
-from .copying import CopyQueries, CopyStore
+from .copying import CopyQueries
 from .dialect import Database
 from .economy_queries import Economy
 from .endpoints import EndpointQueries
+from .errors import StoreUnwritableError
 from .ingest import Ingest
 from .leases import Leases, ReplicaState
 from .meta import MetaQueries
 from .ops_queries import OperatorQueries
 from .outbox import Outbox
 from .refusals import Refusals
-from .roles import (
-    ActionRole,
-    ConsoleRole,
-    EconomyRole,
-    EndpointRole,
-    IngestRole,
-    LeaseRole,
-    MetaRole,
-    OperatorRole,
-    OutboxRole,
-    RefusalRole,
-)
-from .rows import StoreUnwritableError
 
 __all__ = ["StoreCore"]
 
@@ -55,44 +44,49 @@ class StoreCore:
     """A relay store: one attribute per role, over ``db`` (see the module docstring).
 
     Synchronous: the daemon goes through :class:`~.aio.AsyncStore`, which runs these in
-    the store's thread(s); the operator's commands call them directly.
+    the store's thread(s) (``await astore.run(Outbox.record_attempts, records)``); the
+    operator's commands call them directly.
     """
 
     def __init__(self, db: Database) -> None:
         self.db = db
         bodies = Bodies(db)
-        replica = ReplicaState()
-        meta = MetaQueries(db)
-        endpoints = EndpointQueries(db)
-        outbox = Outbox(db, bodies, replica)
-        refusals = Refusals(db)
-        operator = OperatorQueries(
-            db, bodies, endpoints=endpoints, outbox=outbox, meta=meta, refusals=refusals
-        )
+        #: Who this handle is among the replicas (shared by the roles that claim).
+        self.replica = ReplicaState()
         #: The ``meta`` table: the baseline, learned verdicts, probes.
-        self.meta: MetaRole = meta
+        self.meta = MetaQueries(db)
         #: The endpoints' configuration and run-time state.
-        self.endpoints: EndpointRole = endpoints
+        self.endpoints = EndpointQueries(db)
         #: The poller's archive: sessions, activities, events, their deliveries enqueued.
-        self.ingest: IngestRole = Ingest(db, bodies, endpoints)
+        self.ingest = Ingest(db, bodies, self.endpoints)
         #: What was refused from upstream, and why.
-        self.refusals: RefusalRole = refusals
-        #: The dispatcher's: due deliveries, attempts recorded, rendered bodies, pruning.
-        self.outbox: OutboxRole = outbox
+        self.refusals = Refusals(db)
         #: Replicas, their claims and named leases.
-        self.leases: LeaseRole = Leases(db, replica)
+        self.leases = Leases(db, self.replica)
+        #: The dispatcher's: due deliveries, attempts recorded, rendered bodies, pruning.
+        self.outbox = Outbox(db, bodies, self.replica, self.leases)
         #: The poller's upstream economy: history walk, budget, request counters.
-        self.economy: EconomyRole = Economy(db, replica)
+        self.economy = Economy(db, self.replica)
         #: The operator's: status, delivery log, replay, the event archive.
-        self.operator: OperatorRole = operator
-        #: The web console's lists and counts.
-        self.console: ConsoleRole = ConsoleQueries(
-            db, bodies, endpoints=endpoints, operator=operator
+        self.operator = OperatorQueries(
+            db,
+            bodies,
+            endpoints=self.endpoints,
+            outbox=self.outbox,
+            meta=self.meta,
+            refusals=self.refusals,
         )
+        #: The web console's lists and counts.
+        self.console = ConsoleQueries(db, bodies)
         #: Actions people took (signed links, Slack, the console).
-        self.actions: ActionRole = ActionQueries(db)
+        self.actions = ActionQueries(db)
         #: ``sessionhook store copy``'s reads and writes of whole tables.
-        self.copy: CopyStore = CopyQueries(db)
+        self.copy = CopyQueries(db)
+
+    def roles(self) -> list[object]:
+        """The role collaborators: every attribute but the database and the replica state
+        (the async door runs their methods)."""
+        return [value for name, value in vars(self).items() if name not in ("db", "replica")]
 
     @property
     def path(self) -> Path | None:
@@ -106,7 +100,7 @@ class StoreCore:
 
     @property
     def readonly(self) -> bool:
-        """Opened read-only: writes raise :class:`~.rows.StoreError`."""
+        """Opened read-only: writes raise :class:`~.errors.StoreError`."""
         return self.db.readonly
 
     @property

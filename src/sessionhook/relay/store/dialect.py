@@ -37,7 +37,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
 
-from .rows import StoreUnwritableError
+from .errors import StoreUnwritableError
 
 __all__ = ["Connection", "Cursor", "Database", "WakeSource", "first_value", "to_pyformat"]
 
@@ -91,7 +91,7 @@ class Database(Protocol):
 
     @property
     def path(self) -> Path | None:
-        """The SQLite file (``None`` on PostgreSQL), for :class:`~.rows.StoreError`."""
+        """The SQLite file (``None`` on PostgreSQL), for :class:`~.errors.StoreError`."""
         ...
 
     @property
@@ -101,7 +101,7 @@ class Database(Protocol):
 
     @property
     def readonly(self) -> bool:
-        """Opened read-only: every write raises :class:`~.rows.StoreError`."""
+        """Opened read-only: every write raises :class:`~.errors.StoreError`."""
         ...
 
     @property
@@ -123,7 +123,7 @@ class Database(Protocol):
 
     def tx(self, serialized: bool = True) -> AbstractContextManager[Connection]:
         """ONE write transaction, committed when the block ends, rolled back whole when it
-        raises ("cannot write now" becomes :class:`~.rows.StoreUnwritableError`).
+        raises ("cannot write now" becomes :class:`~.errors.StoreUnwritableError`).
         ``serialized=False``: the block orders itself by row locks (conditional updates,
         ``FOR UPDATE``, the outbox heads' per-key lock), so it does not wait for
         PostgreSQL's global write lock (SQLite has one writer anyway)."""
@@ -160,7 +160,7 @@ class Database(Protocol):
 
     def unwritable_error(self, exc: BaseException) -> StoreUnwritableError | None:
         """``exc`` (raised outside a write transaction) as the
-        :class:`~.rows.StoreUnwritableError` it means, or ``None``."""
+        :class:`~.errors.StoreUnwritableError` it means, or ``None``."""
         ...
 
     def open_reader(self) -> Database:

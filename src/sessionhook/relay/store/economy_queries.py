@@ -17,6 +17,7 @@ from sessionhook.api.models import Session
 
 from .dialect import Database
 from .leases import ReplicaState
+from .policy import call, try_write, write
 
 __all__ = [
     "BUDGET_WINDOW",
@@ -77,13 +78,14 @@ class HistoryProgress:
 
 
 class Economy:
-    """The economy role (:class:`~.roles.EconomyRole`) over one database, for the replica
+    """The economy role over one database, for the replica
     ``replica`` (alone on its store, the budget needs no lock row)."""
 
     def __init__(self, db: Database, replica: ReplicaState) -> None:
         self._db = db
         self._replica = replica
 
+    @call
     def known_sessions(self) -> list[KnownSession]:
         """Every archived session's scheduling facts, in one query (the poller's start)."""
         rows = self._db.conn.execute(
@@ -94,6 +96,7 @@ class Economy:
             KnownSession(r[0], r[1], r[2], r[3], r[4], bool(r[5]), bool(r[6]), r[7]) for r in rows
         ]
 
+    @write
     def record_history(self, sessions: Sequence[Session], *, account: str = "default") -> int:
         """Archive list items of sessions that existed before the first start, for the
         history walk (``baseline``, pending); one transaction. Known names are left alone.
@@ -125,6 +128,7 @@ class Economy:
             )
             return int(cur.rowcount)
 
+    @call
     def accounts_summary(self) -> dict[str, int]:
         """Archived sessions per account (``sessionhook status``)."""
         rows = self._db.conn.execute(
@@ -132,6 +136,7 @@ class Economy:
         ).fetchall()
         return {account: count for account, count in rows}
 
+    @call
     def history_pending(self, *, account: str | None = None) -> list[str]:
         """Names of the sessions the history walk has still to archive, newest first."""
         sql = (
@@ -141,6 +146,7 @@ class Economy:
         )
         return [r[0] for r in self._db.conn.execute(sql, () if account is None else (account,))]
 
+    @write
     def finish_history(self, name: str, at: float) -> None:
         """Mark a session's history archived (a restart does not fetch it again)."""
         with self._db.tx() as c:
@@ -150,6 +156,7 @@ class Economy:
                 (at, name),
             )
 
+    @call
     def history_progress(self, now: float) -> HistoryProgress:
         """The history walk's progress at ``now`` (works on a read-only connection)."""
         total, done, recent = self._db.conn.execute(
@@ -165,6 +172,7 @@ class Economy:
         span = min(_RATE_SPAN, max(1.0, now - first)) if first is not None else _RATE_SPAN
         return HistoryProgress(total=total, done=done, rate=recent / span if recent else 0.0)
 
+    @call
     def take_budget(
         self, key: str, now: float, limit: int, window: float = BUDGET_WINDOW, count: int = 1
     ) -> tuple[int, float]:
@@ -202,22 +210,24 @@ class Economy:
 
     # ----------------------------------------------------------------- upstream counters
 
-    def record_upstream(self, label: str, status: int | str | None, at: float) -> None:
+    @try_write
+    def record_upstream(self, label: str, status: int | str | None, at: float) -> bool:
         """Count one upstream request in its minute bucket.
 
         ``status`` is the HTTP status, ``None`` for no answer (stored as -1) or
         ``"malformed"`` for a 2xx answer that did not parse (stored as -2).
         """
-        self.record_upstream_counts({(label, status, int(at // 60)): 1})
+        return self.record_upstream_counts({(label, status, int(at // 60)): 1})
 
+    @try_write
     def record_upstream_counts(
         self, counts: Mapping[tuple[str, int | str | None, int], int]
-    ) -> None:
+    ) -> bool:
         """Count many upstream requests at once: ``counts[(label, status, minute)]`` requests
         (``minute`` = Unix seconds // 60; ``status`` as in :meth:`record_upstream`). One
         transaction, the same rows as that many :meth:`record_upstream` calls."""
         if not counts:
-            return
+            return True
         with self._db.tx(serialized=False) as c:  # upserts and a prune: no read
             c.executemany(
                 "INSERT INTO upstream_requests (minute, label, status, count) "
@@ -232,8 +242,10 @@ class Economy:
                 "DELETE FROM upstream_requests WHERE minute < ?",
                 (max(minute for _, _, minute in counts) - _UPSTREAM_KEEP_MINUTES,),
             )
+        return True
 
-    def mark_poll(self, ok: bool, at: float) -> None:
+    @try_write
+    def mark_poll(self, ok: bool, at: float) -> bool:
         """Record a discovery pass: when it ran and, if it succeeded, when it last did."""
         with self._db.tx(serialized=False) as c:  # upserts: no read
             keys = [("last_poll_at", at)] + ([("last_ok_poll_at", at)] if ok else [])
@@ -243,6 +255,7 @@ class Economy:
                     "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                     (key, repr(value)),
                 )
+        return True
 
 
 def _upstream_code(status: int | str | None) -> int:

@@ -20,17 +20,10 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from ..domain.rows import EndpointChanges, EndpointLike, EndpointSpec, EndpointState, StoredEndpoint
 from .dialect import Connection, Database, first_value
-from .rows import (
-    EndpointChanges,
-    EndpointConflictError,
-    EndpointLike,
-    EndpointLimitError,
-    EndpointSpec,
-    EndpointState,
-    StoredEndpoint,
-    StoreError,
-)
+from .errors import EndpointConflictError, EndpointLimitError, StoreError
+from .policy import call, write
 
 #: The row of a live endpoint created through the API.
 _LIVE_API = "source = 'api' AND deleted_at IS NULL"
@@ -39,11 +32,12 @@ __all__ = ["EndpointQueries"]
 
 
 class EndpointQueries:
-    """The endpoints role (:class:`~.roles.EndpointRole`) over one database."""
+    """The endpoints role over one database."""
 
     def __init__(self, db: Database) -> None:
         self._db = db
 
+    @call
     def sync_endpoints(self, endpoints: Iterable[EndpointLike]) -> None:
         """Make the config file's rows match the config: upsert url and globs, keep the
         run-time enabled state; endpoints missing from the config stay (history) but become
@@ -94,6 +88,7 @@ class EndpointQueries:
                 (json.dumps(names),),
             )
 
+    @write
     def set_endpoint_enabled(self, name: str, enabled: bool, reason: str | None = None) -> None:
         """Enable (clearing the reason and the failing clock) or disable an endpoint.
 
@@ -116,6 +111,7 @@ class EndpointQueries:
             if cur.rowcount == 0:
                 raise StoreError(f"unknown endpoint {name!r}", path=self._db.path)
 
+    @call
     def endpoint_states(self) -> list[EndpointState]:
         """Every endpoint the store knows, by name (not those deleted through the API)."""
         rows = self._db.conn.execute(
@@ -123,6 +119,7 @@ class EndpointQueries:
         ).fetchall()
         return [_state(r) for r in rows]
 
+    @call
     def endpoint_state(self, name: str) -> EndpointState | None:
         """The endpoint ``name`` (``None``: none, or one deleted through the API)."""
         row = self._db.conn.execute(
@@ -132,6 +129,7 @@ class EndpointQueries:
 
     # ------------------------------------------------------------ created through the API
 
+    @call
     def create_endpoint(self, spec: EndpointSpec, secret: str, limit: int | None = None) -> None:
         """Create the endpoint ``spec`` describes, signing with ``secret``, enabled. A name
         an endpoint has (in the config file, created through the API, or kept for the
@@ -180,6 +178,7 @@ class EndpointQueries:
             _set_live_count(c, held + 1)
             self._db.notify_outbox(c)
 
+    @call
     def update_endpoint(self, spec: EndpointSpec) -> None:
         """Replace the definition of the endpoint created through the API ``spec.name``
         (its secrets and run-time state stay)."""
@@ -193,6 +192,7 @@ class EndpointQueries:
             self._unknown_unless(cur.rowcount, spec.name)
             self._db.notify_outbox(c)
 
+    @call
     def rotate_endpoint_secret(self, name: str, secret: str, previous_until: float) -> None:
         """Sign with ``secret`` from now on, and with the secret it replaces as well until
         ``previous_until`` (the overlap; a rotation within it ends the earlier overlap)."""
@@ -206,6 +206,7 @@ class EndpointQueries:
             self._unknown_unless(cur.rowcount, name)
             self._db.notify_outbox(c)
 
+    @call
     def delete_endpoint(self, name: str, reason: str) -> int:
         """Delete the endpoint created through the API ``name``: its secrets are erased,
         its open deliveries become ``dead`` with ``reason`` (nothing more is sent to it);
@@ -233,6 +234,7 @@ class EndpointQueries:
             self._db.notify_outbox(c)
         return closed
 
+    @call
     def stored_endpoints(self) -> list[StoredEndpoint]:
         """Every live endpoint created through the API, with its secrets, by name."""
         rows = self._db.conn.execute(
@@ -241,6 +243,7 @@ class EndpointQueries:
         ).fetchall()
         return [_stored(r) for r in rows]
 
+    @call
     def endpoint_changes(self, since: int) -> EndpointChanges:
         """The endpoints created through the API whose definition changed after revision
         ``since`` (read by the revision's index), live or deleted; ``since`` 0: every live
@@ -258,6 +261,7 @@ class EndpointQueries:
             revision=max((int(r[6]) for r in rows), default=since),
         )
 
+    @call
     def stored_endpoint(self, name: str) -> StoredEndpoint | None:
         """The live endpoint created through the API ``name``, with its secrets."""
         row = self._db.conn.execute(
@@ -273,6 +277,7 @@ class EndpointQueries:
                 f"no endpoint created through the API named {name!r}", path=self._db.path
             )
 
+    @call
     def subscribers(
         self, account: str | None = None
     ) -> list[tuple[str, list[str], dict[str, list[str]]]]:

@@ -14,11 +14,13 @@ from typing import Any
 from sessionhook.api.models import Activity, Session, parse_timestamp
 
 from ..domain.events import Event, matches, payload_matches
+from ..domain.rows import Ingested, SessionRow
 from . import codec
 from .bodies import Bodies, raw_hints
 from .dialect import Connection, Database, first_value
 from .endpoints import EndpointQueries
-from .rows import Ingested, SessionRow, StoreError
+from .errors import StoreError
+from .policy import call, read, write
 
 __all__ = ["Ingest", "advance_cursor", "list_sessions"]
 
@@ -68,7 +70,7 @@ def list_sessions(conn: Connection, after: str | None, limit: int) -> list[Sessi
 
 
 class Ingest:
-    """The ingest role (:class:`~.roles.IngestRole`) over one database: it encodes event
+    """The ingest role over one database: it encodes event
     bodies with ``bodies`` and enqueues deliveries for ``endpoints``' subscribers."""
 
     def __init__(self, db: Database, bodies: Bodies, endpoints: EndpointQueries) -> None:
@@ -89,10 +91,12 @@ class Ingest:
 
     # ----------------------------------------------------------------- sessions
 
+    @read
     def get_session(self, name: str) -> SessionRow | None:
         """The archived session, or ``None``."""
         return get_session(self._db.conn, name)
 
+    @call
     def all_sessions(self) -> list[SessionRow]:
         """Every archived session, in the order they were first seen."""
         rows = self._db.conn.execute(
@@ -100,6 +104,7 @@ class Ingest:
         ).fetchall()
         return [session_row(r) for r in rows]
 
+    @write
     def upsert_session(self, session: Session, *, baseline: bool) -> SessionRow:
         """Archive a session (no events). A list item updates only the fields it carries: the
         stored JSON is merged (new keys win), and empty fields never erase known ones.
@@ -139,12 +144,14 @@ class Ingest:
             raise StoreError(f"session {session.name} vanished", path=self._db.path)
         return row
 
+    @write
     def set_session_account(self, name: str, account: str) -> None:
         """Record which account lists the session (its events' ``data.account``, and the
         endpoints that take them)."""
         with self._db.tx() as c:
             c.execute("UPDATE sessions SET account = ? WHERE name = ?", (account, name))
 
+    @read
     def session_account(self, name: str) -> str | None:
         """The account that lists the session (whose API key acts on it), or ``None`` for a
         session the archive does not know."""
@@ -153,6 +160,7 @@ class Ingest:
         ).fetchone()
         return None if row is None else str(row[0])
 
+    @write
     def schedule_poll(
         self,
         name: str,
@@ -180,6 +188,7 @@ class Ingest:
                 (next_poll_at, polled_update_time, polled_at, poll_errors, name),
             )
 
+    @write
     def finish_poll(
         self,
         name: str,
@@ -284,6 +293,7 @@ class Ingest:
         inserted = [event.type for event in fresh.values()]
         return tuple(inserted), len(deliveries)
 
+    @call
     def activity_raw(self, name: str) -> bytes | None:
         """The archived raw JSON of an activity, byte for byte as serialized at ingest."""
         row = self._db.conn.execute(
@@ -291,6 +301,7 @@ class Ingest:
         ).fetchone()
         return None if row is None else codec.decode_raw(row[0], raw_hints(name, row[1]))
 
+    @write
     def ingest_session_events(
         self, session_name: str, events: Sequence[Event], deliver: bool
     ) -> Ingested:
@@ -303,6 +314,7 @@ class Ingest:
             types, deliveries = self._insert_events(c, events, deliver, now)
             return Ingested(0, types, deliveries=deliveries)
 
+    @write
     def archive_discovered(
         self, session: Session, event: Event, *, baseline: bool, account: str | None = None
     ) -> Ingested:
@@ -318,6 +330,7 @@ class Ingest:
             self.set_session_account(session.name, account)
         return self.ingest_session_events(session.name, [event], not baseline)
 
+    @write
     def ingest_activities(
         self,
         session_name: str,
@@ -399,6 +412,7 @@ class Ingest:
             advance_cursor(c, session_name, times, cursor_limit)
             return Ingested(len(fresh), types, conflicts, deliveries)
 
+    @read
     def latest_activity(self, session_name: str, member: str) -> Activity | None:
         """The newest archived activity of ``session_name`` whose event member is ``member``
         (by ``createTime`` as an instant; the last archived wins a tie), or ``None``."""

@@ -32,6 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .dialect import Connection, Database
+from .policy import call, try_write, write
 
 #: Replicas not heard of for this long, or stopped this long ago, are forgotten.
 FORGET_AFTER = 24 * 3600.0
@@ -96,7 +97,7 @@ class ReplicaState:
 
 
 class Leases:
-    """The leases role (:class:`~.roles.LeaseRole`) over one database, for the replica
+    """The leases role over one database, for the replica
     ``replica`` (shared with the outbox and the budget)."""
 
     def __init__(self, db: Database, replica: ReplicaState) -> None:
@@ -125,6 +126,7 @@ class Leases:
 
     # ------------------------------------------------------------------ replicas
 
+    @write
     def register_replica(
         self,
         replica_id: str,
@@ -152,16 +154,18 @@ class Leases:
         self._replica.lease_seconds = lease
         self._replica.exclusive = exclusive
 
-    def heartbeat_replica(self, now: float) -> None:
+    @try_write
+    def heartbeat_replica(self, now: float) -> bool:
         """Say this replica is alive: every claim and lease it holds lasts until ``now +
         lease`` (one row written; the claimed rows are not touched, so a heartbeat never
         waits for a transaction that holds one)."""
         owner = self._replica.replica_id
-        if owner is None:
-            return
-        with self._db.tx(serialized=False) as c:
-            c.execute("UPDATE replicas SET heartbeat_at = ? WHERE id = ?", (now, owner))
+        if owner is not None:
+            with self._db.tx(serialized=False) as c:
+                c.execute("UPDATE replicas SET heartbeat_at = ? WHERE id = ?", (now, owner))
+        return True
 
+    @call
     def retire_replica(self, now: float) -> None:
         """A clean stop: release every claim and lease at once (no one waits for them to
         expire) and mark the replica stopped."""
@@ -173,6 +177,7 @@ class Leases:
             self._db.notify_outbox(c)
         self._replica.replica_id = None
 
+    @write
     def reap_replicas(self, ids: Iterable[str], now: float) -> int:
         """Replicas known to be dead (their process is gone: see the daemon's start-up)
         lose their claims and leases at once instead of when their lease runs out, and are
@@ -186,6 +191,7 @@ class Leases:
             self._db.notify_outbox(c)
         return len(dead)
 
+    @call
     def replicas(self) -> list[ReplicaRow]:
         """Every replica known (running, or stopped within a day), with what it holds."""
         deliveries = dict(
@@ -225,6 +231,7 @@ class Leases:
 
     # ------------------------------------------------------------------ outbox claims
 
+    @call
     def delivery_claims(
         self, now: float, ids: Iterable[int] | None = None
     ) -> dict[int, tuple[str, float]]:
@@ -242,6 +249,7 @@ class Leases:
             if wanted is None or int(r[0]) in wanted
         }
 
+    @call
     def endpoint_claims(self, now: float) -> dict[str, dict[str, int]]:
         """Per endpoint: replica id -> outbox heads it holds a live claim on at ``now``
         (deliveries in flight)."""
@@ -254,6 +262,7 @@ class Leases:
             out.setdefault(endpoint, {})[owner] = int(count)
         return out
 
+    @write
     def release_delivery_claims(self, keys: Iterable[tuple[str, str]]) -> None:
         """Give back this replica's claims on the (endpoint, session) heads ``keys`` (handed
         out but not started)."""
@@ -271,6 +280,7 @@ class Leases:
 
     # ------------------------------------------------------------------ session polls
 
+    @write
     def claim_session_poll(self, name: str, now: float) -> bool:
         """Claim ``name``'s activity poll for this replica: ``True`` when it is ours now
         (free, its owner not alive, or ours already); ``False`` while another live replica
@@ -286,6 +296,7 @@ class Leases:
             )
             return int(cur.rowcount) == 1
 
+    @call
     def release_session_poll(self, name: str) -> None:
         """The poll of ``name`` is over (its results committed): release the claim."""
         owner = self._replica.replica_id
@@ -300,6 +311,7 @@ class Leases:
 
     # ------------------------------------------------------------------ named leases
 
+    @write
     def acquire_lease(self, name: str, now: float) -> bool:
         """Take or keep the named lease ``name``: ``True`` when this replica holds it now,
         ``False`` while another live replica does (a lease lives as long as its holder).
@@ -318,6 +330,7 @@ class Leases:
             holder = c.execute("SELECT owner FROM leases WHERE name = ?", (name,)).fetchone()
         return holder is not None and holder[0] == owner
 
+    @call
     def release_lease(self, name: str) -> None:
         """Give the named lease up (when this replica holds it)."""
         owner = self._replica.replica_id
@@ -326,6 +339,7 @@ class Leases:
         with self._db.tx(serialized=False) as c:
             c.execute("DELETE FROM leases WHERE name = ? AND owner = ?", (name, owner))
 
+    @call
     def lease_expires_at(self, name: str) -> float | None:
         """When the named lease's holder stops being alive if it heartbeats no more (its
         last heartbeat plus its lease; Unix seconds), so a standby can try right then;
@@ -337,6 +351,7 @@ class Leases:
         ).fetchone()
         return None if value is None or value[0] is None else float(value[0])
 
+    @call
     def leases(self) -> list[LeaseRow]:
         """Every named lease, by name."""
         rows = self._db.conn.execute("SELECT name, owner, acquired_at FROM leases ORDER BY name")

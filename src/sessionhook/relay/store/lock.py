@@ -24,7 +24,7 @@ import fcntl
 import os
 from pathlib import Path
 
-from .rows import StoreError
+from .errors import StoreError
 
 __all__ = ["DaemonLock", "StoreLockedError", "acquire_daemon_lock", "lock_path"]
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..domain.rows import DeliveryRow, EventRow
 from .bodies import Bodies
 from .dialect import Connection
-from .rows import DeliveryRow, EventRow
 
 __all__ = [
     "DELIVERY_COLUMNS",

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from . import codec
-from .rows import StoreError
+from .errors import StoreError
 
 __all__ = [
     "MIGRATIONS",

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Protocol
 
 from .core import StoreCore
-from .rows import StoreError
+from .errors import StoreError
 from .sqlite import Store
 
 __all__ = [
@@ -36,7 +36,7 @@ SQLITE, POSTGRESQL = "sqlite", "postgresql"
 def database_errors(*, postgresql: bool = False) -> tuple[type[Exception], ...]:
     """What the engines raise for a database problem the store did not map (a bug, a
     corrupt file): callers that must not crash on one catch these with
-    :class:`~.rows.StoreError`, as ``except (StoreError, *database_errors())``.
+    :class:`~.errors.StoreError`, as ``except (StoreError, *database_errors())``.
 
     A function, not a constant: psycopg (about 10 MB of memory) is imported only when a
     PostgreSQL store is opened, so a relay on SQLite never loads it. Until then no psycopg
@@ -54,7 +54,7 @@ def database_errors(*, postgresql: bool = False) -> tuple[type[Exception], ...]:
 
 def store_failures() -> tuple[type[Exception], ...]:
     """Every way a store call can fail without it being a bug of the caller: the store's
-    own :class:`~.rows.StoreError`, an OS error (a socket, a file), and what
+    own :class:`~.errors.StoreError`, an OS error (a socket, a file), and what
     :func:`database_errors` names. ``except store_failures() as exc:``."""
     return (StoreError, OSError, *database_errors())
 
@@ -86,7 +86,7 @@ def open_store(
 ) -> StoreCore:
     """Open the configured store: PostgreSQL when a database URL is set, else the SQLite
     file at ``settings.path``. ``readonly``: for reading while the daemon runs (the schema
-    must be current). Raises :class:`~.rows.StoreError` (and its subclasses) as the
+    must be current). Raises :class:`~.errors.StoreError` (and its subclasses) as the
     backend's ``open`` / ``open_readonly`` do."""
     url = settings.database_url()
     if url is not None:

@@ -11,10 +11,23 @@ from contextlib import closing
 from fnmatch import fnmatchcase
 
 from ..domain.events import matches, payload_matches
+from ..domain.rows import (
+    AttemptRow,
+    DeliveryRow,
+    EndpointState,
+    EndpointSummary,
+    EventRow,
+    Recovered,
+    Retried,
+    SessionRow,
+    StatusSummary,
+    UpstreamSummary,
+)
 from .bodies import Bodies
 from .dialect import Database, first_value
 from .endpoints import EndpointQueries
-from .ingest import list_sessions
+from .errors import StoreError
+from .ingest import get_session, list_sessions
 from .log_rows import (
     DELIVERY_COLUMNS,
     EVENT_COLUMNS,
@@ -26,21 +39,9 @@ from .log_rows import (
 )
 from .meta import MetaQueries
 from .outbox import Outbox
+from .policy import call, write
 from .refusals import Refusals
 from .requeue import Requeue
-from .rows import (
-    AttemptRow,
-    DeliveryRow,
-    EndpointState,
-    EndpointSummary,
-    EventRow,
-    Recovered,
-    Retried,
-    SessionRow,
-    StatusSummary,
-    StoreError,
-    UpstreamSummary,
-)
 
 __all__ = ["OperatorQueries"]
 
@@ -67,7 +68,7 @@ def _selection(
 
 
 class OperatorQueries:
-    """The operator role (:class:`~.roles.OperatorRole`) over one database; its status
+    """The operator role over one database; its status
     reads the other roles' figures (the outbox, the endpoints, the meta, the refusals)."""
 
     def __init__(
@@ -88,6 +89,7 @@ class OperatorQueries:
         self._refusals = refusals
         self._requeue = Requeue(db)
 
+    @call
     def status_summary(self, now: float) -> StatusSummary:
         """Figures for ``sessionhook status``: per endpoint and upstream, at ``now``."""
         hour_ago = now - _HOUR
@@ -192,6 +194,7 @@ class OperatorQueries:
         found = [float(v) for v in (None if row is None else row[0], st.failing_since) if v]
         return min(found, default=None)
 
+    @call
     def list_deliveries(
         self,
         endpoint: str | None = None,
@@ -222,6 +225,7 @@ class OperatorQueries:
             by_session=by_session,
         )
 
+    @call
     def get_delivery(self, delivery_id: int) -> DeliveryRow | None:
         """One delivery, or ``None``."""
         row = self._db.conn.execute(
@@ -231,6 +235,7 @@ class OperatorQueries:
         ).fetchone()
         return None if row is None else delivery_row(row)
 
+    @call
     def list_attempts(self, delivery_id: int) -> list[AttemptRow]:
         """The attempts of a delivery, first to last."""
         rows = self._db.conn.execute(
@@ -240,6 +245,7 @@ class OperatorQueries:
         ).fetchall()
         return [AttemptRow(*r) for r in rows]
 
+    @write
     def replay(
         self,
         endpoint: str,
@@ -314,6 +320,7 @@ class OperatorQueries:
             )
             return int(cur.rowcount)
 
+    @call
     def replay_census(
         self,
         endpoint: str,
@@ -334,24 +341,35 @@ class OperatorQueries:
         ).fetchone()
         return int(row[0]), int(row[1])
 
+    @write
     def retry_delivery(self, delivery_id: int) -> Retried | None:
         """Make one delivery due now (see :meth:`.requeue.Requeue.retry`)."""
         return self._requeue.retry(delivery_id)
 
+    @write
     def recover_deliveries(self, endpoint: str, since: float) -> Recovered:
         """Re-open an endpoint's failed and dead deliveries of events since ``since``, due
         now (see :meth:`.requeue.Requeue.recover`)."""
         return self._requeue.recover(endpoint, since)
 
+    @write
     def make_due(self, endpoint: str) -> None:
         """Make the open deliveries to ``endpoint`` due now (see
         :meth:`.requeue.Requeue.due_now`)."""
         self._requeue.due_now(endpoint)
 
+    @call
+    def get_session(self, name: str) -> SessionRow | None:
+        """The archived session, or ``None`` (the poller's own read waits out an unreachable
+        store: :meth:`.ingest.Ingest.get_session`)."""
+        return get_session(self._db.conn, name)
+
+    @call
     def list_sessions(self, after: str | None = None, limit: int = 50) -> list[SessionRow]:
         """Archived sessions by name, those after ``after`` (a page), ``limit`` at most."""
         return list_sessions(self._db.conn, after, limit)
 
+    @call
     def get_event(self, event_id: str) -> EventRow | None:
         """One archived event, or ``None``."""
         row = self._db.conn.execute(
@@ -359,6 +377,7 @@ class OperatorQueries:
         ).fetchone()
         return None if row is None else event_row(self._bodies, row)
 
+    @call
     def iter_events(
         self,
         session: str | None = None,
@@ -396,16 +415,19 @@ class OperatorQueries:
                 return
             last = rows[-1][0]
 
+    @call
     def event_seq(self, event_id: str) -> int | None:
         """The position (``seq``) of the event ``event_id`` in ingest order, or ``None``."""
         row = self._db.conn.execute("SELECT seq FROM events WHERE id = ?", (event_id,)).fetchone()
         return None if row is None else int(row[0])
 
+    @call
     def last_event_seq(self) -> int:
         """The position of the newest archived event (0 when there is none)."""
         row = self._db.conn.execute("SELECT MAX(seq) FROM events").fetchone()
         return 0 if row is None or row[0] is None else int(row[0])
 
+    @call
     def events_after(
         self,
         seq: int,
@@ -435,6 +457,7 @@ class OperatorQueries:
                     break
         return events
 
+    @call
     def event_ids_after(
         self,
         seq: int,

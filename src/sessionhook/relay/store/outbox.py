@@ -22,15 +22,18 @@ endpoints by name), so two replicas' transactions never wait for each other in a
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from ..domain.retry import Dead, Decision, Delivered, DisableEndpoint, Retry
+from ..domain.rows import ActiveEndpoints, AttemptLike, DueDelivery
 from .bodies import Bodies
 from .dialect import Connection, Database, first_value
-from .leases import TAKEABLE, ReplicaState
-from .rows import ActiveEndpoints, AttemptLike, DueDelivery, StoreError
+from .errors import StoreError
+from .leases import TAKEABLE, Leases, ReplicaState
+from .policy import call, write, writes_when
 
-__all__ = ["CLAIM_SQL", "HEADS_SQL", "PRUNE_BATCH", "AttemptRecord", "Outbox", "rows_sql"]
+__all__ = ["CLAIM_SQL", "HEADS_SQL", "PRUNE_BATCH", "AttemptRecord", "Outbox", "Round", "rows_sql"]
 
 #: Rows deleted per transaction when pruning: the daemon's writes wait at most this long.
 PRUNE_BATCH = 2000
@@ -85,14 +88,44 @@ class AttemptRecord(NamedTuple):
     decision: Decision
 
 
-class Outbox:
-    """The outbox role (:class:`~.roles.OutboxRole`) over one database, for the replica
-    ``replica`` (a registered one claims the heads it hands out)."""
+@dataclass(slots=True)
+class Round:
+    """One round of the dispatcher (:meth:`Outbox.dispatch_round`): the attempts that
+    finished, to record; then at most ``limit`` due deliveries at ``now``, without the keys
+    in flight (``busy``) and at most ``caps[endpoint]`` of an endpoint; ``release``: the
+    keys handed out by the previous round and not started, whose claims go back first."""
 
-    def __init__(self, db: Database, bodies: Bodies, replica: ReplicaState) -> None:
+    records: Sequence[AttemptRecord]
+    now: float
+    limit: int
+    busy: Iterable[tuple[str, str]] = ()
+    release: Sequence[tuple[str, str]] = ()
+    caps: Mapping[str, int] | None = None
+    #: Per record, the endpoint's failing_since once the records are committed: a round
+    #: tried again after a failure (a full disk waited out) does not record them twice.
+    failing: list[float | None] | None = field(default=None)
+
+
+def _round_writes(outbox: Outbox, round_: Round) -> bool:
+    """Whether a round writes (see :meth:`Outbox.dispatch_round`): it has records, claims
+    to give back on a store with rivals, or claims what it reads (a replica)."""
+    replica = outbox._replica
+    return bool(
+        round_.records
+        or (round_.release and not replica.exclusive)
+        or (round_.limit > 0 and replica.claims)
+    )
+
+
+class Outbox:
+    """The outbox role over one database, for the replica ``replica`` (a registered one
+    claims the heads it hands out, and gives them back through ``leases``)."""
+
+    def __init__(self, db: Database, bodies: Bodies, replica: ReplicaState, leases: Leases) -> None:
         self._db = db
         self._bodies = bodies
         self._replica = replica
+        self._leases = leases
 
     @staticmethod
     def _claim_heads(
@@ -110,6 +143,7 @@ class Outbox:
         )
         return {int(r[0]) for r in cur.fetchall()}
 
+    @call
     def active_endpoints(self) -> list[str]:
         """The names of the endpoints deliveries go to now (enabled and configured), sorted;
         a dispatcher round reads them once for :meth:`due_deliveries` and
@@ -121,6 +155,7 @@ class Outbox:
             )
         ]
 
+    @call
     def active_revisions(self) -> ActiveEndpoints:
         """:meth:`active_endpoints` with the newest revision of any endpoint's definition
         (see :mod:`.endpoints`): a dispatcher's round reads them instead, and reads the
@@ -135,6 +170,7 @@ class Outbox:
         newest = rows[0][1] if rows else first_value(conn, "SELECT MAX(revision) FROM endpoints")
         return ActiveEndpoints([row[0] for row in rows], int(newest or 0))
 
+    @call
     def due_deliveries(
         self,
         now: float,
@@ -234,6 +270,7 @@ class Outbox:
             if r is not None and r[13] in ("pending", "failed")
         ]
 
+    @call
     def next_due_at(
         self, after: float | None = None, *, active: Sequence[str] | None = None
     ) -> float | None:
@@ -252,6 +289,33 @@ class Outbox:
                 best = float(value)
         return best
 
+    @writes_when(_round_writes)
+    def dispatch_round(
+        self, round_: Round
+    ) -> tuple[list[float | None], list[DueDelivery], float | None, ActiveEndpoints]:
+        """One round of the dispatcher in ONE call to the store's thread: record the
+        round's records in one transaction (:meth:`record_attempts`, committed before
+        anything is read), give its ``release`` claims back, then :meth:`due_deliveries`
+        and, when fewer than ``limit`` are due, :meth:`next_due_at` after ``now`` (else
+        ``now``). Returns (failing_since per record, due deliveries, next due time, the
+        active endpoints and the newest revision of a definition: :meth:`active_revisions`).
+        A round that writes (records, claims given back or taken) waits out a full disk
+        (the batch is tried again whole: nothing of it was committed); else it is a read,
+        once."""
+        if round_.failing is None:
+            round_.failing = self.record_attempts(round_.records)
+        if round_.release:
+            self._leases.release_delivery_claims(round_.release)
+        # Read once for both queries; the newest revision tells the dispatcher whether
+        # endpoints created through the API changed (see active_revisions).
+        active = self.active_revisions()
+        names, now, limit = active.names, round_.now, round_.limit
+        due = self.due_deliveries(now, limit, set(round_.busy), round_.caps, active=names)
+        if limit > 0 and len(due) >= limit:
+            return round_.failing, due, now, active
+        return round_.failing, due, self.next_due_at(after=now, active=names), active
+
+    @write
     def record_attempt(
         self, delivery_id: int, attempt: AttemptLike, decision: Decision
     ) -> float | None:
@@ -259,6 +323,7 @@ class Outbox:
         :meth:`record_attempts`). Returns the endpoint's ``failing_since`` afterwards."""
         return self.record_attempts([AttemptRecord(delivery_id, attempt, decision)])[0]
 
+    @write
     def record_attempts(self, records: Sequence[AttemptRecord]) -> list[float | None]:
         """Log attempts and apply their decisions, ALL in one transaction (group commit:
         nothing of the batch is reported before this returns).
@@ -391,6 +456,7 @@ class Outbox:
         value = s["failing_since"]
         return None if value is None else float(value)
 
+    @call
     def pending_count(self, endpoint: str | None = None) -> int:
         """Open (pending or failed) deliveries, of one endpoint or all."""
         if endpoint is None:
@@ -409,6 +475,7 @@ class Outbox:
             )
         )
 
+    @call
     def outbox_stats(self) -> dict[str, tuple[int, float | None]]:
         """Per known endpoint: (open deliveries, ``created_at`` of the oldest) for metrics."""
         rows = self._db.conn.execute(
@@ -418,6 +485,7 @@ class Outbox:
         ).fetchall()
         return {name: (count, oldest) for name, count, oldest in rows}
 
+    @call
     def prune_delivery_log(
         self, before: float, *, batch: int = PRUNE_BATCH, rounds: int | None = None
     ) -> tuple[int, int]:
@@ -463,6 +531,7 @@ class Outbox:
                 break
         return attempts, deliveries
 
+    @call
     def save_rendered(self, delivery_id: int, body: bytes, content_type: str) -> None:
         """Keep the bytes a delivery's first attempt sends (a format or a template made
         them); the first ones saved win, so every retry sends the same bytes."""
@@ -473,6 +542,7 @@ class Outbox:
                 (delivery_id, content_type, body),
             )
 
+    @call
     def rendered_body(self, delivery_id: int) -> tuple[bytes, str] | None:
         """``(body, content_type)`` saved by :meth:`save_rendered`, or ``None``."""
         row = self._db.conn.execute(

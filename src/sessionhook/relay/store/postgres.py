@@ -30,9 +30,9 @@ Transactions
 Errors
     The server unreachable or shutting down, a connection lost, no connection free in time,
     a read-only server (a standby, ``default_transaction_read_only``) -> the write raised
-    :class:`~.rows.StoreUnwritableError` with nothing committed (the daemon waits and
-    retries); ``disk_full`` (SQLSTATE 53100) -> :class:`~.rows.StoreFullError`; a wrong
-    password, a missing database or role at open -> :class:`~.rows.StoreError` (one line).
+    :class:`~.errors.StoreUnwritableError` with nothing committed (the daemon waits and
+    retries); ``disk_full`` (SQLSTATE 53100) -> :class:`~.errors.StoreFullError`; a wrong
+    password, a missing database or role at open -> :class:`~.errors.StoreError` (one line).
     Messages name the database by :func:`display_url` (never the password).
 
 PostgreSQL's ``TEXT`` cannot hold NUL characters: a text parameter holding one has it
@@ -57,8 +57,8 @@ from ..config.database_url import display_url
 from . import notify
 from .core import StoreCore
 from .dialect import Connection, WakeSource, to_pyformat
+from .errors import StoreError, StoreFullError, StoreUnwritableError
 from .migrations import POSTGRES, Engine, check_current, migrate
-from .rows import StoreError, StoreFullError, StoreUnwritableError
 
 __all__ = ["DEFAULT_POOL_SIZE", "PostgresDatabase", "PostgresStore"]
 

@@ -11,9 +11,10 @@ Each refusal is one row per session, name and reason; meeting it again bumps ``c
 
 from __future__ import annotations
 
+from ..domain.rows import RefusedRow, RefusedSummary
 from .dialect import Database, first_value
 from .ingest import advance_cursor as move_cursor
-from .rows import RefusedRow, RefusedSummary
+from .policy import call, write
 
 __all__ = ["REFUSAL_REASONS", "Refusals"]
 
@@ -24,11 +25,12 @@ _MAX_TEXT = 512
 
 
 class Refusals:
-    """The refusals role (:class:`~.roles.RefusalRole`) over one database."""
+    """The refusals role over one database."""
 
     def __init__(self, db: Database) -> None:
         self._db = db
 
+    @write
     def refuse_activity(
         self,
         session_name: str,
@@ -79,6 +81,7 @@ class Refusals:
                 move_cursor(c, session_name, [create_time], cursor_limit)
             return known is None
 
+    @call
     def refused_summary(self, since: float) -> RefusedSummary:
         """Refusals in total, by reason, since ``since`` (Unix seconds), and the latest."""
         by_reason = {
@@ -102,6 +105,7 @@ class Refusals:
             latest=latest[0] if latest else None,
         )
 
+    @call
     def refused_activities(self, limit: int = 100) -> list[RefusedRow]:
         """The most recently refused activities, newest first."""
         rows = self._db.conn.execute(

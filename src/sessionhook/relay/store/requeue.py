@@ -23,8 +23,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Final
 
+from ..domain.rows import Recovered, Retried
 from .dialect import Connection, Database, first_value
-from .rows import Recovered, Retried
 
 __all__ = ["Requeue"]
 

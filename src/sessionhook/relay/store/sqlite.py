@@ -3,7 +3,7 @@ and :class:`Store`, the store on it.
 
 The queries are shared with PostgreSQL (:mod:`.core`); this module opens the file, sets its
 pragmas, runs transactions and maps SQLite's errors (full disk, read-only file) to
-:class:`~.rows.StoreFullError` / :class:`~.rows.StoreUnwritableError`. One daemon per file
+:class:`~.errors.StoreFullError` / :class:`~.errors.StoreUnwritableError`. One daemon per file
 (:mod:`.lock`: :attr:`SqliteDatabase.exclusive`); operator commands read a WAL snapshot
 beside it.
 
@@ -42,8 +42,8 @@ from pathlib import Path
 
 from .core import StoreCore
 from .dialect import Connection, WakeSource
+from .errors import StoreError, StoreFullError, StoreUnwritableError
 from .migrations import SQLITE, check_current, migrate, pending
-from .rows import StoreError, StoreFullError, StoreUnwritableError
 
 __all__ = ["BUSY_TIMEOUT_MS", "SqliteDatabase", "Store", "is_full_error", "is_readonly_error"]
 

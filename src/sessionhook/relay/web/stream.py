@@ -46,8 +46,9 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute
 from starlette.types import Receive, Scope, Send
 
+from ..domain.rows import EventRow
 from ..ops import EventFilter, Follower, OperatorError, resume_position
-from ..store import EventRow, StoreError, store_failures
+from ..store import StoreError, store_failures
 from ..telemetry.logs import get_logger
 from .answers import api_route, error_response
 from .auth import client_address

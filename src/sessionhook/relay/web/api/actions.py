@@ -12,6 +12,7 @@ from starlette.routing import BaseRoute
 
 from ...domain.api_models import ApiActionPage
 from ...ops.wire import action_answer
+from ...store import ActionQueries
 from ..answers import api_answer, api_route
 from ..context import WebContext
 from .common import bad_request, page_answer, page_request, query_text, require_store
@@ -31,7 +32,9 @@ def actions_routes(ctx: WebContext) -> Sequence[BaseRoute]:
                 raise bad_request("pageToken is not one this API gave")
             before = int(page.after)
         session = query_text(request, "session")
-        rows = await store.actions.list_actions(session=session, before=before, limit=page.size + 1)
+        rows = await store.run(
+            ActionQueries.list_actions, session=session, before=before, limit=page.size + 1
+        )
         more = len(rows) > page.size
         rows = rows[: page.size]
         after = str(rows[-1].id) if more else None

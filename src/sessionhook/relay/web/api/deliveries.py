@@ -85,7 +85,7 @@ def deliveries_routes(ctx: WebContext) -> Sequence[BaseRoute]:
         key = delivery_id(request.path_params["id"])
         await read_json(request, ApiEmptyBody)  # an empty body, or {}
         try:
-            result = await store.run_write(requeue.retry, key)
+            result = await store.run(requeue.retry, key)
         except OperatorError as exc:
             status = 404 if str(exc).startswith("no delivery") else 409
             raise ApiProblem(status, str(exc) + (f" ({exc.hint})" if exc.hint else "")) from None
@@ -98,7 +98,7 @@ def deliveries_routes(ctx: WebContext) -> Sequence[BaseRoute]:
         body = await read_json(request, ApiRecoverBody)
         since = since_time(body.since, ctx.clock())
         try:
-            result = await store.run_write(requeue.recover, body.endpoint, since)
+            result = await store.run(requeue.recover, body.endpoint, since)
         except UnknownEndpointError as exc:
             raise not_found(str(exc)) from None
         if result.queued:

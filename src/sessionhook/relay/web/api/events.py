@@ -73,7 +73,7 @@ def events_routes(ctx: WebContext) -> Sequence[BaseRoute]:
         key = event_id(request.path_params["id"])
         body = await read_json(request, ApiReplayBody)
         try:
-            result = await store.run_write(operator.replay, body.endpoint, event_ids=[key])
+            result = await store.run(operator.replay, body.endpoint, event_ids=[key])
         except UnknownEndpointError as exc:
             raise not_found(str(exc)) from None
         except OperatorError as exc:  # no such event

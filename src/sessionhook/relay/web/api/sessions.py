@@ -30,6 +30,7 @@ from ...domain.api_models import (
 from ...ops import OperatorError, pages
 from ...ops.actions import Actor, record_direct
 from ...ops.wire import event_answer, session_answer
+from ...store import OperatorQueries
 from ...telemetry.logs import get_logger
 from ..answers import api_answer, api_route
 from ..auth import client_address
@@ -78,7 +79,7 @@ def sessions_routes(ctx: WebContext) -> Sequence[BaseRoute]:
     async def act(request: Request, kind: ActionKind, text: str | None) -> Response:
         store = require_store(ctx)
         name = session_name(request.path_params["id"])
-        if await store.console.get_session(name) is None:
+        if await store.run(OperatorQueries.get_session, name) is None:
             raise not_found(f"no session {name} in the archive")
         if ctx.act is None:
             raise unavailable("this relay cannot act on sessions (no upstream client here)")

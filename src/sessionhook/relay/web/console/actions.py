@@ -179,7 +179,7 @@ class Actions:
         what = f"event {event_id}" if event_id else "the events of that time range"
         # The operator layer's replay (as `sessionhook replay`): a range is queued a
         # chunk at a time, each chunk one short transaction.
-        result = await store.run_write(
+        result = await store.run(
             operator.replay,
             endpoint,
             event_ids=[event_id] if event_id else (),
@@ -199,7 +199,7 @@ class Actions:
         key = form.get("delivery", "").strip()
         if not key.isascii() or not key.isdigit() or len(key) > 18:
             return "error", "retry: choose a delivery"
-        result = await store.run_write(requeue.retry, int(key))
+        result = await store.run(requeue.retry, int(key))
         self.deps.wake()
         _log.info("console.retry", delivery=int(key), previous=result.previous)
         return "ok", result.message
@@ -212,7 +212,7 @@ class Actions:
             since = parse_moment(form.get("since", "").strip() or "1h", self.deps.clock())
         except ValueError as exc:
             return "error", f"recover: since: {exc}"
-        result = await store.run_write(requeue.recover, endpoint, since)
+        result = await store.run(requeue.recover, endpoint, since)
         if result.queued:
             self.deps.wake()
         _log.info("console.recover", endpoint=endpoint, queued=result.queued)
@@ -225,9 +225,9 @@ class Actions:
         enable = form.get("enabled") == "1"
         reason = form.get("reason", "").strip()[:200] or "disabled in the console"
         if enable:
-            waiting = await store.run_write(operator.enable_endpoint, name)
+            waiting = await store.run(operator.enable_endpoint, name)
         else:
-            await store.run_write(operator.disable_endpoint, name, reason)
+            await store.run(operator.disable_endpoint, name, reason)
         _log.info(
             "console.endpoint", endpoint=name, enabled=enable, reason=None if enable else reason
         )

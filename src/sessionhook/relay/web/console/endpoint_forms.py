@@ -33,8 +33,9 @@ from ....redact import redact_userinfo
 from ... import ops as operator
 from ...config import Config, parse_duration
 from ...config.endpoint_spec import MAX_DESCRIPTION_CHARS, MAX_NAME_CHARS, MAX_URL_CHARS
+from ...domain.rows import StoredEndpoint
 from ...ops import endpoint_edits as edits
-from ...store import AsyncStore, StoredEndpoint, StoreError
+from ...store import AsyncStore, StoreError
 from ...telemetry.logs import get_logger
 from ..headers import SECRET_HEADERS
 from .actions import checked_form, flash_redirect
@@ -335,7 +336,7 @@ async def _off_loop(fn: Callable[[], T]) -> T:
 async def _in_store(store: AsyncStore, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """``fn(store, *args)`` in the store's thread; a refusal as :class:`_Refused`."""
     try:
-        return await store.run_write(fn, *args, **kwargs)
+        return await store.run(fn, *args, **kwargs)
     except (operator.OperatorError, StoreError) as exc:
         raise _refusal(exc) from None
 

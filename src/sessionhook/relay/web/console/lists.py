@@ -22,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ...domain.events import EVENT_TYPES
-from ...store import AsyncStore
+from ...store import AsyncStore, ConsoleQueries, EndpointQueries
 from .common import ConsoleDeps, bad_request, render_page, unavailable
 from .text import BadNumber, parse_when, query_text, url_int
 
@@ -52,9 +52,9 @@ async def find(store: AsyncStore, text: str) -> Search:
     """Resolve a search: an archived event's id first, else a session's name."""
     if not text:
         return Search()
-    if await store.console.console_events(event_id=text, limit=1):
+    if await store.run(ConsoleQueries.console_events, event_id=text, limit=1):
         return Search(text, event_id=text)
-    return Search(text, session=await store.console.find_session(text))
+    return Search(text, session=await store.run(ConsoleQueries.find_session, text))
 
 
 def _choice(params: QueryParams, name: str, allowed: tuple[str, ...] | list[str]) -> str:
@@ -79,7 +79,7 @@ class Lists:
             before = url_int(q.get("before"), "before")
         except BadNumber as exc:
             return bad_request(request, str(exc))
-        endpoints = [e.name for e in await store.console.endpoint_states()]
+        endpoints = [e.name for e in await store.run(EndpointQueries.endpoint_states)]
         types = EVENT_TYPES
         filters = {
             "q": query_text(q.get("q")),
@@ -92,7 +92,8 @@ class Lists:
         search = await find(store, filters["q"])
         rows = []
         if not search.missing:
-            rows = await store.console.console_deliveries(
+            rows = await store.run(
+                ConsoleQueries.console_deliveries,
                 endpoint=filters["endpoint"] or None,
                 status=filters["status"] or None,
                 since=parse_when(filters["since"], now),
@@ -138,7 +139,8 @@ class Lists:
         search = await find(store, filters["q"])
         rows = []
         if not search.missing:
-            rows = await store.console.console_events(
+            rows = await store.run(
+                ConsoleQueries.console_events,
                 session=search.session,
                 event_id=search.event_id,
                 event_type=filters["type"] or None,

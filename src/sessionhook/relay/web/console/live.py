@@ -28,7 +28,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from ...store import store_failures
+from ...store import ConsoleQueries, OperatorQueries, store_failures
 from ...telemetry.logs import get_logger
 from ..headers import SECURITY_HEADERS
 from ..listener import server_closing
@@ -84,7 +84,7 @@ def live_route(deps: ConsoleDeps) -> Route:
             start = _start(request)
         except BadNumber as exc:
             return Response(str(exc), status_code=400, headers=SECURITY_HEADERS)
-        after: int = start if start is not None else await store.console.last_event_seq()
+        after: int = start if start is not None else await store.run(OperatorQueries.last_event_seq)
 
         closing = server_closing(request.scope)
 
@@ -102,8 +102,8 @@ def live_route(deps: ConsoleDeps) -> Route:
                     if current is None:
                         return
                     try:
-                        rows = await current.console.console_events_after(
-                            after, session=session, limit=100
+                        rows = await current.run(
+                            ConsoleQueries.console_events_after, after, session=session, limit=100
                         )
                     except store_failures() as exc:
                         _log.warning("console.live_read_failed", error=str(exc))

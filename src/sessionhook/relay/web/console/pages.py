@@ -31,7 +31,15 @@ from starlette.responses import Response
 
 from ...domain.actions import ActionKind
 from ...domain.events import SESSION_ACTION_REQUIRED
-from ...store import AsyncStore, AttemptRow, DeliveryRow, EventRow
+from ...domain.rows import AttemptRow, DeliveryRow, EventRow
+from ...store import (
+    ActionQueries,
+    AsyncStore,
+    ConsoleQueries,
+    EndpointQueries,
+    Leases,
+    OperatorQueries,
+)
 from .chart import minute_chart
 from .common import ConsoleDeps, bad_request, not_found, render_page, unavailable
 from .text import BadNumber, query_text, url_int
@@ -86,12 +94,12 @@ class Pages:
             return unavailable(request)
         now = self.deps.clock()
         start = (int(now) // 60 + 1) * 60 - DAY_MINUTES * 60
-        summary = await store.console.status_summary(now)
-        counts = await store.console.attempts_per_minute(start, DAY_MINUTES)
-        used = await store.console.budget_used(now - 60.0)
-        replicas = await store.leases.replicas()
+        summary = await store.run(OperatorQueries.status_summary, now)
+        counts = await store.run(ConsoleQueries.attempts_per_minute, start, DAY_MINUTES)
+        used = await store.run(ConsoleQueries.budget_used, now - 60.0)
+        replicas = await store.run(Leases.replicas)
         # Where each endpoint is defined: the config file's are read-only here.
-        sources = {e.name: e.source for e in await store.console.endpoint_states()}
+        sources = {e.name: e.source for e in await store.run(EndpointQueries.endpoint_states)}
         budgets = [
             {"account": account, "limit": limit, "used": used.get(account, 0)}
             for account, limit in sorted(self.deps.budgets().items())
@@ -126,9 +134,11 @@ class Pages:
         state = query_text(q.get("state")) or None
         account = query_text(q.get("account")) or None
         text = query_text(q.get("q"))
-        rows = await store.console.console_sessions(state=state, account=account, text=text or None)
-        states, accounts = await store.console.console_session_facets()
-        last_seq = await store.console.last_event_seq()
+        rows = await store.run(
+            ConsoleQueries.console_sessions, state=state, account=account, text=text or None
+        )
+        states, accounts = await store.run(ConsoleQueries.console_session_facets)
+        last_seq = await store.run(OperatorQueries.last_event_seq)
         return render_page(
             request,
             "sessions.html",
@@ -149,7 +159,7 @@ class Pages:
         if store is None:
             return unavailable(request)
         name = query_text(request.query_params.get("session"))
-        session = await store.console.get_session(name) if name else None
+        session = await store.run(OperatorQueries.get_session, name) if name else None
         if session is None:
             return not_found(request, "no such session in the archive")
         try:
@@ -158,21 +168,23 @@ class Pages:
             return bad_request(request, str(exc))
         # Taken first: the live feed resumes from here, so nothing archived while the page
         # is read is missed (the script skips an event shown already).
-        newest = await store.console.last_event_seq()
-        events: list[EventRow] = await store.console.console_timeline(
-            name, after_seq=after, limit=200
+        newest = await store.run(OperatorQueries.last_event_seq)
+        events: list[EventRow] = await store.run(
+            ConsoleQueries.console_timeline, name, after_seq=after, limit=200
         )
-        deliveries = await store.console.deliveries_of_events([e.id for e in events])
-        attempts = await store.console.attempts_of_deliveries([d.id for d in deliveries][:500])
+        deliveries = await store.run(ConsoleQueries.deliveries_of_events, [e.id for e in events])
+        attempts = await store.run(
+            ConsoleQueries.attempts_of_deliveries, [d.id for d in deliveries][:500]
+        )
         by_delivery: dict[int, list[AttemptRow]] = {}
         for a in attempts:
             by_delivery.setdefault(a.delivery_id, []).append(a)
         by_event: dict[str, list[tuple[DeliveryRow, list[AttemptRow]]]] = {}
         for d in deliveries:
             by_event.setdefault(d.event_id, []).append((d, by_delivery.get(d.id, [])))
-        endpoints = await store.console.endpoint_states()
+        endpoints = await store.run(EndpointQueries.endpoint_states)
         # Approvals and answers given through the relay (links, Slack, console), newest first.
-        taken = await store.actions.list_actions(session=name, limit=50)
+        taken = await store.run(ActionQueries.list_actions, session=name, limit=50)
         more = len(events) >= 200
         return render_page(
             request,
@@ -207,7 +219,7 @@ class Pages:
         attempt_id = _path_id(request, "attempt_id")
         attempt = None
         if attempt_id is not None:
-            attempt = await store.console.get_attempt(attempt_id)
+            attempt = await store.run(ConsoleQueries.get_attempt, attempt_id)
         if attempt is None:
             return not_found(request, "no such attempt (pruned by the delivery-log retention?)")
         return await self._delivery_page(request, store, attempt.delivery_id, attempt.id)
@@ -215,12 +227,12 @@ class Pages:
     async def _delivery_page(
         self, request: Request, store: AsyncStore, delivery_id: int, selected: int | None
     ) -> Response:
-        delivery = await store.console.get_delivery(delivery_id)
+        delivery = await store.run(OperatorQueries.get_delivery, delivery_id)
         if delivery is None:
             return not_found(request, "no such delivery")
-        attempts = await store.console.list_attempts(delivery_id)
-        event = await store.console.get_event(delivery.event_id)
-        others = await store.console.deliveries_of_events([delivery.event_id])
+        attempts = await store.run(OperatorQueries.list_attempts, delivery_id)
+        event = await store.run(OperatorQueries.get_event, delivery.event_id)
+        others = await store.run(ConsoleQueries.deliveries_of_events, [delivery.event_id])
         current = next((a for a in attempts if a.id == selected), None)
         return render_page(
             request,

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import Final
 
 from ....wording import counted
-from ...store import AttemptRow, DeliveryRow
+from ...domain.rows import AttemptRow, DeliveryRow
 
 __all__ = [
     "BODY_SHOWN",

@@ -1,5 +1,6 @@
-"""What the store takes and returns: the row dataclasses, the protocols of its inputs, and
-:class:`StoreError`. No SQL here; the queries live in :mod:`.sqlite` and :mod:`.ops_queries`.
+"""What the store takes and returns: the row dataclasses and the protocols of its inputs.
+No SQL here (the queries are the store's); the CLI and the operator layer import them from
+here. The store's errors are :mod:`sessionhook.relay.store.errors`.
 """
 
 from __future__ import annotations
@@ -7,11 +8,9 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
 
 from sessionhook.api.models import Session
-from sessionhook.wording import counted
 
 from ..domain.delivery_states import error_is_current
 
@@ -20,30 +19,11 @@ from ..domain.delivery_states import error_is_current
 OPEN_STATUSES = ("pending", "failed")
 
 
-class StoreError(Exception):
-    """The store cannot do what was asked; the message says why and names the file."""
-
-    def __init__(self, message: str, *, path: Path | None = None) -> None:
-        super().__init__(message)
-        self.path = path
-
-
-class StoreUnwritableError(StoreError):
-    """A write cannot be done for now (a read-only file or mount, a full disk). Nothing of
-    the write was committed; the same write may succeed later."""
-
-
-class StoreFullError(StoreUnwritableError):
-    """A write failed for lack of space (``database or disk is full``, no room for the
-    ``-shm`` index, ``ENOSPC``/``EDQUOT``). Nothing of the write was committed; the same
-    write succeeds once space returns."""
-
-
 # --------------------------------------------------------------------------- inputs
 
 
 class EndpointLike(Protocol):
-    """What :meth:`Store.sync_endpoints` reads of an endpoint (``EndpointConfig`` fits)."""
+    """What the store's ``sync_endpoints`` reads of an endpoint (``EndpointConfig`` fits)."""
 
     @property
     def name(self) -> str: ...
@@ -59,7 +39,7 @@ class EndpointLike(Protocol):
 
 
 class AttemptLike(Protocol):
-    """What :meth:`Store.record_attempt` reads of an attempt (``retry.AttemptResult`` fits)."""
+    """What the store's ``record_attempt`` reads of an attempt (``retry.AttemptResult`` fits)."""
 
     @property
     def status_code(self) -> int | None: ...
@@ -200,25 +180,6 @@ class ActiveEndpoints:
     revision: int
 
 
-class EndpointConflictError(StoreError):
-    """An endpoint of that name exists already (in the config file or created through the
-    API), or the endpoint is the config file's to change."""
-
-
-class EndpointLimitError(EndpointConflictError):
-    """The store holds ``held`` endpoints created through the API: as many as it may
-    (``limit``), or more."""
-
-    def __init__(self, limit: int, held: int, *, path: Path | None = None) -> None:
-        super().__init__(
-            f"the store holds {counted(held, 'endpoint')} created through the API"
-            f" (at most {limit})",
-            path=path,
-        )
-        self.limit = limit
-        self.held = held
-
-
 @dataclass(frozen=True, slots=True)
 class EventRow:
     """An archived event; ``body`` is the exact payload every delivery sends."""
@@ -303,7 +264,7 @@ class DeliveryRow:
 
 @dataclass(frozen=True, slots=True)
 class Retried:
-    """What :meth:`~.ops_queries.OperatorQueries.retry_delivery` did to one delivery."""
+    """What the store's ``retry_delivery`` did to one delivery."""
 
     #: Its status before (``delivered``: nothing was done, a delivered row is final).
     previous: str
@@ -314,8 +275,8 @@ class Retried:
 
 @dataclass(frozen=True, slots=True)
 class Recovered:
-    """What :meth:`~.ops_queries.OperatorQueries.recover_deliveries` re-opened, and what
-    the endpoint holds otherwise (to say why nothing was when nothing was)."""
+    """What the store's ``recover_deliveries`` re-opened, and what the endpoint holds
+    otherwise (to say why nothing was when nothing was)."""
 
     #: The failed and dead deliveries made due now, oldest first.
     ids: tuple[int, ...]
@@ -345,7 +306,7 @@ class AttemptRow:
 
 @dataclass(frozen=True, slots=True)
 class EndpointSummary:
-    """Per endpoint figures of :meth:`Store.status_summary`; ``*_last_hour`` count rows."""
+    """Per endpoint figures of the store's ``status_summary``; ``*_last_hour`` count rows."""
 
     name: str
     url: str
@@ -372,7 +333,7 @@ class EndpointSummary:
 
 @dataclass(frozen=True, slots=True)
 class UpstreamSummary:
-    """Sessions API figures of :meth:`Store.status_summary`."""
+    """Sessions API figures of the store's ``status_summary``."""
 
     last_poll_at: float | None
     last_ok_poll_at: float | None

@@ -1,0 +1,74 @@
+"""How a store method meets a store that cannot be written or reached for now: its policy,
+declared once, on the method that implements it (or on an operator's function over the
+store), and read by the async door (:meth:`~.aio.AsyncStore.run`).
+
+* :func:`call`: once, in the store's thread; a failure is raised (a console page answers
+  503, an operator's action reports it). A function without a policy runs so.
+* :func:`read`: a read the poller cannot go on without: an unreachable database is waited
+  out (a full disk is not: reads need no space).
+* :func:`write`: a full disk or an unreachable database is waited out, then it commits
+  (nothing the poller archived or the dispatcher sent is lost).
+* :func:`try_write`: a statistic, skipped while the store cannot be written; the method
+  returns ``True`` and the door ``False`` when it skipped it or it failed.
+* :func:`writes_when`: a :func:`write` when a test of the call's arguments says it
+  writes, else a :func:`call` (the dispatcher's round).
+
+The decorators return the function itself, marked: its signature is kept, and a
+synchronous caller calls it as it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final, Literal, TypeVar
+
+__all__ = ["Policy", "call", "policy_of", "read", "try_write", "write", "writes_when"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+B = TypeVar("B", bound=Callable[..., bool])
+
+Policy = Literal["call", "read", "write", "try_write"]
+#: The attribute a decorator sets: a :data:`Policy`, or the test of :func:`writes_when`.
+_ATTRIBUTE: Final = "store_policy"
+
+
+def call(fn: F) -> F:
+    """Run once; a failure is raised."""
+    setattr(fn, _ATTRIBUTE, "call")
+    return fn
+
+
+def read(fn: F) -> F:
+    """A read that waits out an unreachable store."""
+    setattr(fn, _ATTRIBUTE, "read")
+    return fn
+
+
+def write(fn: F) -> F:
+    """A write that waits out a full disk or an unreachable store."""
+    setattr(fn, _ATTRIBUTE, "write")
+    return fn
+
+
+def try_write(fn: B) -> B:
+    """A statistic: skipped while the store cannot be written (it returns ``True``; the
+    door returns ``False`` for a write skipped or failed)."""
+    setattr(fn, _ATTRIBUTE, "try_write")
+    return fn
+
+
+def writes_when(test: Callable[..., bool]) -> Callable[[F], F]:
+    """A :func:`write` when ``test(target, *args, **kwargs)`` (the method's own arguments)
+    holds, else a :func:`call`."""
+
+    def mark(fn: F) -> F:
+        setattr(fn, _ATTRIBUTE, test)
+        return fn
+
+    return mark
+
+
+def policy_of(fn: Callable[..., Any]) -> Policy | Callable[..., bool] | None:
+    """The policy ``fn`` is marked with (the test of :func:`writes_when`), or ``None``."""
+    policy: Policy | Callable[..., bool] | None = getattr(fn, _ATTRIBUTE, None)
+    return policy
