@@ -16,7 +16,11 @@ def children_of(pid: int) -> set[int]:
     """The children of ``pid`` (over all its threads), live or not yet reaped."""
     found: set[int] = set()
     for task in Path(f"/proc/{pid}/task").iterdir():
-        found |= {int(child) for child in (task / "children").read_text().split()}
+        try:
+            listed = (task / "children").read_text()
+        except FileNotFoundError:  # a thread that ended since the directory was listed
+            continue
+        found |= {int(child) for child in listed.split()}
     return found
 
 
