@@ -140,6 +140,23 @@ class Lines:
         return self.seen[self.taken - count : self.taken]
 
 
+async def start_listen(
+    tg: anyio.abc.TaskGroup, args: list[str], env: dict[str, str]
+) -> tuple[anyio.abc.Process, Lines, Lines]:
+    """``sessionhook listen ARGS`` with the relay's token, its stdout and stderr read into
+    :class:`Lines` by ``tg``."""
+    proc = await anyio.open_process(
+        [str(SESSIONHOOK), "listen", *args],
+        stdin=subprocess.DEVNULL,
+        env={**env, "SESSIONHOOK_WEB_TOKEN": TOKEN},
+    )
+    out, err = Lines(), Lines()
+    assert proc.stdout is not None and proc.stderr is not None
+    tg.start_soon(out.pump, proc.stdout)
+    tg.start_soon(err.pump, proc.stderr)
+    return proc, out, err
+
+
 async def until(condition: Callable[[], bool], what: str, within: float = 30) -> None:
     """Poll ``condition`` (state another task or process changes) for at most ``within`` s."""
     with anyio.fail_after(within):
@@ -167,16 +184,8 @@ async def test_forward_reaches_a_verifying_consumer_once_each_in_order_across_a_
             args = ["--url", f"http://127.0.0.1:{proxy_port}", "--last-event-id", start.id]
             target = f"http://127.0.0.1:{consumer_port}/webhooks"
             args += ["--forward-to", target, "--events", "session.*, activity.plan_*", "--json"]
-            proc = await anyio.open_process(
-                [str(SESSIONHOOK), "listen", *args],
-                stdin=subprocess.DEVNULL,
-                env={**env, "SESSIONHOOK_WEB_TOKEN": TOKEN},
-            )
+            proc, out, err = await start_listen(tg, args, env)
             try:
-                out, err = Lines(), Lines()
-                assert proc.stdout is not None and proc.stderr is not None
-                tg.start_soon(out.pump, proc.stdout)
-                tg.start_soon(err.pump, proc.stderr)
                 banner = await err.take(2)
                 found = re.search(r"signing with (whsec_\S+) ", banner[1])
                 assert found is not None, banner
@@ -289,16 +298,8 @@ async def test_a_message_over_the_bound_is_skipped_by_id_and_the_next_one_forwar
         _, consumer_port = await tg.start(health.serve, "127.0.0.1:0", consumer)
         args = ["--url", f"http://127.0.0.1:{stream_port}", "--secret", consumer.secret]
         args += ["--forward-to", f"http://127.0.0.1:{consumer_port}/hook"]
-        proc = await anyio.open_process(
-            [str(SESSIONHOOK), "listen", *args],
-            stdin=subprocess.DEVNULL,
-            env={**env, "SESSIONHOOK_WEB_TOKEN": TOKEN},
-        )
+        proc, _, err = await start_listen(tg, args, env)
         try:
-            out, err = Lines(), Lines()
-            assert proc.stdout is not None and proc.stderr is not None
-            tg.start_soon(out.pump, proc.stdout)
-            tg.start_soon(err.pump, proc.stderr)
             await until(lambda: len(consumer.accepted) == 1, "the first event")
             before = _hwm(proc.pid)
             stream.go.set()
@@ -471,16 +472,8 @@ async def test_forward_from_the_real_daemon_carries_its_webhooks(
         before = [a.event_id for a in setup.receiver.first_deliveries()]
         args = ["--url", f"http://{listen}", "--last-event-id", before[-1]]
         args += ["--forward-to", f"http://127.0.0.1:{consumer_port}/hook"]
-        proc = await anyio.open_process(
-            [str(SESSIONHOOK), "listen", *args],
-            stdin=subprocess.DEVNULL,
-            env={**env, "SESSIONHOOK_WEB_TOKEN": TOKEN},
-        )
+        proc, _, err = await start_listen(tg, args, env)
         try:
-            err = Lines()
-            assert proc.stderr is not None and proc.stdout is not None
-            tg.start_soon(err.pump, proc.stderr)
-            tg.start_soon(Lines().pump, proc.stdout)
             banner = await err.take(2)
             found = re.search(r"signing with (whsec_\S+) ", banner[1])
             assert found is not None, banner
@@ -574,16 +567,7 @@ async def test_forward_to_a_loopback_spelled_otherwise_reaches_the_same_consumer
             for n, target in enumerate(targets):
                 args = ["--url", f"http://127.0.0.1:{stream_port}", "--secret", consumer.secret]
                 args += ["--forward-to", f"{target}?via={n}"]
-                proc = await anyio.open_process(
-                    [str(SESSIONHOOK), "listen", *args],
-                    stdin=subprocess.DEVNULL,
-                    env={**env, "SESSIONHOOK_WEB_TOKEN": TOKEN},
-                )
-                out, err = Lines(), Lines()
-                assert proc.stdout is not None and proc.stderr is not None
-                tg.start_soon(out.pump, proc.stdout)
-                tg.start_soon(err.pump, proc.stderr)
-                procs.append((proc, out, err))
+                procs.append(await start_listen(tg, args, env))
             # Each listener prints its event's line once its POST (and any retry) ended.
             await until(
                 lambda: (
