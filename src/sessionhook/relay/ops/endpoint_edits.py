@@ -40,13 +40,9 @@ from ..store import (
 )
 from ..store import EndpointLimitError, StoreCore, StoreError
 from ..store.policy import write
-from . import (
-    OperatorError,
-    UnknownEndpointError,
-    endpoints,
-    endpoints_in_flight,
-    find_endpoint,
-)
+from .endpoint_switches import endpoints, find_endpoint
+from .errors import OperatorError, UnknownEndpointError
+from .overview import endpoints_in_flight
 from .wire import endpoint_state_answer
 
 __all__ = [

@@ -20,7 +20,8 @@ from ..domain.api_models import ApiRecovered, ApiRetried, json_stamp
 from ..domain.rows import DeliveryRow, EndpointState, Recovered
 from ..store import StoreCore
 from ..store.policy import write
-from . import OperatorError, find_endpoint
+from .endpoint_switches import find_endpoint
+from .errors import OperatorError
 from .wire import delivery_answer
 
 __all__ = ["RecoverResult", "RetryResult", "recover", "retry"]
