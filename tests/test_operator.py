@@ -3,7 +3,9 @@ resume positions, errors the operator can act on; on both store engines (``backe
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -187,3 +189,18 @@ def test_errors_the_operator_can_act_on(backend: Backend) -> None:
         assert event is not None and event.id == ids[0] and found == []
         with pytest.raises(OperatorError, match="either a start time"):
             operator.replay(store, "ci")
+
+
+def test_the_operator_package_is_a_face_over_its_modules() -> None:
+    """``relay/ops/__init__.py`` defines nothing itself: it imports from the modules that hold
+    the operator's functions and lists ``__all__``, every name of which it has."""
+    tree = ast.parse(Path(operator.__file__ or "").read_text("utf-8"))
+    defined = [
+        node
+        for node in tree.body
+        if not isinstance(node, ast.Import | ast.ImportFrom | ast.Expr)
+        and not (isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "__all__")
+    ]
+    assert [ast.unparse(node).splitlines()[0] for node in defined] == []
+    assert [name for name in operator.__all__ if not hasattr(operator, name)] == []
+    assert {"status", "deliveries", "replay", "Follower", "test_endpoint"} <= set(operator.__all__)

@@ -1,22 +1,13 @@
 """Signed action links: capabilities to approve a plan or answer an agent from a chat message.
 
-A link's token says who may do what, until when, and proves the relay wrote it::
+A token says who may do what, until when, and proves the relay wrote it::
 
     base64url(JSON [1, account, session, wait, action, expires]) "." base64url(HMAC-SHA256)
 
-The HMAC (keyed by the relay's action-link key, under a label of its own) covers the whole
-payload: the account and session, the wait it answers (``wait``: the name of the
-``planGenerated`` or ``agentMessaged`` activity behind the ``session.action_required``
-event, empty when the event had none), the action (:data:`~.actions.ActionKind`) and the
-expiry (Unix seconds). Changing any byte of a token fails: base64 is decoded strictly (a
-character whose unused bits differ is malformed, not an equal token), the MAC is compared
-in constant time against each key of the ring (the current key and older ones kept for an
-overlap while their links live).
-
-A page behind a link carries a form token (:func:`form_token`), an HMAC of the link token
-under another label: a POST must come from that page (or from someone who holds the link,
-which is the capability anyway); no cookie is involved.
-
+The HMAC (the action-link key, under a label of its own) covers the whole payload; base64 is
+decoded strictly and the MAC compared in constant time against each key of the ring. A page
+behind a link carries a form token (:func:`form_token`, an HMAC of the link token under
+another label): a POST must come from that page or the link's holder, no cookie involved.
 :class:`ActionLinks` builds the URLs an event carries. Nothing here does I/O.
 """
 

@@ -1,30 +1,13 @@
-"""Which addresses the relay may send webhooks to: the pure rules (no DNS, no socket).
+"""Which addresses the relay may send webhooks to: the pure half of the SSRF guard (no DNS,
+no socket; the DNS half is :mod:`sessionhook.relay.delivery.resolve`).
 
-Unless ``delivery.allow_private_networks`` is set, an endpoint whose host is, or resolves to,
-an address that is not public is refused: loopback, private (RFC 1918, ULA ``fc00::/7``),
-link-local, cloud metadata (``169.254.169.254``, ``fd00:ec2::254``, ``100.100.100.200``),
-unspecified, carrier-grade NAT ``100.64.0.0/10``, multicast, broadcast, documentation and
-other reserved ranges. IPv4 embedded in IPv6 (``::ffff:a.b.c.d``, NAT64 ``64:ff9b::/96``,
-6to4 ``2002::/16``) is unwrapped first, so it cannot smuggle a private IPv4 address.
-
-What counts as public is :func:`is_blocked_ip`, replaceable by an ``AddressPolicy`` (tests
-treat ``127.0.0.2`` as public to exercise the pinning on loopback only). :func:`ip_literal`
-reads the address a host spells, the legacy IPv4 forms every resolver accepts included
-(``127.1``, ``0x7f.0.0.1``, ``2130706433``).
-
-:func:`destination` is the one reading of an endpoint URL: the host a client connects to,
-after the normalization HTTP clients apply (percent-decoding; IDNA/UTS-46 mapping of a
-non-ASCII host, so ``127.0.0.1`` in fullwidth digits or with ideographic full stops (U+3002)
-is ``127.0.0.1`` and ``localhost`` in circled letters is ``localhost``; lower case; an IPv4
-address's trailing dot and legacy forms; IPv6 compressed), and the URL rebuilt on that
-host, which is what the senders hand their HTTP client: the host judged is the host
-connected to. A host that is still no plain
-name or address after that is refused (:class:`UnusableUrlError`).
-
-:func:`literal_refusal` judges a URL without resolving anything: a URL whose host can only be
-private (an IP literal in a refused range, ``localhost``) is refused; the config refuses such
-endpoints at load time. A name is judged when connecting, after resolving it once:
-:mod:`sessionhook.relay.delivery.resolve` (``vet_host``) does that half.
+:func:`is_blocked_ip` says why an address is not public (IPv4 embedded in IPv6 unwrapped
+first), the default ``AddressPolicy``; :func:`ip_literal` reads the address a host spells,
+legacy IPv4 forms included. :func:`destination` is the one reading of an endpoint URL: the
+host after the normalization HTTP clients apply (percent-decoding, IDNA/UTS-46, legacy IPv4)
+and the URL rebuilt on it, so the host judged is the host connected to; a host still not
+plain is an :class:`UnusableUrlError`. :func:`literal_refusal` judges a URL without
+resolving anything. The rules in full: docs/domain.md, "Address rules".
 
 Errors::
 

@@ -1,22 +1,11 @@
-"""Upstream text made inert for each chat service's markup (pure).
+"""Upstream text made inert for each chat service's markup (pure): titles, plan steps,
+messages and URLs are data, never markup.
 
-Text from the Sessions API (titles, plan steps, messages, URLs) is data, never markup:
-
-* Slack ``mrkdwn`` and Google Chat text read ``<...>`` as control sequences
-  (``<https://x|any label>``, ``<!channel>``, ``<@U123>``, ``<users/all>``):
-  :func:`mrkdwn` replaces ``&``, ``<`` and ``>`` by ``&amp;``, ``&lt;``, ``&gt;``.
-* Discord (``content``, embeds) and Teams ``TextBlock``\\ s render markdown, where
-  ``[label](url)`` is a link: :func:`markdown` puts a backslash before ``\\ [ ] ( ) < >``
-  (CommonMark escapes: the reader sees the characters, the parser no link and no
-  ``<@id>`` mention).
-* A URL goes into link syntax only if :func:`http_url` accepts it: ``http`` or ``https``
-  with a host, printable ASCII, none of ``< > | [ ] ( ) \\ " ' ` { } ^`` and no
-  whitespace, at most 2048 characters. :func:`mrkdwn_link` writes the link or, for a URL
-  that fails, the escaped text.
-
-``limit`` cuts the *escaped* text to at most that many characters (a service's field
-limit) without splitting an escape, ending in ``...``. These are also the filters of the
-same names that templates use (docs/events.md, "template").
+:func:`mrkdwn` (Slack, Google Chat) escapes ``& < >``; :func:`markdown` (Discord, Teams)
+backslash-escapes what makes a link or a mention; a URL goes into link syntax only if
+:func:`http_url` accepts it (:func:`mrkdwn_link` writes the escaped text otherwise).
+``limit`` cuts the escaped text without splitting an escape. These are also the template
+filters of the same names (docs/events.md).
 """
 
 from __future__ import annotations

@@ -1,27 +1,11 @@
 """Activities and session changes become normalized webhook events (pure, no I/O).
 
 An :class:`Event` is built once, at ingest, with its body already serialized: the store keeps
-those bytes and every delivery attempt sends exactly them, so a signature or a consumer's
-deduplication never sees two spellings of one event.
-
-Event ids are derived from upstream identity only (see ``docs/domain.md``), so the same
-activity gives the same ``webhook-id`` across retries, restarts and a database rebuilt from
-scratch::
-
-    activity                  evt_ + sha256("activity:" + activity.name)[:32]
-    session.discovered        evt_ + sha256("session.discovered:" + name)[:32]
-    session.state_changed     evt_ + sha256("session.state_changed:" + name + ":" + updateTime
-                                            + ":" + new_state)[:32]
-    session.pull_request_opened  evt_ + sha256("session.pull_request_opened:" + name + ":"
-                                            + pr.url)[:32]
-
-Body: ``{"type", "timestamp", "data": {"session": {...}, "activity": {...}}}`` where
-``timestamp`` is the upstream time (the activity's ``createTime``, the session's
-``updateTime``), always RFC 3339 (see :func:`webhook_timestamp`): upstream text that is
-RFC 3339 already is kept as it is; a time that parses but is spelled otherwise
-(``2026-01-02 03:04:05``, no zone) is rewritten as UTC with a ``Z``; when upstream omitted
-it or sent something that is no time at all (``"garbage"``), the local clock at ingest
-stands in. ``data.activity`` always carries the upstream value untouched.
+those bytes and every attempt sends exactly them, so a signature or a consumer's
+deduplication never sees two spellings of one event. Ids derive from upstream identity only
+(:func:`event_id`: the same ``webhook-id`` across retries, restarts and a rebuilt database);
+``timestamp`` is the upstream time, always RFC 3339 (:func:`webhook_timestamp`). The ids and
+bodies in full: docs/domain.md, "Event ids and bodies".
 """
 
 from __future__ import annotations

@@ -1,41 +1,13 @@
-"""Events people act on, derived from a session's state and its archived activities (pure).
+"""Events people act on, derived from a session's state and its archived activities (pure):
+``session.action_required`` (a plan to approve, a question to answer), ``session.completed``
+and ``session.failed``, so that a consumer need not decode ``state_changed`` snapshots.
 
-``session.state_changed`` is a snapshot: states between two polls can be skipped, and an
-activity event's ``data.session.state`` is the session as last seen. The three events here
-say what a consumer wants to know without decoding snapshots:
-
-``session.action_required``
-    The session waits for its user. ``data.action`` is ``approve_plan`` (with ``data.plan``,
-    the steps to approve) or ``answer`` (with ``data.question``, the agent's
-    ``agentMessaged`` text). ``data.call`` is the API call that ends the wait
-    (``:approvePlan`` or ``:sendMessage``, path relative to the API's base URL). With
-    ``[actions]`` enabled, ``data.links`` holds signed links (:mod:`.action_links`):
-    ``approve`` or ``reply`` (a page that does it), and ``open`` (the session in the console).
-``session.completed``
-    The session finished. ``data.outputs`` sums up its results: ``pull_requests`` (url and
-    title of each) and ``change_set`` (files touched, lines added and removed, from the
-    session's ``outputs[].changeSet``, else the change set riding on the final
-    ``sessionCompleted`` activity), ``null`` when there is none.
-``session.failed``
-    The session failed; ``data.reason`` is the ``sessionFailed`` activity's reason.
-
-Each event belongs to the activity that opened the wait or ended the run (the newest
-``planGenerated``, ``agentMessaged``, ``sessionCompleted`` or ``sessionFailed`` archived for
-the session), so its id is stable per wait and per completion, and a resumed session that
-completes again gets a new id::
-
-    evt_ + sha256(type + ":" + session name + ":" + activity name)[:32]
-
-A server can show the state before the activity behind it (committed a moment later): the
-poller then waits for that activity (:func:`explains` says whether the one archived is it)
-for a bounded time (``PollSettings.lifecycle_wait``), so that the event carries it. When it
-does not come (a server that skips it), the event is emitted without it, keyed by
-``"state:" + updateTime``; the activity archived later does not announce that wait a second
-time (it is older than the state already seen).
-
-:func:`awaited_member` says which activity the caller should look up for a state,
-:func:`explains` whether the one found is the one behind the state just entered;
-:func:`lifecycle_events` builds the events. None of them does I/O.
+Each belongs to the activity that opened the wait or ended the run, so its id is stable per
+wait and per completion (``evt_`` + ``sha256(type:name:activity)``); a state shown before
+its activity is waited for a bounded time, then keyed by ``"state:" + updateTime``.
+:func:`awaited_member` names the activity to look up for a state, :func:`explains` whether
+the one found is behind the state just entered, :func:`lifecycle_events` builds the events.
+The bodies and ids: docs/domain.md and docs/events.md.
 """
 
 from __future__ import annotations

@@ -1,32 +1,13 @@
 """What one endpoint receives for one event: payload mode, format, template (pure).
 
 :func:`render` is the single place that turns an event's stored body into the bytes an
-endpoint is sent; the dispatcher calls it once per delivery (the first attempt) and every
-retry sends the same bytes. It is deterministic: no clock, no randomness, only the event
-id and body and the endpoint's :class:`Shape`.
-
-* ``payload = "thin"`` keeps the type, timestamp, ids and the session summary: see
-  :func:`thin_payload`.
-* ``format = "standard"`` (default) sends the body as stored. Every other format is a
-  Jinja2 template shipped in ``relay/templates/`` (``cloudevents``, ``slack``, ``discord``,
-  ``google_chat``, ``teams``); ``template`` is a user's own. Templates run in Jinja2's
-  immutable sandbox and see ``event`` (the payload), ``type``, ``timestamp``, ``data``,
-  ``session``, ``webhook_id`` and ``links``; missing keys render as empty. ``links`` holds
-  the action links of a ``session.action_required`` event (``data.links``) that
-  the chat presets may show as buttons: only those under the relay's own ``public_url``
-  (:attr:`Shape.public_url`, see :func:`action_links`), each ``{"url", "token"}``.
-  Filters: ``tojson`` (compact JSON, non-ASCII kept) and the chat escapes of
-  :mod:`.chat_markup`: ``mrkdwn`` (Slack, Google Chat), ``markdown`` (Discord, Teams),
-  ``http_url``, ``mrkdwn_link``;
-  templates may ``{% import "_text.j2" as text %}`` to reuse the presets' wording.
-* Every render has a step budget and a size budget (:mod:`.template_meter`): over
-  either is a :class:`RenderError` saying ``budget``.
-* A JSON content type (the presets, and a template's default) must render to valid JSON; it
-  is re-serialized compactly, so template whitespace never reaches the wire.
-
-Errors: :class:`RenderError` (a template that does not compile, fails at run time, goes
-over its budget, or does not give JSON). :func:`check_shape` renders a shape against sample
-events so that config loading can refuse a broken template at start-up.
+endpoint is sent, deterministic (no clock, no randomness): the dispatcher calls it once per
+delivery and every retry sends the same bytes. Formats other than ``standard`` are Jinja2
+templates in the sandbox of :mod:`.template_sandbox` (a step and a size budget per render);
+a JSON content type must render to valid JSON, re-serialized compactly. What a template
+sees and its filters: docs/events.md. :class:`RenderError`: a template that does not
+compile, fails, goes over a budget or gives no JSON; :func:`check_shape` renders a shape
+against the sample events so that a broken template is refused before it is used.
 """
 
 from __future__ import annotations

@@ -1,24 +1,11 @@
 """What happens to a delivery after an attempt: a pure decision the caller stores.
 
-:func:`decide` maps the outcome of attempt number *n* to one :data:`Decision`:
-
-=========================================  ==========================================
-outcome                                    decision
-=========================================  ==========================================
-2xx                                        :class:`Delivered`
-410 Gone                                   :class:`DisableEndpoint` (delivery kept)
-3xx, other 4xx, 429, 5xx, no response      :class:`Retry` at ``now + delay``
-  ... after the last delay was used        :class:`Dead`
-=========================================  ==========================================
-
-``delay`` is ``retry_delays[n - 1]`` scaled by a jitter factor drawn from
-``uniform(0.8, 1.2)``, or the server's ``Retry-After`` when that is larger, capped at
-``max_retry_after`` (``delivery.max_retry_after``, default :data:`MAX_RETRY_AFTER`, one
-hour): a consumer answering ``Retry-After: 999999`` must not park a session's deliveries for
-days. A schedule of *k* delays thus allows *k + 1* attempts.
-
-:class:`AttemptResult` (what one POST gave) lives here rather than in the delivery layer so
-that the store can record it without importing the HTTP layer.
+:func:`decide` maps the outcome of attempt *n*: 2xx :class:`Delivered`; 410
+:class:`DisableEndpoint` (the delivery kept); anything else :class:`Retry` after
+``retry_delays[n - 1]`` with jitter, or the server's ``Retry-After`` when larger (capped at
+``max_retry_after``), and :class:`Dead` once the delays are used up (*k* delays: *k + 1*
+attempts). :class:`AttemptResult` lives here so that the store records it without
+importing the HTTP layer.
 """
 
 from __future__ import annotations

@@ -38,25 +38,6 @@ class EndpointLike(Protocol):
     def enabled(self) -> bool: ...
 
 
-class AttemptLike(Protocol):
-    """What the store's ``record_attempt`` reads of an attempt (``retry.AttemptResult`` fits)."""
-
-    @property
-    def status_code(self) -> int | None: ...
-
-    @property
-    def error(self) -> str | None: ...
-
-    @property
-    def duration_ms(self) -> float: ...
-
-    @property
-    def response_body(self) -> str: ...
-
-    @property
-    def started_at(self) -> float: ...
-
-
 # --------------------------------------------------------------------------- rows
 
 

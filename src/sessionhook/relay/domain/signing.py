@@ -1,16 +1,10 @@
 """Standard Webhooks signatures: sign, build the header, verify, make secrets (pure).
 
-The scheme (https://www.standardwebhooks.com/):
-
-* a secret is ``whsec_`` followed by the base64 of the HMAC key;
-* the signed content is ``f"{webhook-id}.{webhook-timestamp}.{body}"`` (timestamp in integer
-  Unix seconds, body the exact bytes sent);
-* ``webhook-signature`` holds ``v1,<base64 HMAC-SHA256>`` entries separated by spaces: one per
-  secret in use, so that an endpoint's secret can be rotated without losing a delivery.
-* Asymmetric (``signature = "v1a"``): the relay holds a ``whsk_`` signing key (base64 of the
-  32-byte ed25519 seed followed by the 32-byte public key, libsodium's layout; a bare seed
-  is accepted too) and signs the same content into ``v1a,<base64 ed25519 signature>``;
-  consumers verify with the ``whpk_`` public key (base64 of its 32 bytes) and cannot forge.
+The scheme (https://www.standardwebhooks.com/): a ``whsec_`` secret, the signed content
+``f"{webhook-id}.{webhook-timestamp}.{body}"``, and ``webhook-signature`` holding one
+``v1,<base64 HMAC-SHA256>`` per secret in use (a rotation loses no delivery). Asymmetric
+(``v1a``): a ``whsk_`` ed25519 signing key (libsodium's layout, or a bare seed) signs, and
+consumers verify with the ``whpk_`` public key. Details: docs/domain.md, "Signing".
 
 Errors::
 

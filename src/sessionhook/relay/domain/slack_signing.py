@@ -1,16 +1,10 @@
 """Slack's request signature, version ``v0`` (pure): who may call the relay as Slack.
 
-Slack signs every request to an app's interactivity URL with the app's signing secret::
-
-    X-Slack-Request-Timestamp: <Unix seconds>
-    X-Slack-Signature: v0=<hex HMAC-SHA256(signing secret, "v0:" + timestamp + ":" + body)>
-
-``body`` is the raw request body, byte for byte, before any parsing. :func:`verify_slack_request`
-accepts a request only when both headers are there, the timestamp is within
-:data:`MAX_SKEW` seconds of now (either way: an old request replayed, or one stamped in
-the future, is refused), the version is ``v0`` and the signature matches (compared in
-constant time). Each refusal is a :class:`SlackSignatureError` whose ``reason`` names it in
-a few words, never the secret or the expected signature.
+``X-Slack-Signature: v0=<hex HMAC-SHA256(signing secret, "v0:" + timestamp + ":" + body)>``
+over the raw body. :func:`verify_slack_request` accepts a request only with both headers, a
+timestamp within :data:`MAX_SKEW` seconds of now (either way), version ``v0`` and a matching
+signature (constant time); each refusal is a :class:`SlackSignatureError` whose ``reason``
+never holds the secret or the expected signature.
 """
 
 from __future__ import annotations

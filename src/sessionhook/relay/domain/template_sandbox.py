@@ -1,29 +1,13 @@
 """The Jinja2 sandbox templates run in, with a step budget and a size budget per render (pure).
 
-Templates are the operator's, but they run on upstream data: a loop over a title's words
-inside a loop over ``range(100000)`` passes the start-up samples and runs for hours on a
-real event. :class:`Sandbox` counts a render's **steps**: one per iteration of every
-``for`` loop (the parser wraps each loop's iterable in a counting one), one per attribute
-or item read, one per function or method call, one per number a ``range()`` makes, and
-:data:`~.template_meter.MACRO_STEPS` per call of a macro, ``caller()`` or a recursive
-``loop()``. Everything else a template runs sits in a loop body or a macro, so the steps
-bound its Python-level work; a render over :data:`~.template_meter.STEP_BUDGET` stops
-with :class:`~.template_meter.OverBudget`.
-
-A step can still make a big value (``s ~ s`` doubles a string): the **size budget**
-(:mod:`.template_sizes`) charges everything a render makes, in characters, at most
-:data:`~.template_meter.SIZE_BUDGET` plus :data:`~.template_meter.SIZE_PER_BYTE` per
-byte of its event; the sandbox routes what makes values through it (``~``, ``+``, ``*``,
-``%``, every filter, every string method, ``str.format``, each ``{{ }}``, what a render
-outputs or captures).
-
-These budgets make a runaway template fail fast, with an error that names the budget; the
-hard bound on what a user template can cost is the child process it renders in
-(``delivery.render_process``: a time limit and a memory cap).
-
-Steps and sizes are counted only inside :func:`~.template_meter.metered`
-(``render.render`` opens it), and while a template is compiled (Jinja2 runs filters on
-constants then).
+Templates are the operator's but run on upstream data, so :class:`Sandbox` counts a render's
+steps (each loop iteration, attribute or item read, call, number a ``range()`` makes, and
+:data:`~.template_meter.MACRO_STEPS` per macro call): everything else a template runs sits
+in a loop body or a macro, so the steps bound its work. What it makes is charged to the size
+budget (:mod:`.template_sizes`). Over either: :class:`~.template_meter.OverBudget`, fast and
+naming the budget; the hard bound on a user template is the child process it renders in
+(``delivery.render_process``). Counting happens only inside :func:`~.template_meter.metered`
+and while a template is compiled (Jinja2 runs filters on constants then).
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """What a template makes, measured against its render's size budget (pure).
 
-A step can make a big value: ``s ~ s`` doubles a string, and 25 doublings of 8 characters
-fill 400 MB in well under a million steps. So everything a render makes is charged to its
-:class:`~.template_meter.Meter`, in characters: ``~``, ``+``, ``*`` and ``%`` on strings
-and lists, every filter's result (:func:`charged`), every string method's, and what the
-render outputs or captures (the sandbox's ``concat``). Where the size is known before the
-value is made it is checked before (:func:`~.template_meter.check_size`), so that one
-step never makes more than the room left: ``~``, ``+``, ``*``, each ``{{ }}`` (its text),
-a width or count given to ``center``, ``ljust``, ``indent``, ``batch``, ``slice``...,
-``replace``, ``join``, a format's fields and widths, the text of a value turned into text
-(``string``, ``tojson``).
-
-A value's size is the length of its text (:func:`size_of`), found without making it: a
-list that holds one list twice counts it twice, as its text does (``[l, l]`` doubled 40
-times is 40 small lists, and a text of a trillion characters). A number made by ``**``
-or ``*`` may have at most :data:`~.template_meter.MAX_POWER_BITS` bits.
+One step can make a big value (``s ~ s`` doubles a string), so everything a render makes is
+charged to its :class:`~.template_meter.Meter` in characters, and checked before it is made
+wherever its size is known then (:func:`~.template_meter.check_size`), so that one step
+never makes more than the room left. :func:`size_of` finds the length of a value's text
+without making it; a number made by ``**`` or ``*`` may have at most
+:data:`~.template_meter.MAX_POWER_BITS` bits. What is charged: docs/security.md.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
-"""Endpoints created at run time: create, update, delete, rotate the secret; the same
-operations behind the management API (``/v1/endpoints``) and ``sessionhook endpoints
-create|update|delete|rotate-secret``.
+"""Endpoints created at run time: create, update, delete, rotate the secret, behind the
+management API (``/v1/endpoints``) and ``sessionhook endpoints create|update|delete|rotate-secret``.
 
-Such an endpoint lives in the store, with its definition and its signing secret, so every
-replica of a PostgreSQL store delivers to it at once (see :mod:`..store.endpoints`). An
-endpoint of the config file stays the file's: changing, deleting or rotating it here is an
-:class:`EndpointConflictError`, as is a name one of either has.
-
-Defining may take a moment: a template is rendered against a sample of every event type,
-as the config file's are, in a child process with a delivery's bounds
-(:func:`~..delivery.template_check.check_template`: nothing of it runs in this process).
-:func:`define_endpoint` and :func:`redefine_endpoint` run off the event loop in the web
-layer; the writes take the synchronous store and run in the store's thread.
+Such an endpoint lives in the store with its definition and signing secret, so every replica
+delivers to it; an endpoint of the config file stays the file's (:class:`EndpointConflictError`).
+Defining renders a template against every sample event in a child process
+(:func:`~..delivery.template_check.check_template`), so :func:`define_endpoint` and
+:func:`redefine_endpoint` run off the event loop; the writes run in the store's thread.
 """
 
 from __future__ import annotations
@@ -40,13 +34,9 @@ from ..store import (
 )
 from ..store import EndpointLimitError, StoreCore, StoreError
 from ..store.policy import write
-from . import (
-    OperatorError,
-    UnknownEndpointError,
-    endpoints,
-    endpoints_in_flight,
-    find_endpoint,
-)
+from .endpoint_switches import endpoints, find_endpoint
+from .errors import OperatorError, UnknownEndpointError
+from .overview import endpoints_in_flight
 from .wire import endpoint_state_answer
 
 __all__ = [

@@ -16,7 +16,10 @@ from typing import Final, Generic, TypeVar
 
 from ..domain.rows import OPEN_STATUSES, DeliveryRow, EventRow, SessionRow
 from ..store import StoreCore
-from . import DELIVERY_STATUSES, OperatorError, find_endpoint, in_flight
+from .endpoint_switches import find_endpoint
+from .errors import OperatorError
+from .overview import in_flight
+from .records import check_status
 
 __all__ = [
     "EVENT_SCAN",
@@ -61,8 +64,7 @@ def delivery_page(
     open one (``claimed_by``). An unknown endpoint is an :class:`OperatorError`."""
     if endpoint is not None:
         find_endpoint(store, endpoint)
-    if status is not None and status not in DELIVERY_STATUSES:
-        raise OperatorError(f"status must be one of {', '.join(DELIVERY_STATUSES)}")
+    check_status(status)
     rows = store.operator.list_deliveries(
         endpoint, status, session, size + 1, event_id=event, before_id=before
     )

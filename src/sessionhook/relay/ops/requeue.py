@@ -1,14 +1,11 @@
 """Retry now and recover: the operator's way out after an endpoint was fixed.
 
-* :func:`retry`: one delivery (pending, failed or dead) due now, the same row: same event,
-  same ``webhook-id``, same bytes. A later delivery of its session waits behind it; an
-  earlier open one goes first, and is made due now too.
-* :func:`recover`: every failed or dead delivery of an endpoint whose event happened since
-  a time, due now, each session's in order; when there is none, the answer says why.
-
-Both run in the store's worker thread (``await astore.run(requeue.retry, ...)``: a write);
-the web routes then wake the dispatcher, the CLI relies on the daemon's next round (a
-second at most) or, on PostgreSQL, on the notification every replica listens to.
+:func:`retry` makes one delivery due now, the same row (same ``webhook-id``, same bytes),
+after the earlier open one of its session, made due too; :func:`recover` every failed or
+dead delivery of an endpoint whose event happened since a time, each session's in order,
+and says why when there is none. Both are writes run in the store's thread; the web routes
+then wake the dispatcher, the CLI relies on the daemon's next round or PostgreSQL's
+notification.
 """
 
 from __future__ import annotations
@@ -20,7 +17,8 @@ from ..domain.api_models import ApiRecovered, ApiRetried, json_stamp
 from ..domain.rows import DeliveryRow, EndpointState, Recovered
 from ..store import StoreCore
 from ..store.policy import write
-from . import OperatorError, find_endpoint
+from .endpoint_switches import find_endpoint
+from .errors import OperatorError
 from .wire import delivery_answer
 
 __all__ = ["RecoverResult", "RetryResult", "recover", "retry"]

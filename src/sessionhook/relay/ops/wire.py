@@ -27,7 +27,7 @@ from ..domain.api_models import (
 from ..domain.replica import replica_health
 from ..domain.rows import AttemptRow, DeliveryRow, EndpointState, EventRow, SessionRow
 from ..store.actions import ActionRow
-from . import Overview
+from .overview import Overview
 
 __all__ = [
     "action_answer",

@@ -25,8 +25,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from ..domain.retry import Dead, Decision, Delivered, DisableEndpoint, Retry
-from ..domain.rows import ActiveEndpoints, AttemptLike, DueDelivery
+from ..domain.retry import AttemptResult, Dead, Decision, Delivered, DisableEndpoint, Retry
+from ..domain.rows import ActiveEndpoints, DueDelivery
 from .bodies import Bodies
 from .dialect import Connection, Database, first_value
 from .errors import StoreError
@@ -84,7 +84,7 @@ class AttemptRecord(NamedTuple):
     a frozen dataclass's ``__init__`` cost three times as much)."""
 
     delivery_id: int
-    attempt: AttemptLike
+    attempt: AttemptResult
     decision: Decision
 
 
@@ -317,7 +317,7 @@ class Outbox:
 
     @write
     def record_attempt(
-        self, delivery_id: int, attempt: AttemptLike, decision: Decision
+        self, delivery_id: int, attempt: AttemptResult, decision: Decision
     ) -> float | None:
         """Log an attempt and apply its decision, in one transaction (see
         :meth:`record_attempts`). Returns the endpoint's ``failing_since`` afterwards."""
