@@ -29,14 +29,13 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any, Final, TypeVar
 from urllib.parse import quote
 
 import anyio
 import httpx
 
-from ._bounds import JsonPath
 from .decoding import Decoder, server_time
 from .exchange import Exchange, OnAnswer
 from .models import (
@@ -55,6 +54,7 @@ from .paging import (
     ACTIVITY_SCAN,
     SESSION_LOOP_PAGES,
     ActivityPage,
+    Fetch,
     Page,
     SessionPage,
     walk_items,
@@ -90,7 +90,7 @@ DEFAULT_MAX_RESPONSE_BYTES: Final = 16 * 1024 * 1024
 DEFAULT_MAX_DEPTH: Final = 64
 
 
-_L = TypeVar("_L", ListActivitiesResponse, ListSessionsResponse)
+_L = TypeVar("_L", ListActivitiesResponse, ListSessionsResponse, ListSourcesResponse)
 
 # --------------------------------------------------------------------------- names
 
@@ -278,7 +278,7 @@ class SessionsClient:
         fields; :meth:`get_session` returns the whole session. Text that is not Unicode is
         mended (:attr:`Session.repaired`); an item that is no session fails the page.
         """
-        page = await self._sessions_page(page_token, page_size, False)
+        page = await self._sessions()(page_token, page_size, False)
         parsed: ListSessionsResponse = page.parsed
         return parsed
 
@@ -292,7 +292,7 @@ class SessionsClient:
         pages in a row with nothing new :class:`~sessionhook.api.errors.PageLoopError`.
         """
         return walk_items(
-            self._sessions_page,
+            self._sessions(),
             page_size=page_size,
             max_pages=max_pages,
             loop_pages=SESSION_LOOP_PAGES,
@@ -307,12 +307,8 @@ class SessionsClient:
         field of the wrong type, a ``name`` that is not Unicode) does not fail its page: it
         comes back in :attr:`SessionPage.invalid`, the others of the page as usual.
         """
-
-        async def fetch(token: str | None, size: int | None, _scan: bool) -> Page[Session]:
-            return await self._sessions_page(token, size, _scan, lenient=True)
-
         async for page in walk_pages(
-            fetch,
+            self._sessions(lenient=True),
             page_size=page_size,
             max_pages=max_pages,
             refuse_oversize=False,
@@ -320,46 +316,41 @@ class SessionsClient:
         ):
             yield SessionPage(page.items, page.invalid)
 
-    async def _sessions_page(
-        self, token: str | None, page_size: int | None, _scan: bool, *, lenient: bool = False
-    ) -> Page[Session]:
-        return await self._list_page(
-            "/sessions",
-            ListSessionsResponse,
-            "sessions",
-            {"pageToken": token},
-            page_size,
-            (),
-            lenient,
-        )
+    def _sessions(self, *, lenient: bool = False) -> Fetch[Session]:
+        return self._lister("/sessions", ListSessionsResponse, "sessions", {}, lenient)
 
-    async def _list_page(
+    def _lister(
         self,
         path: str,
         model: type[_L],
         key: str,
         params: dict[str, str | None],
-        page_size: int | None,
-        scan: Sequence[JsonPath],
-        lenient: bool,
-    ) -> Page[Any]:
-        """One page of sessions or activities (``key``: the list's member)."""
-        response = await self._exchange.request(
-            "GET",
-            path,
-            params={"pageSize": page_size, **params},
-            idempotent=True,
-            page_size=page_size,
-            scan=scan,
-        )
-        parsed, invalid = await self._decoder.decode_list(model, key, response, lenient=lenient)
-        return Page(
-            getattr(parsed, key),
-            parsed.next_page_token,
-            server_time(response),
-            invalid=invalid,
-            parsed=parsed,
-        )
+        lenient: bool = False,
+    ) -> Fetch[Any]:
+        """The ``fetch`` of one list for :mod:`.paging` (``key``: the envelope's member).
+
+        ``lenient``: an item that does not validate is refused, not its whole page.
+        """
+
+        async def fetch(token: str | None, page_size: int | None, scan: bool) -> Page[Any]:
+            response = await self._exchange.request(
+                "GET",
+                path,
+                params={"pageSize": page_size, "pageToken": token, **params},
+                idempotent=True,
+                page_size=page_size,
+                scan=ACTIVITY_SCAN if scan else (),
+            )
+            parsed, invalid = await self._decoder.decode_list(model, key, response, lenient=lenient)
+            return Page(
+                getattr(parsed, key),
+                parsed.next_page_token,
+                server_time(response),
+                invalid=invalid,
+                parsed=parsed,
+            )
+
+        return fetch
 
     async def get_session(self, session: str) -> Session:
         """The full session (``outputs`` included); accepts ``sessions/<id>`` or ``<id>``.
@@ -421,9 +412,7 @@ class SessionsClient:
         is inclusive is the server's choice, and a server may ignore it, so callers that
         poll must deduplicate by activity name.
         """
-        page = await self._activities_page(
-            session_name(session), create_time, page_token, page_size, False
-        )
+        page = await self._activities(session, create_time)(page_token, page_size, False)
         parsed: ListActivitiesResponse = page.parsed
         return parsed
 
@@ -442,11 +431,7 @@ class SessionsClient:
         :class:`~sessionhook.api.errors.ResponseTooLargeError` (:meth:`walk_activities`
         goes past it instead).
         """
-        name = session_name(session)
-
-        async def fetch(token: str | None, size: int | None, scan: bool) -> Page[Activity]:
-            return await self._activities_page(name, create_time, token, size, scan)
-
+        fetch = self._activities(session, create_time)
         return walk_items(fetch, page_size=page_size, max_pages=max_pages)
 
     async def walk_activities(
@@ -470,35 +455,18 @@ class SessionsClient:
         page that brings nothing new raises :class:`~sessionhook.api.errors.PageLoopError`
         after it (both: when it offers another page).
         """
-        name = session_name(session)
-
-        async def fetch(token: str | None, size: int | None, scan: bool) -> Page[Activity]:
-            return await self._activities_page(name, create_time, token, size, scan, lenient=True)
-
+        fetch = self._activities(session, create_time, lenient=True)
         async for page in walk_pages(
             fetch, page_size=page_size, max_pages=max_pages, refuse_oversize=True
         ):
             yield ActivityPage(page.items, page.refused, page.server_time, page.invalid)
 
-    async def _activities_page(
-        self,
-        name: str,
-        create_time: str | None,
-        token: str | None,
-        page_size: int | None,
-        scan: bool,
-        *,
-        lenient: bool = False,
-    ) -> Page[Activity]:
-        return await self._list_page(
-            _path(name) + "/activities",
-            ListActivitiesResponse,
-            "activities",
-            {"pageToken": token, "createTime": create_time},
-            page_size,
-            ACTIVITY_SCAN if scan else (),
-            lenient,
-        )
+    def _activities(
+        self, session: str, create_time: str | None, *, lenient: bool = False
+    ) -> Fetch[Activity]:
+        path = _path(session_name(session)) + "/activities"
+        params = {"createTime": create_time}
+        return self._lister(path, ListActivitiesResponse, "activities", params, lenient)
 
     async def get_activity(self, name: str, activity_id: str | None = None) -> Activity:
         """One activity with its artifacts.
@@ -524,7 +492,7 @@ class SessionsClient:
         ``filter`` is an AIP-160 expression, for example
         ``name=sources/github/o/a OR name=sources/github/o/b``; it is URL-encoded here.
         """
-        page = await self._sources_page(filter, page_token, page_size, False)
+        page = await self._sources(filter)(page_token, page_size, False)
         parsed: ListSourcesResponse = page.parsed
         return parsed
 
@@ -535,29 +503,10 @@ class SessionsClient:
         filter: str | None = None,  # the API's own name for it
     ) -> AsyncIterator[Source]:
         """Every connected source (matching ``filter``), walking all pages."""
+        return walk_items(self._sources(filter), page_size=page_size, max_pages=None)
 
-        async def fetch(token: str | None, size: int | None, scan: bool) -> Page[Source]:
-            return await self._sources_page(filter, token, size, scan)
-
-        return walk_items(fetch, page_size=page_size, max_pages=None)
-
-    async def _sources_page(
-        self, filter: str | None, token: str | None, page_size: int | None, _scan: bool
-    ) -> Page[Source]:
-        response = await self._exchange.request(
-            "GET",
-            "/sources",
-            params={"pageSize": page_size, "pageToken": token, "filter": filter},
-            idempotent=True,
-            page_size=page_size,
-        )
-        parsed = await self._decoder.decode(ListSourcesResponse, response)
-        return Page(
-            parsed.sources,
-            parsed.next_page_token,
-            server_time(response),
-            parsed=parsed,
-        )
+    def _sources(self, filter: str | None) -> Fetch[Source]:
+        return self._lister("/sources", ListSourcesResponse, "sources", {"filter": filter})
 
     async def get_source(self, source: str) -> Source:
         """One source with its branches; accepts ``sources/github/o/r`` or ``github/o/r``."""

@@ -25,13 +25,13 @@ from pydantic import BaseModel, ValidationError
 from ._bounds import nesting_depth_exceeds
 from ._unicode import NotUnicodeError, is_unicode, mended
 from .errors import MalformedResponseError, ResponseTooDeepError
-from .models import ListActivitiesResponse, ListSessionsResponse
+from .models import ListActivitiesResponse, ListSessionsResponse, ListSourcesResponse
 from .paging import RefusedItem, items_one_by_one
 
 __all__ = ["Decoder", "server_time"]
 
 _M = TypeVar("_M", bound=BaseModel)
-_L = TypeVar("_L", ListActivitiesResponse, ListSessionsResponse)
+_L = TypeVar("_L", ListActivitiesResponse, ListSessionsResponse, ListSourcesResponse)
 
 
 class Decoder:

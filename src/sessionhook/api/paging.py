@@ -43,7 +43,14 @@ from ..wording import counted
 from ._bounds import JsonPath
 from ._unicode import NotUnicodeError, is_unicode, mended
 from .errors import MalformedResponseError, PageLimitError, PageLoopError, ResponseTooLargeError
-from .models import Activity, ListActivitiesResponse, ListSessionsResponse, Session, Source
+from .models import (
+    Activity,
+    ListActivitiesResponse,
+    ListSessionsResponse,
+    ListSourcesResponse,
+    Session,
+    Source,
+)
 
 __all__ = [
     "ACTIVITY_SCAN",
@@ -75,12 +82,13 @@ _UNKNOWN_PAGE_SIZE: Final = 100
 _ITEMS: Final[dict[str, tuple[type[BaseModel], str]]] = {
     "activities": (Activity, "an activity"),
     "sessions": (Session, "a session"),
+    "sources": (Source, "a source"),
 }
 
 _log = logging.getLogger(__name__)
 
 _R = TypeVar("_R", Session, Activity, Source)
-_L = TypeVar("_L", ListActivitiesResponse, ListSessionsResponse)
+_L = TypeVar("_L", ListActivitiesResponse, ListSessionsResponse, ListSourcesResponse)
 
 
 @dataclass(frozen=True)
