@@ -1,28 +1,11 @@
 """The typed async client of the Sessions API (``/v1alpha``): :class:`SessionsClient`.
 
-:class:`SessionsClient` is the API's operations, one method each. All HTTP goes through an
-injected :class:`httpx.AsyncClient`, so tests hand it an ``httpx.MockTransport`` or an
-``httpx.ASGITransport`` of the emulator. Every call has a timeout. Failures are
+One method per operation, over an injected :class:`httpx.AsyncClient` (tests hand it an
+``httpx.MockTransport`` or the emulator through ``httpx.ASGITransport``). Failures are
 :class:`~sessionhook.api.errors.ApiError` subclasses; a pydantic ``ValidationError`` never
-escapes (a 2xx body of the wrong shape is a
-:class:`~sessionhook.api.errors.MalformedResponseError`).
-
-Its collaborators, each in its module:
-
-* :class:`~sessionhook.api.exchange.Exchange` sends a request and returns its bounded answer:
-  which calls are retried after which failures (:class:`~sessionhook.api.retry.RetryPolicy`,
-  honouring ``Retry-After``; ``RetryPolicy(max_attempts=1)`` disables retries, the relay backs
-  off on its own), the deadline of the whole exchange, ``max_response_bytes``, redirects
-  never followed and the API key never shown;
-* :class:`~sessionhook.api.decoding.Decoder` turns the answer into models (``max_depth``,
-  text that is not Unicode);
-* :mod:`sessionhook.api.paging` walks lists page by page (``max_pages``, loops, a page too
-  large asked again smaller, an activity too large or an item that is no session gone past:
-  :class:`~sessionhook.api.paging.RefusedItem`).
-
-``on_answer`` (optional) is told about every 2xx answer once its body was checked:
-``await on_answer(response, malformed)``. The relay counts upstream answers with it, so that
-a 2xx answer that does not parse is counted as malformed rather than as its status.
+escapes. Its collaborators: :class:`~sessionhook.api.exchange.Exchange` (which calls are
+retried, deadline, size bounds, the key never shown), :class:`~sessionhook.api.decoding.Decoder`
+(answers to models) and :mod:`sessionhook.api.paging` (list walks).
 """
 
 from __future__ import annotations
@@ -174,6 +157,8 @@ class SessionsClient:
     :mod:`~sessionhook.api.decoding`). ``gate`` is awaited before each attempt,
     outside its deadline (a request budget: waiting for it is not the service being slow).
     ``sleep`` and ``rng`` are injectable so that tests observe backoff without waiting.
+    ``await on_answer(response, malformed)`` (optional) is told about every 2xx answer once
+    its body was checked: the relay counts a 2xx answer that does not parse as malformed.
     """
 
     def __init__(
@@ -204,7 +189,7 @@ class SessionsClient:
             raise ValueError(f"max_depth must be at least 8, not {max_depth}")
         self._root = api_root(base_url)
         self._exchange = Exchange(
-            http,
+            http=http,
             root=self._root,
             api_key=api_key,
             key_header=api_key_header.strip().lower(),
@@ -246,7 +231,7 @@ class SessionsClient:
         ``source`` is a source name or id (``github/<owner>/<repo>``); without it the
         session is repoless. ``starting_branch`` needs a ``source``. ``automation_mode``
         :data:`AUTO_CREATE_PR` makes the service open a pull request by itself. Not
-        retried except when the request provably never left (see the module docstring).
+        retried except when the request provably never left (see :mod:`.exchange`).
         """
         context: SourceContext | None = None
         if source is not None:
@@ -364,8 +349,8 @@ class SessionsClient:
     async def delete_session(self, session: str) -> None:
         """Delete a session; accepts ``sessions/<id>`` or ``<id>``.
 
-        Retried like a read, since deleting is idempotent; see the module docstring for how
-        a 404 after an ambiguous failure is treated.
+        Retried like a read, since deleting is idempotent; see :mod:`.exchange` for how a
+        404 after an ambiguous failure is treated.
         """
         response = await self._exchange.request(
             "DELETE",

@@ -1,14 +1,8 @@
 """From an answer's bytes to the API's models: :class:`Decoder`.
 
-A 2xx body of the wrong shape is a :class:`~sessionhook.api.errors.MalformedResponseError`
-(a pydantic ``ValidationError`` never escapes); JSON nested deeper than ``max_depth`` is
-refused before it is parsed (:class:`~sessionhook.api.errors.ResponseTooDeepError`). Text
-that is not Unicode (a lone surrogate) refuses an activity but is mended in a session
-(U+FFFD, :attr:`Session.repaired`; see :mod:`._unicode`). A list page that does not validate
-as a whole is read item by item (:func:`~sessionhook.api.paging.items_one_by_one`).
-
-Every 2xx answer is told to ``answered(response, malformed)`` once its body was checked, so
-that a 2xx answer that does not parse is counted as malformed rather than as its status.
+A 2xx body of the wrong shape is a :class:`~sessionhook.api.errors.MalformedResponseError`;
+JSON nested deeper than ``max_depth`` is refused before it is parsed. Every 2xx answer is told
+to ``answered(response, malformed)`` once its body was checked.
 """
 
 from __future__ import annotations
@@ -65,11 +59,10 @@ class Decoder:
     async def decode_list(
         self, model: type[_L], key: str, response: httpx.Response, *, lenient: bool
     ) -> tuple[_L, list[RefusedItem]]:
-        """:meth:`decode` of a list page, read item by item when the page as a whole does
-        not validate: the items that do (sessions mended, see :mod:`._unicode`) and, with
-        ``lenient``, the others as ``malformed`` :class:`RefusedItem` (without, the page
-        raises as a whole). Told to ``answered`` as malformed only when an item was
-        refused: a mended session is read whole."""
+        """:meth:`decode` of a list page; one that does not validate whole is read item by
+        item (:func:`~sessionhook.api.paging.items_one_by_one`). With ``lenient`` the items
+        that fail come back as :class:`RefusedItem` (told to ``answered`` as malformed);
+        without, the page raises as a whole."""
         invalid: list[RefusedItem] = []
         try:
             try:

@@ -4,19 +4,12 @@ Hierarchy::
 
     ApiError                     base: every failure of a call to the service
     +-- TransportError           no HTTP answer (connect error, timeout, broken response)
-    |   +-- DeadlineExceededError  no complete answer within the deadline of the WHOLE
-    |                              exchange (a server dripping bytes slowly); retried like
-    |                              any transport error
+    |   +-- DeadlineExceededError  no complete answer within the whole exchange's deadline
     +-- MalformedResponseError   an answer whose body is not the JSON the spec promises
-    |   +-- ResponseTooDeepError   JSON nested deeper than the client's bound (checked before
-    |   |                          parsing, so nothing recurses into it)
-    |   +-- ResponseTooLargeError  a body longer than ``max_response_bytes``; reading stopped
-    |                              at the bound. ``page_size`` is the page size asked for,
-    |                              ``scanned`` the few fields a one-item page was scanned for
-    +-- PageLimitError           a list walk reached its page bound (``max_pages``) and the
-    |                            service still offered a next page (runaway pagination)
-    +-- PageLoopError            a list walk met a page that brought nothing new (every item
-    |                            met earlier in the walk) and the service offered yet another
+    |   +-- ResponseTooDeepError   JSON nested deeper than the client's bound
+    |   +-- ResponseTooLargeError  a body longer than ``max_response_bytes``
+    +-- PageLimitError           a list walk still offered a page after ``max_pages``
+    +-- PageLoopError            a list walk met pages that brought nothing new
     +-- ApiStatusError           an HTTP error status; carries the parsed error body
         +-- InvalidArgumentError   400 INVALID_ARGUMENT
         +-- UnauthenticatedError   401
@@ -25,13 +18,8 @@ Hierarchy::
         +-- RateLimitedError       429 (``retry_after`` seconds when the server said)
         +-- ServerError            5xx
 
-Every error has a short ``kind`` (``transport``, ``deadline``, ``malformed``, ``too_deep``,
-``too_large``, ``page_limit``, ``page_loop``, ``status``) for logs and metric labels, so
-that callers count failures by what they are without an ``isinstance`` ladder.
-
-Every error carries the ``request`` it answers. Messages show only its method and URL, never
-headers, so the API key cannot leak through an error message; the client also attaches a copy
-of the request whose key header is redacted, so not even ``error.request.headers`` holds it.
+Every error has a short ``kind`` for logs and metric labels, and carries the ``request`` it
+answers: a copy whose key header is redacted, shown in messages by method and URL only.
 """
 
 from __future__ import annotations

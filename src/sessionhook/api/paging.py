@@ -186,19 +186,8 @@ async def walk_pages(
     loop_pages: int = LOOP_PAGES,
 ) -> AsyncIterator[Page[_R]]:
     """Walk a list page by page, each name (and each refusal) yielded once; see the
-    module docstring.
-
-    Page tokens are opaque; a server that hands back a token it already gave would
-    loop forever, so that is reported as a malformed answer; ``loop_pages`` pages in a
-    row that bring nothing new, each with a fresh token, end the walk as a loop
-    (:class:`PageLoopError`); fresh tokens with fresh items are stopped by
-    ``max_pages``. Names are deduplicated because a list that shifts while it is walked
-    (a session created meanwhile) can repeat an item across a page boundary. A page
-    too large to read is asked again with half the page size (the rest of the walk
-    keeps the smaller size); a page of one still too large raises, or with
-    ``refuse_oversize`` becomes a page with ``refused`` set and the walk goes on with
-    the page token its scan found.
-    """
+    module docstring. Names are deduplicated because a list that shifts while it is walked
+    (a session created meanwhile) can repeat an item across a page boundary."""
     token: str | None = None
     size = page_size
     tokens_seen: set[str] = set()
@@ -282,10 +271,8 @@ def _pages_phrase(repeats: int, last: int) -> str:
 def items_one_by_one(
     envelope_model: type[_L], key: str, content: bytes, error: MalformedResponseError
 ) -> tuple[_L, list[RefusedItem]]:
-    """A page whose envelope is sound but some of its ``key`` items are not what they should
-    be: the envelope with the good items (sessions mended, see :func:`._unicode.mended`),
-    and the others as ``malformed`` :class:`RefusedItem`. Re-raises ``error`` when the
-    envelope itself is wrong. ``content`` passed the depth check already."""
+    """The envelope with the ``key`` items that validate, and the others as ``malformed``
+    :class:`RefusedItem`; re-raises ``error`` when the envelope itself is wrong."""
     data = json.loads(content)
     items = data.get(key) if isinstance(data, dict) else None
     if not isinstance(items, list):
