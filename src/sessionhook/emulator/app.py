@@ -61,7 +61,8 @@ from ..api.models import (
     WireModel,
     parse_timestamp,
 )
-from .world import Account, EmulatorError, TimeBound, World, to_us
+from .agent import Account, to_us
+from .world import EmulatorError, TimeBound, World
 
 __all__ = ["API_KEY_HEADER", "FAULT_HEADER", "create_app"]
 

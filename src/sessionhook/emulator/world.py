@@ -18,51 +18,25 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from itertools import islice
 from typing import Any, Generic, TypeVar
 
-from ..api.models import (
-    Activity,
-    AgentMessaged,
-    Artifact,
-    Branch,
-    HostRepo,
-    PlanApproved,
-    PlanGenerated,
-    ProgressUpdated,
-    Session,
-    SessionCompleted,
-    SessionFailed,
-    SessionOutput,
-    SessionState,
-    Source,
-    SourceContext,
-    UserMessaged,
-    WireModel,
-    format_timestamp,
-)
-from .agent import AUTO_CREATE_PR, Agent, hex_id, make_title
+from ..api.models import Activity, Branch, HostRepo, Source, SourceContext
+from .agent import AUTO_CREATE_PR, Account, SessionRecord, make_title
 
 __all__ = [
     "CREATE_TIME_FILTERS",
     "MAX_KEYS_PER_ACCOUNT",
-    "Account",
     "EmulatorError",
     "Page",
-    "SessionRecord",
     "TimeBound",
     "World",
-    "format_us",
-    "to_us",
 ]
 
 #: At most this many API keys per account (spec part 8).
 MAX_KEYS_PER_ACCOUNT = 3
 #: How list-activities reads its ``createTime`` parameter: after it, from it, or not at all.
 CREATE_TIME_FILTERS = ("exclusive", "inclusive", "ignore")
-#: Base of the ``url`` of a session; ``.invalid`` so it can never reach a real host.
-WEB_BASE = "https://sessions.emulator.invalid/session/"
 AUTOMATION_MODES = frozenset({"", "AUTOMATION_MODE_UNSPECIFIED", AUTO_CREATE_PR})
 
 # owner, repo, private, default branch, other branches: connected for every account.
@@ -73,29 +47,8 @@ _SEED_SOURCES = (
     ("sessionhook", "demo", False, "main", ()),
 )
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_EVENT_FIELDS: dict[type[WireModel], str] = {
-    PlanGenerated: "plan_generated",
-    PlanApproved: "plan_approved",
-    UserMessaged: "user_messaged",
-    AgentMessaged: "agent_messaged",
-    ProgressUpdated: "progress_updated",
-    SessionCompleted: "session_completed",
-    SessionFailed: "session_failed",
-}
-
 P = TypeVar("P")
 T = TypeVar("T")
-
-
-def format_us(time_us: int) -> str:
-    """Microseconds since the epoch as the service writes timestamps (``...123456Z``)."""
-    return format_timestamp(_EPOCH + timedelta(microseconds=time_us))
-
-
-def to_us(moment: datetime) -> int:
-    """An aware datetime as whole microseconds since the epoch (the world's time unit)."""
-    return (moment - _EPOCH) // timedelta(microseconds=1)
 
 
 class EmulatorError(Exception):
@@ -143,14 +96,6 @@ class EmulatorError(Exception):
 
 
 @dataclass(frozen=True)
-class Account:
-    """An account: an id and its 1-3 API keys."""
-
-    id: str
-    keys: tuple[str, ...]
-
-
-@dataclass(frozen=True)
 class TimeBound:
     """Activities created after ``time_us`` (or at it, when ``inclusive``)."""
 
@@ -176,101 +121,6 @@ def _page(candidates: Iterable[tuple[P, T]], limit: int) -> Page[T, P]:
     shown = found[:limit]
     more = len(found) > limit and bool(shown)
     return Page([item for _, item in shown], shown[-1][0] if more else None)
-
-
-class SessionRecord:
-    """One session: what was asked, its state, its activities; driven by its :class:`Agent`."""
-
-    def __init__(
-        self,
-        *,
-        seq: int,
-        session_id: str,
-        account: Account,
-        prompt: str,
-        title: str,
-        source_context: SourceContext | None,
-        require_plan_approval: bool,
-        automation_mode: str,
-        create_us: int,
-        rng: random.Random,
-        step_us: int,
-    ) -> None:
-        self.seq = seq
-        self.id = session_id
-        self.name = f"sessions/{session_id}"
-        self.account = account
-        self.prompt = prompt
-        self.title = title
-        self.source_context = source_context
-        self.require_plan_approval = require_plan_approval
-        self.automation_mode = automation_mode
-        self.create_us = create_us
-        self.update_us = create_us
-        self.state = SessionState.QUEUED
-        self.outputs: list[SessionOutput] = []
-        self.activities: list[tuple[int, Activity]] = []
-        self.activity_index: dict[str, int] = {}
-        self._rng = rng
-        self.agent = Agent(self, rng, step_us)
-
-    def emit(
-        self,
-        time_us: int,
-        originator: str,
-        event: WireModel | None,
-        *,
-        description: str = "",
-        artifacts: Sequence[Artifact] = (),
-    ) -> Activity:
-        """Append an activity; its createTime is ``time_us``, nudged to stay strictly increasing.
-
-        Strictly increasing times within a session keep an exclusive ``createTime`` cursor
-        from skipping an activity that shares a microsecond with the previous one.
-        """
-        if self.activities:
-            time_us = max(time_us, self.activities[-1][0] + 1)
-        activity_id = hex_id(self._rng)
-        activity = Activity(
-            name=f"{self.name}/activities/{activity_id}",
-            id=activity_id,
-            originator=originator,
-            description=description,
-            create_time=format_us(time_us),
-            artifacts=list(artifacts),
-        )
-        if event is not None:
-            setattr(activity, _EVENT_FIELDS[type(event)], event)
-        self.activity_index[activity_id] = len(self.activities)
-        self.activities.append((time_us, activity))
-        self.update_us = max(self.update_us, time_us)
-        return activity
-
-    def set_state(self, time_us: int, state: SessionState) -> None:
-        """Move to ``state`` at ``time_us``; ``updateTime`` follows."""
-        self.state = state
-        self.update_us = max(self.update_us, time_us)
-
-    def to_session(self, *, full: bool = True) -> Session:
-        """The wire model: the full session, or the reduced set list items carry."""
-        reduced = Session(
-            name=self.name,
-            id=self.id,
-            title=self.title,
-            state=self.state.value,
-            create_time=format_us(self.create_us),
-            update_time=format_us(self.update_us),
-        )
-        if not full:
-            return reduced
-        return reduced.model_copy(
-            update={
-                "prompt": self.prompt,
-                "url": WEB_BASE + self.id,
-                "source_context": self.source_context,
-                "outputs": list(self.outputs),
-            }
-        )
 
 
 def _seed_sources() -> dict[str, Source]:
