@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
+from datetime import datetime
 from typing import Any, TypeVar
 
 import httpx
@@ -18,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 from ._bounds import nesting_depth_exceeds
 from ._unicode import NotUnicodeError, is_unicode, mended
-from .errors import MalformedResponseError, ResponseTooDeepError
+from .errors import MalformedResponseError, ResponseTooDeepError, http_date
 from .models import ListActivitiesResponse, ListSessionsResponse, ListSourcesResponse
 from .paging import RefusedItem, items_one_by_one
 
@@ -159,14 +158,7 @@ class Decoder:
 
 def server_time(response: httpx.Response) -> datetime | None:
     """The answer's ``Date`` header (the service's clock) as aware UTC, or ``None``."""
-    value = response.headers.get("date")
-    if not value:
-        return None
-    try:
-        moment = parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    return http_date(response.headers.get("date"))
 
 
 def _snippet(content: bytes) -> str:

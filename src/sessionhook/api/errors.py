@@ -52,6 +52,7 @@ __all__ = [
     "TransportError",
     "UnauthenticatedError",
     "error_for_response",
+    "http_date",
     "parse_retry_after",
 ]
 
@@ -286,14 +287,22 @@ def parse_retry_after(
     else:
         # float() accepts "nan" and "inf"; neither is advice a client can follow.
         return max(0.0, seconds) if math.isfinite(seconds) else None
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
+    when = http_date(value)
+    if when is None:
         return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
     current = now() if now is not None else datetime.now(UTC)
     return max(0.0, (when - current).total_seconds())
+
+
+def http_date(value: str | None) -> datetime | None:
+    """An HTTP date (``Date``, ``Retry-After``) as aware UTC, or ``None`` when unreadable."""
+    if not value:
+        return None
+    try:
+        moment = parsedate_to_datetime(value)
+        return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    except (TypeError, ValueError, IndexError, OverflowError):  # Overflow: past year 9999 in UTC
+        return None
 
 
 def error_for_response(

@@ -23,7 +23,7 @@ from enum import StrEnum
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
-from pydantic.alias_generators import to_camel
+from pydantic.alias_generators import to_camel, to_snake
 
 __all__ = [
     "EVENT_MEMBERS",
@@ -395,13 +395,9 @@ class Activity(WireModel):
         return "/".join(parts[:2]) if len(parts) >= 2 else ""
 
 
-def _snake(camel: str) -> str:
-    return "".join("_" + c.lower() if c.isupper() else c for c in camel)
-
-
 #: (wire name, attribute) of each event member, computed once (event_member is on the
 #: ingest path of every activity).
-_MEMBER_ATTRIBUTES = tuple((member, _snake(member)) for member in EVENT_MEMBERS)
+_MEMBER_ATTRIBUTES = tuple((member, to_snake(member)) for member in EVENT_MEMBERS)
 
 
 # --------------------------------------------------------------------------- sources
