@@ -1,14 +1,9 @@
-"""In-memory state of the emulator: accounts and keys, sources, sessions and activities.
+"""In-memory state of the emulator (no HTTP): accounts and keys, sources, sessions.
 
-The world knows nothing of HTTP. Its public methods are what the routes call; each one
-first lets every session's agent catch up with the clock (:meth:`World.advance`), so the
-state a request sees is the state at ``clock()``. Failures are :class:`EmulatorError`,
-which the app turns into the service's error bodies.
-
-Lists are keyset-paginated: a page ends at a *position* (a session's creation sequence
-number, an activity's index in its session, a source's name) and the next page starts
-strictly after it, so sessions created or deleted between pages never duplicate or skip
-the items still to come.
+Each method the routes call first lets every agent catch up with the clock
+(:meth:`World.advance`). Lists are keyset-paginated: a page ends at a *position* (a
+session's sequence number, an activity's index, a source's name) and the next starts
+strictly after it, so items created or deleted between pages never shift the rest.
 """
 
 from __future__ import annotations
@@ -88,11 +83,6 @@ class EmulatorError(Exception):
     def not_found(cls, message: str) -> EmulatorError:
         """404 NOT_FOUND."""
         return cls(404, "NOT_FOUND", message)
-
-    @classmethod
-    def permission_denied(cls, message: str) -> EmulatorError:
-        """403 PERMISSION_DENIED."""
-        return cls(403, "PERMISSION_DENIED", message)
 
 
 @dataclass(frozen=True)
@@ -190,14 +180,10 @@ class World:
         """The account owning ``key``, or ``None`` for a missing or unknown key."""
         return self._by_key.get(key)
 
-    def now_us(self) -> int:
-        """The clock in whole microseconds since the epoch."""
-        return round(self._clock() * 1_000_000)
-
     def advance(self) -> int:
         """Apply every agent step due by now; return now (microseconds)."""
         with self._lock:
-            now = self.now_us()
+            now = round(self._clock() * 1_000_000)
             for session in list(self._sessions.values()):
                 session.agent.advance(now)
             return now
@@ -325,8 +311,10 @@ class World:
         if session is None:
             raise EmulatorError.not_found(f"Session sessions/{session_id} was not found.")
         if session.account is not account:
-            raise EmulatorError.permission_denied(
-                f"The caller does not have permission to access sessions/{session_id}."
+            raise EmulatorError(
+                403,
+                "PERMISSION_DENIED",
+                f"The caller does not have permission to access sessions/{session_id}.",
             )
         return session
 
