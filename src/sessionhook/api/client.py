@@ -73,6 +73,7 @@ DEFAULT_MAX_RESPONSE_BYTES: Final = 16 * 1024 * 1024
 DEFAULT_MAX_DEPTH: Final = 64
 
 
+_M = TypeVar("_M", Session, Activity, Source)
 _L = TypeVar("_L", ListActivitiesResponse, ListSessionsResponse, ListSourcesResponse)
 
 # --------------------------------------------------------------------------- names
@@ -342,9 +343,7 @@ class SessionsClient:
 
         Text that is not Unicode is mended (:attr:`Session.repaired`), except in ``name``.
         """
-        path = _path(session_name(session))
-        response = await self._exchange.request("GET", path, idempotent=True)
-        return await self._decoder.decode(Session, response)
+        return await self._get(Session, session_name(session))
 
     async def delete_session(self, session: str) -> None:
         """Delete a session; accepts ``sessions/<id>`` or ``<id>``.
@@ -366,20 +365,24 @@ class SessionsClient:
         Not retried except when the request provably never left.
         """
         body = SendMessageRequest(prompt=prompt).model_dump(mode="json", by_alias=True)
-        response = await self._exchange.request(
-            "POST", _path(session_name(session)) + ":sendMessage", body=body, idempotent=False
-        )
-        await self._decoder.decode_empty(response)
+        await self._act(session, ":sendMessage", body)
 
     async def approve_plan(self, session: str) -> None:
         """Approve the pending plan of a session created with ``require_plan_approval``.
 
         Not retried except when the request provably never left.
         """
-        response = await self._exchange.request(
-            "POST", _path(session_name(session)) + ":approvePlan", body={}, idempotent=False
-        )
+        await self._act(session, ":approvePlan", {})
+
+    async def _act(self, session: str, verb: str, body: dict[str, Any]) -> None:
+        """POST a custom method (``:verb``) of a session, whose answer carries nothing."""
+        path = _path(session_name(session)) + verb
+        response = await self._exchange.request("POST", path, body=body, idempotent=False)
         await self._decoder.decode_empty(response)
+
+    async def _get(self, model: type[_M], name: str) -> _M:
+        response = await self._exchange.request("GET", _path(name), idempotent=True)
+        return await self._decoder.decode(model, response)
 
     # ----------------------------------------------------------------------- activities
 
@@ -459,9 +462,7 @@ class SessionsClient:
         Either its full name (``sessions/<id>/activities/<id>``), or a session (name or id)
         and ``activity_id``.
         """
-        path = _path(activity_name(name, activity_id))
-        response = await self._exchange.request("GET", path, idempotent=True)
-        return await self._decoder.decode(Activity, response)
+        return await self._get(Activity, activity_name(name, activity_id))
 
     # ----------------------------------------------------------------------- sources
 
@@ -495,5 +496,4 @@ class SessionsClient:
 
     async def get_source(self, source: str) -> Source:
         """One source with its branches; accepts ``sources/github/o/r`` or ``github/o/r``."""
-        response = await self._exchange.request("GET", _path(source_name(source)), idempotent=True)
-        return await self._decoder.decode(Source, response)
+        return await self._get(Source, source_name(source))

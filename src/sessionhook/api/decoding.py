@@ -19,11 +19,12 @@ from ._bounds import nesting_depth_exceeds
 from ._unicode import NotUnicodeError, is_unicode, mended
 from .errors import MalformedResponseError, ResponseTooDeepError, http_date
 from .models import ListActivitiesResponse, ListSessionsResponse, ListSourcesResponse
-from .paging import RefusedItem, items_one_by_one
+from .paging import RefusedItem, invalid_reason, items_one_by_one
 
 __all__ = ["Decoder", "server_time"]
 
 _M = TypeVar("_M", bound=BaseModel)
+_T = TypeVar("_T")
 _L = TypeVar("_L", ListActivitiesResponse, ListSessionsResponse, ListSourcesResponse)
 
 
@@ -47,12 +48,7 @@ class Decoder:
 
     async def decode(self, model: type[_M], response: httpx.Response) -> _M:
         """The answer as ``model``; ``answered`` is told whether it was malformed."""
-        try:
-            parsed = self._parse(model, response)
-        except MalformedResponseError:
-            await self._answered(response, True)
-            raise
-        await self._answered(response, False)
+        parsed, _ = await self._told(response, lambda: (self._parse(model, response), []))
         return parsed
 
     async def decode_list(
@@ -62,33 +58,48 @@ class Decoder:
         item (:func:`~sessionhook.api.paging.items_one_by_one`). With ``lenient`` the items
         that fail come back as :class:`RefusedItem` (told to ``answered`` as malformed);
         without, the page raises as a whole."""
-        invalid: list[RefusedItem] = []
-        try:
-            try:
-                parsed = self._parse(model, response)
-            except MalformedResponseError as exc:
-                if not isinstance(exc.__cause__, ValidationError | NotUnicodeError):
-                    raise
-                # One bad item must not hold up the others of its page (nor, page after
-                # page, a whole session or the whole account).
-                parsed, invalid = items_one_by_one(model, key, response.content, exc)
-                if invalid and not lenient:
-                    raise exc from exc.__cause__
-        except MalformedResponseError:
-            await self._answered(response, True)
-            raise
-        await self._answered(response, bool(invalid))
-        return parsed, invalid
+        return await self._told(response, lambda: self._list(model, key, response, lenient))
 
     async def decode_empty(self, response: httpx.Response) -> None:
         """Check an answer that carries nothing (``{}`` or no body); ``answered`` is told
         whether it was malformed."""
+
+        def read() -> tuple[None, list[RefusedItem]]:
+            # Empty answers (delete, sendMessage, approvePlan) are "{}" or no body at all;
+            # anything else that is not a JSON object means we are not talking to the API.
+            if response.content.strip():
+                self._json(response)
+            return None, []
+
+        await self._told(response, read)
+
+    async def _told(
+        self, response: httpx.Response, read: Callable[[], tuple[_T, list[RefusedItem]]]
+    ) -> tuple[_T, list[RefusedItem]]:
+        """``read()``, then ``answered`` told whether the answer was malformed (an error,
+        or an item refused)."""
         try:
-            self._expect_empty(response)
+            value, invalid = read()
         except MalformedResponseError:
             await self._answered(response, True)
             raise
-        await self._answered(response, False)
+        await self._answered(response, bool(invalid))
+        return value, invalid
+
+    def _list(
+        self, model: type[_L], key: str, response: httpx.Response, lenient: bool
+    ) -> tuple[_L, list[RefusedItem]]:
+        try:
+            return self._parse(model, response), []
+        except MalformedResponseError as exc:
+            if not isinstance(exc.__cause__, ValidationError | NotUnicodeError):
+                raise
+            # One bad item must not hold up the others of its page (nor, page after
+            # page, a whole session or the whole account).
+            parsed, invalid = items_one_by_one(model, key, response.content, exc)
+            if invalid and not lenient:
+                raise exc from exc.__cause__
+            return parsed, invalid
 
     def _json(self, response: httpx.Response) -> dict[str, Any]:
         content = response.content
@@ -133,27 +144,14 @@ class Decoder:
             # archive, a log line, an event body). A session is mended (see _unicode.py);
             # anything else is refused like any malformed answer.
             return model.model_validate(data) if is_unicode(data) else mended(model, data)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(part) for part in first["loc"]) or "body"
+        except (ValidationError, NotUnicodeError) as exc:
+            count = f" ({exc.error_count()} problem(s))" if isinstance(exc, ValidationError) else ""
             raise MalformedResponseError(
                 f"{response.status_code} answer is not a {model.__name__}: "
-                f"{where}: {first['msg']} ({exc.error_count()} problem(s))",
+                f"{invalid_reason(exc, 'body')}{count}",
                 request=self._redact(response.request),
                 body=_snippet(response.content),
             ) from exc
-        except NotUnicodeError as exc:
-            raise MalformedResponseError(
-                f"{response.status_code} answer is not a {model.__name__}: {exc}",
-                request=self._redact(response.request),
-                body=_snippet(response.content),
-            ) from exc
-
-    def _expect_empty(self, response: httpx.Response) -> None:
-        # Empty responses (delete, sendMessage, approvePlan) are "{}" or no body at all;
-        # anything else that is not a JSON object means we are not talking to the API.
-        if response.content.strip():
-            self._json(response)
 
 
 def server_time(response: httpx.Response) -> datetime | None:

@@ -61,6 +61,7 @@ __all__ = [
     "Page",
     "RefusedItem",
     "SessionPage",
+    "invalid_reason",
     "items_one_by_one",
     "walk_items",
     "walk_pages",
@@ -297,12 +298,6 @@ def items_one_by_one(
 
 def _refused(raw: Any, exc: ValidationError | NotUnicodeError, noun: str) -> RefusedItem:
     """The :class:`RefusedItem` of an item that is not ``noun``."""
-    if isinstance(exc, ValidationError):
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "item"
-        problem = f"{where}: {first['msg']}"
-    else:
-        problem = str(exc)
     fields = raw if isinstance(raw, dict) else {}
     name, when = fields.get("name"), fields.get("createTime")
     return RefusedItem(
@@ -311,5 +306,13 @@ def _refused(raw: Any, exc: ValidationError | NotUnicodeError, noun: str) -> Ref
         size=len(json.dumps(raw)),
         limit=0,
         reason="malformed",
-        detail=f"not {noun}: {problem}",
+        detail=f"not {noun}: {invalid_reason(exc, 'item')}",
     )
+
+
+def invalid_reason(exc: ValidationError | NotUnicodeError, whole: str) -> str:
+    """What is wrong first, at which dotted path (``whole`` when at the top)."""
+    if isinstance(exc, NotUnicodeError):
+        return str(exc)
+    first = exc.errors()[0]
+    return f"{'.'.join(str(part) for part in first['loc']) or whole}: {first['msg']}"
