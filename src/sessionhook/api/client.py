@@ -22,6 +22,7 @@ import httpx
 from .decoding import Decoder, server_time
 from .exchange import Exchange, OnAnswer
 from .models import (
+    AUTO_CREATE_PR,
     Activity,
     CreateSessionRequest,
     HostRepoContext,
@@ -62,8 +63,6 @@ __all__ = [
 API_VERSION_PATH: Final = "/v1alpha"
 #: The header that carries the API key (spec part 5).
 DEFAULT_API_KEY_HEADER: Final = "x-vendor-api-key"
-#: ``automationMode`` that makes the service open pull requests by itself (spec 4.1).
-AUTO_CREATE_PR: Final = "AUTO_CREATE_PR"
 
 #: Bytes of one answer the client keeps at most (16 MiB): a page of 100 activities is
 #: typically well under 1 MiB; media artifacts make the rest.

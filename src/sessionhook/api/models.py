@@ -20,12 +20,13 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from pydantic.alias_generators import to_camel, to_snake
 
 __all__ = [
+    "AUTO_CREATE_PR",
     "EVENT_MEMBERS",
     "Activity",
     "AgentMessaged",
@@ -131,6 +132,10 @@ def format_timestamp(value: datetime) -> str:
 
 
 # --------------------------------------------------------------------------- sessions
+
+
+#: ``automationMode`` that makes the service open pull requests by itself (spec 4.1).
+AUTO_CREATE_PR: Final = "AUTO_CREATE_PR"
 
 
 class SessionState(StrEnum):

@@ -1,30 +1,7 @@
 """One session (:class:`SessionRecord`) and the scripted agent that walks it through its
-states, one step per step delay.
-
-The script of a session created at ``t0`` (``d`` is the step delay)::
-
-    t0        QUEUED                          (the create response)
-    t0 + d    PLANNING, a "Session started" system activity with no event member
-    t0 + 2d   planGenerated (2-4 steps)       requirePlanApproval: AWAITING_PLAN_APPROVAL,
-                                              nothing more until :approvePlan
-    t0 + 3d   planApproved, IN_PROGRESS       automatic approval; originator "user", as
-                                              real servers show for auto-approved plans
-    ...       one progressUpdated per plan step, with bashOutput and changeSet artifacts
-              (and a PNG media artifact on the test run)
-              "[ask]" in the prompt: after the first one, an agentMessaged question and
-              AWAITING_USER_FEEDBACK until :sendMessage
-              "[fail]" in the prompt: after the first one, sessionFailed and FAILED
-    ...       automationMode AUTO_CREATE_PR on a repository session: a pull request in
-              ``outputs`` and a progressUpdated about it
-    last      sessionCompleted carrying the final changeSet, COMPLETED; the change set is
-              also served in ``outputs`` (``{"changeSet": {...}}``)
-
-A message (:sendMessage) is a userMessaged activity at once and an agentMessaged reply one
-step later; the rest of the script moves back by a step. A COMPLETED or FAILED session
-resumes: IN_PROGRESS, reply, a follow-up change, sessionCompleted again.
-
-Nothing here runs on its own: :meth:`Agent.advance` applies the steps due by a given time,
-and the world calls it before every request, so a fake clock makes everything deterministic.
+states, one step per step delay (the script: docs/emulator.md). Nothing here runs on its
+own: the world calls :meth:`Agent.advance` before every request, so a fake clock makes
+everything deterministic.
 """
 
 from __future__ import annotations
@@ -42,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 
 from ..api.models import (
+    AUTO_CREATE_PR,
     Activity,
     AgentMessaged,
     Artifact,
@@ -69,7 +47,6 @@ from ..wording import counted
 
 __all__ = [
     "ASK_WORD",
-    "AUTO_CREATE_PR",
     "FAIL_WORD",
     "Account",
     "Agent",
@@ -84,8 +61,6 @@ __all__ = [
 ASK_WORD = "[ask]"
 #: A prompt containing this word makes the session fail after its first progress update.
 FAIL_WORD = "[fail]"
-#: The automation mode that opens a pull request when the change is ready.
-AUTO_CREATE_PR = "AUTO_CREATE_PR"
 
 #: Base of the ``url`` of a session; ``.invalid`` so it can never reach a real host.
 WEB_BASE = "https://sessions.emulator.invalid/session/"

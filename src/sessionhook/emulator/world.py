@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Any, Generic, TypeVar
 
-from ..api.models import Activity, Branch, HostRepo, Source, SourceContext
-from .agent import AUTO_CREATE_PR, Account, SessionRecord, make_title
+from ..api.models import AUTO_CREATE_PR, Activity, Branch, HostRepo, Source, SourceContext
+from .agent import Account, SessionRecord, make_title
 
 __all__ = [
     "CREATE_TIME_FILTERS",
