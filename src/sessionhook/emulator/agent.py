@@ -14,7 +14,7 @@ import struct
 import zlib
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import InitVar, dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import partial
 
@@ -457,39 +457,29 @@ class Account:
     keys: tuple[str, ...]
 
 
+@dataclass(kw_only=True, eq=False)
 class SessionRecord:
     """One session: what was asked, its state, its activities; driven by its :class:`Agent`."""
 
-    def __init__(
-        self,
-        *,
-        seq: int,
-        session_id: str,
-        account: Account,
-        prompt: str,
-        title: str,
-        source_context: SourceContext | None,
-        require_plan_approval: bool,
-        automation_mode: str,
-        create_us: int,
-        rng: random.Random,
-        step_us: int,
-    ) -> None:
-        self.seq = seq
-        self.id = session_id
-        self.name = f"sessions/{session_id}"
-        self.account = account
-        self.prompt = prompt
-        self.title = title
-        self.source_context = source_context
-        self.require_plan_approval = require_plan_approval
-        self.automation_mode = automation_mode
-        self.create_us = create_us
-        self.update_us = create_us
-        self.state = SessionState.QUEUED
-        self.outputs: list[SessionOutput] = []
-        self.activities: list[tuple[int, Activity]] = []
-        self.activity_index: dict[str, int] = {}
+    seq: int
+    id: str
+    account: Account
+    prompt: str
+    title: str
+    source_context: SourceContext | None
+    require_plan_approval: bool
+    automation_mode: str
+    create_us: int
+    rng: InitVar[random.Random]
+    step_us: InitVar[int]
+    state: SessionState = field(default=SessionState.QUEUED, init=False)
+    outputs: list[SessionOutput] = field(default_factory=list, init=False)
+    activities: list[tuple[int, Activity]] = field(default_factory=list, init=False)
+    activity_index: dict[str, int] = field(default_factory=dict, init=False)
+
+    def __post_init__(self, rng: random.Random, step_us: int) -> None:
+        self.name = f"sessions/{self.id}"
+        self.update_us = self.create_us
         self._rng = rng
         self.agent = Agent(self, rng, step_us)
 

@@ -220,7 +220,7 @@ class World:
             self._seq += 1
             session = SessionRecord(
                 seq=self._seq,
-                session_id=session_id,
+                id=session_id,
                 account=account,
                 prompt=prompt,
                 title=title.strip() or make_title(prompt),
