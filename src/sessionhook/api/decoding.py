@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -28,6 +29,7 @@ _T = TypeVar("_T")
 _L = TypeVar("_L", ListActivitiesResponse, ListSessionsResponse, ListSourcesResponse)
 
 
+@dataclass(kw_only=True, eq=False)
 class Decoder:
     """Reads the bodies :class:`~sessionhook.api.exchange.Exchange` returns.
 
@@ -35,16 +37,9 @@ class Decoder:
     is told about every 2xx answer and whether it was malformed.
     """
 
-    def __init__(
-        self,
-        *,
-        max_depth: int,
-        redact: Callable[[httpx.Request], httpx.Request],
-        answered: Callable[[httpx.Response, bool], Awaitable[None]],
-    ) -> None:
-        self._max_depth = max_depth
-        self._redact = redact
-        self._answered = answered
+    max_depth: int
+    redact: Callable[[httpx.Request], httpx.Request]
+    answered: Callable[[httpx.Response, bool], Awaitable[None]]
 
     async def decode(self, model: type[_M], response: httpx.Response) -> _M:
         """The answer as ``model``; ``answered`` is told whether it was malformed."""
@@ -81,9 +76,9 @@ class Decoder:
         try:
             value, invalid = read()
         except MalformedResponseError:
-            await self._answered(response, True)
+            await self.answered(response, True)
             raise
-        await self._answered(response, bool(invalid))
+        await self.answered(response, bool(invalid))
         return value, invalid
 
     def _list(
@@ -103,12 +98,12 @@ class Decoder:
 
     def _json(self, response: httpx.Response) -> dict[str, Any]:
         content = response.content
-        if nesting_depth_exceeds(content, self._max_depth):
+        if nesting_depth_exceeds(content, self.max_depth):
             raise ResponseTooDeepError(
-                f"{response.status_code} answer nests deeper than {self._max_depth} levels; "
+                f"{response.status_code} answer nests deeper than {self.max_depth} levels; "
                 "not parsed",
-                request=self._redact(response.request),
-                max_depth=self._max_depth,
+                request=self.redact(response.request),
+                max_depth=self.max_depth,
             )
         try:
             data = json.loads(content)
@@ -116,13 +111,13 @@ class Decoder:
             raise MalformedResponseError(
                 f"{response.status_code} answer is not JSON "
                 f"(content-type {response.headers.get('content-type', 'none')})",
-                request=self._redact(response.request),
+                request=self.redact(response.request),
                 body=_snippet(content),
             ) from None
         if not isinstance(data, dict):
             raise MalformedResponseError(
                 f"{response.status_code} answer is JSON {type(data).__name__}, not an object",
-                request=self._redact(response.request),
+                request=self.redact(response.request),
                 body=_snippet(content),
             )
         return data
@@ -133,7 +128,7 @@ class Decoder:
         ``model_validate``, the same result); anything it refuses goes the general way
         (:meth:`_json` then ``model_validate``), which raises what it always did."""
         content = response.content
-        if not nesting_depth_exceeds(content, self._max_depth):
+        if not nesting_depth_exceeds(content, self.max_depth):
             try:
                 return model.model_validate_json(content)
             except ValidationError:
@@ -149,7 +144,7 @@ class Decoder:
             raise MalformedResponseError(
                 f"{response.status_code} answer is not a {model.__name__}: "
                 f"{invalid_reason(exc, 'body')}{count}",
-                request=self._redact(response.request),
+                request=self.redact(response.request),
                 body=_snippet(response.content),
             ) from exc
 

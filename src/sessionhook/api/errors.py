@@ -91,11 +91,8 @@ class TransportError(ApiError):
 
 
 class DeadlineExceededError(TransportError):
-    """The whole exchange (connect, send, every byte of the answer) outlasted its deadline.
-
-    Per-read timeouts do not catch a server that sends one byte every few seconds; this
-    deadline does. ``deadline`` is the bound in seconds.
-    """
+    """The whole exchange (connect, send, every byte of the answer) outlasted ``deadline``
+    seconds: a server that drips one byte every few seconds, which per-read timeouts miss."""
 
     hint = "the service answers too slowly; check it and the network, or raise the timeout"
     kind = "deadline"
@@ -164,11 +161,8 @@ class ResponseTooLargeError(MalformedResponseError):
 
 
 class PageLimitError(ApiError):
-    """A walk over a list reached ``max_pages`` pages and the service offered yet another.
-
-    A fresh ``nextPageToken`` on every page would otherwise spend the whole request budget;
-    what the walk yielded before the bound stays valid.
-    """
+    """A walk over a list reached ``max_pages`` pages and the service offered yet another;
+    what the walk yielded before the bound stays valid."""
 
     hint = "the service keeps offering more pages; raise poll.max_pages if that is genuine"
     kind = "page_limit"
@@ -182,11 +176,7 @@ class PageLimitError(ApiError):
 
 class PageLoopError(ApiError):
     """A walk over a list met ``repeats`` pages in a row that brought nothing new, each with a
-    fresh ``nextPageToken``: the service serves the same items again and again.
-
-    Without this, only ``max_pages`` would stop such a walk, after spending that many
-    requests; what the walk yielded before stays valid. ``pages`` is how many pages it read.
-    """
+    fresh ``nextPageToken``, after reading ``pages`` pages; what it yielded stays valid."""
 
     hint = "the service serves the same page again under a fresh page token; try again later"
     kind = "page_loop"

@@ -114,10 +114,9 @@ class Exchange:
         page_size: int | None = None,
         scan: Sequence[JsonPath] = (),
     ) -> httpx.Response:
-        """Send with retries (see the module docstring) and return a 2xx response whose
-        body was read within the bounds. ``page_size`` is only reported in a
-        :class:`ResponseTooLargeError`; ``scan`` names the fields to look for when the
-        answer is too large (a one-item page)."""
+        """Send with retries (see the module docstring); a 2xx answer, its body read within
+        the bounds. ``page_size`` is only told in a :class:`ResponseTooLargeError`; ``scan``
+        names the fields to look for in an answer too large to keep."""
         url = self.root + path
         query = {key: value for key, value in (params or {}).items() if value is not None}
         policy = self.retry
@@ -234,11 +233,8 @@ class Exchange:
         page_size: int | None,
         scan: Sequence[JsonPath],
     ) -> bytes:
-        """The body, decoded, at most ``max_response_bytes`` of it (64 KiB of an error).
-
-        A success over the bound raises :class:`ResponseTooLargeError` at once; with
-        ``scan``, the rest streams through a :class:`JsonFieldScanner` first (never kept).
-        """
+        """The body, decoded, at most ``max_response_bytes`` of it (64 KiB of an error); with
+        ``scan``, the rest of a success too large streams through a scanner, never kept."""
         limit = (
             self.max_response_bytes
             if response.is_success
