@@ -444,6 +444,19 @@ async def test_pages_carry_the_server_clock() -> None:
     assert pages[0].server_time.isoformat() == "1994-11-15T08:12:31+00:00"
 
 
+async def test_a_date_past_year_9999_in_utc_is_no_server_clock() -> None:
+    """A ``Date`` header that parses but overflows in UTC is unreadable, not a crash."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        headers = {"date": "Fri, 31 Dec 9999 23:59:59 -0100"}
+        return httpx.Response(200, headers=headers, json={"activities": [activity(0)]})
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
+        pages = [p async for p in client(http).walk_activities("1")]
+    assert [a.name for a in pages[0].activities] == [activity(0)["name"]]
+    assert pages[0].server_time is None
+
+
 def test_bounds_are_validated() -> None:
     http: Callable[..., Any] = httpx.AsyncClient
     with pytest.raises(ValueError, match="max_response_bytes"):

@@ -1,17 +1,8 @@
-"""Bounds on what an answer of the service may cost to read: nesting depth, and a streaming
-scan that reads a few fields of an answer too large to keep.
-
-Both work on raw bytes and never build the parsed value, so neither can recurse, and the scan
-holds at most a few KiB whatever the size of the answer:
-
-* :func:`nesting_depth_exceeds` answers "is this JSON nested deeper than N?" before
-  :func:`json.loads` (and pydantic, and every ``json.dumps`` after it) would recurse into it.
-* :class:`JsonFieldScanner` is fed an answer chunk by chunk and picks out the short string
-  values at a few paths (``("activities", 0, "name")``, ``("nextPageToken",)``), skipping
-  everything else, strings of any length included, at the speed of a regex search.
-
-Neither validates JSON: the depth check runs before a real parse that does, and the scan is
-used on answers that are already refused, only to learn where to go on from.
+"""Bounds on what an answer of the service may cost to read, on raw bytes, never building
+the parsed value (so nothing recurses): :func:`nesting_depth_exceeds` before any parser runs,
+and :class:`JsonFieldScanner`, which picks a few short strings out of an answer too large to
+keep while holding a few KiB. Neither validates JSON: a real parse follows the depth check,
+and the scan reads answers already refused, only to learn where to go on from.
 """
 
 from __future__ import annotations
@@ -35,6 +26,8 @@ _STRUCTURAL: Final = re.compile(rb'[{}\[\]",:]')
 _STRING_STOP: Final = re.compile(rb'["\\]')
 #: Longest key the scanner remembers; a longer key matches no wanted path.
 _MAX_KEY: Final = 256
+#: Longest string value the scanner picks; a longer one is skipped.
+_MAX_VALUE: Final = 4096
 
 
 def nesting_depth_exceeds(data: bytes, limit: int) -> bool:
@@ -78,19 +71,15 @@ class _Frame:
 class JsonFieldScanner:
     """Pick the string values at ``paths`` out of a JSON text fed in chunks.
 
-    Only string values are picked (of at most ``max_value`` bytes each; a longer one is
-    skipped). :attr:`found` maps each path seen to its value (the last one, as
-    :func:`json.loads` would keep for a repeated key). Scanning stops for good, with
-    :attr:`gave_up` set, when nesting goes deeper than ``max_depth``. Memory is bounded by
-    ``max_depth``, the key length and ``max_value``, never by the size of the text.
+    Only string values of at most 4 KiB are picked. :attr:`found` maps each path seen to its
+    value (the last one, as :func:`json.loads` would keep for a repeated key). Scanning stops
+    for good, with :attr:`gave_up` set, when nesting goes deeper than ``max_depth``. Memory
+    is bounded by ``max_depth`` and those lengths, never by the size of the text.
     """
 
-    def __init__(
-        self, paths: Iterable[JsonPath], *, max_depth: int = 64, max_value: int = 4096
-    ) -> None:
+    def __init__(self, paths: Iterable[JsonPath], *, max_depth: int = 64) -> None:
         self._wanted = frozenset(paths)
         self._max_depth = max_depth
-        self._max_value = max_value
         self._stack: list[_Frame] = []
         self._in_string = False
         self._escape = False
@@ -147,7 +136,7 @@ class JsonFieldScanner:
             else:
                 path = self._path()
                 if path in self._wanted:
-                    self._start_capture(path, self._max_value)
+                    self._start_capture(path, _MAX_VALUE)
                 else:
                     self._capture = None
         elif byte in (0x7B, 0x5B):  # '{' '['

@@ -43,13 +43,9 @@ def is_unicode(value: object) -> bool:
 
 
 def mended(model: type[_M], raw: Any) -> _M:
-    """``raw`` (JSON with a lone surrogate somewhere) as ``model``, each lone surrogate
-    replaced by U+FFFD, the paths mended in :attr:`Session.repaired`.
-
-    Only a :class:`Session` is mended, and never its ``name``: anything else raises
-    :class:`NotUnicodeError` (so does a ``raw`` that does not validate once mended:
-    :class:`pydantic.ValidationError`).
-    """
+    """``raw`` as ``model``, each lone surrogate replaced by U+FFFD and its path recorded in
+    :attr:`Session.repaired`. Raises :class:`NotUnicodeError` for anything but a
+    :class:`Session`, and for a lone surrogate in its ``name``."""
     if model is not Session:
         raise NotUnicodeError("text that is not Unicode (a lone surrogate)")
     paths: list[str] = []

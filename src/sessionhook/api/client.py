@@ -1,45 +1,28 @@
 """The typed async client of the Sessions API (``/v1alpha``): :class:`SessionsClient`.
 
-:class:`SessionsClient` is the API's operations, one method each. All HTTP goes through an
-injected :class:`httpx.AsyncClient`, so tests hand it an ``httpx.MockTransport`` or an
-``httpx.ASGITransport`` of the emulator. Every call has a timeout. Failures are
+One method per operation, over an injected :class:`httpx.AsyncClient` (tests hand it an
+``httpx.MockTransport`` or the emulator through ``httpx.ASGITransport``). Failures are
 :class:`~sessionhook.api.errors.ApiError` subclasses; a pydantic ``ValidationError`` never
-escapes (a 2xx body of the wrong shape is a
-:class:`~sessionhook.api.errors.MalformedResponseError`).
-
-Its collaborators, each in its module:
-
-* :class:`~sessionhook.api.exchange.Exchange` sends a request and returns its bounded answer:
-  which calls are retried after which failures (:class:`~sessionhook.api.retry.RetryPolicy`,
-  honouring ``Retry-After``; ``RetryPolicy(max_attempts=1)`` disables retries, the relay backs
-  off on its own), the deadline of the whole exchange, ``max_response_bytes``, redirects
-  never followed and the API key never shown;
-* :class:`~sessionhook.api.decoding.Decoder` turns the answer into models (``max_depth``,
-  text that is not Unicode);
-* :mod:`sessionhook.api.paging` walks lists page by page (``max_pages``, loops, a page too
-  large asked again smaller, an activity too large or an item that is no session gone past:
-  :class:`~sessionhook.api.paging.RefusedItem`).
-
-``on_answer`` (optional) is told about every 2xx answer once its body was checked:
-``await on_answer(response, malformed)``. The relay counts upstream answers with it, so that
-a 2xx answer that does not parse is counted as malformed rather than as its status.
+escapes. Its collaborators: :class:`~sessionhook.api.exchange.Exchange` (which calls are
+retried, deadline, size bounds, the key never shown), :class:`~sessionhook.api.decoding.Decoder`
+(answers to models) and :mod:`sessionhook.api.paging` (list walks).
 """
 
 from __future__ import annotations
 
 import math
 import random
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any, Final, TypeVar
 from urllib.parse import quote
 
 import anyio
 import httpx
 
-from ._bounds import JsonPath
 from .decoding import Decoder, server_time
 from .exchange import Exchange, OnAnswer
 from .models import (
+    AUTO_CREATE_PR,
     Activity,
     CreateSessionRequest,
     HostRepoContext,
@@ -55,6 +38,7 @@ from .paging import (
     ACTIVITY_SCAN,
     SESSION_LOOP_PAGES,
     ActivityPage,
+    Fetch,
     Page,
     SessionPage,
     walk_items,
@@ -79,8 +63,6 @@ __all__ = [
 API_VERSION_PATH: Final = "/v1alpha"
 #: The header that carries the API key (spec part 5).
 DEFAULT_API_KEY_HEADER: Final = "x-vendor-api-key"
-#: ``automationMode`` that makes the service open pull requests by itself (spec 4.1).
-AUTO_CREATE_PR: Final = "AUTO_CREATE_PR"
 
 #: Bytes of one answer the client keeps at most (16 MiB): a page of 100 activities is
 #: typically well under 1 MiB; media artifacts make the rest.
@@ -90,7 +72,8 @@ DEFAULT_MAX_RESPONSE_BYTES: Final = 16 * 1024 * 1024
 DEFAULT_MAX_DEPTH: Final = 64
 
 
-_L = TypeVar("_L", ListActivitiesResponse, ListSessionsResponse)
+_M = TypeVar("_M", Session, Activity, Source)
+_L = TypeVar("_L", ListActivitiesResponse, ListSessionsResponse, ListSourcesResponse)
 
 # --------------------------------------------------------------------------- names
 
@@ -174,6 +157,8 @@ class SessionsClient:
     :mod:`~sessionhook.api.decoding`). ``gate`` is awaited before each attempt,
     outside its deadline (a request budget: waiting for it is not the service being slow).
     ``sleep`` and ``rng`` are injectable so that tests observe backoff without waiting.
+    ``await on_answer(response, malformed)`` (optional) is told about every 2xx answer once
+    its body was checked: the relay counts a 2xx answer that does not parse as malformed.
     """
 
     def __init__(
@@ -204,7 +189,7 @@ class SessionsClient:
             raise ValueError(f"max_depth must be at least 8, not {max_depth}")
         self._root = api_root(base_url)
         self._exchange = Exchange(
-            http,
+            http=http,
             root=self._root,
             api_key=api_key,
             key_header=api_key_header.strip().lower(),
@@ -246,7 +231,7 @@ class SessionsClient:
         ``source`` is a source name or id (``github/<owner>/<repo>``); without it the
         session is repoless. ``starting_branch`` needs a ``source``. ``automation_mode``
         :data:`AUTO_CREATE_PR` makes the service open a pull request by itself. Not
-        retried except when the request provably never left (see the module docstring).
+        retried except when the request provably never left (see :mod:`.exchange`).
         """
         context: SourceContext | None = None
         if source is not None:
@@ -278,7 +263,7 @@ class SessionsClient:
         fields; :meth:`get_session` returns the whole session. Text that is not Unicode is
         mended (:attr:`Session.repaired`); an item that is no session fails the page.
         """
-        page = await self._sessions_page(page_token, page_size, False)
+        page = await self._sessions()(page_token, page_size, False)
         parsed: ListSessionsResponse = page.parsed
         return parsed
 
@@ -292,7 +277,7 @@ class SessionsClient:
         pages in a row with nothing new :class:`~sessionhook.api.errors.PageLoopError`.
         """
         return walk_items(
-            self._sessions_page,
+            self._sessions(),
             page_size=page_size,
             max_pages=max_pages,
             loop_pages=SESSION_LOOP_PAGES,
@@ -307,12 +292,8 @@ class SessionsClient:
         field of the wrong type, a ``name`` that is not Unicode) does not fail its page: it
         comes back in :attr:`SessionPage.invalid`, the others of the page as usual.
         """
-
-        async def fetch(token: str | None, size: int | None, _scan: bool) -> Page[Session]:
-            return await self._sessions_page(token, size, _scan, lenient=True)
-
         async for page in walk_pages(
-            fetch,
+            self._sessions(lenient=True),
             page_size=page_size,
             max_pages=max_pages,
             refuse_oversize=False,
@@ -320,61 +301,54 @@ class SessionsClient:
         ):
             yield SessionPage(page.items, page.invalid)
 
-    async def _sessions_page(
-        self, token: str | None, page_size: int | None, _scan: bool, *, lenient: bool = False
-    ) -> Page[Session]:
-        return await self._list_page(
-            "/sessions",
-            ListSessionsResponse,
-            "sessions",
-            {"pageToken": token},
-            page_size,
-            (),
-            lenient,
-        )
+    def _sessions(self, *, lenient: bool = False) -> Fetch[Session]:
+        return self._lister("/sessions", ListSessionsResponse, "sessions", {}, lenient)
 
-    async def _list_page(
+    def _lister(
         self,
         path: str,
         model: type[_L],
         key: str,
         params: dict[str, str | None],
-        page_size: int | None,
-        scan: Sequence[JsonPath],
-        lenient: bool,
-    ) -> Page[Any]:
-        """One page of sessions or activities (``key``: the list's member)."""
-        response = await self._exchange.request(
-            "GET",
-            path,
-            params={"pageSize": page_size, **params},
-            idempotent=True,
-            page_size=page_size,
-            scan=scan,
-        )
-        parsed, invalid = await self._decoder.decode_list(model, key, response, lenient=lenient)
-        return Page(
-            getattr(parsed, key),
-            parsed.next_page_token,
-            server_time(response),
-            invalid=invalid,
-            parsed=parsed,
-        )
+        lenient: bool = False,
+    ) -> Fetch[Any]:
+        """The ``fetch`` of one list for :mod:`.paging` (``key``: the envelope's member).
+
+        ``lenient``: an item that does not validate is refused, not its whole page.
+        """
+
+        async def fetch(token: str | None, page_size: int | None, scan: bool) -> Page[Any]:
+            response = await self._exchange.request(
+                "GET",
+                path,
+                params={"pageSize": page_size, "pageToken": token, **params},
+                idempotent=True,
+                page_size=page_size,
+                scan=ACTIVITY_SCAN if scan else (),
+            )
+            parsed, invalid = await self._decoder.decode_list(model, key, response, lenient=lenient)
+            return Page(
+                getattr(parsed, key),
+                parsed.next_page_token,
+                server_time(response),
+                invalid=invalid,
+                parsed=parsed,
+            )
+
+        return fetch
 
     async def get_session(self, session: str) -> Session:
         """The full session (``outputs`` included); accepts ``sessions/<id>`` or ``<id>``.
 
         Text that is not Unicode is mended (:attr:`Session.repaired`), except in ``name``.
         """
-        path = _path(session_name(session))
-        response = await self._exchange.request("GET", path, idempotent=True)
-        return await self._decoder.decode(Session, response)
+        return await self._get(Session, session_name(session))
 
     async def delete_session(self, session: str) -> None:
         """Delete a session; accepts ``sessions/<id>`` or ``<id>``.
 
-        Retried like a read, since deleting is idempotent; see the module docstring for how
-        a 404 after an ambiguous failure is treated.
+        Retried like a read, since deleting is idempotent; see :mod:`.exchange` for how a
+        404 after an ambiguous failure is treated.
         """
         response = await self._exchange.request(
             "DELETE",
@@ -390,20 +364,24 @@ class SessionsClient:
         Not retried except when the request provably never left.
         """
         body = SendMessageRequest(prompt=prompt).model_dump(mode="json", by_alias=True)
-        response = await self._exchange.request(
-            "POST", _path(session_name(session)) + ":sendMessage", body=body, idempotent=False
-        )
-        await self._decoder.decode_empty(response)
+        await self._act(session, ":sendMessage", body)
 
     async def approve_plan(self, session: str) -> None:
         """Approve the pending plan of a session created with ``require_plan_approval``.
 
         Not retried except when the request provably never left.
         """
-        response = await self._exchange.request(
-            "POST", _path(session_name(session)) + ":approvePlan", body={}, idempotent=False
-        )
+        await self._act(session, ":approvePlan", {})
+
+    async def _act(self, session: str, verb: str, body: dict[str, Any]) -> None:
+        """POST a custom method (``:verb``) of a session, whose answer carries nothing."""
+        path = _path(session_name(session)) + verb
+        response = await self._exchange.request("POST", path, body=body, idempotent=False)
         await self._decoder.decode_empty(response)
+
+    async def _get(self, model: type[_M], name: str) -> _M:
+        response = await self._exchange.request("GET", _path(name), idempotent=True)
+        return await self._decoder.decode(model, response)
 
     # ----------------------------------------------------------------------- activities
 
@@ -421,9 +399,7 @@ class SessionsClient:
         is inclusive is the server's choice, and a server may ignore it, so callers that
         poll must deduplicate by activity name.
         """
-        page = await self._activities_page(
-            session_name(session), create_time, page_token, page_size, False
-        )
+        page = await self._activities(session, create_time)(page_token, page_size, False)
         parsed: ListActivitiesResponse = page.parsed
         return parsed
 
@@ -442,11 +418,7 @@ class SessionsClient:
         :class:`~sessionhook.api.errors.ResponseTooLargeError` (:meth:`walk_activities`
         goes past it instead).
         """
-        name = session_name(session)
-
-        async def fetch(token: str | None, size: int | None, scan: bool) -> Page[Activity]:
-            return await self._activities_page(name, create_time, token, size, scan)
-
+        fetch = self._activities(session, create_time)
         return walk_items(fetch, page_size=page_size, max_pages=max_pages)
 
     async def walk_activities(
@@ -470,35 +442,18 @@ class SessionsClient:
         page that brings nothing new raises :class:`~sessionhook.api.errors.PageLoopError`
         after it (both: when it offers another page).
         """
-        name = session_name(session)
-
-        async def fetch(token: str | None, size: int | None, scan: bool) -> Page[Activity]:
-            return await self._activities_page(name, create_time, token, size, scan, lenient=True)
-
+        fetch = self._activities(session, create_time, lenient=True)
         async for page in walk_pages(
             fetch, page_size=page_size, max_pages=max_pages, refuse_oversize=True
         ):
             yield ActivityPage(page.items, page.refused, page.server_time, page.invalid)
 
-    async def _activities_page(
-        self,
-        name: str,
-        create_time: str | None,
-        token: str | None,
-        page_size: int | None,
-        scan: bool,
-        *,
-        lenient: bool = False,
-    ) -> Page[Activity]:
-        return await self._list_page(
-            _path(name) + "/activities",
-            ListActivitiesResponse,
-            "activities",
-            {"pageToken": token, "createTime": create_time},
-            page_size,
-            ACTIVITY_SCAN if scan else (),
-            lenient,
-        )
+    def _activities(
+        self, session: str, create_time: str | None, *, lenient: bool = False
+    ) -> Fetch[Activity]:
+        path = _path(session_name(session)) + "/activities"
+        params = {"createTime": create_time}
+        return self._lister(path, ListActivitiesResponse, "activities", params, lenient)
 
     async def get_activity(self, name: str, activity_id: str | None = None) -> Activity:
         """One activity with its artifacts.
@@ -506,9 +461,7 @@ class SessionsClient:
         Either its full name (``sessions/<id>/activities/<id>``), or a session (name or id)
         and ``activity_id``.
         """
-        path = _path(activity_name(name, activity_id))
-        response = await self._exchange.request("GET", path, idempotent=True)
-        return await self._decoder.decode(Activity, response)
+        return await self._get(Activity, activity_name(name, activity_id))
 
     # ----------------------------------------------------------------------- sources
 
@@ -524,7 +477,7 @@ class SessionsClient:
         ``filter`` is an AIP-160 expression, for example
         ``name=sources/github/o/a OR name=sources/github/o/b``; it is URL-encoded here.
         """
-        page = await self._sources_page(filter, page_token, page_size, False)
+        page = await self._sources(filter)(page_token, page_size, False)
         parsed: ListSourcesResponse = page.parsed
         return parsed
 
@@ -535,31 +488,11 @@ class SessionsClient:
         filter: str | None = None,  # the API's own name for it
     ) -> AsyncIterator[Source]:
         """Every connected source (matching ``filter``), walking all pages."""
+        return walk_items(self._sources(filter), page_size=page_size, max_pages=None)
 
-        async def fetch(token: str | None, size: int | None, scan: bool) -> Page[Source]:
-            return await self._sources_page(filter, token, size, scan)
-
-        return walk_items(fetch, page_size=page_size, max_pages=None)
-
-    async def _sources_page(
-        self, filter: str | None, token: str | None, page_size: int | None, _scan: bool
-    ) -> Page[Source]:
-        response = await self._exchange.request(
-            "GET",
-            "/sources",
-            params={"pageSize": page_size, "pageToken": token, "filter": filter},
-            idempotent=True,
-            page_size=page_size,
-        )
-        parsed = await self._decoder.decode(ListSourcesResponse, response)
-        return Page(
-            parsed.sources,
-            parsed.next_page_token,
-            server_time(response),
-            parsed=parsed,
-        )
+    def _sources(self, filter: str | None) -> Fetch[Source]:
+        return self._lister("/sources", ListSourcesResponse, "sources", {"filter": filter})
 
     async def get_source(self, source: str) -> Source:
         """One source with its branches; accepts ``sources/github/o/r`` or ``github/o/r``."""
-        response = await self._exchange.request("GET", _path(source_name(source)), idempotent=True)
-        return await self._decoder.decode(Source, response)
+        return await self._get(Source, source_name(source))

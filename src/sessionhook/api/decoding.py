@@ -1,22 +1,16 @@
 """From an answer's bytes to the API's models: :class:`Decoder`.
 
-A 2xx body of the wrong shape is a :class:`~sessionhook.api.errors.MalformedResponseError`
-(a pydantic ``ValidationError`` never escapes); JSON nested deeper than ``max_depth`` is
-refused before it is parsed (:class:`~sessionhook.api.errors.ResponseTooDeepError`). Text
-that is not Unicode (a lone surrogate) refuses an activity but is mended in a session
-(U+FFFD, :attr:`Session.repaired`; see :mod:`._unicode`). A list page that does not validate
-as a whole is read item by item (:func:`~sessionhook.api.paging.items_one_by_one`).
-
-Every 2xx answer is told to ``answered(response, malformed)`` once its body was checked, so
-that a 2xx answer that does not parse is counted as malformed rather than as its status.
+A 2xx body of the wrong shape is a :class:`~sessionhook.api.errors.MalformedResponseError`;
+JSON nested deeper than ``max_depth`` is refused before it is parsed. Every 2xx answer is told
+to ``answered(response, malformed)`` once its body was checked.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, TypeVar
 
 import httpx
@@ -24,16 +18,18 @@ from pydantic import BaseModel, ValidationError
 
 from ._bounds import nesting_depth_exceeds
 from ._unicode import NotUnicodeError, is_unicode, mended
-from .errors import MalformedResponseError, ResponseTooDeepError
-from .models import ListActivitiesResponse, ListSessionsResponse
-from .paging import RefusedItem, items_one_by_one
+from .errors import MalformedResponseError, ResponseTooDeepError, http_date
+from .models import ListActivitiesResponse, ListSessionsResponse, ListSourcesResponse
+from .paging import RefusedItem, invalid_reason, items_one_by_one
 
 __all__ = ["Decoder", "server_time"]
 
 _M = TypeVar("_M", bound=BaseModel)
-_L = TypeVar("_L", ListActivitiesResponse, ListSessionsResponse)
+_T = TypeVar("_T")
+_L = TypeVar("_L", ListActivitiesResponse, ListSessionsResponse, ListSourcesResponse)
 
 
+@dataclass(kw_only=True, eq=False)
 class Decoder:
     """Reads the bodies :class:`~sessionhook.api.exchange.Exchange` returns.
 
@@ -41,71 +37,73 @@ class Decoder:
     is told about every 2xx answer and whether it was malformed.
     """
 
-    def __init__(
-        self,
-        *,
-        max_depth: int,
-        redact: Callable[[httpx.Request], httpx.Request],
-        answered: Callable[[httpx.Response, bool], Awaitable[None]],
-    ) -> None:
-        self._max_depth = max_depth
-        self._redact = redact
-        self._answered = answered
+    max_depth: int
+    redact: Callable[[httpx.Request], httpx.Request]
+    answered: Callable[[httpx.Response, bool], Awaitable[None]]
 
     async def decode(self, model: type[_M], response: httpx.Response) -> _M:
         """The answer as ``model``; ``answered`` is told whether it was malformed."""
-        try:
-            parsed = self._parse(model, response)
-        except MalformedResponseError:
-            await self._answered(response, True)
-            raise
-        await self._answered(response, False)
+        parsed, _ = await self._told(response, lambda: (self._parse(model, response), []))
         return parsed
 
     async def decode_list(
         self, model: type[_L], key: str, response: httpx.Response, *, lenient: bool
     ) -> tuple[_L, list[RefusedItem]]:
-        """:meth:`decode` of a list page, read item by item when the page as a whole does
-        not validate: the items that do (sessions mended, see :mod:`._unicode`) and, with
-        ``lenient``, the others as ``malformed`` :class:`RefusedItem` (without, the page
-        raises as a whole). Told to ``answered`` as malformed only when an item was
-        refused: a mended session is read whole."""
-        invalid: list[RefusedItem] = []
-        try:
-            try:
-                parsed = self._parse(model, response)
-            except MalformedResponseError as exc:
-                if not isinstance(exc.__cause__, ValidationError | NotUnicodeError):
-                    raise
-                # One bad item must not hold up the others of its page (nor, page after
-                # page, a whole session or the whole account).
-                parsed, invalid = items_one_by_one(model, key, response.content, exc)
-                if invalid and not lenient:
-                    raise exc from exc.__cause__
-        except MalformedResponseError:
-            await self._answered(response, True)
-            raise
-        await self._answered(response, bool(invalid))
-        return parsed, invalid
+        """:meth:`decode` of a list page; one that does not validate whole is read item by
+        item (:func:`~sessionhook.api.paging.items_one_by_one`). With ``lenient`` the items
+        that fail come back as :class:`RefusedItem` (told to ``answered`` as malformed);
+        without, the page raises as a whole."""
+        return await self._told(response, lambda: self._list(model, key, response, lenient))
 
     async def decode_empty(self, response: httpx.Response) -> None:
         """Check an answer that carries nothing (``{}`` or no body); ``answered`` is told
         whether it was malformed."""
+
+        def read() -> tuple[None, list[RefusedItem]]:
+            # Empty answers (delete, sendMessage, approvePlan) are "{}" or no body at all;
+            # anything else that is not a JSON object means we are not talking to the API.
+            if response.content.strip():
+                self._json(response)
+            return None, []
+
+        await self._told(response, read)
+
+    async def _told(
+        self, response: httpx.Response, read: Callable[[], tuple[_T, list[RefusedItem]]]
+    ) -> tuple[_T, list[RefusedItem]]:
+        """``read()``, then ``answered`` told whether the answer was malformed (an error,
+        or an item refused)."""
         try:
-            self._expect_empty(response)
+            value, invalid = read()
         except MalformedResponseError:
-            await self._answered(response, True)
+            await self.answered(response, True)
             raise
-        await self._answered(response, False)
+        await self.answered(response, bool(invalid))
+        return value, invalid
+
+    def _list(
+        self, model: type[_L], key: str, response: httpx.Response, lenient: bool
+    ) -> tuple[_L, list[RefusedItem]]:
+        try:
+            return self._parse(model, response), []
+        except MalformedResponseError as exc:
+            if not isinstance(exc.__cause__, ValidationError | NotUnicodeError):
+                raise
+            # One bad item must not hold up the others of its page (nor, page after
+            # page, a whole session or the whole account).
+            parsed, invalid = items_one_by_one(model, key, response.content, exc)
+            if invalid and not lenient:
+                raise exc from exc.__cause__
+            return parsed, invalid
 
     def _json(self, response: httpx.Response) -> dict[str, Any]:
         content = response.content
-        if nesting_depth_exceeds(content, self._max_depth):
+        if nesting_depth_exceeds(content, self.max_depth):
             raise ResponseTooDeepError(
-                f"{response.status_code} answer nests deeper than {self._max_depth} levels; "
+                f"{response.status_code} answer nests deeper than {self.max_depth} levels; "
                 "not parsed",
-                request=self._redact(response.request),
-                max_depth=self._max_depth,
+                request=self.redact(response.request),
+                max_depth=self.max_depth,
             )
         try:
             data = json.loads(content)
@@ -113,13 +111,13 @@ class Decoder:
             raise MalformedResponseError(
                 f"{response.status_code} answer is not JSON "
                 f"(content-type {response.headers.get('content-type', 'none')})",
-                request=self._redact(response.request),
+                request=self.redact(response.request),
                 body=_snippet(content),
             ) from None
         if not isinstance(data, dict):
             raise MalformedResponseError(
                 f"{response.status_code} answer is JSON {type(data).__name__}, not an object",
-                request=self._redact(response.request),
+                request=self.redact(response.request),
                 body=_snippet(content),
             )
         return data
@@ -130,7 +128,7 @@ class Decoder:
         ``model_validate``, the same result); anything it refuses goes the general way
         (:meth:`_json` then ``model_validate``), which raises what it always did."""
         content = response.content
-        if not nesting_depth_exceeds(content, self._max_depth):
+        if not nesting_depth_exceeds(content, self.max_depth):
             try:
                 return model.model_validate_json(content)
             except ValidationError:
@@ -141,39 +139,19 @@ class Decoder:
             # archive, a log line, an event body). A session is mended (see _unicode.py);
             # anything else is refused like any malformed answer.
             return model.model_validate(data) if is_unicode(data) else mended(model, data)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(part) for part in first["loc"]) or "body"
+        except (ValidationError, NotUnicodeError) as exc:
+            count = f" ({exc.error_count()} problem(s))" if isinstance(exc, ValidationError) else ""
             raise MalformedResponseError(
                 f"{response.status_code} answer is not a {model.__name__}: "
-                f"{where}: {first['msg']} ({exc.error_count()} problem(s))",
-                request=self._redact(response.request),
+                f"{invalid_reason(exc, 'body')}{count}",
+                request=self.redact(response.request),
                 body=_snippet(response.content),
             ) from exc
-        except NotUnicodeError as exc:
-            raise MalformedResponseError(
-                f"{response.status_code} answer is not a {model.__name__}: {exc}",
-                request=self._redact(response.request),
-                body=_snippet(response.content),
-            ) from exc
-
-    def _expect_empty(self, response: httpx.Response) -> None:
-        # Empty responses (delete, sendMessage, approvePlan) are "{}" or no body at all;
-        # anything else that is not a JSON object means we are not talking to the API.
-        if response.content.strip():
-            self._json(response)
 
 
 def server_time(response: httpx.Response) -> datetime | None:
     """The answer's ``Date`` header (the service's clock) as aware UTC, or ``None``."""
-    value = response.headers.get("date")
-    if not value:
-        return None
-    try:
-        moment = parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    return http_date(response.headers.get("date"))
 
 
 def _snippet(content: bytes) -> str:

@@ -4,19 +4,12 @@ Hierarchy::
 
     ApiError                     base: every failure of a call to the service
     +-- TransportError           no HTTP answer (connect error, timeout, broken response)
-    |   +-- DeadlineExceededError  no complete answer within the deadline of the WHOLE
-    |                              exchange (a server dripping bytes slowly); retried like
-    |                              any transport error
+    |   +-- DeadlineExceededError  no complete answer within the whole exchange's deadline
     +-- MalformedResponseError   an answer whose body is not the JSON the spec promises
-    |   +-- ResponseTooDeepError   JSON nested deeper than the client's bound (checked before
-    |   |                          parsing, so nothing recurses into it)
-    |   +-- ResponseTooLargeError  a body longer than ``max_response_bytes``; reading stopped
-    |                              at the bound. ``page_size`` is the page size asked for,
-    |                              ``scanned`` the few fields a one-item page was scanned for
-    +-- PageLimitError           a list walk reached its page bound (``max_pages``) and the
-    |                            service still offered a next page (runaway pagination)
-    +-- PageLoopError            a list walk met a page that brought nothing new (every item
-    |                            met earlier in the walk) and the service offered yet another
+    |   +-- ResponseTooDeepError   JSON nested deeper than the client's bound
+    |   +-- ResponseTooLargeError  a body longer than ``max_response_bytes``
+    +-- PageLimitError           a list walk still offered a page after ``max_pages``
+    +-- PageLoopError            a list walk met pages that brought nothing new
     +-- ApiStatusError           an HTTP error status; carries the parsed error body
         +-- InvalidArgumentError   400 INVALID_ARGUMENT
         +-- UnauthenticatedError   401
@@ -25,13 +18,8 @@ Hierarchy::
         +-- RateLimitedError       429 (``retry_after`` seconds when the server said)
         +-- ServerError            5xx
 
-Every error has a short ``kind`` (``transport``, ``deadline``, ``malformed``, ``too_deep``,
-``too_large``, ``page_limit``, ``page_loop``, ``status``) for logs and metric labels, so
-that callers count failures by what they are without an ``isinstance`` ladder.
-
-Every error carries the ``request`` it answers. Messages show only its method and URL, never
-headers, so the API key cannot leak through an error message; the client also attaches a copy
-of the request whose key header is redacted, so not even ``error.request.headers`` holds it.
+Every error has a short ``kind`` for logs and metric labels, and carries the ``request`` it
+answers: a copy whose key header is redacted, shown in messages by method and URL only.
 """
 
 from __future__ import annotations
@@ -64,6 +52,7 @@ __all__ = [
     "TransportError",
     "UnauthenticatedError",
     "error_for_response",
+    "http_date",
     "parse_retry_after",
 ]
 
@@ -102,11 +91,8 @@ class TransportError(ApiError):
 
 
 class DeadlineExceededError(TransportError):
-    """The whole exchange (connect, send, every byte of the answer) outlasted its deadline.
-
-    Per-read timeouts do not catch a server that sends one byte every few seconds; this
-    deadline does. ``deadline`` is the bound in seconds.
-    """
+    """The whole exchange (connect, send, every byte of the answer) outlasted ``deadline``
+    seconds: a server that drips one byte every few seconds, which per-read timeouts miss."""
 
     hint = "the service answers too slowly; check it and the network, or raise the timeout"
     kind = "deadline"
@@ -175,11 +161,8 @@ class ResponseTooLargeError(MalformedResponseError):
 
 
 class PageLimitError(ApiError):
-    """A walk over a list reached ``max_pages`` pages and the service offered yet another.
-
-    A fresh ``nextPageToken`` on every page would otherwise spend the whole request budget;
-    what the walk yielded before the bound stays valid.
-    """
+    """A walk over a list reached ``max_pages`` pages and the service offered yet another;
+    what the walk yielded before the bound stays valid."""
 
     hint = "the service keeps offering more pages; raise poll.max_pages if that is genuine"
     kind = "page_limit"
@@ -193,11 +176,7 @@ class PageLimitError(ApiError):
 
 class PageLoopError(ApiError):
     """A walk over a list met ``repeats`` pages in a row that brought nothing new, each with a
-    fresh ``nextPageToken``: the service serves the same items again and again.
-
-    Without this, only ``max_pages`` would stop such a walk, after spending that many
-    requests; what the walk yielded before stays valid. ``pages`` is how many pages it read.
-    """
+    fresh ``nextPageToken``, after reading ``pages`` pages; what it yielded stays valid."""
 
     hint = "the service serves the same page again under a fresh page token; try again later"
     kind = "page_loop"
@@ -298,14 +277,22 @@ def parse_retry_after(
     else:
         # float() accepts "nan" and "inf"; neither is advice a client can follow.
         return max(0.0, seconds) if math.isfinite(seconds) else None
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
+    when = http_date(value)
+    if when is None:
         return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
     current = now() if now is not None else datetime.now(UTC)
     return max(0.0, (when - current).total_seconds())
+
+
+def http_date(value: str | None) -> datetime | None:
+    """An HTTP date (``Date``, ``Retry-After``) as aware UTC, or ``None`` when unreadable."""
+    if not value:
+        return None
+    try:
+        moment = parsedate_to_datetime(value)
+        return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    except (TypeError, ValueError, IndexError, OverflowError):  # Overflow: past year 9999 in UTC
+        return None
 
 
 def error_for_response(

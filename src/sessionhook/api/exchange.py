@@ -19,24 +19,14 @@ POST (create, sendMessage, approvePlan)  only a connect error, connect timeout o
                                          create could make a second session.
 =======================================  ===================================================
 
-A ``Retry-After`` longer than :attr:`RetryPolicy.max_retry_after` is not waited out in
-process: the error is raised at once with ``retry_after`` set, for the caller to schedule.
+A ``Retry-After`` longer than :attr:`RetryPolicy.max_retry_after` is raised at once, with
+``retry_after`` set, for the caller to schedule.
 
-Bounds (nothing the service sends can exhaust memory or hang a call):
-
-* ``timeout`` is the deadline of each attempt's WHOLE exchange, from sending to the last
-  byte of the answer (:class:`~sessionhook.api.errors.DeadlineExceededError`); httpx's
-  per-read timeouts alone would let a server that drips one byte every few seconds hold
-  a call forever.
-* answers are read as a stream and at most ``max_response_bytes`` are kept
-  (:class:`~sessionhook.api.errors.ResponseTooLargeError`, raised without reading more;
-  error bodies are cut at 64 KiB, they are only shown). Asked to, the rest of a success too
-  large to keep streams through a :class:`~sessionhook.api._bounds.JsonFieldScanner` first
-  (a page of one activity: see :class:`~sessionhook.api.paging.RefusedItem`).
-
-The API key travels only in its header, and only to the API root: redirects are never
-followed. It is never logged, never part of an exception message, and the request attached
-to an error is a copy with the key header redacted (:meth:`Exchange.redact`).
+Nothing the service sends can exhaust memory or hang a call: ``timeout`` bounds each
+attempt's WHOLE exchange (httpx's per-read timeouts let a server that drips a byte every few
+seconds hold a call forever), and at most ``max_response_bytes`` of an answer are kept (64
+KiB of an error). The API key travels only in its header, only to the API root (redirects
+are never followed), and never in a log line or an error (:meth:`Exchange.redact`).
 """
 
 from __future__ import annotations
@@ -44,6 +34,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import anyio
@@ -80,6 +71,7 @@ _NEVER_SENT: Final = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeou
 _log = logging.getLogger(__name__)
 
 
+@dataclass(kw_only=True, repr=False, eq=False)
 class Exchange:
     """Sends requests to the API root ``root`` over ``http`` and returns bounded answers.
 
@@ -89,39 +81,26 @@ class Exchange:
     ``sleep`` and ``rng`` make backoff observable in tests without waiting.
     """
 
-    def __init__(
-        self,
-        http: httpx.AsyncClient,
-        *,
-        root: str,
-        api_key: str,
-        key_header: str,
-        timeout: float,
-        retry: RetryPolicy,
-        max_response_bytes: int,
-        max_depth: int,
-        gate: Callable[[], Awaitable[None]] | None,
-        sleep: Callable[[float], Awaitable[None]],
-        rng: random.Random,
-        on_answer: OnAnswer | None,
-    ) -> None:
-        self._http = http
-        self._root = root
-        self._key_header = key_header
+    http: httpx.AsyncClient
+    root: str
+    api_key: str
+    key_header: str
+    timeout: float
+    retry: RetryPolicy
+    max_response_bytes: int
+    max_depth: int
+    gate: Callable[[], Awaitable[None]] | None
+    sleep: Callable[[float], Awaitable[None]]
+    rng: random.Random
+    on_answer: OnAnswer | None
+    _headers: dict[str, str] = field(init=False)
+
+    def __post_init__(self) -> None:
         self._headers = {
-            key_header: api_key,
+            self.key_header: self.api_key,
             "accept": "application/json",
             "user-agent": f"sessionhook/{__version__}",
         }
-        self._timeout_seconds = timeout
-        self._timeout = httpx.Timeout(timeout)
-        self._retry = retry
-        self._max_bytes = max_response_bytes
-        self._max_depth = max_depth
-        self._gate = gate
-        self._sleep = sleep
-        self._rng = rng
-        self._on_answer = on_answer
 
     async def request(
         self,
@@ -135,39 +114,36 @@ class Exchange:
         page_size: int | None = None,
         scan: Sequence[JsonPath] = (),
     ) -> httpx.Response:
-        """Send with retries (see the module docstring) and return a 2xx response whose
-        body was read within the bounds. ``page_size`` is only reported in a
-        :class:`ResponseTooLargeError`; ``scan`` names the fields to look for when the
-        answer is too large (a one-item page)."""
-        url = self._root + path
+        """Send with retries (see the module docstring); a 2xx answer, its body read within
+        the bounds. ``page_size`` is only told in a :class:`ResponseTooLargeError`; ``scan``
+        names the fields to look for in an answer too large to keep."""
+        url = self.root + path
         query = {key: value for key, value in (params or {}).items() if value is not None}
-        policy = self._retry
+        policy = self.retry
         # True once an attempt failed in a way that may have changed state on the server.
         ambiguous = False
         attempt = 0
         while True:
             attempt += 1
-            request = self._http.build_request(
+            request = self.http.build_request(
                 method,
                 url,
                 params=query,
                 json=body,
                 headers=self._headers,
-                timeout=self._timeout,
+                timeout=httpx.Timeout(self.timeout),
             )
             retry_after: float | None = None
             error: ApiError
-            if self._gate is not None:
-                await self._gate()
+            if self.gate is not None:
+                await self.gate()
             try:
                 response = await self._attempt(request, page_size, scan)
             except httpx.RequestError as exc:
                 never_sent = isinstance(exc, _NEVER_SENT)
                 ambiguous = ambiguous or not never_sent
                 retryable = idempotent or never_sent
-                error = TransportError(
-                    _describe(exc, self._timeout_seconds), request=self.redact(request)
-                )
+                error = TransportError(_describe(exc, self.timeout), request=self.redact(request))
                 cause: BaseException | None = exc
                 reason = type(exc).__name__
             except DeadlineExceededError as exc:
@@ -191,7 +167,7 @@ class Exchange:
             if not retryable or attempt >= policy.max_attempts or policy.gives_up_on(retry_after):
                 error.attempts = attempt
                 raise error from cause
-            wait = policy.delay(attempt, retry_after, self._rng)
+            wait = policy.delay(attempt, retry_after, self.rng)
             _log.info(
                 "api.retry method=%s url=%s attempt=%d reason=%s wait=%.2f",
                 method,
@@ -200,17 +176,17 @@ class Exchange:
                 reason,
                 wait,
             )
-            await self._sleep(wait)
+            await self.sleep(wait)
 
     async def answered(self, response: httpx.Response, malformed: bool) -> None:
         """Tell ``on_answer`` about ``response`` when it is a 2xx answer."""
-        if self._on_answer is not None and response.is_success:
-            await self._on_answer(response, malformed)
+        if self.on_answer is not None and response.is_success:
+            await self.on_answer(response, malformed)
 
     def redact(self, request: httpx.Request) -> httpx.Request:
         """A copy of ``request`` with the key header's value replaced (for errors)."""
         headers = [
-            (key, _REDACTED if key.lower() == self._key_header else value)
+            (key, _REDACTED if key.lower() == self.key_header else value)
             for key, value in request.headers.multi_items()
         ]
         return httpx.Request(request.method, request.url, headers=headers, content=request.content)
@@ -220,12 +196,12 @@ class Exchange:
     ) -> httpx.Response:
         """One attempt: send and read the answer, all within the deadline; the returned
         response holds its (bounded) body."""
-        deadline = self._timeout_seconds
+        deadline = self.timeout
         try:
             with anyio.fail_after(deadline):
                 # Never follow a redirect, whatever the injected client says: httpx drops
                 # only Authorization across origins, so the key header would travel along.
-                response = await self._http.send(request, stream=True, follow_redirects=False)
+                response = await self.http.send(request, stream=True, follow_redirects=False)
                 try:
                     content = await self._read_bounded(response, request, page_size, scan)
                 except MalformedResponseError:
@@ -257,12 +233,13 @@ class Exchange:
         page_size: int | None,
         scan: Sequence[JsonPath],
     ) -> bytes:
-        """The body, decoded, at most ``max_response_bytes`` of it (64 KiB of an error).
-
-        A success over the bound raises :class:`ResponseTooLargeError` at once; with
-        ``scan``, the rest streams through a :class:`JsonFieldScanner` first (never kept).
-        """
-        limit = self._max_bytes if response.is_success else min(self._max_bytes, _ERROR_BODY_BYTES)
+        """The body, decoded, at most ``max_response_bytes`` of it (64 KiB of an error); with
+        ``scan``, the rest of a success too large streams through a scanner, never kept."""
+        limit = (
+            self.max_response_bytes
+            if response.is_success
+            else min(self.max_response_bytes, _ERROR_BODY_BYTES)
+        )
         declared = _content_length(response)
         if response.is_success and not scan and declared is not None and declared > limit:
             raise self._too_large(request, limit, declared, page_size, {})
@@ -278,7 +255,7 @@ class Exchange:
             size = len(received) + len(chunk)
             found: dict[str, str] = {}
             if scan:
-                scanner = JsonFieldScanner(scan, max_depth=self._max_depth)
+                scanner = JsonFieldScanner(scan, max_depth=self.max_depth)
                 scanner.feed(bytes(received))
                 del received[:]  # nothing of the answer is kept past this point
                 scanner.feed(chunk)
@@ -310,10 +287,10 @@ class Exchange:
         )
 
 
-def _describe(exc: httpx.RequestError, timeout: float | None) -> str:
+def _describe(exc: httpx.RequestError, timeout: float) -> str:
     text = str(exc).strip()
     kind = type(exc).__name__
-    if isinstance(exc, httpx.TimeoutException) and timeout is not None:
+    if isinstance(exc, httpx.TimeoutException):
         return f"{kind}: no answer within {timeout:g} s" + (f" ({text})" if text else "")
     return f"{kind}: {text}" if text else kind
 

@@ -43,7 +43,14 @@ from ..wording import counted
 from ._bounds import JsonPath
 from ._unicode import NotUnicodeError, is_unicode, mended
 from .errors import MalformedResponseError, PageLimitError, PageLoopError, ResponseTooLargeError
-from .models import Activity, ListActivitiesResponse, ListSessionsResponse, Session, Source
+from .models import (
+    Activity,
+    ListActivitiesResponse,
+    ListSessionsResponse,
+    ListSourcesResponse,
+    Session,
+    Source,
+)
 
 __all__ = [
     "ACTIVITY_SCAN",
@@ -54,6 +61,7 @@ __all__ = [
     "Page",
     "RefusedItem",
     "SessionPage",
+    "invalid_reason",
     "items_one_by_one",
     "walk_items",
     "walk_pages",
@@ -75,12 +83,13 @@ _UNKNOWN_PAGE_SIZE: Final = 100
 _ITEMS: Final[dict[str, tuple[type[BaseModel], str]]] = {
     "activities": (Activity, "an activity"),
     "sessions": (Session, "a session"),
+    "sources": (Source, "a source"),
 }
 
 _log = logging.getLogger(__name__)
 
 _R = TypeVar("_R", Session, Activity, Source)
-_L = TypeVar("_L", ListActivitiesResponse, ListSessionsResponse)
+_L = TypeVar("_L", ListActivitiesResponse, ListSessionsResponse, ListSourcesResponse)
 
 
 @dataclass(frozen=True)
@@ -178,19 +187,8 @@ async def walk_pages(
     loop_pages: int = LOOP_PAGES,
 ) -> AsyncIterator[Page[_R]]:
     """Walk a list page by page, each name (and each refusal) yielded once; see the
-    module docstring.
-
-    Page tokens are opaque; a server that hands back a token it already gave would
-    loop forever, so that is reported as a malformed answer; ``loop_pages`` pages in a
-    row that bring nothing new, each with a fresh token, end the walk as a loop
-    (:class:`PageLoopError`); fresh tokens with fresh items are stopped by
-    ``max_pages``. Names are deduplicated because a list that shifts while it is walked
-    (a session created meanwhile) can repeat an item across a page boundary. A page
-    too large to read is asked again with half the page size (the rest of the walk
-    keeps the smaller size); a page of one still too large raises, or with
-    ``refuse_oversize`` becomes a page with ``refused`` set and the walk goes on with
-    the page token its scan found.
-    """
+    module docstring. Names are deduplicated because a list that shifts while it is walked
+    (a session created meanwhile) can repeat an item across a page boundary."""
     token: str | None = None
     size = page_size
     tokens_seen: set[str] = set()
@@ -274,10 +272,8 @@ def _pages_phrase(repeats: int, last: int) -> str:
 def items_one_by_one(
     envelope_model: type[_L], key: str, content: bytes, error: MalformedResponseError
 ) -> tuple[_L, list[RefusedItem]]:
-    """A page whose envelope is sound but some of its ``key`` items are not what they should
-    be: the envelope with the good items (sessions mended, see :func:`._unicode.mended`),
-    and the others as ``malformed`` :class:`RefusedItem`. Re-raises ``error`` when the
-    envelope itself is wrong. ``content`` passed the depth check already."""
+    """The envelope with the ``key`` items that validate, and the others as ``malformed``
+    :class:`RefusedItem`; re-raises ``error`` when the envelope itself is wrong."""
     data = json.loads(content)
     items = data.get(key) if isinstance(data, dict) else None
     if not isinstance(items, list):
@@ -302,12 +298,6 @@ def items_one_by_one(
 
 def _refused(raw: Any, exc: ValidationError | NotUnicodeError, noun: str) -> RefusedItem:
     """The :class:`RefusedItem` of an item that is not ``noun``."""
-    if isinstance(exc, ValidationError):
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "item"
-        problem = f"{where}: {first['msg']}"
-    else:
-        problem = str(exc)
     fields = raw if isinstance(raw, dict) else {}
     name, when = fields.get("name"), fields.get("createTime")
     return RefusedItem(
@@ -316,5 +306,13 @@ def _refused(raw: Any, exc: ValidationError | NotUnicodeError, noun: str) -> Ref
         size=len(json.dumps(raw)),
         limit=0,
         reason="malformed",
-        detail=f"not {noun}: {problem}",
+        detail=f"not {noun}: {invalid_reason(exc, 'item')}",
     )
+
+
+def invalid_reason(exc: ValidationError | NotUnicodeError, whole: str) -> str:
+    """What is wrong first, at which dotted path (``whole`` when at the top)."""
+    if isinstance(exc, NotUnicodeError):
+        return str(exc)
+    first = exc.errors()[0]
+    return f"{'.'.join(str(part) for part in first['loc']) or whole}: {first['msg']}"

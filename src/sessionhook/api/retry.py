@@ -1,8 +1,5 @@
 """How often and how patiently a call of the client is retried: :class:`RetryPolicy` (pure).
-
-Which calls are retried after which failures is the exchange's rule (see
-:mod:`sessionhook.api.exchange`); this module only says how long to wait, and when a server's
-``Retry-After`` asks for too long to wait in process.
+Which calls are retried after which failures is :mod:`sessionhook.api.exchange`'s rule.
 """
 
 from __future__ import annotations
@@ -47,12 +44,8 @@ class RetryPolicy:
             raise ValueError(f"jitter must be in [0, 1), not {self.jitter!r}")
 
     def delay(self, attempt: int, retry_after: float | None, rng: random.Random) -> float:
-        """Seconds to wait after failed attempt number ``attempt`` (1 is the first try).
-
-        ``retry_after`` is the server's advice in seconds (``None`` when it gave none); the
-        result is at least ``min(retry_after, max_retry_after)``. ``rng`` supplies the
-        jitter, so a seeded :class:`random.Random` makes the result reproducible.
-        """
+        """Seconds to wait after failed attempt number ``attempt`` (1 is the first try);
+        ``retry_after`` is the server's advice (``None``: none), ``rng`` the jitter's source."""
         if attempt < 1:
             raise ValueError(f"attempt numbers start at 1, not {attempt}")
         exponent = min(attempt - 1, _MAX_EXPONENT)

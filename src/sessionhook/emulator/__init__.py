@@ -4,8 +4,9 @@
 in-process through ``httpx.ASGITransport``); ``app.state.world`` is its :class:`World`.
 """
 
+from .agent import Account, SessionRecord
 from .app import API_KEY_HEADER, FAULT_HEADER, create_app
-from .world import Account, EmulatorError, SessionRecord, World
+from .world import EmulatorError, World
 
 __all__ = [
     "API_KEY_HEADER",

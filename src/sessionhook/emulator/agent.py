@@ -1,29 +1,7 @@
-"""The scripted agent: walks one session through its states, one step per step delay.
-
-The script of a session created at ``t0`` (``d`` is the step delay)::
-
-    t0        QUEUED                          (the create response)
-    t0 + d    PLANNING, a "Session started" system activity with no event member
-    t0 + 2d   planGenerated (2-4 steps)       requirePlanApproval: AWAITING_PLAN_APPROVAL,
-                                              nothing more until :approvePlan
-    t0 + 3d   planApproved, IN_PROGRESS       automatic approval; originator "user", as
-                                              real servers show for auto-approved plans
-    ...       one progressUpdated per plan step, with bashOutput and changeSet artifacts
-              (and a PNG media artifact on the test run)
-              "[ask]" in the prompt: after the first one, an agentMessaged question and
-              AWAITING_USER_FEEDBACK until :sendMessage
-              "[fail]" in the prompt: after the first one, sessionFailed and FAILED
-    ...       automationMode AUTO_CREATE_PR on a repository session: a pull request in
-              ``outputs`` and a progressUpdated about it
-    last      sessionCompleted carrying the final changeSet, COMPLETED; the change set is
-              also served in ``outputs`` (``{"changeSet": {...}}``)
-
-A message (:sendMessage) is a userMessaged activity at once and an agentMessaged reply one
-step later; the rest of the script moves back by a step. A COMPLETED or FAILED session
-resumes: IN_PROGRESS, reply, a follow-up change, sessionCompleted again.
-
-Nothing here runs on its own: :meth:`Agent.advance` applies the steps due by a given time,
-and the world calls it before every request, so a fake clock makes everything deterministic.
+"""One session (:class:`SessionRecord`) and the scripted agent that walks it through its
+states, one step per step delay (the script: docs/emulator.md). Nothing here runs on its
+own: the world calls :meth:`Agent.advance` before every request, so a fake clock makes
+everything deterministic.
 """
 
 from __future__ import annotations
@@ -36,11 +14,12 @@ import struct
 import zlib
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import InitVar, dataclass, field
+from datetime import UTC, datetime, timedelta
 from functools import partial
-from typing import Protocol
 
 from ..api.models import (
+    AUTO_CREATE_PR,
     Activity,
     AgentMessaged,
     Artifact,
@@ -54,6 +33,7 @@ from ..api.models import (
     PlanStep,
     ProgressUpdated,
     PullRequest,
+    Session,
     SessionCompleted,
     SessionFailed,
     SessionOutput,
@@ -61,26 +41,39 @@ from ..api.models import (
     SourceContext,
     UserMessaged,
     WireModel,
+    format_timestamp,
 )
 from ..wording import counted
 
 __all__ = [
     "ASK_WORD",
-    "AUTO_CREATE_PR",
     "FAIL_WORD",
+    "Account",
     "Agent",
-    "AgentSession",
+    "SessionRecord",
+    "format_us",
     "hex_id",
     "make_title",
+    "to_us",
 ]
 
 #: A prompt containing this word makes the agent ask a question and wait for an answer.
 ASK_WORD = "[ask]"
 #: A prompt containing this word makes the session fail after its first progress update.
 FAIL_WORD = "[fail]"
-#: The automation mode that opens a pull request when the change is ready.
-AUTO_CREATE_PR = "AUTO_CREATE_PR"
 
+#: Base of the ``url`` of a session; ``.invalid`` so it can never reach a real host.
+WEB_BASE = "https://sessions.emulator.invalid/session/"
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_EVENT_FIELDS: dict[type[WireModel], str] = {
+    PlanGenerated: "plan_generated",
+    PlanApproved: "plan_approved",
+    UserMessaged: "user_messaged",
+    AgentMessaged: "agent_messaged",
+    ProgressUpdated: "progress_updated",
+    SessionCompleted: "session_completed",
+    SessionFailed: "session_failed",
+}
 _WAITING = frozenset({SessionState.AWAITING_PLAN_APPROVAL, SessionState.AWAITING_USER_FEEDBACK})
 # Words that make poor names for the module and function the agent writes.
 _STOPWORDS = frozenset(
@@ -271,40 +264,10 @@ class _Step:
     run: Callable[[int], None]
 
 
-class AgentSession(Protocol):
-    """What an :class:`Agent` reads of its session and how it moves it on (the world's
-    ``SessionRecord`` is one): the agent owns the script, the session its record."""
-
-    prompt: str
-    title: str
-    source_context: SourceContext | None
-    require_plan_approval: bool
-    automation_mode: str
-    create_us: int
-    state: SessionState
-    outputs: list[SessionOutput]
-
-    def emit(
-        self,
-        time_us: int,
-        originator: str,
-        event: WireModel | None,
-        *,
-        description: str = "",
-        artifacts: Sequence[Artifact] = (),
-    ) -> Activity:
-        """Append an activity at ``time_us`` (or just after the previous one)."""
-        ...
-
-    def set_state(self, time_us: int, state: SessionState) -> None:
-        """Move to ``state`` at ``time_us``."""
-        ...
-
-
 class Agent:
     """Drives one session through its script; see the module docstring for the timeline."""
 
-    def __init__(self, session: AgentSession, rng: random.Random, step_us: int) -> None:
+    def __init__(self, session: SessionRecord, rng: random.Random, step_us: int) -> None:
         self._session = session
         self._rng = rng
         self._step_us = step_us
@@ -474,3 +437,106 @@ class Agent:
         outputs.append(SessionOutput(change_set=change.model_copy(deep=True)))
         self._session.outputs = outputs
         self._session.set_state(t, SessionState.COMPLETED)
+
+
+def format_us(time_us: int) -> str:
+    """Microseconds since the epoch as the service writes timestamps (``...123456Z``)."""
+    return format_timestamp(_EPOCH + timedelta(microseconds=time_us))
+
+
+def to_us(moment: datetime) -> int:
+    """An aware datetime as whole microseconds since the epoch (the world's time unit)."""
+    return (moment - _EPOCH) // timedelta(microseconds=1)
+
+
+@dataclass(frozen=True)
+class Account:
+    """An account: an id and its 1-3 API keys."""
+
+    id: str
+    keys: tuple[str, ...]
+
+
+@dataclass(kw_only=True, eq=False)
+class SessionRecord:
+    """One session: what was asked, its state, its activities; driven by its :class:`Agent`."""
+
+    seq: int
+    id: str
+    account: Account
+    prompt: str
+    title: str
+    source_context: SourceContext | None
+    require_plan_approval: bool
+    automation_mode: str
+    create_us: int
+    rng: InitVar[random.Random]
+    step_us: InitVar[int]
+    state: SessionState = field(default=SessionState.QUEUED, init=False)
+    outputs: list[SessionOutput] = field(default_factory=list, init=False)
+    activities: list[tuple[int, Activity]] = field(default_factory=list, init=False)
+    activity_index: dict[str, int] = field(default_factory=dict, init=False)
+
+    def __post_init__(self, rng: random.Random, step_us: int) -> None:
+        self.name = f"sessions/{self.id}"
+        self.update_us = self.create_us
+        self._rng = rng
+        self.agent = Agent(self, rng, step_us)
+
+    def emit(
+        self,
+        time_us: int,
+        originator: str,
+        event: WireModel | None,
+        *,
+        description: str = "",
+        artifacts: Sequence[Artifact] = (),
+    ) -> Activity:
+        """Append an activity; its createTime is ``time_us``, nudged to stay strictly increasing.
+
+        Strictly increasing times within a session keep an exclusive ``createTime`` cursor
+        from skipping an activity that shares a microsecond with the previous one.
+        """
+        if self.activities:
+            time_us = max(time_us, self.activities[-1][0] + 1)
+        activity_id = hex_id(self._rng)
+        activity = Activity(
+            name=f"{self.name}/activities/{activity_id}",
+            id=activity_id,
+            originator=originator,
+            description=description,
+            create_time=format_us(time_us),
+            artifacts=list(artifacts),
+        )
+        if event is not None:
+            setattr(activity, _EVENT_FIELDS[type(event)], event)
+        self.activity_index[activity_id] = len(self.activities)
+        self.activities.append((time_us, activity))
+        self.update_us = max(self.update_us, time_us)
+        return activity
+
+    def set_state(self, time_us: int, state: SessionState) -> None:
+        """Move to ``state`` at ``time_us``; ``updateTime`` follows."""
+        self.state = state
+        self.update_us = max(self.update_us, time_us)
+
+    def to_session(self, *, full: bool = True) -> Session:
+        """The wire model: the full session, or the reduced set list items carry."""
+        reduced = Session(
+            name=self.name,
+            id=self.id,
+            title=self.title,
+            state=self.state.value,
+            create_time=format_us(self.create_us),
+            update_time=format_us(self.update_us),
+        )
+        if not full:
+            return reduced
+        return reduced.model_copy(
+            update={
+                "prompt": self.prompt,
+                "url": WEB_BASE + self.id,
+                "source_context": self.source_context,
+                "outputs": list(self.outputs),
+            }
+        )

@@ -1,31 +1,9 @@
 """The emulator's HTTP surface: every ``/v1alpha`` route, auth, paging, filters and faults.
 
-A request goes through: the optional latency, routing (unknown path 404, wrong method 405),
-the API key (401), the faults (``x-emulator-fault`` header, then the random ones), the
-handler. Every error body is ``{"error": {"code", "message", "status", "details"?}}``.
-
-Choices where the spec is silent (field notes followed where they speak):
-
-* Lists: sessions newest first, activities oldest first, sources by name. Empty lists and
-  zero values are omitted, as the real service does: an empty page is ``{}``; the last
-  page has no ``nextPageToken`` key.
-* ``consistency_delay``: a session and its activities answer 404 for that long after the
-  session was created (the real service's eventual consistency).
-* ``pageSize`` (or ``page_size``) outside 1-100, or not an integer, is 400 with a
-  ``google.rpc.BadRequest`` on ``page_size``.
-* Page tokens: urlsafe base64 (unpadded) of ``[position, mac]``; the MAC (HMAC-SHA256
-  keyed per world) covers the position and the query (endpoint, account, parent, filters),
-  so a token from another query, another account or garbage is 400 on ``page_token``.
-* ``createTime`` on list activities follows ``create_time_filter`` (exclusive: created
-  strictly after; inclusive: at or after; ignore). The AIP-160 form
-  ``filter=create_time>"<RFC 3339>"`` (or ``>=``) means what its operator says, unless
-  the mode is ``ignore``. Both given: the stricter bound wins.
-* Sources ``filter``: ``name="sources/..."`` terms joined by ``OR``; anything else is 400.
-* approvePlan with no plan awaiting approval: 400 INVALID_ARGUMENT.
-* A session of another account: 403; a deleted or unknown one: 404.
-* Wrong method on a known path: 405 METHOD_NOT_ALLOWED with an ``Allow`` header.
-* ``x-emulator-fault: 429`` or ``500`` forces that error after authentication; other
-  values are 400.
+A request goes through: the optional latency, routing (unknown path 404, wrong method 405
+with an ``Allow`` header), the API key (401), the faults (``x-emulator-fault`` header, then
+the random ones), the handler. Every error body is ``{"error": {"code", "message", "status",
+"details"?}}``. What it chooses where the spec is silent: docs/emulator.md.
 """
 
 from __future__ import annotations
@@ -41,6 +19,7 @@ from typing import Any, TypeVar
 
 import anyio
 from pydantic import BaseModel, ValidationError
+from pydantic.alias_generators import to_snake
 from starlette.applications import Starlette
 from starlette.convertors import Convertor, register_url_convertor
 from starlette.exceptions import HTTPException
@@ -61,7 +40,8 @@ from ..api.models import (
     WireModel,
     parse_timestamp,
 )
-from .world import Account, EmulatorError, TimeBound, World, to_us
+from .agent import Account, to_us
+from .world import EmulatorError, TimeBound, World
 
 __all__ = ["API_KEY_HEADER", "FAULT_HEADER", "create_app"]
 
@@ -192,7 +172,7 @@ def _validate(model: type[_M], body: dict[str, Any]) -> _M:
         return model.model_validate(body)
     except ValidationError as exc:
         violations = [
-            (".".join(_snake(str(part)) for part in error["loc"]), error["msg"])
+            (".".join(to_snake(str(part)) for part in error["loc"]), error["msg"])
             for error in exc.errors()
         ]
         raise EmulatorError.invalid_argument(
@@ -200,12 +180,10 @@ def _validate(model: type[_M], body: dict[str, Any]) -> _M:
         ) from None
 
 
-def _snake(name: str) -> str:
-    return re.sub(r"(?<!^)([A-Z])", r"_\1", name).lower()
-
-
 class _Pager:
-    """Opaque, tamper-proof page tokens bound to the query that produced them."""
+    """Opaque, tamper-proof page tokens bound to the query that produced them: urlsafe
+    base64 of ``[position, mac]``, the HMAC covering the position and the query (endpoint,
+    account, parent, filters)."""
 
     def __init__(self, secret: bytes) -> None:
         self._secret = secret

@@ -1,14 +1,9 @@
-"""In-memory state of the emulator: accounts and keys, sources, sessions and activities.
+"""In-memory state of the emulator (no HTTP): accounts and keys, sources, sessions.
 
-The world knows nothing of HTTP. Its public methods are what the routes call; each one
-first lets every session's agent catch up with the clock (:meth:`World.advance`), so the
-state a request sees is the state at ``clock()``. Failures are :class:`EmulatorError`,
-which the app turns into the service's error bodies.
-
-Lists are keyset-paginated: a page ends at a *position* (a session's creation sequence
-number, an activity's index in its session, a source's name) and the next page starts
-strictly after it, so sessions created or deleted between pages never duplicate or skip
-the items still to come.
+Each method the routes call first lets every agent catch up with the clock
+(:meth:`World.advance`). Lists are keyset-paginated: a page ends at a *position* (a
+session's sequence number, an activity's index, a source's name) and the next starts
+strictly after it, so items created or deleted between pages never shift the rest.
 """
 
 from __future__ import annotations
@@ -18,51 +13,25 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from itertools import islice
 from typing import Any, Generic, TypeVar
 
-from ..api.models import (
-    Activity,
-    AgentMessaged,
-    Artifact,
-    Branch,
-    HostRepo,
-    PlanApproved,
-    PlanGenerated,
-    ProgressUpdated,
-    Session,
-    SessionCompleted,
-    SessionFailed,
-    SessionOutput,
-    SessionState,
-    Source,
-    SourceContext,
-    UserMessaged,
-    WireModel,
-    format_timestamp,
-)
-from .agent import AUTO_CREATE_PR, Agent, hex_id, make_title
+from ..api.models import AUTO_CREATE_PR, Activity, Branch, HostRepo, Source, SourceContext
+from .agent import Account, SessionRecord, make_title
 
 __all__ = [
     "CREATE_TIME_FILTERS",
     "MAX_KEYS_PER_ACCOUNT",
-    "Account",
     "EmulatorError",
     "Page",
-    "SessionRecord",
     "TimeBound",
     "World",
-    "format_us",
-    "to_us",
 ]
 
 #: At most this many API keys per account (spec part 8).
 MAX_KEYS_PER_ACCOUNT = 3
 #: How list-activities reads its ``createTime`` parameter: after it, from it, or not at all.
 CREATE_TIME_FILTERS = ("exclusive", "inclusive", "ignore")
-#: Base of the ``url`` of a session; ``.invalid`` so it can never reach a real host.
-WEB_BASE = "https://sessions.emulator.invalid/session/"
 AUTOMATION_MODES = frozenset({"", "AUTOMATION_MODE_UNSPECIFIED", AUTO_CREATE_PR})
 
 # owner, repo, private, default branch, other branches: connected for every account.
@@ -73,29 +42,8 @@ _SEED_SOURCES = (
     ("sessionhook", "demo", False, "main", ()),
 )
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_EVENT_FIELDS: dict[type[WireModel], str] = {
-    PlanGenerated: "plan_generated",
-    PlanApproved: "plan_approved",
-    UserMessaged: "user_messaged",
-    AgentMessaged: "agent_messaged",
-    ProgressUpdated: "progress_updated",
-    SessionCompleted: "session_completed",
-    SessionFailed: "session_failed",
-}
-
 P = TypeVar("P")
 T = TypeVar("T")
-
-
-def format_us(time_us: int) -> str:
-    """Microseconds since the epoch as the service writes timestamps (``...123456Z``)."""
-    return format_timestamp(_EPOCH + timedelta(microseconds=time_us))
-
-
-def to_us(moment: datetime) -> int:
-    """An aware datetime as whole microseconds since the epoch (the world's time unit)."""
-    return (moment - _EPOCH) // timedelta(microseconds=1)
 
 
 class EmulatorError(Exception):
@@ -136,19 +84,6 @@ class EmulatorError(Exception):
         """404 NOT_FOUND."""
         return cls(404, "NOT_FOUND", message)
 
-    @classmethod
-    def permission_denied(cls, message: str) -> EmulatorError:
-        """403 PERMISSION_DENIED."""
-        return cls(403, "PERMISSION_DENIED", message)
-
-
-@dataclass(frozen=True)
-class Account:
-    """An account: an id and its 1-3 API keys."""
-
-    id: str
-    keys: tuple[str, ...]
-
 
 @dataclass(frozen=True)
 class TimeBound:
@@ -176,101 +111,6 @@ def _page(candidates: Iterable[tuple[P, T]], limit: int) -> Page[T, P]:
     shown = found[:limit]
     more = len(found) > limit and bool(shown)
     return Page([item for _, item in shown], shown[-1][0] if more else None)
-
-
-class SessionRecord:
-    """One session: what was asked, its state, its activities; driven by its :class:`Agent`."""
-
-    def __init__(
-        self,
-        *,
-        seq: int,
-        session_id: str,
-        account: Account,
-        prompt: str,
-        title: str,
-        source_context: SourceContext | None,
-        require_plan_approval: bool,
-        automation_mode: str,
-        create_us: int,
-        rng: random.Random,
-        step_us: int,
-    ) -> None:
-        self.seq = seq
-        self.id = session_id
-        self.name = f"sessions/{session_id}"
-        self.account = account
-        self.prompt = prompt
-        self.title = title
-        self.source_context = source_context
-        self.require_plan_approval = require_plan_approval
-        self.automation_mode = automation_mode
-        self.create_us = create_us
-        self.update_us = create_us
-        self.state = SessionState.QUEUED
-        self.outputs: list[SessionOutput] = []
-        self.activities: list[tuple[int, Activity]] = []
-        self.activity_index: dict[str, int] = {}
-        self._rng = rng
-        self.agent = Agent(self, rng, step_us)
-
-    def emit(
-        self,
-        time_us: int,
-        originator: str,
-        event: WireModel | None,
-        *,
-        description: str = "",
-        artifacts: Sequence[Artifact] = (),
-    ) -> Activity:
-        """Append an activity; its createTime is ``time_us``, nudged to stay strictly increasing.
-
-        Strictly increasing times within a session keep an exclusive ``createTime`` cursor
-        from skipping an activity that shares a microsecond with the previous one.
-        """
-        if self.activities:
-            time_us = max(time_us, self.activities[-1][0] + 1)
-        activity_id = hex_id(self._rng)
-        activity = Activity(
-            name=f"{self.name}/activities/{activity_id}",
-            id=activity_id,
-            originator=originator,
-            description=description,
-            create_time=format_us(time_us),
-            artifacts=list(artifacts),
-        )
-        if event is not None:
-            setattr(activity, _EVENT_FIELDS[type(event)], event)
-        self.activity_index[activity_id] = len(self.activities)
-        self.activities.append((time_us, activity))
-        self.update_us = max(self.update_us, time_us)
-        return activity
-
-    def set_state(self, time_us: int, state: SessionState) -> None:
-        """Move to ``state`` at ``time_us``; ``updateTime`` follows."""
-        self.state = state
-        self.update_us = max(self.update_us, time_us)
-
-    def to_session(self, *, full: bool = True) -> Session:
-        """The wire model: the full session, or the reduced set list items carry."""
-        reduced = Session(
-            name=self.name,
-            id=self.id,
-            title=self.title,
-            state=self.state.value,
-            create_time=format_us(self.create_us),
-            update_time=format_us(self.update_us),
-        )
-        if not full:
-            return reduced
-        return reduced.model_copy(
-            update={
-                "prompt": self.prompt,
-                "url": WEB_BASE + self.id,
-                "source_context": self.source_context,
-                "outputs": list(self.outputs),
-            }
-        )
 
 
 def _seed_sources() -> dict[str, Source]:
@@ -340,14 +180,10 @@ class World:
         """The account owning ``key``, or ``None`` for a missing or unknown key."""
         return self._by_key.get(key)
 
-    def now_us(self) -> int:
-        """The clock in whole microseconds since the epoch."""
-        return round(self._clock() * 1_000_000)
-
     def advance(self) -> int:
         """Apply every agent step due by now; return now (microseconds)."""
         with self._lock:
-            now = self.now_us()
+            now = round(self._clock() * 1_000_000)
             for session in list(self._sessions.values()):
                 session.agent.advance(now)
             return now
@@ -384,7 +220,7 @@ class World:
             self._seq += 1
             session = SessionRecord(
                 seq=self._seq,
-                session_id=session_id,
+                id=session_id,
                 account=account,
                 prompt=prompt,
                 title=title.strip() or make_title(prompt),
@@ -475,8 +311,10 @@ class World:
         if session is None:
             raise EmulatorError.not_found(f"Session sessions/{session_id} was not found.")
         if session.account is not account:
-            raise EmulatorError.permission_denied(
-                f"The caller does not have permission to access sessions/{session_id}."
+            raise EmulatorError(
+                403,
+                "PERMISSION_DENIED",
+                f"The caller does not have permission to access sessions/{session_id}.",
             )
         return session
 
