@@ -1,23 +1,15 @@
 """Loading the relay's configuration: :func:`load_config`.
 
 It reads the TOML file, validates it into a :class:`~sessionhook.relay.config.Config`
-(unknown keys are errors), anchors relative paths at the config file's directory and
-resolves secrets from the environment or files. Any problem is one :class:`ConfigError`
+(unknown keys are errors), anchors relative paths at the config file's directory (``$VAR``,
+``${VAR}`` and ``~`` expanded) and resolves secrets from the environment or files (a file
+others can read is refused: :mod:`.secret_files`). Any problem is one :class:`ConfigError`
 whose ``str()`` is a single line naming the key::
 
     config error: endpoints[1].url: must be an http(s) URL
 
 Each endpoint's ``template`` is rendered against a sample of every event type
-(:func:`check_templates`): here, in this process (:func:`check_here`: the step and size
-budgets of the sandbox), unless the caller does it itself; the daemon does, in a child
-process (``delivery.template_check``), so that no template ever runs in its own process.
-
-Paths: ``store.path``, ``api.api_key_file`` and ``endpoints[].secret_file`` may use
-``$VAR`` / ``${VAR}`` (for example ``${CREDENTIALS_DIRECTORY}/api-key`` under systemd) and
-``~``; relative paths are relative to the directory of the config file. Without
-``store.path`` the database is ``$STATE_DIRECTORY/sessionhook.db`` when systemd set
-``STATE_DIRECTORY``, else ``sessionhook.db`` next to the config file. A secret file its
-group or other users can access is refused (:mod:`.secret_files`).
+(:func:`check_templates`), here (:func:`check_here`) or, in the daemon, in a child process.
 """
 
 from __future__ import annotations

@@ -1,26 +1,12 @@
 """The upstream request budget: one limiter for every request the relay makes to the API.
 
-Two rules combine, and a request waits for both:
-
-* a **token bucket** (``burst`` tokens, refilled at ``requests_per_minute / 60`` per second)
-  spreads requests out instead of firing a minute's budget at once;
-* a **sliding window** of the grants of the last 60 s makes "never more than
-  ``requests_per_minute`` in any minute" an invariant, not an average (a bucket alone would
-  allow ``burst + requests_per_minute`` in the minute after an idle spell).
-
-:class:`RateLimiter` keeps the arithmetic pure (:meth:`RateLimiter.reserve` takes ``now`` and
-returns how long to wait), so it is unit-tested without sleeping. :class:`LimitedTransport`
-wraps the httpx transport of the relay's upstream client: every request, retries included,
-takes a grant first, and each answer (or transport failure) is reported by endpoint label
-and status for metrics and the store's per-minute counters.
-
-A 2xx answer is only good once its body parsed: with ``settle_success=True`` the transport
-leaves 2xx answers to :meth:`LimitedTransport.settle`, which the API client calls (its
-``on_answer`` hook) once it has read the body, so an answer that failed to parse is counted
-as :data:`MALFORMED`, never as ``200``. An answer whose body is not read to its end is
-counted when it is closed, whoever closed it: :data:`MALFORMED` when the reader gave up
-(a bound on its size tripped), ``None`` (no answer) when reading it failed or was cut by a
-deadline.
+A request waits for both a **token bucket** (``burst``, refilled at ``requests_per_minute /
+60`` per second) and a **sliding window** of the last 60 s, so "never more than
+``requests_per_minute`` in any minute" is an invariant. :class:`RateLimiter` is pure
+(:meth:`RateLimiter.reserve` takes ``now``); :class:`LimitedTransport` wraps the upstream
+client's transport, takes a grant per request and reports each answer by endpoint and
+status. With ``settle_success=True`` a 2xx is counted only once the client parsed its body
+(:meth:`LimitedTransport.settle`); an unread one is :data:`MALFORMED` or no answer.
 """
 
 from __future__ import annotations

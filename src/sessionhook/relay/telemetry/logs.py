@@ -1,24 +1,11 @@
-"""Structured logging for the daemon and the operator CLI.
+"""Structured logging for the daemon and the operator CLI: :func:`configure`.
 
-One call, :func:`configure`, sets structlog up for the whole process:
-
-* JSON lines when the output is not a terminal (journald and log shippers get one object per
-  line), a readable console rendering on a terminal; ``fmt`` forces either;
-* dotted event names (``relay.started``, ``delivery.failed``) with flat key/values, ids bound
-  through :mod:`structlog.contextvars`;
-* a redaction processor that runs on every event, after exceptions are rendered to text and
-  before the renderer, so nothing reaches the output unredacted. It masks the values of
-  sensitive keys (``api_key``, ``secret``, ``authorization``, ``token``...), scrubs every
-  string registered with :func:`register_secret` out of every value, wherever it hides
-  (a URL, an exception message, a traceback, a nested dict), and replaces the user-info of
-  every URL (``https://user:pw@host/``) with ``[redacted]``
-  (:func:`sessionhook.redact.redact_userinfo`);
-* records of the standard :mod:`logging` module (uvicorn, httpx, asyncio) are rendered by
-  the same chain, redaction included;
-* :class:`LineBudget` bounds the lines of one kind a second (the dispatcher's
-  ``delivery.succeeded``), counting the rest for one summary line.
-
-The daemon registers the API key and every endpoint secret at start (and again on reload).
+JSON lines when the output is not a terminal, a readable rendering on one; dotted event
+names with flat key/values, ids bound through :mod:`structlog.contextvars`. A redaction
+processor runs on every event before the renderer (the standard :mod:`logging` records of
+uvicorn, httpx and asyncio included): it masks sensitive keys, scrubs every string given
+to :func:`register_secret` from every value, and hides the user-info of URLs.
+:class:`LineBudget` bounds the lines of one kind a second, counting the rest for a summary.
 """
 
 from __future__ import annotations

@@ -1,23 +1,11 @@
-"""The daemon's small HTTP server: ``/healthz``, ``/readyz`` and ``/metrics``.
+"""The daemon's small HTTP server: ``/healthz``, ``/readyz``, ``/openapi.json``, ``/metrics``.
 
-Enabled by ``[server] listen = "127.0.0.1:9187"`` (off when absent).
-
-* ``/healthz`` answers 200 while the event loop runs: the process is alive.
-* ``/readyz`` asks the daemon's readiness check and answers 200 ``{"ready": true}`` or 503
-  with the reasons (the store is full or not writable, the last successful upstream poll is
-  older than the bound...). It answers from the start, also while a full disk keeps the
-  store from opening. The daemon's answer also names its store (``"store": {"backend":
-  "postgresql", "database": "postgresql://...@host:5432/relay"}``, never a password).
-  :func:`check_ready` builds that answer from plain facts.
-* ``/openapi.json`` is the webhook contract: an OpenAPI 3.1 document whose ``webhooks``
-  describe every event type's body (:mod:`sessionhook.relay.domain.contract`).
-* ``/metrics`` runs the daemon's refresh hook (outbox gauges come from the database) and
-  renders :class:`~sessionhook.relay.telemetry.metrics.Metrics` in the Prometheus text format.
-
-:func:`serve` runs uvicorn inside the caller's task group, behind the connection bounds of
-:mod:`sessionhook.relay.web.listener`. uvicorn installs no signal handlers (the daemon owns
-signals), runs no lifespan and configures no logging (records go through
-:mod:`sessionhook.relay.telemetry.logs`). uvicorn is asyncio-only, like the daemon.
+``/healthz`` is 200 while the event loop runs; ``/readyz`` is 200 or 503 with the reasons
+(:func:`check_ready`) and names the store (never a password), answering from the start;
+``/openapi.json`` is the webhook contract (:mod:`sessionhook.relay.domain.contract`);
+``/metrics`` refreshes the outbox gauges and renders the Prometheus text. :func:`serve` runs
+uvicorn in the caller's task group behind :mod:`sessionhook.relay.web.listener`'s bounds,
+with no signal handlers, lifespan or logging of its own.
 """
 
 from __future__ import annotations

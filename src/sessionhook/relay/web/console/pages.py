@@ -1,23 +1,9 @@
 """The operator console's pages: server-rendered views under ``/console`` (GET).
 
-``docs/web.md`` ("Console") has the contract:
-
-* ``/console``: every endpoint's health (last success, failing since, outbox depth, why it is
-  disabled), upstream health (last good poll, errors, budget used), the replicas and what
-  each holds, and a chart of attempts over the last 24 h, 2xx against the rest
-  (:mod:`.chart`).
-* ``/console/sessions``: sessions (state, title, source, account, last event), filterable;
-  new events appear live.
-* ``/console/timeline?session=NAME``: a session's events in time order, each with its
-  deliveries per endpoint and their attempts; new events appear live. While the session
-  waits for its user, its latest ``session.action_required`` event carries the forms that
-  approve the plan or answer the agent (:mod:`.actions`).
-* ``/console/deliveries/{id}`` and ``/console/attempts/{id}`` show one delivery with its
-  attempts (status, duration, error, response body) and the event it carries.
-
-The searchable lists (deliveries, events) are in :mod:`.lists`, the actions (POST) in
-:mod:`.actions`, the live feed in :mod:`.live`, the route list in
-:mod:`.routes`; rendering, the flash message and the error pages in :mod:`.common`.
+``docs/web.md`` ("Console") has the contract: the overview (endpoint and upstream health,
+replicas, the attempts chart of :mod:`.chart`), the sessions, a session's timeline (with
+the forms of :mod:`.actions` while it waits for its user), and one delivery with its
+attempts. The searchable lists are in :mod:`.lists`, the live feed in :mod:`.live`.
 """
 
 from __future__ import annotations
