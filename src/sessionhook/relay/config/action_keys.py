@@ -1,14 +1,9 @@
 """The action-link key file (``actions.key_file``): the key that signs the links, and older
 keys kept while the links they signed may still be used.
 
-The file is text, one key a line: ``<base64url key> <retire-at>``, the current key first
-(its retire-at is ``-``), then older keys with the Unix time after which they are dropped.
-It is a secret file: created with mode 0600, and refused when its group or other users can
-access it (:mod:`.secret_files`, the rule of every secret file).
-
-:class:`ActionKeys` reads it on demand and reads it again when it changed on disk (its size,
-modification time or inode), so ``sessionhook actions rotate-key`` takes effect on a running
-daemon, on every replica sharing the file, without a restart.
+One key a line, ``<base64url key> <retire-at>``, the current key first (retire-at ``-``); a
+secret file (mode 0600, :mod:`.secret_files`). :class:`ActionKeys` reads it again when it
+changed on disk, so ``sessionhook actions rotate-key`` takes effect on running daemons.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """``[[endpoints]]``: one webhook receiver (:class:`EndpointConfig`) and its signing secrets.
 
-A secret is ``whsec_`` + base64 (HMAC, ``signature = "v1"``) decoding to
-:data:`SECRET_MIN_BYTES` to :data:`SECRET_MAX_BYTES` bytes, or a ``whsk_`` signing key
-(ed25519, ``"v1a"``); several, separated by spaces during a rotation, each sign
-(:func:`split_secrets`). Validating an endpoint never runs its template: a user template
-is checked against a sample of every event type where it is read
-(:func:`~.loading.check_templates`; the daemon does it in a child process), so that one
-that cannot render is refused then, never a failed delivery later.
+A secret is ``whsec_`` + base64 (HMAC, ``"v1"``) of :data:`SECRET_MIN_BYTES` to
+:data:`SECRET_MAX_BYTES` bytes, or a ``whsk_`` ed25519 key (``"v1a"``); several, space
+separated during a rotation (:func:`split_secrets`). Validating never runs the template
+(:func:`~.loading.check_templates` does).
 """
 
 from __future__ import annotations

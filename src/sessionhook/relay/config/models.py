@@ -1,16 +1,10 @@
 """The relay's configuration: frozen pydantic models, one per section, and :class:`Config`.
 
-Build a :class:`Config` with :func:`~sessionhook.relay.config.loading.load_config` (it
-resolves paths and secrets). Secrets are :class:`pydantic.SecretStr` (``config.api.api_key``,
-``endpoint.secrets``, ``endpoint.secret_value``), so printing a config or logging it never
-shows them; the resolved ones are set on copies (``with_api_key``, ``with_secrets``,
-``with_token``).
-
-Types are strict: a boolean is ``true`` or ``false`` (never ``"yes"`` or ``1``), a number is a
-TOML number (never ``"15"``), an integer is never ``2.0``; nothing is coerced. Durations
-(:data:`~sessionhook.relay.config.fields.DURATION_BOUNDS`) are a TOML number of seconds or
-a string with a unit (``"90s"``, ``"15m"``, ``"12h"``, ``"5d"``), finite and within the bounds
-of their key. ``[[endpoints]]`` and their secrets: :mod:`.endpoints`.
+Build it with :func:`~sessionhook.relay.config.loading.load_config`. Secrets are
+:class:`pydantic.SecretStr`, set resolved on copies (``with_api_key``, ``with_secrets``,
+``with_token``). Types are strict: nothing is coerced. Durations
+(:data:`~sessionhook.relay.config.fields.DURATION_BOUNDS`) are seconds or a string with a
+unit (``"90s"``, ``"15m"``), finite and within their key's bounds.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
 """The daemon's health: the web app it hands the web layer (:class:`Readiness`: the
 context, /readyz, /metrics gauges), and the store's observer on a full or read-only disk
-(:class:`DiskObserver`).
-
-A full disk (or a read-only store) does not stop the relay: the daemon is the store's
-observer (:class:`~sessionhook.relay.store.FullObserver`). Writes wait for space, no poll or
-delivery starts meanwhile, ``store.full`` is logged, ``store_unwritable`` is 1 and /readyz
-answers 503 with the reason; everything resumes by itself (opening a store on a full disk:
-:mod:`.store_opening`).
+(:class:`DiskObserver`): writes wait for space, nothing new starts, ``store.full`` is
+logged and /readyz says why, until everything resumes by itself.
 """
 
 from __future__ import annotations

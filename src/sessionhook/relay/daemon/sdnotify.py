@@ -1,17 +1,8 @@
 """The systemd notification protocol (``sd_notify(3)``) in a few lines, without libsystemd.
 
-systemd starts a ``Type=notify`` service with ``NOTIFY_SOCKET`` set to the path of an
-``AF_UNIX`` datagram socket (a leading ``@`` names the abstract namespace). The service
-sends newline-separated ``KEY=VALUE`` assignments to it:
-
-* ``READY=1`` once start-up is done (the store is open, the first poll was tried);
-* ``WATCHDOG=1`` at least every ``WATCHDOG_USEC / 2`` while the main loop is healthy, so a
-  hung daemon is killed and restarted (``WatchdogSec=`` in the unit);
-* ``RELOADING=1`` / ``READY=1`` around a SIGHUP reload, ``STOPPING=1`` when draining;
-* ``STATUS=...`` a one-line human status shown by ``systemctl status``.
-
-Outside systemd (no ``NOTIFY_SOCKET``) every call is a cheap no-op returning ``False``, so
-the daemon calls these unconditionally.
+The daemon sends ``READY=1``, ``WATCHDOG=1``, ``RELOADING=1``, ``STOPPING=1`` and
+``STATUS=...`` to the datagram socket ``NOTIFY_SOCKET`` names (a leading ``@``: the abstract
+namespace). Outside systemd every call is a cheap no-op returning ``False``.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """Opening the daemon's store, under the daemon lock: :class:`StoreOpener`.
 
-* The daemon lock (:mod:`sessionhook.relay.store.lock`): a second daemon on the same SQLite
-  store is refused at once (exit status 2), naming the PID that holds it; PostgreSQL relays
-  share their store (replicas) and take no lock.
-* Opening: a store that cannot be opened is a :class:`~.errors.DaemonError`. An existing
-  store that cannot be opened for lack of space is retried with growing delays (``READY=1``
-  is sent so systemd does not restart a daemon that a restart cannot help, /readyz says
-  why); a store that cannot be created is a :class:`~.errors.DaemonError`.
+A second daemon on the same SQLite store is refused at once (exit 2), naming the PID
+holding the lock; PostgreSQL replicas take no lock. An existing store that cannot be opened
+for lack of space is retried with growing delays (``READY=1`` sent, /readyz says why); any
+other failure is a :class:`~.errors.DaemonError`.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """The upstream budget kept in the store, and every upstream request counted.
 
-* Each account's :class:`~sessionhook.relay.polling.budget.RateLimiter` keeps its 60 s
-  window in the store (:meth:`UpstreamCounter.budget_window`), so a restart within a minute
-  stays within ``requests_per_minute``.
-* Every upstream request is counted per endpoint and status (:meth:`UpstreamCounter.record`):
-  in the metrics at once, and in the store's per-minute counters, through an
-  :class:`UpstreamTally` while the long run writes them (:meth:`UpstreamCounter.write_counts`).
+Each account's rate limiter keeps its 60 s window in the store
+(:meth:`UpstreamCounter.budget_window`), so a restart stays within ``requests_per_minute``;
+every request is counted per endpoint and status in the metrics and the store's per-minute
+counters (:meth:`UpstreamCounter.record`).
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """The daemon's wiring: on an open store, the HTTP clients, one poller per account and the
 dispatcher (:class:`Wiring`), closed again when the daemon stops.
 
-* This process registers as a replica of the store and reaps the claims of replicas that
-  are certainly dead (see docs/replicas.md).
-* Each account gets its own upstream HTTP client, rate limited by its own
-  :class:`~sessionhook.relay.polling.budget.RateLimiter` (whose 60 s window is kept in the
-  store) and counted per endpoint and status (:mod:`.upstream`).
-* Webhooks go out through aiohttp, every connection to a vetted address; templates render
-  in a child process.
-
-The keyword arguments of :class:`~.daemon.Daemon` that replace the network (tests, the
-demo, the bench) arrive here as :class:`Seams`.
+It registers this process as a replica (docs/replicas.md), gives each account its own
+rate-limited, counted upstream client, and sends webhooks through aiohttp. The
+:class:`~.daemon.Daemon` arguments that replace the network arrive as :class:`Seams`.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """The signed POST of one webhook: :func:`post_event`, and the URL guard before it.
 
-:func:`post_event` is the single place that signs and sends a webhook: the dispatcher, the
-test ping (``sessionhook endpoints test``, ``:test``, the console's) and ``listen
---forward-to`` (:mod:`sessionhook.relay.ops.forwarding`) all call it. It
-never follows a redirect, reads at most ``body_limit`` bytes of the answer, bounds the
-whole exchange by ``timeout``, and signs with a fresh ``webhook-timestamp`` on every
-attempt (a retry an hour later must not carry a stale timestamp that the consumer's
-tolerance window rejects).
-
-A :class:`UrlGuard` checks an endpoint's URL before each POST; the default,
-:func:`literal_guard`, refuses without DNS a URL that can only be private. The poster judges
-it again on the URL it hands its client (:mod:`.sender`), names are vetted when the
-connection is made (:mod:`.resolve`), and a refusal anywhere is a failed attempt whose
-error :func:`refused` words, nothing sent.
+:func:`post_event` is the one place that signs and sends a webhook (the dispatcher, the test
+ping, ``listen --forward-to``): no redirect followed, at most ``body_limit`` bytes read, the
+whole exchange bounded by ``timeout``, a fresh ``webhook-timestamp`` on every attempt. A
+:class:`UrlGuard` checks the URL before each POST (default :func:`literal_guard`, no DNS);
+the poster and the resolver judge again, and a refusal is a failed attempt worded by
+:func:`refused`, nothing sent.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """Resolving an endpoint's name once, and vetting every address it resolves to.
 
-Resolve once, connect to what was checked. :func:`vet_host` resolves a name ONCE, refuses
-it if any address is not public (a name with one public and one private address is
-refused; the rules: :mod:`sessionhook.relay.domain.addresses`), and returns the vetted
-addresses; the caller must connect to one of those and never resolve the name again.
-Checking a name and letting the HTTP client resolve it a second time would let DNS answer
-a public address to the check and ``127.0.0.1`` to the connection (DNS rebinding).
-The webhook sender's aiohttp client uses :func:`vet_host` as its resolver
-(:mod:`sessionhook.relay.delivery.sender`), so the ``Host`` header and TLS SNI stay the
-URL's name while the connection goes to a vetted address.
+:func:`vet_host` resolves a name ONCE, refuses it if any address is not public
+(:mod:`sessionhook.relay.domain.addresses`) and returns the vetted addresses, to which the
+caller must connect without resolving again: a second lookup would let DNS answer
+``127.0.0.1`` to the connection (rebinding). The sender's aiohttp client uses it as its
+resolver, so ``Host`` and TLS SNI stay the URL's name.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """The poller: one account's collaborators composed, run as loops or as one pass.
 
-:class:`Poller` builds, around one shared :class:`~.state.PollState`, the upstream
-failures' bookkeeping (:class:`~.failures.Failures`), the archive
-(:class:`~.archive.Archive`), the scheduler (:class:`~.scheduling.Scheduler`), one
-session's poll (:class:`~.session_poll.SessionPoll`), the history walk
-(:class:`~.history.HistoryWalk`) and the list readers (:class:`~.discovery.Discovery`),
-each given the state and the peers it calls. It runs their loops under the account's poller lease
-(:class:`~.lease.PollerLease`).
+:class:`Poller` builds the collaborators around one shared :class:`~.state.PollState`, each
+given the peers it calls, and runs their loops under the account's
+:class:`~.lease.PollerLease`. docs/polling.md ("Inside the poller") maps them.
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
 """Prometheus metrics of the relay, in a registry of their own.
 
-Each :class:`Metrics` owns a private :class:`~prometheus_client.CollectorRegistry` (never the
-process-global one), so two daemons in one test process, or a reload, never collide.
-
-Counters and the histogram are updated by the daemon as things happen, through the small
-methods below (``metrics.delivery_attempted("ci", "delivered", 0.21)``). The outbox gauges
-describe the database, not the process: :meth:`Metrics.refresh_outbox` sets them from
-``store.outbox.outbox_stats()``, and the health server calls the daemon's refresh hook on each
-scrape, so a scrape always shows the current depth.
-
-The families, their labels and what each means are listed in docs/operations.md ("Health and
-metrics"); the replica families describe the store too (every replica sharing it).
+Each :class:`Metrics` owns a private registry, so two daemons in one process, or a reload,
+never collide. The outbox gauges describe the database: :meth:`Metrics.refresh_outbox` sets
+them on each scrape. docs/operations.md ("Health and metrics") lists the families.
 """
 
 from __future__ import annotations

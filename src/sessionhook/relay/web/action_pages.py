@@ -1,16 +1,11 @@
 """The pages behind signed action links (``[actions]``): ``/actions/<token>``.
 
-``GET`` (and ``HEAD``) shows the session's title and the plan's steps or the agent's
-question, with a confirm button or a reply box; it never changes anything (chat unfurlers,
-mail scanners and link previews fetch links). ``POST`` from that page performs
-(:func:`~sessionhook.relay.ops.actions.perform`): the form carries a token bound to the link
-(:func:`~sessionhook.relay.domain.action_links.form_token`), not the console's cookie, so a
-person who never logged in can act; with ``actions.require_login`` the console's login (and
-its CSRF token) is needed as well. A link that can do nothing (tampered, expired, used, its
-wait answered) gives a page that says so, and no upstream call.
-
-The routes are public (capabilities) unless ``require_login``: :func:`is_public_path`.
-Every answer is ``no-store`` and sends no referrer (the token is in the URL).
+``GET`` shows the plan or the question with a confirm button or a reply box and never
+changes anything (link previews fetch links). ``POST`` from that page performs
+(:func:`~sessionhook.relay.ops.actions.perform`) with a form token bound to the link, so a
+person who never logged in can act, unless ``actions.require_login``. A link that can do
+nothing gives a page that says so, and no upstream call. Every answer is ``no-store`` and
+sends no referrer (the token is in the URL).
 """
 
 from __future__ import annotations

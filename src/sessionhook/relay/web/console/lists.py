@@ -1,15 +1,8 @@
-"""The console's searchable lists (GET): deliveries and events.
+"""The console's searchable lists (GET): ``/console/deliveries`` and ``/console/events``.
 
-* ``/console/deliveries``: deliveries, newest first, filtered by endpoint, status, event
-  type and creation time (``since``, ``until``);
-* ``/console/events``: archived events, newest first, filtered by type and by the status of
-  their deliveries.
-
-Both take ``q``, a search: an event id (which is each delivery's ``webhook-id``) or a
-session's name (``sessions/ID`` or the bare ``ID``); a search that names neither shows
-nothing and says so. Every filter comes from the query string, so a list can be linked to;
-each text is cleaned by :func:`~.text.query_text` before it reaches the store (no control
-characters, at most :data:`~.text.QUERY_SHOWN` characters) and escaped where it is shown.
+Newest first, filtered from the query string (so a list can be linked to), each text
+cleaned by :func:`~.text.query_text` first. ``q`` searches by event id or session name; a
+search that names neither shows nothing and says so.
 """
 
 from __future__ import annotations

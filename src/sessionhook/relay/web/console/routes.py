@@ -1,11 +1,6 @@
-"""The console's route list: pages (:mod:`.pages`), actions (:mod:`.actions`), the live
-feed (:mod:`.live`) and the static assets (``static/``: nothing is loaded from another
-host, so the Content-Security-Policy can say ``'self'`` only).
-
-:func:`console_provider` is the route provider the daemon's route table
-(:mod:`sessionhook.relay.web`) includes: every console path is behind its access control
-(:mod:`..auth`: bearer token or login cookie; POSTs need the session's CSRF token, which
-every form carries as ``csrf_token``).
+"""The console's route list (:func:`console_provider`): pages, actions, the live feed and
+the static assets (nothing loaded from another host, so the CSP can say ``'self'`` only),
+all behind :mod:`..auth`.
 """
 
 from __future__ import annotations
