@@ -76,10 +76,8 @@ def spec_endpoint(
     accounts: Iterable[str] | None = None,
 ) -> EndpointConfig:
     """The endpoint ``name`` defined by ``spec`` (keys of :data:`SPEC_KEYS`), signing with
-    ``secrets``: validated as a ``[[endpoints]]`` entry of the config file is (its template
-    rendered against a sample of every event type), its URL judged as the config judges it
-    (an address it can only reach refused unless ``allow_private_networks``), its accounts
-    among ``accounts`` when given. :class:`ValueError` with one line otherwise."""
+    ``secrets``, validated as a ``[[endpoints]]`` entry is (template and URL included), its
+    accounts among ``accounts`` when given. :class:`ValueError` with one line otherwise."""
     unknown = sorted(set(spec) - set(SPEC_KEYS))
     if unknown:
         raise ValueError(f"{unknown[0]}: not a key of an endpoint (keys: {', '.join(SPEC_KEYS)})")

@@ -81,16 +81,11 @@ def load_config(
 ) -> Config:
     """Read, validate and resolve the TOML config at ``path``.
 
-    ``env`` replaces :data:`os.environ` (tests). With ``resolve_secrets=False`` the API key
-    and file/env secrets are left unresolved (operator commands that only read the store);
-    with ``need_api_key=False`` only the endpoint secrets are (``endpoints test`` signs a
-    ping but never calls the API, nor serves the console: ``server.token`` stays
-    unresolved); ``endpoint_secrets`` names the endpoints whose secrets are read (default:
-    every endpoint's; ``endpoints test NAME`` needs NAME's alone). Touching an unresolved
-    ``api.api_key`` or ``endpoint.secrets`` raises ConfigError. ``templates_here=False``:
-    the templates are left for the caller to check (:func:`check_templates`; the daemon
-    does, in a child process). Raises :class:`ConfigError` for every problem, never a
-    pydantic or TOML exception.
+    ``env`` replaces :data:`os.environ`. ``resolve_secrets=False`` leaves every secret
+    unresolved; ``need_api_key=False`` resolves only the endpoint secrets (of
+    ``endpoint_secrets``, default all); touching an unresolved one raises ConfigError.
+    ``templates_here=False`` leaves the templates to the caller (:func:`check_templates`).
+    Raises :class:`ConfigError` for every problem, never a pydantic or TOML exception.
     """
     environ = os.environ if env is None else env
     file = Path(path)
@@ -145,12 +140,9 @@ def upstream_account(
     env: Mapping[str, str] | None = None,
     resolve_key: bool = True,
 ) -> Account:
-    """The account ``name`` of ``config`` (loaded from ``path`` with
-    ``resolve_secrets=False``) as :meth:`Config.upstream_accounts` gives it, resolving its
-    API key alone: no other secret is read (the CLI's API commands). ``name`` may be left
-    out when the config has one account. ``resolve_key=False`` leaves the key empty (the
-    caller has one of its own). :class:`ConfigError` for an unknown name or a key that
-    cannot be read."""
+    """The account ``name`` of ``config`` (loaded with ``resolve_secrets=False``), resolving
+    its API key alone (``resolve_key=False``: left empty); ``name`` may be left out with one
+    account. :class:`ConfigError` for an unknown name or an unreadable key."""
     environ = os.environ if env is None else env
     base = Path(path).resolve().parent
     api = config.api

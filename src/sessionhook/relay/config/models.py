@@ -248,16 +248,10 @@ DEFAULT_TRUSTED_PROXIES: tuple[str, ...] = ("127.0.0.1", "::1")
 class ServerConfig(Section):
     """``[server]``: the daemon's HTTP listener (absent: no listener).
 
-    ``/healthz``, ``/readyz``, ``/metrics`` and ``/openapi.json`` are always served, without
-    authentication. The web console and the event stream show payloads, so they need one of:
-
-    * a bearer token (``token_env`` or ``token_file``, :data:`TOKEN_MIN_CHARS` to
-      :data:`TOKEN_MAX_CHARS` visible ASCII characters; a token file must not be accessible
-      to "others", e.g. mode 0600 or 0640);
-    * ``allow_unauthenticated = true``, accepted only when ``listen`` is a loopback address.
-
-    With neither, the console and the stream stay off (404) and the daemon logs
-    ``web.console_off`` once at start.
+    The health routes are always served. The console and the event stream show payloads, so
+    they need a bearer token (``token_env`` or ``token_file``, :data:`TOKEN_MIN_CHARS` to
+    :data:`TOKEN_MAX_CHARS` visible ASCII characters) or ``allow_unauthenticated = true`` on a
+    loopback ``listen``; with neither they stay off and ``web.console_off`` is logged once.
     """
 
     listen: str = "127.0.0.1:9187"

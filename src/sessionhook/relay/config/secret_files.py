@@ -102,11 +102,9 @@ def read_secret_file(file: Path) -> str:
 
 
 def write_secret_file(file: Path, text: str, *, replace: bool = False) -> None:
-    """Write ``text`` to ``file`` as a secret file: mode 0600 from its first byte, whatever
-    the umask, and whole or not at all (it is written beside ``file``, then moved there).
-    An existing ``file`` (a link included, never followed) raises :class:`FileExistsError`
-    unless ``replace``, and stays as it was. Raises :class:`OSError` when it cannot be
-    written."""
+    """Write ``text`` to ``file`` as a secret file: mode 0600 from its first byte, whole or
+    not at all (written beside, then moved). An existing ``file`` (a link never followed)
+    raises :class:`FileExistsError` unless ``replace``; :class:`OSError` when unwritable."""
     temp = file.with_name(f".{file.name}.{secrets.token_hex(4)}.tmp")
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:

@@ -62,13 +62,10 @@ _E = TypeVar("_E", bound=BaseException)
 class Daemon:
     """The relay process; see the module docstring.
 
-    The keyword arguments are seams for tests, the demo and the bench: ``upstream_transport``
-    and ``delivery_transport`` replace the network (``httpx.ASGITransport`` of the emulator
-    or of a receiver), ``poll_settings`` the poll knobs that the config does not expose,
-    ``guard`` the DNS-free pre-check of endpoint URLs, ``resolve`` and ``address_policy``
-    the name resolution and the public/private judgement of the webhook connections
-    (:class:`~sessionhook.relay.delivery.sender.AiohttpPoster`, used unless
-    ``delivery_transport`` replaces the network).
+    The keyword arguments are seams for tests, the demo and the bench:
+    ``upstream_transport`` and ``delivery_transport`` replace the network, ``poll_settings``
+    the knobs the config does not expose, ``guard``, ``resolve`` and ``address_policy`` the
+    judgement of the webhook URLs and connections.
     """
 
     def __init__(

@@ -39,11 +39,7 @@ _log = get_logger()
 
 class Readiness:
     """What the daemon hands the web layer: the app on ``[server] listen`` with its
-    :class:`~sessionhook.relay.web.WebContext` (the only path from the web layer to the
-    daemon), its readiness check and its scrape hook.
-
-    ``send_test`` sends an endpoint a signed test event (the console's action); ``act``
-    approves a plan or answers an agent upstream (:mod:`~sessionhook.relay.domain.actions`).
+    :class:`~sessionhook.relay.web.WebContext`, its readiness check and its scrape hook.
     """
 
     def __init__(

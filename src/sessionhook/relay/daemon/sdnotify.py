@@ -32,12 +32,8 @@ def _address(raw: str) -> str | bytes | None:
 
 
 def notify(state: str, *, env: Mapping[str, str] | None = None) -> bool:
-    """Send ``state`` (e.g. ``"READY=1"`` or ``"WATCHDOG=1\\nSTATUS=polling"``) to systemd.
-
-    Returns ``True`` when the datagram was sent, ``False`` when there is no (usable)
-    ``NOTIFY_SOCKET`` or the send failed. Never raises: a notification that cannot be sent
-    must not take the daemon down (systemd then restarts it through the watchdog, which is
-    the intended outcome of a broken channel).
+    """Send ``state`` (e.g. ``"READY=1"``) to systemd; whether the datagram was sent. Never
+    raises: a broken channel ends in the watchdog restarting the daemon, as intended.
     """
     environ = os.environ if env is None else env
     address = _address(environ.get("NOTIFY_SOCKET", ""))
@@ -86,11 +82,9 @@ def _with_status(head: str | None, status_text: str | None) -> str:
 
 
 def watchdog_interval(*, env: Mapping[str, str] | None = None) -> float | None:
-    """Seconds between watchdog pings, or ``None`` when the watchdog is off or not ours.
-
-    systemd sets ``WATCHDOG_USEC`` (the timeout) and ``WATCHDOG_PID`` (the process meant to
-    ping). The returned interval is half the timeout, as ``sd_watchdog_enabled(3)``
-    recommends, so one late loop iteration does not get the daemon killed.
+    """Seconds between watchdog pings (half of ``WATCHDOG_USEC``, as
+    ``sd_watchdog_enabled(3)`` recommends), or ``None`` when the watchdog is off or
+    ``WATCHDOG_PID`` is another process's.
     """
     environ = os.environ if env is None else env
     raw = environ.get("WATCHDOG_USEC")

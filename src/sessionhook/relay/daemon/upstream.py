@@ -101,16 +101,10 @@ class UpstreamCounter:
 class UpstreamTally:
     """Upstream requests counted on their way to the store's per-minute counters.
 
-    A request does not await a store write of its own: with a backlog, it would wait
-    behind the store's queue of page ingests (~18 ms a request at load 5; on the path that
-    paces a backfill, the discovery's GET of each new session, about a third of the
-    time). :meth:`add` is instant;
-    :meth:`run` writes what was added, one transaction per store call, as soon as the
-    previous one committed. The counts reach the store one store round trip later; a
-    statistic, so like :meth:`Economy.record_upstream` it is skipped while the store is
-    full (``try_write``). A ``kill -9`` loses the counts not written yet (the requests
-    answered during the last store call), as it lost the count of a request answered
-    just before it."""
+    A request never awaits a store write of its own (behind a backlog of ingests that cost
+    ~18 ms a request): :meth:`add` is instant, :meth:`run` writes what was added, one
+    transaction per store call, skipped while the store is full. A ``kill -9`` loses the
+    counts not written yet."""
 
     def __init__(self) -> None:
         self._pending: Counter[tuple[str, int | str | None, int]] = Counter()

@@ -197,12 +197,9 @@ class Wiring:
                 await store.close()
 
     async def send_test_event(self, name: str) -> AttemptResult:
-        """Send endpoint ``name`` a signed ``ping`` now, as ``sessionhook endpoints test``
-        does (:func:`.operator.test_endpoint`), through the deliveries' own sender: the
-        URL judged as theirs, the name resolved once, every address vetted, the connection
-        made to a vetted one. Never archived, never retried. Raises
-        :class:`~.operator.OperatorError` for a name neither the config nor the store (an
-        endpoint created at run time) has, or a URL the address rules refuse."""
+        """Send endpoint ``name`` a signed ``ping`` now through the deliveries' own sender (its
+        URL and addresses judged as theirs); never archived, never retried.
+        :class:`~.operator.OperatorError` for an unknown name or a refused URL."""
         state, seams = self._state, self._seams
         config, now = state.config, state.clock()
         endpoint = config.endpoint_by_name(name)

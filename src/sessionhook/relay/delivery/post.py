@@ -69,17 +69,11 @@ async def post_event(
 ) -> AttemptResult:
     """Sign ``body`` and POST it to ``url`` once; never raises for a network failure.
 
-    ``http`` is a :class:`~sessionhook.relay.delivery.sender.Poster` (the daemon's aiohttp
-    one, whose resolver vets each name once) or an ``httpx.AsyncClient`` (tests and the demo,
-    on a transport that stands in for the network). A URL or host refused by the address
-    guard is a failed attempt (``error = "refused: ..."``) and nothing is sent.
-
-    Headers: ``webhook-id`` (``event_id``), ``webhook-timestamp`` (``now()``, fresh),
-    ``webhook-signature`` (one signature per secret: ``v1,`` for a ``whsec_`` secret,
-    ``v1a,`` for a ``whsk_`` signing key), ``content-type`` and ``user-agent``
-    (:data:`USER_AGENT` unless given). The result
-    has the status (``None`` when no answer came), an error text, the duration, at most
-    ``body_limit`` bytes of the answer and its ``Retry-After``.
+    A URL or host the address guard refuses is a failed attempt (``refused: ...``), nothing
+    sent. Headers: ``webhook-id`` (``event_id``), a fresh ``webhook-timestamp``,
+    ``webhook-signature`` (one per secret: ``v1,`` for ``whsec_``, ``v1a,`` for ``whsk_``),
+    ``content-type`` and ``user-agent``. The result has the status (``None``: no answer), an
+    error text, the duration, at most ``body_limit`` bytes of the answer and ``Retry-After``.
     """
     poster = HttpxPoster(http) if isinstance(http, httpx.AsyncClient) else http
     started_at = now()

@@ -65,13 +65,9 @@ async def vet_host(
 ) -> list[str]:
     """Resolve ``host`` once and return the addresses a connection may use, in order.
 
-    An IP literal is checked as is; ``localhost`` names are refused without asking DNS;
-    any other name is resolved (``resolve``, default :func:`resolve_host`) and EVERY
-    address must pass ``policy`` (default :func:`is_blocked_ip`). With ``allow_private``
-    nothing is refused, but the name is still resolved here, once. Connect only to the
-    addresses returned: resolving the name again would undo the check.
-
-    Raises :class:`BlockedAddressError` or :class:`ResolutionError`.
+    An IP literal is checked as is, ``localhost`` names are refused without DNS, and every
+    address of any other name must pass ``policy``; ``allow_private`` refuses nothing but
+    still resolves once. Raises :class:`BlockedAddressError` or :class:`ResolutionError`.
     """
     judge = policy or is_blocked_ip
     literal = ip_literal(host)
@@ -102,12 +98,9 @@ async def check_url(
     resolve: Resolver | None = None,
     policy: AddressPolicy | None = None,
 ) -> list[str]:
-    """Vet the host ``url`` leads to (:func:`~sessionhook.relay.domain.addresses.destination`,
-    then :func:`vet_host`) and return the addresses it may connect to.
-
-    Raises :class:`NetguardError` when the URL is refused or does not resolve. Only the
-    returned addresses are safe to connect to: do not hand the URL to a client that
-    resolves it again.
+    """Vet the host ``url`` leads to and return the addresses it may connect to (only
+    those: never hand the URL to a client that resolves it again); :class:`NetguardError`
+    when the URL is refused or does not resolve.
     """
     target = destination(url)
     return await vet_host(

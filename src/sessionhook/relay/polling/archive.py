@@ -27,12 +27,8 @@ _log = get_logger()
 
 
 class Archive:
-    """Archives one account's findings (see the module docstring).
-
-    ``on_enqueued`` is called whenever an ingest enqueued deliveries (the dispatcher's
-    wake-up), ``on_ingested`` whenever one archived events (the event streams' wake-up).
-    ``clock`` is wall time (the events' receipt, the first start).
-    """
+    """Archives one account's findings (see the module docstring); ``on_enqueued`` and
+    ``on_ingested`` are the wake-ups of the dispatcher and the event streams."""
 
     def __init__(
         self,

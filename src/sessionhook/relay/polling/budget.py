@@ -42,13 +42,9 @@ SharedWindow = Callable[[], Awaitable[float]]
 class RateLimiter:
     """At most ``requests_per_minute`` grants in any 60 s, spread by a small token bucket.
 
-    ``clock`` (monotonic seconds) and ``sleep`` are injectable so tests run on a fake clock.
-    Waiters are served first come, first served: one waiter at a time holds the lock while
-    it sleeps, so a burst of pollers cannot starve discovery.
-
+    Waiters are served first come, first served (one holds the lock while it sleeps).
     ``shared_window``, when given, is asked after the in-process rules allow a request: the
-    same 60 s window kept in the store (:meth:`~sessionhook.relay.store.Economy.take_budget`),
-    so that the grants of a process that restarted a few seconds ago still count.
+    window kept in the store, so the grants of a process restarted just before still count.
     """
 
     def __init__(
@@ -142,15 +138,10 @@ def endpoint_label(method: str, path: str) -> str:
 
 
 class LimitedTransport(httpx.AsyncBaseTransport):
-    """An httpx transport that takes a :class:`RateLimiter` grant before every request.
-
-    Wrapping the transport (rather than the client's calls) covers every request the
-    client sends, including its own retries, and sees transport failures as well as
-    answers, which ``record`` receives as ``(label, status or None)``. With
-    ``settle_success`` a 2xx answer is recorded by :meth:`settle` instead (see the module
-    docstring). ``limiter`` may be ``None`` when the caller takes the grant itself: the
-    relay's API client does, before each attempt and outside the deadline of the exchange,
-    so that waiting for the budget never counts as the upstream being slow.
+    """An httpx transport that takes a :class:`RateLimiter` grant before every request
+    (retries included) and gives ``record`` each ``(label, status or None)``; with
+    ``settle_success`` a 2xx is recorded by :meth:`settle`. ``limiter=None``: the caller
+    takes the grant itself, outside the exchange's deadline (the relay's API client does).
     """
 
     def __init__(

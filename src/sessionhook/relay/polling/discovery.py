@@ -160,12 +160,9 @@ class Discovery:
             self._scheduler.schedule(tracked, at, timer=last is not None)
 
     async def retry_pending(self, names: Sequence[str] | None = None) -> None:
-        """GET new sessions (``names``, or every pending one that is due) and announce
-        those that answer. A failure leaves the session pending with a backoff of its own
-        (honouring ``Retry-After``), so it neither fails nor slows the discovery pass.
-        After ``young_session`` seconds the list item is announced instead, so that a
-        session is never held back for long (its url and source come with the next fetch).
-        A rejected key (401) propagates: the whole pass failed.
+        """GET new sessions (``names``, or every pending one that is due) and announce those
+        that answer. A failure keeps the session pending with its own backoff; past
+        ``young_session`` seconds its list item is announced instead. A 401 propagates.
         """
         now = self._mono()
         if names is None:

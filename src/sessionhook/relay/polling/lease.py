@@ -56,12 +56,9 @@ class PollerLease:
                 return
 
     async def standby(self) -> None:
-        """Wait until this replica can take the lease (its holder stopped or died).
-
-        Meanwhile the replica is ready (its dispatcher delivers) and its readiness follows
-        the holder's discovery (the store's ``last_ok_poll_at``). The lease is tried
-        every :data:`STANDBY_TRY` seconds (a third of it when shorter), and right when
-        its holder's lease runs out if that comes sooner."""
+        """Wait until this replica can take the lease (its holder stopped or died); meanwhile
+        it delivers and its readiness follows the holder's discovery. Tried every
+        :data:`STANDBY_TRY` seconds, and when the holder's lease runs out if sooner."""
         _log.info("poller.standby", account=self._account, lease=self.name)
         self._state.first_pass_done.set()
         while True:

@@ -38,10 +38,8 @@ _log = get_logger()
 class Poller:
     """Discovery plus the per-session scheduler; see the package docstring.
 
-    ``on_enqueued`` is called whenever an ingest enqueued deliveries (the dispatcher's
-    wake-up), ``on_ingested`` whenever an ingest archived events (the event streams'
-    wake-up). ``clock`` is wall time for the store's bookkeeping, ``monotonic`` drives the
-    schedule; both and ``rng`` (backoff jitter) are injectable for tests.
+    ``on_enqueued`` wakes the dispatcher, ``on_ingested`` the event streams. ``clock``
+    (wall), ``monotonic`` (the schedule) and ``rng`` are injectable for tests.
     """
 
     def __init__(

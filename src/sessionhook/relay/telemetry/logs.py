@@ -172,12 +172,9 @@ def _shared_processors() -> list[Processor]:
 
 
 def configure(level: str = "info", fmt: str = "auto", stream: TextIO | None = None) -> None:
-    """Configure structlog (and the stdlib ``logging`` bridge) for this process.
-
-    ``level`` is one of :data:`LEVELS`; ``fmt`` is ``"auto"`` (JSON unless ``stream`` is a
-    terminal), ``"json"`` or ``"console"``; ``stream`` defaults to standard error, which
-    journald captures under systemd and which keeps standard output for command output.
-    Calling it again (a SIGHUP reload) replaces the previous configuration.
+    """Configure structlog (and the stdlib ``logging`` bridge) for this process; again on
+    a reload. ``fmt``: ``"auto"`` (JSON unless ``stream`` is a terminal), ``"json"`` or
+    ``"console"``; ``stream`` defaults to standard error.
     """
     try:
         threshold = LEVELS[level.lower()]
@@ -232,11 +229,7 @@ def _configure_stdlib(threshold: int, renderer: Processor, out: TextIO) -> None:
 
 
 def reset() -> None:
-    """Undo :func:`configure`: structlog defaults, our stdlib handler removed, no secrets.
-
-    For tests that configure logging for a run and must not leak the configuration (and
-    the captured stream it writes to) into the next test.
-    """
+    """Undo :func:`configure` (tests): structlog defaults, our handler removed, no secrets."""
     structlog.reset_defaults()
     _without_our_handler()
     clear_secrets()
@@ -265,12 +258,9 @@ class LineBudget:
     """At most ``per_second`` lines of one kind in each second; the others are counted by
     key (an endpoint) for one summary line per key once their second is over.
 
-    Why: a line costs the event loop about 25-45 us (processors, redaction, JSON, a write),
-    so a backlog delivered at 2,000 a second spent a tenth of the relay's CPU describing
-    successes, and journald's default rate limit (10,000 lines in 30 s per service) then
-    drops lines, the warnings among them. At everyday rates every line is written.
-
-    ``clock``: monotonic seconds (tests pass a fake one). Used from the event loop only.
+    A line costs the loop 25-45 us, so a backlog at 2,000 deliveries a second spent a tenth of
+    the CPU on success lines, and journald's rate limit then dropped the warnings too.
+    ``clock``: monotonic seconds. Used from the event loop only.
     """
 
     def __init__(self, per_second: int, clock: Callable[[], float] = time.monotonic) -> None:

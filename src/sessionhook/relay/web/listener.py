@@ -322,15 +322,9 @@ async def serve_socket(
     task_status: anyio.abc.TaskStatus[tuple[str, int]] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` on the listening ``sock`` within ``limits`` until cancelled
-    (``task_status.started`` gets the bound host and port); then close ``sock``, set the
-    requests' :func:`server_closing` signal, end the connections as the module says and
-    let requests still running finish for ``graceful_shutdown`` seconds. uvicorn installs
-    no signal handler, runs no lifespan, configures no logging and speaks no WebSocket (an
-    upgrade would take a connection out of the guard's sight).
-
-    ``X-Forwarded-For`` and ``X-Forwarded-Proto`` count only from ``trusted_proxies``
-    (``server.trusted_proxies``), never from uvicorn's ``FORWARDED_ALLOW_IPS`` variable;
-    none: every request is its TCP peer's.
+    (``task_status.started`` gets the bound host and port), then stop as the module says.
+    uvicorn speaks no WebSocket here (an upgrade would leave the guard's sight).
+    ``X-Forwarded-For`` and ``-Proto`` count only from ``trusted_proxies``.
     """
     config = uvicorn.Config(
         app,

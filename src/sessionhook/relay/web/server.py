@@ -68,10 +68,8 @@ def check_ready(
 ) -> tuple[bool, list[str]]:
     """Readiness from facts the daemon has at hand; pure.
 
-    Ready when the store is writable and the last successful upstream poll is at most
-    ``max_poll_age`` seconds old. Before the first success, a daemon that started less than
-    ``max_poll_age`` ago (``started_at``) is still given the benefit of the doubt.
-    ``store_problem`` says why the store is not writable (``store is full, ...``).
+    Ready when the store is writable (``store_problem`` says why not) and the last successful
+    upstream poll is at most ``max_poll_age`` old, or the daemon started less than that ago.
     """
     reasons: list[str] = []
     if not store_writable:
@@ -176,15 +174,10 @@ async def serve(
     metrics: Metrics | None = None,
     trusted_proxies: Sequence[str] = DEFAULT_TRUSTED_PROXIES,
 ) -> None:
-    """Serve ``app`` on ``listen`` until cancelled; use with ``task_group.start``.
-
-    ``task_status.started`` receives the bound ``(host, port)`` (the real port when
-    ``listen`` asks for port 0). ``limits`` bound the connections (default: the defaults of
-    ``server.max_connections`` and ``server.request_timeout``;
-    :mod:`sessionhook.relay.web.listener`), counted in ``metrics`` when given; forwarded
-    headers count from ``trusted_proxies`` only (:func:`.listener.serve_socket`). Cancelling the
-    caller's scope shuts the server down: it stops accepting, lets in-flight requests
-    finish for ``graceful_shutdown`` seconds, and closes the socket.
+    """Serve ``app`` on ``listen`` until cancelled; use with ``task_group.start``
+    (``task_status.started`` receives the bound ``(host, port)``). ``limits`` bound the
+    connections (default: ``[server]``'s defaults), forwarded headers count from
+    ``trusted_proxies`` only (:func:`.listener.serve_socket`).
     """
     host, port = parse_listen(listen)
     try:

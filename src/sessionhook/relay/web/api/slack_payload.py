@@ -47,11 +47,9 @@ class PayloadError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class SlackClick:
-    """One click: ``kind`` (``approve``, ``reply``, or ``other``: the Open button, a button
-    of another app; nothing to do), the link ``token`` of the button, the ``text`` of the
-    reply box (``None`` when empty), who clicked (``user``: the Slack user name, else id),
-    the message's ``response_url`` (``None`` when absent) and its text blocks (``blocks``:
-    Slack sends the message back with the click; its buttons and reply box left out)."""
+    """One click: ``kind`` (``approve``, ``reply`` or ``other``: nothing to do), the button's
+    link ``token``, the reply box's ``text``, the ``user``, the ``response_url`` and the
+    message's text ``blocks`` (buttons and reply box left out)."""
 
     kind: Literal["approve", "reply", "other"]
     token: str

@@ -57,14 +57,9 @@ FLASH_MAX: Final = 500
 class ConsoleDeps:
     """What the console needs from the daemon (seams for tests).
 
-    ``store`` returns the daemon's open store, or ``None`` while it is not open (the pages
-    answer 503). ``budgets`` maps each account to its ``requests_per_minute``. ``send_test``
-    sends a test event (``None``: the action is unavailable). ``wake`` tells the dispatcher
-    that deliveries were queued (a replay, an endpoint enabled). ``act`` approves a
-    session's plan or answers its agent upstream (``None``: the forms say it is not
-    available). ``backend`` names the store's engine (``sqlite``, ``postgresql``).
-    ``config`` is the daemon's current configuration (``None``: endpoints cannot be
-    created or edited here). ``metrics`` counts the actions taken from the forms.
+    ``store`` returns the open store, or ``None`` (the pages answer 503). A ``None``
+    ``send_test``, ``act`` or ``config`` makes the test action, the session forms or the
+    endpoint editor unavailable. ``wake`` tells the dispatcher deliveries were queued.
     """
 
     store: Callable[[], AsyncStore | None]
