@@ -21,7 +21,17 @@ from .actions import ActionsConfig
 from .database_url import check_postgres_url, display_url
 from .endpoints import EndpointConfig
 from .errors import ConfigError
-from .fields import LAX, Name, Seconds, Section, TextPath, http_url, is_loopback, within
+from .fields import (
+    LAX,
+    Name,
+    Seconds,
+    Section,
+    TextPath,
+    at_least,
+    http_url,
+    is_loopback,
+    within,
+)
 from .slack import SlackConfig
 
 __all__ = [
@@ -168,14 +178,9 @@ class StoreConfig(Section):
     #: How long a replica's claims (deliveries in flight, session polls, an account's
     #: poller) hold after its last heartbeat (every third of it): what a crash costs in
     #: latency before another replica takes its work over.
-    lease: Annotated[Seconds, within("store.lease")] = 15.0
-
-    @field_validator("lease")
-    @classmethod
-    def _lease_is_long_enough(cls, value: float) -> float:
-        if value < 1.0:
-            raise ValueError("must be at least 1 s (replicas heartbeat every third of it)")
-        return value
+    lease: Annotated[
+        Seconds, within("store.lease"), at_least(1.0, "replicas heartbeat every third of it")
+    ] = 15.0
 
     @field_validator("url")
     @classmethod
@@ -266,7 +271,7 @@ class ServerConfig(Section):
     max_connections: int = Field(default=256, ge=8, le=1 << 20)
     #: Seconds a connection has to send a complete request (headers and body) after it
     #: opened or got its previous answer; then it is closed.
-    request_timeout: Annotated[Seconds, within("server.request_timeout")] = 5.0
+    request_timeout: Annotated[Seconds, within("server.request_timeout"), at_least(1.0)] = 5.0
     #: Peers (addresses or networks) whose ``X-Forwarded-For`` and ``X-Forwarded-Proto``
     #: are believed: a reverse proxy in front of ``listen``. The client is then the
     #: rightmost forwarded address that is not itself a trusted proxy (the one the proxy
@@ -286,13 +291,6 @@ class ServerConfig(Section):
             except ValueError:
                 example = "such as 10.0.0.5 or 10.0.0.0/24"
                 raise ValueError(f"{entry!r} is not an IP address or network ({example})") from None
-        return value
-
-    @field_validator("request_timeout")
-    @classmethod
-    def _request_timeout_is_long_enough(cls, value: float) -> float:
-        if value < 1.0:
-            raise ValueError("must be at least 1 s")
         return value
 
     @field_validator("listen")

@@ -158,7 +158,9 @@ class DiskObserver:
     ) -> None:
         """A write failed (the store's observer): log, count, tell systemd."""
         full = isinstance(error, StoreFullError)
-        self._state.metrics.store_write_failed("full" if full else "unwritable")
+        self._state.metrics.store_write_failures.labels(
+            reason="full" if full else "unwritable"
+        ).inc()
         self._state.metrics.store_unwritable.set(1)
         what = "full" if full else "not_writable"
         fields = {"store": self._state.config.store.location, "error": str(error)}

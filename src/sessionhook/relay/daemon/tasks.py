@@ -103,7 +103,7 @@ class SideTasks:
                 last_ok, late = now, False
             elif not late and heartbeat_late(last_ok, now, lease):
                 late = True
-                state.metrics.replica_heartbeat_late()
+                state.metrics.replica_heartbeat_late_total.inc()
                 _log.error(
                     "replica.heartbeat_late",
                     replica=self._replica.id,

@@ -176,7 +176,7 @@ class Archive:
             advance_cursor=advance_cursor,
         )
         if first and self._metrics is not None:
-            self._metrics.activity_refused(reason)
+            self._metrics.activities_refused.labels(reason=reason).inc()
         (_log.warning if first else _log.debug)(
             "poll.activity_refused",
             session=session,

@@ -41,7 +41,7 @@ class Failures:
     def count(self, loop: str, exc: ApiError) -> None:
         """Count one failure of ``loop`` (``session``, ``discovery``, ``announce``)."""
         if self._metrics is not None:
-            self._metrics.upstream_failed(loop, exc.kind)
+            self._metrics.upstream_failures.labels(loop=loop, kind=exc.kind).inc()
 
     def delay(
         self, exc: ApiError, errors: int, backoff: tuple[float, float] | None = None

@@ -52,7 +52,7 @@ class SessionScreen:
         # Counted once per session; warned once per set of fields (a GET may mend more of
         # the session than its list item showed: the prompt, a pull request's title).
         if self._first(("repaired", session.name, "")) and self._metrics is not None:
-            self._metrics.session_repaired()
+            self._metrics.sessions_repaired.inc()
         loud = self._first(("repaired", session.name, fields))
         (_log.warning if loud else _log.debug)(
             "discovery.session_repaired",
@@ -65,7 +65,7 @@ class SessionScreen:
     def _refuse(self, name: str, reason: str, detail: str) -> None:
         first = self._first(("refused", name, reason))
         if first and self._metrics is not None:
-            self._metrics.session_refused(reason)
+            self._metrics.sessions_refused.labels(reason=reason).inc()
         (_log.warning if first else _log.debug)(
             "discovery.session_refused",
             session=name[:200],

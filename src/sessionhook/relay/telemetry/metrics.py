@@ -249,10 +249,6 @@ class Metrics:
         self.endpoint_disabled.labels(endpoint=endpoint, reason=reason).inc()
         self.endpoint_enabled.labels(endpoint=endpoint).set(0)
 
-    def store_write_failed(self, reason: str) -> None:
-        """Count one failed round of store writes (``reason``: ``full``, ``unwritable``)."""
-        self.store_write_failures.labels(reason=reason).inc()
-
     def upstream_request(self, endpoint: str, status: int | str | None) -> None:
         """Count a Sessions API request; ``status`` ``None`` means no answer (timeout...),
         ``"malformed"`` a 2xx answer that did not parse."""
@@ -264,22 +260,6 @@ class Metrics:
             endpoint=endpoint,
             status=label,
         ).inc()
-
-    def upstream_failed(self, loop: str, kind: str) -> None:
-        """Count an upstream failure of ``loop`` by its kind (``ApiError.kind``)."""
-        self.upstream_failures.labels(loop=loop, kind=kind).inc()
-
-    def activity_refused(self, reason: str) -> None:
-        """Count an upstream activity refused for ``reason`` (first time it was met)."""
-        self.activities_refused.labels(reason=reason).inc()
-
-    def session_refused(self, reason: str) -> None:
-        """Count an item of the session list refused for ``reason`` (first time it was met)."""
-        self.sessions_refused.labels(reason=reason).inc()
-
-    def session_repaired(self) -> None:
-        """Count a session whose text was mended (first time it was met)."""
-        self.sessions_repaired.inc()
 
     def web_auth_failed(self, via: str) -> None:
         """Count a wrong token shown to the web layer (``bearer`` header or ``login`` form)."""
@@ -322,10 +302,6 @@ class Metrics:
         self.endpoint_enabled.clear()
         for name, on in enabled.items():
             self.endpoint_enabled.labels(endpoint=name).set(1 if on else 0)
-
-    def replica_heartbeat_late(self) -> None:
-        """Count one episode of this replica's heartbeat being later than its lease."""
-        self.replica_heartbeat_late_total.inc()
 
     def refresh_replicas(self, replicas: Iterable[ReplicaLike], now: float) -> None:
         """Set the replica families from ``store.leases.replicas()`` (stopped ones are left out)."""
