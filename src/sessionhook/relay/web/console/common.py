@@ -12,10 +12,10 @@ from __future__ import annotations
 import base64
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol, TypeVar
 
 import jinja2
 from starlette.requests import Request
@@ -44,6 +44,7 @@ __all__ = [
     "render_page",
     "store_failed_page",
     "unavailable",
+    "with_store",
 ]
 
 #: The console package: its ``templates/`` and ``static/`` directories.
@@ -165,6 +166,27 @@ def error_page(request: Request, status_code: int, title: str, reason: str) -> R
 def unavailable(request: Request) -> Response:
     """The 503 page of a store the daemon has not opened yet."""
     return error_page(request, 503, "Store not open", "the daemon has not opened its store yet")
+
+
+class _HasDeps(Protocol):
+    deps: ConsoleDeps
+
+
+_H = TypeVar("_H", bound=_HasDeps)
+
+
+def with_store(
+    handler: Callable[[_H, Request, AsyncStore], Awaitable[Response]],
+) -> Callable[[_H, Request], Awaitable[Response]]:
+    """A handler method given the open store; the 503 page while the daemon has none."""
+
+    async def page(self: _H, request: Request) -> Response:
+        store = self.deps.store()
+        if store is None:
+            return unavailable(request)
+        return await handler(self, request, store)
+
+    return page
 
 
 def not_found(request: Request, what: str) -> Response:

@@ -16,7 +16,7 @@ from starlette.responses import Response
 
 from ...domain.events import EVENT_TYPES
 from ...store import AsyncStore, ConsoleQueries, EndpointQueries
-from .common import ConsoleDeps, bad_request, render_page, unavailable
+from .common import ConsoleDeps, bad_request, render_page, with_store
 from .text import BadNumber, parse_when, query_text, url_int
 
 __all__ = ["DELIVERY_STATUSES", "PAGE", "Lists", "Search"]
@@ -62,11 +62,9 @@ class Lists:
     def __init__(self, deps: ConsoleDeps) -> None:
         self.deps = deps
 
-    async def deliveries(self, request: Request) -> Response:
+    @with_store
+    async def deliveries(self, request: Request, store: AsyncStore) -> Response:
         """The deliveries list."""
-        store = self.deps.store()
-        if store is None:
-            return unavailable(request)
         q, now = request.query_params, self.deps.clock()
         try:
             before = url_int(q.get("before"), "before")
@@ -113,11 +111,9 @@ class Lists:
             },
         )
 
-    async def events(self, request: Request) -> Response:
+    @with_store
+    async def events(self, request: Request, store: AsyncStore) -> Response:
         """The events list."""
-        store = self.deps.store()
-        if store is None:
-            return unavailable(request)
         q = request.query_params
         try:
             before = url_int(q.get("before"), "before")

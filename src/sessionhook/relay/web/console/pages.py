@@ -27,7 +27,7 @@ from ...store import (
     OperatorQueries,
 )
 from .chart import minute_chart
-from .common import ConsoleDeps, bad_request, not_found, render_page, unavailable
+from .common import ConsoleDeps, bad_request, not_found, render_page, with_store
 from .text import BadNumber, query_text, url_int
 
 __all__ = ["DAY_MINUTES", "Pages"]
@@ -74,10 +74,8 @@ class Pages:
     def __init__(self, deps: ConsoleDeps) -> None:
         self.deps = deps
 
-    async def overview(self, request: Request) -> Response:
-        store = self.deps.store()
-        if store is None:
-            return unavailable(request)
+    @with_store
+    async def overview(self, request: Request, store: AsyncStore) -> Response:
         now = self.deps.clock()
         start = (int(now) // 60 + 1) * 60 - DAY_MINUTES * 60
         summary = await store.run(OperatorQueries.status_summary, now)
@@ -112,10 +110,8 @@ class Pages:
             },
         )
 
-    async def sessions(self, request: Request) -> Response:
-        store = self.deps.store()
-        if store is None:
-            return unavailable(request)
+    @with_store
+    async def sessions(self, request: Request, store: AsyncStore) -> Response:
         q = request.query_params
         state = query_text(q.get("state")) or None
         account = query_text(q.get("account")) or None
@@ -140,10 +136,8 @@ class Pages:
             },
         )
 
-    async def timeline(self, request: Request) -> Response:
-        store = self.deps.store()
-        if store is None:
-            return unavailable(request)
+    @with_store
+    async def timeline(self, request: Request, store: AsyncStore) -> Response:
         name = query_text(request.query_params.get("session"))
         session = await store.run(OperatorQueries.get_session, name) if name else None
         if session is None:
@@ -189,19 +183,15 @@ class Pages:
             },
         )
 
-    async def delivery(self, request: Request) -> Response:
-        store = self.deps.store()
-        if store is None:
-            return unavailable(request)
+    @with_store
+    async def delivery(self, request: Request, store: AsyncStore) -> Response:
         delivery_id = _path_id(request, "delivery_id")
         if delivery_id is None:
             return not_found(request, "no such delivery")
         return await self._delivery_page(request, store, delivery_id, None)
 
-    async def attempt(self, request: Request) -> Response:
-        store = self.deps.store()
-        if store is None:
-            return unavailable(request)
+    @with_store
+    async def attempt(self, request: Request, store: AsyncStore) -> Response:
         attempt_id = _path_id(request, "attempt_id")
         attempt = None
         if attempt_id is not None:
