@@ -118,9 +118,8 @@ def rotate_key_file(file: Path, *, overlap: float, now: float) -> KeyRing:
 
 
 class ActionKeys:
-    """The key ring of ``file``, created on first use when missing (mode 0600) and read
-    again whenever the file changed. Raises :class:`ConfigError` for a file that cannot
-    be read, is not a key file, or is exposed to other users."""
+    """The key ring of ``file``, created on first use (mode 0600) and read again whenever it
+    changed; :class:`ConfigError` for a file unreadable, not a key file, or exposed."""
 
     def __init__(self, file: Path, *, clock: Callable[[], float] = time.time) -> None:
         self.file = file
@@ -170,9 +169,8 @@ class ActionKeys:
 
 
 class LinkKeys:
-    """The action-link keys of the running configuration (``config`` gives it, a reload
-    included): one :class:`ActionKeys` per key file named. What the daemon hands the
-    poller (:meth:`links`, signing) and the web pages (:meth:`ring`, verifying)."""
+    """The action-link keys of the running configuration: one :class:`ActionKeys` per key
+    file, for the poller (:meth:`links`) and the web pages (:meth:`ring`)."""
 
     def __init__(
         self, config: Callable[[], Config], *, clock: Callable[[], float] = time.time

@@ -27,11 +27,8 @@ SECRET_MAX_BYTES = 64
 
 
 class EndpointConfig(Section):
-    """``[[endpoints]]``: one webhook receiver.
-
-    Exactly one of ``secret``, ``secret_env``, ``secret_file`` gives the signing secret(s):
-    ``whsec_`` + base64, several separated by spaces during a rotation (each signs).
-    """
+    """``[[endpoints]]``: one webhook receiver; exactly one of ``secret``, ``secret_env``,
+    ``secret_file`` gives its signing secret(s)."""
 
     name: Name
     url: str
@@ -169,9 +166,8 @@ class EndpointConfig(Section):
 
 
 def split_secrets(text: str, signature: str = "v1") -> list[str]:
-    """The secrets in ``text`` (separated by spaces), each checked for ``signature``:
-    ``whsec_`` secrets of :data:`SECRET_MIN_BYTES` to :data:`SECRET_MAX_BYTES` bytes for
-    ``v1``, ``whsk_`` signing keys for ``v1a``; :class:`ValueError` says what is wrong."""
+    """The space-separated secrets in ``text``, each checked for ``signature`` (``whsec_``
+    for ``v1``, ``whsk_`` for ``v1a``); :class:`ValueError` says what is wrong."""
     parts = text.split()
     if not parts:
         raise ValueError("must not be empty")

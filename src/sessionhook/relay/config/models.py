@@ -110,9 +110,8 @@ DEFAULT_ACCOUNT = "default"
 
 
 class AccountConfig(Section):
-    """``[[accounts]]``: one account of the Sessions API the relay follows, with its own
-    discovery and budget. ``base_url``, ``api_key_header`` and ``requests_per_minute``
-    default to ``[api]``'s; the key comes from ``api_key_env`` or ``api_key_file``."""
+    """``[[accounts]]``: one account of the Sessions API with its own discovery and budget;
+    ``base_url``, ``api_key_header`` and ``requests_per_minute`` default to ``[api]``'s."""
 
     name: Name
     base_url: str | None = None
@@ -159,10 +158,8 @@ class Account:
 
 
 class StoreConfig(Section):
-    """``[store]``: where the relay keeps everything. A SQLite file (``path``, the default:
-    after loading, an absolute path) or a PostgreSQL database (``url``, or ``url_env``
-    naming the environment variable that holds it, so the password stays out of the file).
-    At most one of the three is set."""
+    """``[store]``: a SQLite file (``path``, the default) or a PostgreSQL database (``url``,
+    or ``url_env`` naming the variable that holds it); at most one of the three."""
 
     path: TextPath = Path(DEFAULT_DB_NAME)
     #: ``postgresql://user:password@host:port/database`` (after loading: from ``url_env``

@@ -62,9 +62,7 @@ def acl_exposure(mode: int, acl: bytes) -> str | None:
 
 
 def file_exposure(file: Path) -> str | None:
-    """Why ``file`` exposes a secret (see the module's rule), ``None`` if it does not.
-
-    Raises :class:`OSError` when the file cannot be examined (missing, unreadable)."""
+    """Why ``file`` exposes a secret, or ``None``; :class:`OSError` when it cannot be examined."""
     mode = file.stat().st_mode
     try:
         acl = os.getxattr(file, ACL_XATTR)

@@ -165,11 +165,8 @@ class Daemon:
     # ------------------------------------------------------------------ entry points
 
     async def run(self, *, handle_signals: bool = True) -> None:
-        """Run until :meth:`stop` or SIGTERM/SIGINT, then drain and return.
-
-        Raises :class:`DaemonError` when start-up fails, and re-raises whatever killed a
-        side task (after logging it).
-        """
+        """Run until :meth:`stop` or SIGTERM/SIGINT, then drain and return; :class:`DaemonError`
+        when start-up fails, and whatever killed a side task (logged) is raised again."""
         try:
             async with anyio.create_task_group() as outer:
                 if handle_signals:

@@ -38,9 +38,8 @@ _log = get_logger()
 
 
 class Readiness:
-    """What the daemon hands the web layer: the app on ``[server] listen`` with its
-    :class:`~sessionhook.relay.web.WebContext`, its readiness check and its scrape hook.
-    """
+    """What the daemon hands the web layer: the app on ``[server] listen``, its
+    :class:`~sessionhook.relay.web.WebContext`, readiness check and scrape hook."""
 
     def __init__(
         self,
@@ -146,9 +145,8 @@ class Readiness:
 
 
 class DiskObserver:
-    """The store's observer (:class:`~sessionhook.relay.store.FullObserver`): a full or
-    read-only store is logged, counted and told to systemd; writable again wakes the
-    dispatcher."""
+    """The store's observer: a full or read-only store is logged, counted and told to
+    systemd; writable again wakes the dispatcher."""
 
     def __init__(self, state: DaemonState) -> None:
         self._state = state

@@ -82,10 +82,8 @@ def _with_status(head: str | None, status_text: str | None) -> str:
 
 
 def watchdog_interval(*, env: Mapping[str, str] | None = None) -> float | None:
-    """Seconds between watchdog pings (half of ``WATCHDOG_USEC``, as
-    ``sd_watchdog_enabled(3)`` recommends), or ``None`` when the watchdog is off or
-    ``WATCHDOG_PID`` is another process's.
-    """
+    """Seconds between watchdog pings (half of ``WATCHDOG_USEC``), or ``None`` when the
+    watchdog is off or ``WATCHDOG_PID`` is another process's."""
     environ = os.environ if env is None else env
     raw = environ.get("WATCHDOG_USEC")
     if not raw:

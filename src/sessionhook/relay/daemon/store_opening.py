@@ -35,11 +35,8 @@ __all__ = ["StoreOpener"]
 
 
 class StoreOpener:
-    """Holds the daemon lock and opens the store (see the module docstring).
-
-    While the store cannot be opened for lack of space, ``observer`` hears of it (as it
-    hears of writes that fail later) and ``state.open_problem`` says why, for /readyz.
-    """
+    """Holds the daemon lock and opens the store; while space lacks, ``observer`` hears of
+    it and ``state.open_problem`` says why, for /readyz."""
 
     def __init__(self, state: DaemonState, observer: FullObserver) -> None:
         self._state = state

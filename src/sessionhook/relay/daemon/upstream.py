@@ -29,11 +29,8 @@ _log = get_logger()
 
 
 class UpstreamCounter:
-    """The daemon's upstream requests: their budget windows in the store, their counts.
-
-    ``store`` gives the open store (``None`` while there is none): a request answered
-    outside the long run (``--once``) is written there at once.
-    """
+    """The daemon's upstream requests: their budget windows in the store, their counts
+    (written at once outside the long run, ``--once``)."""
 
     def __init__(
         self,
@@ -86,9 +83,8 @@ class UpstreamCounter:
                 await store.run(Economy.record_upstream, label, status, self._clock())
 
     async def write_counts(self, store: AsyncStore) -> None:
-        """The long run's writer of the upstream counters (a side task): requests are
-        counted in :class:`UpstreamTally` as they are answered and written here, a batch
-        per store call, until cancelled; then what is left is written (shielded)."""
+        """The long run's writer of the upstream counters (a side task), a batch per store call
+        until cancelled; then what is left is written (shielded)."""
         tally = self.tally = UpstreamTally()
         try:
             await tally.run(store)

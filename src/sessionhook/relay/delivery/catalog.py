@@ -60,9 +60,8 @@ class EndpointCatalog:
         return self._revision is None or revision != self._revision or now >= self._expires
 
     async def load(self, now: float) -> Changes:
-        """Read and build what changed (everything, the first time), with the secrets
-        signing at ``now``. A definition that does not build (stored by a version that
-        checked less) is logged and left out: its deliveries wait."""
+        """Read and build what changed (everything the first time), the secrets signing at
+        ``now``; a definition that does not build is logged and left out (its deliveries wait)."""
         since = self._revision or 0
         changes = await self._store.run(
             EndpointQueries.endpoint_changes, since
@@ -100,8 +99,7 @@ class EndpointCatalog:
         self, row: StoredEndpoint, now: float
     ) -> tuple[EndpointConfig, tuple[str, ...]] | None:
         """The endpoint of ``row`` and its secrets at ``now``; ``None`` (logged once a
-        revision) when its definition does not build. Its URL was judged when it was
-        defined (as a config file's is when read); every POST is judged again."""
+        revision) when its definition does not build."""
         secrets = row.secrets_at(now)
         try:
             endpoint = spec_endpoint(row.name, row.spec, secrets, allow_private_networks=True)

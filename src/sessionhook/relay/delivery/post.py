@@ -47,10 +47,8 @@ def refused(reason: str) -> str:
 
 
 async def literal_guard(url: str, *, allow_private: bool) -> str | None:
-    """The dispatcher's default pre-check: refuses, WITHOUT asking DNS, a URL that can only
-    be private (:func:`sessionhook.relay.domain.addresses.literal_refusal`). Names are vetted when
-    the connection is made (:class:`sessionhook.relay.delivery.sender.VettingResolver`), resolved
-    once: resolving here too would let DNS answer differently to the check."""
+    """The dispatcher's default pre-check: refuses, WITHOUT DNS, a URL that can only be
+    private; names are vetted once, when the connection is made."""
     return None if allow_private else literal_refusal(url)
 
 

@@ -215,9 +215,8 @@ class RenderProcess:
     async def render(
         self, event_id: str, body: bytes, shape: Shape, *, time_budget: float
     ) -> tuple[bytes, str]:
-        """The body and content type ``shape`` makes of the event, in at most
-        ``time_budget`` seconds once its child has it; :class:`~.render.RenderError`
-        otherwise."""
+        """The body and content type ``shape`` makes of the event within ``time_budget``
+        seconds; :class:`~.render.RenderError` otherwise."""
         if shape.template is None and len(body) <= self._inline_bytes:
             return render.render(event_id, body, shape)
         lane = await self._lane(shape.template)

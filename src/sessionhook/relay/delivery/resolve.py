@@ -99,9 +99,7 @@ async def check_url(
     policy: AddressPolicy | None = None,
 ) -> list[str]:
     """Vet the host ``url`` leads to and return the addresses it may connect to (only
-    those: never hand the URL to a client that resolves it again); :class:`NetguardError`
-    when the URL is refused or does not resolve.
-    """
+    those); :class:`NetguardError` when the URL is refused or does not resolve."""
     target = destination(url)
     return await vet_host(
         target.host, target.port, allow_private=allow_private, resolve=resolve, policy=policy

@@ -143,9 +143,8 @@ class HttpxPoster:
 
 
 def httpx_target(url: str) -> httpx.URL:
-    """``url`` as httpx is handed it: rebuilt on the host
-    :func:`~sessionhook.relay.domain.addresses.destination` reads, parsed by ``httpx.URL``;
-    :class:`UnusableUrlError` when httpx reads another host from it (or cannot parse it)."""
+    """``url`` rebuilt on the host :func:`~sessionhook.relay.domain.addresses.destination`
+    reads, parsed by ``httpx.URL``; :class:`UnusableUrlError` when httpx reads another host."""
     return _client_target(url, "httpx", httpx.URL, lambda u: u.raw_host.decode("ascii", "replace"))
 
 
@@ -169,10 +168,8 @@ def _client_target(
 
 
 class VettingResolver(aiohttp.abc.AbstractResolver):
-    """aiohttp's resolver hook on :func:`~sessionhook.relay.delivery.resolve.vet_host`: the only
-    addresses aiohttp may connect to are the ones vetted here (raises
-    :class:`~sessionhook.relay.domain.addresses.BlockedAddressError` or
-    :class:`~sessionhook.relay.delivery.resolve.ResolutionError` otherwise)."""
+    """aiohttp's resolver hook on :func:`~sessionhook.relay.delivery.resolve.vet_host`:
+    aiohttp may connect only to the addresses vetted here."""
 
     def __init__(
         self,

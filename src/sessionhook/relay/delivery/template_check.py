@@ -51,8 +51,7 @@ def check_template(
     start_timeout: float = START_TIMEOUT,
 ) -> None:
     """Render ``shape`` against every sample event in a child process, each within
-    ``time_budget`` seconds; :class:`~.render.RenderError` (one line, naming the budget
-    gone over and the event type) on the first that fails."""
+    ``time_budget`` seconds; a one-line :class:`~.render.RenderError` on the first failure."""
     with _CHECKS:
         try:
             process = subprocess.Popen(list(command or child_command()), **child_streams())

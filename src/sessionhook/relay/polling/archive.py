@@ -159,10 +159,8 @@ class Archive:
         cursor_limit: str | None = None,
         advance_cursor: bool = False,
     ) -> None:
-        """Record, count and log one refused activity (loudly the first time it is met).
-
-        Text that came from upstream and is not Unicode (a lone surrogate a scan let
-        through) is kept with a replacement character: the store and the log take it."""
+        """Record, count and log one refused activity (loudly the first time); upstream text
+        that is not Unicode is kept with a replacement character."""
         name, create_time, detail = (_unicode(t) for t in (name, create_time, detail))
         first = await self._store.run(
             Refusals.refuse_activity,

@@ -72,10 +72,8 @@ class RateLimiter:
         self._lock = anyio.Lock()
 
     def reserve(self, now: float) -> float:
-        """Take a grant at ``now`` if both rules allow it and return 0.0; else return the wait.
-
-        Nothing is taken when the answer is positive: call again after waiting.
-        """
+        """Take a grant at ``now`` and return 0.0 if both rules allow it; else take nothing
+        and return the wait."""
         if self._updated is not None:
             elapsed = max(0.0, now - self._updated)
             self._tokens = min(float(self.burst), self._tokens + elapsed * self._rate)
@@ -186,11 +184,8 @@ class LimitedTransport(httpx.AsyncBaseTransport):
             await self._record(label, outcome)
 
     async def settle(self, response: httpx.Response, malformed: bool) -> None:
-        """Record a 2xx answer once its body was read: :data:`MALFORMED` or its status.
-
-        The API client's ``on_answer`` hook. An answer is recorded once, however often
-        this is called; answers the transport recorded itself are left alone.
-        """
+        """Record a 2xx answer once its body was read (:data:`MALFORMED` or its status): the
+        API client's ``on_answer`` hook; each answer is recorded once."""
         await self._finish(response.request, MALFORMED if malformed else response.status_code)
 
     async def aclose(self) -> None:

@@ -231,9 +231,8 @@ class Discovery:
     # ------------------------------------------------------------------ the history
 
     def _is_history(self, listed: Session) -> bool:
-        """Whether a session seen for the first time is left to the history walk: it
-        existed before the first start (not backfilled) and is not working (a working
-        one is new work: announced and polled at once)."""
+        """Whether a session seen for the first time is left to the history walk: it existed
+        before the first start (not backfilled) and is not working."""
         return listed.state not in ACTIVE_STATES and self._archive.is_baseline(listed)
 
     def _record_history(self, listed: Session, now: float) -> None:
@@ -294,9 +293,8 @@ class Discovery:
     # ------------------------------------------------------------------ the list's head
 
     async def head_loop(self) -> None:
-        """List mode (and learning, see ``Scheduler.wants_head``): read the head of the list
-        every ``list_interval``, forever; working sessions whose ``updateTime`` moved are
-        polled at once (see :meth:`on_listed`)."""
+        """List mode (and learning): read the head of the list every ``list_interval``,
+        forever; working sessions whose ``updateTime`` moved are polled at once."""
         await self._state.first_pass_done.wait()
         errors = 0
         while True:

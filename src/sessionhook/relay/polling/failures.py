@@ -28,11 +28,8 @@ _log = get_logger()
 
 
 class Failures:
-    """Counts, delays and logs one account's upstream failures (see the module docstring).
-
-    ``rng`` spreads the backoff (injectable for tests); ``state.settings`` gives its base,
-    cap and the pace after a rejected key.
-    """
+    """Counts, delays and logs one account's upstream failures (see the module docstring);
+    ``rng`` spreads the backoff."""
 
     def __init__(self, state: PollState, *, rng: random.Random) -> None:
         self._state, self._metrics, self._account = state, state.metrics, state.account

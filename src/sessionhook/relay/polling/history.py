@@ -31,11 +31,8 @@ _YIELD = 0.05
 
 
 class HistoryWalk:
-    """The background history walk and its queue; see the module docstring.
-
-    Discovery queues the sessions (:meth:`enqueue`); each is polled by ``sessions`` when
-    ``scheduler`` has nothing due.
-    """
+    """The background history walk and its queue: discovery queues the sessions
+    (:meth:`enqueue`), each polled when ``scheduler`` has nothing due."""
 
     def __init__(self, state: PollState, *, scheduler: Scheduler, sessions: SessionPoll) -> None:
         self._state, self._store, self._mono = state, state.store, state.monotonic

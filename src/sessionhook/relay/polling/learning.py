@@ -33,10 +33,7 @@ def judge(listed: str, newest_activity: datetime, before: str | None) -> bool | 
 
 @dataclass
 class UpdateTimeLearning:
-    """The verdict on the server, from the observations so far (see the module docstring).
-
-    ``verdict`` is ``None`` (not known yet), ``"moves"`` or ``"still"``.
-    """
+    """The verdict on the server so far: ``None`` (not known yet), ``"moves"`` or ``"still"``."""
 
     mode: str = "auto"
     verdict: str | None = None

@@ -27,10 +27,7 @@ TAKEOVER_MARGIN = 0.05
 
 
 class PollerLease:
-    """One account's poller lease, held, kept or waited for (see the module docstring).
-
-    ``state`` gets the liveness a standby shows (heartbeat, the holder's last pass).
-    """
+    """One account's poller lease, held, kept or waited for (see the module docstring)."""
 
     def __init__(self, state: PollState) -> None:
         self._state, self._store, self._account = state, state.store, state.account

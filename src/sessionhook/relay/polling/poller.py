@@ -137,10 +137,8 @@ class Poller:
         return await self._discovery.read_head()
 
     async def run(self) -> None:
-        """Discovery and the scheduler, forever (until cancelled), while this replica holds
-        the account's poller lease (``poller:<account>``); on standby otherwise, taking it
-        over once its holder's lease expires. A store that is not a registered replica's
-        (tests, tools) polls without a lease."""
+        """Discovery and the scheduler, forever, while this replica holds the account's poller
+        lease; on standby otherwise. A store that is no registered replica's polls without one."""
         lease = self._lease
         registered = self._store.replica.replica_id is not None
         while True:
@@ -155,11 +153,8 @@ class Poller:
                 await self.scheduler.run(tg, self._sessions.poll)
 
     async def run_once(self, *, max_attempts: int = 4) -> OnceReport:
-        """One full pass: discovery, then every new, changed or working session polled.
-
-        Transient failures are retried up to ``max_attempts`` times each (honouring
-        backoff). A rejected API key ends the pass (``report.unauthenticated``).
-        """
+        """One full pass: discovery, then every new, changed or working session polled, each
+        transient failure retried up to ``max_attempts`` times; a 401 ends the pass."""
         report = OnceReport()
         for attempt in range(1, max_attempts + 1):
             try:
@@ -219,10 +214,8 @@ class Poller:
         return report
 
     async def poll_due(self) -> dict[str, str]:
-        """Poll every session due now, once, ``concurrency`` at a time (tests, tools).
-
-        Returns each polled session's outcome: ``ok``, ``retry``, ``gone`` or ``auth``.
-        """
+        """Poll every session due now, once (tests, tools); each one's outcome: ``ok``,
+        ``retry``, ``gone`` or ``auth``."""
         outcomes: dict[str, str] = {}
         limiter = anyio.CapacityLimiter(self.state.settings.concurrency)
 

@@ -40,11 +40,8 @@ CLAIMED_RETRY = 1.0
 
 
 class SessionPoll:
-    """Polling one session; see the package docstring for the rules.
-
-    ``clock`` is wall time (the store's bookkeeping, the cursor's bound without a ``Date``
-    header), ``monotonic`` drives the schedule; both injectable for tests.
-    """
+    """Polling one session; docs/polling.md has the rules. ``clock`` is wall time,
+    ``monotonic`` drives the schedule."""
 
     def __init__(
         self,
@@ -432,9 +429,8 @@ class SessionPoll:
             await self._archive.session_events(row.name, found, deliver=deliver)
 
     def _action_links(self, session: Session) -> ActionLinks | None:
-        """The signer of ``session``'s action links, when it waits for its user and the
-        relay makes links. A key file that cannot be read now (changed on disk since the
-        start) costs the links of this event, not the event: it is logged."""
+        """The signer of ``session``'s action links when it waits for its user; a key file that
+        cannot be read now costs this event its links (logged), not the event."""
         make = self._state.settings.action_links
         if make is None or lifecycle.awaited_member(session.state) not in _WAITS:
             return None

@@ -117,11 +117,8 @@ class PollSettings:
 
 
 def name_problem(name: str, session: str) -> str | None:
-    """Why an activity listed under ``session`` cannot be archived as such, or ``None``.
-
-    ``not_a_name`` unless ``name`` is exactly ``sessions/<id>/activities/<id>``;
-    ``foreign_name`` when it belongs to another session (pure).
-    """
+    """Why an activity listed under ``session`` cannot be archived as such: ``not_a_name``
+    (not exactly ``sessions/<id>/activities/<id>``), ``foreign_name``, or ``None``."""
     try:
         canonical = activity_name(name)
     except ValueError:
@@ -141,11 +138,8 @@ def backoff_delay(
     cap: float,
     rng: random.Random,
 ) -> float:
-    """Seconds to wait after the ``errors``-th consecutive failure (pure).
-
-    ``base * 2**(errors-1)`` capped at ``cap``, spread +-20 %; never less than the server's
-    ``Retry-After`` (which is honoured even above the cap).
-    """
+    """Seconds to wait after the ``errors``-th consecutive failure: ``base * 2**(errors-1)``
+    capped at ``cap``, +-20 %, never less than ``Retry-After`` (even above the cap)."""
     exponent = min(max(errors, 1) - 1, 32)
     delay = min(cap, base * 2.0**exponent) * rng.uniform(0.8, 1.2)
     if retry_after is not None and math.isfinite(retry_after):

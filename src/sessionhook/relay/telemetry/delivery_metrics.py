@@ -37,9 +37,7 @@ class _Histogram:
 
 class DeliveryStats(Collector):
     """``{prefix}deliveries_total`` and ``{prefix}delivery_attempt_duration_seconds``
-    (``bounds``: the histogram's finite bucket bounds, ascending; ``+Inf`` is added), as
-    prometheus_client's ``Counter`` and ``Histogram`` with the same names would expose them.
-    """
+    (``bounds``: the finite bucket bounds, ascending) as prometheus_client would expose them."""
 
     def __init__(
         self,

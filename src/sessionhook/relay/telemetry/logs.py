@@ -81,11 +81,8 @@ class _SecretLike(Protocol):
 
 
 def register_secret(value: str | _SecretLike | None) -> None:
-    """Scrub ``value`` (a string or a pydantic ``SecretStr``) from every later log event.
-
-    A ``whsec_`` webhook secret also registers its bare base64 key. Empty and very short
-    values are ignored: they would mask innocent text without protecting anything.
-    """
+    """Scrub ``value`` from every later log event (a ``whsec_`` secret's bare key too); very
+    short values are ignored: they would mask innocent text."""
     if value is None:
         return
     raw = value if isinstance(value, str) else value.get_secret_value()
@@ -245,11 +242,8 @@ def _without_our_handler() -> stdlib_logging.Logger:
 
 
 def get_logger(**initial: Any) -> FilteringBoundLogger:
-    """A structlog logger with ``initial`` key/values bound.
-
-    It is a lazy proxy: it follows a later :func:`configure` (a reload), so modules may
-    create their logger at import time.
-    """
+    """A structlog logger with ``initial`` bound; a lazy proxy that follows a later
+    :func:`configure`, so modules may create it at import time."""
     logger: FilteringBoundLogger = structlog.get_logger(**initial)
     return logger
 

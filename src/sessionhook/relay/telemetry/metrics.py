@@ -236,10 +236,7 @@ class Metrics:
             )
 
     def delivery_attempted(self, endpoint: str, outcome: str, duration_seconds: float) -> None:
-        """Record one POST: its outcome (``delivered``, ``retry``, ``dead``...) and duration.
-
-        An outcome of ``dead`` also counts a dead letter.
-        """
+        """Record one POST's outcome and duration (``dead`` also counts a dead letter)."""
         self._delivery_stats.attempted(endpoint, outcome, duration_seconds)
         if outcome == "dead":
             self.dead_letters.labels(endpoint=endpoint).inc()
@@ -326,10 +323,8 @@ class Metrics:
 
 
 def _child(cache: dict[_K, Counter], key: _K, family: Counter, **labels: str) -> Counter:
-    """``family.labels(**labels)``, kept in ``cache`` under ``key``: ``labels()`` per call was
-    about 5 % of the poller's CPU in a backfill. A child is the family's for good (never
-    removed from it); the cache is bounded anyway (cleared past 4,096 entries; label values
-    are few)."""
+    """``family.labels(**labels)``, cached under ``key`` (``labels()`` per call was 5 % of the
+    poller's CPU in a backfill); the cache is cleared past 4,096 entries."""
     child = cache.get(key)
     if child is None:
         if len(cache) >= 4096:

@@ -99,9 +99,8 @@ def create_app(ctx: WebContext, *, providers: Sequence[RouteProvider] | None = N
 
 
 async def _store_failed(request: Request, exc: Exception) -> Response:
-    """A route's store read failed (PostgreSQL down or restarting, a lost connection, a
-    broken file): a 503 and one log line, never a traceback. Console pages get a page
-    saying so (the browser can simply reload), anything else a JSON error."""
+    """A route's store read failed: a 503 and one log line, never a traceback (a page for
+    the console, a JSON error elsewhere)."""
     text = str(exc).strip()
     error = redact_userinfo(text.splitlines()[0] if text else type(exc).__name__)
     _log.warning("web.store_failed", path=logged_path(request.url.path), error=error)

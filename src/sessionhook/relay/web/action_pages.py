@@ -188,9 +188,8 @@ def _heading(looked: Looked) -> str:
 async def perform_for_chat(
     ctx: WebContext, token: str, chat_user: str, text: str | None
 ) -> tuple[bool, str]:
-    """Act on a link ``token`` for a chat service's button (Slack's interactivity), as
-    ``chat_user``: ``(done, one line for the user)``. Bind it as a ``(token, chat_user,
-    text)`` callable: ``functools.partial(perform_for_chat, ctx)``."""
+    """Act on a link ``token`` for a chat service's button, as ``chat_user``: ``(done, one
+    line for the user)``; bind it with ``functools.partial(perform_for_chat, ctx)``."""
     store, act = ctx.store(), ctx.act
     if store is None or act is None or ctx.link_keys is None:
         return False, "the relay is starting: try again in a moment"

@@ -162,9 +162,8 @@ def logged_path(path: str) -> str:
 
 
 def client_address(scope: Scope) -> str:
-    """The client's address of a request, for log lines and the actions' record: its TCP
-    peer, or what a trusted reverse proxy forwarded (``server.trusted_proxies``). A
-    forwarded value that is not an IP address is not passed on as one."""
+    """The client's address for log lines and the actions' record: the TCP peer, or what a
+    trusted proxy forwarded (only when it is an IP address)."""
     client = scope.get("client")
     if not client:
         return "unknown"

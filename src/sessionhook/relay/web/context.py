@@ -37,11 +37,8 @@ PerformLink = Callable[[str, str, str | None], Awaitable[tuple[bool, str]]]
 
 @dataclass
 class WebContext:
-    """What web routes may use of the daemon.
-
-    ``store`` returns the store once it is open (``None`` before: routes answer 503);
-    ``config`` the current config; ``bell`` is rung on every ingest.
-    """
+    """What web routes may use of the daemon; ``store`` returns ``None`` until the store is
+    open (routes answer 503)."""
 
     config: Callable[[], Config]
     store: Callable[[], AsyncStore | None]

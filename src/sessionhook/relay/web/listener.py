@@ -71,9 +71,8 @@ _log = get_logger()
 
 
 def server_closing(scope: Mapping[str, Any]) -> anyio.Event:
-    """The signal set when the server serving this request (``scope``) begins to stop: a
-    long answer ends its body on it. An app called otherwise (an ASGI transport in tests)
-    gets an event nobody sets."""
+    """The signal set when the server serving ``scope`` begins to stop (a long answer ends
+    its body on it); an event nobody sets for an app called otherwise."""
     closing = (scope.get("state") or {}).get(_CLOSING)
     return closing if isinstance(closing, anyio.Event) else anyio.Event()
 
@@ -137,11 +136,8 @@ class _Throttled:
 
 
 class ConnectionGuard:
-    """The open connections of one listener, and their bounds (see the module docstring).
-
-    Run :meth:`accept` and :meth:`sweep` as tasks; :meth:`protocol` builds the protocol of
-    each accepted connection.
-    """
+    """The open connections of one listener and their bounds: run :meth:`accept` and
+    :meth:`sweep` as tasks; :meth:`protocol` builds each connection's protocol."""
 
     def __init__(self, limits: ConnectionLimits, metrics: Metrics | None = None) -> None:
         self.limits = limits

@@ -67,9 +67,8 @@ _log = get_logger()
 
 
 def message_pieces(row: EventRow) -> Iterator[bytes]:
-    """One SSE message (``id`` = webhook-id, ``event`` = type, ``data`` = the body's lines)
-    in pieces of at most :data:`WRITE_BYTES`, made as they are written: a big body is
-    never copied whole. The body's bytes go as they are (UTF-8 JSON)."""
+    """One SSE message (``id``, ``event``, ``data`` lines) in pieces of at most
+    :data:`WRITE_BYTES`, made as they are written: a big body is never copied whole."""
     head = f"id: {row.id}\nevent: {row.type}\ndata: ".encode()
     body = row.body
     if len(body) <= WRITE_BYTES:  # the usual event: one piece, if its lines allow

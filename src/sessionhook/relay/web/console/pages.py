@@ -49,9 +49,8 @@ def _path_id(request: Request, name: str) -> int | None:
 
 
 def _waiting_on(state: str, events: list[EventRow]) -> dict[str, str] | None:
-    """What the session waits for: the event that asks (its latest
-    ``session.action_required`` on this page), the action (``approve_plan`` or ``reply``)
-    and the agent's question when it asked one; ``None`` when it waits for nobody."""
+    """What the session waits for: the latest ``session.action_required`` on this page, the
+    action and the agent's question; ``None`` when it waits for nobody."""
     kind = WAITING.get(state)
     asking = [e for e in events if e.type == SESSION_ACTION_REQUIRED]
     if kind is None or not asking:
