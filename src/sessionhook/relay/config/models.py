@@ -168,13 +168,10 @@ class StoreConfig(Section):
     url_env: Annotated[str, Field(min_length=1)] | None = None
     #: PostgreSQL connections per relay process (its store's worker threads).
     pool_size: Annotated[int, Field(ge=1, le=64)] = 4
-    #: Delete attempts, and delivered deliveries, older than this (unset: keep everything).
-    #: Open and dead deliveries and the archive (sessions, activities, events) are kept.
+    #: Delete attempts and delivered deliveries older than this (unset: keep everything).
     delivery_log_retention: Annotated[Seconds, within("store.delivery_log_retention")] | None = None
 
-    #: How long a replica's claims (deliveries in flight, session polls, an account's
-    #: poller) hold after its last heartbeat (every third of it): what a crash costs in
-    #: latency before another replica takes its work over.
+    #: How long a replica's claims hold after its last heartbeat (docs/replicas.md).
     lease: Annotated[
         Seconds, within("store.lease"), at_least(1.0, "replicas heartbeat every third of it")
     ] = 15.0
@@ -228,8 +225,7 @@ class DeliveryConfig(Section):
         Field(min_length=1, max_length=100, strict=False),
     ] = (5, 300, 1800, 7200, 18000, 36000, 36000)
     timeout: Annotated[Seconds, within("delivery.timeout")] = 15.0
-    #: A consumer's ``Retry-After`` longer than this is read as this (0: never wait longer
-    #: than the schedule says).
+    #: A consumer's ``Retry-After`` longer than this is read as this.
     max_retry_after: Annotated[Seconds, within("delivery.max_retry_after")] = 3600.0
     allow_private_networks: bool = False
     max_media_bytes: Annotated[int, Field(ge=0, le=64 * 1024 * 1024)] = 262_144
@@ -237,9 +233,7 @@ class DeliveryConfig(Section):
     concurrency: Annotated[int, Field(ge=1, le=1024)] = 16
     #: A template render taking longer is stopped: that attempt fails.
     render_timeout: Annotated[Seconds, within("delivery.render_timeout")] = 5.0
-    #: The most endpoints created at run time (the API, the console, ``endpoints create``)
-    #: the store may hold; a create past it is refused (409). The config file's are not
-    #: counted.
+    #: The most endpoints created at run time the store may hold (a create past it: 409).
     max_endpoints: Annotated[int, Field(ge=0, le=1_000_000)] = 1000
 
 
@@ -262,18 +256,12 @@ class ServerConfig(Section):
     allow_unauthenticated: bool = False
     #: Concurrent ``/v1/events/stream`` connections; one more is answered 503.
     max_streams: int = Field(default=32, ge=1, le=1024)
-    #: Connections the listener holds at once; more wait in the kernel's listen queue. At
-    #: most half the process's open-files limit (checked at start: the rest is for
-    #: deliveries, polls and the store).
+    #: Connections the listener holds at once (at most half the open-files limit).
     max_connections: int = Field(default=256, ge=8, le=1 << 20)
-    #: Seconds a connection has to send a complete request (headers and body) after it
-    #: opened or got its previous answer; then it is closed.
+    #: Seconds a connection has to send a complete request; then it is closed.
     request_timeout: Annotated[Seconds, within("server.request_timeout"), at_least(1.0)] = 5.0
-    #: Peers (addresses or networks) whose ``X-Forwarded-For`` and ``X-Forwarded-Proto``
-    #: are believed: a reverse proxy in front of ``listen``. The client is then the
-    #: rightmost forwarded address that is not itself a trusted proxy (the one the proxy
-    #: saw); the scheme tells whether the login cookie is marked ``Secure``. Empty: every
-    #: request is its TCP peer's.
+    #: Peers (addresses or networks) whose ``X-Forwarded-For`` and ``-Proto`` are
+    #: believed; empty: every request is its TCP peer's.
     trusted_proxies: list[str] = Field(
         default_factory=lambda: list(DEFAULT_TRUSTED_PROXIES), max_length=64
     )
@@ -409,9 +397,8 @@ class Config(Section):
 
     @model_validator(mode="after")
     def _no_private_only_endpoint(self) -> Config:
-        # An endpoint whose URL can only reach a refused address (127.0.0.1, [::1], 10.x,
-        # localhost...) would fail every attempt: say so now, not in the delivery log.
-        # Names are judged when connecting (they need DNS).
+        # A URL that can only reach a refused address would fail every attempt: say so
+        # now, not in the delivery log (names are judged when connecting).
         if self.delivery.allow_private_networks:
             return self
         for i, endpoint in enumerate(self.endpoints):

@@ -313,11 +313,8 @@ class Daemon:
             tg.start_soon(tasks.guarded, "heartbeat", tasks.heartbeat)
             listen = store.wake_source()
             if listen is not None:
-                # Other replicas' enqueues wake this dispatcher (LISTEN/NOTIFY); the
-                # dispatcher's one-second timer backs it up. They also ring the bell: the
-                # deliveries usually come with events another replica archived, which this
-                # replica's event streams and live console then read at once (their store
-                # poll, once a second, backs that up and covers events without deliveries).
+                # Other replicas' enqueues (LISTEN/NOTIFY) wake this dispatcher and ring
+                # the bell: they usually come with events the streams should read now.
                 def wake() -> None:
                     dispatcher.wake()
                     self.bell.ring()

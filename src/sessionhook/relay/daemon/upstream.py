@@ -50,10 +50,8 @@ class UpstreamCounter:
         leased = 0  # grants taken from the store and not used yet
 
         async def take_budget() -> float:
-            # The window lives in the store: a restart within a minute stays in budget.
-            # Grants are leased a few at a time (one write per BUDGET_LEASE requests).
-            # A store that cannot be written (full disk...) leaves the in-process window,
-            # which holds the same rule for this process: no reason to stop polling.
+            # Grants are leased from the store a few at a time (one write per
+            # BUDGET_LEASE requests); an unwritable store leaves the in-process window.
             nonlocal leased
             if leased:
                 leased -= 1

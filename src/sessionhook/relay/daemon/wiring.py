@@ -107,12 +107,9 @@ class Wiring:
             _log.info("replica.reaped", replicas=dead, reason="alone" if alone else "pid gone")
         accounts = config.upstream_accounts()
         inner = seams.upstream_transport or httpx.AsyncHTTPTransport()
-        # One HTTP client per account, each with its own budget (an API key's quota). 2xx
-        # answers are counted once the client parsed them (settle): a malformed one is
-        # counted as "malformed", not as the 200 it claimed to be.
-        # The API client takes the budget's grant before each attempt (its gate, outside
-        # the deadline of the exchange: waiting for budget is not a slow upstream), so the
-        # transport only counts.
+        # One HTTP client per account, each with its own budget. The client takes the
+        # grant before each attempt (waiting for budget is not a slow upstream), so the
+        # transport only counts, a 2xx once the client parsed it (settle).
         limiters = [
             RateLimiter(
                 account.requests_per_minute,
@@ -125,9 +122,8 @@ class Wiring:
             for _ in accounts
         ]
         upstreams = [httpx.AsyncClient(transport=transport) for transport in counted]
-        # Webhooks go out through aiohttp (sender.py says why, with numbers), every
-        # connection to an address vetted when it was resolved, once. A test's or the
-        # demo's transport (ASGI, mock) goes through httpx instead.
+        # Webhooks go out through aiohttp (sender.py says why); a test's or the demo's
+        # transport (ASGI, mock) through httpx.
         delivery: Poster = (
             HttpxPoster(
                 httpx.AsyncClient(transport=seams.delivery_transport, follow_redirects=False)

@@ -93,10 +93,8 @@ def register_secret(value: str | _SecretLike | None) -> None:
         for secret in candidates:
             if len(secret) >= _MIN_SECRET_LENGTH and secret not in _secrets:
                 _secrets.add(secret)
-                # Put in its place, in the list the scrubbing reads (not sorted again:
-                # thousands of endpoints created at run time register theirs one by one).
-                # A scrub reading the list meanwhile misses none it held: an insert only
-                # moves the later ones one place on.
+                # In place, not sorted again (thousands of run-time endpoints register one
+                # by one); a scrub reading meanwhile misses none it held.
                 bisect.insort(_secrets_sorted, secret, key=_longest_first)
 
 
