@@ -27,6 +27,7 @@ from ...domain.rows import StoredEndpoint
 from ...ops import endpoint_edits as edits
 from ...store import AsyncStore, StoreError
 from ...telemetry.logs import get_logger
+from ..answers import refusal_status
 from ..headers import SECRET_HEADERS
 from .actions import checked_form, flash_redirect
 from .common import ConsoleDeps, error_page, not_found, render_page, unavailable
@@ -332,13 +333,4 @@ async def _in_store(store: AsyncStore, fn: Callable[..., T], *args: Any, **kwarg
 
 
 def _refusal(exc: Exception) -> _Refused:
-    """The answer's status: 409 the config file's or a name taken, 404 no such endpoint,
-    503 the store failing, 400 a definition refused."""
-    status = 400
-    if isinstance(exc, edits.EndpointConflictError):
-        status = 409
-    elif isinstance(exc, operator.UnknownEndpointError):
-        status = 404
-    elif isinstance(exc, StoreError):
-        status = 503
-    return _Refused(str(exc) or type(exc).__name__, status)
+    return _Refused(str(exc) or type(exc).__name__, refusal_status(exc))
