@@ -110,8 +110,7 @@ def _read_config(path: Path) -> Config:
 
 
 class SignalWatcher:
-    """SIGTERM and SIGINT set the stop signal (a second one stops at once); SIGHUP reloads
-    through ``reloader``."""
+    """SIGTERM and SIGINT set the stop signal (a second one stops at once); SIGHUP reloads."""
 
     def __init__(self, state: DaemonState, reloader: Reloader) -> None:
         self._state = state
@@ -159,8 +158,7 @@ def _restart_only(config: Config) -> tuple[Any, ...]:
 
 
 def register_secrets(config: Config) -> None:
-    """Register every secret of ``config`` (API keys, endpoint secrets, the server token)
-    with the logs' redaction."""
+    """Register every secret of ``config`` with the logs' redaction."""
     for account in config.upstream_accounts():
         relay_logging.register_secret(account.api_key)
     for endpoint in config.endpoints:

@@ -44,8 +44,7 @@ class StoreOpener:
 
     @contextmanager
     def lock(self) -> Iterator[None]:
-        """Hold the store's daemon lock (one daemon per SQLite store) for the block; a
-        PostgreSQL store takes no file lock (its relays share it, see the store package)."""
+        """Hold the store's daemon lock (one daemon per SQLite store; none for PostgreSQL)."""
         if self._state.config.store.database_url() is not None:
             yield
             return

@@ -113,8 +113,7 @@ class SideTasks:
                 )
 
     async def retention(self) -> None:
-        """Prune the delivery log every :data:`PRUNE_EVERY` seconds when
-        ``store.delivery_log_retention`` is set (a reload may set or clear it)."""
+        """Prune the delivery log every :data:`PRUNE_EVERY` seconds while a retention is set."""
         state = self._state
         while not state.stop.is_set():
             keep = state.config.store.delivery_log_retention

@@ -44,8 +44,7 @@ _log = get_logger()
 
 @dataclass(frozen=True)
 class Seams:
-    """What tests, the demo and the bench put in place of the network (``None``: the real
-    thing); see :class:`~.daemon.Daemon`."""
+    """What tests, the demo and the bench put in place of the network (``None``: the real one)."""
 
     upstream_transport: httpx.AsyncBaseTransport | None = None
     delivery_transport: httpx.AsyncBaseTransport | None = None
@@ -80,8 +79,7 @@ class Wiring:
 
     @asynccontextmanager
     async def open(self, store: AsyncStore) -> AsyncIterator[tuple[list[Poller], Dispatcher]]:
-        """Build the HTTP clients, one poller per account and the dispatcher on an open
-        store; close all (the store too)."""
+        """Build the HTTP clients, pollers and dispatcher on an open store; close all after."""
         state, seams = self._state, self._seams
         config = state.config
         state.store = store

@@ -98,8 +98,7 @@ class EndpointCatalog:
     def _build(
         self, row: StoredEndpoint, now: float
     ) -> tuple[EndpointConfig, tuple[str, ...]] | None:
-        """The endpoint of ``row`` and its secrets at ``now``; ``None`` (logged once a
-        revision) when its definition does not build."""
+        """The endpoint of ``row`` and its secrets at ``now``; ``None`` (logged) if unbuildable."""
         secrets = row.secrets_at(now)
         try:
             endpoint = spec_endpoint(row.name, row.spec, secrets, allow_private_networks=True)

@@ -278,8 +278,7 @@ class Dispatcher:
         return min(wait, max(0.0, self._next_due - self._clock()))
 
     def _rate_hold(self) -> float:
-        """Seconds until the earliest endpoint held back by its ``rate_limit`` may start its
-        next delivery; ``inf`` when none is held back."""
+        """Seconds until the first endpoint held back by its ``rate_limit`` may start, or inf."""
         now = anyio.current_time()
         return min((at - now for at in self._rate_slots.values() if at > now), default=math.inf)
 
@@ -454,8 +453,7 @@ class Dispatcher:
         self._per_endpoint[delivery.endpoint] -= 1
 
     async def _settle(self, finished: list[Finished], failing: list[float | None]) -> None:
-        """After the commit: report each attempt, disable endpoints failing too long, and
-        release the (endpoint, session) keys."""
+        """After the commit: report, disable endpoints failing too long, release the keys."""
         log, quiet = self._reports.batch_logger()
         self._reports.summarize_successes()  # the last second's, before this batch's lines
         for item, failing_since in zip(finished, failing, strict=True):

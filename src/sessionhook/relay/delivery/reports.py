@@ -100,8 +100,8 @@ class AttemptReporter:
             self._metrics.delivery_attempted(endpoint.name, outcome, result.duration_ms / 1000)
 
     def summarize_successes(self, *, now: bool = False) -> None:
-        """One line per endpoint for the successes :meth:`report` counted instead of
-        listing them, once their second is over (``now``: the loop ends)."""
+        """One line per endpoint for the successes counted instead of listed, once their second
+        is over (``now``: the loop ends)."""
         unlisted = self._success_lines.unlisted(now=now)
         if unlisted:
             log, _quiet = self.batch_logger()

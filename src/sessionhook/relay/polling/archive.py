@@ -65,8 +65,8 @@ class Archive:
         return created is not None and created < self.epoch
 
     def deliverable(self, baseline: bool) -> Callable[[events.Event], bool]:
-        """Which events of a session to deliver: all, unless the session is from before
-        the first start; then only what happened upstream since."""
+        """Which events of a session to deliver: all, or what happened upstream since the first
+        start for a session from before it."""
         epoch = self.epoch
         if not baseline or epoch is None:
             return lambda _: True

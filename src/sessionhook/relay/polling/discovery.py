@@ -253,8 +253,7 @@ class Discovery:
             await self._flush_history()
 
     async def _flush_history(self) -> None:
-        """Write the batch of history sessions (one transaction) and queue them, newest
-        first, for the history walk."""
+        """Write the batch of history sessions (one transaction) and queue them, newest first."""
         batch, self._history_batch = self._history_batch, []
         if not batch:
             return
@@ -317,8 +316,8 @@ class Discovery:
             await anyio.sleep(max(0.0, wait - (self._mono() - started)))
 
     async def read_head(self) -> int:
-        """Read the first page(s) of the session list: down to the oldest working session
-        tracked, at most ``head_pages``. Returns the number of pages read."""
+        """Read the head of the session list, down to the oldest working session tracked, at
+        most ``head_pages``; the number of pages read."""
         await self._archive.load_epoch()
         await self._load_known()
         read_at = self._mono()

@@ -55,8 +55,7 @@ class Failures:
         return delay
 
     def log(self, event: str, exc: ApiError, delay: float, **fields: object) -> None:
-        """Log a failure as ``event`` (a rejected key as ``upstream.unauthenticated``),
-        with the wait before the next try."""
+        """Log a failure as ``event`` (a 401 as ``upstream.unauthenticated``) with the wait."""
         fields["account"] = self._account
         if isinstance(exc, UnauthenticatedError):
             _log.error(

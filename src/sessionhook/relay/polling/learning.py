@@ -42,8 +42,7 @@ class UpdateTimeLearning:
 
     @property
     def list_driven(self) -> bool:
-        """Whether working sessions are polled when the list shows them moving (not on a
-        timer)."""
+        """Whether working sessions are polled when the list shows them moving (not on a timer)."""
         if self.mode == "list":
             return True
         return self.mode == "auto" and self.verdict == "moves"

@@ -119,8 +119,7 @@ class Poller:
 
     @property
     def list_driven(self) -> bool:
-        """Whether working sessions are polled when the list shows them move (list mode),
-        rather than every ``active_interval`` (timer mode)."""
+        """Whether working sessions are polled when the list shows them move (list mode)."""
         return self.scheduler.list_driven
 
     def due(self, now: float) -> list[str]:
@@ -132,8 +131,7 @@ class Poller:
         await self._discovery.discover()
 
     async def read_head(self) -> int:
-        """Read the first page(s) of the session list (see ``Discovery.read_head``);
-        returns the number of pages read."""
+        """Read the head of the session list (``Discovery.read_head``); the pages read."""
         return await self._discovery.read_head()
 
     async def run(self) -> None:

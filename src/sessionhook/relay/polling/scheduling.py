@@ -101,8 +101,7 @@ class Scheduler:
 
     @property
     def list_driven(self) -> bool:
-        """Whether working sessions are polled when the list shows them move (list mode),
-        rather than every ``active_interval`` (timer mode)."""
+        """Whether working sessions are polled when the list shows them move (list mode)."""
         return self.learning.list_driven
 
     def active_interval(self, tracked: Tracked) -> float:

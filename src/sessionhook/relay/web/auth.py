@@ -97,8 +97,7 @@ def _b64(data: bytes) -> str:
 
 
 class WebAuth:
-    """The credentials of one web app: the token (``None`` when not required) and the
-    cookie key derived from it."""
+    """The credentials of one web app: the token (``None``: not required), the cookie key."""
 
     def __init__(
         self,

@@ -64,8 +64,7 @@ def login_page(next_path: str, error: str | None = None, status_code: int = 200)
 
 
 def login_routes(auth: WebAuth) -> list[BaseRoute]:
-    """``/login`` (GET, POST; public), its stylesheet ``/login.css`` (public) and
-    ``/logout`` (POST; protected)."""
+    """``/login`` and ``/login.css`` (public) and ``/logout`` (POST; protected)."""
 
     async def login_form(request: Request) -> Response:
         next_path = request.query_params.get("next", "/")

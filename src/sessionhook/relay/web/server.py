@@ -93,8 +93,7 @@ def create_app(
     before_scrape: ScrapeHook | None = None,
     store: Mapping[str, str] | None = None,
 ) -> Starlette:
-    """A Starlette app serving only the routes above (the daemon serves them inside
-    :func:`sessionhook.relay.web.create_app`, beside the console)."""
+    """A Starlette app serving only the routes above (the daemon serves them beside the console)."""
     return Starlette(
         routes=health_routes(
             metrics=metrics, readiness=readiness, before_scrape=before_scrape, store=store

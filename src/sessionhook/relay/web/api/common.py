@@ -159,8 +159,7 @@ def page_request(request: Request, *, default: int = DEFAULT_PAGE_SIZE) -> PageR
 
 
 def page_answer(page: type[P], items: Sequence[Any], after: str | None) -> P:
-    """A ``page`` of ``items`` (its first field) and, when ``after`` names where the next
-    page starts, ``nextPageToken``."""
+    """A ``page`` of ``items`` (its first field), with ``nextPageToken`` when ``after`` is given."""
     answer: dict[str, Any] = {next(iter(page.model_fields)): list(items)}
     if after is not None:
         token = base64.urlsafe_b64encode(f"p:{after}".encode()).decode("ascii").rstrip("=")

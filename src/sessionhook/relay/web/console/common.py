@@ -134,8 +134,7 @@ def render_page(
     *,
     status_code: int = 200,
 ) -> Response:
-    """Render ``console/<template>`` with the flash message and the CSRF token of the
-    request's session."""
+    """Render ``console/<template>`` with the flash message and the session's CSRF token."""
     flash, clear = pop_flash(request)
     path = request.url.path
     here = f"{path}?{request.url.query}" if request.url.query else path

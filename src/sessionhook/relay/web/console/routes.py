@@ -21,8 +21,7 @@ __all__ = ["console_provider", "console_routes"]
 
 
 def console_routes(deps: ConsoleDeps) -> list[BaseRoute]:
-    """The console's routes (pages, actions, live feed, static assets). They expect the
-    access control of :mod:`..auth` in front (it attaches the session to each request)."""
+    """The console's routes; they expect the access control of :mod:`..auth` in front."""
     pages, lists = Pages(deps), Lists(deps)
     return [
         Route("/console", pages.overview, methods=["GET", "HEAD"]),
