@@ -117,7 +117,7 @@ class Readiness:
         """/readyz: the store writable and every account's discovery recent."""
         state = self._state
         # Ready when every account's discovery succeeded lately (the oldest counts).
-        successes = [p.last_success for p in state.pollers]
+        successes = [p.state.last_success for p in state.pollers]
         last = None if not successes or None in successes else min(s for s in successes if s)
         bound = max(120.0, 3 * state.config.poll.discovery_interval)
         problem = await self._store_problem()

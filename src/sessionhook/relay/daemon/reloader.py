@@ -110,7 +110,8 @@ def _read_config(path: Path) -> Config:
 
 
 class SignalWatcher:
-    """SIGTERM and SIGINT set the stop signal (a second one stops at once); SIGHUP reloads."""
+    """SIGTERM and SIGINT set the stop signal (a second one stops at once); SIGHUP reloads
+    through ``reloader``."""
 
     def __init__(self, state: DaemonState, reloader: Reloader) -> None:
         self._state = state

@@ -68,7 +68,7 @@ class SideTasks:
             return
         while not state.stopping:
             now = time.monotonic()
-            beats = {f"poller:{p.account}": p.heartbeat for p in pollers}
+            beats = {f"poller:{p.account}": p.state.heartbeat for p in pollers}
             beats["dispatcher"] = dispatcher.heartbeat
             stale = [name for name, beat in beats.items() if now - beat > 2 * interval]
             if stale:

@@ -108,16 +108,6 @@ class Poller:
         return self.state.first_pass_done
 
     @property
-    def heartbeat(self) -> float:
-        """Monotonic time the loops last made progress (for the systemd watchdog)."""
-        return self.state.heartbeat
-
-    @property
-    def last_success(self) -> float | None:
-        """Wall time of the last complete discovery pass (readiness, poll lag)."""
-        return self.state.last_success
-
-    @property
     def list_driven(self) -> bool:
         """Whether working sessions are polled when the list shows them move (list mode)."""
         return self.scheduler.list_driven
