@@ -1,14 +1,9 @@
 """The action-link key file (``actions.key_file``): the key that signs the links, and older
 keys kept while the links they signed may still be used.
 
-The file is text, one key a line: ``<base64url key> <retire-at>``, the current key first
-(its retire-at is ``-``), then older keys with the Unix time after which they are dropped.
-It is a secret file: created with mode 0600, and refused when its group or other users can
-access it (:mod:`.secret_files`, the rule of every secret file).
-
-:class:`ActionKeys` reads it on demand and reads it again when it changed on disk (its size,
-modification time or inode), so ``sessionhook actions rotate-key`` takes effect on a running
-daemon, on every replica sharing the file, without a restart.
+One key a line, ``<base64url key> <retire-at>``, the current key first (retire-at ``-``); a
+secret file (mode 0600, :mod:`.secret_files`). :class:`ActionKeys` reads it again when it
+changed on disk, so ``sessionhook actions rotate-key`` takes effect on running daemons.
 """
 
 from __future__ import annotations
@@ -123,9 +118,8 @@ def rotate_key_file(file: Path, *, overlap: float, now: float) -> KeyRing:
 
 
 class ActionKeys:
-    """The key ring of ``file``, created on first use when missing (mode 0600) and read
-    again whenever the file changed. Raises :class:`ConfigError` for a file that cannot
-    be read, is not a key file, or is exposed to other users."""
+    """The key ring of ``file``, created on first use (mode 0600) and read again whenever it
+    changed; :class:`ConfigError` for a file unreadable, not a key file, or exposed."""
 
     def __init__(self, file: Path, *, clock: Callable[[], float] = time.time) -> None:
         self.file = file
@@ -175,9 +169,8 @@ class ActionKeys:
 
 
 class LinkKeys:
-    """The action-link keys of the running configuration (``config`` gives it, a reload
-    included): one :class:`ActionKeys` per key file named. What the daemon hands the
-    poller (:meth:`links`, signing) and the web pages (:meth:`ring`, verifying)."""
+    """The action-link keys of the running configuration: one :class:`ActionKeys` per key
+    file, for the poller (:meth:`links`) and the web pages (:meth:`ring`)."""
 
     def __init__(
         self, config: Callable[[], Config], *, clock: Callable[[], float] = time.time

@@ -1,11 +1,7 @@
-"""The definition of an endpoint created at run time (the management API, ``sessionhook
-endpoints create``): the keys of ``[[endpoints]]`` it may set, checked exactly as the config
-file's are, and the :class:`~.endpoints.EndpointConfig` a dispatcher delivers with.
-
-Such an endpoint signs with one ``whsec_`` secret (``v1``), two during a rotation's overlap;
-its name is at most :data:`MAX_NAME_CHARS` of the config's characters, its description at
-most :data:`MAX_DESCRIPTION_CHARS`, its URL at most :data:`MAX_URL_CHARS`. Every check
-here is pure: a failure is a :class:`ValueError` of one line naming the key.
+"""The definition of an endpoint created at run time: the keys of ``[[endpoints]]`` it may
+set, checked exactly as the config file's are, and the :class:`~.endpoints.EndpointConfig`
+a dispatcher delivers with. It signs with one ``whsec_`` secret, two during a rotation's
+overlap. Every check is pure: a failure is a one-line :class:`ValueError` naming the key.
 """
 
 from __future__ import annotations
@@ -80,10 +76,8 @@ def spec_endpoint(
     accounts: Iterable[str] | None = None,
 ) -> EndpointConfig:
     """The endpoint ``name`` defined by ``spec`` (keys of :data:`SPEC_KEYS`), signing with
-    ``secrets``: validated as a ``[[endpoints]]`` entry of the config file is (its template
-    rendered against a sample of every event type), its URL judged as the config judges it
-    (an address it can only reach refused unless ``allow_private_networks``), its accounts
-    among ``accounts`` when given. :class:`ValueError` with one line otherwise."""
+    ``secrets``, validated as a ``[[endpoints]]`` entry is (template and URL included), its
+    accounts among ``accounts`` when given. :class:`ValueError` with one line otherwise."""
     unknown = sorted(set(spec) - set(SPEC_KEYS))
     if unknown:
         raise ValueError(f"{unknown[0]}: not a key of an endpoint (keys: {', '.join(SPEC_KEYS)})")

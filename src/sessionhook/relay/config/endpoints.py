@@ -1,12 +1,9 @@
 """``[[endpoints]]``: one webhook receiver (:class:`EndpointConfig`) and its signing secrets.
 
-A secret is ``whsec_`` + base64 (HMAC, ``signature = "v1"``) decoding to
-:data:`SECRET_MIN_BYTES` to :data:`SECRET_MAX_BYTES` bytes, or a ``whsk_`` signing key
-(ed25519, ``"v1a"``); several, separated by spaces during a rotation, each sign
-(:func:`split_secrets`). Validating an endpoint never runs its template: a user template
-is checked against a sample of every event type where it is read
-(:func:`~.loading.check_templates`; the daemon does it in a child process), so that one
-that cannot render is refused then, never a failed delivery later.
+A secret is ``whsec_`` + base64 (HMAC, ``"v1"``) of :data:`SECRET_MIN_BYTES` to
+:data:`SECRET_MAX_BYTES` bytes, or a ``whsk_`` ed25519 key (``"v1a"``); several, space
+separated during a rotation (:func:`split_secrets`). Validating never runs the template
+(:func:`~.loading.check_templates` does).
 """
 
 from __future__ import annotations
@@ -30,11 +27,8 @@ SECRET_MAX_BYTES = 64
 
 
 class EndpointConfig(Section):
-    """``[[endpoints]]``: one webhook receiver.
-
-    Exactly one of ``secret``, ``secret_env``, ``secret_file`` gives the signing secret(s):
-    ``whsec_`` + base64, several separated by spaces during a rotation (each signs).
-    """
+    """``[[endpoints]]``: one webhook receiver; exactly one of ``secret``, ``secret_env``,
+    ``secret_file`` gives its signing secret(s)."""
 
     name: Name
     url: str
@@ -172,9 +166,8 @@ class EndpointConfig(Section):
 
 
 def split_secrets(text: str, signature: str = "v1") -> list[str]:
-    """The secrets in ``text`` (separated by spaces), each checked for ``signature``:
-    ``whsec_`` secrets of :data:`SECRET_MIN_BYTES` to :data:`SECRET_MAX_BYTES` bytes for
-    ``v1``, ``whsk_`` signing keys for ``v1a``; :class:`ValueError` says what is wrong."""
+    """The space-separated secrets in ``text``, each checked for ``signature`` (``whsec_``
+    for ``v1``, ``whsk_`` for ``v1a``); :class:`ValueError` says what is wrong."""
     parts = text.split()
     if not parts:
         raise ValueError("must not be empty")

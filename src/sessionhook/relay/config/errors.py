@@ -6,10 +6,8 @@ __all__ = ["ConfigError"]
 
 
 class ConfigError(Exception):
-    """A bad configuration: ``key`` is the dotted path (``endpoints[0].url``), ``problem`` why.
-
-    ``str()`` is ``config error: <key>: <problem>``, one line, meant for the user as is.
-    """
+    """A bad configuration: ``key`` the dotted path, ``problem`` why; ``str()`` is one line,
+    ``config error: <key>: <problem>``."""
 
     def __init__(self, key: str, problem: str) -> None:
         super().__init__(f"config error: {key}: {problem}")

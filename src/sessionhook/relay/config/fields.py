@@ -24,6 +24,7 @@ __all__ = [
     "Seconds",
     "Section",
     "TextPath",
+    "at_least",
     "check_name",
     "http_url",
     "is_loopback",
@@ -141,3 +142,14 @@ def within(key: str) -> Any:
     """The bounds of the duration ``key`` (from :data:`DURATION_BOUNDS`) as a Field."""
     low, high = DURATION_BOUNDS[key]
     return Field(ge=low, le=high) if key in _ZERO_ALLOWED else Field(gt=low, le=high)
+
+
+def at_least(low: float, why: str = "") -> AfterValidator:
+    """A duration's floor above its bounds: ``must be at least <low> s (<why>)``."""
+
+    def check(value: float) -> float:
+        if value < low:
+            raise ValueError(f"must be at least {low:g} s" + (f" ({why})" if why else ""))
+        return value
+
+    return AfterValidator(check)

@@ -1,23 +1,15 @@
 """Loading the relay's configuration: :func:`load_config`.
 
 It reads the TOML file, validates it into a :class:`~sessionhook.relay.config.Config`
-(unknown keys are errors), anchors relative paths at the config file's directory and
-resolves secrets from the environment or files. Any problem is one :class:`ConfigError`
+(unknown keys are errors), anchors relative paths at the config file's directory (``$VAR``,
+``${VAR}`` and ``~`` expanded) and resolves secrets from the environment or files (a file
+others can read is refused: :mod:`.secret_files`). Any problem is one :class:`ConfigError`
 whose ``str()`` is a single line naming the key::
 
     config error: endpoints[1].url: must be an http(s) URL
 
 Each endpoint's ``template`` is rendered against a sample of every event type
-(:func:`check_templates`): here, in this process (:func:`check_here`: the step and size
-budgets of the sandbox), unless the caller does it itself; the daemon does, in a child
-process (``delivery.template_check``), so that no template ever runs in its own process.
-
-Paths: ``store.path``, ``api.api_key_file`` and ``endpoints[].secret_file`` may use
-``$VAR`` / ``${VAR}`` (for example ``${CREDENTIALS_DIRECTORY}/api-key`` under systemd) and
-``~``; relative paths are relative to the directory of the config file. Without
-``store.path`` the database is ``$STATE_DIRECTORY/sessionhook.db`` when systemd set
-``STATE_DIRECTORY``, else ``sessionhook.db`` next to the config file. A secret file its
-group or other users can access is refused (:mod:`.secret_files`).
+(:func:`check_templates`), here (:func:`check_here`) or, in the daemon, in a child process.
 """
 
 from __future__ import annotations
@@ -89,16 +81,11 @@ def load_config(
 ) -> Config:
     """Read, validate and resolve the TOML config at ``path``.
 
-    ``env`` replaces :data:`os.environ` (tests). With ``resolve_secrets=False`` the API key
-    and file/env secrets are left unresolved (operator commands that only read the store);
-    with ``need_api_key=False`` only the endpoint secrets are (``endpoints test`` signs a
-    ping but never calls the API, nor serves the console: ``server.token`` stays
-    unresolved); ``endpoint_secrets`` names the endpoints whose secrets are read (default:
-    every endpoint's; ``endpoints test NAME`` needs NAME's alone). Touching an unresolved
-    ``api.api_key`` or ``endpoint.secrets`` raises ConfigError. ``templates_here=False``:
-    the templates are left for the caller to check (:func:`check_templates`; the daemon
-    does, in a child process). Raises :class:`ConfigError` for every problem, never a
-    pydantic or TOML exception.
+    ``env`` replaces :data:`os.environ`. ``resolve_secrets=False`` leaves every secret
+    unresolved; ``need_api_key=False`` resolves only the endpoint secrets (of
+    ``endpoint_secrets``, default all); touching an unresolved one raises ConfigError.
+    ``templates_here=False`` leaves the templates to the caller (:func:`check_templates`).
+    Raises :class:`ConfigError` for every problem, never a pydantic or TOML exception.
     """
     environ = os.environ if env is None else env
     file = Path(path)
@@ -153,12 +140,9 @@ def upstream_account(
     env: Mapping[str, str] | None = None,
     resolve_key: bool = True,
 ) -> Account:
-    """The account ``name`` of ``config`` (loaded from ``path`` with
-    ``resolve_secrets=False``) as :meth:`Config.upstream_accounts` gives it, resolving its
-    API key alone: no other secret is read (the CLI's API commands). ``name`` may be left
-    out when the config has one account. ``resolve_key=False`` leaves the key empty (the
-    caller has one of its own). :class:`ConfigError` for an unknown name or a key that
-    cannot be read."""
+    """The account ``name`` of ``config`` (loaded with ``resolve_secrets=False``), resolving
+    its API key alone (``resolve_key=False``: left empty); ``name`` may be left out with one
+    account. :class:`ConfigError` for an unknown name or an unreadable key."""
     environ = os.environ if env is None else env
     base = Path(path).resolve().parent
     api = config.api

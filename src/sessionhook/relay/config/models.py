@@ -1,16 +1,10 @@
 """The relay's configuration: frozen pydantic models, one per section, and :class:`Config`.
 
-Build a :class:`Config` with :func:`~sessionhook.relay.config.loading.load_config` (it
-resolves paths and secrets). Secrets are :class:`pydantic.SecretStr` (``config.api.api_key``,
-``endpoint.secrets``, ``endpoint.secret_value``), so printing a config or logging it never
-shows them; the resolved ones are set on copies (``with_api_key``, ``with_secrets``,
-``with_token``).
-
-Types are strict: a boolean is ``true`` or ``false`` (never ``"yes"`` or ``1``), a number is a
-TOML number (never ``"15"``), an integer is never ``2.0``; nothing is coerced. Durations
-(:data:`~sessionhook.relay.config.fields.DURATION_BOUNDS`) are a TOML number of seconds or
-a string with a unit (``"90s"``, ``"15m"``, ``"12h"``, ``"5d"``), finite and within the bounds
-of their key. ``[[endpoints]]`` and their secrets: :mod:`.endpoints`.
+Build it with :func:`~sessionhook.relay.config.loading.load_config`. Secrets are
+:class:`pydantic.SecretStr`, set resolved on copies (``with_api_key``, ``with_secrets``,
+``with_token``). Types are strict: nothing is coerced. Durations
+(:data:`~sessionhook.relay.config.fields.DURATION_BOUNDS`) are seconds or a string with a
+unit (``"90s"``, ``"15m"``), finite and within their key's bounds.
 """
 
 from __future__ import annotations
@@ -27,7 +21,17 @@ from .actions import ActionsConfig
 from .database_url import check_postgres_url, display_url
 from .endpoints import EndpointConfig
 from .errors import ConfigError
-from .fields import LAX, Name, Seconds, Section, TextPath, http_url, is_loopback, within
+from .fields import (
+    LAX,
+    Name,
+    Seconds,
+    Section,
+    TextPath,
+    at_least,
+    http_url,
+    is_loopback,
+    within,
+)
 from .slack import SlackConfig
 
 __all__ = [
@@ -106,9 +110,8 @@ DEFAULT_ACCOUNT = "default"
 
 
 class AccountConfig(Section):
-    """``[[accounts]]``: one account of the Sessions API the relay follows, with its own
-    discovery and budget. ``base_url``, ``api_key_header`` and ``requests_per_minute``
-    default to ``[api]``'s; the key comes from ``api_key_env`` or ``api_key_file``."""
+    """``[[accounts]]``: one account of the Sessions API with its own discovery and budget;
+    ``base_url``, ``api_key_header`` and ``requests_per_minute`` default to ``[api]``'s."""
 
     name: Name
     base_url: str | None = None
@@ -155,10 +158,8 @@ class Account:
 
 
 class StoreConfig(Section):
-    """``[store]``: where the relay keeps everything. A SQLite file (``path``, the default:
-    after loading, an absolute path) or a PostgreSQL database (``url``, or ``url_env``
-    naming the environment variable that holds it, so the password stays out of the file).
-    At most one of the three is set."""
+    """``[store]``: a SQLite file (``path``, the default) or a PostgreSQL database (``url``,
+    or ``url_env`` naming the variable that holds it); at most one of the three."""
 
     path: TextPath = Path(DEFAULT_DB_NAME)
     #: ``postgresql://user:password@host:port/database`` (after loading: from ``url_env``
@@ -167,21 +168,13 @@ class StoreConfig(Section):
     url_env: Annotated[str, Field(min_length=1)] | None = None
     #: PostgreSQL connections per relay process (its store's worker threads).
     pool_size: Annotated[int, Field(ge=1, le=64)] = 4
-    #: Delete attempts, and delivered deliveries, older than this (unset: keep everything).
-    #: Open and dead deliveries and the archive (sessions, activities, events) are kept.
+    #: Delete attempts and delivered deliveries older than this (unset: keep everything).
     delivery_log_retention: Annotated[Seconds, within("store.delivery_log_retention")] | None = None
 
-    #: How long a replica's claims (deliveries in flight, session polls, an account's
-    #: poller) hold after its last heartbeat (every third of it): what a crash costs in
-    #: latency before another replica takes its work over.
-    lease: Annotated[Seconds, within("store.lease")] = 15.0
-
-    @field_validator("lease")
-    @classmethod
-    def _lease_is_long_enough(cls, value: float) -> float:
-        if value < 1.0:
-            raise ValueError("must be at least 1 s (replicas heartbeat every third of it)")
-        return value
+    #: How long a replica's claims hold after its last heartbeat (docs/replicas.md).
+    lease: Annotated[
+        Seconds, within("store.lease"), at_least(1.0, "replicas heartbeat every third of it")
+    ] = 15.0
 
     @field_validator("url")
     @classmethod
@@ -232,8 +225,7 @@ class DeliveryConfig(Section):
         Field(min_length=1, max_length=100, strict=False),
     ] = (5, 300, 1800, 7200, 18000, 36000, 36000)
     timeout: Annotated[Seconds, within("delivery.timeout")] = 15.0
-    #: A consumer's ``Retry-After`` longer than this is read as this (0: never wait longer
-    #: than the schedule says).
+    #: A consumer's ``Retry-After`` longer than this is read as this.
     max_retry_after: Annotated[Seconds, within("delivery.max_retry_after")] = 3600.0
     allow_private_networks: bool = False
     max_media_bytes: Annotated[int, Field(ge=0, le=64 * 1024 * 1024)] = 262_144
@@ -241,9 +233,7 @@ class DeliveryConfig(Section):
     concurrency: Annotated[int, Field(ge=1, le=1024)] = 16
     #: A template render taking longer is stopped: that attempt fails.
     render_timeout: Annotated[Seconds, within("delivery.render_timeout")] = 5.0
-    #: The most endpoints created at run time (the API, the console, ``endpoints create``)
-    #: the store may hold; a create past it is refused (409). The config file's are not
-    #: counted.
+    #: The most endpoints created at run time the store may hold (a create past it: 409).
     max_endpoints: Annotated[int, Field(ge=0, le=1_000_000)] = 1000
 
 
@@ -254,16 +244,10 @@ DEFAULT_TRUSTED_PROXIES: tuple[str, ...] = ("127.0.0.1", "::1")
 class ServerConfig(Section):
     """``[server]``: the daemon's HTTP listener (absent: no listener).
 
-    ``/healthz``, ``/readyz``, ``/metrics`` and ``/openapi.json`` are always served, without
-    authentication. The web console and the event stream show payloads, so they need one of:
-
-    * a bearer token (``token_env`` or ``token_file``, :data:`TOKEN_MIN_CHARS` to
-      :data:`TOKEN_MAX_CHARS` visible ASCII characters; a token file must not be accessible
-      to "others", e.g. mode 0600 or 0640);
-    * ``allow_unauthenticated = true``, accepted only when ``listen`` is a loopback address.
-
-    With neither, the console and the stream stay off (404) and the daemon logs
-    ``web.console_off`` once at start.
+    The health routes are always served. The console and the event stream show payloads, so
+    they need a bearer token (``token_env`` or ``token_file``, :data:`TOKEN_MIN_CHARS` to
+    :data:`TOKEN_MAX_CHARS` visible ASCII characters) or ``allow_unauthenticated = true`` on a
+    loopback ``listen``; with neither they stay off and ``web.console_off`` is logged once.
     """
 
     listen: str = "127.0.0.1:9187"
@@ -272,18 +256,12 @@ class ServerConfig(Section):
     allow_unauthenticated: bool = False
     #: Concurrent ``/v1/events/stream`` connections; one more is answered 503.
     max_streams: int = Field(default=32, ge=1, le=1024)
-    #: Connections the listener holds at once; more wait in the kernel's listen queue. At
-    #: most half the process's open-files limit (checked at start: the rest is for
-    #: deliveries, polls and the store).
+    #: Connections the listener holds at once (at most half the open-files limit).
     max_connections: int = Field(default=256, ge=8, le=1 << 20)
-    #: Seconds a connection has to send a complete request (headers and body) after it
-    #: opened or got its previous answer; then it is closed.
-    request_timeout: Annotated[Seconds, within("server.request_timeout")] = 5.0
-    #: Peers (addresses or networks) whose ``X-Forwarded-For`` and ``X-Forwarded-Proto``
-    #: are believed: a reverse proxy in front of ``listen``. The client is then the
-    #: rightmost forwarded address that is not itself a trusted proxy (the one the proxy
-    #: saw); the scheme tells whether the login cookie is marked ``Secure``. Empty: every
-    #: request is its TCP peer's.
+    #: Seconds a connection has to send a complete request; then it is closed.
+    request_timeout: Annotated[Seconds, within("server.request_timeout"), at_least(1.0)] = 5.0
+    #: Peers (addresses or networks) whose ``X-Forwarded-For`` and ``-Proto`` are
+    #: believed; empty: every request is its TCP peer's.
     trusted_proxies: list[str] = Field(
         default_factory=lambda: list(DEFAULT_TRUSTED_PROXIES), max_length=64
     )
@@ -298,13 +276,6 @@ class ServerConfig(Section):
             except ValueError:
                 example = "such as 10.0.0.5 or 10.0.0.0/24"
                 raise ValueError(f"{entry!r} is not an IP address or network ({example})") from None
-        return value
-
-    @field_validator("request_timeout")
-    @classmethod
-    def _request_timeout_is_long_enough(cls, value: float) -> float:
-        if value < 1.0:
-            raise ValueError("must be at least 1 s")
         return value
 
     @field_validator("listen")
@@ -426,9 +397,8 @@ class Config(Section):
 
     @model_validator(mode="after")
     def _no_private_only_endpoint(self) -> Config:
-        # An endpoint whose URL can only reach a refused address (127.0.0.1, [::1], 10.x,
-        # localhost...) would fail every attempt: say so now, not in the delivery log.
-        # Names are judged when connecting (they need DNS).
+        # A URL that can only reach a refused address would fail every attempt: say so
+        # now, not in the delivery log (names are judged when connecting).
         if self.delivery.allow_private_networks:
             return self
         for i, endpoint in enumerate(self.endpoints):

@@ -1,15 +1,9 @@
 """Who else can read a file that holds a secret: the one rule for every ``*_file`` of the
-config (``api.api_key_file``, ``accounts[].api_key_file``, ``endpoints[].secret_file``,
-``server.token_file``), for ``listen --secret-file``, and for the files ``secret generate
---out`` and the relay write (:func:`write_secret_file`).
+config, ``listen --secret-file`` and the files the relay writes (:func:`write_secret_file`).
 
-The rule: a secret file gives its group and other users no access at all (``chmod 600``, or
-``400``). Whoever owns it, the daemon's user or root, is trusted; any bit for the group or
-for others is refused, since a shared group is exactly how a secret reaches a user it was
-not meant for. A POSIX ACL is read as the kernel reads it: its named-user entries are
-deliberate grants to one user each (systemd's credentials carry one, for the service's
-user, and then show the ACL's mask where the group bits were: ``0440``), so they are
-accepted; a group entry, the owning group's entry, or ``other``, within the mask, are not.
+A secret file gives its group and other users no access (``chmod 600``). A POSIX ACL is read
+as the kernel reads it: named-user entries (systemd's credentials carry one) are accepted;
+a group entry, the owning group's or ``other``, within the mask, are not.
 """
 
 from __future__ import annotations
@@ -68,9 +62,7 @@ def acl_exposure(mode: int, acl: bytes) -> str | None:
 
 
 def file_exposure(file: Path) -> str | None:
-    """Why ``file`` exposes a secret (see the module's rule), ``None`` if it does not.
-
-    Raises :class:`OSError` when the file cannot be examined (missing, unreadable)."""
+    """Why ``file`` exposes a secret, or ``None``; :class:`OSError` when it cannot be examined."""
     mode = file.stat().st_mode
     try:
         acl = os.getxattr(file, ACL_XATTR)
@@ -108,11 +100,9 @@ def read_secret_file(file: Path) -> str:
 
 
 def write_secret_file(file: Path, text: str, *, replace: bool = False) -> None:
-    """Write ``text`` to ``file`` as a secret file: mode 0600 from its first byte, whatever
-    the umask, and whole or not at all (it is written beside ``file``, then moved there).
-    An existing ``file`` (a link included, never followed) raises :class:`FileExistsError`
-    unless ``replace``, and stays as it was. Raises :class:`OSError` when it cannot be
-    written."""
+    """Write ``text`` to ``file`` as a secret file: mode 0600 from its first byte, whole or
+    not at all (written beside, then moved). An existing ``file`` (a link never followed)
+    raises :class:`FileExistsError` unless ``replace``; :class:`OSError` when unwritable."""
     temp = file.with_name(f".{file.name}.{secrets.token_hex(4)}.tmp")
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:

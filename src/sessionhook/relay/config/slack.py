@@ -1,12 +1,9 @@
 """``[slack]``: a Slack app's interactivity, for teams that install one (absent: off).
 
-Slack sends the app's button clicks to ``POST /v1/integrations/slack/interactions`` on
-``[server] listen``, signed with the app's signing secret (``signing_secret_file`` or
-``signing_secret_env``, exactly one; a file its group or other users can read is refused,
-as every secret file). The relay answers a click by POSTing to the message's
-``response_url``, which it accepts only on ``response_url_hosts``: https on one of those
-hosts (default Slack's ``hooks.slack.com``); plain http only for a loopback host listed
-there by name (tests).
+Clicks arrive signed with the app's signing secret (``signing_secret_file`` or
+``signing_secret_env``, exactly one). The relay answers on the message's ``response_url``
+only on ``response_url_hosts`` over https (plain http only for a loopback host listed by
+name, for tests).
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """The upstream actions a person takes through the relay (approve a plan, answer the agent),
 made with the API client of the account that lists the session.
 
-:class:`UpstreamActions` is the daemon's :data:`~sessionhook.relay.domain.actions.UpstreamAct`:
-the web layer calls it and never sees a client or an API key. Whatever the service answers
-(an error status, a network failure, a session of no account this relay polls) comes back as
-an :class:`~sessionhook.relay.domain.actions.ActOutcome` with one line for a person; it never
-raises for it.
+:class:`UpstreamActions` is the daemon's :data:`~sessionhook.relay.domain.actions.UpstreamAct`;
+whatever the service answers comes back as an
+:class:`~sessionhook.relay.domain.actions.ActOutcome` with one line for a person, never raised.
 """
 
 from __future__ import annotations

@@ -1,34 +1,14 @@
-"""The relay daemon: one task group, one stop signal.
+"""The relay daemon: one task group, one stop signal (docs/daemon.md).
 
-:class:`Daemon` is the composition root: it builds its collaborators, each handed what it
-needs (what several share is one :class:`~.state.DaemonState`), and owns their lifetime:
+:class:`Daemon` is the composition root: it checks the config's templates, opens the store
+under the daemon lock (:class:`~.store_opening.StoreOpener`), builds the upstream clients,
+pollers and dispatcher on it (:class:`~.wiring.Wiring`), serves health and readiness
+(:class:`~.readiness.Readiness`) and runs the side tasks and signal handling
+(:class:`~.tasks.SideTasks`, :class:`~.reloader.SignalWatcher`, :class:`~.reloader.Reloader`).
 
-* the config file's templates, each rendered against the sample events in a child process
-  before anything starts (one that cannot render stops the start: exit 2);
-* the store, opened first under the daemon lock (a store that cannot be opened is a
-  :class:`DaemonError`): :class:`~.store_opening.StoreOpener`;
-* on the open store, the upstream HTTP client of each account, rate limited by its own
-  :class:`RateLimiter` (whose 60 s window is kept in the store) and counted per endpoint and
-  status (:class:`~.upstream.UpstreamCounter`), one
-  :class:`~sessionhook.relay.polling.Poller` per account and the
-  :class:`~sessionhook.relay.delivery.dispatcher.Dispatcher`, which the pollers wake on
-  enqueue: :class:`~.wiring.Wiring`;
-* the open-files limit, lifted to the hard one at start (deliveries, polls, the store and
-  the listener share it; ``server.max_connections`` may use half: :mod:`.listener`);
-* the health server when ``[server]`` is configured (started before the store is opened,
-  so /readyz can say why it is not: :class:`~.readiness.Readiness`; the store's observer on
-  a full disk: :class:`~.readiness.DiskObserver`);
-* the side tasks: ``READY=1`` once the store is open and the first discovery pass was
-  tried, ``WATCHDOG=1`` while both loops make progress, the heartbeat, the retention
-  (:class:`~.tasks.SideTasks`); the signals and the reload on SIGHUP
-  (:class:`~.reloader.SignalWatcher`, :class:`~.reloader.Reloader`).
-
-SIGTERM and SIGINT set the stop signal: polling stops at once, deliveries in flight get
-:data:`DRAIN_SECONDS` to finish, then everything is cancelled (an interrupted attempt is
-not lost: its outbox row is retried at the next start) and :meth:`Daemon.run` returns.
-
-A side task that dies takes the daemon down with it, loudly: a broken store or a bug must
-not leave a process that looks alive and delivers nothing.
+SIGTERM and SIGINT stop polling at once and give deliveries in flight :data:`DRAIN_SECONDS`
+(an interrupted attempt is retried at the next start). A side task that dies takes the
+daemon down with it, loudly.
 """
 
 from __future__ import annotations
@@ -82,13 +62,10 @@ _E = TypeVar("_E", bound=BaseException)
 class Daemon:
     """The relay process; see the module docstring.
 
-    The keyword arguments are seams for tests, the demo and the bench: ``upstream_transport``
-    and ``delivery_transport`` replace the network (``httpx.ASGITransport`` of the emulator
-    or of a receiver), ``poll_settings`` the poll knobs that the config does not expose,
-    ``guard`` the DNS-free pre-check of endpoint URLs, ``resolve`` and ``address_policy``
-    the name resolution and the public/private judgement of the webhook connections
-    (:class:`~sessionhook.relay.delivery.sender.AiohttpPoster`, used unless
-    ``delivery_transport`` replaces the network).
+    The keyword arguments are seams for tests, the demo and the bench:
+    ``upstream_transport`` and ``delivery_transport`` replace the network, ``poll_settings``
+    the knobs the config does not expose, ``guard``, ``resolve`` and ``address_policy`` the
+    judgement of the webhook URLs and connections.
     """
 
     def __init__(
@@ -188,11 +165,8 @@ class Daemon:
     # ------------------------------------------------------------------ entry points
 
     async def run(self, *, handle_signals: bool = True) -> None:
-        """Run until :meth:`stop` or SIGTERM/SIGINT, then drain and return.
-
-        Raises :class:`DaemonError` when start-up fails, and re-raises whatever killed a
-        side task (after logging it).
-        """
+        """Run until :meth:`stop` or SIGTERM/SIGINT, then drain and return; :class:`DaemonError`
+        when start-up fails, and whatever killed a side task (logged) is raised again."""
         try:
             async with anyio.create_task_group() as outer:
                 if handle_signals:
@@ -339,11 +313,8 @@ class Daemon:
             tg.start_soon(tasks.guarded, "heartbeat", tasks.heartbeat)
             listen = store.wake_source()
             if listen is not None:
-                # Other replicas' enqueues wake this dispatcher (LISTEN/NOTIFY); the
-                # dispatcher's one-second timer backs it up. They also ring the bell: the
-                # deliveries usually come with events another replica archived, which this
-                # replica's event streams and live console then read at once (their store
-                # poll, once a second, backs that up and covers events without deliveries).
+                # Other replicas' enqueues (LISTEN/NOTIFY) wake this dispatcher and ring
+                # the bell: they usually come with events the streams should read now.
                 def wake() -> None:
                     dispatcher.wake()
                     self.bell.ring()

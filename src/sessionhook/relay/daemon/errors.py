@@ -13,10 +13,7 @@ __all__ = ["DaemonError", "store_failures"]
 
 
 class DaemonError(Exception):
-    """The daemon cannot start or cannot go on; ``str()`` is one line for the user.
-
-    ``exit_code`` is the status the command line should exit with.
-    """
+    """The daemon cannot start or go on; ``str()`` is one line, ``exit_code`` the status."""
 
     def __init__(self, message: str, *, exit_code: int = 1) -> None:
         super().__init__(message)

@@ -1,12 +1,7 @@
 """The daemon's health: the web app it hands the web layer (:class:`Readiness`: the
 context, /readyz, /metrics gauges), and the store's observer on a full or read-only disk
-(:class:`DiskObserver`).
-
-A full disk (or a read-only store) does not stop the relay: the daemon is the store's
-observer (:class:`~sessionhook.relay.store.FullObserver`). Writes wait for space, no poll or
-delivery starts meanwhile, ``store.full`` is logged, ``store_unwritable`` is 1 and /readyz
-answers 503 with the reason; everything resumes by itself (opening a store on a full disk:
-:mod:`.store_opening`).
+(:class:`DiskObserver`): writes wait for space, nothing new starts, ``store.full`` is
+logged and /readyz says why, until everything resumes by itself.
 """
 
 from __future__ import annotations
@@ -43,13 +38,8 @@ _log = get_logger()
 
 
 class Readiness:
-    """What the daemon hands the web layer: the app on ``[server] listen`` with its
-    :class:`~sessionhook.relay.web.WebContext` (the only path from the web layer to the
-    daemon), its readiness check and its scrape hook.
-
-    ``send_test`` sends an endpoint a signed test event (the console's action); ``act``
-    approves a plan or answers an agent upstream (:mod:`~sessionhook.relay.domain.actions`).
-    """
+    """What the daemon hands the web layer: the app on ``[server] listen``, its
+    :class:`~sessionhook.relay.web.WebContext`, readiness check and scrape hook."""
 
     def __init__(
         self,
@@ -127,7 +117,7 @@ class Readiness:
         """/readyz: the store writable and every account's discovery recent."""
         state = self._state
         # Ready when every account's discovery succeeded lately (the oldest counts).
-        successes = [p.last_success for p in state.pollers]
+        successes = [p.state.last_success for p in state.pollers]
         last = None if not successes or None in successes else min(s for s in successes if s)
         bound = max(120.0, 3 * state.config.poll.discovery_interval)
         problem = await self._store_problem()
@@ -155,9 +145,8 @@ class Readiness:
 
 
 class DiskObserver:
-    """The store's observer (:class:`~sessionhook.relay.store.FullObserver`): a full or
-    read-only store is logged, counted and told to systemd; writable again wakes the
-    dispatcher."""
+    """The store's observer: a full or read-only store is logged, counted and told to
+    systemd; writable again wakes the dispatcher."""
 
     def __init__(self, state: DaemonState) -> None:
         self._state = state
@@ -167,7 +156,9 @@ class DiskObserver:
     ) -> None:
         """A write failed (the store's observer): log, count, tell systemd."""
         full = isinstance(error, StoreFullError)
-        self._state.metrics.store_write_failed("full" if full else "unwritable")
+        self._state.metrics.store_write_failures.labels(
+            reason="full" if full else "unwritable"
+        ).inc()
         self._state.metrics.store_unwritable.set(1)
         what = "full" if full else "not_writable"
         fields = {"store": self._state.config.store.location, "error": str(error)}

@@ -1,11 +1,9 @@
 """The daemon's signals (:class:`SignalWatcher`) and the configuration reload
 (:class:`Reloader`).
 
-SIGTERM and SIGINT set the stop signal (the daemon then drains, see :mod:`.daemon`); a
-second signal stops at once. SIGHUP reloads the configuration: a bad file is logged and the
-running configuration kept; a good one updates endpoints, delivery and poll settings and
-the log level (``api``, ``store``, ``server`` and ``delivery.allow_private_networks``
-changes need a restart, and say so).
+SIGTERM and SIGINT set the stop signal; a second one stops at once. SIGHUP reloads the
+configuration: a bad file is logged and the running one kept; ``api``, ``store``,
+``server`` and ``delivery.allow_private_networks`` changes need a restart, and say so.
 """
 
 from __future__ import annotations
@@ -161,8 +159,7 @@ def _restart_only(config: Config) -> tuple[Any, ...]:
 
 
 def register_secrets(config: Config) -> None:
-    """Register every secret of ``config`` (API keys, endpoint secrets, the server token)
-    with the logs' redaction."""
+    """Register every secret of ``config`` with the logs' redaction."""
     for account in config.upstream_accounts():
         relay_logging.register_secret(account.api_key)
     for endpoint in config.endpoints:

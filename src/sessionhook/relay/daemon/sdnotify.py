@@ -1,17 +1,8 @@
 """The systemd notification protocol (``sd_notify(3)``) in a few lines, without libsystemd.
 
-systemd starts a ``Type=notify`` service with ``NOTIFY_SOCKET`` set to the path of an
-``AF_UNIX`` datagram socket (a leading ``@`` names the abstract namespace). The service
-sends newline-separated ``KEY=VALUE`` assignments to it:
-
-* ``READY=1`` once start-up is done (the store is open, the first poll was tried);
-* ``WATCHDOG=1`` at least every ``WATCHDOG_USEC / 2`` while the main loop is healthy, so a
-  hung daemon is killed and restarted (``WatchdogSec=`` in the unit);
-* ``RELOADING=1`` / ``READY=1`` around a SIGHUP reload, ``STOPPING=1`` when draining;
-* ``STATUS=...`` a one-line human status shown by ``systemctl status``.
-
-Outside systemd (no ``NOTIFY_SOCKET``) every call is a cheap no-op returning ``False``, so
-the daemon calls these unconditionally.
+The daemon sends ``READY=1``, ``WATCHDOG=1``, ``RELOADING=1``, ``STOPPING=1`` and
+``STATUS=...`` to the datagram socket ``NOTIFY_SOCKET`` names (a leading ``@``: the abstract
+namespace). Outside systemd every call is a cheap no-op returning ``False``.
 """
 
 from __future__ import annotations
@@ -41,12 +32,8 @@ def _address(raw: str) -> str | bytes | None:
 
 
 def notify(state: str, *, env: Mapping[str, str] | None = None) -> bool:
-    """Send ``state`` (e.g. ``"READY=1"`` or ``"WATCHDOG=1\\nSTATUS=polling"``) to systemd.
-
-    Returns ``True`` when the datagram was sent, ``False`` when there is no (usable)
-    ``NOTIFY_SOCKET`` or the send failed. Never raises: a notification that cannot be sent
-    must not take the daemon down (systemd then restarts it through the watchdog, which is
-    the intended outcome of a broken channel).
+    """Send ``state`` (e.g. ``"READY=1"``) to systemd; whether the datagram was sent. Never
+    raises: a broken channel ends in the watchdog restarting the daemon, as intended.
     """
     environ = os.environ if env is None else env
     address = _address(environ.get("NOTIFY_SOCKET", ""))
@@ -95,12 +82,8 @@ def _with_status(head: str | None, status_text: str | None) -> str:
 
 
 def watchdog_interval(*, env: Mapping[str, str] | None = None) -> float | None:
-    """Seconds between watchdog pings, or ``None`` when the watchdog is off or not ours.
-
-    systemd sets ``WATCHDOG_USEC`` (the timeout) and ``WATCHDOG_PID`` (the process meant to
-    ping). The returned interval is half the timeout, as ``sd_watchdog_enabled(3)``
-    recommends, so one late loop iteration does not get the daemon killed.
-    """
+    """Seconds between watchdog pings (half of ``WATCHDOG_USEC``), or ``None`` when the
+    watchdog is off or ``WATCHDOG_PID`` is another process's."""
     environ = os.environ if env is None else env
     raw = environ.get("WATCHDOG_USEC")
     if not raw:

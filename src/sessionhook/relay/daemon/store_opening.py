@@ -1,12 +1,9 @@
 """Opening the daemon's store, under the daemon lock: :class:`StoreOpener`.
 
-* The daemon lock (:mod:`sessionhook.relay.store.lock`): a second daemon on the same SQLite
-  store is refused at once (exit status 2), naming the PID that holds it; PostgreSQL relays
-  share their store (replicas) and take no lock.
-* Opening: a store that cannot be opened is a :class:`~.errors.DaemonError`. An existing
-  store that cannot be opened for lack of space is retried with growing delays (``READY=1``
-  is sent so systemd does not restart a daemon that a restart cannot help, /readyz says
-  why); a store that cannot be created is a :class:`~.errors.DaemonError`.
+A second daemon on the same SQLite store is refused at once (exit 2), naming the PID
+holding the lock; PostgreSQL replicas take no lock. An existing store that cannot be opened
+for lack of space is retried with growing delays (``READY=1`` sent, /readyz says why); any
+other failure is a :class:`~.errors.DaemonError`.
 """
 
 from __future__ import annotations
@@ -38,11 +35,8 @@ __all__ = ["StoreOpener"]
 
 
 class StoreOpener:
-    """Holds the daemon lock and opens the store (see the module docstring).
-
-    While the store cannot be opened for lack of space, ``observer`` hears of it (as it
-    hears of writes that fail later) and ``state.open_problem`` says why, for /readyz.
-    """
+    """Holds the daemon lock and opens the store; while space lacks, ``observer`` hears of
+    it and ``state.open_problem`` says why, for /readyz."""
 
     def __init__(self, state: DaemonState, observer: FullObserver) -> None:
         self._state = state
@@ -50,8 +44,7 @@ class StoreOpener:
 
     @contextmanager
     def lock(self) -> Iterator[None]:
-        """Hold the store's daemon lock (one daemon per SQLite store) for the block; a
-        PostgreSQL store takes no file lock (its relays share it, see the store package)."""
+        """Hold the store's daemon lock (one daemon per SQLite store; none for PostgreSQL)."""
         if self._state.config.store.database_url() is not None:
             yield
             return

@@ -68,7 +68,7 @@ class SideTasks:
             return
         while not state.stopping:
             now = time.monotonic()
-            beats = {f"poller:{p.account}": p.heartbeat for p in pollers}
+            beats = {f"poller:{p.account}": p.state.heartbeat for p in pollers}
             beats["dispatcher"] = dispatcher.heartbeat
             stale = [name for name, beat in beats.items() if now - beat > 2 * interval]
             if stale:
@@ -103,7 +103,7 @@ class SideTasks:
                 last_ok, late = now, False
             elif not late and heartbeat_late(last_ok, now, lease):
                 late = True
-                state.metrics.replica_heartbeat_late()
+                state.metrics.replica_heartbeat_late_total.inc()
                 _log.error(
                     "replica.heartbeat_late",
                     replica=self._replica.id,
@@ -113,8 +113,7 @@ class SideTasks:
                 )
 
     async def retention(self) -> None:
-        """Prune the delivery log every :data:`PRUNE_EVERY` seconds when
-        ``store.delivery_log_retention`` is set (a reload may set or clear it)."""
+        """Prune the delivery log every :data:`PRUNE_EVERY` seconds while a retention is set."""
         state = self._state
         while not state.stop.is_set():
             keep = state.config.store.delivery_log_retention

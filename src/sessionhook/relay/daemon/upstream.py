@@ -1,11 +1,9 @@
 """The upstream budget kept in the store, and every upstream request counted.
 
-* Each account's :class:`~sessionhook.relay.polling.budget.RateLimiter` keeps its 60 s
-  window in the store (:meth:`UpstreamCounter.budget_window`), so a restart within a minute
-  stays within ``requests_per_minute``.
-* Every upstream request is counted per endpoint and status (:meth:`UpstreamCounter.record`):
-  in the metrics at once, and in the store's per-minute counters, through an
-  :class:`UpstreamTally` while the long run writes them (:meth:`UpstreamCounter.write_counts`).
+Each account's rate limiter keeps its 60 s window in the store
+(:meth:`UpstreamCounter.budget_window`), so a restart stays within ``requests_per_minute``;
+every request is counted per endpoint and status in the metrics and the store's per-minute
+counters (:meth:`UpstreamCounter.record`).
 """
 
 from __future__ import annotations
@@ -31,11 +29,8 @@ _log = get_logger()
 
 
 class UpstreamCounter:
-    """The daemon's upstream requests: their budget windows in the store, their counts.
-
-    ``store`` gives the open store (``None`` while there is none): a request answered
-    outside the long run (``--once``) is written there at once.
-    """
+    """The daemon's upstream requests: their budget windows in the store, their counts
+    (written at once outside the long run, ``--once``)."""
 
     def __init__(
         self,
@@ -55,10 +50,8 @@ class UpstreamCounter:
         leased = 0  # grants taken from the store and not used yet
 
         async def take_budget() -> float:
-            # The window lives in the store: a restart within a minute stays in budget.
-            # Grants are leased a few at a time (one write per BUDGET_LEASE requests).
-            # A store that cannot be written (full disk...) leaves the in-process window,
-            # which holds the same rule for this process: no reason to stop polling.
+            # Grants are leased from the store a few at a time (one write per
+            # BUDGET_LEASE requests); an unwritable store leaves the in-process window.
             nonlocal leased
             if leased:
                 leased -= 1
@@ -88,9 +81,8 @@ class UpstreamCounter:
                 await store.run(Economy.record_upstream, label, status, self._clock())
 
     async def write_counts(self, store: AsyncStore) -> None:
-        """The long run's writer of the upstream counters (a side task): requests are
-        counted in :class:`UpstreamTally` as they are answered and written here, a batch
-        per store call, until cancelled; then what is left is written (shielded)."""
+        """The long run's writer of the upstream counters (a side task), a batch per store call
+        until cancelled; then what is left is written (shielded)."""
         tally = self.tally = UpstreamTally()
         try:
             await tally.run(store)
@@ -103,16 +95,10 @@ class UpstreamCounter:
 class UpstreamTally:
     """Upstream requests counted on their way to the store's per-minute counters.
 
-    A request does not await a store write of its own: with a backlog, it would wait
-    behind the store's queue of page ingests (~18 ms a request at load 5; on the path that
-    paces a backfill, the discovery's GET of each new session, about a third of the
-    time). :meth:`add` is instant;
-    :meth:`run` writes what was added, one transaction per store call, as soon as the
-    previous one committed. The counts reach the store one store round trip later; a
-    statistic, so like :meth:`Economy.record_upstream` it is skipped while the store is
-    full (``try_write``). A ``kill -9`` loses the counts not written yet (the requests
-    answered during the last store call), as it lost the count of a request answered
-    just before it."""
+    A request never awaits a store write of its own (behind a backlog of ingests that cost
+    ~18 ms a request): :meth:`add` is instant, :meth:`run` writes what was added, one
+    transaction per store call, skipped while the store is full. A ``kill -9`` loses the
+    counts not written yet."""
 
     def __init__(self) -> None:
         self._pending: Counter[tuple[str, int | str | None, int]] = Counter()

@@ -1,16 +1,9 @@
 """The daemon's wiring: on an open store, the HTTP clients, one poller per account and the
 dispatcher (:class:`Wiring`), closed again when the daemon stops.
 
-* This process registers as a replica of the store and reaps the claims of replicas that
-  are certainly dead (see docs/replicas.md).
-* Each account gets its own upstream HTTP client, rate limited by its own
-  :class:`~sessionhook.relay.polling.budget.RateLimiter` (whose 60 s window is kept in the
-  store) and counted per endpoint and status (:mod:`.upstream`).
-* Webhooks go out through aiohttp, every connection to a vetted address; templates render
-  in a child process.
-
-The keyword arguments of :class:`~.daemon.Daemon` that replace the network (tests, the
-demo, the bench) arrive here as :class:`Seams`.
+It registers this process as a replica (docs/replicas.md), gives each account its own
+rate-limited, counted upstream client, and sends webhooks through aiohttp. The
+:class:`~.daemon.Daemon` arguments that replace the network arrive as :class:`Seams`.
 """
 
 from __future__ import annotations
@@ -51,8 +44,7 @@ _log = get_logger()
 
 @dataclass(frozen=True)
 class Seams:
-    """What tests, the demo and the bench put in place of the network (``None``: the real
-    thing); see :class:`~.daemon.Daemon`."""
+    """What tests, the demo and the bench put in place of the network (``None``: the real one)."""
 
     upstream_transport: httpx.AsyncBaseTransport | None = None
     delivery_transport: httpx.AsyncBaseTransport | None = None
@@ -87,8 +79,7 @@ class Wiring:
 
     @asynccontextmanager
     async def open(self, store: AsyncStore) -> AsyncIterator[tuple[list[Poller], Dispatcher]]:
-        """Build the HTTP clients, one poller per account and the dispatcher on an open
-        store; close all (the store too)."""
+        """Build the HTTP clients, pollers and dispatcher on an open store; close all after."""
         state, seams = self._state, self._seams
         config = state.config
         state.store = store
@@ -114,12 +105,9 @@ class Wiring:
             _log.info("replica.reaped", replicas=dead, reason="alone" if alone else "pid gone")
         accounts = config.upstream_accounts()
         inner = seams.upstream_transport or httpx.AsyncHTTPTransport()
-        # One HTTP client per account, each with its own budget (an API key's quota). 2xx
-        # answers are counted once the client parsed them (settle): a malformed one is
-        # counted as "malformed", not as the 200 it claimed to be.
-        # The API client takes the budget's grant before each attempt (its gate, outside
-        # the deadline of the exchange: waiting for budget is not a slow upstream), so the
-        # transport only counts.
+        # One HTTP client per account, each with its own budget. The client takes the
+        # grant before each attempt (waiting for budget is not a slow upstream), so the
+        # transport only counts, a 2xx once the client parsed it (settle).
         limiters = [
             RateLimiter(
                 account.requests_per_minute,
@@ -132,9 +120,8 @@ class Wiring:
             for _ in accounts
         ]
         upstreams = [httpx.AsyncClient(transport=transport) for transport in counted]
-        # Webhooks go out through aiohttp (sender.py says why, with numbers), every
-        # connection to an address vetted when it was resolved, once. A test's or the
-        # demo's transport (ASGI, mock) goes through httpx instead.
+        # Webhooks go out through aiohttp (sender.py says why); a test's or the demo's
+        # transport (ASGI, mock) through httpx.
         delivery: Poster = (
             HttpxPoster(
                 httpx.AsyncClient(transport=seams.delivery_transport, follow_redirects=False)
@@ -204,12 +191,9 @@ class Wiring:
                 await store.close()
 
     async def send_test_event(self, name: str) -> AttemptResult:
-        """Send endpoint ``name`` a signed ``ping`` now, as ``sessionhook endpoints test``
-        does (:func:`.operator.test_endpoint`), through the deliveries' own sender: the
-        URL judged as theirs, the name resolved once, every address vetted, the connection
-        made to a vetted one. Never archived, never retried. Raises
-        :class:`~.operator.OperatorError` for a name neither the config nor the store (an
-        endpoint created at run time) has, or a URL the address rules refuse."""
+        """Send endpoint ``name`` a signed ``ping`` now through the deliveries' own sender (its
+        URL and addresses judged as theirs); never archived, never retried.
+        :class:`~.operator.OperatorError` for an unknown name or a refused URL."""
         state, seams = self._state, self._seams
         config, now = state.config, state.clock()
         endpoint = config.endpoint_by_name(name)

@@ -1,20 +1,10 @@
 """The endpoints created at run time, as a dispatcher delivers to them: :class:`EndpointCatalog`.
 
-Those endpoints live in the store (``sessionhook endpoints create``, ``POST /v1/endpoints``,
-the console, on any replica). Each round of the dispatcher reads the newest revision of
-any definition with the active endpoints (in the round's one store call, no extra query);
-when it is newer than the one the catalog holds, the catalog reads the definitions changed
-since (:meth:`~..store.endpoints.EndpointQueries.endpoint_changes`, by the revisions'
-index) and builds those alone; when a rotation's overlap has ended, it builds that one
-again from the row it holds. A create or a change costs the same whether the store holds
-ten endpoints or ten thousand; the dispatcher applies what changed
-(:meth:`~.dispatcher.DeliverySettings.changed`). On PostgreSQL every change also notifies
-every replica (:mod:`..store.notify`), so an idle dispatcher makes that round at once
-rather than at its timer.
-
-Building an endpoint checks its definition as the config file's are read, but never runs
-its template: a template was checked against the samples, in a child process, when it was
-defined, and every delivery renders it in a child process (:mod:`.render_process`).
+Each dispatcher round reads the newest definition revision (in its one store call); when it
+is newer than the catalog's, the catalog reads and builds only the definitions changed since
+(:meth:`~..store.endpoints.EndpointQueries.endpoint_changes`), or the one whose rotation
+overlap ended. Building an endpoint checks its definition but never runs its template (that
+was checked when defined, and renders in a child process).
 """
 
 from __future__ import annotations
@@ -70,9 +60,8 @@ class EndpointCatalog:
         return self._revision is None or revision != self._revision or now >= self._expires
 
     async def load(self, now: float) -> Changes:
-        """Read and build what changed (everything, the first time), with the secrets
-        signing at ``now``. A definition that does not build (stored by a version that
-        checked less) is logged and left out: its deliveries wait."""
+        """Read and build what changed (everything the first time), the secrets signing at
+        ``now``; a definition that does not build is logged and left out (its deliveries wait)."""
         since = self._revision or 0
         changes = await self._store.run(
             EndpointQueries.endpoint_changes, since
@@ -109,9 +98,7 @@ class EndpointCatalog:
     def _build(
         self, row: StoredEndpoint, now: float
     ) -> tuple[EndpointConfig, tuple[str, ...]] | None:
-        """The endpoint of ``row`` and its secrets at ``now``; ``None`` (logged once a
-        revision) when its definition does not build. Its URL was judged when it was
-        defined (as a config file's is when read); every POST is judged again."""
+        """The endpoint of ``row`` and its secrets at ``now``; ``None`` (logged) if unbuildable."""
         secrets = row.secrets_at(now)
         try:
             endpoint = spec_endpoint(row.name, row.spec, secrets, allow_private_networks=True)

@@ -1,15 +1,9 @@
 """The delivery loop: due deliveries become signed POSTs, each result is decided on and stored.
 
-:class:`Dispatcher` asks the store for due deliveries (the store hands out, per endpoint and
-session, only the oldest undelivered one), hands each to a reused attempt worker under a
-global and a per-endpoint bound, and keeps at most one attempt in flight per (endpoint,
-session), so each consumer sees a session's events in order while sessions and endpoints
-proceed in parallel. The poller wakes it when it enqueues; otherwise it sleeps until the
-next retry is due or the next ``rate_limit`` slot of an endpoint held back frees. Each
-attempt is one :func:`~sessionhook.relay.delivery.post.post_event` (the signed POST, after
-the URL guard). :func:`sessionhook.relay.domain.retry.decide` turns each result into a
-decision the store records in one transaction; a 410 or an endpoint failing for longer than
-its ``disable_after`` disables it.
+At most one attempt is in flight per (endpoint, session), so each consumer sees a session's
+events in order while sessions and endpoints proceed in parallel, under a global and a
+per-endpoint bound. :func:`sessionhook.relay.domain.retry.decide` turns each result into a
+decision; a 410 or an endpoint failing for longer than its ``disable_after`` disables it.
 """
 
 from __future__ import annotations
@@ -97,25 +91,13 @@ class DeliverySettings:
         )
 
     def with_endpoints(self, loaded: Loaded) -> DeliverySettings:
-        """These settings with the endpoints created at run time ``loaded`` as well (a
-        name of the config's stays the config's)."""
-        if not loaded:
-            return self
-        endpoints = {name: pair[0] for name, pair in loaded.items()} | self.endpoints
-        secrets = {name: pair[1] for name, pair in loaded.items()} | self.secrets
-        return replace(
-            self,
-            endpoints=endpoints,
-            secrets=secrets,
-            per_endpoint=_per_endpoint(self.concurrency, len(endpoints)),
-        )
+        """These settings with the endpoints created at run time ``loaded`` as well."""
+        return self.changed(self, loaded, ()) if loaded else self
 
     def changed(self, base: DeliverySettings, put: Loaded, gone: Iterable[str]) -> DeliverySettings:
-        """These settings (``base``'s, with endpoints created at run time) with the
-        endpoints created at run time ``put`` added or replaced and those ``gone``
-        removed: only those names are touched (a name of the config's stays the
-        config's). The endpoint tables are updated in place (they are the dispatcher's
-        own), unless they are still ``base``'s."""
+        """These settings (``base``'s, the config's) with the run-time endpoints ``put``
+        added or replaced and those ``gone`` removed (a name of the config's stays the
+        config's). The tables are updated in place unless they are still ``base``'s."""
         endpoints, secrets = self.endpoints, self.secrets
         if endpoints is base.endpoints:
             endpoints, secrets = dict(endpoints), dict(secrets)
@@ -148,23 +130,15 @@ Handover = tuple[DueDelivery, EndpointConfig]
 class Dispatcher:
     """The delivery loop; see the module docstring.
 
-    ``http`` carries the webhooks (never the upstream client, which is rate limited): a
-    :class:`~sessionhook.relay.delivery.sender.Poster` or an ``httpx.AsyncClient``. The daemon's
-    :class:`~sessionhook.relay.delivery.sender.AiohttpPoster` resolves each endpoint's name once,
-    refuses loopback, private, link-local and metadata addresses unless
-    ``allow_private_networks``, and connects to the address it checked. ``guard`` checks
-    each URL before every POST without DNS (default: :func:`literal_guard`). ``renderer``
-    makes formatted and templated bodies (default: inline; the daemon's
-    :class:`~sessionhook.relay.delivery.render_process.RenderProcess` renders templates in a child
-    process within ``render_timeout``).
+    ``http`` carries the webhooks (never the rate-limited upstream client). ``guard``
+    checks each URL before every POST without DNS (default: :func:`literal_guard`);
+    ``renderer`` makes formatted and templated bodies (default: inline).
 
-    One round of the loop is ONE call into the store's thread: the attempts finished since
-    the last round are recorded in one transaction (group commit), then the next due
-    deliveries are read. An attempt is reported (logs, metrics) and its (endpoint,
-    session) released only after that commit, so the next event of the session is never
-    sent before the previous result is durable, and ``kill -9`` at any moment re-sends at
-    most what was in flight. While the store cannot be written (full disk), nothing new
-    starts; the finished results wait for space.
+    One round is ONE call into the store's thread: the attempts finished since the last
+    round are recorded in one transaction, then the next due deliveries are read. An
+    attempt is reported and its (endpoint, session) released only after that commit, so
+    ``kill -9`` re-sends at most what was in flight. While the store cannot be written,
+    nothing new starts.
     """
 
     def __init__(
@@ -202,9 +176,7 @@ class Dispatcher:
         self._accepting = True
         self._settled = anyio.Event()  # set whenever attempts were committed
         self._next_due: float | None = None
-        # rate_limit: when each endpoint may start its next delivery, on the loop's
-        # monotonic clock (the one its timer sleeps on; a wall clock stepped back by NTP
-        # would hold the endpoint for as long).
+        # rate_limit: when each endpoint may start next, on the loop's monotonic clock.
         self._rate_slots: dict[str, float] = {}
         #: Each endpoint config's Shape, by id (the config is kept: the id stays its own).
         self._shapes: dict[int, tuple[EndpointConfig, render.Shape]] = {}
@@ -226,8 +198,7 @@ class Dispatcher:
         self.wake()
 
     async def _reload_endpoints(self, now: float) -> None:
-        """Read the endpoints created at run time again (see :mod:`.catalog`); a store
-        that cannot be read now keeps the ones held (the next round tries again)."""
+        """Read the run-time endpoints again; a failing store keeps the ones held."""
         try:
             put, gone = await self._catalog.load(now)
         except store_failures() as exc:
@@ -247,11 +218,9 @@ class Dispatcher:
         try:
             async with anyio.create_task_group() as tg, self._workers(tg) as start:
                 while self._accepting or self._in_flight:
-                    # The round's store call is shielded: without this checkpoint a cancel
-                    # would never land while every round starts (and loses) new tasks. A
-                    # full one (a loop iteration), not checkpoint_if_cancelled: the answers
-                    # ready meanwhile finish first and go in this round (measured: 12 %
-                    # fewer rounds, less CPU per delivery, bench/throughput.py).
+                    # The round's store call is shielded: a cancel lands here. A full
+                    # checkpoint lets answers ready meanwhile join this round (12 % fewer
+                    # rounds on bench/throughput.py).
                     await anyio.lowlevel.checkpoint()
                     self._wake = anyio.Event()
                     progressed = await self._round(start)
@@ -302,17 +271,14 @@ class Dispatcher:
         return attempts
 
     def _wait_time(self) -> float:
-        """How long the loop sleeps after a round that started nothing (unless woken): until
-        the next retry is due or an endpoint held back by its rate_limit may start again,
-        at most ``max_wait`` (the backstop)."""
+        """Sleep after an idle round: until the next retry or rate slot, at most ``max_wait``."""
         wait = min(self._max_wait, self._rate_hold())
         if self._next_due is None:
             return wait
         return min(wait, max(0.0, self._next_due - self._clock()))
 
     def _rate_hold(self) -> float:
-        """Seconds until the earliest endpoint held back by its ``rate_limit`` may start its
-        next delivery; ``inf`` when none is held back."""
+        """Seconds until the first endpoint held back by its ``rate_limit`` may start, or inf."""
         now = anyio.current_time()
         return min((at - now for at in self._rate_slots.values() if at > now), default=math.inf)
 
@@ -320,16 +286,12 @@ class Dispatcher:
     async def _workers(
         self, tg: anyio.abc.TaskGroup
     ) -> AsyncIterator[Callable[[DueDelivery, EndpointConfig], None]]:
-        """Attempt tasks that take one delivery after another (a new task per delivery
-        cost ~30 us of CPU). Yields ``start(delivery, endpoint)``, which hands the delivery
-        to an idle worker, starting one when every worker is busy: at most as many workers
-        as deliveries were ever in flight at once. Leaving closes the hand-over: idle
-        workers end, busy ones finish their delivery first. A delivery handed over but not
-        yet picked up when the workers are cancelled is released, unsent.
+        """Reused attempt tasks (a new task per delivery cost ~30 us of CPU). Yields
+        ``start(delivery, endpoint)``, which hands the delivery to an idle worker or starts
+        one. Leaving ends idle workers; a delivery not yet picked up is released, unsent.
 
-        The hand-over is a bare asyncio future per idle worker (the daemon runs on asyncio;
-        aiohttp needs it anyway): anyio's memory stream cost a checkpoint, an Event and a
-        generic-alias call per delivery, about 10 us of the loop's CPU."""
+        The hand-over is a bare asyncio future per idle worker: anyio's memory stream cost
+        about 10 us of the loop's CPU per delivery."""
         loop = asyncio.get_running_loop()
         idle: list[asyncio.Future[Handover | None]] = []  # one per waiting worker
         # Handed to a worker not running yet. A task cancelled before its first step never
@@ -439,10 +401,8 @@ class Dispatcher:
         return bool(finished) or started > 0
 
     def _caps(self, finished: list[Finished]) -> dict[str, int]:
-        """Per endpoint, how many deliveries could start now: its free slots (those of
-        ``finished`` included), none while its ``rate_limit`` holds it back and one when
-        it does not. The store claims no more than that (a replica never sits on
-        deliveries another one could send)."""
+        """Per endpoint, how many deliveries could start now (at most one under a
+        ``rate_limit``): the store claims no more, leaving the rest to other replicas."""
         s = self.settings
         done: dict[str, int] = {}
         for f in finished:
@@ -474,8 +434,7 @@ class Dispatcher:
         return len(finished)
 
     def _not_recorded(self, finished: list[Finished], exc: StoreUnwritableError) -> None:
-        """The store gave up (a full disk while stopping): the deliveries stay open and are
-        sent again later, same webhook-id."""
+        """The store gave up (full disk): the deliveries stay open, sent again later."""
         for item in finished:
             _log.error(
                 "delivery.not_recorded",
@@ -494,8 +453,7 @@ class Dispatcher:
         self._per_endpoint[delivery.endpoint] -= 1
 
     async def _settle(self, finished: list[Finished], failing: list[float | None]) -> None:
-        """After the commit: report each attempt, disable endpoints failing too long, and
-        release the (endpoint, session) keys."""
+        """After the commit: report, disable endpoints failing too long, release the keys."""
         log, quiet = self._reports.batch_logger()
         self._reports.summarize_successes()  # the last second's, before this batch's lines
         for item, failing_since in zip(finished, failing, strict=True):
@@ -597,9 +555,8 @@ class Dispatcher:
         return result, decision, now
 
     async def _body_for(self, delivery: DueDelivery, endpoint: EndpointConfig) -> tuple[bytes, str]:
-        """The bytes this delivery sends: the event body, or what the endpoint's format or
-        template makes of it. A rendered body is saved with the first attempt, so every retry
-        sends the same bytes whatever the config says by then."""
+        """The bytes this delivery sends; a rendered body is saved with the first attempt,
+        so every retry sends the same bytes whatever the config says by then."""
         if delivery.attempts > 0:
             saved = await self._store.run(Outbox.rendered_body, delivery.id)
             if saved is not None:
@@ -614,8 +571,7 @@ class Dispatcher:
         return body, content_type
 
     def _literal_refusal(self, url: str, allow_private: bool) -> str | None:
-        """What :func:`literal_guard` says of ``url``, remembered per URL (it only parses
-        the URL: the same few URLs are checked before every POST)."""
+        """What :func:`literal_guard` says of ``url``, remembered per URL."""
         if allow_private:
             return None
         if url not in self._literals:
@@ -638,10 +594,8 @@ class Dispatcher:
         return shape
 
     def _rate_limited(self, endpoint: str, now: float) -> bool:
-        """Whether ``endpoint``'s ``rate_limit`` forbids starting a delivery at ``now`` (the
-        loop's clock); if not, the slot is taken: the next one is ``1/rate`` later (starts
-        at least that far apart, no burst). The excess waits in the outbox, in order, and
-        the loop wakes when the slot frees (:meth:`_rate_hold`)."""
+        """Whether ``endpoint``'s ``rate_limit`` forbids a start at ``now`` (the loop's
+        clock); if not, the slot is taken and the next is ``1/rate`` later (no burst)."""
         config = self.settings.endpoints.get(endpoint)
         if config is None or config.rate_limit is None:
             return False

@@ -1,18 +1,11 @@
 """The signed POST of one webhook: :func:`post_event`, and the URL guard before it.
 
-:func:`post_event` is the single place that signs and sends a webhook: the dispatcher, the
-test ping (``sessionhook endpoints test``, ``:test``, the console's) and ``listen
---forward-to`` (:mod:`sessionhook.relay.ops.forwarding`) all call it. It
-never follows a redirect, reads at most ``body_limit`` bytes of the answer, bounds the
-whole exchange by ``timeout``, and signs with a fresh ``webhook-timestamp`` on every
-attempt (a retry an hour later must not carry a stale timestamp that the consumer's
-tolerance window rejects).
-
-A :class:`UrlGuard` checks an endpoint's URL before each POST; the default,
-:func:`literal_guard`, refuses without DNS a URL that can only be private. The poster judges
-it again on the URL it hands its client (:mod:`.sender`), names are vetted when the
-connection is made (:mod:`.resolve`), and a refusal anywhere is a failed attempt whose
-error :func:`refused` words, nothing sent.
+:func:`post_event` is the one place that signs and sends a webhook (the dispatcher, the test
+ping, ``listen --forward-to``): no redirect followed, at most ``body_limit`` bytes read, the
+whole exchange bounded by ``timeout``, a fresh ``webhook-timestamp`` on every attempt. A
+:class:`UrlGuard` checks the URL before each POST (default :func:`literal_guard`, no DNS);
+the poster and the resolver judge again, and a refusal is a failed attempt worded by
+:func:`refused`, nothing sent.
 """
 
 from __future__ import annotations
@@ -54,10 +47,8 @@ def refused(reason: str) -> str:
 
 
 async def literal_guard(url: str, *, allow_private: bool) -> str | None:
-    """The dispatcher's default pre-check: refuses, WITHOUT asking DNS, a URL that can only
-    be private (:func:`sessionhook.relay.domain.addresses.literal_refusal`). Names are vetted when
-    the connection is made (:class:`sessionhook.relay.delivery.sender.VettingResolver`), resolved
-    once: resolving here too would let DNS answer differently to the check."""
+    """The dispatcher's default pre-check: refuses, WITHOUT DNS, a URL that can only be
+    private; names are vetted once, when the connection is made."""
     return None if allow_private else literal_refusal(url)
 
 
@@ -76,17 +67,11 @@ async def post_event(
 ) -> AttemptResult:
     """Sign ``body`` and POST it to ``url`` once; never raises for a network failure.
 
-    ``http`` is a :class:`~sessionhook.relay.delivery.sender.Poster` (the daemon's aiohttp
-    one, whose resolver vets each name once) or an ``httpx.AsyncClient`` (tests and the demo,
-    on a transport that stands in for the network). A URL or host refused by the address
-    guard is a failed attempt (``error = "refused: ..."``) and nothing is sent.
-
-    Headers: ``webhook-id`` (``event_id``), ``webhook-timestamp`` (``now()``, fresh),
-    ``webhook-signature`` (one signature per secret: ``v1,`` for a ``whsec_`` secret,
-    ``v1a,`` for a ``whsk_`` signing key), ``content-type`` and ``user-agent``
-    (:data:`USER_AGENT` unless given). The result
-    has the status (``None`` when no answer came), an error text, the duration, at most
-    ``body_limit`` bytes of the answer and its ``Retry-After``.
+    A URL or host the address guard refuses is a failed attempt (``refused: ...``), nothing
+    sent. Headers: ``webhook-id`` (``event_id``), a fresh ``webhook-timestamp``,
+    ``webhook-signature`` (one per secret: ``v1,`` for ``whsec_``, ``v1a,`` for ``whsk_``),
+    ``content-type`` and ``user-agent``. The result has the status (``None``: no answer), an
+    error text, the duration, at most ``body_limit`` bytes of the answer and ``Retry-After``.
     """
     poster = HttpxPoster(http) if isinstance(http, httpx.AsyncClient) else http
     started_at = now()

@@ -1,24 +1,15 @@
 """The renderer's child process: render requests in on stdin, answers out on stdout.
 
-:class:`sessionhook.relay.delivery.render_process.RenderProcess` starts it as ``python -m
-sessionhook.relay.delivery.render_child`` and kills it when a render goes over its time budget:
-a thread cannot be stopped, a process can, and whatever a template does to this process's
-memory or CPU, the daemon's own are untouched.
-
-Framing (both ways): a frame is a 4-byte big-endian length and that many bytes. The child
-first sends the frame ``ready``. A request (:func:`request`) is two frames, a JSON header
-(``event_id``, ``payload``, ``format``, ``template``, ``content_type``, ``public_url``,
-``timeout``) and the event's body; the answer is two frames too, a JSON header
-(``{"ok": true, "content_type": ...}`` or ``{"ok": false, "error": ...}``) and the
-rendered bytes (empty on error).
+Started by :class:`~sessionhook.relay.delivery.render_process.RenderProcess` and killed when a
+render goes over its budget. A frame is a 4-byte big-endian length and that many bytes. The
+child first sends ``ready``; a request (:func:`request`) is a JSON header and the event's
+body, the answer a JSON header (``{"ok": true, "content_type": ...}`` or ``{"ok": false,
+"error": ...}``) and the rendered bytes.
 
 The child guards itself as well: its address space is capped at :data:`MEMORY_BYTES`
-(where the system allows it: a seccomp filter such as the shipped systemd unit's refuses
-``setrlimit``, and there the kernel's OOM killer picks this process, the biggest, rather
-than the daemon), and each render arms an alarm one second past its time budget, whose
-default action ends the process even when nobody is left to kill it. It ignores SIGINT
-(Ctrl-C in a terminal reaches the whole process group; the daemon decides) and exits when
-stdin closes.
+where the system allows it, and each render arms an alarm one second past its budget
+that ends the process even when nobody is left to kill it. It ignores SIGINT (the daemon
+decides) and exits when stdin closes.
 """
 
 from __future__ import annotations

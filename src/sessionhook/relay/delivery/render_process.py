@@ -1,29 +1,15 @@
 """Rendering off the event loop, with a time budget that really stops a render.
 
-A template runs on upstream data, so one that loops long on a real event must not block
-the daemon (its health answers, other endpoints' deliveries, SIGTERM). The step budget of
-:mod:`.template_sandbox` bounds a render's Python-level work deterministically; what runs
-long inside one step (a filter over a big value) or fills memory is bounded here:
-:class:`RenderProcess` renders in child processes (:mod:`.render_child`) and kills one when
-a render is not done after its time budget. A thread would not do: Python cannot stop a
-thread, so a runaway render would keep burning a core and holding memory.
+The step budget of :mod:`.template_sandbox` bounds a render's Python-level work; what runs
+long inside one step or fills memory is bounded here: :class:`RenderProcess` renders in child
+processes (:mod:`.render_child`) and kills one past its time budget (a thread cannot be
+stopped). A preset ``format`` on an event of at most :data:`INLINE_BYTES` renders inline
+(cheaper than a round trip, ``bench/render.py``); each user template gets a child of its own
+(at most :data:`MAX_CHILDREN`), so a slow one delays only its endpoints; over the budget the
+attempt fails with a :class:`~.render.RenderError`. A child gets none of the daemon's
+environment but the ``PYTHON*`` variables.
 
-What renders where (``RenderProcess.render``):
-
-* a preset ``format`` on an event of at most :data:`INLINE_BYTES` renders inline: the
-  presets are this package's own templates, linear in the event and a few hundred
-  microseconds, less than the round trip to a child (``bench/render.py``);
-* a user ``template`` goes to a child of its own (one per template source, at most
-  :data:`MAX_CHILDREN`), one render at a time, so a template that runs long delays only
-  the endpoints that use it; presets on bigger events share one more child. Over the
-  budget the child is killed and the attempt fails with ``template over its time budget
-  of N s`` (a :class:`~.render.RenderError`: a failed attempt of that delivery only,
-  retried on the schedule like any template error); the next render starts a new child.
-  A child gets none of the daemon's environment (its secrets live there) but the
-  ``PYTHON*`` variables.
-
-:class:`InlineRenderer` renders on the caller's thread with the step budget only: the
-:class:`~.dispatch.Dispatcher`'s default, for tools and tests without a daemon.
+:class:`InlineRenderer` renders on the caller's thread with the step budget only.
 """
 
 from __future__ import annotations
@@ -229,9 +215,8 @@ class RenderProcess:
     async def render(
         self, event_id: str, body: bytes, shape: Shape, *, time_budget: float
     ) -> tuple[bytes, str]:
-        """The body and content type ``shape`` makes of the event, in at most
-        ``time_budget`` seconds once its child has it; :class:`~.render.RenderError`
-        otherwise."""
+        """The body and content type ``shape`` makes of the event within ``time_budget``
+        seconds; :class:`~.render.RenderError` otherwise."""
         if shape.template is None and len(body) <= self._inline_bytes:
             return render.render(event_id, body, shape)
         lane = await self._lane(shape.template)

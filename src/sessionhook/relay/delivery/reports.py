@@ -54,9 +54,7 @@ class AttemptReporter:
 
     def batch_logger(self) -> tuple[FilteringBoundLogger, bool]:
         """The module's logger, bound (the lazy proxy binds anew at every call: ~4 us), and
-        whether info lines are filtered out (then a success is not even described). Kept
-        until structlog is configured again (a reload, a test capturing logs): its
-        configuration's objects are compared by identity at each batch."""
+        whether info lines are filtered out; kept until structlog is configured again."""
         config = tuple(structlog.get_config().values())
         cached = self._logger
         if cached is not None and all(a is b for a, b in zip(cached[0], config, strict=True)):
@@ -102,8 +100,8 @@ class AttemptReporter:
             self._metrics.delivery_attempted(endpoint.name, outcome, result.duration_ms / 1000)
 
     def summarize_successes(self, *, now: bool = False) -> None:
-        """One line per endpoint for the successes :meth:`report` counted instead of
-        listing them, once their second is over (``now``: the loop ends)."""
+        """One line per endpoint for the successes counted instead of listed, once their second
+        is over (``now``: the loop ends)."""
         unlisted = self._success_lines.unlisted(now=now)
         if unlisted:
             log, _quiet = self.batch_logger()

@@ -1,14 +1,10 @@
 """Resolving an endpoint's name once, and vetting every address it resolves to.
 
-Resolve once, connect to what was checked. :func:`vet_host` resolves a name ONCE, refuses
-it if any address is not public (a name with one public and one private address is
-refused; the rules: :mod:`sessionhook.relay.domain.addresses`), and returns the vetted
-addresses; the caller must connect to one of those and never resolve the name again.
-Checking a name and letting the HTTP client resolve it a second time would let DNS answer
-a public address to the check and ``127.0.0.1`` to the connection (DNS rebinding).
-The webhook sender's aiohttp client uses :func:`vet_host` as its resolver
-(:mod:`sessionhook.relay.delivery.sender`), so the ``Host`` header and TLS SNI stay the
-URL's name while the connection goes to a vetted address.
+:func:`vet_host` resolves a name ONCE, refuses it if any address is not public
+(:mod:`sessionhook.relay.domain.addresses`) and returns the vetted addresses, to which the
+caller must connect without resolving again: a second lookup would let DNS answer
+``127.0.0.1`` to the connection (rebinding). The sender's aiohttp client uses it as its
+resolver, so ``Host`` and TLS SNI stay the URL's name.
 """
 
 from __future__ import annotations
@@ -69,13 +65,9 @@ async def vet_host(
 ) -> list[str]:
     """Resolve ``host`` once and return the addresses a connection may use, in order.
 
-    An IP literal is checked as is; ``localhost`` names are refused without asking DNS;
-    any other name is resolved (``resolve``, default :func:`resolve_host`) and EVERY
-    address must pass ``policy`` (default :func:`is_blocked_ip`). With ``allow_private``
-    nothing is refused, but the name is still resolved here, once. Connect only to the
-    addresses returned: resolving the name again would undo the check.
-
-    Raises :class:`BlockedAddressError` or :class:`ResolutionError`.
+    An IP literal is checked as is, ``localhost`` names are refused without DNS, and every
+    address of any other name must pass ``policy``; ``allow_private`` refuses nothing but
+    still resolves once. Raises :class:`BlockedAddressError` or :class:`ResolutionError`.
     """
     judge = policy or is_blocked_ip
     literal = ip_literal(host)
@@ -106,13 +98,8 @@ async def check_url(
     resolve: Resolver | None = None,
     policy: AddressPolicy | None = None,
 ) -> list[str]:
-    """Vet the host ``url`` leads to (:func:`~sessionhook.relay.domain.addresses.destination`,
-    then :func:`vet_host`) and return the addresses it may connect to.
-
-    Raises :class:`NetguardError` when the URL is refused or does not resolve. Only the
-    returned addresses are safe to connect to: do not hand the URL to a client that
-    resolves it again.
-    """
+    """Vet the host ``url`` leads to and return the addresses it may connect to (only
+    those); :class:`NetguardError` when the URL is refused or does not resolve."""
     target = destination(url)
     return await vet_host(
         target.host, target.port, allow_private=allow_private, resolve=resolve, policy=policy

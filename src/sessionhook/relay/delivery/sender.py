@@ -1,31 +1,18 @@
 """The HTTP clients that carry webhooks: one POST in, status / ``Retry-After`` / answer out.
 
-A :class:`Poster` sends one request and reads at most ``body_limit`` bytes of the answer,
-never following a redirect. :func:`~sessionhook.relay.delivery.post.post_event`
-signs, bounds the whole exchange and turns failures into an ``AttemptResult``; the
-posters only move bytes.
+A :class:`Poster` sends one request, reads at most ``body_limit`` bytes of the answer and
+never follows a redirect; :func:`~sessionhook.relay.delivery.post.post_event` signs and
+bounds the exchange. Both hand their client the URL
+:func:`~sessionhook.relay.domain.addresses.destination` rebuilt, and refuse it (nothing
+sent) when the client's URL class reads another host: the host judged is the host
+connected to.
 
-Neither hands its client the URL as stored: both hand it the URL
-:func:`~sessionhook.relay.domain.addresses.destination` rebuilt on the host it read (IDNA,
-percent-decoding, legacy IPv4 forms... normalized), parsed once by the client's own URL
-class, and refuse it (nothing sent) when that class reads another host: the host judged is
-the host connected to, whatever the client's normalization would have made of the original.
-
-* :class:`AiohttpPoster` (the daemon's deliveries, ``endpoints test``, the ping of the
-  management API and the console, ``listen --forward-to``): aiohttp, chosen by
-  measurement for the delivery path only (the Sessions API client stays on httpx). Its
-  resolver is :func:`sessionhook.relay.delivery.resolve.vet_host`: a name is resolved ONCE
-  per new connection, every address checked, and the connection goes to a vetted address
-  (no DNS rebinding; ``Host`` and TLS SNI stay the URL's name). aiohttp does not ask the
-  resolver about an IP literal, so literals are judged before each POST
-  (:func:`~sessionhook.relay.domain.addresses.literal_refusal`). No proxy from the
-  environment (a proxy would resolve the name itself). On this project's bench
-  (``bench/throughput.py``, a bare loop of signed POSTs, 16 in flight, loopback receiver
-  answering 204) httpx 0.28 spent 2.7-4.5 ms of CPU per POST and aiohttp 0.24-0.41 ms.
-  Keep-alive holds (one pool, no per-host limit: the dispatcher bounds concurrency).
-* :class:`HttpxPoster`: an injected ``httpx.AsyncClient``, for the transports tests and the
-  demo put in place of the network (ASGI, mock); it judges no address (the dispatcher's
-  guard and ``test_endpoint`` judge before it).
+* :class:`AiohttpPoster` (deliveries, ``endpoints test``, pings, ``listen --forward-to``):
+  its resolver vets every address of a name once per new connection (no DNS rebinding);
+  IP literals are judged before each POST; no proxy from the environment. On
+  ``bench/throughput.py`` httpx 0.28 spent 2.7-4.5 ms of CPU per POST, aiohttp 0.24-0.41 ms.
+* :class:`HttpxPoster`: an injected ``httpx.AsyncClient`` (ASGI or mock transports in
+  tests and the demo); it judges no address.
 
 Errors::
 
@@ -87,10 +74,8 @@ class Answer:
 class Poster(Protocol):
     """Sends one POST; raises :class:`PostError` when no answer came.
 
-    ``bounds_exchange``: ``True`` when :meth:`post` itself bounds the WHOLE exchange
-    (connect, send, every byte of the answer) by ``timeout`` and raises ``TimeoutError``
-    past it; ``post_event`` then sets no deadline of its own (one timer per POST, not two).
-    ``False``: the caller bounds it (``post_event`` cancels the exchange)."""
+    ``bounds_exchange``: whether :meth:`post` itself bounds the WHOLE exchange by
+    ``timeout`` (raising ``TimeoutError``); if not, ``post_event`` does."""
 
     bounds_exchange: bool
 
@@ -158,9 +143,8 @@ class HttpxPoster:
 
 
 def httpx_target(url: str) -> httpx.URL:
-    """``url`` as httpx is handed it: rebuilt on the host
-    :func:`~sessionhook.relay.domain.addresses.destination` reads, parsed by ``httpx.URL``;
-    :class:`UnusableUrlError` when httpx reads another host from it (or cannot parse it)."""
+    """``url`` rebuilt on the host :func:`~sessionhook.relay.domain.addresses.destination`
+    reads, parsed by ``httpx.URL``; :class:`UnusableUrlError` when httpx reads another host."""
     return _client_target(url, "httpx", httpx.URL, lambda u: u.raw_host.decode("ascii", "replace"))
 
 
@@ -184,10 +168,8 @@ def _client_target(
 
 
 class VettingResolver(aiohttp.abc.AbstractResolver):
-    """aiohttp's resolver hook on :func:`~sessionhook.relay.delivery.resolve.vet_host`: the only
-    addresses aiohttp may connect to are the ones vetted here (raises
-    :class:`~sessionhook.relay.domain.addresses.BlockedAddressError` or
-    :class:`~sessionhook.relay.delivery.resolve.ResolutionError` otherwise)."""
+    """aiohttp's resolver hook on :func:`~sessionhook.relay.delivery.resolve.vet_host`:
+    aiohttp may connect only to the addresses vetted here."""
 
     def __init__(
         self,
@@ -226,14 +208,10 @@ class VettingResolver(aiohttp.abc.AbstractResolver):
 class AiohttpPoster:
     """The daemon's :class:`Poster`: one aiohttp session, keep-alive connections, every
     connection to an address :func:`~sessionhook.relay.delivery.resolve.vet_host` vetted.
+    Create it inside a running event loop.
 
-    ``allow_private``, ``resolve`` and ``policy`` go to the vetting (tests inject a resolver
-    and a policy). Create it inside a running event loop.
-
-    aiohttp's ``ClientTimeout(total=timeout)`` covers the whole exchange, reading the
-    answer included (a consumer dripping it byte by byte times out), so ``post_event``
-    adds no deadline of its own: an anyio cancel scope per POST cost about 5 % of the
-    relay's CPU per delivery on the bench.
+    ``ClientTimeout(total=timeout)`` covers the whole exchange, so ``post_event`` adds no
+    deadline (a cancel scope per POST cost about 5 % of the CPU per delivery).
     """
 
     bounds_exchange = True
@@ -265,10 +243,8 @@ class AiohttpPoster:
         )
 
     def _target(self, url: str) -> yarl.URL:
-        """What aiohttp is handed for ``url`` (:func:`aiohttp_target`), its literal host
-        judged (aiohttp connects to an IP literal without asking the resolver). Remembered
-        per URL (the dispatcher posts to the same few URLs: parsing each one again was
-        about 1 % of the CPU per delivery)."""
+        """What aiohttp is handed for ``url``, its literal host judged (aiohttp does not
+        ask the resolver about one); remembered per URL (1 % of the CPU per delivery)."""
         known = self._targets.get(url)
         if known is None:
             try:

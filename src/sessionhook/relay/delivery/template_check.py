@@ -1,19 +1,11 @@
 """A user template checked against a sample of every event type in a child process:
 :func:`check_template`.
 
-A template is checked when an endpoint is defined (``POST /v1/endpoints``, the console's
-form, ``sessionhook endpoints create|update``) and, for the config file's templates, when
-the daemon starts and reloads: a template that cannot render is refused then, never a
-failed delivery later. The check renders what the caller was given, so it has the bounds
-of a delivery's render, not fewer: the render child of :mod:`.render_child` (its memory
-cap, its own alarm), each sample within ``delivery.render_timeout`` (the child is killed
-past it), and the sandbox's step and size budgets inside. Nothing of the template runs in
-the caller's process, not even its compilation: the daemon's memory is untouched by what
-a template does.
-
-The check is synchronous (the web layer calls it in a worker thread, the CLI directly);
-at most :data:`MAX_CHECKS` run at once in a process, so a burst of creates starts no
-more children than that (the others wait their turn).
+Run when an endpoint is defined and, for the config file's templates, at start and reload,
+so a template that cannot render is refused then, never a failed delivery later. It has a
+delivery's bounds (the render child's memory cap and alarm, ``delivery.render_timeout``, the
+sandbox's budgets); nothing of the template runs in the caller's process. Synchronous; at
+most :data:`MAX_CHECKS` run at once in a process.
 """
 
 from __future__ import annotations
@@ -59,8 +51,7 @@ def check_template(
     start_timeout: float = START_TIMEOUT,
 ) -> None:
     """Render ``shape`` against every sample event in a child process, each within
-    ``time_budget`` seconds; :class:`~.render.RenderError` (one line, naming the budget
-    gone over and the event type) on the first that fails."""
+    ``time_budget`` seconds; a one-line :class:`~.render.RenderError` on the first failure."""
     with _CHECKS:
         try:
             process = subprocess.Popen(list(command or child_command()), **child_streams())

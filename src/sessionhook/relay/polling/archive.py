@@ -27,12 +27,8 @@ _log = get_logger()
 
 
 class Archive:
-    """Archives one account's findings (see the module docstring).
-
-    ``on_enqueued`` is called whenever an ingest enqueued deliveries (the dispatcher's
-    wake-up), ``on_ingested`` whenever one archived events (the event streams' wake-up).
-    ``clock`` is wall time (the events' receipt, the first start).
-    """
+    """Archives one account's findings (see the module docstring); ``on_enqueued`` and
+    ``on_ingested`` are the wake-ups of the dispatcher and the event streams."""
 
     def __init__(
         self,
@@ -69,8 +65,8 @@ class Archive:
         return created is not None and created < self.epoch
 
     def deliverable(self, baseline: bool) -> Callable[[events.Event], bool]:
-        """Which events of a session to deliver: all, unless the session is from before
-        the first start; then only what happened upstream since."""
+        """Which events of a session to deliver: all, or what happened upstream since the first
+        start for a session from before it."""
         epoch = self.epoch
         if not baseline or epoch is None:
             return lambda _: True
@@ -163,10 +159,8 @@ class Archive:
         cursor_limit: str | None = None,
         advance_cursor: bool = False,
     ) -> None:
-        """Record, count and log one refused activity (loudly the first time it is met).
-
-        Text that came from upstream and is not Unicode (a lone surrogate a scan let
-        through) is kept with a replacement character: the store and the log take it."""
+        """Record, count and log one refused activity (loudly the first time); upstream text
+        that is not Unicode is kept with a replacement character."""
         name, create_time, detail = (_unicode(t) for t in (name, create_time, detail))
         first = await self._store.run(
             Refusals.refuse_activity,
@@ -180,7 +174,7 @@ class Archive:
             advance_cursor=advance_cursor,
         )
         if first and self._metrics is not None:
-            self._metrics.activity_refused(reason)
+            self._metrics.activities_refused.labels(reason=reason).inc()
         (_log.warning if first else _log.debug)(
             "poll.activity_refused",
             session=session,

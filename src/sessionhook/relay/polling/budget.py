@@ -1,26 +1,12 @@
 """The upstream request budget: one limiter for every request the relay makes to the API.
 
-Two rules combine, and a request waits for both:
-
-* a **token bucket** (``burst`` tokens, refilled at ``requests_per_minute / 60`` per second)
-  spreads requests out instead of firing a minute's budget at once;
-* a **sliding window** of the grants of the last 60 s makes "never more than
-  ``requests_per_minute`` in any minute" an invariant, not an average (a bucket alone would
-  allow ``burst + requests_per_minute`` in the minute after an idle spell).
-
-:class:`RateLimiter` keeps the arithmetic pure (:meth:`RateLimiter.reserve` takes ``now`` and
-returns how long to wait), so it is unit-tested without sleeping. :class:`LimitedTransport`
-wraps the httpx transport of the relay's upstream client: every request, retries included,
-takes a grant first, and each answer (or transport failure) is reported by endpoint label
-and status for metrics and the store's per-minute counters.
-
-A 2xx answer is only good once its body parsed: with ``settle_success=True`` the transport
-leaves 2xx answers to :meth:`LimitedTransport.settle`, which the API client calls (its
-``on_answer`` hook) once it has read the body, so an answer that failed to parse is counted
-as :data:`MALFORMED`, never as ``200``. An answer whose body is not read to its end is
-counted when it is closed, whoever closed it: :data:`MALFORMED` when the reader gave up
-(a bound on its size tripped), ``None`` (no answer) when reading it failed or was cut by a
-deadline.
+A request waits for both a **token bucket** (``burst``, refilled at ``requests_per_minute /
+60`` per second) and a **sliding window** of the last 60 s, so "never more than
+``requests_per_minute`` in any minute" is an invariant. :class:`RateLimiter` is pure
+(:meth:`RateLimiter.reserve` takes ``now``); :class:`LimitedTransport` wraps the upstream
+client's transport, takes a grant per request and reports each answer by endpoint and
+status. With ``settle_success=True`` a 2xx is counted only once the client parsed its body
+(:meth:`LimitedTransport.settle`); an unread one is :data:`MALFORMED` or no answer.
 """
 
 from __future__ import annotations
@@ -56,13 +42,9 @@ SharedWindow = Callable[[], Awaitable[float]]
 class RateLimiter:
     """At most ``requests_per_minute`` grants in any 60 s, spread by a small token bucket.
 
-    ``clock`` (monotonic seconds) and ``sleep`` are injectable so tests run on a fake clock.
-    Waiters are served first come, first served: one waiter at a time holds the lock while
-    it sleeps, so a burst of pollers cannot starve discovery.
-
+    Waiters are served first come, first served (one holds the lock while it sleeps).
     ``shared_window``, when given, is asked after the in-process rules allow a request: the
-    same 60 s window kept in the store (:meth:`~sessionhook.relay.store.Economy.take_budget`),
-    so that the grants of a process that restarted a few seconds ago still count.
+    window kept in the store, so the grants of a process restarted just before still count.
     """
 
     def __init__(
@@ -90,10 +72,8 @@ class RateLimiter:
         self._lock = anyio.Lock()
 
     def reserve(self, now: float) -> float:
-        """Take a grant at ``now`` if both rules allow it and return 0.0; else return the wait.
-
-        Nothing is taken when the answer is positive: call again after waiting.
-        """
+        """Take a grant at ``now`` and return 0.0 if both rules allow it; else take nothing
+        and return the wait."""
         if self._updated is not None:
             elapsed = max(0.0, now - self._updated)
             self._tokens = min(float(self.burst), self._tokens + elapsed * self._rate)
@@ -156,15 +136,10 @@ def endpoint_label(method: str, path: str) -> str:
 
 
 class LimitedTransport(httpx.AsyncBaseTransport):
-    """An httpx transport that takes a :class:`RateLimiter` grant before every request.
-
-    Wrapping the transport (rather than the client's calls) covers every request the
-    client sends, including its own retries, and sees transport failures as well as
-    answers, which ``record`` receives as ``(label, status or None)``. With
-    ``settle_success`` a 2xx answer is recorded by :meth:`settle` instead (see the module
-    docstring). ``limiter`` may be ``None`` when the caller takes the grant itself: the
-    relay's API client does, before each attempt and outside the deadline of the exchange,
-    so that waiting for the budget never counts as the upstream being slow.
+    """An httpx transport that takes a :class:`RateLimiter` grant before every request
+    (retries included) and gives ``record`` each ``(label, status or None)``; with
+    ``settle_success`` a 2xx is recorded by :meth:`settle`. ``limiter=None``: the caller
+    takes the grant itself, outside the exchange's deadline (the relay's API client does).
     """
 
     def __init__(
@@ -209,11 +184,8 @@ class LimitedTransport(httpx.AsyncBaseTransport):
             await self._record(label, outcome)
 
     async def settle(self, response: httpx.Response, malformed: bool) -> None:
-        """Record a 2xx answer once its body was read: :data:`MALFORMED` or its status.
-
-        The API client's ``on_answer`` hook. An answer is recorded once, however often
-        this is called; answers the transport recorded itself are left alone.
-        """
+        """Record a 2xx answer once its body was read (:data:`MALFORMED` or its status): the
+        API client's ``on_answer`` hook; each answer is recorded once."""
         await self._finish(response.request, MALFORMED if malformed else response.status_code)
 
     async def aclose(self) -> None:

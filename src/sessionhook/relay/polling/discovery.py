@@ -160,12 +160,9 @@ class Discovery:
             self._scheduler.schedule(tracked, at, timer=last is not None)
 
     async def retry_pending(self, names: Sequence[str] | None = None) -> None:
-        """GET new sessions (``names``, or every pending one that is due) and announce
-        those that answer. A failure leaves the session pending with a backoff of its own
-        (honouring ``Retry-After``), so it neither fails nor slows the discovery pass.
-        After ``young_session`` seconds the list item is announced instead, so that a
-        session is never held back for long (its url and source come with the next fetch).
-        A rejected key (401) propagates: the whole pass failed.
+        """GET new sessions (``names``, or every pending one that is due) and announce those
+        that answer. A failure keeps the session pending with its own backoff; past
+        ``young_session`` seconds its list item is announced instead. A 401 propagates.
         """
         now = self._mono()
         if names is None:
@@ -234,9 +231,8 @@ class Discovery:
     # ------------------------------------------------------------------ the history
 
     def _is_history(self, listed: Session) -> bool:
-        """Whether a session seen for the first time is left to the history walk: it
-        existed before the first start (not backfilled) and is not working (a working
-        one is new work: announced and polled at once)."""
+        """Whether a session seen for the first time is left to the history walk: it existed
+        before the first start (not backfilled) and is not working."""
         return listed.state not in ACTIVE_STATES and self._archive.is_baseline(listed)
 
     def _record_history(self, listed: Session, now: float) -> None:
@@ -257,8 +253,7 @@ class Discovery:
             await self._flush_history()
 
     async def _flush_history(self) -> None:
-        """Write the batch of history sessions (one transaction) and queue them, newest
-        first, for the history walk."""
+        """Write the batch of history sessions (one transaction) and queue them, newest first."""
         batch, self._history_batch = self._history_batch, []
         if not batch:
             return
@@ -297,9 +292,8 @@ class Discovery:
     # ------------------------------------------------------------------ the list's head
 
     async def head_loop(self) -> None:
-        """List mode (and learning, see ``Scheduler.wants_head``): read the head of the list
-        every ``list_interval``, forever; working sessions whose ``updateTime`` moved are
-        polled at once (see :meth:`on_listed`)."""
+        """List mode (and learning): read the head of the list every ``list_interval``,
+        forever; working sessions whose ``updateTime`` moved are polled at once."""
         await self._state.first_pass_done.wait()
         errors = 0
         while True:
@@ -322,8 +316,8 @@ class Discovery:
             await anyio.sleep(max(0.0, wait - (self._mono() - started)))
 
     async def read_head(self) -> int:
-        """Read the first page(s) of the session list: down to the oldest working session
-        tracked, at most ``head_pages``. Returns the number of pages read."""
+        """Read the head of the session list, down to the oldest working session tracked, at
+        most ``head_pages``; the number of pages read."""
         await self._archive.load_epoch()
         await self._load_known()
         read_at = self._mono()

@@ -28,11 +28,8 @@ _log = get_logger()
 
 
 class Failures:
-    """Counts, delays and logs one account's upstream failures (see the module docstring).
-
-    ``rng`` spreads the backoff (injectable for tests); ``state.settings`` gives its base,
-    cap and the pace after a rejected key.
-    """
+    """Counts, delays and logs one account's upstream failures (see the module docstring);
+    ``rng`` spreads the backoff."""
 
     def __init__(self, state: PollState, *, rng: random.Random) -> None:
         self._state, self._metrics, self._account = state, state.metrics, state.account
@@ -41,7 +38,7 @@ class Failures:
     def count(self, loop: str, exc: ApiError) -> None:
         """Count one failure of ``loop`` (``session``, ``discovery``, ``announce``)."""
         if self._metrics is not None:
-            self._metrics.upstream_failed(loop, exc.kind)
+            self._metrics.upstream_failures.labels(loop=loop, kind=exc.kind).inc()
 
     def delay(
         self, exc: ApiError, errors: int, backoff: tuple[float, float] | None = None
@@ -58,8 +55,7 @@ class Failures:
         return delay
 
     def log(self, event: str, exc: ApiError, delay: float, **fields: object) -> None:
-        """Log a failure as ``event`` (a rejected key as ``upstream.unauthenticated``),
-        with the wait before the next try."""
+        """Log a failure as ``event`` (a 401 as ``upstream.unauthenticated``) with the wait."""
         fields["account"] = self._account
         if isinstance(exc, UnauthenticatedError):
             _log.error(

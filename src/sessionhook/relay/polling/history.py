@@ -1,18 +1,11 @@
 """The history walk: sessions that existed before the first start, archived in the
-background.
+background (``backfill = false``; docs/polling.md).
 
-With ``backfill = false`` the sessions found at the first start that are not working are
-not fetched by discovery: their list items are written in batches (one transaction per
-page) and queued here, newest first. The walk polls one at a time like any session (its
-activities, then the session itself: about two requests), and only
-
-* when no other session is due (new and working sessions always go first), and
-* at a pace that keeps it within ``history_share`` of ``requests_per_minute``.
-
-A session of the history whose ``updateTime`` or state moves is no longer history: the
-list schedules it like any other, and its poll archives it. Each archived session is marked
-in the store (``finish_history``), so a restart, even after ``kill -9``, resumes with what
-is left and fetches nothing twice. ``sessionhook status`` shows the progress.
+The sessions found idle at the first start are queued here, newest first, and polled one at
+a time only when no other session is due and within ``history_share`` of
+``requests_per_minute``. A session whose ``updateTime`` or state moves leaves the history for
+the ordinary schedule. Each archived one is marked in the store (``finish_history``), so a
+restart resumes with what is left.
 """
 
 from __future__ import annotations
@@ -38,11 +31,8 @@ _YIELD = 0.05
 
 
 class HistoryWalk:
-    """The background history walk and its queue; see the module docstring.
-
-    Discovery queues the sessions (:meth:`enqueue`); each is polled by ``sessions`` when
-    ``scheduler`` has nothing due.
-    """
+    """The background history walk and its queue: discovery queues the sessions
+    (:meth:`enqueue`), each polled when ``scheduler`` has nothing due."""
 
     def __init__(self, state: PollState, *, scheduler: Scheduler, sessions: SessionPoll) -> None:
         self._state, self._store, self._mono = state, state.store, state.monotonic

@@ -1,26 +1,10 @@
-"""Learning whether the server moves a session's ``updateTime`` when it gains an activity.
+"""Learning whether the server moves a session's ``updateTime`` when it gains an activity
+(docs/polling.md: ``list`` and ``timer`` modes).
 
-Where it does, one list page (100 sessions) tells which working sessions have something new,
-and polling the others is waste: the poller polls a working session's activities only when
-the list shows its ``updateTime`` moved (``list`` mode). Where it does not, only a timer
-finds new activities (``timer`` mode, the relay's original behaviour).
-
-The evidence: every activity poll that found new activities (not a session's first poll,
-where all its history is new) leaves a *check*: the newest activity's ``createTime`` and the
-``updateTime`` the previous poll covered. The next list read that began after that poll
-ended judges it: a listed ``updateTime`` that moved and is at or after that ``createTime``
-means "moved"; anything else "did not". Only the server's own timestamps are compared, so
-clock skew does not matter.
-
-:func:`judge` is the comparison, :class:`UpdateTimeLearning` the verdict (pure, no I/O):
-
-* one "did not" makes the verdict ``still`` at once: a server that stops moving
-  ``updateTime`` must not cost events, only the latency of the slow safety poll that found
-  it out;
-* ``LEARN_AFTER`` "moved" in a row (and no "did not" since) make it ``moves``.
-
-``poll.mode`` forces either mode (``list``, ``timer``) or lets the verdict pick (``auto``,
-starting in timer mode until the server has shown it moves ``updateTime``).
+Each activity poll that found new activities leaves a *check* (the newest ``createTime``,
+the ``updateTime`` covered); the next list read begun after it judges it by the server's own
+timestamps (:func:`judge`). One "did not" makes the verdict ``still`` at once;
+``LEARN_AFTER`` "moved" in a row make it ``moves`` (:class:`UpdateTimeLearning`, pure).
 """
 
 from __future__ import annotations
@@ -49,10 +33,7 @@ def judge(listed: str, newest_activity: datetime, before: str | None) -> bool | 
 
 @dataclass
 class UpdateTimeLearning:
-    """The verdict on the server, from the observations so far (see the module docstring).
-
-    ``verdict`` is ``None`` (not known yet), ``"moves"`` or ``"still"``.
-    """
+    """The verdict on the server so far: ``None`` (not known yet), ``"moves"`` or ``"still"``."""
 
     mode: str = "auto"
     verdict: str | None = None
@@ -61,8 +42,7 @@ class UpdateTimeLearning:
 
     @property
     def list_driven(self) -> bool:
-        """Whether working sessions are polled when the list shows them moving (not on a
-        timer)."""
+        """Whether working sessions are polled when the list shows them moving (not on a timer)."""
         if self.mode == "list":
             return True
         return self.mode == "auto" and self.verdict == "moves"

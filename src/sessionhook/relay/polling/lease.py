@@ -27,10 +27,7 @@ TAKEOVER_MARGIN = 0.05
 
 
 class PollerLease:
-    """One account's poller lease, held, kept or waited for (see the module docstring).
-
-    ``state`` gets the liveness a standby shows (heartbeat, the holder's last pass).
-    """
+    """One account's poller lease, held, kept or waited for (see the module docstring)."""
 
     def __init__(self, state: PollState) -> None:
         self._state, self._store, self._account = state, state.store, state.account
@@ -56,12 +53,9 @@ class PollerLease:
                 return
 
     async def standby(self) -> None:
-        """Wait until this replica can take the lease (its holder stopped or died).
-
-        Meanwhile the replica is ready (its dispatcher delivers) and its readiness follows
-        the holder's discovery (the store's ``last_ok_poll_at``). The lease is tried
-        every :data:`STANDBY_TRY` seconds (a third of it when shorter), and right when
-        its holder's lease runs out if that comes sooner."""
+        """Wait until this replica can take the lease (its holder stopped or died); meanwhile
+        it delivers and its readiness follows the holder's discovery. Tried every
+        :data:`STANDBY_TRY` seconds, and when the holder's lease runs out if sooner."""
         _log.info("poller.standby", account=self._account, lease=self.name)
         self._state.first_pass_done.set()
         while True:

@@ -1,12 +1,8 @@
 """The poller: one account's collaborators composed, run as loops or as one pass.
 
-:class:`Poller` builds, around one shared :class:`~.state.PollState`, the upstream
-failures' bookkeeping (:class:`~.failures.Failures`), the archive
-(:class:`~.archive.Archive`), the scheduler (:class:`~.scheduling.Scheduler`), one
-session's poll (:class:`~.session_poll.SessionPoll`), the history walk
-(:class:`~.history.HistoryWalk`) and the list readers (:class:`~.discovery.Discovery`),
-each given the state and the peers it calls. It runs their loops under the account's poller lease
-(:class:`~.lease.PollerLease`).
+:class:`Poller` builds the collaborators around one shared :class:`~.state.PollState`, each
+given the peers it calls, and runs their loops under the account's
+:class:`~.lease.PollerLease`. docs/polling.md ("Inside the poller") maps them.
 """
 
 from __future__ import annotations
@@ -42,10 +38,8 @@ _log = get_logger()
 class Poller:
     """Discovery plus the per-session scheduler; see the package docstring.
 
-    ``on_enqueued`` is called whenever an ingest enqueued deliveries (the dispatcher's
-    wake-up), ``on_ingested`` whenever an ingest archived events (the event streams'
-    wake-up). ``clock`` is wall time for the store's bookkeeping, ``monotonic`` drives the
-    schedule; both and ``rng`` (backoff jitter) are injectable for tests.
+    ``on_enqueued`` wakes the dispatcher, ``on_ingested`` the event streams. ``clock``
+    (wall), ``monotonic`` (the schedule) and ``rng`` are injectable for tests.
     """
 
     def __init__(
@@ -114,19 +108,8 @@ class Poller:
         return self.state.first_pass_done
 
     @property
-    def heartbeat(self) -> float:
-        """Monotonic time the loops last made progress (for the systemd watchdog)."""
-        return self.state.heartbeat
-
-    @property
-    def last_success(self) -> float | None:
-        """Wall time of the last complete discovery pass (readiness, poll lag)."""
-        return self.state.last_success
-
-    @property
     def list_driven(self) -> bool:
-        """Whether working sessions are polled when the list shows them move (list mode),
-        rather than every ``active_interval`` (timer mode)."""
+        """Whether working sessions are polled when the list shows them move (list mode)."""
         return self.scheduler.list_driven
 
     def due(self, now: float) -> list[str]:
@@ -138,15 +121,12 @@ class Poller:
         await self._discovery.discover()
 
     async def read_head(self) -> int:
-        """Read the first page(s) of the session list (see ``Discovery.read_head``);
-        returns the number of pages read."""
+        """Read the head of the session list (``Discovery.read_head``); the pages read."""
         return await self._discovery.read_head()
 
     async def run(self) -> None:
-        """Discovery and the scheduler, forever (until cancelled), while this replica holds
-        the account's poller lease (``poller:<account>``); on standby otherwise, taking it
-        over once its holder's lease expires. A store that is not a registered replica's
-        (tests, tools) polls without a lease."""
+        """Discovery and the scheduler, forever, while this replica holds the account's poller
+        lease; on standby otherwise. A store that is no registered replica's polls without one."""
         lease = self._lease
         registered = self._store.replica.replica_id is not None
         while True:
@@ -161,11 +141,8 @@ class Poller:
                 await self.scheduler.run(tg, self._sessions.poll)
 
     async def run_once(self, *, max_attempts: int = 4) -> OnceReport:
-        """One full pass: discovery, then every new, changed or working session polled.
-
-        Transient failures are retried up to ``max_attempts`` times each (honouring
-        backoff). A rejected API key ends the pass (``report.unauthenticated``).
-        """
+        """One full pass: discovery, then every new, changed or working session polled, each
+        transient failure retried up to ``max_attempts`` times; a 401 ends the pass."""
         report = OnceReport()
         for attempt in range(1, max_attempts + 1):
             try:
@@ -225,10 +202,8 @@ class Poller:
         return report
 
     async def poll_due(self) -> dict[str, str]:
-        """Poll every session due now, once, ``concurrency`` at a time (tests, tools).
-
-        Returns each polled session's outcome: ``ok``, ``retry``, ``gone`` or ``auth``.
-        """
+        """Poll every session due now, once (tests, tools); each one's outcome: ``ok``,
+        ``retry``, ``gone`` or ``auth``."""
         outcomes: dict[str, str] = {}
         limiter = anyio.CapacityLimiter(self.state.settings.concurrency)
 

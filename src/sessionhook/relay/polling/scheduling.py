@@ -20,11 +20,8 @@ _log = get_logger()
 
 
 class Scheduler:
-    """Due times of the tracked sessions (most overdue first), list or timer mode (the
-    learning's verdict), and the loop that starts the due polls.
-
-    ``monotonic`` drives the schedule (injectable for tests).
-    """
+    """Due times of the tracked sessions (most overdue first), list or timer mode, and the
+    loop that starts the due polls."""
 
     def __init__(self, state: PollState) -> None:
         self._state, self._store, self._mono = state, state.store, state.monotonic
@@ -104,14 +101,12 @@ class Scheduler:
 
     @property
     def list_driven(self) -> bool:
-        """Whether working sessions are polled when the list shows them move (list mode),
-        rather than every ``active_interval`` (timer mode)."""
+        """Whether working sessions are polled when the list shows them move (list mode)."""
         return self.learning.list_driven
 
     def active_interval(self, tracked: Tracked) -> float:
-        """How soon a working session is polled again without news from the list: the
-        slow safety poll in list mode (when the list's head showed it lately), else the
-        timer."""
+        """How soon a working session is polled again without news from the list: the safety
+        poll in list mode when the head showed it lately, else the timer."""
         s = self._state.settings
         if self.learning.list_driven and self._in_head(tracked):
             return s.safety_interval
@@ -124,9 +119,8 @@ class Scheduler:
         return seen is not None and self._mono() - seen <= limit
 
     def wants_head(self) -> bool:
-        """List mode reads the head of the list; so does ``auto`` before the verdict, while
-        some session works (its polls and these reads are the evidence: learned in seconds,
-        not at the next full pass)."""
+        """List mode reads the head of the list; so does ``auto`` before the verdict while some
+        session works (the evidence comes in seconds)."""
         learning = self.learning
         if learning.list_driven:
             return True
@@ -136,9 +130,7 @@ class Scheduler:
 
     def list_tells(self, tracked: Tracked) -> bool:
         """Whether the next change of the session's state shows in the list within about
-        ``list_interval``: its head is read (list mode, or learning) and showed it lately.
-        Then an activity that may come with a change needs no read of the session: the list
-        says when there is one to read."""
+        ``list_interval`` (its head is read and showed it lately): then no read is needed."""
         return self.wants_head() and self._in_head(tracked)
 
     def restore_verdict(self, verdict: str | None) -> None:

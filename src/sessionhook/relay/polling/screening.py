@@ -1,22 +1,11 @@
 """The session list's items, judged one by one before discovery tracks them.
 
-One bad item must not stop discovery for the whole account. The client already reads a
-page item by item when the page as a whole does not validate
-(:meth:`~sessionhook.api.client.SessionsClient.walk_sessions`): a session whose text is not
-Unicode (a lone surrogate, e.g. a title cut inside an emoji) comes back *mended*, each lone
-surrogate replaced by U+FFFD; an item that is no session at all comes back *invalid*. Here:
-
-* a mended session is tracked, archived and delivered like any other (holding it back
-  would hold back all of its activities); the first time it is met it is logged
-  (``discovery.session_repaired``, a warning naming the session and the fields) and
-  counted (``sessionhook_sessions_repaired_total``);
-* an item that is no session (``malformed``: no string ``name``, a field of the wrong type,
-  a ``name`` that is not Unicode) or whose ``name`` is not exactly ``sessions/<id>``
-  (``not_a_name``) is refused: not tracked, logged (``discovery.session_refused``, a warning
-  the first time), counted (``sessionhook_sessions_refused_total{reason}``). Once upstream
-  sends it sound, the next pass discovers it like any new session.
-
-"First time" is per process: every discovery pass lists every session again.
+One bad item must not stop discovery for the whole account. A session the client *mended*
+(lone surrogates replaced by U+FFFD) is tracked like any other, logged and counted the
+first time (``discovery.session_repaired``); an item that is no session (``malformed``) or
+whose ``name`` is not exactly ``sessions/<id>`` (``not_a_name``) is refused, logged and
+counted (``discovery.session_refused``), and discovered once upstream sends it sound.
+"First time" is per process.
 """
 
 from __future__ import annotations
@@ -63,7 +52,7 @@ class SessionScreen:
         # Counted once per session; warned once per set of fields (a GET may mend more of
         # the session than its list item showed: the prompt, a pull request's title).
         if self._first(("repaired", session.name, "")) and self._metrics is not None:
-            self._metrics.session_repaired()
+            self._metrics.sessions_repaired.inc()
         loud = self._first(("repaired", session.name, fields))
         (_log.warning if loud else _log.debug)(
             "discovery.session_repaired",
@@ -76,7 +65,7 @@ class SessionScreen:
     def _refuse(self, name: str, reason: str, detail: str) -> None:
         first = self._first(("refused", name, reason))
         if first and self._metrics is not None:
-            self._metrics.session_refused(reason)
+            self._metrics.sessions_refused.labels(reason=reason).inc()
         (_log.warning if first else _log.debug)(
             "discovery.session_refused",
             session=name[:200],

@@ -40,11 +40,8 @@ CLAIMED_RETRY = 1.0
 
 
 class SessionPoll:
-    """Polling one session; see the package docstring for the rules.
-
-    ``clock`` is wall time (the store's bookkeeping, the cursor's bound without a ``Date``
-    header), ``monotonic`` drives the schedule; both injectable for tests.
-    """
+    """Polling one session; docs/polling.md has the rules. ``clock`` is wall time,
+    ``monotonic`` drives the schedule."""
 
     def __init__(
         self,
@@ -275,14 +272,9 @@ class SessionPoll:
 
     def _read_after_walk(self, tracked: Tracked, row: SessionRow, *, ending: bool) -> None:
         """A walk found activities that may come with a change of the session (not progress
-        updates, most of them, which change neither its state nor its outputs: reading the
-        session after them would double the request count): read it now (``refresh``),
-        unless the list's head is read and shows the session, so that a change they came
-        with shows there within a ``list_interval`` and is read then (``untold``). The end
-        of a run (``ending``) is read at once all the same: the read costs what the list's
-        would, and a session resumed before the next list read would hide its completion.
-        A session's first poll and the history walk's keep the read (their copy is
-        discovery's)."""
+        updates): read it now (``refresh``), unless the list's head is read and shows the
+        session, where the change will show within a ``list_interval`` (``untold``). The end of
+        a run (``ending``) is read at once; a first poll and the history walk's keep the read."""
         if tracked.refresh:
             return
         told = row.last_polled_at is not None and not tracked.history and not ending
@@ -363,13 +355,10 @@ class SessionPoll:
         first_poll: bool,
     ) -> bool:
         """Announce what changed (:meth:`_session_changes`) and return ``True``; or, when
-        ``fresh`` shows a waiting or final state the archived copy did not, and the activity
-        behind it is not archived yet, wait for it: nothing is announced (nor archived: the
-        stored copy keeps the previous state, so a restart reads the session again), the
-        session is walked and read again soon (0.5 s, doubling), and ``False`` is returned.
-        After ``lifecycle_wait`` seconds the changes are announced without the activity.
-        (A session first seen in such a state is told at once: most are old, from a server
-        that did not record the activity, and waiting for each would stall the history.)"""
+        ``fresh`` shows a waiting or final state whose activity is not archived yet, announce
+        and archive nothing, walk the session again soon (0.5 s, doubling) and return ``False``,
+        until ``lifecycle_wait`` has passed. (A session first seen in such a state is told at
+        once: waiting for each would stall the history.)"""
         member = lifecycle.awaited_member(fresh.state)
         changed = fresh.state != row.state
         entered = first_poll or changed
@@ -410,12 +399,9 @@ class SessionPoll:
         entered: bool,
         activity: Activity | None,
     ) -> None:
-        """Compare the archived session with a fresh copy: a pull request not announced yet
-        (at a session's first poll: any) gives ``session.pull_request_opened``, a new state
-        ``session.state_changed``, in that order (a session opens its pull request, then
-        completes: a consumer that acts on COMPLETED has seen the pull request), then the
-        lifecycle event of the state (``activity``: the newest archived one behind it;
-        ``entered``: the session entered the state since it was last seen)."""
+        """Compare the archived session with a fresh copy: ``session.pull_request_opened`` for a
+        pull request not announced yet, then ``session.state_changed`` (so a consumer acting on
+        COMPLETED has seen the pull request), then the lifecycle event of the state."""
         found: list[events.Event] = []
         # Event ids make a repeat harmless, so the first poll can announce them all.
         announced = set() if first_poll else {pr.url for pr in row.to_session().pull_requests}
@@ -443,9 +429,8 @@ class SessionPoll:
             await self._archive.session_events(row.name, found, deliver=deliver)
 
     def _action_links(self, session: Session) -> ActionLinks | None:
-        """The signer of ``session``'s action links, when it waits for its user and the
-        relay makes links. A key file that cannot be read now (changed on disk since the
-        start) costs the links of this event, not the event: it is logged."""
+        """The signer of ``session``'s action links when it waits for its user; a key file that
+        cannot be read now costs this event its links (logged), not the event."""
         make = self._state.settings.action_links
         if make is None or lifecycle.awaited_member(session.state) not in _WAITS:
             return None

@@ -42,9 +42,7 @@ class PollSettings:
     discovery_interval: float = 10.0
     backfill: bool = False
     max_media_bytes: int = 262144
-    #: Session polls running at once. The request budget is the real bound; this only
-    #: caps tasks, and is large so that sessions whose upstream answers slowly hold their
-    #: own slot, not everybody's.
+    #: Session polls at once: a cap on tasks (the request budget is the real bound).
     concurrency: int = 32
     page_size: int = 100
     #: Backoff after an upstream failure: ``base * 2**(n-1)``, capped, +-20 % jitter.
@@ -52,45 +50,34 @@ class PollSettings:
     backoff_cap: float = 30.0
     #: The slower pace after the API key was rejected.
     unauthenticated_delay: float = 60.0
-    #: How far before the cursor the activity list is asked from (equal createTimes on a
-    #: page boundary, late commits); duplicates are dropped by name.
+    #: How far before the cursor the activity list is asked from (late commits).
     cursor_overlap: float = 1.0
     #: A 404 on a session first seen less recently than this means it was deleted.
     young_session: float = 30.0
-    #: Backoff (base, cap) of the one GET that announces a new session: short, since it
-    #: is asked once per session and everything about the session waits for it.
+    #: Backoff (base, cap) of the GET that announces a new session (its events wait).
     announce_backoff: tuple[float, float] = (0.25, 1.0)
-    #: Pages one walk (a session's activities, the session list) may take; one more
-    #: offered is a failure (runaway pagination), backed off like any other.
+    #: Pages one walk may take; one more offered is a failure (runaway pagination).
     max_pages: int = 200
-    #: How far past the service's clock (the ``Date`` header) the cursor may move. The
-    #: header counts whole seconds, so 1 s admits any activity created before the answer.
+    #: How far past the service's clock (the whole-second ``Date``) the cursor may move.
     clock_skew: float = 1.0
     #: The same against the local clock, for an answer without a ``Date`` header.
     unsynced_clock_skew: float = 60.0
-    #: ``auto``: learn whether the server moves ``updateTime`` on new activities (list
-    #: mode where it does, timer mode where it does not); ``list`` or ``timer`` force one.
+    #: ``auto`` (learn whether ``updateTime`` moves), ``list`` or ``timer``.
     mode: str = "auto"
-    #: List mode: how often the head of the session list (the newest sessions, down to the
-    #: oldest working one) is read.
+    #: List mode: how often the head of the session list is read.
     list_interval: float = 1.0
     #: List mode: pages of the head read at most (sessions deeper keep their timer).
     head_pages: int = 3
-    #: List mode: a working session is still polled this often even when the list shows
-    #: nothing new (a server that stops moving ``updateTime`` costs latency, not events).
+    #: List mode: a working session is still polled this often.
     safety_interval: float = 30.0
-    #: How long a session that shows a waiting or final state (``session.action_required``,
-    #: ``completed``, ``failed``) before the activity behind it is walked again for that
-    #: activity, so that the event carries it (the plan, the question, the reason); then
-    #: the event goes without it. Retries after 0.5 s, doubling.
+    #: How long a waiting or final state waits for the activity behind it (the plan, the
+    #: question) before its event goes without it.
     lifecycle_wait: float = 5.0
     #: Share of ``requests_per_minute`` the history walk may take (newest sessions first).
     history_share: float = 0.2
     #: The budget the history walk's share is of (``api.requests_per_minute``).
     requests_per_minute: int = 600
-    #: The signed links of ``session.action_required`` events, asked when one is built
-    #: (``[actions]``: the daemon's, which follows the config and the key file); ``None``
-    #: from it, or no callable: no links.
+    #: The signed links of ``session.action_required`` events (``None``: no links).
     action_links: Callable[[], ActionLinks | None] | None = None
 
     @classmethod
@@ -117,11 +104,8 @@ class PollSettings:
 
 
 def name_problem(name: str, session: str) -> str | None:
-    """Why an activity listed under ``session`` cannot be archived as such, or ``None``.
-
-    ``not_a_name`` unless ``name`` is exactly ``sessions/<id>/activities/<id>``;
-    ``foreign_name`` when it belongs to another session (pure).
-    """
+    """Why an activity listed under ``session`` cannot be archived as such: ``not_a_name``
+    (not exactly ``sessions/<id>/activities/<id>``), ``foreign_name``, or ``None``."""
     try:
         canonical = activity_name(name)
     except ValueError:
@@ -141,11 +125,8 @@ def backoff_delay(
     cap: float,
     rng: random.Random,
 ) -> float:
-    """Seconds to wait after the ``errors``-th consecutive failure (pure).
-
-    ``base * 2**(errors-1)`` capped at ``cap``, spread +-20 %; never less than the server's
-    ``Retry-After`` (which is honoured even above the cap).
-    """
+    """Seconds to wait after the ``errors``-th consecutive failure: ``base * 2**(errors-1)``
+    capped at ``cap``, +-20 %, never less than ``Retry-After`` (even above the cap)."""
     exponent = min(max(errors, 1) - 1, 32)
     delay = min(cap, base * 2.0**exponent) * rng.uniform(0.8, 1.2)
     if retry_after is not None and math.isfinite(retry_after):

@@ -1,19 +1,11 @@
 """The per-attempt delivery metrics, counted cheaply and exposed at scrape time.
 
-Every webhook attempt counts one ``sessionhook_deliveries_total{endpoint, outcome}`` and
-observes its duration in ``sessionhook_delivery_attempt_duration_seconds{endpoint}``: the
-dispatcher does that thousands of times a second on the event loop, the one thread that
-bounds deliveries/s. prometheus_client's ``Counter.inc`` + ``Histogram.observe`` (a lock per
-value, a Python loop over the buckets, exemplar checks) cost about 8 % of the loop's busy
-time per delivery on ``bench/dispatcher_cpu.py``; :class:`DeliveryStats` keeps plain
-numbers instead (one dict lookup, one ``bisect`` into the bucket counts) and turns them into
-exactly the samples those two prometheus_client families would show when the registry is
-collected (a scrape): same names, help, labels, bucket bounds, ``_created`` series (unless
-prometheus_client's created series are disabled), values and order.
-
-Updated from one thread (the event loop); a scrape from another thread reads numbers that
-are each whole (at worst one attempt behind in a family, as with prometheus_client's own
-per-value locks).
+``sessionhook_deliveries_total`` and ``sessionhook_delivery_attempt_duration_seconds`` are
+updated thousands of times a second on the event loop; prometheus_client's ``inc`` +
+``observe`` cost about 8 % of the loop's busy time per delivery (``bench/dispatcher_cpu.py``).
+:class:`DeliveryStats` keeps plain numbers and, when collected, yields exactly the samples
+those two families would show. Updated from the event loop only; a scrape from another
+thread reads numbers that are each whole.
 """
 
 from __future__ import annotations
@@ -45,9 +37,7 @@ class _Histogram:
 
 class DeliveryStats(Collector):
     """``{prefix}deliveries_total`` and ``{prefix}delivery_attempt_duration_seconds``
-    (``bounds``: the histogram's finite bucket bounds, ascending; ``+Inf`` is added), as
-    prometheus_client's ``Counter`` and ``Histogram`` with the same names would expose them.
-    """
+    (``bounds``: the finite bucket bounds, ascending) as prometheus_client would expose them."""
 
     def __init__(
         self,

@@ -1,24 +1,11 @@
-"""Structured logging for the daemon and the operator CLI.
+"""Structured logging for the daemon and the operator CLI: :func:`configure`.
 
-One call, :func:`configure`, sets structlog up for the whole process:
-
-* JSON lines when the output is not a terminal (journald and log shippers get one object per
-  line), a readable console rendering on a terminal; ``fmt`` forces either;
-* dotted event names (``relay.started``, ``delivery.failed``) with flat key/values, ids bound
-  through :mod:`structlog.contextvars`;
-* a redaction processor that runs on every event, after exceptions are rendered to text and
-  before the renderer, so nothing reaches the output unredacted. It masks the values of
-  sensitive keys (``api_key``, ``secret``, ``authorization``, ``token``...), scrubs every
-  string registered with :func:`register_secret` out of every value, wherever it hides
-  (a URL, an exception message, a traceback, a nested dict), and replaces the user-info of
-  every URL (``https://user:pw@host/``) with ``[redacted]``
-  (:func:`sessionhook.redact.redact_userinfo`);
-* records of the standard :mod:`logging` module (uvicorn, httpx, asyncio) are rendered by
-  the same chain, redaction included;
-* :class:`LineBudget` bounds the lines of one kind a second (the dispatcher's
-  ``delivery.succeeded``), counting the rest for one summary line.
-
-The daemon registers the API key and every endpoint secret at start (and again on reload).
+JSON lines when the output is not a terminal, a readable rendering on one; dotted event
+names with flat key/values, ids bound through :mod:`structlog.contextvars`. A redaction
+processor runs on every event before the renderer (the standard :mod:`logging` records of
+uvicorn, httpx and asyncio included): it masks sensitive keys, scrubs every string given
+to :func:`register_secret` from every value, and hides the user-info of URLs.
+:class:`LineBudget` bounds the lines of one kind a second, counting the rest for a summary.
 """
 
 from __future__ import annotations
@@ -94,11 +81,8 @@ class _SecretLike(Protocol):
 
 
 def register_secret(value: str | _SecretLike | None) -> None:
-    """Scrub ``value`` (a string or a pydantic ``SecretStr``) from every later log event.
-
-    A ``whsec_`` webhook secret also registers its bare base64 key. Empty and very short
-    values are ignored: they would mask innocent text without protecting anything.
-    """
+    """Scrub ``value`` from every later log event (a ``whsec_`` secret's bare key too); very
+    short values are ignored: they would mask innocent text."""
     if value is None:
         return
     raw = value if isinstance(value, str) else value.get_secret_value()
@@ -109,10 +93,8 @@ def register_secret(value: str | _SecretLike | None) -> None:
         for secret in candidates:
             if len(secret) >= _MIN_SECRET_LENGTH and secret not in _secrets:
                 _secrets.add(secret)
-                # Put in its place, in the list the scrubbing reads (not sorted again:
-                # thousands of endpoints created at run time register theirs one by one).
-                # A scrub reading the list meanwhile misses none it held: an insert only
-                # moves the later ones one place on.
+                # In place, not sorted again (thousands of run-time endpoints register one
+                # by one); a scrub reading meanwhile misses none it held.
                 bisect.insort(_secrets_sorted, secret, key=_longest_first)
 
 
@@ -185,12 +167,9 @@ def _shared_processors() -> list[Processor]:
 
 
 def configure(level: str = "info", fmt: str = "auto", stream: TextIO | None = None) -> None:
-    """Configure structlog (and the stdlib ``logging`` bridge) for this process.
-
-    ``level`` is one of :data:`LEVELS`; ``fmt`` is ``"auto"`` (JSON unless ``stream`` is a
-    terminal), ``"json"`` or ``"console"``; ``stream`` defaults to standard error, which
-    journald captures under systemd and which keeps standard output for command output.
-    Calling it again (a SIGHUP reload) replaces the previous configuration.
+    """Configure structlog (and the stdlib ``logging`` bridge) for this process; again on
+    a reload. ``fmt``: ``"auto"`` (JSON unless ``stream`` is a terminal), ``"json"`` or
+    ``"console"``; ``stream`` defaults to standard error.
     """
     try:
         threshold = LEVELS[level.lower()]
@@ -245,11 +224,7 @@ def _configure_stdlib(threshold: int, renderer: Processor, out: TextIO) -> None:
 
 
 def reset() -> None:
-    """Undo :func:`configure`: structlog defaults, our stdlib handler removed, no secrets.
-
-    For tests that configure logging for a run and must not leak the configuration (and
-    the captured stream it writes to) into the next test.
-    """
+    """Undo :func:`configure` (tests): structlog defaults, our handler removed, no secrets."""
     structlog.reset_defaults()
     _without_our_handler()
     clear_secrets()
@@ -265,11 +240,8 @@ def _without_our_handler() -> stdlib_logging.Logger:
 
 
 def get_logger(**initial: Any) -> FilteringBoundLogger:
-    """A structlog logger with ``initial`` key/values bound.
-
-    It is a lazy proxy: it follows a later :func:`configure` (a reload), so modules may
-    create their logger at import time.
-    """
+    """A structlog logger with ``initial`` bound; a lazy proxy that follows a later
+    :func:`configure`, so modules may create it at import time."""
     logger: FilteringBoundLogger = structlog.get_logger(**initial)
     return logger
 
@@ -278,12 +250,9 @@ class LineBudget:
     """At most ``per_second`` lines of one kind in each second; the others are counted by
     key (an endpoint) for one summary line per key once their second is over.
 
-    Why: a line costs the event loop about 25-45 us (processors, redaction, JSON, a write),
-    so a backlog delivered at 2,000 a second spent a tenth of the relay's CPU describing
-    successes, and journald's default rate limit (10,000 lines in 30 s per service) then
-    drops lines, the warnings among them. At everyday rates every line is written.
-
-    ``clock``: monotonic seconds (tests pass a fake one). Used from the event loop only.
+    A line costs the loop 25-45 us, so a backlog at 2,000 deliveries a second spent a tenth of
+    the CPU on success lines, and journald's rate limit then dropped the warnings too.
+    ``clock``: monotonic seconds. Used from the event loop only.
     """
 
     def __init__(self, per_second: int, clock: Callable[[], float] = time.monotonic) -> None:

@@ -1,16 +1,8 @@
 """Prometheus metrics of the relay, in a registry of their own.
 
-Each :class:`Metrics` owns a private :class:`~prometheus_client.CollectorRegistry` (never the
-process-global one), so two daemons in one test process, or a reload, never collide.
-
-Counters and the histogram are updated by the daemon as things happen, through the small
-methods below (``metrics.delivery_attempted("ci", "delivered", 0.21)``). The outbox gauges
-describe the database, not the process: :meth:`Metrics.refresh_outbox` sets them from
-``store.outbox.outbox_stats()``, and the health server calls the daemon's refresh hook on each
-scrape, so a scrape always shows the current depth.
-
-The families, their labels and what each means are listed in docs/operations.md ("Health and
-metrics"); the replica families describe the store too (every replica sharing it).
+Each :class:`Metrics` owns a private registry, so two daemons in one process, or a reload,
+never collide. The outbox gauges describe the database: :meth:`Metrics.refresh_outbox` sets
+them on each scrape. docs/operations.md ("Health and metrics") lists the families.
 """
 
 from __future__ import annotations
@@ -244,10 +236,7 @@ class Metrics:
             )
 
     def delivery_attempted(self, endpoint: str, outcome: str, duration_seconds: float) -> None:
-        """Record one POST: its outcome (``delivered``, ``retry``, ``dead``...) and duration.
-
-        An outcome of ``dead`` also counts a dead letter.
-        """
+        """Record one POST's outcome and duration (``dead`` also counts a dead letter)."""
         self._delivery_stats.attempted(endpoint, outcome, duration_seconds)
         if outcome == "dead":
             self.dead_letters.labels(endpoint=endpoint).inc()
@@ -256,10 +245,6 @@ class Metrics:
         """Record that the relay disabled ``endpoint`` (``reason`` is a short category)."""
         self.endpoint_disabled.labels(endpoint=endpoint, reason=reason).inc()
         self.endpoint_enabled.labels(endpoint=endpoint).set(0)
-
-    def store_write_failed(self, reason: str) -> None:
-        """Count one failed round of store writes (``reason``: ``full``, ``unwritable``)."""
-        self.store_write_failures.labels(reason=reason).inc()
 
     def upstream_request(self, endpoint: str, status: int | str | None) -> None:
         """Count a Sessions API request; ``status`` ``None`` means no answer (timeout...),
@@ -272,22 +257,6 @@ class Metrics:
             endpoint=endpoint,
             status=label,
         ).inc()
-
-    def upstream_failed(self, loop: str, kind: str) -> None:
-        """Count an upstream failure of ``loop`` by its kind (``ApiError.kind``)."""
-        self.upstream_failures.labels(loop=loop, kind=kind).inc()
-
-    def activity_refused(self, reason: str) -> None:
-        """Count an upstream activity refused for ``reason`` (first time it was met)."""
-        self.activities_refused.labels(reason=reason).inc()
-
-    def session_refused(self, reason: str) -> None:
-        """Count an item of the session list refused for ``reason`` (first time it was met)."""
-        self.sessions_refused.labels(reason=reason).inc()
-
-    def session_repaired(self) -> None:
-        """Count a session whose text was mended (first time it was met)."""
-        self.sessions_repaired.inc()
 
     def web_auth_failed(self, via: str) -> None:
         """Count a wrong token shown to the web layer (``bearer`` header or ``login`` form)."""
@@ -331,10 +300,6 @@ class Metrics:
         for name, on in enabled.items():
             self.endpoint_enabled.labels(endpoint=name).set(1 if on else 0)
 
-    def replica_heartbeat_late(self) -> None:
-        """Count one episode of this replica's heartbeat being later than its lease."""
-        self.replica_heartbeat_late_total.inc()
-
     def refresh_replicas(self, replicas: Iterable[ReplicaLike], now: float) -> None:
         """Set the replica families from ``store.leases.replicas()`` (stopped ones are left out)."""
         for gauge in (self.replica_heartbeat_age, self.replica_claims, self.lease_held):
@@ -358,10 +323,8 @@ class Metrics:
 
 
 def _child(cache: dict[_K, Counter], key: _K, family: Counter, **labels: str) -> Counter:
-    """``family.labels(**labels)``, kept in ``cache`` under ``key``: ``labels()`` per call was
-    about 5 % of the poller's CPU in a backfill. A child is the family's for good (never
-    removed from it); the cache is bounded anyway (cleared past 4,096 entries; label values
-    are few)."""
+    """``family.labels(**labels)``, cached under ``key`` (``labels()`` per call was 5 % of the
+    poller's CPU in a backfill); the cache is cleared past 4,096 entries."""
     child = cache.get(key)
     if child is None:
         if len(cache) >= 4096:

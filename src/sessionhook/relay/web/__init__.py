@@ -1,30 +1,12 @@
 """The daemon's web layer: one Starlette app on ``[server] listen``, built from a route table.
 
-:func:`create_app` assembles, in this order:
-
-1. the health routes (:mod:`sessionhook.relay.web.server`: ``/healthz``, ``/readyz``,
-   ``/metrics``, ``/openapi.json``), always, never authenticated;
-2. the pages behind signed action links (:mod:`.action_pages`, ``/actions/<token>``), public
-   unless ``actions.require_login`` (with the console off too, then without login);
-3. when the console is on (:attr:`ServerConfig.web_enabled`: a token, or
-   ``allow_unauthenticated`` on loopback): ``/login`` and ``/logout``
-   (:mod:`.login`) and the routes of every provider in :data:`ROUTE_PROVIDERS` (the event
-   stream, the console pages, the management API under ``/v1/``), each provider a function
-   ``(WebContext) -> routes``.
-
-Everything but the health routes and ``/login`` is behind :class:`.auth.AuthMiddleware`
-(deny by default: a new route is protected without saying so; POSTs need the CSRF token of
-:func:`.auth.csrf_field`). Every answer gets its security headers from
-:class:`.headers.SecurityHeaders` (every HTML page, ``/login`` included, the console's
-strict Content-Security-Policy; the rest, no framing). With the console off, only the
-health routes exist (anything else is 404) and ``web.console_off`` is logged once. A store
-that fails under a route (the PostgreSQL server down or restarting, a lost connection) is a
-503 and one ``web.store_failed`` log line, never a traceback.
-
-A route reaches the daemon only through :class:`.context.WebContext`
-(``request.app.state.web``, or the provider's closure): the store once it is open
-(``None`` before: answer 503), the current config, the metrics, the bell rung on every
-ingest, the clock, and the daemon's callables (readiness, gauges, test event, wake-up).
+:func:`create_app` assembles the health routes (:mod:`.server`, never authenticated), the
+pages behind signed action links (:mod:`.action_pages`), and, when the console is on,
+``/login`` (:mod:`.login`) and every provider of :data:`ROUTE_PROVIDERS` (the event stream,
+the console, the API), each a function ``(WebContext) -> routes``. All but the public routes
+are behind :class:`.auth.AuthMiddleware`; every answer gets :class:`.headers.SecurityHeaders`.
+A store that fails under a route is a 503 and one ``web.store_failed`` line. A route reaches
+the daemon only through :class:`.context.WebContext`.
 """
 
 from __future__ import annotations
@@ -117,9 +99,8 @@ def create_app(ctx: WebContext, *, providers: Sequence[RouteProvider] | None = N
 
 
 async def _store_failed(request: Request, exc: Exception) -> Response:
-    """A route's store read failed (PostgreSQL down or restarting, a lost connection, a
-    broken file): a 503 and one log line, never a traceback. Console pages get a page
-    saying so (the browser can simply reload), anything else a JSON error."""
+    """A route's store read failed: a 503 and one log line, never a traceback (a page for
+    the console, a JSON error elsewhere)."""
     text = str(exc).strip()
     error = redact_userinfo(text.splitlines()[0] if text else type(exc).__name__)
     _log.warning("web.store_failed", path=logged_path(request.url.path), error=error)

@@ -1,16 +1,11 @@
 """The pages behind signed action links (``[actions]``): ``/actions/<token>``.
 
-``GET`` (and ``HEAD``) shows the session's title and the plan's steps or the agent's
-question, with a confirm button or a reply box; it never changes anything (chat unfurlers,
-mail scanners and link previews fetch links). ``POST`` from that page performs
-(:func:`~sessionhook.relay.ops.actions.perform`): the form carries a token bound to the link
-(:func:`~sessionhook.relay.domain.action_links.form_token`), not the console's cookie, so a
-person who never logged in can act; with ``actions.require_login`` the console's login (and
-its CSRF token) is needed as well. A link that can do nothing (tampered, expired, used, its
-wait answered) gives a page that says so, and no upstream call.
-
-The routes are public (capabilities) unless ``require_login``: :func:`is_public_path`.
-Every answer is ``no-store`` and sends no referrer (the token is in the URL).
+``GET`` shows the plan or the question with a confirm button or a reply box and never
+changes anything (link previews fetch links). ``POST`` from that page performs
+(:func:`~sessionhook.relay.ops.actions.perform`) with a form token bound to the link, so a
+person who never logged in can act, unless ``actions.require_login``. A link that can do
+nothing gives a page that says so, and no upstream call. Every answer is ``no-store`` and
+sends no referrer (the token is in the URL).
 """
 
 from __future__ import annotations
@@ -193,9 +188,8 @@ def _heading(looked: Looked) -> str:
 async def perform_for_chat(
     ctx: WebContext, token: str, chat_user: str, text: str | None
 ) -> tuple[bool, str]:
-    """Act on a link ``token`` for a chat service's button (Slack's interactivity), as
-    ``chat_user``: ``(done, one line for the user)``. Bind it as a ``(token, chat_user,
-    text)`` callable: ``functools.partial(perform_for_chat, ctx)``."""
+    """Act on a link ``token`` for a chat service's button, as ``chat_user``: ``(done, one
+    line for the user)``; bind it with ``functools.partial(perform_for_chat, ctx)``."""
     store, act = ctx.store(), ctx.act
     if store is None or act is None or ctx.link_keys is None:
         return False, "the relay is starting: try again in a moment"

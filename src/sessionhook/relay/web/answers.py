@@ -13,10 +13,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from .. import ops as operator
 from ..domain.api_models import ApiError, ApiErrorDetail, ApiModel
 from ..domain.api_paths import OPERATIONS
+from ..ops.endpoint_edits import EndpointConflictError
+from ..store import StoreError
 
-__all__ = ["api_answer", "api_route", "error_response"]
+__all__ = ["api_answer", "api_route", "error_response", "refusal_status"]
 
 #: The canonical status names of the Sessions API's error bodies, by HTTP status.
 _STATUS_NAMES: Final[Mapping[int, str]] = {
@@ -46,6 +49,16 @@ def error_response(status: int, message: str, headers: Mapping[str, str] | None 
     return api_answer(
         ApiError(error=ApiErrorDetail(code=status, message=message, status=name)), status, headers
     )
+
+
+def refusal_status(exc: Exception) -> int:
+    """The HTTP status of an operator's refusal: 409 an endpoint of the config file or a
+    name taken, 404 no such endpoint, 503 a failing store, 400 anything else."""
+    if isinstance(exc, EndpointConflictError):
+        return 409
+    if isinstance(exc, operator.UnknownEndpointError):
+        return 404
+    return 503 if isinstance(exc, StoreError) else 400
 
 
 def api_route(

@@ -1,38 +1,21 @@
-"""Access control of the web layer: bearer token, login cookie, CSRF.
+"""Access control of the web layer: bearer token, login cookie, CSRF (docs/security.md).
 
-Everything on ``[server] listen`` except the public routes (``/healthz``, ``/readyz``,
-``/metrics``, ``/openapi.json``, ``/login``, ``/login.css``, and Slack's interactivity
-``/v1/integrations/slack/interactions``, which checks Slack's signature) goes through
-:class:`AuthMiddleware`, deny by default: a route added to the table is protected without
-saying so.
+Everything on ``[server] listen`` but the public routes (health, ``/openapi.json``,
+``/login``, Slack's signed interactivity) goes through :class:`AuthMiddleware`, deny by
+default: a route added to the table is protected without saying so.
 
-Who may pass
-    * ``Authorization: Bearer <token>`` with the configured token (``server.token_env`` /
-      ``server.token_file``), compared in constant time. For scripts and
-      ``sessionhook events --follow --url``. A request authenticated this way needs no CSRF
-      token: browsers never attach that header on their own.
-    * The session cookie :data:`COOKIE` that ``POST /login`` sets after checking the token:
-      ``v1.<issued>.<nonce>.<mac>``, an HMAC under a key derived from the token, valid for
-      :data:`SESSION_LIFETIME` seconds. It is stateless, so it survives a restart and works on
-      every replica sharing the token; changing the token logs everybody out. ``HttpOnly``,
-      ``SameSite=Strict``, ``Secure`` when the request came over https (a plain-http cookie
-      marked Secure would never come back).
-    * Nobody needs a token when ``server.allow_unauthenticated`` is set (config validation
-      allows it on a loopback ``listen`` only): each browser gets an anonymous session cookie
-      so that its forms still carry a CSRF token, and the ``Host`` header must name a
-      loopback host (a DNS-rebinding page cannot reach the console).
+* ``Authorization: Bearer <token>``, compared in constant time; needs no CSRF token.
+* The stateless session cookie :data:`COOKIE` that ``POST /login`` sets:
+  ``v1.<issued>.<nonce>.<mac>`` under a key derived from the token, valid for
+  :data:`SESSION_LIFETIME` seconds (changing the token logs everybody out).
+* ``server.allow_unauthenticated`` (loopback only): an anonymous session cookie, so forms
+  still carry a CSRF token, and the ``Host`` header must name a loopback host.
 
-What fails
-    A missing or expired credential is 401 (``WWW-Authenticate: Bearer``), or a redirect to
-    ``/login`` for a browser asking for HTML. A WRONG token (bearer or login form) is 401 and
-    one log line ``web.auth_failed`` with the client address and the path, never the token.
-
-CSRF
-    Every request other than GET/HEAD/OPTIONS from a cookie session must carry the session's
-    CSRF token (:func:`csrf_token`) in the form field :data:`CSRF_FIELD` or the header
-    :data:`CSRF_HEADER`; else 403 and ``web.csrf_failed``. The token is an HMAC of the
-    session's nonce: bound to that login, useless to another. Forms are read here (at most
-    :data:`MAX_FORM_BYTES`, url-encoded) and replayed to the route unchanged.
+A missing or expired credential is 401 (or a redirect to ``/login`` for a browser); a wrong
+token is also one ``web.auth_failed`` line, never the token. A cookie session's request
+other than GET/HEAD/OPTIONS must carry its CSRF token (:func:`csrf_token`, an HMAC of the
+session's nonce) in :data:`CSRF_FIELD` or :data:`CSRF_HEADER`, else 403. Forms are read
+here (at most :data:`MAX_FORM_BYTES`) and replayed to the route unchanged.
 """
 
 from __future__ import annotations
@@ -114,8 +97,7 @@ def _b64(data: bytes) -> str:
 
 
 class WebAuth:
-    """The credentials of one web app: the token (``None`` when not required) and the
-    cookie key derived from it."""
+    """The credentials of one web app: the token (``None``: not required), the cookie key."""
 
     def __init__(
         self,
@@ -179,9 +161,8 @@ def logged_path(path: str) -> str:
 
 
 def client_address(scope: Scope) -> str:
-    """The client's address of a request, for log lines and the actions' record: its TCP
-    peer, or what a trusted reverse proxy forwarded (``server.trusted_proxies``). A
-    forwarded value that is not an IP address is not passed on as one."""
+    """The client's address for log lines and the actions' record: the TCP peer, or what a
+    trusted proxy forwarded (only when it is an IP address)."""
     client = scope.get("client")
     if not client:
         return "unknown"

@@ -37,11 +37,8 @@ PerformLink = Callable[[str, str, str | None], Awaitable[tuple[bool, str]]]
 
 @dataclass
 class WebContext:
-    """What web routes may use of the daemon.
-
-    ``store`` returns the store once it is open (``None`` before: routes answer 503);
-    ``config`` the current config; ``bell`` is rung on every ingest.
-    """
+    """What web routes may use of the daemon; ``store`` returns ``None`` until the store is
+    open (routes answer 503)."""
 
     config: Callable[[], Config]
     store: Callable[[], AsyncStore | None]
@@ -57,8 +54,6 @@ class WebContext:
     store_facts: Mapping[str, str] | None = None
     #: What the store's engine raises for a database problem: a route failing with one of
     #: these (or :class:`~sessionhook.relay.store.StoreError`) is a 503, never a traceback.
-    #: Named before the store is open (the app is built first): the daemon passes its
-    #: configured engine's (:func:`~sessionhook.relay.store.database_errors`).
     store_errors: tuple[type[Exception], ...] = field(default_factory=database_errors)
     #: The console's actions: send endpoint NAME a signed test event now (``None``: not
     #: available), and wake the dispatcher after a replay or an endpoint enabled.
@@ -70,9 +65,7 @@ class WebContext:
     #: The action-link keys (``[actions]``): the pages behind the links verify with them;
     #: ``None``: the pages answer 404.
     link_keys: LinkKeys | None = None
-    #: Acts on an action link's token for a Slack button; ``None``: the action pages'
-    #: ``perform_for_chat`` over this context (the real ``ops.actions.perform``; tests put a
-    #: recording stand-in here).
+    #: Acts on an action link's token for a Slack button; ``None``: ``perform_for_chat``.
     perform_link: PerformLink | None = None
 
 

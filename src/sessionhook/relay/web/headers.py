@@ -1,19 +1,10 @@
-"""The security headers of the web layer, set in one place.
+"""The security headers of the web layer, set in one place: :class:`SecurityHeaders`.
 
-:class:`SecurityHeaders`, the outermost middleware of the daemon's web app when the console
-is on, adds to each answer the headers it did not set itself:
-
-* to every HTML page (``text/html``: the console's pages, ``/login``, error pages):
-  :data:`SECURITY_HEADERS`, a strict Content-Security-Policy (:data:`CSP`: scripts, styles
-  and images from this server only, no inline script, forms posted here only, no framing),
-  no MIME sniffing, the referrer kept to this origin, no caching;
-* to every other answer: :data:`FRAMING`, no other site may frame it (a click on a framed
-  "disable" button would carry the cookie and a valid CSRF token; only framing stops it).
-
-Answers that are not pages (the console's redirects and live feed) may pass
-:data:`SECURITY_HEADERS` themselves. An answer that shows a secret (the console's page of a
-new endpoint secret, the API's ``POST /v1/endpoints`` and ``:rotateSecret``) adds
-:data:`SECRET_HEADERS`: no cache, no proxy nor browser, keeps a copy.
+The outermost middleware adds what an answer did not set itself: to every HTML page
+:data:`SECURITY_HEADERS` (the strict :data:`CSP`, no sniffing, same-origin referrer, no
+caching); to every other answer :data:`FRAMING` (a framed "disable" button would carry the
+cookie and a valid CSRF token: only forbidding framing stops it). An answer that shows a
+secret adds :data:`SECRET_HEADERS` (no copy kept anywhere).
 """
 
 from __future__ import annotations

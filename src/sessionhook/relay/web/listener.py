@@ -1,49 +1,20 @@
 """Bounds of the daemon's listener (``[server] listen``): how many sockets, how long to ask.
 
-Anyone who can connect holds sockets open before any token is checked, and each one is a
-file descriptor of the daemon, taken from the one open-files limit the whole process
-shares with its webhook connections, its upstream polls, its name lookups and its store.
-A listener that accepts whatever comes (uvicorn's, asyncio's ``create_server``) lets idle
-sockets use that limit up: then ``accept()`` fails with ``EMFILE``, and so does every
-delivery (dead-lettered once its retries run out). So the listener keeps its own share:
+Every socket is a descriptor from the limit the process shares with its deliveries, polls
+and store, so the listener keeps its own share (docs/security.md has the table):
 
-* **At most** ``max_connections`` **connections at once.** :class:`ConnectionGuard`'s accept
-  loop stops calling ``accept()`` while that many are open; more wait in the kernel's listen
-  queue (no descriptor of the daemon) and beyond it are refused by the kernel.
-  ``web.connections_full`` is logged, at most once a minute.
-* **A complete request within** ``request_timeout`` **seconds**, headers and body, counted
-  from the connection's opening or from its previous answer (keep-alive). A connection
-  that sends less (an idle socket, a slow drip) is closed: reason ``request_timeout``.
-* **A close that cannot finish** because the peer reads nothing (an answer stuck in the
-  socket's buffer, which asyncio would keep until the peer reads it) becomes an abort
-  after the same time: reason ``stuck_close``.
-* **An answer's bytes held for a peer that reads slowly**: at most about
-  :data:`WRITE_BUFFER_BYTES` plus one write, the transport's high-water mark, which holds
-  the app's next write back (a streamed answer's writes are pieces of 64 KiB at most).
+* at most ``max_connections`` at once: :class:`ConnectionGuard`'s accept loop stops calling
+  ``accept()`` at the cap (the rest wait in the kernel's listen queue);
+* a complete request within ``request_timeout`` of opening or of the previous answer, else
+  closed (``request_timeout``); a close the peer never lets finish becomes an abort
+  (``stuck_close``);
+* about :data:`WRITE_BUFFER_BYTES` held for a slow reader (the transport's high-water mark).
 
-Closed connections are counted by reason (``sessionhook_web_connections_closed_total``) and
-logged with their count (``web.connections_closed``) at most once a minute; the open ones
-are the gauge ``sessionhook_web_connections``. An ``accept()`` that fails (the process out
-of descriptors for another reason) is logged at most once a minute and retried a second
-later, never in a loop.
-
-:func:`raise_files_limit` lifts the process's soft open-files limit to its hard limit (the
-soft one is 1,024 by default whatever the hard one), and :func:`check_files_limit` refuses
-a ``max_connections`` above half of what is left.
-
-**A stop** (:func:`serve_socket` cancelled) closes the listening socket, then tells the
-app: every request finds an :class:`anyio.Event` in its ASGI scope (:func:`server_closing`),
-set now, on which long answers (the event streams, the console's live feed) end their body
-properly, so that their consumers see the end and reconnect later. The listener waits up to
-:data:`CLOSING_GRACE` seconds for the answers in flight, aborts the connections whose peer
-has not taken what was written (the last chunk of a stream nobody reads would wait
-forever), then lets uvicorn close the rest: requests still running get
-``graceful_shutdown`` seconds.
-
-The HTTP parsing is uvicorn's h11 protocol, subclassed (a private class: pyproject.toml
-allows only the uvicorn versions tested, docs/web.md says why); :class:`ConnectionGuard`
-watches each connection's h11 state (a request is complete once the client's side is
-``DONE``).
+**A stop** (:func:`serve_socket` cancelled) closes the listening socket and sets the event
+:func:`server_closing` finds in each request's scope, on which long answers end their body;
+after :data:`CLOSING_GRACE` seconds the connections whose peer took nothing are aborted and
+uvicorn closes the rest. The HTTP parsing is uvicorn's h11 protocol, subclassed (a private
+class: pyproject.toml pins the uvicorn versions tested).
 """
 
 from __future__ import annotations
@@ -100,9 +71,8 @@ _log = get_logger()
 
 
 def server_closing(scope: Mapping[str, Any]) -> anyio.Event:
-    """The signal set when the server serving this request (``scope``) begins to stop: a
-    long answer ends its body on it. An app called otherwise (an ASGI transport in tests)
-    gets an event nobody sets."""
+    """The signal set when the server serving ``scope`` begins to stop (a long answer ends
+    its body on it); an event nobody sets for an app called otherwise."""
     closing = (scope.get("state") or {}).get(_CLOSING)
     return closing if isinstance(closing, anyio.Event) else anyio.Event()
 
@@ -166,11 +136,8 @@ class _Throttled:
 
 
 class ConnectionGuard:
-    """The open connections of one listener, and their bounds (see the module docstring).
-
-    Run :meth:`accept` and :meth:`sweep` as tasks; :meth:`protocol` builds the protocol of
-    each accepted connection.
-    """
+    """The open connections of one listener and their bounds: run :meth:`accept` and
+    :meth:`sweep` as tasks; :meth:`protocol` builds each connection's protocol."""
 
     def __init__(self, limits: ConnectionLimits, metrics: Metrics | None = None) -> None:
         self.limits = limits
@@ -351,15 +318,9 @@ async def serve_socket(
     task_status: anyio.abc.TaskStatus[tuple[str, int]] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` on the listening ``sock`` within ``limits`` until cancelled
-    (``task_status.started`` gets the bound host and port); then close ``sock``, set the
-    requests' :func:`server_closing` signal, end the connections as the module says and
-    let requests still running finish for ``graceful_shutdown`` seconds. uvicorn installs
-    no signal handler, runs no lifespan, configures no logging and speaks no WebSocket (an
-    upgrade would take a connection out of the guard's sight).
-
-    ``X-Forwarded-For`` and ``X-Forwarded-Proto`` count only from ``trusted_proxies``
-    (``server.trusted_proxies``), never from uvicorn's ``FORWARDED_ALLOW_IPS`` variable;
-    none: every request is its TCP peer's.
+    (``task_status.started`` gets the bound host and port), then stop as the module says.
+    uvicorn speaks no WebSocket here (an upgrade would leave the guard's sight).
+    ``X-Forwarded-For`` and ``-Proto`` count only from ``trusted_proxies``.
     """
     config = uvicorn.Config(
         app,

@@ -1,12 +1,9 @@
 """``/login`` and ``/logout``: trade the bearer token for a session cookie, and back.
 
-``GET /login`` shows a one-field form, styled by ``/login.css`` (public: the console's
-assets need a login), with the console's security headers (:mod:`.headers`).
-``POST /login`` (form field ``token``, optional ``next``) checks the token in constant time:
-right, it sets the cookie (:mod:`.auth`) and redirects (303) to ``next`` (a local path
-only); wrong, it answers 401 with the form again and logs ``web.auth_failed``.
-``POST /logout`` (a protected route: cookie + CSRF token) deletes the cookie and redirects
-to ``/login``. Without a token (``allow_unauthenticated``) ``/login`` just redirects.
+``POST /login`` (``token``, optional ``next``) checks the token in constant time: right, it
+sets the cookie (:mod:`.auth`) and redirects to ``next`` (a local path only); wrong, a 401
+with the form again and ``web.auth_failed``. ``POST /logout`` deletes the cookie. Without a
+token (``allow_unauthenticated``) ``/login`` just redirects.
 """
 
 from __future__ import annotations
@@ -67,8 +64,7 @@ def login_page(next_path: str, error: str | None = None, status_code: int = 200)
 
 
 def login_routes(auth: WebAuth) -> list[BaseRoute]:
-    """``/login`` (GET, POST; public), its stylesheet ``/login.css`` (public) and
-    ``/logout`` (POST; protected)."""
+    """``/login`` and ``/login.css`` (public) and ``/logout`` (POST; protected)."""
 
     async def login_form(request: Request) -> Response:
         next_path = request.query_params.get("next", "/")

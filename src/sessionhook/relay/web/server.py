@@ -1,23 +1,11 @@
-"""The daemon's small HTTP server: ``/healthz``, ``/readyz`` and ``/metrics``.
+"""The daemon's small HTTP server: ``/healthz``, ``/readyz``, ``/openapi.json``, ``/metrics``.
 
-Enabled by ``[server] listen = "127.0.0.1:9187"`` (off when absent).
-
-* ``/healthz`` answers 200 while the event loop runs: the process is alive.
-* ``/readyz`` asks the daemon's readiness check and answers 200 ``{"ready": true}`` or 503
-  with the reasons (the store is full or not writable, the last successful upstream poll is
-  older than the bound...). It answers from the start, also while a full disk keeps the
-  store from opening. The daemon's answer also names its store (``"store": {"backend":
-  "postgresql", "database": "postgresql://...@host:5432/relay"}``, never a password).
-  :func:`check_ready` builds that answer from plain facts.
-* ``/openapi.json`` is the webhook contract: an OpenAPI 3.1 document whose ``webhooks``
-  describe every event type's body (:mod:`sessionhook.relay.domain.contract`).
-* ``/metrics`` runs the daemon's refresh hook (outbox gauges come from the database) and
-  renders :class:`~sessionhook.relay.telemetry.metrics.Metrics` in the Prometheus text format.
-
-:func:`serve` runs uvicorn inside the caller's task group, behind the connection bounds of
-:mod:`sessionhook.relay.web.listener`. uvicorn installs no signal handlers (the daemon owns
-signals), runs no lifespan and configures no logging (records go through
-:mod:`sessionhook.relay.telemetry.logs`). uvicorn is asyncio-only, like the daemon.
+``/healthz`` is 200 while the event loop runs; ``/readyz`` is 200 or 503 with the reasons
+(:func:`check_ready`) and names the store (never a password), answering from the start;
+``/openapi.json`` is the webhook contract (:mod:`sessionhook.relay.domain.contract`);
+``/metrics`` refreshes the outbox gauges and renders the Prometheus text. :func:`serve` runs
+uvicorn in the caller's task group behind :mod:`sessionhook.relay.web.listener`'s bounds,
+with no signal handlers, lifespan or logging of its own.
 """
 
 from __future__ import annotations
@@ -80,10 +68,8 @@ def check_ready(
 ) -> tuple[bool, list[str]]:
     """Readiness from facts the daemon has at hand; pure.
 
-    Ready when the store is writable and the last successful upstream poll is at most
-    ``max_poll_age`` seconds old. Before the first success, a daemon that started less than
-    ``max_poll_age`` ago (``started_at``) is still given the benefit of the doubt.
-    ``store_problem`` says why the store is not writable (``store is full, ...``).
+    Ready when the store is writable (``store_problem`` says why not) and the last successful
+    upstream poll is at most ``max_poll_age`` old, or the daemon started less than that ago.
     """
     reasons: list[str] = []
     if not store_writable:
@@ -107,8 +93,7 @@ def create_app(
     before_scrape: ScrapeHook | None = None,
     store: Mapping[str, str] | None = None,
 ) -> Starlette:
-    """A Starlette app serving only the routes above (the daemon serves them inside
-    :func:`sessionhook.relay.web.create_app`, beside the console)."""
+    """A Starlette app serving only the routes above (the daemon serves them beside the console)."""
     return Starlette(
         routes=health_routes(
             metrics=metrics, readiness=readiness, before_scrape=before_scrape, store=store
@@ -188,15 +173,10 @@ async def serve(
     metrics: Metrics | None = None,
     trusted_proxies: Sequence[str] = DEFAULT_TRUSTED_PROXIES,
 ) -> None:
-    """Serve ``app`` on ``listen`` until cancelled; use with ``task_group.start``.
-
-    ``task_status.started`` receives the bound ``(host, port)`` (the real port when
-    ``listen`` asks for port 0). ``limits`` bound the connections (default: the defaults of
-    ``server.max_connections`` and ``server.request_timeout``;
-    :mod:`sessionhook.relay.web.listener`), counted in ``metrics`` when given; forwarded
-    headers count from ``trusted_proxies`` only (:func:`.listener.serve_socket`). Cancelling the
-    caller's scope shuts the server down: it stops accepting, lets in-flight requests
-    finish for ``graceful_shutdown`` seconds, and closes the socket.
+    """Serve ``app`` on ``listen`` until cancelled; use with ``task_group.start``
+    (``task_status.started`` receives the bound ``(host, port)``). ``limits`` bound the
+    connections (default: ``[server]``'s defaults), forwarded headers count from
+    ``trusted_proxies`` only (:func:`.listener.serve_socket`).
     """
     host, port = parse_listen(listen)
     try:

@@ -1,37 +1,17 @@
 """``GET /v1/events/stream``: the archived events as Server-Sent Events, live, resumable.
 
-For consumers that cannot expose a URL (a laptop, a CI runner behind NAT) and for the
-console's live view. Each event is one SSE message::
+One SSE message per event (``id`` = webhook-id, ``event`` = type, ``data`` = the body a
+default webhook gets); filters ``type=GLOB`` (repeatable) and ``session=``; docs/stream.md
+is the reference. Without a position the stream starts at the newest event;
+``Last-Event-ID`` (or ``?last_event_id=``) resumes right after that event, and an unknown id
+is a 400. New events arrive when the :class:`.bell.Bell` rings, and within
+:data:`POLL_SECONDS` in any case; a comment every :data:`HEARTBEAT_SECONDS` keeps proxies
+from closing an idle stream.
 
-    id: <webhook-id>            the same id the webhook's ``webhook-id`` header carries
-    event: <event type>         e.g. session.completed
-    data: <event body>          the exact bytes a default (format = "json") webhook gets
-
-Query: ``type=GLOB`` (repeatable, fnmatch: ``session.*``; any one matches) and
-``session=sessions/...``. Without a position the stream starts at the newest event (only
-what comes next); ``Last-Event-ID: <webhook-id>`` (the header a browser's EventSource sends
-when it reconnects, or ``?last_event_id=``; the header wins) resumes right after that event
-in the events table's order: nothing missed, nothing repeated. An unknown id is a 400, never
-a silent restart.
-
-New events arrive at once when this daemon archives them (the :class:`.bell.Bell`), at
-once too when another replica on a shared PostgreSQL store queued their deliveries (its
-notification rings the bell), and within :data:`POLL_SECONDS` in any case. A
-comment line every :data:`HEARTBEAT_SECONDS` keeps proxies from closing an idle stream.
-
-Bounded by bytes, end to end, not by a count of events: events are read from the store
-from a cursor, at most :data:`BATCH` and at most :data:`PAGE_BYTES` of bodies at a time (one
-event at least; the store keeps no copy of them, :mod:`..store.bodies`); each is formatted
-as it is written, in pieces of at most :data:`WRITE_BYTES` (small events together, a big one
-cut, never copied whole); uvicorn waits before each write while the connection's transport
-holds more than :data:`.listener.WRITE_BUFFER_BYTES`. So a stream holds at most
-``PAGE_BYTES`` plus one event plus a few pieces, whatever its consumer does: one that reads
-slowly holds back its own cursor, never the relay's memory; one that reads nothing for
-:data:`SEND_TIMEOUT` seconds is dropped (``stream.stalled``).
-
-When the server stops (:func:`.listener.server_closing`), or a store read fails, the stream
-ends its body properly (the last chunk) and the consumer reconnects with ``Last-Event-ID``.
-At most ``server.max_streams`` streams at once; one more is a 503 with ``Retry-After``.
+Bounded by bytes: at most :data:`BATCH` events and :data:`PAGE_BYTES` of bodies are read at a
+time, written in pieces of at most :data:`WRITE_BYTES`, and a consumer that takes nothing for
+:data:`SEND_TIMEOUT` seconds is dropped (``stream.stalled``). A server stop or a failed
+store read ends the body properly; past ``server.max_streams`` the answer is a 503.
 """
 
 from __future__ import annotations
@@ -87,9 +67,8 @@ _log = get_logger()
 
 
 def message_pieces(row: EventRow) -> Iterator[bytes]:
-    """One SSE message (``id`` = webhook-id, ``event`` = type, ``data`` = the body's lines)
-    in pieces of at most :data:`WRITE_BYTES`, made as they are written: a big body is
-    never copied whole. The body's bytes go as they are (UTF-8 JSON)."""
+    """One SSE message (``id``, ``event``, ``data`` lines) in pieces of at most
+    :data:`WRITE_BYTES`, made as they are written: a big body is never copied whole."""
     head = f"id: {row.id}\nevent: {row.type}\ndata: ".encode()
     body = row.body
     if len(body) <= WRITE_BYTES:  # the usual event: one piece, if its lines allow

@@ -1,15 +1,9 @@
 """What every route of the management API shares: its errors, its JSON bodies, its pages.
 
-Errors have the Sessions API's shape, ``{"error": {"code": 400, "message": "...", "status":
-"INVALID_ARGUMENT"}}``, with a one-line message: a route raises :class:`ApiProblem` (or one
-of the helpers below) and the app's handler answers it. Bodies are JSON objects of at most
-:data:`MAX_BODY_BYTES`, validated by a model of :mod:`...domain.api_models` (a wrong field
-is a 400 naming it). Lists are pages: ``pageSize`` (1 to :data:`MAX_PAGE_SIZE`) and an
-opaque ``pageToken``; an answer (:func:`page_answer`) carries ``nextPageToken`` only when
-there is more. Every query parameter is read
-through :func:`query_text`, the one bounded reader: longer than its bound (a filter
-:data:`MAX_FILTER` characters, a page token :data:`MAX_PAGE_TOKEN`) is a 400 naming the
-parameter, before anything else looks at it.
+Errors have the Sessions API's shape with a one-line message (:class:`ApiProblem`). Bodies
+are JSON objects of at most :data:`MAX_BODY_BYTES`, validated by a model of
+:mod:`...domain.api_models`. Pages take ``pageSize`` and an opaque ``pageToken``. Every
+query parameter is read through :func:`query_text`, the one bounded reader.
 """
 
 from __future__ import annotations
@@ -165,8 +159,7 @@ def page_request(request: Request, *, default: int = DEFAULT_PAGE_SIZE) -> PageR
 
 
 def page_answer(page: type[P], items: Sequence[Any], after: str | None) -> P:
-    """A ``page`` of ``items`` (its first field) and, when ``after`` names where the next
-    page starts, ``nextPageToken``."""
+    """A ``page`` of ``items`` (its first field), with ``nextPageToken`` when ``after`` is given."""
     answer: dict[str, Any] = {next(iter(page.model_fields)): list(items)}
     if after is not None:
         token = base64.urlsafe_b64encode(f"p:{after}".encode()).decode("ascii").rstrip("=")

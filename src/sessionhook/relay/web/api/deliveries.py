@@ -1,16 +1,9 @@
 """``/v1/deliveries``: the delivery log, one delivery with its attempts, retry now, recover.
 
-* ``GET /v1/deliveries``: newest first; filters ``endpoint``, ``status``, ``session``
-  (``sessions/…``), ``event`` (the webhook-id); pages.
-* ``GET /v1/deliveries/{id}``: the delivery and every attempt.
-* ``POST /v1/deliveries/{id}:retry``: due now (a failed or dead one re-opened), the same
-  webhook-id and body; 409 for a delivered one.
-* ``POST /v1/deliveries:recover``, body ``{"endpoint", "since"}``: every failed or dead
-  delivery of the endpoint whose event happened since then, due now; the answer says how
-  many, and why none when none.
-
-Custom methods are spelled as the Sessions API spells them (``:retry``, ``:recover``). A
-retry or a recovery wakes the dispatcher (``ctx.wake``): it goes out at once.
+``GET /v1/deliveries`` (newest first; filters ``endpoint``, ``status``, ``session``,
+``event``), ``GET /v1/deliveries/{id}``, ``POST /v1/deliveries/{id}:retry`` (409 for a
+delivered one) and ``POST /v1/deliveries:recover`` (``{"endpoint", "since"}``). A retry or
+a recovery wakes the dispatcher.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ from ...domain.api_models import (
     ApiRotateBody,
 )
 from ...ops import endpoint_edits as edits
-from ..answers import api_answer, api_route
+from ..answers import api_answer, api_route, refusal_status
 from ..context import WebContext
 from ..headers import SECRET_HEADERS
 from .common import (
@@ -52,11 +52,7 @@ T = TypeVar("T")
 def _problem(exc: operator.OperatorError) -> ApiProblem:
     """An operator's refusal as the API's answer (one line)."""
     message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    if isinstance(exc, edits.EndpointConflictError):
-        return ApiProblem(409, message)
-    if isinstance(exc, operator.UnknownEndpointError):
-        return ApiProblem(404, message)
-    return bad_request(message)
+    return ApiProblem(refusal_status(exc), message)
 
 
 async def _off_loop(fn: Callable[[], T]) -> T:

@@ -1,11 +1,8 @@
 """``/v1/events``: the event archive, one event with its deliveries, replay.
 
-* ``GET /v1/events``: in ingest order (oldest first); filters ``type`` (a glob such as
-  ``session.*``) and ``session`` (``sessions/…``); pages (a page of a rare type may come
-  back short with a token: each page reads a bounded number of events).
-* ``GET /v1/events/{id}``: the event (its body as delivered) and its deliveries.
-* ``POST /v1/events/{id}:replay``, body ``{"endpoint"}``: queued again for the endpoint,
-  the same webhook-id and body; the answer says why when nothing was queued.
+``GET /v1/events`` (ingest order; filters ``type`` glob and ``session``; a page of a rare
+type may come back short with a token), ``GET /v1/events/{id}`` and
+``POST /v1/events/{id}:replay`` (``{"endpoint"}``: the same webhook-id and body).
 """
 
 from __future__ import annotations

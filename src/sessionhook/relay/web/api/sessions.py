@@ -1,14 +1,10 @@
 """``/v1/sessions``: the archived sessions, one with its events, and what a person does to
 one upstream.
 
-* ``GET /v1/sessions``: by name; pages.
-* ``GET /v1/sessions/{id}``: the session and its first events in ingest order
-  (``more_events``: list the rest with ``GET /v1/events?session=sessions/{id}``).
-* ``POST /v1/sessions/{id}:approvePlan`` and ``POST /v1/sessions/{id}:sendMessage`` with
-  ``{"prompt"}``: made by the daemon with the session's account (``ctx.act``) and
-  recorded beside the links' and the console's actions (``GET /v1/actions``, actor
-  ``api``); 502 with the service's one-line message when it refused, 503 when this relay
-  cannot act.
+``GET /v1/sessions``, ``GET /v1/sessions/{id}`` (its first events; ``more_events`` says to
+list the rest through ``/v1/events``), and ``POST /v1/sessions/{id}:approvePlan`` /
+``:sendMessage`` (``{"prompt"}``): made with the session's account (``ctx.act``) and
+recorded as an ``api`` action; 502 when the service refused, 503 when this relay cannot act.
 """
 
 from __future__ import annotations

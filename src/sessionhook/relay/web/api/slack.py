@@ -1,25 +1,14 @@
 """``POST /v1/integrations/slack/interactions``: a Slack app's button clicks (``[slack]``).
 
-Public (no console token: Slack cannot show one); Slack's request signature stands in for
-it. In this order, each step refusing before the next runs:
-
-1. no ``[slack]`` in the config: 404;
-2. the raw body, at most :data:`MAX_BODY` bytes (413 beyond, unread);
-3. the signature over that raw body (:mod:`...domain.slack_signing`: ``v0``, 5 minutes
-   either way, constant time): 401 and a ``web.slack_refused`` log line, before the body
-   is parsed at all, so a forged, replayed or unsigned request makes no upstream call;
-4. the payload (:mod:`.slack_payload`): 400 naming what is wrong;
-5. an approve or reply click is answered 200 at once (Slack wants an answer within 3 s),
-   then acted on: the link token in the button's ``value`` goes to the performing function
-   of the action links (:func:`..action_pages.perform_for_chat`: ``ops.actions.perform`` as
-   a ``slack`` actor named after the Slack user), which acts once per link and wait, and
-   records it; the message is updated through its ``response_url``: the buttons
-   replaced by "Plan approved by <user>" / "Answer sent by <user>", or a note only the user
-   sees when nothing was done (the link's refusal, the service's answer). The update is
-   POSTed only to an allowed ``response_url`` (:func:`.slack_payload.response_url_refusal`;
-   otherwise ``web.slack_update_skipped``), never following a redirect.
-
-Other clicks (the Open button, whose link the browser follows) are a 200 that does nothing.
+Public: Slack's request signature stands in for the console token. Each step refuses before
+the next runs: no ``[slack]`` is a 404; a body over :data:`MAX_BODY` bytes a 413, unread; a
+bad signature (:mod:`...domain.slack_signing`) a 401 and ``web.slack_refused`` before the
+body is parsed, so a forged or replayed request makes no upstream call; a bad payload
+(:mod:`.slack_payload`) a 400. An approve or reply click is answered 200 at once (Slack
+wants an answer within 3 s), then performed through the action links
+(:func:`..action_pages.perform_for_chat`), and the message updated through its allowed
+``response_url`` (:func:`.slack_payload.response_url_refusal`), never following a redirect.
+Other clicks are a 200 that does nothing.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """What a Slack interaction asks for (no I/O): the ``block_actions`` payload of a click on
 one of the chat presets' buttons, read defensively, and where the answer may go.
 
-The body Slack sends is ``application/x-www-form-urlencoded`` with one field, ``payload``, a
-JSON object: ``type`` (``block_actions``), ``user`` (``id``, ``username``), ``actions``
-(``[{action_id, value}]``), ``state.values`` (``{block_id: {action_id: {value}}}``: the
-reply box) and ``response_url``. :func:`read_interaction` turns it into a
-:class:`SlackClick`, or raises :class:`PayloadError` naming the first thing wrong (a 400).
-Only the signature check comes before this: nothing here trusts the body's size or shape.
+:func:`read_interaction` turns the form's ``payload`` JSON into a :class:`SlackClick`, or
+raises :class:`PayloadError` naming the first thing wrong (a 400); nothing here trusts the
+body's size or shape.
 """
 
 from __future__ import annotations
@@ -50,11 +47,9 @@ class PayloadError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class SlackClick:
-    """One click: ``kind`` (``approve``, ``reply``, or ``other``: the Open button, a button
-    of another app; nothing to do), the link ``token`` of the button, the ``text`` of the
-    reply box (``None`` when empty), who clicked (``user``: the Slack user name, else id),
-    the message's ``response_url`` (``None`` when absent) and its text blocks (``blocks``:
-    Slack sends the message back with the click; its buttons and reply box left out)."""
+    """One click: ``kind`` (``approve``, ``reply`` or ``other``: nothing to do), the button's
+    link ``token``, the reply box's ``text``, the ``user``, the ``response_url`` and the
+    message's text ``blocks`` (buttons and reply box left out)."""
 
     kind: Literal["approve", "reply", "other"]
     token: str

@@ -18,8 +18,7 @@ __all__ = ["status_routes"]
 
 
 def status_routes(ctx: WebContext) -> Sequence[BaseRoute]:
-    """``GET /v1/status``: endpoints, upstream, archive figures, history walk, accounts,
-    replicas."""
+    """``GET /v1/status``: endpoints, upstream, archive, history walk, accounts, replicas."""
 
     async def status(request: Request) -> Response:
         store = require_store(ctx)

@@ -1,30 +1,10 @@
 """The console's actions: replay, retry now, recover, enable/disable an endpoint, send a
-test event, approve a session's plan or answer its agent.
+test event, approve a session's plan or answer its agent (docs/console.md).
 
-Each is a POST of an HTML form (``application/x-www-form-urlencoded``, at most
-:data:`~.auth.MAX_FORM_BYTES`) carrying a CSRF token; the answer is a 303 redirect back to the
-page the form was on, with the outcome in a one-shot flash cookie that the next page shows
-(escaped) and clears. A request with a missing or wrong token, or from another origin, is
-refused with 403 and changes nothing.
-
-* ``/console/actions/replay``: ``endpoint`` and either ``event`` (one event id) or
-  ``since``/``until`` (a time range of the events' upstream time, ``until`` exclusive):
-  queued again through the store's replay, so the consumer sees the same ``webhook-id``.
-* ``/console/actions/retry``: ``delivery`` (an id): sent again now, the same row (a failed
-  or dead one re-opened), its session's order kept (:mod:`...ops.requeue`).
-* ``/console/actions/recover``: ``endpoint``, ``since`` (an age such as ``1h``, or a time):
-  every failed or dead delivery of its events since then, due now.
-* ``/console/actions/endpoint``: ``name``, ``enabled`` (``1``/``0``), optional ``reason``.
-* ``/console/actions/test``: ``name``: a signed ``ping`` sent now, never archived.
-* ``/console/actions/session``: ``session``, ``action`` (``approve_plan`` or ``reply``) and
-  for a reply its ``text``: made upstream with the session's account by the daemon
-  (:attr:`~.common.ConsoleDeps.act`); the flash says what the service answered (its
-  one-line message when it refused).
-
-The access control in front (:mod:`.auth`) refuses a cookie session's POST without its CSRF
-token before it gets here; the actions check the token again (defence in depth: a route
-table without that middleware must not make them forgeable). Requests that showed the
-bearer token need none (a browser never adds that header on its own).
+Each is a POST of a form carrying a CSRF token, under ``/console/actions/``; the answer is
+a 303 back to the page the form was on, with the outcome in a one-shot flash cookie. The
+actions check the CSRF token again behind :mod:`..auth` (a route table without that
+middleware must not make them forgeable); a bearer request needs none.
 """
 
 from __future__ import annotations

@@ -19,9 +19,7 @@ from ...store.console_queries import MinuteCounts
 #: chart is drawn about as wide as the page, so a unit is about a pixel on a wide screen.
 HEIGHT: Final = 100.0
 WIDTH: Final = 1440.0
-#: The narrowest bar slot (SVG units): minutes are summed into buckets at least this wide,
-#: so a busy minute is a visible bar, never a hairline (a 24 h chart of one-minute bars
-#: draws each one narrower than a pixel).
+#: The narrowest bar slot (SVG units): minutes are summed into buckets at least this wide.
 MIN_SLOT: Final = 5.0
 #: Bucket sizes in minutes (each divides an hour and a day).
 BUCKETS: Final = (1, 2, 3, 5, 10, 15, 30, 60)

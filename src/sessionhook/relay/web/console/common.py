@@ -12,10 +12,10 @@ from __future__ import annotations
 import base64
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol, TypeVar
 
 import jinja2
 from starlette.requests import Request
@@ -44,6 +44,7 @@ __all__ = [
     "render_page",
     "store_failed_page",
     "unavailable",
+    "with_store",
 ]
 
 #: The console package: its ``templates/`` and ``static/`` directories.
@@ -57,14 +58,9 @@ FLASH_MAX: Final = 500
 class ConsoleDeps:
     """What the console needs from the daemon (seams for tests).
 
-    ``store`` returns the daemon's open store, or ``None`` while it is not open (the pages
-    answer 503). ``budgets`` maps each account to its ``requests_per_minute``. ``send_test``
-    sends a test event (``None``: the action is unavailable). ``wake`` tells the dispatcher
-    that deliveries were queued (a replay, an endpoint enabled). ``act`` approves a
-    session's plan or answers its agent upstream (``None``: the forms say it is not
-    available). ``backend`` names the store's engine (``sqlite``, ``postgresql``).
-    ``config`` is the daemon's current configuration (``None``: endpoints cannot be
-    created or edited here). ``metrics`` counts the actions taken from the forms.
+    ``store`` returns the open store, or ``None`` (the pages answer 503). A ``None``
+    ``send_test``, ``act`` or ``config`` makes the test action, the session forms or the
+    endpoint editor unavailable. ``wake`` tells the dispatcher deliveries were queued.
     """
 
     store: Callable[[], AsyncStore | None]
@@ -138,8 +134,7 @@ def render_page(
     *,
     status_code: int = 200,
 ) -> Response:
-    """Render ``console/<template>`` with the flash message and the CSRF token of the
-    request's session."""
+    """Render ``console/<template>`` with the flash message and the session's CSRF token."""
     flash, clear = pop_flash(request)
     path = request.url.path
     here = f"{path}?{request.url.query}" if request.url.query else path
@@ -170,6 +165,27 @@ def error_page(request: Request, status_code: int, title: str, reason: str) -> R
 def unavailable(request: Request) -> Response:
     """The 503 page of a store the daemon has not opened yet."""
     return error_page(request, 503, "Store not open", "the daemon has not opened its store yet")
+
+
+class _HasDeps(Protocol):
+    deps: ConsoleDeps
+
+
+_H = TypeVar("_H", bound=_HasDeps)
+
+
+def with_store(
+    handler: Callable[[_H, Request, AsyncStore], Awaitable[Response]],
+) -> Callable[[_H, Request], Awaitable[Response]]:
+    """A handler method given the open store; the 503 page while the daemon has none."""
+
+    async def page(self: _H, request: Request) -> Response:
+        store = self.deps.store()
+        if store is None:
+            return unavailable(request)
+        return await handler(self, request, store)
+
+    return page
 
 
 def not_found(request: Request, what: str) -> Response:

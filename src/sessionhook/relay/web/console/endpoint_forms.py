@@ -1,20 +1,10 @@
 """The console's endpoint editor: create an endpoint, edit or delete one created at run
-time, rotate its secret (:mod:`sessionhook.relay.ops.endpoint_edits`, the operations of
-``/v1/endpoints`` and ``sessionhook endpoints ...``).
+time, rotate its secret (:mod:`sessionhook.relay.ops.endpoint_edits`).
 
-* ``GET /console/endpoints/new``: the form of a new endpoint (name, URL, event types,
-  format, payload, description); ``POST`` creates it.
-* ``GET /console/endpoints/{name}``: the same form filled in, with rotate-secret (an
-  overlap) and delete (the name typed again to confirm); an endpoint of the config file
-  shows "from the config file: read-only" and no form. ``POST .../edit``, ``.../rotate``,
-  ``.../delete``.
-
-Every POST carries its session's CSRF token (:func:`.actions.checked_form`). A refusal of
-the operator layer comes back as the form again (HTTP 400 or 409), what was typed kept,
-the reason in one line at the top. A new secret (created, rotated) is shown once, in the
-POST's own answer: no redirect, so it never travels in a cookie or a URL, and that answer
-says ``Cache-Control: no-store`` so the browser keeps no copy (the back button shows no
-stale secret). Reading the endpoint later never shows it again.
+``/console/endpoints/new`` and ``/console/endpoints/{name}`` (with ``.../edit``,
+``.../rotate``, ``.../delete``); an endpoint of the config file is read-only. A refusal
+comes back as the form again (400 or 409), what was typed kept. A new secret is shown once,
+in the POST's own answer (no redirect, ``Cache-Control: no-store``).
 """
 
 from __future__ import annotations
@@ -37,6 +27,7 @@ from ...domain.rows import StoredEndpoint
 from ...ops import endpoint_edits as edits
 from ...store import AsyncStore, StoreError
 from ...telemetry.logs import get_logger
+from ..answers import refusal_status
 from ..headers import SECRET_HEADERS
 from .actions import checked_form, flash_redirect
 from .common import ConsoleDeps, error_page, not_found, render_page, unavailable
@@ -342,13 +333,4 @@ async def _in_store(store: AsyncStore, fn: Callable[..., T], *args: Any, **kwarg
 
 
 def _refusal(exc: Exception) -> _Refused:
-    """The answer's status: 409 the config file's or a name taken, 404 no such endpoint,
-    503 the store failing, 400 a definition refused."""
-    status = 400
-    if isinstance(exc, edits.EndpointConflictError):
-        status = 409
-    elif isinstance(exc, operator.UnknownEndpointError):
-        status = 404
-    elif isinstance(exc, StoreError):
-        status = 503
-    return _Refused(str(exc) or type(exc).__name__, status)
+    return _Refused(str(exc) or type(exc).__name__, refusal_status(exc))

@@ -1,15 +1,8 @@
-"""The console's searchable lists (GET): deliveries and events.
+"""The console's searchable lists (GET): ``/console/deliveries`` and ``/console/events``.
 
-* ``/console/deliveries``: deliveries, newest first, filtered by endpoint, status, event
-  type and creation time (``since``, ``until``);
-* ``/console/events``: archived events, newest first, filtered by type and by the status of
-  their deliveries.
-
-Both take ``q``, a search: an event id (which is each delivery's ``webhook-id``) or a
-session's name (``sessions/ID`` or the bare ``ID``); a search that names neither shows
-nothing and says so. Every filter comes from the query string, so a list can be linked to;
-each text is cleaned by :func:`~.text.query_text` before it reaches the store (no control
-characters, at most :data:`~.text.QUERY_SHOWN` characters) and escaped where it is shown.
+Newest first, filtered from the query string (so a list can be linked to), each text
+cleaned by :func:`~.text.query_text` first. ``q`` searches by event id or session name; a
+search that names neither shows nothing and says so.
 """
 
 from __future__ import annotations
@@ -23,7 +16,7 @@ from starlette.responses import Response
 
 from ...domain.events import EVENT_TYPES
 from ...store import AsyncStore, ConsoleQueries, EndpointQueries
-from .common import ConsoleDeps, bad_request, render_page, unavailable
+from .common import ConsoleDeps, bad_request, render_page, with_store
 from .text import BadNumber, parse_when, query_text, url_int
 
 __all__ = ["DELIVERY_STATUSES", "PAGE", "Lists", "Search"]
@@ -69,11 +62,9 @@ class Lists:
     def __init__(self, deps: ConsoleDeps) -> None:
         self.deps = deps
 
-    async def deliveries(self, request: Request) -> Response:
+    @with_store
+    async def deliveries(self, request: Request, store: AsyncStore) -> Response:
         """The deliveries list."""
-        store = self.deps.store()
-        if store is None:
-            return unavailable(request)
         q, now = request.query_params, self.deps.clock()
         try:
             before = url_int(q.get("before"), "before")
@@ -120,11 +111,9 @@ class Lists:
             },
         )
 
-    async def events(self, request: Request) -> Response:
+    @with_store
+    async def events(self, request: Request, store: AsyncStore) -> Response:
         """The events list."""
-        store = self.deps.store()
-        if store is None:
-            return unavailable(request)
         q = request.query_params
         try:
             before = url_int(q.get("before"), "before")

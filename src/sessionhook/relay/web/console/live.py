@@ -1,20 +1,11 @@
 """The console's live feed: ``GET /console/live`` (Server-Sent Events).
 
-The sessions and timeline pages open an ``EventSource`` on it and add each new event as it
-is ingested. Each message is ``id: <seq>`` (the events table's order), ``event: event`` and
-a small JSON ``data`` (``seq``, ``id``, ``session``, ``type``, ``occurred_at``, and the
-session's ``title``, ``state``, ``source``, ``account`` for a new row of the session list: no
-body, the page links to the timeline for that). The stream starts after ``?after=SEQ`` (the last
-event the page showed) or after the ``Last-Event-ID`` the browser sends when it reconnects,
-so nothing is missed or repeated across a reconnect; ``?session=NAME`` keeps one session.
-
-The stream wakes when the daemon archives events (its bell, :mod:`.bell`) and reads the
-store at least every ``live_interval`` seconds. Bounded: at most 100 events a read; a
-stream ends after ``live_duration`` seconds (the browser reconnects by itself) and at most
-``live_max_streams`` streams are open at once (more get 503 and the browser retries later).
-A comment line every 15 s keeps proxies from closing an idle stream. When the server stops
-(:func:`..listener.server_closing`) the stream ends at once, properly; the browser reconnects
-once the daemon is back.
+Each message is ``id: <seq>``, ``event: event`` and a small JSON ``data`` (no body). The
+stream starts after ``?after=SEQ`` or the ``Last-Event-ID`` of a reconnect, so nothing is
+missed or repeated; ``?session=NAME`` keeps one session. It wakes on the daemon's bell and
+reads the store at least every ``live_interval`` seconds, 100 events at most a read; it
+ends after ``live_duration`` seconds or when the server stops, and past
+``live_max_streams`` the answer is a 503.
 """
 
 from __future__ import annotations

@@ -1,23 +1,9 @@
 """The operator console's pages: server-rendered views under ``/console`` (GET).
 
-``docs/web.md`` ("Console") has the contract:
-
-* ``/console``: every endpoint's health (last success, failing since, outbox depth, why it is
-  disabled), upstream health (last good poll, errors, budget used), the replicas and what
-  each holds, and a chart of attempts over the last 24 h, 2xx against the rest
-  (:mod:`.chart`).
-* ``/console/sessions``: sessions (state, title, source, account, last event), filterable;
-  new events appear live.
-* ``/console/timeline?session=NAME``: a session's events in time order, each with its
-  deliveries per endpoint and their attempts; new events appear live. While the session
-  waits for its user, its latest ``session.action_required`` event carries the forms that
-  approve the plan or answer the agent (:mod:`.actions`).
-* ``/console/deliveries/{id}`` and ``/console/attempts/{id}`` show one delivery with its
-  attempts (status, duration, error, response body) and the event it carries.
-
-The searchable lists (deliveries, events) are in :mod:`.lists`, the actions (POST) in
-:mod:`.actions`, the live feed in :mod:`.live`, the route list in
-:mod:`.routes`; rendering, the flash message and the error pages in :mod:`.common`.
+``docs/web.md`` ("Console") has the contract: the overview (endpoint and upstream health,
+replicas, the attempts chart of :mod:`.chart`), the sessions, a session's timeline (with
+the forms of :mod:`.actions` while it waits for its user), and one delivery with its
+attempts. The searchable lists are in :mod:`.lists`, the live feed in :mod:`.live`.
 """
 
 from __future__ import annotations
@@ -41,7 +27,7 @@ from ...store import (
     OperatorQueries,
 )
 from .chart import minute_chart
-from .common import ConsoleDeps, bad_request, not_found, render_page, unavailable
+from .common import ConsoleDeps, bad_request, not_found, render_page, with_store
 from .text import BadNumber, query_text, url_int
 
 __all__ = ["DAY_MINUTES", "Pages"]
@@ -63,9 +49,8 @@ def _path_id(request: Request, name: str) -> int | None:
 
 
 def _waiting_on(state: str, events: list[EventRow]) -> dict[str, str] | None:
-    """What the session waits for: the event that asks (its latest
-    ``session.action_required`` on this page), the action (``approve_plan`` or ``reply``)
-    and the agent's question when it asked one; ``None`` when it waits for nobody."""
+    """What the session waits for: the latest ``session.action_required`` on this page, the
+    action and the agent's question; ``None`` when it waits for nobody."""
     kind = WAITING.get(state)
     asking = [e for e in events if e.type == SESSION_ACTION_REQUIRED]
     if kind is None or not asking:
@@ -88,10 +73,8 @@ class Pages:
     def __init__(self, deps: ConsoleDeps) -> None:
         self.deps = deps
 
-    async def overview(self, request: Request) -> Response:
-        store = self.deps.store()
-        if store is None:
-            return unavailable(request)
+    @with_store
+    async def overview(self, request: Request, store: AsyncStore) -> Response:
         now = self.deps.clock()
         start = (int(now) // 60 + 1) * 60 - DAY_MINUTES * 60
         summary = await store.run(OperatorQueries.status_summary, now)
@@ -126,10 +109,8 @@ class Pages:
             },
         )
 
-    async def sessions(self, request: Request) -> Response:
-        store = self.deps.store()
-        if store is None:
-            return unavailable(request)
+    @with_store
+    async def sessions(self, request: Request, store: AsyncStore) -> Response:
         q = request.query_params
         state = query_text(q.get("state")) or None
         account = query_text(q.get("account")) or None
@@ -154,10 +135,8 @@ class Pages:
             },
         )
 
-    async def timeline(self, request: Request) -> Response:
-        store = self.deps.store()
-        if store is None:
-            return unavailable(request)
+    @with_store
+    async def timeline(self, request: Request, store: AsyncStore) -> Response:
         name = query_text(request.query_params.get("session"))
         session = await store.run(OperatorQueries.get_session, name) if name else None
         if session is None:
@@ -203,19 +182,15 @@ class Pages:
             },
         )
 
-    async def delivery(self, request: Request) -> Response:
-        store = self.deps.store()
-        if store is None:
-            return unavailable(request)
+    @with_store
+    async def delivery(self, request: Request, store: AsyncStore) -> Response:
         delivery_id = _path_id(request, "delivery_id")
         if delivery_id is None:
             return not_found(request, "no such delivery")
         return await self._delivery_page(request, store, delivery_id, None)
 
-    async def attempt(self, request: Request) -> Response:
-        store = self.deps.store()
-        if store is None:
-            return unavailable(request)
+    @with_store
+    async def attempt(self, request: Request, store: AsyncStore) -> Response:
         attempt_id = _path_id(request, "attempt_id")
         attempt = None
         if attempt_id is not None:

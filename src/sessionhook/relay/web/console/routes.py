@@ -1,11 +1,6 @@
-"""The console's route list: pages (:mod:`.pages`), actions (:mod:`.actions`), the live
-feed (:mod:`.live`) and the static assets (``static/``: nothing is loaded from another
-host, so the Content-Security-Policy can say ``'self'`` only).
-
-:func:`console_provider` is the route provider the daemon's route table
-(:mod:`sessionhook.relay.web`) includes: every console path is behind its access control
-(:mod:`..auth`: bearer token or login cookie; POSTs need the session's CSRF token, which
-every form carries as ``csrf_token``).
+"""The console's route list (:func:`console_provider`): pages, actions, the live feed and
+the static assets (nothing loaded from another host, so the CSP can say ``'self'`` only),
+all behind :mod:`..auth`.
 """
 
 from __future__ import annotations
@@ -26,8 +21,7 @@ __all__ = ["console_provider", "console_routes"]
 
 
 def console_routes(deps: ConsoleDeps) -> list[BaseRoute]:
-    """The console's routes (pages, actions, live feed, static assets). They expect the
-    access control of :mod:`..auth` in front (it attaches the session to each request)."""
+    """The console's routes; they expect the access control of :mod:`..auth` in front."""
     pages, lists = Pages(deps), Lists(deps)
     return [
         Route("/console", pages.overview, methods=["GET", "HEAD"]),

@@ -85,9 +85,8 @@ def outcome(attempt: AttemptRow) -> str:
 
 
 def answer(delivery: DeliveryRow) -> str:
-    """A delivery's last answer in one line: ``HTTP 500``, ``HTTP 502: <error>``, the
-    error alone when nothing answered. The stored error of an answer without one is
-    ``HTTP <code>`` already: said once."""
+    """A delivery's last answer in one line: ``HTTP 500``, ``HTTP 502: <error>``, or the
+    error alone when nothing answered."""
     code = delivery.last_status_code
     error = (delivery.last_error or "").strip()
     status = "" if code is None else f"HTTP {code}"
@@ -100,9 +99,8 @@ def answer(delivery: DeliveryRow) -> str:
 
 
 def query_text(value: str | None, limit: int = QUERY_SHOWN) -> str:
-    """A text filter from a URL, made harmless for the store: control characters (NUL,
-    which PostgreSQL refuses in text) dropped, outer blanks stripped, at most ``limit``
-    characters (nothing longer names anything)."""
+    """A text filter from a URL, made harmless for the store: control characters dropped
+    (PostgreSQL refuses NUL), stripped, at most ``limit`` characters."""
     text = "".join(c for c in (value or "")[: limit * 2] if c >= " " and c != "\x7f")
     return text.strip()[:limit]
 
@@ -112,9 +110,8 @@ class BadNumber(ValueError):
 
 
 def url_int(value: str | None, name: str) -> int | None:
-    """``value`` (from a URL path or query) as a whole number from 0 to :data:`MAX_ID`;
-    ``None`` when absent or not a number (ASCII digits only). Larger: :class:`BadNumber`,
-    never an integer the store would choke on (SQLite and PostgreSQL hold 64 bits)."""
+    """``value`` (from a URL) as a whole number from 0 to :data:`MAX_ID`, ``None`` when
+    absent or not ASCII digits; larger is :class:`BadNumber` (the stores hold 64 bits)."""
     text = (value or "").strip()
     if not text.isascii() or not text.isdigit():
         return None
