@@ -1,25 +1,15 @@
 """``sessionhook events``: the event archive, and ``--follow`` to tail it live.
 
-Without ``--follow`` it lists the archive (a view of :func:`sessionhook.relay.ops.events`).
-With ``--follow`` it prints events as they are archived, with the same filters:
-
-* from the store (``--config`` / ``--db``): a read every :data:`FOLLOW_POLL` seconds after
-  the last event printed (the events table's order), read-only, safe beside the daemon; a
-  database out of reach (a PostgreSQL restart) is a note on stderr and a read again later
-  from the same position, never the end of the command;
-* from a daemon's event stream (``--url http://host:9187``, token from ``--token`` or
-  ``$SESSIONHOOK_WEB_TOKEN``): ``GET /v1/events/stream``, reconnecting after a failure with
-  ``Last-Event-ID`` = the last event printed, so nothing is missed or printed twice.
-
-``--last-event-id ID`` starts right after that event (both ways); ``--since`` (store only)
-prints the archive from that time first; otherwise only new events are printed. Ctrl-C (or
-a closed pipe) stops it with exit status 0 and no traceback.
+``--follow`` reads the store every :data:`FOLLOW_POLL` seconds after the last event printed
+(a database out of reach is a note on stderr and a read again later, never the end), or
+with ``--url`` a daemon's event stream, reconnecting with ``Last-Event-ID`` = the last
+event printed, so nothing is missed or printed twice. Ctrl-C (or a closed pipe) stops it
+with exit status 0 and no traceback.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -29,8 +19,8 @@ import click
 
 from ..redact import redact_userinfo
 from . import cli
-from ._output import CliError, render_table
-from .ops import reading_store, reported, store_options, time_option
+from ._output import CliError, quiet_on_closed_pipe, render_table
+from .ops import opened_store, reported, store_options, time_option
 from .remote import error_message, refuse_store_options, refuse_with_url
 from .sse import SkippedEvent, StreamEvent, parse_sse
 
@@ -137,23 +127,22 @@ def events(
     if limit is not None:
         raise click.UsageError("--limit does not go with --follow")
     try:
-        if url is not None:
-            if since is not None:
-                raise click.UsageError("--since reads the store; with --url use --last-event-id")
-            if not token:
-                raise CliError(
-                    "--url needs the daemon's token", hint="set $SESSIONHOOK_WEB_TOKEN or --token"
-                )
-            anyio.run(_print_stream, url, token, wanted, last_event_id, fmt)
-        else:
-            _follow_store(config_path, db_path, wanted, since, last_event_id, fmt)
+        with quiet_on_closed_pipe():
+            if url is not None:
+                if since is not None:
+                    raise click.UsageError(
+                        "--since reads the store; with --url use --last-event-id"
+                    )
+                if not token:
+                    raise CliError(
+                        "--url needs the daemon's token",
+                        hint="set $SESSIONHOOK_WEB_TOKEN or --token",
+                    )
+                anyio.run(_print_stream, url, token, wanted, last_event_id, fmt)
+            else:
+                _follow_store(config_path, db_path, wanted, since, last_event_id, fmt)
     except KeyboardInterrupt:
         pass  # Ctrl-C: the way to stop following
-    except BrokenPipeError:
-        # The reader went away (`| head`): stop quietly; what is left in the buffer goes
-        # to /dev/null, so Python's flush at exit does not complain either.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
 
 
 def _rows(store: Any, wanted: EventFilter, since: float | None) -> Iterator[EventRow]:
@@ -175,7 +164,7 @@ def _list(
 ) -> None:
     from ..relay.ops.wire import event_answer
 
-    with reading_store(config_path, db_path) as store:
+    with opened_store(config_path, db_path, readonly=True) as store:
         rows = _rows(store, wanted, since)
         if limit is not None:
             rows = _take(rows, limit)
@@ -253,7 +242,7 @@ def _follow_store(
     from ..relay.ops import database_errors
     from ..relay.ops.wire import event_answer
 
-    with reading_store(config_path, db_path) as store:
+    with opened_store(config_path, db_path, readonly=True) as store:
         start = operator.resume_position(store, last_event_id)
         if since is not None and last_event_id is None:
             start = 0  # the archive from --since first, then what comes

@@ -1,13 +1,6 @@
 """``--url``: an operator command against a running relay's management API instead of its
-store.
-
-``--url http://host:9187`` names the relay's ``[server] listen`` address; the token is
-``--token`` or ``$SESSIONHOOK_WEB_TOKEN`` (kept out of shell history), sent as
-``Authorization: Bearer``. :func:`call` makes one request and reads the answer with the
-model of :mod:`sessionhook.relay.domain.api_models` the relay answered with; every failure is
-one line: the relay out of reach, a refused token (401), an error body of the API
-(``{"error": {"message": ...}}``), an answer that is not JSON or not of the model's shape.
-"""
+store, with ``--token`` (or ``$SESSIONHOOK_WEB_TOKEN``) as ``Authorization: Bearer``.
+Every failure is one line (:func:`call`)."""
 
 from __future__ import annotations
 
@@ -36,7 +29,7 @@ __all__ = [
     "post",
     "refuse_store_options",
     "refuse_with_url",
-    "relay_url_options",
+    "remote_option_pair",
     "remote_options",
 ]
 
@@ -51,17 +44,12 @@ _M = TypeVar("_M", bound="BaseModel")
 
 def remote_options(fn: _F) -> _F:
     """``--url URL`` and ``--token TOKEN`` (``url`` and ``token`` arguments)."""
-    return _remote_options("--url", "url")(fn)
+    return remote_option_pair("--url", "url")(fn)
 
 
-def relay_url_options(fn: _F) -> _F:
-    """``--relay-url URL`` and ``--token TOKEN`` (``relay_url`` and ``token`` arguments):
-    :func:`remote_options` of ``endpoints create|update``, whose ``--url`` is the
-    endpoint's."""
-    return _remote_options("--relay-url", "relay_url")(fn)
+def remote_option_pair(flag: str, name: str) -> Callable[[_F], _F]:
+    """``flag`` (the relay's address, argument ``name``) and ``--token``."""
 
-
-def _remote_options(flag: str, name: str) -> Callable[[_F], _F]:
     def decorate(fn: _F) -> _F:
         fn = click.option(
             "--token",
