@@ -1,25 +1,11 @@
-"""``sessionhook demo``: the emulator, the relay and a verifying consumer, on loopback.
+"""``sessionhook demo``: the emulator, the relay and a verifying consumer, on loopback, in
+one process and one task group (the only place where the emulator and the relay meet).
 
-The only place where the emulator and the relay meet. Everything runs in one process and
-one task group:
-
-* the emulator of the Sessions API (uvicorn, 127.0.0.1, any free port);
-* a webhook consumer (:class:`sessionhook.receiver.Receiver`, the one ``sessionhook
-  listen`` serves, on 127.0.0.1) that checks every signature before it accepts an event;
-* the relay (:class:`~sessionhook.relay.daemon.daemon.Daemon`) with a throwaway store in a
-  temporary directory, short poll intervals, and ``allow_private_networks`` (everything is
-  loopback here), configured through a real TOML file like ``sessionhook run``;
-* a few sessions: one that opens a pull request, one that waits for plan approval, one that
-  asks a question. ``[actions]`` is on (its pages on the relay's loopback ``[server]
-  listen``): each ``session.action_required`` carries signed links, and the demo follows
-  them as a person in the chat would: it opens the link (GET: the page shows the plan or
-  the question, nothing happens yet), then confirms or sends its answer with the page's
-  form (POST);
-* a second endpoint with ``format = "slack"`` for the lifecycle events, whose messages are
-  printed as a Slack channel would show them.
-
-Each event is printed as it arrives; once every demo session completed or failed, the demo
-says so and stops (or at Ctrl-C, or after ``duration``).
+The relay runs with a throwaway store and a real TOML config; a few sessions (one opens a
+pull request, one waits for plan approval, one asks a question) are created, and each
+``session.action_required``'s signed link is followed as a person would (GET the page,
+then POST its form). A second, Slack-formatted endpoint's messages are printed as the
+channel would show them. It stops once every session completed or failed.
 """
 
 from __future__ import annotations

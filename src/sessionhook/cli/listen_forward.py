@@ -1,24 +1,13 @@
 """``sessionhook listen --url RELAY --forward-to URL``: a relay's events, POSTed to a local
 consumer as the relay would, signed with a local secret.
 
-The events come from the relay's stream (``GET /v1/events/stream``, through
-:func:`sessionhook.cli.ops_events.follow_stream`, which reconnects after a failure with
-``Last-Event-ID`` = the last event taken: nothing is missed or repeated across a cut).
-Each one is POSTed, one at a time and in the stream's order, with its exact body and the
-Standard Webhooks headers: ``webhook-id`` = the event's id (the relay's own webhook-id),
-``webhook-timestamp`` = now (fresh per attempt), ``webhook-signature`` signed with the
-local secret (``--secret``, else a new one printed at start). The POSTs go through the
-deliveries' own sender (:mod:`sessionhook.relay.ops.forwarding`), loopback and private
-addresses allowed; the URL is read once at start as a delivery's is (its host
-normalized), and one that is not http(s) or has no plain host is refused then.
-
-A consumer that is down, times out, or answers 5xx or 429 is tried again after
-:data:`RETRY_DELAYS` (1, 2 and 4 s: four attempts in about 7 s); then the event is
-reported as given up, on its own line, and the next one is forwarded. Any other answer is
-final at once (2xx: delivered; 3xx, which is not followed, and 4xx: refused, printed as
-such). Nothing is dropped without a line saying so: a stream message over
-:data:`.sse.MAX_MESSAGE_BYTES` (32 MiB) is read past without being kept, reported on its own
-line naming its event id, and the next event forwarded.
+The events come from :func:`.ops_events.follow_stream` (nothing missed or repeated across
+a cut). Each is POSTed in order with its exact body, ``webhook-id`` = the relay's, a fresh
+``webhook-timestamp`` per attempt and a signature with the local secret, through the
+deliveries' own sender (:mod:`sessionhook.relay.ops.forwarding`; loopback allowed). A
+consumer that is down, times out, or answers 5xx or 429 is tried again after
+:data:`RETRY_DELAYS`, then reported as given up; any other answer is final. Nothing is
+dropped without a line saying so.
 """
 
 from __future__ import annotations
