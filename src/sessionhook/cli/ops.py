@@ -60,6 +60,7 @@ __all__ = [
     "stamp_ago",
     "store_options",
     "store_target",
+    "time_flag",
     "time_option",
 ]
 
@@ -98,6 +99,11 @@ def parse_time(text: str, now: float) -> float:
     from ..relay.ops.wire import parse_moment
 
     return parse_moment(text, now)
+
+
+def time_flag(flag: str, help: str) -> Callable[[_F], _F]:
+    """``flag TIME``, given to the command as Unix seconds (:func:`time_option`)."""
+    return click.option(flag, callback=time_option, metavar="TIME", help=help)
 
 
 def time_option(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:

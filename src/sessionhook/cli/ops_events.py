@@ -20,7 +20,7 @@ import click
 from ..redact import redact_userinfo
 from . import cli
 from ._output import CliError, quiet_on_closed_pipe, render_table
-from .ops import opened_store, reported, store_options, time_option
+from .ops import opened_store, reported, store_options, time_flag
 from .remote import error_message, refuse_store_options, refuse_with_url
 from .sse import SkippedEvent, StreamEvent, parse_sse
 
@@ -53,12 +53,7 @@ _READ_TIMEOUT: Final = 45.0
     metavar="GLOB",
     help="Only types matching, e.g. 'session.*' (repeat: any one).",
 )
-@click.option(
-    "--since",
-    callback=time_option,
-    metavar="TIME",
-    help="Events from this time (RFC 3339 or 2h, 7d ago).",
-)
+@time_flag("--since", "Events from this time (RFC 3339 or 2h, 7d ago).")
 @click.option(
     "--format",
     "fmt",

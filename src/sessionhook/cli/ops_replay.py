@@ -11,7 +11,7 @@ import click
 
 from ..wording import counted
 from . import cli
-from .ops import ProgressCounter, Where, operator_options, time_option
+from .ops import ProgressCounter, Where, operator_options, time_flag
 from .remote import get, post, refuse_with_url
 
 __all__ = ["replay"]
@@ -20,18 +20,8 @@ __all__ = ["replay"]
 @cli.command("replay")
 @operator_options
 @click.option("--endpoint", required=True, metavar="NAME", help="Deliver again to this endpoint.")
-@click.option(
-    "--since",
-    callback=time_option,
-    metavar="TIME",
-    help="Events from this time (RFC 3339 or 2h, 7d ago).",
-)
-@click.option(
-    "--until",
-    callback=time_option,
-    metavar="TIME",
-    help="...up to this time (exclusive; default now).",
-)
+@time_flag("--since", "Events from this time (RFC 3339 or 2h, 7d ago).")
+@time_flag("--until", "...up to this time (exclusive; default now).")
 @click.option("--event", "event_ids", multiple=True, metavar="ID", help="This event (repeat).")
 @click.option("--type", "type_glob", metavar="GLOB", help="Only types matching, e.g. 'activity.*'.")
 @click.option("--session", metavar="SESSION", help="Only this session.")
