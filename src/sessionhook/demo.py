@@ -29,7 +29,7 @@ from typing import Any, TextIO
 import anyio
 import anyio.abc
 import httpx
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from anyio.streams.memory import MemoryObjectReceiveStream
 
 from sessionhook.api.client import AUTO_CREATE_PR, SessionsClient
 from sessionhook.emulator.app import create_app
@@ -40,7 +40,6 @@ from sessionhook.receiver import (
     event_line,
     printable,
     short_session,
-    summarize,
 )
 from sessionhook.relay.config import load_config
 from sessionhook.relay.config.secret_files import write_secret_file
@@ -50,15 +49,7 @@ from sessionhook.relay.telemetry import logs as relay_logging
 from sessionhook.relay.web.server import serve
 from sessionhook.wording import counted
 
-__all__ = [
-    "Consumer",
-    "DemoError",
-    "ReceivedEvent",
-    "SessionPlan",
-    "run_demo",
-    "slack_lines",
-    "summarize",
-]
+__all__ = ["DemoError", "ReceivedEvent", "SessionPlan", "run_demo", "slack_lines"]
 
 
 #: The console's token, in the demo's directory (``[server] token_file``).
@@ -90,33 +81,6 @@ class ReceivedEvent:
         data = self.body.get("data") or {}
         session = data.get("session") or {}
         return session if isinstance(session, dict) else {}
-
-
-class Consumer:
-    """The demo's webhook endpoint: a :class:`~sessionhook.receiver.Receiver` (every
-    signature verified, 401 otherwise) whose accepted events go to ``events``, marked with
-    their channel (``POST /chat`` is the Slack-formatted endpoint, any other path the
-    standard one) and as duplicates when they are (at-least-once delivery allows them).
-    """
-
-    def __init__(self, secret: str, events: MemoryObjectSendStream[ReceivedEvent]) -> None:
-        self.events = events
-        self.receiver = Receiver([secret], self._deliver)
-
-    @property
-    def rejected(self) -> int:
-        """Requests refused (a failed signature check, most likely)."""
-        return self.receiver.rejected
-
-    def app(self) -> Receiver:
-        """The ASGI app."""
-        return self.receiver
-
-    async def _deliver(self, delivery: Delivery) -> None:
-        channel = "chat" if delivery.path == "/chat" else "events"
-        await self.events.send(
-            ReceivedEvent(delivery.webhook_id, delivery.body, delivery.duplicate, channel)
-        )
 
 
 @dataclass(frozen=True)
@@ -227,7 +191,7 @@ def _write_config(
                 'name = "demo-slack"',
                 f"url = {json.dumps(hook_url.removesuffix('/hook') + '/chat')}",
                 'secret_file = "endpoint.secret"',
-                'events = ["session.action_required", "session.completed", "session.failed"]',
+                f"events = {json.dumps(list(_LIFECYCLE))}",
                 'format = "slack"',
                 "rate_limit = 1.0  # chat webhooks allow about one message a second",
                 "[server]",
@@ -403,7 +367,15 @@ async def run_demo(
     counts = {"events": 0, "duplicates": 0, "rejected": 0}
     stop = anyio.Event()
     send, receive = anyio.create_memory_object_stream[ReceivedEvent](100)
-    consumer = Consumer(secret, send)
+
+    async def deliver(delivery: Delivery) -> None:
+        # POST /chat is the Slack-formatted endpoint, any other path the standard one.
+        channel = "chat" if delivery.path == "/chat" else "events"
+        await send.send(
+            ReceivedEvent(delivery.webhook_id, delivery.body, delivery.duplicate, channel)
+        )
+
+    consumer = Receiver([secret], deliver)  # every signature verified, 401 otherwise
     # Only warnings and errors of the relay, on stderr: stdout is for the events.
     relay_logging.configure("warning", "console")
     with tempfile.TemporaryDirectory(prefix="sessionhook-demo-") as tmp:
@@ -411,7 +383,7 @@ async def run_demo(
         async with anyio.create_task_group() as tg, httpx.AsyncClient() as http:
             try:
                 _, emu_port = await tg.start(serve, f"127.0.0.1:{emulator_port}", emulator)
-                _, hook_port = await tg.start(serve, "127.0.0.1:0", consumer.app())
+                _, hook_port = await tg.start(serve, "127.0.0.1:0", consumer)
             except Exception as exc:
                 raise DemoError(f"cannot start the demo servers: {exc}") from None
             base_url = f"http://127.0.0.1:{emu_port}"
