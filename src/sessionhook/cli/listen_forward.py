@@ -26,7 +26,6 @@ from .remote import need_token
 if TYPE_CHECKING:
     import httpx
 
-    from ..relay.ops import EventFilter
     from ..relay.ops.forwarding import Poster
     from .sse import StreamEvent
 
@@ -145,12 +144,15 @@ def forward(
     """The command's body in forward mode (see the module's docstring)."""
     import anyio
 
-    from ..receiver import printable
+    from ..receiver import event_line, json_line, printable
     from ..relay.domain import signing
     from ..relay.domain.addresses import UnusableUrlError
     from ..relay.domain.events import EVENT_TYPES, matches
     from ..relay.ops import EventFilter
-    from ..relay.ops.forwarding import forward_target
+    from ..relay.ops.forwarding import forward_poster, forward_target
+    from ._output import current_runtime
+    from .ops_events import follow_stream, stream_client
+    from .sse import SkippedEvent
 
     if not url.lower().startswith(("http://", "https://")):
         raise click.UsageError("--url must be an http:// or https:// URL")
@@ -160,7 +162,7 @@ def forward(
     except UnusableUrlError as exc:
         shown = printable(redact_userinfo(target))
         raise CliError(f"--forward-to {shown}: refused: {exc.reason}", exit_code=2) from None
-    token = need_token(token)
+    bearer = need_token(token)
     keys = [key for text in secrets for key in text.split()] or [signing.generate_secret()]
     for key in keys:
         try:
@@ -176,73 +178,40 @@ def forward(
         f"signing with {' '.join(keys)} (your consumer verifies with it); Ctrl-C stops",
         err=True,
     )
-    state = _Progress()
+    wanted = EventFilter(globs)
+    taken: str | None = None  # the last event taken: where a resume starts
+
+    async def run() -> None:
+        nonlocal taken
+        sleep = current_runtime().sleep or anyio.sleep
+        async with stream_client() as stream_http, forward_poster() as poster:
+            forwarder = Forwarder(poster, consumer, keys, note=_note, sleep=sleep)
+            async for event in follow_stream(stream_http, url, bearer, wanted, last_event_id):
+                if isinstance(event, SkippedEvent):
+                    _note(event.note())  # nothing is dropped without a line saying so
+                    taken = event.id or taken
+                    continue
+                outcome = await forwarder.forward(event)
+                taken = event.id
+                try:
+                    body = event.payload()
+                except (ValueError, RecursionError):  # forwarded as it came, shown by its type
+                    body = {"type": event.type}
+                if as_json:
+                    record = {"id": event.id, "type": event.type, "answer": outcome.json()}
+                    line = json_line({**record, "body": body})
+                else:
+                    line = event_line(body, note=outcome.note())
+                click.echo(line)
+                sys.stdout.flush()
+
     try:
-        anyio.run(
-            _run,
-            url,
-            token,
-            consumer,
-            keys,
-            EventFilter(globs),
-            last_event_id,
-            as_json,
-            state,
-            backend="asyncio",
-        )
+        anyio.run(run, backend="asyncio")
     except KeyboardInterrupt:
-        if state.last_id:
-            click.echo(f"stopped; to resume: --last-event-id {state.last_id}", err=True)
+        if taken:
+            click.echo(f"stopped; to resume: --last-event-id {taken}", err=True)
         raise
 
 
-@dataclass
-class _Progress:
-    last_id: str | None = None
-
-
-async def _run(
-    url: str,
-    token: str,
-    target: str,
-    keys: list[str],
-    wanted: EventFilter,
-    last_event_id: str | None,
-    as_json: bool,
-    state: _Progress,
-) -> None:
-    import anyio
-
-    from ..receiver import event_line, json_line
-    from ..relay.ops.forwarding import forward_poster
-    from ._output import current_runtime
-    from .ops_events import follow_stream, stream_client
-    from .sse import SkippedEvent
-
-    def note(line: str) -> None:
-        click.echo(line, err=True)
-
-    runtime = current_runtime()
-    async with (
-        stream_client() as stream_http,
-        forward_poster() as poster,
-    ):
-        forwarder = Forwarder(poster, target, keys, note=note, sleep=runtime.sleep or anyio.sleep)
-        async for event in follow_stream(stream_http, url, token, wanted, last_event_id):
-            if isinstance(event, SkippedEvent):
-                note(event.note())  # nothing is dropped without a line saying so
-                state.last_id = event.id or state.last_id
-                continue
-            outcome = await forwarder.forward(event)
-            state.last_id = event.id
-            try:
-                body = event.payload()
-            except (ValueError, RecursionError):  # forwarded as it came, shown by its type
-                body = {"type": event.type}
-            if as_json:
-                record = {"id": event.id, "type": event.type, "answer": outcome.json()}
-                line = json_line({**record, "body": body})
-            else:
-                line = event_line(body, note=outcome.note())
-            click.echo(line)
-            sys.stdout.flush()
+def _note(line: str) -> None:
+    click.echo(line, err=True)
