@@ -68,10 +68,8 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 
 def _relay_errors() -> tuple[type[Exception], ...]:
-    """Register the relay's user errors (one line each) and return the database errors.
-
-    Called when an operator command starts, the moment it imports the relay anyway.
-    """
+    """Register the relay's user errors (one line each) and return the database errors
+    (when a command starts: it imports the relay anyway)."""
     import logging
 
     from ..relay.config import ConfigError

@@ -123,13 +123,9 @@ def call(
     body: dict[str, Any] | None = None,
     params: dict[str, str] | None = None,
 ) -> _M:
-    """``method`` ``path`` of the relay at ``url``; its answer read as the model
-    ``answer``, or a :class:`~sessionhook.cli._output.CliError` of one line.
-
-    An error the API answers for the request itself (400, 404, 409) is printed as the
-    local command prints it: its message alone, exit status 2 for an unknown endpoint as
-    the local command's, else 1. The relay out of reach, a refused token, a server error
-    or an answer that is not JSON or not ``answer``'s shape name the URL."""
+    """``method`` ``path`` of the relay at ``url``, its answer read as the model ``answer``;
+    every failure a :class:`~sessionhook.cli._output.CliError` of one line (the API's
+    refusal of the request as the local command says it, anything else naming the URL)."""
     token = need_token(token)
     if not url.lower().startswith(("http://", "https://")):
         raise click.UsageError("--url must be an http:// or https:// URL")
