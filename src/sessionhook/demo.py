@@ -284,44 +284,39 @@ async def _print_events(
     # once every session is done and each of those messages arrived.
     lifecycle = chats = 0
     announced = False
-    async with events:
-        async for event in events:
-            stamp = time.strftime("%H:%M:%S")
-            if event.channel == "chat":
-                chats += 0 if event.duplicate else 1
-                try:
+    try:
+        async with events:
+            async for event in events:
+                stamp = time.strftime("%H:%M:%S")
+                if event.channel == "chat":
+                    chats += 0 if event.duplicate else 1
                     lines = slack_lines(event.body)
                     say(f"{stamp}  slack message  {printable(lines[0])}")
                     for line in lines[1:]:
                         say(f"{'':25}{_message_line(line)}")
-                except BrokenPipeError:
-                    stop.set()
-                    return
+                    if announced and chats >= lifecycle:
+                        stop.set()
+                    continue
+                counts["duplicates" if event.duplicate else "events"] += 1
+                if event.type in _LIFECYCLE and not event.duplicate:
+                    lifecycle += 1
+                    if event.type != "session.action_required":
+                        finished[str(event.session.get("name", ""))] = event.type[len("session.") :]
+                note = "signature ok" + (" (duplicate)" if event.duplicate else "")
+                say(event_line(event.body, stamp=stamp, note=note))
+                await _react(http, event, say)
+                if not announced and created and set(finished) >= created:
+                    announced = True
+                    done = [finished[n] for n in created]
+                    tally = ", ".join(f"{done.count(k)} {k}" for k in sorted(set(done)))
+                    say(
+                        f"{stamp}  all {len(created)} demo sessions are done ({tally}); "
+                        "stopping once their chat messages arrived"
+                    )
                 if announced and chats >= lifecycle:
                     stop.set()
-                continue
-            counts["duplicates" if event.duplicate else "events"] += 1
-            if event.type in _LIFECYCLE and not event.duplicate:
-                lifecycle += 1
-                if event.type != "session.action_required":
-                    finished[str(event.session.get("name", ""))] = event.type[len("session.") :]
-            note = "signature ok" + (" (duplicate)" if event.duplicate else "")
-            try:
-                say(event_line(event.body, stamp=stamp, note=note))
-            except BrokenPipeError:  # `sessionhook demo | head`: nobody reads any more
-                stop.set()
-                return
-            await _react(http, event, say)
-            if not announced and created and set(finished) >= created:
-                announced = True
-                done = [finished[n] for n in created]
-                tally = ", ".join(f"{done.count(k)} {k}" for k in sorted(set(done)))
-                say(
-                    f"{stamp}  all {len(created)} demo sessions are done ({tally}); "
-                    "stopping once their chat messages arrived"
-                )
-            if announced and chats >= lifecycle:
-                stop.set()
+    except BrokenPipeError:  # `sessionhook demo | head`: nobody reads any more
+        stop.set()
 
 
 def _free_port() -> int:
