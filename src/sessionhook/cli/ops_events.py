@@ -13,7 +13,8 @@ import json
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from itertools import islice
+from typing import TYPE_CHECKING, Final
 
 import click
 
@@ -28,10 +29,7 @@ if TYPE_CHECKING:
     import httpx
 
     from ..relay.domain.api_models import ApiEvent
-    from ..relay.domain.rows import EventRow
     from ..relay.ops import EventFilter
-
-_T = TypeVar("_T")
 
 __all__ = ["FOLLOW_POLL", "events", "follow_stream", "stream_client"]
 
@@ -140,15 +138,6 @@ def events(
         pass  # Ctrl-C: the way to stop following
 
 
-def _rows(store: Any, wanted: EventFilter, since: float | None) -> Iterator[EventRow]:
-    from ..relay import ops as operator
-
-    # One glob is filtered by the store; several are matched here.
-    single = wanted.types[0] if len(wanted.types) == 1 else None
-    rows = operator.events(store, session=wanted.session, type_glob=single, since=since)
-    return rows if single is not None else (r for r in rows if wanted.matches(r.type))
-
-
 def _list(
     config_path: str | None,
     db_path: str | None,
@@ -157,13 +146,15 @@ def _list(
     fmt: str,
     limit: int | None,
 ) -> None:
+    from ..relay import ops as operator
     from ..relay.ops.wire import event_answer
 
+    # One glob is filtered by the store; several are matched here.
+    single = wanted.types[0] if len(wanted.types) == 1 else None
     with opened_store(config_path, db_path, readonly=True) as store:
-        rows = _rows(store, wanted, since)
-        if limit is not None:
-            rows = _take(rows, limit)
-        _print_events((event_answer(row) for row in rows), fmt)
+        rows = operator.events(store, session=wanted.session, type_glob=single, since=since)
+        found = (event_answer(r) for r in rows if single is not None or wanted.matches(r.type))
+        _print_events(islice(found, limit), fmt)
 
 
 def _remote_events(
@@ -183,7 +174,7 @@ def _remote_events(
         for item in iter_pages(url, token, "/v1/events", ApiEventPage, params)
         if len(wanted.types) < 2 or wanted.matches(item.type)
     )
-    return found if limit is None else _take(found, limit)
+    return islice(found, limit)
 
 
 def _print_events(items: Iterator[ApiEvent], fmt: str) -> None:
@@ -207,13 +198,6 @@ def _print_events(items: Iterator[ApiEvent], fmt: str) -> None:
             return
         headers = ["SEQ", "OCCURRED", "TYPE", "SESSION", "EVENT", "ACTIVITY"]
         click.echo(render_table(headers, table))
-
-
-def _take(rows: Iterator[_T], n: int) -> Iterator[_T]:
-    for i, row in enumerate(rows):
-        if i >= n:
-            return
-        yield row
 
 
 def _emit(line: str) -> None:
