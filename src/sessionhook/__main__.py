@@ -1,10 +1,8 @@
 """The ``sessionhook`` command's entry point (also ``python -m sessionhook``).
 
-It imports nothing before it can catch Ctrl-C: an interrupt at any moment after the
-interpreter has started this module, while the command line is still being imported or
-while a command runs, ends the command with exit status 130 (128 + SIGINT, what a shell
-reports for an interrupted command) and no traceback. Commands that treat Ctrl-C as their
-way to stop (``run``, ``events --follow``, ``demo``) catch it themselves and exit 0.
+It imports nothing before it can catch Ctrl-C: an interrupt at any moment ends the command
+with exit status 130 (128 + SIGINT) and no traceback. Commands whose way to stop is Ctrl-C
+(``run``, ``events --follow``, ``demo``) catch it themselves and exit 0.
 """
 
 from __future__ import annotations

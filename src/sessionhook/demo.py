@@ -1,25 +1,11 @@
-"""``sessionhook demo``: the emulator, the relay and a verifying consumer, on loopback.
+"""``sessionhook demo``: the emulator, the relay and a verifying consumer, on loopback, in
+one process and one task group (the only place where the emulator and the relay meet).
 
-The only place where the emulator and the relay meet. Everything runs in one process and
-one task group:
-
-* the emulator of the Sessions API (uvicorn, 127.0.0.1, any free port);
-* a webhook consumer (:class:`sessionhook.receiver.Receiver`, the one ``sessionhook
-  listen`` serves, on 127.0.0.1) that checks every signature before it accepts an event;
-* the relay (:class:`~sessionhook.relay.daemon.daemon.Daemon`) with a throwaway store in a
-  temporary directory, short poll intervals, and ``allow_private_networks`` (everything is
-  loopback here), configured through a real TOML file like ``sessionhook run``;
-* a few sessions: one that opens a pull request, one that waits for plan approval, one that
-  asks a question. ``[actions]`` is on (its pages on the relay's loopback ``[server]
-  listen``): each ``session.action_required`` carries signed links, and the demo follows
-  them as a person in the chat would: it opens the link (GET: the page shows the plan or
-  the question, nothing happens yet), then confirms or sends its answer with the page's
-  form (POST);
-* a second endpoint with ``format = "slack"`` for the lifecycle events, whose messages are
-  printed as a Slack channel would show them.
-
-Each event is printed as it arrives; once every demo session completed or failed, the demo
-says so and stops (or at Ctrl-C, or after ``duration``).
+The relay runs with a throwaway store and a real TOML config; a few sessions (one opens a
+pull request, one waits for plan approval, one asks a question) are created, and each
+``session.action_required``'s signed link is followed as a person would (GET the page,
+then POST its form). A second, Slack-formatted endpoint's messages are printed as the
+channel would show them. It stops once every session completed or failed.
 """
 
 from __future__ import annotations
@@ -43,7 +29,7 @@ from typing import Any, TextIO
 import anyio
 import anyio.abc
 import httpx
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from anyio.streams.memory import MemoryObjectReceiveStream
 
 from sessionhook.api.client import AUTO_CREATE_PR, SessionsClient
 from sessionhook.emulator.app import create_app
@@ -54,7 +40,6 @@ from sessionhook.receiver import (
     event_line,
     printable,
     short_session,
-    summarize,
 )
 from sessionhook.relay.config import load_config
 from sessionhook.relay.config.secret_files import write_secret_file
@@ -64,15 +49,7 @@ from sessionhook.relay.telemetry import logs as relay_logging
 from sessionhook.relay.web.server import serve
 from sessionhook.wording import counted
 
-__all__ = [
-    "Consumer",
-    "DemoError",
-    "ReceivedEvent",
-    "SessionPlan",
-    "run_demo",
-    "slack_lines",
-    "summarize",
-]
+__all__ = ["DemoError", "ReceivedEvent", "SessionPlan", "run_demo", "slack_lines"]
 
 
 #: The console's token, in the demo's directory (``[server] token_file``).
@@ -104,33 +81,6 @@ class ReceivedEvent:
         data = self.body.get("data") or {}
         session = data.get("session") or {}
         return session if isinstance(session, dict) else {}
-
-
-class Consumer:
-    """The demo's webhook endpoint: a :class:`~sessionhook.receiver.Receiver` (every
-    signature verified, 401 otherwise) whose accepted events go to ``events``, marked with
-    their channel (``POST /chat`` is the Slack-formatted endpoint, any other path the
-    standard one) and as duplicates when they are (at-least-once delivery allows them).
-    """
-
-    def __init__(self, secret: str, events: MemoryObjectSendStream[ReceivedEvent]) -> None:
-        self.events = events
-        self.receiver = Receiver([secret], self._deliver)
-
-    @property
-    def rejected(self) -> int:
-        """Requests refused (a failed signature check, most likely)."""
-        return self.receiver.rejected
-
-    def app(self) -> Receiver:
-        """The ASGI app."""
-        return self.receiver
-
-    async def _deliver(self, delivery: Delivery) -> None:
-        channel = "chat" if delivery.path == "/chat" else "events"
-        await self.events.send(
-            ReceivedEvent(delivery.webhook_id, delivery.body, delivery.duplicate, channel)
-        )
 
 
 @dataclass(frozen=True)
@@ -241,7 +191,7 @@ def _write_config(
                 'name = "demo-slack"',
                 f"url = {json.dumps(hook_url.removesuffix('/hook') + '/chat')}",
                 'secret_file = "endpoint.secret"',
-                'events = ["session.action_required", "session.completed", "session.failed"]',
+                f"events = {json.dumps(list(_LIFECYCLE))}",
                 'format = "slack"',
                 "rate_limit = 1.0  # chat webhooks allow about one message a second",
                 "[server]",
@@ -334,44 +284,39 @@ async def _print_events(
     # once every session is done and each of those messages arrived.
     lifecycle = chats = 0
     announced = False
-    async with events:
-        async for event in events:
-            stamp = time.strftime("%H:%M:%S")
-            if event.channel == "chat":
-                chats += 0 if event.duplicate else 1
-                try:
+    try:
+        async with events:
+            async for event in events:
+                stamp = time.strftime("%H:%M:%S")
+                if event.channel == "chat":
+                    chats += 0 if event.duplicate else 1
                     lines = slack_lines(event.body)
                     say(f"{stamp}  slack message  {printable(lines[0])}")
                     for line in lines[1:]:
                         say(f"{'':25}{_message_line(line)}")
-                except BrokenPipeError:
-                    stop.set()
-                    return
+                    if announced and chats >= lifecycle:
+                        stop.set()
+                    continue
+                counts["duplicates" if event.duplicate else "events"] += 1
+                if event.type in _LIFECYCLE and not event.duplicate:
+                    lifecycle += 1
+                    if event.type != "session.action_required":
+                        finished[str(event.session.get("name", ""))] = event.type[len("session.") :]
+                note = "signature ok" + (" (duplicate)" if event.duplicate else "")
+                say(event_line(event.body, stamp=stamp, note=note))
+                await _react(http, event, say)
+                if not announced and created and set(finished) >= created:
+                    announced = True
+                    done = [finished[n] for n in created]
+                    tally = ", ".join(f"{done.count(k)} {k}" for k in sorted(set(done)))
+                    say(
+                        f"{stamp}  all {len(created)} demo sessions are done ({tally}); "
+                        "stopping once their chat messages arrived"
+                    )
                 if announced and chats >= lifecycle:
                     stop.set()
-                continue
-            counts["duplicates" if event.duplicate else "events"] += 1
-            if event.type in _LIFECYCLE and not event.duplicate:
-                lifecycle += 1
-                if event.type != "session.action_required":
-                    finished[str(event.session.get("name", ""))] = event.type[len("session.") :]
-            note = "signature ok" + (" (duplicate)" if event.duplicate else "")
-            try:
-                say(event_line(event.body, stamp=stamp, note=note))
-            except BrokenPipeError:  # `sessionhook demo | head`: nobody reads any more
-                stop.set()
-                return
-            await _react(http, event, say)
-            if not announced and created and set(finished) >= created:
-                announced = True
-                done = [finished[n] for n in created]
-                tally = ", ".join(f"{done.count(k)} {k}" for k in sorted(set(done)))
-                say(
-                    f"{stamp}  all {len(created)} demo sessions are done ({tally}); "
-                    "stopping once their chat messages arrived"
-                )
-            if announced and chats >= lifecycle:
-                stop.set()
+    except BrokenPipeError:  # `sessionhook demo | head`: nobody reads any more
+        stop.set()
 
 
 def _free_port() -> int:
@@ -417,7 +362,15 @@ async def run_demo(
     counts = {"events": 0, "duplicates": 0, "rejected": 0}
     stop = anyio.Event()
     send, receive = anyio.create_memory_object_stream[ReceivedEvent](100)
-    consumer = Consumer(secret, send)
+
+    async def deliver(delivery: Delivery) -> None:
+        # POST /chat is the Slack-formatted endpoint, any other path the standard one.
+        channel = "chat" if delivery.path == "/chat" else "events"
+        await send.send(
+            ReceivedEvent(delivery.webhook_id, delivery.body, delivery.duplicate, channel)
+        )
+
+    consumer = Receiver([secret], deliver)  # every signature verified, 401 otherwise
     # Only warnings and errors of the relay, on stderr: stdout is for the events.
     relay_logging.configure("warning", "console")
     with tempfile.TemporaryDirectory(prefix="sessionhook-demo-") as tmp:
@@ -425,7 +378,7 @@ async def run_demo(
         async with anyio.create_task_group() as tg, httpx.AsyncClient() as http:
             try:
                 _, emu_port = await tg.start(serve, f"127.0.0.1:{emulator_port}", emulator)
-                _, hook_port = await tg.start(serve, "127.0.0.1:0", consumer.app())
+                _, hook_port = await tg.start(serve, "127.0.0.1:0", consumer)
             except Exception as exc:
                 raise DemoError(f"cannot start the demo servers: {exc}") from None
             base_url = f"http://127.0.0.1:{emu_port}"

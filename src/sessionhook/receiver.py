@@ -1,19 +1,11 @@
 """A verifying webhook receiver, and the one-line view of an event: what ``sessionhook
 listen`` serves and the demo's consumer is built on.
 
-:class:`Receiver` is an ASGI app that takes a ``POST`` on any path and accepts it only when
-it is a Standard Webhooks message signed with one of its keys (``whsec_`` secrets for
-``v1``, ``whpk_`` public keys for ``v1a``: :func:`sessionhook.relay.domain.signing.verify`),
-stamped within :data:`~sessionhook.relay.domain.signing.DEFAULT_TOLERANCE` (5 min) of the
-clock, and whose body is a JSON object. It reads at most ``max_body`` bytes of a body; an
-accepted message is answered 204 and handed to ``on_delivery``, anything else is answered
-with a one-line reason (405, 413, 401 for a signature, 400 for a body that is not JSON) and
-handed to ``on_refusal``. The webhook-ids of the last :data:`REMEMBERED` accepted messages
-are kept (per path) to mark a repeat as a duplicate, which at-least-once delivery allows.
-
-Everything a message carries is the sender's text: :func:`printable` escapes terminal
-control characters (an ESC sequence in a session title must not reach a terminal raw),
-and :func:`event_line` and :func:`summarize` use it on every part they print.
+:class:`Receiver` is an ASGI app that accepts a ``POST`` on any path only when it is a
+Standard Webhooks message signed with one of its keys, stamped within the tolerance, and
+whose body is a JSON object (204); anything else gets a one-line reason (405, 413, 401,
+400). Everything a message carries is the sender's text: :func:`printable` escapes terminal
+control characters, and every printed part goes through it.
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
-"""Helpers every command module shares: output, error reporting, HTTP clients.
+"""Helpers every command module shares: output, error reporting, config, HTTP clients.
 
-* Output: :func:`render_table` and :func:`render_fields` for people, :func:`echo_json` for
-  scripts (``--json``). All three, and :func:`error_line`, pass every string through
-  :func:`sessionhook.redact.redact_userinfo`: a URL's ``user:password@`` never reaches the
-  terminal, whichever command shows it (``endpoints list``, ``status --json``, an error).
-* Errors: :func:`handle_errors` (and :func:`run`, which wraps :func:`anyio.run` in it) turn
-  an :class:`~sessionhook.api.ApiError`, or an exception type registered with
-  :func:`register_user_error` (a config error, say), into ONE line on stderr,
-  ``error: <status> <message> — <hint>``, and a non-zero exit status. Never a traceback
-  for those; an unexpected exception (a bug) still shows its traceback.
-* Config: :func:`config_path` picks the daemon's config file the way every command does
-  (``--config`` > ``$SESSIONHOOK_CONFIG`` > ``/etc/sessionhook/config.toml``), and
-  :func:`load_daemon_config` loads it: when the default file does not exist, its error says
-  how to name another (:data:`NO_CONFIG_HINT`).
-* HTTP: :func:`http_client` builds the :class:`httpx.AsyncClient` a command uses. Tests
-  pass a :class:`Runtime` as ``CliRunner.invoke(..., obj=Runtime(transport=...))`` to
-  route every request of the command to an ``httpx.ASGITransport`` or ``MockTransport``.
+Every string shown (tables, fields, JSON, error lines) passes through
+:func:`sessionhook.redact.redact_userinfo`: a URL's ``user:password@`` never reaches the
+terminal. :func:`handle_errors` turns an API error, or an exception type registered with
+:func:`register_user_error`, into ONE line on stderr and a non-zero exit status; an
+unexpected exception (a bug) keeps its traceback. Tests route a command's HTTP through
+``CliRunner.invoke(..., obj=Runtime(transport=...))``.
 """
 
 from __future__ import annotations
@@ -23,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -56,6 +47,7 @@ __all__ = [
     "http_client",
     "load_daemon_config",
     "one_line",
+    "quiet_on_closed_pipe",
     "register_user_error",
     "render_fields",
     "render_table",
@@ -91,9 +83,7 @@ def one_line(text: object) -> str:
 
 
 def error_line(message: str, hint: str | None = None) -> str:
-    """``error: <message> — <hint>`` on one line (no hint part when there is none).
-
-    URL user-info in either part is redacted."""
+    """``error: <message> — <hint>`` on one line, URL user-info redacted."""
     text = redact_userinfo(one_line(message))
     if not _SELF_NAMED.match(text):
         text = f"error: {text}"
@@ -120,11 +110,8 @@ class CliError(click.ClickException):
 
 
 def register_user_error(exc_type: type[Exception], *, exit_code: int = 2) -> None:
-    """Report ``exc_type`` as one line (its ``str()`` and any ``hint`` attribute).
-
-    For errors that are the user's to fix, such as a config error (exit status 2). Command
-    modules call this at import time for their own exception types.
-    """
+    """Report ``exc_type``, an error the user is to fix, as one line (its ``str()`` and any
+    ``hint`` attribute) with ``exit_code``."""
     _user_errors[exc_type] = exit_code
 
 
@@ -162,11 +149,8 @@ def _as_cli_error(exc: BaseException) -> CliError | None:
 
 @contextmanager
 def handle_errors() -> Iterator[None]:
-    """Turn API errors and registered user errors into a :class:`CliError` (one line).
-
-    Anything else propagates unchanged: an unexpected exception is a bug, and its traceback
-    is what a bug report needs.
-    """
+    """Turn API errors and registered user errors into a :class:`CliError` (one line);
+    anything else (a bug) propagates with its traceback."""
     try:
         yield
     except Exception as exc:
@@ -174,6 +158,17 @@ def handle_errors() -> Iterator[None]:
         if converted is None or converted is exc:
             raise
         raise converted from None
+
+
+@contextmanager
+def quiet_on_closed_pipe() -> Iterator[None]:
+    """A closed stdout (``| head``) ends the command quietly (status 0); what is left in
+    the buffer goes to /dev/null so that Python's flush at exit does not complain either."""
+    try:
+        yield
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
 
 
 def run(main: Callable[[], Awaitable[_T]]) -> _T:
@@ -195,11 +190,8 @@ def config_path(flag: str | None) -> str:
 
 def load_daemon_config(flag: str | None, **options: Any) -> tuple[Config, str]:
     """The config :func:`config_path` picks, loaded with ``options`` (those of
-    :func:`~sessionhook.relay.config.load_config`), and its path. A
-    :class:`~sessionhook.relay.config.ConfigError` for every problem; the default file
-    missing also says how to name another: ``config error:
-    /etc/sessionhook/config.toml: file not found (give --config FILE or set
-    SESSIONHOOK_CONFIG)``."""
+    :func:`~sessionhook.relay.config.load_config`), and its path; a missing default file's
+    error says how to name another (:data:`NO_CONFIG_HINT`)."""
     from ..relay.config import ConfigError, load_config
 
     path = config_path(flag)
@@ -216,13 +208,9 @@ def load_daemon_config(flag: str | None, **options: Any) -> tuple[Config, str]:
 
 @dataclass(frozen=True)
 class Runtime:
-    """What a command takes from its surroundings, injectable through ``ctx.obj``.
-
-    ``transport`` replaces the network for every HTTP client a command builds; ``sleep``
-    replaces the waits between retries; ``resolve`` and ``address_policy`` replace DNS and
-    the public/private judgement of the address guard (``endpoints test``). ``None`` means
-    the real thing.
-    """
+    """What a command takes from its surroundings, injectable through ``ctx.obj`` (tests):
+    the network, the waits between retries, DNS and the address guard's judgement;
+    ``None`` means the real thing."""
 
     transport: httpx.AsyncBaseTransport | None = None
     sleep: Callable[[float], Awaitable[None]] | None = None
@@ -240,9 +228,8 @@ def current_runtime() -> Runtime:
 def http_client(*, timeout: float, base_url: str) -> httpx.AsyncClient:
     """A fresh :class:`httpx.AsyncClient` for one command (redirects are not followed).
 
-    A plain ``http://`` service never needs TLS (redirects are not followed, so no request
-    can move to https): its client skips loading the CA bundle, about a sixth of what an
-    API command costs from exec to exit (``bench/cli_start.py``).
+    A plain ``http://`` service never needs TLS, so its client skips loading the CA bundle
+    (a sixth of an API command's cost: ``bench/cli_start.py``).
     """
     import httpx
 
@@ -269,8 +256,7 @@ def shown(data: Any) -> Any:
 
 
 def echo_json(data: Any) -> None:
-    """Print ``data`` as indented JSON on stdout (non-ASCII kept as is; URL user-info
-    redacted)."""
+    """Print ``data`` as indented JSON (non-ASCII kept; URL user-info redacted)."""
     click.echo(json.dumps(shown(data), indent=2, ensure_ascii=False))
 
 
@@ -282,11 +268,8 @@ def _cell(value: object, limit: int) -> str:
 def render_table(
     headers: Sequence[str], rows: Iterable[Sequence[object]], *, max_cell: int = MAX_CELL
 ) -> str:
-    """Left-aligned columns separated by two spaces, a header line first.
-
-    Cells are made one line and cut at ``max_cell`` characters; ``None`` is an empty cell.
-    Trailing spaces are stripped, so the last column can be long without padding.
-    """
+    """Left-aligned columns separated by two spaces, a header line first; cells made one
+    line and cut at ``max_cell`` characters (``None``: empty), trailing spaces stripped."""
     cells = [[_cell(value, max_cell) for value in row] for row in rows]
     for row in cells:
         if len(row) != len(headers):
@@ -302,10 +285,8 @@ def render_table(
 
 
 def render_fields(fields: Iterable[tuple[str, object]]) -> str:
-    """``label:  value`` lines with the values aligned; empty values are left out.
-
-    A value with several lines keeps them, indented under the first.
-    """
+    """``label:  value`` lines with the values aligned, empty values left out; a value's
+    further lines indented under its first."""
     present = [
         (label, redact_userinfo(str(value)))
         for label, value in fields

@@ -1,16 +1,9 @@
 """``sessionhook sessions|activities|sources``: every call of the Sessions API, by hand.
 
-The service is named the way the daemon names it, flag over environment over the config
-file (:func:`service`): the address is ``--base-url``, else ``$SESSIONHOOK_BASE_URL``,
-else the config's ``api.base_url`` (or its account's), else ``http://127.0.0.1:8080``,
-where ``sessionhook emulator`` listens; the API key is ``$SESSIONHOOK_API_KEY``, else the
-config's (``api_key_file`` or ``api_key_env``), never argv, where other users and shell
-history see it. The config is ``--config``, always read when given; else, when the flags
-and the environment leave the address or the key to find, ``$SESSIONHOOK_CONFIG``, else
-``/etc/sessionhook/config.toml`` if it exists (as every command finds it); ``--account
-NAME`` picks one of its ``[[accounts]]``. Human-readable tables by default; ``--json``
-prints the wire JSON for scripts. A failed call is one line on stderr (status, message,
-what to check) and exit status 1; a configuration problem exit status 2.
+The service is named as the daemon names it (:func:`service`): ``--base-url`` >
+``$SESSIONHOOK_BASE_URL`` > the config's ``api.base_url`` > ``http://127.0.0.1:8080``;
+the API key is ``$SESSIONHOOK_API_KEY``, else the config's, never argv. A failed call is one
+line on stderr and exit status 1; a configuration problem exit status 2.
 """
 
 from __future__ import annotations
@@ -100,8 +93,7 @@ class Service:
 def service(api: ApiOptions) -> Service:
     """The address, the key and its header: flag > environment > config file > default
     (the key: environment > config file). The config is read when ``--config`` names it,
-    or when the flags and the environment leave the address or the key to find and
-    ``$SESSIONHOOK_CONFIG`` names one or the default file exists."""
+    or when the address or the key is left to find and a config is found."""
     from ..api.client import DEFAULT_API_KEY_HEADER
 
     key = os.environ.get(ENV_API_KEY, "").strip() or None
@@ -157,11 +149,7 @@ def _check_base_url(ctx: click.Context, param: click.Parameter, value: str | Non
 
 
 def api_options(func: Callable[..., None]) -> Callable[..., None]:
-    """Add ``--config``, ``--account``, ``--base-url``, ``--api-key-header``, ``--timeout``
-    and ``--json``.
-
-    The command receives them as one ``api: ApiOptions`` argument.
-    """
+    """The options every API command takes, given to it as one ``api: ApiOptions``."""
 
     @click.option(
         "--config",
@@ -304,8 +292,8 @@ def _print_list(
     walk: Callable[[SessionsClient], AsyncIterator[Any]],
     one_page: Callable[[SessionsClient], Awaitable[Any]],
 ) -> None:
-    """Print every item (``--all``: ``walk``) or one page (``one_page``) of a list, whose
-    items the wire JSON holds under ``key``."""
+    """Print every item (``--all``: ``walk``) or one page (``one_page``) of a list (the wire
+    JSON's ``key``)."""
     if walk_all and page_token:
         raise click.UsageError("--all walks every page from the first; drop --page-token")
     if walk_all:

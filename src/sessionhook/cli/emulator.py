@@ -65,18 +65,7 @@ def _shown(flag: str, default: object, kind: Any, text: str, **more: Any) -> Cal
     "A new session and its activities answer 404 this long (eventual consistency).",
     metavar="SECONDS",
 )
-def emulator_command(
-    host: str,
-    port: int,
-    api_keys: tuple[str, ...],
-    step_delay: float,
-    seed: int | None,
-    fault_rate_limit: float,
-    fault_error: float,
-    latency_ms: int,
-    create_time_filter: str,
-    consistency_delay: float,
-) -> None:
+def emulator_command(host: str, port: int, api_keys: tuple[str, ...], **settings: Any) -> None:
     """Serve a local emulator of the Sessions API (/v1alpha) with a scripted agent.
 
     Prompt words drive the agent: "[ask]" makes it ask a question and wait for a message,
@@ -93,16 +82,8 @@ def emulator_command(
         click.echo(f"error: no API key: pass --api-key KEY or set ${API_KEY_ENV}", err=True)
         sys.exit(2)
     try:
-        app = create_app(
-            api_keys=accounts,
-            step_delay=step_delay,
-            seed=seed,
-            fault_rate_limit=fault_rate_limit,
-            fault_error=fault_error,
-            latency_ms=latency_ms,
-            create_time_filter=create_time_filter,
-            consistency_delay=consistency_delay,
-        )
+        # The other options are create_app's keyword arguments, by name.
+        app = create_app(api_keys=accounts, **settings)
     except ValueError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
@@ -127,6 +108,6 @@ def emulator_command(
     plural = "account" if len(accounts) == 1 else "accounts"
     click.echo(
         f"sessionhook emulator listening on http://{shown}:{sock.getsockname()[1]} "
-        f"({len(accounts)} {plural}, step delay {step_delay:g}s)"
+        f"({len(accounts)} {plural}, step delay {settings['step_delay']:g}s)"
     )
     server.run(sockets=[sock])

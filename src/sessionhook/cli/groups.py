@@ -1,18 +1,10 @@
 """What an option given to a command group does: it reaches the subcommand, or is refused.
 
-``sessionhook deliveries --config FILE retry 12``: ``--config`` is given to the group
-``deliveries``, before its subcommand. Every group of the command is a :class:`Group`, which
-hands each option given on its command line to the subcommand that runs, when that takes an
-option of the same name (the same name means the same thing in a group and under it): the
-subcommand gets the group's value, over its environment variable and default. The same
-option given again after the subcommand with another value is a usage error (which one was
-meant?), and so is an option the subcommand does not take (``deliveries --status failed
-retry 12``): nothing given is silently dropped. A group without options refuses them as
-click does (``endpoints --config FILE list``: no such option).
-
-The root group's ``group_class`` and ``command_class`` make every ``@cli.group()`` a
-:class:`Group` and every ``@group.command()`` a :class:`Command` (the subcommand's half of
-the rule); tests/test_cli_tree.py walks the tree and holds every group to it.
+``sessionhook deliveries --config FILE retry 12``: a :class:`Group` hands each option given
+on its command line to the subcommand when that takes an option of the same name (over its
+environment variable and default). The same option given again after the subcommand with
+another value is a usage error, and so is one the subcommand does not take: nothing given
+is silently dropped. tests/test_cli_tree.py holds every group to it.
 """
 
 from __future__ import annotations

@@ -1,29 +1,15 @@
-"""``sessionhook listen``: a local webhook receiver, or a relay's events forwarded to one.
-
-Two modes:
-
-* ``listen [--port 8000]``: a receiver on ``127.0.0.1`` (:class:`sessionhook.receiver.Receiver`)
-  that verifies every request (``--secret-file``, ``--secret`` or
-  ``$SESSIONHOOK_LISTEN_SECRET`` for ``v1``, ``--public-key`` for ``v1a``; timestamps within
-  5 minutes), answers 204 only to a valid
-  one and 401 (or 400, 405, 413) with a one-line reason otherwise, and prints each event
-  on one line (``--json``: one JSON object per line, headers of interest and body).
-  Refusals are printed on stderr, so stdout holds the accepted events only.
-* ``listen --url RELAY --forward-to URL``: every event of the relay's stream, POSTed to a
-  local consumer and signed with a local secret printed at start
-  (:mod:`sessionhook.cli.listen_forward`).
-
-Upstream text is printed escaped (:func:`sessionhook.receiver.printable`). Ctrl-C ends
-either mode with exit status 130 (the entry point's); a closed pipe (``| head``) quietly.
+"""``sessionhook listen``: a local verifying webhook receiver
+(:class:`sessionhook.receiver.Receiver`) that prints each accepted event on stdout and each
+refusal on stderr; or, with ``--url`` and ``--forward-to``, a relay's events forwarded to a
+local consumer (:mod:`.listen_forward`). Ctrl-C ends either with exit status 130 (the entry
+point's); a closed pipe (``| head``) quietly.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -31,7 +17,7 @@ from typing import TYPE_CHECKING, Final
 import click
 
 from . import cli
-from ._output import CliError, handle_errors, register_user_error
+from ._output import CliError, handle_errors, quiet_on_closed_pipe, register_user_error
 
 if TYPE_CHECKING:
     from ..receiver import Delivery, Refusal
@@ -114,7 +100,7 @@ def listen(
     --forward-to, forward a relay's events to a local consumer, signed."""
     if (url is None) != (forward_to is None):
         raise click.UsageError("--url and --forward-to go together (forward a relay's events)")
-    with handle_errors(), _quiet_on_closed_pipe():
+    with handle_errors(), quiet_on_closed_pipe():
         secrets = (*secrets, *(_read_secret(file) for file in secret_files))
         if url is not None and forward_to is not None:
             for given, flag in ((port, "--port"), (host, "--host"), (max_body, "--max-body")):
@@ -231,14 +217,3 @@ class _Printer:
         except BrokenPipeError:  # `listen | head`: nobody reads any more
             self.pipe_closed = True
             self.stop()
-
-
-@contextmanager
-def _quiet_on_closed_pipe() -> Iterator[None]:
-    """A closed stdout ends the command quietly (status 0); what is left in the buffer goes
-    to /dev/null so that Python's flush at exit does not complain either."""
-    try:
-        yield
-    except BrokenPipeError:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())

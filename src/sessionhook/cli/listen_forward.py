@@ -1,24 +1,13 @@
 """``sessionhook listen --url RELAY --forward-to URL``: a relay's events, POSTed to a local
 consumer as the relay would, signed with a local secret.
 
-The events come from the relay's stream (``GET /v1/events/stream``, through
-:func:`sessionhook.cli.ops_events.follow_stream`, which reconnects after a failure with
-``Last-Event-ID`` = the last event taken: nothing is missed or repeated across a cut).
-Each one is POSTed, one at a time and in the stream's order, with its exact body and the
-Standard Webhooks headers: ``webhook-id`` = the event's id (the relay's own webhook-id),
-``webhook-timestamp`` = now (fresh per attempt), ``webhook-signature`` signed with the
-local secret (``--secret``, else a new one printed at start). The POSTs go through the
-deliveries' own sender (:mod:`sessionhook.relay.ops.forwarding`), loopback and private
-addresses allowed; the URL is read once at start as a delivery's is (its host
-normalized), and one that is not http(s) or has no plain host is refused then.
-
-A consumer that is down, times out, or answers 5xx or 429 is tried again after
-:data:`RETRY_DELAYS` (1, 2 and 4 s: four attempts in about 7 s); then the event is
-reported as given up, on its own line, and the next one is forwarded. Any other answer is
-final at once (2xx: delivered; 3xx, which is not followed, and 4xx: refused, printed as
-such). Nothing is dropped without a line saying so: a stream message over
-:data:`.sse.MAX_MESSAGE_BYTES` (32 MiB) is read past without being kept, reported on its own
-line naming its event id, and the next event forwarded.
+The events come from :func:`.ops_events.follow_stream` (nothing missed or repeated across
+a cut). Each is POSTed in order with its exact body, ``webhook-id`` = the relay's, a fresh
+``webhook-timestamp`` per attempt and a signature with the local secret, through the
+deliveries' own sender (:mod:`sessionhook.relay.ops.forwarding`; loopback allowed). A
+consumer that is down, times out, or answers 5xx or 429 is tried again after
+:data:`RETRY_DELAYS`, then reported as given up; any other answer is final. Nothing is
+dropped without a line saying so.
 """
 
 from __future__ import annotations
@@ -37,7 +26,6 @@ from .remote import need_token
 if TYPE_CHECKING:
     import httpx
 
-    from ..relay.ops import EventFilter
     from ..relay.ops.forwarding import Poster
     from .sse import StreamEvent
 
@@ -156,12 +144,15 @@ def forward(
     """The command's body in forward mode (see the module's docstring)."""
     import anyio
 
-    from ..receiver import printable
+    from ..receiver import event_line, json_line, printable
     from ..relay.domain import signing
     from ..relay.domain.addresses import UnusableUrlError
     from ..relay.domain.events import EVENT_TYPES, matches
     from ..relay.ops import EventFilter
-    from ..relay.ops.forwarding import forward_target
+    from ..relay.ops.forwarding import forward_poster, forward_target
+    from ._output import current_runtime
+    from .ops_events import follow_stream, stream_client
+    from .sse import SkippedEvent
 
     if not url.lower().startswith(("http://", "https://")):
         raise click.UsageError("--url must be an http:// or https:// URL")
@@ -171,7 +162,7 @@ def forward(
     except UnusableUrlError as exc:
         shown = printable(redact_userinfo(target))
         raise CliError(f"--forward-to {shown}: refused: {exc.reason}", exit_code=2) from None
-    token = need_token(token)
+    bearer = need_token(token)
     keys = [key for text in secrets for key in text.split()] or [signing.generate_secret()]
     for key in keys:
         try:
@@ -187,73 +178,40 @@ def forward(
         f"signing with {' '.join(keys)} (your consumer verifies with it); Ctrl-C stops",
         err=True,
     )
-    state = _Progress()
+    wanted = EventFilter(globs)
+    taken: str | None = None  # the last event taken: where a resume starts
+
+    async def run() -> None:
+        nonlocal taken
+        sleep = current_runtime().sleep or anyio.sleep
+        async with stream_client() as stream_http, forward_poster() as poster:
+            forwarder = Forwarder(poster, consumer, keys, note=_note, sleep=sleep)
+            async for event in follow_stream(stream_http, url, bearer, wanted, last_event_id):
+                if isinstance(event, SkippedEvent):
+                    _note(event.note())  # nothing is dropped without a line saying so
+                    taken = event.id or taken
+                    continue
+                outcome = await forwarder.forward(event)
+                taken = event.id
+                try:
+                    body = event.payload()
+                except (ValueError, RecursionError):  # forwarded as it came, shown by its type
+                    body = {"type": event.type}
+                if as_json:
+                    record = {"id": event.id, "type": event.type, "answer": outcome.json()}
+                    line = json_line({**record, "body": body})
+                else:
+                    line = event_line(body, note=outcome.note())
+                click.echo(line)
+                sys.stdout.flush()
+
     try:
-        anyio.run(
-            _run,
-            url,
-            token,
-            consumer,
-            keys,
-            EventFilter(globs),
-            last_event_id,
-            as_json,
-            state,
-            backend="asyncio",
-        )
+        anyio.run(run, backend="asyncio")
     except KeyboardInterrupt:
-        if state.last_id:
-            click.echo(f"stopped; to resume: --last-event-id {state.last_id}", err=True)
+        if taken:
+            click.echo(f"stopped; to resume: --last-event-id {taken}", err=True)
         raise
 
 
-@dataclass
-class _Progress:
-    last_id: str | None = None
-
-
-async def _run(
-    url: str,
-    token: str,
-    target: str,
-    keys: list[str],
-    wanted: EventFilter,
-    last_event_id: str | None,
-    as_json: bool,
-    state: _Progress,
-) -> None:
-    import anyio
-
-    from ..receiver import event_line, json_line
-    from ..relay.ops.forwarding import forward_poster
-    from ._output import current_runtime
-    from .ops_events import follow_stream, stream_client
-    from .sse import SkippedEvent
-
-    def note(line: str) -> None:
-        click.echo(line, err=True)
-
-    runtime = current_runtime()
-    async with (
-        stream_client() as stream_http,
-        forward_poster() as poster,
-    ):
-        forwarder = Forwarder(poster, target, keys, note=note, sleep=runtime.sleep or anyio.sleep)
-        async for event in follow_stream(stream_http, url, token, wanted, last_event_id):
-            if isinstance(event, SkippedEvent):
-                note(event.note())  # nothing is dropped without a line saying so
-                state.last_id = event.id or state.last_id
-                continue
-            outcome = await forwarder.forward(event)
-            state.last_id = event.id
-            try:
-                body = event.payload()
-            except (ValueError, RecursionError):  # forwarded as it came, shown by its type
-                body = {"type": event.type}
-            if as_json:
-                record = {"id": event.id, "type": event.type, "answer": outcome.json()}
-                line = json_line({**record, "body": body})
-            else:
-                line = event_line(body, note=outcome.note())
-            click.echo(line)
-            sys.stdout.flush()
+def _note(line: str) -> None:
+    click.echo(line, err=True)

@@ -1,22 +1,11 @@
-"""The operator commands' shared plumbing; the commands live in one module per group,
-each a thin view of :mod:`sessionhook.relay.ops` (the layer the web console uses too):
+"""The operator commands' shared plumbing (the commands live in ``ops_*.py``, one module
+per group, each a thin view of :mod:`sessionhook.relay.ops`, which the console uses too).
 
-* :mod:`.ops_deliveries`: ``status``, ``deliveries``, ``attempts``;
-* :mod:`.ops_replay`: ``replay``;
-* :mod:`.ops_endpoints`: ``endpoints list|enable|disable|test``;
-* :mod:`.ops_endpoints_edit`: ``endpoints create|update|delete|rotate-secret``;
-* :mod:`.ops_events`: ``events`` (``--follow`` tails the store or a daemon's event stream);
-* :mod:`.ops_secrets`: ``secret generate|token``, ``verify``.
-
-They read the daemon's SQLite file directly and are safe while it runs: read commands open
-it read-only (WAL gives them a consistent snapshot), write commands (``replay``,
-``endpoints enable|disable``) take short write transactions that the daemon's busy timeout
-waits out. The database is found through the daemon's configuration (``--config``, default
-``$SESSIONHOOK_CONFIG``, else ``/etc/sessionhook/config.toml``) or given with ``--db``.
-
-Times (``--since``, ``--until``) are RFC 3339 (UTC when no offset is given) or an age such
-as ``90s``, ``30m``, ``2h``, ``7d``. Every failure is one line on stderr and a non-zero exit
-status; a bad configuration exits 2.
+They read the daemon's store, found through ``--config`` (default ``$SESSIONHOOK_CONFIG``,
+else ``/etc/sessionhook/config.toml``) or given with ``--db``, and are safe while it runs:
+read commands open it read-only, write commands take short write transactions that the
+daemon's busy timeout waits out. With ``--url`` they ask a running relay's API instead
+(:mod:`.remote`). Every failure is one line on stderr and a non-zero exit status.
 """
 
 from __future__ import annotations
@@ -26,7 +15,7 @@ import json
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -43,6 +32,7 @@ from ._output import (
     load_daemon_config,
     register_user_error,
 )
+from .remote import refuse_store_options, remote_option_pair
 
 if TYPE_CHECKING:
     # The relay (config, store, operator: most of a second of CPU) is imported by the
@@ -56,29 +46,30 @@ __all__ = [
     "ENV_CONFIG",
     "ProgressCounter",
     "StoreTarget",
+    "Where",
     "age",
-    "echo_answer",
     "json_option",
+    "opened_store",
+    "operator_options",
     "parse_headers",
     "parse_time",
-    "reading_store",
+    "relay_url_operator_options",
     "reported",
+    "show",
     "stamp",
     "stamp_ago",
     "store_options",
     "store_target",
+    "time_flag",
     "time_option",
-    "writing_store",
 ]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
 def _relay_errors() -> tuple[type[Exception], ...]:
-    """Register the relay's user errors (one line each) and return the database errors.
-
-    Called when an operator command starts, the moment it imports the relay anyway.
-    """
+    """Register the relay's user errors (one line each) and return the database errors
+    (when a command starts: it imports the relay anyway)."""
     import logging
 
     from ..relay.config import ConfigError
@@ -106,6 +97,11 @@ def parse_time(text: str, now: float) -> float:
     from ..relay.ops.wire import parse_moment
 
     return parse_moment(text, now)
+
+
+def time_flag(flag: str, help: str) -> Callable[[_F], _F]:
+    """``flag TIME``, given to the command as Unix seconds (:func:`time_option`)."""
+    return click.option(flag, callback=time_option, metavar="TIME", help=help)
 
 
 def time_option(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
@@ -173,12 +169,21 @@ def stamp_ago(ts: float | None, now: float) -> str:
     return "never" if ts is None else f"{stamp(ts)} ({age(now - ts)} ago)"
 
 
-def echo_answer(answer: ApiModel | Sequence[ApiModel]) -> None:
-    """Print an answer of the API's models (or a list of them) for ``--json``: what the
-    API answers, moments as RFC 3339."""
+def show(
+    answer: ApiModel | Sequence[ApiModel] | dict[str, Any],
+    as_json: bool,
+    text: str | Callable[[], None],
+) -> None:
+    """With ``--json`` the answer as the API's JSON (moments RFC 3339), else ``text``: a
+    line, or what prints the answer for people."""
     from ..relay.domain.api_models import api_data
 
-    echo_json(api_data(answer))
+    if as_json:
+        echo_json(answer if isinstance(answer, dict) else api_data(answer))
+    elif isinstance(text, str):
+        click.echo(text)
+    else:
+        text()
 
 
 # --------------------------------------------------------------------------- plumbing
@@ -246,6 +251,57 @@ def reported(fn: Callable[..., None]) -> Callable[..., None]:
     return wrapper
 
 
+@dataclass(frozen=True)
+class Where:
+    """Where an operator command reads and writes: the store (``--config``, ``--db``) or,
+    with ``--url``, a running relay's API (``--token``)."""
+
+    config_path: str | None
+    db_path: str | None
+    url: str | None
+    token: str | None
+
+    def relay(self) -> str | None:
+        """``--url`` (a usage error beside ``--config`` or ``--db``), ``None`` without it."""
+        if self.url is not None:
+            refuse_store_options(self.config_path, self.db_path)
+        return self.url
+
+    def reading(self) -> AbstractContextManager[StoreCore]:
+        return opened_store(self.config_path, self.db_path, readonly=True)
+
+    def writing(self) -> AbstractContextManager[StoreCore]:
+        return opened_store(self.config_path, self.db_path, readonly=False)
+
+
+def _where_options(flag: str, name: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    def decorate(fn: Callable[..., None]) -> Callable[..., None]:
+        @store_options
+        @remote_option_pair(flag, name)
+        @functools.wraps(fn)
+        def wrapper(
+            *args: Any,
+            config_path: str | None,
+            db_path: str | None,
+            token: str | None,
+            **kwargs: Any,
+        ) -> None:
+            url = kwargs.pop(name)
+            fn(*args, where=Where(config_path, db_path, url, token), **kwargs)
+
+        return reported(wrapper)
+
+    return decorate
+
+
+#: ``--config``, ``--db``, ``--url`` and ``--token``, given to the command as one
+#: ``where: Where``; its failures reported as one line (:func:`reported`).
+operator_options = _where_options("--url", "url")
+#: :data:`operator_options` with ``--relay-url`` (``endpoints create|update``, whose
+#: ``--url`` is the endpoint's).
+relay_url_operator_options = _where_options("--relay-url", "relay_url")
+
+
 def store_target(
     config_path: str | None, db_path: str | None, *, secrets_of: str | None = None
 ) -> StoreTarget:
@@ -264,34 +320,22 @@ def store_target(
     return StoreTarget(Path(db_path) if db_path else config.store.path, config, path)
 
 
-def _require_db(target: StoreTarget) -> None:
+@contextmanager
+def opened_store(
+    config_path: str | None, db_path: str | None, *, readonly: bool
+) -> Iterator[StoreCore]:
+    """The store, read-only or for short write transactions; it must exist (never create
+    an empty database by mistake)."""
+    from ..relay.ops import operator_store
+
+    target = store_target(config_path, db_path)
     if target.database_url() is None and not target.db.is_file():
         via = f"--config {target.config_path}" if target.config_path else f"--db {target.db}"
         raise CliError(
             f"no database at {target.db} — has `sessionhook run` started with this config?",
             hint=f"found through {via}",
         )
-
-
-@contextmanager
-def reading_store(config_path: str | None, db_path: str | None) -> Iterator[StoreCore]:
-    """The store opened read-only (it must exist)."""
-    from ..relay.ops import operator_store
-
-    target = store_target(config_path, db_path)
-    _require_db(target)
-    with operator_store(target, readonly=True) as store:
-        yield store
-
-
-@contextmanager
-def writing_store(config_path: str | None, db_path: str | None) -> Iterator[StoreCore]:
-    """The store opened for short write transactions (it must exist)."""
-    from ..relay.ops import operator_store
-
-    target = store_target(config_path, db_path)
-    _require_db(target)  # never create an empty database by mistake
-    with operator_store(target) as store:
+    with operator_store(target, readonly=readonly) as store:
         yield store
 
 

@@ -1,10 +1,5 @@
-"""The delivery-log commands: ``status``, ``deliveries`` and ``attempts``.
-
-Views of :mod:`sessionhook.relay.ops` (the web console shows the same rows). They
-read the daemon's store like every operator command (see :mod:`.ops`, whose plumbing they
-share): read-only, safe while the daemon runs, the database found through ``--config``
-(default ``$SESSIONHOOK_CONFIG``, else ``/etc/sessionhook/config.toml``) or ``--db``.
-"""
+"""``sessionhook status``, ``deliveries`` and ``attempts``: the delivery log, read-only
+(the console shows the same rows); the plumbing is :mod:`.ops`'s."""
 
 from __future__ import annotations
 
@@ -19,17 +14,8 @@ from ..relay.domain.delivery_states import DELIVERY_STATUSES
 from ..wording import counted
 from . import cli
 from ._output import CliError, render_fields, render_table
-from .ops import (
-    age,
-    echo_answer,
-    json_option,
-    reading_store,
-    reported,
-    stamp,
-    stamp_ago,
-    store_options,
-)
-from .remote import get, get_pages, refuse_store_options, remote_options
+from .ops import Where, age, json_option, operator_options, show, stamp, stamp_ago
+from .remote import get, get_pages
 
 if TYPE_CHECKING:
     from ..relay.domain.api_models import (
@@ -52,35 +38,23 @@ __all__ = ["attempts", "deliveries", "status"]
 
 
 @cli.command("status")
-@store_options
-@remote_options
+@operator_options
 @json_option
-@reported
-def status(
-    config_path: str | None,
-    db_path: str | None,
-    url: str | None,
-    token: str | None,
-    as_json: bool,
-) -> None:
+def status(where: Where, as_json: bool) -> None:
     """Endpoints (enabled or why not, backlog, last hour, last error) and upstream polling;
     with --url, of a running relay (its GET /v1/status)."""
     from ..relay.domain.api_models import ApiStatus
 
-    if url is not None:
-        refuse_store_options(config_path, db_path)
-        answer = get(url, token, "/v1/status", ApiStatus)
+    if (url := where.relay()) is not None:
+        answer = get(url, where.token, "/v1/status", ApiStatus)
     else:
         from ..relay import ops as operator
         from ..relay.ops.wire import status_answer
 
         now = time.time()
-        with reading_store(config_path, db_path) as store:
+        with where.reading() as store:
             answer = status_answer(operator.status(store, now), now)
-    if as_json:
-        echo_answer(answer)
-        return
-    _print_status(answer)
+    show(answer, as_json, lambda: _print_status(answer))
 
 
 def _print_status(status: ApiStatus) -> None:
@@ -210,19 +184,14 @@ def _refused_line(refused: ApiRefused, now: float) -> str:
 
 
 @cli.group("deliveries", invoke_without_command=True)
-@store_options
-@remote_options
+@operator_options
 @click.option("--endpoint", metavar="NAME", help="Only this endpoint.")
 @click.option("--status", "status_", type=click.Choice(DELIVERY_STATUSES), help="Only this status.")
 @click.option("--session", metavar="SESSION", help="Only this session (sessions/…).")
 @click.option("--limit", default=100, show_default=True, type=click.IntRange(1), help="At most.")
 @json_option
-@reported
 def deliveries(
-    config_path: str | None,
-    db_path: str | None,
-    url: str | None,
-    token: str | None,
+    where: Where,
     endpoint: str | None,
     status_: str | None,
     session: str | None,
@@ -239,19 +208,18 @@ def deliveries(
     if click.get_current_context().invoked_subcommand is not None:
         return  # `deliveries retry|recover`: the subcommand does the work
     now = time.time()
-    if url is not None:
+    if (url := where.relay()) is not None:
         from ..relay.domain.api_models import ApiDeliveryPage
 
-        refuse_store_options(config_path, db_path)
         filters = {"endpoint": endpoint, "status": status_, "session": session}
         params = {k: v for k, v in filters.items() if v is not None}
-        rows = get_pages(url, token, "/v1/deliveries", ApiDeliveryPage, params, limit)
+        rows = get_pages(url, where.token, "/v1/deliveries", ApiDeliveryPage, params, limit)
     else:
         from ..relay import ops as operator
         from ..relay.domain.rows import OPEN_STATUSES
         from ..relay.ops.wire import delivery_answer
 
-        with reading_store(config_path, db_path) as store:
+        with where.reading() as store:
             if endpoint is not None:
                 operator.find_endpoint(store, endpoint)  # a typo is an error, not "no match"
             found = operator.deliveries(
@@ -260,10 +228,7 @@ def deliveries(
             open_ = (r.id for r in found if r.status in OPEN_STATUSES)
             claims = operator.in_flight(store, now, open_)
         rows = [delivery_answer(row, claims.get(row.id)) for row in found]
-    if as_json:
-        echo_answer(rows)
-        return
-    _print_deliveries(rows, now)
+    show(rows, as_json, lambda: _print_deliveries(rows, now))
 
 
 def _print_deliveries(rows: Sequence[ApiDelivery], now: float) -> None:
@@ -307,39 +272,26 @@ def _print_deliveries(rows: Sequence[ApiDelivery], now: float) -> None:
 
 @cli.command("attempts")
 @click.argument("target", metavar="DELIVERY|EVENT")
-@store_options
-@remote_options
+@operator_options
 @json_option
-@reported
-def attempts(
-    target: str,
-    config_path: str | None,
-    db_path: str | None,
-    url: str | None,
-    token: str | None,
-    as_json: bool,
-) -> None:
+def attempts(target: str, where: Where, as_json: bool) -> None:
     """Every attempt of one delivery, or of every delivery of one event: time, status
     code, duration, error, response body.
 
     DELIVERY is a delivery id as `sessionhook deliveries` shows it (`12` or `#12`); EVENT
     an event id (`evt_…`, the webhook-id): all its deliveries, every endpoint and replay.
     """
-    if url is not None:
-        refuse_store_options(config_path, db_path)
-        event, answer = _remote_attempts(url, token, target)
+    if (url := where.relay()) is not None:
+        event, answer = _remote_attempts(url, where.token, target)
     else:
         from ..relay import ops as operator
         from ..relay.ops.wire import attempts_answer
 
-        with reading_store(config_path, db_path) as store:
+        with where.reading() as store:
             row, found = operator.attempts(store, target)
         event = None if row is None else (row.id, row.type)
         answer = attempts_answer(row, found)
-    if as_json:
-        echo_answer(answer)
-        return
-    _print_attempts(event, answer)
+    show(answer, as_json, lambda: _print_attempts(event, answer))
 
 
 def _remote_attempts(

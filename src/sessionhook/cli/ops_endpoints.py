@@ -1,8 +1,5 @@
-"""``sessionhook endpoints list|enable|disable|test``.
-
-Views of :mod:`sessionhook.relay.ops` (the web console's actions are the same
-functions); the plumbing is :mod:`.ops`'s.
-"""
+"""``sessionhook endpoints list|enable|disable|test``: views of :mod:`sessionhook.relay.ops`
+(the console's actions are the same functions); the plumbing is :mod:`.ops`'s."""
 
 from __future__ import annotations
 
@@ -18,20 +15,20 @@ from . import cli
 from ._output import CliError, current_runtime, render_fields, render_table
 from ._output import run as run_async
 from .ops import (
+    Where,
     age,
-    echo_answer,
     json_option,
-    reading_store,
+    opened_store,
+    operator_options,
     reported,
+    show,
     stamp,
-    store_options,
     store_target,
-    writing_store,
 )
 from .remote import get, get_pages, post, refuse_store_options, remote_options
 
 if TYPE_CHECKING:
-    from ..relay.domain.api_models import ApiEndpointState
+    from ..relay.domain.api_models import ApiEndpointState, ApiPing
     from ..relay.domain.retry import AttemptResult
 
 __all__ = ["endpoints"]
@@ -44,38 +41,26 @@ def endpoints() -> None:
 
 
 @endpoints.command("list")
-@store_options
-@remote_options
+@operator_options
 @json_option
-@reported
-def endpoints_list(
-    config_path: str | None,
-    db_path: str | None,
-    url: str | None,
-    token: str | None,
-    as_json: bool,
-) -> None:
+def endpoints_list(where: Where, as_json: bool) -> None:
     """Every endpoint the daemon knows, with its state and backlog."""
     now = time.time()
-    if url is not None:
+    if (url := where.relay()) is not None:
         from ..relay.domain.api_models import ApiEndpointStatePage
 
-        refuse_store_options(config_path, db_path)
         # The API's answer has each endpoint's definition too: left out, as the local
         # command has none.
-        known = get_pages(url, token, "/v1/endpoints", ApiEndpointStatePage, {}, 10_000)
+        known = get_pages(url, where.token, "/v1/endpoints", ApiEndpointStatePage, {}, 10_000)
     else:
         from ..relay import ops as operator
         from ..relay.ops.wire import endpoint_state_answer
 
-        with reading_store(config_path, db_path) as store:
+        with where.reading() as store:
             listed = operator.endpoints(store)
             claims = operator.endpoints_in_flight(store, now)  # per endpoint: replica -> n
         known = [endpoint_state_answer(s, n, claims.get(s.name)) for s, n in listed]
-    if as_json:
-        echo_answer(known)
-        return
-    _print_endpoints(known, now)
+    show(known, as_json, lambda: _print_endpoints(known, now))
 
 
 def _print_endpoints(known: Sequence[ApiEndpointState], now: float) -> None:
@@ -110,54 +95,38 @@ def _print_endpoints(known: Sequence[ApiEndpointState], now: float) -> None:
 
 @endpoints.command("enable")
 @click.argument("name")
-@store_options
-@remote_options
-@reported
-def endpoints_enable(
-    name: str, config_path: str | None, db_path: str | None, url: str | None, token: str | None
-) -> None:
+@operator_options
+def endpoints_enable(name: str, where: Where) -> None:
     """Enable NAME again; what waited for it (and replays) is delivered."""
     from ..relay import ops as operator
 
-    if url is not None:
+    if (url := where.relay()) is not None:
         from ..relay.domain.api_models import ApiEndpoint
 
-        refuse_store_options(config_path, db_path)
         path = f"/v1/endpoints/{quote(name, safe='')}:enable"
-        click.echo(operator.enabled_line(name, post(url, token, path, ApiEndpoint).pending))
-        return
-    with writing_store(config_path, db_path) as store:
-        waiting = operator.enable_endpoint(store, name)
+        waiting = post(url, where.token, path, ApiEndpoint).pending
+    else:
+        with where.writing() as store:
+            waiting = operator.enable_endpoint(store, name)
     click.echo(operator.enabled_line(name, waiting))
 
 
 @endpoints.command("disable")
 @click.argument("name")
 @click.option("--reason", default="disabled by an operator", show_default=True)
-@store_options
-@remote_options
-@reported
-def endpoints_disable(
-    name: str,
-    reason: str,
-    config_path: str | None,
-    db_path: str | None,
-    url: str | None,
-    token: str | None,
-) -> None:
+@operator_options
+def endpoints_disable(name: str, reason: str, where: Where) -> None:
     """Stop delivering to NAME; its events keep being archived (replay them later)."""
     from ..relay import ops as operator
 
-    if url is not None:
+    if (url := where.relay()) is not None:
         from ..relay.domain.api_models import ApiEndpoint
 
-        refuse_store_options(config_path, db_path)
         path = f"/v1/endpoints/{quote(name, safe='')}:disable"
-        post(url, token, path, ApiEndpoint, {"reason": reason})
-        click.echo(f"endpoint {name} disabled: {reason}")
-        return
-    with writing_store(config_path, db_path) as store:
-        operator.disable_endpoint(store, name, reason)
+        post(url, where.token, path, ApiEndpoint, {"reason": reason})
+    else:
+        with where.writing() as store:
+            operator.disable_endpoint(store, name, reason)
     click.echo(f"endpoint {name} disabled: {reason}")
 
 
@@ -180,16 +149,7 @@ def endpoints_test(name: str, config_path: str | None, url: str | None, token: s
         refuse_store_options(config_path, None)
         path = f"/v1/endpoints/{quote(name, safe='')}"
         target_url = get(url, token, path, ApiEndpoint).url
-        ping = post(url, token, path + ":test", ApiPing)
-        _print_ping(
-            name,
-            target_url,
-            None,
-            ping.status_code,
-            ping.duration_ms,
-            ping.error,
-            ping.response_body,
-        )
+        _print_ping(name, target_url, None, post(url, token, path + ":test", ApiPing))
         return
     from ..relay import ops as operator
 
@@ -200,7 +160,7 @@ def endpoints_test(name: str, config_path: str | None, url: str | None, token: s
     if endpoint is None:  # one created at run time, in the store
         from ..relay.ops import endpoint_edits
 
-        with reading_store(config_path, None) as store:
+        with opened_store(config_path, None, readonly=True) as store:
             endpoint = endpoint_edits.endpoint_config(store, config, name, time.time())
     runtime = current_runtime()
 
@@ -222,22 +182,13 @@ def endpoints_test(name: str, config_path: str | None, url: str | None, token: s
                 policy=runtime.address_policy,
             )
 
-    event_id, r = run_async(send)
-    _print_ping(
-        name, endpoint.url, event_id, r.status_code, r.duration_ms, r.error, r.response_body
-    )
+    event_id, result = run_async(send)
+    _print_ping(name, endpoint.url, event_id, result)
 
 
-def _print_ping(
-    name: str,
-    url: str,
-    event_id: str | None,
-    status_code: int | None,
-    duration_ms: float,
-    error: str | None,
-    response_body: str,
-) -> None:
+def _print_ping(name: str, url: str, event_id: str | None, result: AttemptResult | ApiPing) -> None:
     """What ``endpoints test`` prints; a :class:`CliError` unless the answer was 2xx."""
+    status_code, error = result.status_code, result.error
     answer = "no answer" if status_code is None else str(status_code)
     sent = f"  webhook-id {event_id}" if event_id is not None else ""
     click.echo(f"POST {redact_userinfo(url)}{sent}")
@@ -245,9 +196,9 @@ def _print_ping(
         render_fields(
             [
                 ("answer", answer),
-                ("duration", f"{duration_ms:.0f} ms"),
+                ("duration", f"{result.duration_ms:.0f} ms"),
                 ("error", error),
-                ("response", response_body),
+                ("response", result.response_body),
             ]
         )
     )

@@ -1,11 +1,6 @@
 """``sessionhook endpoints create|update|delete|rotate-secret``: endpoints created at run
-time, in the store (:mod:`sessionhook.relay.ops.endpoint_edits`, the operations behind
-``/v1/endpoints``).
-
-The running daemon delivers to a change from its next round (at most a second; at once on
-PostgreSQL, whose replicas are notified). A secret is printed once, by ``create`` and
-``rotate-secret``; one chosen by the operator comes from the environment (``--secret-env``),
-never from the command line.
+time, in the store (:mod:`sessionhook.relay.ops.endpoint_edits`). A secret is printed once;
+one chosen by the operator comes from the environment (``--secret-env``), never argv.
 """
 
 from __future__ import annotations
@@ -19,10 +14,17 @@ from urllib.parse import quote
 import click
 
 from ..wording import counted
-from ._output import CliError, echo_json
-from .ops import echo_answer, json_option, reported, store_options, store_target, writing_store
+from ._output import CliError
+from .ops import (
+    Where,
+    json_option,
+    operator_options,
+    relay_url_operator_options,
+    show,
+    store_target,
+)
 from .ops_endpoints import endpoints
-from .remote import call, refuse_store_options, relay_url_options, remote_options
+from .remote import call
 
 if TYPE_CHECKING:
     from ..relay.config import Config
@@ -109,14 +111,14 @@ def _spec(
     return {key: value for key, value in values.items() if value is not None}
 
 
-def _config(config_path: str | None, db_path: str | None) -> Config:
+def _config(where: Where) -> Config:
     """The daemon's config (its endpoints' names, accounts, address rule); with ``--db``
     alone, the defaults (the store's names are checked all the same)."""
     from ..relay.config import Config
 
-    if db_path is not None and config_path is None:
+    if where.db_path is not None and where.config_path is None:
         return Config.model_validate({})
-    target = store_target(config_path, None)
+    target = store_target(where.config_path, None)
     assert target.config is not None
     return target.config
 
@@ -130,15 +132,6 @@ def _secret_from(env: str | None) -> str | None:
     return value.strip()
 
 
-def _show(answer: ApiEndpoint | dict[str, Any], as_json: bool, line: str) -> None:
-    if not as_json:
-        click.echo(line)
-    elif isinstance(answer, dict):
-        echo_json(answer)
-    else:
-        echo_answer(answer)
-
-
 def _given(answer: ApiEndpoint, key: str, url: str, path: str) -> Any:
     """``key`` of a create's or a rotation's answer (a one-line error without it)."""
     if (value := getattr(answer, key)) is None:
@@ -150,18 +143,13 @@ def _given(answer: ApiEndpoint, key: str, url: str, path: str) -> Any:
 @click.argument("name")
 @_definition_options
 @click.option("--secret-env", metavar="VAR", help="Sign with the secret in $VAR (default: new).")
-@store_options
-@relay_url_options
+@relay_url_operator_options
 @json_option
-@reported
 def endpoints_create(
     name: str,
     description: str | None,
     secret_env: str | None,
-    config_path: str | None,
-    db_path: str | None,
-    relay_url: str | None,
-    token: str | None,
+    where: Where,
     as_json: bool,
     **options: Any,
 ) -> None:
@@ -172,16 +160,15 @@ def endpoints_create(
 
     if options.get("url") is None:
         raise click.UsageError("give --url")
-    if relay_url is not None:
-        refuse_store_options(config_path, db_path)
+    if (relay_url := where.relay()) is not None:
         body = {"name": name, **_spec(**options), "description": description or ""}
         if secret_env is not None:
             body["secret"] = _secret_from(secret_env)
-        answer = call(relay_url, token, "POST", "/v1/endpoints", ApiEndpoint, body=body)
+        answer = call(relay_url, where.token, "POST", "/v1/endpoints", ApiEndpoint, body=body)
         shown = str(_given(answer, "secret", relay_url, "/v1/endpoints"))
-        _show(answer, as_json, _created_line(name, shown))
+        show(answer, as_json, _created_line(name, shown))
         return
-    config = _config(config_path, db_path)
+    config = _config(where)
     definition, secret = edits.define_endpoint(
         config,
         name,
@@ -189,10 +176,10 @@ def endpoints_create(
         description=description or "",
         secret=_secret_from(secret_env),
     )
-    with writing_store(config_path, db_path) as store:
+    with where.writing() as store:
         edits.create_endpoint(store, config, definition, secret)
         (answer,) = edits.endpoint_answers(store, config, time.time(), name)
-    _show(answer.model_copy(update={"secret": secret}), as_json, _created_line(name, secret))
+    show(answer.model_copy(update={"secret": secret}), as_json, _created_line(name, secret))
 
 
 def _created_line(name: str, secret: str) -> str:
@@ -203,18 +190,13 @@ def _created_line(name: str, secret: str) -> str:
 @click.argument("name")
 @_definition_options
 @click.option("--unset", "unset", multiple=True, metavar="KEY", help="Back to the default.")
-@store_options
-@relay_url_options
+@relay_url_operator_options
 @json_option
-@reported
 def endpoints_update(
     name: str,
     description: str | None,
     unset: tuple[str, ...],
-    config_path: str | None,
-    db_path: str | None,
-    relay_url: str | None,
-    token: str | None,
+    where: Where,
     as_json: bool,
     **options: Any,
 ) -> None:
@@ -224,50 +206,38 @@ def endpoints_update(
     from ..relay.ops import endpoint_edits as edits
 
     changes: dict[str, Any] = {**_spec(**options), **{key: None for key in unset}}
-    if relay_url is not None:
-        refuse_store_options(config_path, db_path)
+    if (relay_url := where.relay()) is not None:
         body = changes if description is None else {**changes, "description": description}
-        answer = call(relay_url, token, "PATCH", _path(name), ApiEndpoint, body=body)
-        _show(answer, as_json, f"endpoint {name} updated")
-        return
-    config = _config(config_path, db_path)
-    with writing_store(config_path, db_path) as store:
-        current = edits.stored_or_refused(store, config, name)
-        definition = edits.redefine_endpoint(config, current, changes, description=description)
-        edits.update_endpoint(store, definition)
-        (answer,) = edits.endpoint_answers(store, config, time.time(), name)
-    _show(answer, as_json, f"endpoint {name} updated")
+        answer = call(relay_url, where.token, "PATCH", _path(name), ApiEndpoint, body=body)
+    else:
+        config = _config(where)
+        with where.writing() as store:
+            current = edits.stored_or_refused(store, config, name)
+            definition = edits.redefine_endpoint(config, current, changes, description=description)
+            edits.update_endpoint(store, definition)
+            (answer,) = edits.endpoint_answers(store, config, time.time(), name)
+    show(answer, as_json, f"endpoint {name} updated")
 
 
 @endpoints.command("delete")
 @click.argument("name")
-@store_options
-@remote_options
+@operator_options
 @json_option
-@reported
-def endpoints_delete(
-    name: str,
-    config_path: str | None,
-    db_path: str | None,
-    url: str | None,
-    token: str | None,
-    as_json: bool,
-) -> None:
+def endpoints_delete(name: str, where: Where, as_json: bool) -> None:
     """Delete endpoint NAME (created at run time): its open deliveries become dead, its
     history stays."""
     from ..relay.domain.api_models import ApiEndpointDeleted
     from ..relay.ops import endpoint_edits as edits
 
-    if url is not None:
-        refuse_store_options(config_path, db_path)
-        deleted = call(url, token, "DELETE", _path(name), ApiEndpointDeleted)
+    if (url := where.relay()) is not None:
+        deleted = call(url, where.token, "DELETE", _path(name), ApiEndpointDeleted)
         closed, reason = deleted.deliveries_closed, deleted.deliveries_closed_reason
     else:
-        config = _config(config_path, db_path)
-        with writing_store(config_path, db_path) as store:
+        config = _config(where)
+        with where.writing() as store:
             closed = edits.delete_endpoint(store, config, name)
         reason = edits.DELETED_REASON
-    _show(
+    show(
         {"name": name, "deleted": True, "deliveries_closed": closed},
         as_json,
         f"endpoint {name} deleted; {counted(closed, 'open delivery', 'open deliveries')} "
@@ -285,19 +255,10 @@ def _path(name: str) -> str:
     "--overlap", default="24h", show_default=True, help="How long the old secret signs too."
 )
 @click.option("--secret-env", metavar="VAR", help="The new secret from $VAR (default: new).")
-@store_options
-@remote_options
+@operator_options
 @json_option
-@reported
 def endpoints_rotate(
-    name: str,
-    overlap: str,
-    secret_env: str | None,
-    config_path: str | None,
-    db_path: str | None,
-    url: str | None,
-    token: str | None,
-    as_json: bool,
+    name: str, overlap: str, secret_env: str | None, where: Where, as_json: bool
 ) -> None:
     """Give endpoint NAME a new secret; the old one signs beside it for --overlap."""
     from ..relay.config import parse_duration
@@ -308,18 +269,17 @@ def endpoints_rotate(
         seconds = parse_duration(overlap)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--overlap") from None
-    if url is not None:
-        refuse_store_options(config_path, db_path)
+    if (url := where.relay()) is not None:
         body: dict[str, Any] = {"overlap": seconds}
         if secret_env is not None:
             body["secret"] = _secret_from(secret_env)
         path = _path(name) + ":rotateSecret"
-        answer = call(url, token, "POST", path, ApiEndpoint, body=body)
+        answer = call(url, where.token, "POST", path, ApiEndpoint, body=body)
         secret = str(_given(answer, "secret", url, path))
         until = json_stamp(_given(answer, "previous_secret_expires_at", url, path))
     else:
-        config = _config(config_path, db_path)
-        with writing_store(config_path, db_path) as store:
+        config = _config(where)
+        with where.writing() as store:
             done = edits.rotate_secret(
                 store,
                 config,
@@ -329,7 +289,7 @@ def endpoints_rotate(
                 secret=_secret_from(secret_env),
             )
         secret, until = done.secret, json_stamp(done.previous_until)
-    _show(
+    show(
         {"name": name, "secret": secret, "previous_secret_expires_at": until},
         as_json,
         f"endpoint {name}: new secret (shown once, keep it): {secret}\n"

@@ -1,36 +1,27 @@
 """``sessionhook events``: the event archive, and ``--follow`` to tail it live.
 
-Without ``--follow`` it lists the archive (a view of :func:`sessionhook.relay.ops.events`).
-With ``--follow`` it prints events as they are archived, with the same filters:
-
-* from the store (``--config`` / ``--db``): a read every :data:`FOLLOW_POLL` seconds after
-  the last event printed (the events table's order), read-only, safe beside the daemon; a
-  database out of reach (a PostgreSQL restart) is a note on stderr and a read again later
-  from the same position, never the end of the command;
-* from a daemon's event stream (``--url http://host:9187``, token from ``--token`` or
-  ``$SESSIONHOOK_WEB_TOKEN``): ``GET /v1/events/stream``, reconnecting after a failure with
-  ``Last-Event-ID`` = the last event printed, so nothing is missed or printed twice.
-
-``--last-event-id ID`` starts right after that event (both ways); ``--since`` (store only)
-prints the archive from that time first; otherwise only new events are printed. Ctrl-C (or
-a closed pipe) stops it with exit status 0 and no traceback.
+``--follow`` reads the store every :data:`FOLLOW_POLL` seconds after the last event printed
+(a database out of reach is a note on stderr and a read again later, never the end), or
+with ``--url`` a daemon's event stream, reconnecting with ``Last-Event-ID`` = the last
+event printed, so nothing is missed or printed twice. Ctrl-C (or a closed pipe) stops it
+with exit status 0 and no traceback.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from itertools import islice
+from typing import TYPE_CHECKING, Final
 
 import click
 
 from ..redact import redact_userinfo
 from . import cli
-from ._output import CliError, render_table
-from .ops import reading_store, reported, store_options, time_option
+from ._output import CliError, quiet_on_closed_pipe, render_table
+from .ops import opened_store, reported, store_options, time_flag
 from .remote import error_message, refuse_store_options, refuse_with_url
 from .sse import SkippedEvent, StreamEvent, parse_sse
 
@@ -38,10 +29,7 @@ if TYPE_CHECKING:
     import httpx
 
     from ..relay.domain.api_models import ApiEvent
-    from ..relay.domain.rows import EventRow
     from ..relay.ops import EventFilter
-
-_T = TypeVar("_T")
 
 __all__ = ["FOLLOW_POLL", "events", "follow_stream", "stream_client"]
 
@@ -63,12 +51,7 @@ _READ_TIMEOUT: Final = 45.0
     metavar="GLOB",
     help="Only types matching, e.g. 'session.*' (repeat: any one).",
 )
-@click.option(
-    "--since",
-    callback=time_option,
-    metavar="TIME",
-    help="Events from this time (RFC 3339 or 2h, 7d ago).",
-)
+@time_flag("--since", "Events from this time (RFC 3339 or 2h, 7d ago).")
 @click.option(
     "--format",
     "fmt",
@@ -137,32 +120,22 @@ def events(
     if limit is not None:
         raise click.UsageError("--limit does not go with --follow")
     try:
-        if url is not None:
-            if since is not None:
-                raise click.UsageError("--since reads the store; with --url use --last-event-id")
-            if not token:
-                raise CliError(
-                    "--url needs the daemon's token", hint="set $SESSIONHOOK_WEB_TOKEN or --token"
-                )
-            anyio.run(_print_stream, url, token, wanted, last_event_id, fmt)
-        else:
-            _follow_store(config_path, db_path, wanted, since, last_event_id, fmt)
+        with quiet_on_closed_pipe():
+            if url is not None:
+                if since is not None:
+                    raise click.UsageError(
+                        "--since reads the store; with --url use --last-event-id"
+                    )
+                if not token:
+                    raise CliError(
+                        "--url needs the daemon's token",
+                        hint="set $SESSIONHOOK_WEB_TOKEN or --token",
+                    )
+                anyio.run(_print_stream, url, token, wanted, last_event_id, fmt)
+            else:
+                _follow_store(config_path, db_path, wanted, since, last_event_id, fmt)
     except KeyboardInterrupt:
         pass  # Ctrl-C: the way to stop following
-    except BrokenPipeError:
-        # The reader went away (`| head`): stop quietly; what is left in the buffer goes
-        # to /dev/null, so Python's flush at exit does not complain either.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-
-
-def _rows(store: Any, wanted: EventFilter, since: float | None) -> Iterator[EventRow]:
-    from ..relay import ops as operator
-
-    # One glob is filtered by the store; several are matched here.
-    single = wanted.types[0] if len(wanted.types) == 1 else None
-    rows = operator.events(store, session=wanted.session, type_glob=single, since=since)
-    return rows if single is not None else (r for r in rows if wanted.matches(r.type))
 
 
 def _list(
@@ -173,13 +146,15 @@ def _list(
     fmt: str,
     limit: int | None,
 ) -> None:
+    from ..relay import ops as operator
     from ..relay.ops.wire import event_answer
 
-    with reading_store(config_path, db_path) as store:
-        rows = _rows(store, wanted, since)
-        if limit is not None:
-            rows = _take(rows, limit)
-        _print_events((event_answer(row) for row in rows), fmt)
+    # One glob is filtered by the store; several are matched here.
+    single = wanted.types[0] if len(wanted.types) == 1 else None
+    with opened_store(config_path, db_path, readonly=True) as store:
+        rows = operator.events(store, session=wanted.session, type_glob=single, since=since)
+        found = (event_answer(r) for r in rows if single is not None or wanted.matches(r.type))
+        _print_events(islice(found, limit), fmt)
 
 
 def _remote_events(
@@ -199,7 +174,7 @@ def _remote_events(
         for item in iter_pages(url, token, "/v1/events", ApiEventPage, params)
         if len(wanted.types) < 2 or wanted.matches(item.type)
     )
-    return found if limit is None else _take(found, limit)
+    return islice(found, limit)
 
 
 def _print_events(items: Iterator[ApiEvent], fmt: str) -> None:
@@ -225,13 +200,6 @@ def _print_events(items: Iterator[ApiEvent], fmt: str) -> None:
         click.echo(render_table(headers, table))
 
 
-def _take(rows: Iterator[_T], n: int) -> Iterator[_T]:
-    for i, row in enumerate(rows):
-        if i >= n:
-            return
-        yield row
-
-
 def _emit(line: str) -> None:
     click.echo(line)
     sys.stdout.flush()
@@ -253,7 +221,7 @@ def _follow_store(
     from ..relay.ops import database_errors
     from ..relay.ops.wire import event_answer
 
-    with reading_store(config_path, db_path) as store:
+    with opened_store(config_path, db_path, readonly=True) as store:
         start = operator.resume_position(store, last_event_id)
         if since is not None and last_event_id is None:
             start = 0  # the archive from --since first, then what comes

@@ -11,37 +11,22 @@ import click
 
 from ..wording import counted
 from . import cli
-from .ops import ProgressCounter, reported, store_options, time_option, writing_store
-from .remote import get, post, refuse_store_options, refuse_with_url, remote_options
+from .ops import ProgressCounter, Where, operator_options, time_flag
+from .remote import get, post, refuse_with_url
 
 __all__ = ["replay"]
 
 
 @cli.command("replay")
-@store_options
-@remote_options
+@operator_options
 @click.option("--endpoint", required=True, metavar="NAME", help="Deliver again to this endpoint.")
-@click.option(
-    "--since",
-    callback=time_option,
-    metavar="TIME",
-    help="Events from this time (RFC 3339 or 2h, 7d ago).",
-)
-@click.option(
-    "--until",
-    callback=time_option,
-    metavar="TIME",
-    help="...up to this time (exclusive; default now).",
-)
+@time_flag("--since", "Events from this time (RFC 3339 or 2h, 7d ago).")
+@time_flag("--until", "...up to this time (exclusive; default now).")
 @click.option("--event", "event_ids", multiple=True, metavar="ID", help="This event (repeat).")
 @click.option("--type", "type_glob", metavar="GLOB", help="Only types matching, e.g. 'activity.*'.")
 @click.option("--session", metavar="SESSION", help="Only this session.")
-@reported
 def replay(
-    config_path: str | None,
-    db_path: str | None,
-    url: str | None,
-    token: str | None,
+    where: Where,
     endpoint: str,
     since: float | None,
     until: float | None,
@@ -58,12 +43,11 @@ def replay(
     """
     from ..relay import ops as operator
 
-    if url is not None:
-        refuse_store_options(config_path, db_path)
+    if (url := where.relay()) is not None:
         refuse_with_url(since=since, until=until, type=type_glob, session=session)
         if not event_ids:
             raise click.UsageError("with --url give --event IDs")
-        queued, reason, active, why = _replay_remote(url, token, endpoint, event_ids)
+        queued, reason, active, why = _replay_remote(url, where.token, endpoint, event_ids)
         _print_replayed(endpoint, queued, reason, active, why)
         return
     if bool(event_ids) == (since is not None):
@@ -71,7 +55,7 @@ def replay(
     if until is not None and since is None:
         raise click.UsageError("--until needs --since")
     counter = ProgressCounter(f"queued for {endpoint}")
-    with writing_store(config_path, db_path) as store:
+    with where.writing() as store:
         try:
             result = operator.replay(
                 store,

@@ -1,41 +1,23 @@
 """``sessionhook deliveries retry ID`` and ``deliveries recover --endpoint E --since T``:
-send again now what failed, once the endpoint is fixed.
-
-Views of :mod:`sessionhook.relay.ops.requeue` (the management API's ``:retry`` and
-``:recover`` do the same); the plumbing is :mod:`.ops`'s. Both write the daemon's store in
-one short transaction; the running daemon picks the deliveries up within a second.
-"""
+send again now what failed (:mod:`sessionhook.relay.ops.requeue`, as the API's ``:retry``
+and ``:recover``), in one short write transaction."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import click
 
-from .ops import echo_answer, json_option, reported, store_options, time_option, writing_store
+from .ops import Where, json_option, operator_options, show, time_option
 from .ops_deliveries import deliveries
-from .remote import post, refuse_store_options, remote_options
-
-if TYPE_CHECKING:
-    from ..relay.domain.api_models import ApiRecovered, ApiRetried
+from .remote import post
 
 __all__ = ["recover", "retry"]
 
 
 @deliveries.command("retry")
 @click.argument("delivery", metavar="ID")
-@store_options
-@remote_options
+@operator_options
 @json_option
-@reported
-def retry(
-    delivery: str,
-    config_path: str | None,
-    db_path: str | None,
-    url: str | None,
-    token: str | None,
-    as_json: bool,
-) -> None:
+def retry(delivery: str, where: Where, as_json: bool) -> None:
     """Send delivery ID again now: the same event, webhook-id and body.
 
     A failed or dead delivery is re-opened; later deliveries of its session wait behind
@@ -48,18 +30,16 @@ def retry(
     key = delivery.strip().removeprefix("#")
     if not key.isascii() or not key.isdigit() or len(key) > 18:
         raise click.BadParameter(f"a delivery id is a whole number, not {delivery[:40]!r}")
-    if url is not None:
-        refuse_store_options(config_path, db_path)
-        _echo_result(post(url, token, f"/v1/deliveries/{key}:retry", ApiRetried), as_json)
-        return
-    with writing_store(config_path, db_path) as store:
-        result = retry_now(store, int(key))
-    _echo_result(result.answer(), as_json)
+    if (url := where.relay()) is not None:
+        answer = post(url, where.token, f"/v1/deliveries/{key}:retry", ApiRetried)
+    else:
+        with where.writing() as store:
+            answer = retry_now(store, int(key)).answer()
+    show(answer, as_json, answer.message)
 
 
 @deliveries.command("recover")
-@store_options
-@remote_options
+@operator_options
 @click.option("--endpoint", required=True, metavar="NAME", help="The endpoint that was fixed.")
 @click.option(
     "--since",
@@ -68,16 +48,7 @@ def retry(
     help="Deliveries of events from this time (RFC 3339 or 2h, 7d ago).",
 )
 @json_option
-@reported
-def recover(
-    config_path: str | None,
-    db_path: str | None,
-    url: str | None,
-    token: str | None,
-    endpoint: str,
-    since: str,
-    as_json: bool,
-) -> None:
+def recover(where: Where, endpoint: str, since: str, as_json: bool) -> None:
     """Send again now every failed or dead delivery of an endpoint whose event happened
     since TIME: the same webhook-ids and bodies, each session's in order.
 
@@ -90,25 +61,16 @@ def recover(
     # Checked here, as the relay checks it: a typo is a usage error before any request.
     moment = time_option(click.get_current_context(), _since_param(), since)
     assert moment is not None  # --since is required
-    if url is not None:
-        refuse_store_options(config_path, db_path)
+    if (url := where.relay()) is not None:
         # The text as typed: an age is counted from the relay's clock.
         body = {"endpoint": endpoint, "since": since}
-        _echo_result(post(url, token, "/v1/deliveries:recover", ApiRecovered, body), as_json)
-        return
-    with writing_store(config_path, db_path) as store:
-        result = recover_now(store, endpoint, moment)
-    _echo_result(result.answer(), as_json)
+        answer = post(url, where.token, "/v1/deliveries:recover", ApiRecovered, body)
+    else:
+        with where.writing() as store:
+            answer = recover_now(store, endpoint, moment).answer()
+    show(answer, as_json, answer.message)
 
 
 def _since_param() -> click.Parameter:
     params = {p.name: p for p in click.get_current_context().command.params}
     return params["since"]
-
-
-def _echo_result(answer: ApiRetried | ApiRecovered, as_json: bool) -> None:
-    """A retry's or recovery's answer: its JSON, or its one-line ``message``."""
-    if as_json:
-        echo_answer(answer)
-        return
-    click.echo(answer.message)

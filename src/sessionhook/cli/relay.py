@@ -1,10 +1,7 @@
 """``sessionhook run`` (the relay daemon) and ``sessionhook demo`` (everything on loopback).
 
-The config is ``--config``, else ``$SESSIONHOOK_CONFIG``, else ``/etc/sessionhook/config.toml``.
-Exit statuses of ``run``: 0 after a clean stop (SIGTERM/SIGINT) or a complete ``--once``
-pass; 2 for a bad configuration (one line naming the key) or a store held by another
-daemon (one line naming the store and its PID); 1 for any other failure, also one line
-(the store cannot be opened or created, the API key is rejected in ``--once``...).
+``run`` exits 0 after a clean stop or a complete ``--once`` pass; 2 for a bad
+configuration or a store held by another daemon; 1 for any other failure, one line each.
 """
 
 from __future__ import annotations
@@ -26,15 +23,11 @@ YOUNG_THRESHOLD = 10_000
 def tune_collector() -> None:
     """Set up the cyclic garbage collector for a long run (``sessionhook run``, not ``--once``).
 
-    What exists by now (modules, the config, the daemon) lives as long as the process:
-    :func:`gc.freeze` moves it out of the collector's generations, so a full collection no
-    longer walks it. The young generation is collected every :data:`YOUNG_THRESHOLD` net
-    allocations instead of 700: a delivery or a page of activities allocates and frees
-    thousands of short-lived objects, and each young collection promoted the ones alive at
-    that moment. Objects are still freed as soon as nothing refers to them; only cycles
-    wait longer (bounded by the threshold). In ``bench/throughput.py``'s end-to-end run
-    (20,400 events) the collector's time fell from 0.6-1.8 s to under 0.1 s, and the CPU
-    per event from 0.77 to 0.62 ms (same run, medians of 2, load 4-5).
+    What exists by now lives as long as the process: :func:`gc.freeze` takes it out of the
+    collector's walks. A delivery or a page of activities makes thousands of short-lived
+    objects, so the young generation is collected every :data:`YOUNG_THRESHOLD` net
+    allocations, not 700; only cycles wait longer. (``bench/throughput.py``: the CPU per
+    event fell from 0.77 to 0.62 ms.)
     """
     gc.collect()
     gc.freeze()
@@ -61,8 +54,6 @@ def run(config_flag: str | None, once: bool) -> None:
 
     Polls the Sessions API, archives every activity, and delivers signed webhooks. On
     SIGTERM/SIGINT deliveries in flight get 10 s to finish; SIGHUP re-reads the config.
-    The config is --config, else $SESSIONHOOK_CONFIG, else /etc/sessionhook/config.toml,
-    as for every operator command.
     """
     # Imported here so that `sessionhook --help` stays fast and never touches the relay.
     import anyio

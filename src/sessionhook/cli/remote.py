@@ -1,13 +1,6 @@
 """``--url``: an operator command against a running relay's management API instead of its
-store.
-
-``--url http://host:9187`` names the relay's ``[server] listen`` address; the token is
-``--token`` or ``$SESSIONHOOK_WEB_TOKEN`` (kept out of shell history), sent as
-``Authorization: Bearer``. :func:`call` makes one request and reads the answer with the
-model of :mod:`sessionhook.relay.domain.api_models` the relay answered with; every failure is
-one line: the relay out of reach, a refused token (401), an error body of the API
-(``{"error": {"message": ...}}``), an answer that is not JSON or not of the model's shape.
-"""
+store, with ``--token`` (or ``$SESSIONHOOK_WEB_TOKEN``) as ``Authorization: Bearer``.
+Every failure is one line (:func:`call`)."""
 
 from __future__ import annotations
 
@@ -36,7 +29,7 @@ __all__ = [
     "post",
     "refuse_store_options",
     "refuse_with_url",
-    "relay_url_options",
+    "remote_option_pair",
     "remote_options",
 ]
 
@@ -51,17 +44,12 @@ _M = TypeVar("_M", bound="BaseModel")
 
 def remote_options(fn: _F) -> _F:
     """``--url URL`` and ``--token TOKEN`` (``url`` and ``token`` arguments)."""
-    return _remote_options("--url", "url")(fn)
+    return remote_option_pair("--url", "url")(fn)
 
 
-def relay_url_options(fn: _F) -> _F:
-    """``--relay-url URL`` and ``--token TOKEN`` (``relay_url`` and ``token`` arguments):
-    :func:`remote_options` of ``endpoints create|update``, whose ``--url`` is the
-    endpoint's."""
-    return _remote_options("--relay-url", "relay_url")(fn)
+def remote_option_pair(flag: str, name: str) -> Callable[[_F], _F]:
+    """``flag`` (the relay's address, argument ``name``) and ``--token``."""
 
-
-def _remote_options(flag: str, name: str) -> Callable[[_F], _F]:
     def decorate(fn: _F) -> _F:
         fn = click.option(
             "--token",
@@ -135,13 +123,9 @@ def call(
     body: dict[str, Any] | None = None,
     params: dict[str, str] | None = None,
 ) -> _M:
-    """``method`` ``path`` of the relay at ``url``; its answer read as the model
-    ``answer``, or a :class:`~sessionhook.cli._output.CliError` of one line.
-
-    An error the API answers for the request itself (400, 404, 409) is printed as the
-    local command prints it: its message alone, exit status 2 for an unknown endpoint as
-    the local command's, else 1. The relay out of reach, a refused token, a server error
-    or an answer that is not JSON or not ``answer``'s shape name the URL."""
+    """``method`` ``path`` of the relay at ``url``, its answer read as the model ``answer``;
+    every failure a :class:`~sessionhook.cli._output.CliError` of one line (the API's
+    refusal of the request as the local command says it, anything else naming the URL)."""
     token = need_token(token)
     if not url.lower().startswith(("http://", "https://")):
         raise click.UsageError("--url must be an http:// or https:// URL")

@@ -1,18 +1,11 @@
 """The messages of a relay's event stream (``GET /v1/events/stream``, Server-Sent Events),
 read within a byte bound: what ``events --follow --url`` and ``listen --forward-to`` parse.
 
-A message is held until its blank line, since its body is what gets printed or forwarded;
-one whose fields add up to more than :data:`MAX_MESSAGE_BYTES` is not: from the moment it
-passes the bound its bytes are dropped as they arrive, line after line, until the message
-ends, and it comes out as a :class:`SkippedEvent` (its id and type, which come first in
-the relay's messages, and whatever short fields follow). So the reader holds at most
-:attr:`SseParser.most` bytes (the bound and one short line) plus one chunk, however large
-a message.
-
-Lines end with ``\\n`` (a ``\\r`` before it is dropped); ``:`` starts a comment; fields
-other than ``id``, ``event`` and ``data`` (``retry``) are ignored; an ``id`` or ``event``
-over :data:`MAX_NAME_BYTES` makes its message skipped too. Text is UTF-8, a bad sequence
-read as U+FFFD, as the SSE standard says.
+A message whose fields add up to more than :data:`MAX_MESSAGE_BYTES` is not held: its
+bytes are dropped as they arrive until it ends, and it comes out as a
+:class:`SkippedEvent` (its id and type). So the reader holds at most :attr:`SseParser.most`
+bytes plus one chunk, however large a message. Text is UTF-8, a bad sequence read as
+U+FFFD, as the SSE standard says.
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
-"""``sessionhook store copy``: move an archive to another store (SQLite to PostgreSQL).
+"""``sessionhook store copy``: move an archive to another store (SQLite to PostgreSQL),
+every row with its ids (:mod:`sessionhook.relay.store.copying`), the source read-only.
 
-Every row goes over with its ids (:mod:`sessionhook.relay.store.copying`): no event id, so no
-``webhook-id``, changes, delivered events stay delivered, open deliveries go out from the
-new store. The source is opened read-only.
-
-Neither side may be live. A SQLite store is live while a daemon holds its lock
-(:mod:`sessionhook.relay.store.lock`): the copy refuses it, naming the store and the
-daemon's pid, and otherwise takes that lock itself until it is done, so that no daemon
-starts on either side halfway through. A PostgreSQL store is live while a replica is
-registered with a heartbeat within its lease (what ``sessionhook status`` calls alive): a
-daemon there would go on delivering the open deliveries the copy hands to the new store
-(each twice), or write into a target being emptied. Exit statuses: 0 copied and verified;
-1 the copy failed or is incomplete; 2 a usage problem (a live store, a target that is not
-empty without ``--replace``, a source that is not a sessionhook store).
+Neither side may be live: a SQLite store held by a daemon's lock, or a PostgreSQL store
+with a replica alive, is refused (exit 2); the copy holds a SQLite side's lock until it is
+done. Exit statuses: 0 copied and verified; 1 failed or incomplete; 2 a usage problem.
 """
 
 from __future__ import annotations
