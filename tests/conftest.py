@@ -23,11 +23,13 @@ import pytest
 import structlog
 
 from sessionhook.relay.store import PostgresStore
+from sessionhook.relay.store import sqlite as sqlite_engine
 from tests.support.backends import Backend
 from tests.support.clock import Clock
 from tests.support.pg import TEMPLATE, Cluster
 from tests.support.rebinding import PRIVATE, PUBLIC, Listener
 from tests.support.relay_process import Harness
+from tests.support.store_template import Template
 
 pytest_plugins = ["tests.support.tiers", "pytester"]
 
@@ -53,6 +55,26 @@ def _logging_kept() -> Iterator[None]:
         if handler.get_name() == "sessionhook" and handler not in handlers:
             root.removeHandler(handler)
     root.setLevel(level)
+
+
+@pytest.fixture(scope="session")
+def migrated_template(tmp_path_factory: pytest.TempPathFactory) -> Template:
+    """This worker's migrated SQLite database (``tests/support/store_template.py``)."""
+    return Template(tmp_path_factory.mktemp("template"))
+
+
+@pytest.fixture(autouse=True)
+def _new_stores_from_the_template(
+    request: pytest.FixtureRequest, migrated_template: Template
+) -> Iterator[None]:
+    """A new SQLite store in this process is a copy of the migrated template, unless the
+    test is marked ``real_migrations``."""
+    if request.node.get_closest_marker("real_migrations"):
+        yield
+        return
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sqlite_engine, "migrate", migrated_template.migrate)
+        yield
 
 
 @pytest.fixture
