@@ -4,7 +4,9 @@ anyio runs async tests on asyncio. ``store_backend`` parametrizes a test over ``
 ``postgresql``; ``backend`` then opens that test's store (the same one at each call: a
 reopen is a restart). PostgreSQL is a real server (``tests/support/pg.py``), started once
 per session when a test first needs it and stopped at the end; each test gets a fresh
-database. Without the server binaries the PostgreSQL tests are skipped with the reason,
+database. A new SQLite store opened in the test's process is a copy of a migrated template
+(``tests/support/store_template.py``) unless the test is marked ``real_migrations``.
+Without the server binaries the PostgreSQL tests are skipped with the reason,
 except with ``CI=true``, where that fails. ``clock`` is a hand-moved clock; ``harness``
 runs the real daemon's processes of a black-box test; ``listeners`` are the two loopback
 consumers of the DNS-rebinding tests. Every test ends with the logging configuration it
