@@ -5,7 +5,8 @@ anyio runs async tests on asyncio. ``store_backend`` parametrizes a test over ``
 reopen is a restart). PostgreSQL is a real server (``tests/support/pg.py``), started once
 per session when a test first needs it and stopped at the end; each test gets a fresh
 database. A new SQLite store opened in the test's process is a copy of a migrated template
-(``tests/support/store_template.py``) unless the test is marked ``real_migrations``.
+(``tests/support/store_template.py``) unless the test is marked ``real_migrations``; httpx
+clients made without an SSL context share one (``tests/support/ca_bundle.py``).
 Without the server binaries the PostgreSQL tests are skipped with the reason,
 except with ``CI=true``, where that fails. ``clock`` is a hand-moved clock; ``harness``
 runs the real daemon's processes of a black-box test; ``listeners`` are the two loopback
@@ -26,6 +27,7 @@ import structlog
 
 from sessionhook.relay.store import PostgresStore
 from sessionhook.relay.store import sqlite as sqlite_engine
+from tests.support import ca_bundle
 from tests.support.backends import Backend
 from tests.support.clock import Clock
 from tests.support.pg import TEMPLATE, Cluster
@@ -57,6 +59,14 @@ def _logging_kept() -> Iterator[None]:
         if handler.get_name() == "sessionhook" and handler not in handlers:
             root.removeHandler(handler)
     root.setLevel(level)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_ca_bundle() -> Iterator[None]:
+    """httpx clients made without an SSL context share one (``tests/support/ca_bundle.py``)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ca_bundle.MODULE, ca_bundle.NAME, ca_bundle.SharedContext())
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,44 @@
+"""One CA bundle load per worker (the ``_one_ca_bundle`` fixture of conftest.py): httpx loads
+certifi's bundle into a new SSL context for every client or transport made without one,
+~40 ms of CPU each, and the suite makes hundreds (mostly to talk plain HTTP to loopback).
+
+:class:`SharedContext` stands in for httpx's ``create_ssl_context`` in its transports: the
+default case (``verify=True``, no client certificate, neither ``SSL_CERT_FILE`` nor
+``SSL_CERT_DIR`` set) gets one context, made once by httpx itself and never changed after;
+any other call goes to httpx as before. (httpcore sets the ALPN protocols on a context when
+it connects over TLS: the same for every client here, none asks for HTTP/2.)
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import httpx._transports.default as transports
+
+#: Where httpx's transports take their SSL contexts from.
+MODULE = transports
+NAME = "create_ssl_context"
+
+
+class SharedContext:
+    """httpx's ``create_ssl_context``, made once for the default case."""
+
+    def __init__(self) -> None:
+        self.real: Callable[..., ssl.SSLContext] = getattr(MODULE, NAME)
+        self.lock = threading.Lock()
+        self.shared: ssl.SSLContext | None = None
+
+    def __call__(
+        self, verify: Any = True, cert: Any = None, trust_env: bool = True
+    ) -> ssl.SSLContext:
+        own = os.environ.get("SSL_CERT_FILE") or os.environ.get("SSL_CERT_DIR")
+        if verify is not True or cert or own:
+            return self.real(verify=verify, cert=cert, trust_env=trust_env)
+        with self.lock:
+            if self.shared is None:
+                self.shared = self.real(verify=True, cert=None, trust_env=trust_env)
+            return self.shared
