@@ -4,7 +4,10 @@ anyio runs async tests on asyncio. ``store_backend`` parametrizes a test over ``
 ``postgresql``; ``backend`` then opens that test's store (the same one at each call: a
 reopen is a restart). PostgreSQL is a real server (``tests/support/pg.py``), started once
 per session when a test first needs it and stopped at the end; each test gets a fresh
-database. Without the server binaries the PostgreSQL tests are skipped with the reason,
+database. A new SQLite store opened in the test's process is a copy of a migrated template
+(``tests/support/store_template.py``) unless the test is marked ``real_migrations``; httpx
+clients made without an SSL context share one (``tests/support/ca_bundle.py``).
+Without the server binaries the PostgreSQL tests are skipped with the reason,
 except with ``CI=true``, where that fails. ``clock`` is a hand-moved clock; ``harness``
 runs the real daemon's processes of a black-box test; ``listeners`` are the two loopback
 consumers of the DNS-rebinding tests. Every test ends with the logging configuration it
@@ -23,11 +26,14 @@ import pytest
 import structlog
 
 from sessionhook.relay.store import PostgresStore
+from sessionhook.relay.store import sqlite as sqlite_engine
+from tests.support import ca_bundle
 from tests.support.backends import Backend
 from tests.support.clock import Clock
 from tests.support.pg import TEMPLATE, Cluster
 from tests.support.rebinding import PRIVATE, PUBLIC, Listener
 from tests.support.relay_process import Harness
+from tests.support.store_template import Template
 
 pytest_plugins = ["tests.support.tiers", "pytester"]
 
@@ -53,6 +59,34 @@ def _logging_kept() -> Iterator[None]:
         if handler.get_name() == "sessionhook" and handler not in handlers:
             root.removeHandler(handler)
     root.setLevel(level)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_ca_bundle() -> Iterator[None]:
+    """httpx clients made without an SSL context share one (``tests/support/ca_bundle.py``)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ca_bundle.MODULE, ca_bundle.NAME, ca_bundle.SharedContext())
+        yield
+
+
+@pytest.fixture(scope="session")
+def migrated_template(tmp_path_factory: pytest.TempPathFactory) -> Template:
+    """This worker's migrated SQLite database (``tests/support/store_template.py``)."""
+    return Template(tmp_path_factory.mktemp("template"))
+
+
+@pytest.fixture(autouse=True)
+def _new_stores_from_the_template(
+    request: pytest.FixtureRequest, migrated_template: Template
+) -> Iterator[None]:
+    """A new SQLite store in this process is a copy of the migrated template, unless the
+    test is marked ``real_migrations``."""
+    if request.node.get_closest_marker("real_migrations"):
+        yield
+        return
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sqlite_engine, "migrate", migrated_template.migrate)
+        yield
 
 
 @pytest.fixture

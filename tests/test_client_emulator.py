@@ -426,8 +426,12 @@ async def walk_pages(
 @given(page_size=st.integers(min_value=1, max_value=100), count=st.integers(0, 130))
 async def test_walking_session_pages_yields_each_session_once(page_size: int, count: int) -> None:
     emu = make_emulator()
+    world = emu.app.state.world  # seeded directly: the walk is what is tested
+    account = world.account_for_key(KEY)
+    created = [
+        world.create_session(account, prompt=f"task {i}").to_session().name for i in range(count)
+    ]
     async with emu.client() as client:
-        created = [(await client.create_session(f"task {i}")).name for i in range(count)]
         walked = [s.name for s in await walk_pages(client, page_size)]
         iterated = [s.name async for s in client.iter_sessions(page_size=page_size)]
     assert len(walked) == len(set(walked)) == count
@@ -444,8 +448,9 @@ async def test_walking_activity_pages_yields_each_activity_once(
     async with emu.client() as client:
         created = await client.create_session("Busy session")
         emu.clock.advance(WHOLE_RUN)
+        world = emu.app.state.world  # messages sent directly: the walk is what is tested
         for i in range(messages):
-            await client.send_message(created.id, f"message {i}")
+            world.send_message(world.account_for_key(KEY), created.id, f"message {i}")
             emu.clock.advance(STEP)
         emu.clock.advance(WHOLE_RUN)
         walked: list[Activity] = await walk_pages(client, page_size, session=created.id)

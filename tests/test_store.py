@@ -85,6 +85,7 @@ def test_open_creates_directories_and_sets_pragmas(store: Store) -> None:
     assert pragma("PRAGMA recursive_triggers").fetchone()[0] == 1
 
 
+@pytest.mark.real_migrations
 def test_migrations_are_recorded_once_and_rerun_safely(tmp_path: Path) -> None:
     path = tmp_path / "db.sqlite"
     with Store.open(path) as first:

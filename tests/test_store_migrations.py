@@ -26,7 +26,7 @@ from tests.support.schemas import (
     sqlite_schema,
 )
 
-pytestmark = pytest.mark.app
+pytestmark = [pytest.mark.app, pytest.mark.real_migrations]
 
 NEW_NAMES = [m.name for m in MIGRATIONS]
 
