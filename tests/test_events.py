@@ -18,7 +18,6 @@ from sessionhook.relay.domain.events import (
     EVENT_TYPES,
     activity_event,
     activity_event_type,
-    activity_events,
     archived_page,
     event_id,
     make_event,
@@ -352,7 +351,7 @@ def _event_the_old_way(session: Session, activity: Activity, limit: int, now: fl
 
 @pytest.mark.parametrize("account", ["default", 'work \u00e9\u00e8 "quoted" \u2603'])
 def test_page_of_events_is_byte_identical_to_one_by_one(account: str) -> None:
-    """activity_events joins each body from serialized parts (the session summary once
+    """archived_page joins each body from serialized parts (the session summary once
     per page, the activity's raw JSON as data.activity): the bytes must be exactly
     make_event's, account added as before; the raw JSON is the archive's, untrimmed."""
     session = make_session(title='Unicode \u00fc \u4e2d and "quotes" \\ and \n newline')
@@ -378,7 +377,7 @@ def test_page_of_events_is_byte_identical_to_one_by_one(account: str) -> None:
     ]
     old = [_event_the_old_way(session, a, 10, 1_700_000_000) for a in page]
     one_by_one = [activity_event(session, a, max_media_bytes=10, now=1_700_000_000) for a in page]
-    joined = activity_events(session, page, max_media_bytes=10, now=1_700_000_000)
+    joined, _raws = archived_page(session, page, max_media_bytes=10, now=1_700_000_000)
     stamped, raws = archived_page(
         session, page, max_media_bytes=10, now=1_700_000_000, account=account
     )

@@ -42,7 +42,6 @@ __all__ = [
     "Event",
     "activity_event",
     "activity_event_type",
-    "activity_events",
     "archived_page",
     "event_id",
     "make_event",
@@ -256,23 +255,8 @@ def activity_event(
     the archive keeps the activity untouched. ``now`` (Unix seconds) stands in for a missing
     or unreadable ``createTime`` in ``timestamp`` (see :func:`webhook_timestamp`).
     """
-    (event,) = activity_events(session, [activity], max_media_bytes=max_media_bytes, now=now)
+    (event,), _raws = archived_page(session, [activity], max_media_bytes=max_media_bytes, now=now)
     return event
-
-
-def activity_events(
-    session: Session,
-    activities: Iterable[Activity],
-    *,
-    max_media_bytes: int,
-    now: float | None = None,
-    account: str | None = None,
-) -> list[Event]:
-    """:func:`activity_event` of each activity of a page (with ``data.account`` when
-    ``account`` is given, as :func:`with_account` adds it)."""
-    return archived_page(
-        session, activities, max_media_bytes=max_media_bytes, now=now, account=account
-    )[0]
 
 
 def archived_page(
@@ -283,7 +267,8 @@ def archived_page(
     now: float | None = None,
     account: str | None = None,
 ) -> tuple[list[Event], list[bytes]]:
-    """The events of a page of activities (as :func:`activity_events`) and the raw JSON
+    """The events of a page of activities (:func:`activity_event` of each, with ``data.account``
+    when ``account`` is given, as :func:`with_account` adds it) and the raw JSON
     of each activity as the archive keeps it (``activity_raw``: compact, UTF-8 text as it
     is, the keys :meth:`~sessionhook.api.models.WireModel.to_wire` gives), in page order.
 
