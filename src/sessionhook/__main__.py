@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import sys
 
-__all__ = ["INTERRUPTED", "main"]
-
 #: The exit status after Ctrl-C: 128 + SIGINT (2). (Spelled out: even the signal module
 #: is imported only inside main's try, where an interrupt is caught.)
 INTERRUPTED = 130

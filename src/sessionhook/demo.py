@@ -31,7 +31,8 @@ import anyio.abc
 import httpx
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from sessionhook.api.client import AUTO_CREATE_PR, SessionsClient
+from sessionhook.api.client import SessionsClient
+from sessionhook.api.models import AUTO_CREATE_PR
 from sessionhook.emulator.app import create_app
 from sessionhook.receiver import (
     Delivery,
@@ -48,9 +49,6 @@ from sessionhook.relay.domain import signing
 from sessionhook.relay.telemetry import logs as relay_logging
 from sessionhook.relay.web.server import serve
 from sessionhook.wording import counted
-
-__all__ = ["DemoError", "ReceivedEvent", "SessionPlan", "run_demo", "slack_lines"]
-
 
 #: The console's token, in the demo's directory (``[server] token_file``).
 TOKEN_FILE = "web.token"

@@ -28,23 +28,6 @@ from .relay.domain import signing
 from .relay.web.server import HealthServerError, serve
 from .wording import counted
 
-__all__ = [
-    "INTERESTING_HEADERS",
-    "MAX_BODY",
-    "REMEMBERED",
-    "Delivery",
-    "ListenError",
-    "Receiver",
-    "Refusal",
-    "clip",
-    "event_line",
-    "json_line",
-    "printable",
-    "serve_receiver",
-    "short_session",
-    "summarize",
-]
-
 #: The default bound of a body the receiver reads (the relay's events are far smaller,
 #: unless media artifacts are forwarded with a raised ``delivery.max_media_bytes``).
 MAX_BODY: Final = 8 * 1024 * 1024

@@ -10,8 +10,6 @@ from __future__ import annotations
 import re
 from typing import Final
 
-__all__ = ["REDACTED_USERINFO", "redact_userinfo"]
-
 #: What replaces the user-info part of a URL.
 REDACTED_USERINFO: Final = "[redacted]"
 

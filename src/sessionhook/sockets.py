@@ -5,8 +5,6 @@ from __future__ import annotations
 import ipaddress
 import socket
 
-__all__ = ["listening_socket"]
-
 
 def listening_socket(host: str, port: int, *, backlog: int = 128) -> socket.socket:
     """A bound, listening, non-blocking TCP socket; ``port=0`` picks a free port.

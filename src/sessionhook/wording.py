@@ -4,8 +4,6 @@ says ``1 files`` (tests/test_wording.py looks for one spelled otherwise)."""
 
 from __future__ import annotations
 
-__all__ = ["counted", "plural"]
-
 _VOWELS = frozenset("aeiou")
 
 

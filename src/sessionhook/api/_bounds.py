@@ -12,8 +12,6 @@ import re
 from collections.abc import Iterable
 from typing import Final
 
-__all__ = ["JsonFieldScanner", "JsonPath", "nesting_depth_exceeds"]
-
 #: A path into a JSON document: object keys and array indexes.
 JsonPath = tuple[str | int, ...]
 

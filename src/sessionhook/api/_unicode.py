@@ -20,8 +20,6 @@ from pydantic import BaseModel
 
 from .models import Session
 
-__all__ = ["NotUnicodeError", "is_unicode", "mended"]
-
 _M = TypeVar("_M", bound=BaseModel)
 
 # json.loads pairs a valid surrogate pair into one character: any surrogate left is lone.

@@ -22,7 +22,6 @@ import httpx
 from .decoding import Decoder, server_time
 from .exchange import Exchange, OnAnswer
 from .models import (
-    AUTO_CREATE_PR,
     Activity,
     CreateSessionRequest,
     HostRepoContext,
@@ -45,19 +44,6 @@ from .paging import (
     walk_pages,
 )
 from .retry import RetryPolicy
-
-__all__ = [
-    "API_VERSION_PATH",
-    "AUTO_CREATE_PR",
-    "DEFAULT_API_KEY_HEADER",
-    "DEFAULT_MAX_DEPTH",
-    "DEFAULT_MAX_RESPONSE_BYTES",
-    "SessionsClient",
-    "activity_name",
-    "api_root",
-    "session_name",
-    "source_name",
-]
 
 #: Appended to the service address; the version is part of the path (spec part 9).
 API_VERSION_PATH: Final = "/v1alpha"

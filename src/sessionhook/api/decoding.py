@@ -22,8 +22,6 @@ from .errors import MalformedResponseError, ResponseTooDeepError, http_date
 from .models import ListActivitiesResponse, ListSessionsResponse, ListSourcesResponse
 from .paging import RefusedItem, invalid_reason, items_one_by_one
 
-__all__ = ["Decoder", "server_time"]
-
 _M = TypeVar("_M", bound=BaseModel)
 _T = TypeVar("_T")
 _L = TypeVar("_L", ListActivitiesResponse, ListSessionsResponse, ListSourcesResponse)

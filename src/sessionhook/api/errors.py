@@ -35,27 +35,6 @@ from pydantic import ValidationError
 from ._bounds import nesting_depth_exceeds
 from .models import ErrorBody, ErrorDetail
 
-__all__ = [
-    "ApiError",
-    "ApiStatusError",
-    "DeadlineExceededError",
-    "InvalidArgumentError",
-    "MalformedResponseError",
-    "NotFoundError",
-    "PageLimitError",
-    "PageLoopError",
-    "PermissionDeniedError",
-    "RateLimitedError",
-    "ResponseTooDeepError",
-    "ResponseTooLargeError",
-    "ServerError",
-    "TransportError",
-    "UnauthenticatedError",
-    "error_for_response",
-    "http_date",
-    "parse_retry_after",
-]
-
 
 class ApiError(Exception):
     """Base of every error of the Sessions API client."""

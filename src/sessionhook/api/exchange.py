@@ -52,8 +52,6 @@ from .errors import (
 )
 from .retry import RetryPolicy
 
-__all__ = ["Exchange", "OnAnswer"]
-
 #: ``await on_answer(response, malformed)``: told about every 2xx answer once its body was
 #: checked (the relay counts upstream answers with it).
 OnAnswer = Callable[[httpx.Response, bool], Awaitable[None]]

@@ -25,45 +25,6 @@ from typing import Any, ClassVar, Final
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from pydantic.alias_generators import to_camel, to_snake
 
-__all__ = [
-    "AUTO_CREATE_PR",
-    "EVENT_MEMBERS",
-    "Activity",
-    "AgentMessaged",
-    "Artifact",
-    "BashOutput",
-    "Branch",
-    "ChangeSet",
-    "CreateSessionRequest",
-    "ErrorBody",
-    "ErrorDetail",
-    "GitPatch",
-    "HostRepo",
-    "HostRepoContext",
-    "ListActivitiesResponse",
-    "ListSessionsResponse",
-    "ListSourcesResponse",
-    "Media",
-    "Plan",
-    "PlanApproved",
-    "PlanGenerated",
-    "PlanStep",
-    "ProgressUpdated",
-    "PullRequest",
-    "SendMessageRequest",
-    "Session",
-    "SessionCompleted",
-    "SessionFailed",
-    "SessionOutput",
-    "SessionState",
-    "Source",
-    "SourceContext",
-    "UserMessaged",
-    "WireModel",
-    "format_timestamp",
-    "parse_timestamp",
-]
-
 
 class WireModel(BaseModel):
     """Base of every wire model: camelCase aliases, unknown fields kept."""

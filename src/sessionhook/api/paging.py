@@ -52,21 +52,6 @@ from .models import (
     Source,
 )
 
-__all__ = [
-    "ACTIVITY_SCAN",
-    "LOOP_PAGES",
-    "SESSION_LOOP_PAGES",
-    "ActivityPage",
-    "Fetch",
-    "Page",
-    "RefusedItem",
-    "SessionPage",
-    "invalid_reason",
-    "items_one_by_one",
-    "walk_items",
-    "walk_pages",
-]
-
 #: Pages in a row that bring nothing new before a walk ends as a loop: an activity list at
 #: once, the session list (which shifts while it is walked) at the third.
 LOOP_PAGES: Final = 1

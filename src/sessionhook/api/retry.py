@@ -9,8 +9,6 @@ import random
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["RetryPolicy"]
-
 # 2**64 seconds is already far beyond any cap; bounding the exponent avoids float overflow.
 _MAX_EXPONENT: Final = 64
 

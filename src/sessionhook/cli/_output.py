@@ -33,28 +33,6 @@ if TYPE_CHECKING:
     from ..relay.domain.addresses import AddressPolicy
     from ..relay.ops import Resolver
 
-__all__ = [
-    "DEFAULT_CONFIG",
-    "ENV_CONFIG",
-    "NO_CONFIG_HINT",
-    "CliError",
-    "Runtime",
-    "config_path",
-    "current_runtime",
-    "echo_json",
-    "error_line",
-    "handle_errors",
-    "http_client",
-    "load_daemon_config",
-    "one_line",
-    "quiet_on_closed_pipe",
-    "register_user_error",
-    "render_fields",
-    "render_table",
-    "run",
-    "shown",
-]
-
 _T = TypeVar("_T")
 
 #: The environment variable naming the daemon's config when ``--config`` is not given.

@@ -45,17 +45,6 @@ if TYPE_CHECKING:
     # the service, not by `--help` or a usage error.
     from ..api.client import SessionsClient
 
-__all__ = [
-    "DEFAULT_BASE_URL",
-    "ENV_API_KEY",
-    "ENV_BASE_URL",
-    "Service",
-    "activities",
-    "service",
-    "sessions",
-    "sources",
-]
-
 ENV_BASE_URL: Final = "SESSIONHOOK_BASE_URL"
 ENV_API_KEY: Final = "SESSIONHOOK_API_KEY"
 DEFAULT_BASE_URL: Final = "http://127.0.0.1:8080"
@@ -391,7 +380,8 @@ def sessions_create(
         raise click.UsageError("a prompt is required: PROMPT, --prompt TEXT or --prompt -")
     if branch and not source:
         raise click.UsageError("--branch needs --source")
-    from ..api.client import AUTO_CREATE_PR, source_name
+    from ..api.client import source_name
+    from ..api.models import AUTO_CREATE_PR
 
     if source is not None:
         try:

@@ -15,19 +15,6 @@ from ._output import render_fields, render_table
 if TYPE_CHECKING:
     from ..api.models import Activity, Artifact, Session, Source
 
-__all__ = [
-    "activity_details",
-    "activity_table",
-    "artifact_summary",
-    "event_summary",
-    "session_details",
-    "session_rows",
-    "session_table",
-    "source_details",
-    "source_table",
-    "when",
-]
-
 
 def when(timestamp: str) -> str:
     """A timestamp for people: RFC 3339 to the second, UTC (``2026-11-22T12:00:03Z``)."""

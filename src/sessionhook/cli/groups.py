@@ -14,8 +14,6 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-__all__ = ["Command", "Group"]
-
 
 def _given(ctx: click.Context) -> dict[str, tuple[click.Parameter, Any]]:
     """The parameters of ``ctx``'s command given on its command line, with their values."""

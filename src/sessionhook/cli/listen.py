@@ -22,8 +22,6 @@ from ._output import CliError, handle_errors, quiet_on_closed_pipe, register_use
 if TYPE_CHECKING:
     from ..receiver import Delivery, Refusal
 
-__all__ = ["DEFAULT_PORT", "ENV_SECRET", "listen"]
-
 #: ``--port`` when none is given.
 DEFAULT_PORT: Final = 8000
 #: The environment variable ``--secret`` is read from when not given.

@@ -29,8 +29,6 @@ if TYPE_CHECKING:
     from ..relay.ops.forwarding import Poster
     from .sse import StreamEvent
 
-__all__ = ["FORWARD_TIMEOUT", "RETRY_DELAYS", "Forwarder", "Outcome", "forward"]
-
 #: Waits before the second, third and fourth attempt of one event.
 RETRY_DELAYS: Final = (1.0, 2.0, 4.0)
 #: Seconds one POST to the consumer may take.

@@ -41,29 +41,6 @@ if TYPE_CHECKING:
     from ..relay.domain.api_models import ApiModel
     from ..relay.ops import StoreCore
 
-__all__ = [
-    "DEFAULT_CONFIG",
-    "ENV_CONFIG",
-    "ProgressCounter",
-    "StoreTarget",
-    "Where",
-    "age",
-    "json_option",
-    "opened_store",
-    "operator_options",
-    "parse_headers",
-    "parse_time",
-    "relay_url_operator_options",
-    "reported",
-    "show",
-    "stamp",
-    "stamp_ago",
-    "store_options",
-    "store_target",
-    "time_flag",
-    "time_option",
-]
-
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 

@@ -11,8 +11,6 @@ from . import cli
 from ._output import CliError, load_daemon_config
 from .ops import reported
 
-__all__ = ["actions"]
-
 
 @cli.group("actions")
 def actions() -> None:

@@ -31,8 +31,6 @@ if TYPE_CHECKING:
         ApiUpstream,
     )
 
-__all__ = ["attempts", "deliveries", "status"]
-
 
 # --------------------------------------------------------------------------- status
 

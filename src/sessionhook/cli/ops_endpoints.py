@@ -31,8 +31,6 @@ if TYPE_CHECKING:
     from ..relay.domain.api_models import ApiEndpointState, ApiPing
     from ..relay.domain.retry import AttemptResult
 
-__all__ = ["endpoints"]
-
 
 @cli.group("endpoints")
 def endpoints() -> None:

@@ -30,8 +30,6 @@ if TYPE_CHECKING:
     from ..relay.config import Config
     from ..relay.domain.api_models import ApiEndpoint
 
-__all__ = ["endpoints_create", "endpoints_delete", "endpoints_rotate", "endpoints_update"]
-
 
 def _definition_options(fn: Any) -> Any:
     """The keys of ``[[endpoints]]`` an endpoint created at run time may set."""

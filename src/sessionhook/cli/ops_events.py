@@ -31,8 +31,6 @@ if TYPE_CHECKING:
     from ..relay.domain.api_models import ApiEvent
     from ..relay.ops import EventFilter
 
-__all__ = ["FOLLOW_POLL", "events", "follow_stream", "stream_client"]
-
 #: ``--follow`` on the store reads this often.
 FOLLOW_POLL: Final = 0.5
 #: Reconnection delays after a stream failure: doubling up to the last.

@@ -14,8 +14,6 @@ from . import cli
 from .ops import ProgressCounter, Where, operator_options, time_flag
 from .remote import get, post, refuse_with_url
 
-__all__ = ["replay"]
-
 
 @cli.command("replay")
 @operator_options

@@ -10,8 +10,6 @@ from .ops import Where, json_option, operator_options, show, time_option
 from .ops_deliveries import deliveries
 from .remote import post
 
-__all__ = ["recover", "retry"]
-
 
 @deliveries.command("retry")
 @click.argument("delivery", metavar="ID")

@@ -13,8 +13,6 @@ from . import cli
 from ._output import CliError
 from .ops import parse_headers
 
-__all__ = ["secret", "verify_command"]
-
 
 @cli.group("secret")
 def secret() -> None:

@@ -59,7 +59,8 @@ def run(config_flag: str | None, once: bool) -> None:
     import anyio
 
     from sessionhook.relay.config import ConfigError
-    from sessionhook.relay.daemon.daemon import Daemon, DaemonError
+    from sessionhook.relay.daemon.daemon import Daemon
+    from sessionhook.relay.daemon.errors import DaemonError
     from sessionhook.relay.telemetry import logs as relay_logging
 
     try:

@@ -18,21 +18,6 @@ if TYPE_CHECKING:
 
     from ..relay.domain.api_models import ApiPage
 
-__all__ = [
-    "ENV_TOKEN",
-    "call",
-    "error_message",
-    "get",
-    "get_pages",
-    "iter_pages",
-    "need_token",
-    "post",
-    "refuse_store_options",
-    "refuse_with_url",
-    "remote_option_pair",
-    "remote_options",
-]
-
 #: The environment variable the token is read from when ``--token`` is not given.
 ENV_TOKEN: Final = "SESSIONHOOK_WEB_TOKEN"
 #: Seconds one request to the relay may take.

@@ -15,15 +15,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Final
 
-__all__ = [
-    "MAX_MESSAGE_BYTES",
-    "MAX_NAME_BYTES",
-    "SkippedEvent",
-    "SseParser",
-    "StreamEvent",
-    "parse_sse",
-]
-
 #: A message larger than this is skipped (a bound, not a real event size: an event's body
 #: is at most about the 16 MiB an upstream answer may be).
 MAX_MESSAGE_BYTES: Final = 32 * 1024 * 1024

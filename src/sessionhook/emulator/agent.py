@@ -45,18 +45,6 @@ from ..api.models import (
 )
 from ..wording import counted
 
-__all__ = [
-    "ASK_WORD",
-    "FAIL_WORD",
-    "Account",
-    "Agent",
-    "SessionRecord",
-    "format_us",
-    "hex_id",
-    "make_title",
-    "to_us",
-]
-
 #: A prompt containing this word makes the agent ask a question and wait for an answer.
 ASK_WORD = "[ask]"
 #: A prompt containing this word makes the session fail after its first progress update.

@@ -43,8 +43,6 @@ from ..api.models import (
 from .agent import Account, to_us
 from .world import EmulatorError, TimeBound, World
 
-__all__ = ["API_KEY_HEADER", "FAULT_HEADER", "create_app"]
-
 #: The header carrying the API key (any capitalisation).
 API_KEY_HEADER = "x-vendor-api-key"
 #: Test header forcing a fault: ``429`` or ``500``.

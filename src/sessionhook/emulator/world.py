@@ -19,15 +19,6 @@ from typing import Any, Generic, TypeVar
 from ..api.models import AUTO_CREATE_PR, Activity, Branch, HostRepo, Source, SourceContext
 from .agent import Account, SessionRecord, make_title
 
-__all__ = [
-    "CREATE_TIME_FILTERS",
-    "MAX_KEYS_PER_ACCOUNT",
-    "EmulatorError",
-    "Page",
-    "TimeBound",
-    "World",
-]
-
 #: At most this many API keys per account (spec part 8).
 MAX_KEYS_PER_ACCOUNT = 3
 #: How list-activities reads its ``createTime`` parameter: after it, from it, or not at all.

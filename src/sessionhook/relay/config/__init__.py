@@ -7,7 +7,7 @@ the strict base, durations with their bounds) and the one error, :class:`ConfigE
 from .actions import ActionsConfig
 from .endpoints import SECRET_MAX_BYTES, SECRET_MIN_BYTES, EndpointConfig
 from .errors import ConfigError
-from .fields import DURATION_BOUNDS, parse_duration
+from .fields import DURATION_BOUNDS, is_loopback, parse_duration
 from .loading import TemplateCheck, check_here, check_templates, load_config, upstream_account
 from .models import (
     DEFAULT_ACCOUNT,
@@ -23,7 +23,6 @@ from .models import (
     PollConfig,
     ServerConfig,
     StoreConfig,
-    is_loopback,
 )
 from .slack import SlackConfig
 

@@ -23,8 +23,6 @@ from .errors import ConfigError
 from .models import Config
 from .secret_files import SecretFileError, read_secret_file, write_secret_file
 
-__all__ = ["KEY_BYTES", "ActionKeys", "KeyRing", "LinkKeys", "rotate_key_file"]
-
 #: Bytes of a generated key.
 KEY_BYTES: Final = 32
 _MIN_KEY_BYTES: Final = 16

@@ -14,8 +14,6 @@ from pydantic import field_validator, model_validator
 
 from .fields import Seconds, Section, TextPath, is_loopback, within
 
-__all__ = ["DEFAULT_KEY_FILE", "ActionsConfig"]
-
 #: The key file's name next to the store when ``key_file`` is not set.
 DEFAULT_KEY_FILE: Final = "action-links.key"
 

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from ...redact import redact_userinfo
 
-__all__ = ["check_postgres_url", "display_url", "is_postgres_url"]
-
 
 def is_postgres_url(text: str) -> bool:
     """Whether ``text`` names a PostgreSQL database (``postgresql://`` / ``postgres://``)."""

@@ -15,16 +15,6 @@ from ..domain.addresses import literal_refusal
 from .endpoints import EndpointConfig, split_secrets
 from .fields import check_name
 
-__all__ = [
-    "MAX_DESCRIPTION_CHARS",
-    "MAX_NAME_CHARS",
-    "MAX_URL_CHARS",
-    "SPEC_KEYS",
-    "check_endpoint_name",
-    "check_one_secret",
-    "spec_endpoint",
-]
-
 #: The keys of ``[[endpoints]]`` an endpoint created at run time may set (its name, secret
 #: and enabled state are not part of its definition).
 SPEC_KEYS: Final = (

@@ -19,8 +19,6 @@ from ..domain.signing import SECRET_PREFIX, SIGNING_KEY_PREFIX, decode_secret, d
 from .errors import ConfigError
 from .fields import Name, Seconds, Section, http_url, within
 
-__all__ = ["SECRET_MAX_BYTES", "SECRET_MIN_BYTES", "EndpointConfig", "split_secrets"]
-
 #: Standard Webhooks secrets are 24 to 64 random bytes (after the base64 decoding).
 SECRET_MIN_BYTES = 24
 SECRET_MAX_BYTES = 64

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-__all__ = ["ConfigError"]
-
 
 class ConfigError(Exception):
     """A bad configuration: ``key`` the dotted path, ``problem`` why; ``str()`` is one line,

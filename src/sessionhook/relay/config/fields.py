@@ -17,21 +17,6 @@ from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
-__all__ = [
-    "DURATION_BOUNDS",
-    "LAX",
-    "Name",
-    "Seconds",
-    "Section",
-    "TextPath",
-    "at_least",
-    "check_name",
-    "http_url",
-    "is_loopback",
-    "parse_duration",
-    "within",
-]
-
 
 class Section(BaseModel):
     """Base of every section of the configuration."""

@@ -43,8 +43,6 @@ from .models import (
 from .secret_files import SecretFileError, read_secret_file
 from .slack import SlackConfig
 
-__all__ = ["TemplateCheck", "check_here", "check_templates", "load_config", "upstream_account"]
-
 #: Renders a template against every sample event within a time budget (seconds), or
 #: raises :class:`~..domain.render.RenderError`.
 TemplateCheck = Callable[[Shape, float], None]

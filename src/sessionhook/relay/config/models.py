@@ -34,24 +34,6 @@ from .fields import (
 )
 from .slack import SlackConfig
 
-__all__ = [
-    "DEFAULT_ACCOUNT",
-    "DEFAULT_DB_NAME",
-    "DEFAULT_TRUSTED_PROXIES",
-    "TOKEN_MAX_CHARS",
-    "TOKEN_MIN_CHARS",
-    "Account",
-    "AccountConfig",
-    "ApiConfig",
-    "Config",
-    "DeliveryConfig",
-    "LogConfig",
-    "PollConfig",
-    "ServerConfig",
-    "StoreConfig",
-    "is_loopback",
-]
-
 #: The SQLite file's name when ``store.path`` does not give one.
 DEFAULT_DB_NAME = "sessionhook.db"
 

@@ -16,16 +16,6 @@ import struct
 from pathlib import Path
 from typing import Final
 
-__all__ = [
-    "ACL_XATTR",
-    "SecretFileError",
-    "acl_exposure",
-    "exposure",
-    "file_exposure",
-    "read_secret_file",
-    "write_secret_file",
-]
-
 #: Where Linux keeps a file's access ACL (the ``setfacl`` binary format).
 ACL_XATTR: Final = "system.posix_acl_access"
 

@@ -17,8 +17,6 @@ from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_valid
 from .errors import ConfigError
 from .fields import LAX, Section
 
-__all__ = ["DEFAULT_RESPONSE_URL_HOSTS", "SlackConfig"]
-
 #: Where Slack's ``response_url`` points.
 DEFAULT_RESPONSE_URL_HOSTS: Final = ("hooks.slack.com",)
 _HOST_NAME: Final = re.compile(

@@ -16,8 +16,6 @@ from ..store import Ingest
 from ..telemetry.logs import get_logger
 from .state import DaemonState
 
-__all__ = ["UpstreamActions"]
-
 _log = get_logger()
 
 

@@ -50,8 +50,6 @@ from .tasks import SideTasks
 from .upstream import UpstreamCounter
 from .wiring import Seams, Wiring
 
-__all__ = ["DRAIN_SECONDS", "Daemon", "DaemonError"]
-
 #: How long deliveries in flight may take to finish after SIGTERM/SIGINT.
 DRAIN_SECONDS = 10.0
 

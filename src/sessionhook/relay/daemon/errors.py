@@ -1,15 +1,10 @@
 """How the daemon fails: :class:`DaemonError` (one line for the user, with an exit status)
 and the store failures it turns into one (:func:`~.store.store_failures`).
 
-Shared by :mod:`.daemon` and its collaborators; :mod:`.daemon` re-exports
-:class:`DaemonError`.
+Shared by :mod:`.daemon` and its collaborators.
 """
 
 from __future__ import annotations
-
-from ..store import store_failures
-
-__all__ = ["DaemonError", "store_failures"]
 
 
 class DaemonError(Exception):

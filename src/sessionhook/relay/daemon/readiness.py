@@ -24,15 +24,13 @@ from ..store import (
     StoreUnwritableError,
     configured_errors,
     describe_store,
+    store_failures,
 )
 from ..telemetry import logs as relay_logging
 from ..telemetry.logs import get_logger
 from ..web import server as health
 from . import sdnotify
-from .errors import store_failures
 from .state import DaemonState
-
-__all__ = ["DiskObserver", "Readiness"]
 
 _log = get_logger()
 

@@ -25,8 +25,6 @@ from ..telemetry.logs import get_logger
 from . import sdnotify
 from .state import DaemonState
 
-__all__ = ["Reloader", "SignalWatcher", "register_secrets"]
-
 _log = get_logger()
 
 

@@ -11,16 +11,6 @@ import os
 import socket
 from collections.abc import Mapping
 
-__all__ = [
-    "notify",
-    "ready",
-    "reloading",
-    "status",
-    "stopping",
-    "watchdog",
-    "watchdog_interval",
-]
-
 
 def _address(raw: str) -> str | bytes | None:
     if raw.startswith("@"):

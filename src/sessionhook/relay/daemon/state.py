@@ -20,8 +20,6 @@ from ..polling import Poller, PollSettings
 from ..store import AsyncStore
 from ..telemetry.metrics import Metrics
 
-__all__ = ["DaemonState"]
-
 
 @dataclass
 class DaemonState:

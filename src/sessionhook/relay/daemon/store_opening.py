@@ -26,12 +26,11 @@ from ..store import (
     StoreUnwritableError,
     acquire_daemon_lock,
     open_store,
+    store_failures,
 )
 from . import sdnotify
-from .errors import DaemonError, store_failures
+from .errors import DaemonError
 from .state import DaemonState
-
-__all__ = ["StoreOpener"]
 
 
 class StoreOpener:

@@ -15,13 +15,10 @@ from collections.abc import Awaitable, Callable
 import anyio
 
 from ..domain.replica import Replica, heartbeat_interval, heartbeat_late
-from ..store import PRUNE_BATCH, Leases, Outbox
+from ..store import PRUNE_BATCH, Leases, Outbox, store_failures
 from ..telemetry.logs import get_logger
 from . import sdnotify
-from .errors import store_failures
 from .state import DaemonState
-
-__all__ = ["PRUNE_EVERY", "SideTasks"]
 
 #: How often the delivery log is pruned when ``store.delivery_log_retention`` is set.
 PRUNE_EVERY = 600.0

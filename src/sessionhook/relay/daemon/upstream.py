@@ -15,12 +15,9 @@ import anyio
 
 from ..config import Account
 from ..polling.budget import SharedWindow
-from ..store import AsyncStore, Economy
+from ..store import AsyncStore, Economy, store_failures
 from ..telemetry.logs import get_logger
 from ..telemetry.metrics import Metrics
-from .errors import store_failures
-
-__all__ = ["BUDGET_LEASE", "UpstreamCounter", "UpstreamTally"]
 
 #: Request grants taken from the store's budget window at once (see ``Economy.take_budget``).
 BUDGET_LEASE = 5

@@ -31,13 +31,10 @@ from ..domain.retry import AttemptResult
 from ..ops import endpoint_edits as edits
 from ..polling import Poller
 from ..polling.budget import LimitedTransport, RateLimiter
-from ..store import AsyncStore, Leases
+from ..store import AsyncStore, Leases, store_failures
 from ..telemetry.logs import get_logger
-from .errors import store_failures
 from .state import DaemonState
 from .upstream import UpstreamCounter
-
-__all__ = ["Seams", "Wiring"]
 
 _log = get_logger()
 

@@ -20,8 +20,6 @@ from ..store import AsyncStore, EndpointQueries
 from ..telemetry import logs as relay_logging
 from ..telemetry.logs import get_logger
 
-__all__ = ["Changes", "EndpointCatalog", "Loaded"]
-
 _log = get_logger()
 
 #: Endpoints created at run time by name: the config to deliver with, its signing secrets.

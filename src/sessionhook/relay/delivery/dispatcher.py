@@ -43,8 +43,6 @@ from .render_process import InlineRenderer, Renderer
 from .reports import AttemptReporter, Finished
 from .sender import HttpxPoster, Poster
 
-__all__ = ["DeliverySettings", "Dispatcher"]
-
 _log = get_logger()
 
 

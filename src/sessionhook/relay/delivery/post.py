@@ -28,8 +28,6 @@ from ..domain.signing import signature_header
 from .resolve import ResolutionError
 from .sender import Answer, HttpxPoster, Poster, PostError
 
-__all__ = ["USER_AGENT", "UrlGuard", "literal_guard", "post_event", "refused"]
-
 USER_AGENT = f"sessionhook/{__version__}"
 
 

@@ -22,8 +22,6 @@ from typing import Any, BinaryIO
 
 from ..domain.render import RenderError, Shape, render
 
-__all__ = ["MEMORY_BYTES", "READY", "frame", "main", "request"]
-
 #: The child's address-space cap (a 16 MiB event parses into well under 200 MB).
 MEMORY_BYTES = 1024 * 1024 * 1024
 #: The first frame the child sends: imports done, requests welcome.

@@ -33,17 +33,6 @@ from ..domain import render
 from ..domain.render import RenderError, Shape
 from .render_child import READY, request
 
-__all__ = [
-    "CHILD_MODULE",
-    "INLINE_BYTES",
-    "MAX_CHILDREN",
-    "InlineRenderer",
-    "RenderProcess",
-    "Renderer",
-    "child_command",
-    "child_streams",
-]
-
 #: Presets render inline on events up to this size (bigger ones go to a child).
 INLINE_BYTES = 256 * 1024
 #: Child processes kept at most (one per template in use).

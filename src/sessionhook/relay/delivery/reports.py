@@ -22,8 +22,6 @@ from ..domain.rows import DueDelivery
 from ..telemetry.logs import LineBudget, get_logger
 from ..telemetry.metrics import Metrics
 
-__all__ = ["SUCCESS_LINES_PER_SECOND", "AttemptReporter", "Finished"]
-
 #: ``delivery.succeeded`` lines a second at most; the successes beyond are counted, per
 #: endpoint, in one ``delivery.succeeded_summary`` line (see :class:`LineBudget`).
 SUCCESS_LINES_PER_SECOND = 50

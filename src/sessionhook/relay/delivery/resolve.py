@@ -25,15 +25,6 @@ from ..domain.addresses import (
     is_localhost_name,
 )
 
-__all__ = [
-    "ResolutionError",
-    "Resolver",
-    "blocked_reason",
-    "check_url",
-    "resolve_host",
-    "vet_host",
-]
-
 #: ``async (host, port) -> [address text, ...]``; tests inject one instead of real DNS.
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 

@@ -43,18 +43,6 @@ from ..domain.addresses import (
 )
 from .resolve import Resolver, vet_host
 
-__all__ = [
-    "AiohttpPoster",
-    "Answer",
-    "HttpxPoster",
-    "PostError",
-    "Poster",
-    "VettingResolver",
-    "aiohttp_target",
-    "httpx_target",
-]
-
-
 _U = TypeVar("_U", httpx.URL, yarl.URL)
 
 

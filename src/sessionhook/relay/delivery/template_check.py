@@ -25,8 +25,6 @@ from ..domain.samples import sample_events
 from .render_child import READY, request
 from .render_process import child_command, child_streams
 
-__all__ = ["MAX_CHECKS", "START_TIMEOUT", "check_template"]
-
 #: Checks running at once in one process.
 MAX_CHECKS = 2
 #: Seconds a child has to start (an interpreter and Jinja2 loaded on a busy machine).

@@ -26,18 +26,6 @@ from urllib.parse import quote
 
 from .actions import ACTION_KINDS, ActionKind
 
-__all__ = [
-    "MAX_TOKEN_CHARS",
-    "ActionLinks",
-    "LinkClaims",
-    "LinkError",
-    "check_form_token",
-    "form_token",
-    "sign_link",
-    "token_digest",
-    "verify_link",
-]
-
 #: Longer tokens are refused before any decoding (a real one is about 250 characters).
 MAX_TOKEN_CHARS: Final = 2048
 _VERSION: Final = 1

@@ -14,8 +14,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final, Literal
 
-__all__ = ["ACTION_KINDS", "ActOutcome", "ActionKind", "UpstreamAct"]
-
 #: ``approve_plan``: ``POST /v1alpha/sessions/{id}:approvePlan``; ``reply``:
 #: ``:sendMessage`` with the person's text.
 ActionKind = Literal["approve_plan", "reply"]

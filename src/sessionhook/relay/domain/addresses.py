@@ -27,20 +27,6 @@ from dataclasses import dataclass
 from typing import Final
 from urllib.parse import quote, unquote
 
-__all__ = [
-    "AddressPolicy",
-    "BlockedAddressError",
-    "Destination",
-    "IPAddress",
-    "NetguardError",
-    "UnusableUrlError",
-    "destination",
-    "ip_literal",
-    "is_blocked_ip",
-    "is_localhost_name",
-    "literal_refusal",
-]
-
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 #: ``address text -> refusal reason`` (``None``: public); :func:`is_blocked_ip` by default.

@@ -45,8 +45,6 @@ from .api_models import (
     ApiStatus,
 )
 
-__all__ = ["OPERATIONS", "SECURITY_SCHEMES", "Operation", "api_document"]
-
 #: The token of the console and the event stream (``Authorization: Bearer``); Slack's
 #: request signature for the one route Slack calls.
 SECURITY_SCHEMES: Final = {

@@ -14,8 +14,6 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["http_url", "markdown", "mrkdwn", "mrkdwn_link"]
-
 _ENTITIES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
 _MARKDOWN = str.maketrans({c: "\\" + c for c in "\\[]()<>"})
 #: Anything but printable ASCII, and what ends or nests a link in one of the syntaxes

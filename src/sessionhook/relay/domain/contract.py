@@ -28,8 +28,6 @@ from sessionhook.api.models import Activity, PullRequest
 from .api_paths import SECURITY_SCHEMES, api_document
 from .events import ACTIVITY_EVENT_TYPES, ACTIVITY_SESSION_STARTED, ACTIVITY_UNKNOWN, EVENT_TYPES
 
-__all__ = ["EVENT_MODELS", "openapi_document", "shipped_document"]
-
 
 class _Open(BaseModel):
     model_config = ConfigDict(extra="allow")

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from typing import Final, Literal, get_args
 
-__all__ = ["DELIVERY_STATUSES", "DeliveryStatus", "error_is_current"]
-
 #: Every state a delivery can be in, as the store writes it.
 DeliveryStatus = Literal["pending", "failed", "dead", "delivered"]
 DELIVERY_STATUSES: Final[tuple[DeliveryStatus, ...]] = get_args(DeliveryStatus)

@@ -28,33 +28,6 @@ from sessionhook.api.models import (
     parse_timestamp,
 )
 
-__all__ = [
-    "ACTIVITY_EVENT_TYPES",
-    "ACTIVITY_SESSION_STARTED",
-    "ACTIVITY_UNKNOWN",
-    "EVENT_TYPES",
-    "SESSION_ACTION_REQUIRED",
-    "SESSION_COMPLETED",
-    "SESSION_DISCOVERED",
-    "SESSION_FAILED",
-    "SESSION_PULL_REQUEST_OPENED",
-    "SESSION_STATE_CHANGED",
-    "Event",
-    "activity_event",
-    "activity_event_type",
-    "archived_page",
-    "event_id",
-    "make_event",
-    "matches",
-    "payload_matches",
-    "pull_request_opened",
-    "session_discovered",
-    "session_state_changed",
-    "session_summary",
-    "webhook_timestamp",
-    "with_account",
-]
-
 SESSION_DISCOVERED = "session.discovered"
 SESSION_STATE_CHANGED = "session.state_changed"
 SESSION_PULL_REQUEST_OPENED = "session.pull_request_opened"

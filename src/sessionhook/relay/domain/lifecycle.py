@@ -30,16 +30,6 @@ from .events import (
     webhook_timestamp,
 )
 
-__all__ = [
-    "ACTION_ANSWER",
-    "ACTION_APPROVE_PLAN",
-    "awaited_member",
-    "change_set_summary",
-    "diff_stats",
-    "explains",
-    "lifecycle_events",
-]
-
 ACTION_APPROVE_PLAN = "approve_plan"
 ACTION_ANSWER = "answer"
 

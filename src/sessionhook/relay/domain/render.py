@@ -25,18 +25,6 @@ from . import chat_markup
 from .template_meter import SIZE_BUDGET, SIZE_PER_BYTE, STEP_BUDGET, OverBudget, metered
 from .template_sandbox import Sandbox
 
-__all__ = [
-    "FORMATS",
-    "PRESET_FORMATS",
-    "STEP_BUDGET",
-    "RenderError",
-    "Shape",
-    "action_links",
-    "check_shape",
-    "render",
-    "thin_payload",
-]
-
 STANDARD_CONTENT_TYPE = "application/json"
 CLOUDEVENTS_CONTENT_TYPE = "application/cloudevents+json; charset=utf-8"
 

@@ -14,17 +14,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = [
-    "POLLER_LEASE",
-    "Replica",
-    "dead_replicas",
-    "heartbeat_interval",
-    "heartbeat_late",
-    "pid_alive",
-    "poller_lease",
-    "replica_health",
-]
-
 #: The named lease of an account's poller (discovery, the list's head, the history walk
 #: and the schedule of its sessions' polls): ``poller:<account>``.
 POLLER_LEASE = "poller:"

@@ -15,21 +15,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
-__all__ = [
-    "JITTER",
-    "MAX_RETRY_AFTER",
-    "AttemptResult",
-    "Dead",
-    "Decision",
-    "Delivered",
-    "DisableEndpoint",
-    "Outcome",
-    "OutcomeLike",
-    "Retry",
-    "decide",
-    "should_disable",
-]
-
 #: Relative jitter applied to every scheduled delay (+-20 %).
 JITTER = 0.2
 #: The default cap of a consumer's ``Retry-After`` (``delivery.max_retry_after``): one hour.

@@ -8,8 +8,6 @@ from sessionhook.api.models import Activity, Session
 from . import events, lifecycle
 from .action_links import ActionLinks
 
-__all__ = ["sample_events"]
-
 _SESSION = {
     "name": "sessions/14550388554331055113",
     "id": "14550388554331055113",

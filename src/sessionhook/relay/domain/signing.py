@@ -32,23 +32,6 @@ if TYPE_CHECKING:
         Ed25519PublicKey,
     )
 
-__all__ = [
-    "PUBLIC_KEY_PREFIX",
-    "SECRET_PREFIX",
-    "SIGNING_KEY_PREFIX",
-    "SignatureError",
-    "check_key",
-    "decode_secret",
-    "decode_signing_key",
-    "generate_keypair",
-    "generate_secret",
-    "public_key_of",
-    "sign",
-    "sign_v1a",
-    "signature_header",
-    "verify",
-]
-
 #: Prefix of every Standard Webhooks secret.
 SECRET_PREFIX = "whsec_"
 

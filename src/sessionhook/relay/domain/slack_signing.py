@@ -14,8 +14,6 @@ import hmac
 import re
 from typing import Final
 
-__all__ = ["MAX_SKEW", "SlackSignatureError", "slack_signature", "verify_slack_request"]
-
 #: How far (seconds) a request's timestamp may be from now, either way.
 MAX_SKEW: Final = 300
 _VERSION: Final = "v0"

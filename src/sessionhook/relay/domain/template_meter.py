@@ -15,22 +15,6 @@ from collections.abc import Iterable, Iterator
 from contextvars import ContextVar
 from typing import Any
 
-__all__ = [
-    "MACRO_STEPS",
-    "MAX_POWER_BITS",
-    "SIZE_BUDGET",
-    "SIZE_PER_BYTE",
-    "STEP_BUDGET",
-    "Meter",
-    "OverBudget",
-    "check_size",
-    "counted",
-    "current",
-    "make_size",
-    "metered",
-    "spend",
-]
-
 #: Steps a render may take. A chat preset takes under 100; a million took 0.2 s (loop
 #: iterations) to 2 s (recursive loops) on the 2-core machine of bench/render.py.
 STEP_BUDGET = 1_000_000

@@ -24,8 +24,6 @@ from jinja2.visitor import NodeTransformer
 from . import template_sizes as sizes
 from .template_meter import MACRO_STEPS, check_size, counted, current, make_size, metered, spend
 
-__all__ = ["CONCAT_FILTER", "COUNTED_FILTER", "Sandbox"]
-
 #: The filter the parser wraps every for loop's iterable in (not meant for templates).
 COUNTED_FILTER = "_steps"
 #: The filter ``~`` becomes, its operands in a tuple (not meant for templates).

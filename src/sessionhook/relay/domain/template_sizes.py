@@ -21,22 +21,6 @@ from jinja2.utils import Namespace, generate_lorem_ipsum, pass_eval_context
 
 from .template_meter import MAX_POWER_BITS, OverBudget, check_size, current, make_size
 
-__all__ = [
-    "brace_specs",
-    "charged",
-    "check_concatenation",
-    "check_power",
-    "check_product",
-    "check_repeat",
-    "concatenated",
-    "format_size",
-    "lipsum",
-    "method_size",
-    "output",
-    "percent_size",
-    "size_of",
-]
-
 #: What :func:`size_of` looks into.
 _CONTAINERS = (list, tuple, dict, set, frozenset, Namespace)
 #: What ``+`` and ``*`` join or repeat.

@@ -25,17 +25,6 @@ from ..store.actions import ActionClaim
 from ..telemetry.logs import get_logger
 from ..telemetry.metrics import Metrics
 
-__all__ = [
-    "MAX_REPLY_CHARS",
-    "REFUSALS",
-    "Actor",
-    "Looked",
-    "Performed",
-    "look",
-    "perform",
-    "record_direct",
-]
-
 _log = get_logger()
 
 #: A reply longer than this is refused before anything is sent.

@@ -39,24 +39,6 @@ from .errors import OperatorError, UnknownEndpointError
 from .overview import endpoints_in_flight
 from .wire import endpoint_state_answer
 
-__all__ = [
-    "DELETED_REASON",
-    "MAX_OVERLAP",
-    "Definition",
-    "EndpointConflictError",
-    "InvalidEndpointError",
-    "Rotation",
-    "create_endpoint",
-    "define_endpoint",
-    "delete_endpoint",
-    "endpoint_answers",
-    "endpoint_config",
-    "redefine_endpoint",
-    "rotate_secret",
-    "stored_or_refused",
-    "update_endpoint",
-]
-
 P = ParamSpec("P")
 T = TypeVar("T")
 

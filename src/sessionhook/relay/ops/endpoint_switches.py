@@ -8,8 +8,6 @@ from ..store import StoreCore
 from ..store.policy import write
 from .errors import UnknownEndpointError, shown_name, shown_names
 
-__all__ = ["disable_endpoint", "enable_endpoint", "enabled_line", "endpoints", "find_endpoint"]
-
 
 def endpoints(store: StoreCore) -> list[tuple[EndpointState, int]]:
     """Every endpoint the store knows, with its number of open deliveries."""

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-__all__ = ["OperatorError", "UnknownEndpointError", "shown_name", "shown_names"]
-
 
 class OperatorError(Exception):
     """Something the operator asked for does not exist or cannot be done; ``str()`` is one

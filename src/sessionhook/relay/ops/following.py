@@ -13,8 +13,6 @@ from ..domain.rows import EventRow
 from ..store import StoreCore
 from .errors import OperatorError
 
-__all__ = ["GAP_SETTLE", "EventFilter", "EventPage", "Follower", "resume_position"]
-
 
 @dataclass(frozen=True, slots=True)
 class EventFilter:

@@ -15,11 +15,10 @@ from contextlib import asynccontextmanager
 import httpx
 
 from ..delivery.post import post_event
-from ..delivery.sender import AiohttpPoster, Poster, aiohttp_target
+from ..delivery.sender import AiohttpPoster, aiohttp_target
+from ..delivery.sender import Poster as Poster  # the CLI's type of a forwarder
 from ..domain.addresses import destination
 from ..domain.retry import AttemptResult
-
-__all__ = ["Poster", "forward_event", "forward_poster", "forward_target"]
 
 
 def forward_target(url: str) -> str:

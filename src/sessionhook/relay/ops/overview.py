@@ -9,8 +9,6 @@ from dataclasses import dataclass
 from ..domain.rows import StatusSummary
 from ..store import HistoryProgress, ReplicaRow, StoreCore
 
-__all__ = ["Overview", "endpoints_in_flight", "in_flight", "status"]
-
 
 @dataclass(frozen=True, slots=True)
 class Overview:

@@ -21,17 +21,6 @@ from .errors import OperatorError
 from .overview import in_flight
 from .records import check_status
 
-__all__ = [
-    "EVENT_SCAN",
-    "SESSION_EVENTS",
-    "Page",
-    "delivery_page",
-    "event_detail",
-    "event_page",
-    "session_detail",
-    "session_page",
-]
-
 #: Events read at most for one page of a type-filtered list (a page may come back short,
 #: with a token to go on, rather than scan the whole archive for a rare type).
 EVENT_SCAN: Final = 2000

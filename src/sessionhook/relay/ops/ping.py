@@ -24,8 +24,6 @@ from ..domain.events import session_summary
 from ..domain.retry import AttemptResult
 from .errors import OperatorError, shown_name, shown_names
 
-__all__ = ["PING_TYPE", "ping_event", "ping_poster", "test_endpoint"]
-
 #: Type of the event ``endpoints test`` sends (never archived, never retried).
 PING_TYPE: Final = "ping"
 

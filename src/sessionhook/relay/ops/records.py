@@ -10,8 +10,6 @@ from ..domain.rows import AttemptRow, DeliveryRow, EventRow
 from ..store import StoreCore
 from .errors import OperatorError
 
-__all__ = ["EVENT_DELIVERIES", "attempts", "check_status", "deliveries", "events"]
-
 #: At most this many deliveries of one event are shown by :func:`attempts`.
 EVENT_DELIVERIES: Final = 1000
 

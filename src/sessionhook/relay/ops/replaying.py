@@ -13,8 +13,6 @@ from ..store.policy import write
 from .endpoint_switches import find_endpoint
 from .errors import OperatorError
 
-__all__ = ["REPLAY_CHUNK", "ReplayResult", "replay"]
-
 #: Events queued per replay transaction: short write locks next to a running daemon.
 REPLAY_CHUNK: Final = 1000
 

@@ -21,8 +21,6 @@ from .endpoint_switches import find_endpoint
 from .errors import OperatorError
 from .wire import delivery_answer
 
-__all__ = ["RecoverResult", "RetryResult", "recover", "retry"]
-
 
 @dataclass(frozen=True, slots=True)
 class RetryResult:

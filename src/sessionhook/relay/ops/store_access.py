@@ -9,8 +9,6 @@ from pathlib import Path
 from ..store import ReplicaRow, Store, StoreCore, StoreSettings, copying, open_store
 from ..store.copying import CopyReport
 
-__all__ = ["copy_stores", "live_replicas", "open_copy_side", "operator_store"]
-
 
 def operator_store(settings: StoreSettings, *, readonly: bool = False) -> StoreCore:
     """The store ``settings`` name, for an operator's command: read-only for a read (safe

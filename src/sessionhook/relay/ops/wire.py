@@ -29,17 +29,6 @@ from ..domain.rows import AttemptRow, DeliveryRow, EndpointState, EventRow, Sess
 from ..store.actions import ActionRow
 from .overview import Overview
 
-__all__ = [
-    "action_answer",
-    "attempts_answer",
-    "delivery_answer",
-    "endpoint_state_answer",
-    "event_answer",
-    "parse_moment",
-    "session_answer",
-    "status_answer",
-]
-
 _AGE: Final = re.compile(r"^\s*(\d{1,9}(?:\.\d{1,6})?)\s*(s|m|h|d|w)\s*$", re.IGNORECASE)
 _UNIT_SECONDS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 #: 9999-12-31T23:59:59Z: the last moment a wire moment can spell.

@@ -21,8 +21,6 @@ from ..telemetry.logs import get_logger
 from .settings import EPOCH_KEY
 from .state import PollState
 
-__all__ = ["Archive"]
-
 _log = get_logger()
 
 

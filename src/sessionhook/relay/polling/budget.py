@@ -20,8 +20,6 @@ from typing import Final
 import anyio
 import httpx
 
-__all__ = ["MALFORMED", "LimitedTransport", "RateLimiter", "UpstreamStatus", "endpoint_label"]
-
 WINDOW_SECONDS = 60.0
 
 #: The status recorded for a 2xx answer whose body was not what the API promises.

@@ -23,8 +23,6 @@ from .screening import SessionScreen
 from .settings import ACTIVE_STATES, VERDICT_KEY
 from .state import Pending, PollState, Tracked
 
-__all__ = ["Discovery"]
-
 _log = get_logger()
 
 

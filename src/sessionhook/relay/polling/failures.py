@@ -22,8 +22,6 @@ from ..telemetry.logs import get_logger
 from .settings import backoff_delay
 from .state import PollState
 
-__all__ = ["Failures"]
-
 _log = get_logger()
 
 

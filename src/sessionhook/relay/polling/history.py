@@ -20,8 +20,6 @@ from .scheduling import Scheduler
 from .session_poll import SessionPoll
 from .state import PollState
 
-__all__ = ["REQUESTS_PER_SESSION", "HistoryWalk"]
-
 _log = get_logger()
 
 #: Upstream requests of one history session, about: its activities (one page) and a GET.

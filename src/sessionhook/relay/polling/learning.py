@@ -14,8 +14,6 @@ from datetime import datetime
 
 from sessionhook.api.models import parse_timestamp
 
-__all__ = ["LEARN_AFTER", "UpdateTimeLearning", "judge"]
-
 #: "Moved" observations in a row that make the verdict ``moves``.
 LEARN_AFTER = 3
 

@@ -15,8 +15,6 @@ from ..store import Leases, MetaQueries, StoreUnwritableError
 from ..telemetry.logs import get_logger
 from .state import PollState
 
-__all__ = ["STANDBY_TRY", "TAKEOVER_MARGIN", "PollerLease"]
-
 _log = get_logger()
 
 #: Seconds between a standby replica's tries of the poller lease (at most a third of it).

@@ -14,8 +14,6 @@ from .learning import UpdateTimeLearning
 from .settings import ACTIVE_STATES, VERDICT_KEY
 from .state import PollState, Tracked
 
-__all__ = ["Scheduler"]
-
 _log = get_logger()
 
 

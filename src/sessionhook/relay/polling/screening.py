@@ -17,8 +17,6 @@ from sessionhook.api.models import Session
 from ..telemetry.logs import get_logger
 from ..telemetry.metrics import Metrics
 
-__all__ = ["SessionScreen"]
-
 _log = get_logger()
 
 

@@ -31,8 +31,6 @@ from .screening import SessionScreen
 from .settings import ACTIVE_STATES, name_problem
 from .state import Awaiting, PollState, Tracked
 
-__all__ = ["CLAIMED_RETRY", "SessionPoll"]
-
 _log = get_logger()
 
 #: A session another replica is polling is asked again this many seconds later.

@@ -13,16 +13,6 @@ from sessionhook.api.errors import UnauthenticatedError
 from ..config import Config
 from ..domain.action_links import ActionLinks
 
-__all__ = [
-    "ACTIVE_STATES",
-    "EPOCH_KEY",
-    "VERDICT_KEY",
-    "OnceReport",
-    "PollSettings",
-    "backoff_delay",
-    "name_problem",
-]
-
 #: ``meta`` key of the first start (Unix seconds): what came before is not delivered unless
 #: ``poll.backfill``.
 EPOCH_KEY = "first_started_at"

@@ -22,8 +22,6 @@ from ..store import AsyncStore
 from ..telemetry.metrics import Metrics
 from .settings import PollSettings
 
-__all__ = ["Awaiting", "Pending", "PollState", "Tracked"]
-
 
 @dataclass
 class Tracked:

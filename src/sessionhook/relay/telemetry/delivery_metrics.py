@@ -21,8 +21,6 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-__all__ = ["DeliveryStats"]
-
 
 class _Histogram:
     """One endpoint's duration histogram: per-bucket (not cumulative) counts, the sum."""

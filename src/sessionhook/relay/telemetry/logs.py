@@ -25,18 +25,6 @@ from structlog.typing import EventDict, FilteringBoundLogger, Processor, Wrapped
 
 from ...redact import redact_userinfo
 
-__all__ = [
-    "LEVELS",
-    "REDACTED",
-    "LineBudget",
-    "clear_secrets",
-    "configure",
-    "get_logger",
-    "redact",
-    "register_secret",
-    "reset",
-]
-
 REDACTED: Final = "[redacted]"
 
 LEVELS: Final[Mapping[str, int]] = {

@@ -21,8 +21,6 @@ from prometheus_client import (
 from ... import __version__
 from .delivery_metrics import DeliveryStats
 
-__all__ = ["CONTENT_TYPE", "NAMESPACE", "Metrics"]
-
 #: A cache key of labelled children (see _child).
 _K = TypeVar("_K", bound=Hashable)
 

@@ -24,8 +24,6 @@ from ..telemetry.logs import get_logger
 from .auth import FormError, client_address, csrf_field, read_form
 from .context import WebContext
 
-__all__ = ["ACTIONS_PREFIX", "action_routes", "is_public_path", "perform_for_chat"]
-
 ACTIONS_PREFIX: Final = "/actions/"
 #: Status of a page per reason nothing can be done.
 _STATUS: Final = {"malformed": 404, "bad signature": 404, "expired": 410}

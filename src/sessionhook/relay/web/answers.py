@@ -19,8 +19,6 @@ from ..domain.api_paths import OPERATIONS
 from ..ops.endpoint_edits import EndpointConflictError
 from ..store import StoreError
 
-__all__ = ["api_answer", "api_route", "error_response", "refusal_status"]
-
 #: The canonical status names of the Sessions API's error bodies, by HTTP status.
 _STATUS_NAMES: Final[Mapping[int, str]] = {
     400: "INVALID_ARGUMENT",

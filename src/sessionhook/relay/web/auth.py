@@ -44,27 +44,6 @@ from ..telemetry.logs import get_logger
 from .answers import error_response
 from .headers import adding_headers
 
-__all__ = [
-    "COOKIE",
-    "CSRF_FIELD",
-    "CSRF_HEADER",
-    "MAX_FORM_BYTES",
-    "PUBLIC_PATHS",
-    "SESSION_LIFETIME",
-    "AuthMiddleware",
-    "FormError",
-    "WebAuth",
-    "WebSession",
-    "client_address",
-    "csrf_field",
-    "csrf_token",
-    "logged_path",
-    "read_form",
-    "safe_next",
-    "set_session_cookie",
-    "web_session",
-]
-
 COOKIE: Final = "sessionhook_session"
 CSRF_FIELD: Final = "csrf_token"
 CSRF_HEADER: Final = "x-csrf-token"

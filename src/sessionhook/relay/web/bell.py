@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import anyio
 
-__all__ = ["Bell"]
-
 
 class Bell:
     """Wake everybody waiting; see the module docstring."""

@@ -25,8 +25,6 @@ from .auth import WebAuth
 from .bell import Bell
 from .server import ReadinessCheck, ScrapeHook, always_ready
 
-__all__ = ["PerformLink", "RouteProvider", "SendTest", "WebContext"]
-
 #: Sends endpoint NAME a signed test event now; the answer (never raises for the network;
 #: :class:`~sessionhook.relay.ops.OperatorError` for a name the config does not have).
 SendTest = Callable[[str], Awaitable[AttemptResult]]

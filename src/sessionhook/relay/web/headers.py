@@ -13,15 +13,6 @@ from typing import Any, Final
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = [
-    "CSP",
-    "FRAMING",
-    "SECRET_HEADERS",
-    "SECURITY_HEADERS",
-    "SecurityHeaders",
-    "adding_headers",
-]
-
 CSP: Final = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
     "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"

@@ -39,17 +39,6 @@ from ..config import DEFAULT_TRUSTED_PROXIES, ServerConfig
 from ..telemetry.logs import get_logger
 from ..telemetry.metrics import Metrics
 
-__all__ = [
-    "CLOSING_GRACE",
-    "WRITE_BUFFER_BYTES",
-    "ConnectionGuard",
-    "ConnectionLimits",
-    "check_files_limit",
-    "raise_files_limit",
-    "serve_socket",
-    "server_closing",
-]
-
 #: A listener's log lines of one kind come at most this often (with a count).
 LOG_EVERY: Final = 60.0
 #: An answer's bytes a connection's transport holds before the app's next write waits

@@ -18,8 +18,6 @@ from starlette.routing import BaseRoute, Route
 from ..telemetry.logs import get_logger
 from .auth import FormError, WebAuth, client_address, read_form, safe_next, set_session_cookie
 
-__all__ = ["login_page", "login_routes"]
-
 _log = get_logger()
 
 #: The form's stylesheet, served at /login.css without a login (the console's assets need

@@ -28,18 +28,6 @@ from ..telemetry.logs import get_logger
 from ..telemetry.metrics import CONTENT_TYPE, Metrics
 from .listener import ConnectionLimits, serve_socket
 
-__all__ = [
-    "HealthServerError",
-    "ReadinessCheck",
-    "ScrapeHook",
-    "always_ready",
-    "check_ready",
-    "create_app",
-    "health_routes",
-    "parse_listen",
-    "serve",
-]
-
 #: Returns ``(ready, reasons)``; may be a coroutine function (it may touch the store).
 ReadinessCheck = Callable[[], tuple[bool, Sequence[str]] | Awaitable[tuple[bool, Sequence[str]]]]
 #: Called before each scrape to refresh gauges from the database.

@@ -35,17 +35,6 @@ from .auth import client_address
 from .context import WebContext
 from .listener import server_closing
 
-__all__ = [
-    "BATCH",
-    "HEARTBEAT_SECONDS",
-    "PAGE_BYTES",
-    "POLL_SECONDS",
-    "SEND_TIMEOUT",
-    "WRITE_BYTES",
-    "message_pieces",
-    "stream_routes",
-]
-
 #: Events read from the store per query, at most.
 BATCH: Final = 100
 #: Bytes of event bodies read from the store per query, at most (one event at least).

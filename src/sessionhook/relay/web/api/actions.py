@@ -17,8 +17,6 @@ from ..answers import api_answer, api_route
 from ..context import WebContext
 from .common import bad_request, page_answer, page_request, query_text, require_store
 
-__all__ = ["actions_routes"]
-
 
 def actions_routes(ctx: WebContext) -> Sequence[BaseRoute]:
     """``GET /v1/actions``."""

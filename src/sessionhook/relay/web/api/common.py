@@ -24,25 +24,6 @@ from ...store import AsyncStore
 from ..answers import error_response
 from ..context import WebContext
 
-__all__ = [
-    "DEFAULT_PAGE_SIZE",
-    "MAX_BODY_BYTES",
-    "MAX_FILTER",
-    "MAX_PAGE_SIZE",
-    "MAX_PAGE_TOKEN",
-    "ApiProblem",
-    "PageRequest",
-    "api_problem_response",
-    "bad_request",
-    "not_found",
-    "page_answer",
-    "page_request",
-    "query_text",
-    "read_json",
-    "require_store",
-    "unavailable",
-]
-
 MAX_BODY_BYTES: Final = 64 * 1024
 DEFAULT_PAGE_SIZE: Final = 50
 MAX_PAGE_SIZE: Final = 200

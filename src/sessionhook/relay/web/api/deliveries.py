@@ -33,8 +33,6 @@ from .common import (
 )
 from .inputs import delivery_id, since_time
 
-__all__ = ["deliveries_routes"]
-
 _log = get_logger()
 
 

@@ -44,8 +44,6 @@ from .common import (
     require_store,
 )
 
-__all__ = ["endpoint_routes"]
-
 T = TypeVar("T")
 
 

@@ -32,8 +32,6 @@ from .common import (
 )
 from .inputs import delivery_id, event_id
 
-__all__ = ["events_routes"]
-
 _log = get_logger()
 
 

@@ -11,8 +11,6 @@ from typing import Final
 from ...ops.wire import parse_moment
 from .common import bad_request
 
-__all__ = ["delivery_id", "event_id", "session_name", "since_time"]
-
 #: The largest delivery id (a signed 64-bit integer, the column's type on PostgreSQL).
 _MAX_ID: Final = 2**63 - 1
 _TOKEN: Final = re.compile(r"^[A-Za-z0-9_.~-]{1,200}$")

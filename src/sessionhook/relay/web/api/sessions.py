@@ -42,8 +42,6 @@ from .common import (
 )
 from .inputs import session_name
 
-__all__ = ["sessions_routes"]
-
 _log = get_logger()
 
 

@@ -39,8 +39,6 @@ from .slack_payload import (
     response_url_refusal,
 )
 
-__all__ = ["MAX_BODY", "slack_routes"]
-
 #: Largest interaction body read (a click on one of the relay's messages is a few KB).
 MAX_BODY: Final = 256 * 1024
 #: Seconds the message update may take.

@@ -15,17 +15,6 @@ from urllib.parse import parse_qs, urlsplit
 
 from ...config import is_loopback
 
-__all__ = [
-    "APPROVE",
-    "OPEN",
-    "REPLY",
-    "REPLY_TEXT",
-    "PayloadError",
-    "SlackClick",
-    "read_interaction",
-    "response_url_refusal",
-]
-
 #: The chat presets' ``action_id``\ s (relay/domain/templates/slack.json.j2).
 APPROVE: Final = "sessionhook_approve"
 REPLY: Final = "sessionhook_reply"

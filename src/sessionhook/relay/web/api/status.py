@@ -14,8 +14,6 @@ from ..answers import api_answer, api_route
 from ..context import WebContext
 from .common import require_store
 
-__all__ = ["status_routes"]
-
 
 def status_routes(ctx: WebContext) -> Sequence[BaseRoute]:
     """``GET /v1/status``: endpoints, upstream, archive, history walk, accounts, replicas."""

@@ -30,8 +30,6 @@ from ..headers import SECURITY_HEADERS
 from .common import FLASH_COOKIE, ConsoleDeps, encode_flash
 from .text import parse_when
 
-__all__ = ["REPLY_MAX", "Actions", "checked_form", "flash_redirect"]
-
 _log = get_logger()
 #: Longest answer to an agent sent from the console (characters).
 REPLY_MAX: Final = 10_000

@@ -32,21 +32,6 @@ from ..bell import Bell
 from ..context import SendTest
 from .text import age, answer, clip, outcome, pretty, stamp
 
-__all__ = [
-    "FLASH_COOKIE",
-    "PACKAGE_DIR",
-    "ConsoleDeps",
-    "bad_request",
-    "encode_flash",
-    "error_page",
-    "not_found",
-    "pop_flash",
-    "render_page",
-    "store_failed_page",
-    "unavailable",
-    "with_store",
-]
-
 #: The console package: its ``templates/`` and ``static/`` directories.
 PACKAGE_DIR: Final = Path(__file__).parent
 FLASH_COOKIE: Final = "sessionhook_flash"

@@ -32,8 +32,6 @@ from ..headers import SECRET_HEADERS
 from .actions import checked_form, flash_redirect
 from .common import ConsoleDeps, error_page, not_found, render_page, unavailable
 
-__all__ = ["FIELDS", "FORMATS", "PAYLOADS", "EndpointForms"]
-
 T = TypeVar("T")
 _log = get_logger()
 

@@ -19,8 +19,6 @@ from ...store import AsyncStore, ConsoleQueries, EndpointQueries
 from .common import ConsoleDeps, bad_request, render_page, with_store
 from .text import BadNumber, parse_when, query_text, url_int
 
-__all__ = ["DELIVERY_STATUSES", "PAGE", "Lists", "Search"]
-
 DELIVERY_STATUSES: Final = ("pending", "failed", "dead", "delivered")
 #: Rows a list shows at once ("Older" pages further back).
 PAGE: Final = 100

@@ -26,8 +26,6 @@ from ..listener import server_closing
 from .common import ConsoleDeps
 from .text import BadNumber, query_text, url_int
 
-__all__ = ["live_route"]
-
 _HEARTBEAT: Final = 15.0
 _log = get_logger()
 

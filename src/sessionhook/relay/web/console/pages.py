@@ -30,8 +30,6 @@ from .chart import minute_chart
 from .common import ConsoleDeps, bad_request, not_found, render_page, with_store
 from .text import BadNumber, query_text, url_int
 
-__all__ = ["DAY_MINUTES", "Pages"]
-
 DAY_MINUTES: Final = 24 * 60
 #: Session states in which it waits for its user, and the action each asks for.
 WAITING: Final[dict[str, ActionKind]] = {

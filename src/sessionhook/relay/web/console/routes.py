@@ -17,8 +17,6 @@ from .lists import Lists
 from .live import live_route
 from .pages import Pages
 
-__all__ = ["console_provider", "console_routes"]
-
 
 def console_routes(deps: ConsoleDeps) -> list[BaseRoute]:
     """The console's routes; they expect the access control of :mod:`..auth` in front."""

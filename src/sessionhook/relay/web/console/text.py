@@ -11,22 +11,6 @@ from typing import Final
 from ....wording import counted
 from ...domain.rows import AttemptRow, DeliveryRow
 
-__all__ = [
-    "BODY_SHOWN",
-    "MAX_ID",
-    "QUERY_SHOWN",
-    "BadNumber",
-    "age",
-    "answer",
-    "clip",
-    "outcome",
-    "parse_when",
-    "pretty",
-    "query_text",
-    "stamp",
-    "url_int",
-]
-
 #: Shown of an event body or a response body before "... (N characters more)".
 BODY_SHOWN: Final = 64 * 1024
 #: The largest id or position in the stores (SQLite INTEGER, PostgreSQL BIGINT).
