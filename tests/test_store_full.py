@@ -8,8 +8,11 @@ The first tests fill a real (tiny tmpfs) filesystem; the AsyncStore tests use SQ
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import anyio
+import anyio.from_thread
+import anyio.lowlevel
 import httpx
 import pytest
 
@@ -17,6 +20,7 @@ from sessionhook.relay.store import (
     AsyncStore,
     Ingest,
     MetaQueries,
+    Round,
     Store,
     StoreFullError,
     StoreUnwritableError,
@@ -204,6 +208,54 @@ async def test_the_daemon_starts_on_a_full_disk_and_opens_the_store_once_space_r
             daemon.stop()
         with Store.open(fs / "relay.db") as store:
             assert store.meta.get_meta("kept") == "yes"
+
+
+@pytest.mark.anyio
+async def test_a_daemon_cancelled_while_a_delivery_waits_for_space_ends(tmp_path: Path) -> None:
+    """Cancelled from outside (not stopped: a side task that died, a caller giving up)
+    while a POST's result waits for disk space under its shield: the write gives up, the
+    daemon ends and the delivery stays open (sent again later), rather than waiting for
+    space that may never return."""
+    setup = Setup(tmp_path)
+    daemon = setup.daemon()
+    scope = anyio.CancelScope()
+    ended = anyio.Event()
+    waiting = anyio.Event()
+    loop = anyio.lowlevel.current_token()
+
+    async def run() -> None:
+        with scope:
+            await daemon.run(handle_signals=False)
+        ended.set()
+
+    async with setup.api_http() as api_http, anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        await daemon.ready.wait()
+        store = daemon.store
+        assert store is not None
+        outbox = store.store.outbox
+        real = outbox.dispatch_round
+
+        def dispatch_round(round_: Round) -> Any:
+            if round_.records:  # the disk is full from the first POST's result on
+                anyio.from_thread.run_sync(waiting.set, token=loop)
+                raise StoreFullError("database or disk is full")
+            return real(round_)
+
+        outbox.dispatch_round = dispatch_round  # type: ignore[method-assign]
+        await setup.api(api_http).create_session("Sent, not recorded")
+        with anyio.fail_after(30):
+            await waiting.wait()
+        scope.cancel()
+        with anyio.move_on_after(30):
+            await ended.wait()
+        hung = not ended.is_set()
+        if hung:
+            store.stop_waiting()  # let it end: the test fails instead of hanging
+    assert not hung, "the cancelled daemon went on waiting for disk space"
+    assert setup.receiver.arrivals
+    with Store.open(setup.config.store.path) as reopened:
+        assert reopened.outbox.pending_count() > 0  # sent, not recorded: sent again later
 
 
 @pytest.mark.anyio
