@@ -8,8 +8,11 @@ The first tests fill a real (tiny tmpfs) filesystem; the AsyncStore tests use SQ
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import anyio
+import anyio.from_thread
+import anyio.lowlevel
 import httpx
 import pytest
 
@@ -17,6 +20,7 @@ from sessionhook.relay.store import (
     AsyncStore,
     Ingest,
     MetaQueries,
+    Round,
     Store,
     StoreFullError,
     StoreUnwritableError,
@@ -74,11 +78,12 @@ class Observer:
     def __init__(self) -> None:
         self.calls: list[tuple[str, bool]] = []
         self.full = anyio.Event()
+        self.retried = anyio.Event()
 
     def store_unwritable(self, error: StoreFullError, *, first: bool, retry_in: float) -> None:
         assert retry_in > 0
         self.calls.append(("full", first))
-        self.full.set()
+        (self.full if first else self.retried).set()
 
     def store_writable_again(self, *, after: float) -> None:
         assert after >= 0
@@ -115,9 +120,9 @@ async def test_a_write_waits_for_space_then_commits(tmp_path: Path) -> None:
         assert observer.calls[0] == ("full", True)
         # Statistics are skipped rather than waited for; loops can wait for space.
         assert await store.run(MetaQueries.probe, "stat", BIG) is False
-        await anyio.sleep(0.2)
+        with anyio.fail_after(10):
+            await observer.retried.wait()  # retried with growing delays
         assert not done.is_set()
-        assert ("full", False) in observer.calls  # retried with growing delays
         await _uncap(store)
         with anyio.fail_after(10):
             await done.wait()
@@ -165,7 +170,9 @@ async def test_the_daemon_starts_on_a_full_disk_and_opens_the_store_once_space_r
 ) -> None:
     """A cleanly closed store cannot even be opened on a full disk (no room for its -shm):
     the daemon stays up, /readyz says why, and it starts for real once space returns."""
-    with tiny_filesystem(tmp_path / "fs", 1024) as fs:
+    # Once space returns, room for the WAL up to its checkpoint (1,000 pages, about 4 MiB):
+    # on 1 MiB it filled the disk again within a second of the session's deliveries.
+    with tiny_filesystem(tmp_path / "fs", 8192) as fs:
         with Store.open(fs / "relay.db") as store:
             store.meta.set_meta("kept", "yes")
         port = free_port()
@@ -204,6 +211,54 @@ async def test_the_daemon_starts_on_a_full_disk_and_opens_the_store_once_space_r
             daemon.stop()
         with Store.open(fs / "relay.db") as store:
             assert store.meta.get_meta("kept") == "yes"
+
+
+@pytest.mark.anyio
+async def test_a_daemon_cancelled_while_a_delivery_waits_for_space_ends(tmp_path: Path) -> None:
+    """Cancelled from outside (not stopped: a side task that died, a caller giving up)
+    while a POST's result waits for disk space under its shield: the write gives up, the
+    daemon ends and the delivery stays open (sent again later), rather than waiting for
+    space that may never return."""
+    setup = Setup(tmp_path)
+    daemon = setup.daemon()
+    scope = anyio.CancelScope()
+    ended = anyio.Event()
+    waiting = anyio.Event()
+    loop = anyio.lowlevel.current_token()
+
+    async def run() -> None:
+        with scope:
+            await daemon.run(handle_signals=False)
+        ended.set()
+
+    async with setup.api_http() as api_http, anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        await daemon.ready.wait()
+        store = daemon.store
+        assert store is not None
+        outbox = store.store.outbox
+        real = outbox.dispatch_round
+
+        def dispatch_round(round_: Round) -> Any:
+            if round_.records:  # the disk is full from the first POST's result on
+                anyio.from_thread.run_sync(waiting.set, token=loop)
+                raise StoreFullError("database or disk is full")
+            return real(round_)
+
+        outbox.dispatch_round = dispatch_round  # type: ignore[method-assign]
+        await setup.api(api_http).create_session("Sent, not recorded")
+        with anyio.fail_after(30):
+            await waiting.wait()
+        scope.cancel()
+        with anyio.move_on_after(30):
+            await ended.wait()
+        hung = not ended.is_set()
+        if hung:
+            store.stop_waiting()  # let it end: the test fails instead of hanging
+    assert not hung, "the cancelled daemon went on waiting for disk space"
+    assert setup.receiver.arrivals
+    with Store.open(setup.config.store.path) as reopened:
+        assert reopened.outbox.pending_count() > 0  # sent, not recorded: sent again later
 
 
 @pytest.mark.anyio

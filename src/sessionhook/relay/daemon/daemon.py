@@ -318,14 +318,18 @@ class Daemon:
                     self.bell.ring()
 
                 tg.start_soon(tasks.guarded, "wakeups", lambda: listen(wake))
-            await state.stop.wait()
+            try:
+                await state.stop.wait()
+            finally:
+                # Stopped, a side task died or cancelled from outside: writes waiting for
+                # disk space give up now (those deliveries stay open and are sent again at
+                # the next start, same webhook-id). A shielded one (a POST's result) would
+                # otherwise hold the exit for as long as the disk stays full.
+                store.stop_waiting()
             state.stopping = True
             _log.info("relay.stopping", in_flight=dispatcher.in_flight)
             sdnotify.stopping("draining deliveries in flight")
             poll_scope.cancel()
-            # Records waiting for disk space give up now: those deliveries stay open and
-            # are sent again at the next start (same webhook-id).
-            store.stop_waiting()
             with anyio.move_on_after(DRAIN_SECONDS) as drain:
                 await dispatcher.drain()
             if drain.cancelled_caught:
