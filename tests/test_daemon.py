@@ -297,8 +297,11 @@ async def test_health_server_answers_ready_and_metrics(tmp_path: Path) -> None:
     setup = Setup(tmp_path, server={"listen": f"127.0.0.1:{port}"})
     daemon = setup.daemon()
     async with setup.api_http() as api_http, anyio.create_task_group() as tg:
-        await setup.api(api_http).create_session("Watched")
         tg.start_soon(lambda: daemon.run(handle_signals=False))
+        # Created once the daemon has made its first pass: a session it first sees already
+        # finished is history and never gets a live COMPLETED state change.
+        await daemon.ready.wait()
+        await setup.api(api_http).create_session("Watched")
         await setup.receiver.wait_for(lambda r: completed(r, 1), within=30)
         # The session's last events (its pull request, COMPLETED) too: nothing is being
         # written when the store is made read-only below.
