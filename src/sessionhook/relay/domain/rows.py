@@ -5,10 +5,11 @@ here. The store's errors are :mod:`sessionhook.relay.store.errors`.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass, field, fields
+from typing import Any, Protocol, TypeVar
 
 from sessionhook.api.models import Session
 
@@ -39,6 +40,23 @@ class EndpointLike(Protocol):
 
 
 # --------------------------------------------------------------------------- rows
+
+_Row = TypeVar("_Row")
+
+
+def from_row(cls: type[_Row], row: Any, **given: Any) -> _Row:
+    """``cls`` (a row dataclass) from a result row of the store, read by column name: each
+    field takes the column of its name, but those in ``given`` (values the caller decoded
+    or converted); a field with a default may have no column."""
+    columns = row.keys()
+    named = {name: row[name] for name in _field_names(cls) if name not in given and name in columns}
+    return cls(**named, **given)
+
+
+@functools.cache
+def _field_names(cls: type[Any]) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))
+
 
 
 @dataclass(frozen=True, slots=True)

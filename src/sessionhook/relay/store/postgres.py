@@ -86,6 +86,37 @@ _FATAL_AT_CONNECT = (
 )
 
 
+class _Row(tuple[Any, ...]):
+    """A result row as the queries read it on both engines (as ``sqlite3.Row``): by column
+    name (``row["status"]``) or by position; a tuple otherwise. Each column list gets its
+    own subclass holding the names (:func:`_row_class`)."""
+
+    __slots__ = ()
+    _index: dict[str, int] = {}
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, str):
+            return tuple.__getitem__(self, self._index[key])
+        return tuple.__getitem__(self, key)
+
+    def keys(self) -> list[str]:
+        return list(self._index)
+
+
+@functools.lru_cache(maxsize=1024)
+def _row_class(names: tuple[str, ...]) -> type[_Row]:
+    index = {name: i for i, name in reversed(list(enumerate(names)))}  # the first wins
+    return type("Row", (_Row,), {"__slots__": (), "_index": index})
+
+
+def _named_rows(cursor: Any) -> Callable[[Sequence[Any]], Any]:
+    """psycopg's row factory for :class:`_Row`."""
+    description = cursor.description
+    if description is None:
+        return tuple
+    return _row_class(tuple(column.name for column in description))
+
+
 def _clean(value: Any) -> Any:
     if isinstance(value, str) and "\x00" in value:
         return value.replace("\x00", "\ufffd")
@@ -127,6 +158,7 @@ def _connect_kwargs(readonly: bool) -> dict[str, Any]:
     kwargs: dict[str, Any] = {
         "autocommit": True,
         "cursor_factory": psycopg.ClientCursor,
+        "row_factory": _named_rows,
         "connect_timeout": int(CONNECT_TIMEOUT),
         "application_name": "sessionhook",
     }

@@ -50,6 +50,25 @@ __all__ = ["BUSY_TIMEOUT_MS", "SqliteDatabase", "Store", "is_full_error", "is_re
 BUSY_TIMEOUT_MS = 10_000
 
 
+class _Row(sqlite3.Row):
+    """A result row read by column name (``row["status"]``) or by position, that equals,
+    hashes, sorts and prints as the tuple of its values (as the PostgreSQL store's rows do)."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        return tuple(self) == other
+
+    def __lt__(self, other: object) -> bool:
+        return tuple(self) < (tuple(other) if isinstance(other, sqlite3.Row) else other)  # type: ignore[operator]
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return repr(tuple(self))
+
+
 class SqliteDatabase:
     """One SQLite relay database, opened with :meth:`open` or :meth:`open_readonly` (the
     :class:`~.dialect.Database` the queries run on)."""
@@ -69,7 +88,9 @@ class SqliteDatabase:
         readonly: bool,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        #: The one connection, reads and writes (a plain attribute: tests wrap it).
+        #: The one connection, reads and writes (a plain attribute: tests wrap it); rows
+        #: are read by column name (``row["status"]``).
+        conn.row_factory = _Row
         self.conn = conn
         self.path: Path = path
         self.location = str(path)
