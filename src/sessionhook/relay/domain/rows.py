@@ -58,7 +58,6 @@ def _field_names(cls: type[Any]) -> tuple[str, ...]:
     return tuple(f.name for f in fields(cls))
 
 
-
 @dataclass(frozen=True, slots=True)
 class SessionRow:
     """A session as archived, with the poller's bookkeeping."""

@@ -1,13 +1,13 @@
 """Reading the event archive and the delivery log: the column lists, the row builders and the
-filtered delivery list that the operator's queries (:mod:`.ops_queries`) and the console's
-(:mod:`.console_queries`) share."""
+filtered delivery and attempt lists that the operator's queries (:mod:`.ops_queries`) and the
+console's (:mod:`.console_queries`) share."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-from ..domain.rows import DeliveryRow, EventRow, from_row
+from ..domain.rows import AttemptRow, DeliveryRow, EventRow, from_row
 from .bodies import BODY_COLUMNS, Bodies
 from .dialect import Connection
 
@@ -15,9 +15,10 @@ __all__ = [
     "DELIVERY_COLUMNS",
     "EVENT_COLUMNS",
     "EVENT_FROM",
-    "deliveries_where",
     "delivery_row",
     "event_row",
+    "find_attempts",
+    "find_deliveries",
     "where",
 ]
 
@@ -60,20 +61,40 @@ def where(*clauses: tuple[str, object | None]) -> tuple[str, list[object]]:
     return "WHERE " + " AND ".join(sql for sql, _ in used), [value for _, value in used]
 
 
-def deliveries_where(
+def find_deliveries(
     conn: Connection,
-    clauses: Sequence[tuple[str, object | None]],
     limit: int,
-    by_session: bool = False,
+    *,
+    endpoint: str | None = None,
+    status: str | None = None,
+    session: str | None = None,
+    event_id: str | None = None,
+    event_type: str | None = None,
+    since: float | None = None,
+    until: float | None = None,
+    before_id: int | None = None,
 ) -> list[DeliveryRow]:
-    """Deliveries matching every clause whose value is not ``None``, newest first.
+    """Deliveries matching every filter that is not ``None``, newest first: creation time
+    ``since`` (inclusive) and ``until`` (exclusive), ids below ``before_id``.
 
-    ``by_session``: a session's deliveries are reached through its events
-    (``events_by_session``, then ``deliveries_by_event``), whatever else filters: SQLite
-    joins in the written order after ``CROSS JOIN`` (without it the planner, which has
-    no statistics, walked the endpoint's whole index; since 0008 no index holds
-    (endpoint, session)). PostgreSQL plans it as any inner join."""
-    text, params = where(*clauses)
+    A session's deliveries (no event named) are reached through its events
+    (``events_by_session``, then ``deliveries_by_event``), and the endpoint and status only
+    sort out the rows found (``|| ''``: an expression no index serves): SQLite joins in the
+    written order after ``CROSS JOIN`` (without it the planner, which has no statistics,
+    walked the endpoint's whole index; no index holds (endpoint, session)). PostgreSQL
+    plans it as any inner join."""
+    by_session = session is not None and event_id is None
+    no_index = " || ''" if by_session else ""
+    text, params = where(
+        (f"d.endpoint{no_index} = ?", endpoint),
+        (f"d.status{no_index} = ?", status),
+        ("d.created_at >= ?", since),
+        ("d.created_at < ?", until),
+        ("d.id < ?", before_id),
+        ("e.session_name = ?", session),
+        ("d.event_id = ?", event_id),
+        ("e.type = ?", event_type),
+    )
     source = (
         "events e CROSS JOIN deliveries d"
         if by_session
@@ -85,3 +106,13 @@ def deliveries_where(
         (*params, limit),
     ).fetchall()
     return [delivery_row(r) for r in rows]
+
+
+def find_attempts(conn: Connection, clause: str, params: Sequence[Any]) -> list[AttemptRow]:
+    """The logged attempts ``WHERE clause``, in order (by delivery, then attempt)."""
+    rows = conn.execute(
+        "SELECT id, delivery_id, attempt, started_at, duration_ms, status_code, error, "
+        f"response_body FROM attempts WHERE {clause} ORDER BY delivery_id, attempt, id",
+        tuple(params),
+    ).fetchall()
+    return [from_row(AttemptRow, r) for r in rows]
