@@ -54,6 +54,11 @@ class Bodies:
         # ``_session_refs`` only in write transactions, which are serialized.
         self._refs_lock = threading.Lock()
 
+    @property
+    def cached_bytes(self) -> int:
+        """Bytes of decoded reference bodies held now (at most :data:`REF_CACHE_BYTES`)."""
+        return self._refs_bytes
+
     def forget(self) -> None:
         """Drop the cached references: a rolled-back transaction may have created some."""
         with self._refs_lock:
@@ -82,7 +87,7 @@ class Bodies:
             c.execute(
                 "INSERT INTO body_refs (session_name, data) VALUES (?, ?) RETURNING id",
                 (event.session_name, codec.encode_body(event.body, b"", b"")),
-            ).fetchall()[0][0]
+            ).fetchall()[0]["id"]
         )
         self._remember(ref_id, event.body)
         self._session_refs[event.session_name] = (ref_id, event.body)
