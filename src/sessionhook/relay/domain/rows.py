@@ -5,7 +5,6 @@ here. The store's errors are :mod:`sessionhook.relay.store.errors`.
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -48,14 +47,15 @@ def from_row(cls: type[_Row], row: Any, **given: Any) -> _Row:
     """``cls`` (a row dataclass) from a result row of the store, read by column name: each
     field takes the column of its name, but those in ``given`` (values the caller decoded
     or converted); a field with a default may have no column."""
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in fields(cls))  # type: ignore[arg-type]
     columns = row.keys()
-    named = {name: row[name] for name in _field_names(cls) if name not in given and name in columns}
+    named = {name: row[name] for name in names if name not in given and name in columns}
     return cls(**named, **given)
 
 
-@functools.cache
-def _field_names(cls: type[Any]) -> tuple[str, ...]:
-    return tuple(f.name for f in fields(cls))
+_FIELD_NAMES: dict[type[Any], tuple[str, ...]] = {}
 
 
 @dataclass(frozen=True, slots=True)

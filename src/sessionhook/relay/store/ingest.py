@@ -97,7 +97,7 @@ class Ingest:
         wire = session.to_wire()
         with self._db.tx() as c:
             old = c.execute("SELECT raw FROM sessions WHERE name = ?", (session.name,)).fetchone()
-            merged = {**json.loads(old[0]), **wire} if old else wire
+            merged = {**json.loads(old["raw"]), **wire} if old else wire
             full = Session.model_validate(merged)
             source = full.source_context.source if full.source_context else ""
             c.execute(

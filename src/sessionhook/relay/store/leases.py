@@ -31,7 +31,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .dialect import Connection, Database
+from ..domain.rows import from_row
+from .dialect import Connection, Database, first_value
 from .policy import call, try_write, write
 
 #: Replicas not heard of for this long, or stopped this long ago, are forgotten.
@@ -194,37 +195,35 @@ class Leases:
     @call
     def replicas(self) -> list[ReplicaRow]:
         """Every replica known (running, or stopped within a day), with what it holds."""
-        deliveries = dict(
-            self._db.conn.execute(
-                "SELECT claimed_by, COUNT(*) FROM outbox_heads "
+        conn = self._db.conn
+        deliveries = {
+            r["owner"]: int(r["n"])
+            for r in conn.execute(
+                "SELECT claimed_by AS owner, COUNT(*) AS n FROM outbox_heads "
                 "WHERE claimed_by IS NOT NULL GROUP BY claimed_by"
-            ).fetchall()
-        )
-        polls = dict(
-            self._db.conn.execute(
-                "SELECT poll_owner, COUNT(*) FROM sessions "
+            )
+        }
+        polls = {
+            r["owner"]: int(r["n"])
+            for r in conn.execute(
+                "SELECT poll_owner AS owner, COUNT(*) AS n FROM sessions "
                 "WHERE poll_owner IS NOT NULL GROUP BY poll_owner"
-            ).fetchall()
-        )
+            )
+        }
         held: dict[str, list[str]] = {}
-        for name, owner in self._db.conn.execute("SELECT name, owner FROM leases ORDER BY name"):
-            held.setdefault(owner, []).append(name)
-        rows = self._db.conn.execute(
+        for r in conn.execute("SELECT name, owner FROM leases ORDER BY name"):
+            held.setdefault(r["owner"], []).append(r["name"])
+        rows = conn.execute(
             "SELECT id, host, pid, started_at, heartbeat_at, lease, stopped_at FROM replicas "
             "ORDER BY started_at, id"
         ).fetchall()
         return [
-            ReplicaRow(
-                id=r[0],
-                host=r[1],
-                pid=int(r[2]),
-                started_at=float(r[3]),
-                heartbeat_at=float(r[4]),
-                lease=float(r[5]),
-                stopped_at=None if r[6] is None else float(r[6]),
-                deliveries=int(deliveries.get(r[0], 0)),
-                polls=int(polls.get(r[0], 0)),
-                leases=tuple(held.get(r[0], ())),
+            from_row(
+                ReplicaRow,
+                r,
+                deliveries=deliveries.get(r["id"], 0),
+                polls=polls.get(r["id"], 0),
+                leases=tuple(held.get(r["id"], ())),
             )
             for r in rows
         ]
@@ -244,9 +243,9 @@ class Leases:
         ).fetchall()
         wanted = None if ids is None else set(ids)
         return {
-            int(r[0]): (str(r[1]), float(r[2]))
+            int(r["delivery_id"]): (str(r["claimed_by"]), float(r["claimed_at"]))
             for r in rows
-            if wanted is None or int(r[0]) in wanted
+            if wanted is None or int(r["delivery_id"]) in wanted
         }
 
     @call
@@ -254,12 +253,12 @@ class Leases:
         """Per endpoint: replica id -> outbox heads it holds a live claim on at ``now``
         (deliveries in flight)."""
         out: dict[str, dict[str, int]] = {}
-        for endpoint, owner, count in self._db.conn.execute(
-            "SELECT endpoint, claimed_by, COUNT(*) FROM outbox_heads "
+        for r in self._db.conn.execute(
+            "SELECT endpoint, claimed_by, COUNT(*) AS n FROM outbox_heads "
             f"WHERE claimed_by IN ({LIVE_REPLICAS}) GROUP BY endpoint, claimed_by",
             (now,),
         ):
-            out.setdefault(endpoint, {})[owner] = int(count)
+            out.setdefault(r["endpoint"], {})[r["claimed_by"]] = int(r["n"])
         return out
 
     @write
@@ -328,7 +327,7 @@ class Leases:
                 (name, owner, now, now),
             )
             holder = c.execute("SELECT owner FROM leases WHERE name = ?", (name,)).fetchone()
-        return holder is not None and holder[0] == owner
+        return holder is not None and holder["owner"] == owner
 
     @call
     def release_lease(self, name: str) -> None:
@@ -344,18 +343,19 @@ class Leases:
         """When the named lease's holder stops being alive if it heartbeats no more (its
         last heartbeat plus its lease; Unix seconds), so a standby can try right then;
         ``None`` when nobody running holds it."""
-        value = self._db.conn.execute(
+        value = first_value(
+            self._db.conn,
             "SELECT r.heartbeat_at + r.lease FROM leases l JOIN replicas r ON r.id = l.owner "
             "WHERE l.name = ? AND r.stopped_at IS NULL",
             (name,),
-        ).fetchone()
-        return None if value is None or value[0] is None else float(value[0])
+        )
+        return None if value is None else float(value)
 
     @call
     def leases(self) -> list[LeaseRow]:
         """Every named lease, by name."""
         rows = self._db.conn.execute("SELECT name, owner, acquired_at FROM leases ORDER BY name")
-        return [LeaseRow(r[0], r[1], float(r[2])) for r in rows]
+        return [from_row(LeaseRow, r) for r in rows]
 
 
 def _release_all(c: Connection, owner: str, now: float) -> None:

@@ -237,11 +237,9 @@ class Outbox:
                 continue
             taken = sum(1 for key in skip if key[0] == endpoint)
             heads = [
-                (float(at), int(delivery_id), endpoint, session_name)
-                for at, delivery_id, session_name in c.execute(
-                    sql, (endpoint, now, owner, now, cap + taken)
-                ).fetchall()
-                if (endpoint, session_name) not in skip
+                (float(h["next_attempt_at"]), int(h["delivery_id"]), endpoint, h["session_name"])
+                for h in c.execute(sql, (endpoint, now, owner, now, cap + taken)).fetchall()
+                if (endpoint, h["session_name"]) not in skip
             ]
             found += heads[:cap]
         found.sort(key=lambda h: (h[0], h[1]))

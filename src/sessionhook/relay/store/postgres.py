@@ -293,19 +293,20 @@ class PostgresDatabase:
             "SELECT table_name FROM information_schema.tables "
             "WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'"
         ).fetchall()
-        return sorted(str(r[0]) for r in rows)
+        return sorted(str(r["table_name"]) for r in rows)
 
     def advance_ids(self, tables: Sequence[str]) -> None:
         """Each identity column's sequence moved to the largest id, so the next row gets
         the next id (not one inserted as given)."""
         with self.tx() as c:
             for table in tables:
-                for (column,) in c.execute(
+                for row in c.execute(
                     "SELECT column_name FROM information_schema.columns "
                     "WHERE table_schema = current_schema() AND table_name = ? "
                     "AND is_identity = 'YES'",
                     (table,),
                 ).fetchall():
+                    column = row["column_name"]
                     c.execute(
                         f"SELECT setval(pg_get_serial_sequence(?, ?), "
                         f"COALESCE(MAX({_quote(column)}), 0) + 1, false) FROM {_quote(table)}",

@@ -235,7 +235,7 @@ class SqliteDatabase:
         rows = self.conn.execute(
             "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
         ).fetchall()
-        return sorted(str(r[0]) for r in rows)
+        return sorted(str(r["name"]) for r in rows)
 
     def advance_ids(self, tables: Sequence[str]) -> None:
         """Nothing: AUTOINCREMENT follows the ids inserted."""
