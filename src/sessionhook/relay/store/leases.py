@@ -1,29 +1,10 @@
-"""The lease protocol's queries (the leases role): replicas, claims and named leases.
-
-Several ``sessionhook run`` processes (replicas) may share one PostgreSQL store; with
-SQLite there is one (the daemon lock), and the same protocol simply never meets a rival.
-
-* A replica registers once (:meth:`Leases.register_replica`: a random id, its host,
-  pid and lease) and heartbeats (:meth:`Leases.heartbeat_replica`). It is **alive**
-  while ``heartbeat_at + lease`` has not passed and it has not stopped
-  (:data:`LIVE_REPLICAS`).
-* A claim is an owner on a row: an outbox head (``outbox_heads.claimed_by``: the one
-  delivery of that (endpoint, session) in flight), a session (``sessions.poll_owner``: its
-  activity poll), or a named lease (``leases``: an account's poller). A claim lives exactly
-  as long as its owner: its expiry is the owner's ``heartbeat_at + lease``, so a heartbeat
-  (one row) extends every claim at once and never locks a claimed row. A claim may be
-  taken when it is free, its owner is not alive, or it is the taker's already
-  (:data:`TAKEABLE`); only its owner releases it; a recorded attempt releases its head's
-  claim in the transaction that records it (see ``outbox.py``).
-* A replica that dies (``kill -9``) leaves its claims behind; they are free once its lease
-  has run out after its last heartbeat. A replica that stops cleanly releases everything
-  at once (:meth:`Leases.retire_replica`); one known dead sooner (its pid is gone)
-  is reaped (:meth:`Leases.reap_replicas`).
-
-Claims are only taken by a registered store handle (the daemon's). Operator commands and
-tests that never register read without claiming, and still skip other replicas' live
-claims. Times are Unix seconds from each replica's clock: replicas' clocks must agree to
-well within a lease (NTP).
+"""The lease protocol's queries (the leases role): replicas, their claims on outbox heads
+and session polls, and named leases (``docs/replicas.md``). A claim lives as long as its
+owner is alive (:data:`LIVE_REPLICAS`: ``heartbeat_at + lease`` not passed, not stopped),
+so one heartbeat extends them all; it may be taken when free, its owner dead, or the
+taker's already (:data:`TAKEABLE`). Only a registered handle (the daemon's) claims; with
+SQLite there is one daemon, and the protocol never meets a rival. Times are each replica's
+clock: replicas' clocks must agree to well within a lease (NTP).
 """
 
 from __future__ import annotations

@@ -1,39 +1,17 @@
 """The PostgreSQL backend: :class:`PostgresDatabase` (``store.url = "postgresql://..."``) and
-:class:`PostgresStore`, the store on it.
+:class:`PostgresStore`, the store on it, through a ``psycopg_pool.ConnectionPool`` of
+autocommit connections binding parameters on the client side (``psycopg.ClientCursor``: an
+untyped ``? IS NULL`` is valid, as on SQLite).
 
-The queries are shared with SQLite (:mod:`.core`, written in the subset of :mod:`.dialect`);
-this module provides the connections, the transactions and the mapping of PostgreSQL's
-errors. psycopg 3 with a ``psycopg_pool.ConnectionPool``:
-
-Connections
-    Every pooled connection is in autocommit mode and binds parameters on the client side
-    (``psycopg.ClientCursor``: an untyped ``? IS NULL`` is valid, as on SQLite). A read
-    outside a transaction borrows a connection for ONE statement (the rows are buffered in
-    the cursor, the connection goes back at once): each read sees committed data, as a
-    SQLite read outside a transaction does. The pool checks a connection before lending
-    it, so a server restart costs the next statement a reconnect, not an error.
-
-Transactions
-    ``tx`` borrows a connection for the block, ``BEGIN`` ... ``COMMIT``, and every query
-    the block runs in this thread goes to it (a thread-local). A write transaction first
-    takes ``pg_advisory_xact_lock(WRITE_LOCK)``: writers are serialized as they are on
-    SQLite (``BEGIN IMMEDIATE``), so the read-then-write patterns of the queries stay
-    correct and triggers never deadlock, whichever process or thread writes. Reads never
-    wait for it. The hot paths of replicas opt out (``tx(serialized=False)``): claiming
-    and recording deliveries, heartbeats, poll claims, named leases, the request budget
-    and the upstream counters. Each of those orders itself: conditional updates and
-    upserts, ``FOR UPDATE SKIP LOCKED`` claims, a per-queue advisory lock
-    (``outbox_key_lock``, taken by every writer of an outbox head before it reads), the
-    budget's row lock; several queues are locked in (endpoint, session) order. A deadlock
-    PostgreSQL breaks anyway (SQLSTATE 40P01) is retried like an unreachable server.
-
-Errors
-    The server unreachable or shutting down, a connection lost, no connection free in time,
-    a read-only server (a standby, ``default_transaction_read_only``) -> the write raised
-    :class:`~.errors.StoreUnwritableError` with nothing committed (the daemon waits and
-    retries); ``disk_full`` (SQLSTATE 53100) -> :class:`~.errors.StoreFullError`; a wrong
-    password, a missing database or role at open -> :class:`~.errors.StoreError` (one line).
-    Messages name the database by :func:`display_url` (never the password).
+A read outside a transaction borrows a connection for one statement (each read sees
+committed data); ``tx`` holds one connection for the block (a thread-local the block's
+queries go to) and first takes ``pg_advisory_xact_lock(WRITE_LOCK)``, so writers are
+serialized as on SQLite, unless ``tx(serialized=False)``: the replicas' hot paths, each
+ordered by its own row locks (``docs/replicas.md``). "Cannot write now" errors (server
+unreachable, read-only, a deadlock broken: nothing committed) become
+:class:`~.errors.StoreUnwritableError`, ``disk_full`` :class:`~.errors.StoreFullError`, a
+mistake at open (wrong password, missing database) a one-line :class:`~.errors.StoreError`;
+messages name the database by :func:`display_url` (never the password).
 
 PostgreSQL's ``TEXT`` cannot hold NUL characters: a text parameter holding one has it
 replaced by U+FFFD (text from the network never makes a write fail).
@@ -105,7 +83,9 @@ class _Row(tuple[Any, ...]):
 
 @functools.lru_cache(maxsize=1024)
 def _row_class(names: tuple[str, ...]) -> type[_Row]:
-    index = {name: i for i, name in reversed(list(enumerate(names)))}  # the first wins
+    index: dict[str, int] = {}
+    for i, name in enumerate(names):
+        index.setdefault(name, i)  # the first of a name wins, as in sqlite3.Row
     return type("Row", (_Row,), {"__slots__": (), "_index": index})
 
 
