@@ -23,7 +23,6 @@ from .log_rows import (
     delivery_row,
     event_row,
     find_attempts,
-    find_deliveries,
     where,
 )
 from .policy import call
@@ -290,37 +289,6 @@ class ConsoleQueries:
         if not delivery_ids:
             return []
         return find_attempts(self._db.conn, f"delivery_id IN ({_ids(delivery_ids)})", delivery_ids)
-
-    @call
-    def console_deliveries(
-        self,
-        *,
-        endpoint: str | None = None,
-        status: str | None = None,
-        since: float | None = None,
-        until: float | None = None,
-        before_id: int | None = None,
-        limit: int = 100,
-        session: str | None = None,
-        event_id: str | None = None,
-        event_type: str | None = None,
-    ) -> list[DeliveryRow]:
-        """Deliveries, newest first, filtered by endpoint, status, creation time (``since``
-        inclusive, ``until`` exclusive), session, event (its id is the ``webhook-id``) and
-        event type; ``before_id`` pages further back."""
-        # An empty form field filters nothing, like an absent one.
-        return find_deliveries(
-            self._db.conn,
-            limit,
-            endpoint=endpoint or None,
-            status=status or None,
-            session=session or None,
-            event_id=event_id or None,
-            event_type=event_type or None,
-            since=since,
-            until=until,
-            before_id=before_id,
-        )
 
     @call
     def get_attempt(self, attempt_id: int) -> AttemptRow | None:

@@ -209,9 +209,13 @@ class OperatorQueries:
         *,
         event_id: str | None = None,
         before_id: int | None = None,
+        event_type: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
     ) -> list[DeliveryRow]:
-        """Deliveries, newest first, filtered by any of endpoint, status, session, event;
-        ``before_id`` pages further back (ids below it)."""
+        """Deliveries, newest first, filtered by any of endpoint, status, session, event
+        (its id is the ``webhook-id``), event type and creation time (``since`` inclusive,
+        ``until`` exclusive); ``before_id`` pages further back (ids below it)."""
         return find_deliveries(
             self._db.conn,
             limit,
@@ -219,6 +223,9 @@ class OperatorQueries:
             status=status,
             session=session,
             event_id=event_id,
+            event_type=event_type,
+            since=since,
+            until=until,
             before_id=before_id,
         )
 
