@@ -1,6 +1,6 @@
 """Reading the event archive and the delivery log: the column lists, the row builders and the
-filtered delivery and attempt lists that the operator's queries (:mod:`.ops_queries`) and the
-console's (:mod:`.console_queries`) share."""
+attempt list that the operator's queries (:mod:`.ops_queries`) and the console's
+(:mod:`.console_queries`) share."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ __all__ = [
     "delivery_row",
     "event_row",
     "find_attempts",
-    "find_deliveries",
     "where",
 ]
 
@@ -59,53 +58,6 @@ def where(*clauses: tuple[str, object | None]) -> tuple[str, list[object]]:
     if not used:
         return "", []
     return "WHERE " + " AND ".join(sql for sql, _ in used), [value for _, value in used]
-
-
-def find_deliveries(
-    conn: Connection,
-    limit: int,
-    *,
-    endpoint: str | None = None,
-    status: str | None = None,
-    session: str | None = None,
-    event_id: str | None = None,
-    event_type: str | None = None,
-    since: float | None = None,
-    until: float | None = None,
-    before_id: int | None = None,
-) -> list[DeliveryRow]:
-    """Deliveries matching every filter that is not ``None``, newest first: creation time
-    ``since`` (inclusive) and ``until`` (exclusive), ids below ``before_id``.
-
-    A session's deliveries (no event named) are reached through its events
-    (``events_by_session``, then ``deliveries_by_event``), and the endpoint and status only
-    sort out the rows found (``|| ''``: an expression no index serves): SQLite joins in the
-    written order after ``CROSS JOIN`` (without it the planner, which has no statistics,
-    walked the endpoint's whole index; no index holds (endpoint, session)). PostgreSQL
-    plans it as any inner join."""
-    by_session = session is not None and event_id is None
-    no_index = " || ''" if by_session else ""
-    text, params = where(
-        (f"d.endpoint{no_index} = ?", endpoint),
-        (f"d.status{no_index} = ?", status),
-        ("d.created_at >= ?", since),
-        ("d.created_at < ?", until),
-        ("d.id < ?", before_id),
-        ("e.session_name = ?", session),
-        ("d.event_id = ?", event_id),
-        ("e.type = ?", event_type),
-    )
-    source = (
-        "events e CROSS JOIN deliveries d"
-        if by_session
-        else "deliveries d JOIN events e ON e.id = d.event_id"
-    )
-    text = f"{text} AND e.id = d.event_id" if by_session else text
-    rows = conn.execute(
-        f"SELECT {DELIVERY_COLUMNS} FROM {source} {text} ORDER BY d.id DESC LIMIT ?",
-        (*params, limit),
-    ).fetchall()
-    return [delivery_row(r) for r in rows]
 
 
 def find_attempts(conn: Connection, clause: str, params: Sequence[Any]) -> list[AttemptRow]:
