@@ -16,7 +16,7 @@ import pytest
 
 from sessionhook.api.models import Session
 from sessionhook.relay.domain.events import Event
-from sessionhook.relay.domain.rows import from_row
+from sessionhook.relay.domain.rows import Ingested, from_row
 from sessionhook.relay.store import (
     AsyncStore,
     Economy,
@@ -257,3 +257,6 @@ def test_rows_read_by_name_and_position_on_both_engines(backend: Backend) -> Non
         (state,) = [*store.db.conn.execute("SELECT 'a' AS name, 'b' AS owner, 2.5 AS acquired_at")]
         assert from_row(LeaseRow, state) == LeaseRow("a", "b", 2.5)
         assert from_row(LeaseRow, state, owner="c") == LeaseRow("a", "c", 2.5)
+        # A field with a default may have no column.
+        counts = store.db.conn.execute("SELECT 3 AS activities, 1 AS deliveries").fetchone()
+        assert from_row(Ingested, counts, event_types=()) == Ingested(3, (), deliveries=1)

@@ -50,9 +50,13 @@ def from_row(cls: type[_Row], row: Any, **given: Any) -> _Row:
     names = _FIELD_NAMES.get(cls)
     if names is None:
         names = _FIELD_NAMES[cls] = tuple(f.name for f in fields(cls))  # type: ignore[arg-type]
-    columns = row.keys()
-    named = {name: row[name] for name in names if name not in given and name in columns}
-    return cls(**named, **given)
+    for name in names:
+        if name not in given:
+            try:
+                given[name] = row[name]
+            except (IndexError, KeyError):  # no such column (sqlite3.Row says IndexError)
+                continue
+    return cls(**given)
 
 
 _FIELD_NAMES: dict[type[Any], tuple[str, ...]] = {}
