@@ -82,19 +82,20 @@ class _Row(tuple[Any, ...]):
 
 
 @functools.lru_cache(maxsize=1024)
-def _row_class(names: tuple[str, ...]) -> type[_Row]:
+def _row_class(names: tuple[bytes | None, ...]) -> type[_Row]:
     index: dict[str, int] = {}
     for i, name in enumerate(names):
-        index.setdefault(name, i)  # the first of a name wins, as in sqlite3.Row
+        index.setdefault((name or b"").decode(), i)  # the first of a name wins, as in sqlite3.Row
     return type("Row", (_Row,), {"__slots__": (), "_index": index})
 
 
 def _named_rows(cursor: Any) -> Callable[[Sequence[Any]], Any]:
-    """psycopg's row factory for :class:`_Row`."""
-    description = cursor.description
-    if description is None:
+    """psycopg's row factory for :class:`_Row` (the names read from the result, as
+    psycopg's own ``namedtuple_row`` does: no ``description`` built per statement)."""
+    result = cursor.pgresult
+    if result is None or not result.nfields:
         return tuple
-    return _row_class(tuple(column.name for column in description))
+    return _row_class(tuple(result.fname(i) for i in range(result.nfields)))
 
 
 def _clean(value: Any) -> Any:
