@@ -18,8 +18,6 @@ from ..domain.rows import from_row
 from .dialect import Database
 from .policy import call
 
-__all__ = ["ACTION_RESULTS", "ActionClaim", "ActionQueries", "ActionRow"]
-
 #: The ``result`` column: ``pending`` (the upstream call under way), ``ok``, ``failed``.
 ACTION_RESULTS = ("pending", "ok", "failed")
 #: Texts from the network (user agents, details) are stored cut to this many characters.

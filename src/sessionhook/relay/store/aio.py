@@ -33,8 +33,6 @@ from .policy import Policy, policy_of
 from .sqlite import Store
 from .thread import StoreThread
 
-__all__ = ["AsyncStore", "FullObserver"]
-
 P = ParamSpec("P")
 T = TypeVar("T")
 #: Unwritable again within this many seconds of recovering: the same episode continues.

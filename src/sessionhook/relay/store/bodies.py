@@ -20,8 +20,6 @@ from . import codec
 from .dialect import Connection, Database, first_value
 from .errors import StoreError
 
-__all__ = ["BODY_COLUMNS", "Bodies", "raw_hints"]
-
 #: Reference bodies kept decoded in memory (one per recently active session), at most...
 REF_CACHE = 512
 #: ... and at most this many bytes of them (oldest first out; a bigger one is not kept).

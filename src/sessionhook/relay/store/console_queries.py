@@ -27,15 +27,6 @@ from .log_rows import (
 )
 from .policy import call
 
-__all__ = [
-    "MAX_IDS",
-    "ConsoleEvent",
-    "ConsoleQueries",
-    "ConsoleSession",
-    "LiveEvent",
-    "MinuteCounts",
-]
-
 #: Ids in one ``IN (...)`` list (a timeline page, the deliveries of a page of events).
 MAX_IDS: Final = 500
 

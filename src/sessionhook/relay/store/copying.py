@@ -20,18 +20,6 @@ from .dialect import Database, first_value
 from .errors import StoreError
 from .policy import call
 
-__all__ = [
-    "BATCH",
-    "GENERATED_COLUMNS",
-    "ORDERED_TABLES",
-    "SKIPPED_TABLES",
-    "CopyError",
-    "CopyQueries",
-    "CopyReport",
-    "copy_store",
-    "plan",
-]
-
 #: Tables in an order that respects their references (parents first).
 ORDERED_TABLES = (
     "meta",

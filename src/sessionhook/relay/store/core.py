@@ -23,8 +23,6 @@ from .ops_queries import OperatorQueries
 from .outbox import Outbox
 from .refusals import Refusals
 
-__all__ = ["StoreCore"]
-
 
 class StoreCore:
     """A relay store: one attribute per role, over ``db`` (see the module docstring).

@@ -20,15 +20,6 @@ from .dialect import Database, first_value
 from .leases import ReplicaState
 from .policy import call, try_write, write
 
-__all__ = [
-    "BUDGET_WINDOW",
-    "UPSTREAM_MALFORMED",
-    "UPSTREAM_NO_ANSWER",
-    "Economy",
-    "HistoryProgress",
-    "KnownSession",
-]
-
 #: The window of ``requests_per_minute``.
 BUDGET_WINDOW = 60.0
 #: Per-minute upstream counters older than this many minutes are pruned.

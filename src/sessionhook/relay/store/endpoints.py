@@ -35,8 +35,6 @@ from .policy import call, write
 #: The row of a live endpoint created through the API.
 _LIVE_API = "source = 'api' AND deleted_at IS NULL"
 
-__all__ = ["EndpointQueries"]
-
 
 class EndpointQueries:
     """The endpoints role over one database."""

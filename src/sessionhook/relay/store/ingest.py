@@ -22,8 +22,6 @@ from .endpoints import EndpointQueries
 from .errors import StoreError
 from .policy import call, read, write
 
-__all__ = ["Ingest", "advance_cursor", "list_sessions"]
-
 _SESSION_COLUMNS = (
     "name, id, title, state, url, source, create_time, update_time, raw, first_seen_at, "
     "baseline, polled_update_time, activity_cursor, last_polled_at, next_poll_at, poll_errors"

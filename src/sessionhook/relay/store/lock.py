@@ -16,8 +16,6 @@ from pathlib import Path
 
 from .errors import StoreError
 
-__all__ = ["DaemonLock", "StoreLockedError", "acquire_daemon_lock", "lock_path"]
-
 
 class StoreLockedError(StoreError):
     """Another process holds the daemon lock of the store; ``pid`` is its PID if known."""

@@ -11,16 +11,6 @@ from ..domain.rows import AttemptRow, DeliveryRow, EventRow, from_row
 from .bodies import BODY_COLUMNS, Bodies
 from .dialect import Connection
 
-__all__ = [
-    "DELIVERY_COLUMNS",
-    "EVENT_COLUMNS",
-    "EVENT_FROM",
-    "delivery_row",
-    "event_row",
-    "find_attempts",
-    "where",
-]
-
 # waiting_on: the oldest open delivery of the same (endpoint, session), when it is an
 # earlier one: the dispatcher sends only that one (store.due_deliveries), so this row
 # waits for it whatever its own next_attempt_at says. Served by deliveries_open.

@@ -19,18 +19,6 @@ from typing import Any, Protocol
 from . import codec
 from .errors import StoreError
 
-__all__ = [
-    "MIGRATIONS",
-    "POSTGRES",
-    "SQLITE",
-    "Each",
-    "Engine",
-    "Migration",
-    "check_current",
-    "migrate",
-    "pending",
-]
-
 #: First key of the per-(endpoint, session) ``pg_advisory_xact_lock(class, hash)`` of the
 #: outbox heads (the two-key space never meets the one-key locks).
 KEY_LOCK_CLASS = 0x7368_6B79  # "shky"

@@ -17,8 +17,6 @@ import anyio
 from ..config.database_url import display_url
 from ..telemetry.logs import get_logger
 
-__all__ = ["OUTBOX_CHANNEL", "listen"]
-
 #: The channel of "deliveries were enqueued or claims released: look at the outbox".
 OUTBOX_CHANNEL = "sessionhook_outbox"
 #: Reconnection delays after a lost listening connection: 1 s doubling up to this.

@@ -44,8 +44,6 @@ from .policy import call, write
 from .refusals import Refusals
 from .requeue import Requeue
 
-__all__ = ["OperatorQueries"]
-
 _FETCH = 500
 _HOUR = 3600.0
 

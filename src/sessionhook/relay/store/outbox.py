@@ -33,8 +33,6 @@ from .errors import StoreError
 from .leases import TAKEABLE, Leases, ReplicaState
 from .policy import call, write, writes_when
 
-__all__ = ["CLAIM_SQL", "HEADS_SQL", "PRUNE_BATCH", "AttemptRecord", "Outbox", "Round", "rows_sql"]
-
 #: Rows deleted per transaction when pruning: the daemon's writes wait at most this long.
 PRUNE_BATCH = 2000
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final, Literal, TypeVar
 
-__all__ = ["Policy", "call", "policy_of", "read", "try_write", "write", "writes_when"]
-
 F = TypeVar("F", bound=Callable[..., Any])
 B = TypeVar("B", bound=Callable[..., bool])
 

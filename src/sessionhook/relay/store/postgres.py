@@ -38,8 +38,6 @@ from .dialect import Connection, WakeSource, to_pyformat
 from .errors import StoreError, StoreFullError, StoreUnwritableError
 from .migrations import POSTGRES, Engine, check_current, migrate
 
-__all__ = ["DEFAULT_POOL_SIZE", "PostgresDatabase", "PostgresStore"]
-
 #: Connections per relay process (and so the AsyncStore's worker threads).
 DEFAULT_POOL_SIZE = 4
 #: Seconds to wait for a connection: the server, or a free one in the pool.

@@ -16,8 +16,6 @@ from .dialect import Database, first_value
 from .ingest import advance_cursor as move_cursor
 from .policy import call, write
 
-__all__ = ["REFUSAL_REASONS", "Refusals"]
-
 #: Why an activity was refused (the ``reason`` column, a metric label).
 REFUSAL_REASONS = ("too_large", "foreign_name", "not_a_name", "duplicate_name", "malformed")
 #: Names and details are upstream text: stored cut to this many characters.

@@ -26,8 +26,6 @@ from typing import Final
 from ..domain.rows import Recovered, Retried
 from .dialect import Connection, Database, first_value
 
-__all__ = ["Requeue"]
-
 _OPEN: Final = "('pending', 'failed')"
 _STUCK: Final = "('failed', 'dead')"
 

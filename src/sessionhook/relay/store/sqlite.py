@@ -24,8 +24,6 @@ from .dialect import Connection, WakeSource, first_value
 from .errors import StoreError, StoreFullError, StoreUnwritableError
 from .migrations import SQLITE, check_current, migrate, pending
 
-__all__ = ["BUSY_TIMEOUT_MS", "SqliteDatabase", "Store", "is_full_error", "is_readonly_error"]
-
 BUSY_TIMEOUT_MS = 10_000
 
 
