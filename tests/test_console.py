@@ -106,13 +106,13 @@ def test_timeline_deliveries_and_attempts_of_a_session(store: Store) -> None:
 
 def test_deliveries_filter_by_endpoint_status_and_time(store: Store, clock: Clock) -> None:
     names = populate(store)
-    dead = store.console.console_deliveries(status="dead")
+    dead = store.operator.list_deliveries(status="dead")
     assert [d.id for d in dead] == [names["beta"].id]
-    assert all(d.endpoint == "alpha" for d in store.console.console_deliveries(endpoint="alpha"))
-    assert store.console.console_deliveries(since=clock.now + 1) == []
-    assert len(store.console.console_deliveries(until=clock.now + 1)) == 6
-    newest = store.console.console_deliveries(limit=2)
-    older = store.console.console_deliveries(before_id=newest[-1].id)
+    assert all(d.endpoint == "alpha" for d in store.operator.list_deliveries(endpoint="alpha"))
+    assert store.operator.list_deliveries(since=clock.now + 1) == []
+    assert len(store.operator.list_deliveries(until=clock.now + 1)) == 6
+    newest = store.operator.list_deliveries(limit=2)
+    older = store.operator.list_deliveries(before_id=newest[-1].id)
     assert all(d.id < newest[-1].id for d in older) and len(newest) + len(older) == 6
 
 

@@ -300,10 +300,10 @@ def test_the_readers_of_the_dropped_indexes_still_search(tmp_path: Path) -> None
         calls: list[Callable[[], object]] = [
             lambda: store.ingest.latest_activity(s.name, "agentMessaged"),
             lambda: store.operator.list_deliveries(endpoint="e1", status="pending"),
-            lambda: store.console.console_deliveries(endpoint="e1"),
+            lambda: store.operator.list_deliveries(endpoint="e1"),
             lambda: store.console.deliveries_of_events(["evt_x"]),
-            lambda: store.console.console_deliveries(session=s.name, endpoint="e1"),
-            lambda: store.console.console_deliveries(event_id="evt_x", status="dead"),
+            lambda: store.operator.list_deliveries(session=s.name, endpoint="e1"),
+            lambda: store.operator.list_deliveries(event_id="evt_x", status="dead"),
             lambda: store.console.console_events(session=s.name, status="dead"),
             lambda: store.console.console_events(event_id="evt_x"),
             lambda: store.console.console_timeline(s.name, after_seq=2),
@@ -338,7 +338,7 @@ def test_the_readers_of_the_dropped_indexes_still_search(tmp_path: Path) -> None
         plan = [
             p
             for _, ps in _plans(
-                store, lambda: store.console.console_deliveries(endpoint="e1", status="dead")
+                store, lambda: store.operator.list_deliveries(endpoint="e1", status="dead")
             )
             for p in ps
         ]

@@ -16,10 +16,12 @@ import pytest
 
 from sessionhook.api.models import Session
 from sessionhook.relay.domain.events import Event
+from sessionhook.relay.domain.rows import Ingested, from_row
 from sessionhook.relay.store import (
     AsyncStore,
     Economy,
     EndpointQueries,
+    LeaseRow,
     MetaQueries,
     Outbox,
     PostgresStore,
@@ -29,6 +31,7 @@ from sessionhook.relay.store import (
     StoreFullError,
 )
 from sessionhook.relay.store.policy import policy_of, write
+from tests.support.backends import Backend
 
 pytestmark = pytest.mark.app
 
@@ -213,3 +216,47 @@ def test_the_door_refuses_what_is_no_role_method_with_a_policy(tmp_path: Path) -
             await store.close()
 
     anyio.run(main)
+
+
+#: A result row read by position: ``r[13]``, ``row[0]``, ``rows[0][1]``, ``fetchone()[0]``.
+_BY_POSITION = re.compile(
+    r"\b(?:r|row|rows\[\w+\]|holder|old|value|upstream)\[\d+\]|fetchone\(\)\[\d+\]|\)\[\d+\]\[\d+\]"
+)
+#: Where a position is the point: the first column of a one-value query (``first_value``),
+#: the migrations' bookkeeping (on the connection before it reads by name).
+_BY_POSITION_KEPT = {"dialect.py", "migrations.py"}
+
+
+def test_the_store_reads_result_rows_by_name() -> None:
+    found = [
+        f"{path.name}:{text.count(chr(10), 0, m.start()) + 1}: {m[0]}"
+        for path in sorted((SRC / "relay" / "store").glob("*.py"))
+        if path.name not in _BY_POSITION_KEPT
+        for text in [path.read_text()]
+        for m in _BY_POSITION.finditer(text)
+    ]
+    assert found == []
+
+
+def test_rows_read_by_name_and_position_on_both_engines(backend: Backend) -> None:
+    with backend.open() as store:
+        row = store.db.conn.execute("SELECT 7 AS seven, 'x' AS ex").fetchone()
+        assert (row["seven"], row["ex"]) == (7, "x")
+        assert (
+            (row[0], row[1]) == (7, "x")
+            and row == (7, "x")
+            and list(row.keys())
+            == [
+                "seven",
+                "ex",
+            ]
+        )
+        assert from_row(LeaseRow, row, name="n", owner="o", acquired_at=1.0) == LeaseRow(
+            "n", "o", 1.0
+        )
+        (state,) = [*store.db.conn.execute("SELECT 'a' AS name, 'b' AS owner, 2.5 AS acquired_at")]
+        assert from_row(LeaseRow, state) == LeaseRow("a", "b", 2.5)
+        assert from_row(LeaseRow, state, owner="c") == LeaseRow("a", "c", 2.5)
+        # A field with a default may have no column.
+        counts = store.db.conn.execute("SELECT 3 AS activities, 1 AS deliveries").fetchone()
+        assert from_row(Ingested, counts, event_types=()) == Ingested(3, (), deliveries=1)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass, field, fields
+from typing import Any, Protocol, TypeVar
 
 from sessionhook.api.models import Session
 
@@ -39,6 +39,27 @@ class EndpointLike(Protocol):
 
 
 # --------------------------------------------------------------------------- rows
+
+_Row = TypeVar("_Row")
+
+
+def from_row(cls: type[_Row], row: Any, **given: Any) -> _Row:
+    """``cls`` (a row dataclass) from a result row of the store, read by column name: each
+    field takes the column of its name, but those in ``given`` (values the caller decoded
+    or converted); a field with a default may have no column."""
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in fields(cls))  # type: ignore[arg-type]
+    for name in names:
+        if name not in given:
+            try:
+                given[name] = row[name]
+            except (IndexError, KeyError):  # no such column (sqlite3.Row says IndexError)
+                continue
+    return cls(**given)
+
+
+_FIELD_NAMES: dict[type[Any], tuple[str, ...]] = {}
 
 
 @dataclass(frozen=True, slots=True)

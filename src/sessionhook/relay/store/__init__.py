@@ -10,44 +10,8 @@ A store is its roles, each a collaborator over the database handle:
 how it meets a store that cannot be written for now (:mod:`.policy`); the async door runs
 it under that policy: ``await astore.run(Outbox.record_attempts, records)``.
 
-Modules
-    :mod:`.errors`       :class:`StoreError` and its kinds (the rows the store takes and
-                         returns are :mod:`sessionhook.relay.domain.rows`)
-    :mod:`.dialect`      the SQL subset both engines run (each query is written once) and
-                         :class:`~.dialect.Database`, what a backend provides
-    :mod:`.policy`       the full-disk policies a method declares (call, read, write,
-                         try_write)
-    :mod:`.core`         :class:`StoreCore`: the roles composed over one database
-    :mod:`.meta`         the ``meta`` table
-    :mod:`.endpoints`    the endpoints' configuration and state
-    :mod:`.ingest`       sessions, pages of activities and events, their deliveries enqueued
-    :mod:`.bodies`       event bodies compressed against references (see :mod:`.codec`)
-    :mod:`.refusals`     what was refused from upstream, and why
-    :mod:`.outbox`       due deliveries, attempts, rendered bodies, pruning
-    :mod:`.leases`       the replicas' lease protocol: registry, heartbeats, claims on
-                         outbox heads and session polls, named leases
-    :mod:`.economy_queries`  the history walk, known sessions, the request budget's window,
-                         the upstream counters
-    :mod:`.ops_queries`  the operator's queries
-    :mod:`.console_queries`  the web console's lists and chart counts
-    :mod:`.log_rows`     the event and delivery rows the operator and the console share
-    :mod:`.copying`      ``sessionhook store copy``: a whole store into another, ids kept
-    :mod:`.migrations`   the schema's migrations for both engines, in order, and their
-                         runner; the checks that a database is ours and current (DDL)
-    :mod:`.sqlite`       :class:`Store`: the SQLite file, its connection and durability
-    :mod:`.postgres`     :class:`PostgresStore`: the pool, transactions, error mapping
-    :mod:`.notify`       PostgreSQL's wake-ups between replicas (``LISTEN``/``NOTIFY``)
-    :mod:`.opening`      :func:`open_store`: the backend the configuration names
-    :mod:`.aio`          :class:`AsyncStore`, the async door (runs a method under its
-                         policy: waits out a full disk or an unreachable database)
-    :mod:`.thread`       the SQLite store's thread
-    :mod:`.lock`         the daemon lock: one ``sessionhook run`` per SQLite store (``flock``)
-
-Threads
-    A store is used from one thread at a time per connection. :class:`AsyncStore` gives the
-    daemon async methods that run the store's in worker threads under a
-    ``CapacityLimiter(store.concurrency)``: one on SQLite (one writer, never two statements
-    at once), the pool size on PostgreSQL (writes serialized by the database).
+Its modules are listed in ``docs/design.md``; the tables, the two backends and the API in
+``docs/store.md``.
 
 Errors::
 

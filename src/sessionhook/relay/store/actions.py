@@ -11,21 +11,19 @@ again (the person may try once more), a ``pending`` row left by a crash does not
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..domain.rows import from_row
 from .dialect import Database
 from .policy import call
-
-__all__ = ["ACTION_RESULTS", "ActionClaim", "ActionQueries", "ActionRow"]
 
 #: The ``result`` column: ``pending`` (the upstream call under way), ``ok``, ``failed``.
 ACTION_RESULTS = ("pending", "ok", "failed")
 #: Texts from the network (user agents, details) are stored cut to this many characters.
 _MAX_TEXT = 512
 _COLUMNS = (
-    "id, taken_at, session_name, wait, action, account, actor_kind, actor_address, "
+    "id, taken_at, session_name AS session, wait, action, account, actor_kind, actor_address, "
     "actor_agent, chat_user, token_hash, result, status, detail"
 )
 
@@ -84,7 +82,7 @@ class ActionQueries:
                 "detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', '') RETURNING id",
                 _claim_values(claim),
             ).fetchone()
-            return int(row[0])
+            return int(row["id"])
 
     @call
     def finish_action(self, action_id: int, ok: bool, status: int | None, detail: str) -> None:
@@ -111,7 +109,7 @@ class ActionQueries:
                     detail[:_MAX_TEXT],
                 ),
             ).fetchone()
-            return int(row[0])
+            return int(row["id"])
 
     @call
     def action_taken(self, token_hash: str, session: str, wait: str) -> ActionRow | None:
@@ -121,7 +119,7 @@ class ActionQueries:
             "AND (token_hash = ? OR (session_name = ? AND wait = ?)) ORDER BY id LIMIT 1",
             (token_hash, session, wait),
         ).fetchone()
-        return None if row is None else _row(row)
+        return None if row is None else from_row(ActionRow, row)
 
     @call
     def list_actions(
@@ -140,7 +138,7 @@ class ActionQueries:
         if where:
             sql += " WHERE " + " AND ".join(where)
         rows = self._db.conn.execute(sql + " ORDER BY id DESC LIMIT ?", (*params, limit))
-        return [_row(row) for row in rows.fetchall()]
+        return [from_row(ActionRow, row) for row in rows.fetchall()]
 
 
 def _claim_values(claim: ActionClaim) -> tuple[Any, ...]:
@@ -156,23 +154,4 @@ def _claim_values(claim: ActionClaim) -> tuple[Any, ...]:
         claim.actor_agent[:_MAX_TEXT],
         None if claim.chat_user is None else claim.chat_user[:_MAX_TEXT],
         claim.token_hash,
-    )
-
-
-def _row(row: Sequence[Any]) -> ActionRow:
-    return ActionRow(
-        id=int(row[0]),
-        taken_at=float(row[1]),
-        session=str(row[2]),
-        wait=str(row[3]),
-        action=str(row[4]),
-        account=str(row[5]),
-        actor_kind=str(row[6]),
-        actor_address=str(row[7]),
-        actor_agent=str(row[8]),
-        chat_user=None if row[9] is None else str(row[9]),
-        token_hash=str(row[10]),
-        result=str(row[11]),
-        status=None if row[12] is None else int(row[12]),
-        detail=str(row[13]),
     )

@@ -1,26 +1,14 @@
-""":class:`AsyncStore`, the one async door into a store (SQLite or PostgreSQL).
+""":class:`AsyncStore`, the one async door into a store (SQLite or PostgreSQL):
+``await astore.run(Outbox.record_attempts, records)`` runs a role's method (or
+``astore.run(ops.status, now)`` an operator's function over the store) in the store's
+thread, under the policy its decorator declares (:mod:`.policy`).
 
-Every async caller (the poller, the dispatcher, the daemon, the web console and stream) goes
-through it, one way: ``await astore.run(Outbox.record_attempts, records)`` runs the door's
-own :class:`~.outbox.Outbox`'s method in the store's thread, under the policy its
-decorator declares (:mod:`.policy`); ``await astore.run(ops.status, now)`` runs an
-operator's function over the synchronous store the same way, under its own decorator's
-policy (``call`` when it has none).
-
-A full disk (or a store that cannot be written for now)
-    A write that fails for lack of space (:class:`~.errors.StoreFullError`), or because the
-    file or its mount is read-only (:class:`~.errors.StoreUnwritableError`, the base class),
-    rolled back whole. The AsyncStore then records it (:attr:`AsyncStore.unwritable`) and,
-    in the daemon's default mode (``wait_for_space=True``), a ``write`` WAITS: it is tried
-    again after a growing delay (``retry_base`` doubling up to ``retry_cap`` seconds) until
-    it commits, so nothing the poller archived or the dispatcher sent is lost, and the
-    caller simply waits. Writes that are only statistics (``try_write``: the upstream
-    counters, a discovery pass's time, the heartbeat) are skipped instead.
-    :meth:`AsyncStore.wait_writable` lets a loop pause (and probe) until space returns;
-    :meth:`AsyncStore.stop_waiting` makes waiting writes give up with the error (shutdown).
-    ``wait_for_space=False`` (``--once``) raises at once. An ``observer`` hears when the
-    store becomes unwritable, is still unwritable, and recovers (the daemon logs and counts
-    it).
+A store that cannot be written for now (:class:`~.errors.StoreFullError`, or the base
+:class:`~.errors.StoreUnwritableError`) is recorded (:attr:`AsyncStore.unwritable`, an
+``observer`` hears it begin, last and end); with ``wait_for_space=True`` (the daemon) a
+``write`` is tried again after a growing delay (``retry_base`` doubling up to ``retry_cap``
+seconds) until it commits, and a ``try_write`` is skipped; ``wait_for_space=False``
+(``--once``) raises at once. See ``docs/store.md``, "The async door".
 """
 
 from __future__ import annotations
@@ -44,8 +32,6 @@ from .meta import MetaQueries
 from .policy import Policy, policy_of
 from .sqlite import Store
 from .thread import StoreThread
-
-__all__ = ["AsyncStore", "FullObserver"]
 
 P = ParamSpec("P")
 T = TypeVar("T")

@@ -13,18 +13,25 @@ compression cannot have used it (:func:`.codec.reference_used`).
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 from ..domain.events import Event
 from . import codec
 from .dialect import Connection, Database, first_value
 from .errors import StoreError
 
-__all__ = ["Bodies", "raw_hints"]
-
 #: Reference bodies kept decoded in memory (one per recently active session), at most...
 REF_CACHE = 512
 #: ... and at most this many bytes of them (oldest first out; a bigger one is not kept).
 REF_CACHE_BYTES = 4 * 1024 * 1024
+
+
+#: What :meth:`Bodies.decode_row` reads of a row: the event ``e``'s stored body and
+#: reference, and its activity ``a``'s (LEFT JOINed) stored raw JSON and columns.
+BODY_COLUMNS = (
+    "e.body, e.body_ref, a.raw AS activity_raw, a.name AS raw_name, "
+    "a.create_time AS raw_create_time"
+)
 
 
 def raw_hints(name: str, create_time: str) -> bytes:
@@ -69,7 +76,7 @@ class Bodies:
                 (event.session_name,),
             ).fetchone()
             if row is not None:
-                current = (row[0], self.reference(row[0], row[1]))
+                current = (row["id"], self.reference(row["id"], row["data"]))
         if current is not None:
             stored = codec.encode_body(event.body, current[1], context)
             if len(stored) <= codec.REF_THRESHOLD:
@@ -78,7 +85,7 @@ class Bodies:
             c.execute(
                 "INSERT INTO body_refs (session_name, data) VALUES (?, ?) RETURNING id",
                 (event.session_name, codec.encode_body(event.body, b"", b"")),
-            ).fetchall()[0][0]
+            ).fetchall()[0]["id"]
         )
         self._remember(ref_id, event.body)
         self._session_refs[event.session_name] = (ref_id, event.body)
@@ -112,6 +119,16 @@ class Bodies:
             self._refs_bytes += len(body)
             while len(self._refs) > REF_CACHE or self._refs_bytes > REF_CACHE_BYTES:
                 self._refs_bytes -= len(self._refs.pop(next(iter(self._refs))))
+
+    def decode_row(self, row: Any) -> bytes:
+        """The exact bytes of the event body of a row holding :data:`BODY_COLUMNS`."""
+        return self.decode(
+            row["body"],
+            row["body_ref"],
+            row["activity_raw"],
+            row["raw_name"],
+            row["raw_create_time"],
+        )
 
     def decode(
         self,

@@ -38,27 +38,6 @@ from __future__ import annotations
 
 import zlib
 
-__all__ = [
-    "ARCHIVE",
-    "BODY",
-    "BODY_WITH_ACTIVITY",
-    "EVENT_TYPES",
-    "KINDS",
-    "REF_THRESHOLD",
-    "WINDOW",
-    "coded",
-    "coded_sql",
-    "decode_body",
-    "decode_raw",
-    "encode_body",
-    "encode_raw",
-    "needs_context",
-    "session_of",
-    "session_ref",
-    "split_activity_name",
-    "uncoded_sql",
-]
-
 ARCHIVE = 0x04
 BODY = 0x05
 BODY_WITH_ACTIVITY = 0x06

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ..domain.rows import AttemptRow, DeliveryRow, EventRow
+from ..domain.rows import AttemptRow, DeliveryRow, EventRow, from_row
 from .bodies import Bodies
 from .dialect import Database
 from .ingest import get_session
@@ -20,21 +20,12 @@ from .log_rows import (
     DELIVERY_COLUMNS,
     EVENT_COLUMNS,
     EVENT_FROM,
-    deliveries_where,
     delivery_row,
     event_row,
+    find_attempts,
     where,
 )
 from .policy import call
-
-__all__ = [
-    "MAX_IDS",
-    "ConsoleEvent",
-    "ConsoleQueries",
-    "ConsoleSession",
-    "LiveEvent",
-    "MinuteCounts",
-]
 
 #: Ids in one ``IN (...)`` list (a timeline page, the deliveries of a page of events).
 MAX_IDS: Final = 500
@@ -148,54 +139,54 @@ class ConsoleQueries:
         # The newest event of each session is one probe of events_by_session; the count
         # and the last event's type are read for the page's sessions only.
         rows = self._db.conn.execute(
-            "SELECT name, title, state, source, account, update_time, last_seq FROM ("
+            "SELECT name, title, state, source, account, update_time, last_seq AS last_event_seq "
+            "FROM ("
             "SELECT s.name, s.title, s.state, s.source, s.account, s.update_time, "
             "(SELECT MAX(e.seq) FROM events e WHERE e.session_name = s.name) AS last_seq "
             f"FROM sessions s {where}) x ORDER BY COALESCE(x.last_seq, 0) DESC, x.name LIMIT ?",
             (*params, limit),
         ).fetchall()
-        names = [r[0] for r in rows]
+        names = [r["name"] for r in rows]
         counts: dict[str, int] = {}
-        last: dict[int, tuple[str, str]] = {}
+        last: dict[int, Any] = {}
         if names:
             counts = {
-                name: int(n)
-                for name, n in self._db.conn.execute(
-                    "SELECT session_name, COUNT(*) FROM events "
+                r["session_name"]: int(r["n"])
+                for r in self._db.conn.execute(
+                    "SELECT session_name, COUNT(*) AS n FROM events "
                     f"WHERE session_name IN ({_ids(names)}) GROUP BY session_name",
                     tuple(names),
                 )
             }
-            seqs = [r[6] for r in rows if r[6] is not None]
+            seqs = [r["last_event_seq"] for r in rows if r["last_event_seq"] is not None]
             if seqs:
                 last = {
-                    int(seq): (kind, at)
-                    for seq, kind, at in self._db.conn.execute(
+                    int(r["seq"]): r
+                    for r in self._db.conn.execute(
                         f"SELECT seq, type, occurred_at FROM events WHERE seq IN ({_ids(seqs)})",
                         tuple(seqs),
                     )
                 }
-        return [
-            ConsoleSession(
-                name=r[0],
-                title=r[1],
-                state=r[2],
-                source=r[3],
-                account=r[4],
-                update_time=r[5],
-                events=counts.get(r[0], 0),
-                last_event_seq=r[6],
-                last_event_type=last.get(r[6], (None, None))[0] if r[6] is not None else None,
-                last_event_at=last.get(r[6], (None, None))[1] if r[6] is not None else None,
+        sessions = []
+        for r in rows:
+            newest = last.get(r["last_event_seq"])
+            sessions.append(
+                from_row(
+                    ConsoleSession,
+                    r,
+                    events=counts.get(r["name"], 0),
+                    last_event_type=None if newest is None else newest["type"],
+                    last_event_at=None if newest is None else newest["occurred_at"],
+                )
             )
-            for r in rows
-        ]
+        return sessions
 
     @call
     def console_session_facets(self) -> tuple[list[str], list[str]]:
         """The distinct session states and accounts (the list's filter choices)."""
-        states = [r[0] for r in self._db.conn.execute("SELECT DISTINCT state FROM sessions")]
-        accounts = [r[0] for r in self._db.conn.execute("SELECT DISTINCT account FROM sessions")]
+        conn = self._db.conn
+        states = [r["state"] for r in conn.execute("SELECT DISTINCT state FROM sessions")]
+        accounts = [r["account"] for r in conn.execute("SELECT DISTINCT account FROM sessions")]
         return sorted(s for s in states if s), sorted(a for a in accounts if a)
 
     @call
@@ -214,7 +205,7 @@ class ConsoleQueries:
         later, params = "", []
         if start is not None:
             later = "AND (e.occurred_ts > ? OR (e.occurred_ts = ? AND e.seq > ?)) "
-            params = [start[0], start[0], after_seq]
+            params = [start["occurred_ts"], start["occurred_ts"], after_seq]
         rows = self._db.conn.execute(
             f"SELECT {EVENT_COLUMNS} {EVENT_FROM} WHERE e.session_name = ? {later}"
             "ORDER BY e.occurred_ts, e.seq LIMIT ?",
@@ -252,15 +243,13 @@ class ConsoleQueries:
         ).fetchall()
         counts: dict[str, list[tuple[str, int]]] = {}
         if rows:
-            for event, state, n in self._db.conn.execute(
-                "SELECT event_id, status, COUNT(*) FROM deliveries "
+            for c in self._db.conn.execute(
+                "SELECT event_id, status, COUNT(*) AS n FROM deliveries "
                 f"WHERE event_id IN ({_ids(rows)}) GROUP BY event_id, status ORDER BY status",
-                tuple(r[1] for r in rows),
+                tuple(r["id"] for r in rows),
             ):
-                counts.setdefault(event, []).append((state, int(n)))
-        return [
-            ConsoleEvent(r[0], r[1], r[2], r[3], r[4], tuple(counts.get(r[1], ()))) for r in rows
-        ]
+                counts.setdefault(c["event_id"], []).append((c["status"], int(c["n"])))
+        return [from_row(ConsoleEvent, r, statuses=tuple(counts.get(r["id"], ()))) for r in rows]
 
     @call
     def find_session(self, text: str) -> str | None:
@@ -290,61 +279,13 @@ class ConsoleQueries:
         """Every logged attempt of these deliveries (at most :data:`MAX_IDS`), in order."""
         if not delivery_ids:
             return []
-        rows = self._db.conn.execute(
-            "SELECT id, delivery_id, attempt, started_at, duration_ms, status_code, error, "
-            f"response_body FROM attempts WHERE delivery_id IN ({_ids(delivery_ids)}) "
-            "ORDER BY delivery_id, attempt, id",
-            tuple(delivery_ids),
-        ).fetchall()
-        return [AttemptRow(*r) for r in rows]
-
-    @call
-    def console_deliveries(
-        self,
-        *,
-        endpoint: str | None = None,
-        status: str | None = None,
-        since: float | None = None,
-        until: float | None = None,
-        before_id: int | None = None,
-        limit: int = 100,
-        session: str | None = None,
-        event_id: str | None = None,
-        event_type: str | None = None,
-    ) -> list[DeliveryRow]:
-        """Deliveries, newest first, filtered by endpoint, status, creation time (``since``
-        inclusive, ``until`` exclusive), session, event (its id is the ``webhook-id``) and
-        event type; ``before_id`` pages further back."""
-        # An empty form field filters nothing, like an absent one. A session's rows are
-        # reached through its events (as OperatorQueries.list_deliveries does): the other
-        # filters then only sort out the rows found.
-        by_session = bool(session) and not event_id
-        no_index = " || ''" if by_session else ""
-        return deliveries_where(
-            self._db.conn,
-            (
-                (f"d.endpoint{no_index} = ?", endpoint or None),
-                (f"d.status{no_index} = ?", status or None),
-                ("d.created_at >= ?", since),
-                ("d.created_at < ?", until),
-                ("d.id < ?", before_id),
-                ("e.session_name = ?", session or None),
-                ("d.event_id = ?", event_id or None),
-                ("e.type = ?", event_type or None),
-            ),
-            limit,
-            by_session=by_session,
-        )
+        return find_attempts(self._db.conn, f"delivery_id IN ({_ids(delivery_ids)})", delivery_ids)
 
     @call
     def get_attempt(self, attempt_id: int) -> AttemptRow | None:
         """One logged attempt, or ``None``."""
-        row = self._db.conn.execute(
-            "SELECT id, delivery_id, attempt, started_at, duration_ms, status_code, error, "
-            "response_body FROM attempts WHERE id = ?",
-            (attempt_id,),
-        ).fetchone()
-        return None if row is None else AttemptRow(*row)
+        found = find_attempts(self._db.conn, "id = ?", (attempt_id,))
+        return found[0] if found else None
 
     # ----------------------------------------------------------------- overview
 
@@ -360,24 +301,25 @@ class ConsoleQueries:
         until = since + 60 * minutes
         rows = self._db.conn.execute(
             "SELECT (CAST(started_at AS BIGINT) - ?) / 60 AS m, "
-            "SUM(CASE WHEN status_code BETWEEN 200 AND 299 THEN 1 ELSE 0 END), "
-            "SUM(CASE WHEN status_code BETWEEN 200 AND 299 THEN 0 ELSE 1 END) "
+            "SUM(CASE WHEN status_code BETWEEN 200 AND 299 THEN 1 ELSE 0 END) AS ok, "
+            "SUM(CASE WHEN status_code BETWEEN 200 AND 299 THEN 0 ELSE 1 END) AS failed "
             "FROM attempts WHERE started_at >= ? AND started_at < ? GROUP BY m ORDER BY m",
             (since, since, until),
         ).fetchall()
         return [
-            MinuteCounts(int(m), int(ok), int(failed))
-            for m, ok, failed in rows
-            if 0 <= int(m) < minutes
+            MinuteCounts(int(r["m"]), int(r["ok"]), int(r["failed"]))
+            for r in rows
+            if 0 <= int(r["m"]) < minutes
         ]
 
     @call
     def budget_used(self, since: float) -> dict[str, int]:
         """Upstream request grants taken since ``since``, per budget (an account's name)."""
         rows = self._db.conn.execute(
-            "SELECT budget, COUNT(*) FROM request_budget WHERE at > ? GROUP BY budget", (since,)
+            "SELECT budget, COUNT(*) AS n FROM request_budget WHERE at > ? GROUP BY budget",
+            (since,),
         ).fetchall()
-        return {str(budget): int(n) for budget, n in rows}
+        return {str(r["budget"]): int(r["n"]) for r in rows}
 
     # ----------------------------------------------------------------- live
 
@@ -390,8 +332,8 @@ class ConsoleQueries:
         title, state, source and account (a new row of the session list)."""
         sql = (
             "SELECT e.seq, e.id, e.session_name, e.type, e.occurred_at, "
-            "COALESCE(s.title, ''), COALESCE(s.state, ''), COALESCE(s.source, ''), "
-            "COALESCE(s.account, '') FROM events e "
+            "COALESCE(s.title, '') AS title, COALESCE(s.state, '') AS state, "
+            "COALESCE(s.source, '') AS source, COALESCE(s.account, '') AS account FROM events e "
             "LEFT JOIN sessions s ON s.name = e.session_name WHERE e.seq > ?"
         )
         params: list[Any] = [seq]
@@ -400,4 +342,4 @@ class ConsoleQueries:
             params.append(session)
         sql += " ORDER BY e.seq LIMIT ?"
         rows = self._db.conn.execute(sql, (*params, limit)).fetchall()
-        return [LiveEvent(*r) for r in rows]
+        return [from_row(LiveEvent, r) for r in rows]

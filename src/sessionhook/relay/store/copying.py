@@ -1,25 +1,12 @@
-"""Copying a whole store into another (``sessionhook store copy``): moving up from SQLite
-to PostgreSQL without losing history or changing a single webhook-id.
+"""Copying a whole store into another (``sessionhook store copy``, e.g. SQLite to
+PostgreSQL): every row of the archive and the delivery log as it is, ids and stored bytes
+included (:data:`ORDERED_TABLES`, then any other table both schemas have), but what the
+target derives or what belongs to running processes (:data:`SKIPPED_TABLES`).
 
-Every row of the archive and the delivery log is copied as it is, ids included:
-``meta``, ``endpoints`` (with their run-time state: enabled, failing since...),
-``sessions`` (cursors, poll schedule, history walk), ``body_refs``, ``activities``,
-``events`` (their ``seq`` and ``id``: the ``webhook-id``), ``deliveries`` (status, attempts,
-next attempt), ``rendered_bodies``, ``attempts``, ``refused_activities``,
-``upstream_requests``, ``request_budget`` and ``actions_taken``; then any other table both
-schemas have. Stored
-bytes (compressed bodies, raw JSON) are copied byte for byte: they decode the same in the
-target. Not copied: what the target derives or what belongs to running processes:
-``outbox_heads`` (rebuilt by the target's triggers as deliveries are inserted), the
-replicas' registry, claims and leases, and the migrations' bookkeeping (the target has its
-own, from opening it).
-
-The source is opened read-only and never written. The target must be empty (a store just
-created by opening it) unless ``replace``: then its rows are deleted first, in one
-transaction with nothing else. Rows go over in batches, one transaction each; afterwards
-the target's id generators are moved past the copied ids (PostgreSQL sequences; SQLite's
-AUTOINCREMENT follows inserted ids by itself), and every table's count is compared: a
-mismatch raises :class:`CopyError`.
+The source is opened read-only. The target must be empty unless ``replace`` (its rows
+deleted first, in one transaction). Rows go over in batches, one transaction each; then the
+target's id generators are moved past the copied ids and every table's count is compared:
+a mismatch raises :class:`CopyError`.
 """
 
 from __future__ import annotations
@@ -32,18 +19,6 @@ from . import codec
 from .dialect import Database, first_value
 from .errors import StoreError
 from .policy import call
-
-__all__ = [
-    "BATCH",
-    "GENERATED_COLUMNS",
-    "ORDERED_TABLES",
-    "SKIPPED_TABLES",
-    "CopyError",
-    "CopyQueries",
-    "CopyReport",
-    "copy_store",
-    "plan",
-]
 
 #: Tables in an order that respects their references (parents first).
 ORDERED_TABLES = (

@@ -1,20 +1,6 @@
-"""The store: its roles over one database, whatever the engine.
-
-:class:`StoreCore` composes one collaborator per role, each built with what it needs: the
-:class:`~.dialect.Database` (the connection reads run on, the write transactions, the
-clock, and what the engines do differently), the codec of event bodies
-(:class:`~.bodies.Bodies`, shared by the ingest and every reader) and who this handle is
-among the replicas (:class:`~.leases.ReplicaState`, shared by the roles that claim). A
-caller reaches a role by name: ``store.outbox.due_deliveries(...)``,
-``store.operator.replay(...)``; each method declares its policy for the async door
-(:mod:`.policy`).
-
-A backend provides the database:
-
-* :class:`~.sqlite.Store` (``store.path``): one SQLite file, its pragmas and durability;
-* :class:`~.postgres.PostgresStore` (``store.url``): a PostgreSQL database through a pool.
-
-The SQL is written once, in the common subset of SQLite and PostgreSQL (:mod:`.dialect`).
+"""The store: its roles over one database, whatever the engine (:class:`StoreCore`; a
+backend, :mod:`.sqlite` or :mod:`.postgres`, provides the :class:`~.dialect.Database`).
+The roles are listed in ``docs/store.md``, "Roles".
 """
 
 from __future__ import annotations
@@ -36,8 +22,6 @@ from .meta import MetaQueries
 from .ops_queries import OperatorQueries
 from .outbox import Outbox
 from .refusals import Refusals
-
-__all__ = ["StoreCore"]
 
 
 class StoreCore:

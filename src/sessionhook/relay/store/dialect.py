@@ -39,8 +39,6 @@ from typing import Any, Protocol
 
 from .errors import StoreUnwritableError
 
-__all__ = ["Connection", "Cursor", "Database", "WakeSource", "first_value", "to_pyformat"]
-
 
 class Cursor(Protocol):
     """The part of a DB-API cursor the queries use."""

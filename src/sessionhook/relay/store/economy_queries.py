@@ -15,18 +15,10 @@ from typing import Any
 
 from sessionhook.api.models import Session
 
-from .dialect import Database
+from ..domain.rows import from_row
+from .dialect import Database, first_value
 from .leases import ReplicaState
 from .policy import call, try_write, write
-
-__all__ = [
-    "BUDGET_WINDOW",
-    "UPSTREAM_MALFORMED",
-    "UPSTREAM_NO_ANSWER",
-    "Economy",
-    "HistoryProgress",
-    "KnownSession",
-]
 
 #: The window of ``requests_per_minute``.
 BUDGET_WINDOW = 60.0
@@ -90,10 +82,16 @@ class Economy:
         """Every archived session's scheduling facts, in one query (the poller's start)."""
         rows = self._db.conn.execute(
             "SELECT name, state, update_time, polled_update_time, first_seen_at, baseline, "
-            "history = 1 AND history_done_at IS NULL, account FROM sessions"
+            "history = 1 AND history_done_at IS NULL AS history_pending, account FROM sessions"
         ).fetchall()
         return [
-            KnownSession(r[0], r[1], r[2], r[3], r[4], bool(r[5]), bool(r[6]), r[7]) for r in rows
+            from_row(
+                KnownSession,
+                r,
+                baseline=bool(r["baseline"]),
+                history_pending=bool(r["history_pending"]),
+            )
+            for r in rows
         ]
 
     @write
@@ -144,7 +142,8 @@ class Economy:
             + (" AND account = ?" if account is not None else "")
             + " ORDER BY create_time DESC, name"
         )
-        return [r[0] for r in self._db.conn.execute(sql, () if account is None else (account,))]
+        rows = self._db.conn.execute(sql, () if account is None else (account,))
+        return [r["name"] for r in rows]
 
     @write
     def finish_history(self, name: str, at: float) -> None:
@@ -159,18 +158,22 @@ class Economy:
     @call
     def history_progress(self, now: float) -> HistoryProgress:
         """The history walk's progress at ``now`` (works on a read-only connection)."""
-        total, done, recent = self._db.conn.execute(
-            "SELECT COUNT(*), COUNT(history_done_at), "
-            "COALESCE(SUM(CASE WHEN history_done_at >= ? THEN 1 ELSE 0 END), 0) "
+        row = self._db.conn.execute(
+            "SELECT COUNT(*) AS total, COUNT(history_done_at) AS done, "
+            "COALESCE(SUM(CASE WHEN history_done_at >= ? THEN 1 ELSE 0 END), 0) AS recent "
             "FROM sessions WHERE history = 1",
             (now - _RATE_SPAN,),
         ).fetchone()
-        first = self._db.conn.execute(
+        first = first_value(
+            self._db.conn,
             "SELECT MIN(history_done_at) FROM sessions WHERE history_done_at >= ?",
             (now - _RATE_SPAN,),
-        ).fetchone()[0]
+        )
         span = min(_RATE_SPAN, max(1.0, now - first)) if first is not None else _RATE_SPAN
-        return HistoryProgress(total=total, done=done, rate=recent / span if recent else 0.0)
+        recent = row["recent"]
+        return HistoryProgress(
+            total=row["total"], done=row["done"], rate=recent / span if recent else 0.0
+        )
 
     @call
     def take_budget(
@@ -197,12 +200,13 @@ class Economy:
             c.execute(
                 "DELETE FROM request_budget WHERE budget = ? AND at <= ?", (key, now - window)
             )
-            used, oldest = c.execute(
-                "SELECT COUNT(*), MIN(at) FROM request_budget WHERE budget = ?", (key,)
+            row = c.execute(
+                "SELECT COUNT(*) AS used, MIN(at) AS oldest FROM request_budget WHERE budget = ?",
+                (key,),
             ).fetchone()
-            granted = max(0, min(count, limit - used))
+            granted = max(0, min(count, limit - row["used"]))
             if not granted:
-                return 0, max(0.001, float(oldest) + window - now)
+                return 0, max(0.001, float(row["oldest"]) + window - now)
             c.executemany(
                 "INSERT INTO request_budget (budget, at) VALUES (?, ?)", [(key, now)] * granted
             )

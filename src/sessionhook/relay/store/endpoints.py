@@ -20,15 +20,20 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from ..domain.rows import EndpointChanges, EndpointLike, EndpointSpec, EndpointState, StoredEndpoint
+from ..domain.rows import (
+    EndpointChanges,
+    EndpointLike,
+    EndpointSpec,
+    EndpointState,
+    StoredEndpoint,
+    from_row,
+)
 from .dialect import Connection, Database, first_value
 from .errors import EndpointConflictError, EndpointLimitError, StoreError
 from .policy import call, write
 
 #: The row of a live endpoint created through the API.
 _LIVE_API = "source = 'api' AND deleted_at IS NULL"
-
-__all__ = ["EndpointQueries"]
 
 
 class EndpointQueries:
@@ -49,7 +54,8 @@ class EndpointQueries:
         with self._db.tx() as c:
             names = []
             taken = {
-                str(row[0]) for row in c.execute(f"SELECT name FROM endpoints WHERE {_LIVE_API}")
+                str(row["name"])
+                for row in c.execute(f"SELECT name FROM endpoints WHERE {_LIVE_API}")
             }
             clash = sorted(taken & {ep.name for ep in endpoints})
             if clash:
@@ -146,12 +152,12 @@ class EndpointQueries:
                 "SELECT source, deleted_at, configured FROM endpoints WHERE name = ?",
                 (spec.name,),
             ).fetchone()
-            if row is not None and (row[0] != "api" or row[1] is None):
+            if row is not None and (row["source"] != "api" or row["deleted_at"] is None):
                 where = (
                     "created through the API"
-                    if row[0] == "api"
+                    if row["source"] == "api"
                     else "in the config file"
-                    if row[2]
+                    if row["configured"]
                     else "once in the config file: its history is kept under that name"
                 )
                 raise EndpointConflictError(
@@ -238,8 +244,7 @@ class EndpointQueries:
     def stored_endpoints(self) -> list[StoredEndpoint]:
         """Every live endpoint created through the API, with its secrets, by name."""
         rows = self._db.conn.execute(
-            "SELECT name, spec, description, secret, previous_secret, previous_until, "
-            f"revision, enabled FROM endpoints WHERE {_LIVE_API} ORDER BY name"
+            f"SELECT {_STORED} FROM endpoints WHERE {_LIVE_API} ORDER BY name"
         ).fetchall()
         return [_stored(r) for r in rows]
 
@@ -250,23 +255,21 @@ class EndpointQueries:
         one."""
         deleted = "" if since else " AND deleted_at IS NULL"
         rows = self._db.conn.execute(
-            "SELECT name, spec, description, secret, previous_secret, previous_until, "
-            "revision, enabled, deleted_at FROM endpoints "
+            f"SELECT {_STORED}, deleted_at FROM endpoints "
             f"WHERE revision > ? AND source = 'api'{deleted} ORDER BY revision",
             (since,),
         ).fetchall()
         return EndpointChanges(
-            live=[_stored(r) for r in rows if r[8] is None],
-            gone=[str(r[0]) for r in rows if r[8] is not None],
-            revision=max((int(r[6]) for r in rows), default=since),
+            live=[_stored(r) for r in rows if r["deleted_at"] is None],
+            gone=[str(r["name"]) for r in rows if r["deleted_at"] is not None],
+            revision=max((int(r["revision"]) for r in rows), default=since),
         )
 
     @call
     def stored_endpoint(self, name: str) -> StoredEndpoint | None:
         """The live endpoint created through the API ``name``, with its secrets."""
         row = self._db.conn.execute(
-            "SELECT name, spec, description, secret, previous_secret, previous_until, "
-            f"revision, enabled FROM endpoints WHERE name = ? AND {_LIVE_API}",
+            f"SELECT {_STORED} FROM endpoints WHERE name = ? AND {_LIVE_API}",
             (name,),
         ).fetchone()
         return None if row is None else _stored(row)
@@ -289,9 +292,9 @@ class EndpointQueries:
             "WHERE enabled = 1 AND configured = 1 ORDER BY name"
         ).fetchall()
         return [
-            (name, json.loads(globs), json.loads(cond))
-            for name, globs, cond, accounts in rows
-            if accounts is None or account is None or account in json.loads(accounts)
+            (r["name"], json.loads(r["events"]), json.loads(r["filter"]))
+            for r in rows
+            if r["accounts"] is None or account is None or account in json.loads(r["accounts"])
         ]
 
 
@@ -333,7 +336,7 @@ def _spec_values(spec: EndpointSpec) -> tuple[Any, ...]:
     )
 
 
-#: The columns of an :class:`EndpointState`, in :func:`_state`'s order.
+#: The columns of an :class:`EndpointState`.
 _STATE = (
     "name, url, events, configured, enabled, disabled_reason, disabled_at, last_success_at, "
     "failing_since, last_error, last_error_at, created_at, source, description, updated_at"
@@ -341,33 +344,24 @@ _STATE = (
 
 
 def _state(r: Any) -> EndpointState:
-    return EndpointState(
-        name=r[0],
-        url=r[1],
-        events=tuple(json.loads(r[2])),
-        configured=bool(r[3]),
-        enabled=bool(r[4]),
-        disabled_reason=r[5],
-        disabled_at=r[6],
-        last_success_at=r[7],
-        failing_since=r[8],
-        last_error=r[9],
-        last_error_at=r[10],
-        created_at=r[11],
-        source=r[12],
-        description=r[13],
-        updated_at=r[14],
+    return from_row(
+        EndpointState,
+        r,
+        events=tuple(json.loads(r["events"])),
+        configured=bool(r["configured"]),
+        enabled=bool(r["enabled"]),
     )
 
 
+#: The columns of a :class:`StoredEndpoint`.
+_STORED = "name, spec, description, secret, previous_secret, previous_until, revision, enabled"
+
+
 def _stored(r: Any) -> StoredEndpoint:
-    return StoredEndpoint(
-        name=r[0],
-        spec=json.loads(r[1]),
-        description=r[2],
-        secret=r[3],
-        previous_secret=r[4],
-        previous_until=r[5],
-        revision=int(r[6]),
-        enabled=bool(r[7]),
+    return from_row(
+        StoredEndpoint,
+        r,
+        spec=json.loads(r["spec"]),
+        revision=int(r["revision"]),
+        enabled=bool(r["enabled"]),
     )

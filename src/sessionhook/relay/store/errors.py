@@ -6,14 +6,6 @@ from pathlib import Path
 
 from sessionhook.wording import counted
 
-__all__ = [
-    "EndpointConflictError",
-    "EndpointLimitError",
-    "StoreError",
-    "StoreFullError",
-    "StoreUnwritableError",
-]
-
 
 class StoreError(Exception):
     """The store cannot do what was asked; the message says why and names the file."""

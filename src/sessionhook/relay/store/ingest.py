@@ -14,7 +14,7 @@ from typing import Any
 from sessionhook.api.models import Activity, Session, parse_timestamp
 
 from ..domain.events import Event, matches, payload_matches
-from ..domain.rows import Ingested, SessionRow
+from ..domain.rows import Ingested, SessionRow, from_row
 from . import codec
 from .bodies import Bodies, raw_hints
 from .dialect import Connection, Database, first_value
@@ -22,34 +22,15 @@ from .endpoints import EndpointQueries
 from .errors import StoreError
 from .policy import call, read, write
 
-__all__ = ["Ingest", "advance_cursor", "list_sessions"]
-
 _SESSION_COLUMNS = (
     "name, id, title, state, url, source, create_time, update_time, raw, first_seen_at, "
     "baseline, polled_update_time, activity_cursor, last_polled_at, next_poll_at, poll_errors"
 )
 
 
-def session_row(r: Sequence[Any]) -> SessionRow:
+def session_row(r: Any) -> SessionRow:
     """A ``sessions`` row (:data:`_SESSION_COLUMNS`) as a :class:`SessionRow`."""
-    return SessionRow(
-        name=r[0],
-        id=r[1],
-        title=r[2],
-        state=r[3],
-        url=r[4],
-        source=r[5],
-        create_time=r[6],
-        update_time=r[7],
-        raw=json.loads(r[8]),
-        first_seen_at=r[9],
-        baseline=bool(r[10]),
-        polled_update_time=r[11],
-        activity_cursor=r[12],
-        last_polled_at=r[13],
-        next_poll_at=r[14],
-        poll_errors=r[15],
-    )
+    return from_row(SessionRow, r, raw=json.loads(r["raw"]), baseline=bool(r["baseline"]))
 
 
 def get_session(conn: Connection, name: str) -> SessionRow | None:
@@ -114,7 +95,7 @@ class Ingest:
         wire = session.to_wire()
         with self._db.tx() as c:
             old = c.execute("SELECT raw FROM sessions WHERE name = ?", (session.name,)).fetchone()
-            merged = {**json.loads(old[0]), **wire} if old else wire
+            merged = {**json.loads(old["raw"]), **wire} if old else wire
             full = Session.model_validate(merged)
             source = full.source_context.source if full.source_context else ""
             c.execute(
@@ -158,7 +139,7 @@ class Ingest:
         row = self._db.conn.execute(
             "SELECT account FROM sessions WHERE name = ?", (name,)
         ).fetchone()
-        return None if row is None else str(row[0])
+        return None if row is None else str(row["account"])
 
     @write
     def schedule_poll(
@@ -228,10 +209,10 @@ class Ingest:
             row = c.execute(
                 "SELECT account FROM sessions WHERE name = ?", (batch[0].session_name,)
             ).fetchone()
-            account = None if row is None else row[0]
+            account = None if row is None else row["account"]
         endpoints = self._endpoints.subscribers(account) if deliver else []
         known = {
-            row[0]
+            row["id"]
             for row in c.execute(
                 "SELECT id FROM events WHERE id IN (SELECT value FROM json_each(?))",
                 (json.dumps([e.id for e in batch]),),
@@ -299,7 +280,9 @@ class Ingest:
         row = self._db.conn.execute(
             "SELECT raw, create_time FROM activities WHERE name = ?", (name,)
         ).fetchone()
-        return None if row is None else codec.decode_raw(row[0], raw_hints(name, row[1]))
+        if row is None:
+            return None
+        return codec.decode_raw(row["raw"], raw_hints(name, row["create_time"]))
 
     @write
     def ingest_session_events(
@@ -420,7 +403,7 @@ class Ingest:
         # are a range of the primary key (``<session>/activities/...``; '0' follows '/'),
         # or, named otherwise, found by ``session_ref`` (see codec.session_ref).
         rows = self._db.conn.execute(
-            "SELECT rowid, create_time FROM activities "
+            "SELECT rowid AS position, create_time FROM activities "
             "WHERE ((name >= ? AND name < ?) OR session_ref = ?) "
             "AND session_name = ? AND kind = ? ORDER BY rowid",
             (
@@ -432,19 +415,20 @@ class Ingest:
             ),
         ).fetchall()
         best: tuple[float, int] | None = None
-        for rowid, create_time in rows:
+        for r in rows:
             try:
-                moment = parse_timestamp(create_time).timestamp()
+                moment = parse_timestamp(r["create_time"]).timestamp()
             except ValueError:
                 moment = 0.0
             if best is None or moment >= best[0]:
-                best = (moment, rowid)
+                best = (moment, r["position"])
         if best is None:
             return None
-        raw, name, created = self._db.conn.execute(
+        row = self._db.conn.execute(
             "SELECT raw, name, create_time FROM activities WHERE rowid = ?", (best[1],)
         ).fetchone()
-        return Activity.model_validate_json(codec.decode_raw(raw, raw_hints(name, created)))
+        raw = codec.decode_raw(row["raw"], raw_hints(row["name"], row["create_time"]))
+        return Activity.model_validate_json(raw)
 
 
 def advance_cursor(

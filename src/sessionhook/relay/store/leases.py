@@ -1,29 +1,10 @@
-"""The lease protocol's queries (the leases role): replicas, claims and named leases.
-
-Several ``sessionhook run`` processes (replicas) may share one PostgreSQL store; with
-SQLite there is one (the daemon lock), and the same protocol simply never meets a rival.
-
-* A replica registers once (:meth:`Leases.register_replica`: a random id, its host,
-  pid and lease) and heartbeats (:meth:`Leases.heartbeat_replica`). It is **alive**
-  while ``heartbeat_at + lease`` has not passed and it has not stopped
-  (:data:`LIVE_REPLICAS`).
-* A claim is an owner on a row: an outbox head (``outbox_heads.claimed_by``: the one
-  delivery of that (endpoint, session) in flight), a session (``sessions.poll_owner``: its
-  activity poll), or a named lease (``leases``: an account's poller). A claim lives exactly
-  as long as its owner: its expiry is the owner's ``heartbeat_at + lease``, so a heartbeat
-  (one row) extends every claim at once and never locks a claimed row. A claim may be
-  taken when it is free, its owner is not alive, or it is the taker's already
-  (:data:`TAKEABLE`); only its owner releases it; a recorded attempt releases its head's
-  claim in the transaction that records it (see ``outbox.py``).
-* A replica that dies (``kill -9``) leaves its claims behind; they are free once its lease
-  has run out after its last heartbeat. A replica that stops cleanly releases everything
-  at once (:meth:`Leases.retire_replica`); one known dead sooner (its pid is gone)
-  is reaped (:meth:`Leases.reap_replicas`).
-
-Claims are only taken by a registered store handle (the daemon's). Operator commands and
-tests that never register read without claiming, and still skip other replicas' live
-claims. Times are Unix seconds from each replica's clock: replicas' clocks must agree to
-well within a lease (NTP).
+"""The lease protocol's queries (the leases role): replicas, their claims on outbox heads
+and session polls, and named leases (``docs/replicas.md``). A claim lives as long as its
+owner is alive (:data:`LIVE_REPLICAS`: ``heartbeat_at + lease`` not passed, not stopped),
+so one heartbeat extends them all; it may be taken when free, its owner dead, or the
+taker's already (:data:`TAKEABLE`). Only a registered handle (the daemon's) claims; with
+SQLite there is one daemon, and the protocol never meets a rival. Times are each replica's
+clock: replicas' clocks must agree to well within a lease (NTP).
 """
 
 from __future__ import annotations
@@ -31,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .dialect import Connection, Database
+from ..domain.rows import from_row
+from .dialect import Connection, Database, first_value
 from .policy import call, try_write, write
 
 #: Replicas not heard of for this long, or stopped this long ago, are forgotten.
@@ -194,37 +176,35 @@ class Leases:
     @call
     def replicas(self) -> list[ReplicaRow]:
         """Every replica known (running, or stopped within a day), with what it holds."""
-        deliveries = dict(
-            self._db.conn.execute(
-                "SELECT claimed_by, COUNT(*) FROM outbox_heads "
+        conn = self._db.conn
+        deliveries = {
+            r["owner"]: int(r["n"])
+            for r in conn.execute(
+                "SELECT claimed_by AS owner, COUNT(*) AS n FROM outbox_heads "
                 "WHERE claimed_by IS NOT NULL GROUP BY claimed_by"
-            ).fetchall()
-        )
-        polls = dict(
-            self._db.conn.execute(
-                "SELECT poll_owner, COUNT(*) FROM sessions "
+            )
+        }
+        polls = {
+            r["owner"]: int(r["n"])
+            for r in conn.execute(
+                "SELECT poll_owner AS owner, COUNT(*) AS n FROM sessions "
                 "WHERE poll_owner IS NOT NULL GROUP BY poll_owner"
-            ).fetchall()
-        )
+            )
+        }
         held: dict[str, list[str]] = {}
-        for name, owner in self._db.conn.execute("SELECT name, owner FROM leases ORDER BY name"):
-            held.setdefault(owner, []).append(name)
-        rows = self._db.conn.execute(
+        for r in conn.execute("SELECT name, owner FROM leases ORDER BY name"):
+            held.setdefault(r["owner"], []).append(r["name"])
+        rows = conn.execute(
             "SELECT id, host, pid, started_at, heartbeat_at, lease, stopped_at FROM replicas "
             "ORDER BY started_at, id"
         ).fetchall()
         return [
-            ReplicaRow(
-                id=r[0],
-                host=r[1],
-                pid=int(r[2]),
-                started_at=float(r[3]),
-                heartbeat_at=float(r[4]),
-                lease=float(r[5]),
-                stopped_at=None if r[6] is None else float(r[6]),
-                deliveries=int(deliveries.get(r[0], 0)),
-                polls=int(polls.get(r[0], 0)),
-                leases=tuple(held.get(r[0], ())),
+            from_row(
+                ReplicaRow,
+                r,
+                deliveries=deliveries.get(r["id"], 0),
+                polls=polls.get(r["id"], 0),
+                leases=tuple(held.get(r["id"], ())),
             )
             for r in rows
         ]
@@ -244,9 +224,9 @@ class Leases:
         ).fetchall()
         wanted = None if ids is None else set(ids)
         return {
-            int(r[0]): (str(r[1]), float(r[2]))
+            int(r["delivery_id"]): (str(r["claimed_by"]), float(r["claimed_at"]))
             for r in rows
-            if wanted is None or int(r[0]) in wanted
+            if wanted is None or int(r["delivery_id"]) in wanted
         }
 
     @call
@@ -254,12 +234,12 @@ class Leases:
         """Per endpoint: replica id -> outbox heads it holds a live claim on at ``now``
         (deliveries in flight)."""
         out: dict[str, dict[str, int]] = {}
-        for endpoint, owner, count in self._db.conn.execute(
-            "SELECT endpoint, claimed_by, COUNT(*) FROM outbox_heads "
+        for r in self._db.conn.execute(
+            "SELECT endpoint, claimed_by, COUNT(*) AS n FROM outbox_heads "
             f"WHERE claimed_by IN ({LIVE_REPLICAS}) GROUP BY endpoint, claimed_by",
             (now,),
         ):
-            out.setdefault(endpoint, {})[owner] = int(count)
+            out.setdefault(r["endpoint"], {})[r["claimed_by"]] = int(r["n"])
         return out
 
     @write
@@ -328,7 +308,7 @@ class Leases:
                 (name, owner, now, now),
             )
             holder = c.execute("SELECT owner FROM leases WHERE name = ?", (name,)).fetchone()
-        return holder is not None and holder[0] == owner
+        return holder is not None and holder["owner"] == owner
 
     @call
     def release_lease(self, name: str) -> None:
@@ -344,18 +324,19 @@ class Leases:
         """When the named lease's holder stops being alive if it heartbeats no more (its
         last heartbeat plus its lease; Unix seconds), so a standby can try right then;
         ``None`` when nobody running holds it."""
-        value = self._db.conn.execute(
+        value = first_value(
+            self._db.conn,
             "SELECT r.heartbeat_at + r.lease FROM leases l JOIN replicas r ON r.id = l.owner "
             "WHERE l.name = ? AND r.stopped_at IS NULL",
             (name,),
-        ).fetchone()
-        return None if value is None or value[0] is None else float(value[0])
+        )
+        return None if value is None else float(value)
 
     @call
     def leases(self) -> list[LeaseRow]:
         """Every named lease, by name."""
         rows = self._db.conn.execute("SELECT name, owner, acquired_at FROM leases ORDER BY name")
-        return [LeaseRow(r[0], r[1], float(r[2])) for r in rows]
+        return [from_row(LeaseRow, r) for r in rows]
 
 
 def _release_all(c: Connection, owner: str, now: float) -> None:

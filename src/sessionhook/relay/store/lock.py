@@ -1,19 +1,9 @@
-"""One daemon per store: an OS-level lock beside the database.
-
-Two daemons on one database would both poll and both deliver: every event would reach the
-consumers twice. :func:`acquire_daemon_lock` takes an exclusive ``flock(2)`` on
-``<database>.lock`` and writes the holder's PID into it. The kernel releases the lock when
-the process ends, however it ends (``kill -9`` included), so a stale lock never blocks a
-restart: a leftover file with an old PID is simply locked again.
-
-Only the daemon (``sessionhook run``, ``--once`` too) takes the lock. Operator commands
-(``status``, ``deliveries``, ``replay``, ``endpoints enable``...) never do: they read a WAL
-snapshot or write through SQLite's own locking while the daemon runs.
-
-``flock`` is advisory and local: it holds between processes of one machine on a local
-filesystem, which is where a SQLite store must live anyway (SQLite's own locks are not
-reliable over NFS either). A PostgreSQL store takes no such lock: several relays may share
-one database (their writes are serialized by the database, see :mod:`.postgres`).
+"""One daemon per SQLite store: :func:`acquire_daemon_lock` takes an exclusive ``flock(2)``
+on ``<database>.lock`` and writes the holder's PID into it (two daemons on one database
+would deliver every event twice). The kernel releases it when the process ends, however it
+ends, so a stale lock never blocks a restart. Only the daemon takes it; operator commands
+read or write through SQLite's own locking. ``flock`` holds on a local filesystem, where a
+SQLite store must live anyway; a PostgreSQL store takes none (replicas share it).
 """
 
 from __future__ import annotations
@@ -25,8 +15,6 @@ import os
 from pathlib import Path
 
 from .errors import StoreError
-
-__all__ = ["DaemonLock", "StoreLockedError", "acquire_daemon_lock", "lock_path"]
 
 
 class StoreLockedError(StoreError):

@@ -1,5 +1,5 @@
 """Reading the event archive and the delivery log: the column lists, the row builders and the
-filtered delivery list that the operator's queries (:mod:`.ops_queries`) and the console's
+attempt list that the operator's queries (:mod:`.ops_queries`) and the console's
 (:mod:`.console_queries`) share."""
 
 from __future__ import annotations
@@ -7,74 +7,38 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..domain.rows import DeliveryRow, EventRow
-from .bodies import Bodies
+from ..domain.rows import AttemptRow, DeliveryRow, EventRow, from_row
+from .bodies import BODY_COLUMNS, Bodies
 from .dialect import Connection
-
-__all__ = [
-    "DELIVERY_COLUMNS",
-    "EVENT_COLUMNS",
-    "EVENT_FROM",
-    "deliveries_where",
-    "delivery_row",
-    "event_row",
-    "where",
-]
 
 # waiting_on: the oldest open delivery of the same (endpoint, session), when it is an
 # earlier one: the dispatcher sends only that one (store.due_deliveries), so this row
 # waits for it whatever its own next_attempt_at says. Served by deliveries_open.
 DELIVERY_COLUMNS = (
-    "d.id, d.event_id, e.type, d.endpoint, d.session_name, d.status, d.attempts, "
+    "d.id, d.event_id, e.type AS event_type, d.endpoint, d.session_name, d.status, d.attempts, "
     "d.next_attempt_at, d.created_at, d.updated_at, d.delivered_at, d.last_status_code, "
     "d.last_error, d.replayed, "
     "CASE WHEN d.status IN ('pending', 'failed') THEN (SELECT MIN(o.id) FROM deliveries o "
     "WHERE o.endpoint = d.endpoint AND o.session_name = d.session_name "
-    "AND o.status IN ('pending', 'failed') AND o.id < d.id) END"
+    "AND o.status IN ('pending', 'failed') AND o.id < d.id) END AS waiting_on"
 )
 
 # The body is stored compressed against its reference and activity (see codec.py).
 EVENT_COLUMNS = (
     "e.seq, e.id, e.session_name, e.type, e.activity_name, e.occurred_at, e.occurred_ts, "
-    "e.created_at, e.body, e.body_ref, a.raw, a.name, a.create_time"
+    "e.created_at, " + BODY_COLUMNS
 )
 EVENT_FROM = "FROM events e LEFT JOIN activities a ON a.name = e.activity_name"
 
 
-def delivery_row(r: Sequence[Any]) -> DeliveryRow:
+def delivery_row(r: Any) -> DeliveryRow:
     """A row of :data:`DELIVERY_COLUMNS` as a :class:`DeliveryRow`."""
-    return DeliveryRow(
-        id=r[0],
-        event_id=r[1],
-        event_type=r[2],
-        endpoint=r[3],
-        session_name=r[4],
-        status=r[5],
-        attempts=r[6],
-        next_attempt_at=r[7],
-        created_at=r[8],
-        updated_at=r[9],
-        delivered_at=r[10],
-        last_status_code=r[11],
-        last_error=r[12],
-        replayed=bool(r[13]),
-        waiting_on=r[14],
-    )
+    return from_row(DeliveryRow, r, replayed=bool(r["replayed"]))
 
 
-def event_row(bodies: Bodies, r: Sequence[Any]) -> EventRow:
+def event_row(bodies: Bodies, r: Any) -> EventRow:
     """A row of :data:`EVENT_COLUMNS` as an :class:`EventRow`, its body decoded."""
-    return EventRow(
-        seq=r[0],
-        id=r[1],
-        session_name=r[2],
-        type=r[3],
-        activity_name=r[4],
-        occurred_at=r[5],
-        occurred_ts=r[6],
-        created_at=r[7],
-        body=bodies.decode(r[8], r[9], r[10], r[11], r[12]),
-    )
+    return from_row(EventRow, r, body=bodies.decode_row(r))
 
 
 def where(*clauses: tuple[str, object | None]) -> tuple[str, list[object]]:
@@ -86,28 +50,11 @@ def where(*clauses: tuple[str, object | None]) -> tuple[str, list[object]]:
     return "WHERE " + " AND ".join(sql for sql, _ in used), [value for _, value in used]
 
 
-def deliveries_where(
-    conn: Connection,
-    clauses: Sequence[tuple[str, object | None]],
-    limit: int,
-    by_session: bool = False,
-) -> list[DeliveryRow]:
-    """Deliveries matching every clause whose value is not ``None``, newest first.
-
-    ``by_session``: a session's deliveries are reached through its events
-    (``events_by_session``, then ``deliveries_by_event``), whatever else filters: SQLite
-    joins in the written order after ``CROSS JOIN`` (without it the planner, which has
-    no statistics, walked the endpoint's whole index; since 0008 no index holds
-    (endpoint, session)). PostgreSQL plans it as any inner join."""
-    text, params = where(*clauses)
-    source = (
-        "events e CROSS JOIN deliveries d"
-        if by_session
-        else "deliveries d JOIN events e ON e.id = d.event_id"
-    )
-    text = f"{text} AND e.id = d.event_id" if by_session else text
+def find_attempts(conn: Connection, clause: str, params: Sequence[Any]) -> list[AttemptRow]:
+    """The logged attempts ``WHERE clause``, in order (by delivery, then attempt)."""
     rows = conn.execute(
-        f"SELECT {DELIVERY_COLUMNS} FROM {source} {text} ORDER BY d.id DESC LIMIT ?",
-        (*params, limit),
+        "SELECT id, delivery_id, attempt, started_at, duration_ms, status_code, error, "
+        f"response_body FROM attempts WHERE {clause} ORDER BY delivery_id, attempt, id",
+        tuple(params),
     ).fetchall()
-    return [delivery_row(r) for r in rows]
+    return [from_row(AttemptRow, r) for r in rows]

@@ -6,8 +6,6 @@ from __future__ import annotations
 from .dialect import Database, first_value
 from .policy import call, read, try_write, write
 
-__all__ = ["MetaQueries"]
-
 
 class MetaQueries:
     """The meta role over one database."""

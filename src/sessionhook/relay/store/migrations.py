@@ -1,23 +1,9 @@
-"""The schema's history: every migration, in the order it applies, for both engines, and the
-one runner that applies them (the only way the schema changes).
-
-A migration is one entry of :data:`MIGRATIONS`. Its statements are written once where SQLite
-and PostgreSQL accept the same text, a ``{word}`` standing for what the two spell differently
-(:attr:`Engine.words`: PostgreSQL wants ``DOUBLE PRECISION``, ``BYTEA``, identity columns
-and ``COLLATE "C"`` where text is ordered byte by byte, as SQLite compares); an :class:`Each`
-holds the statements of each engine side by side where they really differ (triggers, a
-table rebuilt). Differences a query could notice are avoided by construction: flags and
-summed counters are ``INTEGER`` on both, and PostgreSQL's ``activities`` declares the
-``rowid`` SQLite has implicitly (the order activities were archived in). What each table
-and column holds: docs/store.md.
-
-:func:`migrate` applies the pending migrations in order, all in ONE transaction with their
-bookkeeping rows, under the engine's write lock (SQLite's ``BEGIN IMMEDIATE``, a PostgreSQL
-advisory lock), reading what is pending again under it: two relays starting together never
-both migrate, and a failing migration leaves no trace. The names applied are recorded where
-every earlier version recorded them (:attr:`Engine.bookkeeping`), so that all versions read
-one history: a database holding a name this version does not know was written by a newer
-sessionhook and is refused; one holding tables but no migration of ours is not ours.
+"""The schema's history: every migration, in the order it applies, for both engines
+(:data:`MIGRATIONS`), and the one runner that applies them (:func:`migrate`, the only way the
+schema changes). A statement is written once where SQLite and PostgreSQL accept the same
+text, a ``{word}`` standing for what they spell differently (:attr:`Engine.words`); an
+:class:`Each` holds each engine's statements side by side where they really differ. How
+they apply and are recorded: ``docs/store.md``, "Migrations".
 """
 
 from __future__ import annotations
@@ -32,18 +18,6 @@ from typing import Any, Protocol
 
 from . import codec
 from .errors import StoreError
-
-__all__ = [
-    "MIGRATIONS",
-    "POSTGRES",
-    "SQLITE",
-    "Each",
-    "Engine",
-    "Migration",
-    "check_current",
-    "migrate",
-    "pending",
-]
 
 #: First key of the per-(endpoint, session) ``pg_advisory_xact_lock(class, hash)`` of the
 #: outbox heads (the two-key space never meets the one-key locks).

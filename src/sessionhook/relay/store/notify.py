@@ -1,18 +1,11 @@
 """Wake-ups between replicas on PostgreSQL: ``LISTEN``/``NOTIFY`` on :data:`OUTBOX_CHANNEL`.
 
-Who notifies: the database itself. A statement-level trigger on ``deliveries`` (migration
-``0007_replicas`` of the PostgreSQL schema) calls ``pg_notify`` whenever rows are inserted
-(ingest, replay, operator commands), and the store notifies when it gives claims back (a
-clean stop, a reaped replica, heads handed out and not started). PostgreSQL delivers a
-notification when its transaction commits, to every listening connection, at most once per
-transaction and channel.
-
-Who listens: every replica's daemon (:func:`listen`), on a connection of its own, and wakes
-its dispatcher. A notification is only a hint: the dispatcher's timer (at most a second)
-backs it up, so a listener that lost its connection costs latency, never a delivery; it
+A statement-level trigger on ``deliveries`` notifies when rows are inserted, and the store
+when it gives claims back; PostgreSQL delivers it at commit. Every replica's daemon listens
+(:func:`listen`) on a connection of its own and wakes its dispatcher. A notification is
+only a hint (the dispatcher's timer backs it up): a listener that lost its connection
 reconnects with a growing delay (``store.listen_failed``) and wakes the dispatcher once it
-listens again (what it missed meanwhile). SQLite needs none of this: one process, whose
-poller wakes its dispatcher directly.
+listens again. SQLite needs none of this: one process.
 """
 
 from __future__ import annotations
@@ -23,8 +16,6 @@ import anyio
 
 from ..config.database_url import display_url
 from ..telemetry.logs import get_logger
-
-__all__ = ["OUTBOX_CHANNEL", "listen"]
 
 #: The channel of "deliveries were enqueued or claims released: look at the outbox".
 OUTBOX_CHANNEL = "sessionhook_outbox"

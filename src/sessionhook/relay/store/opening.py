@@ -19,16 +19,6 @@ from .core import StoreCore
 from .errors import StoreError
 from .sqlite import Store
 
-__all__ = [
-    "NamedStoreSettings",
-    "StoreSettings",
-    "configured_errors",
-    "database_errors",
-    "describe_store",
-    "open_store",
-    "store_failures",
-]
-
 #: The engines as :func:`describe_store` names them.
 SQLITE, POSTGRESQL = "sqlite", "postgresql"
 

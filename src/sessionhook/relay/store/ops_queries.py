@@ -22,8 +22,9 @@ from ..domain.rows import (
     SessionRow,
     StatusSummary,
     UpstreamSummary,
+    from_row,
 )
-from .bodies import Bodies
+from .bodies import BODY_COLUMNS, Bodies
 from .dialect import Database, first_value
 from .endpoints import EndpointQueries
 from .errors import StoreError
@@ -32,9 +33,9 @@ from .log_rows import (
     DELIVERY_COLUMNS,
     EVENT_COLUMNS,
     EVENT_FROM,
-    deliveries_where,
     delivery_row,
     event_row,
+    find_attempts,
     where,
 )
 from .meta import MetaQueries
@@ -42,8 +43,6 @@ from .outbox import Outbox
 from .policy import call, write
 from .refusals import Refusals
 from .requeue import Requeue
-
-__all__ = ["OperatorQueries"]
 
 _FETCH = 500
 _HOUR = 3600.0
@@ -94,29 +93,33 @@ class OperatorQueries:
         """Figures for ``sessionhook status``: per endpoint and upstream, at ``now``."""
         hour_ago = now - _HOUR
         open_rows = self._outbox.outbox_stats()
+        conn = self._db.conn
         final = {
-            (ep, status): n
-            for ep, status, n in self._db.conn.execute(
-                "SELECT endpoint, status, COUNT(*) FROM deliveries "
+            (r["endpoint"], r["status"]): r["n"]
+            for r in conn.execute(
+                "SELECT endpoint, status, COUNT(*) AS n FROM deliveries "
                 "WHERE status IN ('delivered', 'dead') AND updated_at >= ? "
                 "GROUP BY endpoint, status",
                 (hour_ago,),
             )
         }
-        dead_total = dict(
-            self._db.conn.execute(
-                "SELECT endpoint, COUNT(*) FROM deliveries WHERE status = 'dead' GROUP BY endpoint"
-            ).fetchall()
-        )
-        failed = dict(
-            self._db.conn.execute(
-                "SELECT d.endpoint, COUNT(*) FROM attempts a JOIN deliveries d "
+        dead_total = {
+            r["endpoint"]: r["n"]
+            for r in conn.execute(
+                "SELECT endpoint, COUNT(*) AS n FROM deliveries WHERE status = 'dead' "
+                "GROUP BY endpoint"
+            )
+        }
+        failed = {
+            r["endpoint"]: r["n"]
+            for r in conn.execute(
+                "SELECT d.endpoint, COUNT(*) AS n FROM attempts a JOIN deliveries d "
                 "ON d.id = a.delivery_id WHERE a.started_at >= ? "
                 "AND (a.status_code IS NULL OR a.status_code NOT BETWEEN 200 AND 299) "
                 "GROUP BY d.endpoint",
                 (hour_ago,),
-            ).fetchall()
-        )
+            )
+        }
         summaries = []
         for st in self._endpoints.endpoint_states():
             count, oldest = open_rows.get(st.name, (0, None))
@@ -141,13 +144,14 @@ class OperatorQueries:
             )
         # status: the HTTP status, -1 no answer, -2 a malformed 2xx answer. An error is
         # anything but a 2xx and a 429 (throttling has its own figure).
-        upstream = self._db.conn.execute(
-            "SELECT COALESCE(SUM(count), 0), "
-            "COALESCE(SUM(CASE WHEN status = 429 THEN count END), 0), "
+        upstream = conn.execute(
+            "SELECT COALESCE(SUM(count), 0) AS requests_last_hour, "
+            "COALESCE(SUM(CASE WHEN status = 429 THEN count END), 0) AS throttled_last_hour, "
             "COALESCE(SUM(CASE WHEN status < 0 OR (status >= 300 AND status != 429) "
-            "THEN count END), 0), "
-            "COALESCE(SUM(CASE WHEN status IN (401, 403) THEN count END), 0), "
-            "COALESCE(SUM(CASE WHEN status = -2 THEN count END), 0) "
+            "THEN count END), 0) AS errors_last_hour, "
+            "COALESCE(SUM(CASE WHEN status IN (401, 403) THEN count END), 0) "
+            "AS rejected_last_hour, "
+            "COALESCE(SUM(CASE WHEN status = -2 THEN count END), 0) AS malformed_last_hour "
             "FROM upstream_requests WHERE minute >= ?",
             (int(hour_ago // 60),),
         ).fetchone()
@@ -156,18 +160,15 @@ class OperatorQueries:
         return StatusSummary(
             now=now,
             endpoints=tuple(summaries),
-            upstream=UpstreamSummary(
+            upstream=from_row(
+                UpstreamSummary,
+                upstream,
                 last_poll_at=None if last_poll is None else float(last_poll),
                 last_ok_poll_at=None if last_ok is None else float(last_ok),
-                requests_last_hour=upstream[0],
-                throttled_last_hour=upstream[1],
-                errors_last_hour=upstream[2],
-                rejected_last_hour=upstream[3],
-                malformed_last_hour=upstream[4],
             ),
-            sessions=int(first_value(self._db.conn, "SELECT COUNT(*) FROM sessions")),
-            activities=int(first_value(self._db.conn, "SELECT COUNT(*) FROM activities")),
-            events=int(first_value(self._db.conn, "SELECT COUNT(*) FROM events")),
+            sessions=int(first_value(conn, "SELECT COUNT(*) FROM sessions")),
+            activities=int(first_value(conn, "SELECT COUNT(*) FROM activities")),
+            events=int(first_value(conn, "SELECT COUNT(*) FROM events")),
             baseline_complete=self._meta.is_baseline_complete(),
             refused=self._refusals.refused_summary(hour_ago),
         )
@@ -191,7 +192,8 @@ class OperatorQueries:
             (st.last_success_at if st.last_success_at is not None else 0.0, st.name),
         ).fetchone()
         # Pruned attempts (the delivery log's retention) leave the stored clock.
-        found = [float(v) for v in (None if row is None else row[0], st.failing_since) if v]
+        first = None if row is None else row["started_at"]
+        found = [float(v) for v in (first, st.failing_since) if v]
         return min(found, default=None)
 
     @call
@@ -204,26 +206,43 @@ class OperatorQueries:
         *,
         event_id: str | None = None,
         before_id: int | None = None,
+        event_type: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
     ) -> list[DeliveryRow]:
-        """Deliveries, newest first, filtered by any of endpoint, status, session, event;
-        ``before_id`` pages further back (ids below it)."""
+        """Deliveries, newest first, filtered by any of endpoint, status, session, event
+        (its id is the ``webhook-id``), event type and creation time (``since`` inclusive,
+        ``until`` exclusive); ``before_id`` pages further back (ids below it).
+
+        A session's deliveries (no event named) are reached through its events
+        (``events_by_session``, then ``deliveries_by_event``), and the endpoint and status
+        only sort out the rows found (``|| ''``: an expression no index serves): SQLite
+        joins in the written order after ``CROSS JOIN`` (without it the planner, which has
+        no statistics, walked the endpoint's whole index; no index holds (endpoint,
+        session)). PostgreSQL plans it as any inner join."""
         by_session = session is not None and event_id is None
-        # Reached through the session's events, endpoint and status only filter the rows
-        # found (``|| ''``: an expression no index serves, so SQLite does not walk the
-        # endpoint's index once per event instead).
         no_index = " || ''" if by_session else ""
-        return deliveries_where(
-            self._db.conn,
-            (
-                (f"d.endpoint{no_index} = ?", endpoint),
-                (f"d.status{no_index} = ?", status),
-                ("e.session_name = ?", session),
-                ("d.event_id = ?", event_id),
-                ("d.id < ?", before_id),
-            ),
-            limit,
-            by_session=by_session,
+        text, params = where(
+            (f"d.endpoint{no_index} = ?", endpoint),
+            (f"d.status{no_index} = ?", status),
+            ("d.created_at >= ?", since),
+            ("d.created_at < ?", until),
+            ("d.id < ?", before_id),
+            ("e.session_name = ?", session),
+            ("d.event_id = ?", event_id),
+            ("e.type = ?", event_type),
         )
+        source = (
+            "events e CROSS JOIN deliveries d"
+            if by_session
+            else "deliveries d JOIN events e ON e.id = d.event_id"
+        )
+        text = f"{text} AND e.id = d.event_id" if by_session else text
+        rows = self._db.conn.execute(
+            f"SELECT {DELIVERY_COLUMNS} FROM {source} {text} ORDER BY d.id DESC LIMIT ?",
+            (*params, limit),
+        ).fetchall()
+        return [delivery_row(r) for r in rows]
 
     @call
     def get_delivery(self, delivery_id: int) -> DeliveryRow | None:
@@ -238,12 +257,7 @@ class OperatorQueries:
     @call
     def list_attempts(self, delivery_id: int) -> list[AttemptRow]:
         """The attempts of a delivery, first to last."""
-        rows = self._db.conn.execute(
-            "SELECT id, delivery_id, attempt, started_at, duration_ms, status_code, error, "
-            "response_body FROM attempts WHERE delivery_id = ? ORDER BY attempt, id",
-            (delivery_id,),
-        ).fetchall()
-        return [AttemptRow(*r) for r in rows]
+        return find_attempts(self._db.conn, "delivery_id = ?", (delivery_id,))
 
     @write
     def replay(
@@ -284,30 +298,24 @@ class OperatorQueries:
             ).fetchone()
             if row is None:
                 raise StoreError(f"unknown endpoint {endpoint!r}", path=self._db.path)
-            globs, conditions = json.loads(row[0]), json.loads(row[1] or "{}")
+            globs, conditions = json.loads(row["events"]), json.loads(row["filter"] or "{}")
             # Globs and payload conditions are applied here, in Python (no SQL function of
             # ours, see dialect.py): first on the few distinct types of the range, then,
             # for an endpoint with conditions, on the bodies of those events.
             types = [
-                t
-                for (t,) in c.execute(f"SELECT DISTINCT e.type FROM events e {text}", params)
-                if (not type_glob or fnmatchcase(t, type_glob)) and matches(globs, t)
+                r["type"]
+                for r in c.execute(f"SELECT DISTINCT e.type FROM events e {text}", params)
+                if (not type_glob or fnmatchcase(r["type"], type_glob))
+                and matches(globs, r["type"])
             ]
             # ``text`` is never empty: it holds the NOT EXISTS clause at least.
             text += " AND e.type IN (SELECT value FROM json_each(?))"
             params = [*params, json.dumps(types)]
             if conditions:
                 kept = [
-                    r[0]
-                    for r in c.execute(
-                        "SELECT e.id, e.body, e.body_ref, a.raw, a.name, a.create_time "
-                        "FROM events e LEFT JOIN activities a ON a.name = e.activity_name "
-                        f"{text}",
-                        params,
-                    )
-                    if payload_matches(
-                        conditions, json.loads(self._bodies.decode(r[1], r[2], r[3], r[4], r[5]))
-                    )
+                    r["id"]
+                    for r in c.execute(f"SELECT e.id, {BODY_COLUMNS} {EVENT_FROM} {text}", params)
+                    if payload_matches(conditions, json.loads(self._bodies.decode_row(r)))
                 ]
                 text += " AND e.id IN (SELECT value FROM json_each(?))"
                 params = [*params, json.dumps(kept)]
@@ -334,12 +342,13 @@ class OperatorQueries:
         to endpoint)`` for the selection of :meth:`replay` (types aside)."""
         text, params = where(*_selection(since, until, event_ids, session))
         row = self._db.conn.execute(
-            "SELECT COUNT(*), COALESCE(SUM(CASE WHEN EXISTS (SELECT 1 FROM deliveries o "
-            "WHERE o.event_id = e.id AND o.endpoint = ? AND o.status IN ('pending', 'failed')) "
-            f"THEN 1 ELSE 0 END), 0) FROM events e {text}",
+            "SELECT COUNT(*) AS selected, COALESCE(SUM(CASE WHEN EXISTS (SELECT 1 FROM "
+            "deliveries o WHERE o.event_id = e.id AND o.endpoint = ? "
+            f"AND o.status IN ('pending', 'failed')) THEN 1 ELSE 0 END), 0) AS open "
+            f"FROM events e {text}",
             (endpoint, *params),
         ).fetchone()
-        return int(row[0]), int(row[1])
+        return int(row["selected"]), int(row["open"])
 
     @write
     def retry_delivery(self, delivery_id: int) -> Retried | None:
@@ -409,23 +418,22 @@ class OperatorQueries:
             ).fetchall()
             for row in rows:
                 # The type glob is matched here (no SQL function of ours, see dialect.py).
-                if type_glob is None or fnmatchcase(row[3], type_glob):
+                if type_glob is None or fnmatchcase(row["type"], type_glob):
                     yield event_row(self._bodies, row)
             if len(rows) < _FETCH:
                 return
-            last = rows[-1][0]
+            last = rows[-1]["seq"]
 
     @call
     def event_seq(self, event_id: str) -> int | None:
         """The position (``seq``) of the event ``event_id`` in ingest order, or ``None``."""
-        row = self._db.conn.execute("SELECT seq FROM events WHERE id = ?", (event_id,)).fetchone()
-        return None if row is None else int(row[0])
+        seq = first_value(self._db.conn, "SELECT seq FROM events WHERE id = ?", (event_id,))
+        return None if seq is None else int(seq)
 
     @call
     def last_event_seq(self) -> int:
         """The position of the newest archived event (0 when there is none)."""
-        row = self._db.conn.execute("SELECT MAX(seq) FROM events").fetchone()
-        return 0 if row is None or row[0] is None else int(row[0])
+        return int(first_value(self._db.conn, "SELECT MAX(seq) FROM events") or 0)
 
     @call
     def events_after(
@@ -478,4 +486,4 @@ class OperatorQueries:
         rows = self._db.conn.execute(
             f"SELECT seq, id, type FROM events {text} ORDER BY seq LIMIT ?", [*params, limit]
         ).fetchall()
-        return [(int(r[0]), str(r[1]), str(r[2])) for r in rows]
+        return [(int(r["seq"]), str(r["id"]), str(r["type"])) for r in rows]

@@ -26,14 +26,12 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from ..domain.retry import AttemptResult, Dead, Decision, Delivered, DisableEndpoint, Retry
-from ..domain.rows import ActiveEndpoints, DueDelivery
-from .bodies import Bodies
+from ..domain.rows import OPEN_STATUSES, ActiveEndpoints, DueDelivery, from_row
+from .bodies import BODY_COLUMNS, Bodies
 from .dialect import Connection, Database, first_value
 from .errors import StoreError
 from .leases import TAKEABLE, Leases, ReplicaState
 from .policy import call, write, writes_when
-
-__all__ = ["CLAIM_SQL", "HEADS_SQL", "PRUNE_BATCH", "AttemptRecord", "Outbox", "Round", "rows_sql"]
 
 #: Rows deleted per transaction when pruning: the daemon's writes wait at most this long.
 PRUNE_BATCH = 2000
@@ -58,8 +56,8 @@ def rows_sql(count: int) -> str:
     tempted SQLite's planner into walking ``deliveries_by_update`` with a round's worth of
     ids (VM steps 25 -> 727 with a backlog)."""
     return (
-        "SELECT d.id, d.event_id, e.type, d.endpoint, ep.url, d.session_name, d.attempts, "
-        "e.body, e.body_ref, a.raw, a.name, a.create_time, d.created_at, d.status "
+        "SELECT d.id, d.event_id, e.type AS event_type, d.endpoint, ep.url, d.session_name, "
+        "d.attempts, d.created_at, d.status, " + BODY_COLUMNS + " "
         "FROM deliveries d "
         "JOIN endpoints ep ON ep.name = d.endpoint "
         "JOIN events e ON e.id = d.event_id "
@@ -141,7 +139,7 @@ class Outbox:
             CLAIM_SQL.format(values=values),
             (owner, now, *(v for key in keys for v in key), owner, now),
         )
-        return {int(r[0]) for r in cur.fetchall()}
+        return {int(r["delivery_id"]) for r in cur.fetchall()}
 
     @call
     def active_endpoints(self) -> list[str]:
@@ -149,7 +147,7 @@ class Outbox:
         a dispatcher round reads them once for :meth:`due_deliveries` and
         :meth:`next_due_at`."""
         return [
-            row[0]
+            row["name"]
             for row in self._db.conn.execute(
                 "SELECT name FROM endpoints WHERE enabled = 1 AND configured = 1 ORDER BY name"
             )
@@ -163,12 +161,14 @@ class Outbox:
         a round, the newest revision from the revisions' index)."""
         conn = self._db.conn
         rows = conn.execute(
-            "SELECT name, (SELECT MAX(revision) FROM endpoints) FROM endpoints "
+            "SELECT name, (SELECT MAX(revision) FROM endpoints) AS newest FROM endpoints "
             "WHERE enabled = 1 AND configured = 1 ORDER BY name"
         ).fetchall()
         # No endpoint active: the newest revision asked apart (a create makes one active).
-        newest = rows[0][1] if rows else first_value(conn, "SELECT MAX(revision) FROM endpoints")
-        return ActiveEndpoints([row[0] for row in rows], int(newest or 0))
+        newest = (
+            rows[0]["newest"] if rows else first_value(conn, "SELECT MAX(revision) FROM endpoints")
+        )
+        return ActiveEndpoints([row["name"] for row in rows], int(newest or 0))
 
     @call
     def due_deliveries(
@@ -211,20 +211,7 @@ class Outbox:
                 heads = self._due_heads(c, now, limit, set(busy), owner, caps, names)
                 taken = self._claim_heads(c, owner, now, heads) if heads else set()
                 rows = self._rows_of(c, [h[1] for h in heads if h[1] in taken])
-        return [
-            DueDelivery(
-                id=r[0],
-                event_id=r[1],
-                event_type=r[2],
-                endpoint=r[3],
-                url=r[4],
-                session_name=r[5],
-                attempts=r[6],
-                body=self._bodies.decode(r[7], r[8], r[9], r[10], r[11]),
-                created_at=r[12],
-            )
-            for r in rows
-        ]
+        return [from_row(DueDelivery, r, body=self._bodies.decode_row(r)) for r in rows]
 
     def _due_heads(
         self,
@@ -248,26 +235,24 @@ class Outbox:
                 continue
             taken = sum(1 for key in skip if key[0] == endpoint)
             heads = [
-                (float(at), int(delivery_id), endpoint, session_name)
-                for at, delivery_id, session_name in c.execute(
-                    sql, (endpoint, now, owner, now, cap + taken)
-                ).fetchall()
-                if (endpoint, session_name) not in skip
+                (float(h["next_attempt_at"]), int(h["delivery_id"]), endpoint, h["session_name"])
+                for h in c.execute(sql, (endpoint, now, owner, now, cap + taken)).fetchall()
+                if (endpoint, h["session_name"]) not in skip
             ]
             found += heads[:cap]
         found.sort(key=lambda h: (h[0], h[1]))
         return found[:limit]
 
-    def _rows_of(self, c: Connection, ids: list[int]) -> list[tuple[Any, ...]]:
+    def _rows_of(self, c: Connection, ids: list[int]) -> list[Any]:
         """The rows of the chosen deliveries, in the order of ``ids``, still open (one
         finished by another process between the two reads is left out)."""
         if not ids:
             return []
-        rows = {r[0]: r for r in c.execute(rows_sql(len(ids)), ids).fetchall()}
+        rows = {r["id"]: r for r in c.execute(rows_sql(len(ids)), ids).fetchall()}
         return [
             r
             for r in (rows.get(delivery_id) for delivery_id in ids)
-            if r is not None and r[13] in ("pending", "failed")
+            if r is not None and r["status"] in OPEN_STATUSES
         ]
 
     @call
@@ -411,7 +396,7 @@ class Outbox:
         ).fetchone()
         if row is None:
             raise StoreError(f"unknown delivery {delivery_id}", path=self._db.path)
-        endpoint, number = row[0], row[1]
+        endpoint, number = row["endpoint"], row["attempts"]
         s = state.get(endpoint)
         if s is None:
             s = state[endpoint] = {
@@ -516,7 +501,7 @@ class Outbox:
             n += 1
             with self._db.tx() as c:
                 ids = [
-                    r[0]
+                    r["id"]
                     for r in c.execute(
                         "SELECT id FROM deliveries WHERE status = 'delivered' "
                         "AND updated_at < ? ORDER BY updated_at LIMIT ?",
@@ -549,7 +534,7 @@ class Outbox:
             "SELECT body, content_type FROM rendered_bodies WHERE delivery_id = ?",
             (delivery_id,),
         ).fetchone()
-        return None if row is None else (bytes(row[0]), row[1])
+        return None if row is None else (bytes(row["body"]), row["content_type"])
 
 
 def _outcome(decision: Decision, finished: float) -> tuple[str, int, float | None, float | None]:

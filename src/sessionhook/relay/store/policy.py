@@ -1,28 +1,14 @@
 """How a store method meets a store that cannot be written or reached for now: its policy,
 declared once, on the method that implements it (or on an operator's function over the
-store), and read by the async door (:meth:`~.aio.AsyncStore.run`).
-
-* :func:`call`: once, in the store's thread; a failure is raised (a console page answers
-  503, an operator's action reports it). A function without a policy runs so.
-* :func:`read`: a read the poller cannot go on without: an unreachable database is waited
-  out (a full disk is not: reads need no space).
-* :func:`write`: a full disk or an unreachable database is waited out, then it commits
-  (nothing the poller archived or the dispatcher sent is lost).
-* :func:`try_write`: a statistic, skipped while the store cannot be written; the method
-  returns ``True`` and the door ``False`` when it skipped it or it failed.
-* :func:`writes_when`: a :func:`write` when a test of the call's arguments says it
-  writes, else a :func:`call` (the dispatcher's round).
-
-The decorators return the function itself, marked: its signature is kept, and a
-synchronous caller calls it as it is.
+store), and read by the async door (:meth:`~.aio.AsyncStore.run`). The decorators return
+the function itself, marked: a synchronous caller calls it as it is. The policies are
+tabled in ``docs/store.md``, "The async door".
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any, Final, Literal, TypeVar
-
-__all__ = ["Policy", "call", "policy_of", "read", "try_write", "write", "writes_when"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 B = TypeVar("B", bound=Callable[..., bool])

@@ -1,39 +1,17 @@
 """The PostgreSQL backend: :class:`PostgresDatabase` (``store.url = "postgresql://..."``) and
-:class:`PostgresStore`, the store on it.
+:class:`PostgresStore`, the store on it, through a ``psycopg_pool.ConnectionPool`` of
+autocommit connections binding parameters on the client side (``psycopg.ClientCursor``: an
+untyped ``? IS NULL`` is valid, as on SQLite).
 
-The queries are shared with SQLite (:mod:`.core`, written in the subset of :mod:`.dialect`);
-this module provides the connections, the transactions and the mapping of PostgreSQL's
-errors. psycopg 3 with a ``psycopg_pool.ConnectionPool``:
-
-Connections
-    Every pooled connection is in autocommit mode and binds parameters on the client side
-    (``psycopg.ClientCursor``: an untyped ``? IS NULL`` is valid, as on SQLite). A read
-    outside a transaction borrows a connection for ONE statement (the rows are buffered in
-    the cursor, the connection goes back at once): each read sees committed data, as a
-    SQLite read outside a transaction does. The pool checks a connection before lending
-    it, so a server restart costs the next statement a reconnect, not an error.
-
-Transactions
-    ``tx`` borrows a connection for the block, ``BEGIN`` ... ``COMMIT``, and every query
-    the block runs in this thread goes to it (a thread-local). A write transaction first
-    takes ``pg_advisory_xact_lock(WRITE_LOCK)``: writers are serialized as they are on
-    SQLite (``BEGIN IMMEDIATE``), so the read-then-write patterns of the queries stay
-    correct and triggers never deadlock, whichever process or thread writes. Reads never
-    wait for it. The hot paths of replicas opt out (``tx(serialized=False)``): claiming
-    and recording deliveries, heartbeats, poll claims, named leases, the request budget
-    and the upstream counters. Each of those orders itself: conditional updates and
-    upserts, ``FOR UPDATE SKIP LOCKED`` claims, a per-queue advisory lock
-    (``outbox_key_lock``, taken by every writer of an outbox head before it reads), the
-    budget's row lock; several queues are locked in (endpoint, session) order. A deadlock
-    PostgreSQL breaks anyway (SQLSTATE 40P01) is retried like an unreachable server.
-
-Errors
-    The server unreachable or shutting down, a connection lost, no connection free in time,
-    a read-only server (a standby, ``default_transaction_read_only``) -> the write raised
-    :class:`~.errors.StoreUnwritableError` with nothing committed (the daemon waits and
-    retries); ``disk_full`` (SQLSTATE 53100) -> :class:`~.errors.StoreFullError`; a wrong
-    password, a missing database or role at open -> :class:`~.errors.StoreError` (one line).
-    Messages name the database by :func:`display_url` (never the password).
+A read outside a transaction borrows a connection for one statement (each read sees
+committed data); ``tx`` holds one connection for the block (a thread-local the block's
+queries go to) and first takes ``pg_advisory_xact_lock(WRITE_LOCK)``, so writers are
+serialized as on SQLite, unless ``tx(serialized=False)``: the replicas' hot paths, each
+ordered by its own row locks (``docs/replicas.md``). "Cannot write now" errors (server
+unreachable, read-only, a deadlock broken: nothing committed) become
+:class:`~.errors.StoreUnwritableError`, ``disk_full`` :class:`~.errors.StoreFullError`, a
+mistake at open (wrong password, missing database) a one-line :class:`~.errors.StoreError`;
+messages name the database by :func:`display_url` (never the password).
 
 PostgreSQL's ``TEXT`` cannot hold NUL characters: a text parameter holding one has it
 replaced by U+FFFD (text from the network never makes a write fail).
@@ -60,8 +38,6 @@ from .dialect import Connection, WakeSource, to_pyformat
 from .errors import StoreError, StoreFullError, StoreUnwritableError
 from .migrations import POSTGRES, Engine, check_current, migrate
 
-__all__ = ["DEFAULT_POOL_SIZE", "PostgresDatabase", "PostgresStore"]
-
 #: Connections per relay process (and so the AsyncStore's worker threads).
 DEFAULT_POOL_SIZE = 4
 #: Seconds to wait for a connection: the server, or a free one in the pool.
@@ -84,6 +60,40 @@ _FATAL_AT_CONNECT = (
     "permission denied",
     "invalid",  # a bad option or URL parameter
 )
+
+
+class _Row(tuple[Any, ...]):
+    """A result row as the queries read it on both engines (as ``sqlite3.Row``): by column
+    name (``row["status"]``) or by position; a tuple otherwise. Each column list gets its
+    own subclass holding the names (:func:`_row_class`)."""
+
+    __slots__ = ()
+    _index: dict[str, int] = {}
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, str):
+            return tuple.__getitem__(self, self._index[key])
+        return tuple.__getitem__(self, key)
+
+    def keys(self) -> list[str]:
+        return list(self._index)
+
+
+@functools.lru_cache(maxsize=1024)
+def _row_class(names: tuple[bytes | None, ...]) -> type[_Row]:
+    index: dict[str, int] = {}
+    for i, name in enumerate(names):
+        index.setdefault((name or b"").decode(), i)  # the first of a name wins, as in sqlite3.Row
+    return type("Row", (_Row,), {"__slots__": (), "_index": index})
+
+
+def _named_rows(cursor: Any) -> Callable[[Sequence[Any]], Any]:
+    """psycopg's row factory for :class:`_Row` (the names read from the result, as
+    psycopg's own ``namedtuple_row`` does: no ``description`` built per statement)."""
+    result = cursor.pgresult
+    if result is None or not result.nfields:
+        return tuple
+    return _row_class(tuple(result.fname(i) for i in range(result.nfields)))
 
 
 def _clean(value: Any) -> Any:
@@ -127,6 +137,7 @@ def _connect_kwargs(readonly: bool) -> dict[str, Any]:
     kwargs: dict[str, Any] = {
         "autocommit": True,
         "cursor_factory": psycopg.ClientCursor,
+        "row_factory": _named_rows,
         "connect_timeout": int(CONNECT_TIMEOUT),
         "application_name": "sessionhook",
     }
@@ -261,19 +272,20 @@ class PostgresDatabase:
             "SELECT table_name FROM information_schema.tables "
             "WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'"
         ).fetchall()
-        return sorted(str(r[0]) for r in rows)
+        return sorted(str(r["table_name"]) for r in rows)
 
     def advance_ids(self, tables: Sequence[str]) -> None:
         """Each identity column's sequence moved to the largest id, so the next row gets
         the next id (not one inserted as given)."""
         with self.tx() as c:
             for table in tables:
-                for (column,) in c.execute(
+                for row in c.execute(
                     "SELECT column_name FROM information_schema.columns "
                     "WHERE table_schema = current_schema() AND table_name = ? "
                     "AND is_identity = 'YES'",
                     (table,),
                 ).fetchall():
+                    column = row["column_name"]
                     c.execute(
                         f"SELECT setval(pg_get_serial_sequence(?, ?), "
                         f"COALESCE(MAX({_quote(column)}), 0) + 1, false) FROM {_quote(table)}",

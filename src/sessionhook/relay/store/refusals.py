@@ -11,12 +11,10 @@ Each refusal is one row per session, name and reason; meeting it again bumps ``c
 
 from __future__ import annotations
 
-from ..domain.rows import RefusedRow, RefusedSummary
+from ..domain.rows import RefusedRow, RefusedSummary, from_row
 from .dialect import Database, first_value
 from .ingest import advance_cursor as move_cursor
 from .policy import call, write
-
-__all__ = ["REFUSAL_REASONS", "Refusals"]
 
 #: Why an activity was refused (the ``reason`` column, a metric label).
 REFUSAL_REASONS = ("too_large", "foreign_name", "not_a_name", "duplicate_name", "malformed")
@@ -85,9 +83,9 @@ class Refusals:
     def refused_summary(self, since: float) -> RefusedSummary:
         """Refusals in total, by reason, since ``since`` (Unix seconds), and the latest."""
         by_reason = {
-            reason: int(n)
-            for reason, n in self._db.conn.execute(
-                "SELECT reason, COUNT(*) FROM refused_activities GROUP BY reason"
+            r["reason"]: int(r["n"])
+            for r in self._db.conn.execute(
+                "SELECT reason, COUNT(*) AS n FROM refused_activities GROUP BY reason"
             )
         }
         recent = int(
@@ -114,4 +112,4 @@ class Refusals:
             "ORDER BY last_refused_at DESC, name LIMIT ?",
             (limit,),
         ).fetchall()
-        return [RefusedRow(*row) for row in rows]
+        return [from_row(RefusedRow, row) for row in rows]

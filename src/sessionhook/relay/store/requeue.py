@@ -26,8 +26,6 @@ from typing import Final
 from ..domain.rows import Recovered, Retried
 from .dialect import Connection, Database, first_value
 
-__all__ = ["Requeue"]
-
 _OPEN: Final = "('pending', 'failed')"
 _STUCK: Final = "('failed', 'dead')"
 
@@ -50,7 +48,7 @@ class Requeue:
             ).fetchone()
             if row is None:
                 return None
-            status, endpoint, session = str(row[0]), str(row[1]), str(row[2])
+            status, endpoint, session = row["status"], row["endpoint"], row["session_name"]
             if status == "delivered":
                 return Retried(status)
             head = first_value(
@@ -83,7 +81,7 @@ class Requeue:
         behind = 0
         with self._db.tx() as c:
             sessions = sorted(
-                str(r[0])
+                str(r["session_name"])
                 for r in c.execute(
                     f"SELECT DISTINCT d.session_name {stuck} AND e.occurred_ts >= ?",
                     (endpoint, since),
@@ -99,7 +97,7 @@ class Requeue:
                         "RETURNING id",
                         (now, now, endpoint, session, session, since),
                     ).fetchall()
-                ids += (int(r[0]) for r in reopened)
+                ids += (int(r["id"]) for r in reopened)
                 behind += int(
                     first_value(
                         c,
@@ -110,8 +108,8 @@ class Requeue:
                 ) - len(reopened)
             if ids:
                 self._db.notify_outbox(c)
-            older, newest = c.execute(
-                f"SELECT COUNT(*), MAX(e.occurred_ts) {stuck}", (endpoint,)
+            older = c.execute(
+                f"SELECT COUNT(*) AS n, MAX(e.occurred_ts) AS newest {stuck}", (endpoint,)
             ).fetchone()
             still_open = first_value(
                 c,
@@ -121,8 +119,8 @@ class Requeue:
         return Recovered(
             ids=tuple(sorted(ids)),
             behind=max(0, behind),
-            older=int(older),
-            newest_older_at=None if newest is None else float(newest),
+            older=int(older["n"]),
+            newest_older_at=None if older["newest"] is None else float(older["newest"]),
             open=int(still_open),
         )
 
@@ -134,7 +132,7 @@ class Requeue:
         now = self._db.clock()
         with self._db.tx() as c:
             sessions = sorted(
-                str(r[0])
+                str(r["session_name"])
                 for r in c.execute(
                     "SELECT DISTINCT session_name FROM deliveries WHERE endpoint = ? "
                     f"AND status IN {_OPEN} AND next_attempt_at > ?",
@@ -165,9 +163,9 @@ def _claim_kept(db: Database, c: Connection, endpoint: str, session: str) -> Ite
         (endpoint, session),
     ).fetchone()
     yield
-    if row is not None and row[0] is not None:
+    if row is not None and row["claimed_by"] is not None:
         c.execute(
             "UPDATE outbox_heads SET claimed_by = ?, claimed_at = ? "
             "WHERE endpoint = ? AND session_name = ?",
-            (row[0], row[1], endpoint, session),
+            (row["claimed_by"], row["claimed_at"], endpoint, session),
         )

@@ -1,31 +1,10 @@
 """The SQLite backend: :class:`SqliteDatabase` (``store.path``), one file on a local disk,
-and :class:`Store`, the store on it.
-
-The queries are shared with PostgreSQL (:mod:`.core`); this module opens the file, sets its
-pragmas, runs transactions and maps SQLite's errors (full disk, read-only file) to
-:class:`~.errors.StoreFullError` / :class:`~.errors.StoreUnwritableError`. One daemon per file
-(:mod:`.lock`: :attr:`SqliteDatabase.exclusive`); operator commands read a WAL snapshot
-beside it.
-
-Connections
-    :meth:`SqliteDatabase.open` opens the one writer connection (creating the file ``0600``, so its
-    ``-wal`` and ``-shm`` are ``0600`` too): WAL journal, ``foreign_keys=ON``,
-    ``busy_timeout`` so that an operator command writing at the same time waits instead of
-    failing. Each write method is one ``BEGIN IMMEDIATE`` ... ``COMMIT`` transaction.
-    :meth:`SqliteDatabase.open_readonly` opens a ``mode=ro`` connection for operator
-    commands; WAL lets it read a consistent snapshot while the daemon writes.
-
-Durability (``synchronous=NORMAL``)
-    In WAL mode a commit appends the transaction to the ``-wal`` file with ``write()`` before
-    ``COMMIT`` returns; only the ``fsync`` is deferred to checkpoints. A ``kill -9`` of the
-    process therefore loses no committed transaction: the data sits in the OS page cache and
-    reaches the file. A power loss or kernel crash can lose the last transactions committed
-    since the previous sync (never corrupt the file). That costs nothing that matters here:
-    an activity, its events, its deliveries and the session's ``activity_cursor`` commit in one
-    transaction, so a lost tail is re-polled from upstream and re-ingested with the same event
-    ids; a lost "delivered" mark means one more send of the same ``webhook-id`` (at-least-once).
-    Only operator writes (replay, enable) in those last moments would need redoing.
-    ``synchronous=FULL`` would fsync every commit, at a cost of several milliseconds each.
+and :class:`Store`, the store on it: the file created ``0600``, its pragmas (WAL,
+``synchronous=NORMAL``: ``kill -9`` loses nothing committed, a power loss at most the last
+commits, which are polled or sent again), ``BEGIN IMMEDIATE`` transactions, SQLite's
+errors mapped to :class:`~.errors.StoreFullError` / :class:`~.errors.StoreUnwritableError`.
+One daemon per file (:mod:`.lock`); operator commands read a WAL snapshot beside it
+(``mode=ro``). See ``docs/store.md``, "Two backends, one query text".
 """
 
 from __future__ import annotations
@@ -41,13 +20,30 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from .core import StoreCore
-from .dialect import Connection, WakeSource
+from .dialect import Connection, WakeSource, first_value
 from .errors import StoreError, StoreFullError, StoreUnwritableError
 from .migrations import SQLITE, check_current, migrate, pending
 
-__all__ = ["BUSY_TIMEOUT_MS", "SqliteDatabase", "Store", "is_full_error", "is_readonly_error"]
-
 BUSY_TIMEOUT_MS = 10_000
+
+
+class _Row(sqlite3.Row):
+    """A result row read by column name (``row["status"]``) or by position, that equals,
+    hashes, sorts and prints as the tuple of its values (as the PostgreSQL store's rows do)."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        return tuple(self) == other
+
+    def __lt__(self, other: object) -> bool:
+        return tuple(self) < (tuple(other) if isinstance(other, sqlite3.Row) else other)  # type: ignore[operator]
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return repr(tuple(self))
 
 
 class SqliteDatabase:
@@ -69,7 +65,9 @@ class SqliteDatabase:
         readonly: bool,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        #: The one connection, reads and writes (a plain attribute: tests wrap it).
+        #: The one connection, reads and writes (a plain attribute: tests wrap it); rows
+        #: are read by column name (``row["status"]``).
+        conn.row_factory = _Row
         self.conn = conn
         self.path: Path = path
         self.location = str(path)
@@ -104,16 +102,13 @@ class SqliteDatabase:
         if db_path.exists() and not os.access(db_path, os.R_OK | os.W_OK):
             raise StoreError(f"{db_path} is not readable and writable", path=db_path)
         created = _create_private(db_path)
-        try:
-            conn = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False)
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot open {db_path}: {exc}", path=db_path) from None
-        try:
-            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        # A full disk: an existing store opens again once space returns (the daemon waits);
+        # an empty file just created is not a store: leave nothing half-made.
+        with _opening(db_path, db_path, lambda exc: f"{db_path}: {exc}", created) as conn:
             # Before anything changes the file: a foreign or newer database is left exactly
             # as it was.
             pending(conn, SQLITE, str(db_path), db_path)
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            mode = first_value(conn, "PRAGMA journal_mode = WAL")
             if str(mode).lower() != "wal":
                 raise StoreError(f"{db_path}: cannot use WAL journal (got {mode})", path=db_path)
             conn.execute("PRAGMA synchronous = NORMAL")
@@ -123,20 +118,6 @@ class SqliteDatabase:
             # A trigger's writes may fire it again, as on PostgreSQL.
             conn.execute("PRAGMA recursive_triggers = ON")
             migrate(conn, SQLITE, str(db_path), db_path)
-        except sqlite3.DatabaseError as exc:
-            conn.close()
-            if is_full_error(exc):
-                # An existing store opens again once space returns (the daemon waits); an
-                # empty file we just created is not a store: leave nothing half-made.
-                if created:
-                    _remove_empty(db_path)
-                raise StoreFullError(f"{db_path}: {exc}", path=db_path) from None
-            raise StoreError(
-                f"{db_path} is not a usable SQLite database: {exc}", path=db_path
-            ) from None
-        except BaseException:
-            conn.close()
-            raise
         return cls(conn, db_path, readonly=False, clock=clock)
 
     @classmethod
@@ -151,27 +132,14 @@ class SqliteDatabase:
         if not db_path.is_file():
             raise StoreError(f"no database at {db_path}", path=db_path)
         uri = f"file:{urllib.parse.quote(str(db_path.absolute()))}?mode=ro"
-        try:
-            conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot open {db_path}: {exc}", path=db_path) from None
-        try:
-            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+
+        # Even a reader needs room for the -shm index.
+        def full(exc: BaseException) -> str:
+            return f"{db_path}: the disk is full ({exc}); free some space to read it"
+
+        with _opening(uri, db_path, full) as conn:
             conn.execute("PRAGMA query_only = ON")
             check_current(conn, SQLITE, str(db_path), db_path)
-        except sqlite3.DatabaseError as exc:
-            conn.close()
-            if is_full_error(exc):  # even a reader needs room for the -shm index
-                raise StoreFullError(
-                    f"{db_path}: the disk is full ({exc}); free some space to read it",
-                    path=db_path,
-                ) from None
-            raise StoreError(
-                f"{db_path} is not a usable SQLite database: {exc}", path=db_path
-            ) from None
-        except BaseException:
-            conn.close()
-            raise
         return cls(conn, db_path, readonly=True, clock=clock)
 
     def unwritable_error(self, exc: BaseException) -> StoreUnwritableError | None:
@@ -214,7 +182,7 @@ class SqliteDatabase:
         rows = self.conn.execute(
             "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
         ).fetchall()
-        return sorted(str(r[0]) for r in rows)
+        return sorted(str(r["name"]) for r in rows)
 
     def advance_ids(self, tables: Sequence[str]) -> None:
         """Nothing: AUTOINCREMENT follows the ids inserted."""
@@ -270,6 +238,40 @@ def is_readonly_error(exc: BaseException) -> bool:
     ``query_only``): retry the write later rather than give up the daemon."""
     code = getattr(exc, "sqlite_errorcode", None)
     return isinstance(exc, sqlite3.Error) and code is not None and code & 0xFF == 8
+
+
+@contextmanager
+def _opening(
+    target: str | Path,
+    db_path: Path,
+    full: Callable[[BaseException], str],
+    created: bool = False,
+) -> Iterator[sqlite3.Connection]:
+    """A connection to ``target`` (the file, or a ``file:`` URI) with its busy timeout, for
+    the block that prepares it; closed when the block raises. A full disk raises
+    :class:`StoreFullError` with the message ``full(error)``, the file removed again when it
+    was ``created`` empty; any other database error is "not a usable SQLite database"."""
+    try:
+        conn = sqlite3.connect(
+            target, uri=isinstance(target, str), isolation_level=None, check_same_thread=False
+        )
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot open {db_path}: {exc}", path=db_path) from None
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        yield conn
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        if is_full_error(exc):
+            if created:
+                _remove_empty(db_path)
+            raise StoreFullError(full(exc), path=db_path) from None
+        raise StoreError(
+            f"{db_path} is not a usable SQLite database: {exc}", path=db_path
+        ) from None
+    except BaseException:
+        conn.close()
+        raise
 
 
 def _remove_empty(db_path: Path) -> None:

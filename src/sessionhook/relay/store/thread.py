@@ -1,26 +1,14 @@
 """One dedicated thread for a store that has one connection (SQLite): the hand-off of every
-:class:`~.aio.AsyncStore` call, instead of ``anyio.to_thread.run_sync``.
+:class:`~.aio.AsyncStore` call (a ``queue.SimpleQueue`` in, one ``call_soon_threadsafe``
+out), about a third of the CPU of ``anyio.to_thread.run_sync`` under a limiter, for the
+dispatcher's hundreds of rounds a second. Calls run one at a time, in the order made.
 
-Why: the dispatcher hands the store one call per round (record what finished, claim what is
-due), hundreds of rounds per second. Measured on this project's 2-core machine, a no-op
-``anyio.to_thread.run_sync`` under a ``CapacityLimiter`` cost 107-121 us of CPU and about
-300 us of wall time; this thread's hand-off (a ``queue.SimpleQueue`` in, one
-``call_soon_threadsafe`` out) 35-39 us and 40-75 us (3 x 5,000 no-op calls; end to end,
-``bench/throughput.py`` did not see the difference above its noise: a round carries about
-8 deliveries). The store's calls are serialized by the queue, in the order they were made,
-exactly as the limiter of one did.
-
-Contract (the same as anyio's, which :class:`~.aio.AsyncStore` relied on):
-
-* a caller already cancelled raises at once, nothing queued;
-* a call runs once, whole, in the thread; its exception is raised in the caller;
-* a caller cancelled while its call is queued or running still waits for it to end (the
-  transaction is never abandoned half-way), then sees the cancellation at its next
-  checkpoint;
-* the caller's context variables are visible in the call.
-
-The thread is a daemon thread started at the first call and stopped by :meth:`stop` (after
-the calls already queued); a call after that raises :class:`RuntimeError`.
+Contract (anyio's, which :class:`~.aio.AsyncStore` relied on): a caller already cancelled
+raises at once, nothing queued; a call runs once, whole, its exception raised in the
+caller; a caller cancelled while its call is queued or running still waits for it to end,
+then sees the cancellation; the caller's context variables are visible in the call. The
+daemon thread starts at the first call; after :meth:`stop` (which lets the queued calls
+run) a call raises :class:`RuntimeError`.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ...domain.events import EVENT_TYPES
-from ...store import AsyncStore, ConsoleQueries, EndpointQueries
+from ...store import AsyncStore, ConsoleQueries, EndpointQueries, OperatorQueries
 from .common import ConsoleDeps, bad_request, render_page, with_store
 from .text import BadNumber, parse_when, query_text, url_int
 
@@ -82,7 +82,7 @@ class Lists:
         rows = []
         if not search.missing:
             rows = await store.run(
-                ConsoleQueries.console_deliveries,
+                OperatorQueries.list_deliveries,
                 endpoint=filters["endpoint"] or None,
                 status=filters["status"] or None,
                 since=parse_when(filters["since"], now),
