@@ -28,7 +28,7 @@ from tests.support.relay_process import (
     assert_clean_exit,
     read_store,
     relay_config,
-    sessionhook,
+    run_cli,
     wait_until,
 )
 from tests.support.standin import StandIn
@@ -42,7 +42,7 @@ def digest(path: Path) -> str:
 
 
 def store_copy(*args: str) -> subprocess.CompletedProcess[str]:
-    return sessionhook("store", "copy", *args)
+    return run_cli("store", "copy", *args)
 
 
 def test_store_copy_then_the_relay_on_the_copy_sends_nothing_twice(harness: Harness) -> None:

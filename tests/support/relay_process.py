@@ -63,6 +63,15 @@ def sessionhook(
     )
 
 
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """:func:`sessionhook` for a command whose test is not about the interpreter's start-up:
+    a process of its own all the same, forked from a warm interpreter (``forked_cli``), as
+    a fresh one costs seconds of CPU on a loaded machine."""
+    return forked_cli.run(*args, env=clean_env() if env is None else env, cwd=cwd, timeout=timeout)
+
+
 def wait_until(
     predicate: Callable[[], bool],
     timeout: float,
@@ -196,12 +205,8 @@ class Relay:
 
     def command(self, *args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
         """An operator command (``sessionhook status``...) on this relay's config and in
-        its environment (read while the daemon runs, or after). A process of its own,
-        forked from a warm interpreter (``forked_cli``): these tests are not about
-        start-up, and a fresh one costs seconds of CPU on a loaded machine."""
-        return forked_cli.run(
-            *args, "--config", str(self.config_path), env=self.env, timeout=timeout
-        )
+        its environment (read while the daemon runs, or after), by :func:`run_cli`."""
+        return run_cli(*args, "--config", str(self.config_path), env=self.env, timeout=timeout)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
