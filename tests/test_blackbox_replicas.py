@@ -29,6 +29,7 @@ from tests.support.relay_process import (
     read_store,
     relay_config,
     run_cli,
+    wait_ready,
     wait_until,
 )
 from tests.support.standin import StandIn
@@ -118,6 +119,9 @@ def test_store_copy_refuses_a_store_a_running_daemon_holds(harness: Harness) -> 
         "the daemon holding its store's lock",
         harness.diagnostics,
     )
+    # Its store migrated too (the lock comes first): the copy meets a running daemon, not
+    # a store still being created.
+    wait_ready(standin, relay)
     target = harness.tmp / "copy" / "target.db"
     refused = store_copy("--from", str(source), "--to", str(target))
     assert refused.returncode == 2, refused.stderr
