@@ -77,14 +77,18 @@ def wait_until(
     timeout: float,
     what: str,
     diagnose: Callable[[], str] | None = None,
+    *,
+    every: float = 0.05,
 ) -> float:
-    """Poll ``predicate`` until it holds; return the seconds it took, or fail at the deadline."""
+    """Poll ``predicate`` ``every`` seconds until it holds; return the seconds it took, or
+    fail at the deadline. A predicate that runs a command polls less often (``every=0.5``):
+    its CPU is taken from the daemon under test."""
     started = time.monotonic()
     while not predicate():
         if time.monotonic() - started > timeout:
             detail = f"\n{diagnose()}" if diagnose is not None else ""
             raise AssertionError(f"timed out after {timeout:g} s waiting for {what}{detail}")
-        time.sleep(0.05)
+        time.sleep(every)
     return time.monotonic() - started
 
 
