@@ -22,6 +22,7 @@ from tests.support.relay_process import (
     Harness,
     clean_env,
     relay_config,
+    run_cli,
     sessionhook,
     wait_ready,
     wait_until,
@@ -32,7 +33,7 @@ pytestmark = pytest.mark.process
 
 
 def cli_json(*args: str, config: Path) -> Any:
-    proc = sessionhook(*args, "--json", "--config", str(config), env=clean_env(), cwd=config.parent)
+    proc = run_cli(*args, "--json", "--config", str(config), env=clean_env(), cwd=config.parent)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
@@ -121,7 +122,7 @@ def test_retry_after_is_capped_and_rows_behind_show_what_they_wait_on(harness: H
         ("pending", 0, head["id"])
     ] * 3
 
-    table = sessionhook(
+    table = run_cli(
         "deliveries", "--config", str(config), env=clean_env(), cwd=config.parent
     ).stdout
     lines = {int(line.split()[0]): line for line in table.splitlines()[1:]}
@@ -192,7 +193,7 @@ def test_url_userinfo_is_never_shown_or_logged(harness: Harness) -> None:
         ("endpoints", "test", "ci"),
         ("endpoints", "test", "down"),
     ):
-        proc = sessionhook(*args, "--config", str(config), env=env, cwd=harness.tmp)
+        proc = run_cli(*args, "--config", str(config), env=env, cwd=harness.tmp)
         outputs[args] = proc
         assert PASSWORD not in proc.stdout + proc.stderr, (args, proc.stdout, proc.stderr)
         assert "bot:" not in proc.stdout + proc.stderr, (args, proc.stdout, proc.stderr)
@@ -252,7 +253,7 @@ def test_refused_keys_and_malformed_answers_count_as_errors(harness: Harness) ->
     status = cli_json("status", config=refused.config_path)["upstream"]
     assert status["rejected_last_hour"] >= 1
     assert status["errors_last_hour"] >= status["rejected_last_hour"]
-    table = sessionhook(
+    table = run_cli(
         "status", "--config", str(refused.config_path), env=clean_env(), cwd=harness.tmp
     ).stdout
     assert " 0 errors" not in table and "key refused (401/403)" in table, table

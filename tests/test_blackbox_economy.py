@@ -289,7 +289,7 @@ def test_history_walk_runs_behind_new_work_and_resumes_after_kill_9(harness: Har
         walk = status(relay)["history_walk"]
         return bool(walk["total"] == len(history) and 8 <= walk["done"] < len(history))
 
-    wait_until(progressing, 30, "the history walk under way", relay.diagnostics)
+    wait_until(progressing, 30, "the history walk under way", relay.diagnostics, every=0.5)
     relay.kill()  # SIGKILL, mid-walk
     done_before = archived_history(harness.tmp / "relay.db")
     assert 8 <= len(done_before) < len(history)
@@ -300,6 +300,7 @@ def test_history_walk_runs_behind_new_work_and_resumes_after_kill_9(harness: Har
         60,
         "the history walk finished",
         relay.diagnostics,
+        every=0.5,
     )
     # Resumed without fetching again what was archived before the kill...
     refetched = [

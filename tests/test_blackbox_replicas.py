@@ -28,7 +28,8 @@ from tests.support.relay_process import (
     assert_clean_exit,
     read_store,
     relay_config,
-    sessionhook,
+    run_cli,
+    wait_ready,
     wait_until,
 )
 from tests.support.standin import StandIn
@@ -42,7 +43,7 @@ def digest(path: Path) -> str:
 
 
 def store_copy(*args: str) -> subprocess.CompletedProcess[str]:
-    return sessionhook("store", "copy", *args)
+    return run_cli("store", "copy", *args)
 
 
 def test_store_copy_then_the_relay_on_the_copy_sends_nothing_twice(harness: Harness) -> None:
@@ -118,6 +119,9 @@ def test_store_copy_refuses_a_store_a_running_daemon_holds(harness: Harness) -> 
         "the daemon holding its store's lock",
         harness.diagnostics,
     )
+    # Its store migrated too (the lock comes first): the copy meets a running daemon, not
+    # a store still being created.
+    wait_ready(standin, relay)
     target = harness.tmp / "copy" / "target.db"
     refused = store_copy("--from", str(source), "--to", str(target))
     assert refused.returncode == 2, refused.stderr

@@ -27,7 +27,7 @@ from tests.support.relay_process import (
     clean_env,
     read_store,
     relay_config,
-    sessionhook,
+    run_cli,
     wait_ready,
 )
 from tests.support.relay_process import wait_until as wait_for
@@ -141,7 +141,7 @@ def test_the_api_ping_and_every_post_refuse_every_spelling(
     # The CLI through the running relay gets the API's answer, in one line.
     for url in loopback_spellings(listener.port)[:2]:
         for args in (["create", "spelled"], ["update", stored[0]]):
-            made = sessionhook(
+            made = run_cli(
                 "endpoints",
                 *args,
                 "--url",

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from tests.support.blackbox_consumer import Consumer
-from tests.support.relay_process import Endpoint, Harness, Relay, sessionhook, wait_until
+from tests.support.relay_process import Endpoint, Harness, Relay, run_cli, wait_until
 from tests.support.standin import StandIn, parse_time
 
 pytestmark = pytest.mark.process
@@ -112,11 +112,11 @@ def test_deeply_nested_answers_are_malformed_and_the_daemon_stays_up(harness: Ha
     alive(relay)
     # The API command line says it in one line, no traceback.
     env = {**relay.env, "SESSIONHOOK_BASE_URL": standin.base_url}
-    cli = sessionhook("sessions", "list", env=env, timeout=30)
-    assert cli.returncode == 1, cli
-    assert "Traceback" not in cli.stderr
-    assert len(cli.stderr.strip().splitlines()) == 1, cli.stderr
-    assert "deeper than" in cli.stderr
+    listed = run_cli("sessions", "list", env=env, timeout=30)
+    assert listed.returncode == 1, listed
+    assert "Traceback" not in listed.stderr
+    assert len(listed.stderr.strip().splitlines()) == 1, listed.stderr
+    assert "deeper than" in listed.stderr
 
     standin.set_deep("list_sessions", on=False)
     name = standin.add_session("Deep one", state="IN_PROGRESS")

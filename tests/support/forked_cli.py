@@ -20,8 +20,10 @@ import base64
 import contextlib
 import importlib
 import json
+import math
 import os
 import pkgutil
+import signal
 import socket
 import subprocess
 import sys
@@ -40,12 +42,15 @@ _lock = threading.Lock()
 
 
 def run(
-    *args: str, env: dict[str, str], cwd: Path | None = None
+    *args: str, env: dict[str, str], cwd: Path | None = None, timeout: float | None = None
 ) -> subprocess.CompletedProcess[str]:
     """``sessionhook ARGS`` to its end in ``env`` (no stdin, text output captured), in a
-    child forked from the warm server. Blocking: call it from a thread in async code."""
+    child forked from the warm server. Blocking: call it from a thread in async code.
+    A child still running ``timeout`` seconds later (rounded up) is killed and
+    :class:`subprocess.TimeoutExpired` raised, as :func:`subprocess.run` does."""
     global _server
-    request = {"args": list(args), "env": env, "cwd": str(cwd or Path.cwd())}
+    alarm = 0 if timeout is None else max(1, math.ceil(timeout))
+    request = {"args": list(args), "env": env, "cwd": str(cwd or Path.cwd()), "alarm": alarm}
     with _lock:
         if _server is None or _server[0].poll() is not None:
             _server = _start()
@@ -56,6 +61,8 @@ def run(
             raise RuntimeError(f"the forked-cli server ended ({process.poll()})")
     done = json.loads(answer)
     out, err = (base64.b64decode(done[k]).decode() for k in ("stdout", "stderr"))
+    if alarm and done["returncode"] == -signal.SIGALRM:
+        raise subprocess.TimeoutExpired(["sessionhook", *args], alarm, out, err)
     return subprocess.CompletedProcess(["sessionhook", *args], done["returncode"], out, err)
 
 
@@ -121,6 +128,7 @@ def _fork(request: dict[str, Any], server_fd: int) -> dict[str, Any]:
                 os.chdir(request["cwd"])
                 os.environ.clear()
                 os.environ.update(request["env"])
+                signal.alarm(request["alarm"])  # its default action ends the child
                 sys.argv = [str(Path(sys.executable).parent / "sessionhook"), *request["args"]]
                 code = _main()
             finally:
