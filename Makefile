@@ -50,20 +50,22 @@ lint: $(STAMP)
 system-deps:
 	@scripts/system-deps
 
-# The suite on two workers, then $(1)'s options (docs/testing.md). pytest exits 5 when it
+# The suite on $(1) workers, then $(2)'s options (docs/testing.md). pytest exits 5 when it
 # selected no tests: that is a broken suite, not a pass. Bytecode is written even where
 # PYTHONDONTWRITEBYTECODE is set: else every run re-parses each test module to rewrite its
 # asserts (~10 s a worker) and each `sessionhook` a test starts compiles what it imports.
-PYTEST = PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -n 2 $(1); rc=$$?; \
+PYTEST = PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -n $(1) $(2); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "error: pytest selected no tests" >&2; exit 1; fi; \
 	exit $$rc
 
+# Four workers on two cores: most process-tier tests wait on sockets and timers, so the
+# whole suite takes about 380 s on four against 470 s on two (docs/testing.md).
 test: lint system-deps
-	@$(call PYTEST)
+	@$(call PYTEST,4)
 
 # The unit and app tiers: the loop to run while working (under a minute); no lint.
 quick: $(STAMP)
-	@$(call PYTEST,-m "not process")
+	@$(call PYTEST,2,-m "not process")
 
 bench: $(STAMP)
 	$(BIN)/python bench/latency.py
