@@ -132,6 +132,14 @@ def _relay(
     return relay, f"http://127.0.0.1:{port}"
 
 
+def _ready(base: str) -> bool:
+    """Whether the relay at ``base`` answers ``/readyz`` with 200."""
+    try:
+        return httpx.get(f"{base}/readyz", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 def _database(store_backend: str, request: pytest.FixtureRequest) -> str | None:
     """``None`` (a SQLite file) or a fresh PostgreSQL database's URL."""
     if store_backend == "sqlite":
@@ -343,8 +351,11 @@ def test_two_replicas_stream_the_same_events_and_a_consumer_resumes_on_the_other
     url, secret = consumer.add_endpoint("alpha")
     endpoint = Endpoint("alpha", url, secret)
     replicas = [_relay(harness, standin, [endpoint], pg_url, f"replica-{n}") for n in range(2)]
-    for relay, _ in replicas:
+    # wait_ready counts the stand-in's list answers, and only the lease holder lists: each
+    # replica's own /readyz says when its listener serves.
+    for relay, base in replicas:
         wait_ready(standin, relay)
+        wait_until(lambda base=base: _ready(base), 20, f"{base}/readyz to answer 200")
     auth = {"authorization": f"Bearer {TOKEN}"}
     streams = [f"{base}/v1/events/stream" for _, base in replicas]
     whole = [Reader(stream, auth) for stream in streams]
