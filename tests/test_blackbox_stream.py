@@ -35,6 +35,7 @@ from tests.support.relay_process import (
     Endpoint,
     Harness,
     Relay,
+    readyz,
     wait_ready,
     wait_until,
 )
@@ -133,10 +134,10 @@ def _relay(
 
 
 def _ready(base: str) -> bool:
-    """Whether the relay at ``base`` answers ``/readyz`` with 200."""
+    """Whether the relay at ``base`` answers ``/readyz`` with 200 (not listening: no)."""
     try:
-        return httpx.get(f"{base}/readyz", timeout=2).status_code == 200
-    except httpx.HTTPError:
+        return readyz(int(base.rsplit(":", 1)[1]))[0] == 200
+    except OSError:
         return False
 
 
