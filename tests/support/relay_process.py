@@ -179,15 +179,31 @@ class Relay:
         self.stdout_path = workdir / f"{label}.stdout"
         self.stderr_path = workdir / f"{label}.stderr"
         self.env = clean_env(SESSIONHOOK_API_KEY=api_key)
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: subprocess.Popen[bytes] | forked_cli.Forked | None = None
         self.returncode: int | None = None
+        #: Start the installed script, not a fork of the warm interpreter (a test of the
+        #: process's memory or start-up).
+        self.fresh = False
         #: Run in the child before the command (e.g. lower its open-files limit).
         self.preexec: Callable[[], None] | None = None
 
     def start(self, *args: str) -> Relay:
+        """Start ``sessionhook run``: forked from the warm interpreter
+        (:func:`forked_cli.spawn`), or the installed script when the test is about the
+        process's own start (``fresh``, or a ``preexec`` to run in the child)."""
+        command = ["run", "--config", str(self.config_path), *args]
+        if not (self.fresh or self.preexec):
+            self.proc = forked_cli.spawn(
+                *command,
+                env=self.env,
+                cwd=self.config_path.parent,
+                stdout=self.stdout_path,
+                stderr=self.stderr_path,
+            )
+            return self
         with self.stdout_path.open("wb") as out, self.stderr_path.open("wb") as err:
             self.proc = subprocess.Popen(
-                [str(SESSIONHOOK), "run", "--config", str(self.config_path), *args],
+                [str(SESSIONHOOK), *command],
                 stdout=out,
                 stderr=err,
                 stdin=subprocess.DEVNULL,
@@ -266,6 +282,8 @@ class Harness:
     tmp: Path
     relays: list[Relay] = field(default_factory=list)
     closers: list[Callable[[], None]] = field(default_factory=list)
+    #: Relays start from the installed script (:attr:`Relay.fresh`).
+    fresh: bool = False
 
     def standin(self, **knobs: Any) -> StandIn:
         standin = StandIn(**knobs).start()
@@ -317,6 +335,7 @@ class Harness:
         relay = Relay(self.tmp, label, config, api_key)
         relay.env.update(env or {})
         relay.preexec = preexec
+        relay.fresh = self.fresh
         self.relays.append(relay)
         return relay.start(*args)
 
