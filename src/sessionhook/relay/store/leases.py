@@ -86,26 +86,6 @@ class Leases:
         self._db = db
         self._replica = replica
 
-    @property
-    def replica_id(self) -> str | None:
-        """See :attr:`ReplicaState.replica_id`."""
-        return self._replica.replica_id
-
-    @property
-    def lease_seconds(self) -> float:
-        """See :attr:`ReplicaState.lease_seconds`."""
-        return self._replica.lease_seconds
-
-    @property
-    def exclusive(self) -> bool:
-        """See :attr:`ReplicaState.exclusive`."""
-        return self._replica.exclusive
-
-    @property
-    def claims(self) -> bool:
-        """See :attr:`ReplicaState.claims`."""
-        return self._replica.claims
-
     # ------------------------------------------------------------------ replicas
 
     @write
