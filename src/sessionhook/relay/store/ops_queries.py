@@ -36,6 +36,7 @@ from .log_rows import (
     delivery_row,
     event_row,
     find_attempts,
+    find_deliveries,
     where,
 )
 from .meta import MetaQueries
@@ -247,12 +248,8 @@ class OperatorQueries:
     @call
     def get_delivery(self, delivery_id: int) -> DeliveryRow | None:
         """One delivery, or ``None``."""
-        row = self._db.conn.execute(
-            f"SELECT {DELIVERY_COLUMNS} FROM deliveries d "
-            "JOIN events e ON e.id = d.event_id WHERE d.id = ?",
-            (delivery_id,),
-        ).fetchone()
-        return None if row is None else delivery_row(row)
+        found = find_deliveries(self._db.conn, "d.id = ?", (delivery_id,))
+        return found[0] if found else None
 
     @call
     def list_attempts(self, delivery_id: int) -> list[AttemptRow]:
