@@ -22,6 +22,7 @@ from .meta import MetaQueries
 from .ops_queries import OperatorQueries
 from .outbox import Outbox
 from .refusals import Refusals
+from .requeue import Requeue
 
 
 class StoreCore:
@@ -60,6 +61,8 @@ class StoreCore:
             meta=self.meta,
             refusals=self.refusals,
         )
+        #: Retry now and recover: the same delivery rows re-opened.
+        self.requeue = Requeue(db)
         #: The web console's lists and counts.
         self.console = ConsoleQueries(db, bodies)
         #: Actions people took (signed links, Slack, the console).

@@ -17,8 +17,6 @@ from ..domain.rows import (
     EndpointState,
     EndpointSummary,
     EventRow,
-    Recovered,
-    Retried,
     SessionRow,
     StatusSummary,
     UpstreamSummary,
@@ -43,7 +41,6 @@ from .meta import MetaQueries
 from .outbox import Outbox
 from .policy import call, write
 from .refusals import Refusals
-from .requeue import Requeue
 
 _FETCH = 500
 _HOUR = 3600.0
@@ -87,7 +84,6 @@ class OperatorQueries:
         self._outbox = outbox
         self._meta = meta
         self._refusals = refusals
-        self._requeue = Requeue(db)
 
     @call
     def status_summary(self, now: float) -> StatusSummary:
@@ -346,23 +342,6 @@ class OperatorQueries:
             (endpoint, *params),
         ).fetchone()
         return int(row["selected"]), int(row["open"])
-
-    @write
-    def retry_delivery(self, delivery_id: int) -> Retried | None:
-        """Make one delivery due now (see :meth:`.requeue.Requeue.retry`)."""
-        return self._requeue.retry(delivery_id)
-
-    @write
-    def recover_deliveries(self, endpoint: str, since: float) -> Recovered:
-        """Re-open an endpoint's failed and dead deliveries of events since ``since``, due
-        now (see :meth:`.requeue.Requeue.recover`)."""
-        return self._requeue.recover(endpoint, since)
-
-    @write
-    def make_due(self, endpoint: str) -> None:
-        """Make the open deliveries to ``endpoint`` due now (see
-        :meth:`.requeue.Requeue.due_now`)."""
-        self._requeue.due_now(endpoint)
 
     @call
     def get_session(self, name: str) -> SessionRow | None:
