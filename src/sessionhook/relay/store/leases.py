@@ -101,7 +101,8 @@ class Leases:
     ) -> None:
         """Record this process as a replica; from now on this handle claims what it works
         on, as ``replica_id``, alive while it heartbeats at least every ``lease`` seconds
-        (``exclusive``: see :attr:`ReplicaState.exclusive`). Replicas gone for a day are forgotten."""
+        (``exclusive``: see :attr:`ReplicaState.exclusive`). Replicas gone for a day are
+        forgotten."""
         with self._db.tx() as c:
             c.execute(
                 "INSERT INTO replicas (id, host, pid, started_at, heartbeat_at, lease) "
