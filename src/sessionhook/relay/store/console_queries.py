@@ -317,16 +317,12 @@ class ConsoleQueries:
         """Events ingested after ``seq`` (optionally of one session), oldest first, without
         their bodies (the live view shows type, session and time), with their session's
         title, state, source and account (a new row of the session list)."""
-        sql = (
+        text, params = where(("e.seq > ?", seq), ("e.session_name = ?", session))
+        rows = self._db.conn.execute(
             "SELECT e.seq, e.id, e.session_name, e.type, e.occurred_at, "
             "COALESCE(s.title, '') AS title, COALESCE(s.state, '') AS state, "
             "COALESCE(s.source, '') AS source, COALESCE(s.account, '') AS account FROM events e "
-            "LEFT JOIN sessions s ON s.name = e.session_name WHERE e.seq > ?"
-        )
-        params: list[Any] = [seq]
-        if session is not None:
-            sql += " AND e.session_name = ?"
-            params.append(session)
-        sql += " ORDER BY e.seq LIMIT ?"
-        rows = self._db.conn.execute(sql, (*params, limit)).fetchall()
+            f"LEFT JOIN sessions s ON s.name = e.session_name {text} ORDER BY e.seq LIMIT ?",
+            (*params, limit),
+        ).fetchall()
         return [from_row(LiveEvent, r) for r in rows]
