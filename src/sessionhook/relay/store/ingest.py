@@ -136,10 +136,7 @@ class Ingest:
     def session_account(self, name: str) -> str | None:
         """The account that lists the session (whose API key acts on it), or ``None`` for a
         session the archive does not know."""
-        row = self._db.conn.execute(
-            "SELECT account FROM sessions WHERE name = ?", (name,)
-        ).fetchone()
-        return None if row is None else str(row["account"])
+        return _account(self._db.conn, name)
 
     @write
     def schedule_poll(
@@ -206,10 +203,7 @@ class Ingest:
         batch = list(events)
         account = None
         if deliver and batch:  # endpoints may take the events of some accounts only
-            row = c.execute(
-                "SELECT account FROM sessions WHERE name = ?", (batch[0].session_name,)
-            ).fetchone()
-            account = None if row is None else row["account"]
+            account = _account(c, batch[0].session_name)
         endpoints = self._endpoints.subscribers(account) if deliver else []
         known = {
             row["id"]
@@ -429,6 +423,11 @@ class Ingest:
         ).fetchone()
         raw = codec.decode_raw(row["raw"], raw_hints(row["name"], row["create_time"]))
         return Activity.model_validate_json(raw)
+
+
+def _account(conn: Connection, name: str) -> str | None:
+    value = first_value(conn, "SELECT account FROM sessions WHERE name = ?", (name,))
+    return None if value is None else str(value)
 
 
 def advance_cursor(

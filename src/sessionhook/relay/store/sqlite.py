@@ -212,10 +212,9 @@ class SqliteDatabase:
                     conn.execute("ROLLBACK")
                 raise
         except (sqlite3.Error, OSError) as exc:
-            if is_full_error(exc):
-                raise StoreFullError(f"{self.path}: {exc}", path=self.path) from exc
-            if is_readonly_error(exc):
-                raise StoreUnwritableError(f"{self.path}: {exc}", path=self.path) from exc
+            mapped = self.unwritable_error(exc)
+            if mapped is not None:
+                raise mapped from exc
             raise
 
 
