@@ -77,14 +77,6 @@ class Ingest:
         """The archived session, or ``None``."""
         return get_session(self._db.conn, name)
 
-    @call
-    def all_sessions(self) -> list[SessionRow]:
-        """Every archived session, in the order they were first seen."""
-        rows = self._db.conn.execute(
-            f"SELECT {_SESSION_COLUMNS} FROM sessions ORDER BY first_seen_at, name"
-        ).fetchall()
-        return [session_row(r) for r in rows]
-
     @write
     def upsert_session(self, session: Session, *, baseline: bool) -> SessionRow:
         """Archive a session (no events). A list item updates only the fields it carries: the

@@ -292,15 +292,6 @@ class Leases:
         return holder is not None and holder["owner"] == owner
 
     @call
-    def release_lease(self, name: str) -> None:
-        """Give the named lease up (when this replica holds it)."""
-        owner = self._replica.replica_id
-        if owner is None:
-            return
-        with self._db.tx(serialized=False) as c:
-            c.execute("DELETE FROM leases WHERE name = ? AND owner = ?", (name, owner))
-
-    @call
     def lease_expires_at(self, name: str) -> float | None:
         """When the named lease's holder stops being alive if it heartbeats no more (its
         last heartbeat plus its lease; Unix seconds), so a standby can try right then;

@@ -380,17 +380,17 @@ class OperatorQueries:
         Each page sees what is committed when it is read, so a long iteration also yields
         the events archived meanwhile, in order.
         """
-        text, params = where(
-            ("e.session_name = ?", session),
-            ("e.occurred_ts >= ?", since),
-            ("e.occurred_ts < ?", until),
-        )
-        text = f"{text} AND e.seq > ?" if text else "WHERE e.seq > ?"
         last = 0
         while True:
+            text, params = where(
+                ("e.session_name = ?", session),
+                ("e.occurred_ts >= ?", since),
+                ("e.occurred_ts < ?", until),
+                ("e.seq > ?", last),
+            )
             rows = self._db.conn.execute(
                 f"SELECT {EVENT_COLUMNS} {EVENT_FROM} {text} ORDER BY e.seq LIMIT ?",
-                (*params, last, _FETCH),
+                (*params, _FETCH),
             ).fetchall()
             for row in rows:
                 # The type glob is matched here (no SQL function of ours, see dialect.py).
