@@ -102,10 +102,6 @@ class StoreCore:
         or ``None`` when it means something else."""
         return self.db.unwritable_error(exc)
 
-    def open_reader(self) -> StoreCore:
-        """A second, read-only handle on the same store (e.g. to read while writing)."""
-        return StoreCore(self.db.open_reader())
-
     def close(self) -> None:
         """Release the connection(s)."""
         self.db.close()

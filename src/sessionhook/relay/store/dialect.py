@@ -146,10 +146,6 @@ class Database(Protocol):
         :class:`~.errors.StoreUnwritableError` it means, or ``None``."""
         ...
 
-    def open_reader(self) -> Database:
-        """A second, read-only handle on the same database."""
-        ...
-
     def close(self) -> None:
         """Release the connection(s)."""
         ...

@@ -210,10 +210,6 @@ class PostgresDatabase:
             pool_size=pool_size,
         )
 
-    def open_reader(self) -> PostgresDatabase:
-        """A read-only :meth:`open` of the same database."""
-        return PostgresDatabase.open(self.url, readonly=True, clock=self.clock, pool_size=2)
-
     def close(self) -> None:
         """Close every pooled connection."""
         self._pool.close()

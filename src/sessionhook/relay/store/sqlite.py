@@ -152,10 +152,6 @@ class SqliteDatabase:
             return StoreUnwritableError(f"{self.path}: {exc}", path=self.path)
         return None
 
-    def open_reader(self) -> SqliteDatabase:
-        """:meth:`open_readonly` on the same file."""
-        return SqliteDatabase.open_readonly(self.path, clock=self.clock)
-
     def close(self) -> None:
         """Close the connection (a checkpoint folds the WAL into the database file)."""
         self.conn.close()
