@@ -40,6 +40,13 @@ _RELAPSE = 60.0
 #: What runs a method under a policy: ``door(method, *args, **kwargs)``.
 _Door = Callable[..., Awaitable[Any]]
 _Policy = Policy | Callable[..., bool]
+#: The door's method of each policy.
+_DOORS: dict[Policy, str] = {
+    "call": "_call",
+    "read": "_read",
+    "write": "_write",
+    "try_write": "_try_write",
+}
 
 
 class FullObserver(Protocol):
@@ -157,7 +164,7 @@ class AsyncStore:
             method = getattr(target, name)
         if not isinstance(policy, str):  # writes_when: decided by the call's arguments
             policy = "write" if policy(target, *args, **kwargs) else "call"
-        door: _Door = getattr(self, f"_{policy}")  # a policy's door: _call, _write...
+        door: _Door = getattr(self, _DOORS[policy])
         return cast(T, await door(method, *args, **kwargs))
 
     def _function_policy(self, fn: Callable[..., Any]) -> _Policy:
