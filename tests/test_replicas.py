@@ -214,7 +214,6 @@ def test_a_named_lease_has_one_holder_and_moves_when_it_expires(
     assert (lease.owner, lease.acquired_at) == ("bbbb", T0 + 5 + LEASE + 0.1)
     b.leases.retire_replica(T0 + 20 + LEASE)  # a clean stop: nobody holds it any more
     assert a.leases.lease_expires_at("poller:default") is None
-    a.leases.release_lease("poller:default")  # not a's: nothing happens
     assert a.leases.leases() == []
 
 

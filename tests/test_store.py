@@ -622,7 +622,7 @@ def test_upsert_merges_list_items_into_the_full_session(store: Store, clock: Clo
     assert row.baseline is True and row.first_seen_at == T0
     assert row.to_session().pull_requests[0].url == "https://pr/1"
     assert row.raw["prompt"] == "do it"
-    assert [r.name for r in store.ingest.all_sessions()] == ["sessions/1"]
+    assert [r.name for r in store.operator.list_sessions()] == ["sessions/1"]
     assert store.ingest.get_session("sessions/2") is None
 
 
@@ -1099,7 +1099,7 @@ async def test_async_store_serializes_calls(backend: Backend) -> None:
         failing = await astore.run(Outbox.record_attempt, due[0].id, ok(), Delivered())
         assert failing is None
         assert await astore.run(Outbox.next_due_at) == T0
-        assert len(await astore.run(Ingest.all_sessions)) == 5
+        assert len(await astore.run(OperatorQueries.list_sessions)) == 5
         row = await astore.run(Ingest.get_session, "sessions/1")
         assert row is not None
         await astore.run(Ingest.schedule_poll, row.name, T0 + 1, polled_update_time=row.update_time)

@@ -266,7 +266,7 @@ class DeliveryRow:
 
 @dataclass(frozen=True, slots=True)
 class Retried:
-    """What the store's ``retry_delivery`` did to one delivery."""
+    """What the store's ``requeue.retry`` did to one delivery."""
 
     #: Its status before (``delivered``: nothing was done, a delivered row is final).
     previous: str
@@ -277,7 +277,7 @@ class Retried:
 
 @dataclass(frozen=True, slots=True)
 class Recovered:
-    """What the store's ``recover_deliveries`` re-opened, and what the endpoint holds
+    """What the store's ``requeue.recover`` re-opened, and what the endpoint holds
     otherwise (to say why nothing was when nothing was)."""
 
     #: The failed and dead deliveries made due now, oldest first.

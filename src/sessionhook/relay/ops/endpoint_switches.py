@@ -33,7 +33,7 @@ def enable_endpoint(store: StoreCore, name: str) -> int:
     it failed goes at once); returns how many deliveries wait for it."""
     find_endpoint(store, name)
     store.endpoints.set_endpoint_enabled(name, True)
-    store.operator.make_due(name)
+    store.requeue.due_now(name)
     return store.outbox.pending_count(name)
 
 

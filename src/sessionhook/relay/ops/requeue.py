@@ -103,7 +103,7 @@ def _inactive(endpoint: EndpointState) -> str:
 def retry(store: StoreCore, delivery_id: int) -> RetryResult:
     """Make delivery ``delivery_id`` due now (see the module docstring);
     :class:`OperatorError` for an unknown or a delivered one."""
-    done = store.operator.retry_delivery(delivery_id)
+    done = store.requeue.retry(delivery_id)
     if done is None:
         raise OperatorError(f"no delivery {delivery_id}", hint="see `sessionhook deliveries`")
     row = store.operator.get_delivery(delivery_id)
@@ -123,7 +123,7 @@ def recover(store: StoreCore, endpoint: str, since: float) -> RecoverResult:
     """Re-queue now every failed or dead delivery of ``endpoint`` whose event happened at
     or after ``since`` (Unix seconds), same webhook-ids, each session's in order."""
     state = find_endpoint(store, endpoint)
-    done = store.operator.recover_deliveries(endpoint, since)
+    done = store.requeue.recover(endpoint, since)
     reason = None if done.ids else _why_none(done, endpoint, since)
     return RecoverResult(len(done.ids), done.behind, state, reason, done.ids)
 

@@ -16,12 +16,15 @@ from typing import Any
 
 from ..domain.rows import from_row
 from .dialect import Database
+from .log_rows import where
 from .policy import call
 
 #: The ``result`` column: ``pending`` (the upstream call under way), ``ok``, ``failed``.
 ACTION_RESULTS = ("pending", "ok", "failed")
 #: Texts from the network (user agents, details) are stored cut to this many characters.
 _MAX_TEXT = 512
+#: The row that used a token or answered a wait (``token_hash``, ``session``, ``wait``).
+_TAKEN = "result IN ('pending', 'ok') AND (token_hash = ? OR (session_name = ? AND wait = ?))"
 _COLUMNS = (
     "id, taken_at, session_name AS session, wait, action, account, actor_kind, actor_address, "
     "actor_agent, chat_user, token_hash, result, status, detail"
@@ -70,8 +73,7 @@ class ActionQueries:
         was taken already (a ``pending`` or ``ok`` row)."""
         with self._db.tx() as c:
             taken = c.execute(
-                "SELECT 1 FROM actions_taken WHERE result IN ('pending', 'ok') "
-                "AND (token_hash = ? OR (session_name = ? AND wait = ?))",
+                f"SELECT 1 FROM actions_taken WHERE {_TAKEN}",
                 (claim.token_hash, claim.session, claim.wait),
             ).fetchone()
             if taken is not None:
@@ -115,8 +117,7 @@ class ActionQueries:
     def action_taken(self, token_hash: str, session: str, wait: str) -> ActionRow | None:
         """The ``pending`` or ``ok`` action that used this token or answered this wait."""
         row = self._db.conn.execute(
-            f"SELECT {_COLUMNS} FROM actions_taken WHERE result IN ('pending', 'ok') "
-            "AND (token_hash = ? OR (session_name = ? AND wait = ?)) ORDER BY id LIMIT 1",
+            f"SELECT {_COLUMNS} FROM actions_taken WHERE {_TAKEN} ORDER BY id LIMIT 1",
             (token_hash, session, wait),
         ).fetchone()
         return None if row is None else from_row(ActionRow, row)
@@ -126,18 +127,11 @@ class ActionQueries:
         self, *, session: str | None = None, before: int | None = None, limit: int = 100
     ) -> list[ActionRow]:
         """Actions newest first (of ``session`` only, when given), ids below ``before``."""
-        where: list[str] = []
-        params: list[Any] = []
-        if session is not None:
-            where.append("session_name = ?")
-            params.append(session)
-        if before is not None:
-            where.append("id < ?")
-            params.append(before)
-        sql = f"SELECT {_COLUMNS} FROM actions_taken"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        rows = self._db.conn.execute(sql + " ORDER BY id DESC LIMIT ?", (*params, limit))
+        text, params = where(("session_name = ?", session), ("id < ?", before))
+        rows = self._db.conn.execute(
+            f"SELECT {_COLUMNS} FROM actions_taken {text} ORDER BY id DESC LIMIT ?",
+            (*params, limit),
+        )
         return [from_row(ActionRow, row) for row in rows.fetchall()]
 
 

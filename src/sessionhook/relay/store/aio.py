@@ -298,5 +298,3 @@ class AsyncStore:
         finally:
             if self._thread is not None:
                 self._thread.stop()
-
-    aclose = close

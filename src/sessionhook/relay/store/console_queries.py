@@ -17,12 +17,11 @@ from .bodies import Bodies
 from .dialect import Database
 from .ingest import get_session
 from .log_rows import (
-    DELIVERY_COLUMNS,
     EVENT_COLUMNS,
     EVENT_FROM,
-    delivery_row,
     event_row,
     find_attempts,
+    find_deliveries,
     where,
 )
 from .policy import call
@@ -121,20 +120,14 @@ class ConsoleQueries:
     ) -> list[ConsoleSession]:
         """Sessions, the most recently active first (by their last event), filtered by
         state, account, and ``text`` found in the title or name (case-insensitive)."""
-        clauses: list[str] = []
-        params: list[Any] = []
-        if state:
-            clauses.append("s.state = ?")
-            params.append(state)
-        if account:
-            clauses.append("s.account = ?")
-            params.append(account)
-        if text:
-            clauses.append(
-                "(LOWER(s.title) LIKE ? ESCAPE '\\' OR LOWER(s.name) LIKE ? ESCAPE '\\')"
-            )
-            params += [_like(text), _like(text)]
-        where = ("WHERE " + " AND ".join(clauses)) if clauses else ""
+        chosen, params = where(
+            ("s.state = ?", state or None),
+            ("s.account = ?", account or None),
+            (
+                "(LOWER(s.title) LIKE ? ESCAPE '\\' OR LOWER(s.name) LIKE ? ESCAPE '\\')",
+                _like(text) if text else None,
+            ),
+        )
         limit = min(limit, MAX_IDS)
         # The newest event of each session is one probe of events_by_session; the count
         # and the last event's type are read for the page's sessions only.
@@ -143,7 +136,7 @@ class ConsoleQueries:
             "FROM ("
             "SELECT s.name, s.title, s.state, s.source, s.account, s.update_time, "
             "(SELECT MAX(e.seq) FROM events e WHERE e.session_name = s.name) AS last_seq "
-            f"FROM sessions s {where}) x ORDER BY COALESCE(x.last_seq, 0) DESC, x.name LIMIT ?",
+            f"FROM sessions s {chosen}) x ORDER BY COALESCE(x.last_seq, 0) DESC, x.name LIMIT ?",
             (*params, limit),
         ).fetchall()
         names = [r["name"] for r in rows]
@@ -266,13 +259,7 @@ class ConsoleQueries:
         """Every delivery of these events (at most :data:`MAX_IDS`), oldest first."""
         if not event_ids:
             return []
-        rows = self._db.conn.execute(
-            f"SELECT {DELIVERY_COLUMNS} FROM deliveries d "
-            f"JOIN events e ON e.id = d.event_id WHERE d.event_id IN ({_ids(event_ids)}) "
-            "ORDER BY d.id",
-            tuple(event_ids),
-        ).fetchall()
-        return [delivery_row(r) for r in rows]
+        return find_deliveries(self._db.conn, f"d.event_id IN ({_ids(event_ids)})", event_ids)
 
     @call
     def attempts_of_deliveries(self, delivery_ids: Sequence[int]) -> list[AttemptRow]:
@@ -330,16 +317,12 @@ class ConsoleQueries:
         """Events ingested after ``seq`` (optionally of one session), oldest first, without
         their bodies (the live view shows type, session and time), with their session's
         title, state, source and account (a new row of the session list)."""
-        sql = (
+        text, params = where(("e.seq > ?", seq), ("e.session_name = ?", session))
+        rows = self._db.conn.execute(
             "SELECT e.seq, e.id, e.session_name, e.type, e.occurred_at, "
             "COALESCE(s.title, '') AS title, COALESCE(s.state, '') AS state, "
             "COALESCE(s.source, '') AS source, COALESCE(s.account, '') AS account FROM events e "
-            "LEFT JOIN sessions s ON s.name = e.session_name WHERE e.seq > ?"
-        )
-        params: list[Any] = [seq]
-        if session is not None:
-            sql += " AND e.session_name = ?"
-            params.append(session)
-        sql += " ORDER BY e.seq LIMIT ?"
-        rows = self._db.conn.execute(sql, (*params, limit)).fetchall()
+            f"LEFT JOIN sessions s ON s.name = e.session_name {text} ORDER BY e.seq LIMIT ?",
+            (*params, limit),
+        ).fetchall()
         return [from_row(LiveEvent, r) for r in rows]

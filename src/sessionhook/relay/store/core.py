@@ -22,6 +22,7 @@ from .meta import MetaQueries
 from .ops_queries import OperatorQueries
 from .outbox import Outbox
 from .refusals import Refusals
+from .requeue import Requeue
 
 
 class StoreCore:
@@ -60,6 +61,8 @@ class StoreCore:
             meta=self.meta,
             refusals=self.refusals,
         )
+        #: Retry now and recover: the same delivery rows re-opened.
+        self.requeue = Requeue(db)
         #: The web console's lists and counts.
         self.console = ConsoleQueries(db, bodies)
         #: Actions people took (signed links, Slack, the console).
@@ -98,10 +101,6 @@ class StoreCore:
         :class:`StoreUnwritableError` it means (no space, read-only, database unreachable),
         or ``None`` when it means something else."""
         return self.db.unwritable_error(exc)
-
-    def open_reader(self) -> StoreCore:
-        """A second, read-only handle on the same store (e.g. to read while writing)."""
-        return StoreCore(self.db.open_reader())
 
     def close(self) -> None:
         """Release the connection(s)."""

@@ -32,27 +32,12 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
 
 from .errors import StoreUnwritableError
-
-
-class Cursor(Protocol):
-    """The part of a DB-API cursor the queries use."""
-
-    @property
-    def rowcount(self) -> int: ...
-
-    def fetchone(self) -> Any: ...
-
-    def fetchall(self) -> list[Any]: ...
-
-    def fetchmany(self, size: int = ...) -> list[Any]: ...
-
-    def __iter__(self) -> Iterator[Any]: ...
 
 
 class Connection(Protocol):
@@ -159,10 +144,6 @@ class Database(Protocol):
     def unwritable_error(self, exc: BaseException) -> StoreUnwritableError | None:
         """``exc`` (raised outside a write transaction) as the
         :class:`~.errors.StoreUnwritableError` it means, or ``None``."""
-        ...
-
-    def open_reader(self) -> Database:
-        """A second, read-only handle on the same database."""
         ...
 
     def close(self) -> None:

@@ -18,6 +18,7 @@ from sessionhook.api.models import Session
 from ..domain.rows import from_row
 from .dialect import Database, first_value
 from .leases import ReplicaState
+from .meta import put_meta
 from .policy import call, try_write, write
 
 #: The window of ``requests_per_minute``.
@@ -252,13 +253,9 @@ class Economy:
     def mark_poll(self, ok: bool, at: float) -> bool:
         """Record a discovery pass: when it ran and, if it succeeded, when it last did."""
         with self._db.tx(serialized=False) as c:  # upserts: no read
-            keys = [("last_poll_at", at)] + ([("last_ok_poll_at", at)] if ok else [])
-            for key, value in keys:
-                c.execute(
-                    "INSERT INTO meta (key, value) VALUES (?, ?) "
-                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                    (key, repr(value)),
-                )
+            put_meta(c, "last_poll_at", repr(at))
+            if ok:
+                put_meta(c, "last_ok_poll_at", repr(at))
         return True
 
 

@@ -77,14 +77,6 @@ class Ingest:
         """The archived session, or ``None``."""
         return get_session(self._db.conn, name)
 
-    @call
-    def all_sessions(self) -> list[SessionRow]:
-        """Every archived session, in the order they were first seen."""
-        rows = self._db.conn.execute(
-            f"SELECT {_SESSION_COLUMNS} FROM sessions ORDER BY first_seen_at, name"
-        ).fetchall()
-        return [session_row(r) for r in rows]
-
     @write
     def upsert_session(self, session: Session, *, baseline: bool) -> SessionRow:
         """Archive a session (no events). A list item updates only the fields it carries: the
@@ -136,10 +128,7 @@ class Ingest:
     def session_account(self, name: str) -> str | None:
         """The account that lists the session (whose API key acts on it), or ``None`` for a
         session the archive does not know."""
-        row = self._db.conn.execute(
-            "SELECT account FROM sessions WHERE name = ?", (name,)
-        ).fetchone()
-        return None if row is None else str(row["account"])
+        return _account(self._db.conn, name)
 
     @write
     def schedule_poll(
@@ -206,10 +195,7 @@ class Ingest:
         batch = list(events)
         account = None
         if deliver and batch:  # endpoints may take the events of some accounts only
-            row = c.execute(
-                "SELECT account FROM sessions WHERE name = ?", (batch[0].session_name,)
-            ).fetchone()
-            account = None if row is None else row["account"]
+            account = _account(c, batch[0].session_name)
         endpoints = self._endpoints.subscribers(account) if deliver else []
         known = {
             row["id"]
@@ -429,6 +415,11 @@ class Ingest:
         ).fetchone()
         raw = codec.decode_raw(row["raw"], raw_hints(row["name"], row["create_time"]))
         return Activity.model_validate_json(raw)
+
+
+def _account(conn: Connection, name: str) -> str | None:
+    value = first_value(conn, "SELECT account FROM sessions WHERE name = ?", (name,))
+    return None if value is None else str(value)
 
 
 def advance_cursor(

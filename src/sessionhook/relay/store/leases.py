@@ -86,26 +86,6 @@ class Leases:
         self._db = db
         self._replica = replica
 
-    @property
-    def replica_id(self) -> str | None:
-        """See :attr:`ReplicaState.replica_id`."""
-        return self._replica.replica_id
-
-    @property
-    def lease_seconds(self) -> float:
-        """See :attr:`ReplicaState.lease_seconds`."""
-        return self._replica.lease_seconds
-
-    @property
-    def exclusive(self) -> bool:
-        """See :attr:`ReplicaState.exclusive`."""
-        return self._replica.exclusive
-
-    @property
-    def claims(self) -> bool:
-        """See :attr:`ReplicaState.claims`."""
-        return self._replica.claims
-
     # ------------------------------------------------------------------ replicas
 
     @write
@@ -121,7 +101,8 @@ class Leases:
     ) -> None:
         """Record this process as a replica; from now on this handle claims what it works
         on, as ``replica_id``, alive while it heartbeats at least every ``lease`` seconds
-        (``exclusive``: see :attr:`exclusive`). Replicas gone for a day are forgotten."""
+        (``exclusive``: see :attr:`ReplicaState.exclusive`). Replicas gone for a day are
+        forgotten."""
         with self._db.tx() as c:
             c.execute(
                 "INSERT INTO replicas (id, host, pid, started_at, heartbeat_at, lease) "
@@ -309,15 +290,6 @@ class Leases:
             )
             holder = c.execute("SELECT owner FROM leases WHERE name = ?", (name,)).fetchone()
         return holder is not None and holder["owner"] == owner
-
-    @call
-    def release_lease(self, name: str) -> None:
-        """Give the named lease up (when this replica holds it)."""
-        owner = self._replica.replica_id
-        if owner is None:
-            return
-        with self._db.tx(serialized=False) as c:
-            c.execute("DELETE FROM leases WHERE name = ? AND owner = ?", (name, owner))
 
     @call
     def lease_expires_at(self, name: str) -> float | None:

@@ -1,5 +1,5 @@
 """Reading the event archive and the delivery log: the column lists, the row builders and the
-attempt list that the operator's queries (:mod:`.ops_queries`) and the console's
+delivery and attempt lists that the operator's queries (:mod:`.ops_queries`) and the console's
 (:mod:`.console_queries`) share."""
 
 from __future__ import annotations
@@ -42,12 +42,23 @@ def event_row(bodies: Bodies, r: Any) -> EventRow:
 
 
 def where(*clauses: tuple[str, object | None]) -> tuple[str, list[object]]:
-    """``WHERE`` and its parameters for the clauses whose value is not ``None`` (empty text
-    and no parameter when there is none)."""
+    """``WHERE`` and its parameters for the clauses whose value is not ``None``, the value
+    filling each ``?`` of its clause (empty text and no parameter when there is none)."""
     used = [(sql, value) for sql, value in clauses if value is not None]
     if not used:
         return "", []
-    return "WHERE " + " AND ".join(sql for sql, _ in used), [value for _, value in used]
+    params = [value for sql, value in used for _ in range(sql.count("?"))]
+    return "WHERE " + " AND ".join(sql for sql, _ in used), params
+
+
+def find_deliveries(conn: Connection, clause: str, params: Sequence[Any]) -> list[DeliveryRow]:
+    """The deliveries ``WHERE clause`` (``d``, their event ``e``), oldest first."""
+    rows = conn.execute(
+        f"SELECT {DELIVERY_COLUMNS} FROM deliveries d JOIN events e ON e.id = d.event_id "
+        f"WHERE {clause} ORDER BY d.id",
+        tuple(params),
+    ).fetchall()
+    return [delivery_row(r) for r in rows]
 
 
 def find_attempts(conn: Connection, clause: str, params: Sequence[Any]) -> list[AttemptRow]:

@@ -3,8 +3,17 @@ verdicts, probes of a full disk), one value per key."""
 
 from __future__ import annotations
 
-from .dialect import Database, first_value
+from .dialect import Connection, Database, first_value
 from .policy import call, read, try_write, write
+
+
+def put_meta(c: Connection, key: str, value: str) -> None:
+    """Set a value of the ``meta`` table in the write transaction ``c``."""
+    c.execute(
+        "INSERT INTO meta (key, value) VALUES (?, ?) "
+        "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        (key, value),
+    )
 
 
 class MetaQueries:
@@ -23,11 +32,7 @@ class MetaQueries:
     def set_meta(self, key: str, value: str) -> None:
         """Set a value of the ``meta`` table."""
         with self._db.tx() as c:
-            c.execute(
-                "INSERT INTO meta (key, value) VALUES (?, ?) "
-                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                (key, value),
-            )
+            put_meta(c, key, value)
 
     @try_write
     def probe(self, key: str, value: str) -> bool:

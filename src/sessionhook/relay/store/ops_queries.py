@@ -17,8 +17,6 @@ from ..domain.rows import (
     EndpointState,
     EndpointSummary,
     EventRow,
-    Recovered,
-    Retried,
     SessionRow,
     StatusSummary,
     UpstreamSummary,
@@ -36,13 +34,13 @@ from .log_rows import (
     delivery_row,
     event_row,
     find_attempts,
+    find_deliveries,
     where,
 )
 from .meta import MetaQueries
 from .outbox import Outbox
 from .policy import call, write
 from .refusals import Refusals
-from .requeue import Requeue
 
 _FETCH = 500
 _HOUR = 3600.0
@@ -86,7 +84,6 @@ class OperatorQueries:
         self._outbox = outbox
         self._meta = meta
         self._refusals = refusals
-        self._requeue = Requeue(db)
 
     @call
     def status_summary(self, now: float) -> StatusSummary:
@@ -247,12 +244,8 @@ class OperatorQueries:
     @call
     def get_delivery(self, delivery_id: int) -> DeliveryRow | None:
         """One delivery, or ``None``."""
-        row = self._db.conn.execute(
-            f"SELECT {DELIVERY_COLUMNS} FROM deliveries d "
-            "JOIN events e ON e.id = d.event_id WHERE d.id = ?",
-            (delivery_id,),
-        ).fetchone()
-        return None if row is None else delivery_row(row)
+        found = find_deliveries(self._db.conn, "d.id = ?", (delivery_id,))
+        return found[0] if found else None
 
     @call
     def list_attempts(self, delivery_id: int) -> list[AttemptRow]:
@@ -350,23 +343,6 @@ class OperatorQueries:
         ).fetchone()
         return int(row["selected"]), int(row["open"])
 
-    @write
-    def retry_delivery(self, delivery_id: int) -> Retried | None:
-        """Make one delivery due now (see :meth:`.requeue.Requeue.retry`)."""
-        return self._requeue.retry(delivery_id)
-
-    @write
-    def recover_deliveries(self, endpoint: str, since: float) -> Recovered:
-        """Re-open an endpoint's failed and dead deliveries of events since ``since``, due
-        now (see :meth:`.requeue.Requeue.recover`)."""
-        return self._requeue.recover(endpoint, since)
-
-    @write
-    def make_due(self, endpoint: str) -> None:
-        """Make the open deliveries to ``endpoint`` due now (see
-        :meth:`.requeue.Requeue.due_now`)."""
-        self._requeue.due_now(endpoint)
-
     @call
     def get_session(self, name: str) -> SessionRow | None:
         """The archived session, or ``None`` (the poller's own read waits out an unreachable
@@ -404,17 +380,17 @@ class OperatorQueries:
         Each page sees what is committed when it is read, so a long iteration also yields
         the events archived meanwhile, in order.
         """
-        text, params = where(
-            ("e.session_name = ?", session),
-            ("e.occurred_ts >= ?", since),
-            ("e.occurred_ts < ?", until),
-        )
-        text = f"{text} AND e.seq > ?" if text else "WHERE e.seq > ?"
         last = 0
         while True:
+            text, params = where(
+                ("e.session_name = ?", session),
+                ("e.occurred_ts >= ?", since),
+                ("e.occurred_ts < ?", until),
+                ("e.seq > ?", last),
+            )
             rows = self._db.conn.execute(
                 f"SELECT {EVENT_COLUMNS} {EVENT_FROM} {text} ORDER BY e.seq LIMIT ?",
-                (*params, last, _FETCH),
+                (*params, _FETCH),
             ).fetchall()
             for row in rows:
                 # The type glob is matched here (no SQL function of ours, see dialect.py).

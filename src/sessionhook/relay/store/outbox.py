@@ -444,21 +444,10 @@ class Outbox:
     @call
     def pending_count(self, endpoint: str | None = None) -> int:
         """Open (pending or failed) deliveries, of one endpoint or all."""
+        sql = "SELECT COUNT(*) FROM deliveries WHERE status IN ('pending', 'failed')"
         if endpoint is None:
-            return int(
-                first_value(
-                    self._db.conn,
-                    "SELECT COUNT(*) FROM deliveries WHERE status IN ('pending', 'failed')",
-                )
-            )
-        return int(
-            first_value(
-                self._db.conn,
-                "SELECT COUNT(*) FROM deliveries "
-                "WHERE status IN ('pending', 'failed') AND endpoint = ?",
-                (endpoint,),
-            )
-        )
+            return int(first_value(self._db.conn, sql))
+        return int(first_value(self._db.conn, sql + " AND endpoint = ?", (endpoint,)))
 
     @call
     def outbox_stats(self) -> dict[str, tuple[int, float | None]]:

@@ -36,7 +36,7 @@ from . import notify
 from .core import StoreCore
 from .dialect import Connection, WakeSource, to_pyformat
 from .errors import StoreError, StoreFullError, StoreUnwritableError
-from .migrations import POSTGRES, Engine, check_current, migrate
+from .migrations import POSTGRES, check_current, migrate
 
 #: Connections per relay process (and so the AsyncStore's worker threads).
 DEFAULT_POOL_SIZE = 4
@@ -183,41 +183,19 @@ class PostgresDatabase:
         cls,
         url: str,
         *,
+        readonly: bool = False,
         clock: Callable[[], float] = time.time,
         pool_size: int = DEFAULT_POOL_SIZE,
     ) -> PostgresDatabase:
-        """Connect, migrate (one transaction, see :mod:`.migrations`) and start the pool.
+        """Connect, migrate (one transaction, see :mod:`.migrations`) and start the pool; or
+        with ``readonly``, connect read-only (``default_transaction_read_only``), e.g. while
+        the daemon runs: write methods raise :class:`StoreError`, the schema must be current.
 
         Raises :class:`StoreError` for a wrong password, a missing database, a database
         that is not ours or is newer; :class:`StoreUnwritableError` when the server cannot
         be reached or is read-only for now (the daemon waits for it).
         """
-        return cls._opened(url, migrate, readonly=False, clock=clock, pool_size=pool_size)
-
-    @classmethod
-    def open_readonly(
-        cls,
-        url: str,
-        *,
-        clock: Callable[[], float] = time.time,
-        pool_size: int = 2,
-    ) -> PostgresDatabase:
-        """Connect read-only (``default_transaction_read_only``), e.g. while the daemon runs;
-        write methods raise :class:`StoreError`. The schema must be current."""
-        return cls._opened(url, check_current, readonly=True, clock=clock, pool_size=pool_size)
-
-    @classmethod
-    def _opened(
-        cls,
-        url: str,
-        prepare: Callable[[_Direct, Engine, str], None],
-        *,
-        readonly: bool,
-        clock: Callable[[], float],
-        pool_size: int,
-    ) -> PostgresDatabase:
-        """``prepare`` (migrate, or check the schema) on one direct connection, its errors
-        mapped for the opening, then the pool."""
+        prepare = check_current if readonly else migrate
         location = display_url(url)
         with _connect(url, location, readonly=readonly) as conn:
             try:
@@ -231,10 +209,6 @@ class PostgresDatabase:
             clock=clock,
             pool_size=pool_size,
         )
-
-    def open_reader(self) -> PostgresDatabase:
-        """:meth:`open_readonly` on the same database."""
-        return PostgresDatabase.open_readonly(self.url, clock=self.clock)
 
     def close(self) -> None:
         """Close every pooled connection."""
@@ -428,5 +402,5 @@ class PostgresStore(StoreCore):
     def open_readonly(
         cls, url: str, *, clock: Callable[[], float] = time.time, pool_size: int = 2
     ) -> PostgresStore:
-        """:meth:`PostgresDatabase.open_readonly`: connect read-only."""
-        return cls(PostgresDatabase.open_readonly(url, clock=clock, pool_size=pool_size))
+        """:meth:`PostgresDatabase.open` read-only."""
+        return cls(PostgresDatabase.open(url, readonly=True, clock=clock, pool_size=pool_size))

@@ -25,17 +25,20 @@ from typing import Final
 
 from ..domain.rows import Recovered, Retried
 from .dialect import Connection, Database, first_value
+from .policy import write
 
 _OPEN: Final = "('pending', 'failed')"
 _STUCK: Final = "('failed', 'dead')"
 
 
 class Requeue:
-    """Retry now and recover over one database (the operator role's actions)."""
+    """The requeue role over one database: retry now, recover, make an endpoint's backlog
+    due."""
 
     def __init__(self, db: Database) -> None:
         self._db = db
 
+    @write
     def retry(self, delivery_id: int) -> Retried | None:
         """Make delivery ``delivery_id`` due now (a failed or dead one re-opened as
         ``pending``; an earlier open one of its queue due now too); ``None``: no such
@@ -68,6 +71,7 @@ class Requeue:
             self._db.notify_outbox(c)
         return Retried(status, None if head is None else int(head))
 
+    @write
     def recover(self, endpoint: str, since: float) -> Recovered:
         """Re-open every failed or dead delivery to ``endpoint`` whose event happened at or
         after ``since`` (Unix seconds), due now, queue by queue in (endpoint, session)
@@ -124,6 +128,7 @@ class Requeue:
             open=int(still_open),
         )
 
+    @write
     def due_now(self, endpoint: str) -> None:
         """Make every open delivery to ``endpoint`` that waits for a later retry due now
         (it was enabled again: what waits behind a failed head goes at once rather than at

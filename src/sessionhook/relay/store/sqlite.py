@@ -152,10 +152,6 @@ class SqliteDatabase:
             return StoreUnwritableError(f"{self.path}: {exc}", path=self.path)
         return None
 
-    def open_reader(self) -> SqliteDatabase:
-        """:meth:`open_readonly` on the same file."""
-        return SqliteDatabase.open_readonly(self.path, clock=self.clock)
-
     def close(self) -> None:
         """Close the connection (a checkpoint folds the WAL into the database file)."""
         self.conn.close()
@@ -212,10 +208,9 @@ class SqliteDatabase:
                     conn.execute("ROLLBACK")
                 raise
         except (sqlite3.Error, OSError) as exc:
-            if is_full_error(exc):
-                raise StoreFullError(f"{self.path}: {exc}", path=self.path) from exc
-            if is_readonly_error(exc):
-                raise StoreUnwritableError(f"{self.path}: {exc}", path=self.path) from exc
+            mapped = self.unwritable_error(exc)
+            if mapped is not None:
+                raise mapped from exc
             raise
 
 
