@@ -290,6 +290,14 @@ def test_a_message_at_the_bound_is_kept_and_long_names_are_not() -> None:
     assert SseParser().feed(b"id: \xff\ndata: {}\n\n") == [StreamEvent("\ufffd", "message", b"{}")]
 
 
+@pytest.mark.parametrize("body", [b"not json", b"[1, 2]", b'"text"', b"[" * 100_000])
+def test_a_message_whose_body_is_no_json_object_reads_as_its_type(body: bytes) -> None:
+    """What ``events --follow --url`` and ``listen --forward-to`` print of a stream message
+    that is not a JSON object (a hostile or broken relay): its type, never an exception."""
+    assert StreamEvent("e1", "t.x", body).payload() == {"type": "t.x"}
+    assert StreamEvent("e2", "t.x", b'{"n": 1}').payload() == {"n": 1}
+
+
 @pytest.mark.anyio
 async def test_follow_stream_reconnects_with_last_event_id(backend: Backend) -> None:
     """The daemon restarts under the follower: it reconnects and resumes, nothing missed
