@@ -150,13 +150,17 @@ def show(
     answer: ApiModel | Sequence[ApiModel] | dict[str, Any],
     as_json: bool,
     text: str | Callable[[], None],
+    *,
+    empty: str = "",
 ) -> None:
     """With ``--json`` the answer as the API's JSON (moments RFC 3339), else ``text``: a
-    line, or what prints the answer for people."""
+    line, or what prints the answer for people; ``empty`` (if given) for an empty list."""
     from ..relay.domain.api_models import api_data
 
     if as_json:
         echo_json(answer if isinstance(answer, dict) else api_data(answer))
+    elif empty and isinstance(answer, Sequence) and not answer:
+        click.echo(empty)
     elif isinstance(text, str):
         click.echo(text)
     else:

@@ -58,14 +58,12 @@ def endpoints_list(where: Where, as_json: bool) -> None:
             listed = operator.endpoints(store)
             claims = operator.endpoints_in_flight(store, now)  # per endpoint: replica -> n
         known = [endpoint_state_answer(s, n, claims.get(s.name)) for s, n in listed]
-    show(known, as_json, lambda: _print_endpoints(known, now))
+    empty = "no endpoints yet (the daemon adds them from its config when it starts)"
+    show(known, as_json, lambda: _print_endpoints(known, now), empty=empty)
 
 
 def _print_endpoints(known: Sequence[ApiEndpointState], now: float) -> None:
     """The table of ``endpoints list``: state, backlog, in flight per replica."""
-    if not known:
-        click.echo("no endpoints yet (the daemon adds them from its config when it starts)")
-        return
     rows = []
     for s in known:
         if not s.configured:
