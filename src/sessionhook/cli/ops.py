@@ -174,19 +174,15 @@ def show(
 class StoreTarget:
     """Where the database is, and the config it was found through (if any)."""
 
-    db: Path
+    path: Path
     config: Config | None
     config_path: str | None
 
     def database_url(self) -> str | None:
         """The PostgreSQL store of the config (``--db`` always names a SQLite file)."""
-        if self.config is None or self.db != self.config.store.path:
+        if self.config is None or self.path != self.config.store.path:
             return None
         return self.config.store.database_url()
-
-    @property
-    def path(self) -> Path:
-        return self.db
 
     @property
     def pool_size(self) -> int:
@@ -310,10 +306,10 @@ def opened_store(
     from ..relay.ops import operator_store
 
     target = store_target(config_path, db_path)
-    if target.database_url() is None and not target.db.is_file():
-        via = f"--config {target.config_path}" if target.config_path else f"--db {target.db}"
+    if target.database_url() is None and not target.path.is_file():
+        via = f"--config {target.config_path}" if target.config_path else f"--db {target.path}"
         raise CliError(
-            f"no database at {target.db} — has `sessionhook run` started with this config?",
+            f"no database at {target.path} — has `sessionhook run` started with this config?",
             hint=f"found through {via}",
         )
     with operator_store(target, readonly=readonly) as store:
