@@ -136,11 +136,10 @@ def forward(
     from ..receiver import event_line, json_line, printable
     from ..relay.domain import signing
     from ..relay.domain.addresses import UnusableUrlError
-    from ..relay.domain.events import EVENT_TYPES, matches
     from ..relay.ops import EventFilter
     from ..relay.ops.forwarding import forward_poster, forward_target
     from ._output import current_runtime
-    from .ops_events import follow_stream, stream_client
+    from .ops_events import follow_stream, note_unknown_types, stream_client
     from .sse import SkippedEvent
 
     if not url.lower().startswith(("http://", "https://")):
@@ -159,9 +158,7 @@ def forward(
         except ValueError as exc:
             raise CliError(f"--secret: {exc}", exit_code=2) from None
     globs = tuple(g.strip() for g in (event_types or "").split(",") if g.strip())
-    for glob in globs:
-        if not any(matches([glob], t) for t in EVENT_TYPES):
-            click.echo(f"note: {glob!r} matches no known event type", err=True)
+    note_unknown_types(globs)
     click.echo(
         f"forwarding the events of {redact_userinfo(url)} to {redact_userinfo(target)}\n"
         f"signing with {' '.join(keys)} (your consumer verifies with it); Ctrl-C stops",
