@@ -67,26 +67,20 @@ def _relay_errors() -> tuple[type[Exception], ...]:
 # --------------------------------------------------------------------------- parsing
 
 
-def parse_time(text: str, now: float) -> float:
-    """Unix seconds from RFC 3339 (``2026-11-22T12:00:00Z``), ``now``, or an age before
-    ``now`` (``90s``, ``30m``, ``2h``, ``7d``, ``1w``): the API's spelling
-    (:func:`~sessionhook.relay.ops.wire.parse_moment`)."""
-    from ..relay.ops.wire import parse_moment
-
-    return parse_moment(text, now)
-
-
 def time_flag(flag: str, help: str) -> Callable[[_F], _F]:
     """``flag TIME``, given to the command as Unix seconds (:func:`time_option`)."""
     return click.option(flag, callback=time_option, metavar="TIME", help=help)
 
 
 def time_option(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
-    """click callback: an option's TIME text as Unix seconds (a usage error when malformed)."""
+    """click callback: an option's TIME text as Unix seconds (a usage error when malformed):
+    RFC 3339, ``now``, or an age (``90s``, ``2h``, ``7d``), the API's spelling."""
+    from ..relay.ops.wire import parse_moment
+
     if value is None:
         return None
     try:
-        return parse_time(value, time.time())
+        return parse_moment(value, time.time())
     except ValueError as exc:
         raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
 

@@ -25,7 +25,7 @@ from .ops import (
     stamp,
     store_target,
 )
-from .remote import get, get_pages, post, refuse_store_options, remote_options
+from .remote import get, get_pages, post, refuse_store_options, remote_option_pair
 
 if TYPE_CHECKING:
     from ..relay.domain.api_models import ApiEndpointState, ApiPing
@@ -129,7 +129,7 @@ def endpoints_disable(name: str, reason: str, where: Where) -> None:
 @endpoints.command("test")
 @click.argument("name")
 @click.option("--config", "config_path", metavar="FILE", help="The daemon's config.")
-@remote_options
+@remote_option_pair("--url", "url")
 @reported
 def endpoints_test(name: str, config_path: str | None, url: str | None, token: str | None) -> None:
     """Send NAME a signed `ping` event and show the answer (exit 1 unless 2xx).

@@ -27,11 +27,6 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 _M = TypeVar("_M", bound="BaseModel")
 
 
-def remote_options(fn: _F) -> _F:
-    """``--url URL`` and ``--token TOKEN`` (``url`` and ``token`` arguments)."""
-    return remote_option_pair("--url", "url")(fn)
-
-
 def remote_option_pair(flag: str, name: str) -> Callable[[_F], _F]:
     """``flag`` (the relay's address, argument ``name``) and ``--token``."""
 
