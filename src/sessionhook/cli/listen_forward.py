@@ -21,7 +21,7 @@ import click
 
 from ..redact import redact_userinfo
 from ._output import CliError, one_line
-from .remote import need_token
+from .remote import check_url, need_token
 
 if TYPE_CHECKING:
     import httpx
@@ -142,8 +142,7 @@ def forward(
     from .ops_events import follow_stream, note_unknown_types, stream_client
     from .sse import SkippedEvent
 
-    if not url.lower().startswith(("http://", "https://")):
-        raise click.UsageError("--url must be an http:// or https:// URL")
+    check_url(url)
     try:
         # Read once, as a delivery's URL is: every POST goes to this host.
         consumer = forward_target(target)

@@ -22,7 +22,13 @@ from ..redact import redact_userinfo
 from . import cli
 from ._output import CliError, quiet_on_closed_pipe, render_table
 from .ops import opened_store, reported, store_options, time_flag
-from .remote import error_message, need_token, refuse_store_options, refuse_with_url
+from .remote import (
+    check_url,
+    error_message,
+    need_token,
+    refuse_store_options,
+    refuse_with_url,
+)
 from .sse import SkippedEvent, StreamEvent, parse_sse
 
 if TYPE_CHECKING:
@@ -121,7 +127,8 @@ def events(
                     raise click.UsageError(
                         "--since reads the store; with --url use --last-event-id"
                     )
-                anyio.run(_print_stream, url, need_token(token), wanted, last_event_id, fmt)
+                token = need_token(token)
+                anyio.run(_print_stream, check_url(url), token, wanted, last_event_id, fmt)
             else:
                 _follow_store(config_path, db_path, wanted, since, last_event_id, fmt)
     except KeyboardInterrupt:

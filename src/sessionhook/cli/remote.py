@@ -79,6 +79,13 @@ def need_token(token: str | None) -> str:
     return token
 
 
+def check_url(url: str) -> str:
+    """``url`` (``--url``), or a usage error unless it is an http(s) URL."""
+    if not url.lower().startswith(("http://", "https://")):
+        raise click.UsageError("--url must be an http:// or https:// URL")
+    return url
+
+
 def get(
     url: str, token: str | None, path: str, answer: type[_M], params: dict[str, str] | None = None
 ) -> _M:
@@ -107,9 +114,7 @@ def call(
     every failure a :class:`~sessionhook.cli._output.CliError` of one line (the API's
     refusal of the request as the local command says it, anything else naming the URL)."""
     token = need_token(token)
-    if not url.lower().startswith(("http://", "https://")):
-        raise click.UsageError("--url must be an http:// or https:// URL")
-    endpoint = url.rstrip("/") + path
+    endpoint = check_url(url).rstrip("/") + path
 
     async def ask() -> httpx.Response:
         import httpx
