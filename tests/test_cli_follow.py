@@ -290,6 +290,29 @@ def test_a_message_at_the_bound_is_kept_and_long_names_are_not() -> None:
     assert SseParser().feed(b"id: \xff\ndata: {}\n\n") == [StreamEvent("\ufffd", "message", b"{}")]
 
 
+def test_follow_with_a_url_that_is_not_http_is_a_usage_error() -> None:
+    """``events --follow --url`` takes an http(s) URL, as every other --url: another scheme
+    is one line and exit status 2, not a stream reconnecting for ever."""
+    done = subprocess.run(
+        [str(SESSIONHOOK), "events", "--follow", "--url", "ftp://127.0.0.1:1", "--token", "t"],
+        capture_output=True,
+        env=_env(),
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert b"--url must be an http:// or https:// URL" in done.stderr
+    assert b"Traceback" not in done.stderr and done.stdout == b""
+
+
+@pytest.mark.parametrize("body", [b"not json", b"[1, 2]", b'"text"', b"[" * 100_000])
+def test_a_message_whose_body_is_no_json_object_reads_as_its_type(body: bytes) -> None:
+    """What ``events --follow --url`` and ``listen --forward-to`` print of a stream message
+    that is not a JSON object (a hostile or broken relay): its type, never an exception."""
+    assert StreamEvent("e1", "t.x", body).payload() == {"type": "t.x"}
+    assert StreamEvent("e2", "t.x", b'{"n": 1}').payload() == {"n": 1}
+
+
 @pytest.mark.anyio
 async def test_follow_stream_reconnects_with_last_event_id(backend: Backend) -> None:
     """The daemon restarts under the follower: it reconnects and resumes, nothing missed

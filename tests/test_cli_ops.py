@@ -48,6 +48,7 @@ from sessionhook.emulator.app import create_app as create_emulator
 from sessionhook.relay import ops as operator
 from sessionhook.relay.domain.signing import decode_secret, generate_secret
 from sessionhook.relay.ops import PING_TYPE, ping_event
+from sessionhook.relay.ops.wire import parse_moment
 from sessionhook.relay.store import PostgresStore, Store, StoreCore
 from sessionhook.relay.store.ops_queries import OperatorQueries
 from sessionhook.relay.web import server as health
@@ -1027,13 +1028,13 @@ def test_verify_bad_inputs(tmp_path: Path) -> None:
     ],
 )
 def test_parse_time(text: str, expected: float) -> None:
-    assert ops.parse_time(text, 2_000_000_000.0) == expected
+    assert parse_moment(text, 2_000_000_000.0) == expected
 
 
 @pytest.mark.parametrize("text", ["", "yesterday", "2h ago", "-5m", "2026-13-01"])
 def test_parse_time_rejects(text: str) -> None:
     with pytest.raises(ValueError, match="neither RFC 3339"):
-        ops.parse_time(text, 0.0)
+        parse_moment(text, 0.0)
 
 
 def test_parse_headers() -> None:

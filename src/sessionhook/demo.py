@@ -58,27 +58,10 @@ class DemoError(Exception):
     """The demo could not start; ``str()`` is one line."""
 
 
-@dataclass(frozen=True)
-class ReceivedEvent:
-    """A webhook the consumer accepted: its id, parsed body and whether it was new."""
-
-    event_id: str
-    body: dict[str, Any]
-    duplicate: bool
-    #: ``events`` (the standard endpoint) or ``chat`` (the Slack-formatted one).
-    channel: str = "events"
-
-    @property
-    def type(self) -> str:
-        """The event type."""
-        return str(self.body.get("type", ""))
-
-    @property
-    def session(self) -> dict[str, Any]:
-        """``data.session``."""
-        data = self.body.get("data") or {}
-        session = data.get("session") or {}
-        return session if isinstance(session, dict) else {}
+def _session_name(body: dict[str, Any]) -> str:
+    """An event body's ``data.session.name`` (empty when it has none)."""
+    session = (body.get("data") or {}).get("session")
+    return str(session.get("name", "")) if isinstance(session, dict) else ""
 
 
 @dataclass(frozen=True)
@@ -230,13 +213,13 @@ async def _create_sessions(api: SessionsClient, count: int) -> list[str]:
 _FORM_TOKEN = re.compile(r'name="form_token" value="([^"]+)"')
 
 
-async def _react(http: httpx.AsyncClient, event: ReceivedEvent, say: Callable[[str], None]) -> None:
+async def _react(http: httpx.AsyncClient, event: Delivery, say: Callable[[str], None]) -> None:
     """Do what a person in the chat would on ``session.action_required``: open the link the
     message carries (GET shows the plan or the question), then confirm on that page, or type
     the answer there (POST with the page's form)."""
-    if event.type != "session.action_required" or event.duplicate:
+    if event.body.get("type") != "session.action_required" or event.duplicate:
         return
-    name = str(event.session.get("name", ""))
+    name = _session_name(event.body)
     data = event.body.get("data") or {}
     links = data.get("links") or {}
     answer = "Raising an error on empty values is fine; no need for compatibility."
@@ -267,7 +250,7 @@ async def _react(http: httpx.AsyncClient, event: ReceivedEvent, say: Callable[[s
 
 
 async def _print_events(
-    events: MemoryObjectReceiveStream[ReceivedEvent],
+    events: MemoryObjectReceiveStream[Delivery],
     http: httpx.AsyncClient,
     out: TextIO,
     counts: dict[str, int],
@@ -286,7 +269,7 @@ async def _print_events(
         async with events:
             async for event in events:
                 stamp = time.strftime("%H:%M:%S")
-                if event.channel == "chat":
+                if event.path == "/chat":  # the Slack-formatted endpoint
                     chats += 0 if event.duplicate else 1
                     lines = slack_lines(event.body)
                     say(f"{stamp}  slack message  {printable(lines[0])}")
@@ -296,10 +279,11 @@ async def _print_events(
                         stop.set()
                     continue
                 counts["duplicates" if event.duplicate else "events"] += 1
-                if event.type in _LIFECYCLE and not event.duplicate:
+                kind = str(event.body.get("type", ""))
+                if kind in _LIFECYCLE and not event.duplicate:
                     lifecycle += 1
-                    if event.type != "session.action_required":
-                        finished[str(event.session.get("name", ""))] = event.type[len("session.") :]
+                    if kind != "session.action_required":
+                        finished[_session_name(event.body)] = kind.removeprefix("session.")
                 note = "signature ok" + (" (duplicate)" if event.duplicate else "")
                 say(event_line(event.body, stamp=stamp, note=note))
                 await _react(http, event, say)
@@ -359,16 +343,8 @@ async def run_demo(
     secret = signing.generate_secret()
     counts = {"events": 0, "duplicates": 0, "rejected": 0}
     stop = anyio.Event()
-    send, receive = anyio.create_memory_object_stream[ReceivedEvent](100)
-
-    async def deliver(delivery: Delivery) -> None:
-        # POST /chat is the Slack-formatted endpoint, any other path the standard one.
-        channel = "chat" if delivery.path == "/chat" else "events"
-        await send.send(
-            ReceivedEvent(delivery.webhook_id, delivery.body, delivery.duplicate, channel)
-        )
-
-    consumer = Receiver([secret], deliver)  # every signature verified, 401 otherwise
+    send, receive = anyio.create_memory_object_stream[Delivery](100)
+    consumer = Receiver([secret], send.send)  # every signature verified, 401 otherwise
     # Only warnings and errors of the relay, on stderr: stdout is for the events.
     relay_logging.configure("warning", "console")
     with tempfile.TemporaryDirectory(prefix="sessionhook-demo-") as tmp:

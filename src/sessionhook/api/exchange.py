@@ -71,13 +71,8 @@ _log = logging.getLogger(__name__)
 
 @dataclass(kw_only=True, repr=False, eq=False)
 class Exchange:
-    """Sends requests to the API root ``root`` over ``http`` and returns bounded answers.
-
-    Every request carries an absolute URL, the key header and ``timeout`` (seconds: the
-    deadline of one attempt's whole exchange). ``gate`` is awaited before each attempt,
-    outside its deadline (a request budget: waiting for it is not the service being slow).
-    ``sleep`` and ``rng`` make backoff observable in tests without waiting.
-    """
+    """Sends requests to the API root ``root`` over ``http`` and returns bounded answers;
+    the other fields are :class:`~sessionhook.api.client.SessionsClient`'s parameters."""
 
     http: httpx.AsyncClient
     root: str

@@ -407,15 +407,6 @@ def sessions_create(
         click.echo(created.url)
 
 
-@sessions.command("delete")
-@click.argument("session", callback=_name_arg("session"))
-@api_options
-def sessions_delete(session: str, api: ApiOptions) -> None:
-    """Delete SESSION (sessions/<id> or <id>)."""
-    _call(api, lambda c: c.delete_session(session))
-    _print_done(api, f"deleted {session}")
-
-
 @sessions.command("message")
 @click.argument("session", callback=_name_arg("session"))
 @click.argument("prompt")
@@ -429,13 +420,29 @@ def sessions_message(session: str, prompt: str, api: ApiOptions) -> None:
     _print_done(api, f"sent to {session}")
 
 
-@sessions.command("approve")
-@click.argument("session", callback=_name_arg("session"))
-@api_options
-def sessions_approve(session: str, api: ApiOptions) -> None:
-    """Approve the pending plan of SESSION."""
-    _call(api, lambda c: c.approve_plan(session))
-    _print_done(api, f"approved the plan of {session}")
+def _session_call(
+    verb: str, help: str, call: Callable[[SessionsClient, str], Awaitable[None]], done: str
+) -> None:
+    """``sessions VERB SESSION``: ``call`` (whose answer carries nothing), then ``done``
+    and the session's name."""
+
+    @sessions.command(verb, help=help)
+    @click.argument("session", callback=_name_arg("session"))
+    @api_options
+    def command(session: str, api: ApiOptions) -> None:
+        _call(api, lambda c: call(c, session))
+        _print_done(api, f"{done} {session}")
+
+
+_session_call(
+    "delete", "Delete SESSION (sessions/<id> or <id>).", lambda c, s: c.delete_session(s), "deleted"
+)
+_session_call(
+    "approve",
+    "Approve the pending plan of SESSION.",
+    lambda c, s: c.approve_plan(s),
+    "approved the plan of",
+)
 
 
 # --------------------------------------------------------------------------- activities

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 import click
 
 from ..redact import redact_userinfo
 from ._output import CliError, one_line
-from .remote import need_token
+from .remote import check_url, need_token
 
 if TYPE_CHECKING:
     import httpx
@@ -68,32 +68,23 @@ class Outcome:
         }
 
 
+@dataclass(frozen=True)
 class Forwarder:
     """POSTs events to ``target``, signed with ``secrets``, retried as the module says;
     ``http`` is the sender's poster (:func:`~sessionhook.relay.ops.forwarding.forward_poster`)
     or an ``httpx.AsyncClient`` (a stand-in for the network)."""
 
-    def __init__(
-        self,
-        http: Poster | httpx.AsyncClient,
-        target: str,
-        secrets: list[str],
-        *,
-        note: Callable[[str], None],
-        sleep: Callable[[float], Awaitable[None]],
-    ) -> None:
-        from .. import __version__
-
-        self._http = http
-        self.target = target
-        self.secrets = secrets
-        self._note = note
-        self._sleep = sleep
-        self._agent = f"sessionhook-listen/{__version__}"
+    http: Poster | httpx.AsyncClient
+    target: str
+    secrets: list[str]
+    _: KW_ONLY
+    note: Callable[[str], None]
+    sleep: Callable[[float], Awaitable[None]]
 
     async def forward(self, event: StreamEvent) -> Outcome:
         """Deliver ``event`` (retrying a consumer that is down or failing); never raises
         for the consumer's answer."""
+        from .. import __version__
         from ..receiver import printable
         from ..relay.ops.forwarding import forward_event
 
@@ -101,13 +92,13 @@ class Forwarder:
         for attempt in range(1, attempts + 1):
             # Signed with a fresh timestamp each attempt; only the answer's status is read.
             result = await forward_event(
-                self._http,
+                self.http,
                 self.target,
                 self.secrets,
                 event.id,
                 event.body,
                 timeout=FORWARD_TIMEOUT,
-                user_agent=self._agent,
+                user_agent=f"sessionhook-listen/{__version__}",
             )
             status = result.status_code
             millis = int(result.duration_ms)
@@ -122,11 +113,11 @@ class Forwarder:
             if attempt == attempts:
                 return Outcome(status, millis, attempt, problem)
             delay = RETRY_DELAYS[attempt - 1]
-            self._note(
+            self.note(
                 f"note: {printable(event.id)}: {problem}; trying again in {delay:g} s "
                 f"(attempt {attempt + 1} of {attempts})"
             )
-            await self._sleep(delay)
+            await self.sleep(delay)
         raise AssertionError("unreachable")  # the loop returns on its last attempt
 
 
@@ -145,15 +136,13 @@ def forward(
     from ..receiver import event_line, json_line, printable
     from ..relay.domain import signing
     from ..relay.domain.addresses import UnusableUrlError
-    from ..relay.domain.events import EVENT_TYPES, matches
     from ..relay.ops import EventFilter
     from ..relay.ops.forwarding import forward_poster, forward_target
     from ._output import current_runtime
-    from .ops_events import follow_stream, stream_client
+    from .ops_events import follow_stream, note_unknown_types, stream_client
     from .sse import SkippedEvent
 
-    if not url.lower().startswith(("http://", "https://")):
-        raise click.UsageError("--url must be an http:// or https:// URL")
+    check_url(url)
     try:
         # Read once, as a delivery's URL is: every POST goes to this host.
         consumer = forward_target(target)
@@ -168,9 +157,7 @@ def forward(
         except ValueError as exc:
             raise CliError(f"--secret: {exc}", exit_code=2) from None
     globs = tuple(g.strip() for g in (event_types or "").split(",") if g.strip())
-    for glob in globs:
-        if not any(matches([glob], t) for t in EVENT_TYPES):
-            click.echo(f"note: {glob!r} matches no known event type", err=True)
+    note_unknown_types(globs)
     click.echo(
         f"forwarding the events of {redact_userinfo(url)} to {redact_userinfo(target)}\n"
         f"signing with {' '.join(keys)} (your consumer verifies with it); Ctrl-C stops",
@@ -191,10 +178,7 @@ def forward(
                     continue
                 outcome = await forwarder.forward(event)
                 taken = event.id
-                try:
-                    body = event.payload()
-                except (ValueError, RecursionError):  # forwarded as it came, shown by its type
-                    body = {"type": event.type}
+                body = event.payload()
                 if as_json:
                     record = {"id": event.id, "type": event.type, "answer": outcome.json()}
                     line = json_line({**record, "body": body})

@@ -67,26 +67,20 @@ def _relay_errors() -> tuple[type[Exception], ...]:
 # --------------------------------------------------------------------------- parsing
 
 
-def parse_time(text: str, now: float) -> float:
-    """Unix seconds from RFC 3339 (``2026-11-22T12:00:00Z``), ``now``, or an age before
-    ``now`` (``90s``, ``30m``, ``2h``, ``7d``, ``1w``): the API's spelling
-    (:func:`~sessionhook.relay.ops.wire.parse_moment`)."""
-    from ..relay.ops.wire import parse_moment
-
-    return parse_moment(text, now)
-
-
 def time_flag(flag: str, help: str) -> Callable[[_F], _F]:
     """``flag TIME``, given to the command as Unix seconds (:func:`time_option`)."""
     return click.option(flag, callback=time_option, metavar="TIME", help=help)
 
 
 def time_option(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
-    """click callback: an option's TIME text as Unix seconds (a usage error when malformed)."""
+    """click callback: an option's TIME text as Unix seconds (a usage error when malformed):
+    RFC 3339, ``now``, or an age (``90s``, ``2h``, ``7d``), the API's spelling."""
+    from ..relay.ops.wire import parse_moment
+
     if value is None:
         return None
     try:
-        return parse_time(value, time.time())
+        return parse_moment(value, time.time())
     except ValueError as exc:
         raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
 
@@ -150,13 +144,17 @@ def show(
     answer: ApiModel | Sequence[ApiModel] | dict[str, Any],
     as_json: bool,
     text: str | Callable[[], None],
+    *,
+    empty: str = "",
 ) -> None:
     """With ``--json`` the answer as the API's JSON (moments RFC 3339), else ``text``: a
-    line, or what prints the answer for people."""
+    line, or what prints the answer for people; ``empty`` (if given) for an empty list."""
     from ..relay.domain.api_models import api_data
 
     if as_json:
         echo_json(answer if isinstance(answer, dict) else api_data(answer))
+    elif empty and isinstance(answer, Sequence) and not answer:
+        click.echo(empty)
     elif isinstance(text, str):
         click.echo(text)
     else:
@@ -170,19 +168,15 @@ def show(
 class StoreTarget:
     """Where the database is, and the config it was found through (if any)."""
 
-    db: Path
+    path: Path
     config: Config | None
     config_path: str | None
 
     def database_url(self) -> str | None:
         """The PostgreSQL store of the config (``--db`` always names a SQLite file)."""
-        if self.config is None or self.db != self.config.store.path:
+        if self.config is None or self.path != self.config.store.path:
             return None
         return self.config.store.database_url()
-
-    @property
-    def path(self) -> Path:
-        return self.db
 
     @property
     def pool_size(self) -> int:
@@ -306,10 +300,10 @@ def opened_store(
     from ..relay.ops import operator_store
 
     target = store_target(config_path, db_path)
-    if target.database_url() is None and not target.db.is_file():
-        via = f"--config {target.config_path}" if target.config_path else f"--db {target.db}"
+    if target.database_url() is None and not target.path.is_file():
+        via = f"--config {target.config_path}" if target.config_path else f"--db {target.path}"
         raise CliError(
-            f"no database at {target.db} — has `sessionhook run` started with this config?",
+            f"no database at {target.path} — has `sessionhook run` started with this config?",
             hint=f"found through {via}",
         )
     with operator_store(target, readonly=readonly) as store:

@@ -226,16 +226,13 @@ def deliveries(
             open_ = (r.id for r in found if r.status in OPEN_STATUSES)
             claims = operator.in_flight(store, now, open_)
         rows = [delivery_answer(row, claims.get(row.id)) for row in found]
-    show(rows, as_json, lambda: _print_deliveries(rows, now))
+    show(rows, as_json, lambda: _print_deliveries(rows, now), empty="no deliveries match")
 
 
 def _print_deliveries(rows: Sequence[ApiDelivery], now: float) -> None:
-    """The text of ``deliveries``: one table row a delivery, or ``no deliveries match``."""
+    """The table of ``deliveries``: one row a delivery."""
     from ..relay.domain.rows import OPEN_STATUSES
 
-    if not rows:
-        click.echo("no deliveries match")
-        return
     table = []
     for d in rows:
         if d.claimed_by is not None and d.claimed_at is not None:

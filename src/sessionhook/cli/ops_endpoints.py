@@ -25,7 +25,7 @@ from .ops import (
     stamp,
     store_target,
 )
-from .remote import get, get_pages, post, refuse_store_options, remote_options
+from .remote import get, get_pages, post, refuse_store_options, remote_option_pair
 
 if TYPE_CHECKING:
     from ..relay.domain.api_models import ApiEndpointState, ApiPing
@@ -58,14 +58,12 @@ def endpoints_list(where: Where, as_json: bool) -> None:
             listed = operator.endpoints(store)
             claims = operator.endpoints_in_flight(store, now)  # per endpoint: replica -> n
         known = [endpoint_state_answer(s, n, claims.get(s.name)) for s, n in listed]
-    show(known, as_json, lambda: _print_endpoints(known, now))
+    empty = "no endpoints yet (the daemon adds them from its config when it starts)"
+    show(known, as_json, lambda: _print_endpoints(known, now), empty=empty)
 
 
 def _print_endpoints(known: Sequence[ApiEndpointState], now: float) -> None:
     """The table of ``endpoints list``: state, backlog, in flight per replica."""
-    if not known:
-        click.echo("no endpoints yet (the daemon adds them from its config when it starts)")
-        return
     rows = []
     for s in known:
         if not s.configured:
@@ -131,7 +129,7 @@ def endpoints_disable(name: str, reason: str, where: Where) -> None:
 @endpoints.command("test")
 @click.argument("name")
 @click.option("--config", "config_path", metavar="FILE", help="The daemon's config.")
-@remote_options
+@remote_option_pair("--url", "url")
 @reported
 def endpoints_test(name: str, config_path: str | None, url: str | None, token: str | None) -> None:
     """Send NAME a signed `ping` event and show the answer (exit 1 unless 2xx).

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from itertools import islice
 from typing import TYPE_CHECKING, Final
 
@@ -22,7 +22,13 @@ from ..redact import redact_userinfo
 from . import cli
 from ._output import CliError, quiet_on_closed_pipe, render_table
 from .ops import opened_store, reported, store_options, time_flag
-from .remote import error_message, refuse_store_options, refuse_with_url
+from .remote import (
+    check_url,
+    error_message,
+    need_token,
+    refuse_store_options,
+    refuse_with_url,
+)
 from .sse import SkippedEvent, StreamEvent, parse_sse
 
 if TYPE_CHECKING:
@@ -96,12 +102,9 @@ def events(
     --follow tails it live (from the store, or a daemon's event stream with --url)."""
     import anyio
 
-    from ..relay.domain.events import EVENT_TYPES, matches
     from ..relay.ops import EventFilter
 
-    for glob in type_globs:
-        if not any(matches([glob], t) for t in EVENT_TYPES):
-            click.echo(f"note: {glob!r} matches no known event type", err=True)
+    note_unknown_types(type_globs)
     wanted = EventFilter(type_globs, session)
     if not follow:
         if last_event_id:
@@ -124,16 +127,21 @@ def events(
                     raise click.UsageError(
                         "--since reads the store; with --url use --last-event-id"
                     )
-                if not token:
-                    raise CliError(
-                        "--url needs the daemon's token",
-                        hint="set $SESSIONHOOK_WEB_TOKEN or --token",
-                    )
-                anyio.run(_print_stream, url, token, wanted, last_event_id, fmt)
+                token = need_token(token)
+                anyio.run(_print_stream, check_url(url), token, wanted, last_event_id, fmt)
             else:
                 _follow_store(config_path, db_path, wanted, since, last_event_id, fmt)
     except KeyboardInterrupt:
         pass  # Ctrl-C: the way to stop following
+
+
+def note_unknown_types(globs: Iterable[str]) -> None:
+    """A note on stderr for each type glob that matches no known event type (a typo?)."""
+    from ..relay.domain.events import EVENT_TYPES, matches
+
+    for glob in globs:
+        if not any(matches([glob], t) for t in EVENT_TYPES):
+            click.echo(f"note: {glob!r} matches no known event type", err=True)
 
 
 def _list(

@@ -27,11 +27,6 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 _M = TypeVar("_M", bound="BaseModel")
 
 
-def remote_options(fn: _F) -> _F:
-    """``--url URL`` and ``--token TOKEN`` (``url`` and ``token`` arguments)."""
-    return remote_option_pair("--url", "url")(fn)
-
-
 def remote_option_pair(flag: str, name: str) -> Callable[[_F], _F]:
     """``flag`` (the relay's address, argument ``name``) and ``--token``."""
 
@@ -84,6 +79,13 @@ def need_token(token: str | None) -> str:
     return token
 
 
+def check_url(url: str) -> str:
+    """``url`` (``--url``), or a usage error unless it is an http(s) URL."""
+    if not url.lower().startswith(("http://", "https://")):
+        raise click.UsageError("--url must be an http:// or https:// URL")
+    return url
+
+
 def get(
     url: str, token: str | None, path: str, answer: type[_M], params: dict[str, str] | None = None
 ) -> _M:
@@ -112,9 +114,7 @@ def call(
     every failure a :class:`~sessionhook.cli._output.CliError` of one line (the API's
     refusal of the request as the local command says it, anything else naming the URL)."""
     token = need_token(token)
-    if not url.lower().startswith(("http://", "https://")):
-        raise click.UsageError("--url must be an http:// or https:// URL")
-    endpoint = url.rstrip("/") + path
+    endpoint = check_url(url).rstrip("/") + path
 
     async def ask() -> httpx.Response:
         import httpx

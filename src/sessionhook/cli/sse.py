@@ -33,9 +33,13 @@ class StreamEvent:
     body: bytes
 
     def payload(self) -> dict[str, Any]:
-        """The body parsed."""
-        parsed: dict[str, Any] = json.loads(self.body)
-        return parsed
+        """The body parsed; ``{"type": ...}`` when it is not a JSON object (it is shown by
+        its type, and forwarded as it came)."""
+        try:
+            parsed = json.loads(self.body)
+        except (ValueError, RecursionError):
+            parsed = None
+        return parsed if isinstance(parsed, dict) else {"type": self.type}
 
 
 @dataclass(frozen=True, slots=True)

@@ -291,7 +291,8 @@ class Agent:
             self._next_due = due + self._step_us if self._runnable() else None
 
     def approve_plan(self, now_us: int) -> None:
-        """Approve the waiting plan now; the caller checks :attr:`awaiting_plan_approval`."""
+        """Approve the waiting plan now (the script does it itself without
+        ``require_plan_approval``); the caller checks :attr:`awaiting_plan_approval`."""
         self._session.emit(now_us, "user", PlanApproved(plan_id=self._plan.id))
         self._session.set_state(now_us, SessionState.IN_PROGRESS)
         if self._next_due is None:  # else a reply is already due; the script follows it
@@ -336,7 +337,7 @@ class Agent:
         prompt = self._session.prompt.lower()
         steps = [_Step("start", self._start), _Step("plan", self._generate_plan)]
         if not self._session.require_plan_approval:
-            steps.append(_Step("approve", self._auto_approve))
+            steps.append(_Step("approve", self.approve_plan))
         for number, task in enumerate(self._tasks):
             steps.append(_Step("work", partial(self._work_on, task)))
             if number == 0 and ASK_WORD in prompt:
@@ -370,10 +371,6 @@ class Agent:
         event.plan.create_time = activity.create_time
         if self._session.require_plan_approval:
             self._session.set_state(t, SessionState.AWAITING_PLAN_APPROVAL)
-
-    def _auto_approve(self, t: int) -> None:
-        self._session.emit(t, "user", PlanApproved(plan_id=self._plan.id))
-        self._session.set_state(t, SessionState.IN_PROGRESS)
 
     def _work_on(self, task: _Task, t: int) -> None:
         artifacts = self._workshop.work_on(task.kind)
