@@ -33,7 +33,7 @@ from ..delivery.template_check import check_template
 from ..domain.addresses import AddressPolicy
 from ..domain.replica import Replica
 from ..domain.retry import AttemptResult
-from ..polling import OnceReport, Poller, PollSettings
+from ..polling import OnceReport, PollSettings
 from ..store import AsyncStore, Outbox, StoreUnwritableError
 from ..telemetry.logs import get_logger
 from ..telemetry.metrics import Metrics
@@ -131,16 +131,6 @@ class Daemon:
     def store(self) -> AsyncStore | None:
         """The open store; ``None`` before it is open and once it is closed."""
         return self._state.store
-
-    @property
-    def pollers(self) -> list[Poller]:
-        """One poller per account (``[[accounts]]``, or the one ``[api]`` describes)."""
-        return self._state.pollers
-
-    @property
-    def poller(self) -> Poller | None:
-        """The first account's poller (``None`` until wired)."""
-        return self._state.pollers[0] if self._state.pollers else None
 
     @property
     def dispatcher(self) -> Dispatcher | None:
