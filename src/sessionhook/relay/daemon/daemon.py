@@ -84,7 +84,7 @@ class Daemon:
         self.metrics = metrics if metrics is not None else Metrics()
         #: The action-link keys of the running config: signing the links of new events
         #: (the poller), verifying the links people follow (the web pages).
-        self.link_keys = LinkKeys(lambda: self._state.config, clock=clock)
+        self.link_keys = LinkKeys(lambda: self._state.config)
         base = replace(base, action_links=self.link_keys.links)
         state = self._state = DaemonState(
             config=config, poll_settings=base.with_config(config), metrics=self.metrics, clock=clock
