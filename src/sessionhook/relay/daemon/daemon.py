@@ -258,7 +258,7 @@ class Daemon:
                     problem = listener.check_files_limit(server.max_connections, files)
                     if problem is not None:
                         raise DaemonError(problem, exit_code=2)
-                    app = self._readiness.create_app(server)
+                    app = web.create_app(self._readiness.web_context(server))
                     serve = functools.partial(
                         health.serve,
                         limits=listener.ConnectionLimits.of(server),
