@@ -14,7 +14,7 @@ RUNTIME := $(VENV)/.runtime
 # That and the test extras (pytest, ruff, mypy, selenium...): lint, test, bench.
 STAMP   := $(VENV)/.installed
 
-.PHONY: demo test quick lint typecheck bench clean system-deps lock
+.PHONY: demo test quick lint typecheck bench clean system-deps lock jules-sdk
 
 # No pip in it: the locks bring pip (scripts/install).
 $(BIN)/python:
@@ -66,6 +66,10 @@ test: lint system-deps
 # The unit and app tiers: the loop to run while working (under a minute); no lint.
 quick: $(STAMP)
 	@$(call PYTEST,2,-m "not process")
+
+# The official Jules SDK (Node) for the test that drives it against the emulator.
+jules-sdk:
+	mkdir -p .cache/jules-sdk && npm install --prefix .cache/jules-sdk --no-save @google/jules-sdk@0.2.0
 
 bench: $(STAMP)
 	$(BIN)/python bench/latency.py
