@@ -115,6 +115,7 @@ class Daemon:
             started_at=clock(),
             act=self.act,
             link_keys=self.link_keys,
+            send_sample=self._wiring.send_sample_event,
         )
         self._tasks = SideTasks(state, self.replica)
         self._reloader = Reloader(state, config_path)

@@ -56,6 +56,11 @@ class _AccountData(_Open):
         default="default",
         description="The [[accounts]] entry whose session this is (`default` for [api])",
     )
+    sample: bool | None = Field(
+        default=None,
+        description="true in a sample event (sessionhook trigger, webhook-id msg_trigger_...): "
+        "nothing happened upstream; absent in real events",
+    )
 
 
 class _Event(_Open):
