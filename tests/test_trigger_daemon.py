@@ -122,7 +122,7 @@ async def test_a_sample_s_links_say_so_and_act_on_nothing(tmp_path: Path) -> Non
         deliveries = (await run.api.get("/v1/deliveries")).json()
         assert events.get("events", []) == [] and deliveries.get("deliveries", []) == []
         metrics = (await run.http.get("/metrics")).text
-        assert not re.search(r'^sessionhook_deliveries_total\{.*\} [1-9]', metrics, re.M)
+        assert not re.search(r"^sessionhook_deliveries_total\{.*\} [1-9]", metrics, re.M)
 
         # The command line through the relay: one line, the same marks.
         result = await cli_in_thread("session.failed", "--endpoint", "rx", "--url", run.base)
