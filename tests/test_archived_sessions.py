@@ -61,9 +61,15 @@ async def test_a_session_archived_mid_work_is_followed_to_its_completion(tmp_pat
         await receiver.wait_for(
             lambda r: "session.completed" in types_of(r, created.name), within=WITHIN
         )
+        await api.unarchive(created.name)
+        await receiver.wait_for(
+            lambda r: "session.unarchived" in types_of(r, created.name), within=WITHIN
+        )
         daemon.stop()
     seen = types_of(receiver, created.name)
     assert seen.count("session.completed") == 1
+    assert seen.count("session.archived") == 1 and seen.count("session.unarchived") == 1
+    assert seen.index("session.archived") < seen.index("session.completed")
     assert "activity.user_messaged" in seen and "activity.agent_messaged" in seen
     assert states_of(receiver, created.name)[-1] == "COMPLETED"
     assert receiver.rejected == []

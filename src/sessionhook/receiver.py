@@ -303,6 +303,8 @@ def summarize(event: dict[str, Any]) -> str:
         return clip(f'"{session.get("title", "")}" ({session.get("state", "")})')
     if kind == "session.state_changed":
         return clip(f"{data.get('previous_state', '?')} -> {session.get('state', '?')}")
+    if kind in ("session.archived", "session.unarchived"):
+        return clip(f'"{session.get("title", "")}" {kind.removeprefix("session.")}')
     if kind == "session.pull_request_opened":
         return clip(_dict(data.get("pull_request")).get("url", ""), 100)
     if kind == "activity.plan_generated":

@@ -95,6 +95,21 @@ class SessionDiscoveredEvent(_Event):
     data: SessionData
 
 
+class SessionArchivedEvent(_Event):
+    """The session was archived (the service leaves it out of its default list; a working
+    one pauses). Beyond the interface spec: the real service and its official SDK."""
+
+    type: Literal["session.archived"]
+    data: SessionData
+
+
+class SessionUnarchivedEvent(_Event):
+    """The session was unarchived: back in the service's default list."""
+
+    type: Literal["session.unarchived"]
+    data: SessionData
+
+
 class StateChangedData(_AccountData):
     session: SessionSummary
     previous_state: str
@@ -280,6 +295,8 @@ EVENT_MODELS: dict[str, type[BaseModel]] = {
     "session.discovered": SessionDiscoveredEvent,
     "session.state_changed": SessionStateChangedEvent,
     "session.pull_request_opened": SessionPullRequestOpenedEvent,
+    "session.archived": SessionArchivedEvent,
+    "session.unarchived": SessionUnarchivedEvent,
     "session.action_required": SessionActionRequiredEvent,
     "session.completed": SessionCompletedEvent,
     "session.failed": SessionFailedEvent,

@@ -19,6 +19,8 @@ SAMPLE_LINES: Final[dict[str, str]] = {
     events.SESSION_DISCOVERED: "a new session, QUEUED, on a repository",
     events.SESSION_STATE_CHANGED: "the session moved from PLANNING to IN_PROGRESS",
     events.SESSION_PULL_REQUEST_OPENED: "the agent opened a pull request",
+    events.SESSION_ARCHIVED: "the session was archived (out of the service's default list)",
+    events.SESSION_UNARCHIVED: "the session was unarchived",
     events.SESSION_ACTION_REQUIRED: "a plan of two steps waits for approval (links with [actions])",
     events.SESSION_COMPLETED: "the session completed: a pull request and a change set",
     events.SESSION_FAILED: "the session failed, with the reason",
@@ -161,6 +163,9 @@ def sample_events(
     done = states["COMPLETED"]
     pull_request = (done.pull_requests or [PullRequest.model_validate(_PR)])[0]
     found.append(events.pull_request_opened(done, pull_request, now=now))
+    archived = done.model_copy(update={"archived": True})
+    found.append(events.archived_changed(archived, now=now))
+    found.append(events.archived_changed(done.model_copy(update={"archived": False}), now=now))
     for number, member in enumerate(_ACTIVITIES):
         found.append(
             events.activity_event(working, activity(member, number), max_media_bytes=1024, now=now)

@@ -409,6 +409,10 @@ class SessionPoll:
             if pr.url and pr.url not in announced:
                 found.append(events.pull_request_opened(fresh, pr, now=self._clock()))
                 _log.info("session.pull_request_opened", session=row.name, url=pr.url)
+        was_archived = bool(row.to_session().archived)
+        if not first_poll and bool(fresh.archived) != was_archived:
+            found.append(events.archived_changed(fresh, now=self._clock()))
+            _log.info("session.archived_changed", session=row.name, archived=bool(fresh.archived))
         if row.state and fresh.state and fresh.state != row.state:
             found.append(events.session_state_changed(fresh, row.state, now=self._clock()))
             _log.info(
