@@ -8,6 +8,7 @@ each request (the CLI's Runtime seam), and every request is verified with the re
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from sessionhook.cli._output import Runtime
 from sessionhook.relay.domain.contract import shipped_document
 from sessionhook.relay.domain.signing import generate_secret
 from tests.support.chat_schemas import CHAT, CHAT_FORMATS
-from tests.support.daemon_setup import write_config
+from tests.support.daemon_setup import token_server, write_config
 
 pytestmark = pytest.mark.app
 
@@ -247,3 +248,31 @@ def test_list_takes_nothing_else_and_a_missing_type_is_a_usage_error(rig: Rig) -
 def test_an_unknown_endpoint_names_the_known(rig: Rig) -> None:
     line = one_line(rig.run("session.failed", "--endpoint", "nope", "--config", str(rig.config)), 1)
     assert "no endpoint named 'nope'" in line
+
+
+def test_local_samples_carry_links_of_the_relay_s_key_once_it_exists(tmp_path: Path) -> None:
+    """With [actions] on, the sample's links are signed with the relay's key for the sample
+    account (their pages say it is a sample); before the daemon made the key, the command
+    makes none (a key file of another owner would lock the daemon out) and says so."""
+    from sessionhook.relay.config.action_keys import ActionKeys
+    from sessionhook.relay.domain.action_links import SAMPLE_ACCOUNT, verify_link
+
+    secret, key_file = generate_secret(), tmp_path / "links.key"
+    public = "http://127.0.0.1:9187"
+    actions = {"enabled": True, "public_url": public, "key_file": str(key_file)}
+    server = token_server(tmp_path, "trigger-test-token-0123456789abcdef0123")
+    config = write_config(tmp_path, secret=secret, actions=actions, server=server)
+    rig = Rig(config, secret, Network())
+    args = ("session.action_required", "--endpoint", "rx", "--config", str(rig.config))
+    before = rig.run(*args)
+    assert before.exit_code == 0, before.output
+    assert "no action-link key" in before.stderr and not key_file.exists()
+    assert "links" not in verified(rig, rig.network.requests[0])["data"]
+    keys = ActionKeys(key_file).ring()  # what the daemon makes at its start
+    after = rig.run(*args)
+    assert after.exit_code == 0, after.output
+    links = verified(rig, rig.network.requests[1])["data"]["links"]
+    assert links["approve"].startswith(public + "/actions/")
+    token = links["approve"].rsplit("/", 1)[1]
+    claims = verify_link([keys.current], token, time.time())
+    assert claims.account == SAMPLE_ACCOUNT and claims.action == "approve_plan"

@@ -125,7 +125,7 @@ class SourceContext(WireModel):
     source: str = ""
     host_repo_context: HostRepoContext | None = None
     # Beyond the interface spec: the real service and its official SDK carry them.
-    working_branch: str = ""
+    working_branch: str | None = None
     environment_variables_enabled: bool | None = None
 
 

@@ -205,8 +205,17 @@ def _has_store(target: StoreTarget) -> bool:
 
 def _links(config: Config) -> ActionLinks | None:
     """What signs the sample's action links: the relay's own key with ``[actions]`` on, so
-    that they open its pages (which say it is a sample)."""
+    that they open its pages (which say it is a sample). The key file is the daemon's to
+    make: before it exists, the sample goes without links (and says so)."""
     if not config.actions.enabled:
+        return None
+    key_file = config.actions.key_file
+    if key_file is None or not key_file.exists():
+        click.echo(
+            f"note: no action-link key at {key_file} yet (the daemon makes it when it "
+            "starts): the sample has no links",
+            err=True,
+        )
         return None
     from ..relay.config.action_keys import LinkKeys
 
