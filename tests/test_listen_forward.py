@@ -653,9 +653,9 @@ async def test_a_restart_resumes_after_the_last_acknowledged_event_with_the_same
     env["XDG_STATE_HOME"] = str(tmp_path)
 
     async def run_listener(
-        tg: anyio.abc.TaskGroup, args: list[str], until_done: Callable[[], bool]
+        tg: anyio.abc.TaskGroup, args: list[str], until_done: Callable[[], bool], lines: int
     ) -> list[str]:
-        proc, _out, err = await start_listen(tg, args, env)
+        proc, out, err = await start_listen(tg, args, env)
         try:
             banner = await err.take(3)
             found = re.search(r"signing with (whsec_\S+) ", banner[1])
@@ -664,6 +664,7 @@ async def test_a_restart_resumes_after_the_last_acknowledged_event_with_the_same
                 consumer.secret = found.group(1)
             assert found.group(1) == consumer.secret, "the secret changed across a restart"
             await until(until_done, "the events of this run")
+            await out.take(lines)  # each printed once its answer is in the state file
             proc.send_signal(signal.SIGINT)
             with anyio.fail_after(20):
                 assert await proc.wait() == 130
@@ -683,7 +684,7 @@ async def test_a_restart_resumes_after_the_last_acknowledged_event_with_the_same
             args = ["--url", f"http://127.0.0.1:{relay_port}", "--forward-to", target]
             [start] = await relay.archive(1, kind="session.discovered")
             # The first run starts after a known event (from now on would race the archive).
-            proc, _out, err = await start_listen(tg, [*args, "--last-event-id", start.id], env)
+            proc, out, err = await start_listen(tg, [*args, "--last-event-id", start.id], env)
             try:
                 banner = await err.take(3)
                 found = re.search(r"signing with (whsec_\S+) ", banner[1])
@@ -692,6 +693,7 @@ async def test_a_restart_resumes_after_the_last_acknowledged_event_with_the_same
                 assert banner[2].startswith(f"state in {tmp_path}/sessionhook/listen/")
                 first = await relay.archive(2, kind="session.completed")
                 await until(lambda: len(consumer.accepted) == 2, "2 events of the first run")
+                await out.take(2)  # each printed once its answer is in the state file
                 proc.send_signal(signal.SIGINT)
                 with anyio.fail_after(20):
                     assert await proc.wait() == 130
@@ -704,7 +706,7 @@ async def test_a_restart_resumes_after_the_last_acknowledged_event_with_the_same
             assert state_file.stat().st_mode & 0o777 == 0o600
             # While it is stopped: ten events.
             missed = await relay.archive(10, kind="session.failed")
-            banner = await run_listener(tg, args, lambda: len(consumer.accepted) == 12)
+            banner = await run_listener(tg, args, lambda: len(consumer.accepted) == 12, 10)
             assert banner[2].endswith(f": resuming after {first[-1].id}")
             await anyio.sleep(0.5)  # anything forwarded twice would come now
             # --new-secret: another secret, kept in the state file.
