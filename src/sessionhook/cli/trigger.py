@@ -19,13 +19,10 @@ from .ops import StoreTarget, opened_store, reported, store_target
 from .remote import post, refuse_store_options, remote_option_pair
 
 if TYPE_CHECKING:
-    import httpx
-
     from ..relay.config import Config
     from ..relay.domain.action_links import ActionLinks
     from ..relay.domain.api_models import ApiTriggered
     from ..relay.domain.retry import AttemptResult
-    from ..relay.ops.forwarding import Poster
 
 #: How long ``--to`` waits for the whole exchange (an endpoint's: its ``[delivery] timeout``).
 TO_TIMEOUT = 15.0
@@ -128,23 +125,10 @@ def _send_to(
     async def send() -> tuple[str, AttemptResult]:
         from ..relay.ops import forwarding
 
-        if runtime.transport is not None:  # a stand-in for the network (tests)
-            import httpx as client
-
-            async with client.AsyncClient(transport=runtime.transport) as http:
-                return await _to(http)
-        async with forwarding.forward_poster() as poster:
-            return await _to(poster)
-
-    async def _to(poster: Poster | httpx.AsyncClient) -> tuple[str, AttemptResult]:
-        return await triggering.trigger_url(
-            to,
-            secret,
-            event_type,
-            poster=poster,
-            now=time.time(),
-            timeout=TO_TIMEOUT,
-        )
+        async with forwarding.forward_poster(runtime.transport) as poster:
+            return await triggering.trigger_url(
+                to, secret, event_type, poster=poster, now=time.time(), timeout=TO_TIMEOUT
+            )
 
     return run_async(send)
 
