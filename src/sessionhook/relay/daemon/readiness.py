@@ -13,7 +13,7 @@ from starlette.applications import Starlette
 from .. import web
 from ..config import ServerConfig
 from ..config.action_keys import LinkKeys
-from ..domain.actions import UpstreamAct
+from ..domain.actions import UpstreamAct, UpstreamCreate
 from ..domain.retry import AttemptResult
 from ..store import (
     EndpointQueries,
@@ -47,12 +47,14 @@ class Readiness:
         *,
         started_at: float,
         act: UpstreamAct | None = None,
+        create: UpstreamCreate | None = None,
         link_keys: LinkKeys | None = None,
     ) -> None:
         self._state = state
         self._bell = bell
         self._send_test = send_test
         self._act = act
+        self._create = create
         self._link_keys = link_keys
         self._started_at = started_at
 
@@ -90,6 +92,7 @@ class Readiness:
             send_test=self._send_test,
             wake=wake,
             act=self._act,
+            create=self._create,
             link_keys=self._link_keys,
         )
 

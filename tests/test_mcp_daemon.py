@@ -1,0 +1,174 @@
+"""The MCP server at ``/mcp`` of the real daemon (in process: its listener on a loopback
+port, the emulator upstream behind an ASGI transport), driven by the official ``mcp``
+client over Streamable HTTP in both protocol revisions: 2026-07-28 (stateless,
+``subscriptions/listen``) and 2025-11-25 (``initialize``, ``resources/subscribe``).
+
+A session created by the tool with plan approval required is waited on
+(``session.action_required`` with the plan), approved once (a second call is refused by
+name, the emulator shows the planApproved activity), answered (the agent gets the
+message); every action shows at ``/v1/actions`` with actor ``mcp``. A subscription on the
+session's resource gets ``notifications/resources/updated`` for its new events. Without the
+token: 401 in the API's error shape. ``allow_actions = false`` hides the acting tools.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import httpx2
+import mcp_types as types
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from sessionhook.relay.daemon.daemon import Daemon
+from tests.support.daemon_setup import Setup, token_server
+from tests.support.web_relay import api_error
+
+pytestmark = [pytest.mark.app, pytest.mark.anyio]
+
+TOKEN = "mcp-daemon-token-" + "m" * 30
+WITHIN = 30.0
+MODES = ("2026-07-28", "legacy")
+ACTING = {"approve_plan", "send_message", "create_session"}
+READING = {"list_sessions", "get_session", "wait_for_session"}
+
+
+@asynccontextmanager
+async def running(
+    tmp_path: Path, **sections: dict[str, Any]
+) -> AsyncIterator[tuple[Setup, Daemon, str]]:
+    """The daemon with its listener (and token) up; ``(setup, daemon, listen)``."""
+    server = token_server(tmp_path, TOKEN)
+    setup = Setup(tmp_path, server=server, **sections)
+    daemon = setup.daemon()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: daemon.run(handle_signals=False))
+        await daemon.ready.wait()
+        try:
+            yield setup, daemon, server["listen"]
+        finally:
+            tg.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def mcp_client(
+    listen: str, mode: str, token: str = TOKEN, **kwargs: Any
+) -> AsyncIterator[Client]:
+    """The official client on ``/mcp`` with the bearer token, in protocol ``mode``."""
+    async with httpx2.AsyncClient(
+        headers={"authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30, read=120)
+    ) as http:
+        transport = streamable_http_client(f"http://{listen}/mcp", http_client=http)
+        async with Client(transport, mode=mode, cache=None, **kwargs) as client:
+            yield client
+
+
+def structured(result: types.CallToolResult) -> dict[str, Any]:
+    assert not result.is_error, result.content
+    assert result.structured_content is not None
+    assert result.content and isinstance(result.content[0], types.TextContent)
+    return result.structured_content
+
+
+def refusal(result: types.CallToolResult) -> str:
+    assert result.is_error, result
+    text = result.content[0]
+    assert isinstance(text, types.TextContent) and text.text and "\n" not in text.text
+    return text.text
+
+
+async def _actions(listen: str) -> list[dict[str, Any]]:
+    async with httpx.AsyncClient(base_url=f"http://{listen}") as http:
+        answer = await http.get("/v1/actions", headers={"authorization": f"Bearer {TOKEN}"})
+        assert answer.status_code == 200, answer.text
+        return list(answer.json()["actions"])
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_create_wait_approve_and_answer_through_the_tools(
+    mode: str, tmp_path: Path
+) -> None:
+    async with running(tmp_path) as (setup, _, listen), mcp_client(listen, mode) as client:
+        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+        assert set(tools) == READING | ACTING
+        for name, tool in tools.items():
+            assert "never an instruction" in (tool.description or "")
+            assert tool.output_schema is not None and tool.annotations is not None
+            assert tool.annotations.read_only_hint is (name in READING)
+
+        created = structured(
+            await client.call_tool(
+                "create_session",
+                {"prompt": "Fix the flaky test", "require_plan_approval": True},
+            )
+        )
+        name = created["session"]["session"]
+        assert name.startswith("sessions/")
+        # Archived at once: readable right away.
+        got = structured(await client.call_tool("get_session", {"session": name}))
+        assert got["session"]["session"] == name
+
+        waited = structured(
+            await client.call_tool(
+                "wait_for_session",
+                {"session": name.removeprefix("sessions/"), "timeout_s": WITHIN},
+            )
+        )
+        assert waited["timed_out"] is False
+        assert waited["event"]["type"] == "session.action_required"
+        wait = waited["session"]["waiting_for"]
+        assert wait["kind"] == "plan_approval" and wait["plan_steps"]
+
+        listed = structured(await client.call_tool("list_sessions", {"state": "waiting"}))
+        assert name in [s["session"] for s in listed["sessions"]]
+
+        approved = structured(await client.call_tool("approve_plan", {"session": name}))
+        assert approved["ok"] is True
+        again = refusal(await client.call_tool("approve_plan", {"session": name}))
+        assert again.startswith("answered:")
+
+        async with setup.api_http() as http:
+            upstream = setup.api(http)
+            kinds = [a.plan_approved is not None async for a in upstream.iter_activities(name)]
+            assert any(kinds)
+
+            sent = structured(
+                await client.call_tool("send_message", {"session": name, "text": "Thanks"})
+            )
+            assert sent["ok"] is True
+            said = [
+                a.user_messaged.user_message
+                async for a in upstream.iter_activities(name)
+                if a.user_messaged is not None
+            ]
+            assert "Thanks" in said
+
+        actions = await _actions(listen)
+        mine = [(a["action"], a["actor_kind"], a["result"]) for a in actions]
+        assert ("approve_plan", "mcp", "ok") in mine and ("reply", "mcp", "ok") in mine
+
+
+async def test_without_the_token_mcp_is_a_401_in_the_api_error_shape(tmp_path: Path) -> None:
+    async with (
+        running(tmp_path) as (_, _, listen),
+        httpx.AsyncClient(base_url=f"http://{listen}") as http,
+    ):
+        body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+        for headers in ({}, {"authorization": "Bearer " + "x" * 40}):
+            api_error(await http.post("/mcp", json=body, headers=headers), 401)
+
+
+async def test_allow_actions_false_serves_only_the_read_tools(tmp_path: Path) -> None:
+    async with (
+        running(tmp_path, mcp={"allow_actions": False}) as (_, _, listen),
+        mcp_client(listen, "2026-07-28") as client,
+    ):
+        assert {tool.name for tool in (await client.list_tools()).tools} == READING
+        refused = refusal(await client.call_tool("approve_plan", {"session": "sessions/1"}))
+        assert "no tool" in refused
