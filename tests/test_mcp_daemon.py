@@ -13,20 +13,26 @@ token: 401 in the API's error shape. ``allow_actions = false`` hides the acting 
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.abc
 import httpx
 import httpx2
 import mcp_types as types
 import pytest
 from mcp import Client
+from mcp.client.session import IncomingMessage
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPDeprecationWarning
+from mcp.shared.subscriptions import ResourceUpdated
 
 from sessionhook.relay.daemon.daemon import Daemon
+from sessionhook.relay.web.mcp import WAITING_URI, session_uri
 from tests.support.daemon_setup import Setup, token_server
 from tests.support.web_relay import api_error
 
@@ -91,9 +97,7 @@ async def _actions(listen: str) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("mode", MODES)
-async def test_create_wait_approve_and_answer_through_the_tools(
-    mode: str, tmp_path: Path
-) -> None:
+async def test_create_wait_approve_and_answer_through_the_tools(mode: str, tmp_path: Path) -> None:
     async with running(tmp_path) as (setup, _, listen), mcp_client(listen, mode) as client:
         tools = {tool.name: tool for tool in (await client.list_tools()).tools}
         assert set(tools) == READING | ACTING
@@ -172,3 +176,85 @@ async def test_allow_actions_false_serves_only_the_read_tools(tmp_path: Path) ->
         assert {tool.name for tool in (await client.list_tools()).tools} == READING
         refused = refusal(await client.call_tool("approve_plan", {"session": "sessions/1"}))
         assert "no tool" in refused
+
+
+async def _created(client: Client, prompt: str = "Fix the flaky test") -> str:
+    created = structured(
+        await client.call_tool("create_session", {"prompt": prompt, "require_plan_approval": True})
+    )
+    return str(created["session"]["session"])
+
+
+async def _waiting(client: Client, name: str) -> None:
+    """Wait (the tool) until session ``name`` waits for its plan's approval."""
+    waited = structured(
+        await client.call_tool(
+            "wait_for_session",
+            {"session": name, "until": ["action_required"], "timeout_s": WITHIN},
+        )
+    )
+    assert waited["event"]["type"] == "session.action_required", waited
+
+
+async def test_a_listen_subscription_gets_each_change_of_the_session_2026(
+    tmp_path: Path,
+) -> None:
+    async with (
+        running(tmp_path) as (_, _, listen),
+        mcp_client(listen, "2026-07-28") as client,
+    ):
+        name = await _created(client)
+        uri = session_uri(name)
+        await _waiting(client, name)
+        read = await client.read_resource(uri)
+        assert '"plan_approval"' in getattr(read.contents[0], "text", "")
+        async with client.listen(resource_subscriptions=[uri, WAITING_URI]) as sub:
+            # Approved, the session works and leaves the waiting set: both resources change.
+            structured(await client.call_tool("approve_plan", {"session": name}))
+            seen: set[str] = set()
+            with anyio.fail_after(WITHIN):
+                async for event in sub:
+                    assert isinstance(event, ResourceUpdated)
+                    seen.add(event.uri)
+                    if {uri, WAITING_URI} <= seen:
+                        break
+        waiting = await client.read_resource(WAITING_URI)
+        assert name not in getattr(waiting.contents[0], "text", "")
+
+
+async def test_a_resources_subscribe_subscription_gets_each_change_2025(
+    tmp_path: Path,
+) -> None:
+    send, updates = anyio.create_memory_object_stream[str](100)
+
+    async def notified(message: IncomingMessage) -> None:
+        if isinstance(message, types.ResourceUpdatedNotification):
+            send.send_nowait(str(message.params.uri))
+
+    with send, updates:
+        await _subscribed_2025(tmp_path, updates, notified)
+
+
+async def _subscribed_2025(
+    tmp_path: Path,
+    updates: anyio.abc.ObjectReceiveStream[str],
+    notified: Any,
+) -> None:
+    async with (
+        running(tmp_path) as (_, _, listen),
+        mcp_client(listen, "legacy", message_handler=notified) as client,
+    ):
+        caps = client.server_capabilities.resources
+        assert caps is not None and caps.subscribe is True
+        name = await _created(client)
+        uri = session_uri(name)
+        await _waiting(client, name)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", MCPDeprecationWarning)  # the 2025-11-25 way
+            await client.subscribe_resource(uri)
+            await client.subscribe_resource(WAITING_URI)
+        structured(await client.call_tool("approve_plan", {"session": name}))
+        seen: set[str] = set()
+        with anyio.fail_after(WITHIN):
+            while not {uri, WAITING_URI} <= seen:
+                seen.add(await updates.receive())

@@ -235,6 +235,7 @@ class Tools:
         astore = self._store()
         try:
             with self._watcher.waiter(args.session, types) as waiter:
+                await self._watcher.ready.wait()
                 waiter.start(await astore.run(OperatorQueries.last_event_seq))
                 now: tuple[ApiSessionItem | None, ApiEventLine | None]
                 now = await astore.run(views.already, args.session, types)

@@ -28,6 +28,8 @@ _log = get_logger()
 
 #: Seconds between two reads of the archive when no bell rings.
 POLL_SECONDS: Final = 1.0
+#: Seconds between two looks for the store before it is open.
+STORE_WAIT: Final = 0.1
 #: Events read at most at once, and their bodies' bytes.
 BATCH: Final = 200
 PAGE_BYTES: Final = 256 * 1024
@@ -94,7 +96,8 @@ class Watcher:
         self.open_waits = 0
         self.subscriptions = 0
         self._waiting: frozenset[str] | None = None
-        #: Set once the reader has its starting position (tests and the bench wait on it).
+        #: Set once the reader has its starting position: a wait starts after it (an event
+        #: archived before would be neither seen by the reader nor by the wait).
         self.ready = anyio.Event()
 
     def room(self) -> bool:
@@ -124,7 +127,7 @@ class Watcher:
         """Read new events until cancelled: wake the waits, announce the resources."""
         astore = self._ctx.store()
         while astore is None:  # the app is built before the store opens
-            await anyio.sleep(POLL_SECONDS)
+            await anyio.sleep(STORE_WAIT)
             astore = self._ctx.store()
         failures: tuple[type[Exception], ...] = (StoreError, *self._ctx.store_errors)
         start = await astore.run(OperatorQueries.last_event_seq)
