@@ -172,9 +172,7 @@ async def perform(
     return told(claims.action, done)
 
 
-def _checked_wait(
-    core: StoreCore, session: str, action: ActionKind
-) -> tuple[str | None, str, str]:
+def _checked_wait(core: StoreCore, session: str, action: ActionKind) -> tuple[str | None, str, str]:
     """(problem, account, the wait): the session must be archived, in the state ``action``
     answers, with the activity that opened that wait archived."""
     row = core.ingest.get_session(session)

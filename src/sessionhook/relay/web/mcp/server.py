@@ -240,7 +240,7 @@ class McpService:
             if subscriber is None:
                 subscriber = self._subscribers[key] = _Subscriber(ctx.session)
             subscriber.uris.add(uri)
-            self.watcher.subscriptions += 1
+            self.watcher.subscribed(1)
         subscriber.session = ctx.session
         return types.EmptyResult()
 
@@ -250,13 +250,13 @@ class McpService:
         subscriber = self._subscribers.get(_session_key(ctx))
         if subscriber is not None and str(params.uri) in subscriber.uris:
             subscriber.uris.discard(str(params.uri))
-            self.watcher.subscriptions -= 1
+            self.watcher.subscribed(-1)
         return types.EmptyResult()
 
     def _forget(self, key: str) -> None:
         subscriber = self._subscribers.pop(key, None)
         if subscriber is not None:
-            self.watcher.subscriptions -= len(subscriber.uris)
+            self.watcher.subscribed(-len(subscriber.uris))
 
     async def _announce(self, uri: str) -> None:
         """Tell every subscriber of ``uri`` that it changed: the ``subscriptions/listen``

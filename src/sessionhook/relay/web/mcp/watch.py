@@ -92,6 +92,7 @@ class Watcher:
         self._announce = announce
         self.max_waits = max_waits
         self._waiters: dict[str, set[Waiter]] = {}
+        self._open = ctx.metrics.mcp_open
         #: Open waits, and open subscriptions counted against the same bound.
         self.open_waits = 0
         self.subscriptions = 0
@@ -99,6 +100,11 @@ class Watcher:
         #: Set once the reader has its starting position: a wait starts after it (an event
         #: archived before would be neither seen by the reader nor by the wait).
         self.ready = anyio.Event()
+
+    def subscribed(self, count: int) -> None:
+        """``count`` subscriptions more (fewer when negative)."""
+        self.subscriptions += count
+        self._open.labels(kind="subscriptions").inc(count)
 
     def room(self) -> bool:
         """Whether one more wait or subscription may open."""
@@ -113,10 +119,12 @@ class Watcher:
         waiter = Waiter(session, types)
         self._waiters.setdefault(session, set()).add(waiter)
         self.open_waits += 1
+        self._open.labels(kind="waits").inc()
         try:
             yield waiter
         finally:
             self.open_waits -= 1
+            self._open.labels(kind="waits").dec()
             waiting = self._waiters.get(session)
             if waiting is not None:
                 waiting.discard(waiter)
