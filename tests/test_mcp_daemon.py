@@ -14,91 +14,41 @@ token: 401 in the API's error shape. ``allow_actions = false`` hides the acting 
 from __future__ import annotations
 
 import warnings
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
 import anyio.abc
 import httpx
-import httpx2
 import mcp_types as types
 import pytest
 from mcp import Client
 from mcp.client.session import IncomingMessage
-from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp.shared.subscriptions import ResourceUpdated
 
-from sessionhook.relay.daemon.daemon import Daemon
 from sessionhook.relay.web.mcp import WAITING_URI, session_uri
-from tests.support.daemon_setup import Setup, token_server
+from tests.support.mcp_relay import AUTH, mcp_client, mcp_relay, refusal, structured
 from tests.support.web_relay import api_error
 
 pytestmark = [pytest.mark.app, pytest.mark.anyio]
 
-TOKEN = "mcp-daemon-token-" + "m" * 30
 WITHIN = 30.0
 MODES = ("2026-07-28", "legacy")
 ACTING = {"approve_plan", "send_message", "create_session"}
 READING = {"list_sessions", "get_session", "wait_for_session"}
 
 
-@asynccontextmanager
-async def running(
-    tmp_path: Path, **sections: dict[str, Any]
-) -> AsyncIterator[tuple[Setup, Daemon, str]]:
-    """The daemon with its listener (and token) up; ``(setup, daemon, listen)``."""
-    server = token_server(tmp_path, TOKEN)
-    setup = Setup(tmp_path, server=server, **sections)
-    daemon = setup.daemon()
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(lambda: daemon.run(handle_signals=False))
-        await daemon.ready.wait()
-        try:
-            yield setup, daemon, server["listen"]
-        finally:
-            tg.cancel_scope.cancel()
-
-
-@asynccontextmanager
-async def mcp_client(
-    listen: str, mode: str, token: str = TOKEN, **kwargs: Any
-) -> AsyncIterator[Client]:
-    """The official client on ``/mcp`` with the bearer token, in protocol ``mode``."""
-    async with httpx2.AsyncClient(
-        headers={"authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30, read=120)
-    ) as http:
-        transport = streamable_http_client(f"http://{listen}/mcp", http_client=http)
-        async with Client(transport, mode=mode, cache=None, **kwargs) as client:
-            yield client
-
-
-def structured(result: types.CallToolResult) -> dict[str, Any]:
-    assert not result.is_error, result.content
-    assert result.structured_content is not None
-    assert result.content and isinstance(result.content[0], types.TextContent)
-    return result.structured_content
-
-
-def refusal(result: types.CallToolResult) -> str:
-    assert result.is_error, result
-    text = result.content[0]
-    assert isinstance(text, types.TextContent) and text.text and "\n" not in text.text
-    return text.text
-
-
 async def _actions(listen: str) -> list[dict[str, Any]]:
     async with httpx.AsyncClient(base_url=f"http://{listen}") as http:
-        answer = await http.get("/v1/actions", headers={"authorization": f"Bearer {TOKEN}"})
+        answer = await http.get("/v1/actions", headers=AUTH)
         assert answer.status_code == 200, answer.text
         return list(answer.json()["actions"])
 
 
 @pytest.mark.parametrize("mode", MODES)
 async def test_create_wait_approve_and_answer_through_the_tools(mode: str, tmp_path: Path) -> None:
-    async with running(tmp_path) as (setup, _, listen), mcp_client(listen, mode) as client:
+    async with mcp_relay(tmp_path) as relay, mcp_client(relay.listen, mode) as client:
         tools = {tool.name: tool for tool in (await client.list_tools()).tools}
         assert set(tools) == READING | ACTING
         for name, tool in tools.items():
@@ -137,8 +87,8 @@ async def test_create_wait_approve_and_answer_through_the_tools(mode: str, tmp_p
         again = refusal(await client.call_tool("approve_plan", {"session": name}))
         assert again.startswith("answered:")
 
-        async with setup.api_http() as http:
-            upstream = setup.api(http)
+        async with relay.setup.api_http() as http:
+            upstream = relay.setup.api(http)
             kinds = [a.plan_approved is not None async for a in upstream.iter_activities(name)]
             assert any(kinds)
 
@@ -153,15 +103,15 @@ async def test_create_wait_approve_and_answer_through_the_tools(mode: str, tmp_p
             ]
             assert "Thanks" in said
 
-        actions = await _actions(listen)
+        actions = await _actions(relay.listen)
         mine = [(a["action"], a["actor_kind"], a["result"]) for a in actions]
         assert ("approve_plan", "mcp", "ok") in mine and ("reply", "mcp", "ok") in mine
 
 
 async def test_without_the_token_mcp_is_a_401_in_the_api_error_shape(tmp_path: Path) -> None:
     async with (
-        running(tmp_path) as (_, _, listen),
-        httpx.AsyncClient(base_url=f"http://{listen}") as http,
+        mcp_relay(tmp_path) as relay,
+        httpx.AsyncClient(base_url=relay.url) as http,
     ):
         body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
         for headers in ({}, {"authorization": "Bearer " + "x" * 40}):
@@ -170,8 +120,8 @@ async def test_without_the_token_mcp_is_a_401_in_the_api_error_shape(tmp_path: P
 
 async def test_allow_actions_false_serves_only_the_read_tools(tmp_path: Path) -> None:
     async with (
-        running(tmp_path, mcp={"allow_actions": False}) as (_, _, listen),
-        mcp_client(listen, "2026-07-28") as client,
+        mcp_relay(tmp_path, mcp={"allow_actions": False}) as relay,
+        mcp_client(relay.listen, "2026-07-28") as client,
     ):
         assert {tool.name for tool in (await client.list_tools()).tools} == READING
         refused = refusal(await client.call_tool("approve_plan", {"session": "sessions/1"}))
@@ -200,8 +150,8 @@ async def test_a_listen_subscription_gets_each_change_of_the_session_2026(
     tmp_path: Path,
 ) -> None:
     async with (
-        running(tmp_path) as (_, _, listen),
-        mcp_client(listen, "2026-07-28") as client,
+        mcp_relay(tmp_path) as relay,
+        mcp_client(relay.listen, "2026-07-28") as client,
     ):
         name = await _created(client)
         uri = session_uri(name)
@@ -241,8 +191,8 @@ async def _subscribed_2025(
     notified: Any,
 ) -> None:
     async with (
-        running(tmp_path) as (_, _, listen),
-        mcp_client(listen, "legacy", message_handler=notified) as client,
+        mcp_relay(tmp_path) as relay,
+        mcp_client(relay.listen, "legacy", message_handler=notified) as client,
     ):
         caps = client.server_capabilities.resources
         assert caps is not None and caps.subscribe is True

@@ -3,14 +3,14 @@ SDK's low-level :class:`mcp.server.Server` and its session manager, which serve 
 protocol revisions in use: 2026-07-28 (stateless requests, ``server/discover``,
 ``subscriptions/listen``) and 2025-11-25 (``initialize``, sessions, ``resources/subscribe``).
 
-:class:`McpService` holds the SDK's server, the tools (:mod:`.tools`), the resources
+:class:`McpServer` holds the SDK's server, the tools (:mod:`.tools`), the resources
 (``sessionhook://sessions/{id}``, ``sessionhook://sessions/waiting``) and the
 :class:`~.watch.Watcher` that wakes waits and announces changed resources: to
 ``subscriptions/listen`` streams through the SDK's subscription bus, to 2025-11-25
-sessions that subscribed on their standalone stream. :meth:`McpService.running` runs the
-session manager and the watcher for as long as the listener serves (``app.state.services``).
-The route is behind :class:`~..auth.AuthMiddleware` like every API route: no token, a 401
-in the API's error shape before the SDK sees anything.
+sessions that subscribed on their standalone stream. :meth:`McpServer.running` runs the
+session manager and the watcher for as long as the listener serves. It is built by
+:class:`.service.McpService` when the listener starts: the SDK (and what it loads) is
+imported then, not with the web layer.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from mcp.server.session import ServerSession
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourceUpdated
 from mcp.shared.exceptions import MCPError
-from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
 from sessionhook import __version__
@@ -38,7 +37,6 @@ from ...domain.api_models import ApiModel
 from ...ops import OperatorError
 from ...ops import session_views as views
 from ...telemetry.logs import get_logger
-from ..answers import error_response
 from ..auth import client_address
 from ..context import WebContext
 from .tools import DESCRIPTIONS, ToolProblem, Tools, ToolSpec, tool_specs
@@ -46,8 +44,6 @@ from .watch import SESSION_URI, WAITING_URI, Watcher
 
 _log = get_logger()
 
-#: The path of the MCP endpoint.
-MCP_PATH: Final = "/mcp"
 #: Seconds a notification to one 2025-11-25 session may take before it is given up.
 NOTIFY_TIMEOUT: Final = 1.0
 _JSON: Final = "application/json"
@@ -85,8 +81,9 @@ def _failure(text: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
 
 
-class McpService:
-    """The MCP server of one app (see the module docstring)."""
+class McpServer:
+    """The MCP server of one app, built when the listener starts (see the module
+    docstring)."""
 
     def __init__(self, ctx: WebContext) -> None:
         config = ctx.config().mcp
@@ -112,31 +109,19 @@ class McpService:
         self.manager = StreamableHTTPSessionManager(
             app=self.server, max_sessions=config.max_sessions
         )
-        self._running = False
-
-    def routes(self) -> list[BaseRoute]:
-        """The ``/mcp`` route."""
-        return [Route(MCP_PATH, endpoint=_Endpoint(self))]
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
         """Serve: the SDK's session manager and the watcher, until the block ends."""
         async with self.manager.run(), anyio.create_task_group() as tg:
             tg.start_soon(self.watcher.run)
-            self._running = True
             try:
                 yield
             finally:
-                self._running = False
                 tg.cancel_scope.cancel()
 
     async def serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Answer one request to ``/mcp`` (an ASGI app)."""
-        if not self._running:
-            await error_response(503, "the MCP server is not running", {"retry-after": "5"})(
-                scope, receive, send
-            )
-            return
         await self.manager.handle_request(scope, receive, send)
         if scope.get("method") == "DELETE":  # the client ended its session
             for key, value in scope.get("headers", ()):
@@ -266,16 +251,6 @@ class McpService:
             if uri in subscriber.uris:
                 with anyio.move_on_after(NOTIFY_TIMEOUT):
                     await subscriber.session.send_resource_updated(uri)
-
-
-class _Endpoint:
-    """``/mcp`` as an ASGI app (every method: Starlette routes a function to GET only)."""
-
-    def __init__(self, service: McpService) -> None:
-        self._service = service
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self._service.serve(scope, receive, send)
 
 
 def _session_of(uri: str) -> str:
