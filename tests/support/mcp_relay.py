@@ -17,6 +17,7 @@ import httpx2
 import mcp_types as types
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from starlette.applications import Starlette
 
 from sessionhook.relay.daemon.daemon import Daemon
 from tests.support.daemon_setup import Setup, token_server
@@ -60,10 +61,15 @@ class McpRelay:
 
 
 @asynccontextmanager
-async def mcp_relay(tmp_path: Path, **sections: dict[str, Any]) -> AsyncIterator[McpRelay]:
-    """The daemon with its listener (and token) up, until the block ends."""
+async def mcp_relay(
+    tmp_path: Path, *, emulator: Starlette | None = None, **sections: dict[str, Any]
+) -> AsyncIterator[McpRelay]:
+    """The daemon with its listener (and token) up, until the block ends; ``emulator``:
+    another relay's (replicas of one account), else its own."""
     server = token_server(tmp_path, TOKEN)
     setup = Setup(tmp_path, server=server, **sections)
+    if emulator is not None:
+        setup.emulator = emulator
     upstream = Counting(httpx.ASGITransport(setup.emulator))
     daemon = setup.daemon(upstream_transport=upstream)
     async with anyio.create_task_group() as tg:
