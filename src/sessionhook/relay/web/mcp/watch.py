@@ -20,7 +20,7 @@ import anyio
 from ...domain.rows import EventRow
 from ...ops import EventFilter, Follower
 from ...ops import session_views as views
-from ...store import OperatorQueries, StoreError
+from ...store import AsyncStore, OperatorQueries, StoreError
 from ...telemetry.logs import get_logger
 from ..context import WebContext
 
@@ -30,6 +30,8 @@ _log = get_logger()
 POLL_SECONDS: Final = 1.0
 #: Seconds between two looks for the store before it is open.
 STORE_WAIT: Final = 0.1
+#: Reads without new events after which the waiting set is looked at again.
+SETTLE_ROUNDS: Final = 3
 #: Events read at most at once, and their bodies' bytes.
 BATCH: Final = 200
 PAGE_BYTES: Final = 256 * 1024
@@ -141,6 +143,7 @@ class Watcher:
         start = await astore.run(OperatorQueries.last_event_seq)
         self._waiting = await astore.run(views.waiting_names)
         follower = Follower(start, EventFilter())
+        settling = 0
         self.ready.set()
         while True:
             rang = self._ctx.bell.current()  # before the read: a ring during it counts
@@ -148,6 +151,11 @@ class Watcher:
                 page = await astore.run(follower.read, limit=BATCH, max_bytes=PAGE_BYTES)
                 if page.events:
                     await self._dispatch(page.events)
+                    settling = SETTLE_ROUNDS
+                elif settling:
+                    # A session's row may take its new state just after its last event.
+                    settling -= 1
+                    await self._check_waiting(astore)
             except failures as exc:  # the database away: read again after the pause
                 _log.warning("mcp.watch_failed", error=(str(exc) or type(exc).__name__)[:200])
             else:
@@ -166,9 +174,13 @@ class Watcher:
         for name in sessions:
             await self._announce(session_uri(name))
         astore = self._ctx.store()
-        if astore is None:
-            return
+        if astore is not None:
+            await self._check_waiting(astore)
+        _log.debug("mcp.read", events=len(events), last=events[-1].seq, sessions=len(sessions))
+
+    async def _check_waiting(self, astore: AsyncStore) -> None:
+        """Announce the waiting set when it changed."""
         waiting = await astore.run(views.waiting_names)
         if waiting != self._waiting:
+            self._waiting = waiting
             await self._announce(WAITING_URI)
-        self._waiting = waiting
