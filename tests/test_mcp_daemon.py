@@ -108,7 +108,9 @@ async def test_create_wait_approve_and_answer_through_the_tools(mode: str, tmp_p
         assert ("approve_plan", "mcp", "ok") in mine and ("reply", "mcp", "ok") in mine
 
 
-async def test_without_the_token_mcp_is_a_401_in_the_api_error_shape(tmp_path: Path) -> None:
+async def test_without_the_token_mcp_is_a_401_in_the_api_error_shape_with_it_mcp(
+    tmp_path: Path,
+) -> None:
     async with (
         mcp_relay(tmp_path) as relay,
         httpx.AsyncClient(base_url=relay.url) as http,
@@ -116,6 +118,12 @@ async def test_without_the_token_mcp_is_a_401_in_the_api_error_shape(tmp_path: P
         body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
         for headers in ({}, {"authorization": "Bearer " + "x" * 40}):
             api_error(await http.post("/mcp", json=body, headers=headers), 401)
+        # With it, the same request is MCP's (2025-11-25 without a session: refused by the
+        # SDK, in JSON-RPC, not by the relay's auth).
+        accept = {"accept": "application/json, text/event-stream"}
+        answered = await http.post("/mcp", json=body, headers={**AUTH, **accept})
+        assert answered.status_code in (200, 400), answered.text
+        assert answered.json()["jsonrpc"] == "2.0"
 
 
 async def test_allow_actions_false_serves_only_the_read_tools(tmp_path: Path) -> None:
