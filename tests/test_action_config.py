@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -79,31 +80,31 @@ def test_bad_actions_are_one_line_errors(tmp_path: Path, text: str, expected: st
 def test_the_key_is_made_once_private_and_read_again_after_a_rotation(tmp_path: Path) -> None:
     file = tmp_path / "state" / "action-links.key"
     now = [1_000_000.0]
-    keys = ActionKeys(file, clock=lambda: now[0])
-    first = keys.signing_key()
+    keys = ActionKeys(file)
+    first = keys.ring().current
     assert len(first) == 32
     assert stat.S_IMODE(file.stat().st_mode) == 0o600
-    assert ActionKeys(file).signing_key() == first  # not made again
+    assert ActionKeys(file).ring().current == first  # not made again
     rotate_key_file(file, overlap=3600, now=now[0])
     assert stat.S_IMODE(file.stat().st_mode) == 0o600
-    second = keys.signing_key()
+    second = keys.ring().current
     assert second != first
-    assert keys.verifying_keys() == (second, first)
+    assert keys.ring().all(now[0]) == (second, first)
     now[0] += 3601
-    assert keys.verifying_keys() == (second,)
+    assert keys.ring().all(now[0]) == (second,)
     # a rotation without overlap revokes every link signed before it
     rotate_key_file(file, overlap=0, now=now[0])
-    assert keys.verifying_keys() == (keys.signing_key(),)
+    assert keys.ring().all(now[0]) == (keys.ring().current,)
     assert len(file.read_text().splitlines()) == 1
 
 
 def test_an_exposed_or_broken_key_file_is_refused(tmp_path: Path) -> None:
     file = tmp_path / "action-links.key"
     keys = ActionKeys(file)
-    keys.signing_key()
+    keys.ring()
     os.chmod(file, 0o640)
     with pytest.raises(ConfigError, match="chmod 600"):
-        ActionKeys(file).signing_key()
+        ActionKeys(file).ring()
     os.chmod(file, 0o600)
     for text, expected in [
         ("", "is empty"),
@@ -114,12 +115,12 @@ def test_an_exposed_or_broken_key_file_is_refused(tmp_path: Path) -> None:
     ]:
         file.write_text(text)
         with pytest.raises(ConfigError, match=expected):
-            ActionKeys(file).signing_key()
+            ActionKeys(file).ring()
     # Read as every secret file is (config/secret_files.py), then as a key file.
     for raw, expected in ((b"\xff\xfe", "not UTF-8 text"), ("é -\n".encode(), "not ASCII")):
         file.write_bytes(raw)
         with pytest.raises(ConfigError, match=expected):
-            ActionKeys(file).signing_key()
+            ActionKeys(file).ring()
 
 
 def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -133,16 +134,16 @@ def test_rotate_key_keeps_the_old_key_for_the_links_lifetime_or_not_at_all(
     config = tmp_path / "config.toml"
     config.write_text(SERVER + '[actions]\nlink_ttl = "1h"\n')
     file = tmp_path / "action-links.key"
-    first = ActionKeys(file).signing_key()
+    first = ActionKeys(file).ring().current
     done = _run("actions", "rotate-key", "--config", str(config), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "keep working until they expire" in done.stdout
     keys = ActionKeys(file)
-    assert keys.verifying_keys()[1:] == (first,) and keys.signing_key() != first
+    assert keys.ring().all(time.time())[1:] == (first,) and keys.ring().current != first
     assert stat.S_IMODE(file.stat().st_mode) == 0o600
     revoked = _run("actions", "rotate-key", "--no-overlap", "--config", str(config), cwd=tmp_path)
     assert revoked.returncode == 0 and "no longer work" in revoked.stdout
-    assert len(ActionKeys(file).verifying_keys()) == 1
+    assert len(ActionKeys(file).ring().all(time.time())) == 1
     os.chmod(file, 0o644)
     exposed = _run("actions", "rotate-key", "--config", str(config), cwd=tmp_path)
     assert exposed.returncode == 2

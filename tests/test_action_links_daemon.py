@@ -242,7 +242,7 @@ async def test_expired_wrong_session_and_answered_links_make_no_call(tmp_path: P
         [one] = _waits(setup.receiver, first.name)
         [two] = _waits(setup.receiver, second.name)
         assert setup.config.actions.key_file is not None
-        key = ActionKeys(setup.config.actions.key_file).signing_key()
+        key = ActionKeys(setup.config.actions.key_file).ring().current
         now = time.time()
         wait = one["activity_name"]
 

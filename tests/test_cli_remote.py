@@ -26,14 +26,16 @@ from sessionhook.relay.domain.api_models import ApiStatus
 from sessionhook.relay.domain.retry import Dead, Delivered, Retry
 from sessionhook.relay.domain.rows import (
     EndpointSummary,
+    HistoryProgress,
     RefusedRow,
     RefusedSummary,
+    ReplicaRow,
     StatusSummary,
     UpstreamSummary,
 )
 from sessionhook.relay.ops import Overview
 from sessionhook.relay.ops.wire import status_answer
-from sessionhook.relay.store import AsyncStore, HistoryProgress, ReplicaRow
+from sessionhook.relay.store import AsyncStore
 from sessionhook.relay.web import create_app
 from sessionhook.relay.web import server as health
 from tests.support import forked_cli

@@ -17,7 +17,6 @@ import yarl
 
 from sessionhook.relay.delivery.resolve import (
     ResolutionError,
-    blocked_reason,
     check_url,
     resolve_host,
     vet_host,
@@ -230,18 +229,6 @@ async def test_resolution_failures() -> None:
     empty = FakeResolver({"empty.example": []})
     with pytest.raises(ResolutionError, match="no address"):
         await check_url("http://empty.example/", allow_private=False, resolve=empty)
-
-
-async def test_blocked_reason_returns_instead_of_raising() -> None:
-    resolver = FakeResolver({"ok.example": ["93.184.216.34"], "bad.example": ["192.168.0.2"]})
-    assert await blocked_reason("https://ok.example/", resolve=resolver) is None
-    assert await blocked_reason("https://bad.example/", resolve=resolver) == (
-        "bad.example resolves to 192.168.0.2, a private address"
-    )
-    assert await blocked_reason("https://gone.example/", resolve=resolver) == (
-        "cannot resolve gone.example"
-    )
-    assert await blocked_reason("http://10.0.0.1/", allow_private=True) is None
 
 
 async def test_default_resolver_with_real_localhost() -> None:

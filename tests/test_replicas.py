@@ -27,6 +27,7 @@ from sessionhook.emulator.app import create_app
 from sessionhook.relay.delivery.dispatcher import DeliverySettings, Dispatcher
 from sessionhook.relay.domain import replica
 from sessionhook.relay.domain.retry import Delivered, Retry
+from sessionhook.relay.domain.rows import ReplicaRow
 from sessionhook.relay.polling import Poller, PollSettings
 from sessionhook.relay.store import (
     AsyncStore,
@@ -34,7 +35,6 @@ from sessionhook.relay.store import (
     EndpointQueries,
     Leases,
     PostgresStore,
-    ReplicaRow,
     Store,
     notify,
 )

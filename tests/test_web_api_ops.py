@@ -31,10 +31,11 @@ from sessionhook.relay.domain.rows import (
     EndpointSummary,
     RefusedRow,
     RefusedSummary,
+    ReplicaRow,
     StatusSummary,
     UpstreamSummary,
 )
-from sessionhook.relay.store import AsyncStore, ReplicaRow, StoreCore, StoreError
+from sessionhook.relay.store import AsyncStore, StoreCore, StoreError
 from sessionhook.relay.store.actions import ActionRow
 from sessionhook.relay.telemetry.metrics import Metrics
 from sessionhook.relay.web import WebAuth, WebContext, create_app

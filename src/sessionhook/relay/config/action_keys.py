@@ -12,7 +12,6 @@ import base64
 import binascii
 import secrets
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,9 +118,8 @@ class ActionKeys:
     """The key ring of ``file``, created on first use (mode 0600) and read again whenever it
     changed; :class:`ConfigError` for a file unreadable, not a key file, or exposed."""
 
-    def __init__(self, file: Path, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, file: Path) -> None:
         self.file = file
-        self._clock = clock
         self._lock = threading.Lock()
         self._seen: tuple[int, int, int] | None = None
         self._ring: KeyRing | None = None
@@ -145,14 +143,6 @@ class ActionKeys:
                 self._seen = stamp
             return self._ring
 
-    def signing_key(self) -> bytes:
-        """The key new links are signed with."""
-        return self.ring().current
-
-    def verifying_keys(self) -> tuple[bytes, ...]:
-        """The keys a link may be signed with now."""
-        return self.ring().all(self._clock())
-
     def _create(self) -> None:
         try:
             self.file.parent.mkdir(parents=True, exist_ok=True)
@@ -170,11 +160,8 @@ class LinkKeys:
     """The action-link keys of the running configuration: one :class:`ActionKeys` per key
     file, for the poller (:meth:`links`) and the web pages (:meth:`ring`)."""
 
-    def __init__(
-        self, config: Callable[[], Config], *, clock: Callable[[], float] = time.time
-    ) -> None:
+    def __init__(self, config: Callable[[], Config]) -> None:
         self._config = config
-        self._clock = clock
         self._files: dict[Path, ActionKeys] = {}
         self._lock = threading.Lock()
 
@@ -185,7 +172,7 @@ class LinkKeys:
         with self._lock:
             keys = self._files.get(file)
             if keys is None:
-                keys = self._files[file] = ActionKeys(file, clock=self._clock)
+                keys = self._files[file] = ActionKeys(file)
             return keys
 
     @property

@@ -157,11 +157,6 @@ class EndpointConfig(Section):
         resolved._secrets = secrets
         return resolved
 
-    @property
-    def secret_value(self) -> SecretStr:
-        """All secrets as configured: one string, space-separated."""
-        return SecretStr(" ".join(s.get_secret_value() for s in self.secrets))
-
 
 def split_secrets(text: str, signature: str = "v1") -> list[str]:
     """The space-separated secrets in ``text``, each checked for ``signature`` (``whsec_``

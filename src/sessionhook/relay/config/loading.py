@@ -239,36 +239,6 @@ def _read_secret_file(key: str, raw: str, base: Path, env: Mapping[str, str]) ->
 # touched.
 
 
-def _resolve_api_key(api: ApiConfig, base: Path, env: Mapping[str, str]) -> ApiConfig:
-    if api.api_key_file:
-        key = _read_secret_file("api.api_key_file", api.api_key_file, base, env)
-    else:
-        var = api.api_key_env or ""
-        if not env.get(var):
-            raise ConfigError("api.api_key_env", f"environment variable {var} is not set")
-        key = env[var].strip()
-    return api.with_api_key(SecretStr(key))
-
-
-def _resolve_account_key(
-    index: int, account: AccountConfig, base: Path, env: Mapping[str, str]
-) -> AccountConfig:
-    if account.api_key_file:
-        where = f"accounts[{index}].api_key_file"
-        key = _read_secret_file(where, account.api_key_file, base, env)
-    else:
-        var = account.api_key_env or ""
-        if not env.get(var):
-            raise ConfigError(
-                f"accounts[{index}].api_key_env", f"environment variable {var} is not set"
-            )
-        key = env[var].strip()
-    return account.with_api_key(SecretStr(key))
-
-
-_TOKEN_CHARS = re.compile(r"^[\x21-\x7e]+$")
-
-
 def _file_or_env(
     key: str, file: str | None, var: str | None, base: Path, env: Mapping[str, str]
 ) -> tuple[str, str]:
@@ -279,6 +249,22 @@ def _file_or_env(
     if not var or not env.get(var):
         raise ConfigError(f"{key}_env", f"environment variable {var} is not set")
     return f"{key}_env", env[var].strip()
+
+
+def _resolve_api_key(api: ApiConfig, base: Path, env: Mapping[str, str]) -> ApiConfig:
+    _, key = _file_or_env("api.api_key", api.api_key_file, api.api_key_env, base, env)
+    return api.with_api_key(SecretStr(key))
+
+
+def _resolve_account_key(
+    index: int, account: AccountConfig, base: Path, env: Mapping[str, str]
+) -> AccountConfig:
+    where = f"accounts[{index}].api_key"
+    _, key = _file_or_env(where, account.api_key_file, account.api_key_env, base, env)
+    return account.with_api_key(SecretStr(key))
+
+
+_TOKEN_CHARS = re.compile(r"^[\x21-\x7e]+$")
 
 
 def _resolve_server_token(
@@ -322,16 +308,11 @@ def _resolve_endpoint_secrets(
         if names is not None and endpoint.name not in names:
             endpoints.append(endpoint)
             continue
+        key = f"endpoints[{i}].secret"
         if endpoint.secret is not None:
-            key, text = f"endpoints[{i}].secret", endpoint.secret.get_secret_value()
-        elif endpoint.secret_env:
-            key = f"endpoints[{i}].secret_env"
-            if not env.get(endpoint.secret_env):
-                raise ConfigError(key, f"environment variable {endpoint.secret_env} is not set")
-            text = env[endpoint.secret_env]
+            text = endpoint.secret.get_secret_value()
         else:
-            key = f"endpoints[{i}].secret_file"
-            text = _read_secret_file(key, endpoint.secret_file or "", base, env)
+            key, text = _file_or_env(key, endpoint.secret_file, endpoint.secret_env, base, env)
         try:
             parts = split_secrets(text, endpoint.signature)
         except ValueError as exc:

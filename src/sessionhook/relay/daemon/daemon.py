@@ -33,7 +33,7 @@ from ..delivery.template_check import check_template
 from ..domain.addresses import AddressPolicy
 from ..domain.replica import Replica
 from ..domain.retry import AttemptResult
-from ..polling import OnceReport, Poller, PollSettings
+from ..polling import OnceReport, PollSettings
 from ..store import AsyncStore, Outbox, StoreUnwritableError
 from ..telemetry.logs import get_logger
 from ..telemetry.metrics import Metrics
@@ -84,7 +84,7 @@ class Daemon:
         self.metrics = metrics if metrics is not None else Metrics()
         #: The action-link keys of the running config: signing the links of new events
         #: (the poller), verifying the links people follow (the web pages).
-        self.link_keys = LinkKeys(lambda: self._state.config, clock=clock)
+        self.link_keys = LinkKeys(lambda: self._state.config)
         base = replace(base, action_links=self.link_keys.links)
         state = self._state = DaemonState(
             config=config, poll_settings=base.with_config(config), metrics=self.metrics, clock=clock
@@ -132,16 +132,6 @@ class Daemon:
     def store(self) -> AsyncStore | None:
         """The open store; ``None`` before it is open and once it is closed."""
         return self._state.store
-
-    @property
-    def pollers(self) -> list[Poller]:
-        """One poller per account (``[[accounts]]``, or the one ``[api]`` describes)."""
-        return self._state.pollers
-
-    @property
-    def poller(self) -> Poller | None:
-        """The first account's poller (``None`` until wired)."""
-        return self._state.pollers[0] if self._state.pollers else None
 
     @property
     def dispatcher(self) -> Dispatcher | None:
@@ -269,7 +259,7 @@ class Daemon:
                     problem = listener.check_files_limit(server.max_connections, files)
                     if problem is not None:
                         raise DaemonError(problem, exit_code=2)
-                    app = self._readiness.create_app(server)
+                    app = web.create_app(self._readiness.web_context(server))
                     serve = functools.partial(
                         health.serve,
                         limits=listener.ConnectionLimits.of(server),

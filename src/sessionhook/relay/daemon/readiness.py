@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from starlette.applications import Starlette
-
 from .. import web
 from ..config import ServerConfig
 from ..config.action_keys import LinkKeys
@@ -36,8 +34,9 @@ _log = get_logger()
 
 
 class Readiness:
-    """What the daemon hands the web layer: the app on ``[server] listen``, its
-    :class:`~sessionhook.relay.web.WebContext`, readiness check and scrape hook."""
+    """What the daemon hands the web layer: the
+    :class:`~sessionhook.relay.web.WebContext` of the app on ``[server] listen``, its
+    readiness check and scrape hook."""
 
     def __init__(
         self,
@@ -57,10 +56,6 @@ class Readiness:
         self._create = create
         self._link_keys = link_keys
         self._started_at = started_at
-
-    def create_app(self, server: ServerConfig) -> Starlette:
-        """The web app: health routes, and the console and stream when configured."""
-        return web.create_app(self.web_context(server))
 
     def web_context(self, server: ServerConfig) -> web.WebContext:
         """What the web routes may use of the daemon."""

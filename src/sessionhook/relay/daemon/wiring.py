@@ -9,7 +9,7 @@ rate-limited, counted upstream client, and sends webhooks through aiohttp. The
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, replace
 
 import anyio
@@ -196,24 +196,17 @@ class Wiring:
         endpoint = config.endpoint_by_name(name)
         if endpoint is None and state.store is not None:  # one created at run time
             endpoint = await state.store.run(edits.endpoint_config, config, name, now)
-        if self._delivery is not None:
-            _event_id, result = await operator.test_endpoint(
-                config,
-                name,
-                poster=self._delivery,
-                now=now,
-                endpoint=endpoint,
-                policy=seams.address_policy,
-                renderer=self._renderer,
-            )
-            return result
-        # The store is not open yet (the listener serves meanwhile): a sender of its own.
-        async with operator.ping_poster(
-            config,
-            transport=seams.delivery_transport,
-            resolve=seams.resolve,
-            policy=seams.address_policy,
-        ) as poster:
+        async with AsyncExitStack() as stack:
+            poster = self._delivery
+            if poster is None:  # the store is not open yet (the listener serves meanwhile)
+                poster = await stack.enter_async_context(
+                    operator.ping_poster(
+                        config,
+                        transport=seams.delivery_transport,
+                        resolve=seams.resolve,
+                        policy=seams.address_policy,
+                    )
+                )
             _event_id, result = await operator.test_endpoint(
                 config,
                 name,

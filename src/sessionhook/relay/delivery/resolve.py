@@ -95,18 +95,3 @@ async def check_url(
     return await vet_host(
         target.host, target.port, allow_private=allow_private, resolve=resolve, policy=policy
     )
-
-
-async def blocked_reason(
-    url: str,
-    *,
-    allow_private: bool = False,
-    resolve: Resolver | None = None,
-    policy: AddressPolicy | None = None,
-) -> str | None:
-    """:func:`check_url` as a value: the refusal reason, or ``None`` when allowed."""
-    try:
-        await check_url(url, allow_private=allow_private, resolve=resolve, policy=policy)
-    except NetguardError as exc:
-        return exc.reason
-    return None

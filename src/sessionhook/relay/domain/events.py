@@ -308,41 +308,42 @@ def session_discovered(session: Session, *, now: float | None = None) -> Event:
     """``session.discovered``: the relay saw the session for the first time. Its time is
     the session's ``createTime`` (else its ``updateTime``): it comes before the session's
     activities in the archive, and its time is not later than theirs."""
-    return make_event(
-        event_id(SESSION_DISCOVERED, session.name),
-        SESSION_DISCOVERED,
-        session.name,
-        None,
-        webhook_timestamp(session.create_time or session.update_time, now),
-        {"session": session_summary(session)},
-    )
+    return _session_event(SESSION_DISCOVERED, session, (), now, at=session.create_time)
 
 
 def session_state_changed(
     session: Session, previous_state: str, *, now: float | None = None
 ) -> Event:
     """``session.state_changed`` from ``previous_state`` to ``session.state``."""
-    data = {"session": session_summary(session), "previous_state": previous_state}
-    return make_event(
-        event_id(SESSION_STATE_CHANGED, session.name, session.update_time, session.state),
-        SESSION_STATE_CHANGED,
-        session.name,
-        None,
-        webhook_timestamp(session.update_time, now),
-        data,
-    )
+    ids = (session.update_time, session.state)
+    return _session_event(SESSION_STATE_CHANGED, session, ids, now, previous_state=previous_state)
 
 
 def pull_request_opened(session: Session, pr: PullRequest, *, now: float | None = None) -> Event:
     """``session.pull_request_opened``: a pull request appeared in the session's outputs."""
-    data = {"session": session_summary(session), "pull_request": pr.to_wire()}
+    return _session_event(
+        SESSION_PULL_REQUEST_OPENED, session, (pr.url,), now, pull_request=pr.to_wire()
+    )
+
+
+def _session_event(
+    kind: str,
+    session: Session,
+    ids: tuple[str, ...],
+    now: float | None,
+    *,
+    at: str | None = None,
+    **data: Any,
+) -> Event:
+    """A session event: its id from ``kind``, the session's name and ``ids``; its time
+    ``at`` if given, else the session's ``updateTime``; ``data`` after ``data.session``."""
     return make_event(
-        event_id(SESSION_PULL_REQUEST_OPENED, session.name, pr.url),
-        SESSION_PULL_REQUEST_OPENED,
+        event_id(kind, session.name, *ids),
+        kind,
         session.name,
         None,
-        webhook_timestamp(session.update_time, now),
-        data,
+        webhook_timestamp(at or session.update_time, now),
+        {"session": session_summary(session), **data},
     )
 
 

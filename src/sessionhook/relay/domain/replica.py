@@ -12,7 +12,8 @@ import os
 import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Protocol
+
+from .rows import ReplicaRow
 
 #: The named lease of an account's poller (discovery, the list's head, the history walk
 #: and the schedule of its sessions' polls): ``poller:<account>``.
@@ -57,7 +58,7 @@ def heartbeat_late(last_ok: float, now: float, lease: float) -> bool:
 
 
 def dead_replicas(
-    rows: Iterable[ReplicaLike], me: Replica, *, alone: bool, pid_alive: Callable[[int], bool]
+    rows: Iterable[ReplicaRow], me: Replica, *, alone: bool, pid_alive: Callable[[int], bool]
 ) -> list[str]:
     """The replicas of ``rows`` known to be dead without waiting for their lease: every
     running one but ``me`` when this process is ``alone`` on the store (SQLite: the daemon
@@ -81,19 +82,6 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-class ReplicaLike(Protocol):
-    """What :func:`dead_replicas` reads of a replica row (``store.ReplicaRow``)."""
-
-    @property
-    def id(self) -> str: ...
-    @property
-    def host(self) -> str: ...
-    @property
-    def pid(self) -> int: ...
-    @property
-    def stopped_at(self) -> float | None: ...
 
 
 def replica_health(heartbeat_at: float, lease: float, stopped_at: float | None, now: float) -> str:

@@ -386,3 +386,48 @@ class StatusSummary:
     events: int
     baseline_complete: bool
     refused: RefusedSummary = field(default_factory=RefusedSummary)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaRow:
+    """One replica as the store knows it, with what it holds (for ``status``/metrics)."""
+
+    id: str
+    host: str
+    pid: int
+    started_at: float
+    heartbeat_at: float
+    lease: float
+    stopped_at: float | None
+    #: Outbox heads it has claimed (deliveries in flight), sessions it is polling, and
+    #: the named leases it holds.
+    deliveries: int
+    polls: int
+    leases: tuple[str, ...]
+
+    def alive(self, now: float) -> bool:
+        """Whether its claims still hold at ``now`` (not stopped, lease not expired)."""
+        return self.stopped_at is None and now <= self.heartbeat_at + self.lease
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryProgress:
+    """The history walk for ``sessionhook status``: sessions archived of those found at the
+    first start, and an estimate of the time left from the recent pace."""
+
+    total: int
+    done: int
+    #: Sessions per second over the last ten minutes (0.0: none walked lately).
+    rate: float
+
+    @property
+    def remaining(self) -> int:
+        """Sessions still to archive."""
+        return self.total - self.done
+
+    @property
+    def eta_seconds(self) -> float | None:
+        """Seconds left at the recent pace; ``None`` when unknown (no recent progress)."""
+        if self.remaining <= 0:
+            return 0.0
+        return self.remaining / self.rate if self.rate > 0 else None

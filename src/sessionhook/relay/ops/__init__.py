@@ -11,8 +11,6 @@ from __future__ import annotations
 from ..delivery.resolve import Resolver
 from ..domain.delivery_states import DELIVERY_STATUSES
 from ..store import (
-    HistoryProgress,
-    ReplicaRow,
     StoreCore,
     StoreError,
     StoreLockedError,
@@ -46,11 +44,9 @@ __all__ = [
     "EventFilter",
     "EventPage",
     "Follower",
-    "HistoryProgress",
     "OperatorError",
     "Overview",
     "ReplayResult",
-    "ReplicaRow",
     "Resolver",
     "StoreCore",
     "StoreError",

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..domain.rows import StatusSummary
-from ..store import HistoryProgress, ReplicaRow, StoreCore
+from ..domain.rows import HistoryProgress, ReplicaRow, StatusSummary
+from ..store import StoreCore
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ whose type filter is applied here, reads at most :data:`EVENT_SCAN` rows per pag
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, Generic, TypeVar
 
@@ -38,6 +39,12 @@ class Page(Generic[T]):
     after: str | None
 
 
+def page_of(rows: list[T], size: int, key: Callable[[T], object]) -> Page[T]:
+    """The first ``size`` of ``rows``, read one past a page: when that one is there, the
+    next page starts after the ``key`` of this one's last."""
+    return Page(rows[:size], str(key(rows[size - 1])) if len(rows) > size else None)
+
+
 def delivery_page(
     store: StoreCore,
     now: float,
@@ -57,10 +64,9 @@ def delivery_page(
     rows = store.operator.list_deliveries(
         endpoint, status, session, size + 1, event_id=event, before_id=before
     )
-    more = len(rows) > size
-    rows = rows[:size]
-    claims = in_flight(store, now, (r.id for r in rows if r.status in OPEN_STATUSES))
-    return Page(rows, str(rows[-1].id) if more else None), claims
+    page = page_of(rows, size, lambda r: r.id)
+    claims = in_flight(store, now, (r.id for r in page.items if r.status in OPEN_STATUSES))
+    return page, claims
 
 
 def event_page(
@@ -93,10 +99,7 @@ def event_page(
 
 def session_page(store: StoreCore, *, size: int, after: str | None = None) -> Page[SessionRow]:
     """Archived sessions by name, after the name ``after``."""
-    rows = store.operator.list_sessions(after, size + 1)
-    more = len(rows) > size
-    rows = rows[:size]
-    return Page(rows, rows[-1].name if more else None)
+    return page_of(store.operator.list_sessions(after, size + 1), size, lambda r: r.name)
 
 
 def session_detail(store: StoreCore, name: str) -> tuple[SessionRow, list[EventRow], bool]:

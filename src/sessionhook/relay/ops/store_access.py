@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from ..store import ReplicaRow, Store, StoreCore, StoreSettings, copying, open_store
+from ..domain.rows import ReplicaRow
+from ..store import Store, StoreCore, StoreSettings, copying, open_store
 from ..store.copying import CopyReport
 
 

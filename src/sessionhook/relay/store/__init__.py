@@ -31,7 +31,7 @@ from .actions import ActionQueries
 from .aio import AsyncStore, FullObserver
 from .console_queries import ConsoleQueries
 from .core import StoreCore
-from .economy_queries import Economy, HistoryProgress, KnownSession
+from .economy_queries import Economy, KnownSession
 from .endpoints import EndpointQueries
 from .errors import (
     EndpointConflictError,
@@ -41,7 +41,7 @@ from .errors import (
     StoreUnwritableError,
 )
 from .ingest import Ingest
-from .leases import LeaseRow, Leases, ReplicaRow
+from .leases import LeaseRow, Leases
 from .lock import DaemonLock, StoreLockedError, acquire_daemon_lock
 from .meta import MetaQueries
 from .opening import (
@@ -73,7 +73,6 @@ __all__ = [
     "EndpointLimitError",
     "EndpointQueries",
     "FullObserver",
-    "HistoryProgress",
     "Ingest",
     "KnownSession",
     "LeaseRow",
@@ -83,7 +82,6 @@ __all__ = [
     "Outbox",
     "PostgresStore",
     "Refusals",
-    "ReplicaRow",
     "Round",
     "Store",
     "StoreCore",

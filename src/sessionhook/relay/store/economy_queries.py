@@ -15,7 +15,7 @@ from typing import Any
 
 from sessionhook.api.models import Session
 
-from ..domain.rows import from_row
+from ..domain.rows import HistoryProgress, from_row
 from .dialect import Database, first_value
 from .leases import ReplicaState
 from .meta import put_meta
@@ -45,29 +45,6 @@ class KnownSession:
     #: Recorded by the history walk and not archived yet.
     history_pending: bool
     account: str
-
-
-@dataclass(frozen=True, slots=True)
-class HistoryProgress:
-    """The history walk for ``sessionhook status``: sessions archived of those found at the
-    first start, and an estimate of the time left from the recent pace."""
-
-    total: int
-    done: int
-    #: Sessions per second over the last ten minutes (0.0: none walked lately).
-    rate: float
-
-    @property
-    def remaining(self) -> int:
-        """Sessions still to archive."""
-        return self.total - self.done
-
-    @property
-    def eta_seconds(self) -> float | None:
-        """Seconds left at the recent pace; ``None`` when unknown (no recent progress)."""
-        if self.remaining <= 0:
-            return 0.0
-        return self.remaining / self.rate if self.rate > 0 else None
 
 
 class Economy:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..domain.rows import from_row
+from ..domain.rows import ReplicaRow, from_row
 from .dialect import Connection, Database, first_value
 from .policy import call, try_write, write
 
@@ -23,28 +23,6 @@ LIVE_REPLICAS = "SELECT id FROM replicas WHERE stopped_at IS NULL AND heartbeat_
 #: The claim column ``{c}`` may be taken by the parameters (me, now): it is free, mine
 #: already, or held by a replica that is not alive.
 TAKEABLE = "({c} IS NULL OR {c} = ? OR {c} NOT IN (" + LIVE_REPLICAS + "))"
-
-
-@dataclass(frozen=True, slots=True)
-class ReplicaRow:
-    """One replica as the store knows it, with what it holds (for ``status``/metrics)."""
-
-    id: str
-    host: str
-    pid: int
-    started_at: float
-    heartbeat_at: float
-    lease: float
-    stopped_at: float | None
-    #: Outbox heads it has claimed (deliveries in flight), sessions it is polling, and
-    #: the named leases it holds.
-    deliveries: int
-    polls: int
-    leases: tuple[str, ...]
-
-    def alive(self, now: float) -> bool:
-        """Whether its claims still hold at ``now`` (not stopped, lease not expired)."""
-        return self.stopped_at is None and now <= self.heartbeat_at + self.lease
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,7 +32,8 @@ _DURATION_BUCKETS: Final = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10
 
 
 class ReplicaLike(Protocol):
-    """What :meth:`Metrics.refresh_replicas` reads of a replica (``store.ReplicaRow``)."""
+    """What :meth:`Metrics.refresh_replicas` reads of a replica (``domain.rows.ReplicaRow``;
+    telemetry does not import the domain)."""
 
     @property
     def id(self) -> str: ...

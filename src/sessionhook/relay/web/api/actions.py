@@ -11,6 +11,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute
 
 from ...domain.api_models import ApiActionPage
+from ...ops.pages import page_of
 from ...ops.wire import action_answer
 from ...store import ActionQueries
 from ..answers import api_answer, api_route
@@ -33,10 +34,8 @@ def actions_routes(ctx: WebContext) -> Sequence[BaseRoute]:
         rows = await store.run(
             ActionQueries.list_actions, session=session, before=before, limit=page.size + 1
         )
-        more = len(rows) > page.size
-        rows = rows[: page.size]
-        after = str(rows[-1].id) if more else None
-        items = [action_answer(r) for r in rows]
-        return api_answer(page_answer(ApiActionPage, items, after))
+        found = page_of(rows, page.size, lambda r: r.id)
+        items = [action_answer(r) for r in found.items]
+        return api_answer(page_answer(ApiActionPage, items, found.after))
 
     return [api_route("listActions", actions)]

@@ -32,6 +32,7 @@ from ...domain.api_models import (
     ApiRotateBody,
 )
 from ...ops import endpoint_edits as edits
+from ...ops.pages import page_of
 from ..answers import api_answer, api_route, refusal_status
 from ..context import WebContext
 from ..headers import SECRET_HEADERS
@@ -85,10 +86,8 @@ def endpoint_routes(ctx: WebContext) -> Sequence[BaseRoute]:
         page = page_request(request)
         every = await in_store(edits.endpoint_answers, ctx.config(), ctx.clock())
         after = page.after or ""
-        rest = [e for e in every if e.name > after]
-        items = rest[: page.size]
-        more = items[-1].name if len(rest) > page.size else None
-        return api_answer(page_answer(ApiEndpointPage, items, more))
+        found = page_of([e for e in every if e.name > after], page.size, lambda e: e.name)
+        return api_answer(page_answer(ApiEndpointPage, found.items, found.after))
 
     async def create(request: Request) -> Response:
         body = await read_json(request, ApiEndpointCreate)
