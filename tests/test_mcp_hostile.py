@@ -181,3 +181,28 @@ async def test_a_client_gone_mid_wait_frees_it(tmp_path: Path) -> None:
             return await relay.gauge("waits") == 0
 
         await until(freed)
+
+
+async def test_waits_and_sessions_are_capped(tmp_path: Path) -> None:
+    caps = {"max_waits": 2, "max_sessions": 1}
+    async with mcp_relay(tmp_path, mcp=caps) as relay, mcp_client(relay.listen) as client:
+        created = structured(await client.call_tool("create_session", {"prompt": "Capped"}))
+        name = created["session"]["session"]
+        arguments = {"session": name, "until": ["activity.user_messaged"], "timeout_s": 3000}
+        async with anyio.create_task_group() as tg:
+            for _ in range(2):
+                tg.start_soon(client.call_tool, "wait_for_session", arguments)
+
+            async def both_open() -> bool:
+                return await relay.gauge("waits") == 2
+
+            await until(both_open)
+            text = refusal(await client.call_tool("wait_for_session", arguments))
+            assert "too many waits" in text
+            tg.cancel_scope.cancel()
+        # One 2025-11-25 session at most: a second one's initialize is refused (503).
+        async with mcp_client(relay.listen, "legacy"):
+            with pytest.raises(Exception) as refused:  # the SDK wraps it in groups
+                async with mcp_client(relay.listen, "legacy"):
+                    pass
+            assert "503" in repr(refused.value) or "Too many" in repr(refused.value)
