@@ -7,12 +7,14 @@ upstream requests; a client that goes away mid-wait frees the wait.
 from __future__ import annotations
 
 import threading
+import warnings
 from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx
 import pytest
+from mcp.shared.exceptions import MCPDeprecationWarning
 
 from sessionhook.relay.domain.agent_text import MAX_FIELD_CHARS
 from tests.support.mcp_relay import AUTH, mcp_client, mcp_relay, refusal, structured, until
@@ -206,3 +208,54 @@ async def test_waits_and_sessions_are_capped(tmp_path: Path) -> None:
                 async with mcp_client(relay.listen, "legacy"):
                     pass
             assert "503" in repr(refused.value) or "Too many" in repr(refused.value)
+
+
+async def test_subscriptions_are_forgotten_with_their_session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sessionhook.relay.web.mcp import WAITING_URI
+    from sessionhook.relay.web.mcp import server as mcp_server
+
+    monkeypatch.setattr(mcp_server, "SESSION_IDLE", 1.0)  # the SDK's idle reaping too
+    async with (
+        mcp_relay(tmp_path) as relay,
+        httpx.AsyncClient(base_url=relay.url, headers={**AUTH, **RAW}) as http,
+    ):
+
+        async def subscribed(count: int) -> Any:
+            async def check() -> bool:
+                return await relay.gauge("subscriptions") == count
+
+            return check
+
+        # A client that ends its session (DELETE) frees its subscriptions at once.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", MCPDeprecationWarning)
+            async with mcp_client(relay.listen, "legacy") as client:
+                await client.subscribe_resource(WAITING_URI)
+                await until(await subscribed(1))
+        await until(await subscribed(0))
+        # One that goes away without a word is forgotten once its session idled out.
+        opening = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "gone", "version": "1"},
+            },
+        }
+        session = (await http.post("/mcp", json=opening)).headers["mcp-session-id"]
+        headers = {"mcp-session-id": session, "mcp-protocol-version": "2025-11-25"}
+        ready = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        await http.post("/mcp", json=ready, headers=headers)
+        subscribe = {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "resources/subscribe",
+            "params": {"uri": WAITING_URI},
+        }
+        assert (await http.post("/mcp", json=subscribe, headers=headers)).status_code == 200
+        await until(await subscribed(1))
+        await until(await subscribed(0))

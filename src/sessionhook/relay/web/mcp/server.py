@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -46,6 +47,9 @@ _log = get_logger()
 
 #: Seconds a notification to one 2025-11-25 session may take before it is given up.
 NOTIFY_TIMEOUT: Final = 1.0
+#: Seconds a 2025-11-25 session lives with no request in flight (the SDK then ends it, and
+#: its subscriptions are forgotten here).
+SESSION_IDLE: Final = 30 * 60.0
 _JSON: Final = "application/json"
 _SESSION_HEADER: Final = b"mcp-session-id"
 INSTRUCTIONS: Final = (
@@ -93,6 +97,9 @@ class McpServer:
         self.watcher = Watcher(ctx, self._announce, max_waits=config.max_waits)
         self._tools = Tools(ctx, self.watcher)
         self._subscribers: dict[str, _Subscriber] = {}
+        #: Per 2025-11-25 session: its requests in flight, and when the last one ended.
+        self._in_flight: Counter[str] = Counter()
+        self._last_seen: dict[str, float] = {}
         self.server: Server[Any] = Server(
             "sessionhook",
             version=__version__,
@@ -107,7 +114,7 @@ class McpServer:
             on_subscriptions_listen=ListenHandler(self._bus, max_subscriptions=config.max_waits),
         )
         self.manager = StreamableHTTPSessionManager(
-            app=self.server, max_sessions=config.max_sessions
+            app=self.server, max_sessions=config.max_sessions, session_idle_timeout=SESSION_IDLE
         )
 
     @contextlib.asynccontextmanager
@@ -115,6 +122,7 @@ class McpServer:
         """Serve: the SDK's session manager and the watcher, until the block ends."""
         async with self.manager.run(), anyio.create_task_group() as tg:
             tg.start_soon(self.watcher.run)
+            tg.start_soon(self._pruning)
             try:
                 yield
             finally:
@@ -122,11 +130,37 @@ class McpServer:
 
     async def serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Answer one request to ``/mcp`` (an ASGI app)."""
-        await self.manager.handle_request(scope, receive, send)
+        session = next(
+            (v.decode("latin-1") for k, v in scope.get("headers", ()) if k == _SESSION_HEADER), None
+        )
+        if session is None:
+            await self.manager.handle_request(scope, receive, send)
+            return
+        self._in_flight[session] += 1
+        try:
+            await self.manager.handle_request(scope, receive, send)
+        finally:
+            self._in_flight[session] -= 1
+            if self._in_flight[session] <= 0:
+                del self._in_flight[session]
+                self._last_seen[session] = anyio.current_time()
         if scope.get("method") == "DELETE":  # the client ended its session
-            for key, value in scope.get("headers", ()):
-                if key == _SESSION_HEADER:
-                    self._forget(value.decode("latin-1"))
+            self._forget(session)
+
+    async def _pruning(self) -> None:
+        # Read at each turn: tests shorten it.
+        while True:
+            await anyio.sleep(min(60.0, SESSION_IDLE))
+            self._prune()
+
+    def _prune(self) -> None:
+        """Forget the subscriptions of sessions the SDK ended for idleness (no request in
+        flight for :data:`SESSION_IDLE`: a client gone without its ``DELETE``)."""
+        now = anyio.current_time()
+        for key, seen in list(self._last_seen.items()):
+            if now - seen > SESSION_IDLE and key not in self._in_flight:
+                del self._last_seen[key]
+                self._forget(key)
 
     # ------------------------------------------------------------------ tools
 
@@ -218,6 +252,7 @@ class McpServer:
         if uri != WAITING_URI:
             _session_of(uri)
         key = _session_key(ctx)
+        self._prune()
         subscriber = self._subscribers.get(key)
         if subscriber is None or uri not in subscriber.uris:
             if not self.watcher.room():
@@ -247,6 +282,7 @@ class McpServer:
         """Tell every subscriber of ``uri`` that it changed: the ``subscriptions/listen``
         streams (the bus) and the 2025-11-25 sessions (their standalone stream)."""
         await self._bus.publish(ResourceUpdated(uri=uri))
+        self._prune()
         for subscriber in list(self._subscribers.values()):
             if uri in subscriber.uris:
                 with anyio.move_on_after(NOTIFY_TIMEOUT):
