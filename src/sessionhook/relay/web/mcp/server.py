@@ -94,6 +94,7 @@ class McpServer:
         self._ctx = ctx
         self._specs = {spec.name: spec for spec in tool_specs(config.allow_actions)}
         self._bus = InMemorySubscriptionBus()
+        self._listen = ListenHandler(self._bus, max_subscriptions=config.max_waits)
         self.watcher = Watcher(ctx, self._announce, max_waits=config.max_waits)
         self._tools = Tools(ctx, self.watcher)
         self._subscribers: dict[str, _Subscriber] = {}
@@ -111,7 +112,7 @@ class McpServer:
             on_read_resource=self._read_resource,
             on_subscribe_resource=self._subscribe,
             on_unsubscribe_resource=self._unsubscribe,
-            on_subscriptions_listen=ListenHandler(self._bus, max_subscriptions=config.max_waits),
+            on_subscriptions_listen=self._listen,
         )
         self.manager = StreamableHTTPSessionManager(
             app=self.server, max_sessions=config.max_sessions, session_idle_timeout=SESSION_IDLE
@@ -146,6 +147,11 @@ class McpServer:
                 self._last_seen[session] = anyio.current_time()
         if scope.get("method") == "DELETE":  # the client ended its session
             self._forget(session)
+
+    def close(self) -> None:
+        """The server stops: open waits answer so, listen streams end properly."""
+        self.watcher.close()
+        self._listen.close()
 
     async def _pruning(self) -> None:
         # Read at each turn: tests shorten it.

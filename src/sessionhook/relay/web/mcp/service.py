@@ -15,12 +15,14 @@ import importlib
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Final
 
+import anyio
 import anyio.to_thread
 from starlette.routing import BaseRoute, Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from ..answers import error_response
 from ..context import WebContext
+from ..listener import server_closing
 
 if TYPE_CHECKING:
     from .server import McpServer
@@ -28,6 +30,9 @@ if TYPE_CHECKING:
 #: The path of the MCP endpoint.
 MCP_PATH: Final = "/mcp"
 _SERVER_MODULE: Final = "sessionhook.relay.web.mcp.server"
+#: Seconds the open waits and streams have to end when the listener stops (within its own
+#: grace, listener.CLOSING_GRACE).
+CLOSE_GRACE: Final = 0.5
 
 
 class McpService:
@@ -61,4 +66,46 @@ class McpService:
             answer = error_response(503, "the MCP server is starting", {"retry-after": "5"})
             await answer(scope, receive, send)
             return
-        await server.serve(scope, receive, send)
+        answer_state = _Answer(send)
+        async with anyio.create_task_group() as tg:
+
+            async def end_when_closing() -> None:
+                # The listener stops: waits answer so and listen streams end, then what is
+                # still open is ended here, within the listener's grace (never a request
+                # uvicorn must cancel, with a traceback).
+                await server_closing(scope).wait()
+                server.close()
+                await anyio.sleep(CLOSE_GRACE)
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(end_when_closing)
+            await server.serve(scope, receive, answer_state.send)
+            tg.cancel_scope.cancel()
+        await answer_state.finish(scope, receive)
+
+
+class _Answer:
+    """Follows what an answer sent, to end it properly when the server stops mid-way."""
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self.started = False
+        self.ended = False
+
+    async def send(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.started = True
+        elif message["type"] == "http.response.body" and not message.get("more_body", False):
+            self.ended = True
+        await self._send(message)
+
+    async def finish(self, scope: Scope, receive: Receive) -> None:
+        """End an answer that was cut: its last chunk, or a 503 when none was started."""
+        if self.ended:
+            return
+        with anyio.move_on_after(CLOSE_GRACE), contextlib.suppress(OSError):
+            if self.started:
+                await self._send({"type": "http.response.body", "body": b"", "more_body": False})
+            else:
+                stopping = error_response(503, "the relay is stopping", {"retry-after": "5"})
+                await stopping(scope, receive, self._send)

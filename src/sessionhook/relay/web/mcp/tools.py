@@ -40,7 +40,7 @@ from ...ops.actions import REFUSALS, Actor, Performed, perform_once, record_dire
 from ...store import AsyncStore, OperatorQueries
 from ...telemetry.logs import get_logger
 from ..context import WebContext
-from .watch import TooManyWaits, Watcher
+from .watch import Stopping, TooManyWaits, Watcher
 
 _log = get_logger()
 
@@ -242,6 +242,8 @@ class Tools:
                 if now[1] is None:
                     with anyio.move_on_after(args.timeout_s):
                         await waiter.done.wait()
+                    if waiter.found is None and self._watcher.closing:
+                        raise Stopping
                     if waiter.found is None:
                         answer = ApiWaitAnswer(timed_out=True, event=None, session=None)
                         return answer, f"timed out after {args.timeout_s:g} s"
@@ -249,6 +251,10 @@ class Tools:
         except TooManyWaits:
             raise ToolProblem(
                 f"too many waits open ({self._watcher.max_waits}): try again later"
+            ) from None
+        except Stopping:
+            raise ToolProblem(
+                "the relay is stopping: call wait_for_session again in a moment"
             ) from None
         item, line = now
         assert line is not None

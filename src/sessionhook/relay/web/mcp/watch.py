@@ -49,6 +49,10 @@ class TooManyWaits(Exception):
     """``max_waits`` waits and subscriptions are open already."""
 
 
+class Stopping(Exception):
+    """The server stops: no wait opens, and open ones end."""
+
+
 @dataclass(eq=False)
 class Waiter:
     """One open wait: the first event of ``session`` of one of ``types`` with a position
@@ -99,9 +103,19 @@ class Watcher:
         self.open_waits = 0
         self.subscriptions = 0
         self._waiting: frozenset[str] | None = None
+        #: Set when the server stops: open waits end, new ones are refused.
+        self.closing = False
         #: Set once the reader has its starting position: a wait starts after it (an event
         #: archived before would be neither seen by the reader nor by the wait).
         self.ready = anyio.Event()
+
+    def close(self) -> None:
+        """The server stops: wake every open wait (each then answers that the relay is
+        stopping) and refuse new ones."""
+        self.closing = True
+        for waiters in self._waiters.values():
+            for waiter in waiters:
+                waiter.done.set()
 
     def subscribed(self, count: int) -> None:
         """``count`` subscriptions more (fewer when negative)."""
@@ -116,6 +130,8 @@ class Watcher:
     def waiter(self, session: str, types: frozenset[str]) -> Iterator[Waiter]:
         """An open wait for the duration of the ``with``; :class:`TooManyWaits` at the
         bound. Leaving the block (an answer, a timeout, a client gone) frees it."""
+        if self.closing:
+            raise Stopping
         if not self.room():
             raise TooManyWaits
         waiter = Waiter(session, types)
