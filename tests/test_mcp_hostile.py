@@ -16,8 +16,14 @@ import httpx
 import pytest
 from mcp.shared.exceptions import MCPDeprecationWarning
 
+from sessionhook.relay.config import Config
 from sessionhook.relay.domain.agent_text import MAX_FIELD_CHARS
-from tests.support.mcp_relay import AUTH, mcp_client, mcp_relay, refusal, structured, until
+from sessionhook.relay.store import StoreError
+from sessionhook.relay.telemetry.metrics import Metrics
+from sessionhook.relay.web import WebAuth, WebContext, create_app
+from sessionhook.relay.web import server as health
+from tests.support.loopback import free_port
+from tests.support.mcp_relay import AUTH, TOKEN, mcp_client, mcp_relay, refusal, structured, until
 
 pytestmark = [pytest.mark.app, pytest.mark.anyio]
 
@@ -259,3 +265,37 @@ async def test_subscriptions_are_forgotten_with_their_session(
         assert (await http.post("/mcp", json=subscribe, headers=headers)).status_code == 200
         await until(await subscribed(1))
         await until(await subscribed(0))
+
+
+class _BrokenStore:
+    """A store door whose every call fails as a database that went away does."""
+
+    async def run(self, *args: Any, **kwargs: Any) -> Any:
+        raise StoreError("disk I/O error")
+
+
+async def test_a_store_that_fails_is_a_one_line_tool_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from sessionhook.relay.web.mcp import tools as mcp_tools
+
+    monkeypatch.setattr(mcp_tools, "READY_WAIT", 0.5)
+    listen = f"127.0.0.1:{free_port()}"
+    config = Config.model_validate({"server": {"listen": listen, "token_env": "T"}})
+    ctx = WebContext(
+        config=lambda: config,
+        store=lambda: _BrokenStore(),  # type: ignore[arg-type,return-value]
+        metrics=Metrics(),
+        auth=WebAuth(TOKEN),
+    )
+    async with anyio.create_task_group() as tg:
+        await tg.start(health.serve, listen, create_app(ctx))
+        async with mcp_client(listen) as client:
+            for name, arguments in (
+                ("list_sessions", {}),
+                ("get_session", {"session": "1"}),
+                ("wait_for_session", {"session": "1", "timeout_s": 5}),
+            ):
+                text = refusal(await client.call_tool(name, arguments))
+                assert "cannot be read now" in text, (name, text)
+        tg.cancel_scope.cancel()

@@ -37,7 +37,7 @@ from ...domain.api_models import (
 from ...ops import OperatorError
 from ...ops import session_views as views
 from ...ops.actions import REFUSALS, Actor, Performed, perform_once, record_direct
-from ...store import AsyncStore, OperatorQueries
+from ...store import AsyncStore, OperatorQueries, StoreError
 from ...telemetry.logs import get_logger
 from ..context import WebContext
 from .watch import Stopping, TooManyWaits, Watcher
@@ -46,6 +46,8 @@ _log = get_logger()
 
 #: The longest wait (seconds).
 MAX_WAIT: Final = 3600
+#: Seconds a wait waits for the archive's reader to start (the store away: a refusal).
+READY_WAIT: Final = 10.0
 
 
 class ToolProblem(Exception):
@@ -210,10 +212,15 @@ class Tools:
             args = spec.args.model_validate(arguments)
         except ValidationError as exc:
             raise ToolProblem(first_error(exc)) from None
+        failures: tuple[type[Exception], ...] = (StoreError, *self._ctx.store_errors)
         try:
             return await self._handlers[spec.name](args, client)
         except OperatorError as exc:
             raise ToolProblem(str(exc)) from None
+        except failures as exc:  # the database away: one line, as the API's 503
+            text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            _log.warning("mcp.store_failed", tool=spec.name, error=text[:200])
+            raise ToolProblem(f"the store cannot be read now: {text[:200]}") from None
 
     async def _list(self, args: ListArgs, client: str) -> Answer:
         phase = None if args.state == "all" else args.state
@@ -235,7 +242,10 @@ class Tools:
         astore = self._store()
         try:
             with self._watcher.waiter(args.session, types) as waiter:
-                await self._watcher.ready.wait()
+                with anyio.move_on_after(READY_WAIT):
+                    await self._watcher.ready.wait()
+                if not self._watcher.ready.is_set():
+                    raise ToolProblem("the archive cannot be read now: try again in a moment")
                 waiter.start(await astore.run(OperatorQueries.last_event_seq))
                 now: tuple[ApiSessionItem | None, ApiEventLine | None]
                 now = await astore.run(views.already, args.session, types)

@@ -156,8 +156,14 @@ class Watcher:
             await anyio.sleep(STORE_WAIT)
             astore = self._ctx.store()
         failures: tuple[type[Exception], ...] = (StoreError, *self._ctx.store_errors)
-        start = await astore.run(OperatorQueries.last_event_seq)
-        self._waiting = await astore.run(views.waiting_names)
+        while True:  # the database away at start: the same pause as below
+            try:
+                start = await astore.run(OperatorQueries.last_event_seq)
+                self._waiting = await astore.run(views.waiting_names)
+                break
+            except failures as exc:
+                _log.warning("mcp.watch_failed", error=(str(exc) or type(exc).__name__)[:200])
+                await anyio.sleep(POLL_SECONDS)
         follower = Follower(start, EventFilter())
         settling = 0
         self.ready.set()
