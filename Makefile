@@ -16,7 +16,7 @@ STAMP   := $(VENV)/.installed
 
 .PHONY: demo test quick lint typecheck bench clean system-deps lock jules-sdk
 
-# No pip in it: the locks bring pip (scripts/install).
+# No pip in it: scripts/install brings uv with the interpreter's own pip, then the locks.
 $(BIN)/python:
 	$(PYTHON) -m venv --without-pip $(VENV)
 

@@ -374,7 +374,7 @@ class FirstRun:
             )
         )
         assert edited.count("127.0.0.1:8000") == 1 and "networks = true" in edited
-        assert edited.count("\nenabled = true\n") == 2  # ci-bot's, and [actions]'
+        assert edited.count("\nenabled = true\n") == 3  # ci-bot's, [actions]' and [mcp]'
         assert config.read_text() == edited
         if self.emulator_url != EXAMPLE_BASE_URL or self.health != 9187 or self.listen_port != 8000:
             text = config.read_text().replace(EXAMPLE_BASE_URL, self.emulator_url, 1)

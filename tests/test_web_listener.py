@@ -36,7 +36,7 @@ async def _slow(request: Request) -> Response:
     async def body() -> AsyncIterator[bytes]:
         for i in range(6):
             yield f"part {i}\n".encode()
-            await anyio.sleep(0.5)
+            await anyio.sleep(0.25)
 
     return StreamingResponse(body(), media_type="text/plain")
 
@@ -134,7 +134,7 @@ def raw_connection(port: int, rcvbuf: int | None = None) -> Iterator[socket.sock
 
 async def test_a_request_dripped_slowly_is_closed_after_the_request_timeout() -> None:
     metrics = Metrics()
-    async with serving(ConnectionLimits(8, 1.0), metrics) as port:
+    async with serving(ConnectionLimits(8, 0.5), metrics) as port:
         with raw_connection(port) as sock:
             sock.send(b"GET /ok HTTP/1.1\r\nHost: x\r\n")
             closed = False
@@ -154,9 +154,9 @@ async def test_a_request_dripped_slowly_is_closed_after_the_request_timeout() ->
 
 async def test_keep_alive_waits_again_and_a_long_answer_is_not_cut() -> None:
     metrics = Metrics()
-    async with serving(ConnectionLimits(8, 1.0), metrics) as port:
+    async with serving(ConnectionLimits(8, 0.5), metrics) as port:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
-            # The answer takes 3 s, three times the request timeout: it arrives whole.
+            # The answer takes 1.5 s, three times the request timeout: it arrives whole.
             slow = await client.get("/slow", timeout=20)
             assert slow.text == "".join(f"part {i}\n" for i in range(6))
             # The same connection is used again within the timeout...
@@ -171,7 +171,7 @@ async def test_keep_alive_waits_again_and_a_long_answer_is_not_cut() -> None:
 async def test_connections_beyond_the_cap_wait_in_the_listen_queue() -> None:
     metrics = Metrics()
     cap = 8
-    async with serving(ConnectionLimits(cap, 1.0), metrics) as port:
+    async with serving(ConnectionLimits(cap, 0.5), metrics) as port:
         idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(3 * cap)]
         try:
             seen: list[float] = []

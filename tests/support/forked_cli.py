@@ -64,12 +64,13 @@ class _Client:
         self.ended = False
         threading.Thread(target=self._read, name="forked-cli", daemon=True).start()
 
-    def ask(self, request: dict[str, Any]) -> dict[str, Any]:
-        """Send ``request``; its answer (for a command run to its end, once it ended)."""
+    def send(self, request: dict[str, Any]) -> int:
+        """Send ``request``; the id its answers carry (a command's end: the id; a spawned
+        child's pid, at once: minus the id)."""
         key = next(self.ids)
         with self.send_lock:
             self.sock.sendall(json.dumps({**request, "id": key}).encode() + b"\n")
-        return self.wait_for(key, None)
+        return key
 
     def wait_for(self, key: int, timeout: float | None) -> dict[str, Any]:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -124,9 +125,11 @@ def run(
     A child still running ``timeout`` seconds later (rounded up) is killed and
     :class:`subprocess.TimeoutExpired` raised, as :func:`subprocess.run` does."""
     alarm = 0 if timeout is None else max(1, math.ceil(timeout))
-    done = _connected().ask(
+    client = _connected()
+    key = client.send(
         {"args": list(args), "env": env, "cwd": str(cwd or Path.cwd()), "alarm": alarm}
     )
+    done = client.wait_for(key, None)
     out, err = (base64.b64decode(done[k]).decode() for k in ("stdout", "stderr"))
     if alarm and done["returncode"] == -signal.SIGALRM:
         raise subprocess.TimeoutExpired(["sessionhook", *args], alarm, out, err)
@@ -176,13 +179,9 @@ def spawn(*args: str, env: dict[str, str], cwd: Path, stdout: Path, stderr: Path
     stderr written to the files named), forked from the warm server; it runs until it ends
     or is signalled."""
     client = _connected()
-    request = {"args": list(args), "env": env, "cwd": str(cwd), "alarm": 0}
-    request |= {"stdout": str(stdout), "stderr": str(stderr)}
-    key = next(client.ids)
-    started = {"id": key, "spawn": True, **request}
-    with client.send_lock:
-        client.sock.sendall(json.dumps(started).encode() + b"\n")
-    pid = client.wait_for(-key, None)["pid"]  # the server answers -id with the pid at once
+    request = {"args": list(args), "env": env, "cwd": str(cwd), "alarm": 0, "spawn": True}
+    key = client.send(request | {"stdout": str(stdout), "stderr": str(stderr)})
+    pid = client.wait_for(-key, None)["pid"]
     return Forked(client, key, pid, ["sessionhook", *args])
 
 

@@ -72,7 +72,7 @@ class Listener:
 
         self.server = ThreadingHTTPServer((self.address, self.port), Handler)
         self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
         self.thread.start()
 
     @property

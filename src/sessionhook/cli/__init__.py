@@ -22,6 +22,7 @@ from . import (  # noqa: E402, F401
     api,
     emulator,
     listen,
+    mcp,
     ops,
     ops_actions,
     ops_deliveries,

@@ -309,6 +309,20 @@ class ServerConfig(Section):
         return resolved
 
 
+class McpConfig(Section):
+    """``[mcp]``: the MCP server at ``/mcp`` on ``[server] listen`` (docs/mcp.md); served
+    whenever the web routes are (a token, or the loopback opt-out)."""
+
+    enabled: bool = True
+    #: ``false``: only the read tools (list, get, wait) are served.
+    allow_actions: bool = True
+    #: Concurrent MCP sessions (2025-11-25 clients); one more is answered 503.
+    max_sessions: int = Field(default=64, ge=1, le=10_000)
+    #: ``wait_for_session`` calls and resource subscriptions open at once; one more is a
+    #: tool error (a wait) or a refused subscription.
+    max_waits: int = Field(default=512, ge=1, le=100_000)
+
+
 class LogConfig(Section):
     """``[log]``: level and format (``auto``: console on a TTY, JSON lines otherwise)."""
 
@@ -335,6 +349,7 @@ class Config(Section):
     actions: ActionsConfig = Field(default_factory=ActionsConfig)
     #: A Slack app's interactivity (:mod:`.slack`); ``None``: off.
     slack: SlackConfig | None = None
+    mcp: McpConfig = Field(default_factory=McpConfig)
 
     @model_validator(mode="after")
     def _unique_endpoint_names(self) -> Config:

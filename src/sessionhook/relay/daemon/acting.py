@@ -1,5 +1,5 @@
-"""The upstream actions a person takes through the relay (approve a plan, answer the agent),
-made with the API client of the account that lists the session.
+"""The upstream actions a person takes through the relay (approve a plan, answer the agent,
+create a session), made with the API client of the account that lists the session.
 
 :class:`UpstreamActions` is the daemon's :data:`~sessionhook.relay.domain.actions.UpstreamAct`;
 whatever the service answers comes back as an
@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from sessionhook.api import ApiError, ApiStatusError
 from sessionhook.api.client import session_name
+from sessionhook.api.models import AUTO_CREATE_PR
 
-from ..domain.actions import ActionKind, ActOutcome
+from ..domain.actions import ActionKind, ActOutcome, NewSession
 from ..store import Ingest
 from ..telemetry.logs import get_logger
 from .state import DaemonState
@@ -57,3 +58,35 @@ class UpstreamActions:
             return ActOutcome(False, status, exc.message)
         _log.info("action.done", session=name, action=kind, account=account)
         return ActOutcome(True, 200, done)
+
+    async def create(self, new: NewSession) -> tuple[ActOutcome, str | None]:
+        """Create a session with the account ``new.account`` names (or the only one), then
+        archive and announce it at once (:data:`~..domain.actions.UpstreamCreate`)."""
+        pollers = self._state.pollers
+        if self._state.store is None or not pollers:
+            return ActOutcome(False, None, "the relay is starting: try again in a moment"), None
+        if new.account is None and len(pollers) > 1:
+            names = ", ".join(p.account for p in pollers)
+            return ActOutcome(False, None, f"several accounts: name one ({names})"), None
+        poller = next((p for p in pollers if new.account in (None, p.account)), None)
+        if poller is None:
+            names = ", ".join(p.account for p in pollers)
+            return ActOutcome(False, None, f"no account {new.account!r} ({names})"), None
+        try:
+            session = await poller.client.create_session(
+                new.prompt,
+                title=new.title,
+                source=new.source,
+                starting_branch=new.branch,
+                require_plan_approval=new.require_plan_approval,
+                automation_mode=AUTO_CREATE_PR if new.auto_pr else None,
+            )
+        except ValueError as exc:
+            return ActOutcome(False, None, str(exc)), None
+        except ApiError as exc:
+            status = exc.status_code if isinstance(exc, ApiStatusError) else None
+            _log.warning("action.failed", action="create_session", error=exc.message)
+            return ActOutcome(False, status, exc.message), None
+        await poller.adopt(session)
+        _log.info("action.done", session=session.name, action="create_session")
+        return ActOutcome(True, 200, "session created"), session.name

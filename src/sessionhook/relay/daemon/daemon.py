@@ -105,8 +105,8 @@ class Daemon:
         self._upstream = UpstreamCounter(self.metrics, clock, lambda: state.store)
         self._wiring = Wiring(state, seams, self._upstream, replica=self.replica, bell=self.bell)
         self._opener = StoreOpener(state, DiskObserver(state))
-        #: Approves a plan or answers an agent with the session's account (what the web
-        #: layer's actions call; :mod:`.acting`).
+        #: Approves a plan, answers an agent or creates a session with the session's
+        #: account (what the web layer's actions call; :mod:`.acting`).
         self.act = UpstreamActions(state)
         self._readiness = Readiness(
             state,
@@ -114,6 +114,7 @@ class Daemon:
             self._wiring.send_test_event,
             started_at=clock(),
             act=self.act,
+            create=self.act.create,
             link_keys=self.link_keys,
             send_sample=self._wiring.send_sample_event,
         )

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from .. import web
 from ..config import ServerConfig
 from ..config.action_keys import LinkKeys
-from ..domain.actions import UpstreamAct
+from ..domain.actions import UpstreamAct, UpstreamCreate
 from ..domain.retry import AttemptResult
 from ..store import (
     EndpointQueries,
@@ -46,6 +46,7 @@ class Readiness:
         *,
         started_at: float,
         act: UpstreamAct | None = None,
+        create: UpstreamCreate | None = None,
         link_keys: LinkKeys | None = None,
         send_sample: web.SendSample | None = None,
     ) -> None:
@@ -54,6 +55,7 @@ class Readiness:
         self._bell = bell
         self._send_test = send_test
         self._act = act
+        self._create = create
         self._link_keys = link_keys
         self._started_at = started_at
 
@@ -88,6 +90,7 @@ class Readiness:
             send_sample=self._send_sample,
             wake=wake,
             act=self._act,
+            create=self._create,
             link_keys=self._link_keys,
         )
 

@@ -37,3 +37,25 @@ class ActOutcome:
 #: ``act(session, kind, text)``: make the upstream call for ``session`` (``sessions/<id>``)
 #: with the account that lists it; ``text`` is the reply (``None`` for ``approve_plan``).
 UpstreamAct = Callable[[str, ActionKind, str | None], Awaitable[ActOutcome]]
+
+
+@dataclass(frozen=True, slots=True)
+class NewSession:
+    """A session to create upstream (``POST /v1alpha/sessions``): the agent's ``prompt``, a
+    ``source`` (``sources/...`` or its id; ``None``: repoless) and starting ``branch``, a
+    ``title``, whether its plan waits for approval, whether the service opens a pull request
+    by itself (``auto_pr``), and the ``account`` (an ``[[accounts]]`` name; ``None``: the
+    only one)."""
+
+    prompt: str
+    source: str | None = None
+    branch: str | None = None
+    title: str | None = None
+    require_plan_approval: bool = False
+    auto_pr: bool = False
+    account: str | None = None
+
+
+#: ``create(new)``: create the session with its account's client and archive it at once;
+#: how it went, and the new session's name (``sessions/<id>``) when it was created.
+UpstreamCreate = Callable[[NewSession], Awaitable[tuple[ActOutcome, str | None]]]

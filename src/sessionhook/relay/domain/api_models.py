@@ -249,7 +249,7 @@ class ApiAction(ApiModel):
     wait: str = Field(description="The activity the action answered")
     action: ActionKind
     account: str
-    actor_kind: str = Field(description="link, slack, console or api")
+    actor_kind: str = Field(description="link, slack, console, api or mcp")
     actor_address: str
     actor_agent: str
     chat_user: str | None
@@ -258,6 +258,70 @@ class ApiAction(ApiModel):
     result: str = Field(description="pending, ok or failed")
     status: int | None = Field(description="The service's HTTP status")
     detail: str
+
+
+# --------------------------------------------------------------------------- MCP tools
+# What the MCP tools answer (docs/mcp.md): upstream text in them is cleaned and bounded
+# (domain/agent_text.py), never the raw archive.
+
+
+class ApiWait(ApiModel):
+    """What a session waits for: a plan to approve, or a question to answer."""
+
+    kind: Literal["plan_approval", "question"]
+    activity: str = Field(description="The activity that opened the wait")
+    plan_steps: list[str] | None = Field(description="The plan's steps (a plan_approval)")
+    question: str | None = Field(description="The agent's question (a question)")
+
+
+class ApiSessionItem(ApiModel):
+    """A session as the MCP tools show it (text from the coding agent, bounded)."""
+
+    session: str = Field(description="sessions/ID")
+    id: str
+    title: str
+    state: str = Field(description="The upstream state (AWAITING_PLAN_APPROVAL, ...)")
+    phase: Literal["waiting", "working", "done", "failed"]
+    url: str
+    updated: str = Field(description="The upstream's RFC 3339 updateTime")
+    waiting_for: ApiWait | None
+
+
+class ApiSessionList(ApiModel):
+    """``list_sessions``: archived sessions, newest update first."""
+
+    sessions: list[ApiSessionItem]
+
+
+class ApiEventLine(ApiModel):
+    """An archived event in one line."""
+
+    id: str = Field(description="The webhook-id")
+    type: str
+    time: str = Field(description="The upstream's RFC 3339 time of what happened")
+    summary: str
+
+
+class ApiSessionView(ApiModel):
+    """``get_session``: a session, what it waits for, its pull request, its last events."""
+
+    session: ApiSessionItem
+    pull_request_url: str | None
+    events: list[ApiEventLine] = Field(description="The last 20 events, oldest first")
+
+
+class ApiWaitAnswer(ApiModel):
+    """``wait_for_session``: the first matching event, or ``timed_out``."""
+
+    timed_out: bool
+    event: ApiEventLine | None
+    session: ApiSessionItem | None
+
+
+class ApiCreatedSession(ApiModel):
+    """``create_session``: the new session, archived."""
+
+    session: ApiSessionItem
 
 
 # --------------------------------------------------------------------------- endpoints

@@ -51,6 +51,7 @@ REFUSALS: Final[dict[str, str]] = {
     "reply too long": f"A reply is at most {MAX_REPLY_CHARS:,} characters.",
     "sample": "This link came with a sample event (sessionhook trigger): it works as a real "
     "link does, but nothing was sent to the service.",
+    "not waiting": "The session does not wait for this now.",
 }
 #: What a sample link's page says above its form.
 SAMPLE_NOTICE: Final = (
@@ -67,11 +68,11 @@ _WAITS: Final[dict[ActionKind, tuple[str, str]]] = {
 
 @dataclass(frozen=True, slots=True)
 class Actor:
-    """Who acts: through a ``link`` page, a ``slack`` button, the ``console`` or the
-    management ``api``; the client's address and user agent; the chat user when the chat
-    service says who clicked."""
+    """Who acts: through a ``link`` page, a ``slack`` button, the ``console``, the
+    management ``api`` or an ``mcp`` tool; the client's address and user agent; the chat
+    user when the chat service says who clicked."""
 
-    kind: Literal["link", "slack", "console", "api"]
+    kind: Literal["link", "slack", "console", "api", "mcp"]
     address: str
     user_agent: str
     chat_user: str | None = None
@@ -212,6 +213,67 @@ async def perform(
     )
     done = Performed(outcome.ok, "done" if outcome.ok else "upstream failed", outcome)
     return told(claims.action, done)
+
+
+def _checked_wait(core: StoreCore, session: str, action: ActionKind) -> tuple[str | None, str, str]:
+    """(problem, account, the wait): the session must be archived, in the state ``action``
+    answers, with the activity that opened that wait archived."""
+    row = core.ingest.get_session(session)
+    if row is None:
+        return "unknown session", "", ""
+    state, member = _WAITS[action]
+    latest = core.ingest.latest_activity(session, member)
+    if row.state != state or latest is None:
+        return "not waiting", "", ""
+    return None, core.ingest.session_account(session) or "", latest.name
+
+
+async def perform_once(
+    store: AsyncStore,
+    act: UpstreamAct,
+    session: str,
+    action: ActionKind,
+    text: str | None,
+    *,
+    actor: Actor,
+    now: float,
+    metrics: Metrics | None = None,
+) -> Performed:
+    """Act on ``session``'s open wait without a link (the MCP tools), once: the session
+    must wait for ``action`` now (:func:`_checked_wait`), the wait is taken in the store as
+    a link's is (a second call, or a link of the same wait, finds it taken: ``answered``),
+    then the call is made and its answer recorded. ``text`` is the reply."""
+
+    def told(performed: Performed) -> Performed:
+        if metrics is not None:
+            metrics.action_asked(action, performed.reason)
+        return performed
+
+    reply: str | None = None
+    if action == "reply":
+        if text is None or not text.strip():
+            return told(Performed(False, "empty reply", None))
+        if len(text) > MAX_REPLY_CHARS:
+            return told(Performed(False, "reply too long", None))
+        reply = text
+    problem, account, wait = await store.run(_checked_wait, session, action)
+    if problem is not None:
+        return told(Performed(False, problem, None))
+    claim = _claim(session, wait, action, account, actor, "", now)
+    action_id = await store.run(ActionQueries.claim_action, claim)
+    if action_id is None:
+        return told(Performed(False, "answered", None))
+    try:
+        outcome = await act(session, action, reply)
+    except Exception:  # as in perform: the wait is freed rather than left pending
+        await store.run(
+            ActionQueries.finish_action, action_id, False, None, "the relay failed to act"
+        )
+        raise
+    await store.run(
+        ActionQueries.finish_action, action_id, outcome.ok, outcome.status, outcome.detail
+    )
+    return told(Performed(outcome.ok, "done" if outcome.ok else "upstream failed", outcome))
 
 
 def _open_wait(core: StoreCore, session: str, action: ActionKind) -> tuple[str, str]:

@@ -242,6 +242,15 @@ class Discovery:
             finally:
                 self._announcing.discard(name)
 
+    async def adopt(self, session: Session) -> None:
+        """A session this relay created (its answer to ``POST /sessions``): archived and
+        announced now, and polled at once, as a new session of the list is, rather than when
+        the list shows it. A session known already is left as it is."""
+        if session.name in self._state.tracked or session.name in self._announcing:
+            return
+        self._state.pending.pop(session.name, None)
+        await self._discovered(session, Pending(session, first_seen=self._mono()), read=True)
+
     async def _discovered(self, session: Session, pending: Pending, *, read: bool) -> None:
         """A session seen for the first time: archive, announce, poll it now. ``read``: the
         ``session`` is the answer of its own GET (not the list item announced instead)."""

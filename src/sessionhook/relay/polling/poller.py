@@ -16,6 +16,7 @@ import anyio
 
 from sessionhook.api.client import SessionsClient
 from sessionhook.api.errors import ApiError, UnauthenticatedError
+from sessionhook.api.models import Session
 
 from ..config import DEFAULT_ACCOUNT
 from ..store import AsyncStore
@@ -119,6 +120,11 @@ class Poller:
     async def discover(self) -> None:
         """Walk the session list once; announce new sessions and schedule changed ones."""
         await self._discovery.discover()
+
+    async def adopt(self, session: Session) -> None:
+        """Archive and announce a session this relay created, and poll it at once
+        (``Discovery.adopt``)."""
+        await self._discovery.adopt(session)
 
     async def read_head(self) -> int:
         """Read the head of the session list (``Discovery.read_head``); the pages read."""

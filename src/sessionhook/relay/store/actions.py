@@ -23,8 +23,12 @@ from .policy import call
 ACTION_RESULTS = ("pending", "ok", "failed")
 #: Texts from the network (user agents, details) are stored cut to this many characters.
 _MAX_TEXT = 512
-#: The row that used a token or answered a wait (``token_hash``, ``session``, ``wait``).
-_TAKEN = "result IN ('pending', 'ok') AND (token_hash = ? OR (session_name = ? AND wait = ?))"
+#: The row that used a token or answered a wait (``token_hash``, ``session``, ``wait``); an
+#: action without a link has no token (``''``), so only its wait can be taken.
+_TAKEN = (
+    "result IN ('pending', 'ok') "
+    "AND ((token_hash <> '' AND token_hash = ?) OR (session_name = ? AND wait = ?))"
+)
 _COLUMNS = (
     "id, taken_at, session_name AS session, wait, action, account, actor_kind, actor_address, "
     "actor_agent, chat_user, token_hash, result, status, detail"
@@ -34,7 +38,7 @@ _COLUMNS = (
 @dataclass(frozen=True, slots=True)
 class ActionClaim:
     """An action about to be made: what (``action`` on ``session`` of ``account``, for the
-    wait ``wait``), by whom (``actor_kind``: ``link``, ``slack``, ``console``, ``api``; the
+    wait ``wait``), by whom (``actor_kind``: ``link``, ``slack``, ``console``, ``api``, ``mcp``; the
     client's address and user agent, the chat user when a chat service says), with which token
     (``token_hash``: its SHA-256), when (``taken_at``, Unix seconds)."""
 

@@ -50,6 +50,32 @@ def list_sessions(conn: Connection, after: str | None, limit: int) -> list[Sessi
     return [session_row(r) for r in rows]
 
 
+def recent_sessions(
+    conn: Connection,
+    limit: int,
+    *,
+    states: Sequence[str] | None = None,
+    other_than: Sequence[str] = (),
+) -> list[SessionRow]:
+    """Archived sessions, the latest upstream ``updateTime`` first, ``limit`` at most: those
+    in ``states`` (when given) and in none of ``other_than``."""
+    clauses: list[str] = []
+    params: list[object] = []
+    if states is not None:
+        clauses.append(f"state IN ({', '.join('?' * len(states)) or 'NULL'})")
+        params.extend(states)
+    if other_than:
+        clauses.append(f"state NOT IN ({', '.join('?' * len(other_than))})")
+        params.extend(other_than)
+    text = f"WHERE {' AND '.join(clauses)} " if clauses else ""
+    rows = conn.execute(
+        f"SELECT {_SESSION_COLUMNS} FROM sessions {text}"
+        "ORDER BY update_time DESC, name DESC LIMIT ?",
+        (*params, limit),
+    ).fetchall()
+    return [session_row(r) for r in rows]
+
+
 class Ingest:
     """The ingest role over one database: it encodes event
     bodies with ``bodies`` and enqueues deliveries for ``endpoints``' subscribers."""

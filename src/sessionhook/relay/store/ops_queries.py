@@ -26,7 +26,7 @@ from .bodies import BODY_COLUMNS, Bodies
 from .dialect import Database, first_value
 from .endpoints import EndpointQueries
 from .errors import StoreError
-from .ingest import get_session, list_sessions
+from .ingest import get_session, list_sessions, recent_sessions
 from .log_rows import (
     DELIVERY_COLUMNS,
     EVENT_COLUMNS,
@@ -353,6 +353,36 @@ class OperatorQueries:
     def list_sessions(self, after: str | None = None, limit: int = 50) -> list[SessionRow]:
         """Archived sessions by name, those after ``after`` (a page), ``limit`` at most."""
         return list_sessions(self._db.conn, after, limit)
+
+    @call
+    def recent_sessions(
+        self,
+        limit: int = 20,
+        *,
+        states: Sequence[str] | None = None,
+        other_than: Sequence[str] = (),
+    ) -> list[SessionRow]:
+        """Sessions by the latest upstream ``updateTime`` first, those in ``states`` (when
+        given) and in none of ``other_than``; ``limit`` at most (the MCP tools' list)."""
+        return recent_sessions(self._db.conn, limit, states=states, other_than=other_than)
+
+    @call
+    def last_events(
+        self, session: str, limit: int, *, types: Sequence[str] | None = None
+    ) -> list[EventRow]:
+        """The newest ``limit`` events of ``session`` (of ``types`` only, when given), in
+        ingest order."""
+        type_clause = ""
+        params: list[object] = [session]
+        if types is not None:
+            type_clause = f" AND e.type IN ({', '.join('?' * len(types)) or 'NULL'})"
+            params.extend(types)
+        rows = self._db.conn.execute(
+            f"SELECT {EVENT_COLUMNS} {EVENT_FROM} WHERE e.session_name = ?{type_clause} "
+            "ORDER BY e.seq DESC LIMIT ?",
+            (*params, limit),
+        ).fetchall()
+        return [event_row(self._bodies, r) for r in reversed(rows)]
 
     @call
     def get_event(self, event_id: str) -> EventRow | None:

@@ -178,9 +178,15 @@ class Metrics:
             "('bearer', 'login').",
             "via",
         )
+        self.mcp_open = gauge(
+            "mcp_open",
+            "What MCP clients hold open: 'waits' (wait_for_session calls) and "
+            "'subscriptions' (resources subscribed, both protocol revisions).",
+            "kind",
+        )
         self.actions = counter(
             "actions",
-            "Actions asked through signed links, Slack, the console or the API, by action "
+            "Actions asked through signed links, Slack, the console, the API or MCP, by action "
             "('approve_plan', 'reply', 'unknown' for a token that says none) and result "
             "('done', 'upstream failed', or why nothing was done: 'expired', 'used'...).",
             "action",

@@ -2,8 +2,10 @@
 
 :func:`create_app` assembles the health routes (:mod:`.server`, never authenticated), the
 pages behind signed action links (:mod:`.action_pages`), and, when the console is on,
-``/login`` (:mod:`.login`) and every provider of :data:`ROUTE_PROVIDERS` (the event stream,
-the console, the API), each a function ``(WebContext) -> routes``. All but the public routes
+``/login`` (:mod:`.login`), the MCP server at ``/mcp`` (:mod:`.mcp`, unless ``[mcp]
+enabled = false``; what it runs beside its routes is in ``app.state.services``, entered by
+:func:`.server.serve`) and every provider of :data:`ROUTE_PROVIDERS` (the event stream, the
+console, the API), each a function ``(WebContext) -> routes``. All but the public routes
 are behind :class:`.auth.AuthMiddleware`; every answer gets :class:`.headers.SecurityHeaders`.
 A store that fails under a route is a 503 and one ``web.store_failed`` line. A route reaches
 the daemon only through :class:`.context.WebContext`.
@@ -11,7 +13,8 @@ the daemon only through :class:`.context.WebContext`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Final
 
 from starlette.applications import Starlette
@@ -35,6 +38,7 @@ from .console.routes import console_provider
 from .context import RouteProvider, SendSample, WebContext
 from .headers import SecurityHeaders
 from .login import login_routes
+from .mcp import McpService
 from .server import health_routes
 from .stream import stream_routes
 
@@ -84,6 +88,11 @@ def create_app(ctx: WebContext, *, providers: Sequence[RouteProvider] | None = N
         return off
     routes.extend(login_routes(ctx.auth))
     routes.extend(action_routes(ctx))
+    services: list[Callable[[], AbstractAsyncContextManager[None]]] = []
+    if config.mcp.enabled:
+        mcp = McpService(ctx)
+        routes.extend(mcp.routes())
+        services.append(mcp.running)
     for provider in ROUTE_PROVIDERS if providers is None else providers:
         routes.extend(provider(ctx))
     failures: tuple[type[Exception], ...] = (StoreError, *ctx.store_errors)
@@ -103,6 +112,8 @@ def create_app(ctx: WebContext, *, providers: Sequence[RouteProvider] | None = N
         exception_handlers=handlers,
     )
     app.state.web = ctx
+    #: What runs beside the routes while the listener serves (``server.serve``).
+    app.state.services = services
     return app
 
 

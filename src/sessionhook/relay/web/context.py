@@ -17,7 +17,7 @@ from starlette.routing import BaseRoute
 
 from ..config import Config
 from ..config.action_keys import LinkKeys
-from ..domain.actions import UpstreamAct
+from ..domain.actions import UpstreamAct, UpstreamCreate
 from ..domain.retry import AttemptResult
 from ..store import AsyncStore, database_errors
 from ..telemetry.metrics import Metrics
@@ -65,6 +65,9 @@ class WebContext:
     #: Approve a session's plan or answer its agent with the session's account (the
     #: management API, the console, action links); ``None``: not available (answer 503).
     act: UpstreamAct | None = None
+    #: Create a session with an account's client and archive it at once (the MCP tool
+    #: ``create_session``); ``None``: not available.
+    create: UpstreamCreate | None = None
     #: The action-link keys (``[actions]``): the pages behind the links verify with them;
     #: ``None``: the pages answer 404.
     link_keys: LinkKeys | None = None

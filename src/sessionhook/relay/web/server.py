@@ -10,6 +10,7 @@ with no signal handlers, lifespan or logging of its own.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
@@ -174,12 +175,16 @@ async def serve(
     bound = sock.getsockname()
     # Connections that come before the accept loop runs wait in the listen queue.
     _log.info("health.listening", host=bound[0], port=bound[1])
-    await serve_socket(
-        sock,
-        app,
-        limits=limits or ConnectionLimits.of(),
-        metrics=metrics,
-        graceful_shutdown=graceful_shutdown,
-        trusted_proxies=trusted_proxies,
-        task_status=task_status,
-    )
+    async with contextlib.AsyncExitStack() as services:
+        # What runs beside the routes (the MCP server's sessions): for as long as they serve.
+        for service in getattr(getattr(app, "state", None), "services", ()):
+            await services.enter_async_context(service())
+        await serve_socket(
+            sock,
+            app,
+            limits=limits or ConnectionLimits.of(),
+            metrics=metrics,
+            graceful_shutdown=graceful_shutdown,
+            trusted_proxies=trusted_proxies,
+            task_status=task_status,
+        )
