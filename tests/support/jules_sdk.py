@@ -2,7 +2,8 @@
 
 ``make jules-sdk`` installs it with npm into ``.cache/jules-sdk`` (or point
 ``SESSIONHOOK_JULES_SDK`` at a folder holding ``node_modules/@google/jules-sdk``). Where
-Node or the package is missing, the test that asks for it is skipped with the reason.
+Node or the package is missing, the test that asks for it is skipped with the reason;
+under ``CI=true`` it fails instead (``make test`` installs both).
 
 Nothing here imports ``sessionhook``.
 """
@@ -14,7 +15,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -23,15 +24,21 @@ SDK_VERSION = "0.2.0"
 _ROOT = Path(__file__).resolve().parents[2]
 
 
+def _missing(reason: str) -> NoReturn:
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{reason} (CI=true: this test must run)")
+    pytest.skip(reason)
+
+
 def sdk_entry() -> Path:
-    """The SDK's ES module, or skip the test saying how to install it."""
-    node = shutil.which("node")
-    if node is None:
-        pytest.skip("Node is not installed: the official SDK's test needs it")
+    """The SDK's ES module; else the test is skipped saying how to install it (failed
+    under ``CI=true``)."""
+    if shutil.which("node") is None:
+        _missing("Node is not installed: the official SDK's test needs it")
     folder = Path(os.environ.get("SESSIONHOOK_JULES_SDK", _ROOT / ".cache" / "jules-sdk"))
     entry = folder / "node_modules" / "@google" / "jules-sdk" / "dist" / "index.mjs"
     if not entry.is_file():
-        pytest.skip(f"the official Jules SDK is not installed in {folder}: run make jules-sdk")
+        _missing(f"the official Jules SDK is not installed in {folder}: run make jules-sdk")
     return entry
 
 
