@@ -13,8 +13,10 @@ LOCKS   := requirements
 RUNTIME := $(VENV)/.runtime
 # That and the test extras (pytest, ruff, mypy, selenium...): lint, test, bench.
 STAMP   := $(VENV)/.installed
+# The official Jules SDK under Node (make jules-sdk).
+JULES_SDK := .cache/jules-sdk/node_modules/@google/jules-sdk/dist/index.mjs
 
-.PHONY: demo test quick lint typecheck bench clean system-deps lock
+.PHONY: demo test quick lint typecheck bench clean system-deps lock jules-sdk
 
 # No pip in it: scripts/install brings uv with the interpreter's own pip, then the locks.
 $(BIN)/python:
@@ -60,15 +62,25 @@ PYTEST = PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -n $(1) $(2); rc=$$?; \
 
 # Four workers on two cores: most process-tier tests wait on sockets and timers, so the
 # whole suite takes about 380 s on four against 470 s on two (docs/testing.md).
-test: lint system-deps
+test: lint system-deps $(JULES_SDK)
 	@$(call PYTEST,4)
 
 # The unit and app tiers: the loop to run while working (under a minute); no lint.
 quick: $(STAMP)
 	@$(call PYTEST,2,-m "not process")
 
+# The official Jules SDK (Node, its lock in tests/jules-sdk) for the test that drives it
+# against the emulator. Without npm or the registry the test is skipped, except under
+# CI=true, where this fails.
+jules-sdk: $(JULES_SDK)
+$(JULES_SDK): tests/jules-sdk/package.json tests/jules-sdk/package-lock.json
+	@mkdir -p .cache/jules-sdk && cp tests/jules-sdk/package*.json .cache/jules-sdk/
+	@npm ci --prefix .cache/jules-sdk --no-audit --no-fund --loglevel=error >/dev/null \
+		&& touch $@ || { echo "jules-sdk: npm ci failed: its test will be skipped" >&2; \
+		[ "$${CI:-}" != true ]; }
+
 bench: $(STAMP)
 	$(BIN)/python bench/latency.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .cache

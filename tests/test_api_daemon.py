@@ -230,6 +230,9 @@ async def test_every_operation_of_the_document_over_http_on_the_real_daemon(
             raise AssertionError(f"delivery {delivery} not sent after the endpoint was enabled")
         pinged = await api("POST", "/v1/endpoints/{name}:test", 200, {}, name="rx")
         assert pinged["ok"] is True
+        sample = {"type": "session.completed"}
+        triggered = await api("POST", "/v1/endpoints/{name}:trigger", 200, sample, name="rx")
+        assert triggered["ok"] is True and triggered["webhook_id"].startswith("msg_trigger_")
 
         # Endpoints: one made here through its whole life.
         assert [e["name"] for e in (await api("GET", "/v1/endpoints", 200))["endpoints"]] == ["rx"]

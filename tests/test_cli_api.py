@@ -593,7 +593,8 @@ def test_api_key_header_default_is_the_clients_and_help_names_it() -> None:
 def test_help_lists_every_command() -> None:
     runner = CliRunner()
     expected = {
-        "sessions": {"list", "get", "create", "delete", "message", "approve"},
+        "sessions": {"list", "get", "create", "delete", "message", "approve"}
+        | {"archive", "unarchive"},
         "activities": {"list", "get"},
         "sources": {"list", "get"},
     }

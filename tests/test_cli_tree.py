@@ -165,6 +165,7 @@ BEFORE_CONFIG: dict[tuple[str, ...], list[str]] = {
     ("endpoints", "create"): ["--url", "https://hooks.example.com/x"],
     ("replay",): ["--since", "1h"],
     ("deliveries", "recover"): ["--since", "1h"],
+    ("trigger",): ["session.completed", "--endpoint", "rx"],
 }
 #: The commands that call the Sessions API: a missing default config is no error there.
 API_GROUPS = {"sessions", "activities", "sources"}

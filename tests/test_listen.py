@@ -10,6 +10,7 @@ import os
 import re
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -28,6 +29,7 @@ from sessionhook import receiver as receiver_module
 from sessionhook.receiver import Delivery, Receiver, event_line, json_line, printable
 from sessionhook.relay.domain import signing
 from sessionhook.relay.domain.events import EVENT_TYPES
+from tests.support.relay_process import Endpoint, Harness, read_store, wait_ready, wait_until
 
 pytestmark = pytest.mark.process
 
@@ -442,3 +444,66 @@ async def test_the_receiver_takes_any_of_its_keys_and_remembers_a_bounded_number
     assert [d.duplicate for d in got] == [False] * 7 + [True]
     with pytest.raises(ValueError, match="cannot verify with whsk_"):
         Receiver([signing.generate_keypair()[0]], keep)
+
+
+def test_respond_answers_accepted_messages_and_events_prints_only_those(tmp_path: Path) -> None:
+    """``--respond 429 --retry-after 7``: what it accepts is answered so (the line says
+    it); ``--events session.*``: other types answered 204, counted, not printed; a forged
+    message is still refused with 401."""
+    secret = tmp_path / "hook.secret"
+    secret.write_text(SECRET)
+    secret.chmod(0o600)
+    args = ["--secret-file", str(secret), "--respond", "429", "--retry-after", "7"]
+    with listening(tmp_path, *args, "--events", "session.*") as listener:
+        wanted, other = event("session.discovered"), event("activity.plan_generated")
+        first = httpx.post(listener.url + "/h", content=wanted, headers=signed(wanted))
+        skipped = [
+            httpx.post(listener.url, content=other, headers=signed(other, msg_id=f"msg_o{n}"))
+            for n in range(2)
+        ]
+        forged = httpx.post(
+            listener.url, content=wanted, headers=signed(wanted, secret=signing.generate_secret())
+        )
+        [line] = wait_for_lines(listener.stdout, 1)
+        assert listener.stop() == 130
+    assert (first.status_code, first.headers["retry-after"]) == (429, "7")
+    assert [a.status_code for a in skipped] == [204, 204]
+    assert forged.status_code == 401
+    assert "session.discovered" in line and line.endswith("signature ok, answered 429")
+    err = listener.stderr()
+    assert "only session.* printed (others answered 204); answering 429, Retry-After: 7" in err
+    assert "2 messages of other types answered 204, not printed" in err
+    assert "activity.plan_generated" not in listener.stdout()
+
+
+def test_respond_500_makes_the_relay_record_failed_attempts_and_retry(
+    tmp_path: Path, harness: Harness
+) -> None:
+    """The real daemon (``sessionhook run``) delivering to ``listen --respond 500``: each
+    attempt is recorded as a 500 and retried, and listen printed each one."""
+    secret = tmp_path / "hook.secret"
+    secret.write_text(SECRET)
+    secret.chmod(0o600)
+    with listening(tmp_path, "--secret-file", str(secret), "--respond", "500") as listener:
+        standin = harness.standin()
+        endpoint = Endpoint("hook", listener.url + "/hook", SECRET)
+        relay = harness.relay(standin, "main", endpoints=[endpoint], retry_delays=[0.05] * 3)
+        wait_ready(standin, relay)  # a session older than the first discovery is history
+        standin.add_session("A task")
+        store = harness.tmp / "relay.db"
+
+        def retried() -> bool:
+            try:
+                rows = read_store(store, "SELECT delivery_id, status_code FROM attempts")
+            except sqlite3.OperationalError:  # not made yet, or being migrated
+                return False
+            per: dict[int, list[int | None]] = {}
+            for delivery, status in rows:
+                per.setdefault(delivery, []).append(status)
+            return any(len(s) >= 3 and set(s) == {500} for s in per.values())
+
+        wait_until(retried, 60, "three attempts answered 500", relay.diagnostics)
+        lines = listener.stdout().splitlines()
+        assert listener.stop() == 130
+    assert lines and all(line.endswith(", answered 500") for line in lines)
+    assert any(line.endswith("signature ok (duplicate), answered 500") for line in lines)

@@ -13,6 +13,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -145,10 +146,12 @@ async def start_listen(
 ) -> tuple[anyio.abc.Process, Lines, Lines]:
     """``sessionhook listen ARGS`` with the relay's token, its stdout and stderr read into
     :class:`Lines` by ``tg``."""
+    # A state file of its own, out of the home folder, unless the test names one.
+    state = {"XDG_STATE_HOME": tempfile.mkdtemp(prefix="listen-state-")}
     proc = await anyio.open_process(
         [str(SESSIONHOOK), "listen", *args],
         stdin=subprocess.DEVNULL,
-        env={**env, "SESSIONHOOK_WEB_TOKEN": TOKEN},
+        env={**state, **env, "SESSIONHOOK_WEB_TOKEN": TOKEN},
     )
     out, err = Lines(), Lines()
     assert proc.stdout is not None and proc.stderr is not None
@@ -418,7 +421,9 @@ def test_forward_mode_refuses_what_it_cannot_do(tmp_path: Path) -> None:
     assert scheme.returncode == 2 and "--url must be an http:// or https:// URL" in scheme.stderr
 
 
-def test_forward_banner_hides_passwords_and_ctrl_c_while_the_relay_is_away() -> None:
+def test_forward_banner_hides_passwords_and_ctrl_c_while_the_relay_is_away(
+    tmp_path: Path,
+) -> None:
     """A relay out of reach: the listener says so and keeps trying; its banner shows no
     URL password, and the secret given to sign with; Ctrl-C ends it with 130 and no
     traceback."""
@@ -431,11 +436,11 @@ def test_forward_banner_hides_passwords_and_ctrl_c_while_the_relay_is_away() -> 
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL,
-        env={**env, "SESSIONHOOK_WEB_TOKEN": TOKEN},
+        env={**env, "SESSIONHOOK_WEB_TOKEN": TOKEN, "XDG_STATE_HOME": str(tmp_path)},
     ) as proc:
         try:
             assert proc.stderr is not None
-            said = [proc.stderr.readline().decode() for _ in range(3)]
+            said = [proc.stderr.readline().decode() for _ in range(4)]
             proc.send_signal(signal.SIGINT)
             assert proc.wait(timeout=20) == 130
             said.append(proc.stderr.read().decode())
@@ -444,8 +449,9 @@ def test_forward_banner_hides_passwords_and_ctrl_c_while_the_relay_is_away() -> 
                 proc.kill()
     text = "".join(said)
     assert "hunter2" not in text and ":pw@" not in text and "[redacted]@127.0.0.1" in text
-    assert "ConnectError" in said[2] and "reconnecting in" in said[2]
+    assert "ConnectError" in said[3] and "reconnecting in" in said[3]
     assert said[1].startswith(f"signing with {secret} ")  # the one given, not a new one
+    assert said[2].startswith(f"state in {tmp_path}/sessionhook/listen/")
     assert "Traceback" not in text
 
 
@@ -629,3 +635,102 @@ def test_forward_to_a_url_not_http_or_without_a_plain_host_is_refused_in_one_lin
         assert f"{url.replace('u:hunter2@', '[redacted]@')}: refused: " in lines[0], lines[0]
         assert reason in lines[0], lines[0]
         assert done.stdout == "" and "hunter2" not in done.stderr
+
+
+@sqlite_only
+async def test_a_restart_resumes_after_the_last_acknowledged_event_with_the_same_secret(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """Stopped while 10 events are archived, started again: those 10 arrive once, in order,
+    signed with the secret of the first run (the state file under $XDG_STATE_HOME);
+    ``--new-secret`` then signs with another, kept in the file."""
+    listen = f"127.0.0.1:{free_port()}"
+    astore = AsyncStore(backend.open())
+    ctx = web_context(astore, listen)
+    relay = WebRelay(astore, f"http://{listen}", ctx.bell)
+    consumer = Consumer()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONHOOK_")}
+    env["XDG_STATE_HOME"] = str(tmp_path)
+
+    async def run_listener(
+        tg: anyio.abc.TaskGroup, args: list[str], until_done: Callable[[], bool], lines: int
+    ) -> list[str]:
+        proc, out, err = await start_listen(tg, args, env)
+        try:
+            banner = await err.take(3)
+            found = re.search(r"signing with (whsec_\S+) ", banner[1])
+            assert found is not None, banner
+            if consumer.secret is None:
+                consumer.secret = found.group(1)
+            assert found.group(1) == consumer.secret, "the secret changed across a restart"
+            await until(until_done, "the events of this run")
+            await out.take(lines)  # each printed once its answer is in the state file
+            proc.send_signal(signal.SIGINT)
+            with anyio.fail_after(20):
+                assert await proc.wait() == 130
+                await err.ended.wait()
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                with anyio.move_on_after(10):
+                    await proc.wait()
+        return banner
+
+    try:
+        async with anyio.create_task_group() as tg:
+            _, relay_port = await tg.start(health.serve, listen, create_app(ctx))
+            _, consumer_port = await tg.start(health.serve, "127.0.0.1:0", consumer)
+            target = f"http://127.0.0.1:{consumer_port}/webhooks"
+            args = ["--url", f"http://127.0.0.1:{relay_port}", "--forward-to", target]
+            [start] = await relay.archive(1, kind="session.discovered")
+            # The first run starts after a known event (from now on would race the archive).
+            proc, out, err = await start_listen(tg, [*args, "--last-event-id", start.id], env)
+            try:
+                banner = await err.take(3)
+                found = re.search(r"signing with (whsec_\S+) ", banner[1])
+                assert found is not None, banner
+                consumer.secret = found.group(1)
+                assert banner[2].startswith(f"state in {tmp_path}/sessionhook/listen/")
+                first = await relay.archive(2, kind="session.completed")
+                await until(lambda: len(consumer.accepted) == 2, "2 events of the first run")
+                await out.take(2)  # each printed once its answer is in the state file
+                proc.send_signal(signal.SIGINT)
+                with anyio.fail_after(20):
+                    assert await proc.wait() == 130
+            finally:
+                if proc.returncode is None:
+                    proc.kill()
+                    with anyio.move_on_after(10):
+                        await proc.wait()
+            (state_file,) = (tmp_path / "sessionhook" / "listen").iterdir()
+            assert state_file.stat().st_mode & 0o777 == 0o600
+            # While it is stopped: ten events.
+            missed = await relay.archive(10, kind="session.failed")
+            banner = await run_listener(tg, args, lambda: len(consumer.accepted) == 12, 10)
+            assert banner[2].endswith(f": resuming after {first[-1].id}")
+            await anyio.sleep(0.5)  # anything forwarded twice would come now
+            # --new-secret: another secret, kept in the state file.
+            kept = json.loads(state_file.read_text())
+            assert kept["secret"] == consumer.secret and kept["last_event_id"] == missed[-1].id
+            proc, _out, err = await start_listen(tg, [*args, "--new-secret"], env)
+            try:
+                banner = await err.take(3)
+                assert consumer.secret not in banner[1]
+                await until(
+                    lambda: json.loads(state_file.read_text())["secret"] != consumer.secret,
+                    "the new secret kept",
+                )
+                proc.send_signal(signal.SIGINT)
+                with anyio.fail_after(20):
+                    await proc.wait()
+            finally:
+                if proc.returncode is None:
+                    proc.kill()
+                    with anyio.move_on_after(10):
+                        await proc.wait()
+            tg.cancel_scope.cancel()
+    finally:
+        await astore.close()
+    assert [event_id for event_id, _ in consumer.accepted] == [r.id for r in [*first, *missed]]
+    assert consumer.refused == 0
+    assert sum(consumer.attempts.values()) == 12

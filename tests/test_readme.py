@@ -651,7 +651,8 @@ def make_plan(target: str, tmp_path: Path) -> list[str]:
     # Under ``make test`` the outer make's variables would make this one print
     # "Entering/Leaving directory" lines; the plan is what a fresh shell would run.
     env = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
-    shutil.copytree(REPO / "requirements", tmp_path / "requirements", dirs_exist_ok=True)
+    for folder in ("requirements", "tests/jules-sdk"):
+        shutil.copytree(REPO / folder, tmp_path / folder, dirs_exist_ok=True)
     done = subprocess.run(
         ["make", "--no-print-directory", "-n", target],
         cwd=tmp_path,
@@ -666,14 +667,15 @@ def make_plan(target: str, tmp_path: Path) -> list[str]:
 
 def test_make_demo_installs_what_it_runs_and_make_test_everything(tmp_path: Path) -> None:
     """The README's two commands on a fresh machine: ``make demo`` installs the package
-    (what the demo runs), not the test extras; ``make test`` installs those too: each from
-    its lock."""
+    (what the demo runs), not the test extras; ``make test`` installs those too, and the
+    official Jules SDK: each from its lock."""
     demo = make_plan("demo", tmp_path)
     installs = [line for line in demo if "install" in line]
     assert installs == ["scripts/install .venv requirements/runtime.txt"], demo
     assert demo[-1] == ".venv/bin/sessionhook demo"
     test = make_plan("test", tmp_path)
     assert "scripts/install .venv requirements/test.txt" in test, test
+    assert any(line.startswith("npm ci --prefix .cache/jules-sdk") for line in test), test
     assert (REPO / ".ci/run").read_text().strip().endswith("make test")
 
 

@@ -86,7 +86,10 @@ class Receiver:
 
     ``keys`` are the secrets and public keys a message may be signed with (any one
     suffices: a rotation in progress signs with several); one that is neither raises
-    :class:`ValueError`. ``rejected`` counts refusals.
+    :class:`ValueError`. ``rejected`` counts refusals. ``respond`` is the status an accepted
+    message gets (204; say 500 or 429, with ``retry_after`` seconds, to watch a sender
+    retry); a message whose type ``wanted`` says no to is answered 204 and counted in
+    ``unwanted``, not handed on.
     """
 
     def __init__(
@@ -97,7 +100,16 @@ class Receiver:
         *,
         max_body: int = MAX_BODY,
         tolerance: float = signing.DEFAULT_TOLERANCE,
+        respond: int = 204,
+        retry_after: int | None = None,
+        wanted: Callable[[str], bool] | None = None,
     ) -> None:
+        if not 200 <= respond <= 599:
+            raise ValueError(f"--respond {respond}: a status from 200 to 599")
+        self.respond = respond
+        self.retry_after = retry_after
+        self._wanted = wanted
+        self.unwanted = 0
         self.keys = [key for text in keys for key in text.split()]
         if not self.keys:
             raise ValueError("a receiver needs a secret or a public key to verify with")
@@ -135,8 +147,15 @@ class Receiver:
                 )
             response: Response = PlainTextResponse(refused.reason + "\n", refused.status)
         else:
-            await self._on_delivery(delivery)
-            response = Response(status_code=204)
+            if self._wanted is not None and not self._wanted(str(delivery.body.get("type", ""))):
+                self.unwanted += 1
+                response = Response(status_code=204)
+            else:
+                await self._on_delivery(delivery)
+                headers = {}
+                if self.retry_after is not None:
+                    headers["retry-after"] = str(self.retry_after)
+                response = Response(status_code=self.respond, headers=headers)
         await response(scope, receive, send)
 
     async def _accept(self, request: Request) -> Delivery:
@@ -284,6 +303,8 @@ def summarize(event: dict[str, Any]) -> str:
         return clip(f'"{session.get("title", "")}" ({session.get("state", "")})')
     if kind == "session.state_changed":
         return clip(f"{data.get('previous_state', '?')} -> {session.get('state', '?')}")
+    if kind in ("session.archived", "session.unarchived"):
+        return clip(f'"{session.get("title", "")}" {kind.removeprefix("session.")}')
     if kind == "session.pull_request_opened":
         return clip(_dict(data.get("pull_request")).get("url", ""), 100)
     if kind == "activity.plan_generated":

@@ -49,6 +49,8 @@ from .retry import RetryPolicy
 API_VERSION_PATH: Final = "/v1alpha"
 #: The header that carries the API key (spec part 5).
 DEFAULT_API_KEY_HEADER: Final = "x-vendor-api-key"
+#: The session list's filter for archived sessions (AIP-160, as the official SDK writes it).
+ARCHIVED_FILTER: Final = "archived = true"
 
 #: Bytes of one answer the client keeps at most (16 MiB): a page of 100 activities is
 #: typically well under 1 MiB; media artifacts make the rest.
@@ -241,20 +243,30 @@ class SessionsClient:
         return await self._decoder.decode(Session, response)
 
     async def list_sessions(
-        self, *, page_size: int | None = None, page_token: str | None = None
+        self,
+        *,
+        page_size: int | None = None,
+        page_token: str | None = None,
+        filter: str | None = None,  # the API's own name for it
     ) -> ListSessionsResponse:
         """One page of the account's sessions (newest first in practice).
 
         The last page has an empty ``next_page_token``. List items carry a reduced set of
         fields; :meth:`get_session` returns the whole session. Text that is not Unicode is
         mended (:attr:`Session.repaired`); an item that is no session fails the page.
+        ``filter`` is an AIP-160 expression: :data:`ARCHIVED_FILTER` lists the archived
+        sessions, which the default list leaves out (beyond the interface spec).
         """
-        page = await self._sessions()(page_token, page_size, False)
+        page = await self._sessions(filter=filter)(page_token, page_size, False)
         parsed: ListSessionsResponse = page.parsed
         return parsed
 
     def iter_sessions(
-        self, *, page_size: int | None = None, max_pages: int | None = None
+        self,
+        *,
+        page_size: int | None = None,
+        max_pages: int | None = None,
+        filter: str | None = None,  # the API's own name for it
     ) -> AsyncIterator[Session]:
         """Every session of the account, walking all pages (each name yielded once).
 
@@ -263,14 +275,18 @@ class SessionsClient:
         pages in a row with nothing new :class:`~sessionhook.api.errors.PageLoopError`.
         """
         return walk_items(
-            self._sessions(),
+            self._sessions(filter=filter),
             page_size=page_size,
             max_pages=max_pages,
             loop_pages=SESSION_LOOP_PAGES,
         )
 
     async def walk_sessions(
-        self, *, page_size: int | None = None, max_pages: int | None = None
+        self,
+        *,
+        page_size: int | None = None,
+        max_pages: int | None = None,
+        filter: str | None = None,  # the API's own name for it
     ) -> AsyncGenerator[SessionPage, None]:
         """Every session of the account, page by page, going past items that are no session.
 
@@ -279,7 +295,7 @@ class SessionsClient:
         comes back in :attr:`SessionPage.invalid`, the others of the page as usual.
         """
         async for page in walk_pages(
-            self._sessions(lenient=True),
+            self._sessions(lenient=True, filter=filter),
             page_size=page_size,
             max_pages=max_pages,
             refuse_oversize=False,
@@ -287,8 +303,9 @@ class SessionsClient:
         ):
             yield SessionPage(page.items, page.invalid)
 
-    def _sessions(self, *, lenient: bool = False) -> Fetch[Session]:
-        return self._lister("/sessions", ListSessionsResponse, "sessions", {}, lenient)
+    def _sessions(self, *, lenient: bool = False, filter: str | None = None) -> Fetch[Session]:
+        params = {"filter": filter}
+        return self._lister("/sessions", ListSessionsResponse, "sessions", params, lenient)
 
     def _lister(
         self,
@@ -358,6 +375,21 @@ class SessionsClient:
         Not retried except when the request provably never left.
         """
         await self._act(session, ":approvePlan", {})
+
+    async def archive(self, session: str) -> Session:
+        """Archive a session (beyond the interface spec, as the official SDK calls it): it
+        leaves the default list; archiving a working session pauses it. Retried like a read,
+        since archiving twice is archiving once."""
+        return await self._archive(session, ":archive")
+
+    async def unarchive(self, session: str) -> Session:
+        """Unarchive a session: it is back in the default list."""
+        return await self._archive(session, ":unarchive")
+
+    async def _archive(self, session: str, verb: str) -> Session:
+        path = _path(session_name(session)) + verb
+        response = await self._exchange.request("POST", path, body={}, idempotent=True)
+        return await self._decoder.decode(Session, response)
 
     async def _act(self, session: str, verb: str, body: dict[str, Any]) -> None:
         """POST a custom method (``:verb``) of a session, whose answer carries nothing."""

@@ -124,6 +124,9 @@ class SourceContext(WireModel):
 
     source: str = ""
     host_repo_context: HostRepoContext | None = None
+    # Beyond the interface spec: the real service and its official SDK carry them.
+    working_branch: str | None = None
+    environment_variables_enabled: bool | None = None
 
 
 class GitPatch(WireModel):
@@ -174,6 +177,8 @@ class Session(WireModel):
     outputs: list[SessionOutput] = Field(default_factory=list)
     require_plan_approval: bool | None = None
     automation_mode: str | None = None
+    #: Beyond the interface spec: archived sessions are left out of the default list.
+    archived: bool | None = None
     # Set by the client (mark_repaired) when it mended the answer (see :attr:`repaired`).
     _repaired: tuple[str, ...] = PrivateAttr(default=())
 

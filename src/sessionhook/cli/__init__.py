@@ -34,6 +34,7 @@ from . import (  # noqa: E402, F401
     ops_secrets,
     relay,
     store_copy,
+    trigger,
 )
 
 

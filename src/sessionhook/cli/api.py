@@ -321,24 +321,35 @@ def _print_done(api: ApiOptions, line: str) -> None:
 
 @cli.group()
 def sessions() -> None:
-    """Sessions of the account: list, get, create, delete; message one; approve its plan."""
+    """Sessions of the account: list, get, create, delete; message one; approve its plan;
+    archive or unarchive one."""
 
 
 @sessions.command("list")
 @_page_options
+@click.option(
+    "--archived", is_flag=True, help="List the archived sessions (the default list omits them)."
+)
 @api_options
 def sessions_list(
-    page_size: int | None, page_token: str | None, walk_all: bool, api: ApiOptions
+    page_size: int | None,
+    page_token: str | None,
+    walk_all: bool,
+    archived: bool,
+    api: ApiOptions,
 ) -> None:
     """List the sessions of the account (newest first)."""
+    from ..api.client import ARCHIVED_FILTER
+
+    found = ARCHIVED_FILTER if archived else None
     _print_list(
         api,
         walk_all,
         page_token,
         "sessions",
         session_table,
-        lambda c: c.iter_sessions(page_size=page_size),
-        lambda c: c.list_sessions(page_size=page_size, page_token=page_token),
+        lambda c: c.iter_sessions(page_size=page_size, filter=found),
+        lambda c: c.list_sessions(page_size=page_size, page_token=page_token, filter=found),
     )
 
 
@@ -437,6 +448,24 @@ def _session_call(
 _session_call(
     "delete", "Delete SESSION (sessions/<id> or <id>).", lambda c, s: c.delete_session(s), "deleted"
 )
+
+
+def _archive_call(verb: str, help: str, archived: bool) -> None:
+    """``sessions archive|unarchive SESSION``: prints the session's name and flag."""
+
+    @sessions.command(verb, help=help)
+    @click.argument("session", callback=_name_arg("session"))
+    @api_options
+    def command(session: str, api: ApiOptions) -> None:
+        found = _call(api, lambda c: c.archive(session) if archived else c.unarchive(session))
+        if api.as_json:
+            echo_json(found.to_wire())
+        else:
+            click.echo(f"{verb}d {found.name}" + (f" ({found.state})" if found.state else ""))
+
+
+_archive_call("archive", "Archive SESSION: it leaves the default list; a working one pauses.", True)
+_archive_call("unarchive", "Unarchive SESSION: it is back in the default list.", False)
 _session_call(
     "approve",
     "Approve the pending plan of SESSION.",

@@ -57,6 +57,8 @@ def session_details(session: Session) -> str:
             ("updated", when(session.update_time)),
             ("source", context.source if context else ""),
             ("branch", branch),
+            ("working branch", (context.working_branch or "") if context else ""),
+            ("archived", "yes" if session.archived else ""),
             ("automation", session.automation_mode),
             ("plan approval", "required" if session.require_plan_approval else ""),
             ("pull requests", "\n".join(pr.url for pr in session.pull_requests)),

@@ -10,12 +10,14 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 import click
 
+from ..wording import counted
 from . import cli
 from ._output import CliError, handle_errors, quiet_on_closed_pipe, register_user_error
 
@@ -79,7 +81,33 @@ ENV_SECRET: Final = "SESSIONHOOK_LISTEN_SECRET"
     metavar="TYPE,...",
     help="With --url: only these event types (globs, e.g. 'session.*').",
 )
-@click.option("--last-event-id", metavar="ID", help="With --url: start right after this event.")
+@click.option(
+    "--last-event-id",
+    metavar="ID",
+    help="With --url: start right after this event (instead of where the state file says).",
+)
+@click.option(
+    "--state-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="FILE",
+    help="With --url: where the position and the secret are kept "
+    "[$XDG_STATE_HOME/sessionhook/listen/...].",
+)
+@click.option(
+    "--new-secret", is_flag=True, help="With --url: sign with a new secret (kept from then on)."
+)
+@click.option(
+    "--respond",
+    type=click.IntRange(200, 599),
+    metavar="STATUS",
+    help="Answer every accepted message with STATUS (e.g. 500 or 429) to watch the relay retry.",
+)
+@click.option(
+    "--retry-after",
+    type=click.IntRange(0, 86400),
+    metavar="SECONDS",
+    help="With --respond: send Retry-After: SECONDS too.",
+)
 def listen(
     port: int | None,
     host: str | None,
@@ -93,31 +121,62 @@ def listen(
     forward_to: str | None,
     event_types: str | None,
     last_event_id: str | None,
+    state_file: Path | None,
+    new_secret: bool,
+    respond: int | None,
+    retry_after: int | None,
 ) -> None:
     """Receive signed webhooks on this machine and print them, verified; or, with --url and
-    --forward-to, forward a relay's events to a local consumer, signed."""
+    --forward-to, forward a relay's events to a local consumer, signed, resuming after a
+    restart where it stopped."""
     if (url is None) != (forward_to is None):
         raise click.UsageError("--url and --forward-to go together (forward a relay's events)")
     with handle_errors(), quiet_on_closed_pipe():
         secrets = (*secrets, *(_read_secret(file) for file in secret_files))
         if url is not None and forward_to is not None:
-            for given, flag in ((port, "--port"), (host, "--host"), (max_body, "--max-body")):
+            receiving = (
+                (port, "--port"),
+                (host, "--host"),
+                (max_body, "--max-body"),
+                (respond, "--respond"),
+                (retry_after, "--retry-after"),
+            )
+            for given, flag in receiving:
                 if given is not None:
                     raise click.UsageError(f"{flag} is for receiving; --forward-to sends")
             if public_keys:
                 raise click.UsageError("--forward-to signs with a whsec_ secret, not a key")
             from .listen_forward import forward
 
-            forward(url, forward_to, token, secrets, event_types, last_event_id, as_json)
+            forward(
+                url,
+                forward_to,
+                token,
+                secrets,
+                event_types,
+                last_event_id,
+                as_json,
+                state_file=state_file,
+                new_secret=new_secret,
+            )
             return
-        if event_types is not None or last_event_id is not None:
-            raise click.UsageError("--events and --last-event-id go with --url")
+        forwarding: tuple[tuple[object, str], ...] = (
+            (last_event_id, "--last-event-id"),
+            (state_file, "--state-file"),
+            (new_secret or None, "--new-secret"),
+        )
+        for option, flag in forwarding:
+            if option is not None:
+                raise click.UsageError(f"{flag} goes with --url (forwarding)")
+        if retry_after is not None and respond is None:
+            raise click.UsageError("--retry-after goes with --respond")
         _receive(
             host or "127.0.0.1",
             DEFAULT_PORT if port is None else port,
             [*secrets, *public_keys],
             as_json,
             max_body,
+            Answering(respond or 204, retry_after, _globs(event_types)),
         )
 
 
@@ -131,7 +190,35 @@ def _read_secret(file: Path) -> str:
         raise CliError(f"--secret-file: {exc}", exit_code=2) from None
 
 
-def _receive(host: str, port: int, keys: list[str], as_json: bool, max_body: int | None) -> None:
+@dataclass(frozen=True)
+class Answering:
+    """How the receiver answers: ``respond`` to what it prints, with ``retry_after``; only
+    the types matching ``events`` printed (the others answered 204 and counted)."""
+
+    respond: int = 204
+    retry_after: int | None = None
+    events: tuple[str, ...] = ()
+
+    def wanted(self) -> Callable[[str], bool] | None:
+        if not self.events:
+            return None
+        from fnmatch import fnmatchcase
+
+        return lambda kind: any(fnmatchcase(kind, glob) for glob in self.events)
+
+
+def _globs(event_types: str | None) -> tuple[str, ...]:
+    return tuple(g.strip() for g in (event_types or "").split(",") if g.strip())
+
+
+def _receive(
+    host: str,
+    port: int,
+    keys: list[str],
+    as_json: bool,
+    max_body: int | None,
+    answering: Answering,
+) -> None:
     import anyio
 
     from ..receiver import MAX_BODY, ListenError, Receiver, serve_receiver
@@ -145,9 +232,17 @@ def _receive(host: str, port: int, keys: list[str], as_json: bool, max_body: int
             "or --public-key",
             exit_code=2,
         )
-    printer = _Printer(as_json)
+    printer = _Printer(as_json, answering.respond)
     try:
-        receiver = Receiver(keys, printer.delivery, printer.refusal, max_body=max_body or MAX_BODY)
+        receiver = Receiver(
+            keys,
+            printer.delivery,
+            printer.refusal,
+            max_body=max_body or MAX_BODY,
+            respond=answering.respond,
+            retry_after=answering.retry_after,
+            wanted=answering.wanted(),
+        )
     except ValueError as exc:
         raise CliError(str(exc), exit_code=2) from None
     # The listener's own records (warnings only) go to stderr; stdout is for the events.
@@ -166,9 +261,27 @@ def _receive(host: str, port: int, keys: list[str], as_json: bool, max_body: int
                 f"{signing.DEFAULT_TOLERANCE // 60} min; Ctrl-C stops",
                 err=True,
             )
+            if answering.respond != 204 or answering.events:
+                only = f"only {', '.join(answering.events)} printed (others answered 204); "
+                after = (
+                    f", Retry-After: {answering.retry_after}"
+                    if answering.retry_after is not None
+                    else ""
+                )
+                click.echo(
+                    f"{only if answering.events else ''}answering {answering.respond}{after}",
+                    err=True,
+                )
 
     register_user_error(ListenError, exit_code=1)  # one line, also out of the task group
-    anyio.run(main, backend="asyncio")
+    try:
+        anyio.run(main, backend="asyncio")
+    finally:
+        if receiver.unwanted:
+            click.echo(
+                f"{counted(receiver.unwanted, 'message')} of other types answered 204, not printed",
+                err=True,
+            )
     if printer.pipe_closed:
         raise BrokenPipeError
 
@@ -176,8 +289,9 @@ def _receive(host: str, port: int, keys: list[str], as_json: bool, max_body: int
 class _Printer:
     """Prints what the receiver accepts (stdout) and refuses (stderr), one line each."""
 
-    def __init__(self, as_json: bool) -> None:
+    def __init__(self, as_json: bool, respond: int = 204) -> None:
         self.as_json = as_json
+        self.respond = respond
         self.stop: Callable[[], None] = lambda: None
         self.pipe_closed = False
 
@@ -196,6 +310,8 @@ class _Printer:
             self._out(json_line(record))
         else:
             note = "signature ok" + (" (duplicate)" if delivery.duplicate else "")
+            if self.respond != 204:
+                note += f", answered {self.respond}"
             self._out(event_line(delivery.body, note=note))
 
     async def refusal(self, refusal: Refusal) -> None:

@@ -7,7 +7,8 @@ a cut). Each is POSTed in order with its exact body, ``webhook-id`` = the relay'
 deliveries' own sender (:mod:`sessionhook.relay.ops.forwarding`; loopback allowed). A
 consumer that is down, times out, or answers 5xx or 429 is tried again after
 :data:`RETRY_DELAYS`, then reported as given up; any other answer is final. Nothing is
-dropped without a line saying so.
+dropped without a line saying so. Its state file (:mod:`.listen_state`) keeps the last
+event the consumer acknowledged and the secret: a restart resumes there, signing alike.
 """
 
 from __future__ import annotations
@@ -15,12 +16,20 @@ from __future__ import annotations
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import KW_ONLY, dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import click
 
 from ..redact import redact_userinfo
 from ._output import CliError, one_line
+from .listen_state import (
+    ListenState,
+    StateFileError,
+    default_state_path,
+    read_state,
+    write_state,
+)
 from .remote import check_url, need_token
 
 if TYPE_CHECKING:
@@ -129,8 +138,12 @@ def forward(
     event_types: str | None,
     last_event_id: str | None,
     as_json: bool,
+    *,
+    state_file: Path | None = None,
+    new_secret: bool = False,
 ) -> None:
-    """The command's body in forward mode (see the module's docstring)."""
+    """The command's body in forward mode (see the module's docstring): resumed from its
+    state file (:mod:`.listen_state`) unless ``last_event_id`` says where."""
     import anyio
 
     from ..receiver import event_line, json_line, printable
@@ -150,12 +163,22 @@ def forward(
         shown = printable(redact_userinfo(target))
         raise CliError(f"--forward-to {shown}: refused: {exc.reason}", exit_code=2) from None
     bearer = need_token(token)
-    keys = [key for text in secrets for key in text.split()] or [signing.generate_secret()]
+    path = state_file or default_state_path(url, target)
+    try:
+        state = read_state(path, url=url, target=target)
+    except StateFileError as exc:
+        raise CliError(str(exc), exit_code=2) from None
+    given = [key for text in secrets for key in text.split()]
+    if given and new_secret:
+        raise click.UsageError("--new-secret makes a secret: drop --secret and --secret-file")
+    kept = state.secret if state is not None and not new_secret else None
+    keys = given or [kept or signing.generate_secret()]
     for key in keys:
         try:
             signing.decode_secret(key)
         except ValueError as exc:
             raise CliError(f"--secret: {exc}", exit_code=2) from None
+    start = last_event_id or (state.last_event_id if state is not None else None)
     globs = tuple(g.strip() for g in (event_types or "").split(",") if g.strip())
     note_unknown_types(globs)
     click.echo(
@@ -163,6 +186,10 @@ def forward(
         f"signing with {' '.join(keys)} (your consumer verifies with it); Ctrl-C stops",
         err=True,
     )
+    resuming = f": resuming after {printable(start)}" if start else ""
+    click.echo(f"state in {path}{resuming}", err=True)
+    saver = _StateSaver(path, ListenState(url, target, keys[0], start))
+    saver.save(start)  # the secret is kept from the first moment
     wanted = EventFilter(globs)
     taken: str | None = None  # the last event taken: where a resume starts
 
@@ -171,13 +198,16 @@ def forward(
         sleep = current_runtime().sleep or anyio.sleep
         async with stream_client() as stream_http, forward_poster() as poster:
             forwarder = Forwarder(poster, consumer, keys, note=_note, sleep=sleep)
-            async for event in follow_stream(stream_http, url, bearer, wanted, last_event_id):
+            async for event in follow_stream(stream_http, url, bearer, wanted, start):
                 if isinstance(event, SkippedEvent):
                     _note(event.note())  # nothing is dropped without a line saying so
                     taken = event.id or taken
+                    saver.save(taken)
                     continue
                 outcome = await forwarder.forward(event)
                 taken = event.id
+                if outcome.delivered:  # a restart resumes after what the consumer took
+                    saver.save(event.id)
                 body = event.payload()
                 if as_json:
                     record = {"id": event.id, "type": event.type, "answer": outcome.json()}
@@ -197,3 +227,24 @@ def forward(
 
 def _note(line: str) -> None:
     click.echo(line, err=True)
+
+
+class _StateSaver:
+    """Keeps the state file at the last event acknowledged; a failure to write is said
+    once and forwarding goes on (a restart then resumes from an older event)."""
+
+    def __init__(self, path: Path, state: ListenState) -> None:
+        self._path = path
+        self._state = state
+        self._failed = False
+
+    def save(self, last_event_id: str | None) -> None:
+        from dataclasses import replace
+
+        self._state = replace(self._state, last_event_id=last_event_id)
+        try:
+            write_state(self._path, self._state)
+        except StateFileError as exc:
+            if not self._failed:
+                _note(f"note: {exc}; a restart resumes from an older event")
+            self._failed = True

@@ -62,7 +62,11 @@ _EVENT_FIELDS: dict[type[WireModel], str] = {
     SessionCompleted: "session_completed",
     SessionFailed: "session_failed",
 }
-_WAITING = frozenset({SessionState.AWAITING_PLAN_APPROVAL, SessionState.AWAITING_USER_FEEDBACK})
+_WAITING = frozenset(
+    {SessionState.AWAITING_PLAN_APPROVAL, SessionState.AWAITING_USER_FEEDBACK, SessionState.PAUSED}
+)
+#: States in which the agent is at work: archiving the session pauses it (field notes).
+_WORKING = frozenset({SessionState.QUEUED, SessionState.PLANNING, SessionState.IN_PROGRESS})
 # Words that make poor names for the module and function the agent writes.
 _STOPWORDS = frozenset(
     {"the", "this", "that", "with", "from", "into", "make", "please", "should", "could"}
@@ -273,6 +277,7 @@ class Agent:
             ],
         )
         self._follow_ups = 0
+        self._resume_state = SessionState.IN_PROGRESS
         self._steps: deque[_Step] = deque(self._script())
         self._next_due: int | None = session.create_us + step_us
 
@@ -298,10 +303,22 @@ class Agent:
         if self._next_due is None:  # else a reply is already due; the script follows it
             self._next_due = now_us + self._step_us
 
+    def pause(self, now_us: int) -> None:
+        """Archiving a working session pauses it where it is; a message resumes it."""
+        session = self._session
+        if session.state not in _WORKING:
+            return
+        self._resume_state = session.state
+        session.set_state(now_us, SessionState.PAUSED)
+        self._next_due = None
+
     def on_message(self, now_us: int, text: str) -> None:
-        """A user message: recorded at once, answered one step later; resumes a finished run."""
+        """A user message: recorded at once, answered one step later; resumes a finished
+        or paused run."""
         session = self._session
         session.emit(now_us, "user", UserMessaged(user_message=text))
+        if session.state == SessionState.PAUSED:
+            session.set_state(now_us, self._resume_state)
         quoted = " ".join(text.split())[:80]
         if session.state in (SessionState.COMPLETED, SessionState.FAILED):
             self._follow_ups += 1
@@ -458,6 +475,7 @@ class SessionRecord:
     rng: InitVar[random.Random]
     step_us: InitVar[int]
     state: SessionState = field(default=SessionState.QUEUED, init=False)
+    archived: bool = field(default=False, init=False)
     outputs: list[SessionOutput] = field(default_factory=list, init=False)
     activities: list[tuple[int, Activity]] = field(default_factory=list, init=False)
     activity_index: dict[str, int] = field(default_factory=dict, init=False)
@@ -515,6 +533,8 @@ class SessionRecord:
             create_time=format_us(self.create_us),
             update_time=format_us(self.update_us),
         )
+        if self.archived:  # false is a zero value: omitted, as the service omits it
+            reduced.archived = True
         if not full:
             return reduced
         return reduced.model_copy(

@@ -45,6 +45,8 @@ from .world import EmulatorError, TimeBound, World
 
 #: The header carrying the API key (any capitalisation).
 API_KEY_HEADER = "x-vendor-api-key"
+#: The header the official SDK (``@google/jules-sdk``) sends the key in; taken too.
+SDK_KEY_HEADER = "x-goog-api-key"
 #: Test header forcing a fault: ``429`` or ``500``.
 FAULT_HEADER = "x-emulator-fault"
 
@@ -56,6 +58,7 @@ _RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]
 _TIME_FILTER = re.compile(r'\s*(?:create_time|createTime)\s*(>=|>)\s*(?:"([^"]*)"|(\S+))\s*')
 _NAME_TERM = re.compile(r"""name\s*=\s*(?:"((?:[^"\\]|\\.)*)"|'((?:[^'\\]|\\.)*)')""")
 _OR = re.compile(r"\s+OR\s+")
+_ARCHIVED_FILTER = re.compile(r"\s*archived\s*=\s*(true|false)\s*")
 
 
 class _SessionIdConvertor(Convertor[str]):
@@ -142,6 +145,18 @@ def _name_filter(text: str) -> frozenset[str]:
         f'Invalid filter {text!r}: expected name="sources/..." terms joined by OR.',
         ("filter", 'only name="..." terms joined by OR are supported'),
     )
+
+
+def _archived_filter(text: str) -> bool:
+    """``archived = true`` / ``archived = false`` (AIP-160 equality) -> the flag; anything
+    else is 400 naming the expression."""
+    match = _ARCHIVED_FILTER.fullmatch(text)
+    if match is None:
+        raise EmulatorError.invalid_argument(
+            f"Invalid filter {text!r}: only archived = true or archived = false is supported.",
+            ("filter", "only archived = true or archived = false is supported"),
+        )
+    return match[1] == "true"
 
 
 def _listed(source: Source) -> Source:
@@ -286,7 +301,9 @@ class _Api:
             if self._latency > 0:
                 await anyio.sleep(self._latency)
             try:
-                key = request.headers.get(API_KEY_HEADER, "").strip()
+                key = (
+                    request.headers.get(API_KEY_HEADER) or request.headers.get(SDK_KEY_HEADER, "")
+                ).strip()
                 if not key:
                     raise _unauthenticated(
                         f"API key not valid: the request has no {API_KEY_HEADER} header. "
@@ -316,9 +333,11 @@ class _Api:
             )
             return _wire(session.to_session())
         size = _page_size(request, 30)
-        query = f"sessions|{account.id}"
+        expression = request.query_params.get("filter", "")
+        archived = _archived_filter(expression) if expression.strip() else False
+        query = f"sessions|{account.id}|{archived}"
         after = self._pager.position(query, _query(request, "pageToken", "page_token"), int)
-        page = self._world.list_sessions(account, after=after, limit=size)
+        page = self._world.list_sessions(account, after=after, limit=size, archived=archived)
         reply = ListSessionsResponse(
             sessions=[s.to_session(full=False) for s in page.items],
             next_page_token=self._pager.token(query, page.next_position),
@@ -332,6 +351,19 @@ class _Api:
             self._world.delete_session(account, session_id)
             return JSONResponse({})
         return _wire(self._world.get_session(account, session_id).to_session())
+
+    async def archive(self, request: Request, account: Account) -> Response:
+        """POST ``:archive`` (beyond the spec, as the official SDK calls it): the session."""
+        return await self._set_archived(request, account, True)
+
+    async def unarchive(self, request: Request, account: Account) -> Response:
+        """POST ``:unarchive``: the session, back in the default list."""
+        return await self._set_archived(request, account, False)
+
+    async def _set_archived(self, request: Request, account: Account, archived: bool) -> Response:
+        await _json_object(request)  # an empty body; only checked as JSON
+        session_id = request.path_params["session_id"]
+        return _wire(self._world.set_archived(account, session_id, archived).to_session())
 
     async def send_message(self, request: Request, account: Account) -> Response:
         """POST ``:sendMessage`` (4.5)."""
@@ -466,6 +498,8 @@ def create_app(
         Route(session_path, api.guard(api.session), methods=["GET", "DELETE"]),
         Route(session_path + ":sendMessage", api.guard(api.send_message), methods=["POST"]),
         Route(session_path + ":approvePlan", api.guard(api.approve_plan), methods=["POST"]),
+        Route(session_path + ":archive", api.guard(api.archive), methods=["POST"]),
+        Route(session_path + ":unarchive", api.guard(api.unarchive), methods=["POST"]),
         Route(session_path + "/activities", api.guard(api.activities), methods=["GET"]),
         Route(
             session_path + "/activities/{activity_id}",

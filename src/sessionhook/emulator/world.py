@@ -242,9 +242,11 @@ class World:
             )
 
     def list_sessions(
-        self, account: Account, *, after: int | None, limit: int
+        self, account: Account, *, after: int | None, limit: int, archived: bool = False
     ) -> Page[SessionRecord, int]:
-        """The account's sessions, newest first, strictly after position ``after``."""
+        """The account's sessions, newest first, strictly after position ``after``: those
+        whose ``archived`` flag is ``archived`` (the default list leaves archived ones out,
+        as the real service does)."""
         with self._lock:
             self.advance()
             newest_first = sorted(self._sessions.values(), key=lambda s: -s.seq)
@@ -252,10 +254,25 @@ class World:
                 (
                     (session.seq, session)
                     for session in newest_first
-                    if session.account is account and (after is None or session.seq < after)
+                    if session.account is account
+                    and session.archived is archived
+                    and (after is None or session.seq < after)
                 ),
                 limit,
             )
+
+    def set_archived(self, account: Account, session_id: str, archived: bool) -> SessionRecord:
+        """Archive or unarchive the session (beyond the interface spec: the official SDK
+        calls it). Archiving a working session pauses it; a message resumes it."""
+        with self._lock:
+            now = self.advance()
+            session = self._visible(self._owned(account, session_id), now)
+            if session.archived is not archived:
+                session.archived = archived
+                session.update_us = max(session.update_us, now)
+                if archived:
+                    session.agent.pause(now)
+            return session
 
     def get_session(self, account: Account, session_id: str) -> SessionRecord:
         """The session, 404 if there is none, 403 if it belongs to another account."""

@@ -116,6 +116,7 @@ class Daemon:
             act=self.act,
             create=self.act.create,
             link_keys=self.link_keys,
+            send_sample=self._wiring.send_sample_event,
         )
         self._tasks = SideTasks(state, self.replica)
         self._reloader = Reloader(state, config_path)

@@ -48,8 +48,10 @@ class Readiness:
         act: UpstreamAct | None = None,
         create: UpstreamCreate | None = None,
         link_keys: LinkKeys | None = None,
+        send_sample: web.SendSample | None = None,
     ) -> None:
         self._state = state
+        self._send_sample = send_sample
         self._bell = bell
         self._send_test = send_test
         self._act = act
@@ -85,6 +87,7 @@ class Readiness:
             store_facts=describe_store(state.config.store),
             store_errors=configured_errors(state.config.store),
             send_test=self._send_test,
+            send_sample=self._send_sample,
             wake=wake,
             act=self._act,
             create=self._create,

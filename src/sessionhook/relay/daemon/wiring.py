@@ -9,7 +9,7 @@ rate-limited, counted upstream client, and sends webhooks through aiohttp. The
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 
 import anyio
@@ -20,6 +20,7 @@ from sessionhook.api.client import SessionsClient
 
 from .. import ops as operator
 from .. import web
+from ..config import EndpointConfig
 from ..delivery.dispatcher import DeliverySettings, Dispatcher
 from ..delivery.post import UrlGuard
 from ..delivery.render_process import RenderProcess
@@ -29,6 +30,7 @@ from ..domain.addresses import AddressPolicy
 from ..domain.replica import Replica, dead_replicas, pid_alive
 from ..domain.retry import AttemptResult
 from ..ops import endpoint_edits as edits
+from ..ops import trigger
 from ..polling import Poller
 from ..polling.budget import LimitedTransport, RateLimiter
 from ..store import AsyncStore, Leases, store_failures
@@ -191,29 +193,68 @@ class Wiring:
         """Send endpoint ``name`` a signed ``ping`` now through the deliveries' own sender (its
         URL and addresses judged as theirs); never archived, never retried.
         :class:`~.operator.OperatorError` for an unknown name or a refused URL."""
-        state, seams = self._state, self._seams
-        config, now = state.config, state.clock()
-        endpoint = config.endpoint_by_name(name)
-        if endpoint is None and state.store is not None:  # one created at run time
-            endpoint = await state.store.run(edits.endpoint_config, config, name, now)
-        async with AsyncExitStack() as stack:
-            poster = self._delivery
-            if poster is None:  # the store is not open yet (the listener serves meanwhile)
-                poster = await stack.enter_async_context(
-                    operator.ping_poster(
-                        config,
-                        transport=seams.delivery_transport,
-                        resolve=seams.resolve,
-                        policy=seams.address_policy,
-                    )
-                )
+        now = self._state.clock()
+        endpoint = await self._endpoint(name, now)
+        async with self._poster() as poster:
             _event_id, result = await operator.test_endpoint(
-                config,
+                self._state.config,
                 name,
                 poster=poster,
                 now=now,
                 endpoint=endpoint,
-                policy=seams.address_policy,
+                policy=self._seams.address_policy,
                 renderer=self._renderer,
             )
         return result
+
+    async def send_sample_event(
+        self, name: str, event_type: str, session: str | None
+    ) -> tuple[str, AttemptResult]:
+        """Send endpoint ``name`` a signed sample of ``event_type`` now (``trigger``), as its
+        delivery would be, through the deliveries' own sender; ``session`` makes it from an
+        archived session's data. Never archived, retried or counted as a delivery."""
+        state, now = self._state, self._state.clock()
+        endpoint = await self._endpoint(name, now)
+        real = None
+        if session is not None:
+            if state.store is None:
+                raise operator.OperatorError("the store is not open yet: try again in a moment")
+            real = await state.store.run(trigger.archived_session, session)
+        links_of = state.poll_settings.action_links
+        async with self._poster() as poster:
+            return await trigger.trigger_endpoint(
+                state.config,
+                name,
+                event_type,
+                poster=poster,
+                now=now,
+                links=links_of() if links_of is not None else None,
+                endpoint=endpoint,
+                session=real,
+                renderer=self._renderer,
+                policy=self._seams.address_policy,
+            )
+
+    async def _endpoint(self, name: str, now: float) -> EndpointConfig | None:
+        """The endpoint ``name`` of the config, else one created at run time (or ``None``)."""
+        state = self._state
+        endpoint = state.config.endpoint_by_name(name)
+        if endpoint is None and state.store is not None:  # one created at run time
+            endpoint = await state.store.run(edits.endpoint_config, state.config, name, now)
+        return endpoint
+
+    @asynccontextmanager
+    async def _poster(self) -> AsyncIterator[Poster]:
+        """The deliveries' sender; before the store opens (the listener serves meanwhile),
+        a sender of its own."""
+        if self._delivery is not None:
+            yield self._delivery
+            return
+        seams = self._seams
+        async with operator.ping_poster(
+            self._state.config,
+            transport=seams.delivery_transport,
+            resolve=seams.resolve,
+            policy=seams.address_policy,
+        ) as poster:
+            yield poster

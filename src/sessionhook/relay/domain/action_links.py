@@ -32,6 +32,9 @@ _VERSION: Final = 1
 _LINK_LABEL: Final = b"sessionhook action link v1\x00"
 _FORM_LABEL: Final = b"sessionhook action form v1\x00"
 _MAC_BYTES: Final = hashlib.sha256().digest_size
+#: The account of the links a sample event carries (``sessionhook trigger``): no account is
+#: named so (names are letters, digits, ``_.-``), and its pages act on nothing upstream.
+SAMPLE_ACCOUNT: Final = "(sample)"
 
 
 @dataclass(frozen=True, slots=True)

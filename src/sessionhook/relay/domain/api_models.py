@@ -388,6 +388,14 @@ class ApiPing(ApiModel):
     response_body: str
 
 
+class ApiTriggered(ApiPing):
+    """The answer to a signed sample event sent now (``:trigger``): never archived, never
+    retried, never counted as a delivery."""
+
+    type: str
+    webhook_id: str = Field(description="msg_trigger_ and 32 hex digits")
+
+
 # --------------------------------------------------------------------------- status
 
 
@@ -557,6 +565,19 @@ class ApiEmptyBody(ApiModel):
     body that is not JSON (or names a field) is refused before anything is done."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class ApiTriggerBody(ApiModel):
+    model_config = ConfigDict(extra="forbid")
+    type: str = Field(
+        min_length=1, max_length=200, description="An event type (sessionhook trigger --list)"
+    )
+    session: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=300,
+        description="sessions/<id>: the sample is made from this archived session's data",
+    )
 
 
 class ApiRecoverBody(ApiModel):

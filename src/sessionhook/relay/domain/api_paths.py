@@ -43,6 +43,8 @@ from .api_models import (
     ApiSessionDetail,
     ApiSessionPage,
     ApiStatus,
+    ApiTriggerBody,
+    ApiTriggered,
 )
 
 #: The token of the console and the event stream (``Authorization: Bearer``); Slack's
@@ -180,6 +182,14 @@ OPERATIONS: Final[dict[str, Operation]] = {
         404,
         503,
         body=ApiEmptyBody,
+    ),
+    "triggerEndpoint": _op(
+        "POST /v1/endpoints/{name}:trigger",
+        "Send it a signed sample event of a type now, as its delivery would be",
+        ApiTriggered,
+        *(400, 404),
+        503,
+        body=ApiTriggerBody,
     ),
     "rotateEndpointSecret": _op(
         "POST /v1/endpoints/{name}:rotateSecret",

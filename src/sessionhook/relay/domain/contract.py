@@ -56,6 +56,11 @@ class _AccountData(_Open):
         default="default",
         description="The [[accounts]] entry whose session this is (`default` for [api])",
     )
+    sample: bool | None = Field(
+        default=None,
+        description="true in a sample event (sessionhook trigger, webhook-id msg_trigger_...): "
+        "nothing happened upstream; absent in real events",
+    )
 
 
 class _Event(_Open):
@@ -87,6 +92,21 @@ class SessionDiscoveredEvent(_Event):
     """The relay saw the session for the first time."""
 
     type: Literal["session.discovered"]
+    data: SessionData
+
+
+class SessionArchivedEvent(_Event):
+    """The session was archived (the service leaves it out of its default list; a working
+    one pauses). Beyond the interface spec: the real service and its official SDK."""
+
+    type: Literal["session.archived"]
+    data: SessionData
+
+
+class SessionUnarchivedEvent(_Event):
+    """The session was unarchived: back in the service's default list."""
+
+    type: Literal["session.unarchived"]
     data: SessionData
 
 
@@ -275,6 +295,8 @@ EVENT_MODELS: dict[str, type[BaseModel]] = {
     "session.discovered": SessionDiscoveredEvent,
     "session.state_changed": SessionStateChangedEvent,
     "session.pull_request_opened": SessionPullRequestOpenedEvent,
+    "session.archived": SessionArchivedEvent,
+    "session.unarchived": SessionUnarchivedEvent,
     "session.action_required": SessionActionRequiredEvent,
     "session.completed": SessionCompletedEvent,
     "session.failed": SessionFailedEvent,

@@ -31,6 +31,9 @@ from sessionhook.api.models import (
 SESSION_DISCOVERED = "session.discovered"
 SESSION_STATE_CHANGED = "session.state_changed"
 SESSION_PULL_REQUEST_OPENED = "session.pull_request_opened"
+#: The session's ``archived`` flag changed (beyond the interface spec: the real service's).
+SESSION_ARCHIVED = "session.archived"
+SESSION_UNARCHIVED = "session.unarchived"
 #: Derived from the session's state and its archived activities (``lifecycle.py``).
 SESSION_ACTION_REQUIRED = "session.action_required"
 SESSION_COMPLETED = "session.completed"
@@ -58,6 +61,8 @@ EVENT_TYPES: tuple[str, ...] = (
     SESSION_DISCOVERED,
     SESSION_STATE_CHANGED,
     SESSION_PULL_REQUEST_OPENED,
+    SESSION_ARCHIVED,
+    SESSION_UNARCHIVED,
     SESSION_ACTION_REQUIRED,
     SESSION_COMPLETED,
     SESSION_FAILED,
@@ -309,6 +314,20 @@ def session_discovered(session: Session, *, now: float | None = None) -> Event:
     the session's ``createTime`` (else its ``updateTime``): it comes before the session's
     activities in the archive, and its time is not later than theirs."""
     return _session_event(SESSION_DISCOVERED, session, (), now, at=session.create_time)
+
+
+def archived_changed(session: Session, *, now: float | None = None) -> Event:
+    """``session.archived`` (or ``session.unarchived``): the session's ``archived`` flag is
+    now what ``session`` says, unlike the copy the relay saw before."""
+    kind = SESSION_ARCHIVED if session.archived else SESSION_UNARCHIVED
+    return make_event(
+        event_id(kind, session.name, session.update_time),
+        kind,
+        session.name,
+        None,
+        webhook_timestamp(session.update_time, now),
+        {"session": session_summary(session)},
+    )
 
 
 def session_state_changed(

@@ -114,8 +114,9 @@ def render(
 def thin_payload(payload: dict[str, Any]) -> dict[str, Any]:
     """The thin form: ``type``, ``timestamp`` and in ``data`` the session summary (no
     prompt, no outputs), the activity's ``name, id, createTime, originator`` and, when the
-    event has them, ``account``, ``previous_state``, ``action``, ``activity_name`` and the
-    pull request's ``url`` and ``title``. No artifacts, no media, no plan, no message text."""
+    event has them, ``account``, ``previous_state``, ``action``, ``activity_name``,
+    ``sample`` and the pull request's ``url`` and ``title``. No artifacts, no media, no
+    plan, no message text."""
     data = _data_of(payload)
     thin: dict[str, Any] = {}
     session = data.get("session")
@@ -125,7 +126,7 @@ def thin_payload(payload: dict[str, Any]) -> dict[str, Any]:
     if isinstance(activity, dict):
         keys = ("name", "id", "createTime", "originator")
         thin["activity"] = {k: activity[k] for k in keys if k in activity}
-    for key in ("account", "previous_state", "action", "activity_name"):
+    for key in ("account", "previous_state", "action", "activity_name", "sample"):
         if key in data:
             thin[key] = data[key]
     pull = data.get("pull_request")

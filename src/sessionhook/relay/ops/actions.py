@@ -18,8 +18,15 @@ from typing import Final, Literal
 
 from sessionhook.api.models import Activity
 
-from ..domain.action_links import LinkClaims, LinkError, token_digest, verify_link
+from ..domain.action_links import (
+    SAMPLE_ACCOUNT,
+    LinkClaims,
+    LinkError,
+    token_digest,
+    verify_link,
+)
 from ..domain.actions import ActionKind, ActOutcome, UpstreamAct
+from ..domain.samples import SAMPLE_TITLE, sample_activity
 from ..store import ActionQueries, AsyncStore, StoreCore, store_failures
 from ..store.actions import ActionClaim
 from ..telemetry.logs import get_logger
@@ -42,8 +49,15 @@ REFUSALS: Final[dict[str, str]] = {
     "unknown session": "This relay does not know the session of this link.",
     "empty reply": "A reply needs some text.",
     "reply too long": f"A reply is at most {MAX_REPLY_CHARS:,} characters.",
+    "sample": "This link came with a sample event (sessionhook trigger): it works as a real "
+    "link does, but nothing was sent to the service.",
     "not waiting": "The session does not wait for this now.",
 }
+#: What a sample link's page says above its form.
+SAMPLE_NOTICE: Final = (
+    "This is a sample (sessionhook trigger): the page works as a real one, and nothing you "
+    "do here is sent to the service."
+)
 
 #: What each action answers: the state the session waits in, the activity that opened it.
 _WAITS: Final[dict[ActionKind, tuple[str, str]]] = {
@@ -86,6 +100,11 @@ class Looked:
     title: str = ""
     activity: Activity | None = None
 
+    @property
+    def sample(self) -> bool:
+        """Whether the link came with a sample event: its page acts on nothing upstream."""
+        return self.claims is not None and self.claims.account == SAMPLE_ACCOUNT
+
 
 def _wait_of(core: StoreCore, claims: LinkClaims) -> tuple[str | None, str, Activity | None]:
     """(problem, session title, the newest activity of the awaited kind) in the store."""
@@ -109,6 +128,8 @@ async def look(store: AsyncStore, keys: Sequence[bytes], token: str, *, now: flo
         claims = verify_link(keys, token, now)
     except LinkError as exc:
         return Looked(None, exc.reason)
+    if claims.account == SAMPLE_ACCOUNT:
+        return await _look_sample(store, claims)
     problem, title, activity = await store.run(_wait_of, claims)
     digest = token_digest(token)
     taken = await store.run(ActionQueries.action_taken, digest, claims.session, claims.wait)
@@ -117,6 +138,25 @@ async def look(store: AsyncStore, keys: Sequence[bytes], token: str, *, now: flo
     elif taken is not None and problem is None:
         problem = "answered"
     return Looked(claims, problem, title, activity)
+
+
+def _sample_wait(core: StoreCore, claims: LinkClaims) -> tuple[str, Activity | None] | None:
+    """(title, newest awaited activity) of an archived session a sample was made from."""
+    row = core.ingest.get_session(claims.session)
+    if row is None:
+        return None
+    return row.title, core.ingest.latest_activity(claims.session, _WAITS[claims.action][1])
+
+
+async def _look_sample(store: AsyncStore, claims: LinkClaims) -> Looked:
+    """A sample link's page: the archived session's title and wait when the sample was made
+    from an archived session (``trigger --session``), else the sample's own."""
+    member = _WAITS[claims.action][1]
+    archived = await store.run(_sample_wait, claims)
+    if archived is not None:
+        title, latest = archived
+        return Looked(claims, None, title, latest or sample_activity(member))
+    return Looked(claims, None, SAMPLE_TITLE, sample_activity(member))
 
 
 async def perform(
@@ -140,6 +180,9 @@ async def perform(
 
     looked = await look(store, keys, token, now=now)
     claims = looked.claims
+    if looked.sample:  # never an upstream call, never a record of an action
+        assert claims is not None
+        return told(claims.action, Performed(False, "sample", None))
     if claims is None or looked.problem is not None:
         action = claims.action if claims is not None else "unknown"
         return told(action, Performed(False, looked.problem or "malformed", None))

@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 import httpx
 
 from ..delivery.post import post_event
-from ..delivery.sender import AiohttpPoster, aiohttp_target
+from ..delivery.sender import AiohttpPoster, HttpxPoster, aiohttp_target
 from ..delivery.sender import Poster as Poster  # the CLI's type of a forwarder
 from ..domain.addresses import destination
 from ..domain.retry import AttemptResult
@@ -34,8 +34,15 @@ def forward_target(url: str) -> str:
 
 
 @asynccontextmanager
-async def forward_poster() -> AsyncIterator[Poster]:
-    """The deliveries' aiohttp poster, private networks allowed, closed at the end."""
+async def forward_poster(
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> AsyncIterator[Poster]:
+    """The deliveries' aiohttp poster, private networks allowed, closed at the end; or an
+    httpx client on ``transport`` (a stand-in for the network, in tests)."""
+    if transport is not None:
+        async with httpx.AsyncClient(transport=transport, follow_redirects=False) as http:
+            yield HttpxPoster(http)
+        return
     poster = AiohttpPoster(allow_private=True)
     try:
         yield poster

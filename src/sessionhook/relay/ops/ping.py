@@ -70,11 +70,50 @@ async def test_endpoint(
     plain: :func:`~sessionhook.relay.domain.addresses.literal_refusal` with ``policy``) is
     an :class:`OperatorError` and nothing is sent; a name resolving to a refused address
     is a failed attempt, as for a delivery."""
+    endpoint = configured_endpoint(config, name, endpoint)
+    event_id, body = ping_event(name, now)
+    result = await send_to_endpoint(
+        config,
+        endpoint,
+        event_id,
+        body,
+        poster=poster,
+        policy=policy,
+        renderer=renderer,
+        what="the ping",
+    )
+    return event_id, result
+
+
+def configured_endpoint(
+    config: Config, name: str, endpoint: EndpointConfig | None
+) -> EndpointConfig:
+    """``endpoint`` (one created at run time), else the configured endpoint ``name``;
+    :class:`OperatorError` naming the known ones when there is none."""
     if endpoint is None:
         endpoint = config.endpoint_by_name(name)
     if endpoint is None:
         known = shown_names([e.name for e in config.endpoints]) or "none"
         raise OperatorError(f"no endpoint named {shown_name(name)} in the config (known: {known})")
+    return endpoint
+
+
+async def send_to_endpoint(
+    config: Config,
+    endpoint: EndpointConfig,
+    event_id: str,
+    body: bytes,
+    *,
+    poster: Poster,
+    policy: AddressPolicy | None = None,
+    renderer: Renderer | None = None,
+    what: str,
+) -> AttemptResult:
+    """POST one event (``event_id``, standard ``body``) to ``endpoint`` as a delivery is:
+    its URL judged first, rendered through its shape (payload, format, template), signed
+    with its secrets, through ``poster``; never archived, never retried. ``what`` names
+    the event in a refusal (``the ping``)."""
+    name = endpoint.name
     try:
         destination(endpoint.url)
     except UnusableUrlError as exc:
@@ -83,7 +122,6 @@ async def test_endpoint(
         reason = literal_refusal(endpoint.url, policy=policy)
         if reason is not None:
             raise OperatorError(f"{name}: {refused(reason)}")
-    event_id, body = ping_event(name, now)
     own = RenderProcess()  # starts a child only if it renders
     try:
         # Shaped like the endpoint's deliveries: a chat webhook gets a chat message.
@@ -91,11 +129,11 @@ async def test_endpoint(
             event_id, body, endpoint.shape, time_budget=config.delivery.render_timeout
         )
     except render.RenderError as exc:
-        raise OperatorError(f"{name}: the ping does not render: {exc}") from None
+        raise OperatorError(f"{name}: {what} does not render: {exc}") from None
     finally:
         await own.aclose()
     # The one place that signs and POSTs, shared with the dispatcher.
-    result = await post_event(
+    return await post_event(
         poster,
         url=endpoint.url,
         secrets=[s.get_secret_value() for s in endpoint.secrets],
@@ -105,7 +143,6 @@ async def test_endpoint(
         body_limit=config.delivery.response_body_limit,
         content_type=content_type,
     )
-    return event_id, result
 
 
 @asynccontextmanager

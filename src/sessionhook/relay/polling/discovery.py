@@ -7,7 +7,8 @@ from contextlib import aclosing
 
 import anyio
 
-from sessionhook.api.errors import ApiError, UnauthenticatedError
+from sessionhook.api.client import ARCHIVED_FILTER
+from sessionhook.api.errors import ApiError, InvalidArgumentError, UnauthenticatedError
 from sessionhook.api.models import Session
 
 from ..config import DEFAULT_ACCOUNT
@@ -63,6 +64,9 @@ class Discovery:
         #: before their row exists).
         self._history_batch: list[Session] = []
         self._unrecorded: set[str] = set()
+        #: Whether the server lists archived sessions apart (``filter=archived = true``);
+        #: ``False`` once it refused or ignored the filter (this process asks no more).
+        self._archived_list = True
 
     async def discover(self) -> None:
         """Walk the session list once; announce new sessions and schedule changed ones."""
@@ -79,6 +83,7 @@ class Discovery:
                     self._errors = 0
                 listed += 1
                 await self.on_listed(session, read_at=read_at)
+        listed += await self._discover_archived(read_at)
         await self._flush_history()
         if not await self._store.run(MetaQueries.is_baseline_complete):
             await self._store.run(MetaQueries.mark_baseline_complete)
@@ -89,6 +94,44 @@ class Discovery:
         if self._metrics is not None:
             self._metrics.poll_succeeded(done)
         _log.debug("discovery.done", sessions=listed, tracked=len(self._state.tracked))
+
+    async def _discover_archived(self, read_at: float) -> int:
+        """The archived sessions, which the default list leaves out (beyond the interface
+        spec): listed with ``filter=archived = true``, each item judged as the default
+        list's are, so that an archived session is discovered, and one still working (or
+        resumed by a message) is followed to its end. A server that refuses the filter (400)
+        or ignores it (an item not marked archived) is not asked again by this process."""
+        if not self._archived_list:
+            return 0
+        settings = self._state.settings
+        listed = 0
+        try:
+            async with aclosing(
+                self._client.walk_sessions(
+                    page_size=settings.page_size,
+                    max_pages=settings.max_pages,
+                    filter=ARCHIVED_FILTER,
+                )
+            ) as pages:
+                async for page in pages:
+                    accepted = self._screen.accepted(page)
+                    if any(session.archived is not True for session in accepted):
+                        self._no_archived_list("it ignores the filter")
+                        return listed
+                    for session in accepted:
+                        listed += 1
+                        await self.on_listed(session, read_at=read_at)
+        except InvalidArgumentError as exc:
+            self._no_archived_list(f"it refuses the filter ({exc.message[:200]})")
+        return listed
+
+    def _no_archived_list(self, why: str) -> None:
+        self._archived_list = False
+        _log.info(
+            "discovery.no_archived_list",
+            account=self._account,
+            detail=f"{why}: archived sessions are found by their polls only",
+        )
 
     async def on_listed(self, listed: Session, *, read_at: float | None = None) -> None:
         """One list item: track, announce or schedule its session. ``read_at`` (monotonic)
@@ -174,6 +217,7 @@ class Discovery:
                 try:
                     session = await self._client.get_session(name)
                     self._screen.note_repairs(session)
+                    self._screen.note_values(session)
                 except UnauthenticatedError:
                     raise
                 except ApiError as exc:

@@ -6,18 +6,29 @@ first time (``discovery.session_repaired``); an item that is no session (``malfo
 whose ``name`` is not exactly ``sessions/<id>`` (``not_a_name``) is refused, logged and
 counted (``discovery.session_refused``), and discovered once upstream sends it sound.
 "First time" is per process.
+
+An enum value this version does not know (a session ``state``, an ``automationMode``: the
+service adds and retires them) is data, never a refusal: the session is tracked with the
+text as it came, and the value logged and counted (``discovery.unknown_value``) the first
+time per session.
 """
 
 from __future__ import annotations
 
 from sessionhook.api import SessionPage
 from sessionhook.api.client import session_name
-from sessionhook.api.models import Session
+from sessionhook.api.models import AUTO_CREATE_PR, Session, SessionState
 
 from ..telemetry.logs import get_logger
 from ..telemetry.metrics import Metrics
 
 _log = get_logger()
+
+#: The values of the service's enums this version knows, by wire field.
+KNOWN_VALUES: dict[str, frozenset[str]] = {
+    "state": frozenset(SessionState),
+    "automationMode": frozenset({"AUTOMATION_MODE_UNSPECIFIED", AUTO_CREATE_PR}),
+}
 
 
 class SessionScreen:
@@ -37,6 +48,7 @@ class SessionScreen:
         for session in page.sessions:
             if _is_name(session.name):
                 self.note_repairs(session)
+                self.note_values(session)
                 kept.append(session)
             else:
                 self._refuse(session.name, "not_a_name", "the name is not sessions/<id>")
@@ -59,6 +71,25 @@ class SessionScreen:
             detail="text that is not Unicode (a lone surrogate) replaced by U+FFFD",
             account=self._account,
         )
+
+    def note_values(self, session: Session) -> None:
+        """Log and count the enum values of ``session`` this version does not know (kept as
+        text), the first time per session and field."""
+        for field, value in (("state", session.state), ("automationMode", session.automation_mode)):
+            if not value or value in KNOWN_VALUES[field]:
+                continue
+            if not self._first(("unknown", session.name, field)):
+                continue
+            if self._metrics is not None:
+                self._metrics.unknown_values.labels(field=field).inc()
+            _log.warning(
+                "discovery.unknown_value",
+                session=session.name[:200],
+                field=field,
+                value=value[:200],
+                detail="a value this version does not know, kept as text",
+                account=self._account,
+            )
 
     def _refuse(self, name: str, reason: str, detail: str) -> None:
         first = self._first(("refused", name, reason))

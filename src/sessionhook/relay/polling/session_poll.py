@@ -168,6 +168,7 @@ class SessionPoll:
             # the walk would make after it, made first.
             read_first = await self._client.get_session(row.name)
             self._screen.note_repairs(read_first)
+            self._screen.note_values(read_first)
             await self._archive.announce(read_first, deliver=not row.baseline)
             announced = True
         # Page by page, oldest first: the cursor only moves over what is archived (or
@@ -218,6 +219,7 @@ class SessionPoll:
             fresh = read_first
             if fresh is None:
                 fresh = await self._client.get_session(row.name)
+                self._screen.note_values(fresh)
                 self._screen.note_repairs(fresh)
             if await self._changes_or_wait(tracked, row, fresh, deliver, first_poll=first_poll):
                 refreshed = fresh  # archived with the poll's schedule below (one store call)
@@ -407,6 +409,10 @@ class SessionPoll:
             if pr.url and pr.url not in announced:
                 found.append(events.pull_request_opened(fresh, pr, now=self._clock()))
                 _log.info("session.pull_request_opened", session=row.name, url=pr.url)
+        was_archived = bool(row.to_session().archived)
+        if not first_poll and bool(fresh.archived) != was_archived:
+            found.append(events.archived_changed(fresh, now=self._clock()))
+            _log.info("session.archived_changed", session=row.name, archived=bool(fresh.archived))
         if row.state and fresh.state and fresh.state != row.state:
             found.append(events.session_state_changed(fresh, row.state, now=self._clock()))
             _log.info(

@@ -137,6 +137,12 @@ class Metrics:
             "Sessions whose text was not Unicode (a lone surrogate), relayed with U+FFFD in "
             "its place, each counted once per process.",
         )
+        self.unknown_values = counter(
+            "unknown_values",
+            "Enum values of the service this version does not know (a new session state, an "
+            "automationMode), kept as text: each session's counted once per process.",
+            "field",
+        )
         self.outbox_pending = gauge(
             "outbox_pending",
             "Deliveries waiting to be delivered (never tried or retry scheduled).",

@@ -35,14 +35,22 @@ from .auth import PUBLIC_PATHS, AuthMiddleware, WebAuth, logged_path
 from .bell import Bell
 from .console.common import store_failed_page
 from .console.routes import console_provider
-from .context import RouteProvider, WebContext
+from .context import RouteProvider, SendSample, WebContext
 from .headers import SecurityHeaders
 from .login import login_routes
 from .mcp import McpService
 from .server import health_routes
 from .stream import stream_routes
 
-__all__ = ["ROUTE_PROVIDERS", "Bell", "RouteProvider", "WebAuth", "WebContext", "create_app"]
+__all__ = [
+    "ROUTE_PROVIDERS",
+    "Bell",
+    "RouteProvider",
+    "SendSample",
+    "WebAuth",
+    "WebContext",
+    "create_app",
+]
 
 _log = get_logger()
 

@@ -19,14 +19,22 @@ from starlette.routing import BaseRoute, Route
 
 from ..config import ConfigError
 from ..domain.action_links import check_form_token, form_token
-from ..ops.actions import MAX_REPLY_CHARS, REFUSALS, Actor, Looked, look, perform
+from ..ops.actions import (
+    MAX_REPLY_CHARS,
+    REFUSALS,
+    SAMPLE_NOTICE,
+    Actor,
+    Looked,
+    look,
+    perform,
+)
 from ..telemetry.logs import get_logger
 from .auth import FormError, client_address, csrf_field, read_form
 from .context import WebContext
 
 ACTIONS_PREFIX: Final = "/actions/"
 #: Status of a page per reason nothing can be done.
-_STATUS: Final = {"malformed": 404, "bad signature": 404, "expired": 410}
+_STATUS: Final = {"malformed": 404, "bad signature": 404, "expired": 410, "sample": 200}
 _HEADERS: Final = {"cache-control": "no-store", "referrer-policy": "no-referrer"}
 
 _log = get_logger()
@@ -120,6 +128,9 @@ class ActionPages:
             metrics=ctx.metrics,
         )
         _log.info("actions.link", reason=done.reason, client=actor.address)
+        if done.reason == "sample":
+            text = escape(REFUSALS["sample"])
+            return _page("Sample: nothing was sent", f'<p class="notice">{text}</p>')
         if done.outcome is None:
             return _refused(done.reason)
         if not done.ok:
@@ -147,6 +158,8 @@ class ActionPages:
         parts = [
             f"<p>Session: <strong>{escape(looked.title or looked.claims.session)}</strong></p>"
         ]
+        if looked.sample:
+            parts.insert(0, f'<p class="notice" role="note">{escape(SAMPLE_NOTICE)}</p>')
         activity = looked.activity
         if looked.claims.action == "approve_plan":
             plan = activity.plan_generated if activity is not None else None
@@ -180,6 +193,12 @@ class ActionPages:
 
 def _heading(looked: Looked) -> str:
     assert looked.claims is not None
+    if looked.sample:
+        return (
+            "Sample: approve the plan?"
+            if looked.claims.action == "approve_plan"
+            else ("Sample: the agent asks")
+        )
     return "Approve the plan?" if looked.claims.action == "approve_plan" else "The agent asks"
 
 

@@ -28,6 +28,9 @@ from .server import ReadinessCheck, ScrapeHook, always_ready
 #: Sends endpoint NAME a signed test event now; the answer (never raises for the network;
 #: :class:`~sessionhook.relay.ops.OperatorError` for a name the config does not have).
 SendTest = Callable[[str], Awaitable[AttemptResult]]
+#: Sends endpoint NAME a signed sample of an event type now (``trigger``): ``(name, type,
+#: archived session or None)`` -> ``(webhook-id, answer)``.
+SendSample = Callable[[str, str, str | None], Awaitable[tuple[str, AttemptResult]]]
 #: Acts on a signed action link's token for a chat user: ``(token, chat_user, text)`` ->
 #: ``(done, one line for the user)`` (``text``: the reply; ``None`` to approve a plan).
 PerformLink = Callable[[str, str, str | None], Awaitable[tuple[bool, str]]]
@@ -56,6 +59,8 @@ class WebContext:
     #: The console's actions: send endpoint NAME a signed test event now (``None``: not
     #: available), and wake the dispatcher after a replay or an endpoint enabled.
     send_test: SendTest | None = None
+    #: The API's ``:trigger``: a signed sample event now (``None``: not available).
+    send_sample: SendSample | None = None
     wake: Callable[[], None] = lambda: None
     #: Approve a session's plan or answer its agent with the session's account (the
     #: management API, the console, action links); ``None``: not available (answer 503).

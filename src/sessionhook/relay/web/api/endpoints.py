@@ -1,6 +1,7 @@
 """``/v1/endpoints``: list, get, create, update (PATCH, or PUT the whole definition),
-delete, enable, disable, test, rotate the secret (:mod:`sessionhook.relay.ops.endpoint_edits`,
-the same operations as ``sessionhook endpoints ...``).
+delete, enable, disable, test, trigger a sample, rotate the secret
+(:mod:`sessionhook.relay.ops.endpoint_edits`, the same operations as ``sessionhook
+endpoints ...`` and ``sessionhook trigger``).
 
 An endpoint created here lives in the store; its secret is in the create answer (and a
 rotation's) once, never in a read. One of the config file is read-only here (409). Verbs
@@ -30,6 +31,8 @@ from ...domain.api_models import (
     ApiEndpointPage,
     ApiPing,
     ApiRotateBody,
+    ApiTriggerBody,
+    ApiTriggered,
 )
 from ...ops import endpoint_edits as edits
 from ...ops.pages import page_of
@@ -174,6 +177,29 @@ def endpoint_routes(ctx: WebContext) -> Sequence[BaseRoute]:
         await in_store(operator.find_endpoint, name)  # an unknown name: 404 before 503
         return await _test(ctx, name)
 
+    async def trigger(request: Request) -> Response:
+        name = _name(request)
+        body = await read_json(request, ApiTriggerBody)
+        await in_store(operator.find_endpoint, name)  # an unknown name: 404 before 503
+        if ctx.send_sample is None:
+            raise ApiProblem(503, "this relay cannot send sample events")
+        try:
+            webhook_id, result = await ctx.send_sample(name, body.type, body.session)
+        except operator.OperatorError as exc:
+            raise _problem(exc) from None
+        return api_answer(
+            ApiTriggered(
+                name=name,
+                type=body.type,
+                webhook_id=webhook_id,
+                ok=result.ok,
+                status_code=result.status_code,
+                error=result.error,
+                duration_ms=round(result.duration_ms, 1),
+                response_body=result.response_body,
+            )
+        )
+
     return [
         api_route("listEndpoints", listing),
         api_route("createEndpoint", create),
@@ -184,6 +210,7 @@ def endpoint_routes(ctx: WebContext) -> Sequence[BaseRoute]:
         api_route("enableEndpoint", enable),
         api_route("disableEndpoint", disable),
         api_route("testEndpoint", test),
+        api_route("triggerEndpoint", trigger),
         api_route("rotateEndpointSecret", rotate),
     ]
 
