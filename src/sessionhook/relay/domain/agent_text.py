@@ -19,6 +19,8 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final, Literal
 
+from sessionhook.wording import counted
+
 #: The most characters of one upstream field an MCP answer carries.
 MAX_FIELD_CHARS: Final = 4000
 #: Appended where a field was cut (``{n}``: the characters left out).
@@ -90,7 +92,7 @@ def event_summary(event_type: str, body: Mapping[str, Any]) -> str:
     text: object = ""
     if event_type == "session.action_required":
         if _get(data, "action") == "approve_plan":
-            text = f"plan to approve: {len(plan_steps(_get(data, 'plan')))} steps"
+            text = "plan to approve: " + counted(len(plan_steps(_get(data, "plan"))), "step")
         else:
             text = f"question: {_get(data, 'question') or ''}"
     elif event_type == "session.failed":
@@ -103,7 +105,7 @@ def event_summary(event_type: str, body: Mapping[str, Any]) -> str:
     elif event_type == "session.pull_request_opened":
         text = f"pull request {_get(data, 'pull_request', 'url') or ''}"
     elif event_type == "activity.plan_generated":
-        text = f"plan: {len(plan_steps(_get(activity, 'planGenerated', 'plan')))} steps"
+        text = "plan: " + counted(len(plan_steps(_get(activity, "planGenerated", "plan"))), "step")
     elif event_type == "activity.agent_messaged":
         text = f"agent: {_get(activity, 'agentMessaged', 'agentMessage') or ''}"
     elif event_type == "activity.user_messaged":

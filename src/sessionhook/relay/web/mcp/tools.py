@@ -20,6 +20,7 @@ import anyio
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from sessionhook.api.client import session_name
+from sessionhook.wording import counted
 
 from ...domain.actions import ActionKind, NewSession
 from ...domain.agent_text import PROVENANCE, agent_text
@@ -225,7 +226,7 @@ class Tools:
     async def _list(self, args: ListArgs, client: str) -> Answer:
         phase = None if args.state == "all" else args.state
         found = await self._store().run(views.list_phase, phase, args.limit)
-        text = f"{len(found.sessions)} sessions ({args.state})"
+        text = f"{counted(len(found.sessions), 'session')} ({args.state})"
         lines = [f"- {s.session} [{s.phase}] {s.title[:80]}" for s in found.sessions]
         return found, "\n".join([text, *lines])
 
