@@ -76,6 +76,28 @@ CLAIM_SQL = (
 )
 
 
+def record_sql(count: int) -> str:
+    """Decide ``count`` deliveries and count their attempts in ONE statement (one round
+    trip on PostgreSQL), a ``(?, ?, ?, ?, ?, ?, ?, ?)`` per delivery: (id, status,
+    updated_at, last_status_code, last_error, keep next_attempt_at (0/1), next_attempt_at,
+    delivered_at); RETURNING each row's endpoint and attempt number. The values are cast:
+    a column of NULLs only is text on PostgreSQL. A delivery closed as dead while it was
+    in flight (its endpoint deleted) stays dead unless this attempt delivered it: never
+    opened again for nobody."""
+    return (
+        "UPDATE deliveries SET "
+        "status = CASE WHEN status = 'dead' AND v.column2 <> 'delivered' THEN 'dead' "
+        "ELSE v.column2 END, "
+        "attempts = attempts + 1, updated_at = CAST(v.column3 AS DOUBLE PRECISION), "
+        "last_status_code = CAST(v.column4 AS INTEGER), last_error = CAST(v.column5 AS TEXT), "
+        "next_attempt_at = CASE WHEN v.column6 = 1 THEN next_attempt_at "
+        "ELSE CAST(v.column7 AS DOUBLE PRECISION) END, "
+        "delivered_at = COALESCE(CAST(v.column8 AS DOUBLE PRECISION), delivered_at) "
+        "FROM (VALUES " + ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * count) + ") AS v "
+        "WHERE deliveries.id = v.column1 RETURNING id, endpoint, attempts"
+    )
+
+
 class AttemptRecord(NamedTuple):
     """One finished attempt to record: the delivery, what happened, what was decided
     (immutable; a NamedTuple: the dispatcher builds one per delivery on the event loop, and
@@ -284,21 +306,31 @@ class Outbox:
         and, when fewer than ``limit`` are due, :meth:`next_due_at` after ``now`` (else
         ``now``). Returns (failing_since per record, due deliveries, next due time, the
         active endpoints and the newest revision of a definition: :meth:`active_revisions`).
+        On PostgreSQL the round is ONE transaction on one connection (records, claims
+        given back and taken, reads: :meth:`~.dialect.Database.one_transaction`), so the
+        records are committed with the claims; on SQLite the records commit first.
         A round that writes (records, claims given back or taken) waits out a full disk
         (the batch is tried again whole: nothing of it was committed); else it is a read,
         once."""
-        if round_.failing is None:
-            round_.failing = self.record_attempts(round_.records)
-        if round_.release:
-            self._leases.release_delivery_claims(round_.release)
-        # Read once for both queries; the newest revision tells the dispatcher whether
-        # endpoints created through the API changed (see active_revisions).
-        active = self.active_revisions()
-        names, now, limit = active.names, round_.now, round_.limit
-        due = self.due_deliveries(now, limit, set(round_.busy), round_.caps, active=names)
-        if limit > 0 and len(due) >= limit:
-            return round_.failing, due, now, active
-        return round_.failing, due, self.next_due_at(after=now, active=names), active
+        with self._db.one_transaction() as joined:
+            failing = round_.failing
+            if failing is None:
+                failing = self.record_attempts(round_.records)
+                if not joined:  # committed already
+                    round_.failing = failing
+            if round_.release:
+                self._leases.release_delivery_claims(round_.release)
+            # Read once for both queries; the newest revision tells the dispatcher whether
+            # endpoints created through the API changed (see active_revisions).
+            active = self.active_revisions()
+            names, now, limit = active.names, round_.now, round_.limit
+            due = self.due_deliveries(now, limit, set(round_.busy), round_.caps, active=names)
+            if limit > 0 and len(due) >= limit:
+                next_due: float | None = now
+            else:
+                next_due = self.next_due_at(after=now, active=names)
+        round_.failing = failing
+        return failing, due, next_due, active
 
     @write
     def record_attempt(
@@ -326,21 +358,38 @@ class Outbox:
         """
         if not records:
             return []
-        out: list[float | None] = []
         with self._db.tx(serialized=False) as c:
-            # Endpoint bookkeeping is folded per batch: one UPDATE per endpoint, not per row.
-            # The dispatcher passes its batch in (endpoint, session) order: the lock order of
-            # every writer of the heads (see the module docstring).
-            state: dict[str, dict[str, Any]] = {}
-            logged: list[tuple[Any, ...]] = []
+            # One UPDATE decides every delivery of the batch and counts its attempt
+            # (RETURNING its number): its row locks order two writers of one delivery, and
+            # the heads' trigger it fires takes each queue's lock before re-deriving the
+            # head. The re-derived head row is a new, unclaimed one: recording releases
+            # this replica's claim with it. The dispatcher passes its batch in (endpoint,
+            # session) order: the lock order of every writer of the heads (see the module
+            # docstring), taken up front (the statement's plan may visit the rows in any
+            # order).
+            self._db.lock_queues(c, [record.delivery_id for record in records])
+            values: list[Any] = []
             for record in records:
-                out.append(self._record_one(c, record, state, logged))
+                values += _decided(record)
+            updated = {
+                int(row["id"]): (row["endpoint"], row["attempts"])
+                for row in c.execute(record_sql(len(records)), values).fetchall()
+            }
+            # Endpoint bookkeeping is folded per batch: one UPDATE per endpoint, not per row.
+            state: dict[str, dict[str, Any]] = {}
+            logged: list[Any] = []
+            out: list[float | None] = []
+            for record in records:
+                found = updated.get(record.delivery_id)
+                if found is None:
+                    raise StoreError(f"unknown delivery {record.delivery_id}", path=self._db.path)
+                out.append(self._apply(c, record, *found, state, logged))
             # One statement for the batch's attempt rows: one round trip on PostgreSQL.
             c.execute(
                 "INSERT INTO attempts (delivery_id, attempt, started_at, duration_ms, "
                 "status_code, error, response_body) VALUES "
-                + ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * len(logged)),
-                [value for row in logged for value in row],
+                + ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * len(records)),
+                logged,
             )
             for endpoint, s in sorted(state.items()):
                 # After a success in this batch, failing_since is this batch's (NULL or
@@ -364,39 +413,21 @@ class Outbox:
                 )
         return out
 
-    def _record_one(
+    def _apply(
         self,
         c: Connection,
         record: AttemptRecord,
+        endpoint: str,
+        number: int,
         state: dict[str, dict[str, Any]],
-        logged: list[tuple[Any, ...]],
+        logged: list[Any],
     ) -> float | None:
-        """Apply one record's decision; its attempt row goes to ``logged`` (inserted for
-        the whole batch at once)."""
-        attempt, decision, delivery_id = record.attempt, record.decision, record.delivery_id
+        """Fold one recorded attempt (its delivery decided, the attempt ``number`` to
+        ``endpoint``) into the batch's endpoint ``state``; its attempt row's values go to
+        ``logged`` (inserted for the whole batch at once)."""
+        attempt, decision = record.attempt, record.decision
         finished = attempt.started_at + attempt.duration_ms / 1000.0
         code = attempt.status_code
-        error = attempt.error or (
-            None if code is not None and 200 <= code < 300 else f"HTTP {code}"
-        )
-        # One UPDATE per record decides the delivery and counts the attempt (RETURNING its
-        # number): its row lock orders two writers of one delivery, and the heads' trigger
-        # it fires takes the queue's lock before re-deriving the head. The re-derived head
-        # row is a new, unclaimed one: recording releases this replica's claim with it.
-        status, keep_next, next_at, delivered_at = _outcome(decision, finished)
-        # A delivery closed as dead while it was in flight (its endpoint deleted) stays
-        # dead unless this attempt delivered it: never opened again for nobody.
-        row = c.execute(
-            "UPDATE deliveries SET "
-            "status = CASE WHEN status = 'dead' AND ? <> 'delivered' THEN 'dead' ELSE ? END, "
-            "attempts = attempts + 1, updated_at = ?, last_status_code = ?, last_error = ?, "
-            "next_attempt_at = CASE WHEN ? = 1 THEN next_attempt_at ELSE ? END, "
-            "delivered_at = COALESCE(?, delivered_at) WHERE id = ? RETURNING endpoint, attempts",
-            (status, status, finished, code, error, keep_next, next_at, delivered_at, delivery_id),
-        ).fetchone()
-        if row is None:
-            raise StoreError(f"unknown delivery {delivery_id}", path=self._db.path)
-        endpoint, number = row["endpoint"], row["attempts"]
         s = state.get(endpoint)
         if s is None:
             s = state[endpoint] = {
@@ -407,16 +438,14 @@ class Outbox:
                 "last_error": None,
                 "last_error_at": None,
             }
-        logged.append(
-            (
-                delivery_id,
-                number,
-                attempt.started_at,
-                attempt.duration_ms,
-                code,
-                attempt.error,
-                attempt.response_body,
-            )
+        logged += (
+            record.delivery_id,
+            number,
+            attempt.started_at,
+            attempt.duration_ms,
+            code,
+            attempt.error,
+            attempt.response_body,
         )
         if isinstance(decision, Delivered):
             s["last_success_at"] = finished
@@ -437,7 +466,7 @@ class Outbox:
             s["read"] = True
             if s["failing_since"] is None:
                 s["failing_since"] = attempt.started_at
-            s["last_error"], s["last_error_at"] = error, finished
+            s["last_error"], s["last_error_at"] = _error_of(attempt), finished
         value = s["failing_since"]
         return None if value is None else float(value)
 
@@ -524,6 +553,21 @@ class Outbox:
             (delivery_id,),
         ).fetchone()
         return None if row is None else (bytes(row["body"]), row["content_type"])
+
+
+def _error_of(attempt: AttemptResult) -> str | None:
+    """The error a delivery row keeps of an attempt: its own, or a non-2xx status."""
+    code = attempt.status_code
+    return attempt.error or (None if code is not None and 200 <= code < 300 else f"HTTP {code}")
+
+
+def _decided(record: AttemptRecord) -> tuple[Any, ...]:
+    """One record's values for :func:`record_sql`."""
+    attempt = record.attempt
+    finished = attempt.started_at + attempt.duration_ms / 1000.0
+    status, keep_next, next_at, delivered_at = _outcome(record.decision, finished)
+    code, error = attempt.status_code, _error_of(attempt)
+    return (record.delivery_id, status, finished, code, error, keep_next, next_at, delivered_at)
 
 
 def _outcome(decision: Decision, finished: float) -> tuple[str, int, float | None, float | None]:

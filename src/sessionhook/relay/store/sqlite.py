@@ -158,6 +158,15 @@ class SqliteDatabase:
 
     # ----------------------------------------------------------------- what differs
 
+    @contextmanager
+    def one_transaction(self) -> Iterator[bool]:
+        """Nothing to join on SQLite (one connection; see
+        :meth:`~.dialect.Database.one_transaction`): each ``tx`` commits on its own."""
+        yield False
+
+    def lock_queues(self, c: Connection, delivery_ids: Sequence[int]) -> None:
+        """Nothing: one writer (see :meth:`~.dialect.Database.lock_queues`)."""
+
     def skip_locked(self, alias: str) -> str:
         """Nothing: one writer, no rival transaction to skip."""
         return ""
