@@ -13,7 +13,12 @@ on it. The three are measured back to back on the same machine in the same repet
 the figure that matters is the ratio to SQLite of the same repetition. Medians over
 ``--reps``; the load average is printed with each figure.
 
+``--tree NAME=SRC`` (repeatable) runs the commands of each tree (its ``src`` first on
+``PYTHONPATH``), interleaved in every repetition on the same ingested store, so a change is
+measured beside what it changes.
+
     .venv/bin/python bench/replicas_throughput.py                 # 3 reps, 100 x 50 events
+    .venv/bin/python bench/replicas_throughput.py --tree after=src --tree before=/tmp/b/src
     .venv/bin/python bench/replicas_throughput.py --reps 1 --activities 20   # a quick look
 """
 
@@ -95,11 +100,12 @@ class Bench:
         path.write_text("\n".join(lines) + "\n")
         return path
 
-    def run(self, config: Path, log: Path) -> subprocess.Popen[bytes]:
+    def run(self, config: Path, log: Path, tree: Path | None = None) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
             [*SESSIONHOOK, "run", "--config", str(config)],
             stdout=subprocess.DEVNULL,
             stderr=log.open("ab"),
+            env=_env(tree),
         )
 
     def ingest(self, rep: int) -> Path:
@@ -119,9 +125,10 @@ class Bench:
             stop(relay)
         return db
 
-    def deliver(self, label: str, base: Path, replicas: int, rep: int) -> dict[str, float]:
-        work = self.tmp / f"{label}-{rep}"
-        work.mkdir()
+    def deliver(
+        self, label: str, base: Path, replicas: int, rep: int, tree: Path | None = None
+    ) -> dict[str, float]:
+        work = Path(tempfile.mkdtemp(dir=self.tmp, prefix=f"{label}-{rep}-"))
         if label == "sqlite":
             store = str(work / "relay.db")
             shutil.copy(base, store)
@@ -132,6 +139,7 @@ class Bench:
                 capture_output=True,
                 text=True,
                 check=False,
+                env=_env(tree),
             )
             if copied.returncode != 0:
                 raise RuntimeError(f"store copy failed: {copied.stderr}")
@@ -150,6 +158,7 @@ class Bench:
             capture_output=True,
             text=True,
             check=False,
+            env=_env(tree),
         )
         found = re.search(r"queued (\d+)", replay.stdout)
         if replay.returncode != 0 or found is None:
@@ -157,7 +166,7 @@ class Bench:
         expected = int(found.group(1))
         get_json(self.hook_port, "/_bench/reset")
         load = os.getloadavg()[0]
-        relays = [self.run(config, work / f"relay-{i}.log") for i in range(replicas)]
+        relays = [self.run(config, work / f"relay-{i}.log", tree) for i in range(replicas)]
         try:
             deadline = time.monotonic() + self.args.timeout
             while get_json(self.hook_port, "/_bench/stats")["total"] < expected:
@@ -175,6 +184,15 @@ class Bench:
             "bad_signatures": float(stats["bad_signatures"]),
             "load": round(load, 2),
         }
+
+
+def _env(tree: Path | None) -> dict[str, str] | None:
+    """The environment of a command of ``tree`` (its ``src`` first on ``PYTHONPATH``)."""
+    if tree is None:
+        return None
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(tree)
+    return env
 
 
 def _count(db: Path) -> int:
@@ -195,22 +213,31 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--tree", action="append", default=[], metavar="NAME=SRC")
     args = parser.parse_args()
-    rows: dict[str, list[dict[str, float]]] = {"sqlite": [], "pg1": [], "pg2": []}
-    ratios: dict[str, list[float]] = {"pg1/sqlite": [], "pg2/sqlite": [], "pg2/pg1": []}
+    trees: list[tuple[str, Path | None]] = [
+        (t.split("=", 1)[0], Path(t.split("=", 1)[1]).resolve()) for t in args.tree
+    ] or [("current", None)]
+    runs = (("sqlite", 1), ("pg1", 1), ("pg2", 2))
+    rows: dict[str, list[dict[str, float]]] = {}
+    ratios: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="sessionhook-replicas-") as tmp:
         bench = Bench(args, Path(tmp))
         try:
             for rep in range(args.reps):
                 base = bench.ingest(rep)
-                for label, replicas in (("sqlite", 1), ("pg1", 1), ("pg2", 2)):
-                    row = bench.deliver(label, base, replicas, rep)
-                    rows[label].append(row)
-                    print(json.dumps({"rep": rep + 1, "run": label, **row}), flush=True)
-                now = {k: v[-1]["per_s"] for k, v in rows.items()}
-                ratios["pg1/sqlite"].append(now["pg1"] / now["sqlite"])
-                ratios["pg2/sqlite"].append(now["pg2"] / now["sqlite"])
-                ratios["pg2/pg1"].append(now["pg2"] / now["pg1"])
+                # Every other repetition in the reverse order (the load drifts).
+                for name, tree in trees if rep % 2 == 0 else trees[::-1]:
+                    now: dict[str, float] = {}
+                    for label, replicas in runs:
+                        row = bench.deliver(label, base, replicas, rep, tree)
+                        rows.setdefault(f"{name}/{label}", []).append(row)
+                        now[label] = row["per_s"]
+                        shown = {"rep": rep + 1, "tree": name, "run": label, **row}
+                        print(json.dumps(shown), flush=True)
+                    for top, bottom in (("pg1", "sqlite"), ("pg2", "sqlite"), ("pg2", "pg1")):
+                        key = f"{name}: {top}/{bottom}"
+                        ratios.setdefault(key, []).append(now[top] / now[bottom])
         finally:
             bench.close()
     print(
@@ -220,9 +247,11 @@ def main() -> None:
                     k: statistics.median(r["per_s"] for r in v) for k, v in rows.items()
                 },
                 "median_ratio": {k: round(statistics.median(v), 2) for k, v in ratios.items()},
+                "ratios": {k: [round(x, 2) for x in v] for k, v in ratios.items()},
                 "events": args.sessions * args.activities,
                 "reps": args.reps,
-            }
+            },
+            indent=1,
         )
     )
 

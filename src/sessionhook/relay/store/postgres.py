@@ -218,8 +218,9 @@ class PostgresDatabase:
 
     def lock_queues(self, c: Connection, delivery_ids: Sequence[int]) -> None:
         """``outbox_key_lock`` (the heads triggers' lock, re-entrant in a transaction) of
-        each key of ``delivery_ids``, in key order, in one statement."""
-        if delivery_ids:
+        each key of ``delivery_ids``, in key order, in one statement (none for one
+        delivery: its trigger takes the one lock)."""
+        if len(delivery_ids) > 1:
             c.execute(
                 "SELECT outbox_key_lock(k.endpoint, k.session_name) FROM "
                 "(SELECT DISTINCT endpoint, session_name FROM deliveries WHERE id IN ("
