@@ -48,6 +48,15 @@ class Connection(Protocol):
     def executemany(self, sql: str, parameters: Iterable[Sequence[Any]], /) -> Any: ...
 
 
+class Prepared(str):
+    """SQL text of a statement run on every delivery, which the PostgreSQL store prepares
+    on the server (parsed and planned once per connection, then bound with typed
+    parameters: every parameter's type must follow from the text, e.g. no untyped
+    ``? IS NULL``); SQLite's statement cache prepares any text anyway."""
+
+    __slots__ = ()
+
+
 def first_value(conn: Connection, sql: str, params: Sequence[Any] = ()) -> Any:
     """The first column of the first row of ``sql`` (``None`` when there is no row)."""
     row = conn.execute(sql, params).fetchone()

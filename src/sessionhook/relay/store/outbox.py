@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 from ..domain.retry import AttemptResult, Dead, Decision, Delivered, DisableEndpoint, Retry
 from ..domain.rows import OPEN_STATUSES, ActiveEndpoints, DueDelivery, from_row
 from .bodies import BODY_COLUMNS, Bodies
-from .dialect import Connection, Database, first_value
+from .dialect import Connection, Database, Prepared, first_value
 from .errors import StoreError
 from .leases import TAKEABLE, Leases, ReplicaState
 from .policy import call, write, writes_when
@@ -55,7 +55,7 @@ def rows_sql(count: int) -> str:
     is reached by its key. The status is checked by the caller: in the WHERE clause it
     tempted SQLite's planner into walking ``deliveries_by_update`` with a round's worth of
     ids (VM steps 25 -> 727 with a backlog)."""
-    return (
+    return Prepared(
         "SELECT d.id, d.event_id, e.type AS event_type, d.endpoint, ep.url, d.session_name, "
         "d.attempts, d.created_at, d.status, " + BODY_COLUMNS + " "
         "FROM deliveries d "
@@ -84,7 +84,7 @@ def record_sql(count: int) -> str:
     a column of NULLs only is text on PostgreSQL. A delivery closed as dead while it was
     in flight (its endpoint deleted) stays dead unless this attempt delivered it: never
     opened again for nobody."""
-    return (
+    return Prepared(
         "UPDATE deliveries SET "
         "status = CASE WHEN status = 'dead' AND v.column2 <> 'delivered' THEN 'dead' "
         "ELSE v.column2 END, "
@@ -158,7 +158,7 @@ class Outbox:
         keys = sorted((h[2], h[3], h[1]) for h in heads)  # the lock order, see above
         values = ", ".join(["(?, ?, ?)"] * len(keys))
         cur = c.execute(
-            CLAIM_SQL.format(values=values),
+            Prepared(CLAIM_SQL.format(values=values)),
             (owner, now, *(v for key in keys for v in key), owner, now),
         )
         return {int(r["delivery_id"]) for r in cur.fetchall()}
@@ -183,8 +183,10 @@ class Outbox:
         a round, the newest revision from the revisions' index)."""
         conn = self._db.conn
         rows = conn.execute(
-            "SELECT name, (SELECT MAX(revision) FROM endpoints) AS newest FROM endpoints "
-            "WHERE enabled = 1 AND configured = 1 ORDER BY name"
+            Prepared(
+                "SELECT name, (SELECT MAX(revision) FROM endpoints) AS newest FROM endpoints "
+                "WHERE enabled = 1 AND configured = 1 ORDER BY name"
+            )
         ).fetchall()
         # No endpoint active: the newest revision asked apart (a create makes one active).
         newest = (
@@ -249,7 +251,7 @@ class Outbox:
         at most ``limit`` (and each endpoint's cap), without ``skip``: read from the heads
         index alone; an endpoint with no free slot is not read at all."""
         # A claiming read skips, rather than waits for, heads a rival is claiming.
-        sql = HEADS_SQL + (self._db.skip_locked("h") if owner else "")
+        sql = Prepared(HEADS_SQL + (self._db.skip_locked("h") if owner else ""))
         found: list[tuple[float, int, str, str]] = []
         for endpoint in names:
             cap = limit if caps is None else min(limit, caps.get(endpoint, 0))
@@ -288,8 +290,10 @@ class Outbox:
         for endpoint in self.active_endpoints() if active is None else active:
             value = first_value(
                 self._db.conn,
-                "SELECT MIN(next_attempt_at) FROM outbox_heads "
-                "WHERE endpoint = ? AND next_attempt_at > ?",
+                Prepared(
+                    "SELECT MIN(next_attempt_at) FROM outbox_heads "
+                    "WHERE endpoint = ? AND next_attempt_at > ?"
+                ),
                 (endpoint, float("-inf") if after is None else after),
             )
             if value is not None and (best is None or value < best):
@@ -386,9 +390,11 @@ class Outbox:
                 out.append(self._apply(c, record, *found, state, logged))
             # One statement for the batch's attempt rows: one round trip on PostgreSQL.
             c.execute(
-                "INSERT INTO attempts (delivery_id, attempt, started_at, duration_ms, "
-                "status_code, error, response_body) VALUES "
-                + ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * len(records)),
+                Prepared(
+                    "INSERT INTO attempts (delivery_id, attempt, started_at, duration_ms, "
+                    "status_code, error, response_body) VALUES "
+                    + ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * len(records))
+                ),
                 logged,
             )
             for endpoint, s in sorted(state.items()):
@@ -396,11 +402,13 @@ class Outbox:
                 # its later failure); otherwise the earliest of what is stored (a rival
                 # replica may have written since it was read) and this batch's.
                 c.execute(
-                    "UPDATE endpoints SET failing_since = CASE WHEN ? = 1 THEN ? "
-                    "ELSE COALESCE(failing_since, ?) END, "
-                    "last_success_at = COALESCE(?, last_success_at), "
-                    "last_error = COALESCE(?, last_error), "
-                    "last_error_at = COALESCE(?, last_error_at) WHERE name = ?",
+                    Prepared(
+                        "UPDATE endpoints SET failing_since = CASE WHEN ? = 1 THEN ? "
+                        "ELSE COALESCE(failing_since, ?) END, "
+                        "last_success_at = COALESCE(?, last_success_at), "
+                        "last_error = COALESCE(?, last_error), "
+                        "last_error_at = COALESCE(?, last_error_at) WHERE name = ?"
+                    ),
                     (
                         int(s["succeeded"]),
                         s["failing_since"],

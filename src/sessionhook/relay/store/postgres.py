@@ -34,7 +34,7 @@ from ...redact import redact_userinfo
 from ..config.database_url import display_url
 from . import notify
 from .core import StoreCore
-from .dialect import Connection, WakeSource, to_pyformat
+from .dialect import Connection, Prepared, WakeSource, to_pyformat
 from .errors import StoreError, StoreFullError, StoreUnwritableError
 from .migrations import POSTGRES, check_current, migrate
 
@@ -107,6 +107,15 @@ def _query(sql: str) -> bytes:
     return to_pyformat(sql).encode()
 
 
+def _run(conn: psycopg.Connection[Any], sql: str, params: list[Any]) -> Any:
+    """``sql`` on ``conn``: a :class:`~.dialect.Prepared` statement bound on the server and
+    prepared there at its first run (psycopg keeps it per connection); any other bound on
+    the client (see the module docstring)."""
+    if isinstance(sql, Prepared):
+        return psycopg.Cursor(conn).execute(_query(sql), params, prepare=True)
+    return conn.execute(_query(sql), params)
+
+
 class _Adapter:
     """The :class:`~.dialect.Connection` the shared queries see on PostgreSQL."""
 
@@ -118,9 +127,9 @@ class _Adapter:
         params = [_clean(p) for p in parameters]
         conn: psycopg.Connection[Any] | None = getattr(self.local, "conn", None)
         if conn is not None:
-            return conn.execute(_query(sql), params)
+            return _run(conn, sql, params)
         with self.pool.connection(timeout=CONNECT_TIMEOUT) as borrowed:
-            return borrowed.execute(_query(sql), params)
+            return _run(borrowed, sql, params)
 
     def executemany(self, sql: str, parameters: Iterable[Sequence[Any]], /) -> Any:
         rows = [[_clean(p) for p in row] for row in parameters]
