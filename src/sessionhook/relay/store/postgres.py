@@ -20,6 +20,8 @@ replaced by U+FFFD (text from the network never makes a write fail).
 from __future__ import annotations
 
 import functools
+import itertools
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -112,8 +114,22 @@ def _run(conn: psycopg.Connection[Any], sql: str, params: list[Any]) -> Any:
     prepared there at its first run (psycopg keeps it per connection); any other bound on
     the client (see the module docstring)."""
     if isinstance(sql, Prepared):
-        return psycopg.Cursor(conn).execute(_query(sql), params, prepare=True)
+        return psycopg.RawCursor(conn).execute(_numbered(sql), params, prepare=True)
     return conn.execute(_query(sql), params)
+
+
+@functools.lru_cache(maxsize=1024)
+def _numbered(sql: str) -> bytes:
+    """``sql`` with ``$1, $2...`` placeholders (:func:`to_pyformat`'s ``%s`` numbered, its
+    ``%%`` a ``%`` again), for a ``RawCursor``: psycopg then parses no query text per run
+    (it does for a long ``%s`` one: over 50 parameters is not cached)."""
+    numbers = itertools.count(1)
+    return _PYFORMAT.sub(
+        lambda m: "%" if m.group(0) == "%%" else f"${next(numbers)}", to_pyformat(sql)
+    ).encode()
+
+
+_PYFORMAT = re.compile(r"%%|%s")
 
 
 class _Adapter:
