@@ -312,16 +312,22 @@ class Outbox:
         active endpoints and the newest revision of a definition: :meth:`active_revisions`).
         On PostgreSQL the round is ONE transaction on one connection (records, claims
         given back and taken, reads: :meth:`~.dialect.Database.one_transaction`), so the
-        records are committed with the claims; on SQLite the records commit first.
+        records are committed with the claims, the endpoints' rows (which every replica
+        writes) last; on SQLite the records commit first.
         A round that writes (records, claims given back or taken) waits out a full disk
         (the batch is tried again whole: nothing of it was committed); else it is a read,
         once."""
         with self._db.one_transaction() as joined:
             failing = round_.failing
-            if failing is None:
-                failing = self.record_attempts(round_.records)
-                if not joined:  # committed already
-                    round_.failing = failing
+            state: dict[str, dict[str, Any]] = {}
+            if failing is not None or not round_.records:
+                failing = failing or []
+            elif joined:
+                # The endpoints' rows are written last (see _bookkeep).
+                with self._db.tx(serialized=False) as c:
+                    failing, state = self._record(c, round_.records)
+            else:
+                failing = round_.failing = self.record_attempts(round_.records)  # committed
             if round_.release:
                 self._leases.release_delivery_claims(round_.release)
             # Read once for both queries; the newest revision tells the dispatcher whether
@@ -333,6 +339,9 @@ class Outbox:
                 next_due: float | None = now
             else:
                 next_due = self.next_due_at(after=now, active=names)
+            if state:
+                with self._db.tx(serialized=False) as c:
+                    self._bookkeep(c, state)
         round_.failing = failing
         return failing, due, next_due, active
 
@@ -363,63 +372,79 @@ class Outbox:
         if not records:
             return []
         with self._db.tx(serialized=False) as c:
-            # One UPDATE decides every delivery of the batch and counts its attempt
-            # (RETURNING its number): its row locks order two writers of one delivery, and
-            # the heads' trigger it fires takes each queue's lock before re-deriving the
-            # head. The re-derived head row is a new, unclaimed one: recording releases
-            # this replica's claim with it. The dispatcher passes its batch in (endpoint,
-            # session) order: the lock order of every writer of the heads (see the module
-            # docstring), taken up front (the statement's plan may visit the rows in any
-            # order).
-            self._db.lock_queues(c, [record.delivery_id for record in records])
-            values: list[Any] = []
-            for record in records:
-                values += _decided(record)
-            updated = {
-                int(row["id"]): (row["endpoint"], row["attempts"])
-                for row in c.execute(record_sql(len(records)), values).fetchall()
-            }
-            # Endpoint bookkeeping is folded per batch: one UPDATE per endpoint, not per row.
-            state: dict[str, dict[str, Any]] = {}
-            logged: list[Any] = []
-            out: list[float | None] = []
-            for record in records:
-                found = updated.get(record.delivery_id)
-                if found is None:
-                    raise StoreError(f"unknown delivery {record.delivery_id}", path=self._db.path)
-                out.append(self._apply(c, record, *found, state, logged))
-            # One statement for the batch's attempt rows: one round trip on PostgreSQL.
+            out, state = self._record(c, records)
+            self._bookkeep(c, state)
+        return out
+
+    def _record(
+        self, c: Connection, records: Sequence[AttemptRecord]
+    ) -> tuple[list[float | None], dict[str, dict[str, Any]]]:
+        """:meth:`record_attempts` in ``c``'s transaction but for the endpoints' rows: the
+        failing_since per record, and the batch's state per endpoint for
+        :meth:`_bookkeep`."""
+        # One UPDATE decides every delivery of the batch and counts its attempt
+        # (RETURNING its number): its row locks order two writers of one delivery, and
+        # the heads' trigger it fires takes each queue's lock before re-deriving the
+        # head. The re-derived head row is a new, unclaimed one: recording releases
+        # this replica's claim with it. The dispatcher passes its batch in (endpoint,
+        # session) order: the lock order of every writer of the heads (see the module
+        # docstring), taken up front (the statement's plan may visit the rows in any
+        # order).
+        self._db.lock_queues(c, [record.delivery_id for record in records])
+        values: list[Any] = []
+        for record in records:
+            values += _decided(record)
+        updated = {
+            int(row["id"]): (row["endpoint"], row["attempts"])
+            for row in c.execute(record_sql(len(records)), values).fetchall()
+        }
+        # Endpoint bookkeeping is folded per batch: one UPDATE per endpoint, not per row.
+        state: dict[str, dict[str, Any]] = {}
+        logged: list[Any] = []
+        out: list[float | None] = []
+        for record in records:
+            found = updated.get(record.delivery_id)
+            if found is None:
+                raise StoreError(f"unknown delivery {record.delivery_id}", path=self._db.path)
+            out.append(self._apply(c, record, *found, state, logged))
+        # One statement for the batch's attempt rows: one round trip on PostgreSQL.
+        c.execute(
+            Prepared(
+                "INSERT INTO attempts (delivery_id, attempt, started_at, duration_ms, "
+                "status_code, error, response_body) VALUES "
+                + ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * len(records))
+            ),
+            logged,
+        )
+        return out, state
+
+    @staticmethod
+    def _bookkeep(c: Connection, state: dict[str, dict[str, Any]]) -> None:
+        """The endpoints' rows after a batch (:meth:`_record`'s ``state``), one UPDATE per
+        endpoint, in name order. Replicas delivering to one endpoint all write its row:
+        the row's lock is held from here to the commit, so this comes last."""
+        for endpoint, s in sorted(state.items()):
+            # After a success in this batch, failing_since is this batch's (NULL or
+            # its later failure); otherwise the earliest of what is stored (a rival
+            # replica may have written since it was read) and this batch's.
             c.execute(
                 Prepared(
-                    "INSERT INTO attempts (delivery_id, attempt, started_at, duration_ms, "
-                    "status_code, error, response_body) VALUES "
-                    + ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * len(records))
+                    "UPDATE endpoints SET failing_since = CASE WHEN ? = 1 THEN ? "
+                    "ELSE COALESCE(failing_since, ?) END, "
+                    "last_success_at = COALESCE(?, last_success_at), "
+                    "last_error = COALESCE(?, last_error), "
+                    "last_error_at = COALESCE(?, last_error_at) WHERE name = ?"
                 ),
-                logged,
+                (
+                    int(s["succeeded"]),
+                    s["failing_since"],
+                    s["failing_since"],
+                    s["last_success_at"],
+                    s["last_error"],
+                    s["last_error_at"],
+                    endpoint,
+                ),
             )
-            for endpoint, s in sorted(state.items()):
-                # After a success in this batch, failing_since is this batch's (NULL or
-                # its later failure); otherwise the earliest of what is stored (a rival
-                # replica may have written since it was read) and this batch's.
-                c.execute(
-                    Prepared(
-                        "UPDATE endpoints SET failing_since = CASE WHEN ? = 1 THEN ? "
-                        "ELSE COALESCE(failing_since, ?) END, "
-                        "last_success_at = COALESCE(?, last_success_at), "
-                        "last_error = COALESCE(?, last_error), "
-                        "last_error_at = COALESCE(?, last_error_at) WHERE name = ?"
-                    ),
-                    (
-                        int(s["succeeded"]),
-                        s["failing_since"],
-                        s["failing_since"],
-                        s["last_success_at"],
-                        s["last_error"],
-                        s["last_error_at"],
-                        endpoint,
-                    ),
-                )
-        return out
 
     def _apply(
         self,
