@@ -1,7 +1,9 @@
 """The PostgreSQL backend: :class:`PostgresDatabase` (``store.url = "postgresql://..."``) and
 :class:`PostgresStore`, the store on it, through a ``psycopg_pool.ConnectionPool`` of
 autocommit connections binding parameters on the client side (``psycopg.ClientCursor``: an
-untyped ``? IS NULL`` is valid, as on SQLite).
+untyped ``? IS NULL`` is valid, as on SQLite), but for the statements of the dispatcher's
+round (:class:`~.dialect.Prepared`): those are bound and prepared on the server, each parsed
+and planned once per connection.
 
 A read outside a transaction borrows a connection for one statement (each read sees
 committed data); ``tx`` holds one connection for the block (a thread-local the block's
