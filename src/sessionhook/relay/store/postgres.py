@@ -249,10 +249,12 @@ class PostgresDatabase:
         delivery: its trigger takes the one lock)."""
         if len(delivery_ids) > 1:
             c.execute(
-                "SELECT outbox_key_lock(k.endpoint, k.session_name) FROM "
-                "(SELECT DISTINCT endpoint, session_name FROM deliveries WHERE id IN ("
-                + ", ".join("?" * len(delivery_ids))
-                + ") ORDER BY endpoint, session_name) AS k",
+                Prepared(
+                    "SELECT outbox_key_lock(k.endpoint, k.session_name) FROM "
+                    "(SELECT DISTINCT endpoint, session_name FROM deliveries WHERE id IN ("
+                    + ", ".join("?" * len(delivery_ids))
+                    + ") ORDER BY endpoint, session_name) AS k"
+                ),
                 delivery_ids,
             )
 
