@@ -189,9 +189,9 @@ def test_text_with_nul_characters_is_stored_not_refused(pg_url: str) -> None:
         assert row is not None and row.title == "a\ufffdb"
 
 
-def test_a_dispatcher_round_is_prepared_once_and_recorded_with_its_claims(pg_url: str) -> None:
-    """The round's statements are prepared on the server (planned once per connection),
-    and the round is one transaction: its records and claims commit together."""
+def test_a_dispatcher_rounds_statements_are_prepared_once_per_connection(pg_url: str) -> None:
+    """The round's statements are prepared on the server (planned once per connection) and
+    reused by the next round; the round still records, moves each queue on and claims."""
     store = PostgresStore.open(pg_url, clock=Clock(), pool_size=1)  # one connection to look at
     try:
         store.endpoints.sync_endpoints([Ep("a")])

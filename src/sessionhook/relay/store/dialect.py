@@ -121,13 +121,6 @@ class Database(Protocol):
         PostgreSQL's global write lock (SQLite has one writer anyway)."""
         ...
 
-    def one_transaction(self) -> AbstractContextManager[bool]:
-        """The block's write transactions and reads as ONE transaction on one connection
-        (PostgreSQL: one connection borrowed, one ``BEGIN``/``COMMIT``, a round trip each
-        saved); yields whether it does so (``False``: SQLite, where each ``tx`` inside
-        commits on its own and reads need no connection of their own)."""
-        ...
-
     def lock_queues(self, c: Connection, delivery_ids: Sequence[int]) -> None:
         """Take the queue locks of these deliveries' (endpoint, session) keys in key order
         (the lock order of every writer of the heads), before one statement writes them

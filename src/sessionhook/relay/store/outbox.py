@@ -310,40 +310,21 @@ class Outbox:
         and, when fewer than ``limit`` are due, :meth:`next_due_at` after ``now`` (else
         ``now``). Returns (failing_since per record, due deliveries, next due time, the
         active endpoints and the newest revision of a definition: :meth:`active_revisions`).
-        On PostgreSQL the round is ONE transaction on one connection (records, claims
-        given back and taken, reads: :meth:`~.dialect.Database.one_transaction`), so the
-        records are committed with the claims, the endpoints' rows (which every replica
-        writes) last; on SQLite the records commit first.
         A round that writes (records, claims given back or taken) waits out a full disk
         (the batch is tried again whole: nothing of it was committed); else it is a read,
         once."""
-        with self._db.one_transaction() as joined:
-            failing = round_.failing
-            state: dict[str, dict[str, Any]] = {}
-            if failing is not None or not round_.records:
-                failing = failing or []
-            elif joined:
-                # The endpoints' rows are written last (see _bookkeep).
-                with self._db.tx(serialized=False) as c:
-                    failing, state = self._record(c, round_.records)
-            else:
-                failing = round_.failing = self.record_attempts(round_.records)  # committed
-            if round_.release:
-                self._leases.release_delivery_claims(round_.release)
-            # Read once for both queries; the newest revision tells the dispatcher whether
-            # endpoints created through the API changed (see active_revisions).
-            active = self.active_revisions()
-            names, now, limit = active.names, round_.now, round_.limit
-            due = self.due_deliveries(now, limit, set(round_.busy), round_.caps, active=names)
-            if limit > 0 and len(due) >= limit:
-                next_due: float | None = now
-            else:
-                next_due = self.next_due_at(after=now, active=names)
-            if state:
-                with self._db.tx(serialized=False) as c:
-                    self._bookkeep(c, state)
-        round_.failing = failing
-        return failing, due, next_due, active
+        if round_.failing is None:
+            round_.failing = self.record_attempts(round_.records)
+        if round_.release:
+            self._leases.release_delivery_claims(round_.release)
+        # Read once for both queries; the newest revision tells the dispatcher whether
+        # endpoints created through the API changed (see active_revisions).
+        active = self.active_revisions()
+        names, now, limit = active.names, round_.now, round_.limit
+        due = self.due_deliveries(now, limit, set(round_.busy), round_.caps, active=names)
+        if limit > 0 and len(due) >= limit:
+            return round_.failing, due, now, active
+        return round_.failing, due, self.next_due_at(after=now, active=names), active
 
     @write
     def record_attempt(

@@ -318,52 +318,18 @@ class PostgresDatabase:
         if self.readonly:
             raise StoreError(f"{self.location} is open read-only")
         local = self._adapter.local
-        held: psycopg.Connection[Any] | None = getattr(local, "conn", None)
-        if held is not None:
-            if not getattr(local, "joined", False):  # pragma: no cover - a bug
-                raise RuntimeError("nested store transaction")
-            # Inside one_transaction: this block is part of its transaction.
-            if serialized:
-                held.execute(f"SELECT pg_advisory_xact_lock({WRITE_LOCK})".encode())
-            yield self._adapter
-            return
-        with self._transaction() as conn:
-            if serialized:
-                conn.execute(f"SELECT pg_advisory_xact_lock({WRITE_LOCK})".encode())
-            yield self._adapter
-
-    @contextmanager
-    def one_transaction(self) -> Iterator[bool]:
-        """The block's transactions (:meth:`tx`) and reads as ONE transaction on one pooled
-        connection (see :meth:`~.dialect.Database.one_transaction`); committed when the
-        block ends, rolled back whole when it raises. Read-only: the reads of the block
-        borrow connections as they do outside it."""
-        if self.readonly:
-            yield False
-            return
-        local = self._adapter.local
         if getattr(local, "conn", None) is not None:  # pragma: no cover - a bug
             raise RuntimeError("nested store transaction")
-        with self._transaction():
-            local.joined = True
-            try:
-                yield True
-            finally:
-                local.joined = False
-
-    @contextmanager
-    def _transaction(self) -> Iterator[psycopg.Connection[Any]]:
-        """A transaction on a pooled connection, which the adapter's statements of this
-        thread go to until it ends; "cannot write now" errors mapped (see :meth:`tx`)."""
-        local = self._adapter.local
         try:
             with (
                 self._pool.connection(timeout=CONNECT_TIMEOUT) as conn,
                 conn.transaction(),
             ):
+                if serialized:
+                    conn.execute(f"SELECT pg_advisory_xact_lock({WRITE_LOCK})".encode())
                 local.conn = conn
                 try:
-                    yield conn
+                    yield self._adapter
                 finally:
                     local.conn = None
         except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:

@@ -158,12 +158,6 @@ class SqliteDatabase:
 
     # ----------------------------------------------------------------- what differs
 
-    @contextmanager
-    def one_transaction(self) -> Iterator[bool]:
-        """Nothing to join on SQLite (one connection; see
-        :meth:`~.dialect.Database.one_transaction`): each ``tx`` commits on its own."""
-        yield False
-
     def lock_queues(self, c: Connection, delivery_ids: Sequence[int]) -> None:
         """Nothing: one writer (see :meth:`~.dialect.Database.lock_queues`)."""
 
