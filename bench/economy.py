@@ -8,7 +8,8 @@ is the relay's (the bench changes the stand-in's world through its Python API, n
 Scenarios (``--scenario``, default ``all``), each run ``--runs`` times (medians printed):
 
 * ``finishing``: sessions that finish, at the relay's default poll settings: 20 working
-  sessions gain 126 activities over 30 s (``--duration``) and then finish: each a "Session
+  sessions gain 126 activities over 30 s (``--duration``, from the relay's first list read
+  on) and then finish: each a "Session
   started" activity, a plan, its approval, progress updates, in five of them a pull request,
   and a ``sessionCompleted``
   (two a ``sessionFailed``; ``--state-first 1``: one of them shows the state ``FAILED``
@@ -37,8 +38,9 @@ Scenarios (``--scenario``, default ``all``), each run ``--runs`` times (medians 
 * ``idle``: 10,000 finished sessions, archived (the relay runs until its first start's work
   is over: no activity request for 5 s and, where the relay walks history in the background,
   ``sessionhook status`` says it is done); then the CPU seconds of the relay process over
-  ``--idle-window`` s against a bare loop (a separate process) that only walks the same list
-  every ``discovery_interval``; activity requests during the window.
+  ``--idle-window`` s against a bare loop (a separate process) that only reads the same list
+  pages (the whole list every ``discovery_interval``, the first page every second between
+  those); the requests during the window.
 
     .venv/bin/python bench/economy.py --scenario working --runs 3 --active-interval 0.3
     .venv/bin/python bench/economy.py --set poll.mode='"timer"' ...   # extra config keys
@@ -377,9 +379,7 @@ def _first_activities(world: World) -> dict[str, Any]:
             first[session] = name
     latencies = [arrivals[n] - world.created[n] for n in first.values() if n in arrivals]
     return {
-        "first_activity_latency_p50_s": _round(
-            statistics.median(latencies) if latencies else None
-        ),
+        "first_activity_latency_p50_s": _round(statistics.median(latencies) if latencies else None),
         "first_activity_latency_max_s": _round(max(latencies) if latencies else None),
     }
 
@@ -410,12 +410,15 @@ async def _finishing(
     script = _finishing_script(args, sessions, arriving=arriving)
     ended: dict[str, float] = {}  # session -> wall time its final step was taken
     relay = world.start_relay(config, tmp / "relay.log")
-    if arriving:  # the relay idles on its empty account first: 2 s after its first list read
-        for _ in range(300):
-            listed = [r.at for r in world.standin.requests("list_sessions") if r.status == 200]
-            if listed and time.monotonic() - min(listed) >= 2.0:
-                break
-            await anyio.sleep(0.1)
+    spawned = time.monotonic()  # the requests are counted from here
+    # The workload begins once the relay runs (its first list read answered: the start of
+    # the process is no latency of a running relay); an arriving one 2 s later (the relay
+    # idles on its empty account first).
+    for _ in range(600):
+        listed = [r.at for r in world.standin.requests("list_sessions") if r.status == 200]
+        if listed and time.monotonic() - min(listed) >= (2.0 if arriving else 0.0):
+            break
+        await anyio.sleep(0.05)
     started = time.monotonic()
     try:
         pending = list(script)
@@ -434,7 +437,7 @@ async def _finishing(
         stopped = time.monotonic()
     finally:
         code = _stop(relay)
-    figures = world.delivery_figures(started, stopped)
+    figures = world.delivery_figures(spawned, stopped)
     if arriving:
         figures |= _first_activities(world)
     final_arrivals = finals()
@@ -553,7 +556,7 @@ async def _idle(world: World, tmp: Path, hook_url: str) -> dict[str, Any]:
         settle_s = time.monotonic() - started
         window = args.idle_window
         relay_cpu, relay_counts = _measure(relay.pid, world, window)
-        bare = _start_bare_walk(standin.base_url, args.discovery_interval or 10.0)
+        bare = _start_bare_walk(standin.base_url, args.discovery_interval or 10.0, 1.0)
         try:
             await anyio.sleep(0.5)  # imports done
             bare_cpu, _ = _measure(bare.pid, world, window)
@@ -575,9 +578,9 @@ async def _idle(world: World, tmp: Path, hook_url: str) -> dict[str, Any]:
     }
 
 
-def _start_bare_walk(base_url: str, interval: float) -> subprocess.Popen[bytes]:
+def _start_bare_walk(base_url: str, interval: float, head: float) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, __file__, "--bare-walk", base_url, str(interval)],
+        [sys.executable, __file__, "--bare-walk", base_url, str(interval), str(head)],
         stdin=subprocess.DEVNULL,
     )
 
@@ -609,19 +612,33 @@ def _measure(pid: int, world: World, window: float) -> tuple[float, Counter[str]
     return cpu, world.requests_between(start_mono, time.monotonic())
 
 
-def bare_walk(base_url: str, interval: float) -> None:
-    """The baseline: walk every page of the session list each ``interval``, nothing else."""
+def bare_walk(base_url: str, interval: float, head_interval: float) -> None:
+    """The baseline: the list pages the relay reads, nothing else: every ``interval`` every
+    page of the session list (the stand-in has no list of archived sessions apart: the relay
+    stops asking for it), and between those passes the first page every ``head_interval``."""
+
+    def walk(http: httpx.Client, pages: int | None = None) -> None:
+        token = None
+        while pages is None or pages > 0:
+            params = {"pageSize": "100", **({"pageToken": token} if token else {})}
+            body = http.get("/v1alpha/sessions", params=params).json()
+            token = body.get("nextPageToken")
+            pages = None if pages is None else pages - 1
+            if not token:
+                break
+
     with httpx.Client(base_url=base_url, headers={"x-vendor-api-key": API_KEY}) as http:
+        next_pass = time.monotonic()
         while True:
             started = time.monotonic()
-            token = None
-            while True:
-                params = {"pageSize": "100", **({"pageToken": token} if token else {})}
-                body = http.get("/v1alpha/sessions", params=params).json()
-                token = body.get("nextPageToken")
-                if not token:
-                    break
-            time.sleep(max(0.0, interval - (time.monotonic() - started)))
+            if started >= next_pass:
+                next_pass = started + interval
+                walk(http)
+            else:
+                walk(http, pages=1)
+            time.sleep(
+                max(0.0, min(head_interval, next_pass - started) - (time.monotonic() - started))
+            )
 
 
 def _round(value: float | None) -> float | None:
@@ -681,8 +698,8 @@ def _medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def main() -> None:
-    if len(sys.argv) == 4 and sys.argv[1] == "--bare-walk":
-        bare_walk(sys.argv[2], float(sys.argv[3]))
+    if len(sys.argv) == 5 and sys.argv[1] == "--bare-walk":
+        bare_walk(sys.argv[2], float(sys.argv[3]), float(sys.argv[4]))
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scenario", choices=[*SCENARIOS, "all"], default="all")
