@@ -38,7 +38,7 @@ from tests.support.backends import Backend
 from tests.support.loopback import free_port
 from tests.support.pg import Cluster
 from tests.support.processes import interrupt
-from tests.support.relay_process import sessionhook
+from tests.support.relay_process import run_cli
 from tests.support.web_relay import TOKEN, WebRelay, web_context
 
 pytestmark = pytest.mark.process
@@ -162,12 +162,10 @@ def test_follow_resumes_after_an_id_and_refuses_an_unknown_one(
             proc.send_signal(signal.SIGINT)
             proc.wait(timeout=10)
     assert [line.split()[-1] for line in lines] == ids[2:]
-    unknown = sessionhook(
-        "events", "-f", *where, "--last-event-id", "evt_nope", env=_env(), timeout=30
-    )
+    unknown = run_cli("events", "-f", *where, "--last-event-id", "evt_nope", env=_env(), timeout=30)
     assert unknown.returncode == 1
     assert unknown.stderr.startswith("error: unknown event id 'evt_nope'")
-    usage = sessionhook("events", "-f", *where, "--format", "json", env=_env(), timeout=30)
+    usage = run_cli("events", "-f", *where, "--format", "json", env=_env(), timeout=30)
     assert usage.returncode == 2
 
 
