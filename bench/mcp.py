@@ -53,6 +53,7 @@ QUIET = {
     "active_interval": 0.05,
     "idle_interval": 3600,
     "discovery_interval": 3600,
+    "list_interval": 3600,
 }
 
 

@@ -29,12 +29,14 @@ pytestmark = [pytest.mark.app, pytest.mark.anyio]
 
 WITHIN = 30.0
 RAW = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
-#: A poller that, once a session waits, asks nothing for an hour.
+#: A poller that, once a session waits, asks nothing for an hour (no list read either:
+#: what is counted is what the waits cost).
 QUIET = {
     "mode": "timer",
     "active_interval": 0.05,
     "idle_interval": 3600,
     "discovery_interval": 3600,
+    "list_interval": 3600,
 }
 
 
