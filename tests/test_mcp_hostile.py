@@ -23,21 +23,21 @@ from sessionhook.relay.telemetry.metrics import Metrics
 from sessionhook.relay.web import WebAuth, WebContext, create_app
 from sessionhook.relay.web import server as health
 from tests.support.loopback import free_port
-from tests.support.mcp_relay import AUTH, TOKEN, mcp_client, mcp_relay, refusal, structured, until
+from tests.support.mcp_relay import (
+    AUTH,
+    QUIET,
+    TOKEN,
+    mcp_client,
+    mcp_relay,
+    refusal,
+    structured,
+    until,
+)
 
 pytestmark = [pytest.mark.app, pytest.mark.anyio]
 
 WITHIN = 30.0
 RAW = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
-#: A poller that, once a session waits, asks nothing for an hour (no list read either:
-#: what is counted is what the waits cost).
-QUIET = {
-    "mode": "timer",
-    "active_interval": 0.05,
-    "idle_interval": 3600,
-    "discovery_interval": 3600,
-    "list_interval": 3600,
-}
 
 
 async def test_hostile_titles_come_back_bounded_and_as_data(tmp_path: Path) -> None:
