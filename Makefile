@@ -65,9 +65,11 @@ PYTEST = PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -n $(1) $(2); rc=$$?; \
 test: lint system-deps $(JULES_SDK)
 	@$(call PYTEST,4)
 
-# The unit and app tiers: the loop to run while working (under a minute); no lint.
+# The unit and app tiers: the loop to run while working (under a minute); no lint. Four
+# workers, as for make test: many app tests wait on sockets and timers (about 50 s on four
+# against 70 s on two, docs/testing.md).
 quick: $(STAMP)
-	@$(call PYTEST,2,-m "not process")
+	@$(call PYTEST,4,-m "not process")
 
 # The official Jules SDK (Node, its lock in tests/jules-sdk) for the test that drives it
 # against the emulator. Without npm or the registry the test is skipped, except under

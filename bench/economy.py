@@ -8,7 +8,8 @@ is the relay's (the bench changes the stand-in's world through its Python API, n
 Scenarios (``--scenario``, default ``all``), each run ``--runs`` times (medians printed):
 
 * ``finishing``: sessions that finish, at the relay's default poll settings: 20 working
-  sessions gain 126 activities over 30 s (``--duration``) and then finish: each a "Session
+  sessions gain 126 activities over 30 s (``--duration``, from the relay's first list read
+  on) and then finish: each a "Session
   started" activity, a plan, its approval, progress updates, in five of them a pull request,
   and a ``sessionCompleted``
   (two a ``sessionFailed``; ``--state-first 1``: one of them shows the state ``FAILED``
@@ -17,6 +18,11 @@ Scenarios (``--scenario``, default ``all``), each run ``--runs`` times (medians 
   without the activity that explains them, and events out of order at the consumer (per
   session: activities by ``createTime``, a pull request and the final activity before
   ``session.completed`` / ``session.failed``).
+* ``arriving``: the same workload, but the relay starts on an empty account (the run begins
+  2 s after its first list read) and each session is created during the run (at a random
+  moment of its first half) just before its first activity, as a user's sessions come: the
+  latency of each session's first activity (how soon a new session is live) besides the
+  figures of ``finishing``.
 * ``working``: 20 sessions working at once, one activity every ~1.3 s each (uniform
   1.0..1.6 s; one in ten an agent message, the rest progress updates) for ``--duration``
   s. **Upstream requests per delivered activity** and the p50/p90 delivery latency
@@ -32,8 +38,9 @@ Scenarios (``--scenario``, default ``all``), each run ``--runs`` times (medians 
 * ``idle``: 10,000 finished sessions, archived (the relay runs until its first start's work
   is over: no activity request for 5 s and, where the relay walks history in the background,
   ``sessionhook status`` says it is done); then the CPU seconds of the relay process over
-  ``--idle-window`` s against a bare loop (a separate process) that only walks the same list
-  every ``discovery_interval``; activity requests during the window.
+  ``--idle-window`` s against a bare loop (a separate process) that only reads the same list
+  pages (the whole list every ``discovery_interval``, the first page every second between
+  those); the requests during the window.
 
     .venv/bin/python bench/economy.py --scenario working --runs 3 --active-interval 0.3
     .venv/bin/python bench/economy.py --set poll.mode='"timer"' ...   # extra config keys
@@ -197,6 +204,7 @@ class World:
             api_key=API_KEY, max_page_size=100, moves_update_time=moves_update_time
         )
         self.created: dict[str, float] = {}  # activity name -> wall createTime
+        self.names: dict[str, str] = {}  # arriving: the script's session -> its name
 
     def add_activity(self, session: str, member: str = "progressUpdated") -> None:
         activity = self.standin.append_activity(session, member)
@@ -229,6 +237,7 @@ class World:
             "lost": len(set(self.created) - set(arrivals)),
             "latency_p50_s": _round(statistics.median(latencies) if latencies else None),
             "latency_p90_s": _round(_percentile(latencies, 0.9)),
+            "latency_p99_s": _round(_percentile(latencies, 0.99)),
             "latency_max_s": _round(max(latencies) if latencies else None),
             "upstream_requests": requests,
             "by_kind": counts,
@@ -274,13 +283,15 @@ _FINAL = {"session.completed": "sessionCompleted", "session.failed": "sessionFai
 
 
 def _finishing_script(
-    args: argparse.Namespace, sessions: list[str]
+    args: argparse.Namespace, sessions: list[str], *, arriving: bool = False
 ) -> list[tuple[float, str, str]]:
     """``(seconds after the start, session, step)`` of the finishing workload, in time order.
 
     ``args.activities`` spread over the sessions (the first ones take the remainder): each a
     "Session started" activity (``started``: no event member), a plan, its approval,
     progress updates and a final activity, at random moments over ``args.duration`` s.
+    ``arriving``: each session starts at a random moment of the first half (else of the
+    first 2 s), created there (``create``) just before its first activity.
     Steps: an activity member, ``pullRequest`` (a pull request in the
     outputs and a progress update telling it: five sessions), ``failFirst`` (the state
     ``FAILED`` shown before its ``sessionFailed`` activity, 0.3 s later: the first
@@ -299,9 +310,11 @@ def _finishing_script(
         if 2 <= index < 7 and progress:
             progress[-1] = "pullRequest"
         steps = ["started", "planGenerated", "planApproved", *progress, final]
-        start = rng.uniform(0.0, 2.0)
+        start = rng.uniform(0.0, args.duration / 2 if arriving else 2.0)
         moments = sorted(rng.uniform(start, args.duration) for _ in steps)
         script += [(at, name, step) for at, step in zip(moments, steps, strict=True)]
+        if arriving:
+            script.append((start, name, "create"))
     script.sort(key=lambda item: item[0])
     return script
 
@@ -309,6 +322,10 @@ def _finishing_script(
 def _finishing_step(world: World, name: str, step: str, ended: dict[str, float]) -> None:
     """One step of :func:`_finishing_script` applied to the stand-in."""
     standin = world.standin
+    if step == "create":
+        world.names[name] = standin.add_session(name, state="IN_PROGRESS")
+        return
+    name = world.names.get(name, name)
     if step == "pullRequest":
         standin.add_pull_request(name, f"https://github.com/acme/api/pull/{len(ended) + 1}")
         world.add_activity(name)
@@ -352,6 +369,25 @@ def _out_of_order(world: World) -> int:
     return bad
 
 
+def _first_activities(world: World) -> dict[str, Any]:
+    """Arriving sessions: the latency of each one's first activity (how soon it is live)."""
+    arrivals = _activity_arrivals(world.receiver)
+    first: dict[str, str] = {}  # session -> its first activity
+    for name, created in world.created.items():
+        session = name.split("/activities/")[0]
+        if session not in first or created < world.created[first[session]]:
+            first[session] = name
+    latencies = [arrivals[n] - world.created[n] for n in first.values() if n in arrivals]
+    return {
+        "first_activity_latency_p50_s": _round(statistics.median(latencies) if latencies else None),
+        "first_activity_latency_max_s": _round(max(latencies) if latencies else None),
+    }
+
+
+async def _arriving(world: World, tmp: Path, hook_url: str) -> dict[str, Any]:
+    return await _finishing(world, tmp, hook_url, arriving=True)
+
+
 def events_type(member: str) -> str:
     """The activity event type of an activity member (``sessionCompleted`` ->
     ``activity.session_completed``)."""
@@ -359,15 +395,30 @@ def events_type(member: str) -> str:
     return "activity." + snake
 
 
-async def _finishing(world: World, tmp: Path, hook_url: str) -> dict[str, Any]:
+async def _finishing(
+    world: World, tmp: Path, hook_url: str, *, arriving: bool = False
+) -> dict[str, Any]:
     args = world.args
     config = _config(tmp, world.standin.base_url, hook_url, world.secret, args, backfill=True)
-    sessions = [
-        world.standin.add_session(f"Working {i}", state="IN_PROGRESS") for i in range(args.sessions)
-    ]
-    script = _finishing_script(args, sessions)
+    if arriving:  # created by the script's "create" steps
+        sessions = [f"Working {i}" for i in range(args.sessions)]
+    else:
+        sessions = [
+            world.standin.add_session(f"Working {i}", state="IN_PROGRESS")
+            for i in range(args.sessions)
+        ]
+    script = _finishing_script(args, sessions, arriving=arriving)
     ended: dict[str, float] = {}  # session -> wall time its final step was taken
     relay = world.start_relay(config, tmp / "relay.log")
+    spawned = time.monotonic()  # the requests are counted from here
+    # The workload begins once the relay runs (its first list read answered: the start of
+    # the process is no latency of a running relay); an arriving one 2 s later (the relay
+    # idles on its empty account first).
+    for _ in range(600):
+        listed = [r.at for r in world.standin.requests("list_sessions") if r.status == 200]
+        if listed and time.monotonic() - min(listed) >= (2.0 if arriving else 0.0):
+            break
+        await anyio.sleep(0.05)
     started = time.monotonic()
     try:
         pending = list(script)
@@ -386,7 +437,9 @@ async def _finishing(world: World, tmp: Path, hook_url: str) -> dict[str, Any]:
         stopped = time.monotonic()
     finally:
         code = _stop(relay)
-    figures = world.delivery_figures(started, stopped)
+    figures = world.delivery_figures(spawned, stopped)
+    if arriving:
+        figures |= _first_activities(world)
     final_arrivals = finals()
     final_latencies = [a.arrived_at - ended[s] for s, a in final_arrivals.items() if s in ended]
     counts = figures["by_kind"]
@@ -503,7 +556,7 @@ async def _idle(world: World, tmp: Path, hook_url: str) -> dict[str, Any]:
         settle_s = time.monotonic() - started
         window = args.idle_window
         relay_cpu, relay_counts = _measure(relay.pid, world, window)
-        bare = _start_bare_walk(standin.base_url, args.discovery_interval or 10.0)
+        bare = _start_bare_walk(standin.base_url, args.discovery_interval or 10.0, 1.0)
         try:
             await anyio.sleep(0.5)  # imports done
             bare_cpu, _ = _measure(bare.pid, world, window)
@@ -525,9 +578,9 @@ async def _idle(world: World, tmp: Path, hook_url: str) -> dict[str, Any]:
     }
 
 
-def _start_bare_walk(base_url: str, interval: float) -> subprocess.Popen[bytes]:
+def _start_bare_walk(base_url: str, interval: float, head: float) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, __file__, "--bare-walk", base_url, str(interval)],
+        [sys.executable, __file__, "--bare-walk", base_url, str(interval), str(head)],
         stdin=subprocess.DEVNULL,
     )
 
@@ -559,19 +612,33 @@ def _measure(pid: int, world: World, window: float) -> tuple[float, Counter[str]
     return cpu, world.requests_between(start_mono, time.monotonic())
 
 
-def bare_walk(base_url: str, interval: float) -> None:
-    """The baseline: walk every page of the session list each ``interval``, nothing else."""
+def bare_walk(base_url: str, interval: float, head_interval: float) -> None:
+    """The baseline: the list pages the relay reads, nothing else: every ``interval`` every
+    page of the session list (the stand-in has no list of archived sessions apart: the relay
+    stops asking for it), and between those passes the first page every ``head_interval``."""
+
+    def walk(http: httpx.Client, pages: int | None = None) -> None:
+        token = None
+        while pages is None or pages > 0:
+            params = {"pageSize": "100", **({"pageToken": token} if token else {})}
+            body = http.get("/v1alpha/sessions", params=params).json()
+            token = body.get("nextPageToken")
+            pages = None if pages is None else pages - 1
+            if not token:
+                break
+
     with httpx.Client(base_url=base_url, headers={"x-vendor-api-key": API_KEY}) as http:
+        next_pass = time.monotonic()
         while True:
             started = time.monotonic()
-            token = None
-            while True:
-                params = {"pageSize": "100", **({"pageToken": token} if token else {})}
-                body = http.get("/v1alpha/sessions", params=params).json()
-                token = body.get("nextPageToken")
-                if not token:
-                    break
-            time.sleep(max(0.0, interval - (time.monotonic() - started)))
+            if started >= next_pass:
+                next_pass = started + interval
+                walk(http)
+            else:
+                walk(http, pages=1)
+            time.sleep(
+                max(0.0, min(head_interval, next_pass - started) - (time.monotonic() - started))
+            )
 
 
 def _round(value: float | None) -> float | None:
@@ -580,6 +647,7 @@ def _round(value: float | None) -> float | None:
 
 SCENARIOS: dict[str, tuple[Callable[..., Any], bool]] = {
     "finishing": (_finishing, True),
+    "arriving": (_arriving, True),
     "working": (_working, True),
     "frozen": (_working, False),
     "first-start": (_first_start, True),
@@ -630,8 +698,8 @@ def _medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def main() -> None:
-    if len(sys.argv) == 4 and sys.argv[1] == "--bare-walk":
-        bare_walk(sys.argv[2], float(sys.argv[3]))
+    if len(sys.argv) == 5 and sys.argv[1] == "--bare-walk":
+        bare_walk(sys.argv[2], float(sys.argv[3]), float(sys.argv[4]))
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scenario", choices=[*SCENARIOS, "all"], default="all")

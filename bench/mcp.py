@@ -34,7 +34,7 @@ import httpx2  # noqa: E402
 from mcp import Client  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 from tests.support.loopback import free_port  # noqa: E402
-from tests.support.mcp_relay import mcp_client, mcp_relay  # noqa: E402
+from tests.support.mcp_relay import QUIET, mcp_client, mcp_relay  # noqa: E402
 
 from sessionhook.api.models import Session  # noqa: E402
 from sessionhook.relay.config import Config  # noqa: E402
@@ -48,12 +48,6 @@ from sessionhook.relay.web.mcp import McpService, session_uri  # noqa: E402
 
 TOKEN = "bench-token-" + "b" * 32
 SESSION = "sessions/1"
-QUIET = {
-    "mode": "timer",
-    "active_interval": 0.05,
-    "idle_interval": 3600,
-    "discovery_interval": 3600,
-}
 
 
 def _quantiles(values: list[float]) -> tuple[float, float]:

@@ -22,8 +22,8 @@ KEY = "blackbox-archive-key"
 
 @pytest.fixture
 def emulator() -> Iterator[str]:
-    # One agent step every 2 s, on the real clock: time to archive a session at work.
-    server = LoopbackServer(create_app(api_keys=(KEY,), step_delay=2.0, seed=21))
+    # One agent step a second, on the real clock: time to archive a session at work.
+    server = LoopbackServer(create_app(api_keys=(KEY,), step_delay=1.0, seed=21))
     server.start()
     try:
         yield server.url

@@ -38,7 +38,7 @@ from tests.support.backends import Backend
 from tests.support.loopback import free_port
 from tests.support.pg import Cluster
 from tests.support.processes import interrupt
-from tests.support.relay_process import sessionhook
+from tests.support.relay_process import run_cli
 from tests.support.web_relay import TOKEN, WebRelay, web_context
 
 pytestmark = pytest.mark.process
@@ -162,12 +162,10 @@ def test_follow_resumes_after_an_id_and_refuses_an_unknown_one(
             proc.send_signal(signal.SIGINT)
             proc.wait(timeout=10)
     assert [line.split()[-1] for line in lines] == ids[2:]
-    unknown = sessionhook(
-        "events", "-f", *where, "--last-event-id", "evt_nope", env=_env(), timeout=30
-    )
+    unknown = run_cli("events", "-f", *where, "--last-event-id", "evt_nope", env=_env(), timeout=30)
     assert unknown.returncode == 1
     assert unknown.stderr.startswith("error: unknown event id 'evt_nope'")
-    usage = sessionhook("events", "-f", *where, "--format", "json", env=_env(), timeout=30)
+    usage = run_cli("events", "-f", *where, "--format", "json", env=_env(), timeout=30)
     assert usage.returncode == 2
 
 
@@ -293,16 +291,11 @@ def test_a_message_at_the_bound_is_kept_and_long_names_are_not() -> None:
 def test_follow_with_a_url_that_is_not_http_is_a_usage_error() -> None:
     """``events --follow --url`` takes an http(s) URL, as every other --url: another scheme
     is one line and exit status 2, not a stream reconnecting for ever."""
-    done = subprocess.run(
-        [str(SESSIONHOOK), "events", "--follow", "--url", "ftp://127.0.0.1:1", "--token", "t"],
-        capture_output=True,
-        env=_env(),
-        timeout=120,
-        check=False,
-    )
+    args = ["events", "--follow", "--url", "ftp://127.0.0.1:1", "--token", "t"]
+    done = run_cli(*args, env=_env(), timeout=120)
     assert done.returncode == 2
-    assert b"--url must be an http:// or https:// URL" in done.stderr
-    assert b"Traceback" not in done.stderr and done.stdout == b""
+    assert "--url must be an http:// or https:// URL" in done.stderr
+    assert "Traceback" not in done.stderr and done.stdout == ""
 
 
 @pytest.mark.parametrize("body", [b"not json", b"[1, 2]", b'"text"', b"[" * 100_000])

@@ -131,6 +131,69 @@ async def test_status_url_prints_what_status_prints_on_the_store(backend: Backen
     assert both.returncode == 2 and "--config and --db read a store" in both.stderr
 
 
+@sqlite_only
+async def test_token_file_reads_the_token_from_a_private_file_only(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """``--token-file``: the token read from a file (kept out of the process list), for
+    every ``--url`` command; a file others can read, a missing one, or both ``--token``
+    and ``--token-file`` are one line each, with the token never printed."""
+    private, shared = tmp_path / "web.token", tmp_path / "shared.token"
+    for path, mode in ((private, 0o600), (shared, 0o644)):
+        path.write_text(TOKEN + "\n")
+        path.chmod(mode)
+    async with served(backend) as url:
+        ok = await sessionhook("status", "--url", url, "--token-file", str(private), token=None)
+        # A file beats the environment's token (a wrong one here).
+        over_env = await sessionhook(
+            "deliveries", "--url", url, "--token-file", str(private), token="not-the-token"
+        )
+        listed = await sessionhook(
+            "events", "--url", url, "--token-file", str(private), "--format", "json", token=None
+        )
+        exposed = await sessionhook("status", "--url", url, "--token-file", str(shared), token=None)
+        missing = await sessionhook(
+            "status", "--url", url, "--token-file", str(tmp_path / "nope"), token=None
+        )
+        both = await sessionhook(
+            "status", "--url", url, "--token", TOKEN, "--token-file", str(private), token=None
+        )
+        both_at_group = await sessionhook(
+            "deliveries",
+            "--url",
+            url,
+            "--token",
+            TOKEN,
+            "--token-file",
+            str(private),
+            "retry",
+            "1",
+            token=None,
+        )
+        forwarding = await sessionhook(
+            "listen",
+            "--url",
+            url,
+            "--forward-to",
+            "ftp://x",
+            "--token-file",
+            str(shared),
+            token=None,
+        )
+    assert ok.returncode == 0, ok.stderr
+    assert over_env.returncode == 0, over_env.stderr
+    assert listed.returncode == 0 and json.loads(listed.stdout) == [], listed.stderr
+    for done in (exposed, missing, forwarding):
+        assert done.returncode == 1, done.stderr
+        [line] = done.stderr.splitlines()
+        assert line.startswith("error: --token-file: "), line
+        assert TOKEN not in done.stderr + done.stdout
+    assert "other users" in exposed.stderr and "chmod 600" in exposed.stderr
+    assert "cannot read" in missing.stderr
+    for done in (both, both_at_group):
+        assert done.returncode == 2 and "--token and --token-file" in done.stderr
+
+
 async def test_status_url_of_a_relay_out_of_reach_is_one_line() -> None:
     url = f"http://127.0.0.1:{free_port()}"
     done = await sessionhook("status", "--url", url)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import struct
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,10 +25,10 @@ from sessionhook.relay.config.secret_files import (
     write_secret_file,
 )
 from sessionhook.relay.domain.signing import generate_keypair, generate_secret
+from tests.support import forked_cli
 
 pytestmark = pytest.mark.app
 
-SESSIONHOOK = Path(sys.executable).parent / "sessionhook"
 TOKEN = "T" * 40
 SIGNING_KEY, _PUBLIC_KEY = generate_keypair()
 
@@ -183,13 +182,8 @@ def test_an_acl_granting_a_group_is_refused(tmp_path: Path) -> None:
 def test_run_refuses_a_world_readable_signing_key_with_one_line(tmp_path: Path) -> None:
     # The issue's case: a whsk_ ed25519 key at 0644 was used without a word.
     config = _write(tmp_path, CASES[3], 0o644)
-    done = subprocess.run(
-        [str(SESSIONHOOK), "run", "--once", "--config", str(config)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "SESSIONHOOK_API_KEY": "k"},
-    )
+    env = {**os.environ, "SESSIONHOOK_API_KEY": "k"}
+    done = forked_cli.run("run", "--once", "--config", str(config), env=env, timeout=60)
     assert done.returncode == 2
     [line] = done.stderr.strip().splitlines()
     assert line.startswith("config error: endpoints[0].secret_file: ")
@@ -201,14 +195,10 @@ def test_run_refuses_a_world_readable_signing_key_with_one_line(tmp_path: Path) 
 
 
 def _sessionhook(cwd: Path, command: str, umask: str = "022") -> subprocess.CompletedProcess[str]:
-    """``sessionhook COMMAND`` in a shell whose umask is ``umask`` (022: most users')."""
-    return subprocess.run(
-        ["sh", "-c", f"umask {umask} && exec {SESSIONHOOK} {command}"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=cwd,
-    )
+    """``sessionhook COMMAND`` with the umask ``umask`` (022: most users'), forked from a
+    warm interpreter (tests/support/forked_cli.py)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONHOOK_")}
+    return forked_cli.run(*command.split(), env=env, cwd=cwd, timeout=60, umask=int(umask, 8))
 
 
 @pytest.mark.process  # the sessionhook command in a subprocess

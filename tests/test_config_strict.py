@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import base64
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,10 +20,10 @@ from sessionhook.relay.config import (
     ConfigError,
     load_config,
 )
+from tests.support import forked_cli
 
 pytestmark = pytest.mark.app
 
-SESSIONHOOK = Path(sys.executable).parent / "sessionhook"
 ENV = {"SESSIONHOOK_API_KEY": "key-123"}
 
 
@@ -261,14 +259,9 @@ def test_run_refuses_with_one_line_and_exit_2(
 ) -> None:
     config = tmp_path / "config.toml"
     config.write_bytes(content)
-    proc = subprocess.run(
-        [str(SESSIONHOOK), "run", "--config", str(config), "--once"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={"SESSIONHOOK_API_KEY": "k", "PATH": "/usr/bin:/bin"},
-        cwd=tmp_path,
-    )
+    env = {"SESSIONHOOK_API_KEY": "k", "PATH": "/usr/bin:/bin"}
+    args = ["run", "--config", str(config), "--once"]
+    proc = forked_cli.run(*args, env=env, cwd=tmp_path, timeout=60)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.splitlines()
     assert len(lines) == 1, proc.stderr

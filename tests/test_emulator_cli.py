@@ -17,6 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support import forked_cli
+
 pytestmark = pytest.mark.process
 
 SESSIONHOOK = Path(sys.executable).parent / "sessionhook"
@@ -114,13 +116,7 @@ def test_key_from_the_environment() -> None:
 
 
 def test_refuses_to_start_without_a_key() -> None:
-    result = subprocess.run(
-        [str(SESSIONHOOK), "emulator", "--port", "0"],
-        capture_output=True,
-        text=True,
-        env=_environment(),
-        timeout=30,
-    )
+    result = forked_cli.run("emulator", "--port", "0", env=_environment(), timeout=30)
     assert result.returncode == 2
     assert result.stdout == ""
     (line,) = result.stderr.strip().splitlines()
@@ -132,13 +128,8 @@ def test_a_busy_port_is_one_clear_line() -> None:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        result = subprocess.run(
-            [str(SESSIONHOOK), "emulator", "--port", str(port), "--api-key", "k"],
-            capture_output=True,
-            text=True,
-            env=_environment(),
-            timeout=30,
-        )
+        args = ["emulator", "--port", str(port), "--api-key", "k"]
+        result = forked_cli.run(*args, env=_environment(), timeout=30)
     assert result.returncode == 1
     (line,) = result.stderr.strip().splitlines()
     assert f"127.0.0.1:{port}" in line
@@ -156,11 +147,6 @@ def test_consistency_delay_answers_404_then_the_session() -> None:
                 assert time.monotonic() < deadline, "still 404 long after the delay"
                 time.sleep(0.1)
         assert _stop(process, signal.SIGTERM) == 0
-    refused = subprocess.run(
-        [str(SESSIONHOOK), "emulator", "--api-key", "k", "--consistency-delay", "-1"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        env=_environment(),
-    )
+    args = ["emulator", "--api-key", "k", "--consistency-delay", "-1"]
+    refused = forked_cli.run(*args, env=_environment(), timeout=30)
     assert refused.returncode == 2 and "consistency-delay" in refused.stderr

@@ -30,6 +30,7 @@ from sessionhook.api.client import SessionsClient
 from sessionhook.emulator.app import create_app
 from sessionhook.relay.domain.signing import generate_secret
 from sessionhook.relay.web.server import serve
+from tests.support import forked_cli
 from tests.support.daemon_setup import API_KEY, Setup, write_config
 from tests.support.receiver import Receiver
 
@@ -414,15 +415,7 @@ async def test_stop_signal_drains_in_flight_and_exits_zero(tmp_path: Path, signu
 
 
 def _cli(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "sessionhook.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=cwd,
-        env=_env(),
-        check=False,
-    )
+    return forked_cli.run(*args, env=_env(), cwd=cwd, timeout=timeout)
 
 
 @pytest.mark.parametrize(

@@ -29,6 +29,7 @@ from sessionhook import receiver as receiver_module
 from sessionhook.receiver import Delivery, Receiver, event_line, json_line, printable
 from sessionhook.relay.domain import signing
 from sessionhook.relay.domain.events import EVENT_TYPES
+from tests.support import forked_cli
 from tests.support.relay_process import Endpoint, Harness, read_store, wait_ready, wait_until
 
 pytestmark = pytest.mark.process
@@ -44,7 +45,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 @dataclass
 class Listener:
-    proc: subprocess.Popen[bytes]
+    proc: subprocess.Popen[bytes] | forked_cli.Forked
     url: str
     out: Path
     err: Path
@@ -62,17 +63,28 @@ class Listener:
 
 
 @contextmanager
-def listening(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> Iterator[Listener]:
-    """``sessionhook listen --port 0 ARGS`` until the block ends; yields it once it answers."""
+def listening(
+    tmp_path: Path, *args: str, env: dict[str, str] | None = None, fresh: bool = False
+) -> Iterator[Listener]:
+    """``sessionhook listen --port 0 ARGS`` until the block ends; yields it once it answers.
+    Forked from the warm interpreter (tests/support/forked_cli.py); ``fresh``: the installed
+    script, for what the process list shows."""
     out, err = tmp_path / "listen.out", tmp_path / "listen.err"
-    with out.open("wb") as out_file, err.open("wb") as err_file:
-        proc = subprocess.Popen(
-            [str(SESSIONHOOK), "listen", "--port", "0", *args],
-            stdout=out_file,
-            stderr=err_file,
-            stdin=subprocess.DEVNULL,
-            env=env or _env(),
-        )
+    argv = ["listen", "--port", "0", *args]
+    proc: subprocess.Popen[bytes] | forked_cli.Forked
+    if fresh:
+        with out.open("wb") as out_file, err.open("wb") as err_file:
+            proc = subprocess.Popen(
+                [str(SESSIONHOOK), *argv],
+                stdout=out_file,
+                stderr=err_file,
+                stdin=subprocess.DEVNULL,
+                env=env or _env(),
+            )
+    else:
+        out.touch()
+        err.touch()
+        proc = forked_cli.spawn(*argv, env=env or _env(), cwd=tmp_path, stdout=out, stderr=err)
     try:
         deadline = time.monotonic() + 30
         while not (found := re.search(r"listening on (http://\S+) ", err.read_text())):
@@ -216,27 +228,15 @@ def test_listen_verifies_v1a_with_a_public_key(tmp_path: Path) -> None:
 
 
 def test_listen_refuses_to_start_without_a_key_or_on_a_taken_port(tmp_path: Path) -> None:
-    nothing = subprocess.run(
-        [str(SESSIONHOOK), "listen"], capture_output=True, text=True, env=_env(), timeout=60
-    )
+    nothing = forked_cli.run("listen", env=_env(), timeout=60)
     assert nothing.returncode == 2
     assert nothing.stderr.startswith("error: nothing to verify with — give the endpoint's")
-    bad = subprocess.run(
-        [str(SESSIONHOOK), "listen", "--secret", "whsec_!!"],
-        capture_output=True,
-        text=True,
-        env=_env(),
-        timeout=60,
-    )
+    bad = forked_cli.run("listen", "--secret", "whsec_!!", env=_env(), timeout=60)
     assert bad.returncode == 2 and "cannot verify with whsec_!!" in bad.stderr
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]
-        busy = subprocess.run(
-            [str(SESSIONHOOK), "listen", "--port", str(port), "--secret", SECRET],
-            capture_output=True,
-            text=True,
-            env=_env(),
-            timeout=60,
+        busy = forked_cli.run(
+            "listen", "--port", str(port), "--secret", SECRET, env=_env(), timeout=60
         )
     assert busy.returncode == 1, busy.stderr
     assert (
@@ -260,7 +260,7 @@ def test_listen_reads_its_secret_from_a_private_file_and_prints_links_whole(
     secret.chmod(0o600)
     link = "http://127.0.0.1:9187/actions/" + "WzEsInNlc3Npb25zLzEyMzQ1Njc4OTAiXQ" * 4
     body = action_required({"approve": link, "open": "http://127.0.0.1:9187/console/x"})
-    with listening(tmp_path, "--secret-file", str(secret)) as listener:
+    with listening(tmp_path, "--secret-file", str(secret), fresh=True) as listener:
         cmdline = Path(f"/proc/{listener.proc.pid}/cmdline").read_bytes()
         answer = httpx.post(listener.url, content=body, headers=signed(body))
         [line] = wait_for_lines(listener.stdout, 1)
@@ -292,12 +292,8 @@ def test_listen_refuses_a_secret_file_with_one_line(
     if mode is not None:
         secret.write_text(text)
         secret.chmod(mode)
-    done = subprocess.run(
-        [str(SESSIONHOOK), "listen", "--port", "0", "--secret-file", str(secret)],
-        capture_output=True,
-        text=True,
-        env=_env(),
-        timeout=60,
+    done = forked_cli.run(
+        "listen", "--port", "0", "--secret-file", str(secret), env=_env(), timeout=60
     )
     assert done.returncode == 2
     [line] = done.stderr.splitlines()

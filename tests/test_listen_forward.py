@@ -24,7 +24,6 @@ import anyio.abc
 import httpx
 import pytest
 from anyio.abc import SocketAttribute, SocketStream
-from anyio.streams.buffered import BufferedByteReceiveStream
 from standardwebhooks import Webhook, WebhookVerificationError
 from starlette.requests import Request
 from starlette.responses import Response
@@ -36,6 +35,7 @@ from sessionhook.relay.domain import signing
 from sessionhook.relay.store import AsyncStore
 from sessionhook.relay.web import create_app, listener
 from sessionhook.relay.web import server as health
+from tests.support import forked_cli
 from tests.support.backends import Backend, sqlite_only
 from tests.support.daemon_setup import Setup
 from tests.support.loopback import free_port
@@ -117,22 +117,54 @@ class CutProxy:
             await stream.aclose()
 
 
+class Listening:
+    """A ``listen`` forked from the warm interpreter (tests/support/forked_cli.py), as the
+    tests use a process: ``pid``, ``returncode``, ``send_signal``, ``kill``, ``wait``."""
+
+    def __init__(self, forked: forked_cli.Forked) -> None:
+        self.forked = forked
+        self.pid = forked.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.forked.poll()
+
+    def send_signal(self, sig: int) -> None:
+        self.forked.send_signal(sig)
+
+    def kill(self) -> None:
+        self.forked.kill()
+
+    async def wait(self) -> int:
+        while (code := self.forked.poll()) is None:  # noqa: ASYNC110 (another process)
+            await anyio.sleep(0.02)
+        return code
+
+
 class Lines:
-    """The lines of a subprocess's output stream, read by a task of the test's loop."""
+    """The lines a process writes to a file, read by a task of the test's loop until the
+    process has ended and the file is read to its end."""
 
     def __init__(self) -> None:
         self.seen: list[str] = []
         self.taken = 0
         self.ended = anyio.Event()
 
-    async def pump(self, stream: anyio.abc.ByteReceiveStream) -> None:
-        buffered = BufferedByteReceiveStream(stream)
-        try:
+    async def follow(self, path: Path, proc: Listening) -> None:
+        rest = b""
+        with path.open("rb") as file:
             while True:
-                line = await buffered.receive_until(b"\n", 1 << 20)
-                self.seen.append(line.decode())
-        except (anyio.EndOfStream, anyio.IncompleteRead, anyio.ClosedResourceError):
-            self.ended.set()
+                over = proc.returncode is not None
+                chunk = file.read()
+                *lines, rest = (rest + chunk).split(b"\n")
+                self.seen.extend(line.decode() for line in lines)
+                if over and not chunk:
+                    break
+                if not chunk:
+                    await anyio.sleep(0.02)
+        if rest:
+            self.seen.append(rest.decode())
+        self.ended.set()
 
     async def take(self, count: int, within: float = 30) -> list[str]:
         """The next ``count`` lines."""
@@ -143,20 +175,26 @@ class Lines:
 
 async def start_listen(
     tg: anyio.abc.TaskGroup, args: list[str], env: dict[str, str]
-) -> tuple[anyio.abc.Process, Lines, Lines]:
+) -> tuple[Listening, Lines, Lines]:
     """``sessionhook listen ARGS`` with the relay's token, its stdout and stderr read into
     :class:`Lines` by ``tg``."""
     # A state file of its own, out of the home folder, unless the test names one.
-    state = {"XDG_STATE_HOME": tempfile.mkdtemp(prefix="listen-state-")}
-    proc = await anyio.open_process(
-        [str(SESSIONHOOK), "listen", *args],
-        stdin=subprocess.DEVNULL,
-        env={**state, **env, "SESSIONHOOK_WEB_TOKEN": TOKEN},
+    folder = Path(tempfile.mkdtemp(prefix="listen-state-"))
+    out_file, err_file = folder / "stdout", folder / "stderr"
+    out_file.touch()
+    err_file.touch()
+    forked = forked_cli.spawn(
+        "listen",
+        *args,
+        env={"XDG_STATE_HOME": str(folder), **env, "SESSIONHOOK_WEB_TOKEN": TOKEN},
+        cwd=folder,
+        stdout=out_file,
+        stderr=err_file,
     )
+    proc = Listening(forked)
     out, err = Lines(), Lines()
-    assert proc.stdout is not None and proc.stderr is not None
-    tg.start_soon(out.pump, proc.stdout)
-    tg.start_soon(err.pump, proc.stderr)
+    tg.start_soon(out.follow, out_file, proc)
+    tg.start_soon(err.follow, err_file, proc)
     return proc, out, err
 
 
@@ -401,14 +439,7 @@ def test_forward_mode_refuses_what_it_cannot_do(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONHOOK_")}
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(SESSIONHOOK), "listen", *args],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=60,
-            cwd=tmp_path,
-        )
+        return forked_cli.run("listen", *args, env=env, timeout=60, cwd=tmp_path)
 
     no_token = run("--url", "http://127.0.0.1:9", "--forward-to", "http://127.0.0.1:9/h")
     assert no_token.returncode == 1
@@ -571,7 +602,7 @@ async def test_forward_to_a_loopback_spelled_otherwise_reaches_the_same_consumer
         spelled = loopback_spellings(port)[:2]  # fullwidth digits; U+3002 full stops
         spelled.append(f"http://127.0.0.1.:{port}/hook")
         targets = [f"http://127.0.0.1:{port}/hook", *spelled]
-        procs: list[tuple[anyio.abc.Process, Lines, Lines]] = []
+        procs: list[tuple[Listening, Lines, Lines]] = []
         try:
             for n, target in enumerate(targets):
                 args = ["--url", f"http://127.0.0.1:{stream_port}", "--secret", consumer.secret]
@@ -621,14 +652,8 @@ def test_forward_to_a_url_not_http_or_without_a_plain_host_is_refused_in_one_lin
         "http://1.2.3.4.5/hook": "ends like an IPv4 address but is none",
     }
     for url, reason in refused.items():
-        done = subprocess.run(
-            [str(SESSIONHOOK), "listen", "--url", relay, "--forward-to", url, "--token", "t"],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=60,
-            cwd=tmp_path,
-        )
+        args = ["--url", relay, "--forward-to", url, "--token", "t"]
+        done = forked_cli.run("listen", *args, env=env, timeout=60, cwd=tmp_path)
         lines = done.stderr.splitlines()
         assert done.returncode == 2, (url, done.stderr)
         assert len(lines) == 1 and lines[0].startswith("error: --forward-to "), done.stderr

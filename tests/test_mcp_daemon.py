@@ -25,10 +25,9 @@ import pytest
 from mcp import Client
 from mcp.client.session import IncomingMessage
 from mcp.shared.exceptions import MCPDeprecationWarning
-from mcp.shared.subscriptions import ResourceUpdated
 
 from sessionhook.relay.web.mcp import WAITING_URI, session_uri
-from tests.support.mcp_relay import AUTH, mcp_client, mcp_relay, refusal, structured
+from tests.support.mcp_relay import AUTH, announced, mcp_client, mcp_relay, refusal, structured
 from tests.support.web_relay import api_error
 
 pytestmark = [pytest.mark.app, pytest.mark.anyio]
@@ -169,13 +168,7 @@ async def test_a_listen_subscription_gets_each_change_of_the_session_2026(
         async with client.listen(resource_subscriptions=[uri, WAITING_URI]) as sub:
             # Approved, the session works and leaves the waiting set: both resources change.
             structured(await client.call_tool("approve_plan", {"session": name}))
-            seen: set[str] = set()
-            with anyio.fail_after(WITHIN):
-                async for event in sub:
-                    assert isinstance(event, ResourceUpdated)
-                    seen.add(event.uri)
-                    if {uri, WAITING_URI} <= seen:
-                        break
+            await announced(sub, {uri, WAITING_URI})
         waiting = await client.read_resource(WAITING_URI)
         assert name not in getattr(waiting.contents[0], "text", "")
 

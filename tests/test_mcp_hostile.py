@@ -23,19 +23,21 @@ from sessionhook.relay.telemetry.metrics import Metrics
 from sessionhook.relay.web import WebAuth, WebContext, create_app
 from sessionhook.relay.web import server as health
 from tests.support.loopback import free_port
-from tests.support.mcp_relay import AUTH, TOKEN, mcp_client, mcp_relay, refusal, structured, until
+from tests.support.mcp_relay import (
+    AUTH,
+    QUIET,
+    TOKEN,
+    mcp_client,
+    mcp_relay,
+    refusal,
+    structured,
+    until,
+)
 
 pytestmark = [pytest.mark.app, pytest.mark.anyio]
 
 WITHIN = 30.0
 RAW = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
-#: A poller that, once a session waits, asks nothing for an hour.
-QUIET = {
-    "mode": "timer",
-    "active_interval": 0.05,
-    "idle_interval": 3600,
-    "discovery_interval": 3600,
-}
 
 
 async def test_hostile_titles_come_back_bounded_and_as_data(tmp_path: Path) -> None:
@@ -92,6 +94,12 @@ async def test_bad_arguments_are_one_line_tool_errors(tmp_path: Path) -> None:
             for body in (b"{", b"[]", b'{"jsonrpc": "2.0", "id": 1, "method": 7}', b"\xff" * 100):
                 answer = await http.post("/mcp", content=body, headers=RAW)
                 assert answer.status_code < 500, (body, answer.status_code, answer.text)
+            # A body past the bound is refused before the SDK reads it, in the API's shape.
+            huge = b'{"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"x": "'
+            answer = await http.post("/mcp", content=huge + b"y" * (2 << 20) + b'"}}', headers=RAW)
+            assert answer.status_code == 413, answer.text
+            assert answer.json()["error"]["message"].startswith("the body is larger than ")
+        assert "session" in refusal(await client.call_tool("get_session", {}))  # still serving
 
 
 async def test_200_waits_hold_no_thread_and_ask_upstream_nothing(tmp_path: Path) -> None:

@@ -22,10 +22,9 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.session import IncomingMessage
 from mcp.shared.exceptions import MCPDeprecationWarning
-from mcp.shared.subscriptions import ResourceUpdated
 
 from sessionhook.relay.web.mcp import WAITING_URI, session_uri
-from tests.support.mcp_relay import AUTH, TOKEN, McpRelay, mcp_relay, structured
+from tests.support.mcp_relay import AUTH, TOKEN, McpRelay, announced, mcp_relay, structured
 
 pytestmark = [pytest.mark.process, pytest.mark.anyio]
 
@@ -79,13 +78,7 @@ async def test_the_tools_through_stdio_and_a_listen_subscription(tmp_path: Path)
         uri = session_uri(name)
         async with client.listen(resource_subscriptions=[uri, WAITING_URI]) as sub:
             structured(await client.call_tool("approve_plan", {"session": name}))
-            seen: set[str] = set()
-            with anyio.fail_after(WITHIN):
-                async for event in sub:
-                    assert isinstance(event, ResourceUpdated)
-                    seen.add(event.uri)
-                    if {uri, WAITING_URI} <= seen:
-                        break
+            await announced(sub, {uri, WAITING_URI})
         again = await client.call_tool("approve_plan", {"session": name})
         assert again.is_error
         async with httpx.AsyncClient(base_url=relay.url, headers=AUTH) as http:

@@ -1,7 +1,8 @@
-"""What a working session costs in list mode (the head of the list read every second): a
-walk when the list shows it moved, a read of the session when the list shows its state
-changed (or a walk finds the end of its run), nothing else; and nothing is lost or told
-out of order for it."""
+"""The head of the list, read every second in every mode: a new session is found there
+while nothing works, and out of list mode one page is read. What a working session costs in
+list mode: a walk when the list shows it moved, a read of the session when the list shows
+its state changed (or a walk finds the end of its run), nothing else; and nothing is lost or
+told out of order for it."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 
@@ -180,3 +182,38 @@ async def test_once_list_mode_is_learned_the_learnings_timer_polls_wait_for_the_
         await h.poller.read_head()  # the list shows it moved: walked now
         await h.poller.poll_due()
         assert _made(h, before)["list_activities"] == 1
+
+
+@pytest.mark.parametrize("mode", ["auto", "timer"])
+async def test_a_new_session_is_found_by_the_head_while_nothing_works(
+    tmp_path: Path, mode: str
+) -> None:
+    # Full passes an hour apart: only the head's reads can find the session.
+    async with PollerHarness(
+        tmp_path, mode=mode, discovery_interval=3600.0, list_interval=0.01
+    ) as h:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(h.poller.run)
+            await h.poller.first_pass_done.wait()
+            assert not h.poller.state.tracked  # an empty account: nothing works
+            h.clock.now += 1.0  # the head's next read is due (the pass was a second ago)
+            session = await h.api.create_session("Add a health check")
+            with anyio.fail_after(30):  # a guard against a hang, not a measure
+                await h.enqueued_event.wait()  # its session.discovered
+            tg.cancel_scope.cancel()
+        assert session.name in h.poller.state.tracked
+        types = [e.type for e in h.store.store.operator.iter_events(session=session.name)]
+        assert types == ["session.discovered"]
+        assert h.count("list_sessions") >= 3  # the pass's two lists, then the head
+
+
+async def test_out_of_list_mode_the_head_read_is_its_first_page(tmp_path: Path) -> None:
+    async with PollerHarness(tmp_path, mode="timer", page_size=10) as h:
+        for i in range(11):  # the oldest working session is on the second page
+            await h.api.create_session(f"Task {i}")
+        await h.poller.discover()
+        assert len(h.poller.state.tracked) == 11
+        before = h.count("list_sessions")
+        # Working sessions are polled on their timer: the head is read for new sessions.
+        assert await h.poller.read_head() == 1
+        assert h.count("list_sessions") == before + 1

@@ -36,6 +36,7 @@ from typing import IO, Any
 import httpx
 import pytest
 
+from tests.support import forked_cli
 from tests.support.loopback import free_port
 
 pytestmark = pytest.mark.process
@@ -60,15 +61,9 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 def sh(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(SESSIONHOOK), *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=cwd,
-        timeout=90,
-        stdin=subprocess.DEVNULL,
-    )
+    """``sessionhook ARGS`` as typed, forked from a warm interpreter
+    (tests/support/forked_cli.py)."""
+    return forked_cli.run(*args, env=env, cwd=cwd, timeout=90)
 
 
 @contextmanager

@@ -118,17 +118,21 @@ def _connected() -> _Client:
 
 
 def run(
-    *args: str, env: dict[str, str], cwd: Path | None = None, timeout: float | None = None
+    *args: str,
+    env: dict[str, str],
+    cwd: Path | None = None,
+    timeout: float | None = None,
+    umask: int | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """``sessionhook ARGS`` to its end in ``env`` (no stdin, text output captured), in a
-    child forked from the warm server. Blocking: call it from a thread in async code.
-    A child still running ``timeout`` seconds later (rounded up) is killed and
-    :class:`subprocess.TimeoutExpired` raised, as :func:`subprocess.run` does."""
+    child forked from the warm server, with ``umask`` if given (else the server's).
+    Blocking: call it from a thread in async code. A child still running ``timeout``
+    seconds later (rounded up) is killed and :class:`subprocess.TimeoutExpired` raised, as
+    :func:`subprocess.run` does."""
     alarm = 0 if timeout is None else max(1, math.ceil(timeout))
     client = _connected()
-    key = client.send(
-        {"args": list(args), "env": env, "cwd": str(cwd or Path.cwd()), "alarm": alarm}
-    )
+    request = {"args": list(args), "env": env, "cwd": str(cwd or Path.cwd()), "alarm": alarm}
+    key = client.send(request | {"umask": umask})
     done = client.wait_for(key, None)
     out, err = (base64.b64decode(done[k]).decode() for k in ("stdout", "stderr"))
     if alarm and done["returncode"] == -signal.SIGALRM:
@@ -249,6 +253,8 @@ class _Server:
             for fd, target in ((0, devnull), (1, out), (2, err)):
                 os.dup2(target, fd)
             os.chdir(request["cwd"])
+            if request.get("umask") is not None:
+                os.umask(request["umask"])
             os.environ.clear()
             os.environ.update(request["env"])
             signal.alarm(request["alarm"])  # its default action ends the child

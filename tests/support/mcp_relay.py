@@ -5,7 +5,7 @@ listener on a loopback port behind a token, the emulator upstream behind an ASGI
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +17,7 @@ import httpx2
 import mcp_types as types
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.subscriptions import ResourceUpdated
 from starlette.applications import Starlette
 
 from sessionhook.relay.daemon.daemon import Daemon
@@ -24,6 +25,15 @@ from tests.support.daemon_setup import Setup, token_server
 
 TOKEN = "mcp-relay-token-" + "m" * 30
 AUTH = {"authorization": f"Bearer {TOKEN}"}
+#: ``poll`` settings for a poller that, once a session waits, asks nothing for an hour (no
+#: list read either): what is counted upstream is what the waits cost.
+QUIET = {
+    "mode": "timer",
+    "active_interval": 0.05,
+    "idle_interval": 3600,
+    "discovery_interval": 3600,
+    "list_interval": 3600,
+}
 
 
 class Counting(httpx.AsyncBaseTransport):
@@ -121,3 +131,16 @@ async def until(check: Callable[[], Awaitable[bool]], within: float = 30.0) -> N
     with anyio.fail_after(within):
         while not await check():  # noqa: ASYNC110
             await anyio.sleep(0.05)
+
+
+async def announced(sub: AsyncIterable[object], uris: set[str], within: float = 30.0) -> None:
+    """Read ``sub`` (a ``subscriptions/listen`` stream) until each of ``uris`` was announced
+    changed; anything but a resource update fails, and so does ``within`` seconds."""
+    seen: set[str] = set()
+    with anyio.fail_after(within):
+        async for event in sub:
+            assert isinstance(event, ResourceUpdated), event
+            seen.add(event.uri)
+            if uris <= seen:
+                return
+    raise AssertionError(f"the stream ended with {sorted(seen)} of {sorted(uris)} announced")

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import anyio
 import httpx
 from pydantic import SecretStr
 
@@ -72,13 +73,12 @@ class PollerHarness:
         #: An uncounted client for the test's own calls (create, message...).
         self.api = SessionsClient(self._api_http, base_url="http://emu.test", api_key="k")
         self.enqueued = 0
+        #: Set at each enqueue (a delivery queued: the dispatcher woken).
+        self.enqueued_event = anyio.Event()
         self.metrics = Metrics()
         self._settings = PollSettings(
-            active_interval=1.0,
-            idle_interval=5.0,
-            discovery_interval=2.0,
+            **{"active_interval": 1.0, "idle_interval": 5.0, "discovery_interval": 2.0} | settings,
             backfill=backfill,
-            **settings,
         )
         self._tmp = tmp_path
 
@@ -107,6 +107,7 @@ class PollerHarness:
 
     def _enqueued(self) -> None:
         self.enqueued += 1
+        self.enqueued_event.set()
 
     async def _record(self, label: str, status: int | None) -> None:
         self.requests.append((label, status))

@@ -15,7 +15,7 @@ import os
 import re
 import sys
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractAsyncContextManager, contextmanager
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any, Final, TypeVar
 
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from ..api.errors import ApiError
     from ..relay.config import Config
     from ..relay.domain.addresses import AddressPolicy
-    from ..relay.ops import Resolver
+    from ..relay.ops import Poster, Resolver
 
 _T = TypeVar("_T")
 
@@ -201,6 +201,21 @@ def current_runtime() -> Runtime:
     ctx = click.get_current_context(silent=True)
     found = ctx.find_object(Runtime) if ctx is not None else None
     return found if found is not None else Runtime()
+
+
+def consumer_poster(config: Config) -> AbstractAsyncContextManager[Poster]:
+    """The daemon's sender for a command's POST to a consumer (``ops.ping_poster``: the
+    URL judged as a delivery's, the name resolved once, every address vetted, the
+    connection made to a vetted one), on this runtime's network, DNS and address guard."""
+    from ..relay import ops
+
+    runtime = current_runtime()
+    return ops.ping_poster(
+        config,
+        transport=runtime.transport,
+        resolve=runtime.resolve,
+        policy=runtime.address_policy,
+    )
 
 
 def http_client(*, timeout: float, base_url: str) -> httpx.AsyncClient:

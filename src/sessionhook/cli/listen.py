@@ -20,6 +20,7 @@ import click
 from ..wording import counted
 from . import cli
 from ._output import CliError, handle_errors, quiet_on_closed_pipe, register_user_error
+from .remote import token_options
 
 if TYPE_CHECKING:
     from ..receiver import Delivery, Refusal
@@ -68,12 +69,7 @@ ENV_SECRET: Final = "SESSIONHOOK_LISTEN_SECRET"
     help="Refuse larger bodies (413) [8 MiB].",
 )
 @click.option("--url", metavar="URL", help="A relay's [server] address: forward its events.")
-@click.option(
-    "--token",
-    envvar="SESSIONHOOK_WEB_TOKEN",
-    metavar="TOKEN",
-    help="The relay's [server] token for --url (or $SESSIONHOOK_WEB_TOKEN).",
-)
+@token_options("--url")
 @click.option("--forward-to", metavar="URL", help="With --url: POST each event here.")
 @click.option(
     "--events",

@@ -12,7 +12,7 @@ import click
 
 from ..redact import redact_userinfo
 from . import cli
-from ._output import CliError, current_runtime, render_fields, render_table
+from ._output import CliError, consumer_poster, current_runtime, render_fields, render_table
 from ._output import run as run_async
 from .ops import (
     Where,
@@ -161,14 +161,7 @@ def endpoints_test(name: str, config_path: str | None, url: str | None, token: s
     runtime = current_runtime()
 
     async def send() -> tuple[str, AttemptResult]:
-        # The daemon's sender: the URL judged as a delivery's, the name resolved once,
-        # every address vetted, and the connection made to a vetted address.
-        async with operator.ping_poster(
-            config,
-            transport=runtime.transport,
-            resolve=runtime.resolve,
-            policy=runtime.address_policy,
-        ) as poster:
+        async with consumer_poster(config) as poster:
             return await operator.test_endpoint(
                 config,
                 name,

@@ -28,6 +28,7 @@ from .remote import (
     need_token,
     refuse_store_options,
     refuse_with_url,
+    token_options,
 )
 from .sse import SkippedEvent, StreamEvent, parse_sse
 
@@ -77,13 +78,7 @@ _READ_TIMEOUT: Final = 45.0
     help="A daemon's [server] address, e.g. http://127.0.0.1:9187: its /v1/events (with "
     "--follow its event stream) instead of the store.",
 )
-@click.option(
-    "--token",
-    envvar="SESSIONHOOK_WEB_TOKEN",
-    metavar="TOKEN",
-    help="The daemon's [server] token for --url (or $SESSIONHOOK_WEB_TOKEN, kept out of "
-    "shell history).",
-)
+@token_options("--url", whose="daemon")
 @reported
 def events(
     config_path: str | None,

@@ -1,11 +1,13 @@
 """``--url``: an operator command against a running relay's management API instead of its
-store, with ``--token`` (or ``$SESSIONHOOK_WEB_TOKEN``) as ``Authorization: Bearer``.
-Every failure is one line (:func:`call`)."""
+store, with ``--token``, ``--token-file`` or ``$SESSIONHOOK_WEB_TOKEN`` as
+``Authorization: Bearer``. Every failure is one line (:func:`call`)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from itertools import islice
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import click
@@ -27,16 +29,65 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 _M = TypeVar("_M", bound="BaseModel")
 
 
-def remote_option_pair(flag: str, name: str) -> Callable[[_F], _F]:
-    """``flag`` (the relay's address, argument ``name``) and ``--token``."""
+def token_options(flag: str, whose: str = "relay") -> Callable[[_F], _F]:
+    """``--token`` (or ``$SESSIONHOOK_WEB_TOKEN``) and ``--token-file`` for ``flag``; the
+    command receives one ``token``: the file's (a secret file: read only when its group
+    and other users cannot, as the relay reads its own), else the option's or the
+    variable's. ``--token`` and ``--token-file`` together are a usage error."""
 
     def decorate(fn: _F) -> _F:
-        fn = click.option(
+        @functools.wraps(fn)
+        def merged(*args: Any, token: str | None, token_file: str | None, **kwargs: Any) -> Any:
+            return fn(*args, token=_token(token, token_file), **kwargs)
+
+        with_file = click.option(
+            "--token-file",
+            metavar="FILE",
+            help=f"Read the {whose}'s [server] token for {flag} from FILE (mode 600): "
+            "it stays out of the process list and the environment.",
+        )(merged)
+        return click.option(  # type: ignore[return-value]
             "--token",
             envvar=ENV_TOKEN,
             metavar="TOKEN",
-            help=f"The relay's [server] token for {flag} (or ${ENV_TOKEN}).",
-        )(fn)
+            help=f"The {whose}'s [server] token for {flag} (or ${ENV_TOKEN}).",
+        )(with_file)
+
+    return decorate
+
+
+def _token(token: str | None, token_file: str | None) -> str | None:
+    context = click.get_current_context()
+    if token_file is None or context.invoked_subcommand is not None:
+        return token  # a group's own call: its subcommand reads the file
+    if _on_command_line(context, "token"):
+        raise click.UsageError("--token and --token-file: give one of them")
+    from ..relay.config.secret_files import SecretFileError, read_secret_file
+
+    try:
+        return read_secret_file(Path(token_file))
+    except SecretFileError as exc:
+        raise CliError(f"--token-file: {exc}") from None
+
+
+def _on_command_line(context: click.Context | None, name: str) -> bool:
+    """Whether ``name`` was given on the command line, to this command or to a group
+    above it (which hands it down)."""
+    while context is not None:
+        if name in context.params:
+            source = context.get_parameter_source(name)
+            if source is click.core.ParameterSource.COMMANDLINE:
+                return True
+        context = context.parent
+    return False
+
+
+def remote_option_pair(flag: str, name: str) -> Callable[[_F], _F]:
+    """``flag`` (the relay's address, argument ``name``), ``--token`` and ``--token-file``
+    (:func:`token_options`)."""
+
+    def decorate(fn: _F) -> _F:
+        fn = token_options(flag)(fn)
         return click.option(
             flag,
             name,
@@ -75,7 +126,9 @@ def _error_of(answer: httpx.Response) -> str | None:
 def need_token(token: str | None) -> str:
     """``token``, or the one-line error that says where it comes from."""
     if not token:
-        raise CliError("--url needs the relay's token", hint=f"set ${ENV_TOKEN} or --token")
+        raise CliError(
+            "--url needs the relay's token", hint=f"set ${ENV_TOKEN}, --token or --token-file"
+        )
     return token
 
 

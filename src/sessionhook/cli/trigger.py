@@ -13,7 +13,7 @@ import click
 
 from ..redact import redact_userinfo
 from . import cli
-from ._output import CliError, current_runtime, render_table
+from ._output import CliError, consumer_poster, current_runtime, render_table
 from ._output import run as run_async
 from .ops import StoreTarget, opened_store, reported, store_target
 from .remote import post, refuse_store_options, remote_option_pair
@@ -138,7 +138,6 @@ def _send_local(
 ) -> tuple[str, AttemptResult]:
     """``--endpoint NAME`` on the config: its endpoint (or one created at run time, in the
     store), its action-link key with ``[actions]`` on, the archived ``session``."""
-    from ..relay import ops as operator
     from ..relay.ops import trigger as triggering
     from ..relay.ops.ping import configured_endpoint
 
@@ -161,13 +160,7 @@ def _send_local(
     runtime = current_runtime()
 
     async def send() -> tuple[str, AttemptResult]:
-        # The daemon's sender: the URL judged as a delivery's, every address vetted.
-        async with operator.ping_poster(
-            config,
-            transport=runtime.transport,
-            resolve=runtime.resolve,
-            policy=runtime.address_policy,
-        ) as poster:
+        async with consumer_poster(config) as poster:
             return await triggering.trigger_endpoint(
                 config,
                 name,

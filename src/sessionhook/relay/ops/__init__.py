@@ -9,6 +9,7 @@ only through this package (``.importlinter``). This module names what its module
 from __future__ import annotations
 
 from ..delivery.resolve import Resolver
+from ..delivery.sender import Poster
 from ..domain.delivery_states import DELIVERY_STATUSES
 from ..store import (
     StoreCore,
@@ -46,6 +47,7 @@ __all__ = [
     "Follower",
     "OperatorError",
     "Overview",
+    "Poster",
     "ReplayResult",
     "Resolver",
     "StoreCore",

@@ -16,7 +16,7 @@ from typing import Final
 import httpx
 
 from sessionhook.api.client import session_name
-from sessionhook.api.models import Activity, Session
+from sessionhook.api.models import EVENT_MEMBERS, Activity, Session
 
 from ..config import Config, EndpointConfig
 from ..delivery.post import post_event
@@ -35,16 +35,6 @@ from .ping import configured_endpoint, send_to_endpoint
 
 #: The ``webhook-id`` of a triggered event starts so (a real event's: ``evt_``).
 TRIGGER_ID_PREFIX: Final = "msg_trigger_"
-#: The members whose newest archived activity a ``--session`` sample takes.
-_MEMBERS: Final = (
-    "planGenerated",
-    "planApproved",
-    "userMessaged",
-    "agentMessaged",
-    "progressUpdated",
-    "sessionCompleted",
-    "sessionFailed",
-)
 
 
 def trigger_types() -> list[tuple[str, str]]:
@@ -74,7 +64,7 @@ def archived_session(core: StoreCore, name: str) -> tuple[Session, dict[str, Act
     if row is None:
         raise OperatorError(f"no archived session {shown_name(name)} in this store")
     found = {}
-    for member in _MEMBERS:
+    for member in EVENT_MEMBERS:  # the newest archived activity of each kind
         activity = core.ingest.latest_activity(name, member)
         if activity is not None:
             found[member] = activity

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from contextlib import aclosing
 
@@ -67,16 +68,22 @@ class Discovery:
         #: Whether the server lists archived sessions apart (``filter=archived = true``);
         #: ``False`` once it refused or ignored the filter (this process asks no more).
         self._archived_list = True
+        #: When (monotonic) the last full pass began, and whether it read the list's first
+        #: page: the head loop skips a read it covers, and waits while it failed.
+        self._pass_began = -math.inf
+        self._head_listed = False
 
     async def discover(self) -> None:
         """Walk the session list once; announce new sessions and schedule changed ones."""
         await self._archive.load_epoch()
         await self._load_known()
         listed = 0
-        read_at = self._mono()
+        read_at = self._pass_began = self._mono()
+        self._head_listed = False
         async for page in self._client.walk_sessions(
             page_size=self._state.settings.page_size, max_pages=self._state.settings.max_pages
         ):
+            self._head_listed = True  # (see head_loop)
             for session in self._screen.accepted(page):
                 if not listed:
                     # A page came: a later failure of this pass is no reason to back off.
@@ -343,8 +350,9 @@ class Discovery:
     # ------------------------------------------------------------------ the list's head
 
     async def head_loop(self) -> None:
-        """List mode (and learning): read the head of the list every ``list_interval``,
-        forever; working sessions whose ``updateTime`` moved are polled at once."""
+        """Read the head of the list every ``list_interval``, forever, in every mode: a new
+        session is found within about that interval; in list mode (and while learning),
+        working sessions whose ``updateTime`` moved are polled at once."""
         await self._state.first_pass_done.wait()
         errors = 0
         while True:
@@ -352,7 +360,10 @@ class Discovery:
                 await self._store.wait_writable()  # a full disk pauses polling (see run)
             started = self._mono()
             wait = self._state.settings.list_interval
-            if self._scheduler.wants_head():
+            # A full pass that began within the interval read the head already; one that
+            # could not read it (a rejected key, a failing list) backs off: the head waits.
+            fresh = started - self._pass_began < wait
+            if self._head_listed and not fresh:
                 try:
                     await self.read_head()
                     errors = 0
@@ -367,12 +378,16 @@ class Discovery:
             await anyio.sleep(max(0.0, wait - (self._mono() - started)))
 
     async def read_head(self) -> int:
-        """Read the head of the session list, down to the oldest working session tracked, at
-        most ``head_pages``; the number of pages read."""
+        """Read the head of the session list: its first page (new sessions show there), and
+        while the head tells working sessions' news (:meth:`Scheduler.wants_head`) down to
+        the oldest working session tracked, at most ``head_pages``; the number of pages
+        read."""
         await self._archive.load_epoch()
         await self._load_known()
         read_at = self._mono()
-        working = {t.name for t in self._state.tracked.values() if t.state in ACTIVE_STATES}
+        working: set[str] = set()
+        if self._scheduler.wants_head():
+            working = {t.name for t in self._state.tracked.values() if t.state in ACTIVE_STATES}
         pages = 0
         walk = self._client.walk_sessions(page_size=self._state.settings.page_size)
         async with aclosing(walk):

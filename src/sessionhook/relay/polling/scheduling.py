@@ -117,8 +117,10 @@ class Scheduler:
         return seen is not None and self._mono() - seen <= limit
 
     def wants_head(self) -> bool:
-        """List mode reads the head of the list; so does ``auto`` before the verdict while some
-        session works (the evidence comes in seconds)."""
+        """Whether the head of the list (read in every mode: new sessions show there) tells
+        working sessions' news: in list mode, and in ``auto`` before the verdict while some
+        session works (the evidence comes in seconds). Its reads then go down to the oldest
+        working session, and a state change it is to show needs no read of the session."""
         learning = self.learning
         if learning.list_driven:
             return True

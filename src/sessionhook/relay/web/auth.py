@@ -257,7 +257,7 @@ class AuthMiddleware:
             return
         scope.setdefault("state", {})["web_session"] = session
         if scope["method"] not in _SAFE_METHODS and session.kind != "bearer":
-            body = await _read_body(receive, MAX_FORM_BYTES)
+            body = await read_body(receive, MAX_FORM_BYTES)
             if body is None:
                 await _plain(413, "request body too large")(scope, receive, send)
                 return
@@ -267,7 +267,7 @@ class AuthMiddleware:
                 )
                 await _plain(403, "missing or wrong CSRF token")(scope, receive, send)
                 return
-            receive = _replay(body, receive)
+            receive = replay_body(body, receive)
         if new_cookie is not None:
             cookie = _cookie_header(request.url.scheme, new_cookie, int(self.auth.lifetime))
             send = adding_headers(send, [(b"set-cookie", cookie.encode("latin-1"))])
@@ -334,7 +334,9 @@ def _csrf_ok(headers: Headers, body: bytes, expected: str) -> bool:
     return presented is not None and hmac.compare_digest(presented.encode(), expected.encode())
 
 
-async def _read_body(receive: Receive, limit: int) -> bytes | None:
+async def read_body(receive: Receive, limit: int) -> bytes | None:
+    """A request's whole body, read from ``receive``; ``None`` once it grows past
+    ``limit`` bytes (the rest is left unread)."""
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -351,7 +353,9 @@ async def _read_body(receive: Receive, limit: int) -> bytes | None:
     return b"".join(chunks)
 
 
-def _replay(body: bytes, original: Receive) -> Receive:
+def replay_body(body: bytes, original: Receive) -> Receive:
+    """A ``receive`` that gives ``body`` (read by :func:`read_body`) once, then what
+    ``original`` gives (the disconnect)."""
     sent = False
 
     async def receive() -> Message:

@@ -34,6 +34,7 @@ from ...domain.api_models import (
     ApiTriggerBody,
     ApiTriggered,
 )
+from ...domain.retry import AttemptResult
 from ...ops import endpoint_edits as edits
 from ...ops.pages import page_of
 from ..answers import api_answer, api_route, refusal_status
@@ -188,16 +189,7 @@ def endpoint_routes(ctx: WebContext) -> Sequence[BaseRoute]:
         except operator.OperatorError as exc:
             raise _problem(exc) from None
         return api_answer(
-            ApiTriggered(
-                name=name,
-                type=body.type,
-                webhook_id=webhook_id,
-                ok=result.ok,
-                status_code=result.status_code,
-                error=result.error,
-                duration_ms=round(result.duration_ms, 1),
-                response_body=result.response_body,
-            )
+            ApiTriggered(type=body.type, webhook_id=webhook_id, **_answered(name, result))
         )
 
     return [
@@ -238,13 +230,16 @@ async def _test(ctx: WebContext, name: str) -> Response:
         result = await ctx.send_test(name)
     except operator.OperatorError as exc:
         raise _problem(exc) from None
-    return api_answer(
-        ApiPing(
-            name=name,
-            ok=result.ok,
-            status_code=result.status_code,
-            error=result.error,
-            duration_ms=round(result.duration_ms, 1),
-            response_body=result.response_body,
-        )
-    )
+    return api_answer(ApiPing(**_answered(name, result)))
+
+
+def _answered(name: str, result: AttemptResult) -> dict[str, Any]:
+    """:class:`ApiPing`'s fields of the POST ``name`` just answered (``:test``, ``:trigger``)."""
+    return {
+        "name": name,
+        "ok": result.ok,
+        "status_code": result.status_code,
+        "error": result.error,
+        "duration_ms": round(result.duration_ms, 1),
+        "response_body": result.response_body,
+    }

@@ -21,6 +21,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import Message, Receive, Scope, Send
 
 from ..answers import error_response
+from ..auth import read_body, replay_body
 from ..context import WebContext
 from ..listener import server_closing
 
@@ -30,6 +31,9 @@ if TYPE_CHECKING:
 #: The path of the MCP endpoint.
 MCP_PATH: Final = "/mcp"
 _SERVER_MODULE: Final = "sessionhook.relay.web.mcp.server"
+#: The largest request body ``/mcp`` reads (a JSON-RPC message: a tool call with a prompt);
+#: a larger one is a 413 before the SDK sees it.
+MAX_BODY_BYTES: Final = 1024 * 1024
 #: Seconds the open waits and streams have to end when the listener stops (within its own
 #: grace, listener.CLOSING_GRACE).
 CLOSE_GRACE: Final = 0.5
@@ -66,6 +70,13 @@ class McpService:
             answer = error_response(503, "the MCP server is starting", {"retry-after": "5"})
             await answer(scope, receive, send)
             return
+        if scope["method"] == "POST":
+            body = await read_body(receive, MAX_BODY_BYTES)
+            if body is None:
+                too_large = error_response(413, f"the body is larger than {MAX_BODY_BYTES} bytes")
+                await too_large(scope, receive, send)
+                return
+            receive = replay_body(body, receive)
         answer_state = _Answer(send)
         async with anyio.create_task_group() as tg:
 
