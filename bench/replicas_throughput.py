@@ -10,8 +10,11 @@ event replayed to the endpoint (``sessionhook replay``), ``run``: deliveries per
 the first to the last arrival; (3) **pg1** / **pg2**: the same store copied into a fresh
 PostgreSQL database (``sessionhook store copy``), replayed, then 1 or 2 ``run`` processes
 on it. The three are measured back to back on the same machine in the same repetition;
-the figure that matters is the ratio to SQLite of the same repetition. Medians over
-``--reps``; the load average is printed with each figure.
+the figure that matters is the ratio to SQLite of the same repetition. Beside each: the CPU
+per delivery of the relays, of the PostgreSQL server and of the receiver, and the cores
+they kept busy together (``cores_busy``, from the first arrival on): two replicas cannot
+go faster than the cores left to them allow. Medians over ``--reps``; the load average is
+printed with each figure.
 
 ``--tree NAME=SRC`` (repeatable) runs the commands of each tree (its ``src`` first on
 ``PYTHONPATH``), interleaved in every repetition on the same ingested store, so a change is
@@ -43,7 +46,14 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
-from bench._bench_servers import API_KEY, get_json, spawn, stop  # noqa: E402
+from bench._bench_servers import (  # noqa: E402
+    API_KEY,
+    cpu_seconds,
+    get_json,
+    server_cpu_seconds,
+    spawn,
+    stop,
+)
 from tests.support.pg import Cluster  # noqa: E402
 
 SESSIONHOOK = [sys.executable, "-m", "sessionhook.cli"]
@@ -61,6 +71,7 @@ class Bench:
         self.receiver, self.hook_port = spawn(["receiver", "--secret", self.secret])
         self.cluster = Cluster()
         self.cluster.start()
+        self.postmaster = int((self.cluster.data / "postmaster.pid").read_text().split()[0])
 
     def close(self) -> None:
         for proc in (self.standin, self.receiver):
@@ -167,21 +178,51 @@ class Bench:
         get_json(self.hook_port, "/_bench/reset")
         load = os.getloadavg()[0]
         relays = [self.run(config, work / f"relay-{i}.log", tree) for i in range(replicas)]
+        postgres = label != "sqlite"
+
+        def cpu() -> tuple[float, float, float, float]:
+            """(wall, the relays' CPU, the server's, the receiver's) seconds so far."""
+            return (
+                time.monotonic(),
+                sum(cpu_seconds(r.pid) for r in relays),
+                server_cpu_seconds(self.postmaster) if postgres else 0.0,
+                cpu_seconds(self.receiver.pid),
+            )
+
+        first: tuple[float, float, float, float] | None = None
         try:
             deadline = time.monotonic() + self.args.timeout
-            while get_json(self.hook_port, "/_bench/stats")["total"] < expected:
+            while True:
+                got = get_json(self.hook_port, "/_bench/stats")["total"]
+                if got > 0 and first is None:
+                    first, first_got = cpu(), got  # start-up (imports, the store) left out
+                if got >= expected:
+                    break
                 if any(r.poll() is not None for r in relays) or time.monotonic() > deadline:
                     raise RuntimeError(f"{label}: delivery stalled; see {work}")
                 time.sleep(0.1)
+            last = cpu()
             stats = get_json(self.hook_port, "/_bench/stats")
         finally:
             for relay in relays:
                 stop(relay)
+        assert first is not None
+        n = expected - first_got
+        wall, relay_cpu, server_cpu, receiver_cpu = (
+            b - a for a, b in zip(first, last, strict=True)
+        )
         return {
             "deliveries": float(expected),
             "received": float(stats["total"]),
             "per_s": round(expected / (stats["last"] - stats["first"]), 1),
             "bad_signatures": float(stats["bad_signatures"]),
+            # CPU per delivery from the first arrival on: the relays (all of them), the
+            # PostgreSQL server (every process of the cluster), the receiver.
+            "relay_cpu_ms": round(relay_cpu * 1000 / n, 3),
+            "server_cpu_ms": round(server_cpu * 1000 / n, 3),
+            "receiver_cpu_ms": round(receiver_cpu * 1000 / n, 3),
+            # Cores the three kept busy meanwhile (the machine has os.cpu_count()).
+            "cores_busy": round((relay_cpu + server_cpu + receiver_cpu) / wall, 2),
             "load": round(load, 2),
         }
 

@@ -68,20 +68,24 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from _bench_servers import API_KEY, fmt, get_json, make_activity, make_session, spawn, stop
+from _bench_servers import (
+    API_KEY,
+    TICK,
+    cpu_seconds,
+    fmt,
+    get_json,
+    make_activity,
+    make_session,
+    server_cpu_seconds,
+    spawn,
+    stop,
+)
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-TICK = os.sysconf("SC_CLK_TCK")
 
 
 # --------------------------------------------------------------------------- processes
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of a process (all its threads), from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
 
 
 def main_thread_cpu_seconds(pid: int) -> float:
@@ -95,18 +99,6 @@ def peak_rss_mb(pid: int) -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return float("nan")
-
-
-def server_cpu_seconds(postmaster: int) -> float:
-    """CPU of a PostgreSQL server: the postmaster, its children alive (the backends, the
-    background processes) and those it has reaped (``cutime``/``cstime``), from /proc."""
-    fields = Path(f"/proc/{postmaster}/stat").read_text().rsplit(")", 1)[1].split()
-    total = sum(int(f) for f in fields[11:15])
-    for child in Path(f"/proc/{postmaster}/task/{postmaster}/children").read_text().split():
-        with contextlib.suppress(OSError):
-            fields = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])
-    return total / TICK
 
 
 def loadavg() -> float:
