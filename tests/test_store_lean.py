@@ -15,9 +15,11 @@ import psycopg
 import pytest
 
 from sessionhook.api.models import Activity
-from sessionhook.relay.store import PostgresStore, Store, codec
+from sessionhook.relay.domain.retry import Dead, Delivered, Retry
+from sessionhook.relay.store import AttemptRecord, PostgresStore, Store, codec
 from sessionhook.relay.store.core import StoreCore
 from tests.support.backends import Backend
+from tests.support.backlog import ok
 from tests.support.pg import Cluster
 from tests.support.schemas import build_old_postgres, build_old_sqlite
 from tests.support.store_rows import Ep, activity, built, ingest, session
@@ -288,8 +290,9 @@ def test_the_readers_of_the_dropped_indexes_still_search(tmp_path: Path) -> None
             )
         }
         assert "deliveries_by_key" not in indexes and "activities_by_session" not in indexes
+        assert "deliveries_by_endpoint" not in indexes
         assert {
-            "deliveries_by_endpoint",
+            "deliveries_stuck",
             "deliveries_by_event",
             "deliveries_by_update",
             "deliveries_open",
@@ -325,7 +328,7 @@ def test_the_readers_of_the_dropped_indexes_still_search(tmp_path: Path) -> None
             plan = [p for _, ps in _plans(store, call) for p in ps]
             assert any("events_by_session" in p for p in plan), plan
             assert any("deliveries_by_event" in p for p in plan), plan
-            assert not any("deliveries_by_endpoint" in p for p in plan), plan
+            assert not any("deliveries_stuck" in p for p in plan), plan
             assert len(store.operator.list_deliveries(session=s.name, **filters)) == 3
         assert store.operator.list_deliveries(session=s.name, endpoint="e2") == []
         assert store.operator.list_deliveries(session="sessions/9") == []
@@ -342,7 +345,45 @@ def test_the_readers_of_the_dropped_indexes_still_search(tmp_path: Path) -> None
             )
             for p in ps
         ]
-        assert any("deliveries_by_endpoint" in p for p in plan), plan
+        assert any("deliveries_stuck" in p for p in plan), plan
+
+
+def test_only_failed_and_dead_deliveries_are_in_the_stuck_index(tmp_path: Path) -> None:
+    """``deliveries_stuck`` holds an endpoint's failed and dead deliveries only: one sent at
+    its first try never enters it (the record path writes two index entries fewer), and
+    recover and the lists of failed or dead deliveries still search it."""
+    with Store.open(tmp_path / "s.db", clock=lambda: T0) as store:
+        store.endpoints.sync_endpoints([Ep("e1")])
+        s = session(1)
+        store.ingest.upsert_session(s, baseline=False)
+        ingest(store, s, [activity(1, i) for i in range(3)])
+        ids = [int(r[0]) for r in store.db.conn.execute("SELECT id FROM deliveries ORDER BY id")]
+
+        def entries() -> int:
+            return int(
+                store.db.conn.execute(
+                    "SELECT COUNT(*) FROM deliveries INDEXED BY deliveries_stuck "
+                    "WHERE endpoint = 'e1' AND (status = 'failed' OR status = 'dead')"
+                ).fetchone()[0]
+            )
+
+        assert entries() == 0  # pending
+        for delivery_id, decision in zip(ids, (Delivered(), Retry(T0 + 60), Dead()), strict=True):
+            store.outbox.record_attempts([AttemptRecord(delivery_id, ok(), decision)])
+        assert entries() == 2  # the failed one and the dead one
+        assert {d.status for d in store.operator.list_deliveries(endpoint="e1")} == {
+            "delivered",
+            "failed",
+            "dead",
+        }
+        for call in (
+            lambda: store.operator.list_deliveries(endpoint="e1", status="dead"),
+            lambda: store.operator.list_deliveries(endpoint="e1", status="failed"),
+            lambda: store.requeue.recover("e1", 0.0),
+        ):
+            plan = [p for _, ps in _plans(store, call) for p in ps]
+            assert any("deliveries_stuck" in p for p in plan), plan
+        assert entries() == 0  # recovered: pending again
 
 
 # --------------------------------------------------------------------------- codec
