@@ -348,10 +348,11 @@ def test_the_readers_of_the_dropped_indexes_still_search(tmp_path: Path) -> None
         assert any("deliveries_stuck" in p for p in plan), plan
 
 
-def test_only_failed_and_dead_deliveries_are_in_the_stuck_index(tmp_path: Path) -> None:
-    """``deliveries_stuck`` holds an endpoint's failed and dead deliveries only: one sent at
-    its first try never enters it (the record path writes two index entries fewer), and
-    recover and the lists of failed or dead deliveries still search it."""
+def test_the_record_path_indexes_hold_only_what_their_readers_ask_for(tmp_path: Path) -> None:
+    """``deliveries_stuck`` holds an endpoint's failed and dead deliveries only, and
+    ``deliveries_by_update`` the delivered and dead ones: a delivery sent at its first try
+    enters neither, then one (the record path moves two index entries fewer); recover,
+    the lists of failed or dead deliveries, pruning and ``status`` still search them."""
     with Store.open(tmp_path / "s.db", clock=lambda: T0) as store:
         store.endpoints.sync_endpoints([Ep("e1")])
         s = session(1)
@@ -359,31 +360,38 @@ def test_only_failed_and_dead_deliveries_are_in_the_stuck_index(tmp_path: Path) 
         ingest(store, s, [activity(1, i) for i in range(3)])
         ids = [int(r[0]) for r in store.db.conn.execute("SELECT id FROM deliveries ORDER BY id")]
 
-        def entries() -> int:
-            return int(
-                store.db.conn.execute(
-                    "SELECT COUNT(*) FROM deliveries INDEXED BY deliveries_stuck "
-                    "WHERE endpoint = 'e1' AND (status = 'failed' OR status = 'dead')"
-                ).fetchone()[0]
+        def entries(index: str, where: str) -> int:
+            sql = f"SELECT COUNT(*) FROM deliveries INDEXED BY {index} WHERE {where}"
+            return int(store.db.conn.execute(sql).fetchone()[0])
+
+        def stuck() -> int:
+            return entries(
+                "deliveries_stuck", "endpoint = 'e1' AND (status = 'failed' OR status = 'dead')"
             )
 
-        assert entries() == 0  # pending
+        def final() -> int:
+            return entries("deliveries_by_update", "(status = 'delivered' OR status = 'dead')")
+
+        assert (stuck(), final()) == (0, 0)  # pending
         for delivery_id, decision in zip(ids, (Delivered(), Retry(T0 + 60), Dead()), strict=True):
-            store.outbox.record_attempts([AttemptRecord(delivery_id, ok(), decision)])
-        assert entries() == 2  # the failed one and the dead one
+            store.outbox.record_attempts([AttemptRecord(delivery_id, ok(T0), decision)])
+        assert (stuck(), final()) == (2, 2)  # failed + dead; delivered + dead
         assert {d.status for d in store.operator.list_deliveries(endpoint="e1")} == {
             "delivered",
             "failed",
             "dead",
         }
-        for call in (
-            lambda: store.operator.list_deliveries(endpoint="e1", status="dead"),
-            lambda: store.operator.list_deliveries(endpoint="e1", status="failed"),
-            lambda: store.requeue.recover("e1", 0.0),
+        for call, index in (
+            (lambda: store.operator.list_deliveries(endpoint="e1", status="dead"), "stuck"),
+            (lambda: store.operator.list_deliveries(endpoint="e1", status="failed"), "stuck"),
+            (lambda: store.operator.status_summary(T0), "by_update"),
+            (lambda: store.outbox.prune_delivery_log(T0 - 1), "by_update"),
+            (lambda: store.requeue.recover("e1", 0.0), "stuck"),
         ):
             plan = [p for _, ps in _plans(store, call) for p in ps]
-            assert any("deliveries_stuck" in p for p in plan), plan
-        assert entries() == 0  # recovered: pending again
+            assert any(f"deliveries_{index}" in p for p in plan), plan
+            assert not [p for p in plan if p.startswith("SCAN deliveries")], plan
+        assert (stuck(), final()) == (0, 1)  # recovered: pending again
 
 
 # --------------------------------------------------------------------------- codec
