@@ -24,6 +24,7 @@ import hmac
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -64,6 +65,18 @@ def server_cpu_seconds(postmaster: int) -> float:
             fields = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()
             total += int(fields[11]) + int(fields[12])
     return total / TICK
+
+
+def migrated_copy(store: Path, to: Path, env: dict[str, str] | None) -> Path:
+    """A copy of the SQLite ``store`` at ``to``, migrated to the schema of the tree whose
+    environment is ``env`` (``sessionhook store copy`` reads its source read-only, so a store
+    an older tree ingested must be opened writable by the newer one first)."""
+    shutil.copy(store, to)
+    migrate = (
+        "import sys; from sessionhook.relay.store import Store; Store.open(sys.argv[1]).close()"
+    )
+    subprocess.run([sys.executable, "-c", migrate, str(to)], env=env, check=True)
+    return to
 
 
 def spawn(args: list[str], env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], int]:

@@ -18,10 +18,11 @@ printed with each figure.
 
 ``--tree NAME=SRC`` (repeatable) runs the commands of each tree (its ``src`` first on
 ``PYTHONPATH``), interleaved in every repetition on the same ingested store, so a change is
-measured beside what it changes.
+measured beside what it changes. The first tree ingests: name the oldest first (a newer
+schema's store is refused by an older tree).
 
     .venv/bin/python bench/replicas_throughput.py                 # 3 reps, 100 x 50 events
-    .venv/bin/python bench/replicas_throughput.py --tree after=src --tree before=/tmp/b/src
+    .venv/bin/python bench/replicas_throughput.py --tree before=/tmp/b/src --tree after=src
     .venv/bin/python bench/replicas_throughput.py --reps 1 --activities 20   # a quick look
 """
 
@@ -50,6 +51,7 @@ from bench._bench_servers import (  # noqa: E402
     API_KEY,
     cpu_seconds,
     get_json,
+    migrated_copy,
     server_cpu_seconds,
     spawn,
     stop,
@@ -119,13 +121,13 @@ class Bench:
             env=_env(tree),
         )
 
-    def ingest(self, rep: int) -> Path:
+    def ingest(self, rep: int, tree: Path | None = None) -> Path:
         work = self.tmp / f"ingest-{rep}"
         work.mkdir()
         db = work / "relay.db"
         config = self.config(work / "config.toml", str(db), enabled=False)
         get_json(self.api_port, "/_bench/reset")
-        relay = self.run(config, work / "relay.log")
+        relay = self.run(config, work / "relay.log", tree)
         try:
             deadline = time.monotonic() + self.args.timeout
             while _count(db) < self.events:
@@ -146,7 +148,15 @@ class Bench:
         else:
             store = self.cluster.url(self.cluster.create_database())
             copied = subprocess.run(
-                [*SESSIONHOOK, "store", "copy", "--from", str(base), "--to", store],
+                [
+                    *SESSIONHOOK,
+                    "store",
+                    "copy",
+                    "--from",
+                    str(migrated_copy(base, work / "source.db", _env(tree))),
+                    "--to",
+                    store,
+                ],
                 capture_output=True,
                 text=True,
                 check=False,
@@ -266,7 +276,7 @@ def main() -> None:
         bench = Bench(args, Path(tmp))
         try:
             for rep in range(args.reps):
-                base = bench.ingest(rep)
+                base = bench.ingest(rep, trees[0][1])
                 # Every other repetition in the reverse order (the load drifts).
                 for name, tree in trees if rep % 2 == 0 else trees[::-1]:
                     now: dict[str, float] = {}

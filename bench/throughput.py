@@ -76,6 +76,7 @@ from _bench_servers import (
     get_json,
     make_activity,
     make_session,
+    migrated_copy,
     server_cpu_seconds,
     spawn,
     stop,
@@ -366,6 +367,7 @@ class Bench:
         store: str | None = None
         if postgres:
             store = self.cluster.url(self.cluster.create_database())
+            source = migrated_copy(base_db, work / "source.db", _env(tree))
             subprocess.run(
                 [
                     sys.executable,
@@ -374,7 +376,7 @@ class Bench:
                     "store",
                     "copy",
                     "--from",
-                    str(base_db),
+                    str(source),
                     "--to",
                     store,
                 ],
@@ -757,7 +759,8 @@ def main() -> None:
             shared_db: Path | None = None
             if "ingest" in args.skip:
                 # One store, ingested once by the first tree, delivered from by every tree
-                # and repetition: the delivery figures alone, interleaved more often.
+                # and repetition: the delivery figures alone, interleaved more often. Name
+                # the oldest tree first: an older tree refuses a newer schema's store.
                 shared_db = bench.ingest(*trees[0])[1]
             for rep in range(args.reps):
                 print(f"repetition {rep + 1}/{args.reps}", flush=True)
