@@ -76,7 +76,8 @@ class SideTasks:
 
     async def heartbeat(self) -> None:
         """Every third of ``store.lease``: tell the store this replica is alive, which
-        extends every claim it holds (deliveries in flight, polls, its pollers' leases)."""
+        extends every claim it holds (deliveries in flight, polls, its pollers' leases),
+        and moves the dispatcher's send fence on (``delivery/fence.py``)."""
         state = self._state
         store = state.store
         assert store is not None
@@ -95,6 +96,9 @@ class SideTasks:
                 _log.warning("replica.heartbeat_failed", error=str(exc))
                 ok = False
             if ok:
+                # Its POSTs in flight may run on; if it had stopped sending, it goes on.
+                if state.dispatcher is not None and state.dispatcher.fence.renewed():
+                    state.dispatcher.wake()
                 if late:
                     _log.info("replica.heartbeat_resumed", replica=self._replica.id)
                 last_ok, late = now, False
