@@ -84,11 +84,15 @@ class SideTasks:
         lease = state.config.store.lease
         last_ok = state.clock()
         late = False
+        # The first at once: the start since registering (building the clients, pollers
+        # and dispatcher) can take a good part of a short lease on a loaded machine.
+        wait = 0.0
         while not state.stop.is_set():
-            with anyio.move_on_after(heartbeat_interval(lease)):
+            with anyio.move_on_after(wait):
                 await state.stop.wait()
             if state.stop.is_set():
                 return
+            wait = heartbeat_interval(lease)
             now = state.clock()
             try:
                 ok = await store.run(Leases.heartbeat_replica, now)
