@@ -40,7 +40,8 @@ Scenarios (``--scenario``, default ``all``), each run ``--runs`` times (medians 
   ``sessionhook status`` says it is done); then the CPU seconds of the relay process over
   ``--idle-window`` s against a bare loop (a separate process) that only reads the same list
   pages (the whole list every ``discovery_interval``, the first page every second between
-  those); the requests during the window.
+  those); the requests during the window; and the requests the first start made per
+  history session until then (the list's aside).
 
     .venv/bin/python bench/economy.py --scenario working --runs 3 --active-interval 0.3
     .venv/bin/python bench/economy.py --set poll.mode='"timer"' ...   # extra config keys
@@ -554,6 +555,7 @@ async def _idle(world: World, tmp: Path, hook_url: str) -> dict[str, Any]:
             ):
                 break
         settle_s = time.monotonic() - started
+        walked = world.requests_between(started, time.monotonic())
         window = args.idle_window
         relay_cpu, relay_counts = _measure(relay.pid, world, window)
         bare = _start_bare_walk(standin.base_url, args.discovery_interval or 10.0, 1.0)
@@ -568,6 +570,11 @@ async def _idle(world: World, tmp: Path, hook_url: str) -> dict[str, Any]:
     return {
         "history_sessions": args.history,
         "settled_after_s": _round(settle_s),
+        # The first start's work over the history: every request but the list's, per session.
+        "history_requests": {k: v for k, v in walked.items() if k != "list_sessions"},
+        "history_requests_per_session": _round(
+            sum(v for k, v in walked.items() if k != "list_sessions") / max(1, args.history)
+        ),
         "relay_cpu_s": _round(relay_cpu),
         "bare_walk_cpu_s": _round(bare_cpu),
         "cpu_ratio": _round(relay_cpu / bare_cpu) if bare_cpu else None,

@@ -19,9 +19,11 @@ import httpx
 import pytest
 from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
+from structlog.testing import capture_logs
 
 from sessionhook.api import RetryPolicy
 from sessionhook.api.client import SessionsClient
+from sessionhook.api.models import Session
 from sessionhook.cli import cli
 from sessionhook.emulator.app import create_app
 from sessionhook.relay.delivery.dispatcher import DeliverySettings, Dispatcher
@@ -42,7 +44,7 @@ from sessionhook.relay.telemetry.metrics import Metrics
 from tests.support.backends import Backend
 from tests.support.backlog import fill, ok
 from tests.support.clock import T0, Clock
-from tests.support.dispatch_rig import SECRET, dispatch_config, seed_sessions
+from tests.support.dispatch_rig import SECRET, dispatch_config, seed_session, seed_sessions
 from tests.support.receiver import Receiver
 from tests.support.store_rows import Ep
 
@@ -323,6 +325,98 @@ async def test_two_dispatchers_share_the_outbox_one_in_flight_per_session(
     ]
     assert all(n > 0 for n in sent), sent
     assert sum(sent) == len(want)
+
+
+async def _replica_stores(
+    tmp_path: Path, lease: float, registered_at: float, activities: int
+) -> tuple[list[AsyncStore], list[str]]:
+    """Two replicas ``r0`` and ``r1`` on one store, registered at ``registered_at`` with
+    ``lease``, and one session's ``activities`` queued for delivery (their event ids)."""
+    stores = [await AsyncStore.open(tmp_path / "relay.db") for _ in range(2)]
+    await stores[0].run(EndpointQueries.sync_endpoints, dispatch_config().endpoints)
+    session = Session(name="sessions/1000", state="IN_PROGRESS", title="S")
+    expected = await seed_session(stores[0], session, activities)
+    for n, store in enumerate(stores):
+        await store.run(
+            Leases.register_replica, f"r{n}", host="h", pid=n, now=registered_at, lease=lease
+        )
+    return stores, expected
+
+
+@pytest.mark.anyio
+async def test_a_replica_whose_heartbeat_is_late_starts_no_post_until_one_commits(
+    tmp_path: Path,
+) -> None:
+    """Its claims may pass to a rival any moment: nothing starts (one line says why) until a
+    heartbeat commits; then it sends."""
+    receiver = Receiver(SECRET)
+    stores, expected = await _replica_stores(
+        tmp_path, lease=3.0, registered_at=time.time() - 2.5, activities=3
+    )
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(receiver.app)) as http:
+            late = Dispatcher(stores[0], http, DeliverySettings.from_config(dispatch_config()))
+            with capture_logs() as logs:
+                assert await late.run_until_idle() == 0
+            assert receiver.arrivals == []
+            assert [e["event"] for e in logs] == ["delivery.fence_closed"]
+            assert await stores[0].run(Leases.heartbeat_replica, time.time())
+            assert late.fence.renewed()  # it was closed: the dispatcher is woken
+            with capture_logs() as logs:
+                assert await late.run_until_idle() == len(expected)
+            assert logs[0]["event"] == "delivery.fence_opened"
+        assert [a.event_id for a in receiver.arrivals] == expected
+    finally:
+        for store in stores:
+            await store.close()
+
+
+@pytest.mark.anyio
+async def test_a_stalled_replicas_post_is_cut_before_a_rival_takes_its_claim_over(
+    tmp_path: Path,
+) -> None:
+    """The replicas' kill -9 black box once saw two requests of one session at once: a
+    replica whose heartbeats came late was still posting when a rival took the queue's head
+    over. r0 claims and posts, then never heartbeats again; its POST is cut a heartbeat
+    interval before its claims lapse, and r1 (heartbeating) sends the delivery after
+    them: one request of the session at a time, the same webhook-id, recorded once."""
+    lease = 0.6
+    receiver = Receiver(SECRET, delay=1.0)
+    # One delivery: the session's later ones would wait behind it anyway.
+    stores, (first,) = await _replica_stores(
+        tmp_path, lease=lease, registered_at=time.time(), activities=1
+    )
+    settings = DeliverySettings.from_config(dispatch_config())
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(receiver.app)) as http:
+            stalled = Dispatcher(stores[0], http, settings)
+            rival = Dispatcher(stores[1], http, settings, max_wait=0.05)
+
+            async def heartbeats() -> None:  # r1's, as the daemon's heartbeat task makes them
+                while True:
+                    await stores[1].run(Leases.heartbeat_replica, time.time())
+                    rival.fence.renewed()
+                    await anyio.sleep(lease / 6)
+
+            with capture_logs() as logs:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(stalled.run)
+                    await receiver.wait_for(lambda r: r.in_flight == 1, within=10)
+                    tg.start_soon(heartbeats)
+                    tg.start_soon(rival.run)
+                    await receiver.wait_for(lambda r: first in r.delivered_ids(), within=10)
+                    await rival.drain()  # its attempt recorded
+                    tg.cancel_scope.cancel()
+        (row,) = stores[1].store.operator.list_deliveries()
+        attempts = stores[1].store.operator.list_attempts(row.id)
+    finally:
+        for store in stores:
+            await store.close()
+    assert receiver.max_in_flight_per_session == 1, "two requests of one session at once"
+    cut = [e for e in logs if e["event"] == "delivery.cut"]
+    assert [e["event_id"] for e in cut] == [first]
+    assert [a.event_id for a in receiver.arrivals] == [first]  # the cut one never answered
+    assert [a.status_code for a in attempts] == [200]  # the cut POST is not an attempt
 
 
 # --------------------------------------------------------------------------- pollers

@@ -76,18 +76,23 @@ class SideTasks:
 
     async def heartbeat(self) -> None:
         """Every third of ``store.lease``: tell the store this replica is alive, which
-        extends every claim it holds (deliveries in flight, polls, its pollers' leases)."""
+        extends every claim it holds (deliveries in flight, polls, its pollers' leases),
+        and moves the dispatcher's send fence on (``delivery/fence.py``)."""
         state = self._state
         store = state.store
         assert store is not None
         lease = state.config.store.lease
         last_ok = state.clock()
         late = False
+        # The first at once: the start since registering (building the clients, pollers
+        # and dispatcher) can take a good part of a short lease on a loaded machine.
+        wait = 0.0
         while not state.stop.is_set():
-            with anyio.move_on_after(heartbeat_interval(lease)):
+            with anyio.move_on_after(wait):
                 await state.stop.wait()
             if state.stop.is_set():
                 return
+            wait = heartbeat_interval(lease)
             now = state.clock()
             try:
                 ok = await store.run(Leases.heartbeat_replica, now)
@@ -95,6 +100,9 @@ class SideTasks:
                 _log.warning("replica.heartbeat_failed", error=str(exc))
                 ok = False
             if ok:
+                # Its POSTs in flight may run on; if it had stopped sending, it goes on.
+                if state.dispatcher is not None and state.dispatcher.fence.renewed():
+                    state.dispatcher.wake()
                 if late:
                     _log.info("replica.heartbeat_resumed", replica=self._replica.id)
                 last_ok, late = now, False

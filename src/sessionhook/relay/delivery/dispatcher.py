@@ -38,6 +38,7 @@ from ..store import (
 from ..telemetry.logs import get_logger
 from ..telemetry.metrics import Metrics
 from .catalog import EndpointCatalog, Loaded
+from .fence import SendFence
 from .post import UrlGuard, literal_guard, post_event, refused
 from .render_process import InlineRenderer, Renderer
 from .reports import AttemptReporter, Finished
@@ -163,6 +164,8 @@ class Dispatcher:
         self._guard: UrlGuard = guard if guard is not None else literal_guard
         self._clock = clock
         self._renderer: Renderer = renderer if renderer is not None else InlineRenderer()
+        #: Posts only while this replica's claims are sure to hold (see :mod:`.fence`).
+        self.fence = SendFence(store.replica, clock)
         self._rng = rng if rng is not None else random.Random()
         self._max_wait = max_wait
         self._wake = anyio.Event()
@@ -351,7 +354,9 @@ class Dispatcher:
         busy = self._in_flight - done_keys
         writable = self._store.unwritable is None
         # A full store could not record the attempts: send nothing new until it can.
-        free = s.concurrency - len(busy) if self._accepting and writable else 0
+        # Nor while this replica's heartbeat is late: its claims may pass to a rival.
+        sending = self._accepting and writable and (not self.fence.active or self.fence.open())
+        free = s.concurrency - len(busy) if sending else 0
         now = self._clock()
         records = [AttemptRecord(f.delivery.id, f.result, f.decision) for f in finished]
         self.rounds += 1
@@ -476,7 +481,23 @@ class Dispatcher:
     async def _deliver_one(self, delivery: DueDelivery, endpoint: EndpointConfig) -> None:
         done = False
         try:
-            result, decision, now = await self._send(delivery, endpoint)
+            if not self.fence.active:
+                result, decision, now = await self._send(delivery, endpoint)
+            elif not self.fence.open():
+                return  # not sent: released below, its claim is taken again or lapses
+            else:
+                with self.fence.posting() as scope:
+                    result, decision, now = await self._send(delivery, endpoint)
+                if scope.cancelled_caught:
+                    _log.warning(
+                        "delivery.cut",
+                        endpoint=endpoint.name,
+                        event_id=delivery.event_id,
+                        session=delivery.session_name,
+                        note="this replica's heartbeat is late: the POST was cut before its "
+                        "claim could pass to another replica; sent again, same webhook-id",
+                    )
+                    return
             self._finished.append(
                 Finished(delivery, endpoint, delivery.attempts + 1, result, decision, now)
             )

@@ -51,6 +51,14 @@ def heartbeat_interval(lease: float) -> float:
     return lease / 3.0
 
 
+def sending_until(confirmed_at: float, lease: float) -> float:
+    """Until when a replica whose last heartbeat committed at ``confirmed_at`` may be
+    sending what it claimed: one heartbeat interval before its claims lapse. A rival takes
+    them over only once the whole lease has passed, so the two never post to one queue at
+    once, even when this replica's heartbeats are late (a loaded machine)."""
+    return confirmed_at + lease - heartbeat_interval(lease)
+
+
 def heartbeat_late(last_ok: float, now: float, lease: float) -> bool:
     """Whether this replica's claims may have expired: no heartbeat committed for more
     than the lease (others may have taken its work over)."""

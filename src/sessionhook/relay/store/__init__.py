@@ -41,7 +41,7 @@ from .errors import (
     StoreUnwritableError,
 )
 from .ingest import Ingest
-from .leases import LeaseRow, Leases
+from .leases import LeaseRow, Leases, ReplicaState
 from .lock import DaemonLock, StoreLockedError, acquire_daemon_lock
 from .meta import MetaQueries
 from .opening import (
@@ -82,6 +82,7 @@ __all__ = [
     "Outbox",
     "PostgresStore",
     "Refusals",
+    "ReplicaState",
     "Round",
     "Store",
     "StoreCore",

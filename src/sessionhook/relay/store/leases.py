@@ -9,9 +9,11 @@ clock: replicas' clocks must agree to well within a lease (NTP).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ..domain.replica import sending_until
 from ..domain.rows import ReplicaRow, from_row
 from .dialect import Connection, Database, first_value
 from .policy import call, try_write, write
@@ -47,6 +49,17 @@ class ReplicaState:
     #: claimed, as there is no rival to keep out (the writes saved matter to SQLite's
     #: single writer); the registry and heartbeat are kept (``sessionhook status``).
     exclusive: bool = False
+    #: The ``now`` of this replica's last committed heartbeat (or of its registration):
+    #: its claims hold until that plus the lease.
+    confirmed_at: float = -math.inf
+
+    @property
+    def sending_until(self) -> float:
+        """Until when this replica may be posting what it claimed (see
+        :func:`~..domain.replica.sending_until`); forever when it does not claim."""
+        if not self.claims:
+            return math.inf
+        return sending_until(self.confirmed_at, self.lease_seconds)
 
     @property
     def claims(self) -> bool:
@@ -94,6 +107,7 @@ class Leases:
         self._replica.replica_id = replica_id
         self._replica.lease_seconds = lease
         self._replica.exclusive = exclusive
+        self._replica.confirmed_at = now
 
     @try_write
     def heartbeat_replica(self, now: float) -> bool:
@@ -104,6 +118,7 @@ class Leases:
         if owner is not None:
             with self._db.tx(serialized=False) as c:
                 c.execute("UPDATE replicas SET heartbeat_at = ? WHERE id = ?", (now, owner))
+            self._replica.confirmed_at = max(self._replica.confirmed_at, now)
         return True
 
     @call
