@@ -290,8 +290,8 @@ def test_the_readers_of_the_dropped_indexes_still_search(tmp_path: Path) -> None
             )
         }
         assert "deliveries_by_key" not in indexes and "activities_by_session" not in indexes
-        assert "deliveries_by_endpoint" not in indexes
         assert {
+            "deliveries_by_endpoint",
             "deliveries_stuck",
             "deliveries_by_event",
             "deliveries_by_update",
@@ -346,6 +346,15 @@ def test_the_readers_of_the_dropped_indexes_still_search(tmp_path: Path) -> None
             for p in ps
         ]
         assert any("deliveries_stuck" in p for p in plan), plan
+        # An endpoint's list, of any status or a pending one: its own index newest first
+        # (a quiet endpoint's list does not walk every delivery of the others).
+        for status in (None, "pending", "delivered"):
+            call = lambda st=status: store.operator.list_deliveries(  # noqa: E731
+                endpoint="e1", status=st
+            )
+            plan = [p for _, ps in _plans(store, call) for p in ps]
+            assert any("deliveries_by_endpoint" in p for p in plan), plan
+            assert not any("TEMP B-TREE" in p for p in plan), plan
 
 
 def test_the_record_path_indexes_hold_only_what_their_readers_ask_for(tmp_path: Path) -> None:

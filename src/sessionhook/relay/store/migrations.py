@@ -621,13 +621,17 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     # Indexes the record path no longer rewrites for a delivery sent at its first try
     # (pending -> delivered), two entry moves fewer per delivery (docs/store.md "Storage"):
-    # an endpoint's failed and dead deliveries (recover, the lists of them) and the final
-    # ones by update time (pruning, the last hour's counts), each a partial index whose
-    # predicate the queries that use it spell alike (SQLite requires it).
+    # an endpoint's deliveries by id (no status in the key), its failed and dead ones
+    # (recover, the lists of them) and the final ones by update time (pruning, the last
+    # hour's counts), the last two partial indexes whose predicate the queries that use
+    # them spell alike (SQLite requires it).
     Migration(
         "0012_record_path_indexes",
         (
             "DROP INDEX deliveries_by_endpoint",
+            # An endpoint's deliveries newest first (the lists of one endpoint, any status):
+            # no status in the key, so recording an attempt never moves its entry.
+            "CREATE INDEX deliveries_by_endpoint ON deliveries(endpoint, id)",
             Each(
                 sqlite=(
                     "CREATE INDEX deliveries_stuck ON deliveries(endpoint, status) "
