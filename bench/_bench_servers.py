@@ -18,10 +18,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextlib
 import hashlib
 import hmac
 import json
+import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -37,11 +40,43 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # the stand-in of the tests
+#: Clock ticks a second of /proc's CPU times.
+TICK = os.sysconf("SC_CLK_TCK")
 #: The key the stand-in takes (the benchmarks' relays are configured with it).
 API_KEY = "bench-api-key-0123456789"
 
 
 # --------------------------------------------------------------------------- processes
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process (all its threads), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def server_cpu_seconds(postmaster: int) -> float:
+    """CPU of a PostgreSQL server: the postmaster, its children alive (the backends, the
+    background processes) and those it has reaped (``cutime``/``cstime``), from /proc."""
+    fields = Path(f"/proc/{postmaster}/stat").read_text().rsplit(")", 1)[1].split()
+    total = sum(int(f) for f in fields[11:15])
+    for child in Path(f"/proc/{postmaster}/task/{postmaster}/children").read_text().split():
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+    return total / TICK
+
+
+def migrated_copy(store: Path, to: Path, env: dict[str, str] | None) -> Path:
+    """A copy of the SQLite ``store`` at ``to``, migrated to the schema of the tree whose
+    environment is ``env`` (``sessionhook store copy`` reads its source read-only, so a store
+    an older tree ingested must be opened writable by the newer one first)."""
+    shutil.copy(store, to)
+    migrate = (
+        "import sys; from sessionhook.relay.store import Store; Store.open(sys.argv[1]).close()"
+    )
+    subprocess.run([sys.executable, "-c", migrate, str(to)], env=env, check=True)
+    return to
 
 
 def spawn(args: list[str], env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], int]:

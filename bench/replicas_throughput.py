@@ -10,10 +10,19 @@ event replayed to the endpoint (``sessionhook replay``), ``run``: deliveries per
 the first to the last arrival; (3) **pg1** / **pg2**: the same store copied into a fresh
 PostgreSQL database (``sessionhook store copy``), replayed, then 1 or 2 ``run`` processes
 on it. The three are measured back to back on the same machine in the same repetition;
-the figure that matters is the ratio to SQLite of the same repetition. Medians over
-``--reps``; the load average is printed with each figure.
+the figure that matters is the ratio to SQLite of the same repetition. Beside each: the CPU
+per delivery of the relays, of the PostgreSQL server and of the receiver, and the cores
+they kept busy together (``cores_busy``, from the first arrival on): two replicas cannot
+go faster than the cores left to them allow. Medians over ``--reps``; the load average is
+printed with each figure.
+
+``--tree NAME=SRC`` (repeatable) runs the commands of each tree (its ``src`` first on
+``PYTHONPATH``), interleaved in every repetition on the same ingested store, so a change is
+measured beside what it changes. The first tree ingests: name the oldest first (a newer
+schema's store is refused by an older tree).
 
     .venv/bin/python bench/replicas_throughput.py                 # 3 reps, 100 x 50 events
+    .venv/bin/python bench/replicas_throughput.py --tree before=/tmp/b/src --tree after=src
     .venv/bin/python bench/replicas_throughput.py --reps 1 --activities 20   # a quick look
 """
 
@@ -38,7 +47,15 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
-from bench._bench_servers import API_KEY, get_json, spawn, stop  # noqa: E402
+from bench._bench_servers import (  # noqa: E402
+    API_KEY,
+    cpu_seconds,
+    get_json,
+    migrated_copy,
+    server_cpu_seconds,
+    spawn,
+    stop,
+)
 from tests.support.pg import Cluster  # noqa: E402
 
 SESSIONHOOK = [sys.executable, "-m", "sessionhook.cli"]
@@ -56,6 +73,7 @@ class Bench:
         self.receiver, self.hook_port = spawn(["receiver", "--secret", self.secret])
         self.cluster = Cluster()
         self.cluster.start()
+        self.postmaster = int((self.cluster.data / "postmaster.pid").read_text().split()[0])
 
     def close(self) -> None:
         for proc in (self.standin, self.receiver):
@@ -95,20 +113,21 @@ class Bench:
         path.write_text("\n".join(lines) + "\n")
         return path
 
-    def run(self, config: Path, log: Path) -> subprocess.Popen[bytes]:
+    def run(self, config: Path, log: Path, tree: Path | None = None) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
             [*SESSIONHOOK, "run", "--config", str(config)],
             stdout=subprocess.DEVNULL,
             stderr=log.open("ab"),
+            env=_env(tree),
         )
 
-    def ingest(self, rep: int) -> Path:
+    def ingest(self, rep: int, tree: Path | None = None) -> Path:
         work = self.tmp / f"ingest-{rep}"
         work.mkdir()
         db = work / "relay.db"
         config = self.config(work / "config.toml", str(db), enabled=False)
         get_json(self.api_port, "/_bench/reset")
-        relay = self.run(config, work / "relay.log")
+        relay = self.run(config, work / "relay.log", tree)
         try:
             deadline = time.monotonic() + self.args.timeout
             while _count(db) < self.events:
@@ -119,19 +138,29 @@ class Bench:
             stop(relay)
         return db
 
-    def deliver(self, label: str, base: Path, replicas: int, rep: int) -> dict[str, float]:
-        work = self.tmp / f"{label}-{rep}"
-        work.mkdir()
+    def deliver(
+        self, label: str, base: Path, replicas: int, rep: int, tree: Path | None = None
+    ) -> dict[str, float]:
+        work = Path(tempfile.mkdtemp(dir=self.tmp, prefix=f"{label}-{rep}-"))
         if label == "sqlite":
             store = str(work / "relay.db")
             shutil.copy(base, store)
         else:
             store = self.cluster.url(self.cluster.create_database())
             copied = subprocess.run(
-                [*SESSIONHOOK, "store", "copy", "--from", str(base), "--to", store],
+                [
+                    *SESSIONHOOK,
+                    "store",
+                    "copy",
+                    "--from",
+                    str(migrated_copy(base, work / "source.db", _env(tree))),
+                    "--to",
+                    store,
+                ],
                 capture_output=True,
                 text=True,
                 check=False,
+                env=_env(tree),
             )
             if copied.returncode != 0:
                 raise RuntimeError(f"store copy failed: {copied.stderr}")
@@ -150,6 +179,7 @@ class Bench:
             capture_output=True,
             text=True,
             check=False,
+            env=_env(tree),
         )
         found = re.search(r"queued (\d+)", replay.stdout)
         if replay.returncode != 0 or found is None:
@@ -157,24 +187,63 @@ class Bench:
         expected = int(found.group(1))
         get_json(self.hook_port, "/_bench/reset")
         load = os.getloadavg()[0]
-        relays = [self.run(config, work / f"relay-{i}.log") for i in range(replicas)]
+        relays = [self.run(config, work / f"relay-{i}.log", tree) for i in range(replicas)]
+        postgres = label != "sqlite"
+
+        def cpu() -> tuple[float, float, float, float]:
+            """(wall, the relays' CPU, the server's, the receiver's) seconds so far."""
+            return (
+                time.monotonic(),
+                sum(cpu_seconds(r.pid) for r in relays),
+                server_cpu_seconds(self.postmaster) if postgres else 0.0,
+                cpu_seconds(self.receiver.pid),
+            )
+
+        first: tuple[float, float, float, float] | None = None
         try:
             deadline = time.monotonic() + self.args.timeout
-            while get_json(self.hook_port, "/_bench/stats")["total"] < expected:
+            while True:
+                got = get_json(self.hook_port, "/_bench/stats")["total"]
+                if got > 0 and first is None:
+                    first, first_got = cpu(), got  # start-up (imports, the store) left out
+                if got >= expected:
+                    break
                 if any(r.poll() is not None for r in relays) or time.monotonic() > deadline:
                     raise RuntimeError(f"{label}: delivery stalled; see {work}")
                 time.sleep(0.1)
+            last = cpu()
             stats = get_json(self.hook_port, "/_bench/stats")
         finally:
             for relay in relays:
                 stop(relay)
+        assert first is not None
+        n = expected - first_got
+        wall, relay_cpu, server_cpu, receiver_cpu = (
+            b - a for a, b in zip(first, last, strict=True)
+        )
         return {
             "deliveries": float(expected),
             "received": float(stats["total"]),
             "per_s": round(expected / (stats["last"] - stats["first"]), 1),
             "bad_signatures": float(stats["bad_signatures"]),
+            # CPU per delivery from the first arrival on: the relays (all of them), the
+            # PostgreSQL server (every process of the cluster), the receiver.
+            "relay_cpu_ms": round(relay_cpu * 1000 / n, 3),
+            "server_cpu_ms": round(server_cpu * 1000 / n, 3),
+            "receiver_cpu_ms": round(receiver_cpu * 1000 / n, 3),
+            # Cores the three kept busy meanwhile (the machine has os.cpu_count()).
+            "cores_busy": round((relay_cpu + server_cpu + receiver_cpu) / wall, 2),
             "load": round(load, 2),
         }
+
+
+def _env(tree: Path | None) -> dict[str, str] | None:
+    """The environment of a command of ``tree`` (its ``src`` first on ``PYTHONPATH``)."""
+    if tree is None:
+        return None
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(tree)
+    return env
 
 
 def _count(db: Path) -> int:
@@ -195,22 +264,31 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--tree", action="append", default=[], metavar="NAME=SRC")
     args = parser.parse_args()
-    rows: dict[str, list[dict[str, float]]] = {"sqlite": [], "pg1": [], "pg2": []}
-    ratios: dict[str, list[float]] = {"pg1/sqlite": [], "pg2/sqlite": [], "pg2/pg1": []}
+    trees: list[tuple[str, Path | None]] = [
+        (t.split("=", 1)[0], Path(t.split("=", 1)[1]).resolve()) for t in args.tree
+    ] or [("current", None)]
+    runs = (("sqlite", 1), ("pg1", 1), ("pg2", 2))
+    rows: dict[str, list[dict[str, float]]] = {}
+    ratios: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="sessionhook-replicas-") as tmp:
         bench = Bench(args, Path(tmp))
         try:
             for rep in range(args.reps):
-                base = bench.ingest(rep)
-                for label, replicas in (("sqlite", 1), ("pg1", 1), ("pg2", 2)):
-                    row = bench.deliver(label, base, replicas, rep)
-                    rows[label].append(row)
-                    print(json.dumps({"rep": rep + 1, "run": label, **row}), flush=True)
-                now = {k: v[-1]["per_s"] for k, v in rows.items()}
-                ratios["pg1/sqlite"].append(now["pg1"] / now["sqlite"])
-                ratios["pg2/sqlite"].append(now["pg2"] / now["sqlite"])
-                ratios["pg2/pg1"].append(now["pg2"] / now["pg1"])
+                base = bench.ingest(rep, trees[0][1])
+                # Every other repetition in the reverse order (the load drifts).
+                for name, tree in trees if rep % 2 == 0 else trees[::-1]:
+                    now: dict[str, float] = {}
+                    for label, replicas in runs:
+                        row = bench.deliver(label, base, replicas, rep, tree)
+                        rows.setdefault(f"{name}/{label}", []).append(row)
+                        now[label] = row["per_s"]
+                        shown = {"rep": rep + 1, "tree": name, "run": label, **row}
+                        print(json.dumps(shown), flush=True)
+                    for top, bottom in (("pg1", "sqlite"), ("pg2", "sqlite"), ("pg2", "pg1")):
+                        key = f"{name}: {top}/{bottom}"
+                        ratios.setdefault(key, []).append(now[top] / now[bottom])
         finally:
             bench.close()
     print(
@@ -220,9 +298,11 @@ def main() -> None:
                     k: statistics.median(r["per_s"] for r in v) for k, v in rows.items()
                 },
                 "median_ratio": {k: round(statistics.median(v), 2) for k, v in ratios.items()},
+                "ratios": {k: [round(x, 2) for x in v] for k, v in ratios.items()},
                 "events": args.sessions * args.activities,
                 "reps": args.reps,
-            }
+            },
+            indent=1,
         )
     )
 

@@ -25,7 +25,10 @@ budget, slower polls): every event replayed to one endpoint (``sessionhook repla
 CPU per delivery (``/proc`` of the relay, from the first arrival: start-up excluded), CPU
 per delivery in the first 2,000 (backlog about 20,000) and in the last 2,000 (backlog
 2,000 -> 200); peak RSS (VmHWM); new connections; the mean body size;
-bytes per event of the store afterwards; (4) **fan-out**: four endpoints, each replayed a
+bytes per event of the store afterwards; (3b) **pg1**: (3) on a copy of the store in a
+throwaway PostgreSQL cluster (``tests/support/pg.py``, ``sessionhook store copy``): the
+relay's CPU per delivery and the server's (every process of the cluster), beside (3)'s on
+SQLite (``--skip pg`` leaves it out); (4) **fan-out**: four endpoints, each replayed a
 quarter of the events (the same total); (5) **latency**: a live stand-in appends activities
 at ``--live-rate`` per second; p50/p90 activity createTime -> arrival; (6) **e2e**: a fresh
 store, backfill on, one endpoint enabled from the start, so ingest and delivery share the
@@ -65,20 +68,25 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from _bench_servers import API_KEY, fmt, get_json, make_activity, make_session, spawn, stop
+from _bench_servers import (
+    API_KEY,
+    TICK,
+    cpu_seconds,
+    fmt,
+    get_json,
+    make_activity,
+    make_session,
+    migrated_copy,
+    server_cpu_seconds,
+    spawn,
+    stop,
+)
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-TICK = os.sysconf("SC_CLK_TCK")
 
 
 # --------------------------------------------------------------------------- processes
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of a process (all its threads), from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
 
 
 def main_thread_cpu_seconds(pid: int) -> float:
@@ -106,7 +114,7 @@ def _env(tree: Path) -> dict[str, str]:
 
 def _config(
     path: Path,
-    db: Path,
+    db: Path | str,
     api_port: int,
     hook_port: int,
     secret: str,
@@ -127,7 +135,7 @@ def _config(
         f'base_url = "http://127.0.0.1:{api_port}"',
         f'api_key_file = "{key}"',
         "[store]",
-        f'path = "{db}"',
+        f'url = "{db}"' if str(db).startswith("postgresql://") else f'path = "{db}"',
         "[delivery]",
         "allow_private_networks = true",
         f"concurrency = {concurrency}",
@@ -216,6 +224,16 @@ class Bench:
             ["standin", "--sessions", str(args.sessions), "--activities", str(args.activities)]
         )
         self.receiver, self.hook_port = spawn(["receiver", "--secret", self.secret])
+        self.cluster: Any = None
+        if "pg" not in args.skip:
+            # The PostgreSQL scenario's throwaway cluster (the tests' own harness).
+            sys.path.insert(0, str(ROOT))
+            from tests.support.pg import Cluster
+
+            self.cluster = Cluster()
+            self.cluster.start()
+            pid_file = self.cluster.data / "postmaster.pid"
+            self.postmaster = int(pid_file.read_text().split()[0])
 
     def servers_cpu(self) -> float:
         """CPU seconds the stand-in and the receiver have used so far: on two cores they
@@ -226,6 +244,8 @@ class Bench:
         for proc in (self.standin, self.receiver):
             proc.kill()
             proc.wait()
+        if self.cluster is not None:
+            self.cluster.destroy()
 
     def _configure(
         self,
@@ -236,14 +256,15 @@ class Bench:
         api_port: int | None = None,
         live: bool = False,
         as_configured: bool = False,
+        store: str | None = None,
     ) -> Path:
-        """Write a relay's config in ``work`` (its store ``work/relay.db``, this run's
-        receiver and secret; the stand-in at ``api_port``, by default the backlog one)
-        and return its path."""
+        """Write a relay's config in ``work`` (its store ``work/relay.db`` or the
+        ``store`` URL, this run's receiver and secret; the stand-in at ``api_port``, by
+        default the backlog one) and return its path."""
         config = work / "config.toml"
         _config(
             config,
-            work / "relay.db",
+            store or work / "relay.db",
             self.api_port if api_port is None else api_port,
             self.hook_port,
             self.secret,
@@ -325,20 +346,52 @@ class Bench:
         )
 
     def deliver(
-        self, name: str, tree: Path, base_db: Path, fanout: int, *, as_configured: bool = False
+        self,
+        name: str,
+        tree: Path,
+        base_db: Path,
+        fanout: int,
+        *,
+        as_configured: bool = False,
+        postgres: bool = False,
     ) -> dict[str, float]:
         """Every event of ``base_db`` replayed to ``fanout`` endpoints, then ``run``.
         ``as_configured``: the user's case, the relay with its default settings (see
         :func:`_config`); the stand-in answers its polls of the finished sessions either
-        way (it stays up), ``upstream_requests`` counts them."""
-        label = "user" if as_configured else f"deliver{fanout}"
+        way (it stays up), ``upstream_requests`` counts them. ``postgres``: the store
+        copied into a fresh PostgreSQL database first (``sessionhook store copy``); the
+        server's CPU per delivery is measured beside the relay's."""
+        label = "user" if as_configured else f"{'pg' if postgres else 'deliver'}{fanout}"
         work = Path(tempfile.mkdtemp(dir=self.tmp, prefix=f"{label}-{name}-"))
         db = work / "relay.db"
-        shutil.copy(base_db, db)
+        store: str | None = None
+        if postgres:
+            store = self.cluster.url(self.cluster.create_database())
+            source = migrated_copy(base_db, work / "source.db", _env(tree))
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "sessionhook.cli",
+                    "store",
+                    "copy",
+                    "--from",
+                    str(source),
+                    "--to",
+                    store,
+                ],
+                capture_output=True,
+                env=_env(tree),
+                check=True,
+            )
+            config = self._configure(work, [("e1", True)], store=store)
+        else:
+            shutil.copy(base_db, db)
         names = [f"e{i + 1}" for i in range(fanout)]
         expected = 0
         for i, endpoint in enumerate(names):
-            cmd = [sys.executable, "-m", "sessionhook.cli", "replay", "--db", str(db)]
+            cmd = [sys.executable, "-m", "sessionhook.cli", "replay"]
+            cmd += ["--config", str(config)] if postgres else ["--db", str(db)]
             cmd += ["--endpoint", endpoint, "--since", "1970-01-01T00:00:00Z"]
             if fanout > 1:
                 # Each endpoint gets a quarter of every session's history: the same total.
@@ -351,17 +404,22 @@ class Bench:
                 cmd, capture_output=True, text=True, env=_env(tree), check=True
             ).stdout
             expected += int(re.search(r"queued (\d+)", out).group(1))  # type: ignore[union-attr]
-        config = self._configure(work, [(e, True) for e in names], as_configured=as_configured)
+        config = self._configure(
+            work, [(e, True) for e in names], as_configured=as_configured, store=store
+        )
         get_json(self.hook_port, "/_bench/reset")
         get_json(self.api_port, "/_bench/reset")
         samples: list[tuple[float, int, float]] = []
         loop_samples: list[tuple[float, int, float]] = []  # the main thread's (event loop)
+        server_samples: list[tuple[float, int, float]] = []  # PostgreSQL's
         with self._running(tree, config, work, f"{label}-{name}") as (relay, load, servers):
             deadline = time.monotonic() + self.args.timeout
             while True:
                 got = get_json(self.hook_port, "/_bench/stats")["total"]
                 samples.append((time.time(), got, cpu_seconds(relay.pid)))
                 loop_samples.append((time.time(), got, main_thread_cpu_seconds(relay.pid)))
+                if postgres:
+                    server_samples.append((time.time(), got, server_cpu_seconds(self.postmaster)))
                 if got >= expected:
                     break
                 if relay.poll() is not None or time.monotonic() > deadline:
@@ -387,6 +445,11 @@ class Bench:
             "servers_cpu_ms": (self.servers_cpu() - servers) * 1000 / expected,
             "load": load,
         }
+        if postgres:
+            server = _cpu_between(server_samples, 1, expected) * 1000 / (expected - 1)
+            result["server_cpu_ms"] = server
+            result["total_cpu_ms"] = result["cpu_ms"] + server
+            return result
         if fanout == 1 and expected >= 5000:
             early = _cpu_between(samples, 500, 2500) / 2000
             late = _cpu_between(samples, expected - 2000, expected - 200) / 1800
@@ -642,7 +705,7 @@ def main() -> None:
         "--baseline-count", type=int, default=0, help="cap the bare loop's POSTs (0: as relay)"
     )
     parser.add_argument(
-        "--skip", action="append", default=[], help="ingest|user|fanout|latency|e2e"
+        "--skip", action="append", default=[], help="ingest|user|pg|fanout|latency|e2e"
     )
     parser.add_argument(
         "--no-warmup",
@@ -696,7 +759,8 @@ def main() -> None:
             shared_db: Path | None = None
             if "ingest" in args.skip:
                 # One store, ingested once by the first tree, delivered from by every tree
-                # and repetition: the delivery figures alone, interleaved more often.
+                # and repetition: the delivery figures alone, interleaved more often. Name
+                # the oldest tree first: an older tree refuses a newer schema's store.
                 shared_db = bench.ingest(*trees[0])[1]
             for rep in range(args.reps):
                 print(f"repetition {rep + 1}/{args.reps}", flush=True)
@@ -713,6 +777,9 @@ def main() -> None:
                         user = bench.deliver(name, tree, base_db, 1, as_configured=True)
                         note(f"{name}/user", user)
                     note(f"{name}/deliver1", bench.deliver(name, tree, base_db, 1))
+                    if "pg" not in args.skip:
+                        pg = bench.deliver(name, tree, base_db, 1, postgres=True)
+                        note(f"{name}/pg1", pg)
                     if "fanout" not in args.skip:
                         note(f"{name}/deliver4", bench.deliver(name, tree, base_db, 4))
                     if "latency" not in args.skip:
@@ -756,6 +823,20 @@ def main() -> None:
                 f"{statistics.median(values):.2f} ({shown})"
             )
 
+    def pg_ratio(name: str) -> None:
+        """PostgreSQL (relay + server) against SQLite (the relay), CPU per delivery."""
+        pairs = zip(
+            results.get(f"{name}/pg1", []), results.get(f"{name}/deliver1", []), strict=False
+        )
+        values = [p["total_cpu_ms"] / s["cpu_ms"] for p, s in pairs]
+        if values:
+            ratios[f"{name}: PostgreSQL / SQLite, CPU per delivery"] = statistics.median(values)
+            shown = ", ".join(f"{v:.2f}" for v in values)
+            print(
+                f"  {name}: PostgreSQL (relay + server) / SQLite, CPU per delivery: "
+                f"{statistics.median(values):.2f} ({shown})"
+            )
+
     for name, _tree in trees:
         ratio(f"{name}: fan-out 4 / 1 endpoint", f"{name}/deliver4", f"{name}/deliver1")
         backlog_ratio(name)
@@ -768,6 +849,13 @@ def main() -> None:
                 f"baseline-{client}",
                 "cpu_ms",
             )
+            ratio(
+                f"{name}: relay / bare {client} loop, CPU per delivery",
+                f"{name}/deliver1",
+                f"baseline-{client}",
+                "cpu_ms",
+            )
+        pg_ratio(name)
     if len(trees) == 2:
         (a, _), (b, _) = trees
         ratio(f"user's case deliveries/s {a} / {b}", f"{a}/user", f"{b}/user")

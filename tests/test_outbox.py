@@ -268,6 +268,65 @@ def test_a_batch_of_successes_does_not_read_the_failing_clock(store: Store) -> N
     assert not [sql for sql in statements if "SELECT failing_since" in sql]
 
 
+def test_a_batch_costs_the_same_statements_whatever_its_size(
+    store: Store, backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Recording is one round trip per kind of write on PostgreSQL, not one per delivery:
+    a batch of 16 attempts (retries and successes) sends as many statements as one of 2."""
+    fill(store, 18, 1)
+    due = sorted(store.outbox.due_deliveries(T0, 18), key=lambda d: d.key)
+    sent: list[str] = []
+    if backend.name == "sqlite":
+        conn = store.db.conn
+
+        class Counted:  # the connection the queries see, counting what they send
+            def execute(self, sql: str, parameters: Any = (), /) -> Any:
+                sent.append(sql)
+                return conn.execute(sql, parameters)
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(conn, name)
+
+        monkeypatch.setattr(store.db, "conn", Counted())
+    else:
+        import psycopg
+
+        execute = psycopg.Cursor.execute
+
+        def counted(cursor: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+            sent.append(str(query))
+            return execute(cursor, query, *args, **kwargs)
+
+        monkeypatch.setattr(psycopg.Cursor, "execute", counted)
+
+    def statements(batch: list[Any]) -> int:
+        sent.clear()
+        failing = store.outbox.record_attempts(
+            [
+                AttemptRecord(d.id, fail(T0 + 1), Retry(at=T0 + 60))
+                if i % 2
+                else AttemptRecord(d.id, ok(T0 + 1), Delivered())
+                for i, d in enumerate(batch)
+            ]
+        )
+        # A success clears the endpoint's failing clock, the failure after it starts it.
+        assert failing == [T0 + 1 if i % 2 else None for i in range(len(batch))]
+        return len(sent)
+
+    assert statements(due[16:]) == statements(due[:16])
+    monkeypatch.undo()
+    # Every attempt is recorded, numbered, and decided.
+    rows = store.db.conn.execute(
+        "SELECT d.status, d.attempts, t.attempt FROM deliveries d "
+        "JOIN attempts t ON t.delivery_id = d.id"
+    ).fetchall()
+    assert len(rows) == 18
+    assert sorted({(r[0], r[1], r[2]) for r in rows}) == [
+        ("delivered", 1, 1),
+        ("failed", 1, 1),
+    ]
+
+
 def test_a_failing_batch_records_nothing(store: Store) -> None:
     fill(store, 2, 1)
     d = store.outbox.due_deliveries(T0, 10)

@@ -15,9 +15,11 @@ import psycopg
 import pytest
 
 from sessionhook.api.models import Activity
-from sessionhook.relay.store import PostgresStore, Store, codec
+from sessionhook.relay.domain.retry import Dead, Delivered, Retry
+from sessionhook.relay.store import AttemptRecord, PostgresStore, Store, codec
 from sessionhook.relay.store.core import StoreCore
 from tests.support.backends import Backend
+from tests.support.backlog import ok
 from tests.support.pg import Cluster
 from tests.support.schemas import build_old_postgres, build_old_sqlite
 from tests.support.store_rows import Ep, activity, built, ingest, session
@@ -290,6 +292,7 @@ def test_the_readers_of_the_dropped_indexes_still_search(tmp_path: Path) -> None
         assert "deliveries_by_key" not in indexes and "activities_by_session" not in indexes
         assert {
             "deliveries_by_endpoint",
+            "deliveries_stuck",
             "deliveries_by_event",
             "deliveries_by_update",
             "deliveries_open",
@@ -325,7 +328,7 @@ def test_the_readers_of_the_dropped_indexes_still_search(tmp_path: Path) -> None
             plan = [p for _, ps in _plans(store, call) for p in ps]
             assert any("events_by_session" in p for p in plan), plan
             assert any("deliveries_by_event" in p for p in plan), plan
-            assert not any("deliveries_by_endpoint" in p for p in plan), plan
+            assert not any("deliveries_stuck" in p for p in plan), plan
             assert len(store.operator.list_deliveries(session=s.name, **filters)) == 3
         assert store.operator.list_deliveries(session=s.name, endpoint="e2") == []
         assert store.operator.list_deliveries(session="sessions/9") == []
@@ -342,7 +345,62 @@ def test_the_readers_of_the_dropped_indexes_still_search(tmp_path: Path) -> None
             )
             for p in ps
         ]
-        assert any("deliveries_by_endpoint" in p for p in plan), plan
+        assert any("deliveries_stuck" in p for p in plan), plan
+        # An endpoint's list, of any status or a pending one: its own index newest first
+        # (a quiet endpoint's list does not walk every delivery of the others).
+        for status in (None, "pending", "delivered"):
+            call = lambda st=status: store.operator.list_deliveries(  # noqa: E731
+                endpoint="e1", status=st
+            )
+            plan = [p for _, ps in _plans(store, call) for p in ps]
+            assert any("deliveries_by_endpoint" in p for p in plan), plan
+            assert not any("TEMP B-TREE" in p for p in plan), plan
+
+
+def test_the_record_path_indexes_hold_only_what_their_readers_ask_for(tmp_path: Path) -> None:
+    """``deliveries_stuck`` holds an endpoint's failed and dead deliveries only, and
+    ``deliveries_by_update`` the delivered and dead ones: a delivery sent at its first try
+    enters neither, then one (the record path moves two index entries fewer); recover,
+    the lists of failed or dead deliveries, pruning and ``status`` still search them."""
+    with Store.open(tmp_path / "s.db", clock=lambda: T0) as store:
+        store.endpoints.sync_endpoints([Ep("e1")])
+        s = session(1)
+        store.ingest.upsert_session(s, baseline=False)
+        ingest(store, s, [activity(1, i) for i in range(3)])
+        ids = [int(r[0]) for r in store.db.conn.execute("SELECT id FROM deliveries ORDER BY id")]
+
+        def entries(index: str, where: str) -> int:
+            sql = f"SELECT COUNT(*) FROM deliveries INDEXED BY {index} WHERE {where}"
+            return int(store.db.conn.execute(sql).fetchone()[0])
+
+        def stuck() -> int:
+            return entries(
+                "deliveries_stuck", "endpoint = 'e1' AND (status = 'failed' OR status = 'dead')"
+            )
+
+        def final() -> int:
+            return entries("deliveries_by_update", "(status = 'delivered' OR status = 'dead')")
+
+        assert (stuck(), final()) == (0, 0)  # pending
+        for delivery_id, decision in zip(ids, (Delivered(), Retry(T0 + 60), Dead()), strict=True):
+            store.outbox.record_attempts([AttemptRecord(delivery_id, ok(T0), decision)])
+        assert (stuck(), final()) == (2, 2)  # failed + dead; delivered + dead
+        assert {d.status for d in store.operator.list_deliveries(endpoint="e1")} == {
+            "delivered",
+            "failed",
+            "dead",
+        }
+        for call, index in (
+            (lambda: store.operator.list_deliveries(endpoint="e1", status="dead"), "stuck"),
+            (lambda: store.operator.list_deliveries(endpoint="e1", status="failed"), "stuck"),
+            (lambda: store.operator.status_summary(T0), "by_update"),
+            (lambda: store.outbox.prune_delivery_log(T0 - 1), "by_update"),
+            (lambda: store.requeue.recover("e1", 0.0), "stuck"),
+        ):
+            plan = [p for _, ps in _plans(store, call) for p in ps]
+            assert any(f"deliveries_{index}" in p for p in plan), plan
+            assert not [p for p in plan if p.startswith("SCAN deliveries")], plan
+        assert (stuck(), final()) == (0, 1)  # recovered: pending again
 
 
 # --------------------------------------------------------------------------- codec

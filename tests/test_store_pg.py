@@ -13,8 +13,10 @@ import pytest
 
 from sessionhook.api.models import Session
 from sessionhook.relay.config.database_url import display_url
+from sessionhook.relay.domain.retry import Delivered
 from sessionhook.relay.store import (
     AsyncStore,
+    AttemptRecord,
     Ingest,
     PostgresStore,
     StoreError,
@@ -23,8 +25,12 @@ from sessionhook.relay.store import (
 )
 from sessionhook.relay.store.dialect import to_pyformat
 from sessionhook.relay.store.migrations import MIGRATIONS, POSTGRES
+from sessionhook.relay.store.outbox import Round
+from tests.support.backlog import fill, ok
+from tests.support.clock import T0, Clock
 from tests.support.loopback import free_port
 from tests.support.pg import PASSWORD, Cluster
+from tests.support.store_rows import Ep
 
 pytestmark = pytest.mark.process
 
@@ -181,3 +187,35 @@ def test_text_with_nul_characters_is_stored_not_refused(pg_url: str) -> None:
         )
         row = store.ingest.get_session("sessions/1")
         assert row is not None and row.title == "a\ufffdb"
+
+
+def test_a_dispatcher_rounds_statements_are_prepared_once_per_connection(pg_url: str) -> None:
+    """The round's statements are prepared on the server (planned once per connection) and
+    reused by the next round; the round still records, moves each queue on and claims."""
+    store = PostgresStore.open(pg_url, clock=Clock(), pool_size=1)  # one connection to look at
+    try:
+        store.endpoints.sync_endpoints([Ep("a")])
+        fill(store, 6, 2)
+        store.leases.register_replica("r1", host="h", pid=1, now=T0, lease=1e9)
+        first = store.outbox.dispatch_round(Round([], T0 + 1, 3, (), (), {"a": 3}))[1]
+        records = [AttemptRecord(d.id, ok(T0 + 1), Delivered()) for d in first]
+        failing, due, _next, _active = store.outbox.dispatch_round(
+            Round(records, T0 + 1, 3, (), (), {"a": 3})
+        )
+        assert failing == [None, None, None]
+        # The next of each queue: its head moved on in the same transaction.
+        assert len(due) == 3 and not {d.id for d in due} & {d.id for d in first}
+        prepared = store.db.conn.execute(
+            "SELECT statement, generic_plans + custom_plans FROM pg_prepared_statements"
+        ).fetchall()
+        plans = {text.split(" FROM ")[0][:30]: n for text, n in prepared}
+        # The heads' read ran in both rounds on one prepared statement.
+        assert plans["SELECT h.next_attempt_at, h.de"] == 2
+        assert any(text.startswith("UPDATE deliveries SET status") for text, _n in prepared)
+        claimed = store.db.conn.execute(
+            "SELECT COUNT(*) FROM outbox_heads WHERE claimed_by = 'r1'"
+        ).fetchone()[0]
+        assert claimed == 3
+        assert store.outbox.pending_count() == 9
+    finally:
+        store.close()

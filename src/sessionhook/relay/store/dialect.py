@@ -48,6 +48,15 @@ class Connection(Protocol):
     def executemany(self, sql: str, parameters: Iterable[Sequence[Any]], /) -> Any: ...
 
 
+class Prepared(str):
+    """SQL text of a statement run on every delivery, which the PostgreSQL store prepares
+    on the server (parsed and planned once per connection, then bound with typed
+    parameters: every parameter's type must follow from the text, e.g. no untyped
+    ``? IS NULL``); SQLite's statement cache prepares any text anyway."""
+
+    __slots__ = ()
+
+
 def first_value(conn: Connection, sql: str, params: Sequence[Any] = ()) -> Any:
     """The first column of the first row of ``sql`` (``None`` when there is no row)."""
     row = conn.execute(sql, params).fetchone()
@@ -110,6 +119,13 @@ class Database(Protocol):
         ``serialized=False``: the block orders itself by row locks (conditional updates,
         ``FOR UPDATE``, the outbox heads' per-key lock), so it does not wait for
         PostgreSQL's global write lock (SQLite has one writer anyway)."""
+        ...
+
+    def lock_queues(self, c: Connection, delivery_ids: Sequence[int]) -> None:
+        """Take the queue locks of these deliveries' (endpoint, session) keys in key order
+        (the lock order of every writer of the heads), before one statement writes them
+        all in whatever order its plan visits them (PostgreSQL); nothing where there is one
+        writer."""
         ...
 
     def skip_locked(self, alias: str) -> str:

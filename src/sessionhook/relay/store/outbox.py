@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 from ..domain.retry import AttemptResult, Dead, Decision, Delivered, DisableEndpoint, Retry
 from ..domain.rows import OPEN_STATUSES, ActiveEndpoints, DueDelivery, from_row
 from .bodies import BODY_COLUMNS, Bodies
-from .dialect import Connection, Database, first_value
+from .dialect import Connection, Database, Prepared, first_value
 from .errors import StoreError
 from .leases import TAKEABLE, Leases, ReplicaState
 from .policy import call, write, writes_when
@@ -55,7 +55,7 @@ def rows_sql(count: int) -> str:
     is reached by its key. The status is checked by the caller: in the WHERE clause it
     tempted SQLite's planner into walking ``deliveries_by_update`` with a round's worth of
     ids (VM steps 25 -> 727 with a backlog)."""
-    return (
+    return Prepared(
         "SELECT d.id, d.event_id, e.type AS event_type, d.endpoint, ep.url, d.session_name, "
         "d.attempts, d.created_at, d.status, " + BODY_COLUMNS + " "
         "FROM deliveries d "
@@ -74,6 +74,28 @@ CLAIM_SQL = (
     + TAKEABLE.format(c="claimed_by")
     + " RETURNING delivery_id"
 )
+
+
+def record_sql(count: int) -> str:
+    """Decide ``count`` deliveries and count their attempts in ONE statement (one round
+    trip on PostgreSQL), a ``(?, ?, ?, ?, ?, ?, ?, ?)`` per delivery: (id, status,
+    updated_at, last_status_code, last_error, keep next_attempt_at (0/1), next_attempt_at,
+    delivered_at); RETURNING each row's endpoint and attempt number. The values are cast:
+    a column of NULLs only is text on PostgreSQL. A delivery closed as dead while it was
+    in flight (its endpoint deleted) stays dead unless this attempt delivered it: never
+    opened again for nobody."""
+    return Prepared(
+        "UPDATE deliveries SET "
+        "status = CASE WHEN status = 'dead' AND v.column2 <> 'delivered' THEN 'dead' "
+        "ELSE v.column2 END, "
+        "attempts = attempts + 1, updated_at = CAST(v.column3 AS DOUBLE PRECISION), "
+        "last_status_code = CAST(v.column4 AS INTEGER), last_error = CAST(v.column5 AS TEXT), "
+        "next_attempt_at = CASE WHEN v.column6 = 1 THEN next_attempt_at "
+        "ELSE CAST(v.column7 AS DOUBLE PRECISION) END, "
+        "delivered_at = COALESCE(CAST(v.column8 AS DOUBLE PRECISION), delivered_at) "
+        "FROM (VALUES " + ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * count) + ") AS v "
+        "WHERE deliveries.id = v.column1 RETURNING id, endpoint, attempts"
+    )
 
 
 class AttemptRecord(NamedTuple):
@@ -136,7 +158,7 @@ class Outbox:
         keys = sorted((h[2], h[3], h[1]) for h in heads)  # the lock order, see above
         values = ", ".join(["(?, ?, ?)"] * len(keys))
         cur = c.execute(
-            CLAIM_SQL.format(values=values),
+            Prepared(CLAIM_SQL.format(values=values)),
             (owner, now, *(v for key in keys for v in key), owner, now),
         )
         return {int(r["delivery_id"]) for r in cur.fetchall()}
@@ -161,8 +183,10 @@ class Outbox:
         a round, the newest revision from the revisions' index)."""
         conn = self._db.conn
         rows = conn.execute(
-            "SELECT name, (SELECT MAX(revision) FROM endpoints) AS newest FROM endpoints "
-            "WHERE enabled = 1 AND configured = 1 ORDER BY name"
+            Prepared(
+                "SELECT name, (SELECT MAX(revision) FROM endpoints) AS newest FROM endpoints "
+                "WHERE enabled = 1 AND configured = 1 ORDER BY name"
+            )
         ).fetchall()
         # No endpoint active: the newest revision asked apart (a create makes one active).
         newest = (
@@ -227,7 +251,7 @@ class Outbox:
         at most ``limit`` (and each endpoint's cap), without ``skip``: read from the heads
         index alone; an endpoint with no free slot is not read at all."""
         # A claiming read skips, rather than waits for, heads a rival is claiming.
-        sql = HEADS_SQL + (self._db.skip_locked("h") if owner else "")
+        sql = Prepared(HEADS_SQL + (self._db.skip_locked("h") if owner else ""))
         found: list[tuple[float, int, str, str]] = []
         for endpoint in names:
             cap = limit if caps is None else min(limit, caps.get(endpoint, 0))
@@ -266,8 +290,10 @@ class Outbox:
         for endpoint in self.active_endpoints() if active is None else active:
             value = first_value(
                 self._db.conn,
-                "SELECT MIN(next_attempt_at) FROM outbox_heads "
-                "WHERE endpoint = ? AND next_attempt_at > ?",
+                Prepared(
+                    "SELECT MIN(next_attempt_at) FROM outbox_heads "
+                    "WHERE endpoint = ? AND next_attempt_at > ?"
+                ),
                 (endpoint, float("-inf") if after is None else after),
             )
             if value is not None and (best is None or value < best):
@@ -326,77 +352,96 @@ class Outbox:
         """
         if not records:
             return []
-        out: list[float | None] = []
         with self._db.tx(serialized=False) as c:
-            # Endpoint bookkeeping is folded per batch: one UPDATE per endpoint, not per row.
-            # The dispatcher passes its batch in (endpoint, session) order: the lock order of
-            # every writer of the heads (see the module docstring).
-            state: dict[str, dict[str, Any]] = {}
-            logged: list[tuple[Any, ...]] = []
-            for record in records:
-                out.append(self._record_one(c, record, state, logged))
-            # One statement for the batch's attempt rows: one round trip on PostgreSQL.
-            c.execute(
+            out, state = self._record(c, records)
+            self._bookkeep(c, state)
+        return out
+
+    def _record(
+        self, c: Connection, records: Sequence[AttemptRecord]
+    ) -> tuple[list[float | None], dict[str, dict[str, Any]]]:
+        """:meth:`record_attempts` in ``c``'s transaction but for the endpoints' rows: the
+        failing_since per record, and the batch's state per endpoint for
+        :meth:`_bookkeep`."""
+        # One UPDATE decides every delivery of the batch and counts its attempt
+        # (RETURNING its number): its row locks order two writers of one delivery, and
+        # the heads' trigger it fires takes each queue's lock before re-deriving the
+        # head. The re-derived head row is a new, unclaimed one: recording releases
+        # this replica's claim with it. The dispatcher passes its batch in (endpoint,
+        # session) order: the lock order of every writer of the heads (see the module
+        # docstring), taken up front (the statement's plan may visit the rows in any
+        # order).
+        self._db.lock_queues(c, [record.delivery_id for record in records])
+        values: list[Any] = []
+        for record in records:
+            values += _decided(record)
+        updated = {
+            int(row["id"]): (row["endpoint"], row["attempts"])
+            for row in c.execute(record_sql(len(records)), values).fetchall()
+        }
+        # Endpoint bookkeeping is folded per batch: one UPDATE per endpoint, not per row.
+        state: dict[str, dict[str, Any]] = {}
+        logged: list[Any] = []
+        out: list[float | None] = []
+        for record in records:
+            found = updated.get(record.delivery_id)
+            if found is None:
+                raise StoreError(f"unknown delivery {record.delivery_id}", path=self._db.path)
+            out.append(self._apply(c, record, *found, state, logged))
+        # One statement for the batch's attempt rows: one round trip on PostgreSQL.
+        c.execute(
+            Prepared(
                 "INSERT INTO attempts (delivery_id, attempt, started_at, duration_ms, "
                 "status_code, error, response_body) VALUES "
-                + ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * len(logged)),
-                [value for row in logged for value in row],
-            )
-            for endpoint, s in sorted(state.items()):
-                # After a success in this batch, failing_since is this batch's (NULL or
-                # its later failure); otherwise the earliest of what is stored (a rival
-                # replica may have written since it was read) and this batch's.
-                c.execute(
+                + ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * len(records))
+            ),
+            logged,
+        )
+        return out, state
+
+    @staticmethod
+    def _bookkeep(c: Connection, state: dict[str, dict[str, Any]]) -> None:
+        """The endpoints' rows after a batch (:meth:`_record`'s ``state``), one UPDATE per
+        endpoint, in name order. Replicas delivering to one endpoint all write its row:
+        the row's lock is held from here to the commit, so this comes last."""
+        for endpoint, s in sorted(state.items()):
+            # After a success in this batch, failing_since is this batch's (NULL or
+            # its later failure); otherwise the earliest of what is stored (a rival
+            # replica may have written since it was read) and this batch's.
+            c.execute(
+                Prepared(
                     "UPDATE endpoints SET failing_since = CASE WHEN ? = 1 THEN ? "
                     "ELSE COALESCE(failing_since, ?) END, "
                     "last_success_at = COALESCE(?, last_success_at), "
                     "last_error = COALESCE(?, last_error), "
-                    "last_error_at = COALESCE(?, last_error_at) WHERE name = ?",
-                    (
-                        int(s["succeeded"]),
-                        s["failing_since"],
-                        s["failing_since"],
-                        s["last_success_at"],
-                        s["last_error"],
-                        s["last_error_at"],
-                        endpoint,
-                    ),
-                )
-        return out
+                    "last_error_at = COALESCE(?, last_error_at) WHERE name = ?"
+                ),
+                (
+                    int(s["succeeded"]),
+                    s["failing_since"],
+                    s["failing_since"],
+                    s["last_success_at"],
+                    s["last_error"],
+                    s["last_error_at"],
+                    endpoint,
+                ),
+            )
 
-    def _record_one(
+    def _apply(
         self,
         c: Connection,
         record: AttemptRecord,
+        endpoint: str,
+        number: int,
         state: dict[str, dict[str, Any]],
-        logged: list[tuple[Any, ...]],
+        logged: list[Any],
     ) -> float | None:
-        """Apply one record's decision; its attempt row goes to ``logged`` (inserted for
-        the whole batch at once)."""
-        attempt, decision, delivery_id = record.attempt, record.decision, record.delivery_id
+        """Fold one recorded attempt (its delivery decided, the attempt ``number`` to
+        ``endpoint``) into the batch's endpoint ``state``; its attempt row's values go to
+        ``logged`` (inserted for the whole batch at once)."""
+        attempt, decision = record.attempt, record.decision
         finished = attempt.started_at + attempt.duration_ms / 1000.0
         code = attempt.status_code
-        error = attempt.error or (
-            None if code is not None and 200 <= code < 300 else f"HTTP {code}"
-        )
-        # One UPDATE per record decides the delivery and counts the attempt (RETURNING its
-        # number): its row lock orders two writers of one delivery, and the heads' trigger
-        # it fires takes the queue's lock before re-deriving the head. The re-derived head
-        # row is a new, unclaimed one: recording releases this replica's claim with it.
-        status, keep_next, next_at, delivered_at = _outcome(decision, finished)
-        # A delivery closed as dead while it was in flight (its endpoint deleted) stays
-        # dead unless this attempt delivered it: never opened again for nobody.
-        row = c.execute(
-            "UPDATE deliveries SET "
-            "status = CASE WHEN status = 'dead' AND ? <> 'delivered' THEN 'dead' ELSE ? END, "
-            "attempts = attempts + 1, updated_at = ?, last_status_code = ?, last_error = ?, "
-            "next_attempt_at = CASE WHEN ? = 1 THEN next_attempt_at ELSE ? END, "
-            "delivered_at = COALESCE(?, delivered_at) WHERE id = ? RETURNING endpoint, attempts",
-            (status, status, finished, code, error, keep_next, next_at, delivered_at, delivery_id),
-        ).fetchone()
-        if row is None:
-            raise StoreError(f"unknown delivery {delivery_id}", path=self._db.path)
-        endpoint, number = row["endpoint"], row["attempts"]
         s = state.get(endpoint)
         if s is None:
             s = state[endpoint] = {
@@ -407,16 +452,14 @@ class Outbox:
                 "last_error": None,
                 "last_error_at": None,
             }
-        logged.append(
-            (
-                delivery_id,
-                number,
-                attempt.started_at,
-                attempt.duration_ms,
-                code,
-                attempt.error,
-                attempt.response_body,
-            )
+        logged += (
+            record.delivery_id,
+            number,
+            attempt.started_at,
+            attempt.duration_ms,
+            code,
+            attempt.error,
+            attempt.response_body,
         )
         if isinstance(decision, Delivered):
             s["last_success_at"] = finished
@@ -437,7 +480,7 @@ class Outbox:
             s["read"] = True
             if s["failing_since"] is None:
                 s["failing_since"] = attempt.started_at
-            s["last_error"], s["last_error_at"] = error, finished
+            s["last_error"], s["last_error_at"] = _error_of(attempt), finished
         value = s["failing_since"]
         return None if value is None else float(value)
 
@@ -524,6 +567,21 @@ class Outbox:
             (delivery_id,),
         ).fetchone()
         return None if row is None else (bytes(row["body"]), row["content_type"])
+
+
+def _error_of(attempt: AttemptResult) -> str | None:
+    """The error a delivery row keeps of an attempt: its own, or a non-2xx status."""
+    code = attempt.status_code
+    return attempt.error or (None if code is not None and 200 <= code < 300 else f"HTTP {code}")
+
+
+def _decided(record: AttemptRecord) -> tuple[Any, ...]:
+    """One record's values for :func:`record_sql`."""
+    attempt = record.attempt
+    finished = attempt.started_at + attempt.duration_ms / 1000.0
+    status, keep_next, next_at, delivered_at = _outcome(record.decision, finished)
+    code, error = attempt.status_code, _error_of(attempt)
+    return (record.delivery_id, status, finished, code, error, keep_next, next_at, delivered_at)
 
 
 def _outcome(decision: Decision, finished: float) -> tuple[str, int, float | None, float | None]:

@@ -1,7 +1,9 @@
 """The PostgreSQL backend: :class:`PostgresDatabase` (``store.url = "postgresql://..."``) and
 :class:`PostgresStore`, the store on it, through a ``psycopg_pool.ConnectionPool`` of
 autocommit connections binding parameters on the client side (``psycopg.ClientCursor``: an
-untyped ``? IS NULL`` is valid, as on SQLite).
+untyped ``? IS NULL`` is valid, as on SQLite), but for the statements of the dispatcher's
+round (:class:`~.dialect.Prepared`): those are bound and prepared on the server, each parsed
+and planned once per connection.
 
 A read outside a transaction borrows a connection for one statement (each read sees
 committed data); ``tx`` holds one connection for the block (a thread-local the block's
@@ -20,6 +22,8 @@ replaced by U+FFFD (text from the network never makes a write fail).
 from __future__ import annotations
 
 import functools
+import itertools
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -34,7 +38,7 @@ from ...redact import redact_userinfo
 from ..config.database_url import display_url
 from . import notify
 from .core import StoreCore
-from .dialect import Connection, WakeSource, to_pyformat
+from .dialect import Connection, Prepared, WakeSource, to_pyformat
 from .errors import StoreError, StoreFullError, StoreUnwritableError
 from .migrations import POSTGRES, check_current, migrate
 
@@ -107,6 +111,29 @@ def _query(sql: str) -> bytes:
     return to_pyformat(sql).encode()
 
 
+def _run(conn: psycopg.Connection[Any], sql: str, params: list[Any]) -> Any:
+    """``sql`` on ``conn``: a :class:`~.dialect.Prepared` statement bound on the server and
+    prepared there at its first run (psycopg keeps it per connection); any other bound on
+    the client (see the module docstring)."""
+    if isinstance(sql, Prepared):
+        return psycopg.RawCursor(conn).execute(_numbered(sql), params, prepare=True)
+    return conn.execute(_query(sql), params)
+
+
+@functools.lru_cache(maxsize=1024)
+def _numbered(sql: str) -> bytes:
+    """``sql`` with ``$1, $2...`` placeholders (:func:`to_pyformat`'s ``%s`` numbered, its
+    ``%%`` a ``%`` again), for a ``RawCursor``: psycopg then parses no query text per run
+    (it does for a long ``%s`` one: over 50 parameters is not cached)."""
+    numbers = itertools.count(1)
+    return _PYFORMAT.sub(
+        lambda m: "%" if m.group(0) == "%%" else f"${next(numbers)}", to_pyformat(sql)
+    ).encode()
+
+
+_PYFORMAT = re.compile(r"%%|%s")
+
+
 class _Adapter:
     """The :class:`~.dialect.Connection` the shared queries see on PostgreSQL."""
 
@@ -118,9 +145,9 @@ class _Adapter:
         params = [_clean(p) for p in parameters]
         conn: psycopg.Connection[Any] | None = getattr(self.local, "conn", None)
         if conn is not None:
-            return conn.execute(_query(sql), params)
+            return _run(conn, sql, params)
         with self.pool.connection(timeout=CONNECT_TIMEOUT) as borrowed:
-            return borrowed.execute(_query(sql), params)
+            return _run(borrowed, sql, params)
 
     def executemany(self, sql: str, parameters: Iterable[Sequence[Any]], /) -> Any:
         rows = [[_clean(p) for p in row] for row in parameters]
@@ -215,6 +242,21 @@ class PostgresDatabase:
         self._pool.close()
 
     # ----------------------------------------------------------------- what differs
+
+    def lock_queues(self, c: Connection, delivery_ids: Sequence[int]) -> None:
+        """``outbox_key_lock`` (the heads triggers' lock, re-entrant in a transaction) of
+        each key of ``delivery_ids``, in key order, in one statement (none for one
+        delivery: its trigger takes the one lock)."""
+        if len(delivery_ids) > 1:
+            c.execute(
+                Prepared(
+                    "SELECT outbox_key_lock(k.endpoint, k.session_name) FROM "
+                    "(SELECT DISTINCT endpoint, session_name FROM deliveries WHERE id IN ("
+                    + ", ".join("?" * len(delivery_ids))
+                    + ") ORDER BY endpoint, session_name) AS k"
+                ),
+                delivery_ids,
+            )
 
     def skip_locked(self, alias: str) -> str:
         """``FOR UPDATE OF alias SKIP LOCKED``: heads another replica's transaction is

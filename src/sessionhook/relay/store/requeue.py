@@ -28,7 +28,12 @@ from .dialect import Connection, Database, first_value
 from .policy import write
 
 _OPEN: Final = "('pending', 'failed')"
-_STUCK: Final = "('failed', 'dead')"
+
+
+def _stuck(column: str = "status") -> str:
+    """Failed or dead, spelt as the predicate of the partial index ``deliveries_stuck``
+    (SQLite uses a partial index only for a query that repeats its predicate)."""
+    return f"({column} = 'failed' OR {column} = 'dead')"
 
 
 class Requeue:
@@ -79,7 +84,7 @@ class Requeue:
         now = self._db.clock()
         stuck = (
             f"FROM deliveries d JOIN events e ON e.id = d.event_id "
-            f"WHERE d.endpoint = ? AND d.status IN {_STUCK}"
+            f"WHERE d.endpoint = ? AND {_stuck('d.status')}"
         )
         ids: list[int] = []
         behind = 0
@@ -96,7 +101,7 @@ class Requeue:
                     reopened = c.execute(
                         "UPDATE deliveries SET status = 'pending', next_attempt_at = ?, "
                         "updated_at = ? WHERE endpoint = ? AND session_name = ? "
-                        f"AND status IN {_STUCK} AND event_id IN "
+                        f"AND {_stuck()} AND event_id IN "
                         "(SELECT id FROM events WHERE session_name = ? AND occurred_ts >= ?) "
                         "RETURNING id",
                         (now, now, endpoint, session, session, since),

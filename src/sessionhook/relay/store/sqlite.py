@@ -158,6 +158,9 @@ class SqliteDatabase:
 
     # ----------------------------------------------------------------- what differs
 
+    def lock_queues(self, c: Connection, delivery_ids: Sequence[int]) -> None:
+        """Nothing: one writer (see :meth:`~.dialect.Database.lock_queues`)."""
+
     def skip_locked(self, alias: str) -> str:
         """Nothing: one writer, no rival transaction to skip."""
         return ""
