@@ -165,11 +165,24 @@ def already(
     if row is None:
         raise OperatorError(f"no session {name} in the archive")
     item = session_item(store, row)
+    found = _phase_event(store, item, types)
+    return item, event_line(found) if found is not None else None
+
+
+def phase_event(store: StoreCore, name: str, types: frozenset[str]) -> EventRow | None:
+    """The event of the phase session ``name`` is in now when it is one of ``types``
+    (``None`` too when the session is not archived): a wait opened before the session's
+    row took its new state learns it from here."""
+    row = store.operator.get_session(name)
+    return None if row is None else _phase_event(store, session_item(store, row), types)
+
+
+def _phase_event(store: StoreCore, item: ApiSessionItem, types: frozenset[str]) -> EventRow | None:
     wanted = _PHASE_EVENTS.get(item.phase)
     if wanted is None or wanted not in types:
-        return item, None
-    found = store.operator.last_events(name, 1, types=[wanted])
-    return item, event_line(found[-1]) if found else None
+        return None
+    found = store.operator.last_events(item.session, 1, types=[wanted])
+    return found[-1] if found else None
 
 
 def answer_of(store: StoreCore, event: EventRow) -> tuple[ApiSessionItem | None, ApiEventLine]:

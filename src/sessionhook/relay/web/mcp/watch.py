@@ -73,6 +73,13 @@ class Waiter:
             self.offer(event)
         self._early.clear()
 
+    def settle(self, event: EventRow) -> None:
+        """Answer with ``event``, the phase the session is in now (what the wait's first
+        look answers at once; its row took the phase after that look)."""
+        if self.found is None:
+            self.found = event
+            self.done.set()
+
     def offer(self, event: EventRow) -> None:
         """Take ``event`` when it is the first that answers this wait."""
         if self.found is not None or event.type not in self.types:
@@ -103,6 +110,9 @@ class Watcher:
         self.open_waits = 0
         self.subscriptions = 0
         self._waiting: frozenset[str] | None = None
+        #: Sessions of the events read lately, and the looks at the archive left to each
+        #: (until the reads settle): their rows may still take the phase their events tell.
+        self._recent: dict[str, int] = {}
         #: Set when the server stops: open waits end, new ones are refused.
         self.closing = False
         #: Set once the reader has its starting position: a wait starts after it (an event
@@ -193,6 +203,8 @@ class Watcher:
                 waiter.offer(event)
             if event.session_name not in sessions:
                 sessions.append(event.session_name)
+        for name in sessions:  # the look after this read, then one per settling read
+            self._recent[name] = SETTLE_ROUNDS + 1
         for name in sessions:
             await self._announce(session_uri(name))
         astore = self._ctx.store()
@@ -201,8 +213,27 @@ class Watcher:
         _log.debug("mcp.read", events=len(events), last=events[-1].seq, sessions=len(sessions))
 
     async def _check_waiting(self, astore: AsyncStore) -> None:
-        """Announce the waiting set when it changed."""
+        """Announce the waiting set when it changed; answer the open waits of the sessions
+        read lately whose phase is now one they wait for."""
         waiting = await astore.run(views.waiting_names)
         if waiting != self._waiting:
             self._waiting = waiting
             await self._announce(WAITING_URI)
+        await self._look_again(astore)
+
+    async def _look_again(self, astore: AsyncStore) -> None:
+        """A wait opens after an event and looks at the session's row; on a loaded
+        PostgreSQL with replicas the row may take the event's phase only after that look,
+        and the event, older than the wait, would never be offered to it. So the waits of
+        the sessions read lately look again while the reads settle (no call without one)."""
+        for name in self._recent.keys() & self._waiters.keys():
+            for waiter in list(self._waiters.get(name, ())):
+                if waiter.found is None and waiter.after is not None:
+                    event = await astore.run(views.phase_event, name, waiter.types)
+                    if event is not None:
+                        waiter.settle(event)
+        for name, left in list(self._recent.items()):
+            if left > 1:
+                self._recent[name] = left - 1
+            else:
+                del self._recent[name]
