@@ -8,6 +8,7 @@ write it in place. The durable part lives in the store; this is the in-process v
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -23,9 +24,13 @@ from ..telemetry.metrics import Metrics
 from .settings import PollSettings
 
 
-@dataclass
+@dataclass(slots=True)
 class Tracked:
-    """What the scheduler knows about one session (the store keeps the durable part)."""
+    """What the scheduler knows about one session (the store keeps the durable part).
+
+    One for every session followed (100,000 and more): kept small, with slots, and its
+    strings shared where the values are: its state interned (:meth:`moved_to`), its name
+    the key it is tracked under (:attr:`PollState.tracked`), :meth:`listed`."""
 
     name: str
     state: str
@@ -64,6 +69,22 @@ class Tracked:
     head_seen: float | None = None
     #: Waiting for the activity behind the state a read showed (see ``lifecycle_wait``).
     awaiting: Awaiting | None = None
+
+    def __post_init__(self) -> None:
+        self.state = sys.intern(self.state)  # one string for all the sessions in a state
+
+    def listed(self, update_time: str) -> None:
+        """The list showed ``updateTime``: kept as the string held already when it is the
+        same (the last poll's, the last list's), so that a pass over the list leaves no
+        copy of each session's."""
+        if update_time == self.polled_update_time:
+            self.listed_update_time = self.polled_update_time
+        elif update_time != self.listed_update_time:
+            self.listed_update_time = update_time
+
+    def moved_to(self, state: str) -> None:
+        """The session's state as read (interned, as at its creation)."""
+        self.state = sys.intern(state)
 
 
 @dataclass
