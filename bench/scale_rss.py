@@ -18,7 +18,7 @@ it. Each run gets a fresh archive (``--archive-copy DIR``: one built once, copie
 ``--python`` runs the daemon with another interpreter: a venv of
 ``requirements/runtime.txt`` measures the relay as installed (the test extras' venv also
 loads what some libraries import when it is there: trio by httpcore, rich by structlog,
-about 4 MB). ``--trace FILE`` runs it under ``tracemalloc`` (``bench/_traced_relay.py``) and
+4-6 MB). ``--trace FILE`` runs it under ``tracemalloc`` (``bench/_traced_relay.py``) and
 writes what Python holds at the end by line, and at the highest sample what it held more.
 
     python3 -m venv --without-pip /tmp/rt && scripts/install /tmp/rt requirements/runtime.txt
