@@ -4,27 +4,42 @@ with ``--activities`` each (100,000 and 10: a million events), all archived.
 The archive is written first through the store's own ingest calls (what a relay that
 followed the account wrote: each session, its ``session.discovered``, its activities and
 events, its poll recorded at the listed ``updateTime``), in this process; the stand-in of
-the tests (``tests/support/standin.py``) lists the same sessions. Then the real daemon
-starts on that store, as after a restart: it loads what it archived, walks the whole list
-(``--passes`` full passes, 1,000 pages each at 100,000 sessions) and reads its head every
-second; nothing moved, so nothing else is read. The figure: the daemon's high-water mark of
-resident memory (``VmHWM``) once the passes are done, and its RSS then, with the seconds
-its first pass took. Each run gets a fresh archive.
+the tests (``tests/support/standin.py``) lists the same sessions, in this process too (its
+memory is not the relay's). Then the real daemon starts on that store, as after a restart:
+it looks up what it archived, walks the whole list (``--passes`` full passes, 1,000 pages
+each at 100,000 sessions: ``poll.max_pages`` is raised to cover them, as
+config.example.toml says for an account over 20,000 sessions) and reads its head every
+second; nothing moved, so nothing else is read. A pass is over when the next one reads its
+second page (the head's reads are first pages only). The figure: the daemon's high-water
+mark of resident memory (``VmHWM``) once the passes are done, and its RSS then, with the
+seconds its first pass took (until it read the last page) and the high-water mark after
+it. Each run gets a fresh archive (``--archive-copy DIR``: one built once, copied).
 
-    .venv/bin/python bench/scale_rss.py --sessions 100000 --activities 10 --runs 3
-    .venv/bin/python bench/scale_rss.py --tree after=src --tree before=/tmp/before/src
+``--python`` runs the daemon with another interpreter: a venv of
+``requirements/runtime.txt`` measures the relay as installed (the test extras' venv also
+loads what some libraries import when it is there: trio by httpcore, rich by structlog,
+4-6 MB). ``--trace FILE`` runs it under ``tracemalloc`` (``bench/_traced_relay.py``) and
+writes what Python holds at the end by line, and at the highest sample what it held more.
+
+    python3 -m venv --without-pip /tmp/rt && scripts/install /tmp/rt requirements/runtime.txt
+    .venv/bin/python bench/scale_rss.py --sessions 100000 --activities 10 --runs 3 \
+        --python /tmp/rt/bin/python --tree after=src --tree before=/tmp/before/src
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
+import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -109,15 +124,37 @@ def _memory(pid: int) -> tuple[float, float]:
     return found["VmHWM"], found["VmRSS"]
 
 
+def _offsets(standin: StandIn) -> Counter[int]:
+    """How many times the stand-in answered each page of the whole session list (by the
+    offset of its first item; the archived sessions' list, ``filter``, not counted)."""
+    found: Counter[int] = Counter()
+    for r in standin.requests("list_sessions"):
+        if r.query.get("filter") or r.status != 200:
+            continue
+        token = r.query.get("pageToken")
+        found[json.loads(base64.urlsafe_b64decode(token))["offset"] if token else 0] += 1
+    return found
+
+
 def one_run(args: argparse.Namespace, tree: Path | None) -> dict[str, Any]:
     account = _account(args.sessions, args.activities)
     with tempfile.TemporaryDirectory(prefix="sessionhook-scale-") as tmp:
         db = Path(tmp) / "relay.db"
-        archive_s = _archive(db, account)
+        if args.archive_copy is not None:
+            saved = Path(args.archive_copy) / f"scale-{args.sessions}-{args.activities}.db"
+            if not saved.exists():
+                _archive(saved, account)
+            began = time.monotonic()
+            shutil.copyfile(saved, db)
+            os.chmod(db, 0o600)
+            archive_s = time.monotonic() - began
+        else:
+            archive_s = _archive(db, account)
         with StandIn(api_key=API_KEY, max_page_size=100) as standin:
             for data, _ in account:  # the list is what is read; nothing moved
                 standin.add_recorded_session(data)
             del account
+            pages = -(-args.sessions // 100)
             config = Path(tmp) / "relay.toml"
             config.write_text(
                 "[api]\n"
@@ -125,16 +162,22 @@ def one_run(args: argparse.Namespace, tree: Path | None) -> dict[str, Any]:
                 'api_key_env = "SESSIONHOOK_API_KEY"\n'
                 "requests_per_minute = 1000000\n"
                 f"[store]\npath = {json.dumps(str(db))}\n"
+                # every page of the list in each pass (config.example.toml: "raise it
+                # for accounts with more than 20,000 sessions")
+                f"[poll]\nmax_pages = {pages + 10}\n"
                 '[log]\nlevel = "warning"\nformat = "json"\n'
             )
             env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONHOOK_")}
             env["SESSIONHOOK_API_KEY"] = API_KEY
             if tree is not None:
                 env["PYTHONPATH"] = str(tree)
-            pages = -(-args.sessions // 100)
+            command = [args.python, "-m", "sessionhook.cli"]
+            if args.trace is not None:
+                command = [args.python, str(Path(__file__).parent / "_traced_relay.py")]
+                env["TRACE_OUT"] = args.trace
             with (Path(tmp) / "relay.log").open("wb") as log:
                 relay = subprocess.Popen(
-                    [sys.executable, "-m", "sessionhook.cli", "run", "--config", str(config)],
+                    [*command, "run", "--config", str(config)],
                     stdout=subprocess.DEVNULL,
                     stderr=log,
                     env=env,
@@ -142,20 +185,31 @@ def one_run(args: argparse.Namespace, tree: Path | None) -> dict[str, Any]:
             started = time.monotonic()
             try:
                 first_pass: float | None = None
+                first_hwm = 0.0
                 deadline = started + args.timeout
                 while time.monotonic() < deadline:
                     time.sleep(0.5)
                     if relay.poll() is not None:
                         raise RuntimeError((Path(tmp) / "relay.log").read_text()[-2000:])
-                    listed = len(standin.requests("list_sessions"))
-                    if first_pass is None and listed >= pages:
+                    offsets = _offsets(standin)
+                    if first_pass is None and offsets[(pages - 1) * 100] >= 1:
                         first_pass = time.monotonic() - started
-                    # each pass: every page; the head's reads in between add a few
-                    if listed >= args.passes * pages + 2:
+                    if first_pass is not None and not first_hwm and offsets[100] >= 2:
+                        first_hwm = _memory(relay.pid)[0]
+                    # A pass reads the list's pages in turn, the next one only once it is
+                    # over: the second page read for the pass after the last is its end.
+                    # (The head's reads, every second, are first pages.)
+                    if offsets[(pages - 1) * 100] >= args.passes and offsets[100] > args.passes:
                         break
                 else:
                     raise RuntimeError("the passes did not end within --timeout")
                 hwm, rss = _memory(relay.pid)
+                if args.trace is not None:
+                    done = Path(args.trace + ".done")
+                    done.unlink(missing_ok=True)
+                    relay.send_signal(signal.SIGUSR1)
+                    while not done.exists():
+                        time.sleep(0.5)
                 others = {k: v for k, v in standin.counts().items() if k != "list_sessions"}
             finally:
                 relay.terminate()
@@ -165,6 +219,7 @@ def one_run(args: argparse.Namespace, tree: Path | None) -> dict[str, Any]:
         "events": args.sessions * (args.activities + 1),
         "archive_written_s": round(archive_s, 1),
         "first_pass_s": None if first_pass is None else round(first_pass, 1),
+        "peak_rss_first_pass_mb": round(first_hwm, 1),
         "peak_rss_mb": round(hwm, 1),
         "rss_mb": round(rss, 1),
         "other_requests": others,
@@ -177,11 +232,22 @@ def main() -> None:
     parser.add_argument("--activities", type=int, default=10)
     parser.add_argument("--passes", type=int, default=2)
     parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument(
+        "--archive-copy", metavar="DIR", help="build the archive once here, copy it per run"
+    )
+    parser.add_argument(
+        "--python",
+        default=sys.executable,
+        help="the relay's interpreter: a venv of requirements/runtime.txt, as installed",
+    )
+    parser.add_argument("--trace", metavar="FILE", help="tracemalloc top stats of the relay")
     parser.add_argument("--timeout", type=float, default=1800.0)
     parser.add_argument(
         "--tree", action="append", default=[], metavar="NAME=SRC", help="a relay source tree"
     )
     args = parser.parse_args()
+    if args.sessions <= 100:
+        parser.error("--sessions: more than one page (100) is needed to tell a pass's end")
     trees: list[tuple[str, Path | None]] = [
         (t.split("=", 1)[0], Path(t.split("=", 1)[1]).resolve()) for t in args.tree
     ] or [("installed", None)]

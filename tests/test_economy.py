@@ -86,16 +86,24 @@ def test_history_is_recorded_once_walked_newest_first_and_survives_reopening(
         page = [listed(n, f"2026-01-0{n}T00:00:00Z") for n in (1, 3, 2)]
         assert store.economy.record_history(page) == 3
         assert store.economy.record_history(page[:1]) == 0  # known names are left alone
-        assert store.economy.history_pending() == ["sessions/3", "sessions/2", "sessions/1"]
+        assert [k.name for k in store.economy.history_pending()] == [
+            "sessions/3",
+            "sessions/2",
+            "sessions/1",
+        ]
         row = store.ingest.get_session("sessions/3")
         assert row is not None and row.baseline and row.polled_update_time is not None
         clock.now += 10
         store.economy.finish_history("sessions/3", clock.now)
     with backend.open(clock=clock) as store:  # a restart (or kill -9: it was committed)
-        assert store.economy.history_pending() == ["sessions/2", "sessions/1"]
-        known = {k.name: k for k in store.economy.known_sessions()}
-        assert known["sessions/3"].history_pending is False
-        assert known["sessions/2"].history_pending is True
+        pending = store.economy.history_pending()
+        assert [k.name for k in pending] == ["sessions/2", "sessions/1"]
+        assert pending[0].state == "COMPLETED" and pending[0].polled_update_time is not None
+        # what a page's lookup finds: archived, the history walk's pending left out
+        names = ["sessions/3", "sessions/2", "sessions/9"]
+        assert store.economy.archived_among(names, account="default") == {"sessions/3"}
+        assert store.economy.archived_among(names, account="other") == set()
+        assert store.economy.archived_among([], account="default") == set()
         progress = store.economy.history_progress(clock.now + 1)
         assert (progress.total, progress.done, progress.remaining) == (3, 1, 2)
         assert progress.rate > 0 and progress.eta_seconds is not None

@@ -333,6 +333,48 @@ async def test_unchanged_idle_session_costs_no_activity_request(tmp_path: Path) 
         assert h.count("list_activities") == before + 1
 
 
+async def test_a_restart_follows_the_archive_with_one_string_per_session_and_no_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a restart, the sessions of the archive are followed without an index of it
+    in memory (one lookup per page of the list, none once all are tracked), and each one's
+    strings are shared: its name is its key, its state one string for all, the listed
+    ``updateTime`` the polled one; a later pass leaves them as they were."""
+    async with PollerHarness(tmp_path, page_size=2) as h:
+        names = [(await h.api.create_session(f"Task {i}")).name for i in range(5)]
+        await finish(h, *names)
+        await h.round(10)
+        restarted = Poller(h.client, h.store, h.poller.settings, clock=h.clock, monotonic=h.clock)
+        made: list[str] = []
+        real = h.store.run
+
+        async def spy(fn: Any, *args: Any, **kwargs: Any) -> Any:
+            made.append(getattr(fn, "__name__", ""))
+            return await real(fn, *args, **kwargs)
+
+        monkeypatch.setattr(h.store, "run", spy)
+        gets = h.count("get_session")
+        await restarted.discover()
+        assert made.count("archived_among") == 3  # 5 sessions, 2 a page
+        assert h.count("get_session") == gets  # known: nothing read again
+        tracked = restarted.state.tracked
+        assert sorted(tracked) == sorted(names)
+        held = {key: (t.name, t.state, t.listed_update_time) for key, t in tracked.items()}
+        for key, t in tracked.items():
+            assert t.name is key
+            assert t.listed_update_time is t.polled_update_time is not None
+        assert len({id(t.state) for t in tracked.values()}) == 1  # all COMPLETED
+        made.clear()
+        await restarted.discover()
+        assert "archived_among" not in made
+        assert all(
+            (t.name, t.state, t.listed_update_time) == held[key]
+            and t.name is held[key][0]
+            and t.listed_update_time is held[key][2]
+            for key, t in tracked.items()
+        )
+
+
 @pytest.mark.parametrize("whole", [False, True], ids=["items-repeated", "page-repeated"])
 async def test_repeated_pages_archive_nothing_twice(tmp_path: Path, whole: bool) -> None:
     async with PollerHarness(tmp_path, wrap=partial(RepeatPages, whole=whole), page_size=2) as h:

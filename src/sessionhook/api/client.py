@@ -287,12 +287,14 @@ class SessionsClient:
         page_size: int | None = None,
         max_pages: int | None = None,
         filter: str | None = None,  # the API's own name for it
+        kept: Callable[[str], str] | None = None,
     ) -> AsyncGenerator[SessionPage, None]:
         """Every session of the account, page by page, going past items that are no session.
 
         Like :meth:`iter_sessions`, but an item that is no session (no string ``name``, a
         field of the wrong type, a ``name`` that is not Unicode) does not fail its page: it
         comes back in :attr:`SessionPage.invalid`, the others of the page as usual.
+        ``kept``: see :func:`~.paging.walk_pages`.
         """
         async for page in walk_pages(
             self._sessions(lenient=True, filter=filter),
@@ -300,6 +302,7 @@ class SessionsClient:
             max_pages=max_pages,
             refuse_oversize=False,
             loop_pages=SESSION_LOOP_PAGES,
+            kept=kept,
         ):
             yield SessionPage(page.items, page.invalid)
 

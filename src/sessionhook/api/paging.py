@@ -170,10 +170,13 @@ async def walk_pages(
     max_pages: int | None,
     refuse_oversize: bool,
     loop_pages: int = LOOP_PAGES,
+    kept: Callable[[str], str] | None = None,
 ) -> AsyncIterator[Page[_R]]:
     """Walk a list page by page, each name (and each refusal) yielded once; see the
     module docstring. Names are deduplicated because a list that shifts while it is walked
-    (a session created meanwhile) can repeat an item across a page boundary."""
+    (a session created meanwhile) can repeat an item across a page boundary. ``kept(name)``:
+    an equal string the caller keeps already, remembered instead of the item's own (a walk
+    of 100,000 sessions then keeps no second copy of each name)."""
     token: str | None = None
     size = page_size
     tokens_seen: set[str] = set()
@@ -211,7 +214,9 @@ async def walk_pages(
         pages += 1
         held = bool(page.items or page.invalid or page.refused)
         fresh = [item for item in page.items if item.name not in names_seen]
-        names_seen.update(item.name for item in fresh)
+        names_seen.update(
+            (item.name for item in fresh) if kept is None else (kept(item.name) for item in fresh)
+        )
         page.items = fresh
         page.invalid = [item for item in page.invalid if item not in refusals_seen]
         if page.refused in refusals_seen:

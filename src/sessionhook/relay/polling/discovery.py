@@ -14,7 +14,7 @@ from sessionhook.api.models import Session
 
 from ..config import DEFAULT_ACCOUNT
 from ..domain import events
-from ..store import Economy, Ingest, KnownSession, MetaQueries
+from ..store import Economy, Ingest, MetaQueries
 from ..telemetry.logs import get_logger
 from .archive import Archive
 from .failures import Failures
@@ -56,9 +56,10 @@ class Discovery:
         self._screen = screen
         #: Consecutive failed passes (the pass's own backoff).
         self._errors = 0
-        #: Archived sessions not tracked yet (loaded once; see ``_load_known``).
-        self._known: dict[str, KnownSession] = {}
-        self._known_loaded = False
+        #: Untracked sessions of the page being read that are archived already (see
+        #: ``_look_up``), and whether the history walk's queue was loaded (``_load_history``).
+        self._archived: set[str] = set()
+        self._history_loaded = False
         #: New sessions being announced by one list reader (the other skips them).
         self._announcing: set[str] = set()
         #: The history sessions listed and not written yet, and their names (not polled
@@ -76,15 +77,17 @@ class Discovery:
     async def discover(self) -> None:
         """Walk the session list once; announce new sessions and schedule changed ones."""
         await self._archive.load_epoch()
-        await self._load_known()
+        await self._load_history()
         listed = 0
         read_at = self._pass_began = self._mono()
         self._head_listed = False
         async for page in self._client.walk_sessions(
-            page_size=self._state.settings.page_size, max_pages=self._state.settings.max_pages
+            page_size=self._state.settings.page_size,
+            max_pages=self._state.settings.max_pages,
+            kept=self._kept,
         ):
             self._head_listed = True  # (see head_loop)
-            for session in self._screen.accepted(page):
+            for session in await self._look_up(self._screen.accepted(page)):
                 if not listed:
                     # A page came: a later failure of this pass is no reason to back off.
                     self._errors = 0
@@ -118,6 +121,7 @@ class Discovery:
                     page_size=settings.page_size,
                     max_pages=settings.max_pages,
                     filter=ARCHIVED_FILTER,
+                    kept=self._kept,
                 )
             ) as pages:
                 async for page in pages:
@@ -125,7 +129,7 @@ class Discovery:
                     if any(session.archived is not True for session in accepted):
                         self._no_archived_list("it ignores the filter")
                         return listed
-                    for session in accepted:
+                    for session in await self._look_up(accepted):
                         listed += 1
                         await self.on_listed(session, read_at=read_at)
         except InvalidArgumentError as exc:
@@ -140,20 +144,39 @@ class Discovery:
             detail=f"{why}: archived sessions are found by their polls only",
         )
 
+    def _kept(self, name: str) -> str:
+        """The name as the tracked session holds it (for the list's walk to remember)."""
+        tracked = self._state.tracked.get(name)
+        return name if tracked is None else tracked.name
+
+    async def _look_up(self, page: list[Session]) -> list[Session]:
+        """The items of a page, once it is known which of the untracked ones are archived
+        already (``_archived``, for :meth:`on_listed`): one store call, none when every item
+        is tracked. (No index of the whole archive is kept: 100,000 sessions and more.)"""
+        tracked = self._state.tracked
+        names = [listed.name for listed in page if listed.name not in tracked]
+        if names:
+            self._archived.update(
+                await self._store.run(Economy.archived_among, names, account=self._account)
+            )
+        return page
+
     async def on_listed(self, listed: Session, *, read_at: float | None = None) -> None:
-        """One list item: track, announce or schedule its session. ``read_at`` (monotonic)
-        is when the list read began: the learning judges polls that ended before it."""
+        """One list item (its page looked up: :meth:`_look_up`): track, announce or schedule
+        its session. ``read_at`` (monotonic) is when the list read began: the learning
+        judges polls that ended before it."""
         now = self._mono()
         tracked = self._state.tracked.get(listed.name)
         if tracked is None:
+            known = listed.name in self._archived
+            self._archived.discard(listed.name)
             if listed.name in self._announcing:
                 return  # the other list reader (head or full pass) is announcing it
-            known = self._known.pop(listed.name, None)
-            if known is None and self._is_history(listed):
+            if not known and self._is_history(listed):
                 self._record_history(listed, now)
                 await self._maybe_flush_history()
                 return
-            row = None if known is None else await self._store.run(Ingest.get_session, listed.name)
+            row = await self._store.run(Ingest.get_session, listed.name) if known else None
             if row is None:
                 pending = self._state.pending.setdefault(
                     listed.name, Pending(listed, first_seen=now)
@@ -166,13 +189,13 @@ class Discovery:
             # unless the previous run died between archiving the session and announcing it.
             await self._archive.announce(row.to_session(), deliver=not row.baseline)
             tracked = Tracked(
-                name=row.name,
+                name=listed.name,  # the walk remembers this string (see _kept)
                 state=row.state,
                 first_seen=now - max(0.0, self._clock() - row.first_seen_at),
                 polled_update_time=row.polled_update_time,
             )
             self._state.tracked[listed.name] = tracked
-        tracked.listed_update_time = listed.update_time
+        tracked.listed(listed.update_time)
         if tracked.check is not None and read_at is not None and tracked.check[1] < read_at:
             moved = judge(listed.update_time, tracked.check[0], tracked.check[2])
             tracked.check = None
@@ -321,31 +344,25 @@ class Discovery:
         self._history.enqueue(listed.name for listed in batch)
         _log.debug("history.recorded", sessions=len(batch), queued=self._history.queued)
 
-    async def _load_known(self) -> None:
-        """Once: the index of archived sessions (one query instead of one per list item)
-        and the history walk's queue as a previous run left it."""
-        if self._known_loaded:
+    async def _load_history(self) -> None:
+        """Once: the history walk's queue as a previous run left it (its sessions tracked
+        again), and the learning's verdict."""
+        if self._history_loaded:
             return
-        known = [
-            k for k in await self._store.run(Economy.known_sessions) if k.account == self._account
-        ]
-        order = await self._store.run(Economy.history_pending, account=self._account)
+        pending = await self._store.run(Economy.history_pending, account=self._account)
         now = self._mono()
-        for k in known:
-            if k.history_pending:
-                self._state.tracked[k.name] = Tracked(
-                    name=k.name,
-                    state=k.state,
-                    first_seen=now - max(0.0, self._clock() - k.first_seen_at),
-                    polled_update_time=k.polled_update_time,
-                    history=True,
-                )
-            else:
-                self._known[k.name] = k
-        self._history.enqueue(order)
+        for k in pending:
+            self._state.tracked[k.name] = Tracked(
+                name=k.name,
+                state=k.state,
+                first_seen=now - max(0.0, self._clock() - k.first_seen_at),
+                polled_update_time=k.polled_update_time,
+                history=True,
+            )
+        self._history.enqueue(k.name for k in pending)
         verdict = await self._store.run(MetaQueries.get_meta, VERDICT_KEY)
         self._scheduler.restore_verdict(verdict)
-        self._known_loaded = True
+        self._history_loaded = True
 
     # ------------------------------------------------------------------ the list's head
 
@@ -383,7 +400,7 @@ class Discovery:
         the oldest working session tracked, at most ``head_pages``; the number of pages
         read."""
         await self._archive.load_epoch()
-        await self._load_known()
+        await self._load_history()
         read_at = self._mono()
         working: set[str] = set()
         if self._scheduler.wants_head():
@@ -393,7 +410,7 @@ class Discovery:
         async with aclosing(walk):
             async for page in walk:
                 pages += 1
-                for listed in self._screen.accepted(page):
+                for listed in await self._look_up(self._screen.accepted(page)):
                     working.discard(listed.name)
                     await self.on_listed(listed, read_at=read_at)
                     tracked = self._state.tracked.get(listed.name)

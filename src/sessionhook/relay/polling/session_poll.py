@@ -232,7 +232,7 @@ class SessionPoll:
                     # the session settled before it began: see Discovery.on_listed).
                     tracked.sweep = True
                     self._scheduler.schedule(tracked, self._mono())
-                tracked.state = fresh.state
+                tracked.moved_to(fresh.state)
                 tracked.refresh = False
                 tracked.untold = False
             elif tracked.awaiting is not None:

@@ -34,17 +34,12 @@ _RATE_SPAN = 600.0
 
 @dataclass(frozen=True, slots=True)
 class KnownSession:
-    """What the poller needs of an archived session at start (one query for all)."""
+    """What the poller needs at start of a session the history walk has still to archive."""
 
     name: str
     state: str
-    update_time: str
     polled_update_time: str | None
     first_seen_at: float
-    baseline: bool
-    #: Recorded by the history walk and not archived yet.
-    history_pending: bool
-    account: str
 
 
 class Economy:
@@ -56,21 +51,18 @@ class Economy:
         self._replica = replica
 
     @call
-    def known_sessions(self) -> list[KnownSession]:
-        """Every archived session's scheduling facts, in one query (the poller's start)."""
+    def archived_among(self, names: Sequence[str], *, account: str) -> set[str]:
+        """Which of ``names`` (the untracked sessions of one page of the list) are archived
+        sessions of ``account``, those the history walk has still to archive left out."""
+        if not names:
+            return set()
         rows = self._db.conn.execute(
-            "SELECT name, state, update_time, polled_update_time, first_seen_at, baseline, "
-            "history = 1 AND history_done_at IS NULL AS history_pending, account FROM sessions"
-        ).fetchall()
-        return [
-            from_row(
-                KnownSession,
-                r,
-                baseline=bool(r["baseline"]),
-                history_pending=bool(r["history_pending"]),
-            )
-            for r in rows
-        ]
+            "SELECT name FROM sessions WHERE account = ? AND name IN ("
+            + ", ".join("?" * len(names))
+            + ") AND NOT (history = 1 AND history_done_at IS NULL)",
+            (account, *names),
+        )
+        return {r["name"] for r in rows}
 
     @write
     def record_history(self, sessions: Sequence[Session], *, account: str = "default") -> int:
@@ -113,15 +105,16 @@ class Economy:
         return {account: count for account, count in rows}
 
     @call
-    def history_pending(self, *, account: str | None = None) -> list[str]:
-        """Names of the sessions the history walk has still to archive, newest first."""
+    def history_pending(self, *, account: str | None = None) -> list[KnownSession]:
+        """The sessions the history walk has still to archive, newest first."""
         sql = (
-            "SELECT name FROM sessions WHERE history = 1 AND history_done_at IS NULL"
+            "SELECT name, state, polled_update_time, first_seen_at FROM sessions "
+            "WHERE history = 1 AND history_done_at IS NULL"
             + (" AND account = ?" if account is not None else "")
             + " ORDER BY create_time DESC, name"
         )
         rows = self._db.conn.execute(sql, () if account is None else (account,))
-        return [r["name"] for r in rows]
+        return [from_row(KnownSession, r) for r in rows]
 
     @write
     def finish_history(self, name: str, at: float) -> None:
