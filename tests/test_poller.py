@@ -31,6 +31,20 @@ from tests.support.poller_harness import PollerHarness, finish
 
 pytestmark = [pytest.mark.app, pytest.mark.anyio]
 
+
+def store_calls(h: PollerHarness, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the store methods the poller calls from now on, in order."""
+    made: list[str] = []
+    real = h.store.run
+
+    async def spy(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        made.append(getattr(fn, "__name__", ""))
+        return await real(fn, *args, **kwargs)
+
+    monkeypatch.setattr(h.store, "run", spy)
+    return made
+
+
 # --------------------------------------------------------------------------- rate limiter
 
 
@@ -177,14 +191,7 @@ async def test_store_calls_a_new_session_costs(
         h.store.store.leases.register_replica(
             "r1", host="h", pid=1, now=h.clock(), lease=30.0, exclusive=exclusive
         )
-        made: list[str] = []
-        real = h.store.run
-
-        async def spy(fn: Any, *args: Any, **kwargs: Any) -> Any:
-            made.append(getattr(fn, "__name__", ""))
-            return await real(fn, *args, **kwargs)
-
-        monkeypatch.setattr(h.store, "run", spy)
+        made = store_calls(h, monkeypatch)
         session = await h.api.create_session("Fix the flaky test")
         await finish(h, session.name)
         assert made.count("archive_discovered") == 1
@@ -345,14 +352,7 @@ async def test_a_restart_follows_the_archive_with_one_string_per_session_and_no_
         await finish(h, *names)
         await h.round(10)
         restarted = Poller(h.client, h.store, h.poller.settings, clock=h.clock, monotonic=h.clock)
-        made: list[str] = []
-        real = h.store.run
-
-        async def spy(fn: Any, *args: Any, **kwargs: Any) -> Any:
-            made.append(getattr(fn, "__name__", ""))
-            return await real(fn, *args, **kwargs)
-
-        monkeypatch.setattr(h.store, "run", spy)
+        made = store_calls(h, monkeypatch)
         gets = h.count("get_session")
         await restarted.discover()
         assert made.count("archived_among") == 3  # 5 sessions, 2 a page
