@@ -73,6 +73,11 @@ class AttemptResult(NamedTuple):
         """A 2xx answer."""
         return self.status_code is not None and 200 <= self.status_code < 300
 
+    @property
+    def finished_at(self) -> float:
+        """When the attempt ended (Unix seconds)."""
+        return self.started_at + self.duration_ms / 1000.0
+
 
 @dataclass(frozen=True, slots=True)
 class Delivered:

@@ -440,7 +440,7 @@ class Outbox:
         ``endpoint``) into the batch's endpoint ``state``; its attempt row's values go to
         ``logged`` (inserted for the whole batch at once)."""
         attempt, decision = record.attempt, record.decision
-        finished = attempt.started_at + attempt.duration_ms / 1000.0
+        finished = attempt.finished_at
         code = attempt.status_code
         s = state.get(endpoint)
         if s is None:
@@ -571,14 +571,13 @@ class Outbox:
 
 def _error_of(attempt: AttemptResult) -> str | None:
     """The error a delivery row keeps of an attempt: its own, or a non-2xx status."""
-    code = attempt.status_code
-    return attempt.error or (None if code is not None and 200 <= code < 300 else f"HTTP {code}")
+    return attempt.error or (None if attempt.ok else f"HTTP {attempt.status_code}")
 
 
 def _decided(record: AttemptRecord) -> tuple[Any, ...]:
     """One record's values for :func:`record_sql`."""
     attempt = record.attempt
-    finished = attempt.started_at + attempt.duration_ms / 1000.0
+    finished = attempt.finished_at
     status, keep_next, next_at, delivered_at = _outcome(record.decision, finished)
     code, error = attempt.status_code, _error_of(attempt)
     return (record.delivery_id, status, finished, code, error, keep_next, next_at, delivered_at)
