@@ -15,6 +15,7 @@ from structlog.testing import capture_logs
 
 from sessionhook.api import RetryPolicy
 from sessionhook.api.client import SessionsClient
+from sessionhook.api.errors import PageLimitError
 from sessionhook.api.models import Activity, Session, parse_timestamp
 from sessionhook.relay.domain import events
 from sessionhook.relay.polling import name_problem
@@ -298,6 +299,58 @@ async def test_runaway_pagination_backs_the_session_off_with_growing_delays(
         # The other session is polled all along, and what the runaway one listed is archived.
         assert h.archived(healthy.name)
         assert h.archived(session.name)
+
+
+class EndlessEmptyList(httpx.AsyncBaseTransport):
+    """The session list (not the archived one) answers an empty page under a fresh token,
+    forever; every other request goes to ``inner``."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self._inner = inner
+        self.on = False
+        self.pages = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        listing = request.url.path.endswith("/sessions") and "filter" not in request.url.params
+        if not (self.on and listing):
+            return await self._inner.handle_async_request(request)
+        self.pages += 1
+        return httpx.Response(200, json={"sessions": [], "nextPageToken": f"t{self.pages}"})
+
+
+async def test_an_account_past_max_pages_is_followed_to_the_bound_and_warned_once(
+    tmp_path: Path,
+) -> None:
+    """Five sessions, pages of two, at most two pages: the pass follows the newest four
+    (the list is newest first) and succeeds; one line says what is cut and what to raise."""
+    async with PollerHarness(tmp_path, page_size=2, max_pages=2) as h:
+        made = [await h.api.create_session(f"Task {i}") for i in range(5)]
+        with capture_logs() as logs:
+            for _ in range(3):
+                await h.round()
+        assert set(h.poller.state.tracked) == {s.name for s in made[1:]}
+        assert not [e for e in logs if e["event"] == "discovery.failed"], logs
+        cut = [e for e in logs if e["event"] == "discovery.list_cut"]
+        assert len(cut) == 1, cut  # once while it lasts, not once a pass
+        assert cut[0]["log_level"] == "warning"
+        assert (cut[0]["list"], cut[0]["pages"], cut[0]["sessions"]) == ("sessions", 2, 4)
+        assert "raise poll.max_pages" in cut[0]["message"]
+        assert h.poller.state.last_success is not None
+
+
+async def test_a_session_list_of_empty_pages_past_max_pages_still_fails_the_pass(
+    tmp_path: Path,
+) -> None:
+    """Fewer sessions than pages at the bound: pagination without end, not a large account."""
+    async with PollerHarness(tmp_path, wrap=EndlessEmptyList, max_pages=3) as h:
+        endless = h.transport(EndlessEmptyList)
+        await h.api.create_session("Task")
+        await h.round()
+        endless.on = True
+        with pytest.raises(PageLimitError), capture_logs() as logs:
+            await h.round()
+        assert endless.pages == 3
+        assert not [e for e in logs if e["event"] == "discovery.list_cut"]
 
 
 def test_webhook_timestamp_is_always_rfc3339() -> None:

@@ -9,7 +9,12 @@ from contextlib import aclosing
 import anyio
 
 from sessionhook.api.client import ARCHIVED_FILTER
-from sessionhook.api.errors import ApiError, InvalidArgumentError, UnauthenticatedError
+from sessionhook.api.errors import (
+    ApiError,
+    InvalidArgumentError,
+    PageLimitError,
+    UnauthenticatedError,
+)
 from sessionhook.api.models import Session
 
 from ..config import DEFAULT_ACCOUNT
@@ -73,6 +78,9 @@ class Discovery:
         #: page: the head loop skips a read it covers, and waits while it failed.
         self._pass_began = -math.inf
         self._head_listed = False
+        #: The lists (``sessions``, ``archived sessions``) whose last full walk stopped at
+        #: ``poll.max_pages`` with sessions still coming: warned once while it lasts.
+        self._cut_lists: set[str] = set()
 
     async def discover(self) -> None:
         """Walk the session list once; announce new sessions and schedule changed ones."""
@@ -81,18 +89,23 @@ class Discovery:
         listed = 0
         read_at = self._pass_began = self._mono()
         self._head_listed = False
-        async for page in self._client.walk_sessions(
-            page_size=self._state.settings.page_size,
-            max_pages=self._state.settings.max_pages,
-            kept=self._kept,
-        ):
-            self._head_listed = True  # (see head_loop)
-            for session in await self._look_up(self._screen.accepted(page)):
-                if not listed:
-                    # A page came: a later failure of this pass is no reason to back off.
-                    self._errors = 0
-                listed += 1
-                await self.on_listed(session, read_at=read_at)
+        try:
+            async for page in self._client.walk_sessions(
+                page_size=self._state.settings.page_size,
+                max_pages=self._state.settings.max_pages,
+                kept=self._kept,
+            ):
+                self._head_listed = True  # (see head_loop)
+                for session in await self._look_up(self._screen.accepted(page)):
+                    if not listed:
+                        # A page came: a later failure of this pass is no reason to back off.
+                        self._errors = 0
+                    listed += 1
+                    await self.on_listed(session, read_at=read_at)
+        except PageLimitError as exc:
+            self._cut("sessions", exc, listed)
+        else:
+            self._cut_lists.discard("sessions")
         listed += await self._discover_archived(read_at)
         await self._flush_history()
         if not await self._store.run(MetaQueries.is_baseline_complete):
@@ -115,6 +128,7 @@ class Discovery:
             return 0
         settings = self._state.settings
         listed = 0
+        label = "archived sessions"
         try:
             async with aclosing(
                 self._client.walk_sessions(
@@ -134,7 +148,36 @@ class Discovery:
                         await self.on_listed(session, read_at=read_at)
         except InvalidArgumentError as exc:
             self._no_archived_list(f"it refuses the filter ({exc.message[:200]})")
+        except PageLimitError as exc:
+            self._cut(label, exc, listed)
+        else:
+            self._cut_lists.discard(label)
         return listed
+
+    def _cut(self, label: str, exc: PageLimitError, listed: int) -> None:
+        """A full walk of a session list stopped at ``poll.max_pages`` pages. A list that
+        brought fewer sessions than pages is paginating without end: the pass fails (and
+        backs off). Otherwise the account is larger than the bound: the pass goes on with
+        the newest ``max_pages`` pages of sessions (the list is newest first; the older
+        ones are not followed), warned once while it lasts. Failing that pass would help
+        nothing: the next one starts from the first page again, and meets the same bound."""
+        if listed < exc.max_pages:
+            raise exc
+        if label in self._cut_lists:
+            return
+        self._cut_lists.add(label)
+        _log.warning(
+            "discovery.list_cut",
+            account=self._account,
+            list=label,
+            pages=exc.max_pages,
+            sessions=listed,
+            message=(
+                f"the list of {label} goes on past poll.max_pages ({exc.max_pages}) pages: "
+                f"the newest {listed} are followed, older ones are not; raise poll.max_pages "
+                "if the account really holds more"
+            ),
+        )
 
     def _no_archived_list(self, why: str) -> None:
         self._archived_list = False
