@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from sessionhook.api.models import Session
+from sessionhook.relay.domain import events
 from sessionhook.relay.domain.contract import openapi_document
 from sessionhook.relay.domain.render import thin_payload
 from sessionhook.relay.polling.budget import RateLimiter
@@ -101,9 +102,17 @@ def test_history_is_recorded_once_walked_newest_first_and_survives_reopening(
         assert pending[0].state == "COMPLETED" and pending[0].polled_update_time is not None
         # what a page's lookup finds: archived, the history walk's pending left out
         names = ["sessions/3", "sessions/2", "sessions/9"]
-        assert store.economy.archived_among(names, account="default") == {"sessions/3"}
-        assert store.economy.archived_among(names, account="other") == set()
-        assert store.economy.archived_among([], account="default") == set()
+        found = store.economy.archived_among(names, account="default")
+        assert set(found) == {"sessions/3"}
+        assert (found["sessions/3"].state, found["sessions/3"].baseline) == ("COMPLETED", True)
+        assert not found["sessions/3"].announced  # its session.discovered is not archived
+        assert store.economy.archived_among(names, account="other") == {}
+        assert store.economy.archived_among([], account="default") == {}
+        three = store.ingest.get_session("sessions/3")
+        assert three is not None
+        discovered = events.session_discovered(three.to_session())
+        store.ingest.ingest_session_events("sessions/3", [discovered], False)
+        assert store.economy.archived_among(names, account="default")["sessions/3"].announced
         progress = store.economy.history_progress(clock.now + 1)
         assert (progress.total, progress.done, progress.remaining) == (3, 1, 2)
         assert progress.rate > 0 and progress.eta_seconds is not None

@@ -340,6 +340,19 @@ async def test_unchanged_idle_session_costs_no_activity_request(tmp_path: Path) 
         assert h.count("list_activities") == before + 1
 
 
+async def test_a_session_archived_by_a_run_that_died_before_announcing_it_is_announced(
+    tmp_path: Path,
+) -> None:
+    async with PollerHarness(tmp_path) as h:
+        session = await h.api.create_session("Task")
+        await h.store.run(Ingest.upsert_session, session, baseline=False)  # then killed
+        await h.poller.discover()
+        types = [e.type for e in h.store.store.operator.iter_events(session=session.name)]
+        assert types == ["session.discovered"]
+        assert h.enqueued >= 1  # delivered: the session is not from before the first start
+        assert session.name in h.poller.state.tracked
+
+
 async def test_a_restart_follows_the_archive_with_one_string_per_session_and_no_index(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -356,6 +369,8 @@ async def test_a_restart_follows_the_archive_with_one_string_per_session_and_no_
         gets = h.count("get_session")
         await restarted.discover()
         assert made.count("archived_among") == 3  # 5 sessions, 2 a page
+        # Each page's sessions are followed at that one lookup: no store call a session.
+        assert not {"get_session", "ingest_session_events"} & set(made), made
         assert h.count("get_session") == gets  # known: nothing read again
         tracked = restarted.state.tracked
         assert sorted(tracked) == sorted(names)

@@ -312,8 +312,14 @@ def _dumps(value: object) -> str:
 def session_discovered(session: Session, *, now: float | None = None) -> Event:
     """``session.discovered``: the relay saw the session for the first time. Its time is
     the session's ``createTime`` (else its ``updateTime``): it comes before the session's
-    activities in the archive, and its time is not later than theirs."""
+    activities in the archive, and its time is not later than theirs. Its id is
+    :func:`discovered_id`."""
     return _session_event(SESSION_DISCOVERED, session, (), now, at=session.create_time)
+
+
+def discovered_id(session_name: str) -> str:
+    """The id of the session's ``session.discovered`` (one per session)."""
+    return event_id(SESSION_DISCOVERED, session_name)
 
 
 def archived_changed(session: Session, *, now: float | None = None) -> Event:

@@ -19,7 +19,7 @@ from sessionhook.api.models import Session
 
 from ..config import DEFAULT_ACCOUNT
 from ..domain import events
-from ..store import Economy, Ingest, MetaQueries
+from ..store import ArchivedSession, Economy, Ingest, MetaQueries
 from ..telemetry.logs import get_logger
 from .archive import Archive
 from .failures import Failures
@@ -63,7 +63,7 @@ class Discovery:
         self._errors = 0
         #: Untracked sessions of the page being read that are archived already (see
         #: ``_look_up``), and whether the history walk's queue was loaded (``_load_history``).
-        self._archived: set[str] = set()
+        self._archived: dict[str, ArchivedSession] = {}
         self._history_loaded = False
         #: New sessions being announced by one list reader (the other skips them).
         self._announcing: set[str] = set()
@@ -195,7 +195,8 @@ class Discovery:
     async def _look_up(self, page: list[Session]) -> list[Session]:
         """The items of a page, once it is known which of the untracked ones are archived
         already (``_archived``, for :meth:`on_listed`): one store call, none when every item
-        is tracked. (No index of the whole archive is kept: 100,000 sessions and more.)"""
+        is tracked. (No index of the whole archive is kept: 100,000 sessions and more.) After
+        a restart, a page of sessions is followed again at this one call, not one a session."""
         tracked = self._state.tracked
         names = [listed.name for listed in page if listed.name not in tracked]
         if names:
@@ -211,16 +212,14 @@ class Discovery:
         now = self._mono()
         tracked = self._state.tracked.get(listed.name)
         if tracked is None:
-            known = listed.name in self._archived
-            self._archived.discard(listed.name)
+            known = self._archived.pop(listed.name, None)
             if listed.name in self._announcing:
                 return  # the other list reader (head or full pass) is announcing it
-            if not known and self._is_history(listed):
+            if known is None and self._is_history(listed):
                 self._record_history(listed, now)
                 await self._maybe_flush_history()
                 return
-            row = await self._store.run(Ingest.get_session, listed.name) if known else None
-            if row is None:
+            if known is None:
                 pending = self._state.pending.setdefault(
                     listed.name, Pending(listed, first_seen=now)
                 )
@@ -228,14 +227,16 @@ class Discovery:
                 if pending.retry_at <= now:  # else it waits for its own backoff
                     await self.retry_pending([listed.name])
                 return
-            # Known from an earlier run. Announcing it again is a no-op (same event id)
-            # unless the previous run died between archiving the session and announcing it.
-            await self._archive.announce(row.to_session(), deliver=not row.baseline)
+            if not known.announced:
+                # Archived by an earlier run that died before announcing it.
+                row = await self._store.run(Ingest.get_session, listed.name)
+                if row is not None:
+                    await self._archive.announce(row.to_session(), deliver=not known.baseline)
             tracked = Tracked(
                 name=listed.name,  # the walk remembers this string (see _kept)
-                state=row.state,
-                first_seen=now - max(0.0, self._clock() - row.first_seen_at),
-                polled_update_time=row.polled_update_time,
+                state=known.state,
+                first_seen=now - max(0.0, self._clock() - known.first_seen_at),
+                polled_update_time=known.polled_update_time,
             )
             self._state.tracked[listed.name] = tracked
         tracked.listed(listed.update_time)

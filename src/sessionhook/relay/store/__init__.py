@@ -31,7 +31,7 @@ from .actions import ActionQueries
 from .aio import AsyncStore, FullObserver
 from .console_queries import ConsoleQueries
 from .core import StoreCore
-from .economy_queries import Economy, KnownSession
+from .economy_queries import ArchivedSession, Economy, KnownSession
 from .endpoints import EndpointQueries
 from .errors import (
     EndpointConflictError,
@@ -64,6 +64,7 @@ __all__ = [
     "PRUNE_BATCH",
     "REFUSAL_REASONS",
     "ActionQueries",
+    "ArchivedSession",
     "AsyncStore",
     "AttemptRecord",
     "ConsoleQueries",

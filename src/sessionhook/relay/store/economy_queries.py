@@ -1,8 +1,8 @@
 """The economy role: the poller's queries about its upstream requests. The history walk
-(sessions that existed before the first start, archived in the background), the index of
-known sessions loaded once at start, the request budget's window (kept here so that a
-restart within a minute does not exceed ``requests_per_minute``; replicas sharing a
-database share the budget through the same verb, serialized per budget), and the
+(sessions that existed before the first start, archived in the background), what the
+archive knows of the sessions on a page of the list, the request budget's window (kept
+here so that a restart within a minute does not exceed ``requests_per_minute``; replicas
+sharing a database share the budget through the same verb, serialized per budget), and the
 per-minute counters of upstream requests and discovery passes (``sessionhook status``).
 """
 
@@ -15,6 +15,7 @@ from typing import Any
 
 from sessionhook.api.models import Session
 
+from ..domain.events import discovered_id
 from ..domain.rows import HistoryProgress, from_row
 from .dialect import Database, first_value
 from .leases import ReplicaState
@@ -42,6 +43,18 @@ class KnownSession:
     first_seen_at: float
 
 
+@dataclass(frozen=True, slots=True)
+class ArchivedSession:
+    """What the poller needs to follow again a session it archived before (a restart): its
+    row's state and times, and whether its ``session.discovered`` is archived too."""
+
+    state: str
+    polled_update_time: str | None
+    first_seen_at: float
+    baseline: bool
+    announced: bool
+
+
 class Economy:
     """The economy role over one database, for the replica
     ``replica`` (alone on its store, the budget needs no lock row)."""
@@ -51,18 +64,36 @@ class Economy:
         self._replica = replica
 
     @call
-    def archived_among(self, names: Sequence[str], *, account: str) -> set[str]:
-        """Which of ``names`` (the untracked sessions of one page of the list) are archived
-        sessions of ``account``, those the history walk has still to archive left out."""
+    def archived_among(
+        self, names: Sequence[str], *, account: str
+    ) -> dict[str, ArchivedSession]:
+        """Those of ``names`` (the untracked sessions of one page of the list) that are
+        archived sessions of ``account``, those the history walk has still to archive left
+        out; two reads for the page, however many sessions it holds."""
         if not names:
-            return set()
+            return {}
+        marks = ", ".join("?" * len(names))
         rows = self._db.conn.execute(
-            "SELECT name FROM sessions WHERE account = ? AND name IN ("
-            + ", ".join("?" * len(names))
-            + ") AND NOT (history = 1 AND history_done_at IS NULL)",
+            "SELECT name, state, polled_update_time, first_seen_at, baseline FROM sessions "
+            f"WHERE account = ? AND name IN ({marks}) "
+            "AND NOT (history = 1 AND history_done_at IS NULL)",
             (account, *names),
-        )
-        return {r["name"] for r in rows}
+        ).fetchall()
+        if not rows:
+            return {}
+        ids = {discovered_id(r["name"]): r["name"] for r in rows}
+        announced = {
+            ids[r["id"]]
+            for r in self._db.conn.execute(
+                f"SELECT id FROM events WHERE id IN ({', '.join('?' * len(ids))})", tuple(ids)
+            )
+        }
+        return {
+            r["name"]: from_row(
+                ArchivedSession, r, baseline=bool(r["baseline"]), announced=r["name"] in announced
+            )
+            for r in rows
+        }
 
     @write
     def record_history(self, sessions: Sequence[Session], *, account: str = "default") -> int:
