@@ -207,6 +207,51 @@ async def test_a_new_session_is_found_by_the_head_while_nothing_works(
         assert h.count("list_sessions") >= 3  # the pass's two lists, then the head
 
 
+class HoldLaterPages(httpx.AsyncBaseTransport):
+    """Holds every request for a later page of the session list until ``release``."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self._inner = inner
+        self.held = anyio.Event()
+        self.release = anyio.Event()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/sessions") and "pageToken" in request.url.params:
+            self.held.set()
+            await self.release.wait()
+        return await self._inner.handle_async_request(request)
+
+
+async def test_a_new_session_is_found_by_the_head_while_the_first_pass_goes_on(
+    tmp_path: Path,
+) -> None:
+    """A restart over a large archive makes a long first pass: the head is read once the
+    pass has read its first page, not once it ends."""
+    async with PollerHarness(
+        tmp_path, wrap=HoldLaterPages, page_size=1, discovery_interval=3600.0, list_interval=0.01
+    ) as h:
+        hold = h.transport(HoldLaterPages)
+        for i in range(2):
+            await h.api.create_session(f"Task {i}")  # two pages of one
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(h.poller.run)
+            with anyio.fail_after(30):  # guards against a hang, not measures
+                await hold.held.wait()  # the first pass waits for its second page
+                h.clock.now += 1.0  # the head's next read is due
+                session = await h.api.create_session("Add a health check")
+                # Tracked in the same step as its session.discovered wakes the dispatcher.
+                while session.name not in h.poller.state.tracked:
+                    h.enqueued_event = anyio.Event()
+                    await h.enqueued_event.wait()
+            assert not h.poller.first_pass_done.is_set()
+            hold.release.set()
+            with anyio.fail_after(30):
+                await h.poller.first_pass_done.wait()
+            tg.cancel_scope.cancel()
+        types = [e.type for e in h.store.store.operator.iter_events(session=session.name)]
+        assert types == ["session.discovered"]
+
+
 async def test_out_of_list_mode_the_head_read_is_its_first_page(tmp_path: Path) -> None:
     async with PollerHarness(tmp_path, mode="timer", page_size=10) as h:
         for i in range(11):  # the oldest working session is on the second page

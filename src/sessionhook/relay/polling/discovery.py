@@ -78,6 +78,10 @@ class Discovery:
         #: page: the head loop skips a read it covers, and waits while it failed.
         self._pass_began = -math.inf
         self._head_listed = False
+        #: Set once a full pass read a page of the list (or the first one ended): the head
+        #: is read from then on, during a first pass that takes long too (a restart over a
+        #: large archive), so a session created meanwhile is found within a second.
+        self._head_open = anyio.Event()
         #: The lists (``sessions``, ``archived sessions``) whose last full walk stopped at
         #: ``poll.max_pages`` with sessions still coming: warned once while it lasts.
         self._cut_lists: set[str] = set()
@@ -96,6 +100,7 @@ class Discovery:
                 kept=self._kept,
             ):
                 self._head_listed = True  # (see head_loop)
+                self._head_open.set()
                 for session in await self._look_up(self._screen.accepted(page)):
                     if not listed:
                         # A page came: a later failure of this pass is no reason to back off.
@@ -210,9 +215,11 @@ class Discovery:
         its session. ``read_at`` (monotonic) is when the list read began: the learning
         judges polls that ended before it."""
         now = self._mono()
+        # (Popped whether tracked or not: the other list reader may have tracked it since
+        # this one's look-up.)
+        known = self._archived.pop(listed.name, None)
         tracked = self._state.tracked.get(listed.name)
         if tracked is None:
-            known = self._archived.pop(listed.name, None)
             if listed.name in self._announcing:
                 return  # the other list reader (head or full pass) is announcing it
             if known is None and self._is_history(listed):
@@ -229,9 +236,13 @@ class Discovery:
                 return
             if not known.announced:
                 # Archived by an earlier run that died before announcing it.
-                row = await self._store.run(Ingest.get_session, listed.name)
-                if row is not None:
-                    await self._archive.announce(row.to_session(), deliver=not known.baseline)
+                self._announcing.add(listed.name)
+                try:
+                    row = await self._store.run(Ingest.get_session, listed.name)
+                    if row is not None:
+                        await self._archive.announce(row.to_session(), deliver=not known.baseline)
+                finally:
+                    self._announcing.discard(listed.name)
             tracked = Tracked(
                 name=listed.name,  # the walk remembers this string (see _kept)
                 state=known.state,
@@ -413,8 +424,9 @@ class Discovery:
     async def head_loop(self) -> None:
         """Read the head of the list every ``list_interval``, forever, in every mode: a new
         session is found within about that interval; in list mode (and while learning),
-        working sessions whose ``updateTime`` moved are polled at once."""
-        await self._state.first_pass_done.wait()
+        working sessions whose ``updateTime`` moved are polled at once. It starts once the
+        first full pass read a page (``_head_open``), not when that pass ends."""
+        await self._head_open.wait()
         errors = 0
         while True:
             if self._store.unwritable is not None:
@@ -483,6 +495,7 @@ class Discovery:
                 await self._store.run(Economy.mark_poll, False, self._clock())
             finally:
                 self._state.first_pass_done.set()
+                self._head_open.set()  # (a first pass that failed: the head waits on its own)
                 self._state.heartbeat = self._mono()
             self._scheduler.wake()
             next_pass = self._mono() + max(0.0, wait)
