@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import random
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -802,3 +803,50 @@ async def test_backoff_wins_over_a_change_seen_while_the_poll_ran(tmp_path: Path
         assert await h.poller.poll_due() == {session.name: "retry"}
         assert h.poller.due(h.clock.now + 3.9) == []  # Retry-After: 5 holds
         assert h.poller.due(h.clock.now + 6.1) == [session.name]
+
+
+class _Walked(dict[str, Any]):
+    """The tracked sessions, counting the walks over all of them."""
+
+    walks = 0
+
+    def values(self) -> Any:
+        self.walks += 1
+        return super().values()
+
+    def items(self) -> Any:
+        self.walks += 1
+        return super().items()
+
+    def __iter__(self) -> Any:
+        self.walks += 1
+        return super().__iter__()
+
+
+async def test_which_sessions_are_due_is_found_without_walking_every_tracked_one(
+    tmp_path: Path,
+) -> None:
+    """100,000 sessions tracked, nearly all idle: a round of the scheduler (every second
+    at least) looks at the sessions given a due time, not at each one tracked."""
+    async with PollerHarness(tmp_path) as h:
+        names = [(await h.api.create_session(f"Task {i}")).name for i in range(3)]
+        await finish(h, *names)
+        assert h.poller.due(math.inf) == []  # finished: idle, nothing due
+        walked = _Walked(h.poller.state.tracked)
+        h.poller.state.tracked = walked
+
+        def due(at: float) -> list[str]:
+            walks = walked.walks
+            names = h.poller.due(at)
+            assert walked.walks == walks  # found without a walk over every session
+            return names
+
+        await h.api.send_message(names[1], "One more thing")  # updateTime moves
+        await h.poller.discover()
+        assert due(math.inf) == [names[1]]
+        gone = walked.pop(names[1])  # a session no longer tracked is never due
+        assert due(math.inf) == []
+        walked[names[1]] = gone
+        h.poller.scheduler.schedule(gone, h.clock.now)
+        assert due(h.clock.now) == [names[1]]
+        assert await h.poller.poll_due() == {names[1]: "ok"}

@@ -27,6 +27,10 @@ class Scheduler:
         self.learning = UpdateTimeLearning(mode=state.settings.mode)
         #: Set when a schedule changed or a poll ended: the loop looks again.
         self._changed = anyio.Event()
+        #: The sessions given a due time (by name), so that a round looks at these, not at
+        #: every session tracked (100,000 and more, nearly all idle). An entry whose
+        #: ``due_at`` went back to ``None`` (its poll began) is dropped by :meth:`due`.
+        self._scheduled: dict[str, Tracked] = {}
 
     def wake(self) -> None:
         """Make the loop look at the schedule again (something changed)."""
@@ -44,17 +48,39 @@ class Scheduler:
         elif at == tracked.due_at:
             tracked.timer_due = tracked.timer_due and timer
         tracked.refresh = tracked.refresh or refresh
+        self._scheduled[tracked.name] = tracked
+        self._changed.set()
+
+    def postpone(self, tracked: Tracked, at: float) -> None:
+        """Poll ``tracked`` at ``at``, even when it was due sooner (a failed poll's
+        backoff: ``Retry-After`` wins over what discovery set while the poll ran)."""
+        tracked.due_at = at
+        tracked.timer_due = False
+        self._scheduled[tracked.name] = tracked
         self._changed.set()
 
     def due(self, now: float) -> list[str]:
         """Names of the sessions due for a poll at ``now``, most overdue first."""
-        ready = [
-            t
-            for t in self._state.tracked.values()
-            if t.due_at is not None and t.due_at <= now and not t.running
-        ]
+        return [t.name for t in self._due(now)[0]]
+
+    def _due(self, now: float) -> tuple[list[Tracked], float | None]:
+        """The sessions due at ``now`` (most overdue first), and the soonest due time of
+        the others not polling; drops what is no longer scheduled."""
+        ready: list[Tracked] = []
+        soonest: float | None = None
+        tracked = self._state.tracked
+        for name, t in list(self._scheduled.items()):
+            at = t.due_at
+            if at is None or tracked.get(name) is not t:
+                del self._scheduled[name]
+            elif t.running:
+                continue
+            elif at <= now:
+                ready.append(t)
+            elif soonest is None or at < soonest:
+                soonest = at
         ready.sort(key=lambda t: (t.due_at, t.name))
-        return [t.name for t in ready]
+        return ready, soonest
 
     async def run(
         self, tg: anyio.abc.TaskGroup, poll: Callable[[Tracked], Awaitable[object]]
@@ -79,17 +105,15 @@ class Scheduler:
             state.heartbeat = now
             # While the store is full no new poll starts (see Discovery.loop); the loop
             # keeps going round for the watchdog.
-            due = [] if self._store.unwritable is not None else self.due(now)
-            for name in due[: max(0, state.settings.concurrency - running)]:
-                tracked = state.tracked[name]
+            due, soonest = self._due(now)
+            if self._store.unwritable is not None:
+                due = []
+            for tracked in due[: max(0, state.settings.concurrency - running)]:
                 tracked.running = True
                 running += 1
                 tg.start_soon(one, tracked)
-            upcoming = [
-                t.due_at for t in state.tracked.values() if t.due_at is not None and not t.running
-            ]
             # Wake at the next due time, on a change, and at least every second (watchdog).
-            wait = min([1.0, *(max(0.0, due - now) for due in upcoming)])
+            wait = 1.0 if soonest is None else min(1.0, max(0.0, soonest - now))
             if running >= state.settings.concurrency:
                 wait = 1.0  # a finishing poll sets _changed
             with anyio.move_on_after(wait):

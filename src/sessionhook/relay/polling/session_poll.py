@@ -128,9 +128,7 @@ class SessionPoll:
         delay = failures.delay(exc, tracked.errors)
         tracked.backoff_until = self._mono() + delay
         # Overrides a sooner time that discovery set while this poll ran: Retry-After wins.
-        tracked.due_at = tracked.backoff_until
-        tracked.timer_due = False
-        self._scheduler.wake()
+        self._scheduler.postpone(tracked, tracked.backoff_until)
         failures.log("poll.failed", exc, delay, attempt=tracked.errors, session=tracked.name)
 
     async def _poll_session(self, tracked: Tracked) -> None:

@@ -64,9 +64,7 @@ class Economy:
         self._replica = replica
 
     @call
-    def archived_among(
-        self, names: Sequence[str], *, account: str
-    ) -> dict[str, ArchivedSession]:
+    def archived_among(self, names: Sequence[str], *, account: str) -> dict[str, ArchivedSession]:
         """Those of ``names`` (the untracked sessions of one page of the list) that are
         archived sessions of ``account``, those the history walk has still to archive left
         out; two reads for the page, however many sessions it holds."""
