@@ -78,8 +78,9 @@ def _stampless(text: str) -> str:
 
 
 def _timeless(text: str) -> str:
-    """``status`` text without what moves between two runs: ages (``3s``, ``2m``)."""
-    return re.sub(r"\b\d+(s|m|h \d+m|d \d+h)\b", "AGE", text)
+    """``status`` text without what moves between two runs: ages (``3s``, ``2m``), and the
+    padding of the table's columns, whose width follows them (``9s`` then ``10s``)."""
+    return re.sub(r" {2,}", "  ", re.sub(r"\b\d+(s|m|h \d+m|d \d+h)\b", "AGE", text))
 
 
 @sqlite_only

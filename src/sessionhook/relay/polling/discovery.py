@@ -16,6 +16,7 @@ from sessionhook.api.errors import (
     UnauthenticatedError,
 )
 from sessionhook.api.models import Session
+from sessionhook.wording import counted
 
 from ..config import DEFAULT_ACCOUNT
 from ..domain import events
@@ -178,9 +179,10 @@ class Discovery:
             pages=exc.max_pages,
             sessions=listed,
             message=(
-                f"the list of {label} goes on past poll.max_pages ({exc.max_pages}) pages: "
-                f"the newest {listed} are followed, older ones are not; raise poll.max_pages "
-                "if the account really holds more"
+                f"the list of {label} goes on past poll.max_pages "
+                f"({counted(exc.max_pages, 'page')}): followed are the newest "
+                f"{counted(listed, 'session')}, not older ones; raise poll.max_pages if the "
+                "account really holds more"
             ),
         )
 
