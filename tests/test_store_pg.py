@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, cast
 
 import anyio
 import psycopg
@@ -217,5 +219,88 @@ def test_a_dispatcher_rounds_statements_are_prepared_once_per_connection(pg_url:
         ).fetchone()[0]
         assert claimed == 3
         assert store.outbox.pending_count() == 9
+    finally:
+        store.close()
+
+
+def _syncs(trace: str) -> int:
+    """The batches a libpq trace's client waited for to the end: each ends with the
+    server's ``ReadyForQuery`` (a simple query, an extended-protocol or pipeline sync)."""
+    return sum(1 for line in trace.splitlines() if "\tReadyForQuery\t" in line)
+
+
+def test_a_dispatcher_round_waits_for_the_server_at_the_end_of_four_batches(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """A round (records, their queues moved on, the next heads claimed and read) runs on
+    one connection, its two transactions pipelined: the connection's check, the records'
+    transaction, the active endpoints, the claim's transaction. Statement by statement (each
+    waited for, BEGIN and COMMIT too, and a check per borrowed connection) it was 19."""
+    store = PostgresStore.open(pg_url, clock=Clock(), pool_size=1)  # one connection to trace
+    trace = tmp_path / "trace"
+    try:
+        store.endpoints.sync_endpoints([Ep("a")])
+        fill(store, 6, 2)
+        store.leases.register_replica("r1", host="h", pid=1, now=T0, lease=1e9)
+        first = store.outbox.dispatch_round(Round([], T0 + 1, 3, (), (), {"a": 3}))[1]
+        records = [AttemptRecord(d.id, ok(T0 + 1), Delivered()) for d in first]
+        pool = cast(Any, store.db.conn).pool
+        with trace.open("w") as out:
+            with pool.connection() as conn:
+                conn.pgconn.trace(out.fileno())
+                conn.pgconn.set_trace_flags(
+                    psycopg.pq.Trace.SUPPRESS_TIMESTAMPS | psycopg.pq.Trace.REGRESS_MODE
+                )
+            try:
+                failing, due, _next, _active = store.outbox.dispatch_round(
+                    Round(records, T0 + 1, 3, (), (), {"a": 3})
+                )
+            finally:
+                with pool.connection() as conn:
+                    conn.pgconn.untrace()
+        assert failing == [None, None, None]
+        assert len(due) == 3 and not {d.id for d in due} & {d.id for d in first}
+        assert store.outbox.pending_count() == 9
+        # Borrowing the connection back to untrace it was checked once more.
+        assert _syncs(trace.read_text()) - 1 == 4
+    finally:
+        store.close()
+
+
+def test_a_round_failing_inside_its_pipeline_commits_nothing_and_the_next_one_works(
+    pg_url: str,
+) -> None:
+    """A statement whose result is not read (the attempts' rows) fails on the server: the
+    round raises, the records' transaction is rolled back whole (their deliveries still
+    open and claimed, no attempt logged), and the next round, on a fresh connection,
+    records them."""
+    store = PostgresStore.open(pg_url, clock=Clock(), pool_size=1)
+    try:
+        store.endpoints.sync_endpoints([Ep("a")])
+        fill(store, 2, 2)
+        store.leases.register_replica("r1", host="h", pid=1, now=T0, lease=1e9)
+        first = store.outbox.dispatch_round(Round([], T0 + 1, 2, (), (), {"a": 2}))[1]
+        records = [AttemptRecord(d.id, ok(T0 + 1), Delivered()) for d in first]
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            admin.execute(
+                "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS "
+                "$$ BEGIN RAISE EXCEPTION 'refused'; END $$"
+            )
+            admin.execute(
+                "CREATE TRIGGER refuse BEFORE INSERT ON attempts "
+                "FOR EACH STATEMENT EXECUTE FUNCTION refuse()"
+            )
+            with pytest.raises(psycopg.Error, match="refused"):
+                store.outbox.dispatch_round(Round(records, T0 + 1, 2, (), (), {"a": 2}))
+            assert store.outbox.pending_count() == 4
+            logged = admin.execute("SELECT COUNT(*) FROM attempts").fetchone()
+            assert logged is not None and logged[0] == 0
+            admin.execute("DROP TRIGGER refuse ON attempts")
+        failing, due, _next, _active = store.outbox.dispatch_round(
+            Round(records, T0 + 1, 2, (), (), {"a": 2})
+        )
+        assert failing == [None, None]
+        assert store.outbox.pending_count() == 2
+        assert len(due) == 2 and not {d.id for d in due} & {d.id for d in first}
     finally:
         store.close()

@@ -121,6 +121,13 @@ class Database(Protocol):
         PostgreSQL's global write lock (SQLite has one writer anyway)."""
         ...
 
+    def one_connection(self) -> AbstractContextManager[None]:
+        """The block's reads and transactions on one connection (the dispatcher's round),
+        each transaction's statements sent as they come and waited for when a result is
+        read and at the commit (PostgreSQL's pipeline mode); nothing where a statement is a
+        call in the process (SQLite)."""
+        ...
+
     def lock_queues(self, c: Connection, delivery_ids: Sequence[int]) -> None:
         """Take the queue locks of these deliveries' (endpoint, session) keys in key order
         (the lock order of every writer of the heads), before one statement writes them

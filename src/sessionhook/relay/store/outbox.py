@@ -147,21 +147,25 @@ class Outbox:
         self._replica = replica
         self._leases = leases
 
-    @staticmethod
-    def _claim_heads(
-        c: Connection, owner: str, now: float, heads: Sequence[tuple[float, int, str, str]]
-    ) -> set[int]:
+    def _claimed_rows(
+        self, c: Connection, owner: str, now: float, heads: Sequence[tuple[float, int, str, str]]
+    ) -> list[Any]:
         """Claim ``heads`` (next_attempt_at, delivery id, endpoint, session: see
-        :meth:`_due_heads`) for ``owner`` in ONE statement; the delivery ids of those taken.
+        :meth:`_due_heads`) for ``owner`` in ONE statement, and the rows of those taken.
         Each is still checked takeable (a rival may have claimed it since it was read; on
-        PostgreSQL the read locked them already: nothing here waits)."""
+        PostgreSQL the read locked them already: nothing here waits). The rows of every
+        head are asked for before the claim's answer is read (one round trip for both in
+        :meth:`~.dialect.Database.one_connection`); those not taken are left out."""
         keys = sorted((h[2], h[3], h[1]) for h in heads)  # the lock order, see above
         values = ", ".join(["(?, ?, ?)"] * len(keys))
-        cur = c.execute(
+        claimed = c.execute(
             Prepared(CLAIM_SQL.format(values=values)),
             (owner, now, *(v for key in keys for v in key), owner, now),
         )
-        return {int(r["delivery_id"]) for r in cur.fetchall()}
+        ids = [h[1] for h in heads]
+        rows = c.execute(rows_sql(len(ids)), ids)
+        taken = {int(r["delivery_id"]) for r in claimed.fetchall()}
+        return self._open_rows(rows, [i for i in ids if i in taken])
 
     @call
     def active_endpoints(self) -> list[str]:
@@ -233,8 +237,7 @@ class Outbox:
         else:
             with self._db.tx(serialized=False) as c:
                 heads = self._due_heads(c, now, limit, set(busy), owner, caps, names)
-                taken = self._claim_heads(c, owner, now, heads) if heads else set()
-                rows = self._rows_of(c, [h[1] for h in heads if h[1] in taken])
+                rows = self._claimed_rows(c, owner, now, heads) if heads else []
         return [from_row(DueDelivery, r, body=self._bodies.decode_row(r)) for r in rows]
 
     def _due_heads(
@@ -272,7 +275,13 @@ class Outbox:
         finished by another process between the two reads is left out)."""
         if not ids:
             return []
-        rows = {r["id"]: r for r in c.execute(rows_sql(len(ids)), ids).fetchall()}
+        return self._open_rows(c.execute(rows_sql(len(ids)), ids), ids)
+
+    @staticmethod
+    def _open_rows(cursor: Any, ids: list[int]) -> list[Any]:
+        """The rows of ``cursor`` (:func:`rows_sql`'s) of ``ids``, in their order, still
+        open."""
+        rows = {r["id"]: r for r in cursor.fetchall()}
         return [
             r
             for r in (rows.get(delivery_id) for delivery_id in ids)
@@ -313,18 +322,19 @@ class Outbox:
         A round that writes (records, claims given back or taken) waits out a full disk
         (the batch is tried again whole: nothing of it was committed); else it is a read,
         once."""
-        if round_.failing is None:
-            round_.failing = self.record_attempts(round_.records)
-        if round_.release:
-            self._leases.release_delivery_claims(round_.release)
-        # Read once for both queries; the newest revision tells the dispatcher whether
-        # endpoints created through the API changed (see active_revisions).
-        active = self.active_revisions()
-        names, now, limit = active.names, round_.now, round_.limit
-        due = self.due_deliveries(now, limit, set(round_.busy), round_.caps, active=names)
-        if limit > 0 and len(due) >= limit:
-            return round_.failing, due, now, active
-        return round_.failing, due, self.next_due_at(after=now, active=names), active
+        with self._db.one_connection():
+            if round_.failing is None:
+                round_.failing = self.record_attempts(round_.records)
+            if round_.release:
+                self._leases.release_delivery_claims(round_.release)
+            # Read once for both queries; the newest revision tells the dispatcher whether
+            # endpoints created through the API changed (see active_revisions).
+            active = self.active_revisions()
+            names, now, limit = active.names, round_.now, round_.limit
+            due = self.due_deliveries(now, limit, set(round_.busy), round_.caps, active=names)
+            if limit > 0 and len(due) >= limit:
+                return round_.failing, due, now, active
+            return round_.failing, due, self.next_due_at(after=now, active=names), active
 
     @write
     def record_attempt(

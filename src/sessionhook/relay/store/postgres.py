@@ -6,7 +6,9 @@ round (:class:`~.dialect.Prepared`): those are bound and prepared on the server,
 and planned once per connection.
 
 A read outside a transaction borrows a connection for one statement (each read sees
-committed data); ``tx`` holds one connection for the block (a thread-local the block's
+committed data), but in ``one_connection`` (the dispatcher's round: its reads and
+transactions on one connection, each transaction in psycopg's pipeline mode, see
+``docs/store.md``); ``tx`` holds one connection for the block (a thread-local the block's
 queries go to) and first takes ``pg_advisory_xact_lock(WRITE_LOCK)``, so writers are
 serialized as on SQLite, unless ``tx(serialized=False)``: the replicas' hot paths, each
 ordered by its own row locks (``docs/replicas.md``). "Cannot write now" errors (server
@@ -143,7 +145,10 @@ class _Adapter:
 
     def execute(self, sql: str, parameters: Sequence[Any] = (), /) -> Any:
         params = [_clean(p) for p in parameters]
-        conn: psycopg.Connection[Any] | None = getattr(self.local, "conn", None)
+        local = self.local
+        conn: psycopg.Connection[Any] | None = getattr(local, "conn", None) or getattr(
+            local, "pinned", None
+        )
         if conn is not None:
             return _run(conn, sql, params)
         with self.pool.connection(timeout=CONNECT_TIMEOUT) as borrowed:
@@ -311,8 +316,31 @@ class PostgresDatabase:
     # ----------------------------------------------------------------- transactions
 
     @contextmanager
+    def one_connection(self) -> Iterator[None]:
+        """The block's reads and transactions on ONE pooled connection (borrowed and checked
+        once), each transaction in pipeline mode (see :meth:`tx`). PostgreSQL's "cannot
+        write now" errors become :class:`StoreUnwritableError`."""
+        local = self._adapter.local
+        if getattr(local, "pinned", None) is not None or getattr(local, "conn", None) is not None:
+            yield  # pragma: no cover - already on one connection
+            return
+        try:
+            with self._pool.connection(timeout=CONNECT_TIMEOUT) as conn:
+                local.pinned = conn
+                try:
+                    yield
+                finally:
+                    local.pinned = None
+        except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+            mapped = self.unwritable_error(exc)
+            if mapped is not None:
+                raise mapped from exc
+            raise
+
+    @contextmanager
     def tx(self, serialized: bool = True) -> Iterator[_Adapter]:
-        """One write transaction on one pooled connection, writers serialized unless
+        """One write transaction on one pooled connection (in :meth:`one_connection`, its
+        one, the transaction pipelined: :meth:`_pipelined_tx`), writers serialized unless
         ``serialized=False`` (see the module docstring); PostgreSQL's "cannot write now"
         errors become :class:`StoreUnwritableError` with nothing committed."""
         if self.readonly:
@@ -320,6 +348,11 @@ class PostgresDatabase:
         local = self._adapter.local
         if getattr(local, "conn", None) is not None:  # pragma: no cover - a bug
             raise RuntimeError("nested store transaction")
+        pinned: psycopg.Connection[Any] | None = getattr(local, "pinned", None)
+        if pinned is not None:
+            with self._pipelined_tx(pinned, serialized):
+                yield self._adapter
+            return
         try:
             with (
                 self._pool.connection(timeout=CONNECT_TIMEOUT) as conn,
@@ -333,6 +366,33 @@ class PostgresDatabase:
                 finally:
                     local.conn = None
         except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+            mapped = self.unwritable_error(exc)
+            if mapped is not None:
+                raise mapped from exc
+            raise
+
+    @contextmanager
+    def _pipelined_tx(self, conn: psycopg.Connection[Any], serialized: bool) -> Iterator[None]:
+        """:meth:`tx` on ``conn`` in pipeline mode: each statement is sent at once but
+        waited for only when its result is read (``BEGIN`` goes with the first statements,
+        ``COMMIT`` with the last ones), and the end of the block waits for every result,
+        the commit's included. After a failure the connection is closed (the pool opens
+        another; the server rolls the transaction back), as its pipeline's state is then
+        unknown."""
+        local = self._adapter.local
+        try:
+            with conn.pipeline():
+                conn.execute(b"BEGIN")
+                if serialized:
+                    conn.execute(f"SELECT pg_advisory_xact_lock({WRITE_LOCK})".encode())
+                local.conn = conn
+                try:
+                    yield
+                finally:
+                    local.conn = None
+                conn.execute(b"COMMIT")
+        except BaseException as exc:
+            conn.close()
             mapped = self.unwritable_error(exc)
             if mapped is not None:
                 raise mapped from exc

@@ -16,7 +16,7 @@ import sqlite3
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 
 from .core import StoreCore
@@ -187,6 +187,10 @@ class SqliteDatabase:
         """Nothing: AUTOINCREMENT follows the ids inserted."""
 
     # ----------------------------------------------------------------- transactions
+
+    def one_connection(self) -> AbstractContextManager[None]:
+        """Nothing to do: one connection, and statements are calls, not round trips."""
+        return nullcontext()
 
     @contextmanager
     def tx(self, serialized: bool = True) -> Iterator[sqlite3.Connection]:
