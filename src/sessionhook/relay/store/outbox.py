@@ -76,16 +76,17 @@ CLAIM_SQL = (
 )
 
 
-def record_sql(count: int) -> str:
+def record_sql(count: int, verb: str = "UPDATE") -> str:
     """Decide ``count`` deliveries and count their attempts in ONE statement (one round
     trip on PostgreSQL), a ``(?, ?, ?, ?, ?, ?, ?, ?)`` per delivery: (id, status,
     updated_at, last_status_code, last_error, keep next_attempt_at (0/1), next_attempt_at,
     delivered_at); RETURNING each row's endpoint and attempt number. The values are cast:
     a column of NULLs only is text on PostgreSQL. A delivery closed as dead while it was
     in flight (its endpoint deleted) stays dead unless this attempt delivered it: never
-    opened again for nobody."""
+    opened again for nobody. ``verb``: the database's
+    :attr:`~.dialect.Database.update_many`."""
     return Prepared(
-        "UPDATE deliveries SET "
+        verb + " deliveries SET "
         "status = CASE WHEN status = 'dead' AND v.column2 <> 'delivered' THEN 'dead' "
         "ELSE v.column2 END, "
         "attempts = attempts + 1, updated_at = CAST(v.column3 AS DOUBLE PRECISION), "
@@ -375,9 +376,10 @@ class Outbox:
         values: list[Any] = []
         for record in records:
             values += _decided(record)
+        sql = record_sql(len(records), self._db.update_many)
         updated = {
             int(row["id"]): (row["endpoint"], row["attempts"])
-            for row in c.execute(record_sql(len(records)), values).fetchall()
+            for row in c.execute(sql, values).fetchall()
         }
         # Endpoint bookkeeping is folded per batch: one UPDATE per endpoint, not per row.
         state: dict[str, dict[str, Any]] = {}
