@@ -21,6 +21,7 @@ endpoints by name), so two replicas' transactions never wait for each other in a
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -50,6 +51,7 @@ HEADS_SQL = (
 )
 
 
+@functools.lru_cache(maxsize=64)
 def rows_sql(count: int) -> str:
     """What an attempt needs of ``count`` chosen deliveries (one ``?`` per id): every table
     is reached by its key. The status is checked by the caller: in the WHERE clause it
@@ -76,6 +78,7 @@ CLAIM_SQL = (
 )
 
 
+@functools.lru_cache(maxsize=64)
 def record_sql(count: int, verb: str = "UPDATE") -> str:
     """Decide ``count`` deliveries and count their attempts in ONE statement (one round
     trip on PostgreSQL), a ``(?, ?, ?, ?, ?, ?, ?, ?)`` per delivery: (id, status,
@@ -96,6 +99,15 @@ def record_sql(count: int, verb: str = "UPDATE") -> str:
         "delivered_at = COALESCE(CAST(v.column8 AS DOUBLE PRECISION), delivered_at) "
         "FROM (VALUES " + ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * count) + ") AS v "
         "WHERE deliveries.id = v.column1 RETURNING id, endpoint, attempts"
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def attempts_sql(count: int) -> str:
+    """Insert ``count`` attempt rows in ONE statement (one round trip on PostgreSQL)."""
+    return Prepared(
+        "INSERT INTO attempts (delivery_id, attempt, started_at, duration_ms, "
+        "status_code, error, response_body) VALUES " + ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * count)
     )
 
 
@@ -391,14 +403,7 @@ class Outbox:
                 raise StoreError(f"unknown delivery {record.delivery_id}", path=self._db.path)
             out.append(self._apply(c, record, *found, state, logged))
         # One statement for the batch's attempt rows: one round trip on PostgreSQL.
-        c.execute(
-            Prepared(
-                "INSERT INTO attempts (delivery_id, attempt, started_at, duration_ms, "
-                "status_code, error, response_body) VALUES "
-                + ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * len(records))
-            ),
-            logged,
-        )
+        c.execute(attempts_sql(len(records)), logged)
         return out, state
 
     @staticmethod
