@@ -24,7 +24,6 @@ from sessionhook.relay.config import Config, DeliveryConfig, EndpointConfig
 from sessionhook.relay.delivery.dispatcher import DeliverySettings, Dispatcher
 from sessionhook.relay.delivery.post import post_event
 from sessionhook.relay.delivery.render_process import RenderProcess
-from sessionhook.relay.delivery.sender import Answer
 from sessionhook.relay.domain.lifecycle import lifecycle_events
 from sessionhook.relay.domain.retry import AttemptResult
 from sessionhook.relay.domain.rows import DeliveryRow
@@ -371,64 +370,6 @@ async def test_wake_starts_new_deliveries_without_waiting_for_the_timer(
             dispatcher.wake()
             await receiver.wait_for(lambda r: len(r.delivered_ids()) == PER_SESSION, within=5)
             tg.cancel_scope.cancel()
-    await store.close()
-
-
-@pytest.mark.anyio
-async def test_a_wake_while_every_slot_is_busy_costs_no_store_call(tmp_path: Path) -> None:
-    """Nothing finished and no slot free: the loop has nothing to record or start, so it
-    makes no round (each was a call into the store's thread); the next attempt to finish
-    starts the next one."""
-
-    class Gated:  # a poster whose answers wait for the test
-        bounds_exchange = True
-
-        def __init__(self) -> None:
-            self.posted = 0
-            self.full = anyio.Event()
-            self.release = anyio.Event()
-
-        async def post(self, url: str, body: bytes, headers: Any, **_: Any) -> Answer:
-            self.posted += 1
-            if self.posted == 2:
-                self.full.set()
-            await self.release.wait()
-            return Answer(204, None, b"")
-
-        async def aclose(self) -> None:
-            pass
-
-    config = dispatch_config(concurrency=2)
-    store = await AsyncStore.open(tmp_path / "relay.db")
-    await store.run(EndpointQueries.sync_endpoints, config.endpoints)
-    expected = await seed_sessions(store, sessions=3)
-    rounds: list[object] = []
-    run = store.run
-
-    async def counted(fn: Any, *args: Any, **kwargs: Any) -> Any:
-        if fn is Outbox.dispatch_round:
-            rounds.append(fn)
-        return await run(fn, *args, **kwargs)
-
-    store.run = counted  # type: ignore[method-assign]
-    gate = Gated()
-    dispatcher = Dispatcher(store, gate, DeliverySettings.from_config(config), max_wait=60.0)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(dispatcher.run_until_idle)
-        with anyio.fail_after(10):
-            await gate.full.wait()
-        for _ in range(3):
-            await anyio.lowlevel.checkpoint()
-        made = len(rounds)
-        for _ in range(5):  # the poller enqueuing while every slot is busy
-            dispatcher.wake()
-            for _ in range(20):
-                await anyio.lowlevel.checkpoint()
-        assert len(rounds) == made
-        gate.release.set()
-    # run_until_idle returned: everything was delivered, the normal way.
-    assert gate.posted == sum(len(ids) for ids in expected.values())
-    assert await store.run(Outbox.pending_count) == 0
     await store.close()
 
 

@@ -344,13 +344,8 @@ class Dispatcher:
                 self._settled.set()
 
     async def _round(self, start: Callable[[DueDelivery, EndpointConfig], None]) -> bool:
-        """Commit what finished and start what is due; whether anything happened. Nothing
-        finished, no claim to give back and no slot free: nothing to do, no store call (a
-        wake while every slot is busy; the next attempt to finish wakes the loop again)."""
+        """Commit what finished and start what is due; whether anything happened."""
         s = self.settings
-        if not self._finished and not self._unstarted and len(self._in_flight) >= s.concurrency:
-            self._next_due = None  # no slot to fill: the finishing attempt is the next event
-            return False
         finished, self._finished = self._finished, []
         # Recorded in (endpoint, session) order: the store's lock order (no deadlock
         # between replicas writing the same queue heads).
