@@ -3,7 +3,9 @@ commits, retention of the delivery log, and the compact (but byte-exact) archive
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
 import sqlite3
 from collections.abc import Iterator
@@ -325,6 +327,34 @@ def test_a_batch_costs_the_same_statements_whatever_its_size(
         ("delivered", 1, 1),
         ("failed", 1, 1),
     ]
+
+
+@sqlite_only  # SQLite's statement journal
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="reads /proc/self/fd")
+def test_a_batch_of_records_writes_no_temporary_file(store: Store) -> None:
+    """A batch's record statement keeps no statement journal: SQLite spilled one past
+    64 KiB to a temporary file (created, written, deleted) at every round of 16: this
+    batch's rows spread over enough pages for that."""
+    fill(store, 100, 10)
+    due = sorted(store.outbox.due_deliveries(T0, 16), key=lambda d: d.key)
+    assert len(due) == 16
+    opened: set[str] = set()
+
+    def look() -> int:  # SQLite's temporary files are named etilqs_*, deleted once open
+        for fd in Path("/proc/self/fd").iterdir():
+            with contextlib.suppress(OSError):
+                target = os.readlink(fd)
+                if "etilqs_" in target:
+                    opened.add(target)
+        return 0
+
+    store.db.conn.set_progress_handler(look, 50)
+    try:
+        store.outbox.record_attempts([AttemptRecord(d.id, ok(T0 + 1), Delivered()) for d in due])
+    finally:
+        store.db.conn.set_progress_handler(None, 0)
+    assert store.outbox.pending_count() == 100 * 10 - 16
+    assert not opened
 
 
 def test_a_failing_batch_records_nothing(store: Store) -> None:

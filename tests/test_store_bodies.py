@@ -34,6 +34,42 @@ def test_a_reference_beyond_the_window_is_not_needed_to_decode() -> None:
     assert codec.reference_used(codec.encode_body(reference, reference, b""), b"")
 
 
+def test_a_whole_stream_is_decoded_in_one_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stored JSON comes out of one ``decompress`` call: ``flush`` (one more release and
+    take of the GIL, twice per delivery on the store's thread) only for a stream that did
+    not end, which is then refused."""
+    flushed: list[bytes] = []
+    real = zlib.decompressobj
+
+    class Spied:
+        def __init__(self, *args: object) -> None:
+            self._inner = real(*args)  # type: ignore[arg-type]
+
+        def decompress(self, data: bytes) -> bytes:
+            return self._inner.decompress(data)
+
+        def flush(self) -> bytes:
+            flushed.append(self._inner.flush())
+            return flushed[-1]
+
+        @property
+        def eof(self) -> bool:
+            return self._inner.eof
+
+    monkeypatch.setattr(codec.zlib, "decompressobj", Spied)
+    reference = b'{"session":{"name":"sessions/1","state":"IN_PROGRESS"}}'
+    raw = b'{"name":"sessions/1/activities/a","progressUpdated":{"title":"step"}}'
+    body = b'{"data":{"activity":' + raw + b',"session":' + reference + b"}}"
+    stored_raw = codec.encode_raw(raw, b"hints")
+    stored = codec.encode_body(body, reference, raw)
+    assert codec.decode_raw(stored_raw, b"hints") == raw
+    assert codec.decode_body(stored, reference, raw) == body
+    assert flushed == []
+    with pytest.raises(ValueError, match="does not decode"):
+        codec.decode_body(stored[:-9] + stored[-4:], reference, raw)  # cut short
+    assert flushed == [b""]
+
+
 def test_the_reference_cache_is_bounded_by_bytes(tmp_path: Path) -> None:
     store = Store.open(tmp_path / "relay.db")
     try:

@@ -113,6 +113,14 @@ class Database(Protocol):
         plain text written by SQLite before 0006 is encoded when copied in."""
         ...
 
+    @property
+    def update_many(self) -> str:
+        """How a statement updating many rows of a table with triggers begins, inside a
+        write transaction that is rolled back whole when it fails: ``UPDATE OR FAIL`` on
+        SQLite, which then keeps no statement journal (for a batch of records it outgrew
+        64 KiB and went to a temporary file, every round), ``UPDATE`` on PostgreSQL."""
+        ...
+
     def tx(self, serialized: bool = True) -> AbstractContextManager[Connection]:
         """ONE write transaction, committed when the block ends, rolled back whole when it
         raises ("cannot write now" becomes :class:`~.errors.StoreUnwritableError`).

@@ -21,6 +21,7 @@ endpoints by name), so two replicas' transactions never wait for each other in a
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -50,6 +51,7 @@ HEADS_SQL = (
 )
 
 
+@functools.lru_cache(maxsize=64)
 def rows_sql(count: int) -> str:
     """What an attempt needs of ``count`` chosen deliveries (one ``?`` per id): every table
     is reached by its key. The status is checked by the caller: in the WHERE clause it
@@ -76,16 +78,18 @@ CLAIM_SQL = (
 )
 
 
-def record_sql(count: int) -> str:
+@functools.lru_cache(maxsize=64)
+def record_sql(count: int, verb: str = "UPDATE") -> str:
     """Decide ``count`` deliveries and count their attempts in ONE statement (one round
     trip on PostgreSQL), a ``(?, ?, ?, ?, ?, ?, ?, ?)`` per delivery: (id, status,
     updated_at, last_status_code, last_error, keep next_attempt_at (0/1), next_attempt_at,
     delivered_at); RETURNING each row's endpoint and attempt number. The values are cast:
     a column of NULLs only is text on PostgreSQL. A delivery closed as dead while it was
     in flight (its endpoint deleted) stays dead unless this attempt delivered it: never
-    opened again for nobody."""
+    opened again for nobody. ``verb``: the database's
+    :attr:`~.dialect.Database.update_many`."""
     return Prepared(
-        "UPDATE deliveries SET "
+        verb + " deliveries SET "
         "status = CASE WHEN status = 'dead' AND v.column2 <> 'delivered' THEN 'dead' "
         "ELSE v.column2 END, "
         "attempts = attempts + 1, updated_at = CAST(v.column3 AS DOUBLE PRECISION), "
@@ -95,6 +99,15 @@ def record_sql(count: int) -> str:
         "delivered_at = COALESCE(CAST(v.column8 AS DOUBLE PRECISION), delivered_at) "
         "FROM (VALUES " + ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * count) + ") AS v "
         "WHERE deliveries.id = v.column1 RETURNING id, endpoint, attempts"
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def attempts_sql(count: int) -> str:
+    """Insert ``count`` attempt rows in ONE statement (one round trip on PostgreSQL)."""
+    return Prepared(
+        "INSERT INTO attempts (delivery_id, attempt, started_at, duration_ms, "
+        "status_code, error, response_body) VALUES " + ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * count)
     )
 
 
@@ -385,9 +398,10 @@ class Outbox:
         values: list[Any] = []
         for record in records:
             values += _decided(record)
+        sql = record_sql(len(records), self._db.update_many)
         updated = {
             int(row["id"]): (row["endpoint"], row["attempts"])
-            for row in c.execute(record_sql(len(records)), values).fetchall()
+            for row in c.execute(sql, values).fetchall()
         }
         # Endpoint bookkeeping is folded per batch: one UPDATE per endpoint, not per row.
         state: dict[str, dict[str, Any]] = {}
@@ -399,14 +413,7 @@ class Outbox:
                 raise StoreError(f"unknown delivery {record.delivery_id}", path=self._db.path)
             out.append(self._apply(c, record, *found, state, logged))
         # One statement for the batch's attempt rows: one round trip on PostgreSQL.
-        c.execute(
-            Prepared(
-                "INSERT INTO attempts (delivery_id, attempt, started_at, duration_ms, "
-                "status_code, error, response_body) VALUES "
-                + ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * len(records))
-            ),
-            logged,
-        )
+        c.execute(attempts_sql(len(records)), logged)
         return out, state
 
     @staticmethod

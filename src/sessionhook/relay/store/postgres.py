@@ -186,6 +186,8 @@ class PostgresDatabase:
     exclusive = False
     #: Bodies and raw activities are ``BYTEA``.
     binary_bodies = True
+    #: See ``Database.update_many``.
+    update_many = "UPDATE"
 
     def __init__(
         self,

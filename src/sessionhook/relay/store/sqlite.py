@@ -56,6 +56,9 @@ class SqliteDatabase:
     exclusive = True
     #: A column keeps the text or the blob it was given.
     binary_bodies = False
+    #: A failing statement fails its transaction, which :meth:`tx` rolls back whole: no
+    #: statement journal to undo the statement alone (see ``Database.update_many``).
+    update_many = "UPDATE OR FAIL"
 
     def __init__(
         self,
