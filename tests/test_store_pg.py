@@ -191,16 +191,25 @@ def test_text_with_nul_characters_is_stored_not_refused(pg_url: str) -> None:
         assert row is not None and row.title == "a\ufffdb"
 
 
+def _claimed_round(
+    store: PostgresStore, queues: int, claim: int
+) -> tuple[list[Any], list[AttemptRecord]]:
+    """Endpoint ``a`` with ``queues`` sessions of two deliveries, replica ``r1``, and a
+    first round that claimed ``claim`` heads: those deliveries, and their records as
+    delivered (the next round's input)."""
+    store.endpoints.sync_endpoints([Ep("a")])
+    fill(store, queues, 2)
+    store.leases.register_replica("r1", host="h", pid=1, now=T0, lease=1e9)
+    first = store.outbox.dispatch_round(Round([], T0 + 1, claim, (), (), {"a": claim}))[1]
+    return first, [AttemptRecord(d.id, ok(T0 + 1), Delivered()) for d in first]
+
+
 def test_a_dispatcher_rounds_statements_are_prepared_once_per_connection(pg_url: str) -> None:
     """The round's statements are prepared on the server (planned once per connection) and
     reused by the next round; the round still records, moves each queue on and claims."""
     store = PostgresStore.open(pg_url, clock=Clock(), pool_size=1)  # one connection to look at
     try:
-        store.endpoints.sync_endpoints([Ep("a")])
-        fill(store, 6, 2)
-        store.leases.register_replica("r1", host="h", pid=1, now=T0, lease=1e9)
-        first = store.outbox.dispatch_round(Round([], T0 + 1, 3, (), (), {"a": 3}))[1]
-        records = [AttemptRecord(d.id, ok(T0 + 1), Delivered()) for d in first]
+        first, records = _claimed_round(store, 6, 3)
         failing, due, _next, _active = store.outbox.dispatch_round(
             Round(records, T0 + 1, 3, (), (), {"a": 3})
         )
@@ -239,11 +248,7 @@ def test_a_dispatcher_round_waits_for_the_server_at_the_end_of_four_batches(
     store = PostgresStore.open(pg_url, clock=Clock(), pool_size=1)  # one connection to trace
     trace = tmp_path / "trace"
     try:
-        store.endpoints.sync_endpoints([Ep("a")])
-        fill(store, 6, 2)
-        store.leases.register_replica("r1", host="h", pid=1, now=T0, lease=1e9)
-        first = store.outbox.dispatch_round(Round([], T0 + 1, 3, (), (), {"a": 3}))[1]
-        records = [AttemptRecord(d.id, ok(T0 + 1), Delivered()) for d in first]
+        first, records = _claimed_round(store, 6, 3)
         pool = cast(Any, store.db.conn).pool
         with trace.open("w") as out:
             with pool.connection() as conn:
@@ -276,11 +281,7 @@ def test_a_round_failing_inside_its_pipeline_commits_nothing_and_the_next_one_wo
     records them."""
     store = PostgresStore.open(pg_url, clock=Clock(), pool_size=1)
     try:
-        store.endpoints.sync_endpoints([Ep("a")])
-        fill(store, 2, 2)
-        store.leases.register_replica("r1", host="h", pid=1, now=T0, lease=1e9)
-        first = store.outbox.dispatch_round(Round([], T0 + 1, 2, (), (), {"a": 2}))[1]
-        records = [AttemptRecord(d.id, ok(T0 + 1), Delivered()) for d in first]
+        first, records = _claimed_round(store, 2, 2)
         with psycopg.connect(pg_url, autocommit=True) as admin:
             admin.execute(
                 "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS "

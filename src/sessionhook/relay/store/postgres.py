@@ -326,18 +326,12 @@ class PostgresDatabase:
         if getattr(local, "pinned", None) is not None or getattr(local, "conn", None) is not None:
             yield  # pragma: no cover - already on one connection
             return
-        try:
-            with self._pool.connection(timeout=CONNECT_TIMEOUT) as conn:
-                local.pinned = conn
-                try:
-                    yield
-                finally:
-                    local.pinned = None
-        except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
-            mapped = self.unwritable_error(exc)
-            if mapped is not None:
-                raise mapped from exc
-            raise
+        with self._unwritable_raised(), self._pool.connection(timeout=CONNECT_TIMEOUT) as conn:
+            local.pinned = conn
+            try:
+                yield
+            finally:
+                local.pinned = None
 
     @contextmanager
     def tx(self, serialized: bool = True) -> Iterator[_Adapter]:
@@ -355,18 +349,25 @@ class PostgresDatabase:
             with self._pipelined_tx(pinned, serialized):
                 yield self._adapter
             return
+        with (
+            self._unwritable_raised(),
+            self._pool.connection(timeout=CONNECT_TIMEOUT) as conn,
+            conn.transaction(),
+        ):
+            if serialized:
+                conn.execute(f"SELECT pg_advisory_xact_lock({WRITE_LOCK})".encode())
+            local.conn = conn
+            try:
+                yield self._adapter
+            finally:
+                local.conn = None
+
+    @contextmanager
+    def _unwritable_raised(self) -> Iterator[None]:
+        """PostgreSQL's "cannot write now" errors of the block raised as
+        :class:`StoreUnwritableError` (:meth:`unwritable_error`), the others as they are."""
         try:
-            with (
-                self._pool.connection(timeout=CONNECT_TIMEOUT) as conn,
-                conn.transaction(),
-            ):
-                if serialized:
-                    conn.execute(f"SELECT pg_advisory_xact_lock({WRITE_LOCK})".encode())
-                local.conn = conn
-                try:
-                    yield self._adapter
-                finally:
-                    local.conn = None
+            yield
         except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
             mapped = self.unwritable_error(exc)
             if mapped is not None:
@@ -382,23 +383,21 @@ class PostgresDatabase:
         another; the server rolls the transaction back), as its pipeline's state is then
         unknown."""
         local = self._adapter.local
-        try:
-            with conn.pipeline():
-                conn.execute(b"BEGIN")
-                if serialized:
-                    conn.execute(f"SELECT pg_advisory_xact_lock({WRITE_LOCK})".encode())
-                local.conn = conn
-                try:
-                    yield
-                finally:
-                    local.conn = None
-                conn.execute(b"COMMIT")
-        except BaseException as exc:
-            conn.close()
-            mapped = self.unwritable_error(exc)
-            if mapped is not None:
-                raise mapped from exc
-            raise
+        with self._unwritable_raised():
+            try:
+                with conn.pipeline():
+                    conn.execute(b"BEGIN")
+                    if serialized:
+                        conn.execute(f"SELECT pg_advisory_xact_lock({WRITE_LOCK})".encode())
+                    local.conn = conn
+                    try:
+                        yield
+                    finally:
+                        local.conn = None
+                    conn.execute(b"COMMIT")
+            except BaseException:
+                conn.close()
+                raise
 
     def unwritable_error(self, exc: BaseException) -> StoreUnwritableError | None:
         """The server unreachable, restarting, read-only or out of disk (see the module
