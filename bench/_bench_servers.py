@@ -7,7 +7,8 @@ one, :func:`get_json` asks one, :func:`stop` ends a relay):
   one fake upstream besides the emulator) serving a generated account: sessions and
   activities of plausible shapes and sizes (field notes), text that compresses about like
   prose. Control paths start with ``/_bench/``.
-* ``receiver``: a keep-alive webhook receiver answering 204 at once, checking every
+* ``receiver``: a keep-alive webhook receiver answering 204 at once (``--delay-ms``: that
+  long after the request, as a receiver that works before it answers), checking every
   signature, counting per path. Raw asyncio, free of frameworks (and of ``sessionhook``
   imports): the bench must measure the relay, not a slow test server. A minimal HTTP/1.1
   parser: request line, headers, ``content-length`` bodies, keep-alive.
@@ -118,8 +119,9 @@ Handler = Any  # (method, target, headers, body) -> (status, body bytes, content
 class HttpProtocol(asyncio.Protocol):
     """A keep-alive HTTP/1.1 server connection calling ``handler`` per request."""
 
-    def __init__(self, handler: Handler, stats: dict[str, int]) -> None:
+    def __init__(self, handler: Handler, stats: dict[str, int], delay: float = 0.0) -> None:
         self._handler = handler
+        self._delay = delay  # seconds before each answer (in order: equal delays keep it)
         self._buf = b""
         self._transport: asyncio.Transport | None = None
         self._stats = stats
@@ -155,7 +157,15 @@ class HttpProtocol(asyncio.Protocol):
             if status != 204:
                 out += f"content-type: {ctype}\r\ncontent-length: {len(payload)}\r\n"
             assert self._transport is not None
-            self._transport.write(out.encode() + b"\r\n" + payload)
+            answer = out.encode() + b"\r\n" + payload
+            if self._delay > 0 and not target.startswith("/_bench/"):
+                asyncio.get_running_loop().call_later(self._delay, self._answer, answer)
+            else:
+                self._transport.write(answer)
+
+    def _answer(self, answer: bytes) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.write(answer)
 
 
 def _listen(port: int = 0) -> socket.socket:
@@ -166,10 +176,10 @@ def _listen(port: int = 0) -> socket.socket:
     return sock
 
 
-async def _serve(handler: Handler, stats: dict[str, int]) -> None:
+async def _serve(handler: Handler, stats: dict[str, int], delay: float = 0.0) -> None:
     loop = asyncio.get_running_loop()
     sock = _listen()
-    server = await loop.create_server(lambda: HttpProtocol(handler, stats), sock=sock)
+    server = await loop.create_server(lambda: HttpProtocol(handler, stats, delay), sock=sock)
     print(f"PORT {sock.getsockname()[1]}", flush=True)
     async with server:
         await server.serve_forever()
@@ -444,13 +454,14 @@ def main() -> None:
     parser.add_argument("--mode", choices=("backlog", "live"), default="backlog")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--secret", default="")
+    parser.add_argument("--delay-ms", type=float, default=0.0, help="receiver: answer this late")
     args = parser.parse_args()
     try:
         if args.role == "standin":
             serve_standin(args)
         else:
             receiver = Receiver(args.secret)
-            asyncio.run(_serve(receiver.handle, receiver.stats))
+            asyncio.run(_serve(receiver.handle, receiver.stats, args.delay_ms / 1000))
     except KeyboardInterrupt:
         sys.exit(0)
 

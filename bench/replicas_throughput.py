@@ -16,6 +16,11 @@ they kept busy together (``cores_busy``, from the first arrival on): two replica
 go faster than the cores left to them allow. Medians over ``--reps``; the load average is
 printed with each figure.
 
+``--receiver-delay-ms MS`` makes the receiver answer each POST that late, as receivers
+that work before they answer do: a replica then waits on its ``--concurrency`` POSTs in
+flight rather than on a core, and a second replica adds its own. Without it the receiver
+answers at once and the figure is bounded by the cores the relays and the server get.
+
 ``--tree NAME=SRC`` (repeatable) runs the commands of each tree (its ``src`` first on
 ``PYTHONPATH``), interleaved in every repetition on the same ingested store, so a change is
 measured beside what it changes. The first tree ingests: name the oldest first (a newer
@@ -24,6 +29,7 @@ schema's store is refused by an older tree).
     .venv/bin/python bench/replicas_throughput.py                 # 3 reps, 100 x 50 events
     .venv/bin/python bench/replicas_throughput.py --tree before=/tmp/b/src --tree after=src
     .venv/bin/python bench/replicas_throughput.py --reps 1 --activities 20   # a quick look
+    .venv/bin/python bench/replicas_throughput.py --receiver-delay-ms 100    # waiting receivers
 """
 
 from __future__ import annotations
@@ -70,7 +76,9 @@ class Bench:
         self.standin, self.api_port = spawn(
             ["standin", "--sessions", str(args.sessions), "--activities", str(args.activities)]
         )
-        self.receiver, self.hook_port = spawn(["receiver", "--secret", self.secret])
+        self.receiver, self.hook_port = spawn(
+            ["receiver", "--secret", self.secret, "--delay-ms", str(args.receiver_delay_ms)]
+        )
         self.cluster = Cluster()
         self.cluster.start()
         self.postmaster = int((self.cluster.data / "postmaster.pid").read_text().split()[0])
@@ -263,6 +271,7 @@ def main() -> None:
     parser.add_argument("--activities", type=int, default=50)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--receiver-delay-ms", type=float, default=0.0, metavar="MS")
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--tree", action="append", default=[], metavar="NAME=SRC")
     args = parser.parse_args()
@@ -300,6 +309,8 @@ def main() -> None:
                 "median_ratio": {k: round(statistics.median(v), 2) for k, v in ratios.items()},
                 "ratios": {k: [round(x, 2) for x in v] for k, v in ratios.items()},
                 "events": args.sessions * args.activities,
+                "concurrency": args.concurrency,
+                "receiver_delay_ms": args.receiver_delay_ms,
                 "reps": args.reps,
             },
             indent=1,
