@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,8 @@ import pytest
 
 from sessionhook.api.models import Session
 from sessionhook.relay.polling.learning import LEARN_AFTER
+from sessionhook.relay.store import AsyncStore
+from tests.support import virtual_time
 from tests.support.poller_harness import PollerHarness, Rewrite
 
 pytestmark = [pytest.mark.app, pytest.mark.anyio]
@@ -262,3 +266,64 @@ async def test_out_of_list_mode_the_head_read_is_its_first_page(tmp_path: Path) 
         # Working sessions are polled on their timer: the head is read for new sessions.
         assert await h.poller.read_head() == 1
         assert h.count("list_sessions") == before + 1
+
+
+class ArchivedListTimes(httpx.AsyncBaseTransport):
+    """Notes when (``clock``) the archived sessions' list is read: once a full pass."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self._inner = inner
+        self.clock: Callable[[], float] = lambda: 0.0
+        self.times: list[float] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/sessions") and "filter" in request.url.params:
+            self.times.append(self.clock())
+        return await self._inner.handle_async_request(request)
+
+
+def test_full_passes_over_a_long_list_keep_within_list_share(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """17 sessions in pages of 2 and the archived list's page: 10 pages a pass. At 60
+    requests a minute, half of them for the passes, a pass every 20 s, not every
+    ``discovery_interval`` (2 s). On a fake clock (tests/support/virtual_time.py), which
+    stands still while the store's thread works."""
+    store_calls = [0]
+    run = AsyncStore.run
+
+    async def counted(self: AsyncStore, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        store_calls[0] += 1
+        try:
+            return await run(self, fn, *args, **kwargs)
+        finally:
+            store_calls[0] -= 1
+
+    monkeypatch.setattr(AsyncStore, "run", counted)
+
+    async def main(loop: virtual_time.VirtualTimeLoop) -> list[float]:
+        async with PollerHarness(
+            tmp_path,
+            wrap=ArchivedListTimes,
+            monotonic=loop.time,
+            mode="timer",
+            page_size=2,
+            list_interval=3600.0,
+            requests_per_minute=60,
+            list_share=0.5,
+        ) as h:
+            passes = h.transport(ArchivedListTimes)
+            passes.clock = loop.time
+            for i in range(17):
+                await h.api.create_session(f"Task {i}")
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(h.poller.run)
+                await anyio.sleep(65.0)
+                tg.cancel_scope.cancel()
+            return passes.times
+
+    times = virtual_time.run(main, busy=lambda: store_calls[0] > 0)
+    assert len(times) == 4, times
+    assert all(
+        later - earlier == pytest.approx(20.0, abs=0.01) for earlier, later in pairwise(times)
+    )

@@ -111,6 +111,7 @@ def _config(
         "[api]",
         f"base_url = {json.dumps(base_url)}",
         f"api_key_file = {json.dumps(str(key_file))}",
+        "requests_per_minute = 6000",  # to match the quick polls below
         "[store]",
         # A SQLite file, or the PostgreSQL database (its URL from the environment).
         f"path = {json.dumps(str(directory / 'relay.db'))}"

@@ -39,7 +39,8 @@ def write_config(
     key_file.write_text(api_key)
     key_file.chmod(0o600)  # a secret file others can read is refused
     values: dict[str, dict[str, Any]] = {
-        "api": {"base_url": base_url, "api_key_file": str(key_file)},
+        # A budget to match the quick polls (the default 600 a minute would pace them).
+        "api": {"base_url": base_url, "api_key_file": str(key_file), "requests_per_minute": 6000},
         "store": {"path": str(directory / "relay.db")},
         "poll": {"active_interval": 0.05, "idle_interval": 0.5, "discovery_interval": 0.2},
         "delivery": {"retry_delays": [0.05, 0.05, 0.05], "allow_private_networks": True},

@@ -37,7 +37,9 @@ class PollerHarness:
     """Emulator + poller + store on one fake clock; counts upstream requests by label.
 
     ``wrap`` puts a transport of the test's between the poller's client and the emulator
-    (it gets the inner transport; :meth:`transport` gives it back by its type)."""
+    (it gets the inner transport; :meth:`transport` gives it back by its type).
+    ``monotonic`` drives the poller's schedule instead of the fake clock (a test on
+    ``tests/support/virtual_time.py`` passes its loop's time)."""
 
     def __init__(
         self,
@@ -47,9 +49,11 @@ class PollerHarness:
         backfill: bool = True,
         wrap: Callable[[httpx.AsyncBaseTransport], httpx.AsyncBaseTransport] | None = None,
         api_key: str = "k",
+        monotonic: Callable[[], float] | None = None,
         **settings: Any,
     ) -> None:
         self.clock = Clock(1_750_000_000.0)
+        self._monotonic = monotonic or self.clock
         self.emulator = create_app(
             api_keys=("k",),
             step_delay=1.0,
@@ -94,7 +98,7 @@ class PollerHarness:
             self._settings,
             on_enqueued=self._enqueued,
             clock=self.clock,
-            monotonic=self.clock,
+            monotonic=self._monotonic,
             rng=random.Random(0),
             metrics=self.metrics,
         )

@@ -195,6 +195,8 @@ class PollConfig(Section):
     list_interval: Annotated[Seconds, within("poll.list_interval")] = 1.0
     safety_interval: Annotated[Seconds, within("poll.safety_interval")] = 30.0
     history_share: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 0.2
+    #: Share of ``api.requests_per_minute`` the full passes over the session list may take.
+    list_share: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 0.5
     #: Pages one walk (a session's activities, the session list) may take.
     max_pages: Annotated[int, Field(ge=1, le=100_000)] = 200
 

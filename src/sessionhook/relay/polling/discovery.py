@@ -86,12 +86,14 @@ class Discovery:
         #: The lists (``sessions``, ``archived sessions``) whose last full walk stopped at
         #: ``poll.max_pages`` with sessions still coming: warned once while it lasts.
         self._cut_lists: set[str] = set()
+        #: Pages of the session lists the current (or last) full pass read.
+        self._pages = 0
 
     async def discover(self) -> None:
         """Walk the session list once; announce new sessions and schedule changed ones."""
         await self._archive.load_epoch()
         await self._load_history()
-        listed = 0
+        listed = self._pages = 0
         read_at = self._pass_began = self._mono()
         self._head_listed = False
         try:
@@ -100,6 +102,7 @@ class Discovery:
                 max_pages=self._state.settings.max_pages,
                 kept=self._kept,
             ):
+                self._pages += 1
                 self._head_listed = True  # (see head_loop)
                 self._head_open.set()
                 for session in await self._look_up(self._screen.accepted(page)):
@@ -145,6 +148,7 @@ class Discovery:
                 )
             ) as pages:
                 async for page in pages:
+                    self._pages += 1
                     accepted = self._screen.accepted(page)
                     if any(session.archived is not True for session in accepted):
                         self._no_archived_list("it ignores the filter")
@@ -480,7 +484,8 @@ class Discovery:
         return pages
 
     async def loop(self) -> None:
-        """A full pass every ``discovery_interval`` (backing off after a failure), forever;
+        """A full pass every ``discovery_interval``, further apart for a list too long for
+        ``list_share`` of the budget at that pace (backing off after a failure), forever;
         between passes, new sessions whose GET failed are asked again when due."""
         while True:
             if self._store.unwritable is not None:
@@ -491,7 +496,8 @@ class Discovery:
             started = self._mono()
             try:
                 await self.discover()
-                wait = self._state.settings.discovery_interval - (self._mono() - started)
+                spacing = self._state.settings.pass_spacing(self._pages)
+                wait = spacing - (self._mono() - started)
             except ApiError as exc:
                 wait = self.failed(exc)
                 await self._store.run(Economy.mark_poll, False, self._clock())

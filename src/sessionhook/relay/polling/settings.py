@@ -65,10 +65,20 @@ class PollSettings:
     lifecycle_wait: float = 5.0
     #: Share of ``requests_per_minute`` the history walk may take (newest sessions first).
     history_share: float = 0.2
-    #: The budget the history walk's share is of (``api.requests_per_minute``).
+    #: Share of ``requests_per_minute`` the full passes over the session list may take: a
+    #: pass of more pages than that allows per ``discovery_interval`` waits longer.
+    list_share: float = 0.5
+    #: The budget those shares are of (``api.requests_per_minute``).
     requests_per_minute: int = 600
     #: The signed links of ``session.action_required`` events (``None``: no links).
     action_links: Callable[[], ActionLinks | None] | None = None
+
+    def pass_spacing(self, pages: int) -> float:
+        """Seconds from the start of a full pass over the session list that read ``pages``
+        pages to the start of the next: ``discovery_interval``, or longer for an account
+        whose list takes more than ``list_share`` of the budget at that pace."""
+        per_second = max(1e-6, self.list_share * self.requests_per_minute / 60.0)
+        return max(self.discovery_interval, pages / per_second)
 
     @classmethod
     def from_config(cls, config: Config) -> PollSettings:
@@ -87,6 +97,7 @@ class PollSettings:
             list_interval=config.poll.list_interval,
             safety_interval=config.poll.safety_interval,
             history_share=config.poll.history_share,
+            list_share=config.poll.list_share,
             requests_per_minute=config.api.requests_per_minute,
             max_media_bytes=config.delivery.max_media_bytes,
             max_pages=config.poll.max_pages,
