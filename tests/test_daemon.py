@@ -12,7 +12,6 @@ import json
 import socket
 import time
 from pathlib import Path
-from typing import Any
 
 import anyio
 import httpx
@@ -24,7 +23,7 @@ from sessionhook.relay.daemon import wiring
 from sessionhook.relay.daemon.daemon import DaemonError
 from sessionhook.relay.domain.signing import generate_secret
 from sessionhook.relay.polling.budget import RateLimiter
-from sessionhook.relay.store import AsyncStore, EndpointQueries, Store
+from sessionhook.relay.store import EndpointQueries, Store
 from tests.support import virtual_time
 from tests.support.daemon_setup import Setup, completed
 from tests.support.loopback import free_port
@@ -367,17 +366,7 @@ def test_upstream_requests_stay_within_the_budget(
     """3 s of the daemon on a fake clock (tests/support/virtual_time.py): the budget's
     clock is the loop's, which stands still while the store's thread works."""
     sent: list[float] = []
-    store_calls = [0]
-    run = AsyncStore.run
-
-    async def counted(self: AsyncStore, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
-        store_calls[0] += 1
-        try:
-            return await run(self, fn, *args, **kwargs)
-        finally:
-            store_calls[0] -= 1
-
-    monkeypatch.setattr(AsyncStore, "run", counted)
+    busy = virtual_time.store_busy(monkeypatch)
 
     async def main(loop: virtual_time.VirtualTimeLoop) -> None:
         class Counting(httpx.AsyncBaseTransport):
@@ -400,7 +389,7 @@ def test_upstream_requests_stay_within_the_budget(
             await anyio.sleep(3.0)
             daemon.stop()
 
-    virtual_time.run(main, busy=lambda: store_calls[0] > 0)
+    virtual_time.run(main, busy=busy)
     # 60 a minute with a burst of 5: at most 5 + one a second, whatever the demand
     # (5 working sessions polled every 0.05 s would want hundreds).
     span = sent[-1] - sent[0]

@@ -19,7 +19,6 @@ import pytest
 
 from sessionhook.api.models import Session
 from sessionhook.relay.polling.learning import LEARN_AFTER
-from sessionhook.relay.store import AsyncStore
 from tests.support import virtual_time
 from tests.support.poller_harness import PollerHarness, Rewrite
 
@@ -289,17 +288,7 @@ def test_full_passes_over_a_long_list_keep_within_list_share(
     requests a minute, half of them for the passes, a pass every 20 s, not every
     ``discovery_interval`` (2 s). On a fake clock (tests/support/virtual_time.py), which
     stands still while the store's thread works."""
-    store_calls = [0]
-    run = AsyncStore.run
-
-    async def counted(self: AsyncStore, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
-        store_calls[0] += 1
-        try:
-            return await run(self, fn, *args, **kwargs)
-        finally:
-            store_calls[0] -= 1
-
-    monkeypatch.setattr(AsyncStore, "run", counted)
+    busy = virtual_time.store_busy(monkeypatch)
 
     async def main(loop: virtual_time.VirtualTimeLoop) -> list[float]:
         async with PollerHarness(
@@ -322,7 +311,7 @@ def test_full_passes_over_a_long_list_keep_within_list_share(
                 tg.cancel_scope.cancel()
             return passes.times
 
-    times = virtual_time.run(main, busy=lambda: store_calls[0] > 0)
+    times = virtual_time.run(main, busy=busy)
     assert len(times) == 4, times
     assert all(
         later - earlier == pytest.approx(20.0, abs=0.01) for earlier, later in pairwise(times)

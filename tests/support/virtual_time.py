@@ -9,7 +9,8 @@ that clock: while ``busy()`` says such work is under way, the loop waits for it 
 time and the counter stands still.
 
 Run a coroutine on it with :func:`run`; ``loop.wall()`` is a wall clock on the same counter
-(for code that takes ``clock=time.time``).
+(for code that takes ``clock=time.time``). :func:`store_busy` is the ``busy`` of code that
+runs a relay's store (its calls go to the store's thread).
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ import time
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
-__all__ = ["VirtualTimeLoop", "run"]
+import pytest
+
+__all__ = ["VirtualTimeLoop", "run", "store_busy"]
 
 T = TypeVar("T")
 
@@ -85,3 +88,22 @@ def run(
     loop = VirtualTimeLoop(busy)
     with asyncio.Runner(loop_factory=lambda: loop) as runner:
         return runner.run(main(loop))
+
+
+def store_busy(monkeypatch: pytest.MonkeyPatch) -> Callable[[], bool]:
+    """Counts the calls of ``AsyncStore.run`` under way (patched for the test); the
+    returned ``busy()`` says whether one is (work on the store's thread)."""
+    from sessionhook.relay.store import AsyncStore
+
+    under_way = [0]
+    run = AsyncStore.run
+
+    async def counted(self: AsyncStore, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        under_way[0] += 1
+        try:
+            return await run(self, fn, *args, **kwargs)
+        finally:
+            under_way[0] -= 1
+
+    monkeypatch.setattr(AsyncStore, "run", counted)
+    return lambda: under_way[0] > 0
