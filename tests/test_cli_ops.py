@@ -359,6 +359,25 @@ def test_status_shows_an_endpoint_s_error_until_a_success_follows(tmp_path: Path
     assert "ClientConnectorError" not in row, row
 
 
+def test_status_says_while_the_session_list_is_cut_at_max_pages(tmp_path: Path) -> None:
+    """Sessions past ``poll.max_pages`` are not followed: a log line says so once, and
+    ``status`` (table and JSON) while it lasts."""
+    db = tmp_path / "relay.db"
+    with Store.open(db) as store:
+        store.economy.mark_poll(True, time.time(), 20_000)
+    out = ok("status", "--db", str(db))
+    assert "session list" in out
+    assert "the newest 20000 sessions followed, older ones not (raise poll.max_pages)" in out
+    assert json.loads(ok("status", "--db", str(db), "--json"))["upstream"]["list_cut"] == 20_000
+    with Store.open(db) as store:
+        store.economy.mark_poll(False, time.time())  # a failed pass changes nothing
+    assert "session list" in ok("status", "--db", str(db))
+    with Store.open(db) as store:
+        store.economy.mark_poll(True, time.time())  # a pass that read the whole list
+    assert "session list" not in ok("status", "--db", str(db))
+    assert json.loads(ok("status", "--db", str(db), "--json"))["upstream"]["list_cut"] is None
+
+
 def test_status_json_matches_the_store(run: RelayRun) -> None:
     data = json.loads(ok("status", "--config", str(run.config), "--json"))
     by_name = {ep["name"]: ep for ep in data["endpoints"]}

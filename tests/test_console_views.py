@@ -285,6 +285,15 @@ async def test_the_overview_draws_the_day_in_5_minute_bars(store: Store, http: A
 
 
 @pytest.mark.anyio
+async def test_the_overview_says_while_the_session_list_is_cut(store: Store, http: Any) -> None:
+    client, _ = http
+    assert "Session list" not in (await client.get("/console")).text
+    store.economy.mark_poll(True, T0, 20_000)
+    page = (await client.get("/console")).text
+    assert "the newest 20000 sessions followed, older ones not" in page
+
+
+@pytest.mark.anyio
 async def test_the_overview_lists_the_replicas_and_what_they_hold(store: Store, http: Any) -> None:
     client, _ = http
     ready(store, Ep("a"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from email.utils import formatdate
 from pathlib import Path
 from typing import Any
@@ -336,6 +337,10 @@ async def test_an_account_past_max_pages_is_followed_to_the_bound_and_warned_onc
         assert (cut[0]["list"], cut[0]["pages"], cut[0]["sessions"]) == ("sessions", 2, 4)
         assert "raise poll.max_pages" in cut[0]["message"]
         assert h.poller.state.last_success is not None
+        assert h.store.store.operator.status_summary(h.clock()).upstream.list_cut == 4
+        h.poller.settings = replace(h.poller.settings, max_pages=10)  # a reload raised it
+        await h.round()
+        assert h.store.store.operator.status_summary(h.clock()).upstream.list_cut is None
 
 
 async def test_a_session_list_of_empty_pages_past_max_pages_still_fails_the_pass(

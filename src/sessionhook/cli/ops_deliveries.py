@@ -105,6 +105,7 @@ def _print_status(status: ApiStatus) -> None:
                 ),
                 ("refused upstream", _refused_line(status.refused, now)),
                 ("replicas", _replicas_line(status.replicas, now)),
+                *_list_cut_rows(up),
             ]
         )
     )
@@ -161,6 +162,19 @@ def _upstream_line(up: ApiUpstream) -> str:
         f"{counted(up.requests_last_hour, 'request')}, {up.throttled_last_hour} throttled "
         f"(429), {counted(up.errors_last_hour, 'error')}{detail}"
     )
+
+
+def _list_cut_rows(up: ApiUpstream) -> list[tuple[str, str]]:
+    """A row only while the session list goes on past ``poll.max_pages``."""
+    if up.list_cut is None:
+        return []
+    return [
+        (
+            "session list",
+            f"cut at poll.max_pages: the newest {counted(up.list_cut, 'session')} followed, "
+            "older ones not (raise poll.max_pages)",
+        )
+    ]
 
 
 def _refused_line(refused: ApiRefused, now: float) -> str:

@@ -434,6 +434,11 @@ class ApiUpstream(ApiModel):
     errors_last_hour: int
     rejected_last_hour: int = Field(description="Of the errors: the key refused (401, 403)")
     malformed_last_hour: int = Field(description="Of the errors: 2xx answers not as promised")
+    list_cut: int | None = Field(
+        None,
+        description="Sessions followed when the last good pass met poll.max_pages with the "
+        "list going on (older ones are not followed); null: the whole list",
+    )
 
 
 class ApiRefusedActivity(ApiModel):

@@ -347,6 +347,9 @@ class UpstreamSummary:
     rejected_last_hour: int = 0
     #: ...and 2xx answers whose body was not what the API promises.
     malformed_last_hour: int = 0
+    #: The sessions the last good pass followed when the session list went on past
+    #: ``poll.max_pages`` (older ones are not followed); ``None``: the whole list.
+    list_cut: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

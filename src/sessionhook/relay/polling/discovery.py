@@ -122,7 +122,7 @@ class Discovery:
         self._errors = 0
         done = self._clock()
         self._state.last_success = done
-        await self._store.run(Economy.mark_poll, True, done)
+        await self._store.run(Economy.mark_poll, True, done, listed if self._cut_lists else None)
         if self._metrics is not None:
             self._metrics.poll_succeeded(done)
         _log.debug("discovery.done", sessions=listed, tracked=len(self._state.tracked))

@@ -249,12 +249,15 @@ class Economy:
         return True
 
     @try_write
-    def mark_poll(self, ok: bool, at: float) -> bool:
-        """Record a discovery pass: when it ran and, if it succeeded, when it last did."""
+    def mark_poll(self, ok: bool, at: float, list_cut: int | None = None) -> bool:
+        """Record a discovery pass: when it ran and, if it succeeded, when it last did and
+        how many sessions it followed when the session list went on past
+        ``poll.max_pages`` (``list_cut``; ``None``: it read the whole list)."""
         with self._db.tx(serialized=False) as c:  # upserts: no read
             put_meta(c, "last_poll_at", repr(at))
             if ok:
                 put_meta(c, "last_ok_poll_at", repr(at))
+                put_meta(c, "list_cut", "" if list_cut is None else str(list_cut))
         return True
 
 

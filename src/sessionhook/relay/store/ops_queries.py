@@ -155,6 +155,7 @@ class OperatorQueries:
         ).fetchone()
         last_poll = self._meta.get_meta("last_poll_at")
         last_ok = self._meta.get_meta("last_ok_poll_at")
+        list_cut = self._meta.get_meta("list_cut")
         return StatusSummary(
             now=now,
             endpoints=tuple(summaries),
@@ -163,6 +164,7 @@ class OperatorQueries:
                 upstream,
                 last_poll_at=None if last_poll is None else float(last_poll),
                 last_ok_poll_at=None if last_ok is None else float(last_ok),
+                list_cut=int(list_cut) if list_cut else None,
             ),
             sessions=int(first_value(conn, "SELECT COUNT(*) FROM sessions")),
             activities=int(first_value(conn, "SELECT COUNT(*) FROM activities")),
