@@ -220,8 +220,9 @@ def test_a_dispatcher_rounds_statements_are_prepared_once_per_connection(pg_url:
             "SELECT statement, generic_plans + custom_plans FROM pg_prepared_statements"
         ).fetchall()
         plans = {text.split(" FROM ")[0][:30]: n for text, n in prepared}
-        # The heads' read ran in both rounds on one prepared statement.
-        assert plans["SELECT h.next_attempt_at, h.de"] == 2
+        # The claim (heads read, claimed, their rows) ran in both rounds on one prepared
+        # statement.
+        assert plans["WITH h AS (SELECT h.endpoint, "] == 2
         assert any(text.startswith("UPDATE deliveries SET status") for text, _n in prepared)
         claimed = store.db.conn.execute(
             "SELECT COUNT(*) FROM outbox_heads WHERE claimed_by = 'r1'"
@@ -238,13 +239,23 @@ def _syncs(trace: str) -> int:
     return sum(1 for line in trace.splitlines() if "\tReadyForQuery\t" in line)
 
 
+def _statements(trace: str) -> int:
+    """The statements a libpq trace's client sent (each a simple ``Query`` or an
+    extended-protocol ``Execute``)."""
+    return sum(
+        1 for line in trace.splitlines() if line.split("\t")[2:3] in (["Query"], ["Execute"])
+    )
+
+
 def test_a_dispatcher_round_waits_for_the_server_at_the_end_of_four_batches(
     pg_url: str, tmp_path: Path
 ) -> None:
     """A round (records, their queues moved on, the next heads claimed and read) runs on
-    one connection, its two transactions pipelined: the connection's check, the records'
-    transaction, the active endpoints, the claim's transaction. Statement by statement (each
-    waited for, BEGIN and COMMIT too, and a check per borrowed connection) it was 19."""
+    one connection: the connection's check, the records' transaction (pipelined), the
+    active endpoints, the claim (one statement: the heads read, locked and claimed, their
+    rows). Statement by statement (each waited for, BEGIN and COMMIT too, and a check per
+    borrowed connection) it was 19 batches; with the claim's own transaction, 13
+    statements."""
     store = PostgresStore.open(pg_url, clock=Clock(), pool_size=1)  # one connection to trace
     trace = tmp_path / "trace"
     try:
@@ -268,6 +279,9 @@ def test_a_dispatcher_round_waits_for_the_server_at_the_end_of_four_batches(
         assert store.outbox.pending_count() == 9
         # Borrowing the connection back to untrace it was checked once more.
         assert _syncs(trace.read_text()) - 1 == 4
+        # The check, BEGIN, the queues' locks, the records, the attempts, the endpoint,
+        # COMMIT, the active endpoints, the claim.
+        assert _statements(trace.read_text()) - 1 == 9
     finally:
         store.close()
 

@@ -188,6 +188,8 @@ class PostgresDatabase:
     binary_bodies = True
     #: See ``Database.update_many``.
     update_many = "UPDATE"
+    #: See ``Database.claims_in_one_statement``.
+    claims_in_one_statement = True
 
     def __init__(
         self,
