@@ -27,7 +27,7 @@ from sessionhook.relay.store import (
 )
 from sessionhook.relay.store.dialect import to_pyformat
 from sessionhook.relay.store.migrations import MIGRATIONS, POSTGRES
-from sessionhook.relay.store.outbox import Round
+from sessionhook.relay.store.outbox import Outbox, Round
 from tests.support.backlog import fill, ok
 from tests.support.clock import T0, Clock
 from tests.support.loopback import free_port
@@ -220,8 +220,9 @@ def test_a_dispatcher_rounds_statements_are_prepared_once_per_connection(pg_url:
             "SELECT statement, generic_plans + custom_plans FROM pg_prepared_statements"
         ).fetchall()
         plans = {text.split(" FROM ")[0][:30]: n for text, n in prepared}
-        # The heads' read ran in both rounds on one prepared statement.
-        assert plans["SELECT h.next_attempt_at, h.de"] == 2
+        # The claim (heads read, claimed, their rows) ran in both rounds on one prepared
+        # statement.
+        assert plans["WITH h AS (SELECT h.endpoint, "] == 2
         assert any(text.startswith("UPDATE deliveries SET status") for text, _n in prepared)
         claimed = store.db.conn.execute(
             "SELECT COUNT(*) FROM outbox_heads WHERE claimed_by = 'r1'"
@@ -232,19 +233,55 @@ def test_a_dispatcher_rounds_statements_are_prepared_once_per_connection(pg_url:
         store.close()
 
 
+@pytest.mark.anyio
+async def test_the_dispatcher_rounds_run_in_one_thread_of_their_own(pg_url: str) -> None:
+    """Through the async door, every round runs in the same thread, kept for rounds (the
+    SQLite store's hand-off, not one of anyio's worker threads); other calls do not."""
+    store = AsyncStore(PostgresStore.open(pg_url, clock=Clock()))
+    threads: list[str] = []
+    db = store.store.db
+    one_connection = db.one_connection
+
+    def spied() -> Any:
+        threads.append(threading.current_thread().name)
+        return one_connection()
+
+    try:
+        await store.run(lambda s: s.endpoints.sync_endpoints([Ep("a")]))
+        await store.run(lambda s: fill(s, 4, 2))
+        db.one_connection = spied  # type: ignore[method-assign]
+        for _ in range(3):
+            await store.run(Outbox.dispatch_round, Round([], T0 + 1, 2, (), (), {"a": 2}))
+        other = await store.run(lambda s: threading.current_thread().name)
+        assert threads == ["sessionhook-store-round"] * 3
+        assert other != threads[0]
+    finally:
+        await store.close()
+
+
 def _syncs(trace: str) -> int:
     """The batches a libpq trace's client waited for to the end: each ends with the
     server's ``ReadyForQuery`` (a simple query, an extended-protocol or pipeline sync)."""
     return sum(1 for line in trace.splitlines() if "\tReadyForQuery\t" in line)
 
 
+def _statements(trace: str) -> int:
+    """The statements a libpq trace's client sent (each a simple ``Query`` or an
+    extended-protocol ``Execute``)."""
+    return sum(
+        1 for line in trace.splitlines() if line.split("\t")[2:3] in (["Query"], ["Execute"])
+    )
+
+
 def test_a_dispatcher_round_waits_for_the_server_at_the_end_of_four_batches(
     pg_url: str, tmp_path: Path
 ) -> None:
     """A round (records, their queues moved on, the next heads claimed and read) runs on
-    one connection, its two transactions pipelined: the connection's check, the records'
-    transaction, the active endpoints, the claim's transaction. Statement by statement (each
-    waited for, BEGIN and COMMIT too, and a check per borrowed connection) it was 19."""
+    one connection: the connection's check, the records' transaction (pipelined), the
+    active endpoints, the claim (one statement: the heads read, locked and claimed, their
+    rows). Statement by statement (each waited for, BEGIN and COMMIT too, and a check per
+    borrowed connection) it was 19 batches; with the claim's own transaction and BEGIN
+    and COMMIT sent, 13 statements."""
     store = PostgresStore.open(pg_url, clock=Clock(), pool_size=1)  # one connection to trace
     trace = tmp_path / "trace"
     try:
@@ -268,6 +305,10 @@ def test_a_dispatcher_round_waits_for_the_server_at_the_end_of_four_batches(
         assert store.outbox.pending_count() == 9
         # Borrowing the connection back to untrace it was checked once more.
         assert _syncs(trace.read_text()) - 1 == 4
+        # The check; the queues' locks, the records, the attempts, the endpoint (one
+        # transaction, no BEGIN or COMMIT: the pipeline's sync commits it); the active
+        # endpoints; the claim.
+        assert _statements(trace.read_text()) - 1 == 7
     finally:
         store.close()
 
@@ -303,5 +344,26 @@ def test_a_round_failing_inside_its_pipeline_commits_nothing_and_the_next_one_wo
         assert failing == [None, None]
         assert store.outbox.pending_count() == 2
         assert len(due) == 2 and not {d.id for d in due} & {d.id for d in first}
+    finally:
+        store.close()
+
+
+def test_an_error_raised_between_a_rounds_statements_commits_none_of_them(
+    pg_url: str,
+) -> None:
+    """A round's transaction has no BEGIN and no COMMIT (the pipeline's closing sync
+    commits it): an error raised in Python after some of its statements were sent (an
+    unknown delivery) must not let that sync commit them. The next round works."""
+    store = PostgresStore.open(pg_url, clock=Clock(), pool_size=1)
+    try:
+        _first, records = _claimed_round(store, 2, 2)
+        unknown = AttemptRecord(10**9, ok(T0 + 1), Delivered())
+        with pytest.raises(StoreError, match="unknown delivery"):
+            # The records' UPDATE and its RETURNING ran; the error comes after them.
+            store.outbox.dispatch_round(Round([*records, unknown], T0 + 1, 0))
+        assert store.outbox.pending_count() == 4
+        failing, _due, _next, _active = store.outbox.dispatch_round(Round(records, T0 + 1, 0))
+        assert failing == [None, None]
+        assert store.outbox.pending_count() == 2
     finally:
         store.close()

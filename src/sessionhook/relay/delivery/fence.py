@@ -14,10 +14,11 @@ an operator's handle) never fences.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from types import TracebackType
 
 import anyio
 
@@ -29,13 +30,17 @@ _log = get_logger()
 
 class SendFence:
     """Whether this replica may post now, and the cancel scopes of the POSTs in flight,
-    whose deadline is the fence's line (``clock`` is the clock heartbeats are stamped with)."""
+    which one timer cuts at the fence's line (``clock`` is the clock heartbeats are
+    stamped with)."""
 
     def __init__(self, replica: ReplicaState, clock: Callable[[], float] = time.time) -> None:
         self._replica = replica
         self._clock = clock
         self._posting: set[anyio.CancelScope] = set()
         self._closed = False
+        #: Fires at the line while POSTs are in flight (armed by the first one): cuts them
+        #: if no heartbeat moved the line on, else waits for the new line.
+        self._timer: asyncio.TimerHandle | None = None
 
     @property
     def active(self) -> bool:
@@ -60,27 +65,61 @@ class SendFence:
             )
         return False
 
-    @contextmanager
-    def posting(self) -> Iterator[anyio.CancelScope]:
+    def posting(self) -> _Posting:
         """A cancel scope around one POST: cancelled at the fence's line unless a heartbeat
-        moves it on first (``scope.cancelled_caught`` then says the POST was cut)."""
-        scope = anyio.CancelScope(deadline=self._deadline())
-        self._posting.add(scope)
-        try:
-            with scope:
-                yield scope
-        finally:
-            self._posting.discard(scope)
+        moves it on first (``scope.cancelled_caught`` then says the POST was cut). The
+        scopes have no deadline of their own: one timer of the fence cuts them all."""
+        return _Posting(self)
 
     def renewed(self) -> bool:
-        """A heartbeat committed: the POSTs in flight may run to the new line. Whether the
-        fence was closed (the dispatcher then has work to start again)."""
-        deadline = self._deadline()
-        for scope in self._posting:
-            scope.deadline = deadline
+        """A heartbeat committed: the POSTs in flight may run to the new line (the timer,
+        when it fires, finds the line moved on). Whether the fence was closed (the
+        dispatcher then has work to start again)."""
         return self._closed
 
-    def _deadline(self) -> float:
-        """The fence's line on anyio's clock (what a cancel scope's deadline is in)."""
+    def _started(self, scope: anyio.CancelScope) -> None:
+        self._posting.add(scope)
+        if self._timer is None:
+            self._arm()
+
+    def _arm(self) -> None:
         left = self._replica.sending_until - self._clock()
-        return math.inf if left == math.inf else anyio.current_time() + left
+        if left != math.inf:
+            self._timer = asyncio.get_running_loop().call_later(max(0.0, left), self._at_line)
+
+    def _at_line(self) -> None:
+        """The line as it was when the timer was armed: cut the POSTs in flight if it still
+        is the line, else wait for the new one."""
+        self._timer = None
+        if not self._posting:
+            return  # the next POST arms the timer again
+        if self._replica.sending_until - self._clock() > 0:
+            self._arm()
+            return
+        for scope in self._posting:
+            scope.cancel()
+
+
+class _Posting:
+    """:meth:`SendFence.posting`'s context manager (a class: cheaper than a generator's,
+    once per POST)."""
+
+    __slots__ = ("_fence", "_scope")
+
+    def __init__(self, fence: SendFence) -> None:
+        self._fence = fence
+        self._scope = anyio.CancelScope()
+
+    def __enter__(self) -> anyio.CancelScope:
+        scope = self._scope.__enter__()
+        self._fence._started(scope)
+        return scope
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        self._fence._posting.discard(self._scope)
+        return bool(self._scope.__exit__(exc_type, exc, tb))

@@ -29,6 +29,7 @@ from .dialect import WakeSource
 from .errors import StoreUnwritableError
 from .leases import ReplicaState
 from .meta import MetaQueries
+from .outbox import Outbox
 from .policy import Policy, policy_of
 from .sqlite import Store
 from .thread import StoreThread
@@ -40,6 +41,9 @@ _RELAPSE = 60.0
 #: What runs a method under a policy: ``door(method, *args, **kwargs)``.
 _Door = Callable[..., Awaitable[Any]]
 _Policy = Policy | Callable[..., bool]
+#: The calls a store with worker threads (PostgreSQL) runs in a thread of their own: the
+#: dispatcher's round, hundreds a second, one at a time (see :class:`AsyncStore`).
+_OWN_THREAD = (Outbox.dispatch_round,)
 #: The door's method of each policy.
 _DOORS: dict[Policy, str] = {
     "call": "_call",
@@ -66,7 +70,9 @@ class AsyncStore:
     thread, so the event loop never waits on disk: on SQLite (one writer connection) the
     store's own :class:`~.thread.StoreThread`, one call after another, in order (a third of
     the hand-off cost of ``anyio.to_thread``); on PostgreSQL anyio's worker threads under a
-    ``CapacityLimiter(store.concurrency)`` (the pool's size).
+    ``CapacityLimiter(store.concurrency)`` (the pool's size), but for the dispatcher's
+    rounds, which run one at a time in a :class:`~.thread.StoreThread` of their own
+    (under the same limiter).
 
     :meth:`run` is the one way in; the policy of what it runs says how it meets a store
     that cannot be written or reached for now (:mod:`.policy`): once, an unreachable store
@@ -89,9 +95,14 @@ class AsyncStore:
         self.store = store
         self._limiter = anyio.CapacityLimiter(store.concurrency)
         self._thread = StoreThread() if store.concurrency == 1 else None
-        if self._thread is not None:
-            # A handle dropped without close() (tests, an aborted start) ends its thread too.
-            weakref.finalize(self, self._thread.stop)
+        #: Per function of :data:`_OWN_THREAD`, its thread (a store with worker threads).
+        self._own: dict[Callable[..., Any], StoreThread] = {}
+        if self._thread is None:
+            self._own = {fn: StoreThread("sessionhook-store-round") for fn in _OWN_THREAD}
+        for thread in [self._thread, *self._own.values()]:
+            if thread is not None:
+                # A handle dropped without close() (tests, an aborted start) ends it too.
+                weakref.finalize(self, thread.stop)
         self.wait_for_space = wait_for_space
         self.observer = observer
         self._retry_base = retry_base
@@ -185,6 +196,10 @@ class AsyncStore:
         try:
             if self._thread is not None and not self._thread.stopped:
                 return await self._thread.run(functools.partial(fn, *args, **kwargs))
+            own = self._own.get(getattr(fn, "__func__", fn))
+            if own is not None and not own.stopped:
+                async with self._limiter:  # a pooled connection, as a worker thread's
+                    return await own.run(functools.partial(fn, *args, **kwargs))
             return await anyio.to_thread.run_sync(
                 functools.partial(fn, *args, **kwargs), limiter=self._limiter
             )
@@ -296,5 +311,6 @@ class AsyncStore:
         try:
             await self._call(self.store.close)
         finally:
-            if self._thread is not None:
-                self._thread.stop()
+            for thread in [self._thread, *self._own.values()]:
+                if thread is not None:
+                    thread.stop()

@@ -121,6 +121,13 @@ class Database(Protocol):
         64 KiB and went to a temporary file, every round), ``UPDATE`` on PostgreSQL."""
         ...
 
+    @property
+    def claims_in_one_statement(self) -> bool:
+        """A replica's claim of due heads runs as one statement, an ``UPDATE`` in a
+        ``WITH`` clause (PostgreSQL: one round trip, no explicit transaction); SQLite has no
+        such statement (and its one daemon claims nothing)."""
+        ...
+
     def tx(self, serialized: bool = True) -> AbstractContextManager[Connection]:
         """ONE write transaction, committed when the block ends, rolled back whole when it
         raises ("cannot write now" becomes :class:`~.errors.StoreUnwritableError`).

@@ -22,6 +22,7 @@ endpoints by name), so two replicas' transactions never wait for each other in a
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -51,20 +52,57 @@ HEADS_SQL = (
 )
 
 
+#: What an attempt needs of a delivery ``d``: every table is reached by its key.
+_ROW_SQL = (
+    "SELECT d.id, d.event_id, e.type AS event_type, d.endpoint, ep.url, d.session_name, "
+    "d.attempts, d.created_at, d.status, " + BODY_COLUMNS + " "
+    "FROM deliveries d "
+    "JOIN endpoints ep ON ep.name = d.endpoint "
+    "JOIN events e ON e.id = d.event_id "
+    "LEFT JOIN activities a ON a.name = e.activity_name"
+)
+
+
 @functools.lru_cache(maxsize=64)
 def rows_sql(count: int) -> str:
-    """What an attempt needs of ``count`` chosen deliveries (one ``?`` per id): every table
-    is reached by its key. The status is checked by the caller: in the WHERE clause it
-    tempted SQLite's planner into walking ``deliveries_by_update`` with a round's worth of
-    ids (VM steps 25 -> 727 with a backlog)."""
+    """What an attempt needs of ``count`` chosen deliveries (one ``?`` per id). The status
+    is checked by the caller: in the WHERE clause it tempted SQLite's planner into walking
+    ``deliveries_by_update`` with a round's worth of ids (VM steps 25 -> 727 with a
+    backlog)."""
+    return Prepared(_ROW_SQL + " WHERE d.id IN (" + ", ".join("?" * count) + ")")
+
+
+@functools.lru_cache(maxsize=16)
+def claim_due_sql(endpoints: int) -> str:
+    """:meth:`Outbox.due_deliveries` of a claiming replica in ONE statement, where the
+    database runs an ``UPDATE`` in a ``WITH`` clause (PostgreSQL): per endpoint (a
+    ``(?, ?)`` each: its name, its cap) its due heads as :data:`HEADS_SQL` walks them,
+    without the keys in flight, locked (those a rival is claiming skipped); the soonest
+    ``limit`` of them claimed; the rows of those claimed, soonest first. Parameters: the
+    endpoints', now, owner, now, the keys in flight (a JSON list of ``endpoint + chr(10)
+    + session``), limit, owner, now. Nothing waits for another transaction: no row is
+    locked but by ``SKIP LOCKED``."""
+    values = ", ".join(["(CAST(? AS TEXT), CAST(? AS INTEGER))"] * endpoints)
     return Prepared(
-        "SELECT d.id, d.event_id, e.type AS event_type, d.endpoint, ep.url, d.session_name, "
-        "d.attempts, d.created_at, d.status, " + BODY_COLUMNS + " "
-        "FROM deliveries d "
-        "JOIN endpoints ep ON ep.name = d.endpoint "
-        "JOIN events e ON e.id = d.event_id "
-        "LEFT JOIN activities a ON a.name = e.activity_name "
-        "WHERE d.id IN (" + ", ".join("?" * count) + ")"
+        "WITH h AS (SELECT h.endpoint, h.session_name, h.delivery_id, h.next_attempt_at "
+        "FROM (VALUES " + values + ") AS cap(endpoint, n) CROSS JOIN LATERAL ("
+        "SELECT h.endpoint, h.session_name, h.delivery_id, h.next_attempt_at "
+        "FROM outbox_heads h WHERE h.endpoint = cap.endpoint "
+        "AND h.next_attempt_at <= CAST(? AS DOUBLE PRECISION) "
+        "AND " + TAKEABLE.format(c="h.claimed_by") + " "
+        "AND h.endpoint || chr(10) || h.session_name NOT IN "
+        "(SELECT value FROM json_each(?)) "
+        "ORDER BY h.next_attempt_at, h.delivery_id LIMIT cap.n "
+        "FOR UPDATE OF h SKIP LOCKED) AS h "
+        "ORDER BY h.next_attempt_at, h.delivery_id LIMIT CAST(? AS INTEGER)), "
+        "claimed AS (UPDATE outbox_heads SET claimed_by = ?, claimed_at = ? FROM h "
+        "WHERE outbox_heads.endpoint = h.endpoint "
+        "AND outbox_heads.session_name = h.session_name "
+        "AND outbox_heads.delivery_id = h.delivery_id "
+        "RETURNING h.delivery_id, h.next_attempt_at) "
+        + _ROW_SQL
+        + " JOIN claimed ON claimed.delivery_id = d.id "
+        "ORDER BY claimed.next_attempt_at, claimed.delivery_id"
     )
 
 
@@ -247,11 +285,36 @@ class Outbox:
             conn = self._db.conn
             heads = self._due_heads(conn, now, limit, set(busy), "", caps, names)
             rows = self._rows_of(conn, [h[1] for h in heads])
+        elif self._db.claims_in_one_statement:
+            rows = self._claimed_at_once(owner, now, limit, busy, caps, names)
         else:
             with self._db.tx(serialized=False) as c:
                 heads = self._due_heads(c, now, limit, set(busy), owner, caps, names)
                 rows = self._claimed_rows(c, owner, now, heads) if heads else []
         return [from_row(DueDelivery, r, body=self._bodies.decode_row(r)) for r in rows]
+
+    def _claimed_at_once(
+        self,
+        owner: str,
+        now: float,
+        limit: int,
+        busy: Iterable[tuple[str, str]],
+        caps: Mapping[str, int] | None,
+        names: Sequence[str],
+    ) -> list[Any]:
+        """:meth:`due_deliveries`' claim in one statement (:func:`claim_due_sql`, one
+        round trip, its own transaction): the rows of the heads claimed, still open."""
+        endpoints: list[Any] = []
+        for endpoint in names:
+            cap = limit if caps is None else min(limit, caps.get(endpoint, 0))
+            if cap > 0:
+                endpoints += (endpoint, cap)
+        if not endpoints:
+            return []
+        flying = json.dumps([f"{endpoint}\n{session}" for endpoint, session in busy])
+        params = (*endpoints, now, owner, now, flying, limit, owner, now)
+        rows = self._db.conn.execute(claim_due_sql(len(endpoints) // 2), params).fetchall()
+        return [r for r in rows if r["status"] in OPEN_STATUSES]
 
     def _due_heads(
         self,

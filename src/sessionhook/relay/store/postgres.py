@@ -188,6 +188,8 @@ class PostgresDatabase:
     binary_bodies = True
     #: See ``Database.update_many``.
     update_many = "UPDATE"
+    #: See ``Database.claims_in_one_statement``.
+    claims_in_one_statement = True
 
     def __init__(
         self,
@@ -377,24 +379,30 @@ class PostgresDatabase:
     @contextmanager
     def _pipelined_tx(self, conn: psycopg.Connection[Any], serialized: bool) -> Iterator[None]:
         """:meth:`tx` on ``conn`` in pipeline mode: each statement is sent at once but
-        waited for only when its result is read (``BEGIN`` goes with the first statements,
-        ``COMMIT`` with the last ones), and the end of the block waits for every result,
-        the commit's included. After a failure the connection is closed (the pool opens
-        another; the server rolls the transaction back), as its pipeline's state is then
-        unknown."""
+        waited for only when its result is read, and the end of the block sends a sync and
+        waits for every result. The block's statements are ONE transaction without a
+        ``BEGIN`` or a ``COMMIT``: the implicit one of the extended protocol, from the
+        first statement after a sync to the next sync (a result is read with a flush, not
+        a sync), committed by the sync at the end. After a failure the connection is
+        closed before that sync is sent (a pipeline ends with one even then): the server
+        rolls the transaction back, the pool opens another connection."""
         local = self._adapter.local
         with self._unwritable_raised():
             try:
                 with conn.pipeline():
-                    conn.execute(b"BEGIN")
-                    if serialized:
-                        conn.execute(f"SELECT pg_advisory_xact_lock({WRITE_LOCK})".encode())
-                    local.conn = conn
+                    done = False
                     try:
-                        yield
+                        if serialized:
+                            conn.execute(f"SELECT pg_advisory_xact_lock({WRITE_LOCK})".encode())
+                        local.conn = conn
+                        try:
+                            yield
+                        finally:
+                            local.conn = None
+                        done = True
                     finally:
-                        local.conn = None
-                    conn.execute(b"COMMIT")
+                        if not done:
+                            conn.close()
             except BaseException:
                 conn.close()
                 raise

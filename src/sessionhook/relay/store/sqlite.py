@@ -59,6 +59,8 @@ class SqliteDatabase:
     #: A failing statement fails its transaction, which :meth:`tx` rolls back whole: no
     #: statement journal to undo the statement alone (see ``Database.update_many``).
     update_many = "UPDATE OR FAIL"
+    #: No ``UPDATE`` in a ``WITH`` clause (see ``Database.claims_in_one_statement``).
+    claims_in_one_statement = False
 
     def __init__(
         self,
