@@ -160,6 +160,36 @@ def test_every_public_method_of_every_role_declares_its_policy(tmp_path: Path) -
     assert undeclared == []
 
 
+#: A store call of the poller: ``store.run(Role.method`` (the call may wrap a line).
+_POLLER_CALL = re.compile(r"_store\.run\(\s*(\w+)\.(\w+)")
+#: Poller calls tried once on purpose: each caller catches the failure itself.
+_CAUGHT_BY_THE_CALLER = {
+    "Leases.release_session_poll",  # session_poll.py: suppressed, the claim lapses
+}
+
+
+def test_the_pollers_store_calls_wait_out_an_unreachable_store() -> None:
+    """A ``call`` raises at the first failure (a PostgreSQL pool timeout), and a failure
+    that leaves a poller's task ends the daemon: every store call of the poller is a read
+    or a write that waits out an unreachable store, or a statistic, unless its caller
+    catches the failure."""
+    import sessionhook.relay.store as roles
+
+    calls = {
+        f"{m[1]}.{m[2]}"
+        for path in sorted((SRC / "relay" / "polling").glob("*.py"))
+        for m in _POLLER_CALL.finditer(path.read_text())
+    }
+    assert len(calls) >= 15, calls  # the pattern still finds them
+    once = sorted(
+        call
+        for call in calls - _CAUGHT_BY_THE_CALLER
+        for role, method in [call.split(".")]
+        if policy_of(getattr(getattr(roles, role), method)) == "call"
+    )
+    assert once == []
+
+
 @write
 def _write_big(store: StoreCore, key: str) -> None:
     """An operator's write over the store (as ops.replay is)."""

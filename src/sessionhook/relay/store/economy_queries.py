@@ -20,7 +20,7 @@ from ..domain.rows import HistoryProgress, from_row
 from .dialect import Database, first_value
 from .leases import ReplicaState
 from .meta import put_meta
-from .policy import call, try_write, write
+from .policy import call, read, try_write, write
 
 #: The window of ``requests_per_minute``.
 BUDGET_WINDOW = 60.0
@@ -63,7 +63,7 @@ class Economy:
         self._db = db
         self._replica = replica
 
-    @call
+    @read
     def archived_among(self, names: Sequence[str], *, account: str) -> dict[str, ArchivedSession]:
         """Those of ``names`` (the untracked sessions of one page of the list) that are
         archived sessions of ``account``, those the history walk has still to archive left
@@ -133,7 +133,7 @@ class Economy:
         ).fetchall()
         return {account: count for account, count in rows}
 
-    @call
+    @read
     def history_pending(self, *, account: str | None = None) -> list[KnownSession]:
         """The sessions the history walk has still to archive, newest first."""
         sql = (

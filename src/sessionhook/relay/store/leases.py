@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from ..domain.replica import sending_until
 from ..domain.rows import ReplicaRow, from_row
 from .dialect import Connection, Database, first_value
-from .policy import call, try_write, write
+from .policy import call, read, try_write, write
 
 #: Replicas not heard of for this long, or stopped this long ago, are forgotten.
 FORGET_AFTER = 24 * 3600.0
@@ -284,7 +284,7 @@ class Leases:
             holder = c.execute("SELECT owner FROM leases WHERE name = ?", (name,)).fetchone()
         return holder is not None and holder["owner"] == owner
 
-    @call
+    @read
     def lease_expires_at(self, name: str) -> float | None:
         """When the named lease's holder stops being alive if it heartbeats no more (its
         last heartbeat plus its lease; Unix seconds), so a standby can try right then;

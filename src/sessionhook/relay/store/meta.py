@@ -4,7 +4,7 @@ verdicts, probes of a full disk), one value per key."""
 from __future__ import annotations
 
 from .dialect import Connection, Database, first_value
-from .policy import call, read, try_write, write
+from .policy import read, try_write, write
 
 
 def put_meta(c: Connection, key: str, value: str) -> None:
@@ -22,7 +22,7 @@ class MetaQueries:
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    @call
+    @read
     def get_meta(self, key: str) -> str | None:
         """A value of the ``meta`` table."""
         value = first_value(self._db.conn, "SELECT value FROM meta WHERE key = ?", (key,))
