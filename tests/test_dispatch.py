@@ -766,3 +766,53 @@ async def test_successes_beyond_the_line_budget_are_counted_in_one_summary(
     assert len(listed) == 5
     assert [(s["endpoint"], s["count"]) for s in summaries] == [("rx", len(rig.all_ids) - 5)]
     assert len(failed) == len(rig.all_ids)  # the first attempt of each: every one listed
+
+
+@pytest.mark.anyio
+async def test_a_rendered_body_waits_out_a_full_store_then_goes(tmp_path: Path) -> None:
+    """A template's bytes are saved before the first POST. A store that cannot take them
+    (a full disk; an unreachable database) is waited out by that attempt: the daemon goes
+    on, nothing new is started meanwhile, and the delivery goes once there is room."""
+    endpoint = EndpointConfig(
+        name="rx",
+        url="http://rx.test/hook",
+        secret=SecretStr(SECRET),
+        template='{"pad": {{ data.activity | tojson }}, "more": "' + "x" * 100_000 + '"}',
+    )
+    store, config = await _one_delivery(tmp_path, endpoint)
+    full = anyio.Event()
+
+    class Observer:
+        """Hears the door's news (the daemon logs them)."""
+
+        def store_unwritable(self, error: Exception, *, first: bool, retry_in: float) -> None:
+            full.set()
+
+        def store_writable_again(self, *, after: float) -> None:
+            pass
+
+    store.observer = Observer()
+    store._retry_base = 0.02  # a test's patience
+    pages = await store.run(lambda s: s.db.conn.execute("PRAGMA page_count").fetchone()[0])
+    await store.run(lambda s: s.db.conn.execute(f"PRAGMA max_page_count = {pages}"))
+    sent: list[bytes] = []
+    arrived = anyio.Event()
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(request.content)
+        arrived.set()
+        return httpx.Response(200)
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
+        dispatcher = Dispatcher(store, http, DeliverySettings.from_config(config))
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(dispatcher.run)
+            with anyio.fail_after(20):  # guards against a hang, not measures
+                await full.wait()
+            assert sent == [] and store.unwritable is not None
+            await store.run(lambda s: s.db.conn.execute("PRAGMA max_page_count = 1000000"))
+            with anyio.fail_after(20):
+                await arrived.wait()
+            tg.cancel_scope.cancel()
+    await store.close()
+    assert json.loads(sent[0])["more"].startswith("xxx")

@@ -33,7 +33,7 @@ from .bodies import BODY_COLUMNS, Bodies
 from .dialect import Connection, Database, Prepared, first_value
 from .errors import StoreError
 from .leases import TAKEABLE, Leases, ReplicaState
-from .policy import call, write, writes_when
+from .policy import call, read, write, writes_when
 
 #: Rows deleted per transaction when pruning: the daemon's writes wait at most this long.
 PRUNE_BATCH = 2000
@@ -628,7 +628,7 @@ class Outbox:
                 break
         return attempts, deliveries
 
-    @call
+    @write
     def save_rendered(self, delivery_id: int, body: bytes, content_type: str) -> None:
         """Keep the bytes a delivery's first attempt sends (a format or a template made
         them); the first ones saved win, so every retry sends the same bytes."""
@@ -639,7 +639,7 @@ class Outbox:
                 (delivery_id, content_type, body),
             )
 
-    @call
+    @read
     def rendered_body(self, delivery_id: int) -> tuple[bytes, str] | None:
         """``(body, content_type)`` saved by :meth:`save_rendered`, or ``None``."""
         row = self._db.conn.execute(
