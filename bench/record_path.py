@@ -5,7 +5,8 @@ The outbox holds ``--sessions`` x ``--per-session`` deliveries to one endpoint (
 per tree, with that tree); then, per repetition and tree (``--tree name=src``, interleaved,
 each in a child process with its ``src`` first on ``sys.path``), a copy of it goes through
 :meth:`Outbox.dispatch_round` as the dispatcher calls it, in rounds of ``--batch``: the
-previous round's deliveries recorded as delivered, the next ones read. Prints the thread CPU
+previous round's deliveries recorded as delivered, the next ones read (``--busy``: those of
+the round before, the last round's being in flight). Prints the thread CPU
 per delivery of each statement (the first 60 characters of its text), the rest (Python: the
 rows, the bodies' decoding), the total, and the WAL pages written per delivery (automatic
 checkpoints off for the count: deterministic, whatever the load), then the medians.
@@ -87,16 +88,22 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
             return result
 
     store.db.conn = Timed()  # type: ignore[assignment]
-    done, due = 0, []
+    done, due, sending = 0, [], []
     began = time.thread_time()
     while done < args.deliveries:
-        records = [AttemptRecord(d.id, ok(), Delivered()) for d in sorted(due, key=lambda d: d.key)]
+        # --busy: the last round's deliveries are still being sent (busy), the round's
+        # before them are recorded, as the dispatcher's rounds go with 2 x batch in flight.
+        finished, sending = (sending, due) if args.busy else (due, [])
+        records = [
+            AttemptRecord(d.id, ok(), Delivered()) for d in sorted(finished, key=lambda d: d.key)
+        ]
         caps = {"ep": args.batch}
+        busy = [d.key for d in sending]
         _failing, due, _next, _active = Outbox.dispatch_round(
-            store.outbox, Round(records, T0 + 1, args.batch, (), (), caps)
+            store.outbox, Round(records, T0 + 1, args.batch, busy, (), caps)
         )
         done += len(records)
-        if not due:
+        if not due and not sending:
             break
     total = time.thread_time() - began
     store.db.conn = conn
@@ -119,6 +126,12 @@ def main() -> None:
     parser.add_argument("--per-session", type=int, default=60)
     parser.add_argument("--deliveries", type=int, default=4000)
     parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument(
+        "--busy",
+        action="store_true",
+        help="2 x batch in flight: each round records the deliveries of the round before "
+        "the last, the last one's still busy (as the dispatcher's rounds go)",
+    )
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
@@ -139,7 +152,8 @@ def main() -> None:
                 env["PYTHONPATH"] = str(src)
                 out = subprocess.run(
                     [sys.executable, __file__, "--child", str(src), "--work", str(work)]
-                    + [f"--{k}={getattr(args, k.replace('-', '_'))}" for k in _SIZES],
+                    + [f"--{k}={getattr(args, k.replace('-', '_'))}" for k in _SIZES]
+                    + (["--busy"] if args.busy else []),
                     capture_output=True,
                     text=True,
                     env=env,

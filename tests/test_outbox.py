@@ -79,6 +79,70 @@ def test_due_query_reads_the_heads_index_not_the_backlog(store: Store) -> None:
     plan = [row[3] for row in store.db.conn.execute(explain + outbox.rows_sql(16), range(1, 17))]
     assert not any(p.startswith("SCAN") for p in plan), plan
     assert any(p.startswith("SEARCH d USING INTEGER PRIMARY KEY") for p in plan), plan
+    # Where nothing is claimed, both in one statement: the walk of the heads' index in its
+    # order, the sessions in flight passed over there, each head's row joined by its key.
+    in_flight = ("sessions/0", "sessions/1")
+    sql = outbox.due_rows_sql(len(in_flight))
+    plan = [
+        row[3] for row in store.db.conn.execute(explain + sql, ("a", T0, "", T0, *in_flight, 16))
+    ]
+    assert plan[0].startswith("SEARCH h USING COVERING INDEX outbox_heads_due"), plan
+    assert not any("TEMP B-TREE" in p for p in plan), plan
+    assert [p for p in plan if p.startswith("SCAN")] == ["SCAN replicas"], plan
+    assert any(p.startswith("SEARCH d USING INTEGER PRIMARY KEY") for p in plan), plan
+
+
+class RowsRead:
+    """The store's connection, counting the rows its statements hand back: on SQLite each
+    row is one ``sqlite3_step``, which lets the GIL go and takes it back."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self.rows = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.conn, name)
+
+    def execute(self, sql: str, params: Any = ()) -> Any:
+        rows = self.conn.execute(sql, params).fetchall()
+        self.rows += len(rows)
+        return Read(rows)
+
+
+class Read(list[Any]):
+    """A statement's rows, read whole."""
+
+    def fetchall(self) -> list[Any]:
+        return list(self)
+
+    def fetchone(self) -> Any:
+        return self[0] if self else None
+
+
+def rows_read(store: Store, call: Any) -> tuple[Any, int]:
+    """What ``call()`` returns and the rows its statements handed back."""
+    spy = RowsRead(store.db.conn)
+    store.db.conn = spy  # type: ignore[assignment]
+    try:
+        return call(), spy.rows
+    finally:
+        store.db.conn = spy.conn
+
+
+@sqlite_only  # a row read is a step of its statement on SQLite
+def test_due_deliveries_read_a_row_per_delivery_handed_out(store: Store) -> None:
+    """A row read is a call into SQLite (a ``sqlite3_step``, which lets the GIL go and
+    takes it back) and a row object in the store's thread. The due deliveries past those
+    in flight cost a row each, the heads in flight none (read apart, the heads came
+    first, those in flight included, then their rows: 24 rows here)."""
+    fill(store, 24, 2)
+    first = store.outbox.due_deliveries(T0, 8)
+    in_flight = {d.key for d in first}
+    due, rows = rows_read(
+        store, lambda: store.outbox.due_deliveries(T0, 8, in_flight, active=["a"])
+    )
+    assert len(due) == 8 and not in_flight & {d.key for d in due}
+    assert rows == 8
 
 
 def test_heads_in_flight_cost_no_row_reads(tmp_path: Path) -> None:

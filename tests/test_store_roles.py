@@ -239,8 +239,8 @@ def test_the_door_refuses_what_is_no_role_method_with_a_policy(tmp_path: Path) -
         try:
             with pytest.raises(TypeError, match="pending_count is not a store method"):
                 await store.run(store.store.outbox.pending_count)  # type: ignore[arg-type]
-            with pytest.raises(TypeError, match="_rows_of is not a store method"):
-                await store.run(Outbox._rows_of, [])
+            with pytest.raises(TypeError, match="_due_rows is not a store method"):
+                await store.run(Outbox._due_rows, [])
             assert await store.run(Outbox.pending_count) == 0
         finally:
             await store.close()

@@ -52,15 +52,18 @@ HEADS_SQL = (
 )
 
 
-#: What an attempt needs of a delivery ``d``: every table is reached by its key.
-_ROW_SQL = (
-    "SELECT d.id, d.event_id, e.type AS event_type, d.endpoint, ep.url, d.session_name, "
-    "d.attempts, d.created_at, d.status, " + BODY_COLUMNS + " "
-    "FROM deliveries d "
+#: What an attempt needs of a delivery ``d`` (its event ``e``, endpoint ``ep`` and the
+#: activity ``a`` of its event): every table reached by its key from ``d``.
+ROW_COLUMNS = (
+    "d.id, d.event_id, e.type AS event_type, d.endpoint, ep.url, d.session_name, "
+    "d.attempts, d.created_at, d.status, " + BODY_COLUMNS
+)
+ROW_JOINS = (
     "JOIN endpoints ep ON ep.name = d.endpoint "
     "JOIN events e ON e.id = d.event_id "
     "LEFT JOIN activities a ON a.name = e.activity_name"
 )
+_ROW_SQL = "SELECT " + ROW_COLUMNS + " FROM deliveries d " + ROW_JOINS
 
 
 @functools.lru_cache(maxsize=64)
@@ -103,6 +106,23 @@ def claim_due_sql(endpoints: int) -> str:
         + _ROW_SQL
         + " JOIN claimed ON claimed.delivery_id = d.id "
         "ORDER BY claimed.next_attempt_at, claimed.delivery_id"
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def due_rows_sql(skipped: int) -> str:
+    """:data:`HEADS_SQL`'s walk with each head's row joined as in :func:`rows_sql`, in ONE
+    statement (a store that claims nothing: its heads need no claim between the two),
+    without the ``skipped`` sessions in flight (one ``?`` each), which are passed over in
+    the index, their rows never read. Parameters: endpoint, now, owner, now, the skipped
+    sessions, limit. The status is checked by the caller (see :func:`rows_sql`)."""
+    return Prepared(
+        "SELECT h.next_attempt_at AS head_at, " + ROW_COLUMNS + " FROM outbox_heads h "
+        "JOIN deliveries d ON d.id = h.delivery_id " + ROW_JOINS + " "
+        "WHERE h.endpoint = ? AND h.next_attempt_at <= ? AND "
+        + TAKEABLE.format(c="h.claimed_by")
+        + (" AND h.session_name NOT IN (" + ", ".join("?" * skipped) + ")" if skipped else "")
+        + " ORDER BY h.next_attempt_at, h.delivery_id LIMIT ?"
     )
 
 
@@ -282,9 +302,7 @@ class Outbox:
         owner = self._replica.replica_id
         names = self.active_endpoints() if active is None else active
         if owner is None or self._replica.exclusive:  # an operator's, or alone: no claim
-            conn = self._db.conn
-            heads = self._due_heads(conn, now, limit, set(busy), "", caps, names)
-            rows = self._rows_of(conn, [h[1] for h in heads])
+            rows = self._due_rows(now, limit, busy, caps, names)
         elif self._db.claims_in_one_statement:
             rows = self._claimed_at_once(owner, now, limit, busy, caps, names)
         else:
@@ -346,12 +364,35 @@ class Outbox:
         found.sort(key=lambda h: (h[0], h[1]))
         return found[:limit]
 
-    def _rows_of(self, c: Connection, ids: list[int]) -> list[Any]:
-        """The rows of the chosen deliveries, in the order of ``ids``, still open (one
-        finished by another process between the two reads is left out)."""
-        if not ids:
-            return []
-        return self._open_rows(c.execute(rows_sql(len(ids)), ids), ids)
+    def _due_rows(
+        self,
+        now: float,
+        limit: int,
+        busy: Iterable[tuple[str, str]],
+        caps: Mapping[str, int] | None,
+        names: Sequence[str],
+    ) -> list[Any]:
+        """The rows of the due heads, soonest first, at most ``limit`` (and each endpoint's
+        cap), without the keys in ``busy``, still open, for a store that claims nothing:
+        one statement per endpoint with a free slot (:func:`due_rows_sql`). A row read is
+        a call into the engine (on SQLite a ``sqlite3_step``, which lets the GIL go) and a
+        row object: read apart, the heads (those in flight included) and then their rows
+        were three times the rows with as many in flight as handed out."""
+        skip: dict[str, list[str]] = {}
+        for endpoint, session in busy:
+            skip.setdefault(endpoint, []).append(session)
+        found: list[Any] = []
+        for endpoint in names:
+            cap = limit if caps is None else min(limit, caps.get(endpoint, 0))
+            if cap <= 0:
+                continue
+            skipped = skip.get(endpoint, [])
+            found += self._db.conn.execute(
+                due_rows_sql(len(skipped)), (endpoint, now, "", now, *skipped, cap)
+            ).fetchall()
+        if len(names) > 1:
+            found.sort(key=lambda r: (float(r["head_at"]), int(r["id"])))
+        return [r for r in found[:limit] if r["status"] in OPEN_STATUSES]
 
     @staticmethod
     def _open_rows(cursor: Any, ids: list[int]) -> list[Any]:
