@@ -301,13 +301,20 @@ class Outbox:
             return []
         owner = self._replica.replica_id
         names = self.active_endpoints() if active is None else active
+        # Each endpoint with a free slot, and how many of its heads may be handed out.
+        slots = [
+            (name, cap)
+            for name in names
+            for cap in [limit if caps is None else min(limit, caps.get(name, 0))]
+            if cap > 0
+        ]
         if owner is None or self._replica.exclusive:  # an operator's, or alone: no claim
-            rows = self._due_rows(now, limit, busy, caps, names)
+            rows = self._due_rows(now, limit, busy, slots)
         elif self._db.claims_in_one_statement:
-            rows = self._claimed_at_once(owner, now, limit, busy, caps, names)
+            rows = self._claimed_at_once(owner, now, limit, busy, slots)
         else:
             with self._db.tx(serialized=False) as c:
-                heads = self._due_heads(c, now, limit, set(busy), owner, caps, names)
+                heads = self._due_heads(c, now, limit, set(busy), owner, slots)
                 rows = self._claimed_rows(c, owner, now, heads) if heads else []
         return [from_row(DueDelivery, r, body=self._bodies.decode_row(r)) for r in rows]
 
@@ -317,21 +324,16 @@ class Outbox:
         now: float,
         limit: int,
         busy: Iterable[tuple[str, str]],
-        caps: Mapping[str, int] | None,
-        names: Sequence[str],
+        slots: Sequence[tuple[str, int]],
     ) -> list[Any]:
         """:meth:`due_deliveries`' claim in one statement (:func:`claim_due_sql`, one
         round trip, its own transaction): the rows of the heads claimed, still open."""
-        endpoints: list[Any] = []
-        for endpoint in names:
-            cap = limit if caps is None else min(limit, caps.get(endpoint, 0))
-            if cap > 0:
-                endpoints += (endpoint, cap)
-        if not endpoints:
+        if not slots:
             return []
         flying = json.dumps([f"{endpoint}\n{session}" for endpoint, session in busy])
+        endpoints = [value for slot in slots for value in slot]
         params = (*endpoints, now, owner, now, flying, limit, owner, now)
-        rows = self._db.conn.execute(claim_due_sql(len(endpoints) // 2), params).fetchall()
+        rows = self._db.conn.execute(claim_due_sql(len(slots)), params).fetchall()
         return [r for r in rows if r["status"] in OPEN_STATUSES]
 
     def _due_heads(
@@ -341,19 +343,15 @@ class Outbox:
         limit: int,
         skip: set[tuple[str, str]],
         owner: str,
-        caps: Mapping[str, int] | None,
-        names: Sequence[str],
+        slots: Sequence[tuple[str, int]],
     ) -> list[tuple[float, int, str, str]]:
         """The due heads (next_attempt_at, delivery id, endpoint, session), soonest first,
-        at most ``limit`` (and each endpoint's cap), without ``skip``: read from the heads
-        index alone; an endpoint with no free slot is not read at all."""
+        at most ``limit`` (and each endpoint's cap of ``slots``), without ``skip``: read
+        from the heads index alone; an endpoint with no free slot is not read at all."""
         # A claiming read skips, rather than waits for, heads a rival is claiming.
         sql = Prepared(HEADS_SQL + (self._db.skip_locked("h") if owner else ""))
         found: list[tuple[float, int, str, str]] = []
-        for endpoint in names:
-            cap = limit if caps is None else min(limit, caps.get(endpoint, 0))
-            if cap <= 0:
-                continue
+        for endpoint, cap in slots:
             taken = sum(1 for key in skip if key[0] == endpoint)
             heads = [
                 (float(h["next_attempt_at"]), int(h["delivery_id"]), endpoint, h["session_name"])
@@ -369,28 +367,24 @@ class Outbox:
         now: float,
         limit: int,
         busy: Iterable[tuple[str, str]],
-        caps: Mapping[str, int] | None,
-        names: Sequence[str],
+        slots: Sequence[tuple[str, int]],
     ) -> list[Any]:
         """The rows of the due heads, soonest first, at most ``limit`` (and each endpoint's
-        cap), without the keys in ``busy``, still open, for a store that claims nothing:
-        one statement per endpoint with a free slot (:func:`due_rows_sql`). A row read is
-        a call into the engine (on SQLite a ``sqlite3_step``, which lets the GIL go) and a
-        row object: read apart, the heads (those in flight included) and then their rows
-        were three times the rows with as many in flight as handed out."""
+        cap of ``slots``), without the keys in ``busy``, still open, for a store that
+        claims nothing: one statement per endpoint with a free slot (:func:`due_rows_sql`).
+        A row read is a call into the engine (on SQLite a ``sqlite3_step``, which lets the
+        GIL go) and a row object: read apart, the heads (those in flight included) and
+        then their rows were three times the rows with as many in flight as handed out."""
         skip: dict[str, list[str]] = {}
         for endpoint, session in busy:
             skip.setdefault(endpoint, []).append(session)
         found: list[Any] = []
-        for endpoint in names:
-            cap = limit if caps is None else min(limit, caps.get(endpoint, 0))
-            if cap <= 0:
-                continue
+        for endpoint, cap in slots:
             skipped = skip.get(endpoint, [])
             found += self._db.conn.execute(
                 due_rows_sql(len(skipped)), (endpoint, now, "", now, *skipped, cap)
             ).fetchall()
-        if len(names) > 1:
+        if len(slots) > 1:
             found.sort(key=lambda r: (float(r["head_at"]), int(r["id"])))
         return [r for r in found[:limit] if r["status"] in OPEN_STATUSES]
 
