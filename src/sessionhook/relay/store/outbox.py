@@ -617,7 +617,7 @@ class Outbox:
         ).fetchall()
         return {name: (count, oldest) for name, count, oldest in rows}
 
-    @call
+    @write
     def prune_delivery_log(
         self, before: float, *, batch: int = PRUNE_BATCH, rounds: int | None = None
     ) -> tuple[int, int]:
