@@ -39,6 +39,11 @@ from .policy import call, read, write, writes_when
 PRUNE_BATCH = 2000
 
 
+#: A head ``h`` of one endpoint, due, that this owner may take (parameters: endpoint, now,
+#: owner, now): what :data:`HEADS_SQL` and :func:`due_rows_sql` walk.
+_DUE_HEAD = "h.endpoint = ? AND h.next_attempt_at <= ? AND " + TAKEABLE.format(c="h.claimed_by")
+
+
 #: Due heads of one endpoint, soonest first, that this owner may take: only the index
 #: ``outbox_heads_due (endpoint, next_attempt_at, delivery_id, claimed_by)`` is read (it
 #: covers the query; the key's session_name comes with it), from its start, and the walk
@@ -46,9 +51,7 @@ PRUNE_BATCH = 2000
 #: is read. Parameters: endpoint, now, owner, now, limit.
 HEADS_SQL = (
     "SELECT h.next_attempt_at, h.delivery_id, h.session_name FROM outbox_heads h "
-    "WHERE h.endpoint = ? AND h.next_attempt_at <= ? "
-    "AND " + TAKEABLE.format(c="h.claimed_by") + " "
-    "ORDER BY h.next_attempt_at, h.delivery_id LIMIT ?"
+    "WHERE " + _DUE_HEAD + " ORDER BY h.next_attempt_at, h.delivery_id LIMIT ?"
 )
 
 
@@ -119,8 +122,8 @@ def due_rows_sql(skipped: int) -> str:
     return Prepared(
         "SELECT h.next_attempt_at AS head_at, " + ROW_COLUMNS + " FROM outbox_heads h "
         "JOIN deliveries d ON d.id = h.delivery_id " + ROW_JOINS + " "
-        "WHERE h.endpoint = ? AND h.next_attempt_at <= ? AND "
-        + TAKEABLE.format(c="h.claimed_by")
+        "WHERE "
+        + _DUE_HEAD
         + (" AND h.session_name NOT IN (" + ", ".join("?" * skipped) + ")" if skipped else "")
         + " ORDER BY h.next_attempt_at, h.delivery_id LIMIT ?"
     )

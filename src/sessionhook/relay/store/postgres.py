@@ -390,7 +390,6 @@ class PostgresDatabase:
         with self._unwritable_raised():
             try:
                 with conn.pipeline():
-                    done = False
                     try:
                         if serialized:
                             conn.execute(f"SELECT pg_advisory_xact_lock({WRITE_LOCK})".encode())
@@ -399,10 +398,9 @@ class PostgresDatabase:
                             yield
                         finally:
                             local.conn = None
-                        done = True
-                    finally:
-                        if not done:
-                            conn.close()
+                    except BaseException:
+                        conn.close()  # before the pipeline's closing sync would commit
+                        raise
             except BaseException:
                 conn.close()
                 raise
