@@ -9,12 +9,14 @@ number of pages and rounds, every wait with a timeout.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from sessionhook.relay.domain import events
 from sessionhook.relay.domain.retry import Delivered, Retry
+from sessionhook.relay.domain.rows import EndpointSpec
 from sessionhook.relay.store import AttemptRecord, PostgresStore
 from tests.support.backlog import activity, ok, session
 from tests.support.clock import T0, Clock
@@ -159,3 +161,70 @@ def test_ingest_and_two_recording_replicas_interleaved_keep_every_head_exact(
     ).fetchall()
     assert len(rows) == expected
     assert all(status == "delivered" and count == top for _, status, count, top in rows)
+
+
+#: Each writer of one queue's rows, on replica ``b``, of queue ("api", session 1) whose
+#: head ``y`` failed and waits for a later retry.
+QUEUE_WRITERS: dict[str, Callable[[PostgresStore, int], object]] = {
+    "record one attempt": lambda b, y: b.outbox.record_attempts(
+        [AttemptRecord(y, ok(T0 + 2), Delivered())]
+    ),
+    "retry": lambda b, y: b.requeue.retry(y),
+    "recover": lambda b, y: b.requeue.recover("api", 0.0),
+    "due now": lambda b, y: b.requeue.due_now("api"),
+    "delete the endpoint": lambda b, y: b.endpoints.delete_endpoint("api", "gone"),
+}
+
+
+@pytest.mark.parametrize("writer", sorted(QUEUE_WRITERS))
+def test_a_writer_of_a_queue_takes_its_key_lock_before_any_row_of_it(
+    stores: tuple[PostgresStore, PostgresStore], writer: str
+) -> None:
+    """The lock order of every writer of the heads (docs/replicas.md): a queue's key lock,
+    then its rows. A writer that locked a delivery row first and then waited for the key
+    deadlocked with a replica recording a batch with that delivery (it holds the key and
+    waits for the row): two replicas record one delivery when one took over the claim of
+    the other, whose lease lapsed."""
+    a, b = stores
+    spec = EndpointSpec("api", "http://127.0.0.1:9/", ("*",), {}, None, {})
+    a.endpoints.create_endpoint(spec, "whsec_" + "A" * 32)
+    ingest_page(a, 1, 0, 2)
+    key = ("api", session(1).name)
+    y = min(
+        d.id for d in b.outbox.due_deliveries(T0 + 1, 10) if (d.endpoint, d.session_name) == key
+    )
+    b.outbox.record_attempts([AttemptRecord(y, ok(T0 + 1), Retry(at=T0 + 10_000))])
+    errors: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            QUEUE_WRITERS[writer](b, y)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    thread = threading.Thread(target=write)
+    with a.db.tx(serialized=False) as c:
+        a.db.lock_queue_keys(c, [key])  # a rival holding the queue's key
+        thread.start()
+        deadline = time.monotonic() + WAIT
+        while not c.execute(
+            "SELECT COUNT(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+        ).fetchone()["n"]:
+            assert time.monotonic() < deadline, f"{writer}: never waited for the queue's key"
+            time.sleep(0.01)
+        # The writer waits for the key: none of the queue's rows may be locked by it.
+        free = {}
+        for table in ("deliveries", "outbox_heads"):
+            where = f"FROM {table} WHERE endpoint = ? AND session_name = ?"
+            total = c.execute(f"SELECT COUNT(*) AS n {where}", key).fetchone()["n"]
+            unlocked = c.execute(
+                f"SELECT COUNT(*) AS n FROM (SELECT 1 {where} FOR UPDATE SKIP LOCKED) AS r", key
+            ).fetchone()["n"]
+            free[table] = (unlocked, total)
+    thread.join(WAIT)
+    assert not thread.is_alive()
+    assert errors == []
+    assert free == {"deliveries": (2, 2), "outbox_heads": (1, 1)}, (
+        f"{writer} locked rows of the queue before its key"
+    )
+    heads_are_exact(a)

@@ -150,6 +150,11 @@ class Database(Protocol):
         writer."""
         ...
 
+    def lock_queue_keys(self, c: Connection, keys: Iterable[tuple[str, str]]) -> None:
+        """:meth:`lock_queues` by (endpoint, session) key: for a writer of whole queues,
+        before it locks any of their rows."""
+        ...
+
     def skip_locked(self, alias: str) -> str:
         """Appended to a claiming read of ``alias``'s rows: rows another transaction is
         claiming are skipped, not waited for (PostgreSQL); empty where there is one writer."""

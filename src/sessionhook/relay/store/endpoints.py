@@ -219,9 +219,15 @@ class EndpointQueries:
         the row stays for the history of its deliveries. Returns how many were open."""
         now = self._db.clock()
         with self._db.tx() as c:
-            # The deliveries first: a recorded attempt locks its queue's head, then the
-            # endpoint's row; the same order here (no deadlock on PostgreSQL). Rolled back
-            # whole when the name is not one of the API's.
+            # The deliveries first: a recorded attempt locks its queues, then its rows,
+            # then the endpoint's row; the same order here (no deadlock on PostgreSQL).
+            # Rolled back whole when the name is not one of the API's.
+            queues = c.execute(
+                "SELECT DISTINCT session_name FROM deliveries "
+                "WHERE endpoint = ? AND status IN ('pending', 'failed')",
+                (name,),
+            ).fetchall()
+            self._db.lock_queue_keys(c, [(name, str(row["session_name"])) for row in queues])
             cur = c.execute(
                 "UPDATE deliveries SET status = 'dead', next_attempt_at = NULL, "
                 "last_error = ?, updated_at = ? "

@@ -487,14 +487,14 @@ class Outbox:
         """:meth:`record_attempts` in ``c``'s transaction but for the endpoints' rows: the
         failing_since per record, and the batch's state per endpoint for
         :meth:`_bookkeep`."""
-        # One UPDATE decides every delivery of the batch and counts its attempt
-        # (RETURNING its number): its row locks order two writers of one delivery, and
-        # the heads' trigger it fires takes each queue's lock before re-deriving the
-        # head. The re-derived head row is a new, unclaimed one: recording releases
-        # this replica's claim with it. The dispatcher passes its batch in (endpoint,
-        # session) order: the lock order of every writer of the heads (see the module
-        # docstring), taken up front (the statement's plan may visit the rows in any
-        # order).
+        # Each queue's lock first, for every record, in (endpoint, session) order: the
+        # lock order of every writer of the heads (see the module docstring). Taken up
+        # front, not by the heads' trigger: the statement's plan may visit the rows in
+        # any order, and a row locked before its queue deadlocks with a rival replica
+        # recording the same delivery. Then one UPDATE decides every delivery of the
+        # batch and counts its attempt (RETURNING its number); the trigger it fires
+        # re-derives each head as a new, unclaimed row: recording releases this
+        # replica's claim with it.
         self._db.lock_queues(c, [record.delivery_id for record in records])
         values: list[Any] = []
         for record in records:

@@ -254,9 +254,11 @@ class PostgresDatabase:
 
     def lock_queues(self, c: Connection, delivery_ids: Sequence[int]) -> None:
         """``outbox_key_lock`` (the heads triggers' lock, re-entrant in a transaction) of
-        each key of ``delivery_ids``, in key order, in one statement (none for one
-        delivery: its trigger takes the one lock)."""
-        if len(delivery_ids) > 1:
+        each key of ``delivery_ids``, in key order, in one statement, before any of their
+        rows is locked. One delivery too: left to its trigger, the lock came after the
+        row's, and two replicas recording that delivery (a claim taken over from a replica
+        whose lease lapsed) deadlocked when the other's batch held the key first."""
+        if delivery_ids:
             c.execute(
                 Prepared(
                     "SELECT outbox_key_lock(k.endpoint, k.session_name) FROM "
@@ -265,6 +267,17 @@ class PostgresDatabase:
                     + ") ORDER BY endpoint, session_name) AS k"
                 ),
                 delivery_ids,
+            )
+
+    def lock_queue_keys(self, c: Connection, keys: Iterable[tuple[str, str]]) -> None:
+        """``outbox_key_lock`` of each of ``keys``, in key order, in one statement."""
+        ordered = sorted(set(keys))
+        if ordered:
+            c.execute(
+                "SELECT outbox_key_lock(k.column1, k.column2) FROM (VALUES "
+                + ", ".join(["(CAST(? AS TEXT), CAST(? AS TEXT))"] * len(ordered))
+                + ") AS k",
+                [value for key in ordered for value in key],
             )
 
     def skip_locked(self, alias: str) -> str:

@@ -11,10 +11,10 @@ order by its id: later deliveries of the session wait behind it, and an earlier 
 goes before it (retry makes that one due now too, so "now" means now).
 
 Writers of the heads (see :mod:`.outbox`): the queues are written in (endpoint, session)
-order, one UPDATE per queue (on PostgreSQL its rows are locked before its trigger takes
-the queue's lock, as when an attempt is recorded), and a head's claim by a replica that
-has it in flight is carried over to the re-derived head (the trigger makes a new,
-unclaimed row): a queue is never sent by two replicas at once because of a retry.
+order, one UPDATE per queue (on PostgreSQL the queue's lock first, then its head and its
+rows, as when an attempt is recorded), and a head's claim by a replica that has it in
+flight is carried over to the re-derived head (the trigger makes a new, unclaimed row): a
+queue is never sent by two replicas at once because of a retry.
 """
 
 from __future__ import annotations
@@ -164,9 +164,12 @@ class Requeue:
 @contextmanager
 def _claim_kept(db: Database, c: Connection, endpoint: str, session: str) -> Iterator[None]:
     """Around an UPDATE of one queue's deliveries: the claim its head had (a replica has it
-    in flight) is put back on the head the trigger re-derived. The head is read locked: a
-    replica claiming it at this moment (its own transaction, not serialized with this one)
-    is waited for and its claim read, not lost to a read of the head before it."""
+    in flight) is put back on the head the trigger re-derived. The queue's lock is taken
+    first (a replica recording an attempt of it holds it before its rows: taken after
+    them, the two deadlocked). The head is read locked: a replica claiming it at this
+    moment (its own transaction, not serialized with this one) is waited for and its claim
+    read, not lost to a read of the head before it."""
+    db.lock_queue_keys(c, [(endpoint, session)])
     row = c.execute(
         "SELECT claimed_by, claimed_at FROM outbox_heads WHERE endpoint = ? AND session_name = ?"
         + db.for_update(),

@@ -15,7 +15,7 @@ import os
 import sqlite3
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 
@@ -164,6 +164,9 @@ class SqliteDatabase:
     # ----------------------------------------------------------------- what differs
 
     def lock_queues(self, c: Connection, delivery_ids: Sequence[int]) -> None:
+        """Nothing: one writer (see :meth:`~.dialect.Database.lock_queues`)."""
+
+    def lock_queue_keys(self, c: Connection, keys: Iterable[tuple[str, str]]) -> None:
         """Nothing: one writer (see :meth:`~.dialect.Database.lock_queues`)."""
 
     def skip_locked(self, alias: str) -> str:
