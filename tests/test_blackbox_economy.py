@@ -416,5 +416,11 @@ def test_accounts_are_polled_apart_and_one_rejected_key_stops_no_other(
         assert hit.body["data"]["account"] == expected, hit.body
     assert {h.session for h in consumer.hits("beta-only")} == {b}
     assert relay.alive()
-    accounts = status(relay)["accounts"]
-    assert accounts == {"alpha": 1, "beta": 1}
+    shown = status(relay)
+    assert shown["accounts"] == {"alpha": 1, "beta": 1}
+    # gamma's passes fail: status says so, whatever alpha's and beta's good ones say.
+    polls = {a["account"]: a for a in shown["upstream"]["accounts"]}
+    assert sorted(polls) == ["alpha", "beta", "gamma"]
+    assert polls["alpha"]["last_ok_poll_at"] and polls["beta"]["last_ok_poll_at"]
+    assert polls["gamma"]["last_poll_at"] and polls["gamma"]["last_ok_poll_at"] is None
+    assert shown["upstream"]["last_ok_poll_at"] is None

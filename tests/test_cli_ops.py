@@ -378,6 +378,25 @@ def test_status_says_while_the_session_list_is_cut_at_max_pages(tmp_path: Path) 
     assert json.loads(ok("status", "--db", str(db), "--json"))["upstream"]["list_cut"] is None
 
 
+def test_status_shows_each_accounts_last_good_poll(tmp_path: Path) -> None:
+    """With several accounts, one whose passes fail stands out in ``status``."""
+    db = tmp_path / "relay.db"
+    now = time.time()
+    with Store.open(db) as store:
+        store.economy.mark_poll(True, now - 7200, account="team-a")
+        store.economy.mark_poll(False, now - 1, account="team-a")
+        store.economy.mark_poll(True, now - 120, 300, account="team-b")
+    out = ok("status", "--db", str(db))
+    rows = {line.split(":", 1)[0]: line for line in out.splitlines() if ":" in line}
+    assert rows["last good poll (team-a)"].endswith("(2h 0m ago)")
+    assert rows["last good poll (team-b)"].endswith("(2m ago)")
+    assert "the newest 300 sessions followed" in rows["session list (team-b)"]
+    assert "session list (team-a)" not in rows
+    up = json.loads(ok("status", "--db", str(db), "--json"))["upstream"]
+    assert [a["account"] for a in up["accounts"]] == ["team-a", "team-b"]
+    assert up["last_ok_poll_at"] == up["accounts"][0]["last_ok_poll_at"]  # the oldest
+
+
 def test_status_json_matches_the_store(run: RelayRun) -> None:
     data = json.loads(ok("status", "--config", str(run.config), "--json"))
     by_name = {ep["name"]: ep for ep in data["endpoints"]}

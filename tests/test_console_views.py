@@ -294,6 +294,17 @@ async def test_the_overview_says_while_the_session_list_is_cut(store: Store, htt
 
 
 @pytest.mark.anyio
+async def test_the_overview_shows_each_accounts_last_good_poll(store: Store, http: Any) -> None:
+    client, _ = http
+    store.economy.mark_poll(True, T0 - 7200, account="team-a")
+    store.economy.mark_poll(False, T0 - 1, account="team-b")
+    page = (await client.get("/console")).text
+    assert "Last good poll (team-a)" in page
+    team_b = page.split("Last good poll (team-b)</dt>")[1].split("</dd>")[0]
+    assert 'class="bad"' in team_b and "never" in team_b
+
+
+@pytest.mark.anyio
 async def test_the_overview_lists_the_replicas_and_what_they_hold(store: Store, http: Any) -> None:
     client, _ = http
     ready(store, Ep("a"))

@@ -31,6 +31,8 @@ from sessionhook.relay.domain import replica
 from sessionhook.relay.domain.retry import Delivered, Retry
 from sessionhook.relay.domain.rows import ReplicaRow
 from sessionhook.relay.polling import Poller, PollSettings
+from sessionhook.relay.polling.lease import PollerLease
+from sessionhook.relay.polling.state import PollState
 from sessionhook.relay.store import (
     AsyncStore,
     AttemptRecord,
@@ -490,6 +492,41 @@ async def test_one_replica_polls_an_account_and_another_takes_over_when_it_dies(
                 await http.aclose()
             for store in stores:
                 await store.close()
+
+
+@pytest.mark.anyio
+async def test_a_standby_reports_its_own_accounts_last_good_pass(tmp_path: Path) -> None:
+    """A standby's readiness follows the holder's discovery of ITS account: another
+    account's newer good pass is not taken for it."""
+    now = time.time()
+    holder = Store.open(tmp_path / "relay.db")
+    holder.leases.register_replica("holder", host="h", pid=1, now=now, lease=60.0)
+    assert holder.leases.acquire_lease(replica.poller_lease("team-b"), now)
+    holder.economy.mark_poll(True, now - 30, account="team-b")
+    holder.economy.mark_poll(True, now - 1, account="team-a")
+    store = await AsyncStore.open(tmp_path / "relay.db")
+    await store.run(Leases.register_replica, "me", host="h", pid=2, now=now, lease=60.0)
+    state = PollState(
+        settings=PollSettings(),
+        account="team-b",
+        client=None,  # type: ignore[arg-type]  # a standby reads no upstream
+        store=store,
+        metrics=None,
+        clock=time.time,
+        monotonic=time.monotonic,
+        heartbeat=0.0,
+    )
+    try:
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(PollerLease(state).standby)
+                while state.last_success is None:  # noqa: ASYNC110 (a field the task sets)
+                    await anyio.sleep(0.01)
+                tg.cancel_scope.cancel()
+        assert state.last_success == now - 30
+    finally:
+        await store.close()
+        holder.close()
 
 
 # --------------------------------------------------------------------------- operator commands

@@ -1035,6 +1035,26 @@ def test_status_summary_numbers(store: Store, clock: Clock) -> None:
     assert summary.baseline_complete
 
 
+def test_status_keeps_each_accounts_passes_apart(store: Store) -> None:
+    """One account's good passes do not hide another's failing ones: the summary's last
+    good pass is the oldest of theirs (none while one has none), and each is listed."""
+    store.economy.mark_poll(True, T0 - 3600, account="team-a")
+    store.economy.mark_poll(False, T0 - 2, account="team-a")  # its key refused since
+    store.economy.mark_poll(True, T0 - 5, 40, account="team-b")
+    store.economy.mark_poll(False, T0 - 1, account="team-c")  # never a good pass
+    up = store.operator.status_summary(T0).upstream
+    assert [(p.account, p.last_poll_at, p.last_ok_poll_at, p.list_cut) for p in up.accounts] == [
+        ("team-a", T0 - 2, T0 - 3600, None),
+        ("team-b", T0 - 5, T0 - 5, 40),
+        ("team-c", T0 - 1, None, None),
+    ]
+    assert (up.last_poll_at, up.last_ok_poll_at, up.list_cut) == (T0 - 1, None, 40)
+    store.economy.mark_poll(True, T0, account="team-c")
+    assert store.operator.status_summary(T0).upstream.last_ok_poll_at == T0 - 3600
+    assert store.economy.last_ok_poll_at("team-b") == T0 - 5
+    assert store.economy.last_ok_poll_at("team-d") is None
+
+
 def test_outbox_stats_and_pending_count(store: Store, clock: Clock) -> None:
     (s,) = ready(store, Ep("a"), Ep("b", events=("session.*",)), Ep("c"))
     store.endpoints.set_endpoint_enabled("c", False, "x")

@@ -26,6 +26,7 @@ from tests.support.schemas import (
     postgres_schema,
     sqlite_schema,
 )
+from tests.support.store_rows import session
 
 pytestmark = [pytest.mark.app, pytest.mark.real_migrations]
 
@@ -194,6 +195,42 @@ def test_a_failing_migration_leaves_no_trace_on_postgresql(
     monkeypatch.undo()
     PostgresStore.open(url).close()
     assert recorded(Backend("postgresql", url)) == NEW_NAMES
+
+
+@ENGINES
+@pytest.mark.parametrize("accounts", [(), ("team-a",), ("team-a", "team-b")])
+def test_the_passes_a_store_kept_go_to_its_one_account(
+    engine: str,
+    accounts: tuple[str, ...],
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before ``0013_account_polls`` the store kept one last pass for all its accounts:
+    a store of one account (``default`` when it has no session yet) keeps it under that
+    account; with several, whose it was is unknown: each gets its own with its next pass."""
+    target = tmp_path / "db.sqlite" if engine == "sqlite" else empty_database(request)
+    backend = Backend(engine, target)
+    monkeypatch.setattr(
+        migrations, "MIGRATIONS", MIGRATIONS[: NEW_NAMES.index("0013_account_polls")]
+    )
+    store = backend.open()
+    for n, account in enumerate(accounts):
+        store.economy.record_history([session(n)], account=account)
+    store.close()
+    run(
+        backend,
+        "INSERT INTO meta (key, value) VALUES ('last_poll_at', '1700000005.5'), "
+        "('last_ok_poll_at', '1700000000.25'), ('list_cut', '40'), ('kept', 'yes')",
+    )
+    monkeypatch.undo()
+    backend.open().close()
+    seeded = [(accounts or ("default",))[0], 1700000005.5, 1700000000.25, 40]
+    polls = run(
+        backend, "SELECT account, last_poll_at, last_ok_poll_at, list_cut FROM account_polls"
+    )
+    assert [list(row) for row in polls] == ([seeded] if len(accounts) < 2 else [])
+    assert run(backend, "SELECT key FROM meta WHERE key LIKE 'l%' OR key = 'kept'") == [("kept",)]
 
 
 def test_sqlite_migrates_once_when_several_open_a_new_file_together(tmp_path: Path) -> None:

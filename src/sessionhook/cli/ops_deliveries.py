@@ -87,7 +87,7 @@ def _print_status(status: ApiStatus) -> None:
         render_fields(
             [
                 ("last poll", stamp_ago(up.last_poll_at, now)),
-                ("last good poll", stamp_ago(up.last_ok_poll_at, now)),
+                *_good_poll_rows(up, now),
                 ("upstream, last hour", _upstream_line(up)),
                 (
                     "archive",
@@ -164,16 +164,28 @@ def _upstream_line(up: ApiUpstream) -> str:
     )
 
 
+def _good_poll_rows(up: ApiUpstream, now: float) -> list[tuple[str, str]]:
+    """When a pass last succeeded: one row, or one per account when there are several (an
+    account whose passes fail stands out)."""
+    if len(up.accounts) < 2:
+        return [("last good poll", stamp_ago(up.last_ok_poll_at, now))]
+    return [
+        (f"last good poll ({a.account})", stamp_ago(a.last_ok_poll_at, now)) for a in up.accounts
+    ]
+
+
 def _list_cut_rows(up: ApiUpstream) -> list[tuple[str, str]]:
-    """A row only while the session list goes on past ``poll.max_pages``."""
-    if up.list_cut is None:
-        return []
+    """A row per account whose session list goes on past ``poll.max_pages``, only while it
+    does (the account named when there are several)."""
+    several = len(up.accounts) > 1
     return [
         (
-            "session list",
-            f"cut at poll.max_pages: the newest {counted(up.list_cut, 'session')} followed, "
+            f"session list ({a.account})" if several else "session list",
+            f"cut at poll.max_pages: the newest {counted(a.list_cut, 'session')} followed, "
             "older ones not (raise poll.max_pages)",
         )
+        for a in up.accounts
+        if a.list_cut is not None
     ]
 
 

@@ -424,11 +424,26 @@ class ApiEndpointSummary(ApiModel):
         return error_is_current(self.last_error, self.last_error_at, self.last_success_at)
 
 
-class ApiUpstream(ApiModel):
-    """The Sessions API as polled: the last polls, the last hour's requests."""
+class ApiAccountPoll(ApiModel):
+    """One account's discovery passes."""
 
-    last_poll_at: Moment | None
-    last_ok_poll_at: Moment | None
+    account: str
+    last_poll_at: Moment
+    last_ok_poll_at: Moment | None = Field(description="null: no pass has succeeded yet")
+    list_cut: int | None = Field(
+        description="Sessions its last good pass followed when its list went on past "
+        "poll.max_pages; null: the whole list"
+    )
+
+
+class ApiUpstream(ApiModel):
+    """The Sessions API as polled: the last polls, the last hour's requests. With several
+    accounts, the passes' figures are of them all (each account's in ``accounts``)."""
+
+    last_poll_at: Moment | None = Field(description="The newest pass of any account")
+    last_ok_poll_at: Moment | None = Field(
+        description="The oldest of the accounts' last good passes; null while one has none"
+    )
     requests_last_hour: int
     throttled_last_hour: int
     errors_last_hour: int
@@ -437,7 +452,11 @@ class ApiUpstream(ApiModel):
     list_cut: int | None = Field(
         None,
         description="Sessions followed when the last good pass met poll.max_pages with the "
-        "list going on (older ones are not followed); null: the whole list",
+        "list going on (older ones are not followed; with several accounts, the sum over "
+        "those cut); null: the whole list",
+    )
+    accounts: list[ApiAccountPoll] = Field(
+        default_factory=list, description="Each account that has polled, by name"
     )
 
 

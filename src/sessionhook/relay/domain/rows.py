@@ -334,8 +334,24 @@ class EndpointSummary:
 
 
 @dataclass(frozen=True, slots=True)
+class AccountPoll:
+    """One account's discovery passes (table ``account_polls``)."""
+
+    account: str
+    last_poll_at: float
+    #: ``None``: no pass of this account has succeeded yet.
+    last_ok_poll_at: float | None
+    #: The sessions its last good pass followed when its session list went on past
+    #: ``poll.max_pages`` (older ones are not followed); ``None``: the whole list.
+    list_cut: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class UpstreamSummary:
-    """Sessions API figures of the store's ``status_summary``."""
+    """Sessions API figures of the store's ``status_summary``. With several accounts, the
+    passes' figures are of them all: the newest pass of any, the OLDEST last good pass (an
+    account whose passes fail shows here; ``None`` while one has none), the sessions
+    followed by the lists cut; each account's in ``accounts``."""
 
     last_poll_at: float | None
     last_ok_poll_at: float | None
@@ -350,6 +366,23 @@ class UpstreamSummary:
     #: The sessions the last good pass followed when the session list went on past
     #: ``poll.max_pages`` (older ones are not followed); ``None``: the whole list.
     list_cut: int | None = None
+    #: Each account that has polled, by name.
+    accounts: tuple[AccountPoll, ...] = ()
+
+    @classmethod
+    def of_accounts(cls, polls: Sequence[AccountPoll], **counts: int) -> UpstreamSummary:
+        """The summary of ``polls`` (each account's) and the last hour's ``counts``."""
+        good = [p.last_ok_poll_at for p in polls]
+        cuts = [p.list_cut for p in polls if p.list_cut is not None]
+        return cls(
+            last_poll_at=max((p.last_poll_at for p in polls), default=None),
+            last_ok_poll_at=None
+            if not good or None in good
+            else min(g for g in good if g is not None),
+            list_cut=sum(cuts) if cuts else None,
+            accounts=tuple(polls),
+            **counts,
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -122,7 +122,8 @@ class Discovery:
         self._errors = 0
         done = self._clock()
         self._state.last_success = done
-        await self._store.run(Economy.mark_poll, True, done, listed if self._cut_lists else None)
+        cut = listed if self._cut_lists else None
+        await self._store.run(Economy.mark_poll, True, done, cut, account=self._account)
         if self._metrics is not None:
             self._metrics.poll_succeeded(done)
         _log.debug("discovery.done", sessions=listed, tracked=len(self._state.tracked))
@@ -500,7 +501,9 @@ class Discovery:
                 wait = spacing - (self._mono() - started)
             except ApiError as exc:
                 wait = self.failed(exc)
-                await self._store.run(Economy.mark_poll, False, self._clock())
+                await self._store.run(
+                    Economy.mark_poll, False, self._clock(), account=self._account
+                )
             finally:
                 self._state.first_pass_done.set()
                 self._head_open.set()  # (a first pass that failed: the head waits on its own)

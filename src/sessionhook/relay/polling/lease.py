@@ -11,7 +11,7 @@ from __future__ import annotations
 import anyio
 
 from ..domain.replica import heartbeat_interval, poller_lease
-from ..store import Leases, MetaQueries, StoreUnwritableError
+from ..store import Economy, Leases, StoreUnwritableError
 from ..telemetry.logs import get_logger
 from .state import PollState
 
@@ -58,9 +58,9 @@ class PollerLease:
         self._state.first_pass_done.set()
         while True:
             self._state.heartbeat = self._mono()
-            raw = await self._store.run(MetaQueries.get_meta, "last_ok_poll_at")
-            if raw is not None:
-                self._state.last_success = float(raw)
+            last_ok = await self._store.run(Economy.last_ok_poll_at, self._account)
+            if last_ok is not None:
+                self._state.last_success = last_ok
             expires = await self._store.run(Leases.lease_expires_at, self.name)
             # Tried every second (at most a third of the lease), one small write per standby
             # replica; a holder that went silent is replaced as its lease runs out.

@@ -19,7 +19,6 @@ from ..domain.events import discovered_id
 from ..domain.rows import HistoryProgress, from_row
 from .dialect import Database, first_value
 from .leases import ReplicaState
-from .meta import put_meta
 from .policy import call, read, try_write, write
 
 #: The window of ``requests_per_minute``.
@@ -249,16 +248,38 @@ class Economy:
         return True
 
     @try_write
-    def mark_poll(self, ok: bool, at: float, list_cut: int | None = None) -> bool:
-        """Record a discovery pass: when it ran and, if it succeeded, when it last did and
-        how many sessions it followed when the session list went on past
+    def mark_poll(
+        self, ok: bool, at: float, list_cut: int | None = None, *, account: str = "default"
+    ) -> bool:
+        """Record a discovery pass of ``account``: when it ran and, if it succeeded, when
+        it last did and how many sessions it followed when the session list went on past
         ``poll.max_pages`` (``list_cut``; ``None``: it read the whole list)."""
-        with self._db.tx(serialized=False) as c:  # upserts: no read
-            put_meta(c, "last_poll_at", repr(at))
+        with self._db.tx(serialized=False) as c:  # an upsert: no read
             if ok:
-                put_meta(c, "last_ok_poll_at", repr(at))
-                put_meta(c, "list_cut", "" if list_cut is None else str(list_cut))
+                c.execute(
+                    "INSERT INTO account_polls (account, last_poll_at, last_ok_poll_at, list_cut) "
+                    "VALUES (?, ?, ?, ?) ON CONFLICT (account) DO UPDATE SET "
+                    "last_poll_at = excluded.last_poll_at, "
+                    "last_ok_poll_at = excluded.last_ok_poll_at, list_cut = excluded.list_cut",
+                    (account, at, at, list_cut),
+                )
+            else:
+                c.execute(
+                    "INSERT INTO account_polls (account, last_poll_at) VALUES (?, ?) "
+                    "ON CONFLICT (account) DO UPDATE SET last_poll_at = excluded.last_poll_at",
+                    (account, at),
+                )
         return True
+
+    @read
+    def last_ok_poll_at(self, account: str) -> float | None:
+        """When a discovery pass of ``account`` last succeeded (``None``: never)."""
+        value = first_value(
+            self._db.conn,
+            "SELECT last_ok_poll_at FROM account_polls WHERE account = ?",
+            (account,),
+        )
+        return None if value is None else float(value)
 
 
 def _upstream_code(status: int | str | None) -> int:

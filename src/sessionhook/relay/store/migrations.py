@@ -647,6 +647,31 @@ MIGRATIONS: tuple[Migration, ...] = (
             "WHERE status = 'delivered' OR status = 'dead'",
         ),
     ),
+    # Each account's discovery passes (``Economy.mark_poll``): the last one, the last good
+    # one, the list cut at ``poll.max_pages``; one value per store before, which the last
+    # pass of any account wrote. A store of one account keeps its values under that
+    # account; with several, each account's row comes with its next pass.
+    Migration(
+        "0013_account_polls",
+        (
+            """CREATE TABLE account_polls (
+                account {key} PRIMARY KEY,
+                last_poll_at {real} NOT NULL,
+                last_ok_poll_at {real},
+                list_cut INTEGER
+            ){without_rowid}""",
+            """INSERT INTO account_polls (account, last_poll_at, last_ok_poll_at, list_cut)
+                SELECT COALESCE((SELECT MIN(account) FROM sessions), 'default'),
+                    CAST(p.value AS {real}), CAST(o.value AS {real}),
+                    CAST(NULLIF(c.value, '') AS INTEGER)
+                FROM meta p
+                LEFT JOIN meta o ON o.key = 'last_ok_poll_at'
+                LEFT JOIN meta c ON c.key = 'list_cut'
+                WHERE p.key = 'last_poll_at'
+                AND (SELECT COUNT(DISTINCT account) FROM sessions) <= 1""",
+            "DELETE FROM meta WHERE key IN ('last_poll_at', 'last_ok_poll_at', 'list_cut')",
+        ),
+    ),
 )
 
 

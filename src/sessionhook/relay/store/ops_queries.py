@@ -12,6 +12,7 @@ from fnmatch import fnmatchcase
 
 from ..domain.events import matches, payload_matches
 from ..domain.rows import (
+    AccountPoll,
     AttemptRow,
     DeliveryRow,
     EndpointState,
@@ -44,6 +45,14 @@ from .refusals import Refusals
 
 _FETCH = 500
 _HOUR = 3600.0
+#: The last hour's upstream figures of ``status_summary`` (its query's columns).
+_UPSTREAM_COUNTS = (
+    "requests_last_hour",
+    "throttled_last_hour",
+    "errors_last_hour",
+    "rejected_last_hour",
+    "malformed_last_hour",
+)
 
 
 def _selection(
@@ -153,18 +162,16 @@ class OperatorQueries:
             "FROM upstream_requests WHERE minute >= ?",
             (int(hour_ago // 60),),
         ).fetchone()
-        last_poll = self._meta.get_meta("last_poll_at")
-        last_ok = self._meta.get_meta("last_ok_poll_at")
-        list_cut = self._meta.get_meta("list_cut")
+        polls = conn.execute(
+            "SELECT account, last_poll_at, last_ok_poll_at, list_cut FROM account_polls "
+            "ORDER BY account"
+        ).fetchall()
         return StatusSummary(
             now=now,
             endpoints=tuple(summaries),
-            upstream=from_row(
-                UpstreamSummary,
-                upstream,
-                last_poll_at=None if last_poll is None else float(last_poll),
-                last_ok_poll_at=None if last_ok is None else float(last_ok),
-                list_cut=int(list_cut) if list_cut else None,
+            upstream=UpstreamSummary.of_accounts(
+                [from_row(AccountPoll, p) for p in polls],
+                **{name: int(upstream[name]) for name in _UPSTREAM_COUNTS},
             ),
             sessions=int(first_value(conn, "SELECT COUNT(*) FROM sessions")),
             activities=int(first_value(conn, "SELECT COUNT(*) FROM activities")),
