@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import logging
 import re
 import threading
 import time
@@ -50,6 +51,23 @@ DEFAULT_POOL_SIZE = 4
 CONNECT_TIMEOUT = 5.0
 #: ``pg_advisory_xact_lock`` key serializing write transactions ("sh" + "write").
 WRITE_LOCK = 0x7368_7772_6974
+
+#: Set on a thread while it abandons a pipelined transaction (its connection closed on
+#: purpose: :meth:`PostgresDatabase._pipelined_tx`).
+_abandoning = threading.local()
+
+
+class _AbandonedPipeline(logging.Filter):
+    """Drops psycopg's warning that it could not end a pipeline whose connection was
+    closed on purpose ("error ignored terminating <Pipeline ...>"): expected, and the error
+    that caused it is raised to the caller."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        abandoned = getattr(_abandoning, "on", False)
+        return not (abandoned and str(record.msg).startswith("error ignored terminating"))
+
+
+logging.getLogger("psycopg").addFilter(_AbandonedPipeline())
 
 #: SQLSTATE classes and codes meaning "cannot write now, try again later".
 #: "40": a serialization failure or a deadlock the server broke (nothing committed).
@@ -398,7 +416,8 @@ class PostgresDatabase:
         first statement after a sync to the next sync (a result is read with a flush, not
         a sync), committed by the sync at the end. After a failure the connection is
         closed before that sync is sent (a pipeline ends with one even then): the server
-        rolls the transaction back, the pool opens another connection."""
+        rolls the transaction back, the pool opens another connection (psycopg's warning
+        that it could not end the pipeline is dropped: :class:`_AbandonedPipeline`)."""
         local = self._adapter.local
         with self._unwritable_raised():
             try:
@@ -412,11 +431,14 @@ class PostgresDatabase:
                         finally:
                             local.conn = None
                     except BaseException:
+                        _abandoning.on = True
                         conn.close()  # before the pipeline's closing sync would commit
                         raise
             except BaseException:
                 conn.close()
                 raise
+            finally:
+                _abandoning.on = False
 
     def unwritable_error(self, exc: BaseException) -> StoreUnwritableError | None:
         """The server unreachable, restarting, read-only or out of disk (see the module
