@@ -250,3 +250,22 @@ def test_sqlite_migrates_once_when_several_open_a_new_file_together(tmp_path: Pa
         t.join(timeout=60)
     assert not errors
     assert recorded(Backend("sqlite", path)) == NEW_NAMES
+
+
+def test_sqlite_opens_a_new_file_while_another_connection_writes_it(tmp_path: Path) -> None:
+    """SQLite answers ``PRAGMA journal_mode = WAL`` with "database is locked" at once,
+    without the busy timeout, while another connection holds a write lock on a file still
+    in rollback mode (what a second process opening a new store meets): the open waits
+    for the lock instead of failing."""
+    path = tmp_path / "db.sqlite"
+    path.touch(mode=0o600)
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")
+    released = threading.Timer(0.3, lambda: other.execute("COMMIT"))
+    released.start()
+    try:
+        Store.open(path).close()
+    finally:
+        released.join()
+        other.close()
+    assert recorded(Backend("sqlite", path)) == NEW_NAMES

@@ -113,7 +113,7 @@ class SqliteDatabase:
             # Before anything changes the file: a foreign or newer database is left exactly
             # as it was.
             pending(conn, SQLITE, str(db_path), db_path)
-            mode = first_value(conn, "PRAGMA journal_mode = WAL")
+            mode = _wal(conn)
             if str(mode).lower() != "wal":
                 raise StoreError(f"{db_path}: cannot use WAL journal (got {mode})", path=db_path)
             conn.execute("PRAGMA synchronous = NORMAL")
@@ -282,6 +282,22 @@ def _opening(
     except BaseException:
         conn.close()
         raise
+
+
+def _wal(conn: sqlite3.Connection) -> object:
+    """``PRAGMA journal_mode = WAL``, asked again while another connection holds the lock
+    it needs (up to :data:`BUSY_TIMEOUT_MS`): SQLite answers ``SQLITE_BUSY`` at once there,
+    without the busy timeout, when several processes open a new file together. The mode
+    the database is in afterwards."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            return first_value(conn, "PRAGMA journal_mode = WAL")
+        except sqlite3.OperationalError as exc:
+            busy = getattr(exc, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_BUSY
+            if not busy or time.monotonic() > deadline:
+                raise
+        time.sleep(0.01)
 
 
 def _remove_empty(db_path: Path) -> None:
