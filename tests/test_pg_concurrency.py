@@ -17,7 +17,7 @@ import pytest
 from sessionhook.relay.domain import events
 from sessionhook.relay.domain.retry import Delivered, Retry
 from sessionhook.relay.domain.rows import EndpointSpec
-from sessionhook.relay.store import AttemptRecord, PostgresStore
+from sessionhook.relay.store import AttemptRecord, PostgresStore, postgres
 from tests.support.backlog import activity, ok, session
 from tests.support.clock import T0, Clock
 from tests.support.store_rows import Ep
@@ -227,4 +227,51 @@ def test_a_writer_of_a_queue_takes_its_key_lock_before_any_row_of_it(
     assert free == {"deliveries": (2, 2), "outbox_heads": (1, 1)}, (
         f"{writer} locked rows of the queue before its key"
     )
+    heads_are_exact(a)
+
+
+@pytest.mark.parametrize("per_statement", [postgres.KEYS_PER_LOCK, 1])
+def test_a_replay_takes_its_queues_keys_in_key_order(
+    stores: tuple[PostgresStore, PostgresStore],
+    per_statement: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A replay inserts deliveries in event order, across sessions; their queues' keys are
+    taken first, in key order (a recording replica's order), not as the inserts meet them:
+    while a rival holds an earlier key, the replay holds no later one (the keys locked in
+    one statement or in several, as a replay of many sessions does)."""
+    monkeypatch.setattr(postgres, "KEYS_PER_LOCK", per_statement)
+    a, b = stores
+    ingest_page(a, 2, 0, 1)  # session 2's event first in event order...
+    ingest_page(a, 1, 0, 1)  # ...then session 1's
+    spec = EndpointSpec("api", "http://127.0.0.1:9/", ("*",), {}, None, {})
+    a.endpoints.create_endpoint(spec, "whsec_" + "A" * 32)  # created after: nothing queued
+    errors: list[BaseException] = []
+
+    def replay() -> None:
+        try:
+            b.operator.replay("api", since=0.0)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    thread = threading.Thread(target=replay)
+    with a.db.tx(serialized=False) as c:
+        a.db.lock_queue_keys(c, [("api", session(1).name)])  # a rival holding the first key
+        thread.start()
+        deadline = time.monotonic() + WAIT
+        while not c.execute(
+            "SELECT COUNT(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+        ).fetchone()["n"]:
+            assert time.monotonic() < deadline, "the replay never waited for the first key"
+            time.sleep(0.01)
+        # Queue keys are two-int4 advisory locks (objsubid 2); the global write lock is one.
+        held = c.execute(
+            "SELECT COUNT(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND granted "
+            "AND objsubid = 2 AND pid <> pg_backend_pid()"
+        ).fetchone()["n"]
+    thread.join(WAIT)
+    assert not thread.is_alive()
+    assert errors == []
+    assert held == 0, "the replay held a later queue's key while it waited for an earlier one"
+    assert a.outbox.pending_count("api") == 2
     heads_are_exact(a)

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
@@ -61,6 +61,16 @@ def first_value(conn: Connection, sql: str, params: Sequence[Any] = ()) -> Any:
     """The first column of the first row of ``sql`` (``None`` when there is no row)."""
     row = conn.execute(sql, params).fetchone()
     return None if row is None else row[0]
+
+
+def queue_keys(
+    conn: Connection, endpoint: str, rows: str, params: Sequence[Any]
+) -> Iterator[tuple[str, str]]:
+    """The (endpoint, session) queue keys of ``endpoint`` for the sessions of ``rows`` (a
+    ``FROM ... WHERE ...`` of a table aliased ``e`` with a ``session_name``), read when
+    iterated (:meth:`Database.lock_queue_keys` reads them only where it takes locks)."""
+    for row in conn.execute(f"SELECT DISTINCT e.session_name {rows}", params):
+        yield endpoint, str(row["session_name"])
 
 
 #: Listens for wake-ups forever, calling its argument at each one (see :mod:`.notify`).
@@ -152,7 +162,8 @@ class Database(Protocol):
 
     def lock_queue_keys(self, c: Connection, keys: Iterable[tuple[str, str]]) -> None:
         """:meth:`lock_queues` by (endpoint, session) key: for a writer of whole queues,
-        before it locks any of their rows."""
+        before it locks any of their rows. ``keys`` may be lazy (a query's rows): read only
+        where there are locks to take."""
         ...
 
     def skip_locked(self, alias: str) -> str:

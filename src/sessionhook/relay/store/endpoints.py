@@ -28,7 +28,7 @@ from ..domain.rows import (
     StoredEndpoint,
     from_row,
 )
-from .dialect import Connection, Database, first_value
+from .dialect import Connection, Database, first_value, queue_keys
 from .errors import EndpointConflictError, EndpointLimitError, StoreError
 from .policy import call, write
 
@@ -222,12 +222,10 @@ class EndpointQueries:
             # The deliveries first: a recorded attempt locks its queues, then its rows,
             # then the endpoint's row; the same order here (no deadlock on PostgreSQL).
             # Rolled back whole when the name is not one of the API's.
-            queues = c.execute(
-                "SELECT DISTINCT session_name FROM deliveries "
-                "WHERE endpoint = ? AND status IN ('pending', 'failed')",
-                (name,),
-            ).fetchall()
-            self._db.lock_queue_keys(c, [(name, str(row["session_name"])) for row in queues])
+            open_rows = (
+                "FROM deliveries e WHERE e.endpoint = ? AND e.status IN ('pending', 'failed')"
+            )
+            self._db.lock_queue_keys(c, queue_keys(c, name, open_rows, (name,)))
             cur = c.execute(
                 "UPDATE deliveries SET status = 'dead', next_attempt_at = NULL, "
                 "last_error = ?, updated_at = ? "

@@ -24,7 +24,7 @@ from ..domain.rows import (
     from_row,
 )
 from .bodies import BODY_COLUMNS, Bodies
-from .dialect import Database, first_value
+from .dialect import Database, first_value, queue_keys
 from .endpoints import EndpointQueries
 from .errors import StoreError
 from .ingest import get_session, list_sessions, recent_sessions
@@ -282,7 +282,7 @@ class OperatorQueries:
         ``type_glob`` (fnmatch) and a ``session`` name; at least one is required. Only event
         types the endpoint subscribes to (and that meet its ``filter``) are queued, and
         events that already have an open delivery to it are skipped (they are on their way).
-        One transaction, in event order.
+        One transaction, in event order (the queues' locks first, in key order).
         """
         if since is None and until is None and event_ids is None and not type_glob and not session:
             raise ValueError("replay needs at least one filter (since, until, ids, type, session)")
@@ -322,6 +322,9 @@ class OperatorQueries:
                 ]
                 text += " AND e.id IN (SELECT value FROM json_each(?))"
                 params = [*params, json.dumps(kept)]
+            # The queues' locks in key order before the inserts take them in event order
+            # (a replica recording attempts holds its keys, in key order, before its rows).
+            self._db.lock_queue_keys(c, queue_keys(c, endpoint, f"FROM events e {text}", params))
             cur = c.execute(
                 "INSERT INTO deliveries (event_id, endpoint, session_name, status, "
                 "next_attempt_at, created_at, updated_at, replayed) "

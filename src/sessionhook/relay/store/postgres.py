@@ -49,6 +49,8 @@ from .migrations import POSTGRES, check_current, migrate
 DEFAULT_POOL_SIZE = 4
 #: Seconds to wait for a connection: the server, or a free one in the pool.
 CONNECT_TIMEOUT = 5.0
+#: Queue keys locked per statement by :meth:`PostgresDatabase.lock_queue_keys`.
+KEYS_PER_LOCK = 1000
 #: ``pg_advisory_xact_lock`` key serializing write transactions ("sh" + "write").
 WRITE_LOCK = 0x7368_7772_6974
 
@@ -288,14 +290,16 @@ class PostgresDatabase:
             )
 
     def lock_queue_keys(self, c: Connection, keys: Iterable[tuple[str, str]]) -> None:
-        """``outbox_key_lock`` of each of ``keys``, in key order, in one statement."""
+        """``outbox_key_lock`` of each of ``keys``, in key order, a statement per
+        :data:`KEYS_PER_LOCK` keys (a statement holds at most 65,535 parameters)."""
         ordered = sorted(set(keys))
-        if ordered:
+        for start in range(0, len(ordered), KEYS_PER_LOCK):
+            chunk = ordered[start : start + KEYS_PER_LOCK]
             c.execute(
                 "SELECT outbox_key_lock(k.column1, k.column2) FROM (VALUES "
-                + ", ".join(["(CAST(? AS TEXT), CAST(? AS TEXT))"] * len(ordered))
+                + ", ".join(["(CAST(? AS TEXT), CAST(? AS TEXT))"] * len(chunk))
                 + ") AS k",
-                [value for key in ordered for value in key],
+                [value for key in chunk for value in key],
             )
 
     def skip_locked(self, alias: str) -> str:
