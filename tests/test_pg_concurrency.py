@@ -21,6 +21,7 @@ from sessionhook.relay.store import AttemptRecord, PostgresStore, postgres
 from tests.support.backlog import activity, ok, session
 from tests.support.clock import T0, Clock
 from tests.support.store_rows import Ep
+from tests.support.store_rows import activity as store_activity
 
 pytestmark = pytest.mark.process
 
@@ -274,4 +275,62 @@ def test_a_replay_takes_its_queues_keys_in_key_order(
     assert errors == []
     assert held == 0, "the replay held a later queue's key while it waited for an earlier one"
     assert a.outbox.pending_count("api") == 2
+    heads_are_exact(a)
+
+
+def queue_keys_held_while_waiting(
+    store: PostgresStore, first: tuple[str, str], act: Callable[[], object]
+) -> int:
+    """With a rival holding the queue key ``first``, run ``act`` on a thread until it waits
+    for that key: the queue keys (two-int4 advisory locks, objsubid 2) it holds then."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            act()
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    thread = threading.Thread(target=run)
+    with store.db.tx(serialized=False) as c:
+        store.db.lock_queue_keys(c, [first])
+        thread.start()
+        deadline = time.monotonic() + WAIT
+        while not c.execute(
+            "SELECT COUNT(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+        ).fetchone()["n"]:
+            assert time.monotonic() < deadline, "it never waited for the rival's key"
+            time.sleep(0.01)
+        held = c.execute(
+            "SELECT COUNT(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND granted "
+            "AND objsubid = 2 AND pid <> pg_backend_pid()"
+        ).fetchone()["n"]
+    thread.join(WAIT)
+    assert not thread.is_alive()
+    assert errors == []
+    return int(held)
+
+
+def test_an_ingest_takes_its_queues_keys_in_key_order(
+    stores: tuple[PostgresStore, PostgresStore],
+) -> None:
+    """A page whose first event goes to endpoint two only and whose second to one and two:
+    the ingest takes (one, s) before (two, s), a recording replica's order, not the order
+    its events meet the queues."""
+    a, b = stores
+    a.endpoints.sync_endpoints([Ep("one", events=("activity.agent_messaged",)), Ep("two")])
+    s = session(1)
+    acts = [
+        store_activity(1, 0),  # progress: to two only
+        store_activity(1, 1, agentMessaged={"agentMessage": "done"}),  # to one and two
+    ]
+
+    def ingest() -> None:
+        b.ingest.upsert_session(s, baseline=False)
+        evs = [events.activity_event(s, x, max_media_bytes=1000) for x in acts]
+        b.ingest.ingest_activities(s.name, acts, evs, True)
+
+    held = queue_keys_held_while_waiting(a, ("one", s.name), ingest)
+    assert held == 0, "the ingest held (two, s) while it waited for (one, s)"
+    assert (a.outbox.pending_count("one"), a.outbox.pending_count("two")) == (1, 2)
     heads_are_exact(a)

@@ -278,6 +278,10 @@ class Ingest:
                     if not payload_matches(conditions, payload):
                         continue
                 deliveries.append((event.id, endpoint, event.session_name, now, now, now))
+        # Queue by queue in (endpoint, session) order, each queue's in event order: the
+        # heads' trigger takes each queue's key as its first delivery is inserted, and a
+        # replica recording attempts takes its keys in that order too (docs/replicas.md).
+        deliveries.sort(key=lambda d: (d[1], d[2]))
         c.executemany(
             "INSERT INTO deliveries (event_id, endpoint, session_name, status, "
             "next_attempt_at, created_at, updated_at) VALUES (?, ?, ?, 'pending', ?, ?, ?)",
