@@ -11,13 +11,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
 from sessionhook.relay.domain import events
 from sessionhook.relay.domain.retry import Delivered, Retry
 from sessionhook.relay.domain.rows import EndpointSpec
-from sessionhook.relay.store import AttemptRecord, PostgresStore, postgres
+from sessionhook.relay.store import AttemptRecord, PostgresStore, dialect, postgres
 from tests.support.backlog import activity, ok, session
 from tests.support.clock import T0, Clock
 from tests.support.store_rows import Ep
@@ -279,10 +280,14 @@ def test_a_replay_takes_its_queues_keys_in_key_order(
 
 
 def queue_keys_held_while_waiting(
-    store: PostgresStore, first: tuple[str, str], act: Callable[[], object]
+    store: PostgresStore,
+    first: tuple[str, str],
+    act: Callable[[], object],
+    meanwhile: Callable[[Any], None] = lambda c: None,
 ) -> int:
     """With a rival holding the queue key ``first``, run ``act`` on a thread until it waits
-    for that key: the queue keys (two-int4 advisory locks, objsubid 2) it holds then."""
+    for that key: the queue keys (two-int4 advisory locks, objsubid 2) it holds then.
+    ``meanwhile`` reads on the rival's connection before the key is released."""
     errors: list[BaseException] = []
 
     def run() -> None:
@@ -305,6 +310,7 @@ def queue_keys_held_while_waiting(
             "SELECT COUNT(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND granted "
             "AND objsubid = 2 AND pid <> pg_backend_pid()"
         ).fetchone()["n"]
+        meanwhile(c)
     thread.join(WAIT)
     assert not thread.is_alive()
     assert errors == []
@@ -333,4 +339,61 @@ def test_an_ingest_takes_its_queues_keys_in_key_order(
     held = queue_keys_held_while_waiting(a, ("one", s.name), ingest)
     assert held == 0, "the ingest held (two, s) while it waited for (one, s)"
     assert (a.outbox.pending_count("one"), a.outbox.pending_count("two")) == (1, 2)
+    heads_are_exact(a)
+
+
+#: Writers over many queues, on replica ``b``, of the queues ("api", sessions 1 to 3), each
+#: with one failed delivery (none for the replay: "api" is created after the ingest), and
+#: what each has done to a queue once committed.
+MANY_QUEUE_WRITERS: dict[str, tuple[Callable[[PostgresStore], object], str]] = {
+    "recover": (lambda b: b.requeue.recover("api", 0.0), "status = 'pending'"),
+    "due now": (lambda b: b.requeue.due_now("api"), f"next_attempt_at < {T0 + 10_000}"),
+    "delete the endpoint": (
+        lambda b: b.endpoints.delete_endpoint("api", "gone"),
+        "status = 'dead'",
+    ),
+    "replay": (lambda b: b.operator.replay("api", since=0.0), "replayed = 1"),
+}
+
+
+@pytest.mark.parametrize("writer", sorted(MANY_QUEUE_WRITERS))
+def test_a_write_over_many_queues_commits_them_in_batches(
+    stores: tuple[PostgresStore, PostgresStore], writer: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each queue's key lock lasts to the end of its transaction, and PostgreSQL's lock
+    table holds some ten thousand: a write over more queues commits a batch of them at a
+    time (here 2). While the third queue's key is held by a rival, the first two are
+    committed already."""
+    monkeypatch.setattr(dialect, "QUEUES_PER_TX", 2)
+    a, b = stores
+    act, done = MANY_QUEUE_WRITERS[writer]
+    spec = EndpointSpec("api", "http://127.0.0.1:9/", ("*",), {}, None, {})
+    if writer != "replay":
+        a.endpoints.create_endpoint(spec, "whsec_" + "A" * 32)
+    for n in (1, 2, 3):
+        ingest_page(a, n, 0, 1)
+    if writer == "replay":
+        a.endpoints.create_endpoint(spec, "whsec_" + "A" * 32)
+    else:
+        ids = [
+            r["id"] for r in a.db.conn.execute("SELECT id FROM deliveries WHERE endpoint = 'api'")
+        ]
+        b.outbox.record_attempts(
+            [AttemptRecord(i, ok(T0 + 1), Retry(at=T0 + 10_000)) for i in sorted(ids)]
+        )
+    first_two = (session(1).name, session(2).name)
+    seen: list[int] = []
+
+    def committed(c: Any) -> None:
+        seen.append(
+            c.execute(
+                f"SELECT COUNT(*) AS n FROM deliveries WHERE endpoint = 'api' AND {done} "
+                "AND session_name IN (?, ?)",
+                first_two,
+            ).fetchone()["n"]
+        )
+
+    held = queue_keys_held_while_waiting(a, ("api", session(3).name), lambda: act(b), committed)
+    assert seen == [2], f"{writer}: the first batch was not committed while the last waited"
+    assert held == 0
     heads_are_exact(a)

@@ -35,9 +35,9 @@ import re
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
-from .errors import StoreUnwritableError
+from .errors import StoreError, StoreUnwritableError
 
 
 class Connection(Protocol):
@@ -61,6 +61,29 @@ def first_value(conn: Connection, sql: str, params: Sequence[Any] = ()) -> Any:
     """The first column of the first row of ``sql`` (``None`` when there is no row)."""
     row = conn.execute(sql, params).fetchone()
     return None if row is None else row[0]
+
+
+_T = TypeVar("_T")
+
+#: A write over many outbox queues (a recovery, a replay, deleting an endpoint) commits
+#: every this many queues: each queue's key lock is held to the end of its transaction, and
+#: PostgreSQL's lock table holds some ten thousand locks for all its sessions at once.
+QUEUES_PER_TX = 500
+
+
+def batches(items: Sequence[_T], size: int | None = None) -> Iterator[Sequence[_T]]:
+    """``items`` in slices of at most ``size`` (:data:`QUEUES_PER_TX`); none when empty."""
+    step = QUEUES_PER_TX if size is None else size
+    for start in range(0, len(items), step):
+        yield items[start : start + step]
+
+
+def refuse_readonly(db: Database) -> None:
+    """Raise :class:`~.errors.StoreError` when ``db`` is open read-only: the first step of
+    every write transaction (:meth:`Database.tx`), and of a write that reads before its
+    first one."""
+    if db.readonly:
+        raise StoreError(f"{db.location} is open read-only", path=db.path)
 
 
 def queue_keys(

@@ -17,7 +17,7 @@ changed since the one it holds (:meth:`EndpointQueries.endpoint_changes`). At mo
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..domain.rows import (
@@ -28,7 +28,7 @@ from ..domain.rows import (
     StoredEndpoint,
     from_row,
 )
-from .dialect import Connection, Database, first_value, queue_keys
+from .dialect import Connection, Database, batches, first_value, queue_keys, refuse_readonly
 from .errors import EndpointConflictError, EndpointLimitError, StoreError
 from .policy import call, write
 
@@ -216,23 +216,44 @@ class EndpointQueries:
     def delete_endpoint(self, name: str, reason: str) -> int:
         """Delete the endpoint created through the API ``name``: its secrets are erased,
         its open deliveries become ``dead`` with ``reason`` (nothing more is sent to it);
-        the row stays for the history of its deliveries. Returns how many were open."""
+        the row stays for the history of its deliveries. Returns how many were open.
+
+        The deliveries first, a transaction per :data:`~.dialect.QUEUES_PER_TX` queues,
+        then those queued meanwhile with the endpoint's row: a recorded attempt locks its
+        queues, then its rows, then the endpoint's row; the same order here (no deadlock on
+        PostgreSQL). A name that is not one of the API's changes nothing."""
+        refuse_readonly(self._db)
         now = self._db.clock()
+        if (
+            first_value(
+                self._db.conn, f"SELECT 1 FROM endpoints WHERE name = ? AND {_LIVE_API}", (name,)
+            )
+            is None
+        ):
+            self._unknown_unless(0, name)
+        queues = self._db.conn.execute(
+            "SELECT DISTINCT session_name FROM deliveries "
+            "WHERE endpoint = ? AND status IN ('pending', 'failed')",
+            (name,),
+        ).fetchall()
+        closed = 0
+        for batch in batches(sorted(str(r["session_name"]) for r in queues)):
+            with self._db.tx() as c:
+                self._db.lock_queue_keys(c, [(name, session) for session in batch])
+                closed += self._close_open(
+                    c,
+                    name,
+                    reason,
+                    now,
+                    f"AND session_name IN ({', '.join('?' * len(batch))})",
+                    batch,
+                )
         with self._db.tx() as c:
-            # The deliveries first: a recorded attempt locks its queues, then its rows,
-            # then the endpoint's row; the same order here (no deadlock on PostgreSQL).
-            # Rolled back whole when the name is not one of the API's.
             open_rows = (
                 "FROM deliveries e WHERE e.endpoint = ? AND e.status IN ('pending', 'failed')"
             )
             self._db.lock_queue_keys(c, queue_keys(c, name, open_rows, (name,)))
-            cur = c.execute(
-                "UPDATE deliveries SET status = 'dead', next_attempt_at = NULL, "
-                "last_error = ?, updated_at = ? "
-                "WHERE endpoint = ? AND status IN ('pending', 'failed')",
-                (reason, now, name),
-            )
-            closed = int(cur.rowcount)
+            closed += self._close_open(c, name, reason, now)
             cur = c.execute(
                 "UPDATE endpoints SET configured = 0, deleted_at = ?, secret = NULL, "
                 "previous_secret = NULL, previous_until = NULL, revision = ?, updated_at = ? "
@@ -243,6 +264,24 @@ class EndpointQueries:
             _set_live_count(c, _live_count(c) - 1)
             self._db.notify_outbox(c)
         return closed
+
+    @staticmethod
+    def _close_open(
+        c: Connection,
+        name: str,
+        reason: str,
+        now: float,
+        where: str = "",
+        params: Sequence[str] = (),
+    ) -> int:
+        """Make the open deliveries to ``name`` (and ``where``) dead with ``reason``."""
+        cur = c.execute(
+            "UPDATE deliveries SET status = 'dead', next_attempt_at = NULL, "
+            "last_error = ?, updated_at = ? "
+            f"WHERE endpoint = ? AND status IN ('pending', 'failed') {where}",
+            (reason, now, name, *params),
+        )
+        return int(cur.rowcount)
 
     @call
     def stored_endpoints(self) -> list[StoredEndpoint]:

@@ -24,7 +24,7 @@ from ..domain.rows import (
     from_row,
 )
 from .bodies import BODY_COLUMNS, Bodies
-from .dialect import Database, first_value, queue_keys
+from .dialect import Database, batches, first_value, refuse_readonly
 from .endpoints import EndpointQueries
 from .errors import StoreError
 from .ingest import get_session, list_sessions, recent_sessions
@@ -282,7 +282,9 @@ class OperatorQueries:
         ``type_glob`` (fnmatch) and a ``session`` name; at least one is required. Only event
         types the endpoint subscribes to (and that meet its ``filter``) are queued, and
         events that already have an open delivery to it are skipped (they are on their way).
-        One transaction, in event order (the queues' locks first, in key order).
+        In event order, a transaction per :data:`~.dialect.QUEUES_PER_TX` sessions (the
+        queues' locks first, in key order): a replay met partway, by a crash, is finished
+        by running it again (the events queued already are skipped).
         """
         if since is None and until is None and event_ids is None and not type_glob and not session:
             raise ValueError("replay needs at least one filter (since, until, ids, type, session)")
@@ -295,44 +297,54 @@ class OperatorQueries:
                 endpoint,
             ),
         )
-        with self._db.tx() as c:
-            row = c.execute(
-                "SELECT events, filter FROM endpoints WHERE name = ?", (endpoint,)
-            ).fetchone()
-            if row is None:
-                raise StoreError(f"unknown endpoint {endpoint!r}", path=self._db.path)
-            globs, conditions = json.loads(row["events"]), json.loads(row["filter"] or "{}")
-            # Globs and payload conditions are applied here, in Python (no SQL function of
-            # ours, see dialect.py): first on the few distinct types of the range, then,
-            # for an endpoint with conditions, on the bodies of those events.
-            types = [
-                r["type"]
-                for r in c.execute(f"SELECT DISTINCT e.type FROM events e {text}", params)
-                if (not type_glob or fnmatchcase(r["type"], type_glob))
-                and matches(globs, r["type"])
+        refuse_readonly(self._db)
+        c = self._db.conn
+        row = c.execute(
+            "SELECT events, filter FROM endpoints WHERE name = ?", (endpoint,)
+        ).fetchone()
+        if row is None:
+            raise StoreError(f"unknown endpoint {endpoint!r}", path=self._db.path)
+        globs, conditions = json.loads(row["events"]), json.loads(row["filter"] or "{}")
+        # Globs and payload conditions are applied here, in Python (no SQL function of
+        # ours, see dialect.py): first on the few distinct types of the range, then, for an
+        # endpoint with conditions, on the bodies of those events.
+        types = [
+            r["type"]
+            for r in c.execute(f"SELECT DISTINCT e.type FROM events e {text}", params)
+            if (not type_glob or fnmatchcase(r["type"], type_glob)) and matches(globs, r["type"])
+        ]
+        # ``text`` is never empty: it holds the NOT EXISTS clause at least.
+        text += " AND e.type IN (SELECT value FROM json_each(?))"
+        params = [*params, json.dumps(types)]
+        if conditions:
+            kept = [
+                r["id"]
+                for r in c.execute(f"SELECT e.id, {BODY_COLUMNS} {EVENT_FROM} {text}", params)
+                if payload_matches(conditions, json.loads(self._bodies.decode_row(r)))
             ]
-            # ``text`` is never empty: it holds the NOT EXISTS clause at least.
-            text += " AND e.type IN (SELECT value FROM json_each(?))"
-            params = [*params, json.dumps(types)]
-            if conditions:
-                kept = [
-                    r["id"]
-                    for r in c.execute(f"SELECT e.id, {BODY_COLUMNS} {EVENT_FROM} {text}", params)
-                    if payload_matches(conditions, json.loads(self._bodies.decode_row(r)))
-                ]
-                text += " AND e.id IN (SELECT value FROM json_each(?))"
-                params = [*params, json.dumps(kept)]
-            # The queues' locks in key order before the inserts take them in event order
-            # (a replica recording attempts holds its keys, in key order, before its rows).
-            self._db.lock_queue_keys(c, queue_keys(c, endpoint, f"FROM events e {text}", params))
-            cur = c.execute(
-                "INSERT INTO deliveries (event_id, endpoint, session_name, status, "
-                "next_attempt_at, created_at, updated_at, replayed) "
-                "SELECT e.id, ?, e.session_name, 'pending', ?, ?, ?, 1 "
-                f"FROM events e {text} ORDER BY e.seq",
-                (endpoint, now, now, now, *params),
-            )
-            return int(cur.rowcount)
+            text += " AND e.id IN (SELECT value FROM json_each(?))"
+            params = [*params, json.dumps(kept)]
+        sessions = sorted(
+            str(r["session_name"])
+            for r in c.execute(f"SELECT DISTINCT e.session_name FROM events e {text}", params)
+        )
+        queued = 0
+        for batch in batches(sessions):
+            with self._db.tx() as tx:
+                # The queues' locks in key order before the insert takes them in event
+                # order (a replica recording attempts holds its keys, in key order, before
+                # its rows).
+                self._db.lock_queue_keys(tx, [(endpoint, session) for session in batch])
+                cur = tx.execute(
+                    "INSERT INTO deliveries (event_id, endpoint, session_name, status, "
+                    "next_attempt_at, created_at, updated_at, replayed) "
+                    "SELECT e.id, ?, e.session_name, 'pending', ?, ?, ?, 1 "
+                    f"FROM events e {text} AND e.session_name IN "
+                    f"({', '.join('?' * len(batch))}) ORDER BY e.seq",
+                    (endpoint, now, now, now, *params, *batch),
+                )
+                queued += int(cur.rowcount)
+        return queued
 
     @call
     def replay_census(

@@ -41,7 +41,7 @@ from ...redact import redact_userinfo
 from ..config.database_url import display_url
 from . import notify
 from .core import StoreCore
-from .dialect import Connection, Prepared, WakeSource, to_pyformat
+from .dialect import Connection, Prepared, WakeSource, refuse_readonly, to_pyformat
 from .errors import StoreError, StoreFullError, StoreUnwritableError
 from .migrations import POSTGRES, check_current, migrate
 
@@ -376,8 +376,7 @@ class PostgresDatabase:
         one, the transaction pipelined: :meth:`_pipelined_tx`), writers serialized unless
         ``serialized=False`` (see the module docstring); PostgreSQL's "cannot write now"
         errors become :class:`StoreUnwritableError` with nothing committed."""
-        if self.readonly:
-            raise StoreError(f"{self.location} is open read-only")
+        refuse_readonly(self)
         local = self._adapter.local
         if getattr(local, "conn", None) is not None:  # pragma: no cover - a bug
             raise RuntimeError("nested store transaction")

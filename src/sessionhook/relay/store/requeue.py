@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from typing import Final
 
 from ..domain.rows import Recovered, Retried
-from .dialect import Connection, Database, first_value
+from .dialect import Connection, Database, batches, first_value, refuse_readonly
 from .policy import write
 
 _OPEN: Final = "('pending', 'failed')"
@@ -80,51 +80,55 @@ class Requeue:
     def recover(self, endpoint: str, since: float) -> Recovered:
         """Re-open every failed or dead delivery to ``endpoint`` whose event happened at or
         after ``since`` (Unix seconds), due now, queue by queue in (endpoint, session)
-        order; what was done and what was left (:class:`Recovered`)."""
+        order, a transaction per :data:`~.dialect.QUEUES_PER_TX` queues (a recovery met
+        partway, by a crash, is finished by running it again); what was done and what was
+        left (:class:`Recovered`)."""
+        refuse_readonly(self._db)
         now = self._db.clock()
         stuck = (
             f"FROM deliveries d JOIN events e ON e.id = d.event_id "
             f"WHERE d.endpoint = ? AND {_stuck('d.status')}"
         )
+        sessions = sorted(
+            str(r["session_name"])
+            for r in self._db.conn.execute(
+                f"SELECT DISTINCT d.session_name {stuck} AND e.occurred_ts >= ?",
+                (endpoint, since),
+            )
+        )
         ids: list[int] = []
         behind = 0
-        with self._db.tx() as c:
-            sessions = sorted(
-                str(r["session_name"])
-                for r in c.execute(
-                    f"SELECT DISTINCT d.session_name {stuck} AND e.occurred_ts >= ?",
-                    (endpoint, since),
-                )
-            )
-            for session in sessions:
-                with _claim_kept(self._db, c, endpoint, session):
-                    reopened = c.execute(
-                        "UPDATE deliveries SET status = 'pending', next_attempt_at = ?, "
-                        "updated_at = ? WHERE endpoint = ? AND session_name = ? "
-                        f"AND {_stuck()} AND event_id IN "
-                        "(SELECT id FROM events WHERE session_name = ? AND occurred_ts >= ?) "
-                        "RETURNING id",
-                        (now, now, endpoint, session, session, since),
-                    ).fetchall()
-                ids += (int(r["id"]) for r in reopened)
-                behind += int(
-                    first_value(
-                        c,
-                        "SELECT COUNT(*) FROM deliveries WHERE endpoint = ? "
-                        f"AND session_name = ? AND status IN {_OPEN}",
-                        (endpoint, session),
-                    )
-                ) - len(reopened)
-            if ids:
+        for batch in batches(sessions):
+            with self._db.tx() as c:
+                for session in batch:
+                    with _claim_kept(self._db, c, endpoint, session):
+                        reopened = c.execute(
+                            "UPDATE deliveries SET status = 'pending', next_attempt_at = ?, "
+                            "updated_at = ? WHERE endpoint = ? AND session_name = ? "
+                            f"AND {_stuck()} AND event_id IN "
+                            "(SELECT id FROM events WHERE session_name = ? AND occurred_ts >= ?) "
+                            "RETURNING id",
+                            (now, now, endpoint, session, session, since),
+                        ).fetchall()
+                    ids += (int(r["id"]) for r in reopened)
+                    behind += int(
+                        first_value(
+                            c,
+                            "SELECT COUNT(*) FROM deliveries WHERE endpoint = ? "
+                            f"AND session_name = ? AND status IN {_OPEN}",
+                            (endpoint, session),
+                        )
+                    ) - len(reopened)
                 self._db.notify_outbox(c)
-            older = c.execute(
-                f"SELECT COUNT(*) AS n, MAX(e.occurred_ts) AS newest {stuck}", (endpoint,)
-            ).fetchone()
-            still_open = first_value(
-                c,
-                f"SELECT COUNT(*) FROM deliveries WHERE endpoint = ? AND status IN {_OPEN}",
-                (endpoint,),
-            )
+        conn = self._db.conn
+        older = conn.execute(
+            f"SELECT COUNT(*) AS n, MAX(e.occurred_ts) AS newest {stuck}", (endpoint,)
+        ).fetchone()
+        still_open = first_value(
+            conn,
+            f"SELECT COUNT(*) FROM deliveries WHERE endpoint = ? AND status IN {_OPEN}",
+            (endpoint,),
+        )
         return Recovered(
             ids=tuple(sorted(ids)),
             behind=max(0, behind),
@@ -137,27 +141,29 @@ class Requeue:
     def due_now(self, endpoint: str) -> None:
         """Make every open delivery to ``endpoint`` that waits for a later retry due now
         (it was enabled again: what waits behind a failed head goes at once rather than at
-        the head's next retry, 300 s later say), queue by queue in session order; dead ones
-        stay as they are (recover)."""
+        the head's next retry, 300 s later say), queue by queue in session order, a
+        transaction per :data:`~.dialect.QUEUES_PER_TX` queues; dead ones stay as they are
+        (recover)."""
+        refuse_readonly(self._db)
         now = self._db.clock()
-        with self._db.tx() as c:
-            sessions = sorted(
-                str(r["session_name"])
-                for r in c.execute(
-                    "SELECT DISTINCT session_name FROM deliveries WHERE endpoint = ? "
-                    f"AND status IN {_OPEN} AND next_attempt_at > ?",
-                    (endpoint, now),
-                )
+        sessions = sorted(
+            str(r["session_name"])
+            for r in self._db.conn.execute(
+                "SELECT DISTINCT session_name FROM deliveries WHERE endpoint = ? "
+                f"AND status IN {_OPEN} AND next_attempt_at > ?",
+                (endpoint, now),
             )
-            for session in sessions:
-                with _claim_kept(self._db, c, endpoint, session):
-                    c.execute(
-                        "UPDATE deliveries SET next_attempt_at = ?, updated_at = ? "
-                        "WHERE endpoint = ? AND session_name = ? "
-                        f"AND status IN {_OPEN} AND next_attempt_at > ?",
-                        (now, now, endpoint, session, now),
-                    )
-            if sessions:
+        )
+        for batch in batches(sessions):
+            with self._db.tx() as c:
+                for session in batch:
+                    with _claim_kept(self._db, c, endpoint, session):
+                        c.execute(
+                            "UPDATE deliveries SET next_attempt_at = ?, updated_at = ? "
+                            "WHERE endpoint = ? AND session_name = ? "
+                            f"AND status IN {_OPEN} AND next_attempt_at > ?",
+                            (now, now, endpoint, session, now),
+                        )
                 self._db.notify_outbox(c)
 
 

@@ -20,7 +20,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 
 from .core import StoreCore
-from .dialect import Connection, WakeSource, first_value
+from .dialect import Connection, WakeSource, first_value, refuse_readonly
 from .errors import StoreError, StoreFullError, StoreUnwritableError
 from .migrations import SQLITE, check_current, migrate, pending
 
@@ -209,8 +209,7 @@ class SqliteDatabase:
         committed and the connection usable again (a failed ``COMMIT`` leaves SQLite's
         transaction open: it is rolled back here, or every later ``BEGIN`` would fail).
         """
-        if self.readonly:
-            raise StoreError(f"{self.path} is open read-only", path=self.path)
+        refuse_readonly(self)
         conn = self.conn
         try:
             conn.execute("BEGIN IMMEDIATE")
