@@ -141,7 +141,9 @@ async def test_200_waits_hold_no_thread_and_ask_upstream_nothing(tmp_path: Path)
                 return seen[0] >= 200
 
             await until(all_open)
-            assert threading.active_count() == threads
+            # No thread per wait: none more than before (idle worker threads may have ended
+            # meanwhile: anyio lets one go after 10 s without work).
+            assert threading.active_count() <= threads
             assert relay.upstream.requests == asked
             tg.cancel_scope.cancel()  # the client lets go of every wait
 
