@@ -181,8 +181,15 @@ def test_timeline_shows_events_with_deliveries_per_endpoint(stack: Stack, browse
 def test_failed_attempt_detail_then_replay_and_see_the_new_attempt(
     stack: Stack, browser: Any
 ) -> None:
-    browser.get(f"{stack.base}/console/timeline?session={quote(stack.hostile, safe='')}")
-    failed = one(browser, "tr[data-endpoint=beta] a.attempt.failed")
+    timeline = f"{stack.base}/console/timeline?session={quote(stack.hostile, safe='')}"
+
+    def failed_attempt() -> Any:
+        # The page shows the attempts made when it was loaded: the stack waited for a dead
+        # letter at beta, perhaps the other session's, so load it until this one has one.
+        browser.get(timeline)
+        return (css(browser, "tr[data-endpoint=beta] a.attempt.failed") or [None])[0]
+
+    failed = until(failed_attempt, "a failed attempt at beta on the timeline", within=60)
     navigate(browser, failed)
     until(lambda: "/console/attempts/" in browser.current_url, "the attempt page")
     detail = one(browser, "#attempt").text
