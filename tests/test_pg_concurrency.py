@@ -165,120 +165,6 @@ def test_ingest_and_two_recording_replicas_interleaved_keep_every_head_exact(
     assert all(status == "delivered" and count == top for _, status, count, top in rows)
 
 
-#: Each writer of one queue's rows, on replica ``b``, of queue ("api", session 1) whose
-#: head ``y`` failed and waits for a later retry.
-QUEUE_WRITERS: dict[str, Callable[[PostgresStore, int], object]] = {
-    "record one attempt": lambda b, y: b.outbox.record_attempts(
-        [AttemptRecord(y, ok(T0 + 2), Delivered())]
-    ),
-    "retry": lambda b, y: b.requeue.retry(y),
-    "recover": lambda b, y: b.requeue.recover("api", 0.0),
-    "due now": lambda b, y: b.requeue.due_now("api"),
-    "delete the endpoint": lambda b, y: b.endpoints.delete_endpoint("api", "gone"),
-}
-
-
-@pytest.mark.parametrize("writer", sorted(QUEUE_WRITERS))
-def test_a_writer_of_a_queue_takes_its_key_lock_before_any_row_of_it(
-    stores: tuple[PostgresStore, PostgresStore], writer: str
-) -> None:
-    """The lock order of every writer of the heads (docs/replicas.md): a queue's key lock,
-    then its rows. A writer that locked a delivery row first and then waited for the key
-    deadlocked with a replica recording a batch with that delivery (it holds the key and
-    waits for the row): two replicas record one delivery when one took over the claim of
-    the other, whose lease lapsed."""
-    a, b = stores
-    spec = EndpointSpec("api", "http://127.0.0.1:9/", ("*",), {}, None, {})
-    a.endpoints.create_endpoint(spec, "whsec_" + "A" * 32)
-    ingest_page(a, 1, 0, 2)
-    key = ("api", session(1).name)
-    y = min(
-        d.id for d in b.outbox.due_deliveries(T0 + 1, 10) if (d.endpoint, d.session_name) == key
-    )
-    b.outbox.record_attempts([AttemptRecord(y, ok(T0 + 1), Retry(at=T0 + 10_000))])
-    errors: list[BaseException] = []
-
-    def write() -> None:
-        try:
-            QUEUE_WRITERS[writer](b, y)
-        except BaseException as exc:  # pragma: no cover - reported below
-            errors.append(exc)
-
-    thread = threading.Thread(target=write)
-    with a.db.tx(serialized=False) as c:
-        a.db.lock_queue_keys(c, [key])  # a rival holding the queue's key
-        thread.start()
-        deadline = time.monotonic() + WAIT
-        while not c.execute(
-            "SELECT COUNT(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
-        ).fetchone()["n"]:
-            assert time.monotonic() < deadline, f"{writer}: never waited for the queue's key"
-            time.sleep(0.01)
-        # The writer waits for the key: none of the queue's rows may be locked by it.
-        free = {}
-        for table in ("deliveries", "outbox_heads"):
-            where = f"FROM {table} WHERE endpoint = ? AND session_name = ?"
-            total = c.execute(f"SELECT COUNT(*) AS n {where}", key).fetchone()["n"]
-            unlocked = c.execute(
-                f"SELECT COUNT(*) AS n FROM (SELECT 1 {where} FOR UPDATE SKIP LOCKED) AS r", key
-            ).fetchone()["n"]
-            free[table] = (unlocked, total)
-    thread.join(WAIT)
-    assert not thread.is_alive()
-    assert errors == []
-    assert free == {"deliveries": (2, 2), "outbox_heads": (1, 1)}, (
-        f"{writer} locked rows of the queue before its key"
-    )
-    heads_are_exact(a)
-
-
-@pytest.mark.parametrize("per_statement", [postgres.KEYS_PER_LOCK, 1])
-def test_a_replay_takes_its_queues_keys_in_key_order(
-    stores: tuple[PostgresStore, PostgresStore],
-    per_statement: int,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A replay inserts deliveries in event order, across sessions; their queues' keys are
-    taken first, in key order (a recording replica's order), not as the inserts meet them:
-    while a rival holds an earlier key, the replay holds no later one (the keys locked in
-    one statement or in several, as a replay of many sessions does)."""
-    monkeypatch.setattr(postgres, "KEYS_PER_LOCK", per_statement)
-    a, b = stores
-    ingest_page(a, 2, 0, 1)  # session 2's event first in event order...
-    ingest_page(a, 1, 0, 1)  # ...then session 1's
-    spec = EndpointSpec("api", "http://127.0.0.1:9/", ("*",), {}, None, {})
-    a.endpoints.create_endpoint(spec, "whsec_" + "A" * 32)  # created after: nothing queued
-    errors: list[BaseException] = []
-
-    def replay() -> None:
-        try:
-            b.operator.replay("api", since=0.0)
-        except BaseException as exc:  # pragma: no cover - reported below
-            errors.append(exc)
-
-    thread = threading.Thread(target=replay)
-    with a.db.tx(serialized=False) as c:
-        a.db.lock_queue_keys(c, [("api", session(1).name)])  # a rival holding the first key
-        thread.start()
-        deadline = time.monotonic() + WAIT
-        while not c.execute(
-            "SELECT COUNT(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
-        ).fetchone()["n"]:
-            assert time.monotonic() < deadline, "the replay never waited for the first key"
-            time.sleep(0.01)
-        # Queue keys are two-int4 advisory locks (objsubid 2); the global write lock is one.
-        held = c.execute(
-            "SELECT COUNT(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND granted "
-            "AND objsubid = 2 AND pid <> pg_backend_pid()"
-        ).fetchone()["n"]
-    thread.join(WAIT)
-    assert not thread.is_alive()
-    assert errors == []
-    assert held == 0, "the replay held a later queue's key while it waited for an earlier one"
-    assert a.outbox.pending_count("api") == 2
-    heads_are_exact(a)
-
-
 def queue_keys_held_while_waiting(
     store: PostgresStore,
     first: tuple[str, str],
@@ -315,6 +201,80 @@ def queue_keys_held_while_waiting(
     assert not thread.is_alive()
     assert errors == []
     return int(held)
+
+
+#: Each writer of one queue's rows, on replica ``b``, of queue ("api", session 1) whose
+#: head ``y`` failed and waits for a later retry.
+QUEUE_WRITERS: dict[str, Callable[[PostgresStore, int], object]] = {
+    "record one attempt": lambda b, y: b.outbox.record_attempts(
+        [AttemptRecord(y, ok(T0 + 2), Delivered())]
+    ),
+    "retry": lambda b, y: b.requeue.retry(y),
+    "recover": lambda b, y: b.requeue.recover("api", 0.0),
+    "due now": lambda b, y: b.requeue.due_now("api"),
+    "delete the endpoint": lambda b, y: b.endpoints.delete_endpoint("api", "gone"),
+}
+
+
+@pytest.mark.parametrize("writer", sorted(QUEUE_WRITERS))
+def test_a_writer_of_a_queue_takes_its_key_lock_before_any_row_of_it(
+    stores: tuple[PostgresStore, PostgresStore], writer: str
+) -> None:
+    """The lock order of every writer of the heads (docs/replicas.md): a queue's key lock,
+    then its rows. A writer that locked a delivery row first and then waited for the key
+    deadlocked with a replica recording a batch with that delivery (it holds the key and
+    waits for the row): two replicas record one delivery when one took over the claim of
+    the other, whose lease lapsed."""
+    a, b = stores
+    spec = EndpointSpec("api", "http://127.0.0.1:9/", ("*",), {}, None, {})
+    a.endpoints.create_endpoint(spec, "whsec_" + "A" * 32)
+    ingest_page(a, 1, 0, 2)
+    key = ("api", session(1).name)
+    y = min(
+        d.id for d in b.outbox.due_deliveries(T0 + 1, 10) if (d.endpoint, d.session_name) == key
+    )
+    b.outbox.record_attempts([AttemptRecord(y, ok(T0 + 1), Retry(at=T0 + 10_000))])
+    free: dict[str, tuple[int, int]] = {}
+
+    def rows_free(c: Any) -> None:
+        # The writer waits for the key: none of the queue's rows may be locked by it.
+        for table in ("deliveries", "outbox_heads"):
+            where = f"FROM {table} WHERE endpoint = ? AND session_name = ?"
+            total = c.execute(f"SELECT COUNT(*) AS n {where}", key).fetchone()["n"]
+            unlocked = c.execute(
+                f"SELECT COUNT(*) AS n FROM (SELECT 1 {where} FOR UPDATE SKIP LOCKED) AS r", key
+            ).fetchone()["n"]
+            free[table] = (unlocked, total)
+
+    queue_keys_held_while_waiting(a, key, lambda: QUEUE_WRITERS[writer](b, y), rows_free)
+    assert free == {"deliveries": (2, 2), "outbox_heads": (1, 1)}, (
+        f"{writer} locked rows of the queue before its key"
+    )
+    heads_are_exact(a)
+
+
+@pytest.mark.parametrize("per_statement", [postgres.KEYS_PER_LOCK, 1])
+def test_a_replay_takes_its_queues_keys_in_key_order(
+    stores: tuple[PostgresStore, PostgresStore],
+    per_statement: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A replay inserts deliveries in event order, across sessions; their queues' keys are
+    taken first, in key order (a recording replica's order), not as the inserts meet them:
+    while a rival holds an earlier key, the replay holds no later one (the keys locked in
+    one statement or in several, as a replay of many sessions does)."""
+    monkeypatch.setattr(postgres, "KEYS_PER_LOCK", per_statement)
+    a, b = stores
+    ingest_page(a, 2, 0, 1)  # session 2's event first in event order...
+    ingest_page(a, 1, 0, 1)  # ...then session 1's
+    spec = EndpointSpec("api", "http://127.0.0.1:9/", ("*",), {}, None, {})
+    a.endpoints.create_endpoint(spec, "whsec_" + "A" * 32)  # created after: nothing queued
+    held = queue_keys_held_while_waiting(
+        a, ("api", session(1).name), lambda: b.operator.replay("api", since=0.0)
+    )
+    assert held == 0, "the replay held a later queue's key while it waited for an earlier one"
+    assert a.outbox.pending_count("api") == 2
+    heads_are_exact(a)
 
 
 def test_an_ingest_takes_its_queues_keys_in_key_order(
