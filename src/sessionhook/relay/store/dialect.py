@@ -71,11 +71,10 @@ _T = TypeVar("_T")
 QUEUES_PER_TX = 500
 
 
-def batches(items: Sequence[_T], size: int | None = None) -> Iterator[Sequence[_T]]:
-    """``items`` in slices of at most ``size`` (:data:`QUEUES_PER_TX`); none when empty."""
-    step = QUEUES_PER_TX if size is None else size
-    for start in range(0, len(items), step):
-        yield items[start : start + step]
+def batches(items: Sequence[_T]) -> Iterator[Sequence[_T]]:
+    """``items`` in slices of at most :data:`QUEUES_PER_TX`; none when empty."""
+    for start in range(0, len(items), QUEUES_PER_TX):
+        yield items[start : start + QUEUES_PER_TX]
 
 
 def refuse_readonly(db: Database) -> None:
