@@ -178,6 +178,91 @@ async def test_network_failures_are_results_not_exceptions() -> None:
         assert result.error and "\n" not in result.error
 
 
+@pytest.mark.anyio
+async def test_a_post_on_a_connection_closed_before_the_answer_is_sent_once_more() -> None:
+    """A receiver closing a kept-alive connection as the next POST goes out on it (Node's
+    and uvicorn's servers close idle ones after 5 s): the POST goes again on a new one."""
+    requests_on: dict[int, int] = {}
+
+    async def close_when_reused(head: bytes, body: bytes, writer: asyncio.StreamWriter) -> None:
+        connection = id(writer)
+        requests_on[connection] = requests_on.get(connection, 0) + 1
+        if requests_on[connection] > 1:
+            writer.transport.abort()  # the idle connection closed as the POST arrived
+            return
+        await reply(204)(head, body, writer)
+
+    poster = AiohttpPoster(allow_private=True)
+    try:
+        async with server(close_when_reused) as (url, stats):
+            first = await _post(url, poster)
+            second = await _post(url, poster)
+    finally:
+        await poster.aclose()
+    assert first.status_code == 204
+    assert second.status_code == 204 and second.error is None
+    # The second POST: on the kept connection (closed), then on a new one.
+    assert stats == {"connections": 2, "requests": 3}
+
+
+@pytest.mark.anyio
+async def test_a_receiver_that_always_hangs_up_gets_two_sends_then_a_failed_attempt() -> None:
+    async def hang_up(head: bytes, body: bytes, writer: asyncio.StreamWriter) -> None:
+        writer.transport.abort()
+
+    async def answer_then_drop(head: bytes, body: bytes, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\npartial")
+        await writer.drain()
+        writer.transport.abort()
+
+    poster = AiohttpPoster(allow_private=True)
+    try:
+        async with server(hang_up) as (url, hung):
+            hung_up = await _post(url, poster)
+        async with server(answer_then_drop) as (url, dropped):
+            cut = await _post(url, poster)
+    finally:
+        await poster.aclose()
+    assert hung_up.status_code is None and hung_up.error
+    assert hung == {"connections": 2, "requests": 2}  # once more, never a third time
+    # An answer had begun: what came is the attempt's result, nothing is sent again.
+    assert dropped == {"connections": 1, "requests": 1}
+    assert cut.status_code is None and (cut.error or "").startswith("ClientPayloadError")
+
+
+@pytest.mark.anyio
+async def test_a_resend_stays_within_the_attempts_timeout() -> None:
+    async def slow_hang_up(head: bytes, body: bytes, writer: asyncio.StreamWriter) -> None:
+        await asyncio.sleep(1.0)
+        writer.transport.abort()
+
+    poster = AiohttpPoster(allow_private=True)
+    try:
+        async with server(slow_hang_up) as (url, stats):
+            result = await _post(url, poster, limit_s=1.5)
+    finally:
+        await poster.aclose()
+    assert result.error == "timeout after 1.5 s"
+    assert stats["requests"] == 2  # the second send was cut by what was left of 1.5 s
+
+
+@pytest.mark.anyio
+async def test_an_idle_connection_is_not_kept_past_idle_keep_s(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(AiohttpPoster, "IDLE_KEEP_S", 0.5)
+    poster = AiohttpPoster(allow_private=True)
+    try:
+        async with server(reply(204)) as (url, stats):
+            await _post(url, poster)
+            await _post(url, poster)  # at once: the same connection
+            await asyncio.sleep(1.5)
+            await _post(url, poster)  # idle past the keep: a new one
+    finally:
+        await poster.aclose()
+    assert stats == {"connections": 2, "requests": 3}
+
+
 # --------------------------------------------------------------------------- normalized hosts
 
 

@@ -24,6 +24,7 @@ Errors::
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
@@ -200,9 +201,17 @@ class AiohttpPoster:
 
     ``ClientTimeout(total=timeout)`` covers the whole exchange, so ``post_event`` adds no
     deadline (a cancel scope per POST cost about 5 % of the CPU per delivery).
+
+    A receiver may close an idle connection just as a POST goes out on it. So an idle
+    connection is kept only ``IDLE_KEEP_S`` (under the 5 s of Node's and uvicorn's servers),
+    and a POST whose connection closes before the answer's status line is sent once more,
+    at once, within the same ``timeout`` (aiohttp does so for idempotent methods only; a
+    webhook is one by its ``webhook-id``, which receivers dedupe on).
     """
 
     bounds_exchange = True
+    #: Seconds an idle connection is kept for the next POST (aiohttp's default is 15).
+    IDLE_KEEP_S = 4.0
 
     def __init__(
         self,
@@ -221,7 +230,12 @@ class AiohttpPoster:
         self._session = aiohttp.ClientSession(
             # No per-host limit (the dispatcher bounds concurrency); no DNS cache: each new
             # connection is vetted afresh, and a kept-alive one was vetted when opened.
-            connector=aiohttp.TCPConnector(limit=0, use_dns_cache=False, resolver=resolver),
+            connector=aiohttp.TCPConnector(
+                limit=0,
+                use_dns_cache=False,
+                resolver=resolver,
+                keepalive_timeout=self.IDLE_KEEP_S,
+            ),
             # No cookies across consumers, no default headers beyond what we set.
             cookie_jar=aiohttp.DummyCookieJar(),
             skip_auto_headers=("Accept", "Accept-Encoding"),
@@ -262,34 +276,74 @@ class AiohttpPoster:
         """See :class:`Poster`; a refused URL or address raises
         :class:`~sessionhook.relay.domain.addresses.NetguardError` (nothing is sent)."""
         target = self._target(url)
+        started = time.monotonic()
         bound = self._timeouts.get(timeout)
         if bound is None:
             if len(self._timeouts) >= 16:
                 self._timeouts.clear()
             bound = self._timeouts[timeout] = aiohttp.ClientTimeout(total=timeout)
         try:
-            async with self._session.post(
-                target,
-                data=body,
-                headers=headers,
-                allow_redirects=False,
-                timeout=bound,  # the whole exchange
-            ) as response:
-                received = bytearray()
-                while len(received) < body_limit:
-                    chunk = await response.content.read(body_limit - len(received))
-                    if not chunk:
-                        break
-                    received += chunk
-                return Answer(response.status, response.headers.get("retry-after"), bytes(received))
+            try:
+                return await self._exchange(target, body, headers, bound, body_limit)
+            except _Unanswered:
+                # Closed before any answer: once more, in what is left of the bound.
+                left = timeout - (time.monotonic() - started)
+                if left <= 0:
+                    raise TimeoutError from None
+                bound = aiohttp.ClientTimeout(total=left)
+                return await self._exchange(target, body, headers, bound, body_limit)
+        except _Unanswered as unanswered:
+            raise PostError(_one_line(unanswered.cause)) from None
         except TimeoutError:
             raise
         except (aiohttp.ClientError, OSError, ValueError) as exc:
             raise PostError(_one_line(exc)) from None
 
+    async def _exchange(
+        self,
+        target: yarl.URL,
+        body: bytes,
+        headers: Mapping[str, str],
+        bound: aiohttp.ClientTimeout,
+        body_limit: int,
+    ) -> Answer:
+        """One POST; :class:`_Unanswered` when the connection closed before the status line."""
+        try:
+            response = await self._session.post(
+                target,
+                data=body,
+                headers=headers,
+                allow_redirects=False,
+                timeout=bound,  # the whole exchange
+            )
+        except aiohttp.ClientConnectorError:
+            raise  # no connection was made: nothing to send again
+        except (
+            aiohttp.ServerDisconnectedError,
+            aiohttp.ClientConnectionResetError,
+            aiohttp.ClientOSError,
+        ) as exc:
+            raise _Unanswered(exc) from None
+        async with response:
+            received = bytearray()
+            while len(received) < body_limit:
+                chunk = await response.content.read(body_limit - len(received))
+                if not chunk:
+                    break
+                received += chunk
+            return Answer(response.status, response.headers.get("retry-after"), bytes(received))
+
     async def aclose(self) -> None:
         """Close the session and its connections."""
         await self._session.close()
+
+
+class _Unanswered(Exception):
+    """The connection closed (or was reset) before the answer's status line."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
 
 
 def _one_line(exc: BaseException) -> str:
