@@ -28,7 +28,14 @@ from sessionhook.relay.domain.lifecycle import lifecycle_events
 from sessionhook.relay.domain.retry import AttemptResult
 from sessionhook.relay.domain.rows import DeliveryRow
 from sessionhook.relay.domain.signing import generate_secret
-from sessionhook.relay.store import AsyncStore, EndpointQueries, Ingest, OperatorQueries, Outbox
+from sessionhook.relay.store import (
+    AsyncStore,
+    EndpointQueries,
+    Ingest,
+    OperatorQueries,
+    Outbox,
+    Round,
+)
 from sessionhook.relay.telemetry.logs import LineBudget
 from tests.support import virtual_time
 from tests.support.dispatch_rig import PER_SESSION, SECRET, SESSIONS, dispatch_config, seed_sessions
@@ -617,7 +624,7 @@ async def test_handed_over_but_cancelled_before_sending_is_released(tmp_path: Pa
                     start(delivery, dispatcher.settings.endpoints["rx"])
                 scope.cancel()  # before any worker ran
         assert dispatcher.in_flight == 0
-        assert dispatcher._per_endpoint["rx"] == 0
+        assert "rx" not in dispatcher._per_endpoint  # none in flight
         assert receiver.arrivals == []
         with anyio.fail_after(20):
             await dispatcher.run_until_idle()
@@ -651,7 +658,7 @@ async def test_handed_to_an_idle_worker_then_cancelled_is_released(tmp_path: Pat
                 scope.cancel()  # before the idle worker resumed
         # In flight now: only what finished and waits for its commit.
         assert dispatcher.in_flight == len(dispatcher._finished) >= 1
-        assert dispatcher._per_endpoint["rx"] == len(dispatcher._finished)
+        assert dispatcher._per_endpoint.get("rx", 0) == len(dispatcher._finished)
         with anyio.fail_after(20):
             await dispatcher.run_until_idle()
         assert receiver.delivered_ids() == rig.all_ids
@@ -690,6 +697,47 @@ async def test_a_new_logging_configuration_reaches_the_next_batch(tmp_path: Path
     lines = [json.loads(line) for line in loud.getvalue().splitlines()]
     assert [(x["event"], x["event_id"]) for x in lines] == [("delivery.succeeded", second.event_id)]
     assert [(x["event"], x["event_id"]) for x in logs] == [("delivery.succeeded", third.event_id)]
+
+
+@pytest.mark.anyio
+async def test_many_endpoints_with_nothing_queued_and_one_it_does_not_know(
+    tmp_path: Path,
+) -> None:
+    """300 endpoints with nothing for them beside ``rx``, and ``ghost``, active in the store
+    but not in this dispatcher's settings (another replica's, not loaded here): everything
+    reaches rx, and ghost's deliveries are never handed out (its cap is none), so never
+    claimed away from a replica that knows it."""
+    receiver = Receiver(SECRET)
+    config = dispatch_config()
+    quiet = [
+        config.endpoints[0].model_copy(
+            update={"name": f"idle{n:03d}", "events": ("session.failed",)}
+        )
+        for n in range(300)
+    ]
+    ghost = config.endpoints[0].model_copy(update={"name": "ghost"})
+    settings = DeliverySettings.from_config(
+        config.model_copy(update={"endpoints": (*config.endpoints, *quiet)})
+    )
+    async with Rig(tmp_path, receiver, config) as rig:
+        await rig.store.run(EndpointQueries.sync_endpoints, (*config.endpoints, *quiet, ghost))
+        assert await rig.store.run(OperatorQueries.replay, "ghost", since=0) > 0
+        dispatcher = Dispatcher(rig.store, rig.http, settings)
+        outbox = rig.store.store.outbox
+        real, handed = outbox.dispatch_round, set()
+
+        def dispatch_round(round_: Round) -> Any:
+            result = real(round_)
+            handed.update(d.endpoint for d in result[1])
+            return result
+
+        outbox.dispatch_round = dispatch_round  # type: ignore[method-assign]
+        with anyio.fail_after(30):
+            await dispatcher.run_until_idle()
+        ghost_rows = [r for r in rig.rows() if r.endpoint == "ghost"]
+    assert receiver.delivered_ids() == rig.all_ids
+    assert handed == {"rx"}
+    assert ghost_rows and all(r.attempts == 0 and r.status == "pending" for r in ghost_rows)
 
 
 # --------------------------------------------------------------------------- rate_limit

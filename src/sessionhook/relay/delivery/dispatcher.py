@@ -27,8 +27,10 @@ from ..domain.addresses import literal_refusal
 from ..domain.retry import AttemptResult
 from ..domain.rows import DueDelivery
 from ..store import (
+    QUEUED_ONLY_ABOVE,
     AsyncStore,
     AttemptRecord,
+    Caps,
     EndpointQueries,
     Outbox,
     Round,
@@ -170,7 +172,12 @@ class Dispatcher:
         self._max_wait = max_wait
         self._wake = anyio.Event()
         self._in_flight: set[tuple[str, str]] = set()
+        #: Deliveries in flight per endpoint (those with none are not kept).
         self._per_endpoint: dict[str, int] = {}
+        #: What _caps keeps of the settings it last saw.
+        self._caps_of: DeliverySettings | None = None
+        self._known: frozenset[str] = frozenset()
+        self._rate_capped: tuple[str, ...] = ()  # the endpoints with a rate_limit
         self._finished: list[Finished] = []
         #: Handed out (and claimed) by the last round but not started: released next round.
         self._unstarted: list[tuple[str, str]] = []
@@ -366,7 +373,15 @@ class Dispatcher:
                 unstarted, self._unstarted = self._unstarted, []
                 failing, due, self._next_due, active = await self._store.run(
                     Outbox.dispatch_round,
-                    Round(records, now, max(0, free), busy, unstarted, self._caps(finished)),
+                    Round(
+                        records,
+                        now,
+                        max(0, free),
+                        busy,
+                        unstarted,
+                        self._caps(finished),
+                        queued_only=len(s.endpoints) > QUEUED_ONLY_ABOVE,
+                    ),
                 )
             except StoreUnwritableError as exc:
                 self._not_recorded(finished, exc)
@@ -403,21 +418,28 @@ class Dispatcher:
             started += 1
         return bool(finished) or started > 0
 
-    def _caps(self, finished: list[Finished]) -> dict[str, int]:
+    def _caps(self, finished: list[Finished]) -> Caps:
         """Per endpoint, how many deliveries could start now (at most one under a
-        ``rate_limit``): the store claims no more, leaving the rest to other replicas."""
+        ``rate_limit``): the store claims no more, leaving the rest to other replicas.
+        Worked out only for the endpoints with deliveries in flight or a rate limit; the
+        others may start ``per_endpoint`` each."""
         s = self.settings
+        if self._caps_of is not s:  # a new DeliverySettings with every change
+            self._caps_of = s
+            self._known = frozenset(s.endpoints)
+            self._rate_capped = tuple(n for n, e in s.endpoints.items() if e.rate_limit is not None)
         done: dict[str, int] = {}
         for f in finished:
             done[f.delivery.endpoint] = done.get(f.delivery.endpoint, 0) + 1
-        caps: dict[str, int] = {}
+        given: dict[str, int] = {}
+        for name, flying in self._per_endpoint.items():
+            if name in self._known:
+                given[name] = max(0, s.per_endpoint - flying + done.get(name, 0))
         mono = anyio.current_time()  # the rate slots' clock
-        for name, config in s.endpoints.items():
-            cap = s.per_endpoint - self._per_endpoint.get(name, 0) + done.get(name, 0)
-            if config.rate_limit is not None:
-                cap = min(cap, 1 if self._rate_slots.get(name, -math.inf) <= mono else 0)
-            caps[name] = max(0, cap)
-        return caps
+        for name in self._rate_capped:
+            free = 1 if self._rate_slots.get(name, -math.inf) <= mono else 0
+            given[name] = min(given.get(name, s.per_endpoint), free)
+        return Caps(given, self._known, s.per_endpoint)
 
     async def _commit_finished(self) -> int:
         """Record the attempts that finished and were not committed yet; how many."""
@@ -453,7 +475,11 @@ class Dispatcher:
 
     def _release(self, delivery: DueDelivery) -> None:
         self._in_flight.discard(delivery.key)
-        self._per_endpoint[delivery.endpoint] -= 1
+        left = self._per_endpoint.get(delivery.endpoint, 0) - 1
+        if left > 0:
+            self._per_endpoint[delivery.endpoint] = left
+        else:  # only endpoints with deliveries in flight are kept (see _caps)
+            self._per_endpoint.pop(delivery.endpoint, None)
 
     async def _settle(self, finished: list[Finished], failing: list[float | None]) -> None:
         """After the commit: report, disable endpoints failing too long, release the keys."""

@@ -175,8 +175,9 @@ class EndpointChanges:
 @dataclass(frozen=True, slots=True)
 class ActiveEndpoints:
     """What a dispatcher's round reads of the endpoints: the ``names`` deliveries go to
-    now (enabled and configured), sorted, and the newest ``revision`` of any endpoint's
-    definition (0: none was ever created through the API)."""
+    now (enabled and configured; a round over many endpoints: those of them with a queue
+    head), sorted, and the newest ``revision`` of any endpoint's definition (0: none was
+    ever created through the API)."""
 
     names: list[str]
     revision: int

@@ -53,7 +53,7 @@ from .opening import (
     store_failures,
 )
 from .ops_queries import OperatorQueries
-from .outbox import PRUNE_BATCH, AttemptRecord, Outbox, Round
+from .outbox import PRUNE_BATCH, QUEUED_ONLY_ABOVE, AttemptRecord, Caps, Outbox, Round
 from .refusals import REFUSAL_REASONS, Refusals
 from .sqlite import Store
 
@@ -62,11 +62,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PRUNE_BATCH",
+    "QUEUED_ONLY_ABOVE",
     "REFUSAL_REASONS",
     "ActionQueries",
     "ArchivedSession",
     "AsyncStore",
     "AttemptRecord",
+    "Caps",
     "ConsoleQueries",
     "DaemonLock",
     "Economy",
