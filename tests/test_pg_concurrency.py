@@ -203,9 +203,18 @@ def queue_keys_held_while_waiting(
     return int(held)
 
 
+def claimed_then_given_back(b: PostgresStore) -> None:
+    """Replica ``b`` claims the queue ("api", session 1) once its retry is due, then gives
+    the claim back (handed out, not started: what the dispatcher's next round does)."""
+    key = ("api", session(1).name)
+    assert key in {d.key for d in b.outbox.due_deliveries(T0 + 10_001, 10)}
+    b.leases.release_delivery_claims([key])
+
+
 #: Each writer of one queue's rows, on replica ``b``, of queue ("api", session 1) whose
 #: head ``y`` failed and waits for a later retry.
 QUEUE_WRITERS: dict[str, Callable[[PostgresStore, int], object]] = {
+    "give a claim back": lambda b, y: claimed_then_given_back(b),
     "record one attempt": lambda b, y: b.outbox.record_attempts(
         [AttemptRecord(y, ok(T0 + 2), Delivered())]
     ),

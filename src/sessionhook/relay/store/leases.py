@@ -225,6 +225,9 @@ class Leases:
         if not self._replica.claims or not params:
             return
         with self._db.tx(serialized=False) as c:
+            # The queues' keys before their heads' rows: the lock order of every writer
+            # of a queue (a recording replica holds the keys and then locks the heads).
+            self._db.lock_queue_keys(c, [(endpoint, session) for endpoint, session, _ in params])
             c.executemany(
                 "UPDATE outbox_heads SET claimed_by = NULL, claimed_at = NULL "
                 "WHERE endpoint = ? AND session_name = ? AND claimed_by = ?",
