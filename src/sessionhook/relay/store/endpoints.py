@@ -32,6 +32,10 @@ from .dialect import Connection, Database, batches, first_value, queue_keys, ref
 from .errors import EndpointConflictError, EndpointLimitError, StoreError
 from .policy import call, write
 
+#: An endpoint deliveries go to now: enabled and configured (an endpoint removed from the
+#: config file, or deleted through the API, keeps its row, not configured).
+ACTIVE = "enabled = 1 AND configured = 1"
+
 #: The row of a live endpoint created through the API.
 _LIVE_API = "source = 'api' AND deleted_at IS NULL"
 
@@ -331,8 +335,7 @@ class EndpointQueries:
         ``account``, only those taking that account's events (``endpoints[].accounts``).
         The ingest's read (not a role method)."""
         rows = self._db.conn.execute(
-            "SELECT name, events, filter, accounts FROM endpoints "
-            "WHERE enabled = 1 AND configured = 1 ORDER BY name"
+            f"SELECT name, events, filter, accounts FROM endpoints WHERE {ACTIVE} ORDER BY name"
         ).fetchall()
         return [
             (r["name"], json.loads(r["events"]), json.loads(r["filter"]))

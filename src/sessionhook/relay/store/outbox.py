@@ -34,6 +34,7 @@ from ..domain.retry import AttemptResult, Dead, Decision, Delivered, DisableEndp
 from ..domain.rows import OPEN_STATUSES, ActiveEndpoints, DueDelivery, from_row
 from .bodies import BODY_COLUMNS, Bodies
 from .dialect import Connection, Database, Prepared, first_value
+from .endpoints import ACTIVE
 from .errors import StoreError
 from .leases import TAKEABLE, Leases, ReplicaState
 from .policy import call, read, write, writes_when
@@ -62,7 +63,7 @@ HEADS_SQL = (
 #: definition in every row (a scalar subquery, on the revisions' index).
 ACTIVE_SQL = (
     "SELECT name, (SELECT MAX(revision) FROM endpoints) AS newest FROM endpoints "
-    "WHERE enabled = 1 AND configured = 1 ORDER BY name"
+    f"WHERE {ACTIVE} ORDER BY name"
 )
 
 #: Beyond this many endpoints a dispatcher's round reads only those with a queue head
@@ -78,8 +79,7 @@ ACTIVE_QUEUED_SQL = (
     "UNION ALL SELECT (SELECT endpoint FROM outbox_heads WHERE endpoint > q.name "
     "ORDER BY endpoint LIMIT 1) FROM q WHERE q.name IS NOT NULL) "
     "SELECT ep.name, (SELECT MAX(revision) FROM endpoints) AS newest "
-    "FROM q JOIN endpoints ep ON ep.name = q.name "
-    "WHERE ep.enabled = 1 AND ep.configured = 1 ORDER BY ep.name"
+    f"FROM q JOIN endpoints ep ON ep.name = q.name WHERE {ACTIVE} ORDER BY ep.name"
 )
 
 #: What an attempt needs of a delivery ``d`` (its event ``e``, endpoint ``ep`` and the
@@ -307,7 +307,7 @@ class Outbox:
         return [
             row["name"]
             for row in self._db.conn.execute(
-                "SELECT name FROM endpoints WHERE enabled = 1 AND configured = 1 ORDER BY name"
+                f"SELECT name FROM endpoints WHERE {ACTIVE} ORDER BY name"
             )
         ]
 
