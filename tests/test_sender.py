@@ -250,13 +250,13 @@ async def test_a_resend_stays_within_the_attempts_timeout() -> None:
 async def test_an_idle_connection_is_not_kept_past_idle_keep_s(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(AiohttpPoster, "IDLE_KEEP_S", 0.5)
+    monkeypatch.setattr(AiohttpPoster, "IDLE_KEEP_S", 1.0)
     poster = AiohttpPoster(allow_private=True)
     try:
         async with server(reply(204)) as (url, stats):
             await _post(url, poster)
             await _post(url, poster)  # at once: the same connection
-            await asyncio.sleep(1.5)
+            await asyncio.sleep(2.5)
             await _post(url, poster)  # idle past the keep: a new one
     finally:
         await poster.aclose()
